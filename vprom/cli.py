@@ -1,0 +1,342 @@
+"""The `vprom` command line: parses arguments and calls library functions, nothing more.
+
+Each subcommand is registered with its help text and an example; `run_<name>(args)` imports
+its stage lazily (so `vprom --help` is instant and `vprom mine` never imports torch) and
+calls one library function. A `VpromError` becomes one line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from vprom import __version__
+from vprom.errors import VpromError
+from vprom.records import SPLITS
+
+COMMANDS: dict[str, tuple[str, str]] = {}  # name -> (summary, example)
+
+
+def command(name: str, summary: str, example: str):
+    """Register `add_<name>` (its arguments) under subcommand `name`."""
+
+    def wrap(add_arguments):
+        COMMANDS[name] = (summary, example)
+        add_arguments.command_name = name
+        return add_arguments
+
+    return wrap
+
+
+def _options(args: argparse.Namespace) -> dict:
+    """The parsed options as keyword arguments for a job's config dataclass."""
+    return {k: v for k, v in vars(args).items() if k not in ("command", "run")}
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        k, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shard must look like K/N (e.g. 0/4), got {text!r}")
+    if not 0 <= k < n:
+        raise argparse.ArgumentTypeError(f"shard {text}: need 0 <= K < N")
+    return k, n
+
+
+# ---------------------------------------------------------------- data set construction
+@command("download", "fetch Visual Genome annotations (and images): resumable, verified",
+         "vprom download --out data/vg")
+def add_download(p):
+    p.add_argument("--out", type=Path, required=True, help="folder for the VG files")
+    p.add_argument("--base-url", default=None, help="mirror to fetch from instead of VG's own")
+    p.add_argument("--no-images", action="store_true", help="annotations only (~1 GB zipped)")
+
+
+def run_download(args):
+    from mining.download import download
+
+    download(args.out, base_url=args.base_url, images=not args.no_images)
+
+
+@command("synth", "write the built-in synthetic corpus in Visual Genome's layout and schema",
+         "vprom synth --out data/synth --images 2000 --seed 0")
+def add_synth(p):
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--images", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=1, help="rendering processes")
+
+
+def run_synth(args):
+    from mining.synth import write_corpus
+
+    write_corpus(args.out, images=args.images, seed=args.seed, workers=args.workers)
+
+
+@command("mine", "stream Visual Genome into the four element pools (POOLS.h5 + report)",
+         "vprom mine --vg data/vg --out build/pools.h5")
+def add_mine(p):
+    p.add_argument("--vg", type=Path, required=True, help="folder with VG's JSON (or .json.zip)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--min-side", type=int, default=100, help="drop regions smaller (px)")
+    p.add_argument("--workers", type=int, default=2, help="processes (one per file)")
+
+
+def run_mine(args):
+    from mining.pools import mine
+
+    report = mine(args.vg, args.out, min_side=args.min_side, workers=args.workers)
+    print(report.summary())
+
+
+@command("generate", "sample matrices from the pools, prove each, assign every split",
+         "vprom generate build/pools.h5 --out build/dataset.h5 --scale 0.1 --seed 0")
+def add_generate(p):
+    p.add_argument("pools", type=Path)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--scale", type=float, default=1.0, help="fraction of Table 1's 235,000")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shard", type=_shard, default=None,
+                   help="K/N: only matrices i with i %% N == K (rows equal the single run's)")
+
+
+def run_generate(args):
+    from vprom.generate import generate
+
+    summary = generate(args.pools, args.out, scale=args.scale, seed=args.seed, shard=args.shard)
+    print(summary)
+
+
+@command("build", "one shot: (synth or VG) -> mine -> generate -> verify -> stats",
+         "vprom build --synthetic --out build/demo")
+def add_build(p):
+    p.add_argument("--out", type=Path, required=True)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--vg", type=Path, help="an unpacked Visual Genome folder")
+    src.add_argument("--synthetic", action="store_true", help="the built-in synthetic corpus")
+    p.add_argument("--images", type=int, default=None, help="synthetic corpus size")
+    p.add_argument("--scale", type=float, default=None, help="fraction of Table 1's size")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run_build(args):
+    from vprom.build import build
+
+    build(args.out, vg=args.vg, synthetic=args.synthetic, images=args.images,
+          scale=args.scale, seed=args.seed)
+
+
+@command("verify", "solver, integrity, split, leakage and bias checks (non-zero exit on failure)",
+         "vprom verify build/dataset.h5")
+def add_verify(p):
+    p.add_argument("dataset", type=Path)
+    p.add_argument("--features", type=Path, default=None,
+                   help="also run the context-blind probe on these features")
+
+
+def run_verify(args):
+    from vprom.verify import verify
+
+    report = verify(args.dataset, features=args.features)
+    print(report.format())
+    if not report.ok:
+        raise VpromError(f"{args.dataset}: verification failed ({report.failures()})")
+
+
+@command("stats", "Table 1 and split sizes, as a table (and --json)",
+         "vprom stats build/dataset.h5 --json build/stats.json")
+def add_stats(p):
+    p.add_argument("dataset", type=Path)
+    p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
+
+
+def run_stats(args):
+    from vprom.stats import format_stats, stats, write_stats
+
+    figures = stats(args.dataset)
+    print(format_stats(figures))
+    if args.json:
+        write_stats(figures, args.json)
+
+
+@command("show", "render one matrix and its candidates as a PNG",
+         "vprom show build/dataset.h5 --id 0 --vg data/vg --out m0.png --answer")
+def add_show(p):
+    p.add_argument("dataset", type=Path)
+    p.add_argument("--id", type=int, required=True)
+    p.add_argument("--vg", type=Path, required=True, help="folder holding the VG images")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--answer", action="store_true", help="mark the answer, relation, elements")
+
+
+def run_show(args):
+    from vprom.show import show
+
+    show(args.dataset, args.id, args.vg, args.out, answer=args.answer)
+
+
+@command("export", "JSON lines, or the original release's one-folder-per-problem layout",
+         "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl")
+def add_export(p):
+    p.add_argument("dataset", type=Path)
+    p.add_argument("--format", choices=("jsonl", "original"), required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--vg", type=Path, default=None, help="VG images (needed for 'original')")
+    p.add_argument("--symlink", action="store_true",
+                   help="original layout: link shared crops instead of copying them")
+
+
+def run_export(args):
+    from vprom.export import export
+
+    export(args.dataset, args.format, args.out, vg_dir=args.vg, symlink=args.symlink)
+
+
+# ---------------------------------------------------------------- features and baselines
+@command("extract", "backbone features per crop into one HDF5 file (resumable, multi-GPU)",
+         "vprom extract build/dataset.h5 --vg data/vg --backbone resnet101 --weights imagenet "
+         "--out build/feats/resnet101.h5")
+def add_extract(p):
+    p.add_argument("dataset", type=Path)
+    p.add_argument("--vg", type=Path, required=True)
+    p.add_argument("--backbone", required=True, help="see `vprom extract --list`")
+    p.add_argument("--weights", default="imagenet", help="imagenet | none | PATH to a state dict")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--workers", type=int, default=2, help="DataLoader workers")
+    p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda if available)")
+    p.add_argument("--dtype", choices=("float16", "float32"), default="float16")
+    p.add_argument("--no-resume", dest="resume", action="store_false",
+                   help="start over even if a matching partial file exists")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="finish even if some images are missing (they are reported)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the backbone (CUDA)")
+
+
+def run_extract(args):
+    from features.extract import ExtractConfig, extract
+
+    extract(ExtractConfig(**_options(args)))
+
+
+@command("train", "train one baseline on one split",
+         "vprom train build/dataset.h5 --features build/feats/resnet101.h5 --model rn "
+         "--split neutral --aux --out runs/rn-neutral-aux")
+def add_train(p):
+    p.add_argument("dataset", type=Path)
+    p.add_argument("--features", type=Path, required=True, help="FEATS.h5 from `vprom extract`")
+    p.add_argument("--model", required=True, help="a registered model, e.g. rn, mlp-sum-6, gru")
+    p.add_argument("--split", required=True, help="neutral, interpolation, ...")
+    p.add_argument("--aux", action="store_true", help="add the relation/element-type loss")
+    p.add_argument("--out", type=Path, required=True, help="run folder")
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--optimizer", choices=("adadelta", "adam"), default="adadelta")
+    p.add_argument("--lr", type=float, default=None, help="default: 1.0 AdaDelta, 1e-4 Adam")
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--patience", type=int, default=5, help="epochs without val gain before stop")
+    p.add_argument("--shuffle-context", action="store_true",
+                   help="control: each matrix's context replaced by another matrix's")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None, help="default: cuda if available")
+    p.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
+
+
+def run_train(args):
+    from baselines.train import TrainConfig, train
+
+    train(TrainConfig(**_options(args)))
+
+
+@command("evaluate", "test accuracy with a 95% interval and per-relation/element-type breakdowns",
+         "vprom evaluate runs/rn-neutral-aux")
+def add_evaluate(p):
+    p.add_argument("run", type=Path)
+
+
+def run_evaluate(args):
+    from baselines.evaluate import evaluate, format_metrics
+
+    print(format_metrics(evaluate(args.run)))
+
+
+@command("report", "Table 2 and models x splits tables (Markdown, CSV) and plots over runs",
+         "vprom report runs/* --out reports/")
+def add_report(p):
+    p.add_argument("runs", type=Path, nargs="+")
+    p.add_argument("--out", type=Path, required=True)
+
+
+def run_report(args):
+    from baselines.report import report
+
+    print(report(args.runs, args.out))
+
+
+@command("reproduce", "the paper's full grid (models x features x aux x splits) in one command",
+         "vprom reproduce --vg data/vg --out repro/")
+def add_reproduce(p):
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--vg", type=Path, help="an unpacked Visual Genome folder")
+    src.add_argument("--synthetic", action="store_true", help="the synthetic corpus (smoke test)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--images", type=int, default=None, help="synthetic corpus size")
+    p.add_argument("--backbones", default="resnet101,bottomup-r101")
+    p.add_argument("--weights", default=None,
+                   help="comma list, one per backbone (default: imagenet for torchvision ones)")
+    p.add_argument("--models", default="mlp-sum-6,gru-shared,vqa,rn")
+    p.add_argument("--splits", default=",".join(SPLITS))
+    p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None)
+
+
+def run_reproduce(args):
+    from baselines.reproduce import ReproduceConfig, reproduce
+
+    reproduce(ReproduceConfig(**_options(args)))
+
+
+# ---------------------------------------------------------------- entry point
+def build_parser() -> argparse.ArgumentParser:
+    lines = [f"  {name:10s} {summary}\n             e.g. {example}"
+             for name, (summary, example) in COMMANDS.items()]
+    parser = argparse.ArgumentParser(
+        prog="vprom",
+        description="Build the V-PROM benchmark from Visual Genome and run its baselines.",
+        epilog="commands:\n" + "\n".join(lines) + "\n\nQuick start: vprom build --synthetic "
+               "--out build/demo",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"vprom {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (summary, example) in COMMANDS.items():
+        p = sub.add_parser(name, help=summary.replace("%", "%%"), description=f"{summary}.",
+                           epilog=f"example:\n  {example}",
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        globals()[f"add_{name}"](p)
+        p.set_defaults(run=globals()[f"run_{name}"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        args.run(args)
+    except VpromError as e:
+        print(f"vprom {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"vprom {args.command}: interrupted; no partial output was left finished",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Finding Visual Genome images on disk and cutting crops out of them.
+
+Visual Genome ships its JPEGs in two folders, `VG_100K/` and `VG_100K_2/`, named
+`<image_id>.jpg`; the synthetic corpus uses the same layout. `ImageIndex` maps image ids to
+paths with one sorted scan of those folders, so callers never guess a folder per image.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PIL import Image
+
+from vprom.errors import VpromError
+
+IMAGE_FOLDERS = ("VG_100K", "VG_100K_2")
+
+
+class ImageIndex:
+    """image id -> JPEG path under a VG folder."""
+
+    def __init__(self, vg_dir: str | Path):
+        self.vg_dir = Path(vg_dir)
+        if not self.vg_dir.is_dir():
+            raise VpromError(f"{self.vg_dir}: no such folder; pass the Visual Genome folder "
+                             "(the one holding VG_100K/)")
+        self.paths: dict[int, Path] = {}
+        for folder in IMAGE_FOLDERS:
+            d = self.vg_dir / folder
+            if not d.is_dir():
+                continue
+            for p in sorted(d.iterdir()):
+                if p.suffix.lower() in (".jpg", ".jpeg") and p.stem.isdigit():
+                    self.paths.setdefault(int(p.stem), p)
+        if not self.paths:
+            raise VpromError(f"{self.vg_dir}: no images under {' or '.join(IMAGE_FOLDERS)}/; "
+                             "run `vprom download` (without --no-images) or point --vg there")
+
+    def __contains__(self, image_id: int) -> bool:
+        return int(image_id) in self.paths
+
+    def path(self, image_id: int) -> Path:
+        try:
+            return self.paths[int(image_id)]
+        except KeyError:
+            raise VpromError(f"{self.vg_dir}: image {image_id} is not under "
+                             f"{' or '.join(IMAGE_FOLDERS)}/; is the image download "
+                             "complete?") from None
+
+
+def load_crop(path: str | Path, box: tuple[int, int, int, int]) -> Image.Image:
+    """The RGB crop (x, y, w, h) of one image; the box is clipped to the image."""
+    try:
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+    except (OSError, ValueError) as e:
+        raise VpromError(f"{path}: cannot read image ({e}); re-download it") from None
+    x, y, w, h = box
+    return im.crop((max(0, x), max(0, y), min(im.width, x + w), min(im.height, y + h)))

@@ -1,0 +1,132 @@
+"""Atomic file writing, hashing and the manifest that makes a build folder self-describing.
+
+Every output is written under a temporary name in the same folder, flushed and fsynced, then
+renamed into place: a killed run never leaves a file that looks finished, and a file the user
+already had is replaced only by a complete one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+FORMAT_VERSION = 1
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success fsync it and rename it to `path`.
+
+    On any exception the temporary file is removed and `path` is left as it was.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        yield tmp
+        _fsync(tmp)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Like `atomic_path` for a folder: fill the yielded folder, it is renamed to `path` at the end.
+
+    An existing folder at `path` is replaced only after the new one is complete.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent))
+    try:
+        yield tmp
+        old = None
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old)
+        _fsync_dir(path.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(path: str | os.PathLike, obj) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def make_manifest(
+    kind: str,
+    config: dict,
+    seed: int | None = None,
+    inputs: dict[str, str] | None = None,
+    counts: dict | None = None,
+    outputs: dict[str, str] | None = None,
+) -> dict:
+    """The JSON manifest stored beside (and inside) every artifact.
+
+    `inputs` and `outputs` map file names to sha256 hex digests; `counts` holds whatever
+    sizes the stage wants recorded (crops per pool, matrices per split, ...).
+    """
+    from vprom import __version__
+
+    return {
+        "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "vprom_version": __version__,
+        "python": platform.python_version(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "config": config,
+        "seed": seed,
+        "inputs": inputs or {},
+        "counts": counts or {},
+        "outputs": outputs or {},
+    }
+
+
+def manifest_path(path: str | os.PathLike) -> Path:
+    """Where the manifest of an artifact lives beside it: `X.h5` -> `X.h5.manifest.json`."""
+    path = Path(path)
+    return path.with_name(path.name + ".manifest.json")

@@ -1,0 +1,148 @@
+"""The data model: element types, relations, crops and matrices.
+
+A *crop* is one annotated Visual Genome region used as a panel image, with the one element
+it shows for its pool and every label its source has (needed to prove a matrix has exactly
+one answer). A *matrix* is 8 context panels (3×3 row-major, last missing) plus 8 candidates;
+`answer` indexes the candidates. Both round-trip to a JSON record; columnar storage lives in
+`vprom.tables`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class ElementType(str, Enum):
+    OBJECT_ATTRIBUTE = "object_attribute"
+    HUMAN_ATTRIBUTE = "human_attribute"
+    OBJECT = "object"
+    COUNT = "count"
+
+
+class Relation(str, Enum):
+    AND = "and"
+    OR = "or"
+    UNION = "union"
+    PROGRESSION = "progression"
+
+
+#: Which relations each element type takes part in (Progression is for counts only).
+RELATIONS_OF: dict[ElementType, tuple[Relation, ...]] = {
+    ElementType.OBJECT_ATTRIBUTE: (Relation.AND, Relation.OR, Relation.UNION),
+    ElementType.HUMAN_ATTRIBUTE: (Relation.AND, Relation.OR, Relation.UNION),
+    ElementType.OBJECT: (Relation.AND, Relation.OR, Relation.UNION),
+    ElementType.COUNT: (Relation.AND, Relation.OR, Relation.UNION, Relation.PROGRESSION),
+}
+
+#: The paper's splits, in the order reports list them.
+SPLITS: tuple[str, ...] = (
+    "neutral",
+    "interpolation",
+    "extrapolation",
+    "held_out_attributes",
+    "held_out_objects",
+    "held_out_relation_attribute_pairs",
+    "held_out_relation_object_pairs",
+)
+
+#: What a split assigns a matrix to.
+PARTS: tuple[str, ...] = ("train", "val", "test", "excluded")
+
+N_CONTEXT = 8
+N_CANDIDATES = 8
+N_PANELS = N_CONTEXT + N_CANDIDATES
+LABEL_SEPARATOR = "|"
+
+
+@dataclass(frozen=True)
+class Crop:
+    """One annotated region, as one panel image for one element of one pool."""
+
+    crop_id: int
+    image_id: int
+    x: int
+    y: int
+    w: int
+    h: int
+    element_type: ElementType
+    element: str
+    super_attribute: str = ""  # "" for objects and counts
+    source_id: int = 0  # VG object id, or region id for counts
+    phrase: str = ""  # the region description, for counts
+    labels: tuple[str, ...] = ()  # every canonical label the source has for this region
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "element_type", ElementType(self.element_type))
+        object.__setattr__(self, "labels", tuple(self.labels))
+
+    @property
+    def box(self) -> tuple[int, int, int, int]:
+        return (self.x, self.y, self.w, self.h)
+
+    def to_record(self) -> dict:
+        record = dataclasses.asdict(self)
+        record["element_type"] = self.element_type.value
+        record["labels"] = list(self.labels)
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict) -> "Crop":
+        return cls(**record)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """One V-PROM instance. `panels`/`elements`: 8 context panels row-major, then 8 candidates."""
+
+    id: int
+    relation: Relation
+    element_type: ElementType
+    super_attribute: str
+    panels: tuple[int, ...]  # 16 crop ids
+    elements: tuple[str, ...]  # the element each panel shows
+    answer: int  # index into the candidates, 0..7
+    splits: tuple[tuple[str, str], ...] = field(default=())  # (split, part) pairs
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "relation", Relation(self.relation))
+        object.__setattr__(self, "element_type", ElementType(self.element_type))
+        object.__setattr__(self, "panels", tuple(int(p) for p in self.panels))
+        object.__setattr__(self, "elements", tuple(self.elements))
+        splits = self.splits.items() if isinstance(self.splits, dict) else self.splits
+        object.__setattr__(self, "splits", tuple((str(s), str(p)) for s, p in splits))
+        if len(self.panels) != N_PANELS or len(self.elements) != N_PANELS:
+            raise ValueError(f"matrix {self.id}: needs {N_PANELS} panels and elements")
+        if not 0 <= self.answer < N_CANDIDATES:
+            raise ValueError(f"matrix {self.id}: answer {self.answer} is not in 0..7")
+        if self.relation not in RELATIONS_OF[self.element_type]:
+            raise ValueError(f"matrix {self.id}: {self.relation.value} does not apply to "
+                             f"{self.element_type.value}")
+
+    @property
+    def context(self) -> tuple[int, ...]:
+        return self.panels[:N_CONTEXT]
+
+    @property
+    def candidates(self) -> tuple[int, ...]:
+        return self.panels[N_CONTEXT:]
+
+    def part(self, split: str) -> str:
+        return dict(self.splits).get(split, "excluded")
+
+    def to_record(self) -> dict:
+        return {
+            "id": self.id,
+            "relation": self.relation.value,
+            "element_type": self.element_type.value,
+            "super_attribute": self.super_attribute,
+            "panels": list(self.panels),
+            "elements": list(self.elements),
+            "answer": self.answer,
+            "splits": dict(self.splits),
+        }
+
+    @classmethod
+    def from_record(cls, record: dict) -> "Matrix":
+        return cls(**record)

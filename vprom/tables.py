@@ -1,0 +1,238 @@
+"""Columnar HDF5 storage of crops and matrices (the formats fixed in DESIGN.md).
+
+`CropTable` is the `crops` group of POOLS.h5 and DATASET.h5; `MatrixTable` the `matrices`
+group plus the split index arrays of DATASET.h5. Columns are 1-D numpy arrays of equal
+length (strings as object arrays of `str`), so a file is readable with plain h5py:
+
+    crops/{crop_id, image_id, x, y, w, h, element_type, element, super_attribute,
+           source_id, phrase, labels}          labels: every source label, "|"-joined
+    matrices/{id, relation, element_type, super_attribute, answer}, matrices/panels (N×16),
+    matrices/elements (N×16), splits/<split>/{train, val, test}   (matrix ids)
+
+Every file carries the JSON manifest in its root attribute `manifest`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from vprom.errors import VpromError
+from vprom.records import LABEL_SEPARATOR, N_PANELS, SPLITS, Crop, Matrix
+
+STR = h5py.string_dtype(encoding="utf-8")
+INT_COLUMNS = {"crop_id": np.int64, "image_id": np.int64, "x": np.int32, "y": np.int32,
+               "w": np.int32, "h": np.int32, "source_id": np.int64}
+STR_COLUMNS = ("element_type", "element", "super_attribute", "phrase", "labels")
+SPLIT_PARTS = ("train", "val", "test")
+
+
+def _strings(values) -> np.ndarray:
+    out = np.empty(len(values), dtype=object)
+    out[:] = [str(v) for v in values]
+    return out
+
+
+@dataclass
+class CropTable:
+    crop_id: np.ndarray
+    image_id: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    w: np.ndarray
+    h: np.ndarray
+    element_type: np.ndarray
+    element: np.ndarray
+    super_attribute: np.ndarray
+    source_id: np.ndarray
+    phrase: np.ndarray
+    labels: np.ndarray  # "|"-joined
+
+    def __post_init__(self) -> None:
+        n = len(self.crop_id)
+        for f in fields(self):
+            col = getattr(self, f.name)
+            col = (np.asarray(col, dtype=INT_COLUMNS[f.name]) if f.name in INT_COLUMNS
+                   else _strings(col))
+            if len(col) != n:
+                raise ValueError(f"crops column {f.name} has {len(col)} rows, expected {n}")
+            setattr(self, f.name, col)
+
+    def __len__(self) -> int:
+        return len(self.crop_id)
+
+    @classmethod
+    def from_crops(cls, crops: list[Crop]) -> "CropTable":
+        cols = {f.name: [] for f in fields(cls)}
+        for c in crops:
+            for name in cols:
+                value = getattr(c, name)
+                if name == "labels":
+                    value = LABEL_SEPARATOR.join(value)
+                elif name == "element_type":
+                    value = value.value
+                cols[name].append(value)
+        return cls(**cols)
+
+    def row(self, i: int) -> Crop:
+        values = {f.name: getattr(self, f.name)[i] for f in fields(self)}
+        for name in INT_COLUMNS:
+            values[name] = int(values[name])
+        values["labels"] = tuple(l for l in values["labels"].split(LABEL_SEPARATOR) if l)
+        return Crop(**values)
+
+    def label_sets(self) -> list[frozenset[str]]:
+        return [frozenset(l for l in s.split(LABEL_SEPARATOR) if l) for s in self.labels]
+
+    def take(self, index) -> "CropTable":
+        return CropTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def write(self, group: h5py.Group) -> None:
+        for f in fields(self):
+            col = getattr(self, f.name)
+            if f.name in INT_COLUMNS:
+                group.create_dataset(f.name, data=col)
+            else:
+                group.create_dataset(f.name, data=col, dtype=STR)
+
+    @classmethod
+    def read(cls, group: h5py.Group) -> "CropTable":
+        cols = {}
+        for f in fields(cls):
+            if f.name not in group:
+                raise VpromError(f"{group.file.filename}: {group.name} has no column "
+                                 f"'{f.name}'; rebuild the file with this vprom version")
+            ds = group[f.name]
+            cols[f.name] = ds[()] if f.name in INT_COLUMNS else ds.asstr()[()]
+        return cls(**cols)
+
+
+@dataclass
+class MatrixTable:
+    id: np.ndarray
+    relation: np.ndarray
+    element_type: np.ndarray
+    super_attribute: np.ndarray
+    answer: np.ndarray
+    panels: np.ndarray  # N×16 crop ids
+    elements: np.ndarray  # N×16 str
+    splits: dict  # split -> part -> matrix ids
+
+    def __post_init__(self) -> None:
+        n = len(self.id)
+        self.id = np.asarray(self.id, dtype=np.int64)
+        self.answer = np.asarray(self.answer, dtype=np.int8)
+        self.panels = np.asarray(self.panels, dtype=np.int64).reshape(n, N_PANELS)
+        self.elements = _strings(np.asarray(self.elements, dtype=object).reshape(-1)).reshape(
+            n, N_PANELS)
+        for name in ("relation", "element_type", "super_attribute"):
+            setattr(self, name, _strings(getattr(self, name)))
+        self.splits = {s: {p: np.asarray(ids, dtype=np.int64) for p, ids in parts.items()}
+                       for s, parts in self.splits.items()}
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    @classmethod
+    def from_matrices(cls, matrices: list[Matrix]) -> "MatrixTable":
+        splits: dict = {}
+        for m in matrices:
+            for split, part in m.splits:
+                if part in SPLIT_PARTS:
+                    splits.setdefault(split, {p: [] for p in SPLIT_PARTS})[part].append(m.id)
+        return cls(
+            id=[m.id for m in matrices],
+            relation=[m.relation.value for m in matrices],
+            element_type=[m.element_type.value for m in matrices],
+            super_attribute=[m.super_attribute for m in matrices],
+            answer=[m.answer for m in matrices],
+            panels=np.array([m.panels for m in matrices], dtype=np.int64).reshape(-1, N_PANELS),
+            elements=np.array([m.elements for m in matrices], dtype=object).reshape(-1, N_PANELS),
+            splits=splits,
+        )
+
+    def parts_of(self) -> dict[int, dict[str, str]]:
+        """matrix id -> {split: part}; a split not listing the matrix assigns 'excluded'."""
+        out = {int(i): {s: "excluded" for s in self.splits} for i in self.id}
+        for split, parts in self.splits.items():
+            for part, ids in parts.items():
+                for i in ids:
+                    out[int(i)][split] = part
+        return out
+
+    def row(self, i: int, parts: dict[int, dict[str, str]] | None = None) -> Matrix:
+        mid = int(self.id[i])
+        split_parts = (parts or self.parts_of()).get(mid, {})
+        return Matrix(id=mid, relation=self.relation[i], element_type=self.element_type[i],
+                      super_attribute=self.super_attribute[i], panels=tuple(self.panels[i]),
+                      elements=tuple(self.elements[i]), answer=int(self.answer[i]),
+                      splits=tuple(sorted(split_parts.items())))
+
+    def write(self, matrices: h5py.Group, splits: h5py.Group) -> None:
+        matrices.create_dataset("id", data=self.id)
+        for name in ("relation", "element_type", "super_attribute"):
+            matrices.create_dataset(name, data=getattr(self, name), dtype=STR)
+        matrices.create_dataset("answer", data=self.answer)
+        matrices.create_dataset("panels", data=self.panels)
+        matrices.create_dataset("elements", data=self.elements, dtype=STR)
+        for split in sorted(self.splits):
+            g = splits.create_group(split)
+            for part in SPLIT_PARTS:
+                g.create_dataset(part, data=self.splits[split].get(part, np.zeros(0, np.int64)))
+
+    @classmethod
+    def read(cls, matrices: h5py.Group, splits: h5py.Group) -> "MatrixTable":
+        def col(name):
+            if name not in matrices:
+                raise VpromError(f"{matrices.file.filename}: matrices has no column '{name}'")
+            ds = matrices[name]
+            return ds.asstr()[()] if ds.dtype.kind == "O" else ds[()]
+
+        return cls(id=col("id"), relation=col("relation"), element_type=col("element_type"),
+                   super_attribute=col("super_attribute"), answer=col("answer"),
+                   panels=col("panels"), elements=col("elements"),
+                   splits={s: {p: splits[s][p][()] for p in SPLIT_PARTS if p in splits[s]}
+                           for s in splits})
+
+
+def set_manifest(h5: h5py.File, manifest: dict) -> None:
+    h5.attrs["manifest"] = json.dumps(manifest, sort_keys=True)
+
+
+def read_manifest(path: str | Path) -> dict:
+    path = Path(path)
+    with open_h5(path) as h5:
+        if "manifest" not in h5.attrs:
+            raise VpromError(f"{path}: no 'manifest' attribute; not a vprom file, or an "
+                             "incomplete one — rebuild it")
+        return json.loads(h5.attrs["manifest"])
+
+
+def open_h5(path: str | Path, mode: str = "r") -> h5py.File:
+    """Open an HDF5 file, turning 'not there' and 'not HDF5' into a clear VpromError."""
+    path = Path(path)
+    if mode == "r" and not path.is_file():
+        raise VpromError(f"{path}: no such file")
+    try:
+        return h5py.File(path, mode)
+    except OSError as e:
+        raise VpromError(f"{path}: cannot be opened as HDF5 ({e}); is it complete and the "
+                         "right file?") from None
+
+
+def read_crops(path: str | Path) -> CropTable:
+    with open_h5(path) as h5:
+        if "crops" not in h5:
+            raise VpromError(f"{path}: no 'crops' group; expected a POOLS.h5 or DATASET.h5")
+        return CropTable.read(h5["crops"])
+
+
+def read_matrices(path: str | Path) -> MatrixTable:
+    with open_h5(path) as h5:
+        if "matrices" not in h5 or "splits" not in h5:
+            raise VpromError(f"{path}: no 'matrices'/'splits' groups; expected a DATASET.h5")
+        return MatrixTable.read(h5["matrices"], h5["splits"])
