@@ -142,8 +142,9 @@ class MatrixTable:
         splits: dict = {}
         for m in matrices:
             for split, part in m.splits:
+                parts = splits.setdefault(split, {p: [] for p in SPLIT_PARTS})
                 if part in SPLIT_PARTS:
-                    splits.setdefault(split, {p: [] for p in SPLIT_PARTS})[part].append(m.id)
+                    parts[part].append(m.id)
         return cls(
             id=[m.id for m in matrices],
             relation=[m.relation.value for m in matrices],

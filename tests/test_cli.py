@@ -1,0 +1,35 @@
+"""Every command has help with an example and is documented in the README (sqlite-utils style)."""
+from pathlib import Path
+
+import pytest
+
+from vprom import cli
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_every_command_has_help_with_an_example(name, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main([name, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "example:" in out and f"vprom {name}" in out
+
+
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_every_command_is_documented_in_the_readme(name):
+    assert f"vprom {name}" in README, f"README does not document `vprom {name}`"
+
+
+def test_top_level_help_lists_commands_with_examples(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert "e.g. vprom build --synthetic" in out
+
+
+def test_errors_are_one_line_and_nonzero(tmp_path, capsys):
+    assert cli.main(["stats", str(tmp_path / "missing.h5")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vprom stats: error:") and "\n" not in err

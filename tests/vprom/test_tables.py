@@ -1,0 +1,55 @@
+import h5py
+import numpy as np
+import pytest
+
+from vprom.errors import VpromError
+from vprom.records import Crop, Matrix
+from vprom.tables import CropTable, MatrixTable, read_crops, read_manifest, read_matrices, set_manifest
+
+
+def _crops():
+    return [Crop(1, 10, 0, 0, 100, 100, "object", "dog", "", 5, "", ("dog", "brown")),
+            Crop(2, 11, 5, 6, 150, 100, "count", "3", "", 6, "three dögs", ("3", "dog")),
+            Crop(3, 12, 0, 0, 100, 200, "human_attribute", "young", "age", 7, "", ())]
+
+
+def _matrices():
+    return [Matrix(i, "and", "object", "", [1] * 16, ["dog"] * 16, i % 8,
+                   {"neutral": "train" if i % 3 else "test", "extrapolation": "excluded"})
+            for i in range(6)]
+
+
+def test_crops_and_matrices_round_trip_through_hdf5(tmp_path):
+    path = tmp_path / "d.h5"
+    with h5py.File(path, "w") as h5:
+        CropTable.from_crops(_crops()).write(h5.create_group("crops"))
+        MatrixTable.from_matrices(_matrices()).write(h5.create_group("matrices"),
+                                                     h5.create_group("splits"))
+        set_manifest(h5, {"kind": "dataset"})
+    crops = read_crops(path)
+    assert [crops.row(i) for i in range(len(crops))] == _crops()
+    table = read_matrices(path)
+    parts = table.parts_of()
+    assert [table.row(i, parts) for i in range(len(table))] == [
+        Matrix(**{**m.to_record(), "splits": {"neutral": m.part("neutral"),
+                                              "extrapolation": "excluded"}})
+        for m in _matrices()]
+    assert read_manifest(path) == {"kind": "dataset"}
+    # readable without vprom: plain h5py columns
+    with h5py.File(path) as h5:
+        assert h5["matrices/panels"].shape == (6, 16)
+        assert list(h5["splits/neutral/test"][()]) == [0, 3]
+        assert h5["crops/phrase"].asstr()[1] == "three dögs"
+
+
+def test_missing_file_and_column_give_clear_errors(tmp_path):
+    with pytest.raises(VpromError, match="no such file"):
+        read_crops(tmp_path / "nope.h5")
+    path = tmp_path / "bad.h5"
+    with h5py.File(path, "w") as h5:
+        h5.create_group("crops").create_dataset("crop_id", data=np.arange(3))
+    with pytest.raises(VpromError, match="no column 'image_id'"):
+        read_crops(path)
+    (tmp_path / "junk.h5").write_text("not hdf5")
+    with pytest.raises(VpromError, match="cannot be opened as HDF5"):
+        read_crops(tmp_path / "junk.h5")
