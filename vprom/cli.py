@@ -56,7 +56,7 @@ def add_download(p):
 def run_download(args):
     from mining.download import download
 
-    download(args.out, base_url=args.base_url, images=not args.no_images)
+    print(download(args.out, base_url=args.base_url, images=not args.no_images))
 
 
 @command("synth", "write the built-in synthetic corpus in Visual Genome's layout and schema",
@@ -71,7 +71,7 @@ def add_synth(p):
 def run_synth(args):
     from mining.synth import write_corpus
 
-    write_corpus(args.out, images=args.images, seed=args.seed, workers=args.workers)
+    print(write_corpus(args.out, images=args.images, seed=args.seed, workers=args.workers))
 
 
 @command("mine", "stream Visual Genome into the four element pools (POOLS.h5 + report)",
@@ -198,11 +198,11 @@ def run_export(args):
          "vprom extract build/dataset.h5 --vg data/vg --backbone resnet101 --weights imagenet "
          "--out build/feats/resnet101.h5")
 def add_extract(p):
-    p.add_argument("dataset", type=Path)
-    p.add_argument("--vg", type=Path, required=True)
-    p.add_argument("--backbone", required=True, help="see `vprom extract --list`")
+    p.add_argument("dataset", type=Path, nargs="?", help="DATASET.h5 (its crops are extracted)")
+    p.add_argument("--vg", type=Path, help="Visual Genome folder (holding VG_100K/)")
+    p.add_argument("--backbone", help="see `vprom extract --list`")
     p.add_argument("--weights", default="imagenet", help="imagenet | none | PATH to a state dict")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, help="FEATS.h5 to write")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--workers", type=int, default=2, help="DataLoader workers")
     p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda if available)")
@@ -212,12 +212,29 @@ def add_extract(p):
     p.add_argument("--allow-missing", action="store_true",
                    help="finish even if some images are missing (they are reported)")
     p.add_argument("--compile", action="store_true", help="torch.compile the backbone (CUDA)")
+    p.add_argument("--input-size", type=int, default=None,
+                   help="crop side in pixels (default: the backbone's, 224)")
+    p.add_argument("--chunk-batches", type=int, default=16,
+                   help="batches per resumable chunk (a killed run redoes at most one chunk)")
+    p.add_argument("--list", action="store_true", help="list the backbones and exit")
 
 
 def run_extract(args):
     from features.extract import ExtractConfig, extract
 
-    extract(ExtractConfig(**_options(args)))
+    options = _options(args)
+    if options.pop("list"):
+        from features.backbones import get_backbone, list_backbones
+
+        for name in list_backbones():
+            print(f"{name:15s} {get_backbone(name).description}")
+        return
+    absent = [flag for flag, key in (("DATASET", "dataset"), ("--vg", "vg"),
+                                     ("--backbone", "backbone"), ("--out", "out"))
+              if options[key] is None]
+    if absent:
+        raise VpromError(f"missing {', '.join(absent)}; e.g. {COMMANDS['extract'][1]}")
+    print(extract(ExtractConfig(**options)))
 
 
 @command("train", "train one baseline on one split",
@@ -252,13 +269,15 @@ def run_train(args):
 @command("evaluate", "test accuracy with a 95% interval and per-relation/element-type breakdowns",
          "vprom evaluate runs/rn-neutral-aux")
 def add_evaluate(p):
-    p.add_argument("run", type=Path)
+    # dest "run_dir": "run" is where the parser keeps each command's function
+    p.add_argument("run_dir", type=Path, metavar="RUN", help="a run folder of `vprom train`")
+    p.add_argument("--device", default=None, help="default: cuda if available")
 
 
 def run_evaluate(args):
     from baselines.evaluate import evaluate, format_metrics
 
-    print(format_metrics(evaluate(args.run)))
+    print(format_metrics(evaluate(args.run_dir, device=args.device)))
 
 
 @command("report", "Table 2 and models x splits tables (Markdown, CSV) and plots over runs",

@@ -1,0 +1,145 @@
+"""What every baseline shares: its config, its output, panel ids and the layer builders.
+
+A model reads one batch of matrices as raw panel features `panels[B, 16, D]` (8 context panels
+in row-major order, then the 8 candidates; each row L2-normalised by the extractor) and returns
+a `ModelOutput`: one score per candidate, plus, when `config.aux` is set, the logits of the two
+auxiliary heads (the paper's relation-type head, split into relation and element type because
+every matrix has one of each).
+
+Panel ids follow the paper: a one-hot vector of 16 appended to each panel, context 1-8,
+candidates 9-16 (`with_panel_ids`). A model that scores each candidate on its own places the
+candidate in the matrix's missing cell and tags it with the first candidate id, 9, whichever
+candidate it is (`with_panel_ids(..., candidates_share_id=True)`): the scoring function is then
+the same for every candidate, so permuting the candidates permutes the scores and no model can
+learn a bias for an answer position. The input width stays the paper's D + 16.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from vprom.errors import VpromError
+from vprom.records import N_PANELS, ElementType, Relation
+
+N_CONTEXT = 8
+N_CANDIDATES = N_PANELS - N_CONTEXT
+
+# The auxiliary heads' classes, in logit order.
+RELATION_CLASSES: tuple[Relation, ...] = (
+    Relation.AND,
+    Relation.OR,
+    Relation.UNION,
+    Relation.PROGRESSION,
+)
+ELEMENT_TYPE_CLASSES: tuple[str, ...] = ("attribute", "object", "count")
+_ELEMENT_TYPE_CLASS = {
+    ElementType.OBJECT_ATTRIBUTE: 0,
+    ElementType.HUMAN_ATTRIBUTE: 0,
+    ElementType.OBJECT: 1,
+    ElementType.COUNT: 2,
+}
+
+
+def relation_class(relation: Relation | str) -> int:
+    """The relation head's target index for a matrix's relation."""
+    return RELATION_CLASSES.index(Relation(relation))
+
+
+def element_type_class(element_type: ElementType | str) -> int:
+    """The element-type head's target index (object and human attributes are both 'attribute')."""
+    return _ELEMENT_TYPE_CLASS[ElementType(element_type)]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Sizes of a baseline; written into every run folder and checkpoint."""
+
+    feature_dim: int = 2048  # D of the raw features (panel ids are appended inside models)
+    hidden: int = 512
+    aux: bool = False  # add the auxiliary heads
+    layers: int = 2  # k for mlp-*-k: f1 and f2 get k/2 Linear+ReLU layers each
+
+
+class ModelOutput(NamedTuple):
+    """What every model's forward returns."""
+
+    scores: Tensor  # [B, 8], one per candidate
+    relation_logits: Tensor | None  # [B, 4] in RELATION_CLASSES order, when aux
+    element_type_logits: Tensor | None  # [B, 3] in ELEMENT_TYPE_CLASSES order, when aux
+
+
+def check_panels(panels: Tensor, feature_dim: int) -> None:
+    """Refuse input that is not [B, 16, feature_dim], before it fails deep inside a layer."""
+    if panels.dim() != 3 or panels.shape[1:] != (N_PANELS, feature_dim):
+        raise VpromError(
+            f"model input has shape {list(panels.shape)}, expected [batch, {N_PANELS}, "
+            f"{feature_dim}]: 8 context panels then 8 candidates, each a feature vector of the "
+            "model config's feature_dim; use the features file the model was built for"
+        )
+
+
+def with_panel_ids(panels: Tensor, candidates_share_id: bool = False) -> Tensor:
+    """[B, 16, D] -> [B, 16, D + 16]: append a one-hot panel id (context 1-8, candidates 9-16).
+
+    With `candidates_share_id` every candidate gets id 9, the missing cell it would fill.
+    """
+    batch = panels.shape[0]
+    ids = torch.eye(N_PANELS, dtype=panels.dtype, device=panels.device)
+    if candidates_share_id:
+        ids[N_CONTEXT:] = ids[N_CONTEXT]
+    return torch.cat([panels, ids.expand(batch, N_PANELS, N_PANELS)], dim=-1)
+
+
+def candidate_sets(x: Tensor) -> Tensor:
+    """[B, 16, E] -> [B, 8, 9, E]: for each candidate, the 8 context panels then the candidate."""
+    context, candidates = x[:, :N_CONTEXT], x[:, N_CONTEXT:]
+    batch, _, width = x.shape
+    context = context.unsqueeze(1).expand(batch, N_CANDIDATES, N_CONTEXT, width)
+    return torch.cat([context, candidates.unsqueeze(2)], dim=2)
+
+
+def mlp(in_features: int, hidden: int, n_layers: int) -> nn.Sequential:
+    """`n_layers` Linear+ReLU layers, the first from `in_features`, all `hidden` wide."""
+    layers: list[nn.Module] = []
+    for i in range(n_layers):
+        layers += [nn.Linear(in_features if i == 0 else hidden, hidden), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def half_depth(config: ModelConfig) -> int:
+    """k/2, the depth of f1 and of f2, checked so a bad k fails at construction."""
+    if config.layers < 2 or config.layers % 2:
+        raise VpromError(
+            f"model config layers={config.layers}: f1 and f2 get k/2 layers each, "
+            "so layers must be an even number >= 2 (e.g. 2, 4 or 6)"
+        )
+    return config.layers // 2
+
+
+class AuxHeads(nn.Module):
+    """The two auxiliary linear heads, relation (4-way) and element type (3-way)."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.relation = nn.Linear(hidden, len(RELATION_CLASSES))
+        self.element_type = nn.Linear(hidden, len(ELEMENT_TYPE_CLASSES))
+
+    def forward(self, representation: Tensor) -> tuple[Tensor, Tensor]:
+        return self.relation(representation), self.element_type(representation)
+
+
+def make_aux(config: ModelConfig) -> AuxHeads | None:
+    """The heads when the config asks for them, else None (no unused parameters)."""
+    return AuxHeads(config.hidden) if config.aux else None
+
+
+def output(scores: Tensor, aux: AuxHeads | None, representation: Tensor) -> ModelOutput:
+    """Package scores with the aux heads applied to `representation` [B, hidden]."""
+    if aux is None:
+        return ModelOutput(scores, None, None)
+    relation_logits, element_type_logits = aux(representation)
+    return ModelOutput(scores, relation_logits, element_type_logits)

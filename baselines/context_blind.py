@@ -1,0 +1,62 @@
+"""context-blind: a control that scores the candidates without ever seeing the context.
+
+If a model that reads only the 8 candidates beats chance (12.5%), the answer sets themselves
+give the answer away (the flaw RAVEN had and I-RAVEN fixed). The model is a DeepSets scorer:
+each candidate is embedded on its own, the set is summarised by the mean embedding, and each
+candidate is scored against that summary, so it can learn "the odd one out" or any other
+property of a candidate relative to its set:
+
+    e_j = f1(c_j)                          k/2 Linear+ReLU layers
+    m   = (e_1 + ... + e_8) / 8            the set summary
+    h_j = f2([e_j ; m])                    k/2 Linear+ReLU layers
+    s_j = w . h_j + b
+
+The context panels are sliced away before any computation. The auxiliary heads read the mean
+over candidates of h_j.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from baselines.common import (
+    N_CONTEXT,
+    N_PANELS,
+    ModelConfig,
+    ModelOutput,
+    check_panels,
+    half_depth,
+    make_aux,
+    mlp,
+    output,
+    with_panel_ids,
+)
+from baselines.registry import register_model
+
+
+class ContextBlind(nn.Module):
+    """DeepSets over the candidates alone."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        depth = half_depth(config)
+        self.feature_dim = config.feature_dim
+        self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, depth)
+        self.f2 = mlp(2 * config.hidden, config.hidden, depth)
+        self.score = nn.Linear(config.hidden, 1)
+        self.aux = make_aux(config)
+
+    def forward(self, panels: Tensor) -> ModelOutput:
+        check_panels(panels, self.feature_dim)
+        # Ids keep the input width of the other models; every candidate gets the same one.
+        candidates = with_panel_ids(panels, candidates_share_id=True)[:, N_CONTEXT:]
+        embedded = self.f1(candidates)  # [B, 8, H]
+        summary = embedded.mean(1, keepdim=True).expand_as(embedded)
+        hidden = self.f2(torch.cat([embedded, summary], dim=-1))  # [B, 8, H]
+        return output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+
+
+@register_model("context-blind")
+def build_context_blind(config: ModelConfig) -> nn.Module:
+    return ContextBlind(config)

@@ -1,0 +1,88 @@
+"""GRU and GRU-shared: read the panels as a sequence with a gated recurrent unit.
+
+Both embed each panel (with its panel id) with f1 (k/2 Linear+ReLU layers) and run a
+one-layer GRU of `hidden` units over the embeddings.
+
+gru: one sequence of all 16 panels (context 1-8, then candidates 9-16, each with its own id);
+the last hidden state h_16 goes through a linear layer to one 8-way score vector. It sees the
+candidates in order, so it is the one baseline whose scores are not permutation-equivariant.
+
+gru-shared: 8 sequences of 9 panels, the context then one candidate (tagged with the
+missing cell's id), with the same parameters; a linear layer on the last hidden state h_9
+scores the candidate. The first 8 steps are the same for all 8 sequences, so the GRU runs
+over the context once and takes the 9th step from that state for each candidate: the same
+numbers as 8 separate sequences, for 9/8 steps per matrix instead of 72.
+
+The auxiliary heads read h_16 (gru) or the mean over candidates of h_9 (gru-shared).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from baselines.common import (
+    N_CANDIDATES,
+    N_CONTEXT,
+    N_PANELS,
+    ModelConfig,
+    ModelOutput,
+    check_panels,
+    half_depth,
+    make_aux,
+    mlp,
+    output,
+    with_panel_ids,
+)
+from baselines.registry import register_model
+
+
+class PanelGRU(nn.Module):
+    """f1 on each panel, a GRU over all 16 panels, one 8-way linear output."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.feature_dim = config.feature_dim
+        self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, half_depth(config))
+        self.gru = nn.GRU(config.hidden, config.hidden, batch_first=True)
+        self.score = nn.Linear(config.hidden, N_CANDIDATES)
+        self.aux = make_aux(config)
+
+    def forward(self, panels: Tensor) -> ModelOutput:
+        check_panels(panels, self.feature_dim)
+        _, last = self.gru(self.f1(with_panel_ids(panels)))  # last: [1, B, H]
+        last = last.squeeze(0)
+        return output(self.score(last), self.aux, last)
+
+
+class SharedGRU(nn.Module):
+    """f1 on each panel, a GRU over context + one candidate, a linear score per candidate."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.feature_dim = config.feature_dim
+        self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, half_depth(config))
+        self.gru = nn.GRU(config.hidden, config.hidden, batch_first=True)
+        self.score = nn.Linear(config.hidden, 1)
+        self.aux = make_aux(config)
+
+    def forward(self, panels: Tensor) -> ModelOutput:
+        check_panels(panels, self.feature_dim)
+        embedded = self.f1(with_panel_ids(panels, candidates_share_id=True))  # [B, 16, H]
+        batch, _, width = embedded.shape
+        _, after_context = self.gru(embedded[:, :N_CONTEXT])  # [1, B, H]
+        # One more step per candidate, every one starting from the same context state.
+        start = after_context.repeat_interleave(N_CANDIDATES, dim=1)  # [1, B*8, H]
+        candidates = embedded[:, N_CONTEXT:].reshape(batch * N_CANDIDATES, 1, width)
+        _, last = self.gru(candidates, start)
+        last = last.reshape(batch, N_CANDIDATES, width)
+        return output(self.score(last).squeeze(-1), self.aux, last.mean(1))
+
+
+@register_model("gru")
+def build_gru(config: ModelConfig) -> nn.Module:
+    return PanelGRU(config)
+
+
+@register_model("gru-shared")
+def build_gru_shared(config: ModelConfig) -> nn.Module:
+    return SharedGRU(config)

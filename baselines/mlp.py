@@ -1,0 +1,73 @@
+"""MLP-cat-k and MLP-sum-k: embed each panel, combine the 9 panels of a completed matrix, score.
+
+For candidate j the completed matrix is the 8 context panels plus candidate j in the missing
+cell. Each panel x (with its panel id) is embedded by f1 (k/2 Linear+ReLU layers); the 9
+embeddings are concatenated (cat, 9H wide: the position of every panel is kept) or summed
+(sum, H wide); f2 (k/2 Linear+ReLU layers) and a linear layer give candidate j's score:
+
+    s_j = w . f2(combine(f1(x_1), ..., f1(x_8), f1(c_j))) + b
+
+f1 is applied once to each of the 16 panels (the context embeddings are shared by the 8
+completed matrices). The auxiliary heads read the mean over candidates of f2's output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from torch import Tensor, nn
+
+from baselines.common import (
+    N_CONTEXT,
+    N_PANELS,
+    ModelConfig,
+    ModelOutput,
+    candidate_sets,
+    check_panels,
+    half_depth,
+    make_aux,
+    mlp,
+    output,
+    with_panel_ids,
+)
+from baselines.registry import register_model
+
+COMBINATIONS = ("cat", "sum")
+DEPTHS = (2, 4, 6)
+
+
+class PanelMLP(nn.Module):
+    """f1 on each panel, concatenation or sum over the completed matrix, f2, a linear score."""
+
+    def __init__(self, config: ModelConfig, combine: str):
+        super().__init__()
+        if combine not in COMBINATIONS:
+            raise ValueError(f"combine must be one of {COMBINATIONS}, not {combine!r}")
+        depth = half_depth(config)
+        self.combine = combine
+        self.feature_dim = config.feature_dim
+        self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, depth)
+        joint_width = (N_CONTEXT + 1) * config.hidden if combine == "cat" else config.hidden
+        self.f2 = mlp(joint_width, config.hidden, depth)
+        self.score = nn.Linear(config.hidden, 1)
+        self.aux = make_aux(config)
+
+    def forward(self, panels: Tensor) -> ModelOutput:
+        check_panels(panels, self.feature_dim)
+        embedded = self.f1(with_panel_ids(panels, candidates_share_id=True))  # [B, 16, H]
+        sets = candidate_sets(embedded)  # [B, 8, 9, H]
+        joint = sets.flatten(2) if self.combine == "cat" else sets.sum(2)
+        hidden = self.f2(joint)  # [B, 8, H]
+        return output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+
+
+def _register(combine: str, depth: int) -> None:
+    @register_model(f"mlp-{combine}-{depth}")
+    def build(config: ModelConfig) -> nn.Module:
+        # The registered name fixes k, whatever the config says.
+        return PanelMLP(dataclasses.replace(config, layers=depth), combine)
+
+
+for _combine in COMBINATIONS:
+    for _depth in DEPTHS:
+        _register(_combine, _depth)

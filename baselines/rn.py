@@ -1,0 +1,119 @@
+"""Relation network (Santoro et al. 2017), as V-PROM uses it, computed without redundant work.
+
+For candidate j, let S_j = (x_1, ..., x_8, c_j) be the completed matrix: the 8 context panels
+and the candidate in the missing cell, each with its panel id (Eq. 7-8 of the paper):
+
+    r_j = sum over all 81 ordered pairs (a, b) in S_j x S_j of f1([x_a ; x_b])
+    s_j = w . f2(r_j) + b
+
+f1 and f2 are k/2 Linear+ReLU layers each. `rn-direct` computes exactly that: it builds the
+8 x 81 concatenated pairs of 2(D+16) numbers and runs f1 on each, which costs
+648 x 2(D+16) x H multiply-adds per matrix in f1's first layer alone.
+
+The fast `rn` rests on two facts. (1) f1's first layer is linear in the concatenation:
+W [x_a ; x_b] + b = W_a x_a + W_b x_b + b, with W = [W_a | W_b]. So each of the 16 panels is
+projected once by W_a and once by W_b (32 products of D+16 by H, not 1,296), and a pair's
+pre-activation is one broadcast addition. (2) The 64 context-context pairs are the same in
+all 8 completed matrices: their f1 sum C is computed once per matrix, and each candidate adds
+only the 17 pairs that involve it (8 context-candidate, 8 candidate-context, 1 with itself):
+
+    r_j = C + sum_i f1'(P_a x_i + P_b c_j) + sum_i f1'(P_a c_j + P_b x_i) + f1'(P_a c_j + P_b c_j)
+
+where f1' is f1 after its first linear map. Pairs through f1's remaining layers drop from
+648 to 64 + 8 x 17 = 200 per matrix. Both versions share their parameters and parameter
+names, so a state dict moves between them; tests/baselines/test_rn.py checks they agree in
+float64, forward and backward.
+
+`rn-no-ids` drops the panel ids: the pair sum is then symmetric in the 8 context panels, so
+it cannot tell rows from columns (the paper's ablation). The auxiliary heads read the mean
+over candidates of f2's output.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from baselines.common import (
+    N_CONTEXT,
+    N_PANELS,
+    ModelConfig,
+    ModelOutput,
+    candidate_sets,
+    check_panels,
+    half_depth,
+    make_aux,
+    mlp,
+    output,
+    with_panel_ids,
+)
+from baselines.registry import register_model
+
+
+class RelationNetwork(nn.Module):
+    """Sum of f1 over the ordered pairs of each completed matrix, f2, a linear score."""
+
+    def __init__(self, config: ModelConfig, panel_ids: bool = True, direct: bool = False):
+        super().__init__()
+        self.panel_ids = panel_ids
+        self.direct = direct
+        self.feature_dim = config.feature_dim
+        self.width = config.feature_dim + (N_PANELS if panel_ids else 0)
+        depth = half_depth(config)
+        self.f1 = mlp(2 * self.width, config.hidden, depth)
+        self.f2 = mlp(config.hidden, config.hidden, depth)
+        self.score = nn.Linear(config.hidden, 1)
+        self.aux = make_aux(config)
+
+    def forward(self, panels: Tensor) -> ModelOutput:
+        check_panels(panels, self.feature_dim)
+        x = with_panel_ids(panels, candidates_share_id=True) if self.panel_ids else panels
+        relations = self.pair_sums_direct(x) if self.direct else self.pair_sums_fast(x)
+        hidden = self.f2(relations)  # [B, 8, H]
+        return output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+
+    def pair_sums_direct(self, x: Tensor) -> Tensor:
+        """[B, 16, W] -> [B, 8, H]: Eq. 7 as written, f1 on all 81 concatenated pairs."""
+        sets = candidate_sets(x)  # [B, 8, 9, W]
+        batch, n_candidates, n_set, width = sets.shape
+        shape = (batch, n_candidates, n_set, n_set, width)
+        first = sets.unsqueeze(3).expand(shape)  # x_a varies along dim 2
+        second = sets.unsqueeze(2).expand(shape)  # x_b varies along dim 3
+        return self.f1(torch.cat([first, second], dim=-1)).sum(dim=(2, 3))
+
+    def pair_sums_fast(self, x: Tensor) -> Tensor:
+        """[B, 16, W] -> [B, 8, H]: the same sums from per-panel projections (module docstring)."""
+        first_layer, rest = self.f1[0], self.f1[1:]
+        weight_a, weight_b = first_layer.weight.split(self.width, dim=1)
+        project_a = x @ weight_a.T  # [B, 16, H]
+        project_b = x @ weight_b.T + first_layer.bias
+        context_a, candidate_a = project_a[:, :N_CONTEXT], project_a[:, N_CONTEXT:]
+        context_b, candidate_b = project_b[:, :N_CONTEXT], project_b[:, N_CONTEXT:]
+        # The 64 context-context pairs, once per matrix: [B, 8, 8, H] -> [B, 1, H].
+        context_pairs = context_a.unsqueeze(2) + context_b.unsqueeze(1)
+        context_sum = rest(context_pairs).sum(dim=(1, 2)).unsqueeze(1)
+        # The 17 pairs with candidate j, for every j: [B, 8 candidates, 17, H].
+        candidate_pairs = torch.cat(
+            [
+                context_a.unsqueeze(1) + candidate_b.unsqueeze(2),  # (context, candidate)
+                candidate_a.unsqueeze(2) + context_b.unsqueeze(1),  # (candidate, context)
+                (candidate_a + candidate_b).unsqueeze(2),  # (candidate, candidate)
+            ],
+            dim=2,
+        )
+        return context_sum + rest(candidate_pairs).sum(dim=2)
+
+
+@register_model("rn")
+def build_rn(config: ModelConfig) -> nn.Module:
+    return RelationNetwork(config)
+
+
+@register_model("rn-no-ids")
+def build_rn_no_ids(config: ModelConfig) -> nn.Module:
+    return RelationNetwork(config, panel_ids=False)
+
+
+@register_model("rn-direct")
+def build_rn_direct(config: ModelConfig) -> nn.Module:
+    return RelationNetwork(config, direct=True)

@@ -1,0 +1,73 @@
+"""VQA-like: the context as the question, each candidate as an answer, a gated-tanh joint embedding.
+
+After Teney et al.'s VQA model ("Tips and tricks for visual question answering", CVPR 2018),
+every non-linear layer is a gated tanh, g(x) = tanh(W x + b) * sigmoid(W' x + b'), and the
+question and answer embeddings are fused by an element-wise product:
+
+    e_i = g_panel(x_i)                    each panel with its id (candidates tagged as cell 9)
+    q   = g_q(e_1 + ... + e_8)            the question: the context
+    a_j = g_a(e_{8+j})                    an answer: candidate j
+    o_j = g_o(q * a_j)                    k/2 gated-tanh layers on the joint embedding
+    s_j = w . o_j + b
+
+Summing the context embeddings keeps their positions because each panel carries its id
+through the non-linear g_panel. The auxiliary heads read the mean over candidates of o_j.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from baselines.common import (
+    N_CONTEXT,
+    N_PANELS,
+    ModelConfig,
+    ModelOutput,
+    check_panels,
+    half_depth,
+    make_aux,
+    output,
+    with_panel_ids,
+)
+from baselines.registry import register_model
+
+
+class GatedTanh(nn.Module):
+    """y = tanh(W x + b) * sigmoid(W' x + b'), with both maps in one matmul."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, 2 * out_features)
+
+    def forward(self, x: Tensor) -> Tensor:
+        value, gate = self.linear(x).chunk(2, dim=-1)
+        return torch.tanh(value) * torch.sigmoid(gate)
+
+
+class JointEmbedding(nn.Module):
+    """Question (context) and answer (candidate) embeddings fused by a product, then scored."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        hidden = config.hidden
+        self.feature_dim = config.feature_dim
+        self.g_panel = GatedTanh(config.feature_dim + N_PANELS, hidden)
+        self.g_q = GatedTanh(hidden, hidden)
+        self.g_a = GatedTanh(hidden, hidden)
+        self.g_o = nn.Sequential(*(GatedTanh(hidden, hidden) for _ in range(half_depth(config))))
+        self.score = nn.Linear(hidden, 1)
+        self.aux = make_aux(config)
+
+    def forward(self, panels: Tensor) -> ModelOutput:
+        check_panels(panels, self.feature_dim)
+        embedded = self.g_panel(with_panel_ids(panels, candidates_share_id=True))  # [B, 16, H]
+        question = self.g_q(embedded[:, :N_CONTEXT].sum(1))  # [B, H]
+        answers = self.g_a(embedded[:, N_CONTEXT:])  # [B, 8, H]
+        joint = self.g_o(question.unsqueeze(1) * answers)  # [B, 8, H]
+        return output(self.score(joint).squeeze(-1), self.aux, joint.mean(1))
+
+
+@register_model("vqa")
+def build_vqa(config: ModelConfig) -> nn.Module:
+    return JointEmbedding(config)

@@ -1,0 +1,188 @@
+"""Benchmark: generate V-PROM at 10%, 50% and 100% of Table 1 from a full-size in-memory pool.
+
+The pool mimics what `vprom mine` produces from all of Visual Genome: ~150,000 crops over
+84 object attributes (7 super-attributes), 38 human attributes (6), 346 object categories and
+counts 1-10, with Zipf-like element frequencies and realistic label lists (an attribute crop
+names its object and often attributes of other super-attributes, sometimes a second one of
+its own; object crops carry aliases; count crops their noun). It times the pure in-memory
+generation (planning, sampling, the solver check on every matrix, all seven splits and the
+validation choice), prints matrices/s and the balance measures of the full-size run.
+
+    OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/generate.py [--scales 0.1 0.5 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vprom.generate import generate_dataset  # noqa: E402
+from vprom.solver import check_matrix  # noqa: E402
+from vprom.tables import CropTable  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / "mining" / "data"
+
+
+def _vocab(name: str, shape: list[int]) -> dict[str, list[str]]:
+    """Super-attribute -> attributes: the curated file when present, else made-up names."""
+    path = DATA / name
+    if path.is_file():
+        data = json.loads(path.read_text())
+        return {k: v for k, v in data.items() if not k.startswith("_")}
+    return {f"sa{k}": [f"{name[:3]}{k}_{j}" for j in range(n)] for k, n in enumerate(shape)}
+
+
+def full_size_pool(seed: int = 0) -> CropTable:
+    rng = np.random.default_rng(seed)
+    oa = _vocab("object_attributes.json", [17, 13, 12, 9, 10, 9, 14])
+    ha = _vocab("human_attributes.json", [4, 7, 6, 2, 9, 10])
+    objects = [f"object{k:03d}" for k in range(346)]
+    cols: dict[str, list] = {k: [] for k in ("crop_id", "image_id", "x", "y", "w", "h",
+                                             "element_type", "element", "super_attribute",
+                                             "source_id", "phrase", "labels")}
+
+    def zipf(n_elements: int, total: int) -> np.ndarray:
+        w = 1.0 / np.arange(1, n_elements + 1) ** 0.8
+        return np.maximum(30, np.round(total * w / w.sum())).astype(int)
+
+    def add(etype, element, sa, labels, n, phrase=""):
+        start = len(cols["crop_id"])
+        cols["crop_id"] += range(start, start + n)
+        cols["image_id"] += rng.integers(1, 108_078, n).tolist()
+        for c in "xy":
+            cols[c] += rng.integers(0, 400, n).tolist()
+        for c in "wh":
+            cols[c] += rng.integers(100, 500, n).tolist()
+        cols["element_type"] += [etype] * n
+        cols["element"] += [element] * n
+        cols["super_attribute"] += [sa] * n
+        cols["source_id"] += range(start, start + n)
+        cols["phrase"] += [phrase] * n
+        cols["labels"] += labels
+
+    def attributes(etype, table, nouns, total):
+        names = [(sa, a) for sa, v in table.items() for a in v]
+        sizes = zipf(len(names), total)
+        for (sa, a), n in zip(names, rng.permutation(sizes)):
+            labels = []
+            for _ in range(n):
+                lab = [a, nouns[int(rng.integers(len(nouns)))]]
+                for _ in range(int(rng.integers(0, 3))):
+                    lab.append(names[int(rng.integers(len(names)))][1])
+                if rng.random() < 0.05:  # VG noise: a second attribute of the same kind
+                    lab.append(table[sa][int(rng.integers(len(table[sa])))])
+                labels.append("|".join(dict.fromkeys(lab)))
+            add(etype, a, sa, labels, n)
+
+    attributes("object_attribute", oa, objects, 50_000)
+    attributes("human_attribute", ha, ["man", "woman", "person", "boy", "girl"], 20_000)
+    for obj, n in zip(objects, zipf(len(objects), 70_000)):
+        labels = []
+        for _ in range(n):
+            lab = [obj]
+            if rng.random() < 0.1:
+                lab.append(objects[int(rng.integers(len(objects)))])
+            lab.append("red")  # attributes are not elements of the object universe
+            labels.append("|".join(lab))
+        add("object", obj, "", labels, n)
+    for count, n in zip(range(1, 11), zipf(10, 12_000)):
+        nouns = ["bowls", "cows", "people", "cups", "birds"]
+        labels = [f"{count}|{nouns[int(rng.integers(5))]}" for _ in range(n)]
+        add("count", str(count), "", labels, n, phrase=f"{count} things")
+    return CropTable(**cols)
+
+
+def balance(data) -> dict:
+    """Answer position spread, element right-rate spread and three shortcut probes."""
+    m = data.matrices
+    pos = np.bincount(m.answer.astype(int), minlength=8) / len(m)
+    right, shown = Counter(), Counter()
+    for elements, a, et in zip(m.elements, m.answer, m.element_type):
+        for k in range(8):
+            key = (et, elements[8 + k])
+            shown[key] += 1
+            right[key] += k == a
+    rates = np.array([right[k] / shown[k] for k in shown if shown[k] >= 200])
+    sa_of = dict(zip(data.crops.crop_id.tolist(), data.crops.super_attribute.tolist()))
+    most = least = blind_sa = 0.0
+    n_attr = 0
+    for elements, a, panels, et in zip(m.elements, m.answer, m.panels, m.element_type):
+        # context probes: the candidate whose element the context shows most / least often
+        # (among those it shows at all); ties split evenly
+        freq = Counter(elements[:8])
+        scores = [freq[e] for e in elements[8:]]
+        top = [k for k, v in enumerate(scores) if v == max(scores)]
+        most += (a in top) / len(top)
+        seen = [v for v in scores if v] or [0]
+        low = [k for k, v in enumerate(scores) if v == min(seen)]
+        least += (a in low) / len(low)
+        if et.endswith("attribute"):
+            # context-blind probe: guess among the candidates of the commonest super-attribute
+            sas = [sa_of[int(p)] for p in panels[8:]]
+            common = Counter(sas).most_common(1)[0][0]
+            group = [k for k, s in enumerate(sas) if s == common]
+            blind_sa += (a in group) / len(group)
+            n_attr += 1
+    uses = np.unique(m.panels, return_counts=True)[1]
+    return {"crop_uses_mean_p99_max": (round(float(uses.mean()), 1),
+                                       float(np.percentile(uses, 99)), int(uses.max())),
+            "answer_position_min_max": (float(pos.min()), float(pos.max())),
+            "element_right_rate_p5_p50_p95": tuple(round(float(np.percentile(rates, q)), 4)
+                                                   for q in (5, 50, 95)),
+            "elements_measured": int(len(rates)),
+            "probe_context_most_frequent_acc": round(most / len(m), 4),
+            "probe_context_least_frequent_seen_acc": round(least / len(m), 4),
+            "probe_blind_commonest_super_attribute_acc": round(blind_sa / max(n_attr, 1), 4)}
+
+
+def recheck(data, n: int, seed: int) -> int:
+    """Re-prove n random matrices with `check_matrix` on label strings (the verify path)."""
+    m = data.matrices
+    parts = m.parts_of()
+    index = {int(c): i for i, c in enumerate(data.crops.crop_id)}
+    labels = data.crops.label_sets()
+    bad = 0
+    for i in np.random.default_rng(seed).choice(len(m), size=min(n, len(m)), replace=False):
+        matrix = m.row(int(i), parts)
+        universe = frozenset(data.universes[matrix.element_type.value])
+        bad += check_matrix(matrix, [labels[index[p]] for p in matrix.panels], universe) is not None
+    return bad
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scales", type=float, nargs="+", default=[0.1, 0.5, 1.0])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--verify", type=int, default=5000,
+                   help="re-check this many matrices of the last run with the string solver")
+    args = p.parse_args()
+    t = time.perf_counter()
+    crops = full_size_pool()
+    print(f"pool: {len(crops):,} crops built in {time.perf_counter() - t:.1f} s")
+    data = None
+    for scale in args.scales:
+        t, cpu = time.perf_counter(), time.process_time()
+        data = generate_dataset(crops, scale=scale, seed=args.seed)
+        dt, dcpu = time.perf_counter() - t, time.process_time() - cpu
+        n = data.counts["matrices"]
+        print(f"scale {scale:4.2f}: {n:7,d} matrices in {dt:6.1f} s wall, {dcpu:6.1f} s CPU "
+              f"= {n / dt:6,.0f} matrices/s wall, {n / dcpu:6,.0f} matrices/s CPU")
+    print("split sizes at the last scale (train / val / test):")
+    for s, parts in data.counts["splits"].items():
+        print(f"  {s:34s} {parts['train']:8,d} {parts['val']:7,d} {parts['test']:8,d}")
+    print(f"used crops: {len(data.crops):,} of {len(crops):,}")
+    print("balance:", json.dumps(balance(data)))
+    print(f"string-level re-check of {args.verify:,} random matrices: "
+          f"{recheck(data, args.verify, args.seed)} unsound")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+"""Curated vocabularies and label normalisation.
+
+The domain lives in small JSON files under `mining/data/` (see docs/vocab.md):
+
+- `object_attributes.json`, `human_attributes.json`: {super_attribute: [attribute, ...]};
+- `objects.json`: the object categories; `person_words.json`: names of one person;
+- `excluded.json`: objects and attributes the miner drops, grouped by reason;
+- `aliases.json`: variant -> canonical label (spellings, irregular plurals, synonyms, subtypes).
+
+`load_vocabulary` reads and validates them once. Every label in the files must already be in
+normal form (see `normalize`). Validation refuses, naming the file and the label: a label in
+two super-attributes of one table, a duplicate, an empty label, a super-attribute name that is
+not the paper's, an excluded object that is also a category, an alias whose variant is itself
+canonical, and an alias chain or cycle that does not end at a canonical label.
+
+`Vocabulary.canonical(label)` maps a raw Visual Genome name to its canonical label:
+normalise; an explicit alias wins; a label that is already canonical stays; otherwise a
+regular plural ("balls", "boxes", "cherries") loses its ending, but only when the singular is
+a known canonical label (or an alias of one), so "glass" or "bus" never lose their "s".
+Unknown labels come back normalised. The miner calls it millions of times, so results are
+memoised in a dict per vocabulary (VG has ~100k distinct names; the dict stays small).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+from vprom.errors import VpromError
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+
+OBJECT_SUPER_ATTRIBUTES = (
+    "color", "material", "scene", "plant condition", "action", "shape", "texture",
+)
+HUMAN_SUPER_ATTRIBUTES = (
+    "age", "hair style", "clothing style", "gender", "action", "clothing color",
+)
+
+FILES = {
+    "object_attributes": "object_attributes.json",
+    "human_attributes": "human_attributes.json",
+    "objects": "objects.json",
+    "person_words": "person_words.json",
+    "excluded": "excluded.json",
+    "aliases": "aliases.json",
+}
+
+# Anything that is neither a word character, whitespace, a hyphen nor an apostrophe splits
+# words; "_" counts as punctuation although \w matches it.
+_PUNCT = re.compile(r"[^\w\s'\-]|_")
+_QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u2010": "-", "\u2013": "-"})
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def normalize(label: str) -> str:
+    """Lower-case, replace punctuation by spaces, trim, collapse whitespace.
+
+    Hyphens and apostrophes survive only inside a word ("t-shirt", "man's"); at a word's edge
+    they are dropped ("'red'" -> "red", "- sign" -> "sign"). Returns "" when nothing is left.
+    """
+    text = _PUNCT.sub(" ", label.translate(_QUOTES).lower())
+    words = (word.strip("-'") for word in text.split())
+    return " ".join(word for word in words if word)
+
+
+def _plural_stems(label: str):
+    """Singular candidates of a regular plural, most specific ending first."""
+    if label.endswith("ies") and len(label) > 4:
+        yield label[:-3] + "y"
+    if label.endswith("es") and len(label) > 3:
+        yield label[:-2]
+    if label.endswith("s") and not label.endswith("ss") and len(label) > 2:
+        yield label[:-1]
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The validated vocabularies; build one with `load_vocabulary`."""
+
+    object_attributes: Mapping[str, str]   # canonical attribute -> super-attribute
+    human_attributes: Mapping[str, str]    # canonical attribute -> super-attribute
+    objects: frozenset[str]                # object categories (canonical)
+    person_words: frozenset[str]
+    excluded_objects: frozenset[str]
+    excluded_attributes: frozenset[str]
+    aliases: Mapping[str, str]             # normalized variant -> canonical
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @functools.cached_property
+    def known(self) -> frozenset[str]:
+        """Every canonical label of every table."""
+        return frozenset().union(
+            self.object_attributes, self.human_attributes, self.objects, self.person_words,
+            self.excluded_objects, self.excluded_attributes,
+        )
+
+    def canonical(self, label: str) -> str:
+        """The canonical label of a raw name; unknown names come back normalised."""
+        try:
+            return self._cache[label]
+        except KeyError:
+            pass
+        result = self._resolve(normalize(label))
+        self._cache[label] = result
+        return result
+
+    def _resolve(self, label: str) -> str:
+        if label in self.aliases:
+            return self.aliases[label]
+        if label in self.known:
+            return label
+        for stem in _plural_stems(label):
+            if stem in self.aliases:
+                return self.aliases[stem]
+            if stem in self.known:
+                return stem
+        return label
+
+    def is_person(self, name: str) -> bool:
+        return self.canonical(name) in self.person_words
+
+    def super_attribute(self, attribute: str, human: bool) -> str | None:
+        """The super-attribute of an attribute in the human or the object table, else None."""
+        table = self.human_attributes if human else self.object_attributes
+        return table.get(self.canonical(attribute))
+
+    def attributes_of(self, super_attribute: str, human: bool) -> tuple[str, ...]:
+        """The attributes of one super-attribute, in file order."""
+        table = self.human_attributes if human else self.object_attributes
+        return tuple(a for a, s in table.items() if s == super_attribute)
+
+    def super_attributes(self, human: bool) -> tuple[str, ...]:
+        return HUMAN_SUPER_ATTRIBUTES if human else OBJECT_SUPER_ATTRIBUTES
+
+    def __hash__(self) -> int:   # the generated one would hash the (unhashable) mappings
+        return hash((self.objects, self.person_words, self.excluded_objects,
+                     self.excluded_attributes, frozenset(self.aliases.items())))
+
+    def __reduce__(self):   # picklable for worker processes (mapping proxies are not)
+        return (_vocabulary, (dict(self.object_attributes), dict(self.human_attributes),
+                              self.objects, self.person_words, self.excluded_objects,
+                              self.excluded_attributes, dict(self.aliases)))
+
+
+def _vocabulary(object_attributes, human_attributes, objects, person_words, excluded_objects,
+                excluded_attributes, aliases) -> Vocabulary:
+    return Vocabulary(
+        object_attributes=MappingProxyType(object_attributes),
+        human_attributes=MappingProxyType(human_attributes),
+        objects=objects,
+        person_words=person_words,
+        excluded_objects=excluded_objects,
+        excluded_attributes=excluded_attributes,
+        aliases=MappingProxyType(aliases),
+    )
+
+
+_DEFAULT: Vocabulary | None = None
+
+
+def load_vocabulary(folder: Path | None = None) -> Vocabulary:
+    """Read and validate the vocabulary files of `folder` (default: mining/data, cached)."""
+    global _DEFAULT
+    if folder is None:
+        if _DEFAULT is None:
+            _DEFAULT = _load(DATA_DIR)
+        return _DEFAULT
+    return _load(Path(folder))
+
+
+def _load(folder: Path) -> Vocabulary:
+    object_attributes = _attribute_table(folder / FILES["object_attributes"],
+                                         OBJECT_SUPER_ATTRIBUTES)
+    human_attributes = _attribute_table(folder / FILES["human_attributes"], HUMAN_SUPER_ATTRIBUTES)
+    objects = _label_set(folder / FILES["objects"], "objects")
+    person_words = _label_set(folder / FILES["person_words"], "person_words")
+    excluded_objects, excluded_attributes = _excluded(folder / FILES["excluded"])
+    _check_disjoint(folder, objects, person_words, excluded_objects,
+                    object_attributes, human_attributes, excluded_attributes)
+    known = frozenset().union(object_attributes, human_attributes, objects, person_words,
+                              excluded_objects, excluded_attributes)
+    aliases = _aliases(folder / FILES["aliases"], known)
+    return _vocabulary(object_attributes, human_attributes, objects, person_words,
+                       excluded_objects, excluded_attributes, aliases)
+
+
+def _read(path: Path) -> dict:
+    """A JSON object, refusing duplicate keys (json.load would silently keep the last)."""
+    def no_duplicates(pairs):
+        keys = [k for k, _ in pairs]
+        for k in keys:
+            if keys.count(k) > 1:
+                raise VpromError(f"{path}: key {k!r} appears twice; keep one")
+        return dict(pairs)
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=no_duplicates)
+    except FileNotFoundError:
+        raise VpromError(f"{path}: vocabulary file missing; restore it from mining/data") from None
+    except json.JSONDecodeError as e:
+        raise VpromError(f"{path}: not valid JSON ({e}); fix the file") from None
+    if not isinstance(data, dict):
+        raise VpromError(f"{path}: expected a JSON object at the top level")
+    return {k: v for k, v in data.items() if not k.startswith("_")}   # "_about": comments
+
+
+def _labels(path: Path, where: str, values) -> list[str]:
+    """A list of labels, each non-empty, in normal form and listed once."""
+    if not isinstance(values, list):
+        raise VpromError(f"{path}: {where!r} must be a list of labels")
+    seen: set[str] = set()
+    for label in values:
+        if not isinstance(label, str) or not label.strip():
+            raise VpromError(f"{path}: empty or non-text label {label!r} in {where!r}; remove it")
+        if normalize(label) != label:
+            raise VpromError(f"{path}: label {label!r} in {where!r} is not normalised; "
+                             f"write it as {normalize(label)!r}")
+        if label in seen:
+            raise VpromError(f"{path}: duplicate label {label!r} in {where!r}; list it once")
+        seen.add(label)
+    return values
+
+
+def _attribute_table(path: Path, allowed: tuple[str, ...]) -> dict[str, str]:
+    data = _read(path)
+    unknown = [name for name in data if name not in allowed]
+    if unknown:
+        raise VpromError(f"{path}: super-attribute {unknown[0]!r} is not one of the paper's "
+                         f"{list(allowed)}; rename it")
+    missing = [name for name in allowed if name not in data]
+    if missing:
+        raise VpromError(f"{path}: super-attribute {missing[0]!r} is missing; add it")
+    table: dict[str, str] = {}
+    for super_attribute in allowed:
+        for attribute in _labels(path, super_attribute, data[super_attribute]):
+            if attribute in table:
+                raise VpromError(f"{path}: attribute {attribute!r} is in both {table[attribute]!r} "
+                                 f"and {super_attribute!r}; keep it in one super-attribute")
+            table[attribute] = super_attribute
+    return table
+
+
+def _label_set(path: Path, key: str) -> frozenset[str]:
+    data = _read(path)
+    if key not in data:
+        raise VpromError(f"{path}: expected a key {key!r} holding a list of labels")
+    return frozenset(_labels(path, key, data[key]))
+
+
+def _excluded(path: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """Excluded objects and attributes: {"objects": {reason: [...]}, "attributes": {...}}."""
+    data = _read(path)
+    reasons = data.get("reasons", {})
+    sets = []
+    for kind in ("objects", "attributes"):
+        groups = data.get(kind)
+        if not isinstance(groups, dict):
+            raise VpromError(f"{path}: expected {kind!r}: {{reason: [labels]}}")
+        labels: list[str] = []
+        for reason, values in groups.items():
+            if reason not in reasons:
+                raise VpromError(f"{path}: reason {reason!r} of {kind!r} is not explained "
+                                 "under 'reasons'; add a sentence for it")
+            labels += _labels(path, f"{kind}/{reason}", values)
+        _labels(path, kind, labels)   # the same label under two reasons is a duplicate too
+        sets.append(frozenset(labels))
+    return sets[0], sets[1]
+
+
+def _check_disjoint(folder, objects, person_words, excluded_objects,
+                    object_attributes, human_attributes, excluded_attributes) -> None:
+    checks = [
+        (objects & excluded_objects, FILES["excluded"],
+         "is an excluded object and a category in objects.json"),
+        (objects & person_words, FILES["person_words"],
+         "is a person word and a category in objects.json"),
+        (person_words & excluded_objects, FILES["excluded"],
+         "is an excluded object and a person word"),
+        (excluded_attributes & (object_attributes.keys() | human_attributes.keys()),
+         FILES["excluded"], "is an excluded attribute and listed in an attribute table"),
+    ]
+    for clash, file, what in checks:
+        if clash:
+            raise VpromError(f"{folder / file}: label {sorted(clash)[0]!r} {what}; "
+                             "remove it from one")
+
+
+def _aliases(path: Path, known: frozenset[str]) -> dict[str, str]:
+    """Merge the alias groups and resolve chains to their canonical end."""
+    data = _read(path)
+    raw: dict[str, str] = {}
+    for group, pairs in data.items():
+        if not isinstance(pairs, dict):
+            raise VpromError(f"{path}: group {group!r} must be an object {{variant: canonical}}")
+        for variant, target in pairs.items():
+            _labels(path, group, [variant])
+            _labels(path, group, [target])
+            if variant in raw:
+                raise VpromError(f"{path}: alias {variant!r} is listed twice; keep one")
+            if variant in known:
+                raise VpromError(f"{path}: alias variant {variant!r} is itself a canonical label; "
+                                 "remove the alias or the label")
+            raw[variant] = target
+    return {variant: _resolve_chain(path, variant, raw, known) for variant in raw}
+
+
+def _resolve_chain(path: Path, variant: str, raw: dict[str, str], known: frozenset[str]) -> str:
+    chain = [variant]
+    label = raw[variant]
+    while label not in known:
+        if label in chain:
+            raise VpromError(f"{path}: alias cycle {' -> '.join(chain + [label])}; "
+                             "point the variants at one canonical label")
+        if label not in raw:
+            raise VpromError(f"{path}: alias {' -> '.join(chain + [label])} does not end at a "
+                             "canonical label; add the label to a vocabulary or fix the alias")
+        chain.append(label)
+        label = raw[label]
+    return label

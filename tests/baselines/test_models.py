@@ -1,0 +1,225 @@
+"""Every registered baseline, one parametrised test each (torchvision's test_models.py style)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from baselines import registry
+from baselines.common import (
+    ELEMENT_TYPE_CLASSES,
+    RELATION_CLASSES,
+    ModelConfig,
+    candidate_sets,
+    element_type_class,
+    relation_class,
+    with_panel_ids,
+)
+from baselines.registry import get_model, list_models, register_model
+from vprom.errors import VpromError
+
+TINY = ModelConfig(feature_dim=32, hidden=16)
+MODELS = list_models()
+# gru reads all 16 panels in order and outputs one 8-way vector, as in the paper.
+EQUIVARIANT = [name for name in MODELS if name != "gru"]
+PERMUTATION = torch.tensor([3, 0, 7, 5, 1, 6, 2, 4])
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread, above all on a busy machine; restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def panels(batch: int = 4, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, 16, TINY.feature_dim, generator=generator, dtype=dtype)
+    return nn.functional.normalize(x, dim=-1)
+
+
+def build(name: str, seed: int = 0, **overrides) -> nn.Module:
+    torch.manual_seed(seed)
+    return get_model(name, TINY, **overrides).double()
+
+
+def test_registry_lists_the_papers_models_and_the_controls():
+    expected = {f"mlp-{c}-{k}" for c in ("cat", "sum") for k in (2, 4, 6)}
+    expected |= {"gru", "gru-shared", "vqa", "rn", "rn-no-ids", "rn-direct", "context-blind"}
+    assert set(MODELS) == expected
+    assert MODELS == sorted(MODELS)
+
+
+@pytest.mark.parametrize("aux", [False, True])
+@pytest.mark.parametrize("name", MODELS)
+def test_output_shapes(name, aux):
+    out = build(name, aux=aux)(panels(batch=3))
+    assert out.scores.shape == (3, 8)
+    if aux:
+        assert out.relation_logits.shape == (3, len(RELATION_CLASSES))
+        assert out.element_type_logits.shape == (3, len(ELEMENT_TYPE_CLASSES))
+    else:
+        assert out.relation_logits is None and out.element_type_logits is None
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_backward_reaches_every_parameter(name):
+    model = build(name, aux=True)
+    out = model(panels())
+    loss = (
+        nn.functional.cross_entropy(out.scores, torch.tensor([0, 1, 2, 3]))
+        + nn.functional.cross_entropy(out.relation_logits, torch.tensor([0, 1, 2, 3]))
+        + nn.functional.cross_entropy(out.element_type_logits, torch.tensor([0, 1, 2, 0]))
+    )
+    loss.backward()
+    for parameter_name, parameter in model.named_parameters():
+        assert parameter.grad is not None, parameter_name
+        assert torch.isfinite(parameter.grad).all(), parameter_name
+        assert parameter.grad.abs().sum() > 0, parameter_name
+
+
+@pytest.mark.parametrize("name", EQUIVARIANT)
+def test_permuting_candidates_permutes_scores(name):
+    model = build(name, aux=True)
+    x = panels()
+    permuted = torch.cat([x[:, :8], x[:, 8:][:, PERMUTATION]], dim=1)
+    out, out_permuted = model(x), model(permuted)
+    torch.testing.assert_close(out_permuted.scores, out.scores[:, PERMUTATION])
+    # The aux heads read a mean over candidates: their logits do not move.
+    torch.testing.assert_close(out_permuted.relation_logits, out.relation_logits)
+
+
+def test_gru_scores_depend_on_candidate_order():
+    model = build("gru")
+    x = panels()
+    permuted = torch.cat([x[:, :8], x[:, 8:][:, PERMUTATION]], dim=1)
+    assert not torch.allclose(model(permuted).scores, model(x).scores[:, PERMUTATION])
+
+
+@pytest.mark.parametrize("name", [n for n in MODELS if n != "context-blind"])
+def test_scores_depend_on_the_context(name):
+    model = build(name)
+    x = panels()
+    changed = x.clone()
+    changed[:, :8] = panels(seed=1)[:, :8]
+    assert not torch.allclose(model(changed).scores, model(x).scores)
+
+
+def test_context_blind_ignores_the_context():
+    model = build("context-blind", aux=True)
+    x = panels()
+    changed = x.clone()
+    changed[:, :8] = panels(seed=1)[:, :8]
+    out, out_changed = model(x), model(changed)
+    assert torch.equal(out.scores, out_changed.scores)
+    assert torch.equal(out.relation_logits, out_changed.relation_logits)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_overfits_sixteen_matrices(name):
+    """Each model can fit a tiny training set: its gradients and capacity work end to end."""
+    torch.manual_seed(0)
+    model = get_model(name, TINY, hidden=32)
+    x = panels(batch=16, dtype=torch.float32)
+    answers = torch.randint(0, 8, (16,), generator=torch.Generator().manual_seed(1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    accuracy = 0.0
+    for step in range(400):
+        optimizer.zero_grad()
+        scores = model(x).scores
+        if step % 10 == 0:
+            accuracy = (scores.argmax(1) == answers).float().mean().item()
+            if accuracy == 1.0:
+                break
+        nn.functional.cross_entropy(scores, answers).backward()
+        optimizer.step()
+    assert accuracy == 1.0
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_same_seed_same_model_and_scores(name):
+    first, second = build(name, seed=7, aux=True), build(name, seed=7, aux=True)
+    for (key, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
+        assert torch.equal(a, b), key
+    x = panels()
+    assert torch.equal(first(x).scores, second(x).scores)
+    assert not torch.equal(build(name, seed=8)(x).scores, first(x).scores)
+
+
+def test_gru_shared_equals_eight_sequences_of_nine():
+    model = build("gru-shared")
+    x = panels()
+    embedded = model.f1(with_panel_ids(x, candidates_share_id=True))
+    sequences = candidate_sets(embedded)  # [B, 8, 9, H]
+    expected = []
+    for j in range(8):
+        _, last = model.gru(sequences[:, j])
+        expected.append(model.score(last.squeeze(0)).squeeze(-1))
+    torch.testing.assert_close(model(x).scores, torch.stack(expected, dim=1))
+
+
+@pytest.mark.parametrize("k", [2, 4, 6])
+def test_mlp_depth_comes_from_the_name(k):
+    for combine in ("cat", "sum"):
+        model = get_model(f"mlp-{combine}-{k}", TINY, layers=2)
+        assert sum(isinstance(m, nn.Linear) for m in model.f1) == k // 2
+        assert sum(isinstance(m, nn.Linear) for m in model.f2) == k // 2
+
+
+def test_with_panel_ids():
+    x = panels(batch=2)
+    tagged = with_panel_ids(x)
+    assert tagged.shape == (2, 16, TINY.feature_dim + 16)
+    assert torch.equal(tagged[:, :, : TINY.feature_dim], x)
+    assert torch.equal(tagged[0, :, TINY.feature_dim :], torch.eye(16, dtype=x.dtype))
+    shared = with_panel_ids(x, candidates_share_id=True)[1, :, TINY.feature_dim :]
+    assert torch.equal(shared[:8], torch.eye(16, dtype=x.dtype)[:8])
+    assert (shared[8:].argmax(1) == 8).all() and (shared[8:].sum(1) == 1).all()
+
+
+def test_aux_targets():
+    assert [relation_class(r) for r in ("and", "or", "union", "progression")] == [0, 1, 2, 3]
+    assert element_type_class("object_attribute") == element_type_class("human_attribute") == 0
+    assert element_type_class("object") == 1 and element_type_class("count") == 2
+
+
+def test_unknown_model_raises_and_lists_the_known_ones():
+    with pytest.raises(VpromError, match="unknown model 'resnet'.*rn-no-ids"):
+        get_model("resnet")
+
+
+def test_unknown_config_field_raises():
+    with pytest.raises(VpromError, match="unknown model config field.*hiden"):
+        get_model("rn", hiden=3)
+
+
+def test_odd_depth_raises():
+    with pytest.raises(VpromError, match="layers=3"):
+        get_model("rn", TINY, layers=3)
+
+
+def test_duplicate_name_raises(monkeypatch):
+    monkeypatch.setattr(registry, "_MODELS", dict(registry._MODELS))
+    with pytest.raises(VpromError, match="'rn' is already registered"):
+        register_model("rn")(lambda config: nn.Identity())
+    register_model("my-model")(lambda config: nn.Identity())
+    assert "my-model" in list_models()
+    with pytest.raises(VpromError, match="'my-model' is already registered"):
+        register_model("my-model")(lambda config: nn.Identity())
+
+
+def test_config_round_trips_through_json():
+    config = ModelConfig(feature_dim=64, hidden=8, aux=True, layers=4)
+    assert ModelConfig(**json.loads(json.dumps(dataclasses.asdict(config)))) == config
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_wrong_feature_width_raises(name):
+    with pytest.raises(VpromError, match=r"expected \[batch, 16, 32\]"):
+        build(name)(torch.zeros(2, 16, 31, dtype=torch.float64))

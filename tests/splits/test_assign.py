@@ -1,0 +1,192 @@
+"""Split specs and the pure assignment: each rule, validation, and leakage properties."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splits.assign import (SPEC_DIR, PanelInfo, assign, choose_val, held_out_design,
+                           load_split_specs, panel_info, val_size)
+from vprom.errors import VpromError
+from vprom.records import RELATIONS_OF, SPLITS, ElementType, Matrix
+from vprom.sampling import object_third
+
+SPECS = load_split_specs()
+OBJECTS = [f"obj{k}" for k in range(30)]
+THIRD = {k: [o for o in OBJECTS if object_third(o) == k] for k in range(3)}
+ATTRIBUTES = {
+    "object_attribute": {"color": ["red", "blue", "green"], "shape": ["round", "square"],
+                         "texture": ["striped", "furry"], "material": ["wooden", "metal"],
+                         "scene": ["sunny", "snowy"]},
+    "human_attribute": {"age": ["young", "old"], "action": ["standing", "sitting"],
+                        "hair style": ["bald", "curly"], "gender": ["male", "female"]},
+}
+
+
+def info(side_neutral=0, side_held=0, sas=("",) * 16):
+    return PanelInfo(sides={"neutral": (side_neutral,) * 16, "held_out": (side_held,) * 16},
+                     super_attributes=tuple(sas))
+
+
+def matrix(etype, relation, elements, sa="", answer=0):
+    return Matrix(id=0, relation=relation, element_type=etype, super_attribute=sa,
+                  panels=tuple(range(16)), elements=tuple(elements), answer=answer)
+
+
+def test_specs_load_with_descriptions_in_split_order():
+    assert list(SPECS) == list(SPLITS)
+    for spec in SPECS.values():
+        assert len(spec.description) > 40
+    design = held_out_design(SPECS)
+    assert design.held_super_attributes["object_attribute"] == ("action", "shape", "texture")
+    assert design.object_test_thirds["union"] == (0,)
+    assert sorted(design.object_test_thirds["and"]) == [0, 1]
+
+
+def test_a_broken_spec_names_its_file(tmp_path):
+    for f in SPEC_DIR.glob("*.json"):
+        shutil.copy(f, tmp_path / f.name)
+    data = json.loads((tmp_path / "interpolation.json").read_text())
+    data["rule"]["test"] = [1, 2]  # overlaps train
+    (tmp_path / "interpolation.json").write_text(json.dumps(data))
+    with pytest.raises(VpromError, match="interpolation.json.*disjoint"):
+        load_split_specs(tmp_path)
+    (tmp_path / "interpolation.json").unlink()
+    with pytest.raises(VpromError, match="interpolation"):
+        load_split_specs(tmp_path)
+
+
+def test_count_rules():
+    odd = matrix("count", "and", ["1"] * 3 + ["3"] * 3 + ["5"] * 2 + ["5", "2", "4", "6", "8",
+                                                                    "10", "7", "9"])
+    assert assign(odd, info(), SPECS)["interpolation"] == "train"
+    assert assign(odd, info(), SPECS)["extrapolation"] == "train"
+    assert assign(odd, info(side_held=1), SPECS)["interpolation"] == "excluded"
+    even = matrix("count", "progression", ["6", "8", "10", "2", "4", "6", "4", "6"]
+                  + ["8", "1", "2", "3", "5", "7", "9", "10"])
+    parts = assign(even, info(side_held=1), SPECS)
+    assert parts["interpolation"] == "test" and parts["extrapolation"] == "excluded"
+    assert parts["held_out_objects"] == "excluded"  # a count matrix trains there, not tests
+    assert assign(even, info(side_held=0), SPECS)["held_out_objects"] == "train"
+
+
+def test_attribute_rules():
+    sas = ["shape"] * 9 + ["color"] * 7
+    shape = matrix("object_attribute", "and", ["round"] * 9 + ["red"] * 7, sa="shape")
+    assert assign(shape, info(side_held=1, sas=sas), SPECS)["held_out_attributes"] == "test"
+    color = matrix("object_attribute", "or", ["red"] * 16, sa="color")
+    # a training matrix may not show a held-out attribute, even as a distractor
+    assert assign(color, info(sas=["color"] * 15 + ["texture"]),
+                  SPECS)["held_out_attributes"] == "excluded"
+    assert assign(color, info(sas=["color"] * 16), SPECS)["held_out_attributes"] == "train"
+    union_color = matrix("object_attribute", "union", ["red"] * 16, sa="color")
+    pairs = "held_out_relation_attribute_pairs"
+    assert assign(union_color, info(side_held=1), SPECS)[pairs] == "test"
+    assert assign(color, info(side_held=0), SPECS)[pairs] == "train"
+    age_or = matrix("human_attribute", "or", ["young"] * 16, sa="age")
+    assert assign(age_or, info(side_held=1), SPECS)[pairs] == "test"
+
+
+def test_object_rules():
+    held = matrix("object", "union", (THIRD[0] * 6)[:16])
+    parts = assign(held, info(side_held=1), SPECS)
+    assert parts["held_out_objects"] == parts["held_out_relation_object_pairs"] == "test"
+    mixed = matrix("object", "and", (THIRD[0] + THIRD[2])[:16])
+    assert assign(mixed, info(), SPECS)["held_out_objects"] == "excluded"
+    third2_and = matrix("object", "and", (THIRD[2] * 6)[:16])
+    parts = assign(third2_and, info(), SPECS)
+    assert parts["held_out_objects"] == parts["held_out_relation_object_pairs"] == "train"
+
+
+def test_neutral_follows_the_images_and_mixed_sides_are_excluded():
+    m = matrix("object", "and", (THIRD[2] * 6)[:16])
+    assert assign(m, info(side_neutral=1), SPECS)["neutral"] == "test"
+    mixed = PanelInfo(sides={"neutral": (0,) * 15 + (1,), "held_out": (0,) * 16},
+                      super_attributes=("",) * 16)
+    assert assign(m, mixed, SPECS)["neutral"] == "excluded"
+
+
+def test_panel_info_hashes_images_deterministically():
+    a = panel_info(list(range(16)), [""] * 16, SPECS, seed=1)
+    assert a == panel_info(list(range(16)), [""] * 16, SPECS, seed=1)
+    many = panel_info(list(range(3000)), [""] * 3000, SPECS, seed=1)
+    assert abs(np.mean(many.sides["neutral"]) - 1 / 3) < 0.03
+
+
+def test_validation_is_a_fixed_subset_of_train():
+    train = np.arange(0, 5000, 3)
+    rest, val = choose_val(train, seed=0, split="neutral", scale=0.01)
+    assert len(val) == val_size(0.01) == 80
+    assert set(val) <= set(train) and not set(val) & set(rest)
+    assert len(rest) + len(val) == len(train)
+    _, again = choose_val(train[::-1], seed=0, split="neutral", scale=0.01)
+    assert (again == val).all()  # order of the training ids does not matter (shards)
+    with pytest.raises(VpromError, match="too few"):
+        choose_val(np.arange(10), seed=0, split="neutral", scale=0.01)
+
+
+# ---------------------------------------------------------------- properties
+
+@st.composite
+def matrices(draw):
+    etype = draw(st.sampled_from(list(ElementType)))
+    relation = draw(st.sampled_from(RELATIONS_OF[etype]))
+    if etype is ElementType.COUNT:
+        pool = [(str(v), "") for v in range(1, 11)]
+    elif etype is ElementType.OBJECT:
+        pool = [(o, "") for o in draw(st.sampled_from([THIRD[0], THIRD[1], THIRD[2],
+                                                       OBJECTS]))]
+    else:
+        table = ATTRIBUTES[etype.value]
+        pool = [(a, s) for s, v in table.items() for a in v]
+    panels = draw(st.lists(st.sampled_from(pool), min_size=16, max_size=16))
+    sa = draw(st.sampled_from(sorted({s for _, s in pool})))
+    m = matrix(etype.value, relation, [e for e, _ in panels], sa=sa,
+               answer=draw(st.integers(0, 7)))
+    sides = (draw(st.integers(0, 1)), draw(st.integers(0, 1)))
+    return m, info(*sides, sas=[s for _, s in panels])
+
+
+@settings(max_examples=300, deadline=None)
+@given(matrices())
+def test_no_test_only_element_ever_reaches_a_training_matrix(case):
+    m, panels = case
+    parts = assign(m, panels, SPECS)
+    assert set(parts) == set(SPLITS) and set(parts.values()) <= {"train", "test", "excluded"}
+    shown = m.elements[:8] + (m.elements[8 + m.answer],)
+    if m.element_type is ElementType.COUNT:
+        for split in ("interpolation", "extrapolation"):
+            test = set(SPECS[split].rule["test"])
+            if parts[split] == "train":
+                assert not {int(e) for e in shown} & test
+            if parts[split] == "test":
+                assert {int(e) for e in shown} <= test
+    if m.element_type is ElementType.OBJECT:
+        for split in ("held_out_objects", "held_out_relation_object_pairs"):
+            third = SPECS[split].rule["test"][m.relation.value]
+            if parts[split] == "train":
+                assert all(object_third(e) != third for e in m.elements)
+            if parts[split] == "test":
+                assert all(object_third(e) == third for e in m.elements)
+    if m.element_type.value in ATTRIBUTES:
+        held = set(SPECS["held_out_attributes"].rule["test"].get(m.element_type.value, []))
+        if parts["held_out_attributes"] == "train":
+            assert not set(panels.super_attributes) & held and m.super_attribute not in held
+        pairs = SPECS["held_out_relation_attribute_pairs"].rule["test"][m.element_type.value]
+        if parts["held_out_relation_attribute_pairs"] == "train":
+            assert pairs.get(m.relation.value) != m.super_attribute
+
+
+@settings(max_examples=200, deadline=None)
+@given(matrices())
+def test_a_matrix_goes_only_to_the_side_of_its_images(case):
+    m, panels = case
+    parts = assign(m, panels, SPECS)
+    for split, spec in SPECS.items():
+        side = "test" if panels.sides[spec.partition][0] else "train"
+        assert parts[split] in (side, "excluded")

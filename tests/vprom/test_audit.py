@@ -1,0 +1,163 @@
+"""The bias audit: its statistics are right, it passes sound data and fails biased data."""
+
+from __future__ import annotations
+
+import math
+
+import h5py
+import numpy as np
+import pytest
+
+from tests.vprom.dataset_fixture import build_records, fixture_assign, write_dataset
+from vprom import audit
+from vprom.verify import verify
+
+
+# ---------------------------------------------------------------- statistics
+@pytest.mark.parametrize("x", [0.1, 1.0, 3.0, 9.0, 40.0])
+def test_chi2_sf_matches_closed_forms(x):
+    assert audit.chi2_sf(x, 2) == pytest.approx(math.exp(-x / 2), rel=1e-10)
+    assert audit.chi2_sf(x, 1) == pytest.approx(math.erfc(math.sqrt(x / 2)), rel=1e-9)
+    # 4 degrees of freedom: Q(2, x/2) = exp(-x/2) (1 + x/2)
+    assert audit.chi2_sf(x, 4) == pytest.approx(math.exp(-x / 2) * (1 + x / 2), rel=1e-10)
+
+
+def test_chi2_sf_known_critical_values():
+    assert audit.chi2_sf(14.067, 7) == pytest.approx(0.05, abs=1e-4)
+    assert audit.chi2_sf(24.322, 7) == pytest.approx(0.001, abs=1e-5)
+    assert audit.chi2_sf(0.0, 7) == 1.0
+
+
+def test_wilson_interval():
+    lo, hi = audit.wilson_interval(50, 100)
+    assert (lo, hi) == (pytest.approx(0.4038, abs=1e-4), pytest.approx(0.5962, abs=1e-4))
+    lo, hi = audit.wilson_interval(0, 20)
+    assert lo == 0.0 and hi == pytest.approx(0.1611, abs=1e-4)
+
+
+def test_heuristics_score_exactly_chance_on_distinct_candidates():
+    rng = np.random.default_rng(0)
+    codes = np.array([rng.permutation(20)[:8] for _ in range(50)])
+    answers = rng.integers(0, 8, 50)
+    for kind in ("mode", "odd"):
+        assert np.allclose(audit.heuristic_hits(codes, answers, kind), 1 / 8)
+
+
+def test_heuristic_hits_by_hand():
+    codes = np.array([[0, 0, 0, 1, 2, 3, 4, 5],      # mode = the three 0s
+                      [0, 0, 1, 1, 2, 2, 3, 4]])     # odd ones: 3 and 4
+    answers = np.array([1, 7])
+    # row 1: the answer (a 0) is one of 3 modes; row 2: the answer (4) is no mode
+    assert audit.heuristic_hits(codes, answers, "mode").tolist() == [pytest.approx(1 / 3), 0.0]
+    # row 1: the answer repeats, so it is no odd one; row 2: one of the 2 odd ones
+    assert audit.heuristic_hits(codes, answers, "odd").tolist() == [0.0, 0.5]
+
+
+def test_small_samples_are_not_flagged_by_noise():
+    # 3 hits in 8 is 37.5%, but 8 matrices prove nothing
+    hits = np.array([1, 1, 1, 0, 0, 0, 0, 0], dtype=float)
+    assert audit.shortcut_check("x", "x", hits).status == "pass"
+    assert audit.shortcut_check("x", "x", np.r_[hits, hits, hits, hits, hits, hits,
+                                                hits, hits, hits, hits]).status == "fail"
+
+
+# ---------------------------------------------------------------- on data sets
+def bias_report(tmp_path, bias, features=None, n=25):
+    crops, matrices = build_records(n, seed=3, bias=bias)
+    path = write_dataset(tmp_path / f"{bias}.h5", crops, matrices)
+    if features is not None:
+        features = features(tmp_path, crops, matrices)
+    report = verify(path, features=features, assigner=fixture_assign,
+                    check_matrix=lambda *a: None)
+    return {c.name: c for c in report.checks}
+
+
+def test_sound_dataset_passes_the_audit(tmp_path):
+    checks = bias_report(tmp_path, None)
+    for name in ("bias:position", "bias:mode", "bias:odd-one-out", "bias:probe-labels"):
+        assert checks[name].status == "pass", checks[name].summary
+    assert checks["bias:probe-labels"].figures["test"] >= audit.MIN_PROBE_TEST
+
+
+@pytest.mark.parametrize("bias, caught_by", [
+    ("position", "bias:position"),
+    ("mode", "bias:mode"),
+    ("odd", "bias:odd-one-out"),
+    ("labels", "bias:probe-labels"),
+])
+def test_biased_datasets_fail(tmp_path, bias, caught_by):
+    checks = bias_report(tmp_path, bias)
+    assert checks[caught_by].status == "fail", checks[caught_by].summary
+    # the probe sees the candidates' labels and positions: it catches every one of these
+    assert checks["bias:probe-labels"].status == "fail"
+
+
+def test_answer_position_skew_in_one_element_type_is_caught():
+    rng = np.random.default_rng(0)
+    answers = rng.integers(0, 8, 4000)
+    counts_rows = np.arange(3000, 4000)
+    answers[counts_rows[:500]] = 3  # half the count matrices put the answer 4th
+    check = audit.answer_position(answers, {"count": counts_rows,
+                                            "object": np.arange(3000)})
+    assert check.status == "fail"
+    assert any(p.startswith("count:") for p in check.problems)
+    assert not any(p.startswith("object:") for p in check.problems)
+
+
+def write_features(signal: float):
+    """A FEATS.h5 factory: random 16-d features, answer crops shifted by `signal`."""
+    def make(tmp_path, crops, matrices):
+        rng = np.random.default_rng(5)
+        ids = np.array([c.crop_id for c in crops])
+        feats = rng.normal(size=(len(ids), 16)).astype(np.float32)
+        answer_crops = {m.panels[8 + m.answer] for m in matrices}
+        feats[[i for i, c in enumerate(ids) if c in answer_crops], 0] += signal
+        path = tmp_path / "feats.h5"
+        with h5py.File(path, "w") as h5:
+            h5["crop_id"] = ids[::-1]  # any order: the reader keys by crop id
+            h5["features"] = feats[::-1]
+        return path
+    return make
+
+
+def test_feature_probe_passes_uninformative_features(tmp_path):
+    checks = bias_report(tmp_path, None, features=write_features(0.0))
+    assert checks["bias:probe-features"].status == "pass", checks["bias:probe-features"].summary
+
+
+def test_feature_probe_fails_when_answers_look_different(tmp_path):
+    checks = bias_report(tmp_path, None, features=write_features(4.0))
+    assert checks["bias:probe-features"].status == "fail", checks["bias:probe-features"].summary
+
+
+def test_features_missing_a_crop_is_a_clear_error(tmp_path):
+    def partial(tmp_path, crops, matrices):
+        path = tmp_path / "feats.h5"
+        with h5py.File(path, "w") as h5:
+            h5["crop_id"] = np.array([c.crop_id for c in crops[:-1]])
+            h5["features"] = np.zeros((len(crops) - 1, 4), np.float32)
+        return path
+
+    from vprom.errors import VpromError
+    with pytest.raises(VpromError, match="have no features.*vprom extract"):
+        bias_report(tmp_path, None, features=partial)
+
+
+def test_label_overlap_by_hand():
+    sets = [frozenset(s) for s in ({"a"}, {"a", "b"}, {"c"}, set(), {"b"}, {"d"}, {"e"},
+                                   {"c", "e"})]
+    overlap = audit.label_overlap(audit.label_masks(sets), np.arange(8)[None]) * 7
+    assert overlap.tolist() == [[1, 2, 1, 0, 1, 0, 1, 2]]
+
+
+def test_features_of_the_wrong_shape_are_a_clear_error(tmp_path):
+    def wrong(tmp_path, crops, matrices):
+        path = tmp_path / "feats.h5"
+        with h5py.File(path, "w") as h5:
+            h5["crop_id"] = np.array([c.crop_id for c in crops])
+            h5["features"] = np.zeros((3, 4), np.float32)
+        return path
+
+    from vprom.errors import VpromError
+    with pytest.raises(VpromError, match="'features' has shape"):
+        bias_report(tmp_path, None, features=wrong)

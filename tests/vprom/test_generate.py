@@ -1,0 +1,207 @@
+"""Matrix generation: soundness, Table 1 mix, balance, splits, determinism, shards, errors."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import h5py
+import numpy as np
+import pytest
+
+from splits.assign import load_split_specs
+from vprom.errors import VpromError
+from vprom.generate import (TABLE1, PoolIndex, generate, generate_dataset, generate_matrices,
+                            make_plan, merge_shards)
+from vprom.io import manifest_path
+from vprom.records import SPLITS, ElementType
+from vprom.sampling import object_third
+from vprom.solver import check_matrix
+from vprom.tables import read_crops, read_manifest, read_matrices
+
+from tests.vprom.conftest import SMALL_SCALE, tiny_crops
+
+
+def _rows(data):
+    parts = data.matrices.parts_of()
+    return [data.matrices.row(i, parts) for i in range(len(data.matrices))]
+
+
+def _crop_index(data):
+    return {int(c): i for i, c in enumerate(data.crops.crop_id)}
+
+
+def test_every_matrix_is_proven_by_the_solver(small_dataset):
+    data = small_dataset
+    index, labels = _crop_index(data), data.crops.label_sets()
+    for m in _rows(data):
+        universe = frozenset(data.universes[m.element_type.value])
+        reason = check_matrix(m, [labels[index[p]] for p in m.panels], universe)
+        assert reason is None, (m.id, reason)
+
+
+def test_panels_show_their_elements_and_never_repeat_a_region(small_dataset):
+    data = small_dataset
+    index = _crop_index(data)
+    c = data.crops
+    for m in _rows(data):
+        rows = [index[p] for p in m.panels]
+        assert [c.element[r] for r in rows] == list(m.elements)
+        assert all(c.element_type[r] == m.element_type.value for r in rows)
+        regions = {(int(c.image_id[r]), int(c.x[r]), int(c.y[r]), int(c.w[r]), int(c.h[r]))
+                   for r in rows}
+        assert len(regions) == 16
+        assert len(set(m.elements[8:])) == 8  # 8 different elements among the candidates
+
+
+def test_the_mix_follows_table1_scaled(small_dataset):
+    counts = Counter(small_dataset.matrices.element_type)
+    for etype, n in TABLE1.items():
+        assert counts[etype.value] == round(n * SMALL_SCALE)
+    assert list(small_dataset.matrices.id) == list(range(len(small_dataset.matrices)))
+    relations = Counter(zip(small_dataset.matrices.element_type, small_dataset.matrices.relation))
+    assert relations[("count", "progression")] > 0
+    assert not any(r == "progression" for t, r in relations if t != "count")
+
+
+def test_attribute_distractors_prefer_the_super_attribute(small_dataset):
+    data = small_dataset
+    index = _crop_index(data)
+    for m in _rows(data):
+        if m.element_type.value != "object_attribute" or m.super_attribute != "color":
+            continue
+        sas = [data.crops.super_attribute[index[p]] for p in m.candidates]
+        # color has 5 attributes: every usable one of them is among the candidates
+        assert sas.count("color") >= 3
+
+
+def test_answer_position_is_uniform_on_a_few_thousand(crops):
+    design_specs = load_split_specs()
+    from splits.assign import held_out_design
+
+    design = held_out_design(design_specs)
+    plan = make_plan(0.01, 11, design)
+    pool = PoolIndex(crops, 11, design)
+    matrices = generate_matrices(pool, plan, range(0, len(plan), 2))
+    counts = np.bincount([m.answer for m in matrices], minlength=8)
+    assert len(matrices) > 1000
+    assert counts.min() > 0.8 * len(matrices) / 8 and counts.max() < 1.2 * len(matrices) / 8
+    # the planned positions over all indices are exactly balanced
+    full = np.bincount(plan.answer, minlength=8)
+    assert full.max() - full.min() <= 1
+
+
+def test_every_split_has_train_val_and_test(small_dataset):
+    sizes = small_dataset.counts["splits"]
+    for split in SPLITS:
+        assert sizes[split]["train"] > 0 and sizes[split]["test"] > 0, split
+        assert sizes[split]["val"] == round(8000 * SMALL_SCALE)
+        parts = small_dataset.matrices.splits[split]
+        ids = [set(parts[p].tolist()) for p in ("train", "val", "test")]
+        assert not (ids[0] & ids[1] or ids[0] & ids[2] or ids[1] & ids[2])
+    neutral = sizes["neutral"]
+    total = neutral["train"] + neutral["val"] + neutral["test"]
+    assert total == len(small_dataset.matrices)
+    assert abs(neutral["test"] / total - 1 / 3) < 0.02
+
+
+def test_no_image_on_both_sides_of_any_split(small_dataset):
+    data = small_dataset
+    image_of = dict(zip(data.crops.crop_id.tolist(), data.crops.image_id.tolist()))
+    panels = {int(i): row for i, row in zip(data.matrices.id, data.matrices.panels)}
+    for split in SPLITS:
+        parts = data.matrices.splits[split]
+
+        def images(ids):
+            return {image_of[int(p)] for i in ids for p in panels[int(i)]}
+
+        train = images(np.concatenate([parts["train"], parts["val"]]))
+        assert not train & images(parts["test"]), split
+
+
+def test_no_test_only_element_reaches_training(small_dataset):
+    data = small_dataset
+    sa_of = dict(zip(data.crops.crop_id.tolist(), data.crops.super_attribute.tolist()))
+    specs = load_split_specs()
+    for m in _rows(data):
+        shown = m.elements[:8] + (m.elements[8 + m.answer],)
+        part = dict(m.splits)
+        if m.element_type is ElementType.COUNT:
+            values = {int(e) for e in shown}
+            assert part["interpolation"] != "train" or all(v % 2 for v in values)
+            assert part["interpolation"] != "test" or not any(v % 2 for v in values)
+            assert part["extrapolation"] != "train" or max(values) <= 5
+            assert part["extrapolation"] != "test" or min(values) >= 6
+        if m.element_type is ElementType.OBJECT:
+            thirds = {object_third(e) for e in m.elements}
+            assert part["held_out_objects"] not in ("train", "val") or 0 not in thirds
+            assert part["held_out_objects"] != "test" or thirds == {0}
+        if m.element_type.value in ("object_attribute", "human_attribute"):
+            held = specs["held_out_attributes"].rule["test"][m.element_type.value]
+            if part["held_out_attributes"] in ("train", "val"):
+                assert not {sa_of[p] for p in m.panels} & set(held)
+            pairs = specs["held_out_relation_attribute_pairs"].rule["test"][m.element_type.value]
+            in_pair = pairs.get(m.relation.value) == m.super_attribute
+            assert part["held_out_relation_attribute_pairs"] != "train" or not in_pair
+
+
+def _content(path):
+    with h5py.File(path, "r") as h5:
+        out = {}
+        h5.visititems(lambda name, obj: out.__setitem__(name, obj[()].tolist())
+                      if isinstance(obj, h5py.Dataset) else None)
+        return out
+
+
+def test_same_seed_same_content_and_files_are_complete(tmp_path, pools_file):
+    a = generate(pools_file, tmp_path / "a.h5", scale=SMALL_SCALE, seed=4)
+    b = generate(pools_file, tmp_path / "b.h5", scale=SMALL_SCALE, seed=4)
+    assert _content(tmp_path / "a.h5") == _content(tmp_path / "b.h5")
+    assert "matrices" in str(a) and a.counts == b.counts
+    c = generate(pools_file, tmp_path / "c.h5", scale=SMALL_SCALE, seed=5)
+    assert _content(tmp_path / "c.h5")["matrices/panels"] != _content(tmp_path / "a.h5")[
+        "matrices/panels"]
+    manifest = read_manifest(tmp_path / "a.h5")
+    assert manifest["kind"] == "dataset" and manifest["config"]["seed"] == 4
+    assert manifest["inputs"] == {"pools.h5": manifest["inputs"]["pools.h5"]}
+    beside = json.loads(manifest_path(tmp_path / "a.h5").read_text())
+    assert beside["counts"] == manifest["counts"] and "a.h5" in beside["outputs"]
+    with h5py.File(tmp_path / "a.h5", "r") as h5:
+        assert "plant condition" in h5["vocab/super_attributes/object_attribute"]
+        assert h5["vocab/count"].asstr()[()].tolist() == [str(v) for v in range(1, 11)]
+    assert len(read_matrices(tmp_path / "a.h5")) == c.counts["matrices"]
+    used = set(read_crops(tmp_path / "a.h5").crop_id.tolist())
+    assert used == set(np.unique(read_matrices(tmp_path / "a.h5").panels).tolist())
+    assert not list(tmp_path.glob(".*part"))
+
+
+def test_two_shards_merge_into_the_single_run(tmp_path, pools_file):
+    generate(pools_file, tmp_path / "all.h5", scale=SMALL_SCALE, seed=2)
+    for k in range(2):
+        generate(pools_file, tmp_path / f"s{k}.h5", scale=SMALL_SCALE, seed=2, shard=(k, 2))
+    single, shard1 = read_matrices(tmp_path / "all.h5"), read_matrices(tmp_path / "s1.h5")
+    assert shard1.id.tolist() == list(range(1, len(single), 2))
+    assert (shard1.panels == single.panels[1::2]).all()
+    merge_shards([tmp_path / "s1.h5", tmp_path / "s0.h5"], tmp_path / "merged.h5")
+    merged, whole = _content(tmp_path / "merged.h5"), _content(tmp_path / "all.h5")
+    assert merged == whole
+    with pytest.raises(VpromError, match="shards"):
+        merge_shards([tmp_path / "s1.h5"], tmp_path / "bad.h5")
+
+
+def test_a_short_pool_is_named(tmp_path):
+    crops = tiny_crops(drop=("2", "4"))  # 8 counts left: an Or matrix needs 9 (7 + 2 answers)
+    with pytest.raises(VpromError, match=r"count pool.*count or matrices.*need 9.*short by 1"):
+        generate_dataset(crops, scale=SMALL_SCALE, seed=0)
+    thin = tiny_crops(drop=("round", "square", "oval", "striped", "spotted", "smooth", "furry",
+                            "parked", "flying", "hanging", "floating"))
+    with pytest.raises(VpromError, match=r"object_attribute pool.*held_sa"):
+        generate_dataset(thin, scale=SMALL_SCALE, seed=0)
+
+
+def test_generate_refuses_a_missing_file_and_a_bad_scale(tmp_path, pools_file):
+    with pytest.raises(VpromError, match="no such file"):
+        generate(tmp_path / "nope.h5", tmp_path / "out.h5")
+    with pytest.raises(VpromError, match="scale"):
+        generate(pools_file, tmp_path / "out.h5", scale=0)
+    assert not (tmp_path / "out.h5").exists()

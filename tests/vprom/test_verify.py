@@ -1,0 +1,353 @@
+"""`vprom verify`: a sound data set passes; each kind of damage is caught and named."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+from tests.vprom.dataset_fixture import build_records, fixture_assign, write_dataset
+from vprom import cli
+from vprom.io import sha256_file, write_json, manifest_path
+from vprom.verify import content_hash, crop_rows, verify
+
+
+@pytest.fixture(scope="module")
+def sound(tmp_path_factory):
+    crops, matrices = build_records(3, seed=1)
+    return write_dataset(tmp_path_factory.mktemp("sound") / "dataset.h5", crops, matrices)
+
+
+@pytest.fixture
+def copy(sound, tmp_path):
+    def make(name="damaged.h5"):
+        path = tmp_path / name
+        shutil.copyfile(sound, path)
+        return path
+    return make
+
+
+def run(path, **kw):
+    kw.setdefault("assigner", fixture_assign)
+    report = verify(path, **kw)
+    return report, {c.name: c for c in report.checks}
+
+
+def replace(h5, name, data):
+    dtype = h5[name].dtype
+    del h5[name]
+    h5.create_dataset(name, data=data, dtype=dtype)
+
+
+def test_sound_dataset_passes_every_check(sound):
+    report, checks = run(sound)
+    assert report.ok, report.format()
+    assert set(checks) >= {"integrity", "solver", "splits", "leakage", "bias:position",
+                           "bias:mode", "bias:odd-one-out", "bias:probe-labels"}
+    assert report.format().splitlines()[-1] == "verdict: PASS"
+    assert report.failures() == ""
+
+
+def test_content_hash_ignores_layout_but_not_data(sound, copy, tmp_path):
+    path = copy()
+    # same data rewritten with chunking and compression: same hash
+    relaid = tmp_path / "relaid.h5"
+    with h5py.File(sound) as src, h5py.File(relaid, "w") as dst:
+        def clone(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                dst.create_dataset(name, data=obj[()], dtype=obj.dtype,
+                                   compression="gzip" if obj.ndim and obj.size else None)
+        src.visititems(clone)
+    assert content_hash(relaid) == content_hash(sound)
+    with h5py.File(path, "a") as h5:
+        h5["crops/x"][0] += 1
+    assert content_hash(path) != content_hash(sound)
+
+
+# ---------------------------------------------------------------- integrity failure modes
+def _answer_elements_swapped(h5):
+    el = h5["matrices/elements"].asstr()[()]
+    el[0, 0] = "purple-ish"
+    replace(h5, "matrices/elements", el.astype(object))
+
+
+def _unknown_crop(h5):
+    panels = h5["matrices/panels"][()]
+    panels[1, 5] = 999_999
+    replace(h5, "matrices/panels", panels)
+
+
+def _duplicate_matrix_id(h5):
+    ids = h5["matrices/id"][()]
+    ids[2] = ids[3]
+    replace(h5, "matrices/id", ids)
+
+
+def _duplicate_crop_id(h5):
+    ids = h5["crops/crop_id"][()]
+    ids[-1] = ids[-2]
+    replace(h5, "crops/crop_id", ids)
+
+
+def _answer_out_of_range(h5):
+    a = h5["matrices/answer"][()]
+    a[0] = 9
+    replace(h5, "matrices/answer", a)
+
+
+def _progression_on_objects(h5):
+    rel = h5["matrices/relation"].asstr()[()].astype(object)
+    types = h5["matrices/element_type"].asstr()[()]
+    rel[np.flatnonzero(types == "object")[0]] = "progression"
+    replace(h5, "matrices/relation", rel)
+
+
+def _crop_twice(h5):
+    panels = h5["matrices/panels"][()]
+    el = h5["matrices/elements"].asstr()[()].astype(object)
+    panels[0, 1], el[0, 1] = panels[0, 0], el[0, 0]
+    replace(h5, "matrices/panels", panels)
+    replace(h5, "matrices/elements", el)
+
+
+def _wrong_element_type(h5):
+    t = h5["crops/element_type"].asstr()[()].astype(object)
+    t[0] = "object" if t[0] != "object" else "count"
+    replace(h5, "crops/element_type", t)
+
+
+def _count_drift(h5):
+    manifest = json.loads(h5.attrs["manifest"])
+    manifest["counts"]["matrices"] += 1
+    h5.attrs["manifest"] = json.dumps(manifest)
+
+
+def _no_manifest(h5):
+    del h5.attrs["manifest"]
+
+
+def _wrong_super_attribute(h5):
+    sa = h5["matrices/super_attribute"].asstr()[()].astype(object)
+    types = h5["matrices/element_type"].asstr()[()]
+    sa[np.flatnonzero(types == "object_attribute")[0]] = "texture"
+    replace(h5, "matrices/super_attribute", sa)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_answer_elements_swapped, "element differs from its crop's element"),
+    (_unknown_crop, "crop id is not in crops"),
+    (_duplicate_matrix_id, "matrix id 3 appears 2 times"),
+    (_duplicate_crop_id, "appears 2 times in crops"),
+    (_answer_out_of_range, "answer not in 0..7"),
+    (_progression_on_objects, "relation not valid for the element type"),
+    (_crop_twice, "the same crop is shown twice"),
+    (_wrong_element_type, "crop is of another element type"),
+    (_count_drift, "manifest counts"),
+    (_no_manifest, "no 'manifest' attribute"),
+    (_wrong_super_attribute, "crop of another super-attribute"),
+])
+def test_each_integrity_failure_is_detected(copy, damage, message):
+    path = copy()
+    with h5py.File(path, "a") as h5:
+        damage(h5)
+    report, checks = run(path, check_matrix=lambda *a: None)
+    assert checks["integrity"].status == "fail"
+    assert any(message in p for p in checks["integrity"].problems), checks["integrity"].problems
+    assert not report.ok and "integrity" in report.failures()
+
+
+def test_data_changed_after_generation_breaks_the_content_hash(copy):
+    path = copy()
+    with h5py.File(path, "a") as h5:
+        h5["crops/w"][3] += 5  # consistent with every other check, but not with the manifest
+    _, checks = run(path)
+    assert any("content_hash differs" in p for p in checks["integrity"].problems)
+
+
+def test_sidecar_sha256_is_checked(copy):
+    path = copy()
+    write_json(manifest_path(path), {"outputs": {path.name: sha256_file(path)}})
+    assert run(path)[1]["integrity"].ok
+    write_json(manifest_path(path), {"outputs": {path.name: "0" * 64}})
+    assert any("sha256 differs" in p for p in run(path)[1]["integrity"].problems)
+
+
+@pytest.mark.parametrize("damage", ["no matrices", "short column", "panels shape"])
+def test_broken_structure_fails_integrity_and_skips_the_rest(copy, damage):
+    path = copy()
+    with h5py.File(path, "a") as h5:
+        if damage == "no matrices":
+            del h5["matrices"]
+        elif damage == "short column":
+            replace(h5, "matrices/answer", h5["matrices/answer"][:-1])
+        else:
+            replace(h5, "matrices/panels", h5["matrices/panels"][:, :15])
+    report, checks = run(path)
+    assert checks["integrity"].status == "fail"
+    assert all(c.status == "skip" for n, c in checks.items() if n != "integrity")
+    assert not report.ok
+
+
+# ---------------------------------------------------------------- solver
+def test_solver_failures_are_counted_with_their_reason(sound):
+    def flag_two(matrix, labels, universe):
+        return "two answers" if matrix.id in (0, 5) else None
+
+    _, checks = run(sound, check_matrix=flag_two)
+    assert checks["solver"].status == "fail"
+    assert checks["solver"].figures["failed"] == 2
+    assert checks["solver"].problems[0] == "matrix 0: not exactly one answer (two answers)"
+
+
+def test_real_solver_catches_a_distractor_carrying_the_answer(copy):
+    path = copy()
+    with h5py.File(path, "a") as h5:
+        answer = int(h5["matrices/answer"][0])
+        answer_element = h5["matrices/elements"].asstr()[0, 8 + answer]
+        wrong = 8 + (answer + 1) % 8
+        rows = crop_rows(h5["crops/crop_id"][()], h5["matrices/panels"][0])
+        labels = h5["crops/labels"].asstr()[()].astype(object)
+        labels[rows[wrong]] += "|" + answer_element  # the source also has the answer's label
+        replace(h5, "crops/labels", labels)
+    _, checks = run(path)
+    assert checks["solver"].status == "fail" and checks["solver"].figures["failed"] == 1
+
+
+# ---------------------------------------------------------------- splits and leakage
+def test_split_parts_must_follow_the_rule(sound):
+    def reversed_neutral(matrix):
+        parts = fixture_assign(matrix)
+        parts["neutral"] = {"train": "test", "test": "train"}[parts["neutral"]]
+        return parts
+
+    _, checks = run(sound, assigner=reversed_neutral)
+    assert checks["splits"].status == "fail"
+    assert checks["splits"].figures["off_rule"] == len(build_records(3, seed=1)[1])
+
+
+def test_val_counts_as_the_train_side(sound):
+    # the fixture holds out every 5th train matrix as val: the rule only says train
+    _, checks = run(sound)
+    assert checks["splits"].ok
+
+
+def test_matrix_in_two_parts_and_unknown_ids(copy):
+    path = copy()
+    with h5py.File(path, "a") as h5:
+        test = h5["splits/neutral/test"][()]
+        replace(h5, "splits/neutral/train", np.append(h5["splits/neutral/train"][()], test[0]))
+        replace(h5, "splits/neutral/val", np.append(h5["splits/neutral/val"][()], 10_000))
+        del h5["splits/extrapolation"]
+    _, checks = run(path)
+    problems = " ".join(checks["splits"].problems)
+    assert "is in train and test" in problems
+    assert "unknown matrix id" in problems
+    assert "split 'extrapolation' is missing" in problems
+
+
+def test_paper_rule_is_checked_independently_of_the_spec(copy):
+    path = copy()
+    with h5py.File(path, "a") as h5:
+        # an even count answer on the train side of interpolation
+        t = h5["matrices/element_type"].asstr()[()]
+        el = h5["matrices/elements"].asstr()[()]
+        a = h5["matrices/answer"][()]
+        ids = h5["matrices/id"][()]
+        even = [int(ids[i]) for i in range(len(ids))
+                if t[i] == "count" and int(el[i, 8 + a[i]]) % 2 == 0]
+        test = h5["splits/interpolation/test"][()]
+        replace(h5, "splits/interpolation/test", test[test != even[0]])
+        replace(h5, "splits/interpolation/train",
+                np.append(h5["splits/interpolation/train"][()], even[0]))
+
+    def agreeing(matrix):  # a spec that (wrongly) agrees with the stored parts
+        return {s: p for s, p in matrix.splits}
+
+    _, checks = run(path, assigner=agreeing)
+    assert any("interpolation" in p and "paper's rule" in p for p in checks["splits"].problems)
+
+
+def test_a_region_on_both_sides_is_leakage(copy):
+    path = copy()
+    with h5py.File(path, "a") as h5:
+        train_id = int(h5["splits/neutral/train"][0])
+        test_id = int(h5["splits/neutral/test"][0])
+        ids = h5["matrices/id"][()]
+        crop_ids = h5["crops/crop_id"][()]
+        train_crop = crop_rows(crop_ids, h5["matrices/panels"][int(np.flatnonzero(
+            ids == train_id)[0])])[0]
+        test_crop = crop_rows(crop_ids, h5["matrices/panels"][int(np.flatnonzero(
+            ids == test_id)[0])])[0]
+        for column in ("image_id", "x", "y", "w", "h"):
+            values = h5[f"crops/{column}"][()]
+            values[test_crop] = values[train_crop]
+            replace(h5, f"crops/{column}", values)
+    _, checks = run(path)
+    assert checks["leakage"].status == "fail"
+    assert checks["leakage"].figures["neutral"]["regions"] == 1
+    assert checks["leakage"].problems[0].startswith("neutral: 1 image regions")
+
+
+def test_a_shared_source_object_is_leakage(copy):
+    path = copy()
+    with h5py.File(path, "a") as h5:
+        train_id = int(h5["splits/neutral/train"][0])
+        test_id = int(h5["splits/neutral/test"][0])
+        panels = h5["matrices/panels"][()]
+        ids = h5["matrices/id"][()]
+        crop_ids = h5["crops/crop_id"][()]
+        a = crop_rows(crop_ids, panels[ids == train_id][0])[0]
+        b = crop_rows(crop_ids, panels[ids == test_id][0])[0]
+        source = h5["crops/source_id"][()]
+        source[b] = source[a]
+        replace(h5, "crops/source_id", source)
+    _, checks = run(path)
+    assert checks["leakage"].figures["neutral"]["sources"] == 1
+
+
+# ---------------------------------------------------------------- command line
+def test_cli_exits_1_with_one_line(copy, capsys):
+    path = copy()
+    with h5py.File(path, "a") as h5:
+        del h5["matrices"]
+    assert cli.main(["verify", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert "FAIL integrity" in out
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("vprom verify: error:") and "integrity" in err
+
+
+def test_cli_on_a_missing_file(tmp_path, capsys):
+    assert cli.main(["verify", str(tmp_path / "nope.h5")]) == 1
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_an_empty_dataset_fails(tmp_path):
+    report, checks = run(write_dataset(tmp_path / "empty.h5", [], []))
+    assert "holds no matrices" in checks["integrity"].problems[0]
+    assert not report.ok and checks["solver"].status == "skip"
+
+
+def test_a_generated_dataset_passes_with_the_real_rules(tmp_path, capsys):
+    """End to end with `vprom generate`, `vprom.solver` and `splits.assign` (manifest seed)."""
+    from tests.vprom.dataset_fixture import write_pools
+    from vprom.generate import generate
+
+    dataset = tmp_path / "dataset.h5"
+    generate(write_pools(tmp_path / "pools.h5"), dataset, scale=0.004, seed=3)
+    assert cli.main(["verify", str(dataset)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1] == "verdict: PASS", out
+    # the same file with one split part moved is caught by re-running the rules
+    with h5py.File(dataset, "a") as h5:
+        test = h5["splits/held_out_objects/test"][()]
+        replace(h5, "splits/held_out_objects/test", test[1:])
+        replace(h5, "splits/held_out_objects/train",
+                np.append(h5["splits/held_out_objects/train"][()], test[0]))
+    _, checks = run(dataset, assigner=None)
+    assert checks["splits"].status == "fail"
+    assert any("held_out_objects: stored train, the rule says test" in p
+               for p in checks["splits"].problems)

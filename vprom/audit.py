@@ -1,0 +1,328 @@
+"""Bias audit of a built data set: can the answer be found without looking at the context?
+
+A sound V-PROM matrix can only be solved by reading its 8 context panels. This module
+measures the shortcuts a model could take instead, using the candidates alone:
+
+1. Answer position. The answer index (0..7) must be uniform: a χ² goodness-of-fit test
+   against N/8 per position, with its p-value from the regularized upper incomplete gamma
+   function Q(k/2, χ²/2) (series / continued fraction, stdlib `math` only).
+2. Element-frequency heuristics. "Pick a candidate whose element is the most frequent
+   among the candidates" and "pick the odd one out (an element unique among the
+   candidates while others repeat)" are context-blind strategies; each picks uniformly
+   among the candidates it singles out (all 8 when it singles out none). If the answer's
+   position is independent of the candidates' elements, each scores exactly 1/8 in
+   expectation, whatever the elements are.
+3. A context-blind probe. A conditional-logit model (one shared weight vector w, score
+   s_j = w·x_j per candidate, softmax over the 8) is trained on the neutral split's train
+   part and scored on its test part. x_j describes candidate j from its labels only: how
+   often its element, super-attribute and labels occur among the 8 candidates, its element's
+   answer rate in train (leave-one-out in train, so the feature never contains the target),
+   its label count, box size and shape, and its position. With a FEATS.h5 the same probe
+   runs on the candidates' image features, mean-centred over the 8 candidates.
+
+A strategy (2, 3) is flagged only when its accuracy is significantly above chance plus a
+2-point margin: the lower end of its 95% Wilson interval exceeds 14.5%. Small data sets
+are therefore never flagged by noise, and large ones are flagged for real shortcuts only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vprom.records import N_CANDIDATES
+
+CHANCE = 1.0 / N_CANDIDATES
+MARGIN = 0.02  # a shortcut worth at most 2 accuracy points is tolerated
+Z95 = 1.959963984540054
+POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests
+MIN_PROBE_TEST = 50  # fewer test matrices than this tell nothing; the probe is skipped
+
+
+@dataclass
+class Check:
+    """One named verification result; `status` is 'pass', 'fail' or 'skip'."""
+
+    name: str
+    status: str
+    summary: str
+    figures: dict = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "fail"
+
+
+# ---------------------------------------------------------------- statistics (stdlib only)
+def regularized_gamma_q(a: float, x: float) -> float:
+    """Q(a, x) = Γ(a, x) / Γ(a): the upper tail of a gamma(a) variable at x."""
+    if x <= 0:
+        return 1.0
+    if x < a + 1:  # the series for P converges fast here
+        term = total = 1.0 / a
+        n = a
+        for _ in range(10_000):
+            n += 1
+            term *= x / n
+            total += term
+            if abs(term) < abs(total) * 1e-15:
+                break
+        return max(0.0, 1.0 - total * math.exp(-x + a * math.log(x) - math.lgamma(a)))
+    # Lentz's continued fraction for Q, which converges fast for x >= a + 1
+    tiny = 1e-300
+    b = x + 1 - a
+    c = 1 / tiny
+    d = 1 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        delta = d * c
+        h *= delta
+        if abs(delta - 1) < 1e-15:
+            break
+    return min(1.0, math.exp(-x + a * math.log(x) - math.lgamma(a)) * h)
+
+
+def chi2_sf(statistic: float, dof: int) -> float:
+    """P(χ²_dof >= statistic)."""
+    return regularized_gamma_q(dof / 2.0, statistic / 2.0)
+
+
+def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion (also fine near 0 and 1)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    denom = 1 + z * z / n
+    return max(0.0, (centre - half) / denom), min(1.0, (centre + half) / denom)
+
+
+# ---------------------------------------------------------------- 1. answer position
+def answer_position(answers: np.ndarray, groups: dict[str, np.ndarray]) -> Check:
+    """χ² test of uniform answer positions, overall and per group (Bonferroni-corrected)."""
+    tests = {"all": np.asarray(answers)}
+    tests.update({g: np.asarray(answers)[idx] for g, idx in sorted(groups.items())})
+    tests = {g: a for g, a in tests.items() if len(a) > 0}
+    alpha = POSITION_ALPHA / max(1, len(tests))
+    figures, problems = {}, []
+    for group, a in tests.items():
+        counts = np.bincount(a.astype(np.int64), minlength=N_CANDIDATES)[:N_CANDIDATES]
+        expected = len(a) / N_CANDIDATES
+        stat = float(((counts - expected) ** 2).sum() / expected)
+        p = chi2_sf(stat, N_CANDIDATES - 1)
+        figures[group] = {"counts": counts.tolist(), "chi2": round(stat, 3), "p": p}
+        if p < alpha:
+            problems.append(f"{group}: answer positions {counts.tolist()} are not uniform "
+                            f"(chi2={stat:.1f}, p={p:.2g} < {alpha:.2g})")
+    overall = figures["all"]
+    summary = (f"answer positions {overall['counts']} (chi2={overall['chi2']:.1f}, "
+               f"p={overall['p']:.3g}; fail below p={alpha:.2g} per test, "
+               f"{len(tests)} tests)")
+    return Check("bias:position", "fail" if problems else "pass", summary, figures, problems)
+
+
+# ---------------------------------------------------------------- 2. frequency heuristics
+def element_codes(candidate_elements: np.ndarray) -> np.ndarray:
+    """N×8 strings -> N×8 ints (equal strings, equal ints)."""
+    _, codes = np.unique(candidate_elements.astype(str), return_inverse=True)
+    return codes.reshape(candidate_elements.shape)
+
+
+def within_counts(codes: np.ndarray) -> np.ndarray:
+    """N×8: how many of the 8 candidates share each candidate's code."""
+    return (codes[:, :, None] == codes[:, None, :]).sum(axis=2)
+
+
+def heuristic_hits(codes: np.ndarray, answers: np.ndarray, kind: str) -> np.ndarray:
+    """Per matrix, the probability that the heuristic picks the answer (0..1)."""
+    counts = within_counts(codes)
+    if kind == "mode":
+        chosen = counts == counts.max(axis=1, keepdims=True)
+    elif kind == "odd":
+        unique = counts == 1
+        # "odd one out" needs others that repeat; otherwise the heuristic has no pick
+        applies = unique.any(axis=1) & (counts > 1).any(axis=1)
+        chosen = np.where(applies[:, None], unique, True)
+    else:
+        raise ValueError(f"unknown heuristic {kind!r}")
+    picked = chosen[np.arange(len(answers)), answers]
+    return picked / chosen.sum(axis=1)
+
+
+def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
+    """Flag a strategy whose 95% lower bound exceeds chance + MARGIN."""
+    n = len(hits)
+    acc = float(hits.mean()) if n else CHANCE
+    lo, hi = wilson_interval(float(hits.sum()), n)
+    limit = CHANCE + MARGIN
+    failed = n > 0 and lo > limit
+    summary = (f"{what}: {100 * acc:.1f}% on {n:,} matrices (95% CI {100 * lo:.1f}–"
+               f"{100 * hi:.1f}%; chance 12.5%, fail if the lower bound > {100 * limit:.1f}%)")
+    problems = [f"{what} scores {100 * acc:.1f}% without the context"] if failed else []
+    return Check(name, "fail" if failed else "pass", summary,
+                 {"accuracy": acc, "ci95": [lo, hi], "n": n, "limit": limit}, problems)
+
+
+# ---------------------------------------------------------------- 3. the context-blind probe
+def label_masks(label_sets: list[frozenset]) -> list[int]:
+    """Each label set as a bit mask over all labels (one Python int per crop)."""
+    ids: dict[str, int] = {}
+    return [sum(1 << ids.setdefault(label, len(ids)) for label in s) for s in label_sets]
+
+
+def label_overlap(masks: list[int], candidate_rows: np.ndarray) -> np.ndarray:
+    """M×8: per candidate, the fraction of the other 7 sharing at least one label with it.
+
+    `candidate_rows` (M×8) index `masks` (from `label_masks`).
+    """
+    out = np.zeros(candidate_rows.shape)
+    for i, row in enumerate(candidate_rows.tolist()):
+        ms = [masks[r] for r in row]
+        out[i] = [sum(1 for b in ms if a & b) - (a != 0) for a in ms]
+    return out / (N_CANDIDATES - 1)
+
+
+@dataclass
+class CandidateView:
+    """What the probe may see of each matrix's 8 candidates (arrays are N×8)."""
+
+    element: np.ndarray  # element codes
+    super_attribute: np.ndarray  # super-attribute codes
+    n_labels: np.ndarray
+    overlap: np.ndarray  # label overlap with the other candidates
+    area: np.ndarray
+    aspect: np.ndarray
+
+
+def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
+                   rows: np.ndarray) -> np.ndarray:
+    """N_rows×8×F features of the candidates of matrices `rows`.
+
+    The element answer rate is learnt on `train` only; for a training row its own matrix is
+    left out, so a rate never contains the target it is asked to predict.
+    """
+    n_codes = int(view.element.max()) + 1
+    tr = view.element[train]
+    seen = np.bincount(tr.ravel(), minlength=n_codes).astype(float)
+    answered = np.bincount(tr[np.arange(len(train)), answers[train]],
+                           minlength=n_codes).astype(float)
+    el = view.element[rows]
+    is_answer = np.zeros(el.shape)
+    in_train = np.isin(rows, train)
+    is_answer[in_train, answers[rows][in_train]] = 1.0
+    own = in_train[:, None].astype(float)
+    prior = 2.0  # Laplace-style smoothing towards chance
+    rate = (answered[el] - is_answer + prior * CHANCE) / (seen[el] - own + prior)
+    counts = within_counts(el)
+    position = np.broadcast_to(np.eye(N_CANDIDATES), (len(rows),) + (N_CANDIDATES,) * 2)
+    columns = [
+        counts / N_CANDIDATES,
+        (counts == 1).astype(float),
+        (counts == counts.max(axis=1, keepdims=True)).astype(float),
+        within_counts(view.super_attribute[rows]) / N_CANDIDATES,
+        rate * N_CANDIDATES,
+        np.log1p(seen[el] - own),
+        view.n_labels[rows],
+        view.overlap[rows],
+        np.log(np.maximum(view.area[rows], 1.0)),
+        np.log(np.maximum(view.aspect[rows], 1e-3)),
+    ]
+    return np.concatenate([np.stack(columns, axis=2), position], axis=2).astype(np.float32)
+
+
+def fit_probe(batches, n_features: int, steps: int, lr: float = 0.05,
+              l2: float = 1e-4) -> np.ndarray:
+    """Adam on the conditional-logit loss; `batches()` yields (X[B,8,F], answers[B])."""
+    w = np.zeros(n_features)
+    m = np.zeros_like(w)
+    v = np.zeros_like(w)
+    for t in range(1, steps + 1):
+        x, y = batches()
+        scores = x @ w.astype(x.dtype)  # float32 products: the probe needs no more precision
+        scores -= scores.max(axis=1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(axis=1, keepdims=True)
+        p[np.arange(len(y)), y] -= 1.0
+        grad = np.einsum("bj,bjf->f", p, x) / len(y) + l2 * w
+        m = 0.9 * m + 0.1 * grad
+        v = 0.999 * v + 0.001 * grad * grad
+        w -= lr * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
+    return w
+
+
+def probe_hits(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Per matrix, the share of the top-scoring candidates that is the answer (ties split)."""
+    scores = (x @ w.astype(x.dtype)).astype(np.float64)
+    top = np.isclose(scores, scores.max(axis=1, keepdims=True), rtol=0, atol=1e-9)
+    return top[np.arange(len(y)), y] / top.sum(axis=1)
+
+
+def _standardise(x_train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
+    flat = x_train.reshape(-1, x_train.shape[-1])
+    mean, std = flat.mean(axis=0), flat.std(axis=0)
+    std[std < 1e-8] = 1.0
+    return [(a - mean) / std for a in (x_train,) + others]
+
+
+def label_probe(view: CandidateView, answers: np.ndarray, train: np.ndarray,
+                test: np.ndarray, note: str = "", steps: int = 200) -> Check:
+    """The context-blind probe on the candidates' labels."""
+    name = "bias:probe-labels"
+    if len(test) < MIN_PROBE_TEST or len(train) < MIN_PROBE_TEST:
+        return Check(name, "skip", f"too few matrices to probe ({len(train)} train, "
+                     f"{len(test)} test; needs {MIN_PROBE_TEST} each)")
+    x_train, x_test = _standardise(label_features(view, answers, train, train),
+                                   label_features(view, answers, train, test))
+    y_train, y_test = answers[train], answers[test]
+    w = fit_probe(lambda: (x_train, y_train), x_train.shape[-1], steps)
+    check = shortcut_check(name, "context-blind probe on candidate labels",
+                           probe_hits(x_test, y_test, w))
+    check.figures.update({"train": len(train), "test": len(test),
+                          "train_accuracy": float(probe_hits(x_train, y_train, w).mean())})
+    check.summary += note
+    return check
+
+
+def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, train: np.ndarray,
+                  test: np.ndarray, rng: np.random.Generator, note: str = "",
+                  epochs: int = 5, batch: int = 256) -> Check:
+    """The probe on image features: `feats[rows[i, j]]` is candidate j of matrix i."""
+    name = "bias:probe-features"
+    if len(test) < MIN_PROBE_TEST or len(train) < MIN_PROBE_TEST:
+        return Check(name, "skip", f"too few matrices to probe ({len(train)} train, "
+                     f"{len(test)} test; needs {MIN_PROBE_TEST} each)")
+    scale = float(np.std(feats[rows[train[: min(len(train), 2000)]]].astype(np.float32)))
+    scale = scale if scale > 1e-8 else 1.0
+
+    def gather(idx):
+        x = feats[rows[idx]].astype(np.float32) / scale
+        return x - x.mean(axis=1, keepdims=True)  # only differences between candidates count
+
+    order = {"perm": rng.permutation(len(train)), "at": 0}
+
+    def batches():
+        if order["at"] + batch > len(train):
+            order["perm"], order["at"] = rng.permutation(len(train)), 0
+        idx = train[order["perm"][order["at"]: order["at"] + batch]]
+        order["at"] += batch
+        return gather(idx), answers[idx]
+
+    steps = max(50, epochs * math.ceil(len(train) / batch))
+    w = fit_probe(batches, feats.shape[1], steps, lr=0.01)
+    hits = np.concatenate([probe_hits(gather(test[s: s + 4096]), answers[test[s: s + 4096]], w)
+                           for s in range(0, len(test), 4096)])
+    check = shortcut_check(name, "context-blind probe on candidate image features", hits)
+    check.figures.update({"train": len(train), "test": len(test)})
+    check.summary += note
+    return check

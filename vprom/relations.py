@@ -1,0 +1,222 @@
+"""The four V-PROM relations as a rule table: one class per relation (after RAVEN's Rule.py).
+
+Each rule knows three things about a 3×3 matrix whose rows are (I_i1, I_i2, I_i3):
+
+* `sample(draws, elements)` — draw the 9 elements of a matrix that obeys it (8 context
+  panels row-major, then the answer), from the element ids a generator allows;
+* `holds(rows)` — whether three rows of single elements obey it (the definition, readable);
+* `completions(masks)` — the solver's half: given the 8 context panels as bit masks of ALL
+  the element ids each panel carries, the mask of every element a 9th panel could show to
+  complete the matrix under some reading of the rule, or 0 when rows 1 and 2 admit no
+  reading. A panel carries several elements when its source has several labels of the
+  element type (a red wooden chair is both `red` and `wooden`): the solver must consider
+  every choice, not only the element the generator meant.
+
+Element ids are small ints used as bit positions; for counts the id is the count itself, so
+Progression's arithmetic works on bit positions directly.
+
+Definitions (φ = the element a panel shows, rows i = 1..3):
+  And          φ(I_i1) = φ(I_i2) = φ(I_i3) (each row may show a different element)
+  Or           φ(I_i3) = φ(I_i1) or φ(I_i2), with φ(I_i1) ≠ φ(I_i2)
+  Union        every row holds the same set of three distinct elements, in any order
+  Progression  φ(I_i2) − φ(I_i1) = φ(I_i3) − φ(I_i2) = d for one step d ≠ 0 shared by all rows
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Sequence
+
+from vprom.records import Relation
+from vprom.sampling import Draws
+
+
+def bits(mask: int):
+    """The single-bit masks set in `mask`, lowest first."""
+    while mask:
+        low = mask & -mask
+        yield low
+        mask ^= low
+
+
+def positions(mask: int):
+    """The bit positions set in `mask`, lowest first."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+class Rule:
+    relation: Relation
+    #: fewest distinct elements `sample` needs among the allowed ones
+    min_elements: int = 1
+    #: how many elements a completion can be (Or admits either of two): distractors avoid them
+    completing_elements: int = 1
+
+    def sample(self, draws: Draws, elements: Sequence[int]) -> list[int]:
+        raise TypeError(f"{type(self).__name__} must define sample")
+
+    def holds(self, rows: Sequence[Sequence[int]]) -> bool:
+        raise TypeError(f"{type(self).__name__} must define holds")
+
+    def completions(self, m: Sequence[int]) -> int:
+        raise TypeError(f"{type(self).__name__} must define completions")
+
+
+class And(Rule):
+    relation = Relation.AND
+
+    def sample(self, draws, elements):
+        # three different rows when the element set allows, so no row repeats another
+        if len(elements) >= 3:
+            a, b, c = draws.distinct(elements, 3)
+        else:
+            a, b, c = (draws.pick(elements) for _ in range(3))
+        return [a, a, a, b, b, b, c, c, c]
+
+    def holds(self, rows):
+        return all(r[0] == r[1] == r[2] for r in rows)
+
+    def completions(self, m):
+        if m[0] & m[1] & m[2] and m[3] & m[4] & m[5]:
+            return m[6] & m[7]
+        return 0
+
+
+def _or_completing(a: int, b: int) -> int:
+    """Elements x that complete an Or row (A, B, x): x ∈ A or B, paired with a different one."""
+    if not a or not b:
+        return 0
+    from_a = a if b.bit_count() >= 2 else a & ~b
+    from_b = b if a.bit_count() >= 2 else b & ~a
+    return from_a | from_b
+
+
+class Or(Rule):
+    relation = Relation.OR
+    min_elements = 2
+    completing_elements = 2
+
+    def sample(self, draws, elements):
+        out = []
+        for _ in range(3):
+            x, y = draws.distinct(elements, 2)
+            # which column the third panel repeats is a fair coin, so neither is a tell
+            out += [x, y, x if draws.coin() else y]
+        return out
+
+    def holds(self, rows):
+        return all(r[0] != r[1] and r[2] in (r[0], r[1]) for r in rows)
+
+    def completions(self, m):
+        if _or_completing(m[0], m[1]) & m[2] and _or_completing(m[3], m[4]) & m[5]:
+            return _or_completing(m[6], m[7])
+        return 0
+
+
+def _union_sets(a: int, b: int, c: int) -> set[int]:
+    """The 3-element sets (as masks) a row of panels (A, B, C) can show."""
+    if a.bit_count() == b.bit_count() == c.bit_count() == 1:  # the common case
+        s = a | b | c
+        return {s} if s.bit_count() == 3 else set()
+    out = set()
+    for x in bits(a):
+        for y in bits(b & ~x):
+            for z in bits(c & ~x & ~y):
+                out.add(x | y | z)
+    return out
+
+
+class Union(Rule):
+    relation = Relation.UNION
+    min_elements = 3
+
+    def sample(self, draws, elements):
+        a, b, c = draws.distinct(elements, 3)
+        # rows are the three cyclic shifts of one order (a Latin square), rows shuffled, so
+        # every column shows every element once
+        rows = [[a, b, c], [b, c, a], [c, a, b]]
+        if draws.coin():
+            rows = [r[::-1] for r in rows]
+        draws.shuffle(rows)
+        return rows[0] + rows[1] + rows[2]
+
+    def holds(self, rows):
+        sets = [frozenset(r) for r in rows]
+        return all(len(s) == 3 for s in sets) and sets[0] == sets[1] == sets[2]
+
+    def completions(self, m):
+        common = _union_sets(m[0], m[1], m[2])
+        if common:
+            common &= _union_sets(m[3], m[4], m[5])
+        out = 0
+        for s in common:
+            for x in bits(m[6] & s):
+                for y in bits(m[7] & s & ~x):
+                    out |= s & ~x & ~y
+        return out
+
+
+def _steps(a: int, b: int, c: int) -> set[int]:
+    """The nonzero steps d of the progressions a row of count panels (A, B, C) can show."""
+    out = set()
+    for x in positions(a):
+        for y in positions(b):
+            d = y - x
+            if d and y + d >= 0 and (c >> (y + d)) & 1:
+                out.add(d)
+    return out
+
+
+@lru_cache(maxsize=None)
+def _progressions(allowed: tuple[int, ...]) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """(step, feasible start values) for every nonzero step that fits inside `allowed`."""
+    values = set(allowed)
+    span = max(allowed) - min(allowed) if allowed else 0
+    out = []
+    for d in range(-span, span + 1):
+        starts = tuple(s for s in allowed if d and s + d in values and s + 2 * d in values)
+        if starts:
+            out.append((d, starts))
+    return tuple(out)
+
+
+class Progression(Rule):
+    relation = Relation.PROGRESSION
+    min_elements = 3
+
+    def sample(self, draws, elements):
+        options = _progressions(tuple(sorted(elements)))
+        # the step first (uniform over feasible steps, both signs), then each row's start
+        d, starts = draws.pick(options)
+        out = []
+        for _ in range(3):
+            s = draws.pick(starts)
+            out += [s, s + d, s + 2 * d]
+        return out
+
+    def holds(self, rows):
+        steps = {r[1] - r[0] for r in rows}
+        return (len(steps) == 1 and 0 not in steps
+                and all(r[2] - r[1] == r[1] - r[0] for r in rows))
+
+    def completions(self, m):
+        shared = _steps(m[0], m[1], m[2])
+        if shared:
+            shared &= _steps(m[3], m[4], m[5])
+        out = 0
+        for x in positions(m[6]):
+            for y in positions(m[7]):
+                d = y - x
+                if d in shared and y + d >= 0:
+                    out |= 1 << (y + d)
+        return out
+
+    @staticmethod
+    def feasible(elements: Sequence[int]) -> bool:
+        return bool(_progressions(tuple(sorted(elements))))
+
+
+#: The rule table: relation -> its rule.
+RULES: dict[Relation, Rule] = {r.relation: r for r in (And(), Or(), Union(), Progression())}

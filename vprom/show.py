@@ -1,0 +1,205 @@
+"""`vprom show`: one matrix and its candidates as a PNG people can read.
+
+Layout (Pillow only): a title line; the 3×3 grid of context panels with the missing last
+cell drawn as a "?"; below it the 8 candidates in two rows of four, numbered 1–8. Every
+crop is cut from its Visual Genome image and letterboxed into a square tile (aspect kept).
+With `answer=True` the correct candidate is framed in green and a text block spells out
+the relation, element type, super-attribute, the element of every panel and the answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from vprom.errors import VpromError
+from vprom.images import ImageIndex, load_crop
+from vprom.io import atomic_path
+from vprom.records import N_CANDIDATES, N_CONTEXT, N_PANELS
+from vprom.tables import open_h5
+
+TILE = 160  # square tile side, px
+GAP = 12
+MARGIN = 20
+TITLE_H = 36
+CAPTION_H = 40  # space between grid and candidates, holding the caption
+NUMBER_H = 26  # the candidate number under each candidate tile
+LINE_H = 22
+TEXT_LINES = 7  # lines of the answer block
+FRAME = 5  # width of the answer's green frame
+COLUMNS = 4  # candidates per row
+BACKGROUND = (255, 255, 255)
+TILE_BACKGROUND = (225, 225, 225)
+INK = (20, 20, 20)
+GREEN = (20, 160, 60)
+
+
+@dataclass
+class Shown:
+    """What the picture needs of one matrix."""
+
+    id: int
+    relation: str
+    element_type: str
+    super_attribute: str
+    answer: int
+    elements: list[str]
+    image_ids: list[int]
+    boxes: list[tuple[int, int, int, int]]
+
+
+def read_matrix(dataset: Path, matrix_id: int) -> Shown:
+    """One matrix and its panels' image ids and boxes, read without loading the whole file."""
+    with open_h5(dataset) as h5:
+        if "matrices" not in h5 or "crops" not in h5:
+            raise VpromError(f"{dataset}: no 'matrices'/'crops' groups; expected a DATASET.h5")
+        ids = h5["matrices/id"][()]
+        where = np.flatnonzero(ids == matrix_id)
+        if len(where) == 0:
+            span = (f"ids {int(ids.min())}..{int(ids.max())}" if len(ids) else "no matrices")
+            raise VpromError(f"{dataset}: no matrix with id {matrix_id}; the data set has "
+                             f"{len(ids):,} matrices ({span}); pass one of those to --id")
+        i = int(where[0])
+        g = h5["matrices"]
+        panels = g["panels"][i]
+        crop_ids = h5["crops/crop_id"][()]
+        rows = [np.flatnonzero(crop_ids == p) for p in panels]
+        missing = [int(p) for p, r in zip(panels, rows) if len(r) == 0]
+        if missing:
+            raise VpromError(f"{dataset}: matrix {matrix_id} shows crop {missing[0]}, which is "
+                             "not in crops; run `vprom verify` and regenerate the data set")
+        rows = [int(r[0]) for r in rows]
+        if not 0 <= int(g["answer"][i]) < N_CANDIDATES:
+            raise VpromError(f"{dataset}: matrix {matrix_id} has answer {int(g['answer'][i])}, "
+                             "not 0..7; run `vprom verify` and regenerate the data set")
+        col = {c: h5[f"crops/{c}"][()][rows] for c in ("image_id", "x", "y", "w", "h")}
+        return Shown(id=matrix_id, relation=g["relation"].asstr()[i],
+                     element_type=g["element_type"].asstr()[i],
+                     super_attribute=g["super_attribute"].asstr()[i], answer=int(g["answer"][i]),
+                     elements=list(g["elements"].asstr()[i]),
+                     image_ids=[int(v) for v in col["image_id"]],
+                     boxes=[tuple(int(col[c][k]) for c in ("x", "y", "w", "h"))
+                            for k in range(N_PANELS)])
+
+
+def canvas_size(answer: bool) -> tuple[int, int]:
+    """Width and height of the picture (fixed by the layout)."""
+    width = 2 * MARGIN + COLUMNS * TILE + (COLUMNS - 1) * GAP
+    height = (TITLE_H + 3 * TILE + 2 * GAP + CAPTION_H + 2 * (TILE + NUMBER_H) + GAP + MARGIN)
+    if answer:
+        height += TEXT_LINES * LINE_H + GAP
+    return width, height
+
+
+def letterbox(crop: Image.Image, side: int = TILE) -> Image.Image:
+    """The crop scaled to fit a side×side tile, aspect kept, centred on a grey square."""
+    tile = Image.new("RGB", (side, side), TILE_BACKGROUND)
+    scale = side / max(crop.width, crop.height, 1)
+    size = (max(1, round(crop.width * scale)), max(1, round(crop.height * scale)))
+    resized = crop.resize(size, Image.Resampling.LANCZOS)
+    tile.paste(resized, ((side - size[0]) // 2, (side - size[1]) // 2))
+    return tile
+
+
+def _font(size: int) -> ImageFont.ImageFont:
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow without FreeType: the fixed bitmap font
+        return ImageFont.load_default()
+
+
+def _fit(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
+    """Shorten `text` with an ellipsis until it fits `width` pixels."""
+    if draw.textlength(text, font=font) <= width:
+        return text
+    while text and draw.textlength(text + "…", font=font) > width:
+        text = text[:-1]
+    return text + "…"
+
+
+def _centred(draw, box, text, font, fill=INK) -> None:
+    x0, y0, x1, y1 = box
+    left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
+    draw.text(((x0 + x1 - (right - left)) / 2 - left, (y0 + y1 - (bottom - top)) / 2 - top),
+              text, font=font, fill=fill)
+
+
+def tile_positions() -> list[tuple[int, int]]:
+    """Top-left corner of the 9 grid cells (row-major) then the 8 candidates."""
+    width, _ = canvas_size(False)
+    grid_left = (width - (3 * TILE + 2 * GAP)) // 2
+    grid = [(grid_left + c * (TILE + GAP), TITLE_H + r * (TILE + GAP))
+            for r in range(3) for c in range(3)]
+    top = TITLE_H + 3 * TILE + 2 * GAP + CAPTION_H
+    candidates = [(MARGIN + (k % COLUMNS) * (TILE + GAP),
+                   top + (k // COLUMNS) * (TILE + NUMBER_H + GAP)) for k in range(N_CANDIDATES)]
+    return grid + candidates
+
+
+def answer_lines(m: Shown) -> list[str]:
+    """The text block of answer mode (TEXT_LINES lines)."""
+    e = m.elements
+    sa = m.super_attribute or "—"
+    lines = [f"answer: candidate {m.answer + 1} ({e[N_CONTEXT + m.answer]})",
+             f"relation: {m.relation}   element type: {m.element_type.replace('_', ' ')}   "
+             f"super-attribute: {sa}"]
+    for r in range(3):
+        row = e[3 * r: 3 * r + 3] if r < 2 else e[6:8] + ["?"]
+        lines.append(f"row {r + 1}: " + " | ".join(row))
+    for half in range(2):
+        ks = range(half * COLUMNS, (half + 1) * COLUMNS)
+        lines.append("candidates: " + "   ".join(f"{k + 1} {e[N_CONTEXT + k]}" for k in ks))
+    return lines
+
+
+def render(m: Shown, crops: list[Image.Image], answer: bool = False) -> Image.Image:
+    """The picture of matrix `m` from its 16 panel crops."""
+    width, height = canvas_size(answer)
+    im = Image.new("RGB", (width, height), BACKGROUND)
+    draw = ImageDraw.Draw(im)
+    title, small, big = _font(20), _font(16), _font(72)
+    _centred(draw, (0, 0, width, TITLE_H), f"V-PROM matrix {m.id}: which candidate completes "
+             "the grid?", title)
+    positions = tile_positions()
+    for k, (x, y) in enumerate(positions):
+        if k == 8:  # the missing last cell of the grid
+            draw.rectangle([x, y, x + TILE - 1, y + TILE - 1], fill=TILE_BACKGROUND,
+                           outline=INK, width=2)
+            _centred(draw, (x, y, x + TILE, y + TILE), "?", big)
+            continue
+        panel = k if k < 8 else k - 1
+        im.paste(letterbox(crops[panel]), (x, y))
+        draw.rectangle([x, y, x + TILE - 1, y + TILE - 1], outline=(150, 150, 150))
+    top = positions[9][1]
+    _centred(draw, (0, top - CAPTION_H, width, top), "candidates", title)
+    for c in range(N_CANDIDATES):
+        x, y = positions[9 + c]
+        _centred(draw, (x, y + TILE, x + TILE, y + TILE + NUMBER_H), str(c + 1), title)
+    if answer:
+        x, y = positions[9 + m.answer]
+        draw.rectangle([x - FRAME, y - FRAME, x + TILE + FRAME - 1, y + TILE + FRAME - 1],
+                       outline=GREEN, width=FRAME)
+        y0 = height - MARGIN - TEXT_LINES * LINE_H
+        for n, line in enumerate(answer_lines(m)):
+            draw.text((MARGIN, y0 + n * LINE_H), _fit(draw, line, small, width - 2 * MARGIN),
+                      font=small, fill=GREEN if n == 0 else INK)
+    return im
+
+
+def load_crops(m: Shown, vg_dir: str | Path) -> list[Image.Image]:
+    index = ImageIndex(vg_dir)
+    return [load_crop(index.path(image_id), box) for image_id, box in zip(m.image_ids, m.boxes)]
+
+
+def show(dataset: str | Path, matrix_id: int, vg_dir: str | Path, out: str | Path,
+         answer: bool = False) -> Path:
+    """Write matrix `matrix_id` of DATASET.h5 as a PNG at `out` (atomically); returns `out`."""
+    m = read_matrix(Path(dataset), int(matrix_id))
+    picture = render(m, load_crops(m, vg_dir), answer)
+    out = Path(out)
+    with atomic_path(out) as tmp:
+        picture.save(tmp, format="PNG")
+    return out

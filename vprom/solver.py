@@ -1,0 +1,120 @@
+"""The symbolic solver that proves every matrix has exactly one answer.
+
+A candidate completes a matrix when, for SOME relation applicable to the element type and
+SOME choice of one element per panel among all the labels its source has, rows 1 and 2 obey
+the relation and row 3 with that candidate does too. `valid_candidates` returns every such
+candidate; a matrix is sound when that list is exactly `[answer]`.
+
+The work is done on bit masks: each panel becomes the mask of the element ids it carries
+(labels outside the element type's universe are ignored: a chair's colour is no object
+category), each relation rule (`vprom.relations`) turns the 8 context masks into the mask
+of the elements that could complete row 3, and a candidate is valid when its own mask meets
+the union of those masks. The generator calls `completion_mask` on integer masks on its hot
+path; the string-level functions here serve `vprom verify` and the tests.
+
+The solver is deliberately generous: readings are not limited to the matrix's
+super-attribute, and And rows may share elements. A generous solver only rejects more
+matrices; it never accepts an ambiguous one.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from vprom.records import (N_CANDIDATES, N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType, Matrix,
+                           Relation)
+from vprom.relations import RULES
+
+_RULES_OF = {t: tuple(RULES[r] for r in rels) for t, rels in RELATIONS_OF.items()}
+
+
+class Universe:
+    """The elements of one element type, as bit positions (counts: the count itself)."""
+
+    def __init__(self, element_type: ElementType | str, names: Iterable[str]) -> None:
+        self.element_type = ElementType(element_type)
+        names = set(names)
+        if self.element_type is ElementType.COUNT:
+            # only labels that are counts belong to the universe ("5", not "bowl")
+            self.ids = {n: int(n) for n in names if n.isdigit() and int(n) > 0}
+        else:
+            self.ids = {n: i for i, n in enumerate(sorted(names))}
+        self.names = {i: n for n, i in self.ids.items()}
+
+    def mask(self, labels: Iterable[str]) -> int:
+        ids = self.ids
+        m = 0
+        for label in labels:
+            i = ids.get(label)
+            if i is not None:
+                m |= 1 << i
+        return m
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def completion_mask(element_type: ElementType, context: Sequence[int],
+                    relations: Sequence[Relation] | None = None) -> int:
+    """The elements that complete row 3 under any applicable relation, given 8 context masks."""
+    rules = _RULES_OF[element_type] if relations is None else [RULES[r] for r in relations]
+    z = 0
+    for rule in rules:
+        z |= rule.completions(context)
+    return z
+
+
+def _masks(element_type, labels, universe) -> tuple[ElementType, list[int]]:
+    element_type = ElementType(element_type)
+    labels = [frozenset(l) for l in labels]
+    if len(labels) != N_PANELS:
+        raise ValueError(f"a matrix has {N_PANELS} panels; got {len(labels)} label sets")
+    names = universe if universe is not None else frozenset().union(*labels)
+    u = Universe(element_type, names)
+    return element_type, [u.mask(l) for l in labels]
+
+
+def valid_candidates(relation: Relation | str, element_type: ElementType | str,
+                     labels: Sequence[frozenset[str]],
+                     universe: frozenset[str] | None = None) -> list[int]:
+    """Indices 0..7 of the candidates that complete the matrix under ANY applicable reading.
+
+    `labels`: 16 label sets (8 context row-major, then 8 candidates), every label each
+    panel's source has. `universe`: the labels that count as elements of this element type
+    (None: all labels). `relation` is the matrix's stated relation; it must apply to the
+    element type, but every applicable relation is tried, since a reading under another
+    relation that makes a distractor correct makes the matrix ambiguous.
+    """
+    element_type, masks = _masks(element_type, labels, universe)
+    if Relation(relation) not in RELATIONS_OF[element_type]:
+        raise ValueError(f"{Relation(relation).value} does not apply to {element_type.value}")
+    z = completion_mask(element_type, masks[:N_CONTEXT])
+    return [k for k in range(N_CANDIDATES) if masks[N_CONTEXT + k] & z]
+
+
+def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
+                 universe: frozenset[str] | None = None) -> str | None:
+    """None when the matrix is sound, else a one-line reason.
+
+    Sound: every panel carries the element it claims, the 9 claimed elements obey the stated
+    relation, and the solver finds exactly one valid candidate, the answer.
+    """
+    element_type, masks = _masks(matrix.element_type, labels, universe)
+    u = Universe(element_type, universe if universe is not None else frozenset().union(
+        *map(frozenset, labels)))
+    for k, (element, label_set) in enumerate(zip(matrix.elements, labels)):
+        if element not in label_set or element not in u.ids:
+            return f"panel {k} claims '{element}' but its labels {sorted(label_set)} lack it"
+    ids = [u.ids[e] for e in matrix.elements]
+    rows = [ids[0:3], ids[3:6], ids[6:8] + [ids[N_CONTEXT + matrix.answer]]]
+    if not RULES[matrix.relation].holds(rows):
+        return (f"the elements {[matrix.elements[i] for i in range(N_CONTEXT)]} + answer "
+                f"'{matrix.elements[N_CONTEXT + matrix.answer]}' do not obey "
+                f"{matrix.relation.value}")
+    z = completion_mask(element_type, masks[:N_CONTEXT])
+    valid = [k for k in range(N_CANDIDATES) if masks[N_CONTEXT + k] & z]
+    if valid != [matrix.answer]:
+        names = sorted(u.names[i] for i in range(z.bit_length()) if (z >> i) & 1)
+        return (f"candidates {valid} complete the matrix (answer {matrix.answer}); "
+                f"completing elements {names}")
+    return None
