@@ -108,6 +108,19 @@ def run_generate(args):
     print(summary)
 
 
+@command("merge", "join the DATASET.h5 files of all `generate --shard K/N` runs into one",
+         "vprom merge build/shard-0.h5 build/shard-1.h5 --out build/dataset.h5")
+def add_merge(p):
+    p.add_argument("shards", type=Path, nargs="+", help="the N shard files, any order")
+    p.add_argument("--out", type=Path, required=True)
+
+
+def run_merge(args):
+    from vprom.generate import merge_shards
+
+    print(merge_shards(args.shards, args.out))
+
+
 @command("build", "one shot: (synth or VG) -> mine -> generate -> verify -> stats",
          "vprom build --synthetic --out build/demo")
 def add_build(p):

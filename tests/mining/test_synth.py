@@ -235,6 +235,25 @@ def test_every_glyph_is_one_connected_silhouette(category):
         assert _components(np.asarray(R.solid_glyph_mask(category, side, side)) > 127) == 1
 
 
+def test_every_object_third_has_enough_categories():
+    # held-out-objects matrices draw all 8+ candidates of a matrix from one third
+    from vprom.sampling import object_third
+
+    thirds = [sum(object_third(o) == t for o in synth.OBJECTS) for t in range(3)]
+    assert min(thirds) >= 14, thirds
+    assert len(set(synth.OBJECTS)) == len(synth.OBJECTS) >= 52
+    assert set(synth.OBJECTS) <= load_vocabulary().objects
+
+
+def test_glyphs_are_pairwise_distinct():
+    masks = {c: np.asarray(R.glyph_mask(c, 64, 64)) > 127 for c in synth.OBJECTS}
+    names = sorted(masks)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            iou = (masks[a] & masks[b]).sum() / (masks[a] | masks[b]).sum()
+            assert iou < 0.92, (a, b, iou)
+
+
 SHAPES = set(synth.OBJECT_ATTRIBUTES["shape"])
 HUES = {"red": (345, 15), "orange": (15, 40), "yellow": (40, 70), "green": (90, 160),
         "blue": (200, 250), "purple": (260, 300)}
