@@ -1,0 +1,167 @@
+"""The streaming VG readers: every schema variant, zip packing, hashing and clear errors."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pytest
+
+from mining import readers
+from tests.mining.conftest import CORPUS, corpus, write_vg
+from vprom.errors import VpromError
+from vprom.io import sha256_file
+
+
+def test_locate_prefers_plain_json_then_zip_then_newest_version(tmp_path):
+    write_vg(tmp_path, {"objects": [], "attributes_v1_0": [], "attributes_v1_2": []},
+             zipped=("objects",))
+    assert readers.locate(tmp_path, "objects").name == "objects.json.zip"
+    assert readers.locate(tmp_path, "attributes").name == "attributes_v1_2.json"
+    write_vg(tmp_path, {"objects": []})
+    assert readers.locate(tmp_path, "objects").name == "objects.json"
+
+
+def test_locate_names_both_forms_when_missing(tmp_path):
+    with pytest.raises(VpromError, match=r"neither region_descriptions\.json nor "
+                                         r"region_descriptions\.json\.zip"):
+        readers.locate(tmp_path, "region_descriptions")
+    with pytest.raises(VpromError, match="no such folder"):
+        readers.locate(tmp_path / "nope", "objects")
+
+
+def test_image_data_accepts_image_id_and_id(vg_dir):
+    sizes = readers.image_sizes(vg_dir / "image_data.json")
+    assert sizes == {1: (800, 600), 2: (500, 400), 3: (640, 480)}
+
+
+def test_objects_handle_id_name_and_missing_synsets(vg_dir):
+    images = list(readers.read_objects(vg_dir / "objects.json"))
+    assert [i.image_id for i in images] == [1, 2, 3, 4]
+    assert [i.index for i in images] == [0, 1, 2, 3]
+    by_id = {o.object_id: o for o in images[0].objects}
+    assert by_id[101].names == ("Shirt ",) and by_id[101].merged_ids == (150,)
+    assert by_id[102].names == ("car",) and (by_id[102].w, by_id[102].h) == (150, 120)  # "name"
+    assert by_id[109].names == ("bench.",)  # "id" instead of "object_id"
+    assert by_id[109].attributes == () and by_id[109].merged_ids == ()
+    assert images[2].objects == []
+
+
+def test_v10_object_names_key(tmp_path):
+    records = [{"id": 7, "attributes": [{"id": 70, "object_names": ["clock"], "x": 1, "y": 2,
+                                         "w": 3, "h": 4, "attributes": ["green"]}]}]
+    write_vg(tmp_path, {"attributes": records})
+    (image,) = readers.read_attributes(tmp_path / "attributes.json")
+    assert image.image_id == 7
+    assert image.objects[0] == readers.VGObject(70, ("clock",), 1, 2, 3, 4, ("green",), ())
+
+
+def test_attributes_missing_or_null(vg_dir):
+    images = list(readers.read_attributes(vg_dir / "attributes.json"))
+    first = {o.object_id: o.attributes for o in images[0].objects}
+    assert first[105] == ()  # no "attributes" key
+    assert first[102] == ("red", "Blue", "wood")
+    second = {o.object_id: o.attributes for o in images[1].objects}
+    assert second[201] == ()  # "attributes": null
+
+
+def test_regions_use_width_height_and_top_level_id(vg_dir):
+    images = list(readers.read_regions(vg_dir / "region_descriptions.json"))
+    assert [i.image_id for i in images] == [1, 2, 3, 4]
+    r = images[0].regions[0]
+    assert r == readers.Region(1001, "three dogs on the grass", 0, 0, 300, 300)
+
+
+def test_zip_member_streams_like_the_plain_file(tmp_path):
+    plain = write_vg(tmp_path / "plain")
+    packed = write_vg(tmp_path / "zip", zipped=tuple(CORPUS))
+    for stem in ("objects", "attributes"):
+        a = list(readers.read_objects(plain / f"{stem}.json", key=stem))
+        b = list(readers.read_objects(readers.locate(packed, stem), key=stem))
+        assert a == b
+    assert (list(readers.read_regions(plain / "region_descriptions.json"))
+            == list(readers.read_regions(packed / "region_descriptions.json.zip")))
+
+
+def test_zip_with_two_json_members_is_refused(tmp_path):
+    with zipfile.ZipFile(tmp_path / "objects.json.zip", "w") as z:
+        z.writestr("objects.json", "[]")
+        z.writestr("objects_v1_2.json", "[]")
+    with pytest.raises(VpromError, match="exactly one .json member"):
+        list(readers.read_objects(tmp_path / "objects.json.zip"))
+
+
+def test_sha256_is_taken_while_parsing(vg_dir, tmp_path):
+    sources: list = []
+    list(readers.read_regions(vg_dir / "region_descriptions.json", source_out=sources))
+    assert sources[0].sha256 == sha256_file(vg_dir / "region_descriptions.json")
+    packed = write_vg(tmp_path / "zip", {"objects": CORPUS["objects"]}, zipped=("objects",))
+    sources = []
+    list(readers.read_objects(packed / "objects.json.zip", source_out=sources))
+    assert sources[0].sha256 == sha256_file(packed / "objects.json.zip")
+
+
+def test_truncated_json_names_file_and_last_record(tmp_path):
+    text = json.dumps(CORPUS["objects"])
+    write_vg(tmp_path, {"objects": text[: len(text) - 40]})
+    with pytest.raises(VpromError) as e:
+        list(readers.read_objects(tmp_path / "objects.json"))
+    msg = str(e.value)
+    assert "objects.json" in msg and "truncated" in msg
+    assert "after image record #2 (image id 3)" in msg and "near byte" in msg
+
+
+def test_truncated_zip_member_is_a_clear_error(tmp_path):
+    text = json.dumps(CORPUS["region_descriptions"])
+    write_vg(tmp_path, {"region_descriptions": text[:200]}, zipped=("region_descriptions",))
+    with pytest.raises(VpromError, match=r"region_descriptions\.json\.zip: invalid or truncated "
+                                         "JSON before the first image record"):
+        list(readers.read_regions(tmp_path / "region_descriptions.json.zip"))
+
+
+def test_not_an_array_of_records(tmp_path):
+    write_vg(tmp_path, {"objects": {"objects": []}, "attributes": [1, 2]})
+    with pytest.raises(VpromError, match="holds no image records"):
+        list(readers.read_objects(tmp_path / "objects.json"))
+    with pytest.raises(VpromError, match="record #0 is a int"):
+        list(readers.read_attributes(tmp_path / "attributes.json"))
+
+
+def test_missing_box_key_names_file_image_object_and_key(tmp_path):
+    files = corpus()
+    del files["objects"][1]["objects"][1]["h"]
+    write_vg(tmp_path, files)
+    with pytest.raises(VpromError) as e:
+        list(readers.read_objects(tmp_path / "objects.json"))
+    msg = str(e.value)
+    assert "objects.json: image 2, object 202 has no 'h' key" in msg
+
+
+def test_region_missing_box_key_and_missing_ids(tmp_path):
+    files = corpus()
+    del files["region_descriptions"][0]["regions"][2]["width"]
+    del files["objects"][0]["objects"][0]["object_id"]
+    del files["image_data"][1]["id"]
+    write_vg(tmp_path, files)
+    with pytest.raises(VpromError, match="image 1, region 1003 has no 'width' key"):
+        list(readers.read_regions(tmp_path / "region_descriptions.json"))
+    with pytest.raises(VpromError, match="image 1, object #0 has no integer 'object_id'"):
+        list(readers.read_objects(tmp_path / "objects.json"))
+    with pytest.raises(VpromError, match="image record #1 has no integer 'image_id'"):
+        list(readers.read_images(tmp_path / "image_data.json"))
+
+
+def test_non_numeric_box(tmp_path):
+    files = corpus()
+    files["objects"][0]["objects"][2]["x"] = "left"
+    write_vg(tmp_path, files)
+    with pytest.raises(VpromError, match="image 1, object 103 has a non-numeric box"):
+        list(readers.read_objects(tmp_path / "objects.json"))
+
+
+def test_float_boxes_are_accepted(tmp_path):
+    files = corpus()
+    files["objects"][0]["objects"][0].update(x=10.0, w=200.7)
+    write_vg(tmp_path, files)
+    first = next(iter(readers.read_objects(tmp_path / "objects.json"))).objects[0]
+    assert (first.x, first.w) == (10, 200)
