@@ -1,0 +1,249 @@
+"""The backbone registry: CNN trunks that map a batch of crops to a feature map.
+
+A backbone is registered once by name (`register_backbone`), looked up with `get_backbone`
+(unknown names raise a VpromError listing the known ones) and listed with `list_backbones`.
+Each `Backbone` knows
+
+- how to build its trunk (random init), returning a module that maps a normalised
+  (B, 3, S, S) tensor to the last conv stage's feature map (B, D, s, s);
+- how its input is prepared (`Preprocess`: input size, channel order, value scale, mean,
+  std) — normalisation runs on the device, after the uint8 crops are copied there;
+- how to load its weights: `imagenet` (torchvision's published weights, found offline in
+  torchvision's cache), `none` (random init from a fixed seed, so every rank and every
+  resumed run builds the same net) or a PATH to a state dict, with missing and unexpected
+  keys named in the error.
+
+The torchvision ResNets keep everything up to `layer4` (the classifier's `fc` is dropped);
+`bottomup-r101` (features/bottomup.py) is the Caffe ResNet-101 of Anderson et al. 2018.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+from urllib.parse import urlparse
+
+import numpy as np
+import torch
+from torch import nn
+
+from vprom.errors import VpromError
+from vprom.io import sha256_file
+
+RANDOM_INIT_SEED = 0
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How uint8 crops become the trunk's input: x = (pixels[order] * scale - mean) / std."""
+
+    input_size: int
+    channel_order: str = "RGB"  # or "BGR" (Caffe)
+    scale: float = 1 / 255
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+
+    def describe(self) -> str:
+        rng = "0-1" if self.scale != 1 else "0-255"
+        return (f"{self.channel_order} {rng}, minus mean {list(self.mean)}, divided by std "
+                f"{list(self.std)}")
+
+    def normalise(self, pixels: torch.Tensor) -> torch.Tensor:
+        """(B, S, S, 3) uint8 on any device -> (B, 3, S, S) float32, channels_last strides."""
+        x = pixels.permute(0, 3, 1, 2).float()  # a view: NHWC memory = channels_last
+        if self.channel_order == "BGR":
+            x = x.flip(1)
+        mean = torch.tensor(self.mean, device=x.device).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, device=x.device).view(1, 3, 1, 1)
+        x = (x * self.scale - mean) / std
+        return x.contiguous(memory_format=torch.channels_last)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A ready trunk (eval mode, no grad) and the weights it carries."""
+
+    module: nn.Module
+    weights: str  # "imagenet:<torchvision enum>", "none" or the file path
+    weights_sha256: str  # "" for random init
+
+
+@dataclass(frozen=True)
+class Backbone:
+    name: str
+    description: str
+    feature_dim: int
+    preprocess: Preprocess
+    build: Callable[[], nn.Module]  # random-init trunk
+    map_state_dict: Callable[[dict, str], dict]  # checkpoint -> trunk keys (raises)
+    imagenet: Callable[[], tuple[dict, str, Path]] | None = None  # (state, id, file)
+
+    def load(self, weights: str) -> Loaded:
+        """The trunk with `weights` ("imagenet", "none" or a file path), eval mode, no grad."""
+        if weights == "none":
+            return _ready(self._random(), "none", "")
+        if weights == "imagenet":
+            if self.imagenet is None:
+                raise VpromError(f"backbone {self.name} has no ImageNet weights; pass "
+                                 "--weights PATH (its converted checkpoint)")
+            state, ident, path = self.imagenet()
+            return _ready(self._with(state, str(path)), f"imagenet:{ident}", sha256_file(path))
+        path = Path(weights)
+        module = self._with(read_checkpoint(path), str(path))
+        return _ready(module, str(path), sha256_file(path))
+
+    def _random(self) -> nn.Module:
+        # torchvision's initialisers draw from the global generator: fork it so the caller's
+        # state is untouched and every process builds bit-identical random weights.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(RANDOM_INIT_SEED)
+            return self.build()
+
+    def _with(self, state: dict, source: str) -> nn.Module:
+        module = self._random()
+        state = self.map_state_dict(state, source)
+        expected = module.state_dict()
+        missing = sorted(set(expected) - set(state))
+        unexpected = sorted(set(state) - set(expected))
+        if missing or unexpected:
+            raise VpromError(f"{source}: not a {self.name} checkpoint: {_keys('missing', missing)}"
+                             f"{'; ' if missing and unexpected else ''}"
+                             f"{_keys('unexpected', unexpected)}; pass the right file")
+        for key, value in state.items():
+            if tuple(value.shape) != tuple(expected[key].shape):
+                raise VpromError(f"{source}: {key} has shape {tuple(value.shape)}, {self.name} "
+                                 f"needs {tuple(expected[key].shape)}; pass the right file")
+        module.load_state_dict(state, strict=True)
+        return module
+
+
+def _ready(module: nn.Module, weights: str, sha256: str) -> Loaded:
+    module.eval().requires_grad_(False)
+    return Loaded(module, weights, sha256)
+
+
+def _keys(kind: str, keys: list[str]) -> str:
+    if not keys:
+        return ""
+    shown = ", ".join(keys[:8])
+    more = f" and {len(keys) - 8} more" if len(keys) > 8 else ""
+    return f"{len(keys)} {kind} keys ({shown}{more})"
+
+
+# ---------------------------------------------------------------------------- registry
+_REGISTRY: dict[str, Backbone] = {}
+
+
+def register_backbone(backbone: Backbone) -> Backbone:
+    if backbone.name in _REGISTRY:
+        raise ValueError(f"backbone {backbone.name!r} is already registered")
+    _REGISTRY[backbone.name] = backbone
+    return backbone
+
+
+def get_backbone(name: str) -> Backbone:
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise VpromError(f"unknown backbone {name!r}; known: {', '.join(list_backbones())} "
+                         "(see `vprom extract --list`)") from None
+
+
+def list_backbones() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+# ------------------------------------------------------------------------ checkpoints
+class _NumpyUnpickler(pickle.Unpickler):
+    """Unpickles Detectron-style .pkl checkpoints (dicts of numpy arrays) and nothing else,
+    so a weights file can never run code."""
+
+    def find_class(self, module, name):
+        if module.split(".")[0] == "numpy" or (module, name) == ("collections", "OrderedDict"):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a weights file")
+
+
+def read_checkpoint(path: Path) -> dict:
+    """A flat {name: tensor} from a .pth/.pt (torch) or .pkl (Detectron) checkpoint."""
+    if not path.is_file():
+        raise VpromError(f"{path}: no such weights file; pass imagenet, none or a state dict")
+    try:
+        if path.suffix == ".pkl":
+            with open(path, "rb") as f:
+                obj = _NumpyUnpickler(f, encoding="latin1").load()
+        else:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # any unreadable file is the user's to replace
+        raise VpromError(f"{path}: cannot read the weights file ({type(e).__name__}: {e}); "
+                         "pass a torch state dict (.pth) or a Detectron .pkl") from None
+    for wrapper in ("model", "state_dict"):
+        if isinstance(obj, dict) and isinstance(obj.get(wrapper), dict):
+            obj = obj[wrapper]
+    if not isinstance(obj, dict):
+        raise VpromError(f"{path}: holds a {type(obj).__name__}, not a state dict")
+    state = {}
+    for key, value in obj.items():
+        if isinstance(value, np.ndarray):
+            value = torch.from_numpy(np.ascontiguousarray(value))
+        if isinstance(value, torch.Tensor):
+            state[key.removeprefix("module.")] = value
+    return state
+
+
+# ------------------------------------------------------------------- torchvision ResNets
+def _torchvision_trunk(arch: str) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        import torchvision
+
+        net = torchvision.models.get_model(arch, weights=None)
+        # The classifier's pooling and fc are dropped: pooling happens in the extractor.
+        names = ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4")
+        return nn.Sequential(OrderedDict((n, getattr(net, n)) for n in names))
+
+    return build
+
+
+def _torchvision_map(state: dict, source: str) -> dict:
+    # A full torchvision checkpoint carries the ImageNet classifier, which the trunk drops.
+    return {k: v for k, v in state.items() if not k.startswith("fc.")}
+
+
+def _torchvision_imagenet(arch: str) -> Callable[[], tuple[dict, str, Path]]:
+    def fetch() -> tuple[dict, str, Path]:
+        import torchvision
+
+        weights = torchvision.models.get_model_weights(arch).IMAGENET1K_V1
+        path = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(
+            urlparse(weights.url).path)
+        if not path.is_file():
+            raise VpromError(
+                f"ImageNet weights for {arch} are not in torchvision's cache ({path}); on a "
+                f"machine with internet run `python -c \"import torchvision; "
+                f"torchvision.models.{arch}(weights='IMAGENET1K_V1')\"` and copy the file "
+                f"there (or set TORCH_HOME), or pass --weights PATH")
+        return read_checkpoint(path), f"{weights}", path
+
+    return fetch
+
+
+# IMAGENET1K_V1 is the original torchvision release (He et al.'s recipe), the weights the
+# paper-era ResNet-101 features came from; 224x224 is the resolution they were trained at.
+for _arch, _dim in (("resnet101", 2048), ("resnet50", 2048), ("resnet18", 512)):
+    register_backbone(Backbone(
+        name=_arch,
+        description=f"torchvision {_arch}, trunk up to layer4, ImageNet IMAGENET1K_V1",
+        feature_dim=_dim,
+        preprocess=Preprocess(input_size=224),
+        build=_torchvision_trunk(_arch),
+        map_state_dict=_torchvision_map,
+        imagenet=_torchvision_imagenet(_arch),
+    ))
+
+import features.bottomup  # noqa: E402,F401  (registers bottomup-r101)

@@ -1,0 +1,179 @@
+"""The crop pipeline: which pixels each crop id gets, and the DataLoader that makes them.
+
+Planning (pure, numpy):
+1. Crops sharing an (image_id, x, y, w, h) box are one *unit*: its features are computed once
+   and copied to every crop id that has it. Units are sorted by (image, box).
+2. Batch k is units [k*B, (k+1)*B): every batch is full (but the last), so the model always
+   runs at the batch size it is timed and compiled for. Consecutive batches form *chunks*
+   (the unit of resuming and of sharding across ranks).
+3. Within a batch, the units of one image form a *group* (a DataLoader item: the image is
+   opened once for all of them); an image whose units straddle a batch boundary is opened
+   once in each of the two batches.
+   The plan depends only on the crops table and the batch size, so every run, resumed run and
+   rank sees the same batches - which is what makes their outputs byte-identical.
+
+Pixels (in DataLoader workers): the box is clipped to the image and the whole crop is resized
+to S x S (bilinear with antialiasing; aspect ratio not kept - the same warp the detector's RoI
+pooling applies, and no image content is cut or padded). When the crop is at least twice the
+input size in both sides, the JPEG is decoded at 1/2, 1/4 or 1/8 scale (`Image.draft`): the DCT
+does the first downscaling for free. The reduction is chosen per box from its own size only,
+so a crop's pixels never depend on which other crops share its image; an image is decoded
+once per distinct reduction (almost always once). Crops travel as uint8 (B, S, S, 3): the
+permute to (B, 3, S, S) on the device is then a channels_last view, and normalisation runs
+there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image
+
+from vprom.tables import CropTable
+
+DRAFT_REDUCTIONS = (8, 4, 2)
+RESIZE = "whole crop (box clipped to the image) resized to SxS, aspect ratio not kept; " \
+         "bilinear with antialiasing; JPEG draft decoding at 1/2-1/8 when the crop's shorter " \
+         "side is at least that many times S"
+
+
+@dataclass
+class Plan:
+    """Units (unique boxes), crop -> unit, image groups, batches and chunks."""
+
+    crop_id: np.ndarray  # (N,) sorted ascending: the rows of the output file
+    unit_of_row: np.ndarray  # (N,) unit index of each row
+    unit_image: np.ndarray  # (U,) image id
+    unit_box: np.ndarray  # (U, 4) x, y, w, h
+    groups: np.ndarray  # (G, 2) [start, stop) unit ranges; one image each
+    batches: list[np.ndarray]  # group indexes of each batch
+    chunks: list[range]  # batch indexes of each chunk
+
+    def chunk_units(self, c: int) -> tuple[int, int]:
+        """[start, stop) unit range of chunk c (chunks cover consecutive units)."""
+        batches = self.chunks[c]
+        first = self.groups[self.batches[batches.start][0], 0]
+        last = self.groups[self.batches[batches.stop - 1][-1], 1]
+        return int(first), int(last)
+
+    def batch_units(self, b: int) -> int:
+        g = self.batches[b]
+        return int(self.groups[g[-1], 1] - self.groups[g[0], 0])
+
+
+def make_plan(crops: CropTable, batch_size: int, chunk_batches: int) -> Plan:
+    order = np.argsort(crops.crop_id, kind="stable")
+    crop_id = crops.crop_id[order]
+    keys = np.stack([crops.image_id, crops.x, crops.y, crops.w, crops.h], axis=1)[order]
+    keys = keys.astype(np.int64)
+    units, unit_of_row = np.unique(keys, axis=0, return_inverse=True)  # lexicographic order
+    unit_image, unit_box = units[:, 0], units[:, 1:]
+    groups, batches = _groups_and_batches(unit_image, batch_size)
+    chunks = [range(s, min(s + chunk_batches, len(batches)))
+              for s in range(0, len(batches), chunk_batches)]
+    return Plan(crop_id=crop_id, unit_of_row=unit_of_row.reshape(-1).astype(np.int64),
+                unit_image=unit_image, unit_box=unit_box, groups=groups, batches=batches,
+                chunks=chunks)
+
+
+def _groups_and_batches(unit_image: np.ndarray,
+                        batch_size: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Groups: runs of one image, cut at every multiple of batch_size; batches: their lists."""
+    n = len(unit_image)
+    cuts = np.flatnonzero(unit_image[1:] != unit_image[:-1]) + 1
+    starts = np.union1d(np.r_[0, cuts], np.arange(0, n, batch_size))
+    groups = np.stack([starts, np.r_[starts[1:], n]], axis=1).astype(np.int64)
+    batch_of = groups[:, 0] // batch_size
+    bounds = np.flatnonzero(np.r_[True, batch_of[1:] != batch_of[:-1], True])
+    batches = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    return groups, batches
+
+
+# ----------------------------------------------------------------------------- pixels
+def draft_reduction(w: int, h: int, size: int) -> int:
+    """The largest JPEG scale reduction that keeps both sides of a w x h crop >= size."""
+    for r in DRAFT_REDUCTIONS:
+        if min(w, h) >= r * size:
+            return r
+    return 1
+
+
+def clip_box(box, width: int, height: int) -> tuple[int, int, int, int] | None:
+    x, y, w, h = (int(v) for v in box)
+    x0, y0, x1, y1 = max(0, x), max(0, y), min(width, x + w), min(height, y + h)
+    return (x0, y0, x1, y1) if x1 > x0 and y1 > y0 else None
+
+
+def read_crops(path, boxes: np.ndarray, size: int) -> tuple[np.ndarray, list[str | None]]:
+    """(k, size, size, 3) uint8 crops of one image and a per-box error (None when fine).
+
+    Raises OSError/ValueError when the file cannot be decoded at all.
+    """
+    out = np.zeros((len(boxes), size, size, 3), dtype=np.uint8)
+    errors: list[str | None] = [None] * len(boxes)
+    im = Image.open(path)  # reads the header only; pixels are decoded below
+    try:
+        width, height = im.size
+        clipped = [clip_box(b, width, height) for b in boxes]
+        reductions: dict[int, list[int]] = {}
+        for j, c in enumerate(clipped):
+            if c is None:
+                errors[j] = (f"box {tuple(int(v) for v in boxes[j])} lies outside the "
+                             f"{width}x{height} image")
+            else:
+                r = draft_reduction(c[2] - c[0], c[3] - c[1], size)
+                reductions.setdefault(r, []).append(j)
+        for r, members in sorted(reductions.items()):
+            if im is None:  # a second reduction: draft() only acts before the first decode
+                im = Image.open(path)
+            if r > 1:
+                im.draft(im.mode, (math.ceil(width / r), math.ceil(height / r)))
+            rgb = im.convert("RGB")
+            im.close()
+            im = None
+            sx, sy = rgb.width / width, rgb.height / height
+            for j in members:
+                x0, y0, x1, y1 = clipped[j]
+                out[j] = np.asarray(rgb.resize((size, size), Image.BILINEAR,
+                                               box=(x0 * sx, y0 * sy, x1 * sx, y1 * sy)))
+    finally:
+        if im is not None:
+            im.close()
+    return out, errors
+
+
+class CropDataset(torch.utils.data.Dataset):
+    """Item g = the crops of image group g: (unit indexes, uint8 pixels, failures)."""
+
+    def __init__(self, plan: Plan, paths: list[str | None], size: int):
+        self.plan, self.paths, self.size = plan, paths, size
+
+    def __len__(self) -> int:
+        return len(self.plan.groups)
+
+    def __getitem__(self, g: int):
+        start, stop = (int(v) for v in self.plan.groups[g])
+        units = np.arange(start, stop, dtype=np.int64)
+        path = self.paths[g]
+        if path is None:
+            return units[:0], np.zeros((0, self.size, self.size, 3), np.uint8), \
+                [(int(u), "", "image not found under the VG folder") for u in units]
+        try:
+            pixels, errors = read_crops(path, self.plan.unit_box[start:stop], self.size)
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+            return units[:0], np.zeros((0, self.size, self.size, 3), np.uint8), \
+                [(int(u), str(path), f"cannot decode ({e})") for u in units]
+        ok = np.array([e is None for e in errors], dtype=bool)
+        failed = [(int(u), str(path), e) for u, e in zip(units, errors) if e is not None]
+        return units[ok], pixels[ok], failed
+
+
+def collate(items):
+    """Concatenate the groups of one batch: (units, pixels tensor, failures)."""
+    units = np.concatenate([i[0] for i in items])
+    pixels = torch.from_numpy(np.concatenate([i[1] for i in items]))
+    failed = [f for i in items for f in i[2]]
+    return units, pixels, failed

@@ -1,0 +1,209 @@
+"""End-to-end extraction: reference features, resume, missing images, several processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+import torchvision
+
+import features.extract as extract_module
+from features.backbones import IMAGENET_MEAN, IMAGENET_STD, get_backbone
+from features.crops import read_crops
+from features.extract import ExtractConfig, extract
+from features.reader import check_complete, load_features
+from tests.features.conftest import CROP_ROWS
+from vprom.errors import VpromError
+from vprom.io import sha256_file
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def config(dataset, vg_dir, out, **overrides) -> ExtractConfig:
+    options = dict(dataset=dataset, vg=vg_dir, backbone="resnet18", weights="none", out=out,
+                   batch_size=4, workers=0, input_size=64, chunk_batches=1, dtype="float32",
+                   device="cpu")
+    options.update(overrides)
+    return ExtractConfig(**options)
+
+
+def datasets(path: Path) -> tuple[bytes, bytes]:
+    with h5py.File(path, "r") as h5:
+        return h5["crop_id"][()].tobytes(), h5["features"][()].tobytes()
+
+
+def reference(net, vg_dir: Path, image_id: int, box, size: int = 64) -> np.ndarray:
+    """torchvision's resnet18 up to avgpool on the same crop, then L2-normalised."""
+    folder = "VG_100K" if image_id % 2 else "VG_100K_2"
+    pixels, _ = read_crops(vg_dir / folder / f"{image_id}.jpg", np.array([box]), size)
+    x = torch.from_numpy(pixels).permute(0, 3, 1, 2).float() / 255
+    x = (x - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(IMAGENET_STD).view(
+        1, 3, 1, 1)
+    with torch.no_grad():
+        body = torch.nn.Sequential(*list(net.children())[:-1])  # everything up to avgpool
+        pooled = body(x).flatten(1)
+    return torch.nn.functional.normalize(pooled, dim=1)[0].numpy()
+
+
+def test_features_equal_the_torchvision_reference_and_have_unit_norm(dataset, vg_dir, tmp_path):
+    out = tmp_path / "feats.h5"
+    summary = extract(config(dataset, vg_dir, out))
+    feats = load_features(out)
+    assert summary.crops == len(CROP_ROWS) and summary.missing == []
+    assert list(feats.crop_id) == sorted(r[0] for r in CROP_ROWS)
+    assert feats.features.shape == (len(CROP_ROWS), 512)
+    assert np.allclose(np.linalg.norm(feats.features, axis=1), 1, atol=1e-5)
+    net = torchvision.models.resnet18()  # the same random weights, torchvision's own forward
+    trunk = get_backbone("resnet18").load("none").module
+    net.load_state_dict({**net.state_dict(), **trunk.state_dict()})
+    net.eval()
+    for cid, image, *box in [CROP_ROWS[1], CROP_ROWS[6], CROP_ROWS[7]]:
+        row = feats.index_of([cid])[0]
+        assert np.allclose(feats.features[row], reference(net, vg_dir, image, box), atol=2e-5)
+    same = feats.index_of([104, 110])  # one box, two crop ids
+    assert np.array_equal(feats.features[same[0]], feats.features[same[1]])
+    attrs = feats.attrs
+    assert attrs["backbone"] == "resnet18" and attrs["weights"] == "none"
+    assert attrs["random_weights"] and list(attrs["input_size"]) == [64, 64]
+    assert "average pool" in attrs["pooling"] and attrs["normalisation"].startswith("L2")
+    assert "aspect ratio not kept" in attrs["resize"] and attrs["torch_version"]
+    assert attrs["manifest"]["kind"] == "features"
+    beside = json.loads((tmp_path / "feats.h5.manifest.json").read_text())
+    assert beside["outputs"] == {"feats.h5": sha256_file(out)}
+    assert beside["inputs"] == {"dataset.h5": sha256_file(dataset)}
+    assert not (tmp_path / "feats.h5.partial").exists()
+
+
+def test_default_storage_is_float16_and_random_weights_are_warned_about(dataset, vg_dir,
+                                                                          tmp_path, capsys):
+    out = tmp_path / "f16.h5"
+    extract(config(dataset, vg_dir, out, dtype="float16", workers=2))
+    assert "RANDOMLY INITIALISED" in capsys.readouterr().err
+    with h5py.File(out, "r") as h5:
+        assert h5["features"].dtype == np.float16
+    ref = tmp_path / "f32.h5"
+    extract(config(dataset, vg_dir, ref))  # workers 0 vs 2: the same numbers
+    assert np.allclose(load_features(out).features, load_features(ref).features, atol=1e-3)
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_killed_run_resumes_to_identical_bytes(dataset, vg_dir, tmp_path, monkeypatch,
+                                                 capsys):
+    whole = tmp_path / "whole.h5"
+    extract(config(dataset, vg_dir, whole))
+    out = tmp_path / "resumed.h5"
+    write_chunk, written = extract_module._write_chunk, []
+
+    def dying(job, c, features, failed):
+        if len(written) == 2:
+            raise Killed
+        written.append(c)
+        write_chunk(job, c, features, failed)
+
+    monkeypatch.setattr(extract_module, "_write_chunk", dying)
+    with pytest.raises(Killed):
+        extract(config(dataset, vg_dir, out))
+    assert not out.exists() and len(list((tmp_path / "resumed.h5.partial").glob("*.npy"))) == 2
+    monkeypatch.setattr(extract_module, "_write_chunk", write_chunk)
+    summary = extract(config(dataset, vg_dir, out))
+    assert "resuming, 2 of" in capsys.readouterr().err
+    assert 0 < summary.extracted_units < summary.units
+    assert datasets(out) == datasets(whole)
+    again = extract(config(dataset, vg_dir, out))  # finished with these settings: kept
+    assert again.extracted_units == 0 and "already complete" in capsys.readouterr().err
+    redo = extract(config(dataset, vg_dir, out, resume=False))
+    assert redo.extracted_units == redo.units and datasets(out) == datasets(whole)
+
+
+def test_a_partial_run_with_other_settings_is_started_over(dataset, vg_dir, tmp_path,
+                                                            monkeypatch, capsys):
+    out = tmp_path / "f.h5"
+    monkeypatch.setattr(extract_module, "_assemble", lambda job: (_ for _ in ()).throw(Killed))
+    with pytest.raises(Killed):
+        extract(config(dataset, vg_dir, out, batch_size=3))
+    monkeypatch.undo()
+    summary = extract(config(dataset, vg_dir, out))
+    assert "made with other settings (batch_size" in capsys.readouterr().err
+    assert summary.extracted_units == summary.units
+    whole = tmp_path / "whole.h5"
+    extract(config(dataset, vg_dir, whole, resume=False))
+    assert datasets(out) == datasets(whole)
+
+
+def test_missing_and_corrupt_images_fail_the_run_unless_allowed(dataset, vg_dir, tmp_path):
+    (vg_dir / "VG_100K_2" / "14.jpg").unlink()  # crop 108
+    (vg_dir / "VG_100K" / "15.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")  # 109, 111
+    out = tmp_path / "f.h5"
+    with pytest.raises(VpromError, match=r"3 crops have no readable image \(first: crop 108"):
+        extract(config(dataset, vg_dir, out))
+    assert not out.exists()
+    summary = extract(config(dataset, vg_dir, out, allow_missing=True))
+    assert [m[0] for m in summary.missing] == [108, 109, 111]
+    assert "cannot decode" in summary.missing[1][2] and "missing crop 108" in str(summary)
+    assert summary.extracted_units == 6  # only chunks 1 and 2 (4 + 2 boxes) were redone
+    feats = load_features(out)
+    assert list(feats.missing_crop_id) == [108, 109, 111]
+    rows = feats.index_of([108, 109, 111])
+    assert np.isnan(feats.features[rows]).all()
+    assert not np.isnan(np.delete(feats.features, rows, axis=0)).any()
+
+
+def test_reader_refuses_partial_and_unknown_ids(dataset, vg_dir, tmp_path):
+    out = tmp_path / "f.h5"
+    extract(config(dataset, vg_dir, out))
+    feats = load_features(out)
+    with pytest.raises(VpromError, match=r"f.h5: no features for crop id 999"):
+        feats.index_of([[101, 999], [102, 103]])
+    assert feats.index_of([[101, 103], [111, 101]]).tolist() == [[0, 2], [10, 0]]
+    with h5py.File(out, "a") as h5:
+        del h5.attrs["complete"]
+    with pytest.raises(VpromError, match="incomplete feature file"):
+        check_complete(out)
+    with pytest.raises(VpromError, match="partial extraction"):
+        check_complete(tmp_path / "f.h5.partial")
+
+
+def test_bad_config_is_refused(dataset, vg_dir, tmp_path):
+    with pytest.raises(VpromError, match="batch_size must be >= 1"):
+        config(dataset, vg_dir, tmp_path / "f.h5", batch_size=0)
+    with pytest.raises(VpromError, match="unknown backbone"):
+        extract(config(dataset, vg_dir, tmp_path / "f.h5", backbone="alexnet"))
+
+
+def test_command_line_extracts_and_lists(dataset, vg_dir, tmp_path, capsys):
+    from vprom.cli import main
+
+    assert main(["extract", "--list"]) == 0
+    assert "bottomup-r101" in capsys.readouterr().out
+    out = tmp_path / "cli.h5"
+    assert main(["extract", str(dataset), "--vg", str(vg_dir), "--backbone", "resnet18",
+                 "--weights", "none", "--out", str(out), "--workers", "0", "--input-size",
+                 "64", "--device", "cpu"]) == 0
+    assert "11 crops (10 distinct boxes)" in capsys.readouterr().out
+    check_complete(out)
+
+
+@pytest.mark.slow
+def test_two_processes_under_torchrun_equal_one(dataset, vg_dir, tmp_path):
+    one = tmp_path / "one.h5"
+    extract(config(dataset, vg_dir, one, batch_size=2, input_size=None))
+    two = tmp_path / "two.h5"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", "-m", "features.extract", str(dataset), "--vg", str(vg_dir), "--backbone",
+           "resnet18", "--weights", "none", "--out", str(two), "--batch-size", "2",
+           "--chunk-batches", "1", "--workers", "0", "--dtype", "float32", "--device", "cpu"]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rank 1 of 2" in done.stdout
+    assert datasets(two) == datasets(one)
