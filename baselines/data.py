@@ -1,0 +1,184 @@
+"""The matrices of one split as tensors, over features held once in memory.
+
+A baseline sees a matrix as its 16 panels' feature vectors. Features are stored once per crop
+in FEATS.h5, so the loader keeps them as one float32 table `features[N_crops, D]` (on the
+training device) and turns every matrix into a row of 16 integer indices into that table,
+computed once with a single vectorised binary search over the sorted crop ids. A batch is then
+one gather, `features[rows[batch]] -> [B, 16, D]`: no per-matrix file reads, no Python loop.
+
+Per matrix the loader also holds the targets: the answer (0..7), and for the auxiliary loss the
+relation (4-way: and, or, union, progression) and the element type (3-way: attribute, object,
+count — object and human attributes are both "attribute"). The paper's 7 relation-type classes
+mix relations with element types; each matrix has exactly one of each, so both are predicted.
+The dataset's own four element types are kept as strings for the evaluation breakdowns.
+
+Shuffled-context control (`shuffle_context=True`): within each part (train, val, test) every
+matrix's 8 context panels are replaced by those of another matrix, chosen by a fixed seeded
+derangement (a random cyclic order, so no matrix keeps its own context); candidates and answer
+stay. The context then carries no information about the answer, so a model that reasons from
+the context should fall to chance (12.5%); what it still scores above chance comes from the
+candidates alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from baselines.common import N_CONTEXT, element_type_class, relation_class
+from features.reader import load_features
+from vprom.errors import VpromError
+from vprom.records import SPLITS
+from vprom.tables import SPLIT_PARTS, read_matrices
+
+
+@dataclass(frozen=True)
+class MatrixSet:
+    """The matrices of one part of a split: row indices into the feature table and targets."""
+
+    ids: np.ndarray  # [n] matrix ids
+    rows: torch.Tensor  # [n, 16] int64 rows of the feature table (8 context, 8 candidates)
+    answer: torch.Tensor  # [n] int64, 0..7
+    relation: torch.Tensor  # [n] int64, index into common.RELATION_CLASSES
+    element_class: torch.Tensor  # [n] int64, index into common.ELEMENT_TYPE_CLASSES
+    relation_name: np.ndarray  # [n] str: and / or / union / progression
+    element_type: np.ndarray  # [n] str: the dataset's four element types
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def take(self, index: np.ndarray) -> "MatrixSet":
+        """The matrices at positions `index` (a numpy integer array)."""
+        t = torch.from_numpy(np.asarray(index, dtype=np.int64)).to(self.rows.device)
+        return MatrixSet(self.ids[index], self.rows[t], self.answer[t], self.relation[t],
+                         self.element_class[t], self.relation_name[index],
+                         self.element_type[index])
+
+    def to(self, device: torch.device | str) -> "MatrixSet":
+        """The same set with its tensors on `device` (the string columns stay on the host)."""
+        return MatrixSet(self.ids, self.rows.to(device), self.answer.to(device),
+                         self.relation.to(device), self.element_class.to(device),
+                         self.relation_name, self.element_type)
+
+
+@dataclass(frozen=True)
+class SplitData:
+    """One split over one feature file: the feature table and its train / val / test sets."""
+
+    features: torch.Tensor  # [N_crops, D] float32
+    parts: dict[str, MatrixSet]  # "train", "val", "test"
+    attrs: dict  # FEATS.h5 attributes (backbone, weights, preprocessing, versions)
+    dataset: Path
+    features_path: Path
+
+    @property
+    def feature_dim(self) -> int:
+        return int(self.features.shape[1])
+
+    def panels(self, part: MatrixSet, index: torch.Tensor) -> torch.Tensor:
+        """The [B, 16, D] panel features of `part`'s matrices at positions `index`."""
+        return self.features[part.rows[index]]
+
+    def to(self, device: torch.device | str) -> "SplitData":
+        return SplitData(self.features.to(device),
+                         {name: part.to(device) for name, part in self.parts.items()},
+                         self.attrs, self.dataset, self.features_path)
+
+
+def derangement(n: int, rng: np.random.Generator) -> np.ndarray:
+    """A permutation without fixed points: each position in a random order takes the next one's.
+
+    Following a random cyclic order visits every matrix once and never maps one to itself
+    (for n >= 2); n < 2 has no derangement, so the identity is returned.
+    """
+    if n < 2:
+        return np.arange(n)
+    order = rng.permutation(n)
+    out = np.empty(n, dtype=np.int64)
+    out[order] = np.roll(order, -1)
+    return out
+
+
+def shuffled_context(rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """`rows` [n, 16] with each matrix's 8 context panels taken from another matrix."""
+    out = rows.copy()
+    out[:, :N_CONTEXT] = rows[derangement(len(rows), rng), :N_CONTEXT]
+    return out
+
+
+def _positions(table_ids: np.ndarray, wanted: np.ndarray, dataset: Path, where: str) -> np.ndarray:
+    """Positions in the matrices table of the matrix ids `wanted` (one vectorised search)."""
+    order = np.argsort(table_ids, kind="stable")
+    pos = np.minimum(np.searchsorted(table_ids[order], wanted), max(len(order) - 1, 0))
+    found = table_ids[order][pos] == wanted if len(order) else np.zeros(len(wanted), bool)
+    if not found.all():
+        first = int(wanted[np.argmin(found)])
+        raise VpromError(f"{dataset}: {where} lists matrix id {first}, which is not in "
+                         "'matrices'; the file is inconsistent, regenerate it")
+    return order[pos]
+
+
+def _feature_rows(features, panels: np.ndarray, ids: np.ndarray, dataset: Path) -> np.ndarray:
+    """[n, 16] crop ids -> rows of the feature table; names the first matrix with a missing crop."""
+    pos = np.minimum(np.searchsorted(features.crop_id, panels), max(len(features) - 1, 0))
+    found = (features.crop_id[pos] == panels) if len(features) else np.zeros(panels.shape, bool)
+    if not found.all():
+        bad = np.argwhere(~found)[0]
+        raise VpromError(
+            f"{features.path}: no features for crop {int(panels[tuple(bad)])} (panel {bad[1]} of "
+            f"matrix {int(ids[bad[0]])} in {dataset}); {int((~found).sum())} panels lack "
+            "features. Extract the features from this dataset: "
+            f"`vprom extract {dataset} --vg DIR --backbone NAME --out {features.path}`")
+    missing = np.isin(panels, features.missing_crop_id)
+    if missing.any():
+        bad = np.argwhere(missing)[0]
+        raise VpromError(
+            f"{features.path}: crop {int(panels[tuple(bad)])} (matrix {int(ids[bad[0]])}) was "
+            "extracted without its image (--allow-missing); its features are NaN. Restore the "
+            "image and re-run `vprom extract`")
+    return pos
+
+
+def _matrix_set(table, positions: np.ndarray, rows: np.ndarray) -> MatrixSet:
+    relation_name = table.relation[positions]
+    element_type = table.element_type[positions]
+    return MatrixSet(
+        ids=table.id[positions],
+        rows=torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)),
+        answer=torch.from_numpy(table.answer[positions].astype(np.int64)),
+        relation=torch.tensor([relation_class(r) for r in relation_name], dtype=torch.int64),
+        element_class=torch.tensor([element_type_class(e) for e in element_type],
+                                   dtype=torch.int64),
+        relation_name=relation_name,
+        element_type=element_type,
+    )
+
+
+def load_split(dataset: str | Path, features: str | Path, split: str,
+               shuffle_context: bool = False, seed: int = 0) -> SplitData:
+    """Load `split`'s train / val / test matrices of DATASET.h5 over the features of FEATS.h5.
+
+    `seed` fixes the shuffled-context derangement (only used with `shuffle_context`).
+    """
+    dataset, features = Path(dataset), Path(features)
+    if split not in SPLITS:
+        raise VpromError(f"unknown split {split!r}; the splits are {', '.join(SPLITS)}")
+    table = read_matrices(dataset)
+    if split not in table.splits:
+        raise VpromError(f"{dataset}: has no split {split!r} (it has "
+                         f"{', '.join(sorted(table.splits)) or 'none'}); regenerate the dataset")
+    feats = load_features(features)
+    parts = {}
+    for number, part in enumerate(SPLIT_PARTS):
+        wanted = np.asarray(table.splits[split].get(part, np.zeros(0, np.int64)), np.int64)
+        positions = _positions(table.id, wanted, dataset, f"splits/{split}/{part}")
+        rows = _feature_rows(feats, table.panels[positions], table.id[positions], dataset)
+        if shuffle_context:
+            rng = np.random.default_rng(np.random.SeedSequence([seed, number]))
+            rows = shuffled_context(rows, rng)
+        parts[part] = _matrix_set(table, positions, rows)
+    return SplitData(features=torch.from_numpy(feats.features), parts=parts, attrs=feats.attrs,
+                     dataset=dataset, features_path=features)

@@ -1,0 +1,148 @@
+"""Test accuracy of a trained run (`vprom evaluate RUN`), with breakdowns and 95% intervals.
+
+`evaluate` rebuilds the run's model from `config.json`, loads the weights of `best.pt` (the
+epoch with the best validation accuracy), predicts every test matrix of the run's split
+(with the run's own shuffled-context control, if it was trained with one) and counts:
+
+- overall accuracy, with a 95% Wilson score interval (it stays inside [0, 1] and is honest
+  for small groups and for accuracies near 0 or 1, unlike the normal approximation);
+- the same per relation, per element type (the dataset's four), and per relation ×
+  element type. Each breakdown partitions the test set, so its counts sum to the total.
+
+The result is written atomically to `RUN/metrics.json` and returned; `format_metrics` renders
+it for the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from baselines.data import load_split
+from baselines.train import TrainConfig, build_model, load_checkpoint, predict
+from vprom.errors import VpromError
+from vprom.io import write_json
+from vprom.records import ElementType, Relation
+
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+CHANCE = 1 / 8
+
+
+def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval for `correct` successes in `n` trials ((0, 1) when n = 0)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = correct / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def score(correct: np.ndarray) -> dict:
+    """n, correct, accuracy and its 95% interval for a boolean array of outcomes."""
+    n, k = int(len(correct)), int(np.sum(correct))
+    low, high = wilson(k, n)
+    return {"n": n, "correct": k, "accuracy": k / n if n else None, "ci95": [low, high]}
+
+
+def breakdowns(correct: np.ndarray, relation: np.ndarray, element_type: np.ndarray) -> dict:
+    """Scores overall, by relation, by element type and by relation × element type.
+
+    Groups are listed in the enums' order and only where the test set has matrices.
+    """
+    relations = [r.value for r in Relation if np.any(relation == r.value)]
+    types = [t.value for t in ElementType if np.any(element_type == t.value)]
+    pairs: dict = {}
+    for r in relations:
+        for t in types:
+            mask = (relation == r) & (element_type == t)
+            if mask.any():
+                pairs.setdefault(r, {})[t] = score(correct[mask])
+    return {
+        "test": score(correct),
+        "by_relation": {r: score(correct[relation == r]) for r in relations},
+        "by_element_type": {t: score(correct[element_type == t]) for t in types},
+        "by_relation_element_type": pairs,
+    }
+
+
+def _run_files(run: Path) -> tuple[dict, dict]:
+    """The run's config.json and best.pt, or a VpromError saying what is missing."""
+    config_path, best = run / "config.json", run / "best.pt"
+    if not config_path.is_file():
+        raise VpromError(f"{run}: no config.json; is this a run folder of `vprom train`?")
+    if not best.is_file():
+        raise VpromError(f"{best}: no such checkpoint; the run has not finished an epoch yet "
+                         f"(`vprom train ... --out {run} --resume` continues it)")
+    try:
+        manifest = json.loads(config_path.read_text())
+        manifest["config"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise VpromError(f"{config_path}: not a vprom run config") from None
+    return manifest, load_checkpoint(best)
+
+
+def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
+    """Score `run_dir`'s best checkpoint on its split's test set; writes metrics.json."""
+    run = Path(run_dir)
+    manifest, state = _run_files(run)
+    config = TrainConfig.from_dict(state["config"])
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    data = load_split(config.dataset, config.features, config.split,
+                      shuffle_context=config.shuffle_context, seed=config.seed)
+    test = data.parts["test"]
+    if len(test) == 0:
+        raise VpromError(f"{config.dataset}: split {config.split!r} has no test matrices; "
+                         "nothing to evaluate")
+    model, _ = build_model(config, data.feature_dim)
+    model.load_state_dict(state["model"])
+    data = data.to(device)
+    model.to(device)
+    correct = (predict(model, data, data.parts["test"]) == test.answer).numpy()
+    metrics = {
+        "run": str(run),
+        "model": config.model,
+        "split": config.split,
+        "aux": config.aux,
+        "shuffle_context": config.shuffle_context,
+        "seed": config.seed,
+        "features": {k: state["features_attrs"].get(k) for k in ("backbone", "weights")}
+        | {"path": str(config.features)},
+        "dataset": str(config.dataset),
+        "checkpoint": {"epoch": state["best"]["epoch"] + 1,
+                       "val_acc": state["best"]["val_acc"]},
+        "chance": CHANCE,
+        **breakdowns(correct, test.relation_name, test.element_type),
+    }
+    write_json(run / "metrics.json", metrics)
+    return metrics
+
+
+def _pct(s: dict) -> str:
+    if s["accuracy"] is None:
+        return "n/a"
+    low, high = s["ci95"]
+    return (f"{100 * s['accuracy']:5.1f}%  [{100 * low:5.1f}, {100 * high:5.1f}]  "
+            f"({s['correct']}/{s['n']})")
+
+
+def format_metrics(metrics: dict) -> str:
+    """A terminal summary: overall, then each breakdown, one group a line."""
+    aux = " +aux" if metrics["aux"] else ""
+    control = " (shuffled context)" if metrics["shuffle_context"] else ""
+    lines = [f"{metrics['model']}{aux}{control} on {metrics['split']} "
+             f"({metrics['features'].get('backbone')} features), best epoch "
+             f"{metrics['checkpoint']['epoch']}",
+             f"test accuracy {_pct(metrics['test'])}   95% Wilson interval; chance 12.5%"]
+    for title, key in (("relation", "by_relation"), ("element type", "by_element_type")):
+        lines.append(f"by {title}:")
+        lines += [f"  {name:18s} {_pct(s)}" for name, s in metrics[key].items()]
+    lines.append("by relation x element type:")
+    for r, per_type in metrics["by_relation_element_type"].items():
+        lines += [f"  {r + ' / ' + t:30s} {_pct(s)}" for t, s in per_type.items()]
+    lines.append(f"written to {Path(metrics['run']) / 'metrics.json'}")
+    return "\n".join(lines)

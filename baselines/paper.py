@@ -1,0 +1,52 @@
+"""The paper's reported numbers, as data, for reports to print beside ours.
+
+Source: Teney et al., "V-PROM: A Benchmark for Visual Reasoning Using Visual Progressive
+Matrices", AAAI 2020, Table 2 (test accuracy in %, neutral split), columns: ResNet features,
+ResNet + auxiliary loss, bottom-up features, bottom-up + auxiliary loss.
+"""
+
+from __future__ import annotations
+
+#: Feature types as the paper names them, in Table 2's column order.
+FEATURE_TYPES: tuple[str, ...] = ("ResNet", "bottom-up")
+
+#: Our model names -> the paper's names for them.
+PAPER_NAMES: dict[str, str] = {
+    "mlp-sum-6": "MLP-sum-6",
+    "gru-shared": "GRU-shared",
+    "vqa": "VQA-like",
+    "rn": "RN",
+}
+
+#: Table 2, neutral split: model -> (feature type, aux) -> accuracy %.
+TABLE2_NEUTRAL: dict[str, dict[tuple[str, bool], float]] = {
+    "mlp-sum-6": {("ResNet", False): 40.7, ("ResNet", True): 44.5,
+                  ("bottom-up", False): 50.4, ("bottom-up", True): 55.7},
+    "gru-shared": {("ResNet", False): 43.4, ("ResNet", True): 48.2,
+                   ("bottom-up", False): 46.7, ("bottom-up", True): 52.7},
+    "vqa": {("ResNet", False): 36.7, ("ResNet", True): 39.7,
+            ("bottom-up", False): 37.9, ("bottom-up", True): 41.0},
+    "rn": {("ResNet", False): 51.2, ("ResNet", True): 55.8,
+           ("bottom-up", False): 55.4, ("bottom-up", True): 61.3},
+}
+
+#: Human accuracy on the neutral split, and the share of questions humans skipped.
+HUMANS = 77.8
+HUMANS_SKIPPED = 4.5
+
+CHANCE = 12.5
+
+
+def paper_accuracy(model: str, feature_type: str, aux: bool) -> float | None:
+    """The paper's neutral-split accuracy for this cell of Table 2, or None if it has none."""
+    return TABLE2_NEUTRAL.get(model, {}).get((feature_type, aux))
+
+
+def feature_type(backbone: str | None) -> str:
+    """The paper's feature-type name for a backbone: resnet* -> ResNet, bottomup* -> bottom-up."""
+    name = (backbone or "unknown").lower()
+    if name.startswith("resnet"):
+        return "ResNet"
+    if name.startswith("bottomup") or name.startswith("bottom-up"):
+        return "bottom-up"
+    return backbone or "unknown"

@@ -1,0 +1,337 @@
+"""Tables and plots over many evaluated runs (`vprom report RUN... --out DIR`).
+
+Each run folder contributes its `metrics.json` (from `vprom evaluate`) and, for the training
+curves, its `history.json`. A run is keyed by (model, feature type, aux, control, split); the
+feature type comes from the backbone recorded from the FEATS.h5 attributes (resnet* ->
+"ResNet", bottomup-r101 -> "bottom-up"). Runs sharing a key (several seeds) are averaged, and
+the CSVs say how many there were.
+
+Written into DIR (each file atomically):
+    table2.md / table2.csv   the paper's Table 2 layout on the neutral split: models ×
+                             {ResNet, bottom-up} × {without, with aux}, ours beside the paper's
+                             numbers, then the controls, humans and chance
+    splits.md / splits.csv   models × the seven splits
+    report.md                both tables and the plots, one page
+    by_relation.png, by_element_type.png   accuracy bars (neutral split when it has runs)
+    curves.png               training loss and validation accuracy per epoch
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED, PAPER_NAMES,
+                             feature_type, paper_accuracy)
+from vprom.errors import VpromError
+from vprom.io import atomic_path, write_text
+from vprom.records import SPLITS, ElementType, Relation
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One evaluated run."""
+
+    run: Path
+    model: str
+    backbone: str
+    features: str  # feature type: ResNet / bottom-up / the backbone name
+    aux: bool
+    control: str  # "" or "shuffled context"
+    split: str
+    metrics: dict
+    history: list = field(default_factory=list)
+
+    @property
+    def accuracy(self) -> float:
+        return 100 * self.metrics["test"]["accuracy"]
+
+    @property
+    def label(self) -> str:
+        return " ".join(x for x in (display_name(self.model), self.features,
+                                    "+aux" if self.aux else "", self.control) if x)
+
+
+def display_name(model: str) -> str:
+    return PAPER_NAMES.get(model, model)
+
+
+def load_entry(run: str | Path) -> Entry:
+    """A run's metrics (and history); VpromError when it has not been evaluated."""
+    run = Path(run)
+    path = run / "metrics.json"
+    if not path.is_file():
+        raise VpromError(f"{run}: no metrics.json; evaluate the run first (`vprom evaluate "
+                         f"{run}`)")
+    try:
+        metrics = json.loads(path.read_text())
+        backbone = metrics["features"].get("backbone") or "unknown"
+        model, split, aux = metrics["model"], metrics["split"], bool(metrics["aux"])
+        metrics["test"]["accuracy"]
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        raise VpromError(f"{path}: not a metrics file of `vprom evaluate`; evaluate the run "
+                         "again") from None
+    history_path = run / "history.json"
+    history = json.loads(history_path.read_text()) if history_path.is_file() else []
+    control = "shuffled context" if metrics.get("shuffle_context") else ""
+    return Entry(run, model, backbone, feature_type(backbone), aux, control, split, metrics,
+                 history)
+
+
+def expand_runs(paths) -> list[Path]:
+    """Run folders: each path itself, or, for a folder of runs, every run found beneath it."""
+    runs: set[Path] = set()
+    for path in map(Path, paths):
+        found = [] if (path / "metrics.json").is_file() else sorted(
+            p.parent for p in path.rglob("metrics.json")) if path.is_dir() else []
+        runs.update(found or [path])  # a path with nothing beneath is reported by load_entry
+    return sorted(runs)
+
+
+# ---------------------------------------------------------------- aggregation
+Key = tuple[str, str, bool, str]  # model, feature type, aux, control
+
+
+@dataclass
+class Cell:
+    """Our accuracy for one key on one split: the mean over runs, with the runs' spread."""
+
+    entries: list[Entry]
+
+    @property
+    def accuracy(self) -> float:
+        return float(np.mean([e.accuracy for e in self.entries]))
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        """The interval of a single run; over several runs, their lowest and highest bounds."""
+        lows = [100 * e.metrics["test"]["ci95"][0] for e in self.entries]
+        highs = [100 * e.metrics["test"]["ci95"][1] for e in self.entries]
+        return min(lows), max(highs)
+
+    @property
+    def n_test(self) -> int:
+        return int(self.entries[0].metrics["test"]["n"])
+
+    def text(self) -> str:
+        low, high = self.ci
+        runs = f", {len(self.entries)} runs" if len(self.entries) > 1 else ""
+        return f"{self.accuracy:.1f} ({low:.1f}–{high:.1f}{runs})"
+
+
+def group(entries: list[Entry]) -> dict[str, dict[Key, Cell]]:
+    """split -> key -> the cell of runs sharing it."""
+    out: dict[str, dict[Key, Cell]] = {}
+    for e in entries:
+        key = (e.model, e.features, e.aux, e.control)
+        out.setdefault(e.split, {}).setdefault(key, Cell([])).entries.append(e)
+    return out
+
+
+def _model_order(models) -> list[str]:
+    """The paper's models in Table 2's order, then the others alphabetically."""
+    return [m for m in PAPER_NAMES] + sorted(set(models) - set(PAPER_NAMES))
+
+
+# ---------------------------------------------------------------- Table 2
+def table2_rows(cells: dict[Key, Cell]) -> list[dict]:
+    """Long-form rows: one per (model, feature type, aux) that we or the paper have."""
+    rows = []
+    feature_types = list(FEATURE_TYPES) + sorted({k[1] for k in cells} - set(FEATURE_TYPES))
+    controls = sorted({(k[0], k[3]) for k in cells if k[3] or k[0] == "context-blind"})
+    plain = [(m, "") for m in _model_order(k[0] for k in cells if not k[3])
+             if (m, "") not in controls]
+    for model, control in plain + controls:
+        for features in feature_types:
+            for aux in (False, True):
+                cell = cells.get((model, features, aux, control))
+                paper = None if control else paper_accuracy(model, features, aux)
+                if cell is None and paper is None:
+                    continue
+                low, high = cell.ci if cell else (None, None)
+                rows.append({"model": model, "name": display_name(model), "features": features,
+                             "aux": aux, "control": control,
+                             "ours": None if cell is None else round(cell.accuracy, 2),
+                             "ci_low": None if cell is None else round(low, 2),
+                             "ci_high": None if cell is None else round(high, 2),
+                             "n_test": None if cell is None else cell.n_test,
+                             "runs": 0 if cell is None else len(cell.entries),
+                             "paper": paper, "cell": cell})
+    return rows
+
+
+def table2_markdown(rows: list[dict]) -> str:
+    columns = [(f, a) for f in dict.fromkeys(r["features"] for r in rows) for a in (False, True)]
+    head = ["model"] + [f"{f}{' +aux' if a else ''} | paper" for f, a in columns]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (1 + 2 * len(columns))]
+    by_row: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        by_row.setdefault((r["name"], r["control"]), {})[(r["features"], r["aux"])] = r
+    for (name, control), cells in by_row.items():
+        label = f"{name} ({control})" if control else name
+        values = []
+        for c in columns:
+            r = cells.get(c)
+            values.append(r["cell"].text() if r and r["cell"] else "—")
+            values.append(f"{r['paper']:.1f}" if r and r["paper"] is not None else "—")
+        lines.append("| " + " | ".join([label] + values) + " |")
+    lines.append(f"\nHumans (paper): {HUMANS:.1f}% ({HUMANS_SKIPPED}% of the questions "
+                 f"skipped). Chance: {CHANCE:.1f}%.")
+    return "\n".join(lines) + "\n"
+
+
+def reference_rows() -> list[dict]:
+    """Humans and chance, as rows of table2.csv (the paper's figures, features-independent)."""
+    blank = {"features": "", "aux": "", "control": "", "ours": None, "ci_low": None,
+             "ci_high": None, "n_test": None, "runs": 0}
+    return [{"model": "humans", "name": f"Humans ({HUMANS_SKIPPED}% skipped)", **blank,
+             "paper": HUMANS},
+            {"model": "chance", "name": "Chance", **blank, "paper": CHANCE}]
+
+
+# ---------------------------------------------------------------- models × splits
+def split_rows(grouped: dict[str, dict[Key, Cell]]) -> list[dict]:
+    rows = []
+    for split in [s for s in SPLITS if s in grouped] + sorted(set(grouped) - set(SPLITS)):
+        for key, cell in sorted(grouped[split].items(), key=lambda kv: _key_order(kv[0])):
+            low, high = cell.ci
+            rows.append({"model": key[0], "name": display_name(key[0]), "features": key[1],
+                         "aux": key[2], "control": key[3], "split": split,
+                         "accuracy": round(cell.accuracy, 2), "ci_low": round(low, 2),
+                         "ci_high": round(high, 2), "n_test": cell.n_test,
+                         "runs": len(cell.entries), "cell": cell})
+    return rows
+
+
+def _key_order(key: Key):
+    models = _model_order([key[0]])
+    return (bool(key[3]), models.index(key[0]), key[1], key[2], key[3])
+
+
+def splits_markdown(rows: list[dict]) -> str:
+    splits = list(dict.fromkeys(r["split"] for r in rows))
+    keys = list(dict.fromkeys((r["model"], r["features"], r["aux"], r["control"]) for r in rows))
+    keys.sort(key=_key_order)
+    cells = {((r["model"], r["features"], r["aux"], r["control"]), r["split"]): r for r in rows}
+    lines = ["| model | features | aux | " + " | ".join(splits) + " |",
+             "|" + "---|" * (3 + len(splits))]
+    for key in keys:
+        name = display_name(key[0]) + (f" ({key[3]})" if key[3] else "")
+        values = [f"{cells[(key, s)]['accuracy']:.1f}" if (key, s) in cells else "—"
+                  for s in splits]
+        lines.append(f"| {name} | {key[1]} | {'yes' if key[2] else 'no'} | "
+                     + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    names = [k for k in rows[0] if k != "cell"]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: "" if r[k] is None else r[k] for k in names})
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------- plots
+def _figure_path_save(fig, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+
+
+def bar_chart(entries: list[Entry], breakdown: str, title: str, path: Path) -> None:
+    """Grouped bars: one group per relation (or element type), one bar per run label."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    present = {g for e in entries for g in e.metrics[breakdown]}
+    known = [r.value for r in Relation] + [t.value for t in ElementType]
+    groups = [g for g in known if g in present] + sorted(present - set(known))
+    width = 0.8 / max(len(entries), 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) + 0.2 * len(entries)), 4))
+    x = np.arange(len(groups))
+    for i, e in enumerate(entries):
+        values = [100 * (e.metrics[breakdown].get(g, {}).get("accuracy") or 0) for g in groups]
+        ax.bar(x + i * width - 0.4 + width / 2, values, width, label=e.label)
+    ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1, label="chance")
+    ax.set_xticks(x, [g.replace("_", "\n") for g in groups])
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(title)
+    ax.legend(fontsize="x-small", ncol=2 if len(entries) > 8 else 1, loc="upper left",
+              bbox_to_anchor=(1.01, 1))
+    _figure_path_save(fig, path)
+    plt.close(fig)
+
+
+def curves(entries: list[Entry], path: Path) -> None:
+    """Training loss and validation accuracy per epoch, one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (loss_ax, val_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for e in entries:
+        epochs = [h["epoch"] for h in e.history]
+        label = f"{e.label} / {e.split}"
+        loss_ax.plot(epochs, [h["train_loss"] for h in e.history], label=label)
+        val = [np.nan if h.get("val_acc") is None else 100 * h["val_acc"] for h in e.history]
+        val_ax.plot(epochs, val, label=label)
+    loss_ax.set(xlabel="epoch", ylabel="training loss", title="training loss")
+    val_ax.set(xlabel="epoch", ylabel="validation accuracy (%)", title="validation accuracy")
+    val_ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1)
+    if len(entries) <= 24:
+        val_ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
+    _figure_path_save(fig, path)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- the report
+def report(run_dirs, out: str | Path) -> str:
+    """Write the tables and plots over `run_dirs` into `out`; returns a summary of the files."""
+    run_dirs = expand_runs(run_dirs)
+    if not run_dirs:
+        raise VpromError("report needs at least one run folder")
+    entries = [load_entry(r) for r in run_dirs]
+    out = Path(out)
+    grouped = group(entries)
+    t2 = table2_rows(grouped.get("neutral", {}))
+    sp = split_rows(grouped)
+    neutral = [e for e in entries if e.split == "neutral"] or entries
+    shown = "neutral split" if neutral[0].split == "neutral" else "all runs"
+    backbones = ", ".join(sorted({f"{e.backbone} ({e.features})" for e in entries}))
+    t2_md = ("Test accuracy (%) on the neutral split, ours (95% Wilson interval) beside the "
+             "paper's (Teney et al. 2020, Table 2).\n\n" + table2_markdown(t2))
+    sp_md = "Test accuracy (%) per split.\n\n" + splits_markdown(sp)
+    files = {
+        "table2.md": t2_md, "table2.csv": to_csv(t2 + reference_rows()),
+        "splits.md": sp_md, "splits.csv": to_csv(sp),
+    }
+    for name, text in files.items():
+        write_text(out / name, text)
+    bar_chart(neutral, "by_relation", f"accuracy by relation ({shown})", out / "by_relation.png")
+    bar_chart(neutral, "by_element_type", f"accuracy by element type ({shown})",
+              out / "by_element_type.png")
+    with_history = [e for e in entries if e.history]
+    plots = ["by_relation.png", "by_element_type.png"]
+    if with_history:
+        curves(with_history, out / "curves.png")
+        plots.append("curves.png")
+    page = (f"# V-PROM baselines: {len(entries)} runs\n\nFeatures: {backbones}.\n\n"
+            f"## Table 2 (neutral split)\n\n{t2_md}\n## Splits\n\n{sp_md}\n## Plots\n\n"
+            + "".join(f"![{p}]({p})\n\n" for p in plots))
+    write_text(out / "report.md", page)
+    written = ["report.md", *files, *plots]
+    return (f"report over {len(entries)} runs written to {out}:\n"
+            + "\n".join(f"  {out / name}" for name in written))

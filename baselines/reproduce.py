@@ -1,0 +1,199 @@
+"""The paper's whole grid in one command (`vprom reproduce`), resumable.
+
+Steps, each skipped when its output is already complete, so a killed run continues where it
+stopped:
+
+1. build the dataset (`vprom.build.build`: synthetic corpus or VG -> mine -> generate ->
+   verify -> stats; the build itself redoes no stage whose output matches) into OUT/build/;
+2. extract features per backbone into OUT/features/<backbone>.h5 (a stamp beside each file
+   records the backbone, weights and dataset hash it was made from);
+3. train and evaluate every model × {without, with aux} × split per backbone, into
+   OUT/runs/<backbone>/<model>[-aux]/<split>/, plus the two controls on the neutral split:
+   the context-blind model, and the relation network on shuffled context panels
+   (OUT/runs/<backbone>/controls/...). A run with `metrics.json` is complete and skipped;
+   one with a checkpoint is resumed;
+4. report over every run into OUT/report/ (Table 2 beside the paper's numbers, models ×
+   splits, plots).
+
+Weights: one per backbone ("imagenet" by default where the backbone has torchvision ImageNet
+weights; the bottom-up backbone needs the path of its converted checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from vprom.errors import VpromError
+from vprom.io import sha256_file, write_json
+from vprom.records import SPLITS
+
+CONTROL_SPLIT = "neutral"
+
+
+@dataclass(frozen=True)
+class ReproduceConfig:
+    """The grid to run; `backbones`, `weights`, `models` and `splits` are comma lists."""
+
+    vg: Path | None
+    synthetic: bool
+    out: Path
+    scale: float = 1.0
+    images: int | None = None
+    backbones: str = "resnet101,bottomup-r101"
+    weights: str | None = None
+    models: str = "mlp-sum-6,gru-shared,vqa,rn"
+    splits: str = ",".join(SPLITS)
+    epochs: int = 20
+    seed: int = 0
+    device: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "out", Path(self.out))
+        if self.vg is not None:
+            object.__setattr__(self, "vg", Path(self.vg))
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of the grid."""
+
+    backbone: str
+    model: str
+    aux: bool
+    split: str
+    shuffle_context: bool = False
+
+    def folder(self, runs: Path) -> Path:
+        if self.shuffle_context:
+            return runs / self.backbone / "controls" / f"{self.model}-shuffled-context" / self.split
+        if self.model == "context-blind":
+            return runs / self.backbone / "controls" / self.model / self.split
+        return runs / self.backbone / (self.model + ("-aux" if self.aux else "")) / self.split
+
+    def __str__(self) -> str:
+        extra = (" +aux" if self.aux else "") + (" (shuffled context)" if self.shuffle_context
+                                                 else "")
+        return f"{self.model}{extra} on {self.split} ({self.backbone})"
+
+
+def _items(text: str | None, what: str) -> list[str]:
+    items = [x.strip() for x in (text or "").split(",") if x.strip()]
+    if not items:
+        raise VpromError(f"--{what} is empty; give a comma-separated list")
+    return items
+
+
+def backbone_weights(config: ReproduceConfig) -> dict[str, str]:
+    """backbone -> weights, checked before any work starts."""
+    from features.backbones import get_backbone
+
+    backbones = _items(config.backbones, "backbones")
+    if config.weights is None:
+        weights = []
+        for name in backbones:
+            if get_backbone(name).imagenet is None:
+                raise VpromError(
+                    f"backbone {name} has no published torchvision weights; pass its converted "
+                    f"checkpoint: --weights with one entry per backbone, e.g. --weights "
+                    + ",".join("PATH" if b == name else "imagenet" for b in backbones))
+            weights.append("imagenet")
+    else:
+        weights = _items(config.weights, "weights")
+        if len(weights) != len(backbones):
+            raise VpromError(f"--weights has {len(weights)} entries for {len(backbones)} "
+                             f"backbones ({', '.join(backbones)}); give one per backbone")
+        for name in backbones:
+            get_backbone(name)
+    return dict(zip(backbones, weights))
+
+
+def grid(config: ReproduceConfig) -> list[RunSpec]:
+    """Every run, grouped by backbone: models × aux × splits, then the controls."""
+    from baselines.registry import list_models
+
+    models, splits = _items(config.models, "models"), _items(config.splits, "splits")
+    for m in models:
+        if m not in list_models():
+            raise VpromError(f"unknown model {m!r} in --models; known: {', '.join(list_models())}")
+    for s in splits:
+        if s not in SPLITS:
+            raise VpromError(f"unknown split {s!r} in --splits; the splits are {', '.join(SPLITS)}")
+    runs = []
+    for backbone in _items(config.backbones, "backbones"):
+        runs += [RunSpec(backbone, m, aux, s) for m in models for aux in (False, True)
+                 for s in splits]
+        runs += [RunSpec(backbone, "context-blind", False, CONTROL_SPLIT),
+                 RunSpec(backbone, "rn", False, CONTROL_SPLIT, shuffle_context=True)]
+    return runs
+
+
+def _build(config: ReproduceConfig) -> tuple[Path, Path]:
+    from vprom.build import build
+
+    if (config.vg is None) == (not config.synthetic):
+        raise VpromError("reproduce needs exactly one source: --vg DIR or --synthetic")
+    result = build(config.out / "build", vg=config.vg, synthetic=config.synthetic,
+                   images=config.images, scale=config.scale, seed=config.seed)
+    return Path(result.dataset), Path(result.vg_dir)
+
+
+def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: str,
+              weights: str) -> Path:
+    """OUT/features/<backbone>.h5, extracted unless a complete file from the same inputs exists."""
+    from features.extract import ExtractConfig, extract
+    from features.reader import check_complete
+
+    out = config.out / "features" / f"{backbone}.h5"
+    stamp_path = out.with_name(out.name + ".reproduce.json")
+    stamp = {"backbone": backbone, "weights": weights, "dataset_sha256": sha256_file(dataset)}
+    if out.is_file() and stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp:
+        try:
+            check_complete(out)
+            print(f"features: {out} is complete, kept", flush=True)
+            return out
+        except VpromError:
+            pass
+    print(f"features: {backbone} ({weights}) -> {out}", flush=True)
+    extract(ExtractConfig(dataset=dataset, vg=vg_dir, backbone=backbone, weights=weights,
+                          out=out, device=config.device))
+    write_json(stamp_path, stamp)
+    return out
+
+
+def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
+                        config: ReproduceConfig) -> None:
+    from baselines.evaluate import evaluate, format_metrics
+    from baselines.train import TrainConfig, train
+
+    train(TrainConfig(dataset=dataset, features=features, model=spec.model, split=spec.split,
+                      aux=spec.aux, out=run, epochs=config.epochs,
+                      shuffle_context=spec.shuffle_context, seed=config.seed,
+                      device=config.device, resume=True))
+    print(format_metrics(evaluate(run, device=config.device)), flush=True)
+
+
+def reproduce(config: ReproduceConfig) -> Path:
+    """Run the grid (see the module doc); returns the report folder."""
+    from baselines.report import report
+
+    weights = backbone_weights(config)
+    specs = grid(config)
+    dataset, vg_dir = _build(config)
+    runs_dir = config.out / "runs"
+    features = {b: _features(config, dataset, vg_dir, b, w) for b, w in weights.items()}
+    folders = []
+    for number, spec in enumerate(specs, 1):
+        run = spec.folder(runs_dir)
+        folders.append(run)
+        if (run / "metrics.json").is_file():
+            print(f"[run {number}/{len(specs)}] {spec}: complete, skipped", flush=True)
+            continue
+        print(f"[run {number}/{len(specs)}] {spec} -> {run}", flush=True)
+        _train_and_evaluate(spec, run, dataset, features[spec.backbone], config)
+    out = config.out / "report"
+    print(report(folders, out), flush=True)
+    print(f"tables: {out / 'table2.md'} (Table 2 beside the paper) and {out / 'splits.md'}; "
+          f"everything on one page: {out / 'report.md'}", flush=True)
+    return out

@@ -1,0 +1,93 @@
+"""Evaluation: the Wilson interval, breakdowns that partition the test set, metrics.json."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from baselines.data import load_split
+from baselines.evaluate import breakdowns, evaluate, format_metrics, wilson
+from baselines.train import build_model, load_checkpoint, train
+from tests.baselines.conftest import small_config
+from vprom.errors import VpromError
+
+
+@pytest.mark.parametrize("k, n, low, high", [
+    (5, 10, 0.2366, 0.7634),  # textbook values
+    (0, 10, 0.0, 0.2775),
+    (10, 10, 0.7225, 1.0),
+])
+def test_wilson_interval_matches_known_values(k, n, low, high):
+    assert wilson(k, n) == pytest.approx((low, high), abs=1e-4)
+
+
+def test_wilson_interval_contains_the_estimate_and_shrinks_with_n():
+    widths = []
+    for n in (10, 100, 1000):
+        low, high = wilson(n // 2, n)
+        assert low < 0.5 < high
+        widths.append(high - low)
+    assert widths[0] > widths[1] > widths[2]
+    assert wilson(0, 0) == (0.0, 1.0)
+
+
+def test_breakdowns_partition_the_test_set():
+    rng = np.random.default_rng(0)
+    relation = rng.choice(["and", "or", "union", "progression"], size=300)
+    element_type = rng.choice(["object", "count", "human_attribute"], size=300)
+    correct = rng.random(300) < 0.4
+    m = breakdowns(correct, relation, element_type)
+    total = m["test"]
+    assert (total["n"], total["correct"]) == (300, int(correct.sum()))
+    for key in ("by_relation", "by_element_type"):
+        assert sum(s["n"] for s in m[key].values()) == 300
+        assert sum(s["correct"] for s in m[key].values()) == total["correct"]
+    pairs = [s for per in m["by_relation_element_type"].values() for s in per.values()]
+    assert sum(s["n"] for s in pairs) == 300
+    assert sum(s["correct"] for s in pairs) == total["correct"]
+    for r, s in m["by_relation"].items():
+        assert s["n"] == sum(p["n"] for p in m["by_relation_element_type"][r].values())
+    assert list(m["by_relation"]) == ["and", "or", "union", "progression"]
+    assert "object_attribute" not in m["by_element_type"]  # absent groups are not listed
+    s = m["by_relation"]["or"]
+    assert s["accuracy"] == s["correct"] / s["n"]
+    assert s["ci95"] == list(wilson(s["correct"], s["n"]))
+
+
+def test_evaluate_scores_the_best_checkpoint_on_the_test_set(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    config = small_config(dataset, features, tmp_path / "run", model="rn", epochs=3,
+                          optimizer="adam", lr=3e-3)
+    run = train(config)
+    metrics = evaluate(run, device="cpu")
+    assert json.loads((run / "metrics.json").read_text()) == json.loads(json.dumps(metrics))
+
+    # the same figure, computed independently from best.pt
+    data = load_split(dataset, features, "neutral")
+    model, _ = build_model(config, 16)
+    model.load_state_dict(load_checkpoint(run / "best.pt")["model"])
+    model.eval()
+    test = data.parts["test"]
+    with torch.no_grad():
+        predicted = model(data.panels(test, torch.arange(len(test)))).scores.argmax(1)
+    correct = int((predicted == test.answer).sum())
+    assert metrics["test"]["n"] == len(test) == 40
+    assert metrics["test"]["correct"] == correct
+    assert metrics["features"]["backbone"] == "resnet18"
+    assert metrics["model"] == "rn" and metrics["split"] == "neutral"
+    assert metrics["checkpoint"]["epoch"] == load_checkpoint(run / "best.pt")["epoch"] + 1
+
+    text = format_metrics(metrics)
+    assert "test accuracy" in text and "progression / count" in text
+    assert f"({correct}/40)" in text
+
+
+def test_evaluate_refuses_a_folder_without_a_checkpoint(tmp_path):
+    with pytest.raises(VpromError, match="no config.json"):
+        evaluate(tmp_path)
+    (tmp_path / "config.json").write_text('{"config": {}}')
+    with pytest.raises(VpromError, match="best.pt: no such checkpoint"):
+        evaluate(tmp_path)

@@ -1,0 +1,102 @@
+"""`vprom reproduce`: the grid, weights checks, resumability, and a tiny end-to-end run."""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+from pathlib import Path
+
+import pytest
+
+import baselines.reproduce as reproduce_module
+from baselines.reproduce import ReproduceConfig, backbone_weights, grid, reproduce
+from tests.baselines.conftest import write_pair
+from vprom.errors import VpromError
+from vprom.records import SPLITS
+
+
+def config(out: Path, **overrides) -> ReproduceConfig:
+    options = dict(vg=None, synthetic=True, out=out)
+    options.update(overrides)
+    return ReproduceConfig(**options)
+
+
+def test_the_default_grid_is_the_papers(tmp_path):
+    specs = grid(config(tmp_path))
+    assert len(specs) == 2 * (4 * 2 * len(SPLITS) + 2)
+    folders = [s.folder(tmp_path) for s in specs]
+    assert len(set(folders)) == len(folders)
+    assert {s.backbone for s in specs} == {"resnet101", "bottomup-r101"}
+    controls = [s for s in specs if s.model == "context-blind" or s.shuffle_context]
+    assert {(s.model, s.shuffle_context, s.split) for s in controls} == {
+        ("context-blind", False, "neutral"), ("rn", True, "neutral")}
+
+
+def test_weights_default_to_imagenet_and_bottomup_needs_a_path(tmp_path):
+    assert backbone_weights(config(tmp_path, backbones="resnet18,resnet101")) == {
+        "resnet18": "imagenet", "resnet101": "imagenet"}
+    with pytest.raises(VpromError, match="bottomup-r101 .*converted checkpoint.*--weights "
+                                         "imagenet,PATH"):
+        backbone_weights(config(tmp_path))
+    assert backbone_weights(config(tmp_path, weights="imagenet,/w/bu.pkl")) == {
+        "resnet101": "imagenet", "bottomup-r101": "/w/bu.pkl"}
+    with pytest.raises(VpromError, match="1 entries for 2 backbones"):
+        backbone_weights(config(tmp_path, weights="none"))
+
+
+def test_bad_grids_are_refused(tmp_path):
+    with pytest.raises(VpromError, match="unknown model 'nope'"):
+        grid(config(tmp_path, models="rn,nope"))
+    with pytest.raises(VpromError, match="unknown split 'nope'"):
+        grid(config(tmp_path, splits="neutral,nope"))
+    with pytest.raises(VpromError, match="--models is empty"):
+        grid(config(tmp_path, models=" , "))
+
+
+def test_reproduce_runs_the_grid_and_skips_finished_runs(tmp_path, monkeypatch, capsys):
+    """The build and extraction are replaced by a tiny ready pair; training is real."""
+    dataset, features = write_pair(tmp_path / "pair", n=120)
+    calls = []
+    monkeypatch.setattr(reproduce_module, "_build", lambda c: (dataset, tmp_path))
+    monkeypatch.setattr(reproduce_module, "_features",
+                        lambda c, d, vg, backbone, w: calls.append(backbone) or features)
+    grid_config = config(tmp_path / "repro", backbones="resnet18", weights="none",
+                         models="mlp-sum-2", splits="neutral,extrapolation", epochs=1,
+                         device="cpu")
+    out = reproduce(grid_config)
+    assert out == tmp_path / "repro" / "report"
+    runs = sorted(p.parent for p in (tmp_path / "repro" / "runs").rglob("metrics.json"))
+    assert len(runs) == 2 * 2 + 2
+    table = list(csv.DictReader(io.StringIO((out / "splits.csv").read_text())))
+    assert len(table) == len(runs)
+    printed = capsys.readouterr().out
+    assert "table2.md" in printed and "report.md" in printed
+
+    # a second run finds everything complete; a deleted result is redone
+    stamp = {run: (run / "metrics.json").stat().st_mtime_ns for run in runs}
+    (runs[0] / "metrics.json").unlink()
+    reproduce(grid_config)
+    printed = capsys.readouterr().out
+    assert printed.count("complete, skipped") == len(runs) - 1
+    for run in runs[1:]:
+        assert (run / "metrics.json").stat().st_mtime_ns == stamp[run]
+    assert (runs[0] / "metrics.json").is_file()
+
+
+@pytest.mark.slow
+def test_reproduce_end_to_end_on_the_synthetic_corpus(tmp_path, monkeypatch):
+    import features.extract
+
+    # small crops keep a random-weight ResNet-18 fast on a CPU; everything else is as shipped
+    monkeypatch.setattr(features.extract, "ExtractConfig",
+                        functools.partial(features.extract.ExtractConfig, input_size=64))
+    out = reproduce(ReproduceConfig(vg=None, synthetic=True, out=tmp_path / "repro",
+                                    images=2000, scale=0.002, backbones="resnet18",
+                                    weights="none", models="mlp-sum-2,rn",
+                                    splits="neutral,interpolation", epochs=1, device="cpu"))
+    assert (tmp_path / "repro" / "features" / "resnet18.h5").is_file()
+    table = list(csv.DictReader(io.StringIO((out / "splits.csv").read_text())))
+    assert len(table) == 2 * 2 * 2 + 2
+    for name in ("table2.md", "report.md", "by_relation.png", "curves.png"):
+        assert (out / name).is_file()

@@ -1,0 +1,266 @@
+"""Training: learning, the auxiliary loss, checkpoints, resume, DDP, early stopping, refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import baselines.train as train_module
+from baselines.data import derangement, load_split
+from baselines.registry import list_models
+from baselines.train import build_model, load_checkpoint, train
+from tests.baselines.conftest import small_config, write_pair
+from vprom.errors import VpromError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def history(run: Path) -> list[dict]:
+    return json.loads((run / "history.json").read_text())
+
+
+def assert_same_state(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+# ---------------------------------------------------------------- data
+def test_rows_gather_the_features_of_each_panels_crop(tiny_pair):
+    from features.reader import load_features
+    from vprom.tables import read_matrices
+
+    dataset, features = tiny_pair
+    data = load_split(dataset, features, "neutral")
+    table, feats = read_matrices(dataset), load_features(features)
+    test = data.parts["test"]
+    index = torch.arange(len(test))
+    position = {int(m): i for i, m in enumerate(table.id)}
+    crop_ids = table.panels[[position[int(m)] for m in test.ids]]
+    expected = feats.features[np.searchsorted(feats.crop_id, crop_ids)]
+    assert torch.equal(data.panels(test, index), torch.from_numpy(expected))
+    assert test.answer.tolist() == [int(table.answer[position[int(m)]]) for m in test.ids]
+    assert sorted(test.ids.tolist()) == sorted(table.splits["neutral"]["test"].tolist())
+
+
+def test_shuffled_context_keeps_candidates_and_takes_another_matrix_context(tiny_pair):
+    dataset, features = tiny_pair
+    plain = load_split(dataset, features, "neutral").parts["train"]
+    shuffled = load_split(dataset, features, "neutral", shuffle_context=True).parts["train"]
+    again = load_split(dataset, features, "neutral", shuffle_context=True).parts["train"]
+    assert torch.equal(shuffled.rows, again.rows)  # a fixed, seeded derangement
+    assert torch.equal(shuffled.rows[:, 8:], plain.rows[:, 8:])
+    assert torch.equal(shuffled.answer, plain.answer)
+    assert not (shuffled.rows[:, :8] == plain.rows[:, :8]).all(1).any()
+    # every context is used exactly once
+    assert sorted(map(tuple, shuffled.rows[:, :8].tolist())) == sorted(
+        map(tuple, plain.rows[:, :8].tolist()))
+
+
+@pytest.mark.parametrize("n", [2, 3, 10, 101])
+def test_derangement_has_no_fixed_points(n):
+    p = derangement(n, np.random.default_rng(n))
+    assert sorted(p.tolist()) == list(range(n))
+    assert not np.any(p == np.arange(n))
+
+
+# ---------------------------------------------------------------- learning
+def test_a_tiny_dataset_is_learned(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    run = train(small_config(dataset, features, tmp_path / "run", model="rn", epochs=20,
+                             optimizer="adam", lr=3e-3, patience=20))
+    h = history(run)
+    assert len(h) == 20
+    assert h[-1]["train_loss"] < 0.5 * h[0]["train_loss"]
+    assert max(e["val_acc"] for e in h) >= 0.5  # chance is 0.125
+    best = load_checkpoint(run / "best.pt")
+    assert best["best"]["val_acc"] == max(e["val_acc"] for e in h)
+
+
+def test_aux_is_off_by_default_and_trains_both_heads_when_on(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    plain = train(small_config(dataset, features, tmp_path / "plain", epochs=1))
+    assert "train_aux_loss" not in history(plain)[0]
+    assert not any("aux" in k for k in load_checkpoint(plain / "last.pt")["model"])
+
+    config = small_config(dataset, features, tmp_path / "aux", epochs=2, aux=True)
+    run = train(config)
+    h = history(run)
+    for epoch in h:
+        assert epoch["train_aux_loss"] > 0
+        assert epoch["train_loss"] == pytest.approx(epoch["train_answer_loss"]
+                                                    + epoch["train_aux_loss"])
+    init, _ = build_model(config, 16)
+    trained = load_checkpoint(run / "last.pt")["model"]
+    heads = [k for k in trained if "aux" in k]
+    assert {k.split(".")[-2] for k in heads} == {"relation", "element_type"}
+    for key in heads:
+        assert not torch.equal(trained[key], init.state_dict()[key]), key
+
+
+@pytest.mark.parametrize("model", list_models())
+def test_every_model_trains_with_aux_and_uses_every_parameter(tiny_pair, tmp_path, model):
+    # DDP runs without find_unused_parameters, so every parameter must receive a gradient
+    dataset, features = tiny_pair
+    config = small_config(dataset, features, tmp_path / "run", model=model, epochs=1,
+                          batch_size=40, aux=True)
+    run = train(config)
+    assert history(run)[0]["train_aux_loss"] > 0
+    init, _ = build_model(config, 16)
+    trained = load_checkpoint(run / "last.pt")["model"]
+    for name, tensor in init.named_parameters():
+        assert not torch.equal(tensor, trained[name]), f"{model}: {name} was not trained"
+
+
+# ---------------------------------------------------------------- checkpoints and resume
+def test_checkpoint_loads_with_weights_only(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    config = small_config(dataset, features, tmp_path / "run", epochs=1)
+    run = train(config)
+    state = torch.load(run / "last.pt", weights_only=True)
+    assert state["config"] == config.to_dict()
+    assert state["epoch"] == 0 and len(state["history"]) == 1
+    assert set(state) >= {"model", "optimizer", "rng", "model_config", "features_attrs"}
+    assert state["features_attrs"]["backbone"] == "resnet18"
+    model, _ = build_model(config, 16)
+    model.load_state_dict(torch.load(run / "best.pt", weights_only=True)["model"])
+    stored = json.loads((run / "config.json").read_text())
+    assert stored["config"] == config.to_dict()
+    assert stored["counts"] == {"train": 120, "val": 40, "test": 40}
+
+
+def test_resume_after_a_kill_reaches_the_same_weights(tiny_pair, tmp_path, monkeypatch):
+    dataset, features = tiny_pair
+    straight = train(small_config(dataset, features, tmp_path / "straight", epochs=3,
+                                  aux=True))
+
+    original = train_module._end_epoch
+
+    def killed_after_first_epoch(*args, **kwargs):
+        original(*args, **kwargs)
+        raise KeyboardInterrupt  # the process dies right after epoch 1's checkpoint
+
+    monkeypatch.setattr(train_module, "_end_epoch", killed_after_first_epoch)
+    config = small_config(dataset, features, tmp_path / "killed", epochs=3, aux=True)
+    with pytest.raises(KeyboardInterrupt):
+        train(config)
+    monkeypatch.setattr(train_module, "_end_epoch", original)
+    assert len(history(config.out)) == 1
+    resumed = train(small_config(dataset, features, config.out, epochs=3, aux=True,
+                                 resume=True))
+
+    a, b = load_checkpoint(straight / "last.pt"), load_checkpoint(resumed / "last.pt")
+    assert_same_state(a["model"], b["model"])
+    assert_same_state(load_checkpoint(straight / "best.pt")["model"],
+                      load_checkpoint(resumed / "best.pt")["model"])
+    assert a["optimizer"]["state"].keys() == b["optimizer"]["state"].keys()
+    for key, value in a["optimizer"]["state"].items():
+        other = b["optimizer"]["state"][key]
+        for name, tensor in value.items():
+            assert torch.equal(torch.as_tensor(tensor), torch.as_tensor(other[name]))
+    drop = lambda h: [{k: v for k, v in e.items() if k != "seconds"} for e in h]  # noqa: E731
+    assert drop(history(straight)) == drop(history(resumed))
+
+
+def test_resume_can_extend_a_finished_run(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    run = train(small_config(dataset, features, tmp_path / "run", epochs=1))
+    train(small_config(dataset, features, run, epochs=2, resume=True))
+    assert [e["epoch"] for e in history(run)] == [1, 2]
+    straight = train(small_config(dataset, features, tmp_path / "straight", epochs=2))
+    assert_same_state(load_checkpoint(run / "last.pt")["model"],
+                      load_checkpoint(straight / "last.pt")["model"])
+
+
+def test_rerun_without_resume_starts_over(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    config = small_config(dataset, features, tmp_path / "run", epochs=1)
+    train(config)
+    (config.out / "metrics.json").write_text("{}")  # a stale result of the earlier run
+    train(config)
+    assert len(history(config.out)) == 1
+    assert not (config.out / "metrics.json").exists()
+
+
+def test_early_stopping_after_patience_epochs_without_gain(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    # a learning rate this small leaves validation accuracy where it starts
+    run = train(small_config(dataset, features, tmp_path / "run", epochs=10, patience=2,
+                             optimizer="adam", lr=1e-12))
+    h = history(run)
+    assert len(h) == 3
+    assert load_checkpoint(run / "best.pt")["epoch"] == 0
+
+
+# ---------------------------------------------------------------- refusals
+def test_bad_inputs_are_refused_with_a_clear_error(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    cases = [
+        (dict(split="nope"), "unknown split 'nope'"),
+        (dict(model="nope"), "unknown model 'nope'"),
+        (dict(optimizer="sgd"), "unknown optimizer"),
+        (dict(epochs=0), "--epochs must be at least 1"),
+        (dict(device="gpu7"), "--device gpu7: not a torch device"),
+        (dict(features=tmp_path / "absent.h5"), "absent.h5: no such file"),
+    ]
+    for overrides, message in cases:
+        options = {"dataset": dataset, "features": features, **overrides}
+        with pytest.raises(VpromError, match=message):
+            train(small_config(out=tmp_path / "bad", **options))
+    assert not (tmp_path / "bad").exists()
+
+
+def test_features_missing_a_crop_name_it(tmp_path):
+    dataset, features = write_pair(tmp_path / "pair", n=20, drop_crops=3)
+    with pytest.raises(VpromError, match=r"no features for crop 131[0-9] .*matrix 19"):
+        train(small_config(dataset, features, tmp_path / "run"))
+
+
+def test_a_split_without_training_matrices_is_refused(tmp_path):
+    dataset, features = write_pair(tmp_path / "pair", n=20, empty_train=("extrapolation",))
+    with pytest.raises(VpromError, match="'extrapolation' has no training matrices"):
+        train(small_config(dataset, features, tmp_path / "run", split="extrapolation"))
+
+
+def test_a_run_folder_with_another_config_is_refused(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    train(small_config(dataset, features, tmp_path / "run", epochs=1))
+    with pytest.raises(VpromError, match="different config .*model 'mlp-sum-2' vs 'rn'"):
+        train(small_config(dataset, features, tmp_path / "run", epochs=1, model="rn"))
+    with pytest.raises(VpromError, match="only --epochs, --patience and --device may change"):
+        train(small_config(dataset, features, tmp_path / "run", epochs=1, hidden=8,
+                           resume=True))
+
+
+# ---------------------------------------------------------------- data parallel
+@pytest.mark.slow
+def test_two_gloo_processes_match_one(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    args = ["train", str(dataset), "--features", str(features), "--model", "rn", "--split",
+            "neutral", "--epochs", "2", "--batch-size", "16", "--hidden", "16", "--device",
+            "cpu", "--aux"]
+    single = train(small_config(dataset, features, tmp_path / "one", model="rn", epochs=2,
+                                aux=True))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc_per_node", "2", "-m", "vprom.cli", *args, "--out", str(tmp_path / "two")]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    one, two = history(single), history(tmp_path / "two")
+    assert [e["train_acc"] for e in one] == [e["train_acc"] for e in two]
+    assert [e["val_acc"] for e in one] == [e["val_acc"] for e in two]
+    for a, b in zip(one, two):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
+    a = load_checkpoint(single / "last.pt")
+    b = load_checkpoint(tmp_path / "two" / "last.pt")
+    assert b["world_size"] == 2
+    for key in a["model"]:
+        torch.testing.assert_close(a["model"][key], b["model"][key], rtol=1e-4, atol=1e-5)
