@@ -39,7 +39,7 @@ class ReproduceConfig:
     vg: Path | None
     synthetic: bool
     out: Path
-    scale: float = 1.0
+    scale: float | None = None  # None: build's default (1.0 on VG, small when synthetic)
     images: int | None = None
     backbones: str = "resnet101,bottomup-r101"
     weights: str | None = None

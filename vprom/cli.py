@@ -313,7 +313,8 @@ def add_reproduce(p):
     src.add_argument("--vg", type=Path, help="an unpacked Visual Genome folder")
     src.add_argument("--synthetic", action="store_true", help="the synthetic corpus (smoke test)")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--scale", type=float, default=1.0)
+    p.add_argument("--scale", type=float, default=None,
+                   help="fraction of Table 1 (default 1.0 on VG, 0.02 synthetic)")
     p.add_argument("--images", type=int, default=None, help="synthetic corpus size")
     p.add_argument("--backbones", default="resnet101,bottomup-r101")
     p.add_argument("--weights", default=None,
