@@ -143,6 +143,28 @@ def balance(data) -> dict:
             "probe_blind_commonest_super_attribute_acc": round(blind_sa / max(n_attr, 1), 4)}
 
 
+def label_probe(data, seed: int) -> dict:
+    """`vprom verify`'s context-blind label probe on the in-memory data set: accuracy
+    overall and per element type (one probe trained on all of the neutral train part)."""
+    from vprom import audit, verify
+
+    m = data.matrices
+    view = verify.Data(Path("<memory>"), data.crops, m,
+                       verify.crop_rows(data.crops.crop_id, m.panels), None)
+    answers = m.answer.astype(np.int64)
+    rng = np.random.default_rng(seed)
+    train, test, _ = verify.probe_sides(view, rng, verify.PROBE_MAX)
+    cands = verify.candidate_view(view, np.concatenate([train, test]))
+    x_train, x_test = audit._standardise(audit.label_features(cands, answers, train, train),
+                                         audit.label_features(cands, answers, train, test))
+    w = audit.fit_probe(lambda: (x_train, answers[train]), x_train.shape[-1], 200)
+    hits = audit.probe_hits(x_test, answers[test], w)
+    types = m.element_type[test]
+    out = {"all": round(100 * float(hits.mean()), 1), "test_matrices": int(len(test))}
+    out.update({t: round(100 * float(hits[types == t].mean()), 1) for t in sorted(set(types))})
+    return out
+
+
 def recheck(data, n: int, seed: int) -> int:
     """Re-prove n random matrices with `check_matrix` on label strings (the verify path)."""
     m = data.matrices
@@ -180,6 +202,8 @@ def main() -> None:
         print(f"  {s:34s} {parts['train']:8,d} {parts['val']:7,d} {parts['test']:8,d}")
     print(f"used crops: {len(data.crops):,} of {len(crops):,}")
     print("balance:", json.dumps(balance(data)))
+    print("context-blind label probe (% right, chance 12.5):",
+          json.dumps(label_probe(data, args.seed)))
     print(f"string-level re-check of {args.verify:,} random matrices: "
           f"{recheck(data, args.verify, args.seed)} unsound")
 

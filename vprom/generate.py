@@ -25,13 +25,19 @@ The algorithm, in three layers:
    panel (never the same region twice in a matrix); the solver turns the 8 context crops'
    label masks into the mask Z of every element that would complete row 3 under ANY reading
    (`vprom.solver.completion_mask`); the 7 distractors are crops of other elements whose
-   label masks miss Z entirely — elements of the context first (so "the candidate seen in
-   the context" is no shortcut), then of the matrix's super-attribute, then of the group's
-   other attributes; the solver check `valid == [answer]` runs on the assembled matrix.
-   What fails is resampled from the same stream (at most `MAX_TRIES` times, then a
-   VpromError naming the group). Crop reuse is balanced by drawing uniformly among the
-   crops of an element in the cell — a per-matrix choice, so shards stay identical to the
-   single run (global least-used counters would not be).
+   label masks miss Z entirely (and, in the first `STRICT_TRIES` attempts, whose element
+   no other candidate carries, as the answer's is carried by no distractor) — elements of
+   the context first (so "the candidate seen in the context" is no shortcut), then the
+   matrix's other elements. Attribute matrices take them in a symmetric super-attribute
+   profile (`_profile`): m candidates from the matrix's super-attribute (answer included)
+   and m from each of 8/m - 1 others, m in 8, 4, 2, 1, so "the candidates' commonest
+   super-attribute" is no shortcut; the other super-attributes are drawn with weights
+   (`_fill_weights`, from the plan alone) that make each super-attribute's elements the
+   answer about once in 8 candidacies. The solver check `valid == [answer]` runs on the
+   assembled matrix. What fails is resampled from the same stream (at most `MAX_TRIES`
+   times, then a VpromError naming the group). Crop reuse is balanced by drawing uniformly
+   among the crops of an element in the cell — a per-matrix choice, so shards stay
+   identical to the single run (global least-used counters would not be).
 
 `generate` is the file edge: POOLS.h5 in, DATASET.h5 (+ manifest JSON beside it) out;
 `merge_shards` joins the DATASET.h5 files of `--shard K/N` runs into the single run's file.
@@ -39,6 +45,7 @@ The algorithm, in three layers:
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
@@ -68,6 +75,10 @@ TABLE1: dict[ElementType, int] = {
 MIN_CONTEXT_CROPS = 3
 #: Resampling attempts per matrix before generation gives up with a VpromError.
 MAX_TRIES = 40
+#: The first attempts keep every candidate's element off all other candidates (`_Taker`);
+#: later ones only keep the completions off the distractors (a super-attribute that every
+#: crop carries, e.g. a person's action, cannot have exclusive labels).
+STRICT_TRIES = 12
 #: Share of every (element type, relation) planned on the train side of the held-out splits.
 TRAIN_SIDE_SHARE = 2 / 3
 CELL_NAMES = ("neutral-train/held-out-train", "neutral-train/held-out-test",
@@ -278,6 +289,19 @@ class _Option:
     context: list[int]  # element ids the relation may show (>= MIN_CONTEXT_CROPS crops)
     same: list[int]  # element ids of the super-attribute usable as candidates
     fill: list[int]  # other element ids usable as candidates
+    # the fill by super-attribute: (name, element ids, their bit mask), sorted by name
+    fill_sas: list[tuple[str, list[int], int]] = field(default_factory=list)
+
+    @property
+    def same_mask(self) -> int:
+        return _mask_of(self.same)
+
+
+def _mask_of(ids) -> int:
+    out = 0
+    for i in ids:
+        out |= 1 << i
+    return out
 
 
 @dataclass
@@ -291,6 +315,8 @@ class _Sampler:
     crops_of: dict[int, list[int]]
     label: str = field(default="")
     skipped: list[str] = field(default_factory=list)  # super-attributes too small for it
+    # attributes: how likely each other super-attribute is to fill a block of candidates
+    fill_weight: dict[str, float] = field(default_factory=dict)
 
     def pick(self, draws: Draws) -> _Option:
         u = draws.uniform() * self.cumulative[-1]
@@ -342,6 +368,12 @@ def _make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group, cell: in
             raise VpromError(f"{where}:{sa} {label} need {need_candidates} distinct elements "
                              f"with crops for the candidates; have {have} (short by "
                              f"{need_candidates - have}) — mine more images or lower --scale")
+    # a super-attribute whose candidates cannot form a symmetric profile (or on a
+    # 2-attribute one: its other attribute completes the row too) is left out of the
+    # relation, unless the group has no other (then `_uneven_profile` does its best)
+    symmetric = [o for o in good
+                 if not o.super_attribute or _static_block(o, group.relation) is not None]
+    good = symmetric or good
     cumulative = np.cumsum([len(o.context) for o in good]).tolist()
     skipped = sorted(o.super_attribute for o in options if o not in good)
     return _Sampler(group, cell, good, cumulative, crops_of, label=f"{label} on {where}",
@@ -366,8 +398,12 @@ def _attribute_options(group: Group, design: HeldOutDesign, sa_of: dict[int, str
     for sa in chosen:
         members = {i for i, s in sa_of.items() if s == sa}
         fill = {i for i in usable if sa_of[i] in fill_sas and sa_of[i] != sa}
+        by_sa: dict[str, list[int]] = {}
+        for i in sorted(fill):
+            by_sa.setdefault(sa_of[i], []).append(i)
         options.append(_Option(sa, sorted(members & enough), sorted(members & usable),
-                               sorted(fill)))
+                               sorted(fill), [(t, ids, _mask_of(ids))
+                                              for t, ids in sorted(by_sa.items())]))
     return options
 
 
@@ -377,7 +413,7 @@ def _sample_matrix(s: _Sampler, draws: Draws, answer_pos: int, masks: list[int],
                    region: list[int]) -> tuple[str, list[int]] | None:
     """(super-attribute, 16 crop rows with the answer at `answer_pos`), or None."""
     etype, rule, crops_of = s.group.element_type, RULES[s.group.relation], s.crops_of
-    for _ in range(MAX_TRIES):
+    for attempt in range(MAX_TRIES):
         option = s.pick(draws)
         ids = rule.sample(draws, option.context)
         rows = _context_crops(draws, ids, crops_of, region)
@@ -388,8 +424,8 @@ def _sample_matrix(s: _Sampler, draws: Draws, answer_pos: int, masks: list[int],
             continue
         used = {region[r] for r in rows}
         context_ids = list(dict.fromkeys(ids[:N_CONTEXT]))
-        wrong = _distractors(draws, (context_ids, option.same, option.fill), z, used,
-                             crops_of, masks, region)
+        wrong = _distractors(draws, option, context_ids, z, used, crops_of, masks, region,
+                             s.fill_weight, rows[N_CONTEXT], attempt < STRICT_TRIES)
         if wrong is None:
             continue
         draws.shuffle(wrong)
@@ -427,27 +463,198 @@ def _in_random_order(draws: Draws, pool: list[int]):
     return (pool[int(u() * n)] for _ in range(4 * n))  # repeats are skipped by the caller
 
 
-def _distractors(draws: Draws, pools, z: int, used: set[int], crops_of, masks, region):
-    """7 crops of distinct elements outside z whose labels carry nothing in z."""
-    u = draws.uniform
-    out, seen = [], set()
-    for pool in pools:
-        for e in _in_random_order(draws, pool):
-            if e in seen or (z >> e) & 1:
+def _distractors(draws: Draws, option: _Option, context_ids: list[int], z: int,
+                 used: set[int], crops_of, masks, region, weight: dict[str, float],
+                 answer_row: int, strict: bool):
+    """7 crops of distinct elements outside z whose labels carry nothing in z.
+
+    Objects and counts: elements of the context first, then the rest of the matrix's
+    elements. Attributes: a symmetric super-attribute profile (see `_profile`).
+    """
+    take = _Taker(draws, z, used, crops_of, masks, region, answer_row, strict)
+    same = itertools.chain(draws.shuffled(context_ids), _in_random_order(draws, option.same))
+    if not option.super_attribute:
+        return take.out if take(same, N_CANDIDATES - 1) else None
+    blocks = _profile(draws, option, z, weight)
+    if blocks is None:
+        return None
+    own, others = blocks
+    if not take(same, own - 1):
+        return None
+    for elements, k in others:
+        if not take(_in_random_order(draws, elements), k):
+            return None
+    return take.out
+
+
+class _Taker:
+    """Draws crops of distinct elements outside z, no region twice, into `out`.
+
+    `strict`: every candidate's own element is carried by no other candidate. The answer's
+    element is never on a distractor (z), so a distractor's element must not be on the
+    answer or another distractor either, else "the candidate whose element no other
+    candidate shows" would single out the answer. Not strict: only z is kept off.
+    """
+
+    def __init__(self, draws, z, used, crops_of, masks, region, answer_row, strict=True):
+        self.u, self.used = draws.uniform, used
+        self.crops_of, self.masks, self.region = crops_of, masks, region
+        self.out: list[int] = []
+        self.seen: set[int] = set()
+        self.strict = strict
+        self.elements = z  # the candidates' elements (and all of z), as a mask
+        self.carried = masks[answer_row] if strict else 0  # what some candidate carries
+
+    def __call__(self, elements, k: int) -> bool:
+        """Append crops of `k` more elements taken in `elements`' order; False if short."""
+        u, used, region, masks = self.u, self.used, self.region, self.masks
+        got = 0
+        for e in elements:
+            if got == k:
+                break
+            bit = 1 << e
+            if e in self.seen or (self.elements | self.carried) & bit:
                 continue
-            seen.add(e)
-            crops = crops_of.get(e)
+            self.seen.add(e)
+            crops = self.crops_of.get(e)
             if crops is None:
                 continue
-            for _ in range(3):
+            for _ in range(CROP_TRIES):
                 r = crops[int(u() * len(crops))]
-                if not masks[r] & z and region[r] not in used:
+                if not masks[r] & self.elements and region[r] not in used:
                     used.add(region[r])
-                    out.append(r)
-                    if len(out) == N_CANDIDATES - 1:
-                        return out
+                    self.out.append(r)
+                    if self.strict:
+                        self.elements |= bit
+                        self.carried |= masks[r]
+                    got += 1
                     break
+        return got == k
+
+
+#: Crops of one element tried before a distractor moves on to the next element.
+CROP_TRIES = 4
+
+
+#: Candidates per super-attribute in a symmetric profile: m of each of 8 / m super-attributes.
+BLOCKS = (8, 4, 2, 1)
+
+
+def _profile(draws: Draws, option: _Option, z: int, weight: dict[str, float]):
+    """(candidates from the matrix's super-attribute incl. the answer, [(elements, k)]).
+
+    Symmetric when it can be: with m the largest block size in BLOCKS that the matrix's
+    super-attribute s and 8/m - 1 other super-attributes can each fill with m elements
+    outside z, every super-attribute among the candidates shows exactly m of them, so the
+    candidates' super-attribute counts say nothing about which one is the answer (otherwise
+    a small s, e.g. gender, makes the answer's super-attribute the candidates' majority).
+    The other super-attributes are drawn among those able to fill a block, in proportion to
+    `weight` (see `_fill_weights`: it makes every element about as often right as wrong).
+    """
+    own = (option.same_mask & ~z).bit_count() + 1  # the answer is in z
+    avail = [(ids, (mask & ~z).bit_count(), sa) for sa, ids, mask in option.fill_sas]
+    for m in BLOCKS:
+        need = N_CANDIDATES // m - 1
+        if own < m:
+            continue
+        able = [(ids, weight.get(sa, 1.0)) for ids, n, sa in avail if n >= m]
+        if len(able) >= need:
+            return m, [(ids, m) for ids in _weighted_distinct(draws, able, need)]
+    return _uneven_profile(draws, own, avail)
+
+
+def _static_block(option: _Option, relation: Relation) -> int | None:
+    """The block size `_profile` would choose for `option` when every crop has one label
+    (the completions are then the answer, and for or the row's other element); None when
+    no symmetric profile fits."""
+    own = len(option.same) - (RULES[relation].completing_elements - 1)
+    for m in BLOCKS:
+        able = sum(1 for _, ids, _ in option.fill_sas if len(ids) >= m)
+        if own >= m and able >= N_CANDIDATES // m - 1:
+            return m
     return None
+
+
+def _weighted_distinct(draws: Draws, items: list[tuple[object, float]], k: int) -> list:
+    """k distinct items, each next one drawn in proportion to its weight among the rest."""
+    items = list(items)
+    out = []
+    for _ in range(k):
+        u = draws.uniform() * sum(w for _, w in items)
+        j = 0
+        while j < len(items) - 1 and u >= items[j][1]:
+            u -= items[j][1]
+            j += 1
+        out.append(items.pop(j)[0])
+    return out
+
+
+def _fill_weights(samplers: dict, matrices_of: dict) -> dict[ElementType, dict[str, float]]:
+    """Per element type, a weight per super-attribute for choosing filler blocks.
+
+    An element is as often right as wrong (answer 1 time in 8 candidacies) when the
+    matrices of super-attribute t (A_t of them, showing m_t of t's elements each) receive
+    (8 - m_t) * A_t filler candidates from other matrices. The weights solve that balance
+    for the plan's expected mix (matrices per group and cell, options in proportion to their
+    context elements, single-label readings) by a damped multiplicative fixed point. A
+    function of the plan and the pool only, so shards stay equal to the single run.
+    """
+    terms: dict[ElementType, list] = {}
+    need: dict[ElementType, dict[str, float]] = {}
+    for key, sampler in samplers.items():
+        etype = sampler.group.element_type
+        for option in sampler.options:
+            m = _static_block(option, sampler.group.relation) if option.super_attribute else None
+            if m is None:  # objects, counts; an uneven profile is left to chance
+                continue
+            n = matrices_of.get(key, 0) * len(option.context) / sampler.cumulative[-1]
+            able = [sa for sa, ids, _ in option.fill_sas if len(ids) >= m]
+            d = need.setdefault(etype, {})
+            d[option.super_attribute] = d.get(option.super_attribute, 0.0) + n * (N_CANDIDATES - m)
+            terms.setdefault(etype, []).append((n, m, N_CANDIDATES // m - 1, able))
+    out = {}
+    for etype, rows in terms.items():
+        target = need[etype]
+        names = sorted({sa for *_, able in rows for sa in able} | set(target))
+        w = {sa: 1.0 for sa in names}
+        for _ in range(60):
+            got = dict.fromkeys(names, 0.0)
+            for n, m, k, able in rows:
+                if not able:
+                    continue
+                total = sum(w[sa] for sa in able)
+                for sa in able:
+                    got[sa] += n * m * min(1.0, k * w[sa] / total)
+            for sa in names:
+                ratio = (target.get(sa, 0.0) + 1e-3) / (got[sa] + 1e-3)
+                w[sa] = min(1e3, max(1e-3, w[sa] * ratio ** 0.5))
+            # only ratios matter: keep the geometric mean at 1 so no weight drifts to a bound
+            mean = float(np.exp(np.mean(np.log(list(w.values())))))
+            w = {sa: min(1e3, max(1e-3, x / mean)) for sa, x in w.items()}
+        out[etype] = w
+    return out
+
+
+def _uneven_profile(draws: Draws, own: int, avail):
+    """No symmetric profile fits (e.g. or on a 2-attribute super-attribute, whose other
+    attribute completes the row too): make the answer's block size b shared by as many
+    candidates as possible (b of s, b of each of j others, the rest from one more)."""
+    best, best_score = None, 0
+    order = draws.distinct(range(len(avail)), len(avail))
+    for b in range(1, min(own, N_CANDIDATES) + 1):
+        able = [k for k in order if avail[k][1] >= b]
+        for j in range(min(len(able), N_CANDIDATES // b - 1), -1, -1):
+            rest = N_CANDIDATES - b * (1 + j)
+            spare = [k for k in order if k not in able[:j] and avail[k][1] >= rest != b]
+            if rest and not spare:
+                continue
+            score = b * (1 + j)
+            if score > best_score:
+                blocks = [(avail[k][0], b) for k in able[:j]]
+                blocks += [(avail[spare[0]][0], rest)] if rest else []
+                best, best_score = (b, blocks), score
+            break
+    return best
 
 
 def generate_rows(pool: PoolIndex, plan: Plan, indices: Sequence[int],
@@ -455,15 +662,23 @@ def generate_rows(pool: PoolIndex, plan: Plan, indices: Sequence[int],
     """Yield (matrix, its 16 crop rows in `pool`) for each index, in order.
 
     `skipped`, when given, receives per group the super-attributes it could not use (fewer
-    attributes with enough crops than its relation needs), for the manifest.
+    attributes with enough crops than its relation needs, or too few for a symmetric
+    candidate profile while the group has others), for the manifest.
     """
     indices = list(indices)
     # make every (group, cell) sampler first, so a short pool fails before any work is done
     held = np.array([g.held_side for g in plan.groups], dtype=np.int64)
-    group_of = plan.group_of[indices].astype(np.int64)
-    cells = plan.neutral_side[indices].astype(np.int64) * 2 + held[group_of]
-    needed = sorted(set(zip(group_of.tolist(), cells.tolist())))
-    samplers = {(g, c): _make_sampler(pool, plan.design, plan.groups[g], c) for g, c in needed}
+    # every (group, cell) of the whole plan, not only the shard's: the filler weights are
+    # computed from all of them, so a shard samples exactly as the single run does
+    every = plan.group_of.astype(np.int64)
+    every_cell = plan.neutral_side.astype(np.int64) * 2 + held[every]
+    keys, n = np.unique(np.stack([every, every_cell]), axis=1, return_counts=True)
+    matrices_of = {(int(g), int(c)): int(k) for (g, c), k in zip(keys.T.tolist(), n.tolist())}
+    samplers = {key: _make_sampler(pool, plan.design, plan.groups[key[0]], key[1])
+                for key in (sorted(matrices_of) if indices else [])}
+    weights = _fill_weights(samplers, matrices_of)
+    for sampler in samplers.values():
+        sampler.fill_weight = weights.get(sampler.group.element_type, {})
     for sampler in samplers.values():
         if sampler.skipped and skipped is not None:
             g = sampler.group

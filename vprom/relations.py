@@ -12,6 +12,10 @@ Each rule knows three things about a 3×3 matrix whose rows are (I_i1, I_i2, I_i
   element type (a red wooden chair is both `red` and `wooden`): the solver must consider
   every choice, not only the element the generator meant.
 
+Sampling keeps the answer's distribution close to uniform over the allowed elements where
+the definition allows (Progression draws the answer first), so an element's answer rate
+among the candidates gives nothing away.
+
 Element ids are small ints used as bit positions; for counts the id is the count itself, so
 Progression's arithmetic works on bit positions directly.
 
@@ -188,13 +192,18 @@ class Progression(Rule):
 
     def sample(self, draws, elements):
         options = _progressions(tuple(sorted(elements)))
-        # the step first (uniform over feasible steps, both signs), then each row's start
-        d, starts = draws.pick(options)
+        # the answer first, uniform over the values some progression ends on (drawing the
+        # step first would make the extremes answer far more often than the middle, and a
+        # candidate's answer rate would give it away); then a step that ends there (both
+        # signs), the last row's start from it and the other rows' starts uniformly
+        ends = sorted({s + 2 * d for d, starts in options for s in starts})
+        answer = draws.pick(ends)
+        d, starts = draws.pick([(d, st) for d, st in options if answer - 2 * d in st])
         out = []
-        for _ in range(3):
+        for _ in range(2):
             s = draws.pick(starts)
             out += [s, s + d, s + 2 * d]
-        return out
+        return out + [answer - 2 * d, answer - d, answer]
 
     def holds(self, rows):
         steps = {r[1] - r[0] for r in rows}

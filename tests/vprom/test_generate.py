@@ -75,6 +75,34 @@ def test_attribute_distractors_prefer_the_super_attribute(small_dataset):
         assert sas.count("color") >= 3
 
 
+def test_small_super_attributes_get_a_symmetric_candidate_profile(small_dataset):
+    # every super-attribute of the tiny pool has fewer than 8 attributes, so each attribute
+    # matrix needs distractors from other super-attributes: they come in equal blocks, so
+    # "the candidates' commonest super-attribute" never singles out the answer's
+    data = small_dataset
+    index = _crop_index(data)
+    symmetric = uneven = 0
+    for m in _rows(data):
+        if m.element_type.value not in ("object_attribute", "human_attribute"):
+            continue
+        sas = [data.crops.super_attribute[index[p]] for p in m.candidates]
+        counts = Counter(sas)
+        mine = counts[sas[m.answer]]
+        assert sas[m.answer] == m.super_attribute
+        assert len(counts) > 1
+        # never the unique majority, whatever the profile
+        assert sum(1 for n in counts.values() if n >= mine) >= 2, (m.id, counts)
+        if len(set(counts.values())) == 1:
+            assert mine in (4, 2, 1)
+            symmetric += 1
+        else:
+            # only or on a 2-attribute super-attribute (its other attribute completes the
+            # row too, so the answer is its one candidate and 7 singletons are not there)
+            assert m.relation.value == "or" and mine == 1, (m.id, m.relation, counts)
+            uneven += 1
+    assert symmetric > 10 * max(uneven, 1)
+
+
 def test_answer_position_is_uniform_on_a_few_thousand(crops):
     design_specs = load_split_specs()
     from splits.assign import held_out_design

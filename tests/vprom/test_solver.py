@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -60,6 +61,18 @@ def test_progression_uses_both_signs_and_several_steps():
     steps = {ids[1] - ids[0] for ids in (RULES[Relation.PROGRESSION].sample(
         Draws(2, i), list(range(1, 11))) for i in range(500))}
     assert {-4, -3, -2, -1, 1, 2, 3, 4} <= steps
+
+
+@pytest.mark.parametrize("allowed", [list(range(1, 11)), [1, 3, 5, 7, 9], [6, 7, 8, 9, 10]])
+def test_progression_answers_are_uniform_over_the_allowed_counts(allowed):
+    # drawing the step first made 1 and 10 the answer ~3x as often as 5 and 6, so a
+    # candidate's answer rate gave it away
+    n = 4000
+    answers = Counter(RULES[Relation.PROGRESSION].sample(Draws(5, i), allowed)[8]
+                      for i in range(n))
+    assert set(answers) == set(allowed)
+    expected = n / len(allowed)
+    assert all(abs(c - expected) < 5 * expected ** 0.5 for c in answers.values()), answers
 
 
 # ---------------------------------------------------------------- the solver on strings
