@@ -93,7 +93,8 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
     config = TrainConfig.from_dict(state["config"])
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     data = load_split(config.dataset, config.features, config.split,
-                      shuffle_context=config.shuffle_context, seed=config.seed)
+                      shuffle_context=config.shuffle_context, seed=config.seed,
+                      center=config.center_features)
     test = data.parts["test"]
     if len(test) == 0:
         raise VpromError(f"{config.dataset}: split {config.split!r} has no test matrices; "

@@ -75,6 +75,7 @@ class TrainConfig:
     hidden: int = 512
     patience: int = 5
     shuffle_context: bool = False
+    center_features: bool = False
     seed: int = 0
     device: str | None = None
     resume: bool = False
@@ -386,7 +387,8 @@ def train(config: TrainConfig) -> Path:
 
 def _load_data(config: TrainConfig, world: World) -> SplitData:
     data = load_split(config.dataset, config.features, config.split,
-                      shuffle_context=config.shuffle_context, seed=config.seed)
+                      shuffle_context=config.shuffle_context, seed=config.seed,
+                      center=config.center_features)
     if len(data.parts["train"]) == 0:
         raise VpromError(f"{config.dataset}: split {config.split!r} has no training matrices; "
                          "regenerate the dataset at a larger --scale or pick another split")

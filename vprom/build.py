@@ -26,7 +26,7 @@ from vprom.io import make_manifest, sha256_file, write_json, write_text
 
 #: Defaults sized so `make demo` (build, extract, train twice) stays well under 10 minutes.
 SYNTHETIC_IMAGES = 2000
-SYNTHETIC_SCALE = 0.02
+SYNTHETIC_SCALE = 0.05
 VG_SCALE = 1.0
 
 

@@ -268,6 +268,8 @@ def add_train(p):
     p.add_argument("--patience", type=int, default=5, help="epochs without val gain before stop")
     p.add_argument("--shuffle-context", action="store_true",
                    help="control: each matrix's context replaced by another matrix's")
+    p.add_argument("--center-features", action="store_true",
+                   help="subtract the training crops' mean feature, re-normalise (see README)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="default: cuda if available")
     p.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
@@ -314,7 +316,7 @@ def add_reproduce(p):
     src.add_argument("--synthetic", action="store_true", help="the synthetic corpus (smoke test)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--scale", type=float, default=None,
-                   help="fraction of Table 1 (default 1.0 on VG, 0.02 synthetic)")
+                   help="fraction of Table 1 (default 1.0 on VG, 0.05 synthetic)")
     p.add_argument("--images", type=int, default=None, help="synthetic corpus size")
     p.add_argument("--backbones", default="resnet101,bottomup-r101")
     p.add_argument("--weights", default=None,

@@ -50,6 +50,23 @@ def test_rows_gather_the_features_of_each_panels_crop(tiny_pair):
     assert sorted(test.ids.tolist()) == sorted(table.splits["neutral"]["test"].tolist())
 
 
+def test_centred_features_remove_the_training_mean_and_stay_unit_length(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    plain = load_split(dataset, features, "neutral")
+    centred = load_split(dataset, features, "neutral", center=True)
+    train_rows = np.unique(centred.parts["train"].rows.numpy())
+    x = centred.features.numpy()
+    assert np.allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+    # after removing the mean, the training crops' mean direction is (near) zero
+    mean = plain.features.numpy()[train_rows].mean(axis=0)
+    assert abs(float(x[train_rows].mean(axis=0) @ mean)) < 0.1 * float(mean @ mean)
+    # the rows (which crop each panel shows) do not change, only the vectors
+    assert torch.equal(centred.parts["test"].rows, plain.parts["test"].rows)
+    # a run records the choice and evaluation applies the same transform
+    run = train(small_config(dataset, features, tmp_path / "run", center_features=True))
+    assert json.loads((run / "config.json").read_text())["config"]["center_features"] is True
+
+
 def test_shuffled_context_keeps_candidates_and_takes_another_matrix_context(tiny_pair):
     dataset, features = tiny_pair
     plain = load_split(dataset, features, "neutral").parts["train"]
