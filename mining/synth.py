@@ -27,8 +27,10 @@ is a 3×2 grid of cells over a two-band background with clutter; each used cell 
   uniformly over all elements, then a category that can show them: plant conditions on trees
   and flowers, "parked" on cars, ...), rendered on separate visual channels
   (`mining.synth_render` documents the label → rendering table);
-- a person with an action and 0–2 more human attributes; its name (man, woman, boy, girl,
-  person) agrees with its gender and age labels;
+- a person with 2 human attributes of super-attributes drawn uniformly (so no pool's crops
+  carry a fixed set of other labels, and every person crop has as many); it is named man,
+  woman, boy or girl by its gender and age labels, or "person" (always without a gender
+  label, half the time with one, so the name does not mark the gender pool);
 - a count group: N = 1..10 alike glyphs in one region box, described "seven red balls" /
   "7 balls";
 - a plain object (no attributes).
@@ -126,6 +128,9 @@ ATTRIBUTE_VARIANTS = {"gray": ("grey",), "wooden": ("wood",), "spotted": ("polka
                       "foggy": ("misty",), "old": ("elderly",), "blond": ("blonde",),
                       "sitting": ("seated",)}
 
+#: Human attributes of every person (of distinct super-attributes).
+HUMAN_LABELS = 2
+
 #: Entity kinds (weights) and noise probabilities. Noise probabilities apply where the noise
 #: can occur: a name variant only to categories that have one, outside-image boxes only to
 #: entities in an edge cell, semantic attributes only to containers, non-count phrases only
@@ -136,6 +141,7 @@ P = {
     "attribute_variant": 0.24, "attribute_case_space": 0.04, "impure": 0.04, "semantic": 0.25,
     "small": 0.05, "outside": 0.1, "merged": 0.04, "non_count_phrase": 0.5, "count_glyph_objects": 0.4,
     "sky": 0.5, "ground": 0.5, "excluded_attributes": 0.4, "null_attributes": 0.5,
+    "person_name": 0.5,
 }
 
 NOISE_EFFECTS = {
@@ -389,14 +395,19 @@ def _describe(rng, labels, name: str) -> str:
 
 
 def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
-    supers = [s for s in HUMAN_ATTRIBUTES if s != "action"]
-    chosen = ["action"] + [str(s) for s in rng.choice(supers, int(rng.integers(0, 3)), replace=False)]
-    attrs = {s: _pick(rng, HUMAN_ATTRIBUTES[s]) for s in sorted(chosen, key=list(HUMAN_ATTRIBUTES).index)}
+    # Two super-attributes drawn uniformly, so that a crop of one pool carries no fixed set of
+    # labels from the others: were every person to carry an action, the distractors of an
+    # action matrix would share the other actions and the answer's would be the one label no
+    # other candidate carries. The number is fixed because distractors are picked to avoid
+    # each other's elements, which favours crops with few labels: with a varying number the
+    # answer would stand out by carrying more.
+    supers = list(HUMAN_ATTRIBUTES)
+    chosen = sorted(rng.choice(len(supers), HUMAN_LABELS, replace=False).tolist())
+    attrs = {supers[i]: _pick(rng, HUMAN_ATTRIBUTES[supers[i]]) for i in chosen}
     small = rng.random() < P["small"]
     box = _cell_box(rng, col, row, _entity_size(rng, small, tall=True))
     R.draw_person(im, box, attrs, rng)
-    gender, young = attrs.get("gender"), attrs.get("age") == "young"
-    name = {"male": "boy" if young else "man", "female": "girl" if young else "woman"}.get(gender, "person")
+    name = _person_name(rng, attrs)
     oid = img.new_id()
     raw_attrs = [_attribute_text(rng, img, a, oid) for a in attrs.values()]
     shown = name
@@ -410,12 +421,26 @@ def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
         img.note("small_object", oid)
     else:
         img.expected.extend(("human_attribute", s, a, oid) for s, a in attrs.items())
-    if young and rng.random() < P["non_count_phrase"]:
+    if attrs.get("age") == "young" and rng.random() < P["non_count_phrase"]:
         n = int(rng.integers(5, 11))
         word = NUMBER_WORDS[n - 1] if rng.random() < 0.5 else str(n)
         img.note("non_count_number", _region(img, f"a {word} years old {name}", abox))
-    else:
+    elif "action" in attrs:
         _region(img, _pick(rng, (f"the {name} is {attrs['action']}", f"a {name} {attrs['action']}")), abox)
+    else:
+        _region(img, _describe(rng, [], name), abox)
+
+
+def _person_name(rng, attrs: dict[str, str]) -> str:
+    """man, woman, boy, girl by the figure's gender (and youth), or "person".
+
+    A gendered figure is still called "person" half the time, so that the gendered names are
+    not the mark of the gender pool (its crops would be the only ones not named "person").
+    """
+    gender, young = attrs.get("gender"), attrs.get("age") == "young"
+    if gender is None or rng.random() < P["person_name"]:
+        return "person"
+    return {"male": "boy" if young else "man", "female": "girl" if young else "woman"}[gender]
 
 
 def _plan_count(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:

@@ -20,7 +20,7 @@ model can learn every element from pixels alone:
 | hair style | hair | bald: bare head with a shine; curly: ring of dark curls; blond: yellow hair; unlabelled: short dark hair |
 | clothing style | shirt cut | casual: short sleeves and a chest logo; formal: lapels and a black tie; sleeveless: bare arms; unlabelled: long plain sleeves |
 | gender | marks | male: a beard; female: a skirt; unlabelled: trousers, no beard |
-| human action | pose | standing: straight; sitting: on a stool, thighs level; walking: small stride; running: wide stride, leaning, motion lines |
+| human action | pose | standing: straight, arms down; sitting: on a stool, thighs level; walking: small stride; running: wide stride, leaning, motion lines; unlabelled: straight, hands on the hips |
 | clothing color (6) | shirt fill | `COLORS[c]`; unlabelled: `UNCOLORED` |
 | count N (1-10) | group | N alike small glyphs of one category and colour on a plain mat, none touching |
 
@@ -593,7 +593,7 @@ def draw_person(im: Image.Image, box, attrs: dict[str, str], rng: np.random.Gene
     """A figure showing each human super-attribute present in `attrs` (see the module table)."""
     x, y, w, h = box
     d = ImageDraw.Draw(im)
-    age, action = attrs.get("age"), attrs.get("action", "standing")
+    age, action = attrs.get("age"), attrs.get("action")
     scale = 0.68 if age == "young" else (0.92 if age == "old" else 1.0)
     # a child's head is large for its body: scale it less than the figure
     head_r = h * 0.085 * (0.85 if age == "young" else scale)
@@ -669,15 +669,24 @@ def _arms(d, neck, tw, fh, w, action, color, shirt, limb, style) -> None:
     swing = {"walking": 0.12, "running": 0.24}.get(action, 0.0)
     for sign in (-1, 1):
         shoulder = (nx + sign * tw / 2, sy)
+        if action is None:  # no action label: hands on the hips, elbows out (none of the four)
+            elbow = (shoulder[0] + sign * w * 0.16, sy + fh * 0.13)
+            hand = (shoulder[0] + sign * w * 0.02, sy + fh * 0.27)
+            _sleeve(d, shoulder, elbow, hand, color, shirt, limb, style)
+            continue
         elbow = (shoulder[0] + sign * w * 0.06 + sign * w * swing * (0.5 if sign > 0 else -0.3),
                  sy + fh * 0.16)
         hand = (elbow[0] + sign * w * swing * 0.8, sy + fh * (0.3 if swing < 0.2 else 0.2))
-        if style == "casual":  # short sleeves: shirt colour at the top, skin below
-            d.line([shoulder, elbow, hand], fill=SKIN, width=limb, joint="curve")
-            mid = ((shoulder[0] + elbow[0]) / 2, (shoulder[1] + elbow[1]) / 2)
-            d.line([shoulder, mid], fill=shirt, width=limb + 2)
-        else:
-            d.line([shoulder, elbow, hand], fill=color, width=limb, joint="curve")
+        _sleeve(d, shoulder, elbow, hand, color, shirt, limb, style)
+
+
+def _sleeve(d, shoulder, elbow, hand, color, shirt, limb, style) -> None:
+    if style == "casual":  # short sleeves: shirt colour at the top, skin below
+        d.line([shoulder, elbow, hand], fill=SKIN, width=limb, joint="curve")
+        mid = ((shoulder[0] + elbow[0]) / 2, (shoulder[1] + elbow[1]) / 2)
+        d.line([shoulder, mid], fill=shirt, width=limb + 2)
+    else:
+        d.line([shoulder, elbow, hand], fill=color, width=limb, joint="curve")
 
 
 def _head(d, hx, hy, r, attrs) -> None:

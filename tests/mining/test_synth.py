@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -329,6 +330,35 @@ def test_blond_people_have_yellow_hair_and_bald_ones_none(corpus, truth, annotat
     bald = [yellow_top(annotations[i]) for i in hair["bald"] if i in no_shirt_colour]
     assert blond and bald
     assert min(blond) > 0.01 and max(bald) < 0.005
+
+
+def test_people_carry_sparse_labels_and_names_do_not_mark_the_gender_pool(truth, annotations):
+    pools = truth["pool_sources"]["human_attribute"]
+    people = {i for elements in pools.values() for ids in elements.values() for i in ids}
+    # every person crop carries the same number of human labels, so none stands out by it
+    assert {len(annotations[i][3]) for i in people} == {synth.HUMAN_LABELS}
+    # no super-attribute is on every person (an action on all made the answer's the odd one)
+    for super_attribute, elements in pools.items():
+        carriers = {i for ids in elements.values() for i in ids}
+        assert 0.15 < len(carriers) / len(people) < 0.55, super_attribute
+    gendered = {i for ids in pools["gender"].values() for i in ids}
+    names = {i: " ".join(annotations[i][2][0].split()).lower() for i in people}
+    assert {names[i] for i in people - gendered} == {"person"}
+    gender_names = Counter(names[i] for i in gendered)
+    assert gender_names["person"] > 0.25 * len(gendered)
+    assert set(gender_names) - {"person"} <= {"man", "woman", "boy", "girl"}
+    assert len(gender_names) > 1
+
+
+def test_a_person_without_an_action_label_is_not_drawn_standing():
+    def figure(attrs):
+        im = Image.new("RGB", (80, 160), (200, 220, 200))
+        R.draw_person(im, (5, 5, 70, 150), attrs, np.random.default_rng(0))
+        return np.asarray(im).astype(int)
+
+    # the unlabelled pose (hands on the hips) is none of the four actions
+    for action in synth.HUMAN_ATTRIBUTES["action"]:
+        assert (np.abs(figure({}) - figure({"action": action})).max(axis=2) > 40).sum() > 30, action
 
 
 def test_sunny_and_rainy_backgrounds(corpus, truth, annotations):
