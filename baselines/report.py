@@ -310,7 +310,12 @@ def report(run_dirs, out: str | Path) -> str:
     sp = split_rows(grouped)
     neutral = [e for e in entries if e.split == "neutral"] or entries
     shown = "neutral split" if neutral[0].split == "neutral" else "all runs"
-    backbones = ", ".join(sorted({f"{e.backbone} ({e.features})" for e in entries}))
+    weights = {e.metrics["features"].get("weights") for e in entries}
+    backbones = ", ".join(sorted({f"{e.backbone} ({e.features}, weights "
+                                  f"{e.metrics['features'].get('weights')})" for e in entries}))
+    if "none" in weights:
+        backbones += (".\n\n**Some runs use randomly initialised backbone weights: their numbers "
+                      "are not comparable with the paper's**")
     t2_md = ("Test accuracy (%) on the neutral split, ours (95% Wilson interval) beside the "
              "paper's (Teney et al. 2020, Table 2).\n\n" + table2_markdown(t2))
     sp_md = "Test accuracy (%) per split.\n\n" + splits_markdown(sp)

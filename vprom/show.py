@@ -142,7 +142,7 @@ def tile_positions() -> list[tuple[int, int]]:
 def answer_lines(m: Shown) -> list[str]:
     """The text block of answer mode (TEXT_LINES lines)."""
     e = m.elements
-    sa = m.super_attribute or "—"
+    sa = m.super_attribute or "none"
     lines = [f"answer: candidate {m.answer + 1} ({e[N_CONTEXT + m.answer]})",
              f"relation: {m.relation}   element type: {m.element_type.replace('_', ' ')}   "
              f"super-attribute: {sa}"]

@@ -108,6 +108,8 @@ def test_report_plots_are_pngs(written):
             assert image.format == "PNG" and image.width > 300
     page = (out / "report.md").read_text()
     assert "![curves.png](curves.png)" in page and "5 runs" in page
+    # the fixtures' features come from random weights: the page must say so
+    assert "weights none" in page and "not comparable with the paper" in page
 
 
 def test_seeds_of_one_cell_are_averaged(runs, tmp_path):
