@@ -13,6 +13,10 @@ total and per round. On a machine shared with other jobs the ratio moves with th
 
     .venv/bin/python bench/extract.py                      # resnet101 and resnet18, ~3 min
     .venv/bin/python bench/extract.py --backbones resnet18 --images 40 --rounds 2
+    python bench/extract.py --device cuda --batch-size 256 --workers 8 --images 400   # a GPU
+
+On CUDA both sides use the same autocast dtype as `extract` (bf16 where supported), and each
+timed forward ends with a synchronisation so the GPU's queue is counted.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from features.backbones import get_backbone  # noqa: E402
-from features.extract import ExtractConfig, embed, extract  # noqa: E402
+from features.extract import ExtractConfig, _autocast_dtype, embed, extract  # noqa: E402
 from tests.features.conftest import crop_table, write_dataset  # noqa: E402
 
 
@@ -57,9 +61,12 @@ def synthetic_vg(root: Path, n_images: int, crops_per_image: int, seed: int = 0)
 class BareForward:
     """The trunk + pooling + L2 on ready uint8 batches: no decoding, no files."""
 
-    def __init__(self, name: str, side: int, batch: int):
+    def __init__(self, name: str, side: int, batch: int, device: torch.device):
         self.backbone = get_backbone(name)
-        self.model = self.backbone.load("none").module.to(memory_format=torch.channels_last)
+        self.device = device
+        self.autocast = _autocast_dtype(device)
+        self.model = self.backbone.load("none").module.to(device,
+                                                          memory_format=torch.channels_last)
         gen = torch.Generator().manual_seed(0)
         self.pixels = torch.randint(0, 256, (batch, side, side, 3), dtype=torch.uint8,
                                     generator=gen)
@@ -69,26 +76,29 @@ class BareForward:
         """Seconds for forwards of batches of these sizes."""
         start = time.perf_counter()
         for size in sizes:
-            embed(self.model, self.pixels[:size], self.backbone, None, torch.device("cpu"))
+            embed(self.model, self.pixels[:size], self.backbone, self.autocast, self.device)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         return time.perf_counter() - start
 
 
 def run(name: str, images: int, crops_per_image: int, batch: int, workers: int, rounds: int,
-        root: Path) -> dict:
+        root: Path, device: str = "cpu") -> dict:
     """`rounds` x (bare forward, end-to-end, bare forward): the machine's load drifts, so the
     two are interleaved; per-round ratios show how much it moved."""
     dataset = synthetic_vg(root / name, images, crops_per_image)
     crops = images * crops_per_image
     sizes = [batch] * (crops // batch) + ([crops % batch] if crops % batch else [])
     half = len(sizes) // 2
-    bare_forward = BareForward(name, get_backbone(name).preprocess.input_size, batch)
+    bare_forward = BareForward(name, get_backbone(name).preprocess.input_size, batch,
+                               torch.device(device))
     bare = whole = loop = 0.0
     ratios = []
     for _ in range(rounds):
         b = bare_forward(sizes[:half])
         summary = extract(ExtractConfig(dataset=dataset, vg=root / name / "vg", backbone=name,
                                         weights="none", out=root / name / "feats.h5",
-                                        batch_size=batch, workers=workers, device="cpu",
+                                        batch_size=batch, workers=workers, device=device,
                                         resume=False))
         b += bare_forward(sizes[half:])
         ratios.append(b / summary.seconds)
@@ -107,17 +117,18 @@ def main(argv=None) -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3, help="interleaved bare/end-to-end rounds")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     args = p.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="vprom-bench-extract-"))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch "
-          f"{args.batch_size}, {args.workers} workers, weights none, 224x224")
+    print(f"torch {torch.__version__}, device {args.device}, {torch.get_num_threads()} threads, "
+          f"batch {args.batch_size}, {args.workers} workers, weights none, 224x224")
     print(f"{'backbone':10s} {'crops':>6s} {'bare fwd/s':>10s} {'e2e/s':>8s} {'loop/s':>8s} "
           f"{'e2e/bare':>8s} {'loop/bare':>9s}  per-round e2e/bare")
     try:
         for name in args.backbones.split(","):
             images = args.images or (16 if name == "resnet101" else 32)
             r = run(name, images, args.crops_per_image, args.batch_size, args.workers,
-                    args.rounds, root)
+                    args.rounds, root, args.device)
             print(f"{r['backbone']:10s} {r['crops']:6d} {r['bare']:10.2f} {r['e2e']:8.2f} "
                   f"{r['loop']:8.2f} {r['e2e'] / r['bare']:8.3f} {r['loop'] / r['bare']:9.3f}  "
                   + " ".join(f"{x:.3f}" for x in r["ratios"]),
