@@ -50,6 +50,13 @@ def _config_matches(path: Path, config: dict) -> bool:
     return path.exists() and stamp.exists() and json.loads(stamp.read_text()) == config
 
 
+def _fingerprint(vg_dir: Path) -> list:
+    """Name, size and modification time of the annotation files: a re-downloaded or
+    re-synthesised corpus invalidates the pools mined from the old one."""
+    return [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(vg_dir.iterdir())
+            if p.is_file() and p.name.endswith((".json", ".json.zip"))]
+
+
 def _stamp(path: Path, config: dict) -> None:
     write_json(path.with_name(path.name + ".build-config.json"), config)
 
@@ -83,7 +90,7 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
     scale = scale if scale is not None else (SYNTHETIC_SCALE if synthetic else VG_SCALE)
 
     pools = out / "pools.h5"
-    config = {"vg": str(vg_dir.resolve()), "min_side": 100}
+    config = {"vg": str(vg_dir.resolve()), "min_side": 100, "inputs": _fingerprint(vg_dir)}
     if not _config_matches(pools, config):
         print(f"[2/5] mining {vg_dir} -> {pools}", flush=True)
         print(mine(vg_dir, pools, workers=workers).summary(), flush=True)
