@@ -47,7 +47,7 @@ def main() -> None:
                                 center_features=True, **options))
         test = evaluate(run)["test"]
         rows.append((name, test, time.perf_counter() - start))
-    print(f"\n| run | test accuracy | 95% interval | test matrices | seconds |")
+    print("\n| run | test accuracy | 95% interval | test matrices | seconds |")
     print("|---|---:|---|---:|---:|")
     for name, t, secs in rows:
         low, high = t["ci95"]

@@ -37,7 +37,6 @@ files are identified by sha256, computed on the bytes as they are parsed.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -48,7 +47,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import zip_longest
 from pathlib import Path
-from types import MappingProxyType
 
 import numpy as np
 
@@ -639,24 +637,7 @@ def vocabulary_digest(vocab) -> str:
 
 
 # ---------------------------------------------------------------- entry point
-def _portable(vocab):
-    """The vocabulary in a form that pickles (its read-only mapping proxies do not)."""
-    if not dataclasses.is_dataclass(vocab):
-        return vocab
-    values = {f.name: getattr(vocab, f.name) for f in dataclasses.fields(vocab) if f.init}
-    proxied = sorted(k for k, v in values.items() if isinstance(v, MappingProxyType))
-    values = {k: dict(v) if k in proxied else v for k, v in values.items()}
-    return (type(vocab), values, proxied)
-
-
-def _restore(portable):
-    if not isinstance(portable, tuple):
-        return portable
-    cls, values, proxied = portable
-    return cls(**{k: MappingProxyType(v) if k in proxied else v for k, v in values.items()})
-
-
-def _child(conn, fn, paths: dict, min_side: int, portable, position: int) -> None:
+def _child(conn, fn, paths: dict, min_side: int, vocab, position: int) -> None:
     """Worker process body: run one pass, send back ("ok", _Part) or ("error", exception)."""
     import threading
 
@@ -665,7 +646,7 @@ def _child(conn, fn, paths: dict, min_side: int, portable, position: int) -> Non
     # tqdm's default lock is a multiprocessing semaphore that a spawned child leaks at exit
     tqdm.set_lock(threading.RLock())
     try:
-        result = ("ok", fn(paths, min_side, _restore(portable), position))
+        result = ("ok", fn(paths, min_side, vocab, position))
     except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
         result = ("error", e if isinstance(e, VpromError) else
                   RuntimeError(f"{type(e).__name__}: {e}"))
@@ -684,12 +665,11 @@ def _run_parts(paths: dict, min_side: int, vocab, workers: int) -> list[_Part]:
     if workers < 2:
         return [fn(paths, min_side, vocab, i) for i, fn in enumerate(passes)]
     ctx = multiprocessing.get_context("spawn")  # safe with h5py/threads, same on every OS
-    portable = _portable(vocab)
     procs, conns = [], []
     try:
         for i, fn in enumerate(passes):
             receive, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(send, fn, paths, min_side, portable, i),
+            proc = ctx.Process(target=_child, args=(send, fn, paths, min_side, vocab, i),
                                name=f"vprom-mine-{fn.__name__[6:]}")
             proc.start()
             send.close()
