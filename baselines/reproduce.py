@@ -48,6 +48,8 @@ class ReproduceConfig:
     epochs: int = 20
     seed: int = 0
     device: str | None = None
+    input_size: int | None = None  # crop side for extraction (None: the backbone's own)
+    center_features: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Path(self.out))
@@ -147,7 +149,8 @@ def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: st
 
     out = config.out / "features" / f"{backbone}.h5"
     stamp_path = out.with_name(out.name + ".reproduce.json")
-    stamp = {"backbone": backbone, "weights": weights, "dataset_sha256": sha256_file(dataset)}
+    stamp = {"backbone": backbone, "weights": weights, "dataset_sha256": sha256_file(dataset),
+             "input_size": config.input_size}
     if out.is_file() and stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp:
         try:
             check_complete(out)
@@ -157,7 +160,7 @@ def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: st
             pass
     print(f"features: {backbone} ({weights}) -> {out}", flush=True)
     extract(ExtractConfig(dataset=dataset, vg=vg_dir, backbone=backbone, weights=weights,
-                          out=out, device=config.device))
+                          out=out, device=config.device, input_size=config.input_size))
     write_json(stamp_path, stamp)
     return out
 
@@ -170,7 +173,8 @@ def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
     train(TrainConfig(dataset=dataset, features=features, model=spec.model, split=spec.split,
                       aux=spec.aux, out=run, epochs=config.epochs,
                       shuffle_context=spec.shuffle_context, seed=config.seed,
-                      device=config.device, resume=True))
+                      center_features=config.center_features, device=config.device,
+                      resume=True))
     print(format_metrics(evaluate(run, device=config.device)), flush=True)
 
 

@@ -326,6 +326,10 @@ def add_reproduce(p):
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
+    p.add_argument("--input-size", type=int, default=None,
+                   help="crop side for extraction (default: the backbone's, 224)")
+    p.add_argument("--center-features", action="store_true",
+                   help="train on centred features (as `vprom train --center-features`)")
 
 
 def run_reproduce(args):

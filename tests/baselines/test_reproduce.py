@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import csv
-import functools
+import json
 import io
 from pathlib import Path
 
@@ -85,16 +85,20 @@ def test_reproduce_runs_the_grid_and_skips_finished_runs(tmp_path, monkeypatch, 
 
 
 @pytest.mark.slow
-def test_reproduce_end_to_end_on_the_synthetic_corpus(tmp_path, monkeypatch):
-    import features.extract
-
+def test_reproduce_end_to_end_on_the_synthetic_corpus(tmp_path):
     # small crops keep a random-weight ResNet-18 fast on a CPU; everything else is as shipped
-    monkeypatch.setattr(features.extract, "ExtractConfig",
-                        functools.partial(features.extract.ExtractConfig, input_size=64))
     out = reproduce(ReproduceConfig(vg=None, synthetic=True, out=tmp_path / "repro",
                                     images=2000, scale=0.002, backbones="resnet18",
                                     weights="none", models="mlp-sum-2,rn",
-                                    splits="neutral,interpolation", epochs=1, device="cpu"))
+                                    splits="neutral,interpolation", epochs=1, device="cpu",
+                                    input_size=64, center_features=True))
+    from features.reader import load_features
+
+    feats = load_features(tmp_path / "repro" / "features" / "resnet18.h5")
+    assert list(feats.attrs["input_size"]) == [64, 64]
+    configs = sorted((tmp_path / "repro" / "runs").rglob("config.json"))
+    assert configs and all(json.loads(p.read_text())["config"]["center_features"]
+                           for p in configs)
     assert (tmp_path / "repro" / "features" / "resnet18.h5").is_file()
     table = list(csv.DictReader(io.StringIO((out / "splits.csv").read_text())))
     assert len(table) == 2 * 2 * 2 + 2
