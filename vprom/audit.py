@@ -275,9 +275,22 @@ def _standardise(x_train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
     return [(a - mean) / std for a in (x_train,) + others]
 
 
+def by_group(check: Check, hits: np.ndarray, groups: np.ndarray | None) -> Check:
+    """Add the probe's accuracy per group (element type) to a check's figures and summary:
+    a shortcut confined to one element type can hide in the overall figure."""
+    if groups is None or len(hits) == 0:
+        return check
+    acc = {str(g): float(hits[groups == g].mean()) for g in sorted(set(groups.tolist()))}
+    check.figures["by_element_type"] = acc
+    check.summary += " [by element type: " + ", ".join(
+        f"{g} {100 * a:.1f}%" for g, a in acc.items()) + "]"
+    return check
+
+
 def label_probe(view: CandidateView, answers: np.ndarray, train: np.ndarray,
-                test: np.ndarray, note: str = "", steps: int = 200) -> Check:
-    """The context-blind probe on the candidates' labels."""
+                test: np.ndarray, note: str = "", steps: int = 200,
+                groups: np.ndarray | None = None) -> Check:
+    """The context-blind probe on the candidates' labels; `groups` labels the test rows."""
     name = "bias:probe-labels"
     if len(test) < MIN_PROBE_TEST or len(train) < MIN_PROBE_TEST:
         return Check(name, "skip", f"too few matrices to probe ({len(train)} train, "
@@ -286,17 +299,17 @@ def label_probe(view: CandidateView, answers: np.ndarray, train: np.ndarray,
                                    label_features(view, answers, train, test))
     y_train, y_test = answers[train], answers[test]
     w = fit_probe(lambda: (x_train, y_train), x_train.shape[-1], steps)
-    check = shortcut_check(name, "context-blind probe on candidate labels",
-                           probe_hits(x_test, y_test, w))
+    hits = probe_hits(x_test, y_test, w)
+    check = shortcut_check(name, "context-blind probe on candidate labels", hits)
     check.figures.update({"train": len(train), "test": len(test),
                           "train_accuracy": float(probe_hits(x_train, y_train, w).mean())})
     check.summary += note
-    return check
+    return by_group(check, hits, groups)
 
 
 def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, train: np.ndarray,
                   test: np.ndarray, rng: np.random.Generator, note: str = "",
-                  epochs: int = 5, batch: int = 256) -> Check:
+                  epochs: int = 5, batch: int = 256, groups: np.ndarray | None = None) -> Check:
     """The probe on image features: `feats[rows[i, j]]` is candidate j of matrix i."""
     name = "bias:probe-features"
     if len(test) < MIN_PROBE_TEST or len(train) < MIN_PROBE_TEST:
@@ -325,4 +338,4 @@ def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, trai
     check = shortcut_check(name, "context-blind probe on candidate image features", hits)
     check.figures.update({"train": len(train), "test": len(test)})
     check.summary += note
-    return check
+    return by_group(check, hits, groups)

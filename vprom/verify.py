@@ -556,7 +556,8 @@ def check_bias(data: Data, features: Path | None, seed: int = 0) -> list[Check]:
     rng = np.random.default_rng(seed)
     train, test, note = probe_sides(data, rng, PROBE_MAX)
     view = candidate_view(data, np.concatenate([train, test]))
-    checks.append(audit.label_probe(view, answers, train, test, note))
+    checks.append(audit.label_probe(view, answers, train, test, note,
+                                    groups=m.element_type.astype(str)[test]))
     if features is not None:
         checks.append(feature_check(data, features, answers, rng))
     return checks
@@ -596,7 +597,8 @@ def feature_check(data: Data, features: Path, answers: np.ndarray,
     feats, rows = read_features(features, candidates[used])
     full_rows = np.zeros(candidates.shape, dtype=np.int64)
     full_rows[used] = rows
-    return audit.feature_probe(feats, full_rows, answers, train, test, rng, note)
+    return audit.feature_probe(feats, full_rows, answers, train, test, rng, note,
+                               groups=data.matrices.element_type.astype(str)[test])
 
 
 # ---------------------------------------------------------------- the report

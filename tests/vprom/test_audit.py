@@ -161,3 +161,13 @@ def test_features_of_the_wrong_shape_are_a_clear_error(tmp_path):
     from vprom.errors import VpromError
     with pytest.raises(VpromError, match="'features' has shape"):
         bias_report(tmp_path, None, features=wrong)
+
+
+def test_probe_figures_are_broken_down_by_element_type():
+    from vprom import audit
+
+    hits = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0])
+    groups = np.array(["count", "count", "count", "count", "object", "object"])
+    check = audit.by_group(audit.shortcut_check("bias:probe-labels", "probe", hits), hits, groups)
+    assert check.figures["by_element_type"] == {"count": 0.25, "object": 1.0}
+    assert "count 25.0%, object 100.0%" in check.summary
