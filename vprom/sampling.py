@@ -63,14 +63,9 @@ class Draws:
             yield items[i]
 
     def distinct(self, seq: Sequence, k: int) -> list:
-        """k distinct items of `seq` (k <= len(seq)), in random order."""
-        items = list(seq)
-        u = self.uniform
-        n = len(items)
-        for i in range(k):
-            j = i + int(u() * (n - i))
-            items[i], items[j] = items[j], items[i]
-        return items[:k]
+        """k distinct items of `seq` (k <= len(seq)), in random order: the first k of
+        `shuffled`, so both draw the same stream."""
+        return list(itertools.islice(self.shuffled(seq), k))
 
     def shuffle(self, items: list) -> None:
         u = self.uniform

@@ -29,15 +29,6 @@ EQUIVARIANT = [name for name in MODELS if name != "gru"]
 PERMUTATION = torch.tensor([3, 0, 7, 5, 1, 6, 2, 4])
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread, above all on a busy machine; restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def panels(batch: int = 4, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, 16, TINY.feature_dim, generator=generator, dtype=dtype)

@@ -13,15 +13,6 @@ from baselines.rn import RelationNetwork
 TINY = ModelConfig(feature_dim=12, hidden=8, aux=True)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread, above all on a busy machine; restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def panels(batch: int = 3, seed: int = 0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, 16, TINY.feature_dim, generator=generator, dtype=torch.float64)

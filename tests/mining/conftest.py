@@ -130,3 +130,12 @@ def mined(tmp_path_factory):
     vg = write_vg(root / "vg")
     report = mine(vg, root / "pools.h5", workers=1)
     return report, read_crops(root / "pools.h5"), root / "pools.h5"
+
+
+def plural(word: str) -> str:
+    """The regular English plural, for tests that write plural nouns."""
+    if word.endswith(("s", "x", "ch", "sh")):
+        return word + "es"
+    if word.endswith("y") and word[-2] not in "aeiou":
+        return word[:-1] + "ies"
+    return word + "s"

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from mining.counts import REASONS, CountParse, parse_count
 from mining.vocab import DATA_DIR, load_vocabulary
+from tests.mining.conftest import plural
 
 WORDS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
 
@@ -153,20 +154,12 @@ _vocab = load_vocabulary()
 _NOUNS = sorted(n for n in _vocab.objects if n not in ("orange",))   # "two orange cats": colour
 
 
-def _plural(word: str) -> str:
-    if word.endswith(("s", "x", "ch", "sh")):
-        return word + "es"
-    if word.endswith("y") and word[-2] not in "aeiou":
-        return word[:-1] + "ies"
-    return word + "s"
-
-
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 10), st.sampled_from(_NOUNS), st.booleans(),
        st.sampled_from(["", "the ", "there are ", "a group of "]))
 def test_number_and_plural_known_noun_parse_to_the_number(n, noun, digits, lead):
     number = str(n) if digits else WORDS[n - 1]
-    phrase = f"{lead}{number} {_plural(noun)}"
+    phrase = f"{lead}{number} {plural(noun)}"
     result = parse_count(phrase)
     if noun in _COUNTS_UNCOUNTABLE:
         assert result.count is None and result.excluded == "not a count noun"

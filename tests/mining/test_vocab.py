@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from mining.vocab import (DATA_DIR, HUMAN_SUPER_ATTRIBUTES, OBJECT_SUPER_ATTRIBUTES,
                           load_vocabulary, normalize)
 from vprom.errors import VpromError
+from tests.mining.conftest import plural
 
 # The labels the synthetic corpus renders (and the paper's examples): they must exist.
 OBJECT_ATTRIBUTES = {
@@ -90,16 +91,8 @@ def test_canonical(vocab, raw, expected):
 
 def test_every_category_plural_comes_back(vocab):
     for label in vocab.objects | vocab.person_words:
-        assert vocab.canonical(_plural(label)) == label, label
+        assert vocab.canonical(plural(label)) == label, label
         assert vocab.canonical(label.upper()) == label
-
-
-def _plural(word: str) -> str:
-    if word.endswith(("s", "x", "ch", "sh")):
-        return word + "es"
-    if word.endswith("y") and word[-2] not in "aeiou":
-        return word[:-1] + "ies"
-    return word + "s"
 
 
 def test_is_person_and_super_attribute(vocab):
