@@ -110,6 +110,16 @@ def mlp(in_features: int, hidden: int, n_layers: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def score_head(hidden: int) -> nn.Linear:
+    """The paper's w: one score per candidate from its [.., hidden] representation.
+
+    It has no bias. The same scoring function serves all 8 candidates, so a bias would add
+    one constant to every score, and softmax cross-entropy is unchanged by a shift of all its
+    logits: the bias's gradient would be exactly zero, a parameter that can never learn.
+    """
+    return nn.Linear(hidden, 1, bias=False)
+
+
 def half_depth(config: ModelConfig) -> int:
     """k/2, the depth of f1 and of f2, checked so a bad k fails at construction."""
     if config.layers < 2 or config.layers % 2:

@@ -9,7 +9,7 @@ property of a candidate relative to its set:
     e_j = f1(c_j)                          k/2 Linear+ReLU layers
     m   = (e_1 + ... + e_8) / 8            the set summary
     h_j = f2([e_j ; m])                    k/2 Linear+ReLU layers
-    s_j = w . h_j + b
+    s_j = w . h_j
 
 The context panels are sliced away before any computation. The auxiliary heads read the mean
 over candidates of h_j.
@@ -30,6 +30,7 @@ from baselines.common import (
     make_aux,
     mlp,
     output,
+    score_head,
     with_panel_ids,
 )
 from baselines.registry import register_model
@@ -44,7 +45,7 @@ class ContextBlind(nn.Module):
         self.feature_dim = config.feature_dim
         self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, depth)
         self.f2 = mlp(2 * config.hidden, config.hidden, depth)
-        self.score = nn.Linear(config.hidden, 1)
+        self.score = score_head(config.hidden)
         self.aux = make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:

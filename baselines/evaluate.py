@@ -20,10 +20,10 @@ import math
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from baselines.data import load_split
 from baselines.train import TrainConfig, build_model, load_checkpoint, predict
+from features.devices import resolve_device
 from vprom.errors import VpromError
 from vprom.io import write_json
 from vprom.records import ElementType, Relation
@@ -91,7 +91,7 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
     run = Path(run_dir)
     manifest, state = _run_files(run)
     config = TrainConfig.from_dict(state["config"])
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = resolve_device(device)
     data = load_split(config.dataset, config.features, config.split,
                       shuffle_context=config.shuffle_context, seed=config.seed,
                       center=config.center_features)

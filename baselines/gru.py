@@ -31,6 +31,7 @@ from baselines.common import (
     make_aux,
     mlp,
     output,
+    score_head,
     with_panel_ids,
 )
 from baselines.registry import register_model
@@ -62,7 +63,7 @@ class SharedGRU(nn.Module):
         self.feature_dim = config.feature_dim
         self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, half_depth(config))
         self.gru = nn.GRU(config.hidden, config.hidden, batch_first=True)
-        self.score = nn.Linear(config.hidden, 1)
+        self.score = score_head(config.hidden)
         self.aux = make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:

@@ -5,7 +5,7 @@ cell. Each panel x (with its panel id) is embedded by f1 (k/2 Linear+ReLU layers
 embeddings are concatenated (cat, 9H wide: the position of every panel is kept) or summed
 (sum, H wide); f2 (k/2 Linear+ReLU layers) and a linear layer give candidate j's score:
 
-    s_j = w . f2(combine(f1(x_1), ..., f1(x_8), f1(c_j))) + b
+    s_j = w . f2(combine(f1(x_1), ..., f1(x_8), f1(c_j)))
 
 f1 is applied once to each of the 16 panels (the context embeddings are shared by the 8
 completed matrices). The auxiliary heads read the mean over candidates of f2's output.
@@ -28,6 +28,7 @@ from baselines.common import (
     make_aux,
     mlp,
     output,
+    score_head,
     with_panel_ids,
 )
 from baselines.registry import register_model
@@ -49,7 +50,7 @@ class PanelMLP(nn.Module):
         self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, depth)
         joint_width = (N_CONTEXT + 1) * config.hidden if combine == "cat" else config.hidden
         self.f2 = mlp(joint_width, config.hidden, depth)
-        self.score = nn.Linear(config.hidden, 1)
+        self.score = score_head(config.hidden)
         self.aux = make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:

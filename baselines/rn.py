@@ -4,7 +4,7 @@ For candidate j, let S_j = (x_1, ..., x_8, c_j) be the completed matrix: the 8 c
 and the candidate in the missing cell, each with its panel id (Eq. 7-8 of the paper):
 
     r_j = sum over all 81 ordered pairs (a, b) in S_j x S_j of f1([x_a ; x_b])
-    s_j = w . f2(r_j) + b
+    s_j = w . f2(r_j)
 
 f1 and f2 are k/2 Linear+ReLU layers each. `rn-direct` computes exactly that: it builds the
 8 x 81 concatenated pairs of 2(D+16) numbers and runs f1 on each, which costs
@@ -45,6 +45,7 @@ from baselines.common import (
     make_aux,
     mlp,
     output,
+    score_head,
     with_panel_ids,
 )
 from baselines.registry import register_model
@@ -62,7 +63,7 @@ class RelationNetwork(nn.Module):
         depth = half_depth(config)
         self.f1 = mlp(2 * self.width, config.hidden, depth)
         self.f2 = mlp(config.hidden, config.hidden, depth)
-        self.score = nn.Linear(config.hidden, 1)
+        self.score = score_head(config.hidden)
         self.aux = make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:

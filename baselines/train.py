@@ -32,20 +32,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from baselines.common import ModelConfig
 from baselines.data import MatrixSet, SplitData, load_split
 from baselines.registry import get_model, list_models
+from features.devices import World, join_world, leave_world
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, sha256_file, write_json
 from vprom.records import SPLITS
@@ -117,71 +116,6 @@ def check_config(config: TrainConfig) -> None:
     for name in ("dataset", "features"):
         if not getattr(config, name).is_file():
             raise VpromError(f"{getattr(config, name)}: no such file (--{name})")
-
-
-# ---------------------------------------------------------------- processes and devices
-@dataclass(frozen=True)
-class World:
-    """This process's place among the data-parallel processes (rank 0 of 1 when alone)."""
-
-    rank: int
-    size: int
-    device: torch.device
-    owns_group: bool  # this module started the process group, so it ends it
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def _device(requested: str | None, local_rank: int, distributed: bool) -> torch.device:
-    if requested is None:
-        requested = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(requested)
-    except RuntimeError:
-        raise VpromError(f"--device {requested}: not a torch device; use cpu, cuda or "
-                         "cuda:N") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise VpromError(f"--device {requested}: CUDA is not available on this machine; "
-                             "use --device cpu")
-        if distributed:  # one GPU per process, whatever index was asked for
-            device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    return device
-
-
-def join_world(requested_device: str | None) -> World:
-    """Join the torchrun process group when WORLD_SIZE > 1 (gloo on CPU, nccl on CUDA)."""
-    size = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = _device(requested_device, local_rank, size > 1)
-    if size == 1:
-        return World(0, 1, device, owns_group=False)
-    owns = not dist.is_initialized()
-    if owns:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    return World(dist.get_rank(), dist.get_world_size(), device, owns_group=owns)
-
-
-def _all_sum(values: list[float], world: World) -> list[float]:
-    """Sum figures over processes (float64 so counts stay exact)."""
-    if world.size == 1:
-        return values
-    t = torch.tensor(values, dtype=torch.float64, device=world.device)
-    dist.all_reduce(t)
-    return t.tolist()
-
-
-def _barrier(world: World) -> None:
-    if world.size > 1:
-        dist.barrier()
-
-
-def _shard(index: np.ndarray, world: World) -> np.ndarray:
-    """This process's contiguous slice of `index`."""
-    return np.array_split(index, world.size)[world.rank]
 
 
 # ---------------------------------------------------------------- the run folder
@@ -321,7 +255,7 @@ def train_epoch(model, optimizer, data: SplitData, config: TrainConfig, epoch: i
     bar = tqdm(plan, desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch",
                disable=None if world.main else True, leave=False)
     for step, batch in enumerate(bar):
-        local = torch.from_numpy(_shard(batch, world)).to(data.features.device)
+        local = torch.from_numpy(world.shard(batch)).to(data.features.device)
         out = model(data.panels(part, local))
         answer, extra = _losses(out, part, local, config.aux)
         loss = (answer + extra) * (world.size / len(batch))
@@ -333,7 +267,7 @@ def train_epoch(model, optimizer, data: SplitData, config: TrainConfig, epoch: i
                                correct.double(), totals.new_tensor(len(local))])
         if world.main and step % 20 == 0 and not bar.disable:
             bar.set_postfix(loss=f"{totals[0].item() / max(totals[3].item(), 1):.3f}")
-    answer_loss, aux_loss, correct, count = _all_sum(totals.tolist(), world)
+    answer_loss, aux_loss, correct, count = world.all_sum(totals.tolist())
     figures = {"train_loss": (answer_loss + aux_loss) / count,
                "train_answer_loss": answer_loss / count,
                "train_acc": correct / count}
@@ -361,12 +295,12 @@ def predict(model, data: SplitData, part: MatrixSet, batch_size: int = EVAL_BATC
 def accuracy(model, data: SplitData, part_name: str, world: World) -> float | None:
     """Accuracy on a part, each process scoring a slice; None when the part is empty."""
     part = data.parts[part_name]
-    mine = _shard(np.arange(len(part)), world)
+    mine = world.shard(np.arange(len(part)))
     correct = 0
     if len(mine):
         sub = part.take(mine)
         correct = int((predict(model, data, sub) == sub.answer.cpu()).sum())
-    correct, count = _all_sum([correct, len(mine)], world)
+    correct, count = world.all_sum([correct, len(mine)])
     return correct / count if count else None
 
 
@@ -376,12 +310,11 @@ def train(config: TrainConfig) -> Path:
     check_config(config)
     world = join_world(config.device)
     try:
-        devices = [world.device.index or 0] if world.device.type == "cuda" else []
+        devices = [world.device.index] if world.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):  # the caller's RNG state is not touched
             _run(config, world)
     finally:
-        if world.owns_group:
-            dist.destroy_process_group()
+        leave_world(world)
     return config.out
 
 
@@ -408,7 +341,7 @@ def _run(config: TrainConfig, world: World) -> None:
     history, best, start = _restore(state, model, optimizer)
     if world.main:
         _open_run(config, data, model_config, world, fresh=state is None, start=start)
-    _barrier(world)
+    world.barrier()
     wrapped = _wrap(model, world)
     for epoch in range(start, config.epochs):
         if _stopped(history, best, config):
@@ -426,7 +359,7 @@ def _run(config: TrainConfig, world: World) -> None:
         if world.main:
             _end_epoch(config, model, model_config, optimizer, data, epoch, history, best,
                        improved, world)
-        _barrier(world)
+        world.barrier()
     val = best["val_acc"]
     _log(world, f"done: best val accuracy {'n/a' if val is None else f'{100 * val:.1f}%'} "
                 f"(epoch {best['epoch'] + 1}); run folder {config.out}")

@@ -8,7 +8,7 @@ question and answer embeddings are fused by an element-wise product:
     q   = g_q(e_1 + ... + e_8)            the question: the context
     a_j = g_a(e_{8+j})                    an answer: candidate j
     o_j = g_o(q * a_j)                    k/2 gated-tanh layers on the joint embedding
-    s_j = w . o_j + b
+    s_j = w . o_j
 
 Summing the context embeddings keeps their positions because each panel carries its id
 through the non-linear g_panel. The auxiliary heads read the mean over candidates of o_j.
@@ -28,6 +28,7 @@ from baselines.common import (
     half_depth,
     make_aux,
     output,
+    score_head,
     with_panel_ids,
 )
 from baselines.registry import register_model
@@ -56,7 +57,7 @@ class JointEmbedding(nn.Module):
         self.g_q = GatedTanh(hidden, hidden)
         self.g_a = GatedTanh(hidden, hidden)
         self.g_o = nn.Sequential(*(GatedTanh(hidden, hidden) for _ in range(half_depth(config))))
-        self.score = nn.Linear(hidden, 1)
+        self.score = score_head(hidden)
         self.aux = make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:

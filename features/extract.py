@@ -49,6 +49,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from features.backbones import Backbone, Loaded, get_backbone
+from features.devices import World, join_world, leave_world
 from features.crops import RESIZE, CropDataset, Plan, collate, make_plan
 from vprom.errors import VpromError
 from vprom.images import ImageIndex
@@ -121,42 +122,6 @@ class ExtractSummary:
 
 
 # ------------------------------------------------------------------------- environment
-@dataclass(frozen=True)
-class Dist:
-    rank: int
-    world_size: int
-    local_rank: int
-    created_group: bool
-
-    def barrier(self) -> None:
-        if self.world_size > 1:
-            torch.distributed.barrier()
-
-
-def _init_dist(device_type: str) -> Dist:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    created = False
-    if world > 1 and not torch.distributed.is_initialized():
-        # Ranks wait for the slowest at the end: allow long shards before timing out.
-        torch.distributed.init_process_group("nccl" if device_type == "cuda" else "gloo",
-                                             timeout=timedelta(hours=12))
-        created = True
-    return Dist(rank, world, local, created)
-
-
-def _device(config: ExtractConfig, local_rank: int) -> torch.device:
-    name = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise VpromError(f"--device {name}: CUDA is not available here; use --device cpu")
-        if device.index is None:
-            device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    return device
-
-
 def _autocast_dtype(device: torch.device) -> torch.dtype | None:
     if device.type != "cuda":
         return None
@@ -172,9 +137,8 @@ class Job:
     plan: Plan
     paths: list
     size: int
-    device: torch.device
     autocast: torch.dtype | None
-    dist: Dist
+    world: World
     fingerprint: dict
 
     @property
@@ -191,41 +155,39 @@ class Job:
 def extract(config: ExtractConfig) -> ExtractSummary:
     """Extract features for every crop of `config.dataset` into `config.out` (see module doc)."""
     start = time.perf_counter()
-    device_type = torch.device(config.device).type if config.device else (
-        "cuda" if torch.cuda.is_available() else "cpu")
-    dist = _init_dist(device_type)
+    # Ranks wait for the slowest at the end: allow long shards before timing out.
+    world = join_world(config.device, timeout=timedelta(hours=12))
     try:
-        job = _prepare(config, dist)
+        job = _prepare(config, world)
         loop_start = time.perf_counter()
         finished = _finished(job)
         if finished is not None:
             extracted, missing = 0, finished
-            if dist.rank == 0:
+            if world.main:
                 print(f"{config.out}: already complete with these settings; nothing to do "
                       "(--no-resume extracts it again)", file=sys.stderr)
         else:
-            if dist.rank == 0:
+            if world.main:
                 _open_partial(job)
-            dist.barrier()
+            world.barrier()
             extracted = _run_chunks(job)
-            dist.barrier()
-            missing = _assemble(job) if dist.rank == 0 else []
+            world.barrier()
+            missing = _assemble(job) if world.main else []
         loop_seconds = time.perf_counter() - loop_start
     finally:
-        if dist.created_group:
-            torch.distributed.destroy_process_group()
+        leave_world(world)
     return ExtractSummary(out=config.out, backbone=config.backbone, crops=len(job.plan.crop_id),
                           units=len(job.plan.unit_image), extracted_units=extracted,
                           seconds=time.perf_counter() - start, loop_seconds=loop_seconds,
                           missing=missing,
-                          rank=dist.rank, world_size=dist.world_size)
+                          rank=world.rank, world_size=world.size)
 
 
-def _prepare(config: ExtractConfig, dist: Dist) -> Job:
+def _prepare(config: ExtractConfig, world: World) -> Job:
     backbone = get_backbone(config.backbone)
-    device = _device(config, dist.local_rank)
+    device = world.device
     loaded = backbone.load(config.weights)
-    if config.weights == "none" and dist.rank == 0:
+    if config.weights == "none" and world.main:
         print(f"WARNING: --weights none: {config.backbone} is RANDOMLY INITIALISED; its features "
               "mean nothing for the benchmark (use it for tests and timing only). This is "
               "recorded in the file's 'weights' attribute.", file=sys.stderr)
@@ -243,7 +205,7 @@ def _prepare(config: ExtractConfig, dist: Dist) -> Job:
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = False  # same algorithms every run: same bytes
     fingerprint = _fingerprint(config, backbone, loaded, plan, size, device, autocast)
-    return Job(config, backbone, loaded, plan, paths, size, device, autocast, dist, fingerprint)
+    return Job(config, backbone, loaded, plan, paths, size, autocast, world, fingerprint)
 
 
 def _fingerprint(config, backbone, loaded, plan, size, device, autocast) -> dict:
@@ -311,7 +273,7 @@ def _open_partial(job: Job) -> None:
 
 # ------------------------------------------------------------------------- extraction
 def _model(job: Job) -> torch.nn.Module:
-    model = job.loaded.module.to(job.device, memory_format=torch.channels_last)
+    model = job.loaded.module.to(job.world.device, memory_format=torch.channels_last)
     if job.config.compile:
         model = torch.compile(model)
     return model
@@ -336,21 +298,21 @@ def _worker_init(worker_id: int) -> None:
 
 
 def _run_chunks(job: Job) -> int:
-    plan, dist = job.plan, job.dist
+    plan, world = job.plan, job.world
     todo = [c for c in range(len(plan.chunks))
-            if c % dist.world_size == dist.rank and not job.chunk_done(c)]
+            if c % world.size == world.rank and not job.chunk_done(c)]
     if not todo:
         return 0
     batches = [plan.batches[b] for c in todo for b in plan.chunks[c]]
     loader = torch.utils.data.DataLoader(
         CropDataset(plan, job.paths, job.size), batch_sampler=batches, collate_fn=collate,
-        num_workers=job.config.workers, pin_memory=job.device.type == "cuda",
-        worker_init_fn=_worker_init if job.device.type == "cpu" else None,
+        num_workers=job.config.workers, pin_memory=job.world.device.type == "cuda",
+        worker_init_fn=_worker_init if job.world.device.type == "cpu" else None,
         prefetch_factor=4 if job.config.workers else None)
     model = _model(job)
     total = sum(plan.batch_units(b) for c in todo for b in plan.chunks[c])
     bar = tqdm(total=total, unit="crop", desc=f"extract {job.backbone.name}", disable=None,
-               smoothing=0.05, position=dist.rank if dist.world_size > 1 else None)
+               smoothing=0.05, position=world.rank if world.size > 1 else None)
     results = iter(loader)
     extracted = 0
     with bar:
@@ -363,7 +325,7 @@ def _run_chunks(job: Job) -> int:
                 units, pixels, batch_failed = next(results)
                 failed += batch_failed
                 if len(units):
-                    feats = embed(model, pixels, job.backbone, job.autocast, job.device)
+                    feats = embed(model, pixels, job.backbone, job.autocast, job.world.device)
                     out[units - start] = feats.cpu().numpy().astype(out.dtype)
                 bar.update(len(units) + len(batch_failed))
                 extracted += len(units) + len(batch_failed)
@@ -456,7 +418,7 @@ def _attributes(job: Job, n_missing: int) -> dict:
             "input_size": np.array([job.size, job.size], dtype=np.int64),
             "pooling": POOLING, "normalisation": NORMALISATION, "resize": RESIZE,
             "pixel_normalisation": pre.describe(), "dtype": job.config.dtype,
-            "feature_dim": job.backbone.feature_dim, "device_type": job.device.type,
+            "feature_dim": job.backbone.feature_dim, "device_type": job.world.device.type,
             "autocast": fp["autocast"], "compiled": job.config.compile,
             "batch_size": job.config.batch_size, "n_missing": n_missing,
             "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,

@@ -1,4 +1,6 @@
 """Every command has help with an example and is documented in the README (sqlite-utils style)."""
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,3 +35,10 @@ def test_errors_are_one_line_and_nonzero(tmp_path, capsys):
     assert cli.main(["stats", str(tmp_path / "missing.h5")]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("vprom stats: error:") and "\n" not in err
+
+
+def test_python_dash_m_vprom_is_the_command():
+    # `torchrun -m vprom train ...` runs exactly this.
+    done = subprocess.run([sys.executable, "-m", "vprom", "--version"], capture_output=True,
+                          text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and done.stdout.startswith("vprom "), done.stderr

@@ -1,0 +1,112 @@
+"""Devices and processes for the torch stages: extraction here, training in `baselines`.
+
+One rule for every command. `--device` names a torch device: `cpu`, `cuda` or `cuda:N`, or
+nothing for CUDA when it is available, else the CPU. A plain `cuda` means the current
+process's GPU: `cuda:LOCAL_RANK` under `torchrun`, `cuda:0` otherwise (CUDA_VISIBLE_DEVICES
+chooses which GPUs those are). Under `torchrun` each process drives the GPU of its local
+rank, so an explicit `cuda:N` there is refused rather than silently ignored.
+
+`torch.cuda.set_device` is always given an indexed device: with a bare `cuda` it raises, which
+is how `vprom train` used to crash on every GPU machine.
+
+Under `torchrun` (WORLD_SIZE > 1) `join_world` starts the process group (nccl on CUDA, gloo on
+the CPU) unless one exists, and `leave_world` ends it only when `join_world` started it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from vprom.errors import VpromError
+
+
+def resolve_device(requested: str | None, local_rank: int = 0,
+                   distributed: bool = False) -> torch.device:
+    """The indexed torch device this process should use (see the module doc)."""
+    if requested is None:
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(requested)
+    except (RuntimeError, TypeError):
+        raise VpromError(f"--device {requested}: not a torch device; use cpu, cuda or "
+                         "cuda:N") from None
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.type != "cuda":
+        raise VpromError(f"--device {requested}: vprom runs on cpu or cuda devices")
+    if not torch.cuda.is_available():
+        raise VpromError(f"--device {requested}: CUDA is not available on this machine; use "
+                         "--device cpu")
+    if distributed and device.index is not None:
+        raise VpromError(f"--device {requested}: under torchrun every process uses the GPU of "
+                         "its LOCAL_RANK; pass --device cuda (choose the GPUs with "
+                         "CUDA_VISIBLE_DEVICES)")
+    index = local_rank if device.index is None else device.index
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise VpromError(f"--device {requested}: this process would use GPU {index}, but "
+                         f"{count} GPU(s) are visible; use --device cuda:0 .. cuda:{count - 1}"
+                         " (or fewer processes per node)")
+    device = torch.device("cuda", index)
+    torch.cuda.set_device(device)
+    return device
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the data-parallel processes (rank 0 of 1 when alone)."""
+
+    rank: int
+    size: int
+    local_rank: int
+    device: torch.device
+    owns_group: bool  # join_world started the process group, so leave_world ends it
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.size > 1:
+            dist.barrier()
+
+    def all_sum(self, values: list[float]) -> list[float]:
+        """Sum figures over processes (float64, so counts stay exact)."""
+        if self.size == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def shard(self, index: np.ndarray) -> np.ndarray:
+        """This process's contiguous slice of `index`."""
+        return np.array_split(index, self.size)[self.rank]
+
+
+def join_world(requested_device: str | None, timeout: timedelta | None = None) -> World:
+    """Resolve the device and join the torchrun process group when WORLD_SIZE > 1."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = resolve_device(requested_device, local_rank, distributed=size > 1)
+    if size == 1:
+        return World(0, 1, 0, device, owns_group=False)
+    owns = not dist.is_initialized()
+    if owns:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if timeout is None:
+            dist.init_process_group(backend)
+        else:
+            dist.init_process_group(backend, timeout=timeout)
+    return World(dist.get_rank(), dist.get_world_size(), local_rank, device, owns_group=owns)
+
+
+def leave_world(world: World) -> None:
+    """End the process group if `join_world` started it."""
+    if world.owns_group:
+        dist.destroy_process_group()

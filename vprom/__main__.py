@@ -1,0 +1,7 @@
+"""`python -m vprom ...`, and so `torchrun -m vprom train|extract ...`: the `vprom` command."""
+
+import sys
+
+from vprom.cli import main
+
+sys.exit(main())
