@@ -44,7 +44,7 @@ from tqdm import tqdm
 from baselines.common import ModelConfig
 from baselines.data import MatrixSet, SplitData, load_split
 from baselines.registry import get_model, list_models
-from features.devices import World, join_world, leave_world
+from features.devices import World, joined_world
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, sha256_file, write_json
 from vprom.records import SPLITS
@@ -308,13 +308,10 @@ def accuracy(model, data: SplitData, part_name: str, world: World) -> float | No
 def train(config: TrainConfig) -> Path:
     """Train `config.model` on `config.split`; returns the run folder (see the module doc)."""
     check_config(config)
-    world = join_world(config.device)
-    try:
+    with joined_world(config.device) as world:
         devices = [world.device.index] if world.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):  # the caller's RNG state is not touched
             _run(config, world)
-    finally:
-        leave_world(world)
     return config.out
 
 

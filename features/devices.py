@@ -10,12 +10,13 @@ rank, so an explicit `cuda:N` there is refused rather than silently ignored.
 is how `vprom train` used to crash on every GPU machine.
 
 Under `torchrun` (WORLD_SIZE > 1) `join_world` starts the process group (nccl on CUDA, gloo on
-the CPU) unless one exists, and `leave_world` ends it only when `join_world` started it.
+the CPU) unless one exists; `joined_world` ends it after a `with` block only if it started it.
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -106,7 +107,18 @@ def join_world(requested_device: str | None, timeout: timedelta | None = None) -
     return World(dist.get_rank(), dist.get_world_size(), local_rank, device, owns_group=owns)
 
 
-def leave_world(world: World) -> None:
-    """End the process group if `join_world` started it."""
-    if world.owns_group:
-        dist.destroy_process_group()
+@contextmanager
+def joined_world(requested_device: str | None, timeout: timedelta | None = None):
+    """`join_world` for the length of a `with` block; the process group it started ends with it.
+
+    On a normal exit every process first waits for the others: tearing gloo down while a peer
+    is still sending can abort the process ("terminate called without an active exception").
+    After an error there is no waiting, since a peer may never arrive.
+    """
+    world = join_world(requested_device, timeout)
+    try:
+        yield world
+        world.barrier()
+    finally:
+        if world.owns_group:
+            dist.destroy_process_group()

@@ -49,7 +49,7 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from features.backbones import Backbone, Loaded, get_backbone
-from features.devices import World, join_world, leave_world
+from features.devices import World, joined_world
 from features.crops import RESIZE, CropDataset, Plan, collate, make_plan
 from vprom.errors import VpromError
 from vprom.images import ImageIndex
@@ -156,8 +156,7 @@ def extract(config: ExtractConfig) -> ExtractSummary:
     """Extract features for every crop of `config.dataset` into `config.out` (see module doc)."""
     start = time.perf_counter()
     # Ranks wait for the slowest at the end: allow long shards before timing out.
-    world = join_world(config.device, timeout=timedelta(hours=12))
-    try:
+    with joined_world(config.device, timeout=timedelta(hours=12)) as world:
         job = _prepare(config, world)
         loop_start = time.perf_counter()
         finished = _finished(job)
@@ -174,8 +173,6 @@ def extract(config: ExtractConfig) -> ExtractSummary:
             world.barrier()
             missing = _assemble(job) if world.main else []
         loop_seconds = time.perf_counter() - loop_start
-    finally:
-        leave_world(world)
     return ExtractSummary(out=config.out, backbone=config.backbone, crops=len(job.plan.crop_id),
                           units=len(job.plan.unit_image), extracted_units=extracted,
                           seconds=time.perf_counter() - start, loop_seconds=loop_seconds,

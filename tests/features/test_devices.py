@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from features import devices
-from features.devices import join_world, resolve_device
+from features.devices import join_world, joined_world, resolve_device
 from vprom.errors import VpromError
 
 
@@ -100,17 +100,40 @@ def test_join_world_alone_on_a_gpu(gpus, monkeypatch):
     assert world.device == torch.device("cuda", 0)
 
 
-def test_join_world_under_torchrun_starts_nccl_on_gpus(gpus, monkeypatch):
-    gpus(2)
-    started = []
+@pytest.fixture
+def torchrun(monkeypatch):
+    """Two processes as torchrun starts them, this one rank 1; returns the calls made."""
+    calls = []
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setattr(devices.dist, "is_initialized", lambda: False)
     monkeypatch.setattr(devices.dist, "init_process_group",
-                        lambda backend, **kw: started.append(backend))
+                        lambda backend, **kw: calls.append(backend))
     monkeypatch.setattr(devices.dist, "get_rank", lambda: 1)
     monkeypatch.setattr(devices.dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(devices.dist, "barrier", lambda: calls.append("barrier"))
+    monkeypatch.setattr(devices.dist, "destroy_process_group", lambda: calls.append("destroy"))
+    return calls
+
+
+def test_join_world_under_torchrun_starts_nccl_on_gpus(gpus, torchrun):
+    gpus(2)
     world = join_world(None)
-    assert started == ["nccl"]
+    assert torchrun == ["nccl"]
     assert world.device == torch.device("cuda", 1)
     assert (world.rank, world.size, world.local_rank, world.owns_group) == (1, 2, 1, True)
+
+
+def test_a_joined_world_waits_for_its_peers_then_ends_the_group(gpus, torchrun):
+    gpus(0)
+    with joined_world(None) as world:
+        assert world.device == torch.device("cpu")
+    assert torchrun == ["gloo", "barrier", "destroy"]
+
+
+def test_after_an_error_the_group_ends_without_waiting(gpus, torchrun):
+    gpus(0)
+    with pytest.raises(RuntimeError):
+        with joined_world("cpu"):
+            raise RuntimeError("a rank failed")
+    assert torchrun == ["gloo", "destroy"]
