@@ -26,10 +26,9 @@ from baselines.train import TrainConfig, build_model, load_checkpoint, predict
 from features.devices import resolve_device
 from vprom.errors import VpromError
 from vprom.io import write_json
-from vprom.records import ElementType, Relation
+from vprom.records import CHANCE, ElementType, Relation
 
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
-CHANCE = 1 / 8
 
 
 def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:

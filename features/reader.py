@@ -103,14 +103,6 @@ def check_complete(path: str | Path) -> None:
         _check_open(h5, path)
 
 
-def read_attrs(path: str | Path) -> dict:
-    """The attributes of a finished FEATS.h5 (backbone, weights, preprocessing, versions)."""
-    path = Path(path)
-    with open_h5(path) as h5:
-        _check_open(h5, path)
-        return _attrs(h5)
-
-
 def load_features(path: str | Path) -> Features:
     """Load a finished FEATS.h5 into memory as float32 (235k × 2048 × 4 B ≈ 1.9 GB at full size)."""
     path = Path(path)

@@ -31,10 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vprom.errors import VpromError
+from vprom.records import COUNTS
 
 from mining.vocab import DATA_DIR, Vocabulary, load_vocabulary
-
-MIN_COUNT, MAX_COUNT = 1, 10
 
 REASONS = {
     "time": "a time of day: five o'clock, 10:30, at 5 pm",
@@ -378,7 +377,7 @@ def _decide(tokens, mentions: list[_Mention], words: _Words) -> CountParse:
         first = mentions[0]
         return CountParse(None, "", first.reason, first.text)
     mention = bound[0]
-    if not MIN_COUNT <= mention.value <= MAX_COUNT:
+    if mention.value not in COUNTS:
         return CountParse(None, mention.noun, "out of range", mention.text)
     if not all(t in words.lead for t in tokens[:mention.index]):
         return CountParse(None, mention.noun, "not the subject", mention.text)

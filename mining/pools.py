@@ -53,7 +53,7 @@ import numpy as np
 from mining import readers
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest
-from vprom.records import LABEL_SEPARATOR, ElementType
+from vprom.records import COUNTS, LABEL_SEPARATOR, MIN_SIDE, ElementType
 from vprom.tables import CropTable, set_manifest
 
 ELEMENT_TYPES = tuple(e.value for e in ElementType)  # crop order: this, then input order
@@ -574,7 +574,7 @@ def _pools(table: CropTable, impure: Counter, vocab) -> list[dict]:
         for attr, super_attribute in table_.items():
             pools.setdefault((etype, super_attribute), {})[attr] = 0
     pools[("object", "")] = {o: 0 for o in vocab.objects}
-    pools[("count", "")] = {str(k): 0 for k in range(1, 11)}
+    pools[("count", "")] = {str(k): 0 for k in COUNTS}
     for (etype, super_attribute, element), n in per_element.items():
         pools.setdefault((etype, super_attribute), {})[element] = n
     out = []
@@ -700,7 +700,7 @@ def _receive(conn, proc) -> _Part:
     return value
 
 
-def mine(vg_dir: str | Path, out: str | Path, min_side: int = 100, workers: int = 2,
+def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers: int = 2,
          vocab=None) -> MineReport:
     """Stream the VG folder `vg_dir` into POOLS.h5 at `out` (+ report and side files)."""
     start = time.perf_counter()

@@ -66,12 +66,12 @@ from PIL import Image
 from mining import synth_render as R
 from vprom.errors import VpromError
 from vprom.io import atomic_dir, sha256_file
+from vprom.records import COUNTS, MIN_SIDE
 
 WIDTH, HEIGHT = 384, 288
 COLS, ROWS = 3, 2
 CELL_W, CELL_H = WIDTH // COLS, HEIGHT // ROWS
 HORIZON = HEIGHT // 2
-MIN_SIDE = 100
 JPEG_QUALITY = 90
 URL = "https://cs.stanford.edu/people/rak248/VG_100K/{}.jpg"
 TRUTH = "synth_truth.json"
@@ -343,7 +343,7 @@ def _number_phrase(rng, category: str) -> tuple[int | None, str | None]:
     """A number on a clock or sign and its description: "five o'clock", "number 7"."""
     if category not in ("clock", "sign") or rng.random() >= P["non_count_phrase"]:
         return None, None
-    number = int(rng.integers(1, 11))
+    number = int(rng.integers(COUNTS[0], COUNTS[-1] + 1))
     word = NUMBER_WORDS[number - 1] if rng.random() < 0.5 else str(number)
     return number, f"{word} o'clock" if category == "clock" else f"number {word}"
 
@@ -444,7 +444,7 @@ def _person_name(rng, attrs: dict[str, str]) -> str:
 
 
 def _plan_count(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
-    n = int(rng.integers(1, 11))
+    n = int(rng.integers(COUNTS[0], COUNTS[-1] + 1))
     category = _pick(rng, OBJECTS)
     color = _pick(rng, COUNT_COLORS)
     small = rng.random() < P["small"]

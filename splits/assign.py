@@ -32,7 +32,7 @@ import numpy as np
 
 from vprom.errors import VpromError
 from vprom.generate import HeldOutDesign
-from vprom.records import N_CONTEXT, SPLITS, ElementType, Matrix
+from vprom.records import COUNTS, N_CONTEXT, SPLITS, VAL_SIZE, ElementType, Matrix
 from vprom.sampling import image_test_side, object_third, val_ids
 
 SPEC_DIR = Path(__file__).resolve().parent
@@ -117,7 +117,7 @@ def _check_rule(rule: dict, bad) -> None:
     kind = rule["type"]
     if kind == "counts":
         train, test = set(rule.get("train", [])), set(rule.get("test", []))
-        if not train or not test or train & test or not train | test <= set(range(1, 11)):
+        if not train or not test or train & test or not train | test <= set(COUNTS):
             raise bad("counts rule needs disjoint non-empty 'train' and 'test' lists of 1..10")
     elif kind == "super_attributes":
         test = rule.get("test")
@@ -240,8 +240,8 @@ def _natural_part(rule: dict, m: Matrix, panels: PanelInfo) -> str:
 
 
 def val_size(scale: float) -> int:
-    """The validation set size of every split: 8,000 at full scale, round(8000 * scale)."""
-    return int(round(8000 * scale))
+    """The validation set size of every split: 8,000 at full scale, scaled and rounded."""
+    return int(round(VAL_SIZE * scale))
 
 
 def choose_val(train_ids, seed: int, split: str, scale: float) -> tuple[np.ndarray, np.ndarray]:

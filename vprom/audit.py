@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vprom.records import N_CANDIDATES
+from vprom.records import CHANCE, N_CANDIDATES
 
-CHANCE = 1.0 / N_CANDIDATES
 MARGIN = 0.02  # a shortcut worth at most 2 accuracy points is tolerated
 Z95 = 1.959963984540054
 POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from vprom.errors import VpromError
 from vprom.io import make_manifest, sha256_file, write_json, write_text
+from vprom.records import MIN_SIDE
 
 #: Defaults sized so `make demo` (build, extract, train twice) stays well under 10 minutes.
 SYNTHETIC_IMAGES = 2000
@@ -90,10 +91,11 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
     scale = scale if scale is not None else (SYNTHETIC_SCALE if synthetic else VG_SCALE)
 
     pools = out / "pools.h5"
-    config = {"vg": str(vg_dir.resolve()), "min_side": 100, "inputs": _fingerprint(vg_dir)}
+    config = {"vg": str(vg_dir.resolve()), "min_side": MIN_SIDE, "inputs": _fingerprint(vg_dir)}
     if not _config_matches(pools, config):
         print(f"[2/5] mining {vg_dir} -> {pools}", flush=True)
-        print(mine(vg_dir, pools, workers=workers).summary(), flush=True)
+        print(mine(vg_dir, pools, min_side=config["min_side"], workers=workers).summary(),
+              flush=True)
         _stamp(pools, config)
 
     dataset = out / "dataset.h5"

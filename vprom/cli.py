@@ -13,7 +13,7 @@ from pathlib import Path
 
 from vprom import __version__
 from vprom.errors import VpromError
-from vprom.records import SPLITS
+from vprom.records import MIN_SIDE, SPLITS
 
 COMMANDS: dict[str, tuple[str, str]] = {}  # name -> (summary, example)
 
@@ -23,7 +23,6 @@ def command(name: str, summary: str, example: str):
 
     def wrap(add_arguments):
         COMMANDS[name] = (summary, example)
-        add_arguments.command_name = name
         return add_arguments
 
     return wrap
@@ -79,7 +78,7 @@ def run_synth(args):
 def add_mine(p):
     p.add_argument("--vg", type=Path, required=True, help="folder with VG's JSON (or .json.zip)")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--min-side", type=int, default=100, help="drop regions smaller (px)")
+    p.add_argument("--min-side", type=int, default=MIN_SIDE, help="drop regions smaller (px)")
     p.add_argument("--workers", type=int, default=2, help="processes (one per file)")
 
 

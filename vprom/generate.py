@@ -57,20 +57,13 @@ import numpy as np
 
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
-from vprom.records import (LABEL_SEPARATOR, N_CANDIDATES, N_CONTEXT, RELATIONS_OF, SPLITS,
-                           ElementType, Matrix, Relation)
+from vprom.records import (COUNTS, LABEL_SEPARATOR, N_CANDIDATES, N_CONTEXT, RELATIONS_OF, SPLITS,
+                           TABLE1, ElementType, Matrix, Relation)
 from vprom.relations import RULES, Progression
 from vprom.sampling import Draws, image_test_side, object_third
 from vprom.solver import Universe, completion_mask
 from vprom.tables import STR, CropTable, MatrixTable, open_h5, read_crops, set_manifest
 
-#: Table 1 of the paper: matrices per element type at scale 1 (235,000 in all).
-TABLE1: dict[ElementType, int] = {
-    ElementType.OBJECT_ATTRIBUTE: 45_000,
-    ElementType.HUMAN_ATTRIBUTE: 45_000,
-    ElementType.OBJECT: 45_000,
-    ElementType.COUNT: 100_000,
-}
 #: An element may appear in a matrix's context only with this many crops in the cell.
 MIN_CONTEXT_CROPS = 3
 #: Resampling attempts per matrix before generation gives up with a VpromError.
@@ -339,7 +332,7 @@ def _make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group, cell: in
     usable = set(crops_of)
     sa_of = pool.super_attribute[etype]
     if etype is ElementType.COUNT:
-        allowed = (set(range(1, 11)) if group.name == "any"
+        allowed = (set(COUNTS) if group.name == "any"
                    else {int(v) for v in group.name[2:].split(",")})
         options = [_Option("", sorted(allowed & enough), sorted(usable), [])]
     elif etype is ElementType.OBJECT:

@@ -47,12 +47,30 @@ SPLITS: tuple[str, ...] = (
     "held_out_relation_object_pairs",
 )
 
-#: What a split assigns a matrix to.
-PARTS: tuple[str, ...] = ("train", "val", "test", "excluded")
-
+# ---------------------------------------------------------------- the paper's constants
+#: A matrix: 8 context panels (3x3 row-major, the last missing), then 8 candidates.
 N_CONTEXT = 8
 N_CANDIDATES = 8
 N_PANELS = N_CONTEXT + N_CANDIDATES
+#: Exactly one candidate is right: a random guess scores 1 in 8.
+CHANCE = 1 / N_CANDIDATES
+#: The count elements, 1 to 10, mined from region descriptions.
+COUNTS: tuple[int, ...] = tuple(range(1, 11))
+#: Mining drops regions under this many pixels in either dimension.
+MIN_SIDE = 100
+#: Table 1 of the paper: distinct elements, images and matrices per element type.
+PAPER_TABLE1: dict[ElementType, dict[str, int]] = {
+    ElementType.OBJECT_ATTRIBUTE: {"elements": 84, "images": 36_750, "matrices": 45_000},
+    ElementType.HUMAN_ATTRIBUTE: {"elements": 38, "images": 12_249, "matrices": 45_000},
+    ElementType.OBJECT: {"elements": 346, "images": 82_905, "matrices": 45_000},
+    ElementType.COUNT: {"elements": 10, "images": 11_730, "matrices": 100_000},
+}
+#: Matrices per element type at full scale (235,000 in all); `--scale` multiplies them.
+TABLE1: dict[ElementType, int] = {t: row["matrices"] for t, row in PAPER_TABLE1.items()}
+#: Training matrices of every split held out for validation at full scale.
+VAL_SIZE = 8_000
+
+#: How one crop's labels are joined into one string column.
 LABEL_SEPARATOR = "|"
 
 

@@ -42,10 +42,6 @@ class Draws:
         batches = iter(lambda: rng.random(_BUFFER).tolist(), None)
         self.uniform = itertools.chain.from_iterable(batches).__next__
 
-    def below(self, n: int) -> int:
-        """An integer uniform on 0..n-1 (n >= 1)."""
-        return int(self.uniform() * n)
-
     def pick(self, seq: Sequence):
         return seq[int(self.uniform() * len(seq))]
 

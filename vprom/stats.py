@@ -13,17 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from vprom.io import write_json
+from vprom.records import PAPER_TABLE1 as RECORDS_TABLE1
 from vprom.records import RELATIONS_OF, SPLITS, ElementType, Relation
 from vprom.tables import read_crops, read_matrices
 
-#: Table 1 of the paper: elements / images / matrices per element type.
-PAPER_TABLE1 = {
-    ElementType.OBJECT_ATTRIBUTE.value: {"elements": 84, "images": 36_750, "matrices": 45_000},
-    ElementType.HUMAN_ATTRIBUTE.value: {"elements": 38, "images": 12_249, "matrices": 45_000},
-    ElementType.OBJECT.value: {"elements": 346, "images": 82_905, "matrices": 45_000},
-    ElementType.COUNT.value: {"elements": 10, "images": 11_730, "matrices": 100_000},
-    "total": {"elements": None, "images": None, "matrices": 235_000},
-}
+#: Table 1 of the paper, as `stats` lays it out (with its total row).
+PAPER_TABLE1 = {t.value: dict(row) for t, row in RECORDS_TABLE1.items()} | {
+    "total": {"elements": None, "images": None,
+              "matrices": sum(row["matrices"] for row in RECORDS_TABLE1.values())}}
 COLUMNS = ("elements", "(paper)", "images", "(paper)", "matrices", "(paper)")
 TYPE_NAMES = {"object_attribute": "object attributes", "human_attribute": "human attributes",
               "object": "objects", "count": "counts", "total": "total"}

@@ -27,7 +27,6 @@ from vprom.records import LABEL_SEPARATOR, N_PANELS, Crop, Matrix
 STR = h5py.string_dtype(encoding="utf-8")
 INT_COLUMNS = {"crop_id": np.int64, "image_id": np.int64, "x": np.int32, "y": np.int32,
                "w": np.int32, "h": np.int32, "source_id": np.int64}
-STR_COLUMNS = ("element_type", "element", "super_attribute", "phrase", "labels")
 SPLIT_PARTS = ("train", "val", "test")
 
 

@@ -39,7 +39,8 @@ from vprom import audit
 from vprom.audit import Check
 from vprom.errors import VpromError
 from vprom.io import manifest_path, sha256_file
-from vprom.records import N_CANDIDATES, N_CONTEXT, N_PANELS, RELATIONS_OF, SPLITS, ElementType
+from vprom.records import (COUNTS, N_CANDIDATES, N_CONTEXT, N_PANELS, RELATIONS_OF, SPLITS,
+                           ElementType)
 from vprom.tables import CropTable, MatrixTable, open_h5
 
 MAX_EXAMPLES = 5
@@ -48,7 +49,7 @@ MATRIX_COLUMNS = ("id", "relation", "element_type", "super_attribute", "answer",
                   "elements")
 CROP_COLUMNS = ("crop_id", "image_id", "x", "y", "w", "h", "element_type", "element",
                 "super_attribute", "source_id", "phrase", "labels")
-COUNT_UNIVERSE = frozenset(str(n) for n in range(1, 11))
+COUNT_UNIVERSE = frozenset(str(n) for n in COUNTS)
 #: Paper rules that hold whatever the split spec files say (answer elements / super-attributes).
 HELD_OUT_SUPER_ATTRIBUTES = frozenset({"shape", "texture", "action"})
 #: matrices the probes sample (train, test): a few parameters need little training data,
