@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from vprom.images import clip_box
 from vprom.tables import CropTable
 
 DRAFT_REDUCTIONS = (8, 4, 2)
@@ -99,12 +100,6 @@ def draft_reduction(w: int, h: int, size: int) -> int:
         if min(w, h) >= r * size:
             return r
     return 1
-
-
-def clip_box(box, width: int, height: int) -> tuple[int, int, int, int] | None:
-    x, y, w, h = (int(v) for v in box)
-    x0, y0, x1, y1 = max(0, x), max(0, y), min(width, x + w), min(height, y + h)
-    return (x0, y0, x1, y1) if x1 > x0 and y1 > y0 else None
 
 
 def read_crops(path, boxes: np.ndarray, size: int) -> tuple[np.ndarray, list[str | None]]:

@@ -40,7 +40,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from vprom.errors import VpromError
-from vprom.images import ImageIndex
+from vprom.images import ImageIndex, clip_box
 from vprom.io import atomic_dir, atomic_path, make_manifest, manifest_path, sha256_file, write_json
 from vprom.records import LABEL_SEPARATOR, N_CONTEXT, N_PANELS, Matrix
 from vprom.tables import CropTable, MatrixTable, read_crops, read_matrices
@@ -148,8 +148,10 @@ def write_crop_files(crops: CropTable, used: np.ndarray, folder: Path, vg_dir: P
         except (OSError, ValueError) as e:
             raise VpromError(f"{path}: cannot read image ({e}); re-download it") from None
         for r in members:
-            x, y, w, h = (int(crops.x[r]), int(crops.y[r]), int(crops.w[r]), int(crops.h[r]))
-            box = (max(0, x), max(0, y), min(im.width, x + w), min(im.height, y + h))
+            box = clip_box((crops.x[r], crops.y[r], crops.w[r], crops.h[r]), im.width, im.height)
+            if box is None:
+                raise VpromError(f"{path}: crop {int(crops.crop_id[r])} lies outside the "
+                                 "image; the data set does not match these images")
             im.crop(box).save(folder / f"{int(crops.crop_id[r])}.jpg", quality=JPEG_QUALITY)
         return len(members)
 

@@ -48,6 +48,14 @@ class ImageIndex:
                              "complete?") from None
 
 
+def clip_box(box, width: int, height: int) -> tuple[int, int, int, int] | None:
+    """A VG box (x, y, w, h) clipped to a width x height image, as corners (x0, y0, x1, y1);
+    None when nothing of it lies inside the image (or it has no area)."""
+    x, y, w, h = (int(v) for v in box)
+    x0, y0, x1, y1 = max(0, x), max(0, y), min(width, x + w), min(height, y + h)
+    return (x0, y0, x1, y1) if x1 > x0 and y1 > y0 else None
+
+
 def load_crop(path: str | Path, box: tuple[int, int, int, int]) -> Image.Image:
     """The RGB crop (x, y, w, h) of one image; the box is clipped to the image."""
     try:
@@ -55,5 +63,8 @@ def load_crop(path: str | Path, box: tuple[int, int, int, int]) -> Image.Image:
             im = im.convert("RGB")
     except (OSError, ValueError) as e:
         raise VpromError(f"{path}: cannot read image ({e}); re-download it") from None
-    x, y, w, h = box
-    return im.crop((max(0, x), max(0, y), min(im.width, x + w), min(im.height, y + h)))
+    corners = clip_box(box, im.width, im.height)
+    if corners is None:
+        raise VpromError(f"{path}: box {tuple(box)} lies outside the {im.width}x{im.height} "
+                         "image; the data set does not match these images")
+    return im.crop(corners)

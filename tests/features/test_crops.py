@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, JpegImagePlugin
 
-from features.crops import clip_box, draft_reduction, make_plan, read_crops
+from features.crops import draft_reduction, make_plan, read_crops
+from vprom.images import clip_box
 from tests.features.conftest import CROP_ROWS, crop_table, write_jpeg
 
 original_jpeg = JpegImagePlugin.JpegImageFile.draft
