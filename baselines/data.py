@@ -40,7 +40,7 @@ from baselines.common import N_CONTEXT, element_type_class, relation_class
 from features.reader import load_features
 from vprom.errors import VpromError
 from vprom.records import SPLITS
-from vprom.tables import SPLIT_PARTS, read_matrices
+from vprom.tables import SPLIT_PARTS, read_matrix_table
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ def load_split(dataset: str | Path, features: str | Path, split: str,
     dataset, features = Path(dataset), Path(features)
     if split not in SPLITS:
         raise VpromError(f"unknown split {split!r}; the splits are {', '.join(SPLITS)}")
-    table = read_matrices(dataset)
+    table = read_matrix_table(dataset)
     if split not in table.splits:
         raise VpromError(f"{dataset}: has no split {split!r} (it has "
                          f"{', '.join(sorted(table.splits)) or 'none'}); regenerate the dataset")

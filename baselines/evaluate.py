@@ -16,7 +16,6 @@ it for the terminal.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -27,24 +26,12 @@ from features.devices import resolve_device
 from vprom.errors import VpromError
 from vprom.io import write_json
 from vprom.records import CHANCE, ElementType, Relation
-
-Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
-
-
-def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval for `correct` successes in `n` trials ((0, 1) when n = 0)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = correct / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
+from vprom.statistics import wilson_interval
 
 def score(correct: np.ndarray) -> dict:
     """n, correct, accuracy and its 95% interval for a boolean array of outcomes."""
     n, k = int(len(correct)), int(np.sum(correct))
-    low, high = wilson(k, n)
+    low, high = wilson_interval(k, n)
     return {"n": n, "correct": k, "accuracy": k / n if n else None, "ci95": [low, high]}
 
 

@@ -24,7 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vprom.generate import generate_dataset  # noqa: E402
+from generation.dataset import generate_dataset  # noqa: E402
+from splits.assign import load_rules  # noqa: E402
 from vprom.solver import check_matrix  # noqa: E402
 from vprom.tables import CropTable  # noqa: E402
 
@@ -146,15 +147,16 @@ def balance(data) -> dict:
 def label_probe(data, seed: int) -> dict:
     """`vprom verify`'s context-blind label probe on the in-memory data set: accuracy
     overall and per element type (one probe trained on all of the neutral train part)."""
-    from vprom import audit, verify
+    from generation import audit, bias
+    from generation.dataset_view import Data
+    from vprom.tables import crop_rows
 
     m = data.matrices
-    view = verify.Data(Path("<memory>"), data.crops, m,
-                       verify.crop_rows(data.crops.crop_id, m.panels), None)
+    view = Data(Path("<memory>"), data.crops, m, crop_rows(data.crops.crop_id, m.panels), None)
     answers = m.answer.astype(np.int64)
     rng = np.random.default_rng(seed)
-    train, test, _ = verify.probe_sides(view, rng, verify.PROBE_MAX)
-    cands = verify.candidate_view(view, np.concatenate([train, test]))
+    train, test, _ = bias.probe_sides(view, rng, bias.PROBE_MAX)
+    cands = bias.candidate_view(view, np.concatenate([train, test]))
     x_train, x_test = audit._standardise(audit.label_features(cands, answers, train, train),
                                          audit.label_features(cands, answers, train, test))
     w = audit.fit_probe(lambda: (x_train, answers[train]), x_train.shape[-1], 200)
@@ -192,7 +194,7 @@ def main() -> None:
     data = None
     for scale in args.scales:
         t, cpu = time.perf_counter(), time.process_time()
-        data = generate_dataset(crops, scale=scale, seed=args.seed)
+        data = generate_dataset(crops, load_rules(), scale=scale, seed=args.seed)
         dt, dcpu = time.perf_counter() - t, time.process_time() - cpu
         n = data.counts["matrices"]
         print(f"scale {scale:4.2f}: {n:7,d} matrices in {dt:6.1f} s wall, {dcpu:6.1f} s CPU "

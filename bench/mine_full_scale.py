@@ -308,7 +308,7 @@ def main(argv=None) -> None:
     gb = 1e9
     pools = args.out / "pools.h5"
     print(f"load average before: {_load_avg()} (2 cores shared)")
-    mine = measure([sys.executable, "-m", "vprom.cli", "mine", "--vg", str(args.out),
+    mine = measure([sys.executable, "-m", "vprom", "mine", "--vg", str(args.out),
                     "--out", str(pools), "--workers", str(args.workers)])
     print(mine["stdout"].rstrip())
     print(f"\nvprom mine: {mine['wall_s']:.1f} s wall, peak RSS {mine['peak_tree_bytes'] / gb:.2f} "

@@ -104,18 +104,23 @@ def main() -> None:
     timed(f"build {args.matrices:,} matrices", lambda: build(path, args.matrices))
     print(f"DATASET.h5: {path.stat().st_size / 1e6:.0f} MB")
 
-    from vprom import verify as v
-    from vprom.export import export
-    from vprom.stats import stats
+    from generation import bias, checks
+    from generation.dataset_view import load
+    from generation.export import export
+    from generation.stats import stats
+    from generation.verify import verify
+    from splits.assign import load_rules
+    from vprom.tables import content_hash
 
-    data, _ = timed("load", lambda: v.load(path))
-    timed("content_hash", lambda: v.content_hash(path))
-    timed("check integrity", lambda: v.check_integrity(data, []))
-    timed("check solver (vprom.solver)", lambda: v.check_solver(data))
-    timed("check splits (splits.assign)", lambda: v.check_splits(data))
-    timed("check leakage", lambda: v.check_leakage(data))
-    timed("check bias (no features)", lambda: v.check_bias(data, None))
-    timed("verify (everything)", lambda: v.verify(path))
+    rules = load_rules()
+    data, _ = timed("load", lambda: load(path))
+    timed("content_hash", lambda: content_hash(path))
+    timed("check integrity", lambda: checks.check_integrity(data, []))
+    timed("check solver (vprom.solver)", lambda: checks.check_solver(data))
+    timed("check splits (splits.assign)", lambda: checks.check_splits(data, rules))
+    timed("check leakage", lambda: checks.check_leakage(data))
+    timed("check bias (no features)", lambda: bias.check_bias(data, None))
+    timed("verify (everything)", lambda: verify(path, rules))
     timed("stats", lambda: stats(path))
     timed("export jsonl", lambda: export(path, "jsonl", args.out / "dataset.jsonl"))
     print(f"dataset.jsonl: {(args.out / 'dataset.jsonl').stat().st_size / 1e6:.0f} MB")

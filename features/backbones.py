@@ -13,19 +13,17 @@ Each `Backbone` knows
   resumed run builds the same net) or a PATH to a state dict, with missing and unexpected
   keys named in the error.
 
-The torchvision ResNets keep everything up to `layer4` (the classifier's `fc` is dropped);
-`bottomup-r101` (features/bottomup.py) is the Caffe ResNet-101 of Anderson et al. 2018.
+The registry is a leaf (`vprom.registry`): the built-in backbones live in their own modules,
+imported when it is first asked for a name: the torchvision ResNets (`features/resnets.py`)
+and `bottomup-r101` (`features/bottomup.py`), the Caffe ResNet-101 of Anderson et al. 2018.
 """
 
 from __future__ import annotations
 
-import os
 import pickle
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
-from urllib.parse import urlparse
 
 import numpy as np
 import torch
@@ -33,6 +31,7 @@ from torch import nn
 
 from vprom.errors import VpromError
 from vprom.io import sha256_file
+from vprom.registry import Registry
 
 RANDOM_INIT_SEED = 0
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -137,26 +136,22 @@ def _keys(kind: str, keys: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------- registry
-_REGISTRY: dict[str, Backbone] = {}
+BACKBONES: Registry[Backbone] = Registry("backbone", builtins=("features.resnets",
+                                                               "features.bottomup"),
+                                         hint="see `vprom extract --list`")
 
 
 def register_backbone(backbone: Backbone) -> Backbone:
-    if backbone.name in _REGISTRY:
-        raise ValueError(f"backbone {backbone.name!r} is already registered")
-    _REGISTRY[backbone.name] = backbone
-    return backbone
+    """Register `backbone` under its name; a name can be registered once."""
+    return BACKBONES.add(backbone.name, backbone)
 
 
 def get_backbone(name: str) -> Backbone:
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise VpromError(f"unknown backbone {name!r}; known: {', '.join(list_backbones())} "
-                         "(see `vprom extract --list`)") from None
+    return BACKBONES.get(name)
 
 
 def list_backbones() -> list[str]:
-    return sorted(_REGISTRY)
+    return BACKBONES.names()
 
 
 # ------------------------------------------------------------------------ checkpoints
@@ -195,55 +190,3 @@ def read_checkpoint(path: Path) -> dict:
         if isinstance(value, torch.Tensor):
             state[key.removeprefix("module.")] = value
     return state
-
-
-# ------------------------------------------------------------------- torchvision ResNets
-def _torchvision_trunk(arch: str) -> Callable[[], nn.Module]:
-    def build() -> nn.Module:
-        import torchvision
-
-        net = torchvision.models.get_model(arch, weights=None)
-        # The classifier's pooling and fc are dropped: pooling happens in the extractor.
-        names = ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4")
-        return nn.Sequential(OrderedDict((n, getattr(net, n)) for n in names))
-
-    return build
-
-
-def _torchvision_map(state: dict, source: str) -> dict:
-    # A full torchvision checkpoint carries the ImageNet classifier, which the trunk drops.
-    return {k: v for k, v in state.items() if not k.startswith("fc.")}
-
-
-def _torchvision_imagenet(arch: str) -> Callable[[], tuple[dict, str, Path]]:
-    def fetch() -> tuple[dict, str, Path]:
-        import torchvision
-
-        weights = torchvision.models.get_model_weights(arch).IMAGENET1K_V1
-        path = Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(
-            urlparse(weights.url).path)
-        if not path.is_file():
-            raise VpromError(
-                f"ImageNet weights for {arch} are not in torchvision's cache ({path}); on a "
-                f"machine with internet run `python -c \"import torchvision; "
-                f"torchvision.models.{arch}(weights='IMAGENET1K_V1')\"` and copy the file "
-                f"there (or set TORCH_HOME), or pass --weights PATH")
-        return read_checkpoint(path), f"{weights}", path
-
-    return fetch
-
-
-# IMAGENET1K_V1 is the original torchvision release (He et al.'s recipe), the weights the
-# paper-era ResNet-101 features came from; 224x224 is the resolution they were trained at.
-for _arch, _dim in (("resnet101", 2048), ("resnet50", 2048), ("resnet18", 512)):
-    register_backbone(Backbone(
-        name=_arch,
-        description=f"torchvision {_arch}, trunk up to layer4, ImageNet IMAGENET1K_V1",
-        feature_dim=_dim,
-        preprocess=Preprocess(input_size=224),
-        build=_torchvision_trunk(_arch),
-        map_state_dict=_torchvision_map,
-        imagenet=_torchvision_imagenet(_arch),
-    ))
-
-import features.bottomup  # noqa: E402,F401  (registers bottomup-r101)

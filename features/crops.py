@@ -42,7 +42,7 @@ RESIZE = "whole crop (box clipped to the image) resized to SxS, aspect ratio not
 
 
 @dataclass
-class Plan:
+class BatchPlan:
     """Units (unique boxes), crop -> unit, image groups, batches and chunks."""
 
     crop_id: np.ndarray  # (N,) sorted ascending: the rows of the output file
@@ -65,7 +65,7 @@ class Plan:
         return int(self.groups[g[-1], 1] - self.groups[g[0], 0])
 
 
-def make_plan(crops: CropTable, batch_size: int, chunk_batches: int) -> Plan:
+def make_batch_plan(crops: CropTable, batch_size: int, chunk_batches: int) -> BatchPlan:
     order = np.argsort(crops.crop_id, kind="stable")
     crop_id = crops.crop_id[order]
     keys = np.stack([crops.image_id, crops.x, crops.y, crops.w, crops.h], axis=1)[order]
@@ -75,7 +75,7 @@ def make_plan(crops: CropTable, batch_size: int, chunk_batches: int) -> Plan:
     groups, batches = _groups_and_batches(unit_image, batch_size)
     chunks = [range(s, min(s + chunk_batches, len(batches)))
               for s in range(0, len(batches), chunk_batches)]
-    return Plan(crop_id=crop_id, unit_of_row=unit_of_row.reshape(-1).astype(np.int64),
+    return BatchPlan(crop_id=crop_id, unit_of_row=unit_of_row.reshape(-1).astype(np.int64),
                 unit_image=unit_image, unit_box=unit_box, groups=groups, batches=batches,
                 chunks=chunks)
 
@@ -102,7 +102,7 @@ def draft_reduction(w: int, h: int, size: int) -> int:
     return 1
 
 
-def read_crops(path, boxes: np.ndarray, size: int) -> tuple[np.ndarray, list[str | None]]:
+def decode_crops(path, boxes: np.ndarray, size: int) -> tuple[np.ndarray, list[str | None]]:
     """(k, size, size, 3) uint8 crops of one image and a per-box error (None when fine).
 
     Raises OSError/ValueError when the file cannot be decoded at all.
@@ -143,7 +143,7 @@ def read_crops(path, boxes: np.ndarray, size: int) -> tuple[np.ndarray, list[str
 class CropDataset(torch.utils.data.Dataset):
     """Item g = the crops of image group g: (unit indexes, uint8 pixels, failures)."""
 
-    def __init__(self, plan: Plan, paths: list[str | None], size: int):
+    def __init__(self, plan: BatchPlan, paths: list[str | None], size: int):
         self.plan, self.paths, self.size = plan, paths, size
 
     def __len__(self) -> int:
@@ -157,7 +157,7 @@ class CropDataset(torch.utils.data.Dataset):
             return units[:0], np.zeros((0, self.size, self.size, 3), np.uint8), \
                 [(int(u), "", "image not found under the VG folder") for u in units]
         try:
-            pixels, errors = read_crops(path, self.plan.unit_box[start:stop], self.size)
+            pixels, errors = decode_crops(path, self.plan.unit_box[start:stop], self.size)
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
             return units[:0], np.zeros((0, self.size, self.size, 3), np.uint8), \
                 [(int(u), str(path), f"cannot decode ({e})") for u in units]

@@ -50,11 +50,11 @@ from tqdm import tqdm
 
 from features.backbones import Backbone, Loaded, get_backbone
 from features.devices import World, joined_world
-from features.crops import RESIZE, CropDataset, Plan, collate, make_plan
+from features.crops import RESIZE, BatchPlan, CropDataset, collate, make_batch_plan
 from vprom.errors import VpromError
 from vprom.images import ImageIndex
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
-from vprom.tables import read_crops, set_manifest
+from vprom.tables import read_crop_table, set_manifest
 
 DTYPES = {"float16": np.float16, "float32": np.float32}
 ASSEMBLE_ROWS = 16384
@@ -134,7 +134,7 @@ class Job:
     config: ExtractConfig
     backbone: Backbone
     loaded: Loaded
-    plan: Plan
+    plan: BatchPlan
     paths: list
     size: int
     autocast: torch.dtype | None
@@ -188,12 +188,12 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
         print(f"WARNING: --weights none: {config.backbone} is RANDOMLY INITIALISED; its features "
               "mean nothing for the benchmark (use it for tests and timing only). This is "
               "recorded in the file's 'weights' attribute.", file=sys.stderr)
-    crops = read_crops(config.dataset)
+    crops = read_crop_table(config.dataset)
     if len(crops) == 0:
         raise VpromError(f"{config.dataset}: the crops table is empty; nothing to extract")
     if len(np.unique(crops.crop_id)) != len(crops):
         raise VpromError(f"{config.dataset}: crop ids are not unique; regenerate the dataset")
-    plan = make_plan(crops, config.batch_size, config.chunk_batches)
+    plan = make_batch_plan(crops, config.batch_size, config.chunk_batches)
     index = ImageIndex(config.vg)
     images = plan.unit_image[plan.groups[:, 0]]
     paths = [str(index.paths[i]) if int(i) in index.paths else None for i in images.tolist()]
@@ -423,8 +423,3 @@ def _attributes(job: Job, n_missing: int) -> dict:
             "config_hash": config_hash(fp),
             "complete": True}
 
-
-if __name__ == "__main__":  # `torchrun --nproc_per_node N -m features.extract DATASET.h5 ...`
-    from vprom.cli import main
-
-    sys.exit(main(["extract", *sys.argv[1:]]))

@@ -26,14 +26,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 
 from vprom.errors import VpromError
-from vprom.generate import HeldOutDesign
 from vprom.records import COUNTS, N_CONTEXT, SPLITS, VAL_SIZE, ElementType, Matrix
-from vprom.sampling import image_test_side, object_third, val_ids
+from vprom.sampling import object_third, val_ids
+from vprom.splitting import HeldOutDesign, PanelInfo
 
 SPEC_DIR = Path(__file__).resolve().parent
 RULE_TYPES = ("random", "counts", "super_attributes", "relation_super_attributes",
@@ -56,12 +56,28 @@ class SplitSpec:
 
 
 @dataclass(frozen=True)
-class PanelInfo:
-    """What `assign` needs beyond the matrix: per partition the side (0 train, 1 test) of each
-    panel's image, and each panel crop's super-attribute ("" for objects and counts)."""
+class SplitRules:
+    """The loaded specs as generation and verification take them (`vprom.splitting`)."""
 
-    sides: Mapping[str, tuple[int, ...]]
-    super_attributes: tuple[str, ...]
+    specs: Mapping[str, SplitSpec]
+    design: HeldOutDesign
+
+    @property
+    def partitions(self) -> dict[str, float]:
+        return {s.partition: s.test_fraction for s in self.specs.values()}
+
+    def assign(self, matrix: Matrix, panels: PanelInfo) -> dict[str, str]:
+        return assign(matrix, panels, self.specs)
+
+    def choose_val(self, train_ids, seed: int, split: str,
+                   scale: float) -> tuple[np.ndarray, np.ndarray]:
+        return choose_val(train_ids, seed, split, scale)
+
+
+def load_rules(folder: str | Path | None = None) -> SplitRules:
+    """The split rules of the spec files in `folder` (default: this package's seven)."""
+    specs = load_split_specs(folder)
+    return SplitRules(specs, held_out_design(specs))
 
 
 # ---------------------------------------------------------------- loading and validation
@@ -182,17 +198,6 @@ def held_out_design(specs: Mapping[str, SplitSpec]) -> HeldOutDesign:
 
 
 # ---------------------------------------------------------------- assignment
-
-def panel_info(image_ids: Sequence[int], super_attributes: Sequence[str],
-               specs: Mapping[str, SplitSpec], seed: int) -> PanelInfo:
-    """PanelInfo of one matrix from its 16 panels' image ids and crop super-attributes."""
-    sides = {}
-    for spec in specs.values():
-        if spec.partition not in sides:
-            sides[spec.partition] = tuple(int(v) for v in image_test_side(
-                seed, spec.partition, image_ids, spec.test_fraction))
-    return PanelInfo(sides=sides, super_attributes=tuple(super_attributes))
-
 
 def assign(matrix: Matrix, panels: PanelInfo, specs: Mapping[str, SplitSpec]) -> dict[str, str]:
     """split -> "train" | "test" | "excluded" (validation is chosen later from train)."""

@@ -2,6 +2,6 @@
 
 import sys
 
-from vprom.cli import main
+from vprom.app.cli import main
 
 sys.exit(main())

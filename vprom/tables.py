@@ -14,6 +14,7 @@ Every file carries the JSON manifest in its root attribute `manifest`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -22,12 +23,14 @@ import h5py
 import numpy as np
 
 from vprom.errors import VpromError
-from vprom.records import LABEL_SEPARATOR, N_PANELS, Crop, Matrix
+from vprom.records import LABEL_SEPARATOR, N_PANELS, SPLITS, Crop, Matrix
 
 STR = h5py.string_dtype(encoding="utf-8")
 INT_COLUMNS = {"crop_id": np.int64, "image_id": np.int64, "x": np.int32, "y": np.int32,
                "w": np.int32, "h": np.int32, "source_id": np.int64}
 SPLIT_PARTS = ("train", "val", "test")
+#: The groups of a DATASET.h5 that `content_hash` covers.
+CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab")
 
 
 def _strings(values) -> np.ndarray:
@@ -155,14 +158,26 @@ class MatrixTable:
             splits=splits,
         )
 
-    def parts_of(self) -> dict[int, dict[str, str]]:
-        """matrix id -> {split: part}; a split not listing the matrix assigns 'excluded'."""
-        out = {int(i): {s: "excluded" for s in self.splits} for i in self.id}
+    def ordered_splits(self) -> list[str]:
+        """The splits of the file in the paper's order, then any others by name."""
+        return [s for s in SPLITS if s in self.splits] + sorted(set(self.splits) - set(SPLITS))
+
+    def part_columns(self) -> dict[str, np.ndarray]:
+        """split -> the part ('train', 'val', 'test', 'excluded') of every matrix row; ids a
+        split lists that are not matrices are ignored."""
+        out = {}
         for split, parts in self.splits.items():
-            for part, ids in parts.items():
-                for i in ids:
-                    out[int(i)][split] = part
+            column = np.full(len(self), "excluded", dtype=object)
+            for part in SPLIT_PARTS:
+                column[np.isin(self.id, parts.get(part, np.zeros(0, np.int64)))] = part
+            out[split] = column
         return out
+
+    def parts_of(self) -> dict[int, dict[str, str]]:
+        """matrix id -> {split: part} (`part_columns` by matrix)."""
+        columns = self.part_columns()
+        return {int(mid): {s: str(columns[s][i]) for s in columns}
+                for i, mid in enumerate(self.id)}
 
     def row(self, i: int, parts: dict[int, dict[str, str]] | None = None) -> Matrix:
         mid = int(self.id[i])
@@ -224,15 +239,62 @@ def open_h5(path: str | Path, mode: str = "r") -> h5py.File:
                          "right file?") from None
 
 
-def read_crops(path: str | Path) -> CropTable:
+def read_crop_table(path: str | Path) -> CropTable:
     with open_h5(path) as h5:
         if "crops" not in h5:
             raise VpromError(f"{path}: no 'crops' group; expected a POOLS.h5 or DATASET.h5")
         return CropTable.read(h5["crops"])
 
 
-def read_matrices(path: str | Path) -> MatrixTable:
+def read_matrix_table(path: str | Path) -> MatrixTable:
     with open_h5(path) as h5:
         if "matrices" not in h5 or "splits" not in h5:
             raise VpromError(f"{path}: no 'matrices'/'splits' groups; expected a DATASET.h5")
         return MatrixTable.read(h5["matrices"], h5["splits"])
+
+
+def content_hash(path: str | Path) -> str:
+    """sha256 over the data of a DATASET.h5, independent of HDF5 byte layout.
+
+    Datasets under CONTENT_GROUPS are visited in sorted path order; each contributes its
+    path, kind, shape and values: integers as little-endian int64, floats as float64,
+    strings as the UTF-8 of their JSON list. Attributes (the manifest) are not included.
+    """
+    h = hashlib.sha256()
+    with open_h5(path) as f:
+        items: list[tuple[str, h5py.Dataset]] = []
+        for group in CONTENT_GROUPS:
+            if group in f:
+                f[group].visititems(lambda name, obj, g=group: items.append(
+                    (f"{g}/{name}", obj)) if isinstance(obj, h5py.Dataset) else None)
+        for name, ds in sorted(items, key=lambda t: t[0]):
+            h.update(_dataset_bytes(name, ds))
+    return "sha256:" + h.hexdigest()
+
+
+def _dataset_bytes(name: str, ds: h5py.Dataset) -> bytes:
+    kind = ds.dtype.kind
+    if kind in "OSU":
+        values = ds.asstr()[()] if kind != "U" else ds[()]
+        body = json.dumps(np.asarray(values, dtype=object).ravel().tolist(),
+                          ensure_ascii=False).encode()
+        kind = "str"
+    elif kind == "f":
+        body = np.ascontiguousarray(ds[()], dtype="<f8").tobytes()
+        kind = "float"
+    else:
+        body = np.ascontiguousarray(ds[()], dtype="<i8").tobytes()
+        kind = "int"
+    head = json.dumps([name, kind, list(ds.shape), len(body)]).encode()
+    return head + b"\n" + body
+
+
+def crop_rows(crop_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The row of each wanted crop id in `crop_ids` (same shape as `wanted`), -1 where absent."""
+    wanted = np.asarray(wanted, dtype=np.int64)
+    if len(crop_ids) == 0:
+        return np.full(wanted.shape, -1, dtype=np.int64)
+    order = np.argsort(crop_ids, kind="stable")
+    ordered = crop_ids[order]
+    pos = np.minimum(np.searchsorted(ordered, wanted), len(ordered) - 1)
+    return np.where(ordered[pos] == wanted, order[pos], -1)

@@ -1,4 +1,4 @@
-"""Evaluation: the Wilson interval, breakdowns that partition the test set, metrics.json."""
+"""Evaluation: breakdowns that partition the test set, metrics.json."""
 
 from __future__ import annotations
 
@@ -9,29 +9,11 @@ import pytest
 import torch
 
 from baselines.data import load_split
-from baselines.evaluate import breakdowns, evaluate, format_metrics, wilson
+from baselines.evaluate import breakdowns, evaluate, format_metrics
 from baselines.train import build_model, load_checkpoint, train
 from tests.baselines.conftest import small_config
 from vprom.errors import VpromError
-
-
-@pytest.mark.parametrize("k, n, low, high", [
-    (5, 10, 0.2366, 0.7634),  # textbook values
-    (0, 10, 0.0, 0.2775),
-    (10, 10, 0.7225, 1.0),
-])
-def test_wilson_interval_matches_known_values(k, n, low, high):
-    assert wilson(k, n) == pytest.approx((low, high), abs=1e-4)
-
-
-def test_wilson_interval_contains_the_estimate_and_shrinks_with_n():
-    widths = []
-    for n in (10, 100, 1000):
-        low, high = wilson(n // 2, n)
-        assert low < 0.5 < high
-        widths.append(high - low)
-    assert widths[0] > widths[1] > widths[2]
-    assert wilson(0, 0) == (0.0, 1.0)
+from vprom.statistics import wilson_interval
 
 
 def test_breakdowns_partition_the_test_set():
@@ -54,7 +36,7 @@ def test_breakdowns_partition_the_test_set():
     assert "object_attribute" not in m["by_element_type"]  # absent groups are not listed
     s = m["by_relation"]["or"]
     assert s["accuracy"] == s["correct"] / s["n"]
-    assert s["ci95"] == list(wilson(s["correct"], s["n"]))
+    assert s["ci95"] == list(wilson_interval(s["correct"], s["n"]))
 
 
 def test_evaluate_scores_the_best_checkpoint_on_the_test_set(tiny_pair, tmp_path):

@@ -245,7 +245,9 @@ def test_odd_depth_raises():
 
 
 def test_duplicate_name_raises(monkeypatch):
-    monkeypatch.setattr(registry, "_MODELS", dict(registry._MODELS))
+    list_models()  # the built-ins are in
+    for attr in ("_items", "_origin"):
+        monkeypatch.setattr(registry.MODELS, attr, dict(getattr(registry.MODELS, attr)))
     with pytest.raises(VpromError, match="'rn' is already registered"):
         register_model("rn")(lambda config: nn.Identity())
     register_model("my-model")(lambda config: nn.Identity())

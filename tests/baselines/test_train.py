@@ -35,11 +35,11 @@ def assert_same_state(a: dict, b: dict) -> None:
 # ---------------------------------------------------------------- data
 def test_rows_gather_the_features_of_each_panels_crop(tiny_pair):
     from features.reader import load_features
-    from vprom.tables import read_matrices
+    from vprom.tables import read_matrix_table
 
     dataset, features = tiny_pair
     data = load_split(dataset, features, "neutral")
-    table, feats = read_matrices(dataset), load_features(features)
+    table, feats = read_matrix_table(dataset), load_features(features)
     test = data.parts["test"]
     index = torch.arange(len(test))
     position = {int(m): i for i, m in enumerate(table.id)}
@@ -267,7 +267,7 @@ def test_two_gloo_processes_match_one(tiny_pair, tmp_path):
                                 aux=True))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node", "2", "-m", "vprom.cli", *args, "--out", str(tmp_path / "two")]
+               "--nproc_per_node", "2", "-m", "vprom", *args, "--out", str(tmp_path / "two")]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -22,7 +22,7 @@ def test_unknown_backbone_names_the_known_ones():
 
 def test_duplicate_registration_is_refused():
     existing = get_backbone("resnet18")
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(VpromError, match="already registered"):
         register_backbone(Backbone(name="resnet18", description="", feature_dim=1,
                                    preprocess=Preprocess(224), build=existing.build,
                                    map_state_dict=existing.map_state_dict))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, JpegImagePlugin
 
-from features.crops import draft_reduction, make_plan, read_crops
+from features.crops import decode_crops, draft_reduction, make_batch_plan
 from vprom.images import clip_box
 from tests.features.conftest import CROP_ROWS, crop_table, write_jpeg
 
@@ -13,7 +13,7 @@ original_jpeg = JpegImagePlugin.JpegImageFile.draft
 
 
 def test_plan_dedupes_boxes_groups_by_image_and_packs_batches():
-    plan = make_plan(crop_table(CROP_ROWS), batch_size=4, chunk_batches=2)
+    plan = make_batch_plan(crop_table(CROP_ROWS), batch_size=4, chunk_batches=2)
     assert list(plan.crop_id) == sorted(r[0] for r in CROP_ROWS)
     assert len(plan.unit_image) == len(CROP_ROWS) - 1  # crops 104 and 110 share a box
     row = {int(c): i for i, c in enumerate(plan.crop_id)}
@@ -31,7 +31,7 @@ def test_plan_dedupes_boxes_groups_by_image_and_packs_batches():
 
 def test_batches_are_full_and_images_straddling_a_boundary_are_split():
     rows = [(i, 1 + i // 5, i, 0, 10, 10) for i in range(12)]  # images of 5, 5 and 2 crops
-    plan = make_plan(crop_table(rows), batch_size=3, chunk_batches=2)
+    plan = make_batch_plan(crop_table(rows), batch_size=3, chunk_batches=2)
     assert plan.groups.tolist() == [[0, 3], [3, 5], [5, 6], [6, 9], [9, 10], [10, 12]]
     assert [b.tolist() for b in plan.batches] == [[0], [1, 2], [3], [4, 5]]
     assert [plan.batch_units(b) for b in range(4)] == [3, 3, 3, 3]
@@ -55,7 +55,7 @@ def test_crop_pixels_are_the_whole_box_resized(tmp_path):
     path = tmp_path / "a.jpg"
     write_jpeg(path, np.random.default_rng(0))
     boxes = np.array([[10, 5, 60, 50], [80, 60, 40, 40], [200, 200, 5, 5]])
-    pixels, errors = read_crops(path, boxes, 32)
+    pixels, errors = decode_crops(path, boxes, 32)
     with Image.open(path) as im:
         im = im.convert("RGB")
         ref0 = np.asarray(im.resize((32, 32), Image.BILINEAR, box=(10, 5, 70, 55)))
@@ -77,7 +77,7 @@ def test_large_crops_are_decoded_in_draft_mode_close_to_full_decoding(tmp_path, 
         return original_jpeg(self, mode, size)
 
     monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft", spy)
-    pixels, _ = read_crops(path, np.array([[0, 0, 512, 400], [100, 100, 60, 60]]), 64)
+    pixels, _ = decode_crops(path, np.array([[0, 0, 512, 400], [100, 100, 60, 60]]), 64)
     assert calls == [(128, 100)]  # the big box at 1/4; the small one decoded in full
     with Image.open(path) as im:
         full = np.asarray(im.convert("RGB").resize((64, 64), Image.BILINEAR)).astype(int)

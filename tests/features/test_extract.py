@@ -16,7 +16,7 @@ import torchvision
 
 import features.extract as extract_module
 from features.backbones import IMAGENET_MEAN, IMAGENET_STD, get_backbone
-from features.crops import read_crops
+from features.crops import decode_crops
 from features.extract import ExtractConfig, extract
 from features.reader import check_complete, load_features
 from tests.features.conftest import CROP_ROWS
@@ -42,7 +42,7 @@ def datasets(path: Path) -> tuple[bytes, bytes]:
 def reference(net, vg_dir: Path, image_id: int, box, size: int = 64) -> np.ndarray:
     """torchvision's resnet18 up to avgpool on the same crop, then L2-normalised."""
     folder = "VG_100K" if image_id % 2 else "VG_100K_2"
-    pixels, _ = read_crops(vg_dir / folder / f"{image_id}.jpg", np.array([box]), size)
+    pixels, _ = decode_crops(vg_dir / folder / f"{image_id}.jpg", np.array([box]), size)
     x = torch.from_numpy(pixels).permute(0, 3, 1, 2).float() / 255
     x = (x - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(IMAGENET_STD).view(
         1, 3, 1, 1)
@@ -181,7 +181,7 @@ def test_bad_config_is_refused(dataset, vg_dir, tmp_path):
 
 
 def test_command_line_extracts_and_lists(dataset, vg_dir, tmp_path, capsys):
-    from vprom.cli import main
+    from vprom.app.cli import main
 
     assert main(["extract", "--list"]) == 0
     assert "bottomup-r101" in capsys.readouterr().out
@@ -200,7 +200,7 @@ def test_two_processes_under_torchrun_equal_one(dataset, vg_dir, tmp_path):
     two = tmp_path / "two.h5"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           "2", "-m", "features.extract", str(dataset), "--vg", str(vg_dir), "--backbone",
+           "2", "-m", "vprom", "extract", str(dataset), "--vg", str(vg_dir), "--backbone",
            "resnet18", "--weights", "none", "--out", str(two), "--batch-size", "2",
            "--chunk-batches", "1", "--workers", "0", "--dtype", "float32", "--device", "cpu"]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

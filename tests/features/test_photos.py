@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from features.crops import read_crops
+from features.crops import decode_crops
 from features.extract import ExtractConfig, extract
 from features.reader import load_features
 from tests.features.conftest import write_dataset
@@ -31,7 +31,7 @@ def test_draft_decoding_of_a_real_photograph_matches_full_decoding(tmp_path):
     vg = write_photo_vg(tmp_path / "vg")
     path = vg / "VG_100K" / "5.jpg"  # grace hopper, 512x600: the woman's box allows 1/4
     box = (20, 20, 490, 580)
-    pixels, errors = read_crops(path, np.array([box]), 112)
+    pixels, errors = decode_crops(path, np.array([box]), 112)
     with Image.open(path) as im:
         full = np.asarray(im.convert("RGB").resize((112, 112), Image.BILINEAR,
                                                    box=(20, 20, 510, 600)))

@@ -124,12 +124,12 @@ def vg_dir(tmp_path) -> Path:
 def mined(tmp_path_factory):
     """The CORPUS mined once (in-process) for the tests that only read the result."""
     from mining.pools import mine
-    from vprom.tables import read_crops
+    from vprom.tables import read_crop_table
 
     root = tmp_path_factory.mktemp("mined")
     vg = write_vg(root / "vg")
     report = mine(vg, root / "pools.h5", workers=1)
-    return report, read_crops(root / "pools.h5"), root / "pools.h5"
+    return report, read_crop_table(root / "pools.h5"), root / "pools.h5"
 
 
 def plural(word: str) -> str:

@@ -271,7 +271,7 @@ def test_an_unfinished_unpack_is_replaced(tmp_path):
 
 
 def test_the_command_line_downloads_and_prints_the_summary(tmp_path, server, capsys):
-    from vprom.cli import main
+    from vprom.app.cli import main
 
     base, handler = server
     assert main(["download", "--out", str(tmp_path), "--base-url", base, "--no-images"]) == 0

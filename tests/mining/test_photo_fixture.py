@@ -52,10 +52,10 @@ def test_photo_crops_one_per_annotated_object(photo_vg):
 
 def test_miner_keeps_exactly_the_expected_crops(photo_vg, tmp_path):
     pools = pytest.importorskip("mining.pools")
-    from vprom.tables import read_crops
+    from vprom.tables import read_crop_table
 
     pools.mine(photo_vg, tmp_path / "pools.h5", min_side=100, workers=1)
-    crops = read_crops(tmp_path / "pools.h5")
+    crops = read_crop_table(tmp_path / "pools.h5")
     got = sorted(zip(crops.element_type, crops.super_attribute, crops.element,
                      (int(s) for s in crops.source_id)))
     assert got == EXPECTED_CROPS

@@ -165,7 +165,7 @@ def test_rewriting_a_corpus_replaces_it(tmp_path):
 
 
 def test_cli_synth_prints_the_summary(tmp_path, capsys):
-    from vprom.cli import main
+    from vprom.app.cli import main
 
     assert main(["synth", "--out", str(tmp_path / "vg"), "--images", "4", "--seed", "2"]) == 0
     assert "4 images" in capsys.readouterr().out
@@ -176,11 +176,11 @@ def test_cli_synth_prints_the_summary(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def mined(corpus, tmp_path_factory):
     pools = pytest.importorskip("mining.pools")
-    from vprom.tables import read_crops
+    from vprom.tables import read_crop_table
 
     out = tmp_path_factory.mktemp("mined") / "pools.h5"
     pools.mine(corpus, out, min_side=synth.MIN_SIDE, workers=1)
-    return read_crops(out)
+    return read_crop_table(out)
 
 
 def _sources(crops) -> dict:

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splits.assign import (SPEC_DIR, PanelInfo, assign, choose_val, held_out_design,
-                           load_split_specs, panel_info, val_size)
+from splits.assign import (SPEC_DIR, assign, choose_val, held_out_design, load_rules,
+                           load_split_specs, val_size)
+from vprom.splitting import PanelInfo, image_sides
 from vprom.errors import VpromError
 from vprom.records import RELATIONS_OF, SPLITS, ElementType, Matrix
 from vprom.sampling import object_third
@@ -111,11 +112,21 @@ def test_neutral_follows_the_images_and_mixed_sides_are_excluded():
     assert assign(m, mixed, SPECS)["neutral"] == "excluded"
 
 
-def test_panel_info_hashes_images_deterministically():
-    a = panel_info(list(range(16)), [""] * 16, SPECS, seed=1)
-    assert a == panel_info(list(range(16)), [""] * 16, SPECS, seed=1)
-    many = panel_info(list(range(3000)), [""] * 3000, SPECS, seed=1)
-    assert abs(np.mean(many.sides["neutral"]) - 1 / 3) < 0.03
+def test_image_sides_hash_images_deterministically():
+    rules = load_rules()
+    a = image_sides(rules, 1, np.arange(16).reshape(2, 8))
+    assert set(a) == {"neutral", "held_out"} and a["neutral"].shape == (2, 8)
+    b = image_sides(rules, 1, np.arange(16).reshape(2, 8))
+    assert all(np.array_equal(a[p], b[p]) for p in a)
+    many = image_sides(rules, 1, np.arange(3000))
+    assert abs(np.mean(many["neutral"]) - 1 / 3) < 0.03
+
+
+def test_the_rules_bundle_the_specs_and_their_design():
+    rules = load_rules()
+    assert list(rules.specs) == list(load_split_specs())
+    assert rules.design == held_out_design(rules.specs)
+    assert rules.partitions == {"neutral": 1 / 3, "held_out": 1 / 3}
 
 
 def test_validation_is_a_fixed_subset_of_train():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from tests.vprom.dataset_fixture import build_records, write_dataset, write_images
-from vprom import cli
+from tests.dataset_fixture import build_records, write_dataset, write_images
+from vprom.app import cli
 from vprom.errors import VpromError
 from vprom.show import FRAME, GREEN, TILE, canvas_size, letterbox, show, tile_positions
 

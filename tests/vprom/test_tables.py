@@ -4,7 +4,7 @@ import pytest
 
 from vprom.errors import VpromError
 from vprom.records import Crop, Matrix
-from vprom.tables import CropTable, MatrixTable, read_crops, read_manifest, read_matrices, set_manifest
+from vprom.tables import CropTable, MatrixTable, read_crop_table, read_manifest, read_matrix_table, set_manifest
 
 
 def _crops():
@@ -26,9 +26,9 @@ def test_crops_and_matrices_round_trip_through_hdf5(tmp_path):
         MatrixTable.from_matrices(_matrices()).write(h5.create_group("matrices"),
                                                      h5.create_group("splits"))
         set_manifest(h5, {"kind": "dataset"})
-    crops = read_crops(path)
+    crops = read_crop_table(path)
     assert [crops.row(i) for i in range(len(crops))] == _crops()
-    table = read_matrices(path)
+    table = read_matrix_table(path)
     parts = table.parts_of()
     assert [table.row(i, parts) for i in range(len(table))] == [
         Matrix(**{**m.to_record(), "splits": {"neutral": m.part("neutral"),
@@ -44,12 +44,12 @@ def test_crops_and_matrices_round_trip_through_hdf5(tmp_path):
 
 def test_missing_file_and_column_give_clear_errors(tmp_path):
     with pytest.raises(VpromError, match="no such file"):
-        read_crops(tmp_path / "nope.h5")
+        read_crop_table(tmp_path / "nope.h5")
     path = tmp_path / "bad.h5"
     with h5py.File(path, "w") as h5:
         h5.create_group("crops").create_dataset("crop_id", data=np.arange(3))
     with pytest.raises(VpromError, match="no column 'image_id'"):
-        read_crops(path)
+        read_crop_table(path)
     (tmp_path / "junk.h5").write_text("not hdf5")
     with pytest.raises(VpromError, match="cannot be opened as HDF5"):
-        read_crops(tmp_path / "junk.h5")
+        read_crop_table(tmp_path / "junk.h5")

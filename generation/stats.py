@@ -15,7 +15,7 @@ import numpy as np
 from vprom.io import write_json
 from vprom.records import PAPER_TABLE1 as RECORDS_TABLE1
 from vprom.records import RELATIONS_OF, SPLITS, ElementType, Relation
-from vprom.tables import read_crops, read_matrices
+from vprom.tables import read_crop_table, read_matrix_table
 
 #: Table 1 of the paper, as `stats` lays it out (with its total row).
 PAPER_TABLE1 = {t.value: dict(row) for t, row in RECORDS_TABLE1.items()} | {
@@ -29,7 +29,7 @@ TYPE_NAMES = {"object_attribute": "object attributes", "human_attribute": "human
 def stats(dataset: str | Path) -> dict:
     """The figures of one DATASET.h5 as a JSON-ready dict."""
     dataset = Path(dataset)
-    crops, m = read_crops(dataset), read_matrices(dataset)
+    crops, m = read_crop_table(dataset), read_matrix_table(dataset)
     table = {}
     for t in ElementType:
         of_type = crops.element_type == t.value

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import baselines.reproduce as reproduce_module
-from baselines.reproduce import ReproduceConfig, backbone_weights, grid, reproduce
+import vprom.app.reproduce as reproduce_module
+from vprom.app.reproduce import ReproduceConfig, backbone_weights, grid, reproduce
 from tests.baselines.conftest import write_pair
 from vprom.errors import VpromError
 from vprom.records import SPLITS

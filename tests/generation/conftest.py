@@ -115,6 +115,7 @@ def pools_file(tmp_path_factory, crops) -> Path:
 
 @pytest.fixture(scope="session")
 def small_dataset(crops):
-    from vprom.generate import generate_dataset
+    from generation.dataset import generate_dataset
+    from splits.assign import load_rules
 
-    return generate_dataset(crops, scale=SMALL_SCALE, seed=3)
+    return generate_dataset(crops, load_rules(), scale=SMALL_SCALE, seed=3)

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.vprom.dataset_fixture import build_records, write_dataset, write_images
-from vprom import cli
+from tests.dataset_fixture import build_records, write_dataset, write_images
+from vprom.app import cli
 from vprom.errors import VpromError
-from vprom.export import export, matrix_of
+from generation.export import export, matrix_of
 from vprom.records import SPLITS
-from vprom.tables import read_crops, read_matrices
+from vprom.tables import read_crop_table, read_matrix_table
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def test_jsonl_round_trip(small, tmp_path):
     dataset, _, crops, matrices = small
     records = read_jsonl(export(dataset, "jsonl", tmp_path / "d.jsonl"))
     assert len(records) == len(matrices)
-    table = read_matrices(dataset)
+    table = read_matrix_table(dataset)
     parts = table.parts_of()
     for i, record in enumerate(records):
         assert matrix_of(record) == table.row(i, parts) == matrices[i]
@@ -160,5 +160,5 @@ def test_export_refuses_a_dataset_with_unknown_crops(small, tmp_path):
     with pytest.raises(VpromError, match="matrix 2 shows a crop that is not in crops"):
         export(bad, "jsonl", tmp_path / "bad.jsonl")
     assert not (tmp_path / "bad.jsonl").exists()
-    assert len(read_crops(dataset)) == 13 * 16
-    assert np.all(read_matrices(dataset).answer < 8)
+    assert len(read_crop_table(dataset)) == 13 * 16
+    assert np.all(read_matrix_table(dataset).answer < 8)

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from vprom import cli
+from vprom.app import cli
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 
 @pytest.mark.parametrize("name", sorted(cli.COMMANDS))
@@ -40,5 +40,5 @@ def test_errors_are_one_line_and_nonzero(tmp_path, capsys):
 def test_python_dash_m_vprom_is_the_command():
     # `torchrun -m vprom train ...` runs exactly this.
     done = subprocess.run([sys.executable, "-m", "vprom", "--version"], capture_output=True,
-                          text=True, timeout=60, cwd=Path(__file__).resolve().parents[1])
+                          text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0 and done.stdout.startswith("vprom "), done.stderr

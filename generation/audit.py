@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vprom.records import CHANCE, N_CANDIDATES
+from vprom.statistics import chi2_sf, wilson_interval
 
 MARGIN = 0.02  # a shortcut worth at most 2 accuracy points is tolerated
-Z95 = 1.959963984540054
 POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests
 MIN_PROBE_TEST = 50  # fewer test matrices than this tell nothing; the probe is skipped
 
@@ -53,58 +53,6 @@ class Check:
     @property
     def ok(self) -> bool:
         return self.status != "fail"
-
-
-# ---------------------------------------------------------------- statistics (stdlib only)
-def regularized_gamma_q(a: float, x: float) -> float:
-    """Q(a, x) = Γ(a, x) / Γ(a): the upper tail of a gamma(a) variable at x."""
-    if x <= 0:
-        return 1.0
-    if x < a + 1:  # the series for P converges fast here
-        term = total = 1.0 / a
-        n = a
-        for _ in range(10_000):
-            n += 1
-            term *= x / n
-            total += term
-            if abs(term) < abs(total) * 1e-15:
-                break
-        return max(0.0, 1.0 - total * math.exp(-x + a * math.log(x) - math.lgamma(a)))
-    # Lentz's continued fraction for Q, which converges fast for x >= a + 1
-    tiny = 1e-300
-    b = x + 1 - a
-    c = 1 / tiny
-    d = 1 / b
-    h = d
-    for i in range(1, 10_000):
-        an = -i * (i - a)
-        b += 2
-        d = an * d + b
-        d = tiny if abs(d) < tiny else d
-        c = b + an / c
-        c = tiny if abs(c) < tiny else c
-        d = 1 / d
-        delta = d * c
-        h *= delta
-        if abs(delta - 1) < 1e-15:
-            break
-    return min(1.0, math.exp(-x + a * math.log(x) - math.lgamma(a)) * h)
-
-
-def chi2_sf(statistic: float, dof: int) -> float:
-    """P(χ²_dof >= statistic)."""
-    return regularized_gamma_q(dof / 2.0, statistic / 2.0)
-
-
-def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of a binomial proportion (also fine near 0 and 1)."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = successes / n
-    centre = p + z * z / (2 * n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    denom = 1 + z * z / n
-    return max(0.0, (centre - half) / denom), min(1.0, (centre + half) / denom)
 
 
 # ---------------------------------------------------------------- 1. answer position

@@ -9,10 +9,12 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.vprom.dataset_fixture import build_records, fixture_assign, write_dataset
-from vprom import cli
+from tests.dataset_fixture import build_records, fixture_assign, write_dataset
+from vprom.app import cli
 from vprom.io import sha256_file, write_json, manifest_path
-from vprom.verify import content_hash, crop_rows, verify
+from generation.verify import verify
+from splits.assign import load_rules
+from vprom.tables import content_hash, crop_rows
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +32,12 @@ def copy(sound, tmp_path):
     return make
 
 
+RULES = load_rules()
+
+
 def run(path, **kw):
     kw.setdefault("assigner", fixture_assign)
-    report = verify(path, **kw)
+    report = verify(path, RULES, **kw)
     return report, {c.name: c for c in report.checks}
 
 
@@ -333,11 +338,11 @@ def test_an_empty_dataset_fails(tmp_path):
 
 def test_a_generated_dataset_passes_with_the_real_rules(tmp_path, capsys):
     """End to end with `vprom generate`, `vprom.solver` and `splits.assign` (manifest seed)."""
-    from tests.vprom.dataset_fixture import write_pools
-    from vprom.generate import generate
+    from tests.dataset_fixture import write_pools
+    from generation.dataset import generate
 
     dataset = tmp_path / "dataset.h5"
-    generate(write_pools(tmp_path / "pools.h5"), dataset, scale=0.004, seed=3)
+    generate(write_pools(tmp_path / "pools.h5"), dataset, RULES, scale=0.004, seed=3)
     assert cli.main(["verify", str(dataset)]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[-1] == "verdict: PASS", out

@@ -2,37 +2,15 @@
 
 from __future__ import annotations
 
-import math
 
 import h5py
 import numpy as np
 import pytest
 
-from tests.vprom.dataset_fixture import build_records, fixture_assign, write_dataset
-from vprom import audit
-from vprom.verify import verify
-
-
-# ---------------------------------------------------------------- statistics
-@pytest.mark.parametrize("x", [0.1, 1.0, 3.0, 9.0, 40.0])
-def test_chi2_sf_matches_closed_forms(x):
-    assert audit.chi2_sf(x, 2) == pytest.approx(math.exp(-x / 2), rel=1e-10)
-    assert audit.chi2_sf(x, 1) == pytest.approx(math.erfc(math.sqrt(x / 2)), rel=1e-9)
-    # 4 degrees of freedom: Q(2, x/2) = exp(-x/2) (1 + x/2)
-    assert audit.chi2_sf(x, 4) == pytest.approx(math.exp(-x / 2) * (1 + x / 2), rel=1e-10)
-
-
-def test_chi2_sf_known_critical_values():
-    assert audit.chi2_sf(14.067, 7) == pytest.approx(0.05, abs=1e-4)
-    assert audit.chi2_sf(24.322, 7) == pytest.approx(0.001, abs=1e-5)
-    assert audit.chi2_sf(0.0, 7) == 1.0
-
-
-def test_wilson_interval():
-    lo, hi = audit.wilson_interval(50, 100)
-    assert (lo, hi) == (pytest.approx(0.4038, abs=1e-4), pytest.approx(0.5962, abs=1e-4))
-    lo, hi = audit.wilson_interval(0, 20)
-    assert lo == 0.0 and hi == pytest.approx(0.1611, abs=1e-4)
+from tests.dataset_fixture import build_records, fixture_assign, write_dataset
+from generation import audit
+from generation.verify import verify
+from splits.assign import load_rules
 
 
 def test_heuristics_score_exactly_chance_on_distinct_candidates():
@@ -67,7 +45,7 @@ def bias_report(tmp_path, bias, features=None, n=25):
     path = write_dataset(tmp_path / f"{bias}.h5", crops, matrices)
     if features is not None:
         features = features(tmp_path, crops, matrices)
-    report = verify(path, features=features, assigner=fixture_assign,
+    report = verify(path, load_rules(), features=features, assigner=fixture_assign,
                     check_matrix=lambda *a: None)
     return {c.name: c for c in report.checks}
 
@@ -164,7 +142,7 @@ def test_features_of_the_wrong_shape_are_a_clear_error(tmp_path):
 
 
 def test_probe_figures_are_broken_down_by_element_type():
-    from vprom import audit
+    from generation import audit
 
     hits = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0])
     groups = np.array(["count", "count", "count", "count", "object", "object"])

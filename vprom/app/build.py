@@ -1,8 +1,7 @@
 """`vprom build`: the one-shot pipeline (synth or VG) -> mine -> generate -> verify -> stats.
 
-This module orchestrates the stages the way the command line does, so it imports them
-lazily inside `build` (the `vprom` package itself depends only on numpy/h5py; `mining` builds
-on it). The build folder is self-describing: every stage writes its file atomically with its
+This module is on the top floor: it orchestrates the stages the way the command line does,
+and hands generation and verification the split rules it loads from `splits`. The build folder is self-describing: every stage writes its file atomically with its
 manifest inside, and `manifest.json` at the top lists the whole build with output hashes.
 A stage whose output already exists with the same configuration is not redone, so an
 interrupted build resumes where it stopped.
@@ -21,6 +20,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from generation.dataset import generate
+from generation.stats import format_stats, stats, write_stats
+from generation.verify import verify
+from mining.pools import mine
+from mining.synth import write_corpus
+from splits.assign import load_rules
 from vprom.errors import VpromError
 from vprom.io import make_manifest, sha256_file, write_json, write_text
 from vprom.records import MIN_SIDE
@@ -64,18 +69,12 @@ def _stamp(path: Path, config: dict) -> None:
 
 def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: int | None = None,
           scale: float | None = None, seed: int = 0, workers: int = 2) -> BuildResult:
-    from mining.pools import mine
-    from vprom.generate import generate
-    from vprom.stats import format_stats, stats, write_stats
-    from vprom.verify import verify
-
     out = Path(out)
+    rules = load_rules()
     if (vg is None) == (not synthetic):
         raise VpromError("build needs exactly one source: --vg DIR or --synthetic")
     out.mkdir(parents=True, exist_ok=True)
     if synthetic:
-        from mining.synth import write_corpus
-
         images = images or SYNTHETIC_IMAGES
         vg_dir = out / "vg"
         config = {"images": images, "seed": seed}
@@ -102,11 +101,11 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
     config = {"pools": sha256_file(pools), "scale": scale, "seed": seed}
     if not _config_matches(dataset, config):
         print(f"[3/5] generating matrices (scale {scale}, seed {seed}) -> {dataset}", flush=True)
-        print(generate(pools, dataset, scale=scale, seed=seed), flush=True)
+        print(generate(pools, dataset, rules, scale=scale, seed=seed), flush=True)
         _stamp(dataset, config)
 
     print(f"[4/5] verifying {dataset}", flush=True)
-    report = verify(dataset)
+    report = verify(dataset, rules)
     write_text(out / "verify.txt", report.format() + "\n")
     if not report.ok:
         raise VpromError(f"{dataset}: verification failed ({report.failures()}); "

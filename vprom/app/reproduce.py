@@ -3,7 +3,7 @@
 Steps, each skipped when its output is already complete, so a killed run continues where it
 stopped:
 
-1. build the dataset (`vprom.build.build`: synthetic corpus or VG -> mine -> generate ->
+1. build the dataset (`vprom.app.build.build`: synthetic corpus or VG -> mine -> generate ->
    verify -> stats; the build itself redoes no stage whose output matches) into OUT/build/;
 2. extract features per backbone into OUT/features/<backbone>.h5 (a stamp beside each file
    records the backbone, weights and dataset hash it was made from);
@@ -25,6 +25,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from baselines.evaluate import evaluate, format_metrics
+from baselines.registry import list_models
+from baselines.report import report
+from baselines.train import TrainConfig, train
+from features.backbones import get_backbone
+from features.extract import ExtractConfig, extract
+from features.reader import check_complete
+from vprom.app.build import build
 from vprom.errors import VpromError
 from vprom.io import sha256_file, write_json
 from vprom.records import SPLITS
@@ -89,8 +97,6 @@ def _items(text: str | None, what: str) -> list[str]:
 
 def backbone_weights(config: ReproduceConfig) -> dict[str, str]:
     """backbone -> weights, checked before any work starts."""
-    from features.backbones import get_backbone
-
     backbones = _items(config.backbones, "backbones")
     if config.weights is None:
         weights = []
@@ -113,8 +119,6 @@ def backbone_weights(config: ReproduceConfig) -> dict[str, str]:
 
 def grid(config: ReproduceConfig) -> list[RunSpec]:
     """Every run, grouped by backbone: models × aux × splits, then the controls."""
-    from baselines.registry import list_models
-
     models, splits = _items(config.models, "models"), _items(config.splits, "splits")
     for m in models:
         if m not in list_models():
@@ -132,8 +136,6 @@ def grid(config: ReproduceConfig) -> list[RunSpec]:
 
 
 def _build(config: ReproduceConfig) -> tuple[Path, Path]:
-    from vprom.build import build
-
     if (config.vg is None) == (not config.synthetic):
         raise VpromError("reproduce needs exactly one source: --vg DIR or --synthetic")
     result = build(config.out / "build", vg=config.vg, synthetic=config.synthetic,
@@ -144,9 +146,6 @@ def _build(config: ReproduceConfig) -> tuple[Path, Path]:
 def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: str,
               weights: str) -> Path:
     """OUT/features/<backbone>.h5, extracted unless a complete file from the same inputs exists."""
-    from features.extract import ExtractConfig, extract
-    from features.reader import check_complete
-
     out = config.out / "features" / f"{backbone}.h5"
     stamp_path = out.with_name(out.name + ".reproduce.json")
     stamp = {"backbone": backbone, "weights": weights, "dataset_sha256": sha256_file(dataset),
@@ -167,9 +166,6 @@ def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: st
 
 def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
                         config: ReproduceConfig) -> None:
-    from baselines.evaluate import evaluate, format_metrics
-    from baselines.train import TrainConfig, train
-
     train(TrainConfig(dataset=dataset, features=features, model=spec.model, split=spec.split,
                       aux=spec.aux, out=run, epochs=config.epochs,
                       shuffle_context=spec.shuffle_context, seed=config.seed,
@@ -180,8 +176,6 @@ def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
 
 def reproduce(config: ReproduceConfig) -> Path:
     """Run the grid (see the module doc); returns the report folder."""
-    from baselines.report import report
-
     weights = backbone_weights(config)
     specs = grid(config)
     dataset, vg_dir = _build(config)

@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from vprom import cli
-from vprom.build import build
+from vprom.app import cli
+from vprom.app.build import build
 from vprom.errors import VpromError
-from vprom.tables import read_manifest, read_matrices
+from vprom.tables import read_manifest, read_matrix_table
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def built(tmp_path_factory):
 
 def test_synthetic_build_gives_a_verified_described_dataset(built):
     out, result = built
-    assert len(read_matrices(result.dataset)) == 2350  # Table 1 x 0.01
+    assert len(read_matrix_table(result.dataset)) == 2350  # Table 1 x 0.01
     assert "verdict: PASS" in (out / "verify.txt").read_text()
     stats = json.loads((out / "stats.json").read_text())
     assert stats  # Table 1 and split sizes written

@@ -101,9 +101,11 @@ def add_generate(p):
 
 
 def run_generate(args):
-    from vprom.generate import generate
+    from generation.dataset import generate
+    from splits.assign import load_rules
 
-    summary = generate(args.pools, args.out, scale=args.scale, seed=args.seed, shard=args.shard)
+    summary = generate(args.pools, args.out, load_rules(), scale=args.scale, seed=args.seed,
+                       shard=args.shard)
     print(summary)
 
 
@@ -115,9 +117,10 @@ def add_merge(p):
 
 
 def run_merge(args):
-    from vprom.generate import merge_shards
+    from generation.dataset import merge_shards
+    from splits.assign import load_rules
 
-    print(merge_shards(args.shards, args.out))
+    print(merge_shards(args.shards, args.out, load_rules()))
 
 
 @command("build", "one shot: (synth or VG) -> mine -> generate -> verify -> stats",
@@ -133,7 +136,7 @@ def add_build(p):
 
 
 def run_build(args):
-    from vprom.build import build
+    from vprom.app.build import build
 
     build(args.out, vg=args.vg, synthetic=args.synthetic, images=args.images,
           scale=args.scale, seed=args.seed)
@@ -148,9 +151,10 @@ def add_verify(p):
 
 
 def run_verify(args):
-    from vprom.verify import verify
+    from generation.verify import verify
+    from splits.assign import load_rules
 
-    report = verify(args.dataset, features=args.features)
+    report = verify(args.dataset, load_rules(), features=args.features)
     print(report.format())
     if not report.ok:
         raise VpromError(f"{args.dataset}: verification failed ({report.failures()})")
@@ -164,7 +168,7 @@ def add_stats(p):
 
 
 def run_stats(args):
-    from vprom.stats import format_stats, stats, write_stats
+    from generation.stats import format_stats, stats, write_stats
 
     figures = stats(args.dataset)
     print(format_stats(figures))
@@ -200,7 +204,7 @@ def add_export(p):
 
 
 def run_export(args):
-    from vprom.export import export
+    from generation.export import export
 
     export(args.dataset, args.format, args.out, vg_dir=args.vg, symlink=args.symlink)
 
@@ -332,7 +336,7 @@ def add_reproduce(p):
 
 
 def run_reproduce(args):
-    from baselines.reproduce import ReproduceConfig, reproduce
+    from vprom.app.reproduce import ReproduceConfig, reproduce
 
     reproduce(ReproduceConfig(**_options(args)))
 

@@ -9,17 +9,21 @@ import h5py
 import numpy as np
 import pytest
 
-from splits.assign import load_split_specs
+from generation.dataset import generate, generate_dataset, merge_shards
+from generation.plan import make_plan
+from generation.pool_index import PoolIndex
+from generation.sampler import generate_matrices
+from splits.assign import load_rules
 from vprom.errors import VpromError
-from vprom.generate import (TABLE1, PoolIndex, generate, generate_dataset, generate_matrices,
-                            make_plan, merge_shards)
 from vprom.io import manifest_path
-from vprom.records import SPLITS, ElementType
+from vprom.records import SPLITS, TABLE1, ElementType
 from vprom.sampling import object_third
 from vprom.solver import check_matrix
-from vprom.tables import read_crops, read_manifest, read_matrices
+from vprom.tables import read_crop_table, read_manifest, read_matrix_table
 
-from tests.vprom.conftest import SMALL_SCALE, tiny_crops
+from tests.generation.conftest import SMALL_SCALE, tiny_crops
+
+RULES = load_rules()
 
 
 def _rows(data):
@@ -104,10 +108,7 @@ def test_small_super_attributes_get_a_symmetric_candidate_profile(small_dataset)
 
 
 def test_answer_position_is_uniform_on_a_few_thousand(crops):
-    design_specs = load_split_specs()
-    from splits.assign import held_out_design
-
-    design = held_out_design(design_specs)
+    design = RULES.design
     plan = make_plan(0.01, 11, design)
     pool = PoolIndex(crops, 11, design)
     matrices = generate_matrices(pool, plan, range(0, len(plan), 2))
@@ -150,7 +151,7 @@ def test_no_image_on_both_sides_of_any_split(small_dataset):
 def test_no_test_only_element_reaches_training(small_dataset):
     data = small_dataset
     sa_of = dict(zip(data.crops.crop_id.tolist(), data.crops.super_attribute.tolist()))
-    specs = load_split_specs()
+    specs = RULES.specs
     for m in _rows(data):
         shown = m.elements[:8] + (m.elements[8 + m.answer],)
         part = dict(m.splits)
@@ -182,11 +183,11 @@ def _content(path):
 
 
 def test_same_seed_same_content_and_files_are_complete(tmp_path, pools_file):
-    a = generate(pools_file, tmp_path / "a.h5", scale=SMALL_SCALE, seed=4)
-    b = generate(pools_file, tmp_path / "b.h5", scale=SMALL_SCALE, seed=4)
+    a = generate(pools_file, tmp_path / "a.h5", RULES, scale=SMALL_SCALE, seed=4)
+    b = generate(pools_file, tmp_path / "b.h5", RULES, scale=SMALL_SCALE, seed=4)
     assert _content(tmp_path / "a.h5") == _content(tmp_path / "b.h5")
     assert "matrices" in str(a) and a.counts == b.counts
-    c = generate(pools_file, tmp_path / "c.h5", scale=SMALL_SCALE, seed=5)
+    c = generate(pools_file, tmp_path / "c.h5", RULES, scale=SMALL_SCALE, seed=5)
     assert _content(tmp_path / "c.h5")["matrices/panels"] != _content(tmp_path / "a.h5")[
         "matrices/panels"]
     manifest = read_manifest(tmp_path / "a.h5")
@@ -197,39 +198,40 @@ def test_same_seed_same_content_and_files_are_complete(tmp_path, pools_file):
     with h5py.File(tmp_path / "a.h5", "r") as h5:
         assert "plant condition" in h5["vocab/super_attributes/object_attribute"]
         assert h5["vocab/count"].asstr()[()].tolist() == [str(v) for v in range(1, 11)]
-    assert len(read_matrices(tmp_path / "a.h5")) == c.counts["matrices"]
-    used = set(read_crops(tmp_path / "a.h5").crop_id.tolist())
-    assert used == set(np.unique(read_matrices(tmp_path / "a.h5").panels).tolist())
+    assert len(read_matrix_table(tmp_path / "a.h5")) == c.counts["matrices"]
+    used = set(read_crop_table(tmp_path / "a.h5").crop_id.tolist())
+    assert used == set(np.unique(read_matrix_table(tmp_path / "a.h5").panels).tolist())
     assert not list(tmp_path.glob(".*part"))
 
 
 def test_two_shards_merge_into_the_single_run(tmp_path, pools_file):
-    generate(pools_file, tmp_path / "all.h5", scale=SMALL_SCALE, seed=2)
+    generate(pools_file, tmp_path / "all.h5", RULES, scale=SMALL_SCALE, seed=2)
     for k in range(2):
-        generate(pools_file, tmp_path / f"s{k}.h5", scale=SMALL_SCALE, seed=2, shard=(k, 2))
-    single, shard1 = read_matrices(tmp_path / "all.h5"), read_matrices(tmp_path / "s1.h5")
+        generate(pools_file, tmp_path / f"s{k}.h5", RULES, scale=SMALL_SCALE, seed=2,
+                 shard=(k, 2))
+    single, shard1 = read_matrix_table(tmp_path / "all.h5"), read_matrix_table(tmp_path / "s1.h5")
     assert shard1.id.tolist() == list(range(1, len(single), 2))
     assert (shard1.panels == single.panels[1::2]).all()
-    merge_shards([tmp_path / "s1.h5", tmp_path / "s0.h5"], tmp_path / "merged.h5")
+    merge_shards([tmp_path / "s1.h5", tmp_path / "s0.h5"], tmp_path / "merged.h5", RULES)
     merged, whole = _content(tmp_path / "merged.h5"), _content(tmp_path / "all.h5")
     assert merged == whole
     with pytest.raises(VpromError, match="shards"):
-        merge_shards([tmp_path / "s1.h5"], tmp_path / "bad.h5")
+        merge_shards([tmp_path / "s1.h5"], tmp_path / "bad.h5", RULES)
 
 
 def test_a_short_pool_is_named(tmp_path):
     crops = tiny_crops(drop=("2", "4"))  # 8 counts left: an Or matrix needs 9 (7 + 2 answers)
     with pytest.raises(VpromError, match=r"count pool.*count or matrices.*need 9.*short by 1"):
-        generate_dataset(crops, scale=SMALL_SCALE, seed=0)
+        generate_dataset(crops, RULES, scale=SMALL_SCALE, seed=0)
     thin = tiny_crops(drop=("round", "square", "oval", "striped", "spotted", "smooth", "furry",
                             "parked", "flying", "hanging", "floating"))
     with pytest.raises(VpromError, match=r"object_attribute pool.*held_sa"):
-        generate_dataset(thin, scale=SMALL_SCALE, seed=0)
+        generate_dataset(thin, RULES, scale=SMALL_SCALE, seed=0)
 
 
 def test_generate_refuses_a_missing_file_and_a_bad_scale(tmp_path, pools_file):
     with pytest.raises(VpromError, match="no such file"):
-        generate(tmp_path / "nope.h5", tmp_path / "out.h5")
+        generate(tmp_path / "nope.h5", tmp_path / "out.h5", RULES)
     with pytest.raises(VpromError, match="scale"):
-        generate(pools_file, tmp_path / "out.h5", scale=0)
+        generate(pools_file, tmp_path / "out.h5", RULES, scale=0)
     assert not (tmp_path / "out.h5").exists()

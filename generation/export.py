@@ -43,8 +43,7 @@ from vprom.errors import VpromError
 from vprom.images import ImageIndex, clip_box
 from vprom.io import atomic_dir, atomic_path, make_manifest, manifest_path, sha256_file, write_json
 from vprom.records import LABEL_SEPARATOR, N_CONTEXT, N_PANELS, Matrix
-from vprom.tables import CropTable, MatrixTable, read_crops, read_matrices
-from vprom.verify import crop_rows, ordered_splits, part_columns
+from vprom.tables import CropTable, MatrixTable, crop_rows, read_crop_table, read_matrix_table
 
 FORMATS = ("jsonl", "original")
 JPEG_QUALITY = 95
@@ -61,7 +60,7 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
     if fmt == "original" and vg_dir is None:
         raise VpromError(f"{dataset}: the 'original' layout holds the crops as JPEGs; pass "
                          "--vg DIR (the Visual Genome folder holding VG_100K/)")
-    crops, matrices = read_crops(dataset), read_matrices(dataset)
+    crops, matrices = read_crop_table(dataset), read_matrix_table(dataset)
     rows = crop_rows(crops.crop_id, matrices.panels)
     if (rows < 0).any():
         bad = int(matrices.id[np.flatnonzero((rows < 0).any(axis=1))[0]])
@@ -94,8 +93,8 @@ def crop_fragments(crops: CropTable) -> list[str]:
 def matrix_lines(crops: CropTable, m: MatrixTable, rows: np.ndarray):
     """Yield one JSON line per matrix (without building them all in memory)."""
     fragments = crop_fragments(crops)
-    columns = part_columns(m)
-    splits = ordered_splits(m)
+    columns = m.part_columns()
+    splits = m.ordered_splits()
     for i in range(len(m)):
         answer = int(m.answer[i])
         head = {"id": int(m.id[i]), "relation": m.relation[i], "element_type": m.element_type[i],
@@ -173,7 +172,7 @@ def problem_meta(m: MatrixTable, i: int, columns: dict[str, np.ndarray]) -> dict
 def write_original(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
                    vg_dir: Path, symlink: bool, manifest: dict) -> None:
     names = problem_names(m.id)
-    columns = part_columns(m)
+    columns = m.part_columns()
     with atomic_dir(out) as tmp:
         crop_dir = tmp / ("crops" if symlink else ".crops")
         write_crop_files(crops, np.unique(rows), crop_dir, vg_dir)

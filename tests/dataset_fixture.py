@@ -188,7 +188,7 @@ def _super_attribute_of(element_type: ElementType, element: str) -> str:
 def write_dataset(path: Path, crops: list[Crop], matrices: list[Matrix],
                   manifest: bool = True) -> Path:
     """DATASET.h5 in the layout of DESIGN.md, with a manifest recording counts and hash."""
-    from vprom.verify import content_hash
+    from vprom.tables import content_hash
 
     path = Path(path)
     table = MatrixTable.from_matrices(matrices)

@@ -1,0 +1,127 @@
+"""`vprom verify`'s check 5: can the answer be found without the context?
+
+The statistics live in `generation.audit`; this module chooses what they see: the neutral
+split's train and test parts (sampled to at most `PROBE_MAX` matrices), the candidates'
+labels, and with a FEATS.h5 the candidates' image features (streamed from the file).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from generation import audit
+from generation.audit import Check
+from generation.dataset_view import Data
+from vprom.errors import VpromError
+from vprom.records import N_CONTEXT, ElementType
+from vprom.tables import crop_rows, open_h5
+
+#: matrices the probes sample (train, test): a few parameters need little training data,
+#: and 50,000 test matrices put the 95% interval within ±0.3 points
+PROBE_MAX = (20_000, 50_000)
+#: the feature probe holds the candidates' features in memory (≤ 160,000 crops × D, stored dtype)
+FEATURE_PROBE_MAX = (10_000, 10_000)
+
+
+def probe_sides(data: Data, rng: np.random.Generator,
+                caps: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, str]:
+    """Row indices of the neutral train and test parts (a 2:1 draw if there is no neutral)."""
+    m = data.matrices
+    index = {int(i): k for k, i in enumerate(m.id)}
+    neutral = m.splits.get("neutral", {})
+    train = np.array([index[int(i)] for i in neutral.get("train", []) if int(i) in index],
+                     dtype=np.int64)
+    test = np.array([index[int(i)] for i in neutral.get("test", []) if int(i) in index],
+                    dtype=np.int64)
+    note = ""
+    if len(train) == 0 or len(test) == 0:
+        perm = rng.permutation(len(m))
+        cut = (2 * len(m)) // 3
+        train, test = np.sort(perm[:cut]), np.sort(perm[cut:])
+        note = " [no neutral split: a seeded 2:1 draw of all matrices]"
+    if len(train) > caps[0]:
+        train = np.sort(rng.choice(train, caps[0], replace=False))
+    if len(test) > caps[1]:
+        test = np.sort(rng.choice(test, caps[1], replace=False))
+    return train, test, note
+
+
+def candidate_view(data: Data, used: np.ndarray) -> audit.CandidateView:
+    """What the label probe sees of the candidates (label overlap only for rows `used`)."""
+    c = data.crops
+    rows = np.where(data.rows < 0, 0, data.rows)[:, N_CONTEXT:]
+    label_sets = c.label_sets()
+    n_labels = np.array([len(s) for s in label_sets], dtype=float)
+    overlap = np.zeros(rows.shape)
+    overlap[used] = audit.label_overlap(audit.label_masks(label_sets), rows[used])
+    _, sa = np.unique(c.super_attribute.astype(str), return_inverse=True)
+    _, el = np.unique(c.element.astype(str), return_inverse=True)
+    # An element is identified with its type: "red" of objects and of humans are not alike
+    el = el.ravel() * len(ElementType) + np.searchsorted(
+        sorted(t.value for t in ElementType), c.element_type.astype(str))
+    _, el = np.unique(el, return_inverse=True)
+    return audit.CandidateView(
+        element=el.ravel()[rows], super_attribute=sa.ravel()[rows], n_labels=n_labels[rows],
+        overlap=overlap, area=(c.w.astype(float) * c.h)[rows],
+        aspect=(c.w.astype(float) / np.maximum(c.h, 1))[rows])
+
+
+def check_bias(data: Data, features: Path | None, seed: int = 0) -> list[Check]:
+    """The audit of `generation.audit`; `seed` fixes the probes' samples and minibatches."""
+    m = data.matrices
+    answers = m.answer.astype(np.int64)
+    groups = {t: np.flatnonzero(m.element_type == t) for t in sorted(set(m.element_type))}
+    checks = [audit.answer_position(answers, groups)]
+    codes = audit.element_codes(m.elements[:, N_CONTEXT:])
+    checks.append(audit.shortcut_check("bias:mode", "pick the most frequent candidate element",
+                                       audit.heuristic_hits(codes, answers, "mode")))
+    checks.append(audit.shortcut_check("bias:odd-one-out", "pick the odd one out",
+                                       audit.heuristic_hits(codes, answers, "odd")))
+    rng = np.random.default_rng(seed)
+    train, test, note = probe_sides(data, rng, PROBE_MAX)
+    view = candidate_view(data, np.concatenate([train, test]))
+    checks.append(audit.label_probe(view, answers, train, test, note,
+                                    groups=m.element_type.astype(str)[test]))
+    if features is not None:
+        checks.append(feature_check(data, features, answers, rng))
+    return checks
+
+
+def read_features(path: Path, crop_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(features of the wanted crops, row of each wanted crop id in that array)."""
+    with open_h5(path) as h5:
+        if "crop_id" not in h5 or "features" not in h5:
+            raise VpromError(f"{path}: no 'crop_id'/'features' datasets; expected a FEATS.h5 "
+                             "from `vprom extract`")
+        ids = h5["crop_id"][()].astype(np.int64)
+        wanted = np.unique(crop_ids)
+        where = crop_rows(ids, wanted)
+        if (where < 0).any():
+            raise VpromError(f"{path}: {int((where < 0).sum()):,} crops of the data set have no "
+                             f"features (e.g. crop {int(wanted[where < 0][0])}); run `vprom "
+                             "extract` on this DATASET.h5")
+        stored = h5["features"]
+        if stored.ndim != 2 or stored.shape[0] != len(ids):
+            raise VpromError(f"{path}: 'features' has shape {stored.shape}, expected "
+                             f"({len(ids)}, D); re-run `vprom extract`")
+        feats = np.empty((len(wanted), stored.shape[1]), dtype=stored.dtype)
+        block = 16_384  # stream the file in row blocks: memory stays at what the probe keeps
+        for start in range(0, len(ids), block):
+            inside = np.flatnonzero((where >= start) & (where < start + block))
+            if len(inside):
+                feats[inside] = stored[start: start + block][where[inside] - start]
+    return feats, crop_rows(wanted, crop_ids)
+
+
+def feature_check(data: Data, features: Path, answers: np.ndarray,
+                  rng: np.random.Generator) -> Check:
+    train, test, note = probe_sides(data, rng, FEATURE_PROBE_MAX)
+    used = np.concatenate([train, test])
+    candidates = data.matrices.panels[:, N_CONTEXT:]
+    feats, rows = read_features(features, candidates[used])
+    full_rows = np.zeros(candidates.shape, dtype=np.int64)
+    full_rows[used] = rows
+    return audit.feature_probe(feats, full_rows, answers, train, test, rng, note,
+                               groups=data.matrices.element_type.astype(str)[test])

@@ -1,0 +1,250 @@
+"""The 7 distractors of a matrix: crops of other elements that cannot complete it.
+
+Given the mask Z of every element that would complete row 3 under ANY reading of the context
+crops' labels, the distractors are crops of other elements whose label masks miss Z entirely
+(and, in the first strict attempts, whose element no other candidate carries, as the
+answer's is carried by no distractor) — elements of the context first (so "the candidate seen
+in the context" is no shortcut), then the matrix's other elements.
+
+Attribute matrices take them in a symmetric super-attribute profile (`profile`): m candidates
+from the matrix's super-attribute (answer included) and m from each of 8/m - 1 others, m in
+8, 4, 2, 1, so "the candidates' commonest super-attribute" is no shortcut; the other
+super-attributes are drawn with weights (`fill_weights`, from the plan alone) that make each
+super-attribute's elements the answer about once in 8 candidacies.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vprom.records import N_CANDIDATES, ElementType, Relation
+from vprom.relations import RULES
+from vprom.sampling import Draws
+
+
+@dataclass
+class Option:
+    super_attribute: str
+    context: list[int]  # element ids the relation may show (>= MIN_CONTEXT_CROPS crops)
+    same: list[int]  # element ids of the super-attribute usable as candidates
+    fill: list[int]  # other element ids usable as candidates
+    # the fill by super-attribute: (name, element ids, their bit mask), sorted by name
+    fill_sas: list[tuple[str, list[int], int]] = field(default_factory=list)
+
+    @property
+    def same_mask(self) -> int:
+        return mask_of(self.same)
+
+
+def mask_of(ids) -> int:
+    out = 0
+    for i in ids:
+        out |= 1 << i
+    return out
+
+
+
+def _in_random_order(draws: Draws, pool: list[int]):
+    """The pool's elements in random order; big pools by rejection (we rarely need 8)."""
+    if len(pool) <= 24:
+        return draws.shuffled(pool)
+    u, n = draws.uniform, len(pool)
+    return (pool[int(u() * n)] for _ in range(4 * n))  # repeats are skipped by the caller
+
+
+def distractors(draws: Draws, option: Option, context_ids: list[int], z: int,
+                 used: set[int], crops_of, masks, region, weight: dict[str, float],
+                 answer_row: int, strict: bool):
+    """7 crops of distinct elements outside z whose labels carry nothing in z.
+
+    Objects and counts: elements of the context first, then the rest of the matrix's
+    elements. Attributes: a symmetric super-attribute profile (see `_profile`).
+    """
+    take = _Taker(draws, z, used, crops_of, masks, region, answer_row, strict)
+    same = itertools.chain(draws.shuffled(context_ids), _in_random_order(draws, option.same))
+    if not option.super_attribute:
+        return take.out if take(same, N_CANDIDATES - 1) else None
+    blocks = _profile(draws, option, z, weight)
+    if blocks is None:
+        return None
+    own, others = blocks
+    if not take(same, own - 1):
+        return None
+    for elements, k in others:
+        if not take(_in_random_order(draws, elements), k):
+            return None
+    return take.out
+
+
+class _Taker:
+    """Draws crops of distinct elements outside z, no region twice, into `out`.
+
+    `strict`: every candidate's own element is carried by no other candidate. The answer's
+    element is never on a distractor (z), so a distractor's element must not be on the
+    answer or another distractor either, else "the candidate whose element no other
+    candidate shows" would single out the answer. Not strict: only z is kept off.
+    """
+
+    def __init__(self, draws, z, used, crops_of, masks, region, answer_row, strict=True):
+        self.u, self.used = draws.uniform, used
+        self.crops_of, self.masks, self.region = crops_of, masks, region
+        self.out: list[int] = []
+        self.seen: set[int] = set()
+        self.strict = strict
+        self.elements = z  # the candidates' elements (and all of z), as a mask
+        self.carried = masks[answer_row] if strict else 0  # what some candidate carries
+
+    def __call__(self, elements, k: int) -> bool:
+        """Append crops of `k` more elements taken in `elements`' order; False if short."""
+        u, used, region, masks = self.u, self.used, self.region, self.masks
+        got = 0
+        for e in elements:
+            if got == k:
+                break
+            bit = 1 << e
+            if e in self.seen or (self.elements | self.carried) & bit:
+                continue
+            self.seen.add(e)
+            crops = self.crops_of.get(e)
+            if crops is None:
+                continue
+            for _ in range(CROP_TRIES):
+                r = crops[int(u() * len(crops))]
+                if not masks[r] & self.elements and region[r] not in used:
+                    used.add(region[r])
+                    self.out.append(r)
+                    if self.strict:
+                        self.elements |= bit
+                        self.carried |= masks[r]
+                    got += 1
+                    break
+        return got == k
+
+
+#: Crops of one element tried before a distractor moves on to the next element.
+CROP_TRIES = 4
+
+
+#: Candidates per super-attribute in a symmetric profile: m of each of 8 / m super-attributes.
+BLOCKS = (8, 4, 2, 1)
+
+
+def _profile(draws: Draws, option: Option, z: int, weight: dict[str, float]):
+    """(candidates from the matrix's super-attribute incl. the answer, [(elements, k)]).
+
+    Symmetric when it can be: with m the largest block size in BLOCKS that the matrix's
+    super-attribute s and 8/m - 1 other super-attributes can each fill with m elements
+    outside z, every super-attribute among the candidates shows exactly m of them, so the
+    candidates' super-attribute counts say nothing about which one is the answer (otherwise
+    a small s, e.g. gender, makes the answer's super-attribute the candidates' majority).
+    The other super-attributes are drawn among those able to fill a block, in proportion to
+    `weight` (see `fill_weights`: it makes every element about as often right as wrong).
+    """
+    own = (option.same_mask & ~z).bit_count() + 1  # the answer is in z
+    avail = [(ids, (mask & ~z).bit_count(), sa) for sa, ids, mask in option.fill_sas]
+    for m in BLOCKS:
+        need = N_CANDIDATES // m - 1
+        if own < m:
+            continue
+        able = [(ids, weight.get(sa, 1.0)) for ids, n, sa in avail if n >= m]
+        if len(able) >= need:
+            return m, [(ids, m) for ids in _weighted_distinct(draws, able, need)]
+    return _uneven_profile(draws, own, avail)
+
+
+def static_block(option: Option, relation: Relation) -> int | None:
+    """The block size `_profile` would choose for `option` when every crop has one label
+    (the completions are then the answer, and for or the row's other element); None when
+    no symmetric profile fits."""
+    own = len(option.same) - (RULES[relation].completing_elements - 1)
+    for m in BLOCKS:
+        able = sum(1 for _, ids, _ in option.fill_sas if len(ids) >= m)
+        if own >= m and able >= N_CANDIDATES // m - 1:
+            return m
+    return None
+
+
+def _weighted_distinct(draws: Draws, items: list[tuple[object, float]], k: int) -> list:
+    """k distinct items, each next one drawn in proportion to its weight among the rest."""
+    items = list(items)
+    out = []
+    for _ in range(k):
+        u = draws.uniform() * sum(w for _, w in items)
+        j = 0
+        while j < len(items) - 1 and u >= items[j][1]:
+            u -= items[j][1]
+            j += 1
+        out.append(items.pop(j)[0])
+    return out
+
+
+def fill_weights(samplers: dict, matrices_of: dict) -> dict[ElementType, dict[str, float]]:
+    """Per element type, a weight per super-attribute for choosing filler blocks.
+
+    An element is as often right as wrong (answer 1 time in 8 candidacies) when the
+    matrices of super-attribute t (A_t of them, showing m_t of t's elements each) receive
+    (8 - m_t) * A_t filler candidates from other matrices. The weights solve that balance
+    for the plan's expected mix (matrices per group and cell, options in proportion to their
+    context elements, single-label readings) by a damped multiplicative fixed point. A
+    function of the plan and the pool only, so shards stay equal to the single run.
+    """
+    terms: dict[ElementType, list] = {}
+    need: dict[ElementType, dict[str, float]] = {}
+    for key, sampler in samplers.items():
+        etype = sampler.group.element_type
+        for option in sampler.options:
+            m = static_block(option, sampler.group.relation) if option.super_attribute else None
+            if m is None:  # objects, counts; an uneven profile is left to chance
+                continue
+            n = matrices_of.get(key, 0) * len(option.context) / sampler.cumulative[-1]
+            able = [sa for sa, ids, _ in option.fill_sas if len(ids) >= m]
+            d = need.setdefault(etype, {})
+            d[option.super_attribute] = d.get(option.super_attribute, 0.0) + n * (N_CANDIDATES - m)
+            terms.setdefault(etype, []).append((n, m, N_CANDIDATES // m - 1, able))
+    out = {}
+    for etype, rows in terms.items():
+        target = need[etype]
+        names = sorted({sa for *_, able in rows for sa in able} | set(target))
+        w = {sa: 1.0 for sa in names}
+        for _ in range(60):
+            got = dict.fromkeys(names, 0.0)
+            for n, m, k, able in rows:
+                if not able:
+                    continue
+                total = sum(w[sa] for sa in able)
+                for sa in able:
+                    got[sa] += n * m * min(1.0, k * w[sa] / total)
+            for sa in names:
+                ratio = (target.get(sa, 0.0) + 1e-3) / (got[sa] + 1e-3)
+                w[sa] = min(1e3, max(1e-3, w[sa] * ratio ** 0.5))
+            # only ratios matter: keep the geometric mean at 1 so no weight drifts to a bound
+            mean = float(np.exp(np.mean(np.log(list(w.values())))))
+            w = {sa: min(1e3, max(1e-3, x / mean)) for sa, x in w.items()}
+        out[etype] = w
+    return out
+
+
+def _uneven_profile(draws: Draws, own: int, avail):
+    """No symmetric profile fits (e.g. or on a 2-attribute super-attribute, whose other
+    attribute completes the row too): make the answer's block size b shared by as many
+    candidates as possible (b of s, b of each of j others, the rest from one more)."""
+    best, best_score = None, 0
+    order = draws.distinct(range(len(avail)), len(avail))
+    for b in range(1, min(own, N_CANDIDATES) + 1):
+        able = [k for k in order if avail[k][1] >= b]
+        for j in range(min(len(able), N_CANDIDATES // b - 1), -1, -1):
+            rest = N_CANDIDATES - b * (1 + j)
+            spare = [k for k in order if k not in able[:j] and avail[k][1] >= rest != b]
+            if rest and not spare:
+                continue
+            score = b * (1 + j)
+            if score > best_score:
+                blocks = [(avail[k][0], b) for k in able[:j]]
+                blocks += [(avail[spare[0]][0], rest)] if rest else []
+                best, best_score = (b, blocks), score
+            break
+    return best
+

@@ -1,0 +1,253 @@
+"""The file edge of generation: POOLS.h5 in, DATASET.h5 (+ manifest JSON beside it) out.
+
+`generate_dataset` plans, samples and proves every matrix in memory and assigns it to every
+split with the split rules it is given (the top floor loads them from `splits`);
+`generate` writes the result; `merge_shards` joins the DATASET.h5 files of `--shard K/N` runs
+into the single run's file, choosing the validation sets over all shards' training ids.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import h5py
+import numpy as np
+
+from generation.plan import make_plan
+from generation.pool_index import PoolIndex
+from generation.sampler import MAX_TRIES, MIN_CONTEXT_CROPS, generate_rows
+from vprom.errors import VpromError
+from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
+from vprom.records import SPLITS, TABLE1, ElementType, Matrix
+from vprom.splitting import PanelInfo, SplitRules
+from vprom.tables import (STR, CropTable, MatrixTable, content_hash, open_h5, read_crop_table,
+                          set_manifest)
+
+
+@dataclass
+class Dataset:
+    crops: CropTable  # the crops the matrices use, sorted by crop id
+    matrices: MatrixTable
+    universes: dict[str, list[str]]
+    super_attributes: dict[str, dict[str, list[str]]]
+    counts: dict
+
+
+def shard_indices(n: int, shard: tuple[int, int] | None) -> range:
+    if shard is None:
+        return range(n)
+    k, parts = shard
+    if not 0 <= k < parts:
+        raise VpromError(f"--shard {k}/{parts}: need 0 <= K < N")
+    return range(k, n, parts)
+
+
+def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, seed: int = 0,
+                     shard: tuple[int, int] | None = None, source: str = "pools") -> Dataset:
+    """Plan, sample, prove and assign every split, in memory (what `generate` writes)."""
+    design = rules.design
+    plan = make_plan(scale, seed, design)
+    pool = PoolIndex(crops, seed, design, source=source)
+    nside, hside, supers = pool.neutral_side, pool.held_side, crops.super_attribute
+    parts: dict[str, dict[str, list[int]]] = {s: {"train": [], "test": []} for s in SPLITS}
+    matrices, used, skipped = [], set(), {}
+    for m, rows in generate_rows(pool, plan, shard_indices(len(plan), shard), skipped):
+        info = PanelInfo(sides={design.neutral_partition: tuple(nside[r] for r in rows),
+                                design.held_partition: tuple(hside[r] for r in rows)},
+                         super_attributes=tuple(supers[r] for r in rows))
+        for split, part in rules.assign(m, info).items():
+            if part != "excluded":
+                parts[split][part].append(m.id)
+        matrices.append(m)
+        used.update(rows)
+    splits = {}
+    for split in SPLITS:
+        train = np.asarray(parts[split]["train"], dtype=np.int64)
+        if shard is None:
+            train, val = rules.choose_val(train, seed, split, scale)
+        else:
+            val = np.zeros(0, np.int64)  # chosen by merge_shards over all shards' train ids
+        splits[split] = {"train": train, "val": val,
+                         "test": np.asarray(parts[split]["test"], dtype=np.int64)}
+    table = _matrix_table(matrices, splits)
+    used_rows = np.asarray(sorted(used), dtype=np.int64)
+    used_crops = crops.take(used_rows[np.argsort(crops.crop_id[used_rows], kind="stable")])
+    universes = {e.value: sorted(u.ids) for e, u in pool.universe.items()}
+    if ElementType.COUNT in pool.universe:
+        universes[ElementType.COUNT.value] = sorted(pool.universe[ElementType.COUNT].ids, key=int)
+    counts = _counts(table, len(plan), shard is None)
+    counts["super_attributes_too_small"] = dict(sorted(skipped.items()))
+    return Dataset(used_crops, table, universes, _super_attributes(pool), counts)
+
+
+def _matrix_table(matrices: list[Matrix], splits: dict) -> MatrixTable:
+    return MatrixTable(
+        id=[m.id for m in matrices], relation=[m.relation.value for m in matrices],
+        element_type=[m.element_type.value for m in matrices],
+        super_attribute=[m.super_attribute for m in matrices],
+        answer=[m.answer for m in matrices],
+        panels=np.array([m.panels for m in matrices], dtype=np.int64).reshape(-1, 16),
+        elements=np.array([m.elements for m in matrices], dtype=object).reshape(-1, 16),
+        splits=splits)
+
+
+def _super_attributes(pool: PoolIndex) -> dict[str, dict[str, list[str]]]:
+    out = {}
+    for etype, sa_of in pool.super_attribute.items():
+        names = pool.universe[etype].names
+        by_sa: dict[str, list[str]] = {}
+        for i, sa in sa_of.items():
+            if sa:
+                by_sa.setdefault(sa, []).append(names[i])
+        if by_sa:
+            out[etype.value] = {sa: sorted(v) for sa, v in sorted(by_sa.items())}
+    return out
+
+
+def _counts(table: MatrixTable, planned: int, val_chosen: bool) -> dict:
+    by_type: dict[str, dict[str, int]] = {}
+    for etype, relation in zip(table.element_type, table.relation):
+        d = by_type.setdefault(etype, {})
+        d[relation] = d.get(relation, 0) + 1
+    return {
+        "matrices": len(table),
+        "planned_matrices": planned,
+        "by_element_type_relation": {k: dict(sorted(v.items())) for k, v in sorted(by_type.items())},
+        "splits": {s: {p: int(len(ids)) for p, ids in table.splits[s].items()}
+                   for s in SPLITS if s in table.splits},
+        "val_chosen": val_chosen,
+    }
+
+
+# ---------------------------------------------------------------- files
+
+@dataclass
+class GenerateSummary:
+    out: Path
+    counts: dict
+    seconds: float
+
+    def __str__(self) -> str:
+        c = self.counts
+        lines = [f"wrote {self.out}: {c['matrices']:,} matrices in {self.seconds:.1f} s"]
+        for etype, rel in c["by_element_type_relation"].items():
+            lines.append(f"  {etype:17s} " + "  ".join(f"{r} {n:,}" for r, n in rel.items()))
+        lines.append(f"  {'split':34s} {'train':>8s} {'val':>7s} {'test':>8s}")
+        for s, p in c["splits"].items():
+            lines.append(f"  {s:34s} {p['train']:8,d} {p['val']:7,d} {p['test']:8,d}")
+        if not c["val_chosen"]:
+            lines.append("  (shard: val is chosen when the shards are merged: "
+                         "`vprom merge`)")
+        return "\n".join(lines)
+
+
+def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed: int = 0,
+             shard: tuple[int, int] | None = None) -> GenerateSummary:
+    """POOLS.h5 -> DATASET.h5: every matrix proven by the solver, every split assigned."""
+    start = time.perf_counter()
+    pools, out = Path(pools), Path(out)
+    crops = read_crop_table(pools)
+    data = generate_dataset(crops, rules, scale=scale, seed=seed, shard=shard,
+                            source=str(pools))
+    config = {"scale": scale, "seed": seed, "shard": list(shard) if shard else None,
+              "min_context_crops": MIN_CONTEXT_CROPS, "max_tries": MAX_TRIES,
+              "table1": {e.value: n for e, n in TABLE1.items()}}
+    manifest = make_manifest("dataset", config=config, seed=seed,
+                             inputs={pools.name: sha256_file(pools)}, counts=data.counts)
+    _write(out, data, manifest)
+    return GenerateSummary(out, data.counts, time.perf_counter() - start)
+
+
+def _write(out: Path, data: Dataset, manifest: dict) -> None:
+    with atomic_path(out) as tmp:
+        with h5py.File(tmp, "w") as h5:
+            data.crops.write(h5.create_group("crops"))
+            data.matrices.write(h5.create_group("matrices"), h5.create_group("splits"))
+            vocab = h5.create_group("vocab")
+            for etype, names in data.universes.items():
+                vocab.create_dataset(etype, data=np.asarray(names, dtype=object), dtype=STR)
+            for etype, by_sa in data.super_attributes.items():
+                g = vocab.create_group(f"super_attributes/{etype}")
+                for sa, names in by_sa.items():
+                    g.create_dataset(sa, data=np.asarray(names, dtype=object), dtype=STR)
+        # the content hash covers the data only, so storing it in the manifest afterwards
+        # leaves it unchanged; `vprom verify` recomputes it to catch later edits
+        manifest = {**manifest, "outputs": {"content_hash": content_hash(tmp)}}
+        with h5py.File(tmp, "r+") as h5:
+            set_manifest(h5, manifest)
+    # the manifest beside the file also names the finished file's hash
+    write_json(manifest_path(out), {**manifest, "outputs": {
+        **manifest["outputs"], out.name: sha256_file(out)}})
+
+
+def merge_shards(shards: Sequence[Path], out: Path, rules: SplitRules) -> GenerateSummary:
+    """Join the DATASET.h5 files of `--shard K/N` runs (all N of them) into one DATASET.h5
+    equal, row for row, to the single run's; validation sets are chosen here."""
+    start = time.perf_counter()
+    manifests, crops, tables, universes, sas = _read_shards(shards)
+    config = manifests[0]["config"]
+    scale, seed = config["scale"], config["seed"]
+    ids = np.concatenate([t.id for t in tables])
+    order = np.argsort(ids, kind="stable")
+    planned = manifests[0]["counts"]["planned_matrices"]
+    if not np.array_equal(ids[order], np.arange(planned)):
+        raise VpromError(f"merge_shards: the shards hold {len(ids)} matrices, the run planned "
+                         f"{planned}; a shard file is incomplete or repeated")
+
+    def cat(name):
+        return np.concatenate([getattr(t, name) for t in tables])[order]
+
+    splits = {}
+    for split in SPLITS:
+        train = np.sort(np.concatenate([t.splits[split]["train"] for t in tables]))
+        train, val = rules.choose_val(train, seed, split, scale)
+        test = np.sort(np.concatenate([t.splits[split]["test"] for t in tables]))
+        splits[split] = {"train": train, "val": val, "test": test}
+    table = MatrixTable(id=cat("id"), relation=cat("relation"), element_type=cat("element_type"),
+                        super_attribute=cat("super_attribute"), answer=cat("answer"),
+                        panels=cat("panels"), elements=cat("elements"), splits=splits)
+    every = CropTable(**{f: np.concatenate([getattr(c, f) for c in crops])
+                         for f in CropTable.__dataclass_fields__})
+    _, first = np.unique(every.crop_id, return_index=True)  # sorted by crop id, like one run
+    counts = _counts(table, planned, True)
+    skipped: dict[str, set] = {}
+    for m in manifests:
+        for key, names in m["counts"].get("super_attributes_too_small", {}).items():
+            skipped.setdefault(key, set()).update(names)
+    counts["super_attributes_too_small"] = {k: sorted(v) for k, v in sorted(skipped.items())}
+    manifest = make_manifest("dataset", config={**config, "shard": None,
+                                                "merged_from": len(shards)},
+                             seed=seed, inputs=manifests[0]["inputs"], counts=counts)
+    _write(Path(out), Dataset(every.take(first), table, universes, sas, counts), manifest)
+    return GenerateSummary(Path(out), counts, time.perf_counter() - start)
+
+
+def _read_shards(shards: Sequence[Path]):
+    if not shards:
+        raise VpromError("merge_shards: no shard files given")
+    manifests, crops, tables = [], [], []
+    for path in shards:
+        with open_h5(path) as h5:
+            if "manifest" not in h5.attrs or "vocab" not in h5:
+                raise VpromError(f"{path}: not a DATASET.h5 written by vprom generate --shard")
+            manifests.append(json.loads(h5.attrs["manifest"]))
+            crops.append(CropTable.read(h5["crops"]))
+            tables.append(MatrixTable.read(h5["matrices"], h5["splits"]))
+    n = len(shards)
+    runs = {(m["config"]["scale"], m["config"]["seed"]) for m in manifests}
+    got = sorted(tuple(m["config"].get("shard") or ()) for m in manifests)
+    if got != [(k, n) for k in range(n)] or len(runs) != 1:
+        raise VpromError(f"merge_shards: expected shards 0/{n}..{n - 1}/{n} of one run (same "
+                         f"scale and seed); got {got} — pass every shard of one run once")
+    with open_h5(shards[0]) as h5:
+        vocab = h5["vocab"]
+        universes = {k: vocab[k].asstr()[()].tolist() for k in vocab
+                     if isinstance(vocab[k], h5py.Dataset)}
+        sas = {etype: {sa: g[sa].asstr()[()].tolist() for sa in g}
+               for etype, g in vocab.get("super_attributes", {}).items()}
+    return manifests, crops, tables, universes, sas
+

@@ -1,0 +1,101 @@
+"""A DATASET.h5 in memory as `vprom verify`'s checks read it, and how they name problems.
+
+`load` reads the crops and matrices tables, the manifest and the vocabularies, and finds
+each panel's row in the crops table; a file whose structure is broken is not read but
+described (`structure_problems`), so `verify` can report it instead of failing deep inside.
+Problems name matrices by id, a few examples each (`examples`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from vprom.records import N_PANELS
+from vprom.tables import CropTable, MatrixTable, crop_rows, open_h5
+
+MAX_EXAMPLES = 5
+MATRIX_COLUMNS = ("id", "relation", "element_type", "super_attribute", "answer", "panels",
+                  "elements")
+CROP_COLUMNS = ("crop_id", "image_id", "x", "y", "w", "h", "element_type", "element",
+                "super_attribute", "source_id", "phrase", "labels")
+
+
+@dataclass
+class Data:
+    """A DATASET.h5 in memory, with each panel's row in the crops table."""
+
+    path: Path
+    crops: CropTable
+    matrices: MatrixTable
+    rows: np.ndarray  # N×16 crop rows, -1 where a crop id is unknown
+    manifest: dict | None
+    vocab: dict[str, frozenset[str]] = field(default_factory=dict)
+
+
+def structure_problems(h5: h5py.File) -> list[str]:
+    """What makes the file unreadable as a DATASET.h5 (empty when the layout is right)."""
+    problems = []
+    for group in ("crops", "matrices", "splits"):
+        if group not in h5:
+            problems.append(f"no '{group}' group")
+    if problems:
+        return problems
+    for group, columns in (("matrices", MATRIX_COLUMNS), ("crops", CROP_COLUMNS)):
+        missing = [c for c in columns if c not in h5[group]]
+        if missing:
+            problems.append(f"{group} lacks column(s) {', '.join(missing)}")
+            continue
+        n = h5[group][columns[0]].shape[0] if h5[group][columns[0]].shape else 0
+        for c in columns:
+            shape = h5[group][c].shape
+            want = (n, N_PANELS) if c in ("panels", "elements") else (n,)
+            if shape != want:
+                problems.append(f"{group}/{c} has shape {shape}, expected {want}")
+    for split in h5["splits"]:
+        for part in h5["splits"][split]:
+            if len(h5["splits"][split][part].shape) != 1:
+                problems.append(f"splits/{split}/{part} is not a 1-D list of matrix ids")
+    return problems
+
+
+def load(path: Path) -> tuple[Data | None, list[str]]:
+    """The data set, or None with the structural problems that prevent reading it."""
+    with open_h5(path) as h5:
+        problems = structure_problems(h5)
+        if problems:
+            return None, problems
+        crops = CropTable.read(h5["crops"])
+        matrices = MatrixTable.read(h5["matrices"], h5["splits"])
+        manifest = None
+        if "manifest" in h5.attrs:
+            try:
+                manifest = json.loads(h5.attrs["manifest"])
+            except (TypeError, ValueError):
+                manifest = {"_unreadable": True}
+        vocab = {}
+        if "vocab" in h5:
+            for name, ds in h5["vocab"].items():
+                if isinstance(ds, h5py.Dataset) and ds.dtype.kind == "O":
+                    vocab[name] = frozenset(ds.asstr()[()].ravel().tolist())
+    return Data(path, crops, matrices, crop_rows(crops.crop_id, matrices.panels), manifest,
+                vocab), []
+
+
+def examples(what: str, ids, reasons=None) -> list[str]:
+    ids = list(ids)
+    out = [f"matrix {int(i)}: {what}" + (f" ({reasons[k]})" if reasons else "")
+           for k, i in enumerate(ids[:MAX_EXAMPLES])]
+    if len(ids) > MAX_EXAMPLES:
+        out.append(f"... {len(ids) - MAX_EXAMPLES:,} more: {what}")
+    return out
+
+
+def bad(mask: np.ndarray, ids: np.ndarray, what: str) -> list[str]:
+    """Examples of the matrices (by id) where `mask` is set."""
+    return examples(what, ids[np.flatnonzero(mask)]) if mask.any() else []
+

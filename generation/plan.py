@@ -1,0 +1,138 @@
+"""The plan of a generation run: which kind of matrix every index is, fixed by (scale, seed).
+
+Table 1's mix (45,000 matrices each of object attributes, human attributes and objects,
+100,000 of counts, times `scale`) is divided equally among the relations of each element type
+and then among *groups*: which elements a matrix may show, chosen so that it lies wholly on
+one side of every split. Two thirds of each (element type, relation) are "train-side" groups
+(e.g. counts all odd, all in 1-5, or anything; attributes of super-attributes that no split
+holds out; objects of a third no split holds out for that relation) and one third
+"test-side" groups (counts all even or all in 6-10; held-out super-attributes and
+relation x super-attribute pairs; the held-out object thirds). The plan also fixes, per
+matrix index, the neutral side (exactly 1/3 test within each group, so the neutral split has
+one distribution) and the answer position (exactly uniform over 0..7).
+
+What the splits hold out reaches this module as a `HeldOutDesign` (built by the split rules
+and handed in), never by importing the `splits` stage.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from vprom.errors import VpromError
+from vprom.records import N_CANDIDATES, RELATIONS_OF, TABLE1, ElementType, Relation
+from vprom.splitting import HeldOutDesign
+
+#: Share of every (element type, relation) planned on the train side of the held-out splits.
+TRAIN_SIDE_SHARE = 2 / 3
+
+@dataclass(frozen=True)
+class Group:
+    """A kind of matrix: element type, relation, which elements it may show, held-out side.
+
+    `name` is one of: counts "any" / "c:1,3,5,7,9" (those counts only); attributes "train",
+    "held_sa", "held_pair"; objects "third:K".
+    """
+
+    element_type: ElementType
+    relation: Relation
+    name: str
+    held_side: int  # 0: train side of the held-out splits, 1: test side
+    weight: float  # share of its (element type, relation)
+
+
+def plan_groups(design: HeldOutDesign) -> list[Group]:
+    groups = []
+    for etype in ElementType:
+        for relation in RELATIONS_OF[etype]:
+            for name, side, weight in _groups_of(etype, relation, design):
+                groups.append(Group(etype, relation, name, side, weight))
+    return groups
+
+
+def _share(names: list[str], side: int, total: float) -> list[tuple[str, int, float]]:
+    return [(n, side, total / len(names)) for n in names]
+
+
+def _groups_of(etype: ElementType, relation: Relation, design: HeldOutDesign):
+    train, test = TRAIN_SIDE_SHARE, 1 - TRAIN_SIDE_SHARE
+    if etype is ElementType.COUNT:
+        # half the train side is unconstrained; the rest mirrors the test groups, so that
+        # odd and even (low and high) counts answer equally often
+        constrained = [_counts_name(s) for s in design.count_train_sets]
+        out = [("any", 0, train / 2 if constrained else train)]
+        out += _share(constrained, 0, train / 2) if constrained else []
+        tests = [_counts_name(s) for s in design.count_test_sets]
+        return out + (_share(tests, 1, test) if tests else [])
+    if etype is ElementType.OBJECT:
+        held = set(design.object_test_thirds.get(relation.value, ()))
+        free = [f"third:{k}" for k in range(3) if k not in held]
+        if not free:
+            raise VpromError(f"split specs hold out every object third for {relation.value}; "
+                             "no object matrix of it could train")
+        return _share(free, 0, train if held else 1.0) + (
+            _share([f"third:{k}" for k in sorted(held)], 1, test) if held else [])
+    tests = []
+    if design.held_super_attributes.get(etype.value):
+        tests.append("held_sa")
+    if design.held_pairs.get(etype.value, {}).get(relation.value):
+        tests.append("held_pair")
+    return [("train", 0, train if tests else 1.0)] + _share(tests, 1, test)
+
+
+def _counts_name(values: Sequence[int]) -> str:
+    return "c:" + ",".join(str(v) for v in sorted(values))
+
+
+def _apportion(total: int, weights: Sequence[float]) -> list[int]:
+    """Integers summing to `total` in proportion to `weights` (largest remainder)."""
+    w = np.asarray(weights, dtype=float)
+    exact = total * w / w.sum()
+    out = np.floor(exact).astype(int)
+    for k in np.argsort(-(exact - out), kind="stable")[: total - out.sum()]:
+        out[k] += 1
+    return out.tolist()
+
+
+@dataclass
+class MatrixPlan:
+    """Per matrix index: its group, neutral side and answer position (all fixed by seed)."""
+
+    scale: float
+    seed: int
+    design: HeldOutDesign
+    groups: list[Group]
+    quotas: list[int]
+    group_of: np.ndarray  # int16 per matrix
+    neutral_side: np.ndarray  # int8 per matrix
+    answer: np.ndarray  # int8 per matrix
+
+    def __len__(self) -> int:
+        return len(self.group_of)
+
+
+def make_plan(scale: float, seed: int, design: HeldOutDesign) -> MatrixPlan:
+    if not scale > 0:
+        raise VpromError(f"--scale must be positive, got {scale}")
+    groups = plan_groups(design)
+    quotas = [0] * len(groups)
+    for etype, n in TABLE1.items():
+        per_relation = _apportion(int(round(n * scale)), [1.0] * len(RELATIONS_OF[etype]))
+        for relation, n_rel in zip(RELATIONS_OF[etype], per_relation):
+            mine = [k for k, g in enumerate(groups)
+                    if g.element_type is etype and g.relation is relation]
+            for k, q in zip(mine, _apportion(n_rel, [groups[k].weight for k in mine])):
+                quotas[k] = q
+    rng = np.random.default_rng([seed, 0x504C414E])  # the plan's own stream ("PLAN")
+    group_of = rng.permutation(np.repeat(np.arange(len(groups), dtype=np.int16), quotas))
+    neutral = np.zeros(len(group_of), dtype=np.int8)
+    for g in range(len(groups)):
+        where = np.flatnonzero(group_of == g)
+        k = int(round(len(where) * design.neutral_test_fraction))
+        neutral[rng.permutation(where)[:k]] = 1
+    answer = rng.permutation(np.arange(len(group_of)) % N_CANDIDATES).astype(np.int8)
+    return MatrixPlan(scale, seed, design, groups, quotas, group_of, neutral, answer)
+

@@ -1,0 +1,249 @@
+"""One matrix at a time: a group's relation, its crops, the solver check, the distractors.
+
+`generate_matrices` is pure, a function of `Draws(seed, index)` only. The group's relation
+rule (`vprom.relations`) samples the 9 elements; one crop is drawn for each panel (never the
+same region twice in a matrix); the solver turns the 8 context crops' label masks into the
+mask Z of every element that would complete row 3 under ANY reading
+(`vprom.solver.completion_mask`); `generation.candidates` draws the 7 distractors outside Z.
+The solver check `valid == [answer]` runs on the assembled matrix. What fails is resampled
+from the same stream (at most `MAX_TRIES` times, then a VpromError naming the group). Crop
+reuse is balanced by drawing uniformly among the crops of an element in the cell — a
+per-matrix choice, so shards stay identical to the single run (global least-used counters
+would not be).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from generation.candidates import Option, distractors, fill_weights, mask_of, static_block
+from generation.plan import Group, MatrixPlan
+from generation.pool_index import CELL_NAMES, PoolIndex
+from vprom.errors import VpromError
+from vprom.records import COUNTS, N_CANDIDATES, N_CONTEXT, ElementType, Matrix, Relation
+from vprom.relations import RULES, Progression
+from vprom.sampling import Draws, object_third
+from vprom.solver import completion_mask
+from vprom.splitting import HeldOutDesign
+
+#: An element may appear in a matrix's context only with this many crops in the cell.
+MIN_CONTEXT_CROPS = 3
+#: Resampling attempts per matrix before generation gives up with a VpromError.
+MAX_TRIES = 40
+#: The first attempts keep every candidate's element off all other candidates (`_Taker`);
+#: later ones only keep the completions off the distractors (a super-attribute that every
+#: crop carries, e.g. a person's action, cannot have exclusive labels).
+STRICT_TRIES = 12
+#: Share of every (element type, relation) planned on the train side of the held-out splits.
+
+
+@dataclass
+class Sampler:
+    """One (group, cell): everything needed to sample its matrices fast."""
+
+    group: Group
+    cell: int
+    options: list[Option]
+    cumulative: list[float]
+    crops_of: dict[int, list[int]]
+    label: str = field(default="")
+    skipped: list[str] = field(default_factory=list)  # super-attributes too small for it
+    # attributes: how likely each other super-attribute is to fill a block of candidates
+    fill_weight: dict[str, float] = field(default_factory=dict)
+
+    def pick(self, draws: Draws) -> Option:
+        u = draws.uniform() * self.cumulative[-1]
+        for option, c in zip(self.options, self.cumulative):
+            if u < c:
+                return option
+        return self.options[-1]
+
+
+def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group, cell: int) -> Sampler:
+    etype, rule = group.element_type, RULES[group.relation]
+    where = f"{etype.value} pool of {pool.source}, {CELL_NAMES[cell]} images"
+    label = f"{etype.value} {group.relation.value} matrices of group '{group.name}'"
+    if etype not in pool.cells:
+        raise VpromError(f"{pool.source}: no {etype.value} crops; {label} need them — mine "
+                         "more images or check the pool file")
+    crops_of = pool.cells[etype][cell]
+    universe = pool.universe[etype]
+    enough = {i for i, rows in crops_of.items() if len(rows) >= MIN_CONTEXT_CROPS}
+    usable = set(crops_of)
+    sa_of = pool.super_attribute[etype]
+    if etype is ElementType.COUNT:
+        allowed = (set(COUNTS) if group.name == "any"
+                   else {int(v) for v in group.name[2:].split(",")})
+        options = [Option("", sorted(allowed & enough), sorted(usable), [])]
+    elif etype is ElementType.OBJECT:
+        third = int(group.name.split(":")[1])
+        mine = {i for i in universe.names if object_third(universe.names[i]) == third}
+        options = [Option("", sorted(mine & enough), sorted(mine & usable), [])]
+    else:
+        options = _attribute_options(group, design, sa_of, enough, usable)
+    need_context = rule.min_elements
+    good = [o for o in options if len(o.context) >= need_context
+            and (group.relation is not Relation.PROGRESSION or Progression.feasible(o.context))]
+    if not good:
+        have = ", ".join(f"'{o.super_attribute}' {len(o.context)}" if o.super_attribute
+                         else str(len(o.context)) for o in options) or "none"
+        raise VpromError(
+            f"{where}: {label} need {need_context} elements with >= {MIN_CONTEXT_CROPS} crops "
+            f"each{' forming a progression' if group.relation is Relation.PROGRESSION else ''};"
+            f" have {have} (short by {need_context - max([len(o.context) for o in options], default=0)}"
+            f"{' or no progression fits' if group.relation is Relation.PROGRESSION else ''})"
+            " — mine more images or lower --scale")
+    need_candidates = N_CANDIDATES - 1 + rule.completing_elements
+    for o in good:
+        have = len(set(o.same) | set(o.fill))
+        if have < need_candidates:
+            sa = f" super-attribute '{o.super_attribute}'" if o.super_attribute else ""
+            raise VpromError(f"{where}:{sa} {label} need {need_candidates} distinct elements "
+                             f"with crops for the candidates; have {have} (short by "
+                             f"{need_candidates - have}) — mine more images or lower --scale")
+    # a super-attribute whose candidates cannot form a symmetric profile (or on a
+    # 2-attribute one: its other attribute completes the row too) is left out of the
+    # relation, unless the group has no other (then `_uneven_profile` does its best)
+    symmetric = [o for o in good
+                 if not o.super_attribute or static_block(o, group.relation) is not None]
+    good = symmetric or good
+    cumulative = np.cumsum([len(o.context) for o in good]).tolist()
+    skipped = sorted(o.super_attribute for o in options if o not in good)
+    return Sampler(group, cell, good, cumulative, crops_of, label=f"{label} on {where}",
+                    skipped=skipped)
+
+
+def _attribute_options(group: Group, design: HeldOutDesign, sa_of: dict[int, str],
+                       enough: set[int], usable: set[int]) -> list[Option]:
+    etype, relation = group.element_type.value, group.relation.value
+    held_sas = set(design.held_super_attributes.get(etype, ()))
+    pair_sas = set(design.held_pairs.get(etype, {}).get(relation, ()))
+    every_sa = sorted(set(sa_of.values()))
+    if group.name == "held_sa":
+        chosen, fill_sas = [s for s in every_sa if s in held_sas], set(every_sa)
+    elif group.name == "held_pair":
+        chosen, fill_sas = [s for s in every_sa if s in pair_sas], set(every_sa)
+    else:
+        # train side: no held-out super-attribute may show, not even as a distractor
+        chosen = [s for s in every_sa if s not in held_sas and s not in pair_sas]
+        fill_sas = set(every_sa) - held_sas
+    options = []
+    for sa in chosen:
+        members = {i for i, s in sa_of.items() if s == sa}
+        fill = {i for i in usable if sa_of[i] in fill_sas and sa_of[i] != sa}
+        by_sa: dict[str, list[int]] = {}
+        for i in sorted(fill):
+            by_sa.setdefault(sa_of[i], []).append(i)
+        options.append(Option(sa, sorted(members & enough), sorted(members & usable),
+                               sorted(fill), [(t, ids, mask_of(ids))
+                                              for t, ids in sorted(by_sa.items())]))
+    return options
+
+
+# ---------------------------------------------------------------- one matrix
+
+def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
+                   region: list[int]) -> tuple[str, list[int]] | None:
+    """(super-attribute, 16 crop rows with the answer at `answer_pos`), or None."""
+    etype, rule, crops_of = s.group.element_type, RULES[s.group.relation], s.crops_of
+    for attempt in range(MAX_TRIES):
+        option = s.pick(draws)
+        ids = rule.sample(draws, option.context)
+        rows = _context_crops(draws, ids, crops_of, region)
+        if rows is None:
+            continue
+        z = completion_mask(etype, [masks[r] for r in rows[:N_CONTEXT]])
+        if not masks[rows[N_CONTEXT]] & z:
+            continue
+        used = {region[r] for r in rows}
+        context_ids = list(dict.fromkeys(ids[:N_CONTEXT]))
+        wrong = distractors(draws, option, context_ids, z, used, crops_of, masks, region,
+                             s.fill_weight, rows[N_CONTEXT], attempt < STRICT_TRIES)
+        if wrong is None:
+            continue
+        draws.shuffle(wrong)
+        candidates = wrong[:answer_pos] + [rows[N_CONTEXT]] + wrong[answer_pos:]
+        # the solver check on the assembled matrix: exactly the answer completes it
+        if [k for k in range(N_CANDIDATES) if masks[candidates[k]] & z] != [answer_pos]:
+            continue
+        return option.super_attribute, rows[:N_CONTEXT] + candidates
+    return None
+
+
+def _context_crops(draws: Draws, ids: list[int], crops_of: dict[int, list[int]],
+                   region: list[int]) -> list[int] | None:
+    """One crop per context panel and the answer, no region twice."""
+    u = draws.uniform
+    rows, used = [], set()
+    for e in ids:
+        crops = crops_of[e]
+        for _ in range(8):
+            r = crops[int(u() * len(crops))]
+            if region[r] not in used:
+                break
+        else:
+            return None
+        used.add(region[r])
+        rows.append(r)
+    return rows
+
+
+
+def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
+                  skipped: dict[str, list[str]] | None = None):
+    """Yield (matrix, its 16 crop rows in `pool`) for each index, in order.
+
+    `skipped`, when given, receives per group the super-attributes it could not use (fewer
+    attributes with enough crops than its relation needs, or too few for a symmetric
+    candidate profile while the group has others), for the manifest.
+    """
+    indices = list(indices)
+    # make every (group, cell) sampler first, so a short pool fails before any work is done
+    held = np.array([g.held_side for g in plan.groups], dtype=np.int64)
+    # every (group, cell) of the whole plan, not only the shard's: the filler weights are
+    # computed from all of them, so a shard samples exactly as the single run does
+    every = plan.group_of.astype(np.int64)
+    every_cell = plan.neutral_side.astype(np.int64) * 2 + held[every]
+    keys, n = np.unique(np.stack([every, every_cell]), axis=1, return_counts=True)
+    matrices_of = {(int(g), int(c)): int(k) for (g, c), k in zip(keys.T.tolist(), n.tolist())}
+    samplers = {key: make_sampler(pool, plan.design, plan.groups[key[0]], key[1])
+                for key in (sorted(matrices_of) if indices else [])}
+    weights = fill_weights(samplers, matrices_of)
+    for sampler in samplers.values():
+        sampler.fill_weight = weights.get(sampler.group.element_type, {})
+    for sampler in samplers.values():
+        if sampler.skipped and skipped is not None:
+            g = sampler.group
+            key = f"{g.element_type.value} {g.relation.value} {g.name}"
+            skipped[key] = sorted(set(skipped.get(key, [])) | set(sampler.skipped))
+    masks, region = pool.masks, pool.region
+    crop_id, element = pool.crop_id, pool.element
+    for i in indices:
+        g = int(plan.group_of[i])
+        group = plan.groups[g]
+        cell = int(plan.neutral_side[i]) * 2 + group.held_side
+        sampler = samplers[(g, cell)]
+        answer = int(plan.answer[i])
+        got = sample_matrix(sampler, Draws(plan.seed, i), answer, masks, region)
+        if got is None:
+            raise VpromError(f"matrix {i}: no sound {sampler.label} after {MAX_TRIES} tries "
+                             "(too few distinct crops or too many shared labels) — mine more "
+                             "images or lower --scale")
+        sa, rows = got
+        yield Matrix(id=i, relation=group.relation, element_type=group.element_type,
+                     super_attribute=sa, panels=[crop_id[r] for r in rows],
+                     elements=[element[r] for r in rows], answer=answer), rows
+
+
+def generate_matrices(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int]) -> list[Matrix]:
+    """The matrices with the given indices (pure: same pool, plan and index -> same matrix).
+
+    Build `pool = PoolIndex(crops, seed, design)` and `plan = make_plan(scale, seed, design)`
+    with `design = splits.assign.load_rules().design`. Matrices carry no
+    split assignment yet (`generate_dataset` adds it).
+    """
+    return [m for m, _ in generate_rows(pool, plan, indices)]
+

@@ -1,0 +1,35 @@
+"""The leaf registry: lazy built-ins, one registration per name, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from vprom.errors import VpromError
+from vprom.registry import Registry
+
+
+def test_builtins_are_imported_on_first_use(monkeypatch):
+    registry: Registry[int] = Registry("widget", builtins=("fake_widgets",), hint="see --list")
+    imported = []
+
+    def load():
+        imported.append(True)
+        registry.add("b", 2)
+        registry.add("a", 1)
+
+    # importing "fake_widgets" registers two widgets, as importing a model file does
+    monkeypatch.setattr("importlib.import_module", lambda name: load())
+    assert imported == []
+    assert registry.names() == ["a", "b"] and imported == [True]
+    assert registry.get("a") == 1
+    registry.names()
+    assert imported == [True]  # once
+
+
+def test_a_name_is_registered_once_and_unknown_names_list_the_known():
+    registry: Registry[int] = Registry("widget", hint="see --list")
+    registry.register("x")(3)
+    with pytest.raises(VpromError, match="widget name 'x' is already registered"):
+        registry.add("x", 4)
+    with pytest.raises(VpromError, match=r"unknown widget 'y'; known: x \(see --list\)"):
+        registry.get("y")

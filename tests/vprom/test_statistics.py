@@ -1,0 +1,49 @@
+"""The χ² tail and the Wilson interval against closed forms and textbook values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from vprom.statistics import chi2_sf, wilson_interval
+
+
+@pytest.mark.parametrize("x", [0.1, 1.0, 3.0, 9.0, 40.0])
+def test_chi2_sf_matches_closed_forms(x):
+    assert chi2_sf(x, 2) == pytest.approx(math.exp(-x / 2), rel=1e-10)
+    assert chi2_sf(x, 1) == pytest.approx(math.erfc(math.sqrt(x / 2)), rel=1e-9)
+    # 4 degrees of freedom: Q(2, x/2) = exp(-x/2) (1 + x/2)
+    assert chi2_sf(x, 4) == pytest.approx(math.exp(-x / 2) * (1 + x / 2), rel=1e-10)
+
+
+def test_chi2_sf_known_critical_values():
+    assert chi2_sf(14.067, 7) == pytest.approx(0.05, abs=1e-4)
+    assert chi2_sf(24.322, 7) == pytest.approx(0.001, abs=1e-5)
+    assert chi2_sf(0.0, 7) == 1.0
+
+
+def test_wilson_interval():
+    lo, hi = wilson_interval(50, 100)
+    assert (lo, hi) == (pytest.approx(0.4038, abs=1e-4), pytest.approx(0.5962, abs=1e-4))
+    lo, hi = wilson_interval(0, 20)
+    assert lo == 0.0 and hi == pytest.approx(0.1611, abs=1e-4)
+
+
+@pytest.mark.parametrize("k, n, low, high", [
+    (5, 10, 0.2366, 0.7634),  # textbook values
+    (0, 10, 0.0, 0.2775),
+    (10, 10, 0.7225, 1.0),
+])
+def test_wilson_interval_matches_known_values(k, n, low, high):
+    assert wilson_interval(k, n) == pytest.approx((low, high), abs=1e-4)
+
+
+def test_wilson_interval_contains_the_estimate_and_shrinks_with_n():
+    widths = []
+    for n in (10, 100, 1000):
+        low, high = wilson_interval(n // 2, n)
+        assert low < 0.5 < high
+        widths.append(high - low)
+    assert widths[0] > widths[1] > widths[2]
+    assert wilson_interval(0, 0) == (0.0, 1.0)
