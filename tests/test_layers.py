@@ -1,0 +1,121 @@
+"""The house of floors: every import goes down a floor, and no imports run in a circle.
+
+Every module of the package is read with `ast`, imports inside functions included. A module
+may import its own package, the packages of the floors below it and the third-party
+libraries its floor is allowed; the stages on floor 2 do not import each other (generation
+and verification are handed the split rules by the top floor instead).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("vprom", "mining", "splits", "generation", "features", "baselines")
+GROUND_LIBRARIES = {"numpy", "h5py", "PIL"}
+#: floor -> (the packages below it it may import, the third-party libraries it may import)
+RULES = {
+    "ground": ((), GROUND_LIBRARIES),
+    "mining": (("ground",), GROUND_LIBRARIES | {"ijson", "requests", "tqdm"}),
+    "splits": (("ground",), GROUND_LIBRARIES),
+    "generation": (("ground",), GROUND_LIBRARIES | {"tqdm"}),
+    "features": (("ground",), GROUND_LIBRARIES | {"tqdm", "torch", "torchvision"}),
+    "baselines": (("ground", "splits", "features"),
+                  GROUND_LIBRARIES | {"tqdm", "torch", "matplotlib"}),
+    "top": (("ground", "mining", "splits", "generation", "features", "baselines"), None),
+}
+
+
+def floor(module: str) -> str:
+    """The floor of an internal module name."""
+    if module == "vprom.__main__" or module.startswith("vprom.app"):
+        return "top"
+    package = module.split(".")[0]
+    return "ground" if package == "vprom" else package
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+def imports(path: Path, name: str) -> set[str]:
+    """Every module `path` imports, at any depth of its code (relative imports resolved)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = name.split(".")[: len(name.split(".")) - node.level +
+                                        (1 if path.name == "__init__.py" else 0)]
+                base = ".".join(package + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+MODULES = modules()
+GRAPH = {name: {m for m in imports(path, name) if m in MODULES and m != name}
+         for name, path in MODULES.items()}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_only_go_down(name):
+    mine = floor(name)
+    below, libraries = RULES[mine]
+    problems = []
+    for imported in sorted(imports(MODULES[name], name)):
+        top = imported.split(".")[0]
+        if top in PACKAGES:
+            if imported not in MODULES and imported.rsplit(".", 1)[0] in MODULES:
+                imported = imported.rsplit(".", 1)[0]  # `from package.module import name`
+            target = floor(imported) if imported in MODULES else floor(top)
+            if target != mine and target not in below:
+                problems.append(f"{imported} (floor {target})")
+        elif libraries is not None and top not in sys.stdlib_module_names \
+                and top not in libraries and top != "__future__":
+            problems.append(f"{imported} (library not allowed on floor {mine})")
+    assert not problems, f"{name} (floor {mine}) imports " + ", ".join(problems)
+
+
+def test_nothing_imports_the_top_floor():
+    users = {name: sorted(m for m in targets if floor(m) == "top")
+             for name, targets in GRAPH.items() if floor(name) != "top"}
+    assert not {k: v for k, v in users.items() if v}
+
+
+def test_no_import_cycles():
+    cycles, state, stack = [], {}, []
+
+    def visit(node: str) -> None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(GRAPH[node]):
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(GRAPH):
+        if node not in state:
+            visit(node)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_checker_sees_lazy_imports(tmp_path):
+    path = tmp_path / "lazy.py"
+    path.write_text("def f():\n    from baselines.train import train\n    import torch\n")
+    assert {"baselines.train", "baselines.train.train", "torch"} <= imports(path, "vprom.x")
