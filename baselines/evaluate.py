@@ -20,13 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
+from baselines.config import TrainConfig
 from baselines.data import load_split
-from baselines.train import TrainConfig, build_model, load_checkpoint, predict
+from baselines.train import build_model, load_checkpoint, predict
 from features.devices import resolve_device
 from vprom.errors import VpromError
 from vprom.io import write_json
 from vprom.records import CHANCE, ElementType, Relation
 from vprom.statistics import wilson_interval
+
 
 def score(correct: np.ndarray) -> dict:
     """n, correct, accuracy and its 95% interval for a boolean array of outcomes."""

@@ -26,8 +26,15 @@ from pathlib import Path
 
 import numpy as np
 
-from baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED, PAPER_NAMES,
-                             feature_type, paper_accuracy)
+from baselines.paper import (
+    CHANCE,
+    FEATURE_TYPES,
+    HUMANS,
+    HUMANS_SKIPPED,
+    PAPER_NAMES,
+    feature_type,
+    paper_accuracy,
+)
 from vprom.errors import VpromError
 from vprom.io import atomic_path, write_text
 from vprom.records import SPLITS, ElementType, Relation

@@ -33,7 +33,6 @@ import dataclasses
 import json
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +41,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from baselines.common import ModelConfig
+from baselines.config import OPTIMIZERS, TrainConfig
 from baselines.data import MatrixSet, SplitData, load_split
 from baselines.registry import get_model, list_models
 from features.devices import World, joined_world
@@ -50,51 +50,9 @@ from vprom.io import atomic_path, make_manifest, sha256_file, write_json
 from vprom.records import SPLITS
 
 CHECKPOINT_FORMAT = 1
-OPTIMIZERS = ("adadelta", "adam")
-DEFAULT_LR = {"adadelta": 1.0, "adam": 1e-4}
 EVAL_BATCH = 512
 # Fields that may differ when a run is resumed: how long to train and where, not what.
 RESUMABLE_CHANGES = ("epochs", "patience", "device", "resume")
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainConfig:
-    """One training run; written into the run folder and every checkpoint."""
-
-    dataset: Path
-    features: Path
-    model: str
-    split: str
-    aux: bool = False
-    out: Path
-    epochs: int = 20
-    batch_size: int = 64
-    optimizer: str = "adadelta"
-    lr: float | None = None  # default: 1.0 AdaDelta, 1e-4 Adam
-    hidden: int = 512
-    patience: int = 5
-    shuffle_context: bool = False
-    center_features: bool = False
-    seed: int = 0
-    device: str | None = None
-    resume: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("dataset", "features", "out"):
-            object.__setattr__(self, name, Path(getattr(self, name)))
-
-    @property
-    def learning_rate(self) -> float:
-        return self.lr if self.lr is not None else DEFAULT_LR[self.optimizer]
-
-    def to_dict(self) -> dict:
-        return {k: (str(v) if isinstance(v, Path) else v)
-                for k, v in dataclasses.asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, record: dict) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in record.items() if k in known})
 
 
 def check_config(config: TrainConfig) -> None:

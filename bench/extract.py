@@ -35,7 +35,8 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from features.backbones import get_backbone  # noqa: E402
-from features.extract import ExtractConfig, _autocast_dtype, embed, extract  # noqa: E402
+from features.config import ExtractConfig
+from features.extract import _autocast_dtype, embed, extract  # noqa: E402
 from tests.features.conftest import crop_table, write_dataset  # noqa: E402
 
 

@@ -16,8 +16,9 @@ import os
 import time
 from pathlib import Path
 
+from baselines.config import TrainConfig
 from baselines.evaluate import evaluate
-from baselines.train import TrainConfig, train
+from baselines.train import train
 from vprom.records import SPLITS
 
 

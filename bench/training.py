@@ -1,13 +1,19 @@
 """Training-side figures: data loading, batch gather vs per-matrix HDF5 reads, model throughput."""
-import sys, time
+import sys
+import time
 from pathlib import Path
-import h5py, numpy as np, torch
+
+import h5py
+import numpy as np
+import torch
+
 sys.path.insert(0, ".")
-from tests.baselines.conftest import write_pair
+import torch.nn.functional as F
+
+from baselines.common import ModelConfig
 from baselines.data import load_split
 from baselines.registry import get_model
-from baselines.common import ModelConfig
-import torch.nn.functional as F
+from tests.baselines.conftest import write_pair
 
 N, D, B = int(sys.argv[1]), 2048, 64
 folder = Path(sys.argv[2])

@@ -49,47 +49,19 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from features.backbones import Backbone, Loaded, get_backbone
-from features.devices import World, joined_world
+from features.config import ExtractConfig
 from features.crops import RESIZE, BatchPlan, CropDataset, collate, make_batch_plan
+from features.devices import World, joined_world
 from vprom.errors import VpromError
 from vprom.images import ImageIndex
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
 from vprom.tables import read_crop_table, set_manifest
 
-DTYPES = {"float16": np.float16, "float32": np.float32}
+DTYPES = {"float16": np.float16, "float32": np.float32}  # ExtractConfig.dtype -> numpy
 ASSEMBLE_ROWS = 16384
 NICE_WORKERS = 10  # CPU runs: DataLoader workers' priority below the forward's
 POOLING = "global average pool over the last conv stage's feature map"
 NORMALISATION = "L2 (computed in float32, then cast to the stored dtype)"
-
-
-@dataclass(frozen=True)
-class ExtractConfig:
-    dataset: Path
-    vg: Path
-    backbone: str
-    out: Path
-    weights: str = "imagenet"
-    batch_size: int = 64
-    workers: int = 2
-    device: str | None = None
-    dtype: str = "float16"
-    resume: bool = True
-    allow_missing: bool = False
-    compile: bool = False
-    input_size: int | None = None  # None: the backbone's own (224); small values for tests
-    chunk_batches: int = 16  # batches per resumable chunk
-
-    def __post_init__(self) -> None:
-        for name in ("dataset", "vg", "out"):
-            object.__setattr__(self, name, Path(getattr(self, name)))
-        if self.dtype not in DTYPES:
-            raise VpromError(f"--dtype {self.dtype}: choose one of {', '.join(DTYPES)}")
-        for name, low in (("batch_size", 1), ("workers", 0), ("chunk_batches", 1)):
-            if getattr(self, name) < low:
-                raise VpromError(f"{name} must be >= {low}, got {getattr(self, name)}")
-        if self.input_size is not None and self.input_size < 32:
-            raise VpromError(f"input_size must be >= 32 pixels, got {self.input_size}")
 
 
 @dataclass

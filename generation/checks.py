@@ -28,8 +28,14 @@ from generation.audit import Check
 from generation.dataset_view import MAX_EXAMPLES, Data, bad, examples
 from vprom.errors import VpromError
 from vprom.io import manifest_path, sha256_file
-from vprom.records import (COUNTS, N_CANDIDATES, N_CONTEXT, RELATIONS_OF, SPLITS,
-                           ElementType)
+from vprom.records import (
+    COUNTS,
+    N_CANDIDATES,
+    N_CONTEXT,
+    RELATIONS_OF,
+    SPLITS,
+    ElementType,
+)
 from vprom.solver import check_matrix as solver_check
 from vprom.splitting import PanelInfo, SplitRules, image_sides
 from vprom.tables import CropTable, MatrixTable, content_hash

@@ -24,8 +24,15 @@ from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
 from vprom.records import SPLITS, TABLE1, ElementType, Matrix
 from vprom.splitting import PanelInfo, SplitRules
-from vprom.tables import (STR, CropTable, MatrixTable, content_hash, open_h5, read_crop_table,
-                          set_manifest)
+from vprom.tables import (
+    STR,
+    CropTable,
+    MatrixTable,
+    content_hash,
+    open_h5,
+    read_crop_table,
+    set_manifest,
+)
 
 
 @dataclass

@@ -41,9 +41,22 @@ from tqdm import tqdm
 
 from vprom.errors import VpromError
 from vprom.images import ImageIndex, clip_box
-from vprom.io import atomic_dir, atomic_path, make_manifest, manifest_path, sha256_file, write_json
+from vprom.io import (
+    atomic_dir,
+    atomic_path,
+    make_manifest,
+    manifest_path,
+    sha256_file,
+    write_json,
+)
 from vprom.records import LABEL_SEPARATOR, N_CONTEXT, N_PANELS, Matrix
-from vprom.tables import CropTable, MatrixTable, crop_rows, read_crop_table, read_matrix_table
+from vprom.tables import (
+    CropTable,
+    MatrixTable,
+    crop_rows,
+    read_crop_table,
+    read_matrix_table,
+)
 
 FORMATS = ("jsonl", "original")
 JPEG_QUALITY = 95

@@ -19,7 +19,13 @@ from typing import Sequence
 
 import numpy as np
 
-from generation.candidates import Option, distractors, fill_weights, mask_of, static_block
+from generation.candidates import (
+    Option,
+    distractors,
+    fill_weights,
+    mask_of,
+    static_block,
+)
 from generation.plan import Group, MatrixPlan
 from generation.pool_index import CELL_NAMES, PoolIndex
 from vprom.errors import VpromError

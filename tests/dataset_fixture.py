@@ -22,8 +22,15 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from vprom.io import make_manifest
-from vprom.records import (N_CANDIDATES, RELATIONS_OF, SPLITS, Crop, ElementType, Matrix,
-                           Relation)
+from vprom.records import (
+    N_CANDIDATES,
+    RELATIONS_OF,
+    SPLITS,
+    Crop,
+    ElementType,
+    Matrix,
+    Relation,
+)
 from vprom.tables import CropTable, MatrixTable, set_manifest
 
 OBJECT_ATTRIBUTES = {

@@ -21,8 +21,15 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from vprom.records import (N_CANDIDATES, N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType, Matrix,
-                           Relation)
+from vprom.records import (
+    N_CANDIDATES,
+    N_CONTEXT,
+    N_PANELS,
+    RELATIONS_OF,
+    ElementType,
+    Matrix,
+    Relation,
+)
 from vprom.relations import RULES
 
 _RULES_OF = {t: tuple(RULES[r] for r in rels) for t, rels in RELATIONS_OF.items()}

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import csv
-import json
 import io
+import json
 from pathlib import Path
 
 import pytest
 
 import vprom.app.reproduce as reproduce_module
-from vprom.app.reproduce import ReproduceConfig, backbone_weights, grid, reproduce
 from tests.baselines.conftest import write_pair
+from vprom.app.reproduce import ReproduceConfig, backbone_weights, grid, reproduce
 from vprom.errors import VpromError
 from vprom.records import SPLITS
 

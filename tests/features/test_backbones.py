@@ -6,8 +6,13 @@ import pytest
 import torch
 import torchvision
 
-from features.backbones import (Backbone, Preprocess, get_backbone, list_backbones,
-                                register_backbone)
+from features.backbones import (
+    Backbone,
+    Preprocess,
+    get_backbone,
+    list_backbones,
+    register_backbone,
+)
 from vprom.errors import VpromError
 
 

@@ -6,8 +6,8 @@ import numpy as np
 from PIL import Image, JpegImagePlugin
 
 from features.crops import decode_crops, draft_reduction, make_batch_plan
-from vprom.images import clip_box
 from tests.features.conftest import CROP_ROWS, crop_table, write_jpeg
+from vprom.images import clip_box
 
 original_jpeg = JpegImagePlugin.JpegImageFile.draft
 

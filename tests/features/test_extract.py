@@ -16,8 +16,9 @@ import torchvision
 
 import features.extract as extract_module
 from features.backbones import IMAGENET_MEAN, IMAGENET_STD, get_backbone
+from features.config import ExtractConfig
 from features.crops import decode_crops
-from features.extract import ExtractConfig, extract
+from features.extract import extract
 from features.reader import check_complete, load_features
 from tests.features.conftest import CROP_ROWS
 from vprom.errors import VpromError

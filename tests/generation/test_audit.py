@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-
 import h5py
 import numpy as np
 import pytest
 
-from tests.dataset_fixture import build_records, fixture_assign, write_dataset
 from generation import audit
 from generation.verify import verify
 from splits.assign import load_rules
+from tests.dataset_fixture import build_records, fixture_assign, write_dataset
 
 
 def test_heuristics_score_exactly_chance_on_distinct_candidates():

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from generation.export import export, matrix_of
 from tests.dataset_fixture import build_records, write_dataset, write_images
 from vprom.app import cli
 from vprom.errors import VpromError
-from generation.export import export, matrix_of
 from vprom.records import SPLITS
 from vprom.tables import read_crop_table, read_matrix_table
 

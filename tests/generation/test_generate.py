@@ -14,14 +14,13 @@ from generation.plan import make_plan
 from generation.pool_index import PoolIndex
 from generation.sampler import generate_matrices
 from splits.assign import load_rules
+from tests.generation.conftest import SMALL_SCALE, tiny_crops
 from vprom.errors import VpromError
 from vprom.io import manifest_path
 from vprom.records import SPLITS, TABLE1, ElementType
 from vprom.sampling import object_third
 from vprom.solver import check_matrix
 from vprom.tables import read_crop_table, read_manifest, read_matrix_table
-
-from tests.generation.conftest import SMALL_SCALE, tiny_crops
 
 RULES = load_rules()
 

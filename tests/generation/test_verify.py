@@ -9,11 +9,11 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.dataset_fixture import build_records, fixture_assign, write_dataset
-from vprom.app import cli
-from vprom.io import sha256_file, write_json, manifest_path
 from generation.verify import verify
 from splits.assign import load_rules
+from tests.dataset_fixture import build_records, fixture_assign, write_dataset
+from vprom.app import cli
+from vprom.io import manifest_path, sha256_file, write_json
 from vprom.tables import content_hash, crop_rows
 
 
@@ -338,8 +338,8 @@ def test_an_empty_dataset_fails(tmp_path):
 
 def test_a_generated_dataset_passes_with_the_real_rules(tmp_path, capsys):
     """End to end with `vprom generate`, `vprom.solver` and `splits.assign` (manifest seed)."""
-    from tests.dataset_fixture import write_pools
     from generation.dataset import generate
+    from tests.dataset_fixture import write_pools
 
     dataset = tmp_path / "dataset.h5"
     generate(write_pools(tmp_path / "pools.h5"), dataset, RULES, scale=0.004, seed=3)

@@ -15,6 +15,7 @@ import stat
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 
 from mining.download import ANNOTATIONS, IMAGES, DownloadSummary, download, unpack

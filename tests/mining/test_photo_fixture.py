@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.photo_fixture import (EXPECTED_CROPS, PHOTOS, check_vg_schema, crop_pixels,
-                                 photo_crops, write_photo_vg)
+from tests.photo_fixture import (
+    EXPECTED_CROPS,
+    PHOTOS,
+    check_vg_schema,
+    crop_pixels,
+    photo_crops,
+    write_photo_vg,
+)
 
 pytest.importorskip("skimage")
 

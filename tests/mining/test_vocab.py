@@ -11,10 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mining.vocab import (DATA_DIR, HUMAN_SUPER_ATTRIBUTES, OBJECT_SUPER_ATTRIBUTES,
-                          load_vocabulary, normalize)
-from vprom.errors import VpromError
+from mining.vocab import (
+    DATA_DIR,
+    HUMAN_SUPER_ATTRIBUTES,
+    OBJECT_SUPER_ATTRIBUTES,
+    load_vocabulary,
+    normalize,
+)
 from tests.mining.conftest import plural
+from vprom.errors import VpromError
 
 # The labels the synthetic corpus renders (and the paper's examples): they must exist.
 OBJECT_ATTRIBUTES = {

@@ -10,12 +10,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splits.assign import (SPEC_DIR, assign, choose_val, held_out_design, load_rules,
-                           load_split_specs, val_size)
-from vprom.splitting import PanelInfo, image_sides
+from splits.assign import (
+    SPEC_DIR,
+    assign,
+    choose_val,
+    held_out_design,
+    load_rules,
+    load_split_specs,
+    val_size,
+)
 from vprom.errors import VpromError
 from vprom.records import RELATIONS_OF, SPLITS, ElementType, Matrix
 from vprom.sampling import object_third
+from vprom.splitting import PanelInfo, image_sides
 
 SPECS = load_split_specs()
 OBJECTS = [f"obj{k}" for k in range(30)]

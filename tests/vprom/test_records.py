@@ -1,5 +1,6 @@
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from vprom.records import RELATIONS_OF, Crop, ElementType, Matrix, Relation
 

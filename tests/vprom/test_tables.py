@@ -4,7 +4,14 @@ import pytest
 
 from vprom.errors import VpromError
 from vprom.records import Crop, Matrix
-from vprom.tables import CropTable, MatrixTable, read_crop_table, read_manifest, read_matrix_table, set_manifest
+from vprom.tables import (
+    CropTable,
+    MatrixTable,
+    read_crop_table,
+    read_manifest,
+    read_matrix_table,
+    set_manifest,
+)
 
 
 def _crops():

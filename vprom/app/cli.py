@@ -1,19 +1,29 @@
 """The `vprom` command line: parses arguments and calls library functions, nothing more.
 
 Each subcommand is registered with its help text and an example; `run_<name>(args)` imports
-its stage lazily (so `vprom --help` is instant and `vprom mine` never imports torch) and
-calls one library function. A `VpromError` becomes one line on stderr and exit status 1.
+its stage lazily (so `vprom --help` is quick and `vprom mine` never imports torch) and calls
+one library function. A `VpromError` becomes one line on stderr and exit status 1.
+
+Option defaults are read from the function or config dataclass that owns them (`default`),
+never written twice; the config modules it reads import no torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from pathlib import Path
 
+from baselines.config import OPTIMIZERS, TrainConfig
+from features.config import STORED_DTYPES, ExtractConfig
+from generation.dataset import generate
+from mining.pools import mine
+from mining.synth import write_corpus
 from vprom import __version__
+from vprom.app.build import build
+from vprom.app.reproduce import ReproduceConfig
 from vprom.errors import VpromError
-from vprom.records import MIN_SIDE, SPLITS
 
 COMMANDS: dict[str, tuple[str, str]] = {}  # name -> (summary, example)
 
@@ -26,6 +36,11 @@ def command(name: str, summary: str, example: str):
         return add_arguments
 
     return wrap
+
+
+def default(owner, name: str):
+    """The default of parameter `name` of a function or config dataclass."""
+    return inspect.signature(owner).parameters[name].default
 
 
 def _options(args: argparse.Namespace) -> dict:
@@ -62,14 +77,13 @@ def run_download(args):
          "vprom synth --out data/synth --images 2000 --seed 0")
 def add_synth(p):
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--images", type=int, default=2000)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=1, help="rendering processes")
+    p.add_argument("--images", type=int, default=default(write_corpus, "images"))
+    p.add_argument("--seed", type=int, default=default(write_corpus, "seed"))
+    p.add_argument("--workers", type=int, default=default(write_corpus, "workers"),
+                   help="rendering processes")
 
 
 def run_synth(args):
-    from mining.synth import write_corpus
-
     print(write_corpus(args.out, images=args.images, seed=args.seed, workers=args.workers))
 
 
@@ -78,13 +92,13 @@ def run_synth(args):
 def add_mine(p):
     p.add_argument("--vg", type=Path, required=True, help="folder with VG's JSON (or .json.zip)")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--min-side", type=int, default=MIN_SIDE, help="drop regions smaller (px)")
-    p.add_argument("--workers", type=int, default=2, help="processes (one per file)")
+    p.add_argument("--min-side", type=int, default=default(mine, "min_side"),
+                   help="drop regions smaller (px)")
+    p.add_argument("--workers", type=int, default=default(mine, "workers"),
+                   help="processes (one per file)")
 
 
 def run_mine(args):
-    from mining.pools import mine
-
     report = mine(args.vg, args.out, min_side=args.min_side, workers=args.workers)
     print(report.summary())
 
@@ -94,14 +108,14 @@ def run_mine(args):
 def add_generate(p):
     p.add_argument("pools", type=Path)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--scale", type=float, default=1.0, help="fraction of Table 1's 235,000")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scale", type=float, default=default(generate, "scale"),
+                   help="fraction of Table 1's 235,000")
+    p.add_argument("--seed", type=int, default=default(generate, "seed"))
     p.add_argument("--shard", type=_shard, default=None,
                    help="K/N: only matrices i with i %% N == K (rows equal the single run's)")
 
 
 def run_generate(args):
-    from generation.dataset import generate
     from splits.assign import load_rules
 
     summary = generate(args.pools, args.out, load_rules(), scale=args.scale, seed=args.seed,
@@ -130,14 +144,14 @@ def add_build(p):
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--vg", type=Path, help="an unpacked Visual Genome folder")
     src.add_argument("--synthetic", action="store_true", help="the built-in synthetic corpus")
-    p.add_argument("--images", type=int, default=None, help="synthetic corpus size")
-    p.add_argument("--scale", type=float, default=None, help="fraction of Table 1's size")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--images", type=int, default=default(build, "images"),
+                   help="synthetic corpus size")
+    p.add_argument("--scale", type=float, default=default(build, "scale"),
+                   help="fraction of Table 1's size")
+    p.add_argument("--seed", type=int, default=default(build, "seed"))
 
 
 def run_build(args):
-    from vprom.app.build import build
-
     build(args.out, vg=args.vg, synthetic=args.synthetic, images=args.images,
           scale=args.scale, seed=args.seed)
 
@@ -217,12 +231,15 @@ def add_extract(p):
     p.add_argument("dataset", type=Path, nargs="?", help="DATASET.h5 (its crops are extracted)")
     p.add_argument("--vg", type=Path, help="Visual Genome folder (holding VG_100K/)")
     p.add_argument("--backbone", help="see `vprom extract --list`")
-    p.add_argument("--weights", default="imagenet", help="imagenet | none | PATH to a state dict")
+    p.add_argument("--weights", default=default(ExtractConfig, "weights"),
+                   help="imagenet | none | PATH to a state dict")
     p.add_argument("--out", type=Path, help="FEATS.h5 to write")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--workers", type=int, default=2, help="DataLoader workers")
-    p.add_argument("--device", default=None, help="cuda, cpu, ... (default: cuda if available)")
-    p.add_argument("--dtype", choices=("float16", "float32"), default="float16")
+    p.add_argument("--batch-size", type=int, default=default(ExtractConfig, "batch_size"))
+    p.add_argument("--workers", type=int, default=default(ExtractConfig, "workers"),
+                   help="DataLoader workers")
+    p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if "
+                   "available; under torchrun each process takes its LOCAL_RANK's GPU)")
+    p.add_argument("--dtype", choices=STORED_DTYPES, default=default(ExtractConfig, "dtype"))
     p.add_argument("--no-resume", dest="resume", action="store_false",
                    help="start over even if a matching partial file exists")
     p.add_argument("--allow-missing", action="store_true",
@@ -230,13 +247,13 @@ def add_extract(p):
     p.add_argument("--compile", action="store_true", help="torch.compile the backbone (CUDA)")
     p.add_argument("--input-size", type=int, default=None,
                    help="crop side in pixels (default: the backbone's, 224)")
-    p.add_argument("--chunk-batches", type=int, default=16,
+    p.add_argument("--chunk-batches", type=int, default=default(ExtractConfig, "chunk_batches"),
                    help="batches per resumable chunk (a killed run redoes at most one chunk)")
     p.add_argument("--list", action="store_true", help="list the backbones and exit")
 
 
 def run_extract(args):
-    from features.extract import ExtractConfig, extract
+    from features.extract import extract
 
     options = _options(args)
     if options.pop("list"):
@@ -263,23 +280,25 @@ def add_train(p):
     p.add_argument("--split", required=True, help="neutral, interpolation, ...")
     p.add_argument("--aux", action="store_true", help="add the relation/element-type loss")
     p.add_argument("--out", type=Path, required=True, help="run folder")
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--optimizer", choices=("adadelta", "adam"), default="adadelta")
+    p.add_argument("--epochs", type=int, default=default(TrainConfig, "epochs"))
+    p.add_argument("--batch-size", type=int, default=default(TrainConfig, "batch_size"))
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=default(TrainConfig, "optimizer"))
     p.add_argument("--lr", type=float, default=None, help="default: 1.0 AdaDelta, 1e-4 Adam")
-    p.add_argument("--hidden", type=int, default=512)
-    p.add_argument("--patience", type=int, default=5, help="epochs without val gain before stop")
+    p.add_argument("--hidden", type=int, default=default(TrainConfig, "hidden"))
+    p.add_argument("--patience", type=int, default=default(TrainConfig, "patience"),
+                   help="epochs without val gain before stop")
     p.add_argument("--shuffle-context", action="store_true",
                    help="control: each matrix's context replaced by another matrix's")
     p.add_argument("--center-features", action="store_true",
                    help="subtract the training crops' mean feature, re-normalise (see README)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None, help="default: cuda if available")
+    p.add_argument("--seed", type=int, default=default(TrainConfig, "seed"))
+    p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if "
+                   "available; under torchrun each process takes its LOCAL_RANK's GPU)")
     p.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
 
 
 def run_train(args):
-    from baselines.train import TrainConfig, train
+    from baselines.train import train
 
     train(TrainConfig(**_options(args)))
 
@@ -321,13 +340,13 @@ def add_reproduce(p):
     p.add_argument("--scale", type=float, default=None,
                    help="fraction of Table 1 (default 1.0 on VG, 0.05 synthetic)")
     p.add_argument("--images", type=int, default=None, help="synthetic corpus size")
-    p.add_argument("--backbones", default="resnet101,bottomup-r101")
+    p.add_argument("--backbones", default=default(ReproduceConfig, "backbones"))
     p.add_argument("--weights", default=None,
                    help="comma list, one per backbone (default: imagenet for torchvision ones)")
-    p.add_argument("--models", default="mlp-sum-6,gru-shared,vqa,rn")
-    p.add_argument("--splits", default=",".join(SPLITS))
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--models", default=default(ReproduceConfig, "models"))
+    p.add_argument("--splits", default=default(ReproduceConfig, "splits"))
+    p.add_argument("--epochs", type=int, default=default(ReproduceConfig, "epochs"))
+    p.add_argument("--seed", type=int, default=default(ReproduceConfig, "seed"))
     p.add_argument("--device", default=None)
     p.add_argument("--input-size", type=int, default=None,
                    help="crop side for extraction (default: the backbone's, 224)")
@@ -336,7 +355,7 @@ def add_reproduce(p):
 
 
 def run_reproduce(args):
-    from vprom.app.reproduce import ReproduceConfig, reproduce
+    from vprom.app.reproduce import reproduce
 
     reproduce(ReproduceConfig(**_options(args)))
 

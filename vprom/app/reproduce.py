@@ -17,6 +17,9 @@ stopped:
 
 Weights: one per backbone ("imagenet" by default where the backbone has torchvision ImageNet
 weights; the bottom-up backbone needs the path of its converted checkpoint).
+
+The stages are imported inside the functions that run them, so the command line reads
+`ReproduceConfig`'s defaults without importing torch.
 """
 
 from __future__ import annotations
@@ -25,14 +28,6 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from baselines.evaluate import evaluate, format_metrics
-from baselines.registry import list_models
-from baselines.report import report
-from baselines.train import TrainConfig, train
-from features.backbones import get_backbone
-from features.extract import ExtractConfig, extract
-from features.reader import check_complete
-from vprom.app.build import build
 from vprom.errors import VpromError
 from vprom.io import sha256_file, write_json
 from vprom.records import SPLITS
@@ -97,6 +92,8 @@ def _items(text: str | None, what: str) -> list[str]:
 
 def backbone_weights(config: ReproduceConfig) -> dict[str, str]:
     """backbone -> weights, checked before any work starts."""
+    from features.backbones import get_backbone
+
     backbones = _items(config.backbones, "backbones")
     if config.weights is None:
         weights = []
@@ -119,6 +116,8 @@ def backbone_weights(config: ReproduceConfig) -> dict[str, str]:
 
 def grid(config: ReproduceConfig) -> list[RunSpec]:
     """Every run, grouped by backbone: models × aux × splits, then the controls."""
+    from baselines.registry import list_models
+
     models, splits = _items(config.models, "models"), _items(config.splits, "splits")
     for m in models:
         if m not in list_models():
@@ -136,6 +135,8 @@ def grid(config: ReproduceConfig) -> list[RunSpec]:
 
 
 def _build(config: ReproduceConfig) -> tuple[Path, Path]:
+    from vprom.app.build import build
+
     if (config.vg is None) == (not config.synthetic):
         raise VpromError("reproduce needs exactly one source: --vg DIR or --synthetic")
     result = build(config.out / "build", vg=config.vg, synthetic=config.synthetic,
@@ -146,6 +147,10 @@ def _build(config: ReproduceConfig) -> tuple[Path, Path]:
 def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: str,
               weights: str) -> Path:
     """OUT/features/<backbone>.h5, extracted unless a complete file from the same inputs exists."""
+    from features.config import ExtractConfig
+    from features.extract import extract
+    from features.reader import check_complete
+
     out = config.out / "features" / f"{backbone}.h5"
     stamp_path = out.with_name(out.name + ".reproduce.json")
     stamp = {"backbone": backbone, "weights": weights, "dataset_sha256": sha256_file(dataset),
@@ -166,6 +171,10 @@ def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: st
 
 def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
                         config: ReproduceConfig) -> None:
+    from baselines.config import TrainConfig
+    from baselines.evaluate import evaluate, format_metrics
+    from baselines.train import train
+
     train(TrainConfig(dataset=dataset, features=features, model=spec.model, split=spec.split,
                       aux=spec.aux, out=run, epochs=config.epochs,
                       shuffle_context=spec.shuffle_context, seed=config.seed,
@@ -176,6 +185,8 @@ def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
 
 def reproduce(config: ReproduceConfig) -> Path:
     """Run the grid (see the module doc); returns the report folder."""
+    from baselines.report import report
+
     weights = backbone_weights(config)
     specs = grid(config)
     dataset, vg_dir = _build(config)
