@@ -62,6 +62,7 @@ class ModelConfig:
     hidden: int = 512
     aux: bool = False  # add the auxiliary heads
     layers: int = 2  # k for mlp-*-k: f1 and f2 get k/2 Linear+ReLU layers each
+    score_init: float = 1.0  # the score head's initial weights, times torch's default init
 
 
 class ModelOutput(NamedTuple):
@@ -110,14 +111,26 @@ def mlp(in_features: int, hidden: int, n_layers: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def score_head(hidden: int) -> nn.Linear:
+def score_head(config: ModelConfig, outputs: int = 1, bias: bool = False) -> nn.Linear:
     """The paper's w: one score per candidate from its [.., hidden] representation.
 
     It has no bias. The same scoring function serves all 8 candidates, so a bias would add
     one constant to every score, and softmax cross-entropy is unchanged by a shift of all its
     logits: the bias's gradient would be exactly zero, a parameter that can never learn.
+    (`gru` reads all 16 panels at once and has one output per candidate, `outputs=8`; its
+    bias gives each answer position its own offset.)
+
+    Its initial weights are torch's default times `config.score_init`. With torch's default
+    init a deep ReLU or gated-tanh stack shrinks its input at every layer, so at the start
+    the 8 scores barely differ and every gradient below the head is tiny (about 1e-6 for
+    mlp-sum-6); AdaDelta then moves nothing (its step is about the gradient itself while
+    the squared gradient is below its eps). A larger head scales every gradient below it by
+    the same factor; `bench/grid.py` searches it with the optimiser's settings.
     """
-    return nn.Linear(hidden, 1, bias=False)
+    head = nn.Linear(config.hidden, outputs, bias=bias)
+    with torch.no_grad():
+        head.weight.mul_(config.score_init)
+    return head
 
 
 def half_depth(config: ModelConfig) -> int:

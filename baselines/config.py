@@ -2,16 +2,35 @@
 
 The config is written into every run folder and checkpoint; the command line takes its
 defaults from here, so each is written once.
+
+Hyper-parameters (`HYPER`: optimizer, lr, rho, eps, hidden, batch_size, score_init) default to
+None, which means "the model's default": the values stored as data in
+`baselines/defaults.json`, chosen per model by the coarse grid search of `bench/grid.py`
+(the table is in bench/RESULTS.md and docs/training-defaults.md). `resolved()` fills them in;
+a run records the resolved values, and which of them came from the defaults file. A model the
+file does not list takes its "*" entry. When the user picks an optimizer other than the
+model's, the optimizer-specific values (lr, rho, eps) come from that optimizer's own entry in
+the file, never from settings tuned for another optimizer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
+from vprom.errors import VpromError
+
 OPTIMIZERS = ("adadelta", "adam")
-DEFAULT_LR = {"adadelta": 1.0, "adam": 1e-4}
+#: the settings a model's defaults entry holds; None in a TrainConfig = take the model's
+HYPER = ("optimizer", "lr", "rho", "eps", "hidden", "batch_size", "score_init")
+#: the settings of one optimizer (rho is AdaDelta's decay; Adam has none)
+OPTIMIZER_KEYS = {"adadelta": ("lr", "rho", "eps"), "adam": ("lr", "eps")}
+DEFAULTS_FILE = "defaults.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,24 +44,33 @@ class TrainConfig:
     aux: bool = False
     out: Path
     epochs: int = 20
-    batch_size: int = 64
-    optimizer: str = "adadelta"
-    lr: float | None = None  # default: 1.0 AdaDelta, 1e-4 Adam
-    hidden: int = 512
+    batch_size: int | None = None  # None: the model's default (baselines/defaults.json)
+    optimizer: str | None = None
+    lr: float | None = None
+    rho: float | None = None  # AdaDelta's decay of its running averages
+    eps: float | None = None
+    hidden: int | None = None
+    score_init: float | None = None  # the score head's initial weights, times torch's default
     patience: int = 5
     shuffle_context: bool = False
     center_features: bool = False
     seed: int = 0
     device: str | None = None
-    resume: bool = False
+    cuda_graphs: bool = False  # replay each training step from a captured CUDA graph
+    restart: bool = False  # start a run folder over (its files are kept until new ones exist)
 
     def __post_init__(self) -> None:
         for name in ("dataset", "features", "out"):
             object.__setattr__(self, name, Path(getattr(self, name)))
 
-    @property
-    def learning_rate(self) -> float:
-        return self.lr if self.lr is not None else DEFAULT_LR[self.optimizer]
+    def resolved(self) -> "TrainConfig":
+        """This config with every hyper-parameter the user left as None taken from the defaults."""
+        return dataclasses.replace(self, **{k: v for k, v in resolve_hyper(self).items()
+                                            if getattr(self, k) is None})
+
+    def defaulted(self) -> list[str]:
+        """The hyper-parameters this (unresolved) config leaves to the model's defaults."""
+        return [k for k in HYPER if getattr(self, k) is None]
 
     def to_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v)
@@ -52,3 +80,93 @@ class TrainConfig:
     def from_dict(cls, record: dict) -> "TrainConfig":
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in record.items() if k in known})
+
+
+# ---------------------------------------------------------------- the defaults file
+@lru_cache(maxsize=None)
+def load_defaults() -> dict:
+    """`baselines/defaults.json`, checked: every entry complete and every value valid."""
+    text = resources.files("baselines").joinpath(DEFAULTS_FILE).read_text(encoding="utf-8")
+    return parse_defaults(text, f"baselines/{DEFAULTS_FILE}")
+
+
+def parse_defaults(text: str, where: str) -> dict:
+    """A defaults file's JSON text, checked; VpromError naming the entry that is wrong."""
+    try:
+        data = json.loads(text)
+        optimizers, models = data["optimizers"], data["models"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise VpromError(f"{where}: not a defaults file ({e}); reinstall vprom") from None
+    for name, keys in OPTIMIZER_KEYS.items():
+        entry = optimizers.get(name)
+        if not isinstance(entry, dict) or set(entry) != set(keys):
+            raise VpromError(f"{where}: optimizers.{name} must give exactly {', '.join(keys)}")
+        _check_values(entry, f"{where}: optimizers.{name}")
+    if "*" not in models:
+        raise VpromError(f"{where}: no '*' entry (the defaults of unlisted models)")
+    for model, entry in models.items():
+        if not isinstance(entry, dict) or entry.get("optimizer") not in OPTIMIZERS:
+            raise VpromError(f"{where}: models.{model} needs an optimizer, one of "
+                             f"{', '.join(OPTIMIZERS)}")
+        wanted = {"optimizer", "hidden", "batch_size", "score_init",
+                  *OPTIMIZER_KEYS[entry["optimizer"]]}
+        if set(k for k in entry if not k.startswith("_")) != wanted:
+            raise VpromError(f"{where}: models.{model} must give exactly "
+                             f"{', '.join(sorted(wanted))}")
+        _check_values(entry, f"{where}: models.{model}")
+    return data
+
+
+def _check_values(entry: dict, where: str) -> None:
+    for key, value in entry.items():
+        if key in ("optimizer",) or key.startswith("_"):
+            continue
+        problem = check_value(key, value)
+        if problem:
+            raise VpromError(f"{where}: {problem}")
+
+
+def check_value(key: str, value) -> str | None:
+    """Why `value` is not a valid `key` hyper-parameter, or None when it is."""
+    if key in ("hidden", "batch_size"):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return f"{key} must be a whole number of at least 1, got {value!r}"
+    elif key == "rho":
+        if not isinstance(value, (int, float)) or not 0 <= value < 1:
+            return f"rho must be in [0, 1), got {value!r}"
+    elif key in ("lr", "eps", "score_init"):
+        if not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
+            return f"{key} must be a positive number, got {value!r}"
+    return None
+
+
+def resolve_hyper(config: TrainConfig) -> dict:
+    """Every hyper-parameter of `config`: the user's where given, else the model's default."""
+    defaults = load_defaults()
+    entry = defaults["models"].get(config.model, defaults["models"]["*"])
+    optimizer = config.optimizer or entry["optimizer"]
+    if optimizer not in OPTIMIZERS:
+        raise VpromError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+    # settings tuned for the model's optimizer do not carry over to another one
+    tuned = entry if optimizer == entry["optimizer"] else defaults["optimizers"][optimizer]
+    out = {"optimizer": optimizer}
+    for key in HYPER[1:]:
+        given = getattr(config, key)
+        if key == "rho" and optimizer != "adadelta":
+            if given is not None:
+                raise VpromError(f"--rho is AdaDelta's decay; {optimizer} has none (drop --rho "
+                                 "or use --optimizer adadelta)")
+            out[key] = None
+            continue
+        out[key] = given if given is not None else tuned.get(key, entry.get(key))
+    return out
+
+
+def defaults_of(model: str) -> dict:
+    """The defaults entry `train` uses for `model` (its own, or '*')."""
+    models = load_defaults()["models"]
+    return {k: v for k, v in models.get(model, models["*"]).items() if not k.startswith("_")}
+
+
+def defaults_path() -> Path:
+    return Path(str(resources.files("baselines").joinpath(DEFAULTS_FILE)))

@@ -45,7 +45,7 @@ class ContextBlind(nn.Module):
         self.feature_dim = config.feature_dim
         self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, depth)
         self.f2 = mlp(2 * config.hidden, config.hidden, depth)
-        self.score = score_head(config.hidden)
+        self.score = score_head(config)
         self.aux = make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:

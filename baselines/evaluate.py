@@ -9,6 +9,11 @@ epoch with the best validation accuracy), predicts every test matrix of the run'
 - the same per relation, per element type (the dataset's four), and per relation ×
   element type. Each breakdown partitions the test set, so its counts sum to the total.
 
+Before scoring, `check_inputs` refuses a run whose data set is no longer the one it was trained
+on (the content hash the run recorded, `vprom.provenance`), features made from another data
+set, and features other than those it was trained on (their attributes differ). The metrics
+record the run's resolved settings and whether it did not learn (`baselines.learning`).
+
 The result is written atomically to `RUN/metrics.json` and returned; `format_metrics` renders
 it for the terminal.
 """
@@ -22,9 +27,12 @@ import numpy as np
 
 from baselines.config import TrainConfig
 from baselines.data import load_split
-from baselines.train import build_model, load_checkpoint, predict
+from baselines.learning import did_not_learn
+from baselines.run_folder import load_checkpoint
+from baselines.train import build_model, plain, predict
 from features.devices import resolve_device
 from vprom.errors import VpromError
+from vprom.provenance import check_features_source, dataset_content_hash, same_dataset
 from vprom.io import write_json
 from vprom.records import CHANCE, ElementType, Relation
 from vprom.statistics import wilson_interval
@@ -61,11 +69,13 @@ def breakdowns(correct: np.ndarray, relation: np.ndarray, element_type: np.ndarr
 def _run_files(run: Path) -> tuple[dict, dict]:
     """The run's config.json and best.pt, or a VpromError saying what is missing."""
     config_path, best = run / "config.json", run / "best.pt"
+    if not run.is_dir():
+        raise VpromError(f"{run}: no such folder; pass a run folder of `vprom train`")
     if not config_path.is_file():
         raise VpromError(f"{run}: no config.json; is this a run folder of `vprom train`?")
     if not best.is_file():
         raise VpromError(f"{best}: no such checkpoint; the run has not finished an epoch yet "
-                         f"(`vprom train ... --out {run} --resume` continues it)")
+                         "(re-running its `vprom train` command continues it)")
     try:
         manifest = json.loads(config_path.read_text())
         manifest["config"]
@@ -74,15 +84,40 @@ def _run_files(run: Path) -> tuple[dict, dict]:
     return manifest, load_checkpoint(best)
 
 
+#: feature attributes that may differ between two extractions of the same features
+VOLATILE_ATTRS = ("manifest",)
+
+
+def check_inputs(run: Path, manifest: dict, state: dict, data_attrs: dict | None = None) -> None:
+    """Refuse to score a run on another data set, or on other features than it was trained on."""
+    config = state["config"]
+    recorded = state.get("dataset") or manifest.get("dataset") or {
+        "sha256": (manifest.get("inputs") or {}).get("dataset")}
+    same_dataset(recorded, config["dataset"], f"the run {run}")
+    check_features_source(config["dataset"], config["features"])
+    if data_attrs is None:
+        return
+    trained = state.get("features_attrs") or {}
+    now = plain(data_attrs)
+    differ = sorted(k for k in set(trained) | set(now) if k not in VOLATILE_ATTRS
+                    and trained.get(k) != now.get(k))
+    if differ:
+        raise VpromError(f"{config['features']} is not the features file the run {run} was "
+                         f"trained on ({', '.join(differ)} differ); evaluate it with those "
+                         "features, or train a new run on these")
+
+
 def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
     """Score `run_dir`'s best checkpoint on its split's test set; writes metrics.json."""
     run = Path(run_dir)
     manifest, state = _run_files(run)
-    config = TrainConfig.from_dict(state["config"])
+    config = TrainConfig.from_dict(state["config"]).resolved()
+    check_inputs(run, manifest, state)
     device = resolve_device(device)
     data = load_split(config.dataset, config.features, config.split,
                       shuffle_context=config.shuffle_context, seed=config.seed,
                       center=config.center_features)
+    check_inputs(run, manifest, state, data.attrs)
     test = data.parts["test"]
     if len(test) == 0:
         raise VpromError(f"{config.dataset}: split {config.split!r} has no test matrices; "
@@ -102,11 +137,14 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
         "features": {k: state["features_attrs"].get(k) for k in ("backbone", "weights")}
         | {"path": str(config.features)},
         "dataset": str(config.dataset),
+        "dataset_content_hash": dataset_content_hash(config.dataset),
+        "config": config.to_dict(),
         "checkpoint": {"epoch": state["best"]["epoch"] + 1,
                        "val_acc": state["best"]["val_acc"]},
         "chance": CHANCE,
         **breakdowns(correct, test.relation_name, test.element_type),
     }
+    metrics["did_not_learn"] = did_not_learn(metrics, state["history"])
     write_json(run / "metrics.json", metrics)
     return metrics
 
@@ -133,5 +171,7 @@ def format_metrics(metrics: dict) -> str:
     lines.append("by relation x element type:")
     for r, per_type in metrics["by_relation_element_type"].items():
         lines += [f"  {r + ' / ' + t:30s} {_pct(s)}" for t, s in per_type.items()]
+    for reason in metrics.get("did_not_learn") or []:
+        lines.append(f"DID NOT LEARN: {reason}")
     lines.append(f"written to {Path(metrics['run']) / 'metrics.json'}")
     return "\n".join(lines)

@@ -45,7 +45,7 @@ class PanelGRU(nn.Module):
         self.feature_dim = config.feature_dim
         self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, half_depth(config))
         self.gru = nn.GRU(config.hidden, config.hidden, batch_first=True)
-        self.score = nn.Linear(config.hidden, N_CANDIDATES)
+        self.score = score_head(config, N_CANDIDATES, bias=True)
         self.aux = make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:
@@ -63,7 +63,7 @@ class SharedGRU(nn.Module):
         self.feature_dim = config.feature_dim
         self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, half_depth(config))
         self.gru = nn.GRU(config.hidden, config.hidden, batch_first=True)
-        self.score = score_head(config.hidden)
+        self.score = score_head(config)
         self.aux = make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:

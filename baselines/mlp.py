@@ -50,7 +50,7 @@ class PanelMLP(nn.Module):
         self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, depth)
         joint_width = (N_CONTEXT + 1) * config.hidden if combine == "cat" else config.hidden
         self.f2 = mlp(joint_width, config.hidden, depth)
-        self.score = score_head(config.hidden)
+        self.score = score_head(config)
         self.aux = make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:

@@ -4,7 +4,10 @@ Each run folder contributes its `metrics.json` (from `vprom evaluate`) and, for 
 curves, its `history.json`. A run is keyed by (model, feature type, aux, control, split); the
 feature type comes from the backbone recorded from the FEATS.h5 attributes (resnet* ->
 "ResNet", bottomup-r101 -> "bottom-up"). Runs sharing a key (several seeds) are averaged, and
-the CSVs say how many there were.
+the CSVs say how many there were; runs of one key whose settings differ are refused, naming
+the setting (`baselines.learning.check_alike`). A run that did not learn (its loss never
+left ln 8, or its accuracy is within the chance interval) is marked "(did not learn)" in
+every table, counted in the CSVs' `did_not_learn` column and listed with its reasons.
 
 Written into DIR (each file atomically):
     table2.md / table2.csv   the paper's Table 2 layout on the neutral split: models ×
@@ -35,6 +38,7 @@ from baselines.paper import (
     feature_type,
     paper_accuracy,
 )
+from baselines.learning import check_alike, did_not_learn, settings
 from vprom.errors import VpromError
 from vprom.io import atomic_path, write_text
 from vprom.records import SPLITS, ElementType, Relation
@@ -53,6 +57,8 @@ class Entry:
     split: str
     metrics: dict
     history: list = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+    flags: list = field(default_factory=list)  # why it did not learn; empty if it learned
 
     @property
     def accuracy(self) -> float:
@@ -72,6 +78,11 @@ def load_entry(run: str | Path) -> Entry:
     """A run's metrics (and history); VpromError when it has not been evaluated."""
     run = Path(run)
     path = run / "metrics.json"
+    if not run.exists():
+        raise VpromError(f"{run}: no such folder; pass run folders of `vprom train` (or folders "
+                         "holding them)")
+    if not run.is_dir():
+        raise VpromError(f"{run}: not a folder; pass run folders of `vprom train`")
     if not path.is_file():
         raise VpromError(f"{run}: no metrics.json; evaluate the run first (`vprom evaluate "
                          f"{run}`)")
@@ -87,7 +98,7 @@ def load_entry(run: str | Path) -> Entry:
     history = json.loads(history_path.read_text()) if history_path.is_file() else []
     control = "shuffled context" if metrics.get("shuffle_context") else ""
     return Entry(run, model, backbone, feature_type(backbone), aux, control, split, metrics,
-                 history)
+                 history, settings(run, metrics), did_not_learn(metrics, history))
 
 
 def expand_runs(paths) -> list[Path]:
@@ -125,10 +136,19 @@ class Cell:
     def n_test(self) -> int:
         return int(self.entries[0].metrics["test"]["n"])
 
+    @property
+    def not_learned(self) -> int:
+        """How many of its runs did not learn."""
+        return sum(bool(e.flags) for e in self.entries)
+
     def text(self) -> str:
         low, high = self.ci
         runs = f", {len(self.entries)} runs" if len(self.entries) > 1 else ""
-        return f"{self.accuracy:.1f} ({low:.1f}–{high:.1f}{runs})"
+        flag = ""
+        if self.not_learned:
+            flag = (" (did not learn)" if self.not_learned == len(self.entries)
+                    else f" ({self.not_learned} of {len(self.entries)} did not learn)")
+        return f"{self.accuracy:.1f} ({low:.1f}–{high:.1f}{runs}){flag}"
 
 
 def group(entries: list[Entry]) -> dict[str, dict[Key, Cell]]:
@@ -137,6 +157,11 @@ def group(entries: list[Entry]) -> dict[str, dict[Key, Cell]]:
     for e in entries:
         key = (e.model, e.features, e.aux, e.control)
         out.setdefault(e.split, {}).setdefault(key, Cell([])).entries.append(e)
+    for split, cells in out.items():
+        for cell in cells.values():
+            if len(cell.entries) > 1:
+                check_alike(f"{cell.entries[0].label} on {split}",
+                            [(e.run, e.settings) for e in cell.entries])
     return out
 
 
@@ -168,6 +193,7 @@ def table2_rows(cells: dict[Key, Cell]) -> list[dict]:
                              "ci_high": None if cell is None else round(high, 2),
                              "n_test": None if cell is None else cell.n_test,
                              "runs": 0 if cell is None else len(cell.entries),
+                             "did_not_learn": None if cell is None else cell.not_learned,
                              "paper": paper, "cell": cell})
     return rows
 
@@ -195,7 +221,7 @@ def table2_markdown(rows: list[dict]) -> str:
 def reference_rows() -> list[dict]:
     """Humans and chance, as rows of table2.csv (the paper's figures, features-independent)."""
     blank = {"features": "", "aux": "", "control": "", "ours": None, "ci_low": None,
-             "ci_high": None, "n_test": None, "runs": 0}
+             "ci_high": None, "n_test": None, "runs": 0, "did_not_learn": None}
     return [{"model": "humans", "name": f"Humans ({HUMANS_SKIPPED}% skipped)", **blank,
              "paper": HUMANS},
             {"model": "chance", "name": "Chance", **blank, "paper": CHANCE}]
@@ -211,7 +237,8 @@ def split_rows(grouped: dict[str, dict[Key, Cell]]) -> list[dict]:
                          "aux": key[2], "control": key[3], "split": split,
                          "accuracy": round(cell.accuracy, 2), "ci_low": round(low, 2),
                          "ci_high": round(high, 2), "n_test": cell.n_test,
-                         "runs": len(cell.entries), "cell": cell})
+                         "runs": len(cell.entries), "did_not_learn": cell.not_learned,
+                         "cell": cell})
     return rows
 
 
@@ -229,10 +256,24 @@ def splits_markdown(rows: list[dict]) -> str:
              "|" + "---|" * (3 + len(splits))]
     for key in keys:
         name = display_name(key[0]) + (f" ({key[3]})" if key[3] else "")
-        values = [f"{cells[(key, s)]['accuracy']:.1f}" if (key, s) in cells else "—"
+        values = [_split_cell(cells[(key, s)]["cell"]) if (key, s) in cells else "—"
                   for s in splits]
         lines.append(f"| {name} | {key[1]} | {'yes' if key[2] else 'no'} | "
                      + " | ".join(values) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _split_cell(cell: Cell) -> str:
+    return f"{cell.accuracy:.1f}" + (" (did not learn)" if cell.not_learned else "")
+
+
+def not_learned_markdown(entries: list[Entry]) -> str:
+    """The runs that did not learn, each with its reasons ("" when every run learned)."""
+    flagged = [e for e in entries if e.flags]
+    if not flagged:
+        return ""
+    lines = [f"{len(flagged)} of {len(entries)} runs did not learn:\n"]
+    lines += [f"- `{e.run}` ({e.label}, {e.split}): {'; '.join(e.flags)}" for e in flagged]
     return "\n".join(lines) + "\n"
 
 
@@ -340,10 +381,13 @@ def report(run_dirs, out: str | Path) -> str:
     if with_history:
         curves(with_history, out / "curves.png")
         plots.append("curves.png")
+    not_learned = not_learned_markdown(entries)
     page = (f"# V-PROM baselines: {len(entries)} runs\n\nFeatures: {backbones}.\n\n"
-            f"## Table 2 (neutral split)\n\n{t2_md}\n## Splits\n\n{sp_md}\n## Plots\n\n"
-            + "".join(f"![{p}]({p})\n\n" for p in plots))
+            f"## Table 2 (neutral split)\n\n{t2_md}\n## Splits\n\n{sp_md}\n"
+            + (f"## Runs that did not learn\n\n{not_learned}\n" if not_learned else "")
+            + "## Plots\n\n" + "".join(f"![{p}]({p})\n\n" for p in plots))
     write_text(out / "report.md", page)
     written = ["report.md", *files, *plots]
     return (f"report over {len(entries)} runs written to {out}:\n"
-            + "\n".join(f"  {out / name}" for name in written))
+            + "\n".join(f"  {out / name}" for name in written)
+            + (f"\n{not_learned.rstrip()}" if not_learned else ""))

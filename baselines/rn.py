@@ -63,7 +63,7 @@ class RelationNetwork(nn.Module):
         depth = half_depth(config)
         self.f1 = mlp(2 * self.width, config.hidden, depth)
         self.f2 = mlp(config.hidden, config.hidden, depth)
-        self.score = score_head(config.hidden)
+        self.score = score_head(config)
         self.aux = make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:

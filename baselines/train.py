@@ -2,18 +2,23 @@
 
 Objective: softmax cross-entropy over the 8 candidate scores. With `aux`, the two auxiliary
 heads add their cross-entropies (relation, 4-way; element type, 3-way) with equal weight; they
-are used only in training. Optimiser: AdaDelta (the paper's; lr 1.0) or Adam (lr 1e-4).
+are used only in training. Optimiser: AdaDelta (the paper's) or Adam. Every hyper-parameter the
+user does not give is the model's default from `baselines/defaults.json` (`TrainConfig`).
 
-Epochs and batches. Epoch e visits the training matrices in the order of a permutation drawn
-from a generator seeded by (seed, e); the order is cut into ceil(n / batch_size) batches of
-near-equal size (so no tiny last batch). Dropout-like randomness, if a model has any, comes
-from the torch generator reseeded at each epoch from (seed, e, rank). Everything an epoch does
-is thus a function of the seed, the epoch number and the weights it starts from, which is why
+Epochs and steps: `baselines.steps` (the epoch's batches as device tensors, a step that reads
+nothing back, optional CUDA graphs). Dropout-like randomness, if a model has any, comes from
+the torch generator reseeded at each epoch from (seed, e, rank). Everything an epoch does is
+thus a function of the seed, the epoch number and the weights it starts from, which is why
 resuming from the checkpoint of epoch e reaches the same final weights as an unbroken run.
 
 After every epoch the split's validation set is scored; the best validation accuracy so far
 is kept as `best.pt` (early stopping after `patience` epochs without gain), the latest state
 as `last.pt`, and `history.json` gets the epoch's figures. Every file is written atomically.
+What a call does with an existing run folder (resume, nothing to do, refuse, --restart) is
+decided by `baselines.run_folder` before any data is read; nothing a user had is destroyed.
+
+Provenance: the features file must come from this data set (`vprom.provenance`); the run
+records the data set's content hash so that `evaluate` can refuse another one.
 
 Data parallel: under `torchrun` (WORLD_SIZE > 1) each process takes a contiguous slice of
 every batch and the model is wrapped in DistributedDataParallel (gloo on CPU, nccl on CUDA).
@@ -22,41 +27,43 @@ number of processes, so DDP's gradient average equals the one-process batch mean
 updates as one process (up to float summation order). Validation is sharded and the counts
 summed across processes; only rank 0 writes files.
 
-Run folder: config.json (the TrainConfig, model config, feature attributes, input hashes),
-history.json, last.pt, best.pt (and metrics.json from `vprom evaluate`). Checkpoints hold
-only tensors and plain Python values, so `torch.load(path, weights_only=True)` reads them.
+Run folder: config.json (the resolved TrainConfig, which settings came from the defaults
+file, model config, feature attributes, input hashes), history.json, last.pt, best.pt (and
+metrics.json from `vprom evaluate`). Checkpoints hold only tensors and plain Python values, so
+`torch.load(path, weights_only=True)` reads them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
+from baselines import run_folder
 from baselines.common import ModelConfig
-from baselines.config import OPTIMIZERS, TrainConfig
+from baselines.config import HYPER, OPTIMIZERS, TrainConfig, check_value, defaults_path
 from baselines.data import MatrixSet, SplitData, load_split
 from baselines.registry import get_model, list_models
+from baselines.run_folder import RunPlan, load_checkpoint
+from baselines.steps import Stepper, batches, epoch_plan, make_optimizer
 from features.devices import World, joined_world
 from vprom.errors import VpromError
-from vprom.io import atomic_path, make_manifest, sha256_file, write_json
+from vprom.io import atomic_path, make_manifest, write_json
+from vprom.provenance import check_features_source, dataset_identity, file_sha256
 from vprom.records import SPLITS
 
-CHECKPOINT_FORMAT = 1
+__all__ = ["train", "build_model", "load_checkpoint", "predict", "accuracy", "train_epoch"]
+
+CHECKPOINT_FORMAT = 2
 EVAL_BATCH = 512
-# Fields that may differ when a run is resumed: how long to train and where, not what.
-RESUMABLE_CHANGES = ("epochs", "patience", "device", "resume")
 
 
 def check_config(config: TrainConfig) -> None:
-    """Refuse a config that cannot run, before any data is read."""
+    """Refuse a (resolved) config that cannot run, before any data is read."""
     if config.split not in SPLITS:
         raise VpromError(f"unknown split {config.split!r}; the splits are {', '.join(SPLITS)}")
     if config.model not in list_models():
@@ -65,167 +72,54 @@ def check_config(config: TrainConfig) -> None:
     if config.optimizer not in OPTIMIZERS:
         raise VpromError(f"unknown optimizer {config.optimizer!r}; use one of "
                          f"{', '.join(OPTIMIZERS)}")
-    for name in ("epochs", "batch_size", "hidden", "patience"):
+    for name in ("epochs", "patience"):
         if getattr(config, name) < 1:
-            raise VpromError(f"--{name.replace('_', '-')} must be at least 1, "
-                             f"got {getattr(config, name)}")
-    if config.lr is not None and not config.lr > 0:
-        raise VpromError(f"--lr must be positive, got {config.lr}")
+            raise VpromError(f"--{name} must be at least 1, got {getattr(config, name)}")
+    for name in HYPER[1:]:
+        value = getattr(config, name)
+        problem = None if value is None else check_value(name, value)
+        if problem:
+            raise VpromError(f"--{name.replace('_', '-')}: {problem}")
     for name in ("dataset", "features"):
         if not getattr(config, name).is_file():
             raise VpromError(f"{getattr(config, name)}: no such file (--{name})")
 
 
-# ---------------------------------------------------------------- the run folder
-def _changes(theirs: dict, mine: dict, ignore: tuple[str, ...]) -> str:
-    """The fields (other than `ignore`) whose values differ, as 'name old vs new, ...'."""
-    keys = sorted(k for k in set(theirs) | set(mine)
-                  if k not in ignore and theirs.get(k) != mine.get(k))
-    return ", ".join(f"{k} {theirs.get(k)!r} vs {mine.get(k)!r}" for k in keys)
-
-
-def _stored_config(out: Path) -> dict | None:
-    path = out / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())["config"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise VpromError(f"{path}: not a vprom run config; choose another --out") from None
-
-
-def load_checkpoint(path: Path) -> dict:
-    """A checkpoint written by `train`, read with `weights_only=True` (no code is unpickled)."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise VpromError(f"{path}: no such checkpoint") from None
-    except Exception as e:  # a truncated or foreign file: say which and what to do
-        raise VpromError(f"{path}: cannot be read as a vprom checkpoint ({e}); train the run "
-                         "again") from None
-
-
-def _resume_state(config: TrainConfig) -> dict | None:
-    """The checkpoint to continue from, after checking the run folder matches `config`."""
-    stored = _stored_config(config.out)
-    mine = config.to_dict()
-    if not config.resume:
-        changes = _changes(stored, mine, ("device", "resume")) if stored is not None else ""
-        if changes:
-            raise VpromError(f"{config.out} holds a run with a different config ({changes}); "
-                             "pass --resume to continue it, or choose another --out")
-        return None
-    last = config.out / "last.pt"
-    if not last.is_file():
-        return None  # nothing to resume: start from scratch
-    state = load_checkpoint(last)
-    changes = _changes(state["config"], mine, RESUMABLE_CHANGES)
-    if changes:
-        raise VpromError(f"{last}: was trained with another config ({changes}); only --epochs, "
-                         "--patience and --device may change on --resume; choose another "
-                         "--out to train this config")
-    return state
-
-
-def _write_config(config: TrainConfig, data: SplitData, model_config: ModelConfig,
-                  world: World) -> None:
-    manifest = make_manifest(
-        "run", config=config.to_dict(), seed=config.seed,
-        inputs={"dataset": sha256_file(config.dataset), "features": sha256_file(config.features)},
-        counts={part: len(s) for part, s in data.parts.items()})
-    manifest["model_config"] = dataclasses.asdict(model_config)
-    manifest["features_attrs"] = _plain(data.attrs)
-    manifest["world_size"] = world.size
-    write_json(config.out / "config.json", manifest)
-
-
-def _plain(value):
-    """`value` with numpy scalars/arrays turned into Python ones (JSON- and weights_only-safe)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    return value
-
-
-def _save_checkpoint(path: Path, state: dict) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
-
-
 # ---------------------------------------------------------------- model and optimiser
 def build_model(config: TrainConfig, feature_dim: int) -> tuple[torch.nn.Module, ModelConfig]:
-    """The model, its weights drawn from `config.seed` (the caller's RNG is left alone)."""
-    model_config = ModelConfig(feature_dim=feature_dim, hidden=config.hidden, aux=config.aux)
+    """The model of `config` (resolved here: None means the model's default), its weights
+    drawn from `config.seed` (the caller's RNG is left alone)."""
+    config = config.resolved()
+    model_config = ModelConfig(feature_dim=feature_dim, hidden=config.hidden, aux=config.aux,
+                               score_init=config.score_init)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = get_model(config.model, model_config)
     return model, model_config
 
 
-def _optimizer(config: TrainConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
-    if config.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=config.learning_rate)
-    return torch.optim.Adadelta(model.parameters(), lr=config.learning_rate)
+def _optimizer(config: TrainConfig, model: torch.nn.Module, device: torch.device):
+    return make_optimizer(config.optimizer, model.parameters(), lr=config.lr, eps=config.eps,
+                          rho=config.rho, capturable=config.cuda_graphs and device.type == "cuda")
 
 
 def _epoch_seed(seed: int, epoch: int, *more: int) -> int:
     return int(np.random.SeedSequence([seed, epoch, *more]).generate_state(1)[0])
 
 
-def batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
-    """Epoch `epoch`'s batches: a seeded permutation cut in ceil(n/batch_size) near-equal parts."""
-    order = np.random.default_rng(np.random.SeedSequence([seed, epoch])).permutation(n)
-    return np.array_split(order, max(1, math.ceil(n / batch_size)))
-
-
 # ---------------------------------------------------------------- one epoch
-def _losses(out, part: MatrixSet, index: torch.Tensor, aux: bool):
-    """Summed answer loss and summed auxiliary loss (0 without aux) over the slice."""
-    answer = F.cross_entropy(out.scores, part.answer[index], reduction="sum")
-    if not aux:
-        return answer, answer.new_zeros(())
-    if out.relation_logits is None or out.element_type_logits is None:
-        raise VpromError("--aux: this model returned no auxiliary logits; train it without "
-                         "--aux")
-    extra = (F.cross_entropy(out.relation_logits, part.relation[index], reduction="sum")
-             + F.cross_entropy(out.element_type_logits, part.element_class[index],
-                               reduction="sum"))
-    return answer, extra
-
-
-def train_epoch(model, optimizer, data: SplitData, config: TrainConfig, epoch: int,
-                world: World) -> dict:
+def train_epoch(stepper: Stepper, config: TrainConfig, epoch: int, world: World) -> dict:
     """One pass over the training matrices; returns the epoch's loss and accuracy figures."""
-    part = data.parts["train"]
-    model.train()
+    plan = epoch_plan(len(stepper.part), config.batch_size, config.seed, epoch, world)
+    stepper.model.train()
     torch.manual_seed(_epoch_seed(config.seed, epoch, world.rank))
-    # Running sums stay on the device (answer loss, aux loss, correct, count): reading them
-    # back every batch would stall a GPU.
-    totals = torch.zeros(4, dtype=torch.float64, device=data.features.device)
-    plan = batches(len(part), config.batch_size, config.seed, epoch)
-    bar = tqdm(plan, desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch",
-               disable=None if world.main else True, leave=False)
-    for step, batch in enumerate(bar):
-        local = torch.from_numpy(world.shard(batch)).to(data.features.device)
-        out = model(data.panels(part, local))
-        answer, extra = _losses(out, part, local, config.aux)
-        loss = (answer + extra) * (world.size / len(batch))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        correct = (out.scores.argmax(1) == part.answer[local]).sum()
-        totals += torch.stack([answer.detach().double(), extra.detach().double(),
-                               correct.double(), totals.new_tensor(len(local))])
-        if world.main and step % 20 == 0 and not bar.disable:
-            bar.set_postfix(loss=f"{totals[0].item() / max(totals[3].item(), 1):.3f}")
-    answer_loss, aux_loss, correct, count = world.all_sum(totals.tolist())
+    stepper.load(plan)
+    for _ in tqdm(range(plan.steps), desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch",
+                  disable=None if world.main else True, leave=False):
+        stepper.run()
+    # the one read-back of the epoch
+    answer_loss, aux_loss, correct, count = world.all_sum([*stepper.figures().tolist(),
+                                                           plan.count])
     figures = {"train_loss": (answer_loss + aux_loss) / count,
                "train_answer_loss": answer_loss / count,
                "train_acc": correct / count}
@@ -263,17 +157,31 @@ def accuracy(model, data: SplitData, part_name: str, world: World) -> float | No
 
 
 # ---------------------------------------------------------------- the run
+def rng_devices(device: torch.device) -> list[int]:
+    """The CUDA devices whose generators `fork_rng` saves and restores around a run."""
+    return [device.index] if device.type == "cuda" else []
+
+
+def ddp_device_ids(device: torch.device) -> list[int] | None:
+    """DistributedDataParallel's `device_ids`: this process's GPU, None on the CPU."""
+    return [device.index] if device.type == "cuda" else None
+
+
 def train(config: TrainConfig) -> Path:
     """Train `config.model` on `config.split`; returns the run folder (see the module doc)."""
+    requested = config
+    config = config.resolved()
     check_config(config)
     with joined_world(config.device) as world:
-        devices = [world.device.index] if world.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):  # the caller's RNG state is not touched
-            _run(config, world)
+        if config.cuda_graphs and world.device.type != "cuda":
+            raise VpromError("--cuda-graphs needs a CUDA device; drop it on the CPU")
+        with torch.random.fork_rng(devices=rng_devices(world.device)):
+            _run(config, requested.defaulted(), world)
     return config.out
 
 
 def _load_data(config: TrainConfig, world: World) -> SplitData:
+    check_features_source(config.dataset, config.features)
     data = load_split(config.dataset, config.features, config.split,
                       shuffle_context=config.shuffle_context, seed=config.seed,
                       center=config.center_features)
@@ -287,22 +195,54 @@ def _load_data(config: TrainConfig, world: World) -> SplitData:
     return data.to(world.device)
 
 
-def _run(config: TrainConfig, world: World) -> None:
-    state = _resume_state(config)
+def _run(config: TrainConfig, defaulted: list[str], world: World) -> None:
+    plan = run_folder.plan_run(config)
+    world.barrier()  # every process has read the folder before rank 0 changes it
+    _log(world, plan.message)
+    if plan.finished:
+        return
     data = _load_data(config, world)
     model, model_config = build_model(config, data.feature_dim)
     model.to(world.device)
-    optimizer = _optimizer(config, model)
-    history, best, start = _restore(state, model, optimizer)
+    optimizer = _optimizer(config, model, world.device)
+    history, best, start = _restore(plan.state, model, optimizer)
     if world.main:
-        _open_run(config, data, model_config, world, fresh=state is None, start=start)
+        run_folder.prepare(plan)
+        _write_config(plan.folder, config, defaulted, data, model_config, world)
+        _log(world, f"{config.model} on {config.split}: {len(data.parts['train'])} train / "
+                    f"{len(data.parts['val'])} val matrices, {world.size} process(es) on "
+                    f"{world.device}; {_settings(config, defaulted)}")
     world.barrier()
     wrapped = _wrap(model, world)
+    shape = epoch_plan(len(data.parts["train"]), config.batch_size, config.seed, start,
+                       world).index.shape
+    stepper = Stepper(wrapped, optimizer, data, config.aux, world, *shape,
+                      cuda_graphs=config.cuda_graphs)
+    try:
+        plan, best = _epochs(plan, config, stepper, model, model_config, optimizer, data,
+                             history, best, start, world)
+    except KeyboardInterrupt:
+        if plan.staging and plan.folder.exists():  # not promoted yet
+            _log(world, f"interrupted before the restarted run finished an epoch: {config.out} "
+                        "is as it was; run the same command (with --restart) to start over")
+        else:
+            _log(world, f"interrupted: the epochs finished so far are saved in {config.out}; "
+                        "run the same command again to resume")
+        raise
+    val = best["val_acc"]
+    _log(world, f"done: best val accuracy {'n/a' if val is None else f'{100 * val:.1f}%'} "
+                f"(epoch {best['epoch'] + 1}); run folder {config.out}")
+
+
+def _epochs(plan: RunPlan, config: TrainConfig, stepper: Stepper, model, model_config,
+            optimizer, data: SplitData, history: list[dict], best: dict, start: int,
+            world: World) -> tuple[RunPlan, dict]:
+    """Epochs `start`.. to the end or early stop; returns the final plan and best epoch."""
     for epoch in range(start, config.epochs):
-        if _stopped(history, best, config):
+        if run_folder.stopped(history, best, config.patience):
             break
         began = time.perf_counter()
-        figures = train_epoch(wrapped, optimizer, data, config, epoch, world)
+        figures = train_epoch(stepper, config, epoch, world)
         figures["val_acc"] = accuracy(model, data, "val", world)
         history.append({"epoch": epoch + 1, **figures,
                         "seconds": round(time.perf_counter() - began, 3)})
@@ -310,14 +250,23 @@ def _run(config: TrainConfig, world: World) -> None:
         improved = figures["val_acc"] is None or best["val_acc"] is None or (
             figures["val_acc"] > best["val_acc"])
         if improved:
+            if world.main:
+                run_folder.supersede_metrics(plan.folder)
             best = {"epoch": epoch, "val_acc": figures["val_acc"]}
         if world.main:
-            _end_epoch(config, model, model_config, optimizer, data, epoch, history, best,
-                       improved, world)
+            _end_epoch(plan.folder, config, model, model_config, optimizer, data, epoch,
+                       history, best, improved, world)
+            if plan.staging:
+                plan = run_folder.promote(plan)
+                _log(world, plan.message)
         world.barrier()
-    val = best["val_acc"]
-    _log(world, f"done: best val accuracy {'n/a' if val is None else f'{100 * val:.1f}%'} "
-                f"(epoch {best['epoch'] + 1}); run folder {config.out}")
+    return plan, best
+
+
+def _settings(config: TrainConfig, defaulted: list[str]) -> str:
+    values = ", ".join(f"{k} {getattr(config, k)}" for k in HYPER if getattr(config, k) is not None)
+    source = f" ({', '.join(defaulted)} from {defaults_path().name})" if defaulted else ""
+    return values + source
 
 
 def _restore(state: dict | None, model, optimizer) -> tuple[list[dict], dict, int]:
@@ -330,41 +279,58 @@ def _restore(state: dict | None, model, optimizer) -> tuple[list[dict], dict, in
     return state["history"], state["best"], state["epoch"] + 1
 
 
-def _open_run(config: TrainConfig, data: SplitData, model_config: ModelConfig, world: World,
-              fresh: bool, start: int) -> None:
-    """Rank 0: prepare the run folder and say what is about to happen."""
-    config.out.mkdir(parents=True, exist_ok=True)
-    if fresh:
-        for name in ("last.pt", "best.pt", "history.json", "metrics.json"):
-            (config.out / name).unlink(missing_ok=True)  # a new run leaves no stale results
-    _write_config(config, data, model_config, world)
-    _log(world, f"{config.model} on {config.split}: {len(data.parts['train'])} train / "
-                f"{len(data.parts['val'])} val matrices, {world.size} process(es) on "
-                f"{world.device}" + (f"; resuming after epoch {start}" if start else ""))
+def _write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: SplitData,
+                  model_config: ModelConfig, world: World) -> None:
+    manifest = make_manifest(
+        "run", config=config.to_dict(), seed=config.seed,
+        inputs={"dataset": file_sha256(config.dataset),
+                "features": file_sha256(config.features)},
+        counts={part: len(s) for part, s in data.parts.items()})
+    manifest["dataset"] = dataset_identity(config.dataset)
+    manifest["defaulted"] = {k: getattr(config, k) for k in defaulted}
+    manifest["defaults_file"] = str(defaults_path())
+    manifest["model_config"] = dataclasses.asdict(model_config)
+    manifest["features_attrs"] = plain(data.attrs)
+    manifest["world_size"] = world.size
+    write_json(folder / "config.json", manifest)
+
+
+def plain(value):
+    """`value` with numpy scalars/arrays turned into Python ones (JSON- and weights_only-safe)."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _save_checkpoint(path: Path, state: dict) -> None:
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
 
 
 def _wrap(model: torch.nn.Module, world: World) -> torch.nn.Module:
     """The model as trained: DDP-wrapped when there are several processes."""
     if world.size == 1:
         return model
-    ids = [world.device.index] if world.device.type == "cuda" else None
-    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    return torch.nn.parallel.DistributedDataParallel(model,
+                                                     device_ids=ddp_device_ids(world.device))
 
 
-def _stopped(history: list[dict], best: dict, config: TrainConfig) -> bool:
-    """Early stopping: `patience` epochs since the best validation accuracy."""
-    if best["val_acc"] is None or not history:
-        return False
-    return history[-1]["epoch"] - (best["epoch"] + 1) >= config.patience
-
-
-def _end_epoch(config, model, model_config, optimizer, data, epoch, history, best, improved,
-               world) -> None:
+def _end_epoch(folder: Path, config, model, model_config, optimizer, data, epoch, history,
+               best, improved, world) -> None:
     state = {
         "format": CHECKPOINT_FORMAT,
         "config": config.to_dict(),
         "model_config": dataclasses.asdict(model_config),
-        "features_attrs": _plain(data.attrs),
+        "features_attrs": plain(data.attrs),
+        "dataset": dataset_identity(config.dataset),
         "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "optimizer": optimizer.state_dict(),
         "epoch": epoch,
@@ -374,10 +340,10 @@ def _end_epoch(config, model, model_config, optimizer, data, epoch, history, bes
         "world_size": world.size,
     }
     if improved:
-        _save_checkpoint(config.out / "best.pt", {k: v for k, v in state.items()
-                                                   if k != "optimizer"})
-    _save_checkpoint(config.out / "last.pt", state)
-    write_json(config.out / "history.json", history)
+        _save_checkpoint(folder / "best.pt", {k: v for k, v in state.items()
+                                              if k != "optimizer"})
+    _save_checkpoint(folder / "last.pt", state)
+    write_json(folder / "history.json", history)
     h = history[-1]
     val = "n/a" if h["val_acc"] is None else f"{100 * h['val_acc']:.1f}%"
     _log(world, f"epoch {epoch + 1}/{config.epochs}: loss {h['train_loss']:.4f}, train "

@@ -57,7 +57,7 @@ class JointEmbedding(nn.Module):
         self.g_q = GatedTanh(hidden, hidden)
         self.g_a = GatedTanh(hidden, hidden)
         self.g_o = nn.Sequential(*(GatedTanh(hidden, hidden) for _ in range(half_depth(config))))
-        self.score = score_head(hidden)
+        self.score = score_head(config)
         self.aux = make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:

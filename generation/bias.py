@@ -2,7 +2,8 @@
 
 The statistics live in `generation.audit`; this module chooses what they see: the neutral
 split's train and test parts (sampled to at most `PROBE_MAX` matrices), the candidates'
-labels, and with a FEATS.h5 the candidates' image features (streamed from the file).
+labels, and with a FEATS.h5 the candidates' image features (streamed from the file), after
+`vprom.provenance.check_features_source` has refused features made from another data set.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from generation import audit
 from generation.audit import Check
 from generation.dataset_view import Data
 from vprom.errors import VpromError
+from vprom.provenance import check_features_source
 from vprom.records import N_CONTEXT, ElementType
 from vprom.tables import crop_rows, open_h5
 
@@ -117,6 +119,7 @@ def read_features(path: Path, crop_ids: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def feature_check(data: Data, features: Path, answers: np.ndarray,
                   rng: np.random.Generator) -> Check:
+    check_features_source(data.path, features)  # features of another data set are refused
     train, test, note = probe_sides(data, rng, FEATURE_PROBE_MAX)
     used = np.concatenate([train, test])
     candidates = data.matrices.panels[:, N_CONTEXT:]

@@ -72,6 +72,9 @@ def test_reproduce_runs_the_grid_and_skips_finished_runs(tmp_path, monkeypatch, 
     assert len(table) == len(runs)
     printed = capsys.readouterr().out
     assert "table2.md" in printed and "report.md" in printed
+    # one epoch at chance: the runs are flagged in the metrics and the report summary
+    assert "DID NOT LEARN" in printed and "runs did not learn:" in printed
+    assert "did_not_learn" in table[0]
 
     # a second run finds everything complete; a deleted result is redone
     stamp = {run: (run / "metrics.json").stat().st_mtime_ns for run in runs}

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from vprom.io import make_manifest
+from vprom.io import make_manifest, sha256_file
 from vprom.records import RELATIONS_OF, SPLITS, ElementType
 from vprom.tables import CropTable, MatrixTable, set_manifest
 
@@ -54,8 +54,12 @@ def _splits(n: int, rng: np.random.Generator, empty_train: tuple[str, ...]) -> d
 
 def write_pair(folder: Path, n: int = 200, seed: int = 0, dim: int = DIM,
                empty_train: tuple[str, ...] = (), drop_crops: int = 0,
-               backbone: str = "resnet18") -> tuple[Path, Path]:
-    """Write folder/dataset.h5 and folder/feats.h5; returns their paths."""
+               backbone: str = "resnet18", side: int = 120) -> tuple[Path, Path]:
+    """Write folder/dataset.h5 and folder/feats.h5; returns their paths.
+
+    The features' manifest records their source as `vprom extract` does (the data set file's
+    name, sha256 and path); `side` is every crop box's width and height.
+    """
     rng = np.random.default_rng(seed)
     elements, answer, relation, element_type = _matrices(n, rng)
     crop_ids = 1000 + np.arange(n * 16, dtype=np.int64)
@@ -66,7 +70,7 @@ def write_pair(folder: Path, n: int = 200, seed: int = 0, dim: int = DIM,
     names = np.array([f"e{e}" for e in range(N_ELEMENTS)], dtype=object)
     crop_types = np.repeat(element_type, 16)
     crops = CropTable(crop_id=crop_ids, image_id=crop_ids // 4, x=np.zeros(n * 16),
-                      y=np.zeros(n * 16), w=np.full(n * 16, 120), h=np.full(n * 16, 120),
+                      y=np.zeros(n * 16), w=np.full(n * 16, side), h=np.full(n * 16, side),
                       element_type=crop_types, element=names[elements.reshape(-1)],
                       super_attribute=[""] * (n * 16), source_id=crop_ids,
                       phrase=[""] * (n * 16), labels=names[elements.reshape(-1)])
@@ -86,7 +90,9 @@ def write_pair(folder: Path, n: int = 200, seed: int = 0, dim: int = DIM,
         h5.create_dataset("done", data=np.ones(keep, bool))
         h5.attrs.update({"backbone": backbone, "weights": "none", "complete": True,
                          "feature_dim": dim, "pooling": "avg", "normalisation": "l2"})
-        set_manifest(h5, make_manifest("features", {"backbone": backbone}))
+        set_manifest(h5, make_manifest("features", {"backbone": backbone,
+                                                    "dataset": str(dataset)},
+                                       inputs={dataset.name: sha256_file(dataset)}))
     return dataset, features
 
 

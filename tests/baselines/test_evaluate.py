@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 
+import h5py
 import numpy as np
 import pytest
 import torch
 
 from baselines.data import load_split
 from baselines.evaluate import breakdowns, evaluate, format_metrics
-from baselines.train import build_model, load_checkpoint, train
-from tests.baselines.conftest import small_config
+from baselines.run_folder import load_checkpoint
+from baselines.train import build_model, train
+from tests.baselines.conftest import small_config, write_pair
 from vprom.errors import VpromError
 from vprom.statistics import wilson_interval
 
@@ -73,3 +75,33 @@ def test_evaluate_refuses_a_folder_without_a_checkpoint(tmp_path):
     (tmp_path / "config.json").write_text('{"config": {}}')
     with pytest.raises(VpromError, match="best.pt: no such checkpoint"):
         evaluate(tmp_path)
+
+
+def test_a_run_is_not_evaluated_against_another_data_set(tmp_path):
+    dataset, features = write_pair(tmp_path / "pair", n=40)
+    run = train(small_config(dataset, features, tmp_path / "run", epochs=1))
+    evaluate(run, device="cpu")
+    write_pair(tmp_path / "pair", n=40, seed=5)  # the same paths now hold another data set
+    with pytest.raises(VpromError, match="now holds another data set than the one the run "
+                                         ".* was trained on"):
+        evaluate(run, device="cpu")
+
+
+def test_a_run_is_not_evaluated_on_other_features(tmp_path):
+    dataset, features = write_pair(tmp_path / "pair", n=40)
+    run = train(small_config(dataset, features, tmp_path / "run", epochs=1))
+    with h5py.File(features, "r+") as h5:
+        h5.attrs["weights"] = "imagenet"  # as if re-extracted with other weights
+    with pytest.raises(VpromError, match="not the features file the run .* was trained on "
+                                         r"\(weights differ\)"):
+        evaluate(run, device="cpu")
+
+
+def test_metrics_record_the_settings_and_whether_the_run_learned(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    run = train(small_config(dataset, features, tmp_path / "run", epochs=1, lr=1e-12,
+                             optimizer="adam"))
+    metrics = evaluate(run, device="cpu")
+    assert metrics["config"]["lr"] == 1e-12 and metrics["config"]["optimizer"] == "adam"
+    assert any("never left ln 8" in reason for reason in metrics["did_not_learn"])
+    assert "DID NOT LEARN: its training loss never left ln 8" in format_metrics(metrics)

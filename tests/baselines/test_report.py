@@ -15,6 +15,7 @@ from baselines.report import report
 from baselines.train import train
 from tests.baselines.conftest import small_config, write_pair
 from vprom.errors import VpromError
+from vprom.statistics import wilson_interval
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +138,73 @@ def test_report_refuses_runs_without_metrics(runs, tmp_path):
         report([tmp_path], tmp_path / "out")
     with pytest.raises(VpromError, match="at least one run"):
         report([], tmp_path / "out")
+
+
+# ---------------------------------------------------------------- did not learn; settings
+def fake_run(folder, accuracy: float, n: int, losses: list[float], **config):
+    """A run folder as `vprom evaluate` leaves it, with the figures given."""
+    folder.mkdir(parents=True)
+    correct = round(accuracy * n)
+    score = {"n": n, "correct": correct, "accuracy": correct / n,
+             "ci95": list(wilson_interval(correct, n))}
+    settings = {"model": "rn", "split": "neutral", "aux": False, "shuffle_context": False,
+                "optimizer": "adadelta", "lr": 1.0, "center_features": False, "seed": 0,
+                "dataset": "d.h5", "features": "f.h5", **config}
+    metrics = {"run": str(folder), "model": settings["model"], "split": settings["split"],
+               "aux": settings["aux"], "shuffle_context": False, "seed": settings["seed"],
+               "features": {"backbone": "resnet101", "weights": "imagenet"},
+               "dataset_content_hash": "sha256:abc", "config": settings, "test": score,
+               "by_relation": {"and": score}, "by_element_type": {"object": score},
+               "by_relation_element_type": {"and": {"object": score}}}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    (folder / "history.json").write_text(json.dumps(
+        [{"epoch": i + 1, "train_loss": x, "train_answer_loss": x, "val_acc": 0.1}
+         for i, x in enumerate(losses)]))
+    return folder
+
+
+def test_runs_that_did_not_learn_are_flagged(tmp_path):
+    stuck = fake_run(tmp_path / "stuck", 0.40, 1000, [2.0794, 2.0791, 2.0790])
+    chance = fake_run(tmp_path / "chance", 0.13, 1000, [2.0, 1.9], aux=True)
+    learned = fake_run(tmp_path / "learned", 0.40, 1000, [2.0, 1.5], split="interpolation")
+    summary = report([stuck, chance, learned], tmp_path / "out")
+    assert "2 of 3 runs did not learn" in summary
+    assert "training loss never left ln 8 = 2.0794 (lowest 2.0790 in 3 epochs)" in summary
+    assert "test accuracy 13.0% is within the chance interval" in summary
+    table = {(r["aux"], r["did_not_learn"]) for r in rows(tmp_path / "out" / "table2.csv")
+             if r["ours"]}
+    assert table == {("False", "1"), ("True", "1")}
+    learned_row = [r for r in rows(tmp_path / "out" / "splits.csv")
+                   if r["split"] == "interpolation"]
+    assert learned_row[0]["did_not_learn"] == "0"
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "## Runs that did not learn" in page and "(did not learn)" in page
+    assert str(learned) not in page.split("## Runs that did not learn")[1].split("##")[0]
+
+
+def test_the_chance_interval_is_wilsons_around_one_in_eight():
+    from baselines.learning import chance_interval, did_not_learn
+
+    low, high = chance_interval(1000)
+    assert (low, high) == wilson_interval(125, 1000)
+    assert low < 0.125 < high
+    metrics = lambda acc: {"test": {"n": 1000, "accuracy": acc}}  # noqa: E731
+    assert did_not_learn(metrics(high - 1e-9), []) and not did_not_learn(metrics(high + 1e-3), [])
+    # far below chance is not "did not learn": the run learned something (a wrong preference)
+    assert not did_not_learn(metrics(0.01), [])
+
+
+def test_runs_of_one_cell_with_other_settings_are_not_averaged(tmp_path):
+    a = fake_run(tmp_path / "a", 0.5, 100, [1.0])
+    b = fake_run(tmp_path / "b", 0.6, 100, [1.0], seed=1, lr=0.5, center_features=True)
+    with pytest.raises(VpromError, match=r"cannot average the runs of RN ResNet on neutral: "
+                                         r"their settings differ \(center_features False in "
+                                         r".*a vs True in .*b; lr 1.0 in .*a vs 0.5 in .*b\)"):
+        report([a, b], tmp_path / "out")
+    c = fake_run(tmp_path / "c", 0.6, 100, [1.0], seed=1, device="cuda:0")  # only where/seed
+    assert "report over 2 runs" in report([a, c], tmp_path / "out")
+
+
+def test_a_folder_that_does_not_exist_is_named(tmp_path):
+    with pytest.raises(VpromError, match="nosuchdir: no such folder"):
+        report([tmp_path / "nosuchdir"], tmp_path / "out")

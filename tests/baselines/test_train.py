@@ -15,7 +15,8 @@ import torch
 import baselines.train as train_module
 from baselines.data import derangement, load_split
 from baselines.registry import list_models
-from baselines.train import build_model, load_checkpoint, train
+from baselines.run_folder import load_checkpoint
+from baselines.train import build_model, train
 from tests.baselines.conftest import small_config, write_pair
 from vprom.errors import VpromError
 
@@ -142,14 +143,14 @@ def test_checkpoint_loads_with_weights_only(tiny_pair, tmp_path):
     config = small_config(dataset, features, tmp_path / "run", epochs=1)
     run = train(config)
     state = torch.load(run / "last.pt", weights_only=True)
-    assert state["config"] == config.to_dict()
+    assert state["config"] == config.resolved().to_dict()
     assert state["epoch"] == 0 and len(state["history"]) == 1
     assert set(state) >= {"model", "optimizer", "rng", "model_config", "features_attrs"}
     assert state["features_attrs"]["backbone"] == "resnet18"
     model, _ = build_model(config, 16)
     model.load_state_dict(torch.load(run / "best.pt", weights_only=True)["model"])
     stored = json.loads((run / "config.json").read_text())
-    assert stored["config"] == config.to_dict()
+    assert stored["config"] == config.resolved().to_dict()
     assert stored["counts"] == {"train": 120, "val": 40, "test": 40}
 
 
@@ -170,8 +171,7 @@ def test_resume_after_a_kill_reaches_the_same_weights(tiny_pair, tmp_path, monke
         train(config)
     monkeypatch.setattr(train_module, "_end_epoch", original)
     assert len(history(config.out)) == 1
-    resumed = train(small_config(dataset, features, config.out, epochs=3, aux=True,
-                                 resume=True))
+    resumed = train(small_config(dataset, features, config.out, epochs=3, aux=True))
 
     a, b = load_checkpoint(straight / "last.pt"), load_checkpoint(resumed / "last.pt")
     assert_same_state(a["model"], b["model"])
@@ -189,21 +189,11 @@ def test_resume_after_a_kill_reaches_the_same_weights(tiny_pair, tmp_path, monke
 def test_resume_can_extend_a_finished_run(tiny_pair, tmp_path):
     dataset, features = tiny_pair
     run = train(small_config(dataset, features, tmp_path / "run", epochs=1))
-    train(small_config(dataset, features, run, epochs=2, resume=True))
+    train(small_config(dataset, features, run, epochs=2))
     assert [e["epoch"] for e in history(run)] == [1, 2]
     straight = train(small_config(dataset, features, tmp_path / "straight", epochs=2))
     assert_same_state(load_checkpoint(run / "last.pt")["model"],
                       load_checkpoint(straight / "last.pt")["model"])
-
-
-def test_rerun_without_resume_starts_over(tiny_pair, tmp_path):
-    dataset, features = tiny_pair
-    config = small_config(dataset, features, tmp_path / "run", epochs=1)
-    train(config)
-    (config.out / "metrics.json").write_text("{}")  # a stale result of the earlier run
-    train(config)
-    assert len(history(config.out)) == 1
-    assert not (config.out / "metrics.json").exists()
 
 
 def test_early_stopping_after_patience_epochs_without_gain(tiny_pair, tmp_path):
@@ -249,11 +239,10 @@ def test_a_split_without_training_matrices_is_refused(tmp_path):
 def test_a_run_folder_with_another_config_is_refused(tiny_pair, tmp_path):
     dataset, features = tiny_pair
     train(small_config(dataset, features, tmp_path / "run", epochs=1))
-    with pytest.raises(VpromError, match="different config .*model 'mlp-sum-2' vs 'rn'"):
+    with pytest.raises(VpromError, match="other settings .*model 'mlp-sum-2' vs 'rn'"):
         train(small_config(dataset, features, tmp_path / "run", epochs=1, model="rn"))
-    with pytest.raises(VpromError, match="only --epochs, --patience and --device may change"):
-        train(small_config(dataset, features, tmp_path / "run", epochs=1, hidden=8,
-                           resume=True))
+    with pytest.raises(VpromError, match=r"other settings \(hidden 16 vs 8, lr 1.0 vs 0.5\)"):
+        train(small_config(dataset, features, tmp_path / "run", epochs=3, hidden=8, lr=0.5))
 
 
 # ---------------------------------------------------------------- data parallel
@@ -281,3 +270,28 @@ def test_two_gloo_processes_match_one(tiny_pair, tmp_path):
     assert b["world_size"] == 2
     for key in a["model"]:
         torch.testing.assert_close(a["model"][key], b["model"][key], rtol=1e-4, atol=1e-5)
+
+
+def test_features_of_another_data_set_are_refused(tmp_path):
+    dataset, _ = write_pair(tmp_path / "mine", n=20)
+    _, foreign = write_pair(tmp_path / "other", n=20, seed=1, side=150)  # same crop ids
+    with pytest.raises(VpromError, match="extracted from another data set"):
+        train(small_config(dataset, foreign, tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_records_its_resolved_settings_and_their_source(tiny_pair, tmp_path):
+    from baselines.config import defaults_of
+
+    dataset, features = tiny_pair
+    run = train(small_config(dataset, features, tmp_path / "run", epochs=1, model="rn"))
+    stored = json.loads((run / "config.json").read_text())
+    defaults = defaults_of("rn")
+    # small_config passes hidden and batch size; the rest are the model's defaults
+    assert stored["config"]["hidden"] == 16 and stored["config"]["batch_size"] == 16
+    for key in ("optimizer", "lr", "eps", "score_init"):
+        assert stored["config"][key] == defaults[key]
+        assert stored["defaulted"][key] == defaults[key]
+    assert "hidden" not in stored["defaulted"]
+    assert stored["defaults_file"].endswith("baselines/defaults.json")
+    assert stored["dataset"]["content_hash"].startswith("sha256:")

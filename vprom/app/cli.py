@@ -15,7 +15,7 @@ import inspect
 import sys
 from pathlib import Path
 
-from baselines.config import OPTIMIZERS, TrainConfig
+from baselines.config import DEFAULTS_FILE, OPTIMIZERS, TrainConfig
 from features.config import STORED_DTYPES, ExtractConfig
 from generation.dataset import generate
 from mining.pools import mine
@@ -270,21 +270,35 @@ def run_extract(args):
     print(extract(ExtractConfig(**options)))
 
 
-@command("train", "train one baseline on one split",
+@command("train", "train one baseline on one split (resumes an interrupted run by default)",
          "vprom train build/dataset.h5 --features build/feats/resnet101.h5 --model rn "
          "--split neutral --aux --out runs/rn-neutral-aux")
 def add_train(p):
     p.add_argument("dataset", type=Path)
-    p.add_argument("--features", type=Path, required=True, help="FEATS.h5 from `vprom extract`")
+    p.add_argument("--features", type=Path, required=True, help="FEATS.h5 from `vprom extract` "
+                   "on this DATASET.h5 (features of another data set are refused)")
     p.add_argument("--model", required=True, help="a registered model, e.g. rn, mlp-sum-6, gru")
     p.add_argument("--split", required=True, help="neutral, interpolation, ...")
     p.add_argument("--aux", action="store_true", help="add the relation/element-type loss")
-    p.add_argument("--out", type=Path, required=True, help="run folder")
+    p.add_argument("--out", type=Path, required=True,
+                   help="run folder; re-running the same command resumes or, when finished, "
+                        "does nothing")
     p.add_argument("--epochs", type=int, default=default(TrainConfig, "epochs"))
-    p.add_argument("--batch-size", type=int, default=default(TrainConfig, "batch_size"))
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default=default(TrainConfig, "optimizer"))
-    p.add_argument("--lr", type=float, default=None, help="default: 1.0 AdaDelta, 1e-4 Adam")
-    p.add_argument("--hidden", type=int, default=default(TrainConfig, "hidden"))
+    model_default = f"default: the model's, from baselines/{DEFAULTS_FILE}"
+    p.add_argument("--batch-size", type=int, default=default(TrainConfig, "batch_size"),
+                   help=model_default)
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=default(TrainConfig, "optimizer"),
+                   help=model_default)
+    p.add_argument("--lr", type=float, default=default(TrainConfig, "lr"),
+                   help=model_default + " (for another optimizer than the model's, that "
+                        "optimizer's own default)")
+    p.add_argument("--rho", type=float, default=default(TrainConfig, "rho"),
+                   help="AdaDelta's decay; " + model_default)
+    p.add_argument("--eps", type=float, default=default(TrainConfig, "eps"), help=model_default)
+    p.add_argument("--hidden", type=int, default=default(TrainConfig, "hidden"),
+                   help=model_default)
+    p.add_argument("--score-init", type=float, default=default(TrainConfig, "score_init"),
+                   help="scale of the score head's initial weights; " + model_default)
     p.add_argument("--patience", type=int, default=default(TrainConfig, "patience"),
                    help="epochs without val gain before stop")
     p.add_argument("--shuffle-context", action="store_true",
@@ -294,13 +308,23 @@ def add_train(p):
     p.add_argument("--seed", type=int, default=default(TrainConfig, "seed"))
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if "
                    "available; under torchrun each process takes its LOCAL_RANK's GPU)")
-    p.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="replay each training step from a captured CUDA graph (one GPU, "
+                        "faster; see docs/gpus.md)")
+    p.add_argument("--restart", action="store_true",
+                   help="train the run folder's run again from epoch 1 (even with other "
+                        "settings); its files are replaced only once the new run has "
+                        "finished an epoch")
+    # resuming is the default now; the flag is accepted so that older scripts keep working
+    p.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)
 
 
 def run_train(args):
     from baselines.train import train
 
-    train(TrainConfig(**_options(args)))
+    options = _options(args)
+    options.pop("resume")
+    train(TrainConfig(**options))
 
 
 @command("evaluate", "test accuracy with a 95% interval and per-relation/element-type breakdowns",
@@ -317,7 +341,8 @@ def run_evaluate(args):
     print(format_metrics(evaluate(args.run_dir, device=args.device)))
 
 
-@command("report", "Table 2 and models x splits tables (Markdown, CSV) and plots over runs",
+@command("report", "Table 2 and models x splits tables (Markdown, CSV) and plots over runs; "
+         "flags runs that did not learn",
          "vprom report runs/* --out reports/")
 def add_report(p):
     p.add_argument("runs", type=Path, nargs="+")
@@ -343,7 +368,8 @@ def add_reproduce(p):
     p.add_argument("--backbones", default=default(ReproduceConfig, "backbones"))
     p.add_argument("--weights", default=None,
                    help="comma list, one per backbone (default: imagenet for torchvision ones)")
-    p.add_argument("--models", default=default(ReproduceConfig, "models"))
+    p.add_argument("--models", default=default(ReproduceConfig, "models"),
+                   help=f"each trains at its defaults, from baselines/{DEFAULTS_FILE}")
     p.add_argument("--splits", default=default(ReproduceConfig, "splits"))
     p.add_argument("--epochs", type=int, default=default(ReproduceConfig, "epochs"))
     p.add_argument("--seed", type=int, default=default(ReproduceConfig, "seed"))

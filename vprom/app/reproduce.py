@@ -10,10 +10,13 @@ stopped:
 3. train and evaluate every model × {without, with aux} × split per backbone, into
    OUT/runs/<backbone>/<model>[-aux]/<split>/, plus the two controls on the neutral split:
    the context-blind model, and the relation network on shuffled context panels
-   (OUT/runs/<backbone>/controls/...). A run with `metrics.json` is complete and skipped;
-   one with a checkpoint is resumed;
+   (OUT/runs/<backbone>/controls/...). Every run takes its model's default hyper-parameters
+   (`baselines/defaults.json`, chosen by `bench/grid.py`; each run's config.json records
+   them). A run with `metrics.json` is complete and skipped; one with a checkpoint is
+   resumed (`vprom train` resumes by default);
 4. report over every run into OUT/report/ (Table 2 beside the paper's numbers, models ×
-   splits, plots).
+   splits, plots). Runs that did not learn are flagged there and in the summary printed at
+   the end, and cells whose runs were trained with different settings are refused.
 
 Weights: one per backbone ("imagenet" by default where the backbone has torchvision ImageNet
 weights; the bottom-up backbone needs the path of its converted checkpoint).
@@ -178,8 +181,7 @@ def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
     train(TrainConfig(dataset=dataset, features=features, model=spec.model, split=spec.split,
                       aux=spec.aux, out=run, epochs=config.epochs,
                       shuffle_context=spec.shuffle_context, seed=config.seed,
-                      center_features=config.center_features, device=config.device,
-                      resume=True))
+                      center_features=config.center_features, device=config.device))
     print(format_metrics(evaluate(run, device=config.device)), flush=True)
 
 

@@ -1,0 +1,93 @@
+"""Whether a run learned, and whether runs may be averaged: the checks behind every report.
+
+A run **did not learn** when either holds:
+- its training loss never left ln 8 = 2.0794, the loss of uniform scores over 8 candidates:
+  the lowest answer loss of any epoch stayed above ln 8 − `LOSS_TOLERANCE` (a run whose loss
+  rose above ln 8 is included);
+- its test accuracy lies within the chance interval: the 95% Wilson interval
+  (`vprom.statistics.wilson_interval`) of a chance-level score, 12.5% of its n test
+  matrices, so it cannot be told apart from guessing on that many matrices.
+Such a run is flagged in `vprom evaluate`'s summary, in every table of `vprom report` and
+`vprom reproduce`, and listed on the report page; it is not dropped, since chance can be
+the honest result of a control or of a split that does not generalise.
+
+Runs of one table cell (model, features, aux, control, split) are averaged over seeds. They
+must differ in nothing else: `settings` collects what a run was trained with (every training
+setting except the seed and where it ran, plus the data set's content hash and the features'
+backbone weights), and `check_alike` refuses a cell whose runs differ, naming each setting.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from vprom.errors import VpromError
+from vprom.records import CHANCE, N_CANDIDATES
+from vprom.statistics import wilson_interval
+
+#: ln 8, the answer loss of uniform scores
+CHANCE_LOSS = math.log(N_CANDIDATES)
+#: how far below ln 8 the loss must get once for the run to count as having left it
+LOSS_TOLERANCE = 0.01
+#: training settings that do not change what a run learns (where, how resumed, which seed)
+NOT_SETTINGS = ("seed", "out", "device", "restart", "cuda_graphs", "resume", "dataset",
+                "features")
+
+
+def chance_interval(n: int) -> tuple[float, float]:
+    """The 95% Wilson interval of a chance-level score (12.5%) on n matrices."""
+    return wilson_interval(CHANCE * n, n)
+
+
+def did_not_learn(metrics: dict, history: list[dict]) -> list[str]:
+    """The reasons a run counts as not having learned (empty when it learned)."""
+    reasons = []
+    losses = [h.get("train_answer_loss", h.get("train_loss")) for h in history]
+    losses = [x for x in losses if isinstance(x, (int, float))]
+    if losses and min(losses) > CHANCE_LOSS - LOSS_TOLERANCE:
+        reasons.append(f"its training loss never left ln 8 = {CHANCE_LOSS:.4f} (lowest "
+                       f"{min(losses):.4f} in {len(losses)} epochs)")
+    test = metrics.get("test") or {}
+    n, accuracy = test.get("n") or 0, test.get("accuracy")
+    if n and accuracy is not None:
+        low, high = chance_interval(n)
+        if low <= accuracy <= high:
+            reasons.append(f"its test accuracy {100 * accuracy:.1f}% is within the chance "
+                           f"interval {100 * low:.1f}–{100 * high:.1f}% of {n:,} matrices")
+    return reasons
+
+
+def settings(run: Path, metrics: dict) -> dict:
+    """What a run was trained with, for comparing the runs of one cell."""
+    config, dataset = metrics.get("config"), metrics.get("dataset_content_hash")
+    manifest = {}
+    if config is None or dataset is None:
+        try:
+            manifest = json.loads((Path(run) / "config.json").read_text())
+        except (OSError, ValueError):
+            manifest = {}
+    config = config or manifest.get("config") or {}
+    out = {k: v for k, v in config.items() if k not in NOT_SETTINGS}
+    out["data set"] = dataset or (manifest.get("dataset") or {}).get("content_hash") or (
+        manifest.get("inputs") or {}).get("dataset")
+    out["backbone weights"] = (metrics.get("features") or {}).get("weights")
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def check_alike(label: str, runs: list[tuple[Path, dict]]) -> None:
+    """Refuse to average `runs` (path, settings) whose settings differ; name each difference."""
+    first_path, first = runs[0]
+    for path, other in runs[1:]:
+        keys = sorted(k for k in set(first) & set(other) if first[k] != other[k])
+        if keys:
+            differ = "; ".join(f"{k} {_short(first[k])} in {first_path} vs {_short(other[k])} "
+                               f"in {path}" for k in keys)
+            raise VpromError(f"cannot average the runs of {label}: their settings differ "
+                             f"({differ}); report them separately, or train them alike")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 30 else text[:27] + "…'"

@@ -1,0 +1,157 @@
+"""Runs are never destroyed: re-runs, interruptions at several moments, --restart, refusals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import baselines.run_folder as run_folder
+import baselines.steps as steps
+import baselines.train as train_module
+from baselines.evaluate import evaluate
+from baselines.run_folder import load_checkpoint
+from baselines.train import train
+from tests.baselines.conftest import small_config
+from vprom.errors import VpromError
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (hidden ones too), by relative path, with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def weights(run: Path, name: str = "last.pt") -> dict:
+    return load_checkpoint(run / name)["model"]
+
+
+def same_weights(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture
+def finished(tiny_pair, tmp_path):
+    """A finished, evaluated 2-epoch run with a file of the user's beside it."""
+    dataset, features = tiny_pair
+    config = small_config(dataset, features, tmp_path / "run", epochs=2)
+    train(config)
+    evaluate(config.out, device="cpu")
+    (config.out / "notes.txt").write_text("my notes")
+    return config
+
+
+def interrupt(original, at: int):
+    """`original`, raising KeyboardInterrupt at its `at`-th call (counting from 1); a plain
+    function, so that it binds as a method where it replaces one."""
+    calls = []
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == at:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    return wrapped
+
+
+def test_rerunning_a_finished_run_does_nothing_and_says_so(finished, capsys):
+    before = snapshot(finished.out)
+    capsys.readouterr()
+    assert train(finished) == finished.out
+    assert "this run is finished (2 epochs" in capsys.readouterr().out
+    assert snapshot(finished.out) == before
+
+
+def test_other_settings_are_refused_naming_them_and_nothing_changes(finished):
+    before = snapshot(finished.out)
+    other = small_config(finished.dataset, finished.features, finished.out, epochs=2,
+                         model="rn", lr=0.5)
+    with pytest.raises(VpromError, match=r"other settings \(lr 1.0 vs 0.5, model 'mlp-sum-2' "
+                                         r"vs 'rn'\).*--restart"):
+        train(other)
+    assert snapshot(finished.out) == before
+
+
+@pytest.mark.parametrize("at", [1, 5, 9])  # steps of the 8-step epochs: 1st, 2nd, 2nd epoch
+def test_ctrl_c_mid_epoch_keeps_finished_epochs_and_resumes_by_default(tiny_pair, tmp_path,
+                                                                       monkeypatch, capsys, at):
+    dataset, features = tiny_pair
+    straight = train(small_config(dataset, features, tmp_path / "straight", epochs=3))
+    config = small_config(dataset, features, tmp_path / "run", epochs=3)
+    monkeypatch.setattr(steps.Stepper, "run", interrupt(steps.Stepper.run, at))
+    with pytest.raises(KeyboardInterrupt):
+        train(config)
+    assert "run the same command again to resume" in capsys.readouterr().out
+    done = (at - 1) // 8  # epochs of 8 steps (120 matrices, batches of 16) before the cut
+    if done:
+        assert len(json.loads((config.out / "history.json").read_text())) == done
+    monkeypatch.undo()
+    train(config)  # the same command, no flag
+    assert "resuming after epoch" in capsys.readouterr().out or not done
+    assert same_weights(weights(straight), weights(config.out))
+
+
+def test_a_kill_between_two_checkpoint_files_loses_nothing(tiny_pair, tmp_path, monkeypatch):
+    dataset, features = tiny_pair
+    # with no validation figure every epoch is the best: each writes best.pt, then last.pt
+    monkeypatch.setattr(train_module, "accuracy", lambda *args: None)
+    straight = train(small_config(dataset, features, tmp_path / "straight", epochs=2))
+    config = small_config(dataset, features, tmp_path / "run", epochs=2)
+    # epoch 1: best.pt (call 1), last.pt (2); epoch 2: best.pt (3), then dies before last.pt
+    monkeypatch.setattr(train_module, "_save_checkpoint",
+                        interrupt(train_module._save_checkpoint, 4))
+    with pytest.raises(KeyboardInterrupt):
+        train(config)
+    assert load_checkpoint(config.out / "last.pt")["epoch"] == 0  # epoch 1 intact
+    assert load_checkpoint(config.out / "best.pt")["epoch"] == 1
+    monkeypatch.undo()
+    monkeypatch.setattr(train_module, "accuracy", lambda *args: None)
+    train(config)
+    assert same_weights(weights(straight), weights(config.out))
+    assert same_weights(weights(straight, "best.pt"), weights(config.out, "best.pt"))
+
+
+def test_restart_keeps_the_old_run_until_the_new_one_finished_an_epoch(finished, monkeypatch):
+    before = snapshot(finished.out)
+    restart = small_config(finished.dataset, finished.features, finished.out, epochs=2,
+                           seed=7, restart=True)
+    # killed in the first epoch of the new run, then after its first step's checkpoint files
+    for original, at in ((steps.Stepper.run, 3), (train_module._save_checkpoint, 2)):
+        target = steps.Stepper if original is steps.Stepper.run else train_module
+        name = "run" if original is steps.Stepper.run else "_save_checkpoint"
+        monkeypatch.setattr(target, name, interrupt(original, at))
+        with pytest.raises(KeyboardInterrupt):
+            train(restart)
+        monkeypatch.undo()
+        assert snapshot(finished.out) == before  # the old run, byte for byte
+    train(restart)
+    new = finished.out
+    assert load_checkpoint(new / "last.pt")["config"]["seed"] == 7
+    assert (new / "notes.txt").read_text() == "my notes"  # the user's file came along
+    old_metrics = before["metrics.json"]
+    assert (new / "metrics.before-restart.json").read_bytes() == old_metrics
+    assert not (new / "metrics.json").exists()  # it scored the old weights
+    assert not run_folder.staging_folder(new).exists()
+    assert not list(new.parent.glob(".run.replaced-*"))
+
+
+def test_continuing_an_evaluated_run_keeps_its_old_metrics(finished, monkeypatch):
+    old = (finished.out / "metrics.json").read_bytes()
+    scored = json.loads(old)["checkpoint"]["epoch"]
+    # with no validation figure every epoch counts as the best, so epoch 3 replaces best.pt
+    monkeypatch.setattr(train_module, "accuracy", lambda *args: None)
+    train(small_config(finished.dataset, finished.features, finished.out, epochs=3))
+    assert load_checkpoint(finished.out / "best.pt")["epoch"] + 1 == 3
+    assert (finished.out / f"metrics.best-epoch-{scored}.json").read_bytes() == old
+    assert not (finished.out / "metrics.json").exists()
+
+
+def test_a_best_checkpoint_without_last_is_not_overwritten(finished):
+    (finished.out / "last.pt").unlink()
+    before = snapshot(finished.out)
+    with pytest.raises(VpromError, match="best.pt but no last.pt.*--restart"):
+        train(finished)
+    assert snapshot(finished.out) == before
