@@ -25,13 +25,15 @@ def test_the_gpu_check_passes_on_the_cpu(tmp_path, capsys):
     steps = gpu_check.main(["--device", "cpu", "--out", str(tmp_path), "--models", "rn",
                             "--epochs", "1", "--images", "600", "--scale", "0.001",
                             "--input-size", "32", "--timeout", "600"])
-    failed = [f"{s.name}: {s.detail}" for s in steps if not s.ok]
+    failed = [f"{s.name}: {s.detail}" for s in steps if s.ok is False]
     assert not failed, failed
     names = [s.name for s in steps]
     assert "extract: plain and torchrun bytes equal" in names
-    assert {"train rn (plain)", "train rn-aux (torchrun)", "train rn-aux: torchrun agrees "
-            "with plain", "report over every run"} <= set(names)
-    assert all(s.epoch_seconds for s in steps if s.name.startswith("train rn") and "(" in s.name)
+    assert {"train rn (plain)", "train rn-aux (torchrun)", "train rn-aux: torchrun beside plain",
+            "equivalence: torchrun = plain (rn-aux, hidden 16)",
+            "report over every run"} <= set(names)
+    trained = [s for s in steps if s.name.startswith("train") and s.name.endswith(")")]
+    assert len(trained) == 6 and all(s.ok and s.epoch_seconds for s in trained)
     table = capsys.readouterr().out
     assert "| step | result | seconds | median epoch s | detail |" in table
     assert "0 failed" in table
