@@ -67,10 +67,11 @@ def test_rerunning_a_finished_run_does_nothing_and_says_so(finished, capsys):
 
 def test_other_settings_are_refused_naming_them_and_nothing_changes(finished):
     before = snapshot(finished.out)
+    # mlp-sum-4 takes the same defaults entry ('*') as mlp-sum-2: only what is passed differs
     other = small_config(finished.dataset, finished.features, finished.out, epochs=2,
-                         model="rn", lr=0.5)
+                         model="mlp-sum-4", lr=0.5)
     with pytest.raises(VpromError, match=r"other settings \(lr 1.0 vs 0.5, model 'mlp-sum-2' "
-                                         r"vs 'rn'\).*--restart"):
+                                         r"vs 'mlp-sum-4'\).*--restart"):
         train(other)
     assert snapshot(finished.out) == before
 
