@@ -16,7 +16,14 @@ import sys
 from pathlib import Path
 
 from baselines.config import OPTIMIZERS, TrainConfig
-from features.config import STORED_DTYPES, ExtractConfig
+from features.config import (
+    COMPRESSIONS,
+    DECODERS,
+    POOLS,
+    REGIONS,
+    STORED_DTYPES,
+    ExtractConfig,
+)
 from generation.dataset import generate
 from mining.pools import mine
 from mining.synth import write_corpus
@@ -234,19 +241,46 @@ def add_extract(p):
     p.add_argument("--weights", default=default(ExtractConfig, "weights"),
                    help="imagenet | none | PATH to a state dict")
     p.add_argument("--out", type=Path, help="FEATS.h5 to write")
-    p.add_argument("--batch-size", type=int, default=default(ExtractConfig, "batch_size"))
+    p.add_argument("--batch-size", type=int, default=default(ExtractConfig, "batch_size"),
+                   help="crops per forward (%(default)s; 256 suits a large GPU)")
     p.add_argument("--workers", type=int, default=default(ExtractConfig, "workers"),
-                   help="DataLoader workers")
-    p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if "
-                   "available; under torchrun each process takes its LOCAL_RANK's GPU)")
+                   help="DataLoader processes reading/decoding JPEGs (default: 2 on CPU; on "
+                   "CUDA the CPU cores per GPU process less 2, at most 16)")
+    p.add_argument("--prefetch", type=int, default=default(ExtractConfig, "prefetch"),
+                   help="batches each worker prepares ahead (%(default)s)")
+    p.add_argument("--in-flight", type=int, default=default(ExtractConfig, "in_flight"),
+                   help="batches queued on the device before the oldest result is awaited "
+                   "(%(default)s; 0 waits for every batch)")
+    p.add_argument("--decode", choices=DECODERS, default=default(ExtractConfig, "decode"),
+                   help="where JPEGs are decoded: cpu = Pillow in the workers; gpu = "
+                   "torchvision on the device (nvjpeg; on a CPU device torchvision's CPU "
+                   "decoder in the workers); auto (default) = gpu on CUDA nodes with under 8 "
+                   "CPU cores per GPU, else cpu")
+    p.add_argument("--region", choices=REGIONS, default=default(ExtractConfig, "region"),
+                   help="crop (default): each box warped to SxS through the whole trunk; roi "
+                   "(bottomup-r101): the detector's procedure: whole image at shorter side "
+                   "600, res4 once per image, 14x14 RoI max pooling per box, res5")
+    p.add_argument("--pool", choices=POOLS, default=default(ExtractConfig, "pool"),
+                   help="avg (default): one pooled, L2-normalised vector per crop; none: the "
+                   "last conv map per crop as an (N, C, H, W) dataset 'maps' (float16: about "
+                   "200 KB per crop for resnet101 at 224, 2048x7x7; 800 KB for bottomup-r101, "
+                   "2048x14x14); `vprom train` takes pooled vectors only")
+    p.add_argument("--compression", choices=COMPRESSIONS,
+                   default=default(ExtractConfig, "compression"),
+                   help="HDF5 compression of the stored dataset (%(default)s; gzip is readable "
+                   "everywhere, lzf only by h5py)")
+    p.add_argument("--device", default=default(ExtractConfig, "device"),
+                   help="cuda, cuda:N or cpu (default: cuda if available; under torchrun "
+                   "each process takes its LOCAL_RANK's GPU)")
     p.add_argument("--dtype", choices=STORED_DTYPES, default=default(ExtractConfig, "dtype"))
     p.add_argument("--no-resume", dest="resume", action="store_false",
                    help="start over even if a matching partial file exists")
     p.add_argument("--allow-missing", action="store_true",
                    help="finish even if some images are missing (they are reported)")
     p.add_argument("--compile", action="store_true", help="torch.compile the backbone (CUDA)")
-    p.add_argument("--input-size", type=int, default=None,
-                   help="crop side in pixels (default: the backbone's, 224)")
+    p.add_argument("--input-size", type=int, default=default(ExtractConfig, "input_size"),
+                   help="crop side in pixels (default: the backbone's, 224); with --region roi "
+                   "the image's shorter side (default 600)")
     p.add_argument("--chunk-batches", type=int, default=default(ExtractConfig, "chunk_batches"),
                    help="batches per resumable chunk (a killed run redoes at most one chunk)")
     p.add_argument("--list", action="store_true", help="list the backbones and exit")
