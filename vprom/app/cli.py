@@ -11,7 +11,12 @@ never written twice; the config modules it reads import no torch.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import inspect
+import math
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -24,6 +29,7 @@ from vprom import __version__
 from vprom.app.build import build
 from vprom.app.reproduce import ReproduceConfig
 from vprom.errors import VpromError
+from vprom.io import check_output
 
 COMMANDS: dict[str, tuple[str, str]] = {}  # name -> (summary, example)
 
@@ -46,6 +52,38 @@ def default(owner, name: str):
 def _options(args: argparse.Namespace) -> dict:
     """The parsed options as keyword arguments for a job's config dataclass."""
     return {k: v for k, v in vars(args).items() if k not in ("command", "run")}
+
+
+def output_file(text: str) -> Path:
+    """An output file path, checked before any work starts (argparse type)."""
+    try:
+        return check_output(text)
+    except VpromError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def output_folder(text: str) -> Path:
+    """An output folder path, checked before any work starts (argparse type)."""
+    try:
+        return check_output(text, folder=True)
+    except VpromError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def positive(kind):
+    """An argparse type for a finite number > 0 of `kind` (int or float)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+        return value
+
+    return parse
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -76,8 +114,8 @@ def run_download(args):
 @command("synth", "write the built-in synthetic corpus in Visual Genome's layout and schema",
          "vprom synth --out data/synth --images 2000 --seed 0")
 def add_synth(p):
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--images", type=int, default=default(write_corpus, "images"))
+    p.add_argument("--out", type=output_folder, required=True)
+    p.add_argument("--images", type=positive(int), default=default(write_corpus, "images"))
     p.add_argument("--seed", type=int, default=default(write_corpus, "seed"))
     p.add_argument("--workers", type=int, default=default(write_corpus, "workers"),
                    help="rendering processes")
@@ -91,7 +129,7 @@ def run_synth(args):
          "vprom mine --vg data/vg --out build/pools.h5")
 def add_mine(p):
     p.add_argument("--vg", type=Path, required=True, help="folder with VG's JSON (or .json.zip)")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=output_file, required=True)
     p.add_argument("--min-side", type=int, default=default(mine, "min_side"),
                    help="drop regions smaller (px)")
     p.add_argument("--workers", type=int, default=default(mine, "workers"),
@@ -107,8 +145,8 @@ def run_mine(args):
          "vprom generate build/pools.h5 --out build/dataset.h5 --scale 0.1 --seed 0")
 def add_generate(p):
     p.add_argument("pools", type=Path)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--scale", type=float, default=default(generate, "scale"),
+    p.add_argument("--out", type=output_file, required=True)
+    p.add_argument("--scale", type=positive(float), default=default(generate, "scale"),
                    help="fraction of Table 1's 235,000")
     p.add_argument("--seed", type=int, default=default(generate, "seed"))
     p.add_argument("--shard", type=_shard, default=None,
@@ -127,7 +165,7 @@ def run_generate(args):
          "vprom merge build/shard-0.h5 build/shard-1.h5 --out build/dataset.h5")
 def add_merge(p):
     p.add_argument("shards", type=Path, nargs="+", help="the N shard files, any order")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=output_file, required=True)
 
 
 def run_merge(args):
@@ -140,13 +178,13 @@ def run_merge(args):
 @command("build", "one shot: (synth or VG) -> mine -> generate -> verify -> stats",
          "vprom build --synthetic --out build/demo")
 def add_build(p):
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=output_folder, required=True)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--vg", type=Path, help="an unpacked Visual Genome folder")
     src.add_argument("--synthetic", action="store_true", help="the built-in synthetic corpus")
-    p.add_argument("--images", type=int, default=default(build, "images"),
+    p.add_argument("--images", type=positive(int), default=default(build, "images"),
                    help="synthetic corpus size")
-    p.add_argument("--scale", type=float, default=default(build, "scale"),
+    p.add_argument("--scale", type=positive(float), default=default(build, "scale"),
                    help="fraction of Table 1's size")
     p.add_argument("--seed", type=int, default=default(build, "seed"))
 
@@ -178,7 +216,7 @@ def run_verify(args):
          "vprom stats build/dataset.h5 --json build/stats.json")
 def add_stats(p):
     p.add_argument("dataset", type=Path)
-    p.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
+    p.add_argument("--json", type=output_file, default=None, help="also write the figures as JSON")
 
 
 def run_stats(args):
@@ -196,7 +234,7 @@ def add_show(p):
     p.add_argument("dataset", type=Path)
     p.add_argument("--id", type=int, required=True)
     p.add_argument("--vg", type=Path, required=True, help="folder holding the VG images")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=output_file, required=True)
     p.add_argument("--answer", action="store_true", help="mark the answer, relation, elements")
 
 
@@ -381,21 +419,77 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: What to tell a user whose command was interrupted.
+RESUME_HINT = {
+    "build": "run the same command again: finished stages are kept",
+    "download": "run the same command again: downloads resume where they stopped",
+    "extract": "run the same command again: finished chunks are kept",
+    "train": "run the same command again to resume from the last finished epoch",
+    "reproduce": "run the same command again: finished steps and runs are kept",
+}
+
+
+class Terminated(BaseException):
+    """SIGTERM, handled like Ctrl-C: stop, clean up, exit with 143."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for a file-system error: what, which path, and what to do."""
+    path = e.filename if e.filename is not None else "a file"
+    fixes = {
+        errno.EACCES: "no permission; choose another path or fix its permissions",
+        errno.EPERM: "not permitted; choose another path or fix its permissions",
+        errno.EROFS: "the file system is read-only; choose another path",
+        errno.ENOSPC: "no space left on the device; free some space or choose another path",
+        errno.EDQUOT: "the disk quota is used up; free some space or choose another path",
+        errno.EISDIR: "is a folder where a file is needed; choose another path",
+        errno.ENOTDIR: "a file stands where a folder is needed; choose another path",
+        errno.EEXIST: "already exists in the way; move it or choose another path",
+        errno.ENOENT: "no such file or folder; check the path",
+    }
+    fix = fixes.get(e.errno, "check the path and try again")
+    return f"{path}: {e.strerror or type(e).__name__} ({fix})"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; errors become one line on stderr and a non-zero exit status.
+
+    `VPROM_DEBUG=1` lets every error through with its traceback.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    debug = os.environ.get("VPROM_DEBUG", "") not in ("", "0")
+    previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         args.run(args)
-    except VpromError as e:
-        print(f"vprom {args.command}: error: {e}", file=sys.stderr)
+    except BrokenPipeError:
+        # stdout was closed (`vprom evaluate RUN | head -1`): stop quietly, and keep Python's
+        # final flush from failing on the same pipe.
+        with contextlib.suppress(OSError, ValueError):  # stdout may not be a real file
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except (KeyboardInterrupt, Terminated) as e:
+        if debug:
+            raise
+        how = RESUME_HINT.get(args.command, "run the same command again (it starts over)")
+        print(f"vprom {args.command}: interrupted; no partial output was left looking "
+              f"finished; {how}", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
+    except (VpromError, OSError) as e:
+        if debug:
+            raise
+        text = os_error_message(e) if isinstance(e, OSError) else str(e)
+        print(f"vprom {args.command}: error: {text}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"vprom {args.command}: interrupted; no partial output was left finished",
-              file=sys.stderr)
-        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
 
 
