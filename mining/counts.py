@@ -30,10 +30,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mining.vocab import DATA_DIR, Vocabulary, load_vocabulary
 from vprom.errors import VpromError
 from vprom.records import COUNTS
-
-from mining.vocab import DATA_DIR, Vocabulary, load_vocabulary
 
 REASONS = {
     "time": "a time of day: five o'clock, 10:30, at 5 pm",
