@@ -1,6 +1,6 @@
 """`vprom verify`: prove a built DATASET.h5 sound before anyone trains on it.
 
-The checks, each a named result with its figures (see the README's verify section for thresholds):
+The checks, each a named result with its figures (thresholds explained in docs/checking.md):
 
 1. integrity — the file's structure (groups, equal column lengths, N×16 panels and
    elements), the manifest (present, its `counts` and `outputs.content_hash` agree with the
