@@ -188,7 +188,12 @@ def _finished(job: Job) -> list | None:
         return None
     if missing and not job.config.allow_missing:
         return None  # redo: the images may have been fixed since
-    return [(int(c), "", "missing in the existing file") for c in missing]
+    plan = job.plan
+    row = np.searchsorted(plan.crop_id, np.asarray(missing, dtype=np.int64))
+    images = plan.unit_image[plan.unit_of_row[row]]
+    path_of = dict(zip(plan.unit_image[plan.groups[:, 0]].tolist(), job.paths))
+    return [(int(c), path_of.get(int(i)) or "", f"image {int(i)}: missing in the existing file")
+            for c, i in zip(missing, images)]
 
 
 def _open_partial(job: Job) -> None:

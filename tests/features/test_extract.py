@@ -162,6 +162,11 @@ def test_missing_and_corrupt_images_fail_the_run_unless_allowed(dataset, vg_dir,
     rows = feats.index_of([108, 109, 111])
     assert np.isnan(feats.features[rows]).all()
     assert not np.isnan(np.delete(feats.features, rows, axis=0)).any()
+    again = extract(config(dataset, vg_dir, out, allow_missing=True))  # finished: kept
+    assert again.extracted_units == 0
+    assert [m[2] for m in again.missing] == ["image 14: missing in the existing file"] + [
+        "image 15: missing in the existing file"] * 2
+    assert again.missing[1][1] == str(vg_dir / "VG_100K" / "15.jpg")
 
 
 def test_reader_refuses_partial_and_unknown_ids(dataset, vg_dir, tmp_path):
