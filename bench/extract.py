@@ -14,7 +14,9 @@ per decoder, the other half (so a drift in machine load hits both alike):
   decoding (Pillow workers or the device's decoder), forward, chunk files, assembling and
   hashing FEATS.h5; "loop" is the extraction loop alone (start of the workers to the last
   chunk file, without loading the weights and assembling).
-Prints crops/s and the ratios end-to-end / bare and loop / bare (target >= 0.9).
+Prints crops/s and the ratios end-to-end / bare and loop / bare (target >= 0.9), and first the
+CPU time one core spends decoding and cropping an image of the corpus with each decoder's
+code (Pillow; torchvision + torch resize on the CPU), which says how many workers a GPU needs.
 
     python bench/extract.py --device cuda                        # 60,000 crops, one GPU
     python bench/extract.py --device cuda --decoders cpu,gpu     # both decoders
@@ -40,10 +42,13 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from features.backbones import get_backbone  # noqa: E402
+from features.crops import decode_crops  # noqa: E402
+from features.decoding import clip_boxes, crop_resize, read_bytes, torch_image  # noqa: E402
 from features.config import ExtractConfig  # noqa: E402
 from features.extract import _autocast_dtype, extract  # noqa: E402
 from features.pipeline import embed  # noqa: E402
 from tests.features.conftest import crop_table, write_dataset  # noqa: E402
+from vprom.tables import read_crop_table  # noqa: E402
 
 WIDTHS, HEIGHTS, CROPS_PER_IMAGE, MIN_SIDE = (500, 800), (333, 600), (1, 6), 100
 
@@ -87,8 +92,39 @@ def saved_weights(root: Path, name: str) -> Path:
     """The backbone's random-init state dict as a file (built once)."""
     path = root / f"{name}-random.pth"
     if not path.is_file():
-        torch.save(get_backbone(name).load("none").module.state_dict(), path)
+        state = get_backbone(name).load("none").module.state_dict()
+        if name == "bottomup-r101":  # as the ports name it (Detectron2)
+            state = {("roi_heads." if k.startswith("res5.") else "backbone.") + k: v
+                     for k, v in state.items()}
+        torch.save(state, path)
     return path
+
+
+def decode_cost(dataset: Path, vg: Path, images: int = 200, size: int = 224) -> dict:
+    """CPU milliseconds per image (and per crop) to decode and crop the first `images` images
+    of the corpus, one thread, with Pillow and with the torch path."""
+    crops = read_crop_table(dataset)
+    ids = sorted(set(crops.image_id.tolist()))[:images]
+    boxes = {i: np.stack([crops.x, crops.y, crops.w, crops.h], axis=1)[crops.image_id == i]
+             for i in ids}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a DataLoader worker's share
+    try:
+        start = time.process_time()
+        for i in ids:
+            decode_crops(vg / "VG_100K" / f"{i}.jpg", boxes[i], size)
+        pillow = time.process_time() - start
+        start = time.process_time()
+        for i in ids:
+            image = torch_image(read_bytes(vg / "VG_100K" / f"{i}.jpg"))
+            corners, _ = clip_boxes(boxes[i], image.shape[2], image.shape[1])
+            crop_resize(image, corners, size)
+        tensors = time.process_time() - start
+    finally:
+        torch.set_num_threads(threads)
+    n = sum(len(b) for b in boxes.values())
+    return {"images": len(ids), "crops": n, "pillow": 1000 * pillow / len(ids),
+            "pillow_crop": 1000 * pillow / n, "torch": 1000 * tensors / len(ids)}
 
 
 class BareForward:
@@ -174,6 +210,10 @@ def main(argv=None) -> None:
         print(f"corpus: {args.crops} crops on {images} images ({args.crops / images:.2f} per "
               f"image), {WIDTHS[0]}-{WIDTHS[1]} x {HEIGHTS[0]}-{HEIGHTS[1]} px; written in "
               f"{time.perf_counter() - started:.0f} s", flush=True)
+        cost = decode_cost(dataset, vg)
+        print(f"decoding + cropping on one core ({cost['images']} images): Pillow "
+              f"{cost['pillow']:.1f} ms/image ({cost['pillow_crop']:.1f} ms/crop); torchvision + "
+              f"torch resize {cost['torch']:.1f} ms/image", flush=True)
         device = (torch.cuda.get_device_name(args.device) if cuda else
                   f"cpu, {torch.get_num_threads()} threads")
         print(f"torch {torch.__version__}, {device}, batch {args.batch_size}, workers "

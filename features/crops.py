@@ -23,8 +23,8 @@ Pixels (in DataLoader workers; `CropDataset` item g = image group g, `collate` m
 - `--decode gpu` on a CPU device: torchvision decodes in the worker and `crop_resize`
   (features/decoding.py) cuts the crops, the code the GPU runs.
 - otherwise the worker hands the image itself to the main process as a `Source`: the file's
-  bytes for the device's decoder, or the decoded image (`--region roi` with Pillow or on a
-  CPU device; a file that is not a JPEG).
+  bytes for the device's decoder (`--decode gpu` on CUDA), or the decoded image
+  (`--region roi` otherwise).
 Crops travel as uint8 (B, S, S, 3): the permute to (B, 3, S, S) on the device is then a
 channels_last view, and normalisation runs there. Failures (no file, undecodable, box
 outside the image) travel as (unit, path, error) and name the image id.

@@ -19,8 +19,11 @@ instead, so a run never depends on which decoder an odd file happens to suit; on
 neither can read is reported as missing.
 
 `auto` chooses `gpu` on CUDA when the node has fewer than `GPU_DECODE_BELOW` CPU cores per
-GPU process (decoding ~4 JPEGs per ms needs about that many Pillow workers to keep one GPU
-fed), else `cpu`; on a CPU device always `cpu`, which keeps today's numbers.
+GPU process, else `cpu`; on a CPU device always `cpu`, which keeps today's numbers. Why 12:
+Pillow took ~7 ms of CPU per VG-sized image with 3.6 boxes on this project's machine, and an
+H100's resnet101 forward takes ~2,000 such images per second, so about 12-14 cores keep it
+fed; with fewer, decoding on the GPU costs less than waiting for the workers. (An estimate
+until measured on a GPU: docs/extraction-speed.md.)
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from torch.nn import functional as F
 
 from vprom.images import clip_box
 
-GPU_DECODE_BELOW = 8  # CPU cores per GPU process under which auto decodes on the GPU
+GPU_DECODE_BELOW = 12  # CPU cores per GPU process under which auto decodes on the GPU
 JPEG_MAGIC = b"\xff\xd8\xff"
 RESIZE_TORCH = ("whole crop (box clipped to the image) resized to SxS, aspect ratio not kept; "
                 "torch bilinear interpolation with antialiasing on the full-size decoded "

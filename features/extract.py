@@ -64,7 +64,7 @@ class ExtractSummary:
     units: int
     extracted_units: int  # computed by this process in this run
     seconds: float  # the whole call: loading, extraction, assembling
-    loop_seconds: float = 0.0  # the extraction loop alone (decode + forward + chunk writes)
+    loop_seconds: float = 0.0  # from starting the workers to the last chunk file
     missing: list = field(default_factory=list)  # (crop_id, path, error)
     rank: int = 0
     world_size: int = 1
@@ -99,8 +99,8 @@ def extract(config: ExtractConfig) -> ExtractSummary:
     # Ranks wait for the slowest at the end: allow long shards before timing out.
     with joined_world(config.device, timeout=timedelta(hours=12)) as world:
         job = _prepare(config, world)
-        loop_start = time.perf_counter()
         finished = _finished(job)
+        loop_seconds = 0.0
         if finished is not None:
             extracted, missing = 0, finished
             if world.main:
@@ -110,10 +110,11 @@ def extract(config: ExtractConfig) -> ExtractSummary:
             if world.main:
                 _open_partial(job)
             world.barrier()
+            loop_start = time.perf_counter()
             extracted = pipeline.run_chunks(job)
+            loop_seconds = time.perf_counter() - loop_start
             world.barrier()
             missing = assemble.assemble(job) if world.main else []
-        loop_seconds = time.perf_counter() - loop_start
     return ExtractSummary(out=config.out, backbone=config.backbone, crops=len(job.plan.crop_id),
                           units=len(job.plan.unit_image), extracted_units=extracted,
                           seconds=time.perf_counter() - start, loop_seconds=loop_seconds,

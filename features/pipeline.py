@@ -163,6 +163,7 @@ class Forward:
         self.device = job.world.device
         self.dtype = TORCH_DTYPES[job.config.dtype]
 
+    @torch.inference_mode()
     def __call__(self, batch: Batch) -> tuple[np.ndarray, torch.Tensor | None, list]:
         job, failed = self.job, list(batch.failed)
         units, parts = [], []
@@ -184,7 +185,8 @@ class Forward:
         if job.config.region == "roi":
             out = self._regions(parts)
         else:
-            out = embed(self.model, torch.cat(parts), job.backbone, job.autocast, self.device,
+            pixels = parts[0] if len(parts) == 1 else torch.cat(parts)
+            out = embed(self.model, pixels, job.backbone, job.autocast, self.device,
                         job.config.pool)
         return np.concatenate(units), out.to(self.dtype), failed
 

@@ -99,24 +99,29 @@ class Killed(Exception):
     pass
 
 
+def dies_after(monkeypatch, chunks: int) -> None:
+    """The next extraction is killed after writing `chunks` chunk files."""
+    write_chunk, written = pipeline_module.write_chunk, []
+
+    def dying(job, c, rows, failed):
+        if len(written) == chunks:
+            raise Killed
+        written.append(c)
+        write_chunk(job, c, rows, failed)
+
+    monkeypatch.setattr(pipeline_module, "write_chunk", dying)
+
+
 def test_a_killed_run_resumes_to_identical_bytes(dataset, vg_dir, tmp_path, monkeypatch,
                                                  capsys):
     whole = tmp_path / "whole.h5"
     extract(config(dataset, vg_dir, whole))
     out = tmp_path / "resumed.h5"
-    write_chunk, written = pipeline_module.write_chunk, []
-
-    def dying(job, c, features, failed):
-        if len(written) == 2:
-            raise Killed
-        written.append(c)
-        write_chunk(job, c, features, failed)
-
-    monkeypatch.setattr(pipeline_module, "write_chunk", dying)
+    dies_after(monkeypatch, 2)
     with pytest.raises(Killed):
         extract(config(dataset, vg_dir, out))
     assert not out.exists() and len(list((tmp_path / "resumed.h5.partial").glob("*.npy"))) == 2
-    monkeypatch.setattr(pipeline_module, "write_chunk", write_chunk)
+    monkeypatch.undo()
     summary = extract(config(dataset, vg_dir, out))
     assert "resuming, 2 of" in capsys.readouterr().err
     assert 0 < summary.extracted_units < summary.units

@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-import features.pipeline as pipeline
 from features.extract import extract
 from features.reader import check_complete, load_features, open_maps
 from tests.features.conftest import CROP_ROWS
-from tests.features.test_extract import Killed, config
+from tests.features.test_extract import Killed, config, dies_after
 from vprom.errors import VpromError
 
 CROP_IDS = sorted(r[0] for r in CROP_ROWS)
@@ -82,15 +81,7 @@ def test_train_refuses_maps_and_the_maps_reader_refuses_vectors(maps_file, datas
 def test_a_killed_maps_run_resumes_to_identical_bytes(dataset, vg_dir, tmp_path, monkeypatch,
                                                       maps_file):
     out = tmp_path / "resumed.h5"
-    write_chunk, written = pipeline.write_chunk, []
-
-    def dying(job, c, rows, failed):
-        if len(written) == 1:
-            raise Killed
-        written.append(c)
-        write_chunk(job, c, rows, failed)
-
-    monkeypatch.setattr(pipeline, "write_chunk", dying)
+    dies_after(monkeypatch, 1)
     with pytest.raises(Killed):
         extract(config(dataset, vg_dir, out, pool="none", dtype="float16"))
     monkeypatch.undo()

@@ -144,3 +144,19 @@ def test_a_chunk_is_written_when_its_last_batch_lands(dataset, vg_dir, tmp_path,
     monkeypatch.setattr(pipeline, "write_chunk", spy)
     extract(config(dataset, vg_dir, tmp_path / "f.h5", chunk_batches=2, in_flight=5))
     assert written == [(0, (8, 512), False), (1, (2, 512), False)]
+
+
+def test_the_dataloader_pins_every_tensor_of_a_batch(monkeypatch):
+    """On CUDA the DataLoader's pinning thread calls `Batch.pin_memory`: crops and images."""
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    from features.crops import Batch, Source
+
+    pinned = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory",
+                        lambda self: pinned.append(tuple(self.shape)) or self.clone())
+    source = Source(11, "11.jpg", torch.zeros(5, dtype=torch.uint8), True,
+                    np.array([0]), np.array([[0, 0, 2, 2]]))
+    batch = Batch(np.array([1, 2]), torch.zeros(2, 4, 4, 3, dtype=torch.uint8), [source])
+    assert pin_memory(batch) is batch
+    assert pinned == [(2, 4, 4, 3), (5,)]

@@ -305,20 +305,20 @@ def add_extract(p):
     p.add_argument("--in-flight", type=int, default=default(ExtractConfig, "in_flight"),
                    help="batches queued on the device before the oldest result is awaited "
                    "(%(default)s; 0 waits for every batch)")
-    p.add_argument("--decode", choices=DECODERS, default=default(ExtractConfig, "decode"),
-                   help="where JPEGs are decoded: cpu = Pillow in the workers; gpu = "
-                   "torchvision on the device (nvjpeg; on a CPU device torchvision's CPU "
-                   "decoder in the workers); auto (default) = gpu on CUDA nodes with under 8 "
-                   "CPU cores per GPU, else cpu")
-    p.add_argument("--region", choices=REGIONS, default=default(ExtractConfig, "region"),
-                   help="crop (default): each box warped to SxS through the whole trunk; roi "
-                   "(bottomup-r101): the detector's procedure: whole image at shorter side "
-                   "600, res4 once per image, 14x14 RoI max pooling per box, res5")
-    p.add_argument("--pool", choices=POOLS, default=default(ExtractConfig, "pool"),
-                   help="avg (default): one pooled, L2-normalised vector per crop; none: the "
-                   "last conv map per crop as an (N, C, H, W) dataset 'maps' (float16: about "
-                   "200 KB per crop for resnet101 at 224, 2048x7x7; 800 KB for bottomup-r101, "
-                   "2048x14x14); `vprom train` takes pooled vectors only")
+    for flag, choices, text in (
+        ("--decode", DECODERS, "where JPEGs are decoded: cpu = Pillow in the workers; gpu = "
+         "torchvision on the device (nvjpeg; on a CPU device torchvision's CPU decoder in the "
+         "workers); auto (default) = gpu on CUDA nodes with under 12 CPU cores per GPU, else "
+         "cpu"),
+        ("--region", REGIONS, "crop (default): each box warped to SxS through the whole trunk; "
+         "roi (bottomup-r101): the detector's procedure: whole image at shorter side 600, res4 "
+         "once per image, 14x14 RoI max pooling per box, res5"),
+        ("--pool", POOLS, "avg (default): one pooled, L2-normalised vector per crop; none: the "
+         "last conv map per crop as an (N, C, H, W) dataset 'maps' (float16: about 200 KB per "
+         "crop for resnet101 at 224, 2048x7x7; 800 KB for bottomup-r101, 2048x14x14); `vprom "
+         "train` takes pooled vectors only")):
+        p.add_argument(flag, choices=choices, default=default(ExtractConfig, flag[2:]),
+                       help=text)
     p.add_argument("--compression", choices=COMPRESSIONS,
                    default=default(ExtractConfig, "compression"),
                    help="HDF5 compression of the stored dataset (%(default)s; gzip is readable "
