@@ -60,8 +60,9 @@ class ExportSummary:
         if self.format == "jsonl":
             return f"wrote {self.out}: {c['matrices']:,} matrices as JSON lines"
         if self.format == "original":
-            return (f"wrote {self.out}/V-PROM: {c['problems']:,} problems in {c['buckets']} "
-                    f"buckets (panels: {c['panels']}), {c['crops']:,} crops, "
+            buckets = f"{c['buckets']} bucket" + ("s" if c["buckets"] != 1 else "")
+            return (f"wrote {self.out}/V-PROM: {c['problems']:,} problems in {buckets} "
+                    f"(panels: {c['panels']}), {c['crops']:,} crops, "
                     f"{c['label_files']} label files, {c['split_lists']} split lists")
         return (f"wrote {self.out}: {c['problems']:,} npz problems of split {c['split']} "
                 f"({c['train']:,} train, {c['val']:,} val, {c['test']:,} test; "

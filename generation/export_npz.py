@@ -27,13 +27,16 @@ resize them: S is the loader's input, and squaring is what they do anyway.
 
 Each distinct crop is cut and resized once, into a uint8 memory map beside the output
 (N_crops × S × S × 3 bytes on disk, removed at the end), so memory stays flat at any size;
-the problems are then written on a thread pool (zlib releases the GIL). The folder is built
+the problems are then written on a thread pool (zlib releases the GIL), compressed as
+`np.savez_compressed` does but at zlib level 1 (`save_npz`: about 11 ms instead of 20 ms of
+CPU per problem at S = 160, for 7% more bytes; ~320 KB a problem). The folder is built
 under a temporary name and renamed into place when complete.
 """
 
 from __future__ import annotations
 
 import json
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -51,6 +54,7 @@ DEFAULT_SIZE = 160
 PREFIX = "vprom"
 META_TARGET_NAMES = tuple(r.value for r in Relation) + tuple(e.value for e in ElementType)
 RESAMPLE = Image.Resampling.BILINEAR
+ZLIB_LEVEL = 1
 
 
 def npz_name(split: str, part: str, matrix_id: int) -> str:
@@ -67,6 +71,15 @@ def meta_target(relation: str, element_type: str) -> np.ndarray:
     one_hot[META_TARGET_NAMES.index(relation)] = 1
     one_hot[META_TARGET_NAMES.index(element_type)] = 1
     return one_hot
+
+
+def save_npz(path: Path, **arrays: np.ndarray) -> None:
+    """`np.savez_compressed`'s format (a zip of .npy members) at zlib level 1: half the CPU
+    time of its default level for about 7% more bytes, on panels of photographs."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=ZLIB_LEVEL) as z:
+        for key, value in arrays.items():
+            with z.open(f"{key}.npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(value), allow_pickle=False)
 
 
 def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,
@@ -95,7 +108,7 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
 
         def write(i: int) -> None:
             index = [tile_of[int(r)] for r in rows[i]]
-            np.savez_compressed(
+            save_npz(
                 tmp / npz_name(split, columns[i], int(m.id[i])), image=tiles[index],
                 target=np.int64(m.answer[i]), meta_target=meta_target(m.relation[i],
                                                                        m.element_type[i]),
@@ -120,9 +133,9 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
     return counts
 
 
-README = """V-PROM problems exported by `vprom export --format npz`: split {split}, panels {size}x{size}
-({train:,} train, {val:,} val, {test:,} test problems; the split's excluded matrices are
-not written).
+README = """V-PROM problems exported by `vprom export --format npz`: split {split}, panels
+{size}x{size} ({train:,} train, {val:,} val, {test:,} test problems; the split's excluded
+matrices are not written).
 
 vprom_{split}_<part>_<id>.npz, one per problem; glob '*_train_*.npz' for a part.
   image (16, {size}, {size}, 3) uint8: panels 1-8 the context (row-major), 9-16 the candidates

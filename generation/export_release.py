@@ -130,6 +130,7 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
                   copy: bool, manifest: dict) -> dict:
     """Write the release layout to folder `out`; returns what was written (for the summary)."""
     pids = release_ids(m.id)
+    labels, lists = label_dicts(m, pids), split_lists(m, pids)  # refuse bad data before work
     with atomic_dir(out) as tmp:
         crop_dir = tmp / (CROPS if not copy else ".crops")
         crop_dir.mkdir(parents=True)
@@ -139,10 +140,9 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
         if copy:
             shutil.rmtree(crop_dir)
         datasets = tmp / DATASETS
-        labels = label_dicts(m, pids)
+        datasets.mkdir(parents=True, exist_ok=True)
         for name, table in labels.items():
             np.save(datasets / name, np.array(table, dtype=object), allow_pickle=True)
-        lists = split_lists(m, pids)
         for name, paths in lists.items():
             np.save(datasets / name, paths, allow_pickle=False)
         counts = {"problems": len(m), "buckets": len({int(p) // BUCKET for p in pids}),

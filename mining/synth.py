@@ -136,10 +136,10 @@ def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1)
     with atomic_dir(out) as tmp:
         for name in synth_vg.FOLDERS:
             (tmp / name).mkdir()
-        totals = _write_files(tmp, tmp, images, seed, workers)
-        truth = _truth(tmp, images, seed, *totals[:2], totals[4])
+        expected, noise, n_objects, n_regions, vg = _write_files(tmp, tmp, images, seed, workers)
+        truth = _truth(tmp, images, seed, expected, noise, vg)
         (tmp / TRUTH).write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    return SynthSummary(out, images, totals[2], totals[3], truth["pools"],
+    return SynthSummary(out, images, n_objects, n_regions, truth["pools"],
                         {k: len(v["ids"]) for k, v in truth["noise"].items()},
                         time.perf_counter() - start)
 

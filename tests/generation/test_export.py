@@ -94,7 +94,7 @@ def test_cli_prints_what_it_wrote(small, tmp_path, capsys):
                      str(tmp_path / "o"), "--vg", str(vg)]) == 0
     said = capsys.readouterr().out
     assert said.startswith(f"wrote {tmp_path / 'o'}/V-PROM: {len(matrices)} problems in 1 "
-                           "buckets (panels: symlinks), ")
+                           "bucket (panels: symlinks), ")
     assert "3 label files, 21 split lists" in said
     assert (tmp_path / "o" / "V-PROM" / "crops").is_dir()
     assert cli.main(["export", str(dataset), "--format", "original", "--out",
