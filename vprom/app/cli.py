@@ -107,7 +107,7 @@ def _shard(text: str) -> tuple[int, int]:
 @command("download", "fetch Visual Genome annotations (and images): resumable, verified",
          "vprom download --out data/vg")
 def add_download(p):
-    p.add_argument("--out", type=Path, required=True, help="folder for the VG files")
+    p.add_argument("--out", type=output_folder, required=True, help="folder for the VG files")
     p.add_argument("--base-url", default=None, help="mirror to fetch from instead of VG's own")
     p.add_argument("--no-images", action="store_true", help="annotations only (~1 GB zipped)")
     p.add_argument("--expected", type=Path, default=None, metavar="FILE",
@@ -116,7 +116,7 @@ def add_download(p):
     p.add_argument("--deadline", type=_duration, default=default(download, "deadline"),
                    metavar="TIME", help="give up on one file after this long, keeping its part "
                                         "for a rerun to resume (seconds, or e.g. 90m, 8h; "
-                                        "default %(default).0f s)")
+                                        f"default {default(download, 'deadline') / 3600:g} h)")
 
 
 def _duration(text: str) -> float:
