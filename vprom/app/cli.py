@@ -23,6 +23,7 @@ from pathlib import Path
 from baselines.config import OPTIMIZERS, TrainConfig
 from features.config import STORED_DTYPES, ExtractConfig
 from generation.dataset import generate
+from mining.download import download, load_expected, parse_duration
 from mining.pools import mine
 from mining.synth import write_corpus
 from vprom import __version__
@@ -106,15 +107,29 @@ def _shard(text: str) -> tuple[int, int]:
 @command("download", "fetch Visual Genome annotations (and images): resumable, verified",
          "vprom download --out data/vg")
 def add_download(p):
-    p.add_argument("--out", type=Path, required=True, help="folder for the VG files")
+    p.add_argument("--out", type=output_folder, required=True, help="folder for the VG files")
     p.add_argument("--base-url", default=None, help="mirror to fetch from instead of VG's own")
     p.add_argument("--no-images", action="store_true", help="annotations only (~1 GB zipped)")
+    p.add_argument("--expected", type=Path, default=None, metavar="FILE",
+                   help="sizes and sha256 of the files a mirror serves (JSON shaped like "
+                        "mining/data/vg_files.json); replaces the pinned official ones")
+    p.add_argument("--deadline", type=_duration, default=default(download, "deadline"),
+                   metavar="TIME", help="give up on one file after this long, keeping its part "
+                                        "for a rerun to resume (seconds, or e.g. 90m, 8h; "
+                                        f"default {default(download, 'deadline') / 3600:g} h)")
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
 
 
 def run_download(args):
-    from mining.download import download
-
-    print(download(args.out, base_url=args.base_url, images=not args.no_images))
+    expected = None if args.expected is None else load_expected(args.expected)
+    print(download(args.out, base_url=args.base_url, images=not args.no_images,
+                   expected=expected, deadline=args.deadline))
 
 
 @command("synth", "write the built-in synthetic corpus in Visual Genome's layout and schema",
