@@ -30,10 +30,10 @@ import numpy as np
 from tqdm import tqdm
 
 from generation.export_npz import DEFAULT_SIZE, write_npz
-from generation.export_release import write_release
+from generation.export_release import FIRST_CANDIDATE_LABEL, write_release
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
-from vprom.records import LABEL_SEPARATOR, N_CONTEXT, N_PANELS, Matrix
+from vprom.records import LABEL_SEPARATOR, N_PANELS, Matrix
 from vprom.tables import (
     CropTable,
     MatrixTable,
@@ -43,7 +43,6 @@ from vprom.tables import (
 )
 
 FORMATS = ("jsonl", "original", "npz")
-FIRST_CANDIDATE_LABEL = N_CONTEXT + 1  # candidates are panels 9..16
 MATRIX_KEYS = ("id", "relation", "element_type", "super_attribute", "answer", "splits")
 
 
