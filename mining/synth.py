@@ -18,9 +18,10 @@ Output folder (VG's v1.2/v1.4 names and schemas):
     synth_truth.json          not VG: the injected noise and the pools the miner must recover
 
 Writing. Each image is planned and drawn from its own generator (`mining.synth_plan`; what
-it may show and which noise it carries: `mining.synth_spec`), so a process pool renders the
-images in any order: each worker saves its JPEG and returns the image's four records as
-JSON text, and the parent appends them, in image order, to the four files, written like
+it may show and which noise it carries: `mining.synth_spec`), so worker processes render the
+images in any order (`mining.processes.ordered_map`, which a Ctrl-C never leaves hanging):
+each worker saves its JPEG and returns the image's four records as JSON text, and the
+parent appends them, in image order, to the four files, written like
 VG's (`json.dumps` with its default separators, one line per file). The files are therefore
 byte-identical to a one-process run. `synth_truth.json` adds the expected pools (element
 type → super-attribute → element → crops, and the ids of their sources), the noise (kind →
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -40,6 +40,7 @@ from pathlib import Path
 
 from mining.synth_plan import HEIGHT, WIDTH, render_image
 from mining.synth_spec import NOISE_EFFECTS, RULES, check_vocabulary
+from mining.processes import ordered_map
 from vprom.errors import VpromError
 from vprom.io import atomic_dir, sha256_file
 from vprom.records import MIN_SIDE
@@ -125,26 +126,23 @@ def _write_files(tmp: Path, folder: Path, images: int, seed: int, workers: int):
     expected, noise = [], {}
     n_objects = n_regions = 0
     jobs = ((seed, i, str(folder)) for i in range(images))
-    pool = multiprocessing.get_context("spawn").Pool(workers) if workers > 1 else None
     try:
-        results = pool.imap(_render_to, jobs, chunksize=16) if pool else map(_render_to, jobs)
-        for i, (records, exp, img_noise, n_obj, n_reg) in enumerate(
-                tqdm(results, total=images, desc="synth", unit="img", disable=None)):
-            for f, rec in zip(handles, records):
-                f.write(("[" if i == 0 else ", ") + rec)
-            expected.extend(exp)
-            for kind, ids in img_noise.items():
-                noise.setdefault(kind, []).extend(ids)
-            n_objects += n_obj
-            n_regions += n_reg
+        # workers ignore Ctrl-C and are stopped when this block is left, however it is left
+        with ordered_map(_render_to, jobs, workers, "synth", chunksize=16) as results:
+            for i, (records, exp, img_noise, n_obj, n_reg) in enumerate(
+                    tqdm(results, total=images, desc="synth", unit="img", disable=None)):
+                for f, rec in zip(handles, records):
+                    f.write(("[" if i == 0 else ", ") + rec)
+                expected.extend(exp)
+                for kind, ids in img_noise.items():
+                    noise.setdefault(kind, []).extend(ids)
+                n_objects += n_obj
+                n_regions += n_reg
         for f in handles:
             f.write("]")
     finally:
         for f in handles:
             f.close()
-        if pool:
-            pool.close()
-            pool.join()
     return expected, noise, n_objects, n_regions
 
 

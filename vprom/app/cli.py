@@ -419,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: What to tell a user whose command was interrupted.
+#: What to tell a user whose command was interrupted (the others start over when run again).
 RESUME_HINT = {
     "build": "run the same command again: finished stages are kept",
     "download": "run the same command again: downloads resume where they stopped",
@@ -427,6 +427,7 @@ RESUME_HINT = {
     "train": "run the same command again to resume from the last finished epoch",
     "reproduce": "run the same command again: finished steps and runs are kept",
 }
+START_OVER = "run the same command again (it starts over)"
 
 
 class Terminated(BaseException):
@@ -435,6 +436,22 @@ class Terminated(BaseException):
 
 def _terminate(signum, frame):
     raise Terminated()
+
+
+def _interruption(error: BaseException) -> BaseException | None:
+    """The Ctrl-C or SIGTERM that `error` is, or was raised while handling.
+
+    Cleanup that runs while an interrupt unwinds the stack may fail in its turn (a worker
+    killed by the same SIGTERM reported by the library that ran it, a closed file); what
+    happened is still the interrupt.
+    """
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, (KeyboardInterrupt, Terminated)):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def os_error_message(e: OSError) -> str:
@@ -458,7 +475,10 @@ def os_error_message(e: OSError) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; errors become one line on stderr and a non-zero exit status.
 
-    `VPROM_DEBUG=1` lets every error through with its traceback.
+    A `VpromError` or `OSError` exits 1, a closed stdout 141 (quietly), Ctrl-C 130 and
+    SIGTERM 143, each interrupt with a line saying how to resume (`RESUME_HINT`); worker
+    processes are stopped by the stages that started them. `VPROM_DEBUG=1` lets every
+    error and interrupt through with its traceback.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -469,22 +489,22 @@ def main(argv: list[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         args.run(args)
-    except BrokenPipeError:
-        # stdout was closed (`vprom evaluate RUN | head -1`): stop quietly, and keep Python's
-        # final flush from failing on the same pipe.
-        with contextlib.suppress(OSError, ValueError):  # stdout may not be a real file
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    except (KeyboardInterrupt, Terminated) as e:
-        if debug:
+    except BaseException as e:
+        interrupt = _interruption(e)
+        if interrupt is None and isinstance(e, BrokenPipeError):
+            # stdout was closed (`vprom evaluate RUN | head -1`): stop quietly, and keep
+            # Python's final flush from failing on the same pipe.
+            with contextlib.suppress(OSError, ValueError):  # stdout may not be a real file
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
+        if debug or (interrupt is None and not isinstance(e, (VpromError, OSError))):
             raise
-        how = RESUME_HINT.get(args.command, "run the same command again (it starts over)")
-        print(f"vprom {args.command}: interrupted; no partial output was left looking "
-              f"finished; {how}", file=sys.stderr)
-        return 143 if isinstance(e, Terminated) else 130
-    except (VpromError, OSError) as e:
-        if debug:
-            raise
+        if interrupt is not None:
+            by = "SIGTERM" if isinstance(interrupt, Terminated) else "Ctrl-C"
+            how = RESUME_HINT.get(args.command, START_OVER)
+            print(f"vprom {args.command}: interrupted ({by}); no partial output was left "
+                  f"looking finished; {how}", file=sys.stderr)
+            return 143 if isinstance(interrupt, Terminated) else 130
         text = os_error_message(e) if isinstance(e, OSError) else str(e)
         print(f"vprom {args.command}: error: {text}", file=sys.stderr)
         return 1
