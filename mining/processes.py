@@ -110,14 +110,14 @@ def receive(conn, proc, command: str):
     """The next message from worker `proc`; a worker that exited without one is reported."""
     try:
         return conn.recv()
-    except EOFError:
+    except (EOFError, ConnectionError):  # closed, or reset with our last chunk unread
         raise _died(proc, command) from None
 
 
 def _send(conn, proc, message, command: str) -> None:
     try:
         conn.send(message)
-    except OSError:  # not a closed stdout: the worker is gone
+    except ConnectionError:  # the worker is gone (not a closed stdout: no quiet exit 141)
         raise _died(proc, command) from None
 
 
@@ -196,13 +196,13 @@ def _serve(conn, fn: Callable) -> None:
     while True:
         try:
             key, chunk = conn.recv()
-        except EOFError:
-            return
+        except (EOFError, ConnectionError):
+            return  # the parent is gone, or done with us
         try:
             message = ("ok", key, [fn(job) for job in chunk])
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
             message = ("error", key, failure(e))
         try:
             conn.send(message)
-        except OSError:
+        except ConnectionError:
             return  # the parent is gone

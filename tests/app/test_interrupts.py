@@ -23,8 +23,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists() or os.name != "posix",
-                                reason="process groups and /proc (Linux)")
+from vprom.app import cli
+
+linux = pytest.mark.skipif(not Path("/proc/self/stat").exists() or os.name != "posix",
+                           reason="process groups and /proc (Linux)")
 
 HANG_S = 60  # a command still running this long after the signal hangs
 PROBE_GENERATE = """
@@ -185,6 +187,7 @@ def pools(tmp_path_factory) -> Path:
 
 
 # ---------------------------------------------------------------- synth
+@linux
 @pytest.mark.parametrize("sig, group", [(signal.SIGINT, True), (signal.SIGTERM, True),
                                         (signal.SIGTERM, False)],
                          ids=["ctrl-c", "sigterm-to-group", "sigterm-to-parent"])
@@ -196,6 +199,7 @@ def test_synth_with_several_workers_stops_cleanly(tmp_path, sig, group):
     assert not (tmp_path / "corpus").exists() and not _parts(tmp_path)
 
 
+@linux
 def test_synth_replaces_a_finished_corpus_only_when_complete(tmp_path):
     from mining.synth import TRUTH, write_corpus
 
@@ -210,6 +214,7 @@ def test_synth_replaces_a_finished_corpus_only_when_complete(tmp_path):
 
 
 # ---------------------------------------------------------------- mine
+@linux
 @pytest.mark.parametrize("sig, group", [(signal.SIGINT, True), (signal.SIGTERM, False)],
                          ids=["ctrl-c", "sigterm-to-parent"])
 def test_mine_stops_its_two_passes(tmp_path, sig, group):
@@ -223,6 +228,7 @@ def test_mine_stops_its_two_passes(tmp_path, sig, group):
 
 
 # ---------------------------------------------------------------- generate
+@linux
 def test_generate_stops_and_leaves_no_dataset(tmp_path, pools):
     run = Command(tmp_path, "generate", str(pools), "--out", "dataset.h5", "--scale", "0.2",
                   script=PROBE_GENERATE)
@@ -232,6 +238,7 @@ def test_generate_stops_and_leaves_no_dataset(tmp_path, pools):
 
 
 # ---------------------------------------------------------------- build
+@linux
 @pytest.mark.slow
 def test_build_stops_in_each_stage_and_resumes(tmp_path):
     out = tmp_path / "b"
@@ -273,6 +280,7 @@ def crops(tmp_path) -> tuple[Path, Path]:
     return write_dataset(tmp_path / "dataset.h5", crop_table(rows)), tmp_path / "vg"
 
 
+@linux
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, group", [(signal.SIGINT, True), (signal.SIGTERM, False),
                                         (signal.SIGTERM, True)],
@@ -296,6 +304,7 @@ def test_extract_stops_its_loader_workers_and_resumes(tmp_path, crops, sig, grou
 
 
 # ---------------------------------------------------------------- train
+@linux
 @pytest.mark.parametrize("sig, group", [(signal.SIGINT, True), (signal.SIGTERM, False)],
                          ids=["ctrl-c", "sigterm-to-parent"])
 def test_train_stops_between_or_inside_epochs(tmp_path, sig, group):
@@ -311,3 +320,29 @@ def test_train_stops_between_or_inside_epochs(tmp_path, sig, group):
     history = json.loads((tmp_path / "run" / "history.json").read_text())
     assert 2 <= len(history) < 100000
     assert not (tmp_path / "run" / "metrics.json").exists() and not _parts(tmp_path / "run")
+
+
+# ---------------------------------------------------------------- in this process
+@pytest.mark.parametrize("interrupt, code", [(KeyboardInterrupt, 130), (cli.Terminated, 143)])
+def test_cleanup_failing_during_an_interrupt_still_reports_the_interrupt(monkeypatch, capsys,
+                                                                         interrupt, code):
+    def stats(dataset):
+        try:
+            raise interrupt()
+        finally:  # as torch's loader does when the same SIGTERM killed its workers
+            raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Terminated.")
+
+    monkeypatch.setattr("generation.stats.stats", stats)
+    assert cli.main(["stats", "dataset.h5"]) == code
+    err = capsys.readouterr().err
+    assert err.startswith("vprom stats: interrupted (") and "RuntimeError" not in err
+    assert err.count("\n") == 1
+
+
+def test_an_unexpected_error_outside_an_interrupt_keeps_its_traceback(monkeypatch):
+    def stats(dataset):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr("generation.stats.stats", stats)
+    with pytest.raises(RuntimeError, match="a bug"):
+        cli.main(["stats", "dataset.h5"])
