@@ -26,7 +26,7 @@ from generation.dataset import generate
 from mining.pools import mine
 from mining.synth import write_corpus
 from vprom import __version__
-from vprom.app.build import build
+from vprom.app.build import SYNTHETIC_IMAGES, SYNTHETIC_SCALE, VG_SCALE, build
 from vprom.app.reproduce import ReproduceConfig
 from vprom.errors import VpromError
 from vprom.io import check_output
@@ -86,6 +86,12 @@ def positive(kind):
     return parse
 
 
+# `build` and `reproduce` choose these defaults by source, so their options default to None.
+SCALE_HELP = (f"fraction of Table 1's size (default {VG_SCALE} on VG, {SYNTHETIC_SCALE} "
+              "synthetic)")
+SYNTHETIC_SIZE_HELP = f"synthetic corpus size (default {SYNTHETIC_IMAGES:,} images)"
+
+
 def _shard(text: str) -> tuple[int, int]:
     try:
         k, n = (int(v) for v in text.split("/"))
@@ -114,9 +120,12 @@ def run_download(args):
 @command("synth", "write the built-in synthetic corpus in Visual Genome's layout and schema",
          "vprom synth --out data/synth --images 2000 --seed 0")
 def add_synth(p):
-    p.add_argument("--out", type=output_folder, required=True)
-    p.add_argument("--images", type=positive(int), default=default(write_corpus, "images"))
-    p.add_argument("--seed", type=int, default=default(write_corpus, "seed"))
+    p.add_argument("--out", type=output_folder, required=True,
+                   help="folder to write (an existing one only if it holds a synthetic corpus)")
+    p.add_argument("--images", type=positive(int), default=default(write_corpus, "images"),
+                   help="number of images")
+    p.add_argument("--seed", type=int, default=default(write_corpus, "seed"),
+                   help="same seed and size, same bytes")
     p.add_argument("--workers", type=int, default=default(write_corpus, "workers"),
                    help="rendering processes")
 
@@ -129,7 +138,8 @@ def run_synth(args):
          "vprom mine --vg data/vg --out build/pools.h5")
 def add_mine(p):
     p.add_argument("--vg", type=Path, required=True, help="folder with VG's JSON (or .json.zip)")
-    p.add_argument("--out", type=output_file, required=True)
+    p.add_argument("--out", type=output_file, required=True,
+                   help="POOLS.h5 to write (its reports are written beside it)")
     p.add_argument("--min-side", type=int, default=default(mine, "min_side"),
                    help="drop regions smaller (px)")
     p.add_argument("--workers", type=int, default=default(mine, "workers"),
@@ -144,12 +154,13 @@ def run_mine(args):
 @command("generate", "sample matrices from the pools, prove each, assign every split",
          "vprom generate build/pools.h5 --out build/dataset.h5 --scale 0.1 --seed 0")
 def add_generate(p):
-    p.add_argument("pools", type=Path)
-    p.add_argument("--out", type=output_file, required=True)
+    p.add_argument("pools", type=Path, help="POOLS.h5 from `vprom mine`")
+    p.add_argument("--out", type=output_file, required=True, help="DATASET.h5 to write")
     p.add_argument("--scale", type=positive(float), default=default(generate, "scale"),
                    help="fraction of Table 1's 235,000")
-    p.add_argument("--seed", type=int, default=default(generate, "seed"))
-    p.add_argument("--shard", type=_shard, default=None,
+    p.add_argument("--seed", type=int, default=default(generate, "seed"),
+                   help="same pools and seed, same data set")
+    p.add_argument("--shard", type=_shard, default=None, metavar="K/N",
                    help="K/N: only matrices i with i %% N == K (rows equal the single run's)")
 
 
@@ -165,7 +176,7 @@ def run_generate(args):
          "vprom merge build/shard-0.h5 build/shard-1.h5 --out build/dataset.h5")
 def add_merge(p):
     p.add_argument("shards", type=Path, nargs="+", help="the N shard files, any order")
-    p.add_argument("--out", type=output_file, required=True)
+    p.add_argument("--out", type=output_file, required=True, help="DATASET.h5 to write")
 
 
 def run_merge(args):
@@ -178,15 +189,17 @@ def run_merge(args):
 @command("build", "one shot: (synth or VG) -> mine -> generate -> verify -> stats",
          "vprom build --synthetic --out build/demo")
 def add_build(p):
-    p.add_argument("--out", type=output_folder, required=True)
+    p.add_argument("--out", type=output_folder, required=True,
+                   help="build folder (stages already done there with the same settings are kept)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--vg", type=Path, help="an unpacked Visual Genome folder")
     src.add_argument("--synthetic", action="store_true", help="the built-in synthetic corpus")
     p.add_argument("--images", type=positive(int), default=default(build, "images"),
-                   help="synthetic corpus size")
+                   help=SYNTHETIC_SIZE_HELP)
     p.add_argument("--scale", type=positive(float), default=default(build, "scale"),
-                   help="fraction of Table 1's size")
-    p.add_argument("--seed", type=int, default=default(build, "seed"))
+                   help=SCALE_HELP)
+    p.add_argument("--seed", type=int, default=default(build, "seed"),
+                   help="seed of the synthetic corpus and of the matrices")
 
 
 def run_build(args):
@@ -197,7 +210,7 @@ def run_build(args):
 @command("verify", "solver, integrity, split, leakage and bias checks (non-zero exit on failure)",
          "vprom verify build/dataset.h5")
 def add_verify(p):
-    p.add_argument("dataset", type=Path)
+    p.add_argument("dataset", type=Path, help="DATASET.h5 to check")
     p.add_argument("--features", type=Path, default=None,
                    help="also run the context-blind probe on these features")
 
@@ -215,8 +228,9 @@ def run_verify(args):
 @command("stats", "Table 1 and split sizes, as a table (and --json)",
          "vprom stats build/dataset.h5 --json build/stats.json")
 def add_stats(p):
-    p.add_argument("dataset", type=Path)
-    p.add_argument("--json", type=output_file, default=None, help="also write the figures as JSON")
+    p.add_argument("dataset", type=Path, help="DATASET.h5")
+    p.add_argument("--json", type=output_file, default=None,
+                   help="also write the figures as JSON")
 
 
 def run_stats(args):
@@ -231,10 +245,10 @@ def run_stats(args):
 @command("show", "render one matrix and its candidates as a PNG",
          "vprom show build/dataset.h5 --id 0 --vg data/vg --out m0.png --answer")
 def add_show(p):
-    p.add_argument("dataset", type=Path)
-    p.add_argument("--id", type=int, required=True)
+    p.add_argument("dataset", type=Path, help="DATASET.h5")
+    p.add_argument("--id", type=int, required=True, help="matrix id")
     p.add_argument("--vg", type=Path, required=True, help="folder holding the VG images")
-    p.add_argument("--out", type=output_file, required=True)
+    p.add_argument("--out", type=output_file, required=True, help="PNG to write")
     p.add_argument("--answer", action="store_true", help="mark the answer, relation, elements")
 
 
@@ -247,9 +261,11 @@ def run_show(args):
 @command("export", "JSON lines, or the original release's one-folder-per-problem layout",
          "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl")
 def add_export(p):
-    p.add_argument("dataset", type=Path)
-    p.add_argument("--format", choices=("jsonl", "original"), required=True)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("dataset", type=Path, help="DATASET.h5")
+    p.add_argument("--format", choices=("jsonl", "original"), required=True,
+                   help="JSON lines, or one folder per problem")
+    p.add_argument("--out", type=Path, required=True,
+                   help="the .jsonl file, or the folder for 'original'")
     p.add_argument("--vg", type=Path, default=None, help="VG images (needed for 'original')")
     p.add_argument("--symlink", action="store_true",
                    help="original layout: link shared crops instead of copying them")
@@ -272,12 +288,14 @@ def add_extract(p):
     p.add_argument("--weights", default=default(ExtractConfig, "weights"),
                    help="imagenet | none | PATH to a state dict")
     p.add_argument("--out", type=Path, help="FEATS.h5 to write")
-    p.add_argument("--batch-size", type=int, default=default(ExtractConfig, "batch_size"))
+    p.add_argument("--batch-size", type=int, default=default(ExtractConfig, "batch_size"),
+                   help="crops per forward pass")
     p.add_argument("--workers", type=int, default=default(ExtractConfig, "workers"),
                    help="DataLoader workers")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if "
                    "available; under torchrun each process takes its LOCAL_RANK's GPU)")
-    p.add_argument("--dtype", choices=STORED_DTYPES, default=default(ExtractConfig, "dtype"))
+    p.add_argument("--dtype", choices=STORED_DTYPES, default=default(ExtractConfig, "dtype"),
+                   help="stored dtype (pooling and L2 run in float32)")
     p.add_argument("--no-resume", dest="resume", action="store_false",
                    help="start over even if a matching partial file exists")
     p.add_argument("--allow-missing", action="store_true",
@@ -312,24 +330,30 @@ def run_extract(args):
          "vprom train build/dataset.h5 --features build/feats/resnet101.h5 --model rn "
          "--split neutral --aux --out runs/rn-neutral-aux")
 def add_train(p):
-    p.add_argument("dataset", type=Path)
+    p.add_argument("dataset", type=Path, help="DATASET.h5")
     p.add_argument("--features", type=Path, required=True, help="FEATS.h5 from `vprom extract`")
     p.add_argument("--model", required=True, help="a registered model, e.g. rn, mlp-sum-6, gru")
     p.add_argument("--split", required=True, help="neutral, interpolation, ...")
     p.add_argument("--aux", action="store_true", help="add the relation/element-type loss")
     p.add_argument("--out", type=Path, required=True, help="run folder")
-    p.add_argument("--epochs", type=int, default=default(TrainConfig, "epochs"))
-    p.add_argument("--batch-size", type=int, default=default(TrainConfig, "batch_size"))
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default=default(TrainConfig, "optimizer"))
+    p.add_argument("--epochs", type=int, default=default(TrainConfig, "epochs"),
+                   help="maximum epochs")
+    p.add_argument("--batch-size", type=int, default=default(TrainConfig, "batch_size"),
+                   help="matrices per optimiser step, over all processes")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=default(TrainConfig, "optimizer"),
+                   help="AdaDelta is the paper's")
     p.add_argument("--lr", type=float, default=None, help="default: 1.0 AdaDelta, 1e-4 Adam")
-    p.add_argument("--hidden", type=int, default=default(TrainConfig, "hidden"))
+    p.add_argument("--hidden", type=int, default=default(TrainConfig, "hidden"),
+                   help="width of every hidden layer")
     p.add_argument("--patience", type=int, default=default(TrainConfig, "patience"),
                    help="epochs without val gain before stop")
     p.add_argument("--shuffle-context", action="store_true",
                    help="control: each matrix's context replaced by another matrix's")
     p.add_argument("--center-features", action="store_true",
-                   help="subtract the training crops' mean feature, re-normalise (see README)")
-    p.add_argument("--seed", type=int, default=default(TrainConfig, "seed"))
+                   help="subtract the training crops' mean feature, re-normalise "
+                   "(see docs/training.md)")
+    p.add_argument("--seed", type=int, default=default(TrainConfig, "seed"),
+                   help="weights, batch order and the shuffled-context derangement")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if "
                    "available; under torchrun each process takes its LOCAL_RANK's GPU)")
     p.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
@@ -358,8 +382,9 @@ def run_evaluate(args):
 @command("report", "Table 2 and models x splits tables (Markdown, CSV) and plots over runs",
          "vprom report runs/* --out reports/")
 def add_report(p):
-    p.add_argument("runs", type=Path, nargs="+")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("runs", type=Path, nargs="+",
+                   help="evaluated run folders, or folders holding them")
+    p.add_argument("--out", type=Path, required=True, help="folder for the tables and plots")
 
 
 def run_report(args):
@@ -374,18 +399,22 @@ def add_reproduce(p):
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--vg", type=Path, help="an unpacked Visual Genome folder")
     src.add_argument("--synthetic", action="store_true", help="the synthetic corpus (smoke test)")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--scale", type=float, default=None,
-                   help="fraction of Table 1 (default 1.0 on VG, 0.05 synthetic)")
-    p.add_argument("--images", type=int, default=None, help="synthetic corpus size")
-    p.add_argument("--backbones", default=default(ReproduceConfig, "backbones"))
+    p.add_argument("--out", type=Path, required=True,
+                   help="folder for the build, features, runs and report")
+    p.add_argument("--scale", type=float, default=None, help=SCALE_HELP)
+    p.add_argument("--images", type=int, default=None, help=SYNTHETIC_SIZE_HELP)
+    p.add_argument("--backbones", default=default(ReproduceConfig, "backbones"),
+                   help="comma list (see `vprom extract --list`)")
     p.add_argument("--weights", default=None,
                    help="comma list, one per backbone (default: imagenet for torchvision ones)")
-    p.add_argument("--models", default=default(ReproduceConfig, "models"))
-    p.add_argument("--splits", default=default(ReproduceConfig, "splits"))
-    p.add_argument("--epochs", type=int, default=default(ReproduceConfig, "epochs"))
-    p.add_argument("--seed", type=int, default=default(ReproduceConfig, "seed"))
-    p.add_argument("--device", default=None)
+    p.add_argument("--models", default=default(ReproduceConfig, "models"),
+                   help="comma list of models, each trained without and with --aux")
+    p.add_argument("--splits", default=default(ReproduceConfig, "splits"), help="comma list")
+    p.add_argument("--epochs", type=int, default=default(ReproduceConfig, "epochs"),
+                   help="maximum epochs per run")
+    p.add_argument("--seed", type=int, default=default(ReproduceConfig, "seed"),
+                   help="seed of the build and of every run")
+    p.add_argument("--device", default=None, help="as `vprom train --device`")
     p.add_argument("--input-size", type=int, default=None,
                    help="crop side for extraction (default: the backbone's, 224)")
     p.add_argument("--center-features", action="store_true",
