@@ -305,21 +305,29 @@ def test_extract_stops_its_loader_workers_and_resumes(tmp_path, crops, sig, grou
 
 # ---------------------------------------------------------------- train
 @linux
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, group", [(signal.SIGINT, True), (signal.SIGTERM, False)],
                          ids=["ctrl-c", "sigterm-to-parent"])
 def test_train_stops_between_or_inside_epochs(tmp_path, sig, group):
     from tests.baselines.conftest import write_pair
 
     dataset, features = write_pair(tmp_path / "data", n=400)
-    run = Command(tmp_path, "train", str(dataset), "--features", str(features), "--model",
-                  "mlp-sum-2", "--split", "neutral", "--out", "run", "--epochs", "100000",
-                  "--patience", "100000", "--hidden", "16", "--batch-size", "16",
-                  "--device", "cpu")
+    argv = ("train", str(dataset), "--features", str(features), "--model", "mlp-sum-2",
+            "--split", "neutral", "--out", "run", "--patience", "100000", "--hidden", "16",
+            "--batch-size", "16", "--device", "cpu")
+    run = Command(tmp_path, *argv, "--epochs", "100000")
     run.wait_for(lambda: "epoch 2/100000" in run.stdout, "two finished epochs")
-    run.assert_stopped("train", sig, group, says="resume")
+    run.assert_stopped("train", sig, group, says="--resume")
     history = json.loads((tmp_path / "run" / "history.json").read_text())
     assert 2 <= len(history) < 100000
     assert not (tmp_path / "run" / "metrics.json").exists() and not _parts(tmp_path / "run")
+    # what the line says works: the run goes on after its last finished epoch
+    epochs = len(history) + 2
+    again = Command(tmp_path, *argv, "--epochs", str(epochs), "--resume")
+    assert again.finish() == 0, again.stderr
+    assert "resuming after epoch" in again.stdout
+    history = json.loads((tmp_path / "run" / "history.json").read_text())
+    assert [h["epoch"] for h in history] == list(range(1, epochs + 1))
 
 
 # ---------------------------------------------------------------- in this process

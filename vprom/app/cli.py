@@ -453,7 +453,9 @@ RESUME_HINT = {
     "build": "run the same command again: finished stages are kept",
     "download": "run the same command again: downloads resume where they stopped",
     "extract": "run the same command again: finished chunks are kept",
-    "train": "run the same command again to resume from the last finished epoch",
+    # without --resume, `train` starts a run over and deletes its checkpoints
+    "train": "run the same command again with --resume to continue after the last finished "
+             "epoch",
     "reproduce": "run the same command again: finished steps and runs are kept",
 }
 START_OVER = "run the same command again (it starts over)"
