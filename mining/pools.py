@@ -106,7 +106,7 @@ def _child(conn, fn, paths: dict, min_side: int, vocab, position: int) -> None:
 
 
 def _receive(conn, proc) -> Part:
-    status, value = processes.receive(conn, proc, "mine")
+    status, value = processes.receive(conn, proc)
     if status == "error":
         raise value
     return value

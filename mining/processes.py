@@ -106,26 +106,26 @@ def failure(e: BaseException) -> BaseException:
     return e if isinstance(e, VpromError) else RuntimeError(f"{type(e).__name__}: {e}")
 
 
-def receive(conn, proc, command: str):
+def receive(conn, proc):
     """The next message from worker `proc`; a worker that exited without one is reported."""
     try:
         return conn.recv()
     except (EOFError, ConnectionError):  # closed, or reset with our last chunk unread
-        raise _died(proc, command) from None
+        raise _died(proc) from None
 
 
-def _send(conn, proc, message, command: str) -> None:
+def _send(conn, proc, message) -> None:
     try:
         conn.send(message)
     except ConnectionError:  # the worker is gone (not a closed stdout: no quiet exit 141)
-        raise _died(proc, command) from None
+        raise _died(proc) from None
 
 
-def _died(proc, command: str) -> VpromError:
+def _died(proc) -> VpromError:
     proc.join()
-    return VpromError(f"vprom {command}: worker {proc.name} died (exit code {proc.exitcode}) "
-                      "without a result; was it killed, or out of memory? Run again, or with "
-                      "--workers 1 to see the failure here")
+    return VpromError(f"worker {proc.name} died (exit code {proc.exitcode}) without a result; "
+                      "was it killed, or out of memory? Run again, or with --workers 1 to see "
+                      "the failure here")
 
 
 # ---------------------------------------------------------------- ordered map
@@ -135,8 +135,8 @@ def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunks
     spawned processes (here, in this process, when `workers` < 2).
 
     `fn` must be a module-level function and each job small (it travels over a pipe that
-    is not drained while the worker works). Leaving the block stops the workers, whether the
-    iterator was used up or not.
+    is not drained while the worker works). The workers are named `vprom-<command>-<k>`.
+    Leaving the block stops the workers, whether the iterator was used up or not.
     """
     if workers < 2:
         yield map(fn, jobs)
@@ -149,14 +149,14 @@ def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunks
             conns.append(parent)
             start(procs, _serve, (child, fn), f"vprom-{command}-{k + 1}")
             child.close()
-        yield _ordered(jobs, chunksize, procs, conns, command)
+        yield _ordered(jobs, chunksize, procs, conns)
     finally:
         stop(procs)
         for conn in conns:
             conn.close()
 
 
-def _ordered(jobs, chunksize: int, procs: list, conns: list, command: str) -> Iterator:
+def _ordered(jobs, chunksize: int, procs: list, conns: list) -> Iterator:
     remaining = iter(jobs)
     chunks = iter(lambda: list(islice(remaining, chunksize)), [])  # ends at an empty chunk
     window = DEPTH * len(conns) * 2  # chunks sent but not yet yielded, at most
@@ -173,14 +173,14 @@ def _ordered(jobs, chunksize: int, procs: list, conns: list, command: str) -> It
                 if chunk is None:
                     exhausted = True
                     return
-                _send(conn, procs[conns.index(conn)], (sent, chunk), command)
+                _send(conn, procs[conns.index(conn)], (sent, chunk))
                 busy[conn] += 1
                 sent += 1
 
     feed()
     while emitted < sent:
         for conn in multiprocessing.connection.wait([c for c in conns if busy[c]]):
-            status, key, value = receive(conn, procs[conns.index(conn)], command)
+            status, key, value = receive(conn, procs[conns.index(conn)])
             if status == "error":
                 raise value
             busy[conn] -= 1

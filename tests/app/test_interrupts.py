@@ -126,7 +126,9 @@ class Command:
                        clean: bool = True) -> None:
         """Send `sig`, then check the exit status, the message and that no process is left."""
         self.send(sig, group)
+        sent = time.monotonic()
         code = self.finish()
+        print(f"vprom {command}: ended {time.monotonic() - sent:.2f} s after the signal")
         err = self.stderr
         assert code == (130 if sig == signal.SIGINT else 143), err
         by = "Ctrl-C" if sig == signal.SIGINT else "SIGTERM"

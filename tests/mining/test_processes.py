@@ -52,7 +52,7 @@ def test_no_jobs_no_results():
 @pytest.mark.parametrize("job, error, says", [
     (37, VpromError, "record 37 is broken"),
     (38, RuntimeError, "ValueError: not a VpromError"),
-    (39, VpromError, r"vprom test: worker vprom-test-\d died \(exit code 3\) without a result"),
+    (39, VpromError, r"^worker vprom-test-\d died \(exit code 3\) without a result"),
 ])
 def test_a_failing_job_or_dying_worker_is_reported_and_the_rest_stopped(job, error, says):
     jobs = list(range(30)) + [job] + list(range(30))
