@@ -26,8 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mining import readers
-from mining import processes
+from mining import processes, readers
 from mining.pool_passes import ELEMENT_TYPES, Part, mine_counts, mine_objects
 from mining.pool_report import MineReport, report_data, side_path
 from vprom.errors import VpromError

@@ -21,8 +21,8 @@ Writing. Each image is planned and drawn from its own generator (`mining.synth_p
 it may show and which noise it carries: `mining.synth_spec`), so worker processes render the
 images in any order (`mining.processes.ordered_map`, which a Ctrl-C never leaves hanging):
 each worker saves its JPEG and returns the image's four records as JSON text, and the
-parent appends them, in image order, to the four files, written like
-VG's (`json.dumps` with its default separators, one line per file). The files are therefore
+parent appends them, in image order, to the four files, written like VG's (`json.dumps`
+with its default separators, one line per file). The files are therefore
 byte-identical to a one-process run. `synth_truth.json` adds the expected pools (element
 type → super-attribute → element → crops, and the ids of their sources), the noise (kind →
 effect and ids), the miner rules assumed, and the sha256 of every output. The folder
@@ -38,9 +38,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from mining.processes import ordered_map
 from mining.synth_plan import HEIGHT, WIDTH, render_image
 from mining.synth_spec import NOISE_EFFECTS, RULES, check_vocabulary
-from mining.processes import ordered_map
 from vprom.errors import VpromError
 from vprom.io import atomic_dir, sha256_file
 from vprom.records import MIN_SIDE

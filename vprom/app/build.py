@@ -1,8 +1,9 @@
 """`vprom build`: the one-shot pipeline (synth or VG) -> mine -> generate -> verify -> stats.
 
 This module is on the top floor: it orchestrates the stages the way the command line does,
-and hands generation and verification the split rules it loads from `splits`. The build folder is self-describing: every stage writes its file atomically with its
-manifest inside, and `manifest.json` at the top lists the whole build with output hashes.
+and hands generation and verification the split rules it loads from `splits`. The build
+folder is self-describing: every stage writes its file atomically with its manifest inside,
+and `manifest.json` at the top lists the whole build with output hashes.
 A stage whose output already exists with the same configuration is not redone, so an
 interrupted build resumes where it stopped. Options are checked before the first stage runs.
 
