@@ -69,7 +69,12 @@ def start(procs: list, target: Callable, args: tuple, name: str):
     proc = context().Process(target=_ignoring_sigint, args=(target, args), name=name,
                              daemon=True)
     with _sigint_held():
-        proc.start()
+        try:
+            proc.start()
+        except ConnectionError:  # it died reading its arguments (not a closed stdout)
+            raise VpromError(f"worker {name} ended while it was being started; was it "
+                             "killed, or out of memory? Run again, or with --workers 1 to "
+                             "see the failure here") from None
         procs.append(proc)
     return proc
 

@@ -82,3 +82,14 @@ def test_a_worker_ignores_ctrl_c_and_stop_ends_it():
     processes.stop(procs)
     assert not procs[0].is_alive() and procs[0].exitcode == -signal.SIGTERM
     assert time.monotonic() - started < processes.GRACE_S
+
+
+def test_a_worker_that_dies_while_starting_is_an_error_not_a_closed_stdout(monkeypatch):
+    def broken_pipe(self):
+        raise BrokenPipeError(32, "Broken pipe")  # what writing its arguments then raises
+
+    monkeypatch.setattr(type(processes.context().Process()), "start", broken_pipe)
+    procs: list = []
+    with pytest.raises(VpromError, match="worker vprom-test ended while it was being started"):
+        processes.start(procs, _square, (2,), "vprom-test")
+    assert procs == []
