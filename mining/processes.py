@@ -11,10 +11,11 @@ dies shows up as end-of-file on its pipe, and the parent can always stop the oth
 
 Signals:
 
-* Workers ignore SIGINT: one Ctrl-C is the parent's to handle. SIGINT is blocked in the
-  parent while a worker starts, so the worker is born with it blocked and cannot see one
-  before it ignores it; the parent receives a Ctrl-C that came meanwhile as soon as the
-  worker is registered.
+* Workers ignore SIGINT: one Ctrl-C is the parent's to handle. SIGINT and SIGTERM are
+  blocked in the parent while a worker starts, so the worker is born with them blocked and
+  cannot see a Ctrl-C before it ignores it, and the parent is never interrupted half-way
+  through sending the worker its arguments; it receives a signal that came meanwhile as
+  soon as the worker is registered.
 * Workers keep SIGTERM's default action: it is how the parent stops them.
 * The parent stops its workers on every way out — done, failed, Ctrl-C, SIGTERM (the
   command line raises on it): SIGTERM, a short wait, then SIGKILL for any that remain.
@@ -32,9 +33,12 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.connection
+import os
 import signal
+import threading
 import time
 from itertools import islice
+from multiprocessing import resource_tracker
 from typing import Callable, Iterable, Iterator
 
 from vprom.errors import VpromError
@@ -43,6 +47,9 @@ from vprom.errors import VpromError
 GRACE_S = 3.0
 #: Chunks sent to one worker before its first result comes back.
 DEPTH = 2
+#: Signals held while a worker starts and while workers are stopped.
+HELD = {signal.SIGINT, signal.SIGTERM}
+BLOCKS = hasattr(signal, "pthread_sigmask")  # POSIX
 
 
 def context():
@@ -51,24 +58,47 @@ def context():
 
 
 @contextlib.contextmanager
-def _sigint_held() -> Iterator[None]:
-    """Block SIGINT in this thread for the block's duration (a no-op where unsupported)."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for the block's duration: one that arrives meanwhile is acted
+    on (by the handler it would have met) when the block ends, and a worker started inside
+    is born with both blocked.
+
+    Blocking them in this thread is not enough on its own: another thread of the process
+    (numpy's BLAS threads, tqdm's monitor) may take the signal, and Python then runs the
+    handler in the main thread all the same. So the main thread's handlers are swapped for
+    one that only takes note, too.
+    """
+    pending: list[int] = []
+    swapped = {}
+    if threading.current_thread() is threading.main_thread():
+        swapped = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum))
+                   for sig in HELD}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD) if BLOCKS else None
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for sig, handler in swapped.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(pending):
+            signal.raise_signal(sig)
 
 
 def start(procs: list, target: Callable, args: tuple, name: str):
     """Start `target(*args)` in a spawned daemonic worker that ignores SIGINT; append it to
-    `procs` before a Ctrl-C can interrupt, so the caller's cleanup always sees it."""
+    `procs` before a signal can interrupt, so the caller's cleanup always sees it.
+
+    SIGINT and SIGTERM are held while the worker starts: an interrupt in the middle would
+    cut the pipe that carries the worker its arguments (it would print an EOFError).
+    """
+    if os.name == "posix":
+        # Started on first use, the resource tracker unblocks SIGINT and SIGTERM after
+        # starting itself, which would end the hold below; start it before.
+        resource_tracker.ensure_running()
     proc = context().Process(target=_ignoring_sigint, args=(target, args), name=name,
                              daemon=True)
-    with _sigint_held():
+    with _signals_held():
         try:
             proc.start()
         except ConnectionError:  # it died reading its arguments (not a closed stdout)
@@ -81,19 +111,19 @@ def start(procs: list, target: Callable, args: tuple, name: str):
 
 def _ignoring_sigint(target: Callable, args: tuple) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # held since birth
+    if BLOCKS:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)  # held since birth (`start`)
     target(*args)
 
 
 def stop(procs: Iterable) -> None:
     """End every worker: SIGTERM, then SIGKILL whatever is left after `GRACE_S` seconds.
 
-    Called on success too, when the workers have nothing left to do. A second Ctrl-C is held
-    back until this returns, so no worker is left running.
+    Called on success too, when the workers have nothing left to do. A second Ctrl-C or a
+    SIGTERM is held back until this returns, so no worker is left running.
     """
     procs = list(procs)
-    with _sigint_held():
+    with _signals_held():
         for proc in procs:
             if proc.is_alive():
                 proc.terminate()

@@ -332,6 +332,33 @@ def test_train_stops_between_or_inside_epochs(tmp_path, sig, group):
     assert [h["epoch"] for h in history] == list(range(1, epochs + 1))
 
 
+# ---------------------------------------------------------------- while starting
+SIGNAL_DURING_IMPORTS = """
+import importlib.abc, os, signal, sys
+class SignalOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "mining.pools":  # imported by vprom.app.cli, after its guard
+            os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+sys.meta_path.insert(0, SignalOnImport())
+from vprom.app.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@linux
+@pytest.mark.parametrize("sig, code, by", [("SIGINT", 130, "Ctrl-C"), ("SIGTERM", 143, "SIGTERM")])
+def test_a_signal_while_the_command_starts_is_one_line(tmp_path, sig, code, by):
+    run = Command(tmp_path, sig, "synth", "--out", "corpus", script=SIGNAL_DURING_IMPORTS)
+    assert run.finish() == code
+    assert run.stderr == f"vprom: interrupted ({by}) while starting; nothing was done\n"
+    assert not (tmp_path / "corpus").exists()
+
+
+def test_importing_the_command_line_leaves_the_signal_handlers_as_they_were():
+    assert signal.getsignal(signal.SIGINT) is not cli._interrupted_while_starting
+    assert signal.getsignal(signal.SIGTERM) is not cli._interrupted_while_starting
+
+
 # ---------------------------------------------------------------- in this process
 @pytest.mark.parametrize("interrupt, code", [(KeyboardInterrupt, 130), (cli.Terminated, 143)])
 def test_cleanup_failing_during_an_interrupt_still_reports_the_interrupt(monkeypatch, capsys,

@@ -18,18 +18,35 @@ import math
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
-from baselines.config import OPTIMIZERS, TrainConfig
-from features.config import STORED_DTYPES, ExtractConfig
-from generation.dataset import generate
-from mining.pools import mine
-from mining.synth import write_corpus
-from vprom import __version__
-from vprom.app.build import SYNTHETIC_IMAGES, SYNTHETIC_SCALE, VG_SCALE, build
-from vprom.app.reproduce import ReproduceConfig
-from vprom.errors import VpromError
-from vprom.io import check_output
+
+def _interrupted_while_starting(signum, frame):
+    """Ctrl-C or SIGTERM while the stages below are imported: nothing has been done yet, so
+    say so and leave at once, instead of a traceback from deep inside an import."""
+    by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    os.write(2, f"vprom: interrupted ({by}) while starting; nothing was done\n".encode())
+    os._exit(128 + signum)
+
+
+_STARTING = {sig: signal.signal(sig, _interrupted_while_starting)
+             for sig in (signal.SIGINT, signal.SIGTERM)
+             if threading.current_thread() is threading.main_thread()}
+
+from baselines.config import OPTIMIZERS, TrainConfig  # noqa: E402 - after the guard above
+from features.config import STORED_DTYPES, ExtractConfig  # noqa: E402
+from generation.dataset import generate  # noqa: E402
+from mining.pools import mine  # noqa: E402
+from mining.synth import write_corpus  # noqa: E402
+from vprom import __version__  # noqa: E402
+from vprom.app.build import SYNTHETIC_IMAGES, SYNTHETIC_SCALE, VG_SCALE, build  # noqa: E402
+from vprom.app.reproduce import ReproduceConfig  # noqa: E402
+from vprom.errors import VpromError  # noqa: E402
+from vprom.io import check_output  # noqa: E402
+
+for _sig, _handler in _STARTING.items():
+    signal.signal(_sig, _handler)
 
 COMMANDS: dict[str, tuple[str, str]] = {}  # name -> (summary, example)
 
@@ -511,13 +528,34 @@ def main(argv: list[str] | None = None) -> int:
     processes are stopped by the stages that started them. `VPROM_DEBUG=1` lets every
     error and interrupt through with its traceback.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    debug = os.environ.get("VPROM_DEBUG", "") not in ("", "0")
     previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        try:
+            parser = build_parser()
+            args = parser.parse_args(argv)
+        except (KeyboardInterrupt, Terminated) as e:
+            print(f"vprom: interrupted ({_by(e)}) while starting; nothing was done",
+                  file=sys.stderr)
+            return _status(e)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _by(interrupt: BaseException) -> str:
+    return "SIGTERM" if isinstance(interrupt, Terminated) else "Ctrl-C"
+
+
+def _status(interrupt: BaseException) -> int:
+    return 143 if isinstance(interrupt, Terminated) else 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command (see `main`)."""
+    debug = os.environ.get("VPROM_DEBUG", "") not in ("", "0")
     try:
         args.run(args)
     except BaseException as e:
@@ -531,16 +569,13 @@ def main(argv: list[str] | None = None) -> int:
         if debug or (interrupt is None and not isinstance(e, (VpromError, OSError))):
             raise
         if interrupt is not None:
-            by = "SIGTERM" if isinstance(interrupt, Terminated) else "Ctrl-C"
             how = RESUME_HINT.get(args.command, START_OVER)
-            print(f"vprom {args.command}: interrupted ({by}); no partial output was left "
-                  f"looking finished; {how}", file=sys.stderr)
-            return 143 if isinstance(interrupt, Terminated) else 130
+            print(f"vprom {args.command}: interrupted ({_by(interrupt)}); no partial output "
+                  f"was left looking finished; {how}", file=sys.stderr)
+            return _status(interrupt)
         text = os_error_message(e) if isinstance(e, OSError) else str(e)
         print(f"vprom {args.command}: error: {text}", file=sys.stderr)
         return 1
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     return 0
 
 
