@@ -37,6 +37,7 @@ _STARTING = {sig: signal.signal(sig, _interrupted_while_starting)
 from baselines.config import OPTIMIZERS, TrainConfig  # noqa: E402 - after the guard above
 from features.config import STORED_DTYPES, ExtractConfig  # noqa: E402
 from generation.dataset import generate  # noqa: E402
+from mining.download import download, load_expected, parse_duration  # noqa: E402
 from mining.pools import mine  # noqa: E402
 from mining.synth import write_corpus  # noqa: E402
 from vprom import __version__  # noqa: E402
@@ -123,15 +124,29 @@ def _shard(text: str) -> tuple[int, int]:
 @command("download", "fetch Visual Genome annotations (and images): resumable, verified",
          "vprom download --out data/vg")
 def add_download(p):
-    p.add_argument("--out", type=Path, required=True, help="folder for the VG files")
+    p.add_argument("--out", type=output_folder, required=True, help="folder for the VG files")
     p.add_argument("--base-url", default=None, help="mirror to fetch from instead of VG's own")
     p.add_argument("--no-images", action="store_true", help="annotations only (~1 GB zipped)")
+    p.add_argument("--expected", type=Path, default=None, metavar="FILE",
+                   help="sizes and sha256 of the files a mirror serves (JSON shaped like "
+                        "mining/data/vg_files.json); replaces the pinned official ones")
+    p.add_argument("--deadline", type=_duration, default=default(download, "deadline"),
+                   metavar="TIME", help="give up on one file after this long, keeping its part "
+                                        "for a rerun to resume (seconds, or e.g. 90m, 8h; "
+                                        f"default {default(download, 'deadline') / 3600:g} h)")
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
 
 
 def run_download(args):
-    from mining.download import download
-
-    print(download(args.out, base_url=args.base_url, images=not args.no_images))
+    expected = None if args.expected is None else load_expected(args.expected)
+    print(download(args.out, base_url=args.base_url, images=not args.no_images,
+                   expected=expected, deadline=args.deadline))
 
 
 @command("synth", "write the built-in synthetic corpus in Visual Genome's layout and schema",
@@ -272,26 +287,66 @@ def add_show(p):
 def run_show(args):
     from vprom.show import show
 
-    show(args.dataset, args.id, args.vg, args.out, answer=args.answer)
+    print(show(args.dataset, args.id, args.vg, args.out, answer=args.answer))
 
 
-@command("export", "JSON lines, or the original release's one-folder-per-problem layout",
-         "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl")
+EXPORT_FORMATS = {
+    "jsonl": "one JSON line per matrix with its full provenance (--out: a file)",
+    "original": "the original V-PROM release's layout, read unchanged by its clients "
+                "(Slot-Abstractor, SAViR-T): V-PROM/datasets/Raven_release/<id//5000>/<id>/"
+                "1..16.jpg as relative symlinks into V-PROM/crops/, "
+                "{obj,attr,counting}_gt_labels.npy (label 9-16) and "
+                "<split>_<train|val|test>_problems.npy (--out: a folder; needs --vg)",
+    "npz": "one PGM/RAVEN-style vprom_<split>_<part>_<id>.npz per problem of --split: "
+           "image (16,S,S,3) uint8, target 0-7, meta_target (4 relations + 4 element types) "
+           "(--out: a folder; needs --vg)",
+}
+EXPORT_EXAMPLES = (
+    "vprom export build/dataset.h5 --format npz --vg data/vg --out build/npz --split neutral",
+    "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl",
+    "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",
+)
+
+
+@command("export", "the data set as JSON lines, the original release's layout, or npz files",
+         "vprom export build/dataset.h5 --format original --vg data/vg --out build/release")
 def add_export(p):
+    from generation.export_npz import DEFAULT_SIZE
+
+    p.epilog += "".join(f"\n  {e}" for e in EXPORT_EXAMPLES) + (
+        "\n\nClients of the original release read it from the folder holding V-PROM/ "
+        "(cd build/release\nbefore starting one). Layouts and formats: docs/release-layout.md.")
     p.add_argument("dataset", type=Path, help="DATASET.h5")
-    p.add_argument("--format", choices=("jsonl", "original"), required=True,
-                   help="JSON lines, or one folder per problem")
+    p.add_argument("--format", choices=tuple(EXPORT_FORMATS), required=True,
+                   help="; ".join(f"{k}: {v}" for k, v in EXPORT_FORMATS.items()))
     p.add_argument("--out", type=Path, required=True,
-                   help="the .jsonl file, or the folder for 'original'")
-    p.add_argument("--vg", type=Path, default=None, help="VG images (needed for 'original')")
-    p.add_argument("--symlink", action="store_true",
-                   help="original layout: link shared crops instead of copying them")
+                   help="a file for jsonl, a folder for original and npz")
+    p.add_argument("--vg", type=Path, default=None,
+                   help="Visual Genome folder (VG_100K/, VG_100K_2/): original and npz")
+    panels = p.add_mutually_exclusive_group()
+    panels.add_argument("--copy", action="store_true",
+                        help="original layout: panels as plain copies instead of symlinks, for "
+                             "file systems without symlinks; clients that open panels through "
+                             "os.readlink (Slot-Abstractor's loader) cannot read this copy")
+    panels.add_argument("--symlink", action="store_true",
+                        help="original layout: panels as symlinks, the default now (kept so "
+                             "that older commands still run)")
+    p.add_argument("--split", default="neutral",
+                   help="npz: the split whose train, val and test problems are written")
+    p.add_argument("--size", type=positive(int), default=DEFAULT_SIZE,
+                   help="npz: panel side in pixels")
 
 
 def run_export(args):
     from generation.export import export
 
-    export(args.dataset, args.format, args.out, vg_dir=args.vg, symlink=args.symlink)
+    check = output_file if args.format == "jsonl" else output_folder
+    try:  # before any work: --out must be writable as what the format writes
+        out = check(str(args.out))
+    except argparse.ArgumentTypeError as e:
+        raise VpromError(f"--out {e}") from None
+    print(export(args.dataset, args.format, out, vg_dir=args.vg, copy=args.copy,
+                 split=args.split, size=args.size))
 
 
 # ---------------------------------------------------------------- features and baselines
