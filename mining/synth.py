@@ -29,9 +29,10 @@ Output folder (VG's v1.2/v1.4 names and schemas):
 
 Writing. Each image is planned and drawn from its own generator (`mining.synth_plan`; what
 it may show and which noise it carries: `mining.synth_spec`; its folder, outside ids, scene
-graph, relationships and questions: `mining.synth_vg`, from a generator of their own), so a
-process pool renders the images in any order: each worker saves its JPEG and returns the
-image's seven records as JSON text, and the parent appends them, in image order, to the
+graph, relationships and questions: `mining.synth_vg`, from a generator of their own), so
+worker processes render the images in any order (`mining.processes.ordered_map`, which a
+Ctrl-C never leaves hanging): each worker saves its JPEG and returns the image's seven
+records as JSON text, and the parent appends them, in image order, to the
 seven per-image files, written like VG's (`json.dumps` with its default separators, one
 line per file); synsets.json, the synsets all images name, is written last. The files are
 therefore byte-identical to a one-process run. `synth_truth.json` adds the expected pools
@@ -45,13 +46,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from mining import synth_vg
+from mining.processes import ordered_map
 from mining.synth_plan import HEIGHT, WIDTH, render_image
 from mining.synth_spec import NOISE_EFFECTS, RULES, check_vocabulary
 from vprom.errors import VpromError
@@ -153,27 +154,24 @@ def _write_files(tmp: Path, folder: Path, images: int, seed: int, workers: int):
     vg: dict = {"VG_100K_2": [], "coco_id": [], "flickr_id": [], "relationships": 0,
                 "question_answers": 0, "synsets": set()}
     jobs = ((seed, i, str(folder)) for i in range(images))
-    pool = multiprocessing.get_context("spawn").Pool(workers) if workers > 1 else None
     try:
-        results = pool.imap(_render_to, jobs, chunksize=16) if pool else map(_render_to, jobs)
-        for i, (records, exp, img_noise, n_obj, n_reg, img_vg) in enumerate(
-                tqdm(results, total=images, desc="synth", unit="img", disable=None)):
-            for f, rec in zip(handles, records):
-                f.write(("[" if i == 0 else ", ") + rec)
-            expected.extend(exp)
-            for kind, ids in img_noise.items():
-                noise.setdefault(kind, []).extend(ids)
-            n_objects += n_obj
-            n_regions += n_reg
-            _add_vg(vg, i + 1, img_vg)
+        # workers ignore Ctrl-C and are stopped when this block is left, however it is left
+        with ordered_map(_render_to, jobs, workers, "synth", chunksize=16) as results:
+            for i, (records, exp, img_noise, n_obj, n_reg, img_vg) in enumerate(
+                    tqdm(results, total=images, desc="synth", unit="img", disable=None)):
+                for f, rec in zip(handles, records):
+                    f.write(("[" if i == 0 else ", ") + rec)
+                expected.extend(exp)
+                for kind, ids in img_noise.items():
+                    noise.setdefault(kind, []).extend(ids)
+                n_objects += n_obj
+                n_regions += n_reg
+                _add_vg(vg, i + 1, img_vg)
         for f in handles:
             f.write("]")
     finally:
         for f in handles:
             f.close()
-        if pool:
-            pool.close()
-            pool.join()
     (tmp / synth_vg.SYNSETS).write_text(_dumps(synth_vg.synset_records(vg.pop("synsets"))),
                                          encoding="utf-8")
     return expected, noise, n_objects, n_regions, vg

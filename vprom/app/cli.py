@@ -11,17 +11,27 @@ never written twice; the config modules it reads import no torch.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import errno
-import inspect
-import math
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
-from baselines.config import OPTIMIZERS, TrainConfig
-from features.config import (
+
+def _interrupted_while_starting(signum, frame):
+    """Ctrl-C or SIGTERM while the stages below are imported: nothing has been done yet, so
+    say so and leave at once, instead of a traceback from deep inside an import."""
+    by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    os.write(2, f"vprom: interrupted ({by}) while starting; nothing was done\n".encode())
+    os._exit(128 + signum)
+
+
+_STARTING = {sig: signal.signal(sig, _interrupted_while_starting)
+             for sig in (signal.SIGINT, signal.SIGTERM)
+             if threading.current_thread() is threading.main_thread()}
+
+from baselines.config import OPTIMIZERS, TrainConfig  # noqa: E402 - after the guard above
+from features.config import (  # noqa: E402
     COMPRESSIONS,
     DECODERS,
     POOLS,
@@ -29,15 +39,27 @@ from features.config import (
     STORED_DTYPES,
     ExtractConfig,
 )
-from generation.dataset import generate
-from mining.download import download, load_expected, parse_duration
-from mining.pools import mine
-from mining.synth import write_corpus
-from vprom import __version__
-from vprom.app.build import SYNTHETIC_IMAGES, SYNTHETIC_SCALE, VG_SCALE, build
-from vprom.app.reproduce import ReproduceConfig
-from vprom.errors import VpromError
-from vprom.io import check_output
+from generation.dataset import generate  # noqa: E402
+from mining.download import download, load_expected  # noqa: E402
+from mining.pools import mine  # noqa: E402
+from mining.synth import write_corpus  # noqa: E402
+from vprom import __version__  # noqa: E402
+from vprom.app.build import SYNTHETIC_IMAGES, SYNTHETIC_SCALE, VG_SCALE, build  # noqa: E402
+from vprom.app.options import (  # noqa: E402
+    default,
+    duration,
+    options_of,
+    output_file,
+    output_folder,
+    positive,
+    shard,
+)
+from vprom.app.reproduce import ReproduceConfig  # noqa: E402
+from vprom.app.running import run_command  # noqa: E402
+from vprom.errors import VpromError  # noqa: E402
+
+for _sig, _handler in _STARTING.items():
+    signal.signal(_sig, _handler)
 
 COMMANDS: dict[str, tuple[str, str]] = {}  # name -> (summary, example)
 
@@ -52,62 +74,10 @@ def command(name: str, summary: str, example: str):
     return wrap
 
 
-def default(owner, name: str):
-    """The default of parameter `name` of a function or config dataclass."""
-    return inspect.signature(owner).parameters[name].default
-
-
-def _options(args: argparse.Namespace) -> dict:
-    """The parsed options as keyword arguments for a job's config dataclass."""
-    return {k: v for k, v in vars(args).items() if k not in ("command", "run")}
-
-
-def output_file(text: str) -> Path:
-    """An output file path, checked before any work starts (argparse type)."""
-    try:
-        return check_output(text)
-    except VpromError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def output_folder(text: str) -> Path:
-    """An output folder path, checked before any work starts (argparse type)."""
-    try:
-        return check_output(text, folder=True)
-    except VpromError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def positive(kind):
-    """An argparse type for a finite number > 0 of `kind` (int or float)."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            what = "an integer" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if not (math.isfinite(value) and value > 0):
-            raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
-        return value
-
-    return parse
-
-
 # `build` and `reproduce` choose these defaults by source, so their options default to None.
 SCALE_HELP = (f"fraction of Table 1's size (default {VG_SCALE} on VG, {SYNTHETIC_SCALE} "
               "synthetic)")
 SYNTHETIC_SIZE_HELP = f"synthetic corpus size (default {SYNTHETIC_IMAGES:,} images)"
-
-
-def _shard(text: str) -> tuple[int, int]:
-    try:
-        k, n = (int(v) for v in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shard must look like K/N (e.g. 0/4), got {text!r}")
-    if not 0 <= k < n:
-        raise argparse.ArgumentTypeError(f"shard {text}: need 0 <= K < N")
-    return k, n
 
 
 # ---------------------------------------------------------------- data set construction
@@ -120,17 +90,10 @@ def add_download(p):
     p.add_argument("--expected", type=Path, default=None, metavar="FILE",
                    help="sizes and sha256 of the files a mirror serves (JSON shaped like "
                         "mining/data/vg_files.json); replaces the pinned official ones")
-    p.add_argument("--deadline", type=_duration, default=default(download, "deadline"),
+    p.add_argument("--deadline", type=duration, default=default(download, "deadline"),
                    metavar="TIME", help="give up on one file after this long, keeping its part "
                                         "for a rerun to resume (seconds, or e.g. 90m, 8h; "
                                         f"default {default(download, 'deadline') / 3600:g} h)")
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e))
 
 
 def run_download(args):
@@ -182,7 +145,7 @@ def add_generate(p):
                    help="fraction of Table 1's 235,000")
     p.add_argument("--seed", type=int, default=default(generate, "seed"),
                    help="same pools and seed, same data set")
-    p.add_argument("--shard", type=_shard, default=None, metavar="K/N",
+    p.add_argument("--shard", type=shard, default=None, metavar="K/N",
                    help="K/N: only matrices i with i %% N == K (rows equal the single run's)")
 
 
@@ -399,7 +362,7 @@ def add_extract(p):
 def run_extract(args):
     from features.extract import extract
 
-    options = _options(args)
+    options = options_of(args)
     if options.pop("list"):
         from features.backbones import get_backbone, list_backbones
 
@@ -450,7 +413,7 @@ def add_train(p):
 def run_train(args):
     from baselines.train import train
 
-    train(TrainConfig(**_options(args)))
+    train(TrainConfig(**options_of(args)))
 
 
 @command("evaluate", "test accuracy with a 95% interval and per-relation/element-type breakdowns",
@@ -512,7 +475,7 @@ def add_reproduce(p):
 def run_reproduce(args):
     from vprom.app.reproduce import reproduce
 
-    reproduce(ReproduceConfig(**_options(args)))
+    reproduce(ReproduceConfig(**options_of(args)))
 
 
 # ---------------------------------------------------------------- entry point
@@ -536,78 +499,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: What to tell a user whose command was interrupted.
-RESUME_HINT = {
-    "build": "run the same command again: finished stages are kept",
-    "download": "run the same command again: downloads resume where they stopped",
-    "extract": "run the same command again: finished chunks are kept",
-    "train": "run the same command again to resume from the last finished epoch",
-    "reproduce": "run the same command again: finished steps and runs are kept",
-}
-
-
-class Terminated(BaseException):
-    """SIGTERM, handled like Ctrl-C: stop, clean up, exit with 143."""
-
-
-def _terminate(signum, frame):
-    raise Terminated()
-
-
-def os_error_message(e: OSError) -> str:
-    """One line for a file-system error: what, which path, and what to do."""
-    path = e.filename if e.filename is not None else "a file"
-    fixes = {
-        errno.EACCES: "no permission; choose another path or fix its permissions",
-        errno.EPERM: "not permitted; choose another path or fix its permissions",
-        errno.EROFS: "the file system is read-only; choose another path",
-        errno.ENOSPC: "no space left on the device; free some space or choose another path",
-        errno.EDQUOT: "the disk quota is used up; free some space or choose another path",
-        errno.EISDIR: "is a folder where a file is needed; choose another path",
-        errno.ENOTDIR: "a file stands where a folder is needed; choose another path",
-        errno.EEXIST: "already exists in the way; move it or choose another path",
-        errno.ENOENT: "no such file or folder; check the path",
-    }
-    fix = fixes.get(e.errno, "check the path and try again")
-    return f"{path}: {e.strerror or type(e).__name__} ({fix})"
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; errors become one line on stderr and a non-zero exit status.
-
-    `VPROM_DEBUG=1` lets every error through with its traceback.
-    """
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    debug = os.environ.get("VPROM_DEBUG", "") not in ("", "0")
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        args.run(args)
-    except BrokenPipeError:
-        # stdout was closed (`vprom evaluate RUN | head -1`): stop quietly, and keep Python's
-        # final flush from failing on the same pipe.
-        with contextlib.suppress(OSError, ValueError):  # stdout may not be a real file
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    except (KeyboardInterrupt, Terminated) as e:
-        if debug:
-            raise
-        how = RESUME_HINT.get(args.command, "run the same command again (it starts over)")
-        print(f"vprom {args.command}: interrupted; no partial output was left looking "
-              f"finished; {how}", file=sys.stderr)
-        return 143 if isinstance(e, Terminated) else 130
-    except (VpromError, OSError) as e:
-        if debug:
-            raise
-        text = os_error_message(e) if isinstance(e, OSError) else str(e)
-        print(f"vprom {args.command}: error: {text}", file=sys.stderr)
-        return 1
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return 0
+    """Run one `vprom` command (see `vprom.app.running.run_command` for errors and signals)."""
+    return run_command(build_parser, argv)
 
 
 if __name__ == "__main__":
