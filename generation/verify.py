@@ -1,25 +1,12 @@
 """`vprom verify`: prove a built DATASET.h5 sound before anyone trains on it.
 
-The checks, each a named result with its figures (see the README's verify section for thresholds):
+The checks, each a named result with its figures and problems (a few example matrices each):
+1. integrity, 2. solver, 3. splits, 4. leakage (`generation.checks`, whose docstring says
+what each proves) and 5. bias (`generation.bias` over `generation.audit`: answer positions,
+frequency heuristics, context-blind probes on labels and, with a FEATS.h5, on features).
+A file whose records cannot be read fails integrity and skips the rest.
 
-1. integrity — the file's structure (groups, equal column lengths, N×16 panels and
-   elements), the manifest (present, its `counts` and `outputs.content_hash` agree with the
-   file, and the sidecar `X.h5.manifest.json`'s sha256 of the file if it records one),
-   unique matrix and crop ids, every panel's crop present with the element and element
-   type the matrix says, answers in 0..7, relations valid for the element type, no crop
-   twice within a matrix, attribute matrices' context and answer of their super-attribute.
-2. solver — `vprom.solver.check_matrix` on every matrix with all its panels' labels:
-   exactly one candidate completes it.
-3. splits — all 7 splits present, their ids known, train/val/test disjoint, the stored
-   parts equal the split rules re-run on every matrix (val is drawn from the train side),
-   and the paper's rules that need no spec (held-out attributes, interpolation,
-   extrapolation) hold for the answers.
-4. leakage — no image region (same image and box, or same VG source id) on both the
-   train(+val) and the test side of any split.
-5. bias — `generation.audit`: answer positions, frequency heuristics, context-blind probes.
-
-The checks live in `generation.checks` (1-4) and `generation.bias` (5). The split rules are
-handed in (the top floor loads them from `splits`), never imported from here.
+The split rules are handed in (the top floor loads them from `splits`), never imported from here.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ must not become counts. `parse_count` decides, in four steps:
    "there are", "a group of" before it) - in "a man holding two bananas" the region shows
    the man, so the count is refused as "not the subject".
 
-The reasons (`CountParse.excluded`) are listed in `REASONS` and documented in the README's vocabulary section.
+The reasons (`CountParse.excluded`) are listed in `REASONS` and documented in docs/mining.md.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from mining.vocab import DATA_DIR, Vocabulary, load_vocabulary
 from vprom.errors import VpromError
 from vprom.records import COUNTS
-
-from mining.vocab import DATA_DIR, Vocabulary, load_vocabulary
 
 REASONS = {
     "time": "a time of day: five o'clock, 10:30, at 5 pm",

@@ -2,12 +2,18 @@
 
 Every output is written under a temporary name in the same folder, flushed and fsynced, then
 renamed into place: a killed run never leaves a file that looks finished, and a file the user
-already had is replaced only by a complete one.
+already had is replaced only by a complete one. The temporary name is
+`.<name>.<pid>.<random>.part`: a run that was killed (even with SIGKILL) leaves its part
+behind, and the next write of the same output deletes the parts whose process is gone.
+
+`check_output` refuses an output path that cannot be written (a folder where a file is
+wanted, a file in the way of its parent folders) before any work starts.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -17,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
+
+from vprom.errors import VpromError
 
 FORMAT_VERSION = 1
 
@@ -29,7 +37,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    clean_stale_parts(path)
+    fd, tmp = tempfile.mkstemp(prefix=_part_prefix(path), suffix=".part", dir=path.parent)
     os.close(fd)
     tmp = Path(tmp)
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs follow the user's umask
@@ -51,7 +60,8 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent))
+    clean_stale_parts(path)
+    tmp = Path(tempfile.mkdtemp(prefix=_part_prefix(path), suffix=".part", dir=path.parent))
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
@@ -66,6 +76,59 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _part_prefix(path: Path) -> str:
+    return f".{path.name}.{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def clean_stale_parts(path: str | os.PathLike) -> list[Path]:
+    """Delete the temporary parts of `path` left by runs that are no longer alive."""
+    path = Path(path)
+    removed = []
+    if not path.parent.is_dir():
+        return removed
+    for part in path.parent.glob(f".{glob.escape(path.name)}.*.part"):
+        pid = part.name[len(path.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and (int(pid) == os.getpid() or _alive(int(pid))):
+            continue  # ours, or a live run's (parts from before pids were named are stale)
+        if part.is_dir():
+            shutil.rmtree(part, ignore_errors=True)
+        else:
+            part.unlink(missing_ok=True)
+        removed.append(part)
+    return removed
+
+
+def check_output(path: str | os.PathLike, folder: bool = False) -> Path:
+    """Refuse an output path that cannot be written, before any work starts.
+
+    A file output may not be an existing folder (and a folder output not an existing file);
+    no existing file may stand where one of its parent folders should be.
+    """
+    path = Path(path)
+    what = "folder" if folder else "file"
+    if path.exists() and path.is_dir() != folder:
+        other = "a folder" if path.is_dir() else "a file"
+        raise VpromError(f"{path}: is {other}, but this output is a {what}; choose another "
+                         "path")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise VpromError(f"{path}: {parent} is a file, so no {what} can be made "
+                                 "below it; choose another path")
+            break
+    return path
 
 
 def _umask() -> int:

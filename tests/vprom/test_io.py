@@ -1,8 +1,13 @@
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
-from vprom.io import atomic_dir, atomic_path, make_manifest, sha256_file, write_json
+from vprom.errors import VpromError
+from vprom.io import (atomic_dir, atomic_path, check_output, clean_stale_parts, make_manifest,
+                      sha256_file, write_json)
 
 
 def test_atomic_path_replaces_only_on_success(tmp_path):
@@ -41,3 +46,38 @@ def test_manifest_records_versions_config_and_hashes(tmp_path):
     assert back["format_version"] == 1 and back["seed"] == 3
     assert back["inputs"]["x.bin"] == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     assert back["vprom_version"]
+
+
+def test_parts_of_dead_runs_are_cleaned_and_live_ones_kept(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    stale = tmp_path / f".pools.h5.{dead}.abc123.part"
+    legacy = tmp_path / ".pools.h5.k2j4h5.part"  # named before pids were
+    live = tmp_path / f".pools.h5.{os.getppid()}.x.part"
+    other = tmp_path / f".dataset.h5.{dead}.y.part"
+    for p in (stale, legacy, live, other):
+        p.write_bytes(b"12 MB of half a file")
+    folder = tmp_path / f".pools.h5.{dead}.dir.part"
+    folder.mkdir()
+    with atomic_path(tmp_path / "pools.h5") as tmp:
+        tmp.write_text("done")
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(["pools.h5", live.name, other.name])
+    assert clean_stale_parts(tmp_path / "pools.h5") == []
+
+
+@pytest.mark.parametrize("make, folder, message", [
+    (lambda p: p.mkdir(), False, "is a folder, but this output is a file"),
+    (lambda p: p.write_text("x"), True, "is a file, but this output is a folder"),
+])
+def test_an_output_of_the_wrong_kind_is_refused(tmp_path, make, folder, message):
+    make(tmp_path / "out")
+    with pytest.raises(VpromError, match=message):
+        check_output(tmp_path / "out", folder=folder)
+
+
+def test_a_file_in_the_parent_path_is_refused(tmp_path):
+    (tmp_path / "a").write_text("a file")
+    with pytest.raises(VpromError, match="a is a file, so no file can be made below it"):
+        check_output(tmp_path / "a" / "b" / "out.h5")
+    assert check_output(tmp_path / "new" / "out.h5") == tmp_path / "new" / "out.h5"

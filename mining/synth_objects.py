@@ -1,0 +1,188 @@
+"""Drawing the synthetic corpus's objects: every label an annotation claims is visible in the
+pixels.
+
+The scene planner (`mining.synth_plan`) decides *what* is in an image; this module and the
+ones it draws with decide how an object looks. Each visual element has one distinct
+rendering on its own *channel*, so elements of different super-attributes can be combined
+on one object without hiding each other, and a model can learn every element from pixels
+alone:
+
+| label kind | channel | rendering | drawn by |
+|---|---|---|---|
+| object category (52) | silhouette | a distinct connected glyph per category | `mining.synth_glyphs` |
+| color (11), material (6), texture (6) | glyph fill, surface, pattern | see the table there | `mining.synth_paint` |
+| scene (5), object action (4) | background inside the box, marks around the glyph | see the table there | `mining.synth_scenery` |
+| shape (5) | outline around the glyph | round: circle; square: square; rectangular: wide rectangle; triangular: triangle; curved: a thick arc | here |
+| plant condition (5, tree/flower) | the plant's foliage | leafy: green with leaves; bare: branches only; dry: straw-yellow with cracks; blooming: green with pink blossoms; dead: grey-brown and drooping | here |
+| count N (1-10) | group | N alike small glyphs of one category and colour on a plain mat, none touching | here |
+
+People (a figure whose parts carry the human attributes) are drawn by `mining.synth_people`.
+All randomness comes from the `numpy.random.Generator` passed in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from mining.synth_glyphs import glyph_mask, solid_glyph_mask
+from mining.synth_paint import (
+    COLORS,
+    OUTLINE,
+    RGB,
+    UNCOLORED,
+    fill_mask,
+    paint_material,
+    paint_texture,
+)
+from mining.synth_scenery import (
+    draw_action_over,
+    draw_action_under,
+    draw_fog,
+    draw_scene_background,
+)
+
+
+def draw_object(im: Image.Image, box, category: str, attrs: dict[str, str | tuple[str, str]],
+                rng: np.random.Generator, number: int | None = None) -> None:
+    """One object: `attrs` maps super-attribute -> attribute (color may be a pair: impure)."""
+    scene, action, shape = attrs.get("scene"), attrs.get("action"), attrs.get("shape")
+    if scene:
+        draw_scene_background(im, box, scene, rng)
+    if action:
+        draw_action_under(im, box, action)
+    if shape:
+        draw_shape_outline(im, box, shape)
+    gbox = glyph_area(box, action, shape)
+    if "plant condition" in attrs:
+        paint_plant(im, gbox, category, attrs["plant condition"], rng)
+    else:
+        _draw_glyph(im, gbox, category, attrs)
+    if number is not None:
+        _draw_number(im, gbox, number)
+    if action:
+        draw_action_over(im, box, action)
+    if scene == "foggy":
+        draw_fog(im, box)
+
+
+def _draw_glyph(im: Image.Image, gbox, category: str, attrs) -> None:
+    x, y, w, h = gbox
+    mask = glyph_mask(category, w, h)
+    color = attrs.get("color")
+    if "material" in attrs:
+        paint_material(im, gbox, mask, attrs["material"])
+        return
+    if isinstance(color, tuple):  # impure: two colours, left and right half
+        left = mask.copy()
+        ImageDraw.Draw(left).rectangle([w // 2, 0, w, h], fill=0)
+        fill_mask(im, gbox, COLORS[color[1]], mask)
+        fill_mask(im, gbox, COLORS[color[0]], left)
+        fill = COLORS[color[0]]
+    else:
+        fill = COLORS[color] if color else UNCOLORED
+        fill_mask(im, gbox, fill, mask)
+    if "texture" in attrs:
+        paint_texture(im, gbox, mask, fill, attrs["texture"])
+
+
+def _draw_number(im: Image.Image, gbox, number: int) -> None:
+    """A number written on a sign or a clock face (the 'number 7' / 'five o'clock' regions)."""
+    x, y, w, h = gbox
+    d = ImageDraw.Draw(im)
+    d.text((x + w * 0.36, y + h * 0.2), str(number), fill=(255, 255, 255), font_size=max(10, h // 4))
+
+
+def glyph_area(box, action: str | None, shape: str | None) -> tuple[int, int, int, int]:
+    """Where the glyph goes inside an object's box, leaving room for marks and outlines."""
+    x, y, w, h = box
+    fx, fy, fw, fh = 0.12, 0.1, 0.76, 0.78
+    if shape is not None:
+        fx, fy, fw, fh = 0.22, 0.2, 0.56, 0.56
+    if action == "parked":
+        fy, fh = 0.14, 0.64
+    elif action == "flying":
+        fx, fy, fw, fh = 0.24, 0.12, 0.64, 0.6
+    elif action == "hanging":
+        fy, fh = 0.3, 0.62
+    elif action == "floating":
+        fy, fh = 0.22, 0.66
+    return (x + int(w * fx), y + int(h * fy), max(8, int(w * fw)), max(8, int(h * fh)))
+
+
+def draw_shape_outline(im: Image.Image, box, shape: str) -> None:
+    x, y, w, h = box
+    d = ImageDraw.Draw(im)
+    cx, cy = x + w / 2, y + h / 2
+    s = min(w, h) * 0.43
+    width = 4
+    if shape == "round":
+        d.ellipse([cx - s, cy - s, cx + s, cy + s], outline=OUTLINE, width=width)
+    elif shape == "square":
+        d.rectangle([cx - s, cy - s, cx + s, cy + s], outline=OUTLINE, width=width)
+    elif shape == "rectangular":
+        d.rectangle([x + w * 0.06, cy - s * 0.62, x + w * 0.94, cy + s * 0.62], outline=OUTLINE, width=width)
+    elif shape == "triangular":
+        d.polygon([(cx, cy - s * 1.05), (cx + s * 1.1, cy + s * 0.85), (cx - s * 1.1, cy + s * 0.85)],
+                  outline=OUTLINE, width=width)
+    elif shape == "curved":
+        d.arc([x + w * 0.08, y + h * 0.05, x + w * 0.92, y + h * 0.95], 20, 160, fill=OUTLINE, width=6)
+
+
+def paint_plant(im: Image.Image, gbox, category: str, condition: str, rng: np.random.Generator) -> None:
+    """A tree or flower drawn in one of the five plant conditions."""
+    x, y, w, h = gbox
+    d = ImageDraw.Draw(im)
+    trunk = (100, 62, 30)
+    stem_w = max(3, w // 9) if category == "tree" else max(2, w // 20)
+    cx = x + w // 2
+    if condition == "dead":
+        d.line([(cx, y + h), (cx + w * 0.12, y + h * 0.45)], fill=(90, 80, 70), width=stem_w)
+        d.pieslice([x + w * 0.05, y + h * 0.2, x + w * 0.95, y + h * 0.9], 200, 340, fill=(120, 108, 96))
+        for k in range(5):
+            px = x + w * (0.15 + 0.17 * k)
+            d.line([(px, y + h * 0.4), (px + 3, y + h * 0.72)], fill=(95, 85, 75), width=2)
+        return
+    d.line([(cx, y + h), (cx, y + h * 0.45)], fill=trunk if category == "tree" else (40, 120, 40),
+           width=stem_w)
+    if condition == "bare":
+        for k, (dx, dy) in enumerate(((-0.35, -0.35), (0.35, -0.3), (-0.2, -0.5), (0.22, -0.52), (0, -0.55))):
+            sy = y + h * (0.6 - 0.06 * k)
+            d.line([(cx, sy), (cx + w * dx, sy + h * dy * 0.6)], fill=trunk, width=max(2, stem_w // 2))
+        return
+    crown = [x + w * 0.08, y + h * 0.02, x + w * 0.92, y + h * 0.62]
+    if condition == "dry":
+        d.ellipse(crown, fill=(200, 168, 80))
+        for _ in range(6):
+            px, py = x + w * rng.uniform(0.2, 0.8), y + h * rng.uniform(0.1, 0.5)
+            d.line([(px, py), (px + 6, py + 5), (px + 2, py + 10)], fill=(120, 90, 40), width=1)
+        return
+    d.ellipse(crown, fill=(45, 140, 45))
+    if condition == "leafy":
+        for _ in range(14):
+            px, py = x + w * rng.uniform(0.12, 0.88), y + h * rng.uniform(0.04, 0.58)
+            d.ellipse([px - 5, py - 3, px + 5, py + 3], fill=(25, 100, 25) if rng.random() < .5 else (90, 190, 70))
+    elif condition == "blooming":
+        for _ in range(12):
+            px, py = x + w * rng.uniform(0.15, 0.85), y + h * rng.uniform(0.06, 0.56)
+            d.ellipse([px - 4, py - 4, px + 4, py + 4], fill=(250, 140, 200))
+            d.ellipse([px - 1.5, py - 1.5, px + 1.5, py + 1.5], fill=(255, 240, 120))
+
+
+def draw_count(im: Image.Image, box, category: str, color: RGB, n: int, mat: RGB,
+               rng: np.random.Generator) -> list[tuple[int, int, int, int]]:
+    """N alike glyphs on a plain mat filling `box`; returns each glyph's box."""
+    x, y, w, h = box
+    ImageDraw.Draw(im).rectangle([x, y, x + w - 1, y + h - 1], fill=mat)
+    cols, rows = (4, 3) if w >= h else (3, 4)
+    sw, sh = w // cols, h // rows
+    g = max(8, min(sw, sh) - 8)
+    slots = rng.permutation(cols * rows)[:n]
+    mask = solid_glyph_mask(category, g, g)
+    boxes = []
+    for s in sorted(int(v) for v in slots):
+        gx = x + (s % cols) * sw + 3 + int(rng.integers(0, max(1, sw - g - 5)))
+        gy = y + (s // cols) * sh + 3 + int(rng.integers(0, max(1, sh - g - 5)))
+        fill_mask(im, (gx, gy, g, g), color, mask)
+        boxes.append((gx, gy, g, g))
+    return boxes

@@ -1,0 +1,408 @@
+"""Planning one image of the synthetic corpus: what is where, its VG records, and what the
+miner must recover from it.
+
+Image i (id i+1) is planned and drawn from its own generator
+`numpy.random.default_rng([seed, i])` (`render_image`), so images are independent of each
+other: the writer (`mining.synth`) may render them in any order, in any number of processes.
+Each 384×288 image is a 3×2 grid of cells over a two-band background with clutter; each used
+cell holds one *entity*, of a kind drawn by `KIND_WEIGHTS`:
+
+- an object with 1–2 object attributes of different super-attributes (attributes drawn
+  uniformly over all elements, then a category that can show them: plant conditions on trees
+  and flowers, "parked" on cars, ...), rendered on separate visual channels
+  (`mining.synth_objects` documents the label → rendering table);
+- a person with 2 human attributes of super-attributes drawn uniformly (so no pool's crops
+  carry a fixed set of other labels, and every person crop has as many); it is named man,
+  woman, boy or girl by its gender and age labels, or "person" (always without a gender
+  label, half the time with one, so the name does not mark the gender pool)
+  (`mining.synth_people`);
+- a count group: N = 1..10 alike glyphs in one region box, described "seven red balls" /
+  "7 balls";
+- a plain object (no attributes).
+
+Behind the entities, the sky and the ground are sometimes annotated, as the excluded
+background objects every photo has. A planner draws its entity into the image, appends its
+objects.json, attributes.json and region records to the image's `_Image`, injects the noise
+of `mining.synth_spec` (noting every case), and appends the crops the miner must find
+(`_Image.expected`) under the miner's rules: full-size entities have both sides of at least
+`FULL_SIDE`, small ones ("the same thing farther away") a side under `MIN_SIDE`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from PIL import Image
+
+from mining.synth_objects import draw_count, draw_object
+from mining.synth_paint import COLORS, muted
+from mining.synth_people import draw_person
+from mining.synth_scenery import background
+from mining.synth_spec import (
+    ALL_OBJECT_ATTRIBUTES,
+    ATTRIBUTE_VARIANTS,
+    CAN_SHOW,
+    CONFLICTS,
+    CONTAINERS,
+    COUNT_COLORS,
+    EXCLUDED_OBJECTS,
+    HUMAN_ATTRIBUTES,
+    HUMAN_LABELS,
+    KIND_WEIGHTS,
+    NAME_VARIANTS,
+    NUMBER_WORDS,
+    OBJECT_ATTRIBUTES,
+    OBJECTS,
+    SEMANTIC_ATTRIBUTES,
+    P,
+    plural,
+)
+from vprom.records import COUNTS, MIN_SIDE
+
+WIDTH, HEIGHT = 384, 288
+COLS, ROWS = 3, 2
+CELL_W, CELL_H = WIDTH // COLS, HEIGHT // ROWS
+HORIZON = HEIGHT // 2
+#: The shortest side of a full-size entity: over the miner's MIN_SIDE, with a margin.
+FULL_SIDE = MIN_SIDE + 4
+
+
+@dataclass
+class _Image:
+    """Everything one image contributes: its four VG records, truth and pixels."""
+
+    image_id: int
+    objects: list = field(default_factory=list)  # objects.json entries
+    attributes: list = field(default_factory=list)  # attributes.json entries
+    regions: list = field(default_factory=list)
+    expected: list = field(default_factory=list)  # (element_type, super_attribute, element, id)
+    noise: dict = field(default_factory=dict)  # kind -> [ids]
+    next_id: int = 1
+
+    def new_id(self) -> int:
+        i = self.image_id * 1000 + self.next_id
+        self.next_id += 1
+        return i
+
+    def note(self, kind: str, source_id: int) -> None:
+        self.noise.setdefault(kind, []).append(source_id)
+
+
+def _pick(rng: np.random.Generator, seq):
+    return seq[int(rng.integers(len(seq)))]
+
+
+def _messy(rng: np.random.Generator, text: str) -> str:
+    """Upper case and stray spaces, as annotators typed them."""
+    style = int(rng.integers(3))
+    text = text.upper() if style == 0 else text.title() if style == 1 else text
+    return " " * int(rng.integers(0, 3)) + text.replace(" ", "  ") + " " * int(rng.integers(1, 3))
+
+
+def _synset(name: str) -> list[str]:
+    return [name.replace(" ", "_") + ".n.01"]
+
+
+def _obj_record(oid: int, names: list[str], synsets: list[str], box, merged=()) -> dict:
+    x, y, w, h = box
+    return {"synsets": synsets, "h": h, "object_id": oid, "merged_object_ids": list(merged),
+            "names": names, "w": w, "y": y, "x": x}
+
+
+def _attr_record(oid: int, names, synsets, box, attributes, attributes_mode="list") -> dict:
+    x, y, w, h = box
+    rec = {"synsets": synsets, "h": h, "object_id": oid, "names": names, "w": w}
+    if attributes_mode == "null":
+        rec["attributes"] = None
+    elif attributes_mode == "list":
+        rec["attributes"] = attributes
+    rec["y"], rec["x"] = y, x
+    return rec
+
+
+def _region(img: _Image, phrase: str, box) -> int:
+    rid = img.new_id()
+    x, y, w, h = box
+    img.regions.append({"region_id": rid, "width": w, "height": h, "image_id": img.image_id,
+                        "phrase": phrase, "y": y, "x": x})
+    return rid
+
+
+def _cell_box(rng, col: int, row: int, size: tuple[int, int]) -> tuple[int, int, int, int]:
+    w, h = size
+    x0, y0 = col * CELL_W, row * CELL_H
+    return (x0 + int(rng.integers(0, CELL_W - w + 1)), y0 + int(rng.integers(0, CELL_H - h + 1)), w, h)
+
+
+def _entity_size(rng, small: bool, tall: bool = False) -> tuple[int, int]:
+    lo_h = FULL_SIDE + 20 if tall else FULL_SIDE  # a person is taller than wide
+    w, h = int(rng.integers(FULL_SIDE, CELL_W - 3)), int(rng.integers(lo_h, CELL_H - 5))
+    if small:  # the same thing farther away: both sides scaled, the shorter under MIN_SIDE
+        f = rng.uniform(0.45, 0.95 * (MIN_SIDE - 1) / min(w, h))
+        w, h = int(w * f), int(h * f)
+    return w, h
+
+
+def _annotated_box(rng, img: _Image, box, col: int, row: int, oid: int,
+                   small: bool = False) -> tuple[int, int, int, int]:
+    """The box written to the files: sometimes stretched past the image edge (VG has those).
+
+    Only boxes of full size are stretched: stretching a small one to the edge would make its
+    clipped box large enough to keep, and blur what the noise is testing.
+    """
+    x, y, w, h = box
+    edges = [e for e, ok in (("l", col == 0), ("r", col == COLS - 1), ("t", row == 0),
+                             ("b", row == ROWS - 1)) if ok]
+    if small or not edges or rng.random() >= P["outside"]:
+        return box
+    edge = _pick(rng, edges)
+    d = int(rng.integers(3, 25))
+    if edge == "l":
+        x, w = -d, w + x + d
+    elif edge == "r":
+        w = WIDTH - x + d
+    elif edge == "t":
+        y, h = -d, h + y + d
+    else:
+        h = HEIGHT - y + d
+    img.note("outside_image", oid)
+    return (x, y, w, h)
+
+
+def _choose_object_attributes(rng) -> tuple[str, dict[str, str]]:
+    """A category and its attributes {super_attribute: attribute}, every channel compatible."""
+    sup, attr = ALL_OBJECT_ATTRIBUTES[int(rng.integers(len(ALL_OBJECT_ATTRIBUTES)))]
+    category = _pick(rng, CAN_SHOW.get(attr, OBJECTS))
+    attrs = {sup: attr}
+    if rng.random() < P["second_attribute"]:
+        options = [(s, a) for s, a in ALL_OBJECT_ATTRIBUTES
+                   if s != sup and s not in CONFLICTS.get(sup, ()) and
+                   category in CAN_SHOW.get(a, OBJECTS)]
+        if options:
+            s2, a2 = options[int(rng.integers(len(options)))]
+            attrs[s2] = a2
+    return category, attrs
+
+
+def _plan_attribute_object(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
+    category, attrs, impure = _sample_attribute_object(rng)
+    small = rng.random() < P["small"]
+    box = _cell_box(rng, col, row, _entity_size(rng, small))
+    oid = img.new_id()
+    number, phrase = _number_phrase(rng, category)
+    draw_object(im, box, category, attrs, rng, number if category == "sign" else None)
+    labels = [x for a in attrs.values() for x in (a if isinstance(a, tuple) else (a,))]
+    raw_attrs = [_attribute_text(rng, img, a, oid) for a in labels]
+    if category in CONTAINERS and rng.random() < P["semantic"]:
+        raw_attrs.insert(int(rng.integers(len(raw_attrs) + 1)), _pick(rng, SEMANTIC_ATTRIBUTES))
+        img.note("semantic_attribute", oid)
+    name = _name_text(rng, img, category, oid)
+    abox = _annotated_box(rng, img, box, col, row, oid, small)
+    _add_object(rng, img, oid, name, category, abox, raw_attrs)
+    if small:
+        img.note("small_object", oid)
+    else:
+        img.expected.append(("object", "", category, oid))
+        img.expected.extend(("object_attribute", s, a, oid) for s, a in attrs.items()
+                            if not isinstance(a, tuple))
+        if impure:
+            img.note("impure_color", oid)
+    if phrase is None:
+        _region(img, _describe(rng, labels[:1], name), abox)
+    else:
+        img.note("non_count_number", _region(img, phrase, abox))
+
+
+def _sample_attribute_object(rng) -> tuple[str, dict, bool]:
+    """(category, {super_attribute: attribute or a colour pair}, impure)."""
+    if rng.random() < P["impure"]:
+        category = _pick(rng, [c for c in OBJECTS if c not in ("tree", "flower")])
+        pair = tuple(str(c) for c in rng.choice(OBJECT_ATTRIBUTES["color"], 2, replace=False))
+        return category, {"color": pair}, True
+    return (*_choose_object_attributes(rng), False)
+
+
+def _number_phrase(rng, category: str) -> tuple[int | None, str | None]:
+    """A number on a clock or sign and its description: "five o'clock", "number 7"."""
+    if category not in ("clock", "sign") or rng.random() >= P["non_count_phrase"]:
+        return None, None
+    number = int(rng.integers(COUNTS[0], COUNTS[-1] + 1))
+    word = NUMBER_WORDS[number - 1] if rng.random() < 0.5 else str(number)
+    return number, f"{word} o'clock" if category == "clock" else f"number {word}"
+
+
+def _add_object(rng, img: _Image, oid: int, name: str, category: str, box, raw_attrs) -> None:
+    """The object's records; sometimes with a v1.4 merged duplicate in attributes.json."""
+    merged = []
+    if rng.random() < P["merged"]:
+        merged.append(img.new_id())
+        img.note("merged_duplicate", merged[0])
+    img.objects.append(_obj_record(oid, [name], _synset(category), box, merged))
+    img.attributes.append(_attr_record(oid, [name], _synset(category), box, raw_attrs))
+    for dup in merged:  # v1.2 attributes.json still lists the duplicate that v1.4 merged
+        jitter = rng.integers(-2, 3, 4).tolist()
+        dbox = tuple(a + b for a, b in zip(box, jitter))
+        img.attributes.append(_attr_record(dup, [name], _synset(category), dbox, list(raw_attrs)))
+
+
+def _attribute_text(rng, img: _Image, attr: str, oid: int) -> str:
+    if attr in ATTRIBUTE_VARIANTS and rng.random() < P["attribute_variant"]:
+        img.note("attribute_variant", oid)
+        return _pick(rng, ATTRIBUTE_VARIANTS[attr])
+    if rng.random() < P["attribute_case_space"]:
+        img.note("case_space", oid)
+        return _messy(rng, attr)
+    return attr
+
+
+def _name_text(rng, img: _Image, name: str, oid: int) -> str:
+    u = rng.random()
+    if name in NAME_VARIANTS and u < P["name_variant"]:
+        img.note("name_variant", oid)
+        return _pick(rng, NAME_VARIANTS[name])
+    if u > 1 - P["plural_name"]:
+        img.note("plural_name", oid)
+        return plural(name)
+    if rng.random() < P["case_space"]:
+        img.note("case_space", oid)
+        return _messy(rng, name)
+    return name
+
+
+def _describe(rng, labels, name: str) -> str:
+    """A non-count region description (no number words)."""
+    name = name.strip().lower()
+    if not labels:
+        return _pick(rng, (f"a {name}", f"the {name} here", f"{name} in the picture"))
+    return _pick(rng, (f"a {labels[0]} {name}", f"the {name} is {labels[0]}", f"{labels[0]} {name}"))
+
+
+def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
+    # Two super-attributes drawn uniformly, so that a crop of one pool carries no fixed set of
+    # labels from the others: were every person to carry an action, the distractors of an
+    # action matrix would share the other actions and the answer's would be the one label no
+    # other candidate carries. The number is fixed because distractors are picked to avoid
+    # each other's elements, which favours crops with few labels: with a varying number the
+    # answer would stand out by carrying more.
+    supers = list(HUMAN_ATTRIBUTES)
+    chosen = sorted(rng.choice(len(supers), HUMAN_LABELS, replace=False).tolist())
+    attrs = {supers[i]: _pick(rng, HUMAN_ATTRIBUTES[supers[i]]) for i in chosen}
+    small = rng.random() < P["small"]
+    box = _cell_box(rng, col, row, _entity_size(rng, small, tall=True))
+    draw_person(im, box, attrs, rng)
+    name = _person_name(rng, attrs)
+    oid = img.new_id()
+    raw_attrs = [_attribute_text(rng, img, a, oid) for a in attrs.values()]
+    shown = name
+    if rng.random() < P["case_space"]:
+        img.note("case_space", oid)
+        shown = _messy(rng, name)
+    abox = _annotated_box(rng, img, box, col, row, oid, small)
+    img.objects.append(_obj_record(oid, [shown], _synset(name), abox))
+    img.attributes.append(_attr_record(oid, [shown], _synset(name), abox, raw_attrs))
+    if small:
+        img.note("small_object", oid)
+    else:
+        img.expected.extend(("human_attribute", s, a, oid) for s, a in attrs.items())
+    if attrs.get("age") == "young" and rng.random() < P["non_count_phrase"]:
+        n = int(rng.integers(5, COUNTS[-1] + 1))  # an age that reads like a count
+        word = NUMBER_WORDS[n - 1] if rng.random() < 0.5 else str(n)
+        img.note("non_count_number", _region(img, f"a {word} years old {name}", abox))
+    elif "action" in attrs:
+        _region(img, _pick(rng, (f"the {name} is {attrs['action']}", f"a {name} {attrs['action']}")), abox)
+    else:
+        _region(img, _describe(rng, [], name), abox)
+
+
+def _person_name(rng, attrs: dict[str, str]) -> str:
+    """man, woman, boy, girl by the figure's gender (and youth), or "person".
+
+    A gendered figure is still called "person" half the time, so that the gendered names are
+    not the mark of the gender pool (its crops would be the only ones not named "person").
+    """
+    gender, young = attrs.get("gender"), attrs.get("age") == "young"
+    if gender is None or rng.random() < P["person_name"]:
+        return "person"
+    return {"male": "boy" if young else "man", "female": "girl" if young else "woman"}[gender]
+
+
+def _plan_count(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
+    n = int(rng.integers(COUNTS[0], COUNTS[-1] + 1))
+    category = _pick(rng, OBJECTS)
+    color = _pick(rng, COUNT_COLORS)
+    small = rng.random() < P["small"]
+    size = (int(rng.integers(FULL_SIDE + 4, CELL_W - 3)), int(rng.integers(FULL_SIDE, CELL_H - 5)))
+    if small:
+        size = (int(rng.integers(70, MIN_SIDE - 3)), int(rng.integers(60, MIN_SIDE - 3)))
+    box = _cell_box(rng, col, row, size)
+    # a plain mat far from the glyph colour, so that every glyph stands out (and counts)
+    mats = (muted(rng, 195, 235), muted(rng, 60, 100))
+    mat = max(mats, key=lambda m: max(abs(a - b) for a, b in zip(m, COLORS[color])))
+    glyphs = draw_count(im, box, category, COLORS[color], n, mat, rng)
+    word = NUMBER_WORDS[n - 1] if rng.random() < 0.6 else str(n)
+    noun = category if n == 1 else plural(category)
+    phrase = f"{word} {color} {noun}" if rng.random() < 0.5 else f"{word} {noun}"
+    if rng.random() < P["case_space"]:
+        phrase = _messy(rng, phrase)
+    rid = _region(img, phrase, box)
+    if small:
+        img.note("small_region", rid)
+    else:
+        img.expected.append(("count", "", str(n), rid))
+    if rng.random() < P["count_glyph_objects"]:  # annotators also boxed the little ones
+        for gbox in glyphs:
+            oid = img.new_id()
+            img.objects.append(_obj_record(oid, [category], _synset(category), gbox))
+            img.attributes.append(_attr_record(oid, [category], _synset(category), gbox, [color]))
+            img.note("small_object", oid)
+
+
+def _plan_plain(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
+    category = _pick(rng, OBJECTS)
+    box = _cell_box(rng, col, row, _entity_size(rng, False))
+    draw_object(im, box, category, {}, rng)
+    oid = img.new_id()
+    mode = "null" if rng.random() < P["null_attributes"] else "missing"
+    img.note("null_attributes" if mode == "null" else "no_attributes_key", oid)
+    name = _name_text(rng, img, category, oid)
+    abox = _annotated_box(rng, img, box, col, row, oid)
+    img.objects.append(_obj_record(oid, [name], _synset(category), abox))
+    img.attributes.append(_attr_record(oid, [name], _synset(category), abox, None, mode))
+    img.expected.append(("object", "", category, oid))
+    _region(img, _describe(rng, [], name), abox)
+
+
+def _plan_background(rng, img: _Image) -> None:
+    """The excluded stuff every photo has: sky above the horizon, ground below."""
+    bands = (("sky", (0, 0, WIDTH, HORIZON), ("blue", "cloudy", "gray")),
+             (_pick(rng, EXCLUDED_OBJECTS[1:]), (0, HORIZON, WIDTH, HEIGHT - HORIZON),
+              ("gray", "green", "brown", "wooden")))
+    for (name, box, attrs), p in zip(bands, (P["sky"], P["ground"])):
+        if rng.random() >= p:
+            continue
+        oid = img.new_id()
+        raw = [_pick(rng, attrs)] if rng.random() < P["excluded_attributes"] else []
+        img.objects.append(_obj_record(oid, [name], _synset(name), box))
+        img.attributes.append(_attr_record(oid, [name], _synset(name), box, raw,
+                                           "list" if raw else "missing"))
+        img.note("excluded_object", oid)
+
+
+PLANNERS = {"attribute_object": _plan_attribute_object, "person": _plan_person,
+            "count": _plan_count, "plain_object": _plan_plain}
+_KINDS = tuple(KIND_WEIGHTS)
+_KIND_P = np.array([KIND_WEIGHTS[k] for k in _KINDS]) / sum(KIND_WEIGHTS.values())
+
+
+def render_image(seed: int, index: int) -> tuple[_Image, Image.Image]:
+    """Plan and draw image `index` from its own generator (independent of every other)."""
+    rng = np.random.default_rng([seed, index])
+    img = _Image(image_id=index + 1)
+    im = background(WIDTH, HEIGHT, HORIZON, rng)
+    _plan_background(rng, img)
+    cells = rng.permutation(COLS * ROWS)[: int(rng.integers(4, COLS * ROWS + 1))]
+    for cell in cells:
+        kind = _KINDS[int(rng.choice(len(_KINDS), p=_KIND_P))]
+        PLANNERS[kind](rng, img, im, int(cell) % COLS, int(cell) // COLS)
+    return img, im
