@@ -156,3 +156,18 @@ def test_a_best_checkpoint_without_last_is_not_overwritten(finished):
     with pytest.raises(VpromError, match="best.pt but no last.pt.*--restart"):
         train(finished)
     assert snapshot(finished.out) == before
+
+
+def test_the_command_line_resumes_by_default_and_still_takes_resume(finished, capsys):
+    from vprom.app import cli
+
+    argv = ["train", str(finished.dataset), "--features", str(finished.features), "--model",
+            "mlp-sum-2", "--split", "neutral", "--out", str(finished.out), "--epochs", "2",
+            "--batch-size", "16", "--hidden", "16", "--device", "cpu"]
+    before = snapshot(finished.out)
+    assert cli.main(argv) == 0 and cli.main([*argv, "--resume"]) == 0  # an old script's flag
+    assert capsys.readouterr().out.count("this run is finished") == 2
+    assert snapshot(finished.out) == before
+    assert cli.main([*argv[:-8], "--epochs", "3", *argv[-6:]]) == 0
+    assert "resuming after epoch 2" in capsys.readouterr().out
+    assert len(json.loads((finished.out / "history.json").read_text())) == 3
