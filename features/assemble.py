@@ -27,6 +27,7 @@ import torch
 from features.job import DTYPES, Job, config_hash
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
+from vprom.provenance import dataset_content_hash
 from vprom.tables import set_manifest
 
 ASSEMBLE_ROWS = 16384
@@ -111,6 +112,9 @@ def _write(job: Job, tmp: Path, missing_ids: np.ndarray) -> dict:
             inputs={config.dataset.name: sha256_file(config.dataset)},
             counts={"crops": n, "distinct_boxes": len(plan.unit_image),
                     "missing": len(missing_ids)})
+        # which data set these features belong to, whatever later happens to its file
+        # (`vprom.provenance` checks it before training or evaluating on them)
+        manifest["dataset_content_hash"] = dataset_content_hash(config.dataset)
         set_manifest(h5, manifest)
     del arrays
     return manifest

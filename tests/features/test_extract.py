@@ -24,6 +24,8 @@ from features.reader import check_complete, load_features
 from tests.features.conftest import CROP_ROWS
 from vprom.errors import VpromError
 from vprom.io import sha256_file
+from vprom.provenance import check_features_source
+from vprom.tables import content_hash, read_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -245,3 +247,11 @@ def test_two_processes_under_torchrun_equal_one(dataset, vg_dir, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rank 1 of 2" in done.stdout
     assert datasets(two) == datasets(one)
+
+
+def test_the_manifest_names_the_data_set_by_its_content(dataset, vg_dir, tmp_path):
+    # so `train` and `verify --features` recognise the source even once DATASET.h5 is rewritten
+    out = tmp_path / "f.h5"
+    extract(config(dataset, vg_dir, out))
+    assert read_manifest(out)["dataset_content_hash"] == content_hash(dataset)
+    assert "content" in check_features_source(dataset, out)

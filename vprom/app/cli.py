@@ -316,7 +316,7 @@ def add_extract(p):
     p.add_argument("--backbone", help="see `vprom extract --list`")
     p.add_argument("--weights", default=default(ExtractConfig, "weights"),
                    help="imagenet | none | PATH to a state dict")
-    p.add_argument("--out", type=Path, help="FEATS.h5 to write")
+    p.add_argument("--out", type=output_file, help="FEATS.h5 to write")
     p.add_argument("--batch-size", type=int, default=default(ExtractConfig, "batch_size"),
                    help="crops per forward (%(default)s; 256 suits a large GPU)")
     p.add_argument("--workers", type=int, default=default(ExtractConfig, "workers"),
@@ -391,7 +391,7 @@ def add_train(p):
     p.add_argument("--model", required=True, help="a registered model, e.g. rn, mlp-sum-6, gru")
     p.add_argument("--split", required=True, help="neutral, interpolation, ...")
     p.add_argument("--aux", action="store_true", help="add the relation/element-type loss")
-    p.add_argument("--out", type=Path, required=True,
+    p.add_argument("--out", type=output_folder, required=True,
                    help="run folder; re-running the same command resumes or, when finished, "
                         "does nothing")
     p.add_argument("--epochs", type=int, default=default(TrainConfig, "epochs"),
@@ -462,7 +462,8 @@ def run_evaluate(args):
 def add_report(p):
     p.add_argument("runs", type=Path, nargs="+",
                    help="evaluated run folders, or folders holding them")
-    p.add_argument("--out", type=Path, required=True, help="folder for the tables and plots")
+    p.add_argument("--out", type=output_folder, required=True,
+                   help="folder for the tables and plots")
 
 
 def run_report(args):
@@ -477,10 +478,10 @@ def add_reproduce(p):
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--vg", type=Path, help="an unpacked Visual Genome folder")
     src.add_argument("--synthetic", action="store_true", help="the synthetic corpus (smoke test)")
-    p.add_argument("--out", type=Path, required=True,
+    p.add_argument("--out", type=output_folder, required=True,
                    help="folder for the build, features, runs and report")
-    p.add_argument("--scale", type=float, default=None, help=SCALE_HELP)
-    p.add_argument("--images", type=int, default=None, help=SYNTHETIC_SIZE_HELP)
+    p.add_argument("--scale", type=positive(float), default=None, help=SCALE_HELP)
+    p.add_argument("--images", type=positive(int), default=None, help=SYNTHETIC_SIZE_HELP)
     p.add_argument("--backbones", default=default(ReproduceConfig, "backbones"),
                    help="comma list (see `vprom extract --list`)")
     p.add_argument("--weights", default=None,
