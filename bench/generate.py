@@ -25,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from generation.dataset import generate_dataset  # noqa: E402
+from generation.labels import LabelVocabulary  # noqa: E402
 from splits.assign import load_rules  # noqa: E402
 from vprom.solver import check_matrix  # noqa: E402
 from vprom.tables import CropTable  # noqa: E402
@@ -99,6 +100,15 @@ def full_size_pool(seed: int = 0) -> CropTable:
         labels = [f"{count}|{nouns[int(rng.integers(5))]}" for _ in range(n)]
         add("count", str(count), "", labels, n, phrase=f"{count} things")
     return CropTable(**cols)
+
+
+def vocabulary() -> LabelVocabulary:
+    """The curated vocabulary (implied labels and label tables), as `vprom mine` records it."""
+    from mining.vocab import load_vocabulary
+
+    v = load_vocabulary()
+    return LabelVocabulary.from_tables(v.objects, v.object_attributes, v.human_attributes,
+                                       v.implied_labels)
 
 
 def balance(data) -> dict:
@@ -194,7 +204,8 @@ def main() -> None:
     data = None
     for scale in args.scales:
         t, cpu = time.perf_counter(), time.process_time()
-        data = generate_dataset(crops, load_rules(), scale=scale, seed=args.seed)
+        data = generate_dataset(crops, load_rules(), scale=scale, seed=args.seed,
+                                vocabulary=vocabulary())
         dt, dcpu = time.perf_counter() - t, time.process_time() - cpu
         n = data.counts["matrices"]
         print(f"scale {scale:4.2f}: {n:7,d} matrices in {dt:6.1f} s wall, {dcpu:6.1f} s CPU "

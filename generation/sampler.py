@@ -14,6 +14,7 @@ would not be).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -26,8 +27,9 @@ from generation.candidates import (
     mask_of,
     static_block,
 )
+from generation.exchangeable import HumanSampler, make_human_sampler, shortfall
 from generation.plan import Group, MatrixPlan
-from generation.pool_index import CELL_NAMES, PoolIndex
+from generation.pool_index import CELL_NAMES, RELATION_BIT, PoolIndex
 from vprom.errors import VpromError
 from vprom.records import COUNTS, N_CANDIDATES, N_CONTEXT, ElementType, Matrix, Relation
 from vprom.relations import RULES, Progression
@@ -43,7 +45,6 @@ MAX_TRIES = 40
 #: later ones only keep the completions off the distractors (a super-attribute that every
 #: crop carries, e.g. a person's action, cannot have exclusive labels).
 STRICT_TRIES = 12
-#: Share of every (element type, relation) planned on the train side of the held-out splits.
 
 
 @dataclass
@@ -57,6 +58,7 @@ class Sampler:
     crops_of: dict[int, list[int]]
     label: str = field(default="")
     skipped: list[str] = field(default_factory=list)  # super-attributes too small for it
+    groups: list[int] = field(default_factory=list)  # the solver's reading groups
     # attributes: how likely each other super-attribute is to fill a block of candidates
     fill_weight: dict[str, float] = field(default_factory=dict)
 
@@ -68,7 +70,8 @@ class Sampler:
         return self.options[-1]
 
 
-def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group, cell: int) -> Sampler:
+def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
+                 cell: int) -> Sampler | HumanSampler:
     etype, rule = group.element_type, RULES[group.relation]
     where = f"{etype.value} pool of {pool.source}, {CELL_NAMES[cell]} images"
     label = f"{etype.value} {group.relation.value} matrices of group '{group.name}'"
@@ -76,6 +79,27 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group, cell: int
         raise VpromError(f"{pool.source}: no {etype.value} crops; {label} need them — mine "
                          "more images or check the pool file")
     crops_of = pool.cells[etype][cell]
+    banned_note = ""
+    if group.held_side == 0 and any(pool.banned):
+        # train side of the held-out splits: only crops that no held-out split bans from
+        # the training matrices of this relation, so the matrix trains in every split
+        bit = RELATION_BIT[group.relation]
+        banned = pool.banned
+        before = sum(len(rows) for rows in crops_of.values())
+        crops_of = {i: kept for i, rows in crops_of.items()
+                    if (kept := [r for r in rows if not banned[r] & bit])}
+        after = sum(len(rows) for rows in crops_of.values())
+        if after < before:
+            banned_note = (f" ({before - after:,} of its {before:,} crops left out: they show "
+                           "a label a held-out split keeps out of training)")
+    if etype is ElementType.HUMAN_ATTRIBUTE:
+        human = make_human_sampler(pool, design, group, cell, crops_of,
+                                   f"{label} on {where}", MIN_CONTEXT_CROPS)
+        reason = shortfall(human)
+        if reason is not None:
+            raise VpromError(f"{where}{banned_note}: no sound {label} can be drawn — {reason}"
+                             " — mine more images or lower --scale")
+        return human
     universe = pool.universe[etype]
     enough = {i for i, rows in crops_of.items() if len(rows) >= MIN_CONTEXT_CROPS}
     usable = set(crops_of)
@@ -90,26 +114,16 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group, cell: int
         options = [Option("", sorted(mine & enough), sorted(mine & usable), [])]
     else:
         options = _attribute_options(group, design, sa_of, enough, usable)
-    need_context = rule.min_elements
-    good = [o for o in options if len(o.context) >= need_context
-            and (group.relation is not Relation.PROGRESSION or Progression.feasible(o.context))]
+    good, short = [], []
+    for o in options:
+        reason = _shortfall(o, group.relation)
+        if reason is None:
+            good.append(o)
+        else:
+            short.append(f"{o.super_attribute or etype.value}: {reason}")
     if not good:
-        have = ", ".join(f"'{o.super_attribute}' {len(o.context)}" if o.super_attribute
-                         else str(len(o.context)) for o in options) or "none"
-        raise VpromError(
-            f"{where}: {label} need {need_context} elements with >= {MIN_CONTEXT_CROPS} crops "
-            f"each{' forming a progression' if group.relation is Relation.PROGRESSION else ''};"
-            f" have {have} (short by {need_context - max([len(o.context) for o in options], default=0)}"
-            f"{' or no progression fits' if group.relation is Relation.PROGRESSION else ''})"
-            " — mine more images or lower --scale")
-    need_candidates = N_CANDIDATES - 1 + rule.completing_elements
-    for o in good:
-        have = len(set(o.same) | set(o.fill))
-        if have < need_candidates:
-            sa = f" super-attribute '{o.super_attribute}'" if o.super_attribute else ""
-            raise VpromError(f"{where}:{sa} {label} need {need_candidates} distinct elements "
-                             f"with crops for the candidates; have {have} (short by "
-                             f"{need_candidates - have}) — mine more images or lower --scale")
+        raise VpromError(f"{where}{banned_note}: no sound {label} can be drawn — "
+                         + "; ".join(short) + " — mine more images or lower --scale")
     # a super-attribute whose candidates cannot form a symmetric profile (or on a
     # 2-attribute one: its other attribute completes the row too) is left out of the
     # relation, unless the group has no other (then `_uneven_profile` does its best)
@@ -119,11 +133,29 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group, cell: int
     cumulative = np.cumsum([len(o.context) for o in good]).tolist()
     skipped = sorted(o.super_attribute for o in options if o not in good)
     return Sampler(group, cell, good, cumulative, crops_of, label=f"{label} on {where}",
-                    skipped=skipped)
+                   skipped=skipped, groups=pool.groups.get(etype, []))
+
+
+def _shortfall(o: Option, relation: Relation) -> str | None:
+    """Why `o` cannot give sound matrices of `relation` (None: it can)."""
+    rule = RULES[relation]
+    need = rule.min_elements
+    if len(o.context) < need:
+        return (f"{need} elements with >= {MIN_CONTEXT_CROPS} crops each needed, "
+                f"{len(o.context)} available (short by {need - len(o.context)})")
+    if relation is Relation.PROGRESSION and not Progression.feasible(o.context):
+        return f"no progression fits the counts {sorted(o.context)}"
+    need = N_CANDIDATES - 1 + rule.completing_elements
+    have = len(set(o.same) | set(o.fill))
+    if have < need:
+        return (f"{need} distinct elements with crops needed for the candidates, {have}"
+                f" available (short by {need - have})")
+    return None
 
 
 def _attribute_options(group: Group, design: HeldOutDesign, sa_of: dict[int, str],
                        enough: set[int], usable: set[int]) -> list[Option]:
+    """One option per super-attribute the group may show (object attributes)."""
     etype, relation = group.element_type.value, group.relation.value
     held_sas = set(design.held_super_attributes.get(etype, ()))
     pair_sas = set(design.held_pairs.get(etype, {}).get(relation, ()))
@@ -139,41 +171,52 @@ def _attribute_options(group: Group, design: HeldOutDesign, sa_of: dict[int, str
     options = []
     for sa in chosen:
         members = {i for i, s in sa_of.items() if s == sa}
-        fill = {i for i in usable if sa_of[i] in fill_sas and sa_of[i] != sa}
+        fill = {i for i in usable if sa_of.get(i) in fill_sas and sa_of[i] != sa}
         by_sa: dict[str, list[int]] = {}
         for i in sorted(fill):
             by_sa.setdefault(sa_of[i], []).append(i)
         options.append(Option(sa, sorted(members & enough), sorted(members & usable),
-                               sorted(fill), [(t, ids, mask_of(ids))
-                                              for t, ids in sorted(by_sa.items())]))
+                              sorted(fill), [(t, ids, mask_of(ids))
+                                             for t, ids in sorted(by_sa.items())]))
     return options
 
 
 # ---------------------------------------------------------------- one matrix
 
 def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
-                   region: list[int]) -> tuple[str, list[int]] | None:
-    """(super-attribute, 16 crop rows with the answer at `answer_pos`), or None."""
+                  region: list[int], why: Counter | None = None
+                  ) -> tuple[str, list[int]] | None:
+    """(super-attribute, 16 crop rows with the answer at `answer_pos`), or None.
+
+    `masks`: every crop's labels, explicit and implied, which the solver reads in one of
+    `s.groups` at a time. `why`, when given, counts the failed attempts by the step that
+    failed (for the error)."""
+    why = why if why is not None else Counter()
     etype, rule, crops_of = s.group.element_type, RULES[s.group.relation], s.crops_of
+    groups = s.groups
     for attempt in range(MAX_TRIES):
         option = s.pick(draws)
         ids = rule.sample(draws, option.context)
         rows = _context_crops(draws, ids, crops_of, region)
         if rows is None:
+            why["no 9 context crops on distinct regions"] += 1
             continue
-        z = completion_mask(etype, [masks[r] for r in rows[:N_CONTEXT]])
+        z = completion_mask(etype, [masks[r] for r in rows[:N_CONTEXT]], groups=groups)
         if not masks[rows[N_CONTEXT]] & z:
+            why["the context's labels admit no reading the answer completes"] += 1
             continue
         used = {region[r] for r in rows}
         context_ids = list(dict.fromkeys(ids[:N_CONTEXT]))
         wrong = distractors(draws, option, context_ids, z, used, crops_of, masks, region,
                              s.fill_weight, rows[N_CONTEXT], attempt < STRICT_TRIES)
         if wrong is None:
+            why["too few distractors outside the completions"] += 1
             continue
         draws.shuffle(wrong)
         candidates = wrong[:answer_pos] + [rows[N_CONTEXT]] + wrong[answer_pos:]
         # the solver check on the assembled matrix: exactly the answer completes it
         if [k for k in range(N_CANDIDATES) if masks[candidates[k]] & z] != [answer_pos]:
+            why["a second candidate completes"] += 1
             continue
         return option.super_attribute, rows[:N_CONTEXT] + candidates
     return None
@@ -233,11 +276,16 @@ def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
         cell = int(plan.neutral_side[i]) * 2 + group.held_side
         sampler = samplers[(g, cell)]
         answer = int(plan.answer[i])
-        got = sample_matrix(sampler, Draws(plan.seed, i), answer, masks, region)
+        why: Counter = Counter()
+        if isinstance(sampler, HumanSampler):
+            got = sampler.sample(Draws(plan.seed, i), answer, why, MAX_TRIES)
+        else:
+            got = sample_matrix(sampler, Draws(plan.seed, i), answer, masks, region, why)
         if got is None:
+            steps = "; ".join(f"{reason}: {n}" for reason, n in why.most_common())
             raise VpromError(f"matrix {i}: no sound {sampler.label} after {MAX_TRIES} tries "
-                             "(too few distinct crops or too many shared labels) — mine more "
-                             "images or lower --scale")
+                             f"({steps}); the pool is too thin there — mine more images or "
+                             "lower --scale")
         sa, rows = got
         yield Matrix(id=i, relation=group.relation, element_type=group.element_type,
                      super_attribute=sa, panels=[crop_id[r] for r in rows],
