@@ -30,11 +30,11 @@ matrix's likely super-attribute (the paper prefers it); its size is drawn betwee
 other blocks leave it and its maximum. A block beside others holds at most k_s - 1 elements
 (the others need a value of s outside it; Or: k_s - 2), and only elements with crops that
 know every other block's super-attribute. A group's blocks are the super-attributes it may
-ask about; a held-out pair group (a test-only (relation, super-attribute)) takes its pair as
-the focus and any super-attribute for the other blocks, and a matrix whose answer lands
-outside the pair is not a pair matrix: it stays in the data set, excluded from that split's
-test set (its images are on the test side), which costs the pair split test matrices, not
-balance.
+ask about; a test-side group (a held-out super-attribute, or a held-out (relation,
+super-attribute) pair) takes its held-out super-attribute as the focus and any other for the
+other blocks, and a matrix whose answer lands outside it is not a held-out matrix: it stays
+in the data set, excluded from that split's test set (its images are on the test side),
+which costs the split test matrices, not balance.
 """
 
 from __future__ import annotations
@@ -321,6 +321,11 @@ def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int
     values = [0] * len(names)
     for i, s in sa_of.items():
         values[index[s]] |= 1 << i
+    carried = 0  # a value no crop carries is no value a distractor can be known to hold
+    for rows in crops_of.values():
+        for r in rows:
+            carried |= pool.masks[r]
+    values = [v & carried for v in values]
     eligible: list[list[int]] = [[] for _ in names]
     for e, rows in sorted(crops_of.items()):
         s = sa_of.get(e)
@@ -338,7 +343,7 @@ def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int
     pairs = set(design.held_pairs.get(etype.value, {}).get(group.relation.value, ()))
     every = list(range(len(names)))
     if group.name == "held_sa":
-        focus = blocks = [index[s] for s in names if s in held]
+        focus, blocks = [index[s] for s in names if s in held], every
     elif group.name == "held_pair":
         focus, blocks = [index[s] for s in names if s in pairs], every
     else:  # train side: no held-out super-attribute, nor this relation's pair

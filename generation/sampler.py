@@ -72,7 +72,7 @@ class Sampler:
 
 def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
                  cell: int) -> Sampler | HumanSampler:
-    etype, rule = group.element_type, RULES[group.relation]
+    etype = group.element_type
     where = f"{etype.value} pool of {pool.source}, {CELL_NAMES[cell]} images"
     label = f"{etype.value} {group.relation.value} matrices of group '{group.name}'"
     if etype not in pool.cells:

@@ -12,10 +12,10 @@ cell holds one *entity*, of a kind drawn by `KIND_WEIGHTS`:
   and flowers, "parked" on cars, ...), rendered on separate visual channels
   (`mining.synth_objects` documents the label → rendering table);
 - a person with 2 human attributes of super-attributes drawn uniformly (so no pool's crops
-  carry a fixed set of other labels, and every person crop has as many); it is named man,
-  woman, boy or girl by its gender and age labels, or "person" (always without a gender
-  label, half the time with one, so the name does not mark the gender pool)
-  (`mining.synth_people`);
+  carry a fixed set of other labels, and every person crop has as many); every person shows
+  a gender, labelled or not (as in a photograph), and is named man, woman, boy or girl by
+  it and its youth (names imply labels: `mining/data/implied_labels.json`), or "person" a
+  quarter of the time whatever its labels, so a name marks no pool (`mining.synth_people`);
 - a count group: N = 1..10 alike glyphs in one region box, described "seven red balls" /
   "7 balls";
 - a plain object (no attributes).
@@ -29,6 +29,8 @@ of `mining.synth_spec` (noting every case), and appends the crops the miner must
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from dataclasses import dataclass, field
 
@@ -288,11 +290,18 @@ def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
     supers = list(HUMAN_ATTRIBUTES)
     chosen = sorted(rng.choice(len(supers), HUMAN_LABELS, replace=False).tolist())
     attrs = {supers[i]: _pick(rng, HUMAN_ATTRIBUTES[supers[i]]) for i in chosen}
+    # every person in a photograph shows a gender: an unlabelled one is drawn too, and the
+    # name says it (man, woman, boy, girl: implied labels) unless it is "person". Its gender
+    # and name come from a hash of the object id, not from `rng`, so every other draw of the
+    # corpus stays as it was.
+    oid = img.new_id()
+    unlabelled = _hashed(img.image_id, oid)
+    shown_attrs = {"gender": HUMAN_ATTRIBUTES["gender"][unlabelled % 2], **attrs}
     small = rng.random() < P["small"]
     box = _cell_box(rng, col, row, _entity_size(rng, small, tall=True))
-    draw_person(im, box, attrs, rng)
-    name = _person_name(rng, attrs)
-    oid = img.new_id()
+    draw_person(im, box, shown_attrs, rng)
+    coin = (unlabelled >> 1) % 1024 / 1024 if "gender" not in attrs else None
+    name = _person_name(rng, shown_attrs, coin)
     raw_attrs = [_attribute_text(rng, img, a, oid) for a in attrs.values()]
     shown = name
     if rng.random() < P["case_space"]:
@@ -315,14 +324,20 @@ def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
         _region(img, _describe(rng, [], name), abox)
 
 
-def _person_name(rng, attrs: dict[str, str]) -> str:
+def _hashed(image_id: int, oid: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"person {image_id}/{oid}".encode()).digest()[:8],
+                          "little")
+
+
+def _person_name(rng, attrs: dict[str, str], coin: float | None = None) -> str:
     """man, woman, boy, girl by the figure's gender (and youth), or "person".
 
-    A gendered figure is still called "person" half the time, so that the gendered names are
-    not the mark of the gender pool (its crops would be the only ones not named "person").
+    Every figure shows a gender, labelled or not, so its name is drawn the same way whatever
+    its labels: no name marks the gender pool. A figure called "person" implies nothing.
+    `coin`: the uniform deciding "person" (None: drawn from `rng`).
     """
     gender, young = attrs.get("gender"), attrs.get("age") == "young"
-    if gender is None or rng.random() < P["person_name"]:
+    if gender is None or (rng.random() if coin is None else coin) < P["person_name"]:
         return "person"
     return {"male": "boy" if young else "man", "female": "girl" if young else "woman"}[gender]
 

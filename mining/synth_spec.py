@@ -98,7 +98,7 @@ P = {
     "attribute_variant": 0.24, "attribute_case_space": 0.04, "impure": 0.04, "semantic": 0.25,
     "small": 0.05, "outside": 0.1, "merged": 0.04, "non_count_phrase": 0.5, "count_glyph_objects": 0.4,
     "sky": 0.5, "ground": 0.5, "excluded_attributes": 0.4, "null_attributes": 0.5,
-    "person_name": 0.5,
+    "person_name": 0.25,
 }
 
 NOISE_EFFECTS = {
