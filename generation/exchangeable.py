@@ -114,8 +114,9 @@ class HumanSampler:
             got = self._max[key] = max(got, 0)
         return got
 
-    def profile(self, draws: Draws) -> list[tuple[int, int]] | None:
-        """[(super-attribute, block size)] summing to 8, the focus last, or None."""
+    def profile(self, draws: Draws) -> list[tuple[int, int, int]] | None:
+        """[(super-attribute, block size, its maximum)] summing to 8, the focus last, or
+        None."""
         pool = [s for s in self.focus if self.alone(s) or self.block_max(s, (s,)) > 0]
         if not pool:
             return None
@@ -128,12 +129,16 @@ class HumanSampler:
                 break
             u -= w
         if self.alone(focus):
-            return [(focus, N_CANDIDATES)]
+            return [(focus, N_CANDIDATES, N_CANDIDATES)]
         chosen = [focus]
         maxes = [self.block_max(focus, (focus,))]
-        for s in draws.shuffled(self.blocks):
-            if s == focus or sum(maxes) >= N_CANDIDATES:
-                continue
+        # the others in random order, those with room for more candidates first (small
+        # super-attributes join a profile only where the large ones leave room)
+        others = [s for s in draws.shuffled(self.blocks) if s != focus]
+        others.sort(key=lambda s: -self.block_max(s, tuple(sorted((focus, s)))))
+        for s in others:
+            if sum(maxes) >= N_CANDIDATES:
+                break
             blocks = tuple(sorted(chosen + [s]))
             trial = [self.block_max(b, blocks) for b in chosen + [s]]
             if min(trial) > 0:
@@ -143,44 +148,36 @@ class HumanSampler:
         return _allocate(draws, list(zip(chosen, maxes)))
 
     # ------------------------------------------------------------ candidates
-    def candidates(self, draws: Draws, profile: list[tuple[int, int]]
+    def candidates(self, draws: Draws, profile: list[tuple[int, int, int]]
                    ) -> tuple[list[tuple[int, int]], list, list] | None:
         """[(crop row, block)], the element sets E_b and the reserved values v_b, or None.
 
         Blocks are filled in the profile's order (the focus last): a block's elements E_b are
         chosen among the values of s_b that no crop chosen so far carries (so those crops
         hold a value of s_b outside E_b, as the rule wants), and its crops must hold a value
-        outside E_b' (and v_b') of every block b' already fixed, and know every later one —
-        preferably with values the crops so far already carry, so the later blocks keep as
-        many values free as they can.
+        outside E_b' of every block b' already fixed, and know every later one — preferably
+        with values the crops so far already carry, so the later blocks keep as many values
+        free as they can. For Or, each block's v_b is then a value no candidate carries.
         """
         every = 0
-        for s, _ in profile:
+        for s, _, _ in profile:
             every |= 1 << s
         masks, region, u = self.masks, self.region, draws.uniform
-        orr = self.group.relation is Relation.OR
         chosen: list = []
-        reserved: list[int] = []
-        forbidden, carried = 0, 0  # fixed blocks' E and v / labels of the crops so far
-        required: list[int] = []  # per fixed block: its values outside E and v
+        forbidden, carried = 0, 0  # fixed blocks' elements / labels of the crops so far
+        required: list[int] = []  # per fixed block: its values outside its elements
         later = [0] * (len(profile) + 1)  # values of the blocks after b
         for b in range(len(profile) - 1, -1, -1):
             later[b] = later[b + 1] | self.values[profile[b][0]]
         out, used = [], set()
-        for b, (s, m) in enumerate(profile):
+        for b, (s, m, _) in enumerate(profile):
             need = every & ~(1 << s)
             taken = carried & self.values[s]
             fit = [e for e in self.eligible[s] if not (taken >> e) & 1 and self.knowing(e, need)]
             if len(fit) < m:
                 return None
             elements = draws.distinct(fit, m)
-            v = -1
-            if orr:
-                rest = [e for e in self.eligible[s] if e not in elements and not (taken >> e) & 1]
-                if not rest:
-                    return None
-                v = draws.pick(rest)
-            block = 1 << v if v >= 0 else 0
+            block = 0
             for e in elements:
                 block |= 1 << e
             forbidden |= block
@@ -204,8 +201,15 @@ class HumanSampler:
                 carried |= masks[best]
                 out.append((best, b))
             chosen.append(elements)
-            reserved.append(v)
             required.append(self.values[s] & ~block)
+        reserved = [-1] * len(profile)
+        if self.group.relation is Relation.OR:
+            # the row's other element: a value of the block no candidate carries
+            for b, (s, _, _) in enumerate(profile):
+                free = [e for e in self.eligible[s] if not (carried >> e) & 1]
+                if not free:
+                    return None
+                reserved[b] = draws.pick(free)
         return out, chosen, reserved
 
     # ------------------------------------------------------------ the matrix
@@ -219,6 +223,9 @@ class HumanSampler:
                 why["no profile of super-attributes fills 8 candidates"] += 1
                 continue
             got = self.candidates(draws, profile)
+            while got is None and (profile := _shrink(profile)) is not None:
+                # a smaller focus leaves the others more of its values to share
+                got = self.candidates(draws, profile)
             if got is None:
                 why["too few crops with known values of the other blocks"] += 1
                 continue
@@ -307,8 +314,21 @@ def _allocate(draws: Draws, have: list[tuple[int, int]]) -> list[tuple[int, int]
         add = min(have[k][1] - 1, left)
         sizes[k] += add
         left -= add
-    blocks = [(s, n) for (s, _), n in zip(have, sizes)]
+    blocks = [(s, n, m) for (s, m), n in zip(have, sizes)]
     return blocks[1:] + blocks[:1]
+
+
+def _shrink(profile: list[tuple[int, int, int]]) -> list[tuple[int, int, int]] | None:
+    """The profile with one candidate moved from the focus (last) to the first other block
+    with room, or None when the focus holds one or no block has room."""
+    *others, (focus, size, cap) = profile
+    if size <= 1:
+        return None
+    for k, (s, n, m) in enumerate(others):
+        if n < m:
+            others[k] = (s, n + 1, m)
+            return others + [(focus, size - 1, cap)]
+    return None
 
 
 def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int, list[int]],

@@ -11,7 +11,7 @@ cell holds one *entity*, of a kind drawn by `KIND_WEIGHTS`:
   uniformly over all elements, then a category that can show them: plant conditions on trees
   and flowers, "parked" on cars, ...), rendered on separate visual channels
   (`mining.synth_objects` documents the label → rendering table);
-- a person with 2 human attributes of super-attributes drawn uniformly (so no pool's crops
+- a person with 3 human attributes of super-attributes drawn uniformly (so no pool's crops
   carry a fixed set of other labels, and every person crop has as many); every person shows
   a gender, labelled or not (as in a photograph), and is named man, woman, boy or girl by
   it and its youth (names imply labels: `mining/data/implied_labels.json`), or "person" a
@@ -30,7 +30,6 @@ of `mining.synth_spec` (noting every case), and appends the crops the miner must
 
 from __future__ import annotations
 
-import hashlib
 
 from dataclasses import dataclass, field
 
@@ -50,6 +49,7 @@ from mining.synth_spec import (
     COUNT_COLORS,
     EXCLUDED_OBJECTS,
     HUMAN_ATTRIBUTES,
+    BASE_LABELS,
     HUMAN_LABELS,
     KIND_WEIGHTS,
     NAME_VARIANTS,
@@ -281,28 +281,30 @@ def _describe(rng, labels, name: str) -> str:
 
 
 def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
-    # Two super-attributes drawn uniformly, so that a crop of one pool carries no fixed set of
-    # labels from the others: were every person to carry an action, the distractors of an
-    # action matrix would share the other actions and the answer's would be the one label no
-    # other candidate carries. The number is fixed because distractors are picked to avoid
-    # each other's elements, which favours crops with few labels: with a varying number the
-    # answer would stand out by carrying more.
+    # HUMAN_LABELS super-attributes drawn uniformly, so that a crop of one pool carries no
+    # fixed set of labels from the others; a fixed number, so no crop stands out by it. Three
+    # (not fewer): the candidates of a human matrix must carry known values of each other's
+    # super-attributes (`generation.exchangeable`), which two labels and a name rarely give.
+    # Every person in a photograph shows a gender: an unlabelled one is drawn too, and the
+    # name says it (man, woman, boy, girl: implied labels) unless it is "person". The third
+    # label, the unlabelled gender and that name come from the person's own stream `aux`, so
+    # every other draw of the corpus stays as it was with two labels.
     supers = list(HUMAN_ATTRIBUTES)
-    chosen = sorted(rng.choice(len(supers), HUMAN_LABELS, replace=False).tolist())
-    attrs = {supers[i]: _pick(rng, HUMAN_ATTRIBUTES[supers[i]]) for i in chosen}
-    # every person in a photograph shows a gender: an unlabelled one is drawn too, and the
-    # name says it (man, woman, boy, girl: implied labels) unless it is "person". Its gender
-    # and name come from a hash of the object id, not from `rng`, so every other draw of the
-    # corpus stays as it was.
+    chosen = sorted(rng.choice(len(supers), BASE_LABELS, replace=False).tolist())
+    base = {supers[i]: _pick(rng, HUMAN_ATTRIBUTES[supers[i]]) for i in chosen}
     oid = img.new_id()
-    unlabelled = _hashed(img.image_id, oid)
-    shown_attrs = {"gender": HUMAN_ATTRIBUTES["gender"][unlabelled % 2], **attrs}
+    aux = np.random.default_rng([img.image_id, oid, 0x5045])
+    rest = [i for i in range(len(supers)) if i not in chosen]
+    more = sorted(aux.choice(rest, HUMAN_LABELS - BASE_LABELS, replace=False).tolist())
+    extra = {supers[i]: _pick(aux, HUMAN_ATTRIBUTES[supers[i]]) for i in more}
+    attrs = {s: v for s in supers for v in (base.get(s, extra.get(s)),) if v is not None}
+    shown_attrs = {"gender": _pick(aux, HUMAN_ATTRIBUTES["gender"]), **attrs}
     small = rng.random() < P["small"]
     box = _cell_box(rng, col, row, _entity_size(rng, small, tall=True))
     draw_person(im, box, shown_attrs, rng)
-    coin = (unlabelled >> 1) % 1024 / 1024 if "gender" not in attrs else None
-    name = _person_name(rng, shown_attrs, coin)
-    raw_attrs = [_attribute_text(rng, img, a, oid) for a in attrs.values()]
+    name = _person_name(rng if "gender" in base else aux, shown_attrs)
+    raw_attrs = ([_attribute_text(rng, img, a, oid) for a in base.values()]
+                 + [_attribute_text(aux, img, a, oid) for a in extra.values()])
     shown = name
     if rng.random() < P["case_space"]:
         img.note("case_space", oid)
@@ -314,30 +316,24 @@ def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
         img.note("small_object", oid)
     else:
         img.expected.extend(("human_attribute", s, a, oid) for s, a in attrs.items())
-    if attrs.get("age") == "young" and rng.random() < P["non_count_phrase"]:
+    if base.get("age") == "young" and rng.random() < P["non_count_phrase"]:
         n = int(rng.integers(5, COUNTS[-1] + 1))  # an age that reads like a count
         word = NUMBER_WORDS[n - 1] if rng.random() < 0.5 else str(n)
         img.note("non_count_number", _region(img, f"a {word} years old {name}", abox))
-    elif "action" in attrs:
-        _region(img, _pick(rng, (f"the {name} is {attrs['action']}", f"a {name} {attrs['action']}")), abox)
+    elif "action" in base:
+        _region(img, _pick(rng, (f"the {name} is {base['action']}", f"a {name} {base['action']}")), abox)
     else:
         _region(img, _describe(rng, [], name), abox)
 
 
-def _hashed(image_id: int, oid: int) -> int:
-    return int.from_bytes(hashlib.sha256(f"person {image_id}/{oid}".encode()).digest()[:8],
-                          "little")
-
-
-def _person_name(rng, attrs: dict[str, str], coin: float | None = None) -> str:
+def _person_name(rng, attrs: dict[str, str]) -> str:
     """man, woman, boy, girl by the figure's gender (and youth), or "person".
 
     Every figure shows a gender, labelled or not, so its name is drawn the same way whatever
     its labels: no name marks the gender pool. A figure called "person" implies nothing.
-    `coin`: the uniform deciding "person" (None: drawn from `rng`).
     """
     gender, young = attrs.get("gender"), attrs.get("age") == "young"
-    if gender is None or (rng.random() if coin is None else coin) < P["person_name"]:
+    if gender is None or rng.random() < P["person_name"]:
         return "person"
     return {"male": "boy" if young else "man", "female": "girl" if young else "woman"}[gender]
 

@@ -51,7 +51,8 @@ HUMAN_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "clothing style": ("casual", "formal", "sleeveless"),
     "gender": ("male", "female"),
     "action": ("standing", "sitting", "walking", "running"),
-    "clothing color": ("red", "blue", "green", "white", "black", "yellow"),
+    "clothing color": ("red", "blue", "green", "white", "black", "yellow", "pink", "orange",
+                       "gray", "brown"),
 }
 OBJECTS: tuple[str, ...] = tuple(GLYPHS)
 EXCLUDED_OBJECTS = ("sky", "road", "water", "ground", "wall", "grass")
@@ -85,8 +86,11 @@ ATTRIBUTE_VARIANTS = {"gray": ("grey",), "wooden": ("wood",), "spotted": ("polka
                       "foggy": ("misty",), "old": ("elderly",), "blond": ("blonde",),
                       "sitting": ("seated",)}
 
-#: Human attributes of every person (of distinct super-attributes).
-HUMAN_LABELS = 2
+#: Human attributes of every person (of distinct super-attributes; its gender also shows in
+#: its name unless it is called "person").
+HUMAN_LABELS = 3
+#: Of them, drawn from the image's stream (the rest from the person's own, see synth_plan).
+BASE_LABELS = 2
 
 #: Entity kinds (weights) and noise probabilities. Noise probabilities apply where the noise
 #: can occur: a name variant only to categories that have one, outside-image boxes only to
