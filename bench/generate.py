@@ -25,6 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from generation.dataset import generate_dataset  # noqa: E402
+from generation.dataset_view import in_memory  # noqa: E402
 from generation.labels import LabelVocabulary  # noqa: E402
 from splits.assign import load_rules  # noqa: E402
 from vprom.solver import check_matrix  # noqa: E402
@@ -162,18 +163,6 @@ def balance(data) -> dict:
             "probe_blind_commonest_super_attribute_acc": round(blind_sa / max(n_attr, 1), 4)}
 
 
-def as_data(data):
-    """The in-memory data set as `vprom verify` reads a file (`generation.dataset_view.Data`)."""
-    from generation.dataset_view import Data
-    from vprom.tables import crop_rows
-
-    m = data.matrices
-    sas = {t: {sa: frozenset(v) for sa, v in by.items()} for t, by in data.super_attributes.items()}
-    return Data(Path("<memory>"), data.crops, m, crop_rows(data.crops.crop_id, m.panels),
-                {"seed": 0}, {t: frozenset(v) for t, v in data.universes.items()}, sas,
-                data.vocabulary)
-
-
 def label_probe(view, seed: int) -> dict:
     """`vprom verify`'s context-blind label probes (one per element type and one per relation
     x element type, trained on the neutral train part): % right and 95% CI per group."""
@@ -236,7 +225,7 @@ def main() -> None:
         print(f"  {s:34s} {parts['train']:8,d} {parts['val']:7,d} {parts['test']:8,d}")
     print(f"used crops: {len(data.crops):,} of {len(crops):,}")
     print("balance:", json.dumps(balance(data)))
-    view = as_data(data)
+    view = in_memory(data)
     print("context-blind label probes (% right, 95% CI, test matrices; chance 12.5):")
     for group, figures in label_probe(view, args.seed).items():
         print(f"  {group:34s} {figures[0]:5.1f}  ({figures[1]:.1f}-{figures[2]:.1f})  "

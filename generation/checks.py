@@ -3,7 +3,8 @@ labels, are `generation.split_checks`).
 
 1. integrity — the file's structure (groups, equal column lengths, N×16 panels and
    elements), the manifest (present, its `counts` and `outputs.content_hash` agree with the
-   file, and the sidecar `X.h5.manifest.json`'s sha256 of the file if it records one),
+   file, and the sidecar `X.h5.manifest.json`'s sha256 of the file if it records one; a
+   sidecar of another write is reported as an interrupted `vprom generate`, not damage),
    unique matrix and crop ids, every panel's crop present with the element and element
    type the matrix says, answers in 0..7, relations valid for the element type, no crop
    twice within a matrix, attribute matrices' context and answer of their super-attribute.
@@ -70,8 +71,16 @@ def manifest_problems(data: Data) -> list[str]:
             return problems + [f"{side} is not valid JSON"]
         sha = outputs.get(data.path.name)
         if sha and sha.removeprefix("sha256:") != sha256_file(data.path):
-            problems.append(f"sha256 differs from {side.name}'s: the file was changed or "
-                            "truncated after it was written")
+            if outputs.get("content_hash") not in (None, recorded):
+                # `generate` writes the sidecar just before it renames the data file into
+                # place: a run killed between the two leaves the new sidecar by the old file
+                problems.append(f"{side.name} describes another write of {data.path.name}: "
+                                "a `vprom generate` was interrupted before it renamed the new "
+                                "file into place (the file itself is whole); re-run it to "
+                                "write both again")
+            else:
+                problems.append(f"sha256 differs from {side.name}'s: the file was changed or "
+                                "truncated after it was written; regenerate it")
     return problems
 
 

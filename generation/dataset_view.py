@@ -110,6 +110,18 @@ def load(path: Path) -> tuple[Data | None, list[str]]:
                 vocab, sas, labels), []
 
 
+def in_memory(dataset, path: str = "<memory>") -> Data:
+    """A `generation.dataset.Dataset` (what `generate_dataset` returns) as `vprom verify` reads
+    the file `generate` would write from it (for benchmarks and tests)."""
+    m = dataset.matrices
+    sas = {t: {sa: frozenset(v) for sa, v in by.items()}
+           for t, by in dataset.super_attributes.items()}
+    return Data(Path(path), dataset.crops, m, crop_rows(dataset.crops.crop_id, m.panels),
+                {"seed": (dataset.counts or {}).get("seed")},
+                {t: frozenset(v) for t, v in dataset.universes.items()}, sas,
+                dataset.vocabulary)
+
+
 def examples(what: str, ids, reasons=None) -> list[str]:
     ids = list(ids)
     out = [f"matrix {int(i)}: {what}" + (f" ({reasons[k]})" if reasons else "")

@@ -123,6 +123,25 @@ def test_features_missing_a_crop_is_a_clear_error(tmp_path):
         bias_report(tmp_path, None, features=partial)
 
 
+def test_features_extracted_with_allow_missing_leave_their_matrices_out(tmp_path, recwarn):
+    def holes(tmp_path, crops, matrices):
+        path = write_features(0.0)(tmp_path, crops, matrices)
+        with h5py.File(path, "a") as h5:
+            feats = h5["features"][()]
+            feats[::97] = np.nan  # a crop in 97 could not be read
+            del h5["features"]
+            h5["features"] = feats
+        return path
+
+    checks = bias_report(tmp_path, None, features=holes)
+    check = checks["bias:probe-features"]
+    assert check.status == "pass", check.summary
+    assert "left out" in check.summary and "--allow-missing" in check.summary
+    assert "nan" not in check.summary.lower()
+    assert all(np.isfinite(f["accuracy"]) for f in check.figures.values() if f["test"])
+    assert not [w for w in recwarn if "numpy" in str(w.filename) or "Mean" in str(w.message)]
+
+
 def test_label_overlap_by_hand():
     sets = [frozenset(s) for s in ({"a"}, {"a", "b"}, {"c"}, set(), {"b"}, {"d"}, {"e"},
                                    {"c", "e"})]

@@ -239,3 +239,46 @@ def test_generate_refuses_a_missing_file_and_a_bad_scale(tmp_path, pools_file):
     with pytest.raises(VpromError, match="scale"):
         generate(pools_file, tmp_path / "out.h5", RULES, scale=0)
     assert not (tmp_path / "out.h5").exists()
+
+
+def test_generate_refuses_anything_but_a_pools_file(tmp_path, pools_file):
+    dataset = tmp_path / "d.h5"
+    generate(pools_file, dataset, RULES, scale=SMALL_SCALE, seed=1)
+    with pytest.raises(VpromError, match=r"d.h5: this is a DATASET.h5.*not a POOLS.h5.*"
+                                         r"vprom mine"):
+        generate(dataset, tmp_path / "again.h5", RULES, scale=SMALL_SCALE)
+    bare = tmp_path / "bare.h5"
+    with h5py.File(bare, "w") as h5:
+        tiny_crops(crops_per_element=4).write(h5.create_group("crops"))
+    with pytest.raises(VpromError, match="bare.h5: no manifest"):
+        generate(bare, tmp_path / "again.h5", RULES, scale=SMALL_SCALE)
+    assert not (tmp_path / "again.h5").exists()
+
+
+def test_an_interrupted_write_leaves_the_old_pair_or_an_interrupted_one(tmp_path, pools_file,
+                                                                        monkeypatch):
+    import os
+
+    from generation.checks import manifest_problems
+    from generation.dataset_view import load
+
+    out = tmp_path / "d.h5"
+    generate(pools_file, out, RULES, scale=SMALL_SCALE, seed=1)
+    old = out.read_bytes()
+    real = os.replace
+
+    def killed(src, dst):
+        if str(dst) == str(out):
+            raise KeyboardInterrupt  # the kill between the sidecar and the data file
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        generate(pools_file, out, RULES, scale=SMALL_SCALE, seed=2)
+    monkeypatch.undo()
+    assert out.read_bytes() == old  # nothing a user had is lost
+    problems = manifest_problems(load(out)[0])
+    assert len(problems) == 1 and "interrupted" in problems[0] and "re-run" in problems[0]
+    generate(pools_file, out, RULES, scale=SMALL_SCALE, seed=2)
+    assert manifest_problems(load(out)[0]) == []
+    assert not list(tmp_path.glob(".*part"))
