@@ -405,11 +405,11 @@ def shortfall(s: HumanSampler) -> str | None:
         s.focus_ok = False
         s.skipped = sorted(set(s.skipped) | {s.names[k] for k in s.focus})
         return None
+    others = [s.names[k] for k in s.blocks if k not in s.focus]
     return "; ".join(
         f"{s.names[k]}: {len(s.eligible[k])} elements with enough crops, "
         f"{s.values[k].bit_count()} values, room for "
         f"{N_CANDIDATES if s.alone(k) else s.block_max(k, (k,))} candidates"
-        for k in s.focus) + (" (8 candidates needed, with the other super-attributes: "
-                             f"{', '.join(s.names[k] for k in s.blocks if k not in s.focus)})"
-                             if set(s.blocks) - set(s.focus) or len(s.focus) > 1 else "") \
+        for k in s.focus) + " (8 candidates needed" + (
+            f"; other super-attributes: {', '.join(others)})" if others else ")") \
         if s.focus else "no super-attribute may be asked here"

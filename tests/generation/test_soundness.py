@@ -131,16 +131,35 @@ def test_human_candidates_are_exchangeable(larger):
     assert abs(np.mean(n_labels[True]) - np.mean(n_labels[False])) < 0.12
 
 
-def test_a_human_group_too_thin_for_a_held_out_matrix_is_named(tmp_path):
-    # with one action crop pool left, no candidate set can put an action answer beside
-    # other candidates (they need an action of their own outside it, and it needs a
-    # context of other actions): the held-out action matrices cannot be drawn
+def test_a_held_out_super_attribute_too_thin_for_its_cell_is_listed(tmp_path):
+    # with one action left, no candidate set can put an action answer beside 7 others (they
+    # need an action of their own outside it): the held-out groups draw other human
+    # matrices on their test-side images, and the manifest lists action as too small
     thin = tiny_crops(drop=("jumping", "skiing", "surfing", "skateboarding", "crouching",
                             "running", "walking", "sitting"))
-    with pytest.raises(VpromError, match=r"human_attribute pool.*matrices of group "
-                                         r"'held_(sa|pair)'.*action: 1 elements with enough "
-                                         r"crops, \d+ values, room for 0 candidates"):
-        generate_dataset(thin, RULES, scale=0.0015, seed=0, vocabulary=VOCABULARY)
+    data = generate_dataset(thin, RULES, scale=0.0015, seed=0, vocabulary=VOCABULARY)
+    too_small = data.counts["super_attributes_too_small"]
+    assert too_small["human_attribute or held_sa"] == ["action"]
+    human = data.matrices.element_type == "human_attribute"
+    assert human.sum() == round(45_000 * 0.0015)
+    assert "action" not in set(data.matrices.super_attribute[human].tolist())
+
+
+def test_a_human_group_that_cannot_fill_8_candidates_is_named():
+    from generation.sampler import make_sampler
+
+    gone = [a for sa in ("hair style", "clothing style", "action", "age")
+            for a in HUMAN_ATTRIBUTES[sa]] + ["pink", "purple", "orange", "gray", "black"]
+    pool = PoolIndex(tiny_crops(drop=tuple(gone)), 0, RULES.design, vocabulary=VOCABULARY)
+    plan = make_plan(0.0015, 0, RULES.design)
+    group = next(g for g in plan.groups if g.element_type.value == "human_attribute"
+                 and g.relation is Relation.AND and g.name == "train")
+    with pytest.raises(VpromError, match=r"human_attribute pool.*neutral-train/held-out-train"
+                                         r".*and matrices of group 'train'.*clothing color: "
+                                         r"5 elements with enough crops, \d+ values, room for "
+                                         r"\d candidates;.*gender: .*room for 1 candidates "
+                                         r"\(8 candidates needed\)"):
+        make_sampler(pool, RULES.design, group, 0)
 
 
 # ---------------------------------------------------------------- strict held-out splits
