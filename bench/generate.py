@@ -9,6 +9,10 @@ generation (planning, sampling, the solver check on every matrix, all seven spli
 validation choice), prints matrices/s and the balance measures of the full-size run.
 
     OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/generate.py [--scales 0.1 0.5 1]
+
+With `--write-pools POOLS.h5` it only writes the pool as a POOLS.h5 (with the vocabulary
+group `vprom mine` writes), so the whole command line can run on it:
+`vprom generate POOLS.h5 --out DATASET.h5 --scale 1`, `vprom verify DATASET.h5`.
 """
 
 from __future__ import annotations
@@ -112,6 +116,21 @@ def vocabulary() -> LabelVocabulary:
                                        v.implied_labels)
 
 
+def write_pools(path: Path, crops: CropTable) -> None:
+    """The pool as `vprom mine` would write it: crops, vocabulary group, manifest."""
+    import h5py
+
+    from vprom.io import atomic_path, make_manifest
+    from vprom.tables import set_manifest
+
+    with atomic_path(path) as tmp:
+        with h5py.File(tmp, "w") as h5:
+            crops.write(h5.create_group("crops"))
+            vocabulary().write(h5.create_group("vocabulary"))
+            set_manifest(h5, make_manifest("pools", {"bench": "bench/generate.py"},
+                                           counts={"crops": len(crops)}))
+
+
 def held_out(view) -> dict:
     """Training and validation matrices showing a held-out label, per held-out split."""
     from generation.split_checks import check_held_out
@@ -207,10 +226,16 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--verify", type=int, default=5000,
                    help="re-check this many matrices of the last run with the string solver")
+    p.add_argument("--write-pools", type=Path, default=None,
+                   help="only write the pool as this POOLS.h5 (for `vprom generate`)")
     args = p.parse_args()
     t = time.perf_counter()
     crops = full_size_pool()
     print(f"pool: {len(crops):,} crops built in {time.perf_counter() - t:.1f} s")
+    if args.write_pools:
+        write_pools(args.write_pools, crops)
+        print(f"wrote {args.write_pools}")
+        return
     data = None
     for scale in args.scales:
         t, cpu = time.perf_counter(), time.process_time()

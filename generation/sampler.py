@@ -1,10 +1,13 @@
 """One matrix at a time: a group's relation, its crops, the solver check, the distractors.
 
-`generate_matrices` is pure, a function of `Draws(seed, index)` only. The group's relation
-rule (`vprom.relations`) samples the 9 elements; one crop is drawn for each panel (never the
-same region twice in a matrix); the solver turns the 8 context crops' label masks into the
-mask Z of every element that would complete row 3 under ANY reading
-(`vprom.solver.completion_mask`); `generation.candidates` draws the 7 distractors outside Z.
+`generate_matrices` is pure, a function of `Draws(seed, index)` only. Human-attribute
+matrices are drawn candidates first (`generation.exchangeable`); the others as follows. The
+group's relation rule (`vprom.relations`) samples the 9 elements; one crop is drawn for each
+panel (never the same region twice in a matrix); the solver turns the 8 context crops' label
+masks into the mask Z of every element that would complete row 3 under ANY reading in one
+super-attribute (`vprom.solver.completion_mask`); `generation.candidates` draws the 7
+distractors outside Z. Train-side groups draw only crops no held-out split bans for their
+relation (`PoolIndex.banned`).
 The solver check `valid == [answer]` runs on the assembled matrix. What fails is resampled
 from the same stream (at most `MAX_TRIES` times, then a VpromError naming the group). Crop
 reuse is balanced by drawing uniformly among the crops of an element in the cell — a

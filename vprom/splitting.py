@@ -40,15 +40,19 @@ class TrainBan:
     super_attributes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     object_thirds: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # flat forms for `shows_banned`, which runs for every panel of every matrix
+        object.__setattr__(self, "_pairs", frozenset(
+            (table, sa) for table, sas in self.super_attributes.items() for sa in sas))
+
     def shows_banned(self, relation: str, categories: Iterable[str],
                      label_super_attributes: Iterable[tuple[str, str]]) -> bool:
         """Whether a panel of a `relation` matrix carrying these categories and attribute
         labels (as (table, super-attribute) pairs) shows something this ban holds out."""
-        thirds = self.object_thirds.get(relation, ())
-        if thirds and any(object_third(c) in thirds for c in categories):
+        if self._pairs and not self._pairs.isdisjoint(label_super_attributes):
             return True
-        held = self.super_attributes
-        return any(sa in held.get(table, ()) for table, sa in label_super_attributes)
+        thirds = self.object_thirds.get(relation)
+        return bool(thirds) and any(object_third(c) in thirds for c in categories)
 
 
 @dataclass(frozen=True)
