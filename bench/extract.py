@@ -1,33 +1,40 @@
-"""Feature extraction throughput: end-to-end `extract()` vs the bare model forward.
+"""Feature extraction throughput: end-to-end `extract()` against the bare forward, side by side.
 
-For each backbone, in one run and side by side (each round times half the bare forwards, the
-end-to-end run, then the other half, so a drift in machine load hits both alike):
-- bare forward: `features.extract.embed` (normalise, trunk, pool, L2; channels_last) on
-  pre-made uint8 batches in memory, the same batch sizes and resolution, no data loading;
-- end-to-end: `features.extract.extract`, from scratch each round, on a synthetic VG folder
-  (Pillow JPEGs of 500x375, several crops each) and its crops table: decoding in DataLoader
-  workers, resize, forward, pooling, L2, chunk files, assembling the HDF5 file. Reported for
-  the whole call and for the extraction loop alone (without model build and assembly).
-Prints crops/s and the ratio end-to-end / bare forward (target >= 0.9 for resnet101), in
-total and per round. On a machine shared with other jobs the ratio moves with their load.
+Corpus (`vg_like_corpus`, cached under --work): JPEGs of Visual Genome's sizes (width 500-800,
+height 333-600, each image its own size; smooth colour fields plus noise, quality 90) with 1-6
+boxes of at least 100 px each, until --crops crops; written by all cores once.
 
-    .venv/bin/python bench/extract.py                      # resnet101 and resnet18, ~3 min
-    .venv/bin/python bench/extract.py --backbones resnet18 --images 40 --rounds 2
-    python bench/extract.py --device cuda --batch-size 256 --workers 8 --images 400   # a GPU
+For each backbone, in one run, `--rounds` times: half of the bare forwards, one end-to-end run
+per decoder, the other half (so a drift in machine load hits both alike):
+- bare forward: `features.pipeline.embed` (normalise, trunk, pool, L2; channels_last;
+  autocast on CUDA) on ready uint8 batches already on the device, the same batch sizes as
+  the extraction's; on CUDA each timed pass ends with a synchronisation;
+- end to end: the whole `features.extract.extract` call from scratch: reading the crops
+  table, loading the weights (a saved random-init state dict, as real runs load a file),
+  decoding (Pillow workers or the device's decoder), forward, chunk files, assembling and
+  hashing FEATS.h5; "loop" is the extraction loop alone (start of the workers to the last
+  chunk file, without loading the weights and assembling).
+Prints crops/s and the ratios end-to-end / bare and loop / bare (target >= 0.9), and first the
+CPU time one core spends decoding and cropping an image of the corpus with each decoder's
+code (Pillow; torchvision + torch resize on the CPU), which says how many workers a GPU needs.
 
-On CUDA both sides use the same autocast dtype as `extract` (bf16 where supported), and each
-timed forward ends with a synchronisation so the GPU's queue is counted.
+    python bench/extract.py --device cuda                        # 60,000 crops, one GPU
+    python bench/extract.py --device cuda --decoders cpu,gpu     # both decoders
+    .venv/bin/python bench/extract.py --crops 160 --rounds 2     # this 2-core CPU, ~6 min
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import h5py
 import numpy as np
 import torch
 from PIL import Image
@@ -35,46 +42,110 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from features.backbones import get_backbone  # noqa: E402
-from features.config import ExtractConfig
-from features.extract import _autocast_dtype, embed, extract  # noqa: E402
+from features.crops import decode_crops  # noqa: E402
+from features.decoding import clip_boxes, crop_resize, read_bytes, torch_image  # noqa: E402
+from features.config import ExtractConfig  # noqa: E402
+from features.extract import _autocast_dtype, extract  # noqa: E402
+from features.pipeline import embed  # noqa: E402
 from tests.features.conftest import crop_table, write_dataset  # noqa: E402
+from vprom.tables import read_crop_table  # noqa: E402
+
+WIDTHS, HEIGHTS, CROPS_PER_IMAGE, MIN_SIDE = (500, 800), (333, 600), (1, 6), 100
 
 
-def synthetic_vg(root: Path, n_images: int, crops_per_image: int, seed: int = 0) -> Path:
-    """500x375 JPEGs (smooth colour fields + noise) and random boxes of >= 100 px."""
+def _write_image(args) -> None:
+    path, width, height, seed = args
     rng = np.random.default_rng(seed)
-    rows, crop_id = [], 0
-    for image_id in range(1, n_images + 1):
-        coarse = rng.integers(0, 256, size=(24, 32, 3), dtype=np.uint8)
-        img = Image.fromarray(coarse).resize((500, 375), Image.BICUBIC)
-        noisy = np.asarray(img, dtype=np.int16) + rng.integers(-25, 26, (375, 500, 3))
-        path = root / "vg" / "VG_100K" / f"{image_id}.jpg"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(path, quality=90)
-        for _ in range(crops_per_image):
-            w, h = int(rng.integers(100, 400)), int(rng.integers(100, 300))
-            x, y = int(rng.integers(0, 500 - w)), int(rng.integers(0, 375 - h))
-            rows.append((crop_id, image_id, x, y, w, h))
-            crop_id += 1
-    return write_dataset(root / "dataset.h5", crop_table(rows))
+    coarse = rng.integers(0, 256, size=(height // 16 + 1, width // 16 + 1, 3), dtype=np.uint8)
+    smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC),
+                        dtype=np.int16)
+    noisy = np.clip(smooth + rng.integers(-25, 26, (height, width, 3)), 0, 255)
+    Image.fromarray(noisy.astype(np.uint8)).save(path, quality=90)
+
+
+def vg_like_corpus(root: Path, crops: int, seed: int = 0,
+                   per_image: tuple[int, int] = CROPS_PER_IMAGE) -> tuple[Path, Path, int]:
+    """(DATASET.h5, VG folder, images) with `crops` boxes on VG-sized JPEGs; reused if there."""
+    folder = root / f"corpus-{crops}-{seed}-{per_image[0]}-{per_image[1]}"
+    dataset, vg = folder / "dataset.h5", folder / "vg"
+    rng = np.random.default_rng(seed)
+    rows, jobs, image_id = [], [], 0
+    while len(rows) < crops:
+        image_id += 1
+        width, height = (int(rng.integers(lo, hi + 1)) for lo, hi in (WIDTHS, HEIGHTS))
+        jobs.append((vg / "VG_100K" / f"{image_id}.jpg", width, height, seed * 10**7 + image_id))
+        for _ in range(min(int(rng.integers(per_image[0], per_image[1] + 1)),
+                           crops - len(rows))):
+            w, h = int(rng.integers(MIN_SIDE, width + 1)), int(rng.integers(MIN_SIDE, height + 1))
+            x, y = int(rng.integers(0, width - w + 1)), int(rng.integers(0, height - h + 1))
+            rows.append((len(rows), image_id, x, y, w, h))
+    if not (folder / "done").is_file():
+        (vg / "VG_100K").mkdir(parents=True, exist_ok=True)
+        with multiprocessing.Pool(os.cpu_count()) as pool:
+            pool.map(_write_image, jobs, chunksize=64)
+        write_dataset(dataset, crop_table(rows))
+        (folder / "done").touch()
+    return dataset, vg, image_id
+
+
+def saved_weights(root: Path, name: str) -> Path:
+    """The backbone's random-init state dict as a file (built once)."""
+    path = root / f"{name}-random.pth"
+    if not path.is_file():
+        state = get_backbone(name).load("none").module.state_dict()
+        if name == "bottomup-r101":  # as the ports name it (Detectron2)
+            state = {("roi_heads." if k.startswith("res5.") else "backbone.") + k: v
+                     for k, v in state.items()}
+        torch.save(state, path)
+    return path
+
+
+def decode_cost(dataset: Path, vg: Path, images: int = 200, size: int = 224) -> dict:
+    """CPU milliseconds per image (and per crop) to decode and crop the first `images` images
+    of the corpus, one thread, with Pillow and with the torch path."""
+    crops = read_crop_table(dataset)
+    ids = sorted(set(crops.image_id.tolist()))[:images]
+    boxes = {i: np.stack([crops.x, crops.y, crops.w, crops.h], axis=1)[crops.image_id == i]
+             for i in ids}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a DataLoader worker's share
+    try:
+        start = time.process_time()
+        for i in ids:
+            decode_crops(vg / "VG_100K" / f"{i}.jpg", boxes[i], size)
+        pillow = time.process_time() - start
+        start = time.process_time()
+        for i in ids:
+            image = torch_image(read_bytes(vg / "VG_100K" / f"{i}.jpg"))
+            corners, _ = clip_boxes(boxes[i], image.shape[2], image.shape[1])
+            crop_resize(image, corners, size)
+        tensors = time.process_time() - start
+    finally:
+        torch.set_num_threads(threads)
+    n = sum(len(b) for b in boxes.values())
+    return {"images": len(ids), "crops": n, "pillow": 1000 * pillow / len(ids),
+            "pillow_crop": 1000 * pillow / n, "torch": 1000 * tensors / len(ids)}
 
 
 class BareForward:
-    """The trunk + pooling + L2 on ready uint8 batches: no decoding, no files."""
+    """The trunk + pooling + L2 on ready uint8 batches on the device: no decoding, no files."""
 
-    def __init__(self, name: str, side: int, batch: int, device: torch.device):
+    def __init__(self, name: str, batch: int, device: torch.device):
         self.backbone = get_backbone(name)
         self.device = device
         self.autocast = _autocast_dtype(device)
         self.model = self.backbone.load("none").module.to(device,
                                                           memory_format=torch.channels_last)
+        side = self.backbone.preprocess.input_size
         gen = torch.Generator().manual_seed(0)
         self.pixels = torch.randint(0, 256, (batch, side, side, 3), dtype=torch.uint8,
-                                    generator=gen)
-        self(self.pixels.shape[:1])  # warm-up
+                                    generator=gen).to(device)
+        self([batch, batch])  # warm-up
 
     def __call__(self, sizes) -> float:
         """Seconds for forwards of batches of these sizes."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         start = time.perf_counter()
         for size in sizes:
             embed(self.model, self.pixels[:size], self.backbone, self.autocast, self.device)
@@ -83,59 +154,81 @@ class BareForward:
         return time.perf_counter() - start
 
 
-def run(name: str, images: int, crops_per_image: int, batch: int, workers: int, rounds: int,
-        root: Path, device: str = "cpu") -> dict:
-    """`rounds` x (bare forward, end-to-end, bare forward): the machine's load drifts, so the
-    two are interleaved; per-round ratios show how much it moved."""
-    dataset = synthetic_vg(root / name, images, crops_per_image)
-    crops = images * crops_per_image
-    sizes = [batch] * (crops // batch) + ([crops % batch] if crops % batch else [])
+def run(name: str, dataset: Path, vg: Path, crops: int, args, root: Path) -> list[dict]:
+    device = torch.device(args.device)
+    sizes = [args.batch_size] * (crops // args.batch_size)
+    sizes += [crops % args.batch_size] if crops % args.batch_size else []
     half = len(sizes) // 2
-    bare_forward = BareForward(name, get_backbone(name).preprocess.input_size, batch,
-                               torch.device(device))
-    bare = whole = loop = 0.0
-    ratios = []
-    for _ in range(rounds):
-        b = bare_forward(sizes[:half])
-        summary = extract(ExtractConfig(dataset=dataset, vg=root / name / "vg", backbone=name,
-                                        weights="none", out=root / name / "feats.h5",
-                                        batch_size=batch, workers=workers, device=device,
-                                        resume=False))
-        b += bare_forward(sizes[half:])
-        ratios.append(b / summary.seconds)
-        bare, whole, loop = bare + b, whole + summary.seconds, loop + summary.loop_seconds
-    n = crops * rounds
-    return {"backbone": name, "crops": n, "bare": n / bare, "e2e": n / whole, "loop": n / loop,
-            "ratios": ratios}
+    bare_forward = BareForward(name, args.batch_size, device)
+    weights = saved_weights(root, name)
+    decoders = args.decoders.split(",")
+    bare, whole, loop = 0.0, dict.fromkeys(decoders, 0.0), dict.fromkeys(decoders, 0.0)
+    ratios, resolved = {d: [] for d in decoders}, {}
+    for _ in range(args.rounds):
+        first = bare_forward(sizes[:half])
+        runs = {}
+        for decoder in decoders:
+            runs[decoder] = extract(ExtractConfig(
+                dataset=dataset, vg=vg, backbone=name, weights=str(weights),
+                out=root / f"{name}-{decoder}.h5", batch_size=args.batch_size,
+                workers=args.workers, device=args.device, decode=decoder, resume=False))
+            with h5py.File(runs[decoder].out, "r") as h5:
+                resolved[decoder] = f"{decoder}:{h5.attrs['decode']}" if decoder == "auto" \
+                    else decoder
+        b = first + bare_forward(sizes[half:])
+        bare += b
+        for decoder, summary in runs.items():
+            whole[decoder] += summary.seconds
+            loop[decoder] += summary.loop_seconds
+            ratios[decoder].append(b / summary.seconds)
+    n = crops * args.rounds
+    return [{"backbone": name, "decode": resolved[d], "crops": n, "bare": n / bare, "e2e": n / whole[d],
+             "loop": n / loop[d], "ratios": ratios[d]} for d in decoders]
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--backbones", default="resnet101,resnet18")
-    p.add_argument("--images", type=int, default=0,
-                   help="images per backbone and round (default: 16 for resnet101, 32 for others)")
-    p.add_argument("--crops-per-image", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--rounds", type=int, default=3, help="interleaved bare/end-to-end rounds")
+    p.add_argument("--crops", type=int, default=60000, help="crops per backbone and round "
+                   "(60,000: the target size; a 2-core CPU needs ~160)")
+    p.add_argument("--decoders", default="auto", help="comma-separated --decode values")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    p.add_argument("--batch-size", type=int, default=None, help="default: 256 on CUDA, 16 on CPU")
+    p.add_argument("--workers", type=int, default=None, help="default: extract's own")
+    p.add_argument("--rounds", type=int, default=1, help="interleaved bare/end-to-end rounds")
+    p.add_argument("--work", type=Path, default=None,
+                   help="folder for the corpus and files (kept; default: a temporary one)")
+    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="vprom-bench-extract-"))
-    print(f"torch {torch.__version__}, device {args.device}, {torch.get_num_threads()} threads, "
-          f"batch {args.batch_size}, {args.workers} workers, weights none, 224x224")
-    print(f"{'backbone':10s} {'crops':>6s} {'bare fwd/s':>10s} {'e2e/s':>8s} {'loop/s':>8s} "
-          f"{'e2e/bare':>8s} {'loop/bare':>9s}  per-round e2e/bare")
+    cuda = args.device.startswith("cuda")
+    args.batch_size = args.batch_size or (256 if cuda else 16)
+    root = args.work or Path(tempfile.mkdtemp(prefix="vprom-bench-extract-"))
+    root.mkdir(parents=True, exist_ok=True)
     try:
+        started = time.perf_counter()
+        dataset, vg, images = vg_like_corpus(root, args.crops, args.seed)
+        print(f"corpus: {args.crops} crops on {images} images ({args.crops / images:.2f} per "
+              f"image), {WIDTHS[0]}-{WIDTHS[1]} x {HEIGHTS[0]}-{HEIGHTS[1]} px; written in "
+              f"{time.perf_counter() - started:.0f} s", flush=True)
+        cost = decode_cost(dataset, vg)
+        print(f"decoding + cropping on one core ({cost['images']} images): Pillow "
+              f"{cost['pillow']:.1f} ms/image ({cost['pillow_crop']:.1f} ms/crop); torchvision + "
+              f"torch resize {cost['torch']:.1f} ms/image", flush=True)
+        device = (torch.cuda.get_device_name(args.device) if cuda else
+                  f"cpu, {torch.get_num_threads()} threads")
+        print(f"torch {torch.__version__}, {device}, batch {args.batch_size}, workers "
+              f"{args.workers if args.workers is not None else 'auto'}, weights random, 224x224")
+        print(f"{'backbone':10s} {'decode':8s} {'crops':>7s} {'bare fwd/s':>10s} {'e2e/s':>9s} "
+              f"{'loop/s':>9s} {'e2e/bare':>8s} {'loop/bare':>9s}  per-round e2e/bare")
         for name in args.backbones.split(","):
-            images = args.images or (16 if name == "resnet101" else 32)
-            r = run(name, images, args.crops_per_image, args.batch_size, args.workers,
-                    args.rounds, root, args.device)
-            print(f"{r['backbone']:10s} {r['crops']:6d} {r['bare']:10.2f} {r['e2e']:8.2f} "
-                  f"{r['loop']:8.2f} {r['e2e'] / r['bare']:8.3f} {r['loop'] / r['bare']:9.3f}  "
-                  + " ".join(f"{x:.3f}" for x in r["ratios"]),
-                  flush=True)
+            for r in run(name, dataset, vg, args.crops, args, root):
+                print(f"{r['backbone']:10s} {r['decode']:8s} {r['crops']:7d} {r['bare']:10.2f} "
+                      f"{r['e2e']:9.2f} {r['loop']:9.2f} {r['e2e'] / r['bare']:8.3f} "
+                      f"{r['loop'] / r['bare']:9.3f}  "
+                      + " ".join(f"{x:.3f}" for x in r["ratios"]), flush=True)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if args.work is None:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

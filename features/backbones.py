@@ -10,8 +10,11 @@ Each `Backbone` knows
   std) — normalisation runs on the device, after the uint8 crops are copied there;
 - how to load its weights: `imagenet` (torchvision's published weights, found offline in
   torchvision's cache), `none` (random init from a fixed seed, so every rank and every
-  resumed run builds the same net) or a PATH to a state dict, with missing and unexpected
-  keys named in the error.
+  resumed run builds the same net) or a PATH to a state dict (read without running code:
+  `features/checkpoints.py`), with missing and unexpected keys named in the error and the
+  keys it deliberately ignores (a classifier, a detector's heads) named in `Loaded.notes`;
+- for a detector's trunk, optionally how it computes a box's features from the whole image
+  (`RegionHead`, used by `--region roi`).
 
 The registry is a leaf (`vprom.registry`): the built-in backbones live in their own modules,
 imported when it is first asked for a name: the torchvision ResNets (`features/resnets.py`)
@@ -20,15 +23,14 @@ and `bottomup-r101` (`features/bottomup.py`), the Caffe ResNet-101 of Anderson e
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 from torch import nn
 
+from features.checkpoints import read_checkpoint
 from vprom.errors import VpromError
 from vprom.io import sha256_file
 from vprom.registry import Registry
@@ -71,6 +73,20 @@ class Loaded:
     module: nn.Module
     weights: str  # "imagenet:<torchvision enum>", "none" or the file path
     weights_sha256: str  # "" for random init
+    notes: tuple[str, ...] = ()  # what the file held that the trunk deliberately ignores
+
+
+@dataclass(frozen=True)
+class RegionHead:
+    """A detector's per-box computation (`--region roi`): the image is resized so its shorter
+    side is `shortest_side` (the longer at most `longest_side`), `module.backbone_features`
+    maps it to a map of stride `stride`, each box is max-pooled from that map to
+    `pooled` x `pooled` cells, and `module.roi_head` maps the pooled cells to the last map."""
+
+    stride: int
+    pooled: int
+    shortest_side: int
+    longest_side: int
 
 
 @dataclass(frozen=True)
@@ -80,8 +96,10 @@ class Backbone:
     feature_dim: int
     preprocess: Preprocess
     build: Callable[[], nn.Module]  # random-init trunk
-    map_state_dict: Callable[[dict, str], dict]  # checkpoint -> trunk keys (raises)
+    # checkpoint -> (trunk keys, notes on what was ignored); raises on anything unknown
+    map_state_dict: Callable[[dict, str], tuple[dict, list[str]]]
     imagenet: Callable[[], tuple[dict, str, Path]] | None = None  # (state, id, file)
+    region_head: RegionHead | None = None  # only detectors: how --region roi runs
 
     def load(self, weights: str) -> Loaded:
         """The trunk with `weights` ("imagenet", "none" or a file path), eval mode, no grad."""
@@ -92,10 +110,11 @@ class Backbone:
                 raise VpromError(f"backbone {self.name} has no ImageNet weights; pass "
                                  "--weights PATH (its converted checkpoint)")
             state, ident, path = self.imagenet()
-            return _ready(self._with(state, str(path)), f"imagenet:{ident}", sha256_file(path))
+            module, notes = self._with(state, str(path))
+            return _ready(module, f"imagenet:{ident}", sha256_file(path), notes)
         path = Path(weights)
-        module = self._with(read_checkpoint(path), str(path))
-        return _ready(module, str(path), sha256_file(path))
+        module, notes = self._with(read_checkpoint(path), str(path))
+        return _ready(module, str(path), sha256_file(path), notes)
 
     def _random(self) -> nn.Module:
         # torchvision's initialisers draw from the global generator: fork it so the caller's
@@ -104,9 +123,12 @@ class Backbone:
             torch.manual_seed(RANDOM_INIT_SEED)
             return self.build()
 
-    def _with(self, state: dict, source: str) -> nn.Module:
-        module = self._random()
-        state = self.map_state_dict(state, source)
+    def _with(self, state: dict, source: str) -> tuple[nn.Module, tuple[str, ...]]:
+        # Built without memory (meta device) and given the checkpoint's tensors: no random
+        # initialisation that the weights would overwrite anyway.
+        with torch.device("meta"):
+            module = self.build()
+        state, notes = self.map_state_dict(state, source)
         expected = module.state_dict()
         missing = sorted(set(expected) - set(state))
         unexpected = sorted(set(state) - set(expected))
@@ -118,21 +140,27 @@ class Backbone:
             if tuple(value.shape) != tuple(expected[key].shape):
                 raise VpromError(f"{source}: {key} has shape {tuple(value.shape)}, {self.name} "
                                  f"needs {tuple(expected[key].shape)}; pass the right file")
-        module.load_state_dict(state, strict=True)
-        return module
+        # assign=True keeps the checkpoint's dtypes: give each tensor the module's own
+        state = {k: v.to(expected[k].dtype) for k, v in state.items()}
+        module.load_state_dict(state, strict=True, assign=True)
+        return module, tuple(notes)
 
 
-def _ready(module: nn.Module, weights: str, sha256: str) -> Loaded:
+def _ready(module: nn.Module, weights: str, sha256: str, notes: tuple[str, ...] = ()) -> Loaded:
     module.eval().requires_grad_(False)
-    return Loaded(module, weights, sha256)
+    return Loaded(module, weights, sha256, notes)
 
 
 def _keys(kind: str, keys: list[str]) -> str:
     if not keys:
         return ""
-    shown = ", ".join(keys[:8])
-    more = f" and {len(keys) - 8} more" if len(keys) > 8 else ""
-    return f"{len(keys)} {kind} keys ({shown}{more})"
+    return f"{len(keys)} {kind} keys ({name_some(keys)})"
+
+
+def name_some(keys: list[str], shown: int = 8) -> str:
+    """The first `shown` of `keys` and how many more there are."""
+    more = f" and {len(keys) - shown} more" if len(keys) > shown else ""
+    return ", ".join(keys[:shown]) + more
 
 
 # ---------------------------------------------------------------------------- registry
@@ -152,41 +180,3 @@ def get_backbone(name: str) -> Backbone:
 
 def list_backbones() -> list[str]:
     return BACKBONES.names()
-
-
-# ------------------------------------------------------------------------ checkpoints
-class _NumpyUnpickler(pickle.Unpickler):
-    """Unpickles Detectron-style .pkl checkpoints (dicts of numpy arrays) and nothing else,
-    so a weights file can never run code."""
-
-    def find_class(self, module, name):
-        if module.split(".")[0] == "numpy" or (module, name) == ("collections", "OrderedDict"):
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a weights file")
-
-
-def read_checkpoint(path: Path) -> dict:
-    """A flat {name: tensor} from a .pth/.pt (torch) or .pkl (Detectron) checkpoint."""
-    if not path.is_file():
-        raise VpromError(f"{path}: no such weights file; pass imagenet, none or a state dict")
-    try:
-        if path.suffix == ".pkl":
-            with open(path, "rb") as f:
-                obj = _NumpyUnpickler(f, encoding="latin1").load()
-        else:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # any unreadable file is the user's to replace
-        raise VpromError(f"{path}: cannot read the weights file ({type(e).__name__}: {e}); "
-                         "pass a torch state dict (.pth) or a Detectron .pkl") from None
-    for wrapper in ("model", "state_dict"):
-        if isinstance(obj, dict) and isinstance(obj.get(wrapper), dict):
-            obj = obj[wrapper]
-    if not isinstance(obj, dict):
-        raise VpromError(f"{path}: holds a {type(obj).__name__}, not a state dict")
-    state = {}
-    for key, value in obj.items():
-        if isinstance(value, np.ndarray):
-            value = torch.from_numpy(np.ascontiguousarray(value))
-        if isinstance(value, torch.Tensor):
-            state[key.removeprefix("module.")] = value
-    return state

@@ -1,48 +1,67 @@
-"""`bottomup-r101`: the ResNet-101 trunk of the bottom-up-attention Faster R-CNN.
+"""`bottomup-r101`: the ResNet-101 of the bottom-up-attention Faster R-CNN, as released.
 
 Anderson et al. (2018) trained a Faster R-CNN with a ResNet-101 "C4" backbone on Visual
-Genome objects and attributes in Caffe. The detector runs res2-res4 over the image, RoI-pools
-each box to 14x14 on the stride-16 res4 map and runs the res5 stage on it, then averages the
-7x7 result into a 2048-d vector. For a V-PROM crop we run the same layers on the crop itself,
-resized to 224x224, so res4 is 14x14 (what RoI pooling gives the detector) and res5 is 7x7.
+Genome objects and attributes, in Caffe. Its `test.prototxt` runs res2-res4 over the whole
+image (the backbone, stride 16), max-pools each box from the res4 map to 14x14 cells at
+scale 1/16 (`roi_pool5`), runs res5 on those cells and averages the result (`pool5`). Its res5
+is not ImageNet's: the first block has stride 1 (`res5a_branch1`, `res5a_branch2a`) and every
+3x3 convolution has dilation 2 and padding 2, so res5 keeps the 14x14 size of its input. The
+two public ports say the same (`RES5_DILATION: 2`, `RES5HALVE: False`).
 
-Caffe conventions kept here:
+This module builds exactly that network. `--region crop` (the default) runs all of it on a
+224x224 warped crop: res4 is then 14x14, the size RoI pooling gives the detector, and res5
+14x14. `--region roi` (features/regions.py) follows the detector itself: the whole image at
+the test scale, res4 once per image, RoI pooling per box, res5 and the mean (`REGION_HEAD`).
+
+Caffe conventions kept here (each checked against the facts in `data/bottomup_r101.json`,
+which records the Caffe layer table and the ports' key names with their sources):
 - the stride of a stage's first block sits in its first 1x1 convolution (MSRA ResNet);
 - batch norm is frozen: y = x * weight / sqrt(var + eps) + (bias - mean * weight /
-  sqrt(var + eps)); a checkpoint holding only the affine pair (weight, bias) gets mean 0 and
-  var 1, as Detectron2's FrozenBatchNorm2d does;
+  sqrt(var + eps)), eps 1e-5; a checkpoint holding only the affine pair (weight, bias) gets
+  mean 0 and var 1, as Detectron2's FrozenBatchNorm2d does;
 - the stem's max pool has no padding and rounds up (Caffe's ceil mode);
 - input is BGR in 0-255 with the Caffe pixel means [102.9801, 115.9465, 122.7717]
   subtracted and no division by a std.
 
-Weights: the public PyTorch ports (airsplay/py-bottom-up-attention's
-`faster_rcnn_from_caffe_attr.pkl`, MILVLG/bottom-up-attention.pytorch's `bua-caffe-frcn-*.pth`)
-use Detectron2 names: `backbone.stem.conv1.{weight,norm.*}`, `backbone.res{2,3,4}.<i>.
-{shortcut,conv1,conv2,conv3}.{weight,norm.*}` and `roi_heads.res5.<i>....`. `map_bottomup`
-maps those to this module explicitly, drops the detector's heads (RPN, box/attribute
-predictors, pixel mean/std buffers) and rejects anything else by name.
+Weights: the ports' checkpoints use Detectron2 names: `backbone.stem.conv1.{weight,norm.*}`,
+`backbone.res{2,3,4}.<i>.{shortcut,conv1,conv2,conv3}.{weight,norm.*}` and
+`roi_heads.res5.<i>....`. `map_bottomup` maps those to this module, drops the detector's
+heads (the prefixes the data file lists: RPN and box/attribute predictors) and the
+`num_batches_tracked` counters of a re-saved BatchNorm2d, names both in its notes, and
+refuses any other key by name.
 """
 
 from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from features.backbones import Backbone, Preprocess, register_backbone
+from features.backbones import Backbone, Preprocess, RegionHead, name_some, register_backbone
 from vprom.errors import VpromError
 
+FACTS = Path(__file__).with_name("data") / "bottomup_r101.json"
 CAFFE_PIXEL_MEANS_BGR = (102.9801, 115.9465, 122.7717)
 FROZEN_BN_EPS = 1e-5
-STAGES = (  # name, blocks, bottleneck channels, out channels, first stride (ResNet-101)
-    ("res2", 3, 64, 256, 1),
-    ("res3", 4, 128, 512, 2),
-    ("res4", 23, 256, 1024, 2),
-    ("res5", 3, 512, 2048, 2),
+STAGES = (  # name, blocks, bottleneck channels, out channels, first stride, 3x3 dilation
+    ("res2", 3, 64, 256, 1, 1),
+    ("res3", 4, 128, 512, 2, 1),
+    ("res4", 23, 256, 1024, 2, 1),
+    ("res5", 3, 512, 2048, 1, 2),  # as released: stride 1, dilated (a 14x14 map at 224)
 )
-# Detector parts that sit on top of the trunk: present in the checkpoints, unused here.
-HEAD_PREFIXES = ("proposal_generator.", "roi_heads.box_predictor.", "roi_heads.attribute",
-                 "roi_heads.res5_bn.", "pixel_mean", "pixel_std")
+# The detector's test scale, RoI pooling and feature stride (test.prototxt, config.py).
+REGION_HEAD = RegionHead(stride=16, pooled=14, shortest_side=600, longest_side=1000)
+COUNTER_SUFFIX = ".num_batches_tracked"  # BatchNorm2d's step counter: not a weight
+
+
+@lru_cache(maxsize=1)
+def facts() -> dict:
+    """The facts file (see the module doc); read once."""
+    return json.loads(FACTS.read_text(encoding="utf-8"))
 
 
 class FrozenBatchNorm(nn.Module):
@@ -64,8 +83,10 @@ class FrozenBatchNorm(nn.Module):
 class ConvNorm(nn.Conv2d):
     """A bias-free convolution followed by its frozen norm (keys `weight`, `norm.*`)."""
 
-    def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1, padding: int = 0):
-        super().__init__(cin, cout, kernel, stride=stride, padding=padding, bias=False)
+    def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1, padding: int = 0,
+                 dilation: int = 1):
+        super().__init__(cin, cout, kernel, stride=stride, padding=padding, dilation=dilation,
+                         bias=False)
         self.norm = FrozenBatchNorm(cout)
         nn.init.kaiming_normal_(self.weight, mode="fan_out", nonlinearity="relu")
 
@@ -74,11 +95,11 @@ class ConvNorm(nn.Conv2d):
 
 
 class CaffeBottleneck(nn.Module):
-    def __init__(self, cin: int, bottleneck: int, cout: int, stride: int):
+    def __init__(self, cin: int, bottleneck: int, cout: int, stride: int, dilation: int = 1):
         super().__init__()
         self.shortcut = ConvNorm(cin, cout, 1, stride=stride) if cin != cout else None
         self.conv1 = ConvNorm(cin, bottleneck, 1, stride=stride)  # Caffe: stride in the 1x1
-        self.conv2 = ConvNorm(bottleneck, bottleneck, 3, padding=1)
+        self.conv2 = ConvNorm(bottleneck, bottleneck, 3, padding=dilation, dilation=dilation)
         self.conv3 = ConvNorm(bottleneck, cout, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -105,49 +126,69 @@ class BottomUpResNet101(nn.Module):
         super().__init__()
         self.stem = CaffeStem()
         cin = 64
-        for name, blocks, bottleneck, cout, stride in STAGES:
+        for name, blocks, bottleneck, cout, stride, dilation in STAGES:
             stage = [CaffeBottleneck(cin if i == 0 else cout, bottleneck, cout,
-                                     stride if i == 0 else 1) for i in range(blocks)]
+                                     stride if i == 0 else 1, dilation) for i in range(blocks)]
             self.add_module(name, nn.Sequential(*stage))
             cin = cout
 
+    def backbone_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The detector's backbone: image -> res4 (stride 16)."""
+        return self.res4(self.res3(self.res2(self.stem(x))))
+
+    def roi_head(self, x: torch.Tensor) -> torch.Tensor:
+        """The detector's RoI head up to pool5: pooled res4 cells -> res5."""
+        return self.res5(x)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stem(x)
-        for name, *_ in STAGES:
-            x = getattr(self, name)(x)
-        return x
+        return self.roi_head(self.backbone_features(x))
 
 
-def map_bottomup(state: dict, source: str) -> dict:
-    """Detectron2-named checkpoint -> BottomUpResNet101 keys; unknown keys are refused."""
-    out, unknown = {}, []
+def map_bottomup(state: dict, source: str) -> tuple[dict, list[str]]:
+    """Detectron2-named checkpoint -> (BottomUpResNet101 keys, notes); unknown keys refused."""
+    heads = tuple(facts()["dropped_heads"])
+    out, unknown, dropped, counters = {}, [], [], []
     for key, value in state.items():
-        if key.startswith("backbone."):
+        if key.endswith(COUNTER_SUFFIX):
+            counters.append(key)
+        elif key.startswith(heads):
+            dropped.append(key)
+        elif key.startswith("backbone."):
             out[key.removeprefix("backbone.")] = value
         elif key.startswith("roi_heads.res5."):
             out[key.removeprefix("roi_heads.")] = value
-        elif not key.startswith(HEAD_PREFIXES):
+        else:
             unknown.append(key)
     if unknown:
         raise VpromError(f"{source}: {len(unknown)} unexpected keys outside the detector's "
-                         f"backbone and heads ({', '.join(sorted(unknown)[:8])}); expected "
-                         "the bottom-up-attention Faster R-CNN (Detectron2 names)")
+                         f"backbone and heads ({name_some(sorted(unknown))}); expected the "
+                         "bottom-up-attention Faster R-CNN in Detectron2 names "
+                         "(backbone.*, roi_heads.res5.*)")
     # Affine-only frozen norms (Caffe folded its BN into scale/bias): mean 0, var 1.
     for key in [k for k in out if k.endswith(".norm.weight")]:
         stem = key.removesuffix("weight")
         out.setdefault(stem + "running_mean", torch.zeros_like(out[key]))
         out.setdefault(stem + "running_var", torch.ones_like(out[key]))
-    return {k: v.float() for k, v in out.items()}
+    notes = []
+    if dropped:
+        prefixes = sorted({p for p in heads for k in dropped if k.startswith(p)})
+        notes.append(f"ignored {len(dropped)} detector-head tensors "
+                     f"({', '.join(p + '*' for p in prefixes)})")
+    if counters:
+        notes.append(f"ignored {len(counters)} BatchNorm num_batches_tracked counters "
+                     f"({name_some(sorted(counters), 3)})")
+    return {k: v.float() for k, v in out.items()}, notes
 
 
 register_backbone(Backbone(
     name="bottomup-r101",
     description="bottom-up-attention Faster R-CNN ResNet-101 (Caffe, Visual Genome): res2-res4 "
-                "+ res5 head; needs --weights PATH (faster_rcnn_from_caffe_attr.pkl or a "
-                "bua-caffe .pth)",
+                "+ dilated res5 head; needs --weights PATH (faster_rcnn_from_caffe_attr.pkl or "
+                "a bua-caffe .pth); --region crop|roi",
     feature_dim=2048,
     preprocess=Preprocess(input_size=224, channel_order="BGR", scale=1.0,
                           mean=CAFFE_PIXEL_MEANS_BGR, std=(1.0, 1.0, 1.0)),
     build=BottomUpResNet101,
     map_state_dict=map_bottomup,
+    region_head=REGION_HEAD,
 ))

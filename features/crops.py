@@ -12,27 +12,36 @@ Planning (pure, numpy):
    The plan depends only on the crops table and the batch size, so every run, resumed run and
    rank sees the same batches - which is what makes their outputs byte-identical.
 
-Pixels (in DataLoader workers): the box is clipped to the image and the whole crop is resized
-to S x S (bilinear with antialiasing; aspect ratio not kept - the same warp the detector's RoI
-pooling applies, and no image content is cut or padded). When the crop is at least twice the
-input size in both sides, the JPEG is decoded at 1/2, 1/4 or 1/8 scale (`Image.draft`): the DCT
-does the first downscaling for free. The reduction is chosen per box from its own size only,
-so a crop's pixels never depend on which other crops share its image; an image is decoded
-once per distinct reduction (almost always once). Crops travel as uint8 (B, S, S, 3): the
-permute to (B, 3, S, S) on the device is then a channels_last view, and normalisation runs
-there.
+Pixels (in DataLoader workers; `CropDataset` item g = image group g, `collate` makes a `Batch`):
+- `--decode cpu`, `--region crop` (Pillow): the box is clipped to the image and the whole crop
+  is resized to S x S (bilinear with antialiasing; aspect ratio not kept - the same warp the
+  detector's RoI pooling applies, and no image content is cut or padded). When the crop is at
+  least twice the input size in both sides, the JPEG is decoded at 1/2, 1/4 or 1/8 scale
+  (`Image.draft`): the DCT does the first downscaling for free. The reduction is chosen per
+  box from its own size only, so a crop's pixels never depend on which other crops share its
+  image; an image is decoded once per distinct reduction (almost always once).
+- `--decode gpu` on a CPU device: torchvision decodes in the worker and `crop_resize`
+  (features/decoding.py) cuts the crops, the code the GPU runs.
+- otherwise the worker hands the image itself to the main process as a `Source`: the file's
+  bytes for the device's decoder (`--decode gpu` on CUDA), or the decoded image
+  (`--region roi` otherwise).
+Crops travel as uint8 (B, S, S, 3): the permute to (B, 3, S, S) on the device is then a
+channels_last view, and normalisation runs there. Failures (no file, undecodable, box
+outside the image) travel as (unit, path, error) and name the image id.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
-from vprom.images import clip_box
+from features.decoding import clip_boxes, crop_resize, pillow_image, read_bytes, torch_image
+from vprom.images import IMAGE_FOLDERS
 from vprom.tables import CropTable
 
 DRAFT_REDUCTIONS = (8, 4, 2)
@@ -94,6 +103,9 @@ def _groups_and_batches(unit_image: np.ndarray,
 
 
 # ----------------------------------------------------------------------------- pixels
+DECODE_ERRORS = (OSError, ValueError, SyntaxError, RuntimeError, Image.DecompressionBombError)
+
+
 def draft_reduction(w: int, h: int, size: int) -> int:
     """The largest JPEG scale reduction that keeps both sides of a w x h crop >= size."""
     for r in DRAFT_REDUCTIONS:
@@ -103,22 +115,16 @@ def draft_reduction(w: int, h: int, size: int) -> int:
 
 
 def decode_crops(path, boxes: np.ndarray, size: int) -> tuple[np.ndarray, list[str | None]]:
-    """(k, size, size, 3) uint8 crops of one image and a per-box error (None when fine).
-
-    Raises OSError/ValueError when the file cannot be decoded at all.
-    """
+    """(k, size, size, 3) uint8 crops of one image by Pillow, and a per-box error (None when
+    fine). Raises OSError/ValueError when the file cannot be decoded at all."""
     out = np.zeros((len(boxes), size, size, 3), dtype=np.uint8)
-    errors: list[str | None] = [None] * len(boxes)
     im = Image.open(path)  # reads the header only; pixels are decoded below
     try:
         width, height = im.size
-        clipped = [clip_box(b, width, height) for b in boxes]
+        clipped, errors = clip_boxes(boxes, width, height)
         reductions: dict[int, list[int]] = {}
         for j, c in enumerate(clipped):
-            if c is None:
-                errors[j] = (f"box {tuple(int(v) for v in boxes[j])} lies outside the "
-                             f"{width}x{height} image")
-            else:
+            if c is not None:
                 r = draft_reduction(c[2] - c[0], c[3] - c[1], size)
                 reductions.setdefault(r, []).append(j)
         for r, members in sorted(reductions.items()):
@@ -140,35 +146,97 @@ def decode_crops(path, boxes: np.ndarray, size: int) -> tuple[np.ndarray, list[s
     return out, errors
 
 
-class CropDataset(torch.utils.data.Dataset):
-    """Item g = the crops of image group g: (unit indexes, uint8 pixels, failures)."""
+@dataclass
+class Source:
+    """One image of a batch that the main process finishes (decodes, crops or RoI-pools)."""
 
-    def __init__(self, plan: BatchPlan, paths: list[str | None], size: int):
-        self.plan, self.paths, self.size = plan, paths, size
+    image_id: int
+    path: str
+    data: torch.Tensor  # uint8: the file's bytes (1-D) when `encoded`, else (3, H, W) RGB
+    encoded: bool
+    units: np.ndarray  # (k,) the units of its boxes
+    boxes: np.ndarray  # (k, 4) their VG boxes (x, y, w, h)
+
+
+@dataclass
+class Batch:
+    """What the DataLoader yields per batch: ready crops and/or images still to finish."""
+
+    units: np.ndarray  # (n,) units of `pixels`' rows
+    pixels: torch.Tensor  # (n, S, S, 3) uint8
+    sources: list[Source] = field(default_factory=list)
+    failed: list[tuple[int, str, str]] = field(default_factory=list)  # (unit, path, error)
+
+    def pin_memory(self) -> "Batch":  # called by the DataLoader's pinning thread on CUDA
+        self.pixels = self.pixels.pin_memory()
+        for s in self.sources:
+            s.data = s.data.pin_memory()
+        return self
+
+
+#: How a worker prepares an image group: (decoder, region, decode on the device?) -> mode.
+def worker_mode(decoder: str, region: str, on_device: bool) -> str:
+    if on_device:
+        return "bytes"  # decoder gpu on CUDA: the device decodes
+    if region == "crop":
+        return "pillow-crops" if decoder == "cpu" else "torch-crops"
+    return "pillow-image" if decoder == "cpu" else "torch-image"
+
+
+class CropDataset(torch.utils.data.Dataset):
+    """Item g = image group g prepared as `mode` says (see `worker_mode`):
+    (units, uint8 crops, sources, failures)."""
+
+    def __init__(self, plan: BatchPlan, paths: list[str | None], size: int,
+                 mode: str = "pillow-crops", vg: Path | str = ""):
+        self.plan, self.paths, self.size, self.mode, self.vg = plan, paths, size, mode, vg
 
     def __len__(self) -> int:
         return len(self.plan.groups)
 
+    def _empty(self):
+        return np.zeros(0, np.int64), np.zeros((0, self.size, self.size, 3), np.uint8)
+
     def __getitem__(self, g: int):
         start, stop = (int(v) for v in self.plan.groups[g])
         units = np.arange(start, stop, dtype=np.int64)
+        boxes = self.plan.unit_box[start:stop]
+        image_id = int(self.plan.unit_image[start])
         path = self.paths[g]
+        none, no_pixels = self._empty()
         if path is None:
-            return units[:0], np.zeros((0, self.size, self.size, 3), np.uint8), \
-                [(int(u), "", "image not found under the VG folder") for u in units]
+            where = " or ".join(f"{Path(self.vg) / f / f'{image_id}.jpg'}" for f in IMAGE_FOLDERS)
+            return none, no_pixels, [], [(int(u), where, f"image {image_id}: no such file")
+                                         for u in units]
         try:
-            pixels, errors = decode_crops(path, self.plan.unit_box[start:stop], self.size)
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
-            return units[:0], np.zeros((0, self.size, self.size, 3), np.uint8), \
-                [(int(u), str(path), f"cannot decode ({e})") for u in units]
+            if self.mode == "pillow-crops":
+                pixels, errors = decode_crops(path, boxes, self.size)
+            elif self.mode == "torch-crops":
+                image = torch_image(read_bytes(path))
+                corners, errors = clip_boxes(boxes, image.shape[2], image.shape[1])
+                pixels = crop_resize(image, [c for c in corners if c is not None],
+                                     self.size).numpy()
+            else:
+                data = read_bytes(path)
+                encoded = self.mode == "bytes"
+                if not encoded:
+                    data = pillow_image(path) if self.mode == "pillow-image" else torch_image(data)
+                return none, no_pixels, [Source(image_id, str(path), data, encoded, units,
+                                                boxes)], []
+        except DECODE_ERRORS as e:
+            return none, no_pixels, [], [(int(u), str(path),
+                                          f"image {image_id}: cannot decode ({e})")
+                                         for u in units]
         ok = np.array([e is None for e in errors], dtype=bool)
-        failed = [(int(u), str(path), e) for u, e in zip(units, errors) if e is not None]
-        return units[ok], pixels[ok], failed
+        failed = [(int(u), str(path), f"image {image_id}: {e}")
+                  for u, e in zip(units, errors) if e is not None]
+        if self.mode == "pillow-crops":
+            pixels = pixels[ok]
+        return units[ok], pixels, [], failed
 
 
-def collate(items):
-    """Concatenate the groups of one batch: (units, pixels tensor, failures)."""
+def collate(items) -> Batch:
+    """Concatenate the groups of one batch."""
     units = np.concatenate([i[0] for i in items])
     pixels = torch.from_numpy(np.concatenate([i[1] for i in items]))
-    failed = [f for i in items for f in i[2]]
-    return units, pixels, failed
+    return Batch(units, pixels, [s for i in items for s in i[2]], [f for i in items for f in i[3]])

@@ -3,17 +3,25 @@
 Layout (plain h5py can read it without vprom):
 
     crop_id            int64 (N,)      sorted ascending, one row per crop id of the dataset
-    features           float16|float32 (N, D), average-pooled then L2-normalised
+    features           float16|float32 (N, D), average-pooled then L2-normalised (--pool avg)
+      or maps          float16|float32 (N, C, H, W), the last conv map per crop (--pool none),
+                       HDF5-chunked by a few crops, optionally gzip/lzf compressed
     missing_crop_id    int64 (M,)      crops whose image was missing/corrupt (rows are NaN)
-    attrs              backbone, weights, weights_sha256, input_size, pooling, normalisation,
-                       resize, dtype, feature_dim, torch/torchvision/vprom versions,
+    attrs              backbone, weights, weights_sha256, input_size, region, decode, pool,
+                       pooling, normalisation, resize, dtype, compression, feature_dim,
+                       map_shape (maps only), torch/torchvision/vprom versions,
                        complete (bool), config_hash, manifest (JSON)
 
 Only a complete file ever gets its final name (`vprom extract` assembles it from the chunk
 files under `<out>.partial/` and renames it into place); `check_complete` also refuses a
 file without the `complete` attribute or with missing rows, and the `.partial` folder.
-`load_features` returns the whole table as float32 with an `index_of` that maps crop ids to
-rows by binary search over the sorted `crop_id` column.
+
+- `load_features` returns the whole pooled table as float32 with an `index_of` that maps crop
+  ids to rows by binary search over the sorted `crop_id` column. It refuses a maps file (no
+  registered model takes maps; `vprom train` reads through it).
+- `open_maps` opens a maps file without loading it (2048 x 7 x 7 float16 is ~200 KB a crop,
+  ~22 GB for 110,000 crops): `gather` reads the maps of any crop ids, `batches` iterates over
+  the file in row order, both reading only the HDF5 chunks they need.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import numpy as np
 from vprom.errors import VpromError
 from vprom.tables import open_h5
 
-REQUIRED = ("crop_id", "features")
+STORED = ("features", "maps")  # one of them: pooled vectors, or spatial maps
 
 
 @dataclass
@@ -49,18 +57,23 @@ class Features:
 
     def index_of(self, crop_ids) -> np.ndarray:
         """Rows of `crop_ids` (any shape); VpromError naming the first id not in the file."""
-        ids = np.asarray(crop_ids, dtype=np.int64)
-        flat = ids.reshape(-1)
-        rows = np.searchsorted(self.crop_id, flat)
-        rows = np.minimum(rows, max(len(self.crop_id) - 1, 0))
-        found = (self.crop_id[rows] == flat) if len(self.crop_id) else np.zeros(len(flat), bool)
-        if not found.all():
-            first = int(flat[np.argmin(found)])
-            raise VpromError(f"{self.path}: no features for crop id {first} "
-                             f"({int((~found).sum())} of {len(flat)} ids absent); was it "
-                             "extracted from another DATASET.h5? Re-run `vprom extract` on "
-                             "the dataset you train on")
-        return rows.reshape(ids.shape)
+        return rows_of(self.crop_id, crop_ids, self.path)
+
+
+def rows_of(crop_id: np.ndarray, crop_ids, path: Path) -> np.ndarray:
+    """Rows of `crop_ids` (any shape) in the sorted `crop_id` column of `path`."""
+    ids = np.asarray(crop_ids, dtype=np.int64)
+    flat = ids.reshape(-1)
+    rows = np.searchsorted(crop_id, flat)
+    rows = np.minimum(rows, max(len(crop_id) - 1, 0))
+    found = (crop_id[rows] == flat) if len(crop_id) else np.zeros(len(flat), bool)
+    if not found.all():
+        first = int(flat[np.argmin(found)])
+        raise VpromError(f"{path}: no features for crop id {first} "
+                         f"({int((~found).sum())} of {len(flat)} ids absent); was it "
+                         "extracted from another DATASET.h5? Re-run `vprom extract` on "
+                         "the dataset you train on")
+    return rows.reshape(ids.shape)
 
 
 def _attrs(h5) -> dict:
@@ -76,10 +89,17 @@ def _attrs(h5) -> dict:
     return out
 
 
+def _stored(h5, path: Path) -> str:
+    """Which of `features` / `maps` the file holds."""
+    names = [name for name in STORED if name in h5]
+    if "crop_id" not in h5 or len(names) != 1:
+        raise VpromError(f"{path}: needs a 'crop_id' dataset and one of 'features' or 'maps'; "
+                         "not a FEATS.h5 from `vprom extract`")
+    return names[0]
+
+
 def _check_open(h5, path: Path) -> None:
-    for name in REQUIRED:
-        if name not in h5:
-            raise VpromError(f"{path}: no '{name}' dataset; not a FEATS.h5 from `vprom extract`")
+    stored = _stored(h5, path)
     if not bool(h5.attrs.get("complete", False)):
         raise VpromError(f"{path}: incomplete feature file (extraction was interrupted or is "
                          "still running); re-run `vprom extract` with the same options to "
@@ -88,8 +108,8 @@ def _check_open(h5, path: Path) -> None:
         raise VpromError(f"{path}: {int((~h5['done'][()]).sum())} rows were never extracted; "
                          "re-run `vprom extract` to finish it")
     n = h5["crop_id"].shape[0]
-    if h5["features"].shape[0] != n:
-        raise VpromError(f"{path}: features has {h5['features'].shape[0]} rows but crop_id "
+    if h5[stored].shape[0] != n:
+        raise VpromError(f"{path}: {stored} has {h5[stored].shape[0]} rows but crop_id "
                          f"has {n}; the file is corrupt, extract it again")
 
 
@@ -108,13 +128,95 @@ def load_features(path: str | Path) -> Features:
     path = Path(path)
     check_complete(path)
     with open_h5(path) as h5:
+        if "maps" in h5:
+            shape = "x".join(str(v) for v in h5["maps"].shape[1:])
+            raise VpromError(f"{path}: holds spatial maps ({shape} per crop, `vprom extract "
+                             "--pool none`), and no registered model takes maps; re-extract "
+                             "with pooled vectors (`vprom extract` without --pool none) to "
+                             "train on it, or read the maps with features.reader.open_maps")
         crop_id = h5["crop_id"][()].astype(np.int64)
         features = h5["features"][()].astype(np.float32)
         missing = (h5["missing_crop_id"][()].astype(np.int64) if "missing_crop_id" in h5
                    else np.zeros(0, np.int64))
         attrs = _attrs(h5)
+    _check_sorted(crop_id, path)
+    return Features(path=path, crop_id=crop_id, features=features, attrs=attrs,
+                    missing_crop_id=missing)
+
+
+def _check_sorted(crop_id: np.ndarray, path: Path) -> None:
     if len(crop_id) > 1 and not np.all(crop_id[1:] > crop_id[:-1]):
         raise VpromError(f"{path}: crop_id is not strictly increasing; the file was not "
                          "written by `vprom extract`, extract it again")
-    return Features(path=path, crop_id=crop_id, features=features, attrs=attrs,
-                    missing_crop_id=missing)
+
+
+class SpatialMaps:
+    """An open maps file (`--pool none`); read lazily. Use as a context manager or `close()`.
+
+        with open_maps("feats/resnet101-maps.h5") as maps:
+            x = maps.gather([12, 7, 12])            # (3, 2048, 7, 7) float32, in that order
+            for ids, block in maps.batches(256):    # the whole file, in row order
+                ...
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        check_complete(path)
+        self._h5 = open_h5(path)
+        try:
+            if "maps" not in self._h5:
+                raise VpromError(f"{path}: holds pooled features, not spatial maps; read it "
+                                 "with features.reader.load_features, or extract maps with "
+                                 "`vprom extract --pool none`")
+            self.maps = self._h5["maps"]
+            self.crop_id = self._h5["crop_id"][()].astype(np.int64)
+            self.missing_crop_id = (self._h5["missing_crop_id"][()].astype(np.int64)
+                                    if "missing_crop_id" in self._h5 else np.zeros(0, np.int64))
+            self.attrs = _attrs(self._h5)
+            _check_sorted(self.crop_id, path)
+        except BaseException:
+            self._h5.close()
+            raise
+
+    def __enter__(self) -> "SpatialMaps":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._h5.close()
+
+    def __len__(self) -> int:
+        return len(self.crop_id)
+
+    @property
+    def shape(self) -> tuple:
+        """(N, C, H, W)."""
+        return tuple(self.maps.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.maps.dtype
+
+    def index_of(self, crop_ids) -> np.ndarray:
+        return rows_of(self.crop_id, crop_ids, self.path)
+
+    def gather(self, crop_ids, dtype=np.float32) -> np.ndarray:
+        """The maps of `crop_ids` (1-D, any order, repeats allowed): (len, C, H, W)."""
+        rows = self.index_of(np.asarray(crop_ids, dtype=np.int64).reshape(-1))
+        if len(rows) == 0:
+            return np.zeros((0, *self.shape[1:]), dtype=dtype)
+        unique, back = np.unique(rows, return_inverse=True)  # h5py reads increasing rows
+        return self.maps[unique].astype(dtype, copy=False)[back.reshape(-1)]
+
+    def batches(self, batch_size: int = 256, dtype=np.float32):
+        """Yield (crop ids, maps) blocks over the whole file in row order."""
+        for start in range(0, len(self), batch_size):
+            stop = min(start + batch_size, len(self))
+            yield self.crop_id[start:stop], self.maps[start:stop].astype(dtype, copy=False)
+
+
+def open_maps(path: str | Path) -> SpatialMaps:
+    """Open a finished maps FEATS.h5 (refuses partial, incomplete and pooled files)."""
+    return SpatialMaps(Path(path))

@@ -17,7 +17,8 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
-from features.backbones import Backbone, Preprocess, read_checkpoint, register_backbone
+from features.backbones import Backbone, Preprocess, register_backbone
+from features.checkpoints import read_checkpoint
 from vprom.errors import VpromError
 
 
@@ -33,9 +34,11 @@ def _torchvision_trunk(arch: str) -> Callable[[], nn.Module]:
     return build
 
 
-def _torchvision_map(state: dict, source: str) -> dict:
+def _torchvision_map(state: dict, source: str) -> tuple[dict, list[str]]:
     # A full torchvision checkpoint carries the ImageNet classifier, which the trunk drops.
-    return {k: v for k, v in state.items() if not k.startswith("fc.")}
+    classifier = sorted(k for k in state if k.startswith("fc."))
+    notes = [f"ignored the ImageNet classifier ({', '.join(classifier)})"] if classifier else []
+    return {k: v for k, v in state.items() if not k.startswith("fc.")}, notes
 
 
 def _torchvision_imagenet(arch: str) -> Callable[[], tuple[dict, str, Path]]:

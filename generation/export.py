@@ -1,4 +1,5 @@
-"""`vprom export`: the data set as JSON lines, or in the original V-PROM release's layout.
+"""`vprom export`: the data set as JSON lines, in the original V-PROM release's layout, or as
+one `.npz` per problem.
 
 jsonl — one JSON object per matrix, in file order, carrying its full provenance:
 
@@ -11,45 +12,28 @@ Lines are streamed to a temporary file (each crop's JSON fragment is built once,
 are shared between matrices) and renamed into place when complete; `OUT.manifest.json`
 records the source's sha256. `matrix_of(record)` turns a line back into a `Matrix`.
 
-original — one folder per problem, as the original release's models expect:
+original — the release's folder layout, read by its clients unchanged
+(`generation.export_release`). npz — one PGM/RAVEN-style file per problem of one split
+(`generation.export_npz`). Both cut each distinct crop from its VG image once
+(`generation.export_crops`) and build their folder under a temporary name.
 
-    OUT/problems/<id>/1.jpg … 16.jpg   8 context panels row-major, then the 8 candidates
-    OUT/problems/<id>/label.txt        the answer as a panel number, 9..16
-    OUT/problems/<id>/meta.json        relation, element type, super-attribute, elements,
-                                       answer label and splits of the problem
-    OUT/splits/<split>/{train,val,test}.txt   problem folder names, one per line
-    OUT/crops/<crop_id>.jpg            with --symlink: each distinct crop once, and the
-                                       problem files are relative symlinks to these
-    OUT/README.txt, OUT/manifest.json
-
-Each distinct crop is cut from its VG image once (images are decoded once each, on a
-thread pool), saved as JPEG (quality 95) and then copied or linked into every problem that
-shows it. The folder is built under a temporary name and renamed when complete.
+`export` returns an `ExportSummary`: what was written where, printable.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 from tqdm import tqdm
 
+from generation.export_npz import DEFAULT_SIZE, write_npz
+from generation.export_release import FIRST_CANDIDATE_LABEL, write_release
 from vprom.errors import VpromError
-from vprom.images import ImageIndex, clip_box
-from vprom.io import (
-    atomic_dir,
-    atomic_path,
-    make_manifest,
-    manifest_path,
-    sha256_file,
-    write_json,
-)
-from vprom.records import LABEL_SEPARATOR, N_CONTEXT, N_PANELS, Matrix
+from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
+from vprom.records import LABEL_SEPARATOR, N_PANELS, Matrix
 from vprom.tables import (
     CropTable,
     MatrixTable,
@@ -58,36 +42,64 @@ from vprom.tables import (
     read_matrix_table,
 )
 
-FORMATS = ("jsonl", "original")
-JPEG_QUALITY = 95
-FIRST_CANDIDATE_LABEL = N_CONTEXT + 1  # candidates are panels 9..16
+FORMATS = ("jsonl", "original", "npz")
 MATRIX_KEYS = ("id", "relation", "element_type", "super_attribute", "answer", "splits")
 
 
+@dataclass
+class ExportSummary:
+    """What `export` wrote."""
+
+    out: Path
+    format: str
+    counts: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        c = self.counts
+        if self.format == "jsonl":
+            return f"wrote {self.out}: {c['matrices']:,} matrices as JSON lines"
+        if self.format == "original":
+            buckets = f"{c['buckets']} bucket" + ("s" if c["buckets"] != 1 else "")
+            return (f"wrote {self.out}/V-PROM: {c['problems']:,} problems in {buckets} "
+                    f"(panels: {c['panels']}), {c['crops']:,} crops, "
+                    f"{c['label_files']} label files, {c['split_lists']} split lists")
+        return (f"wrote {self.out}: {c['problems']:,} npz problems of split {c['split']} "
+                f"({c['train']:,} train, {c['val']:,} val, {c['test']:,} test; "
+                f"{c['size']}x{c['size']} panels from {c['crops']:,} crops)")
+
+
 def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | None = None,
-           symlink: bool = False) -> Path:
-    """Export DATASET.h5 as `fmt` ('jsonl' or 'original') to `out`; returns `out`."""
+           copy: bool = False, split: str = "neutral", size: int = DEFAULT_SIZE) -> ExportSummary:
+    """Export DATASET.h5 as `fmt` ('jsonl', 'original' or 'npz') to `out`.
+
+    `copy`: original layout with plain panel files instead of symbolic links. `split`,
+    `size`: the npz export's split and panel side in pixels.
+    """
     dataset, out = Path(dataset), Path(out)
     if fmt not in FORMATS:
         raise VpromError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if fmt == "original" and vg_dir is None:
-        raise VpromError(f"{dataset}: the 'original' layout holds the crops as JPEGs; pass "
-                         "--vg DIR (the Visual Genome folder holding VG_100K/)")
+    if fmt != "jsonl" and vg_dir is None:
+        raise VpromError(f"{dataset}: the {fmt!r} export holds the crops' pixels; pass --vg "
+                         "DIR (the Visual Genome folder holding VG_100K/)")
     crops, matrices = read_crop_table(dataset), read_matrix_table(dataset)
     rows = crop_rows(crops.crop_id, matrices.panels)
     if (rows < 0).any():
         bad = int(matrices.id[np.flatnonzero((rows < 0).any(axis=1))[0]])
         raise VpromError(f"{dataset}: matrix {bad} shows a crop that is not in crops; run "
                          "`vprom verify` and regenerate the data set")
-    manifest = make_manifest(f"export-{fmt}", {"format": fmt, "symlink": symlink},
-                             inputs={dataset.name: sha256_file(dataset)},
+    config = {"format": fmt, **({"copy": copy} if fmt == "original" else {}),
+              **({"split": split, "size": size} if fmt == "npz" else {})}
+    manifest = make_manifest(f"export-{fmt}", config, inputs={dataset.name: sha256_file(dataset)},
                              counts={"matrices": len(matrices)})
     if fmt == "jsonl":
         write_jsonl(crops, matrices, rows, out)
         write_json(manifest_path(out), manifest)
+        return ExportSummary(out, fmt, {"matrices": len(matrices)})
+    if fmt == "original":
+        counts = write_release(crops, matrices, rows, out, Path(vg_dir), copy, manifest)
     else:
-        write_original(crops, matrices, rows, out, Path(vg_dir), symlink, manifest)
-    return out
+        counts = write_npz(crops, matrices, rows, out, Path(vg_dir), split, size, manifest)
+    return ExportSummary(out, fmt, counts)
 
 
 # ---------------------------------------------------------------- jsonl
@@ -134,97 +146,3 @@ def matrix_of(record: dict) -> Matrix:
     part["panels"] = [p["crop_id"] for p in record["panels"]]
     part["elements"] = [p["element"] for p in record["panels"]]
     return Matrix.from_record(part)
-
-
-# ---------------------------------------------------------------- original layout
-def problem_names(ids: np.ndarray) -> list[str]:
-    """Zero-padded problem folder names that sort in id order."""
-    width = max(6, len(str(int(ids.max())))) if len(ids) else 6
-    return [f"{int(i):0{width}d}" for i in ids]
-
-
-def write_crop_files(crops: CropTable, used: np.ndarray, folder: Path, vg_dir: Path) -> None:
-    """crops/<crop_id>.jpg for every crop row in `used`; each VG image is decoded once."""
-    index = ImageIndex(vg_dir)
-    folder.mkdir(parents=True)
-    by_image: dict[int, list[int]] = {}
-    for r in used.tolist():
-        by_image.setdefault(int(crops.image_id[r]), []).append(r)
-
-    def cut(item):
-        image_id, members = item
-        path = index.path(image_id)
-        try:
-            with Image.open(path) as im:
-                im = im.convert("RGB")
-        except (OSError, ValueError) as e:
-            raise VpromError(f"{path}: cannot read image ({e}); re-download it") from None
-        for r in members:
-            box = clip_box((crops.x[r], crops.y[r], crops.w[r], crops.h[r]), im.width, im.height)
-            if box is None:
-                raise VpromError(f"{path}: crop {int(crops.crop_id[r])} lies outside the "
-                                 "image; the data set does not match these images")
-            im.crop(box).save(folder / f"{int(crops.crop_id[r])}.jpg", quality=JPEG_QUALITY)
-        return len(members)
-
-    workers = min(4, os.cpu_count() or 1)  # Pillow releases the GIL while decoding/encoding
-    with ThreadPoolExecutor(workers) as pool, tqdm(total=len(used), desc="crops", unit="crop",
-                                                   disable=None) as bar:
-        for n in pool.map(cut, sorted(by_image.items())):
-            bar.update(n)
-
-
-def problem_meta(m: MatrixTable, i: int, columns: dict[str, np.ndarray]) -> dict:
-    return {"id": int(m.id[i]), "relation": m.relation[i], "element_type": m.element_type[i],
-            "super_attribute": m.super_attribute[i], "elements": list(m.elements[i]),
-            "crop_ids": [int(p) for p in m.panels[i]],
-            "answer_label": FIRST_CANDIDATE_LABEL + int(m.answer[i]),
-            "splits": {s: columns[s][i] for s in sorted(columns)}}
-
-
-def write_original(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
-                   vg_dir: Path, symlink: bool, manifest: dict) -> None:
-    names = problem_names(m.id)
-    columns = m.part_columns()
-    with atomic_dir(out) as tmp:
-        crop_dir = tmp / ("crops" if symlink else ".crops")
-        write_crop_files(crops, np.unique(rows), crop_dir, vg_dir)
-        for i in tqdm(range(len(m)), desc="problems", unit="problem", disable=None):
-            folder = tmp / "problems" / names[i]
-            folder.mkdir(parents=True)
-            for k in range(N_PANELS):
-                source = crop_dir / f"{int(m.panels[i, k])}.jpg"
-                target = folder / f"{k + 1}.jpg"
-                if symlink:
-                    target.symlink_to(os.path.relpath(source, folder))
-                else:
-                    shutil.copyfile(source, target)
-            (folder / "label.txt").write_text(f"{FIRST_CANDIDATE_LABEL + int(m.answer[i])}\n")
-            (folder / "meta.json").write_text(json.dumps(problem_meta(m, i, columns),
-                                                         ensure_ascii=False) + "\n")
-        if not symlink:
-            shutil.rmtree(crop_dir)
-        write_split_lists(tmp / "splits", m, names)
-        (tmp / "README.txt").write_text(README.format(n=len(m)), encoding="utf-8")
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-
-
-def write_split_lists(folder: Path, m: MatrixTable, names: list[str]) -> None:
-    name_of = dict(zip(m.id.tolist(), names))
-    for split, parts in sorted(m.splits.items()):
-        (folder / split).mkdir(parents=True)
-        for part in ("train", "val", "test"):
-            ids = parts.get(part, np.zeros(0, np.int64))
-            text = "".join(f"{name_of[int(i)]}\n" for i in sorted(ids.tolist()) if int(i) in
-                           name_of)
-            (folder / split / f"{part}.txt").write_text(text)
-
-
-README = """V-PROM problems exported by `vprom export --format original` ({n:,} problems).
-
-problems/<id>/1.jpg ... 16.jpg  panels 1-8: the context, row-major (the 9th cell is missing);
-                                panels 9-16: the 8 candidate answers
-problems/<id>/label.txt         the correct panel, 9..16
-problems/<id>/meta.json         relation, element type, super-attribute, elements, splits
-splits/<split>/<part>.txt       the problem folders of each part (train, val, test)
-"""

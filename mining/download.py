@@ -1,55 +1,44 @@
-"""Fetch Visual Genome: resumable, size-checked downloads and safe unpacking.
+"""Fetch Visual Genome: resumable, verified downloads and safe unpacking, even from a bad mirror.
 
 Files (Visual Genome v1.2/v1.4 as published; `--base-url` fetches every file from one mirror
 folder instead, as `base_url + "/" + name`):
 
 - annotations, from VG's dataset folder: `image_data.json.zip`, `objects.json.zip`,
   `attributes.json.zip`, `region_descriptions.json.zip`. They stay zipped (~1 GB instead of
-  ~2 GB): the miner streams the single JSON member out of the zip. Each is checked once, after
-  download, to be a readable zip whose members' CRCs match.
+  ~2 GB): the miner streams the single JSON member out of the zip.
 - images (unless `images=False`): `images.zip` -> `VG_100K/`, `images2.zip` -> `VG_100K_2/`.
 
-Download algorithm, per file: a complete file only ever appears under its final name (an
-existing one is skipped). Bytes go to `NAME.part`; a rerun or a retry after a dropped
-connection asks for `Range: bytes=N-` where N is the size of the part. If the server answers
-206 with a Content-Range starting at N the bytes are appended; if it answers 200 (it ignores
-Range) the part is truncated and written from 0; 416 means the part already holds the whole
-file. The expected size comes from Content-Range's total or Content-Length; a part that ends
-short is retried (bounded, with a growing pause), a part that overshoots the size is deleted
-and refused. The sha256 of each finished file is recorded (one extra read of the file).
-
-Unpacking, per image zip: every entry is checked before anything is written - entries that
-are absolute, carry a drive letter, climb out with `..`, or are symlinks (S_IFLNK in the
-external attributes) make the whole archive refused. Entries are extracted into a temporary
-folder beside the target, and its top-level folders are renamed into place when all is done;
-a marker file `.NAME.unpacked` records completion so a rerun skips both the download and the
-unpack. The image zip is deleted after a successful unpack unless `keep_zips=True`.
-
-`download.manifest.json` in the output folder records, for every file obtained so far, its
-URL, size and sha256.
+Per file, in order (HTTP in `mining.fetch`, zips in `mining.archives`):
+1. skip it when it was finished before: an image zip whose unpack marker is there, or a file
+   under its final name that the manifest records with that size. A file under its final
+   name that the manifest does not record (placed by hand, or left by a killed run) is
+   checked like a fresh download before it is trusted.
+2. download it through `NAME.part`, resumably, within the size, deadline, speed, redirect and
+   free-space bounds of `mining.fetch`; its size and, where known, SHA-256 must be the
+   expected ones (`expected`, by default the official values pinned in
+   `mining/data/vg_files.json`; a mismatch goes to `NAME.bad`).
+3. check the zip (`mining.archives`): an annotation zip must hold exactly its one JSON, read
+   back with every CRC; an image zip may create only its folder and is unpacked. A corrupt
+   or unsafe archive is moved to `NAME.bad` (the next run fetches it again); running out of
+   space keeps it.
+4. record it in `download.manifest.json` (URL, size, sha256) only then. The image zip is
+   deleted after a successful unpack unless `keep_zips=True`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
-import shutil
-import stat
-import tempfile
-import time
-import zipfile
-import zlib
+import sys
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
-from typing import Mapping
+from pathlib import Path
+from typing import Callable, Mapping
 
-import requests
 from tqdm import tqdm
 
+from mining import archives
 from vprom.errors import VpromError
-from vprom.io import make_manifest, manifest_path, write_json
+from vprom.io import make_manifest, manifest_path, sha256_file, write_json
 
 ANNOTATION_URL = "https://homes.cs.washington.edu/~ranjay/visualgenome/data/dataset"
 IMAGE_URL = "https://cs.stanford.edu/people/rak248/VG_100K_2"
@@ -61,11 +50,10 @@ ANNOTATIONS = (
 )
 IMAGES = {"images.zip": "VG_100K", "images2.zip": "VG_100K_2"}
 MANIFEST = "download"   # -> download.manifest.json
-
-_CHUNK = 1 << 16   # small enough that a dropped connection loses little of the part
-_RETRYABLE = (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError)
-_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
-_DRIVE = re.compile(r"^[A-Za-z]:")
+PINNED = Path(__file__).parent / "data" / "vg_files.json"
+DEFAULT_DEADLINE = 6 * 3600.0   # images.zip (9.7 GB) needs 450 kB/s to finish in time
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?)\s*(s|m|min|h)?\s*")
 
 
 @dataclass
@@ -90,7 +78,7 @@ class DownloadSummary:
         return "\n".join(lines)
 
 
-def _human(n: int) -> str:
+def _human(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1000 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -103,53 +91,111 @@ def download(
     base_url: str | None = None,
     images: bool = True,
     *,
+    expected: Mapping | None = None,
+    deadline: float = DEFAULT_DEADLINE,
     retries: int = 5,
     retry_wait: float = 2.0,
     timeout: float = 60.0,
+    min_speed: float = 1000.0,
+    speed_window: float = 60.0,
+    max_redirects: int = 5,
     keep_zips: bool = False,
-    expected_sizes: Mapping[str, int] | None = None,
-    session: requests.Session | None = None,
+    session=None,
+    log: Callable[[str], None] | None = None,
 ) -> DownloadSummary:
-    """Fetch VG's annotation zips (and image zips, unpacked) into `out`; see the module doc."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    session = session or _session()
+    """Fetch VG's annotation zips (and image zips, unpacked) into `out`; see the module doc.
+
+    `expected` maps file names to `Expected` (or dicts with "bytes"/"sha256"); None means
+    the official values of `mining/data/vg_files.json`. `deadline` (seconds) bounds each
+    file; `min_speed` (bytes/s over `speed_window` seconds) ends a trickling transfer early
+    (it is retried, and resumes). `log` receives notices such as redirects (default: stderr).
+    """
+    # requests is imported only when a download runs, so `vprom --help` stays quick
+    from mining import fetch
+
+    if base_url is not None:
+        fetch.check_url(base_url)
+    wanted = load_expected() if expected is None else _as_expected(expected, "expected")
+    if deadline <= 0:
+        raise VpromError(f"deadline must be positive, got {deadline}")
+    policy = fetch.Policy(retries=retries, retry_wait=retry_wait, timeout=timeout,
+                          deadline=deadline, min_speed=min_speed, speed_window=speed_window,
+                          max_redirects=max_redirects)
+    out = _out_folder(Path(out))
+    http = session or fetch.session()
+    log = log or _stderr
     summary = DownloadSummary(out)
     records = _read_records(out)
-    names = list(ANNOTATIONS) + (list(IMAGES) if images else [])
-    for name in names:
+    for name in list(ANNOTATIONS) + (list(IMAGES) if images else []):
         url = _url(name, base_url)
-        if name in IMAGES and _marker(out, name).exists():
+        want = wanted.get(name, fetch.Expected())
+        dest = out / name
+        if name in IMAGES and archives.marker_path(out, name).exists():
             summary.skipped.append(name)
             continue
-        dest = out / name
-        if dest.exists():
-            summary.skipped.append(name)
-            if name not in records:   # placed by hand: record it once
-                records[name] = {"url": url, "bytes": dest.stat().st_size,
-                                 "sha256": _sha256(dest)}
-        else:
-            fetched, sha = _fetch(session, url, dest, retries=retries, retry_wait=retry_wait,
-                                  timeout=timeout, expected=(expected_sizes or {}).get(name))
-            _verify_zip(dest)
-            summary.fetched.append(name)
-            summary.bytes_fetched += fetched
-            records[name] = {"url": url, "bytes": dest.stat().st_size, "sha256": sha}
+        was_recorded = name in records
+        record = records.pop(name, None)   # recorded again only once it has passed
+        try:
+            if dest.exists():
+                summary.skipped.append(name)
+                if record is None or record.get("bytes") != dest.stat().st_size:
+                    record = {"url": url, "bytes": dest.stat().st_size,
+                              "sha256": _check_present(dest, want)}
+                    _check_archive(dest, out, name)
+                elif name in IMAGES:   # kept zip whose unpack marker is gone
+                    _check_archive(dest, out, name)
+            else:
+                got = fetch.fetch(http, url, dest, want, policy, log)
+                summary.fetched.append(name)
+                summary.bytes_fetched += got.received
+                record = {"url": url, "bytes": dest.stat().st_size, "sha256": got.sha256}
+                if got.url != url:
+                    record["redirected_to"] = got.url
+                _check_archive(dest, out, name)
+        except VpromError:
+            if was_recorded:   # a recorded file that failed is no longer recorded
+                _write_records(out, base_url, images, records)
+            raise
         if name in IMAGES:
-            unpack(dest, out, IMAGES[name])
             summary.unpacked.append(f"{name} -> {IMAGES[name]}/")
             if not keep_zips:
                 dest.unlink()
+        records[name] = record
         _write_records(out, base_url, images, records)
     return summary
 
 
-def _session() -> requests.Session:
-    from vprom import __version__
+def _check_archive(dest: Path, out: Path, name: str) -> None:
+    """Verify an annotation zip, or unpack an image zip; a bad archive goes to NAME.bad."""
+    if name in IMAGES:
+        archives.unpack(dest, out, archives.images_layout(IMAGES[name]))
+    else:
+        archives.verify(dest, archives.json_layout(name[: -len(".zip")]))
 
-    session = requests.Session()
-    session.headers["User-Agent"] = f"vprom/{__version__} (V-PROM benchmark builder)"
-    return session
+
+def _check_present(dest: Path, want) -> str:
+    """A file found under its final name must have the expected size and hash; its sha256."""
+    size = dest.stat().st_size
+    sha = sha256_file(dest) if want.bytes is None or size == want.bytes else ""
+    for what, have, must in (("bytes", size, want.bytes), ("sha256", sha, want.sha256)):
+        if must is not None and have != must:
+            bad = archives.quarantine(dest)
+            raise VpromError(f"{dest}: has {what} {have}, but the file must have {must} "
+                             f"({want.source}); moved to {bad.name} - rerun `vprom download` "
+                             "to fetch it again (or pass --expected FILE for a mirror's files)")
+    return sha
+
+
+def _out_folder(out: Path) -> Path:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise VpromError(f"--out {out}: exists and is not a folder (or a part of its path is "
+                         "a file); pass a folder") from None
+    except OSError as e:
+        raise VpromError(f"--out {out}: cannot create it ({e.strerror}); pass a folder you "
+                         "can write to") from None
+    return out
 
 
 def _url(name: str, base_url: str | None) -> str:
@@ -158,210 +204,62 @@ def _url(name: str, base_url: str | None) -> str:
     return (IMAGE_URL if name in IMAGES else ANNOTATION_URL) + "/" + name
 
 
-# ---------------------------------------------------------------------------- downloading
-def _fetch(session, url: str, dest: Path, *, retries: int, retry_wait: float, timeout: float,
-           expected: int | None) -> tuple[int, str]:
-    """Download url to dest through dest.part; return (bytes received now, sha256)."""
-    part = dest.with_name(dest.name + ".part")
-    received = [0]   # body bytes of every attempt, failed ones included
-    for attempt in range(retries + 1):
-        try:
-            total = _fetch_once(session, url, part, timeout, expected, received)
-        except _RETRYABLE as e:
-            if attempt == retries:
-                raise VpromError(f"{url}: download failed after {retries + 1} attempts ({e}); "
-                                 f"check the network and rerun `vprom download`"
-                                 + _resume_note(part)) from None
-            time.sleep(retry_wait * (attempt + 1))
-            continue
-        size = part.stat().st_size
-        if total is not None and size < total:   # the server closed early without an error
-            if attempt == retries:
-                raise VpromError(f"{url}: got {size} of {total} bytes after {retries + 1} "
-                                 "attempts; rerun `vprom download`" + _resume_note(part))
-            time.sleep(retry_wait * (attempt + 1))
-            continue
-        _check_size(url, part, size, total, expected)
-        sha = _sha256(part)
-        os.replace(part, dest)
-        return received[0], sha
-    raise AssertionError("unreachable: the loop returns or raises")
+def _stderr(message: str) -> None:
+    tqdm.write(message, file=sys.stderr)
 
 
-def _resume_note(part: Path) -> str:
-    if part.exists() and part.stat().st_size:
-        return f" (it resumes from {part.name}, {part.stat().st_size} bytes kept)"
-    return ""
+# ------------------------------------------------------------------ expected sizes, hashes
+def load_expected(path: Path | None = None) -> dict:
+    """The sizes and SHA-256 the files must have: a user's `--expected` file, or the pins.
 
-
-def _fetch_once(session, url: str, part: Path, timeout: float, expected: int | None,
-                received: list[int]) -> int | None:
-    """One request: append to (or restart) the part; return the file's total size if known."""
-    offset = part.stat().st_size if part.exists() else 0
-    headers = {"Range": f"bytes={offset}-"} if offset else {}
-    with session.get(url, headers=headers, stream=True, timeout=timeout) as response:
-        if response.status_code == 416:   # the part already holds every byte
-            total = _range_total(response.headers.get("Content-Range", ""))
-            if total is not None and total == offset:
-                return total
-            part.unlink()   # an unrelated or over-long part: start again
-            raise requests.ConnectionError(f"HTTP 416 for a {offset}-byte part; restarting")
-        if response.status_code >= 500:
-            raise requests.ConnectionError(f"HTTP {response.status_code}")
-        if response.status_code not in (200, 206):
-            raise VpromError(f"{url}: HTTP {response.status_code} {response.reason}; check the "
-                             "address (a mirror passed with --base-url must hold every file)")
-        offset, total = _resume_point(response, offset, expected)
-        mode = "ab" if offset else "wb"
-        with open(part, mode) as f, _progress(part, total, offset) as bar:
-            for chunk in response.iter_content(_CHUNK):
-                f.write(chunk)
-                received[0] += len(chunk)
-                bar.update(len(chunk))
-        return total
-
-
-def _resume_point(response, offset: int, expected: int | None) -> tuple[int, int | None]:
-    """Where to write the body (offset or 0) and the file's total size if known."""
-    if response.status_code == 206:
-        match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
-        if match and int(match.group(1)) == offset:
-            total = None if match.group(3) == "*" else int(match.group(3))
-            return offset, total if total is not None else expected
-        raise requests.ConnectionError("206 with an unexpected Content-Range; restarting")
-    length = response.headers.get("Content-Length")
-    total = int(length) if length and length.isdigit() else expected
-    return 0, total   # 200: the server ignored Range (or there was none): write from 0
-
-
-def _range_total(content_range: str) -> int | None:
-    match = re.match(r"bytes\s+\*/(\d+)", content_range)
-    return int(match.group(1)) if match else None
-
-
-def _check_size(url: str, part: Path, size: int, total: int | None, expected: int | None) -> None:
-    for what, want in (("the server announced", total), ("the known size is", expected)):
-        if want is not None and size != want:
-            part.unlink()
-            raise VpromError(f"{url}: received {size} bytes but {what} {want}; the partial file "
-                             "was deleted - rerun `vprom download`, or try another --base-url")
-
-
-def _progress(part: Path, total: int | None, offset: int):
-    name = part.name[: -len(".part")]
-    return tqdm(total=total, initial=offset, unit="B", unit_scale=True, desc=name,
-                disable=None, leave=False)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(_CHUNK):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _verify_zip(path: Path) -> None:
-    """A downloaded zip must open and its members' CRCs must match (images: done at unpack)."""
-    if path.name in IMAGES:
-        return
-    try:
-        with zipfile.ZipFile(path) as zf:
-            bad = zf.testzip()
-    except (zipfile.BadZipFile, OSError) as e:
-        path.unlink()
-        raise VpromError(f"{path}: not a readable zip ({e}); deleted - "
-                         "rerun `vprom download`") from None
-    if bad is not None:
-        path.unlink()
-        raise VpromError(f"{path}: entry {bad!r} fails its CRC check; deleted - "
-                         "rerun `vprom download`")
-
-
-# ------------------------------------------------------------------------------ unpacking
-def _marker(out: Path, name: str) -> Path:
-    return out / f".{name}.unpacked"
-
-
-def unpack(archive: Path, out: Path, folder: str | None = None) -> list[str]:
-    """Extract archive's entries under out, safely; return the top-level names placed.
-
-    Skipped when the marker of a previous complete unpack is there. `folder` names the
-    top-level folder the archive is expected to create (it is only reported, not enforced).
+    The file is JSON: {"files": {"images.zip": {"bytes": 9731705982, "sha256": "..."}, ...}};
+    null means not known. With a file of one's own, the official pins are not used at all.
     """
-    archive, out = Path(archive), Path(out)
-    marker = _marker(out, archive.name)
-    if marker.exists():
-        return json.loads(marker.read_text(encoding="utf-8"))["placed"]
+    source = Path(path) if path is not None else PINNED
     try:
-        zf = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, OSError) as e:
-        raise VpromError(f"{archive}: not a readable zip ({e}); delete it and rerun "
-                         "`vprom download`") from None
-    with zf:
-        infos = zf.infolist()
-        for info in infos:
-            _check_entry(archive, info)
-        placed = _extract(zf, archive, infos, out)
-    marker.write_text(json.dumps({"archive": archive.name, "entries": len(infos),
-                                  "placed": placed, "folder": folder}) + "\n", encoding="utf-8")
-    return placed
+        data = json.loads(source.read_text(encoding="utf-8"))
+        files = data["files"]
+    except FileNotFoundError:
+        raise VpromError(f"--expected {source}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise VpromError(f"--expected {source}: not a JSON object with a \"files\" mapping "
+                         f"({type(e).__name__}: {e}); see mining/data/vg_files.json") from None
+    label = "pinned in mining/data/vg_files.json" if path is None else f"from {source}"
+    return _as_expected(files, str(source), label)
 
 
-def _check_entry(archive: Path, info: zipfile.ZipInfo) -> None:
-    """Refuse entries that could write outside the target folder."""
-    name = info.filename
-    posix = name.replace("\\", "/")
-    mode = info.external_attr >> 16
-    problem = None
-    if stat.S_ISLNK(mode):
-        problem = "is a symbolic link"
-    elif posix.startswith("/"):
-        problem = "has an absolute path"
-    elif _DRIVE.match(posix):
-        problem = "has a drive letter"
-    elif ".." in PurePosixPath(posix).parts:
-        problem = "climbs out of the target folder with '..'"
-    elif not posix.strip("/"):
-        problem = "has an empty name"
-    if problem:
-        raise VpromError(f"{archive}: entry {name!r} {problem}; the archive is unsafe - delete "
-                         "it and download it again from a trusted source")
+def _as_expected(files, where: str, label: str = "as passed") -> dict:
+    from mining.fetch import Expected
+
+    if not isinstance(files, Mapping):
+        raise VpromError(f"{where}: \"files\" must map file names to sizes and hashes")
+    known = set(ANNOTATIONS) | set(IMAGES)
+    result = {}
+    for name, entry in files.items():
+        if name not in known:
+            raise VpromError(f"{where}: unknown file {name!r}; the files are "
+                             + ", ".join(sorted(known)))
+        if isinstance(entry, Expected):
+            result[name] = entry
+            continue
+        size = entry.get("bytes") if isinstance(entry, Mapping) else 0
+        sha = entry.get("sha256") if isinstance(entry, Mapping) else 0
+        size_ok = size is None or (type(size) is int and size > 0)
+        sha_ok = sha is None or (isinstance(sha, str) and _SHA256.fullmatch(sha) is not None)
+        if not (size_ok and sha_ok):
+            raise VpromError(f"{where}: {name!r} must be {{\"bytes\": a positive integer or "
+                             f"null, \"sha256\": 64 lowercase hex digits or null}}, got {entry!r}")
+        result[name] = Expected(size, sha, label)
+    return result
 
 
-def _extract(zf: zipfile.ZipFile, archive: Path, infos, out: Path) -> list[str]:
-    """Extract into a temporary folder beside out, then rename each top-level entry in."""
-    for stale in sorted(out.glob(f".{archive.name}.*.unpack")):   # left by a killed run
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{archive.name}.", suffix=".unpack", dir=out))
-    try:
-        total = sum(i.file_size for i in infos)
-        with tqdm(total=total, unit="B", unit_scale=True, desc=f"unpack {archive.name}",
-                  disable=None, leave=False) as bar:
-            for info in infos:
-                target = tmp.joinpath(*PurePosixPath(info.filename.replace("\\", "/")).parts)
-                if info.is_dir():
-                    target.mkdir(parents=True, exist_ok=True)
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    with zf.open(info) as src, open(target, "wb") as dst:
-                        shutil.copyfileobj(src, dst, _CHUNK)
-                except (zipfile.BadZipFile, zlib.error, OSError) as e:
-                    raise VpromError(f"{archive}: entry {info.filename!r} is corrupt ({e}); "
-                                     "delete the archive and rerun `vprom download`") from None
-                bar.update(info.file_size)
-        placed = sorted(p.name for p in tmp.iterdir())
-        for name in placed:
-            final = out / name
-            if final.is_dir() and not final.is_symlink():
-                shutil.rmtree(final)   # left by an unpack that never finished (no marker)
-            elif final.exists() or final.is_symlink():
-                final.unlink()
-            os.replace(tmp / name, final)
-        return placed
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+def parse_duration(text: str) -> float:
+    """Seconds from "90", "90s", "30m" or "8h"; refuses zero, negatives and other text."""
+    match = _DURATION.fullmatch(text)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"not a positive duration: {text!r} (e.g. 3600, 90m, 8h)")
+    scale = {"h": 3600.0, "m": 60.0, "min": 60.0}.get(match.group(2) or "s", 1.0)
+    return float(match.group(1)) * scale
 
 
 # ------------------------------------------------------------------------------- manifest
@@ -374,8 +272,9 @@ def _read_records(out: Path) -> dict:
     if not path.exists():
         return {}
     try:
-        return dict(json.loads(path.read_text(encoding="utf-8"))["config"]["files"])
-    except (json.JSONDecodeError, KeyError, TypeError):
+        files = json.loads(path.read_text(encoding="utf-8"))["config"]["files"]
+        return {k: v for k, v in files.items() if isinstance(v, dict)}
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
         return {}   # an unreadable record is rebuilt from the files on disk
 
 

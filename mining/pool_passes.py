@@ -196,7 +196,7 @@ def mine_objects(paths: dict, min_side: int, vocab, position: int = 0) -> Part:
 
 def _image_sizes(path: Path, inputs: dict) -> dict[int, tuple[int, int]]:
     sources: list = []
-    sizes = {i.image_id: (i.width, i.height) for i in readers.read_images(path, source_out=sources)}
+    sizes = readers.image_sizes(path, source_out=sources)
     inputs[path.name] = sources[0].sha256
     return sizes
 

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import multiprocessing.connection
 import time
 from pathlib import Path
 
 import numpy as np
 
-from mining import readers
+from mining import processes, readers
 from mining.pool_passes import ELEMENT_TYPES, Part, mine_counts, mine_objects
 from mining.pool_report import MineReport, report_data, side_path
 from vprom.errors import VpromError
@@ -73,34 +72,29 @@ def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers:
 def _run_parts(paths: dict, min_side: int, vocab, workers: int) -> list[Part]:
     """Both passes, in two spawned processes (workers >= 2) or one after the other here.
 
-    Plain processes and pipes rather than a Pool: a worker that dies (killed, out of memory)
-    shows up as end-of-file on its pipe instead of a result that never comes, and when one
-    pass fails the other is stopped at once instead of parsing its file to the end.
+    Plain processes and pipes rather than a Pool (`mining.processes`): a worker that dies
+    (killed, out of memory) shows up as end-of-file on its pipe instead of a result that
+    never comes; when one pass fails, or Ctrl-C or SIGTERM stops the command, the other is
+    stopped at once instead of parsing its file to the end.
     """
     passes = (mine_objects, mine_counts)
     if workers < 2:
         return [fn(paths, min_side, vocab, i) for i, fn in enumerate(passes)]
-    ctx = multiprocessing.get_context("spawn")  # safe with h5py/threads, same on every OS
     procs, conns = [], []
     try:
         for i, fn in enumerate(passes):
-            receive, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_child, args=(send, fn, paths, min_side, vocab, i),
-                               name=f"vprom-{fn.__name__.replace('_', '-')}")
-            proc.start()
-            send.close()
-            procs.append(proc)
+            receive, send = processes.context().Pipe(duplex=False)
             conns.append(receive)
+            processes.start(procs, _child, (send, fn, paths, min_side, vocab, i),
+                           f"vprom-{fn.__name__.replace('_', '-')}")
+            send.close()
         results: dict = {}
         while len(results) < len(conns):
             for conn in multiprocessing.connection.wait([c for c in conns if c not in results]):
                 results[conn] = _receive(conn, procs[conns.index(conn)])
         return [results[c] for c in conns]
     finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-            proc.join()
+        processes.stop(procs)
 
 
 def _child(conn, fn, paths: dict, min_side: int, vocab, position: int) -> None:
@@ -114,20 +108,13 @@ def _child(conn, fn, paths: dict, min_side: int, vocab, position: int) -> None:
     try:
         result = ("ok", fn(paths, min_side, vocab, position))
     except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
-        result = ("error", e if isinstance(e, VpromError) else
-                  RuntimeError(f"{type(e).__name__}: {e}"))
+        result = ("error", processes.failure(e))
     conn.send(result)
     conn.close()
 
 
 def _receive(conn, proc) -> Part:
-    try:
-        status, value = conn.recv()
-    except EOFError:
-        proc.join()
-        raise VpromError(f"vprom mine: worker {proc.name} died (exit code {proc.exitcode}) "
-                         "without a result; was it killed, or out of memory? Run again, or "
-                         "with --workers 1 to see the failure here") from None
+    status, value = processes.receive(conn, proc)
     if status == "error":
         raise value
     return value

@@ -19,8 +19,9 @@ The schema drifted between VG releases; the readers absorb the known variants:
 - boxes: objects use `x, y, w, h`, regions use `x, y, width, height`.
 
 Broken input becomes a `VpromError` naming the file and the record: invalid or truncated JSON
-(index of the last image record read, its id, and the byte offset), and records missing a key
-the pipeline needs (file, image id, object/region id, key).
+(index of the last image record read, its id, and the byte offset), records missing a key
+the pipeline needs (file, image id, object/region id, key), and an image listed twice in
+image_data.json (both records).
 """
 
 from __future__ import annotations
@@ -286,24 +287,51 @@ def _object_slow(item, source: Source, image_id: int, position: int) -> VGObject
 
 
 # ---------------------------------------------------------------- readers
-def read_images(path: str | Path, progress=None,
-                source_out: list | None = None) -> Iterator[ImageInfo]:
-    """image_data.json: one ImageInfo per image (id, width, height)."""
+def _image_records(path: str | Path, what: str, progress,
+                   source_out: list | None) -> Iterator[tuple[Source, int, int, dict]]:
+    """(source, index, image id, record) for each image record of the file at `path`.
+
+    The opened `Source` is appended to `source_out`, so callers can read its sha256 once the
+    iterator is exhausted.
+    """
     with Source(path, progress) as source:
         if source_out is not None:
             source_out.append(source)
-        for index, record in _records(source, "image_data.json"):
-            image_id = _image_id(record, source, index)
-            try:
-                yield ImageInfo(image_id, int(record["width"]), int(record["height"]))
-            except (KeyError, TypeError, ValueError):
-                raise VpromError(f"{source.path}: image {image_id} (record #{index}) lacks a "
-                                 "numeric 'width'/'height'; re-download image_data.json") from None
+        for index, record in _records(source, what):
+            yield source, index, _image_id(record, source, index), record
 
 
-def image_sizes(path: str | Path) -> dict[int, tuple[int, int]]:
-    """image id -> (width, height) for every image of image_data.json (~108k entries)."""
-    return {info.image_id: (info.width, info.height) for info in read_images(path)}
+def read_images(path: str | Path, progress=None,
+                source_out: list | None = None) -> Iterator[ImageInfo]:
+    """image_data.json: one ImageInfo per image (id, width, height)."""
+    for source, index, image_id, record in _image_records(path, "image_data.json", progress,
+                                                          source_out):
+        try:
+            yield ImageInfo(image_id, int(record["width"]), int(record["height"]))
+        except (KeyError, TypeError, ValueError):
+            raise VpromError(f"{source.path}: image {image_id} (record #{index}) lacks a "
+                             "numeric 'width'/'height'; re-download image_data.json") from None
+
+
+def image_sizes(path: str | Path, source_out: list | None = None) -> dict[int, tuple[int, int]]:
+    """image id -> (width, height) for every image of image_data.json (~108k entries).
+
+    An image listed twice is refused: which of its sizes the boxes were drawn on cannot be
+    told, and keeping either would clip crops to a guess.
+    """
+    sizes: dict[int, tuple[int, int]] = {}
+    for index, info in enumerate(read_images(path, source_out=source_out)):
+        size = (info.width, info.height)
+        if info.image_id in sizes:
+            first = next(i for i, seen in enumerate(read_images(path))
+                         if seen.image_id == info.image_id)
+            (w, h) = sizes[info.image_id]
+            raise VpromError(f"{path}: image id {info.image_id} is listed twice, in record "
+                             f"#{first} ({w}x{h}) and record #{index} ({size[0]}x{size[1]}); "
+                             "each image must appear once — re-download image_data.json, or "
+                             "remove the wrong record")
+        sizes[info.image_id] = size
+    return sizes
 
 
 def read_objects(path: str | Path, progress=None, key: str = "objects",
@@ -315,21 +343,17 @@ def read_objects(path: str | Path, progress=None, key: str = "objects",
     to `source_out` so callers can read its sha256 once the iterator is exhausted.
     """
     what = "objects.json" if key == "objects" else "attributes.json"
-    with Source(path, progress) as source:
-        if source_out is not None:
-            source_out.append(source)
-        for index, record in _records(source, what):
-            image_id = _image_id(record, source, index)
-            items = record.get(key)
-            if items is None and key == "attributes":
-                items = record.get("objects")  # some re-packagings name the list "objects"
-            if items is None:
-                items = ()
-            if not isinstance(items, list):
-                raise VpromError(f"{source.path}: image {image_id}: '{key}' is not a list; "
-                                 f"is this Visual Genome's {what}?")
-            yield ImageObjects(index, image_id,
-                               [_object(item, source, image_id, i) for i, item in enumerate(items)])
+    for source, index, image_id, record in _image_records(path, what, progress, source_out):
+        items = record.get(key)
+        if items is None and key == "attributes":
+            items = record.get("objects")  # some re-packagings name the list "objects"
+        if items is None:
+            items = ()
+        if not isinstance(items, list):
+            raise VpromError(f"{source.path}: image {image_id}: '{key}' is not a list; "
+                             f"is this Visual Genome's {what}?")
+        yield ImageObjects(index, image_id,
+                           [_object(item, source, image_id, i) for i, item in enumerate(items)])
 
 
 def read_attributes(path: str | Path, progress=None,
@@ -341,14 +365,11 @@ def read_attributes(path: str | Path, progress=None,
 def read_regions(path: str | Path, progress=None,
                  source_out: list | None = None) -> Iterator[ImageRegions]:
     """region_descriptions.json: per image, its regions (id, phrase, x, y, width, height)."""
-    with Source(path, progress) as source:
-        if source_out is not None:
-            source_out.append(source)
-        for index, record in _records(source, "region_descriptions.json"):
-            image_id = _image_id(record, source, index)
-            items = record.get("regions") or ()
-            yield ImageRegions(index, image_id, [_region(item, source, image_id, i)
-                                                 for i, item in enumerate(items)])
+    for source, index, image_id, record in _image_records(path, "region_descriptions.json",
+                                                          progress, source_out):
+        items = record.get("regions") or ()
+        yield ImageRegions(index, image_id, [_region(item, source, image_id, i)
+                                             for i, item in enumerate(items)])
 
 
 def _region(item, source: Source, image_id: int, position: int) -> Region:

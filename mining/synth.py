@@ -8,36 +8,51 @@ for Visual Genome when reporting results.
 Output folder (VG's v1.2/v1.4 names and schemas):
 
     image_data.json           [{width, url, height, image_id, coco_id, flickr_id}]
+                              (url names the image's folder; coco/flickr ids int or null)
     objects.json              [{image_id, objects: [{synsets, h, object_id, merged_object_ids,
                                                      names, w, y, x}], image_url}]      (v1.4)
     attributes.json           [{image_id, attributes: [{synsets, h, object_id, names, w,
                                                         [attributes], y, x}]}]          (v1.2)
     region_descriptions.json  [{regions: [{region_id, width, height, image_id, phrase, y, x}],
                                 id}]
-    VG_100K/<image_id>.jpg
+    scene_graphs.json         [{relationships: [{synsets, predicate, relationship_id,
+                                                 object_id, subject_id}], image_id,
+                                objects: [{synsets, h, object_id, names, w, [attributes],
+                                           y, x}]}]
+    relationships.json        [{relationships: [{predicate, object, relationship_id, synsets,
+                                                 subject}], image_id}]                  (v1.4)
+    question_answers.json     [{id, qas: [{a_objects, question, image_id, qa_id, answer,
+                                           q_objects}]}]
+    synsets.json              [{synset_definition, synset_name}]
+    VG_100K/<image_id>.jpg, VG_100K_2/<image_id>.jpg
     synth_truth.json          not VG: the injected noise and the pools the miner must recover
 
 Writing. Each image is planned and drawn from its own generator (`mining.synth_plan`; what
-it may show and which noise it carries: `mining.synth_spec`), so a process pool renders the
-images in any order: each worker saves its JPEG and returns the image's four records as
-JSON text, and the parent appends them, in image order, to the four files, written like
-VG's (`json.dumps` with its default separators, one line per file). The files are therefore
-byte-identical to a one-process run. `synth_truth.json` adds the expected pools (element
-type → super-attribute → element → crops, and the ids of their sources), the noise (kind →
-effect and ids), the miner rules assumed, and the sha256 of every output. The folder
-replaces `out` only when complete.
+it may show and which noise it carries: `mining.synth_spec`; its folder, outside ids, scene
+graph, relationships and questions: `mining.synth_vg`, from a generator of their own), so
+worker processes render the images in any order (`mining.processes.ordered_map`, which a
+Ctrl-C never leaves hanging): each worker saves its JPEG and returns the image's seven
+records as JSON text, and the parent appends them, in image order, to the
+seven per-image files, written like VG's (`json.dumps` with its default separators, one
+line per file); synsets.json, the synsets all images name, is written last. The files are
+therefore byte-identical to a one-process run. `synth_truth.json` adds the expected pools
+(element type → super-attribute → element → crops, and the ids of their sources), the noise
+(kind → effect and ids), what the VG-only files hold (`vg`: the images in VG_100K_2, those
+with COCO and Flickr ids, relationship, question and synset counts), the miner rules
+assumed, and the sha256 of every output. The folder replaces `out` only when complete.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from mining import synth_vg
+from mining.processes import ordered_map
 from mining.synth_plan import HEIGHT, WIDTH, render_image
 from mining.synth_spec import NOISE_EFFECTS, RULES, check_vocabulary
 from vprom.errors import VpromError
@@ -45,9 +60,12 @@ from vprom.io import atomic_dir, sha256_file
 from vprom.records import MIN_SIDE
 
 JPEG_QUALITY = 90
-URL = "https://cs.stanford.edu/people/rak248/VG_100K/{}.jpg"
 TRUTH = "synth_truth.json"
+#: The four files `vprom mine` reads.
 FILES = ("image_data.json", "objects.json", "attributes.json", "region_descriptions.json")
+#: Every file written one record per image, in image order, and then synsets.json.
+PER_IMAGE_FILES = FILES + synth_vg.FILES
+ALL_FILES = PER_IMAGE_FILES + (synth_vg.SYNSETS,)
 
 
 def _dumps(obj) -> str:
@@ -56,19 +74,28 @@ def _dumps(obj) -> str:
 
 
 def _render_to(args) -> tuple:
-    """Worker: draw one image, save its JPEG, return its four records and its truth."""
+    """Worker: draw one image, save its JPEG, return its seven records and its truth."""
     seed, index, folder = args
     img, im = render_image(seed, index)
-    im.save(Path(folder) / f"{img.image_id}.jpg", "JPEG", quality=JPEG_QUALITY)
+    meta = synth_vg.decorate(seed, index, img)
+    im.save(Path(folder) / meta.folder / f"{img.image_id}.jpg", "JPEG", quality=JPEG_QUALITY)
     iid = img.image_id
+    rels = synth_vg.relationships(img)
+    qas = synth_vg.question_answers(img)
     records = (
-        _dumps({"width": WIDTH, "url": URL.format(iid), "height": HEIGHT, "image_id": iid,
-                "coco_id": None, "flickr_id": None}),
-        _dumps({"image_id": iid, "objects": img.objects, "image_url": URL.format(iid)}),
+        _dumps({"width": WIDTH, "url": meta.url(iid), "height": HEIGHT, "image_id": iid,
+                "coco_id": meta.coco_id, "flickr_id": meta.flickr_id}),
+        _dumps({"image_id": iid, "objects": img.objects, "image_url": meta.url(iid)}),
         _dumps({"image_id": iid, "attributes": img.attributes}),
         _dumps({"regions": img.regions, "id": iid}),
+        _dumps(synth_vg.scene_graph(img, rels)),
+        _dumps(synth_vg.relationship_records(img, rels)),
+        _dumps(qas),
     )
-    return records, img.expected, img.noise, len(img.objects), len(img.regions)
+    vg = {"folder": meta.folder, "coco_id": meta.coco_id is not None,
+          "flickr_id": meta.flickr_id is not None, "relationships": len(rels),
+          "question_answers": len(qas["qas"]), "synsets": synth_vg.synset_names(img, rels)}
+    return records, img.expected, img.noise, len(img.objects), len(img.regions), vg
 
 
 @dataclass
@@ -108,12 +135,12 @@ def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1)
     check_vocabulary()
     start = time.perf_counter()
     with atomic_dir(out) as tmp:
-        folder = tmp / "VG_100K"
-        folder.mkdir()
-        totals = _write_files(tmp, folder, images, seed, workers)
-        truth = _truth(tmp, images, seed, *totals[:2])
+        for name in synth_vg.FOLDERS:
+            (tmp / name).mkdir()
+        expected, noise, n_objects, n_regions, vg = _write_files(tmp, tmp, images, seed, workers)
+        truth = _truth(tmp, images, seed, expected, noise, vg)
         (tmp / TRUTH).write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    return SynthSummary(out, images, totals[2], totals[3], truth["pools"],
+    return SynthSummary(out, images, n_objects, n_regions, truth["pools"],
                         {k: len(v["ids"]) for k, v in truth["noise"].items()},
                         time.perf_counter() - start)
 
@@ -121,34 +148,48 @@ def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1)
 def _write_files(tmp: Path, folder: Path, images: int, seed: int, workers: int):
     from tqdm import tqdm
 
-    handles = [open(tmp / name, "w", encoding="utf-8") for name in FILES]
+    handles = [open(tmp / name, "w", encoding="utf-8") for name in PER_IMAGE_FILES]
     expected, noise = [], {}
     n_objects = n_regions = 0
+    vg: dict = {"VG_100K_2": [], "coco_id": [], "flickr_id": [], "relationships": 0,
+                "question_answers": 0, "synsets": set()}
     jobs = ((seed, i, str(folder)) for i in range(images))
-    pool = multiprocessing.get_context("spawn").Pool(workers) if workers > 1 else None
     try:
-        results = pool.imap(_render_to, jobs, chunksize=16) if pool else map(_render_to, jobs)
-        for i, (records, exp, img_noise, n_obj, n_reg) in enumerate(
-                tqdm(results, total=images, desc="synth", unit="img", disable=None)):
-            for f, rec in zip(handles, records):
-                f.write(("[" if i == 0 else ", ") + rec)
-            expected.extend(exp)
-            for kind, ids in img_noise.items():
-                noise.setdefault(kind, []).extend(ids)
-            n_objects += n_obj
-            n_regions += n_reg
+        # workers ignore Ctrl-C and are stopped when this block is left, however it is left
+        with ordered_map(_render_to, jobs, workers, "synth", chunksize=16) as results:
+            for i, (records, exp, img_noise, n_obj, n_reg, img_vg) in enumerate(
+                    tqdm(results, total=images, desc="synth", unit="img", disable=None)):
+                for f, rec in zip(handles, records):
+                    f.write(("[" if i == 0 else ", ") + rec)
+                expected.extend(exp)
+                for kind, ids in img_noise.items():
+                    noise.setdefault(kind, []).extend(ids)
+                n_objects += n_obj
+                n_regions += n_reg
+                _add_vg(vg, i + 1, img_vg)
         for f in handles:
             f.write("]")
     finally:
         for f in handles:
             f.close()
-        if pool:
-            pool.close()
-            pool.join()
-    return expected, noise, n_objects, n_regions
+    (tmp / synth_vg.SYNSETS).write_text(_dumps(synth_vg.synset_records(vg.pop("synsets"))),
+                                         encoding="utf-8")
+    return expected, noise, n_objects, n_regions, vg
 
 
-def _truth(tmp: Path, images: int, seed: int, expected: list, noise: dict) -> dict:
+def _add_vg(vg: dict, image_id: int, img_vg: dict) -> None:
+    """Fold one image's VG-only facts into the corpus totals (`truth["vg"]`)."""
+    if img_vg["folder"] == "VG_100K_2":
+        vg["VG_100K_2"].append(image_id)
+    for key in ("coco_id", "flickr_id"):
+        if img_vg[key]:
+            vg[key].append(image_id)
+    vg["relationships"] += img_vg["relationships"]
+    vg["question_answers"] += img_vg["question_answers"]
+    vg["synsets"] |= img_vg["synsets"]
+
+
+def _truth(tmp: Path, images: int, seed: int, expected: list, noise: dict, vg: dict) -> dict:
     from vprom import __version__
 
     pools: dict = {}
@@ -157,16 +198,18 @@ def _truth(tmp: Path, images: int, seed: int, expected: list, noise: dict) -> di
         pools.setdefault(et, {}).setdefault(sup, Counter())[el] += 1
         sources.setdefault(et, {}).setdefault(sup, {}).setdefault(el, []).append(sid)
     jpegs = hashlib.sha256()
-    for p in sorted((tmp / "VG_100K").iterdir(), key=lambda p: int(p.stem)):
-        jpegs.update(p.read_bytes())
+    for p in sorted((p for name in synth_vg.FOLDERS for p in (tmp / name).iterdir()),
+                    key=lambda p: int(p.stem)):
+        jpegs.update(f"{p.parent.name}/{p.name}".encode() + b"\0" + p.read_bytes())
     return {
-        "format": "vprom-synth-truth", "format_version": 1, "vprom_version": __version__,
+        "format": "vprom-synth-truth", "format_version": 2, "vprom_version": __version__,
         "seed": seed, "images": images, "min_side": MIN_SIDE, "image_size": [WIDTH, HEIGHT],
         "rules": RULES,
         "pools": {et: {s: dict(sorted(c.items())) for s, c in sorted(sup.items())}
                   for et, sup in sorted(pools.items())},
         "pool_sources": sources,
         "noise": {k: {"effect": NOISE_EFFECTS[k], "ids": sorted(v)} for k, v in sorted(noise.items())},
-        "outputs": {**{name: sha256_file(tmp / name) for name in FILES},
-                    "VG_100K/*.jpg": jpegs.hexdigest()},
+        "vg": {**vg, "synsets": len(json.loads((tmp / synth_vg.SYNSETS).read_text("utf-8")))},
+        "outputs": {**{name: sha256_file(tmp / name) for name in ALL_FILES},
+                    "VG_100K*/*.jpg": jpegs.hexdigest()},
     }

@@ -18,7 +18,9 @@ reaching outside the image; objects and regions under `MIN_SIDE` (100 px); two-c
 (impure) objects; semantic attributes (open, empty); phrases with numbers that are not
 counts ("five o'clock", "a 10 years old boy", "number 7"); v1.4 merged duplicates (a second
 attributes.json record whose id is in the survivor's `merged_object_ids`); excluded
-background objects (sky, road, water, ground, wall, grass), some with attributes.
+background objects (sky, road, water, ground, wall, grass), some with attributes; objects
+with an empty `synsets` list and objects with two names of one category (drawn by
+`mining.synth_vg` from a generator of its own, so they change no pool).
 
 The expected pools are derived while planning under the miner's `RULES` (also written into
 `synth_truth.json`): box clipped to the image, both sides >= `MIN_SIDE`; excluded objects
@@ -120,6 +122,8 @@ NOISE_EFFECTS = {
     "merged_duplicate": "folded into the survivor (its merged_object_ids): no crop of its own",
     "excluded_object": "dropped from every pool (background object)",
     "non_count_number": "no count crop: the number is not a count",
+    "no_synset": "kept: synsets are not read (an empty list, as VG has for unmapped names)",
+    "two_names": "kept: both names map to the one category (no impurity, same labels)",
 }
 
 

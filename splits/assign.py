@@ -1,7 +1,7 @@
 """The seven generalization splits: declarative specs (splits/*.json) and one pure assignment.
 
-Each `<split>.json` holds `name`, `description` (the rule in words, copied to the README),
-`partition` + `test_fraction` (how Visual Genome images are dealt to sides) and `rule`:
+Each `<split>.json` holds `name`, `description` (the rule in words, as docs/generation.md
+states it), `partition` + `test_fraction` (how Visual Genome images are dealt to sides) and `rule`:
 
   random                     the matrix goes where its images are (neutral)
   counts                     count matrices: context + answer all in `train` -> train, all in

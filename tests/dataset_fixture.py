@@ -194,7 +194,7 @@ def _super_attribute_of(element_type: ElementType, element: str) -> str:
 
 def write_dataset(path: Path, crops: list[Crop], matrices: list[Matrix],
                   manifest: bool = True) -> Path:
-    """DATASET.h5 in the layout of DESIGN.md, with a manifest recording counts and hash."""
+    """DATASET.h5 in the layout of docs/formats.md, with a manifest recording counts and hash."""
     from vprom.tables import content_hash
 
     path = Path(path)
@@ -240,7 +240,7 @@ def write_images(vg_dir: Path, crops: list[Crop]) -> Path:
     return Path(vg_dir)
 
 
-#: Pools for `vprom.generate`: every super-attribute the split specs name, 9+ elements each
+#: Pools for `generation`: every super-attribute the split specs name, 9+ elements each
 #: (gender: 2, as in Visual Genome, so distractors must come from other super-attributes).
 POOL_OBJECT_ATTRIBUTES = {
     **OBJECT_ATTRIBUTES,

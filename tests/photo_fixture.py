@@ -194,7 +194,8 @@ def check_vg_schema(vg_dir: Path) -> list[str]:
 
     Checks each file's record keys and value types, that the four files list the same
     images in the same order, that object ids are unique and regions name their image, and
-    that every image has a JPEG of the size image_data.json states.
+    that every image has a JPEG of the size image_data.json states, in the folder its url
+    names.
     """
     vg_dir = Path(vg_dir)
     data = {name: json.loads((vg_dir / name).read_text(encoding="utf-8")) for name in SCHEMA}
@@ -229,7 +230,12 @@ def check_vg_schema(vg_dir: Path) -> list[str]:
             if r.get("image_id") != rec["id"]:
                 errors.append(f"region {r.get('region_id')}: image_id {r.get('image_id')} != {rec['id']}")
     for rec in data["image_data.json"]:
-        path = vg_dir / "VG_100K" / f"{rec['image_id']}.jpg"
+        # VG's url names the folder the image ships in (VG_100K or VG_100K_2)
+        folder, name = rec["url"].split("/")[-2:]
+        path = vg_dir / folder / name
+        if folder not in ("VG_100K", "VG_100K_2") or name != f"{rec['image_id']}.jpg":
+            errors.append(f"image {rec['image_id']}: url {rec['url']} names no VG image file")
+            continue
         if not path.is_file():
             errors.append(f"{path}: missing")
             continue
@@ -242,6 +248,8 @@ def check_vg_schema(vg_dir: Path) -> list[str]:
 
 def crop_pixels(vg_dir: Path, image_id: int, box) -> np.ndarray:
     """The RGB pixels (H×W×3 uint8) of a box of one image, clipped to the image."""
-    from vprom.images import load_crop
+    from vprom.images import IMAGE_FOLDERS, load_crop
 
-    return np.asarray(load_crop(Path(vg_dir) / "VG_100K" / f"{image_id}.jpg", tuple(box)))
+    paths = [Path(vg_dir) / folder / f"{image_id}.jpg" for folder in IMAGE_FOLDERS]
+    path = next((p for p in paths if p.is_file()), paths[0])
+    return np.asarray(load_crop(path, tuple(box)))

@@ -168,7 +168,7 @@ def _steps(a: int, b: int, c: int) -> set[int]:
     for x in positions(a):
         for y in positions(b):
             d = y - x
-            if d and y + d >= 0 and (c >> (y + d)) & 1:
+            if d and y + d > 0 and (c >> (y + d)) & 1:  # counts start at 1
                 out.add(d)
     return out
 
@@ -218,7 +218,7 @@ class Progression(Rule):
         for x in positions(m[6]):
             for y in positions(m[7]):
                 d = y - x
-                if d in shared and y + d >= 0:
+                if d in shared and y + d > 0:  # no count is 0
                     out |= 1 << (y + d)
         return out
 

@@ -4,7 +4,8 @@ Layout (Pillow only): a title line; the 3×3 grid of context panels with the mis
 cell drawn as a "?"; below it the 8 candidates in two rows of four, numbered 1–8. Every
 crop is cut from its Visual Genome image and letterboxed into a square tile (aspect kept).
 With `answer=True` the correct candidate is framed in green and a text block spells out
-the relation, element type, super-attribute, the element of every panel and the answer.
+the relation, element type, super-attribute, the element of every panel and the answer
+(candidates as "number: element", so a count matrix reads "1: 9   2: 7").
 """
 
 from __future__ import annotations
@@ -151,7 +152,8 @@ def answer_lines(m: Shown) -> list[str]:
         lines.append(f"row {r + 1}: " + " | ".join(row))
     for half in range(2):
         ks = range(half * COLUMNS, (half + 1) * COLUMNS)
-        lines.append("candidates: " + "   ".join(f"{k + 1} {e[N_CONTEXT + k]}" for k in ks))
+        # "number: element", so a count matrix reads "1: 9   2: 7", not "1 9  2 7"
+        lines.append("candidates   " + "   ".join(f"{k + 1}: {e[N_CONTEXT + k]}" for k in ks))
     return lines
 
 
@@ -194,12 +196,31 @@ def load_crops(m: Shown, vg_dir: str | Path) -> list[Image.Image]:
     return [load_crop(index.path(image_id), box) for image_id, box in zip(m.image_ids, m.boxes)]
 
 
+@dataclass
+class ShowSummary:
+    """What `show` wrote, printable."""
+
+    out: Path
+    matrix: Shown
+    answer: bool
+    size: tuple[int, int]
+
+    def __str__(self) -> str:
+        m = self.matrix
+        sa = f", super-attribute {m.super_attribute}" if m.super_attribute else ""
+        marked = (f"; answer marked: candidate {m.answer + 1} ({m.elements[N_CONTEXT + m.answer]})"
+                  if self.answer else "; answer not shown (add --answer)")
+        return (f"wrote {self.out} ({self.size[0]}x{self.size[1]} PNG): matrix {m.id}, "
+                f"{m.relation} of {m.element_type.replace('_', ' ')}s{sa}, {N_CONTEXT} context "
+                f"panels and {N_CANDIDATES} candidates{marked}")
+
+
 def show(dataset: str | Path, matrix_id: int, vg_dir: str | Path, out: str | Path,
-         answer: bool = False) -> Path:
-    """Write matrix `matrix_id` of DATASET.h5 as a PNG at `out` (atomically); returns `out`."""
+         answer: bool = False) -> ShowSummary:
+    """Write matrix `matrix_id` of DATASET.h5 as a PNG at `out` (atomically)."""
     m = read_matrix(Path(dataset), int(matrix_id))
     picture = render(m, load_crops(m, vg_dir), answer)
     out = Path(out)
     with atomic_path(out) as tmp:
         picture.save(tmp, format="PNG")
-    return out
+    return ShowSummary(out, m, answer, picture.size)

@@ -1,4 +1,4 @@
-"""Columnar HDF5 storage of crops and matrices (the formats fixed in DESIGN.md).
+"""Columnar HDF5 storage of crops and matrices (the formats of docs/formats.md).
 
 `CropTable` is the `crops` group of POOLS.h5 and DATASET.h5; `MatrixTable` the `matrices`
 group plus the split index arrays of DATASET.h5. Columns are 1-D numpy arrays of equal

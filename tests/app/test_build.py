@@ -1,5 +1,6 @@
 """`vprom build`: the one-shot pipeline, its self-describing folder, and resuming stages."""
 import json
+import re
 
 import pytest
 
@@ -46,3 +47,31 @@ def test_build_needs_one_source(tmp_path, capsys):
         build(tmp_path, synthetic=False)
     assert cli.main(["build", "--vg", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 1
     assert "no such folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("options, says", [
+    (dict(synthetic=True, images=0), "--images must be a whole number of at least 1, got 0"),
+    (dict(synthetic=True, images=-5), "at least 1, got -5"),
+    (dict(synthetic=True, images=2.5), "whole number"),
+    (dict(synthetic=True, images=True), "whole number"),
+    (dict(synthetic=True, scale=0), "--scale must be a finite number above 0"),
+    (dict(synthetic=True, scale=-0.1), "above 0"),
+    (dict(synthetic=True, scale=float("inf")), "finite"),
+    (dict(synthetic=True, scale=float("nan")), "finite"),
+    (dict(synthetic=True, seed=1.5), "--seed must be a whole number"),
+    (dict(synthetic=True, workers=0), "workers must be a whole number of at least 1"),
+    (dict(vg="{tmp}", images=100), "no use with --vg"),
+    (dict(vg="{tmp}/nope"), "no such folder"),
+    (dict(synthetic=True, out="{tmp}/a-file"), "is a file, but this output is a folder"),
+])
+def test_bad_options_are_refused_before_any_stage_runs(tmp_path, monkeypatch, options, says):
+    (tmp_path / "a-file").write_text("in the way")
+    ran = []
+    for stage in ("write_corpus", "mine", "generate", "verify"):
+        monkeypatch.setattr(f"vprom.app.build.{stage}", lambda *a, stage=stage, **k:
+                            ran.append(stage))
+    options = {k: v.format(tmp=tmp_path) if isinstance(v, str) else v for k, v in options.items()}
+    options.setdefault("out", tmp_path / "out")
+    with pytest.raises(VpromError, match=re.escape(says)):
+        build(**options)
+    assert not ran and not (tmp_path / "out").exists()

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from vprom.app import cli
+from vprom.app import cli, running
 from vprom.errors import VpromError
 
 
@@ -74,7 +74,7 @@ def test_sigterm_stops_like_ctrl_c(monkeypatch, capsys):
     assert cli.main(["stats", "dataset.h5"]) == 143
     err = capsys.readouterr().err
     assert "interrupted" in err and "run the same command again" in err
-    assert signal.getsignal(signal.SIGTERM) is not cli._terminate  # handler restored
+    assert signal.getsignal(signal.SIGTERM) is not running._terminate  # handler restored
 
 
 def test_ctrl_c_says_how_to_resume(failing, capsys):

@@ -14,7 +14,8 @@ import pytest
 import torch
 import torchvision
 
-import features.extract as extract_module
+import features.assemble as assemble_module
+import features.pipeline as pipeline_module
 from features.backbones import IMAGENET_MEAN, IMAGENET_STD, get_backbone
 from features.config import ExtractConfig
 from features.crops import decode_crops
@@ -98,24 +99,29 @@ class Killed(Exception):
     pass
 
 
+def dies_after(monkeypatch, chunks: int) -> None:
+    """The next extraction is killed after writing `chunks` chunk files."""
+    write_chunk, written = pipeline_module.write_chunk, []
+
+    def dying(job, c, rows, failed):
+        if len(written) == chunks:
+            raise Killed
+        written.append(c)
+        write_chunk(job, c, rows, failed)
+
+    monkeypatch.setattr(pipeline_module, "write_chunk", dying)
+
+
 def test_a_killed_run_resumes_to_identical_bytes(dataset, vg_dir, tmp_path, monkeypatch,
                                                  capsys):
     whole = tmp_path / "whole.h5"
     extract(config(dataset, vg_dir, whole))
     out = tmp_path / "resumed.h5"
-    write_chunk, written = extract_module._write_chunk, []
-
-    def dying(job, c, features, failed):
-        if len(written) == 2:
-            raise Killed
-        written.append(c)
-        write_chunk(job, c, features, failed)
-
-    monkeypatch.setattr(extract_module, "_write_chunk", dying)
+    dies_after(monkeypatch, 2)
     with pytest.raises(Killed):
         extract(config(dataset, vg_dir, out))
     assert not out.exists() and len(list((tmp_path / "resumed.h5.partial").glob("*.npy"))) == 2
-    monkeypatch.setattr(extract_module, "_write_chunk", write_chunk)
+    monkeypatch.undo()
     summary = extract(config(dataset, vg_dir, out))
     assert "resuming, 2 of" in capsys.readouterr().err
     assert 0 < summary.extracted_units < summary.units
@@ -129,7 +135,7 @@ def test_a_killed_run_resumes_to_identical_bytes(dataset, vg_dir, tmp_path, monk
 def test_a_partial_run_with_other_settings_is_started_over(dataset, vg_dir, tmp_path,
                                                             monkeypatch, capsys):
     out = tmp_path / "f.h5"
-    monkeypatch.setattr(extract_module, "_assemble", lambda job: (_ for _ in ()).throw(Killed))
+    monkeypatch.setattr(assemble_module, "assemble", lambda job: (_ for _ in ()).throw(Killed))
     with pytest.raises(Killed):
         extract(config(dataset, vg_dir, out, batch_size=3))
     monkeypatch.undo()
@@ -145,18 +151,27 @@ def test_missing_and_corrupt_images_fail_the_run_unless_allowed(dataset, vg_dir,
     (vg_dir / "VG_100K_2" / "14.jpg").unlink()  # crop 108
     (vg_dir / "VG_100K" / "15.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")  # 109, 111
     out = tmp_path / "f.h5"
-    with pytest.raises(VpromError, match=r"3 crops have no readable image \(first: crop 108"):
+    with pytest.raises(VpromError, match=r"3 crops have no readable image \(first: crop 108, "
+                                         r"image 14: no such file; looked at .*VG_100K/14.jpg or "
+                                         r".*VG_100K_2/14.jpg\)"):
         extract(config(dataset, vg_dir, out))
     assert not out.exists()
     summary = extract(config(dataset, vg_dir, out, allow_missing=True))
     assert [m[0] for m in summary.missing] == [108, 109, 111]
-    assert "cannot decode" in summary.missing[1][2] and "missing crop 108" in str(summary)
+    assert summary.missing[1][1] == str(vg_dir / "VG_100K" / "15.jpg")
+    assert summary.missing[1][2].startswith("image 15: cannot decode")
+    assert "missing crop 108" in str(summary) and "image 14: no such file" in str(summary)
     assert summary.extracted_units == 6  # only chunks 1 and 2 (4 + 2 boxes) were redone
     feats = load_features(out)
     assert list(feats.missing_crop_id) == [108, 109, 111]
     rows = feats.index_of([108, 109, 111])
     assert np.isnan(feats.features[rows]).all()
     assert not np.isnan(np.delete(feats.features, rows, axis=0)).any()
+    again = extract(config(dataset, vg_dir, out, allow_missing=True))  # finished: kept
+    assert again.extracted_units == 0
+    assert [m[2] for m in again.missing] == ["image 14: missing in the existing file"] + [
+        "image 15: missing in the existing file"] * 2
+    assert again.missing[1][1] == str(vg_dir / "VG_100K" / "15.jpg")
 
 
 def test_reader_refuses_partial_and_unknown_ids(dataset, vg_dir, tmp_path):
@@ -192,6 +207,28 @@ def test_command_line_extracts_and_lists(dataset, vg_dir, tmp_path, capsys):
                  "64", "--device", "cpu"]) == 0
     assert "11 crops (10 distinct boxes)" in capsys.readouterr().out
     check_complete(out)
+    maps = tmp_path / "maps.h5"
+    assert main(["extract", str(dataset), "--vg", str(vg_dir), "--backbone", "resnet18",
+                 "--weights", "none", "--out", str(maps), "--workers", "0", "--input-size",
+                 "32", "--device", "cpu", "--decode", "gpu", "--pool", "none",
+                 "--compression", "gzip", "--in-flight", "0", "--prefetch", "1"]) == 0
+    with h5py.File(maps, "r") as h5:
+        assert (h5.attrs["decode"], h5.attrs["pool"], h5.attrs["compression"]) == (
+            "gpu", "none", "gzip")
+    assert main(["extract", str(dataset), "--vg", str(vg_dir), "--backbone", "resnet18",
+                 "--out", str(maps), "--region", "roi", "--device", "cpu"]) != 0
+    assert "--region roi: resnet18 is not a detector backbone" in capsys.readouterr().err
+
+
+def test_command_line_defaults_come_from_the_config():
+    from vprom.app.cli import build_parser
+
+    args = build_parser().parse_args(["extract", "d.h5", "--vg", "v", "--backbone", "b",
+                                      "--out", "o.h5"])
+    defaults = ExtractConfig(dataset="d.h5", vg="v", backbone="b", out="o.h5")
+    for name in ("decode", "region", "pool", "compression", "workers", "prefetch",
+                 "in_flight", "batch_size", "dtype", "input_size", "chunk_batches"):
+        assert getattr(args, name) == getattr(defaults, name), name
 
 
 @pytest.mark.slow

@@ -1,14 +1,13 @@
-"""`vprom export`: JSON lines that round-trip, and the original release's folder layout."""
+"""`vprom export`: JSON lines that round-trip; the command line of every format (the original
+layout's clients: test_export_release.py; npz: test_export_npz.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 
 import h5py
 import numpy as np
 import pytest
-from PIL import Image
 
 from generation.export import export, matrix_of
 from tests.dataset_fixture import build_records, write_dataset, write_images
@@ -33,7 +32,7 @@ def read_jsonl(path):
 
 def test_jsonl_round_trip(small, tmp_path):
     dataset, _, crops, matrices = small
-    records = read_jsonl(export(dataset, "jsonl", tmp_path / "d.jsonl"))
+    records = read_jsonl(export(dataset, "jsonl", tmp_path / "d.jsonl").out)
     assert len(records) == len(matrices)
     table = read_matrix_table(dataset)
     parts = table.parts_of()
@@ -46,7 +45,7 @@ def test_jsonl_round_trip(small, tmp_path):
 def test_jsonl_panels_carry_full_provenance(small, tmp_path):
     dataset, _, crops, _ = small
     by_id = {c.crop_id: c for c in crops}
-    records = read_jsonl(export(dataset, "jsonl", tmp_path / "d.jsonl"))
+    records = read_jsonl(export(dataset, "jsonl", tmp_path / "d.jsonl").out)
     with h5py.File(dataset) as h5:
         elements = h5["matrices/elements"].asstr()[()]
         panels = h5["matrices/panels"][()]
@@ -64,88 +63,87 @@ def test_jsonl_panels_carry_full_provenance(small, tmp_path):
 
 def test_jsonl_is_deterministic_and_has_a_manifest(small, tmp_path):
     dataset = small[0]
-    a = export(dataset, "jsonl", tmp_path / "a.jsonl").read_bytes()
-    assert export(dataset, "jsonl", tmp_path / "b.jsonl").read_bytes() == a
+    a = export(dataset, "jsonl", tmp_path / "a.jsonl").out.read_bytes()
+    assert export(dataset, "jsonl", tmp_path / "b.jsonl").out.read_bytes() == a
     manifest = json.loads((tmp_path / "a.jsonl.manifest.json").read_text())
     assert manifest["kind"] == "export-jsonl" and manifest["counts"]["matrices"] == 26 // 2
 
 
-def test_original_layout(small, tmp_path):
-    dataset, vg, crops, matrices = small
-    out = export(dataset, "original", tmp_path / "orig", vg_dir=vg)
-    problems = sorted(p.name for p in (out / "problems").iterdir())
-    assert problems == [f"{m.id:06d}" for m in matrices]
-    by_id = {c.crop_id: c for c in crops}
-    for m in matrices:
-        folder = out / "problems" / f"{m.id:06d}"
-        assert sorted(p.name for p in folder.iterdir()) == sorted(
-            [f"{k}.jpg" for k in range(1, 17)] + ["label.txt", "meta.json"])
-        assert (folder / "label.txt").read_text() == f"{m.answer + 9}\n"
-        meta = json.loads((folder / "meta.json").read_text())
-        assert meta["answer_label"] == m.answer + 9 and meta["crop_ids"] == list(m.panels)
-        for k, crop_id in enumerate(m.panels):
-            with Image.open(folder / f"{k + 1}.jpg") as im:
-                assert im.size == (by_id[crop_id].w, by_id[crop_id].h)
-    neutral = {p: (out / "splits" / "neutral" / f"{p}.txt").read_text().split()
-               for p in ("train", "val", "test")}
-    for m in matrices:
-        part = m.part("neutral")
-        assert (f"{m.id:06d}" in neutral[part]) and all(
-            f"{m.id:06d}" not in ids for p, ids in neutral.items() if p != part)
-    assert not (out / "crops").exists() and not (out / ".crops").exists()
-    assert json.loads((out / "manifest.json").read_text())["kind"] == "export-original"
-
-
-def test_original_answer_panel_shows_the_answer_crop(small, tmp_path):
-    """The file named by label.txt is the answer crop's pixels (the fixture colours crops)."""
-    dataset, vg, _, matrices = small
-    out = export(dataset, "original", tmp_path / "orig", vg_dir=vg)
-    m = matrices[7]
-    folder = out / "problems" / f"{m.id:06d}"
-    label = int((folder / "label.txt").read_text())
-    crop_id = m.panels[label - 1]
-    with Image.open(folder / f"{label}.jpg") as im:
-        r, g, b = im.convert("RGB").getpixel((2, im.height // 2))
-    expected = (40 + (crop_id * 53) % 180, 90 + (crop_id * 29) % 140, 160)
-    assert max(abs(r - expected[0]), abs(g - expected[1]), abs(b - expected[2])) < 12
-
-
-def test_symlink_mode_writes_each_crop_once(small, tmp_path):
-    dataset, vg, crops, matrices = small
-    copied = export(dataset, "original", tmp_path / "copy", vg_dir=vg)
-    linked = export(dataset, "original", tmp_path / "link", vg_dir=vg, symlink=True)
-    assert len(list((linked / "crops").iterdir())) == len({p for m in matrices for p in m.panels})
-    for m in matrices[:4]:
-        for k in range(1, 17):
-            link = linked / "problems" / f"{m.id:06d}" / f"{k}.jpg"
-            assert link.is_symlink() and not os.path.isabs(os.readlink(link))
-            assert os.readlink(link) == f"../../crops/{m.panels[k - 1]}.jpg"
-            assert link.read_bytes() == (copied / link.relative_to(linked)).read_bytes()
-
-
-def test_original_needs_images(small, tmp_path):
+def test_folder_formats_need_images(small, tmp_path):
     dataset, _, crops, _ = small
-    with pytest.raises(VpromError, match="--vg"):
-        export(dataset, "original", tmp_path / "o")
+    for fmt in ("original", "npz"):
+        with pytest.raises(VpromError, match="--vg"):
+            export(dataset, fmt, tmp_path / "o")
     # an image missing from the VG folder: a clear error, and no half-written output
     partial = tmp_path / "vg"
     write_images(partial, [c for c in crops if c.image_id != crops[-1].image_id])
-    with pytest.raises(VpromError, match=f"image {crops[-1].image_id} is not under"):
-        export(dataset, "original", tmp_path / "o", vg_dir=partial)
+    for fmt in ("original", "npz"):
+        with pytest.raises(VpromError, match=f"image {crops[-1].image_id} is not under"):
+            export(dataset, fmt, tmp_path / "o", vg_dir=partial)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["vg"]
 
 
-def test_cli(small, tmp_path, capsys):
+def test_cli_prints_what_it_wrote(small, tmp_path, capsys):
     dataset, vg, _, matrices = small
     assert cli.main(["export", str(dataset), "--format", "jsonl", "--out",
                      str(tmp_path / "x.jsonl")]) == 0
     assert len(read_jsonl(tmp_path / "x.jsonl")) == len(matrices)
+    assert capsys.readouterr().out == (f"wrote {tmp_path / 'x.jsonl'}: {len(matrices)} "
+                                       "matrices as JSON lines\n")
     assert cli.main(["export", str(dataset), "--format", "original", "--out",
-                     str(tmp_path / "o"), "--vg", str(vg), "--symlink"]) == 0
-    assert (tmp_path / "o" / "crops").is_dir()
+                     str(tmp_path / "o"), "--vg", str(vg)]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith(f"wrote {tmp_path / 'o'}/V-PROM: {len(matrices)} problems in 1 "
+                           "bucket (panels: symlinks), ")
+    assert "3 label files, 21 split lists" in said
+    assert (tmp_path / "o" / "V-PROM" / "crops").is_dir()
+    assert cli.main(["export", str(dataset), "--format", "original", "--out",
+                     str(tmp_path / "c"), "--vg", str(vg), "--copy"]) == 0
+    assert "(panels: copies)" in capsys.readouterr().out
+    assert cli.main(["export", str(dataset), "--format", "npz", "--out", str(tmp_path / "n"),
+                     "--vg", str(vg), "--size", "32"]) == 0
+    assert "split neutral" in capsys.readouterr().out
     assert cli.main(["export", str(dataset), "--format", "original", "--out",
                      str(tmp_path / "p")]) == 1
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("fmt,existing", [("jsonl", "folder"), ("original", "file"),
+                                          ("npz", "file"), ("jsonl", "file under a file")])
+def test_cli_checks_out_before_any_work(small, tmp_path, capsys, monkeypatch, fmt, existing):
+    """jsonl writes a file, original and npz a folder: a wrong --out is refused at once."""
+    dataset, vg, _, _ = small
+    keep = tmp_path / ("blocker" if existing == "file under a file" else "out")
+    if existing == "folder":
+        keep.mkdir()
+    else:
+        keep.write_text("keep me")
+    out = keep / "x.jsonl" if existing == "file under a file" else keep
+    import generation.export
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("export ran")
+
+    monkeypatch.setattr(generation.export, "export", no_work)
+    assert cli.main(["export", str(dataset), "--format", fmt, "--out", str(out), "--vg",
+                     str(vg)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("vprom export: error: --out ")
+    assert "choose another path" in err
+    assert keep.is_dir() if existing == "folder" else keep.read_text() == "keep me"
+
+
+def test_help_shows_every_layout_with_examples(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["export", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for fmt in ("jsonl:", "original:", "npz:"):
+        assert fmt in text
+    for example in ("--format original --vg data/vg --out build/release",
+                    "--format npz --vg data/vg --out build/npz", "--format jsonl --out",
+                    "--copy"):
+        assert example in text
+    assert "Raven_release/<id//5000>/<id>/1..16.jpg" in text and "os.readlink" in text
 
 
 def test_export_refuses_a_dataset_with_unknown_crops(small, tmp_path):

@@ -151,6 +151,33 @@ def test_region_missing_box_key_and_missing_ids(tmp_path):
         list(readers.read_images(tmp_path / "image_data.json"))
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_image_listed_twice_is_refused_naming_both_records(tmp_path, workers):
+    from mining.pools import mine
+
+    files = corpus()
+    files["image_data"].append({"width": 1024, "height": 768, "id": 2})  # image 2 again
+    write_vg(tmp_path / "vg", files)
+    says = (r"image_data\.json: image id 2 is listed twice, in record #1 \(500x400\) and "
+            r"record #3 \(1024x768\); each image must appear once")
+    with pytest.raises(VpromError, match=says):
+        readers.image_sizes(tmp_path / "vg" / "image_data.json")
+    with pytest.raises(VpromError, match=says):
+        mine(tmp_path / "vg", tmp_path / "pools.h5", workers=workers)
+    assert not (tmp_path / "pools.h5").exists()
+
+
+def test_every_reader_hands_out_its_source_and_hashes_the_file(vg_dir):
+    readers_by_stem = {"image_data": readers.read_images, "objects": readers.read_objects,
+                       "attributes": readers.read_attributes,
+                       "region_descriptions": readers.read_regions}
+    for stem, read in readers_by_stem.items():
+        sources: list = []
+        assert list(read(vg_dir / f"{stem}.json", source_out=sources))
+        (source,) = sources
+        assert source.sha256 == sha256_file(vg_dir / f"{stem}.json")
+
+
 def test_non_numeric_box(tmp_path):
     files = corpus()
     files["objects"][0]["objects"][2]["x"] = "left"

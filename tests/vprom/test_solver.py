@@ -199,6 +199,15 @@ def test_completion_mask_matches_brute_force(context, element_type):
     assert completion_mask(element_type, masks) == _oracle(element_type, masks)
 
 
+def test_a_descending_progression_never_completes_with_zero():
+    # rows 5, 4, 3 / 5, 4, 3 / 2, 1, ?: the step -1 would end row 3 on 0, which is no count
+    # (found by the brute-force comparison below)
+    masks = [1 << 5, 1 << 4, 1 << 3, 1 << 5, 1 << 4, 1 << 3, 1 << 2, 1 << 1]
+    assert completion_mask(ElementType.COUNT, masks) == 0
+    assert completion_mask(ElementType.COUNT, [1 << 3, 1 << 2, 1 << 1] * 2 + [1 << 3, 1 << 2]) \
+        == 1 << 1
+
+
 def test_universe_maps_counts_to_their_value():
     u = Universe(ElementType.COUNT, {"1", "10", "cows", "3"})
     assert u.ids == {"1": 1, "10": 10, "3": 3}

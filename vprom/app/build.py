@@ -1,10 +1,11 @@
 """`vprom build`: the one-shot pipeline (synth or VG) -> mine -> generate -> verify -> stats.
 
 This module is on the top floor: it orchestrates the stages the way the command line does,
-and hands generation and verification the split rules it loads from `splits`. The build folder is self-describing: every stage writes its file atomically with its
-manifest inside, and `manifest.json` at the top lists the whole build with output hashes.
+and hands generation and verification the split rules it loads from `splits`. The build
+folder is self-describing: every stage writes its file atomically with its manifest inside,
+and `manifest.json` at the top lists the whole build with output hashes.
 A stage whose output already exists with the same configuration is not redone, so an
-interrupted build resumes where it stopped.
+interrupted build resumes where it stopped. Options are checked before the first stage runs.
 
 Layout of a build folder:
     vg/                     the synthetic corpus (with --synthetic), in VG's own layout
@@ -17,6 +18,8 @@ Layout of a build folder:
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +30,7 @@ from mining.pools import mine
 from mining.synth import write_corpus
 from splits.assign import load_rules
 from vprom.errors import VpromError
-from vprom.io import make_manifest, sha256_file, write_json, write_text
+from vprom.io import check_output, make_manifest, sha256_file, write_json, write_text
 from vprom.records import MIN_SIDE
 
 #: Defaults sized so `make demo` (build, extract, train twice) stays well under 10 minutes.
@@ -67,15 +70,43 @@ def _stamp(path: Path, config: dict) -> None:
     write_json(path.with_name(path.name + ".build-config.json"), config)
 
 
+def _check_options(out: Path, vg: Path | None, synthetic: bool, images, scale, seed,
+                  workers) -> None:
+    """Refuse options that cannot build, before any stage runs (library calls included: the
+    command line's argument types refuse the same values earlier)."""
+    if (vg is None) == (not synthetic):
+        raise VpromError("build needs exactly one source: --vg DIR or --synthetic")
+    if images is not None:
+        if not synthetic:
+            raise VpromError(f"--images {images}: sets the size of the synthetic corpus, so it "
+                             "has no use with --vg; leave it out")
+        if not _whole(images) or images < 1:
+            raise VpromError(f"--images must be a whole number of at least 1, got {images!r}")
+    if scale is not None and not (isinstance(scale, numbers.Real) and not isinstance(scale, bool)
+                                  and math.isfinite(scale) and scale > 0):
+        raise VpromError(f"--scale must be a finite number above 0 (a fraction of Table 1's "
+                         f"size), got {scale!r}")
+    if not _whole(seed):
+        raise VpromError(f"--seed must be a whole number, got {seed!r}")
+    if not _whole(workers) or workers < 1:
+        raise VpromError(f"workers must be a whole number of at least 1, got {workers!r}")
+    check_output(out, folder=True)
+    if vg is not None and not Path(vg).is_dir():
+        raise VpromError(f"{vg}: no such folder; run `vprom download --out {vg}`")
+
+
+def _whole(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: int | None = None,
           scale: float | None = None, seed: int = 0, workers: int = 2) -> BuildResult:
     out = Path(out)
+    _check_options(out, vg, synthetic, images, scale, seed, workers)
     rules = load_rules()
-    if (vg is None) == (not synthetic):
-        raise VpromError("build needs exactly one source: --vg DIR or --synthetic")
     out.mkdir(parents=True, exist_ok=True)
     if synthetic:
-        images = images or SYNTHETIC_IMAGES
+        images = SYNTHETIC_IMAGES if images is None else images
         vg_dir = out / "vg"
         config = {"images": images, "seed": seed}
         marker = vg_dir / "synth_truth.json"
@@ -85,8 +116,6 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
             _stamp(marker, config)
     else:
         vg_dir = Path(vg)
-        if not vg_dir.is_dir():
-            raise VpromError(f"{vg_dir}: no such folder; run `vprom download --out {vg_dir}`")
     scale = scale if scale is not None else (SYNTHETIC_SCALE if synthetic else VG_SCALE)
 
     pools = out / "pools.h5"

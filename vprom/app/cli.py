@@ -11,25 +11,55 @@ never written twice; the config modules it reads import no torch.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import errno
-import inspect
-import math
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
-from baselines.config import OPTIMIZERS, TrainConfig
-from features.config import STORED_DTYPES, ExtractConfig
-from generation.dataset import generate
-from mining.pools import mine
-from mining.synth import write_corpus
-from vprom import __version__
-from vprom.app.build import build
-from vprom.app.reproduce import ReproduceConfig
-from vprom.errors import VpromError
-from vprom.io import check_output
+
+def _interrupted_while_starting(signum, frame):
+    """Ctrl-C or SIGTERM while the stages below are imported: nothing has been done yet, so
+    say so and leave at once, instead of a traceback from deep inside an import."""
+    by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
+    os.write(2, f"vprom: interrupted ({by}) while starting; nothing was done\n".encode())
+    os._exit(128 + signum)
+
+
+_STARTING = {sig: signal.signal(sig, _interrupted_while_starting)
+             for sig in (signal.SIGINT, signal.SIGTERM)
+             if threading.current_thread() is threading.main_thread()}
+
+from baselines.config import OPTIMIZERS, TrainConfig  # noqa: E402 - after the guard above
+from features.config import (  # noqa: E402
+    COMPRESSIONS,
+    DECODERS,
+    POOLS,
+    REGIONS,
+    STORED_DTYPES,
+    ExtractConfig,
+)
+from generation.dataset import generate  # noqa: E402
+from mining.download import download, load_expected  # noqa: E402
+from mining.pools import mine  # noqa: E402
+from mining.synth import write_corpus  # noqa: E402
+from vprom import __version__  # noqa: E402
+from vprom.app.build import SYNTHETIC_IMAGES, SYNTHETIC_SCALE, VG_SCALE, build  # noqa: E402
+from vprom.app.options import (  # noqa: E402
+    default,
+    duration,
+    options_of,
+    output_file,
+    output_folder,
+    positive,
+    shard,
+)
+from vprom.app.reproduce import ReproduceConfig  # noqa: E402
+from vprom.app.running import run_command  # noqa: E402
+from vprom.errors import VpromError  # noqa: E402
+
+for _sig, _handler in _STARTING.items():
+    signal.signal(_sig, _handler)
 
 COMMANDS: dict[str, tuple[str, str]] = {}  # name -> (summary, example)
 
@@ -44,79 +74,43 @@ def command(name: str, summary: str, example: str):
     return wrap
 
 
-def default(owner, name: str):
-    """The default of parameter `name` of a function or config dataclass."""
-    return inspect.signature(owner).parameters[name].default
-
-
-def _options(args: argparse.Namespace) -> dict:
-    """The parsed options as keyword arguments for a job's config dataclass."""
-    return {k: v for k, v in vars(args).items() if k not in ("command", "run")}
-
-
-def output_file(text: str) -> Path:
-    """An output file path, checked before any work starts (argparse type)."""
-    try:
-        return check_output(text)
-    except VpromError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def output_folder(text: str) -> Path:
-    """An output folder path, checked before any work starts (argparse type)."""
-    try:
-        return check_output(text, folder=True)
-    except VpromError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def positive(kind):
-    """An argparse type for a finite number > 0 of `kind` (int or float)."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            what = "an integer" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if not (math.isfinite(value) and value > 0):
-            raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
-        return value
-
-    return parse
-
-
-def _shard(text: str) -> tuple[int, int]:
-    try:
-        k, n = (int(v) for v in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shard must look like K/N (e.g. 0/4), got {text!r}")
-    if not 0 <= k < n:
-        raise argparse.ArgumentTypeError(f"shard {text}: need 0 <= K < N")
-    return k, n
+# `build` and `reproduce` choose these defaults by source, so their options default to None.
+SCALE_HELP = (f"fraction of Table 1's size (default {VG_SCALE} on VG, {SYNTHETIC_SCALE} "
+              "synthetic)")
+SYNTHETIC_SIZE_HELP = f"synthetic corpus size (default {SYNTHETIC_IMAGES:,} images)"
 
 
 # ---------------------------------------------------------------- data set construction
 @command("download", "fetch Visual Genome annotations (and images): resumable, verified",
          "vprom download --out data/vg")
 def add_download(p):
-    p.add_argument("--out", type=Path, required=True, help="folder for the VG files")
+    p.add_argument("--out", type=output_folder, required=True, help="folder for the VG files")
     p.add_argument("--base-url", default=None, help="mirror to fetch from instead of VG's own")
     p.add_argument("--no-images", action="store_true", help="annotations only (~1 GB zipped)")
+    p.add_argument("--expected", type=Path, default=None, metavar="FILE",
+                   help="sizes and sha256 of the files a mirror serves (JSON shaped like "
+                        "mining/data/vg_files.json); replaces the pinned official ones")
+    p.add_argument("--deadline", type=duration, default=default(download, "deadline"),
+                   metavar="TIME", help="give up on one file after this long, keeping its part "
+                                        "for a rerun to resume (seconds, or e.g. 90m, 8h; "
+                                        f"default {default(download, 'deadline') / 3600:g} h)")
 
 
 def run_download(args):
-    from mining.download import download
-
-    print(download(args.out, base_url=args.base_url, images=not args.no_images))
+    expected = None if args.expected is None else load_expected(args.expected)
+    print(download(args.out, base_url=args.base_url, images=not args.no_images,
+                   expected=expected, deadline=args.deadline))
 
 
 @command("synth", "write the built-in synthetic corpus in Visual Genome's layout and schema",
          "vprom synth --out data/synth --images 2000 --seed 0")
 def add_synth(p):
-    p.add_argument("--out", type=output_folder, required=True)
-    p.add_argument("--images", type=positive(int), default=default(write_corpus, "images"))
-    p.add_argument("--seed", type=int, default=default(write_corpus, "seed"))
+    p.add_argument("--out", type=output_folder, required=True,
+                   help="folder to write (an existing one only if it holds a synthetic corpus)")
+    p.add_argument("--images", type=positive(int), default=default(write_corpus, "images"),
+                   help="number of images")
+    p.add_argument("--seed", type=int, default=default(write_corpus, "seed"),
+                   help="same seed and size, same bytes")
     p.add_argument("--workers", type=int, default=default(write_corpus, "workers"),
                    help="rendering processes")
 
@@ -129,7 +123,8 @@ def run_synth(args):
          "vprom mine --vg data/vg --out build/pools.h5")
 def add_mine(p):
     p.add_argument("--vg", type=Path, required=True, help="folder with VG's JSON (or .json.zip)")
-    p.add_argument("--out", type=output_file, required=True)
+    p.add_argument("--out", type=output_file, required=True,
+                   help="POOLS.h5 to write (its reports are written beside it)")
     p.add_argument("--min-side", type=int, default=default(mine, "min_side"),
                    help="drop regions smaller (px)")
     p.add_argument("--workers", type=int, default=default(mine, "workers"),
@@ -144,12 +139,13 @@ def run_mine(args):
 @command("generate", "sample matrices from the pools, prove each, assign every split",
          "vprom generate build/pools.h5 --out build/dataset.h5 --scale 0.1 --seed 0")
 def add_generate(p):
-    p.add_argument("pools", type=Path)
-    p.add_argument("--out", type=output_file, required=True)
+    p.add_argument("pools", type=Path, help="POOLS.h5 from `vprom mine`")
+    p.add_argument("--out", type=output_file, required=True, help="DATASET.h5 to write")
     p.add_argument("--scale", type=positive(float), default=default(generate, "scale"),
                    help="fraction of Table 1's 235,000")
-    p.add_argument("--seed", type=int, default=default(generate, "seed"))
-    p.add_argument("--shard", type=_shard, default=None,
+    p.add_argument("--seed", type=int, default=default(generate, "seed"),
+                   help="same pools and seed, same data set")
+    p.add_argument("--shard", type=shard, default=None, metavar="K/N",
                    help="K/N: only matrices i with i %% N == K (rows equal the single run's)")
 
 
@@ -165,7 +161,7 @@ def run_generate(args):
          "vprom merge build/shard-0.h5 build/shard-1.h5 --out build/dataset.h5")
 def add_merge(p):
     p.add_argument("shards", type=Path, nargs="+", help="the N shard files, any order")
-    p.add_argument("--out", type=output_file, required=True)
+    p.add_argument("--out", type=output_file, required=True, help="DATASET.h5 to write")
 
 
 def run_merge(args):
@@ -178,15 +174,17 @@ def run_merge(args):
 @command("build", "one shot: (synth or VG) -> mine -> generate -> verify -> stats",
          "vprom build --synthetic --out build/demo")
 def add_build(p):
-    p.add_argument("--out", type=output_folder, required=True)
+    p.add_argument("--out", type=output_folder, required=True,
+                   help="build folder (stages already done there with the same settings are kept)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--vg", type=Path, help="an unpacked Visual Genome folder")
     src.add_argument("--synthetic", action="store_true", help="the built-in synthetic corpus")
     p.add_argument("--images", type=positive(int), default=default(build, "images"),
-                   help="synthetic corpus size")
+                   help=SYNTHETIC_SIZE_HELP)
     p.add_argument("--scale", type=positive(float), default=default(build, "scale"),
-                   help="fraction of Table 1's size")
-    p.add_argument("--seed", type=int, default=default(build, "seed"))
+                   help=SCALE_HELP)
+    p.add_argument("--seed", type=int, default=default(build, "seed"),
+                   help="seed of the synthetic corpus and of the matrices")
 
 
 def run_build(args):
@@ -198,7 +196,7 @@ def run_build(args):
          "per-type bias probes and the perception-only ceiling (non-zero exit on failure)",
          "vprom verify build/dataset.h5")
 def add_verify(p):
-    p.add_argument("dataset", type=Path)
+    p.add_argument("dataset", type=Path, help="DATASET.h5 to check")
     p.add_argument("--features", type=Path, default=None,
                    help="also run the context-blind probes on these features (crops an "
                         "--allow-missing extraction lacks leave their matrices out)")
@@ -218,8 +216,9 @@ def run_verify(args):
          "(and --json)",
          "vprom stats build/dataset.h5 --json build/stats.json")
 def add_stats(p):
-    p.add_argument("dataset", type=Path)
-    p.add_argument("--json", type=output_file, default=None, help="also write the figures as JSON")
+    p.add_argument("dataset", type=Path, help="DATASET.h5")
+    p.add_argument("--json", type=output_file, default=None,
+                   help="also write the figures as JSON")
 
 
 def run_stats(args):
@@ -234,34 +233,76 @@ def run_stats(args):
 @command("show", "render one matrix and its candidates as a PNG",
          "vprom show build/dataset.h5 --id 0 --vg data/vg --out m0.png --answer")
 def add_show(p):
-    p.add_argument("dataset", type=Path)
-    p.add_argument("--id", type=int, required=True)
+    p.add_argument("dataset", type=Path, help="DATASET.h5")
+    p.add_argument("--id", type=int, required=True, help="matrix id")
     p.add_argument("--vg", type=Path, required=True, help="folder holding the VG images")
-    p.add_argument("--out", type=output_file, required=True)
+    p.add_argument("--out", type=output_file, required=True, help="PNG to write")
     p.add_argument("--answer", action="store_true", help="mark the answer, relation, elements")
 
 
 def run_show(args):
     from vprom.show import show
 
-    show(args.dataset, args.id, args.vg, args.out, answer=args.answer)
+    print(show(args.dataset, args.id, args.vg, args.out, answer=args.answer))
 
 
-@command("export", "JSON lines, or the original release's one-folder-per-problem layout",
-         "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl")
+EXPORT_FORMATS = {
+    "jsonl": "one JSON line per matrix with its full provenance (--out: a file)",
+    "original": "the original V-PROM release's layout, read unchanged by its clients "
+                "(Slot-Abstractor, SAViR-T): V-PROM/datasets/Raven_release/<id//5000>/<id>/"
+                "1..16.jpg as relative symlinks into V-PROM/crops/, "
+                "{obj,attr,counting}_gt_labels.npy (label 9-16) and "
+                "<split>_<train|val|test>_problems.npy (--out: a folder; needs --vg)",
+    "npz": "one PGM/RAVEN-style vprom_<split>_<part>_<id>.npz per problem of --split: "
+           "image (16,S,S,3) uint8, target 0-7, meta_target (4 relations + 4 element types) "
+           "(--out: a folder; needs --vg)",
+}
+EXPORT_EXAMPLES = (
+    "vprom export build/dataset.h5 --format npz --vg data/vg --out build/npz --split neutral",
+    "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl",
+    "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",
+)
+
+
+@command("export", "the data set as JSON lines, the original release's layout, or npz files",
+         "vprom export build/dataset.h5 --format original --vg data/vg --out build/release")
 def add_export(p):
-    p.add_argument("dataset", type=Path)
-    p.add_argument("--format", choices=("jsonl", "original"), required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--vg", type=Path, default=None, help="VG images (needed for 'original')")
-    p.add_argument("--symlink", action="store_true",
-                   help="original layout: link shared crops instead of copying them")
+    from generation.export_npz import DEFAULT_SIZE
+
+    p.epilog += "".join(f"\n  {e}" for e in EXPORT_EXAMPLES) + (
+        "\n\nClients of the original release read it from the folder holding V-PROM/ "
+        "(cd build/release\nbefore starting one). Layouts and formats: docs/release-layout.md.")
+    p.add_argument("dataset", type=Path, help="DATASET.h5")
+    p.add_argument("--format", choices=tuple(EXPORT_FORMATS), required=True,
+                   help="; ".join(f"{k}: {v}" for k, v in EXPORT_FORMATS.items()))
+    p.add_argument("--out", type=Path, required=True,
+                   help="a file for jsonl, a folder for original and npz")
+    p.add_argument("--vg", type=Path, default=None,
+                   help="Visual Genome folder (VG_100K/, VG_100K_2/): original and npz")
+    panels = p.add_mutually_exclusive_group()
+    panels.add_argument("--copy", action="store_true",
+                        help="original layout: panels as plain copies instead of symlinks, for "
+                             "file systems without symlinks; clients that open panels through "
+                             "os.readlink (Slot-Abstractor's loader) cannot read this copy")
+    panels.add_argument("--symlink", action="store_true",
+                        help="original layout: panels as symlinks, the default now (kept so "
+                             "that older commands still run)")
+    p.add_argument("--split", default="neutral",
+                   help="npz: the split whose train, val and test problems are written")
+    p.add_argument("--size", type=positive(int), default=DEFAULT_SIZE,
+                   help="npz: panel side in pixels")
 
 
 def run_export(args):
     from generation.export import export
 
-    export(args.dataset, args.format, args.out, vg_dir=args.vg, symlink=args.symlink)
+    check = output_file if args.format == "jsonl" else output_folder
+    try:  # before any work: --out must be writable as what the format writes
+        out = check(str(args.out))
+    except argparse.ArgumentTypeError as e:
+        raise VpromError(f"--out {e}") from None
+    print(export(args.dataset, args.format, out, vg_dir=args.vg, copy=args.copy,
+                 split=args.split, size=args.size))
 
 
 # ---------------------------------------------------------------- features and baselines
@@ -275,19 +316,47 @@ def add_extract(p):
     p.add_argument("--weights", default=default(ExtractConfig, "weights"),
                    help="imagenet | none | PATH to a state dict")
     p.add_argument("--out", type=Path, help="FEATS.h5 to write")
-    p.add_argument("--batch-size", type=int, default=default(ExtractConfig, "batch_size"))
+    p.add_argument("--batch-size", type=int, default=default(ExtractConfig, "batch_size"),
+                   help="crops per forward (%(default)s; 256 suits a large GPU)")
     p.add_argument("--workers", type=int, default=default(ExtractConfig, "workers"),
-                   help="DataLoader workers")
-    p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if "
-                   "available; under torchrun each process takes its LOCAL_RANK's GPU)")
-    p.add_argument("--dtype", choices=STORED_DTYPES, default=default(ExtractConfig, "dtype"))
+                   help="DataLoader processes reading/decoding JPEGs (default: 2 on CPU; on "
+                   "CUDA the CPU cores per GPU process less 2, at most 16)")
+    p.add_argument("--prefetch", type=int, default=default(ExtractConfig, "prefetch"),
+                   help="batches each worker prepares ahead (%(default)s)")
+    p.add_argument("--in-flight", type=int, default=default(ExtractConfig, "in_flight"),
+                   help="batches queued on the device before the oldest result is awaited "
+                   "(%(default)s; 0 waits for every batch)")
+    for flag, choices, text in (
+        ("--decode", DECODERS, "where JPEGs are decoded: cpu = Pillow in the workers; gpu = "
+         "torchvision on the device (nvjpeg; on a CPU device torchvision's CPU decoder in the "
+         "workers); auto (default) = gpu on CUDA nodes with under 12 CPU cores per GPU, else "
+         "cpu"),
+        ("--region", REGIONS, "crop (default): each box warped to SxS through the whole trunk; "
+         "roi (bottomup-r101): the detector's procedure: whole image at shorter side 600, res4 "
+         "once per image, 14x14 RoI max pooling per box, res5"),
+        ("--pool", POOLS, "avg (default): one pooled, L2-normalised vector per crop; none: the "
+         "last conv map per crop as an (N, C, H, W) dataset 'maps' (float16: about 200 KB per "
+         "crop for resnet101 at 224, 2048x7x7; 800 KB for bottomup-r101, 2048x14x14); `vprom "
+         "train` takes pooled vectors only")):
+        p.add_argument(flag, choices=choices, default=default(ExtractConfig, flag[2:]),
+                       help=text)
+    p.add_argument("--compression", choices=COMPRESSIONS,
+                   default=default(ExtractConfig, "compression"),
+                   help="HDF5 compression of the stored dataset (%(default)s; gzip is readable "
+                   "everywhere, lzf only by h5py)")
+    p.add_argument("--device", default=default(ExtractConfig, "device"),
+                   help="cuda, cuda:N or cpu (default: cuda if available; under torchrun "
+                   "each process takes its LOCAL_RANK's GPU)")
+    p.add_argument("--dtype", choices=STORED_DTYPES, default=default(ExtractConfig, "dtype"),
+                   help="stored dtype (pooling and L2 run in float32)")
     p.add_argument("--no-resume", dest="resume", action="store_false",
                    help="start over even if a matching partial file exists")
     p.add_argument("--allow-missing", action="store_true",
                    help="finish even if some images are missing (they are reported)")
     p.add_argument("--compile", action="store_true", help="torch.compile the backbone (CUDA)")
-    p.add_argument("--input-size", type=int, default=None,
-                   help="crop side in pixels (default: the backbone's, 224)")
+    p.add_argument("--input-size", type=int, default=default(ExtractConfig, "input_size"),
+                   help="crop side in pixels (default: the backbone's, 224); with --region roi "
+                   "the image's shorter side (default 600)")
     p.add_argument("--chunk-batches", type=int, default=default(ExtractConfig, "chunk_batches"),
                    help="batches per resumable chunk (a killed run redoes at most one chunk)")
     p.add_argument("--list", action="store_true", help="list the backbones and exit")
@@ -296,7 +365,7 @@ def add_extract(p):
 def run_extract(args):
     from features.extract import extract
 
-    options = _options(args)
+    options = options_of(args)
     if options.pop("list"):
         from features.backbones import get_backbone, list_backbones
 
@@ -315,24 +384,30 @@ def run_extract(args):
          "vprom train build/dataset.h5 --features build/feats/resnet101.h5 --model rn "
          "--split neutral --aux --out runs/rn-neutral-aux")
 def add_train(p):
-    p.add_argument("dataset", type=Path)
+    p.add_argument("dataset", type=Path, help="DATASET.h5")
     p.add_argument("--features", type=Path, required=True, help="FEATS.h5 from `vprom extract`")
     p.add_argument("--model", required=True, help="a registered model, e.g. rn, mlp-sum-6, gru")
     p.add_argument("--split", required=True, help="neutral, interpolation, ...")
     p.add_argument("--aux", action="store_true", help="add the relation/element-type loss")
     p.add_argument("--out", type=Path, required=True, help="run folder")
-    p.add_argument("--epochs", type=int, default=default(TrainConfig, "epochs"))
-    p.add_argument("--batch-size", type=int, default=default(TrainConfig, "batch_size"))
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default=default(TrainConfig, "optimizer"))
+    p.add_argument("--epochs", type=int, default=default(TrainConfig, "epochs"),
+                   help="maximum epochs")
+    p.add_argument("--batch-size", type=int, default=default(TrainConfig, "batch_size"),
+                   help="matrices per optimiser step, over all processes")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=default(TrainConfig, "optimizer"),
+                   help="AdaDelta is the paper's")
     p.add_argument("--lr", type=float, default=None, help="default: 1.0 AdaDelta, 1e-4 Adam")
-    p.add_argument("--hidden", type=int, default=default(TrainConfig, "hidden"))
+    p.add_argument("--hidden", type=int, default=default(TrainConfig, "hidden"),
+                   help="width of every hidden layer")
     p.add_argument("--patience", type=int, default=default(TrainConfig, "patience"),
                    help="epochs without val gain before stop")
     p.add_argument("--shuffle-context", action="store_true",
                    help="control: each matrix's context replaced by another matrix's")
     p.add_argument("--center-features", action="store_true",
-                   help="subtract the training crops' mean feature, re-normalise (see README)")
-    p.add_argument("--seed", type=int, default=default(TrainConfig, "seed"))
+                   help="subtract the training crops' mean feature, re-normalise "
+                   "(see docs/training.md)")
+    p.add_argument("--seed", type=int, default=default(TrainConfig, "seed"),
+                   help="weights, batch order and the shuffled-context derangement")
     p.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if "
                    "available; under torchrun each process takes its LOCAL_RANK's GPU)")
     p.add_argument("--resume", action="store_true", help="continue from the run's checkpoint")
@@ -341,7 +416,7 @@ def add_train(p):
 def run_train(args):
     from baselines.train import train
 
-    train(TrainConfig(**_options(args)))
+    train(TrainConfig(**options_of(args)))
 
 
 @command("evaluate", "test accuracy with a 95% interval and per-relation/element-type breakdowns",
@@ -361,8 +436,9 @@ def run_evaluate(args):
 @command("report", "Table 2 and models x splits tables (Markdown, CSV) and plots over runs",
          "vprom report runs/* --out reports/")
 def add_report(p):
-    p.add_argument("runs", type=Path, nargs="+")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("runs", type=Path, nargs="+",
+                   help="evaluated run folders, or folders holding them")
+    p.add_argument("--out", type=Path, required=True, help="folder for the tables and plots")
 
 
 def run_report(args):
@@ -377,18 +453,22 @@ def add_reproduce(p):
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--vg", type=Path, help="an unpacked Visual Genome folder")
     src.add_argument("--synthetic", action="store_true", help="the synthetic corpus (smoke test)")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--scale", type=float, default=None,
-                   help="fraction of Table 1 (default 1.0 on VG, 0.05 synthetic)")
-    p.add_argument("--images", type=int, default=None, help="synthetic corpus size")
-    p.add_argument("--backbones", default=default(ReproduceConfig, "backbones"))
+    p.add_argument("--out", type=Path, required=True,
+                   help="folder for the build, features, runs and report")
+    p.add_argument("--scale", type=float, default=None, help=SCALE_HELP)
+    p.add_argument("--images", type=int, default=None, help=SYNTHETIC_SIZE_HELP)
+    p.add_argument("--backbones", default=default(ReproduceConfig, "backbones"),
+                   help="comma list (see `vprom extract --list`)")
     p.add_argument("--weights", default=None,
                    help="comma list, one per backbone (default: imagenet for torchvision ones)")
-    p.add_argument("--models", default=default(ReproduceConfig, "models"))
-    p.add_argument("--splits", default=default(ReproduceConfig, "splits"))
-    p.add_argument("--epochs", type=int, default=default(ReproduceConfig, "epochs"))
-    p.add_argument("--seed", type=int, default=default(ReproduceConfig, "seed"))
-    p.add_argument("--device", default=None)
+    p.add_argument("--models", default=default(ReproduceConfig, "models"),
+                   help="comma list of models, each trained without and with --aux")
+    p.add_argument("--splits", default=default(ReproduceConfig, "splits"), help="comma list")
+    p.add_argument("--epochs", type=int, default=default(ReproduceConfig, "epochs"),
+                   help="maximum epochs per run")
+    p.add_argument("--seed", type=int, default=default(ReproduceConfig, "seed"),
+                   help="seed of the build and of every run")
+    p.add_argument("--device", default=None, help="as `vprom train --device`")
     p.add_argument("--input-size", type=int, default=None,
                    help="crop side for extraction (default: the backbone's, 224)")
     p.add_argument("--center-features", action="store_true",
@@ -398,7 +478,7 @@ def add_reproduce(p):
 def run_reproduce(args):
     from vprom.app.reproduce import reproduce
 
-    reproduce(ReproduceConfig(**_options(args)))
+    reproduce(ReproduceConfig(**options_of(args)))
 
 
 # ---------------------------------------------------------------- entry point
@@ -422,78 +502,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: What to tell a user whose command was interrupted.
-RESUME_HINT = {
-    "build": "run the same command again: finished stages are kept",
-    "download": "run the same command again: downloads resume where they stopped",
-    "extract": "run the same command again: finished chunks are kept",
-    "train": "run the same command again to resume from the last finished epoch",
-    "reproduce": "run the same command again: finished steps and runs are kept",
-}
-
-
-class Terminated(BaseException):
-    """SIGTERM, handled like Ctrl-C: stop, clean up, exit with 143."""
-
-
-def _terminate(signum, frame):
-    raise Terminated()
-
-
-def os_error_message(e: OSError) -> str:
-    """One line for a file-system error: what, which path, and what to do."""
-    path = e.filename if e.filename is not None else "a file"
-    fixes = {
-        errno.EACCES: "no permission; choose another path or fix its permissions",
-        errno.EPERM: "not permitted; choose another path or fix its permissions",
-        errno.EROFS: "the file system is read-only; choose another path",
-        errno.ENOSPC: "no space left on the device; free some space or choose another path",
-        errno.EDQUOT: "the disk quota is used up; free some space or choose another path",
-        errno.EISDIR: "is a folder where a file is needed; choose another path",
-        errno.ENOTDIR: "a file stands where a folder is needed; choose another path",
-        errno.EEXIST: "already exists in the way; move it or choose another path",
-        errno.ENOENT: "no such file or folder; check the path",
-    }
-    fix = fixes.get(e.errno, "check the path and try again")
-    return f"{path}: {e.strerror or type(e).__name__} ({fix})"
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; errors become one line on stderr and a non-zero exit status.
-
-    `VPROM_DEBUG=1` lets every error through with its traceback.
-    """
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    debug = os.environ.get("VPROM_DEBUG", "") not in ("", "0")
-    previous = signal.signal(signal.SIGTERM, _terminate)
-    try:
-        args.run(args)
-    except BrokenPipeError:
-        # stdout was closed (`vprom evaluate RUN | head -1`): stop quietly, and keep Python's
-        # final flush from failing on the same pipe.
-        with contextlib.suppress(OSError, ValueError):  # stdout may not be a real file
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    except (KeyboardInterrupt, Terminated) as e:
-        if debug:
-            raise
-        how = RESUME_HINT.get(args.command, "run the same command again (it starts over)")
-        print(f"vprom {args.command}: interrupted; no partial output was left looking "
-              f"finished; {how}", file=sys.stderr)
-        return 143 if isinstance(e, Terminated) else 130
-    except (VpromError, OSError) as e:
-        if debug:
-            raise
-        text = os_error_message(e) if isinstance(e, OSError) else str(e)
-        print(f"vprom {args.command}: error: {text}", file=sys.stderr)
-        return 1
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return 0
+    """Run one `vprom` command (see `vprom.app.running.run_command` for errors and signals)."""
+    return run_command(build_parser, argv)
 
 
 if __name__ == "__main__":

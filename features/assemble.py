@@ -1,0 +1,144 @@
+"""Assembling FEATS.h5 from the finished chunk files (rank 0, after every rank is done).
+
+Rows are sorted by crop id; each crop gets its unit's row (features are computed once per
+distinct box), read from the memory-mapped chunk files in blocks of at most ~256 MB and
+written through `vprom.io.atomic_path`, so only a complete file gets the final name. The
+stored dataset is `features` (N, D) for `--pool avg` or `maps` (N, C, H, W) for `--pool none`
+(HDF5 chunks of about 1 MB, compressed when asked). Crops whose image is missing or corrupt
+are NaN rows listed in `missing_crop_id`; unless `allow_missing`, their chunks are dropped (so
+a re-run after fixing the images redoes only those) and the run fails with a VpromError
+naming the first one, its image and where it was looked for.
+
+While the file is assembled, the chunk files and the new file both exist: for `--pool none`
+at full scale that is twice the maps' size on disk (see docs/extraction-speed.md).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+
+from features.job import DTYPES, Job, config_hash
+from vprom.errors import VpromError
+from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
+from vprom.tables import set_manifest
+
+ASSEMBLE_ROWS = 16384
+BLOCK_BYTES = 256 << 20  # rows read and written per step, at most
+CHUNK_BYTES = 1 << 20  # HDF5 chunk size of a maps dataset
+POOLING = {"avg": "global average pool over the last conv stage's feature map",
+           "none": "none: the last conv stage's feature map of each crop, (C, H, W)"}
+NORMALISATION = {"avg": "L2 (computed in float32, then cast to the stored dtype)",
+                 "none": "none (the maps are stored as the trunk computes them)"}
+
+
+def assemble(job: Job) -> list:
+    """Write the final file; returns the missing crops as (crop_id, path, error)."""
+    plan, config = job.plan, job.config
+    undone = [c for c in range(len(plan.chunks)) if not job.chunk_done(c)]
+    if undone:
+        raise VpromError(f"{job.partial}: chunks {undone[:5]} were not written by any rank; "
+                         "re-run `vprom extract` with the same options to finish them")
+    failed_units, bad_chunks = {}, []
+    for c in range(len(plan.chunks)):
+        failed = json.loads(job.chunk_file(c, ".json").read_text(encoding="utf-8"))["failed"]
+        if failed:
+            bad_chunks.append(c)
+        failed_units.update({int(u): (p, e) for u, p, e in failed})
+    missing = [(int(cid), *failed_units[int(u)]) for cid, u in zip(plan.crop_id, plan.unit_of_row)
+               if int(u) in failed_units]
+    if missing and not config.allow_missing:
+        for c in bad_chunks:  # redo them after the images are fixed; keep the others
+            job.chunk_file(c).unlink()
+        cid, path, error = missing[0]
+        raise VpromError(f"{config.dataset}: {len(missing)} crops have no readable image "
+                         f"(first: crop {cid}, {error}; looked at {path}); fix or re-download "
+                         f"those images under {config.vg} and re-run (finished chunks are "
+                         f"kept in {job.partial}), or pass --allow-missing")
+    with atomic_path(config.out) as tmp:
+        manifest = _write(job, tmp, np.asarray([m[0] for m in missing], dtype=np.int64))
+    manifest["outputs"] = {config.out.name: sha256_file(config.out)}
+    write_json(manifest_path(config.out), manifest)  # the self-describing copy beside it
+    shutil.rmtree(job.partial)
+    return missing
+
+
+def _dataset(h5: h5py.File, job: Job, n: int, row_shape: tuple) -> h5py.Dataset:
+    dtype = DTYPES[job.config.dtype]
+    row_bytes = int(np.prod(row_shape)) * np.dtype(dtype).itemsize
+    if job.config.pool == "none":
+        name, rows = "maps", max(1, CHUNK_BYTES // row_bytes)
+    else:
+        name, rows = "features", 1024
+    compression = {"none": {}, "lzf": {"compression": "lzf", "shuffle": True},
+                   "gzip": {"compression": "gzip", "compression_opts": 4, "shuffle": True}}
+    return h5.create_dataset(name, shape=(n, *row_shape), dtype=dtype,
+                             chunks=(min(n, rows), *row_shape),
+                             **compression[job.config.compression])
+
+
+def _write(job: Job, tmp: Path, missing_ids: np.ndarray) -> dict:
+    plan, config = job.plan, job.config
+    n = len(plan.crop_id)
+    chunk_starts = np.array([plan.chunk_units(c)[0] for c in range(len(plan.chunks))])
+    arrays = [np.load(job.chunk_file(c), mmap_mode="r") for c in range(len(plan.chunks))]
+    row_shape = arrays[0].shape[1:]
+    row_bytes = int(np.prod(row_shape)) * arrays[0].dtype.itemsize
+    step = max(1, min(ASSEMBLE_ROWS, BLOCK_BYTES // row_bytes))
+    with h5py.File(tmp, "w") as h5:
+        h5.create_dataset("crop_id", data=plan.crop_id)
+        stored = _dataset(h5, job, n, row_shape)
+        for a in range(0, n, step):
+            units = plan.unit_of_row[a:a + step]
+            which = np.searchsorted(chunk_starts, units, side="right") - 1
+            block = np.empty((len(units), *row_shape), dtype=DTYPES[config.dtype])
+            for c in np.unique(which):
+                sel = which == c
+                block[sel] = arrays[c][units[sel] - chunk_starts[c]]
+            stored[a:a + len(units)] = block
+        h5.create_dataset("missing_crop_id", data=missing_ids)
+        for key, value in attributes(job, len(missing_ids), row_shape).items():
+            h5.attrs[key] = str(value) if isinstance(value, str) else value  # plain str
+        manifest = make_manifest(
+            "features", config={k: str(v) if isinstance(v, Path) else v
+                                for k, v in asdict(config).items()},
+            inputs={config.dataset.name: sha256_file(config.dataset)},
+            counts={"crops": n, "distinct_boxes": len(plan.unit_image),
+                    "missing": len(missing_ids)})
+        set_manifest(h5, manifest)
+    del arrays
+    return manifest
+
+
+def attributes(job: Job, n_missing: int, row_shape: tuple) -> dict:
+    import PIL
+    import torchvision
+
+    from vprom import __version__
+
+    fp, pre, config = job.fingerprint, job.backbone.preprocess, job.config
+    size = list(job.sides) if config.region == "roi" else [job.size, job.size]
+    attrs = {"backbone": job.backbone.name, "weights": job.loaded.weights,
+             "weights_sha256": job.loaded.weights_sha256,
+             "weights_notes": "; ".join(job.loaded.notes),
+             "random_weights": job.loaded.weights == "none",
+             "input_size": np.array(size, dtype=np.int64),
+             "region": config.region, "decode": job.decoder, "pool": config.pool,
+             "pooling": POOLING[config.pool], "normalisation": NORMALISATION[config.pool],
+             "resize": job.resize_policy(), "pixel_normalisation": pre.describe(),
+             "dtype": config.dtype, "compression": config.compression,
+             "feature_dim": int(row_shape[0]), "device_type": job.world.device.type,
+             "autocast": fp["autocast"], "compiled": config.compile,
+             "batch_size": config.batch_size, "n_missing": n_missing,
+             "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
+             "pillow_version": PIL.__version__, "vprom_version": __version__,
+             "config_hash": config_hash(fp), "complete": True}
+    if config.pool == "none":
+        attrs["map_shape"] = np.array(row_shape, dtype=np.int64)
+    return attrs

@@ -1,0 +1,154 @@
+"""JPEG decoding and crop resizing with torch tensors: the `--decode gpu` path.
+
+`--decode cpu` decodes with Pillow in the DataLoader workers (features/crops.py). `--decode gpu`
+decodes with torchvision's decoder on the extraction device: nvjpeg on CUDA, fed the raw file
+bytes that the workers read (batched, one call per batch), so the CPU only reads files. On a
+CPU device the same code runs in the workers with torchvision's CPU decoder (libjpeg-turbo):
+this is the fallback the tests exercise, and what `gpu` means on a machine without a GPU.
+
+Crops (`crop_resize`): each box is clipped to the image, cut out, converted to float and
+resized to S x S with `F.interpolate(mode="bilinear", antialias=True)` (the aspect ratio is
+not kept), then rounded to uint8 as Pillow's result is. torch's antialiased bilinear filter
+is the same triangle filter as Pillow's BILINEAR resize, so both paths agree to a fraction of
+a grey level on average (tests/features/test_decoding.py states the tolerance). Differences
+left: the decoders' IDCT/upsampling (nvjpeg vs libjpeg-turbo) and Pillow's draft mode, which
+decodes large crops at 1/2-1/8 scale where this path decodes at full size.
+
+A file torchvision cannot decode (not a JPEG, CMYK, a decoder error) is decoded by Pillow
+instead, so a run never depends on which decoder an odd file happens to suit; only a file
+neither can read is reported as missing.
+
+`auto` chooses `gpu` on CUDA when the node has fewer than `GPU_DECODE_BELOW` CPU cores per
+GPU process, else `cpu`; on a CPU device always `cpu`, which keeps today's numbers. Why 12:
+Pillow took ~7 ms of CPU per VG-sized image with 3.6 boxes on this project's machine, and an
+H100's resnet101 forward takes ~2,000 such images per second, so about 12-14 cores keep it
+fed; with fewer, decoding on the GPU costs less than waiting for the workers. (An estimate
+until measured on a GPU: docs/extraction-speed.md.)
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import warnings
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.nn import functional as F
+
+from vprom.images import clip_box
+
+GPU_DECODE_BELOW = 12  # CPU cores per GPU process under which auto decodes on the GPU
+JPEG_MAGIC = b"\xff\xd8\xff"
+RESIZE_TORCH = ("whole crop (box clipped to the image) resized to SxS, aspect ratio not kept; "
+                "torch bilinear interpolation with antialiasing on the full-size decoded "
+                "image, rounded to uint8")
+
+
+@contextmanager
+def _torchvision_decoders():
+    """torchvision's decoders, without the warning torchvision 0.29 gives at every call (they
+    are deprecated in favour of TorchCodec; docs/extraction-speed.md says what that means)."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                message="The image decoding and encoding capabilities")
+        yield decode_jpeg, ImageReadMode.RGB
+
+
+def cores_per_process() -> int:
+    """CPU cores this process may use, shared among the node's torchrun processes."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
+def resolve_decoder(requested: str, device: torch.device) -> str:
+    """`cpu` or `gpu` for `--decode auto|cpu|gpu` on this device (see the module doc)."""
+    if requested != "auto":
+        return requested
+    if device.type == "cuda" and cores_per_process() < GPU_DECODE_BELOW:
+        return "gpu"
+    return "cpu"
+
+
+def clip_boxes(boxes: np.ndarray, width: int, height: int) -> tuple[list, list]:
+    """Corners (x0, y0, x1, y1) of each VG box clipped to the image, and an error per box
+    (None when fine); a box with no area inside the image gets no corners."""
+    corners, errors = [], []
+    for box in boxes:
+        c = clip_box(box, width, height)
+        corners.append(c)
+        errors.append(None if c is not None else
+                      f"box {tuple(int(v) for v in box)} lies outside the {width}x{height} image")
+    return corners, errors
+
+
+def crop_resize(image: torch.Tensor, corners: list, size: int) -> torch.Tensor:
+    """(3, H, W) uint8 image, k corner boxes -> (k, size, size, 3) uint8 crops, on its device."""
+    if not corners:
+        return torch.zeros((0, size, size, 3), dtype=torch.uint8, device=image.device)
+    whole = image.unsqueeze(0).float()  # once per image, not per crop
+    crops = [F.interpolate(whole[:, :, y0:y1, x0:x1], size=(size, size), mode="bilinear",
+                           align_corners=False, antialias=True) for x0, y0, x1, y1 in corners]
+    out = torch.cat(crops).round_().clamp_(0, 255).to(torch.uint8)
+    return out.permute(0, 2, 3, 1).contiguous()
+
+
+def is_jpeg(data: bytes | torch.Tensor) -> bool:
+    head = bytes(data[:3].tolist()) if isinstance(data, torch.Tensor) else bytes(data[:3])
+    return head == JPEG_MAGIC
+
+
+def read_bytes(path) -> torch.Tensor:
+    """A file's bytes as a 1-D uint8 tensor (what the device decoder takes)."""
+    with open(path, "rb") as f:
+        return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+
+
+def pillow_image(data: bytes | torch.Tensor | str | os.PathLike) -> torch.Tensor:
+    """(3, H, W) uint8 RGB by Pillow, from a path or file bytes (raises OSError/ValueError)."""
+    if isinstance(data, torch.Tensor):
+        data = data.numpy().tobytes()
+    source = io.BytesIO(data) if isinstance(data, bytes) else data
+    with Image.open(source) as im:
+        rgb = np.asarray(im.convert("RGB"))
+    return torch.from_numpy(rgb.copy()).permute(2, 0, 1)
+
+
+def torch_image(data: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
+    """(3, H, W) uint8 RGB from JPEG bytes by torchvision on `device`; Pillow (on the CPU,
+    moved to `device`) when torchvision cannot decode the file."""
+    if is_jpeg(data):
+        try:
+            with _torchvision_decoders() as (decode_jpeg, rgb):
+                return decode_jpeg(data, mode=rgb, device=device)
+        except RuntimeError:
+            pass
+    return pillow_image(data).to(device)
+
+
+def decode_many(datas: list[torch.Tensor], device: torch.device) -> list:
+    """Decode a batch of JPEG byte tensors on `device` in one call (nvjpeg batches on CUDA);
+    if the batch call fails, image by image, so one bad file cannot fail the others. Returns
+    a (3, H, W) uint8 tensor or the exception per image."""
+    if not datas:
+        return []
+    if all(is_jpeg(d) for d in datas):
+        try:
+            with _torchvision_decoders() as (decode_jpeg, rgb):
+                return list(decode_jpeg(datas, mode=rgb, device=device))
+        except RuntimeError:
+            pass
+    out = []
+    for data in datas:
+        try:
+            out.append(torch_image(data, device))
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+            out.append(e)
+    return out

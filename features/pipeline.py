@@ -1,0 +1,346 @@
+"""The extraction loop: batches in, chunk files out, with copies and compute overlapped.
+
+Per batch, in order:
+1. DataLoader workers prepare it (features/crops.py): ready uint8 crops, or images (file
+   bytes for the device's decoder, decoded images for `--region roi`). On CUDA the batch
+   arrives in pinned memory.
+2. `Forward` queues its work on the device: the host-to-device copy and any decoding and
+   cropping on a side stream (`Transfers.side`), then normalisation, the trunk (or the
+   detector's trunk, RoI pooling and head), pooling and L2 on the compute stream, and a cast
+   to the stored dtype.
+3. `Transfers.download` queues the copy of the result into pinned host memory on a second
+   side stream and records an event; the batch joins the in-flight queue.
+4. Only when more than `in_flight` batches are queued does the loop wait, for the oldest
+   one's event, and copy its rows into its chunk's array; a chunk whose batches have all
+   arrived is written (`write_chunk`).
+So the host never waits for the forward it has just queued, the GPU always has the next
+batches' copies and kernels in its queues, and no `.cpu()` stalls the loop per batch. On a
+CPU device every step is synchronous (`HostTransfers`): the queue then changes only when
+rows are copied, not their values, so `in_flight` 0 (the plain loop) and >0 give identical
+files (tested), as do CUDA runs with any `in_flight`.
+
+The CUDA calls go through `CudaApi`, which tests replace with a stand-in that runs on the
+CPU, so the GPU-only code is exercised without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from contextlib import contextmanager, nullcontext
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+from tqdm import tqdm
+
+from features.backbones import Backbone
+from features.crops import Batch, CropDataset, collate, worker_mode
+from features.decoding import clip_boxes, crop_resize, decode_many
+from features.job import DTYPES, TORCH_DTYPES, Job
+from features.regions import pooled_regions, region_maps
+from vprom.io import atomic_path, write_json
+
+NICE_WORKERS = 10  # CPU runs: DataLoader workers' priority below the forward's
+
+
+# ------------------------------------------------------------------------- transfers
+class CudaApi:
+    """The CUDA calls of the loop, in one place (tests substitute a CPU stand-in)."""
+
+    Stream = torch.cuda.Stream
+    Event = torch.cuda.Event
+    stream = staticmethod(torch.cuda.stream)
+    current_stream = staticmethod(torch.cuda.current_stream)
+
+    @staticmethod
+    def record(tensor: torch.Tensor, stream) -> None:
+        tensor.record_stream(stream)
+
+    @staticmethod
+    def pinned(like: torch.Tensor) -> torch.Tensor:
+        return torch.empty(like.shape, dtype=like.dtype, pin_memory=True)
+
+
+class Pending:
+    """A result on its way to the host; `result()` waits for it (event) and returns numpy."""
+
+    def __init__(self, host: torch.Tensor, event=None):
+        self.host, self.event = host, event
+
+    def result(self) -> np.ndarray:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host.numpy()
+
+
+class HostTransfers:
+    """A CPU device: every operation is synchronous."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def upload(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to(self.device)
+
+    def side(self):
+        return nullcontext()
+
+    def hand_over(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def download(self, tensor: torch.Tensor) -> Pending:
+        return Pending(tensor.cpu())
+
+
+class CudaTransfers(HostTransfers):
+    """Copies in and preparation on one side stream, copies out on another, events between."""
+
+    def __init__(self, device: torch.device, api=CudaApi):
+        super().__init__(device)
+        self.api = api
+        self.inbound, self.outbound = api.Stream(device), api.Stream(device)
+
+    def _compute(self):
+        return self.api.current_stream(self.device)
+
+    @contextmanager
+    def side(self):
+        """Work queued inside runs on the inbound stream; the compute stream waits for it."""
+        with self.api.stream(self.inbound):
+            yield
+        self._compute().wait_stream(self.inbound)
+
+    def hand_over(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A tensor made on the side stream, now used on the compute stream: its memory must
+        not be reused before the compute stream is done with it."""
+        self.api.record(tensor, self._compute())
+        return tensor
+
+    def upload(self, tensor: torch.Tensor) -> torch.Tensor:
+        with self.side():
+            out = tensor.to(self.device, non_blocking=True)
+        return self.hand_over(out)
+
+    def download(self, tensor: torch.Tensor) -> Pending:
+        self.outbound.wait_stream(self._compute())
+        with self.api.stream(self.outbound):
+            host = self.api.pinned(tensor)
+            host.copy_(tensor, non_blocking=True)
+            done = self.api.Event()
+            done.record(self.outbound)
+        self.api.record(tensor, self.outbound)
+        return Pending(host, done)
+
+
+def transfers_for(device: torch.device, api=CudaApi) -> HostTransfers:
+    return CudaTransfers(device, api) if device.type == "cuda" else HostTransfers(device)
+
+
+# --------------------------------------------------------------------------- forward
+def finish(fmap: torch.Tensor, pool: str) -> torch.Tensor:
+    """The last conv map -> what is stored: pooled and L2-normalised (avg), or the map."""
+    if pool == "none":
+        return fmap.float()
+    return F.normalize(fmap.float().mean(dim=(2, 3)), dim=1)
+
+
+@torch.inference_mode()
+def embed(model: torch.nn.Module, pixels: torch.Tensor, backbone: Backbone,
+          autocast: torch.dtype | None, device: torch.device, pool: str = "avg") -> torch.Tensor:
+    """uint8 (B, S, S, 3) -> float32 (B, D) (trunk, average pool, L2) or the maps (pool none)."""
+    x = backbone.preprocess.normalise(pixels.to(device, non_blocking=True))
+    with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+        fmap = model(x)
+    return finish(fmap, pool)
+
+
+class Forward:
+    """A `Batch` -> (units, its stored rows queued on the device, failures)."""
+
+    def __init__(self, job: Job, model: torch.nn.Module, transfers: HostTransfers):
+        self.job, self.model, self.transfers = job, model, transfers
+        self.device = job.world.device
+        self.dtype = TORCH_DTYPES[job.config.dtype]
+
+    @torch.inference_mode()
+    def __call__(self, batch: Batch) -> tuple[np.ndarray, torch.Tensor | None, list]:
+        job, failed = self.job, list(batch.failed)
+        units, parts = [], []
+        if len(batch.units):
+            units.append(batch.units)
+            parts.append(self.transfers.upload(batch.pixels))
+        if batch.sources:
+            with self.transfers.side():
+                prepared = self._prepare(batch.sources, failed)
+            for source_units, payload in prepared:
+                units.append(source_units)
+                if isinstance(payload, tuple):  # region roi: (image, corners)
+                    payload = (self.transfers.hand_over(payload[0]), payload[1])
+                else:
+                    payload = self.transfers.hand_over(payload)
+                parts.append(payload)
+        if not units:
+            return np.zeros(0, np.int64), None, failed
+        if job.config.region == "roi":
+            out = self._regions(parts)
+        else:
+            pixels = parts[0] if len(parts) == 1 else torch.cat(parts)
+            out = embed(self.model, pixels, job.backbone, job.autocast, self.device,
+                        job.config.pool)
+        return np.concatenate(units), out.to(self.dtype), failed
+
+    def _prepare(self, sources: list, failed: list) -> list:
+        """Decode on the device (if still encoded), clip the boxes; crops for region crop,
+        (image, corners) for region roi."""
+        encoded = [s for s in sources if s.encoded]
+        decoded = dict(zip(map(id, encoded), decode_many([s.data for s in encoded],
+                                                         self.device)))
+        out = []
+        for s in sources:
+            image = decoded.get(id(s), s.data)
+            if isinstance(image, Exception):
+                failed += [(int(u), s.path, f"image {s.image_id}: cannot decode ({image})")
+                           for u in s.units]
+                continue
+            image = image.to(self.device, non_blocking=True)
+            corners, errors = clip_boxes(s.boxes, image.shape[2], image.shape[1])
+            failed += [(int(u), s.path, f"image {s.image_id}: {e}")
+                       for u, e in zip(s.units, errors) if e is not None]
+            ok = [e is None for e in errors]
+            if not any(ok):
+                continue
+            kept = [c for c, k in zip(corners, ok) if k]
+            if self.job.config.region == "roi":
+                out.append((s.units[ok], (image, kept)))
+            else:
+                out.append((s.units[ok], crop_resize(image, kept, self.job.size)))
+        return out
+
+    def _regions(self, parts: list) -> torch.Tensor:
+        job = self.job
+        short, long = job.sides
+        cells = [pooled_regions(self.model, image, corners, job.backbone.preprocess,
+                                job.backbone.region_head, short, long, job.autocast)
+                 for image, corners in parts]
+        return finish(region_maps(self.model, torch.cat(cells), job.autocast), job.config.pool)
+
+
+def row_shape(job: Job, model: torch.nn.Module) -> tuple:
+    """One crop's stored shape: (D,) pooled, or its map's (C, H, W) from a probe forward."""
+    if job.config.pool == "avg":
+        return (job.backbone.feature_dim,)
+    device, head = job.world.device, job.backbone.region_head
+    with torch.inference_mode():
+        if job.config.region == "roi":
+            fmap = model.backbone_features(torch.zeros(1, 3, 64, 64, device=device))
+            cells = torch.zeros(1, fmap.shape[1], head.pooled, head.pooled, device=device)
+            return tuple(model.roi_head(cells).shape[1:])
+        pixels = torch.zeros(1, job.size, job.size, 3, dtype=torch.uint8)
+        return tuple(embed(model, pixels, job.backbone, None, device, "none").shape[1:])
+
+
+def warm_up(job: Job, model: torch.nn.Module) -> None:
+    """On CUDA, one forward at the batch size while the workers start: cuDNN's first calls
+    (kernel choice, lazy module loading) then cost nothing inside the loop."""
+    if job.world.device.type != "cuda" or job.config.region != "crop":
+        return
+    pixels = torch.zeros(job.config.batch_size, job.size, job.size, 3, dtype=torch.uint8)
+    embed(model, pixels, job.backbone, job.autocast, job.world.device, job.config.pool)
+
+
+# ------------------------------------------------------------------------------ loop
+def build_model(job: Job) -> torch.nn.Module:
+    model = job.loaded.module.to(job.world.device, memory_format=torch.channels_last)
+    if job.config.compile:
+        model = torch.compile(model)
+    return model
+
+
+def _worker_init(worker_id: int) -> None:
+    """On a CPU run, decoding yields to the forward: the trunk's OpenMP threads wait for their
+    slowest member at every layer, so a worker taking a core at normal priority stalls them
+    all; at low priority it fills the gaps instead."""
+    os.nice(NICE_WORKERS)
+
+
+def loader(job: Job, batches: list) -> torch.utils.data.DataLoader:
+    cpu = job.world.device.type == "cpu"
+    mode = worker_mode(job.decoder, job.config.region, job.decode_on_device)
+    return torch.utils.data.DataLoader(
+        CropDataset(job.plan, job.paths, job.size, mode, job.config.vg),
+        batch_sampler=batches, collate_fn=collate, num_workers=job.workers,
+        pin_memory=not cpu, worker_init_fn=_worker_init if cpu else None,
+        prefetch_factor=job.config.prefetch if job.workers else None)
+
+
+class Chunks:
+    """The arrays of the chunks in progress; a chunk is written when its last batch lands."""
+
+    def __init__(self, job: Job):
+        self.job, self.open = job, {}
+
+    def receive(self, c: int, units: np.ndarray, pending: Pending | None, failed: list) -> int:
+        job = self.job
+        if c not in self.open:
+            start, stop = job.plan.chunk_units(c)
+            rows = np.full((stop - start, *job.row_shape), np.nan, DTYPES[job.config.dtype])
+            self.open[c] = [rows, [], len(job.plan.chunks[c])]
+        entry = self.open[c]
+        if pending is not None:
+            entry[0][units - job.plan.chunk_units(c)[0]] = pending.result()
+        entry[1] += failed
+        entry[2] -= 1
+        if entry[2] == 0:
+            write_chunk(job, c, entry[0], entry[1])
+            del self.open[c]
+        return len(units) + len(failed)
+
+
+def run_chunks(job: Job, api=CudaApi) -> int:
+    """Extract this rank's unfinished chunks (see the module doc); returns the boxes done."""
+    plan, world = job.plan, job.world
+    todo = [c for c in range(len(plan.chunks))
+            if c % world.size == world.rank and not job.chunk_done(c)]
+    if not todo:
+        return 0
+    batch_ids = [b for c in todo for b in plan.chunks[c]]
+    chunk_of = [c for c in todo for _ in plan.chunks[c]]
+    # The workers start first: they decode the first batches while the model is built.
+    batches = iter(loader(job, [plan.batches[b] for b in batch_ids]))
+    model = build_model(job)
+    job.row_shape = row_shape(job, model)
+    warm_up(job, model)
+    transfers = transfers_for(world.device, api)
+    forward, chunks, queue = Forward(job, model, transfers), Chunks(job), deque()
+    bar = tqdm(total=sum(plan.batch_units(b) for b in batch_ids), unit="crop",
+               desc=f"extract {job.backbone.name}", disable=None, smoothing=0.05,
+               position=world.rank if world.size > 1 else None)
+    done = 0
+
+    def land() -> None:  # the oldest queued batch: wait for its rows, file them
+        nonlocal done
+        n = chunks.receive(*queue.popleft())
+        done += n
+        bar.update(n)
+
+    with bar:
+        for c, batch in zip(chunk_of, batches):
+            units, result, failed = forward(batch)
+            queue.append((c, units, None if result is None else transfers.download(result),
+                          failed))
+            while len(queue) > job.config.in_flight:  # wait only with newer batches queued
+                land()
+        while queue:
+            land()
+    return done
+
+
+def write_chunk(job: Job, c: int, rows: np.ndarray, failed: list) -> None:
+    """The chunk's JSON first, then its .npy: the .npy's presence means 'chunk done'."""
+    start, stop = job.plan.chunk_units(c)
+    write_json(job.chunk_file(c, ".json"), {"chunk": c, "units": [start, stop],
+                                             "failed": [list(f) for f in failed]})
+    with atomic_path(job.chunk_file(c)) as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, rows)

@@ -1,0 +1,203 @@
+"""`vprom export --format original`: the data set in the original V-PROM release's layout, as
+its public clients read it.
+
+    ROOT/V-PROM/crops/<crop_id>.jpg                     each distinct crop once (JPEG, q 95)
+    ROOT/V-PROM/datasets/Raven_release/<pid // 5000>/<pid>/1.jpg … 16.jpg
+                          panels 1-8 the context (row-major), 9-16 the candidates: relative
+                          symbolic links "../../../../../V-PROM/crops/<crop_id>.jpg"
+    ROOT/V-PROM/datasets/obj_gt_labels.npy              obj[relation][pid]
+    ROOT/V-PROM/datasets/attr_gt_labels.npy             attr[relation]['obj'|'people'][pid]
+    ROOT/V-PROM/datasets/counting_gt_labels.npy         counting[relation][pid]
+    ROOT/V-PROM/datasets/<split>_<part>_problems.npy    problem paths, one array per split
+                                                        and part (train, val, test)
+    ROOT/README.txt, ROOT/manifest.json
+
+The clients' reading contract (Slot-Abstractor's `v-prom/train_dinosaur_abstractor_vprom.py`,
+class `dataset`; SAViR-T's `VPROM_splits`):
+
+- a split list is a plain unicode array (`np.load` without `allow_pickle`) of paths whose
+  last five parts are `V-PROM/datasets/Raven_release/<bucket>/<pid>`; ours are exactly those
+  five parts, relative to ROOT;
+- panel k of a problem is opened at `os.readlink(<those five parts>/<k>.jpg)[15:]`, relative
+  to the folder holding `V-PROM/` (ROOT): the link target minus its first 15 characters,
+  "../../../../../", which also makes the link itself resolve from its own folder;
+- the label files are pickled dicts (`np.load(..., allow_pickle=True).item()` or
+  `.tolist()`) keyed by the problem folder's name as a string (`"<pid>"`; SAViR-T parses it
+  with `int`). Every relation key the element type takes part in is present, even when
+  empty: a client looks each one up. Each entry is a dict with `label` (the answer's panel
+  number, 9..16; the target is label - 9), `im_path` (the problem folder, relative to ROOT),
+  and ours adds `relation`, `element_type`, `super_attribute`, `answer` (0..7) and
+  `matrix_id`.
+
+`pid` is the release's problem id: the matrix's position in id order (`release_ids`), equal
+to our matrix id whenever the ids are 0..N-1. With `copy=True` the panels are plain copies
+of the crops (no links, no `crops/` folder) for file systems without symbolic links; a
+client that reads panels through `os.readlink` cannot read that copy.
+
+The folder is built under a temporary name and renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from generation.export_crops import cut_crops, release_ids
+from vprom.errors import VpromError
+from vprom.io import atomic_dir
+from vprom.records import N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType
+from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
+
+ROOT_NAME = "V-PROM"
+DATASETS = f"{ROOT_NAME}/datasets"
+PROBLEMS = f"{DATASETS}/Raven_release"
+CROPS = f"{ROOT_NAME}/crops"
+BUCKET = 5000  # problems per bucket folder
+#: A panel's link climbs from <pid>/ past <bucket>/, Raven_release/, datasets/ and V-PROM/
+#: to ROOT: the 15 characters clients cut off with `[15:]`.
+LINK_PREFIX = "../" * 5
+JPEG_QUALITY = 95
+FIRST_CANDIDATE_LABEL = N_CONTEXT + 1  # candidates are panels 9..16
+#: element type -> (label file, the key under the relation; None: entries sit under it)
+LABEL_FILES = {
+    ElementType.OBJECT.value: ("obj_gt_labels.npy", None),
+    ElementType.OBJECT_ATTRIBUTE.value: ("attr_gt_labels.npy", "obj"),
+    ElementType.HUMAN_ATTRIBUTE.value: ("attr_gt_labels.npy", "people"),
+    ElementType.COUNT.value: ("counting_gt_labels.npy", None),
+}
+
+
+def problem_path(pid: int) -> str:
+    """A problem's folder relative to ROOT (the last five parts clients keep)."""
+    return f"{PROBLEMS}/{pid // BUCKET}/{pid}"
+
+
+def empty_labels() -> dict[str, dict]:
+    """The three label dicts with every key a client looks up, and no entries."""
+    out: dict[str, dict] = {}
+    for element_type, (name, sub) in LABEL_FILES.items():
+        table = out.setdefault(name, {})
+        for relation in RELATIONS_OF[ElementType(element_type)]:
+            slot = table.setdefault(relation.value, {})
+            if sub is not None:
+                slot.setdefault(sub, {})
+    return out
+
+
+def label_dicts(m: MatrixTable, pids: np.ndarray) -> dict[str, dict]:
+    """file name -> the pickled dict the release's clients read."""
+    out = empty_labels()
+    for i in range(len(m)):
+        element_type, relation = m.element_type[i], m.relation[i]
+        if element_type not in LABEL_FILES:
+            raise VpromError(f"matrix {int(m.id[i])}: element type {element_type!r} has no "
+                             "place in the original release's label files")
+        name, sub = LABEL_FILES[element_type]
+        slot = out[name].get(relation)
+        if slot is None:
+            raise VpromError(f"matrix {int(m.id[i])}: relation {relation!r} does not take "
+                             f"{element_type} elements; run `vprom verify` on the data set")
+        pid = int(pids[i])
+        answer = int(m.answer[i])
+        (slot if sub is None else slot[sub])[str(pid)] = {
+            "label": FIRST_CANDIDATE_LABEL + answer, "im_path": problem_path(pid),
+            "relation": relation, "element_type": element_type,
+            "super_attribute": m.super_attribute[i], "answer": answer,
+            "matrix_id": int(m.id[i])}
+    return out
+
+
+def split_lists(m: MatrixTable, pids: np.ndarray) -> dict[str, np.ndarray]:
+    """`<split>_<part>_problems.npy` name -> unicode array of problem paths, in pid order."""
+    pid_of = dict(zip(m.id.tolist(), pids.tolist()))
+    out = {}
+    for split in m.ordered_splits():
+        for part in SPLIT_PARTS:
+            ids = m.splits[split].get(part, np.zeros(0, np.int64)).tolist()
+            chosen = sorted(pid_of[i] for i in ids if i in pid_of)
+            out[f"{split}_{part}_problems.npy"] = np.array([problem_path(p) for p in chosen],
+                                                           dtype=str)
+    return out
+
+
+def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,
+                  copy: bool, manifest: dict) -> dict:
+    """Write the release layout to folder `out`; returns what was written (for the summary)."""
+    pids = release_ids(m.id)
+    labels, lists = label_dicts(m, pids), split_lists(m, pids)  # refuse bad data before work
+    with atomic_dir(out) as tmp:
+        crop_dir = tmp / (CROPS if not copy else ".crops")
+        crop_dir.mkdir(parents=True)
+        n_crops = cut_crops(crops, rows, vg_dir, lambda r, im: im.save(
+            crop_dir / f"{int(crops.crop_id[r])}.jpg", quality=JPEG_QUALITY))
+        _write_problems(tmp, m, pids, crop_dir, copy)
+        if copy:
+            shutil.rmtree(crop_dir)
+        datasets = tmp / DATASETS
+        datasets.mkdir(parents=True, exist_ok=True)
+        for name, table in labels.items():
+            np.save(datasets / name, np.array(table, dtype=object), allow_pickle=True)
+        for name, paths in lists.items():
+            np.save(datasets / name, paths, allow_pickle=False)
+        counts = {"problems": len(m), "buckets": len({int(p) // BUCKET for p in pids}),
+                  "crops": n_crops, "panels": "copies" if copy else "symlinks",
+                  "label_files": len(labels), "split_lists": len(lists)}
+        manifest = {**manifest, "counts": {**manifest["counts"], **counts}}
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        (tmp / "README.txt").write_text(README.format(n=len(m), mode=(
+            COPY_NOTE if copy else LINK_NOTE)), encoding="utf-8")
+    return counts
+
+
+def _write_problems(tmp: Path, m: MatrixTable, pids: np.ndarray, crop_dir: Path,
+                    copy: bool) -> None:
+    """The bucket/problem folders and their 16 panels (links, or copies)."""
+    names = [f"{k + 1}.jpg" for k in range(N_PANELS)]
+    for i in tqdm(range(len(m)), desc="problems", unit="problem", disable=None):
+        folder = tmp / problem_path(int(pids[i]))
+        folder.mkdir(parents=True)
+        for k in range(N_PANELS):
+            crop = f"{int(m.panels[i, k])}.jpg"
+            if copy:
+                shutil.copyfile(crop_dir / crop, folder / names[k])
+                continue
+            try:
+                os.symlink(f"{LINK_PREFIX}{CROPS}/{crop}", folder / names[k])
+            except OSError as e:
+                if e.errno in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS):
+                    raise VpromError(f"{folder}: this file system cannot hold symbolic links "
+                                     f"({e.strerror}); export with --copy (panels as plain "
+                                     "files, which readlink-based clients cannot read) or "
+                                     "choose a folder on another disk") from None
+                raise
+
+
+LINK_NOTE = """Panels are relative symbolic links into V-PROM/crops/ (each crop is stored once):
+run the clients from this folder (the one holding V-PROM/), as they open panel k at
+os.readlink('V-PROM/datasets/Raven_release/<bucket>/<pid>/<k>.jpg')[15:]."""
+COPY_NOTE = """Panels are plain copies (written with --copy, for file systems without symbolic
+links): clients that open panels through os.readlink (Slot-Abstractor's V-PROM loader) cannot
+read this copy; open V-PROM/datasets/Raven_release/<bucket>/<pid>/<k>.jpg directly."""
+
+README = """V-PROM problems exported by `vprom export --format original` ({n:,} problems), in the
+original release's layout.
+
+V-PROM/datasets/Raven_release/<pid // 5000>/<pid>/1.jpg ... 16.jpg
+    panels 1-8: the context, row-major (the 9th cell is missing); 9-16: the 8 candidates
+V-PROM/datasets/{{obj,attr,counting}}_gt_labels.npy
+    pickled dicts (np.load(path, allow_pickle=True).item()):
+    obj[relation][pid], attr[relation]['obj'|'people'][pid], counting[relation][pid];
+    each entry: label (the answer's panel, 9..16; target = label - 9), im_path, relation,
+    element_type, super_attribute, answer (0..7), matrix_id
+V-PROM/datasets/<split>_<train|val|test>_problems.npy
+    the problem folders of each split and part (np.load(path))
+pid: the problem's position in matrix-id order (= the matrix id when ids are 0..N-1).
+
+{mode}
+"""

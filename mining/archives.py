@@ -1,0 +1,377 @@
+"""Safe reading and unpacking of the zips a Visual Genome mirror serves.
+
+An archive from the network is untrusted. Before a byte is written, `_checked` reads the
+zip's central directory and refuses the whole archive when any entry
+
+- could write outside its place: an absolute path, a drive letter, a `..` component, a
+  symbolic link (S_IFLNK in the external attributes), an empty name;
+- lies outside the layout the archive is for (`Layout`): `images.zip` may create only
+  `VG_100K/...`, `images2.zip` only `VG_100K_2/...`, an annotation zip holds exactly its one
+  JSON (`objects.json` in `objects.json.zip`; macOS `__MACOSX/` side entries are ignored).
+  Nothing else in the output folder can be created, replaced or deleted by an archive;
+- appears twice (the same path after `\\` -> `/` and empty components are folded) or is
+  both a file and a folder;
+- is encrypted, or compressed with anything but stored or deflate. Visual Genome's zips use
+  only those two, and only deflate is decompressed by zipfile with a bound on its output
+  (bzip2 and lzma members are expanded a whole read at a time: a 2 KB bzip2 member can
+  expand to gigabytes in memory), so everything else (bzip2, lzma, deflate64, ...) is refused;
+- declares more bytes than a real file of its kind has (`Limits.member_bytes`), or a
+  compression ratio no real JPEG or JSON reaches (`Limits.ratio`, for members above
+  `Limits.ratio_floor`), or the archive declares more than `Limits.total_bytes` in all or
+  more than `ratio` times its own size.
+
+Headers can lie, so the sizes are enforced again while streaming: the bytes each member
+actually yields are counted, and a member yielding more than it declares (or fewer) is
+refused on the spot. zipfile checks each member's CRC-32 when the member ends.
+
+What a failure does. A fault of the archive (not a zip, truncated, random bytes, a bad CRC,
+any refused entry) moves it to `NAME.bad`, so the next `vprom download` fetches it again and
+nothing unreadable keeps its final name; the message says "corrupt archive". A fault of the
+disk (no space left, over quota, no permission) keeps the archive, since a good 9 GB
+download must not be thrown away because the disk filled up, and says what to free or fix.
+
+Unpacking (`unpack`). The free space of `out` must hold the declared unpacked size. Entries
+are written into a temporary folder inside `out` (`.NAME.XXXX.unpack`, on the same file
+system, so placing is a rename), then the archive's one top-level folder is moved into
+place: renamed when `out` has none yet, otherwise merged file by file, where a file of the
+archive replaces the same-named file (an interrupted unpack's) and nothing else in the
+folder or in `out` is touched. A marker `.NAME.unpacked` records completion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import shutil
+import stat
+import tempfile
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from tqdm import tqdm
+
+from vprom.errors import VpromError
+
+_CHUNK = 1 << 16
+_GiB = 1 << 30
+_MiB = 1 << 20
+_READABLE = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
+_METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma", 9: "deflate64",
+            6: "implode", 93: "zstandard", 95: "xz", 98: "ppmd", 99: "AES encryption"}
+# What zipfile raises on a broken archive (UnicodeDecodeError is a ValueError; EOFError is a
+# truncated member; RuntimeError and NotImplementedError are encryption and exotic methods
+# that slipped past the checks).
+_ZIP_FAULTS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError,
+               RuntimeError, NotImplementedError, OverflowError)
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The most an archive's members may expand to (bytes) and the highest ratio they may have."""
+
+    member_bytes: int
+    total_bytes: int
+    ratio: float
+    ratio_floor: int = _MiB   # smaller members are never refused for their ratio
+
+
+# Visual Genome's JPEGs are well under 64 MiB each, about 15 GB in all, and a JPEG compresses
+# by a few percent at most. Its annotation JSON files are at most a few GB and compress about
+# 5 to 15 times; deflate itself cannot exceed ~1032.
+IMAGE_LIMITS = Limits(member_bytes=64 * _MiB, total_bytes=32 * _GiB, ratio=20.0)
+JSON_LIMITS = Limits(member_bytes=16 * _GiB, total_bytes=16 * _GiB, ratio=100.0)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What one archive may hold: files under one top-level `folder`, or exactly one `member`."""
+
+    folder: str | None = None
+    member: str | None = None
+    limits: Limits = IMAGE_LIMITS
+
+    def describe(self) -> str:
+        return f"only {self.folder}/..." if self.folder else f"exactly one file, {self.member}"
+
+
+def images_layout(folder: str) -> Layout:
+    return Layout(folder=folder, limits=IMAGE_LIMITS)
+
+
+def json_layout(member: str) -> Layout:
+    return Layout(member=member, limits=JSON_LIMITS)
+
+
+class _Bad(Exception):
+    """A fault of the archive itself; becomes "corrupt archive" with the reason."""
+
+
+@dataclass(frozen=True)
+class _Entry:
+    info: zipfile.ZipInfo
+    parts: tuple[str, ...]
+
+
+# ------------------------------------------------------------------------ public functions
+def verify(archive: Path, layout: Layout) -> int:
+    """Check a zip that stays zipped (an annotation zip): layout, limits, every CRC.
+
+    Returns the number of uncompressed bytes read. Nothing is written.
+    """
+    archive = Path(archive)
+    with _guarded(archive), _open(archive) as zf:
+        entries = _checked(zf, archive, layout)
+        files = [e for e in entries if not e.info.is_dir()]
+        with _bar(archive, files, "check") as bar:
+            return sum(_stream(zf, e.info, None, bar) for e in files)
+
+
+def unpack(archive: Path, out: Path, layout: Layout) -> list[str]:
+    """Extract an images zip into `out`, safely (see the module doc); return the names placed.
+
+    Skipped when the marker of a previous complete unpack is there.
+    """
+    archive, out = Path(archive), Path(out)
+    marker = marker_path(out, archive.name)
+    if marker.exists():
+        return json.loads(marker.read_text(encoding="utf-8"))["placed"]
+    for stale in sorted(out.glob(f".{archive.name}.*.unpack")):   # a killed run's temp folder
+        shutil.rmtree(stale, ignore_errors=True)
+    with _guarded(archive), _open(archive) as zf:
+        entries = _checked(zf, archive, layout)
+        files = [e for e in entries if not e.info.is_dir()]
+        need = sum(e.info.file_size for e in files)
+        _check_free_space(archive, out, need)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{archive.name}.", suffix=".unpack", dir=out))
+        try:
+            with _bar(archive, files, "unpack") as bar:
+                for entry in entries:
+                    target = tmp.joinpath(*entry.parts)
+                    if entry.info.is_dir():
+                        target.mkdir(parents=True, exist_ok=True)
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    with _create(target) as sink:
+                        _stream(zf, entry.info, sink, bar)
+            placed = sorted(p.name for p in tmp.iterdir())
+            for name in placed:   # the checks allow exactly one name: layout.folder
+                _place(tmp / name, out / name)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    marker.write_text(json.dumps({"archive": archive.name, "entries": len(entries),
+                                  "bytes": need, "placed": placed}) + "\n", encoding="utf-8")
+    return placed
+
+
+def marker_path(out: Path, name: str) -> Path:
+    return Path(out) / f".{name}.unpacked"
+
+
+def quarantine(path: Path) -> Path:
+    """Move a refused file to `NAME.bad` (replacing an older one) and return that path."""
+    bad = path.with_name(path.name + ".bad")
+    os.replace(path, bad)
+    return bad
+
+
+# ------------------------------------------------------------------------------- checking
+@contextlib.contextmanager
+def _guarded(archive: Path) -> Iterator[None]:
+    """Turn an archive fault into "corrupt archive" (moved to .bad), a disk fault into advice."""
+    try:
+        yield
+    except (_Bad, *_ZIP_FAULTS) as e:
+        reason = str(e) if isinstance(e, _Bad) else f"{type(e).__name__}: {e}"
+        bad = quarantine(archive)
+        raise VpromError(f"{archive}: corrupt archive ({reason}); moved to {bad.name} (delete "
+                         "it when you like) - rerun `vprom download` to fetch it again") from None
+    except OSError as e:
+        if e.errno in _NO_SPACE:
+            raise VpromError(f"{archive}: out of space while unpacking ({e.strerror}, "
+                             f"{e.filename or archive.parent}); the archive is kept - free "
+                             "space and rerun `vprom download`") from None
+        raise VpromError(f"{archive}: {e.strerror or e} ({e.filename or archive}); the archive "
+                         "is kept - fix that and rerun `vprom download`") from None
+
+
+def _open(archive: Path) -> zipfile.ZipFile:
+    try:
+        return zipfile.ZipFile(archive)
+    except zipfile.BadZipFile as e:
+        raise _Bad(f"not a readable zip: {e}") from None
+    except OSError as e:
+        if e.errno != errno.EINVAL:   # a seek before the start: the archive's own offsets
+            raise
+        raise _Bad(f"not a readable zip: {e}") from None
+
+
+def _checked(zf: zipfile.ZipFile, archive: Path, layout: Layout) -> list[_Entry]:
+    """Every entry, checked against safety, the layout and the limits; raises `_Bad`."""
+    limits = layout.limits
+    entries, seen, members = [], set(), []
+    for info in zf.infolist():
+        parts = _safe_parts(info)
+        if layout.member is not None and parts[0] == "__MACOSX":
+            continue   # resource forks a Mac adds when zipping; never read
+        if parts in seen:
+            raise _Bad(f"entry {info.filename!r} appears twice")
+        seen.add(parts)
+        if layout.folder is not None and parts[0] != layout.folder:
+            raise _Bad(f"entry {info.filename!r} lies outside {layout.folder}/; an archive "
+                       f"{archive.name} may create {layout.describe()}")
+        if not info.is_dir():
+            if layout.folder is not None and len(parts) < 2:
+                raise _Bad(f"entry {info.filename!r} is a file where {layout.folder}/ "
+                           "must be a folder")
+            members.append(parts)
+            _check_member(info, limits)
+        entries.append(_Entry(info, parts))
+    if layout.member is not None and members != [(layout.member,)]:
+        found = ", ".join("/".join(p) for p in members) or "no file"
+        raise _Bad(f"{archive.name} must hold {layout.describe()}, found {found}")
+    if not members:
+        raise _Bad(f"{archive.name} holds no file")
+    folders = {e.parts for e in entries if e.info.is_dir()}
+    folders |= {parts[:k] for parts in members for k in range(1, len(parts))}
+    for parts in members:
+        if parts in folders:
+            raise _Bad(f"entry {'/'.join(parts)!r} is both a file and a folder")
+    declared = sum(e.info.file_size for e in entries if not e.info.is_dir())
+    size = archive.stat().st_size
+    if declared > limits.total_bytes:
+        raise _Bad(f"its entries declare {declared} bytes in all, more than the "
+                   f"{limits.total_bytes} a real {archive.name} can hold")
+    if declared > limits.ratio_floor and declared > limits.ratio * size:
+        raise _Bad(f"its entries declare {declared} bytes from a {size}-byte archive, a "
+                   f"compression ratio over {limits.ratio:g} that no real file of this kind has")
+    return entries
+
+
+def _safe_parts(info: zipfile.ZipInfo) -> tuple[str, ...]:
+    """The entry's path components, or `_Bad` when it could write outside its folder."""
+    name = info.filename
+    posix = name.replace("\\", "/")
+    parts = tuple(p for p in posix.split("/") if p not in ("", "."))
+    problem = None
+    if stat.S_ISLNK(info.external_attr >> 16):
+        problem = "is a symbolic link"
+    elif posix.startswith("/"):
+        problem = "has an absolute path"
+    elif len(posix) > 1 and posix[1] == ":" and posix[0].isalpha():
+        problem = "has a drive letter"
+    elif ".." in parts:
+        problem = "climbs out of the target folder with '..'"
+    elif not parts:
+        problem = "has an empty name"
+    if problem:
+        raise _Bad(f"entry {name!r} {problem}; the archive is unsafe")
+    return parts
+
+
+def _check_member(info: zipfile.ZipInfo, limits: Limits) -> None:
+    name = info.filename
+    if info.flag_bits & 0x1:
+        raise _Bad(f"entry {name!r} is encrypted")
+    if info.compress_type not in _READABLE:
+        method = _METHODS.get(info.compress_type, f"method {info.compress_type}")
+        raise _Bad(f"entry {name!r} is compressed with {method}; Visual Genome's zips use only "
+                   "stored and deflate, the two read here with bounded memory")
+    if info.file_size > limits.member_bytes:
+        raise _Bad(f"entry {name!r} declares {info.file_size} bytes, more than the "
+                   f"{limits.member_bytes} any real file of this kind has")
+    if info.file_size > limits.ratio_floor and \
+            info.file_size > limits.ratio * max(info.compress_size, 1):
+        raise _Bad(f"entry {name!r} declares {info.file_size} bytes from {info.compress_size} "
+                   f"compressed, a ratio over {limits.ratio:g} that no real file of this kind has")
+
+
+# ------------------------------------------------------------------------------ streaming
+def _stream(zf: zipfile.ZipFile, info: zipfile.ZipInfo, sink: BinaryIO | None, bar) -> int:
+    """Decompress one member into sink (None: discard), counting what it really yields."""
+    try:
+        src = zf.open(info)
+    except OSError as e:   # a header pointing outside the file: the archive's fault
+        raise _Bad(f"entry {info.filename!r} cannot be read ({e})") from None
+    with src:
+        return copy_counted(src, sink, info.file_size, info.filename, bar)
+
+
+def copy_counted(src: BinaryIO, sink: BinaryIO | None, declared: int, name: str,
+                 bar=None) -> int:
+    """Copy src to sink, refusing (`_Bad`) the moment it yields more than `declared` bytes."""
+    written = 0
+    while True:
+        try:
+            chunk = src.read(_CHUNK)
+        except OSError as e:   # reading is the archive's side; writing (below) the disk's
+            raise _Bad(f"entry {name!r} cannot be read ({e})") from None
+        if not chunk:
+            break
+        written += len(chunk)
+        if written > declared:
+            raise _Bad(f"entry {name!r} expands beyond the {declared} bytes it declares")
+        if sink is not None:
+            sink.write(chunk)
+        if bar is not None:
+            bar.update(len(chunk))
+    if written != declared:
+        raise _Bad(f"entry {name!r} holds {written} bytes but declares {declared}")
+    return written
+
+
+def _create(path: Path) -> BinaryIO:
+    try:
+        return open(path, "xb")   # "x": two entries can never write one file
+    except FileExistsError:   # names that differ only in case, on a case-blind file system
+        raise _Bad(f"two entries unpack to the same file {path.name!r}") from None
+
+
+def _bar(archive: Path, files: list[_Entry], what: str):
+    return tqdm(total=sum(e.info.file_size for e in files), unit="B", unit_scale=True,
+                desc=f"{what} {archive.name}", disable=None, leave=False)
+
+
+def _check_free_space(archive: Path, out: Path, need: int) -> None:
+    free = shutil.disk_usage(out).free
+    if need > free:
+        raise VpromError(f"{archive}: unpacking needs {need / 1e9:.2f} GB but {out} has "
+                         f"{free / 1e9:.2f} GB free; the archive is kept - free space and "
+                         "rerun `vprom download`")
+
+
+# -------------------------------------------------------------------------------- placing
+def _place(src: Path, dst: Path) -> None:
+    """Move the unpacked top-level folder src to dst, merging into a folder already there."""
+    if not dst.exists() and not dst.is_symlink():
+        os.replace(src, dst)
+        return
+    if not dst.is_dir():
+        raise VpromError(f"{dst} exists and is not a folder, so {src.name}/ cannot be unpacked "
+                         "there; move it away and rerun `vprom download`")
+    for folder, _, names in os.walk(src):
+        into = dst / Path(folder).relative_to(src)
+        if into.exists() and not into.is_dir():
+            raise VpromError(f"{into} is a file where the archive has a folder; move it away "
+                             "and rerun `vprom download`")
+        into.mkdir(exist_ok=True)
+        for name in names:
+            target = into / name
+            if target.is_dir() and not target.is_symlink():
+                raise VpromError(f"{target} is a folder where the archive has a file; move it "
+                                 "away and rerun `vprom download`")
+            _move(Path(folder) / name, target)
+
+
+def _move(src: Path, dst: Path) -> None:
+    try:
+        os.replace(src, dst)
+    except OSError as e:
+        if e.errno != errno.EXDEV:   # dst folder is a link to another disk: copy instead
+            raise
+        shutil.move(src, dst)

@@ -1,0 +1,189 @@
+"""The rest of Visual Genome for the synthetic corpus: image folders, COCO/Flickr ids, scene
+graphs, relationships, question answers and synsets, consistent with the four files the
+miner reads.
+
+Visual Genome ships more than `vprom mine` needs, and the tools people point at a VG folder
+(the official python driver, the Hugging Face `visual_genome` loader, bottom-up-attention's
+`data/genome/setup_vg.py`) read those files too. So each image of the corpus also gets:
+
+- a folder: `VG_100K/` or `VG_100K_2/` (`P_META["second_folder"]` of the images), with the
+  `url` of image_data.json and the `image_url` of objects.json naming that folder, as VG's do;
+- `coco_id` and `flickr_id`: integers for some images (flickr ids above 2**31, as VG's are),
+  null for the rest, as in VG;
+- two annotation quirks of VG's objects, recorded as noise in `synth_truth.json`:
+  `no_synset` (an empty `synsets` list, in objects.json and attributes.json alike) and
+  `two_names` (a second name that is a synonym, plural or spelling of the same category,
+  so the miner's canonical labels, and every pool, are unchanged);
+- a scene graph (scene_graphs.json: the objects of objects.json, with their attributes, and
+  relationships by subject and object id), the same relationships with full subject and
+  object records (relationships.json, v1.4 keys: the subject carries one `name`, the object
+  a `names` list, as VG mixes them), and question answers about attributed objects
+  (question_answers.json). Relationships are geometric ("left of", "above", ...) between
+  consecutive objects, so each one is true of the boxes; answers are the attribute an
+  object carries in attributes.json.
+
+synsets.json lists, as `{synset_name, synset_definition}` records (the form the official
+driver's `init_synsets` reads), every synset any object or relationship names.
+
+All of it is drawn from a generator of its own, `default_rng([seed, index, META_STREAM])`,
+never from the image's planning generator: the drawings, the four mined files' labels and
+the pools are exactly what they were without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mining.synth_spec import NAME_VARIANTS, OBJECTS, plural
+
+META_STREAM = 1
+FOLDERS = ("VG_100K", "VG_100K_2")
+URL = "https://cs.stanford.edu/people/rak248/{}/{}.jpg"
+P_META = {"second_folder": 0.4, "coco_id": 0.5, "flickr_id": 0.9, "no_synset": 0.08,
+          "two_names": 0.12}
+COCO_BASE, FLICKR_BASE = 100_000, 8_000_000_000
+#: Relationship and QA ids live above the ids a planner gives objects and regions (the
+#: planner numbers them image_id * 1000 + 1, 2, ... and an image has well under 500).
+RELATIONSHIP_BASE, QA_BASE = 500, 800
+PREDICATES = {"left of": "left.r.01", "right of": "right.r.01", "above": "above.r.01",
+              "below": "below.r.01"}
+#: The VG files written from these records, one record per image in image order.
+FILES = ("scene_graphs.json", "relationships.json", "question_answers.json")
+SYNSETS = "synsets.json"
+
+
+@dataclass
+class ImageMeta:
+    """Where an image lives and which outside ids it has."""
+
+    folder: str
+    coco_id: int | None
+    flickr_id: int | None
+
+    def url(self, image_id: int) -> str:
+        return URL.format(self.folder, image_id)
+
+
+def category_of(synsets: list[str]) -> str | None:
+    """The category a planner's object synset names ("palm_tree.n.01" -> "palm tree")."""
+    if len(synsets) != 1 or not synsets[0].endswith(".n.01"):
+        return None
+    return synsets[0][: -len(".n.01")].replace("_", " ")
+
+
+def decorate(seed: int, index: int, img) -> ImageMeta:
+    """Draw image `index`'s folder and ids, and put VG's quirks on its object records.
+
+    `img` is the planner's `_Image`; its objects.json and attributes.json records are
+    changed in place and every quirk is noted in `img.noise`.
+    """
+    rng = np.random.default_rng([seed, index, META_STREAM])
+    iid = img.image_id
+    meta = ImageMeta(FOLDERS[int(rng.random() < P_META["second_folder"])],
+                     COCO_BASE + 3 * iid if rng.random() < P_META["coco_id"] else None,
+                     FLICKR_BASE + 7919 * iid if rng.random() < P_META["flickr_id"] else None)
+    in_attributes = {a["object_id"]: a for a in img.attributes}
+    for obj in img.objects:
+        twin = in_attributes.get(obj["object_id"])
+        category = category_of(obj["synsets"])
+        if category in OBJECTS and rng.random() < P_META["two_names"]:
+            options = [n for n in (category, plural(category), *NAME_VARIANTS.get(category, ()))
+                       if n not in obj["names"]]
+            second = options[int(rng.integers(len(options)))]
+            for record in (obj, twin):
+                if record is not None:
+                    record["names"] = [*record["names"], second]
+            img.note("two_names", obj["object_id"])
+        if rng.random() < P_META["no_synset"]:
+            for record in (obj, twin):
+                if record is not None:
+                    record["synsets"] = []
+            img.note("no_synset", obj["object_id"])
+    return meta
+
+
+def _predicate(subject: dict, obj: dict) -> str:
+    """Where the subject's box centre lies from the object's: its larger offset decides."""
+    dx = (subject["x"] + subject["w"] / 2) - (obj["x"] + obj["w"] / 2)
+    dy = (subject["y"] + subject["h"] / 2) - (obj["y"] + obj["h"] / 2)
+    if abs(dx) >= abs(dy):
+        return "left of" if dx < 0 else "right of"
+    return "above" if dy < 0 else "below"
+
+
+def _box(obj: dict) -> dict:
+    return {"h": obj["h"], "object_id": obj["object_id"], "synsets": obj["synsets"],
+            "w": obj["w"], "y": obj["y"], "x": obj["x"]}
+
+
+def relationships(img) -> list[tuple[int, str, dict, dict]]:
+    """(relationship id, predicate, subject, object) between consecutive objects."""
+    objs = img.objects
+    return [(img.image_id * 1000 + RELATIONSHIP_BASE + k, _predicate(a, b), a, b)
+            for k, (a, b) in enumerate(zip(objs, objs[1:]))]
+
+
+def scene_graph(img, rels) -> dict:
+    """scene_graphs.json's record: objects (with their attributes) and relationships by id."""
+    attrs = {a["object_id"]: a.get("attributes") for a in img.attributes}
+    objects = []
+    for o in img.objects:
+        rec = {"synsets": o["synsets"], "h": o["h"], "object_id": o["object_id"],
+               "names": o["names"], "w": o["w"]}
+        if attrs.get(o["object_id"]):
+            rec["attributes"] = attrs[o["object_id"]]
+        rec["y"], rec["x"] = o["y"], o["x"]
+        objects.append(rec)
+    return {"relationships": [{"synsets": [PREDICATES[p]], "predicate": p, "relationship_id": rid,
+                               "object_id": b["object_id"], "subject_id": a["object_id"]}
+                              for rid, p, a, b in rels],
+            "image_id": img.image_id, "objects": objects}
+
+
+def relationship_records(img, rels) -> dict:
+    """relationships.json's record (v1.4: full subject and object, with merged ids)."""
+    out = []
+    for rid, p, a, b in rels:
+        subject = {"name": a["names"][0], **_box(a), "merged_object_ids": a["merged_object_ids"]}
+        obj = {**_box(b), "merged_object_ids": b["merged_object_ids"], "names": b["names"]}
+        out.append({"predicate": p, "object": obj, "relationship_id": rid,
+                    "synsets": [PREDICATES[p]], "subject": subject})
+    return {"relationships": out, "image_id": img.image_id}
+
+
+def question_answers(img) -> dict:
+    """question_answers.json's record: "What does the X look like?" for attributed objects."""
+    attrs = {a["object_id"]: a.get("attributes") for a in img.attributes}
+    qas = []
+    for o in img.objects:
+        said = [a.strip().lower() for a in attrs.get(o["object_id"]) or () if a.strip()]
+        if not said:
+            continue
+        name = o["names"][0].strip().lower()
+        subject = {"object_id": o["object_id"], "x": o["x"], "y": o["y"], "w": o["w"],
+                   "h": o["h"], "names": o["names"], "synsets": o["synsets"]}
+        qas.append({"a_objects": [], "question": f"What does the {name} look like?",
+                    "image_id": img.image_id, "qa_id": img.image_id * 1000 + QA_BASE + len(qas),
+                    "answer": said[0].capitalize() + ".", "q_objects": [subject]})
+    return {"id": img.image_id, "qas": qas}
+
+
+def synset_names(img, rels) -> set[str]:
+    """Every synset the image's objects and relationships name."""
+    names = {s for o in img.objects for s in o["synsets"]}
+    names |= {s for a in img.attributes for s in a["synsets"]}
+    return names | {PREDICATES[p] for _, p, _, _ in rels}
+
+
+def synset_records(names: set[str]) -> list[dict]:
+    """synsets.json: one {synset_name, synset_definition} per synset, sorted by name."""
+    out = []
+    for name in sorted(names):
+        word, pos = name.split(".")[0].replace("_", " "), name.split(".")[1]
+        article = "an" if word[0] in "aeiou" else "a"
+        what = (f"{article} {word} as the synthetic corpus draws it" if pos == "n" else
+                f"the spatial relation '{word}' between two boxes")
+        out.append({"synset_definition": what, "synset_name": name})
+    return out

@@ -1,0 +1,162 @@
+"""The overlapped extraction loop: identical files whatever the queue depth, and its CUDA-only
+code (side streams, events, pinned copies, decoding in the main process) run on the CPU
+through a stand-in for the CUDA API."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+import torch
+
+import features.pipeline as pipeline
+from features.extract import extract
+from features.job import Job
+from tests.features.test_extract import config, datasets
+
+
+class FakeCuda:
+    """The calls `CudaTransfers` makes, done synchronously on the CPU, and counted."""
+
+    def __init__(self):
+        self.log = []
+        api = self
+
+        class Stream:
+            def __init__(self, device=None):
+                self.name = f"stream{len([e for e in api.log if e[0] == 'new stream'])}"
+                api.log.append(("new stream", self.name))
+
+            def wait_stream(self, other):
+                api.log.append(("wait", self.name, other.name))
+
+        class Event:
+            def record(self, stream=None):
+                api.log.append(("event", stream.name))
+
+            def synchronize(self):
+                api.log.append(("synchronize",))
+
+        self.Stream, self.Event = Stream, Event
+        self.compute = Stream()
+
+    @contextmanager
+    def stream(self, stream):
+        self.log.append(("on", stream.name))
+        yield
+
+    def current_stream(self, device):
+        return self.compute
+
+    def record(self, tensor, stream):
+        self.log.append(("record", stream.name))
+
+    def pinned(self, like):
+        self.log.append(("pinned",))
+        return torch.empty(like.shape, dtype=like.dtype)
+
+    def count(self, kind: str) -> int:
+        return sum(e[0] == kind for e in self.log)
+
+
+@pytest.fixture
+def fake_cuda():
+    return FakeCuda()
+
+
+def use(monkeypatch, transfers) -> None:
+    """Make the loop use `transfers(device)` (the CPU device's own or the CUDA ones)."""
+    monkeypatch.setattr(pipeline, "transfers_for", lambda device, api=None: transfers(device))
+
+
+@pytest.mark.parametrize("in_flight", [1, 3])
+def test_the_overlapped_loop_writes_what_the_plain_loop_writes(dataset, vg_dir, tmp_path,
+                                                               in_flight):
+    plain = tmp_path / "plain.h5"
+    extract(config(dataset, vg_dir, plain, in_flight=0))
+    queued = tmp_path / "queued.h5"
+    extract(config(dataset, vg_dir, queued, in_flight=in_flight, batch_size=2))
+    again = tmp_path / "plain2.h5"
+    extract(config(dataset, vg_dir, again, in_flight=0, batch_size=2))
+    assert datasets(queued) == datasets(again)
+    assert datasets(plain)[0] == datasets(queued)[0]  # same crops; batch size changes numbers
+
+
+def test_the_cuda_transfers_overlap_and_give_the_same_file(dataset, vg_dir, tmp_path, fake_cuda,
+                                                          monkeypatch):
+    plain = tmp_path / "plain.h5"
+    extract(config(dataset, vg_dir, plain, in_flight=0, chunk_batches=2))
+    use(monkeypatch, lambda device: pipeline.CudaTransfers(device, fake_cuda))
+    out = tmp_path / "cuda.h5"
+    extract(config(dataset, vg_dir, out, in_flight=2, chunk_batches=2))
+    assert datasets(out) == datasets(plain)
+    batches = 3  # 10 distinct boxes in batches of 4
+    log = fake_cuda.log
+    assert fake_cuda.count("new stream") == 3  # compute + inbound + outbound
+    assert fake_cuda.count("pinned") == batches and fake_cuda.count("synchronize") == batches
+    # every copy in runs on the inbound stream and the compute stream waits for it; every
+    # copy out waits for the compute stream and records an event on the outbound stream
+    assert log.count(("wait", "stream0", "stream1")) == batches
+    assert log.count(("wait", "stream2", "stream0")) == batches
+    assert log.count(("event", "stream2")) == batches
+    # results are awaited two batches late: the third batch is queued before the first wait
+    first_wait = log.index(("synchronize",))
+    assert sum(e == ("event", "stream2") for e in log[:first_wait]) == 3
+
+
+@pytest.mark.parametrize("backbone, region", [("resnet18", "crop"),
+                                              ("bottomup-r101", "roi")])
+def test_decoding_on_the_device_equals_decoding_in_the_workers(dataset, vg_dir, tmp_path,
+                                                               fake_cuda, monkeypatch,
+                                                               backbone, region):
+    """On CUDA, `--decode gpu` decodes in the main process on the device (here: the CPU);
+    on a CPU device the workers run the same decoder and crop code: the same file."""
+    options = dict(backbone=backbone, region=region, decode="gpu", workers=0,
+                   input_size=64 if region == "roi" else 32)
+    workers = tmp_path / "workers.h5"
+    extract(config(dataset, vg_dir, workers, **options))
+    use(monkeypatch, lambda device: pipeline.CudaTransfers(device, fake_cuda))
+    monkeypatch.setattr(Job, "decode_on_device", property(lambda job: job.decoder == "gpu"))
+    modes = []
+    dataset_class = pipeline.CropDataset
+
+    def spy(*args):
+        modes.append(args[3])
+        return dataset_class(*args)
+
+    monkeypatch.setattr(pipeline, "CropDataset", spy)
+    device = tmp_path / "device.h5"
+    extract(config(dataset, vg_dir, device, **options))
+    assert modes == ["bytes"]
+    assert fake_cuda.count("record") > 0  # decoded images handed over to the compute stream
+    assert datasets(device) == datasets(workers)
+
+
+def test_a_chunk_is_written_when_its_last_batch_lands(dataset, vg_dir, tmp_path, monkeypatch):
+    written = []
+    write_chunk = pipeline.write_chunk
+
+    def spy(job, c, rows, failed):
+        written.append((c, rows.shape, np.isnan(rows).any()))
+        write_chunk(job, c, rows, failed)
+
+    monkeypatch.setattr(pipeline, "write_chunk", spy)
+    extract(config(dataset, vg_dir, tmp_path / "f.h5", chunk_batches=2, in_flight=5))
+    assert written == [(0, (8, 512), False), (1, (2, 512), False)]
+
+
+def test_the_dataloader_pins_every_tensor_of_a_batch(monkeypatch):
+    """On CUDA the DataLoader's pinning thread calls `Batch.pin_memory`: crops and images."""
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    from features.crops import Batch, Source
+
+    pinned = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory",
+                        lambda self: pinned.append(tuple(self.shape)) or self.clone())
+    source = Source(11, "11.jpg", torch.zeros(5, dtype=torch.uint8), True,
+                    np.array([0]), np.array([[0, 0, 2, 2]]))
+    batch = Batch(np.array([1, 2]), torch.zeros(2, 4, 4, 3, dtype=torch.uint8), [source])
+    assert pin_memory(batch) is batch
+    assert pinned == [(2, 4, 4, 3), (5,)]

@@ -1,0 +1,28 @@
+"""A real data set for the export tests: the synthetic corpus, mined and generated.
+
+400 images at scale 0.003 give 705 matrices whose seven splits all have train, val and
+test problems, in about two seconds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+IMAGES, SCALE, SEED = 400, 0.003, 0
+
+
+@pytest.fixture(scope="session")
+def synthetic_build(tmp_path_factory) -> tuple[Path, Path]:
+    """(DATASET.h5, the VG folder holding its images)."""
+    from generation.dataset import generate
+    from mining.pools import mine
+    from mining.synth import write_corpus
+    from splits.assign import load_rules
+
+    root = tmp_path_factory.mktemp("synthetic_build")
+    write_corpus(root / "vg", images=IMAGES, seed=SEED)
+    mine(root / "vg", root / "pools.h5", workers=1)
+    generate(root / "pools.h5", root / "dataset.h5", load_rules(), scale=SCALE, seed=SEED)
+    return root / "dataset.h5", root / "vg"

@@ -1,0 +1,107 @@
+"""Worker processes: ordered results, failures carried back, and no worker ever left running."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+
+import pytest
+
+from mining import processes
+from vprom.errors import VpromError
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def _fail_at(x: int) -> int:
+    if x == 37:
+        raise VpromError("record 37 is broken")
+    if x == 38:
+        raise ValueError("not a VpromError")
+    if x == 39:
+        os._exit(3)  # a worker that dies without a word (killed, out of memory)
+    return x
+
+
+def _wait_for_parent(conn) -> None:
+    conn.send("ready")
+    conn.recv()  # until the parent writes or goes away
+
+
+def _no_children_left() -> bool:
+    return not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize("workers, chunksize", [(1, 1), (2, 1), (3, 4)])
+def test_ordered_map_gives_the_results_in_job_order(workers, chunksize):
+    with processes.ordered_map(_square, range(203), workers, "test", chunksize) as results:
+        assert list(results) == [x * x for x in range(203)]
+    assert _no_children_left()
+
+
+def test_no_jobs_no_results():
+    with processes.ordered_map(_square, [], 2, "test") as results:
+        assert list(results) == []
+    assert _no_children_left()
+
+
+@pytest.mark.parametrize("job, error, says", [
+    (37, VpromError, "record 37 is broken"),
+    (38, RuntimeError, "ValueError: not a VpromError"),
+    (39, VpromError, r"^worker vprom-test-\d died \(exit code 3\) without a result"),
+])
+def test_a_failing_job_or_dying_worker_is_reported_and_the_rest_stopped(job, error, says):
+    jobs = list(range(30)) + [job] + list(range(30))
+    with pytest.raises(error, match=says):
+        with processes.ordered_map(_fail_at, jobs, 2, "test", chunksize=2) as results:
+            list(results)
+    assert _no_children_left()
+
+
+def test_leaving_early_stops_the_workers():
+    with pytest.raises(KeyboardInterrupt):
+        with processes.ordered_map(_square, range(10_000), 2, "test") as results:
+            next(iter(results))
+            raise KeyboardInterrupt  # as a Ctrl-C in the parent would
+    assert _no_children_left()
+
+
+def test_a_worker_ignores_ctrl_c_and_stop_ends_it():
+    receive, send = processes.context().Pipe()
+    procs: list = []
+    processes.start(procs, _wait_for_parent, (send,), "vprom-test")
+    assert receive.recv() == "ready"
+    os.kill(procs[0].pid, signal.SIGINT)
+    time.sleep(0.2)
+    assert procs[0].is_alive() and procs[0].daemon
+    started = time.monotonic()
+    processes.stop(procs)
+    assert not procs[0].is_alive() and procs[0].exitcode == -signal.SIGTERM
+    assert time.monotonic() - started < processes.GRACE_S
+
+
+def test_a_worker_that_dies_while_starting_is_an_error_not_a_closed_stdout(monkeypatch):
+    def broken_pipe(self):
+        raise BrokenPipeError(32, "Broken pipe")  # what writing its arguments then raises
+
+    monkeypatch.setattr(type(processes.context().Process()), "start", broken_pipe)
+    procs: list = []
+    with pytest.raises(VpromError, match="worker vprom-test ended while it was being started"):
+        processes.start(procs, _square, (2,), "vprom-test")
+    assert procs == []
+
+
+@pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt)])
+def test_a_signal_during_a_start_is_acted_on_after_it(sig, raised):
+    done = []
+    with pytest.raises(raised):
+        with processes._signals_held():
+            os.kill(os.getpid(), sig)
+            time.sleep(0.05)  # a handler would have run by now
+            done.append("the block finished")
+    assert done == ["the block finished"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -1,0 +1,133 @@
+"""How one `vprom` command runs: every failure reaches the user as one line and an exit status.
+
+A `VpromError` or `OSError` (permission, no space, is-a-directory, …, named with its path and
+the fix) exits 1; a closed stdout (`vprom evaluate RUN | head -1`) exits 141 quietly; Ctrl-C
+exits 130 and SIGTERM 143, each with a line saying how to resume the command. Worker
+processes are stopped by the stages that started them. `VPROM_DEBUG=1` lets every error and
+interrupt through with its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import os
+import signal
+import sys
+
+from vprom.errors import VpromError
+
+#: What to tell a user whose command was interrupted (the others start over when run again).
+RESUME_HINT = {
+    "build": "run the same command again: finished stages are kept",
+    "download": "run the same command again: downloads resume where they stopped",
+    "extract": "run the same command again: finished chunks are kept",
+    # without --resume, `train` starts a run over and deletes its checkpoints
+    "train": "run the same command again with --resume to continue after the last finished "
+             "epoch",
+    "reproduce": "run the same command again: finished steps and runs are kept",
+}
+START_OVER = "run the same command again (it starts over)"
+
+
+class Terminated(BaseException):
+    """SIGTERM, handled like Ctrl-C: stop, clean up, exit with 143."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
+def interruption(error: BaseException) -> BaseException | None:
+    """The Ctrl-C or SIGTERM that `error` is, or was raised while handling.
+
+    Cleanup that runs while an interrupt unwinds the stack may fail in its turn (a worker
+    killed by the same SIGTERM reported by the library that ran it, a closed file); what
+    happened is still the interrupt.
+    """
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, (KeyboardInterrupt, Terminated)):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def os_error_message(e: OSError) -> str:
+    """One line for a file-system error: what, which path, and what to do."""
+    path = e.filename if e.filename is not None else "a file"
+    fixes = {
+        errno.EACCES: "no permission; choose another path or fix its permissions",
+        errno.EPERM: "not permitted; choose another path or fix its permissions",
+        errno.EROFS: "the file system is read-only; choose another path",
+        errno.ENOSPC: "no space left on the device; free some space or choose another path",
+        errno.EDQUOT: "the disk quota is used up; free some space or choose another path",
+        errno.EISDIR: "is a folder where a file is needed; choose another path",
+        errno.ENOTDIR: "a file stands where a folder is needed; choose another path",
+        errno.EEXIST: "already exists in the way; move it or choose another path",
+        errno.ENOENT: "no such file or folder; check the path",
+    }
+    fix = fixes.get(e.errno, "check the path and try again")
+    return f"{path}: {e.strerror or type(e).__name__} ({fix})"
+
+
+def run_command(build_parser, argv: list[str] | None = None) -> int:
+    """Parse `argv` with `build_parser()` and run the command it names; errors become one line
+    on stderr and a non-zero exit status.
+
+    A `VpromError` or `OSError` exits 1, a closed stdout 141 (quietly), Ctrl-C 130 and
+    SIGTERM 143, each interrupt with a line saying how to resume (`RESUME_HINT`); worker
+    processes are stopped by the stages that started them. `VPROM_DEBUG=1` lets every
+    error and interrupt through with its traceback.
+    """
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        try:
+            parser = build_parser()
+            args = parser.parse_args(argv)
+        except (KeyboardInterrupt, Terminated) as e:
+            print(f"vprom: interrupted ({_by(e)}) while starting; nothing was done",
+                  file=sys.stderr)
+            return _status(e)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _by(interrupt: BaseException) -> str:
+    return "SIGTERM" if isinstance(interrupt, Terminated) else "Ctrl-C"
+
+
+def _status(interrupt: BaseException) -> int:
+    return 143 if isinstance(interrupt, Terminated) else 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command (see `main`)."""
+    debug = os.environ.get("VPROM_DEBUG", "") not in ("", "0")
+    try:
+        args.run(args)
+    except BaseException as e:
+        interrupt = interruption(e)
+        if interrupt is None and isinstance(e, BrokenPipeError):
+            # stdout was closed (`vprom evaluate RUN | head -1`): stop quietly, and keep
+            # Python's final flush from failing on the same pipe.
+            with contextlib.suppress(OSError, ValueError):  # stdout may not be a real file
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 141
+        if debug or (interrupt is None and not isinstance(e, (VpromError, OSError))):
+            raise
+        if interrupt is not None:
+            how = RESUME_HINT.get(args.command, START_OVER)
+            print(f"vprom {args.command}: interrupted ({_by(interrupt)}); no partial output "
+                  f"was left looking finished; {how}", file=sys.stderr)
+            return _status(interrupt)
+        text = os_error_message(e) if isinstance(e, OSError) else str(e)
+        print(f"vprom {args.command}: error: {text}", file=sys.stderr)
+        return 1
+    return 0
