@@ -80,9 +80,9 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
     nside, hside, supers = pool.neutral_side, pool.held_side, crops.super_attribute
     etypes, label_sets, vocab = crops.element_type, pool.label_sets, pool.vocabulary
     parts: dict[str, dict[str, list[int]]] = {s: {"train": [], "test": []} for s in SPLITS}
-    matrices, used, skipped = [], set(), {}
+    matrices, used, skipped, loosened = [], set(), {}, {}
     indices = shard_indices(len(plan), shard)
-    rows_of = generate_rows(pool, plan, indices, skipped)
+    rows_of = generate_rows(pool, plan, indices, skipped, loosened)
     for m, rows in tqdm(rows_of, total=len(indices), desc="generate", unit="matrix",
                         disable=None if progress else True, smoothing=0.05):
         concepts = [vocab.concepts(etypes[r], label_sets[r]) for r in rows]
@@ -113,6 +113,7 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
         universes[ElementType.COUNT.value] = sorted(pool.universe[ElementType.COUNT].ids, key=int)
     counts = _counts(table, len(plan), shard is None)
     counts["super_attributes_too_small"] = dict(sorted(skipped.items()))
+    counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
     counts["vocabulary"] = vocab.counts()
     return Dataset(used_crops, table, universes, _super_attributes(pool), counts, vocab)
 
@@ -179,6 +180,13 @@ class GenerateSummary:
         if too_small:
             lines.append("  super-attributes left out (too few sound matrices): " + "; ".join(
                 f"{k}: {', '.join(v)}" for k, v in too_small.items()))
+        loosened = c.get("held_out_bans_loosened") or {}
+        if loosened:
+            lines.append("  train-side matrices that could not avoid held-out labels (pools too "
+                         "thin; such a matrix leaves the training set of the split whose label "
+                         "it shows): " + "; ".join(
+                             f"{k}: {v['matrices']:,} ({'; '.join(f'{cell}: {why}' for cell, why in v['why'].items())})"
+                             for k, v in loosened.items()))
         if not (c.get("vocabulary") or {}).get("recorded", True):
             lines.append("  note: the pools record no vocabulary (mined by an older vprom, or "
                          "not by `vprom mine`): no implied labels were applied, and labels "
@@ -285,6 +293,13 @@ def merge_shards(shards: Sequence[Path], out: Path, rules: SplitRules) -> Genera
         for key, names in m["counts"].get("super_attributes_too_small", {}).items():
             skipped.setdefault(key, set()).update(names)
     counts["super_attributes_too_small"] = {k: sorted(v) for k, v in sorted(skipped.items())}
+    loosened: dict[str, dict] = {}
+    for m in manifests:
+        for key, v in (m["counts"].get("held_out_bans_loosened") or {}).items():
+            entry = loosened.setdefault(key, {"matrices": 0, "why": {}})
+            entry["matrices"] += v["matrices"]
+            entry["why"].update(v["why"])
+    counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
     if "vocabulary" in manifests[0]["counts"]:
         counts["vocabulary"] = manifests[0]["counts"]["vocabulary"]
     manifest = make_manifest("dataset", config={**config, "shard": None,

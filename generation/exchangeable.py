@@ -47,8 +47,13 @@ from vprom.records import N_CANDIDATES, Relation
 from vprom.sampling import Draws
 from vprom.solver import completion_mask
 
-#: Tries of one candidate set's context before a new candidate set is drawn.
-CONTEXT_TRIES = 12
+#: Tries of one candidate set's context before a new candidate set is drawn. Generous: a
+#: candidate set given up for its answer's context would make answers whose contexts are
+#: hard to draw rarer than 1 in 8 (the answer is chosen before the context).
+CONTEXT_TRIES = 40
+#: Elements a super-attribute needs for a context whatever its answer: And rows of another
+#: element, Or rows of two, Union rows of three.
+CONTEXT_ELEMENTS = {Relation.AND: 2, Relation.OR: 2, Relation.UNION: 3}
 #: Crops of one element tried before a candidate set is given up.
 CROP_TRIES = 12
 
@@ -96,10 +101,15 @@ class HumanSampler:
                 need |= 1 << b
         return [e for e in self.eligible[sa] if self.knowing(e, need)]
 
+    def hosts(self, sa: int) -> bool:
+        """Whether any element of `sa` could be the answer: a context of the group's relation
+        can be drawn for it (a union of gender has no third value)."""
+        return len(self.eligible[sa]) >= CONTEXT_ELEMENTS[self.group.relation]
+
     def alone(self, sa: int) -> bool:
         """Whether `sa` alone can hold all 8 candidates (their values then all differ)."""
         extra = 1 if self.group.relation is Relation.OR else 0
-        return min(len(self.eligible[sa]) - extra,
+        return self.hosts(sa) and min(len(self.eligible[sa]) - extra,
                    self.values[sa].bit_count() - extra) >= N_CANDIDATES
 
     def block_max(self, sa: int, blocks: tuple[int, ...]) -> int:
@@ -112,7 +122,7 @@ class HumanSampler:
             extra = 1 if self.group.relation is Relation.OR else 0
             got = min(len(self.fit(sa, blocks)), self.values[sa].bit_count() - extra - 1,
                       len(self.eligible[sa]) - extra)
-            got = self._max[key] = max(got, 0)
+            got = self._max[key] = max(got, 0) if self.hosts(sa) else 0
         return got
 
     def profile(self, draws: Draws, any_focus: bool = False

@@ -44,6 +44,9 @@ from vprom.splitting import HeldOutDesign
 MIN_CONTEXT_CROPS = 3
 #: Resampling attempts per matrix before generation gives up with a VpromError.
 MAX_TRIES = 40
+#: Attempts of a human-attribute matrix (cheap ones: a candidate set that does not fit is
+#: given up at once, and thin cells need many draws to find one that does).
+HUMAN_TRIES = 4 * MAX_TRIES
 #: The first attempts keep every candidate's element off all other candidates (`_Taker`);
 #: later ones only keep the completions off the distractors (a super-attribute that every
 #: crop carries, e.g. a person's action, cannot have exclusive labels).
@@ -74,7 +77,9 @@ class Sampler:
 
 
 def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
-                 cell: int) -> Sampler | HumanSampler:
+                 cell: int, bans: bool = True) -> Sampler | HumanSampler:
+    """The sampler of one (group, cell); `bans`: a train-side group draws only crops no
+    held-out split bans for its relation (False: the loosened sampler, see `generate_rows`)."""
     etype = group.element_type
     where = f"{etype.value} pool of {pool.source}, {CELL_NAMES[cell]} images"
     label = f"{etype.value} {group.relation.value} matrices of group '{group.name}'"
@@ -83,7 +88,7 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
                          "more images or check the pool file")
     crops_of = pool.cells[etype][cell]
     banned_note = ""
-    if group.held_side == 0 and any(pool.banned):
+    if bans and loosenable(pool, group):
         # train side of the held-out splits: only crops that no held-out split bans from
         # the training matrices of this relation, so the matrix trains in every split
         bit = RELATION_BIT[group.relation]
@@ -244,13 +249,25 @@ def _context_crops(draws: Draws, ids: list[int], crops_of: dict[int, list[int]],
 
 
 
+def loosenable(pool: PoolIndex, group: Group) -> bool:
+    """Whether the group's matrices are drawn from crops the held-out bans filter."""
+    return group.held_side == 0 and any(pool.banned)
+
+
 def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
-                  skipped: dict[str, list[str]] | None = None):
+                  skipped: dict[str, list[str]] | None = None,
+                  loosened: dict[str, dict] | None = None):
     """Yield (matrix, its 16 crop rows in `pool`) for each index, in order.
 
     `skipped`, when given, receives per group the super-attributes it could not use (fewer
     attributes with enough crops than its relation needs, or too few for a symmetric
     candidate profile while the group has others), for the manifest.
+
+    A train-side matrix is drawn from the crops no held-out split bans (`make_sampler`).
+    Where a cell is too thin for that (its sampler cannot be made, or a matrix fails all its
+    tries), the matrix is drawn from all the cell's crops instead: still sound, but it may
+    show a held-out label, and then the split rules keep it out of that split's training.
+    `loosened`, when given, receives per group how many matrices that took and why.
     """
     indices = list(indices)
     # make every (group, cell) sampler first, so a short pool fails before any work is done
@@ -261,12 +278,30 @@ def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
     every_cell = plan.neutral_side.astype(np.int64) * 2 + held[every]
     keys, n = np.unique(np.stack([every, every_cell]), axis=1, return_counts=True)
     matrices_of = {(int(g), int(c)): int(k) for (g, c), k in zip(keys.T.tolist(), n.tolist())}
-    samplers = {key: make_sampler(pool, plan.design, plan.groups[key[0]], key[1])
-                for key in (sorted(matrices_of) if indices else [])}
-    weights = fill_weights(samplers, matrices_of)
-    for sampler in samplers.values():
+    samplers: dict = {}
+    loose: dict = {}  # (group, cell) -> the sampler over all the cell's crops
+    reasons: dict = {}  # (group, cell) -> why the banned-free sampler could not be made
+    for key in (sorted(matrices_of) if indices else []):
+        group = plan.groups[key[0]]
+        try:
+            samplers[key] = make_sampler(pool, plan.design, group, key[1])
+        except VpromError as e:
+            if not loosenable(pool, group):
+                raise
+            reasons[key] = str(e)
+            samplers[key] = None
+            loose[key] = make_sampler(pool, plan.design, group, key[1], bans=False)
+    weights = fill_weights({k: v for k, v in {**samplers, **loose}.items() if v is not None},
+                           matrices_of)
+
+    def weighted(sampler):
         sampler.fill_weight = weights.get(sampler.group.element_type, {})
-    for sampler in samplers.values():
+        return sampler
+
+    for sampler in [*samplers.values(), *loose.values()]:
+        if sampler is not None:
+            weighted(sampler)
+    for sampler in [s for s in samplers.values() if s is not None]:
         if sampler.skipped and skipped is not None:
             g = sampler.group
             key = f"{g.element_type.value} {g.relation.value} {g.name}"
@@ -277,22 +312,40 @@ def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
         g = int(plan.group_of[i])
         group = plan.groups[g]
         cell = int(plan.neutral_side[i]) * 2 + group.held_side
-        sampler = samplers[(g, cell)]
+        key = (g, cell)
+        sampler = samplers[key]
         answer = int(plan.answer[i])
         why: Counter = Counter()
-        if isinstance(sampler, HumanSampler):
-            got = sampler.sample(Draws(plan.seed, i), answer, why, MAX_TRIES)
-        else:
-            got = sample_matrix(sampler, Draws(plan.seed, i), answer, masks, region, why)
+        draws = Draws(plan.seed, i)
+        got = None if sampler is None else _sample(sampler, draws, answer, masks, region, why)
+        if got is None and loosenable(pool, group):
+            if key not in loose:
+                loose[key] = weighted(make_sampler(pool, plan.design, group, cell, bans=False))
+                reasons.setdefault(key, "a matrix found no sound candidates among them in "
+                                        f"{MAX_TRIES} tries")
+            sampler = loose[key]
+            got = _sample(sampler, draws, answer, masks, region, why)
+            if got is not None and loosened is not None:
+                name = f"{group.element_type.value} {group.relation.value} {group.name}"
+                entry = loosened.setdefault(name, {"matrices": 0, "why": {}})
+                entry["matrices"] += 1
+                entry["why"][CELL_NAMES[cell]] = reasons[key]
         if got is None:
             steps = "; ".join(f"{reason}: {n}" for reason, n in why.most_common())
-            raise VpromError(f"matrix {i}: no sound {sampler.label} after {MAX_TRIES} tries "
+            tries = HUMAN_TRIES if isinstance(sampler, HumanSampler) else MAX_TRIES
+            raise VpromError(f"matrix {i}: no sound {sampler.label} after {tries} tries "
                              f"({steps}); the pool is too thin there — mine more images or "
                              "lower --scale")
         sa, rows = got
         yield Matrix(id=i, relation=group.relation, element_type=group.element_type,
                      super_attribute=sa, panels=[crop_id[r] for r in rows],
                      elements=[element[r] for r in rows], answer=answer), rows
+
+
+def _sample(sampler, draws: Draws, answer: int, masks, region, why: Counter):
+    if isinstance(sampler, HumanSampler):
+        return sampler.sample(draws, answer, why, HUMAN_TRIES)
+    return sample_matrix(sampler, draws, answer, masks, region, why)
 
 
 def generate_matrices(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int]) -> list[Matrix]:
