@@ -109,8 +109,8 @@ class HumanSampler:
     def alone(self, sa: int) -> bool:
         """Whether `sa` alone can hold all 8 candidates (their values then all differ)."""
         extra = 1 if self.group.relation is Relation.OR else 0
-        return self.hosts(sa) and min(len(self.eligible[sa]) - extra,
-                   self.values[sa].bit_count() - extra) >= N_CANDIDATES
+        room = min(len(self.eligible[sa]), self.values[sa].bit_count()) - extra
+        return self.hosts(sa) and room >= N_CANDIDATES
 
     def block_max(self, sa: int, blocks: tuple[int, ...]) -> int:
         """The most candidates `sa` can hold beside the other `blocks`: they need a value of

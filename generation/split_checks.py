@@ -187,13 +187,12 @@ def check_leakage(data: Data) -> Check:
 # ---------------------------------------------------------------- 5. held-out labels
 def banned_crops(ban: TrainBan, relation: str, concepts) -> np.ndarray:
     """Per crop: whether it shows, in a matrix of `relation`, a label `ban` holds out."""
-    memo: dict[int, bool] = {}
+    memo: dict[tuple, bool] = {}  # concept sets repeat a lot between crops
     out = np.zeros(len(concepts), dtype=bool)
-    for k, (categories, sas) in enumerate(concepts):
-        key = id(categories) * 31 + id(sas)  # concept sets are shared between crops
+    for k, key in enumerate(concepts):
         got = memo.get(key)
         if got is None:
-            got = memo[key] = ban.shows_banned(relation, categories, sas)
+            got = memo[key] = ban.shows_banned(relation, *key)
         out[k] = got
     return out
 

@@ -270,3 +270,14 @@ def test_a_train_side_cell_too_thin_to_avoid_held_out_labels_is_loosened_and_sai
     shown = {int(m) for m, t in zip(data.matrices.id, data.matrices.element_type)
              if t == "count"}
     assert shown - trained  # some count matrices left held_out_objects' training
+
+
+def test_banned_crops_agree_with_the_ban_crop_by_crop(larger):
+    from generation.split_checks import banned_crops, crop_concepts
+
+    view = in_memory(larger)
+    concepts = crop_concepts(view)
+    for split, ban in RULES.design.train_bans.items():
+        for relation in ("and", "or", "union", "progression"):
+            got = banned_crops(ban, relation, concepts)
+            assert got.tolist() == [ban.shows_banned(relation, c, s) for c, s in concepts]
