@@ -184,9 +184,10 @@ class GenerateSummary:
         if loosened:
             lines.append("  train-side matrices that could not avoid held-out labels (pools too "
                          "thin; such a matrix leaves the training set of the split whose label "
-                         "it shows): " + "; ".join(
-                             f"{k}: {v['matrices']:,} ({'; '.join(f'{cell}: {why}' for cell, why in v['why'].items())})"
-                             for k, v in loosened.items()))
+                         "it shows):")
+            for key, v in loosened.items():
+                cells = "; ".join(f"{cell}: {why}" for cell, why in v["why"].items())
+                lines.append(f"    {key}: {v['matrices']:,} ({cells})")
         if not (c.get("vocabulary") or {}).get("recorded", True):
             lines.append("  note: the pools record no vocabulary (mined by an older vprom, or "
                          "not by `vprom mine`): no implied labels were applied, and labels "
@@ -220,13 +221,13 @@ def check_pools_file(path: Path) -> None:
             raise VpromError(f"{path}: this is a DATASET.h5 (it holds matrices and splits), not "
                              "a POOLS.h5; pass the pools file that `vprom mine` wrote")
         raw = h5.attrs.get("manifest")
-    try:
-        kind = json.loads(raw).get("kind") if raw is not None else None
-    except (TypeError, ValueError, AttributeError):
-        kind = "unreadable"
     if raw is None:
         raise VpromError(f"{path}: no manifest, so not a POOLS.h5 written by `vprom mine` (or "
                          "an incomplete one); mine the pools again")
+    try:
+        kind = json.loads(raw).get("kind")
+    except (TypeError, ValueError, AttributeError):
+        kind = "unreadable"
     if kind != "pools":
         raise VpromError(f"{path}: its manifest says it is a '{kind}' file, not a POOLS.h5; "
                          "pass the pools file that `vprom mine` wrote")
