@@ -9,12 +9,13 @@ region can then sit on both sides of any split (see `splits.assign`).
 Each crop gets a bit mask of all its labels in its element type's universe (`vprom.solver`),
 explicit and implied (`generation.labels`: a "man" is male and adult), which is what the
 solver and the distractor choice compare; an attribute type also gets the masks of its
-super-attributes (`groups`): the solver reads every panel of a matrix in one of them. The universe of an attribute type holds its table's
-labels as well as the pool's elements, and the object universe every category, so a label
-that is never an element (an implied "adult" on a synthetic pool without adult crops) still
-counts as a reading. Each crop also gets, per relation, whether it shows something a
-held-out split bans from its training matrices (`HeldOutDesign.train_side_ban`): matrices
-planned on the train side of the held-out partition draw only unbanned crops.
+super-attributes (`groups`): the solver reads every panel of a matrix in one of them. The
+universe of an attribute type holds its table's labels as well as the pool's elements, and
+the object universe every category, so a label that is never an element (an implied "adult"
+on a synthetic pool without adult crops) still counts as a reading. Each crop also gets, per
+relation, whether it shows something a held-out split bans from its training matrices
+(`HeldOutDesign.train_side_ban`): matrices planned on the train side of the held-out
+partition draw only unbanned crops.
 """
 
 from __future__ import annotations

@@ -321,7 +321,8 @@ def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
         word = NUMBER_WORDS[n - 1] if rng.random() < 0.5 else str(n)
         img.note("non_count_number", _region(img, f"a {word} years old {name}", abox))
     elif "action" in base:
-        _region(img, _pick(rng, (f"the {name} is {base['action']}", f"a {name} {base['action']}")), abox)
+        action = base["action"]
+        _region(img, _pick(rng, (f"the {name} is {action}", f"a {name} {action}")), abox)
     else:
         _region(img, _describe(rng, [], name), abox)
 
