@@ -12,7 +12,7 @@ evaluate, and prints one sha256 per product:
 
 Run it before and after a refactor on the same machine and venv, and compare the lines:
 
-    python bench/fingerprint.py [--work DIR] [--images 600] [--scale 0.01] [--seed 0]
+    python bench/fingerprint.py [--work DIR] [--images 1000] [--scale 0.01] [--seed 0]
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
-    parser.add_argument("--images", type=int, default=600)
+    parser.add_argument("--images", type=int, default=1000)
     parser.add_argument("--scale", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()

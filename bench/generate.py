@@ -9,6 +9,10 @@ generation (planning, sampling, the solver check on every matrix, all seven spli
 validation choice), prints matrices/s and the balance measures of the full-size run.
 
     OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/generate.py [--scales 0.1 0.5 1]
+
+With `--write-pools POOLS.h5` it only writes the pool as a POOLS.h5 (with the vocabulary
+group `vprom mine` writes), so the whole command line can run on it:
+`vprom generate POOLS.h5 --out DATASET.h5 --scale 1`, `vprom verify DATASET.h5`.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from generation.dataset import generate_dataset  # noqa: E402
+from generation.dataset_view import in_memory  # noqa: E402
+from generation.labels import LabelVocabulary  # noqa: E402
 from splits.assign import load_rules  # noqa: E402
 from vprom.solver import check_matrix  # noqa: E402
 from vprom.tables import CropTable  # noqa: E402
@@ -101,6 +107,38 @@ def full_size_pool(seed: int = 0) -> CropTable:
     return CropTable(**cols)
 
 
+def vocabulary() -> LabelVocabulary:
+    """The curated vocabulary (implied labels and label tables), as `vprom mine` records it."""
+    from mining.vocab import load_vocabulary
+
+    v = load_vocabulary()
+    return LabelVocabulary.from_tables(v.objects, v.object_attributes, v.human_attributes,
+                                       v.implied_labels)
+
+
+def write_pools(path: Path, crops: CropTable) -> None:
+    """The pool as `vprom mine` would write it: crops, vocabulary group, manifest."""
+    import h5py
+
+    from vprom.io import atomic_path, make_manifest
+    from vprom.tables import set_manifest
+
+    with atomic_path(path) as tmp:
+        with h5py.File(tmp, "w") as h5:
+            crops.write(h5.create_group("crops"))
+            vocabulary().write(h5.create_group("vocabulary"))
+            set_manifest(h5, make_manifest("pools", {"bench": "bench/generate.py"},
+                                           counts={"crops": len(crops)}))
+
+
+def held_out(view) -> dict:
+    """Training and validation matrices showing a held-out label, per held-out split."""
+    from generation.split_checks import check_held_out
+
+    check = check_held_out(view, load_rules().design.train_bans)
+    return {s: f["violating_matrices"] for s, f in check.figures.items()}
+
+
 def balance(data) -> dict:
     """Answer position spread, element right-rate spread and three shortcut probes."""
     m = data.matrices
@@ -144,41 +182,42 @@ def balance(data) -> dict:
             "probe_blind_commonest_super_attribute_acc": round(blind_sa / max(n_attr, 1), 4)}
 
 
-def label_probe(data, seed: int) -> dict:
-    """`vprom verify`'s context-blind label probe on the in-memory data set: accuracy
-    overall and per element type (one probe trained on all of the neutral train part)."""
+def label_probe(view, seed: int) -> dict:
+    """`vprom verify`'s context-blind label probes (one per element type and one per relation
+    x element type, trained on the neutral train part): % right and 95% CI per group."""
     from generation import audit, bias
-    from generation.dataset_view import Data
-    from vprom.tables import crop_rows
 
-    m = data.matrices
-    view = Data(Path("<memory>"), data.crops, m, crop_rows(data.crops.crop_id, m.panels), None)
-    answers = m.answer.astype(np.int64)
+    m = view.matrices
     rng = np.random.default_rng(seed)
     train, test, _ = bias.probe_sides(view, rng, bias.PROBE_MAX)
     cands = bias.candidate_view(view, np.concatenate([train, test]))
-    x_train, x_test = audit._standardise(audit.label_features(cands, answers, train, train),
-                                         audit.label_features(cands, answers, train, test))
-    w = audit.fit_probe(lambda: (x_train, answers[train]), x_train.shape[-1], 200)
-    hits = audit.probe_hits(x_test, answers[test], w)
-    types = m.element_type[test]
-    out = {"all": round(100 * float(hits.mean()), 1), "test_matrices": int(len(test))}
-    out.update({t: round(100 * float(hits[types == t].mean()), 1) for t in sorted(set(types))})
-    return out
+    check = audit.label_probe(cands, m.answer.astype(np.int64), train, test,
+                              m.element_type.astype(str), m.relation.astype(str))
+    return {g: (round(100 * f["accuracy"], 1), round(100 * f["ci95"][0], 1),
+                round(100 * f["ci95"][1], 1), f["test"]) for g, f in check.figures.items()}
 
 
-def recheck(data, n: int, seed: int) -> int:
-    """Re-prove n random matrices with `check_matrix` on label strings (the verify path)."""
-    m = data.matrices
+def recheck(view, n: int, seed: int) -> tuple[int, int, int]:
+    """Re-prove n random matrices with `check_matrix` on label strings (the verify path):
+    (unsound under explicit + implied labels, unsound under explicit labels only, unsound
+    under v1's reading that mixes super-attributes between panels, explicit labels only)."""
+    from generation.checks import reading_groups, universes
+
+    m = view.matrices
     parts = m.parts_of()
-    index = {int(c): i for i, c in enumerate(data.crops.crop_id)}
-    labels = data.crops.label_sets()
-    bad = 0
+    full, explicit = view.label_sets(), view.crops.label_sets()
+    universe, groups = universes(view), reading_groups(view)
+    bad = [0, 0, 0]
     for i in np.random.default_rng(seed).choice(len(m), size=min(n, len(m)), replace=False):
         matrix = m.row(int(i), parts)
-        universe = frozenset(data.universes[matrix.element_type.value])
-        bad += check_matrix(matrix, [labels[index[p]] for p in matrix.panels], universe) is not None
-    return bad
+        t = matrix.element_type.value
+        rows = view.rows[int(i)]
+        bad[0] += check_matrix(matrix, [full[r] for r in rows], universe[t],
+                               groups.get(t)) is not None
+        bad[1] += check_matrix(matrix, [explicit[r] for r in rows], universe[t],
+                               groups.get(t)) is not None
+        bad[2] += check_matrix(matrix, [explicit[r] for r in rows], universe[t]) is not None
+    return tuple(bad)
 
 
 def main() -> None:
@@ -187,14 +226,21 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--verify", type=int, default=5000,
                    help="re-check this many matrices of the last run with the string solver")
+    p.add_argument("--write-pools", type=Path, default=None,
+                   help="only write the pool as this POOLS.h5 (for `vprom generate`)")
     args = p.parse_args()
     t = time.perf_counter()
     crops = full_size_pool()
     print(f"pool: {len(crops):,} crops built in {time.perf_counter() - t:.1f} s")
+    if args.write_pools:
+        write_pools(args.write_pools, crops)
+        print(f"wrote {args.write_pools}")
+        return
     data = None
     for scale in args.scales:
         t, cpu = time.perf_counter(), time.process_time()
-        data = generate_dataset(crops, load_rules(), scale=scale, seed=args.seed)
+        data = generate_dataset(crops, load_rules(), scale=scale, seed=args.seed,
+                                vocabulary=vocabulary())
         dt, dcpu = time.perf_counter() - t, time.process_time() - cpu
         n = data.counts["matrices"]
         print(f"scale {scale:4.2f}: {n:7,d} matrices in {dt:6.1f} s wall, {dcpu:6.1f} s CPU "
@@ -204,10 +250,20 @@ def main() -> None:
         print(f"  {s:34s} {parts['train']:8,d} {parts['val']:7,d} {parts['test']:8,d}")
     print(f"used crops: {len(data.crops):,} of {len(crops):,}")
     print("balance:", json.dumps(balance(data)))
-    print("context-blind label probe (% right, chance 12.5):",
-          json.dumps(label_probe(data, args.seed)))
-    print(f"string-level re-check of {args.verify:,} random matrices: "
-          f"{recheck(data, args.verify, args.seed)} unsound")
+    view = in_memory(data)
+    print("context-blind label probes (% right, 95% CI, test matrices; chance 12.5):")
+    for group, figures in label_probe(view, args.seed).items():
+        print(f"  {group:34s} {figures[0]:5.1f}  ({figures[1]:.1f}-{figures[2]:.1f})  "
+              f"{figures[3]:,}")
+    print(f"held-out labels in training (held_out_* splits): {held_out(view)}")
+    full, explicit, mixed = recheck(view, args.verify, args.seed)
+    print(f"string-level re-check of {args.verify:,} random matrices: {full} unsound under "
+          f"explicit + implied labels, {explicit} under explicit labels; {mixed} have a second "
+          "answer under v1's readings mixing super-attributes between panels (not V-PROM "
+          "readings, reported for comparison)")
+    from generation.ceiling import format_ceiling, perception_ceiling
+
+    print(format_ceiling(perception_ceiling(data.matrices)))
 
 
 if __name__ == "__main__":

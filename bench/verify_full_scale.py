@@ -104,7 +104,8 @@ def main() -> None:
     timed(f"build {args.matrices:,} matrices", lambda: build(path, args.matrices))
     print(f"DATASET.h5: {path.stat().st_size / 1e6:.0f} MB")
 
-    from generation import bias, checks
+    from generation import bias, checks, split_checks
+    from generation.ceiling import check_ceiling
     from generation.dataset_view import load
     from generation.export import export
     from generation.stats import stats
@@ -117,9 +118,12 @@ def main() -> None:
     timed("content_hash", lambda: content_hash(path))
     timed("check integrity", lambda: checks.check_integrity(data, []))
     timed("check solver (vprom.solver)", lambda: checks.check_solver(data))
-    timed("check splits (splits.assign)", lambda: checks.check_splits(data, rules))
-    timed("check leakage", lambda: checks.check_leakage(data))
+    timed("check splits (splits.assign)", lambda: split_checks.check_splits(data, rules))
+    timed("check leakage", lambda: split_checks.check_leakage(data))
+    timed("check held-out labels", lambda: split_checks.check_held_out(
+        data, rules.design.train_bans))
     timed("check bias (no features)", lambda: bias.check_bias(data, None))
+    timed("perception ceiling", lambda: check_ceiling(data.matrices))
     timed("verify (everything)", lambda: verify(path, rules))
     timed("stats", lambda: stats(path))
     timed("export jsonl", lambda: export(path, "jsonl", args.out / "dataset.jsonl"))

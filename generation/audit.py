@@ -12,25 +12,35 @@ measures the shortcuts a model could take instead, using the candidates alone:
    among the candidates it singles out (all 8 when it singles out none). If the answer's
    position is independent of the candidates' elements, each scores exactly 1/8 in
    expectation, whatever the elements are.
-3. A context-blind probe. A conditional-logit model (one shared weight vector w, score
-   s_j = w·x_j per candidate, softmax over the 8) is trained on the neutral split's train
-   part and scored on its test part. x_j describes candidate j from its labels only: how
-   often its element, super-attribute and labels occur among the 8 candidates, its element's
-   answer rate in train (leave-one-out in train, so the feature never contains the target),
-   its label count, box size and shape, and its position. With a FEATS.h5 the same probe
-   runs on the candidates' image features, mean-centred over the 8 candidates.
+3. Context-blind probes, one per element type and one per relation x element type (a
+   shortcut confined to one relation of one type would hide in a pooled figure). A
+   conditional-logit model (score s_j = w·x_j + Σ_l W[l, c_l] per candidate, softmax over
+   the 8) is trained on the neutral split's train part and scored on its test part. x_j
+   describes candidate j from its labels only: how often its element and super-attribute
+   occur among the 8 candidates, its element's answer rate in train (leave-one-out in
+   train, so the feature never contains the target), how many labels it carries (explicit
+   and implied apart), its label overlap with the others, box size and shape, and its
+   position. The set part W sees every label l the candidate carries (explicit or implied)
+   together with c_l, how many of the other 7 carry it too: a learnt weight per (label,
+   count) finds "the one male among seven women", "the only one labelled curly", "the one
+   without the label all others share". With a FEATS.h5 the same probes run on the
+   candidates' image features, mean-centred over the 8 candidates.
 
 A strategy (2, 3) is flagged only when its accuracy is significantly above chance plus a
 2-point margin: the lower end of its 95% Wilson interval exceeds 14.5%. Small data sets
-are therefore never flagged by noise, and large ones are flagged for real shortcuts only.
+are therefore never flagged by noise, and large ones are flagged for real shortcuts only;
+a probe group with fewer than `MIN_PROBE_TEST` test matrices is reported but not judged.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
+from tqdm import tqdm
 
 from vprom.records import CHANCE, N_CANDIDATES
 from vprom.statistics import chi2_sf, wilson_interval
@@ -150,6 +160,9 @@ class CandidateView:
     overlap: np.ndarray  # label overlap with the other candidates
     area: np.ndarray
     aspect: np.ndarray
+    n_implied: np.ndarray | None = None  # implied labels (n_labels counts explicit ones)
+    crops: np.ndarray | None = None  # N×8 crop rows, for the set part
+    crop_labels: list[tuple[int, ...]] | None = None  # per crop row: its label ids
 
 
 def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
@@ -181,6 +194,7 @@ def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
         rate * N_CANDIDATES,
         np.log1p(seen[el] - own),
         view.n_labels[rows],
+        view.n_implied[rows] if view.n_implied is not None else np.zeros(el.shape),
         view.overlap[rows],
         np.log(np.maximum(view.area[rows], 1.0)),
         np.log(np.maximum(view.aspect[rows], 1e-3)),
@@ -222,46 +236,124 @@ def _standardise(x_train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
     return [(a - mean) / std for a in (x_train,) + others]
 
 
-def by_group(check: Check, hits: np.ndarray, groups: np.ndarray | None) -> Check:
-    """Add the probe's accuracy per group (element type) to a check's figures and summary:
-    a shortcut confined to one element type can hide in the overall figure."""
-    if groups is None or len(hits) == 0:
-        return check
-    acc = {str(g): float(hits[groups == g].mean()) for g in sorted(set(groups.tolist()))}
-    check.figures["by_element_type"] = acc
-    check.summary += " [by element type: " + ", ".join(
-        f"{g} {100 * a:.1f}%" for g, a in acc.items()) + "]"
-    return check
+def set_entries(view: CandidateView, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The set part's entries for matrices `rows`: (candidate index i*8+j, feature l*8+c)
+    for every label l of candidate j, c = how many of the other 7 carry l."""
+    labels, cand, feat = view.crop_labels, [], []
+    for i, crop_row in enumerate(view.crops[rows].tolist()):
+        sets = [labels[r] for r in crop_row]
+        count = Counter(chain.from_iterable(sets))
+        for j, ls in enumerate(sets):
+            for label in ls:
+                cand.append(i * N_CANDIDATES + j)
+                feat.append(label * N_CANDIDATES + count[label] - 1)
+    return np.asarray(cand, dtype=np.int64), np.asarray(feat, dtype=np.int64)
+
+
+def _set_scores(x, w, entries, table) -> np.ndarray:
+    cand, feat = entries
+    sparse = np.bincount(cand, weights=table[feat], minlength=x.shape[0] * N_CANDIDATES)
+    return x @ w + sparse.reshape(x.shape[0], N_CANDIDATES)
+
+
+def fit_set_probe(x: np.ndarray, y: np.ndarray, entries, n_sparse: int, steps: int = 200,
+                  lr: float = 0.05, l2: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
+    """Adam on the conditional logit of `x` (N×8×F) and the sparse set part (`entries`)."""
+    cand, feat = entries
+    params = [np.zeros(x.shape[-1]), np.zeros(n_sparse)]
+    moments = [[np.zeros_like(p), np.zeros_like(p)] for p in params]
+    n = len(y)
+    for t in range(1, steps + 1):
+        scores = _set_scores(x, params[0], entries, params[1])
+        scores -= scores.max(axis=1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(axis=1, keepdims=True)
+        p[np.arange(n), y] -= 1.0
+        grads = [np.einsum("bj,bjf->f", p, x) / n + l2 * params[0],
+                 np.bincount(feat, weights=p.ravel()[cand], minlength=n_sparse) / n
+                 + l2 * params[1]]
+        for param, grad, (m, v) in zip(params, grads, moments):
+            m *= 0.9
+            m += 0.1 * grad
+            v *= 0.999
+            v += 0.001 * grad * grad
+            param -= lr * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
+    return params[0], params[1]
+
+
+def _hits_of(scores: np.ndarray, y: np.ndarray) -> np.ndarray:
+    top = np.isclose(scores, scores.max(axis=1, keepdims=True), rtol=0, atol=1e-9)
+    return top[np.arange(len(y)), y] / top.sum(axis=1)
+
+
+def probe_groups(element_type: np.ndarray, relation: np.ndarray, train: np.ndarray,
+                 test: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """(name, train rows, test rows) per element type and per relation x element type."""
+    out = []
+    for etype in sorted(set(element_type[test].tolist())):
+        tr, te = train[element_type[train] == etype], test[element_type[test] == etype]
+        out.append((etype, tr, te))
+        for rel in sorted(set(relation[te].tolist())):
+            out.append((f"{etype} x {rel}", tr[relation[tr] == rel], te[relation[te] == rel]))
+    return out
+
+
+def judge_groups(name: str, what: str, results: list[tuple[str, np.ndarray, int]],
+                 note: str = "") -> Check:
+    """One check over probe groups [(group, test hits, train size)]: fail when any group with
+    at least MIN_PROBE_TEST test matrices has a 95% lower bound above chance + MARGIN."""
+    limit = CHANCE + MARGIN
+    figures, problems, parts, judged = {}, [], [], 0
+    for group, hits, n_train in results:
+        n = len(hits)
+        acc = float(hits.mean()) if n else float("nan")
+        lo, hi = wilson_interval(float(hits.sum()), n)
+        judge = n >= MIN_PROBE_TEST and n_train >= MIN_PROBE_TEST
+        judged += judge
+        failed = judge and lo > limit
+        figures[group] = {"accuracy": acc, "ci95": [lo, hi], "test": n, "train": n_train,
+                          "judged": bool(judge), "failed": bool(failed)}
+        if failed:
+            problems.append(f"{group}: {what} scores {100 * acc:.1f}% without the context "
+                            f"(95% CI {100 * lo:.1f}–{100 * hi:.1f}% on {n:,} matrices)")
+        if n:
+            parts.append(f"{group} {100 * acc:.1f}%" + ("" if judge else " (too few to judge)"))
+    if not judged:
+        return Check(name, "skip", f"too few matrices to probe any group (each needs "
+                     f"{MIN_PROBE_TEST} train and test); {'; '.join(parts)}", figures)
+    worst = max((f for f in figures.values() if f["judged"]), key=lambda f: f["ci95"][0])
+    summary = (f"{what}, per element type and relation: " + ", ".join(parts)
+               + f" (highest 95% lower bound {100 * worst['ci95'][0]:.1f}%; chance 12.5%, fail "
+               f"if a lower bound > {100 * limit:.1f}%)" + note)
+    return Check(name, "fail" if problems else "pass", summary, figures, problems)
 
 
 def label_probe(view: CandidateView, answers: np.ndarray, train: np.ndarray,
-                test: np.ndarray, note: str = "", steps: int = 200,
-                groups: np.ndarray | None = None) -> Check:
-    """The context-blind probe on the candidates' labels; `groups` labels the test rows."""
-    name = "bias:probe-labels"
-    if len(test) < MIN_PROBE_TEST or len(train) < MIN_PROBE_TEST:
-        return Check(name, "skip", f"too few matrices to probe ({len(train)} train, "
-                     f"{len(test)} test; needs {MIN_PROBE_TEST} each)")
-    x_train, x_test = _standardise(label_features(view, answers, train, train),
-                                   label_features(view, answers, train, test))
-    y_train, y_test = answers[train], answers[test]
-    w = fit_probe(lambda: (x_train, y_train), x_train.shape[-1], steps)
-    hits = probe_hits(x_test, y_test, w)
-    check = shortcut_check(name, "context-blind probe on candidate labels", hits)
-    check.figures.update({"train": len(train), "test": len(test),
-                          "train_accuracy": float(probe_hits(x_train, y_train, w).mean())})
-    check.summary += note
-    return by_group(check, hits, groups)
+                test: np.ndarray, element_type: np.ndarray, relation: np.ndarray,
+                note: str = "", steps: int = 200) -> Check:
+    """The context-blind probes on the candidates' labels, one per element type and one per
+    relation x element type."""
+    groups = probe_groups(element_type, relation, train, test)
+    n_sparse = N_CANDIDATES * (1 + max((max(ls, default=0) for ls in view.crop_labels),
+                                       default=0))
+    results = []
+    for group, tr, te in tqdm(groups, desc="label probes", unit="probe", disable=None):
+        if len(tr) < MIN_PROBE_TEST or len(te) < MIN_PROBE_TEST:
+            results.append((group, np.zeros(0), len(tr)))
+            continue
+        x_tr, x_te = _standardise(label_features(view, answers, tr, tr),
+                                  label_features(view, answers, tr, te))
+        x_tr, x_te = x_tr.astype(np.float64), x_te.astype(np.float64)
+        w, table = fit_set_probe(x_tr, answers[tr], set_entries(view, tr), n_sparse, steps)
+        results.append((group, _hits_of(_set_scores(x_te, w, set_entries(view, te), table),
+                                        answers[te]), len(tr)))
+    return judge_groups("bias:probe-labels", "context-blind probe on candidate labels",
+                        results, note)
 
 
-def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, train: np.ndarray,
-                  test: np.ndarray, rng: np.random.Generator, note: str = "",
-                  epochs: int = 5, batch: int = 256, groups: np.ndarray | None = None) -> Check:
-    """The probe on image features: `feats[rows[i, j]]` is candidate j of matrix i."""
-    name = "bias:probe-features"
-    if len(test) < MIN_PROBE_TEST or len(train) < MIN_PROBE_TEST:
-        return Check(name, "skip", f"too few matrices to probe ({len(train)} train, "
-                     f"{len(test)} test; needs {MIN_PROBE_TEST} each)")
+def _feature_hits(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray,
+                  train: np.ndarray, test: np.ndarray, rng: np.random.Generator,
+                  epochs: int, batch: int) -> np.ndarray:
     scale = float(np.std(feats[rows[train[: min(len(train), 2000)]]].astype(np.float32)))
     scale = scale if scale > 1e-8 else 1.0
 
@@ -280,9 +372,23 @@ def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, trai
 
     steps = max(50, epochs * math.ceil(len(train) / batch))
     w = fit_probe(batches, feats.shape[1], steps, lr=0.01)
-    hits = np.concatenate([probe_hits(gather(test[s: s + 4096]), answers[test[s: s + 4096]], w)
+    return np.concatenate([probe_hits(gather(test[s: s + 4096]), answers[test[s: s + 4096]], w)
                            for s in range(0, len(test), 4096)])
-    check = shortcut_check(name, "context-blind probe on candidate image features", hits)
-    check.figures.update({"train": len(train), "test": len(test)})
-    check.summary += note
-    return by_group(check, hits, groups)
+
+
+def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, train: np.ndarray,
+                  test: np.ndarray, rng: np.random.Generator, element_type: np.ndarray,
+                  relation: np.ndarray, note: str = "", epochs: int = 5,
+                  batch: int = 256) -> Check:
+    """The probes on image features (`feats[rows[i, j]]` is candidate j of matrix i), one per
+    element type and one per relation x element type."""
+    results = []
+    groups = probe_groups(element_type, relation, train, test)
+    for group, tr, te in tqdm(groups, desc="feature probes", unit="probe", disable=None):
+        if len(tr) < MIN_PROBE_TEST or len(te) < MIN_PROBE_TEST:
+            results.append((group, np.zeros(0), len(tr)))
+            continue
+        results.append((group, _feature_hits(feats, rows, answers, tr, te, rng, epochs, batch),
+                        len(tr)))
+    return judge_groups("bias:probe-features", "context-blind probe on candidate image "
+                        "features", results, note)

@@ -1,9 +1,12 @@
-"""`vprom verify`'s check 5: can the answer be found without the context?
+"""`vprom verify`'s bias checks: can the answer be found without the context?
 
 The statistics live in `generation.audit`; this module chooses what they see: the neutral
-split's train and test parts (sampled to at most `PROBE_MAX` matrices), the candidates'
-labels, and with a FEATS.h5 the candidates' image features (streamed from the file), after
-`vprom.provenance.check_features_source` has refused features made from another data set.
+split's train and test parts (sampled to at most `PROBE_MAX` matrices per element type),
+the candidates' labels (explicit and implied), and with a FEATS.h5 the candidates' image
+features (streamed from the file), after `vprom.provenance.check_features_source` has
+refused features made from another data set. Crops a FEATS.h5 made with `--allow-missing`
+has no features for (NaN rows) take their matrices out of the feature probes, and the
+summary says how many.
 """
 
 from __future__ import annotations
@@ -20,16 +23,18 @@ from vprom.provenance import check_features_source
 from vprom.records import N_CONTEXT, ElementType
 from vprom.tables import crop_rows, open_h5
 
-#: matrices the probes sample (train, test): a few parameters need little training data,
-#: and 50,000 test matrices put the 95% interval within ±0.3 points
+#: matrices the probes sample per element type (train, test): 20,000 train a probe's
+#: parameters, and 50,000 test matrices put the 95% interval within ±0.3 points
 PROBE_MAX = (20_000, 50_000)
-#: the feature probe holds the candidates' features in memory (≤ 160,000 crops × D, stored dtype)
-FEATURE_PROBE_MAX = (10_000, 10_000)
+#: the feature probes hold the candidates' features in memory (≤ 4 element types × 10,000
+#: matrices × 8 crops × D, stored dtype: 1.3 GB of float16 2048-d features at most)
+FEATURE_PROBE_MAX = (5_000, 5_000)
 
 
 def probe_sides(data: Data, rng: np.random.Generator,
                 caps: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, str]:
-    """Row indices of the neutral train and test parts (a 2:1 draw if there is no neutral)."""
+    """Row indices of the neutral train and test parts (a 2:1 draw if there is no neutral),
+    at most `caps` of each element type."""
     m = data.matrices
     index = {int(i): k for k, i in enumerate(m.id)}
     neutral = m.splits.get("neutral", {})
@@ -43,19 +48,29 @@ def probe_sides(data: Data, rng: np.random.Generator,
         cut = (2 * len(m)) // 3
         train, test = np.sort(perm[:cut]), np.sort(perm[cut:])
         note = " [no neutral split: a seeded 2:1 draw of all matrices]"
-    if len(train) > caps[0]:
-        train = np.sort(rng.choice(train, caps[0], replace=False))
-    if len(test) > caps[1]:
-        test = np.sort(rng.choice(test, caps[1], replace=False))
-    return train, test, note
+    etype = m.element_type
+    kept = []
+    for rows, cap in ((train, caps[0]), (test, caps[1])):
+        parts = []
+        for t in sorted(set(etype[rows].tolist())):
+            mine = rows[etype[rows] == t]
+            parts.append(np.sort(rng.choice(mine, cap, replace=False)) if len(mine) > cap
+                         else mine)
+        kept.append(np.sort(np.concatenate(parts)) if parts else rows)
+    return kept[0], kept[1], note
 
 
 def candidate_view(data: Data, used: np.ndarray) -> audit.CandidateView:
-    """What the label probe sees of the candidates (label overlap only for rows `used`)."""
+    """What the label probe sees of the candidates (label overlap only for rows `used`):
+    every label, explicit and implied; counts of explicit and of implied labels apart."""
     c = data.crops
     rows = np.where(data.rows < 0, 0, data.rows)[:, N_CONTEXT:]
-    label_sets = c.label_sets()
-    n_labels = np.array([len(s) for s in label_sets], dtype=float)
+    label_sets, explicit = data.label_sets(), c.label_sets()
+    n_labels = np.array([len(s) for s in explicit], dtype=float)
+    n_implied = np.array([len(a) - len(b) for a, b in zip(label_sets, explicit)], dtype=float)
+    ids: dict[str, int] = {}
+    crop_labels = [tuple(ids.setdefault(label, len(ids)) for label in sorted(s))
+                   for s in label_sets]
     overlap = np.zeros(rows.shape)
     overlap[used] = audit.label_overlap(audit.label_masks(label_sets), rows[used])
     _, sa = np.unique(c.super_attribute.astype(str), return_inverse=True)
@@ -67,7 +82,8 @@ def candidate_view(data: Data, used: np.ndarray) -> audit.CandidateView:
     return audit.CandidateView(
         element=el.ravel()[rows], super_attribute=sa.ravel()[rows], n_labels=n_labels[rows],
         overlap=overlap, area=(c.w.astype(float) * c.h)[rows],
-        aspect=(c.w.astype(float) / np.maximum(c.h, 1))[rows])
+        aspect=(c.w.astype(float) / np.maximum(c.h, 1))[rows], n_implied=n_implied[rows],
+        crops=rows, crop_labels=crop_labels)
 
 
 def check_bias(data: Data, features: Path | None, seed: int = 0) -> list[Check]:
@@ -84,8 +100,8 @@ def check_bias(data: Data, features: Path | None, seed: int = 0) -> list[Check]:
     rng = np.random.default_rng(seed)
     train, test, note = probe_sides(data, rng, PROBE_MAX)
     view = candidate_view(data, np.concatenate([train, test]))
-    checks.append(audit.label_probe(view, answers, train, test, note,
-                                    groups=m.element_type.astype(str)[test]))
+    checks.append(audit.label_probe(view, answers, train, test, m.element_type.astype(str),
+                                    m.relation.astype(str), note))
     if features is not None:
         checks.append(feature_check(data, features, answers, rng))
     return checks
@@ -126,5 +142,15 @@ def feature_check(data: Data, features: Path, answers: np.ndarray,
     feats, rows = read_features(features, candidates[used])
     full_rows = np.zeros(candidates.shape, dtype=np.int64)
     full_rows[used] = rows
-    return audit.feature_probe(feats, full_rows, answers, train, test, rng, note,
-                               groups=data.matrices.element_type.astype(str)[test])
+    # a FEATS.h5 written with --allow-missing holds NaN rows for crops it could not read:
+    # their matrices leave the probe (a NaN would poison the fit), and the summary says so
+    finite = np.isfinite(feats).all(axis=1) if feats.size else np.ones(len(feats), bool)
+    if not finite.all():
+        ok = finite[full_rows].all(axis=1)
+        dropped = int((~ok[train]).sum() + (~ok[test]).sum())
+        train, test = train[ok[train]], test[ok[test]]
+        note += (f" [{dropped:,} sampled matrices left out: {int((~finite).sum()):,} of their "
+                 "crops have no features in the file (extracted with --allow-missing)]")
+    m = data.matrices
+    return audit.feature_probe(feats, full_rows, answers, train, test, rng,
+                               m.element_type.astype(str), m.relation.astype(str), note)

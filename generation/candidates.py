@@ -1,10 +1,13 @@
 """The 7 distractors of a matrix: crops of other elements that cannot complete it.
 
 Given the mask Z of every element that would complete row 3 under ANY reading of the context
-crops' labels, the distractors are crops of other elements whose label masks miss Z entirely
-(and, in the first strict attempts, whose element no other candidate carries, as the
-answer's is carried by no distractor) — elements of the context first (so "the candidate seen
-in the context" is no shortcut), then the matrix's other elements.
+crops' labels (explicit and implied), the distractors are crops of other elements whose label
+masks miss Z entirely (and, in the first strict attempts, whose element no other candidate
+carries, as the answer's is carried by no distractor) — elements of the context first (so
+"the candidate seen in the context" is no shortcut), then the matrix's other elements.
+
+This is how object-attribute, object and count matrices are drawn (answer first, then the
+distractors); human-attribute matrices are drawn candidates first (`generation.exchangeable`).
 
 Attribute matrices take them in a symmetric super-attribute profile (`profile`): m candidates
 from the matrix's super-attribute (answer included) and m from each of 8/m - 1 others, m in

@@ -1,9 +1,17 @@
 """The file edge of generation: POOLS.h5 in, DATASET.h5 (+ manifest JSON beside it) out.
 
 `generate_dataset` plans, samples and proves every matrix in memory and assigns it to every
-split with the split rules it is given (the top floor loads them from `splits`);
-`generate` writes the result; `merge_shards` joins the DATASET.h5 files of `--shard K/N` runs
-into the single run's file, choosing the validation sets over all shards' training ids.
+split with the split rules it is given (the top floor loads them from `splits`), telling the
+rules every panel's object categories and attribute super-attributes among all its labels
+(explicit and implied, `generation.labels`) for the strict held-out splits; `generate`
+checks that its input is a POOLS.h5 and writes the result; `merge_shards` joins the
+DATASET.h5 files of `--shard K/N` runs into the single run's file, choosing the validation
+sets over all shards' training ids.
+
+DATASET.h5 and its sidecar `DATASET.h5.manifest.json` are written as a pair: the sidecar
+(which records the finished file's sha256) goes into place before the data file is renamed
+over the old one, so an interrupted run leaves either the old pair, or the new sidecar beside
+the old file — which `vprom verify` reports as an interrupted write to re-run, not as damage.
 """
 
 from __future__ import annotations
@@ -17,6 +25,9 @@ from typing import Sequence
 import h5py
 import numpy as np
 
+from tqdm import tqdm
+
+from generation.labels import LabelVocabulary, read_pools_vocabulary
 from generation.plan import make_plan
 from generation.pool_index import PoolIndex
 from generation.sampler import MAX_TRIES, MIN_CONTEXT_CROPS, generate_rows
@@ -42,6 +53,7 @@ class Dataset:
     universes: dict[str, list[str]]
     super_attributes: dict[str, dict[str, list[str]]]
     counts: dict
+    vocabulary: LabelVocabulary | None = None
 
 
 def shard_indices(n: int, shard: tuple[int, int] | None) -> range:
@@ -54,18 +66,31 @@ def shard_indices(n: int, shard: tuple[int, int] | None) -> range:
 
 
 def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, seed: int = 0,
-                     shard: tuple[int, int] | None = None, source: str = "pools") -> Dataset:
-    """Plan, sample, prove and assign every split, in memory (what `generate` writes)."""
+                     shard: tuple[int, int] | None = None, source: str = "pools",
+                     vocabulary: LabelVocabulary | None = None,
+                     progress: bool = False) -> Dataset:
+    """Plan, sample, prove and assign every split, in memory (what `generate` writes).
+
+    `vocabulary`: what the pools were mined with (implied labels, label classes); None: only
+    what the crops say (nothing implied). `progress`: a progress bar on a terminal.
+    """
     design = rules.design
     plan = make_plan(scale, seed, design)
-    pool = PoolIndex(crops, seed, design, source=source)
+    pool = PoolIndex(crops, seed, design, source=source, vocabulary=vocabulary)
     nside, hside, supers = pool.neutral_side, pool.held_side, crops.super_attribute
+    etypes, label_sets, vocab = crops.element_type, pool.label_sets, pool.vocabulary
     parts: dict[str, dict[str, list[int]]] = {s: {"train": [], "test": []} for s in SPLITS}
-    matrices, used, skipped = [], set(), {}
-    for m, rows in generate_rows(pool, plan, shard_indices(len(plan), shard), skipped):
+    matrices, used, skipped, loosened = [], set(), {}, {}
+    indices = shard_indices(len(plan), shard)
+    rows_of = generate_rows(pool, plan, indices, skipped, loosened)
+    for m, rows in tqdm(rows_of, total=len(indices), desc="generate", unit="matrix",
+                        disable=None if progress else True, smoothing=0.05):
+        concepts = [vocab.concepts(etypes[r], label_sets[r]) for r in rows]
         info = PanelInfo(sides={design.neutral_partition: tuple(nside[r] for r in rows),
                                 design.held_partition: tuple(hside[r] for r in rows)},
-                         super_attributes=tuple(supers[r] for r in rows))
+                         super_attributes=tuple(supers[r] for r in rows),
+                         categories=tuple(c for c, _ in concepts),
+                         label_super_attributes=tuple(s for _, s in concepts))
         for split, part in rules.assign(m, info).items():
             if part != "excluded":
                 parts[split][part].append(m.id)
@@ -88,7 +113,9 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
         universes[ElementType.COUNT.value] = sorted(pool.universe[ElementType.COUNT].ids, key=int)
     counts = _counts(table, len(plan), shard is None)
     counts["super_attributes_too_small"] = dict(sorted(skipped.items()))
-    return Dataset(used_crops, table, universes, _super_attributes(pool), counts)
+    counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
+    counts["vocabulary"] = vocab.counts()
+    return Dataset(used_crops, table, universes, _super_attributes(pool), counts, vocab)
 
 
 def _matrix_table(matrices: list[Matrix], splits: dict) -> MatrixTable:
@@ -149,6 +176,22 @@ class GenerateSummary:
         if not c["val_chosen"]:
             lines.append("  (shard: val is chosen when the shards are merged: "
                          "`vprom merge`)")
+        too_small = c.get("super_attributes_too_small") or {}
+        if too_small:
+            lines.append("  super-attributes left out (too few sound matrices): " + "; ".join(
+                f"{k}: {', '.join(v)}" for k, v in too_small.items()))
+        loosened = c.get("held_out_bans_loosened") or {}
+        if loosened:
+            lines.append("  train-side matrices that could not avoid held-out labels (pools too "
+                         "thin; such a matrix leaves the training set of the split whose label "
+                         "it shows):")
+            for key, v in loosened.items():
+                cells = "; ".join(f"{cell}: {why}" for cell, why in v["why"].items())
+                lines.append(f"    {key}: {v['matrices']:,} ({cells})")
+        if not (c.get("vocabulary") or {}).get("recorded", True):
+            lines.append("  note: the pools record no vocabulary (mined by an older vprom, or "
+                         "not by `vprom mine`): no implied labels were applied, and labels "
+                         "were classified by the crops' own elements; re-run `vprom mine`")
         return "\n".join(lines)
 
 
@@ -157,9 +200,11 @@ def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed
     """POOLS.h5 -> DATASET.h5: every matrix proven by the solver, every split assigned."""
     start = time.perf_counter()
     pools, out = Path(pools), Path(out)
+    check_pools_file(pools)
     crops = read_crop_table(pools)
     data = generate_dataset(crops, rules, scale=scale, seed=seed, shard=shard,
-                            source=str(pools))
+                            source=str(pools), vocabulary=read_pools_vocabulary(pools, crops),
+                            progress=True)
     config = {"scale": scale, "seed": seed, "shard": list(shard) if shard else None,
               "min_context_crops": MIN_CONTEXT_CROPS, "max_tries": MAX_TRIES,
               "table1": {e.value: n for e, n in TABLE1.items()}}
@@ -167,6 +212,25 @@ def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed
                              inputs={pools.name: sha256_file(pools)}, counts=data.counts)
     _write(out, data, manifest)
     return GenerateSummary(out, data.counts, time.perf_counter() - start)
+
+
+def check_pools_file(path: Path) -> None:
+    """Refuse anything but a POOLS.h5 as `generate`'s input, before any work is done."""
+    with open_h5(path) as h5:
+        if "matrices" in h5 or "splits" in h5:
+            raise VpromError(f"{path}: this is a DATASET.h5 (it holds matrices and splits), not "
+                             "a POOLS.h5; pass the pools file that `vprom mine` wrote")
+        raw = h5.attrs.get("manifest")
+    if raw is None:
+        raise VpromError(f"{path}: no manifest, so not a POOLS.h5 written by `vprom mine` (or "
+                         "an incomplete one); mine the pools again")
+    try:
+        kind = json.loads(raw).get("kind")
+    except (TypeError, ValueError, AttributeError):
+        kind = "unreadable"
+    if kind != "pools":
+        raise VpromError(f"{path}: its manifest says it is a '{kind}' file, not a POOLS.h5; "
+                         "pass the pools file that `vprom mine` wrote")
 
 
 def _write(out: Path, data: Dataset, manifest: dict) -> None:
@@ -181,21 +245,25 @@ def _write(out: Path, data: Dataset, manifest: dict) -> None:
                 g = vocab.create_group(f"super_attributes/{etype}")
                 for sa, names in by_sa.items():
                     g.create_dataset(sa, data=np.asarray(names, dtype=object), dtype=STR)
+            if data.vocabulary is not None:
+                data.vocabulary.write(vocab.create_group("labels"))
         # the content hash covers the data only, so storing it in the manifest afterwards
         # leaves it unchanged; `vprom verify` recomputes it to catch later edits
         manifest = {**manifest, "outputs": {"content_hash": content_hash(tmp)}}
         with h5py.File(tmp, "r+") as h5:
             set_manifest(h5, manifest)
-    # the manifest beside the file also names the finished file's hash
-    write_json(manifest_path(out), {**manifest, "outputs": {
-        **manifest["outputs"], out.name: sha256_file(out)}})
+        # the sidecar, naming the finished file's hash, goes into place BEFORE the data file
+        # is renamed: a kill between the two leaves a sidecar that does not match the (old)
+        # file, which `vprom verify` reports as an interrupted write (see checks)
+        write_json(manifest_path(out), {**manifest, "outputs": {
+            **manifest["outputs"], out.name: sha256_file(tmp)}})
 
 
 def merge_shards(shards: Sequence[Path], out: Path, rules: SplitRules) -> GenerateSummary:
     """Join the DATASET.h5 files of `--shard K/N` runs (all N of them) into one DATASET.h5
     equal, row for row, to the single run's; validation sets are chosen here."""
     start = time.perf_counter()
-    manifests, crops, tables, universes, sas = _read_shards(shards)
+    manifests, crops, tables, universes, sas, vocabulary = _read_shards(shards)
     config = manifests[0]["config"]
     scale, seed = config["scale"], config["seed"]
     ids = np.concatenate([t.id for t in tables])
@@ -226,10 +294,20 @@ def merge_shards(shards: Sequence[Path], out: Path, rules: SplitRules) -> Genera
         for key, names in m["counts"].get("super_attributes_too_small", {}).items():
             skipped.setdefault(key, set()).update(names)
     counts["super_attributes_too_small"] = {k: sorted(v) for k, v in sorted(skipped.items())}
+    loosened: dict[str, dict] = {}
+    for m in manifests:
+        for key, v in (m["counts"].get("held_out_bans_loosened") or {}).items():
+            entry = loosened.setdefault(key, {"matrices": 0, "why": {}})
+            entry["matrices"] += v["matrices"]
+            entry["why"].update(v["why"])
+    counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
+    if "vocabulary" in manifests[0]["counts"]:
+        counts["vocabulary"] = manifests[0]["counts"]["vocabulary"]
     manifest = make_manifest("dataset", config={**config, "shard": None,
                                                 "merged_from": len(shards)},
                              seed=seed, inputs=manifests[0]["inputs"], counts=counts)
-    _write(Path(out), Dataset(every.take(first), table, universes, sas, counts), manifest)
+    _write(Path(out), Dataset(every.take(first), table, universes, sas, counts, vocabulary),
+           manifest)
     return GenerateSummary(Path(out), counts, time.perf_counter() - start)
 
 
@@ -256,5 +334,6 @@ def _read_shards(shards: Sequence[Path]):
                      if isinstance(vocab[k], h5py.Dataset)}
         sas = {etype: {sa: g[sa].asstr()[()].tolist() for sa in g}
                for etype, g in vocab.get("super_attributes", {}).items()}
-    return manifests, crops, tables, universes, sas
+        vocabulary = LabelVocabulary.read(vocab.get("labels"), str(shards[0]))
+    return manifests, crops, tables, universes, sas, vocabulary
 

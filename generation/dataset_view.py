@@ -1,9 +1,10 @@
 """A DATASET.h5 in memory as `vprom verify`'s checks read it, and how they name problems.
 
-`load` reads the crops and matrices tables, the manifest and the vocabularies, and finds
-each panel's row in the crops table; a file whose structure is broken is not read but
-described (`structure_problems`), so `verify` can report it instead of failing deep inside.
-Problems name matrices by id, a few examples each (`examples`).
+`load` reads the crops and matrices tables, the manifest and the vocabularies (the element
+universes, the super-attributes and the label vocabulary with the implied labels:
+`generation.labels`), and finds each panel's row in the crops table; a file whose structure
+is broken is not read but described (`structure_problems`), so `verify` can report it instead
+of failing deep inside. Problems name matrices by id, a few examples each (`examples`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from generation.labels import LabelVocabulary
 from vprom.records import N_PANELS
 from vprom.tables import CropTable, MatrixTable, crop_rows, open_h5
 
@@ -35,6 +37,23 @@ class Data:
     rows: np.ndarray  # N×16 crop rows, -1 where a crop id is unknown
     manifest: dict | None
     vocab: dict[str, frozenset[str]] = field(default_factory=dict)
+    # element type -> super-attribute -> its elements (the solver's reading groups)
+    super_attributes: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
+    labels: LabelVocabulary | None = None  # None: only what the crops say (nothing implied)
+    _label_sets: list | None = field(default=None, repr=False)
+
+    @property
+    def vocabulary(self) -> LabelVocabulary:
+        """The label vocabulary the file records, or the crops' own (nothing implied)."""
+        if self.labels is None:
+            self.labels = LabelVocabulary.of_crops(self.crops)
+        return self.labels
+
+    def label_sets(self) -> list[frozenset[str]]:
+        """Per crop: every label it has, explicit and implied."""
+        if self._label_sets is None:
+            self._label_sets = self.vocabulary.label_sets(self.crops)
+        return self._label_sets
 
 
 def structure_problems(h5: h5py.File) -> list[str]:
@@ -77,13 +96,30 @@ def load(path: Path) -> tuple[Data | None, list[str]]:
                 manifest = json.loads(h5.attrs["manifest"])
             except (TypeError, ValueError):
                 manifest = {"_unreadable": True}
-        vocab = {}
+        vocab, sas, labels = {}, {}, None
         if "vocab" in h5:
             for name, ds in h5["vocab"].items():
                 if isinstance(ds, h5py.Dataset) and ds.dtype.kind == "O":
                     vocab[name] = frozenset(ds.asstr()[()].ravel().tolist())
+            for etype, g in h5["vocab"].get("super_attributes", {}).items():
+                sas[etype] = {sa: frozenset(g[sa].asstr()[()].tolist()) for sa in g}
+            if "labels" in h5["vocab"]:
+                labels = LabelVocabulary.of_crops(
+                    crops, LabelVocabulary.read(h5["vocab/labels"], str(path)))
     return Data(path, crops, matrices, crop_rows(crops.crop_id, matrices.panels), manifest,
-                vocab), []
+                vocab, sas, labels), []
+
+
+def in_memory(dataset, path: str = "<memory>") -> Data:
+    """A `generation.dataset.Dataset` (what `generate_dataset` returns) as `vprom verify` reads
+    the file `generate` would write from it (for benchmarks and tests)."""
+    m = dataset.matrices
+    sas = {t: {sa: frozenset(v) for sa, v in by.items()}
+           for t, by in dataset.super_attributes.items()}
+    return Data(Path(path), dataset.crops, m, crop_rows(dataset.crops.crop_id, m.panels),
+                {"seed": (dataset.counts or {}).get("seed")},
+                {t: frozenset(v) for t, v in dataset.universes.items()}, sas,
+                dataset.vocabulary)
 
 
 def examples(what: str, ids, reasons=None) -> list[str]:

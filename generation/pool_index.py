@@ -1,4 +1,4 @@
-"""The pools indexed for sampling: label masks, regions, and crops per element and cell.
+"""The pools indexed for sampling: label masks, regions, bans, and crops per element and cell.
 
 Visual Genome images are dealt by hash of (seed, image id) to a side of two partitions:
 `neutral` (test 1/3) and `held_out` (test 1/3, shared by the six held-out splits). The four
@@ -7,31 +7,43 @@ side x held-out side): its neutral side from the plan, its held-out side from it
 region can then sit on both sides of any split (see `splits.assign`).
 
 Each crop gets a bit mask of all its labels in its element type's universe (`vprom.solver`),
-which is what the solver and the distractor choice compare.
+explicit and implied (`generation.labels`: a "man" is male and adult), which is what the
+solver and the distractor choice compare; an attribute type also gets the masks of its
+super-attributes (`groups`): the solver reads every panel of a matrix in one of them. The
+universe of an attribute type holds its table's labels as well as the pool's elements, and
+the object universe every category, so a label that is never an element (an implied "adult"
+on a synthetic pool without adult crops) still counts as a reading. Each crop also gets, per
+relation, whether it shows something a held-out split bans from its training matrices
+(`HeldOutDesign.train_side_ban`): matrices planned on the train side of the held-out
+partition draw only unbanned crops.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from generation.labels import LabelVocabulary
 from vprom.errors import VpromError
-from vprom.records import LABEL_SEPARATOR, ElementType
+from vprom.records import ElementType, Relation
 from vprom.sampling import image_test_side
-from vprom.solver import Universe
+from vprom.solver import Universe, group_masks
 from vprom.splitting import HeldOutDesign
 from vprom.tables import CropTable
 
 CELL_NAMES = ("neutral-train/held-out-train", "neutral-train/held-out-test",
               "neutral-test/held-out-train", "neutral-test/held-out-test")
+#: bit of each relation in `PoolIndex.banned`
+RELATION_BIT = {r: 1 << k for k, r in enumerate(Relation)}
 
 
 class PoolIndex:
     """The pools prepared for sampling: per crop its label mask (in its element type's
-    universe), region id and cell; per element type and cell the crops of each element."""
+    universe), region id, cell and bans; per element type and cell the crops of each element."""
 
     def __init__(self, crops: CropTable, seed: int, design: HeldOutDesign,
-                 source: str = "pools") -> None:
+                 source: str = "pools", vocabulary: LabelVocabulary | None = None) -> None:
         self.crops, self.source = crops, source
+        self.vocabulary = LabelVocabulary.of_crops(crops, vocabulary)
         n = len(crops)
         nside = image_test_side(seed, design.neutral_partition, crops.image_id,
                                 design.neutral_test_fraction)
@@ -43,7 +55,13 @@ class PoolIndex:
         self.region = _regions(crops).tolist()
         self.crop_id = crops.crop_id.tolist()
         self.element = crops.element.tolist()
-        self.masks = [0] * n
+        explicit, implied = self.vocabulary.split_label_sets(crops)
+        self.label_sets = [e | i if i else e for e, i in zip(explicit, implied)]
+        self.masks = [0] * n  # explicit and implied labels
+        self.element_id = [0] * n  # the crop's element as an id of its type's universe
+        self.groups: dict[ElementType, list[int]] = {}
+        self.banned = _bans(self.vocabulary, design, crops.element_type.tolist(),
+                            self.label_sets)
         self.universe: dict[ElementType, Universe] = {}
         self.super_attribute: dict[ElementType, dict[int, str]] = {}
         # cells[etype][cell][element id] -> crop rows
@@ -55,30 +73,65 @@ class PoolIndex:
                 self._index_type(etype, rows, cell)
 
     def _index_type(self, etype: ElementType, rows: np.ndarray, cell: list[int]) -> None:
-        crops = self.crops
+        crops, vocab = self.crops, self.vocabulary
         elements = crops.element[rows].tolist()
-        universe = Universe(etype, set(elements))
+        names = set(elements)
+        if etype is ElementType.OBJECT:
+            names |= vocab.categories
+        elif etype is not ElementType.COUNT:
+            names |= set(vocab.tables.get(etype.value, {}))
+        universe = Universe(etype, names)
         ids = universe.ids
         for e in set(elements) - set(ids):
             raise VpromError(f"{self.source}: {etype.value} crop element '{e}' is not a count "
                              "1..10; re-mine the pools")
         cells: list[dict[int, list[int]]] = [{}, {}, {}, {}]
+        supers = crops.super_attribute
         sa: dict[int, str] = {}
-        labels, supers = crops.labels, crops.super_attribute
-        by_text: dict[str, int] = {}  # label lists repeat a lot ("5|cows")
+        if etype in (ElementType.OBJECT_ATTRIBUTE, ElementType.HUMAN_ATTRIBUTE):
+            sa = {i: vocab.super_attribute_of(etype.value, name) for name, i in ids.items()}
+            sa = {i: s for i, s in sa.items() if s}
+        by_set: dict[frozenset, int] = {}  # label sets repeat a lot ("5|cows")
+        label_sets = self.label_sets
         for r, e in zip(rows.tolist(), elements):
             i = ids[e]
-            text = labels[r]
-            m = by_text.get(text)
+            labels = label_sets[r]
+            m = by_set.get(labels)
             if m is None:
-                m = by_text[text] = universe.mask(text.split(LABEL_SEPARATOR))
+                m = by_set[labels] = universe.mask(labels)
             # a crop always carries its own element, whatever its label list says
             self.masks[r] = m | (1 << i)
+            self.element_id[r] = i
             cells[cell[r]].setdefault(i, []).append(r)
-            sa.setdefault(i, supers[r])
+            if supers[r]:
+                sa[i] = supers[r]
         self.universe[etype] = universe
         self.super_attribute[etype] = sa
+        by_sa: dict[str, list[str]] = {}
+        for i, name in sa.items():
+            by_sa.setdefault(name, []).append(universe.names[i])
+        self.groups[etype] = group_masks(universe, by_sa)
         self.cells[etype] = cells
+
+
+def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str],
+          label_sets: list[frozenset[str]]) -> list[int]:
+    """Per crop, the relations (`RELATION_BIT`) for which it shows something a held-out split
+    keeps out of its training matrices."""
+    bans = {r: design.train_side_ban(r.value) for r in Relation}
+    if not any(b.super_attributes or b.object_thirds for b in bans.values()):
+        return [0] * len(label_sets)
+    memo: dict[tuple[str, frozenset], int] = {}
+    out = []
+    for etype, labels in zip(element_types, label_sets):
+        key = (etype, labels)
+        got = memo.get(key)
+        if got is None:
+            categories, sas = vocab.concepts(etype, labels)
+            got = memo[key] = sum(bit for r, bit in RELATION_BIT.items()
+                                  if bans[r].shows_banned(r.value, categories, sas))
+        out.append(got)
+    return out
 
 
 def _regions(crops: CropTable) -> np.ndarray:
@@ -92,4 +145,3 @@ def _regions(crops: CropTable) -> np.ndarray:
     region = np.empty(len(order), dtype=np.int64)
     region[order] = np.cumsum(change)
     return region
-

@@ -1,10 +1,13 @@
 """One matrix at a time: a group's relation, its crops, the solver check, the distractors.
 
-`generate_matrices` is pure, a function of `Draws(seed, index)` only. The group's relation
-rule (`vprom.relations`) samples the 9 elements; one crop is drawn for each panel (never the
-same region twice in a matrix); the solver turns the 8 context crops' label masks into the
-mask Z of every element that would complete row 3 under ANY reading
-(`vprom.solver.completion_mask`); `generation.candidates` draws the 7 distractors outside Z.
+`generate_matrices` is pure, a function of `Draws(seed, index)` only. Human-attribute
+matrices are drawn candidates first (`generation.exchangeable`); the others as follows. The
+group's relation rule (`vprom.relations`) samples the 9 elements; one crop is drawn for each
+panel (never the same region twice in a matrix); the solver turns the 8 context crops' label
+masks into the mask Z of every element that would complete row 3 under ANY reading in one
+super-attribute (`vprom.solver.completion_mask`); `generation.candidates` draws the 7
+distractors outside Z. Train-side groups draw only crops no held-out split bans for their
+relation (`PoolIndex.banned`).
 The solver check `valid == [answer]` runs on the assembled matrix. What fails is resampled
 from the same stream (at most `MAX_TRIES` times, then a VpromError naming the group). Crop
 reuse is balanced by drawing uniformly among the crops of an element in the cell — a
@@ -14,6 +17,7 @@ would not be).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -26,8 +30,9 @@ from generation.candidates import (
     mask_of,
     static_block,
 )
+from generation.exchangeable import HumanSampler, make_human_sampler, shortfall
 from generation.plan import Group, MatrixPlan
-from generation.pool_index import CELL_NAMES, PoolIndex
+from generation.pool_index import CELL_NAMES, RELATION_BIT, PoolIndex
 from vprom.errors import VpromError
 from vprom.records import COUNTS, N_CANDIDATES, N_CONTEXT, ElementType, Matrix, Relation
 from vprom.relations import RULES, Progression
@@ -39,11 +44,13 @@ from vprom.splitting import HeldOutDesign
 MIN_CONTEXT_CROPS = 3
 #: Resampling attempts per matrix before generation gives up with a VpromError.
 MAX_TRIES = 40
+#: Attempts of a human-attribute matrix (cheap ones: a candidate set that does not fit is
+#: given up at once, and thin cells need many draws to find one that does).
+HUMAN_TRIES = 4 * MAX_TRIES
 #: The first attempts keep every candidate's element off all other candidates (`_Taker`);
 #: later ones only keep the completions off the distractors (a super-attribute that every
 #: crop carries, e.g. a person's action, cannot have exclusive labels).
 STRICT_TRIES = 12
-#: Share of every (element type, relation) planned on the train side of the held-out splits.
 
 
 @dataclass
@@ -57,6 +64,7 @@ class Sampler:
     crops_of: dict[int, list[int]]
     label: str = field(default="")
     skipped: list[str] = field(default_factory=list)  # super-attributes too small for it
+    groups: list[int] = field(default_factory=list)  # the solver's reading groups
     # attributes: how likely each other super-attribute is to fill a block of candidates
     fill_weight: dict[str, float] = field(default_factory=dict)
 
@@ -68,14 +76,38 @@ class Sampler:
         return self.options[-1]
 
 
-def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group, cell: int) -> Sampler:
-    etype, rule = group.element_type, RULES[group.relation]
+def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
+                 cell: int, bans: bool = True) -> Sampler | HumanSampler:
+    """The sampler of one (group, cell); `bans`: a train-side group draws only crops no
+    held-out split bans for its relation (False: the loosened sampler, see `generate_rows`)."""
+    etype = group.element_type
     where = f"{etype.value} pool of {pool.source}, {CELL_NAMES[cell]} images"
     label = f"{etype.value} {group.relation.value} matrices of group '{group.name}'"
     if etype not in pool.cells:
         raise VpromError(f"{pool.source}: no {etype.value} crops; {label} need them — mine "
                          "more images or check the pool file")
     crops_of = pool.cells[etype][cell]
+    banned_note = ""
+    if bans and loosenable(pool, group):
+        # train side of the held-out splits: only crops that no held-out split bans from
+        # the training matrices of this relation, so the matrix trains in every split
+        bit = RELATION_BIT[group.relation]
+        banned = pool.banned
+        before = sum(len(rows) for rows in crops_of.values())
+        crops_of = {i: kept for i, rows in crops_of.items()
+                    if (kept := [r for r in rows if not banned[r] & bit])}
+        after = sum(len(rows) for rows in crops_of.values())
+        if after < before:
+            banned_note = (f" ({before - after:,} of its {before:,} crops left out: they show "
+                           "a label a held-out split keeps out of training)")
+    if etype is ElementType.HUMAN_ATTRIBUTE:
+        human = make_human_sampler(pool, design, group, cell, crops_of,
+                                   f"{label} on {where}", MIN_CONTEXT_CROPS)
+        reason = shortfall(human)
+        if reason is not None:
+            raise VpromError(f"{where}{banned_note}: no sound {label} can be drawn — {reason}"
+                             " — mine more images or lower --scale")
+        return human
     universe = pool.universe[etype]
     enough = {i for i, rows in crops_of.items() if len(rows) >= MIN_CONTEXT_CROPS}
     usable = set(crops_of)
@@ -90,26 +122,16 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group, cell: int
         options = [Option("", sorted(mine & enough), sorted(mine & usable), [])]
     else:
         options = _attribute_options(group, design, sa_of, enough, usable)
-    need_context = rule.min_elements
-    good = [o for o in options if len(o.context) >= need_context
-            and (group.relation is not Relation.PROGRESSION or Progression.feasible(o.context))]
+    good, short = [], []
+    for o in options:
+        reason = _shortfall(o, group.relation)
+        if reason is None:
+            good.append(o)
+        else:
+            short.append(f"{o.super_attribute or etype.value}: {reason}")
     if not good:
-        have = ", ".join(f"'{o.super_attribute}' {len(o.context)}" if o.super_attribute
-                         else str(len(o.context)) for o in options) or "none"
-        raise VpromError(
-            f"{where}: {label} need {need_context} elements with >= {MIN_CONTEXT_CROPS} crops "
-            f"each{' forming a progression' if group.relation is Relation.PROGRESSION else ''};"
-            f" have {have} (short by {need_context - max([len(o.context) for o in options], default=0)}"
-            f"{' or no progression fits' if group.relation is Relation.PROGRESSION else ''})"
-            " — mine more images or lower --scale")
-    need_candidates = N_CANDIDATES - 1 + rule.completing_elements
-    for o in good:
-        have = len(set(o.same) | set(o.fill))
-        if have < need_candidates:
-            sa = f" super-attribute '{o.super_attribute}'" if o.super_attribute else ""
-            raise VpromError(f"{where}:{sa} {label} need {need_candidates} distinct elements "
-                             f"with crops for the candidates; have {have} (short by "
-                             f"{need_candidates - have}) — mine more images or lower --scale")
+        raise VpromError(f"{where}{banned_note}: no sound {label} can be drawn — "
+                         + "; ".join(short) + " — mine more images or lower --scale")
     # a super-attribute whose candidates cannot form a symmetric profile (or on a
     # 2-attribute one: its other attribute completes the row too) is left out of the
     # relation, unless the group has no other (then `_uneven_profile` does its best)
@@ -119,11 +141,29 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group, cell: int
     cumulative = np.cumsum([len(o.context) for o in good]).tolist()
     skipped = sorted(o.super_attribute for o in options if o not in good)
     return Sampler(group, cell, good, cumulative, crops_of, label=f"{label} on {where}",
-                    skipped=skipped)
+                   skipped=skipped, groups=pool.groups.get(etype, []))
+
+
+def _shortfall(o: Option, relation: Relation) -> str | None:
+    """Why `o` cannot give sound matrices of `relation` (None: it can)."""
+    rule = RULES[relation]
+    need = rule.min_elements
+    if len(o.context) < need:
+        return (f"{need} elements with >= {MIN_CONTEXT_CROPS} crops each needed, "
+                f"{len(o.context)} available (short by {need - len(o.context)})")
+    if relation is Relation.PROGRESSION and not Progression.feasible(o.context):
+        return f"no progression fits the counts {sorted(o.context)}"
+    need = N_CANDIDATES - 1 + rule.completing_elements
+    have = len(set(o.same) | set(o.fill))
+    if have < need:
+        return (f"{need} distinct elements with crops needed for the candidates, {have}"
+                f" available (short by {need - have})")
+    return None
 
 
 def _attribute_options(group: Group, design: HeldOutDesign, sa_of: dict[int, str],
                        enough: set[int], usable: set[int]) -> list[Option]:
+    """One option per super-attribute the group may show (object attributes)."""
     etype, relation = group.element_type.value, group.relation.value
     held_sas = set(design.held_super_attributes.get(etype, ()))
     pair_sas = set(design.held_pairs.get(etype, {}).get(relation, ()))
@@ -139,41 +179,52 @@ def _attribute_options(group: Group, design: HeldOutDesign, sa_of: dict[int, str
     options = []
     for sa in chosen:
         members = {i for i, s in sa_of.items() if s == sa}
-        fill = {i for i in usable if sa_of[i] in fill_sas and sa_of[i] != sa}
+        fill = {i for i in usable if sa_of.get(i) in fill_sas and sa_of[i] != sa}
         by_sa: dict[str, list[int]] = {}
         for i in sorted(fill):
             by_sa.setdefault(sa_of[i], []).append(i)
         options.append(Option(sa, sorted(members & enough), sorted(members & usable),
-                               sorted(fill), [(t, ids, mask_of(ids))
-                                              for t, ids in sorted(by_sa.items())]))
+                              sorted(fill), [(t, ids, mask_of(ids))
+                                             for t, ids in sorted(by_sa.items())]))
     return options
 
 
 # ---------------------------------------------------------------- one matrix
 
 def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
-                   region: list[int]) -> tuple[str, list[int]] | None:
-    """(super-attribute, 16 crop rows with the answer at `answer_pos`), or None."""
+                  region: list[int], why: Counter | None = None
+                  ) -> tuple[str, list[int]] | None:
+    """(super-attribute, 16 crop rows with the answer at `answer_pos`), or None.
+
+    `masks`: every crop's labels, explicit and implied, which the solver reads in one of
+    `s.groups` at a time. `why`, when given, counts the failed attempts by the step that
+    failed (for the error)."""
+    why = why if why is not None else Counter()
     etype, rule, crops_of = s.group.element_type, RULES[s.group.relation], s.crops_of
+    groups = s.groups
     for attempt in range(MAX_TRIES):
         option = s.pick(draws)
         ids = rule.sample(draws, option.context)
         rows = _context_crops(draws, ids, crops_of, region)
         if rows is None:
+            why["no 9 context crops on distinct regions"] += 1
             continue
-        z = completion_mask(etype, [masks[r] for r in rows[:N_CONTEXT]])
+        z = completion_mask(etype, [masks[r] for r in rows[:N_CONTEXT]], groups=groups)
         if not masks[rows[N_CONTEXT]] & z:
+            why["the context's labels admit no reading the answer completes"] += 1
             continue
         used = {region[r] for r in rows}
         context_ids = list(dict.fromkeys(ids[:N_CONTEXT]))
         wrong = distractors(draws, option, context_ids, z, used, crops_of, masks, region,
                              s.fill_weight, rows[N_CONTEXT], attempt < STRICT_TRIES)
         if wrong is None:
+            why["too few distractors outside the completions"] += 1
             continue
         draws.shuffle(wrong)
         candidates = wrong[:answer_pos] + [rows[N_CONTEXT]] + wrong[answer_pos:]
         # the solver check on the assembled matrix: exactly the answer completes it
         if [k for k in range(N_CANDIDATES) if masks[candidates[k]] & z] != [answer_pos]:
+            why["a second candidate completes"] += 1
             continue
         return option.super_attribute, rows[:N_CONTEXT] + candidates
     return None
@@ -198,13 +249,25 @@ def _context_crops(draws: Draws, ids: list[int], crops_of: dict[int, list[int]],
 
 
 
+def loosenable(pool: PoolIndex, group: Group) -> bool:
+    """Whether the group's matrices are drawn from crops the held-out bans filter."""
+    return group.held_side == 0 and any(pool.banned)
+
+
 def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
-                  skipped: dict[str, list[str]] | None = None):
+                  skipped: dict[str, list[str]] | None = None,
+                  loosened: dict[str, dict] | None = None):
     """Yield (matrix, its 16 crop rows in `pool`) for each index, in order.
 
     `skipped`, when given, receives per group the super-attributes it could not use (fewer
     attributes with enough crops than its relation needs, or too few for a symmetric
     candidate profile while the group has others), for the manifest.
+
+    A train-side matrix is drawn from the crops no held-out split bans (`make_sampler`).
+    Where a cell is too thin for that (its sampler cannot be made, or a matrix fails all its
+    tries), the matrix is drawn from all the cell's crops instead: still sound, but it may
+    show a held-out label, and then the split rules keep it out of that split's training.
+    `loosened`, when given, receives per group how many matrices that took and why.
     """
     indices = list(indices)
     # make every (group, cell) sampler first, so a short pool fails before any work is done
@@ -215,12 +278,30 @@ def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
     every_cell = plan.neutral_side.astype(np.int64) * 2 + held[every]
     keys, n = np.unique(np.stack([every, every_cell]), axis=1, return_counts=True)
     matrices_of = {(int(g), int(c)): int(k) for (g, c), k in zip(keys.T.tolist(), n.tolist())}
-    samplers = {key: make_sampler(pool, plan.design, plan.groups[key[0]], key[1])
-                for key in (sorted(matrices_of) if indices else [])}
-    weights = fill_weights(samplers, matrices_of)
-    for sampler in samplers.values():
+    samplers: dict = {}
+    loose: dict = {}  # (group, cell) -> the sampler over all the cell's crops
+    reasons: dict = {}  # (group, cell) -> why the banned-free sampler could not be made
+    for key in (sorted(matrices_of) if indices else []):
+        group = plan.groups[key[0]]
+        try:
+            samplers[key] = make_sampler(pool, plan.design, group, key[1])
+        except VpromError as e:
+            if not loosenable(pool, group):
+                raise
+            reasons[key] = str(e)
+            samplers[key] = None
+            loose[key] = make_sampler(pool, plan.design, group, key[1], bans=False)
+    weights = fill_weights({k: v for k, v in {**samplers, **loose}.items() if v is not None},
+                           matrices_of)
+
+    def weighted(sampler):
         sampler.fill_weight = weights.get(sampler.group.element_type, {})
-    for sampler in samplers.values():
+        return sampler
+
+    for sampler in [*samplers.values(), *loose.values()]:
+        if sampler is not None:
+            weighted(sampler)
+    for sampler in [s for s in samplers.values() if s is not None]:
         if sampler.skipped and skipped is not None:
             g = sampler.group
             key = f"{g.element_type.value} {g.relation.value} {g.name}"
@@ -231,17 +312,40 @@ def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
         g = int(plan.group_of[i])
         group = plan.groups[g]
         cell = int(plan.neutral_side[i]) * 2 + group.held_side
-        sampler = samplers[(g, cell)]
+        key = (g, cell)
+        sampler = samplers[key]
         answer = int(plan.answer[i])
-        got = sample_matrix(sampler, Draws(plan.seed, i), answer, masks, region)
+        why: Counter = Counter()
+        draws = Draws(plan.seed, i)
+        got = None if sampler is None else _sample(sampler, draws, answer, masks, region, why)
+        if got is None and loosenable(pool, group):
+            if key not in loose:
+                loose[key] = weighted(make_sampler(pool, plan.design, group, cell, bans=False))
+                reasons.setdefault(key, "a matrix found no sound candidates among them in "
+                                        f"{MAX_TRIES} tries")
+            sampler = loose[key]
+            got = _sample(sampler, draws, answer, masks, region, why)
+            if got is not None and loosened is not None:
+                name = f"{group.element_type.value} {group.relation.value} {group.name}"
+                entry = loosened.setdefault(name, {"matrices": 0, "why": {}})
+                entry["matrices"] += 1
+                entry["why"][CELL_NAMES[cell]] = reasons[key]
         if got is None:
-            raise VpromError(f"matrix {i}: no sound {sampler.label} after {MAX_TRIES} tries "
-                             "(too few distinct crops or too many shared labels) — mine more "
-                             "images or lower --scale")
+            steps = "; ".join(f"{reason}: {n}" for reason, n in why.most_common())
+            tries = HUMAN_TRIES if isinstance(sampler, HumanSampler) else MAX_TRIES
+            raise VpromError(f"matrix {i}: no sound {sampler.label} after {tries} tries "
+                             f"({steps}); the pool is too thin there — mine more images or "
+                             "lower --scale")
         sa, rows = got
         yield Matrix(id=i, relation=group.relation, element_type=group.element_type,
                      super_attribute=sa, panels=[crop_id[r] for r in rows],
                      elements=[element[r] for r in rows], answer=answer), rows
+
+
+def _sample(sampler, draws: Draws, answer: int, masks, region, why: Counter):
+    if isinstance(sampler, HumanSampler):
+        return sampler.sample(draws, answer, why, HUMAN_TRIES)
+    return sample_matrix(sampler, draws, answer, masks, region, why)
 
 
 def generate_matrices(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int]) -> list[Matrix]:

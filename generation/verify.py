@@ -1,9 +1,11 @@
 """`vprom verify`: prove a built DATASET.h5 sound before anyone trains on it.
 
 The checks, each a named result with its figures and problems (a few example matrices each):
-1. integrity, 2. solver, 3. splits, 4. leakage (`generation.checks`, whose docstring says
-what each proves) and 5. bias (`generation.bias` over `generation.audit`: answer positions,
-frequency heuristics, context-blind probes on labels and, with a FEATS.h5, on features).
+1. integrity, 2. solver (`generation.checks`), 3. splits, 4. leakage, 5. held-out labels
+(`generation.split_checks`; their docstrings say what each proves), 6. bias (`generation.bias`
+over `generation.audit`: answer positions, frequency heuristics, context-blind probes on
+labels and, with a FEATS.h5, on features, each per element type and per relation x element
+type) and the perception-only ceiling (`generation.ceiling`, a figure, never a failure).
 A file whose records cannot be read fails integrity and skips the rest.
 
 The split rules are handed in (the top floor loads them from `splits`), never imported from here.
@@ -11,15 +13,17 @@ The split rules are handed in (the top floor loads them from `splits`), never im
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from generation.audit import Check
 from generation.bias import check_bias
-from generation.checks import check_integrity, check_leakage, check_solver, check_splits
+from generation.ceiling import check_ceiling
+from generation.checks import check_integrity, check_solver
 from generation.dataset_view import load
-from vprom.splitting import SplitRules
+from generation.split_checks import check_held_out, check_leakage, check_splits
+from vprom.splitting import SplitRules, TrainBan
 
 
 @dataclass
@@ -53,25 +57,31 @@ class VerifyReport:
 
 
 def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None = None, *,
-           check_matrix: Callable | None = None, assigner: Callable | None = None) -> VerifyReport:
+           check_matrix: Callable | None = None, assigner: Callable | None = None,
+           train_bans: Mapping[str, TrainBan] | None = None) -> VerifyReport:
     """Run every check on DATASET.h5 (and the feature probe with a FEATS.h5).
 
     `rules` are the split rules the file was generated with (`splits.assign.load_rules()`).
-    `check_matrix` and `assigner` default to `vprom.solver.check_matrix` and `rules.assign`;
-    they are parameters so each check can be tested on its own.
+    `check_matrix`, `assigner` and `train_bans` default to `vprom.solver.check_matrix`,
+    `rules.assign` and `rules.design.train_bans`; they are parameters so each check can be
+    tested on its own (a test's own split rules hold out no labels).
     """
     dataset = Path(dataset)
     data, structure = load(dataset)
     checks = [check_integrity(data, structure)]
     if not checks[0].figures["readable"]:
         skipped = "not run: the matrices cannot be read as records (see integrity)"
-        checks += [Check(n, "skip", skipped) for n in ("solver", "splits", "leakage", "bias")]
+        checks += [Check(n, "skip", skipped) for n in ("solver", "splits", "leakage",
+                                                       "held-out labels", "bias")]
         figures = {} if data is None else {"matrices": len(data.matrices),
                                            "crops": len(data.crops)}
         return VerifyReport(dataset, checks, figures)
     checks.append(check_solver(data, check_matrix))
     checks.append(check_splits(data, rules, assigner))
     checks.append(check_leakage(data))
+    checks.append(check_held_out(data, rules.design.train_bans if train_bans is None
+                                 else train_bans))
     checks += check_bias(data, Path(features) if features else None)
+    checks.append(check_ceiling(data.matrices))
     return VerifyReport(dataset, checks, {"matrices": len(data.matrices),
                                           "crops": len(data.crops)})

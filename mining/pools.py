@@ -14,6 +14,15 @@ with `<out>.report.md` and `<out>.report.json` (`mining.pool_report`) and
 `<out>.excluded_counts.tsv`, which lists every number that is not a count with its region
 and image ids. The manifest of POOLS.h5 pins the inputs' sha256 and the vocabulary's
 (`vocabulary_digest`).
+
+POOLS.h5 also records what generation must know of the vocabulary it was mined with, in a
+`vocabulary` group (1-D UTF-8 string columns): `objects` (the categories),
+`object_attribute/{label, super_attribute}` and `human_attribute/{label, super_attribute}`
+(the attribute tables) and `implied/{label, value}` (one row per name and the human-attribute
+value it implies: man -> male, man -> adult). Generation reads a person crop's explicit and
+implied labels together and classifies every label of a crop (category, attribute of which
+super-attribute) for the strict held-out splits; it cannot import `mining`, so the table
+travels with the pools.
 """
 
 from __future__ import annotations
@@ -145,6 +154,7 @@ def _write(out: Path, table: CropTable, report: MineReport, excluded_rows: list[
     with atomic_path(out) as tmp:
         with h5py.File(tmp, "w") as h5:
             table.write(h5.create_group("crops"))
+            write_vocabulary(h5.create_group("vocabulary"), vocab)
             set_manifest(h5, manifest)
         with atomic_path(excluded_path) as t:
             t.write_text("region_id\timage_id\treason\tnumber\tphrase\n"
@@ -153,6 +163,27 @@ def _write(out: Path, table: CropTable, report: MineReport, excluded_rows: list[
             t.write_text(report.to_json(), encoding="utf-8")
         with atomic_path(side_path(out, ".report.md")) as t:
             t.write_text(report.to_markdown(), encoding="utf-8")
+
+
+def write_vocabulary(group, vocab) -> None:
+    """The `vocabulary` group of POOLS.h5 (see the module docstring)."""
+    from vprom.tables import STR
+
+    def column(g, name, values):
+        g.create_dataset(name, data=np.asarray(values, dtype=object).reshape(-1), dtype=STR)
+
+    column(group, "objects", sorted(vocab.objects))
+    for name, table in (("object_attribute", vocab.object_attributes),
+                        ("human_attribute", vocab.human_attributes)):
+        g = group.create_group(name)
+        labels = sorted(table)
+        column(g, "label", labels)
+        column(g, "super_attribute", [table[label] for label in labels])
+    implied = group.create_group("implied")
+    pairs = [(name, value) for name, values in sorted(vocab.implied_labels.items())
+             for value in values]
+    column(implied, "label", [n for n, _ in pairs])
+    column(implied, "value", [v for _, v in pairs])
 
 
 def vocabulary_digest(vocab) -> str:
@@ -166,5 +197,5 @@ def vocabulary_digest(vocab) -> str:
 
     tables = {name: plain(getattr(vocab, name, None)) for name in (
         "object_attributes", "human_attributes", "objects", "person_words", "excluded_objects",
-        "excluded_attributes", "aliases")}
+        "excluded_attributes", "aliases", "implied_labels")}
     return hashlib.sha256(json.dumps(tables, sort_keys=True).encode()).hexdigest()

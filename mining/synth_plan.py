@@ -11,11 +11,11 @@ cell holds one *entity*, of a kind drawn by `KIND_WEIGHTS`:
   uniformly over all elements, then a category that can show them: plant conditions on trees
   and flowers, "parked" on cars, ...), rendered on separate visual channels
   (`mining.synth_objects` documents the label → rendering table);
-- a person with 2 human attributes of super-attributes drawn uniformly (so no pool's crops
-  carry a fixed set of other labels, and every person crop has as many); it is named man,
-  woman, boy or girl by its gender and age labels, or "person" (always without a gender
-  label, half the time with one, so the name does not mark the gender pool)
-  (`mining.synth_people`);
+- a person with 3 human attributes of super-attributes drawn uniformly (so no pool's crops
+  carry a fixed set of other labels, and every person crop has as many); every person shows
+  a gender, labelled or not (as in a photograph), and is named man, woman, boy or girl by
+  it and its youth (names imply labels: `mining/data/implied_labels.json`), or "person" a
+  quarter of the time whatever its labels, so a name marks no pool (`mining.synth_people`);
 - a count group: N = 1..10 alike glyphs in one region box, described "seven red balls" /
   "7 balls";
 - a plain object (no attributes).
@@ -29,6 +29,7 @@ of `mining.synth_spec` (noting every case), and appends the crops the miner must
 """
 
 from __future__ import annotations
+
 
 from dataclasses import dataclass, field
 
@@ -48,6 +49,7 @@ from mining.synth_spec import (
     COUNT_COLORS,
     EXCLUDED_OBJECTS,
     HUMAN_ATTRIBUTES,
+    BASE_LABELS,
     HUMAN_LABELS,
     KIND_WEIGHTS,
     NAME_VARIANTS,
@@ -279,21 +281,30 @@ def _describe(rng, labels, name: str) -> str:
 
 
 def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
-    # Two super-attributes drawn uniformly, so that a crop of one pool carries no fixed set of
-    # labels from the others: were every person to carry an action, the distractors of an
-    # action matrix would share the other actions and the answer's would be the one label no
-    # other candidate carries. The number is fixed because distractors are picked to avoid
-    # each other's elements, which favours crops with few labels: with a varying number the
-    # answer would stand out by carrying more.
+    # HUMAN_LABELS super-attributes drawn uniformly, so that a crop of one pool carries no
+    # fixed set of labels from the others; a fixed number, so no crop stands out by it. Three
+    # (not fewer): the candidates of a human matrix must carry known values of each other's
+    # super-attributes (`generation.exchangeable`), which two labels and a name rarely give.
+    # Every person in a photograph shows a gender: an unlabelled one is drawn too, and the
+    # name says it (man, woman, boy, girl: implied labels) unless it is "person". The third
+    # label, the unlabelled gender and that name come from the person's own stream `aux`, so
+    # every other draw of the corpus stays as it was with two labels.
     supers = list(HUMAN_ATTRIBUTES)
-    chosen = sorted(rng.choice(len(supers), HUMAN_LABELS, replace=False).tolist())
-    attrs = {supers[i]: _pick(rng, HUMAN_ATTRIBUTES[supers[i]]) for i in chosen}
+    chosen = sorted(rng.choice(len(supers), BASE_LABELS, replace=False).tolist())
+    base = {supers[i]: _pick(rng, HUMAN_ATTRIBUTES[supers[i]]) for i in chosen}
+    oid = img.new_id()
+    aux = np.random.default_rng([img.image_id, oid, 0x5045])
+    rest = [i for i in range(len(supers)) if i not in chosen]
+    more = sorted(aux.choice(rest, HUMAN_LABELS - BASE_LABELS, replace=False).tolist())
+    extra = {supers[i]: _pick(aux, HUMAN_ATTRIBUTES[supers[i]]) for i in more}
+    attrs = {s: v for s in supers for v in (base.get(s, extra.get(s)),) if v is not None}
+    shown_attrs = {"gender": _pick(aux, HUMAN_ATTRIBUTES["gender"]), **attrs}
     small = rng.random() < P["small"]
     box = _cell_box(rng, col, row, _entity_size(rng, small, tall=True))
-    draw_person(im, box, attrs, rng)
-    name = _person_name(rng, attrs)
-    oid = img.new_id()
-    raw_attrs = [_attribute_text(rng, img, a, oid) for a in attrs.values()]
+    draw_person(im, box, shown_attrs, rng)
+    name = _person_name(rng if "gender" in base else aux, shown_attrs)
+    raw_attrs = ([_attribute_text(rng, img, a, oid) for a in base.values()]
+                 + [_attribute_text(aux, img, a, oid) for a in extra.values()])
     shown = name
     if rng.random() < P["case_space"]:
         img.note("case_space", oid)
@@ -305,12 +316,13 @@ def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
         img.note("small_object", oid)
     else:
         img.expected.extend(("human_attribute", s, a, oid) for s, a in attrs.items())
-    if attrs.get("age") == "young" and rng.random() < P["non_count_phrase"]:
+    if base.get("age") == "young" and rng.random() < P["non_count_phrase"]:
         n = int(rng.integers(5, COUNTS[-1] + 1))  # an age that reads like a count
         word = NUMBER_WORDS[n - 1] if rng.random() < 0.5 else str(n)
         img.note("non_count_number", _region(img, f"a {word} years old {name}", abox))
-    elif "action" in attrs:
-        _region(img, _pick(rng, (f"the {name} is {attrs['action']}", f"a {name} {attrs['action']}")), abox)
+    elif "action" in base:
+        action = base["action"]
+        _region(img, _pick(rng, (f"the {name} is {action}", f"a {name} {action}")), abox)
     else:
         _region(img, _describe(rng, [], name), abox)
 
@@ -318,8 +330,8 @@ def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
 def _person_name(rng, attrs: dict[str, str]) -> str:
     """man, woman, boy, girl by the figure's gender (and youth), or "person".
 
-    A gendered figure is still called "person" half the time, so that the gendered names are
-    not the mark of the gender pool (its crops would be the only ones not named "person").
+    Every figure shows a gender, labelled or not, so its name is drawn the same way whatever
+    its labels: no name marks the gender pool. A figure called "person" implies nothing.
     """
     gender, young = attrs.get("gender"), attrs.get("age") == "young"
     if gender is None or rng.random() < P["person_name"]:

@@ -53,7 +53,8 @@ HUMAN_ATTRIBUTES: dict[str, tuple[str, ...]] = {
     "clothing style": ("casual", "formal", "sleeveless"),
     "gender": ("male", "female"),
     "action": ("standing", "sitting", "walking", "running"),
-    "clothing color": ("red", "blue", "green", "white", "black", "yellow"),
+    "clothing color": ("red", "blue", "green", "white", "black", "yellow", "pink", "orange",
+                       "gray", "brown"),
 }
 OBJECTS: tuple[str, ...] = tuple(GLYPHS)
 EXCLUDED_OBJECTS = ("sky", "road", "water", "ground", "wall", "grass")
@@ -87,8 +88,11 @@ ATTRIBUTE_VARIANTS = {"gray": ("grey",), "wooden": ("wood",), "spotted": ("polka
                       "foggy": ("misty",), "old": ("elderly",), "blond": ("blonde",),
                       "sitting": ("seated",)}
 
-#: Human attributes of every person (of distinct super-attributes).
-HUMAN_LABELS = 2
+#: Human attributes of every person (of distinct super-attributes; its gender also shows in
+#: its name unless it is called "person").
+HUMAN_LABELS = 3
+#: Of them, drawn from the image's stream (the rest from the person's own, see synth_plan).
+BASE_LABELS = 2
 
 #: Entity kinds (weights) and noise probabilities. Noise probabilities apply where the noise
 #: can occur: a name variant only to categories that have one, outside-image boxes only to
@@ -100,7 +104,7 @@ P = {
     "attribute_variant": 0.24, "attribute_case_space": 0.04, "impure": 0.04, "semantic": 0.25,
     "small": 0.05, "outside": 0.1, "merged": 0.04, "non_count_phrase": 0.5, "count_glyph_objects": 0.4,
     "sky": 0.5, "ground": 0.5, "excluded_attributes": 0.4, "null_attributes": 0.5,
-    "person_name": 0.5,
+    "person_name": 0.25,
 }
 
 NOISE_EFFECTS = {

@@ -4,6 +4,9 @@ The domain lives in small JSON files under `mining/data/` (see docs/mining.md):
 
 - `object_attributes.json`, `human_attributes.json`: {super_attribute: [attribute, ...]};
 - `objects.json`: the object categories; `person_words.json`: names of one person;
+- `implied_labels.json`: {name: [human attribute, ...]}: the human-attribute values a person
+  word or category name implies (man -> male, adult), which generation reads together with a
+  person crop's explicit labels;
 - `excluded.json`: objects and attributes the miner drops, grouped by reason;
 - `aliases.json`: variant -> canonical label (spellings, irregular plurals, synonyms, subtypes).
 
@@ -11,7 +14,8 @@ The domain lives in small JSON files under `mining/data/` (see docs/mining.md):
 normal form (see `normalize`). Validation refuses, naming the file and the label: a label in
 two super-attributes of one table, a duplicate, an empty label, a super-attribute name that is
 not the paper's, an excluded object that is also a category, an alias whose variant is itself
-canonical, and an alias chain or cycle that does not end at a canonical label.
+canonical, an alias chain or cycle that does not end at a canonical label, and an implied
+label whose name is not a person word or category or whose value is not a human attribute.
 
 `Vocabulary.canonical(label)` maps a raw Visual Genome name to its canonical label:
 normalise; an explicit alias wins; a label that is already canonical stays; otherwise a
@@ -47,6 +51,7 @@ FILES = {
     "human_attributes": "human_attributes.json",
     "objects": "objects.json",
     "person_words": "person_words.json",
+    "implied_labels": "implied_labels.json",
     "excluded": "excluded.json",
     "aliases": "aliases.json",
 }
@@ -90,6 +95,9 @@ class Vocabulary:
     excluded_objects: frozenset[str]
     excluded_attributes: frozenset[str]
     aliases: Mapping[str, str]             # normalized variant -> canonical
+    # canonical person word / category -> the human-attribute values it implies
+    implied_labels: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({}))
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @functools.cached_property
@@ -122,6 +130,10 @@ class Vocabulary:
                 return stem
         return label
 
+    def implied(self, name: str) -> tuple[str, ...]:
+        """The human-attribute values a region name implies ("men" -> male, adult)."""
+        return self.implied_labels.get(self.canonical(name), ())
+
     def is_person(self, name: str) -> bool:
         return self.canonical(name) in self.person_words
 
@@ -140,16 +152,18 @@ class Vocabulary:
 
     def __hash__(self) -> int:   # the generated one would hash the (unhashable) mappings
         return hash((self.objects, self.person_words, self.excluded_objects,
-                     self.excluded_attributes, frozenset(self.aliases.items())))
+                     self.excluded_attributes, frozenset(self.aliases.items()),
+                     frozenset(self.implied_labels.items())))
 
     def __reduce__(self):   # picklable for worker processes (mapping proxies are not)
         return (_vocabulary, (dict(self.object_attributes), dict(self.human_attributes),
                               self.objects, self.person_words, self.excluded_objects,
-                              self.excluded_attributes, dict(self.aliases)))
+                              self.excluded_attributes, dict(self.aliases),
+                              dict(self.implied_labels)))
 
 
 def _vocabulary(object_attributes, human_attributes, objects, person_words, excluded_objects,
-                excluded_attributes, aliases) -> Vocabulary:
+                excluded_attributes, aliases, implied_labels=None) -> Vocabulary:
     return Vocabulary(
         object_attributes=MappingProxyType(object_attributes),
         human_attributes=MappingProxyType(human_attributes),
@@ -158,6 +172,7 @@ def _vocabulary(object_attributes, human_attributes, objects, person_words, excl
         excluded_objects=excluded_objects,
         excluded_attributes=excluded_attributes,
         aliases=MappingProxyType(aliases),
+        implied_labels=MappingProxyType(dict(implied_labels or {})),
     )
 
 
@@ -186,8 +201,9 @@ def _load(folder: Path) -> Vocabulary:
     known = frozenset().union(object_attributes, human_attributes, objects, person_words,
                               excluded_objects, excluded_attributes)
     aliases = _aliases(folder / FILES["aliases"], known)
+    implied = _implied(folder / FILES["implied_labels"], objects | person_words, human_attributes)
     return _vocabulary(object_attributes, human_attributes, objects, person_words,
-                       excluded_objects, excluded_attributes, aliases)
+                       excluded_objects, excluded_attributes, aliases, implied)
 
 
 def _read(path: Path) -> dict:
@@ -289,6 +305,31 @@ def _check_disjoint(folder, objects, person_words, excluded_objects,
         if clash:
             raise VpromError(f"{folder / file}: label {sorted(clash)[0]!r} {what}; "
                              "remove it from one")
+
+
+def _implied(path: Path, names: frozenset[str],
+             human_attributes: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """{"implied": {name: [value, ...]}}: names are person words or categories, values human
+    attributes, both canonical; a name lists each value once."""
+    data = _read(path)
+    table = data.get("implied")
+    if not isinstance(table, dict):
+        raise VpromError(f"{path}: expected a key 'implied' holding {{name: [human attribute, "
+                         "...]}}")
+    out: dict[str, tuple[str, ...]] = {}
+    for name, values in table.items():
+        _labels(path, "implied", [name])
+        if name not in names:
+            raise VpromError(f"{path}: {name!r} is neither a person word nor an object category "
+                             "(written canonically); add it to person_words.json or fix the name")
+        for value in _labels(path, f"implied/{name}", values):
+            if value not in human_attributes:
+                raise VpromError(f"{path}: {name!r} implies {value!r}, which is not in "
+                                 "human_attributes.json; use a human attribute")
+        if not values:
+            raise VpromError(f"{path}: {name!r} implies nothing; remove it or list its values")
+        out[name] = tuple(values)
+    return out
 
 
 def _aliases(path: Path, known: frozenset[str]) -> dict[str, str]:

@@ -6,12 +6,24 @@ states it), `partition` + `test_fraction` (how Visual Genome images are dealt to
   random                     the matrix goes where its images are (neutral)
   counts                     count matrices: context + answer all in `train` -> train, all in
                              `test` -> test, otherwise excluded; other element types train
-  super_attributes           attribute matrices of a `test` super-attribute -> test; train
-                             only when no panel shows an attribute of a test super-attribute
+  super_attributes           attribute matrices of a `test` super-attribute -> test; any
+                             other matrix trains only when none of its 16 panels carries a
+                             label (explicit or implied) of a test super-attribute
   relation_super_attributes  attribute matrices whose (relation, super-attribute) is a test
                              pair -> test, others train
-  object_thirds              object matrices of relation r: all 16 panels in r's test third
-                             -> test, none -> train, mixed -> excluded; other types train
+  object_thirds              object matrices of relation r all of whose 16 panels show r's
+                             test third -> test; any other matrix of relation r trains only
+                             when none of its panels carries a category of that third among
+                             all its labels; with `"every_relation": true` the ban holds for
+                             matrices of every relation (progression included)
+
+The strict rules ("no panel carries a held-out label") read `PanelInfo.categories` and
+`PanelInfo.label_super_attributes`, which the caller classifies from every label of every
+panel; `train_ban(spec)` states them as a `vprom.splitting.TrainBan`, which generation uses
+to draw train-side matrices that need no exclusion and `vprom verify` to count violations.
+Relation x super-attribute pairs stay a rule on the matrix's own super-attribute: every
+person shows an age, so "no Or matrix shows an age" could not be met, and a pair holds out a
+relation applied to a super-attribute, which a matrix about another one does not exercise.
 
 `assign` first computes this *natural* part from the matrix alone, then holds it against the
 images: every panel's image has a side in the spec's partition (`vprom.sampling.
@@ -33,13 +45,14 @@ import numpy as np
 from vprom.errors import VpromError
 from vprom.records import COUNTS, N_CONTEXT, SPLITS, VAL_SIZE, ElementType, Matrix
 from vprom.sampling import object_third, val_ids
-from vprom.splitting import HeldOutDesign, PanelInfo
+from vprom.splitting import HeldOutDesign, PanelInfo, TrainBan
 
 SPEC_DIR = Path(__file__).resolve().parent
 RULE_TYPES = ("random", "counts", "super_attributes", "relation_super_attributes",
               "object_thirds")
 ATTRIBUTE_TYPES = (ElementType.OBJECT_ATTRIBUTE.value, ElementType.HUMAN_ATTRIBUTE.value)
 OBJECT_RELATIONS = ("and", "or", "union")
+ALL_RELATIONS = ("and", "or", "union", "progression")
 
 
 @dataclass(frozen=True)
@@ -67,7 +80,7 @@ class SplitRules:
         return {s.partition: s.test_fraction for s in self.specs.values()}
 
     def assign(self, matrix: Matrix, panels: PanelInfo) -> dict[str, str]:
-        return assign(matrix, panels, self.specs)
+        return assign(matrix, panels, self.specs, self.design.train_bans)
 
     def choose_val(self, train_ids, seed: int, split: str,
                    scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -157,6 +170,8 @@ def _check_rule(rule: dict, bad) -> None:
         if not isinstance(test, dict) or not set(test) <= set(OBJECT_RELATIONS) or not all(
                 t in (0, 1, 2) for t in test.values()):
             raise bad("object_thirds rule needs 'test': {relation: third 0, 1 or 2}")
+        if not isinstance(rule.get("every_relation", False), bool):
+            raise bad("object_thirds rule: 'every_relation' must be true or false")
 
 
 def held_out_design(specs: Mapping[str, SplitSpec]) -> HeldOutDesign:
@@ -168,6 +183,7 @@ def held_out_design(specs: Mapping[str, SplitSpec]) -> HeldOutDesign:
         raise VpromError("split specs: expected one 'random' split with its own partition and "
                          "every other split sharing one other partition")
     count_train, count_test = [], []
+    bans = {s.name: ban for s in held if (ban := train_ban(s)) is not None}
     held_sas: dict[str, set] = {}
     pairs: dict[str, dict[str, set]] = {}
     thirds: dict[str, set] = {}
@@ -194,12 +210,29 @@ def held_out_design(specs: Mapping[str, SplitSpec]) -> HeldOutDesign:
         held_pairs={k: {r: tuple(sorted(v)) for r, v in sorted(d.items())}
                     for k, d in sorted(pairs.items())},
         object_test_thirds={r: tuple(sorted(v)) for r, v in sorted(thirds.items())},
+        train_bans=bans,
     )
+
+
+def train_ban(spec: SplitSpec) -> TrainBan | None:
+    """What the training and validation matrices of a held-out split may not show (None: the
+    split's rule looks at the matrix's own elements only)."""
+    rule = spec.rule
+    if spec.rule_type == "super_attributes":
+        return TrainBan(super_attributes={t: tuple(sorted(v)) for t, v in rule["test"].items()})
+    if spec.rule_type == "object_thirds":
+        thirds = {r: (t,) for r, t in rule["test"].items()}
+        if rule.get("every_relation"):
+            every = tuple(sorted(set(rule["test"].values())))
+            thirds = {r: thirds.get(r, every) for r in ALL_RELATIONS}
+        return TrainBan(object_thirds=thirds)
+    return None
 
 
 # ---------------------------------------------------------------- assignment
 
-def assign(matrix: Matrix, panels: PanelInfo, specs: Mapping[str, SplitSpec]) -> dict[str, str]:
+def assign(matrix: Matrix, panels: PanelInfo, specs: Mapping[str, SplitSpec],
+           bans: Mapping[str, TrainBan] | None = None) -> dict[str, str]:
     """split -> "train" | "test" | "excluded" (validation is chosen later from train)."""
     out = {}
     for name, spec in specs.items():
@@ -208,10 +241,37 @@ def assign(matrix: Matrix, panels: PanelInfo, specs: Mapping[str, SplitSpec]) ->
             out[name] = "excluded"  # cannot happen for generated matrices; kept for safety
             continue
         side = "test" if sides.pop() else "train"
-        natural = side if spec.rule_type == "random" else _natural_part(spec.rule, matrix,
-                                                                         panels)
+        if spec.rule_type == "random":
+            natural = side
+        else:
+            ban = (bans or {}).get(name) if bans is not None else train_ban(spec)
+            natural = _natural_part(spec.rule, matrix, panels)
+            if natural == "train" and ban is not None and shows_banned(ban, matrix, panels):
+                natural = "excluded"
         out[name] = natural if natural == side else "excluded"
     return out
+
+
+def panel_concepts(m: Matrix, panels: PanelInfo):
+    """Per panel (categories, attribute (table, super-attribute) pairs) among all its labels;
+    without that knowledge in `panels`, the panel's own element stands for its labels."""
+    etype = m.element_type.value
+    categories = panels.categories
+    if categories is None:
+        categories = tuple(frozenset({e}) if m.element_type is ElementType.OBJECT else frozenset()
+                           for e in m.elements)
+    label_sas = panels.label_super_attributes
+    if label_sas is None:
+        label_sas = tuple(frozenset({(etype, sa)}) if sa else frozenset()
+                          for sa in panels.super_attributes)
+    return categories, label_sas
+
+
+def shows_banned(ban: TrainBan, m: Matrix, panels: PanelInfo) -> bool:
+    """Whether any of the matrix's 16 panels shows what `ban` holds out of training."""
+    categories, label_sas = panel_concepts(m, panels)
+    relation = m.relation.value
+    return any(ban.shows_banned(relation, c, s) for c, s in zip(categories, label_sas))
 
 
 def _natural_part(rule: dict, m: Matrix, panels: PanelInfo) -> str:
@@ -224,23 +284,17 @@ def _natural_part(rule: dict, m: Matrix, panels: PanelInfo) -> str:
             return "train"
         return "test" if shown <= set(rule["test"]) else "excluded"
     if kind == "super_attributes":
-        held = rule["test"].get(etype)
-        if held is None:
-            return "train"
-        if m.super_attribute in held:
-            return "test"
-        return "excluded" if any(sa in held for sa in panels.super_attributes) else "train"
+        # any other matrix trains, unless it shows a held label (`assign` checks the ban)
+        return "test" if m.super_attribute in rule["test"].get(etype, ()) else "train"
     if kind == "relation_super_attributes":
         pair = rule["test"].get(etype, {}).get(m.relation.value)
         return "test" if pair is not None and pair == m.super_attribute else "train"
     if kind == "object_thirds":
         third = rule["test"].get(m.relation.value)
-        if m.element_type is not ElementType.OBJECT or third is None:
-            return "train"
-        thirds = {object_third(e) for e in m.elements}
-        if thirds == {third}:
+        if m.element_type is ElementType.OBJECT and third is not None and {
+                object_third(e) for e in m.elements} == {third}:
             return "test"
-        return "excluded" if third in thirds else "train"
+        return "train"
     raise VpromError(f"split rule type '{kind}' is unknown; expected one of {list(RULE_TYPES)}")
 
 

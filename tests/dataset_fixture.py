@@ -258,6 +258,8 @@ POOL_HUMAN_ATTRIBUTES = {
     "clothing color": ["red-shirt", "blue-shirt", "white-shirt", "black-shirt", "green-shirt",
                        "yellow-shirt", "gray-shirt", "pink-shirt", "orange-shirt"],
     "gender": ["male", "female"],
+    "clothing style": ["casual", "formal", "sleeveless", "short-sleeved", "long-sleeved",
+                       "shirtless", "hooded", "striped-shirt", "suited"],
 }
 POOL_OBJECTS = [f"object{k}" for k in range(45)]
 

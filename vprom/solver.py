@@ -1,9 +1,18 @@
 """The symbolic solver that proves every matrix has exactly one answer.
 
-A candidate completes a matrix when, for SOME relation applicable to the element type and
-SOME choice of one element per panel among all the labels its source has, rows 1 and 2 obey
-the relation and row 3 with that candidate does too. `valid_candidates` returns every such
-candidate; a matrix is sound when that list is exactly `[answer]`.
+A candidate completes a matrix when, for SOME relation applicable to the element type, SOME
+group of elements (an attribute's super-attribute; objects and counts are one group each) and
+SOME choice of one element of that group per panel among all the labels the panel has in it,
+rows 1 and 2 obey the relation and row 3 with that candidate does too. A panel's labels are
+every label its source has and the ones its names imply (a "man" is male and adult:
+`generation.labels`); the solver does not tell them apart. `valid_candidates` returns every
+such candidate; a matrix is sound when that list is exactly `[answer]`.
+
+Every panel is read in the same group: the paper's relations are over one visual element φ,
+an attribute of one super-attribute, not a colour in one row and a gender in the next. Were
+rows read in different super-attributes, nearly any two people would share some value (both
+adults, both standing), every row of people would be an Or row somewhere, and no human matrix
+could be sound once a person's visible gender and age are labels.
 
 The work is done on bit masks: each panel becomes the mask of the element ids it carries
 (labels outside the element type's universe are ignored: a chair's colour is no object
@@ -19,7 +28,8 @@ matrices; it never accepts an ambiguous one.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from functools import lru_cache
+from typing import Iterable, Mapping, Sequence
 
 from vprom.records import (
     N_CANDIDATES,
@@ -62,53 +72,78 @@ class Universe:
 
 
 def completion_mask(element_type: ElementType, context: Sequence[int],
-                    relations: Sequence[Relation] | None = None) -> int:
-    """The elements that complete row 3 under any applicable relation, given 8 context masks."""
+                    relations: Sequence[Relation] | None = None,
+                    groups: Sequence[int] = ()) -> int:
+    """The elements that complete row 3 under any applicable relation and reading, given the 8
+    context panels' label masks and the masks of the element groups to read them in (none:
+    the whole universe is one group)."""
     rules = _RULES_OF[element_type] if relations is None else [RULES[r] for r in relations]
     z = 0
-    for rule in rules:
-        z |= rule.completions(context)
+    for g in groups or (-1,):
+        within = [c & g for c in context]
+        if all(within):  # every relation reads every context panel
+            for rule in rules:
+                z |= rule.completions(within)
     return z
 
 
-def _masks(element_type, labels, universe) -> tuple[ElementType, list[int]]:
+@lru_cache(maxsize=64)
+def _universe(element_type: ElementType, names: frozenset[str]) -> Universe:
+    return Universe(element_type, names)
+
+
+def group_masks(u: Universe, groups: Mapping[str, Iterable[str]] | None) -> list[int]:
+    """The masks of `groups` in `u`, plus one of the universe's labels no group holds."""
+    if not groups:
+        return []
+    out = [m for _, g in sorted(groups.items()) if (m := u.mask(g))]
+    rest = u.mask(u.ids)
+    for m in out:
+        rest &= ~m
+    return out + ([rest] if rest else [])
+
+
+def _masks(element_type, labels, universe, groups):
     element_type = ElementType(element_type)
     labels = [frozenset(l) for l in labels]
     if len(labels) != N_PANELS:
         raise ValueError(f"a matrix has {N_PANELS} panels; got {len(labels)} label sets")
-    names = universe if universe is not None else frozenset().union(*labels)
-    u = Universe(element_type, names)
-    return element_type, [u.mask(l) for l in labels]
+    names = frozenset(universe) if universe is not None else frozenset().union(*labels)
+    u = _universe(element_type, names)
+    return element_type, u, [u.mask(l) for l in labels], group_masks(u, groups)
 
 
 def valid_candidates(relation: Relation | str, element_type: ElementType | str,
                      labels: Sequence[frozenset[str]],
-                     universe: frozenset[str] | None = None) -> list[int]:
+                     universe: frozenset[str] | None = None,
+                     groups: Mapping[str, Iterable[str]] | None = None) -> list[int]:
     """Indices 0..7 of the candidates that complete the matrix under ANY applicable reading.
 
     `labels`: 16 label sets (8 context row-major, then 8 candidates), every label each
-    panel's source has. `universe`: the labels that count as elements of this element type
-    (None: all labels). `relation` is the matrix's stated relation; it must apply to the
-    element type, but every applicable relation is tried, since a reading under another
-    relation that makes a distractor correct makes the matrix ambiguous.
+    panel has (explicit and implied). `universe`: the labels that count as elements of this
+    element type (None: all labels). `groups`: name -> the labels of one group (the
+    super-attributes of an attribute type; None: one group). `relation` is the matrix's
+    stated relation; it must apply to the element type, but every applicable relation is
+    tried, since a reading under another relation that makes a distractor correct makes the
+    matrix ambiguous.
     """
-    element_type, masks = _masks(element_type, labels, universe)
+    element_type, _, masks, g = _masks(element_type, labels, universe, groups)
     if Relation(relation) not in RELATIONS_OF[element_type]:
         raise ValueError(f"{Relation(relation).value} does not apply to {element_type.value}")
-    z = completion_mask(element_type, masks[:N_CONTEXT])
+    z = completion_mask(element_type, masks[:N_CONTEXT], groups=g)
     return [k for k in range(N_CANDIDATES) if masks[N_CONTEXT + k] & z]
 
 
 def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
-                 universe: frozenset[str] | None = None) -> str | None:
+                 universe: frozenset[str] | None = None,
+                 groups: Mapping[str, Iterable[str]] | None = None) -> str | None:
     """None when the matrix is sound, else a one-line reason.
 
     Sound: every panel carries the element it claims, the 9 claimed elements obey the stated
-    relation, and the solver finds exactly one valid candidate, the answer.
+    relation, and the solver finds exactly one valid candidate, the answer (`groups` as in
+    `valid_candidates`).
     """
-    element_type, masks = _masks(matrix.element_type, labels, universe)
-    u = Universe(element_type, universe if universe is not None else frozenset().union(
-        *map(frozenset, labels)))
+    element_type, u, masks, g = _masks(matrix.element_type, labels, universe, groups)
     for k, (element, label_set) in enumerate(zip(matrix.elements, labels)):
         if element not in label_set or element not in u.ids:
             return f"panel {k} claims '{element}' but its labels {sorted(label_set)} lack it"
@@ -118,7 +153,7 @@ def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
         return (f"the elements {[matrix.elements[i] for i in range(N_CONTEXT)]} + answer "
                 f"'{matrix.elements[N_CONTEXT + matrix.answer]}' do not obey "
                 f"{matrix.relation.value}")
-    z = completion_mask(element_type, masks[:N_CONTEXT])
+    z = completion_mask(element_type, masks[:N_CONTEXT], groups=g)
     valid = [k for k in range(N_CANDIDATES) if masks[N_CONTEXT + k] & z]
     if valid != [matrix.answer]:
         names = sorted(u.names[i] for i in range(z.bit_length()) if (z >> i) & 1)

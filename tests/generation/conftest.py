@@ -2,7 +2,9 @@
 
 Every element has `CROPS_PER_ELEMENT` crops on distinct images; labels are realistic enough
 to matter: an attribute crop also names its object and, often, an attribute of another
-super-attribute (a red crop may also be wooden), so the solver has real work to do.
+super-attribute (a red crop may also be wooden), so the solver has real work to do. A person
+crop is named man, woman, boy, girl or person, and `VOCABULARY` says what those names imply
+(a man is male and adult), so the known-value rule and the implied labels are exercised.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
+from generation.labels import LabelVocabulary
 from vprom.io import make_manifest
 from vprom.tables import CropTable, set_manifest
 
@@ -25,17 +28,27 @@ OBJECT_ATTRIBUTES = {
     "shape": ["round", "square", "oval"],
     "texture": ["striped", "spotted", "smooth", "furry"],
 }
-HUMAN_ATTRIBUTES = {
-    "age": ["young", "old", "adult"],
-    "hair style": ["bald", "curly", "blond", "wavy"],
-    "clothing style": ["casual", "formal", "sleeveless"],
+HUMAN_ATTRIBUTES = {  # Visual Genome's sizes: 4, 7, 6, 2, 9 and 10 values
+    "age": ["young", "old", "adult", "teenage"],
+    "hair style": ["bald", "curly", "blond", "brunette", "wavy", "braided", "spiky"],
+    "clothing style": ["casual", "formal", "sleeveless", "short-sleeved", "long-sleeved",
+                       "shirtless"],
     "gender": ["male", "female"],
-    "action": ["standing", "sitting", "walking", "running"],
-    "clothing color": ["pink", "purple", "orange", "gray"],
+    "action": ["standing", "sitting", "walking", "running", "jumping", "skiing", "surfing",
+               "skateboarding", "crouching"],
+    "clothing color": ["pink", "purple", "orange", "gray", "red", "blue", "green", "white",
+                       "black", "yellow"],
 }
 OBJECTS = [f"thing{k:02d}" for k in range(48)]
 NOUNS = ["bowl", "cow", "sheep", "cup"]
-CROPS_PER_ELEMENT = 64
+PERSONS = ["man", "woman", "boy", "girl", "person"]
+IMPLIED = {"man": ["male", "adult"], "woman": ["female", "adult"], "boy": ["male", "young"],
+           "girl": ["female", "young"]}
+CROPS_PER_ELEMENT = 80
+#: What the tiny pools were "mined" with (POOLS.h5's `vocabulary` group).
+VOCABULARY = LabelVocabulary.from_tables(
+    OBJECTS, {a: sa for sa, v in OBJECT_ATTRIBUTES.items() for a in v},
+    {a: sa for sa, v in HUMAN_ATTRIBUTES.items() for a in v}, IMPLIED)
 
 
 def tiny_crops(crops_per_element: int = CROPS_PER_ELEMENT, seed: int = 7,
@@ -61,20 +74,24 @@ def tiny_crops(crops_per_element: int = CROPS_PER_ELEMENT, seed: int = 7,
         cols["phrase"].append(phrase)
         cols["labels"].append("|".join(dict.fromkeys(labels)))
 
-    def attributes(etype, table, nouns):
+    def attributes(etype, table, nouns, extra, per_element):
         for sa, names in table.items():
-            others = [(s, a) for s, v in table.items() if s != sa for a in v]
+            others = [s for s in table if s != sa]
             for a in names:
                 if a in drop:
                     continue
-                for _ in range(crops_per_element):
+                for _ in range(per_element):
                     labels = [a, str(rng.choice(nouns))]
-                    if rng.random() < 0.5:  # co-occurring attribute of another super-attribute
-                        labels.append(others[int(rng.integers(len(others)))][1])
+                    # co-occurring attributes of other super-attributes
+                    for s in rng.choice(others, int(rng.integers(0, extra + 1)), replace=False):
+                        labels.append(str(rng.choice(table[str(s)])))
                     add(etype, a, sa, labels)
 
-    attributes("object_attribute", OBJECT_ATTRIBUTES, OBJECTS[:6])
-    attributes("human_attribute", HUMAN_ATTRIBUTES, ["man", "woman"])
+    attributes("object_attribute", OBJECT_ATTRIBUTES, OBJECTS, 1, crops_per_element)
+    # people carry more labels and crops: the candidates of a human matrix must carry known
+    # values of each other's super-attributes, and an Or matrix over the 9 actions needs
+    # every action in the thinnest cell (a ninth of the images)
+    attributes("human_attribute", HUMAN_ATTRIBUTES, PERSONS, 2, 2 * crops_per_element)
     for obj in OBJECTS:
         if obj in drop:
             continue
@@ -92,9 +109,12 @@ def tiny_crops(crops_per_element: int = CROPS_PER_ELEMENT, seed: int = 7,
     return CropTable(**cols)
 
 
-def write_pools(path: Path, crops: CropTable) -> Path:
+def write_pools(path: Path, crops: CropTable, vocabulary: LabelVocabulary | None = VOCABULARY
+                ) -> Path:
     with h5py.File(path, "w") as h5:
         crops.write(h5.create_group("crops"))
+        if vocabulary is not None:
+            vocabulary.write(h5.create_group("vocabulary"))
         set_manifest(h5, make_manifest("pools", config={"test": True}))
     return path
 
@@ -118,4 +138,5 @@ def small_dataset(crops):
     from generation.dataset import generate_dataset
     from splits.assign import load_rules
 
-    return generate_dataset(crops, load_rules(), scale=SMALL_SCALE, seed=3)
+    return generate_dataset(crops, load_rules(), scale=SMALL_SCALE, seed=3,
+                            vocabulary=VOCABULARY)

@@ -39,7 +39,7 @@ def test_small_samples_are_not_flagged_by_noise():
 
 
 # ---------------------------------------------------------------- on data sets
-def bias_report(tmp_path, bias, features=None, n=25):
+def bias_report(tmp_path, bias, features=None, n=60):
     crops, matrices = build_records(n, seed=3, bias=bias)
     path = write_dataset(tmp_path / f"{bias}.h5", crops, matrices)
     if features is not None:
@@ -53,7 +53,10 @@ def test_sound_dataset_passes_the_audit(tmp_path):
     checks = bias_report(tmp_path, None)
     for name in ("bias:position", "bias:mode", "bias:odd-one-out", "bias:probe-labels"):
         assert checks[name].status == "pass", checks[name].summary
-    assert checks["bias:probe-labels"].figures["test"] >= audit.MIN_PROBE_TEST
+    # one probe per element type and one per relation x element type, each judged
+    figures = checks["bias:probe-labels"].figures
+    assert {"count", "human_attribute", "count x progression", "object x or"} <= set(figures)
+    assert figures["count"]["test"] >= audit.MIN_PROBE_TEST and figures["count"]["judged"]
 
 
 @pytest.mark.parametrize("bias, caught_by", [
@@ -120,6 +123,25 @@ def test_features_missing_a_crop_is_a_clear_error(tmp_path):
         bias_report(tmp_path, None, features=partial)
 
 
+def test_features_extracted_with_allow_missing_leave_their_matrices_out(tmp_path, recwarn):
+    def holes(tmp_path, crops, matrices):
+        path = write_features(0.0)(tmp_path, crops, matrices)
+        with h5py.File(path, "a") as h5:
+            feats = h5["features"][()]
+            feats[::97] = np.nan  # a crop in 97 could not be read
+            del h5["features"]
+            h5["features"] = feats
+        return path
+
+    checks = bias_report(tmp_path, None, features=holes)
+    check = checks["bias:probe-features"]
+    assert check.status == "pass", check.summary
+    assert "left out" in check.summary and "--allow-missing" in check.summary
+    assert "nan" not in check.summary.lower()
+    assert all(np.isfinite(f["accuracy"]) for f in check.figures.values() if f["test"])
+    assert not [w for w in recwarn if "numpy" in str(w.filename) or "Mean" in str(w.message)]
+
+
 def test_label_overlap_by_hand():
     sets = [frozenset(s) for s in ({"a"}, {"a", "b"}, {"c"}, set(), {"b"}, {"d"}, {"e"},
                                    {"c", "e"})]
@@ -140,11 +162,26 @@ def test_features_of_the_wrong_shape_are_a_clear_error(tmp_path):
         bias_report(tmp_path, None, features=wrong)
 
 
-def test_probe_figures_are_broken_down_by_element_type():
-    from generation import audit
+def test_probe_groups_are_element_types_and_relations():
+    etype = np.array(["count"] * 4 + ["object"] * 4)
+    relation = np.array(["and", "or", "and", "or", "and", "and", "union", "union"])
+    train, test = np.arange(0, 8, 2), np.arange(1, 8, 2)
+    groups = {name: (tr.tolist(), te.tolist())
+              for name, tr, te in audit.probe_groups(etype, relation, train, test)}
+    assert groups == {"count": ([0, 2], [1, 3]), "count x or": ([], [1, 3]),
+                      "object": ([4, 6], [5, 7]), "object x and": ([4], [5]),
+                      "object x union": ([6], [7])}
 
-    hits = np.array([1.0, 0.0, 0.0, 0.0, 1.0, 1.0])
-    groups = np.array(["count", "count", "count", "count", "object", "object"])
-    check = audit.by_group(audit.shortcut_check("bias:probe-labels", "probe", hits), hits, groups)
-    assert check.figures["by_element_type"] == {"count": 0.25, "object": 1.0}
-    assert "count 25.0%, object 100.0%" in check.summary
+
+def test_a_shortcut_in_one_relation_fails_although_the_element_type_passes():
+    n = audit.MIN_PROBE_TEST * 40
+    chance = np.full(n, 1 / 8)
+    shortcut = np.full(n, 0.25)  # 25% right
+    check = audit.judge_groups("bias:probe-labels", "probe", [
+        ("human_attribute", np.r_[chance, chance, chance, chance * 1.02], n),
+        ("human_attribute x or", shortcut, n),
+        ("count x and", chance[:10], n)])  # too few to judge
+    assert check.status == "fail"
+    assert check.problems == [p for p in check.problems if p.startswith("human_attribute x or")]
+    assert check.figures["count x and"]["judged"] is False
+    assert not check.figures["human_attribute"]["failed"]

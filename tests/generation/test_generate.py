@@ -35,11 +35,14 @@ def _crop_index(data):
 
 
 def test_every_matrix_is_proven_by_the_solver(small_dataset):
+    # with every label a panel has, explicit and implied, read in one super-attribute at a time
     data = small_dataset
-    index, labels = _crop_index(data), data.crops.label_sets()
+    index, labels = _crop_index(data), data.vocabulary.label_sets(data.crops)
+    assert any(labels[k] != s for k, s in enumerate(data.crops.label_sets()))  # some implied
     for m in _rows(data):
         universe = frozenset(data.universes[m.element_type.value])
-        reason = check_matrix(m, [labels[index[p]] for p in m.panels], universe)
+        groups = data.super_attributes.get(m.element_type.value)
+        reason = check_matrix(m, [labels[index[p]] for p in m.panels], universe, groups)
         assert reason is None, (m.id, reason)
 
 
@@ -79,14 +82,15 @@ def test_attribute_distractors_prefer_the_super_attribute(small_dataset):
 
 
 def test_small_super_attributes_get_a_symmetric_candidate_profile(small_dataset):
-    # every super-attribute of the tiny pool has fewer than 8 attributes, so each attribute
-    # matrix needs distractors from other super-attributes: they come in equal blocks, so
-    # "the candidates' commonest super-attribute" never singles out the answer's
+    # every object super-attribute of the tiny pool has fewer than 8 attributes, so each
+    # object-attribute matrix needs distractors from other super-attributes: they come in
+    # equal blocks, so "the candidates' commonest super-attribute" never singles out the
+    # answer's (human matrices are drawn candidates first: see test_exchangeable)
     data = small_dataset
     index = _crop_index(data)
     symmetric = uneven = 0
     for m in _rows(data):
-        if m.element_type.value not in ("object_attribute", "human_attribute"):
+        if m.element_type.value != "object_attribute":
             continue
         sas = [data.crops.super_attribute[index[p]] for p in m.candidates]
         counts = Counter(sas)
@@ -220,7 +224,8 @@ def test_two_shards_merge_into_the_single_run(tmp_path, pools_file):
 
 def test_a_short_pool_is_named(tmp_path):
     crops = tiny_crops(drop=("2", "4"))  # 8 counts left: an Or matrix needs 9 (7 + 2 answers)
-    with pytest.raises(VpromError, match=r"count pool.*count or matrices.*need 9.*short by 1"):
+    with pytest.raises(VpromError, match=r"count pool.*count or matrices.*9 distinct elements"
+                                         r".*needed.*short by 1"):
         generate_dataset(crops, RULES, scale=SMALL_SCALE, seed=0)
     thin = tiny_crops(drop=("round", "square", "oval", "striped", "spotted", "smooth", "furry",
                             "parked", "flying", "hanging", "floating"))
@@ -234,3 +239,46 @@ def test_generate_refuses_a_missing_file_and_a_bad_scale(tmp_path, pools_file):
     with pytest.raises(VpromError, match="scale"):
         generate(pools_file, tmp_path / "out.h5", RULES, scale=0)
     assert not (tmp_path / "out.h5").exists()
+
+
+def test_generate_refuses_anything_but_a_pools_file(tmp_path, pools_file):
+    dataset = tmp_path / "d.h5"
+    generate(pools_file, dataset, RULES, scale=SMALL_SCALE, seed=1)
+    with pytest.raises(VpromError, match=r"d.h5: this is a DATASET.h5.*not a POOLS.h5.*"
+                                         r"vprom mine"):
+        generate(dataset, tmp_path / "again.h5", RULES, scale=SMALL_SCALE)
+    bare = tmp_path / "bare.h5"
+    with h5py.File(bare, "w") as h5:
+        tiny_crops(crops_per_element=4).write(h5.create_group("crops"))
+    with pytest.raises(VpromError, match="bare.h5: no manifest"):
+        generate(bare, tmp_path / "again.h5", RULES, scale=SMALL_SCALE)
+    assert not (tmp_path / "again.h5").exists()
+
+
+def test_an_interrupted_write_leaves_the_old_pair_or_an_interrupted_one(tmp_path, pools_file,
+                                                                        monkeypatch):
+    import os
+
+    from generation.checks import manifest_problems
+    from generation.dataset_view import load
+
+    out = tmp_path / "d.h5"
+    generate(pools_file, out, RULES, scale=SMALL_SCALE, seed=1)
+    old = out.read_bytes()
+    real = os.replace
+
+    def killed(src, dst):
+        if str(dst) == str(out):
+            raise KeyboardInterrupt  # the kill between the sidecar and the data file
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        generate(pools_file, out, RULES, scale=SMALL_SCALE, seed=2)
+    monkeypatch.undo()
+    assert out.read_bytes() == old  # nothing a user had is lost
+    problems = manifest_problems(load(out)[0])
+    assert len(problems) == 1 and "interrupted" in problems[0] and "re-run" in problems[0]
+    generate(pools_file, out, RULES, scale=SMALL_SCALE, seed=2)
+    assert manifest_problems(load(out)[0]) == []
+    assert not list(tmp_path.glob(".*part"))

@@ -77,6 +77,10 @@ def test_fixture_matrices_per_type(tmp_path):
     assert {t: r["matrices"] for t, r in f["table1"].items()} == {
         "object_attribute": 6, "human_attribute": 6, "object": 6, "count": 8, "total": 26}
     assert f["crops"] == 26 * 16
+    # the fixture's And, Or and Union matrices are solved by recognition alone
+    ceiling = f["perception_ceiling"]["by_element_type"]
+    assert ceiling["object"] == {"all": 1.0, "and": 1.0, "or": 1.0, "union": 1.0}
+    assert "perception-only ceiling" in format_stats(f) and "not a failure" in format_stats(f)
 
 
 def test_json_written_atomically_and_by_the_cli(hand_made, tmp_path, capsys):

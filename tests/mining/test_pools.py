@@ -160,6 +160,24 @@ def test_manifest_and_report_files(mined):
     assert f"{len(table):,} crops" in summary and len(summary.splitlines()) <= 6
 
 
+def test_pools_record_the_vocabulary_generation_needs(mined):
+    import h5py
+
+    from mining.vocab import load_vocabulary
+
+    _, _, path = mined
+    vocab = load_vocabulary()
+    with h5py.File(path, "r") as h5:
+        g = h5["vocabulary"]
+        assert set(g["objects"].asstr()[()]) == vocab.objects
+        human = dict(zip(g["human_attribute/label"].asstr()[()],
+                         g["human_attribute/super_attribute"].asstr()[()]))
+        assert human == dict(vocab.human_attributes)
+        pairs = set(zip(g["implied/label"].asstr()[()], g["implied/value"].asstr()[()]))
+    assert {("man", "male"), ("man", "adult"), ("girl", "young")} <= pairs
+    assert pairs == {(n, v) for n, vs in vocab.implied_labels.items() for v in vs}
+
+
 def test_report_lists_elements_with_few_crops(mined):
     report, _, _ = mined
     objects = next(p for p in report.pools if p["element_type"] == "object")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -357,14 +356,18 @@ def test_people_carry_sparse_labels_and_names_do_not_mark_the_gender_pool(truth,
     # no super-attribute is on every person (an action on all made the answer's the odd one)
     for super_attribute, elements in pools.items():
         carriers = {i for ids in elements.values() for i in ids}
-        assert 0.15 < len(carriers) / len(people) < 0.55, super_attribute
+        assert 0.3 < len(carriers) / len(people) < 0.7, super_attribute
     gendered = {i for ids in pools["gender"].values() for i in ids}
     names = {i: " ".join(annotations[i][2][0].split()).lower() for i in people}
-    assert {names[i] for i in people - gendered} == {"person"}
-    gender_names = Counter(names[i] for i in gendered)
-    assert gender_names["person"] > 0.25 * len(gendered)
-    assert set(gender_names) - {"person"} <= {"man", "woman", "boy", "girl"}
-    assert len(gender_names) > 1
+    # every figure shows a gender, so names are drawn alike with or without a gender label:
+    # "person" (implies nothing) about as often in the gender pool as outside it
+    assert set(names.values()) == {"man", "woman", "boy", "girl", "person"}
+    share = [sum(names[i] == "person" for i in group) / len(group)
+             for group in (gendered, people - gendered)]
+    assert 0.1 < share[0] < 0.45 and 0.1 < share[1] < 0.45
+    # a gender label and the name agree (a man is male)
+    male = set(pools["gender"]["male"])
+    assert not {i for i in male if names[i] in ("woman", "girl")}
 
 
 def test_a_person_without_an_action_label_is_not_drawn_standing():

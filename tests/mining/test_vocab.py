@@ -72,6 +72,21 @@ def test_required_objects_persons_and_exclusions(vocab):
     assert not vocab.person_words & vocab.objects
 
 
+def test_person_words_imply_visible_gender_and_age(vocab):
+    assert vocab.implied("man") == ("male", "adult")
+    assert vocab.implied("Women") == ("female", "adult")
+    assert vocab.implied("girl") == ("female", "young")
+    assert vocab.implied("person") == () and vocab.implied("dog") == ()
+    for name, values in vocab.implied_labels.items():
+        assert name in vocab.person_words | vocab.objects
+        assert {vocab.super_attribute(v, human=True) for v in values} <= {"gender", "age",
+                                                                          "action"}
+    # every gendered word names its gender, and every word for a child says young
+    gendered = {"man", "woman", "boy", "girl", "lady", "guy", "mother", "father"}
+    assert all({"male", "female"} & set(vocab.implied(w)) for w in gendered)
+    assert all("young" in vocab.implied(w) for w in ("boy", "girl", "child", "kid", "baby"))
+
+
 def test_super_attributes_of_one_table_are_disjoint(vocab):
     for human in (False, True):
         groups = [vocab.attributes_of(s, human) for s in vocab.super_attributes(human)]
@@ -177,6 +192,13 @@ def test_a_copy_loads_like_the_default(data_copy):
     ("aliases.json", lambda d: d["synonym"].update({"grey": "gray"}), ["'grey'", "twice"]),
     ("excluded.json", lambda d: d["attributes"]["state"].append("red"), ["excluded.json", "'red'"]),
     ("excluded.json", lambda d: d["objects"].__setitem__("weird", ["zz"]), ["'weird'", "reasons"]),
+    ("implied_labels.json", lambda d: d["implied"]["man"].append("tall"),
+     ["implied_labels.json", "'tall'", "human attribute"]),
+    ("implied_labels.json", lambda d: d["implied"]["man"].append("male"), ["duplicate", "'male'"]),
+    ("implied_labels.json", lambda d: d["implied"].__setitem__("men", ["male"]),
+     ["implied_labels.json", "'men'", "person word"]),
+    ("implied_labels.json", lambda d: d["implied"].__setitem__("boy", []), ["'boy'", "nothing"]),
+    ("implied_labels.json", lambda d: d.pop("implied"), ["implied_labels.json", "'implied'"]),
 ])
 def test_validation_names_the_file_and_the_label(data_copy, name, change, words):
     _edit(data_copy, name, change)

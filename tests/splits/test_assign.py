@@ -96,8 +96,10 @@ def test_attribute_rules():
     pairs = "held_out_relation_attribute_pairs"
     assert assign(union_color, info(side_held=1), SPECS)[pairs] == "test"
     assert assign(color, info(side_held=0), SPECS)[pairs] == "train"
+    action_or = matrix("human_attribute", "or", ["sitting"] * 16, sa="action")
+    assert assign(action_or, info(side_held=1), SPECS)[pairs] == "test"
     age_or = matrix("human_attribute", "or", ["young"] * 16, sa="age")
-    assert assign(age_or, info(side_held=1), SPECS)[pairs] == "test"
+    assert assign(age_or, info(side_held=0), SPECS)[pairs] == "train"
 
 
 def test_object_rules():
@@ -109,6 +111,63 @@ def test_object_rules():
     third2_and = matrix("object", "and", (THIRD[2] * 6)[:16])
     parts = assign(third2_and, info(), SPECS)
     assert parts["held_out_objects"] == parts["held_out_relation_object_pairs"] == "train"
+
+
+def labelled(categories=(), label_sas=(), at=3, side_held=0):
+    """`info` where panel `at` carries these categories and (table, super-attribute) labels
+    besides its element."""
+    cats = [frozenset()] * 16
+    sas = [frozenset()] * 16
+    cats[at], sas[at] = frozenset(categories), frozenset(label_sas)
+    return PanelInfo(sides={"neutral": (0,) * 16, "held_out": (side_held,) * 16},
+                     super_attributes=("",) * 16, categories=tuple(cats),
+                     label_super_attributes=tuple(sas))
+
+
+def test_a_held_out_label_anywhere_keeps_a_matrix_out_of_training():
+    color = matrix("object_attribute", "and", ["red"] * 16, sa="color")
+    clean = assign(color, labelled(), SPECS)
+    assert clean["held_out_attributes"] == clean["held_out_objects"] == "train"
+    # a red crop that is also round (shape is held out): not as an element, yet excluded
+    round_ = assign(color, labelled(label_sas={("object_attribute", "shape")}), SPECS)
+    assert round_["held_out_attributes"] == "excluded"
+    assert round_["held_out_objects"] == "train"
+    # a person whose name implies skiing: human action is held out
+    skier = assign(color, labelled(label_sas={("human_attribute", "action")}), SPECS)
+    assert skier["held_out_attributes"] == "excluded"
+    # a red crop naming an object of the held-out third: out of held_out_objects training
+    named = assign(color, labelled(categories={THIRD[0][0]}), SPECS)
+    assert named["held_out_objects"] == "excluded"
+    assert named["held_out_attributes"] == "train"
+
+
+def test_relation_object_pairs_ban_their_third_in_their_relation_only():
+    pairs = "held_out_relation_object_pairs"
+    # and holds out third 1, or third 2; a count matrix whose noun is of third 1
+    noun = labelled(categories={THIRD[1][0]})
+    count_and = matrix("count", "and", ["3"] * 16)
+    count_or = matrix("count", "or", ["3"] * 16)
+    assert assign(count_and, noun, SPECS)[pairs] == "excluded"
+    assert assign(count_or, noun, SPECS)[pairs] == "train"
+    # held_out_objects bans third 0 in every relation, progression too
+    third0 = labelled(categories={THIRD[0][0]})
+    progression = matrix("count", "progression", [str(v) for v in (1, 2, 3) * 5 + (4,)])
+    assert assign(progression, third0, SPECS)["held_out_objects"] == "excluded"
+    assert assign(progression, third0, SPECS)[pairs] == "train"
+
+
+def test_train_bans_state_what_each_held_out_split_keeps_out():
+    bans = load_rules().design.train_bans
+    assert set(bans) == {"held_out_attributes", "held_out_objects",
+                         "held_out_relation_object_pairs"}
+    assert bans["held_out_attributes"].super_attributes["human_attribute"] == ("action",)
+    assert bans["held_out_objects"].object_thirds["progression"] == (0,)
+    assert bans["held_out_relation_object_pairs"].object_thirds == {"and": (1,), "or": (2,),
+                                                                    "union": (0,)}
+    union = load_rules().design.train_side_ban("union")
+    assert union.object_thirds == {"union": (0,)}
+    assert union.shows_banned("union", {THIRD[0][0]}, ()) and not union.shows_banned(
+        "union", {THIRD[1][0]}, ())
 
 
 def test_neutral_follows_the_images_and_mixed_sides_are_excluded():

@@ -196,12 +196,14 @@ def run_build(args):
           scale=args.scale, seed=args.seed)
 
 
-@command("verify", "solver, integrity, split, leakage and bias checks (non-zero exit on failure)",
+@command("verify", "integrity, solver (implied labels too), splits, leakage, held-out labels, "
+         "per-type bias probes and the perception-only ceiling (non-zero exit on failure)",
          "vprom verify build/dataset.h5")
 def add_verify(p):
     p.add_argument("dataset", type=Path, help="DATASET.h5 to check")
     p.add_argument("--features", type=Path, default=None,
-                   help="also run the context-blind probe on these features")
+                   help="also run the context-blind probes on these features (crops an "
+                        "--allow-missing extraction lacks leave their matrices out)")
 
 
 def run_verify(args):
@@ -214,7 +216,8 @@ def run_verify(args):
         raise VpromError(f"{args.dataset}: verification failed ({report.failures()})")
 
 
-@command("stats", "Table 1 and split sizes, as a table (and --json)",
+@command("stats", "Table 1, split sizes and the perception-only ceiling, as a table "
+         "(and --json)",
          "vprom stats build/dataset.h5 --json build/stats.json")
 def add_stats(p):
     p.add_argument("dataset", type=Path, help="DATASET.h5")

@@ -1,0 +1,425 @@
+"""Human-attribute matrices drawn candidates first, so that any candidate could be the answer.
+
+Every person shows a gender, an age, a hair style...: a distractor of a human-attribute matrix
+must carry a KNOWN value of the matrix's super-attribute s that does not complete it (the
+known-value rule), else an unlabelled man could complete a "male" matrix. Drawn answer first,
+that rule gives the answer away: with k < 8 values of s, the 7 distractors share the k - 1
+other values while the answer's is unique, and a model that never sees the context picks the
+odd one out (measured on the VG-sized bench pool: 31% on human attributes, 68-96% on gender
+and age matrices).
+
+So the 8 candidates are drawn first, in *blocks*: b = 1..B super-attributes s_b (the
+profile), m_b candidates each, of distinct elements E_b of s_b, such that every candidate
+could be the answer of a matrix of its block's super-attribute:
+
+* a candidate of block b carries no element of another block and, for every other block b',
+  a known value of s_b' outside E_b' (so it is a valid distractor whichever candidate of b'
+  is the answer); so in s_b, each candidate of block b holds a value no other candidate holds;
+* for Or, each block also reserves a value v_b that no candidate carries: the row's other
+  element (Or's row 3 is completed by either of its two panels).
+
+Then the answer is the candidate in the planned answer position, a uniform choice among the
+8, and the matrix's super-attribute is its block's; the context is drawn last, for that
+answer (`_context`), and redrawn until the solver finds exactly the answer. Whatever
+statistic of the candidates a model computes — values held once, label counts, how often an
+element is right — the answer is any one of them with probability 1/8, so per-element answer
+rates and label counts are balanced by construction, not by weights.
+
+The profile has a *focus* block, as large as the data allow, so most candidates share the
+matrix's likely super-attribute (the paper prefers it); its size is drawn between what the
+other blocks leave it and its maximum. A block beside others holds at most k_s - 1 elements
+(the others need a value of s outside it; Or: k_s - 2), and only elements with crops that
+know every other block's super-attribute. A group's blocks are the super-attributes it may
+ask about; a test-side group (a held-out super-attribute, or a held-out (relation,
+super-attribute) pair) takes its held-out super-attribute as the focus and any other for the
+other blocks, and a matrix whose answer lands outside it is not a held-out matrix: it stays
+in the data set, excluded from that split's test set (its images are on the test side),
+which costs the split test matrices, not balance.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from generation.plan import Group
+from vprom.records import N_CANDIDATES, Relation
+from vprom.sampling import Draws
+from vprom.solver import completion_mask
+
+#: Tries of one candidate set's context before a new candidate set is drawn. Generous: a
+#: candidate set given up for its answer's context would make answers whose contexts are
+#: hard to draw rarer than 1 in 8 (the answer is chosen before the context).
+CONTEXT_TRIES = 40
+#: Elements a super-attribute needs for a context whatever its answer: And rows of another
+#: element, Or rows of two, Union rows of three.
+CONTEXT_ELEMENTS = {Relation.AND: 2, Relation.OR: 2, Relation.UNION: 3}
+#: Crops of one element tried before a candidate set is given up.
+CROP_TRIES = 12
+
+
+@dataclass
+class HumanSampler:
+    """One (group, cell) of human-attribute matrices (see the module docstring)."""
+
+    group: Group
+    cell: int
+    crops_of: dict[int, list[int]]  # element id -> crop rows (train side: unbanned only)
+    masks: list[int]
+    region: list[int]
+    solver_groups: list[int]  # super-attribute masks: the solver reads panels in one of them
+    names: list[str]  # super-attributes, by index
+    values: list[int]  # per super-attribute: mask of its values (implied-only ones too)
+    eligible: list[list[int]]  # per super-attribute: elements with enough crops for a context
+    focus: list[int]  # super-attributes the focus block may be of
+    blocks: list[int]  # super-attributes any block may be of
+    knows: dict[int, dict[int, list[int]]]  # element -> {super-attributes known: its crops}
+    element_id: list[int]  # crop row -> its element id
+    label: str = ""
+    skipped: list[str] = field(default_factory=list)
+    options: list = field(default_factory=list)  # (the answer-first samplers' field)
+    focus_ok: bool = True  # some profile has a focus of `focus` (`shortfall`)
+    _max: dict = field(default_factory=dict)
+    _knowing: dict = field(default_factory=dict)
+
+    def knowing(self, e: int, need: int) -> list[int]:
+        """The crops of e that know a value of every super-attribute in `need` (bits)."""
+        key = (e, need)
+        got = self._knowing.get(key)
+        if got is None:
+            got = self._knowing[key] = [r for k, rows in self.knows.get(e, {}).items()
+                                        if k & need == need for r in rows]
+        return got
+
+    # ------------------------------------------------------------ profiles
+    def fit(self, sa: int, blocks: tuple[int, ...]) -> list[int]:
+        """The elements of `sa` a profile of `blocks` can use: enough crops for a context,
+        and a crop that knows a value of every other block's super-attribute."""
+        need = 0
+        for b in blocks:
+            if b != sa:
+                need |= 1 << b
+        return [e for e in self.eligible[sa] if self.knowing(e, need)]
+
+    def hosts(self, sa: int) -> bool:
+        """Whether any element of `sa` could be the answer: a context of the group's relation
+        can be drawn for it (a union of gender has no third value)."""
+        return len(self.eligible[sa]) >= CONTEXT_ELEMENTS[self.group.relation]
+
+    def alone(self, sa: int) -> bool:
+        """Whether `sa` alone can hold all 8 candidates (their values then all differ)."""
+        extra = 1 if self.group.relation is Relation.OR else 0
+        room = min(len(self.eligible[sa]), self.values[sa].bit_count()) - extra
+        return self.hosts(sa) and room >= N_CANDIDATES
+
+    def block_max(self, sa: int, blocks: tuple[int, ...]) -> int:
+        """The most candidates `sa` can hold beside the other `blocks`: they need a value of
+        `sa` outside its block (and, for Or, outside the reserved value), so at most k - 1
+        (Or: k - 2) of its k values."""
+        key = (sa, blocks)
+        got = self._max.get(key)
+        if got is None:
+            extra = 1 if self.group.relation is Relation.OR else 0
+            got = min(len(self.fit(sa, blocks)), self.values[sa].bit_count() - extra - 1,
+                      len(self.eligible[sa]) - extra)
+            got = self._max[key] = max(got, 0) if self.hosts(sa) else 0
+        return got
+
+    def profile(self, draws: Draws, any_focus: bool = False
+                ) -> list[tuple[int, int, int]] | None:
+        """[(super-attribute, block size, its maximum)] summing to 8, the focus last, or
+        None. `any_focus`: the focus may be any block's super-attribute (see `sample`)."""
+        pool = [s for s in (self.blocks if any_focus else self.focus)
+                if self.alone(s) or self.block_max(s, (s,)) > 0]
+        if not pool:
+            return None
+        weights = [len(self.eligible[s]) for s in pool]
+        u = draws.uniform() * sum(weights)
+        focus = pool[-1]
+        for s, w in zip(pool, weights):
+            if u < w:
+                focus = s
+                break
+            u -= w
+        if self.alone(focus):
+            return [(focus, N_CANDIDATES, N_CANDIDATES)]
+        chosen = [focus]
+        maxes = [self.block_max(focus, (focus,))]
+        # the others in random order, those with room for more candidates first (small
+        # super-attributes join a profile only where the large ones leave room)
+        others = [s for s in draws.shuffled(self.blocks) if s != focus]
+        others.sort(key=lambda s: -self.block_max(s, tuple(sorted((focus, s)))))
+        for s in others:
+            if sum(maxes) >= N_CANDIDATES:
+                break
+            blocks = tuple(sorted(chosen + [s]))
+            trial = [self.block_max(b, blocks) for b in chosen + [s]]
+            if min(trial) > 0:
+                chosen, maxes = chosen + [s], trial
+        if sum(maxes) < N_CANDIDATES:
+            return None
+        return _allocate(draws, list(zip(chosen, maxes)))
+
+    # ------------------------------------------------------------ candidates
+    def candidates(self, draws: Draws, profile: list[tuple[int, int, int]]
+                   ) -> tuple[list[tuple[int, int]], list, list] | None:
+        """[(crop row, block)], the element sets E_b and the reserved values v_b, or None.
+
+        Blocks are filled in the profile's order (the focus last), element by element in
+        random order: an element is taken when no crop chosen so far carries it (those crops
+        then hold a value of s_b outside E_b, as the rule wants) and one of its crops (a)
+        carries no element already taken, (b) holds a value of every earlier block's
+        super-attribute outside its elements, and (c) knows every later block's, with values
+        that leave each later block room for its elements (and, for Or, a free value) —
+        among such crops, preferably one adding no value the others do not already carry.
+        For Or, each block's v_b is then a value no candidate carries.
+        """
+        every = 0
+        for s, _, _ in profile:
+            every |= 1 << s
+        orr = 1 if self.group.relation is Relation.OR else 0
+        masks, region, u = self.masks, self.region, draws.uniform
+        values = [self.values[s] for s, _, _ in profile]
+        # most values of a later block the crops before it may carry
+        budget = [v.bit_count() - m - orr for v, (_, m, _) in zip(values, profile)]
+        chosen: list = []
+        forbidden, carried = 0, 0  # elements taken so far / labels of the crops so far
+        required: list[int] = []  # per fixed block: its values outside its elements
+        out, used = [], set()
+        for b, (s, m, _) in enumerate(profile):
+            need = every & ~(1 << s)
+            later = list(range(b + 1, len(profile)))
+            elements: list[int] = []
+            for e in draws.shuffled(self.eligible[s]):
+                if len(elements) == m:
+                    break
+                if (carried >> e) & 1 or not self.knowing(e, need):
+                    continue
+                crops = self.knowing(e, need)
+                best, fewest = -1, N_CANDIDATES * 8
+                for _ in range(CROP_TRIES):
+                    row = crops[int(u() * len(crops))]
+                    mask = masks[row]
+                    if (mask & forbidden or region[row] in used
+                            or not all(mask & r for r in required)):
+                        continue
+                    both = carried | mask
+                    if any((both & values[t]).bit_count() > budget[t] for t in later):
+                        continue
+                    new = sum(((mask & ~carried) & values[t]).bit_count() for t in later)
+                    if new < fewest:
+                        best, fewest = row, new
+                    if not new:
+                        break
+                if best < 0:
+                    continue
+                elements.append(e)
+                forbidden |= 1 << e
+                used.add(region[best])
+                carried |= masks[best]
+                out.append((best, b))
+            if len(elements) < m:
+                return None
+            chosen.append(elements)
+            block = 0
+            for e in elements:
+                block |= 1 << e
+            required.append(values[b] & ~block)
+        reserved = [-1] * len(profile)
+        if orr:
+            # the row's other element: a value of the block no candidate carries
+            for b, (s, _, _) in enumerate(profile):
+                free = [e for e in self.eligible[s] if not (carried >> e) & 1]
+                if not free:
+                    return None
+                reserved[b] = draws.pick(free)
+        return out, chosen, reserved
+
+    # ------------------------------------------------------------ the matrix
+    def sample(self, draws: Draws, answer_pos: int, why: Counter, tries: int
+               ) -> tuple[str, list[int]] | None:
+        """(super-attribute, 8 context + 8 candidate crop rows), or None after `tries`."""
+        masks, region = self.masks, self.region
+        for attempt in range(tries):
+            # a test-side group whose held-out super-attribute the cell cannot put beside 7
+            # other candidates (a thin cell) draws, after half its tries, a matrix of another
+            # super-attribute: sound and balanced, on test-side images, just not held out
+            any_focus = not self.focus_ok or attempt >= tries // 2
+            profile = self.profile(draws, any_focus)
+            if profile is None:
+                why["no profile of super-attributes fills 8 candidates"] += 1
+                continue
+            got = self.candidates(draws, profile)
+            while got is None and (profile := _shrink(profile)) is not None:
+                # a smaller focus leaves the others more of its values to share
+                got = self.candidates(draws, profile)
+            if got is None:
+                why["too few crops with known values of the other blocks"] += 1
+                continue
+            cands, chosen, reserved = got
+            pick = int(draws.uniform() * N_CANDIDATES)
+            rest = [c for k, c in enumerate(cands) if k != pick]
+            draws.shuffle(rest)
+            slots = rest[:answer_pos] + [cands[pick]] + rest[answer_pos:]
+            answer_row, block = cands[pick]
+            sa = profile[block][0]
+            a = self.element_id[answer_row]
+            mates = [e for e in chosen[block] if e != a]
+            used = {region[r] for r, _ in cands}
+            others = [r for r, _ in slots if r != answer_row]
+            for _ in range(CONTEXT_TRIES):
+                rows = self._context(draws, sa, a, reserved[block], mates, used)
+                if rows is None:
+                    continue
+                z = completion_mask(self.group.element_type, [masks[r] for r in rows],
+                                    groups=self.solver_groups)
+                if masks[answer_row] & z and not any(masks[r] & z for r in others):
+                    return self.names[sa], rows + [r for r, _ in slots]
+            why["no context leaves exactly the answer completing"] += 1
+        return None
+
+    def _context(self, draws: Draws, sa: int, a: int, v: int, mates: list[int],
+                 used: set[int]) -> list[int] | None:
+        """8 context crops of super-attribute `sa` for the answer `a` (Or: row 3 shows a and
+        v), their other elements preferably the answer's block mates (so the candidates show
+        elements of the context)."""
+        relation = self.group.relation
+        pool = self.eligible[sa]
+        if relation is Relation.OR:
+            ids = []
+            for _ in range(2):
+                x, y = draws.distinct(pool, 2)
+                ids += [x, y, x if draws.coin() else y]
+            ids += [a, v] if draws.coin() else [v, a]
+        else:
+            shuffled_mates = list(draws.shuffled(mates))
+            rest = [e for e in draws.shuffled(pool) if e != a and e not in mates]
+            others = shuffled_mates + rest
+            if len(others) < 2:
+                if relation is not Relation.AND or not others:
+                    return None
+                others = others * 2  # And on a 2-value super-attribute: rows may repeat
+            b, c = others[:2]
+            if relation is Relation.AND:
+                ids = [b, b, b, c, c, c, a, a]
+            else:  # union: a Latin square whose last row misses a
+                square = [[a, b, c], [b, c, a], [c, a, b]]
+                if draws.coin():
+                    square = [r[::-1] for r in square]
+                last = next(r for r in square if r[2] == a)
+                first = [r for r in square if r is not last]
+                draws.shuffle(first)
+                ids = first[0] + first[1] + last[:2]
+        rows, taken, u = [], set(used), draws.uniform
+        for e in ids:
+            crops = self.crops_of[e]
+            for _ in range(8):
+                r = crops[int(u() * len(crops))]
+                if self.region[r] not in taken:
+                    break
+            else:
+                return None
+            taken.add(self.region[r])
+            rows.append(r)
+        return rows
+
+
+def _allocate(draws: Draws, have: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Block sizes for [(super-attribute, maximum)], the focus first: the focus between what
+    the others leave it and its maximum (uniformly: a block at its maximum needs every other
+    candidate to share the one value of it that is left, which sparse labels rarely allow),
+    every block at least 1, the rest spread over the others in random order up to each one's
+    maximum. Returned in the order the candidates are drawn: the focus last."""
+    sizes = [1] * len(have)
+    left = N_CANDIDATES - len(have)
+    low = max(0, left - sum(m - 1 for _, m in have[1:]))
+    high = min(have[0][1] - 1, left)
+    first = low + int(draws.uniform() * (high - low + 1))
+    sizes[0] += first
+    left -= first
+    for k in draws.shuffled(range(1, len(have))):
+        add = min(have[k][1] - 1, left)
+        sizes[k] += add
+        left -= add
+    blocks = [(s, n, m) for (s, m), n in zip(have, sizes)]
+    return blocks[1:] + blocks[:1]
+
+
+def _shrink(profile: list[tuple[int, int, int]]) -> list[tuple[int, int, int]] | None:
+    """The profile with one candidate moved from the focus (last) to the first other block
+    with room, or None when the focus holds one or no block has room."""
+    *others, (focus, size, cap) = profile
+    if size <= 1:
+        return None
+    for k, (s, n, m) in enumerate(others):
+        if n < m:
+            others[k] = (s, n + 1, m)
+            return others + [(focus, size - 1, cap)]
+    return None
+
+
+def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int, list[int]],
+                       label: str, min_context_crops: int) -> HumanSampler:
+    """The sampler of one (group, cell) (`shortfall` says whether it can draw at all)."""
+    etype = group.element_type
+    sa_of = pool.super_attribute[etype]
+    names = sorted(set(sa_of.values()))
+    index = {n: k for k, n in enumerate(names)}
+    values = [0] * len(names)
+    for i, s in sa_of.items():
+        values[index[s]] |= 1 << i
+    carried = 0  # a value no crop carries is no value a distractor can be known to hold
+    for rows in crops_of.values():
+        for r in rows:
+            carried |= pool.masks[r]
+    values = [v & carried for v in values]
+    eligible: list[list[int]] = [[] for _ in names]
+    for e, rows in sorted(crops_of.items()):
+        s = sa_of.get(e)
+        if s is not None and len(rows) >= min_context_crops:
+            eligible[index[s]].append(e)
+    knows: dict[int, dict[int, list[int]]] = {}
+    masks = pool.masks
+    for e, rows in crops_of.items():
+        by_known: dict[int, list[int]] = {}
+        for r in rows:
+            m = masks[r]
+            by_known.setdefault(sum(1 << k for k, v in enumerate(values) if m & v), []).append(r)
+        knows[e] = by_known
+    held = set(design.held_super_attributes.get(etype.value, ()))
+    pairs = set(design.held_pairs.get(etype.value, {}).get(group.relation.value, ()))
+    every = list(range(len(names)))
+    if group.name == "held_sa":
+        focus, blocks = [index[s] for s in names if s in held], every
+    elif group.name == "held_pair":
+        focus, blocks = [index[s] for s in names if s in pairs], every
+    else:  # train side: no held-out super-attribute, nor this relation's pair
+        focus = blocks = [index[s] for s in names if s not in held and s not in pairs]
+    sampler = HumanSampler(group, cell, crops_of, masks, pool.region,
+                           pool.groups.get(etype, []), names, values, eligible, focus, blocks,
+                           knows, pool.element_id, label=label)
+    sampler.skipped = sorted(names[s] for s in focus
+                             if not sampler.alone(s) and sampler.block_max(s, (s,)) == 0)
+    return sampler
+
+
+def shortfall(s: HumanSampler) -> str | None:
+    """Why no candidate set can be drawn (None: some can), naming each super-attribute. A
+    test-side group that can draw matrices of other super-attributes only is no shortfall:
+    its held-out super-attribute is listed as too small (`skipped`), and it draws those."""
+    draws = Draws(0, s.cell)
+    if any(s.profile(draws) is not None for _ in range(32)):
+        return None
+    if set(s.blocks) != set(s.focus) and any(s.profile(draws, True) is not None
+                                             for _ in range(32)):
+        s.focus_ok = False
+        s.skipped = sorted(set(s.skipped) | {s.names[k] for k in s.focus})
+        return None
+    others = [s.names[k] for k in s.blocks if k not in s.focus]
+    return "; ".join(
+        f"{s.names[k]}: {len(s.eligible[k])} elements with enough crops, "
+        f"{s.values[k].bit_count()} values, room for "
+        f"{N_CANDIDATES if s.alone(k) else s.block_max(k, (k,))} candidates"
+        for k in s.focus) + " (8 candidates needed" + (
+            f"; other super-attributes: {', '.join(others)})" if others else ")") \
+        if s.focus else "no super-attribute may be asked here"

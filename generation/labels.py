@@ -1,0 +1,192 @@
+"""What generation knows of labels beyond the crops table: the vocabulary the pools were mined with.
+
+A crop's `labels` column holds every label its Visual Genome source has (names and
+attributes). Two things need more than those strings:
+
+* **Implied labels.** A region named "man" shows a male adult even when no attribute says so.
+  The vocabulary's `implied_labels.json` maps person words (and category names) to the
+  human-attribute values they imply; a human-attribute crop's *labels* are its explicit labels
+  and the values its names imply, read together by the solver, the distractor choice, the
+  strict held-out splits and `vprom verify`. The `labels` column itself stays as mined, so
+  what was annotated and what was inferred stay apart (`implied_of` gives the latter).
+* **Label classes.** The strict held-out splits ban labels, not only elements: every label is
+  classified as an object category and/or an attribute of a super-attribute of the table of
+  its crop (the human table for human-attribute crops, the object table for the others).
+
+`vprom mine` records this as the `vocabulary` group of POOLS.h5 (`objects`,
+`object_attribute/{label, super_attribute}`, `human_attribute/{label, super_attribute}`,
+`implied/{label, value}`); `vprom generate` copies it to `vocab/labels/...` of DATASET.h5, so
+`vprom verify` re-checks a data set under the very labels it was built with. Pools without
+the group (written by hand, or by an older vprom) fall back to what the crops themselves say:
+their elements are the categories and attributes, and nothing is implied (`recorded` False,
+which the generate summary states).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import h5py
+import numpy as np
+
+from vprom.errors import VpromError
+from vprom.records import LABEL_SEPARATOR, ElementType
+from vprom.tables import STR, CropTable
+
+HUMAN = ElementType.HUMAN_ATTRIBUTE.value
+OBJECT_TABLE = ElementType.OBJECT_ATTRIBUTE.value
+TABLES = (OBJECT_TABLE, HUMAN)
+
+
+def table_of(element_type: str) -> str:
+    """The attribute table a crop's labels are read in: human crops the human one."""
+    return HUMAN if element_type == HUMAN else OBJECT_TABLE
+
+
+@dataclass(frozen=True)
+class LabelVocabulary:
+    categories: frozenset[str]
+    tables: Mapping[str, Mapping[str, str]]  # table -> attribute label -> super-attribute
+    implied: Mapping[str, tuple[str, ...]]  # name -> implied human-attribute values
+    recorded: bool = True  # False: made up from the crops alone (no vocabulary recorded)
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    # ------------------------------------------------------------ building
+    @classmethod
+    def of_crops(cls, crops: CropTable, base: "LabelVocabulary | None" = None
+                 ) -> "LabelVocabulary":
+        """`base` (or nothing) completed with what the crops say of their own elements."""
+        etype, element, sa = crops.element_type, crops.element, crops.super_attribute
+        categories = set(element[etype == ElementType.OBJECT.value].tolist())
+        tables: dict[str, dict[str, str]] = {t: {} for t in TABLES}
+        for t in TABLES:
+            rows = etype == t
+            tables[t].update(zip(element[rows].tolist(), sa[rows].tolist()))
+        implied: dict[str, tuple[str, ...]] = {}
+        if base is not None:
+            categories |= base.categories
+            for t in TABLES:
+                tables[t] = {**tables[t], **base.tables.get(t, {})}
+            implied = dict(base.implied)
+        return cls(frozenset(categories), tables, implied,
+                   recorded=base is not None and base.recorded)
+
+    @classmethod
+    def from_tables(cls, objects: Iterable[str], object_attributes: Mapping[str, str],
+                    human_attributes: Mapping[str, str],
+                    implied: Mapping[str, Iterable[str]]) -> "LabelVocabulary":
+        """From a vocabulary's tables (`mining.vocab.Vocabulary` fields)."""
+        return cls(frozenset(objects), {OBJECT_TABLE: dict(object_attributes),
+                                        HUMAN: dict(human_attributes)},
+                   {k: tuple(v) for k, v in implied.items()})
+
+    # ------------------------------------------------------------ files
+    @classmethod
+    def read(cls, group: h5py.Group | None, where: str) -> "LabelVocabulary | None":
+        """The vocabulary stored in `group` (POOLS.h5 `vocabulary` or DATASET.h5
+        `vocab/labels`), or None where there is none."""
+        if group is None:
+            return None
+        try:
+            def col(path):
+                return group[path].asstr()[()].tolist()
+
+            tables = {t: dict(zip(col(f"{t}/label"), col(f"{t}/super_attribute")))
+                      for t in TABLES}
+            implied: dict[str, list[str]] = {}
+            for name, value in zip(col("implied/label"), col("implied/value")):
+                implied.setdefault(name, []).append(value)
+            objects = col("objects")
+        except (KeyError, TypeError, ValueError, OSError) as e:
+            raise VpromError(f"{where}: its vocabulary group {group.name} is incomplete ({e}); "
+                             "re-run `vprom mine` (or `vprom generate`) to rewrite it") from None
+        for name, values in implied.items():
+            for v in values:
+                if v not in tables[HUMAN]:
+                    raise VpromError(f"{where}: {group.name}/implied says '{name}' implies "
+                                     f"'{v}', which its human-attribute table lacks; re-run "
+                                     "`vprom mine` with a valid vocabulary")
+        return cls(frozenset(objects), tables, {k: tuple(v) for k, v in implied.items()})
+
+    def write(self, group: h5py.Group) -> None:
+        def column(g, name, values):
+            g.create_dataset(name, data=np.asarray(list(values), dtype=object).reshape(-1),
+                             dtype=STR)
+
+        column(group, "objects", sorted(self.categories))
+        for t in TABLES:
+            g = group.create_group(t)
+            labels = sorted(self.tables.get(t, {}))
+            column(g, "label", labels)
+            column(g, "super_attribute", [self.tables[t][label] for label in labels])
+        g = group.create_group("implied")
+        pairs = [(n, v) for n, vs in sorted(self.implied.items()) for v in vs]
+        column(g, "label", [n for n, _ in pairs])
+        column(g, "value", [v for _, v in pairs])
+
+    # ------------------------------------------------------------ reading labels
+    def implied_of(self, element_type: str, labels: Iterable[str]) -> frozenset[str]:
+        """The values a crop's names imply that its labels do not already hold."""
+        if element_type != HUMAN or not self.implied:
+            return frozenset()
+        labels = frozenset(labels)
+        out = {v for label in labels for v in self.implied.get(label, ())}
+        return frozenset(out - labels)
+
+    def split_label_sets(self, crops: CropTable
+                         ) -> tuple[list[frozenset[str]], list[frozenset[str]]]:
+        """Per crop: (its explicit labels, the labels its names imply), one set object per
+        distinct (element type, label list), as label lists repeat a lot."""
+        explicit, implied = [], []
+        seen: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {}
+        for etype, text in zip(crops.element_type.tolist(), crops.labels.tolist()):
+            got = seen.get((etype, text))
+            if got is None:
+                labels = frozenset(x for x in text.split(LABEL_SEPARATOR) if x)
+                got = seen[(etype, text)] = (labels, self.implied_of(etype, labels))
+            explicit.append(got[0])
+            implied.append(got[1])
+        return explicit, implied
+
+    def label_sets(self, crops: CropTable) -> list[frozenset[str]]:
+        """Per crop: its explicit and implied labels together."""
+        memo: dict[tuple[int, int], frozenset[str]] = {}
+        out = []
+        for e, i in zip(*self.split_label_sets(crops)):
+            key = (id(e), id(i))
+            got = memo.get(key)
+            if got is None:
+                got = memo[key] = e | i
+            out.append(got)
+        return out
+
+    def concepts(self, element_type: str, labels: frozenset[str]
+                 ) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
+        """(object categories, attribute (table, super-attribute) pairs) among `labels`."""
+        key = (element_type, labels)
+        got = self._cache.get(key)
+        if got is None:
+            table = table_of(element_type)
+            sas = self.tables.get(table, {})
+            got = self._cache[key] = (
+                frozenset(label for label in labels if label in self.categories),
+                frozenset((table, sas[label]) for label in labels if label in sas))
+        return got
+
+    def super_attribute_of(self, element_type: str, label: str) -> str:
+        """The super-attribute of an attribute label in the crop's table ("" if none)."""
+        return self.tables.get(table_of(element_type), {}).get(label, "")
+
+    def counts(self) -> dict:
+        """For the manifest: how much was recorded."""
+        return {"recorded": self.recorded, "categories": len(self.categories),
+                "attributes": {t: len(self.tables.get(t, {})) for t in TABLES},
+                "implied_names": len(self.implied)}
+
+
+def read_pools_vocabulary(path, crops: CropTable) -> LabelVocabulary:
+    """The vocabulary recorded in POOLS.h5 (completed with the crops' own elements)."""
+    with h5py.File(path, "r") as h5:
+        base = LabelVocabulary.read(h5["vocabulary"] if "vocabulary" in h5 else None, str(path))
+    return LabelVocabulary.of_crops(crops, base)

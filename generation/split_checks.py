@@ -1,0 +1,245 @@
+"""`vprom verify`'s checks 3-5: splits, leakage and held-out labels.
+
+3. splits — all 7 splits present, their ids known, train/val/test disjoint, the stored
+   parts equal the split rules re-run on every matrix (val is drawn from the train side,
+   and the rules see every panel's labels, explicit and implied, classified by the file's
+   label vocabulary), and the paper's rules that need no spec (held-out attributes,
+   interpolation, extrapolation) hold for the answers.
+4. leakage — no image region (same image and box, or same VG source id) on both the
+   train(+val) and the test side of any split.
+5. held-out labels — in every held-out split, no training or validation matrix shows, on
+   any of its 16 panels, a label the split holds out (`vprom.splitting.TrainBan`): a held-out
+   attribute or object category anywhere among the panel's labels, not only as the element
+   it shows. Counted directly from the labels, apart from the split rules, per split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+from tqdm import tqdm
+
+from generation.audit import Check
+from generation.dataset_view import Data, examples
+from vprom.errors import VpromError
+from vprom.records import N_CONTEXT, SPLITS, ElementType, Relation
+from vprom.splitting import PanelInfo, SplitRules, TrainBan, image_sides
+from vprom.tables import CropTable, MatrixTable
+
+#: Paper rules that hold whatever the split spec files say (answer elements / super-attributes).
+HELD_OUT_SUPER_ATTRIBUTES = frozenset({"shape", "texture", "action"})
+
+
+def crop_concepts(data: Data) -> list[tuple[frozenset[str], frozenset[tuple[str, str]]]]:
+    """Per crop: the object categories and attribute (table, super-attribute) pairs among
+    all its labels, explicit and implied."""
+    vocab, etypes = data.vocabulary, data.crops.element_type.tolist()
+    return [vocab.concepts(t, labels) for t, labels in zip(etypes, data.label_sets())]
+
+
+# ---------------------------------------------------------------- 3. splits
+def default_assigner(data: Data, rules: SplitRules) -> Callable:
+    """matrix -> {split: part} by the split rules with the seed the manifest records (sides
+    of every panel's image computed for all matrices at once)."""
+    seed = (data.manifest or {}).get("seed")
+    if not isinstance(seed, int):
+        raise VpromError(f"{data.path}: the manifest records no seed, so the split rules "
+                         "cannot be re-run; regenerate the file with `vprom generate`")
+    rows = np.where(data.rows < 0, 0, data.rows)
+    sides = image_sides(rules, seed, data.crops.image_id[rows])
+    super_attributes = data.crops.super_attribute[rows]
+    concepts = crop_concepts(data)
+    row_of = {int(mid): i for i, mid in enumerate(data.matrices.id)}
+
+    def assigner(matrix):
+        i = row_of[matrix.id]
+        panels = [concepts[r] for r in rows[i]]
+        info = PanelInfo(sides={p: tuple(int(v) for v in s[i]) for p, s in sides.items()},
+                         super_attributes=tuple(super_attributes[i]),
+                         categories=tuple(c for c, _ in panels),
+                         label_super_attributes=tuple(s for _, s in panels))
+        return rules.assign(matrix, info)
+
+    return assigner
+
+
+def split_structure_problems(m: MatrixTable) -> list[str]:
+    """Every split present; its ids are matrices; train, val and test disjoint."""
+    problems = [f"split '{s}' is missing" for s in SPLITS if s not in m.splits]
+    known = set(m.id.tolist())
+    for split, parts in sorted(m.splits.items()):
+        seen: dict[int, str] = {}
+        for part in ("train", "val", "test"):
+            ids = parts.get(part, np.zeros(0, np.int64)).tolist()
+            unknown = [i for i in ids if i not in known]
+            if unknown:
+                problems.append(f"{split}/{part} lists {len(unknown):,} unknown matrix id(s), "
+                                f"e.g. {unknown[0]}")
+            twice = [i for i in ids if i in seen]
+            if twice:
+                problems.append(f"{split}: matrix {twice[0]} is in {seen[twice[0]]} and {part} "
+                                f"({len(twice):,} such)")
+            seen.update({i: part for i in ids})
+    return problems
+
+
+def paper_rule_problems(data: Data) -> list[str]:
+    """Rules from the paper that hold whatever the spec files say, checked on the answers."""
+    m = data.matrices
+    columns = m.part_columns()
+    answer = m.elements[np.arange(len(m)), N_CONTEXT + m.answer.astype(np.int64).clip(0, 7)]
+    count = m.element_type == ElementType.COUNT.value
+    value = np.array([int(a) if c and a.isdigit() else 0 for a, c in zip(answer, count)])
+    held = np.isin(m.super_attribute, sorted(HELD_OUT_SUPER_ATTRIBUTES))
+    # split -> (what may not be on the train side, what may not be in test)
+    rules = {
+        "held_out_attributes": (held, np.zeros(len(m), bool)),
+        "interpolation": (count & (value % 2 == 0), count & (value % 2 == 1)),
+        "extrapolation": (count & (value > 5), count & (value <= 5)),
+    }
+    problems = []
+    for split, (not_train, not_test) in rules.items():
+        if split not in columns:
+            continue
+        side = columns[split]
+        bad = (np.isin(side, ["train", "val"]) & not_train) | ((side == "test") & not_test)
+        if bad.any():
+            problems.append(f"{split}: {int(bad.sum()):,} matrices break the paper's rule "
+                            f"(e.g. matrix {int(m.id[np.flatnonzero(bad)[0]])})")
+    return problems
+
+
+def check_splits(data: Data, rules: SplitRules, assigner: Callable | None = None) -> Check:
+    """Stored parts are well formed and equal the split rules re-run on every matrix."""
+    m = data.matrices
+    problems = split_structure_problems(m) + paper_rule_problems(data)
+    try:
+        assigner = assigner or default_assigner(data, rules)
+    except VpromError as e:
+        return Check("splits", "fail", f"cannot re-run the split rules: {e}", {},
+                     problems + [str(e)])
+    parts = m.parts_of()
+    side = {"train": "train", "val": "train", "test": "test", "excluded": "excluded"}
+    wrong, reasons = [], []
+    for i in tqdm(range(len(m)), desc="splits", unit="matrix", disable=None):
+        matrix = m.row(i, parts)
+        expected = assigner(matrix)
+        for split in sorted(m.splits):
+            want, got = expected.get(split, "excluded"), matrix.part(split)
+            if side.get(want, want) != side.get(got, got):
+                wrong.append(matrix.id)
+                reasons.append(f"{split}: stored {got}, the rule says {want}")
+                break
+    problems += examples("part differs from the split rule", wrong, reasons)
+    sizes = {s: {p: len(ids) for p, ids in parts_.items()} for s, parts_ in m.splits.items()}
+    summary = (f"{len(m.splits)} splits; parts disjoint and equal to the rules" if not problems
+               else f"{len(problems)} problem(s); {len(wrong):,} matrices off their rule")
+    return Check("splits", "fail" if problems else "pass", summary,
+                 {"sizes": sizes, "off_rule": len(wrong)}, problems)
+
+
+# ---------------------------------------------------------------- 4. leakage
+def region_codes(c: CropTable) -> tuple[np.ndarray, np.ndarray]:
+    """Per crop: a code for its region (image + box) and for its VG source (-1: unknown)."""
+    boxes = np.stack([c.image_id, c.x, c.y, c.w, c.h], axis=1).astype(np.int64)
+    _, region = np.unique(boxes, axis=0, return_inverse=True)
+    is_count = (c.element_type == ElementType.COUNT.value).astype(np.int64)
+    # VG object ids and region ids are separate id spaces: counts come from regions
+    keyed = np.stack([is_count, c.source_id], axis=1)
+    _, source = np.unique(keyed, axis=0, return_inverse=True)
+    return region.ravel(), np.where(c.source_id > 0, source.ravel(), -1)
+
+
+def check_leakage(data: Data) -> Check:
+    """No image region or VG source on both the train(+val) and test side of a split."""
+    m = data.matrices
+    region, source = region_codes(data.crops)
+    index = {int(i): k for k, i in enumerate(m.id)}
+    figures, problems = {}, []
+    for split in m.ordered_splits():
+        parts = m.splits[split]
+
+        def rows_of(names, parts=parts):
+            ids = np.concatenate([parts.get(p, np.zeros(0, np.int64)) for p in names])
+            idx = np.array([index[int(i)] for i in ids if int(i) in index], dtype=np.int64)
+            r = data.rows[idx].ravel()
+            return r[r >= 0]
+
+        train, test = rows_of(("train", "val")), rows_of(("test",))
+        shared_regions = np.intersect1d(region[train], region[test])
+        shared_sources = np.intersect1d(source[train], source[test])
+        shared_sources = shared_sources[shared_sources >= 0]
+        figures[split] = {"regions": len(shared_regions), "sources": len(shared_sources)}
+        if len(shared_regions) or len(shared_sources):
+            example = data.crops.row(int(train[np.isin(region[train], shared_regions[:1])
+                                               | np.isin(source[train], shared_sources[:1])][0]))
+            problems.append(f"{split}: {len(shared_regions):,} image regions and "
+                            f"{len(shared_sources):,} VG sources on both train/val and test "
+                            f"(e.g. image {example.image_id} box {list(example.box)})")
+    summary = ("no image region on both sides of any split" if not problems else
+               f"{len(problems)} split(s) share image regions between train/val and test")
+    return Check("leakage", "fail" if problems else "pass", summary, figures, problems)
+
+
+
+
+# ---------------------------------------------------------------- 5. held-out labels
+def banned_crops(ban: TrainBan, relation: str, concepts) -> np.ndarray:
+    """Per crop: whether it shows, in a matrix of `relation`, a label `ban` holds out."""
+    memo: dict[tuple, bool] = {}  # concept sets repeat a lot between crops
+    out = np.zeros(len(concepts), dtype=bool)
+    for k, key in enumerate(concepts):
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = ban.shows_banned(relation, *key)
+        out[k] = got
+    return out
+
+
+def held_out_labels(data: Data, ban: TrainBan) -> int:
+    """How many distinct labels of the data set's vocabulary `ban` holds out (any relation)."""
+    vocab = data.vocabulary
+    labels = {label for table, sas in ban.super_attributes.items()
+              for label, sa in vocab.tables.get(table, {}).items() if sa in sas}
+    thirds = {t for ts in ban.object_thirds.values() for t in ts}
+    if thirds:
+        from vprom.sampling import object_third
+
+        labels |= {c for c in vocab.categories if object_third(c) in thirds}
+    return len(labels)
+
+
+def check_held_out(data: Data, bans: Mapping[str, TrainBan]) -> Check:
+    """No training or validation matrix of a held-out split shows a held-out label (`bans`:
+    split -> what it holds out, `rules.design.train_bans`)."""
+    m = data.matrices
+    if not bans:
+        return Check("held-out labels", "skip", "the split rules hold out no labels")
+    concepts = crop_concepts(data)
+    rows = np.where(data.rows < 0, 0, data.rows)
+    columns = m.part_columns()
+    figures, problems = {}, []
+    for split in [s for s in SPLITS if s in bans] + sorted(set(bans) - set(SPLITS)):
+        ban = bans[split]
+        training = np.isin(columns.get(split, np.full(len(m), "excluded")), ["train", "val"])
+        bad = np.zeros(len(m), dtype=bool)
+        panels = 0
+        for relation in Relation:
+            mine = training & (m.relation == relation.value)
+            if not mine.any():
+                continue
+            shows = banned_crops(ban, relation.value, concepts)[rows[mine]]
+            bad[np.flatnonzero(mine)[shows.any(axis=1)]] = True
+            panels += int(shows.sum())
+        figures[split] = {"train_val_matrices": int(training.sum()),
+                          "violating_matrices": int(bad.sum()), "violating_panels": panels,
+                          "held_out_labels": held_out_labels(data, ban)}
+        if bad.any():
+            problems += examples(f"{split}: a training or validation matrix shows a "
+                                 "held-out label", m.id[bad])
+    counts = ", ".join(f"{s} {f['violating_matrices']:,}/{f['train_val_matrices']:,}"
+                       for s, f in figures.items())
+    summary = (f"training and validation matrices showing a held-out label (any label, any "
+               f"panel): {counts}")
+    return Check("held-out labels", "fail" if problems else "pass", summary, figures, problems)
