@@ -110,6 +110,10 @@ def check_bias(data: Data, features: Path | None, seed: int = 0) -> list[Check]:
 def read_features(path: Path, crop_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(features of the wanted crops, row of each wanted crop id in that array)."""
     with open_h5(path) as h5:
+        if "maps" in h5 and "features" not in h5:
+            raise VpromError(f"{path}: holds spatial maps (`vprom extract --pool none`); the "
+                             "feature probe reads pooled vectors: pass a FEATS.h5 extracted "
+                             "without --pool none")
         if "crop_id" not in h5 or "features" not in h5:
             raise VpromError(f"{path}: no 'crop_id'/'features' datasets; expected a FEATS.h5 "
                              "from `vprom extract`")

@@ -142,6 +142,19 @@ def test_features_extracted_with_allow_missing_leave_their_matrices_out(tmp_path
     assert not [w for w in recwarn if "numpy" in str(w.filename) or "Mean" in str(w.message)]
 
 
+def test_a_maps_file_is_refused_with_what_to_pass_instead(tmp_path):
+    def maps(tmp_path, crops, matrices):
+        path = tmp_path / "maps.h5"
+        with h5py.File(path, "w") as h5:
+            h5["crop_id"] = np.array([c.crop_id for c in crops])
+            h5["maps"] = np.zeros((len(crops), 4, 2, 2), np.float16)
+        return path
+
+    from vprom.errors import VpromError
+    with pytest.raises(VpromError, match="spatial maps.*without --pool none"):
+        bias_report(tmp_path, None, features=maps)
+
+
 def test_label_overlap_by_hand():
     sets = [frozenset(s) for s in ({"a"}, {"a", "b"}, {"c"}, set(), {"b"}, {"d"}, {"e"},
                                    {"c", "e"})]
