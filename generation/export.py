@@ -12,7 +12,7 @@ Lines are streamed to a temporary file (each crop's JSON fragment is built once,
 are shared between matrices) and renamed into place when complete; `OUT.manifest.json`
 records the source's sha256. `matrix_of(record)` turns a line back into a `Matrix`.
 
-original — the release's folder layout, read by its clients unchanged
+original — the release's folder layout, as its clients read it
 (`generation.export_release`). npz — one PGM/RAVEN-style file per problem of one split
 (`generation.export_npz`). Both cut each distinct crop from its VG image once
 (`generation.export_crops`) and build their folder under a temporary name.
@@ -42,7 +42,23 @@ from vprom.tables import (
     read_matrix_table,
 )
 
-FORMATS = ("jsonl", "original", "npz")
+#: format -> what it writes (the command line's help)
+FORMATS = {
+    "jsonl": "one JSON line per matrix with its full provenance (--out: a file)",
+    "original": "the original V-PROM release's layout, as its clients read it (the tests "
+                "re-state Slot-Abstractor's and SAViR-T's reading contracts): "
+                "V-PROM/datasets/Raven_release/<id//5000>/<id>/1..16.jpg as relative "
+                "symlinks into V-PROM/crops/, {obj,attr,counting}_gt_labels.npy (label 9-16) "
+                "and <split>_<train|val|test>_problems.npy (--out: a folder; needs --vg)",
+    "npz": "one PGM/RAVEN-style vprom_<split>_<part>_<id>.npz per problem of --split: "
+           "image (16,S,S,3) uint8, target 0-7, meta_target (4 relations + 4 element types) "
+           "(--out: a folder; needs --vg)",
+}
+EXAMPLES = (
+    "vprom export build/dataset.h5 --format npz --vg data/vg --out build/npz --split neutral",
+    "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl",
+    "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",
+)
 MATRIX_KEYS = ("id", "relation", "element_type", "super_attribute", "answer", "splits")
 
 

@@ -30,13 +30,18 @@ linux = pytest.mark.skipif(not Path("/proc/self/stat").exists() or os.name != "p
 
 HANG_S = 60  # a command still running this long after the signal hangs
 PROBE_GENERATE = """
-import sys
+import sys, time
 import generation.dataset as dataset
-real = dataset.generate_dataset
+real = dataset.generate_rows
 def probe(*args, **kwargs):
-    print("PROBE: sampling matrices", file=sys.stderr, flush=True)
-    return real(*args, **kwargs)
-dataset.generate_dataset = probe
+    for k, row in enumerate(real(*args, **kwargs)):
+        yield row
+        if k == 100:  # mid-sampling: say so, then wait (in Python) for the signal
+            print("PROBE: sampling matrices", file=sys.stderr, flush=True)
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+dataset.generate_rows = probe
 from vprom.app.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -183,7 +188,7 @@ def pools(tmp_path_factory) -> Path:
     from mining.synth import write_corpus
 
     root = tmp_path_factory.mktemp("pools")
-    write_corpus(root / "vg", images=600, seed=0)
+    write_corpus(root / "vg", images=1000, seed=0)
     mine(root / "vg", root / "pools.h5", workers=1)
     return root / "pools.h5"
 

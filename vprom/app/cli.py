@@ -250,35 +250,18 @@ def run_show(args):
     print(show(args.dataset, args.id, args.vg, args.out, answer=args.answer))
 
 
-EXPORT_FORMATS = {
-    "jsonl": "one JSON line per matrix with its full provenance (--out: a file)",
-    "original": "the original V-PROM release's layout, read unchanged by its clients "
-                "(Slot-Abstractor, SAViR-T): V-PROM/datasets/Raven_release/<id//5000>/<id>/"
-                "1..16.jpg as relative symlinks into V-PROM/crops/, "
-                "{obj,attr,counting}_gt_labels.npy (label 9-16) and "
-                "<split>_<train|val|test>_problems.npy (--out: a folder; needs --vg)",
-    "npz": "one PGM/RAVEN-style vprom_<split>_<part>_<id>.npz per problem of --split: "
-           "image (16,S,S,3) uint8, target 0-7, meta_target (4 relations + 4 element types) "
-           "(--out: a folder; needs --vg)",
-}
-EXPORT_EXAMPLES = (
-    "vprom export build/dataset.h5 --format npz --vg data/vg --out build/npz --split neutral",
-    "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl",
-    "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",
-)
-
-
 @command("export", "the data set as JSON lines, the original release's layout, or npz files",
          "vprom export build/dataset.h5 --format original --vg data/vg --out build/release")
 def add_export(p):
+    from generation.export import EXAMPLES, FORMATS
     from generation.export_npz import DEFAULT_SIZE
 
-    p.epilog += "".join(f"\n  {e}" for e in EXPORT_EXAMPLES) + (
+    p.epilog += "".join(f"\n  {e}" for e in EXAMPLES) + (
         "\n\nClients of the original release read it from the folder holding V-PROM/ "
         "(cd build/release\nbefore starting one). Layouts and formats: docs/release-layout.md.")
     p.add_argument("dataset", type=Path, help="DATASET.h5")
-    p.add_argument("--format", choices=tuple(EXPORT_FORMATS), required=True,
-                   help="; ".join(f"{k}: {v}" for k, v in EXPORT_FORMATS.items()))
+    p.add_argument("--format", choices=tuple(FORMATS), required=True,
+                   help="; ".join(f"{k}: {v}" for k, v in FORMATS.items()))
     p.add_argument("--out", type=Path, required=True,
                    help="a file for jsonl, a folder for original and npz")
     p.add_argument("--vg", type=Path, default=None,
