@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -30,25 +31,44 @@ FORMAT_VERSION = 1
 
 
 @contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM (POSIX) for a few statements: a temporary that exists is then
+    always known to the code that removes it. A held signal is taken as soon as it ends."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success fsync it and rename it to `path`.
 
-    On any exception the temporary file is removed and `path` is left as it was.
+    On any exception (an interrupt included, wherever it lands) the temporary file is removed
+    and `path` is left as it was.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_parts(path)
-    fd, tmp = tempfile.mkstemp(prefix=_part_prefix(path), suffix=".part", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp)
-    os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs follow the user's umask
+    tmp = None
     try:
+        with _interrupts_held():
+            fd, name = tempfile.mkstemp(prefix=_part_prefix(path), suffix=".part",
+                                        dir=path.parent)
+            tmp = Path(name)
+            os.close(fd)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs follow the user's umask
         yield tmp
         _fsync(tmp)
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
 
 
@@ -61,9 +81,12 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_parts(path)
-    tmp = Path(tempfile.mkdtemp(prefix=_part_prefix(path), suffix=".part", dir=path.parent))
-    os.chmod(tmp, 0o777 & ~_umask())
+    tmp = None
     try:
+        with _interrupts_held():
+            tmp = Path(tempfile.mkdtemp(prefix=_part_prefix(path), suffix=".part",
+                                        dir=path.parent))
+        os.chmod(tmp, 0o777 & ~_umask())
         yield tmp
         old = None
         if path.exists():
@@ -74,7 +97,8 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(old)
         _fsync_dir(path.parent)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 

@@ -81,3 +81,40 @@ def test_a_file_in_the_parent_path_is_refused(tmp_path):
     with pytest.raises(VpromError, match="a is a file, so no file can be made below it"):
         check_output(tmp_path / "a" / "b" / "out.h5")
     assert check_output(tmp_path / "new" / "out.h5") == tmp_path / "new" / "out.h5"
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_sigmask"), reason="POSIX")
+@pytest.mark.parametrize("writer, make", [(atomic_path, "mkstemp"), (atomic_dir, "mkdtemp")])
+def test_ctrl_c_just_as_the_temporary_is_made_leaves_no_part(tmp_path, monkeypatch, writer,
+                                                             make):
+    """A Ctrl-C that lands right after the temporary exists (here: sent by the creating call
+    itself) still removes it: `train` once left a `.history.json.*.part` this way."""
+    import signal
+    import tempfile
+
+    real = getattr(tempfile, make)
+
+    def made_then_interrupted(*args, **kwargs):
+        made = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return made
+
+    monkeypatch.setattr(tempfile, make, made_then_interrupted)
+    target = tmp_path / "history.json"
+    target.write_text("old") if writer is atomic_path else target.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        with writer(target):
+            pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["history.json"]
+
+
+def test_ctrl_c_while_setting_up_the_temporary_leaves_no_part(tmp_path, monkeypatch):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "chmod", interrupted)
+    for writer in (atomic_path, atomic_dir):
+        with pytest.raises(KeyboardInterrupt):
+            with writer(tmp_path / "out"):
+                pass
+    assert list(tmp_path.iterdir()) == []
