@@ -28,11 +28,10 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 import h5py
-import numpy as np
 
 from vprom.errors import VpromError
 from vprom.records import LABEL_SEPARATOR, ElementType
-from vprom.tables import STR, CropTable
+from vprom.tables import CropTable, write_label_vocabulary
 
 HUMAN = ElementType.HUMAN_ATTRIBUTE.value
 OBJECT_TABLE = ElementType.OBJECT_ATTRIBUTE.value
@@ -110,20 +109,8 @@ class LabelVocabulary:
         return cls(frozenset(objects), tables, {k: tuple(v) for k, v in implied.items()})
 
     def write(self, group: h5py.Group) -> None:
-        def column(g, name, values):
-            g.create_dataset(name, data=np.asarray(list(values), dtype=object).reshape(-1),
-                             dtype=STR)
-
-        column(group, "objects", sorted(self.categories))
-        for t in TABLES:
-            g = group.create_group(t)
-            labels = sorted(self.tables.get(t, {}))
-            column(g, "label", labels)
-            column(g, "super_attribute", [self.tables[t][label] for label in labels])
-        g = group.create_group("implied")
-        pairs = [(n, v) for n, vs in sorted(self.implied.items()) for v in vs]
-        column(g, "label", [n for n, _ in pairs])
-        column(g, "value", [v for _, v in pairs])
+        write_label_vocabulary(group, self.categories,
+                               {t: self.tables.get(t, {}) for t in TABLES}, self.implied)
 
     # ------------------------------------------------------------ reading labels
     def implied_of(self, element_type: str, labels: Iterable[str]) -> frozenset[str]:

@@ -31,7 +31,7 @@ disk (no space left, over quota, no permission) keeps the archive, since a good 
 download must not be thrown away because the disk filled up, and says what to free or fix.
 
 Unpacking (`unpack`). The free space of `out` must hold the declared unpacked size. Entries
-are written into a temporary folder inside `out` (`.NAME.XXXX.unpack`, on the same file
+are written into a temporary folder inside `out` (`.NAME.<random>.unpack`, on the same file
 system, so placing is a rename), then the archive's one top-level folder is moved into
 place: renamed when `out` has none yet, otherwise merged file by file, where a file of the
 archive replaces the same-named file (an interrupted unpack's) and nothing else in the

@@ -167,23 +167,12 @@ def _write(out: Path, table: CropTable, report: MineReport, excluded_rows: list[
 
 def write_vocabulary(group, vocab) -> None:
     """The `vocabulary` group of POOLS.h5 (see the module docstring)."""
-    from vprom.tables import STR
+    from vprom.tables import write_label_vocabulary
 
-    def column(g, name, values):
-        g.create_dataset(name, data=np.asarray(values, dtype=object).reshape(-1), dtype=STR)
-
-    column(group, "objects", sorted(vocab.objects))
-    for name, table in (("object_attribute", vocab.object_attributes),
-                        ("human_attribute", vocab.human_attributes)):
-        g = group.create_group(name)
-        labels = sorted(table)
-        column(g, "label", labels)
-        column(g, "super_attribute", [table[label] for label in labels])
-    implied = group.create_group("implied")
-    pairs = [(name, value) for name, values in sorted(vocab.implied_labels.items())
-             for value in values]
-    column(implied, "label", [n for n, _ in pairs])
-    column(implied, "value", [v for _, v in pairs])
+    write_label_vocabulary(group, vocab.objects,
+                           {"object_attribute": vocab.object_attributes,
+                            "human_attribute": vocab.human_attributes},
+                           vocab.implied_labels)
 
 
 def vocabulary_digest(vocab) -> str:

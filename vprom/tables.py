@@ -18,6 +18,7 @@ import hashlib
 import json
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Iterable, Mapping
 
 import h5py
 import numpy as np
@@ -212,6 +213,28 @@ class MatrixTable:
                    panels=col("panels"), elements=col("elements"),
                    splits={s: {p: splits[s][p][()] for p in SPLIT_PARTS if p in splits[s]}
                            for s in splits})
+
+
+def write_label_vocabulary(group: h5py.Group, objects: Iterable[str],
+                           tables: Mapping[str, Mapping[str, str]],
+                           implied: Mapping[str, Iterable[str]]) -> None:
+    """A label vocabulary as 1-D UTF-8 string columns: `objects`, `<table>/{label,
+    super_attribute}` per attribute table (label -> super-attribute), and `implied/{label,
+    value}`, one row per name and the value it implies. POOLS.h5 keeps it as `vocabulary`,
+    DATASET.h5 as `vocab/labels` (read by `generation.labels.LabelVocabulary.read`)."""
+    def column(g, name, values):
+        g.create_dataset(name, data=_strings(list(values)), dtype=STR)
+
+    column(group, "objects", sorted(objects))
+    for name, table in tables.items():
+        g = group.create_group(name)
+        labels = sorted(table)
+        column(g, "label", labels)
+        column(g, "super_attribute", [table[label] for label in labels])
+    pairs = [(n, v) for n, values in sorted(implied.items()) for v in values]
+    g = group.create_group("implied")
+    column(g, "label", [n for n, _ in pairs])
+    column(g, "value", [v for _, v in pairs])
 
 
 def set_manifest(h5: h5py.File, manifest: dict) -> None:
