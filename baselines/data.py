@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from baselines.common import N_CONTEXT, element_type_class, relation_class
-from features.reader import load_features
+from vprom.baselines.common import N_CONTEXT, element_type_class, relation_class
+from vprom.features.reader import load_features
 from vprom.errors import VpromError
 from vprom.records import SPLITS
 from vprom.tables import SPLIT_PARTS, read_matrix_table

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
-from baselines.config import TrainConfig
-from baselines.data import load_split
-from baselines.learning import did_not_learn
-from baselines.run_folder import load_checkpoint
-from baselines.train import build_model, plain, predict
-from features.devices import resolve_device
+from vprom.baselines.config import TrainConfig
+from vprom.baselines.data import load_split
+from vprom.baselines.learning import did_not_learn
+from vprom.baselines.run_folder import load_checkpoint
+from vprom.baselines.train import build_model, plain, predict
+from vprom.features.devices import resolve_device
 from vprom.errors import VpromError
 from vprom.provenance import check_features_source, dataset_content_hash, same_dataset
 from vprom.io import write_json

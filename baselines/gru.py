@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from baselines.common import (
+from vprom.baselines.common import (
     N_CANDIDATES,
     N_CONTEXT,
     N_PANELS,
@@ -34,7 +34,7 @@ from baselines.common import (
     score_head,
     with_panel_ids,
 )
-from baselines.registry import register_model
+from vprom.baselines.registry import register_model
 
 
 class PanelGRU(nn.Module):

@@ -17,7 +17,7 @@ import dataclasses
 
 from torch import Tensor, nn
 
-from baselines.common import (
+from vprom.baselines.common import (
     N_CONTEXT,
     N_PANELS,
     ModelConfig,
@@ -31,7 +31,7 @@ from baselines.common import (
     score_head,
     with_panel_ids,
 )
-from baselines.registry import register_model
+from vprom.baselines.registry import register_model
 
 COMBINATIONS = ("cat", "sum")
 DEPTHS = (2, 4, 6)

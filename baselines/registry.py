@@ -14,18 +14,18 @@ from typing import Callable
 
 from torch import nn
 
-from baselines.common import ModelConfig
+from vprom.baselines.common import ModelConfig
 from vprom.errors import VpromError
 from vprom.registry import Registry
 
 Builder = Callable[[ModelConfig], nn.Module]
 
 MODELS: Registry[Builder] = Registry("model", builtins=(
-    "baselines.mlp",
-    "baselines.gru",
-    "baselines.vqa",
-    "baselines.rn",
-    "baselines.context_blind",
+    "vprom.baselines.mlp",
+    "vprom.baselines.gru",
+    "vprom.baselines.vqa",
+    "vprom.baselines.rn",
+    "vprom.baselines.context_blind",
 ))
 
 

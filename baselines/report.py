@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from baselines.paper import (
+from vprom.baselines.paper import (
     CHANCE,
     FEATURE_TYPES,
     HUMANS,
@@ -38,7 +38,7 @@ from baselines.paper import (
     feature_type,
     paper_accuracy,
 )
-from baselines.learning import check_alike, did_not_learn, settings
+from vprom.baselines.learning import check_alike, did_not_learn, settings
 from vprom.errors import VpromError
 from vprom.io import atomic_path, write_text
 from vprom.records import SPLITS, ElementType, Relation

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from baselines.config import TrainConfig
+from vprom.baselines.config import TrainConfig
 from vprom.errors import VpromError
 
 RUN_FILES = ("config.json", "history.json", "last.pt", "best.pt", "metrics.json")

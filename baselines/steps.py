@@ -36,8 +36,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from baselines.data import MatrixSet, SplitData
-from features.devices import World
+from vprom.baselines.data import MatrixSet, SplitData
+from vprom.features.devices import World
 from vprom.errors import VpromError
 
 WARMUP_STEPS = 3  # eager steps before capture: cuBLAS handles, optimiser state, autograd

@@ -43,14 +43,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from baselines import run_folder
-from baselines.common import ModelConfig
-from baselines.config import HYPER, OPTIMIZERS, TrainConfig, check_value, defaults_path
-from baselines.data import MatrixSet, SplitData, load_split
-from baselines.registry import get_model, list_models
-from baselines.run_folder import RunPlan, load_checkpoint
-from baselines.steps import Stepper, batches, epoch_plan, make_optimizer
-from features.devices import World, joined_world
+from vprom.baselines import run_folder
+from vprom.baselines.common import ModelConfig
+from vprom.baselines.config import HYPER, OPTIMIZERS, TrainConfig, check_value, defaults_path
+from vprom.baselines.data import MatrixSet, SplitData, load_split
+from vprom.baselines.registry import get_model, list_models
+from vprom.baselines.run_folder import RunPlan, load_checkpoint
+from vprom.baselines.steps import Stepper, batches, epoch_plan, make_optimizer
+from vprom.features.devices import World, joined_world
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, write_json
 from vprom.provenance import check_features_source, dataset_identity, file_sha256

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from baselines.common import (
+from vprom.baselines.common import (
     N_CONTEXT,
     N_PANELS,
     ModelConfig,
@@ -31,7 +31,7 @@ from baselines.common import (
     score_head,
     with_panel_ids,
 )
-from baselines.registry import register_model
+from vprom.baselines.registry import register_model
 
 
 class GatedTanh(nn.Module):

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from extract import saved_weights, vg_like_corpus  # noqa: E402  (bench/extract.py)
 
-from features.config import ExtractConfig  # noqa: E402
-from features.extract import extract  # noqa: E402
+from vprom.features.config import ExtractConfig  # noqa: E402
+from vprom.features.extract import extract  # noqa: E402
 
 
 def main(argv=None) -> None:

@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from mining.counts import _words_for, parse_count
-from mining.vocab import load_vocabulary, normalize
+from vprom.mining.counts import _words_for, parse_count
+from vprom.mining.vocab import load_vocabulary, normalize
 
 VG_REGIONS = 5_400_000
 

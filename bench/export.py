@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from generation.dataset import generate  # noqa: E402
-from generation.export import export  # noqa: E402
-from mining.pools import mine  # noqa: E402
-from mining.synth import write_corpus  # noqa: E402
-from splits.assign import load_rules  # noqa: E402
+from vprom.generation.dataset import generate  # noqa: E402
+from vprom.generation.export import export  # noqa: E402
+from vprom.mining.pools import mine  # noqa: E402
+from vprom.mining.synth import write_corpus  # noqa: E402
+from vprom.splits.assign import load_rules  # noqa: E402
 
 
 def cpu_seconds() -> float:

@@ -41,12 +41,12 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from features.backbones import get_backbone  # noqa: E402
-from features.crops import decode_crops  # noqa: E402
-from features.decoding import clip_boxes, crop_resize, read_bytes, torch_image  # noqa: E402
-from features.config import ExtractConfig  # noqa: E402
-from features.extract import _autocast_dtype, extract  # noqa: E402
-from features.pipeline import embed  # noqa: E402
+from vprom.features.backbones import get_backbone  # noqa: E402
+from vprom.features.crops import decode_crops  # noqa: E402
+from vprom.features.decoding import clip_boxes, crop_resize, read_bytes, torch_image  # noqa: E402
+from vprom.features.config import ExtractConfig  # noqa: E402
+from vprom.features.extract import _autocast_dtype, extract  # noqa: E402
+from vprom.features.pipeline import embed  # noqa: E402
 from tests.features.conftest import crop_table, write_dataset  # noqa: E402
 from vprom.tables import read_crop_table  # noqa: E402
 

@@ -28,10 +28,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from generation.dataset import generate_dataset  # noqa: E402
-from generation.dataset_view import in_memory  # noqa: E402
-from generation.labels import LabelVocabulary  # noqa: E402
-from splits.assign import load_rules  # noqa: E402
+from vprom.generation.dataset import generate_dataset  # noqa: E402
+from vprom.generation.dataset_view import in_memory  # noqa: E402
+from vprom.generation.labels import LabelVocabulary  # noqa: E402
+from vprom.splits.assign import load_rules  # noqa: E402
 from vprom.solver import check_matrix  # noqa: E402
 from vprom.tables import CropTable  # noqa: E402
 
@@ -109,7 +109,7 @@ def full_size_pool(seed: int = 0) -> CropTable:
 
 def vocabulary() -> LabelVocabulary:
     """The curated vocabulary (implied labels and label tables), as `vprom mine` records it."""
-    from mining.vocab import load_vocabulary
+    from vprom.mining.vocab import load_vocabulary
 
     v = load_vocabulary()
     return LabelVocabulary.from_tables(v.objects, v.object_attributes, v.human_attributes,
@@ -133,7 +133,7 @@ def write_pools(path: Path, crops: CropTable) -> None:
 
 def held_out(view) -> dict:
     """Training and validation matrices showing a held-out label, per held-out split."""
-    from generation.split_checks import check_held_out
+    from vprom.generation.split_checks import check_held_out
 
     check = check_held_out(view, load_rules().design.train_bans)
     return {s: f["violating_matrices"] for s, f in check.figures.items()}
@@ -185,7 +185,7 @@ def balance(data) -> dict:
 def label_probe(view, seed: int) -> dict:
     """`vprom verify`'s context-blind label probes (one per element type and one per relation
     x element type, trained on the neutral train part): % right and 95% CI per group."""
-    from generation import audit, bias
+    from vprom.generation import audit, bias
 
     m = view.matrices
     rng = np.random.default_rng(seed)
@@ -201,7 +201,7 @@ def recheck(view, n: int, seed: int) -> tuple[int, int, int]:
     """Re-prove n random matrices with `check_matrix` on label strings (the verify path):
     (unsound under explicit + implied labels, unsound under explicit labels only, unsound
     under v1's reading that mixes super-attributes between panels, explicit labels only)."""
-    from generation.checks import reading_groups, universes
+    from vprom.generation.checks import reading_groups, universes
 
     m = view.matrices
     parts = m.parts_of()
@@ -261,7 +261,7 @@ def main() -> None:
           f"explicit + implied labels, {explicit} under explicit labels; {mixed} have a second "
           "answer under v1's readings mixing super-attributes between panels (not V-PROM "
           "readings, reported for comparison)")
-    from generation.ceiling import format_ceiling, perception_ceiling
+    from vprom.generation.ceiling import format_ceiling, perception_ceiling
 
     print(format_ceiling(perception_ceiling(data.matrices)))
 

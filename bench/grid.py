@@ -104,10 +104,10 @@ def learnable_task(folder: Path) -> tuple[Path, Path]:
 def run_one(task: tuple[str, Path, Path, bool], model: str, setting: dict, args,
             runs: Path) -> dict:
     """Train one setting on one task, epoch by epoch; returns its figures."""
-    from baselines.config import TrainConfig
-    from baselines.train import train
+    from vprom.baselines.config import TrainConfig
+    from vprom.baselines.train import train
 
-    from baselines.evaluate import evaluate
+    from vprom.baselines.evaluate import evaluate
 
     name, dataset, features, center = task
     label = ",".join(f"{k}={v}" for k, v in sorted(setting.items()) if v is not None)
@@ -241,7 +241,7 @@ def markdown(table: list[dict], chosen: dict) -> str:
 
 
 def write_defaults(chosen: dict) -> Path:
-    from baselines.config import defaults_path, load_defaults
+    from vprom.baselines.config import defaults_path, load_defaults
 
     path = defaults_path()
     data = json.loads(path.read_text())

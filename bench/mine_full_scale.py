@@ -45,7 +45,7 @@ UNKNOWN = tuple(f"thing{k}" for k in range(400)) + ("leaf", "handle", "spot", "e
 
 def _labels():
     """Label lists for the corpus, from the vocabularies vprom mines with."""
-    from mining.vocab import load_vocabulary
+    from vprom.mining.vocab import load_vocabulary
 
     v = load_vocabulary()
     return {

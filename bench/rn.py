@@ -20,8 +20,8 @@ import time
 import torch
 from torch import nn
 
-from baselines.common import ModelConfig
-from baselines.registry import get_model
+from vprom.baselines.common import ModelConfig
+from vprom.baselines.registry import get_model
 
 
 def get_args_parser() -> argparse.ArgumentParser:

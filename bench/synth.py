@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mining.synth import write_corpus  # noqa: E402
+from vprom.mining.synth import write_corpus  # noqa: E402
 
 
 def _cpu() -> float:

@@ -16,9 +16,9 @@ import os
 import time
 from pathlib import Path
 
-from baselines.config import TrainConfig
-from baselines.evaluate import evaluate
-from baselines.train import train
+from vprom.baselines.config import TrainConfig
+from vprom.baselines.evaluate import evaluate
+from vprom.baselines.train import train
 from vprom.records import SPLITS
 
 

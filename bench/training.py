@@ -29,11 +29,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from baselines.config import TrainConfig  # noqa: E402
-from baselines.data import MatrixSet, SplitData  # noqa: E402
-from baselines.steps import Stepper, epoch_plan, make_optimizer  # noqa: E402
-from baselines.train import build_model, train_epoch  # noqa: E402
-from features.devices import World, resolve_device  # noqa: E402
+from vprom.baselines.config import TrainConfig  # noqa: E402
+from vprom.baselines.data import MatrixSet, SplitData  # noqa: E402
+from vprom.baselines.steps import Stepper, epoch_plan, make_optimizer  # noqa: E402
+from vprom.baselines.train import build_model, train_epoch  # noqa: E402
+from vprom.features.devices import World, resolve_device  # noqa: E402
 
 PAPER_MODELS = ("mlp-sum-6", "gru-shared", "vqa", "rn")
 NEUTRAL_TRAIN = 148_671

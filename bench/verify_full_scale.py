@@ -104,13 +104,13 @@ def main() -> None:
     timed(f"build {args.matrices:,} matrices", lambda: build(path, args.matrices))
     print(f"DATASET.h5: {path.stat().st_size / 1e6:.0f} MB")
 
-    from generation import bias, checks, split_checks
-    from generation.ceiling import check_ceiling
-    from generation.dataset_view import load
-    from generation.export import export
-    from generation.stats import stats
-    from generation.verify import verify
-    from splits.assign import load_rules
+    from vprom.generation import bias, checks, split_checks
+    from vprom.generation.ceiling import check_ceiling
+    from vprom.generation.dataset_view import load
+    from vprom.generation.export import export
+    from vprom.generation.stats import stats
+    from vprom.generation.verify import verify
+    from vprom.splits.assign import load_rules
     from vprom.tables import content_hash
 
     rules = load_rules()

@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mining.processes import ordered_map  # noqa: E402
-from mining.synth import _render_to  # noqa: E402
+from vprom.mining.processes import ordered_map  # noqa: E402
+from vprom.mining.synth import _render_to  # noqa: E402
 
 CHUNK = 16  # what `vprom synth` uses
 

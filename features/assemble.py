@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 import torch
 
-from features.job import DTYPES, Job, config_hash
+from vprom.features.job import DTYPES, Job, config_hash
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
 from vprom.provenance import dataset_content_hash

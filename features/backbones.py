@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from features.checkpoints import read_checkpoint
+from vprom.features.checkpoints import read_checkpoint
 from vprom.errors import VpromError
 from vprom.io import sha256_file
 from vprom.registry import Registry
@@ -164,8 +164,8 @@ def name_some(keys: list[str], shown: int = 8) -> str:
 
 
 # ---------------------------------------------------------------------------- registry
-BACKBONES: Registry[Backbone] = Registry("backbone", builtins=("features.resnets",
-                                                               "features.bottomup"),
+BACKBONES: Registry[Backbone] = Registry("backbone", builtins=("vprom.features.resnets",
+                                                               "vprom.features.bottomup"),
                                          hint="see `vprom extract --list`")
 
 

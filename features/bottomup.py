@@ -41,7 +41,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from features.backbones import Backbone, Preprocess, RegionHead, name_some, register_backbone
+from vprom.features.backbones import Backbone, Preprocess, RegionHead, name_some, register_backbone
 from vprom.errors import VpromError
 
 FACTS = Path(__file__).with_name("data") / "bottomup_r101.json"

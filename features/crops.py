@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from features.decoding import clip_boxes, crop_resize, pillow_image, read_bytes, torch_image
+from vprom.features.decoding import clip_boxes, crop_resize, pillow_image, read_bytes, torch_image
 from vprom.images import IMAGE_FOLDERS
 from vprom.tables import CropTable
 

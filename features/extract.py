@@ -41,13 +41,13 @@ import h5py
 import numpy as np
 import torch
 
-from features import assemble, pipeline
-from features.backbones import get_backbone
-from features.config import ExtractConfig
-from features.crops import make_batch_plan
-from features.decoding import cores_per_process, resolve_decoder
-from features.devices import World, joined_world
-from features.job import Job, config_hash, fingerprint
+from vprom.features import assemble, pipeline
+from vprom.features.backbones import get_backbone
+from vprom.features.config import ExtractConfig
+from vprom.features.crops import make_batch_plan
+from vprom.features.decoding import cores_per_process, resolve_decoder
+from vprom.features.devices import World, joined_world
+from vprom.features.job import Job, config_hash, fingerprint
 from vprom.errors import VpromError
 from vprom.images import ImageIndex
 from vprom.io import write_json

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from features.backbones import Backbone, Loaded
-from features.config import ExtractConfig
-from features.crops import RESIZE, BatchPlan
-from features.decoding import RESIZE_TORCH
-from features.devices import World
-from features.regions import RESIZE_ROI, sides
+from vprom.features.backbones import Backbone, Loaded
+from vprom.features.config import ExtractConfig
+from vprom.features.crops import RESIZE, BatchPlan
+from vprom.features.decoding import RESIZE_TORCH
+from vprom.features.devices import World
+from vprom.features.regions import RESIZE_ROI, sides
 
 DTYPES = {"float16": np.float16, "float32": np.float32}  # ExtractConfig.dtype -> numpy
 TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32}

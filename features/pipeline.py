@@ -34,11 +34,11 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from features.backbones import Backbone
-from features.crops import Batch, CropDataset, collate, worker_mode
-from features.decoding import clip_boxes, crop_resize, decode_many
-from features.job import DTYPES, TORCH_DTYPES, Job
-from features.regions import pooled_regions, region_maps
+from vprom.features.backbones import Backbone
+from vprom.features.crops import Batch, CropDataset, collate, worker_mode
+from vprom.features.decoding import clip_boxes, crop_resize, decode_many
+from vprom.features.job import DTYPES, TORCH_DTYPES, Job
+from vprom.features.regions import pooled_regions, region_maps
 from vprom.io import atomic_path, write_json
 
 NICE_WORKERS = 10  # CPU runs: DataLoader workers' priority below the forward's

@@ -26,7 +26,7 @@ import torch
 from torch.nn import functional as F
 from torchvision.ops import roi_pool
 
-from features.backbones import Preprocess, RegionHead
+from vprom.features.backbones import Preprocess, RegionHead
 
 RESIZE_ROI = ("whole image resized so its shorter side is {short} px (longer side at most "
               "{long} px), bilinear without antialiasing as cv2.resize INTER_LINEAR; boxes "

@@ -17,8 +17,8 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
-from features.backbones import Backbone, Preprocess, register_backbone
-from features.checkpoints import read_checkpoint
+from vprom.features.backbones import Backbone, Preprocess, register_backbone
+from vprom.features.checkpoints import read_checkpoint
 from vprom.errors import VpromError
 
 

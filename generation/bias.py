@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from generation import audit
-from generation.audit import Check
-from generation.dataset_view import Data
+from vprom.generation import audit
+from vprom.generation.audit import Check
+from vprom.generation.dataset_view import Data
 from vprom.errors import VpromError
 from vprom.provenance import check_features_source
 from vprom.records import N_CONTEXT, ElementType

@@ -22,8 +22,8 @@ from collections.abc import Callable
 import numpy as np
 from tqdm import tqdm
 
-from generation.audit import Check
-from generation.dataset_view import MAX_EXAMPLES, Data, bad, examples
+from vprom.generation.audit import Check
+from vprom.generation.dataset_view import MAX_EXAMPLES, Data, bad, examples
 from vprom.io import manifest_path, sha256_file
 from vprom.records import (
     COUNTS,

@@ -27,10 +27,10 @@ import numpy as np
 
 from tqdm import tqdm
 
-from generation.labels import LabelVocabulary, read_pools_vocabulary
-from generation.plan import make_plan
-from generation.pool_index import PoolIndex
-from generation.sampler import MAX_TRIES, MIN_CONTEXT_CROPS, generate_rows
+from vprom.generation.labels import LabelVocabulary, read_pools_vocabulary
+from vprom.generation.plan import make_plan
+from vprom.generation.pool_index import PoolIndex
+from vprom.generation.sampler import MAX_TRIES, MIN_CONTEXT_CROPS, generate_rows
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
 from vprom.records import SPLITS, TABLE1, ElementType, Matrix

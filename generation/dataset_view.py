@@ -16,7 +16,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from generation.labels import LabelVocabulary
+from vprom.generation.labels import LabelVocabulary
 from vprom.records import N_PANELS
 from vprom.tables import CropTable, MatrixTable, crop_rows, open_h5
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from generation.plan import Group
+from vprom.generation.plan import Group
 from vprom.records import N_CANDIDATES, Relation
 from vprom.sampling import Draws
 from vprom.solver import completion_mask

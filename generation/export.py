@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from generation.export_npz import DEFAULT_SIZE, write_npz
-from generation.export_release import FIRST_CANDIDATE_LABEL, write_release
+from vprom.generation.export_npz import DEFAULT_SIZE, write_npz
+from vprom.generation.export_release import FIRST_CANDIDATE_LABEL, write_release
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
 from vprom.records import LABEL_SEPARATOR, N_PANELS, Matrix

@@ -44,7 +44,7 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from generation.export_crops import WORKERS, cut_crops
+from vprom.generation.export_crops import WORKERS, cut_crops
 from vprom.errors import VpromError
 from vprom.io import atomic_dir
 from vprom.records import ElementType, Relation

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from generation.export_crops import cut_crops, release_ids
+from vprom.generation.export_crops import cut_crops, release_ids
 from vprom.errors import VpromError
 from vprom.io import atomic_dir
 from vprom.records import N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from generation.labels import LabelVocabulary
+from vprom.generation.labels import LabelVocabulary
 from vprom.errors import VpromError
 from vprom.records import ElementType, Relation
 from vprom.sampling import image_test_side

@@ -23,16 +23,16 @@ from typing import Sequence
 
 import numpy as np
 
-from generation.candidates import (
+from vprom.generation.candidates import (
     Option,
     distractors,
     fill_weights,
     mask_of,
     static_block,
 )
-from generation.exchangeable import HumanSampler, make_human_sampler, shortfall
-from generation.plan import Group, MatrixPlan
-from generation.pool_index import CELL_NAMES, RELATION_BIT, PoolIndex
+from vprom.generation.exchangeable import HumanSampler, make_human_sampler, shortfall
+from vprom.generation.plan import Group, MatrixPlan
+from vprom.generation.pool_index import CELL_NAMES, RELATION_BIT, PoolIndex
 from vprom.errors import VpromError
 from vprom.records import COUNTS, N_CANDIDATES, N_CONTEXT, ElementType, Matrix, Relation
 from vprom.relations import RULES, Progression

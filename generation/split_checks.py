@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from tqdm import tqdm
 
-from generation.audit import Check
-from generation.dataset_view import Data, examples
+from vprom.generation.audit import Check
+from vprom.generation.dataset_view import Data, examples
 from vprom.errors import VpromError
 from vprom.records import N_CONTEXT, SPLITS, ElementType, Relation
 from vprom.splitting import PanelInfo, SplitRules, TrainBan, image_sides

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from generation.ceiling import format_ceiling, perception_ceiling
+from vprom.generation.ceiling import format_ceiling, perception_ceiling
 from vprom.io import write_json
 from vprom.records import PAPER_TABLE1 as RECORDS_TABLE1
 from vprom.records import RELATIONS_OF, SPLITS, ElementType, Relation

@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from generation.audit import Check
-from generation.bias import check_bias
-from generation.ceiling import check_ceiling
-from generation.checks import check_integrity, check_solver
-from generation.dataset_view import load
-from generation.split_checks import check_held_out, check_leakage, check_splits
+from vprom.generation.audit import Check
+from vprom.generation.bias import check_bias
+from vprom.generation.ceiling import check_ceiling
+from vprom.generation.checks import check_integrity, check_solver
+from vprom.generation.dataset_view import load
+from vprom.generation.split_checks import check_held_out, check_leakage, check_splits
 from vprom.splitting import SplitRules, TrainBan
 
 

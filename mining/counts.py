@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from mining.vocab import DATA_DIR, Vocabulary, load_vocabulary
+from vprom.mining.vocab import DATA_DIR, Vocabulary, load_vocabulary
 from vprom.errors import VpromError
 from vprom.records import COUNTS
 

@@ -36,7 +36,7 @@ from typing import Callable, Mapping
 
 from tqdm import tqdm
 
-from mining import archives
+from vprom.mining import archives
 from vprom.errors import VpromError
 from vprom.io import make_manifest, manifest_path, sha256_file, write_json
 
@@ -111,7 +111,7 @@ def download(
     (it is retried, and resumes). `log` receives notices such as redirects (default: stderr).
     """
     # requests is imported only when a download runs, so `vprom --help` stays quick
-    from mining import fetch
+    from vprom.mining import fetch
 
     if base_url is not None:
         fetch.check_url(base_url)
@@ -229,7 +229,7 @@ def load_expected(path: Path | None = None) -> dict:
 
 
 def _as_expected(files, where: str, label: str = "as passed") -> dict:
-    from mining.fetch import Expected
+    from vprom.mining.fetch import Expected
 
     if not isinstance(files, Mapping):
         raise VpromError(f"{where}: \"files\" must map file names to sizes and hashes")

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mining import readers
+from vprom.mining import readers
 from vprom.errors import VpromError
 from vprom.images import clip_box
 from vprom.records import COUNTS, LABEL_SEPARATOR, ElementType
@@ -329,7 +329,7 @@ def _add_attributes(image_id, box, source_id, attr_roles: dict, human: bool,
 # ---------------------------------------------------------------- counts pass
 def mine_counts(paths: dict, min_side: int, vocab, position: int = 1) -> Part:
     """The counts pass over region_descriptions.json (see the module docstring)."""
-    from mining.counts import parse_count
+    from vprom.mining.counts import parse_count
 
     start = time.perf_counter()
     inputs: dict[str, str] = {}

@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mining.pool_passes import ELEMENT_CODE, ELEMENT_TYPES, Part
+from vprom.mining.pool_passes import ELEMENT_CODE, ELEMENT_TYPES, Part
 from vprom.records import COUNTS
 from vprom.tables import CropTable
 

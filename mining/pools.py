@@ -35,9 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mining import processes, readers
-from mining.pool_passes import ELEMENT_TYPES, Part, mine_counts, mine_objects
-from mining.pool_report import MineReport, report_data, side_path
+from vprom.mining import processes, readers
+from vprom.mining.pool_passes import ELEMENT_TYPES, Part, mine_counts, mine_objects
+from vprom.mining.pool_report import MineReport, report_data, side_path
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest
 from vprom.records import MIN_SIDE
@@ -53,7 +53,7 @@ def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers:
         raise VpromError(f"--min-side must be at least 1 px, got {min_side}")
     paths = {stem: readers.locate(vg_dir, stem) for stem in readers.FILES}
     if vocab is None:
-        from mining.vocab import load_vocabulary
+        from vprom.mining.vocab import load_vocabulary
 
         vocab = load_vocabulary()
     parts = _run_parts(paths, min_side, vocab, workers)

@@ -51,10 +51,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from mining import synth_vg
-from mining.processes import ordered_map
-from mining.synth_plan import HEIGHT, WIDTH, render_image
-from mining.synth_spec import NOISE_EFFECTS, RULES, check_vocabulary
+from vprom.mining import synth_vg
+from vprom.mining.processes import ordered_map
+from vprom.mining.synth_plan import HEIGHT, WIDTH, render_image
+from vprom.mining.synth_spec import NOISE_EFFECTS, RULES, check_vocabulary
 from vprom.errors import VpromError
 from vprom.io import atomic_dir, sha256_file
 from vprom.records import MIN_SIDE

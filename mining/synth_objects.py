@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, ImageDraw
 
-from mining.synth_glyphs import glyph_mask, solid_glyph_mask
-from mining.synth_paint import (
+from vprom.mining.synth_glyphs import glyph_mask, solid_glyph_mask
+from vprom.mining.synth_paint import (
     COLORS,
     OUTLINE,
     RGB,
@@ -35,7 +35,7 @@ from mining.synth_paint import (
     paint_material,
     paint_texture,
 )
-from mining.synth_scenery import (
+from vprom.mining.synth_scenery import (
     draw_action_over,
     draw_action_under,
     draw_fog,

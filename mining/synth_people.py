@@ -24,7 +24,7 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
-from mining.synth_paint import COLORS, OUTLINE, SKIN, UNCOLORED, contrast
+from vprom.mining.synth_paint import COLORS, OUTLINE, SKIN, UNCOLORED, contrast
 
 
 def draw_person(im: Image.Image, box, attrs: dict[str, str], rng: np.random.Generator) -> None:

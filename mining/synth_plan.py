@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
-from mining.synth_objects import draw_count, draw_object
-from mining.synth_paint import COLORS, muted
-from mining.synth_people import draw_person
-from mining.synth_scenery import background
-from mining.synth_spec import (
+from vprom.mining.synth_objects import draw_count, draw_object
+from vprom.mining.synth_paint import COLORS, muted
+from vprom.mining.synth_people import draw_person
+from vprom.mining.synth_scenery import background
+from vprom.mining.synth_spec import (
     ALL_OBJECT_ATTRIBUTES,
     ATTRIBUTE_VARIANTS,
     CAN_SHOW,

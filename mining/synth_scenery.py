@@ -21,7 +21,7 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
-from mining.synth_paint import OUTLINE, muted
+from vprom.mining.synth_paint import OUTLINE, muted
 
 
 def background(width: int, height: int, horizon: int, rng: np.random.Generator) -> Image.Image:

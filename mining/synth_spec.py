@@ -31,8 +31,8 @@ that state a count of an object.
 
 from __future__ import annotations
 
-from mining.synth_glyphs import GLYPHS
-from mining.synth_paint import MATERIALS
+from vprom.mining.synth_glyphs import GLYPHS
+from vprom.mining.synth_paint import MATERIALS
 from vprom.errors import VpromError
 from vprom.records import COUNTS, MIN_SIDE
 
@@ -151,7 +151,7 @@ def plural(noun: str) -> str:
 
 def check_vocabulary() -> None:
     """Refuse to write a corpus whose labels the miner's vocabulary would not recover."""
-    from mining.vocab import load_vocabulary
+    from vprom.mining.vocab import load_vocabulary
 
     v = load_vocabulary()
     problems = []

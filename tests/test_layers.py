@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("vprom", "mining", "splits", "generation", "features", "baselines")
+STAGES = ("mining", "splits", "generation", "features", "baselines")
 GROUND_LIBRARIES = {"numpy", "h5py", "PIL"}
 #: floor -> (the packages below it it may import, the third-party libraries it may import)
 RULES = {
@@ -32,17 +32,18 @@ RULES = {
 
 def floor(module: str) -> str:
     """The floor of an internal module name."""
-    if module == "vprom.__main__" or module.startswith("vprom.app"):
+    parts = module.split(".")
+    if module == "vprom.__main__" or parts[:2] == ["vprom", "app"]:
         return "top"
-    package = module.split(".")[0]
-    return "ground" if package == "vprom" else package
+    return parts[1] if len(parts) > 1 and parts[1] in STAGES else "ground"
 
 
 def modules() -> dict[str, Path]:
     out = {}
-    for package in PACKAGES:
+    for package in ("vprom",) + STAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
+            parts = parts if package == "vprom" else ("vprom",) + parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
             out[name] = path
     return out
@@ -77,10 +78,12 @@ def test_imports_only_go_down(name):
     problems = []
     for imported in sorted(imports(MODULES[name], name)):
         top = imported.split(".")[0]
-        if top in PACKAGES:
+        if top in STAGES:
+            problems.append(f"{imported} (a stage is imported as vprom.{top})")
+        elif top == "vprom":
             if imported not in MODULES and imported.rsplit(".", 1)[0] in MODULES:
                 imported = imported.rsplit(".", 1)[0]  # `from package.module import name`
-            target = floor(imported) if imported in MODULES else floor(top)
+            target = floor(imported)
             if target != mine and target not in below:
                 problems.append(f"{imported} (floor {target})")
         elif libraries is not None and top not in sys.stdlib_module_names \
@@ -117,5 +120,5 @@ def test_no_import_cycles():
 
 def test_the_checker_sees_lazy_imports(tmp_path):
     path = tmp_path / "lazy.py"
-    path.write_text("def f():\n    from baselines.train import train\n    import torch\n")
-    assert {"baselines.train", "baselines.train.train", "torch"} <= imports(path, "vprom.x")
+    path.write_text("def f():\n    from vprom.baselines.train import train\n    import torch\n")
+    assert {"vprom.baselines.train", "vprom.baselines.train.train", "torch"} <= imports(path, "vprom.x")

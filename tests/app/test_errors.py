@@ -22,7 +22,7 @@ def failing(monkeypatch):
         def boom(dataset):
             raise error
 
-        monkeypatch.setattr("generation.stats.stats", boom)
+        monkeypatch.setattr("vprom.generation.stats.stats", boom)
 
     return install
 
@@ -69,7 +69,7 @@ def test_a_real_pipe_closed_early(tmp_path):
 
 
 def test_sigterm_stops_like_ctrl_c(monkeypatch, capsys):
-    monkeypatch.setattr("generation.stats.stats",
+    monkeypatch.setattr("vprom.generation.stats.stats",
                         lambda dataset: os.kill(os.getpid(), signal.SIGTERM))
     assert cli.main(["stats", "dataset.h5"]) == 143
     err = capsys.readouterr().err

@@ -31,7 +31,7 @@ linux = pytest.mark.skipif(not Path("/proc/self/stat").exists() or os.name != "p
 HANG_S = 60  # a command still running this long after the signal hangs
 PROBE_GENERATE = """
 import sys, time
-import generation.dataset as dataset
+import vprom.generation.dataset as dataset
 real = dataset.generate_rows
 def probe(*args, **kwargs):
     for k, row in enumerate(real(*args, **kwargs)):
@@ -184,8 +184,8 @@ def _vg_json(folder: Path, images: int) -> Path:
 @pytest.fixture(scope="module")
 def pools(tmp_path_factory) -> Path:
     """POOLS.h5 mined from a small synthetic corpus."""
-    from mining.pools import mine
-    from mining.synth import write_corpus
+    from vprom.mining.pools import mine
+    from vprom.mining.synth import write_corpus
 
     root = tmp_path_factory.mktemp("pools")
     write_corpus(root / "vg", images=1000, seed=0)
@@ -208,7 +208,7 @@ def test_synth_with_several_workers_stops_cleanly(tmp_path, sig, group):
 
 @linux
 def test_synth_replaces_a_finished_corpus_only_when_complete(tmp_path):
-    from mining.synth import TRUTH, write_corpus
+    from vprom.mining.synth import TRUTH, write_corpus
 
     write_corpus(tmp_path / "corpus", images=20, seed=0)
     before = (tmp_path / "corpus" / TRUTH).read_bytes()
@@ -342,7 +342,7 @@ SIGNAL_DURING_IMPORTS = """
 import importlib.abc, os, signal, sys
 class SignalOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name == "mining.pools":  # imported by vprom.app.cli, after its guard
+        if name == "vprom.mining.pools":  # imported by vprom.app.cli, after its guard
             os.kill(os.getpid(), getattr(signal, sys.argv[1]))
 sys.meta_path.insert(0, SignalOnImport())
 from vprom.app.cli import main
@@ -374,7 +374,7 @@ def test_cleanup_failing_during_an_interrupt_still_reports_the_interrupt(monkeyp
         finally:  # as torch's loader does when the same SIGTERM killed its workers
             raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Terminated.")
 
-    monkeypatch.setattr("generation.stats.stats", stats)
+    monkeypatch.setattr("vprom.generation.stats.stats", stats)
     assert cli.main(["stats", "dataset.h5"]) == code
     err = capsys.readouterr().err
     assert err.startswith("vprom stats: interrupted (") and "RuntimeError" not in err
@@ -385,6 +385,6 @@ def test_an_unexpected_error_outside_an_interrupt_keeps_its_traceback(monkeypatc
     def stats(dataset):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("generation.stats.stats", stats)
+    monkeypatch.setattr("vprom.generation.stats.stats", stats)
     with pytest.raises(RuntimeError, match="a bug"):
         cli.main(["stats", "dataset.h5"])

@@ -95,7 +95,7 @@ def test_reproduce_end_to_end_on_the_synthetic_corpus(tmp_path):
                                     weights="none", models="mlp-sum-2,rn",
                                     splits="neutral,interpolation", epochs=1, device="cpu",
                                     input_size=64, center_features=True))
-    from features.reader import load_features
+    from vprom.features.reader import load_features
 
     feats = load_features(tmp_path / "repro" / "features" / "resnet18.h5")
     assert list(feats.attrs["input_size"]) == [64, 64]

@@ -104,7 +104,7 @@ def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
 
 def small_config(dataset: Path, features: Path, out: Path, **overrides):
     """A TrainConfig sized for the tests: tiny model, few epochs, CPU."""
-    from baselines.config import TrainConfig
+    from vprom.baselines.config import TrainConfig
 
     options = dict(dataset=dataset, features=features, model="mlp-sum-2", split="neutral",
                    out=out, epochs=2, batch_size=16, hidden=16, device="cpu")

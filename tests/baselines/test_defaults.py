@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from baselines.config import (
+from vprom.baselines.config import (
     HYPER,
     TrainConfig,
     defaults_of,
@@ -72,7 +72,7 @@ def test_a_broken_defaults_file_is_refused_naming_the_entry(change, message):
 def test_every_paper_model_learns_the_learnable_task_at_its_defaults(model, tmp_path_factory):
     """Issue 9: >= 60% validation accuracy within 10 epochs (2,400 matrices, 256-d, chance
     12.5%), nothing passed but the model; the run stops at the first epoch that reaches it."""
-    from baselines.train import train
+    from vprom.baselines.train import train
     from tests.baselines.conftest import write_pair
 
     folder = tmp_path_factory.getbasetemp() / "learnable-2400"
@@ -97,7 +97,7 @@ def test_shallow_models_and_the_control_learn_at_the_default_entry(model, tmp_pa
     import h5py
     import numpy as np
 
-    from baselines.train import train
+    from vprom.baselines.train import train
     from tests.baselines.conftest import write_pair
 
     assert model not in load_defaults()["models"]  # it does take '*'

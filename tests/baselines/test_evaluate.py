@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from baselines.data import load_split
-from baselines.evaluate import breakdowns, evaluate, format_metrics
-from baselines.run_folder import load_checkpoint
-from baselines.train import build_model, train
+from vprom.baselines.data import load_split
+from vprom.baselines.evaluate import breakdowns, evaluate, format_metrics
+from vprom.baselines.run_folder import load_checkpoint
+from vprom.baselines.train import build_model, train
 from tests.baselines.conftest import small_config, write_pair
 from vprom.errors import VpromError
 from vprom.statistics import wilson_interval

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from baselines import registry
-from baselines.common import (
+from vprom.baselines import registry
+from vprom.baselines.common import (
     ELEMENT_TYPE_CLASSES,
     RELATION_CLASSES,
     ModelConfig,
@@ -19,7 +19,7 @@ from baselines.common import (
     relation_class,
     with_panel_ids,
 )
-from baselines.registry import get_model, list_models, register_model
+from vprom.baselines.registry import get_model, list_models, register_model
 from vprom.errors import VpromError
 
 TINY = ModelConfig(feature_dim=32, hidden=16)

@@ -9,10 +9,10 @@ import json
 import pytest
 from PIL import Image
 
-from baselines.evaluate import evaluate
-from baselines.paper import TABLE2_NEUTRAL, feature_type
-from baselines.report import report
-from baselines.train import train
+from vprom.baselines.evaluate import evaluate
+from vprom.baselines.paper import TABLE2_NEUTRAL, feature_type
+from vprom.baselines.report import report
+from vprom.baselines.train import train
 from tests.baselines.conftest import small_config, write_pair
 from vprom.errors import VpromError
 from vprom.statistics import wilson_interval
@@ -183,7 +183,7 @@ def test_runs_that_did_not_learn_are_flagged(tmp_path):
 
 
 def test_the_chance_interval_is_wilsons_around_one_in_eight():
-    from baselines.learning import chance_interval, did_not_learn
+    from vprom.baselines.learning import chance_interval, did_not_learn
 
     low, high = chance_interval(1000)
     assert (low, high) == wilson_interval(125, 1000)

@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from baselines.common import ModelConfig, with_panel_ids
-from baselines.registry import get_model
-from baselines.rn import RelationNetwork
+from vprom.baselines.common import ModelConfig, with_panel_ids
+from vprom.baselines.registry import get_model
+from vprom.baselines.rn import RelationNetwork
 
 TINY = ModelConfig(feature_dim=12, hidden=8, aux=True)
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-import baselines.run_folder as run_folder
-import baselines.steps as steps
-import baselines.train as train_module
-from baselines.evaluate import evaluate
-from baselines.run_folder import load_checkpoint
-from baselines.train import train
+import vprom.baselines.run_folder as run_folder
+import vprom.baselines.steps as steps
+import vprom.baselines.train as train_module
+from vprom.baselines.evaluate import evaluate
+from vprom.baselines.run_folder import load_checkpoint
+from vprom.baselines.train import train
 from tests.baselines.conftest import small_config
 from vprom.errors import VpromError
 

@@ -12,16 +12,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import baselines.steps as steps
-from baselines.data import load_split
-from baselines.steps import Stepper, batches, epoch_plan, make_optimizer, upload
-from baselines.train import (
+import vprom.baselines.steps as steps
+from vprom.baselines.data import load_split
+from vprom.baselines.steps import Stepper, batches, epoch_plan, make_optimizer, upload
+from vprom.baselines.train import (
     build_model,
     ddp_device_ids,
     rng_devices,
     train_epoch,
 )
-from features.devices import World
+from vprom.features.devices import World
 from tests.baselines.conftest import small_config
 
 ONE = World(0, 1, 0, torch.device("cpu"), owns_group=False)
@@ -233,7 +233,7 @@ def test_cuda_graphs_are_refused_where_they_cannot_run(tiny_pair):
         Stepper(net, optimizer, data, False, world(0, 2), 5, 24, cuda_graphs=True)
     dataset, features = tiny_pair
     with pytest.raises(VpromError, match="needs a CUDA device"):
-        from baselines.train import train
+        from vprom.baselines.train import train
 
         train(small_config(dataset, features, tiny_pair[0].parent / "never", cuda_graphs=True))
 

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-import baselines.train as train_module
-from baselines.data import derangement, load_split
-from baselines.registry import list_models
-from baselines.run_folder import load_checkpoint
-from baselines.train import build_model, train
+import vprom.baselines.train as train_module
+from vprom.baselines.data import derangement, load_split
+from vprom.baselines.registry import list_models
+from vprom.baselines.run_folder import load_checkpoint
+from vprom.baselines.train import build_model, train
 from tests.baselines.conftest import small_config, write_pair
 from vprom.errors import VpromError
 
@@ -35,7 +35,7 @@ def assert_same_state(a: dict, b: dict) -> None:
 
 # ---------------------------------------------------------------- data
 def test_rows_gather_the_features_of_each_panels_crop(tiny_pair):
-    from features.reader import load_features
+    from vprom.features.reader import load_features
     from vprom.tables import read_matrix_table
 
     dataset, features = tiny_pair
@@ -281,7 +281,7 @@ def test_features_of_another_data_set_are_refused(tmp_path):
 
 
 def test_a_run_records_its_resolved_settings_and_their_source(tiny_pair, tmp_path):
-    from baselines.config import defaults_of
+    from vprom.baselines.config import defaults_of
 
     dataset, features = tiny_pair
     run = train(small_config(dataset, features, tmp_path / "run", epochs=1, model="rn"))

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torchvision
 
-from features.backbones import (
+from vprom.features.backbones import (
     Backbone,
     Preprocess,
     get_backbone,

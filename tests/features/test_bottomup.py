@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from features.backbones import get_backbone
-from features.bottomup import (
+from vprom.features.backbones import get_backbone
+from vprom.features.bottomup import (
     CAFFE_PIXEL_MEANS_BGR,
     REGION_HEAD,
     BottomUpResNet101,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from features.checkpoints import SafeUnpickler, latin1_bytes, read_checkpoint
+from vprom.features.checkpoints import SafeUnpickler, latin1_bytes, read_checkpoint
 from tests.features.weights_files import py2_pickle
 from vprom.errors import VpromError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, JpegImagePlugin
 
-from features.crops import decode_crops, draft_reduction, make_batch_plan
+from vprom.features.crops import decode_crops, draft_reduction, make_batch_plan
 from tests.features.conftest import CROP_ROWS, crop_table, write_jpeg
 from vprom.images import clip_box
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 from PIL import Image
 
-from features import decoding
-from features.crops import CropDataset, decode_crops, draft_reduction, make_batch_plan
-from features.decoding import (
+from vprom.features import decoding
+from vprom.features.crops import CropDataset, decode_crops, draft_reduction, make_batch_plan
+from vprom.features.decoding import (
     clip_boxes,
     crop_resize,
     decode_many,

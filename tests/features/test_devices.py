@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from features import devices
-from features.devices import join_world, joined_world, resolve_device
+from vprom.features import devices
+from vprom.features.devices import join_world, joined_world, resolve_device
 from vprom.errors import VpromError
 
 

@@ -14,13 +14,13 @@ import pytest
 import torch
 import torchvision
 
-import features.assemble as assemble_module
-import features.pipeline as pipeline_module
-from features.backbones import IMAGENET_MEAN, IMAGENET_STD, get_backbone
-from features.config import ExtractConfig
-from features.crops import decode_crops
-from features.extract import extract
-from features.reader import check_complete, load_features
+import vprom.features.assemble as assemble_module
+import vprom.features.pipeline as pipeline_module
+from vprom.features.backbones import IMAGENET_MEAN, IMAGENET_STD, get_backbone
+from vprom.features.config import ExtractConfig
+from vprom.features.crops import decode_crops
+from vprom.features.extract import extract
+from vprom.features.reader import check_complete, load_features
 from tests.features.conftest import CROP_ROWS
 from vprom.errors import VpromError
 from vprom.io import sha256_file

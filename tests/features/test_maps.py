@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from features.extract import extract
-from features.reader import check_complete, load_features, open_maps
+from vprom.features.extract import extract
+from vprom.features.reader import check_complete, load_features, open_maps
 from tests.features.conftest import CROP_ROWS
 from tests.features.test_extract import Killed, config, dies_after
 from vprom.errors import VpromError

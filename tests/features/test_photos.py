@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from features.config import ExtractConfig
-from features.crops import decode_crops
-from features.extract import extract
-from features.reader import load_features
+from vprom.features.config import ExtractConfig
+from vprom.features.crops import decode_crops
+from vprom.features.extract import extract
+from vprom.features.reader import load_features
 from tests.features.conftest import write_dataset
 from tests.photo_fixture import photo_crops, write_photo_vg
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-import features.pipeline as pipeline
-from features.extract import extract
-from features.job import Job
+import vprom.features.pipeline as pipeline
+from vprom.features.extract import extract
+from vprom.features.job import Job
 from tests.features.test_extract import config, datasets
 
 
@@ -150,7 +150,7 @@ def test_the_dataloader_pins_every_tensor_of_a_batch(monkeypatch):
     """On CUDA the DataLoader's pinning thread calls `Batch.pin_memory`: crops and images."""
     from torch.utils.data._utils.pin_memory import pin_memory
 
-    from features.crops import Batch, Source
+    from vprom.features.crops import Batch, Source
 
     pinned = []
     monkeypatch.setattr(torch.Tensor, "pin_memory",

@@ -13,11 +13,11 @@ import torch
 from PIL import Image
 from torch.nn import functional as F
 
-from features.bottomup import CAFFE_PIXEL_MEANS_BGR, FROZEN_BN_EPS, facts
-from features.config import ExtractConfig
-from features.extract import extract
-from features.reader import load_features, open_maps
-from features.regions import caffe_rois, detector_scale
+from vprom.features.bottomup import CAFFE_PIXEL_MEANS_BGR, FROZEN_BN_EPS, facts
+from vprom.features.config import ExtractConfig
+from vprom.features.extract import extract
+from vprom.features.reader import load_features, open_maps
+from vprom.features.regions import caffe_rois, detector_scale
 from tests.features.conftest import crop_table, write_dataset
 from tests.features.test_extract import config
 from tests.features.weights_files import conv_rows
@@ -127,7 +127,7 @@ def test_roi_equals_the_released_roipool_and_res5(roi_dataset, vg_dir, tmp_path)
     pooled = tmp_path / "pooled.h5"
     extract(config(dataset, vg_dir, pooled, backbone="bottomup-r101", region="roi",
                    input_size=SHORT))
-    from features.backbones import get_backbone
+    from vprom.features.backbones import get_backbone
 
     model = get_backbone("bottomup-r101").load("none").module
     feats = load_features(pooled)
@@ -163,7 +163,7 @@ def test_roi_files_say_so_and_other_settings_are_refused(roi_dataset, vg_dir, tm
 
 def test_the_region_mode_is_in_the_fingerprint(roi_dataset, vg_dir, tmp_path, monkeypatch,
                                                capsys):
-    import features.assemble as assemble
+    import vprom.features.assemble as assemble
 
     dataset, _ = roi_dataset
     out = tmp_path / "f.h5"

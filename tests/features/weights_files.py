@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from features.bottomup import facts
+from vprom.features.bottomup import facts
 
 
 def conv_rows() -> list[dict]:

@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 import pytest
 
-from generation.labels import LabelVocabulary
+from vprom.generation.labels import LabelVocabulary
 from vprom.io import make_manifest
 from vprom.tables import CropTable, set_manifest
 
@@ -135,8 +135,8 @@ def pools_file(tmp_path_factory, crops) -> Path:
 
 @pytest.fixture(scope="session")
 def small_dataset(crops):
-    from generation.dataset import generate_dataset
-    from splits.assign import load_rules
+    from vprom.generation.dataset import generate_dataset
+    from vprom.splits.assign import load_rules
 
     return generate_dataset(crops, load_rules(), scale=SMALL_SCALE, seed=3,
                             vocabulary=VOCABULARY)

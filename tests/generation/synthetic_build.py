@@ -18,10 +18,10 @@ IMAGES, SCALE, SEED = 1000, 0.003, 0
 @pytest.fixture(scope="session")
 def synthetic_build(tmp_path_factory) -> tuple[Path, Path]:
     """(DATASET.h5, the VG folder holding its images)."""
-    from generation.dataset import generate
-    from mining.pools import mine
-    from mining.synth import write_corpus
-    from splits.assign import load_rules
+    from vprom.generation.dataset import generate
+    from vprom.mining.pools import mine
+    from vprom.mining.synth import write_corpus
+    from vprom.splits.assign import load_rules
 
     root = tmp_path_factory.mktemp("synthetic_build")
     write_corpus(root / "vg", images=IMAGES, seed=SEED)

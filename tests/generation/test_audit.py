@@ -6,9 +6,9 @@ import h5py
 import numpy as np
 import pytest
 
-from generation import audit
-from generation.verify import verify
-from splits.assign import load_rules
+from vprom.generation import audit
+from vprom.generation.verify import verify
+from vprom.splits.assign import load_rules
 from tests.dataset_fixture import build_records, fixture_assign, write_dataset
 
 

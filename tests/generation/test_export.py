@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from generation.export import export, matrix_of
+from vprom.generation.export import export, matrix_of
 from tests.dataset_fixture import build_records, write_dataset, write_images
 from vprom.app import cli
 from vprom.errors import VpromError
@@ -119,12 +119,12 @@ def test_cli_checks_out_before_any_work(small, tmp_path, capsys, monkeypatch, fm
     else:
         keep.write_text("keep me")
     out = keep / "x.jsonl" if existing == "file under a file" else keep
-    import generation.export
+    import vprom.generation.export
 
     def no_work(*args, **kwargs):
         raise AssertionError("export ran")
 
-    monkeypatch.setattr(generation.export, "export", no_work)
+    monkeypatch.setattr(vprom.generation.export, "export", no_work)
     assert cli.main(["export", str(dataset), "--format", fmt, "--out", str(out), "--vg",
                      str(vg)]) == 1
     err = capsys.readouterr().err.strip()

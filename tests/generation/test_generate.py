@@ -9,11 +9,11 @@ import h5py
 import numpy as np
 import pytest
 
-from generation.dataset import generate, generate_dataset, merge_shards
-from generation.plan import make_plan
-from generation.pool_index import PoolIndex
-from generation.sampler import generate_matrices
-from splits.assign import load_rules
+from vprom.generation.dataset import generate, generate_dataset, merge_shards
+from vprom.generation.plan import make_plan
+from vprom.generation.pool_index import PoolIndex
+from vprom.generation.sampler import generate_matrices
+from vprom.splits.assign import load_rules
 from tests.generation.conftest import SMALL_SCALE, tiny_crops
 from vprom.errors import VpromError
 from vprom.io import manifest_path
@@ -259,8 +259,8 @@ def test_an_interrupted_write_leaves_the_old_pair_or_an_interrupted_one(tmp_path
                                                                         monkeypatch):
     import os
 
-    from generation.checks import manifest_problems
-    from generation.dataset_view import load
+    from vprom.generation.checks import manifest_problems
+    from vprom.generation.dataset_view import load
 
     out = tmp_path / "d.h5"
     generate(pools_file, out, RULES, scale=SMALL_SCALE, seed=1)

@@ -8,14 +8,14 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from generation.ceiling import perception_ceiling, perception_hits
-from generation.dataset import generate_dataset
-from generation.dataset_view import in_memory
-from generation.labels import LabelVocabulary
-from generation.plan import make_plan
-from generation.pool_index import PoolIndex
-from generation.split_checks import check_held_out
-from splits.assign import load_rules
+from vprom.generation.ceiling import perception_ceiling, perception_hits
+from vprom.generation.dataset import generate_dataset
+from vprom.generation.dataset_view import in_memory
+from vprom.generation.labels import LabelVocabulary
+from vprom.generation.plan import make_plan
+from vprom.generation.pool_index import PoolIndex
+from vprom.generation.split_checks import check_held_out
+from vprom.splits.assign import load_rules
 from tests.generation.conftest import HUMAN_ATTRIBUTES, VOCABULARY, tiny_crops
 from vprom.errors import VpromError
 from vprom.records import Matrix, Relation
@@ -146,7 +146,7 @@ def test_a_held_out_super_attribute_too_thin_for_its_cell_is_listed(tmp_path):
 
 
 def test_a_human_group_that_cannot_fill_8_candidates_is_named():
-    from generation.sampler import make_sampler
+    from vprom.generation.sampler import make_sampler
 
     gone = [a for sa in ("hair style", "clothing style", "action", "age")
             for a in HUMAN_ATTRIBUTES[sa]] + ["pink", "purple", "orange", "gray", "black"]
@@ -223,7 +223,7 @@ def test_the_ceiling_is_reported_per_type_and_relation(small_dataset):
 def test_dataset_records_the_label_vocabulary(tmp_path, pools_file):
     import h5py
 
-    from generation.dataset import generate
+    from vprom.generation.dataset import generate
 
     generate(pools_file, tmp_path / "d.h5", RULES, scale=0.0015, seed=1)
     with h5py.File(tmp_path / "d.h5") as h5:
@@ -273,7 +273,7 @@ def test_a_train_side_cell_too_thin_to_avoid_held_out_labels_is_loosened_and_sai
 
 
 def test_banned_crops_agree_with_the_ban_crop_by_crop(larger):
-    from generation.split_checks import banned_crops, crop_concepts
+    from vprom.generation.split_checks import banned_crops, crop_concepts
 
     view = in_memory(larger)
     concepts = crop_concepts(view)

@@ -9,8 +9,8 @@ import h5py
 import numpy as np
 import pytest
 
-from generation.verify import verify
-from splits.assign import load_rules
+from vprom.generation.verify import verify
+from vprom.splits.assign import load_rules
 from tests.dataset_fixture import build_records, fixture_assign, write_dataset
 from vprom.app import cli
 from vprom.io import manifest_path, sha256_file, write_json
@@ -340,7 +340,7 @@ def test_an_empty_dataset_fails(tmp_path):
 
 def test_a_generated_dataset_passes_with_the_real_rules(tmp_path, capsys):
     """End to end with `vprom generate`, `vprom.solver` and `splits.assign` (manifest seed)."""
-    from generation.dataset import generate
+    from vprom.generation.dataset import generate
     from tests.dataset_fixture import write_pools
 
     dataset = tmp_path / "dataset.h5"

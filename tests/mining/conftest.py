@@ -123,7 +123,7 @@ def vg_dir(tmp_path) -> Path:
 @pytest.fixture(scope="module")
 def mined(tmp_path_factory):
     """The CORPUS mined once (in-process) for the tests that only read the result."""
-    from mining.pools import mine
+    from vprom.mining.pools import mine
     from vprom.tables import read_crop_table
 
     root = tmp_path_factory.mktemp("mined")

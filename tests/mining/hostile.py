@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mining.download import ANNOTATIONS
+from vprom.mining.download import ANNOTATIONS
 
 SERVER_LIFETIME = 60.0   # seconds; a safety net, tests take well under a second each
 NOTHING_KNOWN = {}       # `expected=` for the test files: no pinned size or hash applies

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mining import archives
-from mining.archives import IMAGE_LIMITS, images_layout, json_layout, unpack, verify
+from vprom.mining import archives
+from vprom.mining.archives import IMAGE_LIMITS, images_layout, json_layout, unpack, verify
 from tests.mining.hostile import duplicate_zip, make_zip, patch, zeros_zip
 from vprom.errors import VpromError
 

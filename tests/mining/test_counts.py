@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mining.counts import REASONS, CountParse, parse_count
-from mining.vocab import DATA_DIR, load_vocabulary
+from vprom.mining.counts import REASONS, CountParse, parse_count
+from vprom.mining.vocab import DATA_DIR, load_vocabulary
 from tests.mining.conftest import plural
 
 WORDS = ["one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]

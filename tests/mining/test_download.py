@@ -14,7 +14,7 @@ import zipfile
 
 import pytest
 
-from mining.download import (ANNOTATIONS, IMAGES, PINNED, DownloadSummary, download,
+from vprom.mining.download import (ANNOTATIONS, IMAGES, PINNED, DownloadSummary, download,
                              load_expected)
 from tests.mining import hostile
 from tests.mining.hostile import NOTHING_KNOWN, make_zip, no_pins, patch
@@ -358,7 +358,7 @@ def test_the_command_line_downloads_and_prints_the_summary(tmp_path, server, cap
     from vprom.app.cli import main
 
     base, handler = server
-    monkeypatch.setattr("mining.download.PINNED", no_pins(tmp_path))
+    monkeypatch.setattr("vprom.mining.download.PINNED", no_pins(tmp_path))
     assert main(["download", "--out", str(tmp_path), "--base-url", base, "--no-images"]) == 0
     assert "fetched 4 file(s)" in capsys.readouterr().out
     del handler.files["images.zip"]
@@ -371,7 +371,7 @@ def test_the_command_line_reports_a_corrupt_archive_in_one_line(tmp_path, server
     from vprom.app.cli import main
 
     base, handler = server
-    monkeypatch.setattr("mining.download.PINNED", no_pins(tmp_path))
+    monkeypatch.setattr("vprom.mining.download.PINNED", no_pins(tmp_path))
     handler.files["images.zip"] = patch(make_zip({"VG_100K/3.jpg": b"x"}), "VG_100K/3.jpg",
                                         method=9)
     assert main(["download", "--out", str(tmp_path / "vg"), "--base-url", base]) == 1

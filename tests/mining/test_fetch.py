@@ -12,8 +12,8 @@ import os
 
 import pytest
 
-from mining import fetch
-from mining.download import ANNOTATIONS, download
+from vprom.mining import fetch
+from vprom.mining.download import ANNOTATIONS, download
 from tests.mining import hostile
 from tests.mining.hostile import NOTHING_KNOWN, no_pins
 from vprom.errors import VpromError
@@ -66,7 +66,7 @@ def test_the_deadline_is_a_command_line_option(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         _cli(capsys, "--out", str(tmp_path), "--deadline", "soon")
     assert stop.value.code == 2 and "not a positive duration: 'soon'" in capsys.readouterr().err
-    from mining.download import parse_duration
+    from vprom.mining.download import parse_duration
 
     assert [parse_duration(t) for t in ("90", "90s", "30m", "8h", "1.5h")] == \
         [90, 90, 1800, 28800, 5400]
@@ -95,7 +95,7 @@ def test_redirects_are_followed_and_reported(tmp_path, server):
 def test_a_redirect_out_of_http_is_refused_in_one_line(tmp_path, server, capsys, monkeypatch,
                                                        location):
     base, handler = server
-    monkeypatch.setattr("mining.download.PINNED", no_pins(tmp_path))
+    monkeypatch.setattr("vprom.mining.download.PINNED", no_pins(tmp_path))
     handler.redirects[NAME] = location
     code, err = _cli(capsys, "--out", str(tmp_path / "vg"), "--base-url", base, "--no-images")
     assert code == 1 and len(err.splitlines()) == 1
@@ -111,7 +111,7 @@ def test_a_redirect_to_no_valid_address_is_one_line(tmp_path, server):
 
 def test_a_redirect_loop_is_one_line(tmp_path, server, capsys, monkeypatch):
     base, handler = server
-    monkeypatch.setattr("mining.download.PINNED", no_pins(tmp_path))
+    monkeypatch.setattr("vprom.mining.download.PINNED", no_pins(tmp_path))
     handler.redirects[NAME] = NAME
     code, err = _cli(capsys, "--out", str(tmp_path / "vg"), "--base-url", base, "--no-images")
     notice, error = err.splitlines()   # the redirect is shown once, then the one-line error
@@ -184,7 +184,7 @@ def test_too_little_free_space_is_refused_before_downloading(tmp_path, server, m
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
 def test_a_full_disk_while_downloading_is_one_line(tmp_path, server, capsys, monkeypatch):
     base, handler = server
-    monkeypatch.setattr("mining.download.PINNED", no_pins(tmp_path))
+    monkeypatch.setattr("vprom.mining.download.PINNED", no_pins(tmp_path))
     out = tmp_path / "vg"
     out.mkdir()
     (out / f"{NAME}.part").symlink_to("/dev/full")   # every write: ENOSPC from the kernel

@@ -57,7 +57,7 @@ def test_photo_crops_one_per_annotated_object(photo_vg):
 
 
 def test_miner_keeps_exactly_the_expected_crops(photo_vg, tmp_path):
-    pools = pytest.importorskip("mining.pools")
+    pools = pytest.importorskip("vprom.mining.pools")
     from vprom.tables import read_crop_table
 
     pools.mine(photo_vg, tmp_path / "pools.h5", min_side=100, workers=1)

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from mining.pools import mine
+from vprom.mining.pools import mine
 from tests.mining.conftest import CORPUS, corpus, write_vg
 from vprom.app import cli
 from vprom.errors import VpromError
@@ -163,7 +163,7 @@ def test_manifest_and_report_files(mined):
 def test_pools_record_the_vocabulary_generation_needs(mined):
     import h5py
 
-    from mining.vocab import load_vocabulary
+    from vprom.mining.vocab import load_vocabulary
 
     _, _, path = mined
     vocab = load_vocabulary()
@@ -278,7 +278,7 @@ def test_cli_mine_ok_and_bad_input(tmp_path, vg_dir, capsys):
 def test_a_worker_that_dies_is_reported_not_waited_for():
     import multiprocessing
 
-    from mining.pools import _receive
+    from vprom.mining.pools import _receive
 
     class Dead:
         name, exitcode = "vprom-mine-objects", -9

@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from mining import readers
+from vprom.mining import readers
 from tests.mining.conftest import CORPUS, corpus, write_vg
 from vprom.errors import VpromError
 from vprom.io import sha256_file
@@ -153,7 +153,7 @@ def test_region_missing_box_key_and_missing_ids(tmp_path):
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_an_image_listed_twice_is_refused_naming_both_records(tmp_path, workers):
-    from mining.pools import mine
+    from vprom.mining.pools import mine
 
     files = corpus()
     files["image_data"].append({"width": 1024, "height": 768, "id": 2})  # image 2 again

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mining import synth
-from mining.synth_glyphs import glyph_mask, solid_glyph_mask
-from mining.synth_paint import COLORS
-from mining.synth_people import draw_person
-from mining.synth_plan import render_image
-from mining.synth_spec import (
+from vprom.mining import synth
+from vprom.mining.synth_glyphs import glyph_mask, solid_glyph_mask
+from vprom.mining.synth_paint import COLORS
+from vprom.mining.synth_people import draw_person
+from vprom.mining.synth_plan import render_image
+from vprom.mining.synth_spec import (
     EXCLUDED_OBJECTS,
     HUMAN_ATTRIBUTES,
     HUMAN_LABELS,
@@ -25,7 +25,7 @@ from mining.synth_spec import (
     OBJECTS,
     SEMANTIC_ATTRIBUTES,
 )
-from mining.vocab import load_vocabulary
+from vprom.mining.vocab import load_vocabulary
 from tests.photo_fixture import check_vg_schema, crop_pixels
 from vprom.errors import VpromError
 from vprom.records import COUNTS, MIN_SIDE
@@ -190,7 +190,7 @@ def test_cli_synth_prints_the_summary(tmp_path, capsys):
 # --- the miner recovers the truth -----------------------------------------------------
 @pytest.fixture(scope="module")
 def mined(corpus, tmp_path_factory):
-    pools = pytest.importorskip("mining.pools")
+    pools = pytest.importorskip("vprom.mining.pools")
     from vprom.tables import read_crop_table
 
     out = tmp_path_factory.mktemp("mined") / "pools.h5"

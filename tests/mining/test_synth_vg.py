@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from mining import synth, synth_vg
+from vprom.mining import synth, synth_vg
 
 N_IMAGES = 60
 

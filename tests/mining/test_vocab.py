@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mining.vocab import (
+from vprom.mining.vocab import (
     DATA_DIR,
     HUMAN_SUPER_ATTRIBUTES,
     OBJECT_SUPER_ATTRIBUTES,

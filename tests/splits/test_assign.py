@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splits.assign import (
+from vprom.splits.assign import (
     SPEC_DIR,
     assign,
     choose_val,

@@ -30,12 +30,12 @@ _STARTING = {sig: signal.signal(sig, _interrupted_while_starting)
              for sig in (signal.SIGINT, signal.SIGTERM)
              if threading.current_thread() is threading.main_thread()}
 
-from baselines.config import (  # noqa: E402 - after the guard above
+from vprom.baselines.config import (  # noqa: E402 - after the guard above
     DEFAULTS_FILE,
     OPTIMIZERS,
     TrainConfig,
 )
-from features.config import (  # noqa: E402
+from vprom.features.config import (  # noqa: E402
     COMPRESSIONS,
     DECODERS,
     POOLS,
@@ -43,10 +43,10 @@ from features.config import (  # noqa: E402
     STORED_DTYPES,
     ExtractConfig,
 )
-from generation.dataset import generate  # noqa: E402
-from mining.download import download, load_expected  # noqa: E402
-from mining.pools import mine  # noqa: E402
-from mining.synth import write_corpus  # noqa: E402
+from vprom.generation.dataset import generate  # noqa: E402
+from vprom.mining.download import download, load_expected  # noqa: E402
+from vprom.mining.pools import mine  # noqa: E402
+from vprom.mining.synth import write_corpus  # noqa: E402
 from vprom import __version__  # noqa: E402
 from vprom.app.build import SYNTHETIC_IMAGES, SYNTHETIC_SCALE, VG_SCALE, build  # noqa: E402
 from vprom.app.options import (  # noqa: E402
@@ -154,7 +154,7 @@ def add_generate(p):
 
 
 def run_generate(args):
-    from splits.assign import load_rules
+    from vprom.splits.assign import load_rules
 
     summary = generate(args.pools, args.out, load_rules(), scale=args.scale, seed=args.seed,
                        shard=args.shard)
@@ -169,8 +169,8 @@ def add_merge(p):
 
 
 def run_merge(args):
-    from generation.dataset import merge_shards
-    from splits.assign import load_rules
+    from vprom.generation.dataset import merge_shards
+    from vprom.splits.assign import load_rules
 
     print(merge_shards(args.shards, args.out, load_rules()))
 
@@ -207,8 +207,8 @@ def add_verify(p):
 
 
 def run_verify(args):
-    from generation.verify import verify
-    from splits.assign import load_rules
+    from vprom.generation.verify import verify
+    from vprom.splits.assign import load_rules
 
     report = verify(args.dataset, load_rules(), features=args.features)
     print(report.format())
@@ -226,7 +226,7 @@ def add_stats(p):
 
 
 def run_stats(args):
-    from generation.stats import format_stats, stats, write_stats
+    from vprom.generation.stats import format_stats, stats, write_stats
 
     figures = stats(args.dataset)
     print(format_stats(figures))
@@ -253,8 +253,8 @@ def run_show(args):
 @command("export", "the data set as JSON lines, the original release's layout, or npz files",
          "vprom export build/dataset.h5 --format original --vg data/vg --out build/release")
 def add_export(p):
-    from generation.export import EXAMPLES, FORMATS
-    from generation.export_npz import DEFAULT_SIZE
+    from vprom.generation.export import EXAMPLES, FORMATS
+    from vprom.generation.export_npz import DEFAULT_SIZE
 
     p.epilog += "".join(f"\n  {e}" for e in EXAMPLES) + (
         "\n\nClients of the original release read it from the folder holding V-PROM/ "
@@ -281,7 +281,7 @@ def add_export(p):
 
 
 def run_export(args):
-    from generation.export import export
+    from vprom.generation.export import export
 
     check = output_file if args.format == "jsonl" else output_folder
     try:  # before any work: --out must be writable as what the format writes
@@ -350,11 +350,11 @@ def add_extract(p):
 
 
 def run_extract(args):
-    from features.extract import extract
+    from vprom.features.extract import extract
 
     options = options_of(args)
     if options.pop("list"):
-        from features.backbones import get_backbone, list_backbones
+        from vprom.features.backbones import get_backbone, list_backbones
 
         for name in list_backbones():
             print(f"{name:15s} {get_backbone(name).description}")
@@ -421,7 +421,7 @@ def add_train(p):
 
 
 def run_train(args):
-    from baselines.train import train
+    from vprom.baselines.train import train
 
     options = options_of(args)
     options.pop("resume")
@@ -437,7 +437,7 @@ def add_evaluate(p):
 
 
 def run_evaluate(args):
-    from baselines.evaluate import evaluate, format_metrics
+    from vprom.baselines.evaluate import evaluate, format_metrics
 
     print(format_metrics(evaluate(args.run_dir, device=args.device)))
 
@@ -453,7 +453,7 @@ def add_report(p):
 
 
 def run_report(args):
-    from baselines.report import report
+    from vprom.baselines.report import report
 
     print(report(args.runs, args.out))
 

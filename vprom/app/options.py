@@ -13,7 +13,7 @@ import inspect
 import math
 from pathlib import Path
 
-from mining.download import parse_duration
+from vprom.mining.download import parse_duration
 from vprom.errors import VpromError
 from vprom.io import check_output
 

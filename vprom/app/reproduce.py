@@ -95,7 +95,7 @@ def _items(text: str | None, what: str) -> list[str]:
 
 def backbone_weights(config: ReproduceConfig) -> dict[str, str]:
     """backbone -> weights, checked before any work starts."""
-    from features.backbones import get_backbone
+    from vprom.features.backbones import get_backbone
 
     backbones = _items(config.backbones, "backbones")
     if config.weights is None:
@@ -119,7 +119,7 @@ def backbone_weights(config: ReproduceConfig) -> dict[str, str]:
 
 def grid(config: ReproduceConfig) -> list[RunSpec]:
     """Every run, grouped by backbone: models × aux × splits, then the controls."""
-    from baselines.registry import list_models
+    from vprom.baselines.registry import list_models
 
     models, splits = _items(config.models, "models"), _items(config.splits, "splits")
     for m in models:
@@ -150,9 +150,9 @@ def _build(config: ReproduceConfig) -> tuple[Path, Path]:
 def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: str,
               weights: str) -> Path:
     """OUT/features/<backbone>.h5, extracted unless a complete file from the same inputs exists."""
-    from features.config import ExtractConfig
-    from features.extract import extract
-    from features.reader import check_complete
+    from vprom.features.config import ExtractConfig
+    from vprom.features.extract import extract
+    from vprom.features.reader import check_complete
 
     out = config.out / "features" / f"{backbone}.h5"
     stamp_path = out.with_name(out.name + ".reproduce.json")
@@ -174,9 +174,9 @@ def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: st
 
 def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
                         config: ReproduceConfig) -> None:
-    from baselines.config import TrainConfig
-    from baselines.evaluate import evaluate, format_metrics
-    from baselines.train import train
+    from vprom.baselines.config import TrainConfig
+    from vprom.baselines.evaluate import evaluate, format_metrics
+    from vprom.baselines.train import train
 
     train(TrainConfig(dataset=dataset, features=features, model=spec.model, split=spec.split,
                       aux=spec.aux, out=run, epochs=config.epochs,
@@ -187,7 +187,7 @@ def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
 
 def reproduce(config: ReproduceConfig) -> Path:
     """Run the grid (see the module doc); returns the report folder."""
-    from baselines.report import report
+    from vprom.baselines.report import report
 
     weights = backbone_weights(config)
     specs = grid(config)

@@ -1,0 +1,1 @@
+"""Generation: sampling matrices from pools, the solver check, verification, audits, export."""

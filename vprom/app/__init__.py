@@ -1,0 +1,1 @@
+"""The top floor: the command line, the Python API, and the orchestration of stages."""
