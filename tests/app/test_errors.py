@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import signal
@@ -95,8 +96,9 @@ def test_ctrl_c_says_how_to_resume(failing, capsys):
 def test_options_are_refused_before_any_work(tmp_path, capsys, monkeypatch, argv, says):
     (tmp_path / "a-file").write_text("in the way")
     started = []
-    for name in ("run_build", "run_generate", "run_stats"):
-        monkeypatch.setattr(cli, name, lambda args, name=name: started.append(name))
+    for name in ("build", "generate", "stats"):
+        monkeypatch.setitem(cli.COMMANDS, name, dataclasses.replace(
+            cli.COMMANDS[name], run=lambda args, name=name: started.append(name)))
     with pytest.raises(SystemExit) as exit_:
         cli.main([a.format(tmp=tmp_path) for a in argv])
     assert exit_.value.code == 2 and not started

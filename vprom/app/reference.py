@@ -143,7 +143,7 @@ def _required_group_note(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def command_section(name: str, parser: argparse.ArgumentParser) -> str:
-    summary, example = COMMANDS[name]
+    summary, example = COMMANDS[name].summary, COMMANDS[name].example
     rows = [f"| {_cell(a)} | {_default(a)} | {_help(a)} |" for a in _arguments(parser)]
     lines = [
         f"## `vprom {name}`",
@@ -181,7 +181,7 @@ def render() -> str:
     """docs/cli.md: the whole reference, a pure function of the parser."""
     commands = _subparsers(build_parser())
     index = ["| command | does |", "|---|---|"]
-    index += [f"| [`vprom {name}`](#vprom-{name}) | {_text(COMMANDS[name][0])} |"
+    index += [f"| [`vprom {name}`](#vprom-{name}) | {_text(COMMANDS[name].summary)} |"
               for name in commands]
     sections = [command_section(name, p) for name, p in commands.items()]
     return "\n".join([HEADER, *index, "", *sections])

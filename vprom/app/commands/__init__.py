@@ -1,0 +1,1 @@
+"""The `vprom` subcommands, one module per group of stages (see `base.Command`)."""
