@@ -35,9 +35,13 @@ demo: $(STAMP)
 		--out $(DEMO_OUT)/report
 	$(BIN)/vprom show $(DEMO_OUT)/dataset.h5 --id 0 --vg $(DEMO_OUT)/vg --answer \
 		--out $(DEMO_OUT)/matrix-0.png
+	$(BIN)/vprom human-study $(DEMO_OUT)/dataset.h5 --vg $(DEMO_OUT)/vg --n 20 \
+		--out $(DEMO_OUT)/study
 	@echo
 	@echo "demo done: dataset $(DEMO_OUT)/dataset.h5 (stats: $(DEMO_OUT)/stats.json),"
 	@echo "  tables and plots in $(DEMO_OUT)/report/, a rendered matrix in $(DEMO_OUT)/matrix-0.png"
+	@echo "a 20-problem human study: $(BIN)/vprom human-serve $(DEMO_OUT)/study, then open"
+	@echo "  http://127.0.0.1:8000/?participant=me (docs/human-study.md)"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

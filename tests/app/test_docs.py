@@ -16,7 +16,7 @@ DOCS = ROOT / "docs"
 PAGES = [README, *sorted(DOCS.glob("*.md"))]
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 #: a command line in a code block: `vprom CMD ...`, `$ vprom CMD ...`, `torchrun ... -m vprom CMD`
-COMMAND = re.compile(r"^(?:\$ )?(?:torchrun .*?-m )?vprom ([a-z]+)( .*)?$")
+COMMAND = re.compile(r"^(?:\$ )?(?:torchrun .*?-m )?vprom ([a-z-]+)( .*)?$")
 
 
 def test_cli_reference_is_current():
@@ -52,7 +52,7 @@ def test_every_command_is_in_the_reference(name):
 def _readme_command_table() -> set[str]:
     text = README.read_text(encoding="utf-8")
     section = text.split("\n## Commands\n")[1].split("\n## ")[0]
-    return set(re.findall(r"^\| `vprom ([a-z]+)[ `]", section, flags=re.MULTILINE))
+    return set(re.findall(r"^\| `vprom ([a-z-]+)[ `]", section, flags=re.MULTILINE))
 
 
 def test_readme_command_table_lists_every_command_and_no_other():

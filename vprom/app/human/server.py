@@ -1,0 +1,283 @@
+"""`vprom human-serve`: the study page on a local web server, answers appended to JSON lines.
+
+Routes (everything else is 404; nothing outside `STUDY/public/` is ever read for a request):
+
+    GET  /, /index.html, /study.js, ...   files of STUDY/public/ (no listing, no dot files)
+    GET  /api/session?participant=ID      the participant's problems, in their own order and
+                                          with their own candidate order, and those answered
+    POST /api/response                    one answer or skip, JSON:
+         {"participant": ID, "problem": KEY, "position": 0-7 | null, "skipped": bool,
+          "rt_ms": number, "order": [the 8 candidate indices as shown]}
+
+Each participant gets a problem order and, per problem, a candidate order drawn from a
+generator seeded by the study's seed and the participant id, so a reload shows the same
+problem the same way and the order carries no answer. A response is checked (known problem,
+the order this participant was shown, a position or a skip, not answered before) and then
+appended to `STUDY/responses/<ID>.jsonl` with one `write` under an exclusive `flock`, and
+fsynced; a write that fails is truncated back, so the file only ever holds whole lines.
+Malformed bodies get 400, unknown problems 404, a second answer to a problem 409, bodies over
+64 KB 413.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import mimetypes
+import os
+import re
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+
+from vprom.app.human.study import load_key
+from vprom.errors import VpromError
+from vprom.records import N_CANDIDATES
+
+PARTICIPANT = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_BODY = 64 * 1024
+PUBLIC_FILE = re.compile(r"(?:[A-Za-z0-9_-][A-Za-z0-9_.-]*/)*[A-Za-z0-9_-][A-Za-z0-9_.-]*")
+
+
+class Refused(Exception):
+    """A request the study answers with a 4xx status and a one-line reason."""
+
+    def __init__(self, status: HTTPStatus, reason: str):
+        super().__init__(reason)
+        self.status = status
+
+
+class Study:
+    """A study folder being served: its problems, its key, and the answers so far."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.key = load_key(self.folder)
+        self.public = (self.folder / "public").resolve()
+        try:
+            listed = json.loads((self.public / "problems.json").read_text())["problems"]
+        except (OSError, json.JSONDecodeError, KeyError, TypeError):
+            raise VpromError(f"{self.public / 'problems.json'}: missing or not a study's "
+                             "problem list; write the study again") from None
+        self.problems = {p["key"]: p for p in listed}
+        if set(self.problems) != set(self.key["problems"]):
+            raise VpromError(f"{self.folder}: public/problems.json and study.json list "
+                             "different problems; write the study again")
+        self.responses = self.folder / "responses"
+        self.responses.mkdir(exist_ok=True)
+        self.seed = int(self.key["manifest"]["seed"] or 0)
+        self._lock = threading.Lock()
+        self._answered: dict[str, set[str]] = {}
+
+    # ------------------------------------------------------------ a participant's view
+    def _generator(self, participant: str) -> np.random.Generator:
+        digest = hashlib.sha256(participant.encode()).digest()
+        return np.random.default_rng([self.seed, 25, *np.frombuffer(digest, np.uint32)])
+
+    def orders(self, participant: str) -> tuple[list[str], dict[str, list[int]]]:
+        """The participant's problem order, and per problem the candidate order shown."""
+        rng = self._generator(participant)
+        keys = list(self.problems)
+        order = [keys[i] for i in rng.permutation(len(keys))]
+        return order, {k: [int(v) for v in rng.permutation(N_CANDIDATES)] for k in order}
+
+    def session(self, participant: str) -> dict:
+        participant = check_participant(participant)
+        order, shown = self.orders(participant)
+        problems = [{"key": k, "context": self.problems[k]["context"],
+                     "candidates": [self.problems[k]["candidates"][i] for i in shown[k]],
+                     "order": shown[k]} for k in order]
+        with self._lock:
+            answered = sorted(self.answered(participant))
+        return {"participant": participant, "problems": problems, "answered": answered}
+
+    def answered(self, participant: str) -> set[str]:
+        """Problems this participant has answered or skipped (read once, then kept)."""
+        if participant not in self._answered:
+            path = self.responses / f"{participant}.jsonl"
+            done = set()
+            if path.is_file():
+                for number, line in enumerate(path.read_text().splitlines(), 1):
+                    try:
+                        done.add(json.loads(line)["problem"])
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        raise Refused(HTTPStatus.INTERNAL_SERVER_ERROR, f"{path} line {number} "
+                                      "is not a response; fix or remove it") from None
+            self._answered[participant] = done
+        return self._answered[participant]
+
+    # ------------------------------------------------------------ recording
+    def record(self, body: bytes) -> dict:
+        """Check one response and append it; the stored record."""
+        response = parse_response(body)
+        participant, problem = response["participant"], response["problem"]
+        if problem not in self.problems:
+            raise Refused(HTTPStatus.NOT_FOUND, f"no problem {problem!r} in this study")
+        shown = self.orders(participant)[1][problem]
+        if response["order"] != shown:
+            raise Refused(HTTPStatus.BAD_REQUEST, "order is not the candidate order this "
+                          "participant was shown; reload the page")
+        position = response["position"]
+        candidate = None if position is None else shown[position]
+        key = self.key["problems"][problem]
+        record = {
+            "participant": participant, "problem": problem, "matrix_id": key["matrix_id"],
+            "skipped": response["skipped"], "position": position, "candidate": candidate,
+            "choice": None if candidate is None else key["candidate_order"][candidate],
+            "order": shown, "rt_ms": response["rt_ms"],
+            "received": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        with self._lock:
+            done = self.answered(participant)
+            if problem in done:
+                raise Refused(HTTPStatus.CONFLICT, f"participant {participant} has already "
+                              f"answered problem {problem}")
+            append_line(self.responses / f"{participant}.jsonl", record)
+            done.add(problem)
+        return record
+
+
+def check_participant(participant) -> str:
+    if not isinstance(participant, str) or not PARTICIPANT.fullmatch(participant):
+        raise Refused(HTTPStatus.BAD_REQUEST, "participant must be 1-64 letters, digits, "
+                      "'-' or '_' (put it in the address: ?participant=ID)")
+    return participant
+
+
+def parse_response(body: bytes) -> dict:
+    """The fields of a response body, type-checked; Refused(400) on anything else."""
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise Refused(HTTPStatus.BAD_REQUEST, "the body is not JSON") from None
+    expected = {"participant", "problem", "position", "skipped", "rt_ms", "order"}
+    if not isinstance(data, dict) or set(data) != expected:
+        raise Refused(HTTPStatus.BAD_REQUEST, f"the body must be an object with exactly "
+                      f"{', '.join(sorted(expected))}")
+    check_participant(data["participant"])
+    position, skipped, rt = data["position"], data["skipped"], data["rt_ms"]
+    if not isinstance(data["problem"], str) or not isinstance(skipped, bool):
+        raise Refused(HTTPStatus.BAD_REQUEST, "problem must be a string and skipped a boolean")
+    if skipped != (position is None) or not (position is None or (
+            type(position) is int and 0 <= position < N_CANDIDATES)):
+        raise Refused(HTTPStatus.BAD_REQUEST, "give a position 0-7, or skipped true with "
+                      "position null")
+    if type(rt) not in (int, float) or not 0 <= rt < 24 * 3600 * 1000:
+        raise Refused(HTTPStatus.BAD_REQUEST, "rt_ms must be a number of milliseconds")
+    order = data["order"]
+    if not isinstance(order, list) or sorted(order) != list(range(N_CANDIDATES)) or any(
+            type(v) is not int for v in order):
+        raise Refused(HTTPStatus.BAD_REQUEST, "order must list the candidates 0-7 as shown")
+    return data
+
+
+def append_line(path: Path, record: dict) -> None:
+    """Append one JSON line with a single write, under flock, fsynced; all of it or nothing."""
+    line = (json.dumps(record, sort_keys=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        try:
+            if os.write(fd, line) != len(line):
+                raise OSError(f"short write to {path}")
+            os.fsync(fd)
+        except OSError:
+            os.ftruncate(fd, size)  # never leave half a line
+            raise
+    finally:
+        os.close(fd)
+
+
+class Handler(BaseHTTPRequestHandler):
+    study: Study  # set on the subclass `serve` makes
+    server_version = "vprom-human-study"
+
+    def log_message(self, format, *args):  # one quiet line per request on stderr
+        if getattr(self.server, "verbose", True):
+            super().log_message(format, *args)
+
+    def _send(self, status: HTTPStatus, body: bytes, kind: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: HTTPStatus, obj) -> None:
+        self._send(status, json.dumps(obj).encode(), "application/json")
+
+    def _refuse(self, e: Refused) -> None:
+        self._json(e.status, {"error": str(e)})
+
+    def do_GET(self):
+        url = urlsplit(self.path)
+        try:
+            if url.path == "/api/session":
+                participant = parse_qs(url.query).get("participant", [""])[0]
+                self._json(HTTPStatus.OK, self.study.session(participant))
+            else:
+                self._file(url.path)
+        except Refused as e:
+            self._refuse(e)
+
+    do_HEAD = do_GET
+
+    def _file(self, path: str) -> None:
+        name = "index.html" if path in ("", "/") else path.lstrip("/")
+        target = self.study.public / name
+        if (not PUBLIC_FILE.fullmatch(name) or not target.resolve().is_relative_to(
+                self.study.public) or not target.is_file()):
+            raise Refused(HTTPStatus.NOT_FOUND, "no such file in this study")
+        kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        self._send(HTTPStatus.OK, target.read_bytes(), kind)
+
+    def do_POST(self):
+        try:
+            if urlsplit(self.path).path != "/api/response":
+                raise Refused(HTTPStatus.NOT_FOUND, "POST only to /api/response")
+            try:
+                length = int(self.headers.get("Content-Length", ""))
+            except ValueError:
+                raise Refused(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length") from None
+            if not 0 <= length <= MAX_BODY:
+                raise Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "the body is too large")
+            record = self.study.record(self.rfile.read(length))
+            self._json(HTTPStatus.CREATED, {"ok": True, "problem": record["problem"]})
+        except Refused as e:
+            self._refuse(e)
+
+
+def make_server(study: str | Path, host: str = "127.0.0.1", port: int = 8000,
+                verbose: bool = True) -> ThreadingHTTPServer:
+    """An HTTP server for the study folder, bound but not yet serving (port 0: any free one)."""
+    handler = type("StudyHandler", (Handler,), {"study": Study(study)})
+    try:
+        server = ThreadingHTTPServer((host, port), handler)
+    except OSError as e:
+        raise VpromError(f"cannot listen on {host}:{port} ({e.strerror}); pick another "
+                         "--port") from None
+    server.verbose = verbose
+    server.daemon_threads = True
+    return server
+
+
+def serve(study: str | Path, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve the study until Ctrl-C."""
+    server = make_server(study, host, port)
+    address = f"http://{host}:{server.server_address[1]}/?participant=<id>"
+    print(f"serving {study} at {address}; responses go to {Path(study) / 'responses'}; "
+          "Ctrl-C stops", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()

@@ -1,0 +1,245 @@
+"""`vprom human-study`: a stratified, seeded sample of V-PROM problems as a study folder.
+
+The sample is even across relations, as the paper's study was, and within each relation even
+across the element types that take part in it: `n` is split over the (relation, element
+type) cells by largest remainder, a cell short of problems hands its shortfall to the other
+cells of its relation, then to any cell, and the problems of a cell are drawn without
+replacement from the split part (the test part by default). One more problem, from the
+training part, becomes the worked example on the instructions page.
+
+The folder holds two halves:
+
+    STUDY/public/        what a participant's browser may read (served by `human-serve`):
+        index.html, study.js, study.css    the page (plain HTML and JavaScript, no library)
+        problems.json    every problem as opaque image names: 8 context, 8 candidates
+        example.json     the worked example, with its answer and the relation spelled out
+        images/<token>.jpg   every crop once, letterboxed to SIZE x SIZE
+    STUDY/study.json     the key: the vprom manifest, and per problem its matrix id,
+                         relation, element type, answer and the candidate order shown
+    STUDY/responses/     one JSON-lines file per participant, appended by `human-serve`
+
+Nothing under public/ tells the answer: image names are random tokens, problems are listed
+in a shuffled order under random keys, and the candidates of each problem are put in a
+random order (recorded in the key); `human-serve` shuffles them again per participant.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from vprom.errors import VpromError
+from vprom.images import ImageIndex, clip_box
+from vprom.io import atomic_dir, make_manifest, write_json
+from vprom.provenance import dataset_content_hash
+from vprom.records import N_CANDIDATES, N_CONTEXT, RELATIONS_OF, ElementType, Relation
+from vprom.show import letterbox
+from vprom.tables import read_crop_table, read_matrix_table
+
+PAGE_FILES = ("index.html", "study.js", "study.css")
+KEY_FILE = "study.json"
+#: panel side in pixels: 16 panels must fit a 1280x800 screen without scrolling
+DEFAULT_SIZE = 160
+
+
+@dataclass(frozen=True)
+class Cell:
+    relation: str
+    element_type: str
+
+
+def allocate(n: int, available: dict[Cell, int], rng: np.random.Generator) -> dict[Cell, int]:
+    """How many problems each cell gets: even over relations, then over element types."""
+    total = sum(available.values())
+    if n > total:
+        raise VpromError(f"the split part holds {total} problems; ask for at most that many "
+                         f"(--n {n})")
+    relations = sorted({c.relation for c in available if available[c]},
+                       key=[r.value for r in Relation].index)
+    quota = {c: 0 for c in available}
+    for relation, share in zip(relations, _shares(n, len(relations), rng)):
+        cells = [c for c in available if c.relation == relation and available[c]]
+        for cell, k in zip(cells, _shares(share, len(cells), rng)):
+            quota[cell] = k
+    for scope in ("relation", "any"):  # hand shortfalls to cells that have problems to spare
+        for cell in list(quota):
+            while quota[cell] > available[cell]:
+                spare = [c for c in quota if quota[c] < available[c] and
+                         (scope == "any" or c.relation == cell.relation)]
+                if not spare:
+                    break
+                quota[cell] -= 1
+                quota[spare[int(rng.integers(len(spare)))]] += 1
+    return quota
+
+
+def _shares(n: int, k: int, rng: np.random.Generator) -> list[int]:
+    """n split into k near-equal whole shares; the remainder goes to random members."""
+    shares = [n // k] * k
+    for i in rng.choice(k, size=n % k, replace=False):
+        shares[int(i)] += 1
+    return shares
+
+
+def sample(table, split: str, part: str, n: int, rng: np.random.Generator) -> list[int]:
+    """Row indices of the sampled problems (stratified as `allocate` says)."""
+    if split not in table.splits:
+        raise VpromError(f"no split {split!r}; the data set has {', '.join(sorted(table.splits))}")
+    ids = table.splits[split].get(part, np.zeros(0, np.int64))
+    rows = np.flatnonzero(np.isin(table.id, ids))
+    cells = {Cell(r.value, t.value): rows[(table.relation[rows] == r.value) &
+                                          (table.element_type[rows] == t.value)]
+             for t in ElementType for r in RELATIONS_OF[t]}
+    quota = allocate(n, {c: len(v) for c, v in cells.items()}, rng)
+    chosen = [rng.choice(cells[c], size=quota[c], replace=False) for c in cells if quota[c]]
+    return [int(i) for i in np.concatenate(chosen)] if chosen else []
+
+
+def _tokens(k: int, rng: np.random.Generator) -> list[str]:
+    """k distinct random 16-hex-digit names."""
+    out: set[str] = set()
+    while len(out) < k:
+        out.add(f"{int(rng.integers(1 << 62)):016x}")
+    names = sorted(out)
+    return [names[i] for i in rng.permutation(k)]
+
+
+def _write_images(crop_rows: list[int], crops, vg_dir: Path, folder: Path, size: int,
+                  names: dict[int, str]) -> None:
+    """Every crop once, letterboxed; each source image is decoded once for all its crops."""
+    from PIL import Image
+
+    index = ImageIndex(vg_dir)
+    by_image: dict[int, list[int]] = {}
+    for row in crop_rows:
+        by_image.setdefault(int(crops.image_id[row]), []).append(row)
+    for image_id, rows in sorted(by_image.items()):
+        path = index.path(image_id)
+        try:
+            with Image.open(path) as im:
+                im = im.convert("RGB")
+        except (OSError, ValueError) as e:
+            raise VpromError(f"{path}: cannot read image ({e}); re-download it") from None
+        for row in rows:
+            box = (crops.x[row], crops.y[row], crops.w[row], crops.h[row])
+            corners = clip_box(box, im.width, im.height)
+            if corners is None:
+                raise VpromError(f"{path}: crop {int(crops.crop_id[row])}'s box lies outside "
+                                 "the image; the data set does not match these images")
+            tile = letterbox(im.crop(corners), side=size)
+            tile.save(folder / f"{names[int(crops.crop_id[row])]}.jpg", quality=90)
+
+
+def _problem(table, row: int, order: np.ndarray, names: dict[int, str]) -> dict:
+    panels = table.panels[row]
+    return {"context": [names[int(p)] for p in panels[:N_CONTEXT]],
+            "candidates": [names[int(panels[N_CONTEXT + k])] for k in order]}
+
+
+def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: str = "neutral",
+               n: int = 60, part: str = "test", seed: int = 0,
+               size: int = DEFAULT_SIZE) -> "StudySummary":
+    """Write a study folder of `n` problems of `split`'s `part` (see the module docstring)."""
+    dataset, vg_dir, out = Path(dataset), Path(vg_dir), Path(out)
+    if n < 1:
+        raise VpromError(f"--n must be at least 1, got {n}")
+    table, crops = read_matrix_table(dataset), read_crop_table(dataset)
+    rng = np.random.default_rng([seed, 25])
+    rows = sample(table, split, part, n, rng)
+    example_pool = np.flatnonzero(np.isin(table.id, table.splits[split].get("train", [])))
+    if len(example_pool) == 0:
+        raise VpromError(f"{dataset}: split {split!r} has no training problem for the worked "
+                         "example")
+    example = int(rng.choice(example_pool))
+    rows_shown = rows + [example]
+    crop_ids = sorted({int(p) for r in rows_shown for p in table.panels[r]})
+    names = dict(zip(crop_ids, _tokens(len(crop_ids), rng)))
+    keys = _tokens(len(rows), rng)
+    orders = [rng.permutation(N_CANDIDATES) for _ in rows_shown]
+    crop_row = {int(c): i for i, c in enumerate(crops.crop_id)}
+    missing = [c for c in crop_ids if c not in crop_row]
+    if missing:
+        raise VpromError(f"{dataset}: panels name crop {missing[0]}, which is not in crops; "
+                         "run `vprom verify` and regenerate the data set")
+    problems, key = {}, {}
+    for k, row, order in zip(keys, rows, orders):
+        problems[k] = _problem(table, row, order, names)
+        key[k] = {"matrix_id": int(table.id[row]), "relation": str(table.relation[row]),
+                  "element_type": str(table.element_type[row]),
+                  "super_attribute": str(table.super_attribute[row]),
+                  "answer": int(np.flatnonzero(order == int(table.answer[row]))[0]),
+                  "dataset_answer": int(table.answer[row]),
+                  "candidate_order": [int(v) for v in order]}
+    listed = [keys[i] for i in rng.permutation(len(keys))]
+    ex_order = orders[-1]
+    example_json = {**_problem(table, example, ex_order, names),
+                    "answer": int(np.flatnonzero(ex_order == int(table.answer[example]))[0]),
+                    "relation": str(table.relation[example]),
+                    "element_type": str(table.element_type[example]),
+                    "elements": [str(e) for e in table.elements[example][:N_CONTEXT]],
+                    "answer_element": str(table.elements[example][N_CONTEXT +
+                                                                  int(table.answer[example])])}
+    config = {"dataset": dataset.name, "split": split, "part": part, "n": len(rows),
+              "size": size, "seed": seed}
+    manifest = make_manifest("human-study", config, seed,
+                             inputs={dataset.name: dataset_content_hash(dataset)},
+                             counts={"problems": len(rows), "images": len(crop_ids)})
+    with atomic_dir(out) as tmp:
+        public = tmp / "public"
+        (public / "images").mkdir(parents=True)
+        _write_images([crop_row[c] for c in crop_ids], crops, vg_dir, public / "images", size,
+                      names)
+        page = resources.files("vprom.app.human") / "page"
+        for name in PAGE_FILES:
+            shutil.copyfile(page / name, public / name)
+        write_json(public / "problems.json", {"problems": [{"key": k, **problems[k]}
+                                                           for k in listed], "size": size})
+        write_json(public / "example.json", example_json)
+        write_json(tmp / KEY_FILE, {"manifest": manifest, "problems": key,
+                                    "example_matrix_id": int(table.id[example])})
+        (tmp / "responses").mkdir()
+    return StudySummary(out, len(rows), len(crop_ids), _cell_counts(key))
+
+
+def _cell_counts(key: dict) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for p in key.values():
+        name = f"{p['relation']} / {p['element_type']}"
+        counts[name] = counts.get(name, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+@dataclass
+class StudySummary:
+    out: Path
+    problems: int
+    images: int
+    cells: dict[str, int]
+
+    def __str__(self) -> str:
+        cells = ", ".join(f"{k} {v}" for k, v in self.cells.items())
+        return (f"wrote {self.out}: {self.problems} problems ({cells}), {self.images} images\n"
+                f"serve it with: vprom human-serve {self.out}   (then open the address it "
+                "prints, adding ?participant=<id>)")
+
+
+def load_key(study: str | Path) -> dict:
+    """The study's key (`study.json`), or a VpromError saying what the folder lacks."""
+    path = Path(study) / KEY_FILE
+    if not Path(study).is_dir():
+        raise VpromError(f"{study}: no such folder; pass a folder written by `vprom human-study`")
+    try:
+        key = json.loads(path.read_text())
+        key["problems"], key["manifest"]["config"]
+    except FileNotFoundError:
+        raise VpromError(f"{study}: no {KEY_FILE}; pass a folder written by "
+                         "`vprom human-study`") from None
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise VpromError(f"{path}: not a study key of `vprom human-study`; write the study "
+                         "again") from None
+    return key
