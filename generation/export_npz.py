@@ -95,7 +95,7 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
     chosen = [i for i in range(len(m)) if columns[i] in SPLIT_PARTS]
     used = np.unique(rows[chosen]) if chosen else np.zeros(0, np.int64)
     tile_of = {int(r): k for k, r in enumerate(used.tolist())}
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kinds=("export-npz",)) as tmp:
         tiles_path = tmp / ".tiles.u8"
         tiles = np.lib.format.open_memmap(tiles_path, mode="w+", dtype=np.uint8,
                                           shape=(max(len(used), 1), size, size, 3))

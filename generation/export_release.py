@@ -131,7 +131,7 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
     """Write the release layout to folder `out`; returns what was written (for the summary)."""
     pids = release_ids(m.id)
     labels, lists = label_dicts(m, pids), split_lists(m, pids)  # refuse bad data before work
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kinds=("export-original",)) as tmp:
         crop_dir = tmp / (CROPS if not copy else ".crops")
         crop_dir.mkdir(parents=True)
         n_crops = cut_crops(crops, rows, vg_dir, lambda r, im: im.save(

@@ -134,7 +134,7 @@ def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1)
                          "choose an empty or new folder")
     check_vocabulary()
     start = time.perf_counter()
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, marker=TRUTH) as tmp:
         for name in synth_vg.FOLDERS:
             (tmp / name).mkdir()
         expected, noise, n_objects, n_regions, vg = _write_files(tmp, tmp, images, seed, workers)

@@ -18,9 +18,8 @@ import hashlib
 import json
 import os
 import platform
+import secrets
 import shutil
-import signal
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -30,18 +29,42 @@ from vprom.errors import VpromError
 FORMAT_VERSION = 1
 
 
-@contextlib.contextmanager
-def _interrupts_held() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM (POSIX) for a few statements: a temporary that exists is then
-    always known to the code that removes it. A held signal is taken as soon as it ends."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
+def _new_part(path: Path, folder: bool) -> Iterator[Path]:
+    """Yield a fresh temporary name beside `path`, then make it (O_EXCL / mkdir).
+
+    The name is bound by the caller before the file exists, so an interrupt landing at any
+    point, on whichever thread the OS delivered it to, finds a name the cleanup removes
+    (missing_ok). Nothing depends on blocking signals, which a mask on one thread cannot do.
+    """
+    while True:
+        tmp = path.parent / f"{_part_prefix(path)}{secrets.token_hex(4)}.part"
+        yield tmp
+        try:
+            if folder:
+                os.mkdir(tmp, 0o777)  # the umask applies, as for any folder the user makes
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return
+        except FileExistsError:
+            continue
+
+
+def _remove(tmp: Path | None) -> None:
+    if tmp is None:
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    if tmp.is_dir() and not tmp.is_symlink():
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.unlink(missing_ok=True)
+
+
+def _as_full_disk(path: Path, error: BaseException) -> BaseException:
+    """A full disk met while writing `path` as one line naming it; other errors unchanged."""
+    if isinstance(error, OSError):
+        from vprom.outputs import full_disk
+
+        return full_disk(path, error) or error
+    return error
 
 
 @contextlib.contextmanager
@@ -49,57 +72,72 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success fsync it and rename it to `path`.
 
     On any exception (an interrupt included, wherever it lands) the temporary file is removed
-    and `path` is left as it was.
+    and `path` is left as it was. A full disk becomes one line naming `path`.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_parts(path)
     tmp = None
     try:
-        with _interrupts_held():
-            fd, name = tempfile.mkstemp(prefix=_part_prefix(path), suffix=".part",
-                                        dir=path.parent)
-            tmp = Path(name)
-            os.close(fd)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs follow the user's umask
+        for tmp in _new_part(path, folder=False):
+            pass
         yield tmp
         _fsync(tmp)
         os.replace(tmp, path)
         _fsync_dir(path.parent)
-    except BaseException:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
+    except BaseException as e:
+        _remove(tmp)
+        error = _as_full_disk(path, e)
+        if error is not e:
+            raise error from None
         raise
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_dir(path: str | os.PathLike, kinds: tuple[str, ...] = (),
+               marker: str | None = None) -> Iterator[Path]:
     """Like `atomic_path` for a folder: fill the yielded folder, it is renamed to `path` at the end.
 
-    An existing folder at `path` is replaced only after the new one is complete.
+    An existing folder at `path` is replaced only when it is empty, its manifest.json names
+    one of `kinds`, or it holds `marker`: never a folder vprom did not write. It is replaced
+    only after the new one is complete; if the swap is interrupted, the old one is put back.
     """
     path = Path(path)
+    _check_replaceable(path, kinds, marker)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_parts(path)
-    tmp = None
+    tmp = old = None
     try:
-        with _interrupts_held():
-            tmp = Path(tempfile.mkdtemp(prefix=_part_prefix(path), suffix=".part",
-                                        dir=path.parent))
-        os.chmod(tmp, 0o777 & ~_umask())
+        for tmp in _new_part(path, folder=True):
+            pass
         yield tmp
-        old = None
+        _check_replaceable(path, kinds, marker)  # may have appeared while we worked
         if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            old = path.with_name(f".{path.name}.{os.getpid()}.old.part")
             os.replace(path, old)
         os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old)
+        tmp = None
+        _remove(old)
         _fsync_dir(path.parent)
-    except BaseException:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as e:
+        _remove(tmp)
+        if old is not None and old.exists() and not path.exists():
+            os.replace(old, path)  # the swap was cut short: the user keeps the old folder
+        error = _as_full_disk(path, e)
+        if error is not e:
+            raise error from None
         raise
+
+
+def _check_replaceable(path: Path, kinds: tuple[str, ...], marker: str | None) -> None:
+    if not (path.exists() or path.is_symlink()):
+        return
+    if path.is_dir() and not path.is_symlink():
+        if not any(path.iterdir()) or (marker is not None and (path / marker).exists()):
+            return
+    from vprom.outputs import check_owned
+
+    check_owned(path, kinds or ("(none)",))
 
 
 def _part_prefix(path: Path) -> str:
@@ -153,12 +191,6 @@ def check_output(path: str | os.PathLike, folder: bool = False) -> Path:
                                  "below it; choose another path")
             break
     return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
