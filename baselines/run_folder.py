@@ -39,6 +39,16 @@ from vprom.baselines.config import TrainConfig
 from vprom.errors import VpromError
 
 RUN_FILES = ("config.json", "history.json", "last.pt", "best.pt", "metrics.json")
+#: what a run folder may hold besides RUN_FILES and still be one `train` may write into
+NAMES = (*RUN_FILES, "metrics.*.json")
+
+
+def inputs(arguments: dict) -> tuple:
+    """The input paths of a `train` call (for `vprom.outputs.writes`)."""
+    config = arguments["config"]
+    return (config.dataset, config.features)
+
+
 # Settings that may differ when a run is continued: how long and where, not what.
 RESUMABLE = ("epochs", "patience", "device", "restart", "cuda_graphs", "resume")
 

@@ -53,6 +53,7 @@ from vprom.baselines.steps import Stepper, batches, epoch_plan, make_optimizer
 from vprom.features.devices import World, joined_world
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, write_json
+from vprom.outputs import writes
 from vprom.provenance import check_features_source, dataset_identity, file_sha256
 from vprom.records import SPLITS
 
@@ -167,6 +168,7 @@ def ddp_device_ids(device: torch.device) -> list[int] | None:
     return [device.index] if device.type == "cuda" else None
 
 
+@writes(lambda a: a["config"].out, ("run",), inputs=run_folder.inputs, names=run_folder.NAMES)
 def train(config: TrainConfig) -> Path:
     """Train `config.model` on `config.split`; returns the run folder (see the module doc)."""
     requested = config

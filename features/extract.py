@@ -51,6 +51,7 @@ from vprom.features.job import Job, config_hash, fingerprint
 from vprom.errors import VpromError
 from vprom.images import ImageIndex
 from vprom.io import write_json
+from vprom.outputs import writes
 from vprom.tables import read_crop_table
 
 MAX_GPU_WORKERS = 16
@@ -93,6 +94,8 @@ def _autocast_dtype(device: torch.device) -> torch.dtype | None:
 
 
 # ---------------------------------------------------------------------------- the run
+@writes(lambda a: a["config"].out, ("features",),
+        inputs=lambda a: (a["config"].dataset, a["config"].vg))
 def extract(config: ExtractConfig) -> ExtractSummary:
     """Extract features for every crop of `config.dataset` into `config.out` (see module doc)."""
     start = time.perf_counter()

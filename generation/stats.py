@@ -88,4 +88,4 @@ def format_stats(figures: dict) -> str:
 
 def write_stats(figures: dict, path: str | Path) -> None:
     """The figures as JSON, written atomically."""
-    write_json(path, figures)
+    write_json(path, {"kind": "stats", **figures})

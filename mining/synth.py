@@ -57,6 +57,7 @@ from vprom.mining.synth_plan import HEIGHT, WIDTH, render_image
 from vprom.mining.synth_spec import NOISE_EFFECTS, RULES, check_vocabulary
 from vprom.errors import VpromError
 from vprom.io import atomic_dir, sha256_file
+from vprom.outputs import writes
 from vprom.records import MIN_SIDE
 
 JPEG_QUALITY = 90
@@ -122,6 +123,7 @@ class SynthSummary:
         return "\n".join(lines)
 
 
+@writes("out", None)  # ownership: the synthetic corpus is known by its TRUTH file
 def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1) -> SynthSummary:
     """Write the corpus of `images` images to folder `out` (replaced only when complete)."""
     out = Path(out)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import fnmatch
 import functools
 import inspect
 import json
@@ -147,25 +148,41 @@ def _h5_kind(path: Path) -> str | None:
 def recognise(path: str | os.PathLike) -> str | None:
     """The kind of vprom output at `path` as its manifest says, None when none says so."""
     path = Path(path)
-    if path.is_dir():
-        return _json_kind(path / "manifest.json")
+    if path.is_dir():  # a build or export folder has a manifest.json, a run a config.json
+        return _json_kind(path / "manifest.json") or _json_kind(path / "config.json")
     if not path.is_file():
         return None
     side = path.with_name(path.name + ".manifest.json")
-    return _json_kind(side) if side.is_file() else _h5_kind(path)
+    if side.is_file():
+        return _json_kind(side)
+    return _h5_kind(path) or _png_kind(path) or _json_kind(path)
+
+
+def _png_kind(path: Path) -> str | None:
+    """`show` marks its PNGs with a text chunk `vprom: show`."""
+    with open(path, "rb") as f:
+        if f.read(8) != b"\x89PNG\r\n\x1a\n":
+            return None
+    from PIL import Image
+
+    with contextlib.suppress(OSError, ValueError), Image.open(path) as im:
+        kind = im.info.get("vprom")
+        return kind if isinstance(kind, str) else None
+    return None
 
 
 def _ours_only(folder: Path, names: Iterable[str]) -> bool:
     """True when every entry of `folder` is one of `names` or a temporary/lock of ours."""
-    allowed = set(names)
-    return all(p.name in allowed or (p.name.startswith(".") and p.name.endswith(
-        (".part", ".lock"))) for p in folder.iterdir())
+    patterns = tuple(names)
+    return all(any(fnmatch.fnmatchcase(p.name, n) for n in patterns) or (
+        p.name.startswith(".") and p.name.endswith((".part", ".lock"))) for p in folder.iterdir())
 
 
-def check_owned(out: Path, kinds: Iterable[str], names: Iterable[str] = (),
+def check_owned(out: Path, kinds: Iterable[str] | None, names: Iterable[str] = (),
                 what: str = "output") -> None:
-    """Refuse an existing `out` that is not a vprom output of one of `kinds` (module doc)."""
-    if not (out.exists() or out.is_symlink()):
+    """Refuse an existing `out` that is not a vprom output of one of `kinds` (module doc);
+    `kinds` None: the caller checks ownership itself."""
+    if kinds is None or not (out.exists() or out.is_symlink()):
         return
     kinds = tuple(kinds)
     if out.is_dir() and not out.is_symlink() and _ours_only(out, names):

@@ -31,6 +31,7 @@ from vprom.mining.synth import write_corpus
 from vprom.splits.assign import load_rules
 from vprom.errors import VpromError
 from vprom.io import check_output, make_manifest, sha256_file, write_json, write_text
+from vprom.outputs import writes
 from vprom.records import MIN_SIDE
 
 #: Defaults sized so `make demo` (build, extract, train twice) stays well under 10 minutes.
@@ -99,6 +100,12 @@ def _whole(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+#: what a build folder holds: a folder of only these names is a build `build` may continue
+BUILD_NAMES = ("vg", "pools.h5", "pools.h5.*", "dataset.h5", "dataset.h5.*", "verify.txt",
+               "stats.json", "manifest.json")
+
+
+@writes("out", ("build",), inputs=lambda a: (a["vg"],), names=BUILD_NAMES)
 def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: int | None = None,
           scale: float | None = None, seed: int = 0, workers: int = 2) -> BuildResult:
     out = Path(out)

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from vprom.errors import VpromError
 from vprom.io import sha256_file, write_json
+from vprom.outputs import writes
 from vprom.records import SPLITS
 
 CONTROL_SPLIT = "neutral"
@@ -185,6 +186,8 @@ def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
     print(format_metrics(evaluate(run, device=config.device)), flush=True)
 
 
+@writes(lambda a: a["config"].out, ("reproduce",), inputs=lambda a: (a["config"].vg,),
+        names=("build", "features", "runs", "report"))
 def reproduce(config: ReproduceConfig) -> Path:
     """Run the grid (see the module doc); returns the report folder."""
     from vprom.baselines.report import report

@@ -17,6 +17,7 @@ import signal
 import sys
 
 from vprom.errors import VpromError
+from vprom.outputs import waiting
 
 #: What to tell a user whose command was interrupted (the others start over when run again).
 RESUME_HINT = {
@@ -110,7 +111,8 @@ def _run(args: argparse.Namespace) -> int:
     """Run the parsed command (see `main`)."""
     debug = os.environ.get("VPROM_DEBUG", "") not in ("", "0")
     try:
-        args.run(args)
+        with waiting(getattr(args, "wait", False)):
+            args.run(args)
     except BaseException as e:
         interrupt = interruption(e)
         if interrupt is None and isinstance(e, BrokenPipeError):

@@ -117,10 +117,14 @@ def add_stats(p):
 
 def run_stats(args):
     from vprom.generation.stats import format_stats, stats, write_stats
+    from vprom.outputs import claim
 
-    figures = stats(args.dataset)
-    print(format_stats(figures))
-    if args.json:
+    if args.json is None:
+        print(format_stats(stats(args.dataset)))
+        return
+    with claim(args.json, ("stats",), inputs=(args.dataset,)):
+        figures = stats(args.dataset)
+        print(format_stats(figures))
         write_stats(figures, args.json)
 
 
