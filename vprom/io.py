@@ -13,6 +13,7 @@ wanted, a file in the way of its parent folders) before any work starts.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import hashlib
 import json
@@ -191,6 +192,22 @@ def check_output(path: str | os.PathLike, folder: bool = False) -> Path:
                                  "below it; choose another path")
             break
     return path
+
+
+def preallocate(path: str | os.PathLike) -> None:
+    """Reserve every block of `path` on disk now (posix_fallocate): writes through a memory
+    map of it can then never meet a full disk, which a mapping reports as SIGBUS."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        if size and hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as e:
+                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # no fallocate there
+                    raise OSError(e.errno, e.strerror, str(path)) from None
+    finally:
+        os.close(fd)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
