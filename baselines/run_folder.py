@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,12 +76,27 @@ def staging_folder(out: Path) -> Path:
 def load_checkpoint(path: Path) -> dict:
     """A checkpoint written by `train`, read with `weights_only=True` (no code is unpickled)."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise VpromError(f"{path}: no such checkpoint") from None
-    except Exception as e:  # a truncated or foreign file: say which and what to do
-        raise VpromError(f"{path}: cannot be read as a vprom checkpoint ({e}); train the run "
-                         "again with --restart") from None
+    except Exception as e:  # a truncated, foreign or malicious file: one line on which
+        raise VpromError(f"{path}: refused, {_why(e)}; train the run again with --restart") \
+            from None
+    if not isinstance(state, dict):
+        raise VpromError(f"{path}: refused, not a vprom checkpoint (it holds a "
+                         f"{type(state).__name__}); train the run again with --restart")
+    return state
+
+
+def _why(error: Exception) -> str:
+    """Why torch could not load a checkpoint, in a few words (its own text is six lines and
+    suggests loading the file unsafely)."""
+    text = str(error)
+    if "weights_only" in text or "GLOBAL" in text:
+        found = re.search(r"GLOBAL ([\w.]+)", text)
+        return "it contains code objects" + (f" ({found.group(1)})" if found else "")
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return f"not a vprom checkpoint ({first})"
 
 
 def changes(theirs: dict, mine: dict, ignore: tuple[str, ...] = RESUMABLE) -> str:

@@ -55,9 +55,11 @@ def interruption(error: BaseException) -> BaseException | None:
     return None
 
 
-def os_error_message(e: OSError) -> str:
-    """One line for a file-system error: what, which path, and what to do."""
-    path = e.filename if e.filename is not None else "a file"
+def os_error_message(e: OSError, near: object = None) -> str:
+    """One line for a file-system error: what, which path, and what to do. An error that
+    names no file (HDF5's, a write to an open file) is told as met while working on `near`,
+    the command's output or input."""
+    path = e.filename if e.filename is not None else f"{near or 'vprom'} (while working on it)"
     fixes = {
         errno.EACCES: "no permission; choose another path or fix its permissions",
         errno.EPERM: "not permitted; choose another path or fix its permissions",
@@ -128,7 +130,9 @@ def _run(args: argparse.Namespace) -> int:
             print(f"vprom {args.command}: interrupted ({_by(interrupt)}); no partial output "
                   f"was left looking finished; {how}", file=sys.stderr)
             return _status(interrupt)
-        text = os_error_message(e) if isinstance(e, OSError) else str(e)
+        near = next((getattr(args, k) for k in ("out", "json", "dataset", "run_dir")
+                     if getattr(args, k, None) is not None), None)
+        text = os_error_message(e, near) if isinstance(e, OSError) else str(e)
         print(f"vprom {args.command}: error: {text}", file=sys.stderr)
         return 1
     return 0
