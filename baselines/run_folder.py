@@ -106,6 +106,18 @@ def changes(theirs: dict, mine: dict, ignore: tuple[str, ...] = RESUMABLE) -> st
     return ", ".join(f"{k} {theirs.get(k)!r} vs {mine.get(k)!r}" for k in keys)
 
 
+#: the settings that are paths: config.json publishes them relative to the run folder
+PATH_KEYS = ("dataset", "features", "out")
+
+
+def portable(config: dict, out: Path) -> dict:
+    """`config` (a `TrainConfig.to_dict()`) with its paths relative to the run folder `out`,
+    as config.json stores them: a published run folder names no home or install folder."""
+    base = Path(out).resolve()
+    return {k: os.path.relpath(Path(v).resolve(), base) if k in PATH_KEYS and isinstance(v, str)
+            else v for k, v in config.items()}
+
+
 def stored_config(out: Path) -> dict | None:
     """The config recorded in OUT/config.json, None when there is none."""
     path = out / "config.json"
@@ -131,11 +143,11 @@ def is_finished(state: dict, config: TrainConfig) -> bool:
 
 def plan_run(config: TrainConfig) -> RunPlan:
     """Decide what to do with `config.out` (see the module doc); `config` is resolved."""
-    out, mine = config.out, config.to_dict()
+    out, mine = config.out, portable(config.to_dict(), config.out)
     last, best = out / "last.pt", out / "best.pt"
     state = load_checkpoint(last) if last.is_file() else None
-    theirs = state["config"] if state is not None else (
-        load_checkpoint(best)["config"] if best.is_file() else stored_config(out))
+    theirs = portable(state["config"], out) if state is not None else (
+        portable(load_checkpoint(best)["config"], out) if best.is_file() else stored_config(out))
     has_run = any((out / name).is_file() for name in RUN_FILES if name != "config.json")
     if config.restart:
         if not has_run:

@@ -284,13 +284,13 @@ def _restore(state: dict | None, model, optimizer) -> tuple[list[dict], dict, in
 def _write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: SplitData,
                   model_config: ModelConfig, world: World) -> None:
     manifest = make_manifest(
-        "run", config=config.to_dict(), seed=config.seed,
+        "run", config=run_folder.portable(config.to_dict(), config.out), seed=config.seed,
         inputs={"dataset": file_sha256(config.dataset),
                 "features": file_sha256(config.features)},
         counts={part: len(s) for part, s in data.parts.items()})
     manifest["dataset"] = dataset_identity(config.dataset)
     manifest["defaulted"] = {k: getattr(config, k) for k in defaulted}
-    manifest["defaults_file"] = str(defaults_path())
+    manifest["defaults_file"] = f"baselines/{defaults_path().name}"  # not the install path
     manifest["model_config"] = dataclasses.asdict(model_config)
     manifest["features_attrs"] = plain(data.attrs)
     manifest["world_size"] = world.size

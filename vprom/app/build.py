@@ -17,8 +17,11 @@ Layout of a build folder:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import os
+import shutil
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +70,58 @@ def _fingerprint(vg_dir: Path) -> list:
             if p.is_file() and p.name.endswith((".json", ".json.zip"))]
 
 
+#: build's stages in order, with the files each writes (relative to the build folder)
+STAGE_FILES = {
+    "corpus": ("vg",),
+    "pools": ("pools.h5", "pools.h5.*"),
+    "dataset": ("dataset.h5", "dataset.h5.*"),
+    "verify": ("verify.txt", "stats.json"),
+}
+
+
+def _stage(out: Path, name: str, path: Path, config: dict, number: int) -> bool:
+    """True when stage `name` must run: it then first removes every later stage's files, so
+    a build that fails from here on leaves no output made from the old inputs. False (and
+    says why) when `path` was made from the same inputs and settings."""
+    stamp = path.with_name(path.name + ".build-config.json")
+    if _config_matches(path, config):
+        print(f"[{number}/5] {name}: kept {path.name} (made from the same inputs and settings, "
+              f"as {stamp.name} records)", flush=True)
+        return False
+    why = ("not made yet" if not path.exists() else
+           "no record of its inputs" if not stamp.exists() else
+           "its inputs or settings changed: " + _changed(json.loads(stamp.read_text()), config))
+    removed = _invalidate(out, name)
+    print(f"[{number}/5] {name}: {why}" + (f"; removed what was made from the old one: "
+                                          f"{', '.join(removed)}" if removed else ""), flush=True)
+    return True
+
+
+def _changed(old: dict, new: dict) -> str:
+    return ", ".join(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
+
+
+def _invalidate(out: Path, stage: str) -> list[str]:
+    """Remove the files of the stages after `stage` (all build's own, by STAGE_FILES)."""
+    later = list(STAGE_FILES)[list(STAGE_FILES).index(stage) + 1:]
+    removed = []
+    for name in later:
+        for pattern in STAGE_FILES[name]:
+            for p in sorted(out.glob(pattern)):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+                removed.append(p.name)
+    return removed
+
+
+def _relative(path: Path, out: Path) -> str:
+    """`path` relative to the build folder: what the build's files publish, never an
+    absolute home or install path."""
+    return os.path.relpath(Path(path).resolve(), Path(out).resolve())
+
+
 def _stamp(path: Path, config: dict) -> None:
     write_json(path.with_name(path.name + ".build-config.json"), config)
 
@@ -112,12 +167,14 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
     _check_options(out, vg, synthetic, images, scale, seed, workers)
     rules = load_rules()
     out.mkdir(parents=True, exist_ok=True)
+    # the top manifest vouches for the whole set: gone until the set is whole again
+    (out / "manifest.json").unlink(missing_ok=True)
     if synthetic:
         images = SYNTHETIC_IMAGES if images is None else images
         vg_dir = out / "vg"
         config = {"images": images, "seed": seed}
         marker = vg_dir / "synth_truth.json"
-        if not _config_matches(marker, config):
+        if _stage(out, "corpus", marker, config, 1):
             print(f"[1/5] synthetic corpus: {images} images -> {vg_dir}", flush=True)
             write_corpus(vg_dir, images=images, seed=seed, workers=workers)
             _stamp(marker, config)
@@ -126,8 +183,8 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
     scale = scale if scale is not None else (SYNTHETIC_SCALE if synthetic else VG_SCALE)
 
     pools = out / "pools.h5"
-    config = {"vg": str(vg_dir.resolve()), "min_side": MIN_SIDE, "inputs": _fingerprint(vg_dir)}
-    if not _config_matches(pools, config):
+    config = {"vg": _relative(vg_dir, out), "min_side": MIN_SIDE, "inputs": _fingerprint(vg_dir)}
+    if _stage(out, "pools", pools, config, 2):
         print(f"[2/5] mining {vg_dir} -> {pools}", flush=True)
         print(mine(vg_dir, pools, min_side=config["min_side"], workers=workers).summary(),
               flush=True)
@@ -135,14 +192,16 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
 
     dataset = out / "dataset.h5"
     config = {"pools": sha256_file(pools), "scale": scale, "seed": seed}
-    if not _config_matches(dataset, config):
+    if _stage(out, "dataset", dataset, config, 3):
         print(f"[3/5] generating matrices (scale {scale}, seed {seed}) -> {dataset}", flush=True)
         print(generate(pools, dataset, rules, scale=scale, seed=seed), flush=True)
         _stamp(dataset, config)
+    _invalidate(out, "dataset")  # verify.txt and stats.json are made again below
 
     print(f"[4/5] verifying {dataset}", flush=True)
     report = verify(dataset, rules)
-    write_text(out / "verify.txt", report.format() + "\n")
+    named = dataclasses.replace(report, dataset=Path(dataset.name))  # no absolute path
+    write_text(out / "verify.txt", named.format() + "\n")
     if not report.ok:
         raise VpromError(f"{dataset}: verification failed ({report.failures()}); "
                          f"see {out / 'verify.txt'}")
@@ -155,7 +214,7 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
     files = [p for p in sorted(out.iterdir()) if p.is_file() and p.name != "manifest.json"]
     write_json(out / "manifest.json", make_manifest(
         "build",
-        config={"source": "synthetic" if synthetic else str(vg_dir), "images": images,
+        config={"source": "synthetic" if synthetic else _relative(vg_dir, out), "images": images,
                 "scale": scale},
         seed=seed,
         outputs={p.name: sha256_file(p) for p in files}))
