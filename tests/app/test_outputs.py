@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.dataset_fixture import build_records, write_dataset, write_images, write_pools
+from tests.dataset_fixture import (
+    build_records,
+    write_dataset,
+    write_images,
+    write_pools,
+)
 from vprom.app.cli import main
 
 

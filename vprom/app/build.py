@@ -20,9 +20,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 import os
 import shutil
-import numbers
 from dataclasses import dataclass
 from pathlib import Path
 
