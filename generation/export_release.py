@@ -51,6 +51,7 @@ from tqdm import tqdm
 from vprom.generation.export_crops import cut_crops, release_ids
 from vprom.errors import VpromError
 from vprom.io import atomic_dir
+from vprom.outputs import free_space_for
 from vprom.records import N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
@@ -136,6 +137,11 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
         crop_dir.mkdir(parents=True)
         n_crops = cut_crops(crops, rows, vg_dir, lambda r, im: im.save(
             crop_dir / f"{int(crops.crop_id[r])}.jpg", quality=JPEG_QUALITY))
+        if copy:  # 16 copies per problem: check the disk holds them before making them
+            sizes = {int(c): (crop_dir / f"{int(c)}.jpg").stat().st_size
+                     for c in np.unique(m.panels)}
+            free_space_for(out, sum(sizes[int(c)] for c in m.panels.ravel()),
+                           " for the panel copies (--copy)")
         _write_problems(tmp, m, pids, crop_dir, copy)
         if copy:
             shutil.rmtree(crop_dir)

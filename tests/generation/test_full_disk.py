@@ -105,3 +105,40 @@ def test_npz_onto_a_real_full_tmpfs_never_dies_of_sigbus(data, small_tmpfs, monk
     err = capsys.readouterr().err
     assert f"{out}: no space left on the device" in err, err
     assert sorted(p.name for p in small_tmpfs.iterdir()) == ["ballast"]
+
+
+def tiny_disk(monkeypatch, free: int = 1000) -> None:
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**6, 10**6 - free, free))
+
+
+def test_original_copy_larger_than_the_free_space_is_refused(data, tmp_path, monkeypatch,
+                                                             capsys):
+    dataset, vg = data
+    tiny_disk(monkeypatch)
+    out = tmp_path / "release"
+    assert main(["export", str(dataset), "--format", "original", "--vg", str(vg), "--out",
+                 str(out), "--copy"]) == 1
+    err = capsys.readouterr().err
+    assert f"{out}: needs about" in err and "panel copies" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_extract_larger_than_the_free_space_is_refused(tmp_path, monkeypatch, capsys):
+    import numpy as np
+
+    from tests.features.conftest import CROP_ROWS, crop_table, write_dataset, write_jpeg
+
+    rng = np.random.default_rng(7)
+    vg = tmp_path / "vg"
+    for i in sorted({r[1] for r in CROP_ROWS}):
+        write_jpeg(vg / ("VG_100K" if i % 2 else "VG_100K_2") / f"{i}.jpg", rng)
+    dataset = write_dataset(tmp_path / "d.h5", crop_table(CROP_ROWS))
+    tiny_disk(monkeypatch)
+    out = tmp_path / "feats.h5"
+    assert main(["extract", str(dataset), "--vg", str(vg), "--backbone", "resnet18",
+                 "--weights", "none", "--out", str(out), "--workers", "0", "--device",
+                 "cpu"]) == 1
+    err = capsys.readouterr().err
+    assert f"{out}: needs about" in err and "features file" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.h5", "vg"]
