@@ -352,7 +352,8 @@ REPORT_NAMES = ("report.md", "table2.md", "table2.csv", "splits.md", "splits.csv
                 "by_relation.png", "by_element_type.png", "curves.png")
 
 
-@writes("out", ("report",), inputs=lambda a: tuple(a["run_dirs"]), names=REPORT_NAMES)
+@writes("out", ("report",), inputs=lambda a: tuple(a["run_dirs"]), names=REPORT_NAMES,
+        folder=True, inside_ok=True)
 def report(run_dirs, out: str | Path) -> str:
     """Write the tables and plots over `run_dirs` into `out`; returns a summary of the files."""
     run_dirs = expand_runs(run_dirs)

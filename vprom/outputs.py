@@ -200,9 +200,10 @@ def _inside(inner: Path, outer: Path) -> bool:
     return inner != outer and inner.is_relative_to(outer)
 
 
-def check_not_input(out: Path, inputs: Iterable[str | os.PathLike | None]) -> None:
-    """Refuse `out` when it is, lies inside, or holds one of `inputs` (resolved paths and
-    same-file identity both count)."""
+def check_not_input(out: Path, inputs: Iterable[str | os.PathLike | None],
+                    inside_ok: bool = False) -> None:
+    """Refuse `out` when it is, lies inside (unless `inside_ok`), or holds one of `inputs`
+    (resolved paths and same-file identity both count)."""
     target = out.resolve()
     for given in inputs:
         if given is None:
@@ -216,7 +217,7 @@ def check_not_input(out: Path, inputs: Iterable[str | os.PathLike | None]) -> No
         if same:
             raise VpromError(f"{out}: is also an input of this command ({given}); writing "
                              "there would destroy it; choose another output path")
-        if _inside(target, source) and source.is_dir():
+        if not inside_ok and _inside(target, source) and source.is_dir():
             raise VpromError(f"{out}: lies inside the input folder {given}; choose an output "
                              "path outside it")
         if _inside(source, target):
@@ -225,23 +226,31 @@ def check_not_input(out: Path, inputs: Iterable[str | os.PathLike | None]) -> No
 
 
 @contextlib.contextmanager
-def claim(out: str | os.PathLike, kinds: Iterable[str], inputs: Iterable = (),
-          names: Iterable[str] = ()) -> Iterator[Path]:
-    """Check `out` against `inputs` and its owner, then hold its lock for the block."""
+def claim(out: str | os.PathLike, kinds: Iterable[str] | None, inputs: Iterable = (),
+          names: Iterable[str] = (), folder: bool | None = None,
+          inside_ok: bool = False) -> Iterator[Path]:
+    """Check `out` against `inputs` and its owner, then hold its lock for the block.
+    `folder`: the output is a folder (True) or a file (False), checked first; `inside_ok`:
+    it may lie inside an input folder (a report beside the runs it reads)."""
     out = Path(out)
-    check_not_input(out, list(inputs))
+    if folder is not None:
+        from vprom.io import check_output
+
+        check_output(out, folder=folder)
+    check_not_input(out, list(inputs), inside_ok)
     with output_lock(out):
         check_owned(out, kinds, names)  # again under the lock: the holder may have made it
         yield out
 
 
-def writes(out: str | Callable, kinds: Iterable[str] | Callable, inputs: Callable = lambda a: (),
-           names: Iterable[str] = ()) -> Callable:
+def writes(out: str | Callable, kinds: Iterable[str] | Callable | None,
+           inputs: Callable = lambda a: (), names: Iterable[str] = (),
+           folder: bool | None = None, inside_ok: bool = False) -> Callable:
     """Decorate a library function that writes: `claim` its output for the whole call.
 
     `out` names the parameter holding the output path, or is a function of the bound
     arguments (a dict) returning it; `kinds` likewise (or a fixed tuple); `inputs` returns
-    the input paths from the bound arguments.
+    the input paths from the bound arguments; `folder` and `inside_ok` as for `claim`.
     """
 
     def decorate(function):
@@ -254,7 +263,7 @@ def writes(out: str | Callable, kinds: Iterable[str] | Callable, inputs: Callabl
             a = bound.arguments
             path = out(a) if callable(out) else a[out]
             accepted = kinds(a) if callable(kinds) else kinds
-            with claim(path, accepted, inputs(a), names):
+            with claim(path, accepted, inputs(a), names, folder, inside_ok):
                 return function(*args, **kwargs)
 
         return wrapper

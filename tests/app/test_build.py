@@ -62,7 +62,7 @@ def test_build_needs_one_source(tmp_path, capsys):
     (dict(synthetic=True, scale=float("nan")), "finite"),
     (dict(synthetic=True, seed=1.5), "--seed must be a whole number"),
     (dict(synthetic=True, workers=0), "workers must be a whole number of at least 1"),
-    (dict(vg="{tmp}", images=100), "no use with --vg"),
+    (dict(vg="{tmp}/vg", images=100), "no use with --vg"),
     (dict(vg="{tmp}/nope"), "no such folder"),
     (dict(synthetic=True, out="{tmp}/a-file"), "is a file, but this output is a folder"),
 ])

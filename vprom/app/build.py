@@ -18,7 +18,6 @@ Layout of a build folder:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import numbers
 import os
@@ -36,6 +35,7 @@ from vprom.errors import VpromError
 from vprom.io import check_output, make_manifest, sha256_file, write_json, write_text
 from vprom.outputs import writes
 from vprom.records import MIN_SIDE
+from vprom.stamps import record_path, stamp, why_stale
 
 #: Defaults sized so `make demo` (build, extract, train twice) stays well under 10 minutes.
 SYNTHETIC_IMAGES = 2000
@@ -55,12 +55,6 @@ class BuildResult:
         return (f"built {self.dataset} from {self.vg_dir}\n"
                 f"  pools: {self.pools}\n  stats: {self.out / 'stats.json'}\n"
                 f"  verify report: {self.out / 'verify.txt'}")
-
-
-def _config_matches(path: Path, config: dict) -> bool:
-    """True when `path` exists and its stamp records the same configuration."""
-    stamp = path.with_name(path.name + ".build-config.json")
-    return path.exists() and stamp.exists() and json.loads(stamp.read_text()) == config
 
 
 def _fingerprint(vg_dir: Path) -> list:
@@ -83,22 +77,15 @@ def _stage(out: Path, name: str, path: Path, config: dict, number: int) -> bool:
     """True when stage `name` must run: it then first removes every later stage's files, so
     a build that fails from here on leaves no output made from the old inputs. False (and
     says why) when `path` was made from the same inputs and settings."""
-    stamp = path.with_name(path.name + ".build-config.json")
-    if _config_matches(path, config):
+    why = why_stale(path, config)
+    if why is None:
         print(f"[{number}/5] {name}: kept {path.name} (made from the same inputs and settings, "
-              f"as {stamp.name} records)", flush=True)
+              f"as {record_path(path).name} records)", flush=True)
         return False
-    why = ("not made yet" if not path.exists() else
-           "no record of its inputs" if not stamp.exists() else
-           "its inputs or settings changed: " + _changed(json.loads(stamp.read_text()), config))
     removed = _invalidate(out, name)
     print(f"[{number}/5] {name}: {why}" + (f"; removed what was made from the old one: "
                                           f"{', '.join(removed)}" if removed else ""), flush=True)
     return True
-
-
-def _changed(old: dict, new: dict) -> str:
-    return ", ".join(k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k))
 
 
 def _invalidate(out: Path, stage: str) -> list[str]:
@@ -120,10 +107,6 @@ def _relative(path: Path, out: Path) -> str:
     """`path` relative to the build folder: what the build's files publish, never an
     absolute home or install path."""
     return os.path.relpath(Path(path).resolve(), Path(out).resolve())
-
-
-def _stamp(path: Path, config: dict) -> None:
-    write_json(path.with_name(path.name + ".build-config.json"), config)
 
 
 def _check_options(out: Path, vg: Path | None, synthetic: bool, images, scale, seed,
@@ -160,7 +143,7 @@ BUILD_NAMES = ("vg", "pools.h5", "pools.h5.*", "dataset.h5", "dataset.h5.*", "ve
                "stats.json", "manifest.json")
 
 
-@writes("out", ("build",), inputs=lambda a: (a["vg"],), names=BUILD_NAMES)
+@writes("out", ("build",), inputs=lambda a: (a["vg"],), names=BUILD_NAMES, folder=True)
 def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: int | None = None,
           scale: float | None = None, seed: int = 0, workers: int = 2) -> BuildResult:
     out = Path(out)
@@ -177,7 +160,7 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
         if _stage(out, "corpus", marker, config, 1):
             print(f"[1/5] synthetic corpus: {images} images -> {vg_dir}", flush=True)
             write_corpus(vg_dir, images=images, seed=seed, workers=workers)
-            _stamp(marker, config)
+            stamp(marker, config)
     else:
         vg_dir = Path(vg)
     scale = scale if scale is not None else (SYNTHETIC_SCALE if synthetic else VG_SCALE)
@@ -188,14 +171,14 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
         print(f"[2/5] mining {vg_dir} -> {pools}", flush=True)
         print(mine(vg_dir, pools, min_side=config["min_side"], workers=workers).summary(),
               flush=True)
-        _stamp(pools, config)
+        stamp(pools, config)
 
     dataset = out / "dataset.h5"
     config = {"pools": sha256_file(pools), "scale": scale, "seed": seed}
     if _stage(out, "dataset", dataset, config, 3):
         print(f"[3/5] generating matrices (scale {scale}, seed {seed}) -> {dataset}", flush=True)
         print(generate(pools, dataset, rules, scale=scale, seed=seed), flush=True)
-        _stamp(dataset, config)
+        stamp(dataset, config)
     _invalidate(out, "dataset")  # verify.txt and stats.json are made again below
 
     print(f"[4/5] verifying {dataset}", flush=True)

@@ -17,20 +17,12 @@ replaced) without its downstream outputs being made again.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from vprom.errors import VpromError
 from vprom.io import sha256_file
+from vprom.stamps import recorded
 from vprom.tables import read_manifest
-
-
-def _stamp(path: Path) -> dict | None:
-    stamp = path.with_name(path.name + ".build-config.json")
-    try:
-        return json.loads(stamp.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def lineage_problems(dataset: str | Path, pools: str | Path | None = None) -> list[str]:
@@ -39,23 +31,23 @@ def lineage_problems(dataset: str | Path, pools: str | Path | None = None) -> li
 
     dataset = Path(dataset)
     try:
-        recorded = read_manifest(dataset).get("inputs") or {}
+        inputs = read_manifest(dataset).get("inputs") or {}
     except VpromError:  # no manifest (another tool's file): the integrity check says so
-        recorded = {}
+        inputs = {}
     problems = []
     if pools is not None:
         pools = Path(pools)
-        if recorded.get(pools.name) != sha256_file(pools):
+        if inputs.get(pools.name) != sha256_file(pools):
             problems.append(f"{dataset} was not generated from {pools} (its manifest records "
-                            f"{pools.name}: {recorded.get(pools.name) or 'nothing'})")
-    stamp = _stamp(dataset)
+                            f"{pools.name}: {inputs.get(pools.name) or 'nothing'})")
+    stamp = recorded(dataset)
     sibling = dataset.with_name("pools.h5")
     if stamp is not None and sibling.is_file():
         now = sha256_file(sibling)
-        if now != stamp.get("pools") or recorded.get(sibling.name, now) != now:
+        if now != stamp.get("pools") or inputs.get(sibling.name, now) != now:
             problems.append(f"{sibling} changed since {dataset.name} was generated from it; "
                             "run `vprom build` again to make the data set anew")
-        mined = _stamp(sibling)
+        mined = recorded(sibling)
         if mined is not None and isinstance(mined.get("vg"), str):
             vg = (dataset.parent / mined["vg"]).resolve()
             if not vg.is_dir() or _fingerprint(vg) != mined.get("inputs"):
