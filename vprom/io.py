@@ -165,6 +165,9 @@ def clean_stale_parts(path: str | os.PathLike) -> list[Path]:
         pid = part.name[len(path.name) + 2:].split(".", 1)[0]
         if pid.isdigit() and (int(pid) == os.getpid() or _alive(int(pid))):
             continue  # ours, or a live run's (parts from before pids were named are stale)
+        if part.name.endswith(".old.part") and not (path.exists() or path.is_symlink()):
+            os.replace(part, path)  # killed mid-swap: the previous output comes back
+            continue
         if part.is_dir():
             shutil.rmtree(part, ignore_errors=True)
         else:

@@ -82,6 +82,17 @@ def test_a_full_disk_names_the_output_and_leaves_no_part(tmp_path, monkeypatch):
     assert (tmp_path / "d.jsonl").read_text() == "old"
 
 
+def test_a_folder_moved_aside_by_a_killed_swap_comes_back(tmp_path):
+    """kill -9 between the two renames of `atomic_dir` leaves the old folder aside; the next
+    write of that output puts it back instead of deleting it as a stale part."""
+    aside = tmp_path / ".export.999999999.old.part"  # no such process
+    aside.mkdir()
+    (aside / "manifest.json").write_text('{"kind": "export-npz"}')
+    clean_stale_parts(tmp_path / "export")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+    assert (tmp_path / "export" / "manifest.json").exists()
+
+
 def test_manifest_records_versions_config_and_hashes(tmp_path):
     f = tmp_path / "x.bin"
     f.write_bytes(b"abc")
