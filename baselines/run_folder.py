@@ -118,6 +118,30 @@ def portable(config: dict, out: Path) -> dict:
             else v for k, v in config.items()}
 
 
+def file_names(value):
+    """`value` (JSON-like) with every absolute path replaced by its file name: what a features
+    file made elsewhere records about its source must not name a home folder in config.json."""
+    if isinstance(value, dict):
+        return {k: file_names(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [file_names(v) for v in value]
+    if isinstance(value, str) and os.path.isabs(value) and "\n" not in value:
+        return Path(value).name
+    return value
+
+
+def published_metrics(metrics: dict, run: Path) -> dict:
+    """metrics.json as written: the run is ".", its data set and features relative to it."""
+    base = Path(run).resolve()
+
+    def relative(path: str) -> str:
+        return os.path.relpath(Path(path).resolve(), base)
+
+    return {**metrics, "run": ".", "dataset": relative(metrics["dataset"]),
+            "features": {**metrics["features"], "path": relative(metrics["features"]["path"])},
+            "config": portable(metrics["config"], run)}
+
+
 def stored_config(out: Path) -> dict | None:
     """The config recorded in OUT/config.json, None when there is none."""
     path = out / "config.json"

@@ -292,7 +292,7 @@ def _write_config(folder: Path, config: TrainConfig, defaulted: list[str], data:
     manifest["defaulted"] = {k: getattr(config, k) for k in defaulted}
     manifest["defaults_file"] = f"baselines/{defaults_path().name}"  # not the install path
     manifest["model_config"] = dataclasses.asdict(model_config)
-    manifest["features_attrs"] = plain(data.attrs)
+    manifest["features_attrs"] = run_folder.file_names(plain(data.attrs))
     manifest["world_size"] = world.size
     write_json(folder / "config.json", manifest)
 
