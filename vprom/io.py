@@ -6,7 +6,7 @@ already had is replaced only by a complete one. The temporary name is
 `.<name>.<pid>.<random>.part`: a run that was killed (even with SIGKILL) leaves its part
 behind, and the next write of the same output deletes the parts whose process is gone.
 
-`check_output` refuses an output path that cannot be written (a folder where a file is
+`check_output` (from vprom.outputs) refuses an output path that cannot be written (a folder where a file is
 wanted, a file in the way of its parent folders) before any work starts.
 """
 
@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from vprom.errors import VpromError
+# check_output lives in vprom.outputs now; imported from here too by the CLI and older code
+from vprom.outputs import check_output, check_owned, full_disk  # noqa: F401
 
 FORMAT_VERSION = 1
 
@@ -62,8 +63,6 @@ def _remove(tmp: Path | None) -> None:
 def _as_full_disk(path: Path, error: BaseException) -> BaseException:
     """A full disk met while writing `path` as one line naming it; other errors unchanged."""
     if isinstance(error, OSError):
-        from vprom.outputs import full_disk
-
         return full_disk(path, error) or error
     return error
 
@@ -136,8 +135,6 @@ def _check_replaceable(path: Path, kinds: tuple[str, ...], marker: str | None) -
     if path.is_dir() and not path.is_symlink():
         if not any(path.iterdir()) or (marker is not None and (path / marker).exists()):
             return
-    from vprom.outputs import check_owned
-
     check_owned(path, kinds or ("(none)",))
 
 
@@ -174,27 +171,6 @@ def clean_stale_parts(path: str | os.PathLike) -> list[Path]:
             part.unlink(missing_ok=True)
         removed.append(part)
     return removed
-
-
-def check_output(path: str | os.PathLike, folder: bool = False) -> Path:
-    """Refuse an output path that cannot be written, before any work starts.
-
-    A file output may not be an existing folder (and a folder output not an existing file);
-    no existing file may stand where one of its parent folders should be.
-    """
-    path = Path(path)
-    what = "folder" if folder else "file"
-    if path.exists() and path.is_dir() != folder:
-        other = "a folder" if path.is_dir() else "a file"
-        raise VpromError(f"{path}: is {other}, but this output is a {what}; choose another "
-                         "path")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise VpromError(f"{path}: {parent} is a file, so no {what} can be made "
-                                 "below it; choose another path")
-            break
-    return path
 
 
 def preallocate(path: str | os.PathLike) -> None:

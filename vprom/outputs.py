@@ -195,6 +195,27 @@ def check_owned(out: Path, kinds: Iterable[str] | None, names: Iterable[str] = (
                      "this command may replace; move it away or choose another path")
 
 
+def check_output(path: str | os.PathLike, folder: bool = False) -> Path:
+    """Refuse an output path that cannot be written, before any work starts.
+
+    A file output may not be an existing folder (and a folder output not an existing file);
+    no existing file may stand where one of its parent folders should be.
+    """
+    path = Path(path)
+    what = "folder" if folder else "file"
+    if path.exists() and path.is_dir() != folder:
+        other = "a folder" if path.is_dir() else "a file"
+        raise VpromError(f"{path}: is {other}, but this output is a {what}; choose another "
+                         "path")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise VpromError(f"{path}: {parent} is a file, so no {what} can be made "
+                                 "below it; choose another path")
+            break
+    return path
+
+
 # ---------------------------------------------------------------- inputs
 def _inside(inner: Path, outer: Path) -> bool:
     return inner != outer and inner.is_relative_to(outer)
@@ -234,8 +255,6 @@ def claim(out: str | os.PathLike, kinds: Iterable[str] | None, inputs: Iterable 
     it may lie inside an input folder (a report beside the runs it reads)."""
     out = Path(out)
     if folder is not None:
-        from vprom.io import check_output
-
         check_output(out, folder=folder)
     check_not_input(out, list(inputs), inside_ok)
     with output_lock(out):
