@@ -28,7 +28,7 @@ import numpy as np
 from vprom.baselines.config import TrainConfig
 from vprom.baselines.data import load_split
 from vprom.baselines.learning import did_not_learn
-from vprom.baselines.run_folder import load_checkpoint
+from vprom.baselines.run_folder import load_checkpoint, published_metrics
 from vprom.baselines.train import build_model, plain, predict
 from vprom.features.devices import resolve_device
 from vprom.errors import VpromError
@@ -145,7 +145,7 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
         **breakdowns(correct, test.relation_name, test.element_type),
     }
     metrics["did_not_learn"] = did_not_learn(metrics, state["history"])
-    write_json(run / "metrics.json", metrics)
+    write_json(run / "metrics.json", published_metrics(metrics, run))
     return metrics
 
 

@@ -41,6 +41,7 @@ from vprom.baselines.paper import (
 from vprom.baselines.learning import check_alike, did_not_learn, settings
 from vprom.errors import VpromError
 from vprom.io import atomic_path, write_text
+from vprom.outputs import writes
 from vprom.records import SPLITS, ElementType, Relation
 
 
@@ -346,6 +347,13 @@ def curves(entries: list[Entry], path: Path) -> None:
 
 
 # ---------------------------------------------------------------- the report
+#: every file `report` writes: a folder holding only these is a report it may rewrite
+REPORT_NAMES = ("report.md", "table2.md", "table2.csv", "splits.md", "splits.csv",
+                "by_relation.png", "by_element_type.png", "curves.png")
+
+
+@writes("out", ("report",), inputs=lambda a: tuple(a["run_dirs"]), names=REPORT_NAMES,
+        folder=True, inside_ok=True)
 def report(run_dirs, out: str | Path) -> str:
     """Write the tables and plots over `run_dirs` into `out`; returns a summary of the files."""
     run_dirs = expand_runs(run_dirs)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,16 @@ from vprom.baselines.config import TrainConfig
 from vprom.errors import VpromError
 
 RUN_FILES = ("config.json", "history.json", "last.pt", "best.pt", "metrics.json")
+#: what a run folder may hold besides RUN_FILES and still be one `train` may write into
+NAMES = (*RUN_FILES, "metrics.*.json")
+
+
+def inputs(arguments: dict) -> tuple:
+    """The input paths of a `train` call (for `vprom.outputs.writes`)."""
+    config = arguments["config"]
+    return (config.dataset, config.features)
+
+
 # Settings that may differ when a run is continued: how long and where, not what.
 RESUMABLE = ("epochs", "patience", "device", "restart", "cuda_graphs", "resume")
 
@@ -65,12 +76,27 @@ def staging_folder(out: Path) -> Path:
 def load_checkpoint(path: Path) -> dict:
     """A checkpoint written by `train`, read with `weights_only=True` (no code is unpickled)."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise VpromError(f"{path}: no such checkpoint") from None
-    except Exception as e:  # a truncated or foreign file: say which and what to do
-        raise VpromError(f"{path}: cannot be read as a vprom checkpoint ({e}); train the run "
-                         "again with --restart") from None
+    except Exception as e:  # a truncated, foreign or malicious file: one line on which
+        raise VpromError(f"{path}: refused, {_why(e)}; train the run again with --restart") \
+            from None
+    if not isinstance(state, dict):
+        raise VpromError(f"{path}: refused, not a vprom checkpoint (it holds a "
+                         f"{type(state).__name__}); train the run again with --restart")
+    return state
+
+
+def _why(error: Exception) -> str:
+    """Why torch could not load a checkpoint, in a few words (its own text is six lines and
+    suggests loading the file unsafely)."""
+    text = str(error)
+    if "weights_only" in text or "GLOBAL" in text:
+        found = re.search(r"GLOBAL ([\w.]+)", text)
+        return "it contains code objects" + (f" ({found.group(1)})" if found else "")
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return f"not a vprom checkpoint ({first})"
 
 
 def changes(theirs: dict, mine: dict, ignore: tuple[str, ...] = RESUMABLE) -> str:
@@ -78,6 +104,42 @@ def changes(theirs: dict, mine: dict, ignore: tuple[str, ...] = RESUMABLE) -> st
     keys = sorted(k for k in set(theirs) | set(mine)
                   if k not in ignore and theirs.get(k) != mine.get(k))
     return ", ".join(f"{k} {theirs.get(k)!r} vs {mine.get(k)!r}" for k in keys)
+
+
+#: the settings that are paths: config.json publishes them relative to the run folder
+PATH_KEYS = ("dataset", "features", "out")
+
+
+def portable(config: dict, out: Path) -> dict:
+    """`config` (a `TrainConfig.to_dict()`) with its paths relative to the run folder `out`,
+    as config.json stores them: a published run folder names no home or install folder."""
+    base = Path(out).resolve()
+    return {k: os.path.relpath(Path(v).resolve(), base) if k in PATH_KEYS and isinstance(v, str)
+            else v for k, v in config.items()}
+
+
+def file_names(value):
+    """`value` (JSON-like) with every absolute path replaced by its file name: what a features
+    file made elsewhere records about its source must not name a home folder in config.json."""
+    if isinstance(value, dict):
+        return {k: file_names(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [file_names(v) for v in value]
+    if isinstance(value, str) and os.path.isabs(value) and "\n" not in value:
+        return Path(value).name
+    return value
+
+
+def published_metrics(metrics: dict, run: Path) -> dict:
+    """metrics.json as written: the run is ".", its data set and features relative to it."""
+    base = Path(run).resolve()
+
+    def relative(path: str) -> str:
+        return os.path.relpath(Path(path).resolve(), base)
+
+    return {**metrics, "run": ".", "dataset": relative(metrics["dataset"]),
+            "features": {**metrics["features"], "path": relative(metrics["features"]["path"])},
+            "config": portable(metrics["config"], run)}
 
 
 def stored_config(out: Path) -> dict | None:
@@ -105,11 +167,11 @@ def is_finished(state: dict, config: TrainConfig) -> bool:
 
 def plan_run(config: TrainConfig) -> RunPlan:
     """Decide what to do with `config.out` (see the module doc); `config` is resolved."""
-    out, mine = config.out, config.to_dict()
+    out, mine = config.out, portable(config.to_dict(), config.out)
     last, best = out / "last.pt", out / "best.pt"
     state = load_checkpoint(last) if last.is_file() else None
-    theirs = state["config"] if state is not None else (
-        load_checkpoint(best)["config"] if best.is_file() else stored_config(out))
+    theirs = portable(state["config"], out) if state is not None else (
+        portable(load_checkpoint(best)["config"], out) if best.is_file() else stored_config(out))
     has_run = any((out / name).is_file() for name in RUN_FILES if name != "config.json")
     if config.restart:
         if not has_run:

@@ -53,6 +53,7 @@ from vprom.baselines.steps import Stepper, batches, epoch_plan, make_optimizer
 from vprom.features.devices import World, joined_world
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, write_json
+from vprom.outputs import writes
 from vprom.provenance import check_features_source, dataset_identity, file_sha256
 from vprom.records import SPLITS
 
@@ -167,6 +168,7 @@ def ddp_device_ids(device: torch.device) -> list[int] | None:
     return [device.index] if device.type == "cuda" else None
 
 
+@writes(lambda a: a["config"].out, ("run",), inputs=run_folder.inputs, names=run_folder.NAMES)
 def train(config: TrainConfig) -> Path:
     """Train `config.model` on `config.split`; returns the run folder (see the module doc)."""
     requested = config
@@ -282,15 +284,15 @@ def _restore(state: dict | None, model, optimizer) -> tuple[list[dict], dict, in
 def _write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: SplitData,
                   model_config: ModelConfig, world: World) -> None:
     manifest = make_manifest(
-        "run", config=config.to_dict(), seed=config.seed,
+        "run", config=run_folder.portable(config.to_dict(), config.out), seed=config.seed,
         inputs={"dataset": file_sha256(config.dataset),
                 "features": file_sha256(config.features)},
         counts={part: len(s) for part, s in data.parts.items()})
     manifest["dataset"] = dataset_identity(config.dataset)
     manifest["defaulted"] = {k: getattr(config, k) for k in defaulted}
-    manifest["defaults_file"] = str(defaults_path())
+    manifest["defaults_file"] = f"baselines/{defaults_path().name}"  # not the install path
     manifest["model_config"] = dataclasses.asdict(model_config)
-    manifest["features_attrs"] = plain(data.attrs)
+    manifest["features_attrs"] = run_folder.file_names(plain(data.attrs))
     manifest["world_size"] = world.size
     write_json(folder / "config.json", manifest)
 

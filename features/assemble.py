@@ -16,6 +16,7 @@ at full scale that is twice the maps' size on disk (see docs/extraction-speed.md
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import asdict
 from pathlib import Path
@@ -107,7 +108,7 @@ def _write(job: Job, tmp: Path, missing_ids: np.ndarray) -> dict:
         for key, value in attributes(job, len(missing_ids), row_shape).items():
             h5.attrs[key] = str(value) if isinstance(value, str) else value  # plain str
         manifest = make_manifest(
-            "features", config={k: str(v) if isinstance(v, Path) else v
+            "features", config={k: _relative(v, config.out) if isinstance(v, Path) else v
                                 for k, v in asdict(config).items()},
             inputs={config.dataset.name: sha256_file(config.dataset)},
             counts={"crops": n, "distinct_boxes": len(plan.unit_image),
@@ -146,3 +147,9 @@ def attributes(job: Job, n_missing: int, row_shape: tuple) -> dict:
     if config.pool == "none":
         attrs["map_shape"] = np.array(row_shape, dtype=np.int64)
     return attrs
+
+
+def _relative(path: Path, out: Path) -> str:
+    """A path of the config as the manifest publishes it: relative to the features file's
+    folder, never an absolute home or install path."""
+    return os.path.relpath(path.resolve(), out.resolve().parent)

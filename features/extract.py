@@ -47,10 +47,11 @@ from vprom.features.config import ExtractConfig
 from vprom.features.crops import make_batch_plan
 from vprom.features.decoding import cores_per_process, resolve_decoder
 from vprom.features.devices import World, joined_world
-from vprom.features.job import Job, config_hash, fingerprint
+from vprom.features.job import DTYPES, Job, config_hash, fingerprint
 from vprom.errors import VpromError
 from vprom.images import ImageIndex
 from vprom.io import write_json
+from vprom.outputs import free_space_for, writes
 from vprom.tables import read_crop_table
 
 MAX_GPU_WORKERS = 16
@@ -93,6 +94,8 @@ def _autocast_dtype(device: torch.device) -> torch.dtype | None:
 
 
 # ---------------------------------------------------------------------------- the run
+@writes(lambda a: a["config"].out, ("features",),
+        inputs=lambda a: (a["config"].dataset, a["config"].vg))
 def extract(config: ExtractConfig) -> ExtractSummary:
     """Extract features for every crop of `config.dataset` into `config.out` (see module doc)."""
     start = time.perf_counter()
@@ -143,6 +146,10 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
     if len(np.unique(crops.crop_id)) != len(crops):
         raise VpromError(f"{config.dataset}: crop ids are not unique; regenerate the dataset")
     plan = make_batch_plan(crops, config.batch_size, config.chunk_batches)
+    if config.pool == "avg":  # pooled rows have a known size: the chunks, then the file
+        row = backbone.feature_dim * np.dtype(DTYPES[config.dtype]).itemsize
+        free_space_for(config.out, 2 * row * (len(plan.unit_image) + len(crops)),
+                       " for the chunks and the features file")
     index = ImageIndex(config.vg)
     images = plan.unit_image[plan.groups[:, 0]]
     paths = [str(index.paths[i]) if int(i) in index.paths else None for i in images.tolist()]

@@ -33,6 +33,7 @@ from vprom.generation.pool_index import PoolIndex
 from vprom.generation.sampler import MAX_TRIES, MIN_CONTEXT_CROPS, generate_rows
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
+from vprom.outputs import writes
 from vprom.records import SPLITS, TABLE1, ElementType, Matrix
 from vprom.splitting import PanelInfo, SplitRules
 from vprom.tables import (
@@ -195,6 +196,7 @@ class GenerateSummary:
         return "\n".join(lines)
 
 
+@writes("out", ("dataset",), inputs=lambda a: (a["pools"],))
 def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed: int = 0,
              shard: tuple[int, int] | None = None) -> GenerateSummary:
     """POOLS.h5 -> DATASET.h5: every matrix proven by the solver, every split assigned."""
@@ -259,6 +261,7 @@ def _write(out: Path, data: Dataset, manifest: dict) -> None:
             **manifest["outputs"], out.name: sha256_file(tmp)}})
 
 
+@writes("out", ("dataset",), inputs=lambda a: tuple(a["shards"]))
 def merge_shards(shards: Sequence[Path], out: Path, rules: SplitRules) -> GenerateSummary:
     """Join the DATASET.h5 files of `--shard K/N` runs (all N of them) into one DATASET.h5
     equal, row for row, to the single run's; validation sets are chosen here."""

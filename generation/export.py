@@ -33,6 +33,7 @@ from vprom.generation.export_npz import DEFAULT_SIZE, write_npz
 from vprom.generation.export_release import FIRST_CANDIDATE_LABEL, write_release
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
+from vprom.outputs import writes
 from vprom.records import LABEL_SEPARATOR, N_PANELS, Matrix
 from vprom.tables import (
     CropTable,
@@ -84,6 +85,8 @@ class ExportSummary:
                 f"{c['size']}x{c['size']} panels from {c['crops']:,} crops)")
 
 
+@writes("out", lambda a: (f"export-{a['fmt']}",),
+        inputs=lambda a: (a["dataset"], a["vg_dir"]))
 def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | None = None,
            copy: bool = False, split: str = "neutral", size: int = DEFAULT_SIZE) -> ExportSummary:
     """Export DATASET.h5 as `fmt` ('jsonl', 'original' or 'npz') to `out`.

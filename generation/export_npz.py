@@ -46,8 +46,9 @@ from tqdm import tqdm
 
 from vprom.generation.export_crops import WORKERS, cut_crops
 from vprom.errors import VpromError
-from vprom.io import atomic_dir
-from vprom.records import ElementType, Relation
+from vprom.io import atomic_dir, preallocate
+from vprom.outputs import free_space_for
+from vprom.records import N_PANELS, ElementType, Relation
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
 DEFAULT_SIZE = 160
@@ -95,10 +96,14 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
     chosen = [i for i in range(len(m)) if columns[i] in SPLIT_PARTS]
     used = np.unique(rows[chosen]) if chosen else np.zeros(0, np.int64)
     tile_of = {int(r): k for k, r in enumerate(used.tolist())}
-    with atomic_dir(out) as tmp:
+    shape = (max(len(used), 1), size, size, 3)
+    panel_bytes = N_PANELS * size * size * 3
+    free_space_for(out, int(np.prod(shape)) + len(chosen) * (panel_bytes + 4096),
+                   " for the panel tiles and the npz files")
+    with atomic_dir(out, kinds=("export-npz",)) as tmp:
         tiles_path = tmp / ".tiles.u8"
-        tiles = np.lib.format.open_memmap(tiles_path, mode="w+", dtype=np.uint8,
-                                          shape=(max(len(used), 1), size, size, 3))
+        tiles = np.lib.format.open_memmap(tiles_path, mode="w+", dtype=np.uint8, shape=shape)
+        preallocate(tiles_path)  # a full disk fails here, not as SIGBUS inside the mmap
 
         def store(r: int, crop: Image.Image) -> None:
             tiles[tile_of[r]] = panel_tile(crop, size)

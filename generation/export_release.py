@@ -51,6 +51,7 @@ from tqdm import tqdm
 from vprom.generation.export_crops import cut_crops, release_ids
 from vprom.errors import VpromError
 from vprom.io import atomic_dir
+from vprom.outputs import free_space_for
 from vprom.records import N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
@@ -131,11 +132,16 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
     """Write the release layout to folder `out`; returns what was written (for the summary)."""
     pids = release_ids(m.id)
     labels, lists = label_dicts(m, pids), split_lists(m, pids)  # refuse bad data before work
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, kinds=("export-original",)) as tmp:
         crop_dir = tmp / (CROPS if not copy else ".crops")
         crop_dir.mkdir(parents=True)
         n_crops = cut_crops(crops, rows, vg_dir, lambda r, im: im.save(
             crop_dir / f"{int(crops.crop_id[r])}.jpg", quality=JPEG_QUALITY))
+        if copy:  # 16 copies per problem: check the disk holds them before making them
+            sizes = {int(c): (crop_dir / f"{int(c)}.jpg").stat().st_size
+                     for c in np.unique(m.panels)}
+            free_space_for(out, sum(sizes[int(c)] for c in m.panels.ravel()),
+                           " for the panel copies (--copy)")
         _write_problems(tmp, m, pids, crop_dir, copy)
         if copy:
             shutil.rmtree(crop_dir)

@@ -53,7 +53,7 @@ def stats(dataset: str | Path) -> dict:
         sizes = {p: int(len(parts.get(p, ()))) for p in ("train", "val", "test")}
         sizes["excluded"] = len(m) - sum(sizes.values())
         splits[split] = sizes
-    return {"dataset": str(dataset), "table1": table, "paper_table1": PAPER_TABLE1,
+    return {"dataset": dataset.name, "table1": table, "paper_table1": PAPER_TABLE1,
             "relations": relations, "splits": splits, "crops": len(crops),
             "perception_ceiling": perception_ceiling(m)}
 
@@ -88,4 +88,4 @@ def format_stats(figures: dict) -> str:
 
 def write_stats(figures: dict, path: str | Path) -> None:
     """The figures as JSON, written atomically."""
-    write_json(path, figures)
+    write_json(path, {"kind": "stats", **figures})

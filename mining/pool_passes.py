@@ -226,7 +226,8 @@ def _regions_of(objs, attrs, width: int, height: int, stats: Counter) -> dict:
     stats["read"] += len(objs.objects)
     for o in objs.objects:
         if o.object_id in seen or o.object_id in merged_away:
-            stats["duplicate_or_merged_id"] += 1
+            # a repeated id keeps its first object; both cases are counted, never silent
+            stats["duplicate_id" if o.object_id in seen else "merged_away"] += 1
             continue
         seen.add(o.object_id)
         raw_attrs = list(o.attributes) + extra.pop(o.object_id, [])

@@ -145,6 +145,7 @@ class MineReport:
             f"objects: {o.get('read', 0):,} read, {o.get('kept_regions', 0):,} regions kept; "
             f"too small {o.get('too_small', 0):,}, excluded object {o.get('excluded_object', 0):,},"
             f" zero-size {o.get('zero_size', 0):,}, outside image {o.get('outside_image', 0):,},"
+            f" clipped {o.get('clipped', 0):,}, duplicate id {o.get('duplicate_id', 0):,},"
             f" missing image {o.get('missing_image', 0):,}",
             f"region descriptions: {r.get('read', 0):,} read, {r.get('with_number', 0):,} with a "
             f"number, {r.get('counted', 0):,} counts {COUNT_RANGE}; not counts: {excluded or 'none'}",
@@ -197,7 +198,8 @@ class MineReport:
 OBJECT_STEPS = (
     ("read", "object records read"),
     ("missing_image", "dropped: image not in image_data.json"),
-    ("duplicate_or_merged_id", "dropped: id repeated, or merged into another object (v1.4)"),
+    ("duplicate_id", "dropped: object id repeated within its image (the first one kept)"),
+    ("merged_away", "dropped: merged into another object (v1.4)"),
     ("merged_object_ids_folded", "v1.4 merged ids folded into their surviving object"),
     ("zero_size", "dropped: zero-size box"),
     ("outside_image", "dropped: box entirely outside the image"),

@@ -40,10 +40,12 @@ from vprom.mining.pool_passes import ELEMENT_TYPES, Part, mine_counts, mine_obje
 from vprom.mining.pool_report import MineReport, report_data, side_path
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest
+from vprom.outputs import writes
 from vprom.records import MIN_SIDE
 from vprom.tables import CropTable, set_manifest
 
 
+@writes("out", ("pools",), inputs=lambda a: (a["vg_dir"],))
 def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers: int = 2,
          vocab=None) -> MineReport:
     """Stream the VG folder `vg_dir` into POOLS.h5 at `out` (+ report and side files)."""

@@ -20,8 +20,10 @@ The schema drifted between VG releases; the readers absorb the known variants:
 
 Broken input becomes a `VpromError` naming the file and the record: invalid or truncated JSON
 (index of the last image record read, its id, and the byte offset), records missing a key
-the pipeline needs (file, image id, object/region id, key), and an image listed twice in
-image_data.json (both records).
+the pipeline needs (file, image id, object/region id, key), an image listed twice in
+image_data.json (both records), and an image size no JPEG can have (a side of 0 or above
+65,535 px). Boxes are not refused here: the pools pass clips them, and drops (with a count
+in the pools report) those empty, outside their image or with an object id repeated.
 """
 
 from __future__ import annotations
@@ -301,16 +303,26 @@ def _image_records(path: str | Path, what: str, progress,
             yield source, index, _image_id(record, source, index), record
 
 
+#: the largest side a JPEG can have (its header stores 16 bits): a size beyond it is not real
+MAX_SIDE = 65_535
+
+
 def read_images(path: str | Path, progress=None,
                 source_out: list | None = None) -> Iterator[ImageInfo]:
     """image_data.json: one ImageInfo per image (id, width, height)."""
     for source, index, image_id, record in _image_records(path, "image_data.json", progress,
                                                           source_out):
         try:
-            yield ImageInfo(image_id, int(record["width"]), int(record["height"]))
-        except (KeyError, TypeError, ValueError):
+            info = ImageInfo(image_id, int(record["width"]), int(record["height"]))
+        except (KeyError, TypeError, ValueError, OverflowError):
             raise VpromError(f"{source.path}: image {image_id} (record #{index}) lacks a "
                              "numeric 'width'/'height'; re-download image_data.json") from None
+        if not (0 < info.width <= MAX_SIDE and 0 < info.height <= MAX_SIDE):
+            raise VpromError(f"{source.path}: image {image_id} (record #{index}) is "
+                             f"{info.width}x{info.height} px, which no JPEG can be (each side "
+                             f"1..{MAX_SIDE:,}); fix or remove that record, or re-download "
+                             "image_data.json")
+        yield info
 
 
 def image_sizes(path: str | Path, source_out: list | None = None) -> dict[int, tuple[int, int]]:

@@ -57,6 +57,7 @@ from vprom.mining.synth_plan import HEIGHT, WIDTH, render_image
 from vprom.mining.synth_spec import NOISE_EFFECTS, RULES, check_vocabulary
 from vprom.errors import VpromError
 from vprom.io import atomic_dir, sha256_file
+from vprom.outputs import writes
 from vprom.records import MIN_SIDE
 
 JPEG_QUALITY = 90
@@ -122,6 +123,7 @@ class SynthSummary:
         return "\n".join(lines)
 
 
+@writes("out", None)  # ownership: the synthetic corpus is known by its TRUTH file
 def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1) -> SynthSummary:
     """Write the corpus of `images` images to folder `out` (replaced only when complete)."""
     out = Path(out)
@@ -134,7 +136,7 @@ def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1)
                          "choose an empty or new folder")
     check_vocabulary()
     start = time.perf_counter()
-    with atomic_dir(out) as tmp:
+    with atomic_dir(out, marker=TRUTH) as tmp:
         for name in synth_vg.FOLDERS:
             (tmp / name).mkdir()
         expected, noise, n_objects, n_regions, vg = _write_files(tmp, tmp, images, seed, workers)

@@ -6,42 +6,65 @@ already had is replaced only by a complete one. The temporary name is
 `.<name>.<pid>.<random>.part`: a run that was killed (even with SIGKILL) leaves its part
 behind, and the next write of the same output deletes the parts whose process is gone.
 
-`check_output` refuses an output path that cannot be written (a folder where a file is
+`check_output` (from vprom.outputs) refuses an output path that cannot be written (a folder where a file is
 wanted, a file in the way of its parent folders) before any work starts.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import hashlib
 import json
 import os
 import platform
+import secrets
 import shutil
-import signal
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
 
-from vprom.errors import VpromError
+# check_output lives in vprom.outputs now; imported from here too by the CLI and older code
+from vprom.outputs import check_output, check_owned, full_disk  # noqa: F401
 
 FORMAT_VERSION = 1
 
 
-@contextlib.contextmanager
-def _interrupts_held() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM (POSIX) for a few statements: a temporary that exists is then
-    always known to the code that removes it. A held signal is taken as soon as it ends."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
+def _new_part(path: Path, folder: bool) -> Iterator[Path]:
+    """Yield a fresh temporary name beside `path`, then make it (O_EXCL / mkdir).
+
+    The name is bound by the caller before the file exists, so an interrupt landing at any
+    point, on whichever thread the OS delivered it to, finds a name the cleanup removes
+    (missing_ok). Nothing depends on blocking signals, which a mask on one thread cannot do.
+    """
+    while True:
+        tmp = path.parent / f"{_part_prefix(path)}{secrets.token_hex(4)}.part"
+        yield tmp
+        try:
+            if folder:
+                os.mkdir(tmp, 0o777)  # the umask applies, as for any folder the user makes
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return
+        except FileExistsError:
+            continue
+
+
+def _remove(tmp: Path | None) -> None:
+    if tmp is None:
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    if tmp.is_dir() and not tmp.is_symlink():
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.unlink(missing_ok=True)
+
+
+def _as_full_disk(path: Path, error: BaseException) -> BaseException:
+    """A full disk met while writing `path` as one line naming it; other errors unchanged."""
+    if isinstance(error, OSError):
+        return full_disk(path, error) or error
+    return error
 
 
 @contextlib.contextmanager
@@ -49,57 +72,70 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; on success fsync it and rename it to `path`.
 
     On any exception (an interrupt included, wherever it lands) the temporary file is removed
-    and `path` is left as it was.
+    and `path` is left as it was. A full disk becomes one line naming `path`.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_parts(path)
     tmp = None
     try:
-        with _interrupts_held():
-            fd, name = tempfile.mkstemp(prefix=_part_prefix(path), suffix=".part",
-                                        dir=path.parent)
-            tmp = Path(name)
-            os.close(fd)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs follow the user's umask
+        for tmp in _new_part(path, folder=False):
+            pass
         yield tmp
         _fsync(tmp)
         os.replace(tmp, path)
         _fsync_dir(path.parent)
-    except BaseException:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
+    except BaseException as e:
+        _remove(tmp)
+        error = _as_full_disk(path, e)
+        if error is not e:
+            raise error from None
         raise
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_dir(path: str | os.PathLike, kinds: tuple[str, ...] = (),
+               marker: str | None = None) -> Iterator[Path]:
     """Like `atomic_path` for a folder: fill the yielded folder, it is renamed to `path` at the end.
 
-    An existing folder at `path` is replaced only after the new one is complete.
+    An existing folder at `path` is replaced only when it is empty, its manifest.json names
+    one of `kinds`, or it holds `marker`: never a folder vprom did not write. It is replaced
+    only after the new one is complete; if the swap is interrupted, the old one is put back.
     """
     path = Path(path)
+    _check_replaceable(path, kinds, marker)
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_parts(path)
-    tmp = None
+    tmp = old = None
     try:
-        with _interrupts_held():
-            tmp = Path(tempfile.mkdtemp(prefix=_part_prefix(path), suffix=".part",
-                                        dir=path.parent))
-        os.chmod(tmp, 0o777 & ~_umask())
+        for tmp in _new_part(path, folder=True):
+            pass
         yield tmp
-        old = None
+        _check_replaceable(path, kinds, marker)  # may have appeared while we worked
         if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            old = path.with_name(f".{path.name}.{os.getpid()}.old.part")
             os.replace(path, old)
         os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old)
+        tmp = None
+        _remove(old)
         _fsync_dir(path.parent)
-    except BaseException:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as e:
+        _remove(tmp)
+        if old is not None and old.exists() and not path.exists():
+            os.replace(old, path)  # the swap was cut short: the user keeps the old folder
+        error = _as_full_disk(path, e)
+        if error is not e:
+            raise error from None
         raise
+
+
+def _check_replaceable(path: Path, kinds: tuple[str, ...], marker: str | None) -> None:
+    if not (path.exists() or path.is_symlink()):
+        return
+    if path.is_dir() and not path.is_symlink():
+        if not any(path.iterdir()) or (marker is not None and (path / marker).exists()):
+            return
+    check_owned(path, kinds or ("(none)",))
 
 
 def _part_prefix(path: Path) -> str:
@@ -126,6 +162,9 @@ def clean_stale_parts(path: str | os.PathLike) -> list[Path]:
         pid = part.name[len(path.name) + 2:].split(".", 1)[0]
         if pid.isdigit() and (int(pid) == os.getpid() or _alive(int(pid))):
             continue  # ours, or a live run's (parts from before pids were named are stale)
+        if part.name.endswith(".old.part") and not (path.exists() or path.is_symlink()):
+            os.replace(part, path)  # killed mid-swap: the previous output comes back
+            continue
         if part.is_dir():
             shutil.rmtree(part, ignore_errors=True)
         else:
@@ -134,31 +173,20 @@ def clean_stale_parts(path: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def check_output(path: str | os.PathLike, folder: bool = False) -> Path:
-    """Refuse an output path that cannot be written, before any work starts.
-
-    A file output may not be an existing folder (and a folder output not an existing file);
-    no existing file may stand where one of its parent folders should be.
-    """
-    path = Path(path)
-    what = "folder" if folder else "file"
-    if path.exists() and path.is_dir() != folder:
-        other = "a folder" if path.is_dir() else "a file"
-        raise VpromError(f"{path}: is {other}, but this output is a {what}; choose another "
-                         "path")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise VpromError(f"{path}: {parent} is a file, so no {what} can be made "
-                                 "below it; choose another path")
-            break
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def preallocate(path: str | os.PathLike) -> None:
+    """Reserve every block of `path` on disk now (posix_fallocate): writes through a memory
+    map of it can then never meet a full disk, which a mapping reports as SIGBUS."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        if size and hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as e:
+                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # no fallocate there
+                    raise OSError(e.errno, e.strerror, str(path)) from None
+    finally:
+        os.close(fd)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

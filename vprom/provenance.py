@@ -135,6 +135,8 @@ def check_features_source(dataset: str | Path, features: str | Path) -> str:
     crops = read_crop_table(dataset)
     wanted = np.sort(np.asarray(crops.crop_id, dtype=np.int64))
     theirs, where = _stored_boxes(features), f"{features}'s crops"
+    if source and not Path(source).is_absolute():  # manifests name it from the file's folder
+        source = str(Path(features).parent / source)
     if theirs is None and source and files and Path(source).is_file() and (
             file_sha256(source) in files):
         theirs, where = read_crop_table(source), f"its source {source}"

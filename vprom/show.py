@@ -19,6 +19,7 @@ from PIL import Image, ImageDraw, ImageFont
 from vprom.errors import VpromError
 from vprom.images import ImageIndex, load_crop
 from vprom.io import atomic_path
+from vprom.outputs import writes
 from vprom.records import N_CANDIDATES, N_CONTEXT, N_PANELS
 from vprom.tables import open_h5
 
@@ -50,6 +51,15 @@ class Shown:
     elements: list[str]
     image_ids: list[int]
     boxes: list[tuple[int, int, int, int]]
+
+
+def _marked(kind: str):
+    """PNG text chunk `vprom: KIND`: how a later run knows the file is its own to replace."""
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("vprom", kind)
+    return info
 
 
 def read_matrix(dataset: Path, matrix_id: int) -> Shown:
@@ -215,6 +225,7 @@ class ShowSummary:
                 f"panels and {N_CANDIDATES} candidates{marked}")
 
 
+@writes("out", ("show",), inputs=lambda a: (a["dataset"], a["vg_dir"]))
 def show(dataset: str | Path, matrix_id: int, vg_dir: str | Path, out: str | Path,
          answer: bool = False) -> ShowSummary:
     """Write matrix `matrix_id` of DATASET.h5 as a PNG at `out` (atomically)."""
@@ -222,5 +233,5 @@ def show(dataset: str | Path, matrix_id: int, vg_dir: str | Path, out: str | Pat
     picture = render(m, load_crops(m, vg_dir), answer)
     out = Path(out)
     with atomic_path(out) as tmp:
-        picture.save(tmp, format="PNG")
+        picture.save(tmp, format="PNG", pnginfo=_marked("show"))
     return ShowSummary(out, m, answer, picture.size)

@@ -250,13 +250,29 @@ def read_manifest(path: str | Path) -> dict:
         return json.loads(h5.attrs["manifest"])
 
 
+class _File(h5py.File):
+    """An HDF5 file whose read errors inside `with` name the file: a damaged file (a flipped
+    bit) makes HDF5 raise OSError or RuntimeError without a name, deep inside a read."""
+
+    def __exit__(self, kind, error, tb):
+        super().__exit__(kind, error, tb)
+        if isinstance(error, (OSError, RuntimeError)) and not isinstance(error, VpromError):
+            raise VpromError(f"{self.vprom_path}: cannot be read ({error}); the file is damaged "
+                             "or incomplete: make it again or fetch it again") from None
+        return False
+
+
 def open_h5(path: str | Path, mode: str = "r") -> h5py.File:
     """Open an HDF5 file, turning 'not there' and 'not HDF5' into a clear VpromError."""
     path = Path(path)
+    if mode == "r" and path.is_dir():
+        raise VpromError(f"{path}: is a folder; give the path of an HDF5 file inside it")
     if mode == "r" and not path.is_file():
         raise VpromError(f"{path}: no such file")
     try:
-        return h5py.File(path, mode)
+        h5 = _File(path, mode)
+        h5.vprom_path = path
+        return h5
     except OSError as e:
         raise VpromError(f"{path}: cannot be opened as HDF5 ({e}); is it complete and the "
                          "right file?") from None
@@ -272,7 +288,9 @@ def read_crop_table(path: str | Path) -> CropTable:
 def read_matrix_table(path: str | Path) -> MatrixTable:
     with open_h5(path) as h5:
         if "matrices" not in h5 or "splits" not in h5:
-            raise VpromError(f"{path}: no 'matrices'/'splits' groups; expected a DATASET.h5")
+            kind = "a POOLS.h5 (from `vprom mine`)" if "crops" in h5 else "not a DATASET.h5"
+            raise VpromError(f"{path}: is {kind}, but this command takes a DATASET.h5 (from "
+                             "`vprom generate` or `vprom build`)")
         return MatrixTable.read(h5["matrices"], h5["splits"])
 
 

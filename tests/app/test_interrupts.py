@@ -269,7 +269,7 @@ def test_build_stops_in_each_stage_and_resumes(tmp_path):
 
     run = Command(logs[2], *argv)
     assert run.finish() == 0, run.stderr
-    assert "[1/5]" not in run.stdout and "[2/5] mining" in run.stdout
+    assert "[1/5] corpus: kept" in run.stdout and "[2/5] mining" in run.stdout
     assert (out / "manifest.json").is_file()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import h5py
 import numpy as np
@@ -47,7 +48,11 @@ def test_evaluate_scores_the_best_checkpoint_on_the_test_set(tiny_pair, tmp_path
                           optimizer="adam", lr=3e-3)
     run = train(config)
     metrics = evaluate(run, device="cpu")
-    assert json.loads((run / "metrics.json").read_text()) == json.loads(json.dumps(metrics))
+    from vprom.baselines.run_folder import published_metrics
+
+    written = json.loads((run / "metrics.json").read_text())
+    assert written == json.loads(json.dumps(published_metrics(metrics, run)))
+    assert written["run"] == "." and not os.path.isabs(written["dataset"])  # no home path
 
     # the same figure, computed independently from best.pt
     data = load_split(dataset, features, "neutral")

@@ -150,7 +150,11 @@ def test_checkpoint_loads_with_weights_only(tiny_pair, tmp_path):
     model, _ = build_model(config, 16)
     model.load_state_dict(torch.load(run / "best.pt", weights_only=True)["model"])
     stored = json.loads((run / "config.json").read_text())
-    assert stored["config"] == config.resolved().to_dict()
+    # published with paths relative to the run folder (no home or install path)
+    from vprom.baselines.run_folder import portable
+
+    assert stored["config"] == portable(config.resolved().to_dict(), config.out)
+    assert stored["config"]["out"] == "." and not os.path.isabs(stored["config"]["dataset"])
     assert stored["counts"] == {"train": 120, "val": 40, "test": 40}
 
 

@@ -209,8 +209,10 @@ def test_zipped_corpus_mines_the_same_crops(tmp_path, mined):
 # ---------------------------------------------------------------- bad input
 @pytest.fixture
 def existing(tmp_path):
+    """A previous POOLS.h5 (its manifest beside it says so: only then may `mine` replace it)."""
     out = tmp_path / "pools.h5"
     out.write_bytes(b"previous complete file")
+    out.with_name("pools.h5.manifest.json").write_text('{"kind": "pools"}')
     return out
 
 

@@ -26,14 +26,71 @@ def test_atomic_path_replaces_only_on_success(tmp_path):
 
 def test_atomic_dir_keeps_old_folder_until_new_one_is_complete(tmp_path):
     target = tmp_path / "export"
-    with atomic_dir(target) as tmp:
-        (tmp / "a").write_text("1")
+    with atomic_dir(target, kinds=("export-npz",)) as tmp:
+        (tmp / "manifest.json").write_text('{"kind": "export-npz"}')
     with pytest.raises(KeyError):
-        with atomic_dir(target) as tmp:
+        with atomic_dir(target, kinds=("export-npz",)) as tmp:
             (tmp / "b").write_text("2")
             raise KeyError
-    assert sorted(p.name for p in target.iterdir()) == ["a"]
+    assert sorted(p.name for p in target.iterdir()) == ["manifest.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+
+
+@pytest.mark.parametrize("manifest", [None, '{"kind": "pools"}', "not json"])
+def test_atomic_dir_never_replaces_a_folder_vprom_did_not_write(tmp_path, manifest):
+    """`export --out vg` once deleted the whole Visual Genome folder."""
+    target = tmp_path / "vg"
+    target.mkdir()
+    (target / "objects.json").write_text("[]")
+    if manifest is not None:
+        (target / "manifest.json").write_text(manifest)
+    with pytest.raises(VpromError, match=r"vg: already exists and is .*move it away"):
+        with atomic_dir(target, kinds=("export-npz",)) as tmp:
+            (tmp / "x").write_text("1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vg"]
+    assert (target / "objects.json").read_text() == "[]"
+
+
+def test_atomic_dir_fills_an_empty_folder_and_replaces_its_marked_own(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with atomic_dir(tmp_path / "empty") as tmp:
+        (tmp / "TRUTH").write_text("1")
+    with atomic_dir(tmp_path / "empty", marker="TRUTH") as tmp:
+        (tmp / "TRUTH").write_text("2")
+    assert (tmp_path / "empty" / "TRUTH").read_text() == "2"
+
+
+def test_a_full_disk_names_the_output_and_leaves_no_part(tmp_path, monkeypatch):
+    import errno
+
+    real = os.write
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    (tmp_path / "d.jsonl").write_text("old")
+    with pytest.raises(VpromError, match=r"d\.jsonl: no space left on the device"):
+        with atomic_path(tmp_path / "d.jsonl") as tmp:
+            monkeypatch.setattr(os, "write", full)
+            fd = os.open(tmp, os.O_WRONLY)
+            try:
+                os.write(fd, b"x")
+            finally:
+                monkeypatch.setattr(os, "write", real)
+                os.close(fd)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl"]
+    assert (tmp_path / "d.jsonl").read_text() == "old"
+
+
+def test_a_folder_moved_aside_by_a_killed_swap_comes_back(tmp_path):
+    """kill -9 between the two renames of `atomic_dir` leaves the old folder aside; the next
+    write of that output puts it back instead of deleting it as a stale part."""
+    aside = tmp_path / ".export.999999999.old.part"  # no such process
+    aside.mkdir()
+    (aside / "manifest.json").write_text('{"kind": "export-npz"}')
+    clean_stale_parts(tmp_path / "export")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+    assert (tmp_path / "export" / "manifest.json").exists()
 
 
 def test_manifest_records_versions_config_and_hashes(tmp_path):
@@ -83,36 +140,52 @@ def test_a_file_in_the_parent_path_is_refused(tmp_path):
     assert check_output(tmp_path / "new" / "out.h5") == tmp_path / "new" / "out.h5"
 
 
-@pytest.mark.skipif(not hasattr(__import__("signal"), "pthread_sigmask"), reason="POSIX")
-@pytest.mark.parametrize("writer, make", [(atomic_path, "mkstemp"), (atomic_dir, "mkdtemp")])
+@pytest.mark.parametrize("writer, make", [(atomic_path, "open"), (atomic_dir, "mkdir")])
+@pytest.mark.parametrize("on_thread", ["main", "other"])
 def test_ctrl_c_just_as_the_temporary_is_made_leaves_no_part(tmp_path, monkeypatch, writer,
-                                                             make):
+                                                             make, on_thread):
     """A Ctrl-C that lands right after the temporary exists (here: sent by the creating call
-    itself) still removes it: `train` once left a `.history.json.*.part` this way."""
+    itself) still removes it, whichever thread the OS hands the signal to: `train` once left
+    a `.history.json.*.part` this way, and a signal mask held on the main thread alone let
+    numpy's or torch's threads take it in the middle of the window."""
     import signal
-    import tempfile
+    import threading
 
-    real = getattr(tempfile, make)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    real = getattr(os, make)
 
-    def made_then_interrupted(*args, **kwargs):
-        made = real(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGINT)
+    def made_then_interrupted(name, *args, **kwargs):
+        made = real(name, *args, **kwargs)
+        if str(name).endswith(".part"):
+            if on_thread == "main":
+                os.kill(os.getpid(), signal.SIGINT)
+            else:
+                signal.pthread_kill(other.ident, signal.SIGINT)
         return made
 
-    monkeypatch.setattr(tempfile, make, made_then_interrupted)
+    monkeypatch.setattr(os, make, made_then_interrupted)
     target = tmp_path / "history.json"
     target.write_text("old") if writer is atomic_path else target.mkdir()
-    with pytest.raises(KeyboardInterrupt):
-        with writer(target):
-            pass
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with writer(target):
+                for _ in range(1000):  # the interrupt is taken at the next bytecode at most
+                    pass
+    finally:
+        stop.set()
+        other.join()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["history.json"]
 
 
 def test_ctrl_c_while_setting_up_the_temporary_leaves_no_part(tmp_path, monkeypatch):
+    import secrets
+
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(os, "chmod", interrupted)
+    monkeypatch.setattr(secrets, "token_hex", interrupted)
     for writer in (atomic_path, atomic_dir):
         with pytest.raises(KeyboardInterrupt):
             with writer(tmp_path / "out"):

@@ -17,9 +17,11 @@ Layout of a build folder:
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
 import numbers
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +33,9 @@ from vprom.mining.synth import write_corpus
 from vprom.splits.assign import load_rules
 from vprom.errors import VpromError
 from vprom.io import check_output, make_manifest, sha256_file, write_json, write_text
+from vprom.outputs import writes
 from vprom.records import MIN_SIDE
+from vprom.stamps import record_path, stamp, why_stale
 
 #: Defaults sized so `make demo` (build, extract, train twice) stays well under 10 minutes.
 SYNTHETIC_IMAGES = 2000
@@ -53,12 +57,6 @@ class BuildResult:
                 f"  verify report: {self.out / 'verify.txt'}")
 
 
-def _config_matches(path: Path, config: dict) -> bool:
-    """True when `path` exists and its stamp records the same configuration."""
-    stamp = path.with_name(path.name + ".build-config.json")
-    return path.exists() and stamp.exists() and json.loads(stamp.read_text()) == config
-
-
 def _fingerprint(vg_dir: Path) -> list:
     """Name, size and modification time of the annotation files: a re-downloaded or
     re-synthesised corpus invalidates the pools mined from the old one."""
@@ -66,8 +64,49 @@ def _fingerprint(vg_dir: Path) -> list:
             if p.is_file() and p.name.endswith((".json", ".json.zip"))]
 
 
-def _stamp(path: Path, config: dict) -> None:
-    write_json(path.with_name(path.name + ".build-config.json"), config)
+#: build's stages in order, with the files each writes (relative to the build folder)
+STAGE_FILES = {
+    "corpus": ("vg",),
+    "pools": ("pools.h5", "pools.h5.*"),
+    "dataset": ("dataset.h5", "dataset.h5.*"),
+    "verify": ("verify.txt", "stats.json"),
+}
+
+
+def _stage(out: Path, name: str, path: Path, config: dict, number: int) -> bool:
+    """True when stage `name` must run: it then first removes every later stage's files, so
+    a build that fails from here on leaves no output made from the old inputs. False (and
+    says why) when `path` was made from the same inputs and settings."""
+    why = why_stale(path, config)
+    if why is None:
+        print(f"[{number}/5] {name}: kept {path.name} (made from the same inputs and settings, "
+              f"as {record_path(path).name} records)", flush=True)
+        return False
+    removed = _invalidate(out, name)
+    print(f"[{number}/5] {name}: {why}" + (f"; removed what was made from the old one: "
+                                          f"{', '.join(removed)}" if removed else ""), flush=True)
+    return True
+
+
+def _invalidate(out: Path, stage: str) -> list[str]:
+    """Remove the files of the stages after `stage` (all build's own, by STAGE_FILES)."""
+    later = list(STAGE_FILES)[list(STAGE_FILES).index(stage) + 1:]
+    removed = []
+    for name in later:
+        for pattern in STAGE_FILES[name]:
+            for p in sorted(out.glob(pattern)):
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+                removed.append(p.name)
+    return removed
+
+
+def _relative(path: Path, out: Path) -> str:
+    """`path` relative to the build folder: what the build's files publish, never an
+    absolute home or install path."""
+    return os.path.relpath(Path(path).resolve(), Path(out).resolve())
 
 
 def _check_options(out: Path, vg: Path | None, synthetic: bool, images, scale, seed,
@@ -99,43 +138,53 @@ def _whole(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+#: what a build folder holds: a folder of only these names is a build `build` may continue
+BUILD_NAMES = ("vg", "pools.h5", "pools.h5.*", "dataset.h5", "dataset.h5.*", "verify.txt",
+               "stats.json", "manifest.json")
+
+
+@writes("out", ("build",), inputs=lambda a: (a["vg"],), names=BUILD_NAMES, folder=True)
 def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: int | None = None,
           scale: float | None = None, seed: int = 0, workers: int = 2) -> BuildResult:
     out = Path(out)
     _check_options(out, vg, synthetic, images, scale, seed, workers)
     rules = load_rules()
     out.mkdir(parents=True, exist_ok=True)
+    # the top manifest vouches for the whole set: gone until the set is whole again
+    (out / "manifest.json").unlink(missing_ok=True)
     if synthetic:
         images = SYNTHETIC_IMAGES if images is None else images
         vg_dir = out / "vg"
         config = {"images": images, "seed": seed}
         marker = vg_dir / "synth_truth.json"
-        if not _config_matches(marker, config):
+        if _stage(out, "corpus", marker, config, 1):
             print(f"[1/5] synthetic corpus: {images} images -> {vg_dir}", flush=True)
             write_corpus(vg_dir, images=images, seed=seed, workers=workers)
-            _stamp(marker, config)
+            stamp(marker, config)
     else:
         vg_dir = Path(vg)
     scale = scale if scale is not None else (SYNTHETIC_SCALE if synthetic else VG_SCALE)
 
     pools = out / "pools.h5"
-    config = {"vg": str(vg_dir.resolve()), "min_side": MIN_SIDE, "inputs": _fingerprint(vg_dir)}
-    if not _config_matches(pools, config):
+    config = {"vg": _relative(vg_dir, out), "min_side": MIN_SIDE, "inputs": _fingerprint(vg_dir)}
+    if _stage(out, "pools", pools, config, 2):
         print(f"[2/5] mining {vg_dir} -> {pools}", flush=True)
         print(mine(vg_dir, pools, min_side=config["min_side"], workers=workers).summary(),
               flush=True)
-        _stamp(pools, config)
+        stamp(pools, config)
 
     dataset = out / "dataset.h5"
     config = {"pools": sha256_file(pools), "scale": scale, "seed": seed}
-    if not _config_matches(dataset, config):
+    if _stage(out, "dataset", dataset, config, 3):
         print(f"[3/5] generating matrices (scale {scale}, seed {seed}) -> {dataset}", flush=True)
         print(generate(pools, dataset, rules, scale=scale, seed=seed), flush=True)
-        _stamp(dataset, config)
+        stamp(dataset, config)
+    _invalidate(out, "dataset")  # verify.txt and stats.json are made again below
 
     print(f"[4/5] verifying {dataset}", flush=True)
     report = verify(dataset, rules)
-    write_text(out / "verify.txt", report.format() + "\n")
+    named = dataclasses.replace(report, dataset=Path(dataset.name))  # no absolute path
+    write_text(out / "verify.txt", named.format() + "\n")
     if not report.ok:
         raise VpromError(f"{dataset}: verification failed ({report.failures()}); "
                          f"see {out / 'verify.txt'}")
@@ -148,7 +197,7 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
     files = [p for p in sorted(out.iterdir()) if p.is_file() and p.name != "manifest.json"]
     write_json(out / "manifest.json", make_manifest(
         "build",
-        config={"source": "synthetic" if synthetic else str(vg_dir), "images": images,
+        config={"source": "synthetic" if synthetic else _relative(vg_dir, out), "images": images,
                 "scale": scale},
         seed=seed,
         outputs={p.name: sha256_file(p) for p in files}))

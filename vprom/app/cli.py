@@ -58,6 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
                            description=f"{c.summary}.", epilog=f"example:\n  {c.example}",
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         c.add_arguments(p)
+        if any(o in p._option_string_actions for o in ("--out", "--json")):
+            p.add_argument("--wait", action="store_true",
+                           help="if another vprom run is writing the same output, wait for it "
+                                "to finish instead of refusing at once")
         p.set_defaults(run=c.run)
     return parser
 

@@ -25,7 +25,7 @@ def default(owner, name: str):
 
 def options_of(args: argparse.Namespace) -> dict:
     """The parsed options as keyword arguments for a job's config dataclass."""
-    return {k: v for k, v in vars(args).items() if k not in ("command", "run")}
+    return {k: v for k, v in vars(args).items() if k not in ("command", "run", "wait")}
 
 
 def output_file(text: str) -> Path:

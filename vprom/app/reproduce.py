@@ -27,12 +27,13 @@ The stages are imported inside the functions that run them, so the command line 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from vprom.errors import VpromError
-from vprom.io import sha256_file, write_json
+from vprom.io import sha256_file
+from vprom.outputs import writes
+from vprom.stamps import stamp, why_stale
 from vprom.records import SPLITS
 
 CONTROL_SPLIT = "neutral"
@@ -155,20 +156,20 @@ def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: st
     from vprom.features.reader import check_complete
 
     out = config.out / "features" / f"{backbone}.h5"
-    stamp_path = out.with_name(out.name + ".reproduce.json")
-    stamp = {"backbone": backbone, "weights": weights, "dataset_sha256": sha256_file(dataset),
-             "input_size": config.input_size}
-    if out.is_file() and stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp:
+    record = {"backbone": backbone, "weights": weights, "dataset_sha256": sha256_file(dataset),
+              "input_size": config.input_size}
+    why = why_stale(out, record)  # the rule `build` follows for its stages
+    if why is None:
         try:
             check_complete(out)
             print(f"features: {out} is complete, kept", flush=True)
             return out
-        except VpromError:
-            pass
-    print(f"features: {backbone} ({weights}) -> {out}", flush=True)
+        except VpromError as e:
+            why = str(e)
+    print(f"features: {backbone} ({weights}) -> {out} ({why})", flush=True)
     extract(ExtractConfig(dataset=dataset, vg=vg_dir, backbone=backbone, weights=weights,
                           out=out, device=config.device, input_size=config.input_size))
-    write_json(stamp_path, stamp)
+    stamp(out, record)
     return out
 
 
@@ -185,6 +186,8 @@ def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
     print(format_metrics(evaluate(run, device=config.device)), flush=True)
 
 
+@writes(lambda a: a["config"].out, ("reproduce",), inputs=lambda a: (a["config"].vg,),
+        names=("build", "features", "runs", "report"))
 def reproduce(config: ReproduceConfig) -> Path:
     """Run the grid (see the module doc); returns the report folder."""
     from vprom.baselines.report import report

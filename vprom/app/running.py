@@ -17,6 +17,7 @@ import signal
 import sys
 
 from vprom.errors import VpromError
+from vprom.outputs import waiting
 
 #: What to tell a user whose command was interrupted (the others start over when run again).
 RESUME_HINT = {
@@ -54,9 +55,11 @@ def interruption(error: BaseException) -> BaseException | None:
     return None
 
 
-def os_error_message(e: OSError) -> str:
-    """One line for a file-system error: what, which path, and what to do."""
-    path = e.filename if e.filename is not None else "a file"
+def os_error_message(e: OSError, near: object = None) -> str:
+    """One line for a file-system error: what, which path, and what to do. An error that
+    names no file (HDF5's, a write to an open file) is told as met while working on `near`,
+    the command's output or input."""
+    path = e.filename if e.filename is not None else f"{near or 'vprom'} (while working on it)"
     fixes = {
         errno.EACCES: "no permission; choose another path or fix its permissions",
         errno.EPERM: "not permitted; choose another path or fix its permissions",
@@ -110,7 +113,8 @@ def _run(args: argparse.Namespace) -> int:
     """Run the parsed command (see `main`)."""
     debug = os.environ.get("VPROM_DEBUG", "") not in ("", "0")
     try:
-        args.run(args)
+        with waiting(getattr(args, "wait", False)):
+            args.run(args)
     except BaseException as e:
         interrupt = interruption(e)
         if interrupt is None and isinstance(e, BrokenPipeError):
@@ -126,7 +130,9 @@ def _run(args: argparse.Namespace) -> int:
             print(f"vprom {args.command}: interrupted ({_by(interrupt)}); no partial output "
                   f"was left looking finished; {how}", file=sys.stderr)
             return _status(interrupt)
-        text = os_error_message(e) if isinstance(e, OSError) else str(e)
+        near = next((getattr(args, k) for k in ("out", "json", "dataset", "run_dir")
+                     if getattr(args, k, None) is not None), None)
+        text = os_error_message(e, near) if isinstance(e, OSError) else str(e)
         print(f"vprom {args.command}: error: {text}", file=sys.stderr)
         return 1
     return 0

@@ -87,6 +87,9 @@ BUILD = Command(
 
 def add_verify(p):
     p.add_argument("dataset", type=Path, help="DATASET.h5 to check")
+    p.add_argument("--pools", type=Path, default=None,
+                   help="also check that the data set was generated from this POOLS.h5 (in a "
+                        "build folder its pools.h5 and VG files are checked anyway)")
     p.add_argument("--features", type=Path, default=None,
                    help="also run the context-blind probes on these features (crops an "
                         "--allow-missing extraction lacks leave their matrices out)")
@@ -96,10 +99,15 @@ def run_verify(args):
     from vprom.generation.verify import verify
     from vprom.splits.assign import load_rules
 
+    from vprom.app.lineage import lineage_problems
+
     report = verify(args.dataset, load_rules(), features=args.features)
     print(report.format())
     if not report.ok:
         raise VpromError(f"{args.dataset}: verification failed ({report.failures()})")
+    problems = lineage_problems(args.dataset, args.pools)
+    if problems:
+        raise VpromError(f"{args.dataset}: verification failed (inputs: {'; '.join(problems)})")
 
 
 VERIFY = Command(
@@ -117,10 +125,14 @@ def add_stats(p):
 
 def run_stats(args):
     from vprom.generation.stats import format_stats, stats, write_stats
+    from vprom.outputs import claim
 
-    figures = stats(args.dataset)
-    print(format_stats(figures))
-    if args.json:
+    if args.json is None:
+        print(format_stats(stats(args.dataset)))
+        return
+    with claim(args.json, ("stats",), inputs=(args.dataset,)):
+        figures = stats(args.dataset)
+        print(format_stats(figures))
         write_stats(figures, args.json)
 
 

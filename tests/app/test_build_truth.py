@@ -1,0 +1,109 @@
+"""A build folder tells the truth (issue 20, rows 10 and 14): a stage whose input changed
+removes what was made from the old input before it runs, a failed rebuild leaves no stale
+output, `verify` checks the recorded inputs, and nothing published names an absolute path."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.dataset_fixture import write_pools
+from vprom.app import build as build_module
+from vprom.app.build import build
+from vprom.app.cli import main
+from vprom.errors import VpromError
+
+REPO = Path(__file__).resolve().parents[2]
+OPTIONS = dict(synthetic=True, images=1000, scale=0.003, seed=0)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("truth") / "build"
+    build(out, **OPTIONS)
+    return out
+
+
+@pytest.fixture
+def copy(built, tmp_path) -> Path:
+    target = tmp_path / "build"
+    shutil.copytree(built, target, symlinks=True, copy_function=shutil.copy2)
+    return target
+
+
+def test_a_failed_rebuild_leaves_no_output_made_from_the_old_inputs(copy, monkeypatch,
+                                                                     capsys):
+    """Row 10: a rebuild that failed at generate left the old dataset.h5 and manifest.json,
+    and `verify` still said PASS."""
+    for p in sorted((copy / "vg").glob("*.json")):  # the corpus changed (same bytes, new time)
+        os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
+
+    def fails(*args, **kwargs):
+        raise VpromError("the pools are too thin")
+
+    monkeypatch.setattr(build_module, "generate", fails)
+    with pytest.raises(VpromError, match="too thin"):
+        build(copy, **OPTIONS)
+    log = capsys.readouterr().out
+    assert "[2/5] pools: its inputs or settings changed: inputs; removed" in log, log
+    names = sorted(p.name for p in copy.iterdir())
+    assert "pools.h5" in names
+    for stale in ("dataset.h5", "dataset.h5.manifest.json", "verify.txt", "stats.json",
+                  "manifest.json"):
+        assert stale not in names
+
+
+def test_verify_fails_when_the_pools_no_longer_match(copy, tmp_path, capsys):
+    assert main(["verify", str(copy / "dataset.h5")]) == 0
+    assert main(["verify", str(copy / "dataset.h5"), "--pools", str(copy / "pools.h5")]) == 0
+    other = write_pools(tmp_path / "other.h5", images=20)
+    capsys.readouterr()
+    assert main(["verify", str(copy / "dataset.h5"), "--pools", str(other)]) == 1
+    assert "was not generated from" in capsys.readouterr().err
+    shutil.copy(other, copy / "pools.h5")  # the folder's pools replaced behind its back
+    assert main(["verify", str(copy / "dataset.h5")]) == 1
+    assert "pools.h5 changed since dataset.h5 was generated" in capsys.readouterr().err
+
+
+def test_verify_fails_when_the_corpus_no_longer_matches(copy, capsys):
+    annotation = sorted((copy / "vg").glob("*.json"))[0]
+    annotation.write_bytes(annotation.read_bytes() + b" ")
+    assert main(["verify", str(copy / "dataset.h5")]) == 1
+    assert "changed since pools.h5 was mined" in capsys.readouterr().err
+
+
+def private_paths(out: Path) -> list[str]:
+    home = str(Path.home())
+    return [p for p in {str(out.resolve()), str(out.resolve().parent), str(REPO),
+                        home if home not in ("/", "") else None} if p]
+
+
+def test_no_published_file_names_an_absolute_path(built):
+    """Row 14: build configs, verify.txt and stats.json held the absolute --out and --vg."""
+    found = []
+    for path in sorted(built.rglob("*")):
+        if path.is_file() and path.suffix != ".jpg":
+            data = path.read_bytes()
+            found += [f"{path.name}: {s}" for s in private_paths(built) if s.encode() in data]
+    assert found == []
+
+
+def test_no_published_file_of_a_run_names_an_absolute_path(tmp_path):
+    """Row 14: a run's config.json held the install path of defaults.json and absolute
+    --dataset/--features/--out paths. (Checkpoints keep the paths `evaluate` reopens.)"""
+    from tests.baselines.conftest import small_config, write_pair
+    from vprom.baselines.evaluate import evaluate
+    from vprom.baselines.train import train
+
+    dataset, features = write_pair(tmp_path / "pair")
+    run = train(small_config(dataset, features, (tmp_path / "run").resolve(), epochs=1))
+    evaluate(run, device="cpu")
+    found = []
+    for path in sorted(run.rglob("*")):
+        if path.is_file() and path.suffix != ".pt":
+            data = path.read_bytes()
+            found += [f"{path.name}: {s}" for s in private_paths(run) if s.encode() in data]
+    assert found == []
