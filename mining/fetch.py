@@ -147,7 +147,7 @@ def fetch(http: requests.Session, url: str, dest: Path, expected: Expected, poli
 
 
 def _fetch(http, url: str, dest: Path, part: Path, expected: Expected, policy: Policy,
-           clock: "_Clock", received: list[int], redirects: set, announced: dict,
+           clock: _Clock, received: list[int], redirects: set, announced: dict,
            log) -> Fetched:
     for attempt in range(policy.retries + 1):
         try:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 DEFAULT_RESERVE = 1 << 30   # 1 GiB: what a shell, an editor and a log need to keep going
 _SIZE = re.compile(r"\s*(\d+(?:\.\d*)?)\s*([kmgt]?)(i?b?)\s*", re.IGNORECASE)

@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 import weakref
-from typing import Iterator
+from collections.abc import Iterator
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -42,7 +42,7 @@ class Watch:
         self.fired = False
 
     @contextlib.contextmanager
-    def until(self, end: float) -> Iterator["Watch"]:
+    def until(self, end: float) -> Iterator[Watch]:
         """Arm the watch until the monotonic time `end`; disarm it on the way out."""
         with self._lock:
             self._armed, self.fired = True, False

@@ -382,7 +382,7 @@ def test_the_command_line_reports_a_corrupt_archive_in_one_line(tmp_path, server
 def test_the_reserve_is_a_command_line_option(tmp_path, server, capsys, monkeypatch):
     from vprom.app.cli import main
 
-    base, handler = server
+    base, _ = server
     monkeypatch.setattr("vprom.mining.download.PINNED", no_pins(tmp_path))
     with pytest.raises(SystemExit) as stop:
         main(["download", "--out", str(tmp_path / "vg"), "--reserve", "lots"])

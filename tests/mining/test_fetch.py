@@ -236,7 +236,7 @@ def test_an_endless_body_under_expected_with_nulls_stops_at_its_ceiling(tmp_path
 
 def test_an_announced_size_over_the_ceiling_is_refused_before_downloading(tmp_path, server,
                                                                          monkeypatch):
-    base, handler = server
+    base, _ = server
     _small_ceilings(monkeypatch, 1000)
     with pytest.raises(VpromError, match=rf"{NAME}: the server announces \d+ bytes, more than "
                                          r"the 1000 bytes this file may have \(its ceiling"):
@@ -255,7 +255,7 @@ def test_the_ceilings_are_several_times_the_known_sizes():
 
 # --------------------------------------------------------------------------------- disk
 def test_too_little_free_space_is_refused_before_downloading(tmp_path, server, monkeypatch):
-    base, handler = server
+    base, _ = server
     small_disk(monkeypatch, tmp_path, size=1 << 20)   # 1 MiB, the first file is ~0.3 MB
     with pytest.raises(VpromError, match=rf"{NAME}: \d+.\d\d kB still to download and "
                                          r"1.05 MB to keep free \(--reserve\), but .* has 1.05 MB "
@@ -280,7 +280,7 @@ def test_an_endless_body_stops_at_the_reserve_and_its_part_is_deleted(tmp_path, 
 
 
 def test_a_known_size_part_is_kept_when_others_fill_the_disk(tmp_path, server, monkeypatch):
-    base, handler = server
+    base, _ = server
     calls = []
 
     def others():   # another program writes 7 MB once the download is under way
