@@ -241,8 +241,8 @@ def _attempt(http, url: str, part: Path, expected: Expected, policy: Policy, clo
                              "another --base-url, or pass --expected FILE with its size")
         _check_free_space(url, part, 0 if total is None else total - offset, policy.reserve)
         _receive(response, part, offset, total, expected.ceiling, policy, clock, received)
-        if clock.left() <= 0:   # the body ended because the watchdog cut it
-            raise _Deadline
+        if clock.left() <= 0 and (total is None or part.stat().st_size < total):
+            raise _Deadline   # the body ended because the watchdog cut it (or may have)
         return total, final
 
 
