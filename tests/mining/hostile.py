@@ -23,6 +23,7 @@ import hashlib
 import io
 import json
 import os
+import ssl
 import stat
 import struct
 import subprocess
@@ -151,7 +152,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self._slow_headers()
             if name in self.endless:
                 return self._endless()
-        except (BrokenPipeError, ConnectionResetError):   # the client gave up: fine
+        except OSError:   # the client gave up (a broken pipe, a reset, a TLS EOF): fine
             return
         if name in self.redirects:
             self.send_response(302)
@@ -221,9 +222,33 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     """Start a server; yield (base_url, handler class); stop it (or let it stop itself)."""
+    yield from _serve("http")
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    """The same over HTTPS with a fresh self-signed certificate; yields (base_url, handler,
+    certificate path). Skipped where no `openssl` command can make the certificate."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    try:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1"],
+                       check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip(f"cannot make a test certificate with openssl ({e})")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    for base, handler in _serve("https", context):
+        yield base, handler, cert
+
+
+def _serve(scheme: str, context=None):
     handler = type("TestHandler", (Handler,), {"files": good_files(), "requests": [],
                                                "redirects": {}, "endless": set()})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if context is not None:
+        httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
@@ -232,7 +257,7 @@ def server():
     stopper.daemon = True
     stopper.start()
     try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/vg", handler
+        yield f"{scheme}://127.0.0.1:{httpd.server_address[1]}/vg", handler
     finally:
         stopper.cancel()
         httpd.shutdown()

@@ -14,8 +14,10 @@ import os
 import time
 
 import pytest
+import requests
 
 from vprom.mining import download as download_module
+from vprom.mining import fetch
 from vprom.mining.download import ANNOTATIONS, download
 from tests.mining import hostile
 from tests.mining.hostile import NOTHING_KNOWN, no_pins, small_disk, tmpfs, used_bytes
@@ -77,6 +79,29 @@ def test_a_server_sending_its_headers_byte_by_byte_is_cut_at_the_deadline(tmp_pa
         _get(tmp_path, base, deadline=1.5)
     assert time.monotonic() - start < 1.5 + 4.0   # not the 60 s the server would go on for
     assert not (tmp_path / NAME).exists() and not (tmp_path / f"{NAME}.part").exists()
+
+
+tls_server = hostile.tls_server
+
+
+def test_the_deadline_cuts_slow_headers_under_tls_and_on_a_plain_session(tmp_path, tls_server):
+    # A caller's own requests.Session gets the watched adapters mounted by fetch itself.
+    base, handler, cert = tls_server
+    handler.slow_headers = 0.2
+    http = requests.Session()
+    http.trust_env = False   # else REQUESTS_CA_BUNDLE in the environment overrides verify
+    http.verify = str(cert)
+    policy = fetch.Policy(retries=2, retry_wait=0, timeout=5, deadline=1.5, min_speed=0,
+                          speed_window=60, max_redirects=5, reserve=0)
+    start = time.monotonic()
+    with pytest.raises(VpromError, match="gave up after 1.5 s.*headers included"):
+        fetch.fetch(http, f"{base}/{NAME}", tmp_path / NAME, fetch.Expected(), policy,
+                    lambda message: None)
+    assert time.monotonic() - start < 1.5 + 4.0
+    handler.slow_headers = 0   # the same session, TLS and all, still fetches a good file
+    got = fetch.fetch(http, f"{base}/{NAME}", tmp_path / NAME, fetch.Expected(), policy,
+                      lambda message: None)
+    assert (tmp_path / NAME).read_bytes() == handler.files[NAME] and got.url.startswith("https")
 
 
 def test_the_command_line_deadline_bounds_the_headers(tmp_path, server, capsys, monkeypatch):
