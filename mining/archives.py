@@ -18,7 +18,10 @@ zip's central directory and refuses the whole archive when any entry
 - declares more bytes than a real file of its kind has (`Limits.member_bytes`), or a
   compression ratio no real JPEG or JSON reaches (`Limits.ratio`, for members above
   `Limits.ratio_floor`), or the archive declares more than `Limits.total_bytes` in all or
-  more than `ratio` times its own size.
+  more than `ratio` times its own size, or it has more entries than a real archive of its
+  kind (`Limits.members`). The count is read from the end-of-central-directory record
+  before zipfile parses the directory, so a zip declaring millions of entries is refused
+  without building millions of ZipInfo objects.
 
 Headers can lie, so the sizes are enforced again while streaming: the bytes each member
 actually yields are counted, and a member yielding more than it declares (or fewer) is
@@ -30,7 +33,13 @@ nothing unreadable keeps its final name; the message says "corrupt archive". A f
 disk (no space left, over quota, no permission) keeps the archive, since a good 9 GB
 download must not be thrown away because the disk filled up, and says what to free or fix.
 
-Unpacking (`unpack`). The free space of `out` must hold the declared unpacked size. Entries
+Unpacking (`unpack`). The free space of `out` must hold what the entries will really take
+on disk, every file rounded up to whole blocks and every folder a block
+(`mining.space.footprint`: a zip of 30,000 one-byte members needs ~120 MB, not 30 KB), one
+inode per entry, and `reserve` bytes on top, which stay free. While unpacking, the files
+created and the bytes written are counted against what the entries declared, and before
+each file the free space is read again: an unpack that would eat into the reserve stops
+(other programs may be filling the disk too). Entries
 are written into a temporary folder inside `out` (`.NAME.<random>.unpack`, on the same file
 system, so placing is a rename), then the archive's one top-level folder is moved into
 place: renamed when `out` has none yet, otherwise merged file by file, where a file of the
@@ -56,6 +65,7 @@ from typing import BinaryIO, Iterator
 from tqdm import tqdm
 
 from vprom.errors import VpromError
+from vprom.mining import space
 
 _CHUNK = 1 << 16
 _GiB = 1 << 30
@@ -78,14 +88,17 @@ class Limits:
     member_bytes: int
     total_bytes: int
     ratio: float
+    members: int              # entries (files and folders) in all
     ratio_floor: int = _MiB   # smaller members are never refused for their ratio
 
 
 # Visual Genome's JPEGs are well under 64 MiB each, about 15 GB in all, and a JPEG compresses
-# by a few percent at most. Its annotation JSON files are at most a few GB and compress about
-# 5 to 15 times; deflate itself cannot exceed ~1032.
-IMAGE_LIMITS = Limits(member_bytes=64 * _MiB, total_bytes=32 * _GiB, ratio=20.0)
-JSON_LIMITS = Limits(member_bytes=16 * _GiB, total_bytes=16 * _GiB, ratio=100.0)
+# by a few percent at most; VG has 108,077 images, split between the two image zips. Its
+# annotation JSON files are at most a few GB and compress about 5 to 15 times; deflate itself
+# cannot exceed ~1032. An annotation zip holds one JSON (and perhaps macOS side entries).
+IMAGE_LIMITS = Limits(member_bytes=64 * _MiB, total_bytes=32 * _GiB, ratio=20.0,
+                      members=120_000)
+JSON_LIMITS = Limits(member_bytes=16 * _GiB, total_bytes=16 * _GiB, ratio=100.0, members=8)
 
 
 @dataclass(frozen=True)
@@ -125,17 +138,19 @@ def verify(archive: Path, layout: Layout) -> int:
     Returns the number of uncompressed bytes read. Nothing is written.
     """
     archive = Path(archive)
-    with _guarded(archive), _open(archive) as zf:
+    with _guarded(archive), _open(archive, layout.limits) as zf:
         entries = _checked(zf, archive, layout)
         files = [e for e in entries if not e.info.is_dir()]
         with _bar(archive, files, "check") as bar:
             return sum(_stream(zf, e.info, None, bar) for e in files)
 
 
-def unpack(archive: Path, out: Path, layout: Layout) -> list[str]:
+def unpack(archive: Path, out: Path, layout: Layout,
+           reserve: int = space.DEFAULT_RESERVE) -> list[str]:
     """Extract an images zip into `out`, safely (see the module doc); return the names placed.
 
-    Skipped when the marker of a previous complete unpack is there.
+    `reserve` bytes stay free on the disk of `out`. Skipped when the marker of a previous
+    complete unpack is there.
     """
     archive, out = Path(archive), Path(out)
     marker = marker_path(out, archive.name)
@@ -143,11 +158,11 @@ def unpack(archive: Path, out: Path, layout: Layout) -> list[str]:
         return json.loads(marker.read_text(encoding="utf-8"))["placed"]
     for stale in sorted(out.glob(f".{archive.name}.*.unpack")):   # a killed run's temp folder
         shutil.rmtree(stale, ignore_errors=True)
-    with _guarded(archive), _open(archive) as zf:
+    with _guarded(archive), _open(archive, layout.limits) as zf:
         entries = _checked(zf, archive, layout)
         files = [e for e in entries if not e.info.is_dir()]
         need = sum(e.info.file_size for e in files)
-        _check_free_space(archive, out, need)
+        budget = _Budget(archive, out, entries, reserve)
         tmp = Path(tempfile.mkdtemp(prefix=f".{archive.name}.", suffix=".unpack", dir=out))
         try:
             with _bar(archive, files, "unpack") as bar:
@@ -156,9 +171,10 @@ def unpack(archive: Path, out: Path, layout: Layout) -> list[str]:
                     if entry.info.is_dir():
                         target.mkdir(parents=True, exist_ok=True)
                         continue
+                    budget.before(entry.info)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     with _create(target) as sink:
-                        _stream(zf, entry.info, sink, bar)
+                        budget.wrote(_stream(zf, entry.info, sink, bar))
             placed = sorted(p.name for p in tmp.iterdir())
             for name in placed:   # the checks allow exactly one name: layout.folder
                 _place(tmp / name, out / name)
@@ -200,7 +216,9 @@ def _guarded(archive: Path) -> Iterator[None]:
                          "is kept - fix that and rerun `vprom download`") from None
 
 
-def _open(archive: Path) -> zipfile.ZipFile:
+def _open(archive: Path, limits: Limits | None = None) -> zipfile.ZipFile:
+    if limits is not None:
+        _check_count(archive, limits)
     try:
         return zipfile.ZipFile(archive)
     except zipfile.BadZipFile as e:
@@ -209,6 +227,19 @@ def _open(archive: Path) -> zipfile.ZipFile:
         if e.errno != errno.EINVAL:   # a seek before the start: the archive's own offsets
             raise
         raise _Bad(f"not a readable zip: {e}") from None
+
+
+def _check_count(archive: Path, limits: Limits) -> None:
+    """Refuse a zip whose end record declares more entries than a real one has, unparsed."""
+    with open(archive, "rb") as f:
+        try:   # zipfile's reader of the end record (zip64 too); private, so guarded
+            end = zipfile._EndRecData(f)
+            count = None if end is None else end[zipfile._ECD_ENTRIES_TOTAL]
+        except (AttributeError, IndexError, TypeError):
+            count = None   # a future zipfile without them: _checked still counts the entries
+    if count is not None and count > limits.members:
+        raise _Bad(f"it declares {count} entries, more than the {limits.members} a real "
+                   f"{archive.name} has")
 
 
 def _checked(zf: zipfile.ZipFile, archive: Path, layout: Layout) -> list[_Entry]:
@@ -237,6 +268,9 @@ def _checked(zf: zipfile.ZipFile, archive: Path, layout: Layout) -> list[_Entry]
         raise _Bad(f"{archive.name} must hold {layout.describe()}, found {found}")
     if not members:
         raise _Bad(f"{archive.name} holds no file")
+    if len(entries) > limits.members:
+        raise _Bad(f"it has {len(entries)} entries, more than the {limits.members} a real "
+                   f"{archive.name} has")
     folders = {e.parts for e in entries if e.info.is_dir()}
     folders |= {parts[:k] for parts in members for k in range(1, len(parts))}
     for parts in members:
@@ -337,12 +371,46 @@ def _bar(archive: Path, files: list[_Entry], what: str):
                 desc=f"{what} {archive.name}", disable=None, leave=False)
 
 
-def _check_free_space(archive: Path, out: Path, need: int) -> None:
-    free = shutil.disk_usage(out).free
-    if need > free:
-        raise VpromError(f"{archive}: unpacking needs {need / 1e9:.2f} GB but {out} has "
-                         f"{free / 1e9:.2f} GB free; the archive is kept - free space and "
-                         "rerun `vprom download`")
+class _Budget:
+    """What an unpack may still write: the entries' declared count and bytes, the free space
+    above the reserve; checked up front and again before every file."""
+
+    def __init__(self, archive: Path, out: Path, entries: list[_Entry], reserve: int):
+        self.archive, self.out, self.reserve = archive, out, reserve
+        sizes = [e.info.file_size for e in entries if not e.info.is_dir()]
+        self.files_left, self.bytes_left = len(sizes), sum(sizes)
+        disk = space.disk(out)
+        folders = len({e.parts[:k] for e in entries for k in range(1, len(e.parts))}
+                      | {e.parts for e in entries if e.info.is_dir()})
+        need = space.footprint(sizes, folders, disk.block)
+        if need + reserve > disk.free:
+            self._refuse(f"unpacking {len(sizes)} files and {folders} folders takes "
+                         f"{space.human(need)} on disk ({sum(sizes)} bytes declared, each file "
+                         f"in whole {disk.block}-byte blocks) and {space.human(reserve)} stay "
+                         f"free (--reserve), but {out} has {space.human(disk.free)} free")
+        if disk.inodes is not None and len(sizes) + folders > disk.inodes:
+            self._refuse(f"unpacking {len(sizes)} files and {folders} folders takes as many "
+                         f"inodes, but the file system of {out} has {disk.inodes} free")
+
+    def before(self, info: zipfile.ZipInfo) -> None:
+        """Room for one more file of this declared size, or a refusal."""
+        if self.files_left < 1 or info.file_size > self.bytes_left:
+            raise _Bad(f"entry {info.filename!r} goes past the entries and bytes the archive "
+                       "declared")
+        disk = space.disk(self.out)
+        need = space.footprint([info.file_size], 0, disk.block)
+        if disk.free - need < self.reserve:
+            self._refuse(f"unpacking stopped at {info.filename!r}: {self.out} would be left "
+                         f"with less than the {space.human(self.reserve)} kept free "
+                         f"(--reserve), {space.human(disk.free)} free")
+
+    def wrote(self, size: int) -> None:
+        self.files_left -= 1
+        self.bytes_left -= size
+
+    def _refuse(self, why: str) -> None:
+        raise VpromError(f"{self.archive}: {why}; the archive is kept - free space (or lower "
+                         "--reserve) and rerun `vprom download`")
 
 
 # -------------------------------------------------------------------------------- placing

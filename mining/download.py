@@ -16,9 +16,12 @@ Per file, in order (HTTP in `mining.fetch`, zips in `mining.archives`):
 2. download it through `NAME.part`, resumably, within the size, deadline, speed, redirect and
    free-space bounds of `mining.fetch`; its size and, where known, SHA-256 must be the
    expected ones (`expected`, by default the official values pinned in
-   `mining/data/vg_files.json`; a mismatch goes to `NAME.bad`).
+   `mining/data/vg_files.json`; a mismatch goes to `NAME.bad`). A file whose size is not
+   pinned is bounded by its ceiling (`CEILINGS`, below), and every write keeps `reserve`
+   bytes free on the disk (`mining.space`).
 3. check the zip (`mining.archives`): an annotation zip must hold exactly its one JSON, read
-   back with every CRC; an image zip may create only its folder and is unpacked. A corrupt
+   back with every CRC; an image zip may create only its folder and is unpacked (bounded by
+   its members' count and size, and by the free space above the reserve). A corrupt
    or unsafe archive is moved to `NAME.bad` (the next run fetches it again); running out of
    space keeps it.
 4. record it in `download.manifest.json` (URL, size, sha256) only then. The image zip is
@@ -30,13 +33,13 @@ from __future__ import annotations
 import json
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Mapping
 
 from tqdm import tqdm
 
-from vprom.mining import archives
+from vprom.mining import archives, space
 from vprom.errors import VpromError
 from vprom.io import make_manifest, manifest_path, sha256_file, write_json
 
@@ -52,6 +55,20 @@ IMAGES = {"images.zip": "VG_100K", "images2.zip": "VG_100K_2"}
 MANIFEST = "download"   # -> download.manifest.json
 PINNED = Path(__file__).parent / "data" / "vg_files.json"
 DEFAULT_DEADLINE = 6 * 3600.0   # images.zip (9.7 GB) needs 450 kB/s to finish in time
+# The most bytes a file may have when its size is not pinned (null in vg_files.json or in an
+# --expected file): several times the largest size on record for it. The annotation zips'
+# own sizes are on no citable record; the largest VG annotation zip that is,
+# region_descriptions_v1.json.zip (release 1.0, 99,460,401 bytes in the Hugging Face
+# loader's dataset_infos.json), is ~10x under 1 GiB. The other sizes are the pinned ones.
+_GiB, _MiB = 1 << 30, 1 << 20
+CEILINGS = {
+    "image_data.json.zip": 16 * _MiB,        # 1,780,854 pinned: x9.4
+    "objects.json.zip": 1 * _GiB,
+    "attributes.json.zip": 1 * _GiB,
+    "region_descriptions.json.zip": 1 * _GiB,
+    "images.zip": 32 * _GiB,                 # 9,731,705,982 pinned: x3.5
+    "images2.zip": 16 * _GiB,                # 5,471,658,058 pinned: x3.1
+}
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?)\s*(s|m|min|h)?\s*")
 
@@ -99,6 +116,7 @@ def download(
     min_speed: float = 1000.0,
     speed_window: float = 60.0,
     max_redirects: int = 5,
+    reserve: int = space.DEFAULT_RESERVE,
     keep_zips: bool = False,
     session=None,
     log: Callable[[str], None] | None = None,
@@ -107,8 +125,10 @@ def download(
 
     `expected` maps file names to `Expected` (or dicts with "bytes"/"sha256"); None means
     the official values of `mining/data/vg_files.json`. `deadline` (seconds) bounds each
-    file; `min_speed` (bytes/s over `speed_window` seconds) ends a trickling transfer early
-    (it is retried, and resumes). `log` receives notices such as redirects (default: stderr).
+    file, connecting and headers included; `min_speed` (bytes/s over `speed_window` seconds)
+    ends a trickling transfer early (it is retried, and resumes). `reserve` (bytes) stays
+    free on the disk of `out` through every download and unpack. `log` receives notices such
+    as redirects (default: stderr).
     """
     # requests is imported only when a download runs, so `vprom --help` stays quick
     from vprom.mining import fetch
@@ -118,9 +138,11 @@ def download(
     wanted = load_expected() if expected is None else _as_expected(expected, "expected")
     if deadline <= 0:
         raise VpromError(f"deadline must be positive, got {deadline}")
+    if reserve < 0:
+        raise VpromError(f"reserve must be 0 or more bytes, got {reserve}")
     policy = fetch.Policy(retries=retries, retry_wait=retry_wait, timeout=timeout,
                           deadline=deadline, min_speed=min_speed, speed_window=speed_window,
-                          max_redirects=max_redirects)
+                          max_redirects=max_redirects, reserve=reserve)
     out = _out_folder(Path(out))
     http = session or fetch.session()
     log = log or _stderr
@@ -129,6 +151,8 @@ def download(
     for name in list(ANNOTATIONS) + (list(IMAGES) if images else []):
         url = _url(name, base_url)
         want = wanted.get(name, fetch.Expected())
+        if want.ceiling is None:
+            want = replace(want, ceiling=CEILINGS[name])
         dest = out / name
         if name in IMAGES and archives.marker_path(out, name).exists():
             summary.skipped.append(name)
@@ -141,9 +165,9 @@ def download(
                 if record is None or record.get("bytes") != dest.stat().st_size:
                     record = {"url": url, "bytes": dest.stat().st_size,
                               "sha256": _check_present(dest, want)}
-                    _check_archive(dest, out, name)
+                    _check_archive(dest, out, name, reserve)
                 elif name in IMAGES:   # kept zip whose unpack marker is gone
-                    _check_archive(dest, out, name)
+                    _check_archive(dest, out, name, reserve)
             else:
                 got = fetch.fetch(http, url, dest, want, policy, log)
                 summary.fetched.append(name)
@@ -151,7 +175,7 @@ def download(
                 record = {"url": url, "bytes": dest.stat().st_size, "sha256": got.sha256}
                 if got.url != url:
                     record["redirected_to"] = got.url
-                _check_archive(dest, out, name)
+                _check_archive(dest, out, name, reserve)
         except VpromError:
             if was_recorded:   # a recorded file that failed is no longer recorded
                 _write_records(out, base_url, images, records)
@@ -165,10 +189,10 @@ def download(
     return summary
 
 
-def _check_archive(dest: Path, out: Path, name: str) -> None:
+def _check_archive(dest: Path, out: Path, name: str, reserve: int) -> None:
     """Verify an annotation zip, or unpack an image zip; a bad archive goes to NAME.bad."""
     if name in IMAGES:
-        archives.unpack(dest, out, archives.images_layout(IMAGES[name]))
+        archives.unpack(dest, out, archives.images_layout(IMAGES[name]), reserve=reserve)
     else:
         archives.verify(dest, archives.json_layout(name[: -len(".zip")]))
 

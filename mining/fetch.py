@@ -12,19 +12,28 @@ Bounds, each ending in a one-line `VpromError` that says what to do:
 - size: the file's size is the expected one (`Expected.bytes`, pinned or passed by the user)
   or else the server's Content-Range total or Content-Length. A server announcing another
   size than the expected one is refused before a byte is written; a body running past the
-  size is cut off and the part deleted; a part that ends short is retried. Before writing,
-  the free space must hold what is still to come.
+  size is cut off and the part deleted; a part that ends short is retried.
+- ceiling: a file whose size is not pinned still has an upper bound, `Expected.ceiling`
+  (several times the largest known size of that file; `download.CEILINGS`). A server
+  announcing more is refused before a byte is written; a body without a length is stopped
+  the moment it passes the ceiling, and the part, junk, is deleted rather than kept.
+- reserve: before writing, the free space must hold what is still to come plus
+  `Policy.reserve` bytes; while writing, a chunk is written only if the reserve stays free
+  after it (`mining.space`). When it would not, a part of known size is kept for a rerun
+  to resume; a part of unknown size is deleted (it cannot be told from an endless body).
 - identity: when `Expected.sha256` is known, the finished part must hash to it; a part that
   does not is moved to `NAME.bad` (so a rerun fetches it anew) and never gets its final name.
-- time: a per-file `deadline` (seconds, over all attempts and pauses) after which the file is
-  given up with its part kept, so a rerun resumes; and a `min_speed` floor: a transfer slower
-  than that over `speed_window` seconds is treated as a dropped connection and retried
-  (bounded, with a growing pause), which ends a server trickling bytes long before the
-  deadline. Each socket read waits at most `timeout` seconds (and never past the deadline);
-  the headers of one response are bounded by that per-read timeout only.
+- time: a per-file `deadline` (seconds, over all attempts and pauses, connecting, headers
+  and body alike) after which the file is given up with its part kept, so a rerun resumes.
+  It is a wall clock, not a per-read timeout: `mining.watchdog` shuts the sockets down when
+  it passes, even in the middle of a header sent one byte at a time. And a `min_speed`
+  floor: a transfer slower than that over `speed_window` seconds is treated as a dropped
+  connection and retried (bounded, with a growing pause), which ends a server trickling
+  bytes long before the deadline. Each socket read waits at most `timeout` seconds.
 - redirects: followed by hand, at most `max_redirects`, only to http(s) addresses (a redirect
   to `file://` or any other scheme is refused), each reported once through `log`.
-- disk: no space left (or over quota) while writing says so and keeps the part.
+- disk: no space left (or over quota) while writing (the reserve set to 0, or another
+  program filling the disk) says so and keeps the part.
 """
 
 from __future__ import annotations
@@ -32,7 +41,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +52,7 @@ from tqdm import tqdm
 
 from vprom.errors import VpromError
 from vprom.io import sha256_file
+from vprom.mining import space, watchdog
 
 _CHUNK = 1 << 16   # the most one read returns; small enough that a drop loses little
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
@@ -56,11 +65,16 @@ _TRANSPORT = requests.exceptions.BaseHTTPError
 
 @dataclass(frozen=True)
 class Expected:
-    """What a file must be: its size in bytes and SHA-256 (hex), each None when not known."""
+    """What a file must be: its size in bytes and SHA-256 (hex), each None when not known.
+
+    `ceiling` bounds a file whose size is not known (None: no bound, for library callers
+    that bring their own; `download` always sets one).
+    """
 
     bytes: int | None = None
     sha256: str | None = None
     source: str = ""   # where the values come from, named in a refusal
+    ceiling: int | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,7 @@ class Policy:
     min_speed: float
     speed_window: float
     max_redirects: int
+    reserve: int = space.DEFAULT_RESERVE   # bytes that must stay free on the disk
 
 
 @dataclass(frozen=True)
@@ -91,12 +106,17 @@ class _Deadline(Exception):
     """The file's deadline passed."""
 
 
+class _Junk(Exception):
+    """The body passed its bound: the part was deleted; the message says which bound."""
+
+
 def session() -> requests.Session:
     from vprom import __version__
 
     s = requests.Session()
     s.headers["User-Agent"] = f"vprom/{__version__} (V-PROM benchmark builder)"
     s.headers["Accept-Encoding"] = "identity"   # Range offsets count the bytes on disk
+    watchdog.watch(s)
     return s
 
 
@@ -121,6 +141,14 @@ def fetch(http: requests.Session, url: str, dest: Path, expected: Expected, poli
     received = [0]
     redirects: set[tuple[str, str]] = set()
     announced: dict[str, int] = {}   # the size the server gave first, held to on every attempt
+    with watchdog.watch(http).until(clock.end):
+        return _fetch(http, url, dest, part, expected, policy, clock, received, redirects,
+                      announced, log)
+
+
+def _fetch(http, url: str, dest: Path, part: Path, expected: Expected, policy: Policy,
+           clock: _Clock, received: list[int], redirects: set, announced: dict,
+           log) -> Fetched:
     for attempt in range(policy.retries + 1):
         try:
             if clock.left() <= 0:
@@ -131,12 +159,13 @@ def fetch(http: requests.Session, url: str, dest: Path, expected: Expected, poli
             if total is not None and size < total:   # closed early without an error
                 raise _Retry(f"got {size} of {total} bytes")
         except _Deadline:
-            raise VpromError(f"{url}: gave up after {_duration(policy.deadline)}, the deadline "
-                             "for one file (--deadline)" + _resume_note(part)
-                             + "; rerun `vprom download` to resume, or raise --deadline for a "
-                             "slow link") from None
+            raise _deadline_error(url, part, policy) from None
+        except _Junk as e:
+            raise VpromError(f"{url}: {e}") from None
         except (_Retry, requests.ConnectionError, requests.Timeout,
                 requests.exceptions.ChunkedEncodingError, _TRANSPORT) as e:
+            if clock.left() <= 0:   # the watchdog cut the connection: the deadline, not a drop
+                raise _deadline_error(url, part, policy) from None
             if attempt == policy.retries:
                 raise VpromError(f"{url}: failed after {policy.retries + 1} attempts ({e})"
                                  + _resume_note(part) + "; check the network and rerun "
@@ -158,6 +187,13 @@ def fetch(http: requests.Session, url: str, dest: Path, expected: Expected, poli
     raise AssertionError("unreachable: the loop returns or raises")
 
 
+def _deadline_error(url: str, part: Path, policy: Policy) -> VpromError:
+    return VpromError(f"{url}: gave up after {_duration(policy.deadline)}, the deadline for one "
+                      "file (--deadline), which bounds the whole exchange, headers included"
+                      + _resume_note(part) + "; rerun `vprom download` to resume, or raise "
+                      "--deadline for a slow link")
+
+
 class _Clock:
     def __init__(self, seconds: float):
         self.end = time.monotonic() + seconds
@@ -173,6 +209,9 @@ def _attempt(http, url: str, part: Path, expected: Expected, policy: Policy, clo
     offset = part.stat().st_size if part.exists() else 0
     headers = {"Range": f"bytes={offset}-"} if offset else {}
     response, final = _open(http, url, headers, policy, clock, redirects, log)
+    if clock.left() <= 0:   # headers cut short by the watchdog can still parse as a response
+        response.close()
+        raise _Deadline
     with response:
         if response.status_code == 416:   # the part already holds every byte
             total = _range_total(response.headers.get("Content-Range", ""))
@@ -195,9 +234,15 @@ def _attempt(http, url: str, part: Path, expected: Expected, policy: Policy, clo
                                  "before downloading - use another --base-url, or if this "
                                  "mirror serves other files on purpose, pass --expected FILE")
             total = expected.bytes
-        if total is not None:
-            _check_free_space(url, part, total - offset)
-        _receive(response, part, offset, total, policy, clock, received)
+        elif total is not None and expected.ceiling is not None and total > expected.ceiling:
+            raise VpromError(f"{url}: the server announces {total} bytes, more than the "
+                             f"{expected.ceiling} bytes this file may have (its ceiling, several "
+                             "times its largest known size); refused before downloading - use "
+                             "another --base-url, or pass --expected FILE with its size")
+        _check_free_space(url, part, 0 if total is None else total - offset, policy.reserve)
+        _receive(response, part, offset, total, expected.ceiling, policy, clock, received)
+        if clock.left() <= 0 and (total is None or part.stat().st_size < total):
+            raise _Deadline   # the body ended because the watchdog cut it (or may have)
         return total, final
 
 
@@ -233,20 +278,22 @@ def _open(http, url: str, headers: dict, policy: Policy, clock: _Clock, redirect
                      f"{current}); the server is misconfigured - use another --base-url")
 
 
-def _receive(response, part: Path, offset: int, total: int | None, policy: Policy,
-             clock: _Clock, received: list[int]) -> None:
-    """Write the body to the part as it arrives, within the size, deadline and speed floor."""
+def _receive(response, part: Path, offset: int, total: int | None, ceiling: int | None,
+             policy: Policy, clock: _Clock, received: list[int]) -> None:
+    """Write the body to the part as it arrives, within the size (or ceiling), the reserve,
+    the deadline and the speed floor."""
     size = offset
     window_start, window_size = time.monotonic(), size
     with open(part, "ab" if offset else "wb") as f, _progress(part, total, offset) as bar:
         while chunk := response.raw.read1(_CHUNK, decode_content=False):
             size += len(chunk)
-            if total is not None and size > total:
+            over = _over_bound(size, total, ceiling)
+            if over:
                 f.close()
                 part.unlink()
-                raise VpromError(f"{response.url}: the server sent more than the {total} bytes "
-                                 "the file has; the partial file was deleted - rerun `vprom "
-                                 "download`, or try another --base-url")
+                raise _Junk(over + "; the partial file was deleted (it is not resumed) - "
+                            "try another --base-url")
+            _keep_reserve(f, part, len(chunk), total is not None, policy.reserve)
             f.write(chunk)
             received[0] += len(chunk)
             bar.update(len(chunk))
@@ -259,6 +306,34 @@ def _receive(response, part: Path, offset: int, total: int | None, policy: Polic
                     raise _Retry(f"too slow: {speed:.0f} B/s over {now - window_start:.1f} s, "
                                  f"under the floor of {policy.min_speed:.0f} B/s")
                 window_start, window_size = now, size
+
+
+def _over_bound(size: int, total: int | None, ceiling: int | None) -> str:
+    """Why a body of `size` bytes is junk, or "" while it is within its bound."""
+    if total is not None and size > total:
+        return f"the server sent more than the {total} bytes the file has"
+    if total is None and ceiling is not None and size > ceiling:
+        return (f"the server sent more than {ceiling} bytes without saying how many, more than "
+                "this file may have (its ceiling, several times its largest known size)")
+    return ""
+
+
+def _keep_reserve(f, part: Path, more: int, known: bool, reserve: int) -> None:
+    """Refuse to write `more` bytes when the disk would be left with less than the reserve."""
+    free = space.disk(part.parent).free
+    if free - more >= reserve:
+        return
+    f.close()
+    what = (f"{part.parent} would be left with less than the {space.human(reserve)} kept free "
+            f"(--reserve); {space.human(free)} free")
+    if known:
+        raise VpromError(f"{part}: {what}" + _resume_note(part) + "; free space and rerun "
+                         "`vprom download`")
+    size = part.stat().st_size
+    part.unlink()
+    raise VpromError(f"{part}: {what}; the server did not say how large the file is, so its "
+                     f"{size} bytes were deleted rather than kept - free space and rerun "
+                     "`vprom download`, or pass --expected FILE with its size")
 
 
 def _hold_to(url: str, part: Path, announced: dict, total: int | None) -> None:
@@ -308,12 +383,13 @@ def _check_hash(url: str, part: Path, dest: Path, expected: Expected) -> str:
     return sha
 
 
-def _check_free_space(url: str, part: Path, need: int) -> None:
-    free = shutil.disk_usage(part.parent).free
-    if need > free:
-        raise VpromError(f"{url}: {need / 1e9:.2f} GB still to download but {part.parent} has "
-                         f"{free / 1e9:.2f} GB free; free space and rerun `vprom download`"
-                         + _resume_note(part))
+def _check_free_space(url: str, part: Path, need: int, reserve: int) -> None:
+    free = space.disk(part.parent).free
+    if need + reserve > free:
+        raise VpromError(f"{url}: {space.human(need)} still to download and "
+                         f"{space.human(reserve)} to keep free (--reserve), but {part.parent} "
+                         f"has {space.human(free)} free; free space (or lower --reserve) and "
+                         "rerun `vprom download`" + _resume_note(part))
 
 
 def _disk_error(e: OSError, part: Path) -> VpromError:

@@ -3,20 +3,30 @@
 `server` (a pytest fixture; import it into a test module) runs `http.server` in a thread on
 an ephemeral port and yields (base_url, handler class). The handler serves `files` and
 misbehaves as set on it per test: drop the connection half-way, ignore Range, lie about the
-size, send no Content-Length, trickle bytes, redirect. Every server shuts itself down after
-`SERVER_LIFETIME` seconds even if a test hangs, and each test stops it on the way out.
+size, send no Content-Length, trickle bytes, redirect, stream an endless body, send its
+headers one byte at a time forever. Every server shuts itself down after `SERVER_LIFETIME`
+seconds even if a test hangs, and each test stops it on the way out.
 
 The zip builders write real archives with zipfile and then patch their headers the way a
 hostile or broken mirror would (zipfile itself refuses to write such archives).
+
+`small_disk` makes `os.statvfs` report a small disk whose used space is what lies under one
+folder (each file in whole blocks), so the free-space rules can be tested on any machine;
+`tmpfs` mounts a real small one where the tests run as root.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import io
 import json
+import os
+import ssl
 import stat
 import struct
+import subprocess
 import threading
 import time
 import zipfile
@@ -61,6 +71,16 @@ def zeros_zip(name: str, size: int, method: int = zipfile.ZIP_DEFLATED) -> bytes
             block = bytes(1 << 20)
             for start in range(0, size, len(block)):
                 member.write(block[: size - start])
+    return buffer.getvalue()
+
+
+@functools.cache   # 30,000 members take seconds to write; two tests share them
+def tiny_members_zip(count: int, folder: str = "VG_100K") -> bytes:
+    """`count` one-byte members: a few MB of zip that takes count blocks and inodes on disk."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as zf:
+        for k in range(count):
+            zf.writestr(f"{folder}/{k}.jpg", b"x")
     return buffer.getvalue()
 
 
@@ -117,6 +137,8 @@ class Handler(BaseHTTPRequestHandler):
     no_length: bool = False      # no Content-Length: the body ends when the connection closes
     trickle: float = 0.0         # seconds between single bytes (0: send at once)
     redirects: dict[str, str] = {}   # name -> Location answered with 302
+    endless: set[str] = set()    # names answered 200 with zeros forever, no Content-Length
+    slow_headers: float = 0.0    # seconds between single header bytes, forever (0: off)
     requests: list = []
 
     def log_message(self, *args):   # keep pytest's output clean
@@ -125,6 +147,13 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         name = self.path.rsplit("/", 1)[-1]
         self.requests.append((name, self.headers.get("Range")))
+        try:
+            if self.slow_headers:
+                return self._slow_headers()
+            if name in self.endless:
+                return self._endless()
+        except OSError:   # the client gave up (a broken pipe, a reset, a TLS EOF): fine
+            return
         if name in self.redirects:
             self.send_response(302)
             self.send_header("Location", self.redirects[name])
@@ -159,6 +188,22 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):   # the client gave up: fine
             pass
 
+    def _slow_headers(self) -> None:
+        """A status line, then a header that never ends, one byte at a time."""
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Padding: ")
+        self.wfile.flush()
+        while True:
+            time.sleep(self.slow_headers)
+            self.wfile.write(b"a")
+            self.wfile.flush()
+
+    def _endless(self) -> None:
+        self.send_response(200)
+        self.end_headers()   # no Content-Length: the body would end when the connection does
+        block = bytes(1 << 16)
+        while True:
+            self.wfile.write(block)
+
     def _send(self, name: str, body: bytes) -> None:
         if self.drop_first and len([r for r in self.requests if r[0] == name]) == 1:
             self.wfile.write(body[: len(body) // 2])
@@ -177,9 +222,33 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server():
     """Start a server; yield (base_url, handler class); stop it (or let it stop itself)."""
+    yield from _serve("http")
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    """The same over HTTPS with a fresh self-signed certificate; yields (base_url, handler,
+    certificate path). Skipped where no `openssl` command can make the certificate."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    try:
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                        "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
+                        "-addext", "subjectAltName=IP:127.0.0.1"],
+                       check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip(f"cannot make a test certificate with openssl ({e})")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    for base, handler in _serve("https", context):
+        yield base, handler, cert
+
+
+def _serve(scheme: str, context=None):
     handler = type("TestHandler", (Handler,), {"files": good_files(), "requests": [],
-                                               "redirects": {}})
+                                               "redirects": {}, "endless": set()})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if context is not None:
+        httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
@@ -188,9 +257,51 @@ def server():
     stopper.daemon = True
     stopper.start()
     try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/vg", handler
+        yield f"{scheme}://127.0.0.1:{httpd.server_address[1]}/vg", handler
     finally:
         stopper.cancel()
         httpd.shutdown()
         httpd.server_close()
         thread.join(timeout=5)
+
+
+# ------------------------------------------------------------------------------ the disk
+def used_bytes(root, block: int = 4096) -> int:
+    """What the files and folders under root take, each in whole blocks (as `footprint`)."""
+    used = 0
+    for path in root.rglob("*"):
+        with contextlib.suppress(FileNotFoundError):   # a part deleted while we look
+            used += block * (max(-(-path.stat().st_size // block), 1) if path.is_file() else 1)
+    return used
+
+
+def small_disk(monkeypatch, root, size: int, block: int = 4096, inodes: int = 1_000_000,
+               filled_by_others=lambda: 0) -> None:
+    """Make os.statvfs report a `size`-byte disk holding what lies under root (and
+    `filled_by_others()` bytes written by someone else)."""
+
+    def statvfs(path):
+        used = used_bytes(root, block) + filled_by_others()
+        free = max(size - used, 0) // block
+        files = sum(1 for _ in root.rglob("*"))
+        return os.statvfs_result((block, block, size // block, free, free, inodes,
+                                  inodes - files, inodes - files, 0, 255))
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+
+
+@contextlib.contextmanager
+def tmpfs(folder, size: str):
+    """Mount a tmpfs of `size` (e.g. "20m") on folder; skip the test where that is not allowed."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root; the patched-statvfs variant runs instead")
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                              str(folder)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); the "
+                    "patched-statvfs variant runs instead")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from vprom.mining import archives
 from vprom.mining.archives import IMAGE_LIMITS, images_layout, json_layout, unpack, verify
-from tests.mining.hostile import duplicate_zip, make_zip, patch, zeros_zip
+from tests.mining.hostile import (duplicate_zip, make_zip, patch, small_disk, tiny_members_zip,
+                                  tmpfs, used_bytes, zeros_zip)
 from vprom.errors import VpromError
 
 IMAGES = images_layout("VG_100K")
@@ -183,7 +184,7 @@ def test_a_member_larger_than_any_real_one_is_refused(tmp_path, out):
 
 
 def test_a_total_larger_than_any_real_archive_is_refused(tmp_path, out, monkeypatch):
-    small = archives.Limits(member_bytes=1000, total_bytes=1500, ratio=20.0)
+    small = archives.Limits(member_bytes=1000, total_bytes=1500, ratio=20.0, members=10)
     data = make_zip({"VG_100K/1.jpg": _noise(1000), "VG_100K/2.jpg": _noise(1000)})
     _refused(_archive(tmp_path, data), out, "declare 2000 bytes in all",
              layout=archives.Layout(folder="VG_100K", limits=small))
@@ -205,14 +206,75 @@ def test_counting_stops_a_stream_that_yields_more_than_declared():
     assert archives.copy_counted(io.BytesIO(bytes(10)), None, 10, "x") == 10
 
 
+def test_more_entries_than_a_real_archive_has_are_refused_unparsed(tmp_path, out,
+                                                                    monkeypatch):
+    few = archives.Layout(folder="VG_100K", limits=archives.Limits(
+        member_bytes=1000, total_bytes=10_000, ratio=20.0, members=100))
+    parsed = []
+    monkeypatch.setattr(archives, "_checked", lambda *a: parsed.append(a))
+    _refused(_archive(tmp_path, tiny_members_zip(101)), out, "declares 101 entries, more than "
+             "the 100", layout=few)
+    assert parsed == []   # refused from the end record, before zipfile built its entries
+    assert IMAGE_LIMITS.members >= 108_077   # all of VG's images would fit in one zip
+
+
 # ----------------------------------------------------------------------------- the disk
 def test_too_little_free_space_keeps_the_archive(tmp_path, out, monkeypatch):
     archive = _archive(tmp_path, make_zip({"VG_100K/1.jpg": _noise(5000)}))
-    usage = archives.shutil.disk_usage(out)
-    monkeypatch.setattr(archives.shutil, "disk_usage", lambda p: usage._replace(free=4000))
-    with pytest.raises(VpromError, match="needs 0.00 GB but .* free; the archive is kept"):
-        unpack(archive, out, IMAGES)
+    small_disk(monkeypatch, out, size=1 << 20)
+    with pytest.raises(VpromError, match=r"unpacking 1 files and 1 folders takes 12.29 kB on "
+                                         r"disk \(5000 bytes declared, each file in whole "
+                                         r"4096-byte blocks\) and 1.05 MB stay free \(--reserve\), "
+                                         r"but .* has 1.05 MB free; the archive is kept"):
+        unpack(archive, out, IMAGES, reserve=1 << 20)
     assert archive.exists() and list(out.iterdir()) == []
+
+
+def test_many_tiny_members_cannot_fill_a_small_disk(tmp_path, out, monkeypatch):
+    # Before: 30,000 one-byte members declare 30 kB, passed the free-space check and took
+    # 120 MB of blocks (and 30,000 inodes) on a 20 MB disk.
+    data = tiny_members_zip(30_000)
+    assert len(data) < 4_000_000
+    archive = _archive(tmp_path, data)
+    small_disk(monkeypatch, out, size=20 << 20)
+    with pytest.raises(VpromError, match=r"unpacking 30000 files and 1 folders takes 122.88 MB "
+                                         r"on disk \(30000 bytes declared.*the archive is kept"):
+        unpack(archive, out, IMAGES, reserve=0)
+    assert archive.exists() and list(out.iterdir()) == []
+
+
+def test_an_unpack_needing_more_inodes_than_are_free_is_refused(tmp_path, out, monkeypatch):
+    archive = _archive(tmp_path, tiny_members_zip(50))
+    small_disk(monkeypatch, out, size=1 << 30, inodes=40)
+    with pytest.raises(VpromError, match=r"takes as many inodes, but the file system of .* has "
+                                         r"40 free; the archive is kept"):
+        unpack(archive, out, IMAGES, reserve=0)
+    assert list(out.iterdir()) == []
+
+
+def test_an_unpack_stops_before_eating_into_the_reserve(tmp_path, out, monkeypatch):
+    # The disk fills from elsewhere while unpacking: the free space is read again per file.
+    archive = _archive(tmp_path, make_zip({f"VG_100K/{k}.jpg": _noise(100 + k)
+                                           for k in range(20)}))
+    calls = []
+
+    def others():   # another program writes 9 MB after the unpack started
+        calls.append(1)
+        return 9 << 20 if len(calls) > 5 else 0
+
+    small_disk(monkeypatch, out, size=10 << 20, filled_by_others=others)
+    with pytest.raises(VpromError, match=r"unpacking stopped at 'VG_100K/\d+.jpg': .* would be "
+                                         r"left with less than the 1.05 MB kept free.*kept"):
+        unpack(archive, out, IMAGES, reserve=1 << 20)
+    assert archive.exists() and list(out.iterdir()) == []   # its temporary folder is gone
+
+
+def test_many_tiny_members_never_fill_a_real_small_disk(tmp_path):
+    archive = _archive(tmp_path, tiny_members_zip(30_000))
+    with tmpfs(tmp_path / "disk", "20m") as disk:
+        with pytest.raises(VpromError, match="unpacking 30000 files .* the archive is kept"):
+            unpack(archive, disk, IMAGES, reserve=0)
+        assert list(disk.iterdir()) == [] and used_bytes(disk) == 0
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")

@@ -17,7 +17,7 @@ import pytest
 from vprom.mining.download import (ANNOTATIONS, IMAGES, PINNED, DownloadSummary, download,
                              load_expected)
 from tests.mining import hostile
-from tests.mining.hostile import NOTHING_KNOWN, make_zip, no_pins, patch
+from tests.mining.hostile import NOTHING_KNOWN, make_zip, no_pins, patch, small_disk
 from vprom.errors import VpromError
 
 server = hostile.server   # the misbehaving mirror, a fixture
@@ -377,6 +377,38 @@ def test_the_command_line_reports_a_corrupt_archive_in_one_line(tmp_path, server
     assert main(["download", "--out", str(tmp_path / "vg"), "--base-url", base]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "corrupt archive" in err and "images.zip.bad" in err
+
+
+def test_the_reserve_is_a_command_line_option(tmp_path, server, capsys, monkeypatch):
+    from vprom.app.cli import main
+
+    base, _ = server
+    monkeypatch.setattr("vprom.mining.download.PINNED", no_pins(tmp_path))
+    with pytest.raises(SystemExit) as stop:
+        main(["download", "--out", str(tmp_path / "vg"), "--reserve", "lots"])
+    assert stop.value.code == 2 and "not a size: 'lots'" in capsys.readouterr().err
+    free = os.statvfs(tmp_path).f_bavail * os.statvfs(tmp_path).f_frsize
+    too_much = f"{free // (1 << 20) + 1024}M"   # more than the disk has: refused at once
+    assert main(["download", "--out", str(tmp_path / "vg"), "--base-url", base, "--no-images",
+                 "--reserve", too_much]) == 1
+    assert "to keep free (--reserve)" in capsys.readouterr().err
+    assert main(["download", "--out", str(tmp_path / "vg"), "--base-url", base,
+                 "--reserve", "0"]) == 0
+    from vprom.mining.space import parse_size
+
+    assert [parse_size(t) for t in ("0", "512", "500M", "2G", "1.5GiB", "4kb")] == \
+        [0, 512, 500 << 20, 2 << 30, 3 << 29, 4096]
+
+
+def test_the_unpack_keeps_the_reserve_and_the_zip(tmp_path, server, monkeypatch):
+    base, handler = server
+    handler.files["images.zip"] = hostile.tiny_members_zip(2000)
+    small_disk(monkeypatch, tmp_path, size=8 << 20)   # the zip fits, its 2000 files do not
+    with pytest.raises(VpromError, match=r"images.zip: unpacking 2000 files and 1 folders takes "
+                                         r"8.20 MB on disk .*the archive is kept"):
+        _get(tmp_path, base, reserve=1 << 20)
+    assert (tmp_path / "images.zip").exists() and not (tmp_path / "VG_100K").exists()
+    assert "images.zip" not in _recorded(tmp_path)
 
 
 def test_out_that_is_a_file_is_one_line(tmp_path, capsys):

@@ -1,26 +1,32 @@
 """The HTTP side of `vprom download` against a misbehaving local mirror (mining.fetch).
 
-Deadlines and speed floors, redirects, bad addresses, sizes a server lies about, a full
-disk. Every failure must be one line naming the file and what to do, never a traceback from
-requests, and a partial download that can be resumed must be kept.
+Deadlines (headers included) and speed floors, redirects, bad addresses, sizes a server lies
+about, endless bodies and their ceilings, the free-space reserve, a full disk. Every failure
+must be one line naming the file and what to do, never a traceback from requests; a partial
+download that can be resumed must be kept, and junk that passed a bound must be deleted.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import time
 
 import pytest
+import requests
 
+from vprom.mining import download as download_module
 from vprom.mining import fetch
 from vprom.mining.download import ANNOTATIONS, download
 from tests.mining import hostile
-from tests.mining.hostile import NOTHING_KNOWN, no_pins
+from tests.mining.hostile import NOTHING_KNOWN, no_pins, small_disk, tmpfs, used_bytes
 from vprom.errors import VpromError
 
 server = hostile.server   # the misbehaving mirror, a fixture
 
 NAME = ANNOTATIONS[0]
+UNPINNED = "objects.json.zip"   # its ceiling (1 GiB) is larger than the small disks below
 
 
 def _get(out, base, **kw):
@@ -60,6 +66,53 @@ def test_a_transfer_under_the_speed_floor_is_retried_then_given_up(tmp_path, ser
         _get(tmp_path, base, retries=1, min_speed=100_000, speed_window=0.3)
     assert len([r for r in handler.requests if r[0] == NAME]) == 2
     assert (tmp_path / f"{NAME}.part").stat().st_size > 0   # kept: a rerun resumes
+
+
+def test_a_server_sending_its_headers_byte_by_byte_is_cut_at_the_deadline(tmp_path, server):
+    # Before: the per-read timeout (5 s here) restarted with every byte and this hung.
+    base, handler = server
+    handler.slow_headers = 0.2
+    start = time.monotonic()
+    with pytest.raises(VpromError, match=rf"{NAME}: gave up after 1.5 s, the deadline for one "
+                                         r"file \(--deadline\), which bounds the whole exchange, "
+                                         "headers included"):
+        _get(tmp_path, base, deadline=1.5)
+    assert time.monotonic() - start < 1.5 + 4.0   # not the 60 s the server would go on for
+    assert not (tmp_path / NAME).exists() and not (tmp_path / f"{NAME}.part").exists()
+
+
+tls_server = hostile.tls_server
+
+
+def test_the_deadline_cuts_slow_headers_under_tls_and_on_a_plain_session(tmp_path, tls_server):
+    # A caller's own requests.Session gets the watched adapters mounted by fetch itself.
+    base, handler, cert = tls_server
+    handler.slow_headers = 0.2
+    http = requests.Session()
+    http.trust_env = False   # else REQUESTS_CA_BUNDLE in the environment overrides verify
+    http.verify = str(cert)
+    policy = fetch.Policy(retries=2, retry_wait=0, timeout=5, deadline=1.5, min_speed=0,
+                          speed_window=60, max_redirects=5, reserve=0)
+    start = time.monotonic()
+    with pytest.raises(VpromError, match="gave up after 1.5 s.*headers included"):
+        fetch.fetch(http, f"{base}/{NAME}", tmp_path / NAME, fetch.Expected(), policy,
+                    lambda message: None)
+    assert time.monotonic() - start < 1.5 + 4.0
+    handler.slow_headers = 0   # the same session, TLS and all, still fetches a good file
+    got = fetch.fetch(http, f"{base}/{NAME}", tmp_path / NAME, fetch.Expected(), policy,
+                      lambda message: None)
+    assert (tmp_path / NAME).read_bytes() == handler.files[NAME] and got.url.startswith("https")
+
+
+def test_the_command_line_deadline_bounds_the_headers(tmp_path, server, capsys, monkeypatch):
+    base, handler = server
+    monkeypatch.setattr("vprom.mining.download.PINNED", no_pins(tmp_path))
+    handler.slow_headers = 0.5
+    start = time.monotonic()
+    code, err = _cli(capsys, "--out", str(tmp_path / "vg"), "--base-url", base, "--no-images",
+                     "--deadline", "2s")
+    assert code == 1 and len(err.splitlines()) == 1 and "gave up after 2 s" in err
+    assert time.monotonic() - start < 2 + 6.0   # the deadline, plus the CLI's start on a busy machine
 
 
 def test_the_deadline_is_a_command_line_option(tmp_path, capsys):
@@ -170,15 +223,111 @@ def test_a_matching_size_and_hash_pass(tmp_path, server):
     assert _get(tmp_path, base, expected=pins).fetched == list(ANNOTATIONS)
 
 
+# ---------------------------------------------------------------------- endless bodies
+def _small_ceilings(monkeypatch, ceiling: int) -> None:
+    monkeypatch.setattr(download_module, "CEILINGS",
+                        dict.fromkeys(download_module.CEILINGS, ceiling))
+
+
+def test_an_endless_body_for_an_unpinned_file_stops_at_its_ceiling_and_is_deleted(
+        tmp_path, server, capsys, monkeypatch):
+    # Before: objects.json.zip has no pinned size, so this filled the disk and kept the junk.
+    base, handler = server
+    monkeypatch.setattr("vprom.mining.download.PINNED", no_pins(tmp_path))
+    _small_ceilings(monkeypatch, 1 << 20)
+    handler.endless.add("objects.json.zip")
+    out = tmp_path / "vg"
+    code, err = _cli(capsys, "--out", str(out), "--base-url", base, "--no-images")
+    assert code == 1 and len(err.splitlines()) == 1
+    assert "objects.json.zip: the server sent more than 1048576 bytes without saying how " \
+           "many" in err and "deleted (it is not resumed)" in err and "resumes" not in err
+    assert not (out / "objects.json.zip.part").exists() and not (out / "objects.json.zip").exists()
+
+
+def test_an_endless_body_under_expected_with_nulls_stops_at_its_ceiling(tmp_path, server,
+                                                                      capsys, monkeypatch):
+    base, handler = server
+    _small_ceilings(monkeypatch, 1 << 20)
+    handler.endless.add("attributes.json.zip")
+    mine = {"files": {n: {"bytes": None, "sha256": None} for n in ANNOTATIONS}}
+    (tmp_path / "mirror.json").write_text(json.dumps(mine))
+    out = tmp_path / "vg"
+    code, err = _cli(capsys, "--out", str(out), "--base-url", base, "--no-images",
+                     "--expected", str(tmp_path / "mirror.json"))
+    assert code == 1 and "attributes.json.zip: the server sent more than 1048576 bytes" in err
+    assert not (out / "attributes.json.zip.part").exists()
+    assert (out / "objects.json.zip").exists()   # the files before it are kept, recorded
+
+
+def test_an_announced_size_over_the_ceiling_is_refused_before_downloading(tmp_path, server,
+                                                                         monkeypatch):
+    base, _ = server
+    _small_ceilings(monkeypatch, 1000)
+    with pytest.raises(VpromError, match=rf"{NAME}: the server announces \d+ bytes, more than "
+                                         r"the 1000 bytes this file may have \(its ceiling"):
+        _get(tmp_path, base)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_ceilings_are_several_times_the_known_sizes():
+    pins = download_module.load_expected()
+    for name, ceiling in download_module.CEILINGS.items():
+        if pins[name].bytes is not None:
+            assert 3 * pins[name].bytes <= ceiling <= 10 * pins[name].bytes, name
+        else:   # ~10x the largest annotation zip on record (region_descriptions_v1, 99.5 MB)
+            assert ceiling >= 10 * 99_460_401, name
+
+
 # --------------------------------------------------------------------------------- disk
 def test_too_little_free_space_is_refused_before_downloading(tmp_path, server, monkeypatch):
+    base, _ = server
+    small_disk(monkeypatch, tmp_path, size=1 << 20)   # 1 MiB, the first file is ~0.3 MB
+    with pytest.raises(VpromError, match=rf"{NAME}: \d+.\d\d kB still to download and "
+                                         r"1.05 MB to keep free \(--reserve\), but .* has 1.05 MB "
+                                         r"free; free space \(or lower --reserve\) and rerun"):
+        _get(tmp_path, base, reserve=1 << 20)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_endless_body_stops_at_the_reserve_and_its_part_is_deleted(tmp_path, server,
+                                                                     monkeypatch):
+    # A 20 MB disk and an endless body under the default 1 GiB ceiling: before, the disk filled.
     base, handler = server
-    usage = fetch.shutil.disk_usage(tmp_path)
-    monkeypatch.setattr(fetch.shutil, "disk_usage", lambda p: usage._replace(free=1000))
-    with pytest.raises(VpromError, match=f"{NAME}: 0.00 GB still to download but .* has 0.00 "
-                                         "GB free; free space and rerun"):
-        _get(tmp_path, base)
-    assert not (tmp_path / NAME).exists()
+    handler.endless.add(UNPINNED)
+    size, reserve = 20 << 20, 4 << 20
+    small_disk(monkeypatch, tmp_path, size=size)
+    with pytest.raises(VpromError, match=rf"{UNPINNED}.part: .* would be left with less than the "
+                                         r"4.19 MB kept free \(--reserve\).*did not say how large "
+                                         r"the file is, so its \d+ bytes were deleted"):
+        _get(tmp_path, base, reserve=reserve)
+    assert not (tmp_path / f"{UNPINNED}.part").exists()
+    assert used_bytes(tmp_path) < size - reserve
+
+
+def test_a_known_size_part_is_kept_when_others_fill_the_disk(tmp_path, server, monkeypatch):
+    base, _ = server
+    calls = []
+
+    def others():   # another program writes 7 MB once the download is under way
+        calls.append(1)
+        return 7 << 20 if len(calls) > 3 else 0
+
+    small_disk(monkeypatch, tmp_path, size=8 << 20, filled_by_others=others)
+    with pytest.raises(VpromError, match=rf"{NAME}.part: .* would be left with less than the "
+                                         rf"1.05 MB kept free .*{NAME}.part keeps \d+ bytes; a "
+                                         r"rerun resumes from there"):
+        _get(tmp_path, base, reserve=1 << 20, min_speed=0)
+    assert (tmp_path / f"{NAME}.part").stat().st_size > 0
+
+
+def test_an_endless_body_never_fills_a_real_small_disk(tmp_path, server):
+    base, handler = server
+    handler.endless.add(UNPINNED)
+    with tmpfs(tmp_path / "disk", "20m") as disk:
+        with pytest.raises(VpromError, match="did not say how large the file is"):
+            _get(disk, base, reserve=4 << 20)
+        assert os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize >= 4 << 20
+        assert not (disk / f"{UNPINNED}.part").exists()
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from vprom.app.commands.base import Command
 from vprom.app.options import default, duration, output_file, output_folder, positive
 from vprom.mining.download import download, load_expected
 from vprom.mining.pools import mine
+from vprom.mining.space import parse_size
 from vprom.mining.synth import write_corpus
 
 
@@ -19,15 +21,27 @@ def add_download(p):
                    help="sizes and sha256 of the files a mirror serves (JSON shaped like "
                         "mining/data/vg_files.json); replaces the pinned official ones")
     p.add_argument("--deadline", type=duration, default=default(download, "deadline"),
-                   metavar="TIME", help="give up on one file after this long, keeping its part "
-                                        "for a rerun to resume (seconds, or e.g. 90m, 8h; "
+                   metavar="TIME", help="give up on one file after this long (connecting, headers "
+                                        "and retries included), keeping its part for a rerun "
+                                        "to resume (seconds, or e.g. 90m, 8h; "
                                         f"default {default(download, 'deadline') / 3600:g} h)")
+    p.add_argument("--reserve", type=_size, default=default(download, "reserve"),
+                   metavar="SIZE", help="free space to leave on the disk, never written into "
+                                        "(bytes, or e.g. 500M, 2G; default "
+                                        f"{default(download, 'reserve') >> 30} GiB)")
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def run_download(args):
     expected = None if args.expected is None else load_expected(args.expected)
     print(download(args.out, base_url=args.base_url, images=not args.no_images,
-                   expected=expected, deadline=args.deadline))
+                   expected=expected, deadline=args.deadline, reserve=args.reserve))
 
 
 DOWNLOAD = Command(
