@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from vprom.baselines.data import MatrixSet, SplitData
-from vprom.features.devices import World
+from vprom.runtime import World
 from vprom.errors import VpromError
 
 WARMUP_STEPS = 3  # eager steps before capture: cuBLAS handles, optimiser state, autograd

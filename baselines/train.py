@@ -50,7 +50,7 @@ from vprom.baselines.data import MatrixSet, SplitData, load_split
 from vprom.baselines.registry import get_model, list_models
 from vprom.baselines.run_folder import RunPlan, load_checkpoint
 from vprom.baselines.steps import Stepper, batches, epoch_plan, make_optimizer
-from vprom.features.devices import World, joined_world
+from vprom.runtime import World, joined_world
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, write_json
 from vprom.provenance import check_features_source, dataset_identity, file_sha256

@@ -33,7 +33,7 @@ from vprom.baselines.config import TrainConfig  # noqa: E402
 from vprom.baselines.data import MatrixSet, SplitData  # noqa: E402
 from vprom.baselines.steps import Stepper, epoch_plan, make_optimizer  # noqa: E402
 from vprom.baselines.train import build_model, train_epoch  # noqa: E402
-from vprom.features.devices import World, resolve_device  # noqa: E402
+from vprom.runtime import World, resolve_device  # noqa: E402
 
 PAPER_MODELS = ("mlp-sum-6", "gru-shared", "vqa", "rn")
 NEUTRAL_TRAIN = 148_671

@@ -21,7 +21,7 @@ from vprom.baselines.train import (
     rng_devices,
     train_epoch,
 )
-from vprom.features.devices import World
+from vprom.runtime import World
 from tests.baselines.conftest import small_config
 
 ONE = World(0, 1, 0, torch.device("cpu"), owns_group=False)
