@@ -204,7 +204,7 @@ def held_out_labels(data: Data, ban: TrainBan) -> int:
               for label, sa in vocab.tables.get(table, {}).items() if sa in sas}
     thirds = {t for ts in ban.object_thirds.values() for t in ts}
     if thirds:
-        from vprom.sampling import object_third
+        from vprom.splitting import object_third
 
         labels |= {c for c in vocab.categories if object_third(c) in thirds}
     return len(labels)
