@@ -20,10 +20,11 @@ could be the answer of a matrix of its block's super-attribute:
 
 Then the answer is the candidate in the planned answer position, a uniform choice among the
 8, and the matrix's super-attribute is its block's; the context is drawn last, for that
-answer (`_context`), and redrawn until the solver finds exactly the answer. Whatever
-statistic of the candidates a model computes — values held once, label counts, how often an
-element is right — the answer is any one of them with probability 1/8, so per-element answer
-rates and label counts are balanced by construction, not by weights.
+answer (`_context`: the relation's `Rule.context` in `vprom.relations`), and redrawn until
+the solver finds exactly the answer. Whatever statistic of the candidates a model computes
+— values held once, label counts, how often an element is right — the answer is any one of
+them with probability 1/8, so per-element answer rates and label counts are balanced by
+construction, not by weights.
 
 The profile has a *focus* block, as large as the data allow, so most candidates share the
 matrix's likely super-attribute (the paper prefers it); its size is drawn between what the
@@ -365,8 +366,8 @@ def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int
     # ask about; a test-side group's answer may land on any super-attribute (not held out)
     blocks = list(range(len(names))) if group.held_side else focus
     sampler = HumanSampler(group, cell, crops_of, masks, pool.region,
-                           pool.solver_groups.get(etype, []), names, values, eligible, focus, blocks,
-                           knows, pool.element_id, label=label)
+                           pool.solver_groups.get(etype, []), names, values, eligible, focus,
+                           blocks, knows, pool.element_id, label=label)
     sampler.skipped = sorted(names[s] for s in focus
                              if not sampler.alone(s) and sampler.block_max(s, (s,)) == 0)
     return sampler

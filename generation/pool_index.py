@@ -29,7 +29,7 @@ from vprom.errors import VpromError
 from vprom.records import ElementType, Relation
 from vprom.sampling import Draws
 from vprom.solver import Universe, group_masks
-from vprom.splitting import HeldOutDesign, image_test_side
+from vprom.splitting import HeldOutDesign, banned_crops, image_test_side
 from vprom.tables import CropTable
 
 CELL_NAMES = ("neutral-train/held-out-train", "neutral-train/held-out-test",
@@ -150,17 +150,16 @@ def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str
     bans = {r: design.train_side_ban(r.value) for r in Relation}
     if not any(b.super_attributes or b.object_thirds for b in bans.values()):
         return [0] * len(label_sets)
-    memo: dict[tuple[str, frozenset], int] = {}
-    out = []
-    for etype, labels in zip(element_types, label_sets):
-        key = (etype, labels)
-        got = memo.get(key)
-        if got is None:
-            categories, sas = vocab.concepts(etype, labels)
-            got = memo[key] = sum(bit for r, bit in RELATION_BIT.items()
-                                  if bans[r].shows_banned(r.value, categories, sas))
-        out.append(got)
-    return out
+    # label sets repeat a lot between crops: classify each distinct one once
+    distinct: dict[tuple[str, frozenset], int] = {}
+    which = np.fromiter((distinct.setdefault(key, len(distinct))
+                         for key in zip(element_types, label_sets)),
+                        dtype=np.int64, count=len(label_sets))
+    concepts = [vocab.concepts(*key) for key in distinct]
+    per_set = np.zeros(len(distinct), dtype=np.int64)
+    for r, bit in RELATION_BIT.items():
+        per_set[banned_crops(bans[r], r.value, concepts)] |= bit
+    return per_set[which].tolist()
 
 
 def _regions(crops: CropTable) -> np.ndarray:

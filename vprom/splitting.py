@@ -164,6 +164,19 @@ class TrainBan:
         return bool(thirds) and any(object_third(c) in thirds for c in categories)
 
 
+def banned_crops(ban: TrainBan, relation: str, concepts) -> np.ndarray:
+    """Per crop: whether it shows, in a matrix of `relation`, a label `ban` holds out
+    (`concepts`: per crop, its categories and attribute (table, super-attribute) pairs)."""
+    memo: dict[tuple, bool] = {}  # concept sets repeat a lot between crops
+    out = np.zeros(len(concepts), dtype=bool)
+    for k, key in enumerate(concepts):
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = ban.shows_banned(relation, *key)
+        out[k] = got
+    return out
+
+
 @dataclass(frozen=True)
 class HeldOutDesign:
     """What the split specs hold out, as generation must plan for it (`held_out_design`):

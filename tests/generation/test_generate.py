@@ -85,7 +85,8 @@ def test_small_super_attributes_get_a_symmetric_candidate_profile(small_dataset)
     # every object super-attribute of the tiny pool has fewer than 8 attributes, so each
     # object-attribute matrix needs distractors from other super-attributes: they come in
     # equal blocks, so "the candidates' commonest super-attribute" never singles out the
-    # answer's (human matrices are drawn candidates first: see test_human_candidates_are_exchangeable)
+    # answer's (human matrices are drawn candidates first: see test_soundness.py's
+    # test_human_candidates_are_exchangeable)
     data = small_dataset
     index = _crop_index(data)
     symmetric = uneven = 0

@@ -273,7 +273,8 @@ def test_a_train_side_cell_too_thin_to_avoid_held_out_labels_is_loosened_and_sai
 
 
 def test_banned_crops_agree_with_the_ban_crop_by_crop(larger):
-    from vprom.generation.split_checks import banned_crops, crop_concepts
+    from vprom.generation.split_checks import crop_concepts
+    from vprom.splitting import banned_crops
 
     view = in_memory(larger)
     concepts = crop_concepts(view)
