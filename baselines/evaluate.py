@@ -30,7 +30,7 @@ from vprom.baselines.data import load_split
 from vprom.baselines.learning import did_not_learn
 from vprom.baselines.run_folder import load_checkpoint, published_metrics
 from vprom.baselines.train import build_model, plain, predict
-from vprom.features.devices import resolve_device
+from vprom.runtime import resolve_device
 from vprom.errors import VpromError
 from vprom.provenance import check_features_source, dataset_content_hash, same_dataset
 from vprom.io import write_json

@@ -3,7 +3,7 @@
 An epoch's arithmetic is small next to what a plain loop spends around it on a GPU (copying
 each batch's indices to the device, reading figures back, launching kernels one by one), so:
 
-Epoch plan (host, once per epoch). Epoch e visits the training matrices in the order of a
+Epoch share (host, once per epoch). Epoch e visits the training matrices in the order of a
 permutation drawn from a generator seeded by (seed, e), cut into ceil(n / batch_size)
 batches of near-equal size (no tiny last batch). Under torchrun each process takes a
 contiguous share of every batch. The shares are padded to one width W with a weight of 0
@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from vprom.baselines.data import MatrixSet, SplitData
-from vprom.features.devices import World
+from vprom.runtime import World
 from vprom.errors import VpromError
 
 WARMUP_STEPS = 3  # eager steps before capture: cuBLAS handles, optimiser state, autograd
@@ -50,7 +50,7 @@ def batches(n: int, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
 
 
 @dataclass(frozen=True)
-class EpochPlan:
+class EpochShare:
     """One process's share of every batch of an epoch, padded to one width (host arrays)."""
 
     index: np.ndarray  # [S, W] int64 positions in the training part
@@ -63,19 +63,19 @@ class EpochPlan:
         return len(self.index)
 
 
-def epoch_plan(n: int, batch_size: int, seed: int, epoch: int, world: World) -> EpochPlan:
-    """This process's plan for `epoch` (see the module doc)."""
-    plan = batches(n, batch_size, seed, epoch)
-    shares = [world.shard(b) for b in plan]
+def epoch_share(n: int, batch_size: int, seed: int, epoch: int, world: World) -> EpochShare:
+    """This process's share of epoch `epoch`'s batches (see the module doc)."""
+    epoch_batches = batches(n, batch_size, seed, epoch)
+    shares = [world.shard(b) for b in epoch_batches]
     width = max(len(s) for s in shares)
-    index = np.zeros((len(plan), width), dtype=np.int64)
-    weight = np.zeros((len(plan), width), dtype=np.float32)
+    index = np.zeros((len(epoch_batches), width), dtype=np.int64)
+    weight = np.zeros((len(epoch_batches), width), dtype=np.float32)
     for step, share in enumerate(shares):
         index[step, :len(share)] = share
         index[step, len(share):] = share[0] if len(share) else 0
         weight[step, :len(share)] = 1
-    scale = np.array([world.size / len(b) for b in plan], dtype=np.float32)
-    return EpochPlan(index, weight, scale, int(sum(len(s) for s in shares)))
+    scale = np.array([world.size / len(b) for b in epoch_batches], dtype=np.float32)
+    return EpochShare(index, weight, scale, int(sum(len(s) for s in shares)))
 
 
 def upload(array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -87,9 +87,9 @@ def upload(array: np.ndarray, device: torch.device) -> torch.Tensor:
 
 
 class Stepper:
-    """The training step over device-resident epoch plans, eager or replayed from a CUDA graph.
+    """The training step over device-resident epoch shares, eager or replayed from a CUDA graph.
 
-    The plan tensors, the step counter and the running sums are allocated once and refilled
+    The share tensors, the step counter and the running sums are allocated once and refilled
     in place every epoch, so a captured graph keeps reading the right memory.
     """
 
@@ -110,14 +110,14 @@ class Stepper:
         if cuda_graphs and world.size > 1:
             raise VpromError("--cuda-graphs runs on one process; drop it under torchrun")
 
-    def load(self, plan: EpochPlan) -> None:
-        """Refill the plan tensors in place with the next epoch's plan; reset the sums."""
-        if plan.index.shape != tuple(self.index.shape):
-            raise VpromError(f"epoch plan of shape {plan.index.shape}, expected "
+    def load(self, share: EpochShare) -> None:
+        """Refill the share tensors in place with the next epoch's share; reset the sums."""
+        if share.index.shape != tuple(self.index.shape):
+            raise VpromError(f"epoch share of shape {share.index.shape}, expected "
                              f"{tuple(self.index.shape)}; the training part changed size")
-        self.index.copy_(upload(plan.index, self.device), non_blocking=True)
-        self.weight.copy_(upload(plan.weight, self.device), non_blocking=True)
-        self.scale.copy_(upload(plan.scale, self.device), non_blocking=True)
+        self.index.copy_(upload(share.index, self.device), non_blocking=True)
+        self.weight.copy_(upload(share.weight, self.device), non_blocking=True)
+        self.scale.copy_(upload(share.scale, self.device), non_blocking=True)
         self.counter.zero_()
         self.totals.zero_()
 

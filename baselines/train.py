@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,8 +50,8 @@ from vprom.baselines.config import HYPER, OPTIMIZERS, TrainConfig, check_value, 
 from vprom.baselines.data import MatrixSet, SplitData, load_split
 from vprom.baselines.registry import get_model, list_models
 from vprom.baselines.run_folder import RunPlan, load_checkpoint
-from vprom.baselines.steps import Stepper, batches, epoch_plan, make_optimizer
-from vprom.features.devices import World, joined_world
+from vprom.baselines.steps import Stepper, batches, epoch_share, make_optimizer
+from vprom.runtime import World, joined_world
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, write_json
 from vprom.outputs import writes
@@ -111,16 +112,16 @@ def _epoch_seed(seed: int, epoch: int, *more: int) -> int:
 # ---------------------------------------------------------------- one epoch
 def train_epoch(stepper: Stepper, config: TrainConfig, epoch: int, world: World) -> dict:
     """One pass over the training matrices; returns the epoch's loss and accuracy figures."""
-    plan = epoch_plan(len(stepper.part), config.batch_size, config.seed, epoch, world)
+    share = epoch_share(len(stepper.part), config.batch_size, config.seed, epoch, world)
     stepper.model.train()
     torch.manual_seed(_epoch_seed(config.seed, epoch, world.rank))
-    stepper.load(plan)
-    for _ in tqdm(range(plan.steps), desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch",
+    stepper.load(share)
+    for _ in tqdm(range(share.steps), desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch",
                   disable=None if world.main else True, leave=False):
         stepper.run()
     # the one read-back of the epoch
     answer_loss, aux_loss, correct, count = world.all_sum([*stepper.figures().tolist(),
-                                                           plan.count])
+                                                           share.count])
     figures = {"train_loss": (answer_loss + aux_loss) / count,
                "train_answer_loss": answer_loss / count,
                "train_acc": correct / count}
@@ -170,7 +171,12 @@ def ddp_device_ids(device: torch.device) -> list[int] | None:
 
 @writes(lambda a: a["config"].out, ("run",), inputs=run_folder.inputs, names=run_folder.NAMES)
 def train(config: TrainConfig) -> Path:
-    """Train `config.model` on `config.split`; returns the run folder (see the module doc)."""
+    """Train `config.model` on `config.split`; returns the run folder (see the module doc).
+
+    The whole loop is here: open the run (`Run.open`: the folder, the data, the model, the
+    optimiser, the epoch to start from), then per epoch train, score validation, keep the
+    best and write the checkpoints (`Run.end_epoch`), until the last epoch or early stop.
+    """
     requested = config
     config = config.resolved()
     check_config(config)
@@ -178,7 +184,23 @@ def train(config: TrainConfig) -> Path:
         if config.cuda_graphs and world.device.type != "cuda":
             raise VpromError("--cuda-graphs needs a CUDA device; drop it on the CPU")
         with torch.random.fork_rng(devices=rng_devices(world.device)):
-            _run(config, requested.defaulted(), world)
+            run = Run.open(config, requested.defaulted(), world)
+            if run is None:
+                return config.out
+            try:
+                for epoch in range(run.start, config.epochs):
+                    if run_folder.stopped(run.history, run.best, config.patience):
+                        break
+                    began = time.perf_counter()
+                    figures = train_epoch(run.stepper, config, epoch, world)
+                    figures["val_acc"] = accuracy(run.model, run.data, "val", world)
+                    run.end_epoch(epoch, figures, time.perf_counter() - began)
+            except KeyboardInterrupt:
+                run.interrupted()
+                raise
+            val = run.best["val_acc"]
+            _log(world, f"done: best val accuracy {'n/a' if val is None else f'{100 * val:.1f}%'}"
+                        f" (epoch {run.best['epoch'] + 1}); run folder {config.out}")
     return config.out
 
 
@@ -197,72 +219,110 @@ def _load_data(config: TrainConfig, world: World) -> SplitData:
     return data.to(world.device)
 
 
-def _run(config: TrainConfig, defaulted: list[str], world: World) -> None:
-    plan = run_folder.plan_run(config)
-    world.barrier()  # every process has read the folder before rank 0 changes it
-    _log(world, plan.message)
-    if plan.finished:
-        return
-    data = _load_data(config, world)
-    model, model_config = build_model(config, data.feature_dim)
-    model.to(world.device)
-    optimizer = _optimizer(config, model, world.device)
-    history, best, start = _restore(plan.state, model, optimizer)
-    if world.main:
-        run_folder.prepare(plan)
-        _write_config(plan.folder, config, defaulted, data, model_config, world)
-        _log(world, f"{config.model} on {config.split}: {len(data.parts['train'])} train / "
-                    f"{len(data.parts['val'])} val matrices, {world.size} process(es) on "
-                    f"{world.device}; {_settings(config, defaulted)}")
-    world.barrier()
-    wrapped = _wrap(model, world)
-    shape = epoch_plan(len(data.parts["train"]), config.batch_size, config.seed, start,
-                       world).index.shape
-    stepper = Stepper(wrapped, optimizer, data, config.aux, world, *shape,
-                      cuda_graphs=config.cuda_graphs)
-    try:
-        plan, best = _epochs(plan, config, stepper, model, model_config, optimizer, data,
-                             history, best, start, world)
-    except KeyboardInterrupt:
-        if plan.staging and plan.folder.exists():  # not promoted yet
-            _log(world, f"interrupted before the restarted run finished an epoch: {config.out} "
-                        "is as it was; run the same command (with --restart) to start over")
-        else:
-            _log(world, f"interrupted: the epochs finished so far are saved in {config.out}; "
-                        "run the same command again to resume")
-        raise
-    val = best["val_acc"]
-    _log(world, f"done: best val accuracy {'n/a' if val is None else f'{100 * val:.1f}%'} "
-                f"(epoch {best['epoch'] + 1}); run folder {config.out}")
+@dataclass
+class Run:
+    """One training run between its epochs: what `train`'s loop reads and `end_epoch` keeps."""
 
+    config: TrainConfig
+    world: World
+    place: RunPlan  # what this call does with the run folder (a --restart stages first)
+    data: SplitData
+    model: torch.nn.Module  # unwrapped: what checkpoints hold and validation scores
+    model_config: ModelConfig
+    optimizer: torch.optim.Optimizer
+    stepper: Stepper  # the training step over the (DDP-wrapped) model
+    history: list[dict]
+    best: dict  # {"epoch", "val_acc"} of the best epoch so far
+    start: int  # the first epoch this call trains
 
-def _epochs(plan: RunPlan, config: TrainConfig, stepper: Stepper, model, model_config,
-            optimizer, data: SplitData, history: list[dict], best: dict, start: int,
-            world: World) -> tuple[RunPlan, dict]:
-    """Epochs `start`.. to the end or early stop; returns the final plan and best epoch."""
-    for epoch in range(start, config.epochs):
-        if run_folder.stopped(history, best, config.patience):
-            break
-        began = time.perf_counter()
-        figures = train_epoch(stepper, config, epoch, world)
-        figures["val_acc"] = accuracy(model, data, "val", world)
-        history.append({"epoch": epoch + 1, **figures,
-                        "seconds": round(time.perf_counter() - began, 3)})
-        # Without validation matrices every epoch counts as the best (no early stopping).
-        improved = figures["val_acc"] is None or best["val_acc"] is None or (
-            figures["val_acc"] > best["val_acc"])
+    @property
+    def folder(self) -> Path:
+        """Where the run writes now: OUT, or a --restart's staging folder until promoted."""
+        return self.place.folder
+
+    @classmethod
+    def open(cls, config: TrainConfig, defaulted: list[str], world: World) -> Run | None:
+        """The run ready for its next epoch (fresh or resumed); None when nothing is left."""
+        place = run_folder.plan_run(config)
+        world.barrier()  # every process has read the folder before rank 0 changes it
+        _log(world, place.message)
+        if place.finished:
+            return None
+        data = _load_data(config, world)
+        model, model_config = build_model(config, data.feature_dim)
+        model.to(world.device)
+        optimizer = _optimizer(config, model, world.device)
+        history, best, start = _restore(place.state, model, optimizer)
+        if world.main:
+            run_folder.prepare(place)
+            _write_config(place.folder, config, defaulted, data, model_config, world)
+            _log(world, f"{config.model} on {config.split}: {len(data.parts['train'])} train / "
+                        f"{len(data.parts['val'])} val matrices, {world.size} process(es) on "
+                        f"{world.device}; {_settings(config, defaulted)}")
+        world.barrier()
+        shape = epoch_share(len(data.parts["train"]), config.batch_size, config.seed, start,
+                            world).index.shape
+        stepper = Stepper(_wrap(model, world), optimizer, data, config.aux, world, *shape,
+                          cuda_graphs=config.cuda_graphs)
+        return cls(config, world, place, data, model, model_config, optimizer, stepper,
+                   history, best, start)
+
+    def end_epoch(self, epoch: int, figures: dict, seconds: float) -> None:
+        """Record the epoch, keep it as the best when validation improved (without
+        validation matrices every epoch counts as the best: no early stopping), write the
+        checkpoints and, after a --restart's first epoch, promote the staging folder."""
+        world = self.world
+        self.history.append({"epoch": epoch + 1, **figures, "seconds": round(seconds, 3)})
+        improved = figures["val_acc"] is None or self.best["val_acc"] is None or (
+            figures["val_acc"] > self.best["val_acc"])
         if improved:
             if world.main:
-                run_folder.supersede_metrics(plan.folder)
-            best = {"epoch": epoch, "val_acc": figures["val_acc"]}
+                run_folder.supersede_metrics(self.folder)
+            self.best = {"epoch": epoch, "val_acc": figures["val_acc"]}
         if world.main:
-            _end_epoch(plan.folder, config, model, model_config, optimizer, data, epoch,
-                       history, best, improved, world)
-            if plan.staging:
-                plan = run_folder.promote(plan)
-                _log(world, plan.message)
+            self.save(epoch, improved)
+            if self.place.staging:
+                self.place = run_folder.promote(self.place)
+                _log(world, self.place.message)
         world.barrier()
-    return plan, best
+
+    def save(self, epoch: int, improved: bool) -> None:
+        """last.pt (and best.pt when `improved`) and history.json, each atomically."""
+        config, folder, history = self.config, self.folder, self.history
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "config": config.to_dict(),
+            "model_config": dataclasses.asdict(self.model_config),
+            "features_attrs": plain(self.data.attrs),
+            "dataset": dataset_identity(config.dataset),
+            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "epoch": epoch,
+            "best": dict(self.best),
+            "history": [dict(h) for h in history],
+            "rng": {"torch": torch.get_rng_state()},
+            "world_size": self.world.size,
+        }
+        if improved:
+            _save_checkpoint(folder / "best.pt", {k: v for k, v in state.items()
+                                                  if k != "optimizer"})
+        _save_checkpoint(folder / "last.pt", state)
+        write_json(folder / "history.json", history)
+        h = history[-1]
+        val = "n/a" if h["val_acc"] is None else f"{100 * h['val_acc']:.1f}%"
+        _log(self.world, f"epoch {epoch + 1}/{config.epochs}: loss {h['train_loss']:.4f}, "
+                         f"train {100 * h['train_acc']:.1f}%, val {val}"
+                         + (" (best)" if improved else ""))
+
+    def interrupted(self) -> None:
+        """Say what Ctrl-C left: the finished epochs, or a restart's old run untouched."""
+        out = self.config.out
+        if self.place.staging and self.folder.exists():  # not promoted yet
+            _log(self.world, f"interrupted before the restarted run finished an epoch: {out} "
+                             "is as it was; run the same command (with --restart) to start over")
+        else:
+            _log(self.world, f"interrupted: the epochs finished so far are saved in {out}; "
+                             "run the same command again to resume")
 
 
 def _settings(config: TrainConfig, defaulted: list[str]) -> str:
@@ -323,33 +383,6 @@ def _wrap(model: torch.nn.Module, world: World) -> torch.nn.Module:
         return model
     return torch.nn.parallel.DistributedDataParallel(model,
                                                      device_ids=ddp_device_ids(world.device))
-
-
-def _end_epoch(folder: Path, config, model, model_config, optimizer, data, epoch, history,
-               best, improved, world) -> None:
-    state = {
-        "format": CHECKPOINT_FORMAT,
-        "config": config.to_dict(),
-        "model_config": dataclasses.asdict(model_config),
-        "features_attrs": plain(data.attrs),
-        "dataset": dataset_identity(config.dataset),
-        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        "optimizer": optimizer.state_dict(),
-        "epoch": epoch,
-        "best": dict(best),
-        "history": [dict(h) for h in history],
-        "rng": {"torch": torch.get_rng_state()},
-        "world_size": world.size,
-    }
-    if improved:
-        _save_checkpoint(folder / "best.pt", {k: v for k, v in state.items()
-                                              if k != "optimizer"})
-    _save_checkpoint(folder / "last.pt", state)
-    write_json(folder / "history.json", history)
-    h = history[-1]
-    val = "n/a" if h["val_acc"] is None else f"{100 * h['val_acc']:.1f}%"
-    _log(world, f"epoch {epoch + 1}/{config.epochs}: loss {h['train_loss']:.4f}, train "
-                f"{100 * h['train_acc']:.1f}%, val {val}" + (" (best)" if improved else ""))
 
 
 def _log(world: World, text: str) -> None:

@@ -27,7 +27,7 @@ from vprom.generation.dataset import generate  # noqa: E402
 from vprom.generation.export import export  # noqa: E402
 from vprom.mining.pools import mine  # noqa: E402
 from vprom.mining.synth import write_corpus  # noqa: E402
-from vprom.splits.assign import load_rules  # noqa: E402
+from vprom.splits import load_rules  # noqa: E402
 
 
 def cpu_seconds() -> float:

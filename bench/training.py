@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vprom.baselines.config import TrainConfig  # noqa: E402
 from vprom.baselines.data import MatrixSet, SplitData  # noqa: E402
-from vprom.baselines.steps import Stepper, epoch_plan, make_optimizer  # noqa: E402
+from vprom.baselines.steps import Stepper, epoch_share, make_optimizer  # noqa: E402
 from vprom.baselines.train import build_model, train_epoch  # noqa: E402
-from vprom.features.devices import World, resolve_device  # noqa: E402
+from vprom.runtime import World, resolve_device  # noqa: E402
 
 PAPER_MODELS = ("mlp-sum-6", "gru-shared", "vqa", "rn")
 NEUTRAL_TRAIN = 148_671
@@ -93,7 +93,7 @@ def time_model(name: str, data: SplitData, args, world: World) -> dict:
                                    eps=config.eps, rho=config.rho,
                                    capturable=args.cuda_graphs and world.device.type == "cuda")
         if path == "device":
-            shape = epoch_plan(args.matrices, args.batch, 0, 0, world).index.shape
+            shape = epoch_share(args.matrices, args.batch, 0, 0, world).index.shape
             stepper = Stepper(model, optimizer, data, args.aux, world, *shape,
                               cuda_graphs=args.cuda_graphs)
             runners[path] = lambda epoch, s=stepper: train_epoch(s, config, epoch, world)

@@ -110,7 +110,7 @@ def main() -> None:
     from vprom.generation.export import export
     from vprom.generation.stats import stats
     from vprom.generation.verify import verify
-    from vprom.splits.assign import load_rules
+    from vprom.splits import load_rules
     from vprom.tables import content_hash
 
     rules = load_rules()
@@ -118,7 +118,7 @@ def main() -> None:
     timed("content_hash", lambda: content_hash(path))
     timed("check integrity", lambda: checks.check_integrity(data, []))
     timed("check solver (vprom.solver)", lambda: checks.check_solver(data))
-    timed("check splits (splits.assign)", lambda: split_checks.check_splits(data, rules))
+    timed("check splits (vprom.splitting)", lambda: split_checks.check_splits(data, rules))
     timed("check leakage", lambda: split_checks.check_leakage(data))
     timed("check held-out labels", lambda: split_checks.check_held_out(
         data, rules.design.train_bans))

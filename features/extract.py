@@ -46,7 +46,7 @@ from vprom.features.backbones import get_backbone
 from vprom.features.config import ExtractConfig
 from vprom.features.crops import make_batch_plan
 from vprom.features.decoding import cores_per_process, resolve_decoder
-from vprom.features.devices import World, joined_world
+from vprom.runtime import World, joined_world
 from vprom.features.job import DTYPES, Job, config_hash, fingerprint
 from vprom.errors import VpromError
 from vprom.images import ImageIndex

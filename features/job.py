@@ -21,7 +21,7 @@ from vprom.features.backbones import Backbone, Loaded
 from vprom.features.config import ExtractConfig
 from vprom.features.crops import RESIZE, BatchPlan
 from vprom.features.decoding import RESIZE_TORCH
-from vprom.features.devices import World
+from vprom.runtime import World
 from vprom.features.regions import RESIZE_ROI, sides
 
 DTYPES = {"float16": np.float16, "float32": np.float32}  # ExtractConfig.dtype -> numpy

@@ -7,7 +7,7 @@ carries, as the answer's is carried by no distractor) — elements of the contex
 "the candidate seen in the context" is no shortcut), then the matrix's other elements.
 
 This is how object-attribute, object and count matrices are drawn (answer first, then the
-distractors); human-attribute matrices are drawn candidates first (`generation.exchangeable`).
+distractors); human-attribute matrices are drawn candidates first (`generation.candidates_first`).
 
 Attribute matrices take them in a symmetric super-attribute profile (`profile`): m candidates
 from the matrix's super-attribute (answer included) and m from each of 8/m - 1 others, m in

@@ -18,73 +18,108 @@ and handed in), never by importing the `splits` stage.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Sequence
 
 import numpy as np
 
 from vprom.errors import VpromError
+from vprom.generation.pool_index import cell_of
 from vprom.records import N_CANDIDATES, RELATIONS_OF, TABLE1, ElementType, Relation
 from vprom.splitting import HeldOutDesign
 
 #: Share of every (element type, relation) planned on the train side of the held-out splits.
 TRAIN_SIDE_SHARE = 2 / 3
 
+class HoldOut(Enum):
+    """What an attribute group holds out of training (its value is the group's name)."""
+
+    NOTHING = "train"  # train side: no held-out super-attribute, nor the relation's pair
+    SUPER_ATTRIBUTE = "held_sa"  # a held-out super-attribute
+    PAIR = "held_pair"  # a held-out (relation, super-attribute) pair
+
+
 @dataclass(frozen=True)
 class Group:
     """A kind of matrix: element type, relation, which elements it may show, held-out side.
 
-    `name` is one of: counts "any" / "c:1,3,5,7,9" (those counts only); attributes "train",
-    "held_sa", "held_pair"; objects "third:K".
+    Which elements: counts `counts` (empty: any count); objects the categories of object
+    third `third`; attributes the super-attributes `hold_out` says (`super_attributes`).
     """
 
     element_type: ElementType
     relation: Relation
-    name: str
     held_side: int  # 0: train side of the held-out splits, 1: test side
     weight: float  # share of its (element type, relation)
+    counts: tuple[int, ...] = ()
+    third: int = -1
+    hold_out: HoldOut = HoldOut.NOTHING
+
+    @property
+    def name(self) -> str:
+        """How manifests and messages name the group: counts "any" / "c:1,3,5,7,9", objects
+        "third:K", attributes "train" / "held_sa" / "held_pair"."""
+        if self.element_type is ElementType.COUNT:
+            return "c:" + ",".join(str(v) for v in self.counts) if self.counts else "any"
+        if self.element_type is ElementType.OBJECT:
+            return f"third:{self.third}"
+        return self.hold_out.value
+
+    def super_attributes(self, design: HeldOutDesign, every: Sequence[str]
+                         ) -> tuple[list[str], list[str]]:
+        """(the super-attributes of `every` its matrices ask about, those any of their panels
+        may show): a test-side group asks about what it holds out, beside anything; a
+        train-side one asks about neither held-out super-attributes nor its relation's
+        pairs, and shows no held-out super-attribute at all."""
+        etype, relation = self.element_type.value, self.relation.value
+        held = set(design.held_super_attributes.get(etype, ()))
+        pairs = set(design.held_pairs.get(etype, {}).get(relation, ()))
+        if self.hold_out is HoldOut.SUPER_ATTRIBUTE:
+            return [s for s in every if s in held], list(every)
+        if self.hold_out is HoldOut.PAIR:
+            return [s for s in every if s in pairs], list(every)
+        return ([s for s in every if s not in held and s not in pairs],
+                [s for s in every if s not in held])
 
 
 def plan_groups(design: HeldOutDesign) -> list[Group]:
     groups = []
     for etype in ElementType:
         for relation in RELATIONS_OF[etype]:
-            for name, side, weight in _groups_of(etype, relation, design):
-                groups.append(Group(etype, relation, name, side, weight))
+            for fields, side, weight in _groups_of(etype, relation, design):
+                groups.append(Group(etype, relation, side, weight, **fields))
     return groups
 
 
-def _share(names: list[str], side: int, total: float) -> list[tuple[str, int, float]]:
-    return [(n, side, total / len(names)) for n in names]
+def _share(kinds: list[dict], side: int, total: float) -> list[tuple[dict, int, float]]:
+    return [(k, side, total / len(kinds)) for k in kinds]
 
 
 def _groups_of(etype: ElementType, relation: Relation, design: HeldOutDesign):
+    """(Group fields saying which elements, held-out side, weight) of one (type, relation)."""
     train, test = TRAIN_SIDE_SHARE, 1 - TRAIN_SIDE_SHARE
     if etype is ElementType.COUNT:
         # half the train side is unconstrained; the rest mirrors the test groups, so that
         # odd and even (low and high) counts answer equally often
-        constrained = [_counts_name(s) for s in design.count_train_sets]
-        out = [("any", 0, train / 2 if constrained else train)]
+        constrained = [{"counts": tuple(sorted(s))} for s in design.count_train_sets]
+        out = [({}, 0, train / 2 if constrained else train)]
         out += _share(constrained, 0, train / 2) if constrained else []
-        tests = [_counts_name(s) for s in design.count_test_sets]
+        tests = [{"counts": tuple(sorted(s))} for s in design.count_test_sets]
         return out + (_share(tests, 1, test) if tests else [])
     if etype is ElementType.OBJECT:
         held = set(design.object_test_thirds.get(relation.value, ()))
-        free = [f"third:{k}" for k in range(3) if k not in held]
+        free = [{"third": k} for k in range(3) if k not in held]
         if not free:
             raise VpromError(f"split specs hold out every object third for {relation.value}; "
                              "no object matrix of it could train")
         return _share(free, 0, train if held else 1.0) + (
-            _share([f"third:{k}" for k in sorted(held)], 1, test) if held else [])
+            _share([{"third": k} for k in sorted(held)], 1, test) if held else [])
     tests = []
     if design.held_super_attributes.get(etype.value):
-        tests.append("held_sa")
+        tests.append({"hold_out": HoldOut.SUPER_ATTRIBUTE})
     if design.held_pairs.get(etype.value, {}).get(relation.value):
-        tests.append("held_pair")
-    return [("train", 0, train if tests else 1.0)] + _share(tests, 1, test)
-
-
-def _counts_name(values: Sequence[int]) -> str:
-    return "c:" + ",".join(str(v) for v in sorted(values))
+        tests.append({"hold_out": HoldOut.PAIR})
+    return [({}, 0, train if tests else 1.0)] + _share(tests, 1, test)
 
 
 def _apportion(total: int, weights: Sequence[float]) -> list[int]:
@@ -112,6 +147,12 @@ class MatrixPlan:
 
     def __len__(self) -> int:
         return len(self.group_of)
+
+    def cells(self) -> np.ndarray:
+        """Per matrix, the cell its crops come from (`pool_index.cell_of`): its neutral side
+        from the plan, its held-out side from its group."""
+        held = np.array([g.held_side for g in self.groups], dtype=np.int64)
+        return cell_of(self.neutral_side.astype(np.int64), held[self.group_of.astype(np.int64)])
 
 
 def make_plan(scale: float, seed: int, design: HeldOutDesign) -> MatrixPlan:

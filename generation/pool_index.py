@@ -4,12 +4,12 @@ Visual Genome images are dealt by hash of (seed, image id) to a side of two part
 `neutral` (test 1/3) and `held_out` (test 1/3, shared by the six held-out splits). The four
 combinations are the *cells*. A matrix draws all 16 crops from the images of one cell (neutral
 side x held-out side): its neutral side from the plan, its held-out side from its group. No
-region can then sit on both sides of any split (see `splits.assign`).
+region can then sit on both sides of any split (see `vprom.splitting`).
 
 Each crop gets a bit mask of all its labels in its element type's universe (`vprom.solver`),
 explicit and implied (`generation.labels`: a "man" is male and adult), which is what the
 solver and the distractor choice compare; an attribute type also gets the masks of its
-super-attributes (`groups`): the solver reads every panel of a matrix in one of them. The
+super-attributes (`solver_groups`): the solver reads every panel of a matrix in one of them. The
 universe of an attribute type holds its table's labels as well as the pool's elements, and
 the object universe every category, so a label that is never an element (an implied "adult"
 on a synthetic pool without adult crops) still counts as a reading. Each crop also gets, per
@@ -20,18 +20,27 @@ partition draw only unbanned crops.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import numpy as np
 
 from vprom.generation.labels import LabelVocabulary
 from vprom.errors import VpromError
 from vprom.records import ElementType, Relation
-from vprom.sampling import image_test_side
+from vprom.sampling import Draws
 from vprom.solver import Universe, group_masks
-from vprom.splitting import HeldOutDesign
+from vprom.splitting import HeldOutDesign, banned_crops, image_test_side
 from vprom.tables import CropTable
 
 CELL_NAMES = ("neutral-train/held-out-train", "neutral-train/held-out-test",
               "neutral-test/held-out-train", "neutral-test/held-out-test")
+
+
+def cell_of(neutral_side, held_side):
+    """The cell (an index of `CELL_NAMES`) of a neutral and a held-out side (ints or arrays)."""
+    return neutral_side * 2 + held_side
+
+
 #: bit of each relation in `PoolIndex.banned`
 RELATION_BIT = {r: 1 << k for k, r in enumerate(Relation)}
 
@@ -51,7 +60,7 @@ class PoolIndex:
                                 design.held_test_fraction)
         self.neutral_side = nside.tolist()
         self.held_side = hside.tolist()
-        cell = (nside * 2 + hside).tolist()
+        cell = cell_of(nside, hside).tolist()
         self.region = _regions(crops).tolist()
         self.crop_id = crops.crop_id.tolist()
         self.element = crops.element.tolist()
@@ -59,7 +68,8 @@ class PoolIndex:
         self.label_sets = [e | i if i else e for e, i in zip(explicit, implied)]
         self.masks = [0] * n  # explicit and implied labels
         self.element_id = [0] * n  # the crop's element as an id of its type's universe
-        self.groups: dict[ElementType, list[int]] = {}
+        # per attribute type, its super-attributes' masks: the solver reads a panel in one
+        self.solver_groups: dict[ElementType, list[int]] = {}
         self.banned = _bans(self.vocabulary, design, crops.element_type.tolist(),
                             self.label_sets)
         self.universe: dict[ElementType, Universe] = {}
@@ -110,8 +120,27 @@ class PoolIndex:
         by_sa: dict[str, list[str]] = {}
         for i, name in sa.items():
             by_sa.setdefault(name, []).append(universe.names[i])
-        self.groups[etype] = group_masks(universe, by_sa)
+        self.solver_groups[etype] = group_masks(universe, by_sa)
         self.cells[etype] = cells
+
+
+def draw_crops(draws: Draws, elements: list[int], crops_of: dict[int, list[int]],
+               region: list[int], used: Iterable[int] = ()) -> list[int] | None:
+    """One crop row per element, uniformly among its crops, no region twice nor any of `used`
+    (None when 8 draws of some element find only taken regions)."""
+    u = draws.uniform
+    rows, taken = [], set(used)
+    for e in elements:
+        crops = crops_of[e]
+        for _ in range(8):
+            r = crops[int(u() * len(crops))]
+            if region[r] not in taken:
+                break
+        else:
+            return None
+        taken.add(region[r])
+        rows.append(r)
+    return rows
 
 
 def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str],
@@ -121,17 +150,16 @@ def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str
     bans = {r: design.train_side_ban(r.value) for r in Relation}
     if not any(b.super_attributes or b.object_thirds for b in bans.values()):
         return [0] * len(label_sets)
-    memo: dict[tuple[str, frozenset], int] = {}
-    out = []
-    for etype, labels in zip(element_types, label_sets):
-        key = (etype, labels)
-        got = memo.get(key)
-        if got is None:
-            categories, sas = vocab.concepts(etype, labels)
-            got = memo[key] = sum(bit for r, bit in RELATION_BIT.items()
-                                  if bans[r].shows_banned(r.value, categories, sas))
-        out.append(got)
-    return out
+    # label sets repeat a lot between crops: classify each distinct one once
+    distinct: dict[tuple[str, frozenset], int] = {}
+    which = np.fromiter((distinct.setdefault(key, len(distinct))
+                         for key in zip(element_types, label_sets)),
+                        dtype=np.int64, count=len(label_sets))
+    concepts = [vocab.concepts(*key) for key in distinct]
+    per_set = np.zeros(len(distinct), dtype=np.int64)
+    for r, bit in RELATION_BIT.items():
+        per_set[banned_crops(bans[r], r.value, concepts)] |= bit
+    return per_set[which].tolist()
 
 
 def _regions(crops: CropTable) -> np.ndarray:

@@ -1,7 +1,7 @@
 """One matrix at a time: a group's relation, its crops, the solver check, the distractors.
 
 `generate_matrices` is pure, a function of `Draws(seed, index)` only. Human-attribute
-matrices are drawn candidates first (`generation.exchangeable`); the others as follows. The
+matrices are drawn candidates first (`generation.candidates_first`); the others as follows. The
 group's relation rule (`vprom.relations`) samples the 9 elements; one crop is drawn for each
 panel (never the same region twice in a matrix); the solver turns the 8 context crops' label
 masks into the mask Z of every element that would complete row 3 under ANY reading in one
@@ -30,15 +30,15 @@ from vprom.generation.candidates import (
     mask_of,
     static_block,
 )
-from vprom.generation.exchangeable import HumanSampler, make_human_sampler, shortfall
+from vprom.generation.candidates_first import HumanSampler, make_human_sampler, shortfall
 from vprom.generation.plan import Group, MatrixPlan
-from vprom.generation.pool_index import CELL_NAMES, RELATION_BIT, PoolIndex
+from vprom.generation.pool_index import CELL_NAMES, RELATION_BIT, PoolIndex, draw_crops
 from vprom.errors import VpromError
 from vprom.records import COUNTS, N_CANDIDATES, N_CONTEXT, ElementType, Matrix, Relation
 from vprom.relations import RULES, Progression
-from vprom.sampling import Draws, object_third
+from vprom.sampling import Draws
 from vprom.solver import completion_mask
-from vprom.splitting import HeldOutDesign
+from vprom.splitting import HeldOutDesign, object_third
 
 #: An element may appear in a matrix's context only with this many crops in the cell.
 MIN_CONTEXT_CROPS = 3
@@ -64,7 +64,7 @@ class Sampler:
     crops_of: dict[int, list[int]]
     label: str = field(default="")
     skipped: list[str] = field(default_factory=list)  # super-attributes too small for it
-    groups: list[int] = field(default_factory=list)  # the solver's reading groups
+    solver_groups: list[int] = field(default_factory=list)  # the solver's reading groups
     # attributes: how likely each other super-attribute is to fill a block of candidates
     fill_weight: dict[str, float] = field(default_factory=dict)
 
@@ -113,12 +113,10 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
     usable = set(crops_of)
     sa_of = pool.super_attribute[etype]
     if etype is ElementType.COUNT:
-        allowed = (set(COUNTS) if group.name == "any"
-                   else {int(v) for v in group.name[2:].split(",")})
+        allowed = set(group.counts or COUNTS)
         options = [Option("", sorted(allowed & enough), sorted(usable), [])]
     elif etype is ElementType.OBJECT:
-        third = int(group.name.split(":")[1])
-        mine = {i for i in universe.names if object_third(universe.names[i]) == third}
+        mine = {i for i in universe.names if object_third(universe.names[i]) == group.third}
         options = [Option("", sorted(mine & enough), sorted(mine & usable), [])]
     else:
         options = _attribute_options(group, design, sa_of, enough, usable)
@@ -141,7 +139,7 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
     cumulative = np.cumsum([len(o.context) for o in good]).tolist()
     skipped = sorted(o.super_attribute for o in options if o not in good)
     return Sampler(group, cell, good, cumulative, crops_of, label=f"{label} on {where}",
-                   skipped=skipped, groups=pool.groups.get(etype, []))
+                   skipped=skipped, solver_groups=pool.solver_groups.get(etype, []))
 
 
 def _shortfall(o: Option, relation: Relation) -> str | None:
@@ -164,18 +162,9 @@ def _shortfall(o: Option, relation: Relation) -> str | None:
 def _attribute_options(group: Group, design: HeldOutDesign, sa_of: dict[int, str],
                        enough: set[int], usable: set[int]) -> list[Option]:
     """One option per super-attribute the group may show (object attributes)."""
-    etype, relation = group.element_type.value, group.relation.value
-    held_sas = set(design.held_super_attributes.get(etype, ()))
-    pair_sas = set(design.held_pairs.get(etype, {}).get(relation, ()))
-    every_sa = sorted(set(sa_of.values()))
-    if group.name == "held_sa":
-        chosen, fill_sas = [s for s in every_sa if s in held_sas], set(every_sa)
-    elif group.name == "held_pair":
-        chosen, fill_sas = [s for s in every_sa if s in pair_sas], set(every_sa)
-    else:
-        # train side: no held-out super-attribute may show, not even as a distractor
-        chosen = [s for s in every_sa if s not in held_sas and s not in pair_sas]
-        fill_sas = set(every_sa) - held_sas
+    # a train-side group shows no held-out super-attribute, not even as a distractor
+    chosen, shown = group.super_attributes(design, sorted(set(sa_of.values())))
+    fill_sas = set(shown)
     options = []
     for sa in chosen:
         members = {i for i, s in sa_of.items() if s == sa}
@@ -197,15 +186,15 @@ def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
     """(super-attribute, 16 crop rows with the answer at `answer_pos`), or None.
 
     `masks`: every crop's labels, explicit and implied, which the solver reads in one of
-    `s.groups` at a time. `why`, when given, counts the failed attempts by the step that
+    `s.solver_groups` at a time. `why`, when given, counts the failed attempts by the step that
     failed (for the error)."""
     why = why if why is not None else Counter()
     etype, rule, crops_of = s.group.element_type, RULES[s.group.relation], s.crops_of
-    groups = s.groups
+    groups = s.solver_groups
     for attempt in range(MAX_TRIES):
         option = s.pick(draws)
         ids = rule.sample(draws, option.context)
-        rows = _context_crops(draws, ids, crops_of, region)
+        rows = draw_crops(draws, ids, crops_of, region)
         if rows is None:
             why["no 9 context crops on distinct regions"] += 1
             continue
@@ -230,25 +219,6 @@ def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
     return None
 
 
-def _context_crops(draws: Draws, ids: list[int], crops_of: dict[int, list[int]],
-                   region: list[int]) -> list[int] | None:
-    """One crop per context panel and the answer, no region twice."""
-    u = draws.uniform
-    rows, used = [], set()
-    for e in ids:
-        crops = crops_of[e]
-        for _ in range(8):
-            r = crops[int(u() * len(crops))]
-            if region[r] not in used:
-                break
-        else:
-            return None
-        used.add(region[r])
-        rows.append(r)
-    return rows
-
-
-
 def loosenable(pool: PoolIndex, group: Group) -> bool:
     """Whether the group's matrices are drawn from crops the held-out bans filter."""
     return group.held_side == 0 and any(pool.banned)
@@ -270,13 +240,12 @@ def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
     `loosened`, when given, receives per group how many matrices that took and why.
     """
     indices = list(indices)
-    # make every (group, cell) sampler first, so a short pool fails before any work is done
-    held = np.array([g.held_side for g in plan.groups], dtype=np.int64)
+    # make every (group, cell) sampler first, so a short pool fails before any work is done;
     # every (group, cell) of the whole plan, not only the shard's: the filler weights are
     # computed from all of them, so a shard samples exactly as the single run does
-    every = plan.group_of.astype(np.int64)
-    every_cell = plan.neutral_side.astype(np.int64) * 2 + held[every]
-    keys, n = np.unique(np.stack([every, every_cell]), axis=1, return_counts=True)
+    cells = plan.cells()
+    keys, n = np.unique(np.stack([plan.group_of.astype(np.int64), cells]), axis=1,
+                        return_counts=True)
     matrices_of = {(int(g), int(c)): int(k) for (g, c), k in zip(keys.T.tolist(), n.tolist())}
     samplers: dict = {}
     loose: dict = {}  # (group, cell) -> the sampler over all the cell's crops
@@ -309,9 +278,8 @@ def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
     masks, region = pool.masks, pool.region
     crop_id, element = pool.crop_id, pool.element
     for i in indices:
-        g = int(plan.group_of[i])
+        g, cell = int(plan.group_of[i]), int(cells[i])
         group = plan.groups[g]
-        cell = int(plan.neutral_side[i]) * 2 + group.held_side
         key = (g, cell)
         sampler = samplers[key]
         answer = int(plan.answer[i])
@@ -352,7 +320,7 @@ def generate_matrices(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int])
     """The matrices with the given indices (pure: same pool, plan and index -> same matrix).
 
     Build `pool = PoolIndex(crops, seed, design)` and `plan = make_plan(scale, seed, design)`
-    with `design = splits.assign.load_rules().design`. Matrices carry no
+    with `design = vprom.splits.load_rules().design`. Matrices carry no
     split assignment yet (`generate_dataset` adds it).
     """
     return [m for m, _ in generate_rows(pool, plan, indices)]

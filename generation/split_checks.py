@@ -24,7 +24,14 @@ from vprom.generation.audit import Check
 from vprom.generation.dataset_view import Data, examples
 from vprom.errors import VpromError
 from vprom.records import N_CONTEXT, SPLITS, ElementType, Relation
-from vprom.splitting import PanelInfo, SplitRules, TrainBan, image_sides
+from vprom.splitting import (
+    PanelInfo,
+    SplitRules,
+    TrainBan,
+    banned_crops,
+    image_sides,
+    object_third,
+)
 from vprom.tables import CropTable, MatrixTable
 
 #: Paper rules that hold whatever the split spec files say (answer elements / super-attributes).
@@ -185,18 +192,6 @@ def check_leakage(data: Data) -> Check:
 
 
 # ---------------------------------------------------------------- 5. held-out labels
-def banned_crops(ban: TrainBan, relation: str, concepts) -> np.ndarray:
-    """Per crop: whether it shows, in a matrix of `relation`, a label `ban` holds out."""
-    memo: dict[tuple, bool] = {}  # concept sets repeat a lot between crops
-    out = np.zeros(len(concepts), dtype=bool)
-    for k, key in enumerate(concepts):
-        got = memo.get(key)
-        if got is None:
-            got = memo[key] = ban.shows_banned(relation, *key)
-        out[k] = got
-    return out
-
-
 def held_out_labels(data: Data, ban: TrainBan) -> int:
     """How many distinct labels of the data set's vocabulary `ban` holds out (any relation)."""
     vocab = data.vocabulary
@@ -204,8 +199,6 @@ def held_out_labels(data: Data, ban: TrainBan) -> int:
               for label, sa in vocab.tables.get(table, {}).items() if sa in sas}
     thirds = {t for ts in ban.object_thirds.values() for t in ts}
     if thirds:
-        from vprom.sampling import object_third
-
         labels |= {c for c in vocab.categories if object_third(c) in thirds}
     return len(labels)
 

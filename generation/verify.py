@@ -61,7 +61,7 @@ def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None =
            train_bans: Mapping[str, TrainBan] | None = None) -> VerifyReport:
     """Run every check on DATASET.h5 (and the feature probe with a FEATS.h5).
 
-    `rules` are the split rules the file was generated with (`splits.assign.load_rules()`).
+    `rules` are the split rules the file was generated with (`vprom.splits.load_rules()`).
     `check_matrix`, `assigner` and `train_bans` default to `vprom.solver.check_matrix`,
     `rules.assign` and `rules.design.train_bans`; they are parameters so each check can be
     tested on its own (a test's own split rules hold out no labels).

@@ -28,7 +28,7 @@ Every crop's `labels` column holds every canonical label its source has (all nam
 attributes of the region; for counts the count and the noun): generation needs them to
 prove each matrix has exactly one answer. A pass accumulates its crops as compact typed
 arrays with one interned string table (`_Columns`), so what it sends back to the parent (a
-`Part`) is a few numpy columns, not millions of Python objects. Input files are identified
+`PassResult`) is a few numpy columns, not millions of Python objects. Input files are identified
 by sha256, computed on the bytes as they are parsed.
 
 Box clipping (`_clip`) runs once per object and region, ~9M times at full scale: the common
@@ -95,7 +95,7 @@ class _Columns:
 
 
 @dataclass
-class Part:
+class PassResult:
     """What one worker returns: its crops, string table, statistics and input hashes."""
 
     columns: dict
@@ -168,7 +168,7 @@ class _Labeler:
 
 
 # ---------------------------------------------------------------- objects pass
-def mine_objects(paths: dict, min_side: int, vocab, position: int = 0) -> Part:
+def mine_objects(paths: dict, min_side: int, vocab, position: int = 0) -> PassResult:
     """The objects pass over objects.json + attributes.json (see the module docstring)."""
     start = time.perf_counter()
     inputs: dict[str, str] = {}
@@ -190,7 +190,7 @@ def mine_objects(paths: dict, min_side: int, vocab, position: int = 0) -> Part:
     bar.close()
     for s in sources:
         inputs[s.path.name] = s.sha256
-    return Part(cols.numpy(), cols.strings, stats, inputs,
+    return PassResult(cols.numpy(), cols.strings, stats, inputs,
                  seconds=time.perf_counter() - start)
 
 
@@ -328,7 +328,7 @@ def _add_attributes(image_id, box, source_id, attr_roles: dict, human: bool,
 
 
 # ---------------------------------------------------------------- counts pass
-def mine_counts(paths: dict, min_side: int, vocab, position: int = 1) -> Part:
+def mine_counts(paths: dict, min_side: int, vocab, position: int = 1) -> PassResult:
     """The counts pass over region_descriptions.json (see the module docstring)."""
     from vprom.mining.counts import parse_count
 
@@ -371,7 +371,7 @@ def mine_counts(paths: dict, min_side: int, vocab, position: int = 1) -> Part:
             _add_count(image.image_id, box, region, parsed, vocab, cols)
     bar.close()
     inputs[sources[0].path.name] = sources[0].sha256
-    return Part(cols.numpy(), cols.strings, stats, inputs, rows,
+    return PassResult(cols.numpy(), cols.strings, stats, inputs, rows,
                  seconds=time.perf_counter() - start)
 
 

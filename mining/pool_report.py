@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vprom.mining.pool_passes import ELEMENT_CODE, ELEMENT_TYPES, Part
+from vprom.mining.pool_passes import ELEMENT_CODE, ELEMENT_TYPES, PassResult
 from vprom.records import COUNTS
 from vprom.tables import CropTable
 
@@ -37,12 +37,12 @@ TOP_N = 30  # unknown labels / excluded attributes listed in the report
 COUNT_RANGE = f"{COUNTS[0]}-{COUNTS[-1]}"
 
 
-def report_data(table: CropTable, parts: list[Part], inputs: dict, min_side: int, vocab,
+def report_data(table: CropTable, passes: list[PassResult], inputs: dict, min_side: int, vocab,
                 excluded_file: str) -> dict:
     """The report's dictionary: the passes' statistics summed, and the pools of `table`."""
     stats: dict = {}
-    for part in parts:
-        for key, value in part.stats.items():
+    for result in passes:
+        for key, value in result.stats.items():
             if isinstance(value, list):
                 stats[key] = stats.get(key, []) + value
             elif isinstance(value, Counter):

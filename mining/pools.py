@@ -7,7 +7,7 @@ work on every platform (with `workers=1`, one after the other in this one):
   OBJECT, OBJECT_ATTRIBUTE and HUMAN_ATTRIBUTE pools;
 * the **counts pass** reads region_descriptions.json and feeds the COUNT pool.
 
-Each worker returns compact numpy columns plus one interned string table (a `Part`); the
+Each worker returns compact numpy columns plus one interned string table (a `PassResult`); the
 parent concatenates them, orders crops by element type, then input order, numbers them
 0..N-1 (same input → identical crops), and writes POOLS.h5 through `atomic_path` together
 with `<out>.report.md` and `<out>.report.json` (`mining.pool_report`) and
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from vprom.mining import processes, readers
-from vprom.mining.pool_passes import ELEMENT_TYPES, Part, mine_counts, mine_objects
+from vprom.mining.pool_passes import ELEMENT_TYPES, PassResult, mine_counts, mine_objects
 from vprom.mining.pool_report import MineReport, report_data, side_path
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest
@@ -58,20 +58,20 @@ def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers:
         from vprom.mining.vocab import load_vocabulary
 
         vocab = load_vocabulary()
-    parts = _run_parts(paths, min_side, vocab, workers)
+    passes = _run_passes(paths, min_side, vocab, workers)
     collected = time.perf_counter()
-    table, inputs = _merge(parts)
+    table, inputs = _merge(passes)
     excluded_path = side_path(out, ".excluded_counts.tsv")
-    data = report_data(table, parts, inputs, min_side, vocab, excluded_path.name)
+    data = report_data(table, passes, inputs, min_side, vocab, excluded_path.name)
     report = MineReport(out, data)
-    _write(out, table, report, parts[1].excluded_rows, excluded_path, vocab)
+    _write(out, table, report, passes[1].excluded_rows, excluded_path, vocab)
     report.elapsed_s = time.perf_counter() - start
-    report.timings = {"objects pass": parts[0].seconds, "counts pass": parts[1].seconds,
+    report.timings = {"objects pass": passes[0].seconds, "counts pass": passes[1].seconds,
                       "merge+write": time.perf_counter() - collected}
     return report
 
 
-def _run_parts(paths: dict, min_side: int, vocab, workers: int) -> list[Part]:
+def _run_passes(paths: dict, min_side: int, vocab, workers: int) -> list[PassResult]:
     """Both passes, in two spawned processes (workers >= 2) or one after the other here.
 
     Plain processes and pipes rather than a Pool (`mining.processes`): a worker that dies
@@ -100,7 +100,7 @@ def _run_parts(paths: dict, min_side: int, vocab, workers: int) -> list[Part]:
 
 
 def _child(conn, fn, paths: dict, min_side: int, vocab, position: int) -> None:
-    """Worker process body: run one pass, send back ("ok", Part) or ("error", exception)."""
+    """Worker process body: run one pass, send back ("ok", PassResult) or ("error", exception)."""
     import threading
 
     from tqdm import tqdm
@@ -115,19 +115,19 @@ def _child(conn, fn, paths: dict, min_side: int, vocab, position: int) -> None:
     conn.close()
 
 
-def _receive(conn, proc) -> Part:
+def _receive(conn, proc) -> PassResult:
     status, value = processes.receive(conn, proc)
     if status == "error":
         raise value
     return value
 
 
-def _merge(parts: list[Part]) -> tuple[CropTable, dict[str, str]]:
+def _merge(passes: list[PassResult]) -> tuple[CropTable, dict[str, str]]:
     """One CropTable ordered by element type, then input order; crop ids 0..N-1."""
     cols: dict[str, list] = {}
-    for part in parts:
-        strings = np.array(part.strings, dtype=object)
-        for name, values in part.columns.items():
+    for result in passes:
+        strings = np.array(result.strings, dtype=object)
+        for name, values in result.columns.items():
             if name in ("element", "super_attribute", "phrase", "labels"):
                 values = strings[values]
             cols.setdefault(name, []).append(values)
@@ -137,8 +137,8 @@ def _merge(parts: list[Part]) -> tuple[CropTable, dict[str, str]]:
     merged["element_type"] = np.array(ELEMENT_TYPES, dtype=object)[merged["element_type"]]
     table = CropTable(crop_id=np.arange(len(order), dtype=np.int64), **merged)
     inputs = {}
-    for part in parts:
-        inputs.update(part.inputs)
+    for result in passes:
+        inputs.update(result.inputs)
     return table, dict(sorted(inputs.items()))
 
 

@@ -3,7 +3,9 @@
 Every module of the package is read with `ast`, imports inside functions included. A module
 may import its own package, the packages of the floors below it and the third-party
 libraries its floor is allowed; the stages on floor 2 do not import each other (generation
-and verification are handed the split rules by the top floor instead).
+and verification are handed the split rules by the top floor instead). `vprom.runtime` (the
+devices and processes of the torch stages) is the one ground-level module allowed torch: it
+sits just above the ground, below `features` and `baselines`, which both run on it.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ RULES = {
     "mining": (("ground",), GROUND_LIBRARIES | {"ijson", "requests", "urllib3", "tqdm"}),
     "splits": (("ground",), GROUND_LIBRARIES),
     "generation": (("ground",), GROUND_LIBRARIES | {"tqdm"}),
-    "features": (("ground",), GROUND_LIBRARIES | {"tqdm", "torch", "torchvision"}),
-    "baselines": (("ground", "splits", "features"),
+    "runtime": (("ground",), GROUND_LIBRARIES | {"torch"}),
+    "features": (("ground", "runtime"), GROUND_LIBRARIES | {"tqdm", "torch", "torchvision"}),
+    "baselines": (("ground", "runtime", "splits", "features"),
                   GROUND_LIBRARIES | {"tqdm", "torch", "matplotlib"}),
-    "top": (("ground", "mining", "splits", "generation", "features", "baselines"), None),
+    "top": (("ground", "runtime", "mining", "splits", "generation", "features", "baselines"),
+            None),
 }
 
 
@@ -35,6 +39,8 @@ def floor(module: str) -> str:
     parts = module.split(".")
     if module == "vprom.__main__" or parts[:2] == ["vprom", "app"]:
         return "top"
+    if parts[:2] == ["vprom", "runtime"]:
+        return "runtime"
     return parts[1] if len(parts) > 1 and parts[1] in STAGES else "ground"
 
 

@@ -4,6 +4,10 @@ Each rule knows three things about a 3×3 matrix whose rows are (I_i1, I_i2, I_i
 
 * `sample(draws, elements)` — draw the 9 elements of a matrix that obeys it (8 context
   panels row-major, then the answer), from the element ids a generator allows;
+* `context(draws, answer, ...)` — the 8 context elements of a matrix whose answer is given
+  (the candidates-first sampler draws the answer before its context); `sample` and `context`
+  build their rows with the same layout (`layout` for And, `_or_row` for Or, `_square` for
+  Union, one step for all rows for Progression), so a relation's rows are written once;
 * `holds(rows)` — whether three rows of single elements obey it (the definition, readable);
 * `completions(masks)` — the solver's half: given the 8 context panels as bit masks of ALL
   the element ids each panel carries, the mask of every element a 9th panel could show to
@@ -29,7 +33,7 @@ Definitions (φ = the element a panel shows, rows i = 1..3):
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from vprom.records import Relation
 from vprom.sampling import Draws
@@ -61,6 +65,14 @@ class Rule:
     def sample(self, draws: Draws, elements: Sequence[int]) -> list[int]:
         raise TypeError(f"{type(self).__name__} must define sample")
 
+    def context(self, draws: Draws, answer: int, elements: Sequence[int],
+                others: Iterable[int] = (), partner: int = -1) -> list[int] | None:
+        """The 8 context elements (row-major) of a matrix whose 9th panel shows `answer`, or
+        None when the elements allow none. `elements`: the allowed ones; `others`: the other
+        elements rows 1-2 should show, best first (a lazy iterable: only the rules that read
+        it draw it); `partner`: Or's other element of row 3."""
+        raise TypeError(f"{type(self).__name__} must define context")
+
     def holds(self, rows: Sequence[Sequence[int]]) -> bool:
         raise TypeError(f"{type(self).__name__} must define holds")
 
@@ -71,13 +83,26 @@ class Rule:
 class And(Rule):
     relation = Relation.AND
 
+    @staticmethod
+    def layout(a: int, b: int, c: int) -> list[int]:
+        """The 9 panels of rows showing a, b and c."""
+        return [a, a, a, b, b, b, c, c, c]
+
     def sample(self, draws, elements):
         # three different rows when the element set allows, so no row repeats another
         if len(elements) >= 3:
             a, b, c = draws.distinct(elements, 3)
         else:
             a, b, c = (draws.pick(elements) for _ in range(3))
-        return [a, a, a, b, b, b, c, c, c]
+        return self.layout(a, b, c)
+
+    def context(self, draws, answer, elements, others=(), partner=-1):
+        others = list(others)
+        if not others:
+            return None
+        if len(others) < 2:
+            others = others * 2  # a 2-value super-attribute: rows 1 and 2 repeat
+        return self.layout(others[0], others[1], answer)[:8]
 
     def holds(self, rows):
         return all(r[0] == r[1] == r[2] for r in rows)
@@ -97,18 +122,25 @@ def _or_completing(a: int, b: int) -> int:
     return from_a | from_b
 
 
+def _or_row(draws: Draws, elements: Sequence[int]) -> list[int]:
+    """An Or row (x, y, x or y) of two distinct elements."""
+    x, y = draws.distinct(elements, 2)
+    # which column the third panel repeats is a fair coin, so neither is a tell
+    return [x, y, x if draws.coin() else y]
+
+
 class Or(Rule):
     relation = Relation.OR
     min_elements = 2
     completing_elements = 2
 
     def sample(self, draws, elements):
-        out = []
-        for _ in range(3):
-            x, y = draws.distinct(elements, 2)
-            # which column the third panel repeats is a fair coin, so neither is a tell
-            out += [x, y, x if draws.coin() else y]
-        return out
+        return _or_row(draws, elements) + _or_row(draws, elements) + _or_row(draws, elements)
+
+    def context(self, draws, answer, elements, others=(), partner=-1):
+        rows = _or_row(draws, elements) + _or_row(draws, elements)
+        # row 3 shows the answer and its partner, in either order
+        return rows + ([answer, partner] if draws.coin() else [partner, answer])
 
     def holds(self, rows):
         return all(r[0] != r[1] and r[2] in (r[0], r[1]) for r in rows)
@@ -132,19 +164,33 @@ def _union_sets(a: int, b: int, c: int) -> set[int]:
     return out
 
 
+def _square(draws: Draws, a: int, b: int, c: int) -> list[list[int]]:
+    """Three Union rows: the cyclic shifts of one order (a Latin square, so every column
+    shows every element once), read backwards on a fair coin."""
+    rows = [[a, b, c], [b, c, a], [c, a, b]]
+    if draws.coin():
+        rows = [r[::-1] for r in rows]
+    return rows
+
+
 class Union(Rule):
     relation = Relation.UNION
     min_elements = 3
 
     def sample(self, draws, elements):
-        a, b, c = draws.distinct(elements, 3)
-        # rows are the three cyclic shifts of one order (a Latin square), rows shuffled, so
-        # every column shows every element once
-        rows = [[a, b, c], [b, c, a], [c, a, b]]
-        if draws.coin():
-            rows = [r[::-1] for r in rows]
+        rows = _square(draws, *draws.distinct(elements, 3))
         draws.shuffle(rows)
         return rows[0] + rows[1] + rows[2]
+
+    def context(self, draws, answer, elements, others=(), partner=-1):
+        others = list(others)
+        if len(others) < 2:
+            return None
+        rows = _square(draws, answer, others[0], others[1])
+        last = next(r for r in rows if r[2] == answer)
+        first = [r for r in rows if r is not last]
+        draws.shuffle(first)
+        return first[0] + first[1] + last[:2]
 
     def holds(self, rows):
         sets = [frozenset(r) for r in rows]
@@ -198,12 +244,19 @@ class Progression(Rule):
         # signs), the last row's start from it and the other rows' starts uniformly
         ends = sorted({s + 2 * d for d, starts in options for s in starts})
         answer = draws.pick(ends)
-        d, starts = draws.pick([(d, st) for d, st in options if answer - 2 * d in st])
+        return self.context(draws, answer, elements) + [answer]
+
+    def context(self, draws, answer, elements, others=(), partner=-1):
+        options = _progressions(tuple(sorted(elements)))
+        fits = [(d, st) for d, st in options if answer - 2 * d in st]
+        if not fits:
+            return None
+        d, starts = draws.pick(fits)
         out = []
         for _ in range(2):
             s = draws.pick(starts)
             out += [s, s + d, s + 2 * d]
-        return out + [answer - 2 * d, answer - d, answer]
+        return out + [answer - 2 * d, answer - d]
 
     def holds(self, rows):
         steps = {r[1] - r[0] for r in rows}

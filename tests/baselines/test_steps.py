@@ -1,5 +1,5 @@
-"""The device-speed epoch: its plan, its equality with a plain loop, and its CUDA-only branches
-reached on the CPU with a stand-in for `torch.cuda`."""
+"""The device-speed epoch: each process's share of the batches, its equality with a plain loop,
+and its CUDA-only branches reached on the CPU with a stand-in for `torch.cuda`."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ import torch.nn.functional as F
 
 import vprom.baselines.steps as steps
 from vprom.baselines.data import load_split
-from vprom.baselines.steps import Stepper, batches, epoch_plan, make_optimizer, upload
+from vprom.baselines.steps import Stepper, batches, epoch_share, make_optimizer, upload
 from vprom.baselines.train import (
     build_model,
     ddp_device_ids,
     rng_devices,
     train_epoch,
 )
-from vprom.features.devices import World
+from vprom.runtime import World
 from tests.baselines.conftest import small_config
 
 ONE = World(0, 1, 0, torch.device("cpu"), owns_group=False)
@@ -31,31 +31,31 @@ def world(rank: int, size: int) -> World:
     return World(rank, size, rank, torch.device("cpu"), owns_group=False)
 
 
-# ---------------------------------------------------------------- the epoch plan
+# ---------------------------------------------------------------- the epoch share
 @pytest.mark.parametrize("n, batch_size, size", [(120, 16, 1), (101, 16, 2), (37, 64, 1),
                                                  (50, 7, 3)])
-def test_the_processes_plans_cover_every_batch_once(n, batch_size, size):
-    plans = [epoch_plan(n, batch_size, seed=4, epoch=2, world=world(r, size))
-             for r in range(size)]
+def test_the_processes_shares_cover_every_batch_once(n, batch_size, size):
+    per_rank = [epoch_share(n, batch_size, seed=4, epoch=2, world=world(r, size))
+                for r in range(size)]
     expected = batches(n, batch_size, 4, 2)
-    assert all(p.steps == len(expected) == max(1, math.ceil(n / batch_size)) for p in plans)
+    assert all(p.steps == len(expected) == max(1, math.ceil(n / batch_size)) for p in per_rank)
     for step, batch in enumerate(expected):
         # each process's real rows, in rank order, are the batch itself
-        shares = [p.index[step][p.weight[step] == 1] for p in plans]
+        shares = [p.index[step][p.weight[step] == 1] for p in per_rank]
         assert np.array_equal(np.concatenate(shares), batch)
-        for p in plans:
+        for p in per_rank:
             assert p.scale[step] == pytest.approx(size / len(batch))
             assert set(p.weight[step].tolist()) <= {0.0, 1.0}
             assert np.all(p.index[step] >= 0) and np.all(p.index[step] < n)
-    assert sum(p.count for p in plans) == n
-    for rank, p in enumerate(plans):  # one shape every epoch: a graph can replay it
-        assert epoch_plan(n, batch_size, 4, 7, world(rank, size)).index.shape == p.index.shape
+    assert sum(p.count for p in per_rank) == n
+    for rank, p in enumerate(per_rank):  # one shape every epoch: a graph can replay it
+        assert epoch_share(n, batch_size, 4, 7, world(rank, size)).index.shape == p.index.shape
 
 
-def test_the_plan_is_fixed_by_seed_and_epoch():
-    a, b = epoch_plan(90, 16, 1, 3, ONE), epoch_plan(90, 16, 1, 3, ONE)
+def test_the_share_is_fixed_by_seed_and_epoch():
+    a, b = epoch_share(90, 16, 1, 3, ONE), epoch_share(90, 16, 1, 3, ONE)
     assert np.array_equal(a.index, b.index)
-    assert not np.array_equal(a.index, epoch_plan(90, 16, 1, 4, ONE).index)
+    assert not np.array_equal(a.index, epoch_share(90, 16, 1, 4, ONE).index)
 
 
 # ---------------------------------------------------------------- equality with a plain loop
@@ -93,7 +93,7 @@ def setup(tiny_pair, model: str, aux: bool):
 
 
 def stepper_for(net, optimizer, data, config, graphs=False) -> Stepper:
-    shape = epoch_plan(len(data.parts["train"]), config.batch_size, config.seed, 0,
+    shape = epoch_share(len(data.parts["train"]), config.batch_size, config.seed, 0,
                        ONE).index.shape
     return Stepper(net, optimizer, data, config.aux, ONE, *shape, cuda_graphs=graphs)
 
@@ -103,7 +103,7 @@ def test_device_epochs_equal_a_plain_loop(tiny_pair, model, aux):
     config, data, fast_net, fast_opt = setup(tiny_pair, model, aux)
     _, _, plain_net, plain_opt = setup(tiny_pair, model, aux)
     stepper = stepper_for(fast_net, fast_opt, data, config)
-    # 120 matrices in batches of 24 (5 full ones); the last epoch's plan is checked too
+    # 120 matrices in batches of 24 (5 full ones); the last epoch's share is checked too
     for epoch in range(config.epochs):
         fast = train_epoch(stepper, config, epoch, ONE)
         plain = reference_epoch(plain_net, plain_opt, data, config, epoch)
@@ -116,24 +116,24 @@ def test_device_epochs_equal_a_plain_loop(tiny_pair, model, aux):
 def test_padding_rows_weigh_nothing(tiny_pair):
     # 120 matrices in 18 batches of 7 or 6 over 2 processes: rank 0's shares are 4 or 3
     # rows, so some steps are padded to the width 4; the first is compared with its real rows
-    plan = epoch_plan(120, 7, 0, 0, world(0, 2))
-    padded_steps = np.flatnonzero((plan.weight == 0).any(axis=1))
+    share = epoch_share(120, 7, 0, 0, world(0, 2))
+    padded_steps = np.flatnonzero((share.weight == 0).any(axis=1))
     assert len(padded_steps)
     first = int(padded_steps[0])
-    plan = steps.EpochPlan(plan.index[first:], plan.weight[first:], plan.scale[first:],
-                           plan.count)
+    share = steps.EpochShare(share.index[first:], share.weight[first:], share.scale[first:],
+                             share.count)
     _, data, net, optimizer = setup(tiny_pair, "mlp-sum-2", False)
-    padded = Stepper(net, optimizer, data, False, world(0, 2), *plan.index.shape)
-    padded.load(plan)
+    padded = Stepper(net, optimizer, data, False, world(0, 2), *share.index.shape)
+    padded.load(share)
     before = copy.deepcopy(net.state_dict())
     padded.step()
     # the same step computed from the real rows alone
     _, _, other, other_opt = setup(tiny_pair, "mlp-sum-2", False)
-    real = torch.from_numpy(plan.index[0][plan.weight[0] == 1])
-    assert len(real) < plan.index.shape[1]
+    real = torch.from_numpy(share.index[0][share.weight[0] == 1])
+    assert len(real) < share.index.shape[1]
     part = data.parts["train"]
     out = other(data.panels(part, real))
-    loss = F.cross_entropy(out.scores, part.answer[real], reduction="sum") * plan.scale[0]
+    loss = F.cross_entropy(out.scores, part.answer[real], reduction="sum") * share.scale[0]
     other_opt.zero_grad()
     loss.backward()
     other_opt.step()

@@ -163,17 +163,17 @@ def test_resume_after_a_kill_reaches_the_same_weights(tiny_pair, tmp_path, monke
     straight = train(small_config(dataset, features, tmp_path / "straight", epochs=3,
                                   aux=True))
 
-    original = train_module._end_epoch
+    original = train_module.Run.save
 
     def killed_after_first_epoch(*args, **kwargs):
         original(*args, **kwargs)
         raise KeyboardInterrupt  # the process dies right after epoch 1's checkpoint
 
-    monkeypatch.setattr(train_module, "_end_epoch", killed_after_first_epoch)
+    monkeypatch.setattr(train_module.Run, "save", killed_after_first_epoch)
     config = small_config(dataset, features, tmp_path / "killed", epochs=3, aux=True)
     with pytest.raises(KeyboardInterrupt):
         train(config)
-    monkeypatch.setattr(train_module, "_end_epoch", original)
+    monkeypatch.setattr(train_module.Run, "save", original)
     assert len(history(config.out)) == 1
     resumed = train(small_config(dataset, features, config.out, epochs=3, aux=True))
 

@@ -21,7 +21,7 @@ def synthetic_build(tmp_path_factory) -> tuple[Path, Path]:
     from vprom.generation.dataset import generate
     from vprom.mining.pools import mine
     from vprom.mining.synth import write_corpus
-    from vprom.splits.assign import load_rules
+    from vprom.splits import load_rules
 
     root = tmp_path_factory.mktemp("synthetic_build")
     write_corpus(root / "vg", images=IMAGES, seed=SEED)

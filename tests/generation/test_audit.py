@@ -8,7 +8,7 @@ import pytest
 
 from vprom.generation import audit
 from vprom.generation.verify import verify
-from vprom.splits.assign import load_rules
+from vprom.splits import load_rules
 from tests.dataset_fixture import build_records, fixture_assign, write_dataset
 
 

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from vprom.generation.dataset import generate, generate_dataset, merge_shards
-from vprom.generation.plan import make_plan
-from vprom.generation.pool_index import PoolIndex
+from vprom.generation.plan import HoldOut, make_plan
+from vprom.generation.pool_index import CELL_NAMES, PoolIndex, cell_of
 from vprom.generation.sampler import generate_matrices
-from vprom.splits.assign import load_rules
+from vprom.splits import load_rules
 from tests.generation.conftest import SMALL_SCALE, tiny_crops
 from vprom.errors import VpromError
 from vprom.io import manifest_path
 from vprom.records import SPLITS, TABLE1, ElementType
-from vprom.sampling import object_third
+from vprom.splitting import object_third
 from vprom.solver import check_matrix
 from vprom.tables import read_crop_table, read_manifest, read_matrix_table
 
@@ -85,7 +85,8 @@ def test_small_super_attributes_get_a_symmetric_candidate_profile(small_dataset)
     # every object super-attribute of the tiny pool has fewer than 8 attributes, so each
     # object-attribute matrix needs distractors from other super-attributes: they come in
     # equal blocks, so "the candidates' commonest super-attribute" never singles out the
-    # answer's (human matrices are drawn candidates first: see test_exchangeable)
+    # answer's (human matrices are drawn candidates first: see test_soundness.py's
+    # test_human_candidates_are_exchangeable)
     data = small_dataset
     index = _crop_index(data)
     symmetric = uneven = 0
@@ -121,6 +122,36 @@ def test_answer_position_is_uniform_on_a_few_thousand(crops):
     # the planned positions over all indices are exactly balanced
     full = np.bincount(plan.answer, minlength=8)
     assert full.max() - full.min() <= 1
+
+
+def test_groups_say_which_elements_in_typed_fields():
+    plan = make_plan(0.01, 3, RULES.design)
+    by_name = {(g.element_type, g.relation.value, g.name): g for g in plan.groups}
+    odd = by_name[(ElementType.COUNT, "and", "c:1,3,5,7,9")]
+    assert odd.counts == (1, 3, 5, 7, 9) and odd.held_side == 0
+    assert by_name[(ElementType.COUNT, "and", "any")].counts == ()
+    assert by_name[(ElementType.COUNT, "or", "c:6,7,8,9,10")].held_side == 1
+    thirds = {g.third for g in plan.groups if g.element_type is ElementType.OBJECT}
+    assert thirds == {0, 1, 2}
+    held = by_name[(ElementType.OBJECT_ATTRIBUTE, "and", "held_sa")]
+    assert held.hold_out is HoldOut.SUPER_ATTRIBUTE and held.held_side == 1
+    every = ["action", "color", "material", "shape", "texture"]
+    asked, shown = held.super_attributes(RULES.design, every)
+    assert set(asked) == {"action", "shape", "texture"} and shown == every
+    train = by_name[(ElementType.OBJECT_ATTRIBUTE, "and", "train")]
+    asked, shown = train.super_attributes(RULES.design, every)
+    assert not set(asked) & {"action", "shape", "texture"}
+    assert not set(shown) & {"action", "shape", "texture"} and set(asked) <= set(shown)
+
+
+def test_a_matrix_takes_its_crops_from_its_groups_held_out_side_and_its_neutral_side():
+    plan = make_plan(0.01, 3, RULES.design)
+    cells = plan.cells()
+    for i in range(0, len(plan), 97):
+        group = plan.groups[plan.group_of[i]]
+        assert cells[i] == cell_of(int(plan.neutral_side[i]), group.held_side)
+        assert CELL_NAMES[cells[i]].split("/")[1].endswith("test" if group.held_side else
+                                                           "train")
 
 
 def test_every_split_has_train_val_and_test(small_dataset):

@@ -15,7 +15,7 @@ from vprom.generation.labels import LabelVocabulary
 from vprom.generation.plan import make_plan
 from vprom.generation.pool_index import PoolIndex
 from vprom.generation.split_checks import check_held_out
-from vprom.splits.assign import load_rules
+from vprom.splits import load_rules
 from tests.generation.conftest import HUMAN_ATTRIBUTES, VOCABULARY, tiny_crops
 from vprom.errors import VpromError
 from vprom.records import Matrix, Relation
@@ -191,7 +191,7 @@ def test_a_violation_is_counted_per_split(larger):
     k = next(i for i, mid in enumerate(m.id) if int(mid) in train
              and m.element_type[i] == "object_attribute")
     crop = view.rows[k, 3]
-    from vprom.sampling import object_third
+    from vprom.splitting import object_third
 
     held = next(c for c in sorted(view.vocabulary.categories) if object_third(c) == 0)
     view.crops.labels[crop] += "|" + held  # a held-out category now named by a panel
@@ -273,7 +273,8 @@ def test_a_train_side_cell_too_thin_to_avoid_held_out_labels_is_loosened_and_sai
 
 
 def test_banned_crops_agree_with_the_ban_crop_by_crop(larger):
-    from vprom.generation.split_checks import banned_crops, crop_concepts
+    from vprom.generation.split_checks import crop_concepts
+    from vprom.splitting import banned_crops
 
     view = in_memory(larger)
     concepts = crop_concepts(view)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vprom.generation.verify import verify
-from vprom.splits.assign import load_rules
+from vprom.splits import load_rules
 from tests.dataset_fixture import build_records, fixture_assign, write_dataset
 from vprom.app import cli
 from vprom.io import manifest_path, sha256_file, write_json
@@ -339,7 +339,7 @@ def test_an_empty_dataset_fails(tmp_path):
 
 
 def test_a_generated_dataset_passes_with_the_real_rules(tmp_path, capsys):
-    """End to end with `vprom generate`, `vprom.solver` and `splits.assign` (manifest seed)."""
+    """End to end with `vprom generate`, `vprom.solver` and the split rules (manifest seed)."""
     from vprom.generation.dataset import generate
     from tests.dataset_fixture import write_pools
 

@@ -254,7 +254,7 @@ def test_every_glyph_is_one_connected_silhouette(category):
 
 def test_every_object_third_has_enough_categories():
     # held-out-objects matrices draw all 8+ candidates of a matrix from one third
-    from vprom.sampling import object_third
+    from vprom.splitting import object_third
 
     thirds = [sum(object_third(o) == t for o in OBJECTS) for t in range(3)]
     assert min(thirds) >= 14, thirds

@@ -10,19 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vprom.splits.assign import (
-    SPEC_DIR,
+from vprom.splits.specs import SPEC_DIR, load_rules, load_split_specs
+from vprom.errors import VpromError
+from vprom.records import RELATIONS_OF, SPLITS, ElementType, Matrix
+from vprom.splitting import (
+    PanelInfo,
     assign,
     choose_val,
     held_out_design,
-    load_rules,
-    load_split_specs,
+    image_sides,
+    object_third,
     val_size,
 )
-from vprom.errors import VpromError
-from vprom.records import RELATIONS_OF, SPLITS, ElementType, Matrix
-from vprom.sampling import object_third
-from vprom.splitting import PanelInfo, image_sides
 
 SPECS = load_split_specs()
 OBJECTS = [f"obj{k}" for k in range(30)]

@@ -113,7 +113,7 @@ def test_a_run_record_names_its_data_set(pairs):
 
 def test_verify_refuses_features_of_another_data_set(tmp_path):
     from vprom.generation.verify import verify
-    from vprom.splits.assign import load_rules
+    from vprom.splits import load_rules
     from tests.dataset_fixture import build_records, fixture_assign, write_dataset
 
     paths = []

@@ -51,6 +51,30 @@ def test_sampled_rows_obey_their_rule(relation):
         assert rule.holds(rows), rows
 
 
+@pytest.mark.parametrize("relation", list(Relation))
+def test_a_context_drawn_for_an_answer_obeys_its_rule_with_that_answer(relation):
+    rule, elements = RULES[relation], list(range(1, 11))
+    for i in range(200):
+        draws = Draws(7, i)
+        answer = draws.pick([3, 4, 5, 6, 7, 8] if relation is Relation.PROGRESSION else elements)
+        others = [e for e in draws.shuffled(elements) if e != answer]
+        partner = others[0]
+        ids = rule.context(draws, answer, elements, iter(others[1:]), partner=partner)
+        rows = [ids[0:3], ids[3:6], ids[6:8] + [answer]]
+        assert rule.holds(rows), (relation, answer, rows)
+        if relation is Relation.OR:
+            assert set(rows[2][:2]) == {answer, partner}
+
+
+def test_a_context_needs_the_other_elements_its_rows_show():
+    draws = Draws(0, 0)
+    assert RULES[Relation.AND].context(draws, 1, [1], iter(())) is None
+    assert RULES[Relation.AND].context(draws, 1, [1, 2], iter([2])) == [2] * 6 + [1, 1]
+    assert RULES[Relation.UNION].context(draws, 1, [1, 2], iter([2])) is None
+    # within 1..3 a progression (1, 2, 3 or 3, 2, 1) ends on 1 or 3, never on 2
+    assert RULES[Relation.PROGRESSION].context(draws, 2, [1, 2, 3], ()) is None
+
+
 def test_or_balances_the_repeated_column():
     picks = [RULES[Relation.OR].sample(Draws(1, i), list(range(6))) for i in range(2000)]
     first = sum(p[8] == p[6] for p in picks) / len(picks)

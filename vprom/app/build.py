@@ -30,7 +30,7 @@ from vprom.generation.stats import format_stats, stats, write_stats
 from vprom.generation.verify import verify
 from vprom.mining.pools import mine
 from vprom.mining.synth import write_corpus
-from vprom.splits.assign import load_rules
+from vprom.splits import load_rules
 from vprom.errors import VpromError
 from vprom.io import check_output, make_manifest, sha256_file, write_json, write_text
 from vprom.outputs import writes

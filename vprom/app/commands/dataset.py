@@ -29,7 +29,7 @@ def add_generate(p):
 
 
 def run_generate(args):
-    from vprom.splits.assign import load_rules
+    from vprom.splits import load_rules
 
     summary = generate(args.pools, args.out, load_rules(), scale=args.scale, seed=args.seed,
                        shard=args.shard)
@@ -49,7 +49,7 @@ def add_merge(p):
 
 def run_merge(args):
     from vprom.generation.dataset import merge_shards
-    from vprom.splits.assign import load_rules
+    from vprom.splits import load_rules
 
     print(merge_shards(args.shards, args.out, load_rules()))
 
@@ -97,7 +97,7 @@ def add_verify(p):
 
 def run_verify(args):
     from vprom.generation.verify import verify
-    from vprom.splits.assign import load_rules
+    from vprom.splits import load_rules
 
     from vprom.app.lineage import lineage_problems
 

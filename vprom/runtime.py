@@ -1,4 +1,8 @@
-"""Devices and processes for the torch stages: extraction here, training in `baselines`.
+"""The runtime of the torch stages: the device and the data-parallel processes (`World`).
+
+Extraction (`vprom.features`) and training and evaluation (`vprom.baselines`) both run on it,
+so it sits on its own step just above the ground floor: the one ground-level module that may
+import torch, and that nothing on the ground floor imports.
 
 One rule for every command. `--device` names a torch device: `cpu`, `cuda` or `cuda:N`, or
 nothing for CUDA when it is available, else the CPU. A plain `cuda` means the current

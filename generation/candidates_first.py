@@ -20,10 +20,11 @@ could be the answer of a matrix of its block's super-attribute:
 
 Then the answer is the candidate in the planned answer position, a uniform choice among the
 8, and the matrix's super-attribute is its block's; the context is drawn last, for that
-answer (`_context`), and redrawn until the solver finds exactly the answer. Whatever
-statistic of the candidates a model computes — values held once, label counts, how often an
-element is right — the answer is any one of them with probability 1/8, so per-element answer
-rates and label counts are balanced by construction, not by weights.
+answer (`_context`: the relation's `Rule.context` in `vprom.relations`), and redrawn until
+the solver finds exactly the answer. Whatever statistic of the candidates a model computes
+— values held once, label counts, how often an element is right — the answer is any one of
+them with probability 1/8, so per-element answer rates and label counts are balanced by
+construction, not by weights.
 
 The profile has a *focus* block, as large as the data allow, so most candidates share the
 matrix's likely super-attribute (the paper prefers it); its size is drawn between what the
@@ -43,7 +44,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from vprom.generation.plan import Group
+from vprom.generation.pool_index import draw_crops
 from vprom.records import N_CANDIDATES, Relation
+from vprom.relations import RULES
 from vprom.sampling import Draws
 from vprom.solver import completion_mask
 
@@ -283,45 +286,16 @@ class HumanSampler:
         """8 context crops of super-attribute `sa` for the answer `a` (Or: row 3 shows a and
         v), their other elements preferably the answer's block mates (so the candidates show
         elements of the context)."""
-        relation = self.group.relation
         pool = self.eligible[sa]
-        if relation is Relation.OR:
-            ids = []
-            for _ in range(2):
-                x, y = draws.distinct(pool, 2)
-                ids += [x, y, x if draws.coin() else y]
-            ids += [a, v] if draws.coin() else [v, a]
-        else:
-            shuffled_mates = list(draws.shuffled(mates))
-            rest = [e for e in draws.shuffled(pool) if e != a and e not in mates]
-            others = shuffled_mates + rest
-            if len(others) < 2:
-                if relation is not Relation.AND or not others:
-                    return None
-                others = others * 2  # And on a 2-value super-attribute: rows may repeat
-            b, c = others[:2]
-            if relation is Relation.AND:
-                ids = [b, b, b, c, c, c, a, a]
-            else:  # union: a Latin square whose last row misses a
-                square = [[a, b, c], [b, c, a], [c, a, b]]
-                if draws.coin():
-                    square = [r[::-1] for r in square]
-                last = next(r for r in square if r[2] == a)
-                first = [r for r in square if r is not last]
-                draws.shuffle(first)
-                ids = first[0] + first[1] + last[:2]
-        rows, taken, u = [], set(used), draws.uniform
-        for e in ids:
-            crops = self.crops_of[e]
-            for _ in range(8):
-                r = crops[int(u() * len(crops))]
-                if self.region[r] not in taken:
-                    break
-            else:
-                return None
-            taken.add(self.region[r])
-            rows.append(r)
-        return rows
+
+        def others():  # drawn only when the rule reads them (Or does not)
+            first = list(draws.shuffled(mates))
+            yield from first + [e for e in draws.shuffled(pool) if e != a and e not in mates]
+
+        ids = RULES[self.group.relation].context(draws, a, pool, others(), partner=v)
+        if ids is None:
+            return None
+        return draw_crops(draws, ids, self.crops_of, self.region, used)
 
 
 def _allocate(draws: Draws, have: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -386,18 +360,14 @@ def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int
             m = masks[r]
             by_known.setdefault(sum(1 << k for k, v in enumerate(values) if m & v), []).append(r)
         knows[e] = by_known
-    held = set(design.held_super_attributes.get(etype.value, ()))
-    pairs = set(design.held_pairs.get(etype.value, {}).get(group.relation.value, ()))
-    every = list(range(len(names)))
-    if group.name == "held_sa":
-        focus, blocks = [index[s] for s in names if s in held], every
-    elif group.name == "held_pair":
-        focus, blocks = [index[s] for s in names if s in pairs], every
-    else:  # train side: no held-out super-attribute, nor this relation's pair
-        focus = blocks = [index[s] for s in names if s not in held and s not in pairs]
+    asked, _ = group.super_attributes(design, names)
+    focus = [index[s] for s in asked]
+    # any candidate may be the answer, so a train-side group's blocks are only what it may
+    # ask about; a test-side group's answer may land on any super-attribute (not held out)
+    blocks = list(range(len(names))) if group.held_side else focus
     sampler = HumanSampler(group, cell, crops_of, masks, pool.region,
-                           pool.groups.get(etype, []), names, values, eligible, focus, blocks,
-                           knows, pool.element_id, label=label)
+                           pool.solver_groups.get(etype, []), names, values, eligible, focus,
+                           blocks, knows, pool.element_id, label=label)
     sampler.skipped = sorted(names[s] for s in focus
                              if not sampler.alone(s) and sampler.block_max(s, (s,)) == 0)
     return sampler

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vprom.features import devices
-from vprom.features.devices import join_world, joined_world, resolve_device
+from vprom import runtime as devices
+from vprom.runtime import join_world, joined_world, resolve_device
 from vprom.errors import VpromError
 
 
