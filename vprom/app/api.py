@@ -248,6 +248,7 @@ def reproduce(out, vg=None, synthetic=False, **options):
 
         vprom.reproduce("repro", vg="data/vg", models="rn", splits="neutral")
     """
-    from vprom.app.reproduce import ReproduceConfig, reproduce as run
+    from vprom.app.reproduce import ReproduceConfig
+    from vprom.app.reproduce import reproduce as run
 
     return run(ReproduceConfig(vg=vg, synthetic=synthetic, out=Path(out), **options))
