@@ -31,8 +31,9 @@ HEADER = f"""# Command-line reference
 
 One entry point, `vprom` (also `python -m vprom`, and `torchrun ... -m vprom train|extract`
 for several processes). Every command prints its own help with `vprom COMMAND --help`, shows
-a progress bar on long work, and on failure exits with status 1 and one line saying why
-(130 when interrupted). `vprom --version` prints the version.
+a progress bar on long work, and on failure exits non-zero with one line saying why (the
+exit statuses: [errors and resuming](errors-and-resuming.md)). `vprom --version` prints the
+version.
 
 This page is generated from the parser, so it always matches the installed command. What the
 options mean in depth, and how to choose them, is on each stage's page ([index](README.md)).
