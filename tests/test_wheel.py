@@ -14,6 +14,7 @@ top-level name but `vprom` and its dist-info, besides the `.pth`.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -39,8 +40,12 @@ def run(*args, cwd=None) -> str:
 def installed(tmp_path_factory) -> Path:
     """A fresh venv with the wheel installed: its folder."""
     root = tmp_path_factory.mktemp("wheel")
+    # built from a copy: setuptools writes build/ and *.egg-info into the tree it builds
+    source = root / "source"
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", "tests"))
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-        "-w", root / "dist", ROOT)
+        "-w", root / "dist", source)
     [wheel] = (root / "dist").glob("vprom-*.whl")
     env = root / "venv"
     venv.create(env, with_pip=False, symlinks=True)
