@@ -20,7 +20,9 @@ $(STAMP): pyproject.toml
 # The whole pipeline on the synthetic corpus: build (synth -> mine -> generate -> verify ->
 # stats), features (resnet18 with random weights, as no pretrained weights can be fetched
 # offline; 112 px crops, the synthetic objects being ~120 px), the relation network with and
-# without the auxiliary loss, evaluation, report and one rendered matrix.
+# without the auxiliary loss, the two controls expected at chance (the relation network on
+# shuffled context panels, and the context-blind model), evaluation, report and one rendered
+# matrix.
 demo: $(STAMP)
 	$(BIN)/vprom build --synthetic --out $(DEMO_OUT)
 	$(BIN)/vprom extract $(DEMO_OUT)/dataset.h5 --vg $(DEMO_OUT)/vg --backbone resnet18 \
@@ -29,10 +31,17 @@ demo: $(STAMP)
 		--model rn --split neutral --epochs $(DEMO_EPOCHS) $(DEMO_TRAIN) --out $(DEMO_OUT)/runs/rn-neutral
 	$(BIN)/vprom train $(DEMO_OUT)/dataset.h5 --features $(DEMO_OUT)/features/resnet18.h5 \
 		--model rn --split neutral --epochs $(DEMO_EPOCHS) $(DEMO_TRAIN) --aux --out $(DEMO_OUT)/runs/rn-neutral-aux
+	$(BIN)/vprom train $(DEMO_OUT)/dataset.h5 --features $(DEMO_OUT)/features/resnet18.h5 \
+		--model rn --split neutral --epochs $(DEMO_EPOCHS) $(DEMO_TRAIN) --shuffle-context \
+		--out $(DEMO_OUT)/runs/controls/rn-shuffled-context
+	$(BIN)/vprom train $(DEMO_OUT)/dataset.h5 --features $(DEMO_OUT)/features/resnet18.h5 \
+		--model context-blind --split neutral --epochs $(DEMO_EPOCHS) $(DEMO_TRAIN) \
+		--out $(DEMO_OUT)/runs/controls/context-blind
 	$(BIN)/vprom evaluate $(DEMO_OUT)/runs/rn-neutral
 	$(BIN)/vprom evaluate $(DEMO_OUT)/runs/rn-neutral-aux
-	$(BIN)/vprom report $(DEMO_OUT)/runs/rn-neutral $(DEMO_OUT)/runs/rn-neutral-aux \
-		--out $(DEMO_OUT)/report
+	$(BIN)/vprom evaluate $(DEMO_OUT)/runs/controls/rn-shuffled-context
+	$(BIN)/vprom evaluate $(DEMO_OUT)/runs/controls/context-blind
+	$(BIN)/vprom report $(DEMO_OUT)/runs --out $(DEMO_OUT)/report
 	$(BIN)/vprom show $(DEMO_OUT)/dataset.h5 --id 0 --vg $(DEMO_OUT)/vg --answer \
 		--out $(DEMO_OUT)/matrix-0.png
 	$(BIN)/vprom human-study $(DEMO_OUT)/dataset.h5 --vg $(DEMO_OUT)/vg --n 20 \

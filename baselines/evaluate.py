@@ -27,7 +27,7 @@ import numpy as np
 
 from vprom.baselines.config import TrainConfig
 from vprom.baselines.data import load_split
-from vprom.baselines.learning import did_not_learn
+from vprom.baselines.learning import control_result, did_not_learn, is_control
 from vprom.baselines.run_folder import load_checkpoint, published_metrics
 from vprom.baselines.train import build_model, plain, predict
 from vprom.runtime import resolve_device
@@ -144,7 +144,12 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
         "chance": CHANCE,
         **breakdowns(correct, test.relation_name, test.element_type),
     }
-    metrics["did_not_learn"] = did_not_learn(metrics, state["history"])
+    if is_control(config.model, config.shuffle_context):  # expected at chance: checked so
+        passed, why = control_result(metrics)
+        metrics["control"] = {"expected": "chance", "passed": passed, "why": why}
+        metrics["did_not_learn"] = []
+    else:
+        metrics["did_not_learn"] = did_not_learn(metrics, state["history"])
     write_json(run / "metrics.json", published_metrics(metrics, run))
     return metrics
 
@@ -171,6 +176,9 @@ def format_metrics(metrics: dict) -> str:
     lines.append("by relation x element type:")
     for r, per_type in metrics["by_relation_element_type"].items():
         lines += [f"  {r + ' / ' + t:30s} {_pct(s)}" for t, s in per_type.items()]
+    if metrics.get("control"):
+        verdict = "PASS" if metrics["control"]["passed"] else "FAIL"
+        lines.append(f"CONTROL {verdict}: {metrics['control']['why']}")
     for reason in metrics.get("did_not_learn") or []:
         lines.append(f"DID NOT LEARN: {reason}")
     lines.append(f"written to {Path(metrics['run']) / 'metrics.json'}")

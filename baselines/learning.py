@@ -11,6 +11,14 @@ Such a run is flagged in `vprom evaluate`'s summary, in every table of `vprom re
 `vprom reproduce`, and listed on the report page; it is not dropped, since chance can be
 the honest result of a control or of a split that does not generalise.
 
+A **control** is expected at chance instead: the context-blind model (it never sees the
+context) and any model trained on shuffled context panels (`--shuffle-context`: each
+matrix's context replaced by another's). Reaching chance is its success, so it is never
+flagged as not having learned; `control_result` checks it against chance with the rule of
+`vprom verify`'s bias probes: it passes when the lower end of its test accuracy's 95% Wilson
+interval is at most chance + 2 points (14.5%), and fails when it is clearly above, which
+would mean the answer can be found without the context (a shortcut in the data set).
+
 Runs of one table cell (model, features, aux, control, split) are averaged over seeds. They
 must differ in nothing else: `settings` collects what a run was trained with (every training
 setting except the seed and where it ran, plus the data set's content hash and the features'
@@ -24,7 +32,7 @@ import math
 from pathlib import Path
 
 from vprom.errors import VpromError
-from vprom.records import CHANCE, N_CANDIDATES
+from vprom.records import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
 from vprom.statistics import wilson_interval
 
 #: ln 8, the answer loss of uniform scores
@@ -39,6 +47,28 @@ NOT_SETTINGS = ("seed", "out", "device", "restart", "cuda_graphs", "resume", "da
 def chance_interval(n: int) -> tuple[float, float]:
     """The 95% Wilson interval of a chance-level score (12.5%) on n matrices."""
     return wilson_interval(CHANCE * n, n)
+
+
+#: models that are controls whatever they are trained on: they cannot see the context
+CONTROL_MODELS = ("context-blind",)
+
+
+def is_control(model: str, shuffle_context: bool) -> bool:
+    """Whether a run is a control, expected at chance (see the module doc)."""
+    return shuffle_context or model in CONTROL_MODELS
+
+
+def control_result(metrics: dict) -> tuple[bool, str]:
+    """(passed, why) for a control: at chance unless its 95% interval's lower end exceeds
+    chance + SHORTCUT_MARGIN."""
+    low, high = metrics["test"]["ci95"]
+    limit = CHANCE + SHORTCUT_MARGIN
+    accuracy = 100 * metrics["test"]["accuracy"]
+    interval = f"{accuracy:.1f}% (95% interval {100 * low:.1f}–{100 * high:.1f}%)"
+    if low <= limit:
+        return True, f"at chance as expected: {interval}, lower end ≤ {100 * limit:.1f}%"
+    return False, (f"above chance: {interval}, lower end > {100 * limit:.1f}%; the answer can "
+                   "be found without the context")
 
 
 def did_not_learn(metrics: dict, history: list[dict]) -> list[str]:

@@ -8,6 +8,10 @@ the CSVs say how many there were; runs of one key whose settings differ are refu
 the setting (`baselines.learning.check_alike`). A run that did not learn (its loss never
 left ln 8, or its accuracy is within the chance interval) is marked "(did not learn)" in
 every table, counted in the CSVs' `did_not_learn` column and listed with its reasons.
+Controls (the context-blind model, runs on shuffled context) are expected at chance instead:
+they are marked "control: pass" or "control: FAIL" against that expectation
+(`baselines.learning.control_result`) and listed in their own section, never as runs that
+did not learn.
 
 Written into DIR (each file atomically):
     table2.md / table2.csv   the paper's Table 2 layout on the neutral split: models ×
@@ -38,7 +42,13 @@ from vprom.baselines.paper import (
     feature_type,
     paper_accuracy,
 )
-from vprom.baselines.learning import check_alike, did_not_learn, settings
+from vprom.baselines.learning import (
+    check_alike,
+    control_result,
+    did_not_learn,
+    is_control,
+    settings,
+)
 from vprom.errors import VpromError
 from vprom.io import atomic_path, write_text
 from vprom.outputs import writes
@@ -64,6 +74,10 @@ class Entry:
     @property
     def accuracy(self) -> float:
         return 100 * self.metrics["test"]["accuracy"]
+
+    @property
+    def is_control(self) -> bool:
+        return is_control(self.model, bool(self.control))
 
     @property
     def label(self) -> str:
@@ -98,8 +112,10 @@ def load_entry(run: str | Path) -> Entry:
     history_path = run / "history.json"
     history = json.loads(history_path.read_text()) if history_path.is_file() else []
     control = "shuffled context" if metrics.get("shuffle_context") else ""
+    # a control at chance has done what it is for: it is checked by control_result instead
+    flags = [] if is_control(model, bool(control)) else did_not_learn(metrics, history)
     return Entry(run, model, backbone, feature_type(backbone), aux, control, split, metrics,
-                 history, settings(run, metrics), did_not_learn(metrics, history))
+                 history, settings(run, metrics), flags)
 
 
 def expand_runs(paths) -> list[Path]:
@@ -142,14 +158,21 @@ class Cell:
         """How many of its runs did not learn."""
         return sum(bool(e.flags) for e in self.entries)
 
+    def mark(self) -> str:
+        """What a reader must know beside the number: a control's verdict, or that runs did
+        not learn ("" for a plain cell whose runs learned)."""
+        if self.entries[0].is_control:
+            passed = all(control_result(e.metrics)[0] for e in self.entries)
+            return " (control: pass)" if passed else " (control: FAIL)"
+        if not self.not_learned:
+            return ""
+        return (" (did not learn)" if self.not_learned == len(self.entries)
+                else f" ({self.not_learned} of {len(self.entries)} did not learn)")
+
     def text(self) -> str:
         low, high = self.ci
         runs = f", {len(self.entries)} runs" if len(self.entries) > 1 else ""
-        flag = ""
-        if self.not_learned:
-            flag = (" (did not learn)" if self.not_learned == len(self.entries)
-                    else f" ({self.not_learned} of {len(self.entries)} did not learn)")
-        return f"{self.accuracy:.1f} ({low:.1f}–{high:.1f}{runs}){flag}"
+        return f"{self.accuracy:.1f} ({low:.1f}–{high:.1f}{runs}){self.mark()}"
 
 
 def group(entries: list[Entry]) -> dict[str, dict[Key, Cell]]:
@@ -265,7 +288,7 @@ def splits_markdown(rows: list[dict]) -> str:
 
 
 def _split_cell(cell: Cell) -> str:
-    return f"{cell.accuracy:.1f}" + (" (did not learn)" if cell.not_learned else "")
+    return f"{cell.accuracy:.1f}{cell.mark()}"
 
 
 def not_learned_markdown(entries: list[Entry]) -> str:
@@ -275,6 +298,19 @@ def not_learned_markdown(entries: list[Entry]) -> str:
         return ""
     lines = [f"{len(flagged)} of {len(entries)} runs did not learn:\n"]
     lines += [f"- `{e.run}` ({e.label}, {e.split}): {'; '.join(e.flags)}" for e in flagged]
+    return "\n".join(lines) + "\n"
+
+
+def controls_markdown(entries: list[Entry]) -> str:
+    """The controls, each passed or failed against chance ("" when there are none)."""
+    controls = [e for e in entries if e.is_control]
+    if not controls:
+        return ""
+    lines = ["Controls cannot use the context, so they are expected at chance (12.5%): a "
+             "control passes when the lower end of its 95% interval is at most 14.5%.\n"]
+    for e in controls:
+        passed, why = control_result(e.metrics)
+        lines.append(f"- {'pass' if passed else 'FAIL'}: `{e.run}` ({e.label}, {e.split}): {why}")
     return "\n".join(lines) + "\n"
 
 
@@ -390,12 +426,15 @@ def report(run_dirs, out: str | Path) -> str:
         curves(with_history, out / "curves.png")
         plots.append("curves.png")
     not_learned = not_learned_markdown(entries)
+    controls = controls_markdown(entries)
     page = (f"# V-PROM baselines: {len(entries)} runs\n\nFeatures: {backbones}.\n\n"
             f"## Table 2 (neutral split)\n\n{t2_md}\n## Splits\n\n{sp_md}\n"
+            + (f"## Controls (expected at chance)\n\n{controls}\n" if controls else "")
             + (f"## Runs that did not learn\n\n{not_learned}\n" if not_learned else "")
             + "## Plots\n\n" + "".join(f"![{p}]({p})\n\n" for p in plots))
     write_text(out / "report.md", page)
     written = ["report.md", *files, *plots]
     return (f"report over {len(entries)} runs written to {out}:\n"
             + "\n".join(f"  {out / name}" for name in written)
+            + (f"\n{controls.rstrip()}" if controls else "")
             + (f"\n{not_learned.rstrip()}" if not_learned else ""))

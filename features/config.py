@@ -1,7 +1,7 @@
 """What `vprom extract` is asked to do, as one frozen dataclass (no torch needed to build it).
 
-The command line takes its defaults from here, so each is written once; `features.extract`
-runs it.
+The command line takes its options, defaults and help from here (`vprom.fields.option`),
+so each is written once; `features.extract` runs it.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vprom.errors import VpromError
+from vprom.fields import option
 
 #: How features may be stored.
 STORED_DTYPES = ("float16", "float32")
@@ -25,26 +26,52 @@ COMPRESSIONS = ("none", "gzip", "lzf")
 
 @dataclass(frozen=True)
 class ExtractConfig:
-    dataset: Path
-    vg: Path
-    backbone: str
-    out: Path
-    weights: str = "imagenet"
-    batch_size: int = 64
-    workers: int | None = None  # None: 2 on CPU, the cores per GPU process less 2 on CUDA
-    device: str | None = None
-    dtype: str = "float16"
-    resume: bool = True
-    allow_missing: bool = False
-    compile: bool = False
-    input_size: int | None = None  # None: the backbone's own (224); small values for tests
-    chunk_batches: int = 16  # batches per resumable chunk
-    decode: str = "auto"
-    region: str = "crop"
-    pool: str = "avg"
-    compression: str = "none"  # of the HDF5 dataset (worth it for --pool none maps)
-    prefetch: int = 2  # batches each DataLoader worker prepares ahead
-    in_flight: int = 2  # batches queued on the device before the oldest result is awaited
+    dataset: Path = option(positional=True, help="DATASET.h5 (its crops are extracted)")
+    vg: Path = option(help="Visual Genome folder (holding VG_100K/)")
+    backbone: str = option(help="see `vprom extract --list`")
+    out: Path = option(output="file", help="FEATS.h5 to write")
+    weights: str = option("imagenet", help="imagenet | none | PATH to a state dict")
+    batch_size: int = option(64, help="crops per forward (%(default)s; 256 suits a large GPU)")
+    # None: 2 on CPU, the cores per GPU process less 2 on CUDA
+    workers: int | None = option(None, help="DataLoader processes reading/decoding JPEGs "
+                                            "(default: 2 on CPU; on CUDA the CPU cores per GPU "
+                                            "process less 2, at most 16)")
+    device: str | None = option(None, help="cuda, cuda:N or cpu (default: cuda if available; "
+                                           "under torchrun each process takes its LOCAL_RANK's "
+                                           "GPU)")
+    dtype: str = option("float16", choices=STORED_DTYPES,
+                        help="stored dtype (pooling and L2 run in float32)")
+    resume: bool = option(True, flag="--no-resume",
+                          help="start over even if a matching partial file exists")
+    allow_missing: bool = option(False, help="finish even if some images are missing (they are "
+                                             "reported)")
+    compile: bool = option(False, help="torch.compile the backbone (CUDA)")
+    # None: the backbone's own (224); small values for tests
+    input_size: int | None = option(None, help="crop side in pixels (default: the backbone's, "
+                                               "224); with --region roi the image's shorter "
+                                               "side (default 600)")
+    chunk_batches: int = option(16, help="batches per resumable chunk (a killed run redoes at "
+                                         "most one chunk)")
+    decode: str = option("auto", choices=DECODERS, help=(
+        "where JPEGs are decoded: cpu = Pillow in the workers; gpu = torchvision on the device "
+        "(nvjpeg; on a CPU device torchvision's CPU decoder in the workers); auto (default) = "
+        "gpu on CUDA nodes with under 12 CPU cores per GPU, else cpu"))
+    region: str = option("crop", choices=REGIONS, help=(
+        "crop (default): each box warped to SxS through the whole trunk; roi (bottomup-r101): "
+        "the detector's procedure: whole image at shorter side 600, res4 once per image, 14x14 "
+        "RoI max pooling per box, res5"))
+    pool: str = option("avg", choices=POOLS, help=(
+        "avg (default): one pooled, L2-normalised vector per crop; none: the last conv map per "
+        "crop as an (N, C, H, W) dataset 'maps' (float16: about 200 KB per crop for resnet101 "
+        "at 224, 2048x7x7; 800 KB for bottomup-r101, 2048x14x14); `vprom train` takes pooled "
+        "vectors only"))
+    # of the HDF5 dataset (worth it for --pool none maps)
+    compression: str = option("none", choices=COMPRESSIONS, help=(
+        "HDF5 compression of the stored dataset (%(default)s; gzip is readable everywhere, lzf "
+        "only by h5py)"))
+    prefetch: int = option(2, help="batches each worker prepares ahead (%(default)s)")
+    in_flight: int = option(2, help="batches queued on the device before the oldest result is "
+                                    "awaited (%(default)s; 0 waits for every batch)")
 
     def __post_init__(self) -> None:
         for name in ("dataset", "vg", "out"):

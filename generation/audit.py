@@ -42,10 +42,10 @@ from itertools import chain
 import numpy as np
 from tqdm import tqdm
 
-from vprom.records import CHANCE, N_CANDIDATES
+from vprom.records import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
 from vprom.statistics import chi2_sf, wilson_interval
 
-MARGIN = 0.02  # a shortcut worth at most 2 accuracy points is tolerated
+MARGIN = SHORTCUT_MARGIN  # a shortcut worth at most 2 accuracy points is tolerated
 POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests
 MIN_PROBE_TEST = 50  # fewer test matrices than this tell nothing; the probe is skipped
 

@@ -1,3 +1,27 @@
-"""vprom: build the V-PROM visual-reasoning benchmark from Visual Genome and run its baselines."""
+"""vprom: build the V-PROM visual-reasoning benchmark from Visual Genome and run its baselines.
+
+The stages are functions of this package: `vprom.build`, `vprom.generate`, `vprom.train`, ...
+(the list is `vprom.app.api.__all__`; docs/python-api.md explains them). They live on the top
+floor, in `vprom.app.api`, and are looked up here only when first used (PEP 562 module
+`__getattr__`): `import vprom` itself imports none of the stages, and no torch.
+"""
 
 __version__ = "0.1.0"
+
+#: the stage functions of `vprom.app.api`, in pipeline order (tests/test_api.py keeps the two
+#: lists equal)
+API = ("build", "synth", "mine", "generate", "merge", "verify", "stats", "load_dataset",
+       "export", "extract", "load_features", "train", "evaluate", "report", "reproduce")
+
+
+def __getattr__(name: str):
+    if name not in API:
+        raise AttributeError(f"module 'vprom' has no attribute {name!r}")
+    from vprom.app import api  # the one import that goes up a floor: lazy, by design
+
+    value = globals()[name] = getattr(api, name)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *API})

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -292,6 +293,29 @@ def read_matrix_table(path: str | Path) -> MatrixTable:
             raise VpromError(f"{path}: is {kind}, but this command takes a DATASET.h5 (from "
                              "`vprom generate` or `vprom build`)")
         return MatrixTable.read(h5["matrices"], h5["splits"])
+
+
+@dataclass
+class DatasetFile:
+    """A whole DATASET.h5 in memory: `crops`, `matrices` (with every split) and `manifest`."""
+
+    path: Path
+    crops: CropTable
+    matrices: MatrixTable
+    manifest: dict
+
+    @classmethod
+    def read(cls, path: str | Path) -> "DatasetFile":
+        path = Path(path)
+        return cls(path, read_crop_table(path), read_matrix_table(path), read_manifest(path))
+
+    @cached_property
+    def _parts(self) -> dict[int, dict[str, str]]:
+        return self.matrices.parts_of()
+
+    def matrix(self, row: int) -> Matrix:
+        """Row `row` of the matrices table as a `Matrix` record, its splits included."""
+        return self.matrices.row(row, self._parts)
 
 
 def content_hash(path: str | Path) -> str:

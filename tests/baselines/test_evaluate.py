@@ -110,3 +110,17 @@ def test_metrics_record_the_settings_and_whether_the_run_learned(tiny_pair, tmp_
     assert metrics["config"]["lr"] == 1e-12 and metrics["config"]["optimizer"] == "adam"
     assert any("never left ln 8" in reason for reason in metrics["did_not_learn"])
     assert "DID NOT LEARN: its training loss never left ln 8" in format_metrics(metrics)
+
+
+def test_a_control_is_checked_against_chance_not_flagged(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    run = train(small_config(dataset, features, tmp_path / "blind", model="context-blind",
+                             epochs=1))
+    metrics = evaluate(run, device="cpu")
+    assert metrics["did_not_learn"] == []
+    control = metrics["control"]
+    assert control["expected"] == "chance" and isinstance(control["passed"], bool)
+    low = metrics["test"]["ci95"][0]
+    assert control["passed"] == (low <= 0.145)
+    assert f"CONTROL {'PASS' if control['passed'] else 'FAIL'}: " in format_metrics(metrics)
+    assert json.loads((run / "metrics.json").read_text())["control"] == control

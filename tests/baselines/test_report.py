@@ -151,7 +151,8 @@ def fake_run(folder, accuracy: float, n: int, losses: list[float], **config):
                 "optimizer": "adadelta", "lr": 1.0, "center_features": False, "seed": 0,
                 "dataset": "d.h5", "features": "f.h5", **config}
     metrics = {"run": str(folder), "model": settings["model"], "split": settings["split"],
-               "aux": settings["aux"], "shuffle_context": False, "seed": settings["seed"],
+               "aux": settings["aux"], "shuffle_context": settings["shuffle_context"],
+               "seed": settings["seed"],
                "features": {"backbone": "resnet101", "weights": "imagenet"},
                "dataset_content_hash": "sha256:abc", "config": settings, "test": score,
                "by_relation": {"and": score}, "by_element_type": {"object": score},
@@ -180,6 +181,37 @@ def test_runs_that_did_not_learn_are_flagged(tmp_path):
     page = (tmp_path / "out" / "report.md").read_text()
     assert "## Runs that did not learn" in page and "(did not learn)" in page
     assert str(learned) not in page.split("## Runs that did not learn")[1].split("##")[0]
+
+
+def test_controls_are_shown_as_controls_and_checked_against_chance(tmp_path):
+    blind = fake_run(tmp_path / "blind", 0.132, 1000, [2.0794, 2.0794], model="context-blind")
+    shuffled = fake_run(tmp_path / "shuffled", 0.12, 1000, [2.08], shuffle_context=True)
+    leaky = fake_run(tmp_path / "leaky", 0.20, 1000, [1.9], shuffle_context=True, aux=True)
+    learned = fake_run(tmp_path / "learned", 0.40, 1000, [2.0, 1.5])
+    summary = report([blind, shuffled, leaky, learned], tmp_path / "out")
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "did not learn" not in summary and "## Runs that did not learn" not in page
+    controls = page.split("## Controls (expected at chance)")[1].split("\n## ")[0]
+    assert f"- pass: `{blind}`" in controls and f"- pass: `{shuffled}`" in controls
+    assert f"- FAIL: `{leaky}`" in controls and "above chance: 20.0%" in controls
+    assert str(learned) not in controls
+    table2 = (tmp_path / "out" / "table2.md").read_text()
+    low, high = wilson_interval(132, 1000)
+    assert f"13.2 ({100 * low:.1f}–{100 * high:.1f}) (control: pass)" in table2
+    assert "(control: FAIL)" in table2 and "(did not learn)" not in table2
+    assert "(control: pass)" in (tmp_path / "out" / "splits.md").read_text()
+
+
+def test_a_control_passes_while_its_interval_reaches_down_to_chance_plus_two_points():
+    from vprom.baselines.learning import control_result
+
+    def at(correct, n):
+        return {"test": {"accuracy": correct / n, "ci95": list(wilson_interval(correct, n))}}
+
+    assert control_result(at(125, 1000))[0]
+    low = lambda k: wilson_interval(k, 1000)[0]  # noqa: E731
+    edge = max(k for k in range(1000) if low(k) <= 0.145)
+    assert control_result(at(edge, 1000))[0] and not control_result(at(edge + 1, 1000))[0]
 
 
 def test_the_chance_interval_is_wilsons_around_one_in_eight():

@@ -3,14 +3,17 @@
 Argparse types that refuse a bad value at parse time with a one-line message (`output_file`,
 `output_folder`, `positive`, `shard`, `duration`), `default`, which reads an option's default
 from the function or config dataclass that owns it (so no default is written twice), and
-`options_of`, the parsed options as keyword arguments.
+`options_of`, the parsed options as keyword arguments; `add_fields`, which declares the
+options of a config dataclass from its fields (`vprom.fields.option`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import math
+import typing
 from pathlib import Path
 
 from vprom.mining.download import parse_duration
@@ -79,3 +82,44 @@ def duration(text: str) -> float:
         return parse_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+# ---------------------------------------------------------------- options from a config
+def add_fields(parser: argparse.ArgumentParser, config: type, names=None, *,
+               optional: bool = False) -> None:
+    """Add the fields of dataclass `config` declared with `vprom.fields.option` (or only
+    `names`) to `parser`: flag, default, help, choices and type all come from the field, so
+    each is written once. `optional`: no argument is required (for a command whose other
+    mode, such as `extract --list`, needs none)."""
+    hints = typing.get_type_hints(config)
+    for field in dataclasses.fields(config):
+        if "help" not in field.metadata or (names is not None and field.name not in names):
+            continue
+        parser.add_argument(*_flags(field), **_argument(field, hints[field.name], optional))
+
+
+def _flags(field: dataclasses.Field) -> list[str]:
+    if field.metadata["positional"]:
+        return [field.name]
+    return [field.metadata["flag"] or "--" + field.name.replace("_", "-")]
+
+
+def _argument(field: dataclasses.Field, hint, optional: bool) -> dict:
+    meta, required = field.metadata, field.default is dataclasses.MISSING
+    out = {"help": meta["help"]}
+    if not meta["positional"]:
+        out["dest"] = field.name
+    if hint is bool:  # a switch: --name turns on a False default, --no-name turns off a True one
+        out["action"] = "store_false" if field.default else "store_true"
+        return out
+    kind = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+    out["type"] = {"file": output_file, "folder": output_folder}.get(meta["output"], kind)
+    out["default"] = None if required else field.default
+    if required and meta["positional"]:
+        out["nargs"] = "?" if optional else None
+    elif not meta["positional"]:
+        out["required"] = required and not optional
+    for key in ("choices", "metavar"):
+        if meta[key] is not None:
+            out[key] = meta[key]
+    return out

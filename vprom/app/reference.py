@@ -31,17 +31,29 @@ HEADER = f"""# Command-line reference
 
 One entry point, `vprom` (also `python -m vprom`, and `torchrun ... -m vprom train|extract`
 for several processes). Every command prints its own help with `vprom COMMAND --help`, shows
-a progress bar on long work, and on failure exits with status 1 and one line saying why
-(130 when interrupted). `vprom --version` prints the version.
+a progress bar on long work, and on failure exits non-zero with one line saying why (the
+exit statuses: [errors and resuming](errors-and-resuming.md)). `vprom --version` prints the
+version.
 
 This page is generated from the parser, so it always matches the installed command. What the
 options mean in depth, and how to choose them, is on each stage's page ([index](README.md)).
 """
 
 
+def _safe(text: str) -> str:
+    """Text safe in a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
 def _text(value: str) -> str:
-    """A help string as the user reads it (argparse's %-escapes undone), safe in a table."""
-    return value.replace("%%", "%").replace("|", "\\|").replace("\n", " ")
+    """A summary as the user reads it (argparse's %-escapes undone), safe in a table."""
+    return _safe(value.replace("%%", "%"))
+
+
+def _expanded(action: argparse.Action) -> str:
+    """An argument's help as `--help` prints it: `%(default)s` and the like filled in from
+    the action, the way argparse's HelpFormatter does, `%%` as `%`."""
+    return action.help % {**vars(action), "prog": "vprom"}
 
 
 def _metavar(action: argparse.Action) -> str:
@@ -70,7 +82,10 @@ def _option(action: argparse.Action) -> str:
 
 
 def _arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+    """The arguments a user is shown: not --help, not those kept hidden (help SUPPRESS, such
+    as a flag still accepted for older scripts)."""
+    return [a for a in parser._actions if not isinstance(a, argparse._HelpAction)
+            and a.help != argparse.SUPPRESS]
 
 
 def synopsis(name: str, parser: argparse.ArgumentParser) -> str:
@@ -126,7 +141,7 @@ def _cell(action: argparse.Action) -> str:
 
 
 def _help(action: argparse.Action) -> str:
-    parts = [_text(action.help)] if action.help else []
+    parts = [_safe(_expanded(action))] if action.help else []
     if action.choices is not None:
         parts.append("one of " + ", ".join(f"`{c}`" for c in action.choices))
     return "; ".join(parts) or "—"

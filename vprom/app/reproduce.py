@@ -22,7 +22,7 @@ Weights: one per backbone ("imagenet" by default where the backbone has torchvis
 weights; the bottom-up backbone needs the path of its converted checkpoint).
 
 The stages are imported inside the functions that run them, so the command line reads
-`ReproduceConfig`'s defaults without importing torch.
+`ReproduceConfig`'s options without importing torch (the config modules import none).
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from vprom.baselines.config import DEFAULTS_FILE, TrainConfig
 from vprom.errors import VpromError
+from vprom.features.config import ExtractConfig
+from vprom.fields import borrowed, like, option
 from vprom.io import sha256_file
 from vprom.outputs import writes
 from vprom.stamps import stamp, why_stale
@@ -41,22 +44,29 @@ CONTROL_SPLIT = "neutral"
 
 @dataclass(frozen=True)
 class ReproduceConfig:
-    """The grid to run; `backbones`, `weights`, `models` and `splits` are comma lists."""
+    """The grid to run; `backbones`, `weights`, `models` and `splits` are comma lists.
+    Settings that mean the same as in `vprom train` or `vprom extract` are borrowed from
+    their configs (`like`), help and default included, and handed on with `borrowed`."""
 
     vg: Path | None
     synthetic: bool
-    out: Path
+    out: Path = option(output="folder", help="folder for the build, features, runs and report")
     scale: float | None = None  # None: build's default (1.0 on VG, small when synthetic)
     images: int | None = None
-    backbones: str = "resnet101,bottomup-r101"
-    weights: str | None = None
-    models: str = "mlp-sum-6,gru-shared,vqa,rn"
-    splits: str = ",".join(SPLITS)
-    epochs: int = 20
-    seed: int = 0
-    device: str | None = None
-    input_size: int | None = None  # crop side for extraction (None: the backbone's own)
-    center_features: bool = False
+    backbones: str = option("resnet101,bottomup-r101",
+                            help="comma list (see `vprom extract --list`)")
+    weights: str | None = option(None, help="comma list, one per backbone (default: imagenet "
+                                            "for torchvision ones)")
+    models: str = option("mlp-sum-6,gru-shared,vqa,rn",
+                         help="comma list of models, each trained without and with --aux, at "
+                              f"its defaults from baselines/{DEFAULTS_FILE}")
+    splits: str = option(",".join(SPLITS), help="comma list")
+    epochs: int = like(TrainConfig, "epochs", help="maximum epochs per run")
+    seed: int = like(TrainConfig, "seed", help="seed of the build and of every run")
+    device: str | None = like(TrainConfig, "device")
+    input_size: int | None = like(ExtractConfig, "input_size", help="crop side for extraction "
+                                  "(default: the backbone's, 224)")
+    center_features: bool = like(TrainConfig, "center_features")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Path(self.out))
@@ -151,7 +161,6 @@ def _build(config: ReproduceConfig) -> tuple[Path, Path]:
 def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: str,
               weights: str) -> Path:
     """OUT/features/<backbone>.h5, extracted unless a complete file from the same inputs exists."""
-    from vprom.features.config import ExtractConfig
     from vprom.features.extract import extract
     from vprom.features.reader import check_complete
 
@@ -168,21 +177,19 @@ def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: st
             why = str(e)
     print(f"features: {backbone} ({weights}) -> {out} ({why})", flush=True)
     extract(ExtractConfig(dataset=dataset, vg=vg_dir, backbone=backbone, weights=weights,
-                          out=out, device=config.device, input_size=config.input_size))
+                          out=out, **borrowed(config, ExtractConfig)))
     stamp(out, record)
     return out
 
 
 def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
                         config: ReproduceConfig) -> None:
-    from vprom.baselines.config import TrainConfig
     from vprom.baselines.evaluate import evaluate, format_metrics
     from vprom.baselines.train import train
 
     train(TrainConfig(dataset=dataset, features=features, model=spec.model, split=spec.split,
-                      aux=spec.aux, out=run, epochs=config.epochs,
-                      shuffle_context=spec.shuffle_context, seed=config.seed,
-                      center_features=config.center_features, device=config.device))
+                      aux=spec.aux, out=run, shuffle_context=spec.shuffle_context,
+                      **borrowed(config, TrainConfig)))
     print(format_metrics(evaluate(run, device=config.device)), flush=True)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vprom.app import api
 from vprom.app.commands.base import Command
 from vprom.app.options import default, duration, output_file, output_folder, positive
 from vprom.mining.download import download, load_expected
@@ -62,7 +63,7 @@ def add_synth(p):
 
 
 def run_synth(args):
-    print(write_corpus(args.out, images=args.images, seed=args.seed, workers=args.workers))
+    print(api.synth(args.out, images=args.images, seed=args.seed, workers=args.workers))
 
 
 SYNTH = Command(
@@ -82,7 +83,7 @@ def add_mine(p):
 
 
 def run_mine(args):
-    report = mine(args.vg, args.out, min_side=args.min_side, workers=args.workers)
+    report = api.mine(args.vg, args.out, min_side=args.min_side, workers=args.workers)
     print(report.summary())
 
 

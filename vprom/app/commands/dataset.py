@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from vprom.app.build import SYNTHETIC_IMAGES, SYNTHETIC_SCALE, VG_SCALE, build
+from vprom.app import api
 from vprom.app.commands.base import Command
 from vprom.app.options import default, output_file, output_folder, positive, shard
 from vprom.errors import VpromError
@@ -29,11 +30,7 @@ def add_generate(p):
 
 
 def run_generate(args):
-    from vprom.splits import load_rules
-
-    summary = generate(args.pools, args.out, load_rules(), scale=args.scale, seed=args.seed,
-                       shard=args.shard)
-    print(summary)
+    print(api.generate(args.pools, args.out, scale=args.scale, seed=args.seed, shard=args.shard))
 
 
 GENERATE = Command(
@@ -48,10 +45,7 @@ def add_merge(p):
 
 
 def run_merge(args):
-    from vprom.generation.dataset import merge_shards
-    from vprom.splits import load_rules
-
-    print(merge_shards(args.shards, args.out, load_rules()))
+    print(api.merge(args.shards, args.out))
 
 
 MERGE = Command(
@@ -75,8 +69,8 @@ def add_build(p):
 
 
 def run_build(args):
-    build(args.out, vg=args.vg, synthetic=args.synthetic, images=args.images,
-          scale=args.scale, seed=args.seed)
+    api.build(args.out, vg=args.vg, synthetic=args.synthetic, images=args.images,
+              scale=args.scale, seed=args.seed)
 
 
 BUILD = Command(
@@ -96,12 +90,9 @@ def add_verify(p):
 
 
 def run_verify(args):
-    from vprom.generation.verify import verify
-    from vprom.splits import load_rules
-
     from vprom.app.lineage import lineage_problems
 
-    report = verify(args.dataset, load_rules(), features=args.features)
+    report = api.verify(args.dataset, features=args.features)
     print(report.format())
     if not report.ok:
         raise VpromError(f"{args.dataset}: verification failed ({report.failures()})")
@@ -124,14 +115,14 @@ def add_stats(p):
 
 
 def run_stats(args):
-    from vprom.generation.stats import format_stats, stats, write_stats
+    from vprom.generation.stats import format_stats, write_stats
     from vprom.outputs import claim
 
     if args.json is None:
-        print(format_stats(stats(args.dataset)))
+        print(format_stats(api.stats(args.dataset)))
         return
     with claim(args.json, ("stats",), inputs=(args.dataset,)):
-        figures = stats(args.dataset)
+        figures = api.stats(args.dataset)
         print(format_stats(figures))
         write_stats(figures, args.json)
 
@@ -192,15 +183,13 @@ def add_export(p):
 
 
 def run_export(args):
-    from vprom.generation.export import export
-
     check = output_file if args.format == "jsonl" else output_folder
     try:  # before any work: --out must be writable as what the format writes
         out = check(str(args.out))
     except argparse.ArgumentTypeError as e:
         raise VpromError(f"--out {e}") from None
-    print(export(args.dataset, args.format, out, vg_dir=args.vg, copy=args.copy,
-                 split=args.split, size=args.size))
+    print(api.export(args.dataset, args.format, out, vg=args.vg, copy=args.copy,
+                     split=args.split, size=args.size))
 
 
 EXPORT = Command(
