@@ -149,12 +149,31 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
     return metrics
 
 
-def _pct(s: dict) -> str:
+def format_score(s: dict) -> str:
     if s["accuracy"] is None:
         return "n/a"
     low, high = s["ci95"]
     return (f"{100 * s['accuracy']:5.1f}%  [{100 * low:5.1f}, {100 * high:5.1f}]  "
             f"({s['correct']}/{s['n']})")
+
+
+def format_breakdowns(metrics: dict, beside=None) -> list[str]:
+    """The breakdowns of `metrics`, one group a line; `beside(key, name)` may return a text
+    to print after a group's figures (`vprom score` adds the perception-only ceiling)."""
+    def more(key, name):
+        text = beside(key, name) if beside else ""
+        return f"   {text}" if text else ""
+
+    lines = []
+    for title, key in (("relation", "by_relation"), ("element type", "by_element_type")):
+        lines.append(f"by {title}:")
+        lines += [f"  {name:18s} {format_score(s)}{more(key, name)}"
+                  for name, s in metrics[key].items()]
+    lines.append("by relation x element type:")
+    for r, per_type in metrics["by_relation_element_type"].items():
+        lines += [f"  {r + ' / ' + t:30s} {format_score(s)}"
+                  f"{more('by_relation_element_type', (r, t))}" for t, s in per_type.items()]
+    return lines
 
 
 def format_metrics(metrics: dict) -> str:
@@ -164,13 +183,9 @@ def format_metrics(metrics: dict) -> str:
     lines = [f"{metrics['model']}{aux}{control} on {metrics['split']} "
              f"({metrics['features'].get('backbone')} features), best epoch "
              f"{metrics['checkpoint']['epoch']}",
-             f"test accuracy {_pct(metrics['test'])}   95% Wilson interval; chance 12.5%"]
-    for title, key in (("relation", "by_relation"), ("element type", "by_element_type")):
-        lines.append(f"by {title}:")
-        lines += [f"  {name:18s} {_pct(s)}" for name, s in metrics[key].items()]
-    lines.append("by relation x element type:")
-    for r, per_type in metrics["by_relation_element_type"].items():
-        lines += [f"  {r + ' / ' + t:30s} {_pct(s)}" for t, s in per_type.items()]
+             f"test accuracy {format_score(metrics['test'])}   95% Wilson interval; "
+             "chance 12.5%"]
+    lines += format_breakdowns(metrics)
     for reason in metrics.get("did_not_learn") or []:
         lines.append(f"DID NOT LEARN: {reason}")
     lines.append(f"written to {Path(metrics['run']) / 'metrics.json'}")

@@ -26,7 +26,11 @@ RULES = {
     "features": (("ground",), GROUND_LIBRARIES | {"tqdm", "torch", "torchvision"}),
     "baselines": (("ground", "splits", "features"),
                   GROUND_LIBRARIES | {"tqdm", "torch", "matplotlib"}),
-    "top": (("ground", "mining", "splits", "generation", "features", "baselines"), None),
+    # vprom.data (the public torch Dataset) sits beside baselines: it needs torch, which the
+    # rest of vprom/*.py may not import
+    "data": (("ground", "splits", "features"), GROUND_LIBRARIES | {"torch"}),
+    "top": (("ground", "mining", "splits", "generation", "features", "baselines", "data"),
+            None),
 }
 
 
@@ -35,6 +39,8 @@ def floor(module: str) -> str:
     parts = module.split(".")
     if module == "vprom.__main__" or parts[:2] == ["vprom", "app"]:
         return "top"
+    if module == "vprom.data":
+        return "data"
     return parts[1] if len(parts) > 1 and parts[1] in STAGES else "ground"
 
 
