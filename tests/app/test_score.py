@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.baselines.conftest import small_config, tiny_pair  # noqa: F401
+from tests.baselines.conftest import small_config
 from vprom.app.cli import main
 from vprom.app.score import read_predictions, score_predictions
 from vprom.baselines.data import load_split

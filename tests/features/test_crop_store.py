@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.dataset_fixture import build_records, write_dataset, write_images
-from tests.own_model_fixture import STORE_SIZE, own_build  # noqa: F401
+from tests.own_model_fixture import STORE_SIZE, own_build  # noqa: F401 (fixture)
 from vprom.errors import VpromError
 from vprom.features.crop_store import CropStore, StoreJob, build_crop_store
 from vprom.features.crops import decode_crops

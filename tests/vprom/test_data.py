@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from tests.own_model_fixture import DIM, MAP_SHAPE, STORE_SIZE, own_build, write_features  # noqa: F401
+from tests.own_model_fixture import DIM, MAP_SHAPE, STORE_SIZE
 from vprom.data import VPROM
 from vprom.errors import VpromError
 from vprom.features.crop_store import CropStore

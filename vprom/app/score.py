@@ -13,7 +13,7 @@ found is one line of the refusal, with counts and examples: test problems left o
 listed twice, ids that are not matrices of the data set. Predictions of matrices outside the
 test part (a file covering every problem) are allowed and not scored.
 
-Scoring is `vprom evaluate`'s own (`baselines.evaluate.breakdowns`): accuracy with 95% Wilson
+Scoring is `vprom evaluate`'s own (`baselines.metrics.breakdowns`): accuracy with 95% Wilson
 intervals overall, per relation, per element type and per pair; printed beside chance and the
 perception-only ceiling of the same problems (`generation.ceiling`: what perfect recognition
 scores without finding the relation). The metrics are written atomically as `metrics.json` in
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vprom.baselines.evaluate import breakdowns, format_breakdowns, format_score
+from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
 from vprom.baselines.learning import did_not_learn
 from vprom.errors import VpromError
 from vprom.generation.ceiling import perception_hits
