@@ -18,6 +18,9 @@ What a panel is depends on `source`, recognised from the file's contents:
   (`features.crop_store.CropStore`), then passed through `transform` if one is given
   (e.g. ImageNet normalisation; it receives the whole `[16, 3, S, S]` tensor).
 
+A DataLoader fetches a batch with one call (`__getitems__`): the panels of all its problems
+are read together (one gather, or one HDF5 read), then split into items.
+
 Construction checks, in the main process, that the source was made from this data set (its
 recorded content hash or file hash, `vprom.provenance`) and holds every crop the part's
 problems show, and raises a `VpromError` naming the file and the fix otherwise. Per item only
@@ -163,8 +166,7 @@ class VPROM(torch.utils.data.Dataset):
         reader = self._open()
         if self.kind == "maps":
             return torch.from_numpy(reader.gather(reader.crop_id[rows]))
-        pixels = torch.from_numpy(reader.read_rows(rows))
-        return self.transform(pixels) if self.transform is not None else pixels
+        return torch.from_numpy(reader.read_rows(rows))
 
     def set_epoch(self, epoch: int) -> None:
         """Which epoch's augmentations items get (see the module docstring)."""
@@ -184,13 +186,30 @@ class VPROM(torch.utils.data.Dataset):
             answer = int(np.flatnonzero(perm == answer)[0])
         return order, answer
 
-    def __getitem__(self, index: int) -> dict:
+    def _index(self, index) -> int:
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} out of range for {len(self)} problems")
-        index = int(index) % len(self)
-        order, answer = self.order(index)
-        return {"panels": self._read(self.rows[index][order]), "answer": answer,
-                "id": int(self.ids[index]), "relation": str(self.relation[index]),
+        return int(index) % len(self)
+
+    def _item(self, index: int, panels: torch.Tensor, answer: int) -> dict:
+        if self.kind == "crops" and self.transform is not None:
+            panels = self.transform(panels)
+        return {"panels": panels, "answer": answer, "id": int(self.ids[index]),
+                "relation": str(self.relation[index]),
                 "element_type": str(self.element_type[index]),
                 "element": str(self.element[index]),
                 "super_attribute": str(self.super_attribute[index])}
+
+    def __getitem__(self, index: int) -> dict:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices) -> list[dict]:
+        """The items at `indices`, their panels read together (the DataLoader calls this
+        once per batch: one gather, or one HDF5 read, instead of one per problem)."""
+        indices = [self._index(i) for i in indices]
+        orders = [self.order(i) for i in indices]
+        rows = np.stack([self.rows[i][o] for i, (o, _) in zip(indices, orders)])
+        panels = self._read(rows.reshape(-1))
+        panels = panels.view(len(indices), N_PANELS, *panels.shape[1:])
+        return [self._item(i, panels[k], answer)
+                for k, (i, (_, answer)) in enumerate(zip(indices, orders))]
