@@ -265,7 +265,21 @@ class CropStore:
         return np.where(found, pos, -1)
 
     def read_rows(self, rows) -> np.ndarray:
-        """uint8 (k, 3, S, S) of the store's rows `rows` (any order, repeats allowed)."""
+        """uint8 (k, 3, S, S) of the store's rows `rows` (any order, repeats allowed).
+
+        One read per row: h5py's fancy indexing (`pixels[[r1, r2, ...]]`) builds one
+        hyperslab per index and took 1.7 s for 512 crops, where reading them one by one
+        takes ~40 ms. An uncompressed store is read chunk by chunk, bypassing the filter
+        pipeline (a chunk is exactly one crop's bytes): about twice as fast again.
+        """
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
-        unique, back = np.unique(rows, return_inverse=True)  # h5py reads increasing rows
-        return self.pixels[unique][back.reshape(-1)]
+        shape = self.pixels.shape[1:]
+        out = np.empty((len(rows), *shape), np.uint8)
+        raw = self.pixels.compression is None and self.pixels.chunks == (1, *shape)
+        for k, r in enumerate(rows.tolist()):
+            if raw:
+                _, chunk = self.pixels.id.read_direct_chunk((r, 0, 0, 0))
+                out[k] = np.frombuffer(chunk, np.uint8).reshape(shape)
+            else:
+                out[k] = self.pixels[r]
+        return out

@@ -59,6 +59,10 @@ def test_processes_and_compression_give_the_same_pixels(small, tmp_path):
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     with h5py.File(two, "r") as h5:
         assert h5["pixels"].compression == "gzip"
+    rows = [5, 0, 5, len(a[0]) - 1]
+    with CropStore(one) as raw, CropStore(two) as compressed:  # both read paths
+        assert np.array_equal(raw.read_rows(rows), a[1][rows])
+        assert np.array_equal(compressed.read_rows(rows), a[1][rows])
     assert not (tmp_path / "one.h5.partial").exists()  # the work folder goes once done
 
 
