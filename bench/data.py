@@ -17,7 +17,8 @@ Then, over the neutral training problems, in batches of `--batch`:
   vectorised gather from the in-memory table (features), `SpatialMaps.gather` (maps),
   `CropStore.read_rows` (pixels);
 - `VPROM` through a DataLoader with 0 and 2 workers (persistent, timed after a warm-up
-  pass: the steady state of a training loop, not the workers' start);
+  pass: the steady state of a training loop, not the workers' start), item by item and
+  as whole batches (`VPROM.batch` through a BatchSampler, which skips the collate copy);
 and per problem, decoding the 16 panels from the JPEGs (`features.crops.decode_crops`, the
 rule the store was made with) against reading them from the store. Each figure is the best
 of `--rounds` passes. Problems/s of wall time; the machine is shared, so the load average is
@@ -36,7 +37,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -92,10 +93,17 @@ def best(fn, rounds: int) -> float:
     return min(times)
 
 
-def loader_rate(data: VPROM, batch: int, workers: int, rounds: int) -> float:
-    """Steady state: workers are started (and warmed by one pass) before the clock runs."""
-    loader = DataLoader(data, batch_size=batch, num_workers=workers,
-                        persistent_workers=workers > 0)
+def loader_rate(data: VPROM, batch: int, workers: int, rounds: int,
+                batched: bool = False) -> float:
+    """Steady state: workers are started (and warmed by one pass) before the clock runs.
+    `batched`: whole batches from `VPROM.batch` through a BatchSampler (no collate copy)."""
+    if batched:
+        loader = DataLoader(data, batch_size=None, num_workers=workers,
+                            sampler=BatchSampler(SequentialSampler(data), batch, False),
+                            persistent_workers=workers > 0)
+    else:
+        loader = DataLoader(data, batch_size=batch, num_workers=workers,
+                            persistent_workers=workers > 0)
 
     def one_pass():
         for b in loader:
@@ -169,14 +177,14 @@ def main() -> None:
                   f"scale {bytes_per_crop(size) * FULL_SCALE_CROPS / 1e9:.1f} GB")
         sources[f"crops S={size}"] = out
     print(f"\n{'source':16s} {'problems':>8s} {'bare/s':>9s} {'0 workers/s':>12s} "
-          f"{'2 workers/s':>12s} {'2w / bare':>9s}")
+          f"{'2 workers/s':>12s} {'2w / bare':>9s} {'batched 0w/s':>13s} {'batched 2w/s':>13s}")
     for name, source in sources.items():
         data = VPROM(dataset, "neutral", "train", source=source)
         bare = bare_rate(data, args.batch, args.rounds)
-        zero = loader_rate(data, args.batch, 0, args.rounds)
-        two = loader_rate(data, args.batch, 2, args.rounds)
+        zero, two, zero_b, two_b = (loader_rate(data, args.batch, w, args.rounds, b)
+                                    for b in (False, True) for w in (0, 2))
         print(f"{name:16s} {len(data):8d} {bare:9.0f} {zero:12.0f} {two:12.0f} "
-              f"{two / bare:9.2f}")
+              f"{two / bare:9.2f} {zero_b:13.0f} {two_b:13.0f}")
     for size in (224, 80):
         data = VPROM(dataset, "neutral", "train", source=sources[f"crops S={size}"])
         jpeg = jpeg_per_problem(dataset, vg, data, size, args.jpeg_problems)

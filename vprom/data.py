@@ -19,7 +19,9 @@ What a panel is depends on `source`, recognised from the file's contents:
   (e.g. ImageNet normalisation; it receives the whole `[16, 3, S, S]` tensor).
 
 A DataLoader fetches a batch with one call (`__getitems__`): the panels of all its problems
-are read together (one gather, or one HDF5 read), then split into items.
+are read together (one gather, or one HDF5 read), then split into items. A list of indices
+(`data[[3, 7]]`, `batch`) gives the batch already collated, for a DataLoader with
+`batch_size=None` and a `BatchSampler`, which skips the collate copy.
 
 Construction checks, in the main process, that the source was made from this data set (its
 recorded content hash or file hash, `vprom.provenance`) and holds every crop the part's
@@ -200,16 +202,36 @@ class VPROM(torch.utils.data.Dataset):
                 "element": str(self.element[index]),
                 "super_attribute": str(self.super_attribute[index])}
 
-    def __getitem__(self, index: int) -> dict:
+    def __getitem__(self, index) -> dict:
+        """Problem `index`; a list of indices gives a whole batch, collated (see `batch`)."""
+        if isinstance(index, (list, tuple, np.ndarray, torch.Tensor)):
+            return self.batch(index)
         return self.__getitems__([index])[0]
 
-    def __getitems__(self, indices) -> list[dict]:
-        """The items at `indices`, their panels read together (the DataLoader calls this
-        once per batch: one gather, or one HDF5 read, instead of one per problem)."""
-        indices = [self._index(i) for i in indices]
+    def _gather(self, indices) -> tuple[list[int], torch.Tensor, list[int]]:
+        """(indices, panels [B, 16, ...] read together, answers) after the augmentations."""
+        indices = [self._index(int(i)) for i in indices]
         orders = [self.order(i) for i in indices]
         rows = np.stack([self.rows[i][o] for i, (o, _) in zip(indices, orders)])
         panels = self._read(rows.reshape(-1))
         panels = panels.view(len(indices), N_PANELS, *panels.shape[1:])
-        return [self._item(i, panels[k], answer)
-                for k, (i, (_, answer)) in enumerate(zip(indices, orders))]
+        return indices, panels, [answer for _, answer in orders]
+
+    def __getitems__(self, indices) -> list[dict]:
+        """The items at `indices`, their panels read together (the DataLoader calls this
+        once per batch: one gather, or one HDF5 read, instead of one per problem)."""
+        indices, panels, answers = self._gather(indices)
+        return [self._item(i, panels[k], a) for k, (i, a) in enumerate(zip(indices, answers))]
+
+    def batch(self, indices) -> dict:
+        """The problems at `indices` as one batch, already collated: `panels` [B, 16, ...]
+        (read in one go, never copied again), `answer` and `id` int64 [B], the metadata as
+        lists. With `DataLoader(data, batch_size=None, sampler=BatchSampler(...))` the
+        DataLoader skips collating, which copies every batch once more."""
+        indices, panels, answers = self._gather(indices)
+        if self.kind == "crops" and self.transform is not None:
+            panels = torch.stack([self.transform(p) for p in panels])
+        return {"panels": panels, "answer": torch.tensor(answers, dtype=torch.int64),
+                "id": torch.from_numpy(self.ids[indices]),
+                **{key: [str(v) for v in getattr(self, key)[indices]]
+                   for key in ("relation", "element_type", "element", "super_attribute")}}

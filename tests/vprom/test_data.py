@@ -162,3 +162,17 @@ def test_bad_arguments_are_refused(own_build, tmp_path):
         VPROM(own_build.dataset)
     with pytest.raises(VpromError, match="neither a FEATS.h5"):
         VPROM(own_build.dataset, source=own_build.dataset)
+
+
+def test_a_list_of_indices_gives_the_collated_batch(own_build):
+    data = VPROM(own_build.dataset, "neutral", "train", source=own_build.crops,
+                 shuffle_candidates=True, transform=lambda x: x.float() / 255)
+    collated = next(iter(DataLoader(data, batch_size=4)))
+    sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(data), 4, False)
+    for workers in (0, 2):
+        batched = next(iter(DataLoader(data, batch_size=None, sampler=sampler,
+                                       num_workers=workers)))
+        assert set(batched) == set(collated)
+        for key, value in collated.items():
+            assert torch.equal(batched[key], value) if torch.is_tensor(value) else \
+                batched[key] == value
