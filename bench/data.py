@@ -28,6 +28,7 @@ printed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -170,10 +171,11 @@ def main() -> None:
             with CropStore(out) as store:
                 n = len(store)
             with h5py.File(out, "r") as h5:
-                timing = __import__("json").loads(h5.attrs["manifest"])["counts"]["timing"]
+                timing = json.loads(h5.attrs["manifest"])["counts"]["timing"]
+            per_image = 1000 * timing["decode_cpu_s"] / timing["image_groups"]
             print(f"crop store S={size}: {n:,} crops in {wall:.1f} s wall ({n / wall:,.0f} "
-                  f"crops/s, 2 processes), {1000 * timing['decode_cpu_s'] / timing['image_groups']:.1f}"
-                  f" ms per source image decoding; {os.path.getsize(out) / 1e6:.1f} MB; full "
+                  f"crops/s, 2 processes), {per_image:.1f} ms per source image in a worker "
+                  f"(decode, crop, resize, save); {os.path.getsize(out) / 1e6:.1f} MB; full "
                   f"scale {bytes_per_crop(size) * FULL_SCALE_CROPS / 1e9:.1f} GB")
         sources[f"crops S={size}"] = out
     print(f"\n{'source':16s} {'problems':>8s} {'bare/s':>9s} {'0 workers/s':>12s} "
