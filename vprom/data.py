@@ -60,8 +60,6 @@ from vprom.provenance import check_features_source, dataset_content_hash
 from vprom.records import N_CONTEXT, N_PANELS, SPLITS
 from vprom.tables import SPLIT_PARTS, crop_rows, open_h5, read_matrix_table
 
-SOURCES = ("features", "maps", "crops")
-
 
 def source_kind(path: Path) -> str:
     """'features', 'maps' or 'crops': what the file at `path` holds."""

@@ -176,3 +176,15 @@ def test_a_list_of_indices_gives_the_collated_batch(own_build):
         for key, value in collated.items():
             assert torch.equal(batched[key], value) if torch.is_tensor(value) else \
                 batched[key] == value
+
+
+def test_a_crop_store_without_the_parts_crops_is_refused(own_build, tmp_path):
+    short = tmp_path / "short.h5"
+    with h5py.File(own_build.crops, "r") as src, h5py.File(short, "w") as h5:
+        h5.create_dataset("crop_id", data=src["crop_id"][:-20])
+        h5.create_dataset("pixels", data=src["pixels"][:-20], chunks=src["pixels"].chunks)
+        for k, v in src.attrs.items():
+            h5.attrs[k] = v  # the same data set's content hash: only crops are missing
+    with pytest.raises(VpromError, match=r"short.h5: lacks \d+ crops that neutral/\w+ shows"):
+        for part in ("train", "val", "test"):
+            VPROM(own_build.dataset, "neutral", part, source=short)
