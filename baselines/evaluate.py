@@ -2,7 +2,8 @@
 
 `evaluate` rebuilds the run's model from `config.json`, loads the weights of `best.pt` (the
 epoch with the best validation accuracy), predicts every test matrix of the run's split
-(with the run's own shuffled-context control, if it was trained with one) and counts:
+(with the run's own shuffled-context control, if it was trained with one) and counts, with
+`baselines.metrics` (which `vprom score` shares):
 
 - overall accuracy, with a 95% Wilson score interval (it stays inside [0, 1] and is honest
   for small groups and for accuracies near 0 or 1, unlike the normal approximation);
@@ -23,47 +24,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 
 from vprom.baselines.config import TrainConfig
 from vprom.baselines.data import load_split
 from vprom.baselines.learning import control_result, did_not_learn, is_control
+from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
 from vprom.baselines.run_folder import load_checkpoint, published_metrics
 from vprom.baselines.train import build_model, plain, predict
 from vprom.runtime import resolve_device
 from vprom.errors import VpromError
 from vprom.provenance import check_features_source, dataset_content_hash, same_dataset
 from vprom.io import write_json
-from vprom.records import CHANCE, ElementType, Relation
-from vprom.statistics import wilson_interval
-
-
-def score(correct: np.ndarray) -> dict:
-    """n, correct, accuracy and its 95% interval for a boolean array of outcomes."""
-    n, k = int(len(correct)), int(np.sum(correct))
-    low, high = wilson_interval(k, n)
-    return {"n": n, "correct": k, "accuracy": k / n if n else None, "ci95": [low, high]}
-
-
-def breakdowns(correct: np.ndarray, relation: np.ndarray, element_type: np.ndarray) -> dict:
-    """Scores overall, by relation, by element type and by relation × element type.
-
-    Groups are listed in the enums' order and only where the test set has matrices.
-    """
-    relations = [r.value for r in Relation if np.any(relation == r.value)]
-    types = [t.value for t in ElementType if np.any(element_type == t.value)]
-    pairs: dict = {}
-    for r in relations:
-        for t in types:
-            mask = (relation == r) & (element_type == t)
-            if mask.any():
-                pairs.setdefault(r, {})[t] = score(correct[mask])
-    return {
-        "test": score(correct),
-        "by_relation": {r: score(correct[relation == r]) for r in relations},
-        "by_element_type": {t: score(correct[element_type == t]) for t in types},
-        "by_relation_element_type": pairs,
-    }
+from vprom.records import CHANCE
 
 
 def _run_files(run: Path) -> tuple[dict, dict]:
@@ -154,14 +126,6 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
     return metrics
 
 
-def _pct(s: dict) -> str:
-    if s["accuracy"] is None:
-        return "n/a"
-    low, high = s["ci95"]
-    return (f"{100 * s['accuracy']:5.1f}%  [{100 * low:5.1f}, {100 * high:5.1f}]  "
-            f"({s['correct']}/{s['n']})")
-
-
 def format_metrics(metrics: dict) -> str:
     """A terminal summary: overall, then each breakdown, one group a line."""
     aux = " +aux" if metrics["aux"] else ""
@@ -169,13 +133,9 @@ def format_metrics(metrics: dict) -> str:
     lines = [f"{metrics['model']}{aux}{control} on {metrics['split']} "
              f"({metrics['features'].get('backbone')} features), best epoch "
              f"{metrics['checkpoint']['epoch']}",
-             f"test accuracy {_pct(metrics['test'])}   95% Wilson interval; chance 12.5%"]
-    for title, key in (("relation", "by_relation"), ("element type", "by_element_type")):
-        lines.append(f"by {title}:")
-        lines += [f"  {name:18s} {_pct(s)}" for name, s in metrics[key].items()]
-    lines.append("by relation x element type:")
-    for r, per_type in metrics["by_relation_element_type"].items():
-        lines += [f"  {r + ' / ' + t:30s} {_pct(s)}" for t, s in per_type.items()]
+             f"test accuracy {format_score(metrics['test'])}   95% Wilson interval; "
+             "chance 12.5%"]
+    lines += format_breakdowns(metrics)
     if metrics.get("control"):
         verdict = "PASS" if metrics["control"]["passed"] else "FAIL"
         lines.append(f"CONTROL {verdict}: {metrics['control']['why']}")

@@ -207,8 +207,14 @@ class SpatialMaps:
         rows = self.index_of(np.asarray(crop_ids, dtype=np.int64).reshape(-1))
         if len(rows) == 0:
             return np.zeros((0, *self.shape[1:]), dtype=dtype)
-        unique, back = np.unique(rows, return_inverse=True)  # h5py reads increasing rows
-        return self.maps[unique].astype(dtype, copy=False)[back.reshape(-1)]
+        unique, back = np.unique(rows, return_inverse=True)
+        # one slice per run of consecutive rows: h5py's fancy indexing (maps[[r1, r2, ...]])
+        # makes one hyperslab per index and is ~50x slower for a few hundred scattered rows
+        starts = np.flatnonzero(np.diff(unique, prepend=-2) != 1)
+        stops = np.r_[starts[1:], len(unique)]
+        block = np.concatenate([self.maps[unique[a]:unique[b - 1] + 1]
+                                for a, b in zip(starts, stops)])
+        return block.astype(dtype, copy=False)[back.reshape(-1)]
 
     def batches(self, batch_size: int = 256, dtype=np.float32):
         """Yield (crop ids, maps) blocks over the whole file in row order."""

@@ -29,7 +29,11 @@ RULES = {
     "features": (("ground", "runtime"), GROUND_LIBRARIES | {"tqdm", "torch", "torchvision"}),
     "baselines": (("ground", "runtime", "splits", "features"),
                   GROUND_LIBRARIES | {"tqdm", "torch", "matplotlib"}),
-    "top": (("ground", "runtime", "mining", "splits", "generation", "features", "baselines"),
+    # vprom.data (the public torch Dataset) sits beside baselines: it needs torch, which the
+    # rest of vprom/*.py may not import
+    "data": (("ground", "runtime", "splits", "features"), GROUND_LIBRARIES | {"torch"}),
+    "top": (("ground", "runtime", "mining", "splits", "generation", "features", "baselines",
+             "data"),
             None),
 }
 #: (module, the top-floor module it may import lazily, the function that may import it)
@@ -43,6 +47,8 @@ def floor(module: str) -> str:
         return "top"
     if parts[:2] == ["vprom", "runtime"]:
         return "runtime"
+    if module == "vprom.data":
+        return "data"
     return parts[1] if len(parts) > 1 and parts[1] in STAGES else "ground"
 
 

@@ -30,7 +30,7 @@ _STARTING = {sig: signal.signal(sig, _interrupted_while_starting)
              if threading.current_thread() is threading.main_thread()}
 
 from vprom import __version__  # noqa: E402 - after the guard above
-from vprom.app.commands import corpus, dataset, human, learning  # noqa: E402
+from vprom.app.commands import corpus, dataset, human, learning, own_model  # noqa: E402
 from vprom.app.running import run_command  # noqa: E402
 
 for _sig, _handler in _STARTING.items():
@@ -38,7 +38,7 @@ for _sig, _handler in _STARTING.items():
 
 #: every subcommand, in the order `vprom --help` lists them
 COMMANDS = {c.name: c for c in (*corpus.COMMANDS, *dataset.COMMANDS, *learning.COMMANDS,
-                                 *human.COMMANDS)}
+                                 *own_model.COMMANDS, *human.COMMANDS)}
 
 
 # ---------------------------------------------------------------- entry point

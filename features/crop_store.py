@@ -1,0 +1,285 @@
+"""The crop store (`vprom crops`): every crop a data set uses, once, as uint8 pixels.
+
+Pixel models read the 16 panels of a problem many times per training run; decoding them from
+the Visual Genome JPEGs every time costs ~7 ms per image and core. A crop store decodes each
+crop once, with exactly the rule `vprom extract` applies (`features.crops.decode_crops`: the
+box clipped to the image, the whole crop resized to S x S, bilinear with antialiasing, JPEG
+draft decoding for large crops), and keeps the pixels in one HDF5 file:
+
+    crop_id   int64 (N,)           sorted ascending: the distinct crops of matrices/panels
+    pixels    uint8 (N, 3, S, S)   RGB, channels first; HDF5-chunked one crop per chunk, so a
+                                   problem reads exactly its 16 chunks (optionally gzip/lzf)
+    attrs     kind="vprom-crops", size, resize, layout, compression, complete, manifest (JSON,
+              with the data set's content hash, which `vprom.data` checks)
+
+Building (`build_crop_store`):
+1. Plan: crops sharing an (image, box) are one unit, decoded once; units are sorted by image
+   and cut into chunks of about `chunk_crops` units (`features.crops.make_batch_plan`, the
+   plan `extract` uses), so an image's units sit together and its JPEG is decoded once for
+   all of them (once per draft reduction its boxes need, almost always once).
+2. Chunks are decoded by `workers` processes and each is saved atomically as
+   `<out>.partial/chunk-NNNNN.npy`; a chunk file that exists is done, so a killed build
+   resumes where it stopped. `plan.json` there records what the chunks were made from; a
+   work folder from other settings is started over.
+3. When every chunk is there, the store is assembled into a temporary file and renamed to
+   `<out>` (`vprom.io.atomic_path`), then the work folder is removed. A crop whose image is
+   missing or whose box lies outside its image is refused, naming the image; nothing is
+   assembled then.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from vprom.errors import VpromError
+from vprom.images import ImageIndex
+from vprom.io import atomic_path, check_output, make_manifest
+from vprom.provenance import dataset_content_hash
+from vprom.tables import open_h5, read_crop_table, read_matrix_table, set_manifest
+
+KIND = "vprom-crops"
+LAYOUT = "pixels: uint8 (N, 3, S, S) RGB, channels first, one crop per HDF5 chunk"
+COMPRESSIONS = ("none", "gzip", "lzf")
+#: crops in the full V-PROM: Table 1's 143,634 panel images (an upper bound on distinct crops)
+FULL_SCALE_CROPS = 143_634
+
+
+def bytes_per_crop(size: int) -> int:
+    return 3 * size * size
+
+
+def size_note(size: int | None = None) -> str:
+    """What a store costs per crop and at full scale (for `vprom crops --help`)."""
+    sizes = (size,) if size else (224, 80)
+    parts = [f"S={s}: {bytes_per_crop(s) / 1024:.1f} KiB a crop, "
+             f"{bytes_per_crop(s) * FULL_SCALE_CROPS / 1e9:.1f} GB for the full V-PROM's "
+             f"{FULL_SCALE_CROPS:,} crops" for s in sizes]
+    return "; ".join(parts) + " (uncompressed)"
+
+
+@dataclass(frozen=True)
+class StoreJob:
+    dataset: Path
+    vg: Path
+    size: int
+    out: Path
+    workers: int = 2
+    compression: str = "none"
+    chunk_crops: int = 256
+
+
+def _used_crops(dataset: Path):
+    """The crops table restricted to the crop ids that matrices/panels name."""
+    crops = read_crop_table(dataset)
+    used = np.unique(read_matrix_table(dataset).panels)
+    keep = np.isin(crops.crop_id, used)
+    absent = np.setdiff1d(used, crops.crop_id)
+    if len(absent):
+        raise VpromError(f"{dataset}: matrices name {len(absent)} crop ids the crops table "
+                         f"lacks (e.g. {int(absent[0])}); the file is inconsistent, regenerate "
+                         "it")
+    return type(crops)(**{k: v[keep] for k, v in vars(crops).items()})
+
+
+_SHARED: dict = {}  # the plan and paths, handed to each worker process once
+
+
+def _share(plan, paths: list, size: int, folder: Path) -> None:
+    _SHARED.update(plan=plan, paths=paths, size=size, folder=folder)
+
+
+def _decode_chunk(c: int) -> tuple[int, float, int | list[str]]:
+    """Decode chunk `c` into its .npy file: (c, seconds, images), or (c, -1, failures)."""
+    from vprom.features.crops import DECODE_ERRORS, decode_crops
+
+    plan, paths, size, folder = (_SHARED[k] for k in ("plan", "paths", "size", "folder"))
+    start = time.perf_counter()
+    first, last = plan.chunk_units(c)
+    out = np.zeros((last - first, 3, size, size), np.uint8)
+    failures = []
+    groups = plan.batches[c]
+    for g in groups:
+        a, b = (int(v) for v in plan.groups[g])
+        image_id, path = int(plan.unit_image[a]), paths[g]
+        if path is None:
+            failures.append(f"image {image_id}: no such file")
+            continue
+        try:
+            pixels, errors = decode_crops(path, plan.unit_box[a:b], size)
+        except DECODE_ERRORS as e:
+            failures.append(f"image {image_id} ({path}): cannot decode ({e})")
+            continue
+        failures += [f"image {image_id}: {e}" for e in errors if e is not None]
+        out[a - first:b - first] = pixels.transpose(0, 3, 1, 2)
+    if failures:
+        return c, -1.0, failures
+    with atomic_path(folder / f"chunk-{c:05d}.npy") as tmp, open(tmp, "wb") as f:
+        np.save(f, out)
+    return c, time.perf_counter() - start, len(groups)
+
+
+def _work_folder(job: StoreJob, content: str, n_chunks: int) -> Path:
+    """`<out>.partial/`, started over when it was made from other settings."""
+    from vprom.features.crops import RESIZE
+
+    folder = job.out.with_name(job.out.name + ".partial")
+    plan = {"dataset_content_hash": content, "size": job.size, "chunk_crops": job.chunk_crops,
+            "chunks": n_chunks, "resize": RESIZE}
+    recorded = folder / "plan.json"
+    if folder.is_dir() and (not recorded.is_file() or json.loads(recorded.read_text()) != plan):
+        shutil.rmtree(folder)  # our own work folder, from other settings: its chunks are stale
+    folder.mkdir(parents=True, exist_ok=True)
+    recorded.write_text(json.dumps(plan, sort_keys=True))
+    return folder
+
+
+def _assemble(job: StoreJob, plan, folder: Path, content: str, timing: dict) -> None:
+    from vprom.features.crops import RESIZE
+
+    n, s = len(plan.crop_id), job.size
+    manifest = make_manifest(KIND, {"dataset": str(job.dataset), "vg": str(job.vg), "size": s,
+                                    "compression": job.compression},
+                             inputs={job.dataset.name: content},
+                             counts={"crops": n, "units": len(plan.unit_image),
+                                     "timing": timing})
+    manifest["dataset_content_hash"] = content
+    compression = None if job.compression == "none" else job.compression
+    with atomic_path(job.out) as tmp, h5py.File(tmp, "w") as h5:
+        h5.create_dataset("crop_id", data=plan.crop_id)
+        pixels = h5.create_dataset("pixels", shape=(n, 3, s, s), dtype=np.uint8,
+                                   chunks=(1, 3, s, s), compression=compression)
+        for c in range(len(plan.chunks)):
+            first, last = plan.chunk_units(c)
+            block = np.load(folder / f"chunk-{c:05d}.npy")
+            rows = np.flatnonzero((plan.unit_of_row >= first) & (plan.unit_of_row < last))
+            if len(rows):
+                start, stop = int(rows[0]), int(rows[-1]) + 1
+                if stop - start == len(rows):  # the usual case: crop ids follow their boxes
+                    pixels[start:stop] = block[plan.unit_of_row[rows] - first]
+                else:
+                    for r in rows:
+                        pixels[r] = block[plan.unit_of_row[r] - first]
+        h5.attrs.update({"kind": KIND, "size": s, "resize": RESIZE, "layout": LAYOUT,
+                         "compression": job.compression, "complete": True})
+        set_manifest(h5, manifest)
+
+
+def build_crop_store(job: StoreJob, log=print) -> Path:
+    """Write job.out (see the module docstring); returns its path. Resumes a killed build."""
+    # features.crops imports torch; imported here so that `vprom --help` stays quick
+    from vprom.features.crops import make_batch_plan
+
+    check_output(job.out)
+    if job.size < 1 or job.workers < 1 or job.compression not in COMPRESSIONS:
+        raise VpromError(f"--size and --workers must be positive and --compression one of "
+                         f"{', '.join(COMPRESSIONS)}")
+    content = dataset_content_hash(job.dataset)
+    crops = _used_crops(job.dataset)
+    plan = make_batch_plan(crops, job.chunk_crops, 1)
+    index = ImageIndex(job.vg)
+    images = plan.unit_image[plan.groups[:, 0]]
+    paths = [str(index.paths[i]) if int(i) in index.paths else None for i in images.tolist()]
+    folder = _work_folder(job, content, len(plan.chunks))
+    todo = [c for c in range(len(plan.chunks)) if not (folder / f"chunk-{c:05d}.npy").is_file()]
+    log(f"{len(plan.crop_id):,} crops ({len(plan.unit_image):,} distinct boxes, "
+        f"{len(np.unique(images)):,} images) at {job.size}x{job.size}: {len(todo)} of "
+        f"{len(plan.chunks)} chunks to decode with {job.workers} process(es)")
+    seconds, decoded, failures = 0.0, 0, []
+    start = time.perf_counter()
+    if job.workers == 1:
+        _share(plan, paths, job.size, folder)
+        results, pool = map(_decode_chunk, todo), None
+    else:
+        pool = ProcessPoolExecutor(job.workers, initializer=_share,
+                                   initargs=(plan, paths, job.size, folder))
+        results = pool.map(_decode_chunk, todo)
+    try:
+        for c, took, images_done in results:
+            if took < 0:
+                failures += images_done
+            else:
+                seconds, decoded = seconds + took, decoded + images_done
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    if failures:
+        raise VpromError(f"{job.vg}: {len(failures)} crops could not be cut ({failures[0]}; "
+                         f"{'; '.join(failures[1:3])}); restore those images (or pass the "
+                         "Visual Genome folder this data set was built from) and re-run: the "
+                         "chunks done so far are kept")
+    wall = time.perf_counter() - start
+    timing = {"wall_s": round(wall, 3), "decode_cpu_s": round(seconds, 3),
+              "image_groups": decoded, "workers": job.workers}
+    _assemble(job, plan, folder, content, timing)
+    shutil.rmtree(folder)
+    log(f"wrote {job.out} ({os.path.getsize(job.out) / 1e6:.1f} MB)")
+    return job.out
+
+
+class CropStore:
+    """An open crop store, read lazily (one HDF5 chunk per crop). Context manager or `close()`."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._h5 = open_h5(self.path)
+        try:
+            if self._h5.attrs.get("kind") != KIND or "pixels" not in self._h5:
+                raise VpromError(f"{self.path}: not a crop store of `vprom crops`")
+            if not bool(self._h5.attrs.get("complete", False)):
+                raise VpromError(f"{self.path}: incomplete crop store; re-run `vprom crops`")
+            self.pixels = self._h5["pixels"]
+            self.crop_id = self._h5["crop_id"][()].astype(np.int64)
+            self.size = int(self._h5.attrs["size"])
+            manifest = json.loads(self._h5.attrs.get("manifest", "{}"))
+            self.dataset_content_hash = manifest.get("dataset_content_hash")
+        except BaseException:
+            self._h5.close()
+            raise
+
+    def __enter__(self) -> CropStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._h5.close()
+
+    def __len__(self) -> int:
+        return len(self.crop_id)
+
+    def rows_of(self, crop_ids) -> np.ndarray:
+        """Rows of `crop_ids`; -1 where the store does not have the crop."""
+        ids = np.asarray(crop_ids, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self.crop_id, ids), max(len(self.crop_id) - 1, 0))
+        found = (self.crop_id[pos] == ids) if len(self.crop_id) else np.zeros(ids.shape, bool)
+        return np.where(found, pos, -1)
+
+    def read_rows(self, rows) -> np.ndarray:
+        """uint8 (k, 3, S, S) of the store's rows `rows` (any order, repeats allowed).
+
+        One read per row: h5py's fancy indexing (`pixels[[r1, r2, ...]]`) builds one
+        hyperslab per index and took 1.7 s for 512 crops, where reading them one by one
+        takes ~40 ms. An uncompressed store is read chunk by chunk, bypassing the filter
+        pipeline (a chunk is exactly one crop's bytes): about twice as fast again.
+        """
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        shape = self.pixels.shape[1:]
+        out = np.empty((len(rows), *shape), np.uint8)
+        raw = self.pixels.compression is None and self.pixels.chunks == (1, *shape)
+        for k, r in enumerate(rows.tolist()):
+            if raw:
+                _, chunk = self.pixels.id.read_direct_chunk((r, 0, 0, 0))
+                out[k] = np.frombuffer(chunk, np.uint8).reshape(shape)
+            else:
+                out[k] = self.pixels[r]
+        return out

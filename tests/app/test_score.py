@@ -1,0 +1,147 @@
+"""`vprom score`: anyone's predictions scored as `vprom evaluate` scores a run, refusals of an
+incomplete or inconsistent file, and a metrics.json that `vprom report` reads."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tests.baselines.conftest import small_config
+from vprom.app.cli import main
+from vprom.app.score import read_predictions, score_predictions
+from vprom.baselines.data import load_split
+from vprom.baselines.evaluate import evaluate
+from vprom.baselines.run_folder import load_checkpoint
+from vprom.baselines.train import build_model, train
+from vprom.errors import VpromError
+from vprom.tables import read_matrix_table
+
+BREAKDOWNS = ("test", "by_relation", "by_element_type", "by_relation_element_type")
+
+
+def write_csv(path, ids, choices, scores=None):
+    head = "matrix_id,choice" + "".join(f",score_{k}" for k in range(8) if scores is not None)
+    lines = [head] + [f"{i},{c}" + ("".join(f",{v}" for v in scores[n]) if scores is not None
+                                    else "") for n, (i, c) in enumerate(zip(ids, choices))]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_score_agrees_with_evaluate_on_a_runs_own_predictions(tiny_pair, tmp_path):
+    dataset, features = tiny_pair
+    config = small_config(dataset, features, tmp_path / "run", epochs=2)
+    run = train(config)
+    evaluated = evaluate(run, device="cpu")
+    # the run's own predictions, made from best.pt as `evaluate` makes them
+    data = load_split(dataset, features, "neutral")
+    model, _ = build_model(config, data.feature_dim)
+    model.load_state_dict(load_checkpoint(run / "best.pt")["model"])
+    model.eval()
+    test = data.parts["test"]
+    with torch.no_grad():
+        scores = model(data.panels(test, torch.arange(len(test)))).scores
+    (tmp_path / "mine").mkdir()
+    predictions = write_csv(tmp_path / "mine" / "predictions.csv", test.ids,
+                            scores.argmax(1).tolist(), scores.tolist())
+    scored, ceiling = score_predictions(dataset, predictions, "neutral")
+    written = json.loads((tmp_path / "mine" / "metrics.json").read_text())
+    on_disk = json.loads((run / "metrics.json").read_text())
+    for key in BREAKDOWNS:
+        assert written[key] == on_disk[key]  # to the last digit
+    assert set(written) == set(on_disk)  # evaluate's schema
+    assert written["model"] == "mine" and written["chance"] == evaluated["chance"]
+    assert 0 <= ceiling["test"]["all"] <= 1
+
+    # `vprom report` puts the outside model beside the baseline
+    from vprom.baselines.report import report
+
+    report([run, tmp_path / "mine"], tmp_path / "report")
+    assert "mine" in (tmp_path / "report" / "splits.md").read_text()
+
+
+@pytest.fixture
+def problems(tiny_pair):
+    dataset, _ = tiny_pair
+    table = read_matrix_table(dataset)
+    return dataset, table, np.sort(table.splits["neutral"]["test"])
+
+
+def test_every_refusal_is_one_line_with_counts_and_examples(problems, tmp_path):
+    dataset, table, test = problems
+    ids = list(test[3:]) + [int(test[5]), int(test[5]), int(test[6]), 99999, 88888]
+    path = write_csv(tmp_path / "p.csv", ids, [0] * len(ids))
+    with pytest.raises(VpromError) as e:
+        score_predictions(dataset, path, out=tmp_path / "o")
+    lines = str(e.value).splitlines()
+    assert len(lines) == 3
+    assert "2 matrix ids are listed more than once (e.g. " \
+           f"{test[5]}, {test[6]})" in lines[0]
+    assert "2 ids are not matrices of" in lines[1] and "(e.g. 88888, 99999)" in lines[1]
+    assert f"leaves out 3 of the {len(test)} test problems" in lines[2]
+    assert f"(e.g. {test[0]}, {test[1]}, {test[2]})" in lines[2]
+    assert not (tmp_path / "o" / "metrics.json").exists()
+    for only, text in (([*test, test[0]], "listed more than once"), ([*test, 12345],
+                       "not matrices of"), (test[1:], "leaves out 1 of")):
+        path = write_csv(tmp_path / "one.csv", only, [0] * len(only))
+        with pytest.raises(VpromError, match=text) as e:
+            score_predictions(dataset, path, out=tmp_path / "o")
+        assert len(str(e.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("text, message", [
+    ("matrix_id,choice\n1,8\n", "line 2: choice 8 is not a candidate"),
+    ("matrix_id,choice\n1,x\n", "line 2: choice 'x' is not a number"),
+    ("matrix_id,choice\n1\n", "line 2: 1 fields, the header has 2"),
+    ("id,choice\n1,2\n", "starts with the header `matrix_id,choice`"),
+    ('{"matrix_id": 1, "scores": [1, 2]}\n', "line 1: scores need 8 finite numbers"),
+    ('{"matrix_id": 1}\n', "line 1: no choice and no scores"),
+    ('{"matrix_id": 1, "choice": 2}\n[1, 2]\n', "line 2: not a JSON object"),
+])
+def test_malformed_lines_are_refused_naming_the_line(tmp_path, text, message):
+    path = tmp_path / "p.txt"
+    path.write_text(text)
+    with pytest.raises(VpromError, match=message):
+        read_predictions(path)
+
+
+def test_json_lines_with_scores_only_take_the_best_candidate(problems, tmp_path):
+    dataset, table, test = problems
+    rows = np.searchsorted(table.id, test)
+    answers = table.answer[rows]
+    lines = []
+    for i, a in zip(test, answers):
+        scores = [0.0] * 8
+        scores[int(a) if i % 2 else (int(a) + 1) % 8] = 1.0
+        lines.append(json.dumps({"matrix_id": int(i), "scores": scores}))
+    extra = [int(m) for m in table.splits["neutral"]["train"][:4]]  # allowed, not scored
+    lines += [json.dumps({"matrix_id": m, "choice": 0}) for m in extra]
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    metrics, _ = score_predictions(dataset, path, out=tmp_path / "o", model="odd-ones")
+    assert metrics["test"]["correct"] == int(sum(test % 2 == 1))
+    assert metrics["config"]["not_scored"] == 4 and metrics["model"] == "odd-ones"
+
+
+def test_the_command_prints_evaluates_breakdown_beside_the_ceiling(problems, tmp_path, capsys):
+    dataset, table, test = problems
+    (tmp_path / "mine").mkdir()
+    path = write_csv(tmp_path / "mine" / "p.csv", test, [0] * len(test))
+    assert main(["score", str(dataset), str(path), "--split", "neutral"]) == 0
+    out = capsys.readouterr().out
+    assert "test accuracy" in out and "chance 12.5%, perception-only ceiling" in out
+    assert "by relation:" in out and "by relation x element type:" in out
+    assert "ceiling" in out.splitlines()[3]
+    assert (tmp_path / "mine" / "metrics.json").is_file()
+    assert main(["score", str(dataset), str(path)]) == 0  # its own metrics.json: replaced
+
+
+def test_a_metrics_json_of_evaluate_is_never_overwritten(problems, tmp_path, capsys):
+    dataset, table, test = problems
+    (tmp_path / "metrics.json").write_text(json.dumps({"model": "rn", "config": {}}))
+    path = write_csv(tmp_path / "p.csv", test, [0] * len(test))
+    assert main(["score", str(dataset), str(path)]) == 1
+    assert "was not written by `vprom score`; pass --out" in capsys.readouterr().err
+    assert json.loads((tmp_path / "metrics.json").read_text())["model"] == "rn"

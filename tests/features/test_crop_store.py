@@ -1,0 +1,118 @@
+"""The crop store (`vprom crops`): extract's pixels, once per crop; resumable, parallel,
+atomic; refuses what it cannot cut."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from tests.dataset_fixture import build_records, write_dataset, write_images
+from tests.own_model_fixture import STORE_SIZE, own_build  # noqa: F401 (fixture)
+from vprom.errors import VpromError
+from vprom.features.crop_store import CropStore, StoreJob, build_crop_store
+from vprom.features.crops import decode_crops
+from vprom.images import ImageIndex
+from vprom.tables import read_crop_table, read_matrix_table
+
+
+@pytest.fixture
+def small(tmp_path):
+    crops, matrices = build_records(1, 0)
+    dataset = write_dataset(tmp_path / "dataset.h5", crops, matrices)
+    return dataset, write_images(tmp_path / "vg", crops)
+
+
+def stored(path):
+    with h5py.File(path, "r") as h5:
+        return h5["crop_id"][()], h5["pixels"][()]
+
+
+def test_every_used_crop_once_with_extracts_crop_and_resize_rule(own_build):
+    crops = read_crop_table(own_build.dataset)
+    used = np.unique(read_matrix_table(own_build.dataset).panels)
+    index = ImageIndex(own_build.vg)
+    with CropStore(own_build.crops) as store, h5py.File(own_build.crops, "r") as h5:
+        assert np.array_equal(store.crop_id, used)
+        assert store.pixels.shape == (len(used), 3, STORE_SIZE, STORE_SIZE)
+        assert store.pixels.dtype == np.uint8 and store.pixels.chunks == (1, 3, 16, 16)
+        assert h5.attrs["size"] == STORE_SIZE and "resized to SxS" in h5.attrs["resize"]
+        for k in (0, 7, len(used) - 1):
+            row = int(np.flatnonzero(crops.crop_id == used[k])[0])
+            box = np.array([[crops.x[row], crops.y[row], crops.w[row], crops.h[row]]])
+            want, errors = decode_crops(index.path(crops.image_id[row]), box, STORE_SIZE)
+            assert errors == [None]
+            assert np.array_equal(store.read_rows([k])[0], want[0].transpose(2, 0, 1))
+
+
+def test_processes_and_compression_give_the_same_pixels(small, tmp_path):
+    dataset, vg = small
+    one = build_crop_store(StoreJob(dataset, vg, 12, tmp_path / "one.h5", workers=1,
+                                    chunk_crops=20), log=lambda _: None)
+    two = build_crop_store(StoreJob(dataset, vg, 12, tmp_path / "two.h5", workers=2,
+                                    chunk_crops=20, compression="gzip"), log=lambda _: None)
+    a, b = stored(one), stored(two)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    with h5py.File(two, "r") as h5:
+        assert h5["pixels"].compression == "gzip"
+    rows = [5, 0, 5, len(a[0]) - 1]
+    with CropStore(one) as raw, CropStore(two) as compressed:  # both read paths
+        assert np.array_equal(raw.read_rows(rows), a[1][rows])
+        assert np.array_equal(compressed.read_rows(rows), a[1][rows])
+    assert not (tmp_path / "one.h5.partial").exists()  # the work folder goes once done
+
+
+def test_a_missing_image_is_refused_and_the_rerun_resumes(small, tmp_path):
+    dataset, vg = small
+    jpeg = sorted((vg / "VG_100K").iterdir())[-1]
+    shutil.move(jpeg, tmp_path / "aside.jpg")
+    out = tmp_path / "crops.h5"
+    job = StoreJob(dataset, vg, 12, out, workers=1, chunk_crops=20)
+    with pytest.raises(VpromError, match=rf"image {jpeg.stem}: no such file.*re-run"):
+        build_crop_store(job, log=lambda _: None)
+    assert not out.exists()  # nothing that looks finished
+    done = sorted((tmp_path / "crops.h5.partial").glob("chunk-*.npy"))
+    assert done  # the chunks that could be cut are kept
+    shutil.move(tmp_path / "aside.jpg", jpeg)
+    said = []
+    build_crop_store(job, log=said.append)
+    total = int(said[0].split(" of ")[1].split()[0])
+    assert f": {total - len(done)} of {total} chunks to decode" in said[0]
+    fresh = build_crop_store(StoreJob(dataset, vg, 12, tmp_path / "fresh.h5", workers=1,
+                                      chunk_crops=20), log=lambda _: None)
+    assert np.array_equal(stored(out)[1], stored(fresh)[1])
+
+
+def test_a_work_folder_of_other_settings_is_started_over(small, tmp_path):
+    dataset, vg = small
+    out = tmp_path / "crops.h5"
+    folder = tmp_path / "crops.h5.partial"
+    folder.mkdir()
+    np.save(folder / "chunk-00000.npy", np.zeros((20, 3, 8, 8), np.uint8))  # another size
+    (folder / "plan.json").write_text('{"size": 8}')
+    build_crop_store(StoreJob(dataset, vg, 12, out, workers=1, chunk_crops=20),
+                     log=lambda _: None)
+    fresh = build_crop_store(StoreJob(dataset, vg, 12, tmp_path / "fresh.h5", workers=1,
+                                      chunk_crops=20), log=lambda _: None)
+    assert np.array_equal(stored(out)[1], stored(fresh)[1])
+
+
+def test_the_command_writes_a_store_and_its_help_gives_the_sizes(small, tmp_path):
+    from vprom.app.cli import main
+
+    dataset, vg = small
+    out = tmp_path / "c.h5"
+    assert main(["crops", str(dataset), "--vg", str(vg), "--size", "10", "--out",
+                 str(out)]) == 0
+    with CropStore(out) as store:
+        assert store.size == 10 and len(store) == len(np.unique(
+            read_matrix_table(dataset).panels))
+    text = subprocess.run([sys.executable, "-m", "vprom", "crops", "--help"], check=True,
+                          capture_output=True, text=True).stdout
+    flat = " ".join(text.split())
+    assert "S=224: 147.0 KiB a crop, 21.6 GB for the full V-PROM's 143,634 crops" in flat
+    assert "S=80: 18.8 KiB a crop, 2.8 GB" in flat

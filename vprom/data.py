@@ -1,0 +1,235 @@
+"""`VPROM`: the problems of one split part as a PyTorch dataset, for anyone's model.
+
+    from vprom.data import VPROM
+    train = VPROM("build/dataset.h5", split="neutral", part="train",
+                  source="build/feats/resnet101.h5")      # or a maps file, or a crop store
+    item = train[0]   # {"panels": [16, ...], "answer": 0..7, "id", "relation", ...}
+
+One item is one problem: its 16 panels in the paper's order (the 8 context panels row-major,
+then the 8 candidates), the answer index 0..7, and its metadata: the matrix id, relation,
+element type, the answer's element and the super-attribute ("" for objects and counts).
+What a panel is depends on `source`, recognised from the file's contents:
+
+- a FEATS.h5 of pooled vectors (`vprom extract`) -> float32 `[16, D]`; the table is read
+  once into memory (`features.reader.load_features`) and each item is a gather;
+- a maps file (`vprom extract --pool none`) -> float32 `[16, C, H, W]`, read lazily through
+  `features.reader.open_maps`;
+- a crop store (`vprom crops`) -> uint8 `[16, 3, S, S]`, read lazily
+  (`features.crop_store.CropStore`), then passed through `transform` if one is given
+  (e.g. ImageNet normalisation; it receives the whole `[16, 3, S, S]` tensor).
+
+A DataLoader fetches a batch with one call (`__getitems__`): the panels of all its problems
+are read together (one gather, or one HDF5 read), then split into items. A list of indices
+(`data[[3, 7]]`, `batch`) gives the batch already collated, for a DataLoader with
+`batch_size=None` and a `BatchSampler`, which skips the collate copy.
+
+Construction checks, in the main process, that the source was made from this data set (its
+recorded content hash or file hash, `vprom.provenance`) and holds every crop the part's
+problems show, and raises a `VpromError` naming the file and the fix otherwise. Per item only
+the source is read. HDF5 handles do not survive pickling, so lazy sources are opened on first
+use in each process (the DataLoader's workers, DDP ranks): `VPROM` is safe with
+`num_workers > 0` and with a `DistributedSampler`, and a pickled copy carries no handle.
+
+Augmentations (both off by default; SAViR-T uses both):
+- `shuffle_candidates`: the 8 candidates in a random order; the answer index follows;
+- `swap_rows`: with probability 1/2, context rows 1 and 2 trade places. V-PROM's relations
+  (and, or, union, progression) hold row by row, so the problem keeps its answer.
+Their randomness is a numpy Generator seeded with (seed, epoch, index): the same item is the
+same on every worker and rank, and changes with `set_epoch(epoch)` (call it before each
+epoch's iterator is made; with `persistent_workers=True` workers keep the epoch they started
+with).
+
+Floor: this module imports torch, which the ground floor (the rest of `vprom/*.py`) may not;
+tests/test_layers.py gives it a floor of its own beside `vprom.baselines`, importing the ground
+floor, `vprom.features` and `vprom.splits` only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vprom.errors import VpromError
+from vprom.features.crop_store import KIND as CROP_STORE
+from vprom.features.crop_store import CropStore
+from vprom.features.reader import load_features, open_maps, rows_of
+from vprom.provenance import check_features_source, dataset_content_hash
+from vprom.records import N_CONTEXT, N_PANELS, SPLITS
+from vprom.tables import SPLIT_PARTS, crop_rows, open_h5, read_matrix_table
+
+
+def source_kind(path: Path) -> str:
+    """'features', 'maps' or 'crops': what the file at `path` holds."""
+    with open_h5(path) as h5:
+        if h5.attrs.get("kind") == CROP_STORE:
+            return "crops"
+        for kind in ("features", "maps"):
+            if kind in h5 and "crop_id" in h5:
+                return kind
+    raise VpromError(f"{path}: neither a FEATS.h5 (`vprom extract`, pooled or --pool none) nor "
+                     "a crop store (`vprom crops`); pass one of those as source")
+
+
+class VPROM(torch.utils.data.Dataset):
+    """The problems of `split`'s `part` in DATASET.h5 over `source` (see the module doc)."""
+
+    def __init__(self, dataset_h5: str | Path, split: str = "neutral", part: str = "train",
+                 source: str | Path | None = None, transform=None,
+                 shuffle_candidates: bool = False, swap_rows: bool = False, seed: int = 0):
+        self.dataset, self.split, self.part = Path(dataset_h5), split, part
+        if source is None:
+            raise VpromError("VPROM needs a source: a FEATS.h5, a maps file or a crop store")
+        self.source, self.transform = Path(source), transform
+        self.shuffle_candidates, self.swap_rows = shuffle_candidates, swap_rows
+        self.seed, self.epoch = seed, 0
+        self._load_problems()
+        self.kind = source_kind(self.source)
+        self._check_source()
+        self._reader, self._pid = None, None
+
+    # ------------------------------------------------------------ construction
+    def _load_problems(self) -> None:
+        if self.split not in SPLITS or self.part not in SPLIT_PARTS:
+            raise VpromError(f"unknown split part {self.split}/{self.part}; splits: "
+                             f"{', '.join(SPLITS)}; parts: {', '.join(SPLIT_PARTS)}")
+        table = read_matrix_table(self.dataset)
+        if self.split not in table.splits:
+            raise VpromError(f"{self.dataset}: has no split {self.split!r}; regenerate it")
+        ids = np.asarray(table.splits[self.split].get(self.part, np.zeros(0)), np.int64)
+        rows = crop_rows(table.id, ids)
+        if (rows < 0).any():
+            raise VpromError(f"{self.dataset}: splits/{self.split}/{self.part} lists matrix "
+                             f"id {int(ids[np.argmax(rows < 0)])}, which is not in 'matrices'; "
+                             "the file is inconsistent, regenerate it")
+        self.ids, self.panels = ids, table.panels[rows]
+        self.answer = table.answer[rows].astype(np.int64)
+        self.relation, self.element_type = table.relation[rows], table.element_type[rows]
+        self.super_attribute = table.super_attribute[rows]
+        self.element = table.elements[rows, N_CONTEXT + self.answer]
+
+    def _check_source(self) -> None:
+        if self.kind == "crops":
+            with CropStore(self.source) as store:
+                recorded, mine = store.dataset_content_hash, dataset_content_hash(self.dataset)
+                if recorded != mine:
+                    raise VpromError(
+                        f"{self.source} was cut from another data set (content hash "
+                        f"{str(recorded)[:19]}…, but {self.dataset} has {mine[:19]}…); build "
+                        f"a crop store of this one: `vprom crops {self.dataset} --vg DIR "
+                        f"--size S --out CROPS.h5`")
+                rows = store.rows_of(self.panels)
+                if (rows < 0).any():
+                    missing = np.unique(self.panels[rows < 0])
+                    raise VpromError(f"{self.source}: lacks {len(missing)} crops that "
+                                     f"{self.split}/{self.part} shows (e.g. {int(missing[0])}); "
+                                     f"rebuild it with `vprom crops {self.dataset}`")
+            self.rows = rows
+            return
+        check_features_source(self.dataset, self.source)
+        if self.kind == "features":
+            self.features = load_features(self.source)
+            crop_id, missing = self.features.crop_id, self.features.missing_crop_id
+        else:
+            with open_maps(self.source) as maps:
+                crop_id, missing = maps.crop_id, maps.missing_crop_id
+        self.rows = rows_of(crop_id, self.panels, self.source)
+        lost = np.isin(self.panels, missing)
+        if lost.any():
+            raise VpromError(f"{self.source}: crop {int(self.panels[lost][0])} of "
+                             f"{self.split}/{self.part} was extracted without its image "
+                             "(--allow-missing; its features are NaN); restore the image and "
+                             "re-run `vprom extract`")
+
+    # ------------------------------------------------------------ reading
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_reader"], state["_pid"] = None, None  # h5py handles do not pickle
+        return state
+
+    def _open(self):
+        """The lazy reader of this process (reopened after a fork)."""
+        if self._reader is None or self._pid != os.getpid():
+            self._reader = open_maps(self.source) if self.kind == "maps" else \
+                CropStore(self.source)
+            self._pid = os.getpid()
+        return self._reader
+
+    def _read(self, rows: np.ndarray) -> torch.Tensor:
+        if self.kind == "features":
+            return torch.from_numpy(self.features.features[rows])
+        reader = self._open()
+        if self.kind == "maps":
+            return torch.from_numpy(reader.gather(reader.crop_id[rows]))
+        return torch.from_numpy(reader.read_rows(rows))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Which epoch's augmentations items get (see the module docstring)."""
+        self.epoch = int(epoch)
+
+    def order(self, index: int) -> tuple[np.ndarray, int]:
+        """The panel order of item `index` (positions into its stored 16) and its answer."""
+        order, answer = np.arange(N_PANELS), int(self.answer[index])
+        if not (self.shuffle_candidates or self.swap_rows):
+            return order, answer
+        rng = np.random.default_rng([self.seed, self.epoch, index])
+        if self.swap_rows and rng.random() < 0.5:
+            order[:6] = order[[3, 4, 5, 0, 1, 2]]
+        if self.shuffle_candidates:
+            perm = rng.permutation(N_PANELS - N_CONTEXT)
+            order[N_CONTEXT:] = N_CONTEXT + perm
+            answer = int(np.flatnonzero(perm == answer)[0])
+        return order, answer
+
+    def _index(self, index) -> int:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} problems")
+        return int(index) % len(self)
+
+    def _item(self, index: int, panels: torch.Tensor, answer: int) -> dict:
+        if self.kind == "crops" and self.transform is not None:
+            panels = self.transform(panels)
+        return {"panels": panels, "answer": answer, "id": int(self.ids[index]),
+                "relation": str(self.relation[index]),
+                "element_type": str(self.element_type[index]),
+                "element": str(self.element[index]),
+                "super_attribute": str(self.super_attribute[index])}
+
+    def __getitem__(self, index) -> dict:
+        """Problem `index`; a list of indices gives a whole batch, collated (see `batch`)."""
+        if isinstance(index, (list, tuple, np.ndarray, torch.Tensor)):
+            return self.batch(index)
+        return self.__getitems__([index])[0]
+
+    def _gather(self, indices) -> tuple[list[int], torch.Tensor, list[int]]:
+        """(indices, panels [B, 16, ...] read together, answers) after the augmentations."""
+        indices = [self._index(int(i)) for i in indices]
+        orders = [self.order(i) for i in indices]
+        rows = np.stack([self.rows[i][o] for i, (o, _) in zip(indices, orders)])
+        panels = self._read(rows.reshape(-1))
+        panels = panels.view(len(indices), N_PANELS, *panels.shape[1:])
+        return indices, panels, [answer for _, answer in orders]
+
+    def __getitems__(self, indices) -> list[dict]:
+        """The items at `indices`, their panels read together (the DataLoader calls this
+        once per batch: one gather, or one HDF5 read, instead of one per problem)."""
+        indices, panels, answers = self._gather(indices)
+        return [self._item(i, panels[k], a) for k, (i, a) in enumerate(zip(indices, answers))]
+
+    def batch(self, indices) -> dict:
+        """The problems at `indices` as one batch, already collated: `panels` [B, 16, ...]
+        (read in one go, never copied again), `answer` and `id` int64 [B], the metadata as
+        lists. With `DataLoader(data, batch_size=None, sampler=BatchSampler(...))` the
+        DataLoader skips collating, which copies every batch once more."""
+        indices, panels, answers = self._gather(indices)
+        if self.kind == "crops" and self.transform is not None:
+            panels = torch.stack([self.transform(p) for p in panels])
+        return {"panels": panels, "answer": torch.tensor(answers, dtype=torch.int64),
+                "id": torch.from_numpy(self.ids[indices]),
+                **{key: [str(v) for v in getattr(self, key)[indices]]
+                   for key in ("relation", "element_type", "element", "super_attribute")}}
