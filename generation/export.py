@@ -50,12 +50,17 @@ FORMATS = {
                 "V-PROM/datasets/Raven_release/<id//5000>/<id>/1..16.jpg as relative "
                 "symlinks into V-PROM/crops/, {obj,attr,counting}_gt_labels.npy (label 9-16) "
                 "and <split>_<train|val|test>_problems.npy (--out: a folder; needs --vg)",
-    "npz": "one PGM/RAVEN-style vprom_<split>_<part>_<id>.npz per problem of --split: "
-           "image (16,S,S,3) uint8, target 0-7, meta_target (4 relations + 4 element types) "
+    "npz": "one npz per problem of --split. --style pgm (default): DeepMind PGM's "
+           "convention, <regime>/PGM_<regime>_<part>_<id>.npz with image (16,S,S) uint8 "
+           "grayscale, target 0-7, meta_target (12,), relation_structure_encoded (4,12), "
+           "RAVEN's structure keys and embedding.npy (the tests re-state SRAN's, "
+           "WReN-PyTorch's and RAVEN's loaders); --style color: "
+           "vprom_<split>_<part>_<id>.npz with image (16,S,S,3) RGB and meta_target (8,) "
            "(--out: a folder; needs --vg)",
 }
 EXAMPLES = (
     "vprom export build/dataset.h5 --format npz --vg data/vg --out build/npz --split neutral",
+    "vprom export build/dataset.h5 --format npz --style color --vg data/vg --out build/npz-rgb",
     "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl",
     "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",
 )
@@ -79,17 +84,20 @@ class ExportSummary:
             return (f"wrote {self.out}/V-PROM: {c['problems']:,} problems in {buckets} "
                     f"(panels: {c['panels']}), {c['crops']:,} crops, "
                     f"{c['label_files']} label files, {c['split_lists']} split lists")
-        return (f"wrote {self.out}: {c['problems']:,} npz problems of split {c['split']} "
+        return (f"wrote {self.out}: {c['problems']:,} npz problems ({c['style']} style) of "
+                f"split {c['split']} "
                 f"({c['train']:,} train, {c['val']:,} val, {c['test']:,} test; "
                 f"{c['size']}x{c['size']} panels from {c['crops']:,} crops)")
 
 
 def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | None = None,
-           copy: bool = False, split: str = "neutral", size: int = DEFAULT_SIZE) -> ExportSummary:
+           copy: bool = False, split: str = "neutral", size: int = DEFAULT_SIZE,
+           style: str = "pgm") -> ExportSummary:
     """Export DATASET.h5 as `fmt` ('jsonl', 'original' or 'npz') to `out`.
 
     `copy`: original layout with plain panel files instead of symbolic links. `split`,
-    `size`: the npz export's split and panel side in pixels.
+    `size`, `style`: the npz export's split, panel side in pixels, and convention ('pgm'
+    or 'color').
     """
     dataset, out = Path(dataset), Path(out)
     if fmt not in FORMATS:
@@ -104,7 +112,7 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
         raise VpromError(f"{dataset}: matrix {bad} shows a crop that is not in crops; run "
                          "`vprom verify` and regenerate the data set")
     config = {"format": fmt, **({"copy": copy} if fmt == "original" else {}),
-              **({"split": split, "size": size} if fmt == "npz" else {})}
+              **({"split": split, "size": size, "style": style} if fmt == "npz" else {})}
     manifest = make_manifest(f"export-{fmt}", config, inputs={dataset.name: sha256_file(dataset)},
                              counts={"matrices": len(matrices)})
     if fmt == "jsonl":
@@ -114,7 +122,8 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
     if fmt == "original":
         counts = write_release(crops, matrices, rows, out, Path(vg_dir), copy, manifest)
     else:
-        counts = write_npz(crops, matrices, rows, out, Path(vg_dir), split, size, manifest)
+        counts = write_npz(crops, matrices, rows, out, Path(vg_dir), split, size, manifest,
+                           style)
     return ExportSummary(out, fmt, counts)
 
 

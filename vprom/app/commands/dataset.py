@@ -154,6 +154,7 @@ SHOW = Command(
 def add_export(p):
     from vprom.generation.export import EXAMPLES, FORMATS
     from vprom.generation.export_npz import DEFAULT_SIZE
+    from vprom.generation.export_pgm import STYLES
 
     p.epilog += "".join(f"\n  {e}" for e in EXAMPLES) + (
         "\n\nClients of the original release read it from the folder holding V-PROM/ "
@@ -177,6 +178,9 @@ def add_export(p):
                    help="npz: the split whose train, val and test problems are written")
     p.add_argument("--size", type=positive(int), default=DEFAULT_SIZE,
                    help="npz: panel side in pixels")
+    p.add_argument("--style", choices=STYLES, default=STYLES[0],
+                   help="npz: pgm (DeepMind PGM's files: grayscale (16,S,S) image, 12-slot "
+                        "meta_target, for SRAN/WReN/RAVEN loaders) or color (RGB panels)")
 
 
 def run_export(args):
@@ -188,7 +192,7 @@ def run_export(args):
     except argparse.ArgumentTypeError as e:
         raise VpromError(f"--out {e}") from None
     print(export(args.dataset, args.format, out, vg_dir=args.vg, copy=args.copy,
-                 split=args.split, size=args.size))
+                 split=args.split, size=args.size, style=args.style))
 
 
 EXPORT = Command(
