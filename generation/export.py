@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from vprom.generation.export_hf import write_hf
 from vprom.generation.export_npz import DEFAULT_SIZE, write_npz
 from vprom.generation.export_release import FIRST_CANDIDATE_LABEL, write_release
 from vprom.errors import VpromError
@@ -39,6 +40,7 @@ from vprom.tables import (
     MatrixTable,
     crop_rows,
     read_crop_table,
+    read_manifest,
     read_matrix_table,
 )
 
@@ -50,6 +52,11 @@ FORMATS = {
                 "V-PROM/datasets/Raven_release/<id//5000>/<id>/1..16.jpg as relative "
                 "symlinks into V-PROM/crops/, {obj,attr,counting}_gt_labels.npy (label 9-16) "
                 "and <split>_<train|val|test>_problems.npy (--out: a folder; needs --vg)",
+    "hf": "a Hugging Face data set: Parquet shards (~500 MB) per split and part, one row per "
+          "problem (answer, relation, element type, super-attribute, crop ids, VG image ids "
+          "and boxes) and a crops table of JPEGs, with a dataset card README.md (configs per "
+          "split, CC BY 4.0, citations, verify report); datasets.load_dataset(OUT) reads it; "
+          "resumable (--out: a folder; needs --vg; pip install 'vprom[hf]')",
     "npz": "one npz per problem of --split. --style pgm (default): DeepMind PGM's "
            "convention, <regime>/PGM_<regime>_<part>_<id>.npz with image (16,S,S) uint8 "
            "grayscale, target 0-7, meta_target (12,), relation_structure_encoded (4,12), "
@@ -79,6 +86,11 @@ class ExportSummary:
         c = self.counts
         if self.format == "jsonl":
             return f"wrote {self.out}: {c['matrices']:,} matrices as JSON lines"
+        if self.format == "hf":
+            parts = sum(len(p) for p in c["splits"].values())
+            return (f"wrote {self.out}: a Hugging Face data set of {c['problems']:,} problems "
+                    f"({len(c['splits'])} split configurations, {parts} parts) and "
+                    f"{c['crops']:,} crops in {c['crop_shards']} shard(s)")
         if self.format == "original":
             buckets = f"{c['buckets']} bucket" + ("s" if c["buckets"] != 1 else "")
             return (f"wrote {self.out}/V-PROM: {c['problems']:,} problems in {buckets} "
@@ -92,12 +104,12 @@ class ExportSummary:
 
 def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | None = None,
            copy: bool = False, split: str = "neutral", size: int = DEFAULT_SIZE,
-           style: str = "pgm") -> ExportSummary:
+           style: str = "pgm", verify_text: str | None = None) -> ExportSummary:
     """Export DATASET.h5 as `fmt` ('jsonl', 'original' or 'npz') to `out`.
 
     `copy`: original layout with plain panel files instead of symbolic links. `split`,
     `size`, `style`: the npz export's split, panel side in pixels, and convention ('pgm'
-    or 'color').
+    or 'color'). `verify_text`: the `vprom verify` report the hf card quotes.
     """
     dataset, out = Path(dataset), Path(out)
     if fmt not in FORMATS:
@@ -119,6 +131,11 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
         write_jsonl(crops, matrices, rows, out)
         write_json(manifest_path(out), manifest)
         return ExportSummary(out, fmt, {"matrices": len(matrices)})
+    if fmt == "hf":
+        settings = {"format": "hf", "dataset": manifest["inputs"][dataset.name]}
+        about = {"manifest": read_manifest(dataset), "verify": verify_text}
+        counts = write_hf(crops, matrices, rows, out, Path(vg_dir), settings, about)
+        return ExportSummary(out, fmt, counts)
     if fmt == "original":
         counts = write_release(crops, matrices, rows, out, Path(vg_dir), copy, manifest)
     else:

@@ -22,7 +22,7 @@ RULES = {
     "ground": ((), GROUND_LIBRARIES),
     "mining": (("ground",), GROUND_LIBRARIES | {"ijson", "requests", "urllib3", "tqdm"}),
     "splits": (("ground",), GROUND_LIBRARIES),
-    "generation": (("ground",), GROUND_LIBRARIES | {"tqdm"}),
+    "generation": (("ground",), GROUND_LIBRARIES | {"tqdm", "pyarrow"}),
     "features": (("ground",), GROUND_LIBRARIES | {"tqdm", "torch", "torchvision"}),
     "baselines": (("ground", "splits", "features"),
                   GROUND_LIBRARIES | {"tqdm", "torch", "matplotlib"}),

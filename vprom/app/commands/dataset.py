@@ -203,8 +203,18 @@ def run_export(args):
                              "MAPS.h5 (from `vprom extract --backbone resnet101 --pool none`)")
         print(summary(out, export_savir(args.dataset, args.features, out)))
         return
+    verify_text = None
+    if args.format == "hf":  # the card quotes the verification; unsound data is not shared
+        from vprom.generation.verify import verify
+        from vprom.splits.assign import load_rules
+
+        report = verify(args.dataset, load_rules())
+        if not report.ok:
+            raise VpromError(f"{args.dataset}: verification failed ({report.failures()}); "
+                             "an hf export is for sharing, so it needs a verified data set")
+        verify_text = report.format()
     print(export(args.dataset, args.format, out, vg_dir=args.vg, copy=args.copy,
-                 split=args.split, size=args.size, style=args.style))
+                 split=args.split, size=args.size, style=args.style, verify_text=verify_text))
 
 
 EXPORT = Command(
