@@ -1,5 +1,6 @@
-"""`vprom export`: the data set as JSON lines, in the original V-PROM release's layout, or as
-one `.npz` per problem.
+"""`vprom export`: the data set as JSON lines, in the original V-PROM release's layout, as
+one `.npz` per problem, or as a Hugging Face data set (SAViR-T's feature files, which need
+torch, are written by `vprom.app.savir`).
 
 jsonl — one JSON object per matrix, in file order, carrying its full provenance:
 
@@ -13,8 +14,9 @@ are shared between matrices) and renamed into place when complete; `OUT.manifest
 records the source's sha256. `matrix_of(record)` turns a line back into a `Matrix`.
 
 original — the release's folder layout, as its clients read it
-(`generation.export_release`). npz — one PGM/RAVEN-style file per problem of one split
-(`generation.export_npz`). Both cut each distinct crop from its VG image once
+(`generation.export_release`). npz — one PGM-style (`generation.export_pgm`) or colour file
+per problem of one split (`generation.export_npz`). hf — Parquet and a dataset card
+(`generation.export_hf`). Both cut each distinct crop from its VG image once
 (`generation.export_crops`) and build their folder under a temporary name.
 
 `export` returns an `ExportSummary`: what was written where, printable.

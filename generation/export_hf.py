@@ -9,7 +9,7 @@ card), for `datasets.load_dataset(OUT)` and for the Hub.
 Crops are stored once, in a table of their own, and problems refer to them by crop id: a
 crop shows in ~4.5 problems on average (11,280 panels of 2,482 crops on the synthetic demo,
 bench/export.py), and each split holds every problem again, so inlining the 16 JPEGs in
-each problem row would take ~30x the bytes of the crops table (measured in
+each problem row would take ~20x the bytes of the whole export (measured in
 bench/RESULTS.md). A loader joins on `crop_id` (the card shows how).
 
 Columns (Arrow types; the `datasets` feature types go in each file's schema metadata,
