@@ -145,3 +145,17 @@ def test_without_pyarrow_a_clear_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_pyarrow)
     with pytest.raises(VpromError, match=r"pip install 'vprom\[hf\]'"):
         export_hf.pyarrow_modules()
+
+
+@pytest.mark.slow
+def test_cli_runs_verify_and_the_card_quotes_it(synthetic_build, tmp_path, capsys):
+    from vprom.app import cli
+
+    dataset, vg = synthetic_build
+    out = tmp_path / "hf"
+    assert cli.main(["export", str(dataset), "--format", "hf", "--vg", str(vg), "--out",
+                     str(out)]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith(f"wrote {out}: a Hugging Face data set of ")
+    card = (out / "README.md").read_text()
+    assert f"vprom verify {dataset}" in card and "verdict: PASS" in card
