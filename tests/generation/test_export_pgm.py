@@ -180,7 +180,8 @@ def test_wren_and_raven_read_from_the_export_root(exported, monkeypatch):
     m = read_matrix_table(dataset)
     answer = dict(zip(m.id.tolist(), m.answer.tolist()))
     monkeypatch.chdir(out)
-    assert len(list(wren_items(str(out), "test"))) == summary.counts["problems"]  # the trap
+    if "test" in str(out):  # the trap, under pytest's own temporary folders
+        assert len(list(wren_items(str(out), "test"))) == summary.counts["problems"]
     for part in SPLIT_PARTS:
         wren = list(wren_items(".", part))
         raven = list(raven_items(".", part))
