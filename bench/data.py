@@ -57,7 +57,7 @@ def build(work: Path, images: int, scale: float) -> tuple[Path, Path]:
     from vprom.generation.dataset import generate
     from vprom.mining.pools import mine
     from vprom.mining.synth import write_corpus
-    from vprom.splits.assign import load_rules
+    from vprom.splits import load_rules
 
     if not (work / "dataset.h5").is_file():
         write_corpus(work / "vg", images=images, seed=0)

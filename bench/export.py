@@ -1,6 +1,7 @@
 """Benchmark `vprom export`: every format on one synthetic build, side by side.
 
 Usage: python bench/export.py [--images 2000] [--scale 0.02] [--size 160] [--work DIR]
+                              [--full-problems 235000] [--full-crops 110000]
 
 Builds the synthetic corpus, mines and generates it, then times `export` as jsonl, as the
 original layout with symlinks and with --copy, and as npz (neutral split), printing for
@@ -8,6 +9,14 @@ each the wall time, the CPU time (all threads; meaningful on a busy machine wher
 includes waiting for a core or the disk), problems per second of wall time and the bytes
 written. The original layout's cost
 is file creation (one link or file per panel): extrapolate linearly to 235,000 problems.
+
+Also: npz in both styles (pgm, color), hf (with the size the rejected design, 16 JPEGs
+inlined in every problem row of every split, would take, from the same JPEG bytes), and
+the savir-t file size (a `torch.save` of one problem's float32 (16, 1, 2048, 7, 7) maps and
+its target; its maps come from resnet101 extraction, not run here). Each row is projected to
+full scale: per-problem outputs linearly in problems (--full-problems), the hf crops table
+in crops (--full-crops; the synthetic crops are smaller images than VG's, so this is a
+floor).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from vprom.generation.export import export  # noqa: E402
 from vprom.mining.pools import mine  # noqa: E402
 from vprom.mining.synth import write_corpus  # noqa: E402
 from vprom.splits import load_rules  # noqa: E402
+from vprom.tables import read_matrix_table  # noqa: E402
 
 
 def cpu_seconds() -> float:
@@ -49,6 +59,8 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=0.02)
     parser.add_argument("--size", type=int, default=160)
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
+    parser.add_argument("--full-problems", type=int, default=235_000)
+    parser.add_argument("--full-crops", type=int, default=110_000)
     args = parser.parse_args()
     root = args.work or Path(tempfile.mkdtemp(prefix="vprom-bench-export-"))
     try:
@@ -58,10 +70,13 @@ def main() -> None:
         print(f"vprom export, synthetic corpus of {args.images} images at scale {args.scale}, "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
         print(f"{'format':<18} {'problems':>8} {'wall s':>8} {'CPU s':>7} {'problems/s':>11} "
-              f"{'MB':>8}")
+              f"{'MB':>8} {'full-scale GB':>14} {'full-scale h':>13}")
         runs = [("jsonl", "dataset.jsonl", {}), ("original", "release", {}),
                 ("original --copy", "release-copy", {"copy": True}),
-                ("npz", "npz", {"size": args.size})]
+                ("npz --style pgm", "npz", {"size": args.size, "style": "pgm"}),
+                ("npz --style color", "npz-color", {"size": args.size, "style": "color"}),
+                ("hf", "hf", {})]
+        total = len(read_matrix_table(root / "dataset.h5"))
         for name, target, options in runs:
             fmt = name.split()[0]
             vg = None if fmt == "jsonl" else root / "vg"
@@ -69,12 +84,52 @@ def main() -> None:
             summary = export(root / "dataset.h5", fmt, root / target, vg_dir=vg, **options)
             wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
             n = summary.counts.get("problems", summary.counts.get("matrices"))
+            size = disk_bytes(root / target)
+            ratio = args.full_problems / n
+            full = size * ratio
+            if fmt == "hf":
+                full, inline = hf_sizes(root / target, args.full_problems / total,
+                                        args.full_crops / summary.counts["crops"])
             print(f"{name:<18} {n:>8,} {wall:>8.2f} {cpu:>7.2f} {n / wall:>11.0f} "
-                  f"{disk_bytes(root / target) / 1e6:>8.1f}")
+                  f"{size / 1e6:>8.1f} {full / 1e9:>14.1f} {wall * ratio / 3600:>13.1f}")
+            if fmt == "hf":
+                print(f"{'  hf, 16 JPEGs inlined per row (rejected)':<44} "
+                      f"{inline / 1e6:>8.1f} MB here")
             shutil.rmtree(root / target) if (root / target).is_dir() else (root / target).unlink()
+        per_problem = savir_bytes(root)
+        print(f"{'savir-t':<18} {'(one problem, torch.save)':>36} {per_problem / 1e6:>8.2f} "
+              f"{per_problem * args.full_problems / 1e9:>14.1f}")
     finally:
         if args.work is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def hf_sizes(folder: Path, problem_ratio: float, crop_ratio: float) -> tuple[float, int]:
+    """(projected full-scale bytes, bytes the inlined design would take here)."""
+    import pyarrow.parquet as pq
+
+    jpeg = {}
+    for path in sorted((folder / "data" / "crops").glob("*.parquet")):
+        t = pq.read_table(path, columns=["crop_id", "image"])
+        for crop_id, image in zip(t["crop_id"].to_pylist(), t["image"].to_pylist()):
+            jpeg[crop_id] = len(image["bytes"])
+    crops_bytes = disk_bytes(folder / "data" / "crops")
+    problem_bytes = disk_bytes(folder) - crops_bytes
+    inline = 0
+    for path in (folder / "data").glob("*/*.parquet"):
+        if path.parent.name != "crops":
+            for panels in pq.read_table(path, columns=["panels"])["panels"].to_pylist():
+                inline += sum(jpeg[c] for c in panels)
+    return crops_bytes * crop_ratio + problem_bytes * problem_ratio, inline
+
+
+def savir_bytes(root: Path) -> int:
+    """The two files of one savir-t problem, as torch.save writes them."""
+    import torch
+
+    torch.save(torch.zeros((16, 1, 2048, 7, 7), dtype=torch.float32), root / "f.pt")
+    torch.save(torch.tensor(3, dtype=torch.int64), root / "t.pt")
+    return (root / "f.pt").stat().st_size + (root / "t.pt").stat().st_size
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""`vprom export`: the data set as JSON lines, in the original V-PROM release's layout, or as
-one `.npz` per problem.
+"""`vprom export`: the data set as JSON lines, in the original V-PROM release's layout, as
+one `.npz` per problem, or as a Hugging Face data set (SAViR-T's feature files, which need
+torch, are written by `vprom.app.savir`).
 
 jsonl — one JSON object per matrix, in file order, carrying its full provenance:
 
@@ -13,8 +14,9 @@ are shared between matrices) and renamed into place when complete; `OUT.manifest
 records the source's sha256. `matrix_of(record)` turns a line back into a `Matrix`.
 
 original — the release's folder layout, as its clients read it
-(`generation.export_release`). npz — one PGM/RAVEN-style file per problem of one split
-(`generation.export_npz`). Both cut each distinct crop from its VG image once
+(`generation.export_release`). npz — one PGM-style (`generation.export_pgm`) or colour file
+per problem of one split (`generation.export_npz`). hf — Parquet and a dataset card
+(`generation.export_hf`). Both cut each distinct crop from its VG image once
 (`generation.export_crops`) and build their folder under a temporary name.
 
 `export` returns an `ExportSummary`: what was written where, printable.
@@ -29,6 +31,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from vprom.generation.export_hf import write_hf
 from vprom.generation.export_npz import DEFAULT_SIZE, write_npz
 from vprom.generation.export_release import FIRST_CANDIDATE_LABEL, write_release
 from vprom.errors import VpromError
@@ -40,6 +43,7 @@ from vprom.tables import (
     MatrixTable,
     crop_rows,
     read_crop_table,
+    read_manifest,
     read_matrix_table,
 )
 
@@ -51,12 +55,22 @@ FORMATS = {
                 "V-PROM/datasets/Raven_release/<id//5000>/<id>/1..16.jpg as relative "
                 "symlinks into V-PROM/crops/, {obj,attr,counting}_gt_labels.npy (label 9-16) "
                 "and <split>_<train|val|test>_problems.npy (--out: a folder; needs --vg)",
-    "npz": "one PGM/RAVEN-style vprom_<split>_<part>_<id>.npz per problem of --split: "
-           "image (16,S,S,3) uint8, target 0-7, meta_target (4 relations + 4 element types) "
+    "hf": "a Hugging Face data set: Parquet shards (~500 MB) per split and part, one row per "
+          "problem (answer, relation, element type, super-attribute, crop ids, VG image ids "
+          "and boxes) and a crops table of JPEGs, with a dataset card README.md (configs per "
+          "split, CC BY 4.0, citations, verify report); datasets.load_dataset(OUT) reads it; "
+          "resumable (--out: a folder; needs --vg; pip install 'vprom[hf]')",
+    "npz": "one npz per problem of --split. --style pgm (default): DeepMind PGM's "
+           "convention, <regime>/PGM_<regime>_<part>_<id>.npz with image (16,S,S) uint8 "
+           "grayscale, target 0-7, meta_target (12,), relation_structure_encoded (4,12), "
+           "RAVEN's structure keys and embedding.npy (the tests re-state SRAN's, "
+           "WReN-PyTorch's and RAVEN's loaders); --style color: "
+           "vprom_<split>_<part>_<id>.npz with image (16,S,S,3) RGB and meta_target (8,) "
            "(--out: a folder; needs --vg)",
 }
 EXAMPLES = (
     "vprom export build/dataset.h5 --format npz --vg data/vg --out build/npz --split neutral",
+    "vprom export build/dataset.h5 --format npz --style color --vg data/vg --out build/npz-rgb",
     "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl",
     "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",
 )
@@ -75,12 +89,18 @@ class ExportSummary:
         c = self.counts
         if self.format == "jsonl":
             return f"wrote {self.out}: {c['matrices']:,} matrices as JSON lines"
+        if self.format == "hf":
+            parts = sum(len(p) for p in c["splits"].values())
+            return (f"wrote {self.out}: a Hugging Face data set of {c['problems']:,} problems "
+                    f"({len(c['splits'])} split configurations, {parts} parts) and "
+                    f"{c['crops']:,} crops in {c['crop_shards']} shard(s)")
         if self.format == "original":
             buckets = f"{c['buckets']} bucket" + ("s" if c["buckets"] != 1 else "")
             return (f"wrote {self.out}/V-PROM: {c['problems']:,} problems in {buckets} "
                     f"(panels: {c['panels']}), {c['crops']:,} crops, "
                     f"{c['label_files']} label files, {c['split_lists']} split lists")
-        return (f"wrote {self.out}: {c['problems']:,} npz problems of split {c['split']} "
+        return (f"wrote {self.out}: {c['problems']:,} npz problems ({c['style']} style) of "
+                f"split {c['split']} "
                 f"({c['train']:,} train, {c['val']:,} val, {c['test']:,} test; "
                 f"{c['size']}x{c['size']} panels from {c['crops']:,} crops)")
 
@@ -88,11 +108,13 @@ class ExportSummary:
 @writes("out", lambda a: (f"export-{a['fmt']}",),
         inputs=lambda a: (a["dataset"], a["vg_dir"]))
 def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | None = None,
-           copy: bool = False, split: str = "neutral", size: int = DEFAULT_SIZE) -> ExportSummary:
+           copy: bool = False, split: str = "neutral", size: int = DEFAULT_SIZE,
+           style: str = "pgm", verify_text: str | None = None) -> ExportSummary:
     """Export DATASET.h5 as `fmt` ('jsonl', 'original' or 'npz') to `out`.
 
     `copy`: original layout with plain panel files instead of symbolic links. `split`,
-    `size`: the npz export's split and panel side in pixels.
+    `size`, `style`: the npz export's split, panel side in pixels, and convention ('pgm'
+    or 'color'). `verify_text`: the `vprom verify` report the hf card quotes.
     """
     dataset, out = Path(dataset), Path(out)
     if fmt not in FORMATS:
@@ -107,17 +129,23 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
         raise VpromError(f"{dataset}: matrix {bad} shows a crop that is not in crops; run "
                          "`vprom verify` and regenerate the data set")
     config = {"format": fmt, **({"copy": copy} if fmt == "original" else {}),
-              **({"split": split, "size": size} if fmt == "npz" else {})}
+              **({"split": split, "size": size, "style": style} if fmt == "npz" else {})}
     manifest = make_manifest(f"export-{fmt}", config, inputs={dataset.name: sha256_file(dataset)},
                              counts={"matrices": len(matrices)})
     if fmt == "jsonl":
         write_jsonl(crops, matrices, rows, out)
         write_json(manifest_path(out), manifest)
         return ExportSummary(out, fmt, {"matrices": len(matrices)})
+    if fmt == "hf":
+        settings = {"format": "hf", "dataset": manifest["inputs"][dataset.name]}
+        about = {"manifest": read_manifest(dataset), "verify": verify_text}
+        counts = write_hf(crops, matrices, rows, out, Path(vg_dir), settings, about)
+        return ExportSummary(out, fmt, counts)
     if fmt == "original":
         counts = write_release(crops, matrices, rows, out, Path(vg_dir), copy, manifest)
     else:
-        counts = write_npz(crops, matrices, rows, out, Path(vg_dir), split, size, manifest)
+        counts = write_npz(crops, matrices, rows, out, Path(vg_dir), split, size, manifest,
+                           style)
     return ExportSummary(out, fmt, counts)
 
 

@@ -44,7 +44,9 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from vprom.generation import export_pgm as pgm
 from vprom.generation.export_crops import WORKERS, cut_crops
+from vprom.generation.npy_pickle import npy_bytes
 from vprom.errors import VpromError
 from vprom.io import atomic_dir, preallocate
 from vprom.outputs import free_space_for
@@ -84,8 +86,12 @@ def save_npz(path: Path, **arrays: np.ndarray) -> None:
 
 
 def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,
-              split: str, size: int, manifest: dict) -> dict:
-    """Write split `split`'s problems to folder `out`; returns what was written."""
+              split: str, size: int, manifest: dict, style: str = "pgm") -> dict:
+    """Write split `split`'s problems to folder `out` in `style` ('pgm': the PGM
+    convention of `export_pgm`; 'color': RGB panels, this module's layout); returns what
+    was written."""
+    if style not in pgm.STYLES:
+        raise VpromError(f"unknown npz style {style!r}; choose one of {', '.join(pgm.STYLES)}")
     if split not in m.splits:
         known = ", ".join(m.ordered_splits()) or "none"
         raise VpromError(f"the data set has no split {split!r} (it has: {known}); pass one "
@@ -102,24 +108,35 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
                    " for the panel tiles and the npz files")
     with atomic_dir(out, kinds=("export-npz",)) as tmp:
         tiles_path = tmp / ".tiles.u8"
-        tiles = np.lib.format.open_memmap(tiles_path, mode="w+", dtype=np.uint8, shape=shape)
+        gray = style == "pgm"
+        tiles = np.lib.format.open_memmap(tiles_path, mode="w+", dtype=np.uint8, shape=(
+            max(len(used), 1), size, size, *(() if gray else (3,))))
         preallocate(tiles_path)  # a full disk fails here, not as SIGBUS inside the mmap
+        tile = pgm.gray_tile if gray else panel_tile
+        tokens = pgm.vocabulary(m.super_attribute) if gray else []
 
         def store(r: int, crop: Image.Image) -> None:
-            tiles[tile_of[r]] = panel_tile(crop, size)
+            tiles[tile_of[r]] = tile(crop, size)
 
         n_crops = cut_crops(crops, used, vg_dir, store, desc="tiles") if len(used) else 0
         names = np.array(META_TARGET_NAMES)
 
+        if gray:
+            (tmp / pgm.regime(split)).mkdir()
+            (tmp / "embedding.npy").write_bytes(npy_bytes(pgm.embedding_table(tokens)))
+
         def write(i: int) -> None:
             index = [tile_of[int(r)] for r in rows[i]]
+            mid, part = int(m.id[i]), columns[i]
+            keys = (pgm.pgm_arrays(m.relation[i], m.element_type[i], m.super_attribute[i],
+                                   tokens) if gray else
+                    {"meta_target": meta_target(m.relation[i], m.element_type[i]),
+                     "meta_target_names": names})
             save_npz(
-                tmp / npz_name(split, columns[i], int(m.id[i])), image=tiles[index],
-                target=np.int64(m.answer[i]), meta_target=meta_target(m.relation[i],
-                                                                       m.element_type[i]),
-                meta_target_names=names, relation=np.str_(m.relation[i]),
-                element_type=np.str_(m.element_type[i]),
-                super_attribute=np.str_(m.super_attribute[i]), id=np.int64(m.id[i]),
+                tmp / (pgm.pgm_name(split, part, mid) if gray else npz_name(split, part, mid)),
+                image=tiles[index], target=np.int64(m.answer[i]), **keys,
+                relation=np.str_(m.relation[i]), element_type=np.str_(m.element_type[i]),
+                super_attribute=np.str_(m.super_attribute[i]), id=np.int64(mid),
                 panels=m.panels[i].astype(np.int64), elements=m.elements[i].astype(str))
 
         with ThreadPoolExecutor(WORKERS) as pool:
@@ -129,12 +146,13 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
         del tiles
         tiles_path.unlink()
         per_part = {p: int(sum(columns[i] == p for i in chosen)) for p in SPLIT_PARTS}
-        counts = {"split": split, "size": size, "crops": n_crops, "problems": len(chosen),
-                  **per_part}
+        counts = {"split": split, "size": size, "style": style, "crops": n_crops,
+                  "problems": len(chosen), **per_part}
         manifest = {**manifest, "counts": {**manifest["counts"], **counts}}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-        (tmp / "README.txt").write_text(README.format(split=split, size=size, **per_part),
-                                        encoding="utf-8")
+        readme = PGM_README if gray else README
+        (tmp / "README.txt").write_text(readme.format(
+            split=split, size=size, regime=pgm.regime(split), **per_part), encoding="utf-8")
     return counts
 
 
@@ -148,4 +166,19 @@ vprom_{split}_<part>_<id>.npz, one per problem; glob '*_train_*.npz' for a part.
   meta_target (8,): one-hot relation (and, or, union, progression) then element type
       (object_attribute, human_attribute, object, count); meta_target_names says which
   relation, element_type, super_attribute, id (matrix id), panels (crop ids), elements
+"""
+
+PGM_README = """V-PROM problems exported by `vprom export --format npz --style pgm`: split {split}
+(regime {regime}), panels {size}x{size} grayscale ({train:,} train, {val:,} val, {test:,} test
+problems; the split's excluded matrices are not written), in DeepMind PGM's convention.
+
+{regime}/PGM_{regime}_<part>_<id>.npz, one per problem. SRAN-style loaders: root {regime}/;
+WReN/RAVEN-style loaders (root/*/*.npz): root this folder (embedding.npy is RAVEN's); they
+test 'train'/'val'/'test' against the whole path, so the root's path must hold none of them.
+  image (16, {size}, {size}) uint8: panels 1-8 the context (row-major), 9-16 the candidates
+  target: the answer, 0..7
+  meta_target (12,), relation_structure_encoded (4, 12): slots named by meta_target_names
+  relation_structure (1, 3): [element type, super-attribute, relation]
+  structure, meta_structure (RAVEN); relation, element_type, super_attribute, id, panels,
+  elements
 """

@@ -49,6 +49,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vprom.generation.export_crops import cut_crops, release_ids
+from vprom.generation.npy_pickle import npy_bytes
 from vprom.errors import VpromError
 from vprom.io import atomic_dir
 from vprom.outputs import free_space_for
@@ -108,8 +109,8 @@ def label_dicts(m: MatrixTable, pids: np.ndarray) -> dict[str, dict]:
         answer = int(m.answer[i])
         (slot if sub is None else slot[sub])[str(pid)] = {
             "label": FIRST_CANDIDATE_LABEL + answer, "im_path": problem_path(pid),
-            "relation": relation, "element_type": element_type,
-            "super_attribute": m.super_attribute[i], "answer": answer,
+            "relation": str(relation), "element_type": str(element_type),
+            "super_attribute": str(m.super_attribute[i]), "answer": answer,
             "matrix_id": int(m.id[i])}
     return out
 
@@ -147,8 +148,8 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
             shutil.rmtree(crop_dir)
         datasets = tmp / DATASETS
         datasets.mkdir(parents=True, exist_ok=True)
-        for name, table in labels.items():
-            np.save(datasets / name, np.array(table, dtype=object), allow_pickle=True)
+        for name, table in labels.items():  # numpy 1.x loads them too (npy_pickle)
+            (datasets / name).write_bytes(npy_bytes(table))
         for name, paths in lists.items():
             np.save(datasets / name, paths, allow_pickle=False)
         counts = {"problems": len(m), "buckets": len({int(p) // BUCKET for p in pids}),

@@ -75,7 +75,7 @@ def _dumps(obj) -> str:
 
 
 def _render_to(args) -> tuple:
-    """Worker: draw one image, save its JPEG, return its seven records and its truth."""
+    """Worker: draw one image, save its JPEG, return its nine records and its truth."""
     seed, index, folder = args
     img, im = render_image(seed, index)
     meta = synth_vg.decorate(seed, index, img)
@@ -83,6 +83,7 @@ def _render_to(args) -> tuple:
     iid = img.image_id
     rels = synth_vg.relationships(img)
     qas = synth_vg.question_answers(img)
+    relationship_records = synth_vg.relationship_records(img, rels)
     records = (
         _dumps({"width": WIDTH, "url": meta.url(iid), "height": HEIGHT, "image_id": iid,
                 "coco_id": meta.coco_id, "flickr_id": meta.flickr_id}),
@@ -90,8 +91,10 @@ def _render_to(args) -> tuple:
         _dumps({"image_id": iid, "attributes": img.attributes}),
         _dumps({"regions": img.regions, "id": iid}),
         _dumps(synth_vg.scene_graph(img, rels)),
-        _dumps(synth_vg.relationship_records(img, rels)),
+        _dumps(relationship_records),
         _dumps(qas),
+        _dumps(synth_vg.objects_v1_2(img, meta.url(iid))),
+        _dumps(synth_vg.relationships_v1_2(relationship_records)),
     )
     vg = {"folder": meta.folder, "coco_id": meta.coco_id is not None,
           "flickr_id": meta.flickr_id is not None, "relationships": len(rels),

@@ -20,7 +20,11 @@ Visual Genome ships more than `vprom mine` needs, and the tools people point at 
   a `names` list, as VG mixes them), and question answers about attributed objects
   (question_answers.json). Relationships are geometric ("left of", "above", ...) between
   consecutive objects, so each one is true of the boxes; answers are the attribute an
-  object carries in attributes.json.
+  object carries in attributes.json;
+- VG's version 1.2 of objects.json and relationships.json (`objects_v1_2.json`,
+  `relationships_v1_2.json`): the same records without `merged_object_ids`, the one key
+  v1.4 added, for readers of v1.2 (the Hugging Face loader's `objects_v1.2.0` and
+  `relationships_v1.2.0`, whose features hold no such key).
 
 synsets.json lists, as `{synset_name, synset_definition}` records (the form the official
 driver's `init_synsets` reads), every synset any object or relationship names.
@@ -49,8 +53,11 @@ COCO_BASE, FLICKR_BASE = 100_000, 8_000_000_000
 RELATIONSHIP_BASE, QA_BASE = 500, 800
 PREDICATES = {"left of": "left.r.01", "right of": "right.r.01", "above": "above.r.01",
               "below": "below.r.01"}
-#: The VG files written from these records, one record per image in image order.
-FILES = ("scene_graphs.json", "relationships.json", "question_answers.json")
+#: The VG files written from these records, one record per image in image order. The two
+#: `_v1_2` files are VG's version 1.2 of objects.json and relationships.json, named as the
+#: download page serves them (objects_v1_2.json.zip, relationships_v1_2.json.zip, unzipped).
+FILES = ("scene_graphs.json", "relationships.json", "question_answers.json",
+         "objects_v1_2.json", "relationships_v1_2.json")
 SYNSETS = "synsets.json"
 
 
@@ -151,6 +158,26 @@ def relationship_records(img, rels) -> dict:
         out.append({"predicate": p, "object": obj, "relationship_id": rid,
                     "synsets": [PREDICATES[p]], "subject": subject})
     return {"relationships": out, "image_id": img.image_id}
+
+
+def without_merged(record: dict) -> dict:
+    """A v1.4 object record in v1.2's layout: v1.4 added `merged_object_ids`, nothing else."""
+    return {k: v for k, v in record.items() if k != "merged_object_ids"}
+
+
+def objects_v1_2(img, url: str) -> dict:
+    """objects_v1_2.json's record: objects.json's without `merged_object_ids`."""
+    return {"image_id": img.image_id, "objects": [without_merged(o) for o in img.objects],
+            "image_url": url}
+
+
+def relationships_v1_2(v1_4: dict) -> dict:
+    """relationships_v1_2.json's record: relationships.json's, its subjects and objects
+    without `merged_object_ids`."""
+    return {"relationships": [{**r, "object": without_merged(r["object"]),
+                               "subject": without_merged(r["subject"])}
+                              for r in v1_4["relationships"]],
+            "image_id": v1_4["image_id"]}
 
 
 def question_answers(img) -> dict:

@@ -24,7 +24,7 @@ RULES = {
     "ground": ((), GROUND_LIBRARIES),
     "mining": (("ground",), GROUND_LIBRARIES | {"ijson", "requests", "urllib3", "tqdm"}),
     "splits": (("ground",), GROUND_LIBRARIES),
-    "generation": (("ground",), GROUND_LIBRARIES | {"tqdm"}),
+    "generation": (("ground",), GROUND_LIBRARIES | {"tqdm", "pyarrow"}),
     "runtime": (("ground",), GROUND_LIBRARIES | {"torch"}),
     "features": (("ground", "runtime"), GROUND_LIBRARIES | {"tqdm", "torch", "torchvision"}),
     "baselines": (("ground", "runtime", "splits", "features"),

@@ -59,7 +59,7 @@ def test_every_function_has_an_example():
 
 
 def test_default_split_rules_are_supplied(tmp_path):
-    from vprom.splits.assign import load_rules
+    from vprom.splits import load_rules
 
     assert api._rules(None).design == load_rules().design
     given = object()

@@ -26,7 +26,8 @@ from vprom.tables import SPLIT_PARTS, read_crop_table, read_matrix_table
 def exported(synthetic_build, tmp_path_factory):
     dataset, vg = synthetic_build
     out = tmp_path_factory.mktemp("npz") / "held"
-    summary = export(dataset, "npz", out, vg_dir=vg, split="held_out_objects", size=48)
+    summary = export(dataset, "npz", out, vg_dir=vg, split="held_out_objects", size=48,
+                     style="color")
     return out, dataset, vg, summary
 
 
@@ -94,7 +95,7 @@ def test_default_size_and_unknown_split(tmp_path):
     crops, matrices = build_records(1, seed=6)
     dataset = write_dataset(tmp_path / "d.h5", crops, matrices)
     vg = write_images(tmp_path / "vg", crops)
-    summary = export(dataset, "npz", tmp_path / "out", vg_dir=vg)
+    summary = export(dataset, "npz", tmp_path / "out", vg_dir=vg, style="color")
     first = sorted((tmp_path / "out").glob("*.npz"))[0]
     assert first.name.startswith("vprom_neutral_")
     with np.load(first) as data:

@@ -8,15 +8,18 @@ the files it joins and what must agree between them — and runs it over a synth
   `get_all_region_descriptions`, `get_all_qas`, `save_scene_graphs_by_id` +
   `get_scene_graph(s)` with `init_synsets`;
 - the Hugging Face `visual_genome` loading script (`_generate_examples` and its per-config
-  normalisers and features), for every config at its latest version;
+  normalisers and features), for every config at the newest version it registers
+  (`region_descriptions_v1.2.0`, `question_answers_v1.2.0`, `attributes_v1.2.0`,
+  `objects_v1.2.0` and `relationships_v1.2.0`, the last two over the v1.2 files); a value
+  must hold exactly its feature's keys, as `datasets`' encoder walks both with `zip_dict`;
 - bottom-up-attention's `data/genome/setup_vg.py` (`AddAttrsToSceneGraphs` of the old driver,
   then `build_vocabs_and_xml`).
 
 Not re-stated (see docs/release-layout.md): the driver's `parse_graph_local` over the
 attributes that `add_attrs_to_scene_graphs` merges in (it indexes `attributes` on every
-attributes.json object, which VG itself leaves out on some), and the Hugging Face
-relationships feature `synsets`, which that script declares a string where VG, the driver
-and this corpus have a list.
+attributes.json object, which VG itself leaves out on some). The Hugging Face
+relationships feature `synsets` is declared a string where VG, the driver and this corpus
+have a list: `datasets` encodes it with `str()` (the list's repr), which is accepted here.
 """
 
 from __future__ import annotations
@@ -148,10 +151,12 @@ def test_driver_reads_scene_graphs_and_synsets(vg, tmp_path):
 # --- the Hugging Face visual_genome loader --------------------------------------------------
 URL_PATTERN = re.compile(r"https://cs\.stanford\.edu/people/rak248/(VG_100K(?:_2)?)/([0-9]+\.jpg)")
 INT32, INT64, STRING = (-2**31, 2**31 - 1), (-2**63, 2**63 - 1), str
+ANY_AS_STRING = "str(value)"  # Value("string") encodes any value with str()
 BOX = {"object_id": INT32, "x": INT32, "y": INT32, "w": INT32, "h": INT32, "names": [STRING],
        "synsets": [STRING]}
 #: The features of each config at its latest version (objects/relationships: 1.2.0, the
-#: newest the script builds), in our terms: an int range, str, a list [type] or a dict.
+#: newest the script builds; it declares 1.4.0 but registers no such config), in our terms:
+#: an int range, str, a list [type] or a dict.
 FEATURES = {
     "region_descriptions": {"regions": [{"region_id": INT32, "image_id": INT32,
                                          "phrase": STRING, "x": INT32, "y": INT32,
@@ -161,8 +166,11 @@ FEATURES = {
     "objects": {"objects": [BOX]},
     "attributes": {"attributes": [{**BOX, "attributes": [STRING]}]},
     "relationships": {"relationships": [{"relationship_id": INT32, "predicate": STRING,
-                                         "subject": BOX, "object": BOX}]},
+                                         "synsets": ANY_AS_STRING, "subject": BOX,
+                                         "object": BOX}]},
 }
+#: The file each config reads: objects and relationships at 1.2.0 read VG's v1.2 files.
+CONFIG_FILES = {"objects": "objects_v1_2.json", "relationships": "relationships_v1_2.json"}
 IMAGE_FEATURES = {"image_id": INT32, "url": STRING, "width": INT32, "height": INT32,
                   "coco_id": INT64, "flickr_id": INT64}
 NULLABLE = {"coco_id", "flickr_id", "synsets", "attributes"}
@@ -192,17 +200,21 @@ def hf_normalise(config: str, annotation: dict) -> None:
 
 
 def encodes(value, feature, key: str = "") -> bool:
-    """Whether `value` fits a feature: a dict takes its declared keys only (others dropped),
-    an absent key or null is allowed only where VG has nulls."""
+    """Whether `value` fits a feature: a dict must hold exactly the declared keys (`datasets`
+    walks a value and its feature with `zip_dict`, a KeyError on a key the feature lacks:
+    the `KeyError: 'merged_object_ids'` of v1.4 files read as v1.2), an absent key or null
+    is allowed only where VG has nulls."""
     if value is None:
         return key in NULLABLE
     if isinstance(feature, dict):
-        return isinstance(value, dict) and all(encodes(value.get(k), f, k)
-                                               for k, f in feature.items())
+        return (isinstance(value, dict) and set(value) <= set(feature)
+                and all(encodes(value.get(k), f, k) for k, f in feature.items()))
     if isinstance(feature, list):
         return isinstance(value, list) and all(encodes(v, feature[0]) for v in value)
     if feature is STRING:
         return isinstance(value, str)
+    if feature == ANY_AS_STRING:
+        return True
     return type(value) is int and feature[0] <= value <= feature[1]
 
 
@@ -211,7 +223,7 @@ def test_hugging_face_loader_reads_every_config(vg, config):
     """`_generate_examples`: the annotation file and image_data.json zipped record by record
     (same length; ids and urls must agree), then each example encoded with the features."""
     metadata = load(vg, "image_data.json")
-    annotations = load(vg, f"{config}.json")
+    annotations = load(vg, CONFIG_FILES.get(config, f"{config}.json"))
     assert len(metadata) == len(annotations)
     for meta, annotation in zip(metadata, annotations):
         if "id" in meta:
@@ -315,3 +327,18 @@ def test_truth_records_the_vg_files(vg):
         assert len(objects[oid]["names"]) == 2 == len(attributes[oid]["names"])
     singles = set(objects) - set(truth["noise"]["two_names"]["ids"])
     assert all(len(objects[o]["names"]) == 1 for o in singles)
+
+
+def test_v1_2_files_are_the_v1_4_records_without_merged_ids(vg):
+    """objects.json / relationships.json keep VG's v1.4 layout; the _v1_2 files drop the one
+    key v1.4 added, record for record."""
+    for new, old in (("objects_v1_2.json", "objects.json"),
+                     ("relationships_v1_2.json", "relationships.json")):
+        v12, v14 = load(vg, new), load(vg, old)
+        assert len(v12) == len(v14)
+        text = json.dumps(v14)
+        assert "merged_object_ids" in text and "merged_object_ids" not in json.dumps(v12)
+    for a, b in zip(load(vg, "objects_v1_2.json"), load(vg, "objects.json")):
+        assert a["objects"] == [{k: v for k, v in o.items() if k != "merged_object_ids"}
+                                for o in b["objects"]]
+        assert a["image_url"] == b["image_url"] and a["image_id"] == b["image_id"]

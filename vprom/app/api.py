@@ -25,7 +25,7 @@ def _rules(rules):
     """The split rules generation and verification are handed: `splits/` unless given."""
     if rules is not None:
         return rules
-    from vprom.splits.assign import load_rules
+    from vprom.splits import load_rules
 
     return load_rules()
 

@@ -157,17 +157,22 @@ SHOW = Command(
 def add_export(p):
     from vprom.generation.export import EXAMPLES, FORMATS
     from vprom.generation.export_npz import DEFAULT_SIZE
+    from vprom.generation.export_pgm import STYLES
+    from vprom.generation.export_savir import HELP as SAVIR_HELP
 
     p.epilog += "".join(f"\n  {e}" for e in EXAMPLES) + (
         "\n\nClients of the original release read it from the folder holding V-PROM/ "
         "(cd build/release\nbefore starting one). Layouts and formats: docs/release-layout.md.")
     p.add_argument("dataset", type=Path, help="DATASET.h5")
-    p.add_argument("--format", choices=tuple(FORMATS), required=True,
-                   help="; ".join(f"{k}: {v}" for k, v in FORMATS.items()))
+    formats = {**FORMATS, "savir-t": SAVIR_HELP}
+    p.add_argument("--format", choices=tuple(formats), required=True,
+                   help="; ".join(f"{k}: {v}" for k, v in formats.items()))
     p.add_argument("--out", type=Path, required=True,
                    help="a file for jsonl, a folder for original and npz")
     p.add_argument("--vg", type=Path, default=None,
                    help="Visual Genome folder (VG_100K/, VG_100K_2/): original and npz")
+    p.add_argument("--features", type=Path, default=None,
+                   help="savir-t: the resnet101 maps file (`vprom extract --pool none`)")
     panels = p.add_mutually_exclusive_group()
     panels.add_argument("--copy", action="store_true",
                         help="original layout: panels as plain copies instead of symlinks, for "
@@ -180,6 +185,9 @@ def add_export(p):
                    help="npz: the split whose train, val and test problems are written")
     p.add_argument("--size", type=positive(int), default=DEFAULT_SIZE,
                    help="npz: panel side in pixels")
+    p.add_argument("--style", choices=STYLES, default=STYLES[0],
+                   help="npz: pgm (DeepMind PGM's files: grayscale (16,S,S) image, 12-slot "
+                        "meta_target, for SRAN/WReN/RAVEN loaders) or color (RGB panels)")
 
 
 def run_export(args):
@@ -188,8 +196,24 @@ def run_export(args):
         out = check(str(args.out))
     except argparse.ArgumentTypeError as e:
         raise VpromError(f"--out {e}") from None
+    if args.format == "savir-t":
+        from vprom.app.savir import export_savir, summary
+
+        if args.features is None:
+            raise VpromError("--format savir-t reads the panels' maps: pass --features "
+                             "MAPS.h5 (from `vprom extract --backbone resnet101 --pool none`)")
+        print(summary(out, export_savir(args.dataset, args.features, out)))
+        return
+    verify_text = None
+    if args.format == "hf":  # the card quotes the verification; unsound data is not shared
+        report = api.verify(args.dataset)
+        if not report.ok:
+            raise VpromError(f"{args.dataset}: verification failed ({report.failures()}); "
+                             "an hf export is for sharing, so it needs a verified data set")
+        verify_text = report.format()
     print(api.export(args.dataset, args.format, out, vg=args.vg, copy=args.copy,
-                     split=args.split, size=args.size))
+                     split=args.split, size=args.size, style=args.style,
+                     verify_text=verify_text))
 
 
 EXPORT = Command(

@@ -1,0 +1,134 @@
+"""The dataset card (`README.md`) of `vprom export --format hf`: YAML metadata the Hugging
+Face Hub and `datasets` read, then prose.
+
+The YAML front matter (between `---` lines) carries `license: cc-by-4.0` (Visual Genome's
+licence, which the crops inherit), `pretty_name`, `tags`, and `configs`: one per split,
+each listing its parts as `data_files` globs (`data/<split>/<part>-*.parquet`), `neutral`
+marked `default: true`, plus `crops`. `datasets.load_dataset(OUT, name)` resolves a
+configuration from exactly this list. The prose says what a row holds, how to join panels
+to crops, how the data were built (the DATASET.h5 manifest's settings and the `vprom
+verify` report, when given) and what to cite: the V-PROM paper, Visual Genome, and vprom.
+"""
+
+from __future__ import annotations
+
+import json
+
+from vprom.tables import SPLIT_PARTS
+
+CITATIONS = """```bibtex
+@inproceedings{teney2020vprom,
+  title     = {V-PROM: A Benchmark for Visual Reasoning Using Visual Progressive Matrices},
+  author    = {Teney, Damien and Wang, Peng and Cao, Jiewei and Liu, Lingqiao and Shen,
+               Chunhua and van den Hengel, Anton},
+  booktitle = {Proceedings of the AAAI Conference on Artificial Intelligence},
+  volume    = {34},
+  number    = {07},
+  pages     = {12071--12078},
+  year      = {2020}
+}
+@article{krishna2017visualgenome,
+  title   = {Visual Genome: Connecting Language and Vision Using Crowdsourced Dense
+             Image Annotations},
+  author  = {Krishna, Ranjay and Zhu, Yuke and Groth, Oliver and Johnson, Justin and
+             Hata, Kenji and Kravitz, Joshua and Chen, Stephanie and Kalantidis, Yannis
+             and Li, Li-Jia and Shamma, David A. and Bernstein, Michael S. and Fei-Fei, Li},
+  journal = {International Journal of Computer Vision},
+  volume  = {123},
+  number  = {1},
+  pages   = {32--73},
+  year    = {2017}
+}
+@software{vprom,
+  title   = {vprom: building the V-PROM benchmark from Visual Genome},
+  version = {VERSION},
+  note    = {the toolkit that built this data set}
+}
+```"""
+
+
+def front_matter(splits: list[str]) -> str:
+    lines = ["---", "license: cc-by-4.0", "pretty_name: V-PROM (built with vprom)",
+             "tags:", "- visual-reasoning", "- progressive-matrices", "- visual-genome",
+             "configs:"]
+    for k, split in enumerate(splits):
+        lines.append(f"- config_name: {split}")
+        if k == 0:
+            lines.append("  default: true")
+        lines.append("  data_files:")
+        for part in SPLIT_PARTS:
+            lines += [f"  - split: {part}", f"    path: data/{split}/{part}-*.parquet"]
+    lines += ["- config_name: crops", "  data_files:", "  - split: train",
+              "    path: data/crops/crops-*.parquet", "---"]
+    return "\n".join(lines)
+
+
+def card(summary: dict, about: dict) -> str:
+    """The whole README.md."""
+    splits = list(summary["splits"])
+    table = "\n".join(f"| {s} | " + " | ".join(f"{summary['splits'][s][p]:,}"
+                                               for p in SPLIT_PARTS) + " |" for s in splits)
+    manifest = about.get("manifest", {})
+    verify = about.get("verify") or "(not run for this export)"
+    return f"""{front_matter(splits)}
+
+# V-PROM, built with vprom
+
+Visual progressive matrices (Teney et al., AAAI 2020) built from Visual Genome by
+vprom {manifest.get('vprom_version', '')}: {summary['problems']:,}
+problems over {summary['crops']:,} distinct crops. Each problem shows 8 context panels (a
+3x3 matrix read row by row, the last cell missing) and 8 candidate panels; exactly one
+candidate completes the matrix under the problem's relation (`and`, `or`, `union`,
+`progression`) over its element type (`object_attribute`, `human_attribute`, `object`,
+`count`).
+
+## Configurations
+
+One per split (its train / val / test parts; a held-out split's excluded problems are in
+none), and `crops`:
+
+| split | train | val | test |
+|---|---|---|---|
+{table}
+
+## Rows
+
+A problem: `id`, `relation`, `element_type`, `super_attribute`, `answer` (the correct
+candidate, 0..7), `answer_element`, `panels` (16 crop ids: 8 context, then 8 candidates),
+`elements` (what each panel shows), and the provenance `image_ids` (Visual Genome image of
+each panel) and `boxes` (`[x, y, w, h]` in that image). A crop: `crop_id`, `image` (JPEG),
+`image_id`, `box`, `element_type`, `element`, `super_attribute`, `phrase`, `source_id`,
+`labels`. Crops are stored once and referenced by id (they repeat across problems):
+
+```python
+from datasets import load_dataset
+problems = load_dataset("PATH", "neutral")          # train / val / test
+crops = load_dataset("PATH", "crops", split="train")
+row_of = {{c: i for i, c in enumerate(crops["crop_id"])}}
+p = problems["train"][0]
+images = [crops[row_of[c]]["image"] for c in p["panels"]]   # 16 PIL images
+```
+
+## How it was built
+
+`vprom export --format hf` from a DATASET.h5 whose manifest records:
+
+```json
+{json.dumps({k: manifest.get(k) for k in ("kind", "config", "seed", "inputs", "counts")
+             if k in manifest}, indent=2, sort_keys=True)}
+```
+
+`vprom verify` on that file:
+
+```
+{verify}
+```
+
+## Licence
+
+CC BY 4.0, as Visual Genome's images and annotations, from which every crop is cut.
+
+## Citation
+
+{CITATIONS.replace('VERSION', str(manifest.get('vprom_version', '')))}
+"""

@@ -1,0 +1,66 @@
+"""A resumable, atomic output folder for the exports that write many large files (savir-t,
+hf).
+
+    OUT.partial/                    filled file by file; each file appears under its final
+      .vprom-export.json            name only when complete (written beside it, then renamed)
+                                    the settings the folder is being filled with
+    OUT                             the finished folder: `OUT.partial` renamed at the end
+
+A rerun with the same settings finds `OUT.partial`, keeps every file already there and
+writes only the rest; one with other settings is refused (its files would mix). `OUT` is
+never replaced: an existing `OUT` is refused before any work, so nothing a user has is lost,
+and a folder that holds `OUT`'s name is always complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
+
+from vprom.errors import VpromError
+
+STAMP = ".vprom-export.json"
+
+
+def partial_of(out: Path) -> Path:
+    return out.with_name(out.name + ".partial")
+
+
+@contextmanager
+def resumable_dir(out: str | os.PathLike, settings: dict) -> Iterator[Path]:
+    """Yield `OUT.partial` (new, or resumed with the same `settings`); rename it to `out`
+    when the block ends without an exception."""
+    out = Path(out)
+    if out.exists():
+        raise VpromError(f"{out} already exists; pass a new --out (an export never replaces a "
+                         "folder)")
+    partial, wanted = partial_of(out), json.dumps(settings, sort_keys=True)
+    stamp = partial / STAMP
+    if partial.exists():
+        if not stamp.is_file() or stamp.read_text(encoding="utf-8") != wanted:
+            raise VpromError(f"{partial}: an unfinished export with other settings (or not "
+                             "one of vprom's); rerun it with the same settings to finish it, "
+                             "or remove it")
+    else:
+        partial.mkdir(parents=True)
+        stamp.write_text(wanted, encoding="utf-8")
+    yield partial
+    stamp.unlink()
+    os.replace(partial, out)
+
+
+def write_once(path: Path, write: Callable[[Path], None]) -> bool:
+    """Write `path` through `write(temporary)` unless it is already there; True if written."""
+    if path.exists():
+        return False
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return True

@@ -1,0 +1,161 @@
+"""`vprom export --format hf`, loaded with the real `datasets` library (a test extra): the
+folder as a Hub data set (`load_dataset(OUT, config)`, configs from the card's YAML) and as
+plain Parquet (`load_dataset("parquet", data_files=...)`), every split and part, each row
+compared with DATASET.h5 and each crop image with the VG crop."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+
+from vprom.generation import export_hf
+from vprom.generation.export import export
+from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
+from vprom.errors import VpromError
+from vprom.images import ImageIndex, load_crop
+from vprom.records import SPLITS
+from vprom.tables import SPLIT_PARTS, read_crop_table, read_matrix_table
+
+datasets = pytest.importorskip("datasets", reason="datasets is in the test extra")
+
+
+@pytest.fixture(autouse=True)
+def offline_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def exported(synthetic_build, tmp_path_factory):
+    dataset, vg = synthetic_build
+    out = tmp_path_factory.mktemp("hf") / "vprom-hf"
+    summary = export(dataset, "hf", out, vg_dir=vg, verify_text="verdict: PASS (test)")
+    return out, dataset, vg, summary
+
+
+def test_card_metadata(exported):
+    out, *_ = exported
+    text = (out / "README.md").read_text()
+    head = text.split("---")[1]
+    assert "license: cc-by-4.0" in head
+    for split in SPLITS:
+        assert f"- config_name: {split}" in head
+        for part in SPLIT_PARTS:
+            assert f"path: data/{split}/{part}-*.parquet" in head
+    assert "- config_name: crops" in head and head.count("default: true") == 1
+    assert "verdict: PASS (test)" in text and "teney2020vprom" in text
+    assert "krishna2017visualgenome" in text
+
+
+def test_load_dataset_reads_every_split_and_part(exported):
+    out, dataset, _, summary = exported
+    m = read_matrix_table(dataset)
+    crops = read_crop_table(dataset)
+    row_of = {int(c): r for r, c in enumerate(crops.crop_id)}
+    for split in SPLITS:
+        loaded = datasets.load_dataset(str(out), split)
+        assert set(loaded) == set(SPLIT_PARTS)
+        for part in SPLIT_PARTS:
+            rows = loaded[part]
+            assert sorted(rows["id"]) == sorted(int(i) for i in m.splits[split][part])
+            assert len(rows) == summary.counts["splits"][split][part] > 0
+        first = loaded["train"][0]
+        i = int(np.flatnonzero(m.id == first["id"])[0])
+        assert first["answer"] == int(m.answer[i]) and first["relation"] == m.relation[i]
+        assert first["panels"] == m.panels[i].tolist()
+        assert first["elements"] == [str(e) for e in m.elements[i]]
+        assert first["answer_element"] == m.elements[i, 8 + int(m.answer[i])]
+        r = row_of[first["panels"][0]]
+        assert first["image_ids"][0] == int(crops.image_id[r])
+        assert first["boxes"][0] == [int(crops.x[r]), int(crops.y[r]), int(crops.w[r]),
+                                     int(crops.h[r])]
+    default = datasets.load_dataset(str(out))
+    assert len(default["train"]) == summary.counts["splits"]["neutral"]["train"]
+
+
+def test_crops_decode_as_images(exported):
+    out, dataset, vg, summary = exported
+    crops = read_crop_table(dataset)
+    row_of = {int(c): r for r, c in enumerate(crops.crop_id)}
+    table = datasets.load_dataset(str(out), "crops", split="train")
+    assert len(table) == summary.counts["crops"]
+    index = ImageIndex(vg)
+    for k in (0, len(table) - 1):
+        row = table[k]
+        r = row_of[row["crop_id"]]
+        crop = load_crop(index.path(crops.image_id[r]),
+                         (crops.x[r], crops.y[r], crops.w[r], crops.h[r]))
+        assert row["image"].size == crop.size  # a decoded PIL image, the crop's size
+        diff = np.abs(np.asarray(row["image"].convert("RGB"), np.int16)
+                      - np.asarray(crop.convert("RGB"), np.int16))
+        assert diff.mean() < 4  # JPEG quality 95
+
+
+def test_plain_parquet_loading(exported):
+    out, dataset, _, summary = exported
+    files = {part: str(out / "data" / "held_out_objects" / f"{part}-*.parquet")
+             for part in SPLIT_PARTS}
+    loaded = datasets.load_dataset("parquet", data_files=files)
+    for part in SPLIT_PARTS:
+        assert len(loaded[part]) == summary.counts["splits"]["held_out_objects"][part]
+    crops = datasets.load_dataset("parquet", data_files=str(out / "data/crops/*.parquet"),
+                                  split="train")
+    assert crops.features["image"].__class__.__name__ == "Image"
+
+
+def test_resumes_after_an_interruption_and_never_replaces(synthetic_build, tmp_path,
+                                                          monkeypatch):
+    dataset, vg = synthetic_build
+    out = tmp_path / "hf"
+    monkeypatch.setattr(export_hf, "SHARD_BYTES", 200_000)  # several crop shards
+    real, calls = export_hf.write_table, []
+
+    def dies_on_third(path, columns, features):
+        calls.append(path.name)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real(path, columns, features)
+
+    monkeypatch.setattr(export_hf, "write_table", dies_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        export(dataset, "hf", out, vg_dir=vg)
+    done = sorted(p.name for p in (tmp_path / "hf.partial" / "data" / "crops").iterdir())
+    assert done == ["crops-00000.parquet", "crops-00001.parquet"] and not out.exists()
+    monkeypatch.setattr(export_hf, "write_table", real)
+    summary = export(dataset, "hf", out, vg_dir=vg)
+    assert summary.counts["new_crop_shards"] == summary.counts["crop_shards"] - 2 > 0
+    ids = datasets.load_dataset(str(out), "crops", split="train")["crop_id"]
+    assert ids == sorted(set(ids)) and len(ids) == summary.counts["crops"]
+    with pytest.raises(VpromError, match="already exists"):
+        export(dataset, "hf", out, vg_dir=vg)
+
+
+def test_without_pyarrow_a_clear_error(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_pyarrow(name, *args, **kwargs):
+        if name.startswith("pyarrow"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pyarrow)
+    with pytest.raises(VpromError, match=r"pip install 'vprom\[hf\]'"):
+        export_hf.pyarrow_modules()
+
+
+@pytest.mark.slow
+def test_cli_runs_verify_and_the_card_quotes_it(synthetic_build, tmp_path, capsys):
+    from vprom.app import cli
+
+    dataset, vg = synthetic_build
+    out = tmp_path / "hf"
+    assert cli.main(["export", str(dataset), "--format", "hf", "--vg", str(vg), "--out",
+                     str(out)]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith(f"wrote {out}: a Hugging Face data set of ")
+    card = (out / "README.md").read_text()
+    assert f"vprom verify {dataset}" in card and "verdict: PASS" in card
