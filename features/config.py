@@ -18,8 +18,10 @@ STORED_DTYPES = ("float16", "float32")
 DECODERS = ("auto", "cpu", "gpu")
 #: What a crop's pixels are: the box warped to SxS, or the detector's RoI pooling of the image.
 REGIONS = ("crop", "roi")
-#: avg: one pooled, L2-normalised vector per crop; none: the last conv map (N, C, H, W).
-POOLS = ("avg", "none")
+#: avg: one pooled, L2-normalised vector per crop; none: the last conv map (N, C, H, W);
+#: cls / mean (token models, timm): the model's own pooled output (class token, or SigLIP's
+#: attention pool) / the mean of the patch tokens, L2-normalised; auto: the backbone's default.
+POOLS = ("auto", "avg", "cls", "mean", "none")
 COMPRESSIONS = ("none", "gzip", "lzf")
 
 
@@ -41,7 +43,7 @@ class ExtractConfig:
     chunk_batches: int = 16  # batches per resumable chunk
     decode: str = "auto"
     region: str = "crop"
-    pool: str = "avg"
+    pool: str = "auto"
     compression: str = "none"  # of the HDF5 dataset (worth it for --pool none maps)
     prefetch: int = 2  # batches each DataLoader worker prepares ahead
     in_flight: int = 2  # batches queued on the device before the oldest result is awaited

@@ -26,7 +26,9 @@ def add_extract(p):
     p.add_argument("--vg", type=Path, help="Visual Genome folder (holding VG_100K/)")
     p.add_argument("--backbone", help="see `vprom extract --list`")
     p.add_argument("--weights", default=default(ExtractConfig, "weights"),
-                   help="imagenet | none | PATH to a state dict")
+                   help="imagenet | none | PATH to a state dict; timm:<name>: FILE (.safetensors "
+                   "or .pth, weights only), none, or pretrained (only if already in the "
+                   "Hugging Face cache: vprom never downloads)")
     p.add_argument("--out", type=output_file, help="FEATS.h5 to write")
     p.add_argument("--batch-size", type=int, default=default(ExtractConfig, "batch_size"),
                    help="crops per forward (%(default)s; 256 suits a large GPU)")
@@ -46,10 +48,13 @@ def add_extract(p):
         ("--region", REGIONS, "crop (default): each box warped to SxS through the whole trunk; "
          "roi (bottomup-r101): the detector's procedure: whole image at shorter side 600, res4 "
          "once per image, 14x14 RoI max pooling per box, res5"),
-        ("--pool", POOLS, "avg (default): one pooled, L2-normalised vector per crop; none: the "
-         "last conv map per crop as an (N, C, H, W) dataset 'maps' (float16: about 200 KB per "
-         "crop for resnet101 at 224, 2048x7x7; 800 KB for bottomup-r101, 2048x14x14); `vprom "
-         "train` takes pooled vectors only")):
+        ("--pool", POOLS, "auto (default): the backbone's own (avg; cls for timm token "
+         "models); avg: one pooled, L2-normalised vector per crop; cls / mean (timm ViTs): "
+         "the model's pooled output (class token; SigLIP's attention pool) / the patch tokens' "
+         "mean, L2-normalised; none: the last conv map (ViTs: the patch tokens as a grid) per "
+         "crop as an (N, C, H, W) dataset 'maps' (float16: about 200 KB per crop for resnet101 "
+         "at 224, 2048x7x7; 800 KB for bottomup-r101, 2048x14x14); `vprom train` takes pooled "
+         "vectors only")):
         p.add_argument(flag, choices=choices, default=default(ExtractConfig, flag[2:]),
                        help=text)
     p.add_argument("--compression", choices=COMPRESSIONS,
@@ -79,10 +84,12 @@ def run_extract(args):
 
     options = options_of(args)
     if options.pop("list"):
-        from vprom.features.backbones import get_backbone, list_backbones
+        from vprom.features.backbones import BACKBONES, get_backbone, list_backbones
 
         for name in list_backbones():
             print(f"{name:15s} {get_backbone(name).description}")
+        for usage in BACKBONES.families().values():
+            print(usage)
         return
     absent = [flag for flag, key in (("DATASET", "dataset"), ("--vg", "vg"),
                                      ("--backbone", "backbone"), ("--out", "out"))
