@@ -157,10 +157,10 @@ class TimmBackbone(Backbone):
         cfg = self.pretrained_cfg
         hub_id, filename = cfg.get("hf_hub_id"), cfg.get("hf_hub_filename")
         if hub_id:
-            from huggingface_hub import try_to_load_from_cache
+            from huggingface_hub import constants, try_to_load_from_cache
 
             for name in ([filename] if filename else HF_FILES):
-                found = try_to_load_from_cache(hub_id, name)
+                found = try_to_load_from_cache(hub_id, name, cache_dir=constants.HF_HUB_CACHE)
                 if isinstance(found, str):
                     return Path(found)
         if cfg.get("url"):
@@ -170,7 +170,8 @@ class TimmBackbone(Backbone):
         where = (f"https://huggingface.co/{hub_id} ({filename or HF_FILES[0]})" if hub_id
                  else cfg.get("url") or "its publisher")
         raise VpromError(
-            f"{self.name}: its pretrained weights are not in the Hugging Face cache and vprom "
+            f"{self.name}: its pretrained weights are not in the Hugging Face cache "
+            f"({constants.HF_HUB_CACHE if hub_id else torch.hub.get_dir()}) and vprom "
             f"never downloads; on a machine with internet fetch {where} (or run `python -c "
             f"\"import timm; timm.create_model('{self.model_name}', pretrained=True)\"` and copy "
             f"the cache, HF_HOME), then pass --weights FILE")
