@@ -220,7 +220,8 @@ def add_reproduce(p):
     p.add_argument("--backbones", default=default(ReproduceConfig, "backbones"),
                    help="comma list (see `vprom extract --list`)")
     p.add_argument("--weights", default=None,
-                   help="comma list, one per backbone (default: imagenet for torchvision ones)")
+                   help="comma list, one per backbone (default: imagenet for torchvision ones, "
+                   "pretrained for timm:<name>, from the local Hugging Face cache only)")
     p.add_argument("--models", default=default(ReproduceConfig, "models"),
                    help="comma list of models, each trained without and with --aux, "
                         f"at its defaults from baselines/{DEFAULTS_FILE}")
