@@ -149,8 +149,7 @@ class TimmBackbone(Backbone):
             raise VpromError(f"{path}: timm cannot load it into {self.model_name} ({why[:300]})"
                              "; pass that model's weights file") from None
         ident = f"pretrained:{path}" if weights in CACHED else str(path)
-        return _ready(TimmTrunk(model, self.tokens, pool, self.nhwc), ident, sha256_file(path),
-                      ("classifier removed (num_classes=0)",))
+        return _ready(TimmTrunk(model, self.tokens, pool, self.nhwc), ident, sha256_file(path))
 
     def _cached(self) -> Path:
         """The tag's published weights file if a cache already holds it (never downloads)."""
