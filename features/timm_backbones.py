@@ -144,8 +144,9 @@ class TimmBackbone(Backbone):
         try:
             model = timm.create_model(self.model_name, pretrained=True,
                                       pretrained_cfg_overlay=overlay, **kwargs)
-        except (RuntimeError, KeyError, ValueError, OSError) as e:
-            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        except Exception as e:  # a file timm cannot use (wrong model, corrupt) is the user's
+            # torch names the model on line 1 and the keys on line 2 (missing, unexpected)
+            why = " ".join(str(e).split("\n")[:2]).strip() or type(e).__name__
             raise VpromError(f"{path}: timm cannot load it into {self.model_name} ({why[:300]})"
                              "; pass that model's weights file") from None
         ident = f"pretrained:{path}" if weights in CACHED else str(path)

@@ -227,3 +227,11 @@ def test_the_gpu_path_runs_timm_models_in_bf16_through_the_overlapped_loop(
     assert np.allclose(np.linalg.norm(values, axis=1), 1, atol=1e-5)
     assert np.allclose(values, stored(plain)[0], atol=0.05)
     assert not np.array_equal(values, stored(plain)[0])  # bf16 really ran
+
+
+def test_a_corrupt_safetensors_file_is_named(dataset, vg_dir, tmp_path):
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(VpromError, match=r"broken.safetensors: timm cannot load it into "
+                                         r"test_vit \(.*\); pass that model's weights file"):
+        extract(timm_config(dataset, vg_dir, tmp_path / "x.h5", weights=str(broken)))
