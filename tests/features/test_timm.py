@@ -117,6 +117,15 @@ def test_a_pooling_the_model_does_not_offer_is_refused(dataset, vg_dir, tmp_path
         extract(timm_config(dataset, vg_dir, tmp_path / "x.h5", pool="avg"))
 
 
+def test_extract_list_shows_both_kinds_and_how_to_name_a_timm_model(capsys):
+    from vprom.app import cli
+
+    cli.main(["extract", "--list"])
+    printed = capsys.readouterr().out
+    assert "resnet101 " in printed and "bottomup-r101 " in printed
+    assert "timm:<name>  any timm model, e.g. timm:vit_base_patch16_224.dino" in printed
+
+
 def test_unknown_timm_names_are_named(dataset, vg_dir, tmp_path):
     with pytest.raises(VpromError, match=r"timm:no_such_net: timm .* has no such model"):
         get_backbone("timm:no_such_net")
