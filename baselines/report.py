@@ -5,11 +5,11 @@ curves, its `history.json`. A run is keyed by (model, feature type, aux, control
 feature type comes from the backbone recorded from the FEATS.h5 attributes (resnet101 ->
 "ResNet", bottomup-r101 -> "bottom-up", any other backbone its own name, e.g. resnet18 or
 timm:vit_base_patch16_224.dino). Tables and plot legends name the backbone behind a column
-and say when its weights were random ("RN ResNet (random weights)"). Runs sharing a key (several seeds) are averaged, and
-the CSVs say how many there were; runs of one key whose settings differ are refused, naming
-the setting (`baselines.learning.check_alike`). A run that did not learn (its loss never
-left ln 8, or its accuracy is within the chance interval) is marked "(did not learn)" in
-every table, counted in the CSVs' `did_not_learn` column and listed with its reasons.
+and say when its weights were random ("RN ResNet (random weights)"). Runs sharing a key
+(several seeds) are averaged, and the CSVs say how many there were; runs of one key whose
+settings differ are refused, naming the setting (`baselines.learning.check_alike`). A run
+that did not learn (its loss never left ln 8, or its accuracy is within the chance interval)
+is marked "(did not learn)" in every table, counted in the CSVs' `did_not_learn` column and listed with its reasons.
 
 Written into DIR (each file atomically):
     table2.md / table2.csv   the paper's Table 2 layout on the neutral split: models ×
