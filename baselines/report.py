@@ -9,7 +9,8 @@ and say when its weights were random ("RN ResNet (random weights)"). Runs sharin
 (several seeds) are averaged, and the CSVs say how many there were; runs of one key whose
 settings differ are refused, naming the setting (`baselines.learning.check_alike`). A run
 that did not learn (its loss never left ln 8, or its accuracy is within the chance interval)
-is marked "(did not learn)" in every table, counted in the CSVs' `did_not_learn` column and listed with its reasons.
+is marked "(did not learn)" in every table, counted in the CSVs' `did_not_learn` column and
+listed with its reasons.
 
 Written into DIR (each file atomically):
     table2.md / table2.csv   the paper's Table 2 layout on the neutral split: models ×
