@@ -43,9 +43,11 @@ def paper_accuracy(model: str, feature_type: str, aux: bool) -> float | None:
 
 
 def feature_type(backbone: str | None) -> str:
-    """The paper's feature-type name for a backbone: resnet* -> ResNet, bottomup* -> bottom-up."""
+    """The paper's feature-type name for the backbone it used: resnet101 -> ResNet,
+    bottomup-r101 -> bottom-up; any other backbone (resnet18, timm:...) is its own column, so
+    its runs are never shown or averaged as the paper's features."""
     name = (backbone or "unknown").lower()
-    if name.startswith("resnet"):
+    if name == "resnet101":
         return "ResNet"
     if name.startswith("bottomup") or name.startswith("bottom-up"):
         return "bottom-up"

@@ -2,12 +2,15 @@
 
 Each run folder contributes its `metrics.json` (from `vprom evaluate`) and, for the training
 curves, its `history.json`. A run is keyed by (model, feature type, aux, control, split); the
-feature type comes from the backbone recorded from the FEATS.h5 attributes (resnet* ->
-"ResNet", bottomup-r101 -> "bottom-up"). Runs sharing a key (several seeds) are averaged, and
-the CSVs say how many there were; runs of one key whose settings differ are refused, naming
-the setting (`baselines.learning.check_alike`). A run that did not learn (its loss never
-left ln 8, or its accuracy is within the chance interval) is marked "(did not learn)" in
-every table, counted in the CSVs' `did_not_learn` column and listed with its reasons.
+feature type comes from the backbone recorded from the FEATS.h5 attributes (resnet101 ->
+"ResNet", bottomup-r101 -> "bottom-up", any other backbone its own name, e.g. resnet18 or
+timm:vit_base_patch16_224.dino). Tables and plot legends name the backbone behind a column
+and say when its weights were random ("RN ResNet (random weights)"). Runs sharing a key
+(several seeds) are averaged, and the CSVs say how many there were; runs of one key whose
+settings differ are refused, naming the setting (`baselines.learning.check_alike`). A run
+that did not learn (its loss never left ln 8, or its accuracy is within the chance interval)
+is marked "(did not learn)" in every table, counted in the CSVs' `did_not_learn` column and
+listed with its reasons.
 Controls (the context-blind model, runs on shuffled context) are expected at chance instead:
 they are marked "control: pass" or "control: FAIL" against that expectation
 (`baselines.learning.control_result`) and listed in their own section, never as runs that
@@ -79,9 +82,14 @@ class Entry:
     def is_control(self) -> bool:
         return is_control(self.model, bool(self.control))
 
+    def source(self) -> str:
+        """What the feature type does not say: the random weights ("" when nothing)."""
+        return "random weights" if self.metrics["features"].get("weights") == "none" else ""
+
     @property
     def label(self) -> str:
         return " ".join(x for x in (display_name(self.model), self.features,
+                                    f"({self.source})" if self.source else "",
                                     "+aux" if self.aux else "", self.control) if x)
 
 
@@ -222,9 +230,18 @@ def table2_rows(cells: dict[Key, Cell]) -> list[dict]:
     return rows
 
 
+def _sources(rows: list[dict], **match) -> str:
+    """" (random weights)" when a run behind the matching rows had them, else ""."""
+    found = sorted({e.source for r in rows if r["cell"] and all(r[k] == v for k, v in
+                                                                  match.items())
+                    for e in r["cell"].entries} - {""})
+    return f" ({', '.join(found)})" if found else ""
+
+
 def table2_markdown(rows: list[dict]) -> str:
     columns = [(f, a) for f in dict.fromkeys(r["features"] for r in rows) for a in (False, True)]
-    head = ["model"] + [f"{f}{' +aux' if a else ''} | paper" for f, a in columns]
+    head = ["model"] + [f"{f}{_sources(rows, features=f)}{' +aux' if a else ''} | paper"
+                        for f, a in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (1 + 2 * len(columns))]
     by_row: dict[tuple[str, str], dict] = {}
     for r in rows:
@@ -282,7 +299,9 @@ def splits_markdown(rows: list[dict]) -> str:
         name = display_name(key[0]) + (f" ({key[3]})" if key[3] else "")
         values = [_split_cell(cells[(key, s)]["cell"]) if (key, s) in cells else "—"
                   for s in splits]
-        lines.append(f"| {name} | {key[1]} | {'yes' if key[2] else 'no'} | "
+        features = key[1] + _sources(rows, model=key[0], features=key[1], aux=key[2],
+                                     control=key[3])
+        lines.append(f"| {name} | {features} | {'yes' if key[2] else 'no'} | "
                      + " | ".join(values) + " |")
     return "\n".join(lines) + "\n"
 

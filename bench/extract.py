@@ -21,6 +21,10 @@ code (Pillow; torchvision + torch resize on the CPU), which says how many worker
     python bench/extract.py --device cuda                        # 60,000 crops, one GPU
     python bench/extract.py --device cuda --decoders cpu,gpu     # both decoders
     .venv/bin/python bench/extract.py --crops 160 --rounds 2     # this 2-core CPU, ~6 min
+    .venv/bin/python bench/extract.py --backbones timm:vit_small_patch16_224.dino,timm:convnext_atto
+
+A `timm:<name>` backbone is timed at its default pooling (cls for ViTs) with its random-init
+weights saved as a .safetensors file, the file real runs pass with --weights.
 """
 
 from __future__ import annotations
@@ -89,7 +93,15 @@ def vg_like_corpus(root: Path, crops: int, seed: int = 0,
 
 
 def saved_weights(root: Path, name: str) -> Path:
-    """The backbone's random-init state dict as a file (built once)."""
+    """The backbone's random-init state dict as a file (built once): a timm model's own keys
+    in a .safetensors file, the others a torch state dict."""
+    if name.startswith("timm:"):
+        from safetensors.torch import save_file
+
+        path = root / f"{file_name(name)}-random.safetensors"
+        if not path.is_file():
+            save_file(get_backbone(name).load("none").module.model.state_dict(), path)
+        return path
     path = root / f"{name}-random.pth"
     if not path.is_file():
         state = get_backbone(name).load("none").module.state_dict()
@@ -98,6 +110,10 @@ def saved_weights(root: Path, name: str) -> Path:
                      for k, v in state.items()}
         torch.save(state, path)
     return path
+
+
+def file_name(backbone: str) -> str:
+    return backbone.replace(":", "-")  # timm:x -> timm-x
 
 
 def decode_cost(dataset: Path, vg: Path, images: int = 200, size: int = 224) -> dict:
@@ -132,6 +148,7 @@ class BareForward:
 
     def __init__(self, name: str, batch: int, device: torch.device):
         self.backbone = get_backbone(name)
+        self.pool = self.backbone.pools[0]  # what extract runs by default (--pool auto)
         self.device = device
         self.autocast = _autocast_dtype(device)
         self.model = self.backbone.load("none").module.to(device,
@@ -148,7 +165,8 @@ class BareForward:
             torch.cuda.synchronize(self.device)
         start = time.perf_counter()
         for size in sizes:
-            embed(self.model, self.pixels[:size], self.backbone, self.autocast, self.device)
+            embed(self.model, self.pixels[:size], self.backbone, self.autocast, self.device,
+                  self.pool)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter() - start
@@ -170,7 +188,7 @@ def run(name: str, dataset: Path, vg: Path, crops: int, args, root: Path) -> lis
         for decoder in decoders:
             runs[decoder] = extract(ExtractConfig(
                 dataset=dataset, vg=vg, backbone=name, weights=str(weights),
-                out=root / f"{name}-{decoder}.h5", batch_size=args.batch_size,
+                out=root / f"{file_name(name)}-{decoder}.h5", batch_size=args.batch_size,
                 workers=args.workers, device=args.device, decode=decoder, resume=False))
             with h5py.File(runs[decoder].out, "r") as h5:
                 resolved[decoder] = f"{decoder}:{h5.attrs['decode']}" if decoder == "auto" \
@@ -217,12 +235,13 @@ def main(argv=None) -> None:
         device = (torch.cuda.get_device_name(args.device) if cuda else
                   f"cpu, {torch.get_num_threads()} threads")
         print(f"torch {torch.__version__}, {device}, batch {args.batch_size}, workers "
-              f"{args.workers if args.workers is not None else 'auto'}, weights random, 224x224")
-        print(f"{'backbone':10s} {'decode':8s} {'crops':>7s} {'bare fwd/s':>10s} {'e2e/s':>9s} "
+              f"{args.workers if args.workers is not None else 'auto'}, weights random, each "
+              "backbone at its own input size")
+        print(f"{'backbone':34s} {'decode':8s} {'crops':>7s} {'bare fwd/s':>10s} {'e2e/s':>9s} "
               f"{'loop/s':>9s} {'e2e/bare':>8s} {'loop/bare':>9s}  per-round e2e/bare")
         for name in args.backbones.split(","):
             for r in run(name, dataset, vg, args.crops, args, root):
-                print(f"{r['backbone']:10s} {r['decode']:8s} {r['crops']:7d} {r['bare']:10.2f} "
+                print(f"{r['backbone']:34s} {r['decode']:8s} {r['crops']:7d} {r['bare']:10.2f} "
                       f"{r['e2e']:9.2f} {r['loop']:9.2f} {r['e2e'] / r['bare']:8.3f} "
                       f"{r['loop'] / r['bare']:9.3f}  "
                       + " ".join(f"{x:.3f}" for x in r["ratios"]), flush=True)

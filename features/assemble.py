@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 from dataclasses import asdict
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import h5py
@@ -35,8 +36,13 @@ ASSEMBLE_ROWS = 16384
 BLOCK_BYTES = 256 << 20  # rows read and written per step, at most
 CHUNK_BYTES = 1 << 20  # HDF5 chunk size of a maps dataset
 POOLING = {"avg": "global average pool over the last conv stage's feature map",
-           "none": "none: the last conv stage's feature map of each crop, (C, H, W)"}
-NORMALISATION = {"avg": "L2 (computed in float32, then cast to the stored dtype)",
+           "cls": "the model's own pooled output (forward_head pre_logits: the class token "
+                  "after the final norm; an attention-pool head where the model has one)",
+           "mean": "mean of the patch tokens (class and register tokens excluded)",
+           "none": "none: the last conv stage's feature map of each crop, (C, H, W) (token "
+                   "models: the patch tokens as a (C, H, W) grid)"}
+_L2 = "L2 (computed in float32, then cast to the stored dtype)"
+NORMALISATION = {"avg": _L2, "cls": _L2, "mean": _L2,
                  "none": "none (the maps are stored as the trunk computes them)"}
 
 
@@ -121,6 +127,13 @@ def _write(job: Job, tmp: Path, missing_ids: np.ndarray) -> dict:
     return manifest
 
 
+def _version(library: str) -> str:
+    try:
+        return version(library)
+    except PackageNotFoundError:
+        return "not installed"
+
+
 def attributes(job: Job, n_missing: int, row_shape: tuple) -> dict:
     import PIL
     import torchvision
@@ -143,7 +156,10 @@ def attributes(job: Job, n_missing: int, row_shape: tuple) -> dict:
              "batch_size": config.batch_size, "n_missing": n_missing,
              "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
              "pillow_version": PIL.__version__, "vprom_version": __version__,
+             "timm_version": _version("timm"),
              "config_hash": config_hash(fp), "complete": True}
+    if "data_config" in fp:  # a timm model's preprocessing, as timm resolved it
+        attrs["data_config"] = fp["data_config"]
     if config.pool == "none":
         attrs["map_shape"] = np.array(row_shape, dtype=np.int64)
     return attrs

@@ -16,9 +16,15 @@ Each `Backbone` knows
 - for a detector's trunk, optionally how it computes a box's features from the whole image
   (`RegionHead`, used by `--region roi`).
 
+Each also names the poolings it offers (`pools`, its default first): the CNN trunks `avg`
+and `none`; a module built for a pooling other than `avg`/`none` returns a (B, D, 1, 1) map
+(`cls`) or the patch-token grid (`mean`), so the extractor's average-pool-then-L2 step gives
+the vector either way.
+
 The registry is a leaf (`vprom.registry`): the built-in backbones live in their own modules,
-imported when it is first asked for a name: the torchvision ResNets (`features/resnets.py`)
-and `bottomup-r101` (`features/bottomup.py`), the Caffe ResNet-101 of Anderson et al. 2018.
+imported when it is first asked for a name: the torchvision ResNets (`features/resnets.py`),
+`bottomup-r101` (`features/bottomup.py`), the Caffe ResNet-101 of Anderson et al. 2018, and
+the `timm:<name>` family (`features/timm_backbones.py`), any timm model built on demand.
 """
 
 from __future__ import annotations
@@ -42,18 +48,26 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 @dataclass(frozen=True)
 class Preprocess:
-    """How uint8 crops become the trunk's input: x = (pixels[order] * scale - mean) / std."""
+    """How uint8 crops become the trunk's input: x = (pixels[order] * scale - mean) / std.
+
+    A crop is warped with `interpolation` (antialiased); with `crop_pct` 1 (the CNNs here) the
+    whole box becomes S x S, below 1 a timm model's eval crop applies (its `pretrained_cfg`:
+    resize to S / crop_pct, keep the centre S x S; features/crops.py, features/decoding.py)."""
 
     input_size: int
     channel_order: str = "RGB"  # or "BGR" (Caffe)
     scale: float = 1 / 255
     mean: tuple[float, float, float] = IMAGENET_MEAN
     std: tuple[float, float, float] = IMAGENET_STD
+    interpolation: str = "bilinear"  # or "bicubic"
+    crop_pct: float = 1.0
 
     def describe(self) -> str:
         rng = "0-1" if self.scale != 1 else "0-255"
+        warp = ("" if self.interpolation == "bilinear" and self.crop_pct == 1 else
+                f"; {self.interpolation} resize to S/{self.crop_pct:g}, centre crop S")
         return (f"{self.channel_order} {rng}, minus mean {list(self.mean)}, divided by std "
-                f"{list(self.std)}")
+                f"{list(self.std)}{warp}")
 
     def normalise(self, pixels: torch.Tensor) -> torch.Tensor:
         """(B, S, S, 3) uint8 on any device -> (B, 3, S, S) float32, channels_last strides."""
@@ -100,9 +114,24 @@ class Backbone:
     map_state_dict: Callable[[dict, str], tuple[dict, list[str]]]
     imagenet: Callable[[], tuple[dict, str, Path]] | None = None  # (state, id, file)
     region_head: RegionHead | None = None  # only detectors: how --region roi runs
+    pools: tuple[str, ...] = ("avg", "none")  # the poolings it offers, its default first
 
-    def load(self, weights: str) -> Loaded:
-        """The trunk with `weights` ("imagenet", "none" or a file path), eval mode, no grad."""
+    def pool_for(self, requested: str) -> str:
+        """--pool resolved: `auto` is the backbone's default; one it does not offer is refused."""
+        pool = self.pools[0] if requested == "auto" else requested
+        if pool not in self.pools:
+            raise VpromError(f"--pool {requested}: {self.name} offers {', '.join(self.pools)} "
+                             f"(default {self.pools[0]})")
+        return pool
+
+    def fingerprint_extra(self) -> dict:
+        """What else changes this backbone's numbers (a library's version, its data config)."""
+        return {}
+
+    def load(self, weights: str, pool: str = "avg", input_size: int | None = None) -> Loaded:
+        """The trunk with `weights` ("imagenet", "none" or a file path), eval mode, no grad.
+        A CNN trunk is the same for every pooling and input size (the extractor pools)."""
+        self.pool_for(pool)
         if weights == "none":
             return _ready(self._random(), "none", "")
         if weights == "imagenet":
@@ -165,7 +194,8 @@ def name_some(keys: list[str], shown: int = 8) -> str:
 
 # ---------------------------------------------------------------------------- registry
 BACKBONES: Registry[Backbone] = Registry("backbone", builtins=("vprom.features.resnets",
-                                                               "vprom.features.bottomup"),
+                                                               "vprom.features.bottomup",
+                                                               "vprom.features.timm_backbones"),
                                          hint="see `vprom extract --list`")
 
 

@@ -19,8 +19,10 @@ STORED_DTYPES = ("float16", "float32")
 DECODERS = ("auto", "cpu", "gpu")
 #: What a crop's pixels are: the box warped to SxS, or the detector's RoI pooling of the image.
 REGIONS = ("crop", "roi")
-#: avg: one pooled, L2-normalised vector per crop; none: the last conv map (N, C, H, W).
-POOLS = ("avg", "none")
+#: avg: one pooled, L2-normalised vector per crop; none: the last conv map (N, C, H, W);
+#: cls / mean (token models, timm): the model's own pooled output (class token, or SigLIP's
+#: attention pool) / the mean of the patch tokens, L2-normalised; auto: the backbone's default.
+POOLS = ("auto", "avg", "cls", "mean", "none")
 COMPRESSIONS = ("none", "gzip", "lzf")
 
 
@@ -30,7 +32,10 @@ class ExtractConfig:
     vg: Path = option(help="Visual Genome folder (holding VG_100K/)")
     backbone: str = option(help="see `vprom extract --list`")
     out: Path = option(output="file", help="FEATS.h5 to write")
-    weights: str = option("imagenet", help="imagenet | none | PATH to a state dict")
+    weights: str = option("imagenet", help=(
+        "imagenet | none | PATH to a state dict; timm:<name>: FILE (.safetensors or .pth, "
+        "weights only), none, or pretrained (only if already in the Hugging Face cache: vprom "
+        "never downloads)"))
     batch_size: int = option(64, help="crops per forward (%(default)s; 256 suits a large GPU)")
     # None: 2 on CPU, the cores per GPU process less 2 on CUDA
     workers: int | None = option(None, help="DataLoader processes reading/decoding JPEGs "
@@ -60,11 +65,13 @@ class ExtractConfig:
         "crop (default): each box warped to SxS through the whole trunk; roi (bottomup-r101): "
         "the detector's procedure: whole image at shorter side 600, res4 once per image, 14x14 "
         "RoI max pooling per box, res5"))
-    pool: str = option("avg", choices=POOLS, help=(
-        "avg (default): one pooled, L2-normalised vector per crop; none: the last conv map per "
-        "crop as an (N, C, H, W) dataset 'maps' (float16: about 200 KB per crop for resnet101 "
-        "at 224, 2048x7x7; 800 KB for bottomup-r101, 2048x14x14); `vprom train` takes pooled "
-        "vectors only"))
+    pool: str = option("auto", choices=POOLS, help=(
+        "auto (default): the backbone's own (avg; cls for timm token models); avg: one pooled, "
+        "L2-normalised vector per crop; cls / mean (timm ViTs): the model's pooled output "
+        "(class token; SigLIP's attention pool) / the patch tokens' mean, L2-normalised; none: "
+        "the last conv map (ViTs: the patch tokens as a grid) per crop as an (N, C, H, W) "
+        "dataset 'maps' (float16: about 200 KB per crop for resnet101 at 224, 2048x7x7; 800 KB "
+        "for bottomup-r101, 2048x14x14); `vprom train` takes pooled vectors only"))
     # of the HDF5 dataset (worth it for --pool none maps)
     compression: str = option("none", choices=COMPRESSIONS, help=(
         "HDF5 compression of the stored dataset (%(default)s; gzip is readable everywhere, lzf "

@@ -114,9 +114,23 @@ def draft_reduction(w: int, h: int, size: int) -> int:
     return 1
 
 
-def decode_crops(path, boxes: np.ndarray, size: int) -> tuple[np.ndarray, list[str | None]]:
+PILLOW_FILTERS = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
+
+
+def centre_box(x0: float, y0: float, x1: float, y1: float, keep: float) -> tuple:
+    """The central `keep` fraction of a box in each dimension: warping it to S x S is warping
+    the box to S / keep and cutting the centre S x S (a timm model's crop_pct)."""
+    if keep == 1:
+        return x0, y0, x1, y1
+    dx, dy = (x1 - x0) * (1 - keep) / 2, (y1 - y0) * (1 - keep) / 2
+    return x0 + dx, y0 + dy, x1 - dx, y1 - dy
+
+
+def decode_crops(path, boxes: np.ndarray, size: int, interpolation: str = "bilinear",
+                 keep: float = 1.0) -> tuple[np.ndarray, list[str | None]]:
     """(k, size, size, 3) uint8 crops of one image by Pillow, and a per-box error (None when
-    fine). Raises OSError/ValueError when the file cannot be decoded at all."""
+    fine); `keep` < 1 keeps the box's centre (`centre_box`). Raises OSError/ValueError when the
+    file cannot be decoded at all."""
     out = np.zeros((len(boxes), size, size, 3), dtype=np.uint8)
     im = Image.open(path)  # reads the header only; pixels are decoded below
     try:
@@ -138,8 +152,9 @@ def decode_crops(path, boxes: np.ndarray, size: int) -> tuple[np.ndarray, list[s
             sx, sy = rgb.width / width, rgb.height / height
             for j in members:
                 x0, y0, x1, y1 = clipped[j]
-                out[j] = np.asarray(rgb.resize((size, size), Image.BILINEAR,
-                                               box=(x0 * sx, y0 * sy, x1 * sx, y1 * sy)))
+                box = centre_box(x0 * sx, y0 * sy, x1 * sx, y1 * sy, keep)
+                out[j] = np.asarray(rgb.resize((size, size), PILLOW_FILTERS[interpolation],
+                                               box=box))
     finally:
         if im is not None:
             im.close()
@@ -188,8 +203,10 @@ class CropDataset(torch.utils.data.Dataset):
     (units, uint8 crops, sources, failures)."""
 
     def __init__(self, plan: BatchPlan, paths: list[str | None], size: int,
-                 mode: str = "pillow-crops", vg: Path | str = ""):
+                 mode: str = "pillow-crops", vg: Path | str = "",
+                 interpolation: str = "bilinear", keep: float = 1.0):
         self.plan, self.paths, self.size, self.mode, self.vg = plan, paths, size, mode, vg
+        self.interpolation, self.keep = interpolation, keep  # the backbone's Preprocess
 
     def __len__(self) -> int:
         return len(self.plan.groups)
@@ -210,12 +227,13 @@ class CropDataset(torch.utils.data.Dataset):
                                          for u in units]
         try:
             if self.mode == "pillow-crops":
-                pixels, errors = decode_crops(path, boxes, self.size)
+                pixels, errors = decode_crops(path, boxes, self.size, self.interpolation,
+                                              self.keep)
             elif self.mode == "torch-crops":
                 image = torch_image(read_bytes(path))
                 corners, errors = clip_boxes(boxes, image.shape[2], image.shape[1])
                 pixels = crop_resize(image, [c for c in corners if c is not None],
-                                     self.size).numpy()
+                                     self.size, self.interpolation, self.keep).numpy()
             else:
                 data = read_bytes(path)
                 encoded = self.mode == "bytes"

@@ -29,6 +29,7 @@ until measured on a GPU: docs/extraction-speed.md.)
 from __future__ import annotations
 
 import io
+import math
 import os
 import warnings
 from contextlib import contextmanager
@@ -89,13 +90,20 @@ def clip_boxes(boxes: np.ndarray, width: int, height: int) -> tuple[list, list]:
     return corners, errors
 
 
-def crop_resize(image: torch.Tensor, corners: list, size: int) -> torch.Tensor:
-    """(3, H, W) uint8 image, k corner boxes -> (k, size, size, 3) uint8 crops, on its device."""
+def crop_resize(image: torch.Tensor, corners: list, size: int, interpolation: str = "bilinear",
+                keep: float = 1.0) -> torch.Tensor:
+    """(3, H, W) uint8 image, k corner boxes -> (k, size, size, 3) uint8 crops, on its device.
+    `keep` < 1 (a timm model's crop_pct): each box is resized to floor(size / keep) a side and
+    its centre size x size kept."""
     if not corners:
         return torch.zeros((0, size, size, 3), dtype=torch.uint8, device=image.device)
     whole = image.unsqueeze(0).float()  # once per image, not per crop
-    crops = [F.interpolate(whole[:, :, y0:y1, x0:x1], size=(size, size), mode="bilinear",
-                           align_corners=False, antialias=True) for x0, y0, x1, y1 in corners]
+    side = size if keep == 1 else math.floor(size / keep)
+    start = (side - size) // 2
+    crops = [F.interpolate(whole[:, :, y0:y1, x0:x1], size=(side, side), mode=interpolation,
+                           align_corners=False, antialias=True)[:, :, start:start + size,
+                                                               start:start + size]
+             for x0, y0, x1, y1 in corners]
     out = torch.cat(crops).round_().clamp_(0, 255).to(torch.uint8)
     return out.permute(0, 2, 3, 1).contiguous()
 

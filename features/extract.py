@@ -33,7 +33,7 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -132,7 +132,9 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
         raise VpromError(f"--region roi: {backbone.name} is not a detector backbone; RoI "
                          "pooling of the whole image needs bottomup-r101 (or use --region "
                          "crop)")
-    loaded = backbone.load(config.weights)
+    # --pool auto becomes the backbone's default here: the job, fingerprint and file record it
+    config = replace(config, pool=backbone.pool_for(config.pool))
+    loaded = backbone.load(config.weights, config.pool, config.input_size)
     if world.main:
         if config.weights == "none":
             print(f"WARNING: --weights none: {config.backbone} is RANDOMLY INITIALISED; its "

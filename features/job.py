@@ -69,7 +69,12 @@ class Job:
             short, long = self.sides
             return RESIZE_ROI.format(short=short, long=long, stride=head.stride,
                                      pooled=head.pooled)
-        return RESIZE if self.decoder == "cpu" else RESIZE_TORCH
+        policy = RESIZE if self.decoder == "cpu" else RESIZE_TORCH
+        pre = self.backbone.preprocess
+        if pre.interpolation != "bilinear" or pre.crop_pct != 1:  # a timm model's eval crop
+            policy = policy.replace("SxS", f"S/{pre.crop_pct:g} a side, centre crop SxS").replace(
+                "bilinear", pre.interpolation)
+        return policy
 
 
 def fingerprint(config: ExtractConfig, backbone: Backbone, loaded: Loaded, plan: BatchPlan,
@@ -85,7 +90,8 @@ def fingerprint(config: ExtractConfig, backbone: Backbone, loaded: Loaded, plan:
             "dtype": config.dtype, "batch_size": config.batch_size,
             "chunk_batches": config.chunk_batches, "device_type": device.type,
             "autocast": str(autocast), "compile": config.compile,
-            "crops_sha256": boxes.hexdigest(), "torch": torch.__version__}
+            "crops_sha256": boxes.hexdigest(), "torch": torch.__version__,
+            **backbone.fingerprint_extra()}
 
 
 def config_hash(fingerprint: dict) -> str:

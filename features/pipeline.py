@@ -139,7 +139,8 @@ def transfers_for(device: torch.device, api=CudaApi) -> HostTransfers:
 
 # --------------------------------------------------------------------------- forward
 def finish(fmap: torch.Tensor, pool: str) -> torch.Tensor:
-    """The last conv map -> what is stored: pooled and L2-normalised (avg), or the map."""
+    """The last conv map -> what is stored: pooled and L2-normalised (avg; cls and mean, whose
+    trunks return a 1x1 map or the patch grid), or the map (none)."""
     if pool == "none":
         return fmap.float()
     return F.normalize(fmap.float().mean(dim=(2, 3)), dim=1)
@@ -214,7 +215,9 @@ class Forward:
             if self.job.config.region == "roi":
                 out.append((s.units[ok], (image, kept)))
             else:
-                out.append((s.units[ok], crop_resize(image, kept, self.job.size)))
+                pre = self.job.backbone.preprocess
+                out.append((s.units[ok], crop_resize(image, kept, self.job.size,
+                                                     pre.interpolation, pre.crop_pct)))
         return out
 
     def _regions(self, parts: list) -> torch.Tensor:
@@ -227,8 +230,9 @@ class Forward:
 
 
 def row_shape(job: Job, model: torch.nn.Module) -> tuple:
-    """One crop's stored shape: (D,) pooled, or its map's (C, H, W) from a probe forward."""
-    if job.config.pool == "avg":
+    """One crop's stored shape: (D,) pooled, or its map's (C, H, W) (a probe forward for maps
+    and for backbones built on demand, whose size depends on the model and pooling)."""
+    if job.config.pool == "avg" and job.backbone.feature_dim:
         return (job.backbone.feature_dim,)
     device, head = job.world.device, job.backbone.region_head
     with torch.inference_mode():
@@ -237,7 +241,8 @@ def row_shape(job: Job, model: torch.nn.Module) -> tuple:
             cells = torch.zeros(1, fmap.shape[1], head.pooled, head.pooled, device=device)
             return tuple(model.roi_head(cells).shape[1:])
         pixels = torch.zeros(1, job.size, job.size, 3, dtype=torch.uint8)
-        return tuple(embed(model, pixels, job.backbone, None, device, "none").shape[1:])
+        return tuple(embed(model, pixels, job.backbone, None, device,
+                           job.config.pool).shape[1:])
 
 
 def warm_up(job: Job, model: torch.nn.Module) -> None:
@@ -268,7 +273,8 @@ def loader(job: Job, batches: list) -> torch.utils.data.DataLoader:
     cpu = job.world.device.type == "cpu"
     mode = worker_mode(job.decoder, job.config.region, job.decode_on_device)
     return torch.utils.data.DataLoader(
-        CropDataset(job.plan, job.paths, job.size, mode, job.config.vg),
+        CropDataset(job.plan, job.paths, job.size, mode, job.config.vg,
+                    job.backbone.preprocess.interpolation, job.backbone.preprocess.crop_pct),
         batch_sampler=batches, collate_fn=collate, num_workers=job.workers,
         pin_memory=not cpu, worker_init_fn=_worker_init if cpu else None,
         prefetch_factor=job.config.prefetch if job.workers else None)

@@ -9,7 +9,7 @@ Layout (plain h5py can read it without vprom):
     missing_crop_id    int64 (M,)      crops whose image was missing/corrupt (rows are NaN)
     attrs              backbone, weights, weights_sha256, input_size, region, decode, pool,
                        pooling, normalisation, resize, dtype, compression, feature_dim,
-                       map_shape (maps only), torch/torchvision/vprom versions,
+                       map_shape (maps only), torch/torchvision/timm/vprom versions,
                        complete (bool), config_hash, manifest (JSON)
 
 Only a complete file ever gets its final name (`vprom extract` assembles it from the chunk

@@ -26,7 +26,8 @@ RULES = {
     "splits": (("ground",), GROUND_LIBRARIES),
     "generation": (("ground",), GROUND_LIBRARIES | {"tqdm", "pyarrow"}),
     "runtime": (("ground",), GROUND_LIBRARIES | {"torch"}),
-    "features": (("ground", "runtime"), GROUND_LIBRARIES | {"tqdm", "torch", "torchvision"}),
+    "features": (("ground", "runtime"),
+                 GROUND_LIBRARIES | {"tqdm", "torch", "torchvision", "timm", "huggingface_hub"}),
     "baselines": (("ground", "runtime", "splits", "features"),
                   GROUND_LIBRARIES | {"tqdm", "torch", "matplotlib"}),
     # vprom.data (the public torch Dataset) sits beside baselines: it needs torch, which the

@@ -5,6 +5,11 @@ live in modules named in `builtins`, imported the first time the registry is ask
 name, so importing the registry is cheap and a member module can import `register` from its
 owner without an import cycle. Names are registered once; an unknown name raises a
 VpromError that lists the known ones.
+
+A *family* is a prefix with a resolver (`add_family("timm", resolve, usage)`): any name
+`timm:<rest>` is handed to `resolve(rest)`, which builds its member on demand (so one entry
+covers every model of a library, none copied per model); the member is then cached under its
+full name. `families()` lists the prefixes with their usage lines.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ class Registry(Generic[T]):
         self.hint = hint  # appended to "unknown name" errors, e.g. where to list them
         self._items: dict[str, T] = {}
         self._origin: dict[str, str] = {}
+        self._families: dict[str, tuple[Callable[[str], T], str]] = {}
         self._loaded = False
 
     def add(self, name: str, item: T, origin: str = "") -> T:
@@ -43,6 +49,17 @@ class Registry(Generic[T]):
 
         return wrap
 
+    def add_family(self, prefix: str, resolve: Callable[[str], T], usage: str) -> None:
+        """Names `prefix:<rest>` resolve through `resolve(rest)`; `usage` says how to name one."""
+        if prefix in self._families:
+            raise VpromError(f"{self.kind} family {prefix!r}: is already registered")
+        self._families[prefix] = (resolve, usage)
+
+    def families(self) -> dict[str, str]:
+        """prefix -> how to name a member of that family."""
+        self._load_builtins()
+        return {prefix: usage for prefix, (_, usage) in sorted(self._families.items())}
+
     def _load_builtins(self) -> None:
         if not self._loaded:
             self._loaded = True
@@ -56,8 +73,12 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> T:
         self._load_builtins()
+        prefix, colon, rest = name.partition(":")
+        if name not in self._items and colon and prefix in self._families:
+            self.add(name, self._families[prefix][0](rest), f"the {prefix} family")
         if name not in self._items:
             hint = f" ({self.hint})" if self.hint else ""
+            families = "".join(f", {p}:<name>" for p in self._families)
             raise VpromError(f"unknown {self.kind} {name!r}; known: "
-                             f"{', '.join(sorted(self._items))}{hint}")
+                             f"{', '.join(sorted(self._items))}{families}{hint}")
         return self._items[name]

@@ -45,6 +45,13 @@ def test_weights_default_to_imagenet_and_bottomup_needs_a_path(tmp_path):
         backbone_weights(config(tmp_path, weights="none"))
 
 
+def test_timm_backbones_add_columns_with_cached_weights_by_default(tmp_path):
+    chosen = config(tmp_path, backbones="resnet101,timm:test_vit")
+    assert backbone_weights(chosen) == {"resnet101": "imagenet", "timm:test_vit": "pretrained"}
+    folders = {s.folder(tmp_path).relative_to(tmp_path).parts[0] for s in grid(chosen)}
+    assert folders == {"resnet101", "timm-test_vit"}  # no colon in a path
+
+
 def test_bad_grids_are_refused(tmp_path):
     with pytest.raises(VpromError, match="unknown model 'nope'"):
         grid(config(tmp_path, models="rn,nope"))
@@ -107,3 +114,26 @@ def test_reproduce_end_to_end_on_the_synthetic_corpus(tmp_path):
     assert len(table) == 2 * 2 * 2 + 2
     for name in ("table2.md", "report.md", "by_relation.png", "curves.png"):
         assert (out / name).is_file()
+
+
+@pytest.mark.slow
+def test_a_timm_backbone_runs_beside_a_resnet_through_train_report_and_verify(tmp_path):
+    """Any feature size downstream: 64-d timm test_vit vectors beside 512-d ResNet-18 ones are
+    extracted, trained, evaluated, reported as columns of their own and probed by verify."""
+    from vprom.generation.verify import verify
+    from vprom.splits.assign import load_rules
+
+    root = tmp_path / "repro"
+    out = reproduce(ReproduceConfig(vg=None, synthetic=True, out=root, images=2000,
+                                    scale=0.002, backbones="resnet18,timm:test_vit",
+                                    weights="none,none", models="rn", splits="neutral",
+                                    epochs=1, device="cpu", input_size=32))
+    table2 = (out / "table2.md").read_text()
+    assert "resnet18 (random weights)" in table2 and "timm:test_vit (random weights)" in table2
+    runs = sorted((root / "runs" / "timm-test_vit").rglob("metrics.json"))
+    assert len(runs) == 2 + 2  # rn without and with aux, and the two controls
+    metrics = json.loads(runs[0].read_text())
+    assert metrics["features"]["backbone"] == "timm:test_vit"
+    report = verify(root / "build" / "dataset.h5", load_rules(),
+                    features=root / "features" / "timm-test_vit.h5")
+    assert "bias:probe-features" in [c.name for c in report.checks]

@@ -11,7 +11,7 @@ from PIL import Image
 
 from vprom.baselines.evaluate import evaluate
 from vprom.baselines.paper import TABLE2_NEUTRAL, feature_type
-from vprom.baselines.report import report
+from vprom.baselines.report import load_entry, report
 from vprom.baselines.train import train
 from tests.baselines.conftest import small_config, write_pair
 from vprom.errors import VpromError
@@ -56,9 +56,10 @@ def accuracy(run) -> float:
 
 
 def test_feature_type_follows_the_backbone_name():
-    assert feature_type("resnet101") == feature_type("resnet18") == "ResNet"
+    assert feature_type("resnet101") == "ResNet"  # the paper's two backbones
     assert feature_type("bottomup-r101") == "bottom-up"
-    assert feature_type("clip") == "clip"
+    assert feature_type("resnet18") == "resnet18"  # never shown as the paper's ResNet-101
+    assert feature_type("timm:vit_base_patch16_224.dino") == "timm:vit_base_patch16_224.dino"
 
 
 def test_report_writes_table2_beside_the_paper(runs, written):
@@ -83,7 +84,9 @@ def test_report_writes_table2_beside_the_paper(runs, written):
     assert float(cell[("humans", "", "", "")]["paper"]) == 77.8
 
     markdown = (out / "table2.md").read_text()
-    assert "| model | ResNet | paper | ResNet +aux | paper | bottom-up | paper |" in markdown
+    # the fixtures' backbones are randomly initialised: every column header says so
+    assert ("| model | ResNet (random weights) | paper | ResNet (random weights) +aux | paper | "
+            "bottom-up (random weights) | paper |") in markdown
     assert "| RN | " in markdown and "| 51.2 |" in markdown and "| 61.3 |" in markdown
     assert "| RN (shuffled context) |" in markdown
     assert "Humans (paper): 77.8%" in markdown
@@ -162,6 +165,30 @@ def fake_run(folder, accuracy: float, n: int, losses: list[float], **config):
         [{"epoch": i + 1, "train_loss": x, "train_answer_loss": x, "val_acc": 0.1}
          for i, x in enumerate(losses)]))
     return folder
+
+
+def test_tables_and_legends_name_the_backbone(tmp_path):
+    """A random ResNet-18 is not the paper's ResNet, nor is a timm model: each is its own
+    column, named in tables and plot legends (`Entry.label`), random weights said."""
+    paper = fake_run(tmp_path / "r101", 0.5, 100, [1.0])
+    small = fake_run(tmp_path / "r18", 0.4, 100, [1.0])
+    dino = fake_run(tmp_path / "dino", 0.6, 100, [1.0])
+    for run, backbone, weights in ((small, "resnet18", "none"),
+                                   (dino, "timm:vit_small_patch16_224.dino", "dino.pth")):
+        metrics = json.loads((run / "metrics.json").read_text())
+        metrics["features"] = {"backbone": backbone, "weights": weights}
+        (run / "metrics.json").write_text(json.dumps(metrics))
+    assert load_entry(paper).label == "RN ResNet"
+    assert load_entry(small).label == "RN resnet18 (random weights)"
+    assert load_entry(dino).label == "RN timm:vit_small_patch16_224.dino"
+    report([paper, small, dino], tmp_path / "out")
+    markdown = (tmp_path / "out" / "table2.md").read_text()
+    assert ("| ResNet | paper | ResNet +aux | paper | bottom-up | paper | bottom-up +aux | paper "
+            "| resnet18 (random weights) | paper | resnet18 (random weights) +aux | paper | "
+            "timm:vit_small_patch16_224.dino | paper |") in markdown
+    splits = (tmp_path / "out" / "splits.md").read_text()
+    assert "| RN | resnet18 (random weights) | no | 40.0 |" in splits
+    assert "| RN | timm:vit_small_patch16_224.dino | no | 60.0 |" in splits
 
 
 def test_runs_that_did_not_learn_are_flagged(tmp_path):

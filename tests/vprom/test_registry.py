@@ -33,3 +33,27 @@ def test_a_name_is_registered_once_and_unknown_names_list_the_known():
         registry.add("x", 4)
     with pytest.raises(VpromError, match=r"unknown widget 'y'; known: x \(see --list\)"):
         registry.get("y")
+
+
+def test_a_family_resolves_any_name_with_its_prefix_once():
+    registry: Registry[str] = Registry("widget", hint="see --list")
+    registry.add("plain", "p")
+    made = []
+
+    def resolve(rest: str) -> str:
+        if rest == "bad":
+            raise VpromError("lib:bad: no such thing")
+        made.append(rest)
+        return rest.upper()
+
+    registry.add_family("lib", resolve, "lib:<name>  any lib thing")
+    assert registry.get("lib:abc") == "ABC" and registry.get("lib:abc") == "ABC"
+    assert made == ["abc"]  # resolved once, then cached under its full name
+    assert registry.families() == {"lib": "lib:<name>  any lib thing"}
+    with pytest.raises(VpromError, match="lib:bad: no such thing"):
+        registry.get("lib:bad")
+    with pytest.raises(VpromError, match=r"unknown widget 'other:x'; known: lib:abc, plain, "
+                                         r"lib:<name> \(see --list\)"):
+        registry.get("other:x")
+    with pytest.raises(VpromError, match="widget family 'lib': is already registered"):
+        registry.add_family("lib", resolve, "")

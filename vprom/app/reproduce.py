@@ -6,7 +6,8 @@ stopped:
 1. build the dataset (`vprom.app.build.build`: synthetic corpus or VG -> mine -> generate ->
    verify -> stats; the build itself redoes no stage whose output matches) into OUT/build/;
 2. extract features per backbone into OUT/features/<backbone>.h5 (a stamp beside each file
-   records the backbone, weights and dataset hash it was made from);
+   records the backbone, weights and dataset hash it was made from; a timm backbone's ":"
+   becomes "-" in file and folder names: timm-vit_base_patch16_224.dino);
 3. train and evaluate every model × {without, with aux} × split per backbone, into
    OUT/runs/<backbone>/<model>[-aux]/<split>/, plus the two controls on the neutral split:
    the context-blind model, and the relation network on shuffled context panels
@@ -18,8 +19,10 @@ stopped:
    splits, plots). Runs that did not learn are flagged there and in the summary printed at
    the end, and cells whose runs were trained with different settings are refused.
 
-Weights: one per backbone ("imagenet" by default where the backbone has torchvision ImageNet
-weights; the bottom-up backbone needs the path of its converted checkpoint).
+Backbones beyond the paper's two (another ResNet, any `timm:<name>`) add their own columns to
+the report. Weights: one per backbone ("imagenet" by default where the backbone has
+torchvision ImageNet weights, "pretrained" for timm models, read only from the local Hugging
+Face cache; the bottom-up backbone needs the path of its converted checkpoint).
 
 The stages are imported inside the functions that run them, so the command line reads
 `ReproduceConfig`'s options without importing torch (the config modules import none).
@@ -56,7 +59,8 @@ class ReproduceConfig:
     backbones: str = option("resnet101,bottomup-r101",
                             help="comma list (see `vprom extract --list`)")
     weights: str | None = option(None, help="comma list, one per backbone (default: imagenet "
-                                            "for torchvision ones)")
+                                            "for torchvision ones, pretrained for timm:<name>, "
+                                            "from the local Hugging Face cache only)")
     models: str = option("mlp-sum-6,gru-shared,vqa,rn",
                          help="comma list of models, each trained without and with --aux, at "
                               f"its defaults from baselines/{DEFAULTS_FILE}")
@@ -85,16 +89,22 @@ class RunSpec:
     shuffle_context: bool = False
 
     def folder(self, runs: Path) -> Path:
+        runs = runs / file_name(self.backbone)
         if self.shuffle_context:
-            return runs / self.backbone / "controls" / f"{self.model}-shuffled-context" / self.split
+            return runs / "controls" / f"{self.model}-shuffled-context" / self.split
         if self.model == "context-blind":
-            return runs / self.backbone / "controls" / self.model / self.split
-        return runs / self.backbone / (self.model + ("-aux" if self.aux else "")) / self.split
+            return runs / "controls" / self.model / self.split
+        return runs / (self.model + ("-aux" if self.aux else "")) / self.split
 
     def __str__(self) -> str:
         extra = (" +aux" if self.aux else "") + (" (shuffled context)" if self.shuffle_context
                                                  else "")
         return f"{self.model}{extra} on {self.split} ({self.backbone})"
+
+
+def file_name(backbone: str) -> str:
+    """A backbone's name as a file or folder name (timm:x -> timm-x: no colon in paths)."""
+    return backbone.replace(":", "-")
 
 
 def _items(text: str | None, what: str) -> list[str]:
@@ -112,6 +122,10 @@ def backbone_weights(config: ReproduceConfig) -> dict[str, str]:
     if config.weights is None:
         weights = []
         for name in backbones:
+            if name.startswith("timm:"):
+                get_backbone(name)
+                weights.append("pretrained")  # from the local cache, or a clear error
+                continue
             if get_backbone(name).imagenet is None:
                 raise VpromError(
                     f"backbone {name} has no published torchvision weights; pass its converted "
@@ -164,7 +178,7 @@ def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: st
     from vprom.features.extract import extract
     from vprom.features.reader import check_complete
 
-    out = config.out / "features" / f"{backbone}.h5"
+    out = config.out / "features" / f"{file_name(backbone)}.h5"
     record = {"backbone": backbone, "weights": weights, "dataset_sha256": sha256_file(dataset),
               "input_size": config.input_size}
     why = why_stale(out, record)  # the rule `build` follows for its stages

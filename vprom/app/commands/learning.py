@@ -27,10 +27,12 @@ def add_extract(p):
 def run_extract(args):
     options = options_of(args)
     if options.pop("list"):
-        from vprom.features.backbones import get_backbone, list_backbones
+        from vprom.features.backbones import BACKBONES, get_backbone, list_backbones
 
         for name in list_backbones():
             print(f"{name:15s} {get_backbone(name).description}")
+        for usage in BACKBONES.families().values():
+            print(usage)
         return
     absent = [flag for flag, key in (("DATASET", "dataset"), ("--vg", "vg"),
                                      ("--backbone", "backbone"), ("--out", "out"))
