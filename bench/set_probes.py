@@ -20,9 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vprom.generation import set_probes  # noqa: E402
-from vprom.generation.bias import PROBE_MAX, probe_sides  # noqa: E402
-from vprom.generation.dataset_view import load  # noqa: E402
+from vprom.generation import set_probes
+from vprom.generation.bias import PROBE_MAX, probe_sides
+from vprom.generation.dataset_view import load
 
 
 def main() -> None:
