@@ -44,7 +44,7 @@ from vprom.sampling import Draws
 
 #: every candidate set: the 8-subsets of 1..10, as bit masks over the count values
 SETS = [sum(1 << v for v in s) for s in itertools.combinations(COUNTS, N_CANDIDATES)]
-#: IPF sweeps; the residual max |P(a | S) - 1/8| is below 1e-6 after them on the shipped plan
+#: IPF sweeps; after them the residual max |P(a | S) - 1/8| is 2e-5 on the VG-sized plan
 SWEEPS = 400
 #: crops of one count tried before the attempt gives up (regions already used in the matrix)
 CROP_TRIES = 8

@@ -135,9 +135,9 @@ def set_tokens(elements: np.ndarray, super_attributes: np.ndarray,
 
 
 def _count_tokens(vocab, el: np.ndarray, n_el: int) -> list[np.ndarray]:
-    """Rank among the 8 and offsets to the two lowest missing codes (element codes of a
-    small type sort as its values do when they are counts 1..10: '10' is handled by the
-    caller passing integer-sorted codes)."""
+    """Rank among the 8 and offsets to the two lowest missing codes. Codes follow the
+    elements' sort order; `set_probe` zero-pads counts ("01".."10") so that order, and with
+    it every rank and offset, is the counts' own."""
     rank = (el[:, None, :] < el[:, :, None]).sum(axis=2)
     held = np.zeros((len(el), n_el), dtype=bool)
     np.put_along_axis(held, el, True, axis=1)
