@@ -69,11 +69,13 @@ def shard_indices(n: int, shard: tuple[int, int] | None) -> range:
 def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, seed: int = 0,
                      shard: tuple[int, int] | None = None, source: str = "pools",
                      vocabulary: LabelVocabulary | None = None,
-                     progress: bool = False) -> Dataset:
+                     progress: bool = False, legacy_counts: bool = False) -> Dataset:
     """Plan, sample, prove and assign every split, in memory (what `generate` writes).
 
     `vocabulary`: what the pools were mined with (implied labels, label classes); None: only
     what the crops say (nothing implied). `progress`: a progress bar on a terminal.
+    `legacy_counts`: count candidates drawn the pre-issue-27 way, whose absent values give
+    the answer away — only to reproduce that flaw (docs/soundness.md).
     """
     design = rules.design
     plan = make_plan(scale, seed, design)
@@ -83,7 +85,7 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
     parts: dict[str, dict[str, list[int]]] = {s: {"train": [], "test": []} for s in SPLITS}
     matrices, used, skipped, loosened = [], set(), {}, {}
     indices = shard_indices(len(plan), shard)
-    rows_of = generate_rows(pool, plan, indices, skipped, loosened)
+    rows_of = generate_rows(pool, plan, indices, skipped, loosened, legacy_counts)
     for m, rows in tqdm(rows_of, total=len(indices), desc="generate", unit="matrix",
                         disable=None if progress else True, smoothing=0.05):
         concepts = [vocab.concepts(etypes[r], label_sets[r]) for r in rows]
@@ -198,18 +200,22 @@ class GenerateSummary:
 
 @writes("out", ("dataset",), inputs=lambda a: (a["pools"],))
 def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed: int = 0,
-             shard: tuple[int, int] | None = None) -> GenerateSummary:
-    """POOLS.h5 -> DATASET.h5: every matrix proven by the solver, every split assigned."""
+             shard: tuple[int, int] | None = None,
+             legacy_counts: bool = False) -> GenerateSummary:
+    """POOLS.h5 -> DATASET.h5: every matrix proven by the solver, every split assigned.
+    `legacy_counts`: see `generate_dataset` (for reproducing the flaw only)."""
     start = time.perf_counter()
     pools, out = Path(pools), Path(out)
     check_pools_file(pools)
     crops = read_crop_table(pools)
     data = generate_dataset(crops, rules, scale=scale, seed=seed, shard=shard,
                             source=str(pools), vocabulary=read_pools_vocabulary(pools, crops),
-                            progress=True)
+                            progress=True, legacy_counts=legacy_counts)
     config = {"scale": scale, "seed": seed, "shard": list(shard) if shard else None,
               "min_context_crops": MIN_CONTEXT_CROPS, "max_tries": MAX_TRIES,
               "table1": {e.value: n for e, n in TABLE1.items()}}
+    if legacy_counts:  # recorded so the file says it carries the flaw on purpose
+        config["legacy_count_candidates"] = True
     manifest = make_manifest("dataset", config=config, seed=seed,
                              inputs={pools.name: sha256_file(pools)}, counts=data.counts)
     _write(out, data, manifest)

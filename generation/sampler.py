@@ -31,6 +31,7 @@ from vprom.generation.candidates import (
     static_block,
 )
 from vprom.generation.candidates_first import HumanSampler, make_human_sampler, shortfall
+from vprom.generation.count_candidates import absent_tables, count_distractors
 from vprom.generation.plan import Group, MatrixPlan
 from vprom.generation.pool_index import CELL_NAMES, RELATION_BIT, PoolIndex, draw_crops
 from vprom.errors import VpromError
@@ -67,6 +68,8 @@ class Sampler:
     solver_groups: list[int] = field(default_factory=list)  # the solver's reading groups
     # attributes: how likely each other super-attribute is to fill a block of candidates
     fill_weight: dict[str, float] = field(default_factory=dict)
+    # counts: the candidate-set table (`generation.count_candidates`); None: answer first
+    absent: object = None
 
     def pick(self, draws: Draws) -> Option:
         u = draws.uniform() * self.cumulative[-1]
@@ -204,8 +207,12 @@ def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
             continue
         used = {region[r] for r in rows}
         context_ids = list(dict.fromkeys(ids[:N_CONTEXT]))
-        wrong = distractors(draws, option, context_ids, z, used, crops_of, masks, region,
-                             s.fill_weight, rows[N_CONTEXT], attempt < STRICT_TRIES)
+        if s.absent is not None:
+            wrong = count_distractors(draws, s.absent, ids[N_CONTEXT], z, used, crops_of,
+                                      masks, region)
+        else:
+            wrong = distractors(draws, option, context_ids, z, used, crops_of, masks, region,
+                                 s.fill_weight, rows[N_CONTEXT], attempt < STRICT_TRIES)
         if wrong is None:
             why["too few distractors outside the completions"] += 1
             continue
@@ -226,8 +233,13 @@ def loosenable(pool: PoolIndex, group: Group) -> bool:
 
 def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
                   skipped: dict[str, list[str]] | None = None,
-                  loosened: dict[str, dict] | None = None):
+                  loosened: dict[str, dict] | None = None, legacy_counts: bool = False):
     """Yield (matrix, its 16 crop rows in `pool`) for each index, in order.
+
+    Count candidates are drawn from `generation.count_candidates`' tables, so the set they
+    leave out says nothing about the answer; `legacy_counts` draws them as vprom did before
+    (context values first), only to reproduce that flaw (`vprom generate
+    --legacy-count-candidates`).
 
     `skipped`, when given, receives per group the super-attributes it could not use (fewer
     attributes with enough crops than its relation needs, or too few for a symmetric
@@ -263,8 +275,16 @@ def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
     weights = fill_weights({k: v for k, v in {**samplers, **loose}.items() if v is not None},
                            matrices_of)
 
+    tables = {} if legacy_counts else absent_tables(
+        {k: v for k, v in {**samplers, **loose}.items() if v is not None}, matrices_of)
+
     def weighted(sampler):
         sampler.fill_weight = weights.get(sampler.group.element_type, {})
+        if sampler.group.element_type is ElementType.COUNT and not legacy_counts:
+            sampler.absent = tables.get((plan.groups.index(sampler.group), sampler.cell))
+            if sampler.absent is None:
+                raise VpromError(f"{sampler.label}: fewer than 8 counts have crops, so no "
+                                 "candidate set can be drawn — mine more images")
         return sampler
 
     for sampler in [*samplers.values(), *loose.values()]:

@@ -1,0 +1,45 @@
+"""Run `vprom verify`'s set-level probes alone on a DATASET.h5 and time them (issue 27).
+
+`vprom verify` runs them among its other checks; this script runs only them, so a data set
+built by another vprom version (e.g. main's, before the count candidate sets were fixed, or
+`vprom generate --legacy-count-candidates`) can be measured with the new probes:
+
+    PYTHONPATH=$PWD .venv/bin/python bench/set_probes.py DATASET.h5
+
+It prints each check's verdict and summary, and the seconds it took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vprom.generation import set_probes
+from vprom.generation.bias import PROBE_MAX, probe_sides
+from vprom.generation.dataset_view import load
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dataset", type=Path)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    data, _ = load(args.dataset)
+    # the same sample `vprom verify` draws (check_bias seeds its generator with 0)
+    train, test, note = probe_sides(data, np.random.default_rng(args.seed), PROBE_MAX)
+    start = time.perf_counter()
+    for check in set_probes.check_sets(data, train, test, args.seed, note):
+        print(f"{check.status.upper():4s} {check.name}: {check.summary}")
+        for problem in check.problems:
+            print(f"     - {problem}")
+    print(f"set probes: {time.perf_counter() - start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

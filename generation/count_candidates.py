@@ -1,0 +1,175 @@
+"""Count candidates whose set says nothing about the answer (RAVEN's answer-set flaw, fixed).
+
+A count matrix shows 8 of the 10 counts among its candidates. If the values left out depend
+on the answer, a model that never looks at the context learns P(answer | values left out):
+drawing the distractors from the context's values first made the answer's neighbours in a
+progression (offsets ±d, ±2d) present and the others absent, so a context-blind table scored
+20% on count × progression (issue 27).
+
+Here the candidate set S (8 counts) is drawn AFTER the context and the answer a, from a table
+q_k(S | a, F) per sampler k (group × cell), where F is what the rule forces out of S: the
+values that would also complete row 3 (Or: the row's other element b). The tables make the
+*mixture* of all count matrices of one relation on one side of the neutral split satisfy
+
+    P(answer = v | candidate set S) = 1/8 for every v in S,
+
+which is what a context-blind model trained on the neutral split would have to beat. It
+cannot be had group by group: a group of odd counts only (interpolation) has an odd answer
+and at least three even candidates. The groups' answer laws P_k(a, F) are the rules'
+(`answer_law`: And, Union, Or uniform over the allowed values, Or's partner uniform among
+the others, Progression uniform over the values a progression can end on), weighted by the
+plan's matrices per sampler π_k. The tables solve
+
+    Σ_k π_k P_k(a, F) q_k(S | a, F)  =  t(S)  for all a in S    (t free; S ∩ F = ∅, S ⊆ U_k)
+
+by iterative proportional fitting: scale each q_k(S | a, F) by t(S)/M(a, S) (M the mixture,
+t(S) its mean over S), renormalise every row, repeat. With the shipped splits every count is
+an answer equally often and the fixed point for And, Union and Progression is the uniform
+table over the 36 sets that hold a; Or needs weights, since S must leave out the partner.
+The tables depend on the plan and the pool only, so shards sample as the single run does.
+
+What this costs the paper's recipe: distractors are no longer the context's values first; a
+count seen in the context is a candidate with probability 7/9 (docs/deviations.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from vprom.records import COUNTS, N_CANDIDATES, Relation
+from vprom.sampling import Draws
+
+#: every candidate set: the 8-subsets of 1..10, as bit masks over the count values
+SETS = [sum(1 << v for v in s) for s in itertools.combinations(COUNTS, N_CANDIDATES)]
+#: IPF sweeps; after them the residual max |P(a | S) - 1/8| is 2e-5 on the VG-sized plan
+SWEEPS = 400
+#: crops of one count tried before the attempt gives up (regions already used in the matrix)
+CROP_TRIES = 8
+
+
+@dataclass
+class AbsentTable:
+    """q(S | a, F) of one sampler: per (answer, forced-out mask) the sets and cumulative
+    weights to draw from."""
+
+    rows: dict[tuple[int, int], tuple[list[int], list[float]]]
+
+    def draw(self, draws: Draws, answer: int, forced: int) -> int | None:
+        """A candidate set (bit mask) holding `answer` and none of `forced`, or None."""
+        row = self.rows.get((answer, forced))
+        if row is None:
+            return None
+        sets, cumulative = row
+        u = draws.uniform() * cumulative[-1]
+        for s, c in zip(sets, cumulative):
+            if u < c:
+                return s
+        return sets[-1]
+
+
+def answer_law(relation: Relation, allowed) -> dict[tuple[int, int], float]:
+    """P(answer, forced-out mask) of the relation's rule on single-count crops over the
+    `allowed` counts (`vprom.relations`' sampling: a test checks it against the rules)."""
+    values = sorted(set(allowed))
+    if relation is Relation.OR:
+        pairs = [(a, b) for a in values for b in values if a != b]
+        return {(a, 1 << b): 1 / len(pairs) for a, b in pairs}
+    if relation is Relation.PROGRESSION:
+        have = set(values)
+        ends = sorted({s + 2 * d for s in values for d in range(-9, 10)
+                       if d and s + d in have and s + 2 * d in have})
+        return {(a, 0): 1 / len(ends) for a in ends}
+    return {(a, 0): 1 / len(values) for a in values}
+
+
+def absent_tables(samplers: dict, matrices_of: dict) -> dict:
+    """Per count sampler key (group, cell): its `AbsentTable`, solved jointly with the other
+    samplers of its relation and neutral side (cell // 2)."""
+    mixes: dict[tuple[Relation, int], list] = {}
+    for key, s in samplers.items():
+        if s.group.element_type.value != "count" or not matrices_of.get(key):
+            continue
+        option = s.options[0]
+        usable = sum(1 << v for v in option.same if v in COUNTS)
+        mixes.setdefault((s.group.relation, key[1] // 2), []).append(
+            (key, matrices_of[key], answer_law(s.group.relation, option.context), usable))
+    out = {}
+    for members in mixes.values():
+        out.update(_solve(members))
+    return out
+
+
+def _solve(members) -> dict:
+    """IPF over the samplers of one (relation, neutral side); see the module docstring."""
+    sets = np.array(SETS, dtype=np.int64)
+    holds = np.array([[(s >> v) & 1 for v in range(max(COUNTS) + 1)] for s in SETS], bool)
+    rows = []  # (key, answer, forced, weight π P(a, F), feasible sets as a boolean row)
+    for key, n, law, usable in members:
+        for (a, forced), p in sorted(law.items()):
+            ok = holds[:, a] & ((sets & forced) == 0) & ((sets & ~usable) == 0)
+            if ok.any():
+                rows.append((key, a, forced, n * p, ok))
+    if not rows:
+        return {}
+    feasible = np.array([ok for *_, ok in rows], dtype=float)  # R x |SETS|
+    answer = np.eye(holds.shape[1])[[a for _, a, *_ in rows]]  # R x 11, one-hot
+    weight = np.array([w for _, _, _, w, _ in rows])
+    q = feasible / feasible.sum(axis=1, keepdims=True)
+    for _ in range(SWEEPS):
+        mix = (weight[:, None] * q).T @ answer  # |SETS| x 11: M(S, a)
+        present = mix.sum(axis=1) / N_CANDIDATES  # t(S): the mean over S's 8 values
+        ratio = np.where(mix > 0, present[:, None] / np.maximum(mix, 1e-300), 1.0)
+        q = q * (ratio @ answer.T).T
+        q /= q.sum(axis=1, keepdims=True)
+    out: dict = {}
+    for (key, a, forced, _, ok), qr in zip(rows, q):
+        table = out.setdefault(key, AbsentTable({}))
+        j = np.flatnonzero(ok)
+        table.rows[(a, forced)] = ([int(sets[k]) for k in j], np.cumsum(qr[j]).tolist())
+    return out
+
+
+def residual(tables: dict, samplers: dict, matrices_of: dict) -> float:
+    """max over (relation, neutral side, S, a in S) of |P(a | S) - 1/8| under the tables."""
+    mixes: dict = {}
+    for key, table in tables.items():
+        s = samplers[key]
+        law = answer_law(s.group.relation, s.options[0].context)
+        mix = mixes.setdefault((s.group.relation, key[1] // 2), {})
+        for (a, forced), (sets, cumulative) in table.rows.items():
+            w = matrices_of[key] * law.get((a, forced), 0.0)
+            for st, p in zip(sets, np.diff([0.0, *cumulative])):
+                mix.setdefault(st, np.zeros(max(COUNTS) + 1))[a] += w * p
+    worst = 0.0
+    for mix in mixes.values():
+        for st, m in mix.items():
+            share = m[[v for v in COUNTS if (st >> v) & 1]] / m.sum()
+            worst = max(worst, float(np.abs(share - 1 / N_CANDIDATES).max()))
+    return worst
+
+
+def count_distractors(draws: Draws, table: AbsentTable, answer: int, z: int,
+                      used: set[int], crops_of, masks, region) -> list[int] | None:
+    """7 crops showing the counts of a drawn candidate set other than the answer, each
+    carrying no other candidate's count and no completion; None if the set cannot be shown
+    (the attempt is then redrawn)."""
+    chosen = table.draw(draws, answer, z & ~(1 << answer))
+    if chosen is None:
+        return None
+    out = []
+    for v in COUNTS:
+        if v == answer or not (chosen >> v) & 1:
+            continue
+        crops = crops_of.get(v, ())
+        for _ in range(CROP_TRIES if crops else 0):
+            r = crops[int(draws.uniform() * len(crops))]
+            if masks[r] & (chosen | z) == 1 << v and region[r] not in used:
+                used.add(region[r])
+                out.append(r)
+                break
+        else:
+            return None
+    return out

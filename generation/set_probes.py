@@ -1,0 +1,301 @@
+"""`vprom verify`'s set-level probes: does the candidate SET, seen whole, give the answer away?
+
+The label and feature probes of `generation.audit` score each candidate from its own
+description (plus, per label, how many others share it). A set can leak in ways no single
+candidate shows: which values it leaves out (RAVEN's answer-set flaw; issue 27 found it in
+counts), which super-attributes it covers and how many of each, a candidate's rank or its
+offsets to the missing values. Two context-blind probes look at exactly that, per element
+type and per relation x element type, trained on the neutral split's train part, chosen on
+its val part and scored on its test part (`generation.bias.probe_sides` samples them):
+
+1. `bias:absent-values` (counts). A table: on train, how often each count is the answer
+   given the candidates' set of counts (equivalently, the values they leave out); on test,
+   pick the candidate whose count was the answer most often for that set (ties split, an
+   unseen set scores 1/8). This is the exact statistic of issue 27.
+2. `bias:probe-sets` (every element type). A small MLP in numpy, one per element type with
+   the relation as an input, scoring every candidate j (softmax over the 8) from
+       h_j = relu(Σ E_set[set tokens] + Σ E_own[own tokens of j] + b),  s_j = v · h_j.
+   Set tokens (the same for all 8): the relation; every candidate's element and
+   super-attribute (a multiset: which elements and super-attributes the set covers, how
+   often); how many distinct elements and super-attributes; for types with at most
+   `SET_ID_MAX` elements (counts) the exact set of elements. Own tokens of j: its element,
+   super-attribute and position; how many candidates share its element and its
+   super-attribute; how many elements of its super-attribute (as the data set shows them)
+   are absent from the set; for counts its rank among the 8 values and its offset to each
+   missing value. The relu mixes own and set tokens, so "the value whose neighbours are
+   missing" or "the colour whose super-attribute's other values are all present" are within
+   its reach. Adam on minibatches; the epoch with the best val accuracy is kept.
+
+Both are judged like the other probes (`audit.judge_groups`): a group fails when the lower
+end of its 95% Wilson interval exceeds 12.5% + 2 points.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from vprom.generation import audit
+from vprom.generation.audit import MIN_PROBE_TEST, Check
+from vprom.records import N_CANDIDATES, N_CONTEXT
+
+#: element types with at most this many elements also get the exact element set as a token
+SET_ID_MAX = 12
+#: the MLP's hidden units, epochs, minibatch and step size
+HIDDEN, EPOCHS, BATCH, LR = 48, 6, 256, 0.01
+#: val matrices per element type used to choose the epoch
+VAL_MAX = 5_000
+
+
+# ---------------------------------------------------------------- 1. the absent-values table
+def count_values(elements: np.ndarray) -> np.ndarray:
+    """N×8 count strings -> N×8 ints (0 where a candidate is no count)."""
+    flat = elements.astype(str).ravel()
+    return np.array([int(e) if e.isdigit() else 0 for e in flat],
+                    dtype=np.int64).reshape(elements.shape)
+
+
+def absent_hits(values: np.ndarray, answers: np.ndarray, train: np.ndarray,
+                test: np.ndarray) -> np.ndarray:
+    """Per test matrix, the share of the table's picks that is the answer (see 1.)."""
+    sets = (np.int64(1) << values).sum(axis=1)  # the candidates' counts as a bit mask
+    table: dict[int, Counter] = {}
+    for k in train.tolist():
+        table.setdefault(int(sets[k]), Counter())[int(values[k, answers[k]])] += 1
+    hits = np.empty(len(test))
+    for i, k in enumerate(test.tolist()):
+        seen = table.get(int(sets[k]), Counter())
+        score = np.array([seen[int(v)] for v in values[k]])
+        top = score == score.max()
+        hits[i] = top[answers[k]] / top.sum()
+    return hits
+
+
+def absent_value_probe(elements: np.ndarray, answers: np.ndarray, train: np.ndarray,
+                       test: np.ndarray, element_type: np.ndarray, relation: np.ndarray,
+                       note: str = "") -> Check:
+    """The table probe on count matrices, per relation and over all count matrices."""
+    counts = np.flatnonzero(element_type == "count")
+    tr, te = np.intersect1d(train, counts), np.intersect1d(test, counts)
+    if len(te) == 0:
+        return Check("bias:absent-values", "skip", "no count matrices to probe")
+    values = np.zeros((len(elements), N_CANDIDATES), dtype=np.int64)
+    values[counts] = count_values(elements[counts])
+    results = []
+    for group, g_tr, g_te in audit.probe_groups(element_type, relation, tr, te):
+        small = len(g_tr) < MIN_PROBE_TEST or len(g_te) < MIN_PROBE_TEST
+        results.append((group, np.zeros(0) if small else absent_hits(values, answers, g_tr,
+                                                                       g_te), len(g_tr)))
+    return audit.judge_groups("bias:absent-values", "the answer's rate given the counts the "
+                              "candidates leave out", results, note)
+
+
+# ---------------------------------------------------------------- 2. the set MLP
+def _codes(a: np.ndarray) -> tuple[np.ndarray, int]:
+    _, inv = np.unique(a.astype(str), return_inverse=True)
+    inv = inv.reshape(a.shape)
+    return inv, int(inv.max()) + 1 if inv.size else 1
+
+
+def set_tokens(elements: np.ndarray, super_attributes: np.ndarray,
+               relation: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """(N×S set tokens, N×8×O own tokens, vocabulary size) of one element type's matrices;
+    see the module docstring for what they are."""
+    n = len(elements)
+    el, n_el = _codes(elements)
+    sa, n_sa = _codes(super_attributes)
+    rel, n_rel = _codes(relation)
+    same_el = el[:, :, None] == el[:, None, :]
+    same_sa = sa[:, :, None] == sa[:, None, :]
+    c_el, c_sa = same_el.sum(axis=2), same_sa.sum(axis=2)  # 1..8
+    distinct_el = (1.0 / c_el).sum(axis=1).round().astype(np.int64)
+    distinct_sa = (1.0 / c_sa).sum(axis=1).round().astype(np.int64)
+    # elements of each super-attribute the data set shows; those of j's missing from the set
+    size = np.zeros(n_sa, dtype=np.int64)
+    for s_code in range(n_sa):
+        size[s_code] = len(np.unique(el[sa == s_code]))
+    present = (same_sa / c_el[:, None, :]).sum(axis=2).round().astype(np.int64)
+    missing = np.clip(size[sa] - present, 0, 31)
+    vocab = _Vocab()
+    set_cols = [vocab.add("rel", n_rel, rel)]
+    set_cols += [vocab.add("el", n_el, el[:, k]) for k in range(N_CANDIDATES)]
+    set_cols += [vocab.add("sa", n_sa, sa[:, k]) for k in range(N_CANDIDATES)]
+    set_cols += [vocab.add("nel", 9, distinct_el), vocab.add("nsa", 9, distinct_sa)]
+    if n_el <= SET_ID_MAX:
+        mask = (np.int64(1) << el).sum(axis=1)  # distinct elements: repeats only add bits
+        set_cols.append(vocab.add("set", 1 << n_el, mask))
+    own = [vocab.add("oel", n_el, el), vocab.add("osa", n_sa, sa),
+           vocab.add("pos", N_CANDIDATES, np.broadcast_to(np.arange(N_CANDIDATES), el.shape)),
+           vocab.add("cel", 9, c_el), vocab.add("csa", 9, c_sa), vocab.add("miss", 32, missing)]
+    if n_el <= SET_ID_MAX:
+        own += _count_tokens(vocab, el, n_el)
+    return (np.stack(set_cols, axis=1).reshape(n, -1), np.stack(own, axis=2),
+            vocab.size)
+
+
+def _count_tokens(vocab, el: np.ndarray, n_el: int) -> list[np.ndarray]:
+    """Rank among the 8 and offsets to the two lowest missing codes. Codes follow the
+    elements' sort order; `set_probe` zero-pads counts ("01".."10") so that order, and with
+    it every rank and offset, is the counts' own."""
+    rank = (el[:, None, :] < el[:, :, None]).sum(axis=2)
+    held = np.zeros((len(el), n_el), dtype=bool)
+    np.put_along_axis(held, el, True, axis=1)
+    out = [vocab.add("rank", N_CANDIDATES, rank)]
+    missing = [np.argsort(held, axis=1, kind="stable")[:, k] for k in range(2)]
+    for k, m in enumerate(missing):
+        none = held[np.arange(len(el)), m]  # fewer than k+1 missing codes
+        offset = np.where(none[:, None], 2 * n_el, el - m[:, None] + n_el)
+        out.append(vocab.add(f"off{k}", 2 * n_el + 1, offset))
+    return out
+
+
+class _Vocab:
+    """Token families laid out one after another in one embedding table."""
+
+    def __init__(self) -> None:
+        self.size, self.base = 0, {}
+
+    def add(self, name: str, n: int, codes: np.ndarray) -> np.ndarray:
+        if name not in self.base:
+            self.base[name] = self.size
+            self.size += n
+        return self.base[name] + np.asarray(codes, dtype=np.int64)
+
+
+class SetMLP:
+    """The probe's parameters and its forward / backward passes (see the module docstring)."""
+
+    def __init__(self, vocab: int, rng: np.random.Generator, hidden: int = HIDDEN) -> None:
+        self.params = [rng.normal(0, 0.1, (vocab, hidden)), np.zeros(hidden),
+                       rng.normal(0, 0.1, hidden)]
+        self.moments = [[np.zeros_like(p), np.zeros_like(p)] for p in self.params]
+        self.t = 0
+
+    def forward(self, set_tok: np.ndarray, own_tok: np.ndarray):
+        emb, bias, out = self.params
+        pre = emb[set_tok].sum(axis=1)[:, None, :] + emb[own_tok].sum(axis=2) + bias
+        h = np.maximum(pre, 0.0)
+        return h @ out, h
+
+    def step(self, set_tok: np.ndarray, own_tok: np.ndarray, y: np.ndarray,
+             l2: float = 1e-5) -> None:
+        emb, _, out = self.params
+        scores, h = self.forward(set_tok, own_tok)
+        p = np.exp(scores - scores.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        p[np.arange(len(y)), y] -= 1.0
+        p /= len(y)
+        g_out = np.einsum("bj,bjh->h", p, h)
+        g_pre = (p[:, :, None] * out) * (h > 0)
+        hidden = emb.shape[1]
+        g_emb = _scatter(own_tok.reshape(-1, own_tok.shape[-1]),
+                         g_pre.reshape(-1, hidden), emb.shape)
+        g_emb += _scatter(set_tok, g_pre.sum(axis=1), emb.shape)
+        grads = [g_emb + l2 * emb, g_pre.sum(axis=(0, 1)), g_out]
+        self.t += 1
+        for param, grad, (m, v) in zip(self.params, grads, self.moments):
+            m *= 0.9
+            m += 0.1 * grad
+            v *= 0.999
+            v += 0.001 * grad * grad
+            param -= LR * (m / (1 - 0.9 ** self.t)) / (np.sqrt(v / (1 - 0.999 ** self.t))
+                                                       + 1e-8)
+
+    def hits(self, set_tok: np.ndarray, own_tok: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.concatenate([audit._hits_of(self.forward(set_tok[s:s + 4096],
+                                                           own_tok[s:s + 4096])[0],
+                                              y[s:s + 4096])
+                               for s in range(0, len(y), 4096)]) if len(y) else np.zeros(0)
+
+
+def _scatter(tokens: np.ndarray, grad: np.ndarray, shape) -> np.ndarray:
+    """Σ over rows r and slots k of grad[r] into row tokens[r, k] of a zero array of `shape`."""
+    hidden = shape[1]
+    index = (tokens[:, :, None] * hidden + np.arange(hidden)).ravel()
+    weights = np.broadcast_to(grad[:, None, :], tokens.shape + (hidden,)).ravel()
+    return np.bincount(index, weights=weights, minlength=shape[0] * hidden).reshape(shape)
+
+
+def fit_set_mlp(set_tok, own_tok, answers, train, val, rng) -> SetMLP:
+    """Adam for `EPOCHS` epochs over `train`; the epoch with the best val accuracy is kept."""
+    model = SetMLP(int(max(set_tok.max(), own_tok.max())) + 1, rng)
+    best, best_params = -1.0, [p.copy() for p in model.params]
+    for _ in range(EPOCHS):
+        order = train[rng.permutation(len(train))]
+        for s in range(0, len(order), BATCH):
+            idx = order[s:s + BATCH]
+            model.step(set_tok[idx], own_tok[idx], answers[idx])
+        score = float(model.hits(set_tok[val], own_tok[val], answers[val]).mean()) \
+            if len(val) else 0.0
+        if score > best:
+            best, best_params = score, [p.copy() for p in model.params]
+    model.params = best_params
+    return model
+
+
+def set_probe(elements: np.ndarray, super_attributes: np.ndarray, answers: np.ndarray,
+              train: np.ndarray, val: np.ndarray, test: np.ndarray,
+              element_type: np.ndarray, relation: np.ndarray, rng: np.random.Generator,
+              note: str = "") -> Check:
+    """The set MLP, one model per element type, scored per element type and per relation x
+    element type. Arrays are over all matrices; only rows in train / val / test are read."""
+    results = []
+    for etype in sorted(set(element_type[test].tolist())):
+        mine = np.flatnonzero(element_type == etype)
+        tr, va, te = (np.intersect1d(rows, mine) for rows in (train, val, test))
+        if len(tr) < MIN_PROBE_TEST or len(te) < MIN_PROBE_TEST:
+            results.append((etype, np.zeros(0), len(tr)))
+            continue
+        used = np.concatenate([tr, va, te])
+        el = elements[used]
+        if etype == "count":  # codes in count order, so ranks and offsets are arithmetic
+            el = np.char.zfill(el.astype(str), 2)
+        set_tok, own_tok, _ = set_tokens(el, super_attributes[used], relation[used])
+        local = np.arange(len(used))
+        l_tr, l_va, l_te = local[:len(tr)], local[len(tr):len(tr) + len(va)], \
+            local[len(tr) + len(va):]
+        y = answers[used]
+        model = fit_set_mlp(set_tok, own_tok, y, l_tr, l_va, rng)
+        hits = model.hits(set_tok[l_te], own_tok[l_te], y[l_te])
+        results.append((etype, hits, len(tr)))
+        rel_te, rel_tr = relation[te], relation[tr]
+        for rel in sorted(set(rel_te.tolist())):
+            results.append((f"{etype} x {rel}", hits[rel_te == rel], int((rel_tr == rel).sum())))
+    return audit.judge_groups("bias:probe-sets", "context-blind MLP on the candidate set",
+                              results, note)
+
+
+def val_rows(data, train: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray,
+                                                                        np.ndarray]:
+    """(train, val) rows: the neutral split's val part (≤ VAL_MAX per element type), or,
+    without one, a fifth of `train` set aside."""
+    m = data.matrices
+    index = {int(i): k for k, i in enumerate(m.id)}
+    val = np.array([index[int(i)] for i in m.splits.get("neutral", {}).get("val", [])
+                    if int(i) in index], dtype=np.int64)
+    val = np.setdiff1d(val, train)
+    if len(val) == 0:
+        perm = rng.permutation(train)
+        cut = len(train) // 5
+        return np.sort(perm[cut:]), np.sort(perm[:cut])
+    etype = m.element_type
+    parts = [rng.choice(val[etype[val] == t], min(VAL_MAX, int((etype[val] == t).sum())),
+                        replace=False) for t in sorted(set(etype[val].tolist()))]
+    return train, np.sort(np.concatenate(parts))
+
+
+def check_sets(data, train: np.ndarray, test: np.ndarray, seed: int = 0,
+               note: str = "") -> list[Check]:
+    """Both set-level probes on `data` (a `dataset_view.Data`), neutral rows given."""
+    rng = np.random.default_rng([seed, 27])  # its own stream: the other probes are unchanged
+    m = data.matrices
+    answers = m.answer.astype(np.int64)
+    elements = m.elements[:, N_CONTEXT:].astype(str)
+    rows = np.where(data.rows < 0, 0, data.rows)[:, N_CONTEXT:]
+    super_attributes = data.crops.super_attribute.astype(str)[rows]
+    etype, relation = m.element_type.astype(str), m.relation.astype(str)
+    fit, val = val_rows(data, train, rng)
+    return [absent_value_probe(elements, answers, train, test, etype, relation, note),
+            set_probe(elements, super_attributes, answers, fit, val, test, etype, relation,
+                      rng, note)]

@@ -1,0 +1,139 @@
+"""Count candidates that say nothing about the answer through the values they leave out
+(issue 27): the construction's tables, its rule laws, and the absent-value probe on real
+generated count matrices, scored as `vprom verify` scores it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from vprom.generation import sampler as sampler_mod
+from vprom.generation.count_candidates import absent_tables, answer_law, residual
+from vprom.generation.plan import MatrixPlan, make_plan
+from vprom.generation.pool_index import PoolIndex
+from vprom.generation.set_probes import absent_value_probe
+from vprom.records import COUNTS, N_CANDIDATES, N_CONTEXT, Relation
+from vprom.relations import RULES
+from vprom.sampling import Draws
+from vprom.splits.assign import load_rules
+
+ODD, LOW = (1, 3, 5, 7, 9), (1, 2, 3, 4, 5)
+
+
+@pytest.mark.parametrize("relation", list(Relation))
+@pytest.mark.parametrize("allowed", [COUNTS, ODD, LOW])
+def test_answer_law_is_the_rules_own(relation, allowed):
+    """The tables are solved for the laws `answer_law` states: they must be the rules'."""
+    law = answer_law(relation, allowed)
+    n = 8_000
+    seen = Counter()
+    for i in range(n):
+        ids = RULES[relation].sample(Draws(5, i), list(allowed))
+        forced = 1 << ids[N_CONTEXT - 1] if relation is Relation.OR else 0
+        if relation is Relation.OR and ids[N_CONTEXT - 1] == ids[N_CONTEXT]:
+            forced = 1 << ids[N_CONTEXT - 2]  # the row's other element is the partner
+        seen[(ids[N_CONTEXT], forced)] += 1
+    assert set(seen) == set(law)
+    for key, p in law.items():  # 4 standard errors: a wrong law is off by far more
+        assert abs(seen[key] / n - p) < 4 * (p * (1 - p) / n) ** 0.5 + 1e-3, key
+
+
+@pytest.fixture(scope="module")
+def count_setup(crops):
+    design = load_rules().design
+    plan = make_plan(0.12, 0, design)
+    pool = PoolIndex(crops, 0, design)
+    return plan, pool
+
+
+def test_tables_make_every_candidate_the_answer_one_time_in_eight(count_setup):
+    plan, pool = count_setup
+    design = plan.design
+    held = np.array([g.held_side for g in plan.groups])
+    cell = plan.neutral_side.astype(int) * 2 + held[plan.group_of.astype(int)]
+    keys, n = np.unique(np.stack([plan.group_of.astype(int), cell]), axis=1, return_counts=True)
+    matrices_of = {(int(g), int(c)): int(k) for (g, c), k in zip(keys.T.tolist(), n.tolist())
+                   if plan.groups[g].element_type.value == "count"}
+    samplers = {k: sampler_mod.make_sampler(pool, design, plan.groups[k[0]], k[1])
+                for k in matrices_of}
+    tables = absent_tables(samplers, matrices_of)
+    assert set(tables) == set(matrices_of)
+    assert residual(tables, samplers, matrices_of) < 1e-4
+    for table in tables.values():  # every drawn set holds its answer and avoids the forced
+        for (a, forced), (sets, _) in table.rows.items():
+            assert all((s >> a) & 1 and not s & forced and s.bit_count() == N_CANDIDATES
+                       for s in sets)
+
+
+def _progressions(plan, pool, legacy: bool):
+    """Every count x progression matrix of the plan: (elements, answers, neutral side)."""
+    idx = [i for i in range(len(plan))
+           if plan.groups[plan.group_of[i]].element_type.value == "count"
+           and plan.groups[plan.group_of[i]].relation is Relation.PROGRESSION]
+    out = list(sampler_mod.generate_rows(pool, plan, idx, legacy_counts=legacy))
+    elements = np.array([m.elements[N_CONTEXT:] for m, _ in out])
+    answers = np.array([m.answer for m, _ in out], dtype=np.int64)
+    side = plan.neutral_side[[m.id for m, _ in out]]
+    return elements, answers, side
+
+
+@pytest.mark.slow
+def test_absent_value_probe_was_above_chance_and_is_at_chance_now(count_setup):
+    plan, pool = count_setup
+    verdicts = {}
+    for legacy in (True, False):
+        elements, answers, side = _progressions(plan, pool, legacy)
+        n = len(answers)
+        check = absent_value_probe(elements, answers, np.flatnonzero(side == 0),
+                                   np.flatnonzero(side == 1), np.full(n, "count"),
+                                   np.full(n, "progression"))
+        verdicts[legacy] = check
+        # the construction never leaves the answer out, and shows 8 distinct counts
+        assert all(len(set(row)) == N_CANDIDATES for row in elements.tolist())
+    old, new = verdicts[True], verdicts[False]
+    assert old.status == "fail", old.summary
+    assert old.figures["count x progression"]["ci95"][0] > 0.145
+    assert new.status == "pass", new.summary
+    assert new.figures["count x progression"]["ci95"][0] <= 0.145
+
+
+def _count_progressions_only(scale: float):
+    """The plan of `scale` cut down to its count x progression matrices (a small fixture:
+    a data set of thousands of the matrices that leaked, without the rest of Table 1)."""
+    def plan(_, seed, design):
+        full = make_plan(scale, seed, design)
+        keep = np.array([k for k, g in enumerate(full.group_of.tolist())
+                         if full.groups[g].element_type.value == "count"
+                         and full.groups[g].relation is Relation.PROGRESSION])
+        group_of = full.group_of[keep]
+        quotas = np.bincount(group_of, minlength=len(full.groups)).tolist()
+        return MatrixPlan(full.scale, seed, design, full.groups, quotas, group_of,
+                          full.neutral_side[keep], full.answer[keep])
+    return plan
+
+
+@pytest.mark.slow
+def test_verify_fails_on_legacy_count_candidates_and_passes_on_new(pools_file, tmp_path,
+                                                                    monkeypatch):
+    """End to end: `generate` (legacy or not) then `verify`, on 6,250 count x progression
+    matrices."""
+    from vprom.generation import dataset as dataset_mod
+    from vprom.generation.verify import verify
+
+    monkeypatch.setattr(dataset_mod, "make_plan", _count_progressions_only(0.25))
+    rules = load_rules()
+    reports = {}
+    for legacy in (True, False):
+        out = tmp_path / f"legacy{int(legacy)}.h5"
+        dataset_mod.generate(pools_file, out, rules, scale=0.05, seed=0, legacy_counts=legacy)
+        reports[legacy] = verify(out, rules)
+    old = {c.name: c for c in reports[True].checks}
+    new = {c.name: c for c in reports[False].checks}
+    assert not reports[True].ok
+    assert old["bias:absent-values"].status == "fail", old["bias:absent-values"].summary
+    assert old["bias:absent-values"].figures["count x progression"]["failed"]
+    assert reports[False].ok, reports[False].failures()
+    for name in ("bias:absent-values", "bias:probe-sets"):
+        assert new[name].status == "pass", new[name].summary

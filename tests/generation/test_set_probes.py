@@ -1,0 +1,62 @@
+"""`vprom verify`'s set-level probes (`generation.set_probes`) on planted data: a candidate set
+that gives the answer away is caught, one that does not passes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vprom.generation import set_probes
+
+N = 3000
+
+
+def _count_sets(rng, planted: bool):
+    """N count matrices: 8 of the 10 counts in random order; the answer random, or (planted)
+    the smallest candidate above the smallest count left out (a pure set-level tell)."""
+    elements, answers = [], []
+    for _ in range(N):
+        values = rng.permutation(np.arange(1, 11))[:8]
+        missing = sorted(set(range(1, 11)) - set(values.tolist()))
+        above = [v for v in sorted(values.tolist()) if v > missing[0]]
+        pick = above[0] if planted and above else int(rng.choice(values))
+        elements.append([str(v) for v in values])
+        answers.append(int(np.flatnonzero(values == pick)[0]))
+    return np.array(elements), np.array(answers, dtype=np.int64)
+
+
+def _run(planted: bool):
+    rng = np.random.default_rng(1)
+    elements, answers = _count_sets(rng, planted)
+    train, val, test = np.arange(0, 1600), np.arange(1600, 2000), np.arange(2000, N)
+    etype, relation = np.full(N, "count"), np.full(N, "progression")
+    table = set_probes.absent_value_probe(elements, answers, np.r_[train, val], test, etype,
+                                          relation)
+    mlp = set_probes.set_probe(elements, np.full(elements.shape, ""), answers, train, val,
+                               test, etype, relation, np.random.default_rng(0))
+    return table, mlp
+
+
+def test_a_set_level_tell_is_caught_by_both_probes():
+    table, mlp = _run(planted=True)
+    assert table.status == "fail" and table.figures["count x progression"]["accuracy"] > 0.9
+    assert mlp.status == "fail", mlp.summary
+    assert mlp.figures["count"]["ci95"][0] > 0.145
+
+
+def test_an_uninformative_set_passes_both_probes():
+    table, mlp = _run(planted=False)
+    assert table.status == "pass", table.summary
+    assert mlp.status == "pass", mlp.summary
+    assert mlp.figures["count"]["judged"]
+
+
+def test_set_tokens_describe_coverage_and_missing_values():
+    elements = np.array([["a1", "a2", "a3", "b1", "b2", "c1", "c1", "c2"]])
+    sas = np.array([["a", "a", "a", "b", "b", "c", "c", "c"]])
+    set_tok, own_tok, vocab = set_probes.set_tokens(elements, sas, np.array(["and"]))
+    assert set_tok.shape[0] == 1 and own_tok.shape[:2] == (1, 8)
+    assert vocab > int(max(set_tok.max(), own_tok.max()))
+    # own tokens: element first, then super-attribute, position, ...
+    assert own_tok[0, 5, 0] == own_tok[0, 6, 0] and own_tok[0, 0, 0] != own_tok[0, 3, 0]
+    assert own_tok[0, 0, 1] == own_tok[0, 2, 1] != own_tok[0, 3, 1]
+    assert len(set(own_tok[0, :, 2].tolist())) == 8  # positions
