@@ -133,7 +133,7 @@ def write_pools(path: Path, crops: CropTable) -> None:
 
 def held_out(view) -> dict:
     """Training and validation matrices showing a held-out label, per held-out split."""
-    from vprom.generation.split_checks import check_held_out
+    from vprom.generation.verify.split_checks import check_held_out
 
     check = check_held_out(view, load_rules().design.train_bans)
     return {s: f["violating_matrices"] for s, f in check.figures.items()}
@@ -185,7 +185,8 @@ def balance(data) -> dict:
 def label_probe(view, seed: int) -> dict:
     """`vprom verify`'s context-blind label probes (one per element type and one per relation
     x element type, trained on the neutral train part): % right and 95% CI per group."""
-    from vprom.generation import audit, bias
+    from vprom.generation.verify import audit
+    from vprom.generation.verify import bias
 
     m = view.matrices
     rng = np.random.default_rng(seed)
@@ -201,7 +202,7 @@ def recheck(view, n: int, seed: int) -> tuple[int, int, int]:
     """Re-prove n random matrices with `check_matrix` on label strings (the verify path):
     (unsound under explicit + implied labels, unsound under explicit labels only, unsound
     under v1's reading that mixes super-attributes between panels, explicit labels only)."""
-    from vprom.generation.checks import reading_groups, universes
+    from vprom.generation.verify.checks import reading_groups, universes
 
     m = view.matrices
     parts = m.parts_of()
@@ -261,7 +262,7 @@ def main() -> None:
           f"explicit + implied labels, {explicit} under explicit labels; {mixed} have a second "
           "answer under v1's readings mixing super-attributes between panels (not V-PROM "
           "readings, reported for comparison)")
-    from vprom.generation.ceiling import format_ceiling, perception_ceiling
+    from vprom.generation.verify.ceiling import format_ceiling, perception_ceiling
 
     print(format_ceiling(perception_ceiling(data.matrices)))
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tests.mining import hostile
 from vprom.errors import VpromError
-from vprom.mining import archives
+from vprom.mining.download import archives
 from vprom.mining.download import download
 
 
@@ -108,8 +108,8 @@ def main() -> None:
                         help="bytes to keep free, e.g. 2M (default: the library's default)")
     args = parser.parse_args()
     reserve = None
-    if args.reserve is not None:   # an older checkout has no mining.space and no reserve
-        from vprom.mining.space import parse_size
+    if args.reserve is not None:   # an older checkout has no mining.download.space and no reserve
+        from vprom.mining.download.space import parse_size
 
         reserve = parse_size(args.reserve)
     for case in args.cases:

@@ -20,8 +20,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vprom.generation import set_probes
-from vprom.generation.bias import PROBE_MAX, probe_sides
+from vprom.generation.verify import set_probes
+from vprom.generation.verify.bias import PROBE_MAX, probe_sides
 from vprom.generation.dataset_view import load
 
 

@@ -104,11 +104,13 @@ def main() -> None:
     timed(f"build {args.matrices:,} matrices", lambda: build(path, args.matrices))
     print(f"DATASET.h5: {path.stat().st_size / 1e6:.0f} MB")
 
-    from vprom.generation import bias, checks, split_checks
-    from vprom.generation.ceiling import check_ceiling
+    from vprom.generation.verify import bias
+    from vprom.generation.verify import checks
+    from vprom.generation.verify import split_checks
+    from vprom.generation.verify.ceiling import check_ceiling
     from vprom.generation.dataset_view import load
     from vprom.generation.export import export
-    from vprom.generation.stats import stats
+    from vprom.generation.verify.stats import stats
     from vprom.generation.verify import verify
     from vprom.splits import load_rules
     from vprom.tables import content_hash

@@ -23,7 +23,7 @@ def failing(monkeypatch):
         def boom(dataset):
             raise error
 
-        monkeypatch.setattr("vprom.generation.stats.stats", boom)
+        monkeypatch.setattr("vprom.generation.verify.stats.stats", boom)
 
     return install
 
@@ -70,7 +70,7 @@ def test_a_real_pipe_closed_early(tmp_path):
 
 
 def test_sigterm_stops_like_ctrl_c(monkeypatch, capsys):
-    monkeypatch.setattr("vprom.generation.stats.stats",
+    monkeypatch.setattr("vprom.generation.verify.stats.stats",
                         lambda dataset: os.kill(os.getpid(), signal.SIGTERM))
     assert cli.main(["stats", "dataset.h5"]) == 143
     err = capsys.readouterr().err

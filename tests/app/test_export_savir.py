@@ -35,7 +35,7 @@ from vprom.errors import VpromError
 from vprom.features.extract import extract
 from vprom.features.reader import open_maps
 from vprom.generation.export import export
-from vprom.generation.export_crops import release_ids
+from vprom.generation.export.crops import release_ids
 from vprom.records import ElementType
 from vprom.tables import read_matrix_table
 

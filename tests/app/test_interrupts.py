@@ -374,7 +374,7 @@ def test_cleanup_failing_during_an_interrupt_still_reports_the_interrupt(monkeyp
         finally:  # as torch's loader does when the same SIGTERM killed its workers
             raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Terminated.")
 
-    monkeypatch.setattr("vprom.generation.stats.stats", stats)
+    monkeypatch.setattr("vprom.generation.verify.stats.stats", stats)
     assert cli.main(["stats", "dataset.h5"]) == code
     err = capsys.readouterr().err
     assert err.startswith("vprom stats: interrupted (") and "RuntimeError" not in err
@@ -385,6 +385,6 @@ def test_an_unexpected_error_outside_an_interrupt_keeps_its_traceback(monkeypatc
     def stats(dataset):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("vprom.generation.stats.stats", stats)
+    monkeypatch.setattr("vprom.generation.verify.stats.stats", stats)
     with pytest.raises(RuntimeError, match="a bug"):
         cli.main(["stats", "dataset.h5"])

@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from vprom.generation import audit
+from vprom.generation.verify import audit
 from vprom.generation.verify import verify
 from vprom.splits import load_rules
 from tests.dataset_fixture import build_records, fixture_assign, write_dataset

@@ -13,7 +13,7 @@ from vprom.generation import sampler as sampler_mod
 from vprom.generation.count_candidates import absent_tables, answer_law, residual
 from vprom.generation.plan import MatrixPlan, make_plan
 from vprom.generation.pool_index import PoolIndex
-from vprom.generation.set_probes import absent_value_probe
+from vprom.generation.verify.set_probes import absent_value_probe
 from vprom.records import COUNTS, N_CANDIDATES, N_CONTEXT, Relation
 from vprom.relations import RULES
 from vprom.sampling import Draws

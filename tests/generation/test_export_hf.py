@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vprom.generation import export_hf
+from vprom.generation.export import hf as export_hf
 from vprom.generation.export import export
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
 from vprom.errors import VpromError

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from vprom.generation.export import export
-from vprom.generation.export_npz import META_TARGET_NAMES, panel_tile
+from vprom.generation.export.npz import META_TARGET_NAMES, panel_tile
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
 from vprom.errors import VpromError
 from vprom.images import ImageIndex, load_crop

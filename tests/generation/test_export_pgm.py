@@ -33,7 +33,7 @@ import pytest
 import torch
 
 from vprom.generation.export import export
-from vprom.generation.export_pgm import SLOT_NAMES, gray_tile, regime
+from vprom.generation.export.pgm import SLOT_NAMES, gray_tile, regime
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
 from vprom.images import ImageIndex, load_crop
 from vprom.records import SPLITS

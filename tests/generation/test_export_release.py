@@ -29,7 +29,7 @@ import pytest
 from PIL import Image
 
 from vprom.generation.export import export
-from vprom.generation.export_release import LINK_PREFIX, problem_path
+from vprom.generation.export.release import LINK_PREFIX, problem_path
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
 from vprom.errors import VpromError
 from vprom.images import ImageIndex, load_crop

@@ -1,4 +1,4 @@
-"""SAViR-T's file indices (`generation.export_savir`) against its `VPROM_splits`, re-stated
+"""SAViR-T's file indices (`generation.export.savir`) against its `VPROM_splits`, re-stated
 (see tests/app/test_export_savir.py for its facts) over the label files of a real original
 export: the i-th entry of each list is our i-th problem, with the same target."""
 
@@ -11,9 +11,9 @@ import numpy as np
 from tests.app.test_export_savir import vprom_splits
 from tests.dataset_fixture import build_records, write_dataset, write_images
 from vprom.generation.export import export
-from vprom.generation.export_crops import release_ids
-from vprom.generation.export_release import problem_path
-from vprom.generation.export_savir import savir_lists, savir_test_pids
+from vprom.generation.export.crops import release_ids
+from vprom.generation.export.release import problem_path
+from vprom.generation.export.savir import savir_lists, savir_test_pids
 from vprom.tables import read_matrix_table
 
 

@@ -290,7 +290,7 @@ def test_an_interrupted_write_leaves_the_old_pair_or_an_interrupted_one(tmp_path
                                                                         monkeypatch):
     import os
 
-    from vprom.generation.checks import manifest_problems
+    from vprom.generation.verify.checks import manifest_problems
     from vprom.generation.dataset_view import load
 
     out = tmp_path / "d.h5"

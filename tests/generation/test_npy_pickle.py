@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from vprom.generation.export import export
-from vprom.generation.npy_pickle import (
+from vprom.generation.export.npy_pickle import (
     numpy1_pickle,
     pickle_globals,
     save_object_npy,

@@ -1,11 +1,11 @@
-"""`vprom verify`'s set-level probes (`generation.set_probes`) on planted data: a candidate set
+"""`vprom verify`'s set-level probes (`generation.verify.set_probes`) on planted data: a candidate set
 that gives the answer away is caught, one that does not passes."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from vprom.generation import set_probes
+from vprom.generation.verify import set_probes
 
 N = 3000
 

@@ -8,13 +8,13 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from vprom.generation.ceiling import perception_ceiling, perception_hits
+from vprom.generation.verify.ceiling import perception_ceiling, perception_hits
 from vprom.generation.dataset import generate_dataset
 from vprom.generation.dataset_view import in_memory
 from vprom.generation.labels import LabelVocabulary
 from vprom.generation.plan import make_plan
 from vprom.generation.pool_index import PoolIndex
-from vprom.generation.split_checks import check_held_out
+from vprom.generation.verify.split_checks import check_held_out
 from vprom.splits import load_rules
 from tests.generation.conftest import HUMAN_ATTRIBUTES, VOCABULARY, tiny_crops
 from vprom.errors import VpromError
@@ -273,7 +273,7 @@ def test_a_train_side_cell_too_thin_to_avoid_held_out_labels_is_loosened_and_sai
 
 
 def test_banned_crops_agree_with_the_ban_crop_by_crop(larger):
-    from vprom.generation.split_checks import crop_concepts
+    from vprom.generation.verify.split_checks import crop_concepts
     from vprom.splitting import banned_crops
 
     view = in_memory(larger)

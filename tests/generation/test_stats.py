@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from vprom.generation.stats import PAPER_TABLE1, format_stats, stats, write_stats
+from vprom.generation.verify.stats import PAPER_TABLE1, format_stats, stats, write_stats
 from tests.dataset_fixture import build_records, write_dataset
 from vprom.app import cli
 from vprom.records import Crop, ElementType, Matrix

@@ -1,4 +1,4 @@
-"""Safe unpacking and checking of the zips a mirror serves (mining.archives), without a server.
+"""Safe unpacking and checking of the zips a mirror serves (mining.download.archives), without a server.
 
 Each hostile or broken archive must end in a one-line `VpromError`: "corrupt archive" with
 the archive moved to `NAME.bad` when the archive is at fault, the archive kept when the disk
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vprom.mining import archives
-from vprom.mining.archives import IMAGE_LIMITS, images_layout, json_layout, unpack, verify
+from vprom.mining.download import archives
+from vprom.mining.download.archives import IMAGE_LIMITS, images_layout, json_layout, unpack, verify
 from tests.mining.hostile import (duplicate_zip, make_zip, patch, small_disk, tiny_members_zip,
                                   tmpfs, used_bytes, zeros_zip)
 from vprom.errors import VpromError

@@ -1,4 +1,4 @@
-"""The HTTP side of `vprom download` against a misbehaving local mirror (mining.fetch).
+"""The HTTP side of `vprom download` against a misbehaving local mirror (mining.download.fetch).
 
 Deadlines (headers included) and speed floors, redirects, bad addresses, sizes a server lies
 about, endless bodies and their ceilings, the free-space reserve, a full disk. Every failure
@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from vprom.mining import download as download_module
-from vprom.mining import fetch
+from vprom.mining.download import fetch
 from vprom.mining.download import ANNOTATIONS, download
 from tests.mining import hostile
 from tests.mining.hostile import NOTHING_KNOWN, no_pins, small_disk, tmpfs, used_bytes

@@ -12,11 +12,11 @@ import pytest
 from PIL import Image
 
 from vprom.mining import synth
-from vprom.mining.synth_glyphs import glyph_mask, solid_glyph_mask
-from vprom.mining.synth_paint import COLORS
-from vprom.mining.synth_people import draw_person
-from vprom.mining.synth_plan import render_image
-from vprom.mining.synth_spec import (
+from vprom.mining.synth.glyphs import glyph_mask, solid_glyph_mask
+from vprom.mining.synth.paint import COLORS
+from vprom.mining.synth.people import draw_person
+from vprom.mining.synth.plan import render_image
+from vprom.mining.synth.spec import (
     EXCLUDED_OBJECTS,
     HUMAN_ATTRIBUTES,
     HUMAN_LABELS,

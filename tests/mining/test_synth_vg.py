@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from vprom.mining import synth, synth_vg
+from vprom.mining import synth
+from vprom.mining.synth import vg as synth_vg
 
 N_IMAGES = 60
 

@@ -120,14 +120,14 @@ def verify(dataset, rules=None, **options):
 
 def stats(dataset):
     """Table 1, matrices per relation, split sizes and the perception ceiling of DATASET.h5,
-    as a JSON-ready dict (`vprom stats`; `vprom.generation.stats.format_stats` prints it).
+    as a JSON-ready dict (`vprom stats`; `vprom.generation.verify.stats.format_stats` prints it).
 
     >>> figures = vprom.stats("build/small/dataset.h5")
     >>> total = figures["table1"]["total"]
     >>> total["matrices"] == len(vprom.load_dataset("build/small/dataset.h5").matrices)
     True
     """
-    from vprom.generation.stats import stats as run
+    from vprom.generation.verify.stats import stats as run
 
     return run(dataset)
 

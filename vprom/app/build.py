@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vprom.generation.dataset import generate
-from vprom.generation.stats import format_stats, stats, write_stats
+from vprom.generation.verify.stats import format_stats, stats, write_stats
 from vprom.generation.verify import verify
 from vprom.mining.pools import mine
 from vprom.mining.synth import write_corpus

@@ -3,7 +3,7 @@
 Why here, on the top floor: the files are `torch.save` tensors, and the index scheme comes
 from the original release's label dicts (`vprom.generation`); generation may not import
 torch or features, and baselines may not import generation. The top floor may import both;
-the index scheme itself stays in `generation.export_savir` (plain Python, tested there).
+the index scheme itself stays in `generation.export.savir` (plain Python, tested there).
 
     OUT/train/<index>_feature_Ours.pt    float32 (16, 1, 2048, 7, 7): the resnet101 maps of
                                           the 16 panels (8 context row-major, 8 candidates)
@@ -20,9 +20,9 @@ repeat across problems: the maps file stores each once), so the export needs the
 file, not the images. 16 × 2048 × 49 × 4 bytes = 6.4 MB a problem (torch's zip adds ~1 KB):
 ~1.5 TB for the 235,000 problems of a full build, as SAViR-T's own extraction makes.
 
-Indices: `generation.export_savir` (SAViR-T's own 2:1 draw with seed 1 over the label
+Indices: `generation.export.savir` (SAViR-T's own 2:1 draw with seed 1 over the label
 files' walk). The folder fills as `OUT.partial/` and is renamed when complete; an
-interrupted export resumes where it stopped (`generation.resumable`).
+interrupted export resumes where it stopped (`generation.export.resumable`).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from tqdm import tqdm
 
 from vprom.errors import VpromError
 from vprom.features.reader import open_maps
-from vprom.generation.export_savir import MAP_SHAPE, PARTS, SAVIR_SEED, savir_lists
-from vprom.generation.resumable import resumable_dir, write_once
+from vprom.generation.export.savir import MAP_SHAPE, PARTS, SAVIR_SEED, savir_lists
+from vprom.generation.export.resumable import resumable_dir, write_once
 from vprom.io import make_manifest, sha256_file
 from vprom.tables import read_matrix_table
 

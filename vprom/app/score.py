@@ -15,7 +15,7 @@ test part (a file covering every problem) are allowed and not scored.
 
 Scoring is `vprom evaluate`'s own (`baselines.metrics.breakdowns`): accuracy with 95% Wilson
 intervals overall, per relation, per element type and per pair; printed beside chance and the
-perception-only ceiling of the same problems (`generation.ceiling`: what perfect recognition
+perception-only ceiling of the same problems (`generation.verify.ceiling`: what perfect recognition
 scores without finding the relation). The metrics are written atomically as `metrics.json` in
 `evaluate`'s schema (the run's model fields filled from what is known, the rest null), so
 `vprom report` lists the outside model beside the baselines.
@@ -35,7 +35,7 @@ import numpy as np
 from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
 from vprom.baselines.learning import did_not_learn
 from vprom.errors import VpromError
-from vprom.generation.ceiling import perception_hits
+from vprom.generation.verify.ceiling import perception_hits
 from vprom.io import sha256_file, write_json
 from vprom.provenance import dataset_content_hash
 from vprom.records import CHANCE, N_CANDIDATES, SPLITS

@@ -10,7 +10,7 @@ from vprom.app.commands.base import Command
 from vprom.app.options import default, duration, output_file, output_folder, positive
 from vprom.mining.download import download, load_expected
 from vprom.mining.pools import mine
-from vprom.mining.space import parse_size
+from vprom.mining.download.space import parse_size
 from vprom.mining.synth import write_corpus
 
 

@@ -119,7 +119,7 @@ def add_stats(p):
 
 
 def run_stats(args):
-    from vprom.generation.stats import format_stats, write_stats
+    from vprom.generation.verify.stats import format_stats, write_stats
     from vprom.outputs import claim
 
     if args.json is None:
@@ -160,9 +160,9 @@ SHOW = Command(
 
 def add_export(p):
     from vprom.generation.export import EXAMPLES, FORMATS
-    from vprom.generation.export_npz import DEFAULT_SIZE
-    from vprom.generation.export_pgm import STYLES
-    from vprom.generation.export_savir import HELP as SAVIR_HELP
+    from vprom.generation.export.npz import DEFAULT_SIZE
+    from vprom.generation.export.pgm import STYLES
+    from vprom.generation.export.savir import HELP as SAVIR_HELP
 
     p.epilog += "".join(f"\n  {e}" for e in EXAMPLES) + (
         "\n\nClients of the original release read it from the folder holding V-PROM/ "

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from vprom.app.human.study import load_key
-from vprom.baselines.evaluate import breakdowns, score
+from vprom.baselines.metrics import breakdowns, score
 from vprom.errors import VpromError
 from vprom.io import write_json
 from vprom.records import CHANCE

@@ -1,7 +1,7 @@
 """Drawing the synthetic corpus's objects: every label an annotation claims is visible in the
 pixels.
 
-The scene planner (`mining.synth_plan`) decides *what* is in an image; this module and the
+The scene planner (`mining.synth.plan`) decides *what* is in an image; this module and the
 ones it draws with decide how an object looks. Each visual element has one distinct
 rendering on its own *channel*, so elements of different super-attributes can be combined
 on one object without hiding each other, and a model can learn every element from pixels
@@ -9,14 +9,14 @@ alone:
 
 | label kind | channel | rendering | drawn by |
 |---|---|---|---|
-| object category (52) | silhouette | a distinct connected glyph per category | `mining.synth_glyphs` |
-| color (11), material (6), texture (6) | glyph fill, surface, pattern | see the table there | `mining.synth_paint` |
-| scene (5), object action (4) | background inside the box, marks around the glyph | see the table there | `mining.synth_scenery` |
+| object category (52) | silhouette | a distinct connected glyph per category | `mining.synth.glyphs` |
+| color (11), material (6), texture (6) | glyph fill, surface, pattern | see the table there | `mining.synth.paint` |
+| scene (5), object action (4) | background inside the box, marks around the glyph | see the table there | `mining.synth.scenery` |
 | shape (5) | outline around the glyph | round: circle; square: square; rectangular: wide rectangle; triangular: triangle; curved: a thick arc | here |
 | plant condition (5, tree/flower) | the plant's foliage | leafy: green with leaves; bare: branches only; dry: straw-yellow with cracks; blooming: green with pink blossoms; dead: grey-brown and drooping | here |
 | count N (1-10) | group | N alike small glyphs of one category and colour on a plain mat, none touching | here |
 
-People (a figure whose parts carry the human attributes) are drawn by `mining.synth_people`.
+People (a figure whose parts carry the human attributes) are drawn by `mining.synth.people`.
 All randomness comes from the `numpy.random.Generator` passed in.
 """
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, ImageDraw
 
-from vprom.mining.synth_glyphs import glyph_mask, solid_glyph_mask
-from vprom.mining.synth_paint import (
+from vprom.mining.synth.glyphs import glyph_mask, solid_glyph_mask
+from vprom.mining.synth.paint import (
     COLORS,
     OUTLINE,
     RGB,
@@ -35,7 +35,7 @@ from vprom.mining.synth_paint import (
     paint_material,
     paint_texture,
 )
-from vprom.mining.synth_scenery import (
+from vprom.mining.synth.scenery import (
     draw_action_over,
     draw_action_under,
     draw_fog,

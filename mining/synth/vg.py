@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vprom.mining.synth_spec import NAME_VARIANTS, OBJECTS, plural
+from vprom.mining.synth.spec import NAME_VARIANTS, OBJECTS, plural
 
 META_STREAM = 1
 FOLDERS = ("VG_100K", "VG_100K_2")

@@ -14,10 +14,10 @@ are shared between matrices) and renamed into place when complete; `OUT.manifest
 records the source's sha256. `matrix_of(record)` turns a line back into a `Matrix`.
 
 original — the release's folder layout, as its clients read it
-(`generation.export_release`). npz — one PGM-style (`generation.export_pgm`) or colour file
-per problem of one split (`generation.export_npz`). hf — Parquet and a dataset card
-(`generation.export_hf`). Both cut each distinct crop from its VG image once
-(`generation.export_crops`) and build their folder under a temporary name.
+(`generation.export.release`). npz — one PGM-style (`generation.export.pgm`) or colour file
+per problem of one split (`generation.export.npz`). hf — Parquet and a dataset card
+(`generation.export.hf`). Both cut each distinct crop from its VG image once
+(`generation.export.crops`) and build their folder under a temporary name.
 
 `export` returns an `ExportSummary`: what was written where, printable.
 """
@@ -31,9 +31,9 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from vprom.generation.export_hf import write_hf
-from vprom.generation.export_npz import DEFAULT_SIZE, write_npz
-from vprom.generation.export_release import FIRST_CANDIDATE_LABEL, write_release
+from vprom.generation.export.hf import write_hf
+from vprom.generation.export.npz import DEFAULT_SIZE, write_npz
+from vprom.generation.export.release import FIRST_CANDIDATE_LABEL, write_release
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
 from vprom.outputs import writes

@@ -27,9 +27,9 @@ Output folder (VG's v1.2/v1.4 names and schemas):
     VG_100K/<image_id>.jpg, VG_100K_2/<image_id>.jpg
     synth_truth.json          not VG: the injected noise and the pools the miner must recover
 
-Writing. Each image is planned and drawn from its own generator (`mining.synth_plan`; what
-it may show and which noise it carries: `mining.synth_spec`; its folder, outside ids, scene
-graph, relationships and questions: `mining.synth_vg`, from a generator of their own), so
+Writing. Each image is planned and drawn from its own generator (`mining.synth.plan`; what
+it may show and which noise it carries: `mining.synth.spec`; its folder, outside ids, scene
+graph, relationships and questions: `mining.synth.vg`, from a generator of their own), so
 worker processes render the images in any order (`mining.processes.ordered_map`, which a
 Ctrl-C never leaves hanging): each worker saves its JPEG and returns the image's seven
 records as JSON text, and the parent appends them, in image order, to the
@@ -51,10 +51,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from vprom.mining import synth_vg
+from vprom.mining.synth import vg as synth_vg
 from vprom.mining.processes import ordered_map
-from vprom.mining.synth_plan import HEIGHT, WIDTH, render_image
-from vprom.mining.synth_spec import NOISE_EFFECTS, RULES, check_vocabulary
+from vprom.mining.synth.plan import HEIGHT, WIDTH, render_image
+from vprom.mining.synth.spec import NOISE_EFFECTS, RULES, check_vocabulary
 from vprom.errors import VpromError
 from vprom.io import atomic_dir, sha256_file
 from vprom.outputs import writes

@@ -35,7 +35,7 @@ download must not be thrown away because the disk filled up, and says what to fr
 
 Unpacking (`unpack`). The free space of `out` must hold what the entries will really take
 on disk, every file rounded up to whole blocks and every folder a block
-(`mining.space.footprint`: a zip of 30,000 one-byte members needs ~120 MB, not 30 KB), one
+(`mining.download.space.footprint`: a zip of 30,000 one-byte members needs ~120 MB, not 30 KB), one
 inode per entry, and `reserve` bytes on top, which stay free. While unpacking, the files
 created and the bytes written are counted against what the entries declared, and before
 each file the free space is read again: an unpack that would eat into the reserve stops
@@ -65,7 +65,7 @@ from typing import BinaryIO, Iterator
 from tqdm import tqdm
 
 from vprom.errors import VpromError
-from vprom.mining import space
+from vprom.mining.download import space
 
 _CHUNK = 1 << 16
 _GiB = 1 << 30

@@ -1,5 +1,5 @@
 """`vprom verify`'s checks 1-2: integrity and solver (3-5, splits, leakage and held-out
-labels, are `generation.split_checks`).
+labels, are `generation.verify.split_checks`).
 
 1. integrity — the file's structure (groups, equal column lengths, N×16 panels and
    elements), the manifest (present, its `counts` and `outputs.content_hash` agree with the
@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 from tqdm import tqdm
 
-from vprom.generation.audit import Check
+from vprom.generation.verify.audit import Check
 from vprom.generation.dataset_view import MAX_EXAMPLES, Data, bad, examples
 from vprom.io import manifest_path, sha256_file
 from vprom.records import (

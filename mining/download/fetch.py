@@ -19,13 +19,13 @@ Bounds, each ending in a one-line `VpromError` that says what to do:
   the moment it passes the ceiling, and the part, junk, is deleted rather than kept.
 - reserve: before writing, the free space must hold what is still to come plus
   `Policy.reserve` bytes; while writing, a chunk is written only if the reserve stays free
-  after it (`mining.space`). When it would not, a part of known size is kept for a rerun
+  after it (`mining.download.space`). When it would not, a part of known size is kept for a rerun
   to resume; a part of unknown size is deleted (it cannot be told from an endless body).
 - identity: when `Expected.sha256` is known, the finished part must hash to it; a part that
   does not is moved to `NAME.bad` (so a rerun fetches it anew) and never gets its final name.
 - time: a per-file `deadline` (seconds, over all attempts and pauses, connecting, headers
   and body alike) after which the file is given up with its part kept, so a rerun resumes.
-  It is a wall clock, not a per-read timeout: `mining.watchdog` shuts the sockets down when
+  It is a wall clock, not a per-read timeout: `mining.download.watchdog` shuts the sockets down when
   it passes, even in the middle of a header sent one byte at a time. And a `min_speed`
   floor: a transfer slower than that over `speed_window` seconds is treated as a dropped
   connection and retried (bounded, with a growing pause), which ends a server trickling
@@ -52,7 +52,8 @@ from tqdm import tqdm
 
 from vprom.errors import VpromError
 from vprom.io import sha256_file
-from vprom.mining import space, watchdog
+from vprom.mining.download import space
+from vprom.mining.download import watchdog
 
 _CHUNK = 1 << 16   # the most one read returns; small enough that a drop loses little
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")

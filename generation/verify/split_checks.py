@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from tqdm import tqdm
 
-from vprom.generation.audit import Check
+from vprom.generation.verify.audit import Check
 from vprom.generation.dataset_view import Data, examples
 from vprom.errors import VpromError
 from vprom.records import N_CONTEXT, SPLITS, ElementType, Relation

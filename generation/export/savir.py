@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vprom.generation.export_crops import release_ids
-from vprom.generation.export_release import (
+from vprom.generation.export.crops import release_ids
+from vprom.generation.export.release import (
     FIRST_CANDIDATE_LABEL,
     LABEL_FILES,
     label_dicts,

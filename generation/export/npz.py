@@ -44,9 +44,9 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from vprom.generation import export_pgm as pgm
-from vprom.generation.export_crops import WORKERS, cut_crops
-from vprom.generation.npy_pickle import npy_bytes
+from vprom.generation.export import pgm
+from vprom.generation.export.crops import WORKERS, cut_crops
+from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
 from vprom.io import atomic_dir, preallocate
 from vprom.outputs import free_space_for

@@ -2,9 +2,9 @@
 rules its expected pools assume.
 
 Labels. The corpus renders the object attributes of `OBJECT_ATTRIBUTES` (7 super-attributes,
-each a channel of the drawing: `mining.synth_objects`), the human attributes of
-`HUMAN_ATTRIBUTES` (`mining.synth_people`), the 52 object categories of `OBJECTS` (one glyph
-each: `mining.synth_glyphs`) and counts 1–10 (`vprom.records.COUNTS`). An attribute is only
+each a channel of the drawing: `mining.synth.objects`), the human attributes of
+`HUMAN_ATTRIBUTES` (`mining.synth.people`), the 52 object categories of `OBJECTS` (one glyph
+each: `mining.synth.glyphs`) and counts 1–10 (`vprom.records.COUNTS`). An attribute is only
 put on a category that can show it (`CAN_SHOW`: plant conditions on trees and flowers,
 "parked" on cars, ...), and two attributes whose renderings share a channel are never put on
 one object (`CONFLICTS`). `check_vocabulary` refuses to write a corpus whose labels the
@@ -20,7 +20,7 @@ counts ("five o'clock", "a 10 years old boy", "number 7"); v1.4 merged duplicate
 attributes.json record whose id is in the survivor's `merged_object_ids`); excluded
 background objects (sky, road, water, ground, wall, grass), some with attributes; objects
 with an empty `synsets` list and objects with two names of one category (drawn by
-`mining.synth_vg` from a generator of its own, so they change no pool).
+`mining.synth.vg` from a generator of its own, so they change no pool).
 
 The expected pools are derived while planning under the miner's `RULES` (also written into
 `synth_truth.json`): box clipped to the image, both sides >= `MIN_SIDE`; excluded objects
@@ -31,8 +31,8 @@ that state a count of an object.
 
 from __future__ import annotations
 
-from vprom.mining.synth_glyphs import GLYPHS
-from vprom.mining.synth_paint import MATERIALS
+from vprom.mining.synth.glyphs import GLYPHS
+from vprom.mining.synth.paint import MATERIALS
 from vprom.errors import VpromError
 from vprom.records import COUNTS, MIN_SIDE
 

@@ -10,7 +10,7 @@ low-saturation clutter, bits of real-photo noise (`background`). Inside an objec
 | object action (4) | marks around the glyph | parked: on asphalt with a white line; flying: raised with motion lines and a shadow; hanging: on a string from the top with a hook; floating: half under blue waves |
 
 The scene background and the marks a glyph sits on or hangs from are drawn before the
-glyph, the waves and the fog after it, over it (`mining.synth_objects.draw_object` keeps that
+glyph, the waves and the fog after it, over it (`mining.synth.objects.draw_object` keeps that
 order). All randomness comes from the `numpy.random.Generator` passed in.
 """
 
@@ -21,7 +21,7 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
-from vprom.mining.synth_paint import OUTLINE, muted
+from vprom.mining.synth.paint import OUTLINE, muted
 
 
 def background(width: int, height: int, horizon: int, rng: np.random.Generator) -> Image.Image:

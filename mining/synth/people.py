@@ -1,6 +1,6 @@
 """Drawing the synthetic corpus's people: a figure whose parts show its human attributes.
 
-Like an object's (`mining.synth_objects`), every human super-attribute has its own channel,
+Like an object's (`mining.synth.objects`), every human super-attribute has its own channel,
 so any two of them combine on one figure and each is visible on its own:
 
 | label kind | channel | rendering |
@@ -24,7 +24,7 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
-from vprom.mining.synth_paint import COLORS, OUTLINE, SKIN, UNCOLORED, contrast
+from vprom.mining.synth.paint import COLORS, OUTLINE, SKIN, UNCOLORED, contrast
 
 
 def draw_person(im: Image.Image, box, attrs: dict[str, str], rng: np.random.Generator) -> None:

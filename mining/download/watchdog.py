@@ -1,4 +1,4 @@
-"""A wall-clock deadline for a whole HTTP exchange, headers included, for `mining.fetch`.
+"""A wall-clock deadline for a whole HTTP exchange, headers included, for `mining.download.fetch`.
 
 requests (through urllib3 and http.client) has only per-operation timeouts: `timeout=60`
 bounds the connect, and then *each* socket read, not the exchange. A server that sends its

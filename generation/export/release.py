@@ -48,8 +48,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from vprom.generation.export_crops import cut_crops, release_ids
-from vprom.generation.npy_pickle import npy_bytes
+from vprom.generation.export.crops import cut_crops, release_ids
+from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
 from vprom.io import atomic_dir
 from vprom.outputs import free_space_for

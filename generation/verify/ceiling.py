@@ -24,7 +24,7 @@ from collections import Counter
 
 import numpy as np
 
-from vprom.generation.audit import Check
+from vprom.generation.verify.audit import Check
 from vprom.records import N_CANDIDATES, N_CONTEXT
 from vprom.tables import MatrixTable
 

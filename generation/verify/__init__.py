@@ -1,11 +1,11 @@
 """`vprom verify`: prove a built DATASET.h5 sound before anyone trains on it.
 
 The checks, each a named result with its figures and problems (a few example matrices each):
-1. integrity, 2. solver (`generation.checks`), 3. splits, 4. leakage, 5. held-out labels
-(`generation.split_checks`; their docstrings say what each proves), 6. bias (`generation.bias`
-over `generation.audit`: answer positions, frequency heuristics, context-blind probes on
+1. integrity, 2. solver (`generation.verify.checks`), 3. splits, 4. leakage, 5. held-out labels
+(`generation.verify.split_checks`; their docstrings say what each proves), 6. bias (`generation.verify.bias`
+over `generation.verify.audit`: answer positions, frequency heuristics, context-blind probes on
 labels and, with a FEATS.h5, on features, each per element type and per relation x element
-type) and the perception-only ceiling (`generation.ceiling`, a figure, never a failure).
+type) and the perception-only ceiling (`generation.verify.ceiling`, a figure, never a failure).
 A file whose records cannot be read fails integrity and skips the rest.
 
 The split rules are handed in (the top floor loads them from `splits`), never imported from here.
@@ -17,12 +17,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vprom.generation.audit import Check
-from vprom.generation.bias import check_bias
-from vprom.generation.ceiling import check_ceiling
-from vprom.generation.checks import check_integrity, check_solver
+from vprom.generation.verify.audit import Check
+from vprom.generation.verify.bias import check_bias
+from vprom.generation.verify.ceiling import check_ceiling
+from vprom.generation.verify.checks import check_integrity, check_solver
 from vprom.generation.dataset_view import load
-from vprom.generation.split_checks import check_held_out, check_leakage, check_splits
+from vprom.generation.verify.split_checks import check_held_out, check_leakage, check_splits
 from vprom.splitting import SplitRules, TrainBan
 
 

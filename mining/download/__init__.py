@@ -8,18 +8,18 @@ folder instead, as `base_url + "/" + name`):
   ~2 GB): the miner streams the single JSON member out of the zip.
 - images (unless `images=False`): `images.zip` -> `VG_100K/`, `images2.zip` -> `VG_100K_2/`.
 
-Per file, in order (HTTP in `mining.fetch`, zips in `mining.archives`):
+Per file, in order (HTTP in `mining.download.fetch`, zips in `mining.download.archives`):
 1. skip it when it was finished before: an image zip whose unpack marker is there, or a file
    under its final name that the manifest records with that size. A file under its final
    name that the manifest does not record (placed by hand, or left by a killed run) is
    checked like a fresh download before it is trusted.
 2. download it through `NAME.part`, resumably, within the size, deadline, speed, redirect and
-   free-space bounds of `mining.fetch`; its size and, where known, SHA-256 must be the
+   free-space bounds of `mining.download.fetch`; its size and, where known, SHA-256 must be the
    expected ones (`expected`, by default the official values pinned in
    `mining/data/vg_files.json`; a mismatch goes to `NAME.bad`). A file whose size is not
    pinned is bounded by its ceiling (`CEILINGS`, below), and every write keeps `reserve`
-   bytes free on the disk (`mining.space`).
-3. check the zip (`mining.archives`): an annotation zip must hold exactly its one JSON, read
+   bytes free on the disk (`mining.download.space`).
+3. check the zip (`mining.download.archives`): an annotation zip must hold exactly its one JSON, read
    back with every CRC; an image zip may create only its folder and is unpacked (bounded by
    its members' count and size, and by the free space above the reserve). A corrupt
    or unsafe archive is moved to `NAME.bad` (the next run fetches it again); running out of
@@ -39,7 +39,8 @@ from typing import Callable, Mapping
 
 from tqdm import tqdm
 
-from vprom.mining import archives, space
+from vprom.mining.download import archives
+from vprom.mining.download import space
 from vprom.errors import VpromError
 from vprom.io import make_manifest, manifest_path, sha256_file, write_json
 
@@ -53,7 +54,7 @@ ANNOTATIONS = (
 )
 IMAGES = {"images.zip": "VG_100K", "images2.zip": "VG_100K_2"}
 MANIFEST = "download"   # -> download.manifest.json
-PINNED = Path(__file__).parent / "data" / "vg_files.json"
+PINNED = Path(__file__).parent.parent / "data" / "vg_files.json"
 DEFAULT_DEADLINE = 6 * 3600.0   # images.zip (9.7 GB) needs 450 kB/s to finish in time
 # The most bytes a file may have when its size is not pinned (null in vg_files.json or in an
 # --expected file): several times the largest size on record for it. The annotation zips'
@@ -131,7 +132,7 @@ def download(
     as redirects (default: stderr).
     """
     # requests is imported only when a download runs, so `vprom --help` stays quick
-    from vprom.mining import fetch
+    from vprom.mining.download import fetch
 
     if base_url is not None:
         fetch.check_url(base_url)
@@ -253,7 +254,7 @@ def load_expected(path: Path | None = None) -> dict:
 
 
 def _as_expected(files, where: str, label: str = "as passed") -> dict:
-    from vprom.mining.fetch import Expected
+    from vprom.mining.download.fetch import Expected
 
     if not isinstance(files, Mapping):
         raise VpromError(f"{where}: \"files\" must map file names to sizes and hashes")

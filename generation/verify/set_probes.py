@@ -1,12 +1,12 @@
 """`vprom verify`'s set-level probes: does the candidate SET, seen whole, give the answer away?
 
-The label and feature probes of `generation.audit` score each candidate from its own
+The label and feature probes of `generation.verify.audit` score each candidate from its own
 description (plus, per label, how many others share it). A set can leak in ways no single
 candidate shows: which values it leaves out (RAVEN's answer-set flaw; issue 27 found it in
 counts), which super-attributes it covers and how many of each, a candidate's rank or its
 offsets to the missing values. Two context-blind probes look at exactly that, per element
 type and per relation x element type, trained on the neutral split's train part, chosen on
-its val part and scored on its test part (`generation.bias.probe_sides` samples them):
+its val part and scored on its test part (`generation.verify.bias.probe_sides` samples them):
 
 1. `bias:absent-values` (counts). A table: on train, how often each count is the answer
    given the candidates' set of counts (equivalently, the values they leave out); on test,
@@ -36,8 +36,8 @@ from collections import Counter
 
 import numpy as np
 
-from vprom.generation import audit
-from vprom.generation.audit import MIN_PROBE_TEST, Check
+from vprom.generation.verify import audit
+from vprom.generation.verify.audit import MIN_PROBE_TEST, Check
 from vprom.records import N_CANDIDATES, N_CONTEXT
 
 #: element types with at most this many elements also get the exact element set as a token

@@ -4,7 +4,7 @@ Table 1 counts, per element type, the distinct elements its matrices show, the d
 images their crops come from, and the matrices; the totals row counts distinct images over
 all crops. Everything but the last figure is read from the columns of DATASET.h5 with numpy,
 so the full 235,000-matrix data set takes seconds. The last is the perception-only ceiling
-(`generation.ceiling`): what perfect recognition scores without identifying the relation.
+(`generation.verify.ceiling`): what perfect recognition scores without identifying the relation.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vprom.generation.ceiling import format_ceiling, perception_ceiling
+from vprom.generation.verify.ceiling import format_ceiling, perception_ceiling
 from vprom.io import write_json
 from vprom.records import PAPER_TABLE1 as RECORDS_TABLE1
 from vprom.records import RELATIONS_OF, SPLITS, ElementType, Relation

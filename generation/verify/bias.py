@@ -1,7 +1,7 @@
 """`vprom verify`'s bias checks: can the answer be found without the context?
 
-The statistics live in `generation.audit` (and, for the candidate set seen whole,
-`generation.set_probes`); this module chooses what they see: the neutral
+The statistics live in `generation.verify.audit` (and, for the candidate set seen whole,
+`generation.verify.set_probes`); this module chooses what they see: the neutral
 split's train and test parts (sampled to at most `PROBE_MAX` matrices per element type),
 the candidates' labels (explicit and implied), and with a FEATS.h5 the candidates' image
 features (streamed from the file), after `vprom.provenance.check_features_source` has
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from vprom.generation import audit, set_probes
-from vprom.generation.audit import Check
+from vprom.generation.verify import audit
+from vprom.generation.verify import set_probes
+from vprom.generation.verify.audit import Check
 from vprom.generation.dataset_view import Data
 from vprom.errors import VpromError
 from vprom.provenance import check_features_source
@@ -88,7 +89,7 @@ def candidate_view(data: Data, used: np.ndarray) -> audit.CandidateView:
 
 
 def check_bias(data: Data, features: Path | None, seed: int = 0) -> list[Check]:
-    """The audit of `generation.audit`; `seed` fixes the probes' samples and minibatches."""
+    """The audit of `generation.verify.audit`; `seed` fixes the probes' samples and minibatches."""
     m = data.matrices
     answers = m.answer.astype(np.int64)
     groups = {t: np.flatnonzero(m.element_type == t) for t in sorted(set(m.element_type))}
@@ -103,7 +104,7 @@ def check_bias(data: Data, features: Path | None, seed: int = 0) -> list[Check]:
     view = candidate_view(data, np.concatenate([train, test]))
     checks.append(audit.label_probe(view, answers, train, test, m.element_type.astype(str),
                                     m.relation.astype(str), note))
-    # the candidate set seen whole (absent values, coverage): `generation.set_probes`
+    # the candidate set seen whole (absent values, coverage): `generation.verify.set_probes`
     checks += set_probes.check_sets(data, train, test, seed, note)
     if features is not None:
         checks.append(feature_check(data, features, answers, rng))

@@ -10,12 +10,12 @@ cell holds one *entity*, of a kind drawn by `KIND_WEIGHTS`:
 - an object with 1–2 object attributes of different super-attributes (attributes drawn
   uniformly over all elements, then a category that can show them: plant conditions on trees
   and flowers, "parked" on cars, ...), rendered on separate visual channels
-  (`mining.synth_objects` documents the label → rendering table);
+  (`mining.synth.objects` documents the label → rendering table);
 - a person with 3 human attributes of super-attributes drawn uniformly (so no pool's crops
   carry a fixed set of other labels, and every person crop has as many); every person shows
   a gender, labelled or not (as in a photograph), and is named man, woman, boy or girl by
   it and its youth (names imply labels: `mining/data/implied_labels.json`), or "person" a
-  quarter of the time whatever its labels, so a name marks no pool (`mining.synth_people`);
+  quarter of the time whatever its labels, so a name marks no pool (`mining.synth.people`);
 - a count group: N = 1..10 alike glyphs in one region box, described "seven red balls" /
   "7 balls";
 - a plain object (no attributes).
@@ -23,7 +23,7 @@ cell holds one *entity*, of a kind drawn by `KIND_WEIGHTS`:
 Behind the entities, the sky and the ground are sometimes annotated, as the excluded
 background objects every photo has. A planner draws its entity into the image, appends its
 objects.json, attributes.json and region records to the image's `_Image`, injects the noise
-of `mining.synth_spec` (noting every case), and appends the crops the miner must find
+of `mining.synth.spec` (noting every case), and appends the crops the miner must find
 (`_Image.expected`) under the miner's rules: full-size entities have both sides of at least
 `FULL_SIDE`, small ones ("the same thing farther away") a side under `MIN_SIDE`.
 """
@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
-from vprom.mining.synth_objects import draw_count, draw_object
-from vprom.mining.synth_paint import COLORS, muted
-from vprom.mining.synth_people import draw_person
-from vprom.mining.synth_scenery import background
-from vprom.mining.synth_spec import (
+from vprom.mining.synth.objects import draw_count, draw_object
+from vprom.mining.synth.paint import COLORS, muted
+from vprom.mining.synth.people import draw_person
+from vprom.mining.synth.scenery import background
+from vprom.mining.synth.spec import (
     ALL_OBJECT_ATTRIBUTES,
     ATTRIBUTE_VARIANTS,
     CAN_SHOW,

@@ -6,8 +6,8 @@ sign, plate, bowl, kite, umbrella, bird, dog, cat, horse, bag, hat, apple, banan
 airplane, house, shoe, candle, tie, boat, elephant, bench, truck, bicycle, laptop, racket,
 spoon, camera, toilet, tire, surfboard, skateboard, glove, flag, vase, phone, fork, carrot,
 cake, mountain. The silhouette alone tells the category; colour, material and texture are
-painted inside it (`mining.synth_paint`), and the other channels of an object are drawn
-around it (`mining.synth_objects`).
+painted inside it (`mining.synth.paint`), and the other channels of an object are drawn
+around it (`mining.synth.objects`).
 
 A glyph is rendered as an "L" mask (255 inside) at the size it is drawn; masks are rendered
 once per (category, size) and cached, so an image costs a few Pillow calls per object.

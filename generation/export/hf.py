@@ -26,7 +26,7 @@ under `huggingface`, so `load_dataset` decodes `image` as a PIL image):
 A configuration per split (`neutral` the default, its parts train / val / test, its
 excluded problems left out) and one for `crops`. Shards close at ~500 MB (`SHARD_BYTES`).
 
-Resumable and atomic (`generation.resumable`): the folder fills as `OUT.partial/`, each
+Resumable and atomic (`generation.export.resumable`): the folder fills as `OUT.partial/`, each
 shard written beside its name and renamed when complete; a rerun keeps the finished shards
 (a crops shard's row count is read back from its Parquet footer, so the next one starts at
 the right crop) and renames the folder when all are there. pyarrow is an optional
@@ -43,9 +43,9 @@ import numpy as np
 from PIL import Image
 
 from vprom.errors import VpromError
-from vprom.generation.export_crops import cut_crops
-from vprom.generation.hf_card import card
-from vprom.generation.resumable import resumable_dir, write_once
+from vprom.generation.export.crops import cut_crops
+from vprom.generation.export.hf_card import card
+from vprom.generation.export.resumable import resumable_dir, write_once
 from vprom.records import LABEL_SEPARATOR
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
