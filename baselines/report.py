@@ -82,6 +82,7 @@ class Entry:
     def is_control(self) -> bool:
         return is_control(self.model, bool(self.control))
 
+    @property
     def source(self) -> str:
         """What the feature type does not say: the random weights ("" when nothing)."""
         return "random weights" if self.metrics["features"].get("weights") == "none" else ""

@@ -121,7 +121,7 @@ def test_a_timm_backbone_runs_beside_a_resnet_through_train_report_and_verify(tm
     """Any feature size downstream: 64-d timm test_vit vectors beside 512-d ResNet-18 ones are
     extracted, trained, evaluated, reported as columns of their own and probed by verify."""
     from vprom.generation.verify import verify
-    from vprom.splits.assign import load_rules
+    from vprom.splits import load_rules
 
     root = tmp_path / "repro"
     out = reproduce(ReproduceConfig(vg=None, synthetic=True, out=root, images=2000,

@@ -17,7 +17,7 @@ from vprom.generation.verify.set_probes import absent_value_probe
 from vprom.records import COUNTS, N_CANDIDATES, N_CONTEXT, Relation
 from vprom.relations import RULES
 from vprom.sampling import Draws
-from vprom.splits.assign import load_rules
+from vprom.splits import load_rules
 
 ODD, LOW = (1, 3, 5, 7, 9), (1, 2, 3, 4, 5)
 
