@@ -22,9 +22,15 @@ datasets = pytest.importorskip("datasets", reason="datasets is in the test extra
 
 @pytest.fixture(autouse=True)
 def offline_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+def load(tmp_path, *args, **kwargs):
+    """`datasets.load_dataset` with a cache of this test's own: `datasets` reads
+    HF_DATASETS_CACHE once, at import, and a shared cache keyed by the folder's path can hand
+    back an earlier export written to a recycled temporary folder."""
+    return datasets.load_dataset(*args, cache_dir=str(tmp_path / "hf-cache"), **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +55,13 @@ def test_card_metadata(exported):
     assert "krishna2017visualgenome" in text
 
 
-def test_load_dataset_reads_every_split_and_part(exported):
+def test_load_dataset_reads_every_split_and_part(exported, tmp_path):
     out, dataset, _, summary = exported
     m = read_matrix_table(dataset)
     crops = read_crop_table(dataset)
     row_of = {int(c): r for r, c in enumerate(crops.crop_id)}
     for split in SPLITS:
-        loaded = datasets.load_dataset(str(out), split)
+        loaded = load(tmp_path, str(out), split)
         assert set(loaded) == set(SPLIT_PARTS)
         for part in SPLIT_PARTS:
             rows = loaded[part]
@@ -71,15 +77,15 @@ def test_load_dataset_reads_every_split_and_part(exported):
         assert first["image_ids"][0] == int(crops.image_id[r])
         assert first["boxes"][0] == [int(crops.x[r]), int(crops.y[r]), int(crops.w[r]),
                                      int(crops.h[r])]
-    default = datasets.load_dataset(str(out))
+    default = load(tmp_path, str(out))
     assert len(default["train"]) == summary.counts["splits"]["neutral"]["train"]
 
 
-def test_crops_decode_as_images(exported):
+def test_crops_decode_as_images(exported, tmp_path):
     out, dataset, vg, summary = exported
     crops = read_crop_table(dataset)
     row_of = {int(c): r for r, c in enumerate(crops.crop_id)}
-    table = datasets.load_dataset(str(out), "crops", split="train")
+    table = load(tmp_path, str(out), "crops", split="train")
     assert len(table) == summary.counts["crops"]
     index = ImageIndex(vg)
     for k in (0, len(table) - 1):
@@ -93,14 +99,14 @@ def test_crops_decode_as_images(exported):
         assert diff.mean() < 4  # JPEG quality 95
 
 
-def test_plain_parquet_loading(exported):
+def test_plain_parquet_loading(exported, tmp_path):
     out, dataset, _, summary = exported
     files = {part: str(out / "data" / "held_out_objects" / f"{part}-*.parquet")
              for part in SPLIT_PARTS}
-    loaded = datasets.load_dataset("parquet", data_files=files)
+    loaded = load(tmp_path, "parquet", data_files=files)
     for part in SPLIT_PARTS:
         assert len(loaded[part]) == summary.counts["splits"]["held_out_objects"][part]
-    crops = datasets.load_dataset("parquet", data_files=str(out / "data/crops/*.parquet"),
+    crops = load(tmp_path, "parquet", data_files=str(out / "data/crops/*.parquet"),
                                   split="train")
     assert crops.features["image"].__class__.__name__ == "Image"
 
@@ -126,7 +132,7 @@ def test_resumes_after_an_interruption_and_never_replaces(synthetic_build, tmp_p
     monkeypatch.setattr(export_hf, "write_table", real)
     summary = export(dataset, "hf", out, vg_dir=vg)
     assert summary.counts["new_crop_shards"] == summary.counts["crop_shards"] - 2 > 0
-    ids = datasets.load_dataset(str(out), "crops", split="train")["crop_id"]
+    ids = load(tmp_path, str(out), "crops", split="train")["crop_id"]
     assert ids == sorted(set(ids)) and len(ids) == summary.counts["crops"]
     with pytest.raises(VpromError, match="already exists"):
         export(dataset, "hf", out, vg_dir=vg)

@@ -36,6 +36,7 @@ def build(out, **options):
     `vg` (a VG folder) or `synthetic=True`, `images`, `scale`, `seed`, `workers`.
 
     >>> result = vprom.build("build/small", synthetic=True, images=1000, scale=0.003)
+    [1/5] corpus: not made yet
     [1/5] synthetic corpus: 1000 images -> build/small/vg
     ...
     >>> result.dataset, result.vg_dir
