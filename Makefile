@@ -8,7 +8,7 @@ DEMO_EPOCHS ?= 15
 # random-weight features share one large direction: centre them so the demo learns quickly
 DEMO_TRAIN ?= --center-features
 
-.PHONY: demo test install clean
+.PHONY: demo test test-slow install clean
 
 install: $(STAMP)
 
@@ -52,8 +52,13 @@ demo: $(STAMP)
 	@echo "a 20-problem human study: $(BIN)/vprom human-serve $(DEMO_OUT)/study, then open"
 	@echo "  http://127.0.0.1:8000/?participant=me (docs/human-study.md)"
 
+# Both cores (pytest-xdist); the heavier checks marked `slow` (a wheel in a fresh venv, numpy
+# 1.x, every docs snippet, end-to-end grids) run in `make test-slow`, and CI runs both.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -n auto -m slow
 
 clean:
 	rm -rf build .pytest_cache
