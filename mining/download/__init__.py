@@ -43,6 +43,7 @@ from vprom.mining.download import archives
 from vprom.mining.download import space
 from vprom.errors import VpromError
 from vprom.io import make_manifest, manifest_path, sha256_file, write_json
+from vprom.outputs import writes
 
 ANNOTATION_URL = "https://homes.cs.washington.edu/~ranjay/visualgenome/data/dataset"
 IMAGE_URL = "https://cs.stanford.edu/people/rak248/VG_100K_2"
@@ -104,6 +105,7 @@ def _human(n: float) -> str:
     return f"{n} B"
 
 
+@writes("out", None, folder=True)  # one writer; a VG folder may hold the user's own files
 def download(
     out: Path,
     base_url: str | None = None,

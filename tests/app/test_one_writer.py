@@ -143,3 +143,23 @@ def test_a_lock_is_reentrant_in_one_process_and_refused_to_another(tmp_path):
                               text=True, timeout=60)
         assert done.returncode != 0 and f"pid {os.getpid()}" in done.stderr
     assert not lock_path(out).exists()
+
+
+def test_a_second_download_into_one_folder_is_refused(tmp_path):
+    from vprom.errors import VpromError
+    from vprom.mining.download import download
+
+    out = tmp_path / "vg"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from vprom.outputs import output_lock\n"
+         f"with output_lock({str(out)!r}):\n    print('held', flush=True); time.sleep(60)"],
+        env=ENV, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(VpromError, match=str(holder.pid)):
+            download(out, base_url="http://127.0.0.1:9", images=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not list(out.iterdir())  # nothing was fetched or written

@@ -419,6 +419,6 @@ def test_out_that_is_a_file_is_one_line(tmp_path, capsys):
         main(["download", "--out", str(tmp_path / "file"), "--no-images"])
     assert stop.value.code == 2 and "is a file, but this output is a folder" in \
         capsys.readouterr().err
-    with pytest.raises(VpromError, match="exists and is not a folder"):   # from Python
+    with pytest.raises(VpromError, match="is a file, but this output is a folder"):   # from Python
         download(tmp_path / "file", images=False)
     assert os.path.isfile(tmp_path / "file")
