@@ -44,7 +44,7 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from vprom.generation.export import pgm
+import vprom.generation.export.pgm as pgm
 from vprom.generation.export.crops import WORKERS, cut_crops
 from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError

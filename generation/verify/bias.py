@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vprom.generation.verify import audit
-from vprom.generation.verify import set_probes
+import vprom.generation.verify.audit as audit
+import vprom.generation.verify.set_probes as set_probes
 from vprom.generation.verify.audit import Check
 from vprom.generation.dataset_view import Data
 from vprom.errors import VpromError

@@ -36,7 +36,7 @@ from collections import Counter
 
 import numpy as np
 
-from vprom.generation.verify import audit
+import vprom.generation.verify.audit as audit
 from vprom.generation.verify.audit import MIN_PROBE_TEST, Check
 from vprom.records import N_CANDIDATES, N_CONTEXT
 

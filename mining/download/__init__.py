@@ -39,8 +39,8 @@ from typing import Callable, Mapping
 
 from tqdm import tqdm
 
-from vprom.mining.download import archives
-from vprom.mining.download import space
+import vprom.mining.download.archives as archives
+import vprom.mining.download.space as space
 from vprom.errors import VpromError
 from vprom.io import make_manifest, manifest_path, sha256_file, write_json
 from vprom.outputs import writes

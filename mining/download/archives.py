@@ -65,7 +65,7 @@ from typing import BinaryIO, Iterator
 from tqdm import tqdm
 
 from vprom.errors import VpromError
-from vprom.mining.download import space
+import vprom.mining.download.space as space
 
 _CHUNK = 1 << 16
 _GiB = 1 << 30

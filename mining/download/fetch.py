@@ -52,8 +52,8 @@ from tqdm import tqdm
 
 from vprom.errors import VpromError
 from vprom.io import sha256_file
-from vprom.mining.download import space
-from vprom.mining.download import watchdog
+import vprom.mining.download.space as space
+import vprom.mining.download.watchdog as watchdog
 
 _CHUNK = 1 << 16   # the most one read returns; small enough that a drop loses little
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")

@@ -51,7 +51,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from vprom.mining.synth import vg as synth_vg
+import vprom.mining.synth.vg as synth_vg
 from vprom.mining.processes import ordered_map
 from vprom.mining.synth.plan import HEIGHT, WIDTH, render_image
 from vprom.mining.synth.spec import NOISE_EFFECTS, RULES, check_vocabulary
