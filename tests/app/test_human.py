@@ -264,3 +264,28 @@ def test_report_shows_humans_beside_the_models(served, tmp_path):
 def test_a_study_needs_its_key(tmp_path):
     with pytest.raises(VpromError, match="no study.json"):
         Study(tmp_path)
+
+
+def test_a_second_server_on_one_study_is_refused(study, tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from vprom.app.human.server import serve
+
+    folder = tmp_path / "s"
+    shutil.copytree(study, folder)
+    root = Path(__file__).resolve().parents[2]
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; from vprom.outputs import output_lock\n"
+         f"with output_lock({str(folder / 'responses')!r}):\n    print('held', flush=True); "
+         "time.sleep(60)"], env={**os.environ, "PYTHONPATH": str(root)},
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(VpromError, match=str(holder.pid)):
+            serve(folder, port=0)
+    finally:
+        holder.kill()
+        holder.wait()

@@ -38,6 +38,7 @@ import numpy as np
 
 from vprom.app.human.study import load_key
 from vprom.errors import VpromError
+from vprom.outputs import output_lock
 from vprom.records import N_CANDIDATES
 
 PARTICIPANT = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -272,7 +273,12 @@ def make_server(study: str | Path, host: str = "127.0.0.1", port: int = 8000,
 
 
 def serve(study: str | Path, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Serve the study until Ctrl-C."""
+    """Serve the study until Ctrl-C; one server per study (its responses' lock is held)."""
+    with output_lock(Path(study) / "responses"):
+        _serve(study, host, port)
+
+
+def _serve(study: str | Path, host: str, port: int) -> None:
     server = make_server(study, host, port)
     address = f"http://{host}:{server.server_address[1]}/?participant=<id>"
     print(f"serving {study} at {address}; responses go to {Path(study) / 'responses'}; "
