@@ -1,4 +1,4 @@
-"""Benchmark `mining.processes.ordered_map` against `multiprocessing.Pool.imap`, side by side.
+"""Benchmark `vprom.processes.ordered_map` against `multiprocessing.Pool.imap`, side by side.
 
 Usage: python bench/workers.py [--images 1500] [--workers 2] [--rounds 2]
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vprom.mining.processes import ordered_map  # noqa: E402
+from vprom.processes import ordered_map  # noqa: E402
 from vprom.mining.synth import _render_to  # noqa: E402
 
 CHUNK = 16  # what `vprom synth` uses

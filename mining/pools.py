@@ -35,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vprom.mining import processes, readers
+from vprom import processes
+from vprom.mining import readers
 from vprom.mining.pool_passes import ELEMENT_TYPES, PassResult, mine_counts, mine_objects
 from vprom.mining.pool_report import MineReport, report_data, side_path
 from vprom.errors import VpromError
@@ -74,7 +75,7 @@ def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers:
 def _run_passes(paths: dict, min_side: int, vocab, workers: int) -> list[PassResult]:
     """Both passes, in two spawned processes (workers >= 2) or one after the other here.
 
-    Plain processes and pipes rather than a Pool (`mining.processes`): a worker that dies
+    Plain processes and pipes rather than a Pool (`vprom.processes`): a worker that dies
     (killed, out of memory) shows up as end-of-file on its pipe instead of a result that
     never comes; when one pass fails, or Ctrl-C or SIGTERM stops the command, the other is
     stopped at once instead of parsing its file to the end.

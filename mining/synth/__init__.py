@@ -30,7 +30,7 @@ Output folder (VG's v1.2/v1.4 names and schemas):
 Writing. Each image is planned and drawn from its own generator (`mining.synth.plan`; what
 it may show and which noise it carries: `mining.synth.spec`; its folder, outside ids, scene
 graph, relationships and questions: `mining.synth.vg`, from a generator of their own), so
-worker processes render the images in any order (`mining.processes.ordered_map`, which a
+worker processes render the images in any order (`vprom.processes.ordered_map`, which a
 Ctrl-C never leaves hanging): each worker saves its JPEG and returns the image's seven
 records as JSON text, and the parent appends them, in image order, to the
 seven per-image files, written like VG's (`json.dumps` with its default separators, one
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import vprom.mining.synth.vg as synth_vg
-from vprom.mining.processes import ordered_map
+from vprom.processes import ordered_map
 from vprom.mining.synth.plan import HEIGHT, WIDTH, render_image
 from vprom.mining.synth.spec import NOISE_EFFECTS, RULES, check_vocabulary
 from vprom.errors import VpromError

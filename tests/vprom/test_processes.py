@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from vprom.mining import processes
+from vprom import processes
 from vprom.errors import VpromError
 
 
