@@ -52,9 +52,16 @@ HELD = {signal.SIGINT, signal.SIGTERM}
 BLOCKS = hasattr(signal, "pthread_sigmask")  # POSIX
 
 
-def context():
-    """Spawned, not forked: safe with h5py and threads, and the same on every OS."""
-    return multiprocessing.get_context("spawn")
+def context(method: str = "spawn"):
+    """Spawned by default: safe with h5py and threads, and the same on every OS.
+
+    `"fork"` lets workers share what the parent built before they start (copy-on-write):
+    only for a parent without threads of its own and with no HDF5 file open that a worker
+    will use, and only on POSIX.
+    """
+    if method == "fork" and "fork" not in multiprocessing.get_all_start_methods():
+        method = "spawn"
+    return multiprocessing.get_context(method)
 
 
 @contextlib.contextmanager
@@ -85,7 +92,7 @@ def _signals_held() -> Iterator[None]:
             signal.raise_signal(sig)
 
 
-def start(procs: list, target: Callable, args: tuple, name: str):
+def start(procs: list, target: Callable, args: tuple, name: str, method: str = "spawn"):
     """Start `target(*args)` in a spawned daemonic worker that ignores SIGINT; append it to
     `procs` before a signal can interrupt, so the caller's cleanup always sees it.
 
@@ -96,7 +103,7 @@ def start(procs: list, target: Callable, args: tuple, name: str):
         # Started on first use, the resource tracker unblocks SIGINT and SIGTERM after
         # starting itself, which would end the hold below; start it before.
         resource_tracker.ensure_running()
-    proc = context().Process(target=_ignoring_sigint, args=(target, args), name=name,
+    proc = context(method).Process(target=_ignoring_sigint, args=(target, args), name=name,
                              daemon=True)
     with _signals_held():
         try:
@@ -165,9 +172,10 @@ def _died(proc) -> VpromError:
 
 # ---------------------------------------------------------------- ordered map
 @contextlib.contextmanager
-def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunksize: int = 1):
+def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunksize: int = 1,
+                method: str = "spawn"):
     """Yield an iterator over `fn(job)` for every job, in job order, computed by `workers`
-    spawned processes (here, in this process, when `workers` < 2).
+    processes started by `method` (see `context`); here, in this process, when `workers` < 2.
 
     `fn` must be a module-level function and each job small (it travels over a pipe that
     is not drained while the worker works). The workers are named `vprom-<command>-<k>`.
@@ -180,9 +188,9 @@ def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunks
     conns: list = []
     try:
         for k in range(workers):
-            parent, child = context().Pipe()
+            parent, child = context(method).Pipe()
             conns.append(parent)
-            start(procs, _serve, (child, fn), f"vprom-{command}-{k + 1}")
+            start(procs, _serve, (child, fn), f"vprom-{command}-{k + 1}", method)
             child.close()
         yield _ordered(jobs, chunksize, procs, conns)
     finally:

@@ -43,6 +43,14 @@ def test_ordered_map_gives_the_results_in_job_order(workers, chunksize):
     assert _no_children_left()
 
 
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="no fork")
+def test_forked_workers_share_what_the_parent_built_before_they_started():
+    table = {x: x * 3 for x in range(500)}  # built once, read by every worker unpickled
+    with processes.ordered_map(table.__getitem__, range(500), 2, "test", 7, "fork") as results:
+        assert list(results) == [x * 3 for x in range(500)]
+    assert _no_children_left()
+
+
 def test_no_jobs_no_results():
     with processes.ordered_map(_square, [], 2, "test") as results:
         assert list(results) == []
