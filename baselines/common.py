@@ -111,6 +111,11 @@ def mlp(in_features: int, hidden: int, n_layers: int) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def panel_encoder(config: ModelConfig) -> nn.Sequential:
+    """f1 of most models: each panel's features with its one-hot position, k/2 layers deep."""
+    return mlp(config.feature_dim + N_PANELS, config.hidden, half_depth(config))
+
+
 def score_head(config: ModelConfig, outputs: int = 1, bias: bool = False) -> nn.Linear:
     """The paper's w: one score per candidate from its [.., hidden] representation.
 

@@ -20,19 +20,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from vprom.baselines.common import (
-    N_CONTEXT,
-    N_PANELS,
-    ModelConfig,
-    ModelOutput,
-    check_panels,
-    half_depth,
-    make_aux,
-    mlp,
-    output,
-    score_head,
-    with_panel_ids,
-)
+from vprom.baselines import common
+from vprom.baselines.common import N_CONTEXT, ModelConfig, ModelOutput
 from vprom.baselines.registry import register_model
 
 
@@ -41,21 +30,21 @@ class ContextBlind(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        depth = half_depth(config)
+        depth = common.half_depth(config)
         self.feature_dim = config.feature_dim
-        self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, depth)
-        self.f2 = mlp(2 * config.hidden, config.hidden, depth)
-        self.score = score_head(config)
-        self.aux = make_aux(config)
+        self.f1 = common.panel_encoder(config)
+        self.f2 = common.mlp(2 * config.hidden, config.hidden, depth)
+        self.score = common.score_head(config)
+        self.aux = common.make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:
-        check_panels(panels, self.feature_dim)
+        common.check_panels(panels, self.feature_dim)
         # Ids keep the input width of the other models; every candidate gets the same one.
-        candidates = with_panel_ids(panels, candidates_share_id=True)[:, N_CONTEXT:]
+        candidates = common.with_panel_ids(panels, candidates_share_id=True)[:, N_CONTEXT:]
         embedded = self.f1(candidates)  # [B, 8, H]
         summary = embedded.mean(1, keepdim=True).expand_as(embedded)
         hidden = self.f2(torch.cat([embedded, summary], dim=-1))  # [B, 8, H]
-        return output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+        return common.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
 
 
 @register_model("context-blind")

@@ -20,20 +20,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from vprom.baselines.common import (
-    N_CANDIDATES,
-    N_CONTEXT,
-    N_PANELS,
-    ModelConfig,
-    ModelOutput,
-    check_panels,
-    half_depth,
-    make_aux,
-    mlp,
-    output,
-    score_head,
-    with_panel_ids,
-)
+from vprom.baselines import common
+from vprom.baselines.common import N_CANDIDATES, N_CONTEXT, ModelConfig, ModelOutput
 from vprom.baselines.registry import register_model
 
 
@@ -43,16 +31,16 @@ class PanelGRU(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.feature_dim = config.feature_dim
-        self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, half_depth(config))
+        self.f1 = common.panel_encoder(config)
         self.gru = nn.GRU(config.hidden, config.hidden, batch_first=True)
-        self.score = score_head(config, N_CANDIDATES, bias=True)
-        self.aux = make_aux(config)
+        self.score = common.score_head(config, N_CANDIDATES, bias=True)
+        self.aux = common.make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:
-        check_panels(panels, self.feature_dim)
-        _, last = self.gru(self.f1(with_panel_ids(panels)))  # last: [1, B, H]
+        common.check_panels(panels, self.feature_dim)
+        _, last = self.gru(self.f1(common.with_panel_ids(panels)))  # last: [1, B, H]
         last = last.squeeze(0)
-        return output(self.score(last), self.aux, last)
+        return common.output(self.score(last), self.aux, last)
 
 
 class SharedGRU(nn.Module):
@@ -61,14 +49,14 @@ class SharedGRU(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.feature_dim = config.feature_dim
-        self.f1 = mlp(config.feature_dim + N_PANELS, config.hidden, half_depth(config))
+        self.f1 = common.panel_encoder(config)
         self.gru = nn.GRU(config.hidden, config.hidden, batch_first=True)
-        self.score = score_head(config)
-        self.aux = make_aux(config)
+        self.score = common.score_head(config)
+        self.aux = common.make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:
-        check_panels(panels, self.feature_dim)
-        embedded = self.f1(with_panel_ids(panels, candidates_share_id=True))  # [B, 16, H]
+        common.check_panels(panels, self.feature_dim)
+        embedded = self.f1(common.with_panel_ids(panels, candidates_share_id=True))  # [B, 16, H]
         batch, _, width = embedded.shape
         _, after_context = self.gru(embedded[:, :N_CONTEXT])  # [1, B, H]
         # One more step per candidate, every one starting from the same context state.
@@ -76,7 +64,7 @@ class SharedGRU(nn.Module):
         candidates = embedded[:, N_CONTEXT:].reshape(batch * N_CANDIDATES, 1, width)
         _, last = self.gru(candidates, start)
         last = last.reshape(batch, N_CANDIDATES, width)
-        return output(self.score(last).squeeze(-1), self.aux, last.mean(1))
+        return common.output(self.score(last).squeeze(-1), self.aux, last.mean(1))
 
 
 @register_model("gru")

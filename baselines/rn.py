@@ -34,20 +34,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from vprom.baselines.common import (
-    N_CONTEXT,
-    N_PANELS,
-    ModelConfig,
-    ModelOutput,
-    candidate_sets,
-    check_panels,
-    half_depth,
-    make_aux,
-    mlp,
-    output,
-    score_head,
-    with_panel_ids,
-)
+from vprom.baselines import common
+from vprom.baselines.common import N_CONTEXT, N_PANELS, ModelConfig, ModelOutput
 from vprom.baselines.registry import register_model
 
 
@@ -60,22 +48,22 @@ class RelationNetwork(nn.Module):
         self.direct = direct
         self.feature_dim = config.feature_dim
         self.width = config.feature_dim + (N_PANELS if panel_ids else 0)
-        depth = half_depth(config)
-        self.f1 = mlp(2 * self.width, config.hidden, depth)
-        self.f2 = mlp(config.hidden, config.hidden, depth)
-        self.score = score_head(config)
-        self.aux = make_aux(config)
+        depth = common.half_depth(config)
+        self.f1 = common.mlp(2 * self.width, config.hidden, depth)
+        self.f2 = common.mlp(config.hidden, config.hidden, depth)
+        self.score = common.score_head(config)
+        self.aux = common.make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:
-        check_panels(panels, self.feature_dim)
-        x = with_panel_ids(panels, candidates_share_id=True) if self.panel_ids else panels
+        common.check_panels(panels, self.feature_dim)
+        x = common.with_panel_ids(panels, candidates_share_id=True) if self.panel_ids else panels
         relations = self.pair_sums_direct(x) if self.direct else self.pair_sums_fast(x)
         hidden = self.f2(relations)  # [B, 8, H]
-        return output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+        return common.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
 
     def pair_sums_direct(self, x: Tensor) -> Tensor:
         """[B, 16, W] -> [B, 8, H]: Eq. 7 as written, f1 on all 81 concatenated pairs."""
-        sets = candidate_sets(x)  # [B, 8, 9, W]
+        sets = common.candidate_sets(x)  # [B, 8, 9, W]
         batch, n_candidates, n_set, width = sets.shape
         shape = (batch, n_candidates, n_set, n_set, width)
         first = sets.unsqueeze(3).expand(shape)  # x_a varies along dim 2

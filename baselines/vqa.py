@@ -19,18 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from vprom.baselines.common import (
-    N_CONTEXT,
-    N_PANELS,
-    ModelConfig,
-    ModelOutput,
-    check_panels,
-    half_depth,
-    make_aux,
-    output,
-    score_head,
-    with_panel_ids,
-)
+from vprom.baselines import common
+from vprom.baselines.common import N_CONTEXT, N_PANELS, ModelConfig, ModelOutput
 from vprom.baselines.registry import register_model
 
 
@@ -56,17 +46,19 @@ class JointEmbedding(nn.Module):
         self.g_panel = GatedTanh(config.feature_dim + N_PANELS, hidden)
         self.g_q = GatedTanh(hidden, hidden)
         self.g_a = GatedTanh(hidden, hidden)
-        self.g_o = nn.Sequential(*(GatedTanh(hidden, hidden) for _ in range(half_depth(config))))
-        self.score = score_head(config)
-        self.aux = make_aux(config)
+        depth = common.half_depth(config)
+        self.g_o = nn.Sequential(*(GatedTanh(hidden, hidden) for _ in range(depth)))
+        self.score = common.score_head(config)
+        self.aux = common.make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:
-        check_panels(panels, self.feature_dim)
-        embedded = self.g_panel(with_panel_ids(panels, candidates_share_id=True))  # [B, 16, H]
+        common.check_panels(panels, self.feature_dim)
+        panels = common.with_panel_ids(panels, candidates_share_id=True)
+        embedded = self.g_panel(panels)  # [B, 16, H]
         question = self.g_q(embedded[:, :N_CONTEXT].sum(1))  # [B, H]
         answers = self.g_a(embedded[:, N_CONTEXT:])  # [B, 8, H]
         joint = self.g_o(question.unsqueeze(1) * answers)  # [B, 8, H]
-        return output(self.score(joint).squeeze(-1), self.aux, joint.mean(1))
+        return common.output(self.score(joint).squeeze(-1), self.aux, joint.mean(1))
 
 
 @register_model("vqa")

@@ -298,14 +298,15 @@ def free_space_for(path: str | os.PathLike, needed: int, what: str = "") -> None
     folder = next((p for p in (path, *path.parents) if p.is_dir()), Path("."))
     free = shutil.disk_usage(folder).free
     if needed > free:
-        raise VpromError(f"{path}: needs about {_size(needed)}{what} but {folder} has "
-                         f"{_size(free)} free; free some space or choose another path")
+        raise VpromError(f"{path}: needs about {size_text(needed)}{what} but {folder} has "
+                         f"{size_text(free)} free; free some space or choose another path")
 
 
-def _size(n: int) -> str:
+def size_text(n: float) -> str:
+    """A byte count as people read it: `512 bytes`, `1.5 MB` (1 KB = 1,024 bytes)."""
     for unit in ("bytes", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
-            return f"{n:,} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
+            return f"{int(n):,} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TB"
 
@@ -318,7 +319,7 @@ def full_disk(path: str | os.PathLike, error: OSError) -> VpromError | None:
 
     free = "?"
     with contextlib.suppress(OSError):
-        free = _size(shutil.disk_usage(Path(path).parent).free)
+        free = size_text(shutil.disk_usage(Path(path).parent).free)
     return VpromError(f"{path}: no space left on the device while writing it ({free} free "
                       "after removing the partial output); free some space or choose "
                       "another path")

@@ -43,7 +43,7 @@ import vprom.mining.download.archives as archives
 import vprom.mining.download.space as space
 from vprom.errors import VpromError
 from vprom.io import make_manifest, manifest_path, sha256_file, write_json
-from vprom.outputs import writes
+from vprom.outputs import size_text, writes
 
 ANNOTATION_URL = "https://homes.cs.washington.edu/~ranjay/visualgenome/data/dataset"
 IMAGE_URL = "https://cs.stanford.edu/people/rak248/VG_100K_2"
@@ -87,7 +87,7 @@ class DownloadSummary:
 
     def __str__(self) -> str:
         lines = [f"Visual Genome in {self.out}:"]
-        lines.append(f"  fetched {len(self.fetched)} file(s), {_human(self.bytes_fetched)}"
+        lines.append(f"  fetched {len(self.fetched)} file(s), {size_text(self.bytes_fetched)}"
                      + (f": {', '.join(self.fetched)}" if self.fetched else ""))
         if self.skipped:
             lines.append(f"  skipped {len(self.skipped)} already present: "
@@ -95,14 +95,6 @@ class DownloadSummary:
         if self.unpacked:
             lines.append(f"  unpacked {', '.join(self.unpacked)}")
         return "\n".join(lines)
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"
 
 
 @writes("out", None, folder=True)  # one writer; a VG folder may hold the user's own files
