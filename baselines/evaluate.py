@@ -29,7 +29,7 @@ from vprom.baselines.config import TrainConfig
 from vprom.baselines.data import load_split
 from vprom.baselines.learning import control_result, did_not_learn, is_control
 from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
-from vprom.baselines.run_folder import load_checkpoint, published_metrics
+from vprom.baselines.run_folder import file_names, load_checkpoint, published_metrics
 from vprom.baselines.train import build_model, plain, predict
 from vprom.runtime import resolve_device
 from vprom.errors import VpromError
@@ -69,8 +69,8 @@ def check_inputs(run: Path, manifest: dict, state: dict, data_attrs: dict | None
     check_features_source(config["dataset"], config["features"])
     if data_attrs is None:
         return
-    trained = state.get("features_attrs") or {}
-    now = plain(data_attrs)
+    trained = file_names(state.get("features_attrs") or {})  # paths as checkpoints store them
+    now = file_names(plain(data_attrs))
     differ = sorted(k for k in set(trained) | set(now) if k not in VOLATILE_ATTRS
                     and trained.get(k) != now.get(k))
     if differ:

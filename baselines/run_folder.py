@@ -85,6 +85,8 @@ def load_checkpoint(path: Path) -> dict:
     if not isinstance(state, dict):
         raise VpromError(f"{path}: refused, not a vprom checkpoint (it holds a "
                          f"{type(state).__name__}); train the run again with --restart")
+    if isinstance(state.get("config"), dict):
+        state["config"] = anchored(state["config"], path.parent)
     return state
 
 
@@ -115,6 +117,14 @@ def portable(config: dict, out: Path) -> dict:
     as config.json stores them: a published run folder names no home or install folder."""
     base = Path(out).resolve()
     return {k: os.path.relpath(Path(v).resolve(), base) if k in PATH_KEYS and isinstance(v, str)
+            else v for k, v in config.items()}
+
+
+def anchored(config: dict, out: Path) -> dict:
+    """The inverse of `portable`: `config`'s relative paths as absolute ones, read from `out`
+    (a run folder moved together with its data still finds it)."""
+    base = Path(out).resolve()
+    return {k: os.path.normpath(base / v) if k in PATH_KEYS and isinstance(v, str)
             else v for k, v in config.items()}
 
 

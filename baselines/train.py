@@ -291,9 +291,9 @@ class Run:
         config, folder, history = self.config, self.folder, self.history
         state = {
             "format": CHECKPOINT_FORMAT,
-            "config": config.to_dict(),
+            "config": run_folder.portable(config.to_dict(), folder),
             "model_config": dataclasses.asdict(self.model_config),
-            "features_attrs": plain(self.data.attrs),
+            "features_attrs": run_folder.file_names(plain(self.data.attrs)),
             "dataset": dataset_identity(config.dataset),
             "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),

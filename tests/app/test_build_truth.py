@@ -93,17 +93,22 @@ def test_no_published_file_names_an_absolute_path(built):
 
 def test_no_published_file_of_a_run_names_an_absolute_path(tmp_path):
     """Row 14: a run's config.json held the install path of defaults.json and absolute
-    --dataset/--features/--out paths. (Checkpoints keep the paths `evaluate` reopens.)"""
+    --dataset/--features/--out paths; its checkpoints held them too. The paths are relative
+    to the run folder, so a run moved together with its data still evaluates."""
     from tests.baselines.conftest import small_config, write_pair
     from vprom.baselines.evaluate import evaluate
     from vprom.baselines.train import train
 
-    dataset, features = write_pair(tmp_path / "pair")
-    run = train(small_config(dataset, features, (tmp_path / "run").resolve(), epochs=1))
-    evaluate(run, device="cpu")
+    dataset, features = write_pair(tmp_path / "work" / "pair")
+    run = train(small_config(dataset, features, (tmp_path / "work" / "run").resolve(),
+                             epochs=1))
+    first = evaluate(run, device="cpu")
     found = []
     for path in sorted(run.rglob("*")):
-        if path.is_file() and path.suffix != ".pt":
+        if path.is_file():
             data = path.read_bytes()
             found += [f"{path.name}: {s}" for s in private_paths(run) if s.encode() in data]
     assert found == []
+    (tmp_path / "work").rename(tmp_path / "moved")
+    again = evaluate(tmp_path / "moved" / "run", device="cpu")
+    assert again["test"] == first["test"]

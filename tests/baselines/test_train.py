@@ -143,7 +143,10 @@ def test_checkpoint_loads_with_weights_only(tiny_pair, tmp_path):
     config = small_config(dataset, features, tmp_path / "run", epochs=1)
     run = train(config)
     state = torch.load(run / "last.pt", weights_only=True)
-    assert state["config"] == config.resolved().to_dict()
+    # stored with paths relative to the run folder; load_checkpoint anchors them again
+    from vprom.baselines.run_folder import portable
+    assert state["config"] == portable(config.resolved().to_dict(), run)
+    assert load_checkpoint(run / "last.pt")["config"] == config.resolved().to_dict()
     assert state["epoch"] == 0 and len(state["history"]) == 1
     assert set(state) >= {"model", "optimizer", "rng", "model_config", "features_attrs"}
     assert state["features_attrs"]["backbone"] == "resnet18"
@@ -151,7 +154,6 @@ def test_checkpoint_loads_with_weights_only(tiny_pair, tmp_path):
     model.load_state_dict(torch.load(run / "best.pt", weights_only=True)["model"])
     stored = json.loads((run / "config.json").read_text())
     # published with paths relative to the run folder (no home or install path)
-    from vprom.baselines.run_folder import portable
 
     assert stored["config"] == portable(config.resolved().to_dict(), config.out)
     assert stored["config"]["out"] == "." and not os.path.isabs(stored["config"]["dataset"])
