@@ -4,7 +4,7 @@ Files: config.json, history.json, last.pt, best.pt (written by `train`, each ato
 metrics.json (by `evaluate`). `last.pt` is the run's truth: weights, optimiser state, history,
 the best epoch so far and the config; the others are derived from it or from `best.pt`.
 
-Before any data is read, `plan_run` looks at OUT and decides, for the config asked for:
+Before any data is read, `place_run` looks at OUT and decides, for the config asked for:
 - nothing there, or only a config.json (the first epoch never finished): a fresh run in OUT;
 - a run of other settings: refused, naming every differing setting (choose another --out,
   or --restart to replace it);
@@ -55,7 +55,7 @@ RESUMABLE = ("epochs", "patience", "device", "restart", "cuda_graphs", "resume")
 
 
 @dataclass(frozen=True)
-class RunPlan:
+class RunPlace:
     """What this `train` call does with its run folder."""
 
     out: Path  # the run folder the user named
@@ -175,7 +175,7 @@ def is_finished(state: dict, config: TrainConfig) -> bool:
                                                             config.patience)
 
 
-def plan_run(config: TrainConfig) -> RunPlan:
+def place_run(config: TrainConfig) -> RunPlace:
     """Decide what to do with `config.out` (see the module doc); `config` is resolved."""
     out, mine = config.out, portable(config.to_dict(), config.out)
     last, best = out / "last.pt", out / "best.pt"
@@ -185,8 +185,8 @@ def plan_run(config: TrainConfig) -> RunPlan:
     has_run = any((out / name).is_file() for name in RUN_FILES if name != "config.json")
     if config.restart:
         if not has_run:
-            return RunPlan(out, out, None, False, f"{out}: starting a new run")
-        return RunPlan(out, staging_folder(out), None, False,
+            return RunPlace(out, out, None, False, f"{out}: starting a new run")
+        return RunPlace(out, staging_folder(out), None, False,
                        f"{out}: --restart: training a new run in {staging_folder(out)}; the run "
                        "in the folder is replaced once the new one has finished an epoch")
     if theirs is not None:
@@ -200,37 +200,37 @@ def plan_run(config: TrainConfig) -> RunPlan:
             raise VpromError(f"{out} holds a best.pt but no last.pt, so its run cannot be "
                              f"continued; `vprom evaluate {out}` still scores it. Pass --restart "
                              "to train it again, or choose another --out")
-        return RunPlan(out, out, None, False, f"{out}: starting a new run")
+        return RunPlace(out, out, None, False, f"{out}: starting a new run")
     done = len(state["history"])
     if is_finished(state, config):
         val = state["best"]["val_acc"]
-        return RunPlan(out, out, state, True,
+        return RunPlace(out, out, state, True,
                        f"{out}: this run is finished ({done} epochs, best val accuracy "
                        f"{'n/a' if val is None else f'{100 * val:.1f}%'} at epoch "
                        f"{state['best']['epoch'] + 1}); nothing to do. `vprom evaluate {out}` "
                        "scores it; a larger --epochs continues it; --restart trains it again")
-    return RunPlan(out, out, state, False, f"{out}: resuming after epoch {done}")
+    return RunPlace(out, out, state, False, f"{out}: resuming after epoch {done}")
 
 
-def prepare(plan: RunPlan) -> None:
+def prepare(place: RunPlace) -> None:
     """Rank 0, before training: the folder to write in exists (a stale staging one is cleared)."""
-    if plan.staging and plan.folder.exists():
-        shutil.rmtree(plan.folder)  # the first epoch of an earlier, interrupted --restart
-    plan.folder.mkdir(parents=True, exist_ok=True)
+    if place.staging and place.folder.exists():
+        shutil.rmtree(place.folder)  # the first epoch of an earlier, interrupted --restart
+    place.folder.mkdir(parents=True, exist_ok=True)
 
 
-def promote(plan: RunPlan) -> RunPlan:
+def promote(place: RunPlace) -> RunPlace:
     """Rank 0, after the staged run's first epoch: it replaces the old run in OUT."""
-    out = plan.out
+    out = place.out
     old = out.parent / f".{out.name}.replaced-{os.getpid()}"
     supersede_metrics(out, "metrics.before-restart.json")  # a result the user had: kept
     os.replace(out, old)
-    os.replace(plan.folder, out)
+    os.replace(place.folder, out)
     for entry in sorted(old.iterdir()):  # what the user keeps beside the run stays with it
         if entry.name not in RUN_FILES:
             os.replace(entry, out / entry.name)
     shutil.rmtree(old)
-    return RunPlan(out, out, None, False, f"{out}: the new run replaced the old one")
+    return RunPlace(out, out, None, False, f"{out}: the new run replaced the old one")
 
 
 def supersede_metrics(folder: Path, name: str | None = None) -> None:

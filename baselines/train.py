@@ -49,7 +49,7 @@ from vprom.baselines.common import ModelConfig
 from vprom.baselines.config import HYPER, OPTIMIZERS, TrainConfig, check_value, defaults_path
 from vprom.baselines.data import MatrixSet, SplitData, load_split
 from vprom.baselines.registry import get_model, list_models
-from vprom.baselines.run_folder import RunPlan, load_checkpoint
+from vprom.baselines.run_folder import RunPlace, load_checkpoint
 from vprom.baselines.steps import Stepper, batches, epoch_share, make_optimizer
 from vprom.runtime import World, joined_world
 from vprom.errors import VpromError
@@ -225,7 +225,7 @@ class Run:
 
     config: TrainConfig
     world: World
-    place: RunPlan  # what this call does with the run folder (a --restart stages first)
+    place: RunPlace  # what this call does with the run folder (a --restart stages first)
     data: SplitData
     model: torch.nn.Module  # unwrapped: what checkpoints hold and validation scores
     model_config: ModelConfig
@@ -243,7 +243,7 @@ class Run:
     @classmethod
     def open(cls, config: TrainConfig, defaulted: list[str], world: World) -> Run | None:
         """The run ready for its next epoch (fresh or resumed); None when nothing is left."""
-        place = run_folder.plan_run(config)
+        place = run_folder.place_run(config)
         world.barrier()  # every process has read the folder before rank 0 changes it
         _log(world, place.message)
         if place.finished:
