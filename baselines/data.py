@@ -37,8 +37,8 @@ import numpy as np
 import torch
 
 from vprom.baselines.common import N_CONTEXT, element_type_class, relation_class
-from vprom.features.reader import load_features
 from vprom.errors import VpromError
+from vprom.features.reader import load_features
 from vprom.records import SPLITS
 from vprom.tables import SPLIT_PARTS, read_matrix_table
 

@@ -24,18 +24,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-
 from vprom.baselines.config import TrainConfig
 from vprom.baselines.data import load_split
 from vprom.baselines.learning import control_result, did_not_learn, is_control
 from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
 from vprom.baselines.run_folder import file_names, load_checkpoint, published_metrics
 from vprom.baselines.train import build_model, plain, predict
-from vprom.runtime import resolve_device
 from vprom.errors import VpromError
-from vprom.provenance import check_features_source, dataset_content_hash, same_dataset
 from vprom.io import write_json
+from vprom.provenance import check_features_source, dataset_content_hash, same_dataset
 from vprom.records import CHANCE
+from vprom.runtime import resolve_device
 
 
 def _run_files(run: Path) -> tuple[dict, dict]:

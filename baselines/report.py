@@ -36,6 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
+from vprom.baselines.learning import (
+    check_alike,
+    control_result,
+    did_not_learn,
+    is_control,
+    settings,
+)
 from vprom.baselines.paper import (
     CHANCE,
     FEATURE_TYPES,
@@ -44,13 +51,6 @@ from vprom.baselines.paper import (
     PAPER_NAMES,
     feature_type,
     paper_accuracy,
-)
-from vprom.baselines.learning import (
-    check_alike,
-    control_result,
-    did_not_learn,
-    is_control,
-    settings,
 )
 from vprom.errors import VpromError
 from vprom.io import atomic_path, write_text

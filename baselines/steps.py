@@ -37,8 +37,8 @@ import torch
 import torch.nn.functional as F
 
 from vprom.baselines.data import MatrixSet, SplitData
-from vprom.runtime import World
 from vprom.errors import VpromError
+from vprom.runtime import World
 
 WARMUP_STEPS = 3  # eager steps before capture: cuBLAS handles, optimiser state, autograd
 

@@ -46,17 +46,23 @@ from tqdm import tqdm
 
 from vprom.baselines import run_folder
 from vprom.baselines.common import ModelConfig
-from vprom.baselines.config import HYPER, OPTIMIZERS, TrainConfig, check_value, defaults_path
+from vprom.baselines.config import (
+    HYPER,
+    OPTIMIZERS,
+    TrainConfig,
+    check_value,
+    defaults_path,
+)
 from vprom.baselines.data import MatrixSet, SplitData, load_split
 from vprom.baselines.registry import get_model, list_models
 from vprom.baselines.run_folder import RunPlace, load_checkpoint
 from vprom.baselines.steps import Stepper, batches, epoch_share, make_optimizer
-from vprom.runtime import World, joined_world
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, write_json
 from vprom.outputs import writes
 from vprom.provenance import check_features_source, dataset_identity, file_sha256
 from vprom.records import SPLITS
+from vprom.runtime import World, joined_world
 
 __all__ = ["train", "build_model", "load_checkpoint", "predict", "accuracy", "train_epoch"]
 
