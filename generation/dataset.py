@@ -28,7 +28,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vprom.generation.labels import LabelVocabulary, read_pools_vocabulary
-from vprom.generation.parallel import PARTS, Chunk, draw_chunks
+from vprom.generation.parallel import PARTS, Chunk, draw_chunks, usable_cores
 from vprom.generation.plan import MatrixPlan, make_plan
 from vprom.generation.pool_index import PoolIndex
 from vprom.generation.sampler import MAX_TRIES, MIN_CONTEXT_CROPS, PlanSampler, note_loosened
@@ -205,16 +205,21 @@ class GenerateSummary:
 @writes("out", ("dataset",), inputs=lambda a: (a["pools"],))
 def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed: int = 0,
              shard: tuple[int, int] | None = None,
-             legacy_counts: bool = False) -> GenerateSummary:
+             legacy_counts: bool = False, workers: int | None = None) -> GenerateSummary:
     """POOLS.h5 -> DATASET.h5: every matrix proven by the solver, every split assigned.
-    `legacy_counts`: see `generate_dataset` (for reproducing the flaw only)."""
+    `legacy_counts`: see `generate_dataset` (for reproducing the flaw only). `workers`:
+    processes drawing matrices (None: one per core this process may use); the file is the
+    same for any number."""
     start = time.perf_counter()
     pools, out = Path(pools), Path(out)
+    workers = usable_cores() if workers is None else workers
+    if workers < 1:
+        raise VpromError(f"--workers must be 1 or more, got {workers}")
     check_pools_file(pools)
-    crops = read_crop_table(pools)
+    crops = read_crop_table(pools)  # read into memory and closed: workers fork after this
     data = generate_dataset(crops, rules, scale=scale, seed=seed, shard=shard,
                             source=str(pools), vocabulary=read_pools_vocabulary(pools, crops),
-                            progress=True, legacy_counts=legacy_counts)
+                            progress=True, legacy_counts=legacy_counts, workers=workers)
     config = {"scale": scale, "seed": seed, "shard": list(shard) if shard else None,
               "min_context_crops": MIN_CONTEXT_CROPS, "max_tries": MAX_TRIES,
               "table1": {e.value: n for e, n in TABLE1.items()}}

@@ -183,7 +183,13 @@ def ban_bits(bans: Mapping[str, TrainBan], concepts) -> np.ndarray:
 
 def ban_bit(bans: Mapping[str, TrainBan], split: str, relation: str) -> int:
     """The bit of (split, relation) in `ban_bits`: by the split's place in `bans`."""
-    return 1 << (list(bans).index(split) * len(ALL_RELATIONS) + ALL_RELATIONS.index(relation))
+    return _ban_bits_of(tuple(bans))[split, relation]
+
+
+@lru_cache(maxsize=64)
+def _ban_bits_of(splits: tuple[str, ...]) -> dict[tuple[str, str], int]:
+    return {(split, relation): 1 << (k * len(ALL_RELATIONS) + j)
+            for k, split in enumerate(splits) for j, relation in enumerate(ALL_RELATIONS)}
 
 
 def banned_crops(ban: TrainBan, relation: str, concepts) -> np.ndarray:
@@ -357,7 +363,7 @@ def assign(matrix: Matrix, panels: PanelInfo, specs: Mapping[str, SplitSpec],
 
 def _banned(bans, name: str, ban: TrainBan, m: Matrix, panels: PanelInfo) -> bool:
     if panels.banned is not None and bans is not None:
-        return bool(panels.banned & ban_bit(bans, name, m.relation.value))
+        return bool(panels.banned & _ban_bits_of(tuple(bans))[name, m.relation.value])
     return shows_banned(ban, m, panels)
 
 
