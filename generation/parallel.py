@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import gc
 import os
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial, reduce
 from operator import itemgetter, or_
-from typing import Iterator, Sequence
 
 import numpy as np
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-import vprom.generation.parallel as parallel
 from vprom.errors import VpromError
+from vprom.generation import parallel
 from vprom.generation.dataset import generate, generate_dataset
 from vprom.splits import load_rules
 from vprom.tables import content_hash, read_manifest
