@@ -2,8 +2,9 @@
 
 `generate_dataset` plans, samples and proves every matrix in memory and assigns it to every
 split with the split rules it is given (the top floor loads them from `splits`), telling the
-rules every panel's object categories and attribute super-attributes among all its labels
-(explicit and implied, `generation.labels`) for the strict held-out splits; `generate`
+rules which held-out bans its panels meet among all their labels (explicit and implied,
+`generation.labels`; classified once per crop by the pool index) for the strict held-out
+splits; `workers` processes draw the matrices in chunks (`generation.parallel`); `generate`
 checks that its input is a POOLS.h5 and writes the result; `merge_shards` joins the
 DATASET.h5 files of `--shard K/N` runs into the single run's file, choosing the validation
 sets over all shards' training ids.
@@ -125,8 +126,8 @@ def _matrix_table(pool: PoolIndex, plan: MatrixPlan, chunks: list[Chunk]) -> Mat
     rows = np.concatenate([c.rows for c in chunks] or [np.zeros((0, N_PANELS), np.int64)])
     parts = np.concatenate([c.parts for c in chunks] or [np.zeros((0, len(SPLITS)), np.int8)])
     group = plan.group_of[ids].astype(np.int64)
-    relation = np.array([g.relation.value for g in plan.groups] + [""], dtype=object)
-    element_type = np.array([g.element_type.value for g in plan.groups] + [""], dtype=object)
+    relation = np.array([g.relation.value for g in plan.groups], dtype=object)
+    element_type = np.array([g.element_type.value for g in plan.groups], dtype=object)
     splits = {split: {part: ids[parts[:, k] == PARTS.index(part)] for part in ("train", "test")}
               for k, split in enumerate(SPLITS)}
     return MatrixTable(

@@ -10,8 +10,8 @@ index)`, so which process draws it changes nothing: the data set is the one-proc
 byte for byte, whatever the number of workers (and `--workers 1` draws here, in-process).
 
 Forking is safe here because the parent holds no HDF5 file open (`generate` reads the pools
-into memory and closes the file first) and runs no thread of its own yet (the progress bar
-starts after the fork). `gc.freeze()` before the fork keeps the garbage collector from
+into memory and closes the file first) and the workers take no lock that a thread of the
+parent (a progress bar's monitor) could hold at the fork: they draw, assign and send. `gc.freeze()` before the fork keeps the garbage collector from
 writing to every inherited object, so the workers share its pages rather than copying them.
 """
 
