@@ -9,6 +9,13 @@ generation (planning, sampling, the solver check on every matrix, all seven spli
 validation choice), prints matrices/s and the balance measures of the full-size run.
 
     OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python bench/generate.py [--scales 0.1 0.5 1]
+    OMP_NUM_THREADS=1 .venv/bin/python bench/generate.py --scales 1 --workers 1 2 4
+
+With `--workers 1 2 4` it only times generation with that many worker processes
+(`generate_dataset(workers=N)`, forked, `generation.parallel`), each count in a fresh
+process, side by side: wall, CPU (parent and workers), matrices/s and peak RSS (the parent's,
+and the largest worker's: pages they share are counted in both); `--workers 1` is the
+one-process anchor (no fork). Run it on a quiet machine; it prints the load average.
 
 With `--write-pools POOLS.h5` it only writes the pool as a POOLS.h5 (with the vocabulary
 group `vprom mine` writes), so the whole command line can run on it:
@@ -19,6 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -221,15 +231,60 @@ def recheck(view, n: int, seed: int) -> tuple[int, int, int]:
     return tuple(bad)
 
 
+def one_run(scale: float, seed: int, workers: int) -> dict:
+    """Generate once with `workers` processes; this process's figures (for `--workers`)."""
+    crops, vocab, rules = full_size_pool(), vocabulary(), load_rules()
+    t, cpu = time.perf_counter(), time.process_time()
+    data = generate_dataset(crops, rules, scale=scale, seed=seed, vocabulary=vocab,
+                            workers=workers)
+    wall, own = time.perf_counter() - t, time.process_time() - cpu
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"workers": workers, "matrices": data.counts["matrices"], "wall_s": wall,
+            "cpu_parent_s": own, "cpu_workers_s": kids.ru_utime + kids.ru_stime,
+            "rss_parent_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "rss_worker_mb": kids.ru_maxrss / 1024}
+
+
+def side_by_side(scales: list[float], seed: int, workers: list[int]) -> None:
+    """Each (scale, workers) in a fresh process, so peak RSS is its own."""
+    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
+    print(f"{'scale':>5s} {'workers':>7s} {'matrices':>8s} {'wall s':>7s} {'x 1':>5s} "
+          f"{'CPU s':>6s} {'(workers)':>9s} {'matrices/s':>10s} {'RSS MB':>7s} "
+          f"{'(worker)':>8s}")
+    for scale in scales:
+        anchor = None
+        for n in workers:
+            out = subprocess.run([sys.executable, __file__, "--one-run", str(n), "--scales",
+                                  str(scale), "--seed", str(seed)], check=True,
+                                 capture_output=True, text=True).stdout
+            f = json.loads(out.strip().splitlines()[-1])
+            anchor = anchor or f["wall_s"]
+            cpu = f["cpu_parent_s"] + f["cpu_workers_s"]
+            print(f"{scale:5.2f} {n:7d} {f['matrices']:8,d} {f['wall_s']:7.1f} "
+                  f"{anchor / f['wall_s']:5.2f} {cpu:6.1f} {f['cpu_workers_s']:9.1f} "
+                  f"{f['matrices'] / f['wall_s']:10,.0f} {f['rss_parent_mb']:7.0f} "
+                  f"{f['rss_worker_mb']:8.0f}", flush=True)
+    print(f"load average at the end {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scales", type=float, nargs="+", default=[0.1, 0.5, 1.0])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, nargs="+", default=None,
+                   help="only time generation with these worker counts, side by side")
+    p.add_argument("--one-run", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--verify", type=int, default=5000,
                    help="re-check this many matrices of the last run with the string solver")
     p.add_argument("--write-pools", type=Path, default=None,
                    help="only write the pool as this POOLS.h5 (for `vprom generate`)")
     args = p.parse_args()
+    if args.one_run is not None:
+        print(json.dumps(one_run(args.scales[0], args.seed, args.one_run)))
+        return
+    if args.workers:
+        side_by_side(args.scales, args.seed, args.workers)
+        return
     t = time.perf_counter()
     crops = full_size_pool()
     print(f"pool: {len(crops):,} crops built in {time.perf_counter() - t:.1f} s")

@@ -2,8 +2,9 @@
 
 `generate_dataset` plans, samples and proves every matrix in memory and assigns it to every
 split with the split rules it is given (the top floor loads them from `splits`), telling the
-rules every panel's object categories and attribute super-attributes among all its labels
-(explicit and implied, `generation.labels`) for the strict held-out splits; `generate`
+rules which held-out bans its panels meet among all their labels (explicit and implied,
+`generation.labels`; classified once per crop by the pool index) for the strict held-out
+splits; `workers` processes draw the matrices in chunks (`generation.parallel`); `generate`
 checks that its input is a POOLS.h5 and writes the result; `merge_shards` joins the
 DATASET.h5 files of `--shard K/N` runs into the single run's file, choosing the validation
 sets over all shards' training ids.
@@ -28,14 +29,15 @@ import numpy as np
 from tqdm import tqdm
 
 from vprom.generation.labels import LabelVocabulary, read_pools_vocabulary
-from vprom.generation.plan import make_plan
+from vprom.generation.parallel import PARTS, Chunk, draw_chunks, usable_cores
+from vprom.generation.plan import MatrixPlan, make_plan
 from vprom.generation.pool_index import PoolIndex
-from vprom.generation.sampler import MAX_TRIES, MIN_CONTEXT_CROPS, generate_rows
+from vprom.generation.sampler import MAX_TRIES, MIN_CONTEXT_CROPS, PlanSampler, note_loosened
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
 from vprom.outputs import writes
-from vprom.records import SPLITS, TABLE1, ElementType, Matrix
-from vprom.splitting import PanelInfo, SplitRules
+from vprom.records import N_PANELS, SPLITS, TABLE1, ElementType
+from vprom.splitting import SplitRules
 from vprom.tables import (
     STR,
     CropTable,
@@ -69,47 +71,43 @@ def shard_indices(n: int, shard: tuple[int, int] | None) -> range:
 def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, seed: int = 0,
                      shard: tuple[int, int] | None = None, source: str = "pools",
                      vocabulary: LabelVocabulary | None = None,
-                     progress: bool = False, legacy_counts: bool = False) -> Dataset:
+                     progress: bool = False, legacy_counts: bool = False,
+                     workers: int = 1) -> Dataset:
     """Plan, sample, prove and assign every split, in memory (what `generate` writes).
 
     `vocabulary`: what the pools were mined with (implied labels, label classes); None: only
     what the crops say (nothing implied). `progress`: a progress bar on a terminal.
     `legacy_counts`: count candidates drawn the pre-issue-27 way, whose absent values give
-    the answer away — only to reproduce that flaw (docs/soundness.md).
+    the answer away — only to reproduce that flaw (docs/soundness.md). `workers`: processes
+    drawing the matrices (`generation.parallel`); the result is the same for any number.
     """
-    design = rules.design
-    plan = make_plan(scale, seed, design)
-    pool = PoolIndex(crops, seed, design, source=source, vocabulary=vocabulary)
-    nside, hside, supers = pool.neutral_side, pool.held_side, crops.super_attribute
-    etypes, label_sets, vocab = crops.element_type, pool.label_sets, pool.vocabulary
-    parts: dict[str, dict[str, list[int]]] = {s: {"train": [], "test": []} for s in SPLITS}
-    matrices, used, skipped, loosened = [], set(), {}, {}
+    plan = make_plan(scale, seed, rules.design)
+    pool = PoolIndex(crops, seed, rules.design, source=source, vocabulary=vocabulary)
+    skipped: dict[str, list[str]] = {}
+    loosened: dict[str, dict] = {}
     indices = shard_indices(len(plan), shard)
-    rows_of = generate_rows(pool, plan, indices, skipped, loosened, legacy_counts)
-    for m, rows in tqdm(rows_of, total=len(indices), desc="generate", unit="matrix",
-                        disable=None if progress else True, smoothing=0.05):
-        concepts = [vocab.concepts(etypes[r], label_sets[r]) for r in rows]
-        info = PanelInfo(sides={design.neutral_partition: tuple(nside[r] for r in rows),
-                                design.held_partition: tuple(hside[r] for r in rows)},
-                         super_attributes=tuple(supers[r] for r in rows),
-                         categories=tuple(c for c, _ in concepts),
-                         label_super_attributes=tuple(s for _, s in concepts))
-        for split, part in rules.assign(m, info).items():
-            if part != "excluded":
-                parts[split][part].append(m.id)
-        matrices.append(m)
-        used.update(rows)
+    chunks = []
+    if len(indices):
+        sampler = PlanSampler(pool, plan, skipped, legacy_counts)
+        with tqdm(total=len(indices), desc="generate", unit="matrix", smoothing=0.05,
+                  disable=None if progress else True) as bar:
+            for chunk in draw_chunks(sampler, rules, indices, workers):
+                for note in chunk.loosened:
+                    note_loosened(loosened, note)
+                chunks.append(chunk)
+                bar.update(len(chunk.ids))
+    table = _matrix_table(pool, plan, chunks)
     splits = {}
     for split in SPLITS:
-        train = np.asarray(parts[split]["train"], dtype=np.int64)
+        train = table.splits[split]["train"]
         if shard is None:
             train, val = rules.choose_val(train, seed, split, scale)
         else:
             val = np.zeros(0, np.int64)  # chosen by merge_shards over all shards' train ids
-        splits[split] = {"train": train, "val": val,
-                         "test": np.asarray(parts[split]["test"], dtype=np.int64)}
-    table = _matrix_table(matrices, splits)
-    used_rows = np.asarray(sorted(used), dtype=np.int64)
+        splits[split] = {"train": train, "val": val, "test": table.splits[split]["test"]}
+    table.splits = splits
+    used_rows = np.unique(np.concatenate([c.rows.ravel() for c in chunks] or
+                                         [np.zeros(0, np.int64)]))
     used_crops = crops.take(used_rows[np.argsort(crops.crop_id[used_rows], kind="stable")])
     universes = {e.value: sorted(u.ids) for e, u in pool.universe.items()}
     if ElementType.COUNT in pool.universe:
@@ -117,19 +115,26 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
     counts = _counts(table, len(plan), shard is None)
     counts["super_attributes_too_small"] = dict(sorted(skipped.items()))
     counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
-    counts["vocabulary"] = vocab.counts()
-    return Dataset(used_crops, table, universes, _super_attributes(pool), counts, vocab)
+    counts["vocabulary"] = pool.vocabulary.counts()
+    return Dataset(used_crops, table, universes, _super_attributes(pool), counts,
+                   pool.vocabulary)
 
 
-def _matrix_table(matrices: list[Matrix], splits: dict) -> MatrixTable:
+def _matrix_table(pool: PoolIndex, plan: MatrixPlan, chunks: list[Chunk]) -> MatrixTable:
+    """The drawn chunks as one table (splits: the train and test ids, no val yet)."""
+    ids = np.concatenate([c.ids for c in chunks] or [np.zeros(0, np.int64)])
+    rows = np.concatenate([c.rows for c in chunks] or [np.zeros((0, N_PANELS), np.int64)])
+    parts = np.concatenate([c.parts for c in chunks] or [np.zeros((0, len(SPLITS)), np.int8)])
+    group = plan.group_of[ids].astype(np.int64)
+    relation = np.array([g.relation.value for g in plan.groups], dtype=object)
+    element_type = np.array([g.element_type.value for g in plan.groups], dtype=object)
+    splits = {split: {part: ids[parts[:, k] == PARTS.index(part)] for part in ("train", "test")}
+              for k, split in enumerate(SPLITS)}
     return MatrixTable(
-        id=[m.id for m in matrices], relation=[m.relation.value for m in matrices],
-        element_type=[m.element_type.value for m in matrices],
-        super_attribute=[m.super_attribute for m in matrices],
-        answer=[m.answer for m in matrices],
-        panels=np.array([m.panels for m in matrices], dtype=np.int64).reshape(-1, 16),
-        elements=np.array([m.elements for m in matrices], dtype=object).reshape(-1, 16),
-        splits=splits)
+        id=ids, relation=relation[group], element_type=element_type[group],
+        super_attribute=[sa for c in chunks for sa in c.super_attribute],
+        answer=plan.answer[ids], panels=np.asarray(pool.crop_id, dtype=np.int64)[rows],
+        elements=np.asarray(pool.element, dtype=object)[rows], splits=splits)
 
 
 def _super_attributes(pool: PoolIndex) -> dict[str, dict[str, list[str]]]:
@@ -201,16 +206,21 @@ class GenerateSummary:
 @writes("out", ("dataset",), inputs=lambda a: (a["pools"],))
 def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed: int = 0,
              shard: tuple[int, int] | None = None,
-             legacy_counts: bool = False) -> GenerateSummary:
+             legacy_counts: bool = False, workers: int | None = None) -> GenerateSummary:
     """POOLS.h5 -> DATASET.h5: every matrix proven by the solver, every split assigned.
-    `legacy_counts`: see `generate_dataset` (for reproducing the flaw only)."""
+    `legacy_counts`: see `generate_dataset` (for reproducing the flaw only). `workers`:
+    processes drawing matrices (None: one per core this process may use); the file is the
+    same for any number."""
     start = time.perf_counter()
     pools, out = Path(pools), Path(out)
+    workers = usable_cores() if workers is None else workers
+    if workers < 1:
+        raise VpromError(f"--workers must be 1 or more, got {workers}")
     check_pools_file(pools)
-    crops = read_crop_table(pools)
+    crops = read_crop_table(pools)  # read into memory and closed: workers fork after this
     data = generate_dataset(crops, rules, scale=scale, seed=seed, shard=shard,
                             source=str(pools), vocabulary=read_pools_vocabulary(pools, crops),
-                            progress=True, legacy_counts=legacy_counts)
+                            progress=True, legacy_counts=legacy_counts, workers=workers)
     config = {"scale": scale, "seed": seed, "shard": list(shard) if shard else None,
               "min_context_crops": MIN_CONTEXT_CROPS, "max_tries": MAX_TRIES,
               "table1": {e.value: n for e, n in TABLE1.items()}}

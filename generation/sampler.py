@@ -234,90 +234,124 @@ def loosenable(pool: PoolIndex, group: Group) -> bool:
 def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
                   skipped: dict[str, list[str]] | None = None,
                   loosened: dict[str, dict] | None = None, legacy_counts: bool = False):
-    """Yield (matrix, its 16 crop rows in `pool`) for each index, in order.
+    """Yield (matrix, its 16 crop rows in `pool`) for each index, in order (`PlanSampler`).
+
+    `skipped`, when given, receives per group the super-attributes it could not use (fewer
+    attributes with enough crops than its relation needs, or too few for a symmetric
+    candidate profile while the group has others), for the manifest; `loosened` per group
+    how many matrices were drawn loosened, and why (`note_loosened`).
+    """
+    indices = list(indices)
+    if not indices:
+        return
+    sampler = PlanSampler(pool, plan, skipped, legacy_counts)
+    for i in indices:
+        matrix, rows, note = sampler.draw(i)
+        if note is not None and loosened is not None:
+            note_loosened(loosened, note)
+        yield matrix, rows
+
+
+def note_loosened(loosened: dict[str, dict], note: tuple[str, str, str]) -> None:
+    """Count one loosened matrix, `note` = (group, cell, why) from `PlanSampler.draw`, in
+    `loosened` (group -> {"matrices": n, "why": {cell: why}}, as the manifest records it)."""
+    name, cell, why = note
+    entry = loosened.setdefault(name, {"matrices": 0, "why": {}})
+    entry["matrices"] += 1
+    entry["why"][cell] = why
+
+
+class PlanSampler:
+    """Every (group, cell) sampler of a plan, made once; `draw(i)` gives matrix i.
 
     Count candidates are drawn from `generation.count_candidates`' tables, so the set they
     leave out says nothing about the answer; `legacy_counts` draws them as vprom did before
     (context values first), only to reproduce that flaw (`vprom generate
     --legacy-count-candidates`).
 
-    `skipped`, when given, receives per group the super-attributes it could not use (fewer
-    attributes with enough crops than its relation needs, or too few for a symmetric
-    candidate profile while the group has others), for the manifest.
-
     A train-side matrix is drawn from the crops no held-out split bans (`make_sampler`).
     Where a cell is too thin for that (its sampler cannot be made, or a matrix fails all its
     tries), the matrix is drawn from all the cell's crops instead: still sound, but it may
     show a held-out label, and then the split rules keep it out of that split's training.
-    `loosened`, when given, receives per group how many matrices that took and why.
+
+    `draw` reads only the samplers and its own `Draws(seed, i)`, so any subset of indices,
+    in any process, gives the rows of the single run (a loosened sampler that a thin cell
+    needs is made on first use, the same in every process).
     """
-    indices = list(indices)
-    # make every (group, cell) sampler first, so a short pool fails before any work is done;
-    # every (group, cell) of the whole plan, not only the shard's: the filler weights are
-    # computed from all of them, so a shard samples exactly as the single run does
-    cells = plan.cells()
-    keys, n = np.unique(np.stack([plan.group_of.astype(np.int64), cells]), axis=1,
-                        return_counts=True)
-    matrices_of = {(int(g), int(c)): int(k) for (g, c), k in zip(keys.T.tolist(), n.tolist())}
-    samplers: dict = {}
-    loose: dict = {}  # (group, cell) -> the sampler over all the cell's crops
-    reasons: dict = {}  # (group, cell) -> why the banned-free sampler could not be made
-    for key in (sorted(matrices_of) if indices else []):
-        group = plan.groups[key[0]]
-        try:
-            samplers[key] = make_sampler(pool, plan.design, group, key[1])
-        except VpromError as e:
-            if not loosenable(pool, group):
-                raise
-            reasons[key] = str(e)
-            samplers[key] = None
-            loose[key] = make_sampler(pool, plan.design, group, key[1], bans=False)
-    weights = fill_weights({k: v for k, v in {**samplers, **loose}.items() if v is not None},
-                           matrices_of)
 
-    tables = {} if legacy_counts else absent_tables(
-        {k: v for k, v in {**samplers, **loose}.items() if v is not None}, matrices_of)
+    def __init__(self, pool: PoolIndex, plan: MatrixPlan,
+                 skipped: dict[str, list[str]] | None = None,
+                 legacy_counts: bool = False) -> None:
+        self.pool, self.plan, self.legacy_counts = pool, plan, legacy_counts
+        # make every (group, cell) sampler first, so a short pool fails before any work is
+        # done; every (group, cell) of the whole plan, not only a shard's: the filler
+        # weights are computed from all of them, so a shard samples as the single run does
+        self.cells = cells = plan.cells()
+        keys, n = np.unique(np.stack([plan.group_of.astype(np.int64), cells]), axis=1,
+                            return_counts=True)
+        matrices_of = {(int(g), int(c)): int(k) for (g, c), k in zip(keys.T.tolist(),
+                                                                     n.tolist())}
+        samplers: dict = {}
+        self.loose: dict = {}  # (group, cell) -> the sampler over all the cell's crops
+        self.reasons: dict = {}  # (group, cell) -> why the banned-free one could not be made
+        for key in sorted(matrices_of):
+            group = plan.groups[key[0]]
+            try:
+                samplers[key] = make_sampler(pool, plan.design, group, key[1])
+            except VpromError as e:
+                if not loosenable(pool, group):
+                    raise
+                self.reasons[key] = str(e)
+                samplers[key] = None
+                self.loose[key] = make_sampler(pool, plan.design, group, key[1], bans=False)
+        made = {k: v for k, v in {**samplers, **self.loose}.items() if v is not None}
+        self.weights = fill_weights(made, matrices_of)
+        self.tables = {} if legacy_counts else absent_tables(made, matrices_of)
+        for sampler in [*samplers.values(), *self.loose.values()]:
+            if sampler is not None:
+                self._weighted(sampler)
+        for sampler in [s for s in samplers.values() if s is not None]:
+            if sampler.skipped and skipped is not None:
+                g = sampler.group
+                key = f"{g.element_type.value} {g.relation.value} {g.name}"
+                skipped[key] = sorted(set(skipped.get(key, [])) | set(sampler.skipped))
+        self.samplers = samplers
 
-    def weighted(sampler):
-        sampler.fill_weight = weights.get(sampler.group.element_type, {})
-        if sampler.group.element_type is ElementType.COUNT and not legacy_counts:
-            sampler.absent = tables.get((plan.groups.index(sampler.group), sampler.cell))
+    def _weighted(self, sampler):
+        sampler.fill_weight = self.weights.get(sampler.group.element_type, {})
+        if sampler.group.element_type is ElementType.COUNT and not self.legacy_counts:
+            sampler.absent = self.tables.get((self.plan.groups.index(sampler.group),
+                                              sampler.cell))
             if sampler.absent is None:
                 raise VpromError(f"{sampler.label}: fewer than 8 counts have crops, so no "
                                  "candidate set can be drawn — mine more images")
         return sampler
 
-    for sampler in [*samplers.values(), *loose.values()]:
-        if sampler is not None:
-            weighted(sampler)
-    for sampler in [s for s in samplers.values() if s is not None]:
-        if sampler.skipped and skipped is not None:
-            g = sampler.group
-            key = f"{g.element_type.value} {g.relation.value} {g.name}"
-            skipped[key] = sorted(set(skipped.get(key, [])) | set(sampler.skipped))
-    masks, region = pool.masks, pool.region
-    crop_id, element = pool.crop_id, pool.element
-    for i in indices:
-        g, cell = int(plan.group_of[i]), int(cells[i])
+    def draw(self, i: int) -> tuple[Matrix, list[int], tuple[str, str, str] | None]:
+        """(matrix i, its 16 crop rows, and where it was drawn loosened (group, cell, why)
+        for `note_loosened`, else None)."""
+        pool, plan = self.pool, self.plan
+        masks, region = pool.masks, pool.region
+        g, cell = int(plan.group_of[i]), int(self.cells[i])
         group = plan.groups[g]
         key = (g, cell)
-        sampler = samplers[key]
+        sampler = self.samplers[key]
         answer = int(plan.answer[i])
         why: Counter = Counter()
         draws = Draws(plan.seed, i)
         got = None if sampler is None else _sample(sampler, draws, answer, masks, region, why)
+        note = None
         if got is None and loosenable(pool, group):
-            if key not in loose:
-                loose[key] = weighted(make_sampler(pool, plan.design, group, cell, bans=False))
-                reasons.setdefault(key, "a matrix found no sound candidates among them in "
-                                        f"{MAX_TRIES} tries")
-            sampler = loose[key]
+            if key not in self.loose:
+                self.loose[key] = self._weighted(make_sampler(pool, plan.design, group, cell,
+                                                              bans=False))
+                self.reasons.setdefault(key, "a matrix found no sound candidates among them "
+                                             f"in {MAX_TRIES} tries")
+            sampler = self.loose[key]
             got = _sample(sampler, draws, answer, masks, region, why)
-            if got is not None and loosened is not None:
-                name = f"{group.element_type.value} {group.relation.value} {group.name}"
-                entry = loosened.setdefault(name, {"matrices": 0, "why": {}})
-                entry["matrices"] += 1
-                entry["why"][CELL_NAMES[cell]] = reasons[key]
+            if got is not None:
+                note = (f"{group.element_type.value} {group.relation.value} {group.name}",
+                        CELL_NAMES[cell], self.reasons[key])
         if got is None:
             steps = "; ".join(f"{reason}: {n}" for reason, n in why.most_common())
             tries = HUMAN_TRIES if isinstance(sampler, HumanSampler) else MAX_TRIES
@@ -325,9 +359,10 @@ def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
                              f"({steps}); the pool is too thin there — mine more images or "
                              "lower --scale")
         sa, rows = got
-        yield Matrix(id=i, relation=group.relation, element_type=group.element_type,
-                     super_attribute=sa, panels=[crop_id[r] for r in rows],
-                     elements=[element[r] for r in rows], answer=answer), rows
+        crop_id, element = pool.crop_id, pool.element
+        return Matrix(id=i, relation=group.relation, element_type=group.element_type,
+                      super_attribute=sa, panels=[crop_id[r] for r in rows],
+                      elements=[element[r] for r in rows], answer=answer), rows, note
 
 
 def _sample(sampler, draws: Draws, answer: int, masks, region, why: Counter):

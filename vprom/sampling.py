@@ -17,6 +17,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 _BUFFER = 64
+_WORD = 1 << 32
 
 
 class Draws:
@@ -29,7 +30,12 @@ class Draws:
     __slots__ = ("uniform",)
 
     def __init__(self, seed: int, index: int) -> None:
-        rng = np.random.default_rng([seed, index])
+        key = [seed, index]
+        if 0 <= seed < _WORD and 0 <= index < _WORD:
+            # the very words `SeedSequence` makes of the list (one uint32 per int below
+            # 2**32), handed over as such: the same stream, without the slow conversion
+            key = np.array(key, dtype=np.uint32)
+        rng = np.random.default_rng(key)
         batches = iter(lambda: rng.random(_BUFFER).tolist(), None)
         self.uniform = itertools.chain.from_iterable(batches).__next__
 

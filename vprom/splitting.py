@@ -164,6 +164,34 @@ class TrainBan:
         return bool(thirds) and any(object_third(c) in thirds for c in categories)
 
 
+def ban_bits(bans: Mapping[str, TrainBan], concepts) -> np.ndarray:
+    """Per crop, the (split, relation) pairs for which it shows what the split's ban holds
+    out, as bits (`ban_bit`); `concepts` as for `banned_crops`. OR-ed over a matrix's panels
+    they are `PanelInfo.banned`, which spares `assign` the per-panel check."""
+    checks = [(ban, relation, ban_bit(bans, name, relation))
+              for name, ban in bans.items() for relation in ALL_RELATIONS]
+    memo: dict[tuple, int] = {}  # concept sets repeat a lot between crops
+    out = []
+    for key in concepts:
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = sum(bit for ban, relation, bit in checks
+                                  if ban.shows_banned(relation, *key))
+        out.append(got)
+    return np.asarray(out, dtype=np.int64).reshape(len(concepts))
+
+
+def ban_bit(bans: Mapping[str, TrainBan], split: str, relation: str) -> int:
+    """The bit of (split, relation) in `ban_bits`: by the split's place in `bans`."""
+    return _ban_bits_of(tuple(bans))[split, relation]
+
+
+@lru_cache(maxsize=64)
+def _ban_bits_of(splits: tuple[str, ...]) -> dict[tuple[str, str], int]:
+    return {(split, relation): 1 << (k * len(ALL_RELATIONS) + j)
+            for k, split in enumerate(splits) for j, relation in enumerate(ALL_RELATIONS)}
+
+
 def banned_crops(ban: TrainBan, relation: str, concepts) -> np.ndarray:
     """Per crop: whether it shows, in a matrix of `relation`, a label `ban` holds out
     (`concepts`: per crop, its categories and attribute (table, super-attribute) pairs)."""
@@ -219,6 +247,9 @@ class PanelInfo:
     super_attributes: tuple[str, ...]
     categories: tuple[frozenset[str], ...] | None = None
     label_super_attributes: tuple[frozenset[tuple[str, str]], ...] | None = None
+    #: `ban_bits` of the 16 panels' crops OR-ed together, in place of reading `categories`
+    #: and `label_super_attributes` (None: read them)
+    banned: int | None = None
 
 
 def held_out_design(specs: Mapping[str, SplitSpec]) -> HeldOutDesign:
@@ -308,21 +339,32 @@ def assign(matrix: Matrix, panels: PanelInfo, specs: Mapping[str, SplitSpec],
            bans: Mapping[str, TrainBan] | None = None) -> dict[str, str]:
     """split -> "train" | "test" | "excluded" (validation is chosen later from train)."""
     out = {}
+    side_of = {}  # partition -> "train" / "test", or None where the panels straddle it
+    for partition, sides in panels.sides.items():
+        first = sides[0]
+        side_of[partition] = None if any(s != first for s in sides) else (
+            "test" if first else "train")
     for name, spec in specs.items():
-        sides = set(panels.sides[spec.partition])
-        if len(sides) != 1:
+        side = side_of[spec.partition]
+        if side is None:
             out[name] = "excluded"  # cannot happen for generated matrices; kept for safety
             continue
-        side = "test" if sides.pop() else "train"
         if spec.rule_type == "random":
             natural = side
         else:
-            ban = (bans or {}).get(name) if bans is not None else train_ban(spec)
+            ban = bans.get(name) if bans is not None else train_ban(spec)
             natural = _natural_part(spec.rule, matrix, panels)
-            if natural == "train" and ban is not None and shows_banned(ban, matrix, panels):
+            if natural == "train" and ban is not None and _banned(bans, name, ban, matrix,
+                                                                  panels):
                 natural = "excluded"
         out[name] = natural if natural == side else "excluded"
     return out
+
+
+def _banned(bans, name: str, ban: TrainBan, m: Matrix, panels: PanelInfo) -> bool:
+    if panels.banned is not None and bans is not None:
+        return bool(panels.banned & _ban_bits_of(tuple(bans))[name, m.relation.value])
+    return shows_banned(ban, m, panels)
 
 
 def panel_concepts(m: Matrix, panels: PanelInfo):

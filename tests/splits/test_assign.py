@@ -16,6 +16,7 @@ from vprom.records import RELATIONS_OF, SPLITS, ElementType, Matrix
 from vprom.splitting import (
     PanelInfo,
     assign,
+    ban_bits,
     choose_val,
     held_out_design,
     image_sides,
@@ -266,3 +267,30 @@ def test_a_matrix_goes_only_to_the_side_of_its_images(case):
     for split, spec in SPECS.items():
         side = "test" if panels.sides[spec.partition][0] else "train"
         assert parts[split] in (side, "excluded")
+
+
+@st.composite
+def labelled_matrices(draw):
+    """A matrix whose panels carry random categories and attribute labels besides their
+    elements, and its `PanelInfo` with them."""
+    m, plain = draw(matrices())
+    pairs = [(t, sa) for t, table in ATTRIBUTES.items() for sa in table]
+    categories = tuple(frozenset(draw(st.lists(st.sampled_from(OBJECTS), max_size=2)))
+                       for _ in range(16))
+    label_sas = tuple(frozenset(draw(st.lists(st.sampled_from(pairs), max_size=2)))
+                      for _ in range(16))
+    return m, PanelInfo(sides=plain.sides, super_attributes=plain.super_attributes,
+                        categories=categories, label_super_attributes=label_sas)
+
+
+@settings(max_examples=150, deadline=None)
+@given(labelled_matrices())
+def test_the_panels_ban_bits_assign_as_their_labels_do(case):
+    """`PanelInfo.banned` (the panels' `ban_bits` OR-ed, what generation passes) decides
+    exactly as reading every panel's categories and attribute labels."""
+    m, panels = case
+    bans = load_rules().design.train_bans
+    bits = ban_bits(bans, list(zip(panels.categories, panels.label_super_attributes)))
+    banned = PanelInfo(sides=panels.sides, super_attributes=panels.super_attributes,
+                       banned=int(np.bitwise_or.reduce(bits)))
+    assert assign(m, banned, SPECS, bans) == assign(m, panels, SPECS, bans)

@@ -27,6 +27,9 @@ def add_generate(p):
                    help="same pools and seed, same data set")
     p.add_argument("--shard", type=shard, default=None, metavar="K/N",
                    help="K/N: only matrices i with i %% N == K (rows equal the single run's)")
+    p.add_argument("--workers", type=positive(int), default=default(generate, "workers"),
+                   help="processes drawing matrices (default: one per core); the file is the "
+                        "same for any number")
     p.add_argument("--legacy-count-candidates", action="store_true",
                    help="draw count candidates the old way, whose left-out values give the "
                         "answer away: only to reproduce that flaw (docs/soundness.md)")
@@ -34,7 +37,7 @@ def add_generate(p):
 
 def run_generate(args):
     print(api.generate(args.pools, args.out, scale=args.scale, seed=args.seed, shard=args.shard,
-                       legacy_counts=args.legacy_count_candidates))
+                       legacy_counts=args.legacy_count_candidates, workers=args.workers))
 
 
 GENERATE = Command(
