@@ -334,19 +334,29 @@ def label_probe(view: CandidateView, answers: np.ndarray, train: np.ndarray,
     """The context-blind probes on the candidates' labels, one per element type and one per
     relation x element type."""
     groups = probe_groups(element_type, relation, train, test)
+    results = [(group, label_group_hits(view, answers, tr, te, steps), len(tr))
+               for group, tr, te in tqdm(groups, desc="label probes", unit="probe",
+                                         disable=None)]
+    return label_check(results, note)
+
+
+def label_group_hits(view: CandidateView, answers: np.ndarray, train: np.ndarray,
+                     test: np.ndarray, steps: int = 200) -> np.ndarray:
+    """The label probe of one group (`probe_groups`): its hits on `test` after training on
+    `train` (none when either is too small to judge)."""
+    if len(train) < MIN_PROBE_TEST or len(test) < MIN_PROBE_TEST:
+        return np.zeros(0)
     n_sparse = N_CANDIDATES * (1 + max((max(ls, default=0) for ls in view.crop_labels),
                                        default=0))
-    results = []
-    for group, tr, te in tqdm(groups, desc="label probes", unit="probe", disable=None):
-        if len(tr) < MIN_PROBE_TEST or len(te) < MIN_PROBE_TEST:
-            results.append((group, np.zeros(0), len(tr)))
-            continue
-        x_tr, x_te = _standardise(label_features(view, answers, tr, tr),
-                                  label_features(view, answers, tr, te))
-        x_tr, x_te = x_tr.astype(np.float64), x_te.astype(np.float64)
-        w, table = fit_set_probe(x_tr, answers[tr], set_entries(view, tr), n_sparse, steps)
-        results.append((group, _hits_of(_set_scores(x_te, w, set_entries(view, te), table),
-                                        answers[te]), len(tr)))
+    x_tr, x_te = _standardise(label_features(view, answers, train, train),
+                              label_features(view, answers, train, test))
+    x_tr, x_te = x_tr.astype(np.float64), x_te.astype(np.float64)
+    w, table = fit_set_probe(x_tr, answers[train], set_entries(view, train), n_sparse, steps)
+    return _hits_of(_set_scores(x_te, w, set_entries(view, test), table), answers[test])
+
+
+def label_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> Check:
+    """The label probes' check from each group's (name, test hits, train size)."""
     return judge_groups("bias:probe-labels", "context-blind probe on candidate labels",
                         results, note)
 
