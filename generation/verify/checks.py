@@ -253,11 +253,17 @@ def solver_result(data: Data, tables: SolverTables, failed: list[int], reasons: 
 
 def matrix_records(m: MatrixTable, columns: dict[str, np.ndarray], start: int,
                    stop: int) -> list[tuple[int, Matrix]]:
-    """(row, record) of matrices start..stop-1 (`m.row`, with `columns` from `part_columns`
-    computed once)."""
-    parts = {s: c[start:stop].tolist() for s, c in columns.items()}
-    return [(start + k, m.row(start + k, {mid: {s: p[k] for s, p in parts.items()}}))
-            for k, mid in enumerate(m.id[start:stop].tolist())]
+    """(row, record) of matrices start..stop-1, as `m.row` makes them (`columns` from
+    `part_columns`, computed once), from plain Python values taken a range at a time."""
+    cut = slice(start, stop)
+    parts = [(s, c[cut].tolist()) for s, c in sorted(columns.items())]
+    rows = zip(m.id[cut].tolist(), m.relation[cut].tolist(), m.element_type[cut].tolist(),
+               m.super_attribute[cut].tolist(), m.panels[cut].tolist(),
+               m.elements[cut].tolist(), m.answer[cut].tolist())
+    return [(start + k, Matrix(id=i, relation=r, element_type=t, super_attribute=sa,
+                               panels=tuple(p), elements=tuple(e), answer=a,
+                               splits=tuple((s, c[k]) for s, c in parts)))
+            for k, (i, r, t, sa, p, e, a) in enumerate(rows)]
 
 
 def check_solver(data: Data, check_matrix: Callable | None = None) -> Check:
