@@ -8,7 +8,7 @@ process) on the same file and compares its report. `--jobs` adds the seconds eac
 job took, one after the other in one process (where one worker's time goes).
 
     flock /tmp/vprom-cpu.lock .venv/bin/python bench/verify.py [--scale 1] [--workers 1 2 4]
-        [--anchor /work/main] [--jobs] [--out /tmp/vbench-verify]
+        [--anchor /work/main] [--jobs] [--reuse] [--out /tmp/vbench-verify]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def timed_command(args: list[str], tree: Path) -> tuple[float, str]:
     """(wall seconds, stdout) of `python -m vprom ARGS` run from `tree`'s code."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "vprom", *args], env=env, cwd=tree,
+    done = subprocess.run([sys.executable, "-m", "vprom", *args], check=False, env=env, cwd=tree,
                           capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if done.returncode not in (0, 1):
@@ -40,22 +40,20 @@ def job_seconds(dataset: Path) -> dict[str, float]:
     """Seconds per kind of job, all run here one after the other (`verify --workers 1`)."""
     sys.path.insert(0, str(ROOT))
     from vprom.generation.dataset_view import load
-    from vprom.generation.verify import audit, bias, jobs
+    from vprom.generation.verify import jobs
     from vprom.splits import load_rules
 
     rules = load_rules()
     data, structure = load(dataset)
     jobs._INPUTS[:] = [jobs.Inputs(data, structure, rules, None, None, None,
                                    rules.design.train_bans)]
-    m = data.matrices
-    train, test, _, _ = bias.probe_plan(data)
-    groups = audit.probe_groups(m.element_type.astype(str), m.relation.astype(str), train, test)
+    _, job_list = jobs.plan(jobs._INPUTS[0])
     out: dict[str, float] = defaultdict(float)
     for name in jobs._MAKERS:
         start = time.perf_counter()
         jobs._shared(name)
         out[f"(shared) {name}"] += time.perf_counter() - start
-    for job in jobs.job_list(jobs._INPUTS[0], len(groups)):
+    for job in job_list:
         start = time.perf_counter()
         jobs.run_job(job)
         out[job[0]] += time.perf_counter() - start
@@ -69,6 +67,8 @@ def main() -> None:
     parser.add_argument("--anchor", type=Path, default=None,
                         help="another checkout whose `vprom verify` is timed beside")
     parser.add_argument("--jobs", action="store_true", help="also time each kind of job")
+    parser.add_argument("--reuse", action="store_true",
+                        help="verify the DATASET.h5 a previous run left in --out (no generate)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/vbench-verify"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -77,10 +77,12 @@ def main() -> None:
     if not pools.is_file():
         subprocess.run([sys.executable, str(ROOT / "bench" / "generate.py"), "--write-pools",
                         str(pools)], check=True, capture_output=True)
-    dataset.unlink(missing_ok=True)
-    gen, _ = timed_command(["generate", str(pools), "--out", str(dataset), "--scale",
-                            str(args.scale)], ROOT)
-    print(f"{'vprom generate --scale ' + str(args.scale):34s} {gen:7.1f} s", flush=True)
+    gen = float("nan")
+    if not (args.reuse and dataset.is_file()):
+        dataset.unlink(missing_ok=True)
+        gen, _ = timed_command(["generate", str(pools), "--out", str(dataset), "--scale",
+                                str(args.scale)], ROOT)
+        print(f"{'vprom generate --scale ' + str(args.scale):34s} {gen:7.1f} s", flush=True)
     reports = {}
     if args.anchor:
         seconds, reports["anchor"] = timed_command(["verify", str(dataset)], args.anchor)

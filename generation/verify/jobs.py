@@ -4,7 +4,7 @@ The parent reads DATASET.h5 into memory (`dataset_view.load`, which closes the f
 lists the jobs; `vprom.processes.ordered_map` forks the workers, which share the loaded data
 copy-on-write, and hands them the jobs. A job is a pure function of the data and of its own
 arguments — a range of matrices for the solver and the split rules, one group of the label
-probe, the set probes, each of the other checks whole — and returns plain results, which
+probe, one element type of the set probe, each of the other checks whole — and returns plain results, which
 come back in job order; the parent builds the checks from them in the report's fixed order.
 So the report is the same, byte for byte, whatever N is, and one worker runs the very same
 jobs one after the other in this process.
@@ -28,11 +28,15 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+import vprom.generation.verify.audit as audit
+import vprom.generation.verify.bias as bias
+import vprom.generation.verify.checks as checks
+import vprom.generation.verify.set_probes as set_probes
+import vprom.generation.verify.split_checks as split_checks
+from vprom.errors import VpromError
 from vprom.generation.dataset_view import Data
-from vprom.generation.verify import audit, bias, checks, set_probes, split_checks
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.ceiling import check_ceiling
-from vprom.errors import VpromError
 from vprom.processes import ordered_map
 from vprom.splitting import SplitRules, TrainBan
 
@@ -93,6 +97,7 @@ _MAKERS = {
     "columns": lambda inputs: inputs.data.matrices.part_columns(),
     "assigner": _assigner,
     "probes": _probes,
+    "sets": lambda inputs: set_probes.SetInputs(inputs.data, *_shared("probes")[:2]),
 }
 
 
@@ -116,9 +121,12 @@ def _label_group(k: int) -> np.ndarray:
                                   train, test)
 
 
-def _sets() -> list[Check]:
-    train, test, note, _, _ = _shared("probes")
-    return set_probes.check_sets(_INPUTS[0].data, train, test, 0, note)
+def _absent_values() -> Check:
+    return _shared("sets").absent(_shared("probes")[2])
+
+
+def _set_type(k: int) -> list:
+    return _shared("sets").one_type(k)
 
 
 def _features() -> Check:
@@ -137,7 +145,8 @@ def _split_problems() -> list[str]:
 JOBS = {
     "matrices": _matrices,
     "label group": _label_group,
-    "sets": _sets,
+    "set type": _set_type,
+    "absent values": _absent_values,
     "features": _features,
     "split problems": _split_problems,
     "integrity": lambda: checks.check_integrity(_INPUTS[0].data, _INPUTS[0].structure),
@@ -155,14 +164,27 @@ def run_job(job: tuple):
 
 
 # ---------------------------------------------------------------- the parent
-def job_list(inputs: Inputs, n_groups: int) -> list[tuple]:
+def job_list(inputs: Inputs, n_groups: int, n_types: int) -> list[tuple]:
     """Every job of a readable data set, heavy ones first."""
     n = len(inputs.data.matrices)
-    jobs = [("sets",)] + ([("features",)] if inputs.features else [])
+    jobs = [("features",)] if inputs.features else []
+    jobs += [("set type", k) for k in range(n_types)]
     jobs += [("label group", k) for k in range(n_groups)]
     jobs += [("matrices", s, min(n, s + CHUNK)) for s in range(0, n, CHUNK)]
-    return jobs + [(name,) for name in ("integrity", "leakage", "split problems", "held-out",
-                                        "frequencies", "ceiling")]
+    return jobs + [(name,) for name in ("integrity", "leakage", "absent values",
+                                        "split problems", "held-out", "frequencies",
+                                        "ceiling")]
+
+
+def plan(inputs: Inputs) -> tuple[list, list[tuple]]:
+    """(the label probe's groups, every job): known before the workers start (cheap: the
+    probes' sample, not their view)."""
+    m = inputs.data.matrices
+    train, test, _, _ = bias.probe_plan(inputs.data)
+    etype = m.element_type.astype(str)
+    groups = audit.probe_groups(etype, m.relation.astype(str), train, test)
+    n_types = len(set_probes.probe_types(etype, test))
+    return groups, job_list(inputs, len(groups), n_types)
 
 
 def run_checks(inputs: Inputs, workers: int) -> list[Check]:
@@ -172,12 +194,7 @@ def run_checks(inputs: Inputs, workers: int) -> list[Check]:
     _INPUTS[:] = [inputs]
     _SHARED.clear()
     try:
-        # the probe groups are known before the workers start (cheap: a sample, no view)
-        data, m = inputs.data, inputs.data.matrices
-        train, test, _, _ = bias.probe_plan(data)
-        groups = audit.probe_groups(m.element_type.astype(str), m.relation.astype(str),
-                                    train, test)
-        jobs = job_list(inputs, len(groups))
+        groups, jobs = plan(inputs)
         with ordered_map(run_job, jobs, workers, "verify", method="fork") as results:
             done = dict(zip(jobs, tqdm(results, total=len(jobs), desc="verify", unit="job",
                                        disable=None)))
@@ -216,7 +233,9 @@ def assemble(inputs: Inputs, jobs: list[tuple], done: dict, groups: list) -> lis
     note = bias.probe_plan(data)[2]
     out.append(audit.label_check([(name, done[("label group", k)], len(tr))
                                   for k, (name, tr, _) in enumerate(groups)], note))
-    out += done[("sets",)]
+    out.append(done[("absent values",)])
+    out.append(set_probes.set_check([r for job in jobs if job[0] == "set type"
+                                     for r in done[job]], note))
     if inputs.features:
         out.append(done[("features",)])
     out.append(done[("ceiling",)])

@@ -9,7 +9,12 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.dataset_fixture import build_records, fixture_assign, write_dataset, write_pools
+from tests.dataset_fixture import (
+    build_records,
+    fixture_assign,
+    write_dataset,
+    write_pools,
+)
 from vprom.app import cli
 from vprom.errors import VpromError
 from vprom.generation.verify import jobs, verify
@@ -57,7 +62,7 @@ def test_failures_found_by_workers_are_reported_in_matrix_order(sound, small_chu
         parts["neutral"] = {"train": "test", "test": "train"}[parts["neutral"]]
         return parts
 
-    one, checks = run(sound, 1, check_matrix=flag, assigner=reversed_neutral)
+    one, _ = run(sound, 1, check_matrix=flag, assigner=reversed_neutral)
     two, checks_2 = run(sound, 2, check_matrix=flag, assigner=reversed_neutral)
     assert as_bytes(two) == as_bytes(one)
     assert checks_2["solver"].status == "fail" and checks_2["splits"].status == "fail"
