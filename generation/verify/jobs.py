@@ -84,20 +84,21 @@ def _assigner(inputs: Inputs):
 
 
 def _probes(inputs: Inputs):
-    data = inputs.data
-    train, test, note, _ = bias.probe_plan(data)
-    view = bias.candidate_view(data, np.concatenate([train, test]))
-    m = data.matrices
+    """The label probe's candidate view and groups."""
+    train, test, _ = _shared("sample")
+    view = bias.candidate_view(inputs.data, np.concatenate([train, test]))
+    m = inputs.data.matrices
     groups = audit.probe_groups(m.element_type.astype(str), m.relation.astype(str), train, test)
-    return train, test, note, view, groups
+    return view, groups
 
 
 _MAKERS = {
     "tables": lambda inputs: checks.SolverTables(inputs.data),
     "columns": lambda inputs: inputs.data.matrices.part_columns(),
     "assigner": _assigner,
+    "sample": lambda inputs: bias.probe_plan(inputs.data)[:3],  # train, test, note
     "probes": _probes,
-    "sets": lambda inputs: set_probes.SetInputs(inputs.data, *_shared("probes")[:2]),
+    "sets": lambda inputs: set_probes.SetInputs(inputs.data, *_shared("sample")[:2]),
 }
 
 
@@ -115,14 +116,14 @@ def _matrices(start: int, stop: int):
 
 
 def _label_group(k: int) -> np.ndarray:
-    _, _, _, view, groups = _shared("probes")
+    view, groups = _shared("probes")
     _, train, test = groups[k]
     return audit.label_group_hits(view, _INPUTS[0].data.matrices.answer.astype(np.int64),
                                   train, test)
 
 
 def _absent_values() -> Check:
-    return _shared("sets").absent(_shared("probes")[2])
+    return _shared("sets").absent(_shared("sample")[2])
 
 
 def _set_type(k: int) -> list:
