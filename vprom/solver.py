@@ -143,7 +143,14 @@ def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
     relation, and the solver finds exactly one valid candidate, the answer (`groups` as in
     `valid_candidates`).
     """
-    element_type, u, masks, g = _masks(matrix.element_type, labels, universe, groups)
+    _, u, masks, g = _masks(matrix.element_type, labels, universe, groups)
+    return check_masks(matrix, u, masks, g, labels)
+
+
+def check_masks(matrix: Matrix, u: Universe, masks: Sequence[int], groups: Sequence[int],
+                labels: Sequence[frozenset[str]]) -> str | None:
+    """`check_matrix` on the panels' masks in `u` and the groups' masks (`group_masks`),
+    for a caller that checks many matrices and computes each crop's mask once."""
     for k, (element, label_set) in enumerate(zip(matrix.elements, labels)):
         if element not in label_set or element not in u.ids:
             return f"panel {k} claims '{element}' but its labels {sorted(label_set)} lack it"
@@ -153,7 +160,7 @@ def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
         return (f"the elements {[matrix.elements[i] for i in range(N_CONTEXT)]} + answer "
                 f"'{matrix.elements[N_CONTEXT + matrix.answer]}' do not obey "
                 f"{matrix.relation.value}")
-    z = completion_mask(element_type, masks[:N_CONTEXT], groups=g)
+    z = completion_mask(u.element_type, masks[:N_CONTEXT], groups=groups)
     valid = [k for k in range(N_CANDIDATES) if masks[N_CONTEXT + k] & z]
     if valid != [matrix.answer]:
         names = sorted(u.names[i] for i in range(z.bit_length()) if (z >> i) & 1)

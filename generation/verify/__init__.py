@@ -7,6 +7,8 @@ over `generation.verify.audit`: answer positions, frequency heuristics, context-
 labels and, with a FEATS.h5, on features, each per element type and per relation x element
 type) and the perception-only ceiling (`generation.verify.ceiling`, a figure, never a failure).
 A file whose records cannot be read fails integrity and skips the rest.
+`workers` processes share the checks (`generation.verify.jobs`): the report is the same for
+any number of them.
 
 The split rules are handed in (the top floor loads them from `splits`), never imported from here.
 """
@@ -17,12 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vprom.generation.verify.audit import Check
-from vprom.generation.verify.bias import check_bias
-from vprom.generation.verify.ceiling import check_ceiling
-from vprom.generation.verify.checks import check_integrity, check_solver
 from vprom.generation.dataset_view import load
-from vprom.generation.verify.split_checks import check_held_out, check_leakage, check_splits
+from vprom.generation.verify.audit import Check
+from vprom.generation.verify.checks import check_integrity, fatal_problems
+from vprom.generation.verify.jobs import Inputs, run_checks
 from vprom.splitting import SplitRules, TrainBan
 
 
@@ -58,30 +58,26 @@ class VerifyReport:
 
 def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None = None, *,
            check_matrix: Callable | None = None, assigner: Callable | None = None,
-           train_bans: Mapping[str, TrainBan] | None = None) -> VerifyReport:
+           train_bans: Mapping[str, TrainBan] | None = None, workers: int = 1) -> VerifyReport:
     """Run every check on DATASET.h5 (and the feature probe with a FEATS.h5).
 
     `rules` are the split rules the file was generated with (`vprom.splits.load_rules()`).
     `check_matrix`, `assigner` and `train_bans` default to `vprom.solver.check_matrix`,
     `rules.assign` and `rules.design.train_bans`; they are parameters so each check can be
-    tested on its own (a test's own split rules hold out no labels).
+    tested on its own (a test's own split rules hold out no labels). `workers` processes
+    share the checks (`generation.verify.jobs`); the report is the same for any number.
     """
     dataset = Path(dataset)
     data, structure = load(dataset)
-    checks = [check_integrity(data, structure)]
-    if not checks[0].figures["readable"]:
+    if data is None or fatal_problems(data):
+        checks = [check_integrity(data, structure)]
         skipped = "not run: the matrices cannot be read as records (see integrity)"
         checks += [Check(n, "skip", skipped) for n in ("solver", "splits", "leakage",
                                                        "held-out labels", "bias")]
         figures = {} if data is None else {"matrices": len(data.matrices),
                                            "crops": len(data.crops)}
         return VerifyReport(dataset, checks, figures)
-    checks.append(check_solver(data, check_matrix))
-    checks.append(check_splits(data, rules, assigner))
-    checks.append(check_leakage(data))
-    checks.append(check_held_out(data, rules.design.train_bans if train_bans is None
-                                 else train_bans))
-    checks += check_bias(data, Path(features) if features else None)
-    checks.append(check_ceiling(data.matrices))
-    return VerifyReport(dataset, checks, {"matrices": len(data.matrices),
-                                          "crops": len(data.crops)})
+    inputs = Inputs(data, structure, rules, Path(features) if features else None, check_matrix,
+                    assigner, rules.design.train_bans if train_bans is None else train_bans)
+    return VerifyReport(dataset, run_checks(inputs, workers),
+                        {"matrices": len(data.matrices), "crops": len(data.crops)})

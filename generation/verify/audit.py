@@ -35,7 +35,6 @@ a probe group with fewer than `MIN_PROBE_TEST` test matrices is reported but not
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -163,6 +162,7 @@ class CandidateView:
     n_implied: np.ndarray | None = None  # implied labels (n_labels counts explicit ones)
     crops: np.ndarray | None = None  # N×8 crop rows, for the set part
     crop_labels: list[tuple[int, ...]] | None = None  # per crop row: its label ids
+    index: dict = field(default_factory=dict, repr=False)  # `_label_index`, made once
 
 
 def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
@@ -238,16 +238,28 @@ def _standardise(x_train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
 
 def set_entries(view: CandidateView, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The set part's entries for matrices `rows`: (candidate index i*8+j, feature l*8+c)
-    for every label l of candidate j, c = how many of the other 7 carry l."""
-    labels, cand, feat = view.crop_labels, [], []
-    for i, crop_row in enumerate(view.crops[rows].tolist()):
-        sets = [labels[r] for r in crop_row]
-        count = Counter(chain.from_iterable(sets))
-        for j, ls in enumerate(sets):
-            for label in ls:
-                cand.append(i * N_CANDIDATES + j)
-                feat.append(label * N_CANDIDATES + count[label] - 1)
-    return np.asarray(cand, dtype=np.int64), np.asarray(feat, dtype=np.int64)
+    for every label l of candidate j, c = how many of the other 7 carry l; candidate by
+    candidate, each one's labels in order."""
+    flat, starts, sizes = _label_index(view)
+    crops = view.crops[rows].ravel()
+    n = sizes[crops]
+    cand = np.repeat(np.arange(len(crops), dtype=np.int64), n)
+    within = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+    label = flat[np.repeat(starts[crops], n) + within]
+    # how many of the matrix's 8 candidates carry each (matrix, label) pair
+    _, pair, count = np.unique((cand // N_CANDIDATES) * (int(flat.max(initial=0)) + 1) + label,
+                               return_inverse=True, return_counts=True)
+    return cand, label * N_CANDIDATES + count[pair.ravel()] - 1
+
+
+def _label_index(view: CandidateView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`view.crop_labels` flat: (every label id, where each crop's start, how many)."""
+    if "labels" not in view.index:
+        sizes = np.array([len(ls) for ls in view.crop_labels], dtype=np.int64)
+        flat = np.fromiter(chain.from_iterable(view.crop_labels), dtype=np.int64,
+                           count=int(sizes.sum()))
+        view.index["labels"] = (flat, np.cumsum(sizes) - sizes, sizes)
+    return view.index["labels"]
 
 
 def _set_scores(x, w, entries, table) -> np.ndarray:
@@ -334,19 +346,28 @@ def label_probe(view: CandidateView, answers: np.ndarray, train: np.ndarray,
     """The context-blind probes on the candidates' labels, one per element type and one per
     relation x element type."""
     groups = probe_groups(element_type, relation, train, test)
-    n_sparse = N_CANDIDATES * (1 + max((max(ls, default=0) for ls in view.crop_labels),
-                                       default=0))
-    results = []
-    for group, tr, te in tqdm(groups, desc="label probes", unit="probe", disable=None):
-        if len(tr) < MIN_PROBE_TEST or len(te) < MIN_PROBE_TEST:
-            results.append((group, np.zeros(0), len(tr)))
-            continue
-        x_tr, x_te = _standardise(label_features(view, answers, tr, tr),
-                                  label_features(view, answers, tr, te))
-        x_tr, x_te = x_tr.astype(np.float64), x_te.astype(np.float64)
-        w, table = fit_set_probe(x_tr, answers[tr], set_entries(view, tr), n_sparse, steps)
-        results.append((group, _hits_of(_set_scores(x_te, w, set_entries(view, te), table),
-                                        answers[te]), len(tr)))
+    results = [(group, label_group_hits(view, answers, tr, te, steps), len(tr))
+               for group, tr, te in tqdm(groups, desc="label probes", unit="probe",
+                                         disable=None)]
+    return label_check(results, note)
+
+
+def label_group_hits(view: CandidateView, answers: np.ndarray, train: np.ndarray,
+                     test: np.ndarray, steps: int = 200) -> np.ndarray:
+    """The label probe of one group (`probe_groups`): its hits on `test` after training on
+    `train` (none when either is too small to judge)."""
+    if len(train) < MIN_PROBE_TEST or len(test) < MIN_PROBE_TEST:
+        return np.zeros(0)
+    n_sparse = N_CANDIDATES * (1 + int(_label_index(view)[0].max(initial=0)))
+    x_tr, x_te = _standardise(label_features(view, answers, train, train),
+                              label_features(view, answers, train, test))
+    x_tr, x_te = x_tr.astype(np.float64), x_te.astype(np.float64)
+    w, table = fit_set_probe(x_tr, answers[train], set_entries(view, train), n_sparse, steps)
+    return _hits_of(_set_scores(x_te, w, set_entries(view, test), table), answers[test])
+
+
+def label_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> Check:
+    """The label probes' check from each group's (name, test hits, train size)."""
     return judge_groups("bias:probe-labels", "context-blind probe on candidate labels",
                         results, note)
 

@@ -88,19 +88,34 @@ def candidate_view(data: Data, used: np.ndarray) -> audit.CandidateView:
         crops=rows, crop_labels=crop_labels)
 
 
+def frequency_checks(data: Data) -> list[Check]:
+    """The answer-position test and the two element-frequency heuristics."""
+    m = data.matrices
+    answers = m.answer.astype(np.int64)
+    groups = {t: np.flatnonzero(m.element_type == t) for t in sorted(set(m.element_type))}
+    codes = audit.element_codes(m.elements[:, N_CONTEXT:])
+    return [audit.answer_position(answers, groups),
+            audit.shortcut_check("bias:mode", "pick the most frequent candidate element",
+                                 audit.heuristic_hits(codes, answers, "mode")),
+            audit.shortcut_check("bias:odd-one-out", "pick the odd one out",
+                                 audit.heuristic_hits(codes, answers, "odd"))]
+
+
+def probe_plan(data: Data, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str,
+                                                    np.random.Generator]:
+    """(train rows, test rows, note, the generator the feature probe goes on with): the
+    probes' sample, the same in every process for the same `seed`."""
+    rng = np.random.default_rng(seed)
+    train, test, note = probe_sides(data, rng, PROBE_MAX)
+    return train, test, note, rng
+
+
 def check_bias(data: Data, features: Path | None, seed: int = 0) -> list[Check]:
     """The audit of `generation.verify.audit`; `seed` fixes the probes' samples and minibatches."""
     m = data.matrices
     answers = m.answer.astype(np.int64)
-    groups = {t: np.flatnonzero(m.element_type == t) for t in sorted(set(m.element_type))}
-    checks = [audit.answer_position(answers, groups)]
-    codes = audit.element_codes(m.elements[:, N_CONTEXT:])
-    checks.append(audit.shortcut_check("bias:mode", "pick the most frequent candidate element",
-                                       audit.heuristic_hits(codes, answers, "mode")))
-    checks.append(audit.shortcut_check("bias:odd-one-out", "pick the odd one out",
-                                       audit.heuristic_hits(codes, answers, "odd")))
-    rng = np.random.default_rng(seed)
-    train, test, note = probe_sides(data, rng, PROBE_MAX)
+    checks = frequency_checks(data)
+    train, test, note, rng = probe_plan(data, seed)
     view = candidate_view(data, np.concatenate([train, test]))
     checks.append(audit.label_probe(view, answers, train, test, m.element_type.astype(str),
                                     m.relation.astype(str), note))

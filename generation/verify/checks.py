@@ -20,7 +20,6 @@ import json
 from collections.abc import Callable
 
 import numpy as np
-from tqdm import tqdm
 
 from vprom.generation.verify.audit import Check
 from vprom.generation.dataset_view import MAX_EXAMPLES, Data, bad, examples
@@ -31,7 +30,9 @@ from vprom.records import (
     N_CONTEXT,
     RELATIONS_OF,
     ElementType,
+    Matrix,
 )
+from vprom.solver import Universe, check_masks, group_masks
 from vprom.solver import check_matrix as solver_check
 from vprom.tables import MatrixTable, content_hash
 
@@ -184,27 +185,58 @@ def reading_groups(data: Data) -> dict[str, dict[str, frozenset[str]]]:
     return out
 
 
-def check_solver(data: Data, check_matrix: Callable | None = None) -> Check:
-    """Every matrix, with all its panels' labels (explicit and implied), has exactly one
-    valid candidate. `check_matrix(matrix, labels, universe, groups)` defaults to the solver."""
-    check_matrix = check_matrix or solver_check
-    label_sets, explicit = data.label_sets(), data.crops.label_sets()
-    universe, groups = universes(data), reading_groups(data)
-    implied_rows = np.array([len(a) > len(b) for a, b in zip(label_sets, explicit)], bool)
-    parts = data.matrices.parts_of()
+class SolverTables:
+    """What the solver check reads for every matrix, computed once: each crop's labels
+    (explicit and implied, and explicit only), each element type's universe and reading
+    groups, and, for `vprom.solver`, each crop's label mask per element type."""
+
+    def __init__(self, data: Data) -> None:
+        self.labels, self.explicit = data.label_sets(), data.crops.label_sets()
+        self.universe, self.groups = universes(data), reading_groups(data)
+        self._masks: dict[str, tuple] = {}
+
+    def masks(self, etype: str) -> tuple[Universe, list[int], list[int]]:
+        """(universe, group masks, per crop row its labels' mask) of one element type."""
+        if etype not in self._masks:
+            u = Universe(etype, self.universe[etype])
+            self._masks[etype] = (u, group_masks(u, self.groups.get(etype)),
+                                  [u.mask(s) for s in self.labels])
+        return self._masks[etype]
+
+
+def solve(tables: SolverTables, records: list[tuple[int, Matrix]], crop_rows: np.ndarray,
+          check_matrix: Callable | None = None) -> tuple[list[int], list[str], int]:
+    """(ids of the matrices without exactly one valid candidate, each one's reason, how many
+    of them pass with explicit labels alone) among `records` ((row, matrix) pairs; row
+    indexes `crop_rows`, the N×16 crop rows). `check_matrix(matrix, labels, universe,
+    groups)` defaults to `vprom.solver`, run on masks computed once per crop."""
     failed, reasons, implied_only = [], [], 0
-    for i in tqdm(range(len(data.matrices)), desc="solver", unit="matrix", disable=None):
-        matrix = data.matrices.row(i, parts)
+    for i, matrix in records:
         etype = matrix.element_type.value
-        rows = data.rows[i]
-        reason = check_matrix(matrix, [label_sets[r] for r in rows], universe[etype],
-                              groups.get(etype))
-        if reason is not None:
-            failed.append(matrix.id)
-            reasons.append(reason)
-            if check_matrix(matrix, [explicit[r] for r in rows], universe[etype],
-                            groups.get(etype)) is None:
-                implied_only += 1
+        rows = crop_rows[i].tolist()
+        labels = [tables.labels[r] for r in rows]
+        if check_matrix is None:
+            u, groups, masks = tables.masks(etype)
+            reason = check_masks(matrix, u, [masks[r] for r in rows], groups, labels)
+        else:
+            reason = check_matrix(matrix, labels, tables.universe[etype],
+                                  tables.groups.get(etype))
+        if reason is None:
+            continue
+        failed.append(matrix.id)
+        reasons.append(reason)
+        if (check_matrix or solver_check)(matrix, [tables.explicit[r] for r in rows],
+                                          tables.universe[etype],
+                                          tables.groups.get(etype)) is None:
+            implied_only += 1
+    return failed, reasons, implied_only
+
+
+def solver_result(data: Data, tables: SolverTables, failed: list[int], reasons: list[str],
+                  implied_only: int) -> Check:
+    """The solver check from `solve`'s results over every matrix."""
+    implied_rows = np.array([len(a) > len(b) for a, b in zip(tables.labels, tables.explicit)],
+                            bool)
     n = len(data.matrices)
     safe = np.where(data.rows < 0, 0, data.rows)
     panels = int(implied_rows[safe].sum()) if len(implied_rows) else 0
@@ -217,3 +249,26 @@ def check_solver(data: Data, check_matrix: Callable | None = None) -> Check:
                   "panels_with_implied_labels": panels,
                   "implied_labels_recorded": data.vocabulary.recorded},
                  examples("not exactly one answer", failed, reasons))
+
+
+def matrix_records(m: MatrixTable, columns: dict[str, np.ndarray], start: int,
+                   stop: int) -> list[tuple[int, Matrix]]:
+    """(row, record) of matrices start..stop-1, as `m.row` makes them (`columns` from
+    `part_columns`, computed once), from plain Python values taken a range at a time."""
+    cut = slice(start, stop)
+    parts = [(s, c[cut].tolist()) for s, c in sorted(columns.items())]
+    rows = zip(m.id[cut].tolist(), m.relation[cut].tolist(), m.element_type[cut].tolist(),
+               m.super_attribute[cut].tolist(), m.panels[cut].tolist(),
+               m.elements[cut].tolist(), m.answer[cut].tolist())
+    return [(start + k, Matrix(id=i, relation=r, element_type=t, super_attribute=sa,
+                               panels=tuple(p), elements=tuple(e), answer=a,
+                               splits=tuple((s, c[k]) for s, c in parts)))
+            for k, (i, r, t, sa, p, e, a) in enumerate(rows)]
+
+
+def check_solver(data: Data, check_matrix: Callable | None = None) -> Check:
+    """Every matrix, with all its panels' labels (explicit and implied), has exactly one
+    valid candidate. `check_matrix(matrix, labels, universe, groups)` defaults to the solver."""
+    tables = SolverTables(data)
+    records = matrix_records(data.matrices, data.matrices.part_columns(), 0, len(data.matrices))
+    return solver_result(data, tables, *solve(tables, records, data.rows, check_matrix))

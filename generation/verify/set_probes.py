@@ -24,7 +24,9 @@ its val part and scored on its test part (`generation.verify.bias.probe_sides` s
    are absent from the set; for counts its rank among the 8 values and its offset to each
    missing value. The relu mixes own and set tokens, so "the value whose neighbours are
    missing" or "the colour whose super-attribute's other values are all present" are within
-   its reach. Adam on minibatches; the epoch with the best val accuracy is kept.
+   its reach. Adam on minibatches; the epoch with the best val accuracy is kept. Each element
+   type's model draws from its own stream (spawned from one seed), so the types can be fitted
+   in any order, in any process (`vprom verify --workers`).
 
 Both are judged like the other probes (`audit.judge_groups`): a group fails when the lower
 end of its 95% Wilson interval exceeds 12.5% + 2 points.
@@ -239,31 +241,53 @@ def set_probe(elements: np.ndarray, super_attributes: np.ndarray, answers: np.nd
               element_type: np.ndarray, relation: np.ndarray, rng: np.random.Generator,
               note: str = "") -> Check:
     """The set MLP, one model per element type, scored per element type and per relation x
-    element type. Arrays are over all matrices; only rows in train / val / test are read."""
-    results = []
-    for etype in sorted(set(element_type[test].tolist())):
-        mine = np.flatnonzero(element_type == etype)
-        tr, va, te = (np.intersect1d(rows, mine) for rows in (train, val, test))
-        if len(tr) < MIN_PROBE_TEST or len(te) < MIN_PROBE_TEST:
-            results.append((etype, np.zeros(0), len(tr)))
-            continue
-        used = np.concatenate([tr, va, te])
-        el = elements[used]
-        if etype == "count":  # codes in count order, so ranks and offsets are arithmetic
-            el = np.char.zfill(el.astype(str), 2)
-        set_tok, own_tok, _ = set_tokens(el, super_attributes[used], relation[used])
-        local = np.arange(len(used))
-        l_tr, l_va, l_te = local[:len(tr)], local[len(tr):len(tr) + len(va)], \
-            local[len(tr) + len(va):]
-        y = answers[used]
-        model = fit_set_mlp(set_tok, own_tok, y, l_tr, l_va, rng)
-        hits = model.hits(set_tok[l_te], own_tok[l_te], y[l_te])
-        results.append((etype, hits, len(tr)))
-        rel_te, rel_tr = relation[te], relation[tr]
-        for rel in sorted(set(rel_te.tolist())):
-            results.append((f"{etype} x {rel}", hits[rel_te == rel], int((rel_tr == rel).sum())))
+    element type. Arrays are over all matrices; only rows in train / val / test are read.
+    Each element type's model draws from its own stream, spawned from `rng`."""
+    types = probe_types(element_type, test)
+    streams = rng.spawn(len(types))
+    results = [r for etype, stream in zip(types, streams)
+               for r in set_probe_type(etype, elements, super_attributes, answers, train, val,
+                                       test, element_type, relation, stream)]
+    return set_check(results, note)
+
+
+def probe_types(element_type: np.ndarray, test: np.ndarray) -> list[str]:
+    """The element types the set MLP probes, in the order their streams are spawned."""
+    return sorted(set(element_type[test].tolist()))
+
+
+def set_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> Check:
+    """The set MLP's check from every group's (name, test hits, train size)."""
     return audit.judge_groups("bias:probe-sets", "context-blind MLP on the candidate set",
                               results, note)
+
+
+def set_probe_type(etype: str, elements: np.ndarray, super_attributes: np.ndarray,
+                   answers: np.ndarray, train: np.ndarray, val: np.ndarray, test: np.ndarray,
+                   element_type: np.ndarray, relation: np.ndarray,
+                   rng: np.random.Generator) -> list[tuple[str, np.ndarray, int]]:
+    """One element type's model: (group, test hits, train size) for the type and for each
+    of its relations."""
+    mine = np.flatnonzero(element_type == etype)
+    tr, va, te = (np.intersect1d(rows, mine) for rows in (train, val, test))
+    if len(tr) < MIN_PROBE_TEST or len(te) < MIN_PROBE_TEST:
+        return [(etype, np.zeros(0), len(tr))]
+    used = np.concatenate([tr, va, te])
+    el = elements[used]
+    if etype == "count":  # codes in count order, so ranks and offsets are arithmetic
+        el = np.char.zfill(el.astype(str), 2)
+    set_tok, own_tok, _ = set_tokens(el, super_attributes[used], relation[used])
+    local = np.arange(len(used))
+    l_tr, l_va, l_te = local[:len(tr)], local[len(tr):len(tr) + len(va)], \
+        local[len(tr) + len(va):]
+    y = answers[used]
+    model = fit_set_mlp(set_tok, own_tok, y, l_tr, l_va, rng)
+    hits = model.hits(set_tok[l_te], own_tok[l_te], y[l_te])
+    results = [(etype, hits, len(tr))]
+    rel_te, rel_tr = relation[te], relation[tr]
+    for rel in sorted(set(rel_te.tolist())):
+        results.append((f"{etype} x {rel}", hits[rel_te == rel], int((rel_tr == rel).sum())))
+    return results
 
 
 def val_rows(data, train: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray,
@@ -285,17 +309,44 @@ def val_rows(data, train: np.ndarray, rng: np.random.Generator) -> tuple[np.ndar
     return train, np.sort(np.concatenate(parts))
 
 
+class SetInputs:
+    """What both set-level probes read of `data` (a `dataset_view.Data`), neutral rows given.
+    A generator of its own (`seed`, 27) draws the val rows, so the other probes' draws are
+    unchanged; a fresh one spawns the set MLP's streams, one per element type."""
+
+    def __init__(self, data, train: np.ndarray, test: np.ndarray, seed: int = 0) -> None:
+        self.seed = seed
+        m = data.matrices
+        self.answers = m.answer.astype(np.int64)
+        self.elements = m.elements[:, N_CONTEXT:].astype(str)
+        rows = np.where(data.rows < 0, 0, data.rows)[:, N_CONTEXT:]
+        self.super_attributes = data.crops.super_attribute.astype(str)[rows]
+        self.etype, self.relation = m.element_type.astype(str), m.relation.astype(str)
+        self.train, self.test = train, test
+        self.fit, self.val = val_rows(data, train, np.random.default_rng([seed, 27]))
+
+    def streams(self) -> np.random.Generator:
+        """The generator whose spawned children are the set MLP's streams."""
+        return np.random.default_rng([self.seed, 27])
+
+    def absent(self, note: str = "") -> Check:
+        return absent_value_probe(self.elements, self.answers, self.train, self.test,
+                                  self.etype, self.relation, note)
+
+    def types(self) -> list[str]:
+        return probe_types(self.etype, self.test)
+
+    def one_type(self, k: int) -> list[tuple[str, np.ndarray, int]]:
+        """`set_probe_type` of the k-th of `types()`, on its own spawned stream."""
+        return set_probe_type(self.types()[k], self.elements, self.super_attributes,
+                              self.answers, self.fit, self.val, self.test, self.etype,
+                              self.relation, self.streams().spawn(k + 1)[k])
+
+
 def check_sets(data, train: np.ndarray, test: np.ndarray, seed: int = 0,
                note: str = "") -> list[Check]:
     """Both set-level probes on `data` (a `dataset_view.Data`), neutral rows given."""
-    rng = np.random.default_rng([seed, 27])  # its own stream: the other probes are unchanged
-    m = data.matrices
-    answers = m.answer.astype(np.int64)
-    elements = m.elements[:, N_CONTEXT:].astype(str)
-    rows = np.where(data.rows < 0, 0, data.rows)[:, N_CONTEXT:]
-    super_attributes = data.crops.super_attribute.astype(str)[rows]
-    etype, relation = m.element_type.astype(str), m.relation.astype(str)
-    fit, val = val_rows(data, train, rng)
-    return [absent_value_probe(elements, answers, train, test, etype, relation, note),
-            set_probe(elements, super_attributes, answers, fit, val, test, etype, relation,
-                      rng, note)]
+    inputs = SetInputs(data, train, test, seed)
+    return [inputs.absent(note),
+            set_probe(inputs.elements, inputs.super_attributes, inputs.answers, inputs.fit,
+                      inputs.val, test, inputs.etype, inputs.relation, inputs.streams(), note)]

@@ -16,14 +16,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import numpy as np
-from tqdm import tqdm
-
 from vprom.generation.verify.audit import Check
+from vprom.generation.verify.checks import matrix_records
 from vprom.generation.dataset_view import Data, examples
 from vprom.errors import VpromError
-from vprom.records import N_CONTEXT, SPLITS, ElementType, Relation
+from vprom.records import N_CONTEXT, SPLITS, ElementType, Matrix, Relation
 from vprom.splitting import (
     PanelInfo,
     SplitRules,
@@ -46,6 +46,28 @@ def crop_concepts(data: Data) -> list[tuple[frozenset[str], frozenset[tuple[str,
 
 
 # ---------------------------------------------------------------- 3. splits
+class RememberingBan:
+    """A `TrainBan` that remembers its answers: the rules ask it about each of the 16 panels
+    of every matrix, in every held-out split, and the panels' concept sets repeat a lot."""
+
+    def __init__(self, ban: TrainBan) -> None:
+        self.ban, self.memo = ban, {}
+
+    def shows_banned(self, relation: str, categories, label_super_attributes) -> bool:
+        key = (relation, categories, label_super_attributes)
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = self.ban.shows_banned(relation, categories,
+                                                         label_super_attributes)
+        return got
+
+
+def remembering(rules: SplitRules) -> SplitRules:
+    """The same rules, their bans `RememberingBan`s."""
+    bans = {name: RememberingBan(ban) for name, ban in rules.design.train_bans.items()}
+    return SplitRules(rules.specs, replace(rules.design, train_bans=bans))
+
+
 def default_assigner(data: Data, rules: SplitRules) -> Callable:
     """matrix -> {split: part} by the split rules with the seed the manifest records (sides
     of every panel's image computed for all matrices at once)."""
@@ -54,15 +76,16 @@ def default_assigner(data: Data, rules: SplitRules) -> Callable:
         raise VpromError(f"{data.path}: the manifest records no seed, so the split rules "
                          "cannot be re-run; regenerate the file with `vprom generate`")
     rows = np.where(data.rows < 0, 0, data.rows)
-    sides = image_sides(rules, seed, data.crops.image_id[rows])
-    super_attributes = data.crops.super_attribute[rows]
+    sides = {p: s.tolist() for p, s in image_sides(rules, seed, data.crops.image_id[rows]).items()}
+    super_attributes = data.crops.super_attribute[rows].tolist()
     concepts = crop_concepts(data)
     row_of = {int(mid): i for i, mid in enumerate(data.matrices.id)}
+    rules, rows = remembering(rules), rows.tolist()
 
     def assigner(matrix):
         i = row_of[matrix.id]
         panels = [concepts[r] for r in rows[i]]
-        info = PanelInfo(sides={p: tuple(int(v) for v in s[i]) for p, s in sides.items()},
+        info = PanelInfo(sides={p: tuple(s[i]) for p, s in sides.items()},
                          super_attributes=tuple(super_attributes[i]),
                          categories=tuple(c for c, _ in panels),
                          label_super_attributes=tuple(s for _, s in panels))
@@ -117,6 +140,40 @@ def paper_rule_problems(data: Data) -> list[str]:
     return problems
 
 
+def off_rule(records: list[tuple[int, Matrix]], assigner: Callable,
+             splits: list[str]) -> tuple[list[int], list[str]]:
+    """(ids of the matrices among `records` ((row, matrix) pairs) whose stored part differs
+    from the rule's in one of `splits`, the first such difference of each)."""
+    side = {"train": "train", "val": "train", "test": "test", "excluded": "excluded"}
+    wrong, reasons = [], []
+    for _, matrix in records:
+        expected = assigner(matrix)
+        for split in splits:
+            want, got = expected.get(split, "excluded"), matrix.part(split)
+            if side.get(want, want) != side.get(got, got):
+                wrong.append(matrix.id)
+                reasons.append(f"{split}: stored {got}, the rule says {want}")
+                break
+    return wrong, reasons
+
+
+def splits_check(m: MatrixTable, problems: list[str], wrong: list[int],
+                 reasons: list[str]) -> Check:
+    """The splits check from the well-formedness `problems` and `off_rule`'s results."""
+    problems = problems + examples("part differs from the split rule", wrong, reasons)
+    sizes = {s: {p: len(ids) for p, ids in parts_.items()} for s, parts_ in m.splits.items()}
+    summary = (f"{len(m.splits)} splits; parts disjoint and equal to the rules" if not problems
+               else f"{len(problems)} problem(s); {len(wrong):,} matrices off their rule")
+    return Check("splits", "fail" if problems else "pass", summary,
+                 {"sizes": sizes, "off_rule": len(wrong)}, problems)
+
+
+def unassignable(problems: list[str], e: VpromError) -> Check:
+    """The splits check when the rules cannot be re-run."""
+    return Check("splits", "fail", f"cannot re-run the split rules: {e}", {},
+                 problems + [str(e)])
+
+
 def check_splits(data: Data, rules: SplitRules, assigner: Callable | None = None) -> Check:
     """Stored parts are well formed and equal the split rules re-run on every matrix."""
     m = data.matrices
@@ -124,26 +181,9 @@ def check_splits(data: Data, rules: SplitRules, assigner: Callable | None = None
     try:
         assigner = assigner or default_assigner(data, rules)
     except VpromError as e:
-        return Check("splits", "fail", f"cannot re-run the split rules: {e}", {},
-                     problems + [str(e)])
-    parts = m.parts_of()
-    side = {"train": "train", "val": "train", "test": "test", "excluded": "excluded"}
-    wrong, reasons = [], []
-    for i in tqdm(range(len(m)), desc="splits", unit="matrix", disable=None):
-        matrix = m.row(i, parts)
-        expected = assigner(matrix)
-        for split in sorted(m.splits):
-            want, got = expected.get(split, "excluded"), matrix.part(split)
-            if side.get(want, want) != side.get(got, got):
-                wrong.append(matrix.id)
-                reasons.append(f"{split}: stored {got}, the rule says {want}")
-                break
-    problems += examples("part differs from the split rule", wrong, reasons)
-    sizes = {s: {p: len(ids) for p, ids in parts_.items()} for s, parts_ in m.splits.items()}
-    summary = (f"{len(m.splits)} splits; parts disjoint and equal to the rules" if not problems
-               else f"{len(problems)} problem(s); {len(wrong):,} matrices off their rule")
-    return Check("splits", "fail" if problems else "pass", summary,
-                 {"sizes": sizes, "off_rule": len(wrong)}, problems)
+        return unassignable(problems, e)
+    records = matrix_records(m, m.part_columns(), 0, len(m))
+    return splits_check(m, problems, *off_rule(records, assigner, sorted(m.splits)))
 
 
 # ---------------------------------------------------------------- 4. leakage

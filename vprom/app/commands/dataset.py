@@ -94,12 +94,17 @@ def add_verify(p):
     p.add_argument("--features", type=Path, default=None,
                    help="also run the context-blind probes on these features (crops an "
                         "--allow-missing extraction lacks leave their matrices out)")
+    p.add_argument("--workers", type=positive(int), default=None,
+                   help="processes that share the checks (default: one per CPU core); the "
+                        "report is the same for any number")
 
 
 def run_verify(args):
     from vprom.app.lineage import lineage_problems
+    from vprom.generation.verify.jobs import all_cores
 
-    report = api.verify(args.dataset, features=args.features)
+    report = api.verify(args.dataset, features=args.features,
+                        workers=args.workers or all_cores())
     print(report.format())
     if not report.ok:
         raise VpromError(f"{args.dataset}: verification failed ({report.failures()})")

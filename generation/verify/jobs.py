@@ -1,0 +1,243 @@
+"""`vprom verify --workers N`: the checks as independent jobs, run by N processes.
+
+The parent reads DATASET.h5 into memory (`dataset_view.load`, which closes the file) and
+lists the jobs; `vprom.processes.ordered_map` forks the workers, which share the loaded data
+copy-on-write, and hands them the jobs. A job is a pure function of the data and of its own
+arguments — a range of matrices for the solver and the split rules, one group of the label
+probe, one element type of the set probe, each of the other checks whole — and returns plain results, which
+come back in job order; the parent builds the checks from them in the report's fixed order.
+So the report is the same, byte for byte, whatever N is, and one worker runs the very same
+jobs one after the other in this process.
+
+What several jobs need beyond the data — the solver's masks, the split assigner, the
+probes' sample and candidate view — each process computes once, when one of its jobs first
+needs it (`_shared`): nothing is computed in the parent while the workers wait.
+
+Heavy jobs come first, so no worker is left with a long one at the end; the matrices are cut
+into `CHUNK`-matrix ranges, enough of them to keep every worker of a large machine busy.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+import vprom.generation.verify.audit as audit
+import vprom.generation.verify.bias as bias
+import vprom.generation.verify.checks as checks
+import vprom.generation.verify.set_probes as set_probes
+import vprom.generation.verify.split_checks as split_checks
+from vprom.errors import VpromError
+from vprom.generation.dataset_view import Data
+from vprom.generation.verify.audit import Check
+from vprom.generation.verify.ceiling import check_ceiling
+from vprom.processes import ordered_map
+from vprom.splitting import SplitRules, TrainBan
+
+#: matrices per solver-and-splits job
+CHUNK = 10_000
+
+
+def all_cores() -> int:
+    """The CPU cores this process may run on (`--workers`' default)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass
+class Inputs:
+    """What every job reads: the loaded data set and the check's settings."""
+
+    data: Data
+    structure: list[str]
+    rules: SplitRules
+    features: Path | None
+    check_matrix: Callable | None
+    assigner: Callable | None
+    train_bans: dict[str, TrainBan]
+
+
+_INPUTS: list[Inputs] = []  # the parent's, set before the workers fork
+_SHARED: dict[str, object] = {}  # per process: what `_shared` computed
+
+
+def _shared(name: str):
+    """What several jobs need, computed once per process."""
+    if name not in _SHARED:
+        _SHARED[name] = _MAKERS[name](_INPUTS[0])
+    return _SHARED[name]
+
+
+def _assigner(inputs: Inputs):
+    try:
+        return inputs.assigner or split_checks.default_assigner(inputs.data, inputs.rules)
+    except VpromError as e:
+        return e  # the splits check reports it; the other jobs go on
+
+
+def _probes(inputs: Inputs):
+    """The label probe's candidate view and groups."""
+    train, test, _ = _shared("sample")
+    view = bias.candidate_view(inputs.data, np.concatenate([train, test]))
+    m = inputs.data.matrices
+    groups = audit.probe_groups(m.element_type.astype(str), m.relation.astype(str), train, test)
+    return view, groups
+
+
+_MAKERS = {
+    "tables": lambda inputs: checks.SolverTables(inputs.data),
+    "columns": lambda inputs: inputs.data.matrices.part_columns(),
+    "assigner": _assigner,
+    "sample": lambda inputs: bias.probe_plan(inputs.data)[:3],  # train, test, note
+    "probes": _probes,
+    "sets": lambda inputs: set_probes.SetInputs(inputs.data, *_shared("sample")[:2]),
+}
+
+
+# ---------------------------------------------------------------- the jobs
+def _matrices(start: int, stop: int):
+    """Solver and split rules on matrices start..stop-1: (solver results, off-rule results
+    or None when the rules cannot be re-run)."""
+    inputs, m = _INPUTS[0], _INPUTS[0].data.matrices
+    records = checks.matrix_records(m, _shared("columns"), start, stop)
+    solved = checks.solve(_shared("tables"), records, inputs.data.rows, inputs.check_matrix)
+    assigner = _shared("assigner")
+    if isinstance(assigner, VpromError):
+        return solved, None
+    return solved, split_checks.off_rule(records, assigner, sorted(m.splits))
+
+
+def _label_group(k: int) -> np.ndarray:
+    view, groups = _shared("probes")
+    _, train, test = groups[k]
+    return audit.label_group_hits(view, _INPUTS[0].data.matrices.answer.astype(np.int64),
+                                  train, test)
+
+
+def _absent_values() -> Check:
+    return _shared("sets").absent(_shared("sample")[2])
+
+
+def _set_type(k: int) -> list:
+    return _shared("sets").one_type(k)
+
+
+def _features() -> Check:
+    data = _INPUTS[0].data
+    _, _, _, rng = bias.probe_plan(data)
+    return bias.feature_check(data, _INPUTS[0].features, data.matrices.answer.astype(np.int64),
+                              rng)
+
+
+def _split_problems() -> list[str]:
+    data = _INPUTS[0].data
+    return split_checks.split_structure_problems(data.matrices) + \
+        split_checks.paper_rule_problems(data)
+
+
+JOBS = {
+    "matrices": _matrices,
+    "label group": _label_group,
+    "set type": _set_type,
+    "absent values": _absent_values,
+    "features": _features,
+    "split problems": _split_problems,
+    "integrity": lambda: checks.check_integrity(_INPUTS[0].data, _INPUTS[0].structure),
+    "leakage": lambda: split_checks.check_leakage(_INPUTS[0].data),
+    "held-out": lambda: split_checks.check_held_out(_INPUTS[0].data, _INPUTS[0].train_bans),
+    "frequencies": lambda: bias.frequency_checks(_INPUTS[0].data),
+    "ceiling": lambda: check_ceiling(_INPUTS[0].data.matrices),
+}
+
+
+def run_job(job: tuple):
+    """Worker side: one job, by name and arguments."""
+    name, *args = job
+    return JOBS[name](*args)
+
+
+# ---------------------------------------------------------------- the parent
+def job_list(inputs: Inputs, n_groups: int, n_types: int) -> list[tuple]:
+    """Every job of a readable data set, heavy ones first."""
+    n = len(inputs.data.matrices)
+    jobs = [("features",)] if inputs.features else []
+    jobs += [("set type", k) for k in range(n_types)]
+    jobs += [("label group", k) for k in range(n_groups)]
+    jobs += [("matrices", s, min(n, s + CHUNK)) for s in range(0, n, CHUNK)]
+    return jobs + [(name,) for name in ("integrity", "leakage", "absent values",
+                                        "split problems", "held-out", "frequencies",
+                                        "ceiling")]
+
+
+def plan(inputs: Inputs) -> tuple[list, list[tuple]]:
+    """(the label probe's groups, every job): known before the workers start (cheap: the
+    probes' sample, not their view)."""
+    m = inputs.data.matrices
+    train, test, _, _ = bias.probe_plan(inputs.data)
+    etype = m.element_type.astype(str)
+    groups = audit.probe_groups(etype, m.relation.astype(str), train, test)
+    n_types = len(set_probes.probe_types(etype, test))
+    return groups, job_list(inputs, len(groups), n_types)
+
+
+def run_checks(inputs: Inputs, workers: int) -> list[Check]:
+    """Every check but integrity's verdict on readability (the caller's), in report order."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        workers = 1  # the jobs read the parent's data: without fork, run them here
+    _INPUTS[:] = [inputs]
+    _SHARED.clear()
+    try:
+        groups, jobs = plan(inputs)
+        with ordered_map(run_job, jobs, workers, "verify", method="fork") as results:
+            done = dict(zip(jobs, tqdm(results, total=len(jobs), desc="verify", unit="job",
+                                       disable=None)))
+    finally:
+        _INPUTS.clear()
+        _SHARED.clear()
+    return assemble(inputs, jobs, done, groups)
+
+
+def assemble(inputs: Inputs, jobs: list[tuple], done: dict, groups: list) -> list[Check]:
+    """The checks in report order from the jobs' results."""
+    data = inputs.data
+    failed, reasons, implied_only, wrong, off_reasons, ruled = [], [], 0, [], [], True
+    for job in jobs:
+        if job[0] != "matrices":
+            continue
+        solved, off = done[job]
+        failed += solved[0]
+        reasons += solved[1]
+        implied_only += solved[2]
+        if off is None:
+            ruled = False
+        else:
+            wrong += off[0]
+            off_reasons += off[1]
+    tables = checks.SolverTables(data)
+    out = [done[("integrity",)],
+           checks.solver_result(data, tables, failed, reasons, implied_only)]
+    problems = done[("split problems",)]
+    if ruled:
+        out.append(split_checks.splits_check(data.matrices, problems, wrong, off_reasons))
+    else:
+        out.append(split_checks.unassignable(problems, _assigner(inputs)))
+    out += [done[("leakage",)], done[("held-out",)]]
+    out += done[("frequencies",)]
+    note = bias.probe_plan(data)[2]
+    out.append(audit.label_check([(name, done[("label group", k)], len(tr))
+                                  for k, (name, tr, _) in enumerate(groups)], note))
+    out.append(done[("absent values",)])
+    out.append(set_probes.set_check([r for job in jobs if job[0] == "set type"
+                                     for r in done[job]], note))
+    if inputs.features:
+        out.append(done[("features",)])
+    out.append(done[("ceiling",)])
+    return out

@@ -1,0 +1,129 @@
+"""`vprom verify --workers N`: the same report for any N, and damage still caught by workers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+
+from tests.dataset_fixture import (
+    build_records,
+    fixture_assign,
+    write_dataset,
+    write_pools,
+)
+from vprom.app import cli
+from vprom.errors import VpromError
+from vprom.generation.verify import jobs, verify
+from vprom.splits import load_rules
+
+RULES = load_rules()
+
+
+@pytest.fixture(scope="module")
+def sound(tmp_path_factory):
+    crops, matrices = build_records(3, seed=1)
+    return write_dataset(tmp_path_factory.mktemp("sound") / "dataset.h5", crops, matrices)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Several solver-and-splits jobs even on the fixture's few matrices."""
+    monkeypatch.setattr(jobs, "CHUNK", 7)
+
+
+def run(path, workers, **kw):
+    kw.setdefault("assigner", fixture_assign)
+    kw.setdefault("train_bans", {})  # the fixture's own split rules ban no labels
+    report = verify(path, RULES, workers=workers, **kw)
+    return report, {c.name: c for c in report.checks}
+
+
+def as_bytes(report) -> bytes:
+    return (report.format() + json.dumps(report.to_dict(), sort_keys=True)).encode()
+
+
+def test_the_report_is_the_same_for_any_number_of_workers(sound, small_chunks):
+    one = run(sound, 1)[0]
+    assert one.ok, one.format()
+    for workers in (2, 3):
+        assert as_bytes(run(sound, workers)[0]) == as_bytes(one)
+
+
+def test_failures_found_by_workers_are_reported_in_matrix_order(sound, small_chunks):
+    def flag(matrix, labels, universe, groups):
+        return f"flagged {matrix.id}" if matrix.id % 4 == 1 else None
+
+    def reversed_neutral(matrix):
+        parts = fixture_assign(matrix)
+        parts["neutral"] = {"train": "test", "test": "train"}[parts["neutral"]]
+        return parts
+
+    one, _ = run(sound, 1, check_matrix=flag, assigner=reversed_neutral)
+    two, checks_2 = run(sound, 2, check_matrix=flag, assigner=reversed_neutral)
+    assert as_bytes(two) == as_bytes(one)
+    assert checks_2["solver"].status == "fail" and checks_2["splits"].status == "fail"
+    assert checks_2["solver"].problems[0] == "matrix 1: not exactly one answer (flagged 1)"
+    assert checks_2["splits"].figures["off_rule"] == len(build_records(3, seed=1)[1])
+
+
+def test_a_distractor_carrying_the_answer_is_caught_by_two_workers(sound, tmp_path):
+    path = tmp_path / "damaged.h5"
+    shutil.copyfile(sound, path)
+    with h5py.File(path, "a") as h5:
+        elements = h5["matrices/elements"].asstr()[()].astype(object)
+        answer = int(h5["matrices/answer"][0])
+        labels = h5["crops/labels"].asstr()[()].astype(object)
+        rows = {int(c): k for k, c in enumerate(h5["crops/crop_id"][()])}
+        wrong = rows[int(h5["matrices/panels"][0, 8 + (answer + 1) % 8])]
+        labels[wrong] += "|" + elements[0, 8 + answer]  # the source also has the answer's label
+        del h5["crops/labels"]
+        h5.create_dataset("crops/labels", data=labels, dtype=h5py.string_dtype())
+    report, checks = run(path, 2)
+    assert checks["solver"].status == "fail" and checks["solver"].figures["failed"] == 1
+    assert not report.ok and report.format() == run(path, 1)[0].format()
+
+
+def test_an_error_in_a_worker_reaches_the_caller(sound, tmp_path):
+    features = tmp_path / "features.h5"
+    with h5py.File(features, "w") as h5:
+        h5.attrs["manifest"] = "{}"  # no dataset hash: not made from this data set
+    with pytest.raises(VpromError) as one:
+        run(sound, 1, features=features)
+    with pytest.raises(VpromError) as two:
+        run(sound, 2, features=features)
+    assert str(two.value) == str(one.value)
+
+
+def test_cli_output_and_exit_code_are_the_same_for_1_and_2_workers(tmp_path, capsys):
+    """End to end on a generated data set with the real rules, solver and assigner."""
+    from vprom.generation.dataset import generate
+
+    dataset = tmp_path / "dataset.h5"
+    generate(write_pools(tmp_path / "pools.h5"), dataset, RULES, scale=0.004, seed=3)
+    outputs = []
+    for workers in ("1", "2"):
+        assert cli.main(["verify", str(dataset), "--workers", workers]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and outputs[0].splitlines()[-1] == "verdict: PASS"
+    with h5py.File(dataset, "a") as h5:  # damage: one test matrix moved to train
+        test = h5["splits/held_out_objects/test"][()]
+        train = h5["splits/held_out_objects/train"][()]
+        for part, ids in (("test", test[1:]), ("train", np.append(train, test[0]))):
+            del h5[f"splits/held_out_objects/{part}"]
+            h5.create_dataset(f"splits/held_out_objects/{part}", data=ids)
+    results = []
+    for workers in ("1", "2"):
+        code = cli.main(["verify", str(dataset), "--workers", workers])
+        results.append((code, *capsys.readouterr()))
+    assert results[0] == results[1] and results[0][0] == 1
+    assert "held_out_objects: stored train, the rule says test" in results[0][1]
+
+
+def test_workers_must_be_positive(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["verify", "x.h5", "--workers", "0"])
+    assert "--workers" in capsys.readouterr().err
