@@ -30,6 +30,7 @@ Building (`build_crop_store`):
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
 import time
@@ -229,20 +230,21 @@ class CropStore:
     """An open crop store, read lazily. Context manager or `close()`.
 
     An uncompressed store (the default) is read without HDF5 in the loop: each crop is one
-    chunk of exactly its 3*S*S bytes, so the chunks' byte offsets in the file (one pass of
-    HDF5's chunk index, `chunk_iter`, on the first read) let `read_rows` copy every crop
-    straight into the output with one `os.preadv`. h5py's per-crop read (`pixels[r]`, or
-    `read_direct_chunk`) copies each crop twice through a temporary buffer and costs about
-    three times as long; its fancy indexing (`pixels[[r1, r2, ...]]`) builds one hyperslab
-    per index and took 1.7 s for 512 crops. Compressed stores go through h5py, crop by crop.
-    The file descriptor and the offsets are opened per process, like the HDF5 handle
-    (`vprom.data.VPROM` reopens a store after a fork).
+    chunk of exactly its 3*S*S bytes, so the chunks' byte offsets in the file (one pass over
+    HDF5's chunk index, `chunk_iter`, at the first read: ~2 us a crop) and a read-only memory
+    map of the file let `read_rows` copy every crop straight from the page cache into the
+    output. h5py's per-crop read (`pixels[r]`, or `read_direct_chunk`) goes through a
+    temporary buffer and the HDF5 library each time and costs about three times as long;
+    its fancy indexing (`pixels[[r1, r2, ...]]`) builds one hyperslab per index and took
+    1.7 s for 512 crops. Compressed stores go through h5py, crop by crop. The map and the
+    offsets belong to the process that made them, like the HDF5 handle (`vprom.data.VPROM`
+    opens a store anew in each DataLoader worker).
     """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._h5 = open_h5(self.path)
-        self._fd, self._offsets = None, None
+        self._map, self._bytes, self._offsets = None, None, None
         try:
             if self._h5.attrs.get("kind") != KIND or "pixels" not in self._h5:
                 raise VpromError(f"{self.path}: not a crop store of `vprom crops`")
@@ -264,9 +266,10 @@ class CropStore:
         self.close()
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._map is not None:
+            self._bytes = None  # the map closes only once no array points into it
+            self._map.close()
+            self._map = None
         self._h5.close()
 
     def __len__(self) -> int:
@@ -316,14 +319,24 @@ class CropStore:
             for k, r in enumerate(rows.tolist()):
                 out[k] = self.pixels[r]
             return out
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        where = offsets[rows]
-        for k in np.argsort(where, kind="stable").tolist():  # in file order
-            if where[k] < 0:  # never written: HDF5 gives the fill value
+        flat, n = self._file_bytes(offsets), out[0].size if len(out) else 0
+        where, crops = offsets[rows].tolist(), out.reshape(len(rows), -1)
+        for k, start in enumerate(where):
+            if start < 0:  # a chunk never written: HDF5 gives the fill value
                 out[k] = self.pixels[int(rows[k])]
-            elif os.preadv(self._fd, [out[k]], int(where[k])) != out[k].nbytes:
-                raise VpromError(f"{self.path}: crop row {int(rows[k])} lies past the end "
-                                 "of the file; the store is truncated, rebuild it with "
-                                 "`vprom crops`")
+            else:
+                crops[k] = flat[start:start + n]
         return out
+
+    def _file_bytes(self, offsets: np.ndarray) -> np.ndarray:
+        """The whole file as a read-only uint8 array over a memory map (made once)."""
+        if self._bytes is None:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if len(offsets) and offsets.max() + bytes_per_crop(self.size) > size:
+                    raise VpromError(f"{self.path}: crops lie past the end of the file "
+                                     f"({size:,} bytes); the store is truncated, rebuild it "
+                                     "with `vprom crops`")
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._bytes = np.frombuffer(self._map, np.uint8)
+        return self._bytes
