@@ -244,7 +244,7 @@ class CropStore:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._h5 = open_h5(self.path)
-        self._map, self._bytes, self._offsets = None, None, None
+        self._bytes, self._offsets = None, None
         try:
             if self._h5.attrs.get("kind") != KIND or "pixels" not in self._h5:
                 raise VpromError(f"{self.path}: not a crop store of `vprom crops`")
@@ -266,10 +266,7 @@ class CropStore:
         self.close()
 
     def close(self) -> None:
-        if self._map is not None:
-            self._bytes = None  # the map closes only once no array points into it
-            self._map.close()
-            self._map = None
+        self._bytes = None  # the map goes once no array points into it any more
         self._h5.close()
 
     def __len__(self) -> int:
@@ -315,11 +312,11 @@ class CropStore:
         shape = self.pixels.shape[1:]
         out = np.empty((len(rows), *shape), np.uint8)
         offsets = self.byte_offsets()
-        if offsets is None:
+        if offsets is None or not len(rows):
             for k, r in enumerate(rows.tolist()):
                 out[k] = self.pixels[r]
             return out
-        flat, n = self._file_bytes(offsets), out[0].size if len(out) else 0
+        flat, n = self._file_bytes(), out[0].size
         where, crops = offsets[rows].tolist(), out.reshape(len(rows), -1)
         for k, start in enumerate(where):
             if start < 0:  # a chunk never written: HDF5 gives the fill value
@@ -328,15 +325,10 @@ class CropStore:
                 crops[k] = flat[start:start + n]
         return out
 
-    def _file_bytes(self, offsets: np.ndarray) -> np.ndarray:
+    def _file_bytes(self) -> np.ndarray:
         """The whole file as a read-only uint8 array over a memory map (made once)."""
         if self._bytes is None:
             with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if len(offsets) and offsets.max() + bytes_per_crop(self.size) > size:
-                    raise VpromError(f"{self.path}: crops lie past the end of the file "
-                                     f"({size:,} bytes); the store is truncated, rebuild it "
-                                     "with `vprom crops`")
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            self._bytes = np.frombuffer(self._map, np.uint8)
+                self._bytes = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ),
+                                            np.uint8)
         return self._bytes
