@@ -19,7 +19,7 @@ What a panel is depends on `source`, recognised from the file's contents:
   (e.g. ImageNet normalisation; it receives the whole `[16, 3, S, S]` tensor).
 
 A DataLoader fetches a batch with one call (`__getitems__`): the panels of all its problems
-are read together (one gather, or one HDF5 read), then split into items. A list of indices
+are read together (one gather, or one pass over the file), then split into items. A list of indices
 (`data[[3, 7]]`, `batch`) gives the batch already collated, for a DataLoader with
 `batch_size=None` and a `BatchSampler`, which skips the collate copy.
 
@@ -223,7 +223,7 @@ class VPROM(torch.utils.data.Dataset):
 
     def __getitems__(self, indices) -> list[dict]:
         """The items at `indices`, their panels read together (the DataLoader calls this
-        once per batch: one gather, or one HDF5 read, instead of one per problem)."""
+        once per batch: one gather, or one pass over the file, instead of one per problem)."""
         indices, panels, answers = self._gather(indices)
         return [self._item(i, panels[k], a)
                 for k, (i, a) in enumerate(zip(indices.tolist(), answers))]
