@@ -227,8 +227,8 @@ def pixels_per_problem(dataset: Path, vg: Path, data: VPROM, n: int, rounds: int
              "item": each(lambda i: data[i])}
     ms = {k: 1000 * best(fn, rounds) / len(problems) for k, fn in timed.items()}
     print(f"S={size}: 16 panels of a problem ({len(problems)} problems) from the JPEGs "
-          f"{ms['jpeg']:.2f} ms; from the store {ms['store']:.3f} ms ({ms['jpeg'] / ms['store']:.0f}x"
-          f"); a VPROM item {ms['item']:.3f} ms ({ms['jpeg'] / ms['item']:.0f}x); h5py crop by "
+          f"{ms['jpeg']:.2f} ms; from the store {ms['store']:.3f} ms "
+          f"({ms['jpeg'] / ms['store']:.0f}x); a VPROM item {ms['item']:.3f} ms ({ms['jpeg'] / ms['item']:.0f}x); h5py crop by "
           f"crop {ms['h5py']:.3f} ms ({ms['jpeg'] / ms['h5py']:.0f}x)", flush=True)
 
 

@@ -19,8 +19,8 @@ What a panel is depends on `source`, recognised from the file's contents:
   (e.g. ImageNet normalisation; it receives the whole `[16, 3, S, S]` tensor).
 
 A DataLoader fetches a batch with one call (`__getitems__`): the panels of all its problems
-are read together (one gather, or one pass over the file), then split into items. A list of indices
-(`data[[3, 7]]`, `batch`) gives the batch already collated, for a DataLoader with
+are read together (one gather, or one pass over the file), then split into items. A list of
+indices (`data[[3, 7]]`, `batch`) gives the batch already collated, for a DataLoader with
 `batch_size=None` and a `BatchSampler`, which skips the collate copy.
 
 Construction checks, in the main process, that the source was made from this data set (its
