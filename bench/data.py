@@ -2,26 +2,36 @@
 reading the same arrays bare; pixels from a crop store beside decoding the JPEGs; the cost of
 building a crop store.
 
-Usage: python bench/data.py [--images 1000] [--scale 0.003] [--batch 32] [--rounds 2]
-                            [--work DIR]
+Usage: python bench/data.py [--images 1000] [--scale 0.003] [--batch 32] [--problems 3200]
+                            [--rounds 2] [--work DIR]
 
 On the synthetic corpus (mined and generated here, as tests/generation/synthetic_build.py
-does) it writes, for every crop of the data set:
+does; 384x288 images) it writes, for every crop of the data set:
 - pooled features, float16 [N, 2048] (resnet101's width), random values (speed only);
-- maps, float16 [N, 512, 7, 7] (resnet18/34's last map at 224; resnet101's 2048x7x7 would
-  be 4x the bytes per crop), random values;
+- maps, float16 [N, 512, 7, 7] (resnet18/34's last map at 224), random values;
 - crop stores at S = 224 and S = 80 with `vprom crops` (`build_crop_store`, 2 processes):
-  crops/s and decode time per source image.
-Then, over the neutral training problems, in batches of `--batch`:
+  crops/s, and per source image the decode time in a worker and the wall time.
+
+Throughput, problems/s: the neutral training problems, repeated to `--problems` (so a pass
+is many batches), in batches of `--batch`, the same index list for every reader:
 - `bare`: the same arrays read in the same batches without `VPROM` or a DataLoader: one
   vectorised gather from the in-memory table (features), `SpatialMaps.gather` (maps),
   `CropStore.read_rows` (pixels);
-- `VPROM` through a DataLoader with 0 and 2 workers (persistent, timed after a warm-up
-  pass: the steady state of a training loop, not the workers' start), item by item and
-  as whole batches (`VPROM.batch` through a BatchSampler, which skips the collate copy);
-and per problem, decoding the 16 panels from the JPEGs (`features.crops.decode_crops`, the
-rule the store was made with) against reading them from the store. Each figure is the best
-of `--rounds` passes. Problems/s of wall time; the machine is shared, so the load average is
+- `VPROM` through a DataLoader with 0 and 2 workers, item by item (`batch_size`, collated)
+  and as whole batches (`VPROM.batch` through a BatchSampler, no collate copy).
+Every reader is warmed by one untimed pass first: the workers are persistent and already
+started when the clock runs (steady state; their start is printed apart), and the bare
+reader has its pages and buffers in place too. Each batch is consumed by reading one byte of
+every 4 KiB page of its panels, the same for every reader, so what is timed is the delivery.
+Each figure is the best of `--rounds` passes. A DataLoader worker hands each batch to the
+main process in a fresh shared-memory segment (torch's transport); what one batch's segment
+costs here is printed too.
+
+Pixels per problem (single process, the same `--jpeg-problems` problems for each): decoding
+their 16 panels from the JPEGs (`features.crops.decode_crops`, the rule the store was made
+with: decode, crop, resize; one decode per panel, as a loader without a store does) against
+reading them from the store (`CropStore.read_rows`), against h5py crop by crop (the read the
+store had before), and against a `VPROM` item. The machine is shared: load averages are
 printed.
 """
 
@@ -38,19 +48,23 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vprom.data import VPROM  # noqa: E402
-from vprom.features.crop_store import CropStore, StoreJob, build_crop_store, bytes_per_crop  # noqa: E402
-from vprom.features.crops import decode_crops  # noqa: E402
-from vprom.features.reader import load_features, open_maps  # noqa: E402
-from vprom.images import ImageIndex  # noqa: E402
-from vprom.io import make_manifest, sha256_file  # noqa: E402
-from vprom.tables import read_crop_table, set_manifest  # noqa: E402
-
-FULL_SCALE_CROPS = 143_634
+from vprom.data import VPROM
+from vprom.features.crop_store import (
+    FULL_SCALE_CROPS,
+    CropStore,
+    StoreJob,
+    build_crop_store,
+    bytes_per_crop,
+)
+from vprom.features.crops import decode_crops
+from vprom.features.reader import load_features, open_maps
+from vprom.images import ImageIndex
+from vprom.io import make_manifest, sha256_file
+from vprom.tables import read_crop_table, set_manifest
 
 
 def build(work: Path, images: int, scale: float) -> tuple[Path, Path]:
@@ -85,7 +99,29 @@ def write_source(dataset: Path, out: Path, shape: tuple, name: str) -> Path:
     return out
 
 
+def build_store(dataset: Path, vg: Path, out: Path, size: int) -> None:
+    start = time.perf_counter()
+    build_crop_store(StoreJob(dataset, vg, size, out, workers=2), log=lambda _: None)
+    wall = time.perf_counter() - start
+    with h5py.File(out, "r") as h5:
+        n = h5["crop_id"].shape[0]
+        timing = json.loads(h5.attrs["manifest"])["counts"]["timing"]
+    images = timing["image_groups"]
+    print(f"crop store S={size}: {n:,} crops from {images:,} images in {wall:.1f} s wall "
+          f"({n / wall:,.0f} crops/s, 2 processes; {1000 * wall / images:.1f} ms wall per "
+          f"source image); in a worker {1000 * timing['decode_cpu_s'] / images:.1f} ms per "
+          f"source image (decode, crop, resize, save); {os.path.getsize(out) / 1e6:.1f} MB; "
+          f"full scale ({FULL_SCALE_CROPS:,} crops) "
+          f"{bytes_per_crop(size) * FULL_SCALE_CROPS / 1e9:.1f} GB")
+
+
+def touch(panels: torch.Tensor) -> None:
+    """Read one byte of every 4 KiB page: the batch is really there, at little cost."""
+    panels.reshape(-1).view(torch.uint8)[::4096].sum()
+
+
 def best(fn, rounds: int) -> float:
+    fn()  # warm-up
     times = []
     for _ in range(rounds):
         start = time.perf_counter()
@@ -94,56 +130,106 @@ def best(fn, rounds: int) -> float:
     return min(times)
 
 
-def loader_rate(data: VPROM, batch: int, workers: int, rounds: int,
-                batched: bool = False) -> float:
-    """Steady state: workers are started (and warmed by one pass) before the clock runs.
-    `batched`: whole batches from `VPROM.batch` through a BatchSampler (no collate copy)."""
+def loader_rate(data: VPROM, order: list, batch: int, workers: int, rounds: int,
+                batched: bool) -> tuple[float, float]:
+    """(problems/s in the steady state, seconds to the first batch of a fresh loader)."""
     if batched:
         loader = DataLoader(data, batch_size=None, num_workers=workers,
-                            sampler=BatchSampler(SequentialSampler(data), batch, False),
+                            sampler=BatchSampler(order, batch, False),
                             persistent_workers=workers > 0)
     else:
-        loader = DataLoader(data, batch_size=batch, num_workers=workers,
+        loader = DataLoader(data, batch_size=batch, num_workers=workers, sampler=order,
                             persistent_workers=workers > 0)
+    start = time.perf_counter()
+    touch(next(iter(loader))["panels"])
+    first = time.perf_counter() - start
 
     def one_pass():
         for b in loader:
-            b["panels"].sum()
-    one_pass()
-    return len(data) / best(one_pass, rounds)
+            touch(b["panels"])
+    rate = len(order) / best(one_pass, rounds)
+    return rate, first
 
 
-def bare_rate(data: VPROM, batch: int, rounds: int) -> float:
-    """The same panels in the same batches, read without VPROM or a DataLoader."""
-    batches = [np.arange(s, min(s + batch, len(data))) for s in range(0, len(data), batch)]
+def bare_reader(data: VPROM):
+    """The panels of problems `idx`, read without VPROM."""
     if data.kind == "features":
         table = load_features(data.source).features
-        read = lambda idx: torch.from_numpy(table[data.rows[idx]])  # noqa: E731
-    elif data.kind == "maps":
-        reader = open_maps(data.source)
-        read = lambda idx: torch.from_numpy(reader.gather(data.panels[idx].ravel()))  # noqa: E731
-    else:
-        reader = CropStore(data.source)
-        read = lambda idx: torch.from_numpy(reader.read_rows(data.rows[idx].ravel()))  # noqa: E731
+        return lambda idx: torch.from_numpy(table[data.rows[idx].ravel()])
+    if data.kind == "maps":
+        maps = open_maps(data.source)
+        return lambda idx: torch.from_numpy(maps.gather(data.panels[idx].ravel()))
+    store = CropStore(data.source)
+    return lambda idx: torch.from_numpy(store.read_rows(data.rows[idx].ravel()))
+
+
+def bare_rate(data: VPROM, order: list, batch: int, rounds: int) -> float:
+    read = bare_reader(data)
+    batches = [np.array(order[s:s + batch]) for s in range(0, len(order), batch)]
 
     def one_pass():
         for idx in batches:
-            read(idx).sum()
-    return len(data) / best(one_pass, rounds)
+            touch(read(idx))
+    return len(order) / best(one_pass, rounds)
 
 
-def jpeg_per_problem(dataset: Path, vg: Path, data: VPROM, size: int, n: int) -> float:
-    """Seconds per problem decoding its 16 panels from the JPEGs (each panel's image)."""
+def transport_ms(data: VPROM, batch: int, rounds: int = 20) -> float:
+    """Milliseconds to put one batch's panels into a fresh shared-memory segment, as a
+    DataLoader worker does for every batch (`default_collate` in a worker)."""
+    panels = data.batch(list(range(min(batch, len(data)))))["panels"]
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        storage = panels.untyped_storage()._new_shared(panels.untyped_storage().nbytes())
+        torch.empty(0, dtype=panels.dtype).set_(storage).view(panels.shape).copy_(panels)
+        times.append(time.perf_counter() - start)
+        del storage
+    return 1000 * float(np.median(times))
+
+
+def throughput(name: str, data: VPROM, args) -> None:
+    order = (list(range(len(data))) * (args.problems // len(data) + 1))[:args.problems]
+    bare = bare_rate(data, order, args.batch, args.rounds)
+    rates = {}
+    for batched in (False, True):
+        for workers in (0, 2):
+            rates[batched, workers] = loader_rate(data, order, args.batch, workers,
+                                                  args.rounds, batched)
+    items0, items2, whole0, whole2 = (rates[k][0] for k in sorted(rates))
+    print(f"{name:14s} {bare:9.0f} {items0:10.0f} {items2:10.0f} {whole0:10.0f} "
+          f"{whole2:10.0f} {items2 / bare:7.2f} {whole2 / bare:7.2f} {items0 / bare:7.2f} "
+          f"{whole0 / bare:7.2f} {rates[False, 2][1]:7.2f} {transport_ms(data, args.batch):9.1f}",
+          flush=True)
+
+
+def pixels_per_problem(dataset: Path, vg: Path, data: VPROM, n: int, rounds: int) -> None:
     crops = read_crop_table(dataset)
     order = np.argsort(crops.crop_id)
     index = ImageIndex(vg)
-    start = time.perf_counter()
-    for i in range(n):
-        rows = order[np.searchsorted(crops.crop_id[order], data.panels[i])]
-        for r in rows:
-            box = np.array([[crops.x[r], crops.y[r], crops.w[r], crops.h[r]]])
-            decode_crops(index.path(crops.image_id[r]), box, size)
-    return (time.perf_counter() - start) / n
+    size = CropStore(data.source).size
+    problems = range(min(n, len(data)))
+
+    def jpegs():
+        for i in problems:
+            for r in order[np.searchsorted(crops.crop_id[order], data.panels[i])]:
+                box = np.array([[crops.x[r], crops.y[r], crops.w[r], crops.h[r]]])
+                decode_crops(index.path(crops.image_id[r]), box, size)
+
+    store = CropStore(data.source)
+
+    def each(read):  # nothing kept: every problem's buffer is freed before the next
+        def run():
+            for i in problems:
+                read(i)
+        return run
+    timed = {"jpeg": jpegs, "store": each(lambda i: store.read_rows(data.rows[i])),
+             "h5py": each(lambda i: [store.pixels[int(r)] for r in data.rows[i]]),
+             "item": each(lambda i: data[i])}
+    ms = {k: 1000 * best(fn, rounds) / len(problems) for k, fn in timed.items()}
+    print(f"S={size}: 16 panels of a problem ({len(problems)} problems) from the JPEGs "
+          f"{ms['jpeg']:.2f} ms; from the store {ms['store']:.3f} ms "
+          f"({ms['jpeg'] / ms['store']:.0f}x); a VPROM item {ms['item']:.3f} ms ({ms['jpeg'] / ms['item']:.0f}x); h5py crop by "
+          f"crop {ms['h5py']:.3f} ms ({ms['jpeg'] / ms['h5py']:.0f}x)", flush=True)
 
 
 def main() -> None:
@@ -151,8 +237,10 @@ def main() -> None:
     p.add_argument("--images", type=int, default=1000)
     p.add_argument("--scale", type=float, default=0.003)
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--problems", type=int, default=3200, help="problems in a timed pass")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--jpeg-problems", type=int, default=40)
+    p.add_argument("--only", default="", help="comma-separated sources to time (default all)")
     p.add_argument("--work", type=Path, default=None, help="keep the inputs here")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -160,39 +248,27 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
     dataset, vg = build(work, args.images, args.scale)
-    sources = {"features 2048": write_source(dataset, work / "feats.h5", (2048,), "features"),
-               "maps 512x7x7": write_source(dataset, work / "maps.h5", (512, 7, 7), "maps")}
+    sources = {"features": write_source(dataset, work / "feats.h5", (2048,), "features"),
+               "maps": write_source(dataset, work / "maps.h5", (512, 7, 7), "maps")}
     for size in (224, 80):
-        out = work / f"crops-{size}.h5"
-        if not out.is_file():
-            start = time.perf_counter()
-            build_crop_store(StoreJob(dataset, vg, size, out, workers=2), log=lambda _: None)
-            wall = time.perf_counter() - start
-            with CropStore(out) as store:
-                n = len(store)
-            with h5py.File(out, "r") as h5:
-                timing = json.loads(h5.attrs["manifest"])["counts"]["timing"]
-            per_image = 1000 * timing["decode_cpu_s"] / timing["image_groups"]
-            print(f"crop store S={size}: {n:,} crops in {wall:.1f} s wall ({n / wall:,.0f} "
-                  f"crops/s, 2 processes), {per_image:.1f} ms per source image in a worker "
-                  f"(decode, crop, resize, save); {os.path.getsize(out) / 1e6:.1f} MB; full "
-                  f"scale {bytes_per_crop(size) * FULL_SCALE_CROPS / 1e9:.1f} GB")
-        sources[f"crops S={size}"] = out
-    print(f"\n{'source':16s} {'problems':>8s} {'bare/s':>9s} {'0 workers/s':>12s} "
-          f"{'2 workers/s':>12s} {'2w / bare':>9s} {'batched 0w/s':>13s} {'batched 2w/s':>13s}")
-    for name, source in sources.items():
-        data = VPROM(dataset, "neutral", "train", source=source)
-        bare = bare_rate(data, args.batch, args.rounds)
-        zero, two, zero_b, two_b = (loader_rate(data, args.batch, w, args.rounds, b)
-                                    for b in (False, True) for w in (0, 2))
-        print(f"{name:16s} {len(data):8d} {bare:9.0f} {zero:12.0f} {two:12.0f} "
-              f"{two / bare:9.2f} {zero_b:13.0f} {two_b:13.0f}")
+        sources[f"crops{size}"] = work / f"crops-{size}.h5"
+        if not sources[f"crops{size}"].is_file():
+            build_store(dataset, vg, sources[f"crops{size}"], size)
+    only = [s for s in args.only.split(",") if s] or list(sources)
+    print(f"\nproblems/s, {args.problems} problems a pass, batches of {args.batch}; "
+          "then ratios to bare; first: s to a fresh 2-worker loader's first batch; "
+          "shm: ms to put one batch in fresh shared memory")
+    print(f"{'source':14s} {'bare':>9s} {'items 0w':>10s} {'items 2w':>10s} {'batch 0w':>10s} "
+          f"{'batch 2w':>10s} {'i2w/b':>7s} {'b2w/b':>7s} {'i0w/b':>7s} {'b0w/b':>7s} "
+          f"{'first':>7s} {'shm ms':>9s}")
+    for name in only:
+        if name in sources:
+            throughput(name, VPROM(dataset, "neutral", "train", source=sources[name]), args)
+    print()
     for size in (224, 80):
-        data = VPROM(dataset, "neutral", "train", source=sources[f"crops S={size}"])
-        jpeg = jpeg_per_problem(dataset, vg, data, size, args.jpeg_problems)
-        store = 1 / bare_rate(data, 1, args.rounds)
-        print(f"S={size}: decoding 16 panels from JPEGs {1000 * jpeg:.1f} ms per problem, "
-              f"from the crop store {1000 * store:.2f} ms: {jpeg / store:.0f}x")
+        if f"crops{size}" in only:
+            data = VPROM(dataset, "neutral", "train", source=sources[f"crops{size}"])
+            pixels_per_problem(dataset, vg, data, args.jpeg_problems, args.rounds)
     print(f"load average at end: {os.getloadavg()[0]:.1f}; inputs in {work}")
 
 

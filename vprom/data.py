@@ -19,8 +19,8 @@ What a panel is depends on `source`, recognised from the file's contents:
   (e.g. ImageNet normalisation; it receives the whole `[16, 3, S, S]` tensor).
 
 A DataLoader fetches a batch with one call (`__getitems__`): the panels of all its problems
-are read together (one gather, or one HDF5 read), then split into items. A list of indices
-(`data[[3, 7]]`, `batch`) gives the batch already collated, for a DataLoader with
+are read together (one gather, or one pass over the file), then split into items. A list of
+indices (`data[[3, 7]]`, `batch`) gives the batch already collated, for a DataLoader with
 `batch_size=None` and a `BatchSampler`, which skips the collate copy.
 
 Construction checks, in the main process, that the source was made from this data set (its
@@ -186,10 +186,13 @@ class VPROM(torch.utils.data.Dataset):
             answer = int(np.flatnonzero(perm == answer)[0])
         return order, answer
 
-    def _index(self, index) -> int:
-        if not -len(self) <= index < len(self):
-            raise IndexError(f"index {index} out of range for {len(self)} problems")
-        return int(index) % len(self)
+    def _indices(self, indices) -> np.ndarray:
+        """`indices` as int64 positions in 0..len-1 (negative ones count from the end)."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        bad = (idx < -len(self)) | (idx >= len(self))
+        if bad.any():
+            raise IndexError(f"index {int(idx[bad][0])} out of range for {len(self)} problems")
+        return idx % max(len(self), 1)
 
     def _item(self, index: int, panels: torch.Tensor, answer: int) -> dict:
         if self.kind == "crops" and self.transform is not None:
@@ -206,20 +209,24 @@ class VPROM(torch.utils.data.Dataset):
             return self.batch(index)
         return self.__getitems__([index])[0]
 
-    def _gather(self, indices) -> tuple[list[int], torch.Tensor, list[int]]:
+    def _gather(self, indices) -> tuple[np.ndarray, torch.Tensor, list[int]]:
         """(indices, panels [B, 16, ...] read together, answers) after the augmentations."""
-        indices = [self._index(int(i)) for i in indices]
-        orders = [self.order(i) for i in indices]
-        rows = np.stack([self.rows[i][o] for i, (o, _) in zip(indices, orders)])
+        indices = self._indices(indices)
+        if self.shuffle_candidates or self.swap_rows:
+            orders = [self.order(i) for i in indices.tolist()]
+            rows = np.stack([self.rows[i][o] for i, (o, _) in zip(indices, orders)])
+            answers = [answer for _, answer in orders]
+        else:  # the stored order: one vectorised look-up
+            rows, answers = self.rows[indices], self.answer[indices].tolist()
         panels = self._read(rows.reshape(-1))
-        panels = panels.view(len(indices), N_PANELS, *panels.shape[1:])
-        return indices, panels, [answer for _, answer in orders]
+        return indices, panels.view(len(indices), N_PANELS, *panels.shape[1:]), answers
 
     def __getitems__(self, indices) -> list[dict]:
         """The items at `indices`, their panels read together (the DataLoader calls this
-        once per batch: one gather, or one HDF5 read, instead of one per problem)."""
+        once per batch: one gather, or one pass over the file, instead of one per problem)."""
         indices, panels, answers = self._gather(indices)
-        return [self._item(i, panels[k], a) for k, (i, a) in enumerate(zip(indices, answers))]
+        return [self._item(i, panels[k], a)
+                for k, (i, a) in enumerate(zip(indices.tolist(), answers))]
 
     def batch(self, indices) -> dict:
         """The problems at `indices` as one batch, already collated: `panels` [B, 16, ...]
@@ -231,5 +238,5 @@ class VPROM(torch.utils.data.Dataset):
             panels = torch.stack([self.transform(p) for p in panels])
         return {"panels": panels, "answer": torch.tensor(answers, dtype=torch.int64),
                 "id": torch.from_numpy(self.ids[indices]),
-                **{key: [str(v) for v in getattr(self, key)[indices]]
+                **{key: list(map(str, getattr(self, key)[indices].tolist()))
                    for key in ("relation", "element_type", "element", "super_attribute")}}

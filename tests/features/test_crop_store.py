@@ -116,3 +116,40 @@ def test_the_command_writes_a_store_and_its_help_gives_the_sizes(small, tmp_path
     flat = " ".join(text.split())
     assert "S=224: 147.0 KiB a crop, 21.6 GB for the full V-PROM's 143,634 crops" in flat
     assert "S=80: 18.8 KiB a crop, 2.8 GB" in flat
+
+
+def copy_store(src, out, **layout):
+    """`src`'s crops and attributes in a store of another HDF5 layout."""
+    with h5py.File(src, "r") as a, h5py.File(out, "w") as b:
+        b.create_dataset("crop_id", data=a["crop_id"][()])
+        b.create_dataset("pixels", data=a["pixels"][()], **layout)
+        b.attrs.update(dict(a.attrs))
+    return out
+
+
+@pytest.mark.parametrize("layout, raw", [
+    ({}, True), ({"chunks": (1, 3, STORE_SIZE, STORE_SIZE)}, True),
+    ({"chunks": (2, 3, STORE_SIZE, STORE_SIZE)}, False), ({"compression": "lzf"}, False)],
+    ids=["contiguous", "crop-a-chunk", "two-a-chunk", "lzf"])
+def test_every_layout_reads_the_pixels_h5py_reads(own_build, tmp_path, layout, raw):
+    path = copy_store(own_build.crops, tmp_path / "copy.h5", **layout)
+    rows = [9, 0, 9, 3, 1]  # any order, repeats
+    with CropStore(path) as store, h5py.File(path, "r") as h5:
+        assert (store.byte_offsets() is not None) == raw  # straight from the file, or h5py
+        assert np.array_equal(store.read_rows(rows), h5["pixels"][()][rows])
+        assert store.read_rows([]).shape == (0, 3, STORE_SIZE, STORE_SIZE)
+
+
+def test_a_crop_never_written_reads_as_hdf5_fills_it(own_build, tmp_path):
+    path = tmp_path / "holes.h5"
+    with h5py.File(own_build.crops, "r") as a, h5py.File(path, "w") as b:
+        pixels = a["pixels"][()]
+        b.create_dataset("crop_id", data=a["crop_id"][()])
+        ds = b.create_dataset("pixels", shape=pixels.shape, dtype=np.uint8,
+                              chunks=(1, *pixels.shape[1:]))
+        ds[1:] = pixels[1:]  # row 0's chunk is never allocated
+        b.attrs.update(dict(a.attrs))
+    with CropStore(path) as store:
+        assert store.byte_offsets()[0] == -1
+        got = store.read_rows([2, 0])
+    assert np.array_equal(got[0], pixels[2]) and not got[1].any()

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, default_collate
 
 from tests.own_model_fixture import DIM, MAP_SHAPE, STORE_SIZE
 from vprom.data import VPROM
@@ -188,3 +188,23 @@ def test_a_crop_store_without_the_parts_crops_is_refused(own_build, tmp_path):
     with pytest.raises(VpromError, match=r"short.h5: lacks \d+ crops that neutral/\w+ shows"):
         for part in ("train", "val", "test"):
             VPROM(own_build.dataset, "neutral", part, source=short)
+
+
+@pytest.mark.parametrize("source", ["features", "maps", "crops"])
+def test_batches_read_together_are_the_items_read_one_by_one(own_build, source):
+    data = VPROM(own_build.dataset, "neutral", "train", source=getattr(own_build, source),
+                 shuffle_candidates=source != "maps", swap_rows=source == "crops", seed=5)
+    indices = [4, 0, 4, -1, 2]
+    assert [item["id"] for item in data.__getitems__(indices)] == \
+        [data[i]["id"] for i in indices]
+    for got, want in zip(data.__getitems__(indices), [data[i] for i in indices]):
+        assert torch.equal(got.pop("panels"), want.pop("panels")) and got == want
+    order = [5, 1, 3, 0, 2, 4]
+    batches = list(DataLoader(data, batch_size=3, sampler=order, num_workers=2))
+    for k, batch in enumerate(batches):  # workers fetch a batch with one __getitems__
+        one_by_one = default_collate([data[i] for i in order[3 * k:3 * k + 3]])
+        assert torch.equal(batch["panels"], one_by_one["panels"])
+        assert batch["relation"] == one_by_one["relation"]
+        assert torch.equal(batch["answer"], one_by_one["answer"])
+    with pytest.raises(IndexError, match=f"index {len(data)} out of range"):
+        data.__getitems__([0, len(data)])
