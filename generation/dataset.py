@@ -25,17 +25,22 @@ from typing import Sequence
 
 import h5py
 import numpy as np
-
 from tqdm import tqdm
 
+from vprom.errors import VpromError
 from vprom.generation.labels import LabelVocabulary, read_pools_vocabulary
-from vprom.generation.parallel import PARTS, Chunk, draw_chunks, usable_cores
+from vprom.generation.parallel import PARTS, Chunk, draw_chunks
 from vprom.generation.plan import MatrixPlan, make_plan
 from vprom.generation.pool_index import PoolIndex
-from vprom.generation.sampler import MAX_TRIES, MIN_CONTEXT_CROPS, PlanSampler, note_loosened
-from vprom.errors import VpromError
+from vprom.generation.sampler import (
+    MAX_TRIES,
+    MIN_CONTEXT_CROPS,
+    PlanSampler,
+    note_loosened,
+)
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
 from vprom.outputs import writes
+from vprom.processes import usable_cores
 from vprom.records import N_PANELS, SPLITS, TABLE1, ElementType
 from vprom.splitting import SplitRules
 from vprom.tables import (

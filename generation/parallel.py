@@ -18,7 +18,6 @@ writing to every inherited object, so the workers share its pages rather than co
 from __future__ import annotations
 
 import gc
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial, reduce
@@ -36,13 +35,6 @@ from vprom.splitting import PanelInfo, SplitRules
 CHUNK = 200
 #: How `Chunk.parts` codes a matrix's part in a split.
 PARTS = ("train", "test", "excluded")
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS tells it)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 @dataclass

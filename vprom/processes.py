@@ -64,6 +64,14 @@ def context(method: str = "spawn"):
     return multiprocessing.get_context(method)
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the OS tells it): the
+    default number of workers of `generate`, `verify` and `build`."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
     """Hold SIGINT and SIGTERM for the block's duration: one that arrives meanwhile is acted

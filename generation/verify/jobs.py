@@ -20,7 +20,6 @@ into `CHUNK`-matrix ranges, enough of them to keep every worker of a large machi
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,14 +41,6 @@ from vprom.splitting import SplitRules, TrainBan
 
 #: matrices per solver-and-splits job
 CHUNK = 10_000
-
-
-def all_cores() -> int:
-    """The CPU cores this process may run on (`--workers`' default)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 @dataclass

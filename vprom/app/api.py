@@ -77,7 +77,8 @@ def mine(vg, out, **options):
 def generate(pools, out, rules=None, **options):
     """Sample the matrices from POOLS.h5, prove each with the solver and assign every split,
     into DATASET.h5 (`vprom generate`); `options`: `scale` (of Table 1's size), `seed`,
-    `shard=(k, n)` (only matrices i with i % n == k, for `merge`).
+    `shard=(k, n)` (only matrices i with i % n == k, for `merge`), `workers` (processes; the
+    file is the same for any number).
 
     >>> summary = vprom.generate("build/small/pools.h5", "build/again.h5", scale=0.003)
     >>> summary.counts == vprom.load_dataset("build/small/dataset.h5").manifest["counts"]

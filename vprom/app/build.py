@@ -25,16 +25,16 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from vprom.errors import VpromError
 from vprom.generation.dataset import generate
-from vprom.generation.verify.stats import format_stats, stats, write_stats
 from vprom.generation.verify import verify
+from vprom.generation.verify.stats import format_stats, stats, write_stats
+from vprom.io import check_output, make_manifest, sha256_file, write_json, write_text
 from vprom.mining.pools import mine
 from vprom.mining.synth import write_corpus
-from vprom.splits import load_rules
-from vprom.errors import VpromError
-from vprom.io import check_output, make_manifest, sha256_file, write_json, write_text
 from vprom.outputs import writes
 from vprom.records import MIN_SIDE
+from vprom.splits import load_rules
 from vprom.stamps import record_path, stamp, why_stale
 
 #: Defaults sized so `make demo` (build, extract, train twice) stays well under 10 minutes.
@@ -177,12 +177,12 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
     config = {"pools": sha256_file(pools), "scale": scale, "seed": seed}
     if _stage(out, "dataset", dataset, config, 3):
         print(f"[3/5] generating matrices (scale {scale}, seed {seed}) -> {dataset}", flush=True)
-        print(generate(pools, dataset, rules, scale=scale, seed=seed), flush=True)
+        print(generate(pools, dataset, rules, scale=scale, seed=seed, workers=workers), flush=True)
         stamp(dataset, config)
     _invalidate(out, "dataset")  # verify.txt and stats.json are made again below
 
     print(f"[4/5] verifying {dataset}", flush=True)
-    report = verify(dataset, rules)
+    report = verify(dataset, rules, workers=workers)
     named = dataclasses.replace(report, dataset=Path(dataset.name))  # no absolute path
     write_text(out / "verify.txt", named.format() + "\n")
     if not report.ok:

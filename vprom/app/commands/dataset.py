@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vprom.app.build import SYNTHETIC_IMAGES, SYNTHETIC_SCALE, VG_SCALE, build
 from vprom.app import api
+from vprom.app.build import SYNTHETIC_IMAGES, SYNTHETIC_SCALE, VG_SCALE, build
 from vprom.app.commands.base import Command
 from vprom.app.options import default, output_file, output_folder, positive, shard
 from vprom.errors import VpromError
 from vprom.generation.dataset import generate
+from vprom.processes import usable_cores
 
 # `build` and `reproduce` choose these defaults by source, so their options default to None.
 SCALE_HELP = (f"fraction of Table 1's size (default {VG_SCALE} on VG, {SYNTHETIC_SCALE} "
@@ -73,11 +74,14 @@ def add_build(p):
                    help=SCALE_HELP)
     p.add_argument("--seed", type=int, default=default(build, "seed"),
                    help="seed of the synthetic corpus and of the matrices")
+    p.add_argument("--workers", type=positive(int), default=None,
+                   help="processes of every stage (default: one per CPU core); the files are "
+                        "the same for any number")
 
 
 def run_build(args):
     api.build(args.out, vg=args.vg, synthetic=args.synthetic, images=args.images,
-              scale=args.scale, seed=args.seed)
+              scale=args.scale, seed=args.seed, workers=args.workers or usable_cores())
 
 
 BUILD = Command(
@@ -101,10 +105,9 @@ def add_verify(p):
 
 def run_verify(args):
     from vprom.app.lineage import lineage_problems
-    from vprom.generation.verify.jobs import all_cores
 
     report = api.verify(args.dataset, features=args.features,
-                        workers=args.workers or all_cores())
+                        workers=args.workers or usable_cores())
     print(report.format())
     if not report.ok:
         raise VpromError(f"{args.dataset}: verification failed ({report.failures()})")
