@@ -27,8 +27,9 @@ import bisect
 import hashlib
 import json
 import mmap
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 

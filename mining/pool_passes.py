@@ -41,16 +41,17 @@ from __future__ import annotations
 import time
 from array import array
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import zip_longest
-from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-from vprom.mining import readers
 from vprom.errors import VpromError
 from vprom.images import clip_box
-from vprom.records import COUNTS, LABEL_SEPARATOR, ElementType
+from vprom.mining import readers
+from vprom.records import LABEL_SEPARATOR, ElementType
 
 ELEMENT_TYPES = tuple(e.value for e in ElementType)  # crop order: this, then input order
 ELEMENT_CODE = {name: i for i, name in enumerate(ELEMENT_TYPES)}  # as stored in _Columns
@@ -125,13 +126,6 @@ def _clip(x: int, y: int, w: int, h: int, width: int, height: int, stats: Counte
     return x0, y0, x1 - x0, y1 - y0
 
 
-def _progress(position: int, total: int, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, position=position,
-                leave=False, disable=None)
-
-
 # ---------------------------------------------------------------- labels
 class _Labeler:
     """Canonical form and role of each raw label, computed once per distinct string."""
@@ -168,90 +162,141 @@ class _Labeler:
 
 
 # ---------------------------------------------------------------- objects pass
-def mine_objects(paths: dict, min_side: int, vocab, position: int = 0) -> PassResult:
-    """The objects pass over objects.json + attributes.json (see the module docstring)."""
+def object_stats(images: int) -> dict:
+    """The statistics an objects pass (or a piece of one) counts."""
+    return {"objects": Counter(), "unknown_names": Counter(), "unknown_attributes": Counter(),
+            "excluded_attributes": Counter(), "impure": Counter(), "missing_image_ids": [],
+            "images": images}
+
+
+def mine_objects(objects, attributes, sizes: dict, min_side: int, labeler: _Labeler
+                 ) -> PassResult:
+    """The objects pass (see the module docstring) over the image records of objects.json
+    and attributes.json, given as two iterators of `images(...)`."""
     start = time.perf_counter()
-    inputs: dict[str, str] = {}
-    sizes = _image_sizes(paths[readers.IMAGE_DATA], inputs)
-    stats = {"objects": Counter(), "unknown_names": Counter(), "unknown_attributes": Counter(),
-             "excluded_attributes": Counter(), "impure": Counter(), "missing_image_ids": [],
-             "images": len(sizes)}
-    cols, labeler = _Columns(), _Labeler(vocab)
-    obj_path, attr_path = paths[readers.OBJECTS], paths[readers.ATTRIBUTES]
-    sources: list = []
-    bar = _progress(position, 0, "objects+attributes")
-    objects = readers.read_objects(obj_path, bar.update, source_out=sources)
-    attributes = readers.read_attributes(attr_path, bar.update, source_out=sources)
+    stats = object_stats(len(sizes))
+    cols = _Columns()
     for objs, attrs in zip_longest(objects, attributes):
-        if bar.total == 0:
-            bar.total = sum(s.size for s in sources)
-        _check_aligned(objs, attrs, obj_path, attr_path)
+        _check_aligned(objs, attrs)
         _mine_image(objs, attrs, sizes, min_side, labeler, cols, stats)
-    bar.close()
-    for s in sources:
-        inputs[s.path.name] = s.sha256
-    return PassResult(cols.numpy(), cols.strings, stats, inputs,
-                 seconds=time.perf_counter() - start)
+    return PassResult(cols.numpy(), cols.strings, stats, {},
+                      seconds=time.perf_counter() - start)
 
 
-def _image_sizes(path: Path, inputs: dict) -> dict[int, tuple[int, int]]:
-    sources: list = []
-    sizes = readers.image_sizes(path, source_out=sources)
-    inputs[path.name] = sources[0].sha256
-    return sizes
+class Image(NamedTuple):
+    """One image record of objects.json or attributes.json, its objects as `Obj` tuples."""
+
+    index: int
+    image_id: int
+    objects: list
+    source: object  # what names the file in errors (`readers.Source` or `readers.FileRef`)
 
 
-def _check_aligned(objs, attrs, obj_path: Path, attr_path: Path) -> None:
-    if objs is None or attrs is None:
-        longer, rec = (attr_path, attrs) if objs is None else (obj_path, objs)
-        raise VpromError(f"{longer}: image record #{rec.index} (image {rec.image_id}) has no "
-                         f"counterpart in {(obj_path if objs is None else attr_path).name}; "
-                         "objects.json and attributes.json must list the same images — use "
-                         "both files from one Visual Genome release")
-    if objs.image_id != attrs.image_id:
-        raise VpromError(f"{attr_path}: image record #{attrs.index} is image {attrs.image_id} "
-                         f"but record #{objs.index} of {obj_path.name} is image {objs.image_id}; "
-                         "the two files must list the same images in the same order (VG's "
-                         "do) — use both files from one Visual Genome release")
+def images(records, source, key: str) -> Iterator[Image]:
+    """`Image`s of the (index, record) pairs of objects.json (`key` "objects") or
+    attributes.json ("attributes"), checked as `readers.read_objects` checks them."""
+    what = "objects.json" if key == "objects" else "attributes.json"
+    for index, record in records:
+        readers.check_record(record, source, index, what)
+        image_id = readers.image_id_of(record, source, index)
+        items = readers.object_items(record, source, image_id, key)
+        yield Image(index, image_id, _objects_of(items, source, image_id), source)
 
 
-def _regions_of(objs, attrs, width: int, height: int, stats: Counter) -> dict:
-    """Clipped box -> [source id, raw names, raw attributes] for one image's objects."""
-    extra: dict[int, list[str]] = {}
-    for a in attrs.objects:
-        extra.setdefault(a.object_id, []).extend(a.attributes)
-    merged_away = {m for o in objs.objects for m in o.merged_ids}
-    regions: dict = {}
-    seen: set[int] = set()
-    stats["read"] += len(objs.objects)
-    for o in objs.objects:
-        if o.object_id in seen or o.object_id in merged_away:
-            # a repeated id keeps its first object; both cases are counted, never silent
-            stats["duplicate_id" if o.object_id in seen else "merged_away"] += 1
+def _objects_of(items: list, source, image_id: int) -> list:
+    """(object id, names, x, y, w, h, attributes, merged ids) per object: the common case
+    (v1.2+ keys, int box, lists) inline, since this runs ~7.6M times at full scale; the rest
+    through `readers.object_slow`, which also names what is wrong."""
+    out = []
+    append = out.append
+    for position, item in enumerate(items):
+        try:
+            oid, x, y, w, h, names = (item["object_id"], item["x"], item["y"], item["w"],
+                                      item["h"], item["names"])
+        except (KeyError, TypeError):
+            append(readers.object_slow(item, source, image_id, position))
             continue
-        seen.add(o.object_id)
-        raw_attrs = list(o.attributes) + extra.pop(o.object_id, [])
-        for m in o.merged_ids:
-            raw_attrs += extra.pop(m, [])
+        if (type(oid) is not int or type(x) is not int or type(y) is not int
+                or type(w) is not int or type(h) is not int or type(names) is not list):
+            append(readers.object_slow(item, source, image_id, position))
+            continue
+        attributes = item.get("attributes")
+        merged = item.get("merged_object_ids")
+        append((oid, names, x, y, w, h,
+                attributes if type(attributes) is list else readers.strings(attributes),
+                tuple(merged) if merged else ()))
+    return out
+
+
+def _check_aligned(objs: Image | None, attrs: Image | None) -> None:
+    if objs is None or attrs is None:
+        rec, other = (attrs, "objects") if objs is None else (objs, "attributes")
+        raise VpromError(f"{rec.source.path}: image record #{rec.index} (image {rec.image_id}) "
+                         f"has no counterpart in {other}.json; objects.json and attributes.json "
+                         "must list the same images — use both files from one Visual Genome "
+                         "release")
+    if objs.image_id != attrs.image_id:
+        raise VpromError(f"{attrs.source.path}: image record #{attrs.index} is image "
+                         f"{attrs.image_id} but record #{objs.index} of "
+                         f"{objs.source.path.name} is image {objs.image_id}; the two files "
+                         "must list the same images in the same order (VG's do) — use both "
+                         "files from one Visual Genome release")
+
+
+def _regions_of(objs: list, attrs: list, width: int, height: int, min_side: int,
+                stats: Counter) -> dict:
+    """Clipped box -> [source id, raw names, raw attributes] for one image's objects whose
+    box is at least `min_side` px both ways; the smaller ones are only counted."""
+    extra: dict = {}
+    for a in attrs:
+        if a[0] in extra:
+            extra[a[0]] = list(extra[a[0]]) + list(a[6])  # an id listed twice: both
+        else:
+            extra[a[0]] = a[6]
+    merged_away = {m for o in objs if o[7] for m in o[7]}
+    regions: dict = {}
+    small: set = set()
+    seen: set[int] = set()
+    stats["read"] += len(objs)
+    for oid, names, x, y, w, h, attributes, merged in objs:
+        if oid in seen or oid in merged_away:
+            # a repeated id keeps its first object; both cases are counted, never silent
+            stats["duplicate_id" if oid in seen else "merged_away"] += 1
+            continue
+        seen.add(oid)
+        more = extra.pop(oid, ())
+        for m in merged:
+            more = list(more) + list(extra.pop(m, ()))
             stats["merged_object_ids_folded"] += 1
-        box = _clip(o.x, o.y, o.w, o.h, width, height, stats)
-        if box is None:
+        if 0 <= x and 0 <= y and 0 < w and 0 < h and x + w <= width and y + h <= height:
+            box = (x, y, w, h)  # the common case, inline: this runs ~3.8M times
+        else:
+            box = _clip(x, y, w, h, width, height, stats)
+            if box is None:
+                continue
+        if box[2] < min_side or box[3] < min_side:
+            if box in small:
+                stats["same_box_merged"] += 1
+            small.add(box)
             continue
         region = regions.get(box)
         if region is None:
-            regions[box] = [o.object_id, list(o.names), raw_attrs]
+            regions[box] = [oid, list(names), list(attributes) + list(more)]
         else:
             stats["same_box_merged"] += 1
-            region[1] += o.names
-            region[2] += raw_attrs
-    for oid in extra:
-        if oid not in merged_away:
-            stats["orphan_attribute_records"] += 1
+            region[1] += names
+            region[2] += list(attributes) + list(more)
+    orphans = sum(1 for oid in extra if oid not in merged_away)
+    if orphans:
+        stats["orphan_attribute_records"] += orphans
+    stats["regions"] += len(regions) + len(small)
+    if small:
+        stats["too_small"] += len(small)
     return regions
 
 
-def _mine_image(objs, attrs, sizes: dict, min_side: int, labeler: _Labeler, cols: _Columns,
-                stats: dict) -> None:
+def _mine_image(objs: Image, attrs: Image, sizes: dict, min_side: int, labeler: _Labeler,
+                cols: _Columns, stats: dict) -> None:
     counts = stats["objects"]
     size = sizes.get(objs.image_id)
     if size is None:
@@ -261,14 +306,10 @@ def _mine_image(objs, attrs, sizes: dict, min_side: int, labeler: _Labeler, cols
             stats["missing_image_ids"].append(objs.image_id)
         counts["missing_image_records"] += 1
         return
-    counts["attribute_annotations"] += (sum(len(o.attributes) for o in objs.objects)
-                                        + sum(len(a.attributes) for a in attrs.objects))
-    regions = _regions_of(objs, attrs, *size, counts)
-    counts["regions"] += len(regions)
+    counts["attribute_annotations"] += (sum([len(o[6]) for o in objs.objects])
+                                        + sum([len(a[6]) for a in attrs.objects]))
+    regions = _regions_of(objs.objects, attrs.objects, *size, min_side, counts)
     for box, (source_id, raw_names, raw_attrs) in regions.items():
-        if box[2] < min_side or box[3] < min_side:
-            counts["too_small"] += 1
-            continue
         # labels are looked at only from here on: 3/4 of VG's objects are too small to matter
         names, name_roles = _labels(raw_names, labeler.name, stats["unknown_names"])
         attributes, attr_roles = _labels(raw_attrs, labeler.attribute, stats["unknown_attributes"])
@@ -325,67 +366,3 @@ def _add_attributes(image_id, box, source_id, attr_roles: dict, human: bool,
                      labels)
         else:  # "red and blue shirt": neither colour is a clean example of its pool
             stats["impure"][f"{element_type}\t{super_attribute}"] += 1
-
-
-# ---------------------------------------------------------------- counts pass
-def mine_counts(paths: dict, min_side: int, vocab, position: int = 1) -> PassResult:
-    """The counts pass over region_descriptions.json (see the module docstring)."""
-    from vprom.mining.counts import parse_count
-
-    start = time.perf_counter()
-    inputs: dict[str, str] = {}
-    sizes = _image_sizes(paths[readers.IMAGE_DATA], inputs)
-    stats = {"regions": Counter(), "count_excluded": Counter(), "count_samples": {},
-             "count_too_small": Counter(), "missing_image_ids": [], "images": len(sizes)}
-    counts = stats["regions"]
-    cols, rows, sources = _Columns(), [], []
-    bar = _progress(position, 0, "region descriptions")
-    for image in readers.read_regions(paths[readers.REGIONS], bar.update, source_out=sources):
-        if bar.total == 0:
-            bar.total = sources[0].size
-        size = sizes.get(image.image_id)
-        if size is None:
-            counts["read"] += len(image.regions)
-            counts["missing_image"] += len(image.regions)
-            counts["missing_image_records"] += 1
-            if len(stats["missing_image_ids"]) < 20:
-                stats["missing_image_ids"].append(image.image_id)
-            continue
-        for region in image.regions:
-            counts["read"] += 1
-            box = _clip(region.x, region.y, region.w, region.h, *size, counts)
-            if box is None:
-                continue
-            parsed = parse_count(region.phrase, vocab)  # None at once without a number
-            if parsed is None:
-                continue
-            counts["with_number"] += 1
-            if parsed.count not in COUNTS:
-                reason = parsed.excluded or "out of range"
-                _exclude(region, image.image_id, reason, parsed.number, stats, rows)
-                continue
-            counts["counted"] += 1
-            if box[2] < min_side or box[3] < min_side:
-                stats["count_too_small"][str(parsed.count)] += 1
-                continue
-            _add_count(image.image_id, box, region, parsed, vocab, cols)
-    bar.close()
-    inputs[sources[0].path.name] = sources[0].sha256
-    return PassResult(cols.numpy(), cols.strings, stats, inputs, rows,
-                 seconds=time.perf_counter() - start)
-
-
-def _exclude(region, image_id: int, reason: str, number: str, stats: dict, rows: list) -> None:
-    stats["count_excluded"][reason] += 1
-    samples = stats["count_samples"].setdefault(reason, [])
-    if len(samples) < SAMPLES:
-        samples.append(region.phrase)
-    phrase = " ".join(region.phrase.split())  # one line, no tabs
-    rows.append(f"{region.region_id}\t{image_id}\t{reason}\t{number}\t{phrase}")
-
-
-def _add_count(image_id: int, box, region, parsed, vocab, cols: _Columns) -> None:
-    element = str(parsed.count)
-    noun = vocab.canonical(parsed.noun) if parsed.noun else ""
-    labels = cols.intern(LABEL_SEPARATOR.join(sorted({element, noun} - {""})))
-    cols.add("count", element, "", image_id, box, region.region_id, region.phrase, labels)
