@@ -189,7 +189,8 @@ class Image(NamedTuple):
 
     index: int
     image_id: int
-    objects: list
+    objects: list | dict  # `_objects_of`; for attributes.json `_attributes_of`
+    annotations: int  # attributes listed
     source: object  # what names the file in errors (`readers.Source` or `readers.FileRef`)
 
 
@@ -201,34 +202,68 @@ def images(records, source, key: str) -> Iterator[Image]:
         readers.check_record(record, source, index, what)
         image_id = readers.image_id_of(record, source, index)
         items = readers.object_items(record, source, image_id, key)
-        yield Image(index, image_id, _objects_of(items, source, image_id), source)
+        read = _objects_of if key == "objects" else _attributes_of
+        yield Image(index, image_id, *read(items, source, image_id), source)
 
 
 _OBJECT_FIELDS = itemgetter("object_id", "x", "y", "w", "h", "names")
 
 
-def _objects_of(items: list, source, image_id: int) -> list:
-    """(object id, names, x, y, w, h, attributes, merged ids) per object: the common case
-    (v1.2+ keys, int box, lists) inline, since this runs ~7.6M times at full scale; the rest
-    through `readers.object_slow`, which also names what is wrong."""
+def _objects_of(items: list, source, image_id: int) -> tuple[list, int]:
+    """(object id, names, x, y, w, h, attributes, merged ids) per object, and the number of
+    attributes: the common case (v1.2+ keys, int box, lists) inline, since this runs ~3.8M
+    times at full scale; the rest through `readers.object_slow`, which names what is wrong."""
     out = []
     append = out.append
+    annotations = 0
     for position, item in enumerate(items):
         try:
             oid, x, y, w, h, names = _OBJECT_FIELDS(item)
         except (KeyError, TypeError):
-            append(readers.object_slow(item, source, image_id, position))
+            found = readers.object_slow(item, source, image_id, position)
+            annotations += len(found.attributes)
+            append(found)
             continue
         if not (type(oid) is type(x) is type(y) is type(w) is type(h) is int
                 and type(names) is list):
-            append(readers.object_slow(item, source, image_id, position))
+            found = readers.object_slow(item, source, image_id, position)
+            annotations += len(found.attributes)
+            append(found)
             continue
         attributes = item.get("attributes")
+        if type(attributes) is not list:
+            attributes = readers.strings(attributes)
+        annotations += len(attributes)
         merged = item.get("merged_object_ids")
-        append((oid, names, x, y, w, h,
-                attributes if type(attributes) is list else readers.strings(attributes),
-                tuple(merged) if merged else ()))
-    return out
+        append((oid, names, x, y, w, h, attributes, tuple(merged) if merged else ()))
+    return out, annotations
+
+
+def _attributes_of(items: list, source, image_id: int) -> tuple[dict, int]:
+    """Object id -> its attributes for attributes.json (objects checked as `_objects_of`
+    checks them), and the number of attributes."""
+    extra: dict = {}
+    annotations = 0
+    for position, item in enumerate(items):
+        try:
+            oid, x, y, w, h, names = _OBJECT_FIELDS(item)
+            fast = (type(oid) is type(x) is type(y) is type(w) is type(h) is int
+                    and type(names) is list)
+        except (KeyError, TypeError):
+            fast = False
+        if fast:
+            attributes = item.get("attributes")
+            if type(attributes) is not list:
+                attributes = readers.strings(attributes)
+        else:
+            found = readers.object_slow(item, source, image_id, position)
+            oid, attributes = found.object_id, found.attributes
+        annotations += len(attributes)
+        if oid in extra:  # an id listed twice: both lists
+            extra[oid] = list(extra[oid]) + list(attributes)
+        else:
+            extra[oid] = attributes
+    return extra, annotations
 
 
 def _check_aligned(objs: Image | None, attrs: Image | None) -> None:
@@ -246,16 +281,11 @@ def _check_aligned(objs: Image | None, attrs: Image | None) -> None:
                          "files from one Visual Genome release")
 
 
-def _regions_of(objs: list, attrs: list, width: int, height: int, min_side: int,
+def _regions_of(objs: list, extra: dict, width: int, height: int, min_side: int,
                 stats: Counter) -> dict:
     """Clipped box -> [source id, raw names, raw attributes] for one image's objects whose
-    box is at least `min_side` px both ways; the smaller ones are only counted."""
-    extra: dict = {}
-    for a in attrs:
-        if a[0] in extra:
-            extra[a[0]] = list(extra[a[0]]) + list(a[6])  # an id listed twice: both
-        else:
-            extra[a[0]] = a[6]
+    box is at least `min_side` px both ways (the smaller ones are only counted); `extra`
+    holds the attributes of attributes.json by object id, and is used up."""
     merged_away = {m for o in objs if o[7] for m in o[7]}
     regions: dict = {}
     small: set = set()
@@ -309,8 +339,7 @@ def _mine_image(objs: Image, attrs: Image, sizes: dict, min_side: int, labeler: 
             stats["missing_image_ids"].append(objs.image_id)
         counts["missing_image_records"] += 1
         return
-    counts["attribute_annotations"] += (sum([len(o[6]) for o in objs.objects])
-                                        + sum([len(a[6]) for a in attrs.objects]))
+    counts["attribute_annotations"] += objs.annotations + attrs.annotations
     regions = _regions_of(objs.objects, attrs.objects, *size, min_side, counts)
     for box, (source_id, raw_names, raw_attrs) in regions.items():
         # labels are looked at only from here on: 3/4 of VG's objects are too small to matter
