@@ -143,13 +143,14 @@ class Chunk(NamedTuple):
     last: bool  # runs to the end of the file: holds the array's "]"
 
 
-def plan(scans: list[ArrayScan], target: int = TARGET) -> Iterator[tuple[Chunk, ...]]:
+def plan(scans: list[ArrayScan], target: int | None = None) -> Iterator[tuple[Chunk, ...]]:
     """Chunks of whole elements, the same element indices in every file scanned by `scans`
     (the first file's bytes decide where to cut), scanned only as far as they are needed.
 
     The last tuple runs to the end of every file, so elements one file has beyond the others,
     and anything after the array, stay in it; once it is out, every scan has its sha256.
     """
+    target = target or TARGET
     lead = scans[0]
     for scan in scans:
         while scan.start < 0 and not scan.done:
