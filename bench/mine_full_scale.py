@@ -332,7 +332,8 @@ def anchors_and_passes(vg: Path) -> dict:
                 assert run_job(setup, job)[1] is not None
         out[f"{kind} pass"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        for scan in scans.values():
+        for stem in _FILES[kind]:
+            scan = byte_ranges.ArrayScan(paths[stem])
             while not scan.done:
                 scan.more()
             scan.finish()
@@ -366,7 +367,7 @@ def main(argv=None) -> None:
               f" -> {t[kind + ' pass'] / t[kind + ' parse']:.2f}x (target <= {limit}x)")
     runs, hashes = {}, set()
     for n in (int(w) for w in args.workers.split(",")):
-        pools = args.out / f"pools_w{n}.h5"
+        pools = args.out.with_name(args.out.name + "_pools") / f"pools_w{n}.h5"
         runs[n] = measure([sys.executable, "-m", "vprom", "mine", "--vg", str(args.out),
                            "--out", str(pools), "--workers", str(n)])
         hashes.add(_crops_hash(pools))

@@ -34,12 +34,12 @@ from typing import NamedTuple
 import numpy as np
 
 BLOCK = 1 << 22   # bytes scanned at a time: numpy's temporaries stay small
-TARGET = 1 << 22  # bytes per chunk: ~40 MB of Python objects while a worker parses it
+TARGET = 1 << 21  # bytes per chunk: ~20 MB of Python objects while a worker parses it
 
-_QUOTE, _OPEN, _CLOSE, _BACKSLASH = 1, 2, 3, 4
-_CLASSES = bytes(_QUOTE if c == 0x22 else _OPEN if c in b"[{" else _CLOSE if c in b"]}"
-                 else _BACKSLASH if c == 0x5C else 0 for c in range(256))
-_STEP = np.array([0, 0, 1, -1, 0], dtype=np.int64)  # depth change per class
+_QUOTE, _OPEN, _CLOSE = 1, 2, 3
+_CLASSES = bytes(_QUOTE if c == 0x22 else _OPEN if c in b"[{" else _CLOSE if c in b"]}" else 0
+                 for c in range(256))
+_STEP = np.array([0, 0, 1, -1], dtype=np.int64)  # depth change per class
 
 
 class ArrayScan:
@@ -85,14 +85,14 @@ class ArrayScan:
 
     def _scan(self, block: bytes) -> None:
         classes = np.frombuffer(block.translate(_CLASSES), dtype=np.uint8)
-        pos = np.flatnonzero(classes)
-        cls = classes[pos]
-        self._unescape(pos, cls)
-        quotes = cls == _QUOTE
-        # quotes before each marked byte, counting the strings left open by earlier blocks
-        before = np.cumsum(quotes) - quotes + self._in_string
-        bracket = ((cls == _OPEN) | (cls == _CLOSE)) & (before % 2 == 0)
-        where, step = pos[bracket], _STEP[cls[bracket]]
+        quotes = classes == _QUOTE
+        if self._backslashes or b"\\" in block:
+            self._unescape(block, quotes)
+        # real quotes up to each byte, mod 256: its parity says "inside a string" for a bracket
+        seen = np.cumsum(quotes, dtype=np.uint8)
+        where = np.flatnonzero(classes >= _OPEN)
+        where = where[(seen[where] + self._in_string) % 2 == 0]
+        step = _STEP[classes[where]]
         depth = np.cumsum(step) + self._depth
         if self.start < 0 and len(where):
             if depth[0] != 1 or block[where[0]] != 0x5B:  # "[": the file is not an array
@@ -103,33 +103,32 @@ class ArrayScan:
         self.ends.extend(ends.tolist())
         if len(depth):
             self._depth = int(depth[-1])
-        self._in_string = (self._in_string + int(quotes.sum())) % 2
-        self._backslashes = _trailing_run(pos, cls, len(block), self._backslashes)
+        if len(seen):
+            self._in_string = (self._in_string + int(seen[-1])) % 2
+        self._backslashes = _trailing_backslashes(block, self._backslashes)
 
-    def _unescape(self, pos: np.ndarray, cls: np.ndarray) -> None:
+    def _unescape(self, block: bytes, quotes: np.ndarray) -> None:
         """Unmark each quote that an odd run of backslashes escapes (rare: a loop will do)."""
-        after_backslash = np.flatnonzero((cls[1:] == _QUOTE) & (cls[:-1] == _BACKSLASH)
-                                         & (pos[1:] == pos[:-1] + 1)) + 1
-        candidates = after_backslash.tolist()
-        if len(pos) and pos[0] == 0 and cls[0] == _QUOTE:
-            candidates.insert(0, 0)  # a quote opening the block: the last one's run counts
-        for i in candidates:
-            run, j = 0, i - 1
-            while j >= 0 and cls[j] == _BACKSLASH and pos[j] == pos[i] - (i - j):
-                run, j = run + 1, j - 1
-            if pos[i] == run:  # the run reaches back to the block's first byte
+        at = block.find(b'\\"')
+        while at >= 0:
+            run = 1
+            while at - run >= 0 and block[at - run] == 0x5C:
+                run += 1
+            if at - run < 0:  # the run reaches back into the block before
                 run += self._backslashes
             if run % 2:
-                cls[i] = 0
+                quotes[at + 1] = False
+            at = block.find(b'\\"', at + 2)
+        if block[:1] == b'"' and self._backslashes % 2:
+            quotes[0] = False
 
 
-def _trailing_run(pos: np.ndarray, cls: np.ndarray, length: int, carried: int) -> int:
-    """Backslashes at the very end of a block (continued from the one before if it is all
-    backslashes)."""
-    run, j = 0, len(pos) - 1
-    while j >= 0 and cls[j] == _BACKSLASH and pos[j] == length - 1 - run:
-        run, j = run + 1, j - 1
-    return run + carried if run == length else run
+def _trailing_backslashes(block: bytes, carried: int) -> int:
+    """Backslashes at the very end of a block (plus the last block's, if it is all of them)."""
+    if not block.endswith(b"\\"):
+        return 0
+    run = len(block) - len(block.rstrip(b"\\"))
+    return run + carried if run == len(block) else run
 
 
 class Chunk(NamedTuple):
