@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from operator import itemgetter
 from collections.abc import Iterator
+from operator import itemgetter
 from typing import NamedTuple
 
 from vprom.mining import readers
