@@ -36,6 +36,7 @@ from vprom.mining import byte_ranges, count_pass, readers
 from vprom.mining.pool_passes import (
     SAMPLES,
     PassResult,
+    _Columns,
     _Labeler,
     images,
     mine_objects,
@@ -170,13 +171,12 @@ class _Merged:
     def __init__(self, stats: dict):
         self.stats = stats
         self.columns: dict[str, list] = {}
-        self.strings: list[str] = []
-        self._index: dict[str, int] = {}
+        self.table = _Columns()  # for its string table only
         self.rows: list[str] = []
         self.seconds = 0.0
 
     def add(self, part: PassResult) -> None:
-        remap = np.array([self._intern(s) for s in part.strings], dtype=np.int32)
+        remap = np.array([self.table.intern(s) for s in part.strings], dtype=np.int32)
         for name, values in part.columns.items():
             if name in _STRING_COLUMNS and len(values):
                 values = remap[values].astype(values.dtype)
@@ -194,16 +194,9 @@ class _Merged:
         self.rows.extend(part.excluded_rows)
         self.seconds += part.seconds
 
-    def _intern(self, text: str) -> int:
-        i = self._index.get(text)
-        if i is None:
-            i = self._index[text] = len(self.strings)
-            self.strings.append(text)
-        return i
-
     def result(self) -> PassResult:
         columns = {name: np.concatenate(parts) for name, parts in self.columns.items()}
-        return PassResult(columns, self.strings, self.stats, {}, self.rows, self.seconds)
+        return PassResult(columns, self.table.strings, self.stats, {}, self.rows, self.seconds)
 
 
 def _progress(total: int):
