@@ -1,4 +1,6 @@
-"""The two mining passes over Visual Genome, each a plain function run by one worker process.
+"""The two mining passes over Visual Genome: plain functions over image records, which a
+worker runs on one chunk of the files or the streaming reader on whole files
+(`mining.pool_jobs`); this module holds the objects pass and what both passes share.
 
 * **objects pass** (`mine_objects`) — objects.json and attributes.json list the same images
   in the same order, so they are read side by side, one image record of each at a time
@@ -18,9 +20,8 @@
       attribute of S — PURITY: a region with two attributes of S ("red and blue shirt") is
       left out of that pool and counted as impure. Excluded (semantic) attributes are
       dropped first.
-* **counts pass** (`mine_counts`) — region_descriptions.json: the same box funnel, then
-  `parse_count` on every phrase (its regex pre-filter returns at once for the ~95% without a
-  number). Counted phrases (`COUNTS`, 1–10) of regions large enough become COUNT crops;
+* **counts pass** (`mining.count_pass.mine_counts`) — region_descriptions.json: the same box
+  funnel, then `parse_count` on every phrase with a digit or a number word. Counted phrases (`COUNTS`, 1–10) of regions large enough become COUNT crops;
   excluded phrases ("five o'clock", "a 10 year old boy") are counted by reason in the report
   and listed, with region and image ids, in the pass's `excluded_rows`.
 
@@ -28,11 +29,13 @@ Every crop's `labels` column holds every canonical label its source has (all nam
 attributes of the region; for counts the count and the noun): generation needs them to
 prove each matrix has exactly one answer. A pass accumulates its crops as compact typed
 arrays with one interned string table (`_Columns`), so what it sends back to the parent (a
-`PassResult`) is a few numpy columns, not millions of Python objects. Input files are identified
-by sha256, computed on the bytes as they are parsed.
+`PassResult`) is a few numpy columns, not millions of Python objects. Per object there is
+no Python object beyond the parser's dict: fields are read with one `itemgetter` into a
+tuple (`_objects_of`), attributes.json goes straight into a dict by object id
+(`_attributes_of`), and boxes under `min_side` are only counted.
 
-Box clipping (`_clip`) runs once per object and region, ~9M times at full scale: the common
-in-image box returns at once; the rest is clipped by `vprom.images.clip_box` and each case
+Box clipping runs once per object and region, ~9M times at full scale: the common in-image
+box is tested inline; the rest is clipped by `vprom.images.clip_box` and each case
 (zero size, outside the image, clipped) is counted for the report's funnel.
 """
 
