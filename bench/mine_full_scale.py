@@ -6,15 +6,23 @@
    spaces, plurals, trailing punctuation, unknown labels, zero-size and out-of-image boxes,
    number phrases that are counts and ones that are not ("10 o'clock"). Text is assembled
    with f-strings and join, chunk by chunk, in two processes (objects+attributes, regions).
-2. Times `vprom mine --workers 2` in a subprocess: wall time and peak RSS, the RSS summed over
-   the whole process tree (polled from /proc every 50 ms) and the largest single process
-   (getrusage RUSAGE_CHILDREN).
-3. Side by side, loads each JSON file with `json.load` in its own subprocess — how the
-   official VG driver and the Hugging Face loader read them — and reports each peak RSS; the
-   ratio compares the largest of those with mine's whole-tree peak.
+   Full scale takes ~30 s and 1.8 GB of disk (`--out`, default /tmp/vg_full; delete it after).
+2. Side by side in one run, the cost of each pass against the bare parse of its files: the
+   anchors are `ijson.items` (yajl2_c, what the streaming reader uses) over objects.json +
+   attributes.json and over region_descriptions.json; each pass runs alone in this process
+   on one core, its byte-range scan included (`mining.pool_jobs`).
+3. Times `vprom mine --workers N` for each N of `--workers` (default 1,2,4) in a
+   subprocess: wall time and peak RSS, the RSS summed over the whole process tree (polled
+   from /proc every 50 ms) and the largest single process (getrusage RUSAGE_CHILDREN); the
+   POOLS.h5 of every N must hold the same crops. It then projects the wall time on 16 cores
+   (marked as projected): the parent's serial work plus the larger of the byte-range scan and
+   the passes' one-core work spread over 16 workers.
+4. Unless `--no-json-load`, loads each JSON file with `json.load` in its own subprocess — how
+   the official VG driver and the Hugging Face loader read them — and reports each peak RSS;
+   the ratio compares the largest of those with mine's whole-tree peak.
 
     .venv/bin/python bench/mine_full_scale.py --scale 0.02       # development size
-    .venv/bin/python bench/mine_full_scale.py                    # full scale (/tmp/vg_full)
+    .venv/bin/python bench/mine_full_scale.py --no-json-load     # full scale (/tmp/vg_full)
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 VG_IMAGES = 108_077
 OBJECTS_PER_IMAGE = 3_800_000 / VG_IMAGES  # ~35.2
@@ -294,27 +303,89 @@ def _load_avg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def anchors_and_passes(vg: Path) -> dict:
+    """Seconds: bare ijson parse of each pass's files, and each pass alone on one core."""
+    import ijson
+
+    from vprom.mining import byte_ranges, readers
+    from vprom.mining.pool_jobs import _FILES, COUNTS, OBJECTS, Setup, _jobs, run_job
+    from vprom.mining.pool_passes import _Labeler
+    from vprom.mining.vocab import load_vocabulary
+    from vprom.records import MIN_SIDE
+
+    paths = {stem: readers.locate(vg, stem) for stem in readers.FILES}
+    vocab = load_vocabulary()
+    sizes = readers.image_sizes(paths[readers.IMAGE_DATA])
+    setup = Setup(paths, sizes, MIN_SIDE, vocab, _Labeler(vocab))
+    out = {}
+    for kind in (OBJECTS, COUNTS):
+        t0 = time.perf_counter()
+        for stem in _FILES[kind]:
+            with open(paths[stem], "rb") as f:
+                for _ in ijson.items(f, "item", use_float=True):
+                    pass
+        out[f"{kind} parse"] = time.perf_counter() - t0
+        scans = {stem: byte_ranges.ArrayScan(paths[stem]) for stem in _FILES[kind]}
+        t0 = time.perf_counter()
+        for job in _jobs(scans):
+            if job[0] == kind:
+                assert run_job(setup, job)[1] is not None
+        out[f"{kind} pass"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for stem in _FILES[kind]:
+            scan = byte_ranges.ArrayScan(paths[stem])
+            while not scan.done:
+                scan.more()
+            scan.finish()
+        out[f"{kind} scan"] = time.perf_counter() - t0
+    return out
+
+
+def _crops_hash(path: Path) -> str:
+    from fingerprint import hash_h5
+
+    return hash_h5(path)[:16]
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=Path("/tmp/vg_full"))
     p.add_argument("--scale", type=float, default=1.0, help="fraction of VG's 108,077 images")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", default="1,2,4", help="comma-separated worker counts")
     p.add_argument("--no-json-load", action="store_true", help="skip the json.load comparison")
     args = p.parse_args(argv)
     if args.scale < 1 and args.out == Path("/tmp/vg_full"):
         args.out = Path(f"/tmp/vg_scale_{args.scale:g}")
     info = write_corpus(args.out, args.scale, args.seed)
     gb = 1e9
-    pools = args.out / "pools.h5"
     print(f"load average before: {_load_avg()} (2 cores shared)")
-    mine = measure([sys.executable, "-m", "vprom", "mine", "--vg", str(args.out),
-                    "--out", str(pools), "--workers", str(args.workers)])
-    print(mine["stdout"].rstrip())
-    print(f"\nvprom mine: {mine['wall_s']:.1f} s wall, peak RSS {mine['peak_tree_bytes'] / gb:.2f} "
-          f"GB (process tree), {mine['peak_process_bytes'] / gb:.2f} GB (largest process); "
-          f"{info['bytes'] / gb:.2f} GB of JSON -> {info['bytes'] / mine['wall_s'] / 1e6:.0f} MB/s")
+    t = anchors_and_passes(args.out)
+    for kind, limit in (("objects", 1.3), ("counts", 1.5)):
+        print(f"{kind} pass, one core: {t[kind + ' pass']:6.1f} s (scan alone "
+              f"{t[kind + ' scan']:.1f} s); bare ijson.items of its files {t[kind + ' parse']:6.1f} s"
+              f" -> {t[kind + ' pass'] / t[kind + ' parse']:.2f}x (target <= {limit}x)")
+    runs, hashes = {}, set()
+    for n in (int(w) for w in args.workers.split(",")):
+        pools = args.out.with_name(args.out.name + "_pools") / f"pools_w{n}.h5"
+        runs[n] = measure([sys.executable, "-m", "vprom", "mine", "--vg", str(args.out),
+                           "--out", str(pools), "--workers", str(n)])
+        hashes.add(_crops_hash(pools))
+        print(runs[n]["stdout"].splitlines()[0])
+    print(f"\n{'workers':>8} {'wall s':>8} {'peak GB (tree)':>15} {'largest process GB':>19} "
+          f"{'MB/s':>6}")
+    for n, r in runs.items():
+        print(f"{n:>8} {r['wall_s']:>8.1f} {r['peak_tree_bytes'] / gb:>15.2f} "
+              f"{r['peak_process_bytes'] / gb:>19.2f} {info['bytes'] / r['wall_s'] / 1e6:>6.0f}")
+    one = runs[min(runs)]["wall_s"]
+    serial = one - t["objects pass"] - t["counts pass"]  # sizes, vocabulary, merge, write
+    scan = t["objects scan"] + t["counts scan"]
+    work = t["objects pass"] + t["counts pass"] - scan
+    print(f"{16:>8} {serial + max(scan, work / 16):>8.1f}   (projected: serial {serial:.1f} s "
+          f"+ max(scan {scan:.1f} s, one-core work {work:.1f} s / 16))")
+    print(f"POOLS.h5 identical for every worker count: {len(hashes) == 1} ({sorted(hashes)})")
     if not args.no_json_load:
+        mine = runs[max(runs)]
         peaks = {}
         for stem in ("image_data", "objects", "attributes", "region_descriptions"):
             path = args.out / f"{stem}.json"

@@ -100,6 +100,9 @@ class _Words:
         number_words = self.cardinals.keys() | self.ordinals | self.vague
         # prefix-factored ("t(?:en|h(?:ree|ird)|...)"): ~1.5x faster than a flat alternation
         self.prefilter = re.compile(r"\d|\b(?:" + _alternation(number_words) + r")\b")
+        # as bytes, for a faster pre-prefilter (mining.count_pass); None if not all plain a-z
+        plain = all(w.isascii() and w.isalpha() and w.islower() for w in number_words)
+        self.number_bytes = frozenset(w.encode() for w in number_words) if plain else None
 
 
 def _alternation(words) -> str:

@@ -1,4 +1,6 @@
-"""The two mining passes over Visual Genome, each a plain function run by one worker process.
+"""The two mining passes over Visual Genome: plain functions over image records, which a
+worker runs on one chunk of the files or the streaming reader on whole files
+(`mining.pool_jobs`); this module holds the objects pass and what both passes share.
 
 * **objects pass** (`mine_objects`) — objects.json and attributes.json list the same images
   in the same order, so they are read side by side, one image record of each at a time
@@ -18,9 +20,8 @@
       attribute of S — PURITY: a region with two attributes of S ("red and blue shirt") is
       left out of that pool and counted as impure. Excluded (semantic) attributes are
       dropped first.
-* **counts pass** (`mine_counts`) — region_descriptions.json: the same box funnel, then
-  `parse_count` on every phrase (its regex pre-filter returns at once for the ~95% without a
-  number). Counted phrases (`COUNTS`, 1–10) of regions large enough become COUNT crops;
+* **counts pass** (`mining.count_pass.mine_counts`) — region_descriptions.json: the same box
+  funnel, then `parse_count` on every phrase with a digit or a number word. Counted phrases (`COUNTS`, 1–10) of regions large enough become COUNT crops;
   excluded phrases ("five o'clock", "a 10 year old boy") are counted by reason in the report
   and listed, with region and image ids, in the pass's `excluded_rows`.
 
@@ -28,11 +29,13 @@ Every crop's `labels` column holds every canonical label its source has (all nam
 attributes of the region; for counts the count and the noun): generation needs them to
 prove each matrix has exactly one answer. A pass accumulates its crops as compact typed
 arrays with one interned string table (`_Columns`), so what it sends back to the parent (a
-`PassResult`) is a few numpy columns, not millions of Python objects. Input files are identified
-by sha256, computed on the bytes as they are parsed.
+`PassResult`) is a few numpy columns, not millions of Python objects. Per object there is
+no Python object beyond the parser's dict: fields are read with one `itemgetter` into a
+tuple (`_objects_of`), attributes.json goes straight into a dict by object id
+(`_attributes_of`), and boxes under `min_side` are only counted.
 
-Box clipping (`_clip`) runs once per object and region, ~9M times at full scale: the common
-in-image box returns at once; the rest is clipped by `vprom.images.clip_box` and each case
+Box clipping runs once per object and region, ~9M times at full scale: the common in-image
+box is tested inline; the rest is clipped by `vprom.images.clip_box` and each case
 (zero size, outside the image, clipped) is counted for the report's funnel.
 """
 
@@ -41,16 +44,18 @@ from __future__ import annotations
 import time
 from array import array
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import zip_longest
-from pathlib import Path
+from operator import itemgetter
+from typing import NamedTuple
 
 import numpy as np
 
-from vprom.mining import readers
 from vprom.errors import VpromError
 from vprom.images import clip_box
-from vprom.records import COUNTS, LABEL_SEPARATOR, ElementType
+from vprom.mining import readers
+from vprom.records import LABEL_SEPARATOR, ElementType
 
 ELEMENT_TYPES = tuple(e.value for e in ElementType)  # crop order: this, then input order
 ELEMENT_CODE = {name: i for i, name in enumerate(ELEMENT_TYPES)}  # as stored in _Columns
@@ -125,13 +130,6 @@ def _clip(x: int, y: int, w: int, h: int, width: int, height: int, stats: Counte
     return x0, y0, x1 - x0, y1 - y0
 
 
-def _progress(position: int, total: int, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="B", unit_scale=True, desc=desc, position=position,
-                leave=False, disable=None)
-
-
 # ---------------------------------------------------------------- labels
 class _Labeler:
     """Canonical form and role of each raw label, computed once per distinct string."""
@@ -168,90 +166,173 @@ class _Labeler:
 
 
 # ---------------------------------------------------------------- objects pass
-def mine_objects(paths: dict, min_side: int, vocab, position: int = 0) -> PassResult:
-    """The objects pass over objects.json + attributes.json (see the module docstring)."""
+def object_stats(images: int) -> dict:
+    """The statistics an objects pass (or a piece of one) counts."""
+    return {"objects": Counter(), "unknown_names": Counter(), "unknown_attributes": Counter(),
+            "excluded_attributes": Counter(), "impure": Counter(), "missing_image_ids": [],
+            "images": images}
+
+
+def mine_objects(objects, attributes, sizes: dict, min_side: int, labeler: _Labeler
+                 ) -> PassResult:
+    """The objects pass (see the module docstring) over the image records of objects.json
+    and attributes.json, given as two iterators of `images(...)`."""
     start = time.perf_counter()
-    inputs: dict[str, str] = {}
-    sizes = _image_sizes(paths[readers.IMAGE_DATA], inputs)
-    stats = {"objects": Counter(), "unknown_names": Counter(), "unknown_attributes": Counter(),
-             "excluded_attributes": Counter(), "impure": Counter(), "missing_image_ids": [],
-             "images": len(sizes)}
-    cols, labeler = _Columns(), _Labeler(vocab)
-    obj_path, attr_path = paths[readers.OBJECTS], paths[readers.ATTRIBUTES]
-    sources: list = []
-    bar = _progress(position, 0, "objects+attributes")
-    objects = readers.read_objects(obj_path, bar.update, source_out=sources)
-    attributes = readers.read_attributes(attr_path, bar.update, source_out=sources)
+    stats = object_stats(len(sizes))
+    cols = _Columns()
     for objs, attrs in zip_longest(objects, attributes):
-        if bar.total == 0:
-            bar.total = sum(s.size for s in sources)
-        _check_aligned(objs, attrs, obj_path, attr_path)
+        _check_aligned(objs, attrs)
         _mine_image(objs, attrs, sizes, min_side, labeler, cols, stats)
-    bar.close()
-    for s in sources:
-        inputs[s.path.name] = s.sha256
-    return PassResult(cols.numpy(), cols.strings, stats, inputs,
-                 seconds=time.perf_counter() - start)
+    return PassResult(cols.numpy(), cols.strings, stats, {},
+                      seconds=time.perf_counter() - start)
 
 
-def _image_sizes(path: Path, inputs: dict) -> dict[int, tuple[int, int]]:
-    sources: list = []
-    sizes = readers.image_sizes(path, source_out=sources)
-    inputs[path.name] = sources[0].sha256
-    return sizes
+class Image(NamedTuple):
+    """One image record of objects.json or attributes.json, its objects as `Obj` tuples."""
+
+    index: int
+    image_id: int
+    objects: list | dict  # `_objects_of`; for attributes.json `_attributes_of`
+    annotations: int  # attributes listed
+    source: object  # what names the file in errors (`readers.Source` or `readers.FileRef`)
 
 
-def _check_aligned(objs, attrs, obj_path: Path, attr_path: Path) -> None:
-    if objs is None or attrs is None:
-        longer, rec = (attr_path, attrs) if objs is None else (obj_path, objs)
-        raise VpromError(f"{longer}: image record #{rec.index} (image {rec.image_id}) has no "
-                         f"counterpart in {(obj_path if objs is None else attr_path).name}; "
-                         "objects.json and attributes.json must list the same images — use "
-                         "both files from one Visual Genome release")
-    if objs.image_id != attrs.image_id:
-        raise VpromError(f"{attr_path}: image record #{attrs.index} is image {attrs.image_id} "
-                         f"but record #{objs.index} of {obj_path.name} is image {objs.image_id}; "
-                         "the two files must list the same images in the same order (VG's "
-                         "do) — use both files from one Visual Genome release")
+def images(records, source, key: str) -> Iterator[Image]:
+    """`Image`s of the (index, record) pairs of objects.json (`key` "objects") or
+    attributes.json ("attributes"), checked as `readers.read_objects` checks them."""
+    what = "objects.json" if key == "objects" else "attributes.json"
+    for index, record in records:
+        readers.check_record(record, source, index, what)
+        image_id = readers.image_id_of(record, source, index)
+        items = readers.object_items(record, source, image_id, key)
+        read = _objects_of if key == "objects" else _attributes_of
+        yield Image(index, image_id, *read(items, source, image_id), source)
 
 
-def _regions_of(objs, attrs, width: int, height: int, stats: Counter) -> dict:
-    """Clipped box -> [source id, raw names, raw attributes] for one image's objects."""
-    extra: dict[int, list[str]] = {}
-    for a in attrs.objects:
-        extra.setdefault(a.object_id, []).extend(a.attributes)
-    merged_away = {m for o in objs.objects for m in o.merged_ids}
-    regions: dict = {}
-    seen: set[int] = set()
-    stats["read"] += len(objs.objects)
-    for o in objs.objects:
-        if o.object_id in seen or o.object_id in merged_away:
-            # a repeated id keeps its first object; both cases are counted, never silent
-            stats["duplicate_id" if o.object_id in seen else "merged_away"] += 1
+_OBJECT_FIELDS = itemgetter("object_id", "x", "y", "w", "h", "names")
+
+
+def _objects_of(items: list, source, image_id: int) -> tuple[list, int]:
+    """(object id, names, x, y, w, h, attributes, merged ids) per object, and the number of
+    attributes: the common case (v1.2+ keys, int box, lists) inline, since this runs ~3.8M
+    times at full scale; the rest through `readers.object_slow`, which names what is wrong."""
+    out = []
+    append = out.append
+    annotations = 0
+    for position, item in enumerate(items):
+        try:
+            oid, x, y, w, h, names = _OBJECT_FIELDS(item)
+        except (KeyError, TypeError):
+            found = readers.object_slow(item, source, image_id, position)
+            annotations += len(found.attributes)
+            append(found)
             continue
-        seen.add(o.object_id)
-        raw_attrs = list(o.attributes) + extra.pop(o.object_id, [])
-        for m in o.merged_ids:
-            raw_attrs += extra.pop(m, [])
+        if not (type(oid) is type(x) is type(y) is type(w) is type(h) is int
+                and type(names) is list):
+            found = readers.object_slow(item, source, image_id, position)
+            annotations += len(found.attributes)
+            append(found)
+            continue
+        attributes = item.get("attributes")
+        if type(attributes) is not list:
+            attributes = readers.strings(attributes)
+        annotations += len(attributes)
+        merged = item.get("merged_object_ids")
+        append((oid, names, x, y, w, h, attributes, tuple(merged) if merged else ()))
+    return out, annotations
+
+
+def _attributes_of(items: list, source, image_id: int) -> tuple[dict, int]:
+    """Object id -> its attributes for attributes.json (objects checked as `_objects_of`
+    checks them), and the number of attributes."""
+    extra: dict = {}
+    annotations = 0
+    for position, item in enumerate(items):
+        try:
+            oid, x, y, w, h, names = _OBJECT_FIELDS(item)
+            fast = (type(oid) is type(x) is type(y) is type(w) is type(h) is int
+                    and type(names) is list)
+        except (KeyError, TypeError):
+            fast = False
+        if fast:
+            attributes = item.get("attributes")
+            if type(attributes) is not list:
+                attributes = readers.strings(attributes)
+        else:
+            found = readers.object_slow(item, source, image_id, position)
+            oid, attributes = found.object_id, found.attributes
+        annotations += len(attributes)
+        if oid in extra:  # an id listed twice: both lists
+            extra[oid] = list(extra[oid]) + list(attributes)
+        else:
+            extra[oid] = attributes
+    return extra, annotations
+
+
+def _check_aligned(objs: Image | None, attrs: Image | None) -> None:
+    if objs is None or attrs is None:
+        rec, other = (attrs, "objects") if objs is None else (objs, "attributes")
+        raise VpromError(f"{rec.source.path}: image record #{rec.index} (image {rec.image_id}) "
+                         f"has no counterpart in {other}.json; objects.json and attributes.json "
+                         "must list the same images — use both files from one Visual Genome "
+                         "release")
+    if objs.image_id != attrs.image_id:
+        raise VpromError(f"{attrs.source.path}: image record #{attrs.index} is image "
+                         f"{attrs.image_id} but record #{objs.index} of "
+                         f"{objs.source.path.name} is image {objs.image_id}; the two files "
+                         "must list the same images in the same order (VG's do) — use both "
+                         "files from one Visual Genome release")
+
+
+def _regions_of(objs: list, extra: dict, width: int, height: int, min_side: int,
+                stats: Counter) -> dict:
+    """Clipped box -> [source id, raw names, raw attributes] for one image's objects whose
+    box is at least `min_side` px both ways (the smaller ones are only counted); `extra`
+    holds the attributes of attributes.json by object id, and is used up."""
+    merged_away = {m for o in objs if o[7] for m in o[7]}
+    regions: dict = {}
+    small: set = set()
+    seen: set[int] = set()
+    stats["read"] += len(objs)
+    for oid, names, x, y, w, h, attributes, merged in objs:
+        if oid in seen or oid in merged_away:
+            # a repeated id keeps its first object; both cases are counted, never silent
+            stats["duplicate_id" if oid in seen else "merged_away"] += 1
+            continue
+        seen.add(oid)
+        more = extra.pop(oid, ())
+        for m in merged:
+            more = list(more) + list(extra.pop(m, ()))
             stats["merged_object_ids_folded"] += 1
-        box = _clip(o.x, o.y, o.w, o.h, width, height, stats)
-        if box is None:
+        if 0 <= x and 0 <= y and 0 < w and 0 < h and x + w <= width and y + h <= height:
+            box = (x, y, w, h)  # the common case, inline: this runs ~3.8M times
+        else:
+            box = _clip(x, y, w, h, width, height, stats)
+            if box is None:
+                continue
+        if box[2] < min_side or box[3] < min_side:
+            if box in small:
+                stats["same_box_merged"] += 1
+            small.add(box)
             continue
         region = regions.get(box)
         if region is None:
-            regions[box] = [o.object_id, list(o.names), raw_attrs]
+            regions[box] = [oid, list(names), list(attributes) + list(more)]
         else:
             stats["same_box_merged"] += 1
-            region[1] += o.names
-            region[2] += raw_attrs
-    for oid in extra:
-        if oid not in merged_away:
-            stats["orphan_attribute_records"] += 1
+            region[1] += names
+            region[2] += list(attributes) + list(more)
+    orphans = sum(1 for oid in extra if oid not in merged_away)
+    if orphans:
+        stats["orphan_attribute_records"] += orphans
+    stats["regions"] += len(regions) + len(small)
+    if small:
+        stats["too_small"] += len(small)
     return regions
 
 
-def _mine_image(objs, attrs, sizes: dict, min_side: int, labeler: _Labeler, cols: _Columns,
-                stats: dict) -> None:
+def _mine_image(objs: Image, attrs: Image, sizes: dict, min_side: int, labeler: _Labeler,
+                cols: _Columns, stats: dict) -> None:
     counts = stats["objects"]
     size = sizes.get(objs.image_id)
     if size is None:
@@ -261,14 +342,9 @@ def _mine_image(objs, attrs, sizes: dict, min_side: int, labeler: _Labeler, cols
             stats["missing_image_ids"].append(objs.image_id)
         counts["missing_image_records"] += 1
         return
-    counts["attribute_annotations"] += (sum(len(o.attributes) for o in objs.objects)
-                                        + sum(len(a.attributes) for a in attrs.objects))
-    regions = _regions_of(objs, attrs, *size, counts)
-    counts["regions"] += len(regions)
+    counts["attribute_annotations"] += objs.annotations + attrs.annotations
+    regions = _regions_of(objs.objects, attrs.objects, *size, min_side, counts)
     for box, (source_id, raw_names, raw_attrs) in regions.items():
-        if box[2] < min_side or box[3] < min_side:
-            counts["too_small"] += 1
-            continue
         # labels are looked at only from here on: 3/4 of VG's objects are too small to matter
         names, name_roles = _labels(raw_names, labeler.name, stats["unknown_names"])
         attributes, attr_roles = _labels(raw_attrs, labeler.attribute, stats["unknown_attributes"])
@@ -325,67 +401,3 @@ def _add_attributes(image_id, box, source_id, attr_roles: dict, human: bool,
                      labels)
         else:  # "red and blue shirt": neither colour is a clean example of its pool
             stats["impure"][f"{element_type}\t{super_attribute}"] += 1
-
-
-# ---------------------------------------------------------------- counts pass
-def mine_counts(paths: dict, min_side: int, vocab, position: int = 1) -> PassResult:
-    """The counts pass over region_descriptions.json (see the module docstring)."""
-    from vprom.mining.counts import parse_count
-
-    start = time.perf_counter()
-    inputs: dict[str, str] = {}
-    sizes = _image_sizes(paths[readers.IMAGE_DATA], inputs)
-    stats = {"regions": Counter(), "count_excluded": Counter(), "count_samples": {},
-             "count_too_small": Counter(), "missing_image_ids": [], "images": len(sizes)}
-    counts = stats["regions"]
-    cols, rows, sources = _Columns(), [], []
-    bar = _progress(position, 0, "region descriptions")
-    for image in readers.read_regions(paths[readers.REGIONS], bar.update, source_out=sources):
-        if bar.total == 0:
-            bar.total = sources[0].size
-        size = sizes.get(image.image_id)
-        if size is None:
-            counts["read"] += len(image.regions)
-            counts["missing_image"] += len(image.regions)
-            counts["missing_image_records"] += 1
-            if len(stats["missing_image_ids"]) < 20:
-                stats["missing_image_ids"].append(image.image_id)
-            continue
-        for region in image.regions:
-            counts["read"] += 1
-            box = _clip(region.x, region.y, region.w, region.h, *size, counts)
-            if box is None:
-                continue
-            parsed = parse_count(region.phrase, vocab)  # None at once without a number
-            if parsed is None:
-                continue
-            counts["with_number"] += 1
-            if parsed.count not in COUNTS:
-                reason = parsed.excluded or "out of range"
-                _exclude(region, image.image_id, reason, parsed.number, stats, rows)
-                continue
-            counts["counted"] += 1
-            if box[2] < min_side or box[3] < min_side:
-                stats["count_too_small"][str(parsed.count)] += 1
-                continue
-            _add_count(image.image_id, box, region, parsed, vocab, cols)
-    bar.close()
-    inputs[sources[0].path.name] = sources[0].sha256
-    return PassResult(cols.numpy(), cols.strings, stats, inputs, rows,
-                 seconds=time.perf_counter() - start)
-
-
-def _exclude(region, image_id: int, reason: str, number: str, stats: dict, rows: list) -> None:
-    stats["count_excluded"][reason] += 1
-    samples = stats["count_samples"].setdefault(reason, [])
-    if len(samples) < SAMPLES:
-        samples.append(region.phrase)
-    phrase = " ".join(region.phrase.split())  # one line, no tabs
-    rows.append(f"{region.region_id}\t{image_id}\t{reason}\t{number}\t{phrase}")
-
-
-def _add_count(image_id: int, box, region, parsed, vocab, cols: _Columns) -> None:
-    element = str(parsed.count)
-    noun = vocab.canonical(parsed.noun) if parsed.noun else ""
-    labels = cols.intern(LABEL_SEPARATOR.join(sorted({element, noun} - {""})))
-    cols.add("count", element, "", image_id, box, region.region_id, region.phrase, labels)

@@ -1,14 +1,17 @@
 """`vprom mine`: stream Visual Genome into the four element pools (POOLS.h5 + a report).
 
-Two independent passes (`mining.pool_passes`) run in two processes, spawned so that they
-work on every platform (with `workers=1`, one after the other in this one):
+Two independent passes (`mining.pool_passes`, `mining.count_pass`) read the annotations:
 
 * the **objects pass** reads objects.json and attributes.json side by side and feeds the
   OBJECT, OBJECT_ATTRIBUTE and HUMAN_ATTRIBUTE pools;
 * the **counts pass** reads region_descriptions.json and feeds the COUNT pool.
 
-Each worker returns compact numpy columns plus one interned string table (a `PassResult`); the
-parent concatenates them, orders crops by element type, then input order, numbers them
+`mining.pool_jobs` cuts the files into chunks of whole image records and spreads the chunks
+of both passes over `workers` processes (with `workers=1`, all of them in this one); the
+chunks of a pass are merged in file order, so the output does not depend on `workers`.
+
+Each pass comes back as compact numpy columns plus one interned string table (a
+`PassResult`); `mine` concatenates them, orders crops by element type, then input order, numbers them
 0..N-1 (same input → identical crops), and writes POOLS.h5 through `atomic_path` together
 with `<out>.report.md` and `<out>.report.json` (`mining.pool_report`) and
 `<out>.excluded_counts.tsv`, which lists every number that is not a count with its region
@@ -29,18 +32,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing.connection
 import time
 from pathlib import Path
 
 import numpy as np
 
-from vprom import processes
-from vprom.mining import readers
-from vprom.mining.pool_passes import ELEMENT_TYPES, PassResult, mine_counts, mine_objects
-from vprom.mining.pool_report import MineReport, report_data, side_path
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest
+from vprom.mining import readers
+from vprom.mining.pool_jobs import run_passes
+from vprom.mining.pool_passes import ELEMENT_TYPES, PassResult
+from vprom.mining.pool_report import MineReport, report_data, side_path
 from vprom.outputs import writes
 from vprom.records import MIN_SIDE
 from vprom.tables import CropTable, set_manifest
@@ -59,7 +61,7 @@ def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers:
         from vprom.mining.vocab import load_vocabulary
 
         vocab = load_vocabulary()
-    passes = _run_passes(paths, min_side, vocab, workers)
+    passes = run_passes(paths, min_side, vocab, workers)
     collected = time.perf_counter()
     table, inputs = _merge(passes)
     excluded_path = side_path(out, ".excluded_counts.tsv")
@@ -70,57 +72,6 @@ def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers:
     report.timings = {"objects pass": passes[0].seconds, "counts pass": passes[1].seconds,
                       "merge+write": time.perf_counter() - collected}
     return report
-
-
-def _run_passes(paths: dict, min_side: int, vocab, workers: int) -> list[PassResult]:
-    """Both passes, in two spawned processes (workers >= 2) or one after the other here.
-
-    Plain processes and pipes rather than a Pool (`vprom.processes`): a worker that dies
-    (killed, out of memory) shows up as end-of-file on its pipe instead of a result that
-    never comes; when one pass fails, or Ctrl-C or SIGTERM stops the command, the other is
-    stopped at once instead of parsing its file to the end.
-    """
-    passes = (mine_objects, mine_counts)
-    if workers < 2:
-        return [fn(paths, min_side, vocab, i) for i, fn in enumerate(passes)]
-    procs, conns = [], []
-    try:
-        for i, fn in enumerate(passes):
-            receive, send = processes.context().Pipe(duplex=False)
-            conns.append(receive)
-            processes.start(procs, _child, (send, fn, paths, min_side, vocab, i),
-                           f"vprom-{fn.__name__.replace('_', '-')}")
-            send.close()
-        results: dict = {}
-        while len(results) < len(conns):
-            for conn in multiprocessing.connection.wait([c for c in conns if c not in results]):
-                results[conn] = _receive(conn, procs[conns.index(conn)])
-        return [results[c] for c in conns]
-    finally:
-        processes.stop(procs)
-
-
-def _child(conn, fn, paths: dict, min_side: int, vocab, position: int) -> None:
-    """Worker process body: run one pass, send back ("ok", PassResult) or ("error", exception)."""
-    import threading
-
-    from tqdm import tqdm
-
-    # tqdm's default lock is a multiprocessing semaphore that a spawned child leaks at exit
-    tqdm.set_lock(threading.RLock())
-    try:
-        result = ("ok", fn(paths, min_side, vocab, position))
-    except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
-        result = ("error", processes.failure(e))
-    conn.send(result)
-    conn.close()
-
-
-def _receive(conn, proc) -> PassResult:
-    status, value = processes.receive(conn, proc)
-    if status == "error":
-        raise value
-    return value
 
 
 def _merge(passes: list[PassResult]) -> tuple[CropTable, dict[str, str]]:

@@ -31,8 +31,9 @@ from __future__ import annotations
 import hashlib
 import zipfile
 import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator, NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import ijson
 
@@ -151,7 +152,7 @@ class Source:
         self._raw = None
         self._hasher = None
 
-    def __enter__(self) -> "Source":
+    def __enter__(self) -> Source:
         try:
             if self.path.suffix == ".zip":
                 self._raw = self._open_member()
@@ -198,14 +199,12 @@ class Source:
             self._zip.close()
 
 
-def _records(source: Source, what: str) -> Iterator[tuple[int, dict]]:
+def records(source: Source, what: str) -> Iterator[tuple[int, dict]]:
     """(index, dict) for each element of the file's top-level array, with clear errors."""
     index, last_id = -1, None
     try:
         for index, record in enumerate(ijson.items(source.stream, "item", use_float=True)):
-            if not isinstance(record, dict):
-                raise VpromError(f"{source.path}: record #{index} is a {type(record).__name__}, "
-                                 f"not an object; is this Visual Genome's {what}?")
+            check_record(record, source, index, what)
             last_id = record.get("image_id", record.get("id"))
             yield index, record
     except (ijson.JSONError, zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as e:
@@ -221,7 +220,33 @@ def _records(source: Source, what: str) -> Iterator[tuple[int, dict]]:
 
 
 # ---------------------------------------------------------------- field access
-def _image_id(record: dict, source: Source, index: int) -> int:
+# `source` below is anything with a `path`: a `Source`, or a `FileRef` for a file read in
+# byte ranges (mining.byte_ranges), so both ways of reading say the same thing.
+class FileRef(NamedTuple):
+    path: Path
+
+
+def check_record(record, source, index: int, what: str) -> None:
+    if not isinstance(record, dict):
+        raise VpromError(f"{source.path}: record #{index} is a {type(record).__name__}, "
+                         f"not an object; is this Visual Genome's {what}?")
+
+
+def object_items(record: dict, source, image_id: int, key: str) -> list:
+    """The list of objects of an image record (`key`: "objects" or "attributes")."""
+    items = record.get(key)
+    if items is None and key == "attributes":
+        items = record.get("objects")  # some re-packagings name the list "objects"
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        what = "objects.json" if key == "objects" else "attributes.json"
+        raise VpromError(f"{source.path}: image {image_id}: '{key}' is not a list; "
+                         f"is this Visual Genome's {what}?")
+    return items
+
+
+def image_id_of(record: dict, source: Source, index: int) -> int:
     image_id = record.get("image_id", record.get("id"))
     if not isinstance(image_id, int):
         raise VpromError(f"{source.path}: image record #{index} has no integer 'image_id' "
@@ -243,7 +268,7 @@ def _box(item: dict, keys: tuple[str, str, str, str], source: Source, image_id: 
                          f"non-numeric box {values}; fix or re-download the file") from None
 
 
-def _strings(value) -> tuple[str, ...]:
+def strings(value) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
@@ -259,18 +284,18 @@ def _object(item, source: Source, image_id: int, position: int) -> VGObject:
         x, y, w, h = item["x"], item["y"], item["w"], item["h"]
         names = item["names"]
     except (KeyError, TypeError):
-        return _object_slow(item, source, image_id, position)
+        return object_slow(item, source, image_id, position)
     if (type(object_id) is not int or type(x) is not int or type(y) is not int
             or type(w) is not int or type(h) is not int or type(names) is not list):
-        return _object_slow(item, source, image_id, position)
+        return object_slow(item, source, image_id, position)
     attributes = item.get("attributes")
     merged = item.get("merged_object_ids")
     return VGObject(object_id, tuple(names), x, y, w, h,
-                    tuple(attributes) if type(attributes) is list else _strings(attributes),
+                    tuple(attributes) if type(attributes) is list else strings(attributes),
                     tuple(merged) if merged else ())
 
 
-def _object_slow(item, source: Source, image_id: int, position: int) -> VGObject:
+def object_slow(item, source: Source, image_id: int, position: int) -> VGObject:
     """Older layouts ("id", "name", "object_names"), float boxes, and broken records."""
     if not isinstance(item, dict):
         raise VpromError(f"{source.path}: image {image_id}, object #{position} is not a JSON "
@@ -284,7 +309,7 @@ def _object_slow(item, source: Source, image_id: int, position: int) -> VGObject
         names = item.get("name", item.get("object_names"))
     x, y, w, h = _box(item, ("x", "y", "w", "h"), source, image_id, "object", object_id)
     merged = item.get("merged_object_ids") or ()
-    return VGObject(object_id, _strings(names), x, y, w, h, _strings(item.get("attributes")),
+    return VGObject(object_id, strings(names), x, y, w, h, strings(item.get("attributes")),
                     tuple(int(m) for m in merged))
 
 
@@ -299,8 +324,8 @@ def _image_records(path: str | Path, what: str, progress,
     with Source(path, progress) as source:
         if source_out is not None:
             source_out.append(source)
-        for index, record in _records(source, what):
-            yield source, index, _image_id(record, source, index), record
+        for index, record in records(source, what):
+            yield source, index, image_id_of(record, source, index), record
 
 
 #: the largest side a JPEG can have (its header stores 16 bits): a size beyond it is not real
@@ -356,14 +381,7 @@ def read_objects(path: str | Path, progress=None, key: str = "objects",
     """
     what = "objects.json" if key == "objects" else "attributes.json"
     for source, index, image_id, record in _image_records(path, what, progress, source_out):
-        items = record.get(key)
-        if items is None and key == "attributes":
-            items = record.get("objects")  # some re-packagings name the list "objects"
-        if items is None:
-            items = ()
-        if not isinstance(items, list):
-            raise VpromError(f"{source.path}: image {image_id}: '{key}' is not a list; "
-                             f"is this Visual Genome's {what}?")
+        items = object_items(record, source, image_id, key)
         yield ImageObjects(index, image_id,
                            [_object(item, source, image_id, i) for i, item in enumerate(items)])
 
@@ -390,14 +408,14 @@ def _region(item, source: Source, image_id: int, position: int) -> Region:
         region_id, phrase = item["region_id"], item["phrase"]
         x, y, w, h = item["x"], item["y"], item["width"], item["height"]
     except (KeyError, TypeError):
-        return _region_slow(item, source, image_id, position)
+        return region_slow(item, source, image_id, position)
     if (type(region_id) is not int or type(phrase) is not str or type(x) is not int
             or type(y) is not int or type(w) is not int or type(h) is not int):
-        return _region_slow(item, source, image_id, position)
+        return region_slow(item, source, image_id, position)
     return Region(region_id, phrase, x, y, w, h)
 
 
-def _region_slow(item, source: Source, image_id: int, position: int) -> Region:
+def region_slow(item, source: Source, image_id: int, position: int) -> Region:
     region_id = item.get("region_id", item.get("id")) if isinstance(item, dict) else None
     if not isinstance(region_id, int):
         raise VpromError(f"{source.path}: image {image_id}, region #{position} has no "

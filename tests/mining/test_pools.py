@@ -280,15 +280,15 @@ def test_cli_mine_ok_and_bad_input(tmp_path, vg_dir, capsys):
 def test_a_worker_that_dies_is_reported_not_waited_for():
     import multiprocessing
 
-    from vprom.mining.pools import _receive
+    from vprom.processes import receive
 
     class Dead:
-        name, exitcode = "vprom-mine-objects", -9
+        name, exitcode = "vprom-mine-1", -9
 
         def join(self):
             pass
 
-    receive, send = multiprocessing.get_context("spawn").Pipe(duplex=False)
+    receive_end, send = multiprocessing.get_context("spawn").Pipe(duplex=False)
     send.close()  # the worker exited without sending a result
-    with pytest.raises(VpromError, match=r"worker vprom-mine-objects died \(exit code -9\)"):
-        _receive(receive, Dead())
+    with pytest.raises(VpromError, match=r"worker vprom-mine-1 died \(exit code -9\)"):
+        receive(receive_end, Dead())

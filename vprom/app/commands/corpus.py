@@ -79,7 +79,7 @@ def add_mine(p):
     p.add_argument("--min-side", type=int, default=default(mine, "min_side"),
                    help="drop regions smaller (px)")
     p.add_argument("--workers", type=int, default=default(mine, "workers"),
-                   help="processes (one per file)")
+                   help="worker processes (both passes share them)")
 
 
 def run_mine(args):

@@ -1,0 +1,107 @@
+"""The byte-range splitter finds exactly the element boundaries of a top-level JSON array."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vprom.mining import byte_ranges
+from vprom.mining.byte_ranges import ArrayScan, load, plan
+
+TRICKY = [
+    {"image_id": 1, "phrase": "a [bracket] and {brace}, a comma"},
+    {"image_id": 2, "phrase": 'escaped "quote" then } and ]', "objects": [{"x": [1, 2]}]},
+    {"image_id": 3, "phrase": "ends with a backslash \\", "names": ["\\\\", "\\\"}"]},
+    {"image_id": 4, "phrase": "unicode: caf\u00e9 \u2019 \U0001F600 \u00ab}\u00bb", "n": []},
+    {"image_id": 5, "phrase": "\\\\\\\"]}, {\"image_id\": 99}", "nested": {"a": {"b": [[{}]]}}},
+    [{"a list": "as an element"}],
+    {},
+]
+
+
+def _write(tmp_path, elements, **dump) -> tuple:
+    text = json.dumps(elements, **dump)
+    path = tmp_path / "a.json"
+    path.write_bytes(text.encode("utf-8"))
+    return path, text.encode("utf-8")
+
+
+def _true_ends(data: bytes, elements: list, dump: dict) -> list[int]:
+    """Where each element ends, found by re-serialising (only for inputs written by json.dumps)."""
+    ends, offset = [], data.index(b"[") + 1
+    sep = dump.get("separators", (", ", ": "))[0].encode()
+    for i, element in enumerate(elements):
+        if i:
+            offset += len(sep)
+        offset += len(json.dumps(element, **dump).encode("utf-8"))
+        ends.append(offset)
+    return ends
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 7, 64, 1 << 22])
+@pytest.mark.parametrize("dump", [{}, {"ensure_ascii": False}, {"separators": (",", ":")}])
+def test_scan_finds_every_element_end(tmp_path, monkeypatch, block, dump):
+    monkeypatch.setattr(byte_ranges, "BLOCK", block)
+    path, data = _write(tmp_path, TRICKY, **dump)
+    scan = ArrayScan(path)
+    while not scan.done:
+        scan.more()
+    scan.finish()
+    assert scan.ends == _true_ends(data, TRICKY, dump)
+    assert scan.start == 1
+    import hashlib
+
+    assert scan.sha256 == hashlib.sha256(data).hexdigest()
+
+
+@pytest.mark.parametrize("target", [1, 40, 150, 10_000])
+@pytest.mark.parametrize("block", [5, 1 << 22])
+def test_chunks_hold_whole_elements_in_order(tmp_path, monkeypatch, target, block):
+    monkeypatch.setattr(byte_ranges, "BLOCK", block)
+    elements = TRICKY * 5
+    path, _ = _write(tmp_path, elements)
+    chunks = [c for (c,) in plan([ArrayScan(path)], target)]
+    got = [e for c in chunks for e in load(c)]
+    assert got == elements
+    assert [c.first for c in chunks] == [sum(c.count for c in chunks[:k]) for k in range(len(chunks))]
+    assert chunks[-1].last and not any(c.last for c in chunks[:-1])
+    if target == 1:
+        assert len(chunks) == len(elements)  # one element each; the last one with the "]"
+
+
+def test_two_files_are_cut_at_the_same_elements(tmp_path):
+    a = [{"image_id": i, "objects": [{"n": "x" * (i % 7)}] * i} for i in range(30)]
+    b = [{"image_id": i, "attributes": []} for i in range(30)]
+    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "b.json").write_text(json.dumps(b))
+    scans = [ArrayScan(tmp_path / "a.json"), ArrayScan(tmp_path / "b.json")]
+    pairs = list(plan(scans, 300))
+    assert len(pairs) > 3
+    for ca, cb in pairs:
+        assert (ca.first, ca.count) == (cb.first, cb.count)
+        assert [r["image_id"] for r in load(ca)] == [r["image_id"] for r in load(cb)]
+    assert all(s.sha256 for s in scans)
+
+
+@pytest.mark.parametrize("text", [
+    '[{"a": 1}, {"a": 2}, {"a": 3',          # truncated
+    '[{"a": 1}, {"a": 2}, 7, {"a": 4}]',     # a scalar element the scan does not count
+    '[{"a": 1}, {"a": 2}] trailing',         # something after the array
+    '[{"a": 1},, {"a": 2}, {"a": 3}]',       # a doubled comma
+    '[{"a": NaN}, {"a": 2}, {"a": 3}]',      # not JSON
+])
+def test_broken_input_never_loads_silently(tmp_path, text):
+    path = tmp_path / "a.json"
+    path.write_text(text)
+    with pytest.raises(ValueError):
+        for (chunk,) in plan([ArrayScan(path)], 1):
+            load(chunk)
+
+
+def test_not_an_array_gives_one_chunk_that_does_not_load(tmp_path):
+    path = tmp_path / "a.json"
+    path.write_text('{"objects": [{"a": 1}, {"a": 2}]}')
+    (chunk,), = plan([ArrayScan(path)], 1)
+    with pytest.raises(ValueError):
+        load(chunk)
