@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 
 import numpy as np
@@ -36,7 +37,7 @@ from tqdm import tqdm
 
 from vprom.features.backbones import Backbone
 from vprom.features.crops import Batch, CropDataset, collate, worker_mode
-from vprom.features.decoding import clip_boxes, crop_resize, decode_many
+from vprom.features.decoding import clip_boxes, cores_per_process, crop_resize, decode_many
 from vprom.features.job import DTYPES, TORCH_DTYPES, Job
 from vprom.features.regions import pooled_regions, region_maps
 from vprom.io import atomic_path, write_json
@@ -269,15 +270,35 @@ def _worker_init(worker_id: int) -> None:
     os.nice(NICE_WORKERS)
 
 
-def loader(job: Job, batches: list) -> torch.utils.data.DataLoader:
+class InlineBatches:
+    """`--workers 0`: each batch prepared in this process when the loop asks for it, its image
+    groups decoded by a pool of threads (Pillow and torch release the GIL while they decode
+    and resize). Nothing runs beside the forward: on a CPU device that is the point (see
+    `DEFAULT_CPU_WORKERS`)."""
+
+    def __init__(self, dataset: CropDataset, batches: list, threads: int, pin: bool):
+        self.dataset, self.batches, self.threads, self.pin = dataset, batches, threads, pin
+
+    def __iter__(self):
+        with ThreadPoolExecutor(self.threads) as pool:
+            for groups in self.batches:
+                batch = collate(list(pool.map(self.dataset.__getitem__, groups)))
+                yield batch.pin_memory() if self.pin else batch
+
+
+def loader(job: Job, batches: list):
+    """The batches' pixels: DataLoader worker processes, or this process (`--workers 0`)."""
     cpu = job.world.device.type == "cpu"
     mode = worker_mode(job.decoder, job.config.region, job.decode_on_device)
+    dataset = CropDataset(job.plan, job.paths, job.size, mode, job.config.vg,
+                          job.backbone.preprocess.interpolation,
+                          job.backbone.preprocess.crop_pct)
+    if job.workers == 0:
+        return InlineBatches(dataset, batches, cores_per_process(), pin=not cpu)
     return torch.utils.data.DataLoader(
-        CropDataset(job.plan, job.paths, job.size, mode, job.config.vg,
-                    job.backbone.preprocess.interpolation, job.backbone.preprocess.crop_pct),
-        batch_sampler=batches, collate_fn=collate, num_workers=job.workers,
+        dataset, batch_sampler=batches, collate_fn=collate, num_workers=job.workers,
         pin_memory=not cpu, worker_init_fn=_worker_init if cpu else None,
-        prefetch_factor=job.config.prefetch if job.workers else None)
+        prefetch_factor=job.config.prefetch)
 
 
 class Chunks:
