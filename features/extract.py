@@ -170,8 +170,10 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
         torch.backends.cudnn.benchmark = False  # same algorithms every run: same bytes
     workers = _workers(config, device)
     if world.main and (config.decode == "auto" or config.workers is None):
+        where = (f"{workers} DataLoader worker(s)" if workers else
+                 f"in this process between forwards ({cores_per_process()} threads)")
         print(f"extract: decoding with {'Pillow' if decoder == 'cpu' else 'torchvision'} "
-              f"(--decode {decoder}), {workers} DataLoader worker(s)", file=sys.stderr)
+              f"(--decode {decoder}), {where}", file=sys.stderr)
     fp = fingerprint(config, backbone, loaded, plan, size, decoder, device, autocast)
     return Job(config, backbone, loaded, plan, paths, size, decoder, workers, autocast, world,
                fp)

@@ -37,7 +37,12 @@ from tqdm import tqdm
 
 from vprom.features.backbones import Backbone
 from vprom.features.crops import Batch, CropDataset, collate, worker_mode
-from vprom.features.decoding import clip_boxes, cores_per_process, crop_resize, decode_many
+from vprom.features.decoding import (
+    clip_boxes,
+    cores_per_process,
+    crop_resize,
+    decode_many,
+)
 from vprom.features.job import DTYPES, TORCH_DTYPES, Job
 from vprom.features.regions import pooled_regions, region_maps
 from vprom.io import atomic_path, write_json
