@@ -237,7 +237,8 @@ class Forward:
 
 def row_shape(job: Job, model: torch.nn.Module) -> tuple:
     """One crop's stored shape: (D,) pooled, or its map's (C, H, W) (a probe forward for maps
-    and for backbones built on demand, whose size depends on the model and pooling)."""
+    and for backbones built on demand, whose size depends on the model and pooling); the loop
+    takes it from its first result instead, and asks this only when that batch has none."""
     if job.config.pool == "avg" and job.backbone.feature_dim:
         return (job.backbone.feature_dim,)
     device, head = job.world.device, job.backbone.region_head
@@ -309,11 +310,14 @@ def loader(job: Job, batches: list):
 class Chunks:
     """The arrays of the chunks in progress; a chunk is written when its last batch lands."""
 
-    def __init__(self, job: Job):
-        self.job, self.open = job, {}
+    def __init__(self, job: Job, model: torch.nn.Module):
+        self.job, self.model, self.open = job, model, {}
 
     def receive(self, c: int, units: np.ndarray, pending: Pending | None, failed: list) -> int:
         job = self.job
+        if not job.row_shape:  # the first result's, or a probe's if it has none (all failed)
+            job.row_shape = (pending.result().shape[1:] if pending is not None
+                             else row_shape(job, self.model))
         if c not in self.open:
             start, stop = job.plan.chunk_units(c)
             rows = np.full((stop - start, *job.row_shape), np.nan, DTYPES[job.config.dtype])
@@ -341,10 +345,9 @@ def run_chunks(job: Job, api=CudaApi) -> int:
     # The workers start first: they decode the first batches while the model is built.
     batches = iter(loader(job, [plan.batches[b] for b in batch_ids]))
     model = build_model(job)
-    job.row_shape = row_shape(job, model)
     warm_up(job, model)
     transfers = transfers_for(world.device, api)
-    forward, chunks, queue = Forward(job, model, transfers), Chunks(job), deque()
+    forward, chunks, queue = Forward(job, model, transfers), Chunks(job, model), deque()
     bar = tqdm(total=sum(plan.batch_units(b) for b in batch_ids), unit="crop",
                desc=f"extract {job.backbone.name}", disable=None, smoothing=0.05,
                position=world.rank if world.size > 1 else None)
