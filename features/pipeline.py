@@ -314,17 +314,17 @@ class Chunks:
         self.job, self.model, self.open = job, model, {}
 
     def receive(self, c: int, units: np.ndarray, pending: Pending | None, failed: list) -> int:
-        job = self.job
+        job, result = self.job, None if pending is None else pending.result()
         if not job.row_shape:  # the first result's, or a probe's if it has none (all failed)
-            job.row_shape = (pending.result().shape[1:] if pending is not None
-                             else row_shape(job, self.model))
+            job.row_shape = result.shape[1:] if result is not None else row_shape(job,
+                                                                                  self.model)
         if c not in self.open:
             start, stop = job.plan.chunk_units(c)
             rows = np.full((stop - start, *job.row_shape), np.nan, DTYPES[job.config.dtype])
             self.open[c] = [rows, [], len(job.plan.chunks[c])]
         entry = self.open[c]
-        if pending is not None:
-            entry[0][units - job.plan.chunk_units(c)[0]] = pending.result()
+        if result is not None:
+            entry[0][units - job.plan.chunk_units(c)[0]] = result
         entry[1] += failed
         entry[2] -= 1
         if entry[2] == 0:

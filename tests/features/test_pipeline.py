@@ -198,3 +198,25 @@ def extract_job(dataset, vg_dir, tmp_path):
 
     with joined_world("cpu") as world:
         return _prepare(config(dataset, vg_dir, tmp_path / "j.h5", workers=None), world)
+
+
+def test_the_row_shape_comes_from_the_first_result_or_else_a_probe(dataset, vg_dir, tmp_path,
+                                                                   monkeypatch):
+    """No probe forward when a batch has a result; when none has (every image corrupt), one
+    probe gives the NaN rows their shape."""
+    import h5py
+
+    probes = []
+    row_shape = pipeline.row_shape
+    monkeypatch.setattr(pipeline, "row_shape",
+                        lambda job, model: probes.append(job.config.out.name)
+                        or row_shape(job, model))
+    extract(config(dataset, vg_dir, tmp_path / "found.h5"))
+    for jpeg in vg_dir.rglob("*.jpg"):
+        jpeg.write_bytes(b"not a jpeg")
+    extract(config(dataset, vg_dir, tmp_path / "lost.h5", allow_missing=True))
+    assert probes == ["lost.h5"]
+    with h5py.File(tmp_path / "found.h5", "r") as found, h5py.File(tmp_path / "lost.h5",
+                                                                   "r") as lost:
+        assert lost["features"].shape == found["features"].shape == (len(found["crop_id"]), 512)
+        assert np.isnan(lost["features"][()]).all()
