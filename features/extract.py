@@ -58,7 +58,7 @@ MAX_GPU_WORKERS = 16
 # A CPU device decodes in this process, between forwards (pipeline.InlineBatches): worker
 # processes decoding during the forward preempt its OpenMP threads, which wait for each other
 # at every layer, so ~0.5 s of decoding slowed resnet18's forwards by seconds
-# (docs/extraction-speed.md); decoding costs ~3% of the forward's time when it runs alone.
+# (docs/extraction-speed.md); alone, it costs its own time (~6% of resnet18's forward).
 DEFAULT_CPU_WORKERS = 0
 
 

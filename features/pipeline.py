@@ -3,7 +3,9 @@
 Per batch, in order:
 1. DataLoader workers prepare it (features/crops.py): ready uint8 crops, or images (file
    bytes for the device's decoder, decoded images for `--region roi`). On CUDA the batch
-   arrives in pinned memory.
+   arrives in pinned memory. With `--workers 0` (a CPU device's default) this process
+   prepares it when the loop asks, with threads (`InlineBatches`): on a CPU, workers
+   decoding beside the forward stall its OpenMP threads.
 2. `Forward` queues its work on the device: the host-to-device copy and any decoding and
    cropping on a side stream (`Transfers.side`), then normalisation, the trunk (or the
    detector's trunk, RoI pooling and head), pooling and L2 on the compute stream, and a cast
@@ -342,7 +344,7 @@ def run_chunks(job: Job, api=CudaApi) -> int:
         return 0
     batch_ids = [b for c in todo for b in plan.chunks[c]]
     chunk_of = [c for c in todo for _ in plan.chunks[c]]
-    # The workers start first: they decode the first batches while the model is built.
+    # Workers (if any) start first: they decode the first batches while the model is built.
     batches = iter(loader(job, [plan.batches[b] for b in batch_ids]))
     model = build_model(job)
     warm_up(job, model)

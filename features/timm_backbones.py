@@ -139,14 +139,23 @@ def _built_on_meta_and_assigned():
         nn.Module.load_state_dict = original
 
 
+def _on_meta(timm, name: str, overlay: dict, kwargs: dict) -> nn.Module | None:
+    """timm's model `name` built on the meta device and given the tensors of `overlay` (a file
+    or a state dict), or None where that leaves a tensor without a value or fails."""
+    try:
+        with _built_on_meta_and_assigned():
+            model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay,
+                                      **kwargs)
+    except Exception:  # noqa: BLE001 - whatever fails on meta, the ordinary build decides
+        return None
+    return None if any(t.is_meta for t in (*model.parameters(), *model.buffers())) else model
+
+
 def _create(timm, name: str, overlay: dict, kwargs: dict) -> nn.Module:
-    """timm's model `name` with the weights of `overlay` (a file or a state dict), built on the
-    meta device and given the file's tensors when that gives every tensor a value (the same
-    values as the ordinary build, which runs otherwise)."""
-    with _built_on_meta_and_assigned():
-        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay,
-                                  **kwargs)
-    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+    """The model with the weights of `overlay`: built on meta where it can be (the same
+    tensors as the ordinary build), else the ordinary way."""
+    model = _on_meta(timm, name, overlay, kwargs)
+    if model is None:
         model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay,
                                   **kwargs)
     return model
