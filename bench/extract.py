@@ -22,6 +22,7 @@ code (Pillow; torchvision + torch resize on the CPU), which says how many worker
     python bench/extract.py --device cuda --decoders cpu,gpu     # both decoders
     .venv/bin/python bench/extract.py --crops 160 --rounds 2     # this 2-core CPU, ~6 min
     .venv/bin/python bench/extract.py --backbones timm:vit_small_patch16_224.dino,timm:convnext_atto
+    .venv/bin/python bench/extract.py --crops 160 --workers 0,2  # this process vs 2 workers
 
 A `timm:<name>` backbone is timed at its default pooling (cls for ViTs) with its random-init
 weights saved as a .safetensors file, the file real runs pass with --weights.
@@ -179,29 +180,31 @@ def run(name: str, dataset: Path, vg: Path, crops: int, args, root: Path) -> lis
     half = len(sizes) // 2
     bare_forward = BareForward(name, args.batch_size, device)
     weights = saved_weights(root, name)
-    decoders = args.decoders.split(",")
-    bare, whole, loop = 0.0, dict.fromkeys(decoders, 0.0), dict.fromkeys(decoders, 0.0)
-    ratios, resolved = {d: [] for d in decoders}, {}
+    variants = [(d, w) for d in args.decoders.split(",") for w in args.workers.split(",")]
+    bare, whole, loop = 0.0, dict.fromkeys(variants, 0.0), dict.fromkeys(variants, 0.0)
+    ratios, resolved = {v: [] for v in variants}, {}
     for _ in range(args.rounds):
         first = bare_forward(sizes[:half])
         runs = {}
-        for decoder in decoders:
-            runs[decoder] = extract(ExtractConfig(
+        for decoder, workers in variants:
+            runs[decoder, workers] = extract(ExtractConfig(
                 dataset=dataset, vg=vg, backbone=name, weights=str(weights),
                 out=root / f"{file_name(name)}-{decoder}.h5", batch_size=args.batch_size,
-                workers=args.workers, device=args.device, decode=decoder, resume=False))
-            with h5py.File(runs[decoder].out, "r") as h5:
+                workers=None if workers == "auto" else int(workers), device=args.device,
+                decode=decoder, resume=False))
+            with h5py.File(runs[decoder, workers].out, "r") as h5:
                 resolved[decoder] = f"{decoder}:{h5.attrs['decode']}" if decoder == "auto" \
                     else decoder
         b = first + bare_forward(sizes[half:])
         bare += b
-        for decoder, summary in runs.items():
-            whole[decoder] += summary.seconds
-            loop[decoder] += summary.loop_seconds
-            ratios[decoder].append(b / summary.seconds)
+        for variant, summary in runs.items():
+            whole[variant] += summary.seconds
+            loop[variant] += summary.loop_seconds
+            ratios[variant].append(b / summary.seconds)
     n = crops * args.rounds
-    return [{"backbone": name, "decode": resolved[d], "crops": n, "bare": n / bare, "e2e": n / whole[d],
-             "loop": n / loop[d], "ratios": ratios[d]} for d in decoders]
+    return [{"backbone": name, "decode": resolved[d], "workers": w, "crops": n, "bare": n / bare,
+             "e2e": n / whole[d, w], "loop": n / loop[d, w], "ratios": ratios[d, w]}
+            for d, w in variants]
 
 
 def main(argv=None) -> None:
@@ -212,7 +215,8 @@ def main(argv=None) -> None:
     p.add_argument("--decoders", default="auto", help="comma-separated --decode values")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     p.add_argument("--batch-size", type=int, default=None, help="default: 256 on CUDA, 16 on CPU")
-    p.add_argument("--workers", type=int, default=None, help="default: extract's own")
+    p.add_argument("--workers", default="auto", help="comma-separated --workers values, each "
+                   "timed end to end in the same rounds (auto: extract's own default)")
     p.add_argument("--rounds", type=int, default=1, help="interleaved bare/end-to-end rounds")
     p.add_argument("--work", type=Path, default=None,
                    help="folder for the corpus and files (kept; default: a temporary one)")
@@ -234,15 +238,14 @@ def main(argv=None) -> None:
               f"torch resize {cost['torch']:.1f} ms/image", flush=True)
         device = (torch.cuda.get_device_name(args.device) if cuda else
                   f"cpu, {torch.get_num_threads()} threads")
-        print(f"torch {torch.__version__}, {device}, batch {args.batch_size}, workers "
-              f"{args.workers if args.workers is not None else 'auto'}, weights random, each "
-              "backbone at its own input size")
-        print(f"{'backbone':34s} {'decode':8s} {'crops':>7s} {'bare fwd/s':>10s} {'e2e/s':>9s} "
-              f"{'loop/s':>9s} {'e2e/bare':>8s} {'loop/bare':>9s}  per-round e2e/bare")
+        print(f"torch {torch.__version__}, {device}, batch {args.batch_size}, weights random, "
+              "each backbone at its own input size")
+        print(f"{'backbone':34s} {'decode':8s} {'workers':>7s} {'crops':>7s} {'bare fwd/s':>10s} "
+              f"{'e2e/s':>9s} {'loop/s':>9s} {'e2e/bare':>8s} {'loop/bare':>9s}  per-round e2e/bare")
         for name in args.backbones.split(","):
             for r in run(name, dataset, vg, args.crops, args, root):
-                print(f"{r['backbone']:34s} {r['decode']:8s} {r['crops']:7d} {r['bare']:10.2f} "
-                      f"{r['e2e']:9.2f} {r['loop']:9.2f} {r['e2e'] / r['bare']:8.3f} "
+                print(f"{r['backbone']:34s} {r['decode']:8s} {r['workers']:>7s} {r['crops']:7d} "
+                      f"{r['bare']:10.2f} {r['e2e']:9.2f} {r['loop']:9.2f} {r['e2e'] / r['bare']:8.3f} "
                       f"{r['loop'] / r['bare']:9.3f}  "
                       + " ".join(f"{x:.3f}" for x in r["ratios"]), flush=True)
     finally:

@@ -37,9 +37,10 @@ class ExtractConfig:
         "weights only), none, or pretrained (only if already in the Hugging Face cache: vprom "
         "never downloads)"))
     batch_size: int = option(64, help="crops per forward (%(default)s; 256 suits a large GPU)")
-    # None: 2 on CPU, the cores per GPU process less 2 on CUDA
-    workers: int | None = option(None, help="DataLoader processes reading/decoding JPEGs "
-                                            "(default: 2 on CPU; on CUDA the CPU cores per GPU "
+    # None: 0 on CPU (this process decodes between forwards), the cores per GPU process less 2
+    workers: int | None = option(None, help="DataLoader processes reading/decoding JPEGs; 0: "
+                                            "this process, with threads, between forwards "
+                                            "(default: 0 on CPU; on CUDA the CPU cores per GPU "
                                             "process less 2, at most 16)")
     device: str | None = option(None, help="cuda, cuda:N or cpu (default: cuda if available; "
                                            "under torchrun each process takes its LOCAL_RANK's "

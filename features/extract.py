@@ -55,6 +55,11 @@ from vprom.outputs import free_space_for, writes
 from vprom.tables import read_crop_table
 
 MAX_GPU_WORKERS = 16
+# A CPU device decodes in this process, between forwards (pipeline.InlineBatches): worker
+# processes decoding during the forward preempt its OpenMP threads, which wait for each other
+# at every layer, so ~0.5 s of decoding slowed resnet18's forwards by seconds
+# (docs/extraction-speed.md); alone, it costs its own time (~6% of resnet18's forward).
+DEFAULT_CPU_WORKERS = 0
 
 
 @dataclass
@@ -165,20 +170,22 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
         torch.backends.cudnn.benchmark = False  # same algorithms every run: same bytes
     workers = _workers(config, device)
     if world.main and (config.decode == "auto" or config.workers is None):
+        where = (f"{workers} DataLoader worker(s)" if workers else
+                 f"in this process between forwards ({cores_per_process()} threads)")
         print(f"extract: decoding with {'Pillow' if decoder == 'cpu' else 'torchvision'} "
-              f"(--decode {decoder}), {workers} DataLoader worker(s)", file=sys.stderr)
+              f"(--decode {decoder}), {where}", file=sys.stderr)
     fp = fingerprint(config, backbone, loaded, plan, size, decoder, device, autocast)
     return Job(config, backbone, loaded, plan, paths, size, decoder, workers, autocast, world,
                fp)
 
 
 def _workers(config: ExtractConfig, device: torch.device) -> int:
-    """--workers, or by default 2 on a CPU device and on CUDA the cores each GPU process has
-    less two (the main thread and the pinning thread), at most 16."""
+    """--workers, or by default `DEFAULT_CPU_WORKERS` on a CPU device and on CUDA the cores
+    each GPU process has less two (the main thread and the pinning thread), at most 16."""
     if config.workers is not None:
         return config.workers
     if device.type == "cpu":
-        return 2
+        return DEFAULT_CPU_WORKERS
     return max(1, min(MAX_GPU_WORKERS, cores_per_process() - 2))
 
 

@@ -3,7 +3,9 @@
 Per batch, in order:
 1. DataLoader workers prepare it (features/crops.py): ready uint8 crops, or images (file
    bytes for the device's decoder, decoded images for `--region roi`). On CUDA the batch
-   arrives in pinned memory.
+   arrives in pinned memory. With `--workers 0` (a CPU device's default) this process
+   prepares it when the loop asks, with threads (`InlineBatches`): on a CPU, workers
+   decoding beside the forward stall its OpenMP threads.
 2. `Forward` queues its work on the device: the host-to-device copy and any decoding and
    cropping on a side stream (`Transfers.side`), then normalisation, the trunk (or the
    detector's trunk, RoI pooling and head), pooling and L2 on the compute stream, and a cast
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 
 import numpy as np
@@ -36,7 +39,12 @@ from tqdm import tqdm
 
 from vprom.features.backbones import Backbone
 from vprom.features.crops import Batch, CropDataset, collate, worker_mode
-from vprom.features.decoding import clip_boxes, crop_resize, decode_many
+from vprom.features.decoding import (
+    clip_boxes,
+    cores_per_process,
+    crop_resize,
+    decode_many,
+)
 from vprom.features.job import DTYPES, TORCH_DTYPES, Job
 from vprom.features.regions import pooled_regions, region_maps
 from vprom.io import atomic_path, write_json
@@ -231,7 +239,8 @@ class Forward:
 
 def row_shape(job: Job, model: torch.nn.Module) -> tuple:
     """One crop's stored shape: (D,) pooled, or its map's (C, H, W) (a probe forward for maps
-    and for backbones built on demand, whose size depends on the model and pooling)."""
+    and for backbones built on demand, whose size depends on the model and pooling); the loop
+    takes it from its first result instead, and asks this only when that batch has none."""
     if job.config.pool == "avg" and job.backbone.feature_dim:
         return (job.backbone.feature_dim,)
     device, head = job.world.device, job.backbone.region_head
@@ -269,32 +278,55 @@ def _worker_init(worker_id: int) -> None:
     os.nice(NICE_WORKERS)
 
 
-def loader(job: Job, batches: list) -> torch.utils.data.DataLoader:
+class InlineBatches:
+    """`--workers 0`: each batch prepared in this process when the loop asks for it, its image
+    groups decoded by a pool of threads (Pillow and torch release the GIL while they decode
+    and resize). Nothing runs beside the forward: on a CPU device that is the point (see
+    `DEFAULT_CPU_WORKERS`)."""
+
+    def __init__(self, dataset: CropDataset, batches: list, threads: int, pin: bool):
+        self.dataset, self.batches, self.threads, self.pin = dataset, batches, threads, pin
+
+    def __iter__(self):
+        with ThreadPoolExecutor(self.threads) as pool:
+            for groups in self.batches:
+                batch = collate(list(pool.map(self.dataset.__getitem__, groups)))
+                yield batch.pin_memory() if self.pin else batch
+
+
+def loader(job: Job, batches: list):
+    """The batches' pixels: DataLoader worker processes, or this process (`--workers 0`)."""
     cpu = job.world.device.type == "cpu"
     mode = worker_mode(job.decoder, job.config.region, job.decode_on_device)
+    dataset = CropDataset(job.plan, job.paths, job.size, mode, job.config.vg,
+                          job.backbone.preprocess.interpolation,
+                          job.backbone.preprocess.crop_pct)
+    if job.workers == 0:
+        return InlineBatches(dataset, batches, cores_per_process(), pin=not cpu)
     return torch.utils.data.DataLoader(
-        CropDataset(job.plan, job.paths, job.size, mode, job.config.vg,
-                    job.backbone.preprocess.interpolation, job.backbone.preprocess.crop_pct),
-        batch_sampler=batches, collate_fn=collate, num_workers=job.workers,
+        dataset, batch_sampler=batches, collate_fn=collate, num_workers=job.workers,
         pin_memory=not cpu, worker_init_fn=_worker_init if cpu else None,
-        prefetch_factor=job.config.prefetch if job.workers else None)
+        prefetch_factor=job.config.prefetch)
 
 
 class Chunks:
     """The arrays of the chunks in progress; a chunk is written when its last batch lands."""
 
-    def __init__(self, job: Job):
-        self.job, self.open = job, {}
+    def __init__(self, job: Job, model: torch.nn.Module):
+        self.job, self.model, self.open = job, model, {}
 
     def receive(self, c: int, units: np.ndarray, pending: Pending | None, failed: list) -> int:
-        job = self.job
+        job, result = self.job, None if pending is None else pending.result()
+        if not job.row_shape:  # the first result's, or a probe's if it has none (all failed)
+            job.row_shape = result.shape[1:] if result is not None else row_shape(job,
+                                                                                  self.model)
         if c not in self.open:
             start, stop = job.plan.chunk_units(c)
             rows = np.full((stop - start, *job.row_shape), np.nan, DTYPES[job.config.dtype])
             self.open[c] = [rows, [], len(job.plan.chunks[c])]
         entry = self.open[c]
-        if pending is not None:
-            entry[0][units - job.plan.chunk_units(c)[0]] = pending.result()
+        if result is not None:
+            entry[0][units - job.plan.chunk_units(c)[0]] = result
         entry[1] += failed
         entry[2] -= 1
         if entry[2] == 0:
@@ -312,13 +344,12 @@ def run_chunks(job: Job, api=CudaApi) -> int:
         return 0
     batch_ids = [b for c in todo for b in plan.chunks[c]]
     chunk_of = [c for c in todo for _ in plan.chunks[c]]
-    # The workers start first: they decode the first batches while the model is built.
+    # Workers (if any) start first: they decode the first batches while the model is built.
     batches = iter(loader(job, [plan.batches[b] for b in batch_ids]))
     model = build_model(job)
-    job.row_shape = row_shape(job, model)
     warm_up(job, model)
     transfers = transfers_for(world.device, api)
-    forward, chunks, queue = Forward(job, model, transfers), Chunks(job), deque()
+    forward, chunks, queue = Forward(job, model, transfers), Chunks(job, model), deque()
     bar = tqdm(total=sum(plan.batch_units(b) for b in batch_ids), unit="crop",
                desc=f"extract {job.backbone.name}", disable=None, smoothing=0.05,
                position=world.rank if world.size > 1 else None)

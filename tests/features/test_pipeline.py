@@ -160,3 +160,63 @@ def test_the_dataloader_pins_every_tensor_of_a_batch(monkeypatch):
     batch = Batch(np.array([1, 2]), torch.zeros(2, 4, 4, 3, dtype=torch.uint8), [source])
     assert pin_memory(batch) is batch
     assert pinned == [(2, 4, 4, 3), (5,)]
+
+
+def test_workers_0_prepares_the_batches_the_dataloader_workers_prepare(dataset, vg_dir,
+                                                                       tmp_path, monkeypatch):
+    """`--workers 0` (a CPU device's default): this process decodes each batch, its image
+    groups in threads, between forwards; the batches are those of the worker processes, in
+    their order, and pinned on CUDA."""
+    from vprom.features.crops import Batch, CropDataset, collate, make_batch_plan
+    from vprom.images import ImageIndex
+    from vprom.tables import read_crop_table
+
+    plan = make_batch_plan(read_crop_table(dataset), 3, 1)
+    index = ImageIndex(vg_dir)
+    images = plan.unit_image[plan.groups[:, 0]].tolist()
+    paths = [str(index.paths[i]) if i in index.paths else None for i in images]
+    crops = CropDataset(plan, paths, 32)
+    processes = torch.utils.data.DataLoader(crops, batch_sampler=plan.batches,
+                                            collate_fn=collate, num_workers=2)
+    pinned = []
+    monkeypatch.setattr(Batch, "pin_memory", lambda self: pinned.append(self) or self)
+    inline = list(pipeline.InlineBatches(crops, plan.batches, 2, pin=True))
+    assert len(inline) == len(plan.batches) == len(pinned) > 2
+    for a, b in zip(inline, processes):
+        assert np.array_equal(a.units, b.units) and torch.equal(a.pixels, b.pixels)
+        assert a.failed == b.failed
+    job = extract_job(dataset, vg_dir, tmp_path)
+    assert job.workers == 0 and isinstance(pipeline.loader(job, plan.batches), pipeline.InlineBatches)
+    job.workers = 2
+    assert isinstance(pipeline.loader(job, plan.batches), torch.utils.data.DataLoader)
+
+
+def extract_job(dataset, vg_dir, tmp_path):
+    """The Job `extract` makes for the test config on a CPU device (workers: the default)."""
+    from vprom.features.extract import _prepare
+    from vprom.runtime import joined_world
+
+    with joined_world("cpu") as world:
+        return _prepare(config(dataset, vg_dir, tmp_path / "j.h5", workers=None), world)
+
+
+def test_the_row_shape_comes_from_the_first_result_or_else_a_probe(dataset, vg_dir, tmp_path,
+                                                                   monkeypatch):
+    """No probe forward when a batch has a result; when none has (every image corrupt), one
+    probe gives the NaN rows their shape."""
+    import h5py
+
+    probes = []
+    row_shape = pipeline.row_shape
+    monkeypatch.setattr(pipeline, "row_shape",
+                        lambda job, model: probes.append(job.config.out.name)
+                        or row_shape(job, model))
+    extract(config(dataset, vg_dir, tmp_path / "found.h5"))
+    for jpeg in vg_dir.rglob("*.jpg"):
+        jpeg.write_bytes(b"not a jpeg")
+    extract(config(dataset, vg_dir, tmp_path / "lost.h5", allow_missing=True))
+    assert probes == ["lost.h5"]
+    with h5py.File(tmp_path / "found.h5", "r") as found, h5py.File(tmp_path / "lost.h5",
+                                                                   "r") as lost:
+        assert lost["features"].shape == found["features"].shape == (len(found["crop_id"]), 512)
+        assert np.isnan(lost["features"][()]).all()
