@@ -48,18 +48,19 @@ NORMALISATION = {"avg": _L2, "cls": _L2, "mean": _L2,
 
 def assemble(job: Job) -> list:
     """Write the final file; returns the missing crops as (crop_id, path, error)."""
-    plan, config = job.plan, job.config
-    undone = [c for c in range(len(plan.chunks)) if not job.chunk_done(c)]
+    layout, config = job.layout, job.config
+    undone = [c for c in range(len(layout.chunks)) if not job.chunk_done(c)]
     if undone:
         raise VpromError(f"{job.partial}: chunks {undone[:5]} were not written by any rank; "
                          "re-run `vprom extract` with the same options to finish them")
     failed_units, bad_chunks = {}, []
-    for c in range(len(plan.chunks)):
+    for c in range(len(layout.chunks)):
         failed = json.loads(job.chunk_file(c, ".json").read_text(encoding="utf-8"))["failed"]
         if failed:
             bad_chunks.append(c)
         failed_units.update({int(u): (p, e) for u, p, e in failed})
-    missing = [(int(cid), *failed_units[int(u)]) for cid, u in zip(plan.crop_id, plan.unit_of_row)
+    missing = [(int(cid), *failed_units[int(u)])
+               for cid, u in zip(layout.crop_id, layout.unit_of_row)
                if int(u) in failed_units]
     if missing and not config.allow_missing:
         for c in bad_chunks:  # redo them after the images are fixed; keep the others
@@ -92,18 +93,18 @@ def _dataset(h5: h5py.File, job: Job, n: int, row_shape: tuple) -> h5py.Dataset:
 
 
 def _write(job: Job, tmp: Path, missing_ids: np.ndarray) -> dict:
-    plan, config = job.plan, job.config
-    n = len(plan.crop_id)
-    chunk_starts = np.array([plan.chunk_units(c)[0] for c in range(len(plan.chunks))])
-    arrays = [np.load(job.chunk_file(c), mmap_mode="r") for c in range(len(plan.chunks))]
+    layout, config = job.layout, job.config
+    n = len(layout.crop_id)
+    chunk_starts = np.array([layout.chunk_units(c)[0] for c in range(len(layout.chunks))])
+    arrays = [np.load(job.chunk_file(c), mmap_mode="r") for c in range(len(layout.chunks))]
     row_shape = arrays[0].shape[1:]
     row_bytes = int(np.prod(row_shape)) * arrays[0].dtype.itemsize
     step = max(1, min(ASSEMBLE_ROWS, BLOCK_BYTES // row_bytes))
     with h5py.File(tmp, "w") as h5:
-        h5.create_dataset("crop_id", data=plan.crop_id)
+        h5.create_dataset("crop_id", data=layout.crop_id)
         stored = _dataset(h5, job, n, row_shape)
         for a in range(0, n, step):
-            units = plan.unit_of_row[a:a + step]
+            units = layout.unit_of_row[a:a + step]
             which = np.searchsorted(chunk_starts, units, side="right") - 1
             block = np.empty((len(units), *row_shape), dtype=DTYPES[config.dtype])
             for c in np.unique(which):
@@ -117,7 +118,7 @@ def _write(job: Job, tmp: Path, missing_ids: np.ndarray) -> dict:
             "features", config={k: _relative(v, config.out) if isinstance(v, Path) else v
                                 for k, v in asdict(config).items()},
             inputs={config.dataset.name: sha256_file(config.dataset)},
-            counts={"crops": n, "distinct_boxes": len(plan.unit_image),
+            counts={"crops": n, "distinct_boxes": len(layout.unit_image),
                     "missing": len(missing_ids)})
         # which data set these features belong to, whatever later happens to its file
         # (`vprom.provenance` checks it before training or evaluating on them)

@@ -14,8 +14,8 @@ draft decoding for large crops), and keeps the pixels in one HDF5 file:
 
 Building (`build_crop_store`):
 1. Plan: crops sharing an (image, box) are one unit, decoded once; units are sorted by image
-   and cut into chunks of about `chunk_crops` units (`features.crops.make_batch_plan`, the
-   plan `extract` uses), so an image's units sit together and its JPEG is decoded once for
+   and cut into chunks of about `chunk_crops` units (`features.crops.batch_layout`, the
+   layout `extract` uses), so an image's units sit together and its JPEG is decoded once for
    all of them (once per draft reduction its boxes need, almost always once).
 2. Chunks are decoded by `workers` processes and each is saved atomically as
    `<out>.partial/chunk-NNNNN.npy`; a chunk file that exists is done, so a killed build
@@ -43,7 +43,7 @@ import numpy as np
 
 from vprom.errors import VpromError
 from vprom.images import ImageIndex
-from vprom.io import atomic_path, check_output, make_manifest
+from vprom.io import OpenFile, atomic_path, check_output, make_manifest
 from vprom.provenance import dataset_content_hash
 from vprom.tables import open_h5, read_crop_table, read_matrix_table, set_manifest
 
@@ -91,31 +91,31 @@ def _used_crops(dataset: Path):
     return type(crops)(**{k: v[keep] for k, v in vars(crops).items()})
 
 
-_SHARED: dict = {}  # the plan and paths, handed to each worker process once
+_SHARED: dict = {}  # the layout and paths, handed to each worker process once
 
 
-def _share(plan, paths: list, size: int, folder: Path) -> None:
-    _SHARED.update(plan=plan, paths=paths, size=size, folder=folder)
+def _share(layout, paths: list, size: int, folder: Path) -> None:
+    _SHARED.update(layout=layout, paths=paths, size=size, folder=folder)
 
 
 def _decode_chunk(c: int) -> tuple[int, float, int | list[str]]:
     """Decode chunk `c` into its .npy file: (c, seconds, images), or (c, -1, failures)."""
     from vprom.features.crops import DECODE_ERRORS, decode_crops
 
-    plan, paths, size, folder = (_SHARED[k] for k in ("plan", "paths", "size", "folder"))
+    layout, paths, size, folder = (_SHARED[k] for k in ("layout", "paths", "size", "folder"))
     start = time.perf_counter()
-    first, last = plan.chunk_units(c)
+    first, last = layout.chunk_units(c)
     out = np.zeros((last - first, 3, size, size), np.uint8)
     failures = []
-    groups = plan.batches[c]
+    groups = layout.batches[c]
     for g in groups:
-        a, b = (int(v) for v in plan.groups[g])
-        image_id, path = int(plan.unit_image[a]), paths[g]
+        a, b = (int(v) for v in layout.groups[g])
+        image_id, path = int(layout.unit_image[a]), paths[g]
         if path is None:
             failures.append(f"image {image_id}: no such file")
             continue
         try:
-            pixels, errors = decode_crops(path, plan.unit_box[a:b], size)
+            pixels, errors = decode_crops(path, layout.unit_box[a:b], size)
         except DECODE_ERRORS as e:
             failures.append(f"image {image_id} ({path}): cannot decode ({e})")
             continue
@@ -133,42 +133,42 @@ def _work_folder(job: StoreJob, content: str, n_chunks: int) -> Path:
     from vprom.features.crops import RESIZE
 
     folder = job.out.with_name(job.out.name + ".partial")
-    plan = {"dataset_content_hash": content, "size": job.size, "chunk_crops": job.chunk_crops,
-            "chunks": n_chunks, "resize": RESIZE}
+    record = {"dataset_content_hash": content, "size": job.size, "chunk_crops": job.chunk_crops,
+              "chunks": n_chunks, "resize": RESIZE}
     recorded = folder / "plan.json"
-    if folder.is_dir() and (not recorded.is_file() or json.loads(recorded.read_text()) != plan):
+    if folder.is_dir() and (not recorded.is_file() or json.loads(recorded.read_text()) != record):
         shutil.rmtree(folder)  # our own work folder, from other settings: its chunks are stale
     folder.mkdir(parents=True, exist_ok=True)
-    recorded.write_text(json.dumps(plan, sort_keys=True))
+    recorded.write_text(json.dumps(record, sort_keys=True))
     return folder
 
 
-def _assemble(job: StoreJob, plan, folder: Path, content: str, timing: dict) -> None:
+def _assemble(job: StoreJob, layout, folder: Path, content: str, timing: dict) -> None:
     from vprom.features.crops import RESIZE
 
-    n, s = len(plan.crop_id), job.size
+    n, s = len(layout.crop_id), job.size
     manifest = make_manifest(KIND, {"dataset": str(job.dataset), "vg": str(job.vg), "size": s,
                                     "compression": job.compression},
                              inputs={job.dataset.name: content},
-                             counts={"crops": n, "units": len(plan.unit_image),
+                             counts={"crops": n, "units": len(layout.unit_image),
                                      "timing": timing})
     manifest["dataset_content_hash"] = content
     compression = None if job.compression == "none" else job.compression
     with atomic_path(job.out) as tmp, h5py.File(tmp, "w") as h5:
-        h5.create_dataset("crop_id", data=plan.crop_id)
+        h5.create_dataset("crop_id", data=layout.crop_id)
         pixels = h5.create_dataset("pixels", shape=(n, 3, s, s), dtype=np.uint8,
                                    chunks=(1, 3, s, s), compression=compression)
-        for c in range(len(plan.chunks)):
-            first, last = plan.chunk_units(c)
+        for c in range(len(layout.chunks)):
+            first, last = layout.chunk_units(c)
             block = np.load(folder / f"chunk-{c:05d}.npy")
-            rows = np.flatnonzero((plan.unit_of_row >= first) & (plan.unit_of_row < last))
+            rows = np.flatnonzero((layout.unit_of_row >= first) & (layout.unit_of_row < last))
             if len(rows):
                 start, stop = int(rows[0]), int(rows[-1]) + 1
                 if stop - start == len(rows):  # the usual case: crop ids follow their boxes
-                    pixels[start:stop] = block[plan.unit_of_row[rows] - first]
+                    pixels[start:stop] = block[layout.unit_of_row[rows] - first]
                 else:
                     for r in rows:
-                        pixels[r] = block[plan.unit_of_row[r] - first]
+                        pixels[r] = block[layout.unit_of_row[r] - first]
         h5.attrs.update({"kind": KIND, "size": s, "resize": RESIZE, "layout": LAYOUT,
                          "compression": job.compression, "complete": True})
         set_manifest(h5, manifest)
@@ -177,7 +177,7 @@ def _assemble(job: StoreJob, plan, folder: Path, content: str, timing: dict) -> 
 def build_crop_store(job: StoreJob, log=print) -> Path:
     """Write job.out (see the module docstring); returns its path. Resumes a killed build."""
     # features.crops imports torch; imported here so that `vprom --help` stays quick
-    from vprom.features.crops import make_batch_plan
+    from vprom.features.crops import batch_layout
 
     check_output(job.out)
     if job.size < 1 or job.workers < 1 or job.compression not in COMPRESSIONS:
@@ -185,23 +185,23 @@ def build_crop_store(job: StoreJob, log=print) -> Path:
                          f"{', '.join(COMPRESSIONS)}")
     content = dataset_content_hash(job.dataset)
     crops = _used_crops(job.dataset)
-    plan = make_batch_plan(crops, job.chunk_crops, 1)
+    layout = batch_layout(crops, job.chunk_crops, 1)
     index = ImageIndex(job.vg)
-    images = plan.unit_image[plan.groups[:, 0]]
+    images = layout.unit_image[layout.groups[:, 0]]
     paths = [str(index.paths[i]) if int(i) in index.paths else None for i in images.tolist()]
-    folder = _work_folder(job, content, len(plan.chunks))
-    todo = [c for c in range(len(plan.chunks)) if not (folder / f"chunk-{c:05d}.npy").is_file()]
-    log(f"{len(plan.crop_id):,} crops ({len(plan.unit_image):,} distinct boxes, "
+    folder = _work_folder(job, content, len(layout.chunks))
+    todo = [c for c in range(len(layout.chunks)) if not (folder / f"chunk-{c:05d}.npy").is_file()]
+    log(f"{len(layout.crop_id):,} crops ({len(layout.unit_image):,} distinct boxes, "
         f"{len(np.unique(images)):,} images) at {job.size}x{job.size}: {len(todo)} of "
-        f"{len(plan.chunks)} chunks to decode with {job.workers} process(es)")
+        f"{len(layout.chunks)} chunks to decode with {job.workers} process(es)")
     seconds, decoded, failures = 0.0, 0, []
     start = time.perf_counter()
     if job.workers == 1:
-        _share(plan, paths, job.size, folder)
+        _share(layout, paths, job.size, folder)
         results, pool = map(_decode_chunk, todo), None
     else:
         pool = ProcessPoolExecutor(job.workers, initializer=_share,
-                                   initargs=(plan, paths, job.size, folder))
+                                   initargs=(layout, paths, job.size, folder))
         results = pool.map(_decode_chunk, todo)
     try:
         for c, took, images_done in results:
@@ -220,13 +220,13 @@ def build_crop_store(job: StoreJob, log=print) -> Path:
     wall = time.perf_counter() - start
     timing = {"wall_s": round(wall, 3), "decode_cpu_s": round(seconds, 3),
               "image_groups": decoded, "workers": job.workers}
-    _assemble(job, plan, folder, content, timing)
+    _assemble(job, layout, folder, content, timing)
     shutil.rmtree(folder)
     log(f"wrote {job.out} ({os.path.getsize(job.out) / 1e6:.1f} MB)")
     return job.out
 
 
-class CropStore:
+class CropStore(OpenFile):
     """An open crop store, read lazily. Context manager or `close()`.
 
     An uncompressed store (the default) is read without HDF5 in the loop: each crop is one
@@ -259,18 +259,9 @@ class CropStore:
             self._h5.close()
             raise
 
-    def __enter__(self) -> CropStore:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def close(self) -> None:
         self._bytes = None  # the map goes once no array points into it any more
-        self._h5.close()
-
-    def __len__(self) -> int:
-        return len(self.crop_id)
+        super().close()
 
     def rows_of(self, crop_ids) -> np.ndarray:
         """Rows of `crop_ids`; -1 where the store does not have the crop."""

@@ -9,7 +9,7 @@ Planning (pure, numpy):
 3. Within a batch, the units of one image form a *group* (a DataLoader item: the image is
    opened once for all of them); an image whose units straddle a batch boundary is opened
    once in each of the two batches.
-   The plan depends only on the crops table and the batch size, so every run, resumed run and
+   The layout depends only on the crops table and the batch size, so every run, resumed run and
    rank sees the same batches - which is what makes their outputs byte-identical.
 
 Pixels (in DataLoader workers; `CropDataset` item g = image group g, `collate` makes a `Batch`):
@@ -51,7 +51,7 @@ RESIZE = "whole crop (box clipped to the image) resized to SxS, aspect ratio not
 
 
 @dataclass
-class BatchPlan:
+class BatchLayout:
     """Units (unique boxes), crop -> unit, image groups, batches and chunks."""
 
     crop_id: np.ndarray  # (N,) sorted ascending: the rows of the output file
@@ -74,7 +74,7 @@ class BatchPlan:
         return int(self.groups[g[-1], 1] - self.groups[g[0], 0])
 
 
-def make_batch_plan(crops: CropTable, batch_size: int, chunk_batches: int) -> BatchPlan:
+def batch_layout(crops: CropTable, batch_size: int, chunk_batches: int) -> BatchLayout:
     order = np.argsort(crops.crop_id, kind="stable")
     crop_id = crops.crop_id[order]
     keys = np.stack([crops.image_id, crops.x, crops.y, crops.w, crops.h], axis=1)[order]
@@ -84,7 +84,7 @@ def make_batch_plan(crops: CropTable, batch_size: int, chunk_batches: int) -> Ba
     groups, batches = _groups_and_batches(unit_image, batch_size)
     chunks = [range(s, min(s + chunk_batches, len(batches)))
               for s in range(0, len(batches), chunk_batches)]
-    return BatchPlan(crop_id=crop_id, unit_of_row=unit_of_row.reshape(-1).astype(np.int64),
+    return BatchLayout(crop_id=crop_id, unit_of_row=unit_of_row.reshape(-1).astype(np.int64),
                 unit_image=unit_image, unit_box=unit_box, groups=groups, batches=batches,
                 chunks=chunks)
 
@@ -202,23 +202,23 @@ class CropDataset(torch.utils.data.Dataset):
     """Item g = image group g prepared as `mode` says (see `worker_mode`):
     (units, uint8 crops, sources, failures)."""
 
-    def __init__(self, plan: BatchPlan, paths: list[str | None], size: int,
+    def __init__(self, layout: BatchLayout, paths: list[str | None], size: int,
                  mode: str = "pillow-crops", vg: Path | str = "",
                  interpolation: str = "bilinear", keep: float = 1.0):
-        self.plan, self.paths, self.size, self.mode, self.vg = plan, paths, size, mode, vg
+        self.layout, self.paths, self.size, self.mode, self.vg = layout, paths, size, mode, vg
         self.interpolation, self.keep = interpolation, keep  # the backbone's Preprocess
 
     def __len__(self) -> int:
-        return len(self.plan.groups)
+        return len(self.layout.groups)
 
     def _empty(self):
         return np.zeros(0, np.int64), np.zeros((0, self.size, self.size, 3), np.uint8)
 
     def __getitem__(self, g: int):
-        start, stop = (int(v) for v in self.plan.groups[g])
+        start, stop = (int(v) for v in self.layout.groups[g])
         units = np.arange(start, stop, dtype=np.int64)
-        boxes = self.plan.unit_box[start:stop]
-        image_id = int(self.plan.unit_image[start])
+        boxes = self.layout.unit_box[start:stop]
+        image_id = int(self.layout.unit_image[start])
         path = self.paths[g]
         none, no_pixels = self._empty()
         if path is None:

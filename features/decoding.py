@@ -40,6 +40,7 @@ from PIL import Image
 from torch.nn import functional as F
 
 from vprom.images import clip_box
+from vprom.processes import usable_cores
 
 GPU_DECODE_BELOW = 12  # CPU cores per GPU process under which auto decodes on the GPU
 JPEG_MAGIC = b"\xff\xd8\xff"
@@ -62,11 +63,7 @@ def _torchvision_decoders():
 
 def cores_per_process() -> int:
     """CPU cores this process may use, shared among the node's torchrun processes."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(1, usable_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 def resolve_decoder(requested: str, device: torch.device) -> str:

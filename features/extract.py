@@ -3,7 +3,7 @@
 Algorithm
 1. Plan (features/crops.py): unique boxes ("units") sorted by image; batch k is units
    [k*B, (k+1)*B) (full batches), the units of one image within a batch one DataLoader item;
-   batches form chunks of `chunk_batches`. The plan is a pure function of the crops table,
+   batches form chunks of `chunk_batches`. The layout is a pure function of the crops table,
    the batch size and the chunking.
 2. Work (features/pipeline.py): chunk c belongs to rank c % world_size (one rank without
    torchrun). DataLoader workers decode (Pillow, `--decode cpu`) or only read the JPEGs
@@ -41,17 +41,18 @@ import h5py
 import numpy as np
 import torch
 
+from vprom.errors import VpromError
 from vprom.features import assemble, pipeline
 from vprom.features.backbones import get_backbone
 from vprom.features.config import ExtractConfig
-from vprom.features.crops import make_batch_plan
+from vprom.features.crops import batch_layout
 from vprom.features.decoding import cores_per_process, resolve_decoder
-from vprom.runtime import World, joined_world
 from vprom.features.job import DTYPES, Job, config_hash, fingerprint
-from vprom.errors import VpromError
 from vprom.images import ImageIndex
 from vprom.io import write_json
 from vprom.outputs import free_space_for, writes
+from vprom.runtime import World, joined_world
+from vprom.stamps import differences
 from vprom.tables import read_crop_table
 
 MAX_GPU_WORKERS = 16
@@ -123,8 +124,8 @@ def extract(config: ExtractConfig) -> ExtractSummary:
             loop_seconds = time.perf_counter() - loop_start
             world.barrier()
             missing = assemble.assemble(job) if world.main else []
-    return ExtractSummary(out=config.out, backbone=config.backbone, crops=len(job.plan.crop_id),
-                          units=len(job.plan.unit_image), extracted_units=extracted,
+    return ExtractSummary(out=config.out, backbone=config.backbone, crops=len(job.layout.crop_id),
+                          units=len(job.layout.unit_image), extracted_units=extracted,
                           seconds=time.perf_counter() - start, loop_seconds=loop_seconds,
                           missing=missing,
                           rank=world.rank, world_size=world.size)
@@ -152,13 +153,13 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
         raise VpromError(f"{config.dataset}: the crops table is empty; nothing to extract")
     if len(np.unique(crops.crop_id)) != len(crops):
         raise VpromError(f"{config.dataset}: crop ids are not unique; regenerate the dataset")
-    plan = make_batch_plan(crops, config.batch_size, config.chunk_batches)
+    layout = batch_layout(crops, config.batch_size, config.chunk_batches)
     if config.pool == "avg":  # pooled rows have a known size: the chunks, then the file
         row = backbone.feature_dim * np.dtype(DTYPES[config.dtype]).itemsize
-        free_space_for(config.out, 2 * row * (len(plan.unit_image) + len(crops)),
+        free_space_for(config.out, 2 * row * (len(layout.unit_image) + len(crops)),
                        " for the chunks and the features file")
     index = ImageIndex(config.vg)
-    images = plan.unit_image[plan.groups[:, 0]]
+    images = layout.unit_image[layout.groups[:, 0]]
     paths = [str(index.paths[i]) if int(i) in index.paths else None for i in images.tolist()]
     if config.region == "roi":
         size = config.input_size or backbone.region_head.shortest_side
@@ -174,8 +175,8 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
                  f"in this process between forwards ({cores_per_process()} threads)")
         print(f"extract: decoding with {'Pillow' if decoder == 'cpu' else 'torchvision'} "
               f"(--decode {decoder}), {where}", file=sys.stderr)
-    fp = fingerprint(config, backbone, loaded, plan, size, decoder, device, autocast)
-    return Job(config, backbone, loaded, plan, paths, size, decoder, workers, autocast, world,
+    fp = fingerprint(config, backbone, loaded, layout, size, decoder, device, autocast)
+    return Job(config, backbone, loaded, layout, paths, size, decoder, workers, autocast, world,
                fp)
 
 
@@ -205,10 +206,10 @@ def _finished(job: Job) -> list | None:
         return None
     if missing and not job.config.allow_missing:
         return None  # redo: the images may have been fixed since
-    plan = job.plan
-    row = np.searchsorted(plan.crop_id, np.asarray(missing, dtype=np.int64))
-    images = plan.unit_image[plan.unit_of_row[row]]
-    path_of = dict(zip(plan.unit_image[plan.groups[:, 0]].tolist(), job.paths))
+    layout = job.layout
+    row = np.searchsorted(layout.crop_id, np.asarray(missing, dtype=np.int64))
+    images = layout.unit_image[layout.unit_of_row[row]]
+    path_of = dict(zip(layout.unit_image[layout.groups[:, 0]].tolist(), job.paths))
     return [(int(c), path_of.get(int(i)) or "", f"image {int(i)}: missing in the existing file")
             for c, i in zip(missing, images)]
 
@@ -225,15 +226,14 @@ def _open_partial(job: Job) -> None:
             except (OSError, ValueError):
                 old = None
             if old != job.fingerprint:
-                changed = sorted(k for k in job.fingerprint if (old or {}).get(k)
-                                 != job.fingerprint[k])
-                why = (f"made with other settings ({', '.join(changed)} differ)" if old
+                changed = differences(old, job.fingerprint) if isinstance(old, dict) else []
+                why = (f"made with other settings ({', '.join(changed)} differ)" if changed
                        else "has no readable config.json")
                 print(f"{partial}: {why}; starting over", file=sys.stderr)
                 shutil.rmtree(partial)
             else:
-                done = sum(job.chunk_done(c) for c in range(len(job.plan.chunks)))
-                print(f"{partial}: resuming, {done} of {len(job.plan.chunks)} chunks done",
+                done = sum(job.chunk_done(c) for c in range(len(job.layout.chunks)))
+                print(f"{partial}: resuming, {done} of {len(job.layout.chunks)} chunks done",
                       file=sys.stderr)
     partial.mkdir(parents=True, exist_ok=True)
     if not config_file.is_file():

@@ -1,4 +1,4 @@
-"""One extraction job: its settings resolved, its plan, and where its pieces live on disk.
+"""One extraction job: its settings resolved, its layout, and where its pieces live on disk.
 
 `fingerprint` lists everything that changes the numbers of a FEATS.h5 (or its layout): the
 backbone and its weights' hash, the input size, the decoder (`cpu`: Pillow, `gpu`:
@@ -19,7 +19,7 @@ import torch
 
 from vprom.features.backbones import Backbone, Loaded
 from vprom.features.config import ExtractConfig
-from vprom.features.crops import RESIZE, BatchPlan
+from vprom.features.crops import RESIZE, BatchLayout
 from vprom.features.decoding import RESIZE_TORCH
 from vprom.runtime import World
 from vprom.features.regions import RESIZE_ROI, sides
@@ -33,7 +33,7 @@ class Job:
     config: ExtractConfig
     backbone: Backbone
     loaded: Loaded
-    plan: BatchPlan
+    layout: BatchLayout
     paths: list  # per image group: its file, or None when the image is not there
     size: int  # crop side (region crop) or the image's shorter side (region roi)
     decoder: str  # "cpu" or "gpu", resolved from --decode
@@ -77,11 +77,11 @@ class Job:
         return policy
 
 
-def fingerprint(config: ExtractConfig, backbone: Backbone, loaded: Loaded, plan: BatchPlan,
+def fingerprint(config: ExtractConfig, backbone: Backbone, loaded: Loaded, layout: BatchLayout,
                 size: int, decoder: str, device: torch.device,
                 autocast: torch.dtype | None) -> dict:
     boxes = hashlib.sha256()
-    for array in (plan.crop_id, plan.unit_of_row, plan.unit_image, plan.unit_box):
+    for array in (layout.crop_id, layout.unit_of_row, layout.unit_image, layout.unit_box):
         boxes.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
     return {"backbone": backbone.name, "weights": loaded.weights,
             "weights_sha256": loaded.weights_sha256, "input_size": size,

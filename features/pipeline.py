@@ -298,7 +298,7 @@ def loader(job: Job, batches: list):
     """The batches' pixels: DataLoader worker processes, or this process (`--workers 0`)."""
     cpu = job.world.device.type == "cpu"
     mode = worker_mode(job.decoder, job.config.region, job.decode_on_device)
-    dataset = CropDataset(job.plan, job.paths, job.size, mode, job.config.vg,
+    dataset = CropDataset(job.layout, job.paths, job.size, mode, job.config.vg,
                           job.backbone.preprocess.interpolation,
                           job.backbone.preprocess.crop_pct)
     if job.workers == 0:
@@ -321,12 +321,12 @@ class Chunks:
             job.row_shape = result.shape[1:] if result is not None else row_shape(job,
                                                                                   self.model)
         if c not in self.open:
-            start, stop = job.plan.chunk_units(c)
+            start, stop = job.layout.chunk_units(c)
             rows = np.full((stop - start, *job.row_shape), np.nan, DTYPES[job.config.dtype])
-            self.open[c] = [rows, [], len(job.plan.chunks[c])]
+            self.open[c] = [rows, [], len(job.layout.chunks[c])]
         entry = self.open[c]
         if result is not None:
-            entry[0][units - job.plan.chunk_units(c)[0]] = result
+            entry[0][units - job.layout.chunk_units(c)[0]] = result
         entry[1] += failed
         entry[2] -= 1
         if entry[2] == 0:
@@ -337,20 +337,20 @@ class Chunks:
 
 def run_chunks(job: Job, api=CudaApi) -> int:
     """Extract this rank's unfinished chunks (see the module doc); returns the boxes done."""
-    plan, world = job.plan, job.world
-    todo = [c for c in range(len(plan.chunks))
+    layout, world = job.layout, job.world
+    todo = [c for c in range(len(layout.chunks))
             if c % world.size == world.rank and not job.chunk_done(c)]
     if not todo:
         return 0
-    batch_ids = [b for c in todo for b in plan.chunks[c]]
-    chunk_of = [c for c in todo for _ in plan.chunks[c]]
+    batch_ids = [b for c in todo for b in layout.chunks[c]]
+    chunk_of = [c for c in todo for _ in layout.chunks[c]]
     # Workers (if any) start first: they decode the first batches while the model is built.
-    batches = iter(loader(job, [plan.batches[b] for b in batch_ids]))
+    batches = iter(loader(job, [layout.batches[b] for b in batch_ids]))
     model = build_model(job)
     warm_up(job, model)
     transfers = transfers_for(world.device, api)
     forward, chunks, queue = Forward(job, model, transfers), Chunks(job, model), deque()
-    bar = tqdm(total=sum(plan.batch_units(b) for b in batch_ids), unit="crop",
+    bar = tqdm(total=sum(layout.batch_units(b) for b in batch_ids), unit="crop",
                desc=f"extract {job.backbone.name}", disable=None, smoothing=0.05,
                position=world.rank if world.size > 1 else None)
     done = 0
@@ -375,7 +375,7 @@ def run_chunks(job: Job, api=CudaApi) -> int:
 
 def write_chunk(job: Job, c: int, rows: np.ndarray, failed: list) -> None:
     """The chunk's JSON first, then its .npy: the .npy's presence means 'chunk done'."""
-    start, stop = job.plan.chunk_units(c)
+    start, stop = job.layout.chunk_units(c)
     write_json(job.chunk_file(c, ".json"), {"chunk": c, "units": [start, stop],
                                              "failed": [list(f) for f in failed]})
     with atomic_path(job.chunk_file(c)) as tmp:

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from vprom.errors import VpromError
+from vprom.io import OpenFile
 from vprom.tables import open_h5
 
 STORED = ("features", "maps")  # one of them: pooled vectors, or spatial maps
@@ -150,7 +151,7 @@ def _check_sorted(crop_id: np.ndarray, path: Path) -> None:
                          "written by `vprom extract`, extract it again")
 
 
-class SpatialMaps:
+class SpatialMaps(OpenFile):
     """An open maps file (`--pool none`); read lazily. Use as a context manager or `close()`.
 
         with open_maps("feats/resnet101-maps.h5") as maps:
@@ -177,18 +178,6 @@ class SpatialMaps:
         except BaseException:
             self._h5.close()
             raise
-
-    def __enter__(self) -> "SpatialMaps":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._h5.close()
-
-    def __len__(self) -> int:
-        return len(self.crop_id)
 
     @property
     def shape(self) -> tuple:

@@ -253,3 +253,20 @@ def manifest_path(path: str | os.PathLike) -> Path:
     """Where the manifest of an artifact lives beside it: `X.h5` -> `X.h5.manifest.json`."""
     path = Path(path)
     return path.with_name(path.name + ".manifest.json")
+
+
+class OpenFile:
+    """A reader over one open file (`self._h5`) of rows keyed by `self.crop_id`: usable in a
+    `with` block, closed by `close()`, as long as its rows."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._h5.close()
+
+    def __len__(self) -> int:
+        return len(self.crop_id)

@@ -7,6 +7,10 @@ sizes and times), the settings that change the output, paths relative to the out
 folder. It is written after the output is complete, so an output without one (interrupted
 before it, or made by hand) is never taken as current. `why_stale` says in a few words why an
 output must be made again, for the line a re-run prints.
+
+`extract` follows the same rule with its record kept inside its output (a FEATS.h5 holds the
+hash of its settings, its `.partial/` folder their `config.json`), and names what changed
+with `differences`, as `why_stale` does.
 """
 
 from __future__ import annotations
@@ -39,8 +43,13 @@ def why_stale(output: str | os.PathLike, record: dict) -> str | None:
     old = recorded(output)
     if old is None:
         return "no record of its inputs"
-    changed = [k for k in sorted(set(old) | set(record)) if old.get(k) != record.get(k)]
+    changed = differences(old, record)
     return "its inputs or settings changed: " + ", ".join(changed) if changed else None
+
+
+def differences(old: dict, new: dict) -> list[str]:
+    """The keys whose values differ between two records (one missing counts as differing)."""
+    return [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
 
 
 def stamp(output: str | os.PathLike, record: dict) -> None:

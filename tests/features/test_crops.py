@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, JpegImagePlugin
 
-from vprom.features.crops import decode_crops, draft_reduction, make_batch_plan
+from vprom.features.crops import decode_crops, draft_reduction, batch_layout
 from tests.features.conftest import CROP_ROWS, crop_table, write_jpeg
 from vprom.images import clip_box
 
@@ -13,29 +13,29 @@ original_jpeg = JpegImagePlugin.JpegImageFile.draft
 
 
 def test_plan_dedupes_boxes_groups_by_image_and_packs_batches():
-    plan = make_batch_plan(crop_table(CROP_ROWS), batch_size=4, chunk_batches=2)
-    assert list(plan.crop_id) == sorted(r[0] for r in CROP_ROWS)
-    assert len(plan.unit_image) == len(CROP_ROWS) - 1  # crops 104 and 110 share a box
-    row = {int(c): i for i, c in enumerate(plan.crop_id)}
-    assert plan.unit_of_row[row[104]] == plan.unit_of_row[row[110]]
+    layout = batch_layout(crop_table(CROP_ROWS), batch_size=4, chunk_batches=2)
+    assert list(layout.crop_id) == sorted(r[0] for r in CROP_ROWS)
+    assert len(layout.unit_image) == len(CROP_ROWS) - 1  # crops 104 and 110 share a box
+    row = {int(c): i for i, c in enumerate(layout.crop_id)}
+    assert layout.unit_of_row[row[104]] == layout.unit_of_row[row[110]]
     for cid, image, x, y, w, h in CROP_ROWS:
-        u = plan.unit_of_row[row[cid]]
-        assert plan.unit_image[u] == image and list(plan.unit_box[u]) == [x, y, w, h]
-    for start, stop in plan.groups:  # one image per group
-        assert len(set(plan.unit_image[start:stop])) == 1
-    sizes = [plan.batch_units(b) for b in range(len(plan.batches))]
+        u = layout.unit_of_row[row[cid]]
+        assert layout.unit_image[u] == image and list(layout.unit_box[u]) == [x, y, w, h]
+    for start, stop in layout.groups:  # one image per group
+        assert len(set(layout.unit_image[start:stop])) == 1
+    sizes = [layout.batch_units(b) for b in range(len(layout.batches))]
     assert sizes == [4, 4, 2]
-    covered = [u for c in range(len(plan.chunks)) for u in range(*plan.chunk_units(c))]
-    assert covered == list(range(len(plan.unit_image)))
+    covered = [u for c in range(len(layout.chunks)) for u in range(*layout.chunk_units(c))]
+    assert covered == list(range(len(layout.unit_image)))
 
 
 def test_batches_are_full_and_images_straddling_a_boundary_are_split():
     rows = [(i, 1 + i // 5, i, 0, 10, 10) for i in range(12)]  # images of 5, 5 and 2 crops
-    plan = make_batch_plan(crop_table(rows), batch_size=3, chunk_batches=2)
-    assert plan.groups.tolist() == [[0, 3], [3, 5], [5, 6], [6, 9], [9, 10], [10, 12]]
-    assert [b.tolist() for b in plan.batches] == [[0], [1, 2], [3], [4, 5]]
-    assert [plan.batch_units(b) for b in range(4)] == [3, 3, 3, 3]
-    assert [plan.chunk_units(c) for c in range(2)] == [(0, 6), (6, 12)]
+    layout = batch_layout(crop_table(rows), batch_size=3, chunk_batches=2)
+    assert layout.groups.tolist() == [[0, 3], [3, 5], [5, 6], [6, 9], [9, 10], [10, 12]]
+    assert [b.tolist() for b in layout.batches] == [[0], [1, 2], [3], [4, 5]]
+    assert [layout.batch_units(b) for b in range(4)] == [3, 3, 3, 3]
+    assert [layout.chunk_units(c) for c in range(2)] == [(0, 6), (6, 12)]
 
 
 def test_draft_reduction_keeps_both_sides_at_least_the_input_size():

@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from vprom.features import decoding
-from vprom.features.crops import CropDataset, decode_crops, draft_reduction, make_batch_plan
+from vprom.features.crops import CropDataset, decode_crops, draft_reduction, batch_layout
 from vprom.features.decoding import (
     clip_boxes,
     crop_resize,
@@ -82,7 +82,7 @@ def test_auto_decodes_on_the_gpu_only_where_cores_are_short(monkeypatch):
 
 
 def test_cores_are_shared_among_a_nodes_processes(monkeypatch):
-    monkeypatch.setattr(decoding.os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(decoding, "usable_cores", lambda: 64)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
     assert decoding.cores_per_process() == 8
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
@@ -119,15 +119,15 @@ def test_a_cmyk_jpeg_falls_back_to_pillow():
 def test_the_worker_side_of_the_gpu_path_matches_the_device_side(vg_dir):
     """`--decode gpu` on a CPU device cuts crops in the workers ("torch-crops"); on CUDA the
     workers send bytes and the device runs the same functions: same crops either way."""
-    plan = make_batch_plan(crop_table(CROP_ROWS), batch_size=4, chunk_batches=1)
+    layout = batch_layout(crop_table(CROP_ROWS), batch_size=4, chunk_batches=1)
     index = ImageIndex(vg_dir)
-    paths = [str(index.paths[int(plan.unit_image[g[0]])]) for g in plan.groups]
-    workers = CropDataset(plan, paths, 32, "torch-crops")
-    device = CropDataset(plan, paths, 32, "bytes")
-    for g in range(len(plan.groups)):
+    paths = [str(index.paths[int(layout.unit_image[g[0]])]) for g in layout.groups]
+    workers = CropDataset(layout, paths, 32, "torch-crops")
+    device = CropDataset(layout, paths, 32, "bytes")
+    for g in range(len(layout.groups)):
         units, pixels, sources, failed = workers[g]
         _, _, (source,), _ = device[g]
-        assert source.encoded and source.image_id == plan.unit_image[units[0]]
+        assert source.encoded and source.image_id == layout.unit_image[units[0]]
         image = decode_many([source.data], torch.device("cpu"))[0]
         corners, errors = clip_boxes(source.boxes, image.shape[2], image.shape[1])
         kept = [c for c, e in zip(corners, errors) if e is None]

@@ -167,28 +167,29 @@ def test_workers_0_prepares_the_batches_the_dataloader_workers_prepare(dataset, 
     """`--workers 0` (a CPU device's default): this process decodes each batch, its image
     groups in threads, between forwards; the batches are those of the worker processes, in
     their order, and pinned on CUDA."""
-    from vprom.features.crops import Batch, CropDataset, collate, make_batch_plan
+    from vprom.features.crops import Batch, CropDataset, collate, batch_layout
     from vprom.images import ImageIndex
     from vprom.tables import read_crop_table
 
-    plan = make_batch_plan(read_crop_table(dataset), 3, 1)
+    layout = batch_layout(read_crop_table(dataset), 3, 1)
     index = ImageIndex(vg_dir)
-    images = plan.unit_image[plan.groups[:, 0]].tolist()
+    images = layout.unit_image[layout.groups[:, 0]].tolist()
     paths = [str(index.paths[i]) if i in index.paths else None for i in images]
-    crops = CropDataset(plan, paths, 32)
-    processes = torch.utils.data.DataLoader(crops, batch_sampler=plan.batches,
+    crops = CropDataset(layout, paths, 32)
+    processes = torch.utils.data.DataLoader(crops, batch_sampler=layout.batches,
                                             collate_fn=collate, num_workers=2)
     pinned = []
     monkeypatch.setattr(Batch, "pin_memory", lambda self: pinned.append(self) or self)
-    inline = list(pipeline.InlineBatches(crops, plan.batches, 2, pin=True))
-    assert len(inline) == len(plan.batches) == len(pinned) > 2
+    inline = list(pipeline.InlineBatches(crops, layout.batches, 2, pin=True))
+    assert len(inline) == len(layout.batches) == len(pinned) > 2
     for a, b in zip(inline, processes):
         assert np.array_equal(a.units, b.units) and torch.equal(a.pixels, b.pixels)
         assert a.failed == b.failed
     job = extract_job(dataset, vg_dir, tmp_path)
-    assert job.workers == 0 and isinstance(pipeline.loader(job, plan.batches), pipeline.InlineBatches)
+    assert job.workers == 0
+    assert isinstance(pipeline.loader(job, layout.batches), pipeline.InlineBatches)
     job.workers = 2
-    assert isinstance(pipeline.loader(job, plan.batches), torch.utils.data.DataLoader)
+    assert isinstance(pipeline.loader(job, layout.batches), torch.utils.data.DataLoader)
 
 
 def extract_job(dataset, vg_dir, tmp_path):
