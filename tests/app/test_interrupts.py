@@ -31,17 +31,17 @@ linux = pytest.mark.skipif(not Path("/proc/self/stat").exists() or os.name != "p
 HANG_S = 60  # a command still running this long after the signal hangs
 PROBE_GENERATE = """
 import sys, time
-import vprom.generation.dataset as dataset
-real = dataset.generate_rows
-def probe(*args, **kwargs):
-    for k, row in enumerate(real(*args, **kwargs)):
-        yield row
-        if k == 100:  # mid-sampling: say so, then wait (in Python) for the signal
-            print("PROBE: sampling matrices", file=sys.stderr, flush=True)
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                time.sleep(0.01)
-dataset.generate_rows = probe
+from vprom.generation import parallel
+real = parallel.draw_chunk
+def probe(job, indices):  # in a forked worker (every core by default), or here
+    chunk = real(job, indices)
+    if indices[0] == 0:  # mid-sampling: say so, then wait (in Python) for the signal
+        print("PROBE: sampling matrices", file=sys.stderr, flush=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+    return chunk
+parallel.draw_chunk = probe
 from vprom.app.cli import main
 sys.exit(main(sys.argv[1:]))
 """
