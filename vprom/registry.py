@@ -30,6 +30,7 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
         self._origin: dict[str, str] = {}
         self._families: dict[str, tuple[Callable[[str], T], str]] = {}
+        self._resolved: dict[str, T] = {}  # family members already asked for (not listed)
         self._loaded = False
 
     def add(self, name: str, item: T, origin: str = "") -> T:
@@ -75,7 +76,9 @@ class Registry(Generic[T]):
         self._load_builtins()
         prefix, colon, rest = name.partition(":")
         if name not in self._items and colon and prefix in self._families:
-            self.add(name, self._families[prefix][0](rest), f"the {prefix} family")
+            if name not in self._resolved:
+                self._resolved[name] = self._families[prefix][0](rest)
+            return self._resolved[name]
         if name not in self._items:
             hint = f" ({self.hint})" if self.hint else ""
             families = "".join(f", {p}:<name>" for p in self._families)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,6 +46,20 @@ parallel.draw_chunk = probe
 from vprom.app.cli import main
 sys.exit(main(sys.argv[1:]))
 """
+PROBE_MINE = """
+import os, sys, time
+from vprom.mining import pool_jobs
+real = pool_jobs._mine_chunks
+def probe(kind, chunks, setup):  # in a forked worker: say so, then wait for the signal
+    print(f"PROBE: worker {os.getpid()} mining {kind}", file=sys.stderr, flush=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    return real(kind, chunks, setup)
+pool_jobs._mine_chunks = probe
+from vprom.app.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 # ---------------------------------------------------------------- running and signalling
@@ -61,13 +76,6 @@ def _group(pgid: int) -> dict[int, str]:
         if group == pgid and state != "Z":
             members[int(stat.parent.name)] = cmdline.strip()
     return members
-
-
-def _open_files(pid: int) -> set[str]:
-    try:
-        return {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
-    except OSError:
-        return set()
 
 
 class Command:
@@ -102,11 +110,6 @@ class Command:
                 self.kill()
                 pytest.fail(f"no sign of {what} after {timeout} s:\n{self.stderr[-2000:]}")
             time.sleep(0.02)
-
-    def workers_reading(self, *names: str) -> bool:
-        """True when a process of the group other than the parent holds one of `names` open."""
-        return any(Path(f).name in names for pid in _group(self.proc.pid)
-                   if pid != self.proc.pid for f in _open_files(pid))
 
     def send(self, sig: int, group: bool = True) -> None:
         (os.killpg if group else os.kill)(self.proc.pid, sig)
@@ -226,10 +229,10 @@ def test_synth_replaces_a_finished_corpus_only_when_complete(tmp_path):
                          ids=["ctrl-c", "sigterm-to-parent"])
 def test_mine_stops_its_two_passes(tmp_path, sig, group):
     vg = _vg_json(tmp_path / "vg", images=4000)
-    run = Command(tmp_path, "mine", "--vg", str(vg), "--out", "pools.h5", "--workers", "2")
-    run.wait_for(lambda: run.workers_reading("objects.json", "attributes.json")
-                 and run.workers_reading("region_descriptions.json"),
-                 "both passes reading their files")
+    run = Command(tmp_path, "mine", "--vg", str(vg), "--out", "pools.h5", "--workers", "2",
+                  script=PROBE_MINE)
+    run.wait_for(lambda: len(set(re.findall(r"PROBE: worker (\d+)", run.stderr))) == 2,
+                 "both workers mining their chunks")
     run.assert_stopped("mine", sig, group)
     assert not list(tmp_path.glob("pools.h5*")) and not _parts(tmp_path)
 
