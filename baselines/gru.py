@@ -28,12 +28,12 @@ from vprom.baselines.registry import register_model
 class PanelGRU(nn.Module):
     """f1 on each panel, a GRU over all 16 panels, one 8-way linear output."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, outputs: int = N_CANDIDATES, bias: bool = True):
         super().__init__()
         self.feature_dim = config.feature_dim
         self.f1 = common.panel_encoder(config)
         self.gru = nn.GRU(config.hidden, config.hidden, batch_first=True)
-        self.score = common.score_head(config, N_CANDIDATES, bias=True)
+        self.score = common.score_head(config, outputs, bias=bias)
         self.aux = common.make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:
@@ -43,16 +43,11 @@ class PanelGRU(nn.Module):
         return common.output(self.score(last), self.aux, last)
 
 
-class SharedGRU(nn.Module):
+class SharedGRU(PanelGRU):
     """f1 on each panel, a GRU over context + one candidate, a linear score per candidate."""
 
     def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.feature_dim = config.feature_dim
-        self.f1 = common.panel_encoder(config)
-        self.gru = nn.GRU(config.hidden, config.hidden, batch_first=True)
-        self.score = common.score_head(config)
-        self.aux = common.make_aux(config)
+        super().__init__(config, outputs=1, bias=False)  # one bias-free score per candidate
 
     def forward(self, panels: Tensor) -> ModelOutput:
         common.check_panels(panels, self.feature_dim)
