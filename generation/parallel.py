@@ -11,8 +11,9 @@ byte for byte, whatever the number of workers (and `--workers 1` draws here, in-
 
 Forking is safe here because the parent holds no HDF5 file open (`generate` reads the pools
 into memory and closes the file first) and the workers take no lock that a thread of the
-parent (a progress bar's monitor) could hold at the fork: they draw, assign and send. `gc.freeze()` before the fork keeps the garbage collector from
-writing to every inherited object, so the workers share its pages rather than copying them.
+parent (a progress bar's monitor) could hold at the fork: they draw, assign and send.
+`gc.freeze()` before the fork keeps the garbage collector from writing to every inherited
+object, so the workers share its pages rather than copying them.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ worker runs on one chunk of the files or the streaming reader on whole files
       left out of that pool and counted as impure. Excluded (semantic) attributes are
       dropped first.
 * **counts pass** (`mining.count_pass.mine_counts`) — region_descriptions.json: the same box
-  funnel, then `parse_count` on every phrase with a digit or a number word. Counted phrases (`COUNTS`, 1–10) of regions large enough become COUNT crops;
+  funnel, then `parse_count` on every phrase with a digit or a number word. Counted phrases
+  (`COUNTS`, 1–10) of regions large enough become COUNT crops;
   excluded phrases ("five o'clock", "a 10 year old boy") are counted by reason in the report
   and listed, with region and image ids, in the pass's `excluded_rows`.
 
