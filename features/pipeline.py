@@ -31,6 +31,7 @@ import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
+from functools import partial
 
 import numpy as np
 import torch
@@ -48,6 +49,7 @@ from vprom.features.decoding import (
 from vprom.features.job import DTYPES, TORCH_DTYPES, Job
 from vprom.features.regions import pooled_regions, region_maps
 from vprom.io import atomic_path, write_json
+from vprom.processes import quiet_when_parent_gone
 
 NICE_WORKERS = 10  # CPU runs: DataLoader workers' priority below the forward's
 
@@ -271,11 +273,14 @@ def build_model(job: Job) -> torch.nn.Module:
     return model
 
 
-def _worker_init(worker_id: int) -> None:
-    """On a CPU run, decoding yields to the forward: the trunk's OpenMP threads wait for their
-    slowest member at every layer, so a worker taking a core at normal priority stalls them
-    all; at low priority it fills the gaps instead."""
-    os.nice(NICE_WORKERS)
+def _worker_init(worker_id: int, nice: int) -> None:
+    """A stopped extract leaves no worker tracebacks. On a CPU run (`nice` > 0), decoding
+    yields to the forward: the trunk's OpenMP threads wait for their slowest member at every
+    layer, so a worker taking a core at normal priority stalls them all; at low priority it
+    fills the gaps instead."""
+    quiet_when_parent_gone()
+    if nice:
+        os.nice(nice)
 
 
 class InlineBatches:
@@ -305,7 +310,7 @@ def loader(job: Job, batches: list):
         return InlineBatches(dataset, batches, cores_per_process(), pin=not cpu)
     return torch.utils.data.DataLoader(
         dataset, batch_sampler=batches, collate_fn=collate, num_workers=job.workers,
-        pin_memory=not cpu, worker_init_fn=_worker_init if cpu else None,
+        pin_memory=not cpu, worker_init_fn=partial(_worker_init, nice=NICE_WORKERS if cpu else 0),
         prefetch_factor=job.config.prefetch)
 
 

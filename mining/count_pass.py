@@ -1,6 +1,6 @@
 """The counts pass: region_descriptions.json into the COUNT pool (see `mining.pool_passes`).
 
-Per image, every region goes through the box funnel (`pool_passes._clip`), then its phrase
+Per image, every region goes through the box funnel (`pool_passes.clipped_box`), then its phrase
 through `counts.parse_count`. Two shortcuts keep this near the cost of parsing the JSON:
 
 - the prefilter of `parse_count` (a digit or a number word) runs once per image, over its
@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from vprom.mining import readers
 from vprom.mining.counts import _words_for, parse_count
-from vprom.mining.pool_passes import SAMPLES, PassResult, _clip, _Columns
+from vprom.mining.pool_passes import SAMPLES, PassResult, clipped_box, _Columns
 from vprom.records import COUNTS, LABEL_SEPARATOR
 
 MEMO = 200_000  # numbered phrases remembered
@@ -88,12 +88,9 @@ def mine_counts(image_iter, sizes: dict, min_side: int, vocab) -> PassResult:
         width, height = size
         counts["read"] += len(image.regions)
         for i, (region_id, phrase, x, y, w, h) in enumerate(image.regions):
-            if 0 <= x and 0 <= y and 0 < w and 0 < h and x + w <= width and y + h <= height:
-                box = (x, y, w, h)  # the common case, inline: this runs ~5.4M times
-            else:
-                box = _clip(x, y, w, h, width, height, counts)
-                if box is None:
-                    continue
+            box = clipped_box(x, y, w, h, width, height, counts)
+            if box is None:
+                continue
             if i not in numbered:
                 continue
             parsed = parse(phrase)

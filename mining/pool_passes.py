@@ -112,7 +112,7 @@ class PassResult:
     seconds: float = 0.0  # wall time of the pass, for the summary
 
 
-def _clip(x: int, y: int, w: int, h: int, width: int, height: int, stats: Counter):
+def clipped_box(x: int, y: int, w: int, h: int, width: int, height: int, stats: Counter):
     """The box (x, y, w, h) clipped to the image, or None (zero-size / outside), counting
     each case in `stats`."""
     if 0 <= x and 0 <= y and 0 < w and 0 < h and x + w <= width and y + h <= height:
@@ -305,12 +305,9 @@ def _regions_of(objs: list, extra: dict, width: int, height: int, min_side: int,
         for m in merged:
             more = list(more) + list(extra.pop(m, ()))
             stats["merged_object_ids_folded"] += 1
-        if 0 <= x and 0 <= y and 0 < w and 0 < h and x + w <= width and y + h <= height:
-            box = (x, y, w, h)  # the common case, inline: this runs ~3.8M times
-        else:
-            box = _clip(x, y, w, h, width, height, stats)
-            if box is None:
-                continue
+        box = clipped_box(x, y, w, h, width, height, stats)
+        if box is None:
+            continue
         if box[2] < min_side or box[3] < min_side:
             if box in small:
                 stats["same_box_merged"] += 1

@@ -100,6 +100,20 @@ def _signals_held() -> Iterator[None]:
             signal.raise_signal(sig)
 
 
+def quiet_when_parent_gone() -> None:
+    """In a worker process: a helper thread's broken connection is not reported.
+
+    torch's DataLoader workers hand each batch's shared memory to the parent through a thread
+    (multiprocessing's resource sharer). When the parent stops mid-handover (Ctrl-C), that
+    thread's socket is reset and Python would print its traceback under the parent's clean
+    one-line message. Any other exception in a thread is reported as usual."""
+    def hook(args) -> None:
+        if not issubclass(args.exc_type, (ConnectionResetError, BrokenPipeError)):
+            threading.__excepthook__(args)
+
+    threading.excepthook = hook
+
+
 def start(procs: list, target: Callable, args: tuple, name: str, method: str = "spawn"):
     """Start `target(*args)` in a spawned daemonic worker that ignores SIGINT; append it to
     `procs` before a signal can interrupt, so the caller's cleanup always sees it.

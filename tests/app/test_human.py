@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import threading
 from collections import Counter
 from pathlib import Path
@@ -122,9 +123,14 @@ def test_the_study_folder_hides_the_answer(study, built):
 
 def test_same_seed_same_study(built, tmp_path, study):
     dataset, vg = built
-    again = make_study(dataset, vg, tmp_path / "again", n=13, seed=1).out
+    summary = make_study(dataset, vg, tmp_path / "again", n=13, seed=1)
     for name in ("public/problems.json", "public/example.json"):
-        assert (again / name).read_bytes() == (study / name).read_bytes()
+        assert (summary.out / name).read_bytes() == (study / name).read_bytes()
+    # what the command prints: the problems per relation / element type add up to n
+    text = str(summary)
+    cells = re.search(r": 13 problems \((.*)\), (\d+) images", text)
+    assert cells and sum(int(c.rsplit(" ", 1)[1]) for c in cells[1].split(", ")) == 13, text
+    assert f"vprom human-serve {summary.out}" in text
 
 
 def test_an_impossible_sample_is_refused(built, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -113,3 +114,25 @@ def test_a_signal_during_a_start_is_acted_on_after_it(sig, raised):
             done.append("the block finished")
     assert done == ["the block finished"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _raise_in_thread(error: BaseException) -> None:
+    def target():
+        raise error
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+
+
+def test_a_workers_broken_handover_is_quiet_other_thread_errors_are_not(monkeypatch, capsys):
+    """Ctrl-C mid-handover resets the socket of a DataLoader worker's sharing thread: that
+    traceback must not land under the parent's one-line message (CI saw it)."""
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
+    processes.quiet_when_parent_gone()
+    _raise_in_thread(ConnectionResetError(104, "Connection reset by peer"))
+    _raise_in_thread(BrokenPipeError(32, "Broken pipe"))
+    assert capsys.readouterr().err == ""
+    _raise_in_thread(ValueError("a real bug"))
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ValueError: a real bug" in err

@@ -3,8 +3,9 @@
 Argparse types that refuse a bad value at parse time with a one-line message (`output_file`,
 `output_folder`, `positive`, `shard`, `duration`), `default`, which reads an option's default
 from the function or config dataclass that owns it (so no default is written twice), and
-`options_of`, the parsed options as keyword arguments; `add_fields`, which declares the
-options of a config dataclass from its fields (`vprom.fields.option`).
+`options_of`, the parsed options as keyword arguments; `add_out` and `add_workers`, which
+declare the two options most commands share; `add_fields`, which declares the options of a
+config dataclass from its fields (`vprom.fields.option`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,22 @@ def positive(kind):
 
     return parse
 
+
+
+def add_out(parser: argparse.ArgumentParser, what: str, folder: bool = False) -> None:
+    """The required `--out`, `what` it is; checked before any work starts."""
+    parser.add_argument("--out", type=output_folder if folder else output_file, required=True,
+                        help=what)
+
+
+def add_workers(parser: argparse.ArgumentParser, does: str, owner=None) -> None:
+    """`--workers N`: processes that do `does`. The default is the `workers` parameter of
+    `owner` (a function or config dataclass), or without one, one per CPU core."""
+    value = None if owner is None else default(owner, "workers")
+    shown = "one per CPU core" if value is None else value
+    parser.add_argument("--workers", type=positive(int), default=value,
+                        help=f"processes {does} (default: {shown}); the output is the same "
+                             "for any number")
 
 
 def shard(text: str) -> tuple[int, int]:

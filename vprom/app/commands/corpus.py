@@ -7,15 +7,15 @@ from pathlib import Path
 
 from vprom.app import api
 from vprom.app.commands.base import Command
-from vprom.app.options import default, duration, output_file, output_folder, positive
+from vprom.app.options import add_out, add_workers, default, duration, positive
 from vprom.mining.download import download, load_expected
-from vprom.mining.pools import mine
 from vprom.mining.download.space import parse_size
+from vprom.mining.pools import mine
 from vprom.mining.synth import write_corpus
 
 
 def add_download(p):
-    p.add_argument("--out", type=output_folder, required=True, help="folder for the VG files")
+    add_out(p, "folder for the VG files", folder=True)
     p.add_argument("--base-url", default=None, help="mirror to fetch from instead of VG's own")
     p.add_argument("--no-images", action="store_true", help="annotations only (~1 GB zipped)")
     p.add_argument("--expected", type=Path, default=None, metavar="FILE",
@@ -52,14 +52,13 @@ DOWNLOAD = Command(
 
 
 def add_synth(p):
-    p.add_argument("--out", type=output_folder, required=True,
-                   help="folder to write (an existing one only if it holds a synthetic corpus)")
+    add_out(p, "folder to write (an existing one only if it holds a synthetic corpus)",
+            folder=True)
     p.add_argument("--images", type=positive(int), default=default(write_corpus, "images"),
                    help="number of images")
     p.add_argument("--seed", type=int, default=default(write_corpus, "seed"),
                    help="same seed and size, same bytes")
-    p.add_argument("--workers", type=int, default=default(write_corpus, "workers"),
-                   help="rendering processes")
+    add_workers(p, "rendering the images", write_corpus)
 
 
 def run_synth(args):
@@ -74,12 +73,10 @@ SYNTH = Command(
 
 def add_mine(p):
     p.add_argument("--vg", type=Path, required=True, help="folder with VG's JSON (or .json.zip)")
-    p.add_argument("--out", type=output_file, required=True,
-                   help="POOLS.h5 to write (its reports are written beside it)")
+    add_out(p, "POOLS.h5 to write (its reports are written beside it)")
     p.add_argument("--min-side", type=int, default=default(mine, "min_side"),
                    help="drop regions smaller (px)")
-    p.add_argument("--workers", type=int, default=default(mine, "workers"),
-                   help="worker processes (both passes share them)")
+    add_workers(p, "reading the JSON (both passes share them)", mine)
 
 
 def run_mine(args):

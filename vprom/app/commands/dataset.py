@@ -8,7 +8,8 @@ from pathlib import Path
 from vprom.app import api
 from vprom.app.build import SYNTHETIC_IMAGES, SYNTHETIC_SCALE, VG_SCALE, build
 from vprom.app.commands.base import Command
-from vprom.app.options import default, output_file, output_folder, positive, shard
+from vprom.app.options import (add_out, add_workers, default, output_file, output_folder,
+                               positive, shard)
 from vprom.errors import VpromError
 from vprom.generation.dataset import generate
 from vprom.processes import usable_cores
@@ -21,16 +22,14 @@ SYNTHETIC_SIZE_HELP = f"synthetic corpus size (default {SYNTHETIC_IMAGES:,} imag
 
 def add_generate(p):
     p.add_argument("pools", type=Path, help="POOLS.h5 from `vprom mine`")
-    p.add_argument("--out", type=output_file, required=True, help="DATASET.h5 to write")
+    add_out(p, "DATASET.h5 to write")
     p.add_argument("--scale", type=positive(float), default=default(generate, "scale"),
                    help="fraction of Table 1's 235,000")
     p.add_argument("--seed", type=int, default=default(generate, "seed"),
                    help="same pools and seed, same data set")
     p.add_argument("--shard", type=shard, default=None, metavar="K/N",
                    help="K/N: only matrices i with i %% N == K (rows equal the single run's)")
-    p.add_argument("--workers", type=positive(int), default=default(generate, "workers"),
-                   help="processes drawing matrices (default: one per core); the file is the "
-                        "same for any number")
+    add_workers(p, "drawing matrices", generate)
     p.add_argument("--legacy-count-candidates", action="store_true",
                    help="draw count candidates the old way, whose left-out values give the "
                         "answer away: only to reproduce that flaw (docs/soundness.md)")
@@ -49,7 +48,7 @@ GENERATE = Command(
 
 def add_merge(p):
     p.add_argument("shards", type=Path, nargs="+", help="the N shard files, any order")
-    p.add_argument("--out", type=output_file, required=True, help="DATASET.h5 to write")
+    add_out(p, "DATASET.h5 to write")
 
 
 def run_merge(args):
@@ -63,8 +62,8 @@ MERGE = Command(
 
 
 def add_build(p):
-    p.add_argument("--out", type=output_folder, required=True,
-                   help="build folder (stages already done there with the same settings are kept)")
+    add_out(p, "build folder (stages already done there with the same settings are kept)",
+            folder=True)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--vg", type=Path, help="an unpacked Visual Genome folder")
     src.add_argument("--synthetic", action="store_true", help="the built-in synthetic corpus")
@@ -74,9 +73,7 @@ def add_build(p):
                    help=SCALE_HELP)
     p.add_argument("--seed", type=int, default=default(build, "seed"),
                    help="seed of the synthetic corpus and of the matrices")
-    p.add_argument("--workers", type=positive(int), default=None,
-                   help="processes of every stage (default: one per CPU core); the files are "
-                        "the same for any number")
+    add_workers(p, "of every stage")
 
 
 def run_build(args):
@@ -98,9 +95,7 @@ def add_verify(p):
     p.add_argument("--features", type=Path, default=None,
                    help="also run the context-blind probes on these features (crops an "
                         "--allow-missing extraction lacks leave their matrices out)")
-    p.add_argument("--workers", type=positive(int), default=None,
-                   help="processes that share the checks (default: one per CPU core); the "
-                        "report is the same for any number")
+    add_workers(p, "sharing the checks")
 
 
 def run_verify(args):
@@ -153,7 +148,7 @@ def add_show(p):
     p.add_argument("dataset", type=Path, help="DATASET.h5")
     p.add_argument("--id", type=int, required=True, help="matrix id")
     p.add_argument("--vg", type=Path, required=True, help="folder holding the VG images")
-    p.add_argument("--out", type=output_file, required=True, help="PNG to write")
+    add_out(p, "PNG to write")
     p.add_argument("--answer", action="store_true", help="mark the answer, relation, elements")
 
 

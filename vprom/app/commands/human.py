@@ -6,7 +6,7 @@ from pathlib import Path
 
 from vprom.app.commands.base import Command
 from vprom.app.human.study import DEFAULT_SIZE, make_study
-from vprom.app.options import default, output_folder, positive
+from vprom.app.options import add_out, default, positive
 
 
 def add_human_study(p):
@@ -25,7 +25,7 @@ def add_human_study(p):
                    help="same data set, options and seed: the same study")
     p.add_argument("--size", type=positive(int), default=DEFAULT_SIZE,
                    help=f"panel side in pixels (default: {DEFAULT_SIZE})")
-    p.add_argument("--out", type=output_folder, required=True, help="study folder to write")
+    add_out(p, "study folder to write", folder=True)
 
 
 def run_human_study(args):

@@ -11,7 +11,7 @@ from pathlib import Path
 from vprom.app import api
 from vprom.app.commands.base import Command
 from vprom.app.commands.dataset import SCALE_HELP, SYNTHETIC_SIZE_HELP
-from vprom.app.options import add_fields, options_of, output_folder, positive
+from vprom.app.options import add_fields, add_out, options_of, positive
 from vprom.app.reproduce import ReproduceConfig
 from vprom.baselines.config import TrainConfig
 from vprom.errors import VpromError
@@ -89,8 +89,7 @@ EVALUATE = Command(
 def add_report(p):
     p.add_argument("runs", type=Path, nargs="+",
                    help="evaluated run folders, or folders holding them")
-    p.add_argument("--out", type=output_folder, required=True,
-                   help="folder for the tables and plots")
+    add_out(p, "folder for the tables and plots", folder=True)
 
 
 def run_report(args):

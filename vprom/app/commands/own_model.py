@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vprom.app.commands.base import Command
-from vprom.app.options import default, output_file, output_folder, positive
+from vprom.app.options import add_out, add_workers, default, output_folder, positive
 from vprom.features.crop_store import COMPRESSIONS, StoreJob, size_note
 
 
@@ -16,9 +16,8 @@ def add_crops(p):
     p.add_argument("--size", type=positive(int), required=True,
                    help="side S of the square crops, in pixels; uint8 RGB costs 3*S*S bytes "
                         "a crop: " + size_note().replace("%", "%%"))
-    p.add_argument("--out", type=output_file, required=True, help="CROPS.h5 to write")
-    p.add_argument("--workers", type=positive(int), default=default(StoreJob, "workers"),
-                   help="processes decoding JPEGs (%(default)s)")
+    add_out(p, "CROPS.h5 to write")
+    add_workers(p, "decoding JPEGs", StoreJob)
     p.add_argument("--compression", choices=COMPRESSIONS,
                    default=default(StoreJob, "compression"),
                    help="HDF5 compression of the pixels (%(default)s; JPEG-like photos shrink "

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -203,27 +205,21 @@ def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: 
         write_json(tmp / KEY_FILE, {"manifest": manifest, "problems": key,
                                     "example_matrix_id": int(table.id[example])})
         (tmp / "responses").mkdir()
-    return StudySummary(out, len(rows), len(crop_ids), _cell_counts(key))
+    return StudySummary(out, len(crop_ids), key)
 
 
-def _cell_counts(key: dict) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for p in key.values():
-        name = f"{p['relation']} / {p['element_type']}"
-        counts[name] = counts.get(name, 0) + 1
-    return dict(sorted(counts.items()))
+class StudySummary(NamedTuple):
+    """What `human-study` wrote: the folder, how many images, and the answer key (per problem
+    key: its matrix, relation, element type and answer); printable."""
 
-
-@dataclass
-class StudySummary:
     out: Path
-    problems: int
     images: int
-    cells: dict[str, int]
+    key: dict
 
     def __str__(self) -> str:
-        cells = ", ".join(f"{k} {v}" for k, v in self.cells.items())
-        return (f"wrote {self.out}: {self.problems} problems ({cells}), {self.images} images\n"
+        cells = Counter(f"{p['relation']} / {p['element_type']}" for p in self.key.values())
+        listed = ", ".join(f"{k} {v}" for k, v in sorted(cells.items()))
+        return (f"wrote {self.out}: {len(self.key)} problems ({listed}), {self.images} images\n"
                 f"serve it with: vprom human-serve {self.out}   (then open the address it "
                 "prints, adding ?participant=<id>)")
 
