@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 
 import numpy as np
 from vprom.generation.verify.audit import Check
@@ -24,14 +23,8 @@ from vprom.generation.verify.checks import matrix_records
 from vprom.generation.dataset_view import Data, examples
 from vprom.errors import VpromError
 from vprom.records import N_CONTEXT, SPLITS, ElementType, Matrix, Relation
-from vprom.splitting import (
-    PanelInfo,
-    SplitRules,
-    TrainBan,
-    banned_crops,
-    image_sides,
-    object_third,
-)
+from vprom.splitting import (PanelInfo, SplitRules, TrainBan, ban_bits, banned_crops,
+                             image_sides, object_third)
 from vprom.tables import CropTable, MatrixTable
 
 #: Paper rules that hold whatever the split spec files say (answer elements / super-attributes).
@@ -46,28 +39,6 @@ def crop_concepts(data: Data) -> list[tuple[frozenset[str], frozenset[tuple[str,
 
 
 # ---------------------------------------------------------------- 3. splits
-class RememberingBan:
-    """A `TrainBan` that remembers its answers: the rules ask it about each of the 16 panels
-    of every matrix, in every held-out split, and the panels' concept sets repeat a lot."""
-
-    def __init__(self, ban: TrainBan) -> None:
-        self.ban, self.memo = ban, {}
-
-    def shows_banned(self, relation: str, categories, label_super_attributes) -> bool:
-        key = (relation, categories, label_super_attributes)
-        got = self.memo.get(key)
-        if got is None:
-            got = self.memo[key] = self.ban.shows_banned(relation, categories,
-                                                         label_super_attributes)
-        return got
-
-
-def remembering(rules: SplitRules) -> SplitRules:
-    """The same rules, their bans `RememberingBan`s."""
-    bans = {name: RememberingBan(ban) for name, ban in rules.design.train_bans.items()}
-    return SplitRules(rules.specs, replace(rules.design, train_bans=bans))
-
-
 def default_assigner(data: Data, rules: SplitRules) -> Callable:
     """matrix -> {split: part} by the split rules with the seed the manifest records (sides
     of every panel's image computed for all matrices at once)."""
@@ -78,17 +49,16 @@ def default_assigner(data: Data, rules: SplitRules) -> Callable:
     rows = np.where(data.rows < 0, 0, data.rows)
     sides = {p: s.tolist() for p, s in image_sides(rules, seed, data.crops.image_id[rows]).items()}
     super_attributes = data.crops.super_attribute[rows].tolist()
-    concepts = crop_concepts(data)
+    # what each crop's labels show of every held-out split's ban, as bits; OR-ed over a
+    # matrix's 16 panels, they are all the ban checks of the rules need
+    bits = ban_bits(rules.design.train_bans, crop_concepts(data))
+    banned = np.bitwise_or.reduce(bits[rows], axis=1).tolist()
     row_of = {int(mid): i for i, mid in enumerate(data.matrices.id)}
-    rules, rows = remembering(rules), rows.tolist()
 
     def assigner(matrix):
         i = row_of[matrix.id]
-        panels = [concepts[r] for r in rows[i]]
         info = PanelInfo(sides={p: tuple(s[i]) for p, s in sides.items()},
-                         super_attributes=tuple(super_attributes[i]),
-                         categories=tuple(c for c, _ in panels),
-                         label_super_attributes=tuple(s for _, s in panels))
+                         super_attributes=tuple(super_attributes[i]), banned=banned[i])
         return rules.assign(matrix, info)
 
     return assigner

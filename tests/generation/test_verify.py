@@ -358,3 +358,40 @@ def test_a_generated_dataset_passes_with_the_real_rules(tmp_path, capsys):
     assert checks["splits"].status == "fail"
     assert any("held_out_objects: stored train, the rule says test" in p
                for p in checks["splits"].problems)
+
+
+def test_a_training_matrix_that_shows_a_held_out_label_is_caught(tmp_path):
+    """The splits check re-runs the rules' label bans too: a training matrix of a held-out
+    split one of whose panels is given a label that split holds out is caught."""
+    from vprom.generation.dataset import generate
+    from vprom.generation.dataset_view import load
+    from vprom.generation.verify.split_checks import crop_concepts
+    from tests.dataset_fixture import write_pools
+
+    dataset = tmp_path / "dataset.h5"
+    generate(write_pools(tmp_path / "pools.h5"), dataset, RULES, scale=0.004, seed=3)
+    data, _ = load(dataset)
+    concepts, m, etype = crop_concepts(data), data.matrices, data.crops.element_type
+    row_of = {int(mid): i for i, mid in enumerate(m.id)}
+    found = None
+    for split, ban in RULES.design.train_bans.items():
+        for mid in m.splits[split]["train"].tolist():
+            i = row_of[int(mid)]
+            relation, panel = str(m.relation[i]), int(data.rows[i][0])
+            showing = [r for r, c in enumerate(concepts) if ban.shows_banned(relation, *c)
+                       and etype[r] == etype[panel]]  # labels are read by the crop's type
+            if showing:
+                found = split, panel, showing[0]
+                break
+        if found:
+            break
+    assert found, "no crop of the generated set shows a held-out label"
+    split, panel, held = found
+    labels = data.crops.labels.astype(str)
+    labels[panel] = f"{labels[panel]}|{labels[held]}"
+    with h5py.File(dataset, "a") as h5:
+        replace(h5, "crops/labels", labels.astype(object))
+    _, checks = run(dataset, assigner=None)
+    assert checks["splits"].status == "fail"
+    assert any(f"{split}: stored train, the rule says excluded" in p
+               for p in checks["splits"].problems), checks["splits"].problems
