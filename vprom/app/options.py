@@ -64,7 +64,6 @@ def positive(kind):
     return parse
 
 
-
 def add_out(parser: argparse.ArgumentParser, what: str, folder: bool = False) -> None:
     """The required `--out`, `what` it is; checked before any work starts."""
     parser.add_argument("--out", type=output_folder if folder else output_file, required=True,
@@ -90,7 +89,6 @@ def shard(text: str) -> tuple[int, int]:
     if not 0 <= k < n:
         raise argparse.ArgumentTypeError(f"shard {text}: need 0 <= K < N")
     return k, n
-
 
 
 def duration(text: str) -> float:
