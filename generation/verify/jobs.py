@@ -9,9 +9,11 @@ come back in job order; the parent builds the checks from them in the report's f
 So the report is the same, byte for byte, whatever N is, and one worker runs the very same
 jobs one after the other in this process.
 
-What several jobs need beyond the data — the solver's masks, the split assigner, the
+What several jobs need beyond the data — the solver's tables, the split assigner, the
 probes' sample and candidate view — each process computes once, when one of its jobs first
-needs it (`_shared`): nothing is computed in the parent while the workers wait.
+needs it (`_shared`). Only the two the parent needs as well, the probes' sample (to plan the
+jobs) and the solver's tables (for the solver's summary), are made in the parent before the
+fork, and so once for all.
 
 Heavy jobs come first, so no worker is left with a long one at the end; the matrices are cut
 into `CHUNK`-matrix ranges, enough of them to keep every worker of a large machine busy.
@@ -172,7 +174,7 @@ def plan(inputs: Inputs) -> tuple[list, list[tuple]]:
     """(the label probe's groups, every job): known before the workers start (cheap: the
     probes' sample, not their view)."""
     m = inputs.data.matrices
-    train, test, _, _ = bias.probe_plan(inputs.data)
+    train, test, _ = _shared("sample")
     etype = m.element_type.astype(str)
     groups = audit.probe_groups(etype, m.relation.astype(str), train, test)
     n_types = len(set_probes.probe_types(etype, test))
@@ -187,13 +189,14 @@ def run_checks(inputs: Inputs, workers: int) -> list[Check]:
     _SHARED.clear()
     try:
         groups, jobs = plan(inputs)
+        _shared("tables")  # the parent's summary needs them too: made once, inherited
         with ordered_map(run_job, jobs, workers, "verify", method="fork") as results:
             done = dict(zip(jobs, tqdm(results, total=len(jobs), desc="verify", unit="job",
                                        disable=None)))
+        return assemble(inputs, jobs, done, groups)
     finally:
         _INPUTS.clear()
         _SHARED.clear()
-    return assemble(inputs, jobs, done, groups)
 
 
 def assemble(inputs: Inputs, jobs: list[tuple], done: dict, groups: list) -> list[Check]:
@@ -212,9 +215,8 @@ def assemble(inputs: Inputs, jobs: list[tuple], done: dict, groups: list) -> lis
         else:
             wrong += off[0]
             off_reasons += off[1]
-    tables = checks.SolverTables(data)
     out = [done[("integrity",)],
-           checks.solver_result(data, tables, failed, reasons, implied_only)]
+           checks.solver_result(data, _shared("tables"), failed, reasons, implied_only)]
     problems = done[("split problems",)]
     if ruled:
         out.append(split_checks.splits_check(data.matrices, problems, wrong, off_reasons))
@@ -222,7 +224,7 @@ def assemble(inputs: Inputs, jobs: list[tuple], done: dict, groups: list) -> lis
         out.append(split_checks.unassignable(problems, _assigner(inputs)))
     out += [done[("leakage",)], done[("held-out",)]]
     out += done[("frequencies",)]
-    note = bias.probe_plan(data)[2]
+    note = _shared("sample")[2]
     out.append(audit.label_check([(name, done[("label group", k)], len(tr))
                                   for k, (name, tr, _) in enumerate(groups)], note))
     out.append(done[("absent values",)])
