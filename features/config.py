@@ -52,10 +52,10 @@ class ExtractConfig:
     allow_missing: bool = option(False, help="finish even if some images are missing (they are "
                                              "reported)")
     compile: bool = option(False, help="torch.compile the backbone (CUDA)")
-    # None: the backbone's own (224); small values for tests
-    input_size: int | None = option(None, help="crop side in pixels (default: the backbone's, "
-                                               "224); with --region roi the image's shorter "
-                                               "side (default 600)")
+    # None: the backbone's own (224 for most, 518 for DINOv2); small values for tests
+    input_size: int | None = option(None, help="crop side in pixels (default: the backbone's "
+                                               "training size, 224 for most); with --region "
+                                               "roi the image's shorter side (default 600)")
     chunk_batches: int = option(16, help="batches per resumable chunk (a killed run redoes at "
                                          "most one chunk)")
     decode: str = option("auto", choices=DECODERS, help=(

@@ -47,10 +47,10 @@ from vprom.features.backbones import get_backbone
 from vprom.features.config import ExtractConfig
 from vprom.features.crops import batch_layout
 from vprom.features.decoding import cores_per_process, resolve_decoder
-from vprom.features.job import DTYPES, Job, config_hash, fingerprint
+from vprom.features.job import Job, check_space, config_hash, fingerprint
 from vprom.images import ImageIndex
 from vprom.io import write_json
-from vprom.outputs import free_space_for, writes
+from vprom.outputs import writes
 from vprom.runtime import World, joined_world
 from vprom.stamps import differences
 from vprom.tables import read_crop_table
@@ -154,10 +154,8 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
     if len(np.unique(crops.crop_id)) != len(crops):
         raise VpromError(f"{config.dataset}: crop ids are not unique; regenerate the dataset")
     layout = batch_layout(crops, config.batch_size, config.chunk_batches)
-    if config.pool == "avg":  # pooled rows have a known size: the chunks, then the file
-        row = backbone.feature_dim * np.dtype(DTYPES[config.dtype]).itemsize
-        free_space_for(config.out, 2 * row * (len(layout.unit_image) + len(crops)),
-                       " for the chunks and the features file")
+    if config.pool == "avg" and backbone.feature_dim:  # known before any forward; other
+        check_space(config, layout, (backbone.feature_dim,))  # rows: at the first result
     index = ImageIndex(config.vg)
     images = layout.unit_image[layout.groups[:, 0]]
     paths = [str(index.paths[i]) if int(i) in index.paths else None for i in images.tolist()]

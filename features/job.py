@@ -21,11 +21,20 @@ from vprom.features.backbones import Backbone, Loaded
 from vprom.features.config import ExtractConfig
 from vprom.features.crops import RESIZE, BatchLayout
 from vprom.features.decoding import RESIZE_TORCH
-from vprom.runtime import World
 from vprom.features.regions import RESIZE_ROI, sides
+from vprom.outputs import free_space_for
+from vprom.runtime import World
 
 DTYPES = {"float16": np.float16, "float32": np.float32}  # ExtractConfig.dtype -> numpy
 TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32}
+
+
+def check_space(config: ExtractConfig, layout: BatchLayout, row_shape: tuple) -> None:
+    """Refuse before writing when the disk lacks room for the chunks and then the file: one
+    stored row of `row_shape` per unit, then per crop (twice that, for headroom)."""
+    row = int(np.prod(row_shape)) * np.dtype(DTYPES[config.dtype]).itemsize
+    free_space_for(config.out, 2 * row * (len(layout.unit_image) + len(layout.crop_id)),
+                   " for the chunks and the features file")
 
 
 @dataclass

@@ -46,7 +46,7 @@ from vprom.features.decoding import (
     crop_resize,
     decode_many,
 )
-from vprom.features.job import DTYPES, TORCH_DTYPES, Job
+from vprom.features.job import DTYPES, TORCH_DTYPES, Job, check_space
 from vprom.features.regions import pooled_regions, region_maps
 from vprom.io import atomic_path, write_json
 from vprom.processes import quiet_when_parent_gone
@@ -325,6 +325,7 @@ class Chunks:
         if not job.row_shape:  # the first result's, or a probe's if it has none (all failed)
             job.row_shape = result.shape[1:] if result is not None else row_shape(job,
                                                                                   self.model)
+            check_space(job.config, job.layout, job.row_shape)  # maps, timm: now known
         if c not in self.open:
             start, stop = job.layout.chunk_units(c)
             rows = np.full((stop - start, *job.row_shape), np.nan, DTYPES[job.config.dtype])

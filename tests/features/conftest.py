@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (a fixture)
 from vprom.io import make_manifest
 from vprom.tables import CropTable, set_manifest
 

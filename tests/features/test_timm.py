@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
+from collections import namedtuple
 
 import h5py
 import numpy as np
@@ -23,11 +25,13 @@ from tests.features.conftest import CROP_ROWS
 from tests.features.test_checkpoints import Evil
 from tests.features.test_extract import config, datasets
 from tests.features.test_pipeline import FakeCuda
+from vprom.data import VPROM
 from vprom.errors import VpromError
 from vprom.features.backbones import get_backbone
 from vprom.features.crops import decode_crops
 from vprom.features.extract import extract
 from vprom.features.reader import load_features, open_maps
+from vprom.tables import read_crop_table
 
 VIT, POOLED_VIT, CONVNEXT = "timm:test_vit", "timm:test_vit3", "timm:convnext_atto"
 SIZE = 32  # test_vit's 16-px patches: a 2x2 grid
@@ -108,6 +112,41 @@ def test_cls_is_the_models_own_pooled_output_even_without_a_class_token_head(dat
     loaded = get_backbone(POOLED_VIT).load("none", "cls", SIZE).module.model
     assert loaded.global_pool == "map"
     assert np.allclose(stored(out)[0], vectors(loaded, vg_dir, "test_vit3", "cls"), atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backbone, size, dim", [(VIT, SIZE, 64), (CONVNEXT, 64, 320)])
+def test_small_timm_models_extract_the_synthetic_build_for_vprom_data(synthetic_build, tmp_path,
+                                                                      backbone, size, dim):
+    """A small ViT and a small ConvNeXt, random weights, over every crop of a generated data
+    set; the file feeds `vprom.data.VPROM` as any FEATS.h5 does."""
+    dataset, vg = synthetic_build
+    out = tmp_path / "feats.h5"
+    extract(timm_config(dataset, vg, out, backbone=backbone, input_size=size, batch_size=32,
+                        chunk_batches=8))
+    feats = load_features(out)
+    assert np.array_equal(feats.crop_id, np.sort(read_crop_table(dataset).crop_id))
+    assert feats.features.shape[1] == dim and len(feats.missing_crop_id) == 0
+    assert np.allclose(np.linalg.norm(feats.features, axis=1), 1, atol=1e-3)
+    item = VPROM(dataset, split="neutral", part="train", source=out)[0]
+    assert tuple(item["panels"].shape) == (16, dim) and 0 <= int(item["answer"]) < 8
+
+
+@pytest.mark.parametrize("backbone, pool", [(VIT, "cls"), (CONVNEXT, "none")])
+def test_a_disk_too_small_for_the_file_is_refused_at_the_first_result(dataset, vg_dir, tmp_path,
+                                                                      monkeypatch, backbone,
+                                                                      pool):
+    """A timm vector's size, and any map's shape, are known once the model has run: the
+    free-space check then runs on the first result, before any chunk is written."""
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 1000, 1000))
+    out = tmp_path / "x.h5"
+    size = 64 if backbone == CONVNEXT else SIZE
+    with pytest.raises(VpromError, match=rf"{out.name}: needs about .* for the chunks and the "
+                                         r"features file but .* has 1,000 bytes free"):
+        extract(timm_config(dataset, vg_dir, out, backbone=backbone, pool=pool,
+                            input_size=size))
+    assert not out.exists() and not list(tmp_path.glob("x.h5.partial/chunk-*"))
 
 
 def test_a_pooling_the_model_does_not_offer_is_refused(dataset, vg_dir, tmp_path):
@@ -229,8 +268,12 @@ def test_the_gpu_path_runs_timm_models_in_bf16_through_the_overlapped_loop(
     monkeypatch.setattr(pipeline, "transfers_for",
                         lambda device, api=None: pipeline.CudaTransfers(device, fake))
     monkeypatch.setattr(extract_module, "_autocast_dtype", lambda device: torch.bfloat16)
+    build, built = pipeline.build_model, []
+    monkeypatch.setattr(pipeline, "build_model", lambda job: built.append(build(job)) or built[-1])
     out = tmp_path / "gpu.h5"
     extract(timm_config(dataset, vg_dir, out, in_flight=2))
+    patch_embed = built[0].model.patch_embed.proj  # the ViT's one convolution
+    assert patch_embed.weight.is_contiguous(memory_format=torch.channels_last)
     values, attrs = stored(out)
     assert attrs["autocast"] == "torch.bfloat16" and fake.count("pinned") == 3
     assert np.allclose(np.linalg.norm(values, axis=1), 1, atol=1e-5)
