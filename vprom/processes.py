@@ -140,6 +140,9 @@ def start(procs: list, target: Callable, args: tuple, name: str, method: str = "
 
 def _ignoring_sigint(target: Callable, args: tuple) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a forked worker was born with the parent's note-taking handler (`_signals_held`): SIGTERM
+    # would only be noted, and `stop` would wait out GRACE_S and kill it
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if BLOCKS:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)  # held since birth (`start`)
     target(*args)

@@ -79,10 +79,13 @@ def test_leaving_early_stops_the_workers():
     assert _no_children_left()
 
 
-def test_a_worker_ignores_ctrl_c_and_stop_ends_it():
-    receive, send = processes.context().Pipe()
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_a_worker_ignores_ctrl_c_and_stop_ends_it(method):
+    """At once, by SIGTERM: a forked worker too (it was born with the parent's handlers, and
+    `stop` used to wait out the grace period and kill it, 3 s at the end of every run)."""
+    receive, send = processes.context(method).Pipe()
     procs: list = []
-    processes.start(procs, _wait_for_parent, (send,), "vprom-test")
+    processes.start(procs, _wait_for_parent, (send,), "vprom-test", method)
     assert receive.recv() == "ready"
     os.kill(procs[0].pid, signal.SIGINT)
     time.sleep(0.2)
