@@ -140,12 +140,20 @@ def label_masks(label_sets: list[frozenset]) -> list[int]:
 def label_overlap(masks: list[int], candidate_rows: np.ndarray) -> np.ndarray:
     """M×8: per candidate, the fraction of the other 7 sharing at least one label with it.
 
-    `candidate_rows` (M×8) index `masks` (from `label_masks`).
+    `candidate_rows` (M×8) index `masks` (from `label_masks`), which become rows of 64-bit
+    words here, so every pair of candidates is compared by numpy, a block of matrices at a
+    time.
     """
+    words = max(1, -(-max(masks, default=0).bit_length() // 64))
+    bits = np.frombuffer(b"".join(m.to_bytes(8 * words, "little") for m in masks),
+                         dtype="<u8").reshape(len(masks), words)
     out = np.zeros(candidate_rows.shape)
-    for i, row in enumerate(candidate_rows.tolist()):
-        ms = [masks[r] for r in row]
-        out[i] = [sum(1 for b in ms if a & b) - (a != 0) for a in ms]
+    block = max(1, (1 << 21) // (N_CANDIDATES * N_CANDIDATES * words))  # ~16 MB of pairs
+    diagonal = np.arange(N_CANDIDATES)
+    for s in range(0, len(candidate_rows), block):
+        b = bits[candidate_rows[s:s + block]]  # m × 8 × words
+        shares = (b[:, :, None, :] & b[:, None, :, :]).any(axis=3)  # m × 8 × 8
+        out[s:s + block] = shares.sum(axis=2) - shares[:, diagonal, diagonal]
     return out / (N_CANDIDATES - 1)
 
 
