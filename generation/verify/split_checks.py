@@ -41,15 +41,14 @@ def crop_concepts(data: Data) -> list[tuple[frozenset[str], frozenset[tuple[str,
 # ---------------------------------------------------------------- 3. splits
 def default_assigner(data: Data, rules: SplitRules) -> Callable:
     """matrix -> {split: part} by the split rules with the seed the manifest records (sides
-    of every panel's image computed for all matrices at once, made Python values per matrix
-    when it is asked: a worker converts only its own matrices)."""
+    of every panel's image computed for all matrices at once)."""
     seed = (data.manifest or {}).get("seed")
     if not isinstance(seed, int):
         raise VpromError(f"{data.path}: the manifest records no seed, so the split rules "
                          "cannot be re-run; regenerate the file with `vprom generate`")
     rows = np.where(data.rows < 0, 0, data.rows)
-    sides = image_sides(rules, seed, data.crops.image_id[rows])
-    super_attributes = data.crops.super_attribute[rows]
+    sides = {p: s.tolist() for p, s in image_sides(rules, seed, data.crops.image_id[rows]).items()}
+    super_attributes = data.crops.super_attribute[rows].tolist()
     # what each crop's labels show of every held-out split's ban, as bits; OR-ed over a
     # matrix's 16 panels, they are all the ban checks of the rules need
     bits = ban_bits(rules.design.train_bans, crop_concepts(data))
@@ -58,9 +57,8 @@ def default_assigner(data: Data, rules: SplitRules) -> Callable:
 
     def assigner(matrix):
         i = row_of[matrix.id]
-        info = PanelInfo(sides={p: tuple(s[i].tolist()) for p, s in sides.items()},
-                         super_attributes=tuple(super_attributes[i].tolist()),
-                         banned=banned[i])
+        info = PanelInfo(sides={p: tuple(s[i]) for p, s in sides.items()},
+                         super_attributes=tuple(super_attributes[i]), banned=banned[i])
         return rules.assign(matrix, info)
 
     return assigner
