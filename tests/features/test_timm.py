@@ -205,6 +205,22 @@ def test_a_pth_state_dict_gives_the_same_features(dataset, vg_dir, tmp_path, tra
     assert np.allclose(stored(a)[0], vectors(net, vg_dir, "test_vit", "mean"), atol=1e-5)
 
 
+def test_weights_saved_at_another_size_get_their_position_embeddings_resampled(
+        dataset, vg_dir, tmp_path):
+    """A file saved at test_vit's own size (160 px: a 10x10 grid) used at --input-size 32 (2x2):
+    timm resamples the position embeddings, and the features are those of timm's own
+    model built so."""
+    torch.manual_seed(1)
+    path = tmp_path / "w.safetensors"
+    save_file(timm.create_model("test_vit", num_classes=0).state_dict(), path)
+    out = tmp_path / "x.h5"
+    extract(timm_config(dataset, vg_dir, out, weights=str(path)))
+    net = timm.create_model("test_vit", pretrained=True, num_classes=0, img_size=SIZE,
+                            pretrained_cfg_overlay={"file": str(path)}).eval()
+    assert net.pos_embed.shape[1] == 1 + (SIZE // 16) ** 2
+    assert np.allclose(stored(out)[0], vectors(net, vg_dir, "test_vit", "cls"), atol=1e-5)
+
+
 def test_a_checkpoint_that_would_run_code_is_refused(dataset, vg_dir, tmp_path):
     for path, save in ((tmp_path / "evil.pth", lambda p: torch.save({"x": Evil()}, p)),
                        (tmp_path / "evil.bin", lambda p: p.write_bytes(pickle.dumps(
