@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
-from collections import namedtuple
 
 import h5py
 import numpy as np
@@ -25,6 +23,7 @@ from tests.features.conftest import CROP_ROWS
 from tests.features.test_checkpoints import Evil
 from tests.features.test_extract import config, datasets
 from tests.features.test_pipeline import FakeCuda
+from tests.generation.test_full_disk import tiny_disk
 from vprom.data import VPROM
 from vprom.errors import VpromError
 from vprom.features.backbones import get_backbone
@@ -138,8 +137,7 @@ def test_a_disk_too_small_for_the_file_is_refused_at_the_first_result(dataset, v
                                                                       pool):
     """A timm vector's size, and any map's shape, are known once the model has run: the
     free-space check then runs on the first result, before any chunk is written."""
-    usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 1000, 1000))
+    tiny_disk(monkeypatch, free=1000)
     out = tmp_path / "x.h5"
     size = 64 if backbone == CONVNEXT else SIZE
     with pytest.raises(VpromError, match=rf"{out.name}: needs about .* for the chunks and the "
