@@ -47,6 +47,9 @@ from vprom.statistics import chi2_sf, wilson_interval
 MARGIN = SHORTCUT_MARGIN  # a shortcut worth at most 2 accuracy points is tolerated
 POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests
 MIN_PROBE_TEST = 50  # fewer test matrices than this tell nothing; the probe is skipped
+#: the label probe's per-slot features: candidate j's position, one-hot and standardised
+#: (mean 1/8, standard deviation √7/8), the same for every matrix
+SLOTS = (np.eye(N_CANDIDATES) - 1 / N_CANDIDATES) / (math.sqrt(N_CANDIDATES - 1) / N_CANDIDATES)
 
 
 @dataclass
@@ -175,7 +178,8 @@ class CandidateView:
 
 def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
                    rows: np.ndarray) -> np.ndarray:
-    """N_rows×8×F features of the candidates of matrices `rows`.
+    """N_rows×8×F features of the candidates of matrices `rows` (their position is the
+    probe's per-slot part, `SLOTS`).
 
     The element answer rate is learnt on `train` only; for a training row its own matrix is
     left out, so a rate never contains the target it is asked to predict.
@@ -193,7 +197,6 @@ def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
     prior = 2.0  # Laplace-style smoothing towards chance
     rate = (answered[el] - is_answer + prior * CHANCE) / (seen[el] - own + prior)
     counts = within_counts(el)
-    position = np.broadcast_to(np.eye(N_CANDIDATES), (len(rows),) + (N_CANDIDATES,) * 2)
     columns = [
         counts / N_CANDIDATES,
         (counts == 1).astype(float),
@@ -207,7 +210,7 @@ def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
         np.log(np.maximum(view.area[rows], 1.0)),
         np.log(np.maximum(view.aspect[rows], 1e-3)),
     ]
-    return np.concatenate([np.stack(columns, axis=2), position], axis=2).astype(np.float32)
+    return np.stack(columns, axis=2).astype(np.float32)
 
 
 def fit_probe(batches, n_features: int, steps: int, lr: float = 0.05,
@@ -270,28 +273,44 @@ def _label_index(view: CandidateView) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return view.index["labels"]
 
 
-def _set_scores(x, w, entries, table) -> np.ndarray:
+def _slot_major(x: np.ndarray, entries) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """x (N×8×F) as 8N×F rows j*N + i (candidate j of matrix i), and the set entries
+    re-indexed alike: the probe's reductions over the 8 candidates then run over 8
+    contiguous rows of N instead of N rows of 8."""
+    n = x.shape[0]
     cand, feat = entries
-    sparse = np.bincount(cand, weights=table[feat], minlength=x.shape[0] * N_CANDIDATES)
-    return x @ w + sparse.reshape(x.shape[0], N_CANDIDATES)
+    rows = x.transpose(1, 0, 2).reshape(-1, x.shape[-1]).astype(np.float64)
+    return rows, ((cand % N_CANDIDATES) * n + cand // N_CANDIDATES, feat)
+
+
+def _set_scores(x: np.ndarray, w: np.ndarray, entries, table: np.ndarray) -> np.ndarray:
+    """8×N scores of slot-major `x` and `entries` (`_slot_major`)."""
+    cand, feat = entries
+    n_dense = x.shape[-1]
+    sparse = np.bincount(cand, weights=table[feat], minlength=x.shape[0])
+    scores = (x @ w[:n_dense] + sparse).reshape(N_CANDIDATES, -1)
+    return scores + (SLOTS @ w[n_dense:])[:, None]
 
 
 def fit_set_probe(x: np.ndarray, y: np.ndarray, entries, n_sparse: int, steps: int = 200,
                   lr: float = 0.05, l2: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
-    """Adam on the conditional logit of `x` (N×8×F) and the sparse set part (`entries`)."""
+    """Adam on the conditional logit of `x`, the candidates' positions (`SLOTS`) and the
+    sparse set part (`entries`), all slot-major (`_slot_major`): (weights of x then of the
+    slots, the set table)."""
     cand, feat = entries
-    params = [np.zeros(x.shape[-1]), np.zeros(n_sparse)]
+    n, n_dense = len(y), x.shape[-1]
+    params = [np.zeros(n_dense + N_CANDIDATES), np.zeros(n_sparse)]
     moments = [[np.zeros_like(p), np.zeros_like(p)] for p in params]
-    n = len(y)
     for t in range(1, steps + 1):
-        scores = _set_scores(x, params[0], entries, params[1])
-        scores -= scores.max(axis=1, keepdims=True)
-        p = np.exp(scores)
-        p /= p.sum(axis=1, keepdims=True)
-        p[np.arange(n), y] -= 1.0
-        grads = [np.einsum("bj,bjf->f", p, x) / n + l2 * params[0],
-                 np.bincount(feat, weights=p.ravel()[cand], minlength=n_sparse) / n
-                 + l2 * params[1]]
+        scores = _set_scores(x, params[0], entries, params[1])  # 8×N: a slot per row
+        p = np.exp(scores - scores.max(axis=0))
+        p /= p.sum(axis=0)
+        p[y, np.arange(n)] -= 1.0
+        p = p.reshape(-1)
+        # d/dw of Σ p·(x w + SLOTS w_slots): the slots' part from p's slot sums
+        grads = [np.concatenate([p @ x, p.reshape(N_CANDIDATES, n).sum(axis=1) @ SLOTS]) / n
+                 + l2 * params[0],
+                 np.bincount(feat, weights=p[cand], minlength=n_sparse) / n + l2 * params[1]]
         for param, grad, (m, v) in zip(params, grads, moments):
             m *= 0.9
             m += 0.1 * grad
@@ -369,9 +388,10 @@ def label_group_hits(view: CandidateView, answers: np.ndarray, train: np.ndarray
     n_sparse = N_CANDIDATES * (1 + int(_label_index(view)[0].max(initial=0)))
     x_tr, x_te = _standardise(label_features(view, answers, train, train),
                               label_features(view, answers, train, test))
-    x_tr, x_te = x_tr.astype(np.float64), x_te.astype(np.float64)
-    w, table = fit_set_probe(x_tr, answers[train], set_entries(view, train), n_sparse, steps)
-    return _hits_of(_set_scores(x_te, w, set_entries(view, test), table), answers[test])
+    x, entries = _slot_major(x_tr, set_entries(view, train))
+    w, table = fit_set_probe(x, answers[train], entries, n_sparse, steps)
+    x, entries = _slot_major(x_te, set_entries(view, test))
+    return _hits_of(_set_scores(x, w, entries, table).T, answers[test])
 
 
 def label_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> Check:
