@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Sequence
 
 import numpy as np
@@ -359,10 +360,10 @@ class PlanSampler:
                              f"({steps}); the pool is too thin there — mine more images or "
                              "lower --scale")
         sa, rows = got
-        crop_id, element = pool.crop_id, pool.element
+        get = itemgetter(*rows)  # 16 rows: tuples straight from the pool's lists
         return Matrix(id=i, relation=group.relation, element_type=group.element_type,
-                      super_attribute=sa, panels=[crop_id[r] for r in rows],
-                      elements=[element[r] for r in rows], answer=answer), rows, note
+                      super_attribute=sa, panels=get(pool.crop_id), elements=get(pool.element),
+                      answer=answer), rows, note
 
 
 def _sample(sampler, draws: Draws, answer: int, masks, region, why: Counter):

@@ -129,10 +129,11 @@ class Matrix:
     def __post_init__(self) -> None:
         object.__setattr__(self, "relation", Relation(self.relation))
         object.__setattr__(self, "element_type", ElementType(self.element_type))
-        object.__setattr__(self, "panels", tuple(int(p) for p in self.panels))
+        object.__setattr__(self, "panels", tuple(map(int, self.panels)))
         object.__setattr__(self, "elements", tuple(self.elements))
         splits = self.splits.items() if isinstance(self.splits, dict) else self.splits
-        object.__setattr__(self, "splits", tuple(sorted((str(s), str(p)) for s, p in splits)))
+        object.__setattr__(self, "splits", tuple(sorted((str(s), str(p)) for s, p in splits))
+                           if splits else ())  # generation makes ~250k matrices without
         if len(self.panels) != N_PANELS or len(self.elements) != N_PANELS:
             raise ValueError(f"matrix {self.id}: needs {N_PANELS} panels and elements")
         if not 0 <= self.answer < N_CANDIDATES:

@@ -342,8 +342,12 @@ def assign(matrix: Matrix, panels: PanelInfo, specs: Mapping[str, SplitSpec],
     side_of = {}  # partition -> "train" / "test", or None where the panels straddle it
     for partition, sides in panels.sides.items():
         first = sides[0]
-        side_of[partition] = None if any(s != first for s in sides) else (
+        side_of[partition] = None if sides.count(first) != len(sides) else (
             "test" if first else "train")
+    # read once: the enums' `.value` is a property, and this runs for every matrix
+    etype, relation = matrix.element_type.value, matrix.relation.value
+    bits = _ban_bits_of(tuple(bans)) if panels.banned is not None and bans is not None \
+        else None
     for name, spec in specs.items():
         side = side_of[spec.partition]
         if side is None:
@@ -353,18 +357,13 @@ def assign(matrix: Matrix, panels: PanelInfo, specs: Mapping[str, SplitSpec],
             natural = side
         else:
             ban = bans.get(name) if bans is not None else train_ban(spec)
-            natural = _natural_part(spec.rule, matrix, panels)
-            if natural == "train" and ban is not None and _banned(bans, name, ban, matrix,
-                                                                  panels):
+            natural = _natural_part(spec.rule, matrix, etype, relation)
+            if natural == "train" and ban is not None and (
+                    panels.banned & bits[name, relation] if bits is not None
+                    else shows_banned(ban, matrix, panels)):
                 natural = "excluded"
         out[name] = natural if natural == side else "excluded"
     return out
-
-
-def _banned(bans, name: str, ban: TrainBan, m: Matrix, panels: PanelInfo) -> bool:
-    if panels.banned is not None and bans is not None:
-        return bool(panels.banned & _ban_bits_of(tuple(bans))[name, m.relation.value])
-    return shows_banned(ban, m, panels)
 
 
 def panel_concepts(m: Matrix, panels: PanelInfo):
@@ -389,8 +388,10 @@ def shows_banned(ban: TrainBan, m: Matrix, panels: PanelInfo) -> bool:
     return any(ban.shows_banned(relation, c, s) for c, s in zip(categories, label_sas))
 
 
-def _natural_part(rule: dict, m: Matrix, panels: PanelInfo) -> str:
-    kind, etype = rule["type"], m.element_type.value
+def _natural_part(rule: dict, m: Matrix, etype: str, relation: str) -> str:
+    """The part `rule` gives matrix `m` (of element type `etype`, relation `relation`)
+    before its split's ban."""
+    kind = rule["type"]
     if kind == "counts":
         if m.element_type is not ElementType.COUNT:
             return "train"
@@ -402,10 +403,10 @@ def _natural_part(rule: dict, m: Matrix, panels: PanelInfo) -> str:
         # any other matrix trains, unless it shows a held label (`assign` checks the ban)
         return "test" if m.super_attribute in rule["test"].get(etype, ()) else "train"
     if kind == "relation_super_attributes":
-        pair = rule["test"].get(etype, {}).get(m.relation.value)
+        pair = rule["test"].get(etype, {}).get(relation)
         return "test" if pair is not None and pair == m.super_attribute else "train"
     if kind == "object_thirds":
-        third = rule["test"].get(m.relation.value)
+        third = rule["test"].get(relation)
         if m.element_type is ElementType.OBJECT and third is not None and {
                 object_third(e) for e in m.elements} == {third}:
             return "test"
