@@ -274,21 +274,24 @@ def _label_index(view: CandidateView) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 def _slot_major(x: np.ndarray, entries) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """x (N×8×F) as 8N×F rows j*N + i (candidate j of matrix i), and the set entries
+    """x (N×8×F) as F×8N, column j*N + i for candidate j of matrix i, and the set entries
     re-indexed alike: the probe's reductions over the 8 candidates then run over 8
-    contiguous rows of N instead of N rows of 8."""
+    contiguous runs of N instead of N runs of 8, and its products over the features are
+    `einsum`s over F contiguous rows (no BLAS: its threads would make the sums depend on the
+    machine's core count, and crowd the other workers' cores)."""
     n = x.shape[0]
     cand, feat = entries
-    rows = x.transpose(1, 0, 2).reshape(-1, x.shape[-1]).astype(np.float64)
-    return rows, ((cand % N_CANDIDATES) * n + cand // N_CANDIDATES, feat)
+    columns = np.ascontiguousarray(x.transpose(2, 1, 0).reshape(x.shape[-1], -1),
+                                   dtype=np.float64)
+    return columns, ((cand % N_CANDIDATES) * n + cand // N_CANDIDATES, feat)
 
 
 def _set_scores(x: np.ndarray, w: np.ndarray, entries, table: np.ndarray) -> np.ndarray:
     """8×N scores of slot-major `x` and `entries` (`_slot_major`)."""
     cand, feat = entries
-    n_dense = x.shape[-1]
-    sparse = np.bincount(cand, weights=table[feat], minlength=x.shape[0])
-    scores = (x @ w[:n_dense] + sparse).reshape(N_CANDIDATES, -1)
+    n_dense = x.shape[0]
+    sparse = np.bincount(cand, weights=table[feat], minlength=x.shape[1])
+    scores = (np.einsum("fi,f->i", x, w[:n_dense]) + sparse).reshape(N_CANDIDATES, -1)
     return scores + (SLOTS @ w[n_dense:])[:, None]
 
 
@@ -298,7 +301,7 @@ def fit_set_probe(x: np.ndarray, y: np.ndarray, entries, n_sparse: int, steps: i
     sparse set part (`entries`), all slot-major (`_slot_major`): (weights of x then of the
     slots, the set table)."""
     cand, feat = entries
-    n, n_dense = len(y), x.shape[-1]
+    n, n_dense = len(y), x.shape[0]
     params = [np.zeros(n_dense + N_CANDIDATES), np.zeros(n_sparse)]
     moments = [[np.zeros_like(p), np.zeros_like(p)] for p in params]
     for t in range(1, steps + 1):
@@ -308,7 +311,8 @@ def fit_set_probe(x: np.ndarray, y: np.ndarray, entries, n_sparse: int, steps: i
         p[y, np.arange(n)] -= 1.0
         p = p.reshape(-1)
         # d/dw of Σ p·(x w + SLOTS w_slots): the slots' part from p's slot sums
-        grads = [np.concatenate([p @ x, p.reshape(N_CANDIDATES, n).sum(axis=1) @ SLOTS]) / n
+        grads = [np.concatenate([np.einsum("fi,i->f", x, p),
+                                 p.reshape(N_CANDIDATES, n).sum(axis=1) @ SLOTS]) / n
                  + l2 * params[0],
                  np.bincount(feat, weights=p[cand], minlength=n_sparse) / n + l2 * params[1]]
         for param, grad, (m, v) in zip(params, grads, moments):

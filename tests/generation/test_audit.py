@@ -198,3 +198,21 @@ def test_a_shortcut_in_one_relation_fails_although_the_element_type_passes():
     assert check.problems == [p for p in check.problems if p.startswith("human_attribute x or")]
     assert check.figures["count x and"]["judged"] is False
     assert not check.figures["human_attribute"]["failed"]
+
+
+def test_the_label_probe_scores_as_the_plain_formula():
+    """The probe keeps its features F×8N slot-major and the candidates' positions as 8
+    shared slot features; its scores are those of the plain N×8×(F+8) formula: x·w with the
+    standardised one-hot position among x's columns, plus the set part."""
+    rng = np.random.default_rng(0)
+    n, f, n_sparse = 50, 5, 40
+    x = rng.normal(size=(n, 8, f)).astype(np.float32)
+    cand = np.sort(rng.integers(0, n * 8, 300))
+    feat = rng.integers(0, n_sparse, 300)
+    w, table = rng.normal(size=f + 8), rng.normal(size=n_sparse)
+    position = np.broadcast_to(np.eye(8), (n, 8, 8))
+    plain = np.concatenate([x.astype(np.float64), (position - 1 / 8) / (np.sqrt(7) / 8)], axis=2)
+    expected = plain @ w + np.bincount(cand, weights=table[feat], minlength=n * 8).reshape(n, 8)
+    columns, entries = audit._slot_major(x, (cand, feat))
+    assert np.allclose(audit._set_scores(columns, w, entries, table).T, expected,
+                       rtol=0, atol=1e-12)
