@@ -60,3 +60,19 @@ def test_set_tokens_describe_coverage_and_missing_values():
     assert own_tok[0, 5, 0] == own_tok[0, 6, 0] and own_tok[0, 0, 0] != own_tok[0, 3, 0]
     assert own_tok[0, 0, 1] == own_tok[0, 2, 1] != own_tok[0, 3, 1]
     assert len(set(own_tok[0, :, 2].tolist())) == 8  # positions
+
+
+def test_the_mlp_bags_and_scatters_its_embeddings_as_the_plain_formulas():
+    """`_bag` sums a row's token embeddings a slot at a time, and `_scatter` adds each row's
+    gradient into its tokens' rows a hidden unit at a time: the sums of the plain gather and
+    of `np.add.at`, tokens repeated within a row included."""
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(30, 6))
+    own, per_row = rng.integers(0, 30, (5, 8, 4)), rng.integers(0, 30, (40, 7))
+    own[0, 0] = 3  # one token four times in one row
+    assert np.allclose(set_probes._bag(emb, own), emb[own].sum(axis=2), rtol=0, atol=1e-12)
+    assert set_probes._bag(emb, own[..., :0]).shape == (5, 8, 6)
+    grad = rng.normal(size=(40, 6))
+    expected = np.zeros((30, 6))
+    np.add.at(expected, per_row.ravel(), np.repeat(grad, 7, axis=0))
+    assert np.allclose(set_probes._scatter(per_row, grad, (30, 6)), expected, rtol=0, atol=1e-12)
