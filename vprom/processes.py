@@ -35,6 +35,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
 import threading
 import time
 from itertools import islice
@@ -105,13 +106,24 @@ def quiet_when_parent_gone() -> None:
 
     torch's DataLoader workers hand each batch's shared memory to the parent through a thread
     (multiprocessing's resource sharer). When the parent stops mid-handover (Ctrl-C), that
-    thread's socket is reset and Python would print its traceback under the parent's clean
-    one-line message. Any other exception in a thread is reported as usual."""
-    def hook(args) -> None:
-        if not issubclass(args.exc_type, (ConnectionResetError, BrokenPipeError)):
+    thread's socket is reset or its pipe broken, and Python would print its traceback under
+    the parent's clean one-line message. The sharer's thread catches the error itself and
+    hands it to `sys.excepthook`; a thread that does not reaches `threading.excepthook`:
+    both are hooked, for threads other than the main one. Any other exception is reported
+    as usual."""
+    broken = (ConnectionResetError, BrokenPipeError)
+
+    def thread_hook(args) -> None:
+        if not issubclass(args.exc_type, broken):
             threading.__excepthook__(args)
 
-    threading.excepthook = hook
+    def hook(exc_type, exc, tb) -> None:
+        if not (issubclass(exc_type, broken)
+                and threading.current_thread() is not threading.main_thread()):
+            sys.__excepthook__(exc_type, exc, tb)
+
+    threading.excepthook = thread_hook
+    sys.excepthook = hook
 
 
 def start(procs: list, target: Callable, args: tuple, name: str, method: str = "spawn"):
