@@ -120,28 +120,26 @@ def test_a_signal_during_a_start_is_acted_on_after_it(sig, raised):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def _in_thread(target) -> None:
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+
+
 def _raise_in_thread(error: BaseException) -> None:
     def target():
         raise error
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
+    _in_thread(target)
 
 
-def _handed_to_excepthook(error: BaseException, in_thread: bool = True) -> None:
+def _handed_to_excepthook(error: BaseException) -> None:
     """As multiprocessing's resource sharer reports an error of its thread: caught, then
-    given to `sys.excepthook` (not raised out of the thread)."""
-    def target():
-        try:
-            raise error
-        except BaseException:
-            sys.excepthook(*sys.exc_info())
-    if not in_thread:
-        return target()
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
+    given to `sys.excepthook` (not raised out of the thread); called outside a thread, as
+    the main thread would."""
+    try:
+        raise error
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
 
 
 def test_a_workers_broken_handover_is_quiet_other_thread_errors_are_not(monkeypatch, capsys):
@@ -153,12 +151,12 @@ def test_a_workers_broken_handover_is_quiet_other_thread_errors_are_not(monkeypa
     processes.quiet_when_parent_gone()
     _raise_in_thread(ConnectionResetError(104, "Connection reset by peer"))
     _raise_in_thread(BrokenPipeError(32, "Broken pipe"))
-    _handed_to_excepthook(BrokenPipeError(32, "Broken pipe"))
-    _handed_to_excepthook(ConnectionResetError(104, "Connection reset by peer"))
+    _in_thread(lambda: _handed_to_excepthook(BrokenPipeError(32, "Broken pipe")))
+    _in_thread(lambda: _handed_to_excepthook(ConnectionResetError(104, "Connection reset")))
     assert capsys.readouterr().err == ""
     _raise_in_thread(ValueError("a real bug"))
-    _handed_to_excepthook(ValueError("another real bug"))
-    _handed_to_excepthook(BrokenPipeError(32, "the main thread's own pipe"), in_thread=False)
+    _in_thread(lambda: _handed_to_excepthook(ValueError("another real bug")))
+    _handed_to_excepthook(BrokenPipeError(32, "the main thread's own pipe"))
     err = capsys.readouterr().err
     assert "ValueError: a real bug" in err and "ValueError: another real bug" in err
     assert "BrokenPipeError: [Errno 32] the main thread's own pipe" in err
