@@ -2,8 +2,8 @@
 reading the same arrays bare; pixels from a crop store beside decoding the JPEGs; the cost of
 building a crop store.
 
-Usage: python bench/data.py [--images 1000] [--scale 0.003] [--batch 32] [--problems 3200]
-                            [--rounds 2] [--work DIR]
+Usage: python bench/data.py [--images 1000] [--scale 0.003] [--batch 32[,128]]
+                            [--problems 3200] [--rounds 2] [--work DIR] [--only SOURCES]
 
 On the synthetic corpus (mined and generated here, as tests/generation/synthetic_build.py
 does; 384x288 images) it writes, for every crop of the data set:
@@ -15,17 +15,20 @@ does; 384x288 images) it writes, for every crop of the data set:
 Throughput, problems/s: the neutral training problems, repeated to `--problems` (so a pass
 is many batches), in batches of `--batch`, the same index list for every reader:
 - `bare`: the same arrays read in the same batches without `VPROM` or a DataLoader: one
-  vectorised gather from the in-memory table (features), `SpatialMaps.gather` (maps),
-  `CropStore.read_rows` (pixels);
-- `VPROM` through a DataLoader with 0 and 2 workers, item by item (`batch_size`, collated)
-  and as whole batches (`VPROM.batch` through a BatchSampler, no collate copy).
+  vectorised gather from the same in-memory table into a reused buffer (features),
+  `SpatialMaps.gather` (maps), `CropStore.read_rows` (pixels);
+- `VPROM` through a DataLoader with 0 and 2 workers, item by item (`batch_size`, collated),
+  and `VPROM.loader` (whole batches, `VPROM.batch`, whose workers reuse a ring of shared
+  memory: `vprom.data.shipping`).
 Every reader is warmed by one untimed pass first: the workers are persistent and already
 started when the clock runs (steady state; their start is printed apart), and the bare
 reader has its pages and buffers in place too. Each batch is consumed by reading one byte of
 every 4 KiB page of its panels, the same for every reader, so what is timed is the delivery.
-Each figure is the best of `--rounds` passes. A DataLoader worker hands each batch to the
-main process in a fresh shared-memory segment (torch's transport); what one batch's segment
-costs here is printed too.
+Each figure is the best of `--rounds` passes; one more pass of the 2-worker `VPROM.loader`
+gives the CPU time a batch costs its main process and its workers (from /proc). A plain
+DataLoader's worker hands each batch to the main process in a fresh shared-memory segment
+(torch's transport); what one batch's segment costs here is printed too. `--batch` takes a
+list: each size is timed in turn.
 
 Pixels per problem (single process, the same `--jpeg-problems` problems for each): decoding
 their 16 panels from the JPEGs (`features.crops.decode_crops`, the rule the store was made
@@ -48,7 +51,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader
+from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -61,7 +64,7 @@ from vprom.features.crop_store import (
     bytes_per_crop,
 )
 from vprom.features.crops import decode_crops
-from vprom.features.reader import load_features, open_maps
+from vprom.features.reader import open_maps
 from vprom.images import ImageIndex
 from vprom.io import make_manifest, sha256_file
 from vprom.tables import read_crop_table, set_manifest
@@ -130,13 +133,29 @@ def best(fn, rounds: int) -> float:
     return min(times)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_batch(loader, one_pass) -> tuple[float, float]:
+    """(the main process's, all workers') CPU ms per batch over one more pass of `loader`."""
+    pids = [w.pid for w in loader._iterator._workers]  # persistent: the pass's own workers
+    main, workers = cpu_seconds(os.getpid()), sum(map(cpu_seconds, pids))
+    one_pass()
+    batches = len(loader)
+    return (1000 * (cpu_seconds(os.getpid()) - main) / batches,
+            1000 * (sum(map(cpu_seconds, pids)) - workers) / batches)
+
+
 def loader_rate(data: VPROM, order: list, batch: int, workers: int, rounds: int,
-                batched: bool) -> tuple[float, float]:
-    """(problems/s in the steady state, seconds to the first batch of a fresh loader)."""
+                batched: bool) -> tuple[float, float, tuple | None]:
+    """(problems/s in the steady state, seconds to the first batch of a fresh loader, CPU
+    ms per batch of the main process and the workers with workers, else None)."""
     if batched:
-        loader = DataLoader(data, batch_size=None, num_workers=workers,
-                            sampler=BatchSampler(order, batch, False),
-                            persistent_workers=workers > 0)
+        loader = data.loader(batch, sampler=order, num_workers=workers,
+                             persistent_workers=workers > 0)
     else:
         loader = DataLoader(data, batch_size=batch, num_workers=workers, sampler=order,
                             persistent_workers=workers > 0)
@@ -148,14 +167,21 @@ def loader_rate(data: VPROM, order: list, batch: int, workers: int, rounds: int,
         for b in loader:
             touch(b["panels"])
     rate = len(order) / best(one_pass, rounds)
-    return rate, first
+    return rate, first, cpu_per_batch(loader, one_pass) if workers else None
 
 
 def bare_reader(data: VPROM):
     """The panels of problems `idx`, read without VPROM."""
-    if data.kind == "features":
-        table = load_features(data.source).features
-        return lambda idx: torch.from_numpy(table[data.rows[idx].ravel()])
+    if data.kind == "features":  # the very table the loaders read (a fresh copy in other
+        table = data.features.features  # pages gathered up to 4x slower), into one buffer
+        buffers = {}
+
+        def gather(idx):
+            rows = data.rows[idx].ravel()
+            out = buffers.setdefault(len(rows), np.empty((len(rows), *table.shape[1:]),
+                                                         table.dtype))
+            return torch.from_numpy(np.take(table, rows, axis=0, out=out, mode="clip"))
+        return gather
     if data.kind == "maps":
         maps = open_maps(data.source)
         return lambda idx: torch.from_numpy(maps.gather(data.panels[idx].ravel()))
@@ -187,19 +213,20 @@ def transport_ms(data: VPROM, batch: int, rounds: int = 20) -> float:
     return 1000 * float(np.median(times))
 
 
-def throughput(name: str, data: VPROM, args) -> None:
+def throughput(name: str, data: VPROM, batch: int, args) -> None:
     order = (list(range(len(data))) * (args.problems // len(data) + 1))[:args.problems]
-    bare = bare_rate(data, order, args.batch, args.rounds)
+    bare = bare_rate(data, order, batch, args.rounds)
     rates = {}
     for batched in (False, True):
         for workers in (0, 2):
-            rates[batched, workers] = loader_rate(data, order, args.batch, workers,
-                                                  args.rounds, batched)
+            rates[batched, workers] = loader_rate(data, order, batch, workers, args.rounds,
+                                                  batched)
     items0, items2, whole0, whole2 = (rates[k][0] for k in sorted(rates))
-    print(f"{name:14s} {bare:9.0f} {items0:10.0f} {items2:10.0f} {whole0:10.0f} "
+    cpu_main, cpu_workers = rates[True, 2][2]
+    print(f"{name:14s} {batch:5d} {bare:9.0f} {items0:10.0f} {items2:10.0f} {whole0:10.0f} "
           f"{whole2:10.0f} {items2 / bare:7.2f} {whole2 / bare:7.2f} {items0 / bare:7.2f} "
-          f"{whole0 / bare:7.2f} {rates[False, 2][1]:7.2f} {transport_ms(data, args.batch):9.1f}",
-          flush=True)
+          f"{whole0 / bare:7.2f} {rates[True, 2][1]:7.2f} {transport_ms(data, batch):9.1f} "
+          f"{1000 * batch / bare:8.2f} {cpu_main:8.2f} {cpu_workers:8.2f}", flush=True)
 
 
 def pixels_per_problem(dataset: Path, vg: Path, data: VPROM, n: int, rounds: int) -> None:
@@ -228,7 +255,8 @@ def pixels_per_problem(dataset: Path, vg: Path, data: VPROM, n: int, rounds: int
     ms = {k: 1000 * best(fn, rounds) / len(problems) for k, fn in timed.items()}
     print(f"S={size}: 16 panels of a problem ({len(problems)} problems) from the JPEGs "
           f"{ms['jpeg']:.2f} ms; from the store {ms['store']:.3f} ms "
-          f"({ms['jpeg'] / ms['store']:.0f}x); a VPROM item {ms['item']:.3f} ms ({ms['jpeg'] / ms['item']:.0f}x); h5py crop by "
+          f"({ms['jpeg'] / ms['store']:.0f}x); a VPROM item {ms['item']:.3f} ms "
+          f"({ms['jpeg'] / ms['item']:.0f}x); h5py crop by "
           f"crop {ms['h5py']:.3f} ms ({ms['jpeg'] / ms['h5py']:.0f}x)", flush=True)
 
 
@@ -236,7 +264,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--images", type=int, default=1000)
     p.add_argument("--scale", type=float, default=0.003)
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--batch", default="32", help="batch sizes, comma-separated")
     p.add_argument("--problems", type=int, default=3200, help="problems in a timed pass")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--jpeg-problems", type=int, default=40)
@@ -255,15 +283,20 @@ def main() -> None:
         if not sources[f"crops{size}"].is_file():
             build_store(dataset, vg, sources[f"crops{size}"], size)
     only = [s for s in args.only.split(",") if s] or list(sources)
-    print(f"\nproblems/s, {args.problems} problems a pass, batches of {args.batch}; "
-          "then ratios to bare; first: s to a fresh 2-worker loader's first batch; "
-          "shm: ms to put one batch in fresh shared memory")
-    print(f"{'source':14s} {'bare':>9s} {'items 0w':>10s} {'items 2w':>10s} {'batch 0w':>10s} "
-          f"{'batch 2w':>10s} {'i2w/b':>7s} {'b2w/b':>7s} {'i0w/b':>7s} {'b0w/b':>7s} "
-          f"{'first':>7s} {'shm ms':>9s}")
+    print(f"\nproblems/s, {args.problems} problems a pass; then ratios to bare; loader: "
+          "VPROM.loader; first: s to a fresh 2-worker VPROM.loader's first batch; shm: ms to "
+          "put one batch in fresh shared memory, as a plain DataLoader's worker does; bare ms: "
+          "a batch's bare read; CPU ms a batch of the 2-worker loader's main process and of "
+          "its workers together")
+    print(f"{'source':14s} {'batch':>5s} {'bare':>9s} {'items 0w':>10s} {'items 2w':>10s} "
+          f"{'loader 0w':>10s} {'loader 2w':>10s} {'i2w/b':>7s} {'l2w/b':>7s} {'i0w/b':>7s} "
+          f"{'l0w/b':>7s} {'first':>7s} {'shm ms':>9s} {'bare ms':>8s} {'main ms':>8s} "
+          f"{'work ms':>8s}")
     for name in only:
-        if name in sources:
-            throughput(name, VPROM(dataset, "neutral", "train", source=sources[name]), args)
+        for batch in map(int, args.batch.split(",")):
+            if name in sources:
+                data = VPROM(dataset, "neutral", "train", source=sources[name])
+                throughput(name, data, batch, args)
     print()
     for size in (224, 80):
         if f"crops{size}" in only:

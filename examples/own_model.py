@@ -16,7 +16,6 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
 
 from vprom.data import VPROM
 
@@ -55,7 +54,7 @@ def main():
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for epoch in range(args.epochs):
         data["train"].set_epoch(epoch)
-        for batch in DataLoader(data["train"], batch_size=32, shuffle=True, num_workers=2):
+        for batch in data["train"].loader(32, shuffle=True, num_workers=2):
             loss = nn.functional.cross_entropy(model(batch["panels"].float()), batch["answer"])
             optimizer.zero_grad(), loss.backward(), optimizer.step()
         print(f"epoch {epoch + 1}: last batch loss {loss.item():.3f}")
@@ -64,7 +63,7 @@ def main():
     with torch.no_grad(), open(out / "predictions.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["matrix_id", "choice"] + [f"score_{k}" for k in range(8)])
-        for batch in DataLoader(data["test"], batch_size=64, num_workers=2):
+        for batch in data["test"].loader(64, num_workers=2):
             scores = model(batch["panels"].float())
             for mid, row in zip(batch["id"].tolist(), scores.tolist()):
                 writer.writerow([mid, max(range(8), key=row.__getitem__)] + row)

@@ -30,8 +30,8 @@ RULES = {
                  GROUND_LIBRARIES | {"tqdm", "torch", "torchvision", "timm", "huggingface_hub"}),
     "baselines": (("ground", "runtime", "splits", "features"),
                   GROUND_LIBRARIES | {"tqdm", "torch", "matplotlib"}),
-    # vprom.data (the public torch Dataset) sits beside baselines: it needs torch, which the
-    # rest of vprom/*.py may not import
+    # vprom.data (the public torch Dataset and its loader) sits beside baselines: it needs
+    # torch, which the rest of vprom/*.py may not import
     "data": (("ground", "runtime", "splits", "features"), GROUND_LIBRARIES | {"torch"}),
     "top": (("ground", "runtime", "mining", "splits", "generation", "features", "baselines",
              "data"),
@@ -48,7 +48,7 @@ def floor(module: str) -> str:
         return "top"
     if parts[:2] == ["vprom", "runtime"]:
         return "runtime"
-    if module == "vprom.data":
+    if parts[:2] == ["vprom", "data"]:
         return "data"
     return parts[1] if len(parts) > 1 and parts[1] in STAGES else "ground"
 

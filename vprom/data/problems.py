@@ -20,8 +20,9 @@ What a panel is depends on `source`, recognised from the file's contents:
 
 A DataLoader fetches a batch with one call (`__getitems__`): the panels of all its problems
 are read together (one gather, or one pass over the file), then split into items. A list of
-indices (`data[[3, 7]]`, `batch`) gives the batch already collated, for a DataLoader with
-`batch_size=None` and a `BatchSampler`, which skips the collate copy.
+indices (`data[[3, 7]]`, `batch`) gives the batch already collated; `loader` (`vprom.data.
+shipping`) serves such batches from workers that reuse shared memory, the fast way to feed
+a model (no collate copy, no fresh shared-memory segment a batch).
 
 Construction checks, in the main process, that the source was made from this data set (its
 recorded content hash or file hash, `vprom.provenance`) and holds every crop the part's
@@ -38,10 +39,6 @@ Their randomness is a numpy Generator seeded with (seed, epoch, index): the same
 same on every worker and rank, and changes with `set_epoch(epoch)` (call it before each
 epoch's iterator is made; with `persistent_workers=True` workers keep the epoch they started
 with).
-
-Floor: this module imports torch, which the ground floor (the rest of `vprom/*.py`) may not;
-tests/test_layers.py gives it a floor of its own beside `vprom.baselines`, importing the ground
-floor, `vprom.features` and `vprom.splits` only.
 """
 
 from __future__ import annotations
@@ -52,6 +49,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vprom.data.shipping import loader
 from vprom.errors import VpromError
 from vprom.features.crop_store import KIND as CROP_STORE
 from vprom.features.crop_store import CropStore
@@ -59,6 +57,12 @@ from vprom.features.reader import load_features, open_maps, rows_of
 from vprom.provenance import check_features_source, dataset_content_hash
 from vprom.records import N_CONTEXT, N_PANELS, SPLITS
 from vprom.tables import SPLIT_PARTS, crop_rows, open_h5, read_matrix_table
+
+
+def _placed(panels: torch.Tensor, out) -> torch.Tensor:
+    """`panels`, or a copy of them in the tensor `out(shape, dtype)` gives when it gives one."""
+    slot = out(tuple(panels.shape), panels.dtype) if out is not None else None
+    return panels if slot is None else slot.copy_(panels)
 
 
 def source_kind(path: Path) -> str:
@@ -160,13 +164,21 @@ class VPROM(torch.utils.data.Dataset):
             self._pid = os.getpid()
         return self._reader
 
-    def _read(self, rows: np.ndarray) -> torch.Tensor:
+    def _read(self, rows: np.ndarray, out=None) -> torch.Tensor:
+        """The panels at `rows`, [len(rows), ...]; in the tensor `out(shape, dtype)` gives
+        when it gives one (a DataLoader worker's shared slot, `vprom.data.shipping`)."""
         if self.kind == "features":
-            return torch.from_numpy(self.features.features[rows])
+            table = self.features.features
+            slot = out((len(rows), *table.shape[1:]), torch.from_numpy(table[:0]).dtype) \
+                if out is not None else None
+            if slot is None:
+                return torch.from_numpy(table[rows])
+            np.take(table, rows, axis=0, out=slot.numpy(), mode="clip")  # rows are in range
+            return slot
         reader = self._open()
         if self.kind == "maps":
-            return torch.from_numpy(reader.gather(reader.crop_id[rows]))
-        return torch.from_numpy(reader.read_rows(rows))
+            return _placed(torch.from_numpy(reader.gather(reader.crop_id[rows])), out)
+        return _placed(torch.from_numpy(reader.read_rows(rows)), out)
 
     def set_epoch(self, epoch: int) -> None:
         """Which epoch's augmentations items get (see the module docstring)."""
@@ -203,13 +215,19 @@ class VPROM(torch.utils.data.Dataset):
                 "element": str(self.element[index]),
                 "super_attribute": str(self.super_attribute[index])}
 
+    def loader(self, batch_size: int, **kwargs) -> torch.utils.data.DataLoader:
+        """A DataLoader of whole batches whose workers reuse shared memory
+        (`vprom.data.shipping.loader`: `shuffle`, `sampler`, `drop_last`, DataLoader's
+        keywords)."""
+        return loader(self, batch_size, **kwargs)
+
     def __getitem__(self, index) -> dict:
         """Problem `index`; a list of indices gives a whole batch, collated (see `batch`)."""
         if isinstance(index, (list, tuple, np.ndarray, torch.Tensor)):
             return self.batch(index)
         return self.__getitems__([index])[0]
 
-    def _gather(self, indices) -> tuple[np.ndarray, torch.Tensor, list[int]]:
+    def _gather(self, indices, out=None) -> tuple[np.ndarray, torch.Tensor, list[int]]:
         """(indices, panels [B, 16, ...] read together, answers) after the augmentations."""
         indices = self._indices(indices)
         if self.shuffle_candidates or self.swap_rows:
@@ -218,7 +236,7 @@ class VPROM(torch.utils.data.Dataset):
             answers = [answer for _, answer in orders]
         else:  # the stored order: one vectorised look-up
             rows, answers = self.rows[indices], self.answer[indices].tolist()
-        panels = self._read(rows.reshape(-1))
+        panels = self._read(rows.reshape(-1), out)
         return indices, panels.view(len(indices), N_PANELS, *panels.shape[1:]), answers
 
     def __getitems__(self, indices) -> list[dict]:
@@ -228,14 +246,15 @@ class VPROM(torch.utils.data.Dataset):
         return [self._item(i, panels[k], a)
                 for k, (i, a) in enumerate(zip(indices.tolist(), answers))]
 
-    def batch(self, indices) -> dict:
+    def batch(self, indices, out=None) -> dict:
         """The problems at `indices` as one batch, already collated: `panels` [B, 16, ...]
         (read in one go, never copied again), `answer` and `id` int64 [B], the metadata as
-        lists. With `DataLoader(data, batch_size=None, sampler=BatchSampler(...))` the
-        DataLoader skips collating, which copies every batch once more."""
-        indices, panels, answers = self._gather(indices)
-        if self.kind == "crops" and self.transform is not None:
-            panels = torch.stack([self.transform(p) for p in panels])
+        lists. `loader` serves these; `out(shape, dtype)`, where it gives a tensor, is where
+        the panels go (a worker's shared slot)."""
+        transform = self.kind == "crops" and self.transform is not None
+        indices, panels, answers = self._gather(indices, None if transform else out)
+        if transform:
+            panels = _placed(torch.stack([self.transform(p) for p in panels]), out)
         return {"panels": panels, "answer": torch.tensor(answers, dtype=torch.int64),
                 "id": torch.from_numpy(self.ids[indices]),
                 **{key: list(map(str, getattr(self, key)[indices].tolist()))
