@@ -13,7 +13,7 @@
    on one core, its byte-range scan included (`mining.pool_jobs`).
 3. Times `vprom mine --workers N` for each N of `--workers` (default 1,2,4) in a
    subprocess: wall time and peak RSS, the RSS summed over the whole process tree (polled
-   from /proc every 50 ms) and the largest single process (getrusage RUSAGE_CHILDREN); the
+   from /proc every 50 ms) and the largest single process (`wait4`: the run and its workers); the
    POOLS.h5 of every N must hold the same crops. It then projects the wall time on 16 cores
    (marked as projected): the parent's serial work plus the larger of the byte-range scan and
    the passes' one-core work spread over 16 workers.
@@ -30,9 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -282,19 +282,27 @@ def _tree_rss(root: int) -> tuple[int, int]:
 
 
 def measure(cmd: list[str]) -> dict:
-    """Run `cmd`; wall seconds and peak RSS (tree sum by polling; largest process by rusage)."""
+    """Run `cmd`; wall seconds and peak RSS: the tree's sum by polling, and the largest process
+    from `wait4`, whose usage covers the command and every worker it waited for (this run's
+    alone: RUSAGE_CHILDREN would also hold the earlier runs and subprocesses of this bench)."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak_sum = peak_one = 0
-    while proc.poll() is None:
-        s, m = _tree_rss(proc.pid)
-        peak_sum, peak_one = max(peak_sum, s), max(peak_one, m)
-        time.sleep(0.05)
-    out, err = proc.communicate()
-    wall = time.perf_counter() - t0
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        peak_sum = peak_one = 0
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            s, m = _tree_rss(proc.pid)
+            peak_sum, peak_one = max(peak_sum, s), max(peak_one, m)
+            time.sleep(0.05)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        out, err = out.read(), err.read()
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-2000:]}")
-    maxrss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    maxrss = usage.ru_maxrss * 1024
     return {"wall_s": wall, "peak_tree_bytes": max(peak_sum, peak_one),
             "peak_process_bytes": max(peak_one, maxrss), "stdout": out}
 

@@ -35,6 +35,7 @@ from vprom import processes
 from vprom.mining import byte_ranges, count_pass, readers
 from vprom.mining.pool_passes import (
     SAMPLES,
+    STRING_COLUMNS,
     PassResult,
     _Columns,
     _Labeler,
@@ -45,7 +46,6 @@ from vprom.mining.pool_passes import (
 
 OBJECTS, COUNTS = "objects", "counts"
 _FILES = {OBJECTS: (readers.OBJECTS, readers.ATTRIBUTES), COUNTS: (readers.REGIONS,)}
-_STRING_COLUMNS = ("element", "super_attribute", "phrase", "labels")
 
 
 class Setup(NamedTuple):
@@ -178,7 +178,7 @@ class _Merged:
     def add(self, part: PassResult) -> None:
         remap = np.array([self.table.intern(s) for s in part.strings], dtype=np.int32)
         for name, values in part.columns.items():
-            if name in _STRING_COLUMNS and len(values):
+            if name in STRING_COLUMNS and len(values):
                 values = remap[values].astype(values.dtype)
             self.columns.setdefault(name, []).append(values)
         for key, value in part.stats.items():
@@ -195,7 +195,7 @@ class _Merged:
         self.seconds += part.seconds
 
     def result(self) -> PassResult:
-        columns = {name: np.concatenate(parts) for name, parts in self.columns.items()}
+        columns = {name: np.concatenate(self.columns.pop(name)) for name in list(self.columns)}
         return PassResult(columns, self.table.strings, self.stats, {}, self.rows, self.seconds)
 
 

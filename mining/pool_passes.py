@@ -61,6 +61,8 @@ from vprom.records import LABEL_SEPARATOR, ElementType
 ELEMENT_TYPES = tuple(e.value for e in ElementType)  # crop order: this, then input order
 ELEMENT_CODE = {name: i for i, name in enumerate(ELEMENT_TYPES)}  # as stored in _Columns
 SAMPLES = 5  # sample phrases per count-exclusion reason
+#: the columns of a `PassResult` that hold codes into its `strings`
+STRING_COLUMNS = ("element", "super_attribute", "phrase", "labels")
 
 
 # ---------------------------------------------------------------- per-worker accumulation

@@ -11,8 +11,9 @@ of both passes over `workers` processes (with `workers=1`, all of them in this o
 chunks of a pass are merged in file order, so the output does not depend on `workers`.
 
 Each pass comes back as compact numpy columns plus one interned string table (a
-`PassResult`); `mine` concatenates them, orders crops by element type, then input order, numbers them
-0..N-1 (same input → identical crops), and writes POOLS.h5 through `atomic_path` together
+`PassResult`); `mine` concatenates them a column at a time (the table is the only full copy
+of the crops it holds), orders crops by element type, then input order, numbers them 0..N-1
+(same input → identical crops), and writes POOLS.h5 through `atomic_path` together
 with `<out>.report.md` and `<out>.report.json` (`mining.pool_report`) and
 `<out>.excluded_counts.tsv`, which lists every number that is not a count with its region
 and image ids. The manifest of POOLS.h5 pins the inputs' sha256 and the vocabulary's
@@ -41,7 +42,7 @@ from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest
 from vprom.mining import readers
 from vprom.mining.pool_jobs import run_passes
-from vprom.mining.pool_passes import ELEMENT_TYPES, PassResult
+from vprom.mining.pool_passes import ELEMENT_TYPES, STRING_COLUMNS, PassResult
 from vprom.mining.pool_report import MineReport, report_data, side_path
 from vprom.outputs import writes
 from vprom.records import MIN_SIDE
@@ -75,17 +76,28 @@ def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers:
 
 
 def _merge(passes: list[PassResult]) -> tuple[CropTable, dict[str, str]]:
-    """One CropTable ordered by element type, then input order; crop ids 0..N-1."""
-    cols: dict[str, list] = {}
-    for result in passes:
-        strings = np.array(result.strings, dtype=object)
-        for name, values in result.columns.items():
-            if name in ("element", "super_attribute", "phrase", "labels"):
-                values = strings[values]
-            cols.setdefault(name, []).append(values)
-    merged = {name: np.concatenate(v) for name, v in cols.items()}
-    order = np.argsort(merged["element_type"], kind="stable")
-    merged = {name: v[order] for name, v in merged.items()}
+    """One CropTable ordered by element type, then input order; crop ids 0..N-1.
+
+    The passes' columns are consumed one at a time (each is freed once merged), and string
+    columns stay codes into one joint table until their final order, so the full table is
+    the only copy of the crops that ever lives here."""
+    strings: dict[str, int] = {}
+    remaps = [np.array([strings.setdefault(s, len(strings)) for s in result.strings],
+                       dtype=np.int64) for result in passes]
+    names = list(dict.fromkeys(name for result in passes for name in result.columns))
+    order = np.argsort(np.concatenate([r.columns["element_type"] for r in passes
+                                       if "element_type" in r.columns]), kind="stable")
+    merged = {}
+    for name in names:  # a pass without crops may have no columns
+        parts = [(remap, result.columns.pop(name)) for remap, result in zip(remaps, passes)
+                 if name in result.columns]
+        merged[name] = np.concatenate([remap[values] if name in STRING_COLUMNS else values
+                                       for remap, values in parts])[order]
+        del parts
+    table_of = np.array(list(strings), dtype=object)
+    for name in STRING_COLUMNS:
+        if name in merged:
+            merged[name] = table_of[merged[name]]
     merged["element_type"] = np.array(ELEMENT_TYPES, dtype=object)[merged["element_type"]]
     table = CropTable(crop_id=np.arange(len(order), dtype=np.int64), **merged)
     inputs = {}
