@@ -13,7 +13,10 @@ Forking is safe here because the parent holds no HDF5 file open (`generate` read
 into memory and closes the file first) and the workers take no lock that a thread of the
 parent (a progress bar's monitor) could hold at the fork: they draw, assign and send.
 `gc.freeze()` before the fork keeps the garbage collector from writing to every inherited
-object, so the workers share its pages rather than copying them.
+object, so the workers share its pages rather than copying them; with one worker it keeps
+the collector's full passes from walking the millions of objects of the pool index and the
+samplers again and again (`bench/generate.py --workers 1`: 57.9 s before, see
+bench/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -98,11 +101,9 @@ def draw_chunks(sampler: PlanSampler, rules: SplitRules, indices: Sequence[int],
     chunks = [indices[k:k + CHUNK] for k in range(0, len(indices), CHUNK)]
     workers = min(workers, len(chunks))
     work = partial(draw_chunk, make_job(sampler, rules))
-    if workers > 1:
-        gc.freeze()  # the inherited objects stay untouched by the workers' collector
+    gc.freeze()  # the collector leaves the pool index and samplers alone (see the module doc)
     try:
         with ordered_map(work, chunks, workers, "generate", method="fork") as results:
             yield from results
     finally:
-        if workers > 1:
-            gc.unfreeze()
+        gc.unfreeze()

@@ -21,6 +21,7 @@ into `CHUNK`-matrix ranges, enough of them to keep every worker of a large machi
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -190,11 +191,13 @@ def run_checks(inputs: Inputs, workers: int) -> list[Check]:
     try:
         groups, jobs = plan(inputs)
         _shared("tables")  # the parent's summary needs them too: made once, inherited
+        gc.freeze()  # the collector leaves the loaded data alone, here and in the workers
         with ordered_map(run_job, jobs, workers, "verify", method="fork") as results:
             done = dict(zip(jobs, tqdm(results, total=len(jobs), desc="verify", unit="job",
                                        disable=None)))
         return assemble(inputs, jobs, done, groups)
     finally:
+        gc.unfreeze()
         _INPUTS.clear()
         _SHARED.clear()
 
