@@ -15,8 +15,7 @@ parent (a progress bar's monitor) could hold at the fork: they draw, assign and 
 `gc.freeze()` before the fork keeps the garbage collector from writing to every inherited
 object, so the workers share its pages rather than copying them; with one worker it keeps
 the collector's full passes from walking the millions of objects of the pool index and the
-samplers again and again (`bench/generate.py --workers 1`: 57.9 s before, see
-bench/RESULTS.md).
+samplers again and again (6-8% of one worker's time, bench/RESULTS.md).
 """
 
 from __future__ import annotations
