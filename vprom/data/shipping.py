@@ -17,8 +17,8 @@ it holds: the main process's array over the slot (which the tensor keeps alive, 
 overwritten; a worker that finds none of its slots free hands that batch over in torch's way.
 Each worker's ring has `prefetch_factor + 2` slots the size of its first batch: about what
 torch's transport keeps in flight. Where there is no memfd (not Linux) batches go torch's way.
-In the main process (`num_workers=0`) batches are
-`VPROM.batch` itself, without the DataLoader's conversion of their metadata lists.
+In the main process (`num_workers=0`) batches are `VPROM.batch` itself, without the
+DataLoader's conversion of their metadata lists.
 """
 
 from __future__ import annotations
