@@ -76,7 +76,8 @@ class Checker:
 
     def __init__(self, args):
         self.args, self.steps = args, []
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+        path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+        self.env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
 
     def command(self, name: str, argv: list[str], torchrun: bool = False) -> Step:
         prefix = [sys.executable]

@@ -22,8 +22,9 @@ neither can read is reported as missing.
 GPU process, else `cpu`; on a CPU device always `cpu`, which keeps today's numbers. Why 12:
 Pillow took ~7 ms of CPU per VG-sized image with 3.6 boxes on this project's machine, and an
 H100's resnet101 forward takes ~2,000 such images per second, so about 12-14 cores keep it
-fed; with fewer, decoding on the GPU costs less than waiting for the workers. (An estimate
-until measured on a GPU: docs/extraction-speed.md.)
+fed; with fewer, decoding on the GPU costs less than waiting for the workers. On one H100
+with 16 cores, `cpu` was the faster of the two, as the rule says (bench/RESULTS.md, first
+GPU run; docs/extraction-speed.md).
 """
 
 from __future__ import annotations
