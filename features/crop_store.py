@@ -14,9 +14,10 @@ draft decoding for large crops), and keeps the pixels in one HDF5 file:
 
 Building (`build_crop_store`):
 1. Plan: crops sharing an (image, box) are one unit, decoded once; units are sorted by image
-   and cut into chunks of about `chunk_crops` units (`features.crops.batch_layout`, the
-   layout `extract` uses), so an image's units sit together and its JPEG is decoded once for
-   all of them (once per draft reduction its boxes need, almost always once).
+   and cut into chunks of about `chunk_crops` units at image boundaries
+   (`features.crops.batch_layout` with `whole_images`), so an image's units sit in one chunk
+   and its JPEG is read once for all of them. It is decoded once per JPEG draft reduction its
+   boxes need, as `extract` decodes it (`decode_crops`): almost always once.
 2. Chunks are decoded by `workers` processes and each is saved atomically as
    `<out>.partial/chunk-NNNNN.npy`; a chunk file that exists is done, so a killed build
    resumes where it stopped. `plan.json` there records what the chunks were made from; a
@@ -134,7 +135,7 @@ def _work_folder(job: StoreJob, content: str, n_chunks: int) -> Path:
 
     folder = job.out.with_name(job.out.name + ".partial")
     record = {"dataset_content_hash": content, "size": job.size, "chunk_crops": job.chunk_crops,
-              "chunks": n_chunks, "resize": RESIZE}
+              "chunks": n_chunks, "resize": RESIZE, "chunking": "whole images"}
     recorded = folder / "plan.json"
     if folder.is_dir() and (not recorded.is_file() or json.loads(recorded.read_text()) != record):
         shutil.rmtree(folder)  # our own work folder, from other settings: its chunks are stale
@@ -185,7 +186,7 @@ def build_crop_store(job: StoreJob, log=print) -> Path:
                          f"{', '.join(COMPRESSIONS)}")
     content = dataset_content_hash(job.dataset)
     crops = _used_crops(job.dataset)
-    layout = batch_layout(crops, job.chunk_crops, 1)
+    layout = batch_layout(crops, job.chunk_crops, 1, whole_images=True)
     index = ImageIndex(job.vg)
     images = layout.unit_image[layout.groups[:, 0]]
     paths = [str(index.paths[i]) if int(i) in index.paths else None for i in images.tolist()]

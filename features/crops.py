@@ -74,14 +74,18 @@ class BatchLayout:
         return int(self.groups[g[-1], 1] - self.groups[g[0], 0])
 
 
-def batch_layout(crops: CropTable, batch_size: int, chunk_batches: int) -> BatchLayout:
+def batch_layout(crops: CropTable, batch_size: int, chunk_batches: int,
+                 whole_images: bool = False) -> BatchLayout:
+    """Units sorted by image, in batches of `batch_size` units (an image's units cut at every
+    multiple of it), `chunk_batches` batches a chunk. `whole_images`: never cut an image's
+    units; a batch is the images that start in its `batch_size` units, so it may run over."""
     order = np.argsort(crops.crop_id, kind="stable")
     crop_id = crops.crop_id[order]
     keys = np.stack([crops.image_id, crops.x, crops.y, crops.w, crops.h], axis=1)[order]
     keys = keys.astype(np.int64)
     units, unit_of_row = np.unique(keys, axis=0, return_inverse=True)  # lexicographic order
     unit_image, unit_box = units[:, 0], units[:, 1:]
-    groups, batches = _groups_and_batches(unit_image, batch_size)
+    groups, batches = _groups_and_batches(unit_image, batch_size, whole_images)
     chunks = [range(s, min(s + chunk_batches, len(batches)))
               for s in range(0, len(batches), chunk_batches)]
     return BatchLayout(crop_id=crop_id, unit_of_row=unit_of_row.reshape(-1).astype(np.int64),
@@ -89,12 +93,14 @@ def batch_layout(crops: CropTable, batch_size: int, chunk_batches: int) -> Batch
                 chunks=chunks)
 
 
-def _groups_and_batches(unit_image: np.ndarray,
-                        batch_size: int) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Groups: runs of one image, cut at every multiple of batch_size; batches: their lists."""
+def _groups_and_batches(unit_image: np.ndarray, batch_size: int,
+                        whole_images: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Groups: runs of one image, cut at every multiple of batch_size unless `whole_images`;
+    batches: the groups that start in each multiple's span."""
     n = len(unit_image)
     cuts = np.flatnonzero(unit_image[1:] != unit_image[:-1]) + 1
-    starts = np.union1d(np.r_[0, cuts], np.arange(0, n, batch_size))
+    starts = np.r_[0, cuts] if whole_images else np.union1d(np.r_[0, cuts],
+                                                            np.arange(0, n, batch_size))
     groups = np.stack([starts, np.r_[starts[1:], n]], axis=1).astype(np.int64)
     batch_of = groups[:, 0] // batch_size
     bounds = np.flatnonzero(np.r_[True, batch_of[1:] != batch_of[:-1], True])

@@ -66,6 +66,30 @@ def test_processes_and_compression_give_the_same_pixels(small, tmp_path):
     assert not (tmp_path / "one.h5.partial").exists()  # the work folder goes once done
 
 
+def test_each_source_image_is_read_once_whatever_the_chunk_size(small, tmp_path, monkeypatch):
+    import vprom.features.crops as crops_module
+
+    calls = []
+    real = crops_module.decode_crops
+    monkeypatch.setattr(crops_module, "decode_crops",
+                        lambda path, boxes, *a, **k: calls.append(str(path)) or
+                        real(path, boxes, *a, **k))
+    dataset, vg = small
+    crops = read_crop_table(dataset)
+    used = np.isin(crops.crop_id, read_matrix_table(dataset).panels)
+    boxes = {(i, x, y, w, h) for i, x, y, w, h in zip(crops.image_id[used], crops.x[used],
+                                                       crops.y[used], crops.w[used],
+                                                       crops.h[used])}
+    images = {b[0] for b in boxes}
+    assert len(boxes) > len(images)  # images with several boxes: chunks of 3 would cut them
+    whole = build_crop_store(StoreJob(dataset, vg, 12, tmp_path / "c3.h5", workers=1,
+                                      chunk_crops=3), log=lambda _: None)
+    assert len(calls) == len(set(calls)) == len(images)
+    big = build_crop_store(StoreJob(dataset, vg, 12, tmp_path / "big.h5", workers=1,
+                                    chunk_crops=10_000), log=lambda _: None)
+    assert all(np.array_equal(a, b) for a, b in zip(stored(whole), stored(big)))
+
+
 def test_a_missing_image_is_refused_and_the_rerun_resumes(small, tmp_path):
     dataset, vg = small
     jpeg = sorted((vg / "VG_100K").iterdir())[-1]
