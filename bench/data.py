@@ -3,7 +3,7 @@ reading the same arrays bare; pixels from a crop store beside decoding the JPEGs
 building a crop store.
 
 Usage: python bench/data.py [--images 1000] [--scale 0.003] [--batch 32[,128]]
-                            [--problems 3200] [--rounds 2] [--work DIR] [--only SOURCES]
+                            [--problems 3200] [--rounds 3] [--work DIR] [--only SOURCES]
 
 On the synthetic corpus (mined and generated here, as tests/generation/synthetic_build.py
 does; 384x288 images) it writes, for every crop of the data set:
@@ -24,7 +24,8 @@ Every reader is warmed by one untimed pass first: the workers are persistent and
 started when the clock runs (steady state; their start is printed apart), and the bare
 reader has its pages and buffers in place too. Each batch is consumed by reading one byte of
 every 4 KiB page of its panels, the same for every reader, so what is timed is the delivery.
-Each figure is the best of `--rounds` passes; one more pass of the 2-worker `VPROM.loader`
+Each figure is the best of `--rounds` passes, the readers' passes taken in turn within each
+round (a drift in the machine's load falls on all of them alike); one more pass of the 2-worker `VPROM.loader`
 gives the CPU time a batch costs its main process and its workers (from /proc). A plain
 DataLoader's worker hands each batch to the main process in a fresh shared-memory segment
 (torch's transport); what one batch's segment costs here is printed too. `--batch` takes a
@@ -124,13 +125,7 @@ def touch(panels: torch.Tensor) -> None:
 
 
 def best(fn, rounds: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return interleaved({0: fn}, rounds)[0]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -149,10 +144,8 @@ def cpu_per_batch(loader, one_pass) -> tuple[float, float]:
             1000 * (sum(map(cpu_seconds, pids)) - workers) / batches)
 
 
-def loader_rate(data: VPROM, order: list, batch: int, workers: int, rounds: int,
-                batched: bool) -> tuple[float, float, tuple | None]:
-    """(problems/s in the steady state, seconds to the first batch of a fresh loader, CPU
-    ms per batch of the main process and the workers with workers, else None)."""
+def make_loader(data: VPROM, order: list, batch: int, workers: int, batched: bool):
+    """(the loader, seconds to its first batch): persistent workers, started."""
     if batched:
         loader = data.loader(batch, sampler=order, num_workers=workers,
                              persistent_workers=workers > 0)
@@ -161,13 +154,14 @@ def loader_rate(data: VPROM, order: list, batch: int, workers: int, rounds: int,
                             persistent_workers=workers > 0)
     start = time.perf_counter()
     touch(next(iter(loader))["panels"])
-    first = time.perf_counter() - start
+    return loader, time.perf_counter() - start
 
+
+def loader_pass(loader):
     def one_pass():
         for b in loader:
             touch(b["panels"])
-    rate = len(order) / best(one_pass, rounds)
-    return rate, first, cpu_per_batch(loader, one_pass) if workers else None
+    return one_pass
 
 
 def bare_reader(data: VPROM):
@@ -189,14 +183,28 @@ def bare_reader(data: VPROM):
     return lambda idx: torch.from_numpy(store.read_rows(data.rows[idx].ravel()))
 
 
-def bare_rate(data: VPROM, order: list, batch: int, rounds: int) -> float:
+def bare_pass(data: VPROM, order: list, batch: int):
     read = bare_reader(data)
     batches = [np.array(order[s:s + batch]) for s in range(0, len(order), batch)]
 
     def one_pass():
         for idx in batches:
             touch(read(idx))
-    return len(order) / best(one_pass, rounds)
+    return one_pass
+
+
+def interleaved(passes: dict, rounds: int) -> dict:
+    """Best seconds of each pass over `rounds` rounds, each round running every pass once
+    in turn (after one untimed warm-up round), so that a drift in machine load falls on all
+    of them alike."""
+    times = {key: [] for key in passes}
+    for r in range(rounds + 1):
+        for key, one_pass in passes.items():
+            start = time.perf_counter()
+            one_pass()
+            if r:
+                times[key].append(time.perf_counter() - start)
+    return {key: min(t) for key, t in times.items()}
 
 
 def transport_ms(data: VPROM, batch: int, rounds: int = 20) -> float:
@@ -215,17 +223,20 @@ def transport_ms(data: VPROM, batch: int, rounds: int = 20) -> float:
 
 def throughput(name: str, data: VPROM, batch: int, args) -> None:
     order = (list(range(len(data))) * (args.problems // len(data) + 1))[:args.problems]
-    bare = bare_rate(data, order, batch, args.rounds)
-    rates = {}
+    passes, loaders, first = {"bare": bare_pass(data, order, batch)}, {}, {}
     for batched in (False, True):
         for workers in (0, 2):
-            rates[batched, workers] = loader_rate(data, order, batch, workers, args.rounds,
-                                                  batched)
-    items0, items2, whole0, whole2 = (rates[k][0] for k in sorted(rates))
-    cpu_main, cpu_workers = rates[True, 2][2]
+            key = batched, workers
+            loaders[key], first[key] = make_loader(data, order, batch, workers, batched)
+            passes[key] = loader_pass(loaders[key])
+    rates = {key: len(order) / seconds for key, seconds in
+             interleaved(passes, args.rounds).items()}
+    bare = rates.pop("bare")
+    items0, items2, whole0, whole2 = (rates[k] for k in sorted(rates))
+    cpu_main, cpu_workers = cpu_per_batch(loaders[True, 2], passes[True, 2])
     print(f"{name:14s} {batch:5d} {bare:9.0f} {items0:10.0f} {items2:10.0f} {whole0:10.0f} "
           f"{whole2:10.0f} {items2 / bare:7.2f} {whole2 / bare:7.2f} {items0 / bare:7.2f} "
-          f"{whole0 / bare:7.2f} {rates[True, 2][1]:7.2f} {transport_ms(data, batch):9.1f} "
+          f"{whole0 / bare:7.2f} {first[True, 2]:7.2f} {transport_ms(data, batch):9.1f} "
           f"{1000 * batch / bare:8.2f} {cpu_main:8.2f} {cpu_workers:8.2f}", flush=True)
 
 
@@ -266,7 +277,7 @@ def main() -> None:
     p.add_argument("--scale", type=float, default=0.003)
     p.add_argument("--batch", default="32", help="batch sizes, comma-separated")
     p.add_argument("--problems", type=int, default=3200, help="problems in a timed pass")
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--jpeg-problems", type=int, default=40)
     p.add_argument("--only", default="", help="comma-separated sources to time (default all)")
     p.add_argument("--work", type=Path, default=None, help="keep the inputs here")

@@ -9,16 +9,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.own_model_fixture import write_features
 from vprom.features.crop_store import StoreJob, build_crop_store
 from vprom.tables import read_matrix_table
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_worked_example_trains_predicts_and_scores(synthetic_build, tmp_path):
+@pytest.mark.parametrize("source", ["crops", "features"])
+def test_the_worked_example_trains_predicts_and_scores(synthetic_build, tmp_path, source):
     dataset, vg = synthetic_build
-    store = build_crop_store(StoreJob(dataset, vg, 24, tmp_path / "crops.h5", workers=2),
-                             log=lambda _: None)
+    if source == "crops":
+        store = build_crop_store(StoreJob(dataset, vg, 24, tmp_path / "crops.h5", workers=2),
+                                 log=lambda _: None)
+    else:  # pooled features in FEATS.h5's layout (random values: the run, not the accuracy)
+        store = write_features(dataset, tmp_path / "feats.h5", maps=False)
     env = os.environ | {"PYTHONPATH": os.pathsep.join(
         [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "own_model.py"),

@@ -143,11 +143,12 @@ def test_a_source_from_another_data_set_is_refused(own_build):
         VPROM(own_build.other, source=own_build.features)
 
 
-def test_a_source_that_does_not_cover_the_split_is_refused(own_build, tmp_path):
+@pytest.mark.parametrize("source", ["features", "maps"])
+def test_a_source_that_does_not_cover_the_split_is_refused(own_build, tmp_path, source):
     short = tmp_path / "short.h5"
-    with h5py.File(own_build.features, "r") as src, h5py.File(short, "w") as h5:
+    with h5py.File(getattr(own_build, source), "r") as src, h5py.File(short, "w") as h5:
         h5.create_dataset("crop_id", data=src["crop_id"][:-20])
-        h5.create_dataset("features", data=src["features"][:-20])
+        h5.create_dataset(source, data=src[source][:-20])
         for k, v in src.attrs.items():
             h5.attrs[k] = v
     with pytest.raises(VpromError, match=r"short.h5: no features for crop id \d+ \(\d+ of"):

@@ -35,18 +35,30 @@ def data_of(build, source: str) -> VPROM:
 
 
 @pytest.mark.parametrize("source", ["features", "maps", "crops"])
-@pytest.mark.parametrize("workers", [0, 2])
-def test_the_loader_gives_the_batches_of_batch(own_build, source, workers):
+@pytest.mark.parametrize("workers,group", [(0, None), (2, None), (2, 1), (2, 2)])
+def test_the_loader_gives_the_batches_of_batch(own_build, source, workers, group):
     data = data_of(own_build, source)
     order = [5, 1, 3, 0, 2, 4, 6]
     rings = set(shipping._maps)
-    batches = list(loader(data, 3, sampler=order, num_workers=workers))
-    assert len(batches) == 3  # 3 + 3 + 1, the last one short
+    got = loader(data, 3, sampler=order, num_workers=workers, group=group)
+    batches = list(got)
+    assert len(batches) == len(got) == 3  # 3 + 3 + 1, the last one short
     for k, batch in enumerate(batches):
         same(batch, data.batch(order[3 * k:3 * k + 3]))
     new = set(shipping._maps) - rings
-    assert len(new) == (2 if workers else 0)  # each worker's ring carried the panels
+    # each worker that got a message made a ring: by default all 3 batches go in one
+    assert len(new) == {0: 0, 2: 1 if group in (None, 3) else 2}[workers]
     assert os.getpid() not in {pid for pid, _ in new}
+
+
+def test_a_message_carries_batches_of_256_problems_up_to_16_mb(own_build):
+    data = data_of(own_build, "features")
+    problem = data.batch([0])["panels"].nbytes
+    assert shipping.group_size(data, 32, workers=0) == 1
+    assert shipping.group_size(data, 32, workers=2) == min(8, (16 << 20) // (32 * problem))
+    assert shipping.group_size(data, 300, workers=2) == 1
+    big = max(1, (16 << 20) // problem)  # a batch whose panels pass 16 MB goes alone
+    assert shipping.group_size(data, big, workers=2) == 1
 
 
 def test_batches_the_user_keeps_are_never_overwritten(own_build):
@@ -96,10 +108,10 @@ def test_without_memfd_workers_hand_batches_over_torchs_way(own_build, monkeypat
     data = data_of(own_build, "features")
     batches = shipping.Batches(data, slots=4)
     monkeypatch.setattr(shipping, "get_worker_info", lambda: object())  # as in a worker
-    assert isinstance(batches[[0, 1]], shipping.Parcel)
+    assert isinstance(batches[[[0, 1]]][0], shipping.Parcel)
     fresh = shipping.Batches(data, slots=4)
     monkeypatch.delattr(os, "memfd_create")
-    got = fresh[[0, 1]]
+    got, = fresh[[[0, 1]]]
     assert isinstance(got, dict) and fresh.ring is None
     same(got, data.batch([0, 1]))
 
@@ -117,3 +129,42 @@ def test_a_distributed_sampler_gives_each_rank_its_share(own_build):
     assert np.array_equal(np.sort(np.concatenate([b["id"].numpy() for b in
                                                   loader(data, 4, shuffle=True)])),
                           np.sort(data.ids))
+
+
+def _rank(rank: int, dataset: str, source: str, rendezvous: str, out: str) -> None:
+    """One DDP rank: gloo, a DistributedSampler, the loader with a worker of its own."""
+    import json
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
+    try:
+        data = VPROM(dataset, "neutral", "train", source=source, shuffle_candidates=True)
+        sampler = DistributedSampler(data, shuffle=True, seed=5)
+        sampler.set_epoch(3)
+        ids = [i for b in loader(data, 3, sampler=sampler, num_workers=1) for i in b["id"].tolist()]
+        with open(f"{out}.{rank}", "w") as f:
+            json.dump(ids, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_ddp_processes_each_read_their_sampler_share(own_build, tmp_path):
+    import json
+
+    import torch.multiprocessing as mp
+
+    args = (str(own_build.dataset), str(own_build.crops), str(tmp_path / "rendezvous"),
+            str(tmp_path / "ids"))
+    mp.start_processes(_rank, args=args, nprocs=2, start_method="spawn")
+    data = VPROM(own_build.dataset, "neutral", "train", source=own_build.crops)
+    shares = []
+    for rank in range(2):
+        sampler = DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=5)
+        sampler.set_epoch(3)
+        want = [int(data.ids[i]) for i in sampler]
+        got = json.loads((tmp_path / f"ids.{rank}").read_text())
+        assert got == want  # the rank's share, in its sampler's order
+        shares.append(set(got))
+    assert shares[0] | shares[1] == set(data.ids.tolist())
+    assert len(shares[0] & shares[1]) <= len(data) % 2  # DistributedSampler pads odd sizes

@@ -227,15 +227,16 @@ class VPROM(torch.utils.data.Dataset):
             return self.batch(index)
         return self.__getitems__([index])[0]
 
-    def _gather(self, indices, out=None) -> tuple[np.ndarray, torch.Tensor, list[int]]:
-        """(indices, panels [B, 16, ...] read together, answers) after the augmentations."""
+    def _gather(self, indices, out=None) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
+        """(indices, panels [B, 16, ...] read together, answers int64 [B]) after the
+        augmentations."""
         indices = self._indices(indices)
         if self.shuffle_candidates or self.swap_rows:
             orders = [self.order(i) for i in indices.tolist()]
             rows = np.stack([self.rows[i][o] for i, (o, _) in zip(indices, orders)])
-            answers = [answer for _, answer in orders]
+            answers = np.array([answer for _, answer in orders], dtype=np.int64)
         else:  # the stored order: one vectorised look-up
-            rows, answers = self.rows[indices], self.answer[indices].tolist()
+            rows, answers = self.rows[indices], self.answer[indices]
         panels = self._read(rows.reshape(-1), out)
         return indices, panels.view(len(indices), N_PANELS, *panels.shape[1:]), answers
 
@@ -244,7 +245,7 @@ class VPROM(torch.utils.data.Dataset):
         once per batch: one gather, or one pass over the file, instead of one per problem)."""
         indices, panels, answers = self._gather(indices)
         return [self._item(i, panels[k], a)
-                for k, (i, a) in enumerate(zip(indices.tolist(), answers))]
+                for k, (i, a) in enumerate(zip(indices.tolist(), answers.tolist()))]
 
     def batch(self, indices, out=None) -> dict:
         """The problems at `indices` as one batch, already collated: `panels` [B, 16, ...]
@@ -255,7 +256,7 @@ class VPROM(torch.utils.data.Dataset):
         indices, panels, answers = self._gather(indices, None if transform else out)
         if transform:
             panels = _placed(torch.stack([self.transform(p) for p in panels]), out)
-        return {"panels": panels, "answer": torch.tensor(answers, dtype=torch.int64),
+        return {"panels": panels, "answer": torch.from_numpy(answers),
                 "id": torch.from_numpy(self.ids[indices]),
                 **{key: list(map(str, getattr(self, key)[indices].tolist()))
                    for key in ("relation", "element_type", "element", "super_attribute")}}
