@@ -25,11 +25,12 @@ started when the clock runs (steady state; their start is printed apart), and th
 reader has its pages and buffers in place too. Each batch is consumed by reading one byte of
 every 4 KiB page of its panels, the same for every reader, so what is timed is the delivery.
 Each figure is the best of `--rounds` passes, the readers' passes taken in turn within each
-round (a drift in the machine's load falls on all of them alike); one more pass of the 2-worker `VPROM.loader`
-gives the CPU time a batch costs its main process and its workers (from /proc). A plain
-DataLoader's worker hands each batch to the main process in a fresh shared-memory segment
-(torch's transport); what one batch's segment costs here is printed too. `--batch` takes a
-list: each size is timed in turn.
+round (a drift in the machine's load falls on all of them alike); pooled features pass in
+~40 ms at the default size, so time them with `--problems 12800`. One more pass of the
+2-worker `VPROM.loader` gives the CPU time a batch costs its main process and its workers
+(from /proc). A plain DataLoader's worker hands each batch to the main process in a fresh
+shared-memory segment (torch's transport); what one batch's segment costs here is printed
+too. `--batch` takes a list: each size is timed in turn.
 
 Pixels per problem (single process, the same `--jpeg-problems` problems for each): decoding
 their 16 panels from the JPEGs (`features.crops.decode_crops`, the rule the store was made
@@ -124,10 +125,6 @@ def touch(panels: torch.Tensor) -> None:
     panels.reshape(-1).view(torch.uint8)[::4096].sum()
 
 
-def best(fn, rounds: int) -> float:
-    return interleaved({0: fn}, rounds)[0]
-
-
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process `pid` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -205,6 +202,10 @@ def interleaved(passes: dict, rounds: int) -> dict:
             if r:
                 times[key].append(time.perf_counter() - start)
     return {key: min(t) for key, t in times.items()}
+
+
+def best(fn, rounds: int) -> float:
+    return interleaved({0: fn}, rounds)[0]
 
 
 def transport_ms(data: VPROM, batch: int, rounds: int = 20) -> float:
