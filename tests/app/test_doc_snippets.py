@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.own_model_fixture import own_build  # noqa: F401 (fixture)
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 FIRST = DOCS / "python-api.md"
@@ -89,3 +91,20 @@ def test_every_docs_snippet_runs(tmp_path, monkeypatch):
         except Exception as e:  # every failing snippet is reported, not only the first
             failed.append(f"docs/{page.name}:{line}: {type(e).__name__}: {e}")
     assert not failed, "\n".join(failed)
+
+
+def test_the_readme_snippet_gives_a_split_parts_ids(own_build, tmp_path, monkeypatch):
+    import shutil
+
+    import numpy as np
+
+    from vprom.tables import read_matrix_table
+
+    [(_, code)] = snippets(ROOT / "README.md")
+    (tmp_path / "build" / "demo").mkdir(parents=True)
+    shutil.copy(own_build.dataset, tmp_path / "build" / "demo" / "dataset.h5")
+    monkeypatch.chdir(tmp_path)
+    names = {}
+    exec(compile(code, "README.md", "exec"), names)
+    want = read_matrix_table(own_build.dataset).splits["neutral"]["test"]
+    assert len(code.strip().splitlines()) == 3 and np.array_equal(names["ids"], want)
