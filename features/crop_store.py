@@ -45,11 +45,14 @@ import numpy as np
 from vprom.errors import VpromError
 from vprom.images import ImageIndex
 from vprom.io import OpenFile, atomic_path, check_output, make_manifest
+from vprom.outputs import remove_work_folder
 from vprom.provenance import dataset_content_hash
 from vprom.tables import open_h5, read_crop_table, read_matrix_table, set_manifest
 
 KIND = "vprom-crops"
 LAYOUT = "pixels: uint8 (N, 3, S, S) RGB, channels first, one crop per HDF5 chunk"
+#: what `<out>.partial/` holds; a work folder with anything else is not removed
+WORK_FILES = ("chunk-*.npy", "plan.json")
 COMPRESSIONS = ("none", "gzip", "lzf")
 #: crops in the full V-PROM: Table 1's 143,634 panel images (an upper bound on distinct crops)
 FULL_SCALE_CROPS = 143_634
@@ -137,8 +140,9 @@ def _work_folder(job: StoreJob, content: str, n_chunks: int) -> Path:
     record = {"dataset_content_hash": content, "size": job.size, "chunk_crops": job.chunk_crops,
               "chunks": n_chunks, "resize": RESIZE, "chunking": "whole images"}
     recorded = folder / "plan.json"
-    if folder.is_dir() and (not recorded.is_file() or json.loads(recorded.read_text()) != record):
-        shutil.rmtree(folder)  # our own work folder, from other settings: its chunks are stale
+    if (folder.exists() or folder.is_symlink()) and (
+            not recorded.is_file() or json.loads(recorded.read_text()) != record):
+        remove_work_folder(folder, WORK_FILES)  # ours, from other settings: stale chunks
     folder.mkdir(parents=True, exist_ok=True)
     recorded.write_text(json.dumps(record, sort_keys=True))
     return folder

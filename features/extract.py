@@ -30,7 +30,6 @@ the `crop_id` and `features` datasets are byte-identical however the work was sp
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -50,7 +49,7 @@ from vprom.features.decoding import cores_per_process, resolve_decoder
 from vprom.features.job import Job, check_space, config_hash, fingerprint
 from vprom.images import ImageIndex
 from vprom.io import write_json
-from vprom.outputs import writes
+from vprom.outputs import remove_work_folder, writes
 from vprom.runtime import World, joined_world
 from vprom.stamps import differences
 from vprom.tables import read_crop_table
@@ -61,6 +60,8 @@ MAX_GPU_WORKERS = 16
 # at every layer, so ~0.5 s of decoding slowed resnet18's forwards by seconds
 # (docs/extraction-speed.md); alone, it costs its own time (~6% of resnet18's forward).
 DEFAULT_CPU_WORKERS = 0
+#: what `<out>.partial/` holds; a work folder with anything else is not removed
+WORK_FILES = ("chunk-*.npy", "chunk-*.json", "config.json")
 
 
 @dataclass
@@ -217,7 +218,7 @@ def _open_partial(job: Job) -> None:
     if partial.exists():
         if not job.config.resume:
             print(f"{partial}: --no-resume: discarding the partial extraction", file=sys.stderr)
-            shutil.rmtree(partial)
+            remove_work_folder(partial, WORK_FILES)
         else:
             try:
                 old = json.loads(config_file.read_text(encoding="utf-8"))
@@ -228,7 +229,7 @@ def _open_partial(job: Job) -> None:
                 why = (f"made with other settings ({', '.join(changed)} differ)" if changed
                        else "has no readable config.json")
                 print(f"{partial}: {why}; starting over", file=sys.stderr)
-                shutil.rmtree(partial)
+                remove_work_folder(partial, WORK_FILES)
             else:
                 done = sum(job.chunk_done(c) for c in range(len(job.layout.chunks)))
                 print(f"{partial}: resuming, {done} of {len(job.layout.chunks)} chunks done",

@@ -32,6 +32,7 @@ import functools
 import inspect
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -176,6 +177,17 @@ def _ours_only(folder: Path, names: Iterable[str]) -> bool:
     patterns = tuple(names)
     return all(any(fnmatch.fnmatchcase(p.name, n) for n in patterns) or (
         p.name.startswith(".") and p.name.endswith((".part", ".lock"))) for p in folder.iterdir())
+
+
+def remove_work_folder(folder: Path, names: Iterable[str]) -> None:
+    """Remove `folder`, a command's own work folder (`<out>.partial`), when it holds only
+    `names` (and temporaries of ours); refuse one that holds anything else, or is no folder:
+    then it is not ours to delete."""
+    if folder.is_symlink() or not folder.is_dir() or not _ours_only(folder, names):
+        raise VpromError(f"{folder}: is where this command keeps its partial work, but holds "
+                         "what vprom did not write there, so it is left as it is; move it "
+                         "away and run again")
+    shutil.rmtree(folder)
 
 
 def check_owned(out: Path, kinds: Iterable[str] | None, names: Iterable[str] = (),

@@ -125,6 +125,17 @@ def test_a_work_folder_of_other_settings_is_started_over(small, tmp_path):
     assert np.array_equal(stored(out)[1], stored(fresh)[1])
 
 
+def test_a_work_folder_holding_a_users_files_is_never_removed(small, tmp_path):
+    dataset, vg = small
+    mine = tmp_path / "crops.h5.partial" / "notes.txt"
+    mine.parent.mkdir()
+    mine.write_text("not vprom's")
+    with pytest.raises(VpromError, match=r"crops.h5.partial: .*what vprom did not write"):
+        build_crop_store(StoreJob(dataset, vg, 12, tmp_path / "crops.h5", workers=1),
+                         log=lambda _: None)
+    assert mine.read_text() == "not vprom's" and not (tmp_path / "crops.h5").exists()
+
+
 def test_the_command_writes_a_store_and_its_help_gives_the_sizes(small, tmp_path):
     from vprom.app.cli import main
 

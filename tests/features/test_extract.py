@@ -149,6 +149,18 @@ def test_a_partial_run_with_other_settings_is_started_over(dataset, vg_dir, tmp_
     assert datasets(out) == datasets(whole)
 
 
+@pytest.mark.parametrize("resume", [True, False])
+def test_a_partial_folder_holding_a_users_files_is_never_removed(dataset, vg_dir, tmp_path,
+                                                                 resume):
+    out = tmp_path / "f.h5"
+    mine = tmp_path / "f.h5.partial" / "notes.txt"
+    mine.parent.mkdir()
+    mine.write_text("not vprom's")
+    with pytest.raises(VpromError, match=r"f.h5.partial: .*what vprom did not write"):
+        extract(config(dataset, vg_dir, out, resume=resume))
+    assert mine.read_text() == "not vprom's" and not out.exists()
+
+
 def test_missing_and_corrupt_images_fail_the_run_unless_allowed(dataset, vg_dir, tmp_path):
     (vg_dir / "VG_100K_2" / "14.jpg").unlink()  # crop 108
     (vg_dir / "VG_100K" / "15.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")  # 109, 111
