@@ -37,6 +37,7 @@ import shutil
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import h5py
@@ -48,7 +49,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vprom.features.backbones import get_backbone  # noqa: E402
 from vprom.features.crops import decode_crops  # noqa: E402
-from vprom.features.decoding import clip_boxes, crop_resize, read_bytes, torch_image  # noqa: E402
+from vprom.features.decoding import (  # noqa: E402
+    clip_boxes,
+    crop_resize,
+    crop_resize_many,
+    decode_many,
+    read_bytes,
+    torch_image,
+)
 from vprom.features.config import ExtractConfig  # noqa: E402
 from vprom.features.extract import _autocast_dtype, extract  # noqa: E402
 from vprom.features.pipeline import embed  # noqa: E402
@@ -144,6 +152,57 @@ def decode_cost(dataset: Path, vg: Path, images: int = 200, size: int = 224) -> 
             "pillow_crop": 1000 * pillow / n, "torch": 1000 * tensors / len(ids)}
 
 
+def device_stages(dataset: Path, vg: Path, device: torch.device, batch: int,
+                  calls: int = 20, size: int = 224) -> dict:
+    """The `gpu` decoder's stages alone on the device, each timed to a synchronisation, over
+    `calls` batches of the corpus's images as the loop makes them (about `batch` crops each):
+    nvjpeg's batched decode (`decode_many`), and the crops image by image (`crop_resize`) and
+    batch-wide (`crop_resize_many`, which the loop runs on CUDA) - what the GPU can take,
+    against the rates the loop reaches."""
+    crops = read_crop_table(dataset)
+    boxes = np.stack([crops.x, crops.y, crops.w, crops.h], axis=1)
+    order = np.argsort(crops.image_id, kind="stable")
+    ids, starts = np.unique(crops.image_id[order], return_index=True)
+    ends = np.r_[starts[1:], len(order)]
+    groups, current, n = [], [], 0
+    for image_id, a, b in zip(ids.tolist(), starts, ends):
+        current.append((image_id, boxes[order[a:b]]))
+        n += b - a
+        if n >= batch:
+            groups.append(current)
+            current, n = [], 0
+        if len(groups) == calls:
+            break
+    cuda = device.type == "cuda"
+    sync = partial(torch.cuda.synchronize, device) if cuda else lambda: None
+    datas = [[read_bytes(vg / "VG_100K" / f"{i}.jpg") for i, _ in g] for g in groups]
+    datas = [[d.pin_memory() for d in g] for g in datas] if cuda else datas
+    decode_many(datas[0], device)  # nvjpeg's start
+    sync()
+    start = time.perf_counter()
+    images = [decode_many(d, device) for d in datas]
+    sync()
+    decode = time.perf_counter() - start
+    corners = [[[c for c in clip_boxes(b, image.shape[2], image.shape[1])[0] if c is not None]
+                for (_, b), image in zip(group, decoded)]
+               for group, decoded in zip(groups, images)]
+    start = time.perf_counter()
+    for decoded, cs in zip(images, corners):
+        for image, c in zip(decoded, cs):
+            crop_resize(image, c, size)
+    sync()
+    one_by_one = time.perf_counter() - start
+    start = time.perf_counter()
+    for decoded, cs in zip(images, corners):
+        crop_resize_many(decoded, cs, size, dtype=torch.float16 if cuda else torch.float32)
+    sync()
+    batched = time.perf_counter() - start
+    n_images = sum(len(g) for g in groups)
+    n_crops = sum(len(b) for g in groups for _, b in g)
+    return {"images": n_images, "crops": n_crops, "decode": n_images / decode,
+            "crop": n_crops / one_by_one, "many": n_crops / batched}
+
+
 class BareForward:
     """The trunk + pooling + L2 on ready uint8 batches on the device: no decoding, no files."""
 
@@ -236,6 +295,12 @@ def main(argv=None) -> None:
         print(f"decoding + cropping on one core ({cost['images']} images): Pillow "
               f"{cost['pillow']:.1f} ms/image ({cost['pillow_crop']:.1f} ms/crop); torchvision + "
               f"torch resize {cost['torch']:.1f} ms/image", flush=True)
+        if cuda and "gpu" in args.decoders.split(","):
+            st = device_stages(dataset, vg, torch.device(args.device), args.batch_size)
+            print(f"gpu decoder's stages alone ({st['images']} images, {st['crops']} crops, "
+                  f"batches of ~{args.batch_size} crops): nvjpeg decode {st['decode']:.0f} "
+                  f"images/s; crops image by image {st['crop']:.0f} crops/s, batch-wide "
+                  f"{st['many']:.0f} crops/s", flush=True)
         device = (torch.cuda.get_device_name(args.device) if cuda else
                   f"cpu, {torch.get_num_threads()} threads")
         print(f"torch {torch.__version__}, {device}, batch {args.batch_size}, weights random, "

@@ -61,7 +61,7 @@ class ExtractConfig:
     decode: str = option("auto", choices=DECODERS, help=(
         "where JPEGs are decoded: cpu = Pillow in the workers; gpu = torchvision on the device "
         "(nvjpeg; on a CPU device torchvision's CPU decoder in the workers); auto (default) = "
-        "gpu on CUDA nodes with under 12 CPU cores per GPU, else cpu"))
+        "gpu on CUDA nodes with under 24 CPU cores per GPU, else cpu"))
     region: str = option("crop", choices=REGIONS, help=(
         "crop (default): each box warped to SxS through the whole trunk; roi (bottomup-r101): "
         "the detector's procedure: whole image at shorter side 600, res4 once per image, 14x14 "

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from functools import partial
 
 import numpy as np
@@ -44,6 +44,7 @@ from vprom.features.decoding import (
     clip_boxes,
     cores_per_process,
     crop_resize,
+    crop_resize_many,
     decode_many,
 )
 from vprom.features.job import DTYPES, TORCH_DTYPES, Job, check_space
@@ -85,55 +86,68 @@ class Pending:
 
 
 class HostTransfers:
-    """A CPU device: every operation is synchronous."""
+    """A CPU device: every operation is synchronous, and nothing is prepared ahead."""
+
+    ahead = 0  # batches prepared ahead of the forward, in a thread
 
     def __init__(self, device: torch.device):
         self.device = device
 
+    def running(self):
+        return nullcontext()
+
+    def prepare(self, fn, *args) -> tuple:
+        return fn(*args), None
+
     def upload(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.to(self.device)
 
-    def side(self):
-        return nullcontext()
-
-    def hand_over(self, tensor: torch.Tensor) -> torch.Tensor:
-        return tensor
+    def take(self, ready, tensors: list) -> None:
+        pass
 
     def download(self, tensor: torch.Tensor) -> Pending:
         return Pending(tensor.cpu())
 
 
 class CudaTransfers(HostTransfers):
-    """Copies in and preparation on one side stream, copies out on another, events between."""
+    """Preparation (copies in, decoding, cropping) on an inbound stream, in a thread up to
+    `ahead` batches before the forward; the forward on a compute stream; copies out on an
+    outbound stream; events between. None of them is the legacy default stream, whose work
+    waits for every other stream's: a library call that syncs there (nvjpeg's) would else
+    wait for the forwards queued before it."""
+
+    ahead = 2
 
     def __init__(self, device: torch.device, api=CudaApi):
         super().__init__(device)
         self.api = api
-        self.inbound, self.outbound = api.Stream(device), api.Stream(device)
+        self.compute, self.inbound, self.outbound = (api.Stream(device) for _ in range(3))
+        self.compute.wait_stream(api.current_stream(device))  # the model's weights, uploaded
 
-    def _compute(self):
-        return self.api.current_stream(self.device)
+    def running(self):
+        """The loop's forwards run on the compute stream."""
+        return self.api.stream(self.compute)
 
-    @contextmanager
-    def side(self):
-        """Work queued inside runs on the inbound stream; the compute stream waits for it."""
+    def prepare(self, fn, *args) -> tuple:
+        """fn(*args) queued on the inbound stream, and an event recorded after it."""
         with self.api.stream(self.inbound):
-            yield
-        self._compute().wait_stream(self.inbound)
-
-    def hand_over(self, tensor: torch.Tensor) -> torch.Tensor:
-        """A tensor made on the side stream, now used on the compute stream: its memory must
-        not be reused before the compute stream is done with it."""
-        self.api.record(tensor, self._compute())
-        return tensor
+            out = fn(*args)
+            ready = self.api.Event()
+            ready.record(self.inbound)
+        return out, ready
 
     def upload(self, tensor: torch.Tensor) -> torch.Tensor:
-        with self.side():
-            out = tensor.to(self.device, non_blocking=True)
-        return self.hand_over(out)
+        return tensor.to(self.device, non_blocking=True)
+
+    def take(self, ready, tensors: list) -> None:
+        """Tensors `prepare` made, now used on the compute stream: it waits for their event,
+        and their memory is not reused before it is done with them."""
+        self.compute.wait_event(ready)
+        for tensor in tensors:
+            self.api.record(tensor, self.compute)
 
     def download(self, tensor: torch.Tensor) -> Pending:
-        self.outbound.wait_stream(self._compute())
+        self.outbound.wait_stream(self.compute)
         with self.api.stream(self.outbound):
             host = self.api.pinned(tensor)
             host.copy_(tensor, non_blocking=True)
@@ -167,32 +181,37 @@ def embed(model: torch.nn.Module, pixels: torch.Tensor, backbone: Backbone,
 
 
 class Forward:
-    """A `Batch` -> (units, its stored rows queued on the device, failures)."""
+    """A `Batch` -> `prepare` (copies in, decoding, cropping) -> `__call__` (the forward) ->
+    (units, its stored rows queued on the device, failures)."""
 
     def __init__(self, job: Job, model: torch.nn.Module, transfers: HostTransfers):
         self.job, self.model, self.transfers = job, model, transfers
         self.device = job.world.device
         self.dtype = TORCH_DTYPES[job.config.dtype]
 
+    def prepare(self, batch: Batch) -> tuple:
+        """(units, parts, failures) queued on the device, and the event that says ready."""
+        return self.transfers.prepare(self._prepare, batch)
+
     @torch.inference_mode()
-    def __call__(self, batch: Batch) -> tuple[np.ndarray, torch.Tensor | None, list]:
-        job, failed = self.job, list(batch.failed)
-        units, parts = [], []
+    def _prepare(self, batch: Batch) -> tuple[list, list, list]:
+        failed, units, parts = list(batch.failed), [], []
         if len(batch.units):
             units.append(batch.units)
             parts.append(self.transfers.upload(batch.pixels))
-        if batch.sources:
-            with self.transfers.side():
-                prepared = self._prepare(batch.sources, failed)
-            for source_units, payload in prepared:
-                units.append(source_units)
-                if isinstance(payload, tuple):  # region roi: (image, corners)
-                    payload = (self.transfers.hand_over(payload[0]), payload[1])
-                else:
-                    payload = self.transfers.hand_over(payload)
-                parts.append(payload)
+        for source_units, payload in self._sources(batch.sources, failed):
+            units.append(source_units)
+            parts.append(payload)
+        return units, parts, failed
+
+    @torch.inference_mode()
+    def __call__(self, prepared: tuple) -> tuple[np.ndarray, torch.Tensor | None, list]:
+        (units, parts, failed), ready = prepared
+        job = self.job
         if not units:
             return np.zeros(0, np.int64), None, failed
+        # region roi's parts are (image, corners)
+        self.transfers.take(ready, [p[0] if isinstance(p, tuple) else p for p in parts])
         if job.config.region == "roi":
             out = self._regions(parts)
         else:
@@ -201,13 +220,13 @@ class Forward:
                         job.config.pool)
         return np.concatenate(units), out.to(self.dtype), failed
 
-    def _prepare(self, sources: list, failed: list) -> list:
-        """Decode on the device (if still encoded), clip the boxes; crops for region crop,
-        (image, corners) for region roi."""
+    def _sources(self, sources: list, failed: list) -> list:
+        """Decode on the device (if still encoded), clip the boxes; (units, crops) of all
+        the images for region crop, (units, (image, corners)) per image for region roi."""
         encoded = [s for s in sources if s.encoded]
         decoded = dict(zip(map(id, encoded), decode_many([s.data for s in encoded],
                                                          self.device)))
-        out = []
+        kept = []
         for s in sources:
             image = decoded.get(id(s), s.data)
             if isinstance(image, Exception):
@@ -219,16 +238,20 @@ class Forward:
             failed += [(int(u), s.path, f"image {s.image_id}: {e}")
                        for u, e in zip(s.units, errors) if e is not None]
             ok = [e is None for e in errors]
-            if not any(ok):
-                continue
-            kept = [c for c, k in zip(corners, ok) if k]
-            if self.job.config.region == "roi":
-                out.append((s.units[ok], (image, kept)))
-            else:
-                pre = self.job.backbone.preprocess
-                out.append((s.units[ok], crop_resize(image, kept, self.job.size,
-                                                     pre.interpolation, pre.crop_pct)))
-        return out
+            if any(ok):
+                kept.append((s.units[ok], image, [c for c, k in zip(corners, ok) if k]))
+        if self.job.config.region == "roi":
+            return [(units, (image, corners)) for units, image, corners in kept]
+        if not kept:
+            return []
+        units, images, corners = zip(*kept)
+        return [(np.concatenate(units), cut_crops(list(images), list(corners), self.job.size,
+                                                  self.job.backbone.preprocess,
+                                                  self.batched_crops))]
+
+    @property
+    def batched_crops(self) -> bool:
+        return self.device.type == "cuda"
 
     def _regions(self, parts: list) -> torch.Tensor:
         job = self.job
@@ -237,6 +260,16 @@ class Forward:
                                 job.backbone.region_head, short, long, job.autocast)
                  for image, corners in parts]
         return finish(region_maps(self.model, torch.cat(cells), job.autocast), job.config.pool)
+
+
+def cut_crops(images: list, corners: list, size: int, preprocess, batched: bool) -> torch.Tensor:
+    """The crops of decoded images, in order: `batched` (on CUDA) by `crop_resize_many` in half
+    precision, else image by image by `crop_resize` (what the workers run)."""
+    if batched:
+        return crop_resize_many(images, corners, size, preprocess.interpolation,
+                                preprocess.crop_pct)
+    return torch.cat([crop_resize(image, c, size, preprocess.interpolation,
+                                  preprocess.crop_pct) for image, c in zip(images, corners)])
 
 
 def row_shape(job: Job, model: torch.nn.Module) -> tuple:
@@ -367,9 +400,9 @@ def run_chunks(job: Job, api=CudaApi) -> int:
         done += n
         bar.update(n)
 
-    with bar:
-        for c, batch in zip(chunk_of, batches):
-            units, result, failed = forward(batch)
+    with bar, transfers.running():
+        for c, prepared in zip(chunk_of, ahead(batches, forward.prepare, transfers.ahead)):
+            units, result, failed = forward(prepared)
             queue.append((c, units, None if result is None else transfers.download(result),
                           failed))
             while len(queue) > job.config.in_flight:  # wait only with newer batches queued
@@ -377,6 +410,22 @@ def run_chunks(job: Job, api=CudaApi) -> int:
         while queue:
             land()
     return done
+
+
+def ahead(items, fn, depth: int):
+    """fn(item) for each item in order, computed up to `depth` items ahead in a thread (0:
+    in this thread, when asked)."""
+    if depth == 0:
+        yield from map(fn, items)
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="vprom-prepare") as pool:
+        queue = deque()
+        for item in items:
+            queue.append(pool.submit(fn, item))
+            if len(queue) > depth:
+                yield queue.popleft().result()
+        while queue:
+            yield queue.popleft().result()
 
 
 def write_chunk(job: Job, c: int, rows: np.ndarray, failed: list) -> None:

@@ -4,6 +4,7 @@ through a stand-in for the CUDA API."""
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 
 import numpy as np
@@ -31,8 +32,12 @@ class FakeCuda:
             def wait_stream(self, other):
                 api.log.append(("wait", self.name, other.name))
 
+            def wait_event(self, event):
+                api.log.append(("wait event", self.name, event.stream))
+
         class Event:
             def record(self, stream=None):
+                self.stream = stream.name
                 api.log.append(("event", stream.name))
 
             def synchronize(self):
@@ -93,16 +98,20 @@ def test_the_cuda_transfers_overlap_and_give_the_same_file(dataset, vg_dir, tmp_
     assert datasets(out) == datasets(plain)
     batches = 3  # 10 distinct boxes in batches of 4
     log = fake_cuda.log
-    assert fake_cuda.count("new stream") == 3  # compute + inbound + outbound
+    # stream0 is the default stream; then compute, inbound and outbound
+    assert fake_cuda.count("new stream") == 4
+    assert log.count(("wait", "stream1", "stream0")) == 1  # the model's upload, once
     assert fake_cuda.count("pinned") == batches and fake_cuda.count("synchronize") == batches
-    # every copy in runs on the inbound stream and the compute stream waits for it; every
-    # copy out waits for the compute stream and records an event on the outbound stream
-    assert log.count(("wait", "stream0", "stream1")) == batches
-    assert log.count(("wait", "stream2", "stream0")) == batches
-    assert log.count(("event", "stream2")) == batches
+    # every copy in runs on the inbound stream and the compute stream waits for its event;
+    # every copy out waits for the compute stream and records an event on the outbound stream
+    assert log.count(("on", "stream2")) == log.count(("event", "stream2")) == batches
+    assert log.count(("wait event", "stream1", "stream2")) == batches
+    assert log.count(("on", "stream1")) == 1  # the whole loop runs on the compute stream
+    assert log.count(("wait", "stream3", "stream1")) == batches
+    assert log.count(("event", "stream3")) == batches
     # results are awaited two batches late: the third batch is queued before the first wait
     first_wait = log.index(("synchronize",))
-    assert sum(e == ("event", "stream2") for e in log[:first_wait]) == 3
+    assert sum(e == ("event", "stream3") for e in log[:first_wait]) == 3
 
 
 @pytest.mark.parametrize("backbone, region", [("resnet18", "crop"),
@@ -133,6 +142,31 @@ def test_decoding_on_the_device_equals_decoding_in_the_workers(dataset, vg_dir, 
     assert datasets(device) == datasets(workers)
 
 
+def test_cuda_cuts_the_crops_of_a_batch_at_once_and_gives_nearly_the_same_file(
+        dataset, vg_dir, tmp_path, fake_cuda, monkeypatch):
+    """On CUDA the decoded images' crops are cut batch-wide in half precision
+    (`crop_resize_many`): the features are those of the workers' crops, within the change
+    that one grey level on a few pixels makes."""
+    import h5py
+
+    options = dict(decode="gpu", workers=0, input_size=32)
+    workers = tmp_path / "workers.h5"
+    extract(config(dataset, vg_dir, workers, **options))
+    use(monkeypatch, lambda device: pipeline.CudaTransfers(device, fake_cuda))
+    monkeypatch.setattr(Job, "decode_on_device", property(lambda job: job.decoder == "gpu"))
+    monkeypatch.setattr(pipeline.Forward, "batched_crops", True)
+    calls = []
+    many = pipeline.crop_resize_many
+    monkeypatch.setattr(pipeline, "crop_resize_many",
+                        lambda images, *args: calls.append(len(images)) or many(images, *args))
+    device = tmp_path / "device.h5"
+    extract(config(dataset, vg_dir, device, **options))
+    assert calls and max(calls) > 1  # several images a call
+    with h5py.File(workers, "r") as a, h5py.File(device, "r") as b:
+        assert np.array_equal(a["crop_id"][()], b["crop_id"][()])
+        assert np.abs(a["features"][()] - b["features"][()]).max() < 5e-3
+
+
 def test_a_chunk_is_written_when_its_last_batch_lands(dataset, vg_dir, tmp_path, monkeypatch):
     written = []
     write_chunk = pipeline.write_chunk
@@ -147,7 +181,8 @@ def test_a_chunk_is_written_when_its_last_batch_lands(dataset, vg_dir, tmp_path,
 
 
 def test_the_dataloader_pins_every_tensor_of_a_batch(monkeypatch):
-    """On CUDA the DataLoader's pinning thread calls `Batch.pin_memory`: crops and images."""
+    """On CUDA the DataLoader's pinning thread calls `Batch.pin_memory`: the crops, and the
+    images in one copy (the sources become views of it)."""
     from torch.utils.data._utils.pin_memory import pin_memory
 
     from vprom.features.crops import Batch, Source
@@ -155,11 +190,14 @@ def test_the_dataloader_pins_every_tensor_of_a_batch(monkeypatch):
     pinned = []
     monkeypatch.setattr(torch.Tensor, "pin_memory",
                         lambda self: pinned.append(tuple(self.shape)) or self.clone())
-    source = Source(11, "11.jpg", torch.zeros(5, dtype=torch.uint8), True,
-                    np.array([0]), np.array([[0, 0, 2, 2]]))
-    batch = Batch(np.array([1, 2]), torch.zeros(2, 4, 4, 3, dtype=torch.uint8), [source])
+    sources = [Source(i, f"{i}.jpg", torch.full((n,), i, dtype=torch.uint8), True,
+                      np.array([i]), np.array([[0, 0, 2, 2]])) for i, n in ((11, 5), (12, 3))]
+    batch = Batch(np.array([1, 2]), torch.zeros(2, 4, 4, 3, dtype=torch.uint8), sources)
     assert pin_memory(batch) is batch
-    assert pinned == [(2, 4, 4, 3), (5,)]
+    assert pinned == [(2, 4, 4, 3), (8,)]
+    assert [s.data.tolist() for s in batch.sources] == [[11] * 5, [12] * 3]
+    assert all(s.data.untyped_storage().data_ptr() == batch.blob.untyped_storage().data_ptr()
+               for s in batch.sources)
 
 
 def test_workers_0_prepares_the_batches_the_dataloader_workers_prepare(dataset, vg_dir,
@@ -221,3 +259,49 @@ def test_the_row_shape_comes_from_the_first_result_or_else_a_probe(dataset, vg_d
                                                                    "r") as lost:
         assert lost["features"].shape == found["features"].shape == (len(found["crop_id"]), 512)
         assert np.isnan(lost["features"][()]).all()
+
+
+def test_ahead_prepares_in_order_at_most_depth_items_early():
+    fetched = []
+
+    def items():
+        for i in range(6):
+            fetched.append(i)
+            yield i
+
+    out = []
+    for value in pipeline.ahead(items(), lambda i: (i, threading.current_thread().name), 2):
+        out.append(value)
+        assert len(fetched) <= len(out) + 2
+    assert [v for v, _ in out] == list(range(6))
+    assert all(name.startswith("vprom-prepare") for _, name in out)
+    assert [v for v in pipeline.ahead(range(3), lambda i: i * 2, 0)] == [0, 2, 4]
+
+
+def test_ahead_raises_what_the_preparation_raised():
+    def fail(i):
+        if i == 1:
+            raise ValueError("image 7: bad")
+        return i
+
+    with pytest.raises(ValueError, match="image 7"):
+        list(pipeline.ahead(range(4), fail, 2))
+
+
+def test_a_batch_travels_as_one_tensor_and_arrives_whole():
+    """A worker sends a batch's images (or file bytes) as one shared-memory tensor, not one
+    an image: views of it arrive, equal to what was sent, and pinning copies it once."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from vprom.features.crops import Batch, Source
+
+    datas = [torch.arange(5, dtype=torch.uint8), torch.full((3, 2, 4), 7, dtype=torch.uint8)]
+    sources = [Source(i, f"{i}.jpg", d, i == 0, np.array([i]), np.array([[0, 0, 2, 2]]))
+               for i, d in enumerate(datas)]
+    sent = Batch(np.array([9]), torch.zeros(1, 4, 4, 3, dtype=torch.uint8), sources)
+    got = ForkingPickler.loads(ForkingPickler.dumps(sent))
+    assert [tuple(s.data.shape) for s in got.sources] == [(5,), (3, 2, 4)]
+    assert all(torch.equal(s.data, d) for s, d in zip(got.sources, datas))
+    storages = {s.data.untyped_storage().data_ptr() for s in got.sources}
+    assert storages == {got.blob.untyped_storage().data_ptr()}
+    assert [s.encoded for s in got.sources] == [True, False]
