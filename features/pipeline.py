@@ -6,12 +6,13 @@ Per batch, in order:
    arrives in pinned memory. With `--workers 0` (a CPU device's default) this process
    prepares it when the loop asks, with threads (`InlineBatches`): on a CPU, workers
    decoding beside the forward stall its OpenMP threads.
-2. `Forward` queues its work on the device: the host-to-device copy and any decoding and
-   cropping on a side stream (`Transfers.side`), then normalisation, the trunk (or the
-   detector's trunk, RoI pooling and head), pooling and L2 on the compute stream, and a cast
-   to the stored dtype.
-3. `Transfers.download` queues the copy of the result into pinned host memory on a second
-   side stream and records an event; the batch joins the in-flight queue.
+2. `Forward.prepare` queues the host-to-device copy and any decoding and cropping on an
+   inbound stream and records an event (`Transfers.prepare`); on CUDA it runs in a thread up
+   to `Transfers.ahead` batches before the forward (`ahead`). `Forward.__call__` makes the
+   compute stream wait for that event, then queues normalisation, the trunk (or the
+   detector's trunk, RoI pooling and head), pooling and L2 and a cast to the stored dtype.
+3. `Transfers.download` queues the copy of the result into pinned host memory on an outbound
+   stream and records an event; the batch joins the in-flight queue.
 4. Only when more than `in_flight` batches are queued does the loop wait, for the oldest
    one's event, and copy its rows into its chunk's array; a chunk whose batches have all
    arrived is written (`write_chunk`).
