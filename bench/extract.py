@@ -23,6 +23,7 @@ code (Pillow; torchvision + torch resize on the CPU), which says how many worker
     .venv/bin/python bench/extract.py --crops 160 --rounds 2     # this 2-core CPU, ~6 min
     .venv/bin/python bench/extract.py --backbones timm:vit_small_patch16_224.dino,timm:convnext_atto
     .venv/bin/python bench/extract.py --crops 160 --workers 0,2  # this process vs 2 workers
+    python bench/extract.py --device cuda --decoders gpu --backbones resnet101 --profile 5000
 
 A `timm:<name>` backbone is timed at its default pooling (cls for ViTs) with its random-init
 weights saved as a .safetensors file, the file real runs pass with --weights.
@@ -266,6 +267,31 @@ def run(name: str, dataset: Path, vg: Path, crops: int, args, root: Path) -> lis
             for d, w in variants]
 
 
+def profiled(name: str, decoder: str, crops: int, args, root: Path) -> Path:
+    """One more end-to-end run of `crops` crops under torch.profiler (CPU, and CUDA's
+    kernels on a GPU): prints the top operators by host time and by device time, and writes
+    a Chrome trace (chrome://tracing, Perfetto) - where the loop's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    dataset, vg, _ = vg_like_corpus(root, crops, args.seed)
+    cuda = args.device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        extract(ExtractConfig(dataset=dataset, vg=vg, backbone=name,
+                              weights=str(saved_weights(root, name)),
+                              out=root / f"{file_name(name)}-profiled.h5",
+                              batch_size=args.batch_size, device=args.device, decode=decoder,
+                              resume=False))
+    trace = root / f"trace-{file_name(name)}-{decoder}.json"
+    prof.export_chrome_trace(str(trace))
+    table = prof.key_averages()
+    print(table.table(sort_by="self_cpu_time_total", row_limit=15, max_name_column_width=50))
+    if cuda:
+        print(table.table(sort_by="self_device_time_total", row_limit=15,
+                          max_name_column_width=50))
+    return trace
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--backbones", default="resnet101,resnet18")
@@ -280,6 +306,9 @@ def main(argv=None) -> None:
     p.add_argument("--work", type=Path, default=None,
                    help="folder for the corpus and files (kept; default: a temporary one)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", type=int, default=0, metavar="CROPS",
+                   help="then profile one end-to-end run of CROPS crops (first backbone and "
+                        "decoder): top operators printed, a Chrome trace written under --work")
     args = p.parse_args(argv)
     cuda = args.device.startswith("cuda")
     args.batch_size = args.batch_size or (256 if cuda else 16)
@@ -313,6 +342,10 @@ def main(argv=None) -> None:
                       f"{r['bare']:10.2f} {r['e2e']:9.2f} {r['loop']:9.2f} {r['e2e'] / r['bare']:8.3f} "
                       f"{r['loop'] / r['bare']:9.3f}  "
                       + " ".join(f"{x:.3f}" for x in r["ratios"]), flush=True)
+        if args.profile:
+            trace = profiled(args.backbones.split(",")[0], args.decoders.split(",")[0],
+                             args.profile, args, root)
+            print(f"trace: {trace}")
     finally:
         if args.work is None:
             shutil.rmtree(root, ignore_errors=True)
