@@ -153,6 +153,7 @@ def resize_weights(starts: torch.Tensor, lengths: torch.Tensor, out: int, total:
 
 ALIGN = 16  # matrix sides padded to a multiple of this: what tensor cores need
 SLICE_BYTES = 2**29  # the images gathered for one matrix product at most (crop by crop)
+PADDED_BYTES = 2**31  # a batch's padded images at most; beyond, crop by crop (`crop_resize`)
 
 
 def _aligned(n: int) -> int:
@@ -168,7 +169,8 @@ def crop_resize_many(images: list, corners: list, size: int, interpolation: str 
     image, where `crop_resize` costs several kernels a crop: on a GPU that kept the host
     busier than the device. In half precision (CUDA) the pixels are exact and the weights
     kept to 1/2048; the crops agree with `crop_resize` within one grey level
-    (tests/features/test_decoding.py)."""
+    (tests/features/test_decoding.py). A batch whose padded images would pass `PADDED_BYTES`
+    (images far larger than Visual Genome's) is cut crop by crop instead."""
     device = images[0].device
     boxes = torch.tensor([c for cs in corners for c in cs], dtype=torch.float32).reshape(-1, 4)
     if not len(boxes):
@@ -177,6 +179,9 @@ def crop_resize_many(images: list, corners: list, size: int, interpolation: str 
     start = (side - size) // 2
     high = _aligned(max(i.shape[1] for i, cs in zip(images, corners) if cs))
     wide = _aligned(max(i.shape[2] for i, cs in zip(images, corners) if cs))
+    if len(images) * high * 3 * wide * dtype.itemsize > PADDED_BYTES:  # a few huge images
+        return torch.cat([crop_resize(i, cs, size, interpolation, keep)
+                          for i, cs in zip(images, corners)])
     padded = torch.zeros(len(images), high, 3, wide, dtype=dtype, device=device)
     for j, (image, cs) in enumerate(zip(images, corners)):
         if cs:

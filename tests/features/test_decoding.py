@@ -119,6 +119,9 @@ def test_batched_crops_agree_with_crop_resize(photos, monkeypatch, interpolation
     assert (half - reference).abs().max() <= 1
     assert ((half - reference) != 0).float().mean() < 0.1
     assert crop_resize_many(images[:1], [[]], size).shape == (0, size, size, 3)
+    monkeypatch.setattr(decoding, "PADDED_BYTES", 1)  # too large to pad: crop by crop
+    assert torch.equal(crop_resize_many(images, corners, size, interpolation, keep).int(),
+                       reference)
 
 
 def test_crop_resize_warps_the_whole_box():
