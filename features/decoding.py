@@ -51,6 +51,8 @@ JPEG_MAGIC = b"\xff\xd8\xff"
 RESIZE_TORCH = ("whole crop (box clipped to the image) resized to SxS, aspect ratio not kept; "
                 "torch bilinear interpolation with antialiasing on the full-size decoded "
                 "image, rounded to uint8")
+RESIZE_BATCHED = RESIZE_TORCH + ("; on CUDA a whole batch at once as matrix products in half "
+                                 "precision (within one grey level)")
 
 
 @contextmanager

@@ -20,7 +20,7 @@ import torch
 from vprom.features.backbones import Backbone, Loaded
 from vprom.features.config import ExtractConfig
 from vprom.features.crops import RESIZE, BatchLayout
-from vprom.features.decoding import RESIZE_TORCH
+from vprom.features.decoding import RESIZE_BATCHED, RESIZE_TORCH
 from vprom.features.regions import RESIZE_ROI, sides
 from vprom.outputs import free_space_for
 from vprom.runtime import World
@@ -78,7 +78,8 @@ class Job:
             short, long = self.sides
             return RESIZE_ROI.format(short=short, long=long, stride=head.stride,
                                      pooled=head.pooled)
-        policy = RESIZE if self.decoder == "cpu" else RESIZE_TORCH
+        policy = (RESIZE if self.decoder == "cpu" else
+                  RESIZE_BATCHED if self.decode_on_device else RESIZE_TORCH)
         pre = self.backbone.preprocess
         if pre.interpolation != "bilinear" or pre.crop_pct != 1:  # a timm model's eval crop
             policy = policy.replace("SxS", f"S/{pre.crop_pct:g} a side, centre crop SxS").replace(
@@ -100,7 +101,9 @@ def fingerprint(config: ExtractConfig, backbone: Backbone, loaded: Loaded, layou
             "chunk_batches": config.chunk_batches, "device_type": device.type,
             "autocast": str(autocast), "compile": config.compile,
             "crops_sha256": boxes.hexdigest(), "torch": torch.__version__,
-            **backbone.fingerprint_extra()}
+            **backbone.fingerprint_extra(),
+            # CUDA's `gpu` crops are cut batch-wide (`crop_resize_many`): not mixed with others
+            **({"crops": "batched"} if decoder == "gpu" and device.type == "cuda" else {})}
 
 
 def config_hash(fingerprint: dict) -> str:

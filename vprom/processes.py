@@ -210,14 +210,22 @@ def _died(proc) -> VpromError:
 # ---------------------------------------------------------------- ordered map
 @contextlib.contextmanager
 def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunksize: int = 1,
-                method: str = "spawn"):
+                method: str = "spawn", affinity: Callable | None = None):
     """Yield an iterator over `fn(job)` for every job, in job order, computed by `workers`
     processes started by `method` (see `context`); here, in this process, when `workers` < 2.
 
     `fn` must be a module-level function and each job small (it travels over a pipe that
     is not drained while the worker works). The workers are named `vprom-<command>-<k>`.
     Leaving the block stops the workers, whether the iterator was used up or not.
+
+    `affinity(job)` (chunksize 1): a key naming what a job's worker computes once and keeps
+    (None: nothing). A free worker takes the first job of a key it holds, else of a key no
+    worker holds, else of none, else the first job left (`pick`); so workers do not all
+    compute what one could, and still share the last jobs. Its results are held until their
+    turn, however far ahead a job was taken.
     """
+    if affinity is not None and chunksize != 1:
+        raise ValueError("ordered_map: affinity hands out single jobs (chunksize 1)")
     if workers < 2:
         yield map(fn, jobs)
         return
@@ -229,7 +237,10 @@ def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunks
             conns.append(parent)
             start(procs, _serve, (child, fn), f"vprom-{command}-{k + 1}", method)
             child.close()
-        yield _ordered(jobs, chunksize, procs, conns)
+        if affinity is None:
+            yield _ordered(jobs, chunksize, procs, conns)
+        else:
+            yield _by_affinity(list(jobs), affinity, procs, conns)
     finally:
         stop(procs)
         for conn in conns:
@@ -259,6 +270,48 @@ def _ordered(jobs, chunksize: int, procs: list, conns: list) -> Iterator:
 
     feed()
     while emitted < sent:
+        for conn in multiprocessing.connection.wait([c for c in conns if busy[c]]):
+            status, key, value = receive(conn, procs[conns.index(conn)])
+            if status == "error":
+                raise value
+            busy[conn] -= 1
+            done[key] = value
+        while emitted in done:
+            yield from done.pop(emitted)
+            emitted += 1
+        feed()
+
+
+def pick(keys: list, held: set, others: set) -> int:
+    """The position in `keys` (the affinities of the jobs left, in job order) of the job a
+    free worker holding `held` takes, the other workers holding `others` (see
+    `ordered_map`)."""
+    def rank(key) -> int:
+        if key is None:
+            return 2
+        return 0 if key in held else 1 if key not in others else 3
+    return min(range(len(keys)), key=lambda i: (rank(keys[i]), i))
+
+
+def _by_affinity(jobs: list, affinity: Callable, procs: list, conns: list) -> Iterator:
+    keys = [affinity(job) for job in jobs]
+    left = list(range(len(jobs)))  # not sent yet, in job order
+    held = {conn: set() for conn in conns}
+    busy = {conn: 0 for conn in conns}
+    done: dict[int, list] = {}
+    emitted = 0
+
+    def feed() -> None:
+        for k, conn in enumerate(conns):
+            while left and busy[conn] < DEPTH:
+                others = set().union(*(held[c] for c in conns if c is not conn))
+                i = left.pop(pick([keys[j] for j in left], held[conn], others))
+                held[conn].add(keys[i])
+                _send(conn, procs[k], (i, [jobs[i]]))
+                busy[conn] += 1
+
+    feed()
+    while emitted < len(jobs):
         for conn in multiprocessing.connection.wait([c for c in conns if busy[c]]):
             status, key, value = receive(conn, procs[conns.index(conn)])
             if status == "error":

@@ -11,7 +11,8 @@ jobs one after the other in this process.
 
 What several jobs need beyond the data — the solver's tables, the split assigner, the
 probes' sample and candidate view — each process computes once, when one of its jobs first
-needs it (`_shared`). Only the two the parent needs as well, the probes' sample (to plan the
+needs it (`_shared`); jobs are handed out by what they need (`needs`), so while there is
+other work one worker computes each. Only the two the parent needs as well, the probes' sample (to plan the
 jobs) and the solver's tables (for the solver's summary), are made in the parent before the
 fork, and so once for all.
 
@@ -152,6 +153,16 @@ JOBS = {
 }
 
 
+#: the shared inputs (`_shared`) each kind of job computes, as `ordered_map`'s affinity: jobs
+#: that need the same ones go to one worker while others have other work
+NEEDS = {"matrices": "matrices", "label group": "probes", "set type": "sets",
+         "absent values": "sets"}
+
+
+def needs(job: tuple) -> str | None:
+    return NEEDS.get(job[0])
+
+
 def run_job(job: tuple):
     """Worker side: one job, by name and arguments."""
     name, *args = job
@@ -192,7 +203,8 @@ def run_checks(inputs: Inputs, workers: int) -> list[Check]:
         groups, jobs = plan(inputs)
         _shared("tables")  # the parent's summary needs them too: made once, inherited
         gc.freeze()  # the collector leaves the loaded data alone, here and in the workers
-        with ordered_map(run_job, jobs, workers, "verify", method="fork") as results:
+        with ordered_map(run_job, jobs, workers, "verify", method="fork",
+                         affinity=needs) as results:
             done = dict(zip(jobs, tqdm(results, total=len(jobs), desc="verify", unit="job",
                                        disable=None)))
         return assemble(inputs, jobs, done, groups)

@@ -165,6 +165,8 @@ def test_cuda_cuts_the_crops_of_a_batch_at_once_and_gives_nearly_the_same_file(
     with h5py.File(workers, "r") as a, h5py.File(device, "r") as b:
         assert np.array_equal(a["crop_id"][()], b["crop_id"][()])
         assert np.abs(a["features"][()] - b["features"][()]).max() < 5e-3
+        assert "matrix products in half precision" in b.attrs["resize"]
+        assert "matrix products" not in a.attrs["resize"]
 
 
 def test_a_chunk_is_written_when_its_last_batch_lands(dataset, vg_dir, tmp_path, monkeypatch):
