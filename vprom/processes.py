@@ -237,49 +237,31 @@ def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunks
             conns.append(parent)
             start(procs, _serve, (child, fn), f"vprom-{command}-{k + 1}", method)
             child.close()
-        if affinity is None:
-            yield _ordered(jobs, chunksize, procs, conns)
-        else:
-            yield _by_affinity(list(jobs), affinity, procs, conns)
+        next_for = (_in_order(jobs, chunksize, workers) if affinity is None else
+                    _by_affinity(list(jobs), affinity))
+        yield _drive(next_for, procs, conns)
     finally:
         stop(procs)
         for conn in conns:
             conn.close()
 
 
-def _ordered(jobs, chunksize: int, procs: list, conns: list) -> Iterator:
+def _in_order(jobs, chunksize: int, workers: int) -> Callable:
+    """`_drive`'s source of chunks in job order, at most `window` ahead of the results."""
     remaining = iter(jobs)
     chunks = iter(lambda: list(islice(remaining, chunksize)), [])  # ends at an empty chunk
-    window = DEPTH * len(conns) * 2  # chunks sent but not yet yielded, at most
-    busy = {conn: 0 for conn in conns}
-    done: dict[int, list] = {}
-    sent = emitted = 0
-    exhausted = False
+    window = DEPTH * workers * 2  # chunks sent but not yet yielded, at most
+    sent = 0
 
-    def feed() -> None:
-        nonlocal sent, exhausted
-        for conn in conns:
-            while not exhausted and busy[conn] < DEPTH and sent < emitted + window:
-                chunk = next(chunks, None)
-                if chunk is None:
-                    exhausted = True
-                    return
-                _send(conn, procs[conns.index(conn)], (sent, chunk))
-                busy[conn] += 1
-                sent += 1
+    def next_for(worker: int, held: set, others: set, emitted: int):
+        nonlocal sent
+        chunk = next(chunks, None) if sent < emitted + window else None
+        if chunk is None:
+            return None
+        sent += 1
+        return sent - 1, chunk, None
 
-    feed()
-    while emitted < sent:
-        for conn in multiprocessing.connection.wait([c for c in conns if busy[c]]):
-            status, key, value = receive(conn, procs[conns.index(conn)])
-            if status == "error":
-                raise value
-            busy[conn] -= 1
-            done[key] = value
-        while emitted in done:
-            yield from done.pop(emitted)
-            emitted += 1
-        feed()
+    return next_for
 
 
 def pick(keys: list, held: set, others: set) -> int:
@@ -293,30 +275,52 @@ def pick(keys: list, held: set, others: set) -> int:
     return min(range(len(keys)), key=lambda i: (rank(keys[i]), i))
 
 
-def _by_affinity(jobs: list, affinity: Callable, procs: list, conns: list) -> Iterator:
+def _by_affinity(jobs: list, affinity: Callable) -> Callable:
+    """`_drive`'s source of single jobs, chosen by `pick`."""
     keys = [affinity(job) for job in jobs]
     left = list(range(len(jobs)))  # not sent yet, in job order
-    held = {conn: set() for conn in conns}
-    busy = {conn: 0 for conn in conns}
+
+    def next_for(worker: int, held: set, others: set, emitted: int):
+        if not left:
+            return None
+        i = left.pop(pick([keys[j] for j in left], held, others))
+        return i, [jobs[i]], keys[i]
+
+    return next_for
+
+
+def _drive(next_for: Callable, procs: list, conns: list) -> Iterator:
+    """Keep every worker `DEPTH` chunks busy with what `next_for(worker, its affinities, the
+    others', results yielded)` gives ((key, chunk, affinity) or None: nothing now), and
+    yield the results in key order (keys 0, 1, 2, ...)."""
+    busy = [0] * len(conns)
+    held: list[set] = [set() for _ in conns]
     done: dict[int, list] = {}
-    emitted = 0
+    sent = emitted = 0
 
     def feed() -> None:
+        nonlocal sent
         for k, conn in enumerate(conns):
-            while left and busy[conn] < DEPTH:
-                others = set().union(*(held[c] for c in conns if c is not conn))
-                i = left.pop(pick([keys[j] for j in left], held[conn], others))
-                held[conn].add(keys[i])
-                _send(conn, procs[k], (i, [jobs[i]]))
-                busy[conn] += 1
+            while busy[k] < DEPTH:
+                others = set().union(*(h for j, h in enumerate(held) if j != k))
+                got = next_for(k, held[k], others, emitted)
+                if got is None:
+                    break
+                key, chunk, affinity = got
+                held[k].add(affinity)
+                _send(conn, procs[k], (key, chunk))
+                busy[k] += 1
+                sent += 1
 
     feed()
-    while emitted < len(jobs):
-        for conn in multiprocessing.connection.wait([c for c in conns if busy[c]]):
-            status, key, value = receive(conn, procs[conns.index(conn)])
+    while emitted < sent:
+        for conn in multiprocessing.connection.wait([c for k, c in enumerate(conns)
+                                                     if busy[k]]):
+            k = conns.index(conn)
+            status, key, value = receive(conn, procs[k])
             if status == "error":
                 raise value
-            busy[conn] -= 1
+            busy[k] -= 1
             done[key] = value
         while emitted in done:
             yield from done.pop(emitted)
