@@ -4,17 +4,17 @@ The parent reads DATASET.h5 into memory (`dataset_view.load`, which closes the f
 lists the jobs; `vprom.processes.ordered_map` forks the workers, which share the loaded data
 copy-on-write, and hands them the jobs. A job is a pure function of the data and of its own
 arguments — a range of matrices for the solver and the split rules, one group of the label
-probe, one element type of the set probe, each of the other checks whole — and returns plain results, which
-come back in job order; the parent builds the checks from them in the report's fixed order.
+probe, one element type of the set probe, each of the other checks whole — and returns plain
+results, which come back in job order; the parent builds the checks from them in the report's fixed order.
 So the report is the same, byte for byte, whatever N is, and one worker runs the very same
 jobs one after the other in this process.
 
 What several jobs need beyond the data — the solver's tables, the split assigner, the
 probes' sample and candidate view — each process computes once, when one of its jobs first
 needs it (`_shared`); jobs are handed out by what they need (`needs`), so while there is
-other work one worker computes each. Only the two the parent needs as well, the probes' sample (to plan the
-jobs) and the solver's tables (for the solver's summary), are made in the parent before the
-fork, and so once for all.
+other work one worker computes each. Only the two the parent needs as well, the probes'
+sample (to plan the jobs) and the solver's tables (for the solver's summary), are made in
+the parent before the fork, and so once for all.
 
 Heavy jobs come first, so no worker is left with a long one at the end; the matrices are cut
 into `CHUNK`-matrix ranges, enough of them to keep every worker of a large machine busy.
