@@ -5,9 +5,9 @@ lists the jobs; `vprom.processes.ordered_map` forks the workers, which share the
 copy-on-write, and hands them the jobs. A job is a pure function of the data and of its own
 arguments — a range of matrices for the solver and the split rules, one group of the label
 probe, one element type of the set probe, each of the other checks whole — and returns plain
-results, which come back in job order; the parent builds the checks from them in the report's fixed order.
-So the report is the same, byte for byte, whatever N is, and one worker runs the very same
-jobs one after the other in this process.
+results, which come back in job order; the parent builds the checks from them in the
+report's fixed order. So the report is the same, byte for byte, whatever N is, and one
+worker runs the very same jobs one after the other in this process.
 
 What several jobs need beyond the data — the solver's tables, the split assigner, the
 probes' sample and candidate view — each process computes once, when one of its jobs first
