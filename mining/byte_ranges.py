@@ -9,8 +9,8 @@ bytes that workers parse independently (`load`).
 The scan is exact, for any valid JSON. Per block, one `bytes.translate` marks the only bytes
 that matter - quotes, brackets and braces, backslashes - and numpy does the rest on those
 few positions: a quote preceded by an odd run of backslashes is escaped (runs are counted
-across block boundaries); the parity of the real quotes before a bracket says whether it lies
-inside a string ("a [b] c", "x\\"}" ...); a running sum of +1 per opening and -1 per closing
+across block boundaries); the parity of the real quotes before a bracket (a binary search
+among their positions) says whether it lies inside a string ("a [b] c", "x\\"}" ...); a running sum of +1 per opening and -1 per closing
 bracket outside strings is the depth; an element of the top-level array ends where a closing
 bracket brings the depth back to 1. Commas, colons and non-ASCII text (UTF-8 bytes are all
 >= 0x80) never need looking at.
@@ -88,10 +88,12 @@ class ArrayScan:
         quotes = classes == _QUOTE
         if self._backslashes or b"\\" in block:
             self._unescape(block, quotes)
-        # real quotes up to each byte, mod 256: its parity says "inside a string" for a bracket
-        seen = np.cumsum(quotes, dtype=np.uint8)
+        # the parity of the real quotes before a bracket says "inside a string"; counted by
+        # a binary search among the quotes' positions (a cumulative sum over every byte of
+        # the block took three times as long)
+        at = np.flatnonzero(quotes)
         where = np.flatnonzero(classes >= _OPEN)
-        where = where[(seen[where] + self._in_string) % 2 == 0]
+        where = where[(np.searchsorted(at, where) + self._in_string) % 2 == 0]
         step = _STEP[classes[where]]
         depth = np.cumsum(step) + self._depth
         if self.start < 0 and len(where):
@@ -103,8 +105,7 @@ class ArrayScan:
         self.ends.extend(ends.tolist())
         if len(depth):
             self._depth = int(depth[-1])
-        if len(seen):
-            self._in_string = (self._in_string + int(seen[-1])) % 2
+        self._in_string = (self._in_string + len(at)) % 2
         self._backslashes = _trailing_backslashes(block, self._backslashes)
 
     def _unescape(self, block: bytes, quotes: np.ndarray) -> None:
