@@ -40,7 +40,7 @@ from vprom.generation.sampler import (
 )
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
 from vprom.outputs import writes
-from vprom.processes import usable_cores
+from vprom.processes import collector_paused, usable_cores
 from vprom.records import N_PANELS, SPLITS, TABLE1, ElementType
 from vprom.splitting import SplitRules
 from vprom.tables import (
@@ -86,14 +86,17 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
     the answer away — only to reproduce that flaw (docs/soundness.md). `workers`: processes
     drawing the matrices (`generation.parallel`); the result is the same for any number.
     """
-    plan = make_plan(scale, seed, rules.design)
-    pool = PoolIndex(crops, seed, rules.design, source=source, vocabulary=vocabulary)
-    skipped: dict[str, list[str]] = {}
-    loosened: dict[str, dict] = {}
-    indices = shard_indices(len(plan), shard)
+    # the pool index and the tables at the end are millions of objects the collector would
+    # walk again and again; the draw keeps it, but leaves the index alone (`draw_chunks`)
+    with collector_paused():
+        plan = make_plan(scale, seed, rules.design)
+        pool = PoolIndex(crops, seed, rules.design, source=source, vocabulary=vocabulary)
+        skipped: dict[str, list[str]] = {}
+        loosened: dict[str, dict] = {}
+        indices = shard_indices(len(plan), shard)
+        sampler = PlanSampler(pool, plan, skipped, legacy_counts) if len(indices) else None
     chunks = []
-    if len(indices):
-        sampler = PlanSampler(pool, plan, skipped, legacy_counts)
+    if sampler is not None:
         with tqdm(total=len(indices), desc="generate", unit="matrix", smoothing=0.05,
                   disable=None if progress else True) as bar:
             for chunk in draw_chunks(sampler, rules, indices, workers):
@@ -101,28 +104,32 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
                     note_loosened(loosened, note)
                 chunks.append(chunk)
                 bar.update(len(chunk.ids))
-    table = _matrix_table(pool, plan, chunks)
-    splits = {}
-    for split in SPLITS:
-        train = table.splits[split]["train"]
-        if shard is None:
-            train, val = rules.choose_val(train, seed, split, scale)
-        else:
-            val = np.zeros(0, np.int64)  # chosen by merge_shards over all shards' train ids
-        splits[split] = {"train": train, "val": val, "test": table.splits[split]["test"]}
-    table.splits = splits
-    used_rows = np.unique(np.concatenate([c.rows.ravel() for c in chunks] or
-                                         [np.zeros(0, np.int64)]))
-    used_crops = crops.take(used_rows[np.argsort(crops.crop_id[used_rows], kind="stable")])
-    universes = {e.value: sorted(u.ids) for e, u in pool.universe.items()}
-    if ElementType.COUNT in pool.universe:
-        universes[ElementType.COUNT.value] = sorted(pool.universe[ElementType.COUNT].ids, key=int)
-    counts = _counts(table, len(plan), shard is None)
-    counts["super_attributes_too_small"] = dict(sorted(skipped.items()))
-    counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
-    counts["vocabulary"] = pool.vocabulary.counts()
-    return Dataset(used_crops, table, universes, _super_attributes(pool), counts,
-                   pool.vocabulary)
+    with collector_paused():
+        table = _matrix_table(pool, plan, chunks)
+        splits = {}
+        for split in SPLITS:
+            train = table.splits[split]["train"]
+            if shard is None:
+                train, val = rules.choose_val(train, seed, split, scale)
+            else:
+                val = np.zeros(0, np.int64)  # merge_shards chooses it over all shards' train
+            splits[split] = {"train": train, "val": val, "test": table.splits[split]["test"]}
+        table.splits = splits
+        used = np.zeros(len(crops), dtype=bool)
+        for c in chunks:
+            used[c.rows.ravel()] = True
+        used_rows = np.flatnonzero(used)
+        used_crops = crops.take(used_rows[np.argsort(crops.crop_id[used_rows], kind="stable")])
+        universes = {e.value: sorted(u.ids) for e, u in pool.universe.items()}
+        if ElementType.COUNT in pool.universe:
+            count_ids = pool.universe[ElementType.COUNT].ids
+            universes[ElementType.COUNT.value] = sorted(count_ids, key=int)
+        counts = _counts(table, len(plan), shard is None)
+        counts["super_attributes_too_small"] = dict(sorted(skipped.items()))
+        counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
+        counts["vocabulary"] = pool.vocabulary.counts()
+        return Dataset(used_crops, table, universes, _super_attributes(pool), counts,
+                       pool.vocabulary)
 
 
 def _matrix_table(pool: PoolIndex, plan: MatrixPlan, chunks: list[Chunk]) -> MatrixTable:

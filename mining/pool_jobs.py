@@ -22,7 +22,6 @@ pass with a zipped input is one job, streamed.
 
 from __future__ import annotations
 
-import gc
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -119,9 +118,7 @@ def _jobs(scans: dict) -> Iterator[tuple]:
 def run_job(setup: Setup, job: tuple) -> tuple[str, PassResult | None, int]:
     """(kind, result, bytes) for one job; result None when the chunk must be streamed."""
     kind, chunks = job
-    enabled = gc.isenabled()
-    gc.disable()  # see the module docstring
-    try:
+    with processes.collector_paused():  # see the module docstring
         if chunks is None:
             return kind, _streamed(kind, setup), 0
         size = sum(c.stop - c.start for c in chunks)
@@ -129,9 +126,6 @@ def run_job(setup: Setup, job: tuple) -> tuple[str, PassResult | None, int]:
             return kind, _mine_chunks(kind, chunks, setup), size
         except Exception:  # noqa: BLE001 - the streaming reader says what is wrong
             return kind, None, size
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _mine_chunks(kind: str, chunks: tuple, setup: Setup) -> PassResult:

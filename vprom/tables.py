@@ -37,7 +37,11 @@ CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab")
 
 def _strings(values) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
-    out[:] = [str(v) for v in values]
+    if (isinstance(values, np.ndarray) and values.dtype == object
+            and set(map(type, values)) <= {str}):
+        out[:] = values  # already Python strings (a column of a table): copied as they are
+    else:
+        out[:] = [str(v) for v in values]
     return out
 
 
