@@ -45,6 +45,18 @@ def _strings(values) -> np.ndarray:
     return out
 
 
+def read_strings(ds: h5py.Dataset) -> np.ndarray:
+    """A string dataset as Python str objects, as `ds.asstr()[()]` gives it: each distinct
+    value is decoded once (columns repeat a few hundred labels millions of times)."""
+    raw = ds[()]
+    info = h5py.check_string_dtype(ds.dtype)
+    flat = np.asarray(raw, dtype=object).reshape(-1).tolist()
+    text = {b: b.decode(info.encoding if info else "utf-8") for b in set(flat)}
+    out = np.empty(len(flat), dtype=object)
+    out[:] = list(map(text.__getitem__, flat))
+    return out.reshape(np.shape(raw))
+
+
 @dataclass
 class CropTable:
     crop_id: np.ndarray
@@ -115,7 +127,7 @@ class CropTable:
                 raise VpromError(f"{group.file.filename}: {group.name} has no column "
                                  f"'{f.name}'; rebuild the file with this vprom version")
             ds = group[f.name]
-            cols[f.name] = ds[()] if f.name in INT_COLUMNS else ds.asstr()[()]
+            cols[f.name] = ds[()] if f.name in INT_COLUMNS else read_strings(ds)
         return cls(**cols)
 
 
@@ -211,7 +223,7 @@ class MatrixTable:
             if name not in matrices:
                 raise VpromError(f"{matrices.file.filename}: matrices has no column '{name}'")
             ds = matrices[name]
-            return ds.asstr()[()] if ds.dtype.kind == "O" else ds[()]
+            return read_strings(ds) if ds.dtype.kind == "O" else ds[()]
 
         return cls(id=col("id"), relation=col("relation"), element_type=col("element_type"),
                    super_attribute=col("super_attribute"), answer=col("answer"),
@@ -363,6 +375,13 @@ def crop_rows(crop_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     wanted = np.asarray(wanted, dtype=np.int64)
     if len(crop_ids) == 0:
         return np.full(wanted.shape, -1, dtype=np.int64)
+    top = int(crop_ids.max())
+    if crop_ids.min() >= 0 and top < 8 * len(crop_ids) + (1 << 20):
+        # ids from 0 to a few times their number (as vprom writes them): a lookup table
+        rows = np.full(top + 2, -1, dtype=np.int64)  # the last slot: every id out of range
+        rows[crop_ids] = np.arange(len(crop_ids))
+        if np.array_equal(rows[crop_ids], np.arange(len(crop_ids))):  # no id twice
+            return rows[np.where((wanted >= 0) & (wanted <= top), wanted, top + 1)]
     order = np.argsort(crop_ids, kind="stable")
     ordered = crop_ids[order]
     pos = np.minimum(np.searchsorted(ordered, wanted), len(ordered) - 1)

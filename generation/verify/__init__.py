@@ -23,6 +23,7 @@ from vprom.generation.dataset_view import load
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.checks import check_integrity, fatal_problems
 from vprom.generation.verify.jobs import Inputs, run_checks
+from vprom.processes import collector_paused
 from vprom.splitting import SplitRules, TrainBan
 
 
@@ -68,7 +69,8 @@ def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None =
     share the checks (`generation.verify.jobs`); the report is the same for any number.
     """
     dataset = Path(dataset)
-    data, structure = load(dataset)
+    with collector_paused():  # the loaded data set is millions of objects and no cycles
+        data, structure = load(dataset)
     if data is None or fatal_problems(data):
         checks = [check_integrity(data, structure)]
         skipped = "not run: the matrices cannot be read as records (see integrity)"

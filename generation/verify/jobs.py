@@ -40,7 +40,7 @@ from vprom.errors import VpromError
 from vprom.generation.dataset_view import Data
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.ceiling import check_ceiling
-from vprom.processes import ordered_map
+from vprom.processes import collector_paused, ordered_map
 from vprom.splitting import SplitRules, TrainBan
 
 #: matrices per solver-and-splits job
@@ -166,7 +166,8 @@ def needs(job: tuple) -> str | None:
 def run_job(job: tuple):
     """Worker side: one job, by name and arguments."""
     name, *args = job
-    return JOBS[name](*args)
+    with collector_paused():  # a job's tables are long-lived objects and no cycles
+        return JOBS[name](*args)
 
 
 # ---------------------------------------------------------------- the parent

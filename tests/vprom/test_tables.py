@@ -5,11 +5,14 @@ import pytest
 from vprom.errors import VpromError
 from vprom.records import Crop, Matrix
 from vprom.tables import (
+    STR,
     CropTable,
     MatrixTable,
+    crop_rows,
     read_crop_table,
     read_manifest,
     read_matrix_table,
+    read_strings,
     set_manifest,
 )
 
@@ -60,3 +63,32 @@ def test_missing_file_and_column_give_clear_errors(tmp_path):
     (tmp_path / "junk.h5").write_text("not hdf5")
     with pytest.raises(VpromError, match="cannot be opened as HDF5"):
         read_crop_table(tmp_path / "junk.h5")
+
+
+@pytest.mark.parametrize("ids", [
+    [0, 1, 2, 3, 4],              # what vprom writes: dense, from 0
+    [9, 3, 7, 5, 100],            # unordered, with gaps
+    [2 ** 40, 5, 2 ** 41],        # too sparse for a lookup table
+    [-3, 4, 8],                   # negative ids
+    [4, 2, 4, 9],                 # an id twice: its first row
+])
+def test_crop_rows_finds_each_id_and_minus_one_for_the_absent(ids):
+    crop_ids = np.array(ids, dtype=np.int64)
+    wanted = np.array([[ids[-1], 6, ids[0]], [-1, ids[1], 2 ** 42]], dtype=np.int64)
+    expected = np.array([[ids.index(w) if w in ids else -1 for w in row] for row in
+                         wanted.tolist()])
+    assert np.array_equal(crop_rows(crop_ids, wanted), expected)
+
+
+def test_read_strings_gives_what_asstr_gives(tmp_path):
+    values = np.array([["dog", "three dögs", ""], ["dog", "ünïcode", "dog"]], dtype=object)
+    with h5py.File(tmp_path / "s.h5", "w") as h5:
+        h5.create_dataset("utf8", data=values, dtype=STR)
+        h5.create_dataset("ascii", data=np.array([b"red", b"blue", b"red"]))
+        h5.create_dataset("empty", data=np.zeros(0, dtype=object), dtype=STR)
+    with h5py.File(tmp_path / "s.h5") as h5:
+        for name in ("utf8", "ascii", "empty"):
+            got, want = read_strings(h5[name]), h5[name].asstr()[()]
+            assert got.shape == want.shape and got.dtype == object
+            assert got.tolist() == want.tolist()
+            assert all(type(v) is str for v in got.ravel())
