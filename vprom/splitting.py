@@ -195,14 +195,12 @@ def _ban_bits_of(splits: tuple[str, ...]) -> dict[tuple[str, str], int]:
 def banned_crops(ban: TrainBan, relation: str, concepts) -> np.ndarray:
     """Per crop: whether it shows, in a matrix of `relation`, a label `ban` holds out
     (`concepts`: per crop, its categories and attribute (table, super-attribute) pairs)."""
-    memo: dict[tuple, bool] = {}  # concept sets repeat a lot between crops
-    out = np.zeros(len(concepts), dtype=bool)
-    for k, key in enumerate(concepts):
-        got = memo.get(key)
-        if got is None:
-            got = memo[key] = ban.shows_banned(relation, *key)
-        out[k] = got
-    return out
+    index: dict[tuple, int] = {}  # concept sets repeat a lot between crops: each once
+    which = np.fromiter((index.setdefault(key, len(index)) for key in concepts),
+                        dtype=np.int64, count=len(concepts))
+    verdicts = np.fromiter((ban.shows_banned(relation, *key) for key in index), dtype=bool,
+                           count=len(index))
+    return verdicts[which]
 
 
 @dataclass(frozen=True)

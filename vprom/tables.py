@@ -356,7 +356,7 @@ def content_hash(path: str | Path) -> str:
 def _dataset_bytes(name: str, ds: h5py.Dataset) -> bytes:
     kind = ds.dtype.kind
     if kind in "OSU":
-        values = ds.asstr()[()] if kind != "U" else ds[()]
+        values = read_strings(ds) if kind != "U" else ds[()]
         body = json.dumps(np.asarray(values, dtype=object).ravel().tolist(),
                           ensure_ascii=False).encode()
         kind = "str"

@@ -93,9 +93,11 @@ def answer_position(answers: np.ndarray, groups: dict[str, np.ndarray]) -> Check
 
 # ---------------------------------------------------------------- 2. frequency heuristics
 def element_codes(candidate_elements: np.ndarray) -> np.ndarray:
-    """N×8 strings -> N×8 ints (equal strings, equal ints)."""
-    _, codes = np.unique(candidate_elements.astype(str), return_inverse=True)
-    return codes.reshape(candidate_elements.shape)
+    """N×8 strings -> N×8 ints (equal strings, equal ints), in order of first sight: a
+    dictionary over a few hundred elements, not a sort of millions of strings."""
+    code: dict = {}
+    flat = [code.setdefault(e, len(code)) for e in candidate_elements.ravel().tolist()]
+    return np.array(flat, dtype=np.int64).reshape(candidate_elements.shape)
 
 
 def within_counts(codes: np.ndarray) -> np.ndarray:
