@@ -154,18 +154,11 @@ class LabelVocabulary:
         key = (element_type, labels)
         got = self._cache.get(key)
         if got is None:
-            pairs = self._pairs(table_of(element_type))
+            table = table_of(element_type)
+            sas = self.tables.get(table, {})
             got = self._cache[key] = (
-                frozenset(filter(self.categories.__contains__, labels)),
-                frozenset(map(pairs.__getitem__, filter(pairs.__contains__, labels))))
-        return got
-
-    def _pairs(self, table: str) -> dict[str, tuple[str, str]]:
-        """Attribute label -> (table, its super-attribute), made once per table."""
-        got = self._cache.get(table)
-        if got is None:
-            got = self._cache[table] = {label: (table, sa)
-                                        for label, sa in self.tables.get(table, {}).items()}
+                frozenset(label for label in labels if label in self.categories),
+                frozenset((table, sas[label]) for label in labels if label in sas))
         return got
 
     def super_attribute_of(self, element_type: str, label: str) -> str:
