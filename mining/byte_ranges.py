@@ -10,10 +10,10 @@ The scan is exact, for any valid JSON. Per block, one `bytes.translate` marks th
 that matter - quotes, brackets and braces, backslashes - and numpy does the rest on those
 few positions: a quote preceded by an odd run of backslashes is escaped (runs are counted
 across block boundaries); the parity of the real quotes before a bracket (a binary search
-among their positions) says whether it lies inside a string ("a [b] c", "x\\"}" ...); a running sum of +1 per opening and -1 per closing
-bracket outside strings is the depth; an element of the top-level array ends where a closing
-bracket brings the depth back to 1. Commas, colons and non-ASCII text (UTF-8 bytes are all
->= 0x80) never need looking at.
+among their positions) says whether it lies inside a string ("a [b] c", "x\\"}" ...); a
+running sum of +1 per opening and -1 per closing bracket outside strings is the depth; an
+element of the top-level array ends where a closing bracket brings the depth back to 1.
+Commas, colons and non-ASCII text (UTF-8 bytes are all >= 0x80) never need looking at.
 
 For broken input the scan simply finds fewer ends; the parse of the chunk that holds the
 damage then fails (`load` also checks that a chunk holds exactly the elements the scan

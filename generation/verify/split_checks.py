@@ -198,7 +198,6 @@ def check_leakage(data: Data) -> Check:
     return Check("leakage", "fail" if problems else "pass", summary, figures, problems)
 
 
-
 def _on_both(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
     """The codes (0 <= code < n; -1, unknown, is skipped) in both a and b, sorted: marks
     in two arrays of n flags, not two sorts of millions of codes."""
@@ -206,7 +205,6 @@ def _on_both(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
     seen[0, a[a >= 0]] = True
     seen[1, b[b >= 0]] = True
     return np.flatnonzero(seen[0] & seen[1])
-
 
 
 # ---------------------------------------------------------------- 5. held-out labels
