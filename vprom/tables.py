@@ -334,12 +334,16 @@ class DatasetFile:
         return self.matrices.row(row, self._parts)
 
 
-def content_hash(path: str | Path) -> str:
+def content_hash(path: str | Path, written: Mapping[str, np.ndarray] | None = None) -> str:
     """sha256 over the data of a DATASET.h5, independent of HDF5 byte layout.
 
     Datasets under CONTENT_GROUPS are visited in sorted path order; each contributes its
     path, kind, shape and values: integers as little-endian int64, floats as float64,
     strings as the UTF-8 of their JSON list. Attributes (the manifest) are not included.
+
+    `written`: dataset path -> the array just written there. Where its shape and type are the
+    dataset's, its values stand in for reading them back (a file just written needs no second
+    read); every other dataset, and every dataset's kind and shape, come from the file.
     """
     h = hashlib.sha256()
     with open_h5(path) as f:
@@ -349,22 +353,35 @@ def content_hash(path: str | Path) -> str:
                 f[group].visititems(lambda name, obj, g=group: items.append(
                     (f"{g}/{name}", obj)) if isinstance(obj, h5py.Dataset) else None)
         for name, ds in sorted(items, key=lambda t: t[0]):
-            h.update(_dataset_bytes(name, ds))
+            h.update(_dataset_bytes(name, ds, _as_written(ds, (written or {}).get(name))))
     return "sha256:" + h.hexdigest()
 
 
-def _dataset_bytes(name: str, ds: h5py.Dataset) -> bytes:
+def _as_written(ds: h5py.Dataset, values) -> np.ndarray | None:
+    """`values` where they are what `ds` holds (same shape; Python strings for a string
+    dataset, the same dtype otherwise), else None."""
+    if values is None or np.shape(values) != ds.shape or ds.dtype.kind not in "Oiuf":
+        return None
+    values = np.asarray(values)
+    if ds.dtype.kind == "O":
+        return values if values.dtype == object and set(map(type, values.ravel())) <= {str} \
+            else None
+    return values if values.dtype == ds.dtype else None
+
+
+def _dataset_bytes(name: str, ds: h5py.Dataset, values: np.ndarray | None = None) -> bytes:
     kind = ds.dtype.kind
+    if values is None:
+        values = read_strings(ds) if kind in "OS" else ds[()]
     if kind in "OSU":
-        values = read_strings(ds) if kind != "U" else ds[()]
         body = json.dumps(np.asarray(values, dtype=object).ravel().tolist(),
                           ensure_ascii=False).encode()
         kind = "str"
     elif kind == "f":
-        body = np.ascontiguousarray(ds[()], dtype="<f8").tobytes()
+        body = np.ascontiguousarray(values, dtype="<f8").tobytes()
         kind = "float"
     else:
-        body = np.ascontiguousarray(ds[()], dtype="<i8").tobytes()
+        body = np.ascontiguousarray(values, dtype="<i8").tobytes()
         kind = "int"
     head = json.dumps([name, kind, list(ds.shape), len(body)]).encode()
     return head + b"\n" + body

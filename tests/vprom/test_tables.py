@@ -8,6 +8,7 @@ from vprom.tables import (
     STR,
     CropTable,
     MatrixTable,
+    content_hash,
     crop_rows,
     read_crop_table,
     read_manifest,
@@ -92,3 +93,22 @@ def test_read_strings_gives_what_asstr_gives(tmp_path):
             assert got.shape == want.shape and got.dtype == object
             assert got.tolist() == want.tolist()
             assert all(type(v) is str for v in got.ravel())
+
+
+def test_content_hash_of_a_file_just_written_needs_no_read_back(tmp_path):
+    path = tmp_path / "d.h5"
+    crops, matrices = CropTable.from_crops(_crops()), MatrixTable.from_matrices(_matrices())
+    with h5py.File(path, "w") as h5:
+        crops.write(h5.create_group("crops"))
+        matrices.write(h5.create_group("matrices"), h5.create_group("splits"))
+    written = {"crops/phrase": crops.phrase, "crops/x": crops.x,
+               "matrices/elements": matrices.elements, "matrices/panels": matrices.panels}
+    assert content_hash(path, written) == content_hash(path)
+    # arrays that are not what the file holds are read back instead of trusted
+    other = {"crops/x": crops.x.astype(np.int64) + 1,  # another dtype (the file's is int32)
+             "matrices/elements": np.zeros_like(matrices.elements, dtype=np.int64),
+             "matrices/panels": matrices.panels[:1]}  # another shape
+    assert content_hash(path, other) == content_hash(path)
+    # the values stand in for the file's: a caller must pass what it wrote
+    changed = {"matrices/panels": matrices.panels + 1}
+    assert content_hash(path, changed) != content_hash(path)
