@@ -51,6 +51,7 @@ from vprom.tables import (
     open_h5,
     read_crop_table,
     set_manifest,
+    table_columns,
 )
 
 
@@ -263,16 +264,6 @@ def check_pools_file(path: Path) -> None:
                          "pass the pools file that `vprom mine` wrote")
 
 
-def _written(data: Dataset) -> dict[str, np.ndarray]:
-    """The large columns `_write` stores, by dataset path, for `content_hash` to hash without
-    reading them back (the panel elements alone are 3.76 million strings at scale 1)."""
-    out = {f"crops/{name}": getattr(data.crops, name) for name in CropTable.__dataclass_fields__}
-    for name in ("id", "relation", "element_type", "super_attribute", "answer", "panels",
-                 "elements"):
-        out[f"matrices/{name}"] = getattr(data.matrices, name)
-    return out
-
-
 def _write(out: Path, data: Dataset, manifest: dict) -> None:
     with atomic_path(out) as tmp:
         with h5py.File(tmp, "w") as h5:
@@ -289,7 +280,8 @@ def _write(out: Path, data: Dataset, manifest: dict) -> None:
                 data.vocabulary.write(vocab.create_group("labels"))
         # the content hash covers the data only, so storing it in the manifest afterwards
         # leaves it unchanged; `vprom verify` recomputes it to catch later edits
-        manifest = {**manifest, "outputs": {"content_hash": content_hash(tmp, _written(data))}}
+        written = table_columns(data.crops, data.matrices)  # hashed from memory, not read back
+        manifest = {**manifest, "outputs": {"content_hash": content_hash(tmp, written)}}
         with h5py.File(tmp, "r+") as h5:
             set_manifest(h5, manifest)
         # the sidecar, naming the finished file's hash, goes into place BEFORE the data file
