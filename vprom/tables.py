@@ -35,10 +35,15 @@ SPLIT_PARTS = ("train", "val", "test")
 CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab")
 
 
+def _holds_str(values) -> bool:
+    """Whether `values` is an object array of Python strings only."""
+    return (isinstance(values, np.ndarray) and values.dtype == object
+            and set(map(type, values.ravel())) <= {str})
+
+
 def _strings(values) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
-    if (isinstance(values, np.ndarray) and values.dtype == object
-            and set(map(type, values)) <= {str}):
+    if _holds_str(values):
         out[:] = values  # already Python strings (a column of a table): copied as they are
     else:
         out[:] = [str(v) for v in values]
@@ -362,9 +367,8 @@ def table_columns(crops: CropTable, matrices: MatrixTable) -> dict[str, np.ndarr
     `content_hash(path, written)` may take from memory (3.76 million panel elements at scale
     1), for a file just written from them or just read into them."""
     out = {f"crops/{f.name}": getattr(crops, f.name) for f in fields(CropTable)}
-    for name in ("id", "relation", "element_type", "super_attribute", "answer", "panels",
-                 "elements"):
-        out[f"matrices/{name}"] = getattr(matrices, name)
+    out.update({f"matrices/{f.name}": getattr(matrices, f.name) for f in fields(MatrixTable)
+                if f.name != "splits"})  # the splits are a group of small datasets
     return out
 
 
@@ -375,8 +379,7 @@ def _as_written(ds: h5py.Dataset, values) -> np.ndarray | None:
         return None
     values = np.asarray(values)
     if ds.dtype.kind == "O":
-        return values if values.dtype == object and set(map(type, values.ravel())) <= {str} \
-            else None
+        return values if _holds_str(values) else None
     return values if values.dtype == ds.dtype else None
 
 
