@@ -41,6 +41,7 @@ from itertools import chain
 import numpy as np
 from tqdm import tqdm
 
+from vprom.generation.verify.minimise import minimise
 from vprom.records import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
 from vprom.statistics import chi2_sf, wilson_interval
 
@@ -297,33 +298,34 @@ def _set_scores(x: np.ndarray, w: np.ndarray, entries, table: np.ndarray) -> np.
     return scores + (SLOTS @ w[n_dense:])[:, None]
 
 
-def fit_set_probe(x: np.ndarray, y: np.ndarray, entries, n_sparse: int, steps: int = 200,
-                  lr: float = 0.05, l2: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
-    """Adam on the conditional logit of `x`, the candidates' positions (`SLOTS`) and the
-    sparse set part (`entries`), all slot-major (`_slot_major`): (weights of x then of the
-    slots, the set table)."""
+def fit_set_probe(x: np.ndarray, y: np.ndarray, entries, n_sparse: int,
+                  l2: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
+    """The minimum of the conditional logit of `x`, the candidates' positions (`SLOTS`) and
+    the sparse set part (`entries`), all slot-major (`_slot_major`), plus `l2`/2 times the
+    squared weights: (weights of x then of the slots, the set table). The loss is convex, so
+    the probe is its one minimum, found by `minimise.minimise` (L-BFGS)."""
     cand, feat = entries
-    n, n_dense = len(y), x.shape[0]
-    params = [np.zeros(n_dense + N_CANDIDATES), np.zeros(n_sparse)]
-    moments = [[np.zeros_like(p), np.zeros_like(p)] for p in params]
-    for t in range(1, steps + 1):
-        scores = _set_scores(x, params[0], entries, params[1])  # 8×N: a slot per row
-        p = np.exp(scores - scores.max(axis=0))
-        p /= p.sum(axis=0)
-        p[y, np.arange(n)] -= 1.0
+    n, n_w = len(y), x.shape[0] + N_CANDIDATES
+    picked = (y, np.arange(n))
+
+    def loss_grad(params: np.ndarray) -> tuple[float, np.ndarray]:
+        w, table = params[:n_w], params[n_w:]
+        scores = _set_scores(x, w, entries, table)  # 8×N: a slot per row
+        top = scores.max(axis=0)
+        p = np.exp(scores - top)
+        total = p.sum(axis=0)
+        loss = float((np.log(total) + top - scores[picked]).sum()) / n
+        p /= total
+        p[picked] -= 1.0
         p = p.reshape(-1)
         # d/dw of Σ p·(x w + SLOTS w_slots): the slots' part from p's slot sums
-        grads = [np.concatenate([np.einsum("fi,i->f", x, p),
-                                 p.reshape(N_CANDIDATES, n).sum(axis=1) @ SLOTS]) / n
-                 + l2 * params[0],
-                 np.bincount(feat, weights=p[cand], minlength=n_sparse) / n + l2 * params[1]]
-        for param, grad, (m, v) in zip(params, grads, moments):
-            m *= 0.9
-            m += 0.1 * grad
-            v *= 0.999
-            v += 0.001 * grad * grad
-            param -= lr * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
-    return params[0], params[1]
+        grad = np.concatenate([np.einsum("fi,i->f", x, p),
+                               p.reshape(N_CANDIDATES, n).sum(axis=1) @ SLOTS,
+                               np.bincount(feat, weights=p[cand], minlength=n_sparse)]) / n
+        return loss + 0.5 * l2 * float((params * params).sum()), grad + l2 * params
+
+    params = minimise(loss_grad, np.zeros(n_w + n_sparse))
+    return params[:n_w], params[n_w:]
 
 
 def _hits_of(scores: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -375,18 +377,18 @@ def judge_groups(name: str, what: str, results: list[tuple[str, np.ndarray, int]
 
 def label_probe(view: CandidateView, answers: np.ndarray, train: np.ndarray,
                 test: np.ndarray, element_type: np.ndarray, relation: np.ndarray,
-                note: str = "", steps: int = 200) -> Check:
+                note: str = "") -> Check:
     """The context-blind probes on the candidates' labels, one per element type and one per
     relation x element type."""
     groups = probe_groups(element_type, relation, train, test)
-    results = [(group, label_group_hits(view, answers, tr, te, steps), len(tr))
+    results = [(group, label_group_hits(view, answers, tr, te), len(tr))
                for group, tr, te in tqdm(groups, desc="label probes", unit="probe",
                                          disable=None)]
     return label_check(results, note)
 
 
 def label_group_hits(view: CandidateView, answers: np.ndarray, train: np.ndarray,
-                     test: np.ndarray, steps: int = 200) -> np.ndarray:
+                     test: np.ndarray) -> np.ndarray:
     """The label probe of one group (`probe_groups`): its hits on `test` after training on
     `train` (none when either is too small to judge)."""
     if len(train) < MIN_PROBE_TEST or len(test) < MIN_PROBE_TEST:
@@ -395,7 +397,7 @@ def label_group_hits(view: CandidateView, answers: np.ndarray, train: np.ndarray
     x_tr, x_te = _standardise(label_features(view, answers, train, train),
                               label_features(view, answers, train, test))
     x, entries = _slot_major(x_tr, set_entries(view, train))
-    w, table = fit_set_probe(x, answers[train], entries, n_sparse, steps)
+    w, table = fit_set_probe(x, answers[train], entries, n_sparse)
     x, entries = _slot_major(x_te, set_entries(view, test))
     return _hits_of(_set_scores(x, w, entries, table).T, answers[test])
 

@@ -8,6 +8,7 @@ import pytest
 
 from vprom.generation.verify import audit
 from vprom.generation.verify import verify
+from vprom.generation.verify.minimise import minimise
 from vprom.splits import load_rules
 from tests.dataset_fixture import build_records, fixture_assign, write_dataset
 
@@ -216,3 +217,65 @@ def test_the_label_probe_scores_as_the_plain_formula():
     columns, entries = audit._slot_major(x, (cand, feat))
     assert np.allclose(audit._set_scores(columns, w, entries, table).T, expected,
                        rtol=0, atol=1e-12)
+
+
+def test_minimise_finds_a_quadratics_minimum():
+    rng = np.random.default_rng(1)
+    m = rng.normal(size=(30, 30))
+    a, b = m @ m.T + 0.5 * np.eye(30), rng.normal(size=30)
+
+    def loss_grad(x):
+        return 0.5 * x @ a @ x - b @ x, a @ x - b
+
+    best = np.linalg.solve(a, b)
+    lowest = loss_grad(best)[0]
+    # it stops once the loss falls by less than RTOL of itself over WINDOW iterations
+    assert loss_grad(minimise(loss_grad, np.zeros(30)))[0] - lowest < 1e-6 * abs(lowest)
+    assert np.allclose(minimise(loss_grad, best), best, rtol=0, atol=1e-12)  # stays there
+
+
+def _newton_minimum(design: np.ndarray, y: np.ndarray, l2: float) -> tuple[np.ndarray, float]:
+    """The conditional logit's minimum by Newton's method on the plain N×8×K design."""
+    n, k = len(y), design.shape[2]
+    params = np.zeros(k)
+    for _ in range(30):
+        loss, grad, p = _plain_loss(design, y, l2, params)
+        spread = design - np.einsum("ij,ijk->ik", p, design)[:, None, :]
+        hessian = np.einsum("ij,ijk,ijl->kl", p, spread, spread) / n + l2 * np.eye(k)
+        params = params - np.linalg.solve(hessian, grad)
+    return params, _plain_loss(design, y, l2, params)[0]
+
+
+def _plain_loss(design, y, l2, params):
+    n = len(y)
+    scores = design @ params
+    p = np.exp(scores - scores.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    loss = -np.log(p[np.arange(n), y]).mean() + 0.5 * l2 * params @ params
+    residual = p.copy()
+    residual[np.arange(n), y] -= 1.0
+    return loss, np.einsum("ij,ijk->k", residual, design) / n + l2 * params, p
+
+
+def test_the_label_probe_is_the_minimum_of_its_loss():
+    """The fitted weights minimise the plain N×8 formula's loss (the conditional logit of
+    x·w, the standardised position and the set part, plus l2/2 of the squared weights), as
+    Newton's method finds it: the probe is the loss's minimum, not where a step count
+    stopped."""
+    rng = np.random.default_rng(2)
+    n, f, n_sparse, l2 = 300, 4, 30, 1e-3
+    x = rng.normal(size=(n, 8, f)).astype(np.float32)
+    cand = np.sort(rng.integers(0, n * 8, 1500))
+    feat = rng.integers(0, n_sparse, 1500)
+    y = np.where(rng.random(n) < 0.5, x[:, :, 0].argmax(axis=1), rng.integers(0, 8, n))
+    columns, entries = audit._slot_major(x, (cand, feat))
+    w, table = audit.fit_set_probe(columns, y, entries, n_sparse, l2)
+    sparse = np.zeros((n * 8, n_sparse))
+    np.add.at(sparse, (cand, feat), 1.0)
+    design = np.concatenate([x.astype(np.float64), np.broadcast_to(audit.SLOTS, (n, 8, 8)),
+                             sparse.reshape(n, 8, n_sparse)], axis=2)
+    best, lowest = _newton_minimum(design, y, l2)
+    fitted = np.concatenate([w, table])
+    assert _plain_loss(design, y, l2, fitted)[0] - lowest < 1e-6 * lowest
+    assert np.allclose(fitted, best, rtol=0, atol=0.05)
+    assert w[0] > 0.5 > np.abs(w[1:f]).max()  # it learnt the planted signal in feature 0
