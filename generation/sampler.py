@@ -361,9 +361,9 @@ class PlanSampler:
                              "lower --scale")
         sa, rows = got
         get = itemgetter(*rows)  # 16 rows: tuples straight from the pool's lists
-        return Matrix(id=i, relation=group.relation, element_type=group.element_type,
-                      super_attribute=sa, panels=get(pool.crop_id), elements=get(pool.element),
-                      answer=answer), rows, note
+        # the plan's group and the pool's lists give the fields their types, checked already
+        return Matrix.checked(i, group.relation, group.element_type, sa, get(pool.crop_id),
+                              get(pool.element), answer), rows, note
 
 
 def _sample(sampler, draws: Draws, answer: int, masks, region, why: Counter):

@@ -142,6 +142,21 @@ class Matrix:
             raise ValueError(f"matrix {self.id}: {self.relation.value} does not apply to "
                              f"{self.element_type.value}")
 
+    @classmethod
+    def checked(cls, id: int, relation: Relation, element_type: ElementType,
+                super_attribute: str, panels: tuple[int, ...], elements: tuple[str, ...],
+                answer: int, splits: tuple[tuple[str, str], ...] = ()) -> Matrix:
+        """The record of values already in the fields' types and already checked (enums,
+        16 ints and 16 strings as tuples, (split, part) pairs sorted): the same record as
+        `Matrix(...)`, without `__post_init__`'s conversions and checks, for a caller that
+        makes hundreds of thousands from values it has checked (`vprom verify` after its
+        integrity check, the generator from its plan)."""
+        record = object.__new__(cls)
+        record.__dict__.update(id=id, relation=relation, element_type=element_type,
+                               super_attribute=super_attribute, panels=panels,
+                               elements=elements, answer=answer, splits=splits)
+        return record
+
     @property
     def context(self) -> tuple[int, ...]:
         return self.panels[:N_CONTEXT]

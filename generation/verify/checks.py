@@ -31,6 +31,7 @@ from vprom.records import (
     RELATIONS_OF,
     ElementType,
     Matrix,
+    Relation,
 )
 from vprom.solver import Universe, check_masks, group_masks
 from vprom.solver import check_matrix as solver_check
@@ -256,16 +257,22 @@ def solver_result(data: Data, tables: SolverTables, failed: list[int], reasons: 
 def matrix_records(m: MatrixTable, columns: dict[str, np.ndarray], start: int,
                    stop: int) -> list[tuple[int, Matrix]]:
     """(row, record) of matrices start..stop-1, as `m.row` makes them (`columns` from
-    `part_columns`, computed once), from plain Python values taken a range at a time."""
+    `part_columns`, computed once), from plain Python values taken a range at a time. The
+    integrity check has found the table sound (`fatal_problems`), so `Matrix.checked` skips
+    the record's own checks."""
     cut = slice(start, stop)
     parts = [(s, c[cut].tolist()) for s, c in sorted(columns.items())]
     rows = zip(m.id[cut].tolist(), m.relation[cut].tolist(), m.element_type[cut].tolist(),
                m.super_attribute[cut].tolist(), m.panels[cut].tolist(),
                m.elements[cut].tolist(), m.answer[cut].tolist())
-    return [(start + k, Matrix(id=i, relation=r, element_type=t, super_attribute=sa,
-                               panels=tuple(p), elements=tuple(e), answer=a,
-                               splits=tuple((s, c[k]) for s, c in parts)))
+    relation, element_type = _members(Relation), _members(ElementType)
+    return [(start + k, Matrix.checked(i, relation[r], element_type[t], sa, tuple(p), tuple(e),
+                                       a, tuple((s, c[k]) for s, c in parts)))
             for k, (i, r, t, sa, p, e, a) in enumerate(rows)]
+
+
+def _members(enum) -> dict:
+    return {member.value: member for member in enum}
 
 
 def check_solver(data: Data, check_matrix: Callable | None = None) -> Check:
