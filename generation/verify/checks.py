@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from operator import itemgetter
 
 import numpy as np
 
@@ -216,11 +217,11 @@ def solve(tables: SolverTables, records: list[tuple[int, Matrix]], crop_rows: np
     failed, reasons, implied_only = [], [], 0
     for i, matrix in records:
         etype = matrix.element_type.value
-        rows = crop_rows[i].tolist()
-        labels = [tables.labels[r] for r in rows]
+        rows = itemgetter(*crop_rows[i].tolist())  # the 16 panels' entries of a per-crop list
+        labels = rows(tables.labels)
         if check_matrix is None:
             u, groups, masks = tables.masks(etype)
-            reason = check_masks(matrix, u, [masks[r] for r in rows], groups, labels)
+            reason = check_masks(matrix, u, rows(masks), groups, labels)
         else:
             reason = check_matrix(matrix, labels, tables.universe[etype],
                                   tables.groups.get(etype))
@@ -228,7 +229,7 @@ def solve(tables: SolverTables, records: list[tuple[int, Matrix]], crop_rows: np
             continue
         failed.append(matrix.id)
         reasons.append(reason)
-        if (check_matrix or solver_check)(matrix, [tables.explicit[r] for r in rows],
+        if (check_matrix or solver_check)(matrix, rows(tables.explicit),
                                           tables.universe[etype],
                                           tables.groups.get(etype)) is None:
             implied_only += 1

@@ -76,3 +76,20 @@ def test_the_mlp_bags_and_scatters_its_embeddings_as_the_plain_formulas():
     expected = np.zeros((30, 6))
     np.add.at(expected, per_row.ravel(), np.repeat(grad, 7, axis=0))
     assert np.allclose(set_probes._scatter(per_row, grad, (30, 6)), expected, rtol=0, atol=1e-12)
+
+
+def test_the_absent_values_table_by_hand():
+    """On train, the answer's count given the candidates' counts; on test, the share of the
+    candidates whose count was that answer most often which is the answer."""
+    counts = np.array([1, 2, 3, 4, 5, 6, 7, 8])
+    values = np.array([counts, counts, counts, counts[::-1], counts, counts,
+                       counts + 2, counts + 2, counts + 2])
+    answers = np.array([2, 2, 4, 5, 2, 4, 0, 1, 0])  # train: counts 3, 3, 5, then 3 again
+    train, test = np.arange(4), np.arange(4, 9)
+    # matrix 4: its answer, count 3, was the answer 3 times of 4: a hit; matrix 5: count 5,
+    # once, no hit; matrices 6-8 show counts 3..10, a set never seen: every candidate ties
+    hits = set_probes.absent_hits(values, answers, train, test)
+    assert hits.tolist() == [1.0, 0.0, 1 / 8, 1 / 8, 1 / 8]
+    # ties split the hit: counts 3 and 5 each the answer once
+    assert set_probes.absent_hits(values, answers, np.array([0, 2]), np.array([4, 5])).tolist() \
+        == [0.5, 0.5]
