@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -362,6 +362,92 @@ def assign(matrix: Matrix, panels: PanelInfo, specs: Mapping[str, SplitSpec],
                 natural = "excluded"
         out[name] = natural if natural == side else "excluded"
     return out
+
+
+def assign_all(matrices, sides: Mapping[str, np.ndarray], banned: np.ndarray,
+               specs: Mapping[str, SplitSpec],
+               bans: Mapping[str, TrainBan]) -> dict[str, np.ndarray]:
+    """`assign` of every matrix of a table at once, for `vprom verify`: split -> an object
+    array of "train" / "test" / "excluded". `matrices` has the columns of a `MatrixTable`
+    (`element_type`, `relation`, `super_attribute`, `elements` N×16, `answer`); `sides`:
+    partition -> N×16 sides of the panels' images; `banned`: per matrix the `ban_bits` of its
+    16 crops OR-ed together. The same rules as `assign`, column by column (a test holds the
+    two to the same parts on a generated data set)."""
+    table = _RuleColumns(matrices)
+    # a matrix whose images straddle a partition is excluded whatever its natural part
+    side_of = {partition: np.where(s.all(axis=1), "test",
+                                   np.where((s == 0).all(axis=1), "train", "excluded"))
+               for partition, s in sides.items()}
+    bits = _ban_bits_of(tuple(bans))
+    out = {}
+    for name, spec in specs.items():
+        side = side_of[spec.partition]
+        if spec.rule_type == "random":
+            natural = side
+        else:
+            natural = table.natural_parts(spec.rule)
+            if bans.get(name) is not None:
+                bit = np.zeros(len(natural), dtype=np.int64)
+                for r in ALL_RELATIONS:
+                    bit[table.relation == r] = bits[name, r]
+                natural[(natural == "train") & (banned & bit != 0)] = "excluded"
+        out[name] = np.where(natural == side, natural, "excluded").astype(object)
+    return out
+
+
+class _RuleColumns:
+    """What the rules read of every matrix (`assign_all`), each column made once."""
+
+    def __init__(self, m) -> None:
+        self.m, self.etype = m, m.element_type.astype(str)
+        self.relation, self.super_attribute = m.relation.astype(str), m.super_attribute.astype(str)
+
+    @cached_property
+    def counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows of the count matrices, the counts their context and answer show)."""
+        rows = np.flatnonzero(self.etype == ElementType.COUNT.value)
+        elements = self.m.elements[rows]
+        answer = elements[np.arange(len(rows)), N_CONTEXT + self.m.answer[rows].astype(np.int64)]
+        shown = np.concatenate([elements[:, :N_CONTEXT], answer[:, None]], axis=1)
+        return rows, np.array([[int(e) for e in row] for row in shown.tolist()],
+                              dtype=np.int64).reshape(len(rows), N_CONTEXT + 1)
+
+    @cached_property
+    def thirds(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows of the object matrices all of whose 16 panels show one object third, that
+        third)."""
+        rows = np.flatnonzero(self.etype == ElementType.OBJECT.value)
+        names, codes = np.unique(self.m.elements[rows].astype(str), return_inverse=True)
+        thirds = np.array([object_third(c) for c in names.tolist()],
+                          dtype=np.int64)[codes.reshape(len(rows), self.m.elements.shape[1])]
+        one = (thirds == thirds[:, :1]).all(axis=1)
+        return rows[one], thirds[one, 0]
+
+    def natural_parts(self, rule: dict) -> np.ndarray:
+        """`_natural_part` of every matrix."""
+        kind, test = rule["type"], rule.get("test")
+        etype, relation, sa = self.etype, self.relation, self.super_attribute
+        out = np.full(len(etype), "train", dtype=object)
+        if kind == "counts":
+            rows, shown = self.counts
+            train = np.isin(shown, list(rule["train"])).all(axis=1)
+            held = np.isin(shown, list(test)).all(axis=1)
+            out[rows] = np.where(train, "train", np.where(held, "test", "excluded"))
+        elif kind == "super_attributes":
+            for t, sas in test.items():
+                out[(etype == t) & np.isin(sa, list(sas))] = "test"
+        elif kind == "relation_super_attributes":
+            for t, pairs in test.items():
+                for r, pair in pairs.items():
+                    out[(etype == t) & (relation == r) & (sa == pair)] = "test"
+        elif kind == "object_thirds":
+            rows, third = self.thirds
+            for r, held_third in test.items():
+                out[rows[(relation[rows] == r) & (third == held_third)]] = "test"
+        else:
+            raise VpromError(f"split rule type '{kind}' is unknown; expected one of "
+                             f"{list(RULE_TYPES)}")
+        return out
 
 
 def panel_concepts(m: Matrix, panels: PanelInfo):

@@ -3,13 +3,14 @@
 The parent reads DATASET.h5 into memory (`dataset_view.load`, which closes the file) and
 lists the jobs; `vprom.processes.ordered_map` forks the workers, which share the loaded data
 copy-on-write, and hands them the jobs. A job is a pure function of the data and of its own
-arguments — a range of matrices for the solver and the split rules, one group of the label
-probe, one element type of the set probe, each of the other checks whole — and returns plain
+arguments — a range of matrices for the solver, one group of the label probe, one element
+type of the set probe, each of the other checks whole (the split rules on every matrix at
+once, `splitting.assign_all`) — and returns plain
 results, which come back in job order; the parent builds the checks from them in the
 report's fixed order. So the report is the same, byte for byte, whatever N is, and one
 worker runs the very same jobs one after the other in this process.
 
-What several jobs need beyond the data — the solver's tables, the split assigner, the
+What several jobs need beyond the data — the solver's tables, the stored split parts, the
 probes' sample and candidate view — each process computes once, when one of its jobs first
 needs it (`_shared`); jobs are handed out by what they need (`needs`), so while there is
 other work one worker computes each. Only the two the parent needs as well, the probes'
@@ -43,7 +44,7 @@ from vprom.generation.verify.ceiling import check_ceiling
 from vprom.processes import collector_paused, ordered_map
 from vprom.splitting import SplitRules, TrainBan
 
-#: matrices per solver-and-splits job
+#: matrices per solver job
 CHUNK = 10_000
 
 
@@ -71,13 +72,6 @@ def _shared(name: str):
     return _SHARED[name]
 
 
-def _assigner(inputs: Inputs):
-    try:
-        return inputs.assigner or split_checks.default_assigner(inputs.data, inputs.rules)
-    except VpromError as e:
-        return e  # the splits check reports it; the other jobs go on
-
-
 def _probes(inputs: Inputs):
     """The label probe's candidate view and groups."""
     train, test, _ = _shared("sample")
@@ -90,7 +84,6 @@ def _probes(inputs: Inputs):
 _MAKERS = {
     "tables": lambda inputs: checks.SolverTables(inputs.data),
     "columns": lambda inputs: inputs.data.matrices.part_columns(),
-    "assigner": _assigner,
     "sample": lambda inputs: bias.probe_plan(inputs.data)[:3],  # train, test, note
     "probes": _probes,
     "sets": lambda inputs: set_probes.SetInputs(inputs.data, *_shared("sample")[:2]),
@@ -99,15 +92,26 @@ _MAKERS = {
 
 # ---------------------------------------------------------------- the jobs
 def _matrices(start: int, stop: int):
-    """Solver and split rules on matrices start..stop-1: (solver results, off-rule results
-    or None when the rules cannot be re-run)."""
+    """The solver on matrices start..stop-1 (`checks.solve`'s results). `vprom.solver` reads
+    no splits, so its records are made without them; a caller's `check_matrix` gets them."""
     inputs, m = _INPUTS[0], _INPUTS[0].data.matrices
-    records = checks.matrix_records(m, _shared("columns"), start, stop)
-    solved = checks.solve(_shared("tables"), records, inputs.data.rows, inputs.check_matrix)
-    assigner = _shared("assigner")
-    if isinstance(assigner, VpromError):
-        return solved, None
-    return solved, split_checks.off_rule(records, assigner, sorted(m.splits))
+    columns = _shared("columns") if inputs.check_matrix else {}
+    records = checks.matrix_records(m, columns, start, stop)
+    return checks.solve(_shared("tables"), records, inputs.data.rows, inputs.check_matrix)
+
+
+def _split_rules():
+    """`split_checks.off_rule` on every matrix, or the VpromError that stops the rules from
+    being re-run (the splits check reports it)."""
+    inputs, m = _INPUTS[0], _INPUTS[0].data.matrices
+    columns = _shared("columns")
+    try:
+        expected = split_checks.assigned_parts(
+            checks.matrix_records(m, columns, 0, len(m)), inputs.assigner) \
+            if inputs.assigner else split_checks.expected_parts(inputs.data, inputs.rules)
+    except VpromError as e:
+        return e
+    return split_checks.off_rule(m, expected, columns)
 
 
 def _label_group(k: int) -> np.ndarray:
@@ -140,6 +144,7 @@ def _split_problems() -> list[str]:
 
 JOBS = {
     "matrices": _matrices,
+    "split rules": _split_rules,
     "label group": _label_group,
     "set type": _set_type,
     "absent values": _absent_values,
@@ -177,7 +182,7 @@ def job_list(inputs: Inputs, n_groups: int, n_types: int) -> list[tuple]:
     jobs = [("features",)] if inputs.features else []
     jobs += [("set type", k) for k in range(n_types)]
     jobs += [("label group", k) for k in range(n_groups)]
-    jobs += [("matrices", s, min(n, s + CHUNK)) for s in range(0, n, CHUNK)]
+    jobs += [("split rules",)] + [("matrices", s, min(n, s + CHUNK)) for s in range(0, n, CHUNK)]
     return jobs + [(name,) for name in ("integrity", "leakage", "absent values",
                                         "split problems", "held-out", "frequencies",
                                         "ceiling")]
@@ -218,26 +223,19 @@ def run_checks(inputs: Inputs, workers: int) -> list[Check]:
 def assemble(inputs: Inputs, jobs: list[tuple], done: dict, groups: list) -> list[Check]:
     """The checks in report order from the jobs' results."""
     data = inputs.data
-    failed, reasons, implied_only, wrong, off_reasons, ruled = [], [], 0, [], [], True
+    failed, reasons, implied_only = [], [], 0
     for job in jobs:
-        if job[0] != "matrices":
-            continue
-        solved, off = done[job]
-        failed += solved[0]
-        reasons += solved[1]
-        implied_only += solved[2]
-        if off is None:
-            ruled = False
-        else:
-            wrong += off[0]
-            off_reasons += off[1]
+        if job[0] == "matrices":
+            failed += done[job][0]
+            reasons += done[job][1]
+            implied_only += done[job][2]
     out = [done[("integrity",)],
            checks.solver_result(data, _shared("tables"), failed, reasons, implied_only)]
-    problems = done[("split problems",)]
-    if ruled:
-        out.append(split_checks.splits_check(data.matrices, problems, wrong, off_reasons))
+    problems, off = done[("split problems",)], done[("split rules",)]
+    if isinstance(off, VpromError):
+        out.append(split_checks.unassignable(problems, off))
     else:
-        out.append(split_checks.unassignable(problems, _assigner(inputs)))
+        out.append(split_checks.splits_check(data.matrices, problems, *off))
     out += [done[("leakage",)], done[("held-out",)]]
     out += done[("frequencies",)]
     note = _shared("sample")[2]

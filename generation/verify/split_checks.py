@@ -23,7 +23,7 @@ from vprom.generation.verify.checks import matrix_records
 from vprom.generation.dataset_view import Data, examples
 from vprom.errors import VpromError
 from vprom.records import N_CONTEXT, SPLITS, ElementType, Matrix, Relation
-from vprom.splitting import (PanelInfo, SplitRules, TrainBan, ban_bits, banned_crops,
+from vprom.splitting import (SplitRules, TrainBan, assign_all, ban_bits, banned_crops,
                              image_sides, object_third)
 from vprom.tables import CropTable, MatrixTable
 
@@ -39,29 +39,29 @@ def crop_concepts(data: Data) -> list[tuple[frozenset[str], frozenset[tuple[str,
 
 
 # ---------------------------------------------------------------- 3. splits
-def default_assigner(data: Data, rules: SplitRules) -> Callable:
-    """matrix -> {split: part} by the split rules with the seed the manifest records (sides
-    of every panel's image computed for all matrices at once)."""
+def expected_parts(data: Data, rules: SplitRules) -> dict[str, np.ndarray]:
+    """split -> the part the split rules give every matrix (`splitting.assign_all`), with the
+    seed the manifest records: the sides of every panel's image and what each crop's labels
+    show of every held-out split's ban (as bits, OR-ed over a matrix's 16 panels), for all
+    matrices at once."""
     seed = (data.manifest or {}).get("seed")
     if not isinstance(seed, int):
         raise VpromError(f"{data.path}: the manifest records no seed, so the split rules "
                          "cannot be re-run; regenerate the file with `vprom generate`")
     rows = np.where(data.rows < 0, 0, data.rows)
-    sides = {p: s.tolist() for p, s in image_sides(rules, seed, data.crops.image_id[rows]).items()}
-    super_attributes = data.crops.super_attribute[rows].tolist()
-    # what each crop's labels show of every held-out split's ban, as bits; OR-ed over a
-    # matrix's 16 panels, they are all the ban checks of the rules need
+    sides = image_sides(rules, seed, data.crops.image_id[rows])
     bits = ban_bits(rules.design.train_bans, crop_concepts(data))
-    banned = np.bitwise_or.reduce(bits[rows], axis=1).tolist()
-    row_of = {int(mid): i for i, mid in enumerate(data.matrices.id)}
+    banned = np.bitwise_or.reduce(bits[rows], axis=1)
+    return assign_all(data.matrices, sides, banned, rules.specs, rules.design.train_bans)
 
-    def assigner(matrix):
-        i = row_of[matrix.id]
-        info = PanelInfo(sides={p: tuple(s[i]) for p, s in sides.items()},
-                         super_attributes=tuple(super_attributes[i]), banned=banned[i])
-        return rules.assign(matrix, info)
 
-    return assigner
+def assigned_parts(records: list[tuple[int, Matrix]],
+                   assigner: Callable) -> dict[str, np.ndarray]:
+    """The same from a per-matrix `assigner` (matrix -> {split: part}; a test's own rules)
+    over `records`, (row, matrix) pairs of every matrix."""
+    parts = [assigner(matrix) for _, matrix in records]
+    return {split: np.array([p.get(split, "excluded") for p in parts], dtype=object)
+            for split in sorted(set().union(*parts))}
 
 
 def split_structure_problems(m: MatrixTable) -> list[str]:
@@ -110,21 +110,24 @@ def paper_rule_problems(data: Data) -> list[str]:
     return problems
 
 
-def off_rule(records: list[tuple[int, Matrix]], assigner: Callable,
-             splits: list[str]) -> tuple[list[int], list[str]]:
-    """(ids of the matrices among `records` ((row, matrix) pairs) whose stored part differs
-    from the rule's in one of `splits`, the first such difference of each)."""
-    side = {"train": "train", "val": "train", "test": "test", "excluded": "excluded"}
-    wrong, reasons = [], []
-    for _, matrix in records:
-        expected, stored = assigner(matrix), dict(matrix.splits)  # `matrix.part`, read once
-        for split in splits:
-            want, got = expected.get(split, "excluded"), stored.get(split, "excluded")
-            if side.get(want, want) != side.get(got, got):
-                wrong.append(matrix.id)
-                reasons.append(f"{split}: stored {got}, the rule says {want}")
-                break
-    return wrong, reasons
+def off_rule(m: MatrixTable, expected: Mapping[str, np.ndarray],
+             stored: Mapping[str, np.ndarray]) -> tuple[list[int], list[str]]:
+    """(ids of the matrices whose stored part (`stored`: split -> part column, as
+    `part_columns` gives it) differs from the rule's (`expected`, the same) in one of the
+    stored splits, the first such difference of each, the splits in name order)."""
+    first = np.full(len(m), None, dtype=object)
+    found = np.zeros(len(m), dtype=bool)
+    excluded = np.full(len(m), "excluded", dtype=object)
+    for split in sorted(stored):
+        want, got = expected.get(split, excluded), stored[split]
+        # val is drawn from the train side, so it stands for train here
+        differs = ~found & (np.where(want == "val", "train", want)
+                            != np.where(got == "val", "train", got))
+        first[differs] = [f"{split}: stored {g}, the rule says {w}"
+                          for g, w in zip(got[differs].tolist(), want[differs].tolist())]
+        found |= differs
+    wrong = np.flatnonzero(found)
+    return m.id[wrong].tolist(), first[wrong].tolist()
 
 
 def splits_check(m: MatrixTable, problems: list[str], wrong: list[int],
@@ -148,12 +151,13 @@ def check_splits(data: Data, rules: SplitRules, assigner: Callable | None = None
     """Stored parts are well formed and equal the split rules re-run on every matrix."""
     m = data.matrices
     problems = split_structure_problems(m) + paper_rule_problems(data)
+    columns = m.part_columns()
     try:
-        assigner = assigner or default_assigner(data, rules)
+        expected = assigned_parts(matrix_records(m, columns, 0, len(m)), assigner) \
+            if assigner else expected_parts(data, rules)
     except VpromError as e:
         return unassignable(problems, e)
-    records = matrix_records(m, m.part_columns(), 0, len(m))
-    return splits_check(m, problems, *off_rule(records, assigner, sorted(m.splits)))
+    return splits_check(m, problems, *off_rule(m, expected, columns))
 
 
 # ---------------------------------------------------------------- 4. leakage

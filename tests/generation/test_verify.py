@@ -360,6 +360,41 @@ def test_a_generated_dataset_passes_with_the_real_rules(tmp_path, capsys):
                for p in checks["splits"].problems)
 
 
+def test_the_rules_on_all_matrices_at_once_equal_assign_one_by_one(tmp_path):
+    """`splitting.assign_all` (verify's split rules, column by column) gives every matrix of
+    a generated data set the parts `assign` gives it alone: with the images dealt by the
+    data set's seed; by another one, under which most matrices straddle a partition or land
+    on its other side; and with random ban bits. So the excluded paths are held to the same
+    parts too."""
+    from vprom.generation.dataset import generate
+    from vprom.generation.dataset_view import load
+    from vprom.generation.verify.split_checks import crop_concepts
+    from vprom.splitting import PanelInfo, assign_all, ban_bits, image_sides
+    from tests.dataset_fixture import write_pools
+
+    dataset = tmp_path / "dataset.h5"
+    generate(write_pools(tmp_path / "pools.h5"), dataset, RULES, scale=0.004, seed=3)
+    data, _ = load(dataset)
+    m, rows = data.matrices, np.where(data.rows < 0, 0, data.rows)
+    bits = ban_bits(RULES.design.train_bans, crop_concepts(data))
+    banned = np.bitwise_or.reduce(bits[rows], axis=1)
+    # and with random ban bits, so that natural train parts meet the bans
+    noise = np.random.default_rng(0).integers(0, 1 << 30, len(m))
+    parts, seen = m.parts_of(), set()
+    for seed, banned in ((3, banned), (4, banned), (3, banned | noise)):
+        sides = image_sides(RULES, seed, data.crops.image_id[rows])
+        at_once = assign_all(m, sides, banned, RULES.specs, RULES.design.train_bans)
+        for i in range(len(m)):
+            info = PanelInfo(sides={p: tuple(s[i].tolist()) for p, s in sides.items()},
+                             super_attributes=(), banned=int(banned[i]))
+            one = RULES.assign(m.row(i, parts), info)
+            assert {split: at_once[split][i] for split in RULES.specs} == one, (seed, i)
+            seen.update(one.items())
+    # every rule met train, test and excluded matrices
+    assert {(split, part) for split in RULES.specs
+            for part in ("train", "test", "excluded")} <= seen
+
+
 def test_a_training_matrix_that_shows_a_held_out_label_is_caught(tmp_path):
     """The splits check re-runs the rules' label bans too: a training matrix of a held-out
     split one of whose panels is given a label that split holds out is caught."""
