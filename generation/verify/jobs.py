@@ -17,8 +17,9 @@ other work one worker computes each. Only the two the parent needs as well, the 
 sample (to plan the jobs) and the solver's tables (for the solver's summary), are made in
 the parent before the fork, and so once for all.
 
-Heavy jobs come first, so no worker is left with a long one at the end; the matrices are cut
-into `CHUNK`-matrix ranges, enough of them to keep every worker of a large machine busy.
+Heavy jobs come first, so no worker is left with a long one at the end; the solver's
+matrices are cut into `CHUNK`-matrix ranges, enough of them to keep every worker of a large
+machine busy, and come last.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def _features() -> Check:
 def _split_problems() -> list[str]:
     data = _INPUTS[0].data
     return split_checks.split_structure_problems(data.matrices) + \
-        split_checks.paper_rule_problems(data)
+        split_checks.paper_rule_problems(data, _shared("columns"))
 
 
 JOBS = {
@@ -152,7 +153,8 @@ JOBS = {
     "split problems": _split_problems,
     "integrity": lambda: checks.check_integrity(_INPUTS[0].data, _INPUTS[0].structure),
     "leakage": lambda: split_checks.check_leakage(_INPUTS[0].data),
-    "held-out": lambda: split_checks.check_held_out(_INPUTS[0].data, _INPUTS[0].train_bans),
+    "held-out": lambda: split_checks.check_held_out(_INPUTS[0].data, _INPUTS[0].train_bans,
+                                                    _shared("columns")),
     "frequencies": lambda: bias.frequency_checks(_INPUTS[0].data),
     "ceiling": lambda: check_ceiling(_INPUTS[0].data.matrices),
 }
@@ -160,8 +162,8 @@ JOBS = {
 
 #: the shared inputs (`_shared`) each kind of job computes, as `ordered_map`'s affinity: jobs
 #: that need the same ones go to one worker while others have other work
-NEEDS = {"matrices": "matrices", "label group": "probes", "set type": "sets",
-         "absent values": "sets"}
+NEEDS = {"label group": "probes", "set type": "sets", "absent values": "sets",
+         "split rules": "columns", "split problems": "columns", "held-out": "columns"}
 
 
 def needs(job: tuple) -> str | None:
@@ -182,10 +184,10 @@ def job_list(inputs: Inputs, n_groups: int, n_types: int) -> list[tuple]:
     jobs = [("features",)] if inputs.features else []
     jobs += [("set type", k) for k in range(n_types)]
     jobs += [("label group", k) for k in range(n_groups)]
-    jobs += [("split rules",)] + [("matrices", s, min(n, s + CHUNK)) for s in range(0, n, CHUNK)]
-    return jobs + [(name,) for name in ("integrity", "leakage", "absent values",
-                                        "split problems", "held-out", "frequencies",
-                                        "ceiling")]
+    jobs += [(name,) for name in ("split rules", "integrity", "leakage", "held-out",
+                                  "absent values", "split problems", "ceiling", "frequencies")]
+    # the solver's ranges last: small and many, they fill the workers' ends evenly
+    return jobs + [("matrices", s, min(n, s + CHUNK)) for s in range(0, n, CHUNK)]
 
 
 def plan(inputs: Inputs) -> tuple[list, list[tuple]]:

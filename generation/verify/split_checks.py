@@ -84,10 +84,12 @@ def split_structure_problems(m: MatrixTable) -> list[str]:
     return problems
 
 
-def paper_rule_problems(data: Data) -> list[str]:
-    """Rules from the paper that hold whatever the spec files say, checked on the answers."""
+def paper_rule_problems(data: Data,
+                        columns: Mapping[str, np.ndarray] | None = None) -> list[str]:
+    """Rules from the paper that hold whatever the spec files say, checked on the answers
+    (`columns`: the stored parts, `part_columns`, when the caller has them)."""
     m = data.matrices
-    columns = m.part_columns()
+    columns = m.part_columns() if columns is None else columns
     answer = m.elements[np.arange(len(m)), N_CONTEXT + m.answer.astype(np.int64).clip(0, 7)]
     count = m.element_type == ElementType.COUNT.value
     value = np.array([int(a) if c and a.isdigit() else 0 for a, c in zip(answer, count)])
@@ -223,9 +225,11 @@ def held_out_labels(data: Data, ban: TrainBan) -> int:
     return len(labels)
 
 
-def check_held_out(data: Data, bans: Mapping[str, TrainBan]) -> Check:
+def check_held_out(data: Data, bans: Mapping[str, TrainBan],
+                   columns: Mapping[str, np.ndarray] | None = None) -> Check:
     """No training or validation matrix of a held-out split shows a held-out label (`bans`:
-    split -> what it holds out, `rules.design.train_bans`)."""
+    split -> what it holds out, `rules.design.train_bans`; `columns` as for
+    `paper_rule_problems`)."""
     m = data.matrices
     if not bans:
         return Check("held-out labels", "skip", "the split rules hold out no labels")
@@ -235,7 +239,7 @@ def check_held_out(data: Data, bans: Mapping[str, TrainBan]) -> Check:
                         dtype=np.int64, count=len(data.crops))
     concepts = list(index)
     rows = which[np.where(data.rows < 0, 0, data.rows)]
-    columns = m.part_columns()
+    columns = m.part_columns() if columns is None else columns
     figures, problems = {}, []
     for split in [s for s in SPLITS if s in bans] + sorted(set(bans) - set(SPLITS)):
         ban = bans[split]
