@@ -80,6 +80,8 @@ def completion_mask(element_type: ElementType, context: Sequence[int],
     rules = _RULES_OF[element_type] if relations is None else [RULES[r] for r in relations]
     z = 0
     for g in groups or (-1,):
+        if not context[0] & g:  # the usual miss, found before building the list
+            continue
         within = [c & g for c in context]
         if all(within):  # every relation reads every context panel
             for rule in rules:
