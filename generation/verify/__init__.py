@@ -4,9 +4,9 @@ The checks, each a named result with its figures and problems (a few example mat
 1. integrity, 2. solver (`generation.verify.checks`), 3. splits, 4. leakage, 5. held-out labels
 (`generation.verify.split_checks`; their docstrings say what each proves), 6. bias
 (`generation.verify.bias` over `generation.verify.audit`: answer positions, frequency
-heuristics, context-blind probes on
-labels and, with a FEATS.h5, on features, each per element type and per relation x element
-type) and the perception-only ceiling (`generation.verify.ceiling`, a figure, never a failure).
+heuristics, context-blind probes on labels and, with a FEATS.h5, on features, each per
+element type and per relation x element type) and the perception-only ceiling
+(`generation.verify.ceiling`, a figure, never a failure).
 A file whose records cannot be read fails integrity and skips the rest.
 `workers` processes share the checks (`generation.verify.jobs`): the report is the same for
 any number of them.

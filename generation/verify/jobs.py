@@ -5,9 +5,8 @@ lists the jobs; `vprom.processes.ordered_map` forks the workers, which share the
 copy-on-write, and hands them the jobs. A job is a pure function of the data and of its own
 arguments — a range of matrices for the solver, one group of the label probe, one element
 type of the set probe, each of the other checks whole (the split rules on every matrix at
-once, `splitting.assign_all`) — and returns plain
-results, which come back in job order; the parent builds the checks from them in the
-report's fixed order. So the report is the same, byte for byte, whatever N is, and one
+once, `splitting.assign_all`) — and returns plain results, which come back in job order;
+the parent builds the checks from them in the report's fixed order. So the report is the same, byte for byte, whatever N is, and one
 worker runs the very same jobs one after the other in this process.
 
 What several jobs need beyond the data — the solver's tables, the stored split parts, the
