@@ -395,6 +395,25 @@ def test_the_rules_on_all_matrices_at_once_equal_assign_one_by_one(tmp_path):
             for part in ("train", "test", "excluded")} <= seen
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_file_without_its_seed_cannot_have_its_split_rules_re_run(tmp_path, workers):
+    """The split rules need the seed the manifest records: without it the splits check says
+    so (the reason crosses from a worker to the report) and the other checks still run."""
+    from vprom.generation.dataset import generate
+    from tests.dataset_fixture import write_pools
+
+    dataset = tmp_path / "dataset.h5"
+    generate(write_pools(tmp_path / "pools.h5"), dataset, RULES, scale=0.004, seed=3)
+    with h5py.File(dataset, "a") as h5:
+        manifest = json.loads(h5.attrs["manifest"])
+        del manifest["seed"]
+        h5.attrs["manifest"] = json.dumps(manifest)
+    _, checks = run(dataset, assigner=None, workers=workers)
+    assert checks["splits"].status == "fail"
+    assert "the manifest records no seed" in checks["splits"].summary, checks["splits"].summary
+    assert checks["solver"].status == "pass" and checks["leakage"].status == "pass"
+
+
 def test_a_training_matrix_that_shows_a_held_out_label_is_caught(tmp_path):
     """The splits check re-runs the rules' label bans too: a training matrix of a held-out
     split one of whose panels is given a label that split holds out is caught."""
