@@ -17,10 +17,10 @@ measures the shortcuts a model could take instead, using the candidates alone:
    conditional-logit model (score s_j = w·x_j + Σ_l W[l, c_l] per candidate, softmax over
    the 8) is trained on the neutral split's train part and scored on its test part. x_j
    describes candidate j from its labels only: how often its element and super-attribute
-   occur among the 8 candidates, its element's answer rate in train (leave-one-out in
-   train, so the feature never contains the target), how many labels it carries (explicit
-   and implied apart), its label overlap with the others, box size and shape, and its
-   position. The set part W sees every label l the candidate carries (explicit or implied)
+   occur among the 8 candidates, its element's answer rate in train (for a training row,
+   from the other folds of train, so the feature neither contains nor reveals the target),
+   how many labels it carries (explicit and implied apart), its label overlap with the
+   others, box size and shape, and its position. The set part W sees every label l the candidate carries (explicit or implied)
    together with c_l, how many of the other 7 carry it too: a learnt weight per (label,
    count) finds "the one male among seven women", "the only one labelled curly", "the one
    without the label all others share". With a FEATS.h5 the same probes run on the
@@ -48,6 +48,7 @@ from vprom.statistics import chi2_sf, wilson_interval
 MARGIN = SHORTCUT_MARGIN  # a shortcut worth at most 2 accuracy points is tolerated
 POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests
 MIN_PROBE_TEST = 50  # fewer test matrices than this tell nothing; the probe is skipped
+FOLDS = 5  # the label probe's answer rates for training rows come from the other folds
 #: the label probe's per-slot features: candidate j's position, one-hot and standardised
 #: (mean 1/8, standard deviation √7/8), the same for every matrix
 SLOTS = (np.eye(N_CANDIDATES) - 1 / N_CANDIDATES) / (math.sqrt(N_CANDIDATES - 1) / N_CANDIDATES)
@@ -181,24 +182,33 @@ class CandidateView:
 
 def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
                    rows: np.ndarray) -> np.ndarray:
-    """N_rows×8×F features of the candidates of matrices `rows` (their position is the
+    """N_rows×8 features of the candidates of matrices `rows` (their position is the
     probe's per-slot part, `SLOTS`).
 
-    The element answer rate is learnt on `train` only; for a training row its own matrix is
-    left out, so a rate never contains the target it is asked to predict.
+    The element answer rate (and frequency) is learnt on `train` only. A training row takes
+    it from the other `FOLDS - 1` folds of `train` (folds by position in sorted `train`), so
+    its own answer never enters its features. A leave-one-out rate would not do: it dips for
+    the answer's element alone, and a probe with one weight per element reads the dip (on
+    the small demo it lifted count x union to 17.5%; bench/RESULTS.md, tenth stop).
     """
     n_codes = int(view.element.max()) + 1
-    tr = view.element[train]
-    seen = np.bincount(tr.ravel(), minlength=n_codes).astype(float)
-    answered = np.bincount(tr[np.arange(len(train)), answers[train]],
-                           minlength=n_codes).astype(float)
+    order = np.sort(train)
+    fold = np.arange(len(order)) % FOLDS
+    seen = np.zeros((FOLDS + 1, n_codes))  # per fold; the last row, zeros, for other rows
+    answered = np.zeros((FOLDS + 1, n_codes))
+    for f in range(FOLDS):
+        mine = order[fold == f]
+        seen[f] = np.bincount(view.element[mine].ravel(), minlength=n_codes)
+        answered[f] = np.bincount(view.element[mine, answers[mine]], minlength=n_codes)
     el = view.element[rows]
-    is_answer = np.zeros(el.shape)
-    in_train = np.isin(rows, train)
-    is_answer[in_train, answers[rows][in_train]] = 1.0
-    own = in_train[:, None].astype(float)
+    held = np.full(len(rows), FOLDS)
+    at = np.searchsorted(order, rows).clip(max=max(len(order) - 1, 0))
+    in_train = (order[at] == rows) if len(order) else np.zeros(len(rows), bool)
+    held[in_train] = fold[at[in_train]]
+    seen_el = seen.sum(axis=0)[el] - seen[held[:, None], el]
+    answered_el = answered.sum(axis=0)[el] - answered[held[:, None], el]
     prior = 2.0  # Laplace-style smoothing towards chance
-    rate = (answered[el] - is_answer + prior * CHANCE) / (seen[el] - own + prior)
+    rate = (answered_el + prior * CHANCE) / (seen_el + prior)
     counts = within_counts(el)
     columns = [
         counts / N_CANDIDATES,
@@ -206,7 +216,7 @@ def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
         (counts == counts.max(axis=1, keepdims=True)).astype(float),
         within_counts(view.super_attribute[rows]) / N_CANDIDATES,
         rate * N_CANDIDATES,
-        np.log1p(seen[el] - own),
+        np.log1p(seen_el),
         view.n_labels[rows],
         view.n_implied[rows] if view.n_implied is not None else np.zeros(el.shape),
         view.overlap[rows],

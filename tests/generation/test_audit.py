@@ -279,3 +279,28 @@ def test_the_label_probe_is_the_minimum_of_its_loss():
     assert _plain_loss(design, y, l2, fitted)[0] - lowest < 1e-6 * lowest
     assert np.allclose(fitted, best, rtol=0, atol=0.05)
     assert w[0] > 0.5 > np.abs(w[1:f]).max()  # it learnt the planted signal in feature 0
+
+
+def test_a_training_rows_answer_rate_does_not_reveal_its_answer():
+    """Training rows take their elements' answer rates from the other folds of train, so
+    within a fold an element has one rate, whether it is a row's answer or not. A
+    leave-one-out rate would be lower exactly where the element is the row's answer, which
+    a probe with one weight per element reads."""
+    rng = np.random.default_rng(3)
+    n = 200
+    element = np.array([rng.permutation(10)[:8] for _ in range(n)])
+    view = audit.CandidateView(element=element, super_attribute=np.zeros((n, 8), int),
+                               n_labels=np.ones((n, 8)), overlap=np.zeros((n, 8)),
+                               area=np.ones((n, 8)), aspect=np.ones((n, 8)))
+    answers = rng.integers(0, 8, n)
+    train = np.arange(0, n, 2)
+    rate = audit.label_features(view, answers, train, train)[:, :, 4]
+    for f in range(audit.FOLDS):
+        rows = np.arange(len(train)) % audit.FOLDS == f
+        for e in range(10):
+            at = element[train][rows] == e
+            assert np.ptp(rate[rows][at]) == 0, (f, e)
+    # test rows see the rates of all of train: the same per element, fold or not
+    test = np.arange(1, n, 2)
+    rate = audit.label_features(view, answers, train, test)[:, :, 4]
+    assert all(np.ptp(rate[element[test] == e]) == 0 for e in range(10))
