@@ -24,7 +24,7 @@ RULES = {
     "ground": ((), GROUND_LIBRARIES),
     "mining": (("ground",), GROUND_LIBRARIES | {"ijson", "requests", "urllib3", "tqdm"}),
     "splits": (("ground",), GROUND_LIBRARIES),
-    "generation": (("ground",), GROUND_LIBRARIES | {"tqdm", "pyarrow"}),
+    "generation": (("ground",), GROUND_LIBRARIES | {"tqdm", "pyarrow", "scipy"}),
     "runtime": (("ground",), GROUND_LIBRARIES | {"torch"}),
     "features": (("ground", "runtime"),
                  GROUND_LIBRARIES | {"tqdm", "torch", "torchvision", "timm", "huggingface_hub"}),

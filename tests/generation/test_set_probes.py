@@ -63,19 +63,21 @@ def test_set_tokens_describe_coverage_and_missing_values():
 
 
 def test_the_mlp_bags_and_scatters_its_embeddings_as_the_plain_formulas():
-    """`_bag` sums a row's token embeddings a slot at a time, and `_scatter` adds each row's
-    gradient into its tokens' rows a hidden unit at a time: the sums of the plain gather and
-    of `np.add.at`, tokens repeated within a row included."""
+    """`_incidence(tokens) @ emb` sums a row's token embeddings, and its transpose adds each
+    row's gradient into its tokens' rows: the sums of the plain gather and of `np.add.at`,
+    tokens repeated within a row included, added in the same order (so equal to the bit)."""
     rng = np.random.default_rng(0)
     emb = rng.normal(size=(30, 6))
     own, per_row = rng.integers(0, 30, (5, 8, 4)), rng.integers(0, 30, (40, 7))
     own[0, 0] = 3  # one token four times in one row
-    assert np.allclose(set_probes._bag(emb, own), emb[own].sum(axis=2), rtol=0, atol=1e-12)
-    assert set_probes._bag(emb, own[..., :0]).shape == (5, 8, 6)
+    bags = set_probes._incidence(own, 30) @ emb
+    slot_by_slot = emb[own[..., 0]] + emb[own[..., 1]] + emb[own[..., 2]] + emb[own[..., 3]]
+    assert np.array_equal(bags.reshape(5, 8, 6), slot_by_slot)
+    assert not (set_probes._incidence(own[..., :0], 30) @ emb).any()
     grad = rng.normal(size=(40, 6))
     expected = np.zeros((30, 6))
     np.add.at(expected, per_row.ravel(), np.repeat(grad, 7, axis=0))
-    assert np.allclose(set_probes._scatter(per_row, grad, (30, 6)), expected, rtol=0, atol=1e-12)
+    assert np.array_equal(set_probes._incidence(per_row, 30).T @ grad, expected)
 
 
 def test_the_absent_values_table_by_hand():
