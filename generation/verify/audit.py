@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 
 import numpy as np
+import scipy.sparse
 from tqdm import tqdm
 
 from vprom.generation.verify.minimise import minimise
@@ -286,7 +287,7 @@ def _label_index(view: CandidateView) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return view.index["labels"]
 
 
-def _slot_major(x: np.ndarray, entries) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+def _slot_major(x: np.ndarray, entries, n_sparse: int) -> tuple[np.ndarray, SetPart]:
     """x (N×8×F) as F×8N, column j*N + i for candidate j of matrix i, and the set entries
     re-indexed alike: the probe's reductions over the 8 candidates then run over 8
     contiguous runs of N instead of N runs of 8, and its products over the features are
@@ -296,31 +297,58 @@ def _slot_major(x: np.ndarray, entries) -> tuple[np.ndarray, tuple[np.ndarray, n
     cand, feat = entries
     columns = np.ascontiguousarray(x.transpose(2, 1, 0).reshape(x.shape[-1], -1),
                                    dtype=np.float64)
-    return columns, ((cand % N_CANDIDATES) * n + cand // N_CANDIDATES, feat)
+    return columns, SetPart((cand % N_CANDIDATES) * n + cand // N_CANDIDATES, feat,
+                            columns.shape[1], n_sparse)
 
 
-def _set_scores(x: np.ndarray, w: np.ndarray, entries, table: np.ndarray) -> np.ndarray:
-    """8×N scores of slot-major `x` and `entries` (`_slot_major`)."""
-    cand, feat = entries
+class SetPart:
+    """The set part's entries (column `cand`, table entry `feat`) as two sparse 0/1 matrices
+    made once: `scores(table)` sums each column's entries, `grad(p)` each table entry's
+    columns, both in the entries' order (a stable sort per row), so the very sums of
+    `np.bincount(cand, table[feat])` and `np.bincount(feat, p[cand])`, without their
+    gathers."""
+
+    def __init__(self, cand: np.ndarray, feat: np.ndarray, n_columns: int,
+                 n_sparse: int) -> None:
+        self.by_column = _rows_of(cand, feat, n_columns, n_sparse)
+        self.by_entry = _rows_of(feat, cand, n_sparse, n_columns)
+
+    def scores(self, table: np.ndarray) -> np.ndarray:
+        return self.by_column @ table
+
+    def grad(self, p: np.ndarray) -> np.ndarray:
+        return self.by_entry @ p
+
+
+def _rows_of(rows: np.ndarray, cols: np.ndarray, n_rows: int,
+             n_cols: int) -> scipy.sparse.csr_matrix:
+    # the stable sort of the narrowest type that holds the rows (radix sort up to 16 bits)
+    order = np.argsort(rows.astype(np.min_scalar_type(max(n_rows - 1, 0))), kind="stable")
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n_rows))])
+    return scipy.sparse.csr_matrix((np.ones(len(rows)), cols[order], indptr),
+                                   shape=(n_rows, n_cols))
+
+
+def _set_scores(x: np.ndarray, w: np.ndarray, part: SetPart, table: np.ndarray) -> np.ndarray:
+    """8×N scores of slot-major `x` and set part (`_slot_major`)."""
     n_dense = x.shape[0]
-    sparse = np.bincount(cand, weights=table[feat], minlength=x.shape[1])
-    scores = (np.einsum("fi,f->i", x, w[:n_dense]) + sparse).reshape(N_CANDIDATES, -1)
+    scores = (np.einsum("fi,f->i", x, w[:n_dense]) + part.scores(table)).reshape(
+        N_CANDIDATES, -1)
     return scores + (SLOTS @ w[n_dense:])[:, None]
 
 
-def fit_set_probe(x: np.ndarray, y: np.ndarray, entries, n_sparse: int,
+def fit_set_probe(x: np.ndarray, y: np.ndarray, part: SetPart, n_sparse: int,
                   l2: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
     """The minimum of the conditional logit of `x`, the candidates' positions (`SLOTS`) and
-    the sparse set part (`entries`), all slot-major (`_slot_major`), plus `l2`/2 times the
-    squared weights: (weights of x then of the slots, the set table). The loss is convex, so
-    the probe is its one minimum, found by `minimise.minimise` (L-BFGS)."""
-    cand, feat = entries
+    the sparse set part, all slot-major (`_slot_major`), plus `l2`/2 times the squared
+    weights: (weights of x then of the slots, the set table). The loss is convex, so the
+    probe is its one minimum, found by `minimise.minimise` (L-BFGS)."""
     n, n_w = len(y), x.shape[0] + N_CANDIDATES
     picked = (y, np.arange(n))
 
     def loss_grad(params: np.ndarray) -> tuple[float, np.ndarray]:
         w, table = params[:n_w], params[n_w:]
-        scores = _set_scores(x, w, entries, table)  # 8×N: a slot per row
+        scores = _set_scores(x, w, part, table)  # 8×N: a slot per row
         top = scores.max(axis=0)
         p = np.exp(scores - top)
         total = p.sum(axis=0)
@@ -331,7 +359,7 @@ def fit_set_probe(x: np.ndarray, y: np.ndarray, entries, n_sparse: int,
         # d/dw of Σ p·(x w + SLOTS w_slots): the slots' part from p's slot sums
         grad = np.concatenate([np.einsum("fi,i->f", x, p),
                                p.reshape(N_CANDIDATES, n).sum(axis=1) @ SLOTS,
-                               np.bincount(feat, weights=p[cand], minlength=n_sparse)]) / n
+                               part.grad(p)]) / n
         return loss + 0.5 * l2 * float((params * params).sum()), grad + l2 * params
 
     params = minimise(loss_grad, np.zeros(n_w + n_sparse))
@@ -406,10 +434,10 @@ def label_group_hits(view: CandidateView, answers: np.ndarray, train: np.ndarray
     n_sparse = N_CANDIDATES * (1 + int(_label_index(view)[0].max(initial=0)))
     x_tr, x_te = _standardise(label_features(view, answers, train, train),
                               label_features(view, answers, train, test))
-    x, entries = _slot_major(x_tr, set_entries(view, train))
-    w, table = fit_set_probe(x, answers[train], entries, n_sparse)
-    x, entries = _slot_major(x_te, set_entries(view, test))
-    return _hits_of(_set_scores(x, w, entries, table).T, answers[test])
+    x, part = _slot_major(x_tr, set_entries(view, train), n_sparse)
+    w, table = fit_set_probe(x, answers[train], part, n_sparse)
+    x, part = _slot_major(x_te, set_entries(view, test), n_sparse)
+    return _hits_of(_set_scores(x, w, part, table).T, answers[test])
 
 
 def label_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> Check:

@@ -214,8 +214,8 @@ def test_the_label_probe_scores_as_the_plain_formula():
     position = np.broadcast_to(np.eye(8), (n, 8, 8))
     plain = np.concatenate([x.astype(np.float64), (position - 1 / 8) / (np.sqrt(7) / 8)], axis=2)
     expected = plain @ w + np.bincount(cand, weights=table[feat], minlength=n * 8).reshape(n, 8)
-    columns, entries = audit._slot_major(x, (cand, feat))
-    assert np.allclose(audit._set_scores(columns, w, entries, table).T, expected,
+    columns, part = audit._slot_major(x, (cand, feat), n_sparse)
+    assert np.allclose(audit._set_scores(columns, w, part, table).T, expected,
                        rtol=0, atol=1e-12)
 
 
@@ -268,8 +268,8 @@ def test_the_label_probe_is_the_minimum_of_its_loss():
     cand = np.sort(rng.integers(0, n * 8, 1500))
     feat = rng.integers(0, n_sparse, 1500)
     y = np.where(rng.random(n) < 0.5, x[:, :, 0].argmax(axis=1), rng.integers(0, 8, n))
-    columns, entries = audit._slot_major(x, (cand, feat))
-    w, table = audit.fit_set_probe(columns, y, entries, n_sparse, l2)
+    columns, part = audit._slot_major(x, (cand, feat), n_sparse)
+    w, table = audit.fit_set_probe(columns, y, part, n_sparse, l2)
     sparse = np.zeros((n * 8, n_sparse))
     np.add.at(sparse, (cand, feat), 1.0)
     design = np.concatenate([x.astype(np.float64), np.broadcast_to(audit.SLOTS, (n, 8, 8)),
