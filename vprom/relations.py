@@ -9,6 +9,7 @@ Each rule knows three things about a 3×3 matrix whose rows are (I_i1, I_i2, I_i
   build their rows with the same layout (`layout` for And, `_or_row` for Or, `_square` for
   Union, one step for all rows for Progression), so a relation's rows are written once;
 * `holds(rows)` — whether three rows of single elements obey it (the definition, readable);
+* `holds_many(e)` — `holds` of many matrices at once, on an N×3×3 array (verify's screen);
 * `completions(masks)` — the solver's half: given the 8 context panels as bit masks of ALL
   the element ids each panel carries, the mask of every element a 9th panel could show to
   complete the matrix under some reading of the rule, or 0 when rows 1 and 2 admit no
@@ -34,6 +35,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 from typing import Iterable, Sequence
+
+import numpy as np
 
 from vprom.records import Relation
 from vprom.sampling import Draws
@@ -76,6 +79,10 @@ class Rule:
     def holds(self, rows: Sequence[Sequence[int]]) -> bool:
         raise TypeError(f"{type(self).__name__} must define holds")
 
+    def holds_many(self, e: np.ndarray) -> np.ndarray:
+        """`holds` of many matrices at once: e is N×3×3 (matrix, row, column) element ids."""
+        raise TypeError(f"{type(self).__name__} must define holds_many")
+
     def completions(self, m: Sequence[int]) -> int:
         raise TypeError(f"{type(self).__name__} must define completions")
 
@@ -106,6 +113,9 @@ class And(Rule):
 
     def holds(self, rows):
         return all(r[0] == r[1] == r[2] for r in rows)
+
+    def holds_many(self, e):
+        return ((e[..., 0] == e[..., 1]) & (e[..., 1] == e[..., 2])).all(axis=1)
 
     def completions(self, m):
         if m[0] & m[1] & m[2] and m[3] & m[4] & m[5]:
@@ -144,6 +154,10 @@ class Or(Rule):
 
     def holds(self, rows):
         return all(r[0] != r[1] and r[2] in (r[0], r[1]) for r in rows)
+
+    def holds_many(self, e):
+        a, b, c = e[..., 0], e[..., 1], e[..., 2]
+        return ((a != b) & ((c == a) | (c == b))).all(axis=1)
 
     def completions(self, m):
         if _or_completing(m[0], m[1]) & m[2] and _or_completing(m[3], m[4]) & m[5]:
@@ -195,6 +209,11 @@ class Union(Rule):
     def holds(self, rows):
         sets = [frozenset(r) for r in rows]
         return all(len(s) == 3 for s in sets) and sets[0] == sets[1] == sets[2]
+
+    def holds_many(self, e):
+        s = np.sort(e, axis=2)
+        distinct = ((s[..., 0] < s[..., 1]) & (s[..., 1] < s[..., 2])).all(axis=1)
+        return distinct & (s[:, 0] == s[:, 1]).all(axis=1) & (s[:, 1] == s[:, 2]).all(axis=1)
 
     def completions(self, m):
         common = _union_sets(m[0], m[1], m[2])
@@ -262,6 +281,11 @@ class Progression(Rule):
         steps = {r[1] - r[0] for r in rows}
         return (len(steps) == 1 and 0 not in steps
                 and all(r[2] - r[1] == r[1] - r[0] for r in rows))
+
+    def holds_many(self, e):
+        step = e[..., 1] - e[..., 0]
+        return ((step == step[:, :1]) & (step != 0)
+                & (e[..., 2] - e[..., 1] == step)).all(axis=1)
 
     def completions(self, m):
         shared = _steps(m[0], m[1], m[2])

@@ -34,7 +34,8 @@ from vprom.records import (
     Matrix,
     Relation,
 )
-from vprom.solver import Universe, check_masks, group_masks
+from vprom.relations import RULES
+from vprom.solver import Universe, check_masks, completion_mask, group_masks
 from vprom.solver import check_matrix as solver_check
 from vprom.tables import MatrixTable, content_hash, table_columns
 
@@ -207,6 +208,59 @@ class SolverTables:
                                   [u.mask(s) for s in self.labels])
         return self._masks[etype]
 
+    def claimed_ids(self, crops, etype: str) -> np.ndarray:
+        """Per crop row, the id in `etype`'s universe of the crop's element, when the crop is
+        of that type and its element is one of its labels and of the universe; else -1."""
+        key = "ids " + etype
+        if key not in self._masks:
+            ids = self.masks(etype)[0].ids
+            out = np.full(len(crops), -1, dtype=np.int64)
+            for r in np.flatnonzero(crops.element_type == etype).tolist():
+                element = crops.element[r]
+                if element in self.labels[r] and element in ids:
+                    out[r] = ids[element]
+            self._masks[key] = out
+        return self._masks[key]
+
+
+def quick_passes(tables: SolverTables, data: Data, start: int, stop: int) -> np.ndarray:
+    """Which of matrices start..stop-1 pass `check_masks`, shown the cheap way, a relation
+    and element type at a time: every panel's element is its crop's (`claimed_ids`), the 9
+    claimed elements obey the relation (`Rule.holds_many`), and the solver's completion mask
+    admits the answer alone. False means only "not shown here": `solve` then runs
+    `check_masks` on the matrix, whose verdict and reason count."""
+    m, cut = data.matrices, slice(start, stop)
+    rows, answer = data.rows[cut], m.answer[cut].astype(np.int64)
+    etypes, relations, elements = m.element_type[cut], m.relation[cut], m.elements[cut]
+    out = np.zeros(stop - start, dtype=bool)
+    for etype in sorted(set(etypes.tolist())):
+        u, groups, masks = tables.masks(etype)
+        ids = tables.claimed_ids(data.crops, etype)
+        for relation in sorted(set(relations[etypes == etype].tolist())):
+            sel = np.flatnonzero((etypes == etype) & (relations == relation))
+            panel = ids[rows[sel]]
+            ok = (elements[sel] == data.crops.element[rows[sel]]).all(axis=1) & \
+                (panel >= 0).all(axis=1)
+            nine = np.concatenate([panel[:, :N_CONTEXT],
+                                   panel[np.arange(len(sel)), N_CONTEXT + answer[sel], None]],
+                                  axis=1)
+            ok &= RULES[Relation(relation)].holds_many(nine.reshape(-1, 3, 3))
+            for k, crop_rows, a in zip(sel[ok].tolist(), rows[sel[ok]].tolist(),
+                                       answer[sel[ok]].tolist()):
+                mask = itemgetter(*crop_rows)(masks)
+                z = completion_mask(u.element_type, mask[:N_CONTEXT], groups=groups)
+                out[k] = [j for j in range(N_CANDIDATES) if mask[N_CONTEXT + j] & z] == [a]
+    return out
+
+
+def solve_range(tables: SolverTables, data: Data, start: int,
+                stop: int) -> tuple[list[int], list[str], int]:
+    """`solve` on matrices start..stop-1 with `vprom.solver`: `quick_passes` first, records and
+    `check_masks` only for the rest."""
+    m = data.matrices
+    rest = (start + np.flatnonzero(~quick_passes(tables, data, start, stop))).tolist()
+    return solve(tables, [r for i in rest for r in matrix_records(m, {}, i, i + 1)], data.rows)
+
 
 def solve(tables: SolverTables, records: list[tuple[int, Matrix]], crop_rows: np.ndarray,
           check_matrix: Callable | None = None) -> tuple[list[int], list[str], int]:
@@ -280,5 +334,7 @@ def check_solver(data: Data, check_matrix: Callable | None = None) -> Check:
     """Every matrix, with all its panels' labels (explicit and implied), has exactly one
     valid candidate. `check_matrix(matrix, labels, universe, groups)` defaults to the solver."""
     tables = SolverTables(data)
+    if check_matrix is None:
+        return solver_result(data, tables, *solve_range(tables, data, 0, len(data.matrices)))
     records = matrix_records(data.matrices, data.matrices.part_columns(), 0, len(data.matrices))
     return solver_result(data, tables, *solve(tables, records, data.rows, check_matrix))

@@ -92,11 +92,12 @@ _MAKERS = {
 
 # ---------------------------------------------------------------- the jobs
 def _matrices(start: int, stop: int):
-    """The solver on matrices start..stop-1 (`checks.solve`'s results). `vprom.solver` reads
-    no splits, so its records are made without them; a caller's `check_matrix` gets them."""
+    """The solver on matrices start..stop-1 (`checks.solve`'s results): `checks.solve_range`,
+    or a caller's `check_matrix` on every record, splits included."""
     inputs, m = _INPUTS[0], _INPUTS[0].data.matrices
-    columns = _shared("columns") if inputs.check_matrix else {}
-    records = checks.matrix_records(m, columns, start, stop)
+    if inputs.check_matrix is None:
+        return checks.solve_range(_shared("tables"), inputs.data, start, stop)
+    records = checks.matrix_records(m, _shared("columns"), start, stop)
     return checks.solve(_shared("tables"), records, inputs.data.rows, inputs.check_matrix)
 
 

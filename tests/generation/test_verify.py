@@ -9,7 +9,8 @@ import h5py
 import numpy as np
 import pytest
 
-from vprom.generation.verify import verify
+from vprom.generation import dataset_view
+from vprom.generation.verify import checks, verify
 from vprom.splits import load_rules
 from tests.dataset_fixture import build_records, fixture_assign, write_dataset
 from vprom.app import cli
@@ -221,6 +222,49 @@ def test_real_solver_catches_a_distractor_carrying_the_answer(copy):
         replace(h5, "crops/labels", labels)
     _, checks = run(path)
     assert checks["solver"].status == "fail" and checks["solver"].figures["failed"] == 1
+
+
+def test_the_solvers_quick_screen_passes_only_what_check_masks_passes(copy):
+    """`checks.solve_range` (a numpy screen, `check_masks` for the rest) gives the failures,
+    reasons and implied-only count of `check_masks` on every record, on a file damaged four
+    ways: a distractor carries the answer's label (matrix 0), a context crop lost its
+    element's label (matrix 1), a panel claims an element its crop does not show (matrix 2),
+    a context crop's element is a label of another super-attribute (an attribute matrix k:
+    its elements break the relation, while the solver's readings are unchanged)."""
+    path = copy()
+    with h5py.File(path, "a") as h5:
+        elements = h5["matrices/elements"].asstr()[()].astype(object)
+        answer = int(h5["matrices/answer"][0])
+        crop_ids, panels = h5["crops/crop_id"][()], h5["matrices/panels"][()]
+        labels = h5["crops/labels"].asstr()[()].astype(object)
+        labels[crop_rows(crop_ids, panels[0])[8 + (answer + 1) % 8]] += \
+            "|" + elements[0, 8 + answer]
+        row = crop_rows(crop_ids, panels[1])[0]
+        labels[row] = "|".join(x for x in labels[row].split("|") if x != elements[1, 0])
+        elements[2, 3] = elements[2, 0] + "x"
+        def strings(name):
+            return h5[name].asstr()[()].astype(object)
+
+        etype, sa = strings("matrices/element_type"), strings("matrices/super_attribute")
+        k = next(i for i in range(3, len(etype)) if sa[i])
+        crop_element, crop_type = strings("crops/element"), strings("crops/element_type")
+        other = next(e for e, t, s in zip(crop_element, crop_type,
+                                          strings("crops/super_attribute"))
+                     if t == etype[k] and s != sa[k])
+        row = crop_rows(crop_ids, panels[k])[0]
+        labels[row] += "|" + other
+        crop_element[row] = elements[k, 0] = other
+        for name, column in (("crops/labels", labels), ("matrices/elements", elements),
+                             ("crops/element", crop_element)):
+            replace(h5, name, column)
+    data, _ = dataset_view.load(path)
+    tables, n = checks.SolverTables(data), len(data.matrices)
+    expected = checks.solve(tables, checks.matrix_records(data.matrices, {}, 0, n), data.rows)
+    assert checks.solve_range(tables, data, 0, n) == expected
+    assert {0, 1, 2, k} <= set(expected[0])
+    assert "do not obey" in expected[1][expected[0].index(k)]
+    quick = checks.quick_passes(tables, data, 0, n)
+    assert set(data.matrices.id[~quick].tolist()) == set(expected[0])
 
 
 # ---------------------------------------------------------------- splits and leakage

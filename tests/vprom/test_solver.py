@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -40,6 +41,21 @@ def sets(*panels: str) -> list[frozenset[str]]:
 ])
 def test_rule_definitions(relation, rows, ok):
     assert RULES[Relation(relation)].holds(rows) is ok
+
+
+@pytest.mark.parametrize("relation", list(Relation))
+def test_holds_many_is_holds_matrix_by_matrix(relation):
+    """verify's screen (`Rule.holds_many`) agrees with `holds` on every matrix: random rows
+    over 4 ids (many hold by chance), the sampler's own rows, and each with one panel
+    changed."""
+    rule, rng = RULES[relation], np.random.default_rng(3)
+    sampled = np.array([rule.sample(Draws(9, i), list(range(1, 8))) for i in range(300)])
+    changed = sampled.copy()
+    changed[np.arange(300), rng.integers(0, 9, 300)] = rng.integers(1, 8, 300)
+    e = np.concatenate([rng.integers(0, 4, (3000, 9)), sampled, changed]).reshape(-1, 3, 3)
+    expected = [rule.holds(m.tolist()) for m in e]
+    assert rule.holds_many(e).tolist() == expected
+    assert 300 <= sum(expected) < len(e)
 
 
 @pytest.mark.parametrize("relation", list(Relation))
