@@ -417,3 +417,10 @@ def crop_rows(crop_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     ordered = crop_ids[order]
     pos = np.minimum(np.searchsorted(ordered, wanted), len(ordered) - 1)
     return np.where(ordered[pos] == wanted, order[pos], -1)
+
+
+def present_rows(ids: np.ndarray, wanted) -> np.ndarray:
+    """The rows in `ids` of the wanted ids that are there, in the wanted order (`crop_rows`
+    without the absent ones: a split part's matrices, say)."""
+    rows = crop_rows(ids, np.asarray(wanted, dtype=np.int64).reshape(-1))
+    return rows[rows >= 0]

@@ -23,7 +23,7 @@ from vprom.generation.dataset_view import Data
 from vprom.errors import VpromError
 from vprom.provenance import check_features_source
 from vprom.records import N_CONTEXT, ElementType
-from vprom.tables import crop_rows, open_h5
+from vprom.tables import crop_rows, open_h5, present_rows
 
 #: matrices the probes sample per element type (train, test): 20,000 train a probe's
 #: parameters, and 50,000 test matrices put the 95% interval within ±0.3 points
@@ -38,12 +38,9 @@ def probe_sides(data: Data, rng: np.random.Generator,
     """Row indices of the neutral train and test parts (a 2:1 draw if there is no neutral),
     at most `caps` of each element type."""
     m = data.matrices
-    index = {int(i): k for k, i in enumerate(m.id)}
     neutral = m.splits.get("neutral", {})
-    train = np.array([index[int(i)] for i in neutral.get("train", []) if int(i) in index],
-                     dtype=np.int64)
-    test = np.array([index[int(i)] for i in neutral.get("test", []) if int(i) in index],
-                    dtype=np.int64)
+    train = present_rows(m.id, neutral.get("train", []))
+    test = present_rows(m.id, neutral.get("test", []))
     note = ""
     if len(train) == 0 or len(test) == 0:
         perm = rng.permutation(len(m))

@@ -43,6 +43,7 @@ import scipy.sparse
 import vprom.generation.verify.audit as audit
 from vprom.generation.verify.audit import MIN_PROBE_TEST, Check
 from vprom.records import N_CANDIDATES, N_CONTEXT
+from vprom.tables import present_rows
 
 #: element types with at most this many elements also get the exact element set as a token
 SET_ID_MAX = 12
@@ -307,10 +308,7 @@ def val_rows(data, train: np.ndarray, rng: np.random.Generator) -> tuple[np.ndar
     """(train, val) rows: the neutral split's val part (≤ VAL_MAX per element type), or,
     without one, a fifth of `train` set aside."""
     m = data.matrices
-    index = {int(i): k for k, i in enumerate(m.id)}
-    val = np.array([index[int(i)] for i in m.splits.get("neutral", {}).get("val", [])
-                    if int(i) in index], dtype=np.int64)
-    val = np.setdiff1d(val, train)
+    val = np.setdiff1d(present_rows(m.id, m.splits.get("neutral", {}).get("val", [])), train)
     if len(val) == 0:
         perm = rng.permutation(train)
         cut = len(train) // 5

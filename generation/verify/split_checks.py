@@ -25,7 +25,7 @@ from vprom.errors import VpromError
 from vprom.records import N_CONTEXT, SPLITS, ElementType, Matrix, Relation
 from vprom.splitting import (SplitRules, TrainBan, assign_all, ban_bits, banned_crops,
                              image_sides, object_third)
-from vprom.tables import CropTable, MatrixTable
+from vprom.tables import CropTable, MatrixTable, present_rows
 
 #: Paper rules that hold whatever the split spec files say (answer elements / super-attributes).
 HELD_OUT_SUPER_ATTRIBUTES = frozenset({"shape", "texture", "action"})
@@ -178,15 +178,13 @@ def check_leakage(data: Data) -> Check:
     """No image region or VG source on both the train(+val) and test side of a split."""
     m = data.matrices
     region, source = region_codes(data.crops)
-    index = {int(i): k for k, i in enumerate(m.id)}
     figures, problems = {}, []
     for split in m.ordered_splits():
         parts = m.splits[split]
 
         def rows_of(names, parts=parts):
             ids = np.concatenate([parts.get(p, np.zeros(0, np.int64)) for p in names])
-            idx = np.array([index[int(i)] for i in ids if int(i) in index], dtype=np.int64)
-            r = data.rows[idx].ravel()
+            r = data.rows[present_rows(m.id, ids)].ravel()
             return r[r >= 0]
 
         train, test = rows_of(("train", "val")), rows_of(("test",))

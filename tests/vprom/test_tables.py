@@ -10,6 +10,7 @@ from vprom.tables import (
     MatrixTable,
     content_hash,
     crop_rows,
+    present_rows,
     read_crop_table,
     read_manifest,
     read_matrix_table,
@@ -79,6 +80,12 @@ def test_crop_rows_finds_each_id_and_minus_one_for_the_absent(ids):
     expected = np.array([[ids.index(w) if w in ids else -1 for w in row] for row in
                          wanted.tolist()])
     assert np.array_equal(crop_rows(crop_ids, wanted), expected)
+
+
+def test_present_rows_keeps_the_wanted_order_and_drops_the_absent():
+    ids = np.array([30, 10, 20, 50], dtype=np.int64)
+    assert present_rows(ids, [20, 99, 30, 50, 7]).tolist() == [2, 0, 3]
+    assert present_rows(ids, []).tolist() == []
 
 
 def test_read_strings_gives_what_asstr_gives(tmp_path):
