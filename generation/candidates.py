@@ -60,17 +60,18 @@ def _in_random_order(draws: Draws, pool: list[int]):
 
 def distractors(draws: Draws, option: Option, context_ids: list[int], z: int,
                  used: set[int], crops_of, masks, region, weight: dict[str, float],
-                 answer_row: int, strict: bool):
+                 answer_row: int, strict: bool, mixing: dict | None = None):
     """7 crops of distinct elements outside z whose labels carry nothing in z.
 
     Objects and counts: elements of the context first, then the rest of the matrix's
-    elements. Attributes: a symmetric super-attribute profile (see `_profile`).
+    elements. Attributes: a symmetric super-attribute profile (see `_profile`; `mixing`,
+    the sampler's `generation.mixing.Plan` per super-attribute).
     """
     take = _Taker(draws, z, used, crops_of, masks, region, answer_row, strict)
     same = itertools.chain(draws.shuffled(context_ids), _in_random_order(draws, option.same))
     if not option.super_attribute:
         return take.out if take(same, N_CANDIDATES - 1) else None
-    blocks = _profile(draws, option, z, weight)
+    blocks = _profile(draws, option, z, weight, (mixing or {}).get(option.super_attribute))
     if blocks is None:
         return None
     own, others = blocks
@@ -135,7 +136,7 @@ CROP_TRIES = 4
 BLOCKS = (8, 4, 2, 1)
 
 
-def _profile(draws: Draws, option: Option, z: int, weight: dict[str, float]):
+def _profile(draws: Draws, option: Option, z: int, weight: dict[str, float], plan=None):
     """(candidates from the matrix's super-attribute incl. the answer, [(elements, k)]).
 
     Symmetric when it can be: with m the largest block size in BLOCKS that the matrix's
@@ -143,19 +144,49 @@ def _profile(draws: Draws, option: Option, z: int, weight: dict[str, float]):
     outside z, every super-attribute among the candidates shows exactly m of them, so the
     candidates' super-attribute counts say nothing about which one is the answer (otherwise
     a small s, e.g. gender, makes the answer's super-attribute the candidates' majority).
-    The other super-attributes are drawn among those able to fill a block, in proportion to
-    `weight` (see `fill_weights`: it makes every element about as often right as wrong).
+
+    With s's `plan` (`generation.mixing`), the plan's block size is tried first (half of it
+    with the plan's `down`), and the filler super-attributes of a block size the plan
+    balances are drawn from its filler sets, so that the super-attributes shown do not say
+    which block is the answer's. Otherwise they are drawn among those able to fill a block,
+    in proportion to `weight` (see `fill_weights`: it makes every element about as often
+    right as wrong).
     """
     own = (option.same_mask & ~z).bit_count() + 1  # the answer is in z
     avail = [(ids, (mask & ~z).bit_count(), sa) for sa, ids, mask in option.fill_sas]
-    for m in BLOCKS:
+    order = BLOCKS
+    if plan is not None and own >= plan.native:
+        first = plan.native  # the plan's size first, even where s could fill a larger one
+        if plan.down and draws.uniform() < plan.down:
+            first = plan.native // 2
+        order = (first,) + tuple(m for m in BLOCKS if m != first)
+    for m in order:
         need = N_CANDIDATES // m - 1
         if own < m:
             continue
+        if plan is not None and m in plan.sets:
+            fillers = _planned_fillers(draws, plan.sets[m], avail, m)
+            if fillers is not None:
+                return m, [(ids, m) for ids in fillers]
         able = [(ids, weight.get(sa, 1.0)) for ids, n, sa in avail if n >= m]
         if len(able) >= need:
             return m, [(ids, m) for ids in _weighted_distinct(draws, able, need)]
     return _uneven_profile(draws, own, avail)
+
+
+def _planned_fillers(draws: Draws, sets, avail, m: int):
+    """The elements of a filler set drawn from the plan's `sets` among those whose every
+    super-attribute can fill m outside z here; None when none can."""
+    ids_of = {sa: ids for ids, n, sa in avail if n >= m}
+    able = [(s, q) for s, q in sets if all(sa in ids_of for sa in s)]
+    if not able:
+        return None
+    u = draws.uniform() * sum(q for _, q in able)
+    for s, q in able:
+        if u < q:
+            break
+        u -= q
+    return [ids_of[sa] for sa in s]
 
 
 def static_block(option: Option, relation: Relation) -> int | None:

@@ -33,6 +33,7 @@ from vprom.generation.candidates import (
 )
 from vprom.generation.candidates_first import HumanSampler, make_human_sampler, shortfall
 from vprom.generation.count_candidates import absent_tables, count_distractors
+from vprom.generation.mixing import mixing_plans
 from vprom.generation.plan import Group, MatrixPlan
 from vprom.generation.pool_index import CELL_NAMES, RELATION_BIT, PoolIndex, draw_crops
 from vprom.errors import VpromError
@@ -69,6 +70,8 @@ class Sampler:
     solver_groups: list[int] = field(default_factory=list)  # the solver's reading groups
     # attributes: how likely each other super-attribute is to fill a block of candidates
     fill_weight: dict[str, float] = field(default_factory=dict)
+    # attributes: per super-attribute, its mixed profiles (`generation.mixing.Plan`)
+    mixing: dict = field(default_factory=dict)
     # counts: the candidate-set table (`generation.count_candidates`); None: answer first
     absent: object = None
 
@@ -213,7 +216,8 @@ def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
                                       masks, region)
         else:
             wrong = distractors(draws, option, context_ids, z, used, crops_of, masks, region,
-                                 s.fill_weight, rows[N_CONTEXT], attempt < STRICT_TRIES)
+                                 s.fill_weight, rows[N_CONTEXT], attempt < STRICT_TRIES,
+                                 s.mixing)
         if wrong is None:
             why["too few distractors outside the completions"] += 1
             continue
@@ -307,6 +311,7 @@ class PlanSampler:
                 self.loose[key] = make_sampler(pool, plan.design, group, key[1], bans=False)
         made = {k: v for k, v in {**samplers, **self.loose}.items() if v is not None}
         self.weights = fill_weights(made, matrices_of)
+        self.mixing = mixing_plans(made, matrices_of)
         self.tables = {} if legacy_counts else absent_tables(made, matrices_of)
         for sampler in [*samplers.values(), *self.loose.values()]:
             if sampler is not None:
@@ -320,6 +325,9 @@ class PlanSampler:
 
     def _weighted(self, sampler):
         sampler.fill_weight = self.weights.get(sampler.group.element_type, {})
+        if isinstance(sampler, Sampler):
+            key = (self.plan.groups.index(sampler.group), sampler.cell)
+            sampler.mixing = self.mixing.get(key, {})
         if sampler.group.element_type is ElementType.COUNT and not self.legacy_counts:
             sampler.absent = self.tables.get((self.plan.groups.index(sampler.group),
                                               sampler.cell))

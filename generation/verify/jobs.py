@@ -6,8 +6,9 @@ copy-on-write, and hands them the jobs. A job is a pure function of the data and
 arguments — a range of matrices for the solver, one group of the label probe, one element
 type of the set probe, each of the other checks whole (the split rules on every matrix at
 once, `splitting.assign_all`) — and returns plain results, which come back in job order;
-the parent builds the checks from them in the report's fixed order. So the report is the same, byte for byte, whatever N is, and one
-worker runs the very same jobs one after the other in this process.
+the parent builds the checks from them in the report's fixed order. So the report is the
+same, byte for byte, whatever N is, and one worker runs the very same jobs one after the
+other in this process.
 
 What several jobs need beyond the data — the solver's tables, the stored split parts, the
 probes' sample and candidate view — each process computes once, when one of its jobs first
@@ -126,6 +127,10 @@ def _absent_values() -> Check:
     return _shared("sets").absent(_shared("sample")[2])
 
 
+def _blocks() -> Check:
+    return _shared("sets").blocks(_shared("sample")[2])
+
+
 def _set_type(k: int) -> list:
     return _shared("sets").one_type(k)
 
@@ -149,6 +154,7 @@ JOBS = {
     "label group": _label_group,
     "set type": _set_type,
     "absent values": _absent_values,
+    "blocks": _blocks,
     "features": _features,
     "split problems": _split_problems,
     "integrity": lambda: checks.check_integrity(_INPUTS[0].data, _INPUTS[0].structure),
@@ -162,7 +168,7 @@ JOBS = {
 
 #: the shared inputs (`_shared`) each kind of job computes, as `ordered_map`'s affinity: jobs
 #: that need the same ones go to one worker while others have other work
-NEEDS = {"label group": "probes", "set type": "sets", "absent values": "sets",
+NEEDS = {"label group": "probes", "set type": "sets", "absent values": "sets", "blocks": "sets",
          "split rules": "columns", "split problems": "columns", "held-out": "columns"}
 
 
@@ -185,7 +191,8 @@ def job_list(inputs: Inputs, n_groups: int, n_types: int) -> list[tuple]:
     jobs += [("set type", k) for k in range(n_types)]
     jobs += [("label group", k) for k in range(n_groups)]
     jobs += [(name,) for name in ("split rules", "integrity", "leakage", "held-out",
-                                  "absent values", "split problems", "ceiling", "frequencies")]
+                                  "absent values", "blocks", "split problems", "ceiling",
+                                  "frequencies")]
     # the solver's ranges last: small and many, they fill the workers' ends evenly
     return jobs + [("matrices", s, min(n, s + CHUNK)) for s in range(0, n, CHUNK)]
 
@@ -244,6 +251,7 @@ def assemble(inputs: Inputs, jobs: list[tuple], done: dict, groups: list) -> lis
     out.append(audit.label_check([(name, done[("label group", k)], len(tr))
                                   for k, (name, tr, _) in enumerate(groups)], note))
     out.append(done[("absent values",)])
+    out.append(done[("blocks",)])
     out.append(set_probes.set_check([r for job in jobs if job[0] == "set type"
                                      for r in done[job]], note))
     if inputs.features:

@@ -36,6 +36,7 @@ end of its 95% Wilson interval exceeds 12.5% + 2 points.
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 import scipy.sparse
@@ -95,6 +96,46 @@ def absent_value_probe(elements: np.ndarray, answers: np.ndarray, train: np.ndar
                                                                        g_te), len(g_tr)))
     return audit.judge_groups("bias:absent-values", "the answer's rate given the counts the "
                               "candidates leave out", results, note)
+
+
+# ---------------------------------------------------------------- 1b. the blocks table
+def block_hits(super_attributes: np.ndarray, answers: np.ndarray, train: np.ndarray,
+               test: np.ndarray) -> np.ndarray:
+    """Per test matrix, the expected hit of "the super-attribute most often the answer's
+    for the blocks shown (on train), then one of its candidates at random" (ties split; a
+    set unseen on train ties everywhere)."""
+    shown = [tuple(sorted(Counter(row).items())) for row in super_attributes.tolist()]
+    answer_sa = super_attributes[np.arange(len(answers)), answers].tolist()
+    table: dict[tuple, Counter] = {}
+    for i in train.tolist():
+        table.setdefault(shown[i], Counter())[answer_sa[i]] += 1
+    hits = np.zeros(len(test))
+    for k, i in enumerate(test.tolist()):
+        seen = table.get(shown[i], Counter())
+        best = max(seen[sa] for sa, _ in shown[i])
+        picks = [sa for sa, _ in shown[i] if seen[sa] == best]
+        if answer_sa[i] in picks:
+            hits[k] = 1.0 / len(picks) / dict(shown[i])[answer_sa[i]]
+    return hits
+
+
+def block_probe(super_attributes: np.ndarray, answers: np.ndarray, train: np.ndarray,
+                test: np.ndarray, element_type: np.ndarray, relation: np.ndarray,
+                note: str = "") -> Check:
+    """The blocks table (`block_hits`) on the matrices whose candidates show two or more
+    super-attributes, per element type and per relation x element type."""
+    mixed = np.array([len(set(row)) > 1 for row in super_attributes.tolist()], dtype=bool)
+    tr, te = train[mixed[train]], test[mixed[test]]
+    if len(te) == 0:
+        return Check("bias:blocks", "skip", "no matrix shows candidates of two or more "
+                     "super-attributes")
+    results = []
+    for group, g_tr, g_te in audit.probe_groups(element_type, relation, tr, te):
+        small = len(g_tr) < MIN_PROBE_TEST or len(g_te) < MIN_PROBE_TEST
+        results.append((group, np.zeros(0) if small else
+                        block_hits(super_attributes, answers, g_tr, g_te), len(g_tr)))
+    return audit.judge_groups("bias:blocks", "picking the answer's block by the "
+                              "super-attributes shown (mixed blocks only)", results, note)
 
 
 # ---------------------------------------------------------------- 2. the set MLP
@@ -343,6 +384,10 @@ class SetInputs:
         return absent_value_probe(self.elements, self.answers, self.train, self.test,
                                   self.etype, self.relation, note)
 
+    def blocks(self, note: str = "") -> Check:
+        return block_probe(self.super_attributes, self.answers, self.train, self.test,
+                           self.etype, self.relation, note)
+
     def types(self) -> list[str]:
         return probe_types(self.etype, self.test)
 
@@ -357,6 +402,6 @@ def check_sets(data, train: np.ndarray, test: np.ndarray, seed: int = 0,
                note: str = "") -> list[Check]:
     """Both set-level probes on `data` (a `dataset_view.Data`), neutral rows given."""
     inputs = SetInputs(data, train, test, seed)
-    return [inputs.absent(note),
+    return [inputs.absent(note), inputs.blocks(note),
             set_probe(inputs.elements, inputs.super_attributes, inputs.answers, inputs.fit,
                       inputs.val, test, inputs.etype, inputs.relation, inputs.streams(), note)]

@@ -50,6 +50,34 @@ def test_an_uninformative_set_passes_both_probes():
     assert mlp.figures["count"]["judged"]
 
 
+def _blocks(planted: bool):
+    """N attribute matrices in 4 + 4 blocks of two of five super-attributes; the answer's
+    block is the alphabetically first of the pair (planted) or either at random."""
+    rng = np.random.default_rng(4)
+    names = np.array(["age", "color", "material", "shape", "texture"])
+    sas, answers = [], []
+    for _ in range(N):
+        pair = np.sort(rng.choice(names, 2, replace=False))
+        row = rng.permutation(np.repeat(pair, 4))
+        mine = pair[0] if planted else pair[rng.integers(2)]
+        answers.append(int(rng.choice(np.flatnonzero(row == mine))))
+        sas.append(row)
+    return np.array(sas), np.array(answers, dtype=np.int64)
+
+
+def test_the_blocks_table_tells_the_answers_block_when_the_set_does():
+    train, test = np.arange(0, 2000), np.arange(2000, N)
+    etype, relation = np.full(N, "object_attribute"), np.full(N, "or")
+    planted = set_probes.block_probe(*_blocks(True), train, test, etype, relation)
+    assert planted.status == "fail"
+    assert abs(planted.figures["object_attribute x or"]["accuracy"] - 0.25) < 1e-9
+    fair = set_probes.block_probe(*_blocks(False), train, test, etype, relation)
+    assert fair.status == "pass" and fair.figures["object_attribute"]["judged"]
+    single = np.full((N, 8), "color")
+    assert set_probes.block_probe(single, np.zeros(N, dtype=np.int64), train, test, etype,
+                                  relation).status == "skip"
+
+
 def test_set_tokens_describe_coverage_and_missing_values():
     elements = np.array([["a1", "a2", "a3", "b1", "b2", "c1", "c1", "c2"]])
     sas = np.array([["a", "a", "a", "b", "b", "c", "c", "c"]])

@@ -1,0 +1,195 @@
+"""Mixed candidate profiles whose super-attributes do not say which block is the answer's.
+
+An attribute matrix takes its 8 candidates in blocks (`generation.candidates._profile`): m
+of the matrix's super-attribute (the answer among them) and m of each of 8/m - 1 others.
+Within a block the answer is hidden; but were the block's super-attribute told by the set
+of super-attributes shown, a context-blind model would pick the block and guess within it,
+1/m instead of 1/8. Drawn freely, it is told: a super-attribute with 8 usable elements
+takes a single block, so in a mixed set it is only ever a filler, and the plan's groups
+differ in which super-attributes are matrices and which only fillers (a held-out pair's
+test side is all one super-attribute). `bench/sa_pairs.py` measured 24.9% on the mixed
+object-attribute or matrices at full size, and 19-23% on the demo.
+
+The balance asked for, per element type and relation, over the whole plan: for every set T
+of super-attributes shown in 8/m blocks of m, each member of T is the answer's block equally
+often. It also keeps every element as often right as wrong: a super-attribute is then a
+filler (8/m - 1) times as often as its own mixed matrices are drawn, so its elements get 8
+candidacies per answer.
+
+`mixing_plans` solves it from the plan and the pool only (so shards draw as the single run
+does). For each block size m in 4 and 2 it takes the samplers' rows (sampler, super-attribute
+A): A's expected matrices of block size m, and a distribution over the sets of 8/m - 1
+fillers A's matrices may take there. Starting from uniform, each (row, filler set S) is
+scaled by sqrt(g(T) / c(T, A)), T = S + A, where c(T, A) is T's matrices whose answer is in
+A and g(T) their geometric mean over T's members, and each row is normalised again: a
+symmetric matrix scaling, which leaves every c(T, A) equal when a balance exists. One exists
+only when no super-attribute has more mixed matrices than the others can host, and a small
+super-attribute often does; so the matrices whose super-attribute could fill a block twice
+as large step down to m with the smallest share (in steps of 1/50) that lets the flows
+balance: 4 + 4 from 8, 2 + 2 + 2 + 2 from 4.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vprom.generation.candidates import static_block
+from vprom.records import N_CANDIDATES
+from vprom.relations import RULES
+
+#: the block sizes balanced here, each with the block size its extra matrices step down from
+STEP_FROM = {2: 4, 4: 8}
+#: a super-attribute with fewer than 8 + NEAR elements outside a matrix's static completions
+#: is planned in blocks of 4: one more completing label (a crop's second label) would leave
+#: it short of 8 anyway (at full size 35% of plant condition's or matrices), unplanned
+NEAR = 1
+#: flows this close to balanced (a share of the block size's matrices) are balanced
+TOLERANCE = 0.005
+#: rounds of the scaling over which the imbalance must fall by 5%, or the scaling stops
+STALL = 25
+#: the step-down shares the scaling starts from, smallest first (the matrices stepping
+#: down then move with it)
+SHARES = (0.0, 0.05, 0.25, 1.0)
+
+
+@dataclass
+class Plan:
+    """One sampler row's mixed profiles: a matrix whose super-attribute can fill a block of
+    `native` takes blocks of native / 2 first with probability `down`; `sets[m]`, the filler
+    sets of a block size m and their probabilities."""
+
+    native: int
+    down: float = 0.0
+    sets: dict[int, list[tuple[tuple[str, ...], float]]] = field(default_factory=dict)
+
+
+@dataclass
+class _Row:
+    key: tuple
+    sa: str
+    n: float  # the row's expected matrices
+    native: int  # the block size its super-attribute fills
+    fillers: dict[int, list[str]]  # per block size, the super-attributes able to fill it
+
+
+def sampler_rows(samplers: dict, matrices_of: dict) -> dict[tuple, list[_Row]]:
+    """Per (element type, relation), its attribute samplers' rows: per option, the expected
+    matrices (as `fill_weights` counts them) and the fillers able to fill blocks of 2 and 4."""
+    out: dict[tuple, list[_Row]] = {}
+    for key, sampler in samplers.items():
+        group = sampler.group
+        for option in sampler.options:
+            native = static_block(option, group.relation) if option.super_attribute else None
+            if native not in (2, 4, 8):
+                continue
+            own = len(option.same) - (RULES[group.relation].completing_elements - 1)
+            if native == N_CANDIDATES and own < N_CANDIDATES + NEAR and any(
+                    len(ids) >= 4 for _, ids, _ in option.fill_sas):
+                native = 4  # one more label in a context reading leaves fewer than 8
+            n = matrices_of.get(key, 0) * len(option.context) / sampler.cumulative[-1]
+            fillers = {m: sorted(sa for sa, ids, _ in option.fill_sas if len(ids) >= m)
+                       for m in STEP_FROM}
+            out.setdefault((group.element_type, group.relation), []).append(
+                _Row(key, option.super_attribute, n, native, fillers))
+    return out
+
+
+def mixing_plans(samplers: dict, matrices_of: dict) -> dict[tuple, dict[str, Plan]]:
+    """Per sampler key, per super-attribute of its options: its `Plan`."""
+    out: dict[tuple, dict[str, Plan]] = {}
+    for part in sampler_rows(samplers, matrices_of).values():
+        plans = [Plan(r.native) for r in part]
+        for m in (2, 4):  # 2 first: its extra matrices come out of 4's own
+            down, sets = _world(part, m, [p.down for p in plans])
+            for r, plan, d, row_sets in zip(part, plans, down, sets):
+                if r.native == STEP_FROM[m]:
+                    plan.down = d
+                if row_sets:
+                    plan.sets[m] = row_sets
+        for row, plan in zip(part, plans):
+            out.setdefault(row.key, {})[row.sa] = plan
+    return out
+
+
+def _world(part: list[_Row], m: int, down: list[float]) -> tuple[list[float], list[list]]:
+    """Block size m's balance: per row, the share of its matrices stepping down to m (rows
+    of native size 2m), and its filler sets. Stepping rows start at the smallest share (of
+    SHARES) from which the balance is reached, and their matrices move with the scaling (up
+    to all of them); a row left with no balanced filler set does not step down."""
+    best = None
+    for share in SHARES:
+        stepping = np.array([r.native == STEP_FROM[m] for r in part])
+        for _ in range(len(part)):
+            mass = np.array([r.n * (1.0 - d) if r.native == m else r.n * share if step
+                             else 0.0 for r, d, step in zip(part, down, stepping)])
+            cap = np.where(stepping, [r.n for r in part], mass)
+            sets, left, mass = balance(part, mass, m, cap)
+            dead = [i for i, st in enumerate(sets) if stepping[i] and not st]
+            if not dead:
+                break
+            stepping[dead] = False
+        n = np.array([r.n for r in part])
+        shares = np.where(stepping & (n > 0), mass / np.maximum(n, 1e-12), 0.0)
+        if best is None or left < best[2] - 1e-12:
+            best = (shares.tolist(), sets, left)
+        if left <= TOLERANCE:
+            break
+    return best[0], best[1]
+
+
+def balance(part: list[_Row], mass: np.ndarray, m: int, cap: np.ndarray | None = None,
+            rounds: int = 400) -> tuple[list[list], float, np.ndarray]:
+    """Each row's filler sets for block size m with their probabilities after the scaling,
+    the imbalance left (Σ over shown sets T of Σ_A |c(T, A) - mean|, plus the matrices of
+    rows left without a filler set, over 2 Σ mass) and the rows' matrices: a row whose
+    `cap` exceeds its mass may take more (up to the cap) or fewer, by the same scaling."""
+    k = N_CANDIDATES // m - 1
+    mass = mass.astype(float).copy()
+    cap = mass.copy() if cap is None else cap
+    free = cap > mass
+    code = {sa: j for j, sa in enumerate(sorted({r.sa for r in part} |
+                                                {f for r in part for f in r.fillers.get(m, [])}))}
+    entries, shown = [], {}  # entries: (row, filler set, shown set's index)
+    for i, r in enumerate(part):
+        if cap[i] > 0:
+            for s in itertools.combinations(r.fillers.get(m, []), k):
+                t = tuple(sorted(code[a] for a in s + (r.sa,)))
+                entries.append((i, s, shown.setdefault(t, len(shown))))
+    if not entries:
+        return [[] for _ in part], 1.0 if mass.sum() > 0 else 0.0, mass
+    row = np.array([e[0] for e in entries])
+    t_of = np.array([e[2] for e in entries])
+    n_sa, n_rows = len(code), len(part)
+    cell = t_of * n_sa + np.array([code[part[i].sa] for i in row])  # (T, A) of each entry
+    members = np.array(list(shown)) + np.arange(len(shown))[:, None] * n_sa
+    p = 1.0 / np.bincount(row, minlength=n_rows)[row]
+    left, checkpoint = 0.0, np.inf
+    for step in range(rounds):
+        flow = np.bincount(cell, weights=mass[row] * p, minlength=len(shown) * n_sa)
+        c = flow[members]  # T x (k + 1): each member's matrices of T
+        placed = np.bincount(row, weights=p, minlength=n_rows)
+        left = float(np.abs(c - c.mean(axis=1, keepdims=True)).sum()
+                     + (mass * (1.0 - placed)).sum()) / (2 * max(float(mass.sum()), 1e-12))
+        if left <= TOLERANCE / 10:
+            break
+        if step % STALL == 0:  # stop where the imbalance no longer falls
+            if left > 0.95 * checkpoint:
+                break
+            checkpoint = left
+        with np.errstate(divide="ignore"):
+            g = np.where((c > 0).all(axis=1), np.exp(np.log(c).mean(axis=1)), 0.0)
+        mine = flow[cell]
+        ratio = np.where(mine > 0, g[t_of] / np.where(mine > 0, mine, 1.0), 0.0)
+        grow = np.sqrt(np.bincount(row, weights=p * ratio, minlength=n_rows))
+        mass = np.where(free, np.minimum(cap, mass * grow), mass)
+        p = p * np.sqrt(ratio)
+        total = np.bincount(row, weights=p, minlength=n_rows)[row]
+        p = np.where(total > 0, p / np.where(total > 0, total, 1.0), 0.0)
+    sets: list[list] = [[] for _ in part]
+    for (i, s, _), q in zip(entries, p.tolist()):
+        if q > 0:
+            sets[i].append((s, q))
+    return sets, left, mass
