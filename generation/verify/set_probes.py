@@ -36,7 +36,6 @@ end of its 95% Wilson interval exceeds 12.5% + 2 points.
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 import numpy as np
 import scipy.sparse
@@ -99,24 +98,29 @@ def absent_value_probe(elements: np.ndarray, answers: np.ndarray, train: np.ndar
 
 
 # ---------------------------------------------------------------- 1b. the blocks table
-def block_hits(super_attributes: np.ndarray, answers: np.ndarray, train: np.ndarray,
+def block_hits(codes: np.ndarray, answers: np.ndarray, train: np.ndarray,
                test: np.ndarray) -> np.ndarray:
     """Per test matrix, the expected hit of "the super-attribute most often the answer's
     for the blocks shown (on train), then one of its candidates at random" (ties split; a
-    set unseen on train ties everywhere)."""
-    shown = [tuple(sorted(Counter(row).items())) for row in super_attributes.tolist()]
-    answer_sa = super_attributes[np.arange(len(answers)), answers].tolist()
-    table: dict[tuple, Counter] = {}
-    for i in train.tolist():
-        table.setdefault(shown[i], Counter())[answer_sa[i]] += 1
-    hits = np.zeros(len(test))
-    for k, i in enumerate(test.tolist()):
-        seen = table.get(shown[i], Counter())
-        best = max(seen[sa] for sa, _ in shown[i])
-        picks = [sa for sa, _ in shown[i] if seen[sa] == best]
-        if answer_sa[i] in picks:
-            hits[k] = 1.0 / len(picks) / dict(shown[i])[answer_sa[i]]
-    return hits
+    set unseen on train ties everywhere). `codes`: N×8 super-attribute codes (0 and up)."""
+    base = int(codes.max(initial=0)) + 1
+    shown = np.zeros(len(codes), dtype=np.int64)  # the multiset shown, as one int
+    for column in np.sort(codes, axis=1).T:
+        shown = shown * base + column
+    mine = codes[np.arange(len(codes)), answers]
+    seen, times = np.unique(shown[train] * base + mine[train], return_counts=True)
+    keys = shown[test, None] * base + codes[test]  # each candidate's (set, super-attribute)
+    score = np.zeros(keys.shape, dtype=np.int64)
+    if len(seen):
+        at = np.minimum(np.searchsorted(seen, keys), len(seen) - 1)
+        score = np.where(seen[at] == keys, times[at], 0)
+    top = score == score.max(axis=1, keepdims=True)
+    row = codes[test]
+    first = np.ones(row.shape, dtype=bool)  # each super-attribute's first candidate
+    for j in range(1, row.shape[1]):
+        first[:, j] = (row[:, :j] != row[:, j:j + 1]).all(axis=1)
+    size = (row == mine[test, None]).sum(axis=1)  # the answer's block
+    return top[np.arange(len(test)), answers[test]] / (top & first).sum(axis=1) / size
 
 
 def block_probe(super_attributes: np.ndarray, answers: np.ndarray, train: np.ndarray,
@@ -124,7 +128,11 @@ def block_probe(super_attributes: np.ndarray, answers: np.ndarray, train: np.nda
                 note: str = "") -> Check:
     """The blocks table (`block_hits`) on the matrices whose candidates show two or more
     super-attributes, per element type and per relation x element type."""
-    mixed = np.array([len(set(row)) > 1 for row in super_attributes.tolist()], dtype=bool)
+    used = np.union1d(train, test)
+    codes = np.zeros(super_attributes.shape, dtype=np.int64)
+    _, inverse = np.unique(super_attributes[used].astype(str), return_inverse=True)
+    codes[used] = inverse.reshape(len(used), -1)
+    mixed = (codes != codes[:, :1]).any(axis=1)
     tr, te = train[mixed[train]], test[mixed[test]]
     if len(te) == 0:
         return Check("bias:blocks", "skip", "no matrix shows candidates of two or more "
@@ -133,7 +141,7 @@ def block_probe(super_attributes: np.ndarray, answers: np.ndarray, train: np.nda
     for group, g_tr, g_te in audit.probe_groups(element_type, relation, tr, te):
         small = len(g_tr) < MIN_PROBE_TEST or len(g_te) < MIN_PROBE_TEST
         results.append((group, np.zeros(0) if small else
-                        block_hits(super_attributes, answers, g_tr, g_te), len(g_tr)))
+                        block_hits(codes, answers, g_tr, g_te), len(g_tr)))
     return audit.judge_groups("bias:blocks", "picking the answer's block by the "
                               "super-attributes shown (mixed blocks only)", results, note)
 
