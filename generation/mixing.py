@@ -24,9 +24,11 @@ scaled by sqrt(g(T) / c(T, A)), T = S + A, where c(T, A) is T's matrices whose a
 A and g(T) their geometric mean over T's members, and each row is normalised again: a
 symmetric matrix scaling, which leaves every c(T, A) equal when a balance exists. One exists
 only when no super-attribute has more mixed matrices than the others can host, and a small
-super-attribute often does; so the matrices whose super-attribute could fill a block twice
-as large step down to m with the smallest share (in steps of 1/50) that lets the flows
-balance: 4 + 4 from 8, 2 + 2 + 2 + 2 from 4.
+super-attribute often does; so matrices whose super-attribute could fill a block twice as
+large step down to m (4 + 4 from 8, 2 + 2 + 2 + 2 from 4): their number starts at the
+smallest of SHARES from which the balance is reached and moves with the scaling. A
+super-attribute with exactly 8 elements outside a matrix's static completions is planned in
+blocks of 4 (NEAR). `generation.candidates._profile` draws by the plans.
 """
 
 from __future__ import annotations
