@@ -7,11 +7,12 @@ is the matrix's, a context-blind model picks the right block and then guesses wi
 1/m instead of 1/8. This script measures that on the neutral split's probe sample (the one
 `vprom verify` draws):
 
-- the table: on train, for each set of super-attributes the candidates show (two or more),
-  how often each of them was the answer's; on test, pick the one most often the answer's
-  for that set (ties split; an unseen set picks among all), then one of its candidates at
-  random. Its expected accuracy is printed per element type and relation, on the matrices
-  with two or more blocks, with a 95% interval, beside chance (12.5%);
+- the table (`vprom verify`'s `bias:blocks`, `set_probes.block_hits`): on train, for each
+  set of super-attributes the candidates show (two or more), how often each was the
+  answer's; on test, pick the one most often the answer's for that set (ties split; an
+  unseen set picks among all), then one of its candidates at random. Its expected accuracy
+  is printed per element type and relation, on the matrices with two or more blocks, with a
+  95% interval, beside chance (12.5%);
 - per super-attribute, how often it is the answer's block and how often a filler block in
   those matrices: a super-attribute only ever seen as the answer's block (or only as a
   filler) gives its matrices away.
@@ -32,25 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vprom.generation.dataset_view import load
 from vprom.generation.verify.bias import probe_plan
+from vprom.generation.verify.set_probes import block_hits
 from vprom.records import N_CONTEXT
 from vprom.statistics import wilson_interval
-
-
-def block_hits(sas: list[tuple[str, ...]], answer_sa: list[str], train: list[int],
-               test: list[int]) -> np.ndarray:
-    """Per test matrix, the table's expected hit (see the module docstring)."""
-    table: dict[tuple, Counter] = defaultdict(Counter)
-    for i in train:
-        table[tuple(sorted(set(sas[i])))][answer_sa[i]] += 1
-    hits = []
-    for i in test:
-        shown = sorted(set(sas[i]))
-        seen = table.get(tuple(shown), Counter())
-        best = max(seen[s] for s in shown)
-        picks = [s for s in shown if seen[s] == best]
-        size = Counter(sas[i])
-        hits.append(sum(answer_sa[i] == s for s in picks) / len(picks) / size[answer_sa[i]])
-    return np.array(hits)
 
 
 def report(path: Path) -> None:
@@ -59,6 +44,8 @@ def report(path: Path) -> None:
     train, test, _ = probe_plan(data)[:3]
     rows = np.where(data.rows < 0, 0, data.rows)[:, N_CONTEXT:]
     sa = data.crops.super_attribute.astype(str)[rows]
+    _, codes = np.unique(sa, return_inverse=True)
+    codes = codes.reshape(sa.shape)
     answer = m.answer.astype(np.int64)
     etype, relation = m.element_type.astype(str), m.relation.astype(str)
     sas = [tuple(r) for r in sa.tolist()]
@@ -82,7 +69,8 @@ def report(path: Path) -> None:
             if not te:
                 print(f"  {name:32s} no test matrix shows two or more super-attributes")
                 continue
-            hits = block_hits(sas, answer_sa, trr, te)
+            hits = block_hits(codes, answer, np.array(trr, dtype=np.int64),
+                              np.array(te, dtype=np.int64))
             lo, hi = wilson_interval(float(hits.sum()), len(hits))
             print(f"  {name:32s} {len(te):6,d} of its test matrices show 2+ super-attributes: "
                   f"the table scores {100 * hits.mean():5.1f}% (95% CI {100 * lo:.1f}-"

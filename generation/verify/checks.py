@@ -199,6 +199,7 @@ class SolverTables:
         self.labels, self.explicit = data.label_sets(), data.crops.label_sets()
         self.universe, self.groups = universes(data), reading_groups(data)
         self._masks: dict[str, tuple] = {}
+        self._ids: dict[str, np.ndarray] = {}
 
     def masks(self, etype: str) -> tuple[Universe, list[int], list[int]]:
         """(universe, group masks, per crop row its labels' mask) of one element type."""
@@ -211,16 +212,15 @@ class SolverTables:
     def claimed_ids(self, crops, etype: str) -> np.ndarray:
         """Per crop row, the id in `etype`'s universe of the crop's element, when the crop is
         of that type and its element is one of its labels and of the universe; else -1."""
-        key = "ids " + etype
-        if key not in self._masks:
+        if etype not in self._ids:
             ids = self.masks(etype)[0].ids
             out = np.full(len(crops), -1, dtype=np.int64)
             for r in np.flatnonzero(crops.element_type == etype).tolist():
                 element = crops.element[r]
                 if element in self.labels[r] and element in ids:
                     out[r] = ids[element]
-            self._masks[key] = out
-        return self._masks[key]
+            self._ids[etype] = out
+        return self._ids[etype]
 
 
 def quick_passes(tables: SolverTables, data: Data, start: int, stop: int) -> np.ndarray:
