@@ -1,11 +1,17 @@
 """The counts pass: region_descriptions.json into the COUNT pool (see `mining.pool_passes`).
 
-Per image, every region goes through the box funnel (`pool_passes.clipped_box`), then its phrase
-through `counts.parse_count`. Two shortcuts keep this near the cost of parsing the JSON:
+Every region goes through the box funnel, then its phrase through `counts.parse_count`. The
+pass takes images in batches of `BATCH`, so that what runs for every region runs in numpy
+over a batch, and only the numbered phrases (about one in twenty) meet Python code:
 
-- the prefilter of `parse_count` (a digit or a number word) runs once per image, over its
-  phrases joined by newlines, instead of once per phrase: only the phrases it hits (about
-  one in twenty) are parsed, and parsing them again gives the same answer;
+- each region is read with one `itemgetter`; the batch's types are checked column by
+  column, and a batch with any region off the fast path's types (a float box, a missing
+  key, a phrase that is not a string) is read again region by region (`_checked`), which
+  names what is wrong exactly as `readers.read_regions` does;
+- the box funnel (`_funnel`) is vectorised; the few boxes not wholly inside their image go
+  through `pool_passes.clipped_box`, which counts each case;
+- the prefilter of `parse_count` (a digit or a number word) is found for the whole batch at
+  once (`_numbered`), and confirmed phrase by phrase;
 - the parses of numbered phrases are memoised (VG repeats phrases: "two zebras" and
   "a clock" come back thousands of times); the memo is cleared when it grows past `MEMO`.
 """
@@ -15,8 +21,11 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
+from itertools import chain, islice
 from operator import itemgetter
 from typing import NamedTuple
+
+import numpy as np
 
 from vprom.mining import readers
 from vprom.mining.counts import _words_for, parse_count
@@ -24,27 +33,37 @@ from vprom.mining.pool_passes import SAMPLES, PassResult, clipped_box, _Columns
 from vprom.records import COUNTS, LABEL_SEPARATOR
 
 MEMO = 200_000  # numbered phrases remembered
+BATCH = 512  # images per batch: about one ~2 MB chunk of the file
 
 
 class Image(NamedTuple):
     index: int
     image_id: int
     regions: list  # (region id, phrase, x, y, w, h) per region
+    items: object  # the record's regions when `regions` still needs `_checked`, else None
+    source: object
 
 
 def images(records, source) -> Iterator[Image]:
     """`Image`s of the (index, record) pairs of region_descriptions.json, checked as
-    `readers.read_regions` checks them."""
+    `readers.read_regions` checks them (a region's types by `mine_counts`, per batch)."""
     for index, record in records:
         readers.check_record(record, source, index, "region_descriptions.json")
         image_id = readers.image_id_of(record, source, index)
-        yield Image(index, image_id, _regions_of(record.get("regions") or (), source, image_id))
+        items = record.get("regions") or ()
+        try:
+            regions, unchecked = list(map(_REGION_FIELDS, items)), items
+        except (KeyError, TypeError):
+            regions, unchecked = _checked(items, source, image_id), None
+        yield Image(index, image_id, regions, unchecked, source)
 
 
 _REGION_FIELDS = itemgetter("region_id", "phrase", "x", "y", "width", "height")
 
 
-def _regions_of(items, source, image_id: int) -> list:
+def _checked(items, source, image_id: int) -> list:
+    """The regions of one image, each of the fast path's types or read by
+    `readers.region_slow`, which names what is wrong."""
     out = []
     append = out.append
     for position, item in enumerate(items):
@@ -71,70 +90,173 @@ def mine_counts(image_iter, sizes: dict, min_side: int, vocab) -> PassResult:
     """The counts pass over the `images(...)` of region_descriptions.json."""
     start = time.perf_counter()
     stats = count_stats(len(sizes))
-    counts = stats["regions"]
     cols, rows = _Columns(), []
     parse = _memo(vocab)
     words = _words_for(vocab)
-    for image in image_iter:
-        size = sizes.get(image.image_id)
-        if size is None:
-            counts["read"] += len(image.regions)
-            counts["missing_image"] += len(image.regions)
-            counts["missing_image_records"] += 1
-            if len(stats["missing_image_ids"]) < 20:
-                stats["missing_image_ids"].append(image.image_id)
-            continue
-        numbered = _numbered([r[1] for r in image.regions], words)
-        width, height = size
-        counts["read"] += len(image.regions)
-        for i, (region_id, phrase, x, y, w, h) in enumerate(image.regions):
-            box = clipped_box(x, y, w, h, width, height, counts)
-            if box is None:
-                continue
-            if i not in numbered:
-                continue
-            parsed = parse(phrase)
-            if parsed is None:
-                continue
-            counts["with_number"] += 1
-            if parsed.count not in COUNTS:
-                reason = parsed.excluded or "out of range"
-                _exclude(region_id, phrase, image.image_id, reason, parsed.number, stats, rows)
-                continue
-            counts["counted"] += 1
-            if box[2] < min_side or box[3] < min_side:
-                stats["count_too_small"][str(parsed.count)] += 1
-                continue
-            _add_count(image.image_id, box, region_id, phrase, parsed, vocab, cols)
+    exact, table = words.prefilter.search, _number_keys(words.number_bytes)
+    for batch in _batches(image_iter):
+        images = _known(batch, sizes, stats)
+        regions = _typed([image.regions for image in images])
+        if regions is None:  # a region off the fast path: read the batch region by region
+            for image in images:
+                if image.items is not None:
+                    image.regions[:] = _checked(image.items, image.source, image.image_id)
+            regions = [region for image in images for region in image.regions]
+        lengths = np.array([len(image.regions) for image in images], dtype=np.int64)
+        owner = np.repeat(np.arange(len(images)), lengths)
+        odd = _funnel(regions, [sizes[image.image_id] for image in images], owner,
+                      stats["regions"])
+        for i in _numbered([region[1] for region in regions], exact, table):
+            box = odd.get(i, regions[i][2:])
+            if box is not None:
+                _mine_phrase(images[owner[i]].image_id, box, regions[i], parse, min_side,
+                             vocab, stats, cols, rows)
     return PassResult(cols.numpy(), cols.strings, stats, {}, rows,
                       seconds=time.perf_counter() - start)
+
+
+def _batches(image_iter) -> Iterator[list[Image]]:
+    """Lists of up to `BATCH` images. A fault met while filling a batch is raised after the
+    regions of the images before it are checked, so the first fault in the file is named."""
+    image_iter = iter(image_iter)
+    while True:
+        batch: list[Image] = []
+        try:
+            batch.extend(islice(image_iter, BATCH))
+        except Exception:
+            for image in batch:
+                if image.items is not None:
+                    _checked(image.items, image.source, image.image_id)
+            raise
+        if not batch:
+            return
+        yield batch
+
+
+def _known(batch: list[Image], sizes: dict, stats: dict) -> list[Image]:
+    """The images of `batch` in image_data.json; the others are counted."""
+    counts = stats["regions"]
+    known = []
+    for image in batch:
+        if image.image_id in sizes:
+            known.append(image)
+            counts["read"] += len(image.regions)
+            continue
+        counts["read"] += len(image.regions)
+        counts["missing_image"] += len(image.regions)
+        counts["missing_image_records"] += 1
+        if len(stats["missing_image_ids"]) < 20:
+            stats["missing_image_ids"].append(image.image_id)
+    return known
+
+
+def _typed(per_image: list[list]) -> list | None:
+    """The regions of a batch, in order, if every one has the fast path's types (int ids and
+    box, str phrase); else None."""
+    regions = list(chain.from_iterable(per_image))
+    if not regions:
+        return regions
+    rid, phrase, *box = zip(*regions)
+    if set(map(type, phrase)) != {str}:
+        return None
+    ints = set(map(type, rid))
+    for column in box:
+        ints.update(map(type, column))
+    return regions if ints == {int} else None
+
+
+def _funnel(regions: list, sizes: list, owner: np.ndarray, counts: Counter) -> dict:
+    """The box funnel of `pool_passes.clipped_box` for a batch: index -> clipped box, or
+    None, for each region whose box is not wholly inside its image (each case counted)."""
+    if not regions:
+        return {}
+    try:
+        x, y, w, h = np.array(list(zip(*regions))[2:], dtype=np.int64)
+    except OverflowError:  # a coordinate beyond int64: each box on its own
+        inside = np.zeros(len(regions), dtype=bool)
+    else:
+        width, height = np.array(sizes, dtype=np.int64).reshape(-1, 2)[owner].T
+        big = np.abs(np.concatenate([x, y, w, h])).max() >= 1 << 62  # x + w could overflow
+        inside = np.zeros(len(regions), dtype=bool) if big else (
+            (x >= 0) & (y >= 0) & (w > 0) & (h > 0) & (x + w <= width) & (y + h <= height))
+    return {i: clipped_box(*regions[i][2:], *sizes[owner[i]], counts)
+            for i in np.flatnonzero(~inside).tolist()}
+
+
+def _mine_phrase(image_id: int, box: tuple, region: tuple, parse, min_side: int, vocab,
+                 stats: dict, cols: _Columns, rows: list) -> None:
+    """A numbered phrase whose box passed the funnel: a COUNT crop, or counted out."""
+    region_id, phrase = region[0], region[1]
+    parsed = parse(phrase)
+    if parsed is None:
+        return
+    counts = stats["regions"]
+    counts["with_number"] += 1
+    if parsed.count not in COUNTS:
+        reason = parsed.excluded or "out of range"
+        _exclude(region_id, phrase, image_id, reason, parsed.number, stats, rows)
+        return
+    counts["counted"] += 1
+    if box[2] < min_side or box[3] < min_side:
+        stats["count_too_small"][str(parsed.count)] += 1
+        return
+    _add_count(image_id, box, region_id, phrase, parsed, vocab, cols)
 
 
 #: ASCII text as bytes: letters kept, digits marked "#", newlines kept, the rest a space
 _TOKENS = bytes(c if 0x61 <= c <= 0x7A or c == 0x0A else 0x23 if 0x30 <= c <= 0x39 else 0x20
                 for c in range(256))
+_KEY = 8  # bytes of a token compared with the number words (see `_numbered`)
+_MASKS = np.array([(1 << 8 * k) - 1 for k in range(_KEY)] + [(1 << 64) - 1], dtype=np.uint64)
 
 
-def _numbered(phrases: list, words) -> set[int]:
-    """Indices of the phrases in which the prefilter of `parse_count` finds a number.
+def _numbered(phrases: list[str], exact, table: _Keys | None) -> list[int]:
+    """Indices, in order, of the phrases in which the prefilter of `parse_count` finds a
+    number.
 
     The prefilter (`\\d|\\b(?:number words)\\b`) is the slowest part of the pass when run
-    on every phrase. For ASCII text a phrase can only match if, in its lower case with every
-    byte but letters turned into spaces, a digit or a number word is a token; a few bytes
-    operations on the image's phrases joined find those, and the prefilter confirms each.
+    on every phrase. A phrase can only match if, in its lower case with every byte but
+    letters turned into spaces and digits into "#", a "#" or a number word is a token, or if
+    it is not ASCII (Unicode digits). The batch's phrases are joined by newlines and these
+    lines found in numpy: each token is keyed by its first `_KEY` bytes, and a token whose
+    key is a number word's is kept (a superset of the tokens that are number words). The
+    prefilter (`exact`) then confirms each line found. `table`: `_number_keys`.
     """
-    texts = [p if type(p) is str else "" for p in phrases]
-    exact = words.prefilter.search
-    joined = "\n".join(texts).lower()
-    lines = joined.encode().translate(_TOKENS).split(b"\n") if joined.isascii() else ()
-    if len(lines) != len(texts):  # non-ASCII text, or a phrase holding a newline
-        return {i for i, p in enumerate(texts) if exact(p.lower())}
-    number_words = words.number_bytes
-    if number_words is None:
-        return {i for i, p in enumerate(texts) if exact(p.lower())}
-    return {i for i, line in enumerate(lines)
-            if (b"#" in line or not number_words.isdisjoint(line.split()))
-            and exact(texts[i].lower())}
+    joined = "\n".join(phrases).lower()
+    if table is None or joined.count("\n") != max(len(phrases) - 1, 0):
+        return [i for i, p in enumerate(phrases) if exact(p.lower())]  # a phrase with "\n"
+    tokens = joined.encode().translate(_TOKENS)
+    codes = np.frombuffer(tokens, dtype=np.uint8)
+    letter = np.concatenate([[False], codes >= 0x61, [False]])
+    edges = np.flatnonzero(letter[1:] != letter[:-1])
+    starts, lengths = edges[0::2], edges[1::2] - edges[0::2]
+    fits = (lengths >= table.shortest) & (lengths <= table.longest)
+    starts, lengths = starts[fits], lengths[fits]
+    # the 8 bytes from each byte on, as one little-endian integer; those past the token zeroed
+    padded = np.frombuffer(tokens + bytes(_KEY), dtype=np.uint8)
+    eights = np.ndarray(len(codes), dtype="<u8", buffer=padded, strides=(1,))
+    keys = eights[starts] & _MASKS[np.minimum(lengths, _KEY)]
+    spot = np.searchsorted(table.keys, keys).clip(max=len(table.keys) - 1)
+    found = [starts[table.keys[spot] == keys], np.flatnonzero(codes == 0x23)]
+    if not joined.isascii():
+        found.append(np.flatnonzero(np.frombuffer(joined.encode(), dtype=np.uint8) >= 0x80))
+    lines = np.unique(np.searchsorted(np.flatnonzero(codes == 0x0A), np.concatenate(found)))
+    return [i for i in lines.tolist() if exact(phrases[i].lower())]
+
+
+class _Keys(NamedTuple):
+    keys: np.ndarray
+    shortest: int
+    longest: int
+
+
+def _number_keys(number_bytes) -> _Keys | None:
+    """The number words keyed as `_numbered` keys tokens; None where they are not all a-z."""
+    if not number_bytes:
+        return None
+    keys = [int.from_bytes(w[:_KEY].ljust(_KEY, b"\0"), "little") for w in number_bytes]
+    lengths = [len(w) for w in number_bytes]
+    return _Keys(np.array(sorted(keys), dtype=np.uint64), min(lengths), max(lengths))
 
 
 def _memo(vocab):

@@ -186,6 +186,8 @@ def _find_mentions(tokens: list[str], words: _Words) -> list[_Mention]:
             mentions.append(_Mention(i, token, reason="ordinal"))
         elif token in words.vague:
             mentions.append(_Mention(i, token, reason="pair or couple"))
+        elif token.isalpha():
+            continue  # most tokens: no digit, no hyphen (letters are never digits)
         elif any(c.isdigit() for c in token):
             mentions.append(_Mention(i, token, reason="label"))   # a380, b-52
         elif "-" in token:
