@@ -33,6 +33,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+try:
+    import orjson
+except ImportError:  # optional: json alone reads every chunk, ~1.5x slower
+    orjson = None
+
 BLOCK = 1 << 22   # bytes scanned at a time: numpy's temporaries stay small
 TARGET = 1 << 21  # bytes per chunk: ~20 MB of Python objects while a worker parses it
 
@@ -214,11 +219,29 @@ def load(chunk: Chunk) -> list:
         if comma > size or buf[comma] != 0x2C:
             raise ValueError(f"{chunk.path}: no comma before element #{chunk.first}")
         buf[comma] = 0x20
-    elements = json.loads(buf, parse_constant=_refuse)
+    elements = decode(buf)
     if len(elements) != chunk.count:
         raise ValueError(f"{chunk.path}: {len(elements)} elements where the scan found "
                          f"{chunk.count}")
     return elements
+
+
+#: digits as "1", every other byte "0": a run of `_LONG` "1"s is a number orjson may not keep
+_DIGITS = bytes(0x31 if 0x30 <= c <= 0x39 else 0x30 for c in range(256))
+_LONG = b"1" * 19  # orjson keeps every integer of up to 18 digits an int (-2**63 has 19)
+
+
+def decode(buf: bytes | bytearray):
+    """`json.loads(buf)` (NaN and Infinity refused), through orjson where it gives the same
+    objects: ~1.5x faster on VG's records. orjson reads a subset of what `json` reads - it
+    refuses lone surrogates and numbers beyond a double - but it turns an integer beyond
+    64 bits into a float, so text with a run of 19 digits or more goes to `json`."""
+    if orjson is not None and _LONG not in buf.translate(_DIGITS):
+        try:
+            return orjson.loads(buf)
+        except orjson.JSONDecodeError:
+            pass  # json reads it, or names the fault
+    return json.loads(buf, parse_constant=_refuse)
 
 
 def _refuse(name: str):

@@ -6,12 +6,12 @@ and attributes.json at the same record indices (the objects pass joins them reco
 record), region_descriptions.json on its own. The chunks of both passes form one stream of
 jobs, interleaved so that both advance together, which `vprom.processes.ordered_map` hands to
 `workers` processes (forked, so they share the sizes and vocabulary the parent loaded) and
-gives back in order. Each job parses its chunk with `json.loads` - with the garbage collector
-off: the records hold no cycles, and the collector would otherwise walk millions of fresh
-containers - and mines it into a `PassResult`; the parent merges the results of a pass in
-file order (`_Merged`), so any number of workers gives the crops, statistics and report of a
-one-process run, byte for byte. The scan hashes each file as it goes, so the sha256 of the
-inputs costs no extra pass.
+gives back in order. Each job parses its chunk (`byte_ranges.decode`: orjson, or `json`) -
+with the garbage collector off: the records hold no cycles, and the collector would
+otherwise walk millions of fresh containers - and mines it into a `PassResult`; the parent
+merges the results of a pass in file order (`_Merged`), so any number of workers gives the
+crops, statistics and report of a one-process run, byte for byte. The scan hashes each file
+as it goes, so the sha256 of the inputs costs no extra pass.
 
 Broken input: a chunk that does not parse, does not hold the records the scan found, or
 fails a check, makes its whole pass run again here through the streaming reader

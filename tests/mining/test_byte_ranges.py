@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from vprom.mining import byte_ranges
@@ -105,3 +106,52 @@ def test_not_an_array_gives_one_chunk_that_does_not_load(tmp_path):
     (chunk,), = plan([ArrayScan(path)], 1)
     with pytest.raises(ValueError):
         load(chunk)
+
+
+NUMBERS = [0, -0, 1, -1, 10 ** 17, 10 ** 18 - 1, -(10 ** 18) + 1, 2 ** 63 - 1, 2 ** 63,
+           -(2 ** 63), -(2 ** 63) - 1, -(10 ** 19) + 7, 2 ** 64 - 1, 2 ** 64, 10 ** 30]
+DECODED = [
+    ("[" + ", ".join(map(str, NUMBERS)) + "]").encode(),
+    b'[1.0, -0.0, 1e5, 1E-400, 0.1e1, 123456789012345678.5, 1.2345678901234567890123]',
+    b'["\\ud800 lone", "\\ud83d\\ude00 pair", "caf\\u00e9", "\\u0000", "tab\\t"]',
+    b'[{"a": 1, "a": 2, "x": [1e400, -1e400]}]',
+    json.dumps(TRICKY).encode(),
+]
+
+
+def _typed(value):
+    """`value` with each number's type beside it (1 and 1.0 compare equal)."""
+    if isinstance(value, dict):
+        return [(k, _typed(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return type(value).__name__, repr(value)
+
+
+@pytest.mark.parametrize("with_orjson", [True, False])
+@pytest.mark.parametrize("text", DECODED)
+def test_decode_gives_what_json_gives(monkeypatch, text, with_orjson):
+    if not with_orjson:
+        monkeypatch.setattr(byte_ranges, "orjson", None)
+    assert _typed(byte_ranges.decode(bytearray(text))) == _typed(json.loads(text))
+
+
+def test_decode_gives_json_floats_to_the_bit():
+    rng = np.random.default_rng(0)
+    values = np.concatenate([rng.standard_normal(2000) * 10.0 ** rng.integers(-30, 30, 2000),
+                             rng.integers(-2 ** 62, 2 ** 62, 500) / 7])
+    texts = [repr(float(v)) for v in values]
+    texts += [f"{float(v):.{d}e}" for v, d in zip(values, rng.integers(1, 18, len(values)))]
+    text = ("[" + ", ".join(texts) + "]").encode()
+    assert byte_ranges.orjson is not None  # the project installs it: the fast path is tested
+    got, want = byte_ranges.decode(text), json.loads(text)
+    assert np.array_equal(np.array(got).view(np.int64), np.array(want).view(np.int64))
+
+
+@pytest.mark.parametrize("with_orjson", [True, False])
+@pytest.mark.parametrize("text", [b"[NaN]", b"[1, Infinity]", b"[1, ]", b"[01]"])
+def test_decode_refuses_what_is_not_json(monkeypatch, text, with_orjson):
+    if not with_orjson:
+        monkeypatch.setattr(byte_ranges, "orjson", None)
+    with pytest.raises(ValueError):
+        byte_ranges.decode(text)
