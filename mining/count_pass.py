@@ -101,7 +101,7 @@ def mine_counts(image_iter, sizes: dict, min_side: int, vocab) -> PassResult:
             for image in images:
                 if image.items is not None:
                     image.regions[:] = _checked(image.items, image.source, image.image_id)
-            regions = [region for image in images for region in image.regions]
+            regions = list(chain.from_iterable(image.regions for image in images))
         lengths = np.array([len(image.regions) for image in images], dtype=np.int64)
         owner = np.repeat(np.arange(len(images)), lengths)
         odd = _funnel(regions, [sizes[image.image_id] for image in images], owner,
@@ -138,11 +138,10 @@ def _known(batch: list[Image], sizes: dict, stats: dict) -> list[Image]:
     counts = stats["regions"]
     known = []
     for image in batch:
+        counts["read"] += len(image.regions)
         if image.image_id in sizes:
             known.append(image)
-            counts["read"] += len(image.regions)
             continue
-        counts["read"] += len(image.regions)
         counts["missing_image"] += len(image.regions)
         counts["missing_image_records"] += 1
         if len(stats["missing_image_ids"]) < 20:
@@ -176,7 +175,8 @@ def _funnel(regions: list, sizes: list, owner: np.ndarray, counts: Counter) -> d
         inside = np.zeros(len(regions), dtype=bool)
     else:
         width, height = np.array(sizes, dtype=np.int64).reshape(-1, 2)[owner].T
-        big = np.abs(np.concatenate([x, y, w, h])).max() >= 1 << 62  # x + w could overflow
+        # x + w wraps past int64 only for two values of 2**62 or more (a negative one fails)
+        big = np.concatenate([x, y, w, h]).max() >= 1 << 62
         inside = np.zeros(len(regions), dtype=bool) if big else (
             (x >= 0) & (y >= 0) & (w > 0) & (h > 0) & (x + w <= width) & (y + h <= height))
     return {i: clipped_box(*regions[i][2:], *sizes[owner[i]], counts)
