@@ -203,7 +203,7 @@ class GenerateSummary:
                 f"{k}: {', '.join(v)}" for k, v in too_small.items()))
         loosened = c.get("held_out_bans_loosened") or {}
         if loosened:
-            lines.append("  train-side matrices that could not avoid held-out labels (pools too "
+            lines.append("  matrices that could not avoid held-out labels (pools too "
                          "thin; such a matrix leaves the training set of the split whose label "
                          "it shows):")
             for key, v in loosened.items():

@@ -15,8 +15,10 @@ the object universe every category, so a label that is never an element (an impl
 on a synthetic pool without adult crops) still counts as a reading. Each crop also gets, per
 relation, whether it shows something a held-out split bans from its training matrices
 (`HeldOutDesign.train_side_ban`): matrices planned on the train side of the held-out
-partition draw only unbanned crops; and per held-out split and relation (`split_bans`), which
-the split assignment reads instead of classifying every panel's labels again.
+partition draw only unbanned crops, and the attribute and count matrices of its test side
+only crops without a banned object category (`banned_categories`, see
+`generation.sampler.ban_mask`); and per held-out split and relation (`split_bans`), which the
+split assignment reads instead of classifying every panel's labels again.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from vprom.errors import VpromError
 from vprom.records import ElementType, Relation
 from vprom.sampling import Draws
 from vprom.solver import Universe, group_masks
-from vprom.splitting import HeldOutDesign, ban_bits, banned_crops, image_test_side
+from vprom.splitting import HeldOutDesign, TrainBan, ban_bits, banned_crops, image_test_side
 from vprom.tables import CropTable
 
 CELL_NAMES = ("neutral-train/held-out-train", "neutral-train/held-out-test",
@@ -71,8 +73,8 @@ class PoolIndex:
         self.element_id = [0] * n  # the crop's element as an id of its type's universe
         # per attribute type, its super-attributes' masks: the solver reads a panel in one
         self.solver_groups: dict[ElementType, list[int]] = {}
-        self.banned, self.split_bans = _bans(self.vocabulary, design,
-                                             crops.element_type.tolist(), self.label_sets)
+        self.banned, self.banned_categories, self.split_bans = _bans(
+            self.vocabulary, design, crops.element_type.tolist(), self.label_sets)
         self.universe: dict[ElementType, Universe] = {}
         self.super_attribute: dict[ElementType, dict[int, str]] = {}
         # cells[etype][cell][element id] -> crop rows
@@ -145,13 +147,14 @@ def draw_crops(draws: Draws, elements: list[int], crops_of: dict[int, list[int]]
 
 
 def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str],
-          label_sets: list[frozenset[str]]) -> tuple[list[int], list[int]]:
+          label_sets: list[frozenset[str]]) -> tuple[list[int], list[int], list[int]]:
     """Per crop, (the relations (`RELATION_BIT`) for which it shows something a held-out
-    split keeps out of its training matrices, the same per split (`splitting.ban_bits` of
-    `design.train_bans`), which `PanelInfo.banned` takes)."""
+    split keeps out of its training matrices, the relations for which it shows an object
+    category kept out (the same, less the super-attributes), the same per split
+    (`splitting.ban_bits` of `design.train_bans`), which `PanelInfo.banned` takes)."""
     bans = {r: design.train_side_ban(r.value) for r in Relation}
     if not any(b.super_attributes or b.object_thirds for b in bans.values()):
-        return [0] * len(label_sets), [0] * len(label_sets)
+        return [0] * len(label_sets), [0] * len(label_sets), [0] * len(label_sets)
     # label sets repeat a lot between crops: classify each distinct one once
     distinct: dict[tuple[str, frozenset], int] = {}
     which = np.fromiter((distinct.setdefault(key, len(distinct))
@@ -159,10 +162,14 @@ def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str
                         dtype=np.int64, count=len(label_sets))
     concepts = [vocab.concepts(*key) for key in distinct]
     per_set = np.zeros(len(distinct), dtype=np.int64)
+    per_category = np.zeros(len(distinct), dtype=np.int64)
     for r, bit in RELATION_BIT.items():
         per_set[banned_crops(bans[r], r.value, concepts)] |= bit
+        if bans[r].object_thirds:
+            categories = TrainBan(object_thirds=bans[r].object_thirds)
+            per_category[banned_crops(categories, r.value, concepts)] |= bit
     per_split = ban_bits(design.train_bans, concepts)
-    return per_set[which].tolist(), per_split[which].tolist()
+    return per_set[which].tolist(), per_category[which].tolist(), per_split[which].tolist()
 
 
 def _regions(crops: CropTable) -> np.ndarray:

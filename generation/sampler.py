@@ -7,7 +7,8 @@ panel (never the same region twice in a matrix); the solver turns the 8 context 
 masks into the mask Z of every element that would complete row 3 under ANY reading in one
 super-attribute (`vprom.solver.completion_mask`); `generation.candidates` draws the 7
 distractors outside Z. Train-side groups draw only crops no held-out split bans for their
-relation (`PoolIndex.banned`).
+relation (`PoolIndex.banned`), and test-side attribute and count groups only crops without an
+object category banned for it (`ban_mask`).
 The solver check `valid == [answer]` runs on the assembled matrix. What fails is resampled
 from the same stream (at most `MAX_TRIES` times, then a VpromError naming the group). Crop
 reuse is balanced by drawing uniformly among the crops of an element in the cell — a
@@ -85,8 +86,8 @@ class Sampler:
 
 def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
                  cell: int, bans: bool = True) -> Sampler | HumanSampler:
-    """The sampler of one (group, cell); `bans`: a train-side group draws only crops no
-    held-out split bans for its relation (False: the loosened sampler, see `generate_rows`)."""
+    """The sampler of one (group, cell); `bans`: the group draws only the crops `ban_mask`
+    allows (False: the loosened sampler, see `generate_rows`)."""
     etype = group.element_type
     where = f"{etype.value} pool of {pool.source}, {CELL_NAMES[cell]} images"
     label = f"{etype.value} {group.relation.value} matrices of group '{group.name}'"
@@ -95,11 +96,9 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
                          "more images or check the pool file")
     crops_of = pool.cells[etype][cell]
     banned_note = ""
-    if bans and loosenable(pool, group):
-        # train side of the held-out splits: only crops that no held-out split bans from
-        # the training matrices of this relation, so the matrix trains in every split
+    banned = ban_mask(pool, group) if bans else None
+    if banned is not None:
         bit = RELATION_BIT[group.relation]
-        banned = pool.banned
         before = sum(len(rows) for rows in crops_of.values())
         crops_of = {i: kept for i, rows in crops_of.items()
                     if (kept := [r for r in rows if not banned[r] & bit])}
@@ -231,9 +230,34 @@ def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
     return None
 
 
+def ban_mask(pool: PoolIndex, group: Group) -> list[int] | None:
+    """Per crop, the relations (`RELATION_BIT`) for which the group may not draw it; None
+    where it may draw any crop.
+
+    - Train side of the held-out splits: every ban (`PoolIndex.banned`), so that its
+      matrices train in every split.
+    - Test side, attributes and counts: the object categories banned for the relation
+      (`PoolIndex.banned_categories`). Those matrices test only what their group holds out,
+      so they could show a banned category. But then it would appear in attribute and count
+      matrices of that relation only there, in the roles those groups give it. A category
+      that comes with one super-attribute would sit in the answer's block or a filler
+      block, never both, and a context-blind model trained on the neutral split would
+      read the role off it. On the demo's pools a tree was the answer 1-3% of the times it
+      shared an Or matrix with another tree (bench/RESULTS.md, twelfth stop).
+    - Test side, objects: none. The object splits' test matrices show the banned thirds.
+    """
+    if group.held_side == 0:
+        banned = pool.banned
+    elif group.element_type in (ElementType.OBJECT_ATTRIBUTE, ElementType.HUMAN_ATTRIBUTE):
+        banned = pool.banned_categories
+    else:
+        return None
+    return banned if any(banned) else None
+
+
 def loosenable(pool: PoolIndex, group: Group) -> bool:
     """Whether the group's matrices are drawn from crops the held-out bans filter."""
-    return group.held_side == 0 and any(pool.banned)
+    return ban_mask(pool, group) is not None
 
 
 def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],

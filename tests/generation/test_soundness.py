@@ -184,6 +184,39 @@ def test_the_pools_do_carry_held_out_labels_the_train_side_avoids(crops):
     assert (banned == 0).mean() > 0.2
 
 
+def test_no_attribute_matrix_shows_an_object_category_banned_for_its_relation(larger):
+    # on either side of the held-out partition: a banned category in the test-side groups
+    # only would tell a context-blind model the role of the block it comes with
+    from vprom.splitting import object_third
+
+    view = in_memory(larger)
+    m = view.matrices
+    labels = view.crops.labels.tolist()
+    categories = view.vocabulary.categories
+    sides, seen = Counter(), 0
+    for i in np.flatnonzero(np.isin(m.element_type, ["object_attribute", "human_attribute"])):
+        relation = str(m.relation[i])
+        thirds = RULES.design.train_side_ban(relation).object_thirds.get(relation, ())
+        assert thirds
+        shown = {c for r in view.rows[i] for c in labels[r].split("|") if c in categories}
+        seen += len(shown)
+        assert not {object_third(c) for c in shown} & set(thirds), (i, relation, shown)
+        sides[int(m.id[i]) in set(m.splits["held_out_attributes"]["test"].tolist())] += 1
+    assert seen > 1000 and sides[True] > 50 and sides[False] > 50  # both sides looked at
+    assert not larger.counts["held_out_bans_loosened"]
+
+
+def test_the_object_splits_test_matrices_still_show_their_held_out_third(larger):
+    from vprom.splitting import object_third
+
+    view = in_memory(larger)
+    m = view.matrices
+    test = set(m.splits["held_out_objects"]["test"].tolist())
+    shown = [object_third(str(view.crops.element[r])) for i in range(len(m))
+             if int(m.id[i]) in test for r in view.rows[i]]
+    assert shown and set(shown) == {0}
+
+
 def test_a_violation_is_counted_per_split(larger):
     view = in_memory(larger)
     m = view.matrices
