@@ -15,8 +15,8 @@ the object universe every category, so a label that is never an element (an impl
 on a synthetic pool without adult crops) still counts as a reading. Each crop also gets, per
 relation, whether it shows something a held-out split bans from its training matrices
 (`HeldOutDesign.train_side_ban`): matrices planned on the train side of the held-out
-partition draw only unbanned crops, and the attribute and count matrices of its test side
-only crops without a banned object category (`banned_categories`, see
+partition draw only unbanned crops, and the attribute matrices of its test side only crops
+without a banned object category (`banned_categories`, see
 `generation.sampler.ban_mask`); and per held-out split and relation (`split_bans`), which the
 split assignment reads instead of classifying every panel's labels again.
 """

@@ -7,8 +7,8 @@ panel (never the same region twice in a matrix); the solver turns the 8 context 
 masks into the mask Z of every element that would complete row 3 under ANY reading in one
 super-attribute (`vprom.solver.completion_mask`); `generation.candidates` draws the 7
 distractors outside Z. Train-side groups draw only crops no held-out split bans for their
-relation (`PoolIndex.banned`), and test-side attribute and count groups only crops without an
-object category banned for it (`ban_mask`).
+relation (`PoolIndex.banned`), and test-side attribute groups only crops without an object
+category banned for it (`ban_mask`).
 The solver check `valid == [answer]` runs on the assembled matrix. What fails is resampled
 from the same stream (at most `MAX_TRIES` times, then a VpromError naming the group). Crop
 reuse is balanced by drawing uniformly among the crops of an element in the cell — a
@@ -236,15 +236,16 @@ def ban_mask(pool: PoolIndex, group: Group) -> list[int] | None:
 
     - Train side of the held-out splits: every ban (`PoolIndex.banned`), so that its
       matrices train in every split.
-    - Test side, attributes and counts: the object categories banned for the relation
+    - Test side, attributes: the object categories banned for the relation
       (`PoolIndex.banned_categories`). Those matrices test only what their group holds out,
-      so they could show a banned category. But then it would appear in attribute and count
-      matrices of that relation only there, in the roles those groups give it. A category
-      that comes with one super-attribute would sit in the answer's block or a filler
-      block, never both, and a context-blind model trained on the neutral split would
-      read the role off it. On the demo's pools a tree was the answer 1-3% of the times it
-      shared an Or matrix with another tree (bench/RESULTS.md, twelfth stop).
-    - Test side, objects: none. The object splits' test matrices show the banned thirds.
+      so they could show a banned category. But then it would appear in attribute matrices
+      of that relation only there, in the roles those groups give it. A category that comes
+      with one super-attribute would sit in the answer's block or a filler block, never
+      both, and a context-blind model trained on the neutral split would read the role off
+      it. On the demo's pools a tree was the answer 1-3% of the times it shared an Or matrix
+      with another tree (bench/RESULTS.md, twelfth stop).
+    - Test side, objects and counts: none. The object splits' test matrices show the banned
+      thirds. On the demo's thin count pools the filter made the count probes worse.
     """
     if group.held_side == 0:
         banned = pool.banned
