@@ -96,16 +96,18 @@ def mine_counts(image_iter, sizes: dict, min_side: int, vocab) -> PassResult:
     exact, table = words.prefilter.search, _number_keys(words.number_bytes)
     for batch in _batches(image_iter):
         images = _known(batch, sizes, stats)
-        regions = _typed([image.regions for image in images])
-        if regions is None:  # a region off the fast path: read the batch region by region
+        regions = list(chain.from_iterable(image.regions for image in images))
+        columns = _typed(regions)
+        if columns is None:  # a region off the fast path: read the batch region by region
             for image in images:
                 if image.items is not None:
                     image.regions[:] = _checked(image.items, image.source, image.image_id)
             regions = list(chain.from_iterable(image.regions for image in images))
+            columns = list(zip(*regions))
         lengths = np.array([len(image.regions) for image in images], dtype=np.int64)
         owner = np.repeat(np.arange(len(images)), lengths)
-        odd = _funnel(regions, [sizes[image.image_id] for image in images], owner,
-                      stats["regions"])
+        odd = _funnel(regions, columns[2:], [sizes[image.image_id] for image in images],
+                      owner, stats["regions"])
         for i in _numbered([region[1] for region in regions], exact, table):
             box = odd.get(i, regions[i][2:])
             if box is not None:
@@ -149,28 +151,30 @@ def _known(batch: list[Image], sizes: dict, stats: dict) -> list[Image]:
     return known
 
 
-def _typed(per_image: list[list]) -> list | None:
-    """The regions of a batch, in order, if every one has the fast path's types (int ids and
-    box, str phrase); else None."""
-    regions = list(chain.from_iterable(per_image))
+def _typed(regions: list) -> list | None:
+    """The regions' 6 columns (id, phrase, x, y, w, h) if every region has the fast path's
+    types (int ids and box, str phrase); else None."""
     if not regions:
-        return regions
-    rid, phrase, *box = zip(*regions)
+        return []
+    columns = list(zip(*regions))
+    rid, phrase, *box = columns
     if set(map(type, phrase)) != {str}:
         return None
     ints = set(map(type, rid))
     for column in box:
         ints.update(map(type, column))
-    return regions if ints == {int} else None
+    return columns if ints == {int} else None
 
 
-def _funnel(regions: list, sizes: list, owner: np.ndarray, counts: Counter) -> dict:
+def _funnel(regions: list, boxes: list, sizes: list, owner: np.ndarray,
+            counts: Counter) -> dict:
     """The box funnel of `pool_passes.clipped_box` for a batch: index -> clipped box, or
-    None, for each region whose box is not wholly inside its image (each case counted)."""
+    None, for each region whose box is not wholly inside its image (each case counted).
+    `boxes`: the regions' x, y, w and h columns."""
     if not regions:
         return {}
     try:
-        x, y, w, h = np.array(list(zip(*regions))[2:], dtype=np.int64)
+        x, y, w, h = np.array(boxes, dtype=np.int64)
     except OverflowError:  # a coordinate beyond int64: each box on its own
         inside = np.zeros(len(regions), dtype=bool)
     else:

@@ -66,7 +66,7 @@ def test_the_vectorised_funnel_counts_as_clipped_box_does():
                 (7, "p", 3, 3, 5, 0)]
     owner = np.arange(len(regions)) % len(sizes)
     counts = Counter()
-    odd = count_pass._funnel(regions, sizes, owner, counts)
+    odd = count_pass._funnel(regions, list(zip(*regions))[2:], sizes, owner, counts)
     expected, boxes = Counter(), []
     for r, o in zip(regions, owner):
         boxes.append(clipped_box(*r[2:], *sizes[o], expected))
@@ -79,7 +79,8 @@ def test_a_coordinate_beyond_int64_goes_box_by_box():
     regions = [(1, "two cats", 0, 0, 10, 10), (2, "p", 2 ** 70, 0, 10, 10),
                (3, "p", 0, 0, 2 ** 62, 10)]
     counts = Counter()
-    odd = count_pass._funnel(regions, [(100, 100)], np.zeros(3, dtype=int), counts)
+    odd = count_pass._funnel(regions, list(zip(*regions))[2:], [(100, 100)],
+                             np.zeros(3, dtype=int), counts)
     assert odd == {0: (0, 0, 10, 10), 1: None, 2: (0, 0, 100, 10)}
     assert counts == Counter(outside_image=1, clipped=1)
 
@@ -87,7 +88,8 @@ def test_a_coordinate_beyond_int64_goes_box_by_box():
 def test_a_sum_beyond_int64_goes_box_by_box():
     regions = [(1, "p", 0, 0, 10, 10), (2, "p", 2 ** 62, 0, 2 ** 62, 10)]  # x + w wraps
     counts = Counter()
-    odd = count_pass._funnel(regions, [(100, 100)], np.zeros(2, dtype=int), counts)
+    odd = count_pass._funnel(regions, list(zip(*regions))[2:], [(100, 100)],
+                             np.zeros(2, dtype=int), counts)
     assert odd == {0: (0, 0, 10, 10), 1: None} and counts == Counter(outside_image=1)
 
 
