@@ -58,6 +58,7 @@ import numpy as np
 
 from vprom.errors import VpromError
 from vprom.records import N_CONTEXT, VAL_SIZE, ElementType, Matrix
+from vprom.tables import string_codes
 
 _MASK64 = (1 << 64) - 1
 RULE_TYPES = ("random", "counts", "super_attributes", "relation_super_attributes",
@@ -409,17 +410,16 @@ class _RuleColumns:
         elements = self.m.elements[rows]
         answer = elements[np.arange(len(rows)), N_CONTEXT + self.m.answer[rows].astype(np.int64)]
         shown = np.concatenate([elements[:, :N_CONTEXT], answer[:, None]], axis=1)
-        return rows, np.array([[int(e) for e in row] for row in shown.tolist()],
-                              dtype=np.int64).reshape(len(rows), N_CONTEXT + 1)
+        names, codes = string_codes(shown)
+        return rows, np.array([int(e) for e in names], dtype=np.int64)[codes]
 
     @cached_property
     def thirds(self) -> tuple[np.ndarray, np.ndarray]:
         """(rows of the object matrices all of whose 16 panels show one object third, that
         third)."""
         rows = np.flatnonzero(self.etype == ElementType.OBJECT.value)
-        names, codes = np.unique(self.m.elements[rows].astype(str), return_inverse=True)
-        thirds = np.array([object_third(c) for c in names.tolist()],
-                          dtype=np.int64)[codes.reshape(len(rows), self.m.elements.shape[1])]
+        names, codes = string_codes(self.m.elements[rows])
+        thirds = np.array([object_third(c) for c in names], dtype=np.int64)[codes]
         one = (thirds == thirds[:, :1]).all(axis=1)
         return rows[one], thirds[one, 0]
 

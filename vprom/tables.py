@@ -62,6 +62,25 @@ def read_strings(ds: h5py.Dataset) -> np.ndarray:
     return out.reshape(np.shape(raw))
 
 
+def string_codes(values, key=None) -> tuple[list[str], np.ndarray]:
+    """(the distinct strings of `values` in sorted order, each value's index among them, in
+    `values`' shape): `np.unique(values.astype(str), return_inverse=True)` with the names as a
+    list. One dictionary pass over the values instead of a sort of fixed-width strings: a
+    data set's 1.9 million candidate elements in 0.1 s, not 1.2 s. `key` (str -> str)
+    replaces each value before it is coded, as `np.char` functions would."""
+    values = np.asarray(values)
+    values = values.astype(str) if values.dtype.kind == "S" else values
+    flat = values.ravel().tolist()
+    text = {v: v if type(v) is str else str(v) for v in dict.fromkeys(flat)}
+    if key is not None:
+        text = {v: key(t) for v, t in text.items()}
+    names = sorted(set(text.values()))
+    index = {name: i for i, name in enumerate(names)}
+    code = {v: index[t] for v, t in text.items()}
+    return names, np.fromiter(map(code.__getitem__, flat), np.int64,
+                              len(flat)).reshape(values.shape)
+
+
 @dataclass
 class CropTable:
     crop_id: np.ndarray
@@ -111,7 +130,10 @@ class CropTable:
         return Crop(**values)
 
     def label_sets(self) -> list[frozenset[str]]:
-        return [frozenset(l for l in s.split(LABEL_SEPARATOR) if l) for s in self.labels]
+        """Per crop, its labels; one set object per distinct "|"-joined text."""
+        labels = self.labels.tolist()
+        sets = {s: frozenset(l for l in s.split(LABEL_SEPARATOR) if l) for s in set(labels)}
+        return list(map(sets.__getitem__, labels))
 
     def take(self, index) -> "CropTable":
         return CropTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
@@ -388,8 +410,10 @@ def _dataset_bytes(name: str, ds: h5py.Dataset, values: np.ndarray | None = None
     if values is None:
         values = read_strings(ds) if kind in "OS" else ds[()]
     if kind in "OSU":
-        body = json.dumps(np.asarray(values, dtype=object).ravel().tolist(),
-                          ensure_ascii=False).encode()
+        # json.dumps(the list, ensure_ascii=False), each distinct string encoded once
+        flat = np.asarray(values, dtype=object).ravel().tolist()
+        text = {v: json.dumps(v, ensure_ascii=False) for v in set(flat)}
+        body = ("[" + ", ".join(map(text.__getitem__, flat)) + "]").encode()
         kind = "str"
     elif kind == "f":
         body = np.ascontiguousarray(values, dtype="<f8").tobytes()

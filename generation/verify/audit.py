@@ -45,6 +45,7 @@ from tqdm import tqdm
 from vprom.generation.verify.minimise import minimise
 from vprom.records import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
 from vprom.statistics import chi2_sf, wilson_interval
+from vprom.tables import string_codes
 
 MARGIN = SHORTCUT_MARGIN  # a shortcut worth at most 2 accuracy points is tolerated
 POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests
@@ -96,11 +97,9 @@ def answer_position(answers: np.ndarray, groups: dict[str, np.ndarray]) -> Check
 
 # ---------------------------------------------------------------- 2. frequency heuristics
 def element_codes(candidate_elements: np.ndarray) -> np.ndarray:
-    """N×8 strings -> N×8 ints (equal strings, equal ints), in order of first sight: a
+    """N×8 strings -> N×8 ints (equal strings, equal ints): `tables.string_codes`, a
     dictionary over a few hundred elements, not a sort of millions of strings."""
-    code: dict = {}
-    flat = [code.setdefault(e, len(code)) for e in candidate_elements.ravel().tolist()]
-    return np.array(flat, dtype=np.int64).reshape(candidate_elements.shape)
+    return string_codes(candidate_elements)[1]
 
 
 def within_counts(codes: np.ndarray) -> np.ndarray:
@@ -142,7 +141,11 @@ def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
 def label_masks(label_sets: list[frozenset]) -> list[int]:
     """Each label set as a bit mask over all labels (one Python int per crop)."""
     ids: dict[str, int] = {}
-    return [sum(1 << ids.setdefault(label, len(ids)) for label in s) for s in label_sets]
+    of_set: dict[frozenset, int] = {}  # each distinct set once: crops repeat them
+    for s in label_sets:
+        if s not in of_set:
+            of_set[s] = sum(1 << ids.setdefault(label, len(ids)) for label in s)
+    return list(map(of_set.__getitem__, label_sets))
 
 
 def label_overlap(masks: list[int], candidate_rows: np.ndarray) -> np.ndarray:

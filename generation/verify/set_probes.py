@@ -43,7 +43,7 @@ import scipy.sparse
 import vprom.generation.verify.audit as audit
 from vprom.generation.verify.audit import MIN_PROBE_TEST, Check
 from vprom.records import N_CANDIDATES, N_CONTEXT
-from vprom.tables import present_rows
+from vprom.tables import present_rows, string_codes
 
 #: element types with at most this many elements also get the exact element set as a token
 SET_ID_MAX = 12
@@ -56,9 +56,8 @@ VAL_MAX = 5_000
 # ---------------------------------------------------------------- 1. the absent-values table
 def count_values(elements: np.ndarray) -> np.ndarray:
     """N×8 count strings -> N×8 ints (0 where a candidate is no count)."""
-    flat = elements.astype(str).ravel()
-    return np.array([int(e) if e.isdigit() else 0 for e in flat],
-                    dtype=np.int64).reshape(elements.shape)
+    names, codes = string_codes(elements)
+    return np.array([int(e) if e.isdigit() else 0 for e in names], dtype=np.int64)[codes]
 
 
 def absent_hits(values: np.ndarray, answers: np.ndarray, train: np.ndarray,
@@ -130,8 +129,7 @@ def block_probe(super_attributes: np.ndarray, answers: np.ndarray, train: np.nda
     super-attributes, per element type and per relation x element type."""
     used = np.union1d(train, test)
     codes = np.zeros(super_attributes.shape, dtype=np.int64)
-    _, inverse = np.unique(super_attributes[used].astype(str), return_inverse=True)
-    codes[used] = inverse.reshape(len(used), -1)
+    codes[used] = string_codes(super_attributes[used])[1]
     mixed = (codes != codes[:, :1]).any(axis=1)
     tr, te = train[mixed[train]], test[mixed[test]]
     if len(te) == 0:
@@ -147,18 +145,18 @@ def block_probe(super_attributes: np.ndarray, answers: np.ndarray, train: np.nda
 
 
 # ---------------------------------------------------------------- 2. the set MLP
-def _codes(a: np.ndarray) -> tuple[np.ndarray, int]:
-    _, inv = np.unique(a.astype(str), return_inverse=True)
-    inv = inv.reshape(a.shape)
-    return inv, int(inv.max()) + 1 if inv.size else 1
+def _codes(a: np.ndarray, key=None) -> tuple[np.ndarray, int]:
+    names, codes = string_codes(a, key)
+    return codes, max(len(names), 1)
 
 
 def set_tokens(elements: np.ndarray, super_attributes: np.ndarray,
-               relation: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+               relation: np.ndarray, key=None) -> tuple[np.ndarray, np.ndarray, int]:
     """(N×S set tokens, N×8×O own tokens, vocabulary size) of one element type's matrices;
-    see the module docstring for what they are."""
+    see the module docstring for what they are. Element codes follow the order of the
+    elements' `key` (default: the elements themselves)."""
     n = len(elements)
-    el, n_el = _codes(elements)
+    el, n_el = _codes(elements, key)
     sa, n_sa = _codes(super_attributes)
     rel, n_rel = _codes(relation)
     same_el = el[:, :, None] == el[:, None, :]
@@ -335,10 +333,10 @@ def set_probe_type(etype: str, elements: np.ndarray, super_attributes: np.ndarra
     if len(tr) < MIN_PROBE_TEST or len(te) < MIN_PROBE_TEST:
         return [(etype, np.zeros(0), len(tr))]
     used = np.concatenate([tr, va, te])
-    el = elements[used]
-    if etype == "count":  # codes in count order, so ranks and offsets are arithmetic
-        el = np.char.zfill(el.astype(str), 2)
-    set_tok, own_tok, _ = set_tokens(el, super_attributes[used], relation[used])
+    # counts get codes in count order ("01".."10"), so ranks and offsets are arithmetic
+    key = (lambda e: e.zfill(2)) if etype == "count" else None
+    set_tok, own_tok, _ = set_tokens(elements[used], super_attributes[used], relation[used],
+                                     key)
     local = np.arange(len(used))
     l_tr, l_va, l_te = local[:len(tr)], local[len(tr):len(tr) + len(va)], \
         local[len(tr) + len(va):]
@@ -377,9 +375,9 @@ class SetInputs:
         self.seed = seed
         m = data.matrices
         self.answers = m.answer.astype(np.int64)
-        self.elements = m.elements[:, N_CONTEXT:].astype(str)
+        self.elements = m.elements[:, N_CONTEXT:]  # Python strings, coded where used
         rows = np.where(data.rows < 0, 0, data.rows)[:, N_CONTEXT:]
-        self.super_attributes = data.crops.super_attribute.astype(str)[rows]
+        self.super_attributes = data.crops.super_attribute[rows]
         self.etype, self.relation = m.element_type.astype(str), m.relation.astype(str)
         self.train, self.test = train, test
         self.fit, self.val = val_rows(data, train, np.random.default_rng([seed, 27]))

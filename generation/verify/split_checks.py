@@ -49,7 +49,8 @@ def expected_parts(data: Data, rules: SplitRules) -> dict[str, np.ndarray]:
         raise VpromError(f"{data.path}: the manifest records no seed, so the split rules "
                          "cannot be re-run; regenerate the file with `vprom generate`")
     rows = np.where(data.rows < 0, 0, data.rows)
-    sides = image_sides(rules, seed, data.crops.image_id[rows])
+    # each crop's image hashed once, not once per panel showing it
+    sides = {p: s[rows] for p, s in image_sides(rules, seed, data.crops.image_id).items()}
     bits = ban_bits(rules.design.train_bans, crop_concepts(data))
     banned = np.bitwise_or.reduce(bits[rows], axis=1)
     return assign_all(data.matrices, sides, banned, rules.specs, rules.design.train_bans)

@@ -1,3 +1,6 @@
+import hashlib
+import json
+
 import h5py
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ from vprom.tables import (
     read_matrix_table,
     read_strings,
     set_manifest,
+    string_codes,
 )
 
 
@@ -100,6 +104,43 @@ def test_read_strings_gives_what_asstr_gives(tmp_path):
             assert got.shape == want.shape and got.dtype == object
             assert got.tolist() == want.tolist()
             assert all(type(v) is str for v in got.ravel())
+
+
+@pytest.mark.parametrize("values", [
+    np.array([["b", "a", "b"], ["ä", "", "a"]], dtype=object),  # a table's Python strings
+    np.array(["10", "9", "1", "10"]),  # numpy unicode: sorted as text, not as numbers
+    np.array([b"red", b"blue", b"red"]),  # bytes, decoded as astype(str) decodes them
+    np.array([3, 12, 3, -1]),  # numbers, as their text
+    np.zeros((0, 8), dtype=object),
+])
+def test_string_codes_are_np_unique_of_the_text(values):
+    names, codes = string_codes(values)
+    want_names, want_codes = np.unique(values.astype(str), return_inverse=True)
+    assert names == want_names.tolist()
+    assert codes.shape == values.shape and codes.dtype == np.int64
+    assert codes.tolist() == want_codes.reshape(values.shape).tolist()
+
+
+def test_string_codes_key_codes_the_replaced_text():
+    # zero-padded counts: codes in count order, as np.char.zfill before np.unique gives
+    values = np.array([["10", "2", "9"], ["1", "02", "10"]], dtype=object)
+    names, codes = string_codes(values, key=lambda e: e.zfill(2))
+    want_names, want_codes = np.unique(np.char.zfill(values.astype(str), 2),
+                                       return_inverse=True)
+    assert names == want_names.tolist() == ["01", "02", "09", "10"]
+    assert codes.tolist() == want_codes.reshape(values.shape).tolist()  # "2", "02" alike
+
+
+def test_content_hash_encodes_strings_as_json_dumps_of_the_list(tmp_path):
+    # the hash is fixed by its format: the UTF-8 of json.dumps(list, ensure_ascii=False)
+    values = np.array(["dog", 'say "hi"', "back\\slash", "tab\tnew\nline\x01", "dög", "",
+                       "dog", "\u2028"], dtype=object)
+    with h5py.File(tmp_path / "s.h5", "w") as h5:
+        h5.create_dataset("crops/phrase", data=values, dtype=STR)
+    body = json.dumps(values.tolist(), ensure_ascii=False).encode()
+    head = json.dumps(["crops/phrase", "str", [len(values)], len(body)]).encode()
+    assert content_hash(tmp_path / "s.h5") == \
+        "sha256:" + hashlib.sha256(head + b"\n" + body).hexdigest()
 
 
 def test_content_hash_of_a_file_just_written_needs_no_read_back(tmp_path):
