@@ -20,31 +20,28 @@ type and relation — a figure to read beside a model's accuracy, never a failur
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 
 from vprom.generation.verify.audit import Check
 from vprom.records import N_CANDIDATES, N_CONTEXT
-from vprom.tables import MatrixTable
+from vprom.tables import MatrixTable, string_codes
 
 
 def perception_hits(elements: np.ndarray, answers: np.ndarray) -> np.ndarray:
-    """Per matrix, the probability that the rule above picks the answer (0..1)."""
-    out = np.zeros(len(answers))
-    for i, (row, answer) in enumerate(zip(elements.tolist(), answers.tolist())):
-        context, candidates = row[:N_CONTEXT], row[N_CONTEXT:]
-        row3 = set(context[6:8])
-        picked = [k for k in range(N_CANDIDATES) if candidates[k] in row3]
-        if len(picked) != 1:
-            shown = Counter(context)
-            counts = [shown[c] for c in candidates]
-            picked = [k for k, n in enumerate(counts) if n == 2]
-            if len(picked) != 1:
-                least = min(counts)
-                picked = [k for k, n in enumerate(counts) if n == least]
-        out[i] = (answer in picked) / len(picked)
-    return out
+    """Per matrix, the probability that the rule above picks the answer (0..1); an answer
+    outside 0..7 is never picked. All matrices at once, on the elements' codes."""
+    codes = string_codes(elements)[1].reshape(len(answers), N_CONTEXT + N_CANDIDATES)
+    context, candidates = codes[:, :N_CONTEXT, None], codes[:, None, N_CONTEXT:]
+    in_row3 = (candidates == context[:, 6:8]).any(axis=1)  # N×8
+    shown = (candidates == context).sum(axis=1)  # how often the context shows each candidate
+    twice = shown == 2
+    least = shown == shown.min(axis=1, keepdims=True)
+    picked = np.where((in_row3.sum(axis=1) == 1)[:, None], in_row3,
+                      np.where((twice.sum(axis=1) == 1)[:, None], twice, least))
+    answers = np.asarray(answers, dtype=np.int64)
+    valid = (answers >= 0) & (answers < N_CANDIDATES)
+    hit = picked[np.arange(len(answers)), answers.clip(0, N_CANDIDATES - 1)] & valid
+    return hit / picked.sum(axis=1) if len(answers) else np.zeros(0)
 
 
 def perception_ceiling(m: MatrixTable) -> dict:

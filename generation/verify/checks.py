@@ -205,8 +205,9 @@ class SolverTables:
         """(universe, group masks, per crop row its labels' mask) of one element type."""
         if etype not in self._masks:
             u = Universe(etype, self.universe[etype])
+            of_set = {s: u.mask(s) for s in set(self.labels)}  # crops repeat label sets
             self._masks[etype] = (u, group_masks(u, self.groups.get(etype)),
-                                  [u.mask(s) for s in self.labels])
+                                  list(map(of_set.__getitem__, self.labels)))
         return self._masks[etype]
 
     def claimed_ids(self, crops, etype: str) -> np.ndarray:

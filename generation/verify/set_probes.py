@@ -253,13 +253,24 @@ class SetMLP:
         g_emb += set_bag.T @ g_pre.sum(axis=1)
         grads = [g_emb + l2 * emb, g_pre.sum(axis=(0, 1)), g_out]
         self.t += 1
+        c1, c2 = 1 - 0.9 ** self.t, 1 - 0.999 ** self.t
         for param, grad, (m, v) in zip(self.params, grads, self.moments):
+            # Adam, in place: the operations of m = 0.9 m + 0.1 g, v = 0.999 v + 0.001 g g,
+            # param -= LR * (m / c1) / (sqrt(v / c2) + 1e-8), in that order
+            a = np.multiply(grad, 0.1)
             m *= 0.9
-            m += 0.1 * grad
+            m += a
+            np.multiply(grad, 0.001, out=a)
+            a *= grad
             v *= 0.999
-            v += 0.001 * grad * grad
-            param -= LR * (m / (1 - 0.9 ** self.t)) / (np.sqrt(v / (1 - 0.999 ** self.t))
-                                                       + 1e-8)
+            v += a
+            np.divide(v, c2, out=a)
+            np.sqrt(a, out=a)
+            a += 1e-8
+            b = np.divide(m, c1)
+            b *= LR
+            b /= a
+            param -= b
 
     def hits(self, set_tok: np.ndarray, own_tok: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.concatenate([audit._hits_of(self.forward(set_tok[s:s + 4096],

@@ -246,6 +246,27 @@ def test_the_ceiling_rule_by_hand():
     assert hits.tolist() == [1.0, 1.0, 0.0]
 
 
+def _ceiling_by_hand(row, answer):
+    """The ceiling's rule for one matrix, as the module docstring states it."""
+    context, candidates = row[:8], row[8:]
+    picked = [k for k in range(8) if candidates[k] in context[6:8]]
+    if len(picked) != 1:
+        counts = [context.count(c) for c in candidates]
+        picked = [k for k, n in enumerate(counts) if n == 2]
+        if len(picked) != 1:
+            picked = [k for k, n in enumerate(counts) if n == min(counts)]
+    return (answer in picked) / len(picked)
+
+
+def test_the_ceiling_on_all_matrices_at_once_is_the_rule_matrix_by_matrix():
+    rng = np.random.default_rng(0)
+    elements = rng.choice(list("abcdef"), size=(400, 16)).astype(object)
+    answers = rng.integers(-1, 9, size=400)  # out of 0..7: never picked
+    want = [_ceiling_by_hand(r, a) for r, a in zip(elements.tolist(), answers.tolist())]
+    assert perception_hits(elements, answers).tolist() == want
+    assert perception_hits(elements[:0], answers[:0]).tolist() == []
+
+
 def test_the_ceiling_is_reported_per_type_and_relation(small_dataset):
     figures = perception_ceiling(small_dataset.matrices)
     assert 0.5 < figures["all"] <= 1.0
