@@ -4,11 +4,12 @@ Writes the bench pool (`bench/generate.py --write-pools`), times `vprom generate
 --scale S` and then `vprom verify DATASET.h5 --workers N` for each N, each as its own
 command line, and checks that every N printed the same report. With `--anchor TREE` it
 also times `vprom verify` of another checkout (e.g. /work/main before issue 26: one
-process) on the same file and compares its report. `--jobs` adds the seconds each kind of
+process; with `--anchor-workers`, a checkout that has `--workers`, at each N) on the same
+file and compares its report. `--jobs` adds the seconds each kind of
 job took, one after the other in one process (where one worker's time goes).
 
     flock /tmp/vprom-cpu.lock .venv/bin/python bench/verify.py [--scale 1] [--workers 1 2 4]
-        [--anchor /work/main] [--jobs] [--reuse] [--out /tmp/vbench-verify]
+        [--anchor /work/main [--anchor-workers]] [--jobs] [--reuse] [--out /tmp/vbench-verify]
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--anchor", type=Path, default=None,
                         help="another checkout whose `vprom verify` is timed beside")
+    parser.add_argument("--anchor-workers", action="store_true",
+                        help="the anchor has --workers: time it at each --workers N too")
     parser.add_argument("--jobs", action="store_true", help="also time each kind of job")
     parser.add_argument("--reuse", action="store_true",
                         help="verify the DATASET.h5 a previous run left in --out (no generate)")
@@ -86,9 +89,12 @@ def main() -> None:
         print(f"{'vprom generate --workers 1':34s} {gen:7.1f} s", flush=True)
     reports = {}
     if args.anchor:
-        seconds, reports["anchor"] = timed_command(["verify", str(dataset)], args.anchor)
-        print(f"{'vprom verify (anchor: ' + str(args.anchor) + ')':34s} {seconds:7.1f} s  "
-              f"{seconds / gen:5.2f}x generate", flush=True)
+        for n in args.workers if args.anchor_workers else [None]:
+            flags = ["--workers", str(n)] if n else []
+            seconds, reports["anchor"] = timed_command(["verify", str(dataset), *flags],
+                                                       args.anchor)
+            name = f"vprom verify {' '.join(flags)} (anchor)"
+            print(f"{name:34s} {seconds:7.1f} s  {seconds / gen:5.2f}x generate", flush=True)
     one = None
     for n in args.workers:
         seconds, reports[n] = timed_command(["verify", str(dataset), "--workers", str(n)], ROOT)
