@@ -201,8 +201,10 @@ def test_validation_is_a_fixed_subset_of_train():
     assert len(val) == val_size(0.01) == 80
     assert set(val) <= set(train) and not set(val) & set(rest)
     assert len(rest) + len(val) == len(train)
-    _, again = choose_val(train[::-1], seed=0, split="neutral", scale=0.01)
+    assert rest.tolist() == np.setdiff1d(train, val).tolist()  # sorted, each id once
+    rest_again, again = choose_val(train[::-1], seed=0, split="neutral", scale=0.01)
     assert (again == val).all()  # order of the training ids does not matter (shards)
+    assert rest_again.tolist() == rest.tolist()
     with pytest.raises(VpromError, match="too few"):
         choose_val(np.arange(10), seed=0, split="neutral", scale=0.01)
 

@@ -20,6 +20,7 @@ from vprom.tables import (
     read_strings,
     set_manifest,
     string_codes,
+    utf8,
 )
 
 
@@ -129,6 +130,17 @@ def test_string_codes_key_codes_the_replaced_text():
                                        return_inverse=True)
     assert names == want_names.tolist() == ["01", "02", "09", "10"]
     assert codes.tolist() == want_codes.reshape(values.shape).tolist()  # "2", "02" alike
+
+
+def test_utf8_columns_are_stored_as_h5py_stores_python_strings(tmp_path):
+    values = np.array([["dog", "dög", ""], ["\u2028", "dog", "three dögs"]], dtype=object)
+    with h5py.File(tmp_path / "s.h5", "w") as h5:
+        h5.create_dataset("text", data=values, dtype=STR)
+        h5.create_dataset("bytes", data=utf8(values), dtype=STR)
+    with h5py.File(tmp_path / "s.h5") as h5:
+        assert h5["text"].dtype == h5["bytes"].dtype and h5["bytes"].shape == values.shape
+        assert h5["text"][()].tolist() == h5["bytes"][()].tolist()  # the same stored bytes
+        assert read_strings(h5["bytes"]).tolist() == values.tolist()
 
 
 def test_content_hash_encodes_strings_as_json_dumps_of_the_list(tmp_path):
