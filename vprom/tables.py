@@ -50,15 +50,22 @@ def _strings(values) -> np.ndarray:
     return out
 
 
+def map_distinct(f, values: list) -> list:
+    """`[f(v) for v in values]`, calling f once per distinct value: string columns repeat a
+    few hundred values millions of times."""
+    done = {v: f(v) for v in set(values)}
+    return list(map(done.__getitem__, values))
+
+
 def read_strings(ds: h5py.Dataset) -> np.ndarray:
     """A string dataset as Python str objects, as `ds.asstr()[()]` gives it: each distinct
     value is decoded once (columns repeat a few hundred labels millions of times)."""
     raw = ds[()]
     info = h5py.check_string_dtype(ds.dtype)
     flat = np.asarray(raw, dtype=object).reshape(-1).tolist()
-    text = {b: b.decode(info.encoding if info else "utf-8") for b in set(flat)}
+    encoding = info.encoding if info else "utf-8"
     out = np.empty(len(flat), dtype=object)
-    out[:] = list(map(text.__getitem__, flat))
+    out[:] = map_distinct(lambda b: b.decode(encoding), flat)
     return out.reshape(np.shape(raw))
 
 
@@ -67,9 +74,8 @@ def utf8(values: np.ndarray) -> np.ndarray:
     encoded once: h5py writes bytes to a UTF-8 string dataset as they are, and would encode
     every element itself (3.76 million panel elements at scale 1)."""
     flat = np.asarray(values, dtype=object).ravel().tolist()
-    encoded = {s: s.encode("utf-8") for s in set(flat)}
     out = np.empty(len(flat), dtype=object)
-    out[:] = list(map(encoded.__getitem__, flat))
+    out[:] = map_distinct(lambda s: s.encode("utf-8"), flat)
     return out.reshape(np.shape(values))
 
 
@@ -142,9 +148,8 @@ class CropTable:
 
     def label_sets(self) -> list[frozenset[str]]:
         """Per crop, its labels; one set object per distinct "|"-joined text."""
-        labels = self.labels.tolist()
-        sets = {s: frozenset(l for l in s.split(LABEL_SEPARATOR) if l) for s in set(labels)}
-        return list(map(sets.__getitem__, labels))
+        return map_distinct(lambda s: frozenset(l for l in s.split(LABEL_SEPARATOR) if l),
+                            self.labels.tolist())
 
     def take(self, index) -> "CropTable":
         return CropTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
@@ -423,8 +428,8 @@ def _dataset_bytes(name: str, ds: h5py.Dataset, values: np.ndarray | None = None
     if kind in "OSU":
         # json.dumps(the list, ensure_ascii=False), each distinct string encoded once
         flat = np.asarray(values, dtype=object).ravel().tolist()
-        text = {v: json.dumps(v, ensure_ascii=False) for v in set(flat)}
-        body = ("[" + ", ".join(map(text.__getitem__, flat)) + "]").encode()
+        text = map_distinct(lambda v: json.dumps(v, ensure_ascii=False), flat)
+        body = ("[" + ", ".join(text) + "]").encode()
         kind = "str"
     elif kind == "f":
         body = np.ascontiguousarray(values, dtype="<f8").tobytes()

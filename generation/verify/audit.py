@@ -45,7 +45,6 @@ from tqdm import tqdm
 from vprom.generation.verify.minimise import minimise
 from vprom.records import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
 from vprom.statistics import chi2_sf, wilson_interval
-from vprom.tables import string_codes
 
 MARGIN = SHORTCUT_MARGIN  # a shortcut worth at most 2 accuracy points is tolerated
 POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests
@@ -96,12 +95,6 @@ def answer_position(answers: np.ndarray, groups: dict[str, np.ndarray]) -> Check
 
 
 # ---------------------------------------------------------------- 2. frequency heuristics
-def element_codes(candidate_elements: np.ndarray) -> np.ndarray:
-    """N×8 strings -> N×8 ints (equal strings, equal ints): `tables.string_codes`, a
-    dictionary over a few hundred elements, not a sort of millions of strings."""
-    return string_codes(candidate_elements)[1]
-
-
 def within_counts(codes: np.ndarray) -> np.ndarray:
     """N×8: how many of the 8 candidates share each candidate's code."""
     return (codes[:, :, None] == codes[:, None, :]).sum(axis=2)

@@ -92,7 +92,7 @@ def frequency_checks(data: Data) -> list[Check]:
     m = data.matrices
     answers = m.answer.astype(np.int64)
     groups = {t: np.flatnonzero(m.element_type == t) for t in sorted(set(m.element_type))}
-    codes = audit.element_codes(m.elements[:, N_CONTEXT:])
+    codes = string_codes(m.elements[:, N_CONTEXT:])[1]  # equal elements, equal codes
     return [audit.answer_position(answers, groups),
             audit.shortcut_check("bias:mode", "pick the most frequent candidate element",
                                  audit.heuristic_hits(codes, answers, "mode")),

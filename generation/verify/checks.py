@@ -37,7 +37,7 @@ from vprom.records import (
 from vprom.relations import RULES
 from vprom.solver import Universe, check_masks, completion_mask, group_masks
 from vprom.solver import check_matrix as solver_check
-from vprom.tables import MatrixTable, content_hash, table_columns
+from vprom.tables import MatrixTable, content_hash, map_distinct, table_columns
 
 COUNT_UNIVERSE = frozenset(str(n) for n in COUNTS)
 
@@ -205,9 +205,8 @@ class SolverTables:
         """(universe, group masks, per crop row its labels' mask) of one element type."""
         if etype not in self._masks:
             u = Universe(etype, self.universe[etype])
-            of_set = {s: u.mask(s) for s in set(self.labels)}  # crops repeat label sets
             self._masks[etype] = (u, group_masks(u, self.groups.get(etype)),
-                                  list(map(of_set.__getitem__, self.labels)))
+                                  map_distinct(u.mask, self.labels))  # sets repeat
         return self._masks[etype]
 
     def claimed_ids(self, crops, etype: str) -> np.ndarray:
