@@ -24,6 +24,11 @@ code (Pillow; torchvision + torch resize on the CPU), which says how many worker
     .venv/bin/python bench/extract.py --backbones timm:vit_small_patch16_224.dino,timm:convnext_atto
     .venv/bin/python bench/extract.py --crops 160 --workers 0,2  # this process vs 2 workers
     python bench/extract.py --device cuda --decoders gpu --backbones resnet101 --profile 5000
+    python bench/extract.py --device cuda --decoders gpu --backbones resnet101 --graphs off,on
+
+`--graphs off,on` times each end-to-end variant without and with `--cuda-graphs`, and the
+bare forward also replayed from a CUDA graph ("bare graphed"; the ratios stay against the
+eager bare forward, the yardstick the target names).
 
 A `timm:<name>` backbone is timed at its default pooling (cls for ViTs) with its random-init
 weights saved as a .safetensors file, the file real runs pass with --weights.
@@ -60,7 +65,7 @@ from vprom.features.decoding import (  # noqa: E402
 )
 from vprom.features.config import ExtractConfig  # noqa: E402
 from vprom.features.extract import _autocast_dtype, extract  # noqa: E402
-from vprom.features.pipeline import embed  # noqa: E402
+from vprom.features.pipeline import CudaApi, embed  # noqa: E402
 from tests.features.conftest import crop_table, write_dataset  # noqa: E402
 from vprom.tables import read_crop_table  # noqa: E402
 
@@ -218,7 +223,14 @@ class BareForward:
         gen = torch.Generator().manual_seed(0)
         self.pixels = torch.randint(0, 256, (batch, side, side, 3), dtype=torch.uint8,
                                     generator=gen).to(device)
+        self.replay = None
         self([batch, batch])  # warm-up
+
+    def graph(self) -> None:
+        """From now on each forward is a replay of one graph at the full batch size."""
+        self.replay, _ = CudaApi.capture(partial(embed, self.model, self.pixels, self.backbone,
+                                                 self.autocast, self.device, self.pool),
+                                         self.device)
 
     def __call__(self, sizes) -> float:
         """Seconds for forwards of batches of these sizes."""
@@ -226,8 +238,11 @@ class BareForward:
             torch.cuda.synchronize(self.device)
         start = time.perf_counter()
         for size in sizes:
-            embed(self.model, self.pixels[:size], self.backbone, self.autocast, self.device,
-                  self.pool)
+            if self.replay:
+                self.replay()
+            else:
+                embed(self.model, self.pixels[:size], self.backbone, self.autocast,
+                      self.device, self.pool)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return time.perf_counter() - start
@@ -240,19 +255,20 @@ def run(name: str, dataset: Path, vg: Path, crops: int, args, root: Path) -> lis
     half = len(sizes) // 2
     bare_forward = BareForward(name, args.batch_size, device)
     weights = saved_weights(root, name)
-    variants = [(d, w) for d in args.decoders.split(",") for w in args.workers.split(",")]
+    variants = [(d, w, g) for d in args.decoders.split(",") for w in args.workers.split(",")
+                for g in args.graphs.split(",")]
     bare, whole, loop = 0.0, dict.fromkeys(variants, 0.0), dict.fromkeys(variants, 0.0)
     ratios, resolved = {v: [] for v in variants}, {}
     for _ in range(args.rounds):
         first = bare_forward(sizes[:half])
         runs = {}
-        for decoder, workers in variants:
-            runs[decoder, workers] = extract(ExtractConfig(
+        for decoder, workers, graphs in variants:
+            runs[decoder, workers, graphs] = extract(ExtractConfig(
                 dataset=dataset, vg=vg, backbone=name, weights=str(weights),
                 out=root / f"{file_name(name)}-{decoder}.h5", batch_size=args.batch_size,
                 workers=None if workers == "auto" else int(workers), device=args.device,
-                decode=decoder, resume=False))
-            with h5py.File(runs[decoder, workers].out, "r") as h5:
+                decode=decoder, resume=False, cuda_graphs=graphs == "on"))
+            with h5py.File(runs[decoder, workers, graphs].out, "r") as h5:
                 resolved[decoder] = f"{decoder}:{h5.attrs['decode']}" if decoder == "auto" \
                     else decoder
         b = first + bare_forward(sizes[half:])
@@ -262,9 +278,14 @@ def run(name: str, dataset: Path, vg: Path, crops: int, args, root: Path) -> lis
             loop[variant] += summary.loop_seconds
             ratios[variant].append(b / summary.seconds)
     n = crops * args.rounds
-    return [{"backbone": name, "decode": resolved[d], "workers": w, "crops": n, "bare": n / bare,
-             "e2e": n / whole[d, w], "loop": n / loop[d, w], "ratios": ratios[d, w]}
-            for d, w in variants]
+    graphed = None
+    if "on" in args.graphs.split(","):
+        bare_forward.graph()
+        bare_forward(sizes)  # the first replays
+        graphed = n / sum(bare_forward(sizes) for _ in range(args.rounds))
+    return [{"backbone": name, "decode": resolved[d], "workers": w, "graphs": g, "crops": n,
+             "bare": n / bare, "bare_graphed": graphed, "e2e": n / whole[d, w, g],
+             "loop": n / loop[d, w, g], "ratios": ratios[d, w, g]} for d, w, g in variants]
 
 
 def profiled(name: str, decoder: str, crops: int, args, root: Path) -> Path:
@@ -281,7 +302,7 @@ def profiled(name: str, decoder: str, crops: int, args, root: Path) -> Path:
                               weights=str(saved_weights(root, name)),
                               out=root / f"{file_name(name)}-profiled.h5",
                               batch_size=args.batch_size, device=args.device, decode=decoder,
-                              resume=False))
+                              resume=False, cuda_graphs=args.graphs.split(",")[-1] == "on"))
     trace = root / f"trace-{file_name(name)}-{decoder}.json"
     prof.export_chrome_trace(str(trace))
     table = prof.key_averages()
@@ -302,6 +323,7 @@ def main(argv=None) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="default: 256 on CUDA, 16 on CPU")
     p.add_argument("--workers", default="auto", help="comma-separated --workers values, each "
                    "timed end to end in the same rounds (auto: extract's own default)")
+    p.add_argument("--graphs", default="off", help="comma-separated: off, on (--cuda-graphs)")
     p.add_argument("--rounds", type=int, default=1, help="interleaved bare/end-to-end rounds")
     p.add_argument("--work", type=Path, default=None,
                    help="folder for the corpus and files (kept; default: a temporary one)")
@@ -334,14 +356,20 @@ def main(argv=None) -> None:
                   f"cpu, {torch.get_num_threads()} threads")
         print(f"torch {torch.__version__}, {device}, batch {args.batch_size}, weights random, "
               "each backbone at its own input size")
-        print(f"{'backbone':34s} {'decode':8s} {'workers':>7s} {'crops':>7s} {'bare fwd/s':>10s} "
-              f"{'e2e/s':>9s} {'loop/s':>9s} {'e2e/bare':>8s} {'loop/bare':>9s}  per-round e2e/bare")
+        print(f"{'backbone':34s} {'decode':8s} {'workers':>7s} {'graphs':>6s} {'crops':>7s} "
+              f"{'bare fwd/s':>10s} {'e2e/s':>9s} {'loop/s':>9s} {'e2e/bare':>8s} "
+              f"{'loop/bare':>9s}  per-round e2e/bare")
         for name in args.backbones.split(","):
-            for r in run(name, dataset, vg, args.crops, args, root):
-                print(f"{r['backbone']:34s} {r['decode']:8s} {r['workers']:>7s} {r['crops']:7d} "
+            results = run(name, dataset, vg, args.crops, args, root)
+            for r in results:
+                print(f"{r['backbone']:34s} {r['decode']:8s} {r['workers']:>7s} "
+                      f"{r['graphs']:>6s} {r['crops']:7d} "
                       f"{r['bare']:10.2f} {r['e2e']:9.2f} {r['loop']:9.2f} {r['e2e'] / r['bare']:8.3f} "
                       f"{r['loop'] / r['bare']:9.3f}  "
                       + " ".join(f"{x:.3f}" for x in r["ratios"]), flush=True)
+            if results[0]["bare_graphed"]:
+                print(f"{name}: bare forward replayed from a CUDA graph "
+                      f"{results[0]['bare_graphed']:.2f} crops/s (eager {results[0]['bare']:.2f})")
         if args.profile:
             trace = profiled(args.backbones.split(",")[0], args.decoders.split(",")[0],
                              args.profile, args, root)

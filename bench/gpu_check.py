@@ -5,7 +5,8 @@ On a CUDA machine (the default device) it checks, each step through the `vprom` 
 1. build a small synthetic data set (`vprom build --synthetic`);
 2. extract resnet18 features (random weights: nothing is downloaded) on the device, once
    plainly and once under `torchrun` (nccl on CUDA, gloo on the CPU), and check that the two
-   files' `crop_id` and `features` datasets are equal byte for byte;
+   files' `crop_id` and `features` datasets are equal byte for byte; on CUDA once more with
+   `--cuda-graphs`, whose features must lie within 1e-2 of the plain run's;
 3. train every paper model (mlp-sum-6, gru-shared, vqa, rn) at its defaults for --epochs
    epochs, without and with the auxiliary loss, plainly and under torchrun (and with
    --cuda-graphs on CUDA when asked): each must finish with finite losses. How far the
@@ -115,6 +116,25 @@ def same_features(a: Path, b: Path) -> tuple[bool, str]:
         return False, str(e)
 
 
+def near_features(a: Path, b: Path, tolerance: float = 1e-2) -> tuple[bool, str]:
+    """The same crops, and features within `tolerance` (unit vectors; a short last batch runs
+    padded to the batch size in a graph, which may round its rows differently)."""
+    import h5py
+    import numpy as np
+
+    try:
+        with h5py.File(a, "r") as x, h5py.File(b, "r") as y:
+            if x["crop_id"][()].tobytes() != y["crop_id"][()].tobytes():
+                return False, "'crop_id' differs"
+            f, g = x["features"][()].astype(np.float32), y["features"][()].astype(np.float32)
+    except (OSError, KeyError) as e:
+        return False, str(e)
+    worst = float(np.abs(f - g).max()) if f.size else 0.0
+    rows = int((f != g).any(axis=1).sum())
+    return worst <= tolerance, (f"largest difference {worst:.1e}; {rows} of {len(f)} rows "
+                                "not byte-equal")
+
+
 def history(run: Path) -> list[dict]:
     try:
         return json.loads((run / "history.json").read_text())
@@ -165,6 +185,14 @@ def main(argv: list[str] | None = None) -> list[Step]:
             "--out", str(feats[mode])], torchrun=mode == "torchrun")
     checker.check("extract: plain and torchrun bytes equal", *same_features(feats["plain"],
                                                                            feats["torchrun"]))
+    if device.startswith("cuda"):
+        graphed = out / "features-cuda-graphs.h5"
+        checker.command("extract resnet18 (--cuda-graphs)", [
+            "extract", str(dataset), "--vg", str(vg), "--backbone", "resnet18", "--weights",
+            "none", "--input-size", str(args.input_size), "--device", device, "--no-resume",
+            "--cuda-graphs", "--out", str(graphed)])
+        checker.check("extract: --cuda-graphs beside plain", *near_features(feats["plain"],
+                                                                           graphed))
     modes = ["plain", "torchrun"] + (["cuda-graphs"] if args.cuda_graphs else [])
     runs = []
 

@@ -154,6 +154,7 @@ def attributes(job: Job, n_missing: int, row_shape: tuple) -> dict:
              "dtype": config.dtype, "compression": config.compression,
              "feature_dim": int(row_shape[0]), "device_type": job.world.device.type,
              "autocast": fp["autocast"], "compiled": config.compile,
+             "cuda_graphs": config.cuda_graphs,
              "batch_size": config.batch_size, "n_missing": n_missing,
              "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
              "pillow_version": PIL.__version__, "vprom_version": __version__,

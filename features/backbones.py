@@ -29,6 +29,7 @@ the `timm:<name>` family (`features/timm_backbones.py`), any timm model built on
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -44,6 +45,13 @@ from vprom.registry import Registry
 RANDOM_INIT_SEED = 0
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@functools.lru_cache(maxsize=None)
+def channel_values(values: tuple, device: torch.device) -> torch.Tensor:
+    """(1, 3, 1, 1) float32 on `device`, made once: a fresh copy to a GPU at every batch would
+    wait for the forwards queued before it (pageable memory), and no copy may run in a graph."""
+    return torch.tensor(values, device=device).view(1, 3, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -74,9 +82,8 @@ class Preprocess:
         x = pixels.permute(0, 3, 1, 2).float()  # a view: NHWC memory = channels_last
         if self.channel_order == "BGR":
             x = x.flip(1)
-        mean = torch.tensor(self.mean, device=x.device).view(1, 3, 1, 1)
-        std = torch.tensor(self.std, device=x.device).view(1, 3, 1, 1)
-        x = (x * self.scale - mean) / std
+        x = (x * self.scale - channel_values(self.mean, x.device)) / channel_values(self.std,
+                                                                                x.device)
         return x.contiguous(memory_format=torch.channels_last)
 
 

@@ -52,6 +52,9 @@ class ExtractConfig:
     allow_missing: bool = option(False, help="finish even if some images are missing (they are "
                                              "reported)")
     compile: bool = option(False, help="torch.compile the backbone (CUDA)")
+    cuda_graphs: bool = option(False, help=(
+        "CUDA: replay the trunk from one CUDA graph captured at the batch size instead of "
+        "launching its kernels batch by batch (frees the host for decoding; --region crop)"))
     # None: the backbone's own (224 for most, 518 for DINOv2); small values for tests
     input_size: int | None = option(None, help="crop side in pixels (default: the backbone's "
                                                "training size, 224 for most); with --region "
@@ -100,3 +103,6 @@ class ExtractConfig:
         if self.compile and self.region == "roi":
             raise VpromError("--compile works with --region crop only: whole images differ in "
                              "size, and each new size would compile the trunk again")
+        if self.cuda_graphs and (self.region == "roi" or self.compile):
+            raise VpromError("--cuda-graphs works with --region crop and without --compile: "
+                             "a graph replays one fixed shape, and torch.compile makes its own")

@@ -177,6 +177,9 @@ def crop_resize_many(images: list, corners: list, size: int, interpolation: str 
     boxes = torch.tensor([c for cs in corners for c in cs], dtype=torch.float32).reshape(-1, 4)
     if not len(boxes):
         return torch.zeros((0, size, size, 3), dtype=torch.uint8, device=device)
+    source = torch.tensor([j for j, cs in enumerate(corners) for _ in cs])
+    if device.type == "cuda":  # copied in without stopping the host (pageable memory would)
+        boxes, source = boxes.pin_memory(), source.pin_memory()
     side = size if keep == 1 else math.floor(size / keep)
     start = (side - size) // 2
     high = _aligned(max(i.shape[1] for i, cs in zip(images, corners) if cs))
@@ -192,7 +195,7 @@ def crop_resize_many(images: list, corners: list, size: int, interpolation: str 
                           dtype, device)[:, start:start + size]  # (k, size, high)
     cols = resize_weights(boxes[:, 0], boxes[:, 2] - boxes[:, 0], side, wide, interpolation,
                           dtype, device)[:, start:start + size]  # (k, size, wide)
-    source = torch.tensor([j for j, cs in enumerate(corners) for _ in cs]).to(device)
+    source = source.to(device, non_blocking=True)
     step = max(1, SLICE_BYTES // padded[0].nbytes)
     out = []
     for a in range(0, len(boxes), step):  # (m, high, 3 * wide): each crop's image

@@ -9,7 +9,7 @@ Algorithm
    torchrun). DataLoader workers decode (Pillow, `--decode cpu`) or only read the JPEGs
    (`--decode gpu`: the device decodes them, features/decoding.py); the crops are normalised
    on the device, run through the trunk (channels_last; autocast bf16/fp16 and optional
-   torch.compile on CUDA), average-pooled and L2-normalised in float32 (or kept as maps,
+   torch.compile or CUDA graph replay on CUDA), average-pooled and L2-normalised in float32 (or kept as maps,
    `--pool none`) and cast to the stored dtype. `--region roi` (bottom-up only) runs the
    detector's own RoI computation instead (features/regions.py). Host-to-device copies,
    compute and device-to-host copies overlap; results are awaited `in_flight` batches late.
@@ -55,6 +55,7 @@ from vprom.stamps import differences
 from vprom.tables import read_crop_table
 
 MAX_GPU_WORKERS = 16
+GRAPH_DEVICES = ("cuda",)  # where --cuda-graphs runs (tests add the CPU, with a stand-in)
 # A CPU device decodes in this process, between forwards (pipeline.InlineBatches): worker
 # processes decoding during the forward preempt its OpenMP threads, which wait for each other
 # at every layer, so ~0.5 s of decoding slowed resnet18's forwards by seconds
@@ -164,6 +165,8 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
         size = config.input_size or backbone.region_head.shortest_side
     else:
         size = config.input_size or backbone.preprocess.input_size
+    if config.cuda_graphs and device.type not in GRAPH_DEVICES:
+        raise VpromError("--cuda-graphs needs a CUDA device; drop it on the CPU")
     decoder = resolve_decoder(config.decode, device)
     autocast = _autocast_dtype(device)
     if device.type == "cuda":

@@ -102,6 +102,7 @@ def fingerprint(config: ExtractConfig, backbone: Backbone, loaded: Loaded, layou
             "autocast": str(autocast), "compile": config.compile,
             "crops_sha256": boxes.hexdigest(), "torch": torch.__version__,
             **backbone.fingerprint_extra(),
+            **({"cuda_graphs": True} if config.cuda_graphs else {}),
             # CUDA's `gpu` crops are cut batch-wide (`crop_resize_many`): not mixed with others
             **({"crops": "batched"} if decoder == "gpu" and device.type == "cuda" else {})}
 

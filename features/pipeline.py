@@ -10,7 +10,9 @@ Per batch, in order:
    inbound stream and records an event (`Transfers.prepare`); on CUDA it runs in a thread up
    to `Transfers.ahead` batches before the forward (`ahead`). `Forward.__call__` makes the
    compute stream wait for that event, then queues normalisation, the trunk (or the
-   detector's trunk, RoI pooling and head), pooling and L2 and a cast to the stored dtype.
+   detector's trunk, RoI pooling and head), pooling and L2 and a cast to the stored dtype;
+   with `--cuda-graphs` all but the cast are one replay of a graph (`GraphedTrunk`), which
+   leaves the host free for the next batches' decoding and cropping.
 3. `Transfers.download` queues the copy of the result into pinned host memory on an outbound
    stream and records an event; the batch joins the in-flight queue.
 4. Only when more than `in_flight` batches are queued does the loop wait, for the oldest
@@ -72,6 +74,21 @@ class CudaApi:
     @staticmethod
     def pinned(like: torch.Tensor) -> torch.Tensor:
         return torch.empty(like.shape, dtype=like.dtype, pin_memory=True)
+
+    @staticmethod
+    def capture(fn, device: torch.device) -> tuple:
+        """fn() as a CUDA graph, after two warm-up calls on a side stream (as capturing wants):
+        (replay, the tensor fn returned, which each replay rewrites in place)."""
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fn()
+        return graph.replay, out
 
 
 class Pending:
@@ -176,17 +193,45 @@ def embed(model: torch.nn.Module, pixels: torch.Tensor, backbone: Backbone,
           autocast: torch.dtype | None, device: torch.device, pool: str = "avg") -> torch.Tensor:
     """uint8 (B, S, S, 3) -> float32 (B, D) (trunk, average pool, L2) or the maps (pool none)."""
     x = backbone.preprocess.normalise(pixels.to(device, non_blocking=True))
-    with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+    # no cast cache: each weight is cast once a forward anyway, and graphs capture no cache
+    with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None,
+                        cache_enabled=False):
         fmap = model(x)
     return finish(fmap, pool)
+
+
+class GraphedTrunk:
+    """`embed` at the batch size, replayed from one CUDA graph (`--cuda-graphs`): a batch is
+    copied into the graph's input (the rows past a short batch zeroed), one replay runs the
+    whole trunk in place of some hundred kernel launches, and its rows are copied out (the
+    next replay rewrites the graph's output). A row's features depend on its own pixels only,
+    and every batch, a short one too, runs the captured kernels at the full batch size."""
+
+    def __init__(self, job: Job, model: torch.nn.Module, api=CudaApi):
+        device = job.world.device
+        with torch.inference_mode():
+            self.pixels = torch.zeros((job.config.batch_size, job.size, job.size, 3),
+                                      dtype=torch.uint8, device=device)
+        self.replay, self.out = api.capture(partial(embed, model, self.pixels, job.backbone,
+                                                    job.autocast, device, job.config.pool),
+                                            device)
+
+    @torch.inference_mode()
+    def __call__(self, pixels: torch.Tensor) -> torch.Tensor:
+        n = len(pixels)
+        self.pixels[:n].copy_(pixels)
+        self.pixels[n:].zero_()
+        self.replay()
+        return self.out[:n].clone()
 
 
 class Forward:
     """A `Batch` -> `prepare` (copies in, decoding, cropping) -> `__call__` (the forward) ->
     (units, its stored rows queued on the device, failures)."""
 
-    def __init__(self, job: Job, model: torch.nn.Module, transfers: HostTransfers):
-        self.job, self.model, self.transfers = job, model, transfers
+    def __init__(self, job: Job, model: torch.nn.Module, transfers: HostTransfers,
+                 trunk: GraphedTrunk | None = None):
+        self.job, self.model, self.transfers, self.trunk = job, model, transfers, trunk
         self.device = job.world.device
         self.dtype = TORCH_DTYPES[job.config.dtype]
 
@@ -217,8 +262,9 @@ class Forward:
             out = self._regions(parts)
         else:
             pixels = parts[0] if len(parts) == 1 else torch.cat(parts)
-            out = embed(self.model, pixels, job.backbone, job.autocast, self.device,
-                        job.config.pool)
+            out = (self.trunk(pixels) if self.trunk else
+                   embed(self.model, pixels, job.backbone, job.autocast, self.device,
+                         job.config.pool))
         return np.concatenate(units), out.to(self.dtype), failed
 
     def _sources(self, sources: list, failed: list) -> list:
@@ -388,8 +434,10 @@ def run_chunks(job: Job, api=CudaApi) -> int:
     batches = iter(loader(job, [layout.batches[b] for b in batch_ids]))
     model = build_model(job)
     warm_up(job, model)
+    trunk = GraphedTrunk(job, model, api) if job.config.cuda_graphs else None
     transfers = transfers_for(world.device, api)
-    forward, chunks, queue = Forward(job, model, transfers), Chunks(job, model), deque()
+    forward, chunks = Forward(job, model, transfers, trunk), Chunks(job, model)
+    queue = deque()
     bar = tqdm(total=sum(layout.batch_units(b) for b in batch_ids), unit="crop",
                desc=f"extract {job.backbone.name}", disable=None, smoothing=0.05,
                position=world.rank if world.size > 1 else None)

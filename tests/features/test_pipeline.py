@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from functools import partial
 
 import numpy as np
 import pytest
@@ -60,6 +61,17 @@ class FakeCuda:
     def pinned(self, like):
         self.log.append(("pinned",))
         return torch.empty(like.shape, dtype=like.dtype)
+
+    def capture(self, fn, device):
+        """Like a real capture, one graph whose replay rewrites the tensor `fn` returned."""
+        self.log.append(("capture",))
+        out = fn()
+
+        def replay():
+            self.log.append(("replay",))
+            out.copy_(fn())
+
+        return replay, out
 
     def count(self, kind: str) -> int:
         return sum(e[0] == kind for e in self.log)
@@ -167,6 +179,46 @@ def test_cuda_cuts_the_crops_of_a_batch_at_once_and_gives_nearly_the_same_file(
         assert np.abs(a["features"][()] - b["features"][()]).max() < 5e-3
         assert "matrix products in half precision" in b.attrs["resize"]
         assert "matrix products" not in a.attrs["resize"]
+
+
+@pytest.mark.parametrize("batch_size", [5, 4])
+def test_cuda_graphs_replay_the_trunk_and_give_the_eager_file(dataset, vg_dir, tmp_path,
+                                                              fake_cuda, monkeypatch, batch_size):
+    """`--cuda-graphs`: one capture, one replay per batch, the eager forward's features. With
+    full batches (10 boxes in 5s) the bytes are the same; a short last batch (10 in 4s) runs
+    padded to the batch size, which may change its rows' rounding, not their values."""
+    import vprom.features.extract as extract_module
+
+    eager = tmp_path / "eager.h5"
+    extract(config(dataset, vg_dir, eager, batch_size=batch_size))
+    use(monkeypatch, lambda device: pipeline.CudaTransfers(device, fake_cuda))
+    monkeypatch.setattr(pipeline, "run_chunks", partial(pipeline.run_chunks, api=fake_cuda))
+    monkeypatch.setattr(extract_module, "GRAPH_DEVICES", ("cuda", "cpu"))
+    graphed = tmp_path / "graphed.h5"
+    extract(config(dataset, vg_dir, graphed, batch_size=batch_size, cuda_graphs=True))
+    assert fake_cuda.count("capture") == 1
+    assert fake_cuda.count("replay") == -(-10 // batch_size)
+    a, b = datasets(eager), datasets(graphed)
+    assert a[0] == b[0]
+    if batch_size == 5:
+        assert a[1] == b[1]
+    else:
+        assert np.allclose(np.frombuffer(a[1], np.float32), np.frombuffer(b[1], np.float32),
+                           rtol=0, atol=1e-5)
+
+
+def test_cuda_graphs_are_refused_where_they_cannot_run(dataset, vg_dir, tmp_path):
+    from vprom.errors import VpromError
+
+    out = tmp_path / "f.h5"
+    with pytest.raises(VpromError, match="needs a CUDA device"):
+        extract(config(dataset, vg_dir, out, cuda_graphs=True))
+    with pytest.raises(VpromError, match="--region crop and without --compile"):
+        config(dataset, vg_dir, out, cuda_graphs=True, compile=True)
+    with pytest.raises(VpromError, match="--region crop and without --compile"):
+        config(dataset, vg_dir, out, cuda_graphs=True, region="roi",
+               backbone="bottomup-r101")
+    assert not out.exists()
 
 
 def test_a_chunk_is_written_when_its_last_batch_lands(dataset, vg_dir, tmp_path, monkeypatch):
