@@ -364,7 +364,8 @@ def main(argv=None) -> None:
             for r in results:
                 print(f"{r['backbone']:34s} {r['decode']:8s} {r['workers']:>7s} "
                       f"{r['graphs']:>6s} {r['crops']:7d} "
-                      f"{r['bare']:10.2f} {r['e2e']:9.2f} {r['loop']:9.2f} {r['e2e'] / r['bare']:8.3f} "
+                      f"{r['bare']:10.2f} {r['e2e']:9.2f} {r['loop']:9.2f} "
+                      f"{r['e2e'] / r['bare']:8.3f} "
                       f"{r['loop'] / r['bare']:9.3f}  "
                       + " ".join(f"{x:.3f}" for x in r["ratios"]), flush=True)
             if results[0]["bare_graphed"]:

@@ -9,9 +9,10 @@ Algorithm
    torchrun). DataLoader workers decode (Pillow, `--decode cpu`) or only read the JPEGs
    (`--decode gpu`: the device decodes them, features/decoding.py); the crops are normalised
    on the device, run through the trunk (channels_last; autocast bf16/fp16 and optional
-   torch.compile or CUDA graph replay on CUDA), average-pooled and L2-normalised in float32 (or kept as maps,
-   `--pool none`) and cast to the stored dtype. `--region roi` (bottom-up only) runs the
-   detector's own RoI computation instead (features/regions.py). Host-to-device copies,
+   torch.compile or CUDA graph replay on CUDA), average-pooled and L2-normalised in float32
+   (or kept as maps, `--pool none`) and cast to the stored dtype. `--region roi` (bottom-up
+   only) runs the detector's own RoI computation instead (features/regions.py). Host-to-device
+   copies,
    compute and device-to-host copies overlap; results are awaited `in_flight` batches late.
 3. Resume: each finished chunk is written atomically as `<out>.partial/chunk-NNNNNN.npy`
    (+ a JSON of its missing crops). The set of chunk files is the completion mask: a killed
