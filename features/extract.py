@@ -12,8 +12,8 @@ Algorithm
    torch.compile or CUDA graph replay on CUDA), average-pooled and L2-normalised in float32
    (or kept as maps, `--pool none`) and cast to the stored dtype. `--region roi` (bottom-up
    only) runs the detector's own RoI computation instead (features/regions.py). Host-to-device
-   copies,
-   compute and device-to-host copies overlap; results are awaited `in_flight` batches late.
+   copies, compute and device-to-host copies overlap; results are awaited `in_flight`
+   batches late.
 3. Resume: each finished chunk is written atomically as `<out>.partial/chunk-NNNNNN.npy`
    (+ a JSON of its missing crops). The set of chunk files is the completion mask: a killed
    run (or rank) restarts with the chunks that are not there. `<out>.partial/config.json`
