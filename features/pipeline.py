@@ -78,7 +78,9 @@ class CudaApi:
     @staticmethod
     def capture(fn, device: torch.device) -> tuple:
         """fn() as a CUDA graph, after two warm-up calls on a side stream (as capturing wants):
-        (replay, the tensor fn returned, which each replay rewrites in place)."""
+        (replay, the tensor fn returned, which each replay rewrites in place). Only this
+        thread's calls are captured: the DataLoader's pinning thread runs on meanwhile, and
+        in the default (global) mode its calls would invalidate the capture."""
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
@@ -86,7 +88,7 @@ class CudaApi:
                 fn()
         torch.cuda.current_stream(device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             out = fn()
         return graph.replay, out
 
