@@ -65,6 +65,7 @@ from vprom.features.decoding import (  # noqa: E402
 )
 from vprom.features.config import ExtractConfig  # noqa: E402
 from vprom.features.extract import _autocast_dtype, extract  # noqa: E402
+from vprom.features import pipeline  # noqa: E402
 from vprom.features.pipeline import CudaApi, embed  # noqa: E402
 from tests.features.conftest import crop_table, write_dataset  # noqa: E402
 from vprom.tables import read_crop_table  # noqa: E402
@@ -159,7 +160,7 @@ def decode_cost(dataset: Path, vg: Path, images: int = 200, size: int = 224) -> 
 
 
 def device_stages(dataset: Path, vg: Path, device: torch.device, batch: int,
-                  calls: int = 20, size: int = 224) -> dict:
+                  calls: int = 20, size: int = 224, profile: bool = False) -> dict:
     """The `gpu` decoder's stages alone on the device, each timed to a synchronisation, over
     `calls` batches of the corpus's images as the loop makes them (about `batch` crops each):
     nvjpeg's batched decode (`decode_many`), and the crops image by image (`crop_resize`) and
@@ -203,6 +204,20 @@ def device_stages(dataset: Path, vg: Path, device: torch.device, batch: int,
         crop_resize_many(decoded, cs, size, dtype=torch.float16 if cuda else torch.float32)
     sync()
     batched = time.perf_counter() - start
+    if profile:
+        from torch.profiler import ProfilerActivity, profile as profiler
+
+        for name, run in (("decode_many", lambda: [decode_many(d, device) for d in datas]),
+                          ("crop_resize_many", lambda: [
+                              crop_resize_many(d, c, size, dtype=torch.float16)
+                              for d, c in zip(images, corners)])):
+            with profiler(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                run()
+                sync()
+            table = prof.key_averages()
+            print(f"--- {name}, {len(datas)} batches: by device time, then host time")
+            for key in ("self_device_time_total", "self_cpu_time_total"):
+                print(table.table(sort_by=key, row_limit=10, max_name_column_width=45))
     n_images = sum(len(g) for g in groups)
     n_crops = sum(len(b) for g in groups for _, b in g)
     return {"images": n_images, "crops": n_crops, "decode": n_images / decode,
@@ -255,20 +270,21 @@ def run(name: str, dataset: Path, vg: Path, crops: int, args, root: Path) -> lis
     half = len(sizes) // 2
     bare_forward = BareForward(name, args.batch_size, device)
     weights = saved_weights(root, name)
-    variants = [(d, w, g) for d in args.decoders.split(",") for w in args.workers.split(",")
-                for g in args.graphs.split(",")]
+    variants = [(d, w, g, t) for d in args.decoders.split(",") for w in args.workers.split(",")
+                for g in args.graphs.split(",") for t in args.prepare_threads.split(",")]
     bare, whole, loop = 0.0, dict.fromkeys(variants, 0.0), dict.fromkeys(variants, 0.0)
     ratios, resolved = {v: [] for v in variants}, {}
     for _ in range(args.rounds):
         first = bare_forward(sizes[:half])
         runs = {}
-        for decoder, workers, graphs in variants:
-            runs[decoder, workers, graphs] = extract(ExtractConfig(
+        for decoder, workers, graphs, threads in variants:
+            pipeline.PREPARE_THREADS = int(threads)
+            runs[decoder, workers, graphs, threads] = extract(ExtractConfig(
                 dataset=dataset, vg=vg, backbone=name, weights=str(weights),
                 out=root / f"{file_name(name)}-{decoder}.h5", batch_size=args.batch_size,
                 workers=None if workers == "auto" else int(workers), device=args.device,
                 decode=decoder, resume=False, cuda_graphs=graphs == "on"))
-            with h5py.File(runs[decoder, workers, graphs].out, "r") as h5:
+            with h5py.File(runs[decoder, workers, graphs, threads].out, "r") as h5:
                 resolved[decoder] = f"{decoder}:{h5.attrs['decode']}" if decoder == "auto" \
                     else decoder
         b = first + bare_forward(sizes[half:])
@@ -283,9 +299,9 @@ def run(name: str, dataset: Path, vg: Path, crops: int, args, root: Path) -> lis
         bare_forward.graph()
         bare_forward(sizes)  # the first replays
         graphed = n / sum(bare_forward(sizes) for _ in range(args.rounds))
-    return [{"backbone": name, "decode": resolved[d], "workers": w, "graphs": g, "crops": n,
-             "bare": n / bare, "bare_graphed": graphed, "e2e": n / whole[d, w, g],
-             "loop": n / loop[d, w, g], "ratios": ratios[d, w, g]} for d, w, g in variants]
+    return [{"backbone": name, "decode": resolved[v[0]], "workers": v[1], "graphs": v[2],
+             "threads": v[3], "crops": n, "bare": n / bare, "bare_graphed": graphed,
+             "e2e": n / whole[v], "loop": n / loop[v], "ratios": ratios[v]} for v in variants]
 
 
 def profiled(name: str, decoder: str, crops: int, args, root: Path) -> Path:
@@ -324,6 +340,10 @@ def main(argv=None) -> None:
     p.add_argument("--workers", default="auto", help="comma-separated --workers values, each "
                    "timed end to end in the same rounds (auto: extract's own default)")
     p.add_argument("--graphs", default="off", help="comma-separated: off, on (--cuda-graphs)")
+    p.add_argument("--prepare-threads", default="1", help="comma-separated counts of CUDA "
+                   "threads preparing batches (features.pipeline.PREPARE_THREADS)")
+    p.add_argument("--profile-stages", action="store_true", help="CUDA: profile the gpu "
+                   "decoder's stages (torch.profiler; top kernels by device and host time)")
     p.add_argument("--rounds", type=int, default=1, help="interleaved bare/end-to-end rounds")
     p.add_argument("--work", type=Path, default=None,
                    help="folder for the corpus and files (kept; default: a temporary one)")
@@ -347,7 +367,8 @@ def main(argv=None) -> None:
               f"{cost['pillow']:.1f} ms/image ({cost['pillow_crop']:.1f} ms/crop); torchvision + "
               f"torch resize {cost['torch']:.1f} ms/image", flush=True)
         if cuda and "gpu" in args.decoders.split(","):
-            st = device_stages(dataset, vg, torch.device(args.device), args.batch_size)
+            st = device_stages(dataset, vg, torch.device(args.device), args.batch_size,
+                               profile=args.profile_stages)
             print(f"gpu decoder's stages alone ({st['images']} images, {st['crops']} crops, "
                   f"batches of ~{args.batch_size} crops): nvjpeg decode {st['decode']:.0f} "
                   f"images/s; crops image by image {st['crop']:.0f} crops/s, batch-wide "
@@ -356,14 +377,15 @@ def main(argv=None) -> None:
                   f"cpu, {torch.get_num_threads()} threads")
         print(f"torch {torch.__version__}, {device}, batch {args.batch_size}, weights random, "
               "each backbone at its own input size")
-        print(f"{'backbone':34s} {'decode':8s} {'workers':>7s} {'graphs':>6s} {'crops':>7s} "
+        print(f"{'backbone':34s} {'decode':8s} {'workers':>7s} {'graphs':>6s} {'threads':>7s} "
+              f"{'crops':>7s} "
               f"{'bare fwd/s':>10s} {'e2e/s':>9s} {'loop/s':>9s} {'e2e/bare':>8s} "
               f"{'loop/bare':>9s}  per-round e2e/bare")
         for name in args.backbones.split(","):
             results = run(name, dataset, vg, args.crops, args, root)
             for r in results:
                 print(f"{r['backbone']:34s} {r['decode']:8s} {r['workers']:>7s} "
-                      f"{r['graphs']:>6s} {r['crops']:7d} "
+                      f"{r['graphs']:>6s} {r['threads']:>7s} {r['crops']:7d} "
                       f"{r['bare']:10.2f} {r['e2e']:9.2f} {r['loop']:9.2f} "
                       f"{r['e2e'] / r['bare']:8.3f} "
                       f"{r['loop'] / r['bare']:9.3f}  "

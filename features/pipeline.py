@@ -56,6 +56,7 @@ from vprom.io import atomic_path, write_json
 from vprom.processes import quiet_when_parent_gone
 
 NICE_WORKERS = 10  # CPU runs: DataLoader workers' priority below the forward's
+PREPARE_THREADS = 1  # CUDA: threads preparing batches ahead (decoding, cropping)
 
 
 # ------------------------------------------------------------------------- transfers
@@ -452,7 +453,8 @@ def run_chunks(job: Job, api=CudaApi) -> int:
         bar.update(n)
 
     with bar, transfers.running():
-        for c, prepared in zip(chunk_of, ahead(batches, forward.prepare, transfers.ahead)):
+        for c, prepared in zip(chunk_of, ahead(batches, forward.prepare, transfers.ahead,
+                                               PREPARE_THREADS)):
             units, result, failed = forward(prepared)
             queue.append((c, units, None if result is None else transfers.download(result),
                           failed))
@@ -463,13 +465,13 @@ def run_chunks(job: Job, api=CudaApi) -> int:
     return done
 
 
-def ahead(items, fn, depth: int):
-    """fn(item) for each item in order, computed up to `depth` items ahead in a thread (0:
-    in this thread, when asked)."""
+def ahead(items, fn, depth: int, threads: int = 1):
+    """fn(item) for each item in order, computed up to `depth` items ahead in `threads`
+    threads (depth 0: in this thread, when asked)."""
     if depth == 0:
         yield from map(fn, items)
         return
-    with ThreadPoolExecutor(1, thread_name_prefix="vprom-prepare") as pool:
+    with ThreadPoolExecutor(threads, thread_name_prefix="vprom-prepare") as pool:
         queue = deque()
         for item in items:
             queue.append(pool.submit(fn, item))

@@ -126,6 +126,32 @@ def test_the_cuda_transfers_overlap_and_give_the_same_file(dataset, vg_dir, tmp_
     assert sum(e == ("event", "stream3") for e in log[:first_wait]) == 3
 
 
+def test_two_preparing_threads_give_the_same_file(dataset, vg_dir, tmp_path, fake_cuda,
+                                                  monkeypatch):
+    """`PREPARE_THREADS` 2 (bench/extract.py --prepare-threads): batches prepared two at a
+    time still reach the forward in order."""
+    plain = tmp_path / "plain.h5"
+    extract(config(dataset, vg_dir, plain, in_flight=0, batch_size=2, decode="gpu"))
+    use(monkeypatch, lambda device: pipeline.CudaTransfers(device, fake_cuda))
+    monkeypatch.setattr(Job, "decode_on_device", property(lambda job: job.decoder == "gpu"))
+    monkeypatch.setattr(pipeline, "PREPARE_THREADS", 2)
+    threads, both = set(), threading.Event()
+    prepare = pipeline.Forward._prepare
+
+    def spy(self, batch):  # the first batch waits until a second thread has one
+        threads.add(threading.current_thread().name)
+        if len(threads) == 2:
+            both.set()
+        both.wait(timeout=10)
+        return prepare(self, batch)
+
+    monkeypatch.setattr(pipeline.Forward, "_prepare", spy)
+    out = tmp_path / "two.h5"
+    extract(config(dataset, vg_dir, out, batch_size=2, decode="gpu"))
+    assert datasets(out) == datasets(plain)
+    assert len(threads) == 2
+
+
 @pytest.mark.parametrize("backbone, region", [("resnet18", "crop"),
                                               ("bottomup-r101", "roi")])
 def test_decoding_on_the_device_equals_decoding_in_the_workers(dataset, vg_dir, tmp_path,
