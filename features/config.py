@@ -54,7 +54,8 @@ class ExtractConfig:
     compile: bool = option(False, help="torch.compile the backbone (CUDA)")
     cuda_graphs: bool = option(False, help=(
         "CUDA: replay the trunk from one CUDA graph captured at the batch size instead of "
-        "launching its kernels batch by batch (frees the host for decoding; --region crop)"))
+        "launching its kernels batch by batch (--region crop; no gain measured at batch 256 "
+        "on an H200, docs/extraction-speed.md)"))
     # None: the backbone's own (224 for most, 518 for DINOv2); small values for tests
     input_size: int | None = option(None, help="crop side in pixels (default: the backbone's "
                                                "training size, 224 for most); with --region "
