@@ -50,8 +50,10 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 @functools.lru_cache(maxsize=None)
 def channel_values(values: tuple, device: torch.device) -> torch.Tensor:
     """(1, 3, 1, 1) float32 on `device`, made once: a fresh copy to a GPU at every batch would
-    wait for the forwards queued before it (pageable memory), and no copy may run in a graph."""
-    return torch.tensor(values, device=device).view(1, 3, 1, 1)
+    wait for the forwards queued before it (pageable memory), and no copy may run in a graph.
+    Made outside inference mode, so that any caller, with autograd or without, may use it."""
+    with torch.inference_mode(False):
+        return torch.tensor(values, device=device).view(1, 3, 1, 1)
 
 
 @dataclass(frozen=True)

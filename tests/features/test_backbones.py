@@ -110,3 +110,22 @@ def test_an_unreadable_weights_file_is_a_clear_error(tmp_path):
         get_backbone("resnet18").load(str(path))
     with pytest.raises(VpromError, match="no such weights file"):
         get_backbone("resnet18").load(str(tmp_path / "absent.pth"))
+
+
+def test_normalisation_is_imagenets_and_serves_autograd_after_an_extraction():
+    """The mean and std are made once per device (`channel_values`); made during an
+    extraction (inference mode), they must still serve a caller that trains through them."""
+    from vprom.features.backbones import IMAGENET_MEAN, IMAGENET_STD, channel_values
+
+    channel_values.cache_clear()
+    pre = Preprocess(4)
+    pixels = torch.arange(48, dtype=torch.uint8).reshape(1, 4, 4, 3)
+    with torch.inference_mode():
+        first = pre.normalise(pixels)
+    expected = ((pixels.permute(0, 3, 1, 2).float() / 255
+                 - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1))
+                / torch.tensor(IMAGENET_STD).view(1, 3, 1, 1))
+    assert torch.allclose(first, expected, rtol=1e-6, atol=1e-6)
+    x = torch.rand(1, 4, 4, 3, requires_grad=True)
+    pre.normalise(x * 255).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
