@@ -41,6 +41,7 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
+from vprom.errors import VpromError
 from vprom.features.backbones import Backbone
 from vprom.features.crops import Batch, CropDataset, collate, worker_mode
 from vprom.features.decoding import (
@@ -215,9 +216,14 @@ class GraphedTrunk:
         with torch.inference_mode():
             self.pixels = torch.zeros((job.config.batch_size, job.size, job.size, 3),
                                       dtype=torch.uint8, device=device)
-        self.replay, self.out = api.capture(partial(embed, model, self.pixels, job.backbone,
-                                                    job.autocast, device, job.config.pool),
-                                            device)
+        try:
+            self.replay, self.out = api.capture(partial(embed, model, self.pixels, job.backbone,
+                                                        job.autocast, device, job.config.pool),
+                                                device)
+        except RuntimeError as e:  # torch's CUDA errors included
+            raise VpromError(f"--cuda-graphs: the {job.backbone.name} trunk could not be "
+                             f"captured in a CUDA graph ({str(e).splitlines()[0]}); run "
+                             "again without --cuda-graphs") from e
 
     @torch.inference_mode()
     def __call__(self, pixels: torch.Tensor) -> torch.Tensor:

@@ -233,6 +233,26 @@ def test_cuda_graphs_replay_the_trunk_and_give_the_eager_file(dataset, vg_dir, t
                            rtol=0, atol=1e-5)
 
 
+def test_a_trunk_that_cannot_be_captured_is_a_clear_error(dataset, vg_dir, tmp_path,
+                                                          fake_cuda, monkeypatch):
+    import vprom.features.extract as extract_module
+    from vprom.errors import VpromError
+
+    def capture(fn, device):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+
+    monkeypatch.setattr(fake_cuda, "capture", capture)
+    use(monkeypatch, lambda device: pipeline.CudaTransfers(device, fake_cuda))
+    monkeypatch.setattr(pipeline, "run_chunks", partial(pipeline.run_chunks, api=fake_cuda))
+    monkeypatch.setattr(extract_module, "GRAPH_DEVICES", ("cuda", "cpu"))
+    out = tmp_path / "graphed.h5"
+    with pytest.raises(VpromError, match=r"resnet18 trunk could not be captured in a CUDA "
+                                         r"graph \(operation not permitted when stream is "
+                                         r"capturing\); run again without --cuda-graphs"):
+        extract(config(dataset, vg_dir, out, cuda_graphs=True))
+    assert not out.exists()
+
+
 def test_cuda_graphs_are_refused_where_they_cannot_run(dataset, vg_dir, tmp_path):
     from vprom.errors import VpromError
 
