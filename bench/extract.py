@@ -28,7 +28,10 @@ code (Pillow; torchvision + torch resize on the CPU), which says how many worker
 
 `--graphs off,on` times each end-to-end variant without and with `--cuda-graphs`, and the
 bare forward also replayed from a CUDA graph ("bare graphed"; the ratios stay against the
-eager bare forward, the yardstick the target names).
+eager bare forward, the yardstick the target names). `--prepare-threads 1,2` times each
+variant with that many threads preparing batches on CUDA (`pipeline.PREPARE_THREADS`), and
+`--profile-stages` prints torch.profiler tables of the gpu decoder's stages (host and device
+time of nvjpeg's decode and of the batch-wide crops).
 
 A `timm:<name>` backbone is timed at its default pooling (cls for ViTs) with its random-init
 weights saved as a .safetensors file, the file real runs pass with --weights.
