@@ -45,6 +45,7 @@ from tqdm import tqdm
 from vprom.generation.verify.minimise import minimise
 from vprom.records import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
 from vprom.statistics import chi2_sf, wilson_interval
+from vprom.tables import map_distinct
 
 MARGIN = SHORTCUT_MARGIN  # a shortcut worth at most 2 accuracy points is tolerated
 POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests
@@ -132,13 +133,12 @@ def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
 
 # ---------------------------------------------------------------- 3. the context-blind probe
 def label_masks(label_sets: list[frozenset]) -> list[int]:
-    """Each label set as a bit mask over all labels (one Python int per crop)."""
+    """Each label set as a bit mask over all labels (one Python int per crop), each distinct
+    set once: crops repeat them. Which bit a label gets is arbitrary (`label_overlap` asks
+    only whether two masks meet)."""
     ids: dict[str, int] = {}
-    of_set: dict[frozenset, int] = {}  # each distinct set once: crops repeat them
-    for s in label_sets:
-        if s not in of_set:
-            of_set[s] = sum(1 << ids.setdefault(label, len(ids)) for label in s)
-    return list(map(of_set.__getitem__, label_sets))
+    return map_distinct(lambda s: sum(1 << ids.setdefault(label, len(ids)) for label in s),
+                        label_sets)
 
 
 def label_overlap(masks: list[int], candidate_rows: np.ndarray) -> np.ndarray:
