@@ -207,12 +207,12 @@ def embed(model: torch.nn.Module, pixels: torch.Tensor, backbone: Backbone,
 class GraphedTrunk:
     """`embed` at the batch size, replayed from one CUDA graph (`--cuda-graphs`): a batch is
     copied into the graph's input (the rows past a short batch zeroed), one replay runs the
-    whole trunk in place of some hundred kernel launches, and its rows are copied out (the
-    next replay rewrites the graph's output). A row's features depend on its own pixels only,
+    whole trunk in place of some hundred kernel launches, and its rows are copied out in the
+    stored dtype (the next replay rewrites the graph's output). A row's features depend on its own pixels only,
     and every batch, a short one too, runs the captured kernels at the full batch size."""
 
     def __init__(self, job: Job, model: torch.nn.Module, api=CudaApi):
-        device = job.world.device
+        device, self.dtype = job.world.device, TORCH_DTYPES[job.config.dtype]
         with torch.inference_mode():
             self.pixels = torch.zeros((job.config.batch_size, job.size, job.size, 3),
                                       dtype=torch.uint8, device=device)
@@ -231,7 +231,7 @@ class GraphedTrunk:
         self.pixels[:n].copy_(pixels)
         self.pixels[n:].zero_()
         self.replay()
-        return self.out[:n].clone()
+        return self.out[:n].to(self.dtype, copy=True)
 
 
 class Forward:
