@@ -15,10 +15,24 @@ running sum of +1 per opening and -1 per closing bracket outside strings is the 
 element of the top-level array ends where a closing bracket brings the depth back to 1.
 Commas, colons and non-ASCII text (UTF-8 bytes are all >= 0x80) never need looking at.
 
+A machine-written file joins every two of its records with the same bytes: "}, {" and the
+records' first key (`}, {"image_id"`). With `marks=True` the scan learns that join from the
+elements it has found exactly (at least `LEARN` of them, each followed by the join, and the
+join nowhere else), and from there on finds each end by searching for the join (`bytes.find`):
+a third of the exact scan's time, most of it the sha256. Nothing is assumed that the parse does not
+check: a chunk starts where the chunk before it ended, so if that was a true boundary, the
+parser is at depth 1 outside any string there; a chunk that ends inside a string or a nested
+value does not parse (the "]" added after it cannot close the array); and a chunk that
+parses must hold exactly the number of elements its marks counted, so a join met inside a
+nested value or a record that lacks the join is caught too. The first chunk starts at the
+array's "[", found by the exact scan. So by induction every chunk that loads holds the
+elements, and only those, that the exact scan would have given it.
+
 For broken input the scan simply finds fewer ends; the parse of the chunk that holds the
 damage then fails (`load` also checks that a chunk holds exactly the elements the scan
 counted), and the caller falls back to the streaming reader, which names the file and the
-record. So a chunk that parses is always made of whole elements, whatever the input.
+record. So a chunk that parses is always made of whole elements, whatever the input; a file
+whose records are not all joined alike is read correctly, by that fallback, only slower.
 """
 
 from __future__ import annotations
@@ -27,6 +41,7 @@ import bisect
 import hashlib
 import json
 import mmap
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -45,13 +60,17 @@ _QUOTE, _OPEN, _CLOSE = 1, 2, 3
 _CLASSES = bytes(_QUOTE if c == 0x22 else _OPEN if c in b"[{" else _CLOSE if c in b"]}" else 0
                  for c in range(256))
 _STEP = np.array([0, 0, 1, -1], dtype=np.int64)  # depth change per class
+LEARN = 16  # elements found exactly before the join between them may stand for the scan
+_JOIN = re.compile(rb'\}[ \t\r\n]*,[ \t\r\n]*\{[ \t\r\n]*"[^"\\]*"')  # }, {"key"
 
 
 class ArrayScan:
     """The ends of the elements of the top-level array in the file at `path`, found block by
-    block (`more`); `sha256` is set once the whole file has been read (`finish`)."""
+    block (`more`); `sha256` is set once the whole file has been read (`finish`). With
+    `marks`, ends past the first `LEARN` may be found by the join between records (see the
+    module docstring): exact for every chunk that `load` accepts."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, marks: bool = False):
         self.path = Path(path)
         self.size = self.path.stat().st_size
         self.start = -1        # offset just after the array's "[" (-1: not seen yet)
@@ -63,6 +82,9 @@ class ArrayScan:
         self._in_string = 0
         self._backslashes = 0  # length of the run of backslashes that ended the last block
         self.bad = False       # not an array of objects/arrays: no chunks can be cut
+        self.join = b""        # once learned: the bytes that join every two elements
+        self._learn = marks
+        self._carry = b""      # with a join: the bytes after the last end it may start in
 
     @property
     def done(self) -> bool:
@@ -77,8 +99,14 @@ class ArrayScan:
             self._offset = self.size
             return
         self._hasher.update(block)
+        if self.join:
+            self._find(block)
+            self._offset += len(block)
+            return
         self._scan(block)
         self._offset += len(block)
+        if self._learn and len(self.ends) >= LEARN and not self.done:
+            self._learn_join()
 
     def finish(self) -> None:
         """Read the rest of the file (its sha256 needs every byte)."""
@@ -87,6 +115,42 @@ class ArrayScan:
                 self._hasher.update(memoryview(m)[self._offset:])
             self._offset = self.size
         self.sha256 = self._hasher.hexdigest()
+        if self.join:  # the last element has no join after it: its end is before the "]"
+            start = max(self.size - 4096, 0)
+            with open(self.path, "rb") as f:
+                f.seek(start)
+                tail = f.read().rstrip()
+            end = start + len(tail[:-1].rstrip())
+            if tail.endswith(b"]") and end > self.ends[-1]:
+                self.ends.append(end)
+
+    def _learn_join(self) -> None:
+        """Find ends by the join from here on, if the bytes between each two elements found so
+        far are the same, and occur nowhere else in what was scanned."""
+        self._learn = False
+        with open(self.path, "rb") as f:
+            f.seek(self.start)
+            data = f.read(self._offset - self.start)
+        ends = [e - 1 - self.start for e in self.ends]  # each element's closing bracket
+        match = _JOIN.match(data, ends[0])
+        if match is None:
+            return
+        join = match.group()
+        hits, at = [], data.find(join)
+        while at >= 0:
+            hits.append(at)
+            at = data.find(join, at + 1)
+        if hits == ends or hits == ends[:-1]:  # the last end's join may run past the data
+            self.join, self._carry = join, data[ends[-1] + 1:]
+
+    def _find(self, block: bytes) -> None:
+        data = self._carry + block
+        base = self._offset - len(self._carry)  # the file offset of data[0]
+        step, at = len(self.join), data.find(self.join)
+        while at >= 0:
+            self.ends.append(base + at + 1)
+            at = data.find(self.join, at + step)
+        self._carry = data[len(data) - step + 1:]
 
     def _scan(self, block: bytes) -> None:
         classes = np.frombuffer(block.translate(_CLASSES), dtype=np.uint8)

@@ -16,7 +16,9 @@ as it goes, so the sha256 of the inputs costs no extra pass.
 Broken input: a chunk that does not parse, does not hold the records the scan found, or
 fails a check, makes its whole pass run again here through the streaming reader
 (`readers.records`), which stops at the first fault and names the file, the record, the
-image and what to do, exactly as before. A `.json.zip` cannot be read at an offset, so a
+image and what to do, exactly as before. So does a file whose records are not all joined
+alike past the point where the scan took that join as their marks (`byte_ranges`): the
+same output, only slower. A `.json.zip` cannot be read at an offset, so a
 pass with a zipped input is one job, streamed.
 """
 
@@ -64,7 +66,7 @@ def run_passes(paths: dict, min_side: int, vocab, workers: int) -> list[PassResu
     sizes = readers.image_sizes(paths[readers.IMAGE_DATA], source_out=sources)
     inputs[sources[0].path.name] = sources[0].sha256
     setup = Setup(paths, sizes, min_side, vocab, _Labeler(vocab))
-    scans = {stem: byte_ranges.ArrayScan(paths[stem]) for stem in
+    scans = {stem: byte_ranges.ArrayScan(paths[stem], marks=True) for stem in
              (readers.OBJECTS, readers.ATTRIBUTES, readers.REGIONS)
              if paths[stem].suffix != ".zip"}
     merged = {OBJECTS: _Merged(object_stats(len(sizes))),

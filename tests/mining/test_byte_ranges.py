@@ -85,6 +85,72 @@ def test_two_files_are_cut_at_the_same_elements(tmp_path):
     assert all(s.sha256 for s in scans)
 
 
+def _records(n: int) -> list:
+    """VG-like records, one key order for all, with joins and brackets inside their strings."""
+    return [{"image_id": i, "objects": [{"names": ["a }, {\"image_id\": 7"] * (i % 3),
+                                         "x": i, "phrase": "} , {" + "\\" * (i % 4)}]}
+            for i in range(n)]
+
+
+def _scanned(path, marks: bool) -> ArrayScan:
+    scan = ArrayScan(path, marks=marks)
+    while not scan.done:
+        scan.more()
+    scan.finish()
+    return scan
+
+
+@pytest.mark.parametrize("block", [97, 256, 4096])
+@pytest.mark.parametrize("dump", [{}, {"separators": (",", ":")}, {"indent": 2},
+                                  {"ensure_ascii": False}])
+def test_marks_find_the_exact_ends_of_records_joined_alike(tmp_path, monkeypatch, block, dump):
+    monkeypatch.setattr(byte_ranges, "BLOCK", block)
+    monkeypatch.setattr(byte_ranges, "LEARN", 4)
+    path, data = _write(tmp_path, _records(60), **dump)
+    path.write_bytes(data + b"\n")
+    exact, marked = _scanned(path, False), _scanned(path, True)
+    assert marked.join.endswith(b'"image_id"') and not exact.join
+    assert marked.ends == exact.ends
+    assert marked.sha256 == exact.sha256
+    chunks = [c for (c,) in plan([ArrayScan(path, marks=True)], 300)]
+    assert len(chunks) > 5
+    assert [e for c in chunks for e in load(c)] == _records(60)
+
+
+def _odd_one_out(kind: str) -> list:
+    records = _records(60)
+    if kind == "key order":  # a record with another first key: no join before it
+        records[40] = {"objects": [], "image_id": 40}
+    elif kind == "nested join":  # the join between two nested values
+        records[40]["objects"] = [{"image_id": 1}, {"image_id": 2}]
+    elif kind == "a list":
+        records[40] = [{"image_id": 40}]
+    return records
+
+
+@pytest.mark.parametrize("kind", ["key order", "nested join", "a list"])
+@pytest.mark.parametrize("target", [1, 300, 1 << 20])
+def test_marks_that_miss_an_end_or_find_a_false_one_never_load(tmp_path, monkeypatch, kind,
+                                                               target):
+    monkeypatch.setattr(byte_ranges, "BLOCK", 256)
+    monkeypatch.setattr(byte_ranges, "LEARN", 4)
+    path, _ = _write(tmp_path, _odd_one_out(kind))
+    scan = _scanned(path, True)
+    assert scan.join and scan.ends != _scanned(path, False).ends  # the marks are wrong
+    with pytest.raises(ValueError):  # and a chunk says so: the caller streams the file
+        for (chunk,) in plan([ArrayScan(path, marks=True)], target):
+            load(chunk)
+
+
+def test_marks_are_not_learned_from_records_joined_differently(tmp_path, monkeypatch):
+    monkeypatch.setattr(byte_ranges, "BLOCK", 256)
+    monkeypatch.setattr(byte_ranges, "LEARN", 4)
+    records = [{"image_id": i} if i % 2 else {"id": i} for i in range(200)]
+    path, _ = _write(tmp_path, records)
+    scan = _scanned(path, True)
+    assert not scan.join and scan.ends == _scanned(path, False).ends
+
+
 @pytest.mark.parametrize("text", [
     '[{"a": 1}, {"a": 2}, {"a": 3',          # truncated
     '[{"a": 1}, {"a": 2}, 7, {"a": 4}]',     # a scalar element the scan does not count

@@ -79,3 +79,41 @@ def test_an_error_in_a_later_chunk_names_the_file_and_record(tmp_path, monkeypat
     with pytest.raises(VpromError, match=r"region_descriptions\.json: invalid or truncated JSON "
                                          r"after image record #\d+ \(image id \d+\)"):
         mine(vg, tmp_path / "pools2.h5", workers=workers)
+
+
+def test_ends_found_by_the_join_mine_the_same_and_a_stray_record_is_streamed(
+        tmp_path, synthetic, monkeypatch):
+    """Chunks cut where the join between records is found mine what one chunk per file
+    mines; a record joined otherwise (another key order) sends its pass to the streaming
+    reader, with the same result."""
+    monkeypatch.setattr(byte_ranges, "TARGET", 1 << 30)
+    mine(synthetic, tmp_path / "whole" / "pools.h5", workers=1)
+    want = _products(tmp_path / "whole" / "pools.h5")
+    monkeypatch.setattr(byte_ranges, "TARGET", 2_000)
+    monkeypatch.setattr(byte_ranges, "BLOCK", 4_096)
+    monkeypatch.setattr(byte_ranges, "LEARN", 4)
+    streamed = []
+    real = pool_jobs._streamed
+    monkeypatch.setattr(pool_jobs, "_streamed", lambda kind, setup: streamed.append(kind)
+                        or real(kind, setup))
+    joins = []
+    scan = byte_ranges.ArrayScan
+    monkeypatch.setattr(byte_ranges, "ArrayScan", lambda *a, **k: joins.append(scan(*a, **k))
+                        or joins[-1])
+    mine(synthetic, tmp_path / "marks" / "pools.h5", workers=1)
+    assert [bool(s.join) for s in joins] == [True, True, True] and streamed == []
+    assert _products(tmp_path / "marks" / "pools.h5") == want
+
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    for f in synthetic.glob("*.json"):
+        (stray / f.name).write_bytes(f.read_bytes())
+    regions = json.loads((stray / "region_descriptions.json").read_text())
+    regions[30] = dict(reversed(regions[30].items()))  # its first key is no longer "regions"
+    (stray / "region_descriptions.json").write_text(json.dumps(regions))
+    joins.clear()
+    mine(stray, tmp_path / "s" / "pools.h5", workers=2)
+    assert all(s.join for s in joins) and streamed == ["counts"]
+    monkeypatch.setattr(byte_ranges, "TARGET", 1 << 30)
+    mine(stray, tmp_path / "s1" / "pools.h5", workers=1)
+    assert _products(tmp_path / "s" / "pools.h5") == _products(tmp_path / "s1" / "pools.h5")
