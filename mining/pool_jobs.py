@@ -24,6 +24,7 @@ pass with a zipped input is one job, streamed.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -82,6 +83,7 @@ def run_passes(paths: dict, min_side: int, vocab, workers: int) -> list[PassResu
                 continue  # a piece failed before: the pass was streamed here instead
             if result is None:
                 whole[kind] = _streamed(kind, setup)
+                _note_streamed(kind, paths)
             elif result.inputs:
                 whole[kind] = result
             else:
@@ -159,6 +161,14 @@ def _streamed(kind: str, setup: Setup) -> PassResult:
                                   sources[0]), setup.sizes, setup.min_side, setup.vocab)
     result.inputs = {s.path.name: s.sha256 for s in sources}
     return result
+
+
+def _note_streamed(kind: str, paths: dict) -> None:
+    """Say why a pass that the streaming reader read without fault ran on one core."""
+    names = " and ".join(paths[stem].name for stem in _FILES[kind])
+    print(f"mine: {names}: a byte range did not hold the records the scan found there (are "
+          "the records written in more than one way?), so the streaming reader read the "
+          "pass again on one core: the same output, more slowly", file=sys.stderr)
 
 
 class _Merged:

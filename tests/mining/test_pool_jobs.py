@@ -82,7 +82,7 @@ def test_an_error_in_a_later_chunk_names_the_file_and_record(tmp_path, monkeypat
 
 
 def test_ends_found_by_the_join_mine_the_same_and_a_stray_record_is_streamed(
-        tmp_path, synthetic, monkeypatch):
+        tmp_path, synthetic, monkeypatch, capsys):
     """Chunks cut where the join between records is found mine what one chunk per file
     mines; a record joined otherwise (another key order) sends its pass to the streaming
     reader, with the same result."""
@@ -102,6 +102,7 @@ def test_ends_found_by_the_join_mine_the_same_and_a_stray_record_is_streamed(
                         or joins[-1])
     mine(synthetic, tmp_path / "marks" / "pools.h5", workers=1)
     assert [bool(s.join) for s in joins] == [True, True, True] and streamed == []
+    assert "streaming reader" not in capsys.readouterr().err
     assert _products(tmp_path / "marks" / "pools.h5") == want
 
     stray = tmp_path / "stray"
@@ -114,6 +115,8 @@ def test_ends_found_by_the_join_mine_the_same_and_a_stray_record_is_streamed(
     joins.clear()
     mine(stray, tmp_path / "s" / "pools.h5", workers=2)
     assert all(s.join for s in joins) and streamed == ["counts"]
+    assert "mine: region_descriptions.json: a byte range did not hold the records" in \
+        capsys.readouterr().err
     monkeypatch.setattr(byte_ranges, "TARGET", 1 << 30)
     mine(stray, tmp_path / "s1" / "pools.h5", workers=1)
     assert _products(tmp_path / "s" / "pools.h5") == _products(tmp_path / "s1" / "pools.h5")
