@@ -61,6 +61,7 @@ _CLASSES = bytes(_QUOTE if c == 0x22 else _OPEN if c in b"[{" else _CLOSE if c i
                  for c in range(256))
 _STEP = np.array([0, 0, 1, -1], dtype=np.int64)  # depth change per class
 LEARN = 16  # elements found exactly before the join between them may stand for the scan
+LEARN_BYTES = 1 << 23  # ... within this many bytes (`_learn_join` reads them again)
 _JOIN = re.compile(rb'\}[ \t\r\n]*,[ \t\r\n]*\{[ \t\r\n]*"[^"\\]*"')  # }, {"key"
 
 
@@ -107,6 +108,8 @@ class ArrayScan:
         self._offset += len(block)
         if self._learn and len(self.ends) >= LEARN and not self.done:
             self._learn_join()
+        elif self._learn and self._offset > LEARN_BYTES:
+            self._learn = False  # records this long: the exact scan costs little per record
 
     def finish(self) -> None:
         """Read the rest of the file (its sha256 needs every byte)."""

@@ -142,6 +142,17 @@ def test_marks_that_miss_an_end_or_find_a_false_one_never_load(tmp_path, monkeyp
             load(chunk)
 
 
+def test_marks_are_not_learned_past_the_first_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(byte_ranges, "BLOCK", 256)
+    monkeypatch.setattr(byte_ranges, "LEARN", 4)
+    path, _ = _write(tmp_path, _records(60))
+    assert _scanned(path, True).join
+    monkeypatch.setattr(byte_ranges, "LEARN_BYTES", 300)  # 40 records take more bytes
+    monkeypatch.setattr(byte_ranges, "LEARN", 40)
+    scan = _scanned(path, True)
+    assert not scan.join and scan.ends == _scanned(path, False).ends
+
+
 def test_marks_are_not_learned_from_records_joined_differently(tmp_path, monkeypatch):
     monkeypatch.setattr(byte_ranges, "BLOCK", 256)
     monkeypatch.setattr(byte_ranges, "LEARN", 4)
