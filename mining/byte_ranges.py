@@ -17,8 +17,8 @@ Commas, colons and non-ASCII text (UTF-8 bytes are all >= 0x80) never need looki
 
 A machine-written file joins every two of its records with the same bytes: "}, {" and the
 records' first key (`}, {"image_id"`). With `marks=True` the scan learns that join from the
-elements it has found exactly (at least `LEARN` of them, each followed by the join, and the
-join nowhere else), and from there on finds each end by searching for the join (`bytes.find`):
+elements it has found exactly (at least `LEARN` of them within the first `LEARN_BYTES`, each
+followed by the join, and the join nowhere else), and from there on finds each end by searching for the join (`bytes.find`):
 a third of the exact scan's time, most of it the sha256. Nothing is assumed that the parse does not
 check: a chunk starts where the chunk before it ended, so if that was a true boundary, the
 parser is at depth 1 outside any string there; a chunk that ends inside a string or a nested
