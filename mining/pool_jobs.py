@@ -1,7 +1,7 @@
 """How `vprom mine` spreads its two passes over worker processes: byte ranges of each file.
 
 The parent reads image_data.json (the image sizes both passes need), then cuts the large
-files into chunks of whole image records (`mining.byte_ranges`, ~4 MB each): objects.json
+files into chunks of whole image records (`mining.byte_ranges`, ~2 MB each): objects.json
 and attributes.json at the same record indices (the objects pass joins them record by
 record), region_descriptions.json on its own. The chunks of both passes form one stream of
 jobs, interleaved so that both advance together, which `vprom.processes.ordered_map` hands to
@@ -17,9 +17,9 @@ Broken input: a chunk that does not parse, does not hold the records the scan fo
 fails a check, makes its whole pass run again here through the streaming reader
 (`readers.records`), which stops at the first fault and names the file, the record, the
 image and what to do, exactly as before. So does a file whose records are not all joined
-alike past the point where the scan took that join as their marks (`byte_ranges`): the
-same output, only slower. A `.json.zip` cannot be read at an offset, so a
-pass with a zipped input is one job, streamed.
+alike past the point where the scan took that join as their marks (`byte_ranges`): the same
+output, only slower. A `.json.zip` cannot be read at an offset, so a pass with a zipped
+input is one job, streamed.
 """
 
 from __future__ import annotations
