@@ -15,19 +15,19 @@ running sum of +1 per opening and -1 per closing bracket outside strings is the 
 element of the top-level array ends where a closing bracket brings the depth back to 1.
 Commas, colons and non-ASCII text (UTF-8 bytes are all >= 0x80) never need looking at.
 
-A machine-written file joins every two of its records with the same bytes: "}, {" and the
-records' first key (`}, {"image_id"`). With `marks=True` the scan learns that join from the
-elements it has found exactly (at least `LEARN` of them within the first `LEARN_BYTES`, each
-followed by the join, and the join nowhere else), and from there on finds each end by
-searching for the join (`bytes.find`): a third of the exact scan's time, most of it the
-sha256. Nothing is assumed that the parse does not check: a chunk starts where the chunk
-before it ended, so if that was a true boundary, the parser is at depth 1 outside any string
-there; a chunk that ends inside a string or a nested value does not parse (the "]" added
-after it cannot close the array); and a chunk that parses must hold exactly the number of
-elements its marks counted, so a join met inside a nested value or a record that lacks the
-join is caught too. The first chunk starts at the array's "[", found by the exact scan. So
-by induction every chunk that loads holds the elements, and only those, that the exact scan
-would have given it.
+A file written by one program usually joins every two of its records with the same bytes:
+"}, {" and the records' first key (`}, {"image_id"`). With `marks=True` the scan learns that
+join from the elements it has found exactly (at least `LEARN` of them within the first
+`LEARN_BYTES`, each followed by the join, and the join nowhere else), and from there on
+finds each end by searching for the join (`bytes.find`): a third of the exact scan's time,
+most of it the sha256. Nothing is assumed that the parse does not check: a chunk starts
+where the chunk before it ended, so if that was a true boundary, the parser is at depth 1
+outside any string there; a chunk that ends inside a string or a nested value does not parse
+(the "]" added after it cannot close the array); and a chunk that parses must hold exactly
+the number of elements its marks counted, so a join met inside a nested value or a record
+that lacks the join is caught too. The first chunk starts at the array's "[", found by the
+exact scan. So by induction every chunk that loads holds the elements, and only those, that
+the exact scan would have given it.
 
 For broken input the scan simply finds fewer ends; the parse of the chunk that holds the
 damage then fails (`load` also checks that a chunk holds exactly the elements the scan
