@@ -103,9 +103,8 @@ class ArrayScan:
         self._hasher.update(block)
         if self.join:
             self._find(block)
-            self._offset += len(block)
-            return
-        self._scan(block)
+        else:
+            self._scan(block)
         self._offset += len(block)
         if self._learn and len(self.ends) >= LEARN and not self.done:
             self._learn_join()
