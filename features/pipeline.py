@@ -208,8 +208,9 @@ class GraphedTrunk:
     """`embed` at the batch size, replayed from one CUDA graph (`--cuda-graphs`): a batch is
     copied into the graph's input (the rows past a short batch zeroed), one replay runs the
     whole trunk in place of some hundred kernel launches, and its rows are copied out in the
-    stored dtype (the next replay rewrites the graph's output). A row's features depend on its own pixels only,
-    and every batch, a short one too, runs the captured kernels at the full batch size."""
+    stored dtype (the next replay rewrites the graph's output). A row's features depend on
+    its own pixels only, and every batch, a short one too, runs the captured kernels at the
+    full batch size."""
 
     def __init__(self, job: Job, model: torch.nn.Module, api=CudaApi):
         device, self.dtype = job.world.device, TORCH_DTYPES[job.config.dtype]
