@@ -86,7 +86,7 @@ def main() -> None:
         # one process, like `verify --workers 1`: the ratio compares work, not cores
         gen, _ = timed_command(["generate", str(pools), "--out", str(dataset), "--scale",
                                 str(args.scale), "--workers", "1"], ROOT)
-        print(f"{'vprom generate --workers 1':34s} {gen:7.1f} s", flush=True)
+        print(f"{'vprom generate --workers 1':34s} {gen:7.2f} s", flush=True)
     reports = {}
     if args.anchor:
         for n in args.workers if args.anchor_workers else [None]:
@@ -94,12 +94,12 @@ def main() -> None:
             seconds, reports["anchor"] = timed_command(["verify", str(dataset), *flags],
                                                        args.anchor)
             name = f"vprom verify {' '.join(flags)} (anchor)"
-            print(f"{name:34s} {seconds:7.1f} s  {seconds / gen:5.2f}x generate", flush=True)
+            print(f"{name:34s} {seconds:7.2f} s  {seconds / gen:5.2f}x generate", flush=True)
     one = None
     for n in args.workers:
         seconds, reports[n] = timed_command(["verify", str(dataset), "--workers", str(n)], ROOT)
         one = one or seconds
-        print(f"{'vprom verify --workers ' + str(n):34s} {seconds:7.1f} s  "
+        print(f"{'vprom verify --workers ' + str(n):34s} {seconds:7.2f} s  "
               f"{seconds / gen:5.2f}x generate  {one / seconds:5.2f}x speed-up over "
               f"{args.workers[0]} worker(s)", flush=True)
     same = len({r for k, r in reports.items() if k != "anchor"}) == 1

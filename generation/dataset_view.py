@@ -10,6 +10,7 @@ of failing deep inside. Problems name matrices by id, a few examples each (`exam
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from vprom.generation.labels import LabelVocabulary
 from vprom.records import N_PANELS
-from vprom.tables import CropTable, MatrixTable, crop_rows, open_h5
+from vprom.tables import CropTable, MatrixTable, crop_rows, open_h5, read_string_codes
 
 MAX_EXAMPLES = 5
 MATRIX_COLUMNS = ("id", "relation", "element_type", "super_attribute", "answer", "panels",
@@ -41,6 +42,15 @@ class Data:
     super_attributes: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
     labels: LabelVocabulary | None = None  # None: only what the crops say (nothing implied)
     _label_sets: list | None = field(default=None, repr=False)
+    _pending: Callable | None = field(default=None, repr=False)  # see `load`
+
+    def complete(self) -> None:
+        """Set the matrices' elements from what `load`'s `elements` returns, if it was given
+        (a no-op otherwise, or once done)."""
+        if self._pending is not None:
+            names, codes = self._pending()
+            self._pending = None
+            self.matrices.elements = np.array(names, dtype=object)[codes]  # `read_strings`
 
     @property
     def vocabulary(self) -> LabelVocabulary:
@@ -82,14 +92,22 @@ def structure_problems(h5: h5py.File) -> list[str]:
     return problems
 
 
-def load(path: Path) -> tuple[Data | None, list[str]]:
-    """The data set, or None with the structural problems that prevent reading it."""
+def load(path: Path, elements: Callable | None = None) -> tuple[Data | None, list[str]]:
+    """The data set, or None with the structural problems that prevent reading it.
+
+    `elements`: a function returning `element_codes(path)`, which another process reads
+    meanwhile (`vprom verify --workers`: the elements are 3.76 million of the 4 million
+    strings at scale 1, and most of the time `load` takes). The matrices' elements are then
+    None until `Data.complete()` sets them: call it before anything reads them."""
     with open_h5(path) as h5:
         problems = structure_problems(h5)
         if problems:
             return None, problems
         crops = CropTable.read(h5["crops"])
-        matrices = MatrixTable.read(h5["matrices"], h5["splits"])
+        column = h5["matrices/elements"]
+        later = elements is not None and column.dtype.kind == "O" and \
+            h5py.check_string_dtype(column.dtype) is not None  # as `MatrixTable.read` decodes
+        matrices = MatrixTable.read(h5["matrices"], h5["splits"], elements=not later)
         manifest = None
         if "manifest" in h5.attrs:
             try:
@@ -107,7 +125,13 @@ def load(path: Path) -> tuple[Data | None, list[str]]:
                 labels = LabelVocabulary.of_crops(
                     crops, LabelVocabulary.read(h5["vocab/labels"], str(path)))
     return Data(path, crops, matrices, crop_rows(crops.crop_id, matrices.panels), manifest,
-                vocab, sas, labels), []
+                vocab, sas, labels, _pending=elements if later else None), []
+
+
+def element_codes(path: Path) -> tuple[list[str], np.ndarray]:
+    """`read_string_codes` of a DATASET.h5's matrices' elements (for `load`'s `elements`)."""
+    with open_h5(path) as h5:
+        return read_string_codes(h5["matrices/elements"])
 
 
 def in_memory(dataset, path: str = "<memory>") -> Data:

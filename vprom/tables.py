@@ -60,13 +60,23 @@ def map_distinct(f, values: list) -> list:
 def read_strings(ds: h5py.Dataset) -> np.ndarray:
     """A string dataset as Python str objects, as `ds.asstr()[()]` gives it: each distinct
     value is decoded once (columns repeat a few hundred labels millions of times)."""
+    names, codes = read_string_codes(ds)
+    return np.array(names, dtype=object)[codes.reshape(-1)].reshape(codes.shape)  # 0-d too
+
+
+def read_string_codes(ds: h5py.Dataset) -> tuple[list[str], np.ndarray]:
+    """A string dataset as (its distinct values, decoded as `read_strings` decodes them, in
+    the order first met; each element's index among them, int32, in the dataset's shape):
+    `names[codes]` is `read_strings(ds)`, and travels between processes as a few bytes an
+    element."""
     raw = ds[()]
     info = h5py.check_string_dtype(ds.dtype)
     flat = np.asarray(raw, dtype=object).reshape(-1).tolist()
+    distinct = dict.fromkeys(flat)
+    index = {v: i for i, v in enumerate(distinct)}
+    codes = np.fromiter(map(index.__getitem__, flat), np.int32, len(flat))
     encoding = info.encoding if info else "utf-8"
-    out = np.empty(len(flat), dtype=object)
-    out[:] = map_distinct(lambda b: b.decode(encoding), flat)
-    return out.reshape(np.shape(raw))
+    return [v.decode(encoding) for v in distinct], codes.reshape(np.shape(raw))
 
 
 def utf8(values: np.ndarray) -> np.ndarray:
@@ -183,7 +193,7 @@ class MatrixTable:
     super_attribute: np.ndarray
     answer: np.ndarray
     panels: np.ndarray  # N×16 crop ids
-    elements: np.ndarray  # N×16 str
+    elements: np.ndarray | None  # N×16 str; None: not read yet (`MatrixTable.read`)
     splits: dict  # split -> part -> matrix ids
 
     def __post_init__(self) -> None:
@@ -191,8 +201,9 @@ class MatrixTable:
         self.id = np.asarray(self.id, dtype=np.int64)
         self.answer = np.asarray(self.answer, dtype=np.int8)
         self.panels = np.asarray(self.panels, dtype=np.int64).reshape(n, N_PANELS)
-        self.elements = _strings(np.asarray(self.elements, dtype=object).reshape(-1)).reshape(
-            n, N_PANELS)
+        if self.elements is not None:
+            self.elements = _strings(np.asarray(self.elements, dtype=object).reshape(-1)
+                                     ).reshape(n, N_PANELS)
         for name in ("relation", "element_type", "super_attribute"):
             setattr(self, name, _strings(getattr(self, name)))
         self.splits = {s: {p: np.asarray(ids, dtype=np.int64) for p, ids in parts.items()}
@@ -262,7 +273,10 @@ class MatrixTable:
                 g.create_dataset(part, data=self.splits[split].get(part, np.zeros(0, np.int64)))
 
     @classmethod
-    def read(cls, matrices: h5py.Group, splits: h5py.Group) -> "MatrixTable":
+    def read(cls, matrices: h5py.Group, splits: h5py.Group,
+             elements: bool = True) -> "MatrixTable":
+        """The table of a DATASET.h5; `elements` False: its elements are left out (None), for
+        a caller that reads them otherwise."""
         def col(name):
             if name not in matrices:
                 raise VpromError(f"{matrices.file.filename}: matrices has no column '{name}'")
@@ -271,7 +285,8 @@ class MatrixTable:
 
         return cls(id=col("id"), relation=col("relation"), element_type=col("element_type"),
                    super_attribute=col("super_attribute"), answer=col("answer"),
-                   panels=col("panels"), elements=col("elements"),
+                   panels=col("panels"),
+                   elements=col("elements") if elements else None,
                    splits={s: {p: splits[s][p][()] for p in SPLIT_PARTS if p in splits[s]}
                            for s in splits})
 

@@ -37,15 +37,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse
 from tqdm import tqdm
 
 from vprom.generation.verify.minimise import minimise
 from vprom.records import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
 from vprom.statistics import chi2_sf, wilson_interval
 from vprom.tables import map_distinct
+
+if TYPE_CHECKING:
+    import scipy.sparse
 
 MARGIN = SHORTCUT_MARGIN  # a shortcut worth at most 2 accuracy points is tolerated
 POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests
@@ -318,6 +321,8 @@ class SetPart:
 
 def _rows_of(rows: np.ndarray, cols: np.ndarray, n_rows: int,
              n_cols: int) -> scipy.sparse.csr_matrix:
+    import scipy.sparse  # here: importing it takes 0.1 s of every `vprom` start
+
     # the stable sort of the narrowest type that holds the rows (radix sort up to 16 bits)
     order = np.argsort(rows.astype(np.min_scalar_type(max(n_rows - 1, 0))), kind="stable")
     indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n_rows))])

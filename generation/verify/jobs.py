@@ -217,6 +217,9 @@ def run_checks(inputs: Inputs, workers: int) -> list[Check]:
     try:
         groups, jobs = plan(inputs)
         _shared("tables")  # the parent's summary needs them too: made once, inherited
+        if workers > 1:  # made here while the elements are still read beside (`verify`)
+            _shared("columns")
+        inputs.data.complete()
         gc.freeze()  # the collector leaves the loaded data alone, here and in the workers
         with ordered_map(run_job, jobs, workers, "verify", method="fork",
                          affinity=needs) as results:

@@ -36,14 +36,17 @@ end of its 95% Wilson interval exceeds 12.5% + 2 points.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse
 
 import vprom.generation.verify.audit as audit
 from vprom.generation.verify.audit import MIN_PROBE_TEST, Check
 from vprom.records import N_CANDIDATES, N_CONTEXT
 from vprom.tables import present_rows, string_codes
+
+if TYPE_CHECKING:
+    import scipy.sparse
 
 #: element types with at most this many elements also get the exact element set as a token
 SET_ID_MAX = 12
@@ -284,6 +287,8 @@ def _incidence(tokens: np.ndarray, vocab: int) -> scipy.sparse.csr_matrix:
     `A @ emb` is each row's `emb[tokens].sum()` and `A.T @ grad` scatters a gradient back onto
     the table. scipy adds a row's slots, and a token's rows, in order: the same sums, in the
     same order, as one token slot (or one bincount) at a time, at a fifth of the cost."""
+    import scipy.sparse  # here: importing it takes 0.1 s of every `vprom` start
+
     rows, slots = math.prod(tokens.shape[:-1]), tokens.shape[-1]
     flat = tokens.reshape(rows, slots)
     return scipy.sparse.csr_matrix((np.ones(flat.size), flat.ravel(),

@@ -165,6 +165,17 @@ def test_each_integrity_failure_is_detected(copy, damage, message):
     assert checks["integrity"].status == "fail"
     assert any(message in p for p in checks["integrity"].problems), checks["integrity"].problems
     assert not report.ok and "integrity" in report.failures()
+    # two workers, whose elements are read by a process beside: the same report
+    assert run(path, check_matrix=lambda *a: None, workers=2)[0].format() == report.format()
+
+
+def test_elements_read_beside_are_none_until_complete_sets_them(sound):
+    data, _ = dataset_view.load(sound, lambda: dataset_view.element_codes(sound))
+    assert data.matrices.elements is None  # a read before `complete` fails, never misleads
+    data.complete()
+    whole, _ = dataset_view.load(sound)
+    assert data.matrices.elements.shape == whole.matrices.elements.shape
+    assert data.matrices.elements.tolist() == whole.matrices.elements.tolist()
 
 
 def test_data_changed_after_generation_breaks_the_content_hash(copy):

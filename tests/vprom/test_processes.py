@@ -34,6 +34,14 @@ def _wait_for_parent(conn) -> None:
     conn.recv()  # until the parent writes or goes away
 
 
+#: (job, what `_fail_at` makes of it, what the caller is told)
+FAILURES = [
+    (37, VpromError, "record 37 is broken"),
+    (38, RuntimeError, "ValueError: not a VpromError"),
+    (39, VpromError, r"^worker vprom-test-(\d|beside) died \(exit code 3\) without a result"),
+]
+
+
 def _no_children_left() -> bool:
     return not multiprocessing.active_children()
 
@@ -53,17 +61,32 @@ def test_forked_workers_share_what_the_parent_built_before_they_started():
     assert _no_children_left()
 
 
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_a_job_beside_runs_while_the_caller_works_and_its_worker_is_stopped(method):
+    with processes.beside(_square, 12, "test", method) as result:
+        assert [p.name for p in multiprocessing.active_children()] == ["vprom-test-beside"]
+        assert result() == 144 and result() == 144  # taken once, kept
+    assert _no_children_left()
+    with processes.beside(_square, 3, "test", method):
+        pass  # the result never taken: the worker is stopped all the same
+    assert _no_children_left()
+
+
+@pytest.mark.parametrize("job, error, says", FAILURES)
+def test_a_job_beside_that_fails_or_dies_raises_when_its_result_is_taken(job, error, says):
+    with pytest.raises(error, match=says):
+        with processes.beside(_fail_at, job, "test") as result:
+            result()
+    assert _no_children_left()
+
+
 def test_no_jobs_no_results():
     with processes.ordered_map(_square, [], 2, "test") as results:
         assert list(results) == []
     assert _no_children_left()
 
 
-@pytest.mark.parametrize("job, error, says", [
-    (37, VpromError, "record 37 is broken"),
-    (38, RuntimeError, "ValueError: not a VpromError"),
-    (39, VpromError, r"^worker vprom-test-\d died \(exit code 3\) without a result"),
-])
+@pytest.mark.parametrize("job, error, says", FAILURES)
 def test_a_failing_job_or_dying_worker_is_reported_and_the_rest_stopped(job, error, says):
     jobs = list(range(30)) + [job] + list(range(30))
     with pytest.raises(error, match=says):

@@ -17,6 +17,7 @@ from vprom.tables import (
     read_crop_table,
     read_manifest,
     read_matrix_table,
+    read_string_codes,
     read_strings,
     set_manifest,
     string_codes,
@@ -93,7 +94,7 @@ def test_present_rows_keeps_the_wanted_order_and_drops_the_absent():
     assert present_rows(ids, []).tolist() == []
 
 
-def test_read_strings_gives_what_asstr_gives(tmp_path):
+def test_read_strings_and_their_codes_give_what_asstr_gives(tmp_path):
     values = np.array([["dog", "three dögs", ""], ["dog", "ünïcode", "dog"]], dtype=object)
     with h5py.File(tmp_path / "s.h5", "w") as h5:
         h5.create_dataset("utf8", data=values, dtype=STR)
@@ -105,6 +106,10 @@ def test_read_strings_gives_what_asstr_gives(tmp_path):
             assert got.shape == want.shape and got.dtype == object
             assert got.tolist() == want.tolist()
             assert all(type(v) is str for v in got.ravel())
+            names, codes = read_string_codes(h5[name])  # what travels between processes
+            assert codes.shape == want.shape and codes.dtype == np.int32
+            assert len(set(names)) == len(names) and all(type(v) is str for v in names)
+            assert np.array(names, dtype=object)[codes].tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("values", [
