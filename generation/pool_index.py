@@ -32,7 +32,7 @@ from vprom.errors import VpromError
 from vprom.records import ElementType, Relation
 from vprom.sampling import Draws
 from vprom.solver import Universe, group_masks
-from vprom.splitting import HeldOutDesign, TrainBan, ban_bits, banned_crops, image_test_side
+from vprom.splitting import ConceptTable, HeldOutDesign, TrainBan, image_test_side
 from vprom.tables import CropTable
 
 CELL_NAMES = ("neutral-train/held-out-train", "neutral-train/held-out-test",
@@ -160,15 +160,15 @@ def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str
     which = np.fromiter((distinct.setdefault(key, len(distinct))
                          for key in zip(element_types, label_sets)),
                         dtype=np.int64, count=len(label_sets))
-    concepts = [vocab.concepts(*key) for key in distinct]
+    table = ConceptTable([vocab.concepts(*key) for key in distinct])
     per_set = np.zeros(len(distinct), dtype=np.int64)
     per_category = np.zeros(len(distinct), dtype=np.int64)
     for r, bit in RELATION_BIT.items():
-        per_set[banned_crops(bans[r], r.value, concepts)] |= bit
+        per_set[table.banned(bans[r], r.value)] |= bit
         if bans[r].object_thirds:
             categories = TrainBan(object_thirds=bans[r].object_thirds)
-            per_category[banned_crops(categories, r.value, concepts)] |= bit
-    per_split = ban_bits(design.train_bans, concepts)
+            per_category[table.banned(categories, r.value)] |= bit
+    per_split = table.bits(design.train_bans)
     return per_set[which].tolist(), per_category[which].tolist(), per_split[which].tolist()
 
 

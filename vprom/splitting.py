@@ -165,21 +165,61 @@ class TrainBan:
         return bool(thirds) and any(object_third(c) in thirds for c in categories)
 
 
+class ConceptTable:
+    """Per crop its concepts (object categories, attribute (table, super-attribute) pairs, as
+    `LabelVocabulary.concepts` gives them), each distinct set once as two rows of bits: the
+    pairs it holds and the thirds (`object_third`) its categories fall in. What a ban holds
+    out of a crop (`TrainBan.shows_banned`) is then two numpy lookups for all crops at once,
+    the same verdicts: a pair the ban holds out is among the crop's, or a category's third is
+    among the relation's banned thirds."""
+
+    def __init__(self, concepts) -> None:
+        index: dict[tuple, int] = {}  # concept sets repeat a lot between crops: each once
+        self.which = np.fromiter((index.setdefault(key, len(index)) for key in concepts),
+                                 dtype=np.int64, count=len(concepts))
+        self.column: dict[tuple[str, str], int] = {}
+        pairs, thirds = ([], []), ([], [])  # (distinct set, column) of each bit
+        for k, (categories, label_super_attributes) in enumerate(index):
+            for pair in label_super_attributes:
+                pairs[0].append(k)
+                pairs[1].append(self.column.setdefault(pair, len(self.column)))
+            for category in categories:
+                thirds[0].append(k)
+                thirds[1].append(object_third(category))
+        self.pairs = _bit_rows(len(index), len(self.column), pairs)
+        self.thirds = _bit_rows(len(index), 3, thirds)
+
+    def banned(self, ban: TrainBan, relation: str) -> np.ndarray:
+        """Per crop: whether it shows, in a matrix of `relation`, a label `ban` holds out."""
+        return self._verdicts(ban, relation)[self.which]
+
+    def bits(self, bans: Mapping[str, TrainBan]) -> np.ndarray:
+        """Per crop: `ban_bits`."""
+        out = np.zeros(len(self.pairs), dtype=np.int64)
+        for name, ban in bans.items():
+            for relation in ALL_RELATIONS:
+                out[self._verdicts(ban, relation)] |= ban_bit(bans, name, relation)
+        return out[self.which]
+
+    def _verdicts(self, ban: TrainBan, relation: str) -> np.ndarray:
+        """`ban.shows_banned(relation, *concepts)` for each distinct set of concepts."""
+        pairs = [self.column[p] for p in ban._pairs if p in self.column]
+        shown = self.pairs[:, pairs].any(axis=1)
+        thirds = sorted({0, 1, 2} & set(ban.object_thirds.get(relation) or ()))
+        return shown | self.thirds[:, thirds].any(axis=1)
+
+
+def _bit_rows(n: int, width: int, bits: tuple[list, list]) -> np.ndarray:
+    out = np.zeros((n, width), dtype=bool)
+    out[np.asarray(bits[0], dtype=np.int64), np.asarray(bits[1], dtype=np.int64)] = True
+    return out
+
+
 def ban_bits(bans: Mapping[str, TrainBan], concepts) -> np.ndarray:
     """Per crop, the (split, relation) pairs for which it shows what the split's ban holds
-    out, as bits (`ban_bit`); `concepts` as for `banned_crops`. OR-ed over a matrix's panels
+    out, as bits (`ban_bit`); `concepts` as for `ConceptTable`. OR-ed over a matrix's panels
     they are `PanelInfo.banned`, which spares `assign` the per-panel check."""
-    checks = [(ban, relation, ban_bit(bans, name, relation))
-              for name, ban in bans.items() for relation in ALL_RELATIONS]
-    memo: dict[tuple, int] = {}  # concept sets repeat a lot between crops
-    out = []
-    for key in concepts:
-        got = memo.get(key)
-        if got is None:
-            got = memo[key] = sum(bit for ban, relation, bit in checks
-                                  if ban.shows_banned(relation, *key))
-        out.append(got)
-    return np.asarray(out, dtype=np.int64).reshape(len(concepts))
+    return ConceptTable(concepts).bits(bans)
 
 
 def ban_bit(bans: Mapping[str, TrainBan], split: str, relation: str) -> int:
@@ -191,17 +231,6 @@ def ban_bit(bans: Mapping[str, TrainBan], split: str, relation: str) -> int:
 def _ban_bits_of(splits: tuple[str, ...]) -> dict[tuple[str, str], int]:
     return {(split, relation): 1 << (k * len(ALL_RELATIONS) + j)
             for k, split in enumerate(splits) for j, relation in enumerate(ALL_RELATIONS)}
-
-
-def banned_crops(ban: TrainBan, relation: str, concepts) -> np.ndarray:
-    """Per crop: whether it shows, in a matrix of `relation`, a label `ban` holds out
-    (`concepts`: per crop, its categories and attribute (table, super-attribute) pairs)."""
-    index: dict[tuple, int] = {}  # concept sets repeat a lot between crops: each once
-    which = np.fromiter((index.setdefault(key, len(index)) for key in concepts),
-                        dtype=np.int64, count=len(concepts))
-    verdicts = np.fromiter((ban.shows_banned(relation, *key) for key in index), dtype=bool,
-                           count=len(index))
-    return verdicts[which]
 
 
 @dataclass(frozen=True)

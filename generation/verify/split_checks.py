@@ -23,7 +23,7 @@ from vprom.generation.verify.checks import matrix_records
 from vprom.generation.dataset_view import Data, examples
 from vprom.errors import VpromError
 from vprom.records import N_CONTEXT, SPLITS, ElementType, Matrix, Relation
-from vprom.splitting import (SplitRules, TrainBan, assign_all, ban_bits, banned_crops,
+from vprom.splitting import (ConceptTable, SplitRules, TrainBan, assign_all, ban_bits,
                              image_sides, object_third)
 from vprom.tables import CropTable, MatrixTable, present_rows
 
@@ -232,12 +232,8 @@ def check_held_out(data: Data, bans: Mapping[str, TrainBan],
     m = data.matrices
     if not bans:
         return Check("held-out labels", "skip", "the split rules hold out no labels")
-    # concept sets repeat a lot between crops: each distinct one is judged once per ban
-    index: dict[tuple, int] = {}
-    which = np.fromiter((index.setdefault(key, len(index)) for key in crop_concepts(data)),
-                        dtype=np.int64, count=len(data.crops))
-    concepts = list(index)
-    rows = which[np.where(data.rows < 0, 0, data.rows)]
+    table = ConceptTable(crop_concepts(data))  # each distinct concept set judged once
+    rows = np.where(data.rows < 0, 0, data.rows)
     columns = m.part_columns() if columns is None else columns
     figures, problems = {}, []
     for split in [s for s in SPLITS if s in bans] + sorted(set(bans) - set(SPLITS)):
@@ -249,7 +245,7 @@ def check_held_out(data: Data, bans: Mapping[str, TrainBan],
             mine = training & (m.relation == relation.value)
             if not mine.any():
                 continue
-            shows = banned_crops(ban, relation.value, concepts)[rows[mine]]
+            shows = table.banned(ban, relation.value)[rows[mine]]
             bad[np.flatnonzero(mine)[shows.any(axis=1)]] = True
             panels += int(shows.sum())
         figures[split] = {"train_val_matrices": int(training.sum()),

@@ -328,11 +328,12 @@ def test_a_train_side_cell_too_thin_to_avoid_held_out_labels_is_loosened_and_sai
 
 def test_banned_crops_agree_with_the_ban_crop_by_crop(larger):
     from vprom.generation.verify.split_checks import crop_concepts
-    from vprom.splitting import banned_crops
+    from vprom.splitting import ConceptTable
 
     view = in_memory(larger)
     concepts = crop_concepts(view)
+    table = ConceptTable(concepts)
     for split, ban in RULES.design.train_bans.items():
         for relation in ("and", "or", "union", "progression"):
-            got = banned_crops(ban, relation, concepts)
+            got = table.banned(ban, relation)
             assert got.tolist() == [ban.shows_banned(relation, c, s) for c, s in concepts]

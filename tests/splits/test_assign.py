@@ -14,8 +14,12 @@ from vprom.splits.specs import SPEC_DIR, load_rules, load_split_specs
 from vprom.errors import VpromError
 from vprom.records import RELATIONS_OF, SPLITS, ElementType, Matrix
 from vprom.splitting import (
+    ALL_RELATIONS,
+    ConceptTable,
     PanelInfo,
+    TrainBan,
     assign,
+    ban_bit,
     ban_bits,
     choose_val,
     held_out_design,
@@ -296,3 +300,39 @@ def test_the_panels_ban_bits_assign_as_their_labels_do(case):
     banned = PanelInfo(sides=panels.sides, super_attributes=panels.super_attributes,
                        banned=int(np.bitwise_or.reduce(bits)))
     assert assign(m, banned, SPECS, bans) == assign(m, panels, SPECS, bans)
+
+
+@st.composite
+def concept_sets(draw):
+    """Crops' concepts (categories, attribute (table, super-attribute) pairs), some repeated,
+    and held-out bans over them: random super-attributes and thirds per relation."""
+    pairs = [(t, sa) for t, table in ATTRIBUTES.items() for sa in table]
+    concept = st.tuples(st.frozensets(st.sampled_from(OBJECTS), max_size=3),
+                        st.frozensets(st.sampled_from(pairs), max_size=3))
+    concepts = draw(st.lists(concept, max_size=40))
+    concepts += draw(st.lists(st.sampled_from(concepts), max_size=20)) if concepts else []
+    ban = st.builds(
+        TrainBan,
+        super_attributes=st.dictionaries(st.sampled_from(sorted(ATTRIBUTES)), st.lists(
+            st.sampled_from(["color", "shape", "age", "action", "nope"]), max_size=3).map(
+            tuple), max_size=2),
+        object_thirds=st.dictionaries(st.sampled_from(ALL_RELATIONS), st.lists(
+            st.integers(0, 2), max_size=3).map(tuple), max_size=4))
+    bans = draw(st.dictionaries(st.sampled_from(["a", "b", "c"]), ban, min_size=1))
+    return concepts, bans
+
+
+@settings(max_examples=200, deadline=None)
+@given(concept_sets())
+def test_the_concept_table_gives_every_bans_verdict_on_every_crop(case):
+    """`ConceptTable` (numpy on each distinct concept set's bits) says what
+    `TrainBan.shows_banned` says of each crop, ban by ban and as `ban_bits`' sum."""
+    concepts, bans = case
+    table = ConceptTable(concepts)
+    for ban in bans.values():
+        for relation in ALL_RELATIONS:
+            assert table.banned(ban, relation).tolist() == [
+                ban.shows_banned(relation, *c) for c in concepts]
+    assert table.bits(bans).tolist() == ban_bits(bans, concepts).tolist() == [
+        sum(ban_bit(bans, name, r) for name, ban in bans.items() for r in ALL_RELATIONS
+            if ban.shows_banned(r, *c)) for c in concepts]
