@@ -317,10 +317,10 @@ class PlanSampler:
         # done; every (group, cell) of the whole plan, not only a shard's: the filler
         # weights are computed from all of them, so a shard samples as the single run does
         self.cells = cells = plan.cells()
-        keys, n = np.unique(np.stack([plan.group_of.astype(np.int64), cells]), axis=1,
-                            return_counts=True)
-        matrices_of = {(int(g), int(c)): int(k) for (g, c), k in zip(keys.T.tolist(),
-                                                                     n.tolist())}
+        base = int(cells.max(initial=0)) + 1  # (group, cell) as one int: a 1-D unique
+        keys, n = np.unique(plan.group_of.astype(np.int64) * base + cells, return_counts=True)
+        matrices_of = {(g, c): k for g, c, k in zip((keys // base).tolist(),
+                                                    (keys % base).tolist(), n.tolist())}
         samplers: dict = {}
         self.loose: dict = {}  # (group, cell) -> the sampler over all the cell's crops
         self.reasons: dict = {}  # (group, cell) -> why the banned-free one could not be made
