@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
@@ -64,19 +65,29 @@ def read_strings(ds: h5py.Dataset) -> np.ndarray:
     return np.array(names, dtype=object)[codes.reshape(-1)].reshape(codes.shape)  # 0-d too
 
 
+#: strings read from a dataset at a time: the next read reuses the memory of the last one's
+#: objects, where one read of 3.76 million strings would take fresh pages for all of them
+READ_STRINGS = 1 << 18
+
+
 def read_string_codes(ds: h5py.Dataset) -> tuple[list[str], np.ndarray]:
     """A string dataset as (its distinct values, decoded as `read_strings` decodes them, in
     the order first met; each element's index among them, int32, in the dataset's shape):
     `names[codes]` is `read_strings(ds)`, and travels between processes as a few bytes an
     element."""
-    raw = ds[()]
     info = h5py.check_string_dtype(ds.dtype)
-    flat = np.asarray(raw, dtype=object).reshape(-1).tolist()
-    distinct = dict.fromkeys(flat)
-    index = {v: i for i, v in enumerate(distinct)}
-    codes = np.fromiter(map(index.__getitem__, flat), np.int32, len(flat))
+    index: dict = {}
+    codes = []
+    rows = max(1, READ_STRINGS // max(1, math.prod(ds.shape[1:])))
+    for start in range(0, len(ds), rows) if ds.ndim else [None]:
+        raw = ds[()] if start is None else ds[start:start + rows]
+        flat = np.asarray(raw, dtype=object).reshape(-1).tolist()
+        for value in dict.fromkeys(flat):
+            index.setdefault(value, len(index))
+        codes.append(np.fromiter(map(index.__getitem__, flat), np.int32, len(flat)))
     encoding = info.encoding if info else "utf-8"
-    return [v.decode(encoding) for v in distinct], codes.reshape(np.shape(raw))
+    return ([v.decode(encoding) for v in index],
+            np.concatenate(codes or [np.zeros(0, np.int32)]).reshape(ds.shape))
 
 
 def utf8(values: np.ndarray) -> np.ndarray:

@@ -5,6 +5,7 @@ import h5py
 import numpy as np
 import pytest
 
+from vprom import tables
 from vprom.errors import VpromError
 from vprom.records import Crop, Matrix
 from vprom.tables import (
@@ -94,22 +95,26 @@ def test_present_rows_keeps_the_wanted_order_and_drops_the_absent():
     assert present_rows(ids, []).tolist() == []
 
 
-def test_read_strings_and_their_codes_give_what_asstr_gives(tmp_path):
-    values = np.array([["dog", "three dögs", ""], ["dog", "ünïcode", "dog"]], dtype=object)
+@pytest.mark.parametrize("per_read", [tables.READ_STRINGS, 2])  # one read, or a row a read
+def test_read_strings_and_their_codes_give_what_asstr_gives(tmp_path, monkeypatch, per_read):
+    monkeypatch.setattr(tables, "READ_STRINGS", per_read)
+    values = np.array([["dog", "three dögs", ""], ["dog", "ünïcode", "dog"],
+                       ["cat", "dog", "ünïcode"]], dtype=object)
     with h5py.File(tmp_path / "s.h5", "w") as h5:
         h5.create_dataset("utf8", data=values, dtype=STR)
         h5.create_dataset("ascii", data=np.array([b"red", b"blue", b"red"]))
         h5.create_dataset("empty", data=np.zeros(0, dtype=object), dtype=STR)
+        h5.create_dataset("scalar", data="one", dtype=STR)
     with h5py.File(tmp_path / "s.h5") as h5:
-        for name in ("utf8", "ascii", "empty"):
-            got, want = read_strings(h5[name]), h5[name].asstr()[()]
+        for name in ("utf8", "ascii", "empty", "scalar"):
+            got, want = read_strings(h5[name]), np.asarray(h5[name].asstr()[()], object)
             assert got.shape == want.shape and got.dtype == object
             assert got.tolist() == want.tolist()
             assert all(type(v) is str for v in got.ravel())
             names, codes = read_string_codes(h5[name])  # what travels between processes
             assert codes.shape == want.shape and codes.dtype == np.int32
             assert len(set(names)) == len(names) and all(type(v) is str for v in names)
-            assert np.array(names, dtype=object)[codes].tolist() == want.tolist()
+            assert np.array(names, dtype=object)[codes.ravel()].tolist() == want.ravel().tolist()
 
 
 @pytest.mark.parametrize("values", [
