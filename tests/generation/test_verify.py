@@ -194,8 +194,9 @@ def test_sidecar_sha256_is_checked(copy):
     assert any("sha256 differs" in p for p in run(path)[1]["integrity"].problems)
 
 
+@pytest.mark.parametrize("workers", [1, 2])  # 2: the process reading the elements is left
 @pytest.mark.parametrize("damage", ["no matrices", "short column", "panels shape"])
-def test_broken_structure_fails_integrity_and_skips_the_rest(copy, damage):
+def test_broken_structure_fails_integrity_and_skips_the_rest(copy, damage, workers):
     path = copy()
     with h5py.File(path, "a") as h5:
         if damage == "no matrices":
@@ -204,7 +205,7 @@ def test_broken_structure_fails_integrity_and_skips_the_rest(copy, damage):
             replace(h5, "matrices/answer", h5["matrices/answer"][:-1])
         else:
             replace(h5, "matrices/panels", h5["matrices/panels"][:, :15])
-    report, checks = run(path)
+    report, checks = run(path, workers=workers)
     assert checks["integrity"].status == "fail"
     assert all(c.status == "skip" for n, c in checks.items() if n != "integrity")
     assert not report.ok
