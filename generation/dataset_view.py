@@ -19,7 +19,8 @@ import numpy as np
 
 from vprom.generation.labels import LabelVocabulary
 from vprom.records import N_PANELS
-from vprom.tables import CropTable, MatrixTable, crop_rows, open_h5, read_string_codes
+from vprom.tables import (CropTable, MatrixTable, crop_rows, from_codes, open_h5,
+                          read_string_codes)
 
 MAX_EXAMPLES = 5
 MATRIX_COLUMNS = ("id", "relation", "element_type", "super_attribute", "answer", "panels",
@@ -48,9 +49,8 @@ class Data:
         """Set the matrices' elements from what `load`'s `elements` returns, if it was given
         (a no-op otherwise, or once done)."""
         if self._pending is not None:
-            names, codes = self._pending()
+            self.matrices.elements = from_codes(*self._pending())
             self._pending = None
-            self.matrices.elements = np.array(names, dtype=object)[codes]  # `read_strings`
 
     @property
     def vocabulary(self) -> LabelVocabulary:

@@ -61,8 +61,13 @@ def map_distinct(f, values: list) -> list:
 def read_strings(ds: h5py.Dataset) -> np.ndarray:
     """A string dataset as Python str objects, as `ds.asstr()[()]` gives it: each distinct
     value is decoded once (columns repeat a few hundred labels millions of times)."""
-    names, codes = read_string_codes(ds)
-    return np.array(names, dtype=object)[codes.reshape(-1)].reshape(codes.shape)  # 0-d too
+    return from_codes(*read_string_codes(ds))
+
+
+def from_codes(names: list[str], codes: np.ndarray) -> np.ndarray:
+    """`names[codes]`, an object array of str in the codes' shape (0-d too): a column as
+    `read_strings` gives it, from what `read_string_codes` gives."""
+    return np.array(names, dtype=object)[codes.reshape(-1)].reshape(codes.shape)
 
 
 #: strings read from a dataset at a time: the next read reuses the memory of the last one's
