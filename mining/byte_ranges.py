@@ -265,9 +265,11 @@ def _reach(scan: ArrayScan, index: int) -> bool:
     return len(scan.ends) > index + 1
 
 
-def load(chunk: Chunk) -> list:
+def load(chunk: Chunk, typed=None) -> list:
     """The elements of `chunk`, parsed; ValueError when the bytes are not exactly
-    `chunk.count` whole elements (broken JSON, or not what the scan found).
+    `chunk.count` whole elements (broken JSON, or not what the scan found). `typed`: a
+    faster reader of the bytes (`typed_records.read`), whose elements are taken where it
+    gives them (not None); the others go through `decode`.
 
     The bytes are read once into a buffer with room for the "[" and "]" that make them one
     array (the comma before the first element becomes a space): no copies of the chunk.
@@ -286,7 +288,9 @@ def load(chunk: Chunk) -> list:
         if comma > size or buf[comma] != 0x2C:
             raise ValueError(f"{chunk.path}: no comma before element #{chunk.first}")
         buf[comma] = 0x20
-    elements = decode(buf)
+    elements = typed(buf) if typed is not None else None
+    if elements is None:
+        elements = decode(buf)
     if len(elements) != chunk.count:
         raise ValueError(f"{chunk.path}: {len(elements)} elements where the scan found "
                          f"{chunk.count}")

@@ -4,10 +4,11 @@ Every region goes through the box funnel, then its phrase through `counts.parse_
 pass takes images in batches of `BATCH`, so that what runs for every region runs in numpy
 over a batch, and only the numbered phrases (about one in twenty) meet Python code:
 
-- each region is read with one `itemgetter`; the batch's types are checked column by
-  column, and a batch with any region off the fast path's types (a float box, a missing
-  key, a phrase that is not a string) is read again region by region (`_checked`), which
-  names what is wrong exactly as `readers.read_regions` does;
+- a chunk that `typed_records` reads comes as structs whose types msgspec has checked
+  (`typed_images`); otherwise each region is read with one `itemgetter`, the batch's types
+  are checked column by column, and a batch with any region off the fast path's types (a
+  float box, a missing key, a phrase that is not a string) is read again region by region
+  (`_checked`), which names what is wrong exactly as `readers.read_regions` does;
 - the box funnel (`_funnel`) is vectorised; the few boxes not wholly inside their image go
   through `pool_passes.clipped_box`, which counts each case;
 - the prefilter of `parse_count` (a digit or a number word) is found for the whole batch at
@@ -22,12 +23,12 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from itertools import chain, islice
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 import numpy as np
 
-from vprom.mining import readers
+from vprom.mining import readers, typed_records
 from vprom.mining.counts import _words_for, parse_count
 from vprom.mining.pool_passes import SAMPLES, PassResult, clipped_box, _Columns
 from vprom.records import COUNTS, LABEL_SEPARATOR
@@ -40,7 +41,7 @@ class Image(NamedTuple):
     index: int
     image_id: int
     regions: list  # (region id, phrase, x, y, w, h) per region
-    items: object  # the record's regions when `regions` still needs `_checked`, else None
+    items: object  # the record's regions when `regions`' types are unchecked, else None
     source: object
 
 
@@ -59,6 +60,17 @@ def images(records, source) -> Iterator[Image]:
 
 
 _REGION_FIELDS = itemgetter("region_id", "phrase", "x", "y", "width", "height")
+
+
+def typed_images(records: list, first: int, source) -> Iterator[Image]:
+    """`Image`s of the records `typed_records.read` gave for a chunk whose first record is
+    record #`first` of the file: already of the fast path's types."""
+    for index, record in enumerate(records, first):
+        regions = list(map(_REGION_ATTRIBUTES, record.regions or ()))
+        yield Image(index, typed_records.image_id(record), regions, None, source)
+
+
+_REGION_ATTRIBUTES = attrgetter("region_id", "phrase", "x", "y", "width", "height")
 
 
 def _checked(items, source, image_id: int) -> list:
@@ -97,7 +109,8 @@ def mine_counts(image_iter, sizes: dict, min_side: int, vocab) -> PassResult:
     for batch in _batches(image_iter):
         images = _known(batch, sizes, stats)
         regions = list(chain.from_iterable(image.regions for image in images))
-        columns = _typed(regions)
+        unchecked = any(image.items is not None for image in images)
+        columns = _typed(regions) if unchecked else list(zip(*regions))
         if columns is None:  # a region off the fast path: read the batch region by region
             for image in images:
                 if image.items is not None:

@@ -6,9 +6,10 @@ and attributes.json at the same record indices (the objects pass joins them reco
 record), region_descriptions.json on its own. The chunks of both passes form one stream of
 jobs, interleaved so that both advance together, which `vprom.processes.ordered_map` hands to
 `workers` processes (forked, so they share the sizes and vocabulary the parent loaded) and
-gives back in order. Each job parses its chunk (`byte_ranges.decode`: orjson, or `json`) -
-with the garbage collector off: the records hold no cycles, and the collector would
-otherwise walk millions of fresh containers - and mines it into a `PassResult`; the parent
+gives back in order. Each job parses its chunk (into typed records, `typed_records`; where
+they cannot be, `byte_ranges.decode`: orjson, or `json`) - with the garbage collector off:
+the records hold no cycles, and the collector would otherwise walk millions of fresh
+containers - and mines it into a `PassResult`; the parent
 merges the results of a pass in file order (`_Merged`), so any number of workers gives the
 crops, statistics and report of a one-process run, byte for byte. The scan hashes each file
 as it goes, so the sha256 of the inputs costs no extra pass.
@@ -34,7 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from vprom import processes
-from vprom.mining import byte_ranges, count_pass, readers
+from vprom.mining import byte_ranges, count_pass, readers, typed_records
 from vprom.mining.pool_passes import (
     SAMPLES,
     STRING_COLUMNS,
@@ -44,6 +45,7 @@ from vprom.mining.pool_passes import (
     images,
     mine_objects,
     object_stats,
+    typed_images,
 )
 
 OBJECTS, COUNTS = "objects", "counts"
@@ -133,16 +135,28 @@ def run_job(setup: Setup, job: tuple) -> tuple[str, PassResult | None, int]:
 
 
 def _mine_chunks(kind: str, chunks: tuple, setup: Setup) -> PassResult:
-    def records(chunk):
-        return zip(range(chunk.first, chunk.first + chunk.count), byte_ranges.load(chunk))
-
-    refs = [readers.FileRef(c.path) for c in chunks]
     if kind == OBJECTS:
-        return mine_objects(images(records(chunks[0]), refs[0], "objects"),
-                            images(records(chunks[1]), refs[1], "attributes"),
+        return mine_objects(_images(chunks[0], "objects"), _images(chunks[1], "attributes"),
                             setup.sizes, setup.min_side, setup.labeler)
-    return count_pass.mine_counts(count_pass.images(records(chunks[0]), refs[0]), setup.sizes,
-                                  setup.min_side, setup.vocab)
+    return count_pass.mine_counts(_images(chunks[0], "regions"), setup.sizes, setup.min_side,
+                                  setup.vocab)
+
+
+def _images(chunk: byte_ranges.Chunk, key: str) -> Iterator:
+    """The `Image`s of a chunk for its pass (`key`: "objects", "attributes" or "regions"),
+    from typed records where `typed_records` reads the chunk, else from its dicts."""
+    source = readers.FileRef(chunk.path)
+    kind = "regions" if key == "regions" else "objects"
+    records = byte_ranges.load(chunk, partial(typed_records.read, kind=kind))
+    if typed_records.typed(records):
+        if key == "regions":
+            yield from count_pass.typed_images(records, chunk.first, source)
+        else:
+            yield from typed_images(records, chunk.first, source, key)
+        return
+    pairs = zip(range(chunk.first, chunk.first + chunk.count), records)
+    yield from (count_pass.images(pairs, source) if key == "regions"
+                else images(pairs, source, key))
 
 
 def _streamed(kind: str, setup: Setup) -> PassResult:

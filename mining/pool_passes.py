@@ -31,9 +31,10 @@ attributes of the region; for counts the count and the noun): generation needs t
 prove each matrix has exactly one answer. A pass accumulates its crops as compact typed
 arrays with one interned string table (`_Columns`), so what it sends back to the parent (a
 `PassResult`) is a few numpy columns, not millions of Python objects. Per object there is
-no Python object beyond the parser's dict: fields are read with one `itemgetter` into a
-tuple (`_objects_of`), attributes.json goes straight into a dict by object id
-(`_attributes_of`), and boxes under `min_side` are only counted.
+no Python object beyond the parser's: fields are read into a tuple, with one `itemgetter`
+from a dict (`_objects_of`) or from msgspec's typed structs where a chunk can be read that
+way (`typed_images`, see `mining.typed_records`); attributes.json goes straight into a dict
+by object id (`_attributes_of`), and boxes under `min_side` are only counted.
 
 Box clipping runs once per object and region, ~9M times at full scale: the common in-image
 box is tested inline; the rest is clipped by `vprom.images.clip_box` and each case
@@ -55,7 +56,7 @@ import numpy as np
 
 from vprom.errors import VpromError
 from vprom.images import clip_box
-from vprom.mining import readers
+from vprom.mining import readers, typed_records
 from vprom.records import LABEL_SEPARATOR, ElementType
 
 ELEMENT_TYPES = tuple(e.value for e in ElementType)  # crop order: this, then input order
@@ -212,6 +213,50 @@ def images(records, source, key: str) -> Iterator[Image]:
         yield Image(index, image_id, *read(items, source, image_id), source)
 
 
+def typed_images(records: list, first: int, source, key: str) -> Iterator[Image]:
+    """`Image`s of the records `typed_records.read` gave for a chunk of objects.json (`key`
+    "objects") or attributes.json ("attributes") whose first record is record #`first`:
+    what `images` gives for the same records, without its checks (msgspec made them)."""
+    for index, record in enumerate(records, first):
+        items = record.objects
+        if key == "attributes" and record.attributes is not None:
+            items = record.attributes
+        read = _typed_objects if key == "objects" else _typed_attributes
+        yield Image(index, typed_records.image_id(record), *read(items or ()), source)
+
+
+def _typed_objects(items: list) -> tuple[list, int]:
+    """`_objects_of` for `typed_records.Object`s."""
+    out = []
+    append = out.append
+    annotations = 0
+    for item in items:
+        attributes = () if item.attributes is None else item.attributes
+        annotations += len(attributes)
+        merged = item.merged_object_ids
+        append((item.object_id, item.names, item.x, item.y, item.w, item.h, attributes,
+                tuple(merged) if merged else ()))
+    return out, annotations
+
+
+def _typed_attributes(items: list) -> tuple[dict, int]:
+    """`_attributes_of` for `typed_records.Object`s."""
+    extra: dict = {}
+    annotations = 0
+    for item in items:
+        attributes = () if item.attributes is None else item.attributes
+        annotations += len(attributes)
+        _join_attributes(extra, item.object_id, attributes)
+    return extra, annotations
+
+
+def _join_attributes(extra: dict, object_id: int, attributes) -> None:
+    if object_id in extra:  # an id listed twice: both lists
+        extra[object_id] = list(extra[object_id]) + list(attributes)
+    else:
+        extra[object_id] = attributes
+
+
 _OBJECT_FIELDS = itemgetter("object_id", "x", "y", "w", "h", "names")
 
 
@@ -265,10 +310,7 @@ def _attributes_of(items: list, source, image_id: int) -> tuple[dict, int]:
             found = readers.object_slow(item, source, image_id, position)
             oid, attributes = found.object_id, found.attributes
         annotations += len(attributes)
-        if oid in extra:  # an id listed twice: both lists
-            extra[oid] = list(extra[oid]) + list(attributes)
-        else:
-            extra[oid] = attributes
+        _join_attributes(extra, oid, attributes)
     return extra, annotations
 
 

@@ -22,7 +22,8 @@ GROUND_LIBRARIES = {"numpy", "h5py", "PIL"}
 #: floor -> (the packages below it it may import, the third-party libraries it may import)
 RULES = {
     "ground": ((), GROUND_LIBRARIES),
-    "mining": (("ground",), GROUND_LIBRARIES | {"ijson", "orjson", "requests", "urllib3", "tqdm"}),
+    "mining": (("ground",), GROUND_LIBRARIES | {"ijson", "orjson", "msgspec", "requests",
+                                                 "urllib3", "tqdm"}),
     "splits": (("ground",), GROUND_LIBRARIES),
     "generation": (("ground",), GROUND_LIBRARIES | {"tqdm", "pyarrow", "scipy"}),
     "runtime": (("ground",), GROUND_LIBRARIES | {"torch"}),

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vprom.errors import VpromError
-from vprom.mining import byte_ranges, pool_jobs, synth
+from vprom.mining import byte_ranges, pool_jobs, synth, typed_records
 from vprom.mining.pools import mine
 
 from .conftest import CORPUS, corpus, write_vg
@@ -54,6 +54,20 @@ def test_any_number_of_workers_gives_identical_pools(tmp_path, synthetic, monkey
     products.append(_products(tmp_path / "whole" / "pools.h5"))
     assert all(p == products[0] for p in products[1:])
     assert len(products[0][0]["crops/crop_id"]) > 0
+
+
+def test_typed_records_mine_what_the_dicts_mine(tmp_path, synthetic, monkeypatch):
+    """Every chunk of the corpus is read typed (msgspec), and mines what its dicts mine."""
+    monkeypatch.setattr(byte_ranges, "TARGET", 2_000)
+    read = []
+    real = typed_records.read
+    monkeypatch.setattr(typed_records, "read", lambda buf, kind: read.append(
+        real(buf, kind) is not None) or real(buf, kind))
+    mine(synthetic, tmp_path / "typed" / "pools.h5", workers=1)
+    assert len(read) > 10 and all(read)
+    monkeypatch.setattr(typed_records, "msgspec", None)
+    mine(synthetic, tmp_path / "dicts" / "pools.h5", workers=1)
+    assert _products(tmp_path / "typed" / "pools.h5") == _products(tmp_path / "dicts" / "pools.h5")
 
 
 def test_a_zipped_pass_is_streamed_and_mines_the_same(tmp_path, monkeypatch):
