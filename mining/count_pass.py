@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 from vprom.mining import readers, typed_records
-from vprom.mining.counts import _words_for, parse_count
+from vprom.mining.counts import _words_for, parse_words
 from vprom.mining.pool_passes import SAMPLES, PassResult, clipped_box, _Columns
 from vprom.records import COUNTS, LABEL_SEPARATOR
 
@@ -103,8 +103,8 @@ def mine_counts(image_iter, sizes: dict, min_side: int, vocab) -> PassResult:
     start = time.perf_counter()
     stats = count_stats(len(sizes))
     cols, rows = _Columns(), []
-    parse = _memo(vocab)
     words = _words_for(vocab)
+    parse = _memo(words)
     exact, table = words.prefilter.search, _number_keys(words.number_bytes)
     for batch in _batches(image_iter):
         images = _known(batch, sizes, stats)
@@ -236,7 +236,8 @@ def _numbered(phrases: list[str], exact, table: _Keys | None) -> list[int]:
     letters turned into spaces and digits into "#", a "#" or a number word is a token, or if
     it is not ASCII (Unicode digits). The batch's phrases are joined by newlines and these
     lines found in numpy: each token is keyed by its first `_KEY` bytes, and a token whose
-    key is a number word's is kept (a superset of the tokens that are number words). The
+    key is a number word's (looked up in a hash table) is kept (a superset of the tokens
+    that are number words). The
     prefilter (`exact`) then confirms each line found. `table`: `_number_keys`.
     """
     joined = "\n".join(phrases).lower()
@@ -253,8 +254,8 @@ def _numbered(phrases: list[str], exact, table: _Keys | None) -> list[int]:
     padded = np.frombuffer(tokens + bytes(_KEY), dtype=np.uint8)
     eights = np.ndarray(len(codes), dtype="<u8", buffer=padded, strides=(1,))
     keys = eights[starts] & _MASKS[np.minimum(lengths, _KEY)]
-    spot = np.searchsorted(table.keys, keys).clip(max=len(table.keys) - 1)
-    found = [starts[table.keys[spot] == keys], np.flatnonzero(codes == 0x23)]
+    words = table.slots[(keys * table.multiplier) >> table.shift] == keys
+    found = [starts[words], np.flatnonzero(codes == 0x23)]
     if not joined.isascii():
         found.append(np.flatnonzero(np.frombuffer(joined.encode(), dtype=np.uint8) >= 0x80))
     lines = np.unique(np.searchsorted(np.flatnonzero(codes == 0x0A), np.concatenate(found)))
@@ -262,7 +263,13 @@ def _numbered(phrases: list[str], exact, table: _Keys | None) -> list[int]:
 
 
 class _Keys(NamedTuple):
-    keys: np.ndarray
+    """The number words' keys in a hash table: key k is at `slots[(k * multiplier) >> shift]`
+    (multiply-shift hashing, wrapping at 64 bits); every other slot holds 0, which no token's
+    key is (a token has at least one letter)."""
+
+    slots: np.ndarray
+    multiplier: np.uint64
+    shift: np.uint64
     shortest: int
     longest: int
 
@@ -271,12 +278,24 @@ def _number_keys(number_bytes) -> _Keys | None:
     """The number words keyed as `_numbered` keys tokens; None where they are not all a-z."""
     if not number_bytes:
         return None
-    keys = [int.from_bytes(w[:_KEY].ljust(_KEY, b"\0"), "little") for w in number_bytes]
+    keys = np.unique(np.array([int.from_bytes(w[:_KEY].ljust(_KEY, b"\0"), "little")
+                               for w in number_bytes], dtype=np.uint64))
     lengths = [len(w) for w in number_bytes]
-    return _Keys(np.array(sorted(keys), dtype=np.uint64), min(lengths), max(lengths))
+    rng = np.random.default_rng(0)  # the same table every run
+    bits, tries = len(keys).bit_length() + 6, 0  # 64 slots a key: 3 multipliers in 4 do
+    while True:  # a multiplier that gives each key a slot of its own
+        multiplier = np.uint64(int(rng.integers(0, 1 << 62)) << 1 | 1)  # odd
+        shift = np.uint64(64 - bits)
+        spots = (keys * multiplier) >> shift
+        if len(np.unique(spots)) == len(keys):
+            slots = np.zeros(1 << bits, dtype=np.uint64)
+            slots[spots] = keys
+            return _Keys(slots, multiplier, shift, min(lengths), max(lengths))
+        tries += 1
+        bits += tries % 8 == 0  # crowded: a table twice as large every 8 tries
 
 
-def _memo(vocab):
+def _memo(words):
     memo: dict = {}
 
     def parse(phrase: str):
@@ -284,7 +303,7 @@ def _memo(vocab):
         if got is memo:
             if len(memo) >= MEMO:
                 memo.clear()
-            got = memo[phrase] = parse_count(phrase, vocab)
+            got = memo[phrase] = parse_words(phrase, words)
         return got
     return parse
 

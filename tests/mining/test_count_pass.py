@@ -51,6 +51,30 @@ def test_numbered_on_random_phrases_of_words_and_fragments():
     assert count_pass._numbered(phrases, EXACT, TABLE) == _expected(phrases)
 
 
+def _random_words(count: int) -> list[bytes]:
+    rng = np.random.default_rng(2)
+    return sorted({bytes(rng.integers(97, 123, size=rng.integers(1, 12)).astype(np.uint8))
+                   for _ in range(count)})
+
+
+@pytest.mark.parametrize("words", [sorted(WORDS.number_bytes), [b"a", b"ab", b"abcdefghij"],
+                                   _random_words(3000)])
+def test_the_number_word_table_holds_each_key_and_nothing_else(words):
+    table = count_pass._number_keys(frozenset(words))
+    keys = np.array([int.from_bytes(w[:8].ljust(8, b"\0"), "little") for w in words],
+                    dtype=np.uint64)
+    rng = np.random.default_rng(4)
+    others = np.concatenate([keys + 1, keys ^ 1 << 40, rng.integers(1, 1 << 62, size=5000,
+                                                                       dtype=np.uint64)])
+    others = others[~np.isin(others, keys)]
+
+    def held(k):
+        return table.slots[(k * table.multiplier) >> table.shift] == k
+
+    assert held(keys).all() and not held(others).any()
+    assert (table.slots != 0).sum() == len(np.unique(keys))
+
+
 def test_number_words_not_all_plain_letters_fall_back_to_the_prefilter():
     assert count_pass._number_keys(None) is None  # `_Words.number_bytes` for such words
     assert count_pass._numbered(["two cats", "a cat"], EXACT, None) == [0]
