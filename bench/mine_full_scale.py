@@ -17,7 +17,9 @@
    from /proc every 50 ms) and the largest single process (`wait4`: the run and its workers); the
    POOLS.h5 of every N must hold the same crops. It then projects the wall time on 16 cores
    (marked as projected): the parent's serial work plus the larger of the byte-range scan and
-   the passes' one-core work spread over 16 workers.
+   the passes' one-core work spread over 16 workers. The work is the one-worker run's own
+   pass times (its chunks, parse included), and the serial work the rest of its wall time
+   less the scan.
 4. Unless `--no-json-load`, loads each JSON file with `json.load` in its own subprocess — how
    the official VG driver and the Hugging Face loader read them — and reports each peak RSS;
    the ratio compares the largest of those with mine's whole-tree peak.
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -394,10 +397,13 @@ def main(argv=None) -> None:
     for n, r in runs.items():
         print(f"{n:>8} {r['wall_s']:>8.1f} {r['peak_tree_bytes'] / gb:>15.2f} "
               f"{r['peak_process_bytes'] / gb:>19.2f} {info['bytes'] / r['wall_s'] / 1e6:>6.0f}")
-    one = runs[min(runs)]["wall_s"]
-    serial = one - t["objects pass"] - t["counts pass"]  # sizes, vocabulary, merge, write
+    # the one-worker run's own stage times: its chunks' work, and the rest less the scan
+    one = runs[min(runs)]
+    stages = {k: float(v) for k, v in re.findall(r"(\w+ pass|merge\+write) ([\d.]+) s",
+                                                  one["stdout"].splitlines()[0])}
     scan = t["objects scan"] + t["counts scan"]
-    work = t["objects pass"] + t["counts pass"] - scan
+    work = stages["objects pass"] + stages["counts pass"]
+    serial = one["wall_s"] - work - scan  # start, image sizes, vocabulary, merge, write
     print(f"{16:>8} {serial + max(scan, work / 16):>8.1f}   (projected: serial {serial:.1f} s "
           f"+ max(scan {scan:.1f} s, one-core work {work:.1f} s / 16))")
     print(f"POOLS.h5 identical for every worker count: {len(hashes) == 1} ({sorted(hashes)})")

@@ -5,9 +5,10 @@ pass takes images in batches of `BATCH`, so that what runs for every region runs
 over a batch, and only the numbered phrases (about one in twenty) meet Python code:
 
 - a chunk that `typed_records` reads comes as structs whose types msgspec has checked
-  (`typed_images`); otherwise each region is read with one `itemgetter`, the batch's types
-  are checked column by column, and a batch with any region off the fast path's types (a
-  float box, a missing key, a phrase that is not a string) is read again region by region
+  (`typed_images`), and the batch's phrases and boxes are taken from them field by field
+  (`_columns`); otherwise each region is read with one `itemgetter`, the batch's types are
+  checked column by column, and a batch with any region off the fast path's types (a float
+  box, a missing key, a phrase that is not a string) is read again region by region
   (`_checked`), which names what is wrong exactly as `readers.read_regions` does;
 - the box funnel (`_funnel`) is vectorised; the few boxes not wholly inside their image go
   through `pool_passes.clipped_box`, which counts each case;
@@ -21,7 +22,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from functools import lru_cache
 from itertools import chain, islice
 from operator import attrgetter, itemgetter
 from typing import NamedTuple
@@ -66,11 +68,12 @@ def typed_images(records: list, first: int, source) -> Iterator[Image]:
     """`Image`s of the records `typed_records.read` gave for a chunk whose first record is
     record #`first` of the file: already of the fast path's types."""
     for index, record in enumerate(records, first):
-        regions = list(map(_REGION_ATTRIBUTES, record.regions or ()))
-        yield Image(index, typed_records.image_id(record), regions, None, source)
+        yield Image(index, typed_records.image_id(record), record.regions or [], None, source)
 
 
 _REGION_ATTRIBUTES = attrgetter("region_id", "phrase", "x", "y", "width", "height")
+_PHRASE = attrgetter("phrase")
+_BOX = tuple(map(attrgetter, ("x", "y", "width", "height")))
 
 
 def _checked(items, source, image_id: int) -> list:
@@ -108,23 +111,16 @@ def mine_counts(image_iter, sizes: dict, min_side: int, vocab) -> PassResult:
     exact, table = words.prefilter.search, _number_keys(words.number_bytes)
     for batch in _batches(image_iter):
         images = _known(batch, sizes, stats)
-        regions = list(chain.from_iterable(image.regions for image in images))
-        unchecked = any(image.items is not None for image in images)
-        columns = _typed(regions) if unchecked else list(zip(*regions))
-        if columns is None:  # a region off the fast path: read the batch region by region
-            for image in images:
-                if image.items is not None:
-                    image.regions[:] = _checked(image.items, image.source, image.image_id)
-            regions = list(chain.from_iterable(image.regions for image in images))
-            columns = list(zip(*regions))
+        regions, row, phrases, boxes = _columns(images)
         lengths = np.array([len(image.regions) for image in images], dtype=np.int64)
         owner = np.repeat(np.arange(len(images)), lengths)
-        odd = _funnel(regions, columns[2:], [sizes[image.image_id] for image in images],
+        odd = _funnel(regions, row, boxes, [sizes[image.image_id] for image in images],
                       owner, stats["regions"])
-        for i in _numbered([region[1] for region in regions], exact, table):
-            box = odd.get(i, regions[i][2:])
+        for i in _numbered(phrases, exact, table):
+            region = row(regions[i])
+            box = odd.get(i, region[2:])
             if box is not None:
-                _mine_phrase(images[owner[i]].image_id, box, regions[i], parse, min_side,
+                _mine_phrase(images[owner[i]].image_id, box, region, parse, min_side,
                              vocab, stats, cols, rows)
     return PassResult(cols.numpy(), cols.strings, stats, {}, rows,
                       seconds=time.perf_counter() - start)
@@ -164,6 +160,41 @@ def _known(batch: list[Image], sizes: dict, stats: dict) -> list[Image]:
     return known
 
 
+def _columns(images: list[Image]) -> tuple[list, Callable, Sequence[str], np.ndarray | None]:
+    """A batch's regions; the function that gives a region's row (region id, phrase, x, y,
+    w, h); their phrases; and their boxes as 4 int64 rows, None where a coordinate is beyond
+    int64. The regions are `typed_records.Region`s where the chunk was read typed
+    (`typed_images`: their columns are taken field by field), else rows: never both in one
+    batch, which holds the images of one chunk, read one way."""
+    regions = list(chain.from_iterable(image.regions for image in images))
+    if not regions:
+        return regions, _itself, [], None
+    if not isinstance(regions[0], tuple):
+        try:
+            boxes = np.array([np.fromiter(map(get, regions), np.int64, len(regions))
+                              for get in _BOX])
+        except OverflowError:
+            boxes = None
+        return regions, _REGION_ATTRIBUTES, list(map(_PHRASE, regions)), boxes
+    unchecked = any(image.items is not None for image in images)
+    columns = _typed(regions) if unchecked else list(zip(*regions))
+    if columns is None:  # a region off the fast path: read the batch region by region
+        for image in images:
+            if image.items is not None:
+                image.regions[:] = _checked(image.items, image.source, image.image_id)
+        regions = list(chain.from_iterable(image.regions for image in images))
+        columns = list(zip(*regions))
+    try:
+        boxes = np.array(columns[2:], dtype=np.int64)
+    except OverflowError:
+        boxes = None
+    return regions, _itself, columns[1], boxes
+
+
+def _itself(region: tuple) -> tuple:
+    return region
+
+
 def _typed(regions: list) -> list | None:
     """The regions' 6 columns (id, phrase, x, y, w, h) if every region has the fast path's
     types (int ids and box, str phrase); else None."""
@@ -179,24 +210,23 @@ def _typed(regions: list) -> list | None:
     return columns if ints == {int} else None
 
 
-def _funnel(regions: list, boxes: list, sizes: list, owner: np.ndarray,
-            counts: Counter) -> dict:
+def _funnel(regions: list, row: Callable, boxes: np.ndarray | None, sizes: list,
+            owner: np.ndarray, counts: Counter) -> dict:
     """The box funnel of `pool_passes.clipped_box` for a batch: index -> clipped box, or
     None, for each region whose box is not wholly inside its image (each case counted).
-    `boxes`: the regions' x, y, w and h columns."""
+    `row`, `boxes`: as `_columns` gives them."""
     if not regions:
         return {}
-    try:
-        x, y, w, h = np.array(boxes, dtype=np.int64)
-    except OverflowError:  # a coordinate beyond int64: each box on its own
+    if boxes is None:  # a coordinate beyond int64: each box on its own
         inside = np.zeros(len(regions), dtype=bool)
     else:
+        x, y, w, h = boxes
         width, height = np.array(sizes, dtype=np.int64).reshape(-1, 2)[owner].T
         # x + w wraps past int64 only for two values of 2**62 or more (a negative one fails)
-        big = np.concatenate([x, y, w, h]).max() >= 1 << 62
+        big = boxes.max() >= 1 << 62
         inside = np.zeros(len(regions), dtype=bool) if big else (
             (x >= 0) & (y >= 0) & (w > 0) & (h > 0) & (x + w <= width) & (y + h <= height))
-    return {i: clipped_box(*regions[i][2:], *sizes[owner[i]], counts)
+    return {i: clipped_box(*row(regions[i])[2:], *sizes[owner[i]], counts)
             for i in np.flatnonzero(~inside).tolist()}
 
 
@@ -227,7 +257,7 @@ _KEY = 8  # bytes of a token compared with the number words (see `_numbered`)
 _MASKS = np.array([(1 << 8 * k) - 1 for k in range(_KEY)] + [(1 << 64) - 1], dtype=np.uint64)
 
 
-def _numbered(phrases: list[str], exact, table: _Keys | None) -> list[int]:
+def _numbered(phrases: Sequence[str], exact, table: _Keys | None) -> list[int]:
     """Indices, in order, of the phrases in which the prefilter of `parse_count` finds a
     number.
 
@@ -274,6 +304,7 @@ class _Keys(NamedTuple):
     longest: int
 
 
+@lru_cache(maxsize=4)
 def _number_keys(number_bytes) -> _Keys | None:
     """The number words keyed as `_numbered` keys tokens; None where they are not all a-z."""
     if not number_bytes:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vprom.errors import VpromError
-from vprom.mining import count_pass, readers
+from vprom.mining import count_pass, readers, typed_records
 from vprom.mining.counts import _words_for
 from vprom.mining.pool_passes import clipped_box
 from vprom.mining.vocab import load_vocabulary
@@ -80,7 +80,16 @@ def test_number_words_not_all_plain_letters_fall_back_to_the_prefilter():
     assert count_pass._numbered(["two cats", "a cat"], EXACT, None) == [0]
 
 
-def test_the_vectorised_funnel_counts_as_clipped_box_does():
+def _funnel(regions, sizes, owner, counts, typed):
+    """`_funnel` on regions given as rows, or as the typed structs `typed_images` gives."""
+    if typed:
+        regions = [typed_records.Region(*r) for r in regions]
+    found, row, _, boxes = count_pass._columns([count_pass.Image(0, 1, regions, None, None)])
+    return count_pass._funnel(found, row, boxes, sizes, owner, counts)
+
+
+@pytest.mark.parametrize("typed", [False, True])
+def test_the_vectorised_funnel_counts_as_clipped_box_does(typed):
     rng = np.random.default_rng(1)
     sizes = [(800, 600), (50, 40), (1, 1)]
     regions = [(k, "p", *map(int, rng.integers(-60, 900, size=2)),
@@ -90,7 +99,7 @@ def test_the_vectorised_funnel_counts_as_clipped_box_does():
                 (7, "p", 3, 3, 5, 0)]
     owner = np.arange(len(regions)) % len(sizes)
     counts = Counter()
-    odd = count_pass._funnel(regions, list(zip(*regions))[2:], sizes, owner, counts)
+    odd = _funnel(regions, sizes, owner, counts, typed)
     expected, boxes = Counter(), []
     for r, o in zip(regions, owner):
         boxes.append(clipped_box(*r[2:], *sizes[o], expected))
@@ -99,21 +108,21 @@ def test_the_vectorised_funnel_counts_as_clipped_box_does():
     assert 0 < len(odd) < len(regions)
 
 
-def test_a_coordinate_beyond_int64_goes_box_by_box():
+@pytest.mark.parametrize("typed", [False, True])
+def test_a_coordinate_beyond_int64_goes_box_by_box(typed):
     regions = [(1, "two cats", 0, 0, 10, 10), (2, "p", 2 ** 70, 0, 10, 10),
                (3, "p", 0, 0, 2 ** 62, 10)]
     counts = Counter()
-    odd = count_pass._funnel(regions, list(zip(*regions))[2:], [(100, 100)],
-                             np.zeros(3, dtype=int), counts)
+    odd = _funnel(regions, [(100, 100)], np.zeros(3, dtype=int), counts, typed)
     assert odd == {0: (0, 0, 10, 10), 1: None, 2: (0, 0, 100, 10)}
     assert counts == Counter(outside_image=1, clipped=1)
 
 
-def test_a_sum_beyond_int64_goes_box_by_box():
+@pytest.mark.parametrize("typed", [False, True])
+def test_a_sum_beyond_int64_goes_box_by_box(typed):
     regions = [(1, "p", 0, 0, 10, 10), (2, "p", 2 ** 62, 0, 2 ** 62, 10)]  # x + w wraps
     counts = Counter()
-    odd = count_pass._funnel(regions, list(zip(*regions))[2:], [(100, 100)],
-                             np.zeros(2, dtype=int), counts)
+    odd = _funnel(regions, [(100, 100)], np.zeros(2, dtype=int), counts, typed)
     assert odd == {0: (0, 0, 10, 10), 1: None} and counts == Counter(outside_image=1)
 
 

@@ -84,7 +84,7 @@ def _dict_images(buf: bytes, key: str) -> list:
 
 def _typed_images(records: list, key: str) -> list:
     if key == "regions":
-        return [(i.index, i.image_id, i.regions)
+        return [(i.index, i.image_id, list(map(count_pass._REGION_ATTRIBUTES, i.regions)))
                 for i in count_pass.typed_images(records, FIRST, SOURCE)]
     return [(i.index, i.image_id, i.objects, i.annotations)
             for i in pool_passes.typed_images(records, FIRST, SOURCE, key)]
