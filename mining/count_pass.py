@@ -42,7 +42,7 @@ BATCH = 512  # images per batch: about one ~2 MB chunk of the file
 class Image(NamedTuple):
     index: int
     image_id: int
-    regions: list  # (region id, phrase, x, y, w, h) per region
+    regions: list  # rows (region id, phrase, x, y, w, h), or `typed_records.Region`s
     items: object  # the record's regions when `regions`' types are unchecked, else None
     source: object
 
@@ -267,8 +267,8 @@ def _numbered(phrases: Sequence[str], exact, table: _Keys | None) -> list[int]:
     it is not ASCII (Unicode digits). The batch's phrases are joined by newlines and these
     lines found in numpy: each token is keyed by its first `_KEY` bytes, and a token whose
     key is a number word's (looked up in a hash table) is kept (a superset of the tokens
-    that are number words). The
-    prefilter (`exact`) then confirms each line found. `table`: `_number_keys`.
+    that are number words). The prefilter (`exact`) then confirms each line found.
+    `table`: `_number_keys`.
     """
     joined = "\n".join(phrases).lower()
     if table is None or joined.count("\n") != max(len(phrases) - 1, 0):
