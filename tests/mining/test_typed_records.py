@@ -101,13 +101,13 @@ def _same_or_refused(buf: bytes, key: str) -> bool:
     return True
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(records=_records("regions", REGION), ascii_only=st.booleans())
 def test_typed_regions_are_what_the_dict_reader_gives(records, ascii_only):
     _same_or_refused(_encode(records, ascii_only), "regions")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, derandomize=True)
 @given(key=st.sampled_from(["objects", "attributes"]), data=st.data(),
        ascii_only=st.booleans())
 def test_typed_objects_are_what_the_dict_reader_gives(key, data, ascii_only):
@@ -121,7 +121,7 @@ MUTATIONS = [b"\xff", b"\xc3", b"\x00", b"\x01", b'"', b"\\", b"\\u", b"\\ud800"
              b"{", b" ", b"\xef\xbb\xbf", b"99999999999999999999", b"true", b"\xe2\x80"]
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400, deadline=None, derandomize=True)
 @given(key=st.sampled_from(["regions", "objects", "attributes"]), data=st.data())
 def test_damaged_bytes_are_refused_or_read_as_json_reads_them(key, data):
     """A byte changed, inserted or cut anywhere: either the typed read refuses the chunk, or
