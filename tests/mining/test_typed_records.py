@@ -4,6 +4,7 @@ and nothing where they might not."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -151,8 +152,6 @@ _CHUNKS: dict = {}
 def _vg_chunk(key: str) -> bytes:
     """The first records of a small synthetic corpus's file, as one array."""
     if key not in _CHUNKS:
-        import tempfile
-
         with tempfile.TemporaryDirectory() as folder:
             synth.write_corpus(Path(folder), images=3, seed=1)
             name = {"regions": "region_descriptions", "objects": "objects",
