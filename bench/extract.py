@@ -66,7 +66,7 @@ from vprom.features.decoding import (  # noqa: E402
     read_bytes,
     torch_image,
 )
-from vprom.features.config import ExtractConfig  # noqa: E402
+from vprom.features.config import ExtractConfig, default_batch_size  # noqa: E402
 from vprom.features.extract import _autocast_dtype, extract  # noqa: E402
 from vprom.features import pipeline  # noqa: E402
 from vprom.features.pipeline import CudaApi, embed  # noqa: E402
@@ -266,12 +266,24 @@ class BareForward:
         return time.perf_counter() - start
 
 
+def batch_size(name: str, args) -> int:
+    """--batch-size, else 256 on CUDA (the issue's figures) and on a CPU what `vprom extract`
+    takes by default for this backbone's input size."""
+    if args.batch_size:
+        return args.batch_size
+    if args.device.startswith("cuda"):
+        return 256
+    return default_batch_size("cpu", "crop", get_backbone(name).preprocess.input_size,
+                              torch.get_num_threads())
+
+
 def run(name: str, dataset: Path, vg: Path, crops: int, args, root: Path) -> list[dict]:
     device = torch.device(args.device)
-    sizes = [args.batch_size] * (crops // args.batch_size)
-    sizes += [crops % args.batch_size] if crops % args.batch_size else []
+    batch = batch_size(name, args)
+    sizes = [batch] * (crops // batch)
+    sizes += [crops % batch] if crops % batch else []
     half = len(sizes) // 2
-    bare_forward = BareForward(name, args.batch_size, device)
+    bare_forward = BareForward(name, batch, device)
     weights = saved_weights(root, name)
     variants = [(d, w, g, t) for d in args.decoders.split(",") for w in args.workers.split(",")
                 for g in args.graphs.split(",") for t in args.prepare_threads.split(",")]
@@ -284,7 +296,7 @@ def run(name: str, dataset: Path, vg: Path, crops: int, args, root: Path) -> lis
             pipeline.PREPARE_THREADS = int(threads)
             runs[decoder, workers, graphs, threads] = extract(ExtractConfig(
                 dataset=dataset, vg=vg, backbone=name, weights=str(weights),
-                out=root / f"{file_name(name)}-{decoder}.h5", batch_size=args.batch_size,
+                out=root / f"{file_name(name)}-{decoder}.h5", batch_size=batch,
                 workers=None if workers == "auto" else int(workers), device=args.device,
                 decode=decoder, resume=False, cuda_graphs=graphs == "on"))
             with h5py.File(runs[decoder, workers, graphs, threads].out, "r") as h5:
@@ -303,7 +315,7 @@ def run(name: str, dataset: Path, vg: Path, crops: int, args, root: Path) -> lis
         bare_forward(sizes)  # the first replays
         graphed = n / sum(bare_forward(sizes) for _ in range(args.rounds))
     return [{"backbone": name, "decode": resolved[v[0]], "workers": v[1], "graphs": v[2],
-             "threads": v[3], "crops": n, "bare": n / bare, "bare_graphed": graphed,
+             "threads": v[3], "batch": batch, "crops": n, "bare": n / bare, "bare_graphed": graphed,
              "e2e": n / whole[v], "loop": n / loop[v], "ratios": ratios[v]} for v in variants]
 
 
@@ -320,7 +332,8 @@ def profiled(name: str, decoder: str, crops: int, args, root: Path) -> Path:
         extract(ExtractConfig(dataset=dataset, vg=vg, backbone=name,
                               weights=str(saved_weights(root, name)),
                               out=root / f"{file_name(name)}-profiled.h5",
-                              batch_size=args.batch_size, device=args.device, decode=decoder,
+                              batch_size=batch_size(name, args), device=args.device,
+                              decode=decoder,
                               resume=False, cuda_graphs=args.graphs.split(",")[-1] == "on"))
     trace = root / f"trace-{file_name(name)}-{decoder}.json"
     prof.export_chrome_trace(str(trace))
@@ -339,7 +352,8 @@ def main(argv=None) -> None:
                    "(60,000: the target size; a 2-core CPU needs ~160)")
     p.add_argument("--decoders", default="auto", help="comma-separated --decode values")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    p.add_argument("--batch-size", type=int, default=None, help="default: 256 on CUDA, 16 on CPU")
+    p.add_argument("--batch-size", type=int, default=None, help="default: 256 on CUDA; on a "
+                   "CPU extract's own default for the backbone's input size")
     p.add_argument("--workers", default="auto", help="comma-separated --workers values, each "
                    "timed end to end in the same rounds (auto: extract's own default)")
     p.add_argument("--graphs", default="off", help="comma-separated: off, on (--cuda-graphs)")
@@ -356,7 +370,6 @@ def main(argv=None) -> None:
                         "decoder): top operators printed, a Chrome trace written under --work")
     args = p.parse_args(argv)
     cuda = args.device.startswith("cuda")
-    args.batch_size = args.batch_size or (256 if cuda else 16)
     root = args.work or Path(tempfile.mkdtemp(prefix="vprom-bench-extract-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
@@ -370,25 +383,25 @@ def main(argv=None) -> None:
               f"{cost['pillow']:.1f} ms/image ({cost['pillow_crop']:.1f} ms/crop); torchvision + "
               f"torch resize {cost['torch']:.1f} ms/image", flush=True)
         if cuda and "gpu" in args.decoders.split(","):
-            st = device_stages(dataset, vg, torch.device(args.device), args.batch_size,
+            st = device_stages(dataset, vg, torch.device(args.device), args.batch_size or 256,
                                profile=args.profile_stages)
             print(f"gpu decoder's stages alone ({st['images']} images, {st['crops']} crops, "
-                  f"batches of ~{args.batch_size} crops): nvjpeg decode {st['decode']:.0f} "
+                  f"batches of ~{args.batch_size or 256} crops): nvjpeg decode {st['decode']:.0f} "
                   f"images/s; crops image by image {st['crop']:.0f} crops/s, batch-wide "
                   f"{st['many']:.0f} crops/s", flush=True)
         device = (torch.cuda.get_device_name(args.device) if cuda else
                   f"cpu, {torch.get_num_threads()} threads")
-        print(f"torch {torch.__version__}, {device}, batch {args.batch_size}, weights random, "
-              "each backbone at its own input size")
+        print(f"torch {torch.__version__}, {device}, weights random, each backbone at its own "
+              "input size")
         print(f"{'backbone':34s} {'decode':8s} {'workers':>7s} {'graphs':>6s} {'threads':>7s} "
-              f"{'crops':>7s} "
+              f"{'batch':>5s} {'crops':>7s} "
               f"{'bare fwd/s':>10s} {'e2e/s':>9s} {'loop/s':>9s} {'e2e/bare':>8s} "
               f"{'loop/bare':>9s}  per-round e2e/bare")
         for name in args.backbones.split(","):
             results = run(name, dataset, vg, args.crops, args, root)
             for r in results:
                 print(f"{r['backbone']:34s} {r['decode']:8s} {r['workers']:>7s} "
-                      f"{r['graphs']:>6s} {r['threads']:>7s} {r['crops']:7d} "
+                      f"{r['graphs']:>6s} {r['threads']:>7s} {r['batch']:5d} {r['crops']:7d} "
                       f"{r['bare']:10.2f} {r['e2e']:9.2f} {r['loop']:9.2f} "
                       f"{r['e2e'] / r['bare']:8.3f} "
                       f"{r['loop'] / r['bare']:9.3f}  "

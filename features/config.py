@@ -24,6 +24,21 @@ REGIONS = ("crop", "roi")
 #: attention pool) / the mean of the patch tokens, L2-normalised; auto: the backbone's default.
 POOLS = ("auto", "avg", "cls", "mean", "none")
 COMPRESSIONS = ("none", "gzip", "lzf")
+#: crops per forward by default on CUDA, and for `--region roi` (where a batch counts boxes)
+BATCH_SIZE = 64
+#: on a CPU device a default batch holds about this many pixels per thread: 8 crops of 224 px
+#: on 2 threads. On the 2-core machine that wrote this, 4-8 crops at 224 px ran resnet18 and
+#: resnet50 end to end 1.2x and 1.4-1.6x faster than 64, whose activations outgrow the caches;
+#: at 112 px 32 crops, and at 64 px 64, were the fastest (docs/extraction-speed.md)
+CPU_BATCH_PIXELS = 4 * 224 * 224
+
+
+def default_batch_size(device_type: str, region: str, side: int, threads: int) -> int:
+    """`--batch-size` when not given: `BATCH_SIZE`, or on a CPU device with `--region crop`
+    about `CPU_BATCH_PIXELS` per thread of crops `side` pixels a side (1 to `BATCH_SIZE`)."""
+    if device_type != "cpu" or region != "crop":
+        return BATCH_SIZE
+    return max(1, min(BATCH_SIZE, CPU_BATCH_PIXELS * max(threads, 1) // (side * side)))
 
 
 @dataclass(frozen=True)
@@ -36,7 +51,11 @@ class ExtractConfig:
         "imagenet | none | PATH to a state dict; timm:<name>: FILE (.safetensors or .pth, "
         "weights only), none, or pretrained (only if already in the Hugging Face cache: vprom "
         "never downloads)"))
-    batch_size: int = option(64, help="crops per forward (%(default)s; 256 suits a large GPU)")
+    # None: BATCH_SIZE on CUDA; on a CPU a batch sized to the caches (`default_batch_size`)
+    batch_size: int | None = option(None, help=(
+        f"crops per forward (default: {BATCH_SIZE} on CUDA, where 256 suits a large GPU; on a "
+        "CPU about 8 crops of 224 px per 2 threads, more for smaller crops, at most "
+        f"{BATCH_SIZE})"))
     # None: 0 on CPU (this process decodes between forwards), the cores per GPU process less 2
     workers: int | None = option(None, help="DataLoader processes reading/decoding JPEGs; 0: "
                                             "this process, with threads, between forwards "

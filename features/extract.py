@@ -44,7 +44,7 @@ import torch
 from vprom.errors import VpromError
 from vprom.features import assemble, pipeline
 from vprom.features.backbones import get_backbone
-from vprom.features.config import ExtractConfig
+from vprom.features.config import ExtractConfig, default_batch_size
 from vprom.features.crops import batch_layout
 from vprom.features.decoding import cores_per_process, resolve_decoder
 from vprom.features.job import Job, check_space, config_hash, fingerprint
@@ -156,16 +156,18 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
         raise VpromError(f"{config.dataset}: the crops table is empty; nothing to extract")
     if len(np.unique(crops.crop_id)) != len(crops):
         raise VpromError(f"{config.dataset}: crop ids are not unique; regenerate the dataset")
+    if config.region == "roi":
+        size = config.input_size or backbone.region_head.shortest_side
+    else:
+        size = config.input_size or backbone.preprocess.input_size
+    # the batch size the job, fingerprint and file record
+    config = replace(config, batch_size=_batch_size(config, world, size))
     layout = batch_layout(crops, config.batch_size, config.chunk_batches)
     if config.pool == "avg" and backbone.feature_dim:  # known before any forward; other
         check_space(config, layout, (backbone.feature_dim,))  # rows: at the first result
     index = ImageIndex(config.vg)
     images = layout.unit_image[layout.groups[:, 0]]
     paths = [str(index.paths[i]) if int(i) in index.paths else None for i in images.tolist()]
-    if config.region == "roi":
-        size = config.input_size or backbone.region_head.shortest_side
-    else:
-        size = config.input_size or backbone.preprocess.input_size
     if config.cuda_graphs and device.type not in GRAPH_DEVICES:
         raise VpromError("--cuda-graphs needs a CUDA device; drop it on the CPU")
     decoder = resolve_decoder(config.decode, device)
@@ -181,6 +183,17 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
     fp = fingerprint(config, backbone, loaded, layout, size, decoder, device, autocast)
     return Job(config, backbone, loaded, layout, paths, size, decoder, workers, autocast, world,
                fp)
+
+
+def _batch_size(config: ExtractConfig, world: World, size: int) -> int:
+    """--batch-size, or `default_batch_size` for this device and crop side. Every process
+    of a torchrun job must cut the same batches, so they take the smallest one's choice
+    (their thread counts may differ)."""
+    if config.batch_size is not None:
+        return config.batch_size
+    mine = default_batch_size(world.device.type, config.region, size, torch.get_num_threads())
+    chosen = world.all_sum([float(mine) if r == world.rank else 0.0 for r in range(world.size)])
+    return int(min(chosen))
 
 
 def _workers(config: ExtractConfig, device: torch.device) -> int:

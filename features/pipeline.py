@@ -58,6 +58,7 @@ from vprom.processes import quiet_when_parent_gone
 
 NICE_WORKERS = 10  # CPU runs: DataLoader workers' priority below the forward's
 PREPARE_THREADS = 1  # CUDA: threads preparing batches ahead (decoding, cropping)
+INLINE_CROPS = 64  # `--workers 0`: crops decoded at a time, a whole number of batches
 
 
 # ------------------------------------------------------------------------- transfers
@@ -374,19 +375,27 @@ def _worker_init(worker_id: int, nice: int) -> None:
 
 
 class InlineBatches:
-    """`--workers 0`: each batch prepared in this process when the loop asks for it, its image
-    groups decoded by a pool of threads (Pillow and torch release the GIL while they decode
-    and resize). Nothing runs beside the forward: on a CPU device that is the point (see
-    `DEFAULT_CPU_WORKERS`)."""
+    """`--workers 0`: batches prepared in this process when the loop asks for them, their
+    image groups decoded by a pool of threads (Pillow and torch release the GIL while they
+    decode and resize). Nothing runs beside the forward: on a CPU device that is the point
+    (see `DEFAULT_CPU_WORKERS`). `ahead` batches are decoded at a time, all their groups in
+    one go, so that the threads share many images and wait less for the slowest one (a CPU
+    batch of 8 crops holds 2-3 images); the batches are the same either way."""
 
-    def __init__(self, dataset: CropDataset, batches: list, threads: int, pin: bool):
+    def __init__(self, dataset: CropDataset, batches: list, threads: int, pin: bool,
+                 ahead: int = 1):
         self.dataset, self.batches, self.threads, self.pin = dataset, batches, threads, pin
+        self.ahead = ahead
 
     def __iter__(self):
         with ThreadPoolExecutor(self.threads) as pool:
-            for groups in self.batches:
-                batch = collate(list(pool.map(self.dataset.__getitem__, groups)))
-                yield batch.pin_memory() if self.pin else batch
+            for at in range(0, len(self.batches), self.ahead):
+                run = self.batches[at:at + self.ahead]
+                items = iter(list(pool.map(self.dataset.__getitem__,
+                                           [g for groups in run for g in groups])))
+                for groups in run:
+                    batch = collate([next(items) for _ in groups])
+                    yield batch.pin_memory() if self.pin else batch
 
 
 def loader(job: Job, batches: list):
@@ -397,7 +406,8 @@ def loader(job: Job, batches: list):
                           job.backbone.preprocess.interpolation,
                           job.backbone.preprocess.crop_pct)
     if job.workers == 0:
-        return InlineBatches(dataset, batches, cores_per_process(), pin=not cpu)
+        return InlineBatches(dataset, batches, cores_per_process(), pin=not cpu,
+                             ahead=max(1, INLINE_CROPS // job.config.batch_size))
     return torch.utils.data.DataLoader(
         dataset, batch_sampler=batches, collate_fn=collate, num_workers=job.workers,
         pin_memory=not cpu, worker_init_fn=partial(_worker_init, nice=NICE_WORKERS if cpu else 0),

@@ -15,9 +15,10 @@ import torch
 import torchvision
 
 import vprom.features.assemble as assemble_module
+import vprom.features.extract as extract_module
 import vprom.features.pipeline as pipeline_module
 from vprom.features.backbones import IMAGENET_MEAN, IMAGENET_STD, get_backbone
-from vprom.features.config import ExtractConfig
+from vprom.features.config import BATCH_SIZE, ExtractConfig, default_batch_size
 from vprom.features.crops import decode_crops
 from vprom.features.extract import extract
 from vprom.features.reader import check_complete, load_features
@@ -208,6 +209,47 @@ def test_bad_config_is_refused(dataset, vg_dir, tmp_path):
         config(dataset, vg_dir, tmp_path / "f.h5", batch_size=0)
     with pytest.raises(VpromError, match="unknown backbone"):
         extract(config(dataset, vg_dir, tmp_path / "f.h5", backbone="alexnet"))
+
+
+def test_default_batch_size_keeps_a_cpu_batch_small_and_cuda_at_64():
+    assert default_batch_size("cpu", "crop", 224, 2) == 8  # what measured fastest here
+    assert default_batch_size("cpu", "crop", 224, 1) == 4
+    assert default_batch_size("cpu", "crop", 224, 0) == 4  # an unknown count: one thread
+    assert default_batch_size("cpu", "crop", 112, 2) == 32  # smaller crops, more of them
+    assert default_batch_size("cpu", "crop", 64, 2) == BATCH_SIZE == 64  # never above 64
+    assert default_batch_size("cpu", "crop", 518, 2) == 1  # DINOv2's side: still one crop
+    assert default_batch_size("cpu", "crop", 224, 16) == 64
+    assert default_batch_size("cuda", "crop", 224, 2) == 64
+    assert default_batch_size("cpu", "roi", 600, 2) == 64  # roi batches count boxes
+
+
+def test_extract_without_a_batch_size_takes_the_default_and_records_it(dataset, vg_dir,
+                                                                        tmp_path, monkeypatch):
+    monkeypatch.setattr(extract_module.torch, "get_num_threads", lambda: 1)
+    out = tmp_path / "auto.h5"
+    extract(config(dataset, vg_dir, out, batch_size=None, input_size=224))
+    with h5py.File(out, "r") as h5:
+        assert h5.attrs["batch_size"] == 4  # 4 crops of 224 px per thread
+    fixed = tmp_path / "fixed.h5"
+    extract(config(dataset, vg_dir, fixed, batch_size=4, input_size=224))
+    assert datasets(out) == datasets(fixed)
+    again = extract(config(dataset, vg_dir, out, batch_size=None, input_size=224))
+    assert again.extracted_units == 0  # the same settings: the finished file is kept
+
+
+def test_ranks_cut_the_batches_of_the_smallest_default(monkeypatch):
+    class SecondOfTwo:  # rank 0 chose 4 crops: all_sum adds its slot to ours
+        rank, size, device = 1, 2, torch.device("cpu")
+
+        def all_sum(self, values):
+            assert values[0] == 0.0
+            return [4.0, values[1]]
+
+    monkeypatch.setattr(extract_module.torch, "get_num_threads", lambda: 2)
+    options = dict(dataset="d.h5", vg="v", backbone="resnet18", out="o.h5")
+    assert extract_module._batch_size(ExtractConfig(**options), SecondOfTwo(), 224) == 4
+    assert extract_module._batch_size(ExtractConfig(**options, batch_size=32), SecondOfTwo(),
+                                      224) == 32
 
 
 def test_command_line_extracts_and_lists(dataset, vg_dir, tmp_path, capsys):

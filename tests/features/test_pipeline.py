@@ -326,8 +326,43 @@ def test_workers_0_prepares_the_batches_the_dataloader_workers_prepare(dataset, 
     job = extract_job(dataset, vg_dir, tmp_path)
     assert job.workers == 0
     assert isinstance(pipeline.loader(job, layout.batches), pipeline.InlineBatches)
+    assert pipeline.loader(job, layout.batches).ahead == pipeline.INLINE_CROPS // 4  # batch 4
     job.workers = 2
     assert isinstance(pipeline.loader(job, layout.batches), torch.utils.data.DataLoader)
+
+
+def test_workers_0_decodes_several_batches_at_a_time_all_before_the_first_forward(
+        dataset, vg_dir, monkeypatch):
+    """`ahead` batches decoded together (so the threads share more images) are the same
+    batches, and every one of them is decoded before the first is handed to the forward:
+    nothing decodes beside it."""
+    from vprom.features.crops import CropDataset, batch_layout
+    from vprom.images import ImageIndex
+    from vprom.tables import read_crop_table
+
+    layout = batch_layout(read_crop_table(dataset), 2, 1)
+    index = ImageIndex(vg_dir)
+    images = layout.unit_image[layout.groups[:, 0]].tolist()
+    crops = CropDataset(layout, [str(index.paths[i]) if i in index.paths else None
+                                 for i in images], 32)
+    calls, decode = [], CropDataset.__getitem__
+    monkeypatch.setattr(CropDataset, "__getitem__",
+                        lambda self, group: calls.append(group) or decode(self, group))
+    one = list(pipeline.InlineBatches(crops, layout.batches, 2, pin=False))
+    n = len(layout.batches)
+    assert n >= 5
+    for ahead in (2, 3, n + 1):
+        calls.clear()
+        decoded_by_then = []
+        for k, batch in enumerate(pipeline.InlineBatches(crops, layout.batches, 2, pin=False,
+                                                         ahead=ahead)):
+            decoded_by_then.append(len(calls))
+            assert np.array_equal(batch.units, one[k].units)
+            assert torch.equal(batch.pixels, one[k].pixels) and batch.failed == one[k].failed
+        assert k == n - 1
+        for k, seen in enumerate(decoded_by_then):
+            run_end = min(n, (k // ahead + 1) * ahead)
+            assert seen == sum(len(g) for g in layout.batches[:run_end]), (ahead, k)
 
 
 def extract_job(dataset, vg_dir, tmp_path):
