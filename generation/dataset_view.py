@@ -42,7 +42,7 @@ class Data:
     # element type -> super-attribute -> its elements (the solver's reading groups)
     super_attributes: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
     labels: LabelVocabulary | None = None  # None: only what the crops say (nothing implied)
-    _label_sets: list | None = field(default=None, repr=False)
+    _label_sets: tuple | None = field(default=None, repr=False)
     _pending: Callable | None = field(default=None, repr=False)  # see `load`
 
     def complete(self) -> None:
@@ -61,8 +61,15 @@ class Data:
 
     def label_sets(self) -> list[frozenset[str]]:
         """Per crop: every label it has, explicit and implied."""
-        if self._label_sets is None:
-            self._label_sets = self.vocabulary.label_sets(self.crops)
+        return self._crop_label_sets()[2]
+
+    def explicit_label_sets(self) -> list[frozenset[str]]:
+        """Per crop: the labels it carries itself (equal to `CropTable.label_sets`' sets)."""
+        return self._crop_label_sets()[0]
+
+    def _crop_label_sets(self) -> tuple[list, list, list]:
+        if self._label_sets is None:  # once (in `vprom verify`, before its workers fork)
+            self._label_sets = self.vocabulary.crop_label_sets(self.crops)
         return self._label_sets
 
 

@@ -123,30 +123,31 @@ class LabelVocabulary:
 
     def split_label_sets(self, crops: CropTable
                          ) -> tuple[list[frozenset[str]], list[frozenset[str]]]:
-        """Per crop: (its explicit labels, the labels its names imply), one set object per
-        distinct (element type, label list), as label lists repeat a lot."""
-        explicit, implied = [], []
-        seen: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {}
-        for etype, text in zip(crops.element_type.tolist(), crops.labels.tolist()):
-            got = seen.get((etype, text))
-            if got is None:
-                labels = frozenset(x for x in text.split(LABEL_SEPARATOR) if x)
-                got = seen[(etype, text)] = (labels, self.implied_of(etype, labels))
-            explicit.append(got[0])
-            implied.append(got[1])
+        """Per crop: (its explicit labels, the labels its names imply)."""
+        explicit, implied, _ = self.crop_label_sets(crops)
         return explicit, implied
 
     def label_sets(self, crops: CropTable) -> list[frozenset[str]]:
         """Per crop: its explicit and implied labels together."""
-        memo: dict[tuple[int, int], frozenset[str]] = {}
-        out = []
-        for e, i in zip(*self.split_label_sets(crops)):
-            key = (id(e), id(i))
-            got = memo.get(key)
-            if got is None:
-                got = memo[key] = e | i
-            out.append(got)
-        return out
+        return self.crop_label_sets(crops)[2]
+
+    def crop_label_sets(self, crops: CropTable) -> tuple[list, list, list]:
+        """Per crop: (its explicit labels, the labels its names imply, both), one set object
+        of each per distinct (element type, label list), made once; the loops over the crops
+        (hundreds of thousands) are `map`s in C."""
+        pairs = list(zip(crops.element_type.tolist(), crops.labels.tolist()))
+        index = {pair: k for k, pair in enumerate(dict.fromkeys(pairs))}
+        explicit, implied, both, none = [], [], [], frozenset()
+        for etype, text in index:
+            labels = frozenset(text.split(LABEL_SEPARATOR))
+            if "" in labels:  # "" and "a||b" hold no empty label
+                labels = labels - {""}
+            more = self.implied_of(etype, labels) if etype == HUMAN else none
+            explicit.append(labels)
+            implied.append(more)
+            both.append(labels | more if more else labels)
+        codes = list(map(index.__getitem__, pairs))
+        return tuple(list(map(sets.__getitem__, codes)) for sets in (explicit, implied, both))
 
     def concepts(self, element_type: str, labels: frozenset[str]
                  ) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:

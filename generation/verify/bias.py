@@ -64,7 +64,7 @@ def candidate_view(data: Data, used: np.ndarray) -> audit.CandidateView:
     every label, explicit and implied; counts of explicit and of implied labels apart."""
     c = data.crops
     rows = np.where(data.rows < 0, 0, data.rows)[:, N_CONTEXT:]
-    label_sets, explicit = data.label_sets(), c.label_sets()
+    label_sets, explicit = data.label_sets(), data.explicit_label_sets()
     n_labels = np.array([len(s) for s in explicit], dtype=float)
     n_implied = np.array([len(a) - len(b) for a, b in zip(label_sets, explicit)], dtype=float)
     ids: dict[str, int] = {}

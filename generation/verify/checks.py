@@ -196,7 +196,7 @@ class SolverTables:
     groups, and, for `vprom.solver`, each crop's label mask per element type."""
 
     def __init__(self, data: Data) -> None:
-        self.labels, self.explicit = data.label_sets(), data.crops.label_sets()
+        self.labels, self.explicit = data.label_sets(), data.explicit_label_sets()
         self.universe, self.groups = universes(data), reading_groups(data)
         self._masks: dict[str, tuple] = {}
         self._ids: dict[str, np.ndarray] = {}

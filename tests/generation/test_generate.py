@@ -34,6 +34,29 @@ def _crop_index(data):
     return {int(c): i for i, c in enumerate(data.crops.crop_id)}
 
 
+def test_label_sets_per_crop_one_set_per_distinct_label_list():
+    from vprom.generation.labels import LabelVocabulary
+    from vprom.tables import CropTable
+
+    kinds = ["human_attribute", "human_attribute", "object", "human_attribute", "object",
+             "object"]
+    texts = ["man|young", "man|young", "man|young", "", "a||b", "b|a"]
+    n = len(texts)
+    crops = CropTable(crop_id=range(n), image_id=[1] * n, x=[0] * n, y=[0] * n, w=[1] * n,
+                      h=[1] * n, element_type=kinds, element=["e"] * n,
+                      super_attribute=[""] * n, source_id=range(n), phrase=[""] * n,
+                      labels=texts)
+    vocab = LabelVocabulary(frozenset(), {}, {"man": ("male", "young")})
+    explicit, implied = vocab.split_label_sets(crops)
+    every = vocab.label_sets(crops)
+    assert explicit == [{"man", "young"}] * 3 + [set(), {"a", "b"}, {"a", "b"}]
+    assert implied == [{"male"}, {"male"}, set(), set(), set(), set()]  # only humans imply
+    assert every == [{"man", "young", "male"}] * 2 + [{"man", "young"}, set(), {"a", "b"},
+                                                      {"a", "b"}]
+    assert explicit[0] is explicit[1] and every[0] is every[1]  # a repeated list: one set
+    assert all(type(s) is frozenset for s in explicit + implied + every)
+
+
 def test_every_matrix_is_proven_by_the_solver(small_dataset):
     # with every label a panel has, explicit and implied, read in one super-attribute at a time
     data = small_dataset
