@@ -187,11 +187,13 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
 
 def _batch_size(config: ExtractConfig, world: World, size: int) -> int:
     """--batch-size, or `default_batch_size` for this device and crop side. Every process
-    of a torchrun job must cut the same batches, so they take the smallest one's choice
-    (their thread counts may differ)."""
+    of a torchrun job must cut the same batches: on a CPU, whose default depends on the
+    thread count, they take the smallest one's choice."""
     if config.batch_size is not None:
         return config.batch_size
     mine = default_batch_size(world.device.type, config.region, size, torch.get_num_threads())
+    if world.size == 1 or world.device.type != "cpu":  # CUDA's default is the same everywhere
+        return mine
     chosen = world.all_sum([float(mine) if r == world.rank else 0.0 for r in range(world.size)])
     return int(min(chosen))
 

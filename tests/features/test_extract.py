@@ -290,17 +290,20 @@ def test_command_line_defaults_come_from_the_config():
 @pytest.mark.slow
 def test_two_processes_under_torchrun_equal_one(dataset, vg_dir, tmp_path):
     one = tmp_path / "one.h5"
-    extract(config(dataset, vg_dir, one, batch_size=2, input_size=None))
+    extract(config(dataset, vg_dir, one, batch_size=4, input_size=None))
     two = tmp_path / "two.h5"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    # no --batch-size: both processes agree on the CPU default (4 crops of 224 px, 1 thread)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
            "2", "-m", "vprom", "extract", str(dataset), "--vg", str(vg_dir), "--backbone",
-           "resnet18", "--weights", "none", "--out", str(two), "--batch-size", "2",
+           "resnet18", "--weights", "none", "--out", str(two),
            "--chunk-batches", "1", "--workers", "0", "--dtype", "float32", "--device", "cpu"]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rank 1 of 2" in done.stdout
     assert datasets(two) == datasets(one)
+    with h5py.File(two, "r") as h5:
+        assert h5.attrs["batch_size"] == 4
 
 
 def test_the_manifest_names_the_data_set_by_its_content(dataset, vg_dir, tmp_path):
