@@ -217,11 +217,11 @@ def typed_images(records: list, first: int, source, key: str) -> Iterator[Image]
     """`Image`s of the records `typed_records.read` gave for a chunk of objects.json (`key`
     "objects") or attributes.json ("attributes") whose first record is record #`first`:
     what `images` gives for the same records, without its checks (msgspec made them)."""
+    read = _typed_objects if key == "objects" else _typed_attributes
     for index, record in enumerate(records, first):
         items = record.objects
         if key == "attributes" and record.attributes is not None:
             items = record.attributes
-        read = _typed_objects if key == "objects" else _typed_attributes
         yield Image(index, typed_records.image_id(record), *read(items or ()), source)
 
 
