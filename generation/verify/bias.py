@@ -67,14 +67,18 @@ def candidate_view(data: Data, used: np.ndarray) -> audit.CandidateView:
     label_sets, explicit = data.label_sets(), data.explicit_label_sets()
     n_labels = np.array([len(s) for s in explicit], dtype=float)
     n_implied = np.array([len(a) - len(b) for a, b in zip(label_sets, explicit)], dtype=float)
+    # crops share a quarter as many label sets: each distinct set is a row of label ids
     ids: dict[str, int] = {}
-    of_set: dict[frozenset, tuple[int, ...]] = {}  # crops share a quarter as many label sets
+    of_set: dict[frozenset, int] = {}
+    row_labels: list[tuple[int, ...]] = []
     for s in label_sets:
         if s not in of_set:
-            of_set[s] = tuple(ids.setdefault(label, len(ids)) for label in sorted(s))
-    crop_labels = list(map(of_set.__getitem__, label_sets))
+            of_set[s] = len(row_labels)
+            row_labels.append(tuple(ids.setdefault(label, len(ids)) for label in sorted(s)))
+    label_row = np.fromiter(map(of_set.__getitem__, label_sets), np.int64,
+                            len(label_sets))[rows]
     overlap = np.zeros(rows.shape)
-    overlap[used] = audit.label_overlap(audit.label_masks(label_sets), rows[used])
+    overlap[used] = audit.label_overlap(audit.label_masks(row_labels), label_row[used])
     sa, el = string_codes(c.super_attribute)[1], string_codes(c.element)[1]
     # An element is identified with its type: "red" of objects and of humans are not alike
     el = el.ravel() * len(ElementType) + np.searchsorted(
@@ -84,7 +88,7 @@ def candidate_view(data: Data, used: np.ndarray) -> audit.CandidateView:
         element=el.ravel()[rows], super_attribute=sa.ravel()[rows], n_labels=n_labels[rows],
         overlap=overlap, area=(c.w.astype(float) * c.h)[rows],
         aspect=(c.w.astype(float) / np.maximum(c.h, 1))[rows], n_implied=n_implied[rows],
-        crops=rows, crop_labels=crop_labels)
+        label_row=label_row, row_labels=row_labels)
 
 
 def frequency_checks(data: Data) -> list[Check]:

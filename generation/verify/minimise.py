@@ -3,7 +3,8 @@
 The label probe's loss (`audit.fit_set_probe`) is a conditional logit with an L2 penalty:
 convex, so it has one minimum, and the probe is that minimum. Plain gradient steps reach it
 in a couple of hundred evaluations; L-BFGS, which builds a curvature estimate from its last
-`MEMORY` steps, in 30-90 (the verify bench at scale 1). Every product is an elementwise
+`MEMORY` steps, in 50-110 (the verify bench at scale 1), and in 16-32 on weights scaled by
+the Hessian's diagonal (`audit.start_scale`). Every product is an elementwise
 sum in numpy (pairwise, in a fixed order), not BLAS, so the result does not depend on the
 machine's thread count.
 """

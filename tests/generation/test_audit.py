@@ -157,10 +157,12 @@ def test_a_maps_file_is_refused_with_what_to_pass_instead(tmp_path):
 
 
 def test_label_overlap_by_hand():
-    sets = [frozenset(s) for s in ({"a"}, {"a", "b"}, {"c"}, set(), {"b"}, {"d"}, {"e"},
-                                   {"c", "e"})]
+    sets = [(0,), (0, 1), (2,), (), (1,), (3,), (4,), (2, 4)]  # a, a b, c, none, b, d, e, c e
     overlap = audit.label_overlap(audit.label_masks(sets), np.arange(8)[None]) * 7
     assert overlap.tolist() == [[1, 2, 1, 0, 1, 0, 1, 2]]
+    # candidates that share a label set share its row: the first and the last alike
+    twice = audit.label_overlap(audit.label_masks(sets), np.array([[1, 0, 2, 3, 4, 5, 6, 1]]))
+    assert (twice * 7).tolist() == [[3, 2, 0, 0, 2, 0, 0, 3]]
 
 
 def test_features_of_the_wrong_shape_are_a_clear_error(tmp_path):
@@ -279,6 +281,31 @@ def test_the_label_probe_is_the_minimum_of_its_loss():
     assert _plain_loss(design, y, l2, fitted)[0] - lowest < 1e-6 * lowest
     assert np.allclose(fitted, best, rtol=0, atol=0.05)
     assert w[0] > 0.5 > np.abs(w[1:f]).max()  # it learnt the planted signal in feature 0
+
+
+def test_the_fits_scale_is_the_hessian_diagonal_where_it_starts():
+    """`start_scale` is 1/√ of the loss's Hessian diagonal at weights 0 (p = 1/8), as the
+    plain N×8×K design gives it: for the features, the positions and the set entries that
+    `set_entries` makes of candidates' labels (each label with how many of the 8 hold it)."""
+    rng = np.random.default_rng(4)
+    n, f, n_labels, l2 = 40, 3, 6, 1e-3
+    row_labels = [tuple(sorted(rng.choice(n_labels, rng.integers(0, 4), replace=False)))
+                  for _ in range(30)]
+    view = audit.CandidateView(element=None, super_attribute=None, n_labels=None,
+                               overlap=None, area=None, aspect=None,
+                               label_row=rng.integers(0, 30, (n, 8)), row_labels=row_labels)
+    n_sparse = 8 * n_labels
+    cand, feat = audit.set_entries(view, np.arange(n))
+    x = rng.normal(size=(n, 8, f)).astype(np.float32)
+    columns, part = audit._slot_major(x, (cand, feat), n_sparse)
+    sparse = np.zeros((n * 8, n_sparse))
+    np.add.at(sparse, (cand, feat), 1.0)
+    design = np.concatenate([x.astype(np.float64), np.broadcast_to(audit.SLOTS, (n, 8, 8)),
+                             sparse.reshape(n, 8, n_sparse)], axis=2)
+    spread = design - design.mean(axis=1, keepdims=True)
+    diagonal = np.einsum("ijk,ijk->k", spread, spread) / (8 * n) + l2
+    assert np.allclose(audit.start_scale(columns, part, n, l2), 1 / np.sqrt(diagonal),
+                       rtol=1e-9, atol=0)
 
 
 def test_a_training_rows_answer_rate_does_not_reveal_its_answer():
