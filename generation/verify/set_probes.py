@@ -220,11 +220,14 @@ class _Vocab:
 
 
 class SetMLP:
-    """The probe's parameters and its forward / backward passes (see the module docstring)."""
+    """The probe's parameters and its forward / backward passes (see the module docstring),
+    in float32: a probe of noisy minibatch steps needs no more precision, and its sums over
+    the minibatch take a quarter less time than in float64."""
 
     def __init__(self, vocab: int, rng: np.random.Generator, hidden: int = HIDDEN) -> None:
-        self.params = [rng.normal(0, 0.1, (vocab, hidden)), np.zeros(hidden),
-                       rng.normal(0, 0.1, hidden)]
+        self.params = [rng.normal(0, 0.1, (vocab, hidden)).astype(np.float32),
+                       np.zeros(hidden, np.float32),
+                       rng.normal(0, 0.1, hidden).astype(np.float32)]
         self.moments = [[np.zeros_like(p), np.zeros_like(p)] for p in self.params]
         self.t = 0
 
@@ -291,7 +294,7 @@ def _incidence(tokens: np.ndarray, vocab: int) -> scipy.sparse.csr_matrix:
 
     rows, slots = math.prod(tokens.shape[:-1]), tokens.shape[-1]
     flat = tokens.reshape(rows, slots)
-    return scipy.sparse.csr_matrix((np.ones(flat.size), flat.ravel(),
+    return scipy.sparse.csr_matrix((np.ones(flat.size, np.float32), flat.ravel(),
                                     np.arange(rows + 1) * slots), shape=(rows, vocab))
 
 
