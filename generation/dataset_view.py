@@ -17,7 +17,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from vprom.generation.labels import LabelVocabulary
+from vprom.generation.labels import LabelRows, LabelVocabulary
 from vprom.records import N_PANELS
 from vprom.tables import (CropTable, MatrixTable, crop_rows, from_codes, open_h5,
                           read_string_codes)
@@ -42,7 +42,8 @@ class Data:
     # element type -> super-attribute -> its elements (the solver's reading groups)
     super_attributes: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
     labels: LabelVocabulary | None = None  # None: only what the crops say (nothing implied)
-    _label_sets: tuple | None = field(default=None, repr=False)
+    _label_rows: LabelRows | None = field(default=None, repr=False)
+    _per_crop: dict = field(default_factory=dict, repr=False)
     _pending: Callable | None = field(default=None, repr=False)  # see `load`
 
     def complete(self) -> None:
@@ -59,18 +60,26 @@ class Data:
             self.labels = LabelVocabulary.of_crops(self.crops)
         return self.labels
 
+    def label_rows(self) -> LabelRows:
+        """The crops' label sets, a row per distinct (element type, label list); made once
+        (in `vprom verify`, before its workers fork)."""
+        if self._label_rows is None:
+            self._label_rows = self.vocabulary.label_rows(self.crops)
+        return self._label_rows
+
     def label_sets(self) -> list[frozenset[str]]:
         """Per crop: every label it has, explicit and implied."""
-        return self._crop_label_sets()[2]
+        return self._crop_values("both")
 
     def explicit_label_sets(self) -> list[frozenset[str]]:
         """Per crop: the labels it carries itself (equal to `CropTable.label_sets`' sets)."""
-        return self._crop_label_sets()[0]
+        return self._crop_values("explicit")
 
-    def _crop_label_sets(self) -> tuple[list, list, list]:
-        if self._label_sets is None:  # once (in `vprom verify`, before its workers fork)
-            self._label_sets = self.vocabulary.crop_label_sets(self.crops)
-        return self._label_sets
+    def _crop_values(self, name: str) -> list:
+        if name not in self._per_crop:
+            rows = self.label_rows()
+            self._per_crop[name] = rows.per_crop(getattr(rows, name))
+        return self._per_crop[name]
 
 
 def structure_problems(h5: h5py.File) -> list[str]:

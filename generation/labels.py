@@ -43,6 +43,22 @@ def table_of(element_type: str) -> str:
     return HUMAN if element_type == HUMAN else OBJECT_TABLE
 
 
+@dataclass
+class LabelRows:
+    """A crops table's label sets, each distinct (element type, label list) once, as a row:
+    what is computed of a crop's labels can be computed once per row."""
+
+    row: list[int]  # per crop: its row
+    element_type: list[str]  # per row
+    explicit: list[frozenset[str]]  # per row: the labels the crop carries itself
+    implied: list[frozenset[str]]  # per row: the labels its names imply (humans only)
+    both: list[frozenset[str]]  # per row: explicit and implied together
+
+    def per_crop(self, values: list) -> list:
+        """`values` (one per row) for every crop."""
+        return list(map(values.__getitem__, self.row))
+
+
 @dataclass(frozen=True)
 class LabelVocabulary:
     categories: frozenset[str]
@@ -124,30 +140,31 @@ class LabelVocabulary:
     def split_label_sets(self, crops: CropTable
                          ) -> tuple[list[frozenset[str]], list[frozenset[str]]]:
         """Per crop: (its explicit labels, the labels its names imply)."""
-        explicit, implied, _ = self.crop_label_sets(crops)
-        return explicit, implied
+        rows = self.label_rows(crops)
+        return rows.per_crop(rows.explicit), rows.per_crop(rows.implied)
 
     def label_sets(self, crops: CropTable) -> list[frozenset[str]]:
         """Per crop: its explicit and implied labels together."""
-        return self.crop_label_sets(crops)[2]
+        rows = self.label_rows(crops)
+        return rows.per_crop(rows.both)
 
-    def crop_label_sets(self, crops: CropTable) -> tuple[list, list, list]:
-        """Per crop: (its explicit labels, the labels its names imply, both), one set object
-        of each per distinct (element type, label list), made once; the loops over the crops
-        (hundreds of thousands) are `map`s in C."""
+    def label_rows(self, crops: CropTable) -> LabelRows:
+        """The crops' label sets, one row per distinct (element type, label list), made
+        once; the loops over the crops (hundreds of thousands) are `map`s in C."""
         pairs = list(zip(crops.element_type.tolist(), crops.labels.tolist()))
         index = {pair: k for k, pair in enumerate(dict.fromkeys(pairs))}
-        explicit, implied, both, none = [], [], [], frozenset()
+        rows = LabelRows(list(map(index.__getitem__, pairs)), [], [], [], [])
+        none = frozenset()
         for etype, text in index:
             labels = frozenset(text.split(LABEL_SEPARATOR))
             if "" in labels:  # "" and "a||b" hold no empty label
                 labels = labels - {""}
             more = self.implied_of(etype, labels) if etype == HUMAN else none
-            explicit.append(labels)
-            implied.append(more)
-            both.append(labels | more if more else labels)
-        codes = list(map(index.__getitem__, pairs))
-        return tuple(list(map(sets.__getitem__, codes)) for sets in (explicit, implied, both))
+            rows.element_type.append(etype)
+            rows.explicit.append(labels)
+            rows.implied.append(more)
+            rows.both.append(labels | more if more else labels)
+        return rows
 
     def concepts(self, element_type: str, labels: frozenset[str]
                  ) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:

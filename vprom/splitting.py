@@ -173,10 +173,14 @@ class ConceptTable:
     the same verdicts: a pair the ban holds out is among the crop's, or a category's third is
     among the relation's banned thirds."""
 
-    def __init__(self, concepts) -> None:
+    def __init__(self, concepts, rows=None) -> None:
+        """`concepts`: per crop its (categories, pairs); or with `rows` (per crop, an index
+        into `concepts`), per row of crops that share them."""
         index: dict[tuple, int] = {}  # concept sets repeat a lot between crops: each once
         self.which = np.fromiter((index.setdefault(key, len(index)) for key in concepts),
                                  dtype=np.int64, count=len(concepts))
+        if rows is not None:
+            self.which = self.which[np.asarray(rows, dtype=np.int64)]
         self.column: dict[tuple[str, str], int] = {}
         pairs, thirds = ([], []), ([], [])  # (distinct set, column) of each bit
         for k, (categories, label_super_attributes) in enumerate(index):

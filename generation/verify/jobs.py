@@ -11,7 +11,7 @@ same, byte for byte, whatever N is, and one worker runs the very same jobs one a
 other in this process.
 
 What several jobs need beyond the data — the solver's tables, the stored split parts, the
-probes' sample and candidate view — each process computes once, when one of its jobs first
+crops' concepts, the probes' sample and candidate view — each process computes once, when one of its jobs first
 needs it (`_shared`); jobs are handed out by what they need (`needs`), so while there is
 other work one worker computes each. Only the two the parent needs as well, the probes'
 sample (to plan the jobs) and the solver's tables (for the solver's summary), are made in
@@ -88,6 +88,7 @@ _MAKERS = {
     "sample": lambda inputs: bias.probe_plan(inputs.data)[:3],  # train, test, note
     "probes": _probes,
     "sets": lambda inputs: set_probes.SetInputs(inputs.data, *_shared("sample")[:2]),
+    "concepts": lambda inputs: split_checks.concept_table(inputs.data),
 }
 
 
@@ -110,7 +111,8 @@ def _split_rules():
     try:
         expected = split_checks.assigned_parts(
             checks.matrix_records(m, columns, 0, len(m)), inputs.assigner) \
-            if inputs.assigner else split_checks.expected_parts(inputs.data, inputs.rules)
+            if inputs.assigner else split_checks.expected_parts(inputs.data, inputs.rules,
+                                                                _shared("concepts"))
     except VpromError as e:
         return e
     return split_checks.off_rule(m, expected, columns)
@@ -160,7 +162,7 @@ JOBS = {
     "integrity": lambda: checks.check_integrity(_INPUTS[0].data, _INPUTS[0].structure),
     "leakage": lambda: split_checks.check_leakage(_INPUTS[0].data),
     "held-out": lambda: split_checks.check_held_out(_INPUTS[0].data, _INPUTS[0].train_bans,
-                                                    _shared("columns")),
+                                                    _shared("columns"), _shared("concepts")),
     "frequencies": lambda: bias.frequency_checks(_INPUTS[0].data),
     "ceiling": lambda: check_ceiling(_INPUTS[0].data.matrices),
 }

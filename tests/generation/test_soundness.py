@@ -228,7 +228,7 @@ def test_a_violation_is_counted_per_split(larger):
 
     held = next(c for c in sorted(view.vocabulary.categories) if object_third(c) == 0)
     view.crops.labels[crop] += "|" + held  # a held-out category now named by a panel
-    view._label_sets = None
+    view._label_rows, view._per_crop = None, {}  # the labels are read again
     check = check_held_out(view, RULES.design.train_bans)
     assert check.status == "fail"
     assert check.figures["held_out_objects"]["violating_matrices"] >= 1

@@ -371,6 +371,19 @@ def test_a_shared_source_object_is_leakage(copy):
     assert checks["leakage"].figures["neutral"]["sources"] == 1
 
 
+def test_row_codes_rank_distinct_rows_as_numpys_unique():
+    """The leakage check's region and source codes: equal rows, equal codes, in the order of
+    `np.unique(..., axis=0)` (the last column breaks ties), an empty table included."""
+    from vprom.generation.verify.split_checks import row_codes
+
+    rng = np.random.default_rng(5)
+    columns = [rng.integers(0, 4, 300), rng.integers(-2, 3, 300), rng.integers(0, 2, 300)]
+    expected = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)[1].ravel()
+    assert np.array_equal(row_codes(*columns), expected)
+    assert row_codes(np.array([2, 1, 2]), np.array([5, 9, 5])).tolist() == [1, 0, 1]
+    assert len(row_codes(np.zeros(0, int), np.zeros(0, int))) == 0
+
+
 # ---------------------------------------------------------------- command line
 def test_cli_exits_1_with_one_line(copy, capsys):
     path = copy()
