@@ -64,19 +64,15 @@ def candidate_view(data: Data, used: np.ndarray) -> audit.CandidateView:
     every label, explicit and implied; counts of explicit and of implied labels apart."""
     c = data.crops
     rows = np.where(data.rows < 0, 0, data.rows)[:, N_CONTEXT:]
-    label_sets, explicit = data.label_sets(), data.explicit_label_sets()
-    n_labels = np.array([len(s) for s in explicit], dtype=float)
-    n_implied = np.array([len(a) - len(b) for a, b in zip(label_sets, explicit)], dtype=float)
-    # crops share a quarter as many label sets: each distinct set is a row of label ids
+    labels = data.label_rows()  # each distinct (element type, label list) once, as a row
+    of_crop = np.asarray(labels.row, dtype=np.int64)
+    n_labels = np.array([len(s) for s in labels.explicit], dtype=float)[of_crop]
+    n_implied = np.array([len(a) - len(b) for a, b in zip(labels.both, labels.explicit)],
+                         dtype=float)[of_crop]
     ids: dict[str, int] = {}
-    of_set: dict[frozenset, int] = {}
-    row_labels: list[tuple[int, ...]] = []
-    for s in label_sets:
-        if s not in of_set:
-            of_set[s] = len(row_labels)
-            row_labels.append(tuple(ids.setdefault(label, len(ids)) for label in sorted(s)))
-    label_row = np.fromiter(map(of_set.__getitem__, label_sets), np.int64,
-                            len(label_sets))[rows]
+    row_labels = [tuple(ids.setdefault(label, len(ids)) for label in sorted(s))
+                  for s in labels.both]
+    label_row = of_crop[rows]
     overlap = np.zeros(rows.shape)
     overlap[used] = audit.label_overlap(audit.label_masks(row_labels), label_row[used])
     sa, el = string_codes(c.super_attribute)[1], string_codes(c.element)[1]

@@ -37,7 +37,7 @@ from vprom.records import (
 from vprom.relations import RULES
 from vprom.solver import Universe, check_masks, completion_mask, group_masks
 from vprom.solver import check_matrix as solver_check
-from vprom.tables import MatrixTable, content_hash, map_distinct, table_columns
+from vprom.tables import MatrixTable, content_hash, table_columns
 
 COUNT_UNIVERSE = frozenset(str(n) for n in COUNTS)
 
@@ -197,6 +197,7 @@ class SolverTables:
 
     def __init__(self, data: Data) -> None:
         self.labels, self.explicit = data.label_sets(), data.explicit_label_sets()
+        self.rows = data.label_rows()
         self.universe, self.groups = universes(data), reading_groups(data)
         self._masks: dict[str, tuple] = {}
         self._ids: dict[str, np.ndarray] = {}
@@ -205,8 +206,8 @@ class SolverTables:
         """(universe, group masks, per crop row its labels' mask) of one element type."""
         if etype not in self._masks:
             u = Universe(etype, self.universe[etype])
-            self._masks[etype] = (u, group_masks(u, self.groups.get(etype)),
-                                  map_distinct(u.mask, self.labels))  # sets repeat
+            self._masks[etype] = (u, group_masks(u, self.groups.get(etype)),  # once a row:
+                                  self.rows.per_crop(list(map(u.mask, self.rows.both))))
         return self._masks[etype]
 
     def claimed_ids(self, crops, etype: str) -> np.ndarray:
