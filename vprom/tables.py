@@ -19,6 +19,7 @@ import json
 import math
 from dataclasses import dataclass, fields
 from functools import cached_property
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -458,9 +459,10 @@ def _dataset_bytes(name: str, ds: h5py.Dataset, values: np.ndarray | None = None
     if values is None:
         values = read_strings(ds) if kind in "OS" else ds[()]
     if kind in "OSU":
-        # json.dumps(the list, ensure_ascii=False), each distinct string encoded once
+        # json.dumps(the list, ensure_ascii=False), each distinct string encoded once by the
+        # function json.dumps(v, ensure_ascii=False) calls for a str v
         flat = np.asarray(values, dtype=object).ravel().tolist()
-        text = map_distinct(lambda v: json.dumps(v, ensure_ascii=False), flat)
+        text = map_distinct(encode_basestring, flat)
         body = ("[" + ", ".join(text) + "]").encode()
         kind = "str"
     elif kind == "f":
