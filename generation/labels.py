@@ -137,12 +137,6 @@ class LabelVocabulary:
         out = {v for label in labels for v in self.implied.get(label, ())}
         return frozenset(out - labels)
 
-    def split_label_sets(self, crops: CropTable
-                         ) -> tuple[list[frozenset[str]], list[frozenset[str]]]:
-        """Per crop: (its explicit labels, the labels its names imply)."""
-        rows = self.label_rows(crops)
-        return rows.per_crop(rows.explicit), rows.per_crop(rows.implied)
-
     def label_sets(self, crops: CropTable) -> list[frozenset[str]]:
         """Per crop: its explicit and implied labels together."""
         rows = self.label_rows(crops)
@@ -174,9 +168,8 @@ class LabelVocabulary:
         if got is None:
             table = table_of(element_type)
             sas = self.tables.get(table, {})
-            got = self._cache[key] = (
-                frozenset(label for label in labels if label in self.categories),
-                frozenset((table, sas[label]) for label in labels if label in sas))
+            got = self._cache[key] = (labels & self.categories, frozenset(
+                (table, sas[label]) for label in sas.keys() & labels))
         return got
 
     def super_attribute_of(self, element_type: str, label: str) -> str:

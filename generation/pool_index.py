@@ -27,13 +27,13 @@ from typing import Iterable
 
 import numpy as np
 
-from vprom.generation.labels import LabelVocabulary
+from vprom.generation.labels import LabelRows, LabelVocabulary
 from vprom.errors import VpromError
 from vprom.records import ElementType, Relation
 from vprom.sampling import Draws
 from vprom.solver import Universe, group_masks
 from vprom.splitting import ConceptTable, HeldOutDesign, TrainBan, image_test_side
-from vprom.tables import CropTable
+from vprom.tables import CropTable, row_codes
 
 CELL_NAMES = ("neutral-train/held-out-train", "neutral-train/held-out-test",
               "neutral-test/held-out-train", "neutral-test/held-out-test")
@@ -64,17 +64,18 @@ class PoolIndex:
         self.neutral_side = nside.tolist()
         self.held_side = hside.tolist()
         cell = cell_of(nside, hside).tolist()
-        self.region = _regions(crops).tolist()
+        # one id per distinct image region (image id and box): crops of one region share it
+        self.region = row_codes(crops.image_id, crops.x, crops.y, crops.w, crops.h).tolist()
         self.crop_id = crops.crop_id.tolist()
         self.element = crops.element.tolist()
-        explicit, implied = self.vocabulary.split_label_sets(crops)
-        self.label_sets = [e | i if i else e for e, i in zip(explicit, implied)]
+        labels = self.vocabulary.label_rows(crops)
+        self.label_sets = labels.per_crop(labels.both)  # explicit and implied
         self.masks = [0] * n  # explicit and implied labels
         self.element_id = [0] * n  # the crop's element as an id of its type's universe
         # per attribute type, its super-attributes' masks: the solver reads a panel in one
         self.solver_groups: dict[ElementType, list[int]] = {}
-        self.banned, self.banned_categories, self.split_bans = _bans(
-            self.vocabulary, design, crops.element_type.tolist(), self.label_sets)
+        self.banned, self.banned_categories, self.split_bans = _bans(self.vocabulary, design,
+                                                                     labels)
         self.universe: dict[ElementType, Universe] = {}
         self.super_attribute: dict[ElementType, dict[int, str]] = {}
         # cells[etype][cell][element id] -> crop rows
@@ -146,40 +147,24 @@ def draw_crops(draws: Draws, elements: list[int], crops_of: dict[int, list[int]]
     return rows
 
 
-def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str],
-          label_sets: list[frozenset[str]]) -> tuple[list[int], list[int], list[int]]:
+def _bans(vocab: LabelVocabulary, design: HeldOutDesign,
+          labels: LabelRows) -> tuple[list[int], list[int], list[int]]:
     """Per crop, (the relations (`RELATION_BIT`) for which it shows something a held-out
     split keeps out of its training matrices, the relations for which it shows an object
     category kept out (the same, less the super-attributes), the same per split
     (`splitting.ban_bits` of `design.train_bans`), which `PanelInfo.banned` takes)."""
     bans = {r: design.train_side_ban(r.value) for r in Relation}
     if not any(b.super_attributes or b.object_thirds for b in bans.values()):
-        return [0] * len(label_sets), [0] * len(label_sets), [0] * len(label_sets)
-    # label sets repeat a lot between crops: classify each distinct one once
-    distinct: dict[tuple[str, frozenset], int] = {}
-    which = np.fromiter((distinct.setdefault(key, len(distinct))
-                         for key in zip(element_types, label_sets)),
-                        dtype=np.int64, count=len(label_sets))
-    table = ConceptTable([vocab.concepts(*key) for key in distinct])
-    per_set = np.zeros(len(distinct), dtype=np.int64)
-    per_category = np.zeros(len(distinct), dtype=np.int64)
+        return [0] * len(labels.row), [0] * len(labels.row), [0] * len(labels.row)
+    # label lists repeat a lot between crops: classify each row of `labels` once
+    table = ConceptTable(list(map(vocab.concepts, labels.element_type, labels.both)))
+    per_set = np.zeros(len(labels.both), dtype=np.int64)
+    per_category = np.zeros(len(labels.both), dtype=np.int64)
     for r, bit in RELATION_BIT.items():
         per_set[table.banned(bans[r], r.value)] |= bit
         if bans[r].object_thirds:
             categories = TrainBan(object_thirds=bans[r].object_thirds)
             per_category[table.banned(categories, r.value)] |= bit
     per_split = table.bits(design.train_bans)
+    which = np.asarray(labels.row, dtype=np.int64)
     return per_set[which].tolist(), per_category[which].tolist(), per_split[which].tolist()
-
-
-def _regions(crops: CropTable) -> np.ndarray:
-    """One id per distinct image region (image id and box): crops of one region share it."""
-    cols = (crops.h, crops.w, crops.y, crops.x, crops.image_id)
-    order = np.lexsort(cols)
-    change = np.zeros(len(order), dtype=bool)
-    for c in cols:
-        s = c[order]
-        change[1:] |= s[1:] != s[:-1]
-    region = np.empty(len(order), dtype=np.int64)
-    region[order] = np.cumsum(change)
-    return region

@@ -52,6 +52,20 @@ def _strings(values) -> np.ndarray:
     return out
 
 
+def row_codes(*columns: np.ndarray) -> np.ndarray:
+    """Per row, the rank of its distinct tuple of `columns` (ints), as
+    `np.unique(np.stack(columns, 1), axis=0, return_inverse=True)[1]` gives it (equal rows,
+    equal codes): one `lexsort`, half the time of that sort of rows."""
+    keys = np.stack(columns).astype(np.int64)
+    order = np.lexsort(keys[::-1])
+    ordered = keys[:, order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (ordered[:, 1:] != ordered[:, :-1]).any(axis=0)
+    codes = np.empty(len(order), dtype=np.int64)
+    codes[order] = np.cumsum(new) - 1
+    return codes
+
+
 def map_distinct(f, values: list) -> list:
     """`[f(v) for v in values]`, calling f once per distinct value: string columns repeat a
     few hundred values millions of times."""

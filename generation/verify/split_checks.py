@@ -25,7 +25,7 @@ from vprom.errors import VpromError
 from vprom.records import N_CONTEXT, SPLITS, ElementType, Matrix, Relation
 from vprom.splitting import (ConceptTable, SplitRules, TrainBan, assign_all,
                              image_sides, object_third)
-from vprom.tables import CropTable, MatrixTable, present_rows
+from vprom.tables import CropTable, MatrixTable, present_rows, row_codes
 
 #: Paper rules that hold whatever the split spec files say (answer elements / super-attributes).
 HELD_OUT_SUPER_ATTRIBUTES = frozenset({"shape", "texture", "action"})
@@ -183,20 +183,6 @@ def region_codes(c: CropTable) -> tuple[np.ndarray, np.ndarray]:
     # VG object ids and region ids are separate id spaces: counts come from regions
     source = row_codes(is_count, c.source_id)
     return region, np.where(c.source_id > 0, source, -1)
-
-
-def row_codes(*columns: np.ndarray) -> np.ndarray:
-    """Per row, the rank of its distinct tuple of `columns` (ints), as
-    `np.unique(np.stack(columns, 1), axis=0, return_inverse=True)[1]` gives it: one
-    `lexsort`, half the time of that sort of rows."""
-    keys = np.stack(columns).astype(np.int64)
-    order = np.lexsort(keys[::-1])
-    ordered = keys[:, order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = (ordered[:, 1:] != ordered[:, :-1]).any(axis=0)
-    codes = np.empty(len(order), dtype=np.int64)
-    codes[order] = np.cumsum(new) - 1
-    return codes
 
 
 def check_leakage(data: Data) -> Check:

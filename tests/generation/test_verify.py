@@ -374,7 +374,7 @@ def test_a_shared_source_object_is_leakage(copy):
 def test_row_codes_rank_distinct_rows_as_numpys_unique():
     """The leakage check's region and source codes: equal rows, equal codes, in the order of
     `np.unique(..., axis=0)` (the last column breaks ties), an empty table included."""
-    from vprom.generation.verify.split_checks import row_codes
+    from vprom.tables import row_codes
 
     rng = np.random.default_rng(5)
     columns = [rng.integers(0, 4, 300), rng.integers(-2, 3, 300), rng.integers(0, 2, 300)]
