@@ -20,11 +20,12 @@ measures the shortcuts a model could take instead, using the candidates alone:
    occur among the 8 candidates, its element's answer rate in train (for a training row,
    from the other folds of train, so the feature neither contains nor reveals the target),
    how many labels it carries (explicit and implied apart), its label overlap with the
-   others, box size and shape, and its position. The set part W sees every label l the candidate carries (explicit or implied)
-   together with c_l, how many of the other 7 carry it too: a learnt weight per (label,
-   count) finds "the one male among seven women", "the only one labelled curly", "the one
-   without the label all others share". With a FEATS.h5 the same probes run on the
-   candidates' image features, mean-centred over the 8 candidates.
+   others, box size and shape, and its position. The set part W sees every label l the
+   candidate carries (explicit or implied) together with c_l, how many of the other 7 carry
+   it too: a learnt weight per (label, count) finds "the one male among seven women", "the
+   only one labelled curly", "the one without the label all others share". With a FEATS.h5
+   the same probes run on the candidates' image features, mean-centred over the 8
+   candidates.
 
 A strategy (2, 3) is flagged only when its accuracy is significantly above chance plus a
 2-point margin: the lower end of its 95% Wilson interval exceeds 14.5%. Small data sets
@@ -143,8 +144,8 @@ def label_overlap(masks: list[int], candidate_rows: np.ndarray) -> np.ndarray:
     """M×8: per candidate, the fraction of the other 7 sharing at least one label with it.
 
     `candidate_rows` (M×8) index `masks` (from `label_masks`; crops share label sets, so
-    one mask per distinct set), which become rows of 64-bit words here, so every pair of candidates is compared by numpy, a block of matrices at a
-    time.
+    one mask per distinct set), which become rows of 64-bit words here, so every pair of
+    candidates is compared by numpy, a block of matrices at a time.
     """
     words = max(1, -(-max(masks, default=0).bit_length() // 64))
     bits = np.frombuffer(b"".join(m.to_bytes(8 * words, "little") for m in masks),
@@ -374,8 +375,8 @@ def start_scale(x: np.ndarray, part: SetPart, n: int, l2: float) -> np.ndarray:
     """1 / √(the loss's Hessian diagonal where the fit starts), per weight of
     `fit_set_probe`. A set entry seen in 3 of 20,000 matrices bends the loss a thousand times
     less than a feature does; L-BFGS, whose curvature estimate starts as a multiple of the
-    identity, crawled along such weights (80-110 evaluations a group on the bench data set,
-    20-30 with the scale, whose minima were also the closer).
+    identity, crawled along such weights (48-110 evaluations a group on the bench data set;
+    16-32 with the scale, which also stopped nearer the minimum).
 
     At the start every weight is 0 and every candidate has p = 1/8, so the diagonal is
     (1/n) Σ_i (1/8) Σ_j (x_ij - x̄_i)² + l2 for a weight of candidates' values x_ij (x̄_i:

@@ -11,11 +11,11 @@ same, byte for byte, whatever N is, and one worker runs the very same jobs one a
 other in this process.
 
 What several jobs need beyond the data — the solver's tables, the stored split parts, the
-crops' concepts, the probes' sample and candidate view — each process computes once, when one of its jobs first
-needs it (`_shared`); jobs are handed out by what they need (`needs`), so while there is
-other work one worker computes each. Only the two the parent needs as well, the probes'
-sample (to plan the jobs) and the solver's tables (for the solver's summary), are made in
-the parent before the fork, and so once for all.
+crops' concepts, the probes' sample and candidate view — each process computes once, when
+one of its jobs first needs it (`_shared`); jobs are handed out by what they need
+(`needs`), so while there is other work one worker computes each. Only the two the parent
+needs as well, the probes' sample (to plan the jobs) and the solver's tables (for the
+solver's summary), are made in the parent before the fork, and so once for all.
 
 Heavy jobs come first, so no worker is left with a long one at the end; the solver's
 matrices are cut into `CHUNK`-matrix ranges, enough of them to keep every worker of a large

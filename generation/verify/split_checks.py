@@ -63,7 +63,7 @@ def expected_parts(data: Data, rules: SplitRules,
     rows = np.where(data.rows < 0, 0, data.rows)
     # each crop's image hashed once, not once per panel showing it
     sides = {p: s[rows] for p, s in image_sides(rules, seed, data.crops.image_id).items()}
-    bits = (table or concept_table(data)).bits(rules.design.train_bans)
+    bits = (concept_table(data) if table is None else table).bits(rules.design.train_bans)
     banned = np.bitwise_or.reduce(bits[rows], axis=1)
     return assign_all(data.matrices, sides, banned, rules.specs, rules.design.train_bans)
 
@@ -243,7 +243,7 @@ def check_held_out(data: Data, bans: Mapping[str, TrainBan],
     m = data.matrices
     if not bans:
         return Check("held-out labels", "skip", "the split rules hold out no labels")
-    table = table or concept_table(data)  # each distinct concept set judged once
+    table = concept_table(data) if table is None else table  # each concept set judged once
     rows = np.where(data.rows < 0, 0, data.rows)
     columns = m.part_columns() if columns is None else columns
     figures, problems = {}, []
