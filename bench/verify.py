@@ -9,7 +9,12 @@ file and compares its report. `--jobs` adds the seconds each kind of
 job took, one after the other in one process (where one worker's time goes).
 
     flock /tmp/vprom-cpu.lock .venv/bin/python bench/verify.py [--scale 1] [--workers 1 2 4]
-        [--anchor /work/main [--anchor-workers]] [--jobs] [--reuse] [--out /tmp/vbench-verify]
+        [--anchor /work/main [--anchor-workers]] [--jobs] [--reuse] [--pools POOLS.h5]
+        [--out /tmp/vbench-verify]
+
+`--pools` generates from another POOLS.h5, e.g. the one `vprom mine` makes of the full-scale
+VG-shaped corpus (`bench/mine_full_scale.py`), whose 642,956 crops and 268,389 distinct label
+lists weigh on both commands differently from the bench pool's.
 """
 
 from __future__ import annotations
@@ -72,12 +77,15 @@ def main() -> None:
     parser.add_argument("--jobs", action="store_true", help="also time each kind of job")
     parser.add_argument("--reuse", action="store_true",
                         help="verify the DATASET.h5 a previous run left in --out (no generate)")
+    parser.add_argument("--pools", type=Path, default=None,
+                        help="generate from this POOLS.h5 (e.g. `vprom mine` of the corpus "
+                             "bench/mine_full_scale.py writes) instead of the bench pool")
     parser.add_argument("--out", type=Path, default=Path("/tmp/vbench-verify"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    pools, dataset = args.out / "pools.h5", args.out / "dataset.h5"
+    pools, dataset = args.pools or args.out / "pools.h5", args.out / "dataset.h5"
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start", flush=True)
-    if not pools.is_file():
+    if args.pools is None and not pools.is_file():
         subprocess.run([sys.executable, str(ROOT / "bench" / "generate.py"), "--write-pools",
                         str(pools)], check=True, capture_output=True)
     gen = float("nan")
