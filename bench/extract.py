@@ -383,10 +383,11 @@ def main(argv=None) -> None:
               f"{cost['pillow']:.1f} ms/image ({cost['pillow_crop']:.1f} ms/crop); torchvision + "
               f"torch resize {cost['torch']:.1f} ms/image", flush=True)
         if cuda and "gpu" in args.decoders.split(","):
-            st = device_stages(dataset, vg, torch.device(args.device), args.batch_size or 256,
+            batch = args.batch_size or 256  # `batch_size`'s CUDA default
+            st = device_stages(dataset, vg, torch.device(args.device), batch,
                                profile=args.profile_stages)
             print(f"gpu decoder's stages alone ({st['images']} images, {st['crops']} crops, "
-                  f"batches of ~{args.batch_size or 256} crops): nvjpeg decode {st['decode']:.0f} "
+                  f"batches of ~{batch} crops): nvjpeg decode {st['decode']:.0f} "
                   f"images/s; crops image by image {st['crop']:.0f} crops/s, batch-wide "
                   f"{st['many']:.0f} crops/s", flush=True)
         device = (torch.cuda.get_device_name(args.device) if cuda else
