@@ -55,10 +55,10 @@ demo: $(STAMP)
 # Both cores (pytest-xdist); the heavier checks marked `slow` (a wheel in a fresh venv, numpy
 # 1.x, every docs snippet, end-to-end grids) run in `make test-slow`, and CI runs both.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto -m "not slow"
+	$(BIN)/pytest -q -n auto -m "not slow"
 
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto -m slow
+	$(BIN)/pytest -q -n auto -m slow
 
 clean:
 	rm -rf build .pytest_cache

@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from vprom.baselines import common
-from vprom.baselines.common import N_CONTEXT, ModelConfig, ModelOutput
+from vprom.baselines import parts
+from vprom.baselines.parts import N_CONTEXT, ModelConfig, ModelOutput
 from vprom.baselines.registry import register_model
 
 
@@ -30,21 +30,21 @@ class ContextBlind(nn.Module):
 
     def __init__(self, config: ModelConfig):
         super().__init__()
-        depth = common.half_depth(config)
+        depth = parts.half_depth(config)
         self.feature_dim = config.feature_dim
-        self.f1 = common.panel_encoder(config)
-        self.f2 = common.mlp(2 * config.hidden, config.hidden, depth)
-        self.score = common.score_head(config)
-        self.aux = common.make_aux(config)
+        self.f1 = parts.panel_encoder(config)
+        self.f2 = parts.mlp(2 * config.hidden, config.hidden, depth)
+        self.score = parts.score_head(config)
+        self.aux = parts.make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:
-        common.check_panels(panels, self.feature_dim)
+        parts.check_panels(panels, self.feature_dim)
         # Ids keep the input width of the other models; every candidate gets the same one.
-        candidates = common.with_panel_ids(panels, candidates_share_id=True)[:, N_CONTEXT:]
+        candidates = parts.with_panel_ids(panels, candidates_share_id=True)[:, N_CONTEXT:]
         embedded = self.f1(candidates)  # [B, 8, H]
         summary = embedded.mean(1, keepdim=True).expand_as(embedded)
         hidden = self.f2(torch.cat([embedded, summary], dim=-1))  # [B, 8, H]
-        return common.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+        return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
 
 
 @register_model("context-blind")

@@ -36,10 +36,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vprom.baselines.common import N_CONTEXT, element_type_class, relation_class
+from vprom.baselines.parts import N_CONTEXT, element_type_class, relation_class
 from vprom.errors import VpromError
-from vprom.features.reader import load_features
-from vprom.records import SPLITS
+from vprom.feature_files import load_features
+from vprom.domain import SPLITS
 from vprom.tables import SPLIT_PARTS, read_matrix_table
 
 

@@ -13,7 +13,7 @@ epoch with the best validation accuracy), predicts every test matrix of the run'
 Before scoring, `check_inputs` refuses a run whose data set is no longer the one it was trained
 on (the content hash the run recorded, `vprom.provenance`), features made from another data
 set, and features other than those it was trained on (their attributes differ). The metrics
-record the run's resolved settings and whether it did not learn (`baselines.learning`).
+record the run's resolved settings and whether it did not learn (`baselines.run_checks`).
 
 The result is written atomically to `RUN/metrics.json` and returned; `format_metrics` renders
 it for the terminal.
@@ -26,14 +26,14 @@ from pathlib import Path
 
 from vprom.baselines.config import TrainConfig
 from vprom.baselines.data import load_split
-from vprom.baselines.learning import control_result, did_not_learn, is_control
+from vprom.baselines.run_checks import control_result, did_not_learn, is_control
 from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
 from vprom.baselines.run_folder import file_names, load_checkpoint, published_metrics
 from vprom.baselines.train import build_model, plain, predict
 from vprom.errors import VpromError
 from vprom.io import write_json
 from vprom.provenance import check_features_source, dataset_content_hash, same_dataset
-from vprom.records import CHANCE
+from vprom.domain import CHANCE
 from vprom.runtime import resolve_device
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from vprom.baselines import common
-from vprom.baselines.common import N_CANDIDATES, N_CONTEXT, ModelConfig, ModelOutput
+from vprom.baselines import parts
+from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, ModelOutput
 from vprom.baselines.registry import register_model
 
 
@@ -31,16 +31,16 @@ class PanelGRU(nn.Module):
     def __init__(self, config: ModelConfig, outputs: int = N_CANDIDATES, bias: bool = True):
         super().__init__()
         self.feature_dim = config.feature_dim
-        self.f1 = common.panel_encoder(config)
+        self.f1 = parts.panel_encoder(config)
         self.gru = nn.GRU(config.hidden, config.hidden, batch_first=True)
-        self.score = common.score_head(config, outputs, bias=bias)
-        self.aux = common.make_aux(config)
+        self.score = parts.score_head(config, outputs, bias=bias)
+        self.aux = parts.make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:
-        common.check_panels(panels, self.feature_dim)
-        _, last = self.gru(self.f1(common.with_panel_ids(panels)))  # last: [1, B, H]
+        parts.check_panels(panels, self.feature_dim)
+        _, last = self.gru(self.f1(parts.with_panel_ids(panels)))  # last: [1, B, H]
         last = last.squeeze(0)
-        return common.output(self.score(last), self.aux, last)
+        return parts.output(self.score(last), self.aux, last)
 
 
 class SharedGRU(PanelGRU):
@@ -50,8 +50,8 @@ class SharedGRU(PanelGRU):
         super().__init__(config, outputs=1, bias=False)  # one bias-free score per candidate
 
     def forward(self, panels: Tensor) -> ModelOutput:
-        common.check_panels(panels, self.feature_dim)
-        embedded = self.f1(common.with_panel_ids(panels, candidates_share_id=True))  # [B, 16, H]
+        parts.check_panels(panels, self.feature_dim)
+        embedded = self.f1(parts.with_panel_ids(panels, candidates_share_id=True))  # [B, 16, H]
         batch, _, width = embedded.shape
         _, after_context = self.gru(embedded[:, :N_CONTEXT])  # [1, B, H]
         # One more step per candidate, every one starting from the same context state.
@@ -59,7 +59,7 @@ class SharedGRU(PanelGRU):
         candidates = embedded[:, N_CONTEXT:].reshape(batch * N_CANDIDATES, 1, width)
         _, last = self.gru(candidates, start)
         last = last.reshape(batch, N_CANDIDATES, width)
-        return common.output(self.score(last).squeeze(-1), self.aux, last.mean(1))
+        return parts.output(self.score(last).squeeze(-1), self.aux, last.mean(1))
 
 
 @register_model("gru")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vprom.records import ElementType, Relation
+from vprom.domain import ElementType, Relation
 from vprom.statistics import wilson_interval
 
 

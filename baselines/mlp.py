@@ -17,8 +17,8 @@ import dataclasses
 
 from torch import Tensor, nn
 
-from vprom.baselines import common
-from vprom.baselines.common import N_CONTEXT, ModelConfig, ModelOutput
+from vprom.baselines import parts
+from vprom.baselines.parts import N_CONTEXT, ModelConfig, ModelOutput
 from vprom.baselines.registry import register_model
 
 COMBINATIONS = ("cat", "sum")
@@ -32,22 +32,22 @@ class PanelMLP(nn.Module):
         super().__init__()
         if combine not in COMBINATIONS:
             raise ValueError(f"combine must be one of {COMBINATIONS}, not {combine!r}")
-        depth = common.half_depth(config)
+        depth = parts.half_depth(config)
         self.combine = combine
         self.feature_dim = config.feature_dim
-        self.f1 = common.panel_encoder(config)
+        self.f1 = parts.panel_encoder(config)
         joint_width = (N_CONTEXT + 1) * config.hidden if combine == "cat" else config.hidden
-        self.f2 = common.mlp(joint_width, config.hidden, depth)
-        self.score = common.score_head(config)
-        self.aux = common.make_aux(config)
+        self.f2 = parts.mlp(joint_width, config.hidden, depth)
+        self.score = parts.score_head(config)
+        self.aux = parts.make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:
-        common.check_panels(panels, self.feature_dim)
-        embedded = self.f1(common.with_panel_ids(panels, candidates_share_id=True))  # [B, 16, H]
-        sets = common.candidate_sets(embedded)  # [B, 8, 9, H]
+        parts.check_panels(panels, self.feature_dim)
+        embedded = self.f1(parts.with_panel_ids(panels, candidates_share_id=True))  # [B, 16, H]
+        sets = parts.candidate_sets(embedded)  # [B, 8, 9, H]
         joint = sets.flatten(2) if self.combine == "cat" else sets.sum(2)
         hidden = self.f2(joint)  # [B, 8, H]
-        return common.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+        return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
 
 
 def _register(combine: str, depth: int) -> None:

@@ -14,7 +14,7 @@ from typing import Callable
 
 from torch import nn
 
-from vprom.baselines.common import ModelConfig
+from vprom.baselines.parts import ModelConfig
 from vprom.errors import VpromError
 from vprom.registry import Registry
 

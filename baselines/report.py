@@ -7,13 +7,13 @@ feature type comes from the backbone recorded from the FEATS.h5 attributes (resn
 timm:vit_base_patch16_224.dino). Tables and plot legends name the backbone behind a column
 and say when its weights were random ("RN ResNet (random weights)"). Runs sharing a key
 (several seeds) are averaged, and the CSVs say how many there were; runs of one key whose
-settings differ are refused, naming the setting (`baselines.learning.check_alike`). A run
+settings differ are refused, naming the setting (`baselines.run_checks.check_alike`). A run
 that did not learn (its loss never left ln 8, or its accuracy is within the chance interval)
 is marked "(did not learn)" in every table, counted in the CSVs' `did_not_learn` column and
 listed with its reasons.
 Controls (the context-blind model, runs on shuffled context) are expected at chance instead:
 they are marked "control: pass" or "control: FAIL" against that expectation
-(`baselines.learning.control_result`) and listed in their own section, never as runs that
+(`baselines.run_checks.control_result`) and listed in their own section, never as runs that
 did not learn.
 
 Written into DIR (each file atomically):
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vprom.baselines.learning import (
+from vprom.baselines.run_checks import (
     check_alike,
     control_result,
     did_not_learn,
@@ -55,7 +55,7 @@ from vprom.baselines.paper import (
 from vprom.errors import VpromError
 from vprom.io import atomic_path, write_text
 from vprom.outputs import writes
-from vprom.records import SPLITS, ElementType, Relation
+from vprom.domain import SPLITS, ElementType, Relation
 
 
 @dataclass(frozen=True)

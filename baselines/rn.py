@@ -34,8 +34,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from vprom.baselines import common
-from vprom.baselines.common import N_CONTEXT, N_PANELS, ModelConfig, ModelOutput
+from vprom.baselines import parts
+from vprom.baselines.parts import N_CONTEXT, N_PANELS, ModelConfig, ModelOutput
 from vprom.baselines.registry import register_model
 
 
@@ -48,22 +48,22 @@ class RelationNetwork(nn.Module):
         self.direct = direct
         self.feature_dim = config.feature_dim
         self.width = config.feature_dim + (N_PANELS if panel_ids else 0)
-        depth = common.half_depth(config)
-        self.f1 = common.mlp(2 * self.width, config.hidden, depth)
-        self.f2 = common.mlp(config.hidden, config.hidden, depth)
-        self.score = common.score_head(config)
-        self.aux = common.make_aux(config)
+        depth = parts.half_depth(config)
+        self.f1 = parts.mlp(2 * self.width, config.hidden, depth)
+        self.f2 = parts.mlp(config.hidden, config.hidden, depth)
+        self.score = parts.score_head(config)
+        self.aux = parts.make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:
-        common.check_panels(panels, self.feature_dim)
-        x = common.with_panel_ids(panels, candidates_share_id=True) if self.panel_ids else panels
+        parts.check_panels(panels, self.feature_dim)
+        x = parts.with_panel_ids(panels, candidates_share_id=True) if self.panel_ids else panels
         relations = self.pair_sums_direct(x) if self.direct else self.pair_sums_fast(x)
         hidden = self.f2(relations)  # [B, 8, H]
-        return common.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+        return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
 
     def pair_sums_direct(self, x: Tensor) -> Tensor:
         """[B, 16, W] -> [B, 8, H]: Eq. 7 as written, f1 on all 81 concatenated pairs."""
-        sets = common.candidate_sets(x)  # [B, 8, 9, W]
+        sets = parts.candidate_sets(x)  # [B, 8, 9, W]
         batch, n_candidates, n_set, width = sets.shape
         shape = (batch, n_candidates, n_set, n_set, width)
         first = sets.unsqueeze(3).expand(shape)  # x_a varies along dim 2

@@ -45,7 +45,7 @@ import torch
 from tqdm import tqdm
 
 from vprom.baselines import run_folder
-from vprom.baselines.common import ModelConfig
+from vprom.baselines.parts import ModelConfig
 from vprom.baselines.config import (
     HYPER,
     OPTIMIZERS,
@@ -61,7 +61,7 @@ from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, write_json
 from vprom.outputs import writes
 from vprom.provenance import check_features_source, dataset_identity, file_sha256
-from vprom.records import SPLITS
+from vprom.domain import SPLITS
 from vprom.runtime import World, joined_world
 
 __all__ = ["train", "build_model", "load_checkpoint", "predict", "accuracy", "train_epoch"]

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from vprom.baselines import common
-from vprom.baselines.common import N_CONTEXT, N_PANELS, ModelConfig, ModelOutput
+from vprom.baselines import parts
+from vprom.baselines.parts import N_CONTEXT, N_PANELS, ModelConfig, ModelOutput
 from vprom.baselines.registry import register_model
 
 
@@ -46,19 +46,19 @@ class JointEmbedding(nn.Module):
         self.g_panel = GatedTanh(config.feature_dim + N_PANELS, hidden)
         self.g_q = GatedTanh(hidden, hidden)
         self.g_a = GatedTanh(hidden, hidden)
-        depth = common.half_depth(config)
+        depth = parts.half_depth(config)
         self.g_o = nn.Sequential(*(GatedTanh(hidden, hidden) for _ in range(depth)))
-        self.score = common.score_head(config)
-        self.aux = common.make_aux(config)
+        self.score = parts.score_head(config)
+        self.aux = parts.make_aux(config)
 
     def forward(self, panels: Tensor) -> ModelOutput:
-        common.check_panels(panels, self.feature_dim)
-        panels = common.with_panel_ids(panels, candidates_share_id=True)
+        parts.check_panels(panels, self.feature_dim)
+        panels = parts.with_panel_ids(panels, candidates_share_id=True)
         embedded = self.g_panel(panels)  # [B, 16, H]
         question = self.g_q(embedded[:, :N_CONTEXT].sum(1))  # [B, H]
         answers = self.g_a(embedded[:, N_CONTEXT:])  # [B, 8, H]
         joint = self.g_o(question.unsqueeze(1) * answers)  # [B, 8, H]
-        return common.output(self.score(joint).squeeze(-1), self.aux, joint.mean(1))
+        return parts.output(self.score(joint).squeeze(-1), self.aux, joint.mean(1))
 
 
 @register_model("vqa")

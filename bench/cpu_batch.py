@@ -18,13 +18,11 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from extract import BareForward, saved_weights, vg_like_corpus  # noqa: E402
 from vprom.features.backbones import get_backbone  # noqa: E402
 from vprom.features.config import ExtractConfig, default_batch_size  # noqa: E402

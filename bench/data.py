@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -55,7 +54,6 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vprom.data import VPROM
 from vprom.features.crop_store import (
@@ -66,14 +64,14 @@ from vprom.features.crop_store import (
     bytes_per_crop,
 )
 from vprom.features.crops import decode_crops
-from vprom.features.reader import open_maps
+from vprom.feature_files import open_maps
 from vprom.images import ImageIndex
 from vprom.io import make_manifest, sha256_file
 from vprom.tables import read_crop_table, set_manifest
 
 
 def build(work: Path, images: int, scale: float) -> tuple[Path, Path]:
-    from vprom.generation.dataset import generate
+    from vprom.generation.generate import generate
     from vprom.mining.pools import mine
     from vprom.mining.synth import write_corpus
     from vprom.splits import load_rules

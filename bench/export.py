@@ -25,14 +25,12 @@ import argparse
 import os
 import resource
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vprom.generation.dataset import generate  # noqa: E402
+from vprom.generation.generate import generate  # noqa: E402
 from vprom.generation.export import export  # noqa: E402
 from vprom.mining.pools import mine  # noqa: E402
 from vprom.mining.synth import write_corpus  # noqa: E402

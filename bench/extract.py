@@ -43,7 +43,6 @@ import argparse
 import multiprocessing
 import os
 import shutil
-import sys
 import tempfile
 import time
 from functools import partial
@@ -54,7 +53,6 @@ import numpy as np
 import torch
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vprom.features.backbones import get_backbone  # noqa: E402
 from vprom.features.crops import decode_crops  # noqa: E402

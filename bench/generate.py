@@ -36,13 +36,12 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vprom.generation.dataset import generate_dataset  # noqa: E402
-from vprom.generation.dataset_view import in_memory  # noqa: E402
+from vprom.generation.generate import generate_dataset  # noqa: E402
+from vprom.generation.verify.loaded import in_memory  # noqa: E402
 from vprom.generation.labels import LabelVocabulary  # noqa: E402
 from vprom.splits import load_rules  # noqa: E402
-from vprom.solver import check_matrix  # noqa: E402
+from vprom.generation.solver import check_matrix  # noqa: E402
 from vprom.tables import CropTable  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "mining" / "data"

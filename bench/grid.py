@@ -50,12 +50,10 @@ import math
 import multiprocessing
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 PAPER_MODELS = ("mlp-sum-6", "gru-shared", "vqa", "rn")
 BASE = {"optimizer": "adadelta", "lr": 1.0, "rho": 0.9, "eps": 1e-6, "hidden": 512,

@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 #: the dense columns of `audit.label_features`, in order
 COLUMNS = ("element count", "element unique", "element most frequent", "super-attribute count",
@@ -27,7 +26,7 @@ COLUMNS = ("element count", "element unique", "element most frequent", "super-at
 
 
 def main() -> None:
-    from vprom.generation.dataset_view import load
+    from vprom.generation.verify.loaded import load
     from vprom.generation.verify import audit, jobs
     from vprom.splits import load_rules
 

@@ -44,8 +44,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 VG_IMAGES = 108_077
 OBJECTS_PER_IMAGE = 3_800_000 / VG_IMAGES  # ~35.2
@@ -323,7 +321,7 @@ def anchors_and_passes(vg: Path) -> dict:
     from vprom.mining.pool_jobs import _FILES, COUNTS, OBJECTS, Setup, _jobs, run_job
     from vprom.mining.pool_passes import _Labeler
     from vprom.mining.vocab import load_vocabulary
-    from vprom.records import MIN_SIDE
+    from vprom.domain import MIN_SIDE
 
     paths = {stem: readers.locate(vg, stem) for stem in readers.FILES}
     vocab = load_vocabulary()

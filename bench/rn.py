@@ -20,7 +20,7 @@ import time
 import torch
 from torch import nn
 
-from vprom.baselines.common import ModelConfig
+from vprom.baselines.parts import ModelConfig
 from vprom.baselines.registry import get_model
 
 

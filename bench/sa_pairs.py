@@ -23,18 +23,16 @@ is the matrix's, a context-blind model picks the right block and then guesses wi
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vprom.generation.dataset_view import load
+from vprom.generation.verify.loaded import load
 from vprom.generation.verify.bias import probe_plan
 from vprom.generation.verify.set_probes import block_hits
-from vprom.records import N_CONTEXT
+from vprom.domain import N_CONTEXT
 from vprom.statistics import wilson_interval
 
 

@@ -12,17 +12,15 @@ It prints each check's verdict and summary, and the seconds it took.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vprom.generation.verify import set_probes
 from vprom.generation.verify.bias import PROBE_MAX, probe_sides
-from vprom.generation.dataset_view import load
+from vprom.generation.verify.loaded import load
 
 
 def main() -> None:

@@ -15,12 +15,10 @@ import hashlib
 import os
 import resource
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vprom.mining.synth import write_corpus  # noqa: E402
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from vprom.baselines.config import TrainConfig
 from vprom.baselines.evaluate import evaluate
 from vprom.baselines.train import train
-from vprom.records import SPLITS
+from vprom.domain import SPLITS
 
 
 def runs(epochs: int):

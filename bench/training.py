@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vprom.baselines.config import TrainConfig  # noqa: E402
 from vprom.baselines.data import MatrixSet, SplitData  # noqa: E402

@@ -44,8 +44,7 @@ def timed_command(args: list[str], tree: Path) -> tuple[float, str]:
 
 def job_seconds(dataset: Path) -> dict[str, float]:
     """Seconds per kind of job, all run here one after the other (`verify --workers 1`)."""
-    sys.path.insert(0, str(ROOT))
-    from vprom.generation.dataset_view import load
+    from vprom.generation.verify.loaded import load
     from vprom.generation.verify import jobs
     from vprom.splits import load_rules
 

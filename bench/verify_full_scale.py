@@ -20,7 +20,7 @@ import h5py
 import numpy as np
 
 from vprom.io import make_manifest
-from vprom.records import SPLITS
+from vprom.domain import SPLITS
 from vprom.tables import CropTable, MatrixTable, set_manifest
 
 TYPES = {"object_attribute": (84, 45_000), "human_attribute": (38, 45_000),
@@ -108,7 +108,7 @@ def main() -> None:
     from vprom.generation.verify import checks
     from vprom.generation.verify import split_checks
     from vprom.generation.verify.ceiling import check_ceiling
-    from vprom.generation.dataset_view import load
+    from vprom.generation.verify.loaded import load
     from vprom.generation.export import export
     from vprom.generation.verify.stats import stats
     from vprom.generation.verify import verify
@@ -119,8 +119,8 @@ def main() -> None:
     data, _ = timed("load", lambda: load(path))
     timed("content_hash", lambda: content_hash(path))
     timed("check integrity", lambda: checks.check_integrity(data, []))
-    timed("check solver (vprom.solver)", lambda: checks.check_solver(data))
-    timed("check splits (vprom.splitting)", lambda: split_checks.check_splits(data, rules))
+    timed("check solver (vprom.generation.solver)", lambda: checks.check_solver(data))
+    timed("check splits (vprom.splits.rules)", lambda: split_checks.check_splits(data, rules))
     timed("check leakage", lambda: split_checks.check_leakage(data))
     timed("check held-out labels", lambda: split_checks.check_held_out(
         data, rules.design.train_bans))

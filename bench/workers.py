@@ -17,12 +17,10 @@ import multiprocessing
 import os
 import resource
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vprom.processes import ordered_map  # noqa: E402
 from vprom.mining.synth import _render_to  # noqa: E402

@@ -7,7 +7,7 @@ carries, as the answer's is carried by no distractor) — elements of the contex
 "the candidate seen in the context" is no shortcut), then the matrix's other elements.
 
 This is how object-attribute, object and count matrices are drawn (answer first, then the
-distractors); human-attribute matrices are drawn candidates first (`generation.candidates_first`).
+distractors); human-attribute matrices are drawn candidates first (`generation.human_candidates`).
 
 Attribute matrices take them in a symmetric super-attribute profile (`profile`): m candidates
 from the matrix's super-attribute (answer included) and m from each of 8/m - 1 others, m in
@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vprom.records import N_CANDIDATES, ElementType, Relation
-from vprom.relations import RULES
-from vprom.sampling import Draws
+from vprom.domain import N_CANDIDATES, ElementType, Relation
+from vprom.generation.relations import RULES
+from vprom.generation.draws import Draws
 
 
 @dataclass
@@ -65,7 +65,7 @@ def distractors(draws: Draws, option: Option, context_ids: list[int], z: int,
 
     Objects and counts: elements of the context first, then the rest of the matrix's
     elements. Attributes: a symmetric super-attribute profile (see `_profile`; `mixing`,
-    the sampler's `generation.mixing.Plan` per super-attribute).
+    the sampler's `generation.candidate_blocks.Plan` per super-attribute).
     """
     take = _Taker(draws, z, used, crops_of, masks, region, answer_row, strict)
     same = itertools.chain(draws.shuffled(context_ids), _in_random_order(draws, option.same))
@@ -145,7 +145,7 @@ def _profile(draws: Draws, option: Option, z: int, weight: dict[str, float], pla
     candidates' super-attribute counts say nothing about which one is the answer (otherwise
     a small s, e.g. gender, makes the answer's super-attribute the candidates' majority).
 
-    With s's `plan` (`generation.mixing`), the plan's block size is tried first (half of it
+    With s's `plan` (`generation.candidate_blocks`), the plan's block size is tried first (half of it
     with the plan's `down`), and the filler super-attributes of a block size the plan
     balances are drawn from its filler sets, so that the super-attributes shown do not say
     which block is the answer's. Otherwise they are drawn among those able to fill a block,

@@ -39,8 +39,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vprom.records import COUNTS, N_CANDIDATES, Relation
-from vprom.sampling import Draws
+from vprom.domain import COUNTS, N_CANDIDATES, Relation
+from vprom.generation.draws import Draws
 
 #: every candidate set: the 8-subsets of 1..10, as bit masks over the count values
 SETS = [sum(1 << v for v in s) for s in itertools.combinations(COUNTS, N_CANDIDATES)]
@@ -72,7 +72,7 @@ class AbsentTable:
 
 def answer_law(relation: Relation, allowed) -> dict[tuple[int, int], float]:
     """P(answer, forced-out mask) of the relation's rule on single-count crops over the
-    `allowed` counts (`vprom.relations`' sampling: a test checks it against the rules)."""
+    `allowed` counts (`vprom.generation.relations`' sampling: a test checks it against the rules)."""
     values = sorted(set(allowed))
     if relation is Relation.OR:
         pairs = [(a, b) for a in values for b in values if a != b]

@@ -30,7 +30,7 @@ from typing import Iterable, Mapping
 import h5py
 
 from vprom.errors import VpromError
-from vprom.records import LABEL_SEPARATOR, ElementType
+from vprom.domain import LABEL_SEPARATOR, ElementType
 from vprom.tables import CropTable, write_label_vocabulary
 
 HUMAN = ElementType.HUMAN_ATTRIBUTE.value

@@ -30,8 +30,8 @@ import numpy as np
 
 from vprom.generation.sampler import PlanSampler
 from vprom.processes import ordered_map
-from vprom.records import N_PANELS, SPLITS
-from vprom.splitting import PanelInfo, SplitRules
+from vprom.domain import N_PANELS, SPLITS
+from vprom.splits.rules import PanelInfo, SplitRules
 
 #: Matrices per job sent to a worker: large enough that the pipe traffic is a small part
 #: of the work, small enough that the workers finish together.

@@ -25,8 +25,8 @@ import numpy as np
 
 from vprom.errors import VpromError
 from vprom.generation.pool_index import cell_of
-from vprom.records import N_CANDIDATES, RELATIONS_OF, TABLE1, ElementType, Relation
-from vprom.splitting import HeldOutDesign
+from vprom.domain import N_CANDIDATES, RELATIONS_OF, TABLE1, ElementType, Relation
+from vprom.splits.rules import HeldOutDesign
 
 #: Share of every (element type, relation) planned on the train side of the held-out splits.
 TRAIN_SIDE_SHARE = 2 / 3

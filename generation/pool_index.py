@@ -4,9 +4,9 @@ Visual Genome images are dealt by hash of (seed, image id) to a side of two part
 `neutral` (test 1/3) and `held_out` (test 1/3, shared by the six held-out splits). The four
 combinations are the *cells*. A matrix draws all 16 crops from the images of one cell (neutral
 side x held-out side): its neutral side from the plan, its held-out side from its group. No
-region can then sit on both sides of any split (see `vprom.splitting`).
+region can then sit on both sides of any split (see `vprom.splits.rules`).
 
-Each crop gets a bit mask of all its labels in its element type's universe (`vprom.solver`),
+Each crop gets a bit mask of all its labels in its element type's universe (`vprom.generation.solver`),
 explicit and implied (`generation.labels`: a "man" is male and adult), which is what the
 solver and the distractor choice compare; an attribute type also gets the masks of its
 super-attributes (`solver_groups`): the solver reads every panel of a matrix in one of them. The
@@ -29,10 +29,10 @@ import numpy as np
 
 from vprom.generation.labels import LabelRows, LabelVocabulary
 from vprom.errors import VpromError
-from vprom.records import ElementType, Relation
-from vprom.sampling import Draws
-from vprom.solver import Universe, group_masks
-from vprom.splitting import ConceptTable, HeldOutDesign, TrainBan, image_test_side
+from vprom.domain import ElementType, Relation
+from vprom.generation.draws import Draws
+from vprom.generation.solver import Universe, group_masks
+from vprom.splits.rules import ConceptTable, HeldOutDesign, TrainBan, image_test_side
 from vprom.tables import CropTable, row_codes
 
 CELL_NAMES = ("neutral-train/held-out-train", "neutral-train/held-out-test",
@@ -152,7 +152,7 @@ def _bans(vocab: LabelVocabulary, design: HeldOutDesign,
     """Per crop, (the relations (`RELATION_BIT`) for which it shows something a held-out
     split keeps out of its training matrices, the relations for which it shows an object
     category kept out (the same, less the super-attributes), the same per split
-    (`splitting.ban_bits` of `design.train_bans`), which `PanelInfo.banned` takes)."""
+    (`rules.ban_bits` of `design.train_bans`), which `PanelInfo.banned` takes)."""
     bans = {r: design.train_side_ban(r.value) for r in Relation}
     if not any(b.super_attributes or b.object_thirds for b in bans.values()):
         return [0] * len(labels.row), [0] * len(labels.row), [0] * len(labels.row)

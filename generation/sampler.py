@@ -1,11 +1,11 @@
 """One matrix at a time: a group's relation, its crops, the solver check, the distractors.
 
 `generate_matrices` is pure, a function of `Draws(seed, index)` only. Human-attribute
-matrices are drawn candidates first (`generation.candidates_first`); the others as follows. The
-group's relation rule (`vprom.relations`) samples the 9 elements; one crop is drawn for each
+matrices are drawn candidates first (`generation.human_candidates`); the others as follows. The
+group's relation rule (`vprom.generation.relations`) samples the 9 elements; one crop is drawn for each
 panel (never the same region twice in a matrix); the solver turns the 8 context crops' label
 masks into the mask Z of every element that would complete row 3 under ANY reading in one
-super-attribute (`vprom.solver.completion_mask`); `generation.candidates` draws the 7
+super-attribute (`vprom.generation.solver.completion_mask`); `generation.candidates` draws the 7
 distractors outside Z. Train-side groups draw only crops no held-out split bans for their
 relation (`PoolIndex.banned`), and test-side attribute groups only crops without an object
 category banned for it (`ban_mask`).
@@ -32,17 +32,17 @@ from vprom.generation.candidates import (
     mask_of,
     static_block,
 )
-from vprom.generation.candidates_first import HumanSampler, make_human_sampler, shortfall
+from vprom.generation.human_candidates import HumanSampler, make_human_sampler, shortfall
 from vprom.generation.count_candidates import absent_tables, count_distractors
-from vprom.generation.mixing import mixing_plans
+from vprom.generation.candidate_blocks import mixing_plans
 from vprom.generation.plan import Group, MatrixPlan
 from vprom.generation.pool_index import CELL_NAMES, RELATION_BIT, PoolIndex, draw_crops
 from vprom.errors import VpromError
-from vprom.records import COUNTS, N_CANDIDATES, N_CONTEXT, ElementType, Matrix, Relation
-from vprom.relations import RULES, Progression
-from vprom.sampling import Draws
-from vprom.solver import completion_mask
-from vprom.splitting import HeldOutDesign, object_third
+from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, ElementType, Matrix, Relation
+from vprom.generation.relations import RULES, Progression
+from vprom.generation.draws import Draws
+from vprom.generation.solver import completion_mask
+from vprom.splits.rules import HeldOutDesign, object_third
 
 #: An element may appear in a matrix's context only with this many crops in the cell.
 MIN_CONTEXT_CROPS = 3
@@ -71,7 +71,7 @@ class Sampler:
     solver_groups: list[int] = field(default_factory=list)  # the solver's reading groups
     # attributes: how likely each other super-attribute is to fill a block of candidates
     fill_weight: dict[str, float] = field(default_factory=dict)
-    # attributes: per super-attribute, its mixed profiles (`generation.mixing.Plan`)
+    # attributes: per super-attribute, its mixed profiles (`generation.candidate_blocks.Plan`)
     mixing: dict = field(default_factory=dict)
     # counts: the candidate-set table (`generation.count_candidates`); None: answer first
     absent: object = None

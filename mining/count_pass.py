@@ -33,7 +33,7 @@ import numpy as np
 from vprom.mining import readers, typed_records
 from vprom.mining.counts import _words_for, parse_words
 from vprom.mining.pool_passes import SAMPLES, PassResult, clipped_box, _Columns
-from vprom.records import COUNTS, LABEL_SEPARATOR
+from vprom.domain import COUNTS, LABEL_SEPARATOR
 
 MEMO = 200_000  # numbered phrases remembered
 BATCH = 512  # images per batch: about one ~2 MB chunk of the file

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from vprom.mining.vocab import DATA_DIR, Vocabulary, load_vocabulary
 from vprom.errors import VpromError
-from vprom.records import COUNTS
+from vprom.domain import COUNTS
 
 REASONS = {
     "time": "a time of day: five o'clock, 10:30, at 5 pm",

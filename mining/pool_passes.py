@@ -57,7 +57,7 @@ import numpy as np
 from vprom.errors import VpromError
 from vprom.images import clip_box
 from vprom.mining import readers, typed_records
-from vprom.records import LABEL_SEPARATOR, ElementType
+from vprom.domain import LABEL_SEPARATOR, ElementType
 
 ELEMENT_TYPES = tuple(e.value for e in ElementType)  # crop order: this, then input order
 ELEMENT_CODE = {name: i for i, name in enumerate(ELEMENT_TYPES)}  # as stored in _Columns

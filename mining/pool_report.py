@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vprom.mining.pool_passes import ELEMENT_CODE, ELEMENT_TYPES, PassResult
-from vprom.records import COUNTS
+from vprom.domain import COUNTS
 from vprom.tables import CropTable
 
 FEW_CROPS = 10  # the report flags elements with fewer crops than this

@@ -45,7 +45,7 @@ from vprom.mining.pool_jobs import run_passes
 from vprom.mining.pool_passes import ELEMENT_TYPES, STRING_COLUMNS, PassResult
 from vprom.mining.pool_report import MineReport, report_data, side_path
 from vprom.outputs import writes
-from vprom.records import MIN_SIDE
+from vprom.domain import MIN_SIDE
 from vprom.tables import CropTable, set_manifest
 
 

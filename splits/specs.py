@@ -3,10 +3,10 @@ validated at start.
 
 Each `<split>.json` holds `name`, `description` (the rule in words, as docs/generation.md
 states it), `partition` + `test_fraction` (how Visual Genome images are dealt to sides) and
-`rule`, one of the rule types `vprom.splitting` defines and applies (`random`, `counts`,
+`rule`, one of the rule types `vprom.splits.rules` defines and applies (`random`, `counts`,
 `super_attributes`, `relation_super_attributes`, `object_thirds`; their meaning is stated
 there, once). This module only reads the files and refuses a malformed one with a message
-naming the file and the field; `load_rules()` gives the `vprom.splitting.SplitRules` that
+naming the file and the field; `load_rules()` gives the `vprom.splits.rules.SplitRules` that
 generation and verification are handed.
 """
 
@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 
 from vprom.errors import VpromError
-from vprom.records import COUNTS, SPLITS, ElementType
-from vprom.splitting import RULE_TYPES, SplitRules, SplitSpec
+from vprom.domain import COUNTS, SPLITS, ElementType
+from vprom.splits.rules import RULE_TYPES, SplitRules, SplitSpec
 
 SPEC_DIR = Path(__file__).resolve().parent
 ATTRIBUTE_TYPES = (ElementType.OBJECT_ATTRIBUTE.value, ElementType.HUMAN_ATTRIBUTE.value)

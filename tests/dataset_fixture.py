@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from vprom.io import make_manifest
-from vprom.records import (
+from vprom.domain import (
     N_CANDIDATES,
     RELATIONS_OF,
     SPLITS,

@@ -3,7 +3,7 @@ a DATASET.h5 with images (tests/dataset_fixture.py), its crop store and its feat
 
 `own_build` is session-scoped (tests must not modify it): the hand-checkable data set of
 tests/dataset_fixture.py (26 matrices, 416 crops, 104 images), a crop store at 16 px, and
-pooled features and maps in FEATS.h5's layout (features/reader.py), written here because
+pooled features and maps in FEATS.h5's layout (vprom/feature_files.py), written here because
 extracting them takes a minute on a loaded machine: random 8-d vectors and 4x2x2 maps per
 crop, with the manifest `vprom extract` writes (the data set's name and sha256). `other` is a
 second data set of the same shape made with another seed, for the refusals.

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from vprom.records import Crop
+from vprom.domain import Crop
 from vprom.tables import CropTable
 
 URL = "https://cs.stanford.edu/people/rak248/VG_100K/{}.jpg"

@@ -2,8 +2,9 @@
 
 Every module of the package is read with `ast`, imports inside functions included. A module
 may import its own package, the packages of the floors below it and the third-party
-libraries its floor is allowed; the stages on floor 2 do not import each other (generation
-and verification are handed the split rules by the top floor instead). `vprom.runtime` (the
+libraries its floor is allowed. The stages on floor 2 do not import each other, with one
+exception: generation builds on `splits` (the split rules and the pure function that assigns
+every matrix), a leaf that imports only the ground floor. `vprom.runtime` (the
 devices and processes of the torch stages) is the one ground-level module allowed torch: it
 sits just above the ground, below `features` and `baselines`, which both run on it.
 """
@@ -11,6 +12,8 @@ sits just above the ground, below `features` and `baselines`, which both run on 
 from __future__ import annotations
 
 import ast
+import importlib
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +28,7 @@ RULES = {
     "mining": (("ground",), GROUND_LIBRARIES | {"ijson", "orjson", "msgspec", "requests",
                                                  "urllib3", "tqdm"}),
     "splits": (("ground",), GROUND_LIBRARIES),
-    "generation": (("ground",), GROUND_LIBRARIES | {"tqdm", "pyarrow", "scipy"}),
+    "generation": (("ground", "splits"), GROUND_LIBRARIES | {"tqdm", "pyarrow", "scipy", "torch"}),
     "runtime": (("ground",), GROUND_LIBRARIES | {"torch"}),
     "features": (("ground", "runtime"),
                  GROUND_LIBRARIES | {"tqdm", "torch", "torchvision", "timm", "huggingface_hub"}),
@@ -168,3 +171,21 @@ def test_the_facade_imports_the_api_lazily_and_nothing_else():
     top_level = [n for n in ast.parse(path.read_text()).body
                  if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert not top_level, "vprom/__init__.py must import nothing when it is loaded"
+
+
+def test_no_symlinks_are_tracked():
+    """The stage folders install by the build backend's package-dir mapping, not by links."""
+    listing = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True,
+                             text=True)
+    if listing.returncode:
+        pytest.skip("not a git checkout")
+    assert [line for line in listing.stdout.splitlines() if line.startswith("120000")] == []
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_has_one_import_name(stage):
+    """`vprom.<stage>` imports; the bare folder name does not, under this pytest configuration
+    (importlib mode, no repository folder on sys.path) as for users."""
+    assert importlib.import_module(f"vprom.{stage}").__file__.startswith(str(ROOT / stage))
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(stage)

@@ -20,7 +20,7 @@ from vprom.errors import VpromError
 from vprom.images import ImageIndex, load_crop
 from vprom.io import atomic_path
 from vprom.outputs import writes
-from vprom.records import N_CANDIDATES, N_CONTEXT, N_PANELS
+from vprom.domain import N_CANDIDATES, N_CONTEXT, N_PANELS
 from vprom.tables import open_h5
 
 TILE = 160  # square tile side, px

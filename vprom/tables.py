@@ -27,7 +27,7 @@ import h5py
 import numpy as np
 
 from vprom.errors import VpromError
-from vprom.records import LABEL_SEPARATOR, N_PANELS, SPLITS, Crop, Matrix
+from vprom.domain import LABEL_SEPARATOR, N_PANELS, SPLITS, Crop, Matrix
 
 STR = h5py.string_dtype(encoding="utf-8")
 INT_COLUMNS = {"crop_id": np.int64, "image_id": np.int64, "x": np.int32, "y": np.int32,

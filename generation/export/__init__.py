@@ -1,6 +1,6 @@
 """`vprom export`: the data set as JSON lines, in the original V-PROM release's layout, as
-one `.npz` per problem, or as a Hugging Face data set (SAViR-T's feature files, which need
-torch, are written by `vprom.app.savir`).
+one `.npz` per problem, or as a Hugging Face data set (SAViR-T's feature files:
+`generation.export.savir`).
 
 jsonl — one JSON object per matrix, in file order, carrying its full provenance:
 
@@ -37,7 +37,7 @@ from vprom.generation.export.release import FIRST_CANDIDATE_LABEL, write_release
 from vprom.errors import VpromError
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
 from vprom.outputs import writes
-from vprom.records import LABEL_SEPARATOR, N_PANELS, Matrix
+from vprom.domain import LABEL_SEPARATOR, N_PANELS, Matrix
 from vprom.tables import (
     CropTable,
     MatrixTable,

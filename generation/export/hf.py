@@ -46,7 +46,7 @@ from vprom.errors import VpromError
 from vprom.generation.export.crops import cut_crops
 from vprom.generation.export.hf_card import card
 from vprom.generation.export.resumable import resumable_dir, write_once
-from vprom.records import LABEL_SEPARATOR
+from vprom.domain import LABEL_SEPARATOR
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
 SHARD_BYTES = 500_000_000

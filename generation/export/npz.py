@@ -50,7 +50,7 @@ from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
 from vprom.io import atomic_dir, preallocate
 from vprom.outputs import free_space_for
-from vprom.records import N_PANELS, ElementType, Relation
+from vprom.domain import N_PANELS, ElementType, Relation
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
 DEFAULT_SIZE = 160

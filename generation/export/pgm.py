@@ -46,7 +46,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
-from vprom.records import ElementType, Relation
+from vprom.domain import ElementType, Relation
 
 STYLES = ("pgm", "color")
 PREFIX = "PGM"

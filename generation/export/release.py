@@ -53,7 +53,7 @@ from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
 from vprom.io import atomic_dir
 from vprom.outputs import free_space_for
-from vprom.records import N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType
+from vprom.domain import N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
 ROOT_NAME = "V-PROM"

@@ -10,7 +10,7 @@ element type and per relation x element type) and the perception-only ceiling
 A file whose records cannot be read fails integrity and skips the rest.
 `workers` processes share the checks (`generation.verify.jobs`): the report is the same for
 any number of them. With two or more, one more process reads the matrices' elements (most of
-the file's load) while this one reads the rest and plans the jobs (`dataset_view.load`).
+the file's load) while this one reads the rest and plans the jobs (`loaded.load`).
 
 The split rules are handed in (the top floor loads them from `splits`), never imported from here.
 """
@@ -23,12 +23,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vprom.generation.dataset_view import element_codes, load
+from vprom.generation.verify.loaded import element_codes, load
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.checks import check_integrity, fatal_problems
 from vprom.generation.verify.jobs import Inputs, run_checks
 from vprom.processes import beside, collector_paused
-from vprom.splitting import SplitRules, TrainBan
+from vprom.splits.rules import SplitRules, TrainBan
 
 
 @dataclass
@@ -67,7 +67,7 @@ def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None =
     """Run every check on DATASET.h5 (and the feature probe with a FEATS.h5).
 
     `rules` are the split rules the file was generated with (`vprom.splits.load_rules()`).
-    `check_matrix`, `assigner` and `train_bans` default to `vprom.solver.check_matrix`,
+    `check_matrix`, `assigner` and `train_bans` default to `vprom.generation.solver.check_matrix`,
     `rules.assign` and `rules.design.train_bans`; they are parameters so each check can be
     tested on its own (a test's own split rules hold out no labels). `workers` processes
     share the checks (`generation.verify.jobs`); the report is the same for any number.

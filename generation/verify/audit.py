@@ -44,7 +44,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vprom.generation.verify.minimise import minimise
-from vprom.records import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
+from vprom.domain import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
 from vprom.statistics import chi2_sf, wilson_interval
 
 if TYPE_CHECKING:

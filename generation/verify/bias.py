@@ -19,10 +19,10 @@ import numpy as np
 import vprom.generation.verify.audit as audit
 import vprom.generation.verify.set_probes as set_probes
 from vprom.generation.verify.audit import Check
-from vprom.generation.dataset_view import Data
+from vprom.generation.verify.loaded import Data
 from vprom.errors import VpromError
 from vprom.provenance import check_features_source
-from vprom.records import N_CONTEXT, ElementType
+from vprom.domain import N_CONTEXT, ElementType
 from vprom.tables import crop_rows, open_h5, present_rows, string_codes
 
 #: matrices the probes sample per element type (train, test): 20,000 train a probe's

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from vprom.generation.verify.audit import Check
-from vprom.records import N_CANDIDATES, N_CONTEXT
+from vprom.domain import N_CANDIDATES, N_CONTEXT
 from vprom.tables import MatrixTable, string_codes
 
 

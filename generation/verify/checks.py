@@ -8,7 +8,7 @@ labels, are `generation.verify.split_checks`).
    unique matrix and crop ids, every panel's crop present with the element and element
    type the matrix says, answers in 0..7, relations valid for the element type, no crop
    twice within a matrix, attribute matrices' context and answer of their super-attribute.
-2. solver — `vprom.solver.check_matrix` on every matrix with all its panels' labels,
+2. solver — `vprom.generation.solver.check_matrix` on every matrix with all its panels' labels,
    explicit and implied (the label vocabulary the file records: a "man" is male and adult),
    each matrix read in one super-attribute at a time: exactly one candidate completes it.
    A failure that only the implied labels cause is counted apart.
@@ -23,9 +23,9 @@ from operator import itemgetter
 import numpy as np
 
 from vprom.generation.verify.audit import Check
-from vprom.generation.dataset_view import MAX_EXAMPLES, Data, bad, examples
+from vprom.generation.verify.loaded import MAX_EXAMPLES, Data, bad, examples
 from vprom.io import manifest_path, sha256_file
-from vprom.records import (
+from vprom.domain import (
     COUNTS,
     N_CANDIDATES,
     N_CONTEXT,
@@ -34,9 +34,9 @@ from vprom.records import (
     Matrix,
     Relation,
 )
-from vprom.relations import RULES
-from vprom.solver import Universe, check_masks, completion_mask, group_masks
-from vprom.solver import check_matrix as solver_check
+from vprom.generation.relations import RULES
+from vprom.generation.solver import Universe, check_masks, completion_mask, group_masks
+from vprom.generation.solver import check_matrix as solver_check
 from vprom.tables import MatrixTable, content_hash, table_columns
 
 COUNT_UNIVERSE = frozenset(str(n) for n in COUNTS)
@@ -193,7 +193,7 @@ def reading_groups(data: Data) -> dict[str, dict[str, frozenset[str]]]:
 class SolverTables:
     """What the solver check reads for every matrix, computed once: each crop's labels
     (explicit and implied, and explicit only), each element type's universe and reading
-    groups, and, for `vprom.solver`, each crop's label mask per element type."""
+    groups, and, for `vprom.generation.solver`, each crop's label mask per element type."""
 
     def __init__(self, data: Data) -> None:
         self.labels, self.explicit = data.label_sets(), data.explicit_label_sets()
@@ -256,7 +256,7 @@ def quick_passes(tables: SolverTables, data: Data, start: int, stop: int) -> np.
 
 def solve_range(tables: SolverTables, data: Data, start: int,
                 stop: int) -> tuple[list[int], list[str], int]:
-    """`solve` on matrices start..stop-1 with `vprom.solver`: `quick_passes` first, records and
+    """`solve` on matrices start..stop-1 with `vprom.generation.solver`: `quick_passes` first, records and
     `check_masks` only for the rest."""
     m = data.matrices
     rest = (start + np.flatnonzero(~quick_passes(tables, data, start, stop))).tolist()
@@ -268,7 +268,7 @@ def solve(tables: SolverTables, records: list[tuple[int, Matrix]], crop_rows: np
     """(ids of the matrices without exactly one valid candidate, each one's reason, how many
     of them pass with explicit labels alone) among `records` ((row, matrix) pairs; row
     indexes `crop_rows`, the N×16 crop rows). `check_matrix(matrix, labels, universe,
-    groups)` defaults to `vprom.solver`, run on masks computed once per crop."""
+    groups)` defaults to `vprom.generation.solver`, run on masks computed once per crop."""
     failed, reasons, implied_only = [], [], 0
     for i, matrix in records:
         etype = matrix.element_type.value

@@ -1,11 +1,11 @@
 """`vprom verify --workers N`: the checks as independent jobs, run by N processes.
 
-The parent reads DATASET.h5 into memory (`dataset_view.load`, which closes the file) and
+The parent reads DATASET.h5 into memory (`loaded.load`, which closes the file) and
 lists the jobs; `vprom.processes.ordered_map` forks the workers, which share the loaded data
 copy-on-write, and hands them the jobs. A job is a pure function of the data and of its own
 arguments — a range of matrices for the solver, one group of the label probe, one element
 type of the set probe, each of the other checks whole (the split rules on every matrix at
-once, `splitting.assign_all`) — and returns plain results, which come back in job order;
+once, `rules.assign_all`) — and returns plain results, which come back in job order;
 the parent builds the checks from them in the report's fixed order. So the report is the
 same, byte for byte, whatever N is, and one worker runs the very same jobs one after the
 other in this process.
@@ -39,11 +39,11 @@ import vprom.generation.verify.checks as checks
 import vprom.generation.verify.set_probes as set_probes
 import vprom.generation.verify.split_checks as split_checks
 from vprom.errors import VpromError
-from vprom.generation.dataset_view import Data
+from vprom.generation.verify.loaded import Data
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.ceiling import check_ceiling
 from vprom.processes import collector_paused, ordered_map
-from vprom.splitting import SplitRules, TrainBan
+from vprom.splits.rules import SplitRules, TrainBan
 
 #: matrices per solver job
 CHUNK = 10_000

@@ -42,7 +42,7 @@ import numpy as np
 
 import vprom.generation.verify.audit as audit
 from vprom.generation.verify.audit import MIN_PROBE_TEST, Check
-from vprom.records import N_CANDIDATES, N_CONTEXT
+from vprom.domain import N_CANDIDATES, N_CONTEXT
 from vprom.tables import present_rows, string_codes
 
 if TYPE_CHECKING:
@@ -386,7 +386,7 @@ def val_rows(data, train: np.ndarray, rng: np.random.Generator) -> tuple[np.ndar
 
 
 class SetInputs:
-    """What both set-level probes read of `data` (a `dataset_view.Data`), neutral rows given.
+    """What both set-level probes read of `data` (a `loaded.Data`), neutral rows given.
     A generator of its own (`seed`, 27) draws the val rows, so the other probes' draws are
     unchanged; a fresh one spawns the set MLP's streams, one per element type."""
 
@@ -425,7 +425,7 @@ class SetInputs:
 
 def check_sets(data, train: np.ndarray, test: np.ndarray, seed: int = 0,
                note: str = "") -> list[Check]:
-    """Both set-level probes on `data` (a `dataset_view.Data`), neutral rows given."""
+    """Both set-level probes on `data` (a `loaded.Data`), neutral rows given."""
     inputs = SetInputs(data, train, test, seed)
     return [inputs.absent(note), inputs.blocks(note),
             set_probe(inputs.elements, inputs.super_attributes, inputs.answers, inputs.fit,

@@ -8,7 +8,7 @@
 4. leakage — no image region (same image and box, or same VG source id) on both the
    train(+val) and the test side of any split.
 5. held-out labels — in every held-out split, no training or validation matrix shows, on
-   any of its 16 panels, a label the split holds out (`vprom.splitting.TrainBan`): a held-out
+   any of its 16 panels, a label the split holds out (`vprom.splits.rules.TrainBan`): a held-out
    attribute or object category anywhere among the panel's labels, not only as the element
    it shows. Counted directly from the labels, apart from the split rules, per split.
 """
@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.checks import matrix_records
-from vprom.generation.dataset_view import Data, examples
+from vprom.generation.verify.loaded import Data, examples
 from vprom.errors import VpromError
-from vprom.records import N_CONTEXT, SPLITS, ElementType, Matrix, Relation
-from vprom.splitting import (ConceptTable, SplitRules, TrainBan, assign_all,
+from vprom.domain import N_CONTEXT, SPLITS, ElementType, Matrix, Relation
+from vprom.splits.rules import (ConceptTable, SplitRules, TrainBan, assign_all,
                              image_sides, object_third)
 from vprom.tables import CropTable, MatrixTable, present_rows, row_codes
 
@@ -52,7 +52,7 @@ def concept_table(data: Data) -> ConceptTable:
 # ---------------------------------------------------------------- 3. splits
 def expected_parts(data: Data, rules: SplitRules,
                    table: ConceptTable | None = None) -> dict[str, np.ndarray]:
-    """split -> the part the split rules give every matrix (`splitting.assign_all`), with the
+    """split -> the part the split rules give every matrix (`rules.assign_all`), with the
     seed the manifest records: the sides of every panel's image and what each crop's labels
     show of every held-out split's ban (as bits, OR-ed over a matrix's 16 panels), for all
     matrices at once. `table`: `concept_table(data)`, if the caller has it."""

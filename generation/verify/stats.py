@@ -15,8 +15,8 @@ import numpy as np
 
 from vprom.generation.verify.ceiling import format_ceiling, perception_ceiling
 from vprom.io import write_json
-from vprom.records import PAPER_TABLE1 as RECORDS_TABLE1
-from vprom.records import RELATIONS_OF, SPLITS, ElementType, Relation
+from vprom.domain import PAPER_TABLE1 as RECORDS_TABLE1
+from vprom.domain import RELATIONS_OF, SPLITS, ElementType, Relation
 from vprom.tables import read_crop_table, read_matrix_table
 
 #: Table 1 of the paper, as `stats` lays it out (with its total row).

@@ -58,7 +58,7 @@ from vprom.mining.synth.spec import NOISE_EFFECTS, RULES, check_vocabulary
 from vprom.errors import VpromError
 from vprom.io import atomic_dir, sha256_file
 from vprom.outputs import writes
-from vprom.records import MIN_SIDE
+from vprom.domain import MIN_SIDE
 
 JPEG_QUALITY = 90
 TRUTH = "synth_truth.json"

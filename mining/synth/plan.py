@@ -60,7 +60,7 @@ from vprom.mining.synth.spec import (
     P,
     plural,
 )
-from vprom.records import COUNTS, MIN_SIDE
+from vprom.domain import COUNTS, MIN_SIDE
 
 WIDTH, HEIGHT = 384, 288
 COLS, ROWS = 3, 2
@@ -284,7 +284,7 @@ def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
     # HUMAN_LABELS super-attributes drawn uniformly, so that a crop of one pool carries no
     # fixed set of labels from the others; a fixed number, so no crop stands out by it. Three
     # (not fewer): the candidates of a human matrix must carry known values of each other's
-    # super-attributes (`generation.candidates_first`), which two labels and a name rarely give.
+    # super-attributes (`generation.human_candidates`), which two labels and a name rarely give.
     # Every person in a photograph shows a gender: an unlabelled one is drawn too, and the
     # name says it (man, woman, boy, girl: implied labels) unless it is "person". The third
     # label, the unlabelled gender and that name come from the person's own stream `aux`, so

@@ -4,7 +4,7 @@ rules its expected pools assume.
 Labels. The corpus renders the object attributes of `OBJECT_ATTRIBUTES` (7 super-attributes,
 each a channel of the drawing: `mining.synth.objects`), the human attributes of
 `HUMAN_ATTRIBUTES` (`mining.synth.people`), the 52 object categories of `OBJECTS` (one glyph
-each: `mining.synth.glyphs`) and counts 1–10 (`vprom.records.COUNTS`). An attribute is only
+each: `mining.synth.glyphs`) and counts 1–10 (`vprom.domain.COUNTS`). An attribute is only
 put on a category that can show it (`CAN_SHOW`: plant conditions on trees and flowers,
 "parked" on cars, ...), and two attributes whose renderings share a channel are never put on
 one object (`CONFLICTS`). `check_vocabulary` refuses to write a corpus whose labels the
@@ -34,7 +34,7 @@ from __future__ import annotations
 from vprom.mining.synth.glyphs import GLYPHS
 from vprom.mining.synth.paint import MATERIALS
 from vprom.errors import VpromError
-from vprom.records import COUNTS, MIN_SIDE
+from vprom.domain import COUNTS, MIN_SIDE
 
 # the labels the corpus renders (all must be in the miner's vocabulary)
 OBJECT_ATTRIBUTES: dict[str, tuple[str, ...]] = {

@@ -55,7 +55,7 @@ def test_adding_a_model_works_as_the_development_page_shows(monkeypatch):
     import torch
 
     from vprom.baselines import registry
-    from vprom.baselines.common import ModelConfig
+    from vprom.baselines.parts import ModelConfig
 
     # register into a copy, so the example's model does not join the other tests' registry
     registry.MODELS.names()

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from vprom.app import cli, running
+from vprom.app import cli, exit_status
 from vprom.errors import VpromError
 
 
@@ -75,7 +75,7 @@ def test_sigterm_stops_like_ctrl_c(monkeypatch, capsys):
     assert cli.main(["stats", "dataset.h5"]) == 143
     err = capsys.readouterr().err
     assert "interrupted" in err and "run the same command again" in err
-    assert signal.getsignal(signal.SIGTERM) is not running._terminate  # handler restored
+    assert signal.getsignal(signal.SIGTERM) is not exit_status._terminate  # handler restored
 
 
 def test_ctrl_c_says_how_to_resume(failing, capsys):

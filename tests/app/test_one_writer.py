@@ -104,7 +104,7 @@ def test_two_extracts_into_one_file(tmp_path):
     """Row 6: the extract that lost the race said "chunks were not written by any rank"."""
     import numpy as np
 
-    from vprom.features.reader import check_complete
+    from vprom.feature_files import check_complete
 
     rng = np.random.default_rng(7)
     vg = tmp_path / "vg"

@@ -13,7 +13,7 @@ import vprom.app.reproduce as reproduce_module
 from tests.baselines.conftest import write_pair
 from vprom.app.reproduce import ReproduceConfig, backbone_weights, grid, reproduce
 from vprom.errors import VpromError
-from vprom.records import SPLITS
+from vprom.domain import SPLITS
 
 
 def config(out: Path, **overrides) -> ReproduceConfig:
@@ -102,7 +102,7 @@ def test_reproduce_end_to_end_on_the_synthetic_corpus(tmp_path):
                                     weights="none", models="mlp-sum-2,rn",
                                     splits="neutral,interpolation", epochs=1, device="cpu",
                                     input_size=64, center_features=True))
-    from vprom.features.reader import load_features
+    from vprom.feature_files import load_features
 
     feats = load_features(tmp_path / "repro" / "features" / "resnet18.h5")
     assert list(feats.attrs["input_size"]) == [64, 64]

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from vprom.io import make_manifest, sha256_file
-from vprom.records import RELATIONS_OF, SPLITS, ElementType
+from vprom.domain import RELATIONS_OF, SPLITS, ElementType
 from vprom.tables import CropTable, MatrixTable, set_manifest
 
 DIM = 16

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from vprom.baselines import registry
-from vprom.baselines.common import (
+from vprom.baselines.parts import (
     ELEMENT_TYPE_CLASSES,
     RELATION_CLASSES,
     ModelConfig,

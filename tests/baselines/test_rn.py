@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from vprom.baselines.common import ModelConfig, with_panel_ids
+from vprom.baselines.parts import ModelConfig, with_panel_ids
 from vprom.baselines.registry import get_model
 from vprom.baselines.rn import RelationNetwork
 

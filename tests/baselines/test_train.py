@@ -35,7 +35,7 @@ def assert_same_state(a: dict, b: dict) -> None:
 
 # ---------------------------------------------------------------- data
 def test_rows_gather_the_features_of_each_panels_crop(tiny_pair):
-    from vprom.features.reader import load_features
+    from vprom.feature_files import load_features
     from vprom.tables import read_matrix_table
 
     dataset, features = tiny_pair

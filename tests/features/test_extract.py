@@ -21,7 +21,7 @@ from vprom.features.backbones import IMAGENET_MEAN, IMAGENET_STD, get_backbone
 from vprom.features.config import BATCH_SIZE, ExtractConfig, default_batch_size
 from vprom.features.crops import decode_crops
 from vprom.features.extract import extract
-from vprom.features.reader import check_complete, load_features
+from vprom.feature_files import check_complete, load_features
 from tests.features.conftest import CROP_ROWS
 from vprom.errors import VpromError
 from vprom.io import sha256_file

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from vprom.features.extract import extract
-from vprom.features.reader import check_complete, load_features, open_maps
+from vprom.feature_files import check_complete, load_features, open_maps
 from tests.features.conftest import CROP_ROWS
 from tests.features.test_extract import Killed, config, dies_after
 from vprom.errors import VpromError

@@ -8,7 +8,7 @@ from PIL import Image
 from vprom.features.config import ExtractConfig
 from vprom.features.crops import decode_crops
 from vprom.features.extract import extract
-from vprom.features.reader import load_features
+from vprom.feature_files import load_features
 from tests.features.conftest import write_dataset
 from tests.photo_fixture import photo_crops, write_photo_vg
 

@@ -16,7 +16,7 @@ from torch.nn import functional as F
 from vprom.features.bottomup import CAFFE_PIXEL_MEANS_BGR, FROZEN_BN_EPS, facts
 from vprom.features.config import ExtractConfig
 from vprom.features.extract import extract
-from vprom.features.reader import load_features, open_maps
+from vprom.feature_files import load_features, open_maps
 from vprom.features.regions import caffe_rois, detector_scale
 from tests.features.conftest import crop_table, write_dataset
 from tests.features.test_extract import config

@@ -29,7 +29,7 @@ from vprom.errors import VpromError
 from vprom.features.backbones import get_backbone
 from vprom.features.crops import decode_crops
 from vprom.features.extract import extract
-from vprom.features.reader import load_features, open_maps
+from vprom.feature_files import load_features, open_maps
 from vprom.tables import read_crop_table
 
 VIT, POOLED_VIT, CONVNEXT = "timm:test_vit", "timm:test_vit3", "timm:convnext_atto"

@@ -135,7 +135,7 @@ def pools_file(tmp_path_factory, crops) -> Path:
 
 @pytest.fixture(scope="session")
 def small_dataset(crops):
-    from vprom.generation.dataset import generate_dataset
+    from vprom.generation.generate import generate_dataset
     from vprom.splits import load_rules
 
     return generate_dataset(crops, load_rules(), scale=SMALL_SCALE, seed=3,

@@ -18,7 +18,7 @@ IMAGES, SCALE, SEED = 1000, 0.003, 0
 @pytest.fixture(scope="session")
 def synthetic_build(tmp_path_factory) -> tuple[Path, Path]:
     """(DATASET.h5, the VG folder holding its images)."""
-    from vprom.generation.dataset import generate
+    from vprom.generation.generate import generate
     from vprom.mining.pools import mine
     from vprom.mining.synth import write_corpus
     from vprom.splits import load_rules

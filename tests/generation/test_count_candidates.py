@@ -14,9 +14,9 @@ from vprom.generation.count_candidates import absent_tables, answer_law, residua
 from vprom.generation.plan import MatrixPlan, make_plan
 from vprom.generation.pool_index import PoolIndex
 from vprom.generation.verify.set_probes import absent_value_probe
-from vprom.records import COUNTS, N_CANDIDATES, N_CONTEXT, Relation
-from vprom.relations import RULES
-from vprom.sampling import Draws
+from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, Relation
+from vprom.generation.relations import RULES
+from vprom.generation.draws import Draws
 from vprom.splits import load_rules
 
 ODD, LOW = (1, 3, 5, 7, 9), (1, 2, 3, 4, 5)
@@ -119,7 +119,7 @@ def test_verify_fails_on_legacy_count_candidates_and_passes_on_new(pools_file, t
                                                                     monkeypatch):
     """End to end: `generate` (legacy or not) then `verify`, on 6,250 count x progression
     matrices."""
-    from vprom.generation import dataset as dataset_mod
+    from vprom.generation import generate as dataset_mod
     from vprom.generation.verify import verify
 
     monkeypatch.setattr(dataset_mod, "make_plan", _count_progressions_only(0.25))

@@ -13,7 +13,7 @@ from vprom.generation.export import export, matrix_of
 from tests.dataset_fixture import build_records, write_dataset, write_images
 from vprom.app import cli
 from vprom.errors import VpromError
-from vprom.records import SPLITS
+from vprom.domain import SPLITS
 from vprom.tables import read_crop_table, read_matrix_table
 
 

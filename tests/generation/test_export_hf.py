@@ -14,7 +14,7 @@ from vprom.generation.export import export
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
 from vprom.errors import VpromError
 from vprom.images import ImageIndex, load_crop
-from vprom.records import SPLITS
+from vprom.domain import SPLITS
 from vprom.tables import SPLIT_PARTS, read_crop_table, read_matrix_table
 
 datasets = pytest.importorskip("datasets", reason="datasets is in the test extra")

@@ -36,7 +36,7 @@ from vprom.generation.export import export
 from vprom.generation.export.pgm import SLOT_NAMES, gray_tile, regime
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
 from vprom.images import ImageIndex, load_crop
-from vprom.records import SPLITS
+from vprom.domain import SPLITS
 from vprom.tables import SPLIT_PARTS, read_crop_table, read_matrix_table
 
 SPLIT = "held_out_objects"

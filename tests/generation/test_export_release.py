@@ -33,7 +33,7 @@ from vprom.generation.export.release import LINK_PREFIX, problem_path
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
 from vprom.errors import VpromError
 from vprom.images import ImageIndex, load_crop
-from vprom.records import SPLITS
+from vprom.domain import SPLITS
 from vprom.tables import SPLIT_PARTS, read_crop_table, read_matrix_table
 
 LABELS = ("obj_gt_labels.npy", "attr_gt_labels.npy", "counting_gt_labels.npy")
@@ -198,7 +198,7 @@ def test_ids_that_are_not_0_to_n_get_release_ids(tmp_path, monkeypatch):
     """A data set whose ids are not 0..N-1 (a subset, say) is numbered by id order; each
     entry keeps its matrix id."""
     from tests.dataset_fixture import build_records, write_dataset, write_images
-    from vprom.records import Matrix
+    from vprom.domain import Matrix
 
     crops, matrices = build_records(1, seed=5)
     matrices = [Matrix(**{**x.to_record(), "id": 10 * x.id + 7}) for x in matrices]

@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 
-from tests.app.test_export_savir import vprom_splits
+from tests.generation.test_export_savir_files import vprom_splits
 from tests.dataset_fixture import build_records, write_dataset, write_images
 from vprom.generation.export import export
 from vprom.generation.export.crops import release_ids

@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from vprom.generation.dataset import generate, generate_dataset, merge_shards
+from vprom.generation.generate import generate, generate_dataset, merge_shards
 from vprom.generation.plan import HoldOut, make_plan
 from vprom.generation.pool_index import CELL_NAMES, PoolIndex, cell_of
 from vprom.generation.sampler import generate_matrices
@@ -17,9 +17,9 @@ from vprom.splits import load_rules
 from tests.generation.conftest import SMALL_SCALE, tiny_crops
 from vprom.errors import VpromError
 from vprom.io import manifest_path
-from vprom.records import SPLITS, TABLE1, ElementType
-from vprom.splitting import object_third
-from vprom.solver import check_matrix
+from vprom.domain import SPLITS, TABLE1, ElementType
+from vprom.splits.rules import object_third
+from vprom.generation.solver import check_matrix
 from vprom.tables import read_crop_table, read_manifest, read_matrix_table
 
 RULES = load_rules()
@@ -323,7 +323,7 @@ def test_an_interrupted_write_leaves_the_old_pair_or_an_interrupted_one(tmp_path
     import os
 
     from vprom.generation.verify.checks import manifest_problems
-    from vprom.generation.dataset_view import load
+    from vprom.generation.verify.loaded import load
 
     out = tmp_path / "d.h5"
     generate(pools_file, out, RULES, scale=SMALL_SCALE, seed=1)

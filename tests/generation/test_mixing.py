@@ -1,4 +1,4 @@
-"""`generation.mixing`: mixed candidate profiles whose super-attributes do not say which block
+"""`generation.candidate_blocks`: mixed candidate profiles whose super-attributes do not say which block
 is the answer's. The plans' expected flows are balanced: in every set of super-attributes
 shown, each member is the answer's block as often as the others."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from tests.generation.conftest import SMALL_SCALE, tiny_crops
-from vprom.generation.mixing import TOLERANCE, _Row, _world, balance
+from vprom.generation.candidate_blocks import TOLERANCE, _Row, _world, balance
 from vprom.generation.plan import make_plan
 from vprom.generation.pool_index import PoolIndex
 from vprom.generation.sampler import PlanSampler
-from vprom.records import ElementType
+from vprom.domain import ElementType
 from vprom.splits import load_rules
 
 

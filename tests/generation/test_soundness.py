@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from vprom.generation.verify.ceiling import perception_ceiling, perception_hits
-from vprom.generation.dataset import generate_dataset
-from vprom.generation.dataset_view import in_memory
+from vprom.generation.generate import generate_dataset
+from vprom.generation.verify.loaded import in_memory
 from vprom.generation.labels import LabelVocabulary
 from vprom.generation.plan import make_plan
 from vprom.generation.pool_index import PoolIndex
@@ -18,8 +18,8 @@ from vprom.generation.verify.split_checks import check_held_out
 from vprom.splits import load_rules
 from tests.generation.conftest import HUMAN_ATTRIBUTES, VOCABULARY, tiny_crops
 from vprom.errors import VpromError
-from vprom.records import Matrix, Relation
-from vprom.solver import check_matrix, valid_candidates
+from vprom.domain import Matrix, Relation
+from vprom.generation.solver import check_matrix, valid_candidates
 
 RULES = load_rules()
 
@@ -187,7 +187,7 @@ def test_the_pools_do_carry_held_out_labels_the_train_side_avoids(crops):
 def test_no_attribute_matrix_shows_an_object_category_banned_for_its_relation(larger):
     # on either side of the held-out partition: a banned category in the test-side groups
     # only would tell a context-blind model the role of the block it comes with
-    from vprom.splitting import object_third
+    from vprom.splits.rules import object_third
 
     view = in_memory(larger)
     m = view.matrices
@@ -207,7 +207,7 @@ def test_no_attribute_matrix_shows_an_object_category_banned_for_its_relation(la
 
 
 def test_the_object_splits_test_matrices_still_show_their_held_out_third(larger):
-    from vprom.splitting import object_third
+    from vprom.splits.rules import object_third
 
     view = in_memory(larger)
     m = view.matrices
@@ -224,7 +224,7 @@ def test_a_violation_is_counted_per_split(larger):
     k = next(i for i, mid in enumerate(m.id) if int(mid) in train
              and m.element_type[i] == "object_attribute")
     crop = view.rows[k, 3]
-    from vprom.splitting import object_third
+    from vprom.splits.rules import object_third
 
     held = next(c for c in sorted(view.vocabulary.categories) if object_third(c) == 0)
     view.crops.labels[crop] += "|" + held  # a held-out category now named by a panel
@@ -277,7 +277,7 @@ def test_the_ceiling_is_reported_per_type_and_relation(small_dataset):
 def test_dataset_records_the_label_vocabulary(tmp_path, pools_file):
     import h5py
 
-    from vprom.generation.dataset import generate
+    from vprom.generation.generate import generate
 
     generate(pools_file, tmp_path / "d.h5", RULES, scale=0.0015, seed=1)
     with h5py.File(tmp_path / "d.h5") as h5:
@@ -328,7 +328,7 @@ def test_a_train_side_cell_too_thin_to_avoid_held_out_labels_is_loosened_and_sai
 
 def test_banned_crops_agree_with_the_ban_crop_by_crop(larger):
     from vprom.generation.verify.split_checks import crop_concepts
-    from vprom.splitting import ConceptTable
+    from vprom.splits.rules import ConceptTable
 
     view = in_memory(larger)
     concepts = crop_concepts(view)

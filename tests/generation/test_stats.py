@@ -9,7 +9,7 @@ import pytest
 from vprom.generation.verify.stats import PAPER_TABLE1, format_stats, stats, write_stats
 from tests.dataset_fixture import build_records, write_dataset
 from vprom.app import cli
-from vprom.records import Crop, ElementType, Matrix
+from vprom.domain import Crop, ElementType, Matrix
 
 
 def _crop(i, etype, element, image, sa=""):

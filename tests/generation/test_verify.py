@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from vprom.generation import dataset_view
+from vprom.generation.verify import loaded
 from vprom.generation.verify import checks, verify
 from vprom.splits import load_rules
 from tests.dataset_fixture import build_records, fixture_assign, write_dataset
@@ -170,10 +170,10 @@ def test_each_integrity_failure_is_detected(copy, damage, message):
 
 
 def test_elements_read_beside_are_none_until_complete_sets_them(sound):
-    data, _ = dataset_view.load(sound, lambda: dataset_view.element_codes(sound))
+    data, _ = loaded.load(sound, lambda: loaded.element_codes(sound))
     assert data.matrices.elements is None  # a read before `complete` fails, never misleads
     data.complete()
-    whole, _ = dataset_view.load(sound)
+    whole, _ = loaded.load(sound)
     assert data.matrices.elements.shape == whole.matrices.elements.shape
     assert data.matrices.elements.tolist() == whole.matrices.elements.tolist()
 
@@ -269,7 +269,7 @@ def test_the_solvers_quick_screen_passes_only_what_check_masks_passes(copy):
         for name, column in (("crops/labels", labels), ("matrices/elements", elements),
                              ("crops/element", crop_element)):
             replace(h5, name, column)
-    data, _ = dataset_view.load(path)
+    data, _ = loaded.load(path)
     tables, n = checks.SolverTables(data), len(data.matrices)
     expected = checks.solve(tables, checks.matrix_records(data.matrices, {}, 0, n), data.rows)
     assert checks.solve_range(tables, data, 0, n) == expected
@@ -408,8 +408,8 @@ def test_an_empty_dataset_fails(tmp_path):
 
 
 def test_a_generated_dataset_passes_with_the_real_rules(tmp_path, capsys):
-    """End to end with `vprom generate`, `vprom.solver` and the split rules (manifest seed)."""
-    from vprom.generation.dataset import generate
+    """End to end with `vprom generate`, `vprom.generation.solver` and the split rules (manifest seed)."""
+    from vprom.generation.generate import generate
     from tests.dataset_fixture import write_pools
 
     dataset = tmp_path / "dataset.h5"
@@ -430,15 +430,15 @@ def test_a_generated_dataset_passes_with_the_real_rules(tmp_path, capsys):
 
 
 def test_the_rules_on_all_matrices_at_once_equal_assign_one_by_one(tmp_path):
-    """`splitting.assign_all` (verify's split rules, column by column) gives every matrix of
+    """`rules.assign_all` (verify's split rules, column by column) gives every matrix of
     a generated data set the parts `assign` gives it alone: with the images dealt by the
     data set's seed; by another one, under which most matrices straddle a partition or land
     on its other side; and with random ban bits. So the excluded paths are held to the same
     parts too."""
-    from vprom.generation.dataset import generate
-    from vprom.generation.dataset_view import load
+    from vprom.generation.generate import generate
+    from vprom.generation.verify.loaded import load
     from vprom.generation.verify.split_checks import crop_concepts
-    from vprom.splitting import PanelInfo, assign_all, ban_bits, image_sides
+    from vprom.splits.rules import PanelInfo, assign_all, ban_bits, image_sides
     from tests.dataset_fixture import write_pools
 
     dataset = tmp_path / "dataset.h5"
@@ -468,7 +468,7 @@ def test_the_rules_on_all_matrices_at_once_equal_assign_one_by_one(tmp_path):
 def test_a_file_without_its_seed_cannot_have_its_split_rules_re_run(tmp_path, workers):
     """The split rules need the seed the manifest records: without it the splits check says
     so (the reason crosses from a worker to the report) and the other checks still run."""
-    from vprom.generation.dataset import generate
+    from vprom.generation.generate import generate
     from tests.dataset_fixture import write_pools
 
     dataset = tmp_path / "dataset.h5"
@@ -486,8 +486,8 @@ def test_a_file_without_its_seed_cannot_have_its_split_rules_re_run(tmp_path, wo
 def test_a_training_matrix_that_shows_a_held_out_label_is_caught(tmp_path):
     """The splits check re-runs the rules' label bans too: a training matrix of a held-out
     split one of whose panels is given a label that split holds out is caught."""
-    from vprom.generation.dataset import generate
-    from vprom.generation.dataset_view import load
+    from vprom.generation.generate import generate
+    from vprom.generation.verify.loaded import load
     from vprom.generation.verify.split_checks import crop_concepts
     from tests.dataset_fixture import write_pools
 

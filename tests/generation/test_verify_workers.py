@@ -100,7 +100,7 @@ def test_an_error_in_a_worker_reaches_the_caller(sound, tmp_path):
 
 def test_cli_output_and_exit_code_are_the_same_for_1_and_2_workers(tmp_path, capsys):
     """End to end on a generated data set with the real rules, solver and assigner."""
-    from vprom.generation.dataset import generate
+    from vprom.generation.generate import generate
 
     dataset = tmp_path / "dataset.h5"
     generate(write_pools(tmp_path / "pools.h5"), dataset, RULES, scale=0.004, seed=3)

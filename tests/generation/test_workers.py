@@ -9,7 +9,7 @@ import pytest
 
 from vprom.errors import VpromError
 from vprom.generation import parallel
-from vprom.generation.dataset import generate, generate_dataset
+from vprom.generation.generate import generate, generate_dataset
 from vprom.splits import load_rules
 from vprom.tables import content_hash, read_manifest
 

@@ -28,7 +28,7 @@ from vprom.mining.synth.spec import (
 from vprom.mining.vocab import load_vocabulary
 from tests.photo_fixture import check_vg_schema, crop_pixels
 from vprom.errors import VpromError
-from vprom.records import COUNTS, MIN_SIDE
+from vprom.domain import COUNTS, MIN_SIDE
 
 N_IMAGES = 120  # small, yet every element of every pool appears (checked below)
 
@@ -254,7 +254,7 @@ def test_every_glyph_is_one_connected_silhouette(category):
 
 def test_every_object_third_has_enough_categories():
     # held-out-objects matrices draw all 8+ candidates of a matrix from one third
-    from vprom.splitting import object_third
+    from vprom.splits.rules import object_third
 
     thirds = [sum(object_third(o) == t for o in OBJECTS) for t in range(3)]
     assert min(thirds) >= 14, thirds

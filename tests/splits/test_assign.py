@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from vprom.splits.specs import SPEC_DIR, load_rules, load_split_specs
 from vprom.errors import VpromError
-from vprom.records import RELATIONS_OF, SPLITS, ElementType, Matrix
-from vprom.splitting import (
+from vprom.domain import RELATIONS_OF, SPLITS, ElementType, Matrix
+from vprom.splits.rules import (
     ALL_RELATIONS,
     ConceptTable,
     PanelInfo,

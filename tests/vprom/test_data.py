@@ -15,7 +15,7 @@ from tests.own_model_fixture import DIM, MAP_SHAPE, STORE_SIZE
 from vprom.data import VPROM
 from vprom.errors import VpromError
 from vprom.features.crop_store import CropStore
-from vprom.features.reader import load_features, open_maps
+from vprom.feature_files import load_features, open_maps
 from vprom.tables import read_matrix_table
 
 

@@ -11,30 +11,12 @@ import time
 
 import pytest
 
+import vprom_test_jobs as spawned
 from vprom import processes
 from vprom.errors import VpromError
 
 
-def _square(x: int) -> int:
-    return x * x
-
-
-def _fail_at(x: int) -> int:
-    if x == 37:
-        raise VpromError("record 37 is broken")
-    if x == 38:
-        raise ValueError("not a VpromError")
-    if x == 39:
-        os._exit(3)  # a worker that dies without a word (killed, out of memory)
-    return x
-
-
-def _wait_for_parent(conn) -> None:
-    conn.send("ready")
-    conn.recv()  # until the parent writes or goes away
-
-
-#: (job, what `_fail_at` makes of it, what the caller is told)
+#: (job, what `spawned.fail_at` makes of it, what the caller is told)
 FAILURES = [
     (37, VpromError, "record 37 is broken"),
     (38, RuntimeError, "ValueError: not a VpromError"),
@@ -48,7 +30,7 @@ def _no_children_left() -> bool:
 
 @pytest.mark.parametrize("workers, chunksize", [(1, 1), (2, 1), (3, 4)])
 def test_ordered_map_gives_the_results_in_job_order(workers, chunksize):
-    with processes.ordered_map(_square, range(203), workers, "test", chunksize) as results:
+    with processes.ordered_map(spawned.square, range(203), workers, "test", chunksize) as results:
         assert list(results) == [x * x for x in range(203)]
     assert _no_children_left()
 
@@ -63,11 +45,11 @@ def test_forked_workers_share_what_the_parent_built_before_they_started():
 
 @pytest.mark.parametrize("method", ["spawn", "fork"])
 def test_a_job_beside_runs_while_the_caller_works_and_its_worker_is_stopped(method):
-    with processes.beside(_square, 12, "test", method) as result:
+    with processes.beside(spawned.square, 12, "test", method) as result:
         assert [p.name for p in multiprocessing.active_children()] == ["vprom-test-beside"]
         assert result() == 144 and result() == 144  # taken once, kept
     assert _no_children_left()
-    with processes.beside(_square, 3, "test", method):
+    with processes.beside(spawned.square, 3, "test", method):
         pass  # the result never taken: the worker is stopped all the same
     assert _no_children_left()
 
@@ -75,13 +57,13 @@ def test_a_job_beside_runs_while_the_caller_works_and_its_worker_is_stopped(meth
 @pytest.mark.parametrize("job, error, says", FAILURES)
 def test_a_job_beside_that_fails_or_dies_raises_when_its_result_is_taken(job, error, says):
     with pytest.raises(error, match=says):
-        with processes.beside(_fail_at, job, "test") as result:
+        with processes.beside(spawned.fail_at, job, "test") as result:
             result()
     assert _no_children_left()
 
 
 def test_no_jobs_no_results():
-    with processes.ordered_map(_square, [], 2, "test") as results:
+    with processes.ordered_map(spawned.square, [], 2, "test") as results:
         assert list(results) == []
     assert _no_children_left()
 
@@ -90,14 +72,14 @@ def test_no_jobs_no_results():
 def test_a_failing_job_or_dying_worker_is_reported_and_the_rest_stopped(job, error, says):
     jobs = list(range(30)) + [job] + list(range(30))
     with pytest.raises(error, match=says):
-        with processes.ordered_map(_fail_at, jobs, 2, "test", chunksize=2) as results:
+        with processes.ordered_map(spawned.fail_at, jobs, 2, "test", chunksize=2) as results:
             list(results)
     assert _no_children_left()
 
 
 def test_leaving_early_stops_the_workers():
     with pytest.raises(KeyboardInterrupt):
-        with processes.ordered_map(_square, range(10_000), 2, "test") as results:
+        with processes.ordered_map(spawned.square, range(10_000), 2, "test") as results:
             next(iter(results))
             raise KeyboardInterrupt  # as a Ctrl-C in the parent would
     assert _no_children_left()
@@ -109,7 +91,7 @@ def test_a_worker_ignores_ctrl_c_and_stop_ends_it(method):
     `stop` used to wait out the grace period and kill it, 3 s at the end of every run)."""
     receive, send = processes.context(method).Pipe()
     procs: list = []
-    processes.start(procs, _wait_for_parent, (send,), "vprom-test", method)
+    processes.start(procs, spawned.wait_for_parent, (send,), "vprom-test", method)
     assert receive.recv() == "ready"
     os.kill(procs[0].pid, signal.SIGINT)
     time.sleep(0.2)
@@ -127,7 +109,7 @@ def test_a_worker_that_dies_while_starting_is_an_error_not_a_closed_stdout(monke
     monkeypatch.setattr(type(processes.context().Process()), "start", broken_pipe)
     procs: list = []
     with pytest.raises(VpromError, match="worker vprom-test ended while it was being started"):
-        processes.start(procs, _square, (2,), "vprom-test")
+        processes.start(procs, spawned.square, (2,), "vprom-test")
     assert procs == []
 
 
@@ -185,17 +167,13 @@ def test_a_workers_broken_handover_is_quiet_other_thread_errors_are_not(monkeypa
     assert "BrokenPipeError: [Errno 32] the main thread's own pipe" in err
 
 
-def _kind(x: int) -> str | None:
-    return None if x % 5 == 0 else "odd" if x % 2 else "even"
-
-
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_ordered_map_with_affinity_gives_the_results_in_job_order(workers):
-    with processes.ordered_map(_square, range(203), workers, "test", affinity=_kind) as results:
+    with processes.ordered_map(spawned.square, range(203), workers, "test", affinity=spawned.kind) as results:
         assert list(results) == [x * x for x in range(203)]
     jobs = list(range(30)) + [37] + list(range(30))
     with pytest.raises(VpromError, match="record 37 is broken"):
-        with processes.ordered_map(_fail_at, jobs, 2, "test", affinity=_kind) as results:
+        with processes.ordered_map(spawned.fail_at, jobs, 2, "test", affinity=spawned.kind) as results:
             list(results)
     assert _no_children_left()
 
@@ -211,5 +189,5 @@ def test_a_free_worker_takes_its_own_kind_then_a_free_kind_then_none_then_any():
 
 def test_affinity_needs_single_jobs():
     with pytest.raises(ValueError, match="chunksize 1"):
-        with processes.ordered_map(_square, range(3), 2, "test", 2, affinity=_kind) as results:
+        with processes.ordered_map(spawned.square, range(3), 2, "test", 2, affinity=spawned.kind) as results:
             list(results)

@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DistributedSampler
 
 from vprom.data import VPROM, loader, shipping
+from vprom_test_jobs import ddp_rank
 
 
 def same(got: dict, want: dict) -> None:
@@ -131,24 +132,6 @@ def test_a_distributed_sampler_gives_each_rank_its_share(own_build):
                           np.sort(data.ids))
 
 
-def _rank(rank: int, dataset: str, source: str, rendezvous: str, out: str) -> None:
-    """One DDP rank: gloo, a DistributedSampler, the loader with a worker of its own."""
-    import json
-
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=2)
-    try:
-        data = VPROM(dataset, "neutral", "train", source=source, shuffle_candidates=True)
-        sampler = DistributedSampler(data, shuffle=True, seed=5)
-        sampler.set_epoch(3)
-        ids = [i for b in loader(data, 3, sampler=sampler, num_workers=1) for i in b["id"].tolist()]
-        with open(f"{out}.{rank}", "w") as f:
-            json.dump(ids, f)
-    finally:
-        dist.destroy_process_group()
-
-
 def test_two_ddp_processes_each_read_their_sampler_share(own_build, tmp_path):
     import json
 
@@ -156,7 +139,7 @@ def test_two_ddp_processes_each_read_their_sampler_share(own_build, tmp_path):
 
     args = (str(own_build.dataset), str(own_build.crops), str(tmp_path / "rendezvous"),
             str(tmp_path / "ids"))
-    mp.start_processes(_rank, args=args, nprocs=2, start_method="spawn")
+    mp.start_processes(ddp_rank, args=args, nprocs=2, start_method="spawn")
     data = VPROM(own_build.dataset, "neutral", "train", source=own_build.crops)
     shares = []
     for rank in range(2):

@@ -7,7 +7,7 @@ import pytest
 
 from vprom import tables
 from vprom.errors import VpromError
-from vprom.records import Crop, Matrix
+from vprom.domain import Crop, Matrix
 from vprom.tables import (
     STR,
     CropTable,

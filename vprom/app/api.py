@@ -84,7 +84,7 @@ def generate(pools, out, rules=None, **options):
     >>> summary.counts == vprom.load_dataset("build/small/dataset.h5").manifest["counts"]
     True
     """
-    from vprom.generation.dataset import generate as run
+    from vprom.generation.generate import generate as run
 
     return run(pools, out, _rules(rules), **options)
 
@@ -102,7 +102,7 @@ def merge(shards, out, rules=None):
     ...     numpy.array_equal(a["matrices/panels"][:], b["matrices/panels"][:])
     True
     """
-    from vprom.generation.dataset import merge_shards
+    from vprom.generation.generate import merge_shards
 
     return merge_shards(shards, out, _rules(rules))
 
@@ -142,7 +142,7 @@ def load_dataset(path):
     >>> data = vprom.load_dataset("build/small/dataset.h5")
     >>> data.matrices.panels.shape[1], len(data.matrices) == len(data.matrices.id)
     (16, True)
-    >>> m = data.matrix(0)          # a vprom.records.Matrix with its full provenance
+    >>> m = data.matrix(0)          # a vprom.domain.Matrix with its full provenance
     >>> 0 <= m.answer < 8, dict(m.splits)["neutral"] in ("train", "val", "test", "excluded")
     (True, True)
     >>> test = data.matrices.splits["neutral"]["test"]   # matrix ids
@@ -191,7 +191,7 @@ def load_features(path):
     >>> feats.features[feats.index_of(panels)].shape[1:], feats.attrs["backbone"]
     ((16, 512), 'resnet18')
     """
-    from vprom.features.reader import load_features as run
+    from vprom.feature_files import load_features as run
 
     return run(path)
 

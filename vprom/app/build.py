@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vprom.errors import VpromError
-from vprom.generation.dataset import generate
+from vprom.generation.generate import generate
 from vprom.generation.verify import verify
 from vprom.generation.verify.stats import format_stats, stats, write_stats
 from vprom.io import check_output, make_manifest, sha256_file, write_json, write_text
 from vprom.mining.pools import mine
 from vprom.mining.synth import write_corpus
 from vprom.outputs import writes
-from vprom.records import MIN_SIDE
+from vprom.domain import MIN_SIDE
 from vprom.splits import load_rules
 from vprom.stamps import record_path, stamp, why_stale
 

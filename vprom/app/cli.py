@@ -31,7 +31,7 @@ _STARTING = {sig: signal.signal(sig, _interrupted_while_starting)
 
 from vprom import __version__  # noqa: E402 - after the guard above
 from vprom.app.commands import corpus, dataset, human, learning, own_model  # noqa: E402
-from vprom.app.running import run_command  # noqa: E402
+from vprom.app.exit_status import run_command  # noqa: E402
 
 for _sig, _handler in _STARTING.items():
     signal.signal(_sig, _handler)
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one `vprom` command (see `vprom.app.running.run_command` for errors and signals)."""
+    """Run one `vprom` command (see `vprom.app.exit_status.run_command` for errors and signals)."""
     return run_command(build_parser, argv)
 
 

@@ -40,7 +40,7 @@ from vprom.fields import borrowed, like, option
 from vprom.io import sha256_file
 from vprom.outputs import writes
 from vprom.stamps import stamp, why_stale
-from vprom.records import SPLITS
+from vprom.domain import SPLITS
 
 CONTROL_SPLIT = "neutral"
 
@@ -176,7 +176,7 @@ def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: st
               weights: str) -> Path:
     """OUT/features/<backbone>.h5, extracted unless a complete file from the same inputs exists."""
     from vprom.features.extract import extract
-    from vprom.features.reader import check_complete
+    from vprom.feature_files import check_complete
 
     out = config.out / "features" / f"{file_name(backbone)}.h5"
     record = {"backbone": backbone, "weights": weights, "dataset_sha256": sha256_file(dataset),

@@ -33,12 +33,12 @@ from pathlib import Path
 import numpy as np
 
 from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
-from vprom.baselines.learning import did_not_learn
+from vprom.baselines.run_checks import did_not_learn
 from vprom.errors import VpromError
 from vprom.generation.verify.ceiling import perception_hits
 from vprom.io import sha256_file, write_json
 from vprom.provenance import dataset_content_hash
-from vprom.records import CHANCE, N_CANDIDATES, SPLITS
+from vprom.domain import CHANCE, N_CANDIDATES, SPLITS
 from vprom.tables import crop_rows, read_matrix_table
 
 SCORED_BY = "vprom score"

@@ -11,9 +11,9 @@ element type, the answer's element and the super-attribute ("" for objects and c
 What a panel is depends on `source`, recognised from the file's contents:
 
 - a FEATS.h5 of pooled vectors (`vprom extract`) -> float32 `[16, D]`; the table is read
-  once into memory (`features.reader.load_features`) and each item is a gather;
+  once into memory (`vprom.feature_files.load_features`) and each item is a gather;
 - a maps file (`vprom extract --pool none`) -> float32 `[16, C, H, W]`, read lazily through
-  `features.reader.open_maps`;
+  `vprom.feature_files.open_maps`;
 - a crop store (`vprom crops`) -> uint8 `[16, 3, S, S]`, read lazily
   (`features.crop_store.CropStore`), then passed through `transform` if one is given
   (e.g. ImageNet normalisation; it receives the whole `[16, 3, S, S]` tensor).
@@ -53,9 +53,9 @@ from vprom.data.shipping import loader
 from vprom.errors import VpromError
 from vprom.features.crop_store import KIND as CROP_STORE
 from vprom.features.crop_store import CropStore
-from vprom.features.reader import load_features, open_maps, rows_of
+from vprom.feature_files import load_features, open_maps, rows_of
 from vprom.provenance import check_features_source, dataset_content_hash
-from vprom.records import N_CONTEXT, N_PANELS, SPLITS
+from vprom.domain import N_CONTEXT, N_PANELS, SPLITS
 from vprom.tables import SPLIT_PARTS, crop_rows, open_h5, read_matrix_table
 
 

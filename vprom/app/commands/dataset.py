@@ -11,7 +11,7 @@ from vprom.app.commands.base import Command
 from vprom.app.options import (add_out, add_workers, default, output_file, output_folder,
                                positive, shard)
 from vprom.errors import VpromError
-from vprom.generation.dataset import generate
+from vprom.generation.generate import generate
 from vprom.processes import usable_cores
 
 # `build` and `reproduce` choose these defaults by source, so their options default to None.
@@ -207,7 +207,7 @@ def run_export(args):
     except argparse.ArgumentTypeError as e:
         raise VpromError(f"--out {e}") from None
     if args.format == "savir-t":
-        from vprom.app.savir import export_savir, summary
+        from vprom.generation.export.savir import export_savir, summary
 
         if args.features is None:
             raise VpromError("--format savir-t reads the panels' maps: pass --features "

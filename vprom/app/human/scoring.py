@@ -22,7 +22,7 @@ from vprom.app.human.study import load_key
 from vprom.baselines.metrics import breakdowns, score
 from vprom.errors import VpromError
 from vprom.io import write_json
-from vprom.records import CHANCE
+from vprom.domain import CHANCE
 
 #: the paper's human baseline (Teney et al. 2020, section 6)
 PAPER_HUMANS = {"accuracy": 0.778, "skipped": 0.045}

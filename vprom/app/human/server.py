@@ -39,7 +39,7 @@ import numpy as np
 from vprom.app.human.study import load_key
 from vprom.errors import VpromError
 from vprom.outputs import output_lock
-from vprom.records import N_CANDIDATES
+from vprom.domain import N_CANDIDATES
 
 PARTICIPANT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_BODY = 64 * 1024

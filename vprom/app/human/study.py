@@ -39,7 +39,7 @@ from vprom.errors import VpromError
 from vprom.images import ImageIndex, clip_box
 from vprom.io import atomic_dir, make_manifest, write_json
 from vprom.provenance import dataset_content_hash
-from vprom.records import N_CANDIDATES, N_CONTEXT, RELATIONS_OF, ElementType, Relation
+from vprom.domain import N_CANDIDATES, N_CONTEXT, RELATIONS_OF, ElementType, Relation
 from vprom.show import letterbox
 from vprom.tables import read_crop_table, read_matrix_table
 

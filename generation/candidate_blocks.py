@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vprom.generation.candidates import static_block
-from vprom.records import N_CANDIDATES
-from vprom.relations import RULES
+from vprom.domain import N_CANDIDATES
+from vprom.generation.relations import RULES
 
 #: the block sizes balanced here, each with the block size its extra matrices step down from
 STEP_FROM = {2: 4, 4: 8}

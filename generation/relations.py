@@ -38,8 +38,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from vprom.records import Relation
-from vprom.sampling import Draws
+from vprom.domain import Relation
+from vprom.generation.draws import Draws
 
 
 def bits(mask: int):

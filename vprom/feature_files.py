@@ -134,7 +134,7 @@ def load_features(path: str | Path) -> Features:
             raise VpromError(f"{path}: holds spatial maps ({shape} per crop, `vprom extract "
                              "--pool none`), and no registered model takes maps; re-extract "
                              "with pooled vectors (`vprom extract` without --pool none) to "
-                             "train on it, or read the maps with features.reader.open_maps")
+                             "train on it, or read the maps with vprom.feature_files.open_maps")
         crop_id = h5["crop_id"][()].astype(np.int64)
         features = h5["features"][()].astype(np.float32)
         missing = (h5["missing_crop_id"][()].astype(np.int64) if "missing_crop_id" in h5
@@ -167,7 +167,7 @@ class SpatialMaps(OpenFile):
         try:
             if "maps" not in self._h5:
                 raise VpromError(f"{path}: holds pooled features, not spatial maps; read it "
-                                 "with features.reader.load_features, or extract maps with "
+                                 "with vprom.feature_files.load_features, or extract maps with "
                                  "`vprom extract --pool none`")
             self.maps = self._h5["maps"]
             self.crop_id = self._h5["crop_id"][()].astype(np.int64)

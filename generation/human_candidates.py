@@ -20,7 +20,7 @@ could be the answer of a matrix of its block's super-attribute:
 
 Then the answer is the candidate in the planned answer position, a uniform choice among the
 8, and the matrix's super-attribute is its block's; the context is drawn last, for that
-answer (`_context`: the relation's `Rule.context` in `vprom.relations`), and redrawn until
+answer (`_context`: the relation's `Rule.context` in `vprom.generation.relations`), and redrawn until
 the solver finds exactly the answer. Whatever statistic of the candidates a model computes
 — values held once, label counts, how often an element is right — the answer is any one of
 them with probability 1/8, so per-element answer rates and label counts are balanced by
@@ -45,10 +45,10 @@ from dataclasses import dataclass, field
 
 from vprom.generation.plan import Group
 from vprom.generation.pool_index import draw_crops
-from vprom.records import N_CANDIDATES, Relation
-from vprom.relations import RULES
-from vprom.sampling import Draws
-from vprom.solver import completion_mask
+from vprom.domain import N_CANDIDATES, Relation
+from vprom.generation.relations import RULES
+from vprom.generation.draws import Draws
+from vprom.generation.solver import completion_mask
 
 #: Tries of one candidate set's context before a new candidate set is drawn. Generous: a
 #: candidate set given up for its answer's context would make answers whose contexts are

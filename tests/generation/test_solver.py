@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vprom.records import RELATIONS_OF, ElementType, Matrix, Relation
-from vprom.relations import RULES
-from vprom.sampling import Draws
-from vprom.solver import Universe, check_matrix, completion_mask, valid_candidates
+from vprom.domain import RELATIONS_OF, ElementType, Matrix, Relation
+from vprom.generation.relations import RULES
+from vprom.generation.draws import Draws
+from vprom.generation.solver import Universe, check_matrix, completion_mask, valid_candidates
 
 OA = ElementType.OBJECT_ATTRIBUTE
 

@@ -32,7 +32,7 @@ import math
 from pathlib import Path
 
 from vprom.errors import VpromError
-from vprom.records import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
+from vprom.domain import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
 from vprom.statistics import wilson_interval
 
 #: ln 8, the answer loss of uniform scores

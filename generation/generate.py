@@ -41,8 +41,8 @@ from vprom.generation.sampler import (
 from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
 from vprom.outputs import writes
 from vprom.processes import collector_paused, usable_cores
-from vprom.records import N_PANELS, SPLITS, TABLE1, ElementType
-from vprom.splitting import SplitRules
+from vprom.domain import N_PANELS, SPLITS, TABLE1, ElementType
+from vprom.splits.rules import SplitRules
 from vprom.tables import (
     STR,
     CropTable,

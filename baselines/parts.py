@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from vprom.errors import VpromError
-from vprom.records import N_PANELS, ElementType, Relation
+from vprom.domain import N_PANELS, ElementType, Relation
 
 N_CONTEXT = 8
 N_CANDIDATES = N_PANELS - N_CONTEXT

@@ -57,7 +57,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from vprom.errors import VpromError
-from vprom.records import N_CONTEXT, VAL_SIZE, ElementType, Matrix
+from vprom.domain import N_CONTEXT, VAL_SIZE, ElementType, Matrix
 from vprom.tables import string_codes
 
 _MASK64 = (1 << 64) - 1

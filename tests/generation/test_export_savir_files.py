@@ -33,10 +33,10 @@ from tests.features.test_extract import config
 from vprom.app import cli
 from vprom.errors import VpromError
 from vprom.features.extract import extract
-from vprom.features.reader import open_maps
+from vprom.feature_files import open_maps
 from vprom.generation.export import export
 from vprom.generation.export.crops import release_ids
-from vprom.records import ElementType
+from vprom.domain import ElementType
 from vprom.tables import read_matrix_table
 
 pytestmark = pytest.mark.slow  # resnet101 at 224 px on the CPU: tens of seconds
@@ -120,7 +120,7 @@ def test_savir_t_reads_every_problem(build, capsys):
 
 
 def test_interrupted_export_resumes_and_refuses_other_settings(build, monkeypatch):
-    from vprom.app import savir
+    from vprom.generation.export import savir
 
     root, dataset, maps_path = build
     out = root / "resumed"
@@ -149,7 +149,7 @@ def test_interrupted_export_resumes_and_refuses_other_settings(build, monkeypatc
 
 
 def test_refuses_maps_savir_t_cannot_read(build, tmp_path):
-    from vprom.app.savir import export_savir
+    from vprom.generation.export.savir import export_savir
 
     root, dataset, _ = build
     vg = root / "vg"

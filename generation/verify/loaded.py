@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 
 from vprom.generation.labels import LabelRows, LabelVocabulary
-from vprom.records import N_PANELS
+from vprom.domain import N_PANELS
 from vprom.tables import (CropTable, MatrixTable, crop_rows, from_codes, open_h5,
                           read_string_codes)
 
@@ -151,7 +151,7 @@ def element_codes(path: Path) -> tuple[list[str], np.ndarray]:
 
 
 def in_memory(dataset, path: str = "<memory>") -> Data:
-    """A `generation.dataset.Dataset` (what `generate_dataset` returns) as `vprom verify` reads
+    """A `generation.generate.Dataset` (what `generate_dataset` returns) as `vprom verify` reads
     the file `generate` would write from it (for benchmarks and tests)."""
     m = dataset.matrices
     sas = {t: {sa: frozenset(v) for sa, v in by.items()}

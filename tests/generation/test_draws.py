@@ -1,4 +1,4 @@
-"""`vprom.sampling.Draws`: the stream of matrix i is `default_rng([seed, i])`'s, whatever the
+"""`vprom.generation.draws.Draws`: the stream of matrix i is `default_rng([seed, i])`'s, whatever the
 size of seed and i (the fast path computes small ones' start states itself, a block at a
 time, and shares one Generator between all streams)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vprom.sampling import Draws, pcg64_states
+from vprom.generation.draws import Draws, pcg64_states
 
 
 @pytest.mark.parametrize("seed, index", [(0, 0), (0, 1), (0, 1023), (0, 1024), (7, 123_456), (2**32 - 1, 5),

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vprom.records import RELATIONS_OF, Crop, ElementType, Matrix, Relation
+from vprom.domain import RELATIONS_OF, Crop, ElementType, Matrix, Relation
 
 
 def _matrix(**kw):

@@ -16,7 +16,7 @@ could be sound once a person's visible gender and age are labels.
 
 The work is done on bit masks: each panel becomes the mask of the element ids it carries
 (labels outside the element type's universe are ignored: a chair's colour is no object
-category), each relation rule (`vprom.relations`) turns the 8 context masks into the mask
+category), each relation rule (`vprom.generation.relations`) turns the 8 context masks into the mask
 of the elements that could complete row 3, and a candidate is valid when its own mask meets
 the union of those masks. The generator calls `completion_mask` on integer masks on its hot
 path; the string-level functions here serve `vprom verify` and the tests.
@@ -31,7 +31,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
-from vprom.records import (
+from vprom.domain import (
     N_CANDIDATES,
     N_CONTEXT,
     N_PANELS,
@@ -40,7 +40,7 @@ from vprom.records import (
     Matrix,
     Relation,
 )
-from vprom.relations import RULES
+from vprom.generation.relations import RULES
 
 _RULES_OF = {t: tuple(RULES[r] for r in rels) for t, rels in RELATIONS_OF.items()}
 

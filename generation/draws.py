@@ -8,11 +8,11 @@
   indices below 2**32, `pcg64_states` computes what `default_rng([seed, i])` would start
   from (numpy's SeedSequence hash and PCG64's seeding step) for a block of indices at once,
   and `Draws` sets one reused PCG64 to that state per batch (advancing it past the batches
-  already read): the same numbers, ~8 µs a matrix instead of ~29. tests/vprom/test_sampling.py
+  already read): the same numbers, ~8 µs a matrix instead of ~29. tests/generation/test_draws.py
   holds it to numpy's own seeding.
 
 The hashes that deal images and object categories to the sides of a split are split
-logic: `vprom.splitting`.
+logic: `vprom.splits.rules`.
 """
 
 from __future__ import annotations
