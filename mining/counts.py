@@ -102,9 +102,6 @@ class _Words:
         self.number_words = frozenset(number_words)
         # prefix-factored ("t(?:en|h(?:ree|ird)|...)"): ~1.5x faster than a flat alternation
         self.prefilter = re.compile(r"\d|\b(?:" + _alternation(number_words) + r")\b")
-        # as bytes, for a faster pre-prefilter (mining.count_pass); None if not all plain a-z
-        plain = all(w.isascii() and w.isalpha() and w.islower() for w in number_words)
-        self.number_bytes = frozenset(w.encode() for w in number_words) if plain else None
 
 
 def _alternation(words) -> str:
@@ -154,7 +151,8 @@ def _read_words(path: Path) -> dict:
 _WORDS: dict[int, _Words] = {}
 
 
-def _words_for(vocab: Vocabulary) -> _Words:
+def words_for(vocab: Vocabulary) -> _Words:
+    """The word lists of counts.json with the noun sets of `vocab`, made once per vocabulary."""
     words = _WORDS.get(id(vocab))
     if words is None or words.vocab is not vocab:
         if len(_WORDS) >= 8:   # vocabularies come and go in tests; keep a handful
@@ -165,11 +163,11 @@ def _words_for(vocab: Vocabulary) -> _Words:
 
 def parse_count(phrase: str, vocab: Vocabulary | None = None) -> CountParse | None:
     """Parse the count a region description states; None when it holds no number at all."""
-    return parse_words(phrase, _words_for(vocab if vocab is not None else load_vocabulary()))
+    return parse_words(phrase, words_for(vocab if vocab is not None else load_vocabulary()))
 
 
 def parse_words(phrase: str, words: _Words) -> CountParse | None:
-    """`parse_count` with the word lists of its vocabulary (`_words_for`)."""
+    """`parse_count` with the word lists of its vocabulary (`words_for`)."""
     text = phrase.lower()
     if not words.prefilter.search(text):
         return None
