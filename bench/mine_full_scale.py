@@ -320,13 +320,12 @@ def anchors_and_passes(vg: Path) -> dict:
     from vprom.domain import MIN_SIDE
     from vprom.mining import byte_ranges, readers
     from vprom.mining.pool_jobs import _FILES, COUNTS, OBJECTS, Setup, _jobs, _scans, run_job
-    from vprom.mining.pool_passes import Labeler
     from vprom.mining.vocab import load_vocabulary
 
     paths = {stem: readers.locate(vg, stem) for stem in readers.FILES}
     vocab = load_vocabulary()
     sizes, _ = readers.image_sizes(paths[readers.IMAGE_DATA])
-    setup = Setup(paths, sizes, MIN_SIDE, vocab, Labeler(vocab))
+    setup = Setup(paths, sizes, MIN_SIDE, vocab)
     out = {}
     for kind in (OBJECTS, COUNTS):
         t0 = time.perf_counter()

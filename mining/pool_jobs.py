@@ -36,7 +36,6 @@ from vprom.mining.pool_passes import (
     SAMPLES,
     STRING_COLUMNS,
     CropColumns,
-    Labeler,
     PassResult,
     mine_objects,
     object_stats,
@@ -54,13 +53,12 @@ class Setup(NamedTuple):
     sizes: dict
     min_side: int
     vocab: object
-    labeler: Labeler
 
 
 def run_passes(paths: dict, min_side: int, vocab, workers: int) -> list[PassResult]:
     """The objects pass and the counts pass, as two `PassResult`s."""
     sizes, image_data_sha = readers.image_sizes(paths[readers.IMAGE_DATA])
-    setup = Setup(paths, sizes, min_side, vocab, Labeler(vocab))
+    setup = Setup(paths, sizes, min_side, vocab)
     scans = {kind: _scans(paths, kind) for kind in _FILES}
     merged = {OBJECTS: _Merged(object_stats(len(sizes))),
               COUNTS: _Merged(count_pass.count_stats(len(sizes)))}
@@ -138,7 +136,7 @@ def _streamed(kind: str, setup: Setup) -> PassResult:
 
 def _mine(kind: str, images: list, setup: Setup) -> PassResult:
     if kind == OBJECTS:
-        return mine_objects(*images, setup.sizes, setup.min_side, setup.labeler)
+        return mine_objects(*images, setup.sizes, setup.min_side, setup.vocab)
     return count_pass.mine_counts(images[0], setup.sizes, setup.min_side, setup.vocab)
 
 

@@ -117,38 +117,20 @@ def clipped_box(x: int, y: int, w: int, h: int, width: int, height: int, stats: 
 
 
 # ---------------------------------------------------------------- labels
-class Labeler:
-    """Canonical form and role of each raw label, computed once per distinct string."""
+def _name_role(vocab, raw) -> tuple[str, str]:
+    """(canonical, role) of a name: category / person / excluded / unknown / empty."""
+    c = vocab.canonical(raw) if isinstance(raw, str) else ""
+    return c, ("empty" if not c else "category" if c in vocab.objects else
+               "person" if c in vocab.person_words else
+               "excluded" if c in vocab.excluded_objects else "unknown")
 
-    def __init__(self, vocab) -> None:
-        self.vocab = vocab
-        self.objects = vocab.objects
-        self.excluded_objects = vocab.excluded_objects
-        self.excluded_attributes = vocab.excluded_attributes
-        self.tables = (vocab.object_attributes, vocab.human_attributes)
-        self._names: dict[str, tuple[str, str]] = {}
-        self._attrs: dict[str, tuple[str, str]] = {}
 
-    def name(self, raw: str) -> tuple[str, str]:
-        """(canonical, role) with role in category / person / excluded / unknown / empty."""
-        got = self._names.get(raw)
-        if got is None:
-            c = self.vocab.canonical(raw) if isinstance(raw, str) else ""
-            role = ("empty" if not c else "category" if c in self.objects else
-                    "person" if self.vocab.is_person(c) else
-                    "excluded" if c in self.excluded_objects else "unknown")
-            got = self._names[raw] = (c, role)
-        return got
-
-    def attribute(self, raw: str) -> tuple[str, str]:
-        """(canonical, role) with role in known / excluded / unknown / empty."""
-        got = self._attrs.get(raw)
-        if got is None:
-            c = self.vocab.canonical(raw) if isinstance(raw, str) else ""
-            role = ("empty" if not c else "excluded" if c in self.excluded_attributes else
-                    "known" if c in self.tables[0] or c in self.tables[1] else "unknown")
-            got = self._attrs[raw] = (c, role)
-        return got
+def _attribute_role(vocab, raw) -> tuple[str, str]:
+    """(canonical, role) of an attribute: known / excluded / unknown / empty."""
+    c = vocab.canonical(raw) if isinstance(raw, str) else ""
+    return c, ("empty" if not c else "excluded" if c in vocab.excluded_attributes else
+               "known" if c in vocab.object_attributes or c in vocab.human_attributes else
+               "unknown")
 
 
 # ---------------------------------------------------------------- objects pass
@@ -159,8 +141,7 @@ def object_stats(images: int) -> dict:
             "images": images}
 
 
-def mine_objects(objects, attributes, sizes: dict, min_side: int, labeler: Labeler
-                 ) -> PassResult:
+def mine_objects(objects, attributes, sizes: dict, min_side: int, vocab) -> PassResult:
     """The objects pass (see the module docstring) over the `readers.ImageItems`s of objects.json
     and attributes.json."""
     start = time.perf_counter()
@@ -168,7 +149,7 @@ def mine_objects(objects, attributes, sizes: dict, min_side: int, labeler: Label
     cols = CropColumns()
     for objs, attrs in zip_longest(objects, attributes):
         _check_aligned(objs, attrs)
-        _mine_image(objs, attrs, sizes, min_side, labeler, cols, stats)
+        _mine_image(objs, attrs, sizes, min_side, vocab, cols, stats)
     return PassResult(cols.numpy(), cols.strings, stats, {},
                       seconds=time.perf_counter() - start)
 
@@ -246,7 +227,7 @@ def _attributes_by_id(objects: list) -> dict:
     return by_id
 
 
-def _mine_image(objs: ImageItems, attrs: ImageItems, sizes: dict, min_side: int, labeler: Labeler,
+def _mine_image(objs: ImageItems, attrs: ImageItems, sizes: dict, min_side: int, vocab,
                 cols: CropColumns, stats: dict) -> None:
     counts = stats["objects"]
     size = sizes.get(objs.image_id)
@@ -262,28 +243,26 @@ def _mine_image(objs: ImageItems, attrs: ImageItems, sizes: dict, min_side: int,
     regions = _regions_of(objs.items, _attributes_by_id(attrs.items), *size, min_side, counts)
     for box, (source_id, raw_names, raw_attrs) in regions.items():
         # labels are looked at only from here on: 3/4 of VG's objects are too small to matter
-        names, name_roles = _labels(raw_names, labeler.name, stats["unknown_names"])
-        attributes, attr_roles = _labels(raw_attrs, labeler.attribute, stats["unknown_attributes"])
+        names, name_roles = _labels(raw_names, vocab, _name_role, stats["unknown_names"])
+        attributes, attr_roles = _labels(raw_attrs, vocab, _attribute_role,
+                                         stats["unknown_attributes"])
         if "excluded" in name_roles.values():
             counts["excluded_object"] += 1
             continue
         labels = cols.intern(LABEL_SEPARATOR.join(sorted(set(names) | set(attributes))))
         _add_object(objs.image_id, box, source_id, name_roles, labels, cols, stats)
         human = "person" in name_roles.values()
-        _add_attributes(objs.image_id, box, source_id, attr_roles, human, labeler, labels,
-                        cols, stats)
+        _add_attributes(objs.image_id, box, source_id, attr_roles, human, vocab, labels, cols,
+                        stats)
         counts["kept_regions"] += 1
 
 
-def _labels(raw: list, classify, unknown: Counter) -> tuple[list[str], dict[str, str]]:
+def _labels(raw: list, vocab, classify, unknown: Counter) -> tuple[list[str], dict[str, str]]:
     """Canonical labels (raw order, duplicates kept out) and canonical -> role."""
     roles: dict[str, str] = {}
     for text in raw:
-        try:
-            canonical, role = classify(text)
-        except TypeError:  # a list or dict where VG has a string: not a label
-            continue
-        if role == "empty":
+        canonical, role = classify(vocab, text)
+        if role == "empty":  # also a list or a number where VG has a string
             continue
         if role == "unknown":
             unknown[canonical] += 1
@@ -300,10 +279,10 @@ def _add_object(image_id, box, source_id, name_roles: dict, labels: int, cols: C
         stats["impure"]["object\t"] += 1  # names of several categories on one region
 
 
-def _add_attributes(image_id, box, source_id, attr_roles: dict, human: bool,
-                    labeler: Labeler, labels: int, cols: CropColumns, stats: dict) -> None:
+def _add_attributes(image_id, box, source_id, attr_roles: dict, human: bool, vocab,
+                    labels: int, cols: CropColumns, stats: dict) -> None:
     element_type = "human_attribute" if human else "object_attribute"
-    table = labeler.tables[1] if human else labeler.tables[0]
+    table = vocab.human_attributes if human else vocab.object_attributes
     by_super: dict[str, list[str]] = {}
     for attr, role in attr_roles.items():
         if role == "excluded":
