@@ -87,7 +87,8 @@ def test_records_in_another_layout_mine_in_chunks_as_when_streamed(tmp_path, syn
                       zipped=("objects", "attributes", "region_descriptions"))
     mine(packed, tmp_path / "streamed" / "pools.h5", workers=1)
     assert sorted(streamed) == ["counts", "objects"]
-    a, b = _products(tmp_path / "chunks" / "pools.h5"), _products(tmp_path / "streamed" / "pools.h5")
+    a = _products(tmp_path / "chunks" / "pools.h5")
+    b = _products(tmp_path / "streamed" / "pools.h5")
     assert a[0] == b[0] and a[2][2] == b[2][2]  # the reports differ in the inputs only
 
 
