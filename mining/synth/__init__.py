@@ -119,7 +119,7 @@ def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1)
     with atomic_dir(out, marker=TRUTH) as tmp:
         for name in synth_vg.FOLDERS:
             (tmp / name).mkdir()
-        expected, noise, n_objects, n_regions, vg = _write_files(tmp, tmp, images, seed, workers)
+        expected, noise, n_objects, n_regions, vg = _write_files(tmp, images, seed, workers)
         truth = _truth(tmp, images, seed, expected, noise, vg)
         (tmp / TRUTH).write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return SynthSummary(out, images, n_objects, n_regions, truth["pools"],
@@ -127,7 +127,7 @@ def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1)
                         time.perf_counter() - start)
 
 
-def _write_files(tmp: Path, folder: Path, images: int, seed: int, workers: int):
+def _write_files(tmp: Path, images: int, seed: int, workers: int):
     from tqdm import tqdm
 
     handles = [open(tmp / name, "w", encoding="utf-8") for name in PER_IMAGE_FILES]
@@ -135,7 +135,7 @@ def _write_files(tmp: Path, folder: Path, images: int, seed: int, workers: int):
     n_objects = n_regions = 0
     vg: dict = {"VG_100K_2": [], "coco_id": [], "flickr_id": [], "relationships": 0,
                 "question_answers": 0, "synsets": set()}
-    jobs = ((seed, i, str(folder)) for i in range(images))
+    jobs = ((seed, i, str(tmp)) for i in range(images))
     try:
         # workers ignore Ctrl-C and are stopped when this block is left, however it is left
         with ordered_map(_render_to, jobs, workers, "synth", chunksize=16) as results:

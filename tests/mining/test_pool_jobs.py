@@ -38,6 +38,22 @@ def _products(out: Path) -> tuple:
     return data, manifest, sides
 
 
+def _streamed_passes(monkeypatch) -> list:
+    """The passes read by the streaming reader from now on, in order."""
+    streamed = []
+    real = pool_jobs._streamed
+    monkeypatch.setattr(pool_jobs, "_streamed", lambda kind, setup: streamed.append(kind)
+                        or real(kind, setup))
+    return streamed
+
+
+def _copy(corpus: Path, folder: Path) -> Path:
+    folder.mkdir()
+    for f in corpus.glob("*.json"):
+        (folder / f.name).write_bytes(f.read_bytes())
+    return folder
+
+
 def test_any_number_of_workers_gives_identical_pools(tmp_path, synthetic, monkeypatch):
     monkeypatch.setattr(byte_ranges, "TARGET", 2_000)  # many chunks even in a small corpus
     paths = {s: synthetic / f"{s}.json" for s in ("objects", "attributes", "region_descriptions")}
@@ -61,10 +77,7 @@ def test_records_in_another_layout_mine_in_chunks_as_when_streamed(tmp_path, syn
                                                                     monkeypatch, capsys):
     """Float boxes and v1.0 keys do not fit the record structs: their chunks are read as
     dicts, and mine what the streaming reader mines."""
-    other = tmp_path / "other"
-    other.mkdir()
-    for f in synthetic.glob("*.json"):
-        (other / f.name).write_bytes(f.read_bytes())
+    other = _copy(synthetic, tmp_path / "other")
     for stem, key in (("objects", "objects"), ("attributes", "attributes"),
                       ("region_descriptions", "regions")):
         records = json.loads((other / f"{stem}.json").read_text())
@@ -75,10 +88,7 @@ def test_records_in_another_layout_mine_in_chunks_as_when_streamed(tmp_path, syn
                     "object_id" if key != "regions" else "region_id")
         (other / f"{stem}.json").write_text(json.dumps(records))
     monkeypatch.setattr(byte_ranges, "TARGET", 2_000)
-    streamed = []
-    real = pool_jobs._streamed
-    monkeypatch.setattr(pool_jobs, "_streamed", lambda kind, setup: streamed.append(kind)
-                        or real(kind, setup))
+    streamed = _streamed_passes(monkeypatch)
     mine(other, tmp_path / "chunks" / "pools.h5", workers=1)
     assert streamed == [] and "streaming reader" not in capsys.readouterr().err
     packed = write_vg(tmp_path / "zip", {stem: (other / f"{stem}.json").read_text() for stem in
@@ -127,18 +137,12 @@ def test_a_record_joined_otherwise_sends_its_pass_to_the_streaming_reader(
     want = _products(tmp_path / "whole" / "pools.h5")
     monkeypatch.setattr(byte_ranges, "TARGET", 2_000)
     monkeypatch.setattr(byte_ranges, "BLOCK", 4_096)
-    streamed = []
-    real = pool_jobs._streamed
-    monkeypatch.setattr(pool_jobs, "_streamed", lambda kind, setup: streamed.append(kind)
-                        or real(kind, setup))
+    streamed = _streamed_passes(monkeypatch)
     mine(synthetic, tmp_path / "cut" / "pools.h5", workers=1)
     assert streamed == [] and "streaming reader" not in capsys.readouterr().err
     assert _products(tmp_path / "cut" / "pools.h5") == want
 
-    stray = tmp_path / "stray"
-    stray.mkdir()
-    for f in synthetic.glob("*.json"):
-        (stray / f.name).write_bytes(f.read_bytes())
+    stray = _copy(synthetic, tmp_path / "stray")
     regions = json.loads((stray / "region_descriptions.json").read_text())
     regions[30] = dict(reversed(regions[30].items()))  # its first key is no longer "regions"
     (stray / "region_descriptions.json").write_text(json.dumps(regions))
