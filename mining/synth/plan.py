@@ -269,13 +269,13 @@ def _describe(rng, labels, name: str) -> str:
 
 def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
     # HUMAN_LABELS super-attributes drawn uniformly, so that a crop of one pool carries no
-    # fixed set of labels from the others; a fixed number, so no crop stands out by it. Three
-    # (not fewer): the candidates of a human matrix must carry known values of each other's
+    # fixed set of labels from the others; a fixed number, so no crop stands out by it. Three:
+    # the candidates of a human matrix must carry known values of each other's
     # super-attributes (`generation.human_candidates`), which two labels and a name rarely give.
     # Every person in a photograph shows a gender: an unlabelled one is drawn too, and the
-    # name says it (man, woman, boy, girl: implied labels) unless it is "person". The third
-    # label, the unlabelled gender and that name come from the person's own stream `aux`, so
-    # every other draw of the corpus stays as it was with two labels.
+    # name says it (man, woman, boy, girl: implied labels) unless it is "person". The labels
+    # past BASE_LABELS, the unlabelled gender and that name come from the person's own stream
+    # `aux`, apart from the image's generator.
     supers = list(HUMAN_ATTRIBUTES)
     chosen = sorted(rng.choice(len(supers), BASE_LABELS, replace=False).tolist())
     base = {supers[i]: _pick(rng, HUMAN_ATTRIBUTES[supers[i]]) for i in chosen}

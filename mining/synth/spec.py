@@ -74,7 +74,7 @@ ATTRIBUTE_VARIANTS = {"gray": ("grey",), "wooden": ("wood",), "spotted": ("polka
 #: Human attributes of every person (of distinct super-attributes; its gender also shows in
 #: its name unless it is called "person").
 HUMAN_LABELS = 3
-#: Of them, drawn from the image's stream (the rest from the person's own, see synth_plan).
+#: Of them, drawn from the image's generator (the rest from the person's own, in `plan`).
 BASE_LABELS = 2
 
 #: Entity kinds (weights) and noise probabilities. Noise probabilities apply where the noise
