@@ -1,4 +1,5 @@
-"""Curated vocabularies (the JSON files under `mining/data/`) and label normalisation.
+"""Curated vocabularies (the JSON files under `mining/data/`, see docs/generation.md) and
+label normalisation.
 
 `object_attributes.json` and `human_attributes.json` map each super-attribute to its
 attributes; `objects.json` lists the categories and `person_words.json` the names of one
