@@ -125,6 +125,15 @@ class Vocabulary:
     def is_person(self, name: str) -> bool:
         return self.canonical(name) in self.person_words
 
+    def implied(self, name: str) -> tuple[str, ...]:
+        """The human-attribute values a region name implies ("men" -> male, adult)."""
+        return self.implied_labels.get(self.canonical(name), ())
+
+    def super_attribute(self, attribute: str, human: bool) -> str | None:
+        """The super-attribute of an attribute in the human or the object table, else None."""
+        table = self.human_attributes if human else self.object_attributes
+        return table.get(self.canonical(attribute))
+
 
 _DEFAULT: Vocabulary | None = None
 

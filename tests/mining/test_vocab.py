@@ -48,16 +48,6 @@ def vocab():
     return load_vocabulary()
 
 
-def _super(vocab, label: str, human: bool):
-    """The super-attribute of a raw attribute in the human or the object table, else None."""
-    return (vocab.human_attributes if human else vocab.object_attributes).get(
-        vocab.canonical(label))
-
-
-def _implied(vocab, name: str) -> tuple:
-    return vocab.implied_labels.get(vocab.canonical(name), ())
-
-
 def test_sizes_match_the_paper(vocab):
     assert len(vocab.object_attributes) == 84
     assert len(vocab.human_attributes) == 38
@@ -70,7 +60,7 @@ def test_sizes_match_the_paper(vocab):
 def test_required_attributes_are_in_their_super_attribute(vocab, table, human):
     for super_attribute, labels in table.items():
         for label in labels.split():
-            assert _super(vocab, label, human) == super_attribute, label
+            assert vocab.super_attribute(label, human=human) == super_attribute, label
 
 
 def test_required_objects_persons_and_exclusions(vocab):
@@ -83,18 +73,18 @@ def test_required_objects_persons_and_exclusions(vocab):
 
 
 def test_person_words_imply_visible_gender_and_age(vocab):
-    assert _implied(vocab, "man") == ("male", "adult")
-    assert _implied(vocab, "Women") == ("female", "adult")
-    assert _implied(vocab, "girl") == ("female", "young")
-    assert _implied(vocab, "person") == () and _implied(vocab, "dog") == ()
+    assert vocab.implied("man") == ("male", "adult")
+    assert vocab.implied("Women") == ("female", "adult")
+    assert vocab.implied("girl") == ("female", "young")
+    assert vocab.implied("person") == () and vocab.implied("dog") == ()
     for name, values in vocab.implied_labels.items():
         assert name in vocab.person_words | vocab.objects
-        assert {_super(vocab, v, True) for v in values} <= {"gender", "age",
+        assert {vocab.super_attribute(v, human=True) for v in values} <= {"gender", "age",
                                                                           "action"}
     # every gendered word names its gender, and every word for a child says young
     gendered = {"man", "woman", "boy", "girl", "lady", "guy", "mother", "father"}
-    assert all({"male", "female"} & set(_implied(vocab, w)) for w in gendered)
-    assert all("young" in _implied(vocab, w) for w in ("boy", "girl", "child", "kid", "baby"))
+    assert all({"male", "female"} & set(vocab.implied(w)) for w in gendered)
+    assert all("young" in vocab.implied(w) for w in ("boy", "girl", "child", "kid", "baby"))
 
 
 @pytest.mark.parametrize("raw,expected", [
@@ -119,11 +109,11 @@ def test_every_category_plural_comes_back(vocab):
 
 def test_is_person_and_super_attribute(vocab):
     assert vocab.is_person("Men") and vocab.is_person("skier") and not vocab.is_person("dog")
-    assert _super(vocab, "GREY", False) == "color"
-    assert _super(vocab, "grey", True) == "clothing color"
-    assert _super(vocab, "blonde", True) == "hair style"
-    assert _super(vocab, "blond", False) is None
-    assert _super(vocab, "open", False) is None
+    assert vocab.super_attribute("GREY", human=False) == "color"
+    assert vocab.super_attribute("grey", human=True) == "clothing color"
+    assert vocab.super_attribute("blonde", human=True) == "hair style"
+    assert vocab.super_attribute("blond", human=False) is None
+    assert vocab.super_attribute("open", human=False) is None
 
 
 @pytest.mark.parametrize("raw,expected", [
@@ -147,7 +137,7 @@ def test_normalize_is_idempotent_and_trimmed(text):
 def test_vocabulary_pickles_for_spawned_worker_processes(vocab):
     copy = pickle.loads(pickle.dumps(vocab))
     assert copy == vocab
-    assert copy.canonical("Grey") == "gray" and _super(copy, "red", False) == "color"
+    assert copy.canonical("Grey") == "gray" and copy.super_attribute("red", human=False) == "color"
 
 
 def test_default_vocabulary_is_cached():
