@@ -35,7 +35,7 @@ def mine_counts(images, sizes: dict, min_side: int, vocab) -> PassResult:
     counts = stats["regions"]
     cols, rows = CropColumns(), []
     words = words_for(vocab)
-    numbered = words.prefilter.search
+    numbered, ascii_numbered = words.prefilter.search, words.ascii_prefilter.search
     parse = lru_cache(maxsize=MEMO)(partial(parse_words, words=words))
     for image in images:
         counts["read"] += len(image.items)
@@ -48,7 +48,8 @@ def mine_counts(images, sizes: dict, min_side: int, vocab) -> PassResult:
             continue
         for region in image.items:
             box = clipped_box(region.x, region.y, region.width, region.height, *size, counts)
-            if box is None or not numbered(region.phrase.lower()):
+            phrase = region.phrase.lower()
+            if box is None or not (ascii_numbered if phrase.isascii() else numbered)(phrase):
                 continue
             parsed = parse(region.phrase)
             if parsed is not None:
