@@ -29,7 +29,7 @@ table over the 36 sets that hold a; Or needs weights, since S must leave out the
 The tables depend on the plan and the pool only, so shards sample as the single run does.
 
 What this costs the paper's recipe: distractors are no longer the context's values first; a
-count seen in the context is a candidate with probability 7/9 (docs/deviations.md).
+count seen in the context is a candidate with probability 7/9 (docs/soundness.md).
 """
 
 from __future__ import annotations

@@ -90,8 +90,8 @@ def anchors(page: Path) -> set[str]:
 
 
 def test_anchors_follow_github():
-    assert anchors(DOCS / "formats.md") >= {"poolsh5", "dataseth5", "json-lines-export"}
-    assert "mining-the-element-pools-vprom-mine" in anchors(DOCS / "mining.md")
+    assert anchors(DOCS / "formats.md") >= {"poolsh5", "dataseth5", "exports-vprom-export"}
+    assert "mining-the-element-pools-vprom-mine" in anchors(DOCS / "generation.md")
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
