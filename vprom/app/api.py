@@ -227,15 +227,16 @@ def stats(dataset: Path, *, json: Path | None = None) -> dict:
     >>> total["matrices"] == len(vprom.load_dataset("build/small/dataset.h5").matrices)
     True
     """
-    from vprom.generation.verify import stats as stage
+    from vprom.generation.verify.stats import stats as run
+    from vprom.generation.verify.stats import write_stats
 
     if json is None:
-        return stage.stats(dataset)
+        return run(dataset)
     from vprom.outputs import claim
 
     with claim(json, ("stats",), inputs=(dataset,)):
-        figures = stage.stats(dataset)
-        stage.write_stats(figures, json)
+        figures = run(dataset)
+        write_stats(figures, json)
     return figures
 
 
@@ -614,7 +615,7 @@ def human_serve(study: Path, *, host: str = "127.0.0.1", port: int = 8000) -> No
     serve(study, host, port)
 
 
-def human_score(study: Path, responses: list[Path] | None = None) -> dict:
+def human_score(study: Path, responses: tuple[Path, ...] = ()) -> dict:
     """Human accuracy and skips by relation and element type, beside the paper's.
 
     Returns the metrics, also written to STUDY/metrics.json.

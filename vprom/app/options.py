@@ -4,7 +4,7 @@
 name (`batch_size` -> `--batch-size`), the default from the signature, the type from the
 annotation, the help from the docstring's `Args:` section, with the default appended. A
 bool is a switch (`--name`, or `--no-name` when it defaults to True), a list takes one or
-more values. What argparse needs beyond that (a checked type, choices, another flag) is the
+more values (none for a tuple, which defaults to `()`). What argparse needs beyond that (a checked type, choices, another flag) is the
 command's `arguments`. The argparse types here refuse a bad value at parse time, in one line.
 """
 
@@ -93,7 +93,7 @@ def _kind(hint) -> tuple[type, bool]:
     """The type of one value of a parameter annotated `hint`, and whether it takes a list."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
-    if typing.get_origin(hint) is list:
+    if typing.get_origin(hint) is list or typing.get_args(hint)[1:] == (...,):
         return typing.get_args(hint)[0], True
     return hint, False
 
