@@ -11,13 +11,13 @@ import subprocess
 import sys
 
 import pytest
+from vprom.baselines.config import TrainConfig
+from vprom.features.config import ExtractConfig
 
 import vprom
 from vprom.app import api
 from vprom.app.cli import COMMANDS
 from vprom.app.reproduce import ReproduceConfig
-from vprom.baselines.config import TrainConfig
-from vprom.features.config import ExtractConfig
 
 
 def test_the_package_lists_the_api():

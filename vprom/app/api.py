@@ -51,10 +51,8 @@ def download(out: Path, *, base_url: str | None = None, images: bool = True,
         out: folder for the VG files
         base_url: a mirror to fetch from instead of VG's own servers
         images: also fetch and unpack the images (`--no-images`: annotations only, ~1 GB)
-        expected: sizes and sha256 of the files a mirror serves (JSON shaped like
-            mining/data/vg_files.json); replaces the pinned official ones
-        deadline: give up on one file after this many seconds (or e.g. 90m, 8h), keeping its
-            part for a rerun to resume
+        expected: a mirror's file sizes and sha256 (JSON like mining/data/vg_files.json)
+        deadline: seconds (or e.g. 90m, 8h) before giving up on one file, kept to resume
         reserve: bytes (or e.g. 500M, 2G) to leave free on the disk
 
     >>> vprom.download("data/vg", images=False)  # doctest: +SKIP
@@ -113,12 +111,11 @@ def generate(pools: Path, out: Path, *, scale: float = 1.0, seed: int = 0,
         out: DATASET.h5 to write
         scale: fraction of Table 1's 235,000 matrices
         seed: same pools and seed, same data set
-        shard: (K, N): only matrices i with i % N == K, rows equal to the single run's;
-            `merge` joins the N shards
-        workers: processes drawing matrices (default: every usable core); the file is the
-            same for any number
-        legacy_counts: draw count candidates as the original release did, whose left-out
-            values give the answer away: only to reproduce that flaw (docs/soundness.md)
+        shard: (K, N): only matrices i with i % N == K; `merge` joins the N shards
+        workers: processes drawing matrices (default: every usable core); any number gives
+            the same file
+        legacy_counts: count candidates as the original release drew them, which give the
+            answer away: only to reproduce that flaw (docs/soundness.md)
         rules: the split rules (default: those of splits/)
 
     >>> summary = vprom.generate("build/small/pools.h5", "build/again.h5", scale=0.003)
@@ -192,7 +189,7 @@ def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = 
     Args:
         dataset: DATASET.h5 to check
         pools: also check that the data set was generated from this POOLS.h5 (in a build
-            folder its pools.h5 and VG files are checked anyway)
+            folder, its own pools.h5 and VG files are checked)
         features: also run the context-blind probes on this FEATS.h5
         workers: processes sharing the checks (default: every usable core); the report is
             the same for any number
@@ -215,8 +212,7 @@ def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = 
 def stats(dataset: Path, *, json: Path | None = None) -> dict:
     """Table 1, split sizes and the perception-only ceiling.
 
-    Returns the figures as a JSON-ready dict (`generation.verify.stats.format_stats`
-    prints them).
+    Returns the figures as a JSON-ready dict.
 
     Args:
         dataset: DATASET.h5
@@ -280,13 +276,12 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
 
     Args:
         dataset: DATASET.h5
-        format: jsonl, original, npz, savir-t or hf (`vprom export --help` says what each
-            writes)
+        format: jsonl, original, npz, savir-t or hf (see `vprom export --help`)
         out: a file for jsonl, a folder for the others
         vg: Visual Genome folder (VG_100K/, VG_100K_2/): original, npz and hf
         features: savir-t: the resnet101 maps file (`vprom extract --pool none`)
-        copy: original: panels as plain copies instead of symlinks, for file systems without
-            symlinks (clients that open panels through os.readlink cannot read them)
+        copy: original: panels as plain copies instead of symlinks (clients that open
+            panels through os.readlink cannot read them)
         split: npz: the split whose train, val and test problems are written
         size: npz: panel side in pixels
         style: npz: pgm (DeepMind PGM's files, grayscale) or color (RGB panels)
@@ -328,44 +323,35 @@ def extract(dataset: Path, vg: Path, backbone: str, out: Path, *, weights: str =
             prefetch: int = _E.prefetch, in_flight: int = _E.in_flight):
     """Backbone features per crop into one HDF5 file (resumable, multi-GPU).
 
-    The defaults are `vprom.features.config.ExtractConfig`'s.
-
     Args:
         dataset: DATASET.h5 (its crops are extracted)
         vg: Visual Genome folder (holding VG_100K/)
         backbone: see `vprom extract --list`
         out: FEATS.h5 to write
-        weights: imagenet, none, or the path of a state dict; timm:<name>: a .safetensors or
-            .pth file, none, or pretrained (only from the local Hugging Face cache: vprom
-            never downloads)
-        batch_size: crops per forward (default: 64 on CUDA, where 256 suits a large GPU; on a
-            CPU about 8 crops of 224 px per 2 threads, more for smaller crops, at most 64)
-        workers: DataLoader processes decoding JPEGs; 0: this process, between forwards
-            (default: 0 on CPU; on CUDA the CPU cores per GPU process less 2, at most 16)
-        device: cuda, cuda:N or cpu (default: cuda if available; under torchrun each process
-            takes its LOCAL_RANK's GPU)
+        weights: imagenet, none or a state dict's path; timm:<name>: a file, none or
+            pretrained (from the local Hugging Face cache only: vprom never downloads)
+        batch_size: crops per forward (default: 64 on CUDA; on a CPU about 8 crops of 224 px
+            per 2 threads)
+        workers: DataLoader processes decoding JPEGs (default: 0, this process, on CPU; on
+            CUDA the CPU cores per GPU process less 2, at most 16)
+        device: cuda, cuda:N or cpu (default: cuda if available; under torchrun the
+            process's LOCAL_RANK GPU)
         dtype: stored dtype (pooling and L2 run in float32)
-        resume: go on from the finished chunks of a matching partial file (`--no-resume`
-            starts over)
+        resume: keep a matching partial file's chunks (`--no-resume`: start over)
         allow_missing: finish even if some images are missing (they are reported)
         compile: torch.compile the backbone (CUDA, --region crop)
-        cuda_graphs: CUDA, --region crop: replay the trunk from one CUDA graph captured at
-            the batch size
-        input_size: crop side in pixels (default: the backbone's training size, 224 for
-            most); with --region roi the image's shorter side (default: 600)
+        cuda_graphs: replay the trunk from one captured CUDA graph (CUDA, --region crop)
+        input_size: crop side in pixels (default: the backbone's, 224 for most); with
+            --region roi the image's shorter side (default: 600)
         chunk_batches: batches per resumable chunk (a killed run redoes at most one)
-        decode: where JPEGs are decoded: cpu = Pillow in the workers; gpu = torchvision on
-            the device (nvjpeg); auto = gpu on CUDA nodes with under 24 CPU cores per GPU
-        region: crop: each box warped to SxS through the whole trunk; roi (bottomup-r101):
-            the detector's procedure, RoI pooling of the whole image's res4 map per box
-        pool: avg: one pooled, L2-normalised vector per crop; cls / mean (timm ViTs): the
-            model's pooled output / the patch tokens' mean; none: the last conv map per crop
-            (`vprom train` takes pooled vectors only); auto: the backbone's own
-        compression: HDF5 compression of the stored features (gzip is readable everywhere,
-            lzf only by h5py)
+        decode: cpu: Pillow in the workers; gpu: torchvision on the device (nvjpeg); auto:
+            gpu on CUDA nodes with under 24 CPU cores per GPU
+        region: crop: each box warped to SxS; roi (bottomup-r101): the detector's RoI pooling
+        pool: avg: a pooled, L2-normalised vector; cls / mean (timm ViTs): the pooled output /
+            the tokens' mean; none: the last conv map; auto: the backbone's own
+        compression: HDF5 compression of the features (lzf is readable only by h5py)
         prefetch: batches each worker prepares ahead
-        in_flight: batches queued on the device before the oldest result is awaited (0
-            waits for every batch)
+        in_flight: batches queued on the device before the oldest result is awaited
 
     >>> summary = vprom.extract("build/small/dataset.h5", "build/small/vg", "resnet18",
     ...                         "build/small/features/resnet18.h5", weights="none",
@@ -373,14 +359,10 @@ def extract(dataset: Path, vg: Path, backbone: str, out: Path, *, weights: str =
     >>> summary.out
     PosixPath('build/small/features/resnet18.h5')
     """
+    config = ExtractConfig(**locals())  # the parameters are its fields
     from vprom.features.extract import extract as run
 
-    return run(ExtractConfig(
-        dataset=dataset, vg=vg, backbone=backbone, out=out, weights=weights,
-        batch_size=batch_size, workers=workers, device=device, dtype=dtype, resume=resume,
-        allow_missing=allow_missing, compile=compile, cuda_graphs=cuda_graphs,
-        input_size=input_size, chunk_batches=chunk_batches, decode=decode, region=region,
-        pool=pool, compression=compression, prefetch=prefetch, in_flight=in_flight))
+    return run(config)
 
 
 def load_features(path: Path):
@@ -407,8 +389,7 @@ def train(dataset: Path, features: Path, model: str, split: str, out: Path, *,
           restart: bool = _T.restart) -> Path:
     """Train one baseline on one split (resumes an interrupted run).
 
-    The defaults are `vprom.baselines.config.TrainConfig`'s; a hyper-parameter left None
-    takes the model's default from baselines/defaults.json (docs/training-defaults.md).
+    A hyper-parameter left None takes the model's default from baselines/defaults.json.
     Returns `out`.
 
     Args:
@@ -425,17 +406,15 @@ def train(dataset: Path, features: Path, model: str, split: str, out: Path, *,
         rho: AdaDelta's decay of its running averages (default: the model's)
         eps: the optimizer's epsilon (default: the model's)
         hidden: width of every hidden layer (default: the model's)
-        score_init: scale of the score head's initial weights, times torch's (default: the
-            model's)
+        score_init: the score head's initial weights, times torch's (default: the model's)
         patience: epochs without validation gain before stopping
         shuffle_context: control: each matrix's context replaced by another matrix's
         center_features: subtract the training crops' mean feature and re-normalise
         seed: weights, batch order and the shuffled-context derangement
-        device: cuda, cuda:N or cpu (default: cuda if available; under torchrun each process
-            takes its LOCAL_RANK's GPU)
+        device: cuda, cuda:N or cpu (default: cuda if available)
         cuda_graphs: replay each training step from a captured CUDA graph (one GPU)
-        restart: train the run folder's run again from epoch 1 (even with other settings);
-            its files are replaced once the new run has finished an epoch
+        restart: train again from epoch 1, even with other settings (the old files go once
+            an epoch is done)
 
     >>> vprom.train("build/small/dataset.h5", "build/small/features/resnet18.h5",
     ...             model="rn", split="neutral", out="runs/rn", epochs=1, hidden=32)
@@ -445,14 +424,10 @@ def train(dataset: Path, features: Path, model: str, split: str, out: Path, *,
     done: best val accuracy ...
     PosixPath('runs/rn')
     """
+    config = TrainConfig(**locals())  # the parameters are its fields
     from vprom.baselines.train import train as run
 
-    return run(TrainConfig(
-        dataset=dataset, features=features, model=model, split=split, out=out, aux=aux,
-        epochs=epochs, batch_size=batch_size, optimizer=optimizer, lr=lr, rho=rho, eps=eps,
-        hidden=hidden, score_init=score_init, patience=patience,
-        shuffle_context=shuffle_context, center_features=center_features, seed=seed,
-        device=device, cuda_graphs=cuda_graphs, restart=restart))
+    return run(config)
 
 
 def evaluate(run: Path, *, device: str | None = _T.device) -> dict:
@@ -498,8 +473,7 @@ def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
               center_features: bool = _R.center_features) -> Path:
     """The paper's full grid (models x features x aux x splits) in one command.
 
-    Build, extract, train every model x aux x split, report; resumable. Returns the report
-    folder. Hours on Visual Genome, so the example is not run by the tests.
+    Resumable; returns the report folder. Hours on VG, so the tests do not run the example.
 
     Args:
         out: folder for the build, features, runs and report
@@ -508,10 +482,8 @@ def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
         scale: fraction of Table 1's size (default: 1.0 on VG, 0.05 synthetic)
         images: synthetic corpus size (default: 2,000 images)
         backbones: comma list (see `vprom extract --list`)
-        weights: comma list, one per backbone (default: imagenet for torchvision ones,
-            pretrained for timm:<name>, from the local Hugging Face cache only)
-        models: comma list of models, each trained without and with --aux at its defaults
-            from baselines/defaults.json
+        weights: comma list, one per backbone (default: imagenet; pretrained for timm:<name>)
+        models: comma list, each trained without and with --aux
         splits: comma list
         epochs: maximum epochs per run
         seed: seed of the build and of every run
@@ -521,12 +493,10 @@ def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
 
         vprom.reproduce("repro", vg="data/vg", models="rn", splits="neutral")
     """
+    config = ReproduceConfig(**locals())  # the parameters are its fields
     from vprom.app.reproduce import reproduce as run
 
-    return run(ReproduceConfig(
-        vg=vg, synthetic=synthetic, out=out, scale=scale, images=images, backbones=backbones,
-        weights=weights, models=models, splits=splits, epochs=epochs, seed=seed, device=device,
-        input_size=input_size, center_features=center_features))
+    return run(config)
 
 
 def crops(dataset: Path, vg: Path, size: int, out: Path, *, workers: int | None = None,
@@ -556,14 +526,12 @@ def score(dataset: Path, predictions: Path, *, split: str = "neutral", out: Path
           model: str | None = None, features: str = "own") -> tuple[dict, dict]:
     """Score anyone's predictions like `vprom evaluate` (breakdowns, 95% intervals).
 
-    Returns the metrics (also written to OUT/metrics.json) and the perception-only ceiling
-    of the same groups.
+    Returns the metrics (also in OUT/metrics.json) and the perception-only ceiling.
 
     Args:
         dataset: DATASET.h5 the predictions were made on
-        predictions: CSV (header matrix_id,choice[,score_0..score_7]) or JSON lines
-            ({"matrix_id": 17, "choice": 3[, "scores": [8 numbers]]}); every test problem
-            of the split once
+        predictions: CSV (matrix_id,choice[,score_0..score_7]) or JSON lines
+            ({"matrix_id": 17, "choice": 3}), every test problem of the split once
         split: the split whose test part is scored
         out: folder for metrics.json, which `vprom report` takes as a run (default: the
             folder holding PREDICTIONS)

@@ -26,21 +26,30 @@ _STARTING = {sig: signal.signal(sig, _interrupted_while_starting)
              for sig in (signal.SIGINT, signal.SIGTERM)
              if threading.current_thread() is threading.main_thread()}
 
-import argparse  # noqa: E402 - after the guard above
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any, Callable  # noqa: E402
+import argparse  # after the guard above
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-from vprom import __version__  # noqa: E402
-from vprom.app import api  # noqa: E402
-from vprom.app.exit_status import run_command  # noqa: E402
-from vprom.app.options import (OUT_FILE, OUT_FOLDER, ListBackbones, add_parameters,  # noqa: E402
-                               duration, positive, shard, size)
-from vprom.baselines.config import OPTIMIZERS  # noqa: E402
-from vprom.errors import VpromError  # noqa: E402
-from vprom.features import config as extract_config  # noqa: E402
-from vprom.generation.export import EXAMPLES as EXPORT_EXAMPLES  # noqa: E402
-from vprom.generation.export import FORMATS  # noqa: E402
-from vprom.generation.export.savir import HELP as SAVIR_HELP  # noqa: E402
+from vprom import __version__
+from vprom.app import api
+from vprom.app.exit_status import run_command
+from vprom.app.options import (
+    OUT_FILE,
+    OUT_FOLDER,
+    ListBackbones,
+    add_parameters,
+    duration,
+    positive,
+    shard,
+    size,
+)
+from vprom.baselines.config import OPTIMIZERS
+from vprom.errors import VpromError
+from vprom.features import config as extract_config
+from vprom.generation.export import EXAMPLES as EXPORT_EXAMPLES
+from vprom.generation.export import FORMATS
+from vprom.generation.export.savir import HELP as SAVIR_HELP
 
 for _sig, _handler in _STARTING.items():
     signal.signal(_sig, _handler)
@@ -67,6 +76,8 @@ class Command:
         return self.function.__doc__.strip().splitlines()[0].rstrip(".")
 
 
+# what a command prints of its result (the formatters are imported when used: `vprom
+# --help` stays quick)
 def _verdict(report, options):
     print(report.format())
     if not report.ok:
@@ -85,17 +96,16 @@ def _metrics(metrics, options):
     print(format_metrics(metrics))
 
 
-def _scored(result, options):
+def _scored(metrics_and_ceiling, options):
     from vprom.app.score import format_scored
 
-    print(format_scored(*result))
+    print(format_scored(*metrics_and_ceiling))
 
 
 def _human_metrics(metrics, options):
     from vprom.app.human.scoring import format_human_metrics
 
-    print(format_human_metrics(metrics))
-    print(f"written to {options['study'] / 'metrics.json'}")
+    print(format_human_metrics(metrics) + f"\nwritten to {options['study'] / 'metrics.json'}")
 
 
 WORKERS = {"type": positive(int)}
@@ -135,8 +145,8 @@ COMMANDS = {c.name: c for c in (
             positional=("dataset",),
             arguments={"matrix_id": {"flag": "--id"}, "out": OUT_FILE}),
     Command("export", api.export,
-            "\n".join(["vprom export build/dataset.h5 --format original --vg data/vg "
-                       "--out build/release", *EXPORT_EXAMPLES]),
+            "\n".join([("vprom export build/dataset.h5 --format original --vg data/vg "
+                        "--out build/release"), *EXPORT_EXAMPLES]),
             positional=("dataset",),
             arguments={"format": {"choices": (*FORMATS, "savir-t"), "help": "; ".join(
                            f"{k}: {v}" for k, v in {**FORMATS, "savir-t": SAVIR_HELP}.items())},

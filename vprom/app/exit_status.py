@@ -40,12 +40,9 @@ def _terminate(signum, frame):
 
 
 def interruption(error: BaseException) -> BaseException | None:
-    """The Ctrl-C or SIGTERM that `error` is, or was raised while handling.
-
-    Cleanup that runs while an interrupt unwinds the stack may fail in its turn (a worker
-    killed by the same SIGTERM reported by the library that ran it, a closed file); what
-    happened is still the interrupt.
-    """
+    """The Ctrl-C or SIGTERM that `error` is, or was raised while handling: cleanup during
+    an interrupt may fail in its turn (a worker killed by the same SIGTERM, a closed file),
+    and what happened is still the interrupt."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, (KeyboardInterrupt, Terminated)):
