@@ -14,6 +14,7 @@ from pathlib import Path
 from vprom.app.reproduce import ReproduceConfig
 from vprom.baselines.config import TrainConfig
 from vprom.domain import MIN_SIDE
+from vprom.errors import VpromError
 from vprom.features.config import ExtractConfig
 
 #: the names `import vprom` exposes, in pipeline order
@@ -200,7 +201,6 @@ def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = 
     (True, '')
     """
     from vprom.app.lineage import lineage_problems
-    from vprom.errors import VpromError
     from vprom.generation.verify import verify as run
 
     problems = lineage_problems(dataset, pools)
@@ -289,10 +289,12 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
     >>> print(vprom.export("build/small/dataset.h5", "jsonl", "build/small/dataset.jsonl"))
     wrote build/small/dataset.jsonl: ... matrices as JSON lines
     """
-    from vprom.errors import VpromError
     from vprom.io import check_output
 
-    out = check_output(out, folder=format != "jsonl")  # before any work
+    try:  # before any work
+        out = check_output(out, folder=format != "jsonl")
+    except VpromError as e:
+        raise VpromError(f"--out {e}") from None
     if format == "savir-t":
         from vprom.generation.export.savir import export_savir, summary
 

@@ -39,6 +39,7 @@ from vprom.app.options import (
     OUT_FOLDER,
     ListBackbones,
     add_parameters,
+    parameter_help,
     duration,
     positive,
     shard,
@@ -47,6 +48,7 @@ from vprom.app.options import (
 from vprom.baselines.config import OPTIMIZERS
 from vprom.errors import VpromError
 from vprom.features import config as extract_config
+from vprom.features.crop_store import size_note
 from vprom.generation.export import EXAMPLES as EXPORT_EXAMPLES
 from vprom.generation.export import FORMATS
 from vprom.generation.export.savir import HELP as SAVIR_HELP
@@ -109,6 +111,7 @@ def _human_metrics(metrics, options):
 
 
 WORKERS = {"type": positive(int)}
+CROP_SIZE_HELP = f"{parameter_help(api.crops)['size']}: {size_note()}"
 SOURCE = ("vg", "synthetic")
 
 #: every command, in the order `vprom --help` lists them
@@ -177,7 +180,8 @@ COMMANDS = {c.name: c for c in (
     Command("crops", api.crops,
             "vprom crops build/dataset.h5 --vg data/vg --size 224 --out build/crops-224.h5",
             positional=("dataset",),
-            arguments={"size": {"type": positive(int)}, "out": OUT_FILE, "workers": WORKERS,
+            arguments={"size": {"type": positive(int), "help": CROP_SIZE_HELP},
+                       "out": OUT_FILE, "workers": WORKERS,
                        "compression": {"choices": ("none", "gzip", "lzf")},
                        "chunk_crops": {"type": positive(int)}}),
     Command("score", api.score,

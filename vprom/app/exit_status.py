@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-from vprom.app.options import options_of
+from vprom.app.options import Done, options_of
 from vprom.errors import VpromError
 from vprom.outputs import waiting
 
@@ -105,6 +105,8 @@ def _run(build_parser, argv: list[str] | None) -> int:
             result = command.function(**options)
         if command.show is not None:
             command.show(result, options)
+    except Done:
+        return 0
     except BaseException as e:
         if isinstance(e, SystemExit):
             raise

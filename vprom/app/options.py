@@ -160,8 +160,12 @@ def size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+class Done(Exception):
+    """The command finished while its arguments were parsed (`extract --list`)."""
+
+
 class ListBackbones(argparse.Action):
-    """`--list`: print the backbones and exit, like `--version`, whatever else is missing."""
+    """`--list`: print the backbones and finish, like `--version`, whatever else is missing."""
 
     def __init__(self, option_strings, dest, **kwargs):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
@@ -174,4 +178,4 @@ class ListBackbones(argparse.Action):
             print(f"{name:15s} {get_backbone(name).description}")
         for usage in BACKBONES.families().values():
             print(usage)
-        parser.exit()
+        raise Done()
