@@ -158,14 +158,14 @@ def test_a_best_checkpoint_without_last_is_not_overwritten(finished):
     assert snapshot(finished.out) == before
 
 
-def test_the_command_line_resumes_by_default_and_still_takes_resume(finished, capsys):
+def test_the_command_line_resumes_by_default(finished, capsys):
     from vprom.app import cli
 
     argv = ["train", str(finished.dataset), "--features", str(finished.features), "--model",
             "mlp-sum-2", "--split", "neutral", "--out", str(finished.out), "--epochs", "2",
             "--batch-size", "16", "--hidden", "16", "--device", "cpu"]
     before = snapshot(finished.out)
-    assert cli.main(argv) == 0 and cli.main([*argv, "--resume"]) == 0  # an old script's flag
+    assert cli.main(argv) == 0 and cli.main(argv) == 0
     assert capsys.readouterr().out.count("this run is finished") == 2
     assert snapshot(finished.out) == before
     assert cli.main([*argv[:-8], "--epochs", "3", *argv[-6:]]) == 0
