@@ -22,14 +22,15 @@ it for the terminal.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from vprom.baselines.config import TrainConfig
 from vprom.baselines.data import load_split
 from vprom.baselines.run_checks import control_result, did_not_learn, is_control
 from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
-from vprom.baselines.run_folder import file_names, load_checkpoint, published_metrics
-from vprom.baselines.train import build_model, plain, predict
+from vprom.baselines.run_folder import load_checkpoint, plain_record, portable
+from vprom.baselines.train import build_model, predict
 from vprom.errors import VpromError
 from vprom.io import write_json
 from vprom.provenance import check_features_source, dataset_content_hash, same_dataset
@@ -68,8 +69,8 @@ def check_inputs(run: Path, manifest: dict, state: dict, data_attrs: dict | None
     check_features_source(config["dataset"], config["features"])
     if data_attrs is None:
         return
-    trained = file_names(state.get("features_attrs") or {})  # paths as checkpoints store them
-    now = file_names(plain(data_attrs))
+    trained = plain_record(state.get("features_attrs") or {})
+    now = plain_record(data_attrs)
     differ = sorted(k for k in set(trained) | set(now) if k not in VOLATILE_ATTRS
                     and trained.get(k) != now.get(k))
     if differ:
@@ -123,6 +124,16 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
         metrics["did_not_learn"] = did_not_learn(metrics, state["history"])
     write_json(run / "metrics.json", published_metrics(metrics, run))
     return metrics
+
+
+def published_metrics(metrics: dict, run: Path) -> dict:
+    """metrics.json as written: the run is ".", its data set and features relative to it."""
+    def relative(path: str) -> str:
+        return os.path.relpath(Path(path).resolve(), run.resolve())
+
+    return {**metrics, "run": ".", "dataset": relative(metrics["dataset"]),
+            "features": {**metrics["features"], "path": relative(metrics["features"]["path"])},
+            "config": portable(metrics["config"], run)}
 
 
 def format_metrics(metrics: dict) -> str:
