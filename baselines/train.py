@@ -1,29 +1,24 @@
 """Training one baseline on one split (`vprom train`), in the shape of torchvision's reference.
 
-`train` opens the run folder (`baselines.run_folder`: a fresh run, a resumed one, a finished
-one, or a refusal), loads the split onto the device, then per epoch runs `train_one_epoch`,
-scores the validation set with `evaluate`, keeps the best epoch as `best.pt` (early stopping
-after `patience` epochs without gain) and the latest state as `last.pt`, and appends the
-epoch's figures to `history.json`. Only rank 0 writes, every file atomically.
+`train` opens the run folder (`baselines.run_folder`: fresh, resumed, finished or refused),
+loads the split onto the device, then per epoch runs `train_one_epoch`, scores validation with
+`evaluate`, keeps the best epoch as `best.pt` (early stopping after `patience` epochs without
+gain) and the latest state as `last.pt`, and appends to `history.json`. Rank 0 writes, each
+file atomically.
 
 Loss: softmax cross-entropy over the 8 candidate scores; with `aux`, plus the cross-entropies
 of the two auxiliary heads (relation 4-way, element type 3-way) with equal weight, in training
-only. Optimiser: AdaDelta (the paper's) or Adam; every hyper-parameter the user leaves unset
-is the model's default from `baselines/defaults.json` (`TrainConfig.resolved`).
+only. Optimiser: AdaDelta (the paper's) or Adam; unset hyper-parameters are the model's
+defaults (`baselines/defaults.json`, `TrainConfig.resolved`).
 
-Determinism: epoch e visits the training matrices in the order of a permutation drawn from
-(seed, e), cut into ceil(n / batch_size) batches of near-equal size, and reseeds torch's
-generator from (seed, e, rank). An epoch is thus a function of the seed, its number and the
-weights it starts from, so a run resumed from epoch e's checkpoint ends with the same weights
-as an unbroken one.
+Epoch e visits the training matrices in a permutation drawn from (seed, e), cut into
+ceil(n / batch_size) near-equal batches, and reseeds torch's generator from (seed, e, rank):
+an epoch depends only on the seed, its number and the weights it starts from, so a run resumed
+from a checkpoint ends with the weights of an unbroken one.
 
-Data parallel (torchrun): each process takes a contiguous slice of every batch and the model
-is wrapped in DistributedDataParallel. A process's loss is its slice's summed loss times
-world size / batch size, so DDP's gradient average is the batch mean: the update of one
-process, up to float summation order. Validation is sharded and the counts summed.
-
-`--cuda-graphs` (one GPU): `CudaGraphStep` wraps `train_step`, replaying each step from a
-captured CUDA graph instead of launching its kernels one by one.
+Under torchrun each process takes a contiguous slice of every batch, and its loss is the
+slice's summed loss times world size / batch size: DDP's gradient average is then the batch
+mean, one process's update (up to float summation order). Validation counts are summed.
 """
 
 from __future__ import annotations
@@ -31,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -40,20 +34,17 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from vprom.baselines import run_folder
-from vprom.baselines.config import HYPER, OPTIMIZERS, TrainConfig, check_value, defaults_path
+from vprom.baselines.config import HYPER, TrainConfig, check_value, defaults_path
 from vprom.baselines.data import MatrixSet, SplitData, load_split
 from vprom.baselines.parts import ModelConfig
 from vprom.baselines.registry import get_model, list_models
-from vprom.baselines.run_folder import RunPlace, load_checkpoint, save_checkpoint
+from vprom.baselines.run_folder import RunPlace, save_checkpoint
 from vprom.domain import SPLITS
 from vprom.errors import VpromError
 from vprom.io import make_manifest, write_json
 from vprom.outputs import writes
 from vprom.provenance import check_features_source, dataset_identity, file_sha256
 from vprom.runtime import World, joined_world
-
-__all__ = ["train", "train_one_epoch", "train_step", "evaluate", "predict", "build_model",
-           "load_checkpoint"]
 
 CHECKPOINT_FORMAT = 2
 EVAL_BATCH = 512
@@ -67,9 +58,6 @@ def check_config(config: TrainConfig) -> None:
     if config.model not in list_models():
         raise VpromError(f"unknown model {config.model!r}; known models: "
                          f"{', '.join(list_models())}")
-    if config.optimizer not in OPTIMIZERS:
-        raise VpromError(f"unknown optimizer {config.optimizer!r}; use one of "
-                         f"{', '.join(OPTIMIZERS)}")
     for name in ("epochs", "patience"):
         if getattr(config, name) < 1:
             raise VpromError(f"--{name} must be at least 1, got {getattr(config, name)}")
@@ -239,18 +227,16 @@ def train(config: TrainConfig) -> Path:
         model.to(world.device)
         optimizer = make_optimizer(config, model, capturable=graphed is not None)
         history, best, start = restore(place.state, model, optimizer)
-        record = RunRecord(config, model_config, run_folder.plain_record(data.attrs),
-                           dataset_identity(config.dataset), world.size)
+        # what every checkpoint and config.json record beside the weights
+        header = {"format": CHECKPOINT_FORMAT, "model_config": dataclasses.asdict(model_config),
+                  "features_attrs": run_folder.plain_record(data.attrs),
+                  "dataset": dataset_identity(config.dataset), "world_size": world.size}
         if world.main:
             run_folder.prepare(place)
-            record.write_config(place.folder, defaulted, data)
-            hyper = ", ".join(f"{k} {getattr(config, k)}" for k in HYPER
-                              if getattr(config, k) is not None)
+            write_config(place.folder, config, defaulted, data, header)
             log(world, f"{config.model} on {config.split}: {len(data.parts['train'])} train / "
                        f"{len(data.parts['val'])} val matrices, {world.size} process(es) on "
-                       f"{world.device}; {hyper}"
-                       + (f" ({', '.join(defaulted)} from {defaults_path().name})"
-                          if defaulted else ""))
+                       f"{world.device}; {settings(config, defaulted)}")
         world.barrier()
         trained = model if world.size == 1 else torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[world.device.index] if world.device.type == "cuda" else None)
@@ -274,8 +260,11 @@ def train(config: TrainConfig) -> Path:
                 if improved:
                     best = {"epoch": epoch, "val_acc": figures["val_acc"]}
                 if world.main:
-                    state = record.checkpoint(model, optimizer, epoch, best, history, place)
-                    place = save_epoch(place, state, improved)
+                    place = save_epoch(place, improved, {
+                        **header, "config": run_folder.portable(config.to_dict(), place.folder),
+                        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                        "optimizer": optimizer.state_dict(), "epoch": epoch,
+                        "best": dict(best), "history": [dict(h) for h in history]})
                 world.barrier()
         except KeyboardInterrupt:
             log(world, interrupted(place))
@@ -321,44 +310,28 @@ def restore(state: dict | None, model, optimizer) -> tuple[list[dict], dict, int
     return state["history"], state["best"], state["epoch"] + 1
 
 
-@dataclass(frozen=True)
-class RunRecord:
-    """What a run's config.json and every checkpoint record beside the weights."""
-
-    config: TrainConfig
-    model_config: ModelConfig
-    features_attrs: dict  # FEATS.h5's attributes, which `evaluate` compares
-    dataset: dict  # the data set's identity, so that `evaluate` refuses another one
-    world_size: int
-
-    def checkpoint(self, model, optimizer, epoch: int, best: dict, history: list[dict],
-                   place: RunPlace) -> dict:
-        """last.pt: tensors and plain values only, so that `weights_only` loading reads it."""
-        return {"format": CHECKPOINT_FORMAT,
-                "config": run_folder.portable(self.config.to_dict(), place.folder),
-                "model_config": dataclasses.asdict(self.model_config),
-                "features_attrs": self.features_attrs, "dataset": self.dataset,
-                "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                "optimizer": optimizer.state_dict(), "epoch": epoch, "best": dict(best),
-                "history": [dict(h) for h in history], "world_size": self.world_size}
-
-    def write_config(self, folder: Path, defaulted: list[str], data: SplitData) -> None:
-        """config.json: the run's manifest, with the resolved settings and their source."""
-        config = self.config
-        manifest = make_manifest(
-            "run", config=run_folder.portable(config.to_dict(), config.out), seed=config.seed,
-            inputs={"dataset": file_sha256(config.dataset),
-                    "features": file_sha256(config.features)},
-            counts={part: len(s) for part, s in data.parts.items()})
-        manifest.update(dataset=self.dataset,
-                        defaulted={k: getattr(config, k) for k in defaulted},
-                        defaults_file=f"baselines/{defaults_path().name}",  # not the install path
-                        model_config=dataclasses.asdict(self.model_config),
-                        features_attrs=self.features_attrs, world_size=self.world_size)
-        write_json(folder / "config.json", manifest)
+def settings(config: TrainConfig, defaulted: list[str]) -> str:
+    values = ", ".join(f"{k} {getattr(config, k)}" for k in HYPER if getattr(config, k) is not None)
+    return values + (f" ({', '.join(defaulted)} from {defaults_path().name})" if defaulted else "")
 
 
-def save_epoch(place: RunPlace, state: dict, improved: bool) -> RunPlace:
+def write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: SplitData,
+                 header: dict) -> None:
+    """config.json: the run's manifest, with its resolved settings and where they came from."""
+    manifest = make_manifest(
+        "run", config=run_folder.portable(config.to_dict(), config.out), seed=config.seed,
+        inputs={"dataset": file_sha256(config.dataset),
+                "features": file_sha256(config.features)},
+        counts={part: len(s) for part, s in data.parts.items()})
+    manifest.update(dataset=header["dataset"],
+                    defaulted={k: getattr(config, k) for k in defaulted},
+                    defaults_file=f"baselines/{defaults_path().name}",  # not the install path
+                    model_config=header["model_config"],
+                    features_attrs=header["features_attrs"], world_size=header["world_size"])
+    write_json(folder / "config.json", manifest)
+
+
+def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
     """Rank 0 after an epoch: best.pt (when `improved`), last.pt and history.json; after a
     --restart's first epoch the staging folder replaces the old run."""
     folder = place.folder
