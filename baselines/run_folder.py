@@ -1,20 +1,16 @@
 """A training run's folder, and what `vprom train` may do with it: nothing it holds is destroyed.
 
-Files: config.json, history.json, last.pt, best.pt (written by `train`, each atomically) and
-metrics.json (by `evaluate`). `last.pt` is the run's truth: weights, optimiser state, history,
-the best epoch so far and the config.
-
-Before any data is read, `place_run` decides what to do with OUT for the config asked for:
-- nothing there, or only a config.json (no epoch finished): a fresh run in OUT;
-- a run of other settings: refused, naming each differing setting (only `RESUMABLE` ones,
-  how long and where to train, may differ);
+Files: config.json, history.json, last.pt (the run's truth: weights, optimiser state, history,
+best epoch, config), best.pt, each written atomically by `train`, and metrics.json by
+`evaluate`. Before any data is read, `place_run` decides what to do with OUT:
+- nothing there, or only a config.json: a fresh run;
+- a run of other settings (other than `RESUMABLE` ones): refused, naming each setting;
 - a run of these settings: resumed from last.pt, or left alone when it is finished;
-- a best.pt without last.pt: refused, since the run cannot be continued and a new one would
-  overwrite it;
-- `--restart` on a run: the new run trains in `.NAME.restart` beside OUT and replaces OUT only
-  once its first epoch is saved (`promote`), taking along the files that are not the run's
-  own. Until then the old run is untouched, whenever the process dies.
-
+- a best.pt without last.pt: refused (it cannot be continued, and a new run would overwrite
+  it);
+- `--restart`: the new run trains in `.NAME.restart` beside OUT and replaces OUT once its first
+  epoch is saved (`promote`), taking along the files that are not the run's own; until then
+  the old run is untouched, whenever the process dies.
 A metrics.json that scored a best.pt about to be replaced is kept as
 `metrics.best-epoch-K.json` (K: the epoch it scored), or `metrics.before-restart.json`.
 """
@@ -28,7 +24,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from vprom.baselines.config import TrainConfig
@@ -112,8 +107,6 @@ def anchored(config: dict, out: Path) -> dict:
 def plain_record(value):
     """`value` (FEATS.h5 attributes) as plain JSON values, each absolute path replaced by its
     file name: what a run records about its features names no home folder."""
-    if isinstance(value, (np.ndarray, np.generic)):
-        value = value.tolist()
     if isinstance(value, dict):
         return {str(k): plain_record(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -132,19 +125,12 @@ def stopped(history: list[dict], best: dict, patience: int) -> bool:
     return history[-1]["epoch"] - (best["epoch"] + 1) >= patience
 
 
-def recorded_config(out: Path, state: dict | None) -> dict | None:
-    """The config of the run in OUT: from last.pt, best.pt or config.json; None if none."""
-    if state is None and (out / "best.pt").is_file():
-        state = load_checkpoint(out / "best.pt")
-    if state is not None:
-        return portable(state["config"], out)
-    if not (out / "config.json").is_file():
-        return None
+def stored_config(path: Path) -> dict | None:
+    """The config a run's config.json records; None without one."""
     try:
-        return json.loads((out / "config.json").read_text())["config"]
+        return json.loads(path.read_text())["config"] if path.is_file() else None
     except (json.JSONDecodeError, KeyError, TypeError):
-        raise VpromError(f"{out / 'config.json'}: not a vprom run config; choose another "
-                         "--out") from None
+        raise VpromError(f"{path}: not a vprom run config; choose another --out") from None
 
 
 def place_run(config: TrainConfig) -> RunPlace:
@@ -157,18 +143,19 @@ def place_run(config: TrainConfig) -> RunPlace:
                             "the run in the folder is replaced once the new one has finished "
                             "an epoch")
         return RunPlace(out, out, None, False, f"{out}: starting a new run")
+    if (out / "best.pt").is_file() and not (out / "last.pt").is_file():
+        raise VpromError(f"{out} holds a best.pt but no last.pt, so its run cannot be "
+                         f"continued; `vprom evaluate {out}` still scores it. Pass --restart "
+                         "to train it again, or choose another --out")
     state = load_checkpoint(out / "last.pt") if (out / "last.pt").is_file() else None
-    theirs, mine = recorded_config(out, state) or {}, portable(config.to_dict(), out)
+    theirs = portable(state["config"], out) if state else stored_config(out / "config.json")
+    mine = portable(config.to_dict(), out)
     differ = [f"{k} {theirs.get(k)!r} vs {mine.get(k)!r}" for k in sorted(set(theirs) | set(mine))
-              if theirs and k not in RESUMABLE and theirs.get(k) != mine.get(k)]
+              if k not in RESUMABLE and theirs.get(k) != mine.get(k)] if theirs else []
     if differ:
         raise VpromError(f"{out} holds a run with other settings ({', '.join(differ)}); choose "
                          "another --out, or pass --restart to replace that run (its files are "
                          "kept until the new run has finished an epoch)")
-    if state is None and (out / "best.pt").is_file():
-        raise VpromError(f"{out} holds a best.pt but no last.pt, so its run cannot be "
-                         f"continued; `vprom evaluate {out}` still scores it. Pass --restart "
-                         "to train it again, or choose another --out")
     if state is None:
         return RunPlace(out, out, None, False, f"{out}: starting a new run")
     done, best = len(state["history"]), state["best"]

@@ -86,11 +86,10 @@ def build_model(config: TrainConfig, feature_dim: int) -> tuple[torch.nn.Module,
 def make_optimizer(config: TrainConfig, model: torch.nn.Module,
                    capturable: bool = False) -> torch.optim.Optimizer:
     """AdaDelta or Adam with the run's settings; `capturable` for CUDA graphs."""
-    extra = {"capturable": True} if capturable else {}
+    settings = {"lr": config.lr, "eps": config.eps, "capturable": capturable}
     if config.optimizer == "adam":
-        return torch.optim.Adam(model.parameters(), lr=config.lr, eps=config.eps, **extra)
-    return torch.optim.Adadelta(model.parameters(), lr=config.lr, rho=config.rho,
-                                eps=config.eps, **extra)
+        return torch.optim.Adam(model.parameters(), **settings)
+    return torch.optim.Adadelta(model.parameters(), rho=config.rho, **settings)
 
 
 def epoch_batches(n: int, batch_size: int, seed: int, epoch: int,
@@ -234,9 +233,12 @@ def train(config: TrainConfig) -> Path:
         if world.main:
             run_folder.prepare(place)
             write_config(place.folder, config, defaulted, data, header)
+            hyper = ", ".join(f"{k} {getattr(config, k)}" for k in HYPER
+                              if getattr(config, k) is not None)
             log(world, f"{config.model} on {config.split}: {len(data.parts['train'])} train / "
                        f"{len(data.parts['val'])} val matrices, {world.size} process(es) on "
-                       f"{world.device}; {settings(config, defaulted)}")
+                       f"{world.device}; {hyper}" + (f" ({', '.join(defaulted)} from "
+                                                    f"{defaults_path().name})" if defaulted else ""))
         world.barrier()
         trained = model if world.size == 1 else torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[world.device.index] if world.device.type == "cuda" else None)
@@ -245,12 +247,14 @@ def train(config: TrainConfig) -> Path:
                 if run_folder.stopped(history, best, config.patience):
                     break
                 began = time.perf_counter()
-                torch.manual_seed(epoch_seed(config.seed, epoch, world.rank))
-                batches = epoch_batches(len(data.parts["train"]), config.batch_size,
-                                        config.seed, epoch, world)
-                figures = train_one_epoch(
-                    trained, optimizer, data, progress(batches, epoch, config, world),
-                    config.aux, world, graphed or train_step)
+                torch.manual_seed(int(np.random.SeedSequence(
+                    [config.seed, epoch, world.rank]).generate_state(1)[0]))
+                batches = tqdm(epoch_batches(len(data.parts["train"]), config.batch_size,
+                                             config.seed, epoch, world),
+                               desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch",
+                               disable=None if world.main else True, leave=False)
+                figures = train_one_epoch(trained, optimizer, data, batches, config.aux, world,
+                                          graphed or train_step)
                 figures["val_acc"] = evaluate(model, data, "val", world)
                 history.append({"epoch": epoch + 1, **figures,
                                 "seconds": round(time.perf_counter() - began, 3)})
@@ -273,16 +277,6 @@ def train(config: TrainConfig) -> Path:
         log(world, f"done: best val accuracy {'n/a' if val is None else f'{100 * val:.1f}%'} "
                    f"(epoch {best['epoch'] + 1}); run folder {config.out}")
     return config.out
-
-
-def epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    return int(np.random.SeedSequence([seed, epoch, rank]).generate_state(1)[0])
-
-
-def progress(batches: list, epoch: int, config: TrainConfig, world: World):
-    """`batches` behind a progress bar on rank 0 (on a terminal only)."""
-    return tqdm(batches, desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch",
-                disable=None if world.main else True, leave=False)
 
 
 def load_data(config: TrainConfig, world: World) -> SplitData:
@@ -308,11 +302,6 @@ def restore(state: dict | None, model, optimizer) -> tuple[list[dict], dict, int
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     return state["history"], state["best"], state["epoch"] + 1
-
-
-def settings(config: TrainConfig, defaulted: list[str]) -> str:
-    values = ", ".join(f"{k} {getattr(config, k)}" for k in HYPER if getattr(config, k) is not None)
-    return values + (f" ({', '.join(defaulted)} from {defaults_path().name})" if defaulted else "")
 
 
 def write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: SplitData,
