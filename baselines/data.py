@@ -53,15 +53,11 @@ class MatrixSet:
     def take(self, index: np.ndarray) -> "MatrixSet":
         """The matrices at positions `index` (a numpy integer array)."""
         t = torch.from_numpy(np.asarray(index, dtype=np.int64)).to(self.rows.device)
-        return MatrixSet(self.ids[index], self.rows[t], self.answer[t], self.relation[t],
-                         self.element_class[t], self.relation_name[index],
-                         self.element_type[index])
+        return MatrixSet(*(v[t] if torch.is_tensor(v) else v[index] for v in vars(self).values()))
 
     def to(self, device: torch.device | str) -> "MatrixSet":
-        """The same set with its tensors on `device` (the string columns stay on the host)."""
-        return MatrixSet(self.ids, self.rows.to(device), self.answer.to(device),
-                         self.relation.to(device), self.element_class.to(device),
-                         self.relation_name, self.element_type)
+        """The same set with its tensors on `device` (the numpy columns stay on the host)."""
+        return MatrixSet(*(v.to(device) if torch.is_tensor(v) else v for v in vars(self).values()))
 
 
 @dataclass(frozen=True)

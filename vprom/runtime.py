@@ -67,7 +67,7 @@ class World:
     size: int
     local_rank: int
     device: torch.device
-    owns_group: bool  # join_world started the process group, so leave_world ends it
+    owns_group: bool  # join_world started the process group, so joined_world ends it
 
     @property
     def main(self) -> bool:
@@ -99,11 +99,8 @@ def join_world(requested_device: str | None, timeout: timedelta | None = None) -
         return World(0, 1, 0, device, owns_group=False)
     owns = not dist.is_initialized()
     if owns:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        if timeout is None:
-            dist.init_process_group(backend)
-        else:
-            dist.init_process_group(backend, timeout=timeout)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                **({"timeout": timeout} if timeout else {}))
     return World(dist.get_rank(), dist.get_world_size(), local_rank, device, owns_group=owns)
 
 

@@ -46,6 +46,10 @@ from vprom.domain import N_CONTEXT, N_PANELS, SPLITS
 from vprom.tables import SPLIT_PARTS, crop_rows, open_h5, read_matrix_table
 
 
+#: the string columns of an item, beside its panels, answer and id
+METADATA = ("relation", "element_type", "element", "super_attribute")
+
+
 def source_kind(path: Path) -> str:
     """'features', 'maps' or 'crops': what the file at `path` holds."""
     with open_h5(path) as h5:
@@ -75,7 +79,6 @@ class VPROM(torch.utils.data.Dataset):
         self._check_source()
         self._reader, self._pid = None, None
 
-    # ------------------------------------------------------------ construction
     def _load_problems(self) -> None:
         if self.split not in SPLITS or self.part not in SPLIT_PARTS:
             raise VpromError(f"unknown split part {self.split}/{self.part}; splits: "
@@ -128,21 +131,17 @@ class VPROM(torch.utils.data.Dataset):
                              "(--allow-missing; its features are NaN); restore the image and "
                              "re-run `vprom extract`")
 
-    # ------------------------------------------------------------ reading
     def __len__(self) -> int:
         return len(self.ids)
 
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_reader"], state["_pid"] = None, None  # h5py handles do not pickle
-        return state
+        return {**self.__dict__, "_reader": None, "_pid": None}  # h5py handles do not pickle
 
     def _open(self):
         """The lazy reader of this process (reopened after a fork)."""
         if self._reader is None or self._pid != os.getpid():
-            self._reader = open_maps(self.source) if self.kind == "maps" else \
-                CropStore(self.source)
-            self._pid = os.getpid()
+            opener = open_maps if self.kind == "maps" else CropStore
+            self._reader, self._pid = opener(self.source), os.getpid()
         return self._reader
 
     def _read(self, rows: np.ndarray) -> torch.Tensor:
@@ -184,10 +183,7 @@ class VPROM(torch.utils.data.Dataset):
         if self.kind == "crops" and self.transform is not None:
             panels = self.transform(panels)
         return {"panels": panels, "answer": answer, "id": int(self.ids[index]),
-                "relation": str(self.relation[index]),
-                "element_type": str(self.element_type[index]),
-                "element": str(self.element[index]),
-                "super_attribute": str(self.super_attribute[index])}
+                **{key: str(getattr(self, key)[index]) for key in METADATA}}
 
     def loader(self, batch_size: int, **kwargs) -> DataLoader:
         """A DataLoader of whole batches (`loader`: `shuffle`, `sampler`, `drop_last`,
@@ -228,13 +224,11 @@ class VPROM(torch.utils.data.Dataset):
             panels = torch.stack([self.transform(p) for p in panels])
         return {"panels": panels, "answer": torch.from_numpy(answers),
                 "id": torch.from_numpy(self.ids[indices]),
-                **{key: list(map(str, getattr(self, key)[indices].tolist()))
-                   for key in ("relation", "element_type", "element", "super_attribute")}}
+                **{key: list(map(str, getattr(self, key)[indices].tolist())) for key in METADATA}}
 
 
 def _whole(batch: dict) -> dict:
-    """The collate step of `loader`: a batch from `VPROM.batch` is collated already."""
-    return batch
+    return batch  # `loader`'s collate step: `VPROM.batch` gives a batch collated already
 
 
 def loader(data: VPROM, batch_size: int, shuffle: bool = False, sampler=None,
