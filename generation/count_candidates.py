@@ -132,25 +132,6 @@ def _solve(members) -> dict:
     return out
 
 
-def residual(tables: dict, samplers: dict, matrices_of: dict) -> float:
-    """max over (relation, neutral side, S, a in S) of |P(a | S) - 1/8| under the tables."""
-    mixes: dict = {}
-    for key, table in tables.items():
-        s = samplers[key]
-        law = answer_law(s.group.relation, s.options[0].context)
-        mix = mixes.setdefault((s.group.relation, key[1] // 2), {})
-        for (a, forced), (sets, cumulative) in table.rows.items():
-            w = matrices_of[key] * law.get((a, forced), 0.0)
-            for st, p in zip(sets, np.diff([0.0, *cumulative])):
-                mix.setdefault(st, np.zeros(max(COUNTS) + 1))[a] += w * p
-    worst = 0.0
-    for mix in mixes.values():
-        for st, m in mix.items():
-            share = m[[v for v in COUNTS if (st >> v) & 1]] / m.sum()
-            worst = max(worst, float(np.abs(share - 1 / N_CANDIDATES).max()))
-    return worst
-
-
 def count_distractors(draws: Draws, table: AbsentTable, answer: int, z: int,
                       used: set[int], crops_of, masks, region) -> list[int] | None:
     """7 crops showing the counts of a drawn candidate set other than the answer, each

@@ -27,7 +27,7 @@ from typing import Iterable
 
 import numpy as np
 
-from vprom.generation.labels import LabelRows, LabelVocabulary
+from vprom.generation.labels import LabelVocabulary
 from vprom.errors import VpromError
 from vprom.domain import ElementType, Relation
 from vprom.generation.draws import Draws
@@ -68,14 +68,13 @@ class PoolIndex:
         self.region = row_codes(crops.image_id, crops.x, crops.y, crops.w, crops.h).tolist()
         self.crop_id = crops.crop_id.tolist()
         self.element = crops.element.tolist()
-        labels = self.vocabulary.label_rows(crops)
-        self.label_sets = labels.per_crop(labels.both)  # explicit and implied
+        self.label_sets = self.vocabulary.label_sets(crops)  # explicit and implied
         self.masks = [0] * n  # explicit and implied labels
         self.element_id = [0] * n  # the crop's element as an id of its type's universe
         # per attribute type, its super-attributes' masks: the solver reads a panel in one
         self.solver_groups: dict[ElementType, list[int]] = {}
-        self.banned, self.banned_categories, self.split_bans = _bans(self.vocabulary, design,
-                                                                     labels)
+        self.banned, self.banned_categories, self.split_bans = _bans(
+            self.vocabulary, design, crops.element_type.tolist(), self.label_sets)
         self.universe: dict[ElementType, Universe] = {}
         self.super_attribute: dict[ElementType, dict[int, str]] = {}
         # cells[etype][cell][element id] -> crop rows
@@ -147,24 +146,21 @@ def draw_crops(draws: Draws, elements: list[int], crops_of: dict[int, list[int]]
     return rows
 
 
-def _bans(vocab: LabelVocabulary, design: HeldOutDesign,
-          labels: LabelRows) -> tuple[list[int], list[int], list[int]]:
+def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str],
+          label_sets: list[frozenset[str]]) -> tuple[list[int], list[int], list[int]]:
     """Per crop, (the relations (`RELATION_BIT`) for which it shows something a held-out
     split keeps out of its training matrices, the relations for which it shows an object
     category kept out (the same, less the super-attributes), the same per split
     (`rules.ban_bits` of `design.train_bans`), which `PanelInfo.banned` takes)."""
     bans = {r: design.train_side_ban(r.value) for r in Relation}
     if not any(b.super_attributes or b.object_thirds for b in bans.values()):
-        return [0] * len(labels.row), [0] * len(labels.row), [0] * len(labels.row)
-    # label lists repeat a lot between crops: classify each row of `labels` once
-    table = ConceptTable(list(map(vocab.concepts, labels.element_type, labels.both)))
-    per_set = np.zeros(len(labels.both), dtype=np.int64)
-    per_category = np.zeros(len(labels.both), dtype=np.int64)
+        return [0] * len(label_sets), [0] * len(label_sets), [0] * len(label_sets)
+    table = ConceptTable(list(map(vocab.concepts, element_types, label_sets)))
+    per_set = np.zeros(len(label_sets), dtype=np.int64)
+    per_category = np.zeros(len(label_sets), dtype=np.int64)
     for r, bit in RELATION_BIT.items():
         per_set[table.banned(bans[r], r.value)] |= bit
         if bans[r].object_thirds:
             categories = TrainBan(object_thirds=bans[r].object_thirds)
             per_category[table.banned(categories, r.value)] |= bit
-    per_split = table.bits(design.train_bans)
-    which = np.asarray(labels.row, dtype=np.int64)
-    return per_set[which].tolist(), per_category[which].tolist(), per_split[which].tolist()
+    return per_set.tolist(), per_category.tolist(), table.bits(design.train_bans).tolist()

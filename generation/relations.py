@@ -8,8 +8,8 @@ Each rule knows three things about a 3×3 matrix whose rows are (I_i1, I_i2, I_i
   (the candidates-first sampler draws the answer before its context); `sample` and `context`
   build their rows with the same layout (`layout` for And, `_or_row` for Or, `_square` for
   Union, one step for all rows for Progression), so a relation's rows are written once;
-* `holds(rows)` — whether three rows of single elements obey it (the definition, readable);
-* `holds_many(e)` — `holds` of many matrices at once, on an N×3×3 array (verify's screen);
+* `holds(e)` — per matrix, whether its three rows of single elements obey it, on an N×3×3
+  array of element ids (matrix, row, column): the definition, one matrix or many at once;
 * `completions(masks)` — the solver's half: given the 8 context panels as bit masks of ALL
   the element ids each panel carries, the mask of every element a 9th panel could show to
   complete the matrix under some reading of the rule, or 0 when rows 1 and 2 admit no
@@ -76,12 +76,9 @@ class Rule:
         it draw it); `partner`: Or's other element of row 3."""
         raise TypeError(f"{type(self).__name__} must define context")
 
-    def holds(self, rows: Sequence[Sequence[int]]) -> bool:
+    def holds(self, e: np.ndarray) -> np.ndarray:
+        """Per matrix of `e` (N×3×3: matrix, row, column element ids), whether it obeys."""
         raise TypeError(f"{type(self).__name__} must define holds")
-
-    def holds_many(self, e: np.ndarray) -> np.ndarray:
-        """`holds` of many matrices at once: e is N×3×3 (matrix, row, column) element ids."""
-        raise TypeError(f"{type(self).__name__} must define holds_many")
 
     def completions(self, m: Sequence[int]) -> int:
         raise TypeError(f"{type(self).__name__} must define completions")
@@ -111,10 +108,7 @@ class And(Rule):
             others = others * 2  # a 2-value super-attribute: rows 1 and 2 repeat
         return self.layout(others[0], others[1], answer)[:8]
 
-    def holds(self, rows):
-        return all(r[0] == r[1] == r[2] for r in rows)
-
-    def holds_many(self, e):
+    def holds(self, e):
         return ((e[..., 0] == e[..., 1]) & (e[..., 1] == e[..., 2])).all(axis=1)
 
     def completions(self, m):
@@ -152,10 +146,7 @@ class Or(Rule):
         # row 3 shows the answer and its partner, in either order
         return rows + ([answer, partner] if draws.coin() else [partner, answer])
 
-    def holds(self, rows):
-        return all(r[0] != r[1] and r[2] in (r[0], r[1]) for r in rows)
-
-    def holds_many(self, e):
+    def holds(self, e):
         a, b, c = e[..., 0], e[..., 1], e[..., 2]
         return ((a != b) & ((c == a) | (c == b))).all(axis=1)
 
@@ -206,11 +197,7 @@ class Union(Rule):
         draws.shuffle(first)
         return first[0] + first[1] + last[:2]
 
-    def holds(self, rows):
-        sets = [frozenset(r) for r in rows]
-        return all(len(s) == 3 for s in sets) and sets[0] == sets[1] == sets[2]
-
-    def holds_many(self, e):
+    def holds(self, e):
         s = np.sort(e, axis=2)
         distinct = ((s[..., 0] < s[..., 1]) & (s[..., 1] < s[..., 2])).all(axis=1)
         return distinct & (s[:, 0] == s[:, 1]).all(axis=1) & (s[:, 1] == s[:, 2]).all(axis=1)
@@ -277,12 +264,7 @@ class Progression(Rule):
             out += [s, s + d, s + 2 * d]
         return out + [answer - 2 * d, answer - d]
 
-    def holds(self, rows):
-        steps = {r[1] - r[0] for r in rows}
-        return (len(steps) == 1 and 0 not in steps
-                and all(r[2] - r[1] == r[1] - r[0] for r in rows))
-
-    def holds_many(self, e):
+    def holds(self, e):
         step = e[..., 1] - e[..., 0]
         return ((step == step[:, :1]) & (step != 0)
                 & (e[..., 2] - e[..., 1] == step)).all(axis=1)

@@ -261,27 +261,6 @@ def loosenable(pool: PoolIndex, group: Group) -> bool:
     return ban_mask(pool, group) is not None
 
 
-def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
-                  skipped: dict[str, list[str]] | None = None,
-                  loosened: dict[str, dict] | None = None, legacy_counts: bool = False):
-    """Yield (matrix, its 16 crop rows in `pool`) for each index, in order (`PlanSampler`).
-
-    `skipped`, when given, receives per group the super-attributes it could not use (fewer
-    attributes with enough crops than its relation needs, or too few for a symmetric
-    candidate profile while the group has others), for the manifest; `loosened` per group
-    how many matrices were drawn loosened, and why (`note_loosened`).
-    """
-    indices = list(indices)
-    if not indices:
-        return
-    sampler = PlanSampler(pool, plan, skipped, legacy_counts)
-    for i in indices:
-        matrix, rows, note = sampler.draw(i)
-        if note is not None and loosened is not None:
-            note_loosened(loosened, note)
-        yield matrix, rows
-
-
 def note_loosened(loosened: dict[str, dict], note: tuple[str, str, str]) -> None:
     """Count one loosened matrix, `note` = (group, cell, why) from `PlanSampler.draw`, in
     `loosened` (group -> {"matrices": n, "why": {cell: why}}, as the manifest records it)."""
@@ -295,9 +274,8 @@ class PlanSampler:
     """Every (group, cell) sampler of a plan, made once; `draw(i)` gives matrix i.
 
     Count candidates are drawn from `generation.count_candidates`' tables, so the set they
-    leave out says nothing about the answer; `legacy_counts` draws them as vprom did before
-    (context values first), only to reproduce that flaw (`vprom generate
-    --legacy-count-candidates`).
+    leave out says nothing about the answer; `legacy_counts` draws them from the context's
+    values first, only to reproduce that flaw (`vprom generate --legacy-count-candidates`).
 
     A train-side matrix is drawn from the crops no held-out split bans (`make_sampler`).
     Where a cell is too thin for that (its sampler cannot be made, or a matrix fails all its
@@ -405,12 +383,13 @@ def _sample(sampler, draws: Draws, answer: int, masks, region, why: Counter):
     return sample_matrix(sampler, draws, answer, masks, region, why)
 
 
-def generate_matrices(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int]) -> list[Matrix]:
-    """The matrices with the given indices (pure: same pool, plan and index -> same matrix).
+def generate_matrices(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
+                      legacy_counts: bool = False) -> list[Matrix]:
+    """The matrices with the given indices (pure: same pool, plan and index -> same matrix),
+    without their split assignment (`generate_dataset` adds it).
 
     Build `pool = PoolIndex(crops, seed, design)` and `plan = make_plan(scale, seed, design)`
-    with `design = vprom.splits.load_rules().design`. Matrices carry no
-    split assignment yet (`generate_dataset` adds it).
+    with `design = vprom.splits.load_rules().design`.
     """
-    return [m for m, _ in generate_rows(pool, plan, indices)]
-
+    sampler = PlanSampler(pool, plan, legacy_counts=legacy_counts)
+    return [sampler.draw(i)[0] for i in indices]

@@ -19,7 +19,8 @@ The work is done on bit masks: each panel becomes the mask of the element ids it
 category), each relation rule (`vprom.generation.relations`) turns the 8 context masks into the mask
 of the elements that could complete row 3, and a candidate is valid when its own mask meets
 the union of those masks. The generator calls `completion_mask` on integer masks on its hot
-path; the string-level functions here serve `vprom verify` and the tests.
+path; `check_matrices` proves whole matrices for `vprom verify` (and `check_matrix` one, on
+label strings).
 
 The solver is deliberately generous: readings are not limited to the matrix's
 super-attribute, and And rows may share elements. A generous solver only rejects more
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
+
+import numpy as np
 
 from vprom.domain import (
     N_CANDIDATES,
@@ -139,33 +142,51 @@ def valid_candidates(relation: Relation | str, element_type: ElementType | str,
 def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
                  universe: frozenset[str] | None = None,
                  groups: Mapping[str, Iterable[str]] | None = None) -> str | None:
-    """None when the matrix is sound, else a one-line reason.
-
-    Sound: every panel carries the element it claims, the 9 claimed elements obey the stated
-    relation, and the solver finds exactly one valid candidate, the answer (`groups` as in
-    `valid_candidates`).
-    """
+    """None when the matrix is sound, else a one-line reason (`check_matrices` on one
+    matrix; `labels`, `universe` and `groups` as in `valid_candidates`)."""
     _, u, masks, g = _masks(matrix.element_type, labels, universe, groups)
-    return check_masks(matrix, u, masks, g, labels)
+    return check_matrices(u, g, [matrix.relation.value], [matrix.elements], [masks],
+                          [matrix.answer])[0]
 
 
-def check_masks(matrix: Matrix, u: Universe, masks: Sequence[int], groups: Sequence[int],
-                labels: Sequence[frozenset[str]]) -> str | None:
-    """`check_matrix` on the panels' masks in `u` and the groups' masks (`group_masks`),
-    for a caller that checks many matrices and computes each crop's mask once."""
-    for k, (element, label_set) in enumerate(zip(matrix.elements, labels)):
-        if element not in label_set or element not in u.ids:
-            return f"panel {k} claims '{element}' but its labels {sorted(label_set)} lack it"
-    ids = [u.ids[e] for e in matrix.elements]
-    rows = [ids[0:3], ids[3:6], ids[6:8] + [ids[N_CONTEXT + matrix.answer]]]
-    if not RULES[matrix.relation].holds(rows):
-        return (f"the elements {[matrix.elements[i] for i in range(N_CONTEXT)]} + answer "
-                f"'{matrix.elements[N_CONTEXT + matrix.answer]}' do not obey "
-                f"{matrix.relation.value}")
+def check_matrices(u: Universe, groups: Sequence[int], relations: Sequence[str],
+                   elements: Sequence[Sequence[str]], masks: Sequence[Sequence[int]],
+                   answers: Sequence[int]) -> list[str | None]:
+    """Per matrix of `u`'s element type, None when it is sound, else a one-line reason.
+
+    Sound: every panel carries the element it claims (`elements`, N×16 names) among its
+    labels (`masks`, N×16 label masks in `u`), the 9 claimed elements obey the stated
+    relation, and the solver finds exactly one valid candidate, the answer. `groups`: the
+    reading groups' masks (`group_masks`).
+    """
+    ids = np.array([[u.ids.get(e, -1) for e in row] for row in elements],
+                   dtype=np.int64).reshape(-1, N_PANELS)
+    answers = np.asarray(answers, dtype=np.int64)
+    nine = np.concatenate([ids[:, :N_CONTEXT],
+                           ids[np.arange(len(ids)), N_CONTEXT + answers][:, None]], axis=1)
+    relations = np.asarray(relations, dtype=object)
+    obeys = np.zeros(len(ids), dtype=bool)
+    for relation in set(relations.tolist()):
+        mine = relations == relation
+        obeys[mine] = RULES[Relation(relation)].holds(nine[mine].reshape(-1, 3, 3))
+    return [_reason(u, groups, relation, names, panel_ids, panel_masks, answer, ok)
+            for relation, names, panel_ids, panel_masks, answer, ok in
+            zip(relations.tolist(), elements, ids.tolist(), masks, answers.tolist(),
+                obeys.tolist())]
+
+
+def _reason(u: Universe, groups: Sequence[int], relation: str, elements: Sequence[str],
+            ids: list[int], masks: Sequence[int], answer: int, obeys: bool) -> str | None:
+    for k, (element, i, mask) in enumerate(zip(elements, ids, masks)):
+        if i < 0 or not (mask >> i) & 1:
+            return f"panel {k} claims '{element}' but its labels lack it"
+    if not obeys:
+        return (f"the elements {list(elements[:N_CONTEXT])} + answer "
+                f"'{elements[N_CONTEXT + answer]}' do not obey {relation}")
     z = completion_mask(u.element_type, masks[:N_CONTEXT], groups=groups)
     valid = [k for k in range(N_CANDIDATES) if masks[N_CONTEXT + k] & z]
-    if valid != [matrix.answer]:
+    if valid != [answer]:
         names = sorted(u.names[i] for i in range(z.bit_length()) if (z >> i) & 1)
-        return (f"candidates {valid} complete the matrix (answer {matrix.answer}); "
+        return (f"candidates {valid} complete the matrix (answer {answer}); "
                 f"completing elements {names}")
     return None

@@ -9,25 +9,22 @@ element type and per relation x element type) and the perception-only ceiling
 (`generation.verify.ceiling`, a figure, never a failure).
 A file whose records cannot be read fails integrity and skips the rest.
 `workers` processes share the checks (`generation.verify.jobs`): the report is the same for
-any number of them. With two or more, one more process reads the matrices' elements (most of
-the file's load) while this one reads the rest and plans the jobs (`loaded.load`).
+any number of them.
 
 The split rules are handed in (the top floor loads them from `splits`), never imported from here.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vprom.generation.verify.loaded import element_codes, load
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.checks import check_integrity, fatal_problems
-from vprom.generation.verify.jobs import Inputs, run_checks
-from vprom.processes import beside, collector_paused
+from vprom.generation.verify.jobs import prepare, run_checks
+from vprom.generation.verify.loaded import load
+from vprom.processes import collector_paused
 from vprom.splits.rules import SplitRules, TrainBan
 
 
@@ -73,12 +70,9 @@ def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None =
     share the checks (`generation.verify.jobs`); the report is the same for any number.
     """
     dataset = Path(dataset)
-    with _elements_beside(dataset, workers) as elements:
-        with collector_paused():  # the loaded data set is millions of objects and no cycles
-            data, structure = load(dataset, elements)
+    with collector_paused():  # the loaded data set is millions of objects and no cycles
+        data, structure = load(dataset)
         if data is None or fatal_problems(data):
-            if data is not None:
-                data.complete()
             checks = [check_integrity(data, structure)]
             skipped = "not run: the matrices cannot be read as records (see integrity)"
             checks += [Check(n, "skip", skipped) for n in ("solver", "splits", "leakage",
@@ -86,20 +80,8 @@ def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None =
             figures = {} if data is None else {"matrices": len(data.matrices),
                                                "crops": len(data.crops)}
             return VerifyReport(dataset, checks, figures)
-        inputs = Inputs(data, structure, rules, Path(features) if features else None,
-                        check_matrix, assigner,
-                        rules.design.train_bans if train_bans is None else train_bans)
-        return VerifyReport(dataset, run_checks(inputs, workers),
-                            {"matrices": len(data.matrices), "crops": len(data.crops)})
-
-
-@contextmanager
-def _elements_beside(dataset: Path, workers: int) -> Iterator[Callable | None]:
-    """With two workers or more, a process that reads the matrices' elements meanwhile
-    (`load`'s `elements`; `run_checks` waits for them before its workers fork); None
-    otherwise: one process reads everything."""
-    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        yield None
-        return
-    with beside(element_codes, dataset, "verify") as elements:
-        yield elements
+        inputs = prepare(data, structure, rules, Path(features) if features else None,
+                         check_matrix, assigner,
+                         rules.design.train_bans if train_bans is None else train_bans)
+    return VerifyReport(dataset, run_checks(inputs, workers),
+                        {"matrices": len(data.matrices), "crops": len(data.crops)})

@@ -23,49 +23,34 @@ from vprom.generation.verify.checks import matrix_records
 from vprom.generation.verify.loaded import Data, examples
 from vprom.errors import VpromError
 from vprom.domain import N_CONTEXT, SPLITS, ElementType, Matrix, Relation
-from vprom.splits.rules import (ConceptTable, SplitRules, TrainBan, assign_all,
-                             image_sides, object_third)
+from vprom.splits.rules import (ConceptTable, SplitRules, TrainBan, assign, image_sides,
+                                object_third)
 from vprom.tables import CropTable, MatrixTable, present_rows, row_codes
 
 #: Paper rules that hold whatever the split spec files say (answer elements / super-attributes).
 HELD_OUT_SUPER_ATTRIBUTES = frozenset({"shape", "texture", "action"})
 
 
-def crop_concepts(data: Data) -> list[tuple[frozenset[str], frozenset[tuple[str, str]]]]:
-    """Per crop: the object categories and attribute (table, super-attribute) pairs among
-    all its labels, explicit and implied."""
-    rows = data.label_rows()
-    return rows.per_crop(row_concepts(data))
-
-
-def row_concepts(data: Data) -> list[tuple[frozenset[str], frozenset[tuple[str, str]]]]:
-    """`crop_concepts` once per row of `data.label_rows()` (crops share them)."""
-    rows = data.label_rows()
-    return list(map(data.vocabulary.concepts, rows.element_type, rows.both))
-
-
 def concept_table(data: Data) -> ConceptTable:
-    """Every crop's concepts (`crop_concepts`) as a `ConceptTable`, computed per row."""
-    return ConceptTable(row_concepts(data), data.label_rows().row)
+    """Every crop's object categories and attribute (table, super-attribute) pairs among all
+    its labels, explicit and implied, as a `ConceptTable`."""
+    return ConceptTable(list(map(data.vocabulary.concepts, data.crops.element_type.tolist(),
+                                 data.labels)))
 
 
 # ---------------------------------------------------------------- 3. splits
-def expected_parts(data: Data, rules: SplitRules,
-                   table: ConceptTable | None = None) -> dict[str, np.ndarray]:
-    """split -> the part the split rules give every matrix (`rules.assign_all`), with the
-    seed the manifest records: the sides of every panel's image and what each crop's labels
-    show of every held-out split's ban (as bits, OR-ed over a matrix's 16 panels), for all
-    matrices at once. `table`: `concept_table(data)`, if the caller has it."""
+def expected_parts(data: Data, rules: SplitRules) -> dict[str, np.ndarray]:
+    """split -> the part the split rules give every matrix (`vprom.splits.rules.assign`),
+    with the seed the manifest records: the sides of every panel's image and what each
+    crop's labels show of every held-out split's ban, for all matrices at once."""
     seed = (data.manifest or {}).get("seed")
     if not isinstance(seed, int):
         raise VpromError(f"{data.path}: the manifest records no seed, so the split rules "
                          "cannot be re-run; regenerate the file with `vprom generate`")
     rows = np.where(data.rows < 0, 0, data.rows)
-    # each crop's image hashed once, not once per panel showing it
-    sides = {p: s[rows] for p, s in image_sides(rules, seed, data.crops.image_id).items()}
-    bits = (concept_table(data) if table is None else table).bits(rules.design.train_bans)
-    banned = np.bitwise_or.reduce(bits[rows], axis=1)
-    return assign_all(data.matrices, sides, banned, rules.specs, rules.design.train_bans)
+    bits = concept_table(data).bits(rules.design.train_bans)
+    return assign(rules, data.matrices, image_sides(rules, seed, data.crops.image_id[rows]),
+                  np.bitwise_or.reduce(bits[rows], axis=1))
 
 
 def assigned_parts(records: list[tuple[int, Matrix]],
@@ -97,12 +82,10 @@ def split_structure_problems(m: MatrixTable) -> list[str]:
     return problems
 
 
-def paper_rule_problems(data: Data,
-                        columns: Mapping[str, np.ndarray] | None = None) -> list[str]:
-    """Rules from the paper that hold whatever the spec files say, checked on the answers
-    (`columns`: the stored parts, `part_columns`, when the caller has them)."""
+def paper_rule_problems(data: Data) -> list[str]:
+    """Rules from the paper that hold whatever the spec files say, checked on the answers."""
     m = data.matrices
-    columns = m.part_columns() if columns is None else columns
+    columns = m.part_columns()
     answer = m.elements[np.arange(len(m)), N_CONTEXT + m.answer.astype(np.int64).clip(0, 7)]
     count = m.element_type == ElementType.COUNT.value
     value = np.array([int(a) if c and a.isdigit() else 0 for a, c in zip(answer, count)])
@@ -168,7 +151,7 @@ def check_splits(data: Data, rules: SplitRules, assigner: Callable | None = None
     problems = split_structure_problems(m) + paper_rule_problems(data)
     columns = m.part_columns()
     try:
-        expected = assigned_parts(matrix_records(m, columns, 0, len(m)), assigner) \
+        expected = assigned_parts(matrix_records(m, 0, len(m)), assigner) \
             if assigner else expected_parts(data, rules)
     except VpromError as e:
         return unassignable(problems, e)
@@ -234,18 +217,15 @@ def held_out_labels(data: Data, ban: TrainBan) -> int:
     return len(labels)
 
 
-def check_held_out(data: Data, bans: Mapping[str, TrainBan],
-                   columns: Mapping[str, np.ndarray] | None = None,
-                   table: ConceptTable | None = None) -> Check:
+def check_held_out(data: Data, bans: Mapping[str, TrainBan]) -> Check:
     """No training or validation matrix of a held-out split shows a held-out label (`bans`:
-    split -> what it holds out, `rules.design.train_bans`; `columns` as for
-    `paper_rule_problems`; `table` as for `expected_parts`)."""
+    split -> what it holds out, `rules.design.train_bans`)."""
     m = data.matrices
     if not bans:
         return Check("held-out labels", "skip", "the split rules hold out no labels")
-    table = concept_table(data) if table is None else table  # each concept set judged once
+    table = concept_table(data)
     rows = np.where(data.rows < 0, 0, data.rows)
-    columns = m.part_columns() if columns is None else columns
+    columns = m.part_columns()
     figures, problems = {}, []
     for split in [s for s in SPLITS if s in bans] + sorted(set(bans) - set(SPLITS)):
         ban = bans[split]
