@@ -11,6 +11,7 @@ logic: `vprom.splits.rules`.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from typing import Iterator, Sequence
 
@@ -38,6 +39,20 @@ class Draws:
 
     def coin(self) -> bool:
         return self.uniform() < 0.5
+
+    def weighted(self, weights: Sequence[float]) -> int:
+        """An index drawn in proportion to `weights` (the last where rounding leaves none)."""
+        u = self.uniform() * sum(weights)
+        for k, w in enumerate(weights):
+            if u < w:
+                return k
+            u -= w
+        return len(weights) - 1
+
+    def by_cumulative(self, cumulative: Sequence[float]) -> int:
+        """An index drawn in proportion to the weights whose running sums are `cumulative`."""
+        u = self.uniform() * cumulative[-1]
+        return min(bisect.bisect_right(cumulative, u), len(cumulative) - 1)
 
     def shuffled(self, seq: Sequence) -> Iterator:
         """The items of `seq` in random order, lazily (a partial Fisher-Yates on a copy)."""

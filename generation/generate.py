@@ -1,18 +1,14 @@
 """The file edge of generation: POOLS.h5 in, DATASET.h5 (+ manifest JSON beside it) out.
 
-`generate_dataset` plans, samples and proves every matrix in memory and assigns it to every
-split with the split rules it is given (the top floor loads them from `splits`), telling the
-rules which held-out bans its panels meet among all their labels (explicit and implied,
-`generation.labels`; classified once per crop by the pool index) for the strict held-out
-splits; `workers` processes draw the matrices in chunks (`generation.parallel`); `generate`
-checks that its input is a POOLS.h5 and writes the result; `merge_shards` joins the
-DATASET.h5 files of `--shard K/N` runs into the single run's file, choosing the validation
-sets over all shards' training ids.
+`generate_dataset` plans, samples and proves every matrix in memory (`workers` processes
+draw them, `generation.parallel`) and assigns each to every split (`vprom.splits.rules.assign`)
+with the held-out bans its panels meet among all their labels; `generate` checks that its
+input is a POOLS.h5 and writes the result; `merge_shards` joins the files of `--shard K/N`
+runs into the single run's file, choosing the validation sets over all shards' training ids.
 
-DATASET.h5 and its sidecar `DATASET.h5.manifest.json` are written as a pair: the sidecar
-(which records the finished file's sha256) goes into place before the data file is renamed
-over the old one, so an interrupted run leaves either the old pair, or the new sidecar beside
-the old file — which `vprom verify` reports as an interrupted write to re-run, not as damage.
+The sidecar `DATASET.h5.manifest.json` records the finished file's sha256 and goes into place
+before the data file is renamed over the old one, so an interrupted run leaves the old pair,
+or the new sidecar beside the old file, which `vprom verify` reports as an interrupted write.
 """
 
 from __future__ import annotations
@@ -214,10 +210,7 @@ class GenerateSummary:
 def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed: int = 0,
              shard: tuple[int, int] | None = None,
              legacy_counts: bool = False, workers: int | None = None) -> GenerateSummary:
-    """POOLS.h5 -> DATASET.h5: every matrix proven by the solver, every split assigned.
-    `legacy_counts`: see `generate_dataset` (for reproducing the flaw only). `workers`:
-    processes drawing matrices (None: one per core this process may use); the file is the
-    same for any number."""
+    """POOLS.h5 -> DATASET.h5 (`generate_dataset`; `workers` None: one per usable core)."""
     start = time.perf_counter()
     pools, out = Path(pools), Path(out)
     workers = usable_cores() if workers is None else workers
@@ -355,11 +348,16 @@ def _read_shards(shards: Sequence[Path]):
         raise VpromError(f"merge_shards: expected shards 0/{n}..{n - 1}/{n} of one run (same "
                          f"scale and seed); got {got} — pass every shard of one run once")
     with open_h5(shards[0]) as h5:
-        vocab = h5["vocab"]
-        universes = {k: vocab[k].asstr()[()].tolist() for k in vocab
-                     if isinstance(vocab[k], h5py.Dataset)}
-        sas = {etype: {sa: g[sa].asstr()[()].tolist() for sa in g}
-               for etype, g in vocab.get("super_attributes", {}).items()}
-        vocabulary = LabelVocabulary.read(vocab.get("labels"), str(shards[0]))
+        universes, sas, vocabulary = read_vocab(h5["vocab"], shards[0])
     return manifests, crops, tables, universes, sas, vocabulary
+
+
+def read_vocab(vocab: h5py.Group, path: Path) -> tuple[dict, dict, LabelVocabulary | None]:
+    """What `_write` stores in DATASET.h5's `vocab` group: the element universes, the
+    super-attributes' elements and the label vocabulary (None where it records none)."""
+    universes = {k: ds.asstr()[()].tolist() for k, ds in vocab.items()
+                 if isinstance(ds, h5py.Dataset) and ds.dtype.kind == "O"}
+    sas = {etype: {sa: g[sa].asstr()[()].tolist() for sa in g}
+           for etype, g in vocab.get("super_attributes", {}).items()}
+    return universes, sas, LabelVocabulary.read(vocab.get("labels"), str(path))
 

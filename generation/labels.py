@@ -1,25 +1,18 @@
-"""What generation knows of labels beyond the crops table: the vocabulary the pools were mined with.
+"""The label vocabulary the pools were mined with: implied labels and label classes.
 
-A crop's `labels` column holds every label its Visual Genome source has (names and
-attributes). Two things need more than those strings:
+A crop's `labels` column holds every label its Visual Genome source has, as mined. Beyond it:
 
-* **Implied labels.** A region named "man" shows a male adult even when no attribute says so.
-  The vocabulary's `implied_labels.json` maps person words (and category names) to the
-  human-attribute values they imply; a human-attribute crop's *labels* are its explicit labels
-  and the values its names imply, read together by the solver, the distractor choice, the
-  strict held-out splits and `vprom verify`. The `labels` column itself stays as mined, so
-  what was annotated and what was inferred stay apart (`implied_of` gives the latter).
-* **Label classes.** The strict held-out splits ban labels, not only elements: every label is
-  classified as an object category and/or an attribute of a super-attribute of the table of
-  its crop (the human table for human-attribute crops, the object table for the others).
+* **Implied labels.** A region named "man" shows a male adult even when no attribute says so:
+  `implied` maps person words to the human-attribute values they imply. A human-attribute
+  crop's labels are its explicit ones and those its names imply (`label_sets`), read
+  together by the solver, the distractor choice, the strict held-out splits and verify.
+* **Label classes.** The strict held-out splits ban labels, not only elements: a label is an
+  object category and/or an attribute of a super-attribute of its crop's table (`concepts`;
+  the human table for human-attribute crops, the object table for the others).
 
-`vprom mine` records this as the `vocabulary` group of POOLS.h5 (`objects`,
-`object_attribute/{label, super_attribute}`, `human_attribute/{label, super_attribute}`,
-`implied/{label, value}`); `vprom generate` copies it to `vocab/labels/...` of DATASET.h5, so
-`vprom verify` re-checks a data set under the very labels it was built with. Pools without
-the group (written by hand, or by an older vprom) fall back to what the crops themselves say:
-their elements are the categories and attributes, and nothing is implied (`recorded` False,
-which the generate summary states).
+`vprom mine` writes it as POOLS.h5's `vocabulary` group and `vprom generate` copies it to
+DATASET.h5's `vocab/labels`, so verify re-checks a data set under the labels it was built
+with. Pools without it fall back to what the crops say (`recorded` False: nothing implied).
 """
 
 from __future__ import annotations

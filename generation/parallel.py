@@ -1,20 +1,12 @@
-"""Matrices drawn in chunks, by worker processes that share the parent's samplers.
+"""Matrices drawn in chunks by forked worker processes that share the parent's samplers.
 
-`generate_dataset` builds everything a matrix needs once, in the parent: the pool index
-(label masks, regions, cells, the held-out bans of every crop), the plan and every (group,
-cell) sampler (`sampler.PlanSampler`). It then forks `workers` processes
-(`vprom.processes.ordered_map(method="fork")`), which inherit all of it copy-on-write, and
-hands them chunks of matrix indices; each returns its chunk as a few arrays (`Chunk`), and
-the parent takes them back in index order. Every matrix draws from its own `Draws(seed,
-index)`, so which process draws it changes nothing: the data set is the one-process run's,
-byte for byte, whatever the number of workers (`--workers 1` draws here, in-process).
-
-Forking is safe because the parent holds no HDF5 file open (`generate` reads the pools into
-memory and closes the file first) and the workers take no lock that a thread of the parent
-(a progress bar's monitor) could hold at the fork. `gc.freeze()` before the fork keeps the
-garbage collector from touching every inherited object, so the workers share those pages
-instead of copying them, and its full passes from walking the millions of objects of the
-pool index again and again.
+The parent builds the pool index, the plan and every sampler once (`sampler.PlanSampler`),
+then forks `workers` processes (`vprom.processes.ordered_map`), which inherit them
+copy-on-write, and hands them chunks of matrix indices; the chunks come back in index order.
+Every matrix draws from its own `Draws(seed, index)`, so the data set is the same, byte for
+byte, whatever the number of workers. Forking is safe because the parent holds no HDF5 file
+open and the workers take no lock a parent thread could hold. `gc.freeze()` before the fork
+keeps the collector from touching the inherited objects, so their pages stay shared.
 """
 
 from __future__ import annotations
@@ -49,9 +41,9 @@ def draw_chunk(sampler: PlanSampler, indices: Sequence[int]) -> Chunk:
     """Draw and prove the matrices `indices` (what one worker does per job)."""
     rows, super_attributes, loosened = [], [], []
     for i in indices:
-        matrix, matrix_rows, note = sampler.draw(i)
+        super_attribute, matrix_rows, note = sampler.draw(i)
         rows.append(matrix_rows)
-        super_attributes.append(matrix.super_attribute)
+        super_attributes.append(super_attribute)
         if note is not None:
             loosened.append(note)
     return Chunk(np.asarray(indices, dtype=np.int64),

@@ -1,44 +1,30 @@
-"""The split logic, in one place: how images are dealt, what each split holds out, and the
-one pure function that assigns matrices to train / test / excluded in every split.
-
-The seven declarative spec files and their loader are `splits.specs`; what they MEAN is here,
-and generation and verification both use it through the `SplitRules` they are handed.
+"""What the split specs mean: how images are dealt, what each split holds out, and the one
+pure function, `assign`, that puts matrices in train / test / excluded in every split.
 
 Images. `image_test_side` deals Visual Genome images to the train or test side of a
-*partition* by a 64-bit hash of (seed, partition name, image id): the same image always lands
-on the same side, whatever pool or matrix uses it, which keeps every region of a split's test
-set out of its training set. The neutral split has its own partition; the six held-out splits
-share one. `object_third` puts each object category in one of three fixed thirds by a hash of
-its name alone, for the held-out-object splits.
+*partition* by a 64-bit hash of (seed, partition name, image id), so an image lands on the
+same side whatever uses it. The neutral split has its own partition; the six held-out splits
+share one. `object_third` puts each object category in one of three fixed thirds by a hash
+of its name, for the held-out-object splits.
 
-Rules (`SplitSpec.rule`, one per spec file), each giving a matrix its *natural* part:
+Rules (`SplitSpec.rule`, one per spec file) give each matrix its *natural* part:
 
-  random                     the matrix goes where its images are (neutral)
-  counts                     count matrices: context + answer all in `train` -> train, all in
-                             `test` -> test, otherwise excluded; other element types train
-  super_attributes           attribute matrices of a `test` super-attribute -> test; any
-                             other matrix trains only when none of its 16 panels carries a
-                             label (explicit or implied) of a test super-attribute
-  relation_super_attributes  attribute matrices whose (relation, super-attribute) is a test
-                             pair -> test, others train
+  random                     where its images are (neutral)
+  counts                     count matrices whose context + answer are all in `train` ->
+                             train, all in `test` -> test, else excluded; others train
+  super_attributes           attribute matrices of a `test` super-attribute -> test
+  relation_super_attributes  attribute matrices of a test (relation, super-attribute) -> test
   object_thirds              object matrices of relation r all of whose 16 panels show r's
-                             test third -> test; any other matrix of relation r trains only
-                             when none of its panels carries a category of that third among
-                             all its labels; with `"every_relation": true` the ban holds for
-                             matrices of every relation (progression included)
+                             test third -> test
 
-The strict rules ("no panel carries a held-out label") are stated per split as a `TrainBan`
-(`train_ban`); a `ConceptTable` tells, for every crop at once, which bans its labels meet, as
-bits (`ban_bit`), which `assign` reads OR-ed over a matrix's panels. Relation x
-super-attribute pairs stay a rule on the matrix's own super-attribute: every person shows an
-age, so "no Or matrix shows an age" could not be met. `HeldOutDesign` sums the specs up as
-generation must plan for them.
-
-`assign` holds each natural part against the images: a matrix gets it only when all 16 images
-lie on that side of the spec's partition, else "excluded". So no image region is ever on both
-sides of a split. Validation sets are chosen afterwards from each split's train part
-(`choose_val`) by a hash of (seed, split, matrix id): the choice depends only on the set of
-training ids, so merging shards reproduces the single run's choice.
+A natural "train" is excluded when one of the matrix's 16 panels carries, among all its
+labels, one the split bans from training (`TrainBan`: a test super-attribute's labels, or
+for `object_thirds` the test third's categories, in every relation with `every_relation`).
+Relation x super-attribute pairs stay a rule on the matrix's own super-attribute: every
+person shows an age, so "no Or matrix shows an age" could not be met. Then a matrix keeps
+its part only when all 16 images lie on that side of the spec's partition, so no image region
+is ever on both sides of a split. Validation ids are drawn afterwards from each train part
+by a hash of (seed, split, id) (`choose_val`), so merged shards choose as one run does.
 """
 
 from __future__ import annotations
@@ -132,14 +118,9 @@ class SplitSpec:
 
 @dataclass(frozen=True)
 class TrainBan:
-    """What no training or validation matrix of one held-out split may show, on any of its
-    16 panels, as any label (explicit or implied), not only as the element it shows.
-
-    `super_attributes`: label table ("object_attribute" / "human_attribute") -> the
-    super-attributes whose labels are banned in matrices of every relation.
-    `object_thirds`: relation -> the object thirds (`object_third`) whose categories are
-    banned in matrices of that relation.
-    """
+    """What no training or validation matrix of one held-out split may show on any panel, as
+    any label: per label table ("object_attribute" / "human_attribute") the banned
+    super-attributes (every relation), and per relation the banned object thirds."""
 
     super_attributes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     object_thirds: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
@@ -148,9 +129,7 @@ class TrainBan:
 class ConceptTable:
     """Per crop its concepts (object categories, attribute (table, super-attribute) pairs, as
     `LabelVocabulary.concepts` gives them), each distinct set once as two rows of bits: the
-    pairs it holds and the thirds (`object_third`) its categories fall in. A crop shows what
-    a ban holds out when one of its pairs is among the ban's, or one of its categories'
-    thirds among the relation's banned thirds."""
+    pairs it holds and the thirds its categories fall in."""
 
     def __init__(self, concepts) -> None:
         index: dict[tuple, int] = {}  # concept sets repeat a lot between crops: each once

@@ -1,17 +1,11 @@
 """`vprom verify`: prove a built DATASET.h5 sound before anyone trains on it.
 
-The checks, each a named result with its figures and problems (a few example matrices each):
-1. integrity, 2. solver (`generation.verify.checks`), 3. splits, 4. leakage, 5. held-out labels
-(`generation.verify.split_checks`; their docstrings say what each proves), 6. bias
-(`generation.verify.bias` over `generation.verify.audit`: answer positions, frequency
-heuristics, context-blind probes on labels and, with a FEATS.h5, on features, each per
-element type and per relation x element type) and the perception-only ceiling
-(`generation.verify.ceiling`, a figure, never a failure).
-A file whose records cannot be read fails integrity and skips the rest.
-`workers` processes share the checks (`generation.verify.jobs`): the report is the same for
-any number of them.
-
-The split rules are handed in (the top floor loads them from `splits`), never imported from here.
+The checks, each a named result with its figures and a few example problems: 1. integrity and
+2. solver (`checks`), 3. splits, 4. leakage and 5. held-out labels (`split_checks`), 6. bias
+(`bias` over `audit` and `set_probes`: answer positions, frequency heuristics, context-blind
+probes per element type and relation) and the perception-only ceiling (`ceiling`, a figure,
+never a failure). A file whose records cannot be read fails integrity and skips the rest.
+`workers` processes share the checks (`jobs`); the report is the same for any number.
 """
 
 from __future__ import annotations

@@ -167,7 +167,7 @@ def universes(data: Data) -> dict[str, frozenset[str]]:
     out = {t.value: frozenset(c.element[c.element_type == t.value].tolist())
            for t in ElementType}
     out[ElementType.COUNT.value] = COUNT_UNIVERSE
-    out.update({t: v for t, v in data.vocab.items() if t in out})
+    out.update({t: frozenset(v) for t, v in data.universes.items() if t in out})
     return out
 
 

@@ -17,6 +17,7 @@ import h5py
 import numpy as np
 
 from vprom.domain import N_PANELS
+from vprom.generation.generate import read_vocab
 from vprom.generation.labels import LabelVocabulary
 from vprom.tables import CropTable, MatrixTable, crop_rows, open_h5
 
@@ -37,9 +38,9 @@ class Data:
     matrices: MatrixTable
     rows: np.ndarray  # N×16 crop rows, -1 where a crop id is unknown
     manifest: dict | None
-    vocab: dict[str, frozenset[str]] = field(default_factory=dict)
+    universes: dict[str, list[str]] = field(default_factory=dict)  # element type -> elements
     # element type -> super-attribute -> its elements (the solver's reading groups)
-    super_attributes: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
+    super_attributes: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     # the label vocabulary the file records; None: the crops' own (nothing implied)
     vocabulary: LabelVocabulary | None = None
 
@@ -90,30 +91,21 @@ def load(path: Path) -> tuple[Data | None, list[str]]:
                 manifest = json.loads(h5.attrs["manifest"])
             except (TypeError, ValueError):
                 manifest = {"_unreadable": True}
-        vocab, sas, labels = {}, {}, None
-        if "vocab" in h5:
-            for name, ds in h5["vocab"].items():
-                if isinstance(ds, h5py.Dataset) and ds.dtype.kind == "O":
-                    vocab[name] = frozenset(ds.asstr()[()].ravel().tolist())
-            for etype, g in h5["vocab"].get("super_attributes", {}).items():
-                sas[etype] = {sa: frozenset(g[sa].asstr()[()].tolist()) for sa in g}
-            if "labels" in h5["vocab"]:
-                labels = LabelVocabulary.of_crops(
-                    crops, LabelVocabulary.read(h5["vocab/labels"], str(path)))
+        universes, sas, labels = read_vocab(h5["vocab"], path) if "vocab" in h5 else (
+            {}, {}, None)
+    if labels is not None:
+        labels = LabelVocabulary.of_crops(crops, labels)
     return Data(path, crops, matrices, crop_rows(crops.crop_id, matrices.panels), manifest,
-                vocab, sas, labels), []
+                universes, sas, labels), []
 
 
 def in_memory(dataset, path: str = "<memory>") -> Data:
     """A `generation.generate.Dataset` (what `generate_dataset` returns) as `vprom verify` reads
     the file `generate` would write from it (for benchmarks and tests)."""
     m = dataset.matrices
-    sas = {t: {sa: frozenset(v) for sa, v in by.items()}
-           for t, by in dataset.super_attributes.items()}
     return Data(Path(path), dataset.crops, m, crop_rows(dataset.crops.crop_id, m.panels),
-                {"seed": (dataset.counts or {}).get("seed")},
-                {t: frozenset(v) for t, v in dataset.universes.items()}, sas,
-                dataset.vocabulary)
+                {"seed": (dataset.counts or {}).get("seed")}, dataset.universes,
+                dataset.super_attributes, dataset.vocabulary)
 
 
 def examples(what: str, ids, reasons=None) -> list[str]:

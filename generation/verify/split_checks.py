@@ -1,16 +1,13 @@
 """`vprom verify`'s checks 3-5: splits, leakage and held-out labels.
 
-3. splits — all 7 splits present, their ids known, train/val/test disjoint, the stored
-   parts equal the split rules re-run on every matrix (val is drawn from the train side,
-   and the rules see every panel's labels, explicit and implied, classified by the file's
-   label vocabulary), and the paper's rules that need no spec (held-out attributes,
-   interpolation, extrapolation) hold for the answers.
+3. splits — all 7 splits present, their ids known, train/val/test disjoint, the stored parts
+   equal the split rules re-run on every matrix (val stands for train), and the paper's rules
+   that need no spec (held-out attributes, interpolation, extrapolation) hold for the answers.
 4. leakage — no image region (same image and box, or same VG source id) on both the
    train(+val) and the test side of any split.
-5. held-out labels — in every held-out split, no training or validation matrix shows, on
-   any of its 16 panels, a label the split holds out (`vprom.splits.rules.TrainBan`): a held-out
-   attribute or object category anywhere among the panel's labels, not only as the element
-   it shows. Counted directly from the labels, apart from the split rules, per split.
+5. held-out labels — in every held-out split, no training or validation matrix shows, on any
+   panel, a label the split holds out (`TrainBan`), counted from the labels, apart from the
+   split rules.
 """
 
 from __future__ import annotations
@@ -128,34 +125,24 @@ def off_rule(m: MatrixTable, expected: Mapping[str, np.ndarray],
     return m.id[wrong].tolist(), first[wrong].tolist()
 
 
-def splits_check(m: MatrixTable, problems: list[str], wrong: list[int],
-                 reasons: list[str]) -> Check:
-    """The splits check from the well-formedness `problems` and `off_rule`'s results."""
-    problems = problems + examples("part differs from the split rule", wrong, reasons)
-    sizes = {s: {p: len(ids) for p, ids in parts_.items()} for s, parts_ in m.splits.items()}
-    summary = (f"{len(m.splits)} splits; parts disjoint and equal to the rules" if not problems
-               else f"{len(problems)} problem(s); {len(wrong):,} matrices off their rule")
-    return Check("splits", "fail" if problems else "pass", summary,
-                 {"sizes": sizes, "off_rule": len(wrong)}, problems)
-
-
-def unassignable(problems: list[str], e: VpromError) -> Check:
-    """The splits check when the rules cannot be re-run."""
-    return Check("splits", "fail", f"cannot re-run the split rules: {e}", {},
-                 problems + [str(e)])
-
-
 def check_splits(data: Data, rules: SplitRules, assigner: Callable | None = None) -> Check:
-    """Stored parts are well formed and equal the split rules re-run on every matrix."""
+    """Stored parts are well formed and equal the split rules re-run on every matrix
+    (`assigner`: a test's own per-matrix rules)."""
     m = data.matrices
     problems = split_structure_problems(m) + paper_rule_problems(data)
-    columns = m.part_columns()
     try:
         expected = assigned_parts(matrix_records(m, 0, len(m)), assigner) \
             if assigner else expected_parts(data, rules)
     except VpromError as e:
-        return unassignable(problems, e)
-    return splits_check(m, problems, *off_rule(m, expected, columns))
+        return Check("splits", "fail", f"cannot re-run the split rules: {e}", {},
+                     problems + [str(e)])
+    wrong, reasons = off_rule(m, expected, m.part_columns())
+    problems += examples("part differs from the split rule", wrong, reasons)
+    sizes = {s: {p: len(ids) for p, ids in parts.items()} for s, parts in m.splits.items()}
+    summary = (f"{len(m.splits)} splits; parts disjoint and equal to the rules" if not problems
+               else f"{len(problems)} problem(s); {len(wrong):,} matrices off their rule")
+    return Check("splits", "fail" if problems else "pass", summary,
+                 {"sizes": sizes, "off_rule": len(wrong)}, problems)
 
 
 # ---------------------------------------------------------------- 4. leakage
@@ -182,8 +169,9 @@ def check_leakage(data: Data) -> Check:
             return r[r >= 0]
 
         train, test = rows_of(("train", "val")), rows_of(("test",))
-        shared_regions = _on_both(region[train], region[test], len(data.crops))
-        shared_sources = _on_both(source[train], source[test], len(data.crops))
+        shared_regions = np.intersect1d(region[train], region[test])
+        shared_sources = np.intersect1d(source[train], source[test])
+        shared_sources = shared_sources[shared_sources >= 0]  # -1: unknown
         figures[split] = {"regions": len(shared_regions), "sources": len(shared_sources)}
         if len(shared_regions) or len(shared_sources):
             example = data.crops.row(int(train[np.isin(region[train], shared_regions[:1])
@@ -194,15 +182,6 @@ def check_leakage(data: Data) -> Check:
     summary = ("no image region on both sides of any split" if not problems else
                f"{len(problems)} split(s) share image regions between train/val and test")
     return Check("leakage", "fail" if problems else "pass", summary, figures, problems)
-
-
-def _on_both(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-    """The codes (0 <= code < n; -1, unknown, is skipped) in both a and b, sorted: marks
-    in two arrays of n flags, not two sorts of millions of codes."""
-    seen = np.zeros((2, n), dtype=bool)
-    seen[0, a[a >= 0]] = True
-    seen[1, b[b >= 0]] = True
-    return np.flatnonzero(seen[0] & seen[1])
 
 
 # ---------------------------------------------------------------- 5. held-out labels
