@@ -186,19 +186,17 @@ def reading_groups(data: Data) -> dict[str, dict[str, frozenset[str]]]:
 
 
 class SolverTables:
-    """What the solver check reads for every matrix: each crop's labels (explicit and
-    implied, and explicit only), and per element type its universe, its reading groups'
-    masks and each crop's label mask in it."""
+    """Per element type its universe, its reading groups (`groups` by name, `masks`' second
+    item as masks) and each crop's label mask in it (explicit and implied labels)."""
 
     def __init__(self, data: Data) -> None:
-        self.labels, self.explicit = data.labels, data.explicit_labels
         self.universe, self.groups = universes(data), reading_groups(data)
         self.masks: dict[str, tuple[Universe, list[int], list[int]]] = {}
         for etype in sorted(set(data.matrices.element_type.tolist()) & set(self.universe)):
             u = Universe(etype, self.universe[etype])
-            by_set = {labels: u.mask(labels) for labels in set(self.labels)}  # sets repeat
+            by_set = {labels: u.mask(labels) for labels in set(data.labels)}  # sets repeat
             self.masks[etype] = (u, group_masks(u, self.groups.get(etype)),
-                                 [by_set[labels] for labels in self.labels])
+                                 [by_set[labels] for labels in data.labels])
 
 
 def solve(tables: SolverTables, data: Data, start: int, stop: int,
@@ -222,7 +220,7 @@ def solve(tables: SolverTables, data: Data, start: int, stop: int,
         bad = [k for k, reason in enumerate(reasons) if reason is not None]
         explicit = check_matrices(u, groups, [relations[k] for k in bad],
                                   [elements[k] for k in bad],
-                                  [[u.mask(tables.explicit[r]) for r in crops[k]] for k in bad],
+                                  [[u.mask(data.explicit_labels[r]) for r in crops[k]] for k in bad],
                                   answers[bad])
         found += [(int(rows[k]), reasons[k], ok is None) for k, ok in zip(bad, explicit)]
     found.sort()
@@ -237,11 +235,11 @@ def _solve_records(tables: SolverTables, data: Data, start: int, stop: int,
         etype = matrix.element_type.value
         crops = data.rows[i].tolist()
         universe, groups = tables.universe[etype], tables.groups.get(etype)
-        reason = check_matrix(matrix, [tables.labels[r] for r in crops], universe, groups)
+        reason = check_matrix(matrix, [data.labels[r] for r in crops], universe, groups)
         if reason is not None:
             failed.append(matrix.id)
             reasons.append(reason)
-            implied_only += check_matrix(matrix, [tables.explicit[r] for r in crops],
+            implied_only += check_matrix(matrix, [data.explicit_labels[r] for r in crops],
                                          universe, groups) is None
     return failed, reasons, implied_only
 
@@ -249,8 +247,8 @@ def _solve_records(tables: SolverTables, data: Data, start: int, stop: int,
 def solver_result(data: Data, tables: SolverTables, failed: list[int], reasons: list[str],
                   implied_only: int) -> Check:
     """The solver check from `solve`'s results over every matrix."""
-    implied_rows = np.array([len(a) > len(b) for a, b in zip(tables.labels, tables.explicit)],
-                            bool)
+    implied_rows = np.array([len(a) > len(b) for a, b in zip(data.labels,
+                                                              data.explicit_labels)], bool)
     n = len(data.matrices)
     safe = np.where(data.rows < 0, 0, data.rows)
     panels = int(implied_rows[safe].sum()) if len(implied_rows) else 0

@@ -1,18 +1,12 @@
 """`vprom verify --workers N`: the checks as independent jobs, run by N processes.
 
-The parent reads DATASET.h5 into memory (`loaded.load`, which closes the file) and computes
-what several jobs read (`Inputs`: the solver's tables, the probes' sample, the label probe's
-candidate view and groups, the set probes' inputs). `vprom.processes.ordered_map` then forks
-the workers, which inherit all of it copy-on-write, and hands them the jobs. A job is a pure
-function of the inputs and of its own arguments — a range of matrices for the solver, one
-group of the label probe, one element type of the set probe, each other check whole — and
-returns plain results, which come back in job order; the parent builds the checks from them
-in the report's fixed order. So the report is the same, byte for byte, whatever N is, and one
-worker runs the very same jobs one after the other in this process.
-
-Heavy jobs come first, so no worker is left with a long one at the end; the solver's
-matrices are cut into `CHUNK`-matrix ranges, enough of them to keep every worker of a large
-machine busy, and come last.
+The parent reads DATASET.h5 into memory (`loaded.load`) and computes what several jobs read
+(`prepare`: the solver's tables, the probes' sample and inputs); `vprom.processes.ordered_map`
+forks the workers, which inherit it copy-on-write, and hands them the jobs. A job is a pure
+function of those inputs and its own arguments (a range of matrices for the solver, one group
+of the label probe, one element type of the set probe, each other check whole), and the
+results come back in job order, so the report is the same, byte for byte, for any N. Heavy
+jobs come first; the solver's ranges, small and many, last, to fill the workers' ends.
 """
 
 from __future__ import annotations
@@ -121,7 +115,6 @@ def job_list(inputs: Inputs) -> list[tuple]:
     jobs += [("label group", k) for k in range(len(inputs.groups))]
     jobs += [(name,) for name in ("splits", "integrity", "leakage", "held-out",
                                   "absent values", "blocks", "ceiling", "frequencies")]
-    # the solver's ranges last: small and many, they fill the workers' ends evenly
     return jobs + [("matrices", s, min(n, s + CHUNK)) for s in range(0, n, CHUNK)]
 
 
