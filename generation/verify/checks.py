@@ -218,10 +218,9 @@ def solve(tables: SolverTables, data: Data, start: int, stop: int,
         reasons = check_matrices(u, groups, relations, elements,
                                  [[masks[r] for r in panels] for panels in crops], answers)
         bad = [k for k, reason in enumerate(reasons) if reason is not None]
+        explicit_masks = [[u.mask(data.explicit_labels[r]) for r in crops[k]] for k in bad]
         explicit = check_matrices(u, groups, [relations[k] for k in bad],
-                                  [elements[k] for k in bad],
-                                  [[u.mask(data.explicit_labels[r]) for r in crops[k]] for k in bad],
-                                  answers[bad])
+                                  [elements[k] for k in bad], explicit_masks, answers[bad])
         found += [(int(rows[k]), reasons[k], ok is None) for k, ok in zip(bad, explicit)]
     found.sort()
     return ([int(m.id[row]) for row, _, _ in found], [reason for _, reason, _ in found],

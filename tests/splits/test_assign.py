@@ -117,7 +117,8 @@ def test_attribute_rules():
     assert assign_one(shape, info(side_held=1, sas=sas))["held_out_attributes"] == "test"
     color = matrix("object_attribute", "or", ["red"] * 16, sa="color")
     # a training matrix may not show a held-out attribute, even as a distractor
-    assert assign_one(color, info(sas=["color"] * 15 + ["texture"]))["held_out_attributes"] == "excluded"
+    shown = info(sas=["color"] * 15 + ["texture"])
+    assert assign_one(color, shown)["held_out_attributes"] == "excluded"
     assert assign_one(color, info(sas=["color"] * 16))["held_out_attributes"] == "train"
     union_color = matrix("object_attribute", "union", ["red"] * 16, sa="color")
     pairs = "held_out_relation_attribute_pairs"
