@@ -347,7 +347,7 @@ class DatasetFile:
 def content_hash(path: str | Path) -> str:
     """sha256 over the data of a DATASET.h5, independent of HDF5 byte layout.
 
-    Datasets under CONTENT_GROUPS are visited in sorted path order; each contributes its
+    HDF5 datasets under CONTENT_GROUPS are visited in sorted path order; each contributes its
     path, kind, shape and values: integers as little-endian int64, floats as float64,
     strings as the UTF-8 of `json.dumps(list, ensure_ascii=False)`. Attributes (the
     manifest) are not included.
@@ -360,11 +360,11 @@ def content_hash(path: str | Path) -> str:
                 f[group].visititems(lambda name, obj, g=group: items.append(
                     (f"{g}/{name}", obj)) if isinstance(obj, h5py.Dataset) else None)
         for name, ds in sorted(items, key=lambda t: t[0]):
-            h.update(_dataset_bytes(name, ds))
+            h.update(_hdf5_bytes(name, ds))
     return "sha256:" + h.hexdigest()
 
 
-def _dataset_bytes(name: str, ds: h5py.Dataset) -> bytes:
+def _hdf5_bytes(name: str, ds: h5py.Dataset) -> bytes:
     kind = ds.dtype.kind
     if kind in "OS":
         values = np.asarray(ds.asstr()[()], dtype=object).ravel().tolist()
