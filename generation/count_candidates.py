@@ -18,7 +18,7 @@ plan's matrices per sampler π_k, they solve
 by iterative proportional fitting: scale each q_k(S | a, F) by t(S)/M(a, S) (M the mixture,
 t(S) its mean over S), renormalise every row, repeat. The tables depend on the plan and the
 pool only, so shards sample as the single run does. The cost to the paper's recipe: a count
-seen in the context is a candidate with probability 7/9 (docs/deviations.md).
+seen in the context is a candidate with probability 7/9 (docs/soundness.md).
 """
 
 from __future__ import annotations

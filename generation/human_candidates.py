@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from vprom.generation.candidates import mask_of
 from vprom.generation.plan import Group
 from vprom.generation.pool_index import draw_crops
 from vprom.domain import N_CANDIDATES, Relation
@@ -84,10 +85,7 @@ class HumanSampler:
     def fit(self, sa: int, blocks: tuple[int, ...]) -> list[int]:
         """The elements of `sa` a profile of `blocks` can use: enough crops for a context,
         and a crop that knows a value of every other block's super-attribute."""
-        need = 0
-        for b in blocks:
-            if b != sa:
-                need |= 1 << b
+        need = mask_of(b for b in blocks if b != sa)
         return [e for e in self.eligible[sa] if self.knowing(e, need)]
 
     def hosts(self, sa: int) -> bool:
@@ -153,9 +151,7 @@ class HumanSampler:
         super-attribute outside its elements and knows every later block's, leaving each
         later block room for its elements (preferring a crop that adds no new value).
         """
-        every = 0
-        for s, _, _ in profile:
-            every |= 1 << s
+        every = mask_of(s for s, _, _ in profile)
         orr = 1 if self.group.relation is Relation.OR else 0
         masks, region, u = self.masks, self.region, draws.uniform
         values = [self.values[s] for s, _, _ in profile]
@@ -200,10 +196,7 @@ class HumanSampler:
             if len(elements) < m:
                 return None
             chosen.append(elements)
-            block = 0
-            for e in elements:
-                block |= 1 << e
-            required.append(values[b] & ~block)
+            required.append(values[b] & ~mask_of(elements))
         reserved = [-1] * len(profile)
         if orr:
             # the row's other element: a value of the block no candidate carries

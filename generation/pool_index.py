@@ -145,7 +145,9 @@ def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str
     bans = {r: design.train_side_ban(r.value) for r in Relation}
     if not any(b.super_attributes or b.object_thirds for b in bans.values()):
         return [0] * len(label_sets), [0] * len(label_sets), [0] * len(label_sets)
-    table = ConceptTable(list(map(vocab.concepts, element_types, label_sets)))
+    crops = list(zip(element_types, label_sets))
+    concepts = {crop: vocab.concepts(*crop) for crop in set(crops)}  # label sets repeat
+    table = ConceptTable([concepts[crop] for crop in crops])
     per_set = np.zeros(len(label_sets), dtype=np.int64)
     per_category = np.zeros(len(label_sets), dtype=np.int64)
     for r, bit in RELATION_BIT.items():

@@ -243,7 +243,7 @@ def _solve_records(tables: SolverTables, data: Data, start: int, stop: int,
     return failed, reasons, implied_only
 
 
-def solver_result(data: Data, tables: SolverTables, failed: list[int], reasons: list[str],
+def solver_result(data: Data, failed: list[int], reasons: list[str],
                   implied_only: int) -> Check:
     """The solver check from `solve`'s results over every matrix."""
     implied_rows = np.array([len(a) > len(b) for a, b in zip(data.labels,
@@ -271,6 +271,5 @@ def matrix_records(m: MatrixTable, start: int, stop: int) -> list[tuple[int, Mat
 def check_solver(data: Data, check_matrix: Callable | None = None) -> Check:
     """Every matrix, with all its panels' labels (explicit and implied), has exactly one
     valid candidate. `check_matrix(matrix, labels, universe, groups)` defaults to the solver."""
-    tables = SolverTables(data)
-    return solver_result(data, tables, *solve(tables, data, 0, len(data.matrices),
-                                              check_matrix))
+    return solver_result(data, *solve(SolverTables(data), data, 0, len(data.matrices),
+                                      check_matrix))

@@ -138,7 +138,7 @@ def assemble(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
     """The checks in report order from the jobs' results."""
     solved = [done[job] for job in jobs if job[0] == "matrices"]
     out = [done[("integrity",)],
-           checks.solver_result(inputs.data, inputs.tables,
+           checks.solver_result(inputs.data,
                                 [i for failed, _, _ in solved for i in failed],
                                 [r for _, reasons, _ in solved for r in reasons],
                                 sum(implied for _, _, implied in solved)),

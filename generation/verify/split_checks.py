@@ -31,8 +31,9 @@ HELD_OUT_SUPER_ATTRIBUTES = frozenset({"shape", "texture", "action"})
 def concept_table(data: Data) -> ConceptTable:
     """Every crop's object categories and attribute (table, super-attribute) pairs among all
     its labels, explicit and implied, as a `ConceptTable`."""
-    return ConceptTable(list(map(data.vocabulary.concepts, data.crops.element_type.tolist(),
-                                 data.labels)))
+    crops = list(zip(data.crops.element_type.tolist(), data.labels))
+    concepts = {crop: data.vocabulary.concepts(*crop) for crop in set(crops)}  # sets repeat
+    return ConceptTable([concepts[crop] for crop in crops])
 
 
 # ---------------------------------------------------------------- 3. splits

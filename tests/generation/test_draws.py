@@ -19,3 +19,11 @@ def test_a_distinct_draw_is_the_start_of_a_shuffle():
     items = list(range(20))
     assert Draws(3, 1).distinct(items, 5) == list(Draws(3, 1).shuffled(items))[:5]
     assert sorted(Draws(3, 1).shuffled(items)) == items
+
+
+def test_weighted_draws_follow_their_weights():
+    draws = Draws(4, 2)
+    assert {draws.weighted([0.0, 2.5, 0.0]) for _ in range(50)} == {1}
+    assert {draws.by_cumulative([0.0, 0.0, 3.0, 3.0]) for _ in range(50)} == {2}
+    picks = [draws.weighted([1.0, 3.0]) for _ in range(4000)]
+    assert 0.72 < sum(picks) / len(picks) < 0.78  # P(1) = 3/4
