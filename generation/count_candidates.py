@@ -16,9 +16,11 @@ plan's matrices per sampler π_k, they solve
     Σ_k π_k P_k(a, F) q_k(S | a, F)  =  t(S)  for all a in S    (S ∩ F = ∅, S ⊆ U_k)
 
 by iterative proportional fitting: scale each q_k(S | a, F) by t(S)/M(a, S) (M the mixture,
-t(S) its mean over S), renormalise every row, repeat. The tables depend on the plan and the
-pool only, so shards sample as the single run does. The cost to the paper's recipe: a count
-seen in the context is a candidate with probability 7/9 (docs/soundness.md).
+t(S) its mean over S), renormalise every row, repeat.
+The tables depend on the plan and the pool only, so shards sample as the single run does.
+
+What this costs the paper's recipe: distractors are no longer the context's values first; a
+count seen in the context is a candidate with probability 7/9 (docs/deviations.md).
 """
 
 from __future__ import annotations
