@@ -42,6 +42,10 @@ def test_import_vprom_imports_no_stage_and_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "False", "looking a function up must not import its stage"
+    code = "import sys; from vprom.app import cli; cli.build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False", "`vprom --help` must not wait for torch"
 
 
 def test_every_command_is_an_api_function():
