@@ -60,7 +60,7 @@ GRAPH_DEVICES = ("cuda",)  # where --cuda-graphs runs (tests add the CPU, with a
 # A CPU device decodes in this process, between forwards (pipeline.InlineBatches): worker
 # processes decoding during the forward preempt its OpenMP threads, which wait for each other
 # at every layer, so ~0.5 s of decoding slowed resnet18's forwards by seconds
-# (docs/extraction-speed.md); alone, it costs its own time (~6% of resnet18's forward).
+# (docs/features.md); alone, it costs its own time (~6% of resnet18's forward).
 DEFAULT_CPU_WORKERS = 0
 #: what `<out>.partial/` holds; a work folder with anything else is not removed
 WORK_FILES = ("chunk-*.npy", "chunk-*.json", "config.json")

@@ -33,10 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vprom.baselines.config import DEFAULTS_FILE, TrainConfig
+from vprom.baselines.config import TrainConfig
 from vprom.errors import VpromError
 from vprom.features.config import ExtractConfig
-from vprom.fields import borrowed, like, option
 from vprom.io import sha256_file
 from vprom.outputs import writes
 from vprom.stamps import stamp, why_stale
@@ -48,29 +47,23 @@ CONTROL_SPLIT = "neutral"
 @dataclass(frozen=True)
 class ReproduceConfig:
     """The grid to run; `backbones`, `weights`, `models` and `splits` are comma lists.
-    Settings that mean the same as in `vprom train` or `vprom extract` are borrowed from
-    their configs (`like`), help and default included, and handed on with `borrowed`."""
+    Settings that mean the same as in `vprom train` or `vprom extract` take their defaults
+    from those configs."""
 
     vg: Path | None
     synthetic: bool
-    out: Path = option(output="folder", help="folder for the build, features, runs and report")
+    out: Path
     scale: float | None = None  # None: build's default (1.0 on VG, small when synthetic)
     images: int | None = None
-    backbones: str = option("resnet101,bottomup-r101",
-                            help="comma list (see `vprom extract --list`)")
-    weights: str | None = option(None, help="comma list, one per backbone (default: imagenet "
-                                            "for torchvision ones, pretrained for timm:<name>, "
-                                            "from the local Hugging Face cache only)")
-    models: str = option("mlp-sum-6,gru-shared,vqa,rn",
-                         help="comma list of models, each trained without and with --aux, at "
-                              f"its defaults from baselines/{DEFAULTS_FILE}")
-    splits: str = option(",".join(SPLITS), help="comma list")
-    epochs: int = like(TrainConfig, "epochs", help="maximum epochs per run")
-    seed: int = like(TrainConfig, "seed", help="seed of the build and of every run")
-    device: str | None = like(TrainConfig, "device")
-    input_size: int | None = like(ExtractConfig, "input_size", help="crop side for extraction "
-                                  "(default: the backbone's, 224)")
-    center_features: bool = like(TrainConfig, "center_features")
+    backbones: str = "resnet101,bottomup-r101"
+    weights: str | None = None
+    models: str = "mlp-sum-6,gru-shared,vqa,rn"
+    splits: str = ",".join(SPLITS)
+    epochs: int = TrainConfig.epochs
+    seed: int = TrainConfig.seed
+    device: str | None = TrainConfig.device
+    input_size: int | None = ExtractConfig.input_size
+    center_features: bool = TrainConfig.center_features
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Path(self.out))
@@ -191,7 +184,7 @@ def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: st
             why = str(e)
     print(f"features: {backbone} ({weights}) -> {out} ({why})", flush=True)
     extract(ExtractConfig(dataset=dataset, vg=vg_dir, backbone=backbone, weights=weights,
-                          out=out, **borrowed(config, ExtractConfig)))
+                          out=out, device=config.device, input_size=config.input_size))
     stamp(out, record)
     return out
 
@@ -203,7 +196,8 @@ def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
 
     train(TrainConfig(dataset=dataset, features=features, model=spec.model, split=spec.split,
                       aux=spec.aux, out=run, shuffle_context=spec.shuffle_context,
-                      **borrowed(config, TrainConfig)))
+                      epochs=config.epochs, seed=config.seed, device=config.device,
+                      center_features=config.center_features))
     print(format_metrics(evaluate(run, device=config.device)), flush=True)
 
 
