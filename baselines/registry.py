@@ -2,8 +2,9 @@
 
 Each model file registers builders `builder(config: ModelConfig) -> nn.Module` under the names
 users type (`vprom train --model rn`), each with the input kind it reads (`input_kind`):
-`vectors` (pooled features), `maps` (spatial maps) or `pixels` (a crop store). The built-in model files are imported the first time
-`MODELS` is asked for a model, so a model file imports `register_model` without a cycle.
+`vectors` (pooled features), `maps` (spatial maps) or `pixels` (a crop store). The built-in
+model files are imported the first time `MODELS` is asked for a model, so a model file imports
+`register_model` without a cycle.
 """
 
 from __future__ import annotations
