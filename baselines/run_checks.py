@@ -42,7 +42,7 @@ def chance_interval(n: int) -> tuple[float, float]:
 
 
 #: models that are controls whatever they are trained on: they cannot see the context
-CONTROL_MODELS = ("context-blind",)
+CONTROL_MODELS = ("context-blind", "context-blind-pixels")
 
 
 def is_control(model: str, shuffle_context: bool) -> bool:

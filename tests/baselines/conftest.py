@@ -120,3 +120,80 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def learnable_split(kind: str = "vectors", n: int = 2400, seed: int = 0, dim: int = 256,
+                    side: int = 0, mark_answer: bool = False):
+    """The learnable task in memory, as `vprom.baselines.data.SplitData` (neutral split,
+    60/20/20), with one crop per panel of each input kind:
+
+    vectors  each element a random unit vector in R^dim, plus noise 0.1, L2-normalised;
+    maps     each element a random [dim, side, side] map, plus noise 0.1 per value;
+    pixels   each element a random colour in each quadrant of a side x side RGB crop, plus
+             noise of 8 grey levels (uint8, as a crop store holds them).
+
+    `mark_answer` brightens the answer crop (vectors and maps: +1 on the first channel; pixels:
+    a white top-left corner), so the candidates alone give the answer away: a task for the
+    context-blind controls.
+    """
+    from types import SimpleNamespace
+
+    from vprom.baselines.data import SplitData, _matrix_set
+
+    rng = np.random.default_rng(seed)
+    elements, answer, relation, element_type = _matrices(n, rng)
+    shape = {"vectors": (dim,), "maps": (dim, side, side), "pixels": (3, 2, 2)}[kind]
+    prototypes = rng.normal(size=(N_ELEMENTS, *shape))
+    crops = prototypes[elements.reshape(-1)]
+    if kind == "pixels":
+        crops = np.kron(128 + 64 * np.clip(crops, -2, 2), np.ones((side // 2, side // 2)))
+        crops = np.clip(crops + rng.normal(0, 8, crops.shape), 0, 255)
+    else:
+        crops = crops + 0.1 * rng.normal(size=crops.shape)
+    if kind == "vectors":
+        crops /= np.linalg.norm(crops, axis=1, keepdims=True)
+    rows = np.arange(n * 16).reshape(n, 16)
+    if mark_answer:
+        marked = rows[np.arange(n), 8 + answer]
+        if kind == "pixels":
+            crops[marked, :, : side // 4, : side // 4] = 255
+        else:
+            crops[marked, 0] += 1
+    table = SimpleNamespace(id=np.arange(n), answer=answer, relation=np.array(relation),
+                            element_type=np.array(element_type))
+    train, val, test = np.split(rng.permutation(n), [int(0.6 * n), int(0.8 * n)])
+    parts = {name: _matrix_set(table, np.sort(p), rows[np.sort(p)])
+             for name, p in (("train", train), ("val", val), ("test", test))}
+    dtype = np.uint8 if kind == "pixels" else np.float32
+    return SplitData(torch.from_numpy(crops.astype(dtype)), parts, {"backbone": kind})
+
+
+def fit(model: str, data, epochs: int, target: float = 1.0, seed: int = 0,
+        **settings) -> list[float]:
+    """Train `model` on `data` (a SplitData) with the real loop (`train_one_epoch`, `evaluate`)
+    at its defaults, `settings` overriding them; stops at the first epoch whose validation
+    accuracy reaches `target`. Returns the validation accuracy of every epoch."""
+    from vprom.baselines.config import TrainConfig
+    from vprom.baselines.parts import ModelConfig
+    from vprom.baselines.registry import get_model
+    from vprom.baselines.train import epoch_batches, evaluate, make_optimizer, train_one_epoch
+    from vprom.runtime import World
+
+    config = TrainConfig(dataset="-", features="-", out="-", model=model, split="neutral",
+                         device="cpu", seed=seed, **settings).resolved()
+    panel = data.features.shape[1:]
+    torch.manual_seed(seed)
+    net = get_model(model, ModelConfig(feature_dim=panel[0], hidden=config.hidden,
+                                       score_init=config.score_init,
+                                       side=panel[-1] if len(panel) > 1 else 0))
+    optimizer = make_optimizer(config, net)
+    world = World(0, 1, 0, torch.device("cpu"), owns_group=False)
+    history: list[float] = []
+    for epoch in range(epochs):
+        torch.manual_seed(seed + epoch)
+        batches = epoch_batches(len(data.parts["train"]), config.batch_size, seed, epoch, world)
+        train_one_epoch(net, optimizer, data, batches, False, world)
+        history.append(evaluate(net, data, "val", world))
+        if history[-1] >= target:
+            break
+    return history
