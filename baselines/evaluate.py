@@ -11,7 +11,7 @@ epoch with the best validation accuracy), predicts every test matrix of the run'
   element type. Each breakdown partitions the test set, so its counts sum to the total.
 
 Before scoring, `check_inputs` refuses a run whose data set is no longer the one it was trained
-on (the content hash the run recorded, `vprom.provenance`), features made from another data
+on (the content hash the run recorded, `vprom.manifest`), features made from another data
 set, and features other than those it was trained on (their attributes differ). The metrics
 record the run's resolved settings and whether it did not learn (`baselines.run_checks`).
 
@@ -31,8 +31,9 @@ from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
 from vprom.baselines.run_folder import file_names, load_checkpoint, published_metrics
 from vprom.baselines.train import build_model, plain, predict
 from vprom.errors import VpromError
-from vprom.io import write_json
-from vprom.provenance import check_features_source, dataset_content_hash, same_dataset
+from vprom.feature_files import check_features_source
+from vprom.files import write_json
+from vprom.manifest import check_made_from, input_hash
 from vprom.domain import CHANCE
 from vprom.runtime import resolve_device
 
@@ -64,7 +65,8 @@ def check_inputs(run: Path, manifest: dict, state: dict, data_attrs: dict | None
     config = state["config"]
     recorded = state.get("dataset") or manifest.get("dataset") or {
         "sha256": (manifest.get("inputs") or {}).get("dataset")}
-    same_dataset(recorded, config["dataset"], f"the run {run}")
+    check_made_from(recorded, config["dataset"], f"the run {run}",
+                    "restore that data set, or train a new run on this one")
     check_features_source(config["dataset"], config["features"])
     if data_attrs is None:
         return
@@ -108,7 +110,7 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
         "features": {k: state["features_attrs"].get(k) for k in ("backbone", "weights")}
         | {"path": str(config.features)},
         "dataset": str(config.dataset),
-        "dataset_content_hash": dataset_content_hash(config.dataset),
+        "dataset_content_hash": input_hash(config.dataset),
         "config": config.to_dict(),
         "checkpoint": {"epoch": state["best"]["epoch"] + 1,
                        "val_acc": state["best"]["val_acc"]},

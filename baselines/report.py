@@ -53,8 +53,8 @@ from vprom.baselines.paper import (
     paper_accuracy,
 )
 from vprom.errors import VpromError
-from vprom.io import atomic_path, write_text
-from vprom.outputs import writes
+from vprom.files import atomic_path, write_text
+from vprom.claim import writes
 from vprom.domain import SPLITS, ElementType, Relation
 
 

@@ -45,7 +45,7 @@ NAMES = (*RUN_FILES, "metrics.*.json")
 
 
 def inputs(arguments: dict) -> tuple:
-    """The input paths of a `train` call (for `vprom.outputs.writes`)."""
+    """The input paths of a `train` call (for `vprom.claim.writes`)."""
     config = arguments["config"]
     return (config.dataset, config.features)
 

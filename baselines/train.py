@@ -17,8 +17,8 @@ as `last.pt`, and `history.json` gets the epoch's figures. Every file is written
 What a call does with an existing run folder (resume, nothing to do, refuse, --restart) is
 decided by `baselines.run_folder` before any data is read; nothing a user had is destroyed.
 
-Provenance: the features file must come from this data set (`vprom.provenance`); the run
-records the data set's content hash so that `evaluate` can refuse another one.
+Provenance: the features file must come from this data set (`check_features_source`); the
+run records the data set's content hash so that `evaluate` can refuse another one.
 
 Data parallel: under `torchrun` (WORLD_SIZE > 1) each process takes a contiguous slice of
 every batch and the model is wrapped in DistributedDataParallel (gloo on CPU, nccl on CUDA).
@@ -58,9 +58,10 @@ from vprom.baselines.registry import get_model, list_models
 from vprom.baselines.run_folder import RunPlace, load_checkpoint
 from vprom.baselines.steps import Stepper, batches, epoch_share, make_optimizer
 from vprom.errors import VpromError
-from vprom.io import atomic_path, make_manifest, write_json
-from vprom.outputs import writes
-from vprom.provenance import check_features_source, dataset_identity, file_sha256
+from vprom.claim import writes
+from vprom.feature_files import check_features_source
+from vprom.files import atomic_path, write_json
+from vprom.manifest import input_hash, make_manifest
 from vprom.domain import SPLITS
 from vprom.runtime import World, joined_world
 
@@ -300,7 +301,7 @@ class Run:
             "config": run_folder.portable(config.to_dict(), folder),
             "model_config": dataclasses.asdict(self.model_config),
             "features_attrs": run_folder.file_names(plain(self.data.attrs)),
-            "dataset": dataset_identity(config.dataset),
+            "dataset": {"content_hash": input_hash(config.dataset)},
             "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
             "optimizer": self.optimizer.state_dict(),
             "epoch": epoch,
@@ -351,10 +352,9 @@ def _write_config(folder: Path, config: TrainConfig, defaulted: list[str], data:
                   model_config: ModelConfig, world: World) -> None:
     manifest = make_manifest(
         "run", config=run_folder.portable(config.to_dict(), config.out), seed=config.seed,
-        inputs={"dataset": file_sha256(config.dataset),
-                "features": file_sha256(config.features)},
+        inputs={"dataset": input_hash(config.dataset),
+                "features": input_hash(config.features)},
         counts={part: len(s) for part, s in data.parts.items()})
-    manifest["dataset"] = dataset_identity(config.dataset)
     manifest["defaulted"] = {k: getattr(config, k) for k in defaulted}
     manifest["defaults_file"] = f"baselines/{defaults_path().name}"  # not the install path
     manifest["model_config"] = dataclasses.asdict(model_config)

@@ -33,7 +33,7 @@ outside the image) travel as (unit, path, error) and name the image id.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -188,39 +188,10 @@ class Batch:
     sources: list[Source] = field(default_factory=list)
     failed: list[tuple[int, str, str]] = field(default_factory=list)  # (unit, path, error)
 
-    blob: torch.Tensor | None = None  # the sources' tensors, one after another (`pack`)
-
-    def pack(self) -> "Batch":
-        """Make the sources' tensors views of one uint8 tensor, `blob`: a worker then sends a
-        batch as one shared-memory segment, not one an image, and pinning copies once."""
-        if self.sources and self.blob is None:
-            shapes = [tuple(s.data.shape) for s in self.sources]
-            self.blob = torch.cat([s.data.reshape(-1) for s in self.sources])
-            self._view(shapes)
-        return self
-
-    def _view(self, shapes: list[tuple]) -> None:
-        start = 0
-        for s, shape in zip(self.sources, shapes):
-            n = math.prod(shape)
-            s.data = self.blob[start:start + n].view(shape)
-            start += n
-
-    def __getstate__(self) -> dict:  # a worker sends the blob, and the shapes of its views
-        self.pack()
-        return {**self.__dict__, "sources": [replace(s, data=tuple(s.data.shape))
-                                             for s in self.sources]}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._view([s.data for s in self.sources])
-
     def pin_memory(self) -> "Batch":  # called by the DataLoader's pinning thread on CUDA
         self.pixels = self.pixels.pin_memory()
-        if self.pack().blob is not None:
-            shapes = [tuple(s.data.shape) for s in self.sources]
-            self.blob = self.blob.pin_memory()
-            self._view(shapes)
+        for source in self.sources:
+            source.data = source.data.pin_memory()
         return self
 
 

@@ -55,7 +55,7 @@ from vprom.features.backbones import (
     _ready,
 )
 from vprom.features.checkpoints import read_checkpoint
-from vprom.io import sha256_file
+from vprom.files import sha256_file
 
 PREFIX = "timm"
 TOKEN_POOLS = ("cls", "mean", "none")

@@ -1,4 +1,4 @@
-"""The file edge of generation: POOLS.h5 in, DATASET.h5 (+ manifest JSON beside it) out.
+"""The file edge of generation: POOLS.h5 in, DATASET.h5 out.
 
 `generate_dataset` plans, samples and proves every matrix in memory and assigns it to every
 split with the split rules it is given (the top floor loads them from `splits`), telling the
@@ -8,11 +8,6 @@ splits; `workers` processes draw the matrices in chunks (`generation.parallel`);
 checks that its input is a POOLS.h5 and writes the result; `merge_shards` joins the
 DATASET.h5 files of `--shard K/N` runs into the single run's file, choosing the validation
 sets over all shards' training ids.
-
-DATASET.h5 and its sidecar `DATASET.h5.manifest.json` are written as a pair: the sidecar
-(which records the finished file's sha256) goes into place before the data file is renamed
-over the old one, so an interrupted run leaves either the old pair, or the new sidecar beside
-the old file — which `vprom verify` reports as an interrupted write to re-run, not as damage.
 """
 
 from __future__ import annotations
@@ -38,8 +33,9 @@ from vprom.generation.sampler import (
     PlanSampler,
     note_loosened,
 )
-from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
-from vprom.outputs import writes
+from vprom.files import atomic_path
+from vprom.manifest import input_hashes, make_manifest
+from vprom.claim import writes
 from vprom.processes import collector_paused, usable_cores
 from vprom.domain import N_PANELS, SPLITS, TABLE1, ElementType
 from vprom.splits.rules import SplitRules
@@ -240,7 +236,7 @@ def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed
     if legacy_counts:  # recorded so the file says it carries the flaw on purpose
         config["legacy_count_candidates"] = True
     manifest = make_manifest("dataset", config=config, seed=seed,
-                             inputs={pools.name: sha256_file(pools)}, counts=data.counts)
+                             inputs=input_hashes([pools]), counts=data.counts)
     _write(out, data, manifest)
     return GenerateSummary(out, data.counts, time.perf_counter() - start)
 
@@ -284,11 +280,6 @@ def _write(out: Path, data: Dataset, manifest: dict) -> None:
         manifest = {**manifest, "outputs": {"content_hash": content_hash(tmp, written)}}
         with h5py.File(tmp, "r+") as h5:
             set_manifest(h5, manifest)
-        # the sidecar, naming the finished file's hash, goes into place BEFORE the data file
-        # is renamed: a kill between the two leaves a sidecar that does not match the (old)
-        # file, which `vprom verify` reports as an interrupted write (see checks)
-        write_json(manifest_path(out), {**manifest, "outputs": {
-            **manifest["outputs"], out.name: sha256_file(tmp)}})
 
 
 @writes("out", ("dataset",), inputs=lambda a: tuple(a["shards"]))

@@ -274,16 +274,17 @@ def test_pretrained_weights_come_from_the_cache_and_are_never_downloaded(
 # ----------------------------------------------------------------- GPU path, on CPU
 def test_the_gpu_path_runs_timm_models_in_bf16_through_the_overlapped_loop(
         dataset, vg_dir, tmp_path, monkeypatch):
-    """CUDA transfers (side streams, pinned copies, events) through the CPU stand-in, and
-    bf16 autocast as on a GPU: the same crops, vectors close to the float32 ones."""
+    """The CUDA streams (compute stream, pinned copies, events) through the CPU stand-in,
+    and bf16 autocast as on a GPU: the same crops, vectors close to the float32 ones."""
     plain = tmp_path / "plain.h5"
     extract(timm_config(dataset, vg_dir, plain, in_flight=0))
     fake = FakeCuda()
-    monkeypatch.setattr(pipeline, "transfers_for",
-                        lambda device, api=None: pipeline.CudaTransfers(device, fake))
+    monkeypatch.setattr(pipeline, "streams_for",
+                        lambda device, api=None: pipeline.CudaStreams(device, fake))
     monkeypatch.setattr(extract_module, "_autocast_dtype", lambda device: torch.bfloat16)
     build, built = pipeline.build_model, []
-    monkeypatch.setattr(pipeline, "build_model", lambda job: built.append(build(job)) or built[-1])
+    monkeypatch.setattr(pipeline, "build_model",
+                        lambda plan: built.append(build(plan)) or built[-1])
     out = tmp_path / "gpu.h5"
     extract(timm_config(dataset, vg_dir, out, in_flight=2))
     patch_embed = built[0].model.patch_embed.proj  # the ViT's one convolution

@@ -10,7 +10,7 @@ import pytest
 from vprom.mining import readers
 from tests.mining.conftest import CORPUS, corpus, write_vg
 from vprom.errors import VpromError
-from vprom.io import sha256_file
+from vprom.files import sha256_file
 
 
 def test_locate_prefers_plain_json_then_zip_then_newest_version(tmp_path):

@@ -17,7 +17,7 @@ import signal
 import sys
 
 from vprom.errors import VpromError
-from vprom.outputs import waiting
+from vprom.claim import waiting
 
 #: What to tell a user whose command was interrupted (the others start over when run again).
 RESUME_HINT = {

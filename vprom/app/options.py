@@ -19,7 +19,7 @@ from pathlib import Path
 
 from vprom.mining.download import parse_duration
 from vprom.errors import VpromError
-from vprom.io import check_output
+from vprom.claim import check_output
 
 
 def default(owner, name: str):

@@ -5,9 +5,9 @@ stopped:
 
 1. build the dataset (`vprom.app.build.build`: synthetic corpus or VG -> mine -> generate ->
    verify -> stats; the build itself redoes no stage whose output matches) into OUT/build/;
-2. extract features per backbone into OUT/features/<backbone>.h5 (a stamp beside each file
-   records the backbone, weights and dataset hash it was made from; a timm backbone's ":"
-   becomes "-" in file and folder names: timm-vit_base_patch16_224.dino);
+2. extract features per backbone into OUT/features/<backbone>.h5 (`extract` keeps a file
+   whose manifest is current for the data set and the settings, and resumes a partial one;
+   a timm backbone's ":" becomes "-" in file and folder names: timm-vit_base_patch16_224.dino);
 3. train and evaluate every model × {without, with aux} × split per backbone, into
    OUT/runs/<backbone>/<model>[-aux]/<split>/, plus the two controls on the neutral split:
    the context-blind model, and the relation network on shuffled context panels
@@ -37,9 +37,7 @@ from vprom.baselines.config import DEFAULTS_FILE, TrainConfig
 from vprom.errors import VpromError
 from vprom.features.config import ExtractConfig
 from vprom.fields import borrowed, like, option
-from vprom.io import sha256_file
-from vprom.outputs import writes
-from vprom.stamps import stamp, why_stale
+from vprom.claim import writes
 from vprom.domain import SPLITS
 
 CONTROL_SPLIT = "neutral"
@@ -174,25 +172,13 @@ def _build(config: ReproduceConfig) -> tuple[Path, Path]:
 
 def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: str,
               weights: str) -> Path:
-    """OUT/features/<backbone>.h5, extracted unless a complete file from the same inputs exists."""
+    """OUT/features/<backbone>.h5, extracted unless a current file is there (`extract`)."""
     from vprom.features.extract import extract
-    from vprom.feature_files import check_complete
 
     out = config.out / "features" / f"{file_name(backbone)}.h5"
-    record = {"backbone": backbone, "weights": weights, "dataset_sha256": sha256_file(dataset),
-              "input_size": config.input_size}
-    why = why_stale(out, record)  # the rule `build` follows for its stages
-    if why is None:
-        try:
-            check_complete(out)
-            print(f"features: {out} is complete, kept", flush=True)
-            return out
-        except VpromError as e:
-            why = str(e)
-    print(f"features: {backbone} ({weights}) -> {out} ({why})", flush=True)
+    print(f"features: {backbone} ({weights}) -> {out}", flush=True)
     extract(ExtractConfig(dataset=dataset, vg=vg_dir, backbone=backbone, weights=weights,
                           out=out, **borrowed(config, ExtractConfig)))
-    stamp(out, record)
     return out
 
 

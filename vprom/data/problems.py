@@ -25,7 +25,7 @@ shipping`) serves such batches from workers that reuse shared memory, the fast w
 a model (no collate copy, no fresh shared-memory segment a batch).
 
 Construction checks, in the main process, that the source was made from this data set (its
-recorded content hash or file hash, `vprom.provenance`) and holds every crop the part's
+recorded content hash or file hash, `check_features_source`) and holds every crop the part's
 problems show, and raises a `VpromError` naming the file and the fix otherwise. Per item only
 the source is read. HDF5 handles do not survive pickling, so lazy sources are opened on first
 use in each process (the DataLoader's workers, DDP ranks): `VPROM` is safe with
@@ -53,8 +53,7 @@ from vprom.data.shipping import loader
 from vprom.errors import VpromError
 from vprom.features.crop_store import KIND as CROP_STORE
 from vprom.features.crop_store import CropStore
-from vprom.feature_files import load_features, open_maps, rows_of
-from vprom.provenance import check_features_source, dataset_content_hash
+from vprom.feature_files import check_features_source, load_features, open_maps, rows_of
 from vprom.domain import N_CONTEXT, N_PANELS, SPLITS
 from vprom.tables import SPLIT_PARTS, crop_rows, open_h5, read_matrix_table
 
@@ -116,14 +115,10 @@ class VPROM(torch.utils.data.Dataset):
 
     def _check_source(self) -> None:
         if self.kind == "crops":
+            check_features_source(self.dataset, self.source, fix=(
+                f"build a crop store of this one: `vprom crops {self.dataset} --vg DIR "
+                "--size S --out CROPS.h5`"))
             with CropStore(self.source) as store:
-                recorded, mine = store.dataset_content_hash, dataset_content_hash(self.dataset)
-                if recorded != mine:
-                    raise VpromError(
-                        f"{self.source} was cut from another data set (content hash "
-                        f"{str(recorded)[:19]}…, but {self.dataset} has {mine[:19]}…); build "
-                        f"a crop store of this one: `vprom crops {self.dataset} --vg DIR "
-                        f"--size S --out CROPS.h5`")
                 rows = store.rows_of(self.panels)
                 if (rows < 0).any():
                     missing = np.unique(self.panels[rows < 0])

@@ -99,14 +99,14 @@ def add_verify(p):
 
 
 def run_verify(args):
-    from vprom.app.lineage import lineage_problems
+    from vprom.app.build import stale_stages
 
     report = api.verify(args.dataset, features=args.features,
                         workers=args.workers or usable_cores())
     print(report.format())
     if not report.ok:
         raise VpromError(f"{args.dataset}: verification failed ({report.failures()})")
-    problems = lineage_problems(args.dataset, args.pools)
+    problems = stale_stages(args.dataset, args.pools)
     if problems:
         raise VpromError(f"{args.dataset}: verification failed (inputs: {'; '.join(problems)})")
 
@@ -126,7 +126,7 @@ def add_stats(p):
 
 def run_stats(args):
     from vprom.generation.verify.stats import format_stats, write_stats
-    from vprom.outputs import claim
+    from vprom.claim import claim
 
     if args.json is None:
         print(format_stats(api.stats(args.dataset)))
