@@ -41,7 +41,8 @@ import numpy as np
 
 from vprom.claim import remove_work_folder, writes
 from vprom.errors import VpromError
-from vprom.files import OpenFile, atomic_path
+from vprom.feature_files import OpenFile
+from vprom.files import atomic_path
 from vprom.images import ImageIndex
 from vprom.manifest import input_hashes, make_manifest, why_stale, write_manifest
 from vprom.processes import ordered_map

@@ -1,10 +1,10 @@
 """JPEG decoding and crop resizing with torch tensors: the `--decode gpu` path.
 
 `--decode cpu` decodes with Pillow in the DataLoader workers (features/crops.py). `--decode gpu`
-decodes with torchvision's decoder on the extraction device: nvjpeg on CUDA, fed the raw file
-bytes that the workers read (batched, one call per batch), so the CPU only reads files. On a
-CPU device the same code runs in the workers with torchvision's CPU decoder (libjpeg-turbo):
-this is the fallback the tests exercise, and what `gpu` means on a machine without a GPU.
+decodes with torchvision's decoder on the extraction device, fed the raw file bytes the
+workers read (batched, one call per batch), so the workers only read files: nvjpeg on CUDA,
+libjpeg-turbo on a CPU device (what `gpu` means on a machine without a GPU, and what the
+tests run).
 
 Crops (`crop_resize`): each box is clipped to the image, cut out and resized to S x S with
 `F.interpolate(antialias=True)` (the aspect ratio is not kept), then rounded to uint8 as
@@ -19,11 +19,11 @@ instead, so a run never depends on which decoder an odd file happens to suit; on
 neither can read is reported as missing.
 
 `auto` chooses `gpu` on CUDA when the node has fewer than `GPU_DECODE_BELOW` CPU cores per
-GPU process, else `cpu`; on a CPU device always `cpu`, which keeps today's numbers. Why 24:
-on one H100 node (2026-11-26, bench/RESULTS.md) a Pillow worker fed 250-300 crops/s, so 14
-workers gave resnet101 3,300-4,200 crops/s end to end, while `gpu` gave 5,000-5,200; Pillow
-catches up only at about 20-25 workers. Measured with an H100's hardware JPEG decoder; on a
-GPU without one, nvjpeg takes compute time from the forward (not measured).
+GPU process, else `cpu`; on a CPU device always `cpu`. Why 24: on an H100 node
+(bench/RESULTS.md) a Pillow worker feeds 250-300 crops/s, so 14 workers give resnet101
+3,300-4,200 crops/s end to end against 5,000-5,200 with `gpu`; Pillow catches up only at
+about 20-25 workers. That is with an H100's hardware JPEG decoder; on a GPU without one,
+nvjpeg takes compute time from the forward.
 """
 
 from __future__ import annotations

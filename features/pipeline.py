@@ -2,8 +2,8 @@
 
 Per batch, in order:
 1. Pixels (features/crops.py): DataLoader workers decode the crops, or only read the JPEGs
-   for the device to decode (`--decode gpu` on CUDA), or hand whole images over for
-   `--region roi`; on CUDA a batch arrives in pinned memory. With `--workers 0` (a CPU
+   for the device to decode (`--decode gpu`), or hand whole images over for `--region roi`;
+   on CUDA a batch arrives in pinned memory. With `--workers 0` (a CPU
    device's default) this process prepares each batch when the loop asks, with threads
    (`InlineBatches`): on a CPU, workers decoding beside the forward stall its OpenMP threads.
 2. `Forward.prepare` copies the batch to the device and finishes what the workers left:
@@ -313,7 +313,7 @@ class InlineBatches:
 def loader(plan: ExtractPlan, batches: list):
     """The batches' pixels: DataLoader worker processes, or this process (`--workers 0`)."""
     cpu = plan.world.device.type == "cpu"
-    mode = worker_mode(plan.decoder, plan.config.region, plan.decode_on_device)
+    mode = worker_mode(plan.decoder, plan.config.region)
     dataset = CropDataset(plan.layout, plan.paths, plan.size, mode, plan.config.vg,
                           plan.backbone.preprocess.interpolation,
                           plan.backbone.preprocess.crop_pct)

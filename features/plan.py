@@ -54,11 +54,6 @@ class ExtractPlan:
         return self.chunk_file(c).is_file() and self.chunk_file(c, ".json").is_file()
 
     @property
-    def decode_on_device(self) -> bool:
-        """gpu decoding on CUDA runs in the main process; on a CPU device, in the workers."""
-        return self.decoder == "gpu" and self.world.device.type == "cuda"
-
-    @property
     def sides(self) -> tuple[int, int]:
         """(shorter side, longer-side limit) of the detector's resize (region roi)."""
         return sides(self.backbone.region_head, self.size)

@@ -1,23 +1,19 @@
 """Claiming an output before any work: never an input, never another's, one writer at a time.
 
-Every command that writes takes its output through `claim` (or the `writes` decorator on its
-library function), which checks, before any work starts:
-
-1. Inputs (`check_not_input`): the output is not one of the command's inputs (the same
-   resolved path or the same file through a link), does not lie inside an input folder, and
-   holds no input inside it.
-2. Ownership (`check_owned`): an existing output is replaced only when it is recognisably a
-   vprom output of a kind the command writes (`recognise`: its manifest, `vprom.manifest`,
-   or a mark in its content: the `vprom` text chunk of a `show` PNG, the `kind` of a JSON
-   file), or a folder holding only names the command writes (an interrupted build, a run).
-   An empty folder is free. Anything else is refused, naming the path and what to do.
-3. One writer (`output_lock`): an advisory lock (`fcntl.flock`) on `.NAME.lock` beside the
-   output, held for the whole call. A second writer is refused at once, naming the holder's
-   PID, or waits when asked (`waiting(True)`, the command line's `--wait`). The OS drops a
-   flock when its process ends, kill -9 included. The lock file is removed on release; a
-   writer that locked a file just unlinked by the previous holder sees the inode changed and
-   locks again. Under torchrun only rank 0 takes it (the ranks write one output together).
-   Locks are re-entrant within a process: `build` holds its folder and `mine` its pools file.
+Every command that writes takes its output through `claim` (or `writes` on its function):
+1. Inputs (`check_not_input`): the output is not an input (the same resolved path or file),
+   does not lie inside an input folder, and holds no input.
+2. Ownership (`check_owned`): an existing output is replaced only when `recognise` finds it a
+   vprom output of a kind the command writes, by its manifest (`vprom.manifest`) or a mark
+   in its content (a `show` PNG's `vprom` text chunk, a JSON file's `kind`), or when it is a
+   folder holding only names the command writes (an interrupted build, a run) or nothing.
+3. One writer (`output_lock`): an advisory `flock` on `.NAME.lock` beside the output for the
+   whole call. A second writer is refused at once, naming the holder's PID, or waits when
+   asked (`waiting`, the command line's `--wait`). The OS drops a flock when its process
+   ends, kill -9 included. The lock file is removed on release; a writer that locked a file
+   just unlinked sees the inode changed and locks again. Under torchrun rank 0 holds it for
+   the job. Locks are re-entrant within a process (`build` holds its folder, `mine` its
+   pools inside it).
 """
 
 from __future__ import annotations
@@ -120,8 +116,7 @@ def output_lock(out: str | os.PathLike, wait: bool | None = None) -> Iterator[No
 
 # ---------------------------------------------------------------- ownership
 def _content_kind(path: Path) -> str | None:
-    """The kind a file marks in its own content: a `show` PNG's `vprom` text chunk, a JSON
-    object's `kind` (`stats --json`)."""
+    """The kind a file marks in its content (module doc)."""
     with open(path, "rb") as f:
         head = f.read(8)
     if head == b"\x89PNG\r\n\x1a\n":
@@ -138,8 +133,7 @@ def _content_kind(path: Path) -> str | None:
 
 
 def recognise(path: str | os.PathLike) -> str | None:
-    """The kind of vprom output at `path`, by its manifest or its content; None if neither
-    says."""
+    """The kind of vprom output at `path` by its manifest or content; None if neither says."""
     path = Path(path)
     kind = (manifest_of(path) or {}).get("kind")
     if kind is None and path.is_file():
@@ -176,8 +170,9 @@ def check_owned(out: Path, kinds: Iterable[str] | None, names: Iterable[str] = (
     if found in kinds:
         return
     said = f"a vprom {found} output" if found else "not written by vprom"
-    raise VpromError(f"{out}: already exists and is {said}, not a {' or '.join(kinds)} output "
-                     "this command may replace; move it away or choose another path")
+    wanted = f"a {' or '.join(kinds)} output" if kinds else "an empty folder"
+    raise VpromError(f"{out}: already exists and is {said}, not {wanted} this command may "
+                     "replace; move it away or choose another path")
 
 
 def check_output(path: str | os.PathLike, folder: bool = False) -> Path:

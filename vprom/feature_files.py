@@ -37,11 +37,27 @@ from pathlib import Path
 import numpy as np
 
 from vprom.errors import VpromError
-from vprom.files import OpenFile
 from vprom.manifest import check_made_from, manifest_of
 from vprom.tables import open_h5
 
 STORED = ("features", "maps")  # one of them: pooled vectors, or spatial maps
+
+
+class OpenFile:
+    """A reader over one open file (`self._h5`) of rows keyed by `self.crop_id`: usable in a
+    `with` block, closed by `close()`, as long as its rows."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._h5.close()
+
+    def __len__(self) -> int:
+        return len(self.crop_id)
 
 
 @dataclass

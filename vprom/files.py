@@ -24,10 +24,6 @@ from typing import Iterator
 from vprom.errors import VpromError
 
 
-def _part_prefix(path: Path) -> str:
-    return f".{path.name}.{os.getpid()}."
-
-
 def _new_part(path: Path, folder: bool) -> Iterator[Path]:
     """Yield a fresh temporary name beside `path`, then make it (O_EXCL / mkdir).
 
@@ -35,7 +31,7 @@ def _new_part(path: Path, folder: bool) -> Iterator[Path]:
     whichever thread the OS hands it to, finds a name the cleanup removes (missing_ok).
     """
     while True:
-        tmp = path.parent / f"{_part_prefix(path)}{secrets.token_hex(4)}.part"
+        tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part"
         yield tmp
         try:
             if folder:
@@ -214,20 +210,3 @@ def full_disk(path: str | os.PathLike, error: OSError) -> VpromError | None:
     return VpromError(f"{path}: no space left on the device while writing it ({free} free "
                       "after removing the partial output); free some space or choose "
                       "another path")
-
-
-class OpenFile:
-    """A reader over one open file (`self._h5`) of rows keyed by `self.crop_id`: usable in a
-    `with` block, closed by `close()`, as long as its rows."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._h5.close()
-
-    def __len__(self) -> int:
-        return len(self.crop_id)

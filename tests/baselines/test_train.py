@@ -281,7 +281,7 @@ def test_two_gloo_processes_match_one(tiny_pair, tmp_path):
 def test_features_of_another_data_set_are_refused(tmp_path):
     dataset, _ = write_pair(tmp_path / "mine", n=20)
     _, foreign = write_pair(tmp_path / "other", n=20, seed=1, side=150)  # same crop ids
-    with pytest.raises(VpromError, match="extracted from another data set"):
+    with pytest.raises(VpromError, match="feats.h5 was made from another data set"):
         train(small_config(dataset, foreign, tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
@@ -300,4 +300,4 @@ def test_a_run_records_its_resolved_settings_and_their_source(tiny_pair, tmp_pat
         assert stored["defaulted"][key] == defaults[key]
     assert "hidden" not in stored["defaulted"]
     assert stored["defaults_file"].endswith("baselines/defaults.json")
-    assert stored["dataset"]["content_hash"].startswith("sha256:")
+    assert stored["inputs"]["dataset"].startswith("sha256:")  # the data set's content hash

@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from vprom.features import decoding
-from vprom.features.crops import CropDataset, decode_crops, draft_reduction, batch_layout
+from vprom.features.crops import decode_crops, draft_reduction
 from vprom.features.decoding import (
     clip_boxes,
     crop_resize,
@@ -26,7 +26,6 @@ from vprom.features.decoding import (
     resolve_decoder,
     torch_image,
 )
-from tests.features.conftest import CROP_ROWS, crop_table
 from tests.photo_fixture import photo_crops, write_photo_vg
 from vprom.images import ImageIndex
 
@@ -114,22 +113,3 @@ def test_a_cmyk_jpeg_falls_back_to_pillow():
     data = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
     image = torch_image(data)
     assert image.shape == (3, 6, 8) and image.dtype == torch.uint8
-
-
-def test_the_worker_side_of_the_gpu_path_matches_the_device_side(vg_dir):
-    """`--decode gpu` on a CPU device cuts crops in the workers ("torch-crops"); on CUDA the
-    workers send bytes and the device runs the same functions: same crops either way."""
-    layout = batch_layout(crop_table(CROP_ROWS), batch_size=4, chunk_batches=1)
-    index = ImageIndex(vg_dir)
-    paths = [str(index.paths[int(layout.unit_image[g[0]])]) for g in layout.groups]
-    workers = CropDataset(layout, paths, 32, "torch-crops")
-    device = CropDataset(layout, paths, 32, "bytes")
-    for g in range(len(layout.groups)):
-        units, pixels, sources, failed = workers[g]
-        _, _, (source,), _ = device[g]
-        assert source.encoded and source.image_id == layout.unit_image[units[0]]
-        image = decode_many([source.data], torch.device("cpu"))[0]
-        corners, errors = clip_boxes(source.boxes, image.shape[2], image.shape[1])
-        kept = [c for c, e in zip(corners, errors) if e is None]
-        assert np.array_equal(crop_resize(image, kept, 32).numpy(), pixels)
-        assert len(failed) == sum(e is not None for e in errors)

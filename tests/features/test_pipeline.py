@@ -13,7 +13,6 @@ import torch
 
 import vprom.features.pipeline as pipeline
 from vprom.features.extract import extract
-from vprom.features.plan import ExtractPlan
 from tests.features.test_extract import config, datasets
 
 
@@ -109,31 +108,27 @@ def test_the_cuda_streams_give_the_same_file(dataset, vg_dir, tmp_path, fake_cud
 
 @pytest.mark.parametrize("backbone, region", [("resnet18", "crop"),
                                               ("bottomup-r101", "roi")])
-def test_decoding_on_the_device_equals_decoding_in_the_workers(dataset, vg_dir, tmp_path,
-                                                               fake_cuda, monkeypatch,
-                                                               backbone, region):
-    """On CUDA, `--decode gpu` decodes in the main process on the device (here: the CPU);
-    on a CPU device the workers run the same decoder and crop code: the same file."""
-    options = dict(backbone=backbone, region=region, decode="gpu", workers=0,
+def test_decoding_on_the_device_gives_one_file_whoever_reads_the_jpegs(
+        dataset, vg_dir, tmp_path, fake_cuda, monkeypatch, backbone, region):
+    """`--decode gpu`: the JPEGs' bytes, read by this process or by DataLoader workers, are
+    decoded and cut on the device (here the CPU), on the CUDA path's streams too: one file,
+    close to Pillow's."""
+    options = dict(backbone=backbone, region=region, decode="gpu",
                    input_size=64 if region == "roi" else 32)
+    inline = tmp_path / "inline.h5"
+    extract(config(dataset, vg_dir, inline, workers=0, **options))
     workers = tmp_path / "workers.h5"
-    extract(config(dataset, vg_dir, workers, **options))
+    extract(config(dataset, vg_dir, workers, workers=2, **options))
     use(monkeypatch, fake_cuda)
-    monkeypatch.setattr(ExtractPlan, "decode_on_device",
-                        property(lambda plan: plan.decoder == "gpu"))
-    modes = []
-    dataset_class = pipeline.CropDataset
-
-    def spy(*args):
-        modes.append(args[3])
-        return dataset_class(*args)
-
-    monkeypatch.setattr(pipeline, "CropDataset", spy)
     device = tmp_path / "device.h5"
-    extract(config(dataset, vg_dir, device, **options))
-    assert modes == ["bytes"]
+    extract(config(dataset, vg_dir, device, workers=0, **options))
     assert fake_cuda.count("record") > 0  # decoded images handed over to the compute stream
-    assert datasets(device) == datasets(workers)
+    assert datasets(device) == datasets(workers) == datasets(inline)
+    monkeypatch.undo()
+    pillow = tmp_path / "pillow.h5"
+    extract(config(dataset, vg_dir, pillow, workers=0, **{**options, "decode": "cpu"}))
+    a, b = (np.frombuffer(datasets(p)[1], np.float32) for p in (pillow, device))
+    assert np.abs(a - b).max() < 0.05
 
 
 @pytest.mark.parametrize("batch_size", [5, 4])

@@ -302,25 +302,3 @@ def test_a_corrupt_safetensors_file_is_named(dataset, vg_dir, tmp_path):
     with pytest.raises(VpromError, match=r"broken.safetensors: timm cannot load it into "
                                          r"test_vit \(.*\); pass that model's weights file"):
         extract(timm_config(dataset, vg_dir, tmp_path / "x.h5", weights=str(broken)))
-
-
-@pytest.mark.parametrize("name", ["test_vit", "test_convnext", "test_vit_relpos"])
-def test_a_weights_file_gives_the_tensors_of_timms_ordinary_build(tmp_path, name):
-    """A file's weights are assigned onto a model built on the meta device; a model with
-    buffers computed in __init__ (test_vit_relpos: relative position indexes) is built the
-    ordinary way. Either way: timm's own tensors, bit for bit, and nothing left on meta."""
-    torch.manual_seed(1)
-    path = tmp_path / "w.safetensors"
-    save_file(timm.create_model(name, num_classes=0).state_dict(), path)
-    load_state_dict = torch.nn.Module.load_state_dict
-    loaded = get_backbone(f"timm:{name}").load(str(path)).module.model
-    assert torch.nn.Module.load_state_dict is load_state_dict  # the patch is undone
-    ordinary = timm.create_model(name, pretrained=True, num_classes=0,
-                                 pretrained_cfg_overlay={"file": str(path)})
-    ours, theirs = loaded.state_dict(keep_vars=True), ordinary.state_dict(keep_vars=True)
-    assert ours.keys() == theirs.keys()
-    for key, value in ours.items():
-        assert not value.is_meta and value.dtype == theirs[key].dtype, key
-        assert value.is_contiguous() and torch.equal(value, theirs[key]), key
-    for (key, value), (_, other) in zip(loaded.named_buffers(), ordinary.named_buffers()):
-        assert not value.is_meta and torch.equal(value, other), key
