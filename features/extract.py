@@ -1,30 +1,22 @@
 """`vprom extract`: backbone features for every crop of a DATASET.h5, into one FEATS.h5.
 
-Algorithm
-1. Plan (features/crops.py): unique boxes ("units") sorted by image; batch k is units
-   [k*B, (k+1)*B) (full batches), the units of one image within a batch one DataLoader item;
-   batches form chunks of `chunk_batches`. The layout is a pure function of the crops table,
-   the batch size and the chunking.
+1. Plan (features/crops.py, features/plan.py): unique boxes ("units") sorted by image, in
+   full batches of B units, batches in chunks of `chunk_batches`: a pure function of the
+   crops table, the batch size and the chunking.
 2. Work (features/pipeline.py): chunk c belongs to rank c % world_size (one rank without
-   torchrun). DataLoader workers decode (Pillow, `--decode cpu`) or only read the JPEGs
-   (`--decode gpu`: the device decodes them, features/decoding.py); the crops are normalised
-   on the device, run through the trunk (channels_last; autocast bf16/fp16 and optional
-   torch.compile or CUDA graph replay on CUDA), average-pooled and L2-normalised in float32
-   (or kept as maps, `--pool none`) and cast to the stored dtype. `--region roi` (bottom-up
-   only) runs the detector's own RoI computation instead (features/regions.py). Results are
-   awaited `in_flight` batches late, so the device always has the next batches queued.
+   torchrun); its batches are decoded, run through the trunk, pooled and normalised.
 3. Resume: each finished chunk is written atomically as `<out>.partial/chunk-NNNNNN.npy`
-   (+ a JSON of its missing crops). The set of chunk files is the completion mask: a killed
-   run (or rank) restarts with the chunks that are not there. `<out>.partial/manifest.json`
-   records the data set and the settings that change the numbers (features/plan.py); a work
-   folder that is not current for them (`vprom.manifest.is_current`) is started over, and a
-   finished file that is current is left alone.
+   (+ a JSON of its missing crops); a killed run (or rank) redoes the chunks that are not
+   there. `<out>.partial/manifest.json` records the data set and the settings that change
+   the numbers (`ExtractPlan.settings`); a work folder that is not current for them
+   (`vprom.manifest.is_current`) is started over, and a finished file that is current is
+   left alone.
 4. Assemble (rank 0, after a barrier; features/assemble.py): rows sorted by crop id, written
    under a temporary name and renamed into place when complete.
 
-Because every run, resumed run and rank computes the same batches with the same weights,
-the `crop_id` and `features` datasets are byte-identical however the work was split
-(verified on CPU; on CUDA, cuDNN's deterministic algorithm choice is kept for this reason).
+Every run, resumed run and rank computes the same batches with the same weights, so the
+`crop_id` and `features` datasets are byte-identical however the work was split (on CUDA,
+cuDNN's deterministic algorithm choice is kept for this reason).
 """
 
 from __future__ import annotations
@@ -56,8 +48,7 @@ MAX_GPU_WORKERS = 16
 GRAPH_DEVICES = ("cuda",)  # where --cuda-graphs runs (tests add the CPU, with a stand-in)
 # A CPU device decodes in this process, between forwards (pipeline.InlineBatches): worker
 # processes decoding during the forward preempt its OpenMP threads, which wait for each other
-# at every layer, so ~0.5 s of decoding slowed resnet18's forwards by seconds
-# (docs/extraction-speed.md); alone, it costs its own time (~6% of resnet18's forward).
+# at every layer (docs/extraction-speed.md).
 DEFAULT_CPU_WORKERS = 0
 #: what `<out>.partial/` holds; a work folder with anything else is not removed
 WORK_FILES = ("chunk-*.npy", "chunk-*.json", "manifest.json")
@@ -176,11 +167,8 @@ def _prepare(config: ExtractConfig, world: World) -> ExtractPlan:
                  f"in this process between forwards ({cores_per_process()} threads)")
         print(f"extract: decoding with {'Pillow' if decoder == 'cpu' else 'torchvision'} "
               f"(--decode {decoder}), {where}", file=sys.stderr)
-    plan = ExtractPlan(config, backbone, loaded, layout, paths, size, decoder, workers, autocast,
+    return ExtractPlan(config, backbone, loaded, layout, paths, size, decoder, workers, autocast,
                        world)
-    if config.pool == "avg" and backbone.feature_dim:  # known before any forward; other
-        plan.check_space((backbone.feature_dim,))  # rows: at the first result
-    return plan
 
 
 def _batch_size(config: ExtractConfig, world: World, size: int) -> int:

@@ -248,8 +248,8 @@ class Forward:
 
 
 def row_shape(plan: ExtractPlan, model: torch.nn.Module) -> tuple:
-    """One crop's stored shape: (D,) pooled, or its map's (C, H, W), by a probe forward; the
-    loop takes it from its first result instead, and asks this only when that has none."""
+    """One crop's stored shape: (D,) pooled, or its map's (C, H, W), by a probe forward where
+    the backbone does not say (maps; timm models, whose width depends on the pooling)."""
     if plan.config.pool == "avg" and plan.backbone.feature_dim:
         return (plan.backbone.feature_dim,)
     device, head = plan.world.device, plan.backbone.region_head
@@ -329,23 +329,19 @@ def loader(plan: ExtractPlan, batches: list):
 class Chunks:
     """The arrays of the chunks in progress; a chunk is written when its last batch lands."""
 
-    def __init__(self, plan: ExtractPlan, model: torch.nn.Module):
-        self.plan, self.model, self.open = plan, model, {}
+    def __init__(self, plan: ExtractPlan, shape: tuple):
+        self.plan, self.shape, self.open = plan, shape, {}
 
     def receive(self, c: int, units: np.ndarray, result: np.ndarray | None,
                 failed: list) -> int:
         plan = self.plan
-        if not plan.row_shape:  # the first result's, or a probe's if it has none (all failed)
-            plan.row_shape = (result.shape[1:] if result is not None else
-                              row_shape(plan, self.model))
-            plan.check_space(plan.row_shape)  # maps, timm: now known
+        start, stop = plan.layout.chunk_units(c)
         if c not in self.open:
-            start, stop = plan.layout.chunk_units(c)
-            rows = np.full((stop - start, *plan.row_shape), np.nan, DTYPES[plan.config.dtype])
+            rows = np.full((stop - start, *self.shape), np.nan, DTYPES[plan.config.dtype])
             self.open[c] = [rows, [], len(plan.layout.chunks[c])]
         entry = self.open[c]
         if result is not None:
-            entry[0][units - plan.layout.chunk_units(c)[0]] = result
+            entry[0][units - start] = result
         entry[1] += failed
         entry[2] -= 1
         if entry[2] == 0:
@@ -366,10 +362,12 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
     # Workers (if any) start first: they decode the first batches while the model is built.
     batches = iter(loader(plan, [layout.batches[b] for b in batch_ids]))
     model = build_model(plan)
+    shape = row_shape(plan, model)
+    plan.check_space(shape)  # before the first chunk is written
     warm_up(plan, model)
     trunk = GraphedTrunk(plan, model, api) if plan.config.cuda_graphs else None
     forward = Forward(plan, model, streams_for(world.device, api), trunk)
-    chunks = Chunks(plan, model)
+    chunks = Chunks(plan, shape)
     queue = deque()
     bar = tqdm(total=sum(layout.batch_units(b) for b in batch_ids), unit="crop",
                desc=f"extract {plan.backbone.name}", disable=None, smoothing=0.05,

@@ -41,7 +41,6 @@ class ExtractPlan:
     workers: int  # resolved from --workers
     autocast: torch.dtype | None
     world: World
-    row_shape: tuple = ()  # one crop's stored shape: (D,) or the map's (C, H, W); set on start
 
     @property
     def partial(self) -> Path:

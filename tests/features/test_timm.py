@@ -132,11 +132,10 @@ def test_small_timm_models_extract_the_synthetic_build_for_vprom_data(synthetic_
 
 
 @pytest.mark.parametrize("backbone, pool", [(VIT, "cls"), (CONVNEXT, "none")])
-def test_a_disk_too_small_for_the_file_is_refused_at_the_first_result(dataset, vg_dir, tmp_path,
-                                                                      monkeypatch, backbone,
-                                                                      pool):
-    """A timm vector's size, and any map's shape, are known once the model has run: the
-    free-space check then runs on the first result, before any chunk is written."""
+def test_a_disk_too_small_for_the_file_is_refused_before_any_chunk(dataset, vg_dir, tmp_path,
+                                                                   monkeypatch, backbone, pool):
+    """A timm vector's size, and any map's shape, are known once the model has run on a
+    probe: the free-space check runs then, before any chunk is written."""
     tiny_disk(monkeypatch, free=1000)
     out = tmp_path / "x.h5"
     size = 64 if backbone == CONVNEXT else SIZE
