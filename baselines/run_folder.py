@@ -6,8 +6,9 @@ the best epoch so far and the config; the others are derived from it or from `be
 
 Before any data is read, `place_run` looks at OUT and decides, for the config asked for:
 - nothing there, or only a config.json (the first epoch never finished): a fresh run in OUT;
-- a run of other settings: refused, naming every differing setting (choose another --out,
-  or --restart to replace it);
+- a run of other settings, or of other data (its manifest, config.json, is not current for
+  the data set and features: `vprom.manifest.is_current`): refused, naming what differs
+  (choose another --out, or --restart to replace it);
 - a run of these settings: resumed from last.pt, or, when it already reached --epochs or
   stopped early, left alone ("nothing to do"); only `RESUMABLE` settings (how long and where
   to train, not what) may differ;
@@ -38,6 +39,7 @@ import torch
 
 from vprom.baselines.config import TrainConfig
 from vprom.errors import VpromError
+from vprom.manifest import why_stale
 
 RUN_FILES = ("config.json", "history.json", "last.pt", "best.pt", "metrics.json")
 #: what a run folder may hold besides RUN_FILES and still be one `train` may write into
@@ -191,10 +193,12 @@ def place_run(config: TrainConfig) -> RunPlace:
                        "in the folder is replaced once the new one has finished an epoch")
     if theirs is not None:
         differ = changes(theirs, mine)
+        if not differ and (out / "config.json").is_file():
+            differ = why_stale(out, [config.dataset, config.features], {})
         if differ:
-            raise VpromError(f"{out} holds a run with other settings ({differ}); choose another "
-                             "--out, or pass --restart to replace that run (its files are kept "
-                             "until the new run has finished an epoch)")
+            raise VpromError(f"{out} holds a run of other settings or data ({differ}); choose "
+                             "another --out, or pass --restart to replace that run (its files "
+                             "are kept until the new run has finished an epoch)")
     if state is None:
         if best.is_file():
             raise VpromError(f"{out} holds a best.pt but no last.pt, so its run cannot be "

@@ -301,3 +301,14 @@ def test_a_run_records_its_resolved_settings_and_their_source(tiny_pair, tmp_pat
     assert "hidden" not in stored["defaulted"]
     assert stored["defaults_file"].endswith("baselines/defaults.json")
     assert stored["inputs"]["dataset"].startswith("sha256:")  # the data set's content hash
+
+
+def test_a_run_is_continued_only_on_the_data_it_was_made_from(tmp_path):
+    """The same paths holding another data set and its features: the run is not resumed on
+    them (its manifest is no longer current), whatever its settings."""
+    dataset, features = write_pair(tmp_path / "pair", n=40)
+    run = train(small_config(dataset, features, tmp_path / "run", epochs=1))
+    write_pair(tmp_path / "pair", n=40, seed=5)
+    with pytest.raises(VpromError, match="holds a run of other settings or data \\(its inputs "
+                                         "changed: dataset.h5, feats.h5\\)"):
+        train(small_config(dataset, features, run, epochs=2))
