@@ -10,7 +10,7 @@ a re-run after fixing the images redoes only those) and the run fails with a Vpr
 naming the first one, its image and where it was looked for.
 
 While the file is assembled, the chunk files and the new file both exist: for `--pool none`
-at full scale that is twice the maps' size on disk (see docs/extraction-speed.md).
+at full scale that is twice the maps' size on disk (see docs/features.md).
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from vprom.errors import VpromError
 from vprom.feature_files import OpenFile
 from vprom.files import atomic_path
 from vprom.images import ImageIndex
-from vprom.manifest import input_hashes, make_manifest, why_stale, write_manifest
+from vprom.manifest import input_hashes, is_current, make_manifest, why_stale, write_manifest
 from vprom.processes import ordered_map
 from vprom.tables import open_h5, read_crop_table, read_matrix_table
 
@@ -195,7 +195,7 @@ def build_crop_store(job: StoreJob, log=print) -> Path:
                          f"{', '.join(COMPRESSIONS)}")
     settings = {**job.settings(), "compression": job.compression}
     partial = job.out.with_name(job.out.name + ".partial")
-    if not partial.exists() and not why_stale(job.out, [job.dataset], settings):
+    if not partial.exists() and is_current(job.out, [job.dataset], settings):
         log(f"{job.out}: already complete with these settings; nothing to do")
         return job.out
     crops = _used_crops(job.dataset)

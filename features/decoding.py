@@ -52,7 +52,7 @@ RESIZE_TORCH = ("whole crop (box clipped to the image) resized to SxS, aspect ra
 @contextmanager
 def _torchvision_decoders():
     """torchvision's decoders, without the warning torchvision 0.29 gives at every call (they
-    are deprecated in favour of TorchCodec; docs/extraction-speed.md says what that means)."""
+    are deprecated in favour of TorchCodec; docs/features.md says what that means)."""
     from torchvision.io import ImageReadMode, decode_jpeg
 
     with warnings.catch_warnings():

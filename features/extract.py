@@ -40,7 +40,7 @@ from vprom.features.decoding import cores_per_process, resolve_decoder
 from vprom.features.plan import ExtractPlan
 from vprom.images import ImageIndex
 from vprom.claim import remove_work_folder, writes
-from vprom.manifest import input_hashes, make_manifest, why_stale, write_manifest
+from vprom.manifest import input_hashes, is_current, make_manifest, why_stale, write_manifest
 from vprom.runtime import World, joined_world
 from vprom.tables import read_crop_table
 
@@ -48,7 +48,7 @@ MAX_GPU_WORKERS = 16
 GRAPH_DEVICES = ("cuda",)  # where --cuda-graphs runs (tests add the CPU, with a stand-in)
 # A CPU device decodes in this process, between forwards (pipeline.InlineBatches): worker
 # processes decoding during the forward preempt its OpenMP threads, which wait for each other
-# at every layer (docs/extraction-speed.md).
+# at every layer (docs/features.md).
 DEFAULT_CPU_WORKERS = 0
 #: what `<out>.partial/` holds; a work folder with anything else is not removed
 WORK_FILES = ("chunk-*.npy", "chunk-*.json", "manifest.json")
@@ -202,7 +202,7 @@ def _inputs(plan: ExtractPlan) -> tuple[list, dict]:
 def _finished(plan: ExtractPlan) -> list | None:
     """The missing crops when `out` is already a complete file made with these settings."""
     out = plan.config.out
-    if not plan.config.resume or plan.partial.exists() or why_stale(out, *_inputs(plan)):
+    if not plan.config.resume or plan.partial.exists() or not is_current(out, *_inputs(plan)):
         return None
     try:
         with h5py.File(out, "r") as h5:

@@ -33,7 +33,8 @@ def test_a_manifest_holds_the_schema_and_lives_where_its_output_says(tmp_path):
     assert set(m) == {"format_version", "vprom_version", "kind", "config", "seed", "inputs",
                       "counts", "outputs"}
     assert m["format_version"] == FORMAT_VERSION and m["vprom_version"]
-    assert m["inputs"] == {"x.bin": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}
+    abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"  # sha256 of abc
+    assert m["inputs"] == {"x.bin": abc}
     folder, h5_file, text = tmp_path / "folder", tmp_path / "f.h5", tmp_path / "t.jsonl"
     folder.mkdir()
     text.write_text("{}\n")
