@@ -193,12 +193,15 @@ def place_run(config: TrainConfig) -> RunPlace:
                        "in the folder is replaced once the new one has finished an epoch")
     if theirs is not None:
         differ = changes(theirs, mine)
-        if not differ and (out / "config.json").is_file():
-            differ = why_stale(out, [config.dataset, config.features], {})
         if differ:
-            raise VpromError(f"{out} holds a run of other settings or data ({differ}); choose "
-                             "another --out, or pass --restart to replace that run (its files "
-                             "are kept until the new run has finished an epoch)")
+            raise VpromError(f"{out} holds a run with other settings ({differ}); choose another "
+                             "--out, or pass --restart to replace that run (its files are kept "
+                             "until the new run has finished an epoch)")
+        stale = (out / "config.json").is_file() and why_stale(
+            out, [config.dataset, config.features], {})
+        if stale:
+            raise VpromError(f"{out} holds a run made from other data ({stale}); choose another "
+                             "--out, or pass --restart to replace that run")
     if state is None:
         if best.is_file():
             raise VpromError(f"{out} holds a best.pt but no last.pt, so its run cannot be "

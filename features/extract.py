@@ -167,8 +167,11 @@ def _prepare(config: ExtractConfig, world: World) -> ExtractPlan:
                  f"in this process between forwards ({cores_per_process()} threads)")
         print(f"extract: decoding with {'Pillow' if decoder == 'cpu' else 'torchvision'} "
               f"(--decode {decoder}), {where}", file=sys.stderr)
-    return ExtractPlan(config, backbone, loaded, layout, paths, size, decoder, workers, autocast,
+    plan = ExtractPlan(config, backbone, loaded, layout, paths, size, decoder, workers, autocast,
                        world)
+    if config.pool == "avg" and backbone.feature_dim:  # known now: refused before any file
+        plan.check_space((backbone.feature_dim,))
+    return plan
 
 
 def _batch_size(config: ExtractConfig, world: World, size: int) -> int:

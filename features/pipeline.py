@@ -363,7 +363,7 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
     batches = iter(loader(plan, [layout.batches[b] for b in batch_ids]))
     model = build_model(plan)
     shape = row_shape(plan, model)
-    plan.check_space(shape)  # before the first chunk is written
+    plan.check_space(shape)  # maps, timm: known now, before the first chunk is written
     warm_up(plan, model)
     trunk = GraphedTrunk(plan, model, api) if plan.config.cuda_graphs else None
     forward = Forward(plan, model, streams_for(world.device, api), trunk)

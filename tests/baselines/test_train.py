@@ -309,6 +309,6 @@ def test_a_run_is_continued_only_on_the_data_it_was_made_from(tmp_path):
     dataset, features = write_pair(tmp_path / "pair", n=40)
     run = train(small_config(dataset, features, tmp_path / "run", epochs=1))
     write_pair(tmp_path / "pair", n=40, seed=5)
-    with pytest.raises(VpromError, match="holds a run of other settings or data \\(its inputs "
+    with pytest.raises(VpromError, match="holds a run made from other data \\(its inputs "
                                          "changed: dataset.h5, feats.h5\\)"):
         train(small_config(dataset, features, run, epochs=2))
