@@ -1,7 +1,7 @@
 """What `vprom train` is asked to do, as one frozen dataclass (no torch needed to build it).
 
-The config is written into every run folder and checkpoint; the command line takes its
-defaults from here, so each is written once.
+The config is written into every run folder and checkpoint; its defaults are those of
+`vprom.train` and `vprom train` (the API reads them here).
 
 Hyper-parameters (`HYPER`: optimizer, lr, rho, eps, hidden, batch_size, score_init) default to
 None, which means "the model's default": the values stored as data in
@@ -24,8 +24,6 @@ from importlib import resources
 from pathlib import Path
 
 from vprom.errors import VpromError
-from vprom.features.config import ExtractConfig
-from vprom.fields import like, option
 
 OPTIMIZERS = ("adadelta", "adam")
 #: the settings a model's defaults entry holds; None in a TrainConfig = take the model's
@@ -35,49 +33,32 @@ OPTIMIZER_KEYS = {"adadelta": ("lr", "rho", "eps"), "adam": ("lr", "eps")}
 DEFAULTS_FILE = "defaults.json"
 
 
-#: the help of every hyper-parameter a model's defaults entry holds
-MODEL_DEFAULT = (f"default: the model's, from baselines/{DEFAULTS_FILE} "
-                 "(docs/training-defaults.md)")
-
-
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     """One training run; written into the run folder and every checkpoint."""
 
-    dataset: Path = option(positional=True, help="DATASET.h5")
-    features: Path = option(help="FEATS.h5 from `vprom extract` on this DATASET.h5 (features "
-                                 "of another data set are refused)")
-    model: str = option(help="a registered model, e.g. rn, mlp-sum-6, gru")
-    split: str = option(help="neutral, interpolation, ...")
-    aux: bool = option(False, help="add the relation/element-type loss")
-    out: Path = option(output="folder", help="run folder; re-running the same command resumes "
-                                             "or, when finished, does nothing")
-    epochs: int = option(20, help="maximum epochs")
+    dataset: Path
+    features: Path
+    model: str
+    split: str
+    aux: bool = False
+    out: Path
+    epochs: int = 20
     # None: the model's default (baselines/defaults.json)
-    batch_size: int | None = option(None, help="matrices per optimiser step, over all "
-                                               "processes; " + MODEL_DEFAULT)
-    optimizer: str | None = option(None, choices=OPTIMIZERS,
-                                   help="AdaDelta is the paper's; " + MODEL_DEFAULT)
-    lr: float | None = option(None, help=MODEL_DEFAULT + " (for another optimizer than the "
-                                         "model's, that optimizer's own default)")
-    rho: float | None = option(None, help="AdaDelta's decay of its running averages; "
-                                          + MODEL_DEFAULT)
-    eps: float | None = option(None, help=MODEL_DEFAULT)
-    hidden: int | None = option(None, help="width of every hidden layer; " + MODEL_DEFAULT)
-    score_init: float | None = option(None, help="scale of the score head's initial weights "
-                                                 "(times torch's default); " + MODEL_DEFAULT)
-    patience: int = option(5, help="epochs without val gain before stop")
-    shuffle_context: bool = option(False, help="control: each matrix's context replaced by "
-                                               "another matrix's")
-    center_features: bool = option(False, help="subtract the training crops' mean feature, "
-                                               "re-normalise (see docs/training.md)")
-    seed: int = option(0, help="weights, batch order and the shuffled-context derangement")
-    device: str | None = like(ExtractConfig, "device")
-    cuda_graphs: bool = option(False, help="replay each training step from a captured CUDA "
-                                           "graph (one GPU, faster; see docs/gpus.md)")
-    restart: bool = option(False, help="train the run folder's run again from epoch 1 (even "
-                                       "with other settings); its files are replaced only once "
-                                       "the new run has finished an epoch")
+    batch_size: int | None = None
+    optimizer: str | None = None
+    lr: float | None = None
+    rho: float | None = None
+    eps: float | None = None
+    hidden: int | None = None
+    score_init: float | None = None
+    patience: int = 5
+    shuffle_context: bool = False
+    center_features: bool = False
+    seed: int = 0
+    device: str | None = None
+    cuda_graphs: bool = False
+    restart: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dataset", "features", "out"):

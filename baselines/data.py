@@ -1,31 +1,23 @@
 """The matrices of one split as tensors, over features held once in memory.
 
-A baseline sees a matrix as its 16 panels' feature vectors. Features are stored once per crop
-in FEATS.h5, so the loader keeps them as one float32 table `features[N_crops, D]` (on the
-training device) and turns every matrix into a row of 16 integer indices into that table,
-computed once with a single vectorised binary search over the sorted crop ids. A batch is then
-one gather, `features[rows[batch]] -> [B, 16, D]`: no per-matrix file reads, no Python loop.
+Features are stored once per crop, so the loader keeps one float32 table `features[N_crops, D]`
+on the training device and turns every matrix into a row of 16 indices into it (one
+vectorised search over the sorted crop ids). A batch is one gather, `features[rows[batch]]`.
 
-Per matrix the loader also holds the targets: the answer (0..7), and for the auxiliary loss the
-relation (4-way: and, or, union, progression) and the element type (3-way: attribute, object,
-count — object and human attributes are both "attribute"). The paper's 7 relation-type classes
-mix relations with element types; each matrix has exactly one of each, so both are predicted.
-The dataset's own four element types are kept as strings for the evaluation breakdowns.
+Per matrix it also holds the targets: the answer (0..7), and for the auxiliary loss the
+relation (and, or, union, progression) and the element type (attribute, object, count; object
+and human attributes are both "attribute"). The dataset's four element types are kept as
+strings for the evaluation breakdowns.
 
-Shuffled-context control (`shuffle_context=True`): within each part (train, val, test) every
-matrix's 8 context panels are replaced by those of another matrix, chosen by a fixed seeded
-derangement (a random cyclic order, so no matrix keeps its own context); candidates and answer
-stay. The context then carries no information about the answer, so a model that reasons from
-the context should fall to chance (12.5%); what it still scores above chance comes from the
-candidates alone.
+Shuffled-context control (`shuffle_context`): within each part every matrix's 8 context panels
+are those of another matrix, by a fixed seeded derangement; candidates and answer stay. A
+model that reasons from the context should fall to chance (12.5%).
 
-Centred features (`center=True`, `vprom train --center-features`): the mean feature of the
-crops that the training matrices show is subtracted from every feature, which is then
-L2-normalised again. Average-pooled CNN features (post-ReLU, all positive) share one large
-common direction; removing it leaves the differences between crops, which the models learn
-from much faster (random-weight features, as in the synthetic demo, barely train without it).
-Only training crops enter the mean, so val and test see a transform fixed before they are
-looked at; it is recomputed identically at evaluation from the same files.
+Centred features (`center`, `vprom train --center-features`): the mean feature of the crops
+the training matrices show is subtracted and every feature L2-normalised again. Pooled CNN
+features share one large common direction; without it models learn much faster (random-weight
+features barely train otherwise). Only training crops enter the mean, so val and test see a
+transform fixed before they are looked at.
 """
 
 from __future__ import annotations
@@ -38,9 +30,9 @@ import torch
 
 from vprom.baselines.parts import N_CONTEXT, element_type_class, relation_class
 from vprom.errors import VpromError
-from vprom.feature_files import load_features
+from vprom.feature_files import load_features, rows_of
 from vprom.domain import SPLITS
-from vprom.tables import SPLIT_PARTS, read_matrix_table
+from vprom.tables import SPLIT_PARTS, crop_rows, read_matrix_table
 
 
 @dataclass(frozen=True)
@@ -50,8 +42,8 @@ class MatrixSet:
     ids: np.ndarray  # [n] matrix ids
     rows: torch.Tensor  # [n, 16] int64 rows of the feature table (8 context, 8 candidates)
     answer: torch.Tensor  # [n] int64, 0..7
-    relation: torch.Tensor  # [n] int64, index into common.RELATION_CLASSES
-    element_class: torch.Tensor  # [n] int64, index into common.ELEMENT_TYPE_CLASSES
+    relation: torch.Tensor  # [n] int64, index into parts.RELATION_CLASSES
+    element_class: torch.Tensor  # [n] int64, index into parts.ELEMENT_TYPE_CLASSES
     relation_name: np.ndarray  # [n] str: and / or / union / progression
     element_type: np.ndarray  # [n] str: the dataset's four element types
 
@@ -61,15 +53,11 @@ class MatrixSet:
     def take(self, index: np.ndarray) -> "MatrixSet":
         """The matrices at positions `index` (a numpy integer array)."""
         t = torch.from_numpy(np.asarray(index, dtype=np.int64)).to(self.rows.device)
-        return MatrixSet(self.ids[index], self.rows[t], self.answer[t], self.relation[t],
-                         self.element_class[t], self.relation_name[index],
-                         self.element_type[index])
+        return MatrixSet(*(v[t] if torch.is_tensor(v) else v[index] for v in vars(self).values()))
 
     def to(self, device: torch.device | str) -> "MatrixSet":
-        """The same set with its tensors on `device` (the string columns stay on the host)."""
-        return MatrixSet(self.ids, self.rows.to(device), self.answer.to(device),
-                         self.relation.to(device), self.element_class.to(device),
-                         self.relation_name, self.element_type)
+        """The same set with its tensors on `device` (the numpy columns stay on the host)."""
+        return MatrixSet(*(v.to(device) if torch.is_tensor(v) else v for v in vars(self).values()))
 
 
 @dataclass(frozen=True)
@@ -79,8 +67,6 @@ class SplitData:
     features: torch.Tensor  # [N_crops, D] float32
     parts: dict[str, MatrixSet]  # "train", "val", "test"
     attrs: dict  # FEATS.h5 attributes (backbone, weights, preprocessing, versions)
-    dataset: Path
-    features_path: Path
 
     @property
     def feature_dim(self) -> int:
@@ -93,15 +79,12 @@ class SplitData:
     def to(self, device: torch.device | str) -> "SplitData":
         return SplitData(self.features.to(device),
                          {name: part.to(device) for name, part in self.parts.items()},
-                         self.attrs, self.dataset, self.features_path)
+                         self.attrs)
 
 
 def derangement(n: int, rng: np.random.Generator) -> np.ndarray:
-    """A permutation without fixed points: each position in a random order takes the next one's.
-
-    Following a random cyclic order visits every matrix once and never maps one to itself
-    (for n >= 2); n < 2 has no derangement, so the identity is returned.
-    """
+    """A permutation without fixed points: each position in a random cyclic order takes the
+    next one's (for n < 2, which has none, the identity)."""
     if n < 2:
         return np.arange(n)
     order = rng.permutation(n)
@@ -115,39 +98,6 @@ def shuffled_context(rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     out = rows.copy()
     out[:, :N_CONTEXT] = rows[derangement(len(rows), rng), :N_CONTEXT]
     return out
-
-
-def _positions(table_ids: np.ndarray, wanted: np.ndarray, dataset: Path, where: str) -> np.ndarray:
-    """Positions in the matrices table of the matrix ids `wanted` (one vectorised search)."""
-    order = np.argsort(table_ids, kind="stable")
-    pos = np.minimum(np.searchsorted(table_ids[order], wanted), max(len(order) - 1, 0))
-    found = table_ids[order][pos] == wanted if len(order) else np.zeros(len(wanted), bool)
-    if not found.all():
-        first = int(wanted[np.argmin(found)])
-        raise VpromError(f"{dataset}: {where} lists matrix id {first}, which is not in "
-                         "'matrices'; the file is inconsistent, regenerate it")
-    return order[pos]
-
-
-def _feature_rows(features, panels: np.ndarray, ids: np.ndarray, dataset: Path) -> np.ndarray:
-    """[n, 16] crop ids -> rows of the feature table; names the first matrix with a missing crop."""
-    pos = np.minimum(np.searchsorted(features.crop_id, panels), max(len(features) - 1, 0))
-    found = (features.crop_id[pos] == panels) if len(features) else np.zeros(panels.shape, bool)
-    if not found.all():
-        bad = np.argwhere(~found)[0]
-        raise VpromError(
-            f"{features.path}: no features for crop {int(panels[tuple(bad)])} (panel {bad[1]} of "
-            f"matrix {int(ids[bad[0]])} in {dataset}); {int((~found).sum())} panels lack "
-            "features. Extract the features from this dataset: "
-            f"`vprom extract {dataset} --vg DIR --backbone NAME --out {features.path}`")
-    missing = np.isin(panels, features.missing_crop_id)
-    if missing.any():
-        bad = np.argwhere(missing)[0]
-        raise VpromError(
-            f"{features.path}: crop {int(panels[tuple(bad)])} (matrix {int(ids[bad[0]])}) was "
-            "extracted without its image (--allow-missing); its features are NaN. Restore the "
-            "image and re-run `vprom extract`")
-    return pos
 
 
 def _matrix_set(table, positions: np.ndarray, rows: np.ndarray) -> MatrixSet:
@@ -191,8 +141,17 @@ def load_split(dataset: str | Path, features: str | Path, split: str,
     parts = {}
     for number, part in enumerate(SPLIT_PARTS):
         wanted = np.asarray(table.splits[split].get(part, np.zeros(0, np.int64)), np.int64)
-        positions = _positions(table.id, wanted, dataset, f"splits/{split}/{part}")
-        rows = _feature_rows(feats, table.panels[positions], table.id[positions], dataset)
+        positions = crop_rows(table.id, wanted)  # the rows of these matrix ids
+        if (positions < 0).any():
+            raise VpromError(f"{dataset}: splits/{split}/{part} lists matrix id "
+                             f"{int(wanted[np.argmax(positions < 0)])}, which is not in "
+                             "'matrices'; the file is inconsistent, regenerate it")
+        rows = rows_of(feats.crop_id, table.panels[positions], features)
+        lost = np.isin(table.panels[positions], feats.missing_crop_id)
+        if lost.any():
+            raise VpromError(f"{features}: crop {int(table.panels[positions][lost][0])} was "
+                             "extracted without its image (--allow-missing); its features are "
+                             "NaN. Restore the image and re-run `vprom extract`")
         if shuffle_context:
             rng = np.random.default_rng(np.random.SeedSequence([seed, number]))
             rows = shuffled_context(rows, rng)
@@ -200,5 +159,4 @@ def load_split(dataset: str | Path, features: str | Path, split: str,
     vectors = feats.features
     if center:
         vectors = centred(vectors, parts["train"].rows.numpy())
-    return SplitData(features=torch.from_numpy(vectors), parts=parts, attrs=feats.attrs,
-                     dataset=dataset, features_path=features)
+    return SplitData(torch.from_numpy(vectors), parts, feats.attrs)

@@ -1,35 +1,29 @@
 """Test accuracy of a trained run (`vprom evaluate RUN`), with breakdowns and 95% intervals.
 
-`evaluate` rebuilds the run's model from `config.json`, loads the weights of `best.pt` (the
-epoch with the best validation accuracy), predicts every test matrix of the run's split
-(with the run's own shuffled-context control, if it was trained with one) and counts, with
-`baselines.metrics` (which `vprom score` shares):
+`evaluate` rebuilds the run's model, loads `best.pt` (the epoch of best validation accuracy),
+predicts every test matrix of the run's split (under the run's own shuffled-context control,
+if any) and scores them with `baselines.metrics`, which `vprom score` shares: accuracy with a
+95% Wilson interval, overall, per relation, per element type and per relation x element type.
 
-- overall accuracy, with a 95% Wilson score interval (it stays inside [0, 1] and is honest
-  for small groups and for accuracies near 0 or 1, unlike the normal approximation);
-- the same per relation, per element type (the dataset's four), and per relation ×
-  element type. Each breakdown partitions the test set, so its counts sum to the total.
-
-Before scoring, `check_inputs` refuses a run whose data set is no longer the one it was trained
-on (the content hash the run recorded, `vprom.manifest`), features made from another data
-set, and features other than those it was trained on (their attributes differ). The metrics
-record the run's resolved settings and whether it did not learn (`baselines.run_checks`).
-
-The result is written atomically to `RUN/metrics.json` and returned; `format_metrics` renders
-it for the terminal.
+First `check_inputs` refuses a data set other than the one the run was trained on (its
+recorded content hash, `vprom.manifest`), features of another data set, and features other
+than the run's (their attributes differ). The metrics record the run's resolved settings and
+whether it did not learn (`baselines.run_checks`); they are written atomically to
+`RUN/metrics.json` and returned.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from vprom.baselines.config import TrainConfig
 from vprom.baselines.data import load_split
 from vprom.baselines.run_checks import control_result, did_not_learn, is_control
 from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
-from vprom.baselines.run_folder import file_names, load_checkpoint, published_metrics
-from vprom.baselines.train import build_model, plain, predict
+from vprom.baselines.run_folder import load_checkpoint, plain_record, portable
+from vprom.baselines.train import build_model, predict
 from vprom.errors import VpromError
 from vprom.feature_files import check_features_source
 from vprom.files import write_json
@@ -70,8 +64,7 @@ def check_inputs(run: Path, manifest: dict, state: dict, data_attrs: dict | None
     check_features_source(config["dataset"], config["features"])
     if data_attrs is None:
         return
-    trained = file_names(state.get("features_attrs") or {})  # paths as checkpoints store them
-    now = file_names(plain(data_attrs))
+    trained, now = plain_record(state.get("features_attrs") or {}), plain_record(data_attrs)
     differ = sorted(k for k in set(trained) | set(now) if k not in VOLATILE_ATTRS
                     and trained.get(k) != now.get(k))
     if differ:
@@ -101,19 +94,14 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
     model.to(device)
     correct = (predict(model, data, data.parts["test"]) == test.answer).numpy()
     metrics = {
-        "run": str(run),
-        "model": config.model,
-        "split": config.split,
-        "aux": config.aux,
-        "shuffle_context": config.shuffle_context,
-        "seed": config.seed,
+        "run": str(run), "model": config.model, "split": config.split, "aux": config.aux,
+        "shuffle_context": config.shuffle_context, "seed": config.seed,
         "features": {k: state["features_attrs"].get(k) for k in ("backbone", "weights")}
         | {"path": str(config.features)},
         "dataset": str(config.dataset),
         "dataset_content_hash": input_hash(config.dataset),
         "config": config.to_dict(),
-        "checkpoint": {"epoch": state["best"]["epoch"] + 1,
-                       "val_acc": state["best"]["val_acc"]},
+        "checkpoint": {"epoch": state["best"]["epoch"] + 1, "val_acc": state["best"]["val_acc"]},
         "chance": CHANCE,
         **breakdowns(correct, test.relation_name, test.element_type),
     }
@@ -125,6 +113,16 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
         metrics["did_not_learn"] = did_not_learn(metrics, state["history"])
     write_json(run / "metrics.json", published_metrics(metrics, run))
     return metrics
+
+
+def published_metrics(metrics: dict, run: Path) -> dict:
+    """metrics.json as written: the run is ".", its data set and features relative to it."""
+    def relative(path: str) -> str:
+        return os.path.relpath(Path(path).resolve(), run.resolve())
+
+    return {**metrics, "run": ".", "dataset": relative(metrics["dataset"]),
+            "features": {**metrics["features"], "path": relative(metrics["features"]["path"])},
+            "config": portable(metrics["config"], run)}
 
 
 def format_metrics(metrics: dict) -> str:

@@ -1,18 +1,15 @@
 """GRU and GRU-shared: read the panels as a sequence with a gated recurrent unit.
 
-Both embed each panel (with its panel id) with f1 (k/2 Linear+ReLU layers) and run a
-one-layer GRU of `hidden` units over the embeddings.
+Both embed each panel (with its id) with f1 (k/2 Linear+ReLU layers) and run a one-layer GRU
+of `hidden` units over the embeddings.
 
-gru: one sequence of all 16 panels (context 1-8, then candidates 9-16, each with its own id);
-the last hidden state h_16 goes through a linear layer to one 8-way score vector. It sees the
-candidates in order, so it is the one baseline whose scores are not permutation-equivariant.
+gru: one sequence of all 16 panels; a linear layer on the last hidden state h_16 gives one
+8-way score vector. It sees the candidates in order: its scores are not permutation-equivariant.
 
-gru-shared: 8 sequences of 9 panels, the context then one candidate (tagged with the
-missing cell's id), with the same parameters; a linear layer on the last hidden state h_9
-scores the candidate. The first 8 steps are the same for all 8 sequences, so the GRU runs
-over the context once and takes the 9th step from that state for each candidate: the same
-numbers as 8 separate sequences, for 9/8 steps per matrix instead of 72.
-
+gru-shared: 8 sequences of 9 panels, the context then one candidate (tagged as the missing
+cell), sharing parameters; a linear layer on h_9 scores the candidate. The 8 sequences share
+their first 8 steps, so the GRU runs over the context once and takes each candidate's 9th step
+from that state: the numbers of 8 separate sequences for 9/8 steps per matrix instead of 72.
 The auxiliary heads read h_16 (gru) or the mean over candidates of h_9 (gru-shared).
 """
 

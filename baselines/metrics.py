@@ -1,14 +1,9 @@
 """Test-set scores with 95% intervals and their breakdowns, shared by `vprom evaluate` (a
-baseline run) and `vprom score` (anyone's predictions), so both give the same figures to the
-last digit; torch-free, so scoring a file of predictions starts quickly.
+baseline run) and `vprom score` (anyone's predictions), so both give the same figures; torch-free.
 
-- `score`: n, correct, accuracy and its 95% Wilson score interval (it stays inside [0, 1] and
-  is honest for small groups and for accuracies near 0 or 1, unlike the normal
-  approximation);
-- `breakdowns`: the same overall, per relation, per element type (the dataset's four) and
-  per relation x element type; each breakdown partitions the test set, so its counts sum to
-  the total;
-- `format_score` / `format_breakdowns`: their terminal lines.
+`score`: n, correct, accuracy and its 95% Wilson interval (inside [0, 1], honest for small
+groups and accuracies near 0 or 1). `breakdowns`: the same overall, per relation, per element
+type and per relation x element type; each breakdown partitions the test set.
 """
 
 from __future__ import annotations

@@ -22,26 +22,14 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from vprom.domain import N_CANDIDATES, N_CONTEXT, N_PANELS, ElementType, Relation
 from vprom.errors import VpromError
-from vprom.domain import N_PANELS, ElementType, Relation
-
-N_CONTEXT = 8
-N_CANDIDATES = N_PANELS - N_CONTEXT
 
 # The auxiliary heads' classes, in logit order.
-RELATION_CLASSES: tuple[Relation, ...] = (
-    Relation.AND,
-    Relation.OR,
-    Relation.UNION,
-    Relation.PROGRESSION,
-)
-ELEMENT_TYPE_CLASSES: tuple[str, ...] = ("attribute", "object", "count")
-_ELEMENT_TYPE_CLASS = {
-    ElementType.OBJECT_ATTRIBUTE: 0,
-    ElementType.HUMAN_ATTRIBUTE: 0,
-    ElementType.OBJECT: 1,
-    ElementType.COUNT: 2,
-}
+RELATION_CLASSES = (Relation.AND, Relation.OR, Relation.UNION, Relation.PROGRESSION)
+ELEMENT_TYPE_CLASSES = ("attribute", "object", "count")
+_ELEMENT_TYPE_CLASS = {ElementType.OBJECT_ATTRIBUTE: 0, ElementType.HUMAN_ATTRIBUTE: 0,
+                       ElementType.OBJECT: 1, ElementType.COUNT: 2}
 
 
 def relation_class(relation: Relation | str) -> int:
@@ -119,18 +107,14 @@ def panel_encoder(config: ModelConfig) -> nn.Sequential:
 def score_head(config: ModelConfig, outputs: int = 1, bias: bool = False) -> nn.Linear:
     """The paper's w: one score per candidate from its [.., hidden] representation.
 
-    It has no bias. The same scoring function serves all 8 candidates, so a bias would add
-    one constant to every score, and softmax cross-entropy is unchanged by a shift of all its
-    logits: the bias's gradient would be exactly zero, a parameter that can never learn.
-    (`gru` reads all 16 panels at once and has one output per candidate, `outputs=8`; its
-    bias gives each answer position its own offset.)
+    No bias: one scoring function serves all 8 candidates, so a bias would shift every score
+    alike, which softmax cross-entropy ignores (its gradient is exactly zero). `gru` has one
+    output per answer position (`outputs=8`), where a bias is a real per-position offset.
 
-    Its initial weights are torch's default times `config.score_init`. With torch's default
-    init a deep ReLU or gated-tanh stack shrinks its input at every layer, so at the start
-    the 8 scores barely differ and every gradient below the head is tiny (about 1e-6 for
-    mlp-sum-6); AdaDelta then moves nothing (its step is about the gradient itself while
-    the squared gradient is below its eps). A larger head scales every gradient below it by
-    the same factor; `bench/grid.py` searches it with the optimiser's settings.
+    Initial weights: torch's default times `config.score_init`. A deep ReLU or gated-tanh
+    stack shrinks its input at every layer, so with the default the 8 scores barely differ and
+    every gradient below the head is tiny (about 1e-6 for mlp-sum-6), too small for AdaDelta
+    to move; a larger head scales them all (`bench/grid.py` searches it).
     """
     head = nn.Linear(config.hidden, outputs, bias=bias)
     with torch.no_grad():
@@ -167,7 +151,4 @@ def make_aux(config: ModelConfig) -> AuxHeads | None:
 
 def output(scores: Tensor, aux: AuxHeads | None, representation: Tensor) -> ModelOutput:
     """Package scores with the aux heads applied to `representation` [B, hidden]."""
-    if aux is None:
-        return ModelOutput(scores, None, None)
-    relation_logits, element_type_logits = aux(representation)
-    return ModelOutput(scores, relation_logits, element_type_logits)
+    return ModelOutput(scores, *(aux(representation) if aux is not None else (None, None)))

@@ -1,10 +1,8 @@
 """Baselines by name: `register_model`, `get_model`, `list_models` (torchvision's `_api.py` style).
 
-Each model file registers builder functions `builder(config: ModelConfig) -> nn.Module` under
-the names users type (`vprom train --model rn`). `MODELS` is a leaf registry
-(`vprom.registry`): the built-in model files are imported the first time it is asked for a
-model, so importing this module is cheap and a model file imports `register_model` from here
-without a cycle.
+Each model file registers builders `builder(config: ModelConfig) -> nn.Module` under the names
+users type (`vprom train --model rn`). The built-in model files are imported the first time
+`MODELS` is asked for a model, so a model file imports `register_model` without a cycle.
 """
 
 from __future__ import annotations

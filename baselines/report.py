@@ -1,29 +1,18 @@
 """Tables and plots over many evaluated runs (`vprom report RUN... --out DIR`).
 
-Each run folder contributes its `metrics.json` (from `vprom evaluate`) and, for the training
-curves, its `history.json`. A run is keyed by (model, feature type, aux, control, split); the
-feature type comes from the backbone recorded from the FEATS.h5 attributes (resnet101 ->
-"ResNet", bottomup-r101 -> "bottom-up", any other backbone its own name, e.g. resnet18 or
-timm:vit_base_patch16_224.dino). Tables and plot legends name the backbone behind a column
-and say when its weights were random ("RN ResNet (random weights)"). Runs sharing a key
-(several seeds) are averaged, and the CSVs say how many there were; runs of one key whose
-settings differ are refused, naming the setting (`baselines.run_checks.check_alike`). A run
-that did not learn (its loss never left ln 8, or its accuracy is within the chance interval)
-is marked "(did not learn)" in every table, counted in the CSVs' `did_not_learn` column and
-listed with its reasons.
-Controls (the context-blind model, runs on shuffled context) are expected at chance instead:
-they are marked "control: pass" or "control: FAIL" against that expectation
-(`baselines.run_checks.control_result`) and listed in their own section, never as runs that
-did not learn.
+Each run contributes its `metrics.json` (`vprom evaluate`) and its `history.json`. A run is
+keyed by (model, feature type, aux, control, split); the feature type is the paper's name for
+the backbone (resnet101 -> "ResNet", bottomup-r101 -> "bottom-up") or the backbone's own name,
+and labels say when its weights were random. Runs sharing a key (seeds) are averaged, the
+CSVs saying how many; runs of one key whose settings differ are refused (`run_checks`). A run
+that did not learn is marked in every table and listed with its reasons; controls are marked
+"control: pass" or "control: FAIL" against chance and listed apart.
 
-Written into DIR (each file atomically):
-    table2.md / table2.csv   the paper's Table 2 layout on the neutral split: models ×
-                             {ResNet, bottom-up} × {without, with aux}, ours beside the paper's
-                             numbers, then the controls, humans and chance
-    splits.md / splits.csv   models × the seven splits
-    report.md                both tables and the plots, one page
-    by_relation.png, by_element_type.png   accuracy bars (neutral split when it has runs)
-    curves.png               training loss and validation accuracy per epoch
+Written into DIR, each file atomically: table2.md / .csv (the paper's Table 2 layout on the
+neutral split, ours beside the paper's numbers, then controls, humans and chance), splits.md /
+.csv (models x splits), report.md (all of it on one page), by_relation.png and
+by_element_type.png (accuracy bars, neutral split when it has runs) and curves.png (training
+loss and validation accuracy per epoch).
 """
 
 from __future__ import annotations
@@ -36,22 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from vprom.baselines.run_checks import (
-    check_alike,
-    control_result,
-    did_not_learn,
-    is_control,
-    settings,
-)
-from vprom.baselines.paper import (
-    CHANCE,
-    FEATURE_TYPES,
-    HUMANS,
-    HUMANS_SKIPPED,
-    PAPER_NAMES,
-    feature_type,
-    paper_accuracy,
-)
+from vprom.baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED, PAPER_NAMES,
+                                   feature_type, paper_accuracy)
+from vprom.baselines.run_checks import (check_alike, control_result, did_not_learn, is_control,
+                                        settings)
 from vprom.errors import VpromError
 from vprom.files import atomic_path, write_text
 from vprom.claim import writes
@@ -154,9 +131,8 @@ class Cell:
     @property
     def ci(self) -> tuple[float, float]:
         """The interval of a single run; over several runs, their lowest and highest bounds."""
-        lows = [100 * e.metrics["test"]["ci95"][0] for e in self.entries]
-        highs = [100 * e.metrics["test"]["ci95"][1] for e in self.entries]
-        return min(lows), max(highs)
+        return (min(100 * e.metrics["test"]["ci95"][0] for e in self.entries),
+                max(100 * e.metrics["test"]["ci95"][1] for e in self.entries))
 
     @property
     def n_test(self) -> int:
@@ -218,17 +194,20 @@ def table2_rows(cells: dict[Key, Cell]) -> list[dict]:
                 paper = None if control else paper_accuracy(model, features, aux)
                 if cell is None and paper is None:
                     continue
-                low, high = cell.ci if cell else (None, None)
                 rows.append({"model": model, "name": display_name(model), "features": features,
-                             "aux": aux, "control": control,
-                             "ours": None if cell is None else round(cell.accuracy, 2),
-                             "ci_low": None if cell is None else round(low, 2),
-                             "ci_high": None if cell is None else round(high, 2),
-                             "n_test": None if cell is None else cell.n_test,
-                             "runs": 0 if cell is None else len(cell.entries),
-                             "did_not_learn": None if cell is None else cell.not_learned,
+                             "aux": aux, "control": control, **figures(cell, "ours"),
                              "paper": paper, "cell": cell})
     return rows
+
+
+def figures(cell: Cell | None, name: str) -> dict:
+    """A cell's CSV columns, its accuracy under `name` (blank without a run)."""
+    if cell is None:
+        return {name: None, "ci_low": None, "ci_high": None, "n_test": None, "runs": 0,
+                "did_not_learn": None}
+    low, high = cell.ci
+    return {name: round(cell.accuracy, 2), "ci_low": round(low, 2), "ci_high": round(high, 2),
+            "n_test": cell.n_test, "runs": len(cell.entries), "did_not_learn": cell.not_learned}
 
 
 def _sources(rows: list[dict], **match) -> str:
@@ -262,8 +241,7 @@ def table2_markdown(rows: list[dict]) -> str:
 
 def reference_rows() -> list[dict]:
     """Humans and chance, as rows of table2.csv (the paper's figures, features-independent)."""
-    blank = {"features": "", "aux": "", "control": "", "ours": None, "ci_low": None,
-             "ci_high": None, "n_test": None, "runs": 0, "did_not_learn": None}
+    blank = {"features": "", "aux": "", "control": "", **figures(None, "ours")}
     return [{"model": "humans", "name": f"Humans ({HUMANS_SKIPPED}% skipped)", **blank,
              "paper": HUMANS},
             {"model": "chance", "name": "Chance", **blank, "paper": CHANCE}]
@@ -274,13 +252,9 @@ def split_rows(grouped: dict[str, dict[Key, Cell]]) -> list[dict]:
     rows = []
     for split in [s for s in SPLITS if s in grouped] + sorted(set(grouped) - set(SPLITS)):
         for key, cell in sorted(grouped[split].items(), key=lambda kv: _key_order(kv[0])):
-            low, high = cell.ci
             rows.append({"model": key[0], "name": display_name(key[0]), "features": key[1],
                          "aux": key[2], "control": key[3], "split": split,
-                         "accuracy": round(cell.accuracy, 2), "ci_low": round(low, 2),
-                         "ci_high": round(high, 2), "n_test": cell.n_test,
-                         "runs": len(cell.entries), "did_not_learn": cell.not_learned,
-                         "cell": cell})
+                         **figures(cell, "accuracy"), "cell": cell})
     return rows
 
 
@@ -347,18 +321,24 @@ def to_csv(rows: list[dict]) -> str:
 
 
 # ---------------------------------------------------------------- plots
-def _figure_path_save(fig, path: Path) -> None:
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(plt, fig, path: Path) -> None:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
 
 
 def bar_chart(entries: list[Entry], breakdown: str, title: str, path: Path) -> None:
     """Grouped bars: one group per relation (or element type), one bar per run label."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     present = {g for e in entries for g in e.metrics[breakdown]}
     known = [r.value for r in Relation] + [t.value for t in ElementType]
     groups = [g for g in known if g in present] + sorted(present - set(known))
@@ -375,17 +355,12 @@ def bar_chart(entries: list[Entry], breakdown: str, title: str, path: Path) -> N
     ax.set_title(title)
     ax.legend(fontsize="x-small", ncol=2 if len(entries) > 8 else 1, loc="upper left",
               bbox_to_anchor=(1.01, 1))
-    _figure_path_save(fig, path)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 def curves(entries: list[Entry], path: Path) -> None:
     """Training loss and validation accuracy per epoch, one line per run."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, (loss_ax, val_ax) = plt.subplots(1, 2, figsize=(11, 4))
     for e in entries:
         epochs = [h["epoch"] for h in e.history]
@@ -398,8 +373,7 @@ def curves(entries: list[Entry], path: Path) -> None:
     val_ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1)
     if len(entries) <= 24:
         val_ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
-    _figure_path_save(fig, path)
-    plt.close(fig)
+    _save(plt, fig, path)
 
 
 # ---------------------------------------------------------------- the report

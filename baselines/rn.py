@@ -1,32 +1,24 @@
 """Relation network (Santoro et al. 2017), as V-PROM uses it, computed without redundant work.
 
-For candidate j, let S_j = (x_1, ..., x_8, c_j) be the completed matrix: the 8 context panels
-and the candidate in the missing cell, each with its panel id (Eq. 7-8 of the paper):
+For candidate j, S_j = (x_1, ..., x_8, c_j) is the completed matrix (each panel with its id),
+and (Eq. 7-8 of the paper), with f1 and f2 k/2 Linear+ReLU layers each:
 
     r_j = sum over all 81 ordered pairs (a, b) in S_j x S_j of f1([x_a ; x_b])
     s_j = w . f2(r_j)
 
-f1 and f2 are k/2 Linear+ReLU layers each. `rn-direct` computes exactly that: it builds the
-8 x 81 concatenated pairs of 2(D+16) numbers and runs f1 on each, which costs
-648 x 2(D+16) x H multiply-adds per matrix in f1's first layer alone.
-
-The fast `rn` rests on two facts. (1) f1's first layer is linear in the concatenation:
-W [x_a ; x_b] + b = W_a x_a + W_b x_b + b, with W = [W_a | W_b]. So each of the 16 panels is
-projected once by W_a and once by W_b (32 products of D+16 by H, not 1,296), and a pair's
-pre-activation is one broadcast addition. (2) The 64 context-context pairs are the same in
-all 8 completed matrices: their f1 sum C is computed once per matrix, and each candidate adds
-only the 17 pairs that involve it (8 context-candidate, 8 candidate-context, 1 with itself):
+`rn-direct` computes exactly that, running f1 on all 8 x 81 concatenated pairs. The fast `rn`
+uses two facts. (1) f1's first layer is linear: W [x_a ; x_b] + b = W_a x_a + W_b x_b + b, so
+each panel is projected once by W_a and once by W_b, and a pair's pre-activation is one
+broadcast addition. (2) The 64 context-context pairs are shared by all 8 completed matrices:
+their sum C is computed once, and each candidate adds only its 17 pairs (f1' is f1 after its
+first linear map):
 
     r_j = C + sum_i f1'(P_a x_i + P_b c_j) + sum_i f1'(P_a c_j + P_b x_i) + f1'(P_a c_j + P_b c_j)
 
-where f1' is f1 after its first linear map. Pairs through f1's remaining layers drop from
-648 to 64 + 8 x 17 = 200 per matrix. Both versions share their parameters and parameter
-names, so a state dict moves between them; tests/baselines/test_rn.py checks they agree in
-float64, forward and backward.
-
-`rn-no-ids` drops the panel ids: the pair sum is then symmetric in the 8 context panels, so
-it cannot tell rows from columns (the paper's ablation). The auxiliary heads read the mean
-over candidates of f2's output.
+Pairs through f1' drop from 648 to 200 per matrix. Both versions share their parameter names,
+so a state dict moves between them; tests/baselines/test_rn.py checks they agree in float64.
+`rn-no-ids` drops the panel ids, so it cannot tell rows from columns (the paper's ablation).
+The auxiliary heads read the mean over candidates of f2's output.
 """
 
 from __future__ import annotations

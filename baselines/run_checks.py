@@ -1,28 +1,20 @@
 """Whether a run learned, and whether runs may be averaged: the checks behind every report.
 
-A run **did not learn** when either holds:
-- its training loss never left ln 8 = 2.0794, the loss of uniform scores over 8 candidates:
-  the lowest answer loss of any epoch stayed above ln 8 − `LOSS_TOLERANCE` (a run whose loss
-  rose above ln 8 is included);
-- its test accuracy lies within the chance interval: the 95% Wilson interval
-  (`vprom.statistics.wilson_interval`) of a chance-level score, 12.5% of its n test
-  matrices, so it cannot be told apart from guessing on that many matrices.
-Such a run is flagged in `vprom evaluate`'s summary, in every table of `vprom report` and
-`vprom reproduce`, and listed on the report page; it is not dropped, since chance can be
-the honest result of a control or of a split that does not generalise.
+A run **did not learn** when its lowest training answer loss stayed above ln 8 (the loss of
+uniform scores over 8 candidates) minus `LOSS_TOLERANCE`, or when its test accuracy lies
+within the 95% Wilson interval of a chance-level score on as many matrices. Such a run is
+flagged in `vprom evaluate`, `vprom report` and `vprom reproduce`, never dropped: chance can
+be the honest result of a split that does not generalise.
 
-A **control** is expected at chance instead: the context-blind model (it never sees the
-context) and any model trained on shuffled context panels (`--shuffle-context`: each
-matrix's context replaced by another's). Reaching chance is its success, so it is never
-flagged as not having learned; `control_result` checks it against chance with the rule of
-`vprom verify`'s bias probes: it passes when the lower end of its test accuracy's 95% Wilson
-interval is at most chance + 2 points (14.5%), and fails when it is clearly above, which
-would mean the answer can be found without the context (a shortcut in the data set).
+A **control** (the context-blind model, or any model on shuffled context) is expected at
+chance instead. `control_result` applies `vprom verify`'s rule for bias probes: it passes
+while the lower end of its 95% interval is at most chance + 2 points (14.5%); above that the
+answer can be found without the context, a shortcut in the data set.
 
-Runs of one table cell (model, features, aux, control, split) are averaged over seeds. They
-must differ in nothing else: `settings` collects what a run was trained with (every training
-setting except the seed and where it ran, plus the data set's content hash and the features'
-backbone weights), and `check_alike` refuses a cell whose runs differ, naming each setting.
+Runs of one table cell (model, features, aux, control, split) are averaged over seeds and must
+differ in nothing else: `settings` collects what a run was trained with (every setting but
+the seed and where it ran, the data set's content hash, the backbone weights), and
+`check_alike` refuses a cell whose runs differ, naming each setting.
 """
 
 from __future__ import annotations

@@ -1,74 +1,55 @@
-"""Training one baseline on one split (`vprom train`), resumable and data-parallel.
+"""Training one baseline on one split (`vprom train`), in the shape of torchvision's reference.
 
-Objective: softmax cross-entropy over the 8 candidate scores. With `aux`, the two auxiliary
-heads add their cross-entropies (relation, 4-way; element type, 3-way) with equal weight; they
-are used only in training. Optimiser: AdaDelta (the paper's) or Adam. Every hyper-parameter the
-user does not give is the model's default from `baselines/defaults.json` (`TrainConfig`).
+`train` opens the run folder (`baselines.run_folder`: fresh, resumed, finished or refused),
+loads the split onto the device, then per epoch runs `train_one_epoch`, scores validation with
+`evaluate`, keeps the best epoch as `best.pt` (early stopping after `patience` epochs without
+gain) and the latest state as `last.pt`, and appends to `history.json`. Rank 0 writes, each
+file atomically.
 
-Epochs and steps: `baselines.steps` (the epoch's batches as device tensors, a step that reads
-nothing back, optional CUDA graphs). Dropout-like randomness, if a model has any, comes from
-the torch generator reseeded at each epoch from (seed, e, rank). Everything an epoch does is
-thus a function of the seed, the epoch number and the weights it starts from, which is why
-resuming from the checkpoint of epoch e reaches the same final weights as an unbroken run.
+Loss: softmax cross-entropy over the 8 candidate scores; with `aux`, plus the cross-entropies
+of the two auxiliary heads (relation 4-way, element type 3-way) with equal weight, in training
+only. Optimiser: AdaDelta (the paper's) or Adam; unset hyper-parameters are the model's
+defaults (`baselines/defaults.json`, `TrainConfig.resolved`).
 
-After every epoch the split's validation set is scored; the best validation accuracy so far
-is kept as `best.pt` (early stopping after `patience` epochs without gain), the latest state
-as `last.pt`, and `history.json` gets the epoch's figures. Every file is written atomically.
-What a call does with an existing run folder (resume, nothing to do, refuse, --restart) is
-decided by `baselines.run_folder` before any data is read; nothing a user had is destroyed.
+Epoch e visits the training matrices in a permutation drawn from (seed, e), cut into
+ceil(n / batch_size) near-equal batches, and reseeds torch's generator from (seed, e, rank):
+an epoch depends only on the seed, its number and the weights it starts from, so a run resumed
+from a checkpoint ends with the weights of an unbroken one.
 
-Provenance: the features file must come from this data set (`check_features_source`); the
-run records the data set's content hash so that `evaluate` can refuse another one.
-
-Data parallel: under `torchrun` (WORLD_SIZE > 1) each process takes a contiguous slice of
-every batch and the model is wrapped in DistributedDataParallel (gloo on CPU, nccl on CUDA).
-Each process's loss is its slice's summed loss divided by the global batch size, times the
-number of processes, so DDP's gradient average equals the one-process batch mean: the same
-updates as one process (up to float summation order). Validation is sharded and the counts
-summed across processes; only rank 0 writes files.
-
-Run folder: config.json (the resolved TrainConfig, which settings came from the defaults
-file, model config, feature attributes, input hashes), history.json, last.pt, best.pt (and
-metrics.json from `vprom evaluate`). Checkpoints hold only tensors and plain Python values, so
-`torch.load(path, weights_only=True)` reads them.
+Under torchrun each process takes a contiguous slice of every batch, and its loss is the
+slice's summed loss times world size / batch size: DDP's gradient average is then the batch
+mean, one process's update (up to float summation order). Validation counts are summed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from tqdm import tqdm
 
 from vprom.baselines import run_folder
-from vprom.baselines.parts import ModelConfig
-from vprom.baselines.config import (
-    HYPER,
-    OPTIMIZERS,
-    TrainConfig,
-    check_value,
-    defaults_path,
-)
+from vprom.baselines.config import HYPER, TrainConfig, check_value, defaults_path
 from vprom.baselines.data import MatrixSet, SplitData, load_split
+from vprom.baselines.parts import ModelConfig
 from vprom.baselines.registry import get_model, list_models
-from vprom.baselines.run_folder import RunPlace, load_checkpoint
-from vprom.baselines.steps import Stepper, batches, epoch_share, make_optimizer
+from vprom.baselines.run_folder import RunPlace, save_checkpoint
+from vprom.domain import SPLITS
 from vprom.errors import VpromError
 from vprom.claim import writes
 from vprom.feature_files import check_features_source
-from vprom.files import atomic_path, write_json
+from vprom.files import write_json
 from vprom.manifest import input_hash, make_manifest
-from vprom.domain import SPLITS
 from vprom.runtime import World, joined_world
-
-__all__ = ["train", "build_model", "load_checkpoint", "predict", "accuracy", "train_epoch"]
 
 CHECKPOINT_FORMAT = 2
 EVAL_BATCH = 512
+WARMUP_STEPS = 3  # eager steps before a CUDA graph capture: cuBLAS handles, optimiser state
 
 
 def check_config(config: TrainConfig) -> None:
@@ -78,9 +59,6 @@ def check_config(config: TrainConfig) -> None:
     if config.model not in list_models():
         raise VpromError(f"unknown model {config.model!r}; known models: "
                          f"{', '.join(list_models())}")
-    if config.optimizer not in OPTIMIZERS:
-        raise VpromError(f"unknown optimizer {config.optimizer!r}; use one of "
-                         f"{', '.join(OPTIMIZERS)}")
     for name in ("epochs", "patience"):
         if getattr(config, name) < 1:
             raise VpromError(f"--{name} must be at least 1, got {getattr(config, name)}")
@@ -94,10 +72,9 @@ def check_config(config: TrainConfig) -> None:
             raise VpromError(f"{getattr(config, name)}: no such file (--{name})")
 
 
-# ---------------------------------------------------------------- model and optimiser
 def build_model(config: TrainConfig, feature_dim: int) -> tuple[torch.nn.Module, ModelConfig]:
-    """The model of `config` (resolved here: None means the model's default), its weights
-    drawn from `config.seed` (the caller's RNG is left alone)."""
+    """The model of `config` (resolved here), its weights drawn from `config.seed` (the
+    caller's generator is left alone)."""
     config = config.resolved()
     model_config = ModelConfig(feature_dim=feature_dim, hidden=config.hidden, aux=config.aux,
                                score_init=config.score_init)
@@ -107,33 +84,66 @@ def build_model(config: TrainConfig, feature_dim: int) -> tuple[torch.nn.Module,
     return model, model_config
 
 
-def _optimizer(config: TrainConfig, model: torch.nn.Module, device: torch.device):
-    return make_optimizer(config.optimizer, model.parameters(), lr=config.lr, eps=config.eps,
-                          rho=config.rho, capturable=config.cuda_graphs and device.type == "cuda")
+def make_optimizer(config: TrainConfig, model: torch.nn.Module,
+                   capturable: bool = False) -> torch.optim.Optimizer:
+    """AdaDelta or Adam with the run's settings; `capturable` for CUDA graphs."""
+    settings = {"lr": config.lr, "eps": config.eps, "capturable": capturable}
+    if config.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), **settings)
+    return torch.optim.Adadelta(model.parameters(), rho=config.rho, **settings)
 
 
-def _epoch_seed(seed: int, epoch: int, *more: int) -> int:
-    return int(np.random.SeedSequence([seed, epoch, *more]).generate_state(1)[0])
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int,
+                  world: World) -> list[tuple[torch.Tensor, float]]:
+    """This process's share of each batch of epoch `epoch` (positions in the training part,
+    on the device), with the loss scale world size / batch size."""
+    order = np.random.default_rng(np.random.SeedSequence([seed, epoch])).permutation(n)
+    # tensor_split cuts like np.array_split; its pieces are views of one upload per epoch
+    batches = torch.from_numpy(order).to(world.device).tensor_split(
+        max(1, math.ceil(n / batch_size)))
+    return [(batch.tensor_split(world.size)[world.rank], world.size / len(batch))
+            for batch in batches]
 
 
-# ---------------------------------------------------------------- one epoch
-def train_epoch(stepper: Stepper, config: TrainConfig, epoch: int, world: World) -> dict:
-    """One pass over the training matrices; returns the epoch's loss and accuracy figures."""
-    share = epoch_share(len(stepper.part), config.batch_size, config.seed, epoch, world)
-    stepper.model.train()
-    torch.manual_seed(_epoch_seed(config.seed, epoch, world.rank))
-    stepper.load(share)
-    for _ in tqdm(range(share.steps), desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch",
-                  disable=None if world.main else True, leave=False):
-        stepper.run()
-    # the one read-back of the epoch
-    answer_loss, aux_loss, correct, count = world.all_sum([*stepper.figures().tolist(),
-                                                           share.count])
-    figures = {"train_loss": (answer_loss + aux_loss) / count,
-               "train_answer_loss": answer_loss / count,
-               "train_acc": correct / count}
-    if config.aux:
-        figures["train_aux_loss"] = aux_loss / count
+# ---------------------------------------------------------------- the loop
+def train_step(model, optimizer, data: SplitData, index: torch.Tensor, scale,
+               aux: bool) -> torch.Tensor:
+    """One optimiser step on the training matrices at `index`; returns their summed answer
+    loss, summed auxiliary loss and correct answers (on the device, nothing read back)."""
+    part = data.parts["train"]
+    out = model(data.panels(part, index))
+    answer = F.cross_entropy(out.scores, part.answer[index], reduction="none")
+    extra = torch.zeros_like(answer)
+    if aux:
+        if out.relation_logits is None or out.element_type_logits is None:
+            raise VpromError("--aux: this model returned no auxiliary logits; train it "
+                             "without --aux")
+        extra = (F.cross_entropy(out.relation_logits, part.relation[index], reduction="none")
+                 + F.cross_entropy(out.element_type_logits, part.element_class[index],
+                                   reduction="none"))
+    loss = (answer + extra).sum() * scale
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    correct = (out.scores.argmax(1) == part.answer[index]).sum()
+    return torch.stack([answer.detach().sum(), extra.detach().sum(), correct.to(answer.dtype)])
+
+
+def train_one_epoch(model, optimizer, data: SplitData, batches, aux: bool, world: World,
+                    step=train_step) -> dict:
+    """One pass over `batches` (from `epoch_batches`); the epoch's mean losses and accuracy.
+    `step` is `train_step`, or a `CudaGraphStep` replaying it."""
+    model.train()
+    # float64 running sums on the device, read back once at the end of the epoch
+    totals = torch.zeros(3, dtype=torch.float64, device=data.features.device)
+    for index, scale in batches:
+        totals += step(model, optimizer, data, index, scale, aux)
+    answer_loss, aux_loss, correct = world.all_sum(totals.tolist())
+    n = len(data.parts["train"])
+    figures = {"train_loss": (answer_loss + aux_loss) / n, "train_answer_loss": answer_loss / n,
+               "train_acc": correct / n}
+    if aux:
+        figures["train_aux_loss"] = aux_loss / n
     return figures
 
 
@@ -142,18 +152,13 @@ def predict(model, data: SplitData, part: MatrixSet, batch_size: int = EVAL_BATC
     """The predicted answer of every matrix of `part` (one process, no DDP wrapper)."""
     was_training = model.training
     model.eval()
-    out = []
-    for start in range(0, len(part), batch_size):
-        index = torch.arange(start, min(start + batch_size, len(part)),
-                             device=data.features.device)
-        out.append(model(data.panels(part, index)).scores.argmax(1))
+    index = torch.arange(len(part), device=data.features.device)
+    out = [model(data.panels(part, batch)).scores.argmax(1) for batch in index.split(batch_size)]
     model.train(was_training)
-    if not out:
-        return torch.zeros(0, dtype=torch.int64)
-    return torch.cat(out).cpu()
+    return torch.cat(out).cpu() if out else torch.zeros(0, dtype=torch.int64)
 
 
-def accuracy(model, data: SplitData, part_name: str, world: World) -> float | None:
+def evaluate(model, data: SplitData, part_name: str, world: World) -> float | None:
     """Accuracy on a part, each process scoring a slice; None when the part is empty."""
     part = data.parts[part_name]
     mine = world.shard(np.arange(len(part)))
@@ -165,232 +170,186 @@ def accuracy(model, data: SplitData, part_name: str, world: World) -> float | No
     return correct / count if count else None
 
 
+class CudaGraphStep:
+    """`train_step` replayed from CUDA graphs (`--cuda-graphs`: one GPU, one process).
+
+    The first WARMUP_STEPS steps run eagerly on a side stream, as capture wants. Then the step
+    is captured once per batch width (an epoch's batches have at most two) on static index and
+    scale tensors; every later step copies its inputs into them and replays that graph: one
+    launch instead of some hundred kernels. Capture records the step without running it.
+    """
+
+    def __init__(self, world: World):
+        if world.device.type != "cuda":
+            raise VpromError("--cuda-graphs needs a CUDA device; drop it on the CPU")
+        if world.size > 1:
+            raise VpromError("--cuda-graphs runs on one process; drop it under torchrun")
+        self.eager_steps, self.graphs = 0, {}
+
+    def __call__(self, model, optimizer, data, index, scale, aux) -> torch.Tensor:
+        if self.eager_steps < WARMUP_STEPS:
+            self.eager_steps += 1
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                sums = train_step(model, optimizer, data, index, scale, aux)
+            torch.cuda.current_stream().wait_stream(side)
+            return sums
+        if len(index) not in self.graphs:
+            static = index.clone(), torch.tensor(scale, device=index.device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                sums = train_step(model, optimizer, data, *static, aux)
+            self.graphs[len(index)] = graph, *static, sums
+        graph, static_index, static_scale, sums = self.graphs[len(index)]
+        static_index.copy_(index)
+        static_scale.fill_(scale)
+        graph.replay()
+        return sums
+
+
 # ---------------------------------------------------------------- the run
-def rng_devices(device: torch.device) -> list[int]:
-    """The CUDA devices whose generators `fork_rng` saves and restores around a run."""
-    return [device.index] if device.type == "cuda" else []
-
-
-def ddp_device_ids(device: torch.device) -> list[int] | None:
-    """DistributedDataParallel's `device_ids`: this process's GPU, None on the CPU."""
-    return [device.index] if device.type == "cuda" else None
-
-
 @writes(lambda a: a["config"].out, ("run",), inputs=run_folder.inputs, names=run_folder.NAMES)
 def train(config: TrainConfig) -> Path:
-    """Train `config.model` on `config.split`; returns the run folder (see the module doc).
-
-    The whole loop is here: open the run (`Run.open`: the folder, the data, the model, the
-    optimiser, the epoch to start from), then per epoch train, score validation, keep the
-    best and write the checkpoints (`Run.end_epoch`), until the last epoch or early stop.
-    """
-    requested = config
-    config = config.resolved()
+    """Train `config.model` on `config.split`; returns the run folder (see the module doc)."""
+    defaulted, config = config.defaulted(), config.resolved()
     check_config(config)
-    with joined_world(config.device) as world:
-        if config.cuda_graphs and world.device.type != "cuda":
-            raise VpromError("--cuda-graphs needs a CUDA device; drop it on the CPU")
-        with torch.random.fork_rng(devices=rng_devices(world.device)):
-            run = Run.open(config, requested.defaulted(), world)
-            if run is None:
-                return config.out
-            try:
-                for epoch in range(run.start, config.epochs):
-                    if run_folder.stopped(run.history, run.best, config.patience):
-                        break
-                    began = time.perf_counter()
-                    figures = train_epoch(run.stepper, config, epoch, world)
-                    figures["val_acc"] = accuracy(run.model, run.data, "val", world)
-                    run.end_epoch(epoch, figures, time.perf_counter() - began)
-            except KeyboardInterrupt:
-                run.interrupted()
-                raise
-            val = run.best["val_acc"]
-            _log(world, f"done: best val accuracy {'n/a' if val is None else f'{100 * val:.1f}%'}"
-                        f" (epoch {run.best['epoch'] + 1}); run folder {config.out}")
+    with joined_world(config.device) as world, torch.random.fork_rng(
+            devices=[world.device.index] if world.device.type == "cuda" else []):
+        graphed = CudaGraphStep(world) if config.cuda_graphs else None
+        place = run_folder.place_run(config)
+        world.barrier()  # every process has read the folder before rank 0 changes it
+        log(world, place.message)
+        if place.finished:
+            return config.out
+        data = load_data(config, world)
+        model, model_config = build_model(config, data.feature_dim)
+        model.to(world.device)
+        optimizer = make_optimizer(config, model, capturable=graphed is not None)
+        history, best, start = restore(place.state, model, optimizer)
+        # what every checkpoint and config.json record beside the weights
+        header = {"format": CHECKPOINT_FORMAT, "model_config": dataclasses.asdict(model_config),
+                  "features_attrs": run_folder.plain_record(data.attrs),
+                  "dataset": {"content_hash": input_hash(config.dataset)},
+                  "world_size": world.size}
+        if world.main:
+            run_folder.prepare(place)
+            write_config(place.folder, config, defaulted, data, header)
+            hyper = ", ".join(f"{k} {getattr(config, k)}" for k in HYPER
+                              if getattr(config, k) is not None)
+            log(world, f"{config.model} on {config.split}: {len(data.parts['train'])} train / "
+                       f"{len(data.parts['val'])} val matrices, {world.size} process(es) on "
+                       f"{world.device}; {hyper}" + (f" ({', '.join(defaulted)} from "
+                                                    f"{defaults_path().name})" if defaulted else ""))
+        world.barrier()
+        trained = model if world.size == 1 else torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[world.device.index] if world.device.type == "cuda" else None)
+        try:
+            for epoch in range(start, config.epochs):
+                if run_folder.stopped(history, best, config.patience):
+                    break
+                began = time.perf_counter()
+                torch.manual_seed(int(np.random.SeedSequence(
+                    [config.seed, epoch, world.rank]).generate_state(1)[0]))
+                batches = tqdm(epoch_batches(len(data.parts["train"]), config.batch_size,
+                                             config.seed, epoch, world),
+                               desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch",
+                               disable=None if world.main else True, leave=False)
+                figures = train_one_epoch(trained, optimizer, data, batches, config.aux, world,
+                                          graphed or train_step)
+                figures["val_acc"] = evaluate(model, data, "val", world)
+                history.append({"epoch": epoch + 1, **figures,
+                                "seconds": round(time.perf_counter() - began, 3)})
+                # without validation matrices every epoch counts as the best: no early stop
+                improved = figures["val_acc"] is None or best["val_acc"] is None or (
+                    figures["val_acc"] > best["val_acc"])
+                if improved:
+                    best = {"epoch": epoch, "val_acc": figures["val_acc"]}
+                if world.main:
+                    place = save_epoch(place, improved, {
+                        **header, "config": run_folder.portable(config.to_dict(), place.folder),
+                        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                        "optimizer": optimizer.state_dict(), "epoch": epoch,
+                        "best": dict(best), "history": [dict(h) for h in history]})
+                world.barrier()
+        except KeyboardInterrupt:
+            log(world, interrupted(place))
+            raise
+        val = best["val_acc"]
+        log(world, f"done: best val accuracy {'n/a' if val is None else f'{100 * val:.1f}%'} "
+                   f"(epoch {best['epoch'] + 1}); run folder {config.out}")
     return config.out
 
 
-def _load_data(config: TrainConfig, world: World) -> SplitData:
+def load_data(config: TrainConfig, world: World) -> SplitData:
     check_features_source(config.dataset, config.features)
     data = load_split(config.dataset, config.features, config.split,
                       shuffle_context=config.shuffle_context, seed=config.seed,
                       center=config.center_features)
-    if len(data.parts["train"]) == 0:
+    n = len(data.parts["train"])
+    if n == 0:
         raise VpromError(f"{config.dataset}: split {config.split!r} has no training matrices; "
                          "regenerate the dataset at a larger --scale or pick another split")
-    smallest = min(len(b) for b in batches(len(data.parts["train"]), config.batch_size, 0, 0))
+    smallest = n // max(1, math.ceil(n / config.batch_size))
     if smallest < world.size:
         raise VpromError(f"batches of {smallest} matrices cannot be split over {world.size} "
                          "processes; raise --batch-size or use fewer processes")
     return data.to(world.device)
 
 
-@dataclass
-class Run:
-    """One training run between its epochs: what `train`'s loop reads and `end_epoch` keeps."""
-
-    config: TrainConfig
-    world: World
-    place: RunPlace  # what this call does with the run folder (a --restart stages first)
-    data: SplitData
-    model: torch.nn.Module  # unwrapped: what checkpoints hold and validation scores
-    model_config: ModelConfig
-    optimizer: torch.optim.Optimizer
-    stepper: Stepper  # the training step over the (DDP-wrapped) model
-    history: list[dict]
-    best: dict  # {"epoch", "val_acc"} of the best epoch so far
-    start: int  # the first epoch this call trains
-
-    @property
-    def folder(self) -> Path:
-        """Where the run writes now: OUT, or a --restart's staging folder until promoted."""
-        return self.place.folder
-
-    @classmethod
-    def open(cls, config: TrainConfig, defaulted: list[str], world: World) -> Run | None:
-        """The run ready for its next epoch (fresh or resumed); None when nothing is left."""
-        place = run_folder.place_run(config)
-        world.barrier()  # every process has read the folder before rank 0 changes it
-        _log(world, place.message)
-        if place.finished:
-            return None
-        data = _load_data(config, world)
-        model, model_config = build_model(config, data.feature_dim)
-        model.to(world.device)
-        optimizer = _optimizer(config, model, world.device)
-        history, best, start = _restore(place.state, model, optimizer)
-        if world.main:
-            run_folder.prepare(place)
-            _write_config(place.folder, config, defaulted, data, model_config, world)
-            _log(world, f"{config.model} on {config.split}: {len(data.parts['train'])} train / "
-                        f"{len(data.parts['val'])} val matrices, {world.size} process(es) on "
-                        f"{world.device}; {_settings(config, defaulted)}")
-        world.barrier()
-        shape = epoch_share(len(data.parts["train"]), config.batch_size, config.seed, start,
-                            world).index.shape
-        stepper = Stepper(_wrap(model, world), optimizer, data, config.aux, world, *shape,
-                          cuda_graphs=config.cuda_graphs)
-        return cls(config, world, place, data, model, model_config, optimizer, stepper,
-                   history, best, start)
-
-    def end_epoch(self, epoch: int, figures: dict, seconds: float) -> None:
-        """Record the epoch, keep it as the best when validation improved (without
-        validation matrices every epoch counts as the best: no early stopping), write the
-        checkpoints and, after a --restart's first epoch, promote the staging folder."""
-        world = self.world
-        self.history.append({"epoch": epoch + 1, **figures, "seconds": round(seconds, 3)})
-        improved = figures["val_acc"] is None or self.best["val_acc"] is None or (
-            figures["val_acc"] > self.best["val_acc"])
-        if improved:
-            if world.main:
-                run_folder.supersede_metrics(self.folder)
-            self.best = {"epoch": epoch, "val_acc": figures["val_acc"]}
-        if world.main:
-            self.save(epoch, improved)
-            if self.place.staging:
-                self.place = run_folder.promote(self.place)
-                _log(world, self.place.message)
-        world.barrier()
-
-    def save(self, epoch: int, improved: bool) -> None:
-        """last.pt (and best.pt when `improved`) and history.json, each atomically."""
-        config, folder, history = self.config, self.folder, self.history
-        state = {
-            "format": CHECKPOINT_FORMAT,
-            "config": run_folder.portable(config.to_dict(), folder),
-            "model_config": dataclasses.asdict(self.model_config),
-            "features_attrs": run_folder.file_names(plain(self.data.attrs)),
-            "dataset": {"content_hash": input_hash(config.dataset)},
-            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
-            "optimizer": self.optimizer.state_dict(),
-            "epoch": epoch,
-            "best": dict(self.best),
-            "history": [dict(h) for h in history],
-            "rng": {"torch": torch.get_rng_state()},
-            "world_size": self.world.size,
-        }
-        if improved:
-            _save_checkpoint(folder / "best.pt", {k: v for k, v in state.items()
-                                                  if k != "optimizer"})
-        _save_checkpoint(folder / "last.pt", state)
-        write_json(folder / "history.json", history)
-        h = history[-1]
-        val = "n/a" if h["val_acc"] is None else f"{100 * h['val_acc']:.1f}%"
-        _log(self.world, f"epoch {epoch + 1}/{config.epochs}: loss {h['train_loss']:.4f}, "
-                         f"train {100 * h['train_acc']:.1f}%, val {val}"
-                         + (" (best)" if improved else ""))
-
-    def interrupted(self) -> None:
-        """Say what Ctrl-C left: the finished epochs, or a restart's old run untouched."""
-        out = self.config.out
-        if self.place.staging and self.folder.exists():  # not promoted yet
-            _log(self.world, f"interrupted before the restarted run finished an epoch: {out} "
-                             "is as it was; run the same command (with --restart) to start over")
-        else:
-            _log(self.world, f"interrupted: the epochs finished so far are saved in {out}; "
-                             "run the same command again to resume")
-
-
-def _settings(config: TrainConfig, defaulted: list[str]) -> str:
-    values = ", ".join(f"{k} {getattr(config, k)}" for k in HYPER if getattr(config, k) is not None)
-    source = f" ({', '.join(defaulted)} from {defaults_path().name})" if defaulted else ""
-    return values + source
-
-
-def _restore(state: dict | None, model, optimizer) -> tuple[list[dict], dict, int]:
+def restore(state: dict | None, model, optimizer) -> tuple[list[dict], dict, int]:
     """Load a checkpoint's weights and optimiser state; returns (history, best, first epoch)."""
     if state is None:
         return [], {"epoch": -1, "val_acc": None}, 0
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng"]["torch"])
     return state["history"], state["best"], state["epoch"] + 1
 
 
-def _write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: SplitData,
-                  model_config: ModelConfig, world: World) -> None:
+def write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: SplitData,
+                 header: dict) -> None:
+    """config.json: the run's manifest, with its resolved settings and where they came from."""
     manifest = make_manifest(
         "run", config=run_folder.portable(config.to_dict(), config.out), seed=config.seed,
         inputs={"dataset": input_hash(config.dataset),
                 "features": input_hash(config.features)},
         counts={part: len(s) for part, s in data.parts.items()})
-    manifest["defaulted"] = {k: getattr(config, k) for k in defaulted}
-    manifest["defaults_file"] = f"baselines/{defaults_path().name}"  # not the install path
-    manifest["model_config"] = dataclasses.asdict(model_config)
-    manifest["features_attrs"] = run_folder.file_names(plain(data.attrs))
-    manifest["world_size"] = world.size
+    manifest.update(defaulted={k: getattr(config, k) for k in defaulted},
+                    defaults_file=f"baselines/{defaults_path().name}",  # not the install path
+                    model_config=header["model_config"],
+                    features_attrs=header["features_attrs"], world_size=header["world_size"])
     write_json(folder / "config.json", manifest)
 
 
-def plain(value):
-    """`value` with numpy scalars/arrays turned into Python ones (JSON- and weights_only-safe)."""
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    return value
+def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
+    """Rank 0 after an epoch: best.pt (when `improved`), last.pt and history.json; after a
+    --restart's first epoch the staging folder replaces the old run."""
+    folder = place.folder
+    if improved:
+        run_folder.supersede_metrics(folder)  # it scored the best.pt about to be replaced
+        save_checkpoint(folder / "best.pt", {k: v for k, v in state.items() if k != "optimizer"})
+    save_checkpoint(folder / "last.pt", state)
+    write_json(folder / "history.json", state["history"])
+    h, epochs = state["history"][-1], state["config"]["epochs"]
+    val = "n/a" if h["val_acc"] is None else f"{100 * h['val_acc']:.1f}%"
+    tqdm.write(f"epoch {h['epoch']}/{epochs}: loss {h['train_loss']:.4f}, train "
+               f"{100 * h['train_acc']:.1f}%, val {val}" + (" (best)" if improved else ""))
+    if not place.staging:
+        return place
+    place = run_folder.promote(place)
+    tqdm.write(place.message)
+    return place
 
 
-def _save_checkpoint(path: Path, state: dict) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+def interrupted(place: RunPlace) -> str:
+    """What Ctrl-C left: the finished epochs, or a restart's old run untouched."""
+    if place.staging and place.folder.exists():  # the restarted run has not replaced it yet
+        return (f"interrupted before the restarted run finished an epoch: {place.out} is as it "
+                "was; run the same command (with --restart) to start over")
+    return (f"interrupted: the epochs finished so far are saved in {place.out}; run the same "
+            "command again to resume")
 
 
-def _wrap(model: torch.nn.Module, world: World) -> torch.nn.Module:
-    """The model as trained: DDP-wrapped when there are several processes."""
-    if world.size == 1:
-        return model
-    return torch.nn.parallel.DistributedDataParallel(model,
-                                                     device_ids=ddp_device_ids(world.device))
-
-
-def _log(world: World, text: str) -> None:
+def log(world: World, text: str) -> None:
     if world.main:
         tqdm.write(text)

@@ -18,8 +18,7 @@ is many batches), in batches of `--batch`, the same index list for every reader:
   vectorised gather from the same in-memory table into a reused buffer (features),
   `SpatialMaps.gather` (maps), `CropStore.read_rows` (pixels);
 - `VPROM` through a DataLoader with 0 and 2 workers, item by item (`batch_size`, collated),
-  and `VPROM.loader` (whole batches, `VPROM.batch`, whose workers reuse a ring of shared
-  memory: `vprom.data.shipping`).
+  and `VPROM.loader` (a DataLoader over whole batches, `VPROM.batch`, no collate step).
 Every reader is warmed by one untimed pass first: the workers are persistent and already
 started when the clock runs (steady state; their start is printed apart), and the bare
 reader has its pages and buffers in place too. Each batch is consumed by reading one byte of
@@ -28,9 +27,9 @@ Each figure is the best of `--rounds` passes, the readers' passes taken in turn 
 round (a drift in the machine's load falls on all of them alike); pooled features pass in
 ~40 ms at the default size, so time them with `--problems 12800`. One more pass of the
 2-worker `VPROM.loader` gives the CPU time a batch costs its main process and its workers
-(from /proc). A plain DataLoader's worker hands each batch to the main process in a fresh
-shared-memory segment (torch's transport); what one batch's segment costs here is printed
-too. `--batch` takes a list: each size is timed in turn.
+(from /proc). A DataLoader's worker hands each batch to the main process in a fresh
+shared-memory segment; what one batch's segment costs here is printed too (`shm ms`).
+`--batch` takes a list: each size is timed in turn.
 
 Pixels per problem (single process, the same `--jpeg-problems` problems for each): decoding
 their 16 panels from the JPEGs (`features.crops.decode_crops`, the rule the store was made
@@ -295,7 +294,7 @@ def main() -> None:
     only = [s for s in args.only.split(",") if s] or list(sources)
     print(f"\nproblems/s, {args.problems} problems a pass; then ratios to bare; loader: "
           "VPROM.loader; first: s to a fresh 2-worker VPROM.loader's first batch; shm: ms to "
-          "put one batch in fresh shared memory, as a plain DataLoader's worker does; bare ms: "
+          "put one batch in fresh shared memory, as a DataLoader's worker does; bare ms: "
           "a batch's bare read; CPU ms a batch of the 2-worker loader's main process and of "
           "its workers together")
     print(f"{'source':14s} {'batch':>5s} {'bare':>9s} {'items 0w':>10s} {'items 2w':>10s} "

@@ -216,7 +216,7 @@ def recheck(view, n: int, seed: int) -> tuple[int, int, int]:
 
     m = view.matrices
     parts = m.parts_of()
-    full, explicit = view.label_sets(), view.crops.label_sets()
+    full, explicit = view.labels, view.explicit_labels
     universe, groups = universes(view), reading_groups(view)
     bad = [0, 0, 0]
     for i in np.random.default_rng(seed).choice(len(m), size=min(n, len(m)), replace=False):

@@ -58,10 +58,9 @@ def main() -> None:
         data, structure = load(path)
         if data is None:
             sys.exit(f"{path}: not a readable DATASET.h5 ({'; '.join(structure)})")
-        jobs._INPUTS[:] = [jobs.Inputs(data, structure, rules, None, None, None,
-                                       rules.design.train_bans)]
-        jobs._SHARED.clear()
-        view, groups = jobs._shared("probes")
+        inputs = jobs.prepare(data, structure, rules, None, None, None,
+                              rules.design.train_bans)
+        view, groups = inputs.view, inputs.groups
         answers = data.matrices.answer.astype(np.int64)
         found = [(tr, te) for name, tr, te in groups if name == args.group]
         if not found:

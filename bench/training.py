@@ -1,15 +1,11 @@
 """Training speed of the four paper models: matrices/s and the time of a full neutral epoch.
 
-What is timed is `baselines.train.train_epoch`, the real training path (`baselines.steps`: the
-feature table on the device, per-epoch index tensors, a step that reads nothing back, CUDA
-graphs with --cuda-graphs), on random L2-normalised features of the paper's size (D = 2048)
-and random matrices: --matrices training matrices over --crops distinct crops, AdaDelta with
-each model's defaults (`baselines/defaults.json`), at the paper's batch size 64, one
-untimed warm-up epoch first. Side by side, in the same process, the plain loop it replaced
-(`tests.baselines.test_steps.reference_epoch`: batch indices copied from the host every step,
-figures read back every step) is timed on the same data, so the ratio is measured, not
-estimated. The full-epoch time is extrapolated to the neutral split's 148,671 training
-matrices from the measured rate.
+What is timed is `baselines.train.train_one_epoch`, the loop `vprom train` runs (the feature
+table on the device, one gather a batch; `--cuda-graphs` replays each step from a CUDA graph,
+`CudaGraphStep`), on random L2-normalised features of the paper's size (D = 2048) and random
+matrices: --matrices training matrices over --crops distinct crops, each model's defaults
+(`baselines/defaults.json`) at the paper's batch size 64, after one untimed warm-up epoch.
+The full-epoch time is extrapolated to the neutral split's 148,671 training matrices.
 
     .venv/bin/python bench/training.py --device cpu --matrices 640           # here (CPU)
     python bench/training.py --device cuda --matrices 148671                 # one GPU
@@ -21,17 +17,15 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-
-from vprom.baselines.config import TrainConfig  # noqa: E402
-from vprom.baselines.data import MatrixSet, SplitData  # noqa: E402
-from vprom.baselines.steps import Stepper, epoch_share, make_optimizer  # noqa: E402
-from vprom.baselines.train import build_model, train_epoch  # noqa: E402
-from vprom.runtime import World, resolve_device  # noqa: E402
+from vprom.baselines.config import TrainConfig
+from vprom.baselines.data import MatrixSet, SplitData
+from vprom.baselines.train import (CudaGraphStep, build_model, epoch_batches, make_optimizer,
+                                   train_one_epoch, train_step)
+from vprom.runtime import World, resolve_device
 
 PAPER_MODELS = ("mlp-sum-6", "gru-shared", "vqa", "rn")
 NEUTRAL_TRAIN = 148_671
@@ -48,8 +42,6 @@ def get_args_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", default=",".join(PAPER_MODELS))
     p.add_argument("--aux", action="store_true")
     p.add_argument("--cuda-graphs", action="store_true")
-    p.add_argument("--no-plain", dest="plain", action="store_false",
-                   help="skip the plain loop it replaced")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     return p
 
@@ -66,48 +58,26 @@ def random_split(args, device: torch.device) -> SplitData:
                      element_class=torch.randint(3, (n,), generator=g),
                      relation_name=np.array(["and"] * n), element_type=np.array(["object"] * n))
     empty = part.take(np.zeros(0, dtype=np.int64))
-    return SplitData(features, {"train": part, "val": empty, "test": empty}, {}, Path("random"),
-                     Path("random")).to(device)
+    return SplitData(features, {"train": part, "val": empty, "test": empty}, {}).to(device)
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_model(name: str, data: SplitData, args, world: World) -> dict:
-    """Median epoch seconds of each path; the paths alternate epoch by epoch, so that load
-    from other processes falls on both alike."""
-    from tests.baselines.test_steps import reference_epoch
-
+def epoch_seconds(name: str, data: SplitData, args, world: World) -> float:
+    """Median seconds of the timed epochs."""
     config = TrainConfig(dataset="random", features="random", model=name, split="neutral",
-                         out="unused", batch_size=args.batch, aux=args.aux,
-                         cuda_graphs=args.cuda_graphs).resolved()
-    runners = {}
-    for path in ["device"] + (["plain"] if args.plain else []):
-        model, _ = build_model(config, data.feature_dim)
-        model.to(world.device)
-        optimizer = make_optimizer(config.optimizer, model.parameters(), lr=config.lr,
-                                   eps=config.eps, rho=config.rho,
-                                   capturable=args.cuda_graphs and world.device.type == "cuda")
-        if path == "device":
-            shape = epoch_share(args.matrices, args.batch, 0, 0, world).index.shape
-            stepper = Stepper(model, optimizer, data, args.aux, world, *shape,
-                              cuda_graphs=args.cuda_graphs)
-            runners[path] = lambda epoch, s=stepper: train_epoch(s, config, epoch, world)
-        else:
-            runners[path] = lambda epoch, m=model, o=optimizer: reference_epoch(
-                m, o, data, config, epoch)
-    times: dict[str, list[float]] = {path: [] for path in runners}
+                         out="unused", batch_size=args.batch, aux=args.aux).resolved()
+    model, _ = build_model(config, data.feature_dim)
+    model.to(world.device)
+    optimizer = make_optimizer(config, model, capturable=args.cuda_graphs)
+    step = CudaGraphStep(world) if args.cuda_graphs else train_step
+    times = []
     for epoch in range(1 + args.epochs):  # epoch 0 warms up, untimed
-        for path, run in runners.items():
-            synchronize(world.device)
-            began = time.perf_counter()
-            run(epoch)
-            synchronize(world.device)
-            if epoch:
-                times[path].append(time.perf_counter() - began)
-    return {path: float(np.median(t)) for path, t in times.items()}
+        if world.device.type == "cuda":
+            torch.cuda.synchronize(world.device)
+        began = time.perf_counter()
+        batches = epoch_batches(args.matrices, args.batch, 0, epoch, world)
+        train_one_epoch(model, optimizer, data, batches, args.aux, world, step)  # reads back
+        times.append(time.perf_counter() - began)
+    return float(np.median(times[1:]))
 
 
 def main(args) -> None:
@@ -122,15 +92,13 @@ def main(args) -> None:
           f"{args.crops or 2 * args.matrices:,} crops, D {args.feature_dim}, batch {args.batch}"
           f"{', aux' if args.aux else ''}{', CUDA graphs' if args.cuda_graphs else ''}; "
           f"load average {os.getloadavg()[0]:.1f}")
-    print("| model | device path: matrices/s | full neutral epoch (148,671) | plain loop: "
-          "matrices/s | device / plain |")
-    print("|---|---:|---:|---:|---:|")
+    print("| model | matrices/s | epoch s | full neutral epoch (148,671) |")
+    print("|---|---:|---:|---:|")
     for model in args.models.split(","):
-        seconds = time_model(model.strip(), data, args, world)
-        rate = args.matrices / seconds["device"]
-        plain = args.matrices / seconds["plain"] if "plain" in seconds else None
-        print(f"| {model} | {rate:,.0f} | {NEUTRAL_TRAIN / rate:,.1f} s | "
-              + (f"{plain:,.0f} | {rate / plain:.2f}x |" if plain else "— | — |"), flush=True)
+        seconds = epoch_seconds(model.strip(), data, args, world)
+        rate = args.matrices / seconds
+        print(f"| {model} | {rate:,.0f} | {seconds:.3f} | {NEUTRAL_TRAIN / rate:,.1f} s |",
+              flush=True)
 
 
 if __name__ == "__main__":

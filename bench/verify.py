@@ -50,17 +50,13 @@ def job_seconds(dataset: Path) -> dict[str, float]:
 
     rules = load_rules()
     data, structure = load(dataset)
-    jobs._INPUTS[:] = [jobs.Inputs(data, structure, rules, None, None, None,
-                                   rules.design.train_bans)]
-    _, job_list = jobs.plan(jobs._INPUTS[0])
     out: dict[str, float] = defaultdict(float)
-    for name in jobs._MAKERS:
+    start = time.perf_counter()
+    inputs = jobs.prepare(data, structure, rules, None, None, None, rules.design.train_bans)
+    out["(shared inputs)"] += time.perf_counter() - start
+    for job in jobs.job_list(inputs):
         start = time.perf_counter()
-        jobs._shared(name)
-        out[f"(shared) {name}"] += time.perf_counter() - start
-    for job in job_list:
-        start = time.perf_counter()
-        jobs.run_job(job)
+        jobs.run_job(inputs, job)
         out[job[0]] += time.perf_counter() - start
     return out
 

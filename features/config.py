@@ -1,7 +1,7 @@
 """What `vprom extract` is asked to do, as one frozen dataclass (no torch needed to build it).
 
-The command line takes its options, defaults and help from here (`vprom.fields.option`),
-so each is written once; `features.extract` runs it.
+Its defaults are those of `vprom.extract` and `vprom extract` (the API reads them here);
+`features.extract` runs it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vprom.errors import VpromError
-from vprom.fields import option
 
 #: How features may be stored.
 STORED_DTYPES = ("float16", "float32")
@@ -43,66 +42,31 @@ def default_batch_size(device_type: str, region: str, side: int, threads: int) -
 
 @dataclass(frozen=True)
 class ExtractConfig:
-    dataset: Path = option(positional=True, help="DATASET.h5 (its crops are extracted)")
-    vg: Path = option(help="Visual Genome folder (holding VG_100K/)")
-    backbone: str = option(help="see `vprom extract --list`")
-    out: Path = option(output="file", help="FEATS.h5 to write")
-    weights: str = option("imagenet", help=(
-        "imagenet | none | PATH to a state dict; timm:<name>: FILE (.safetensors or .pth, "
-        "weights only), none, or pretrained (only if already in the Hugging Face cache: vprom "
-        "never downloads)"))
+    dataset: Path
+    vg: Path
+    backbone: str
+    out: Path
+    weights: str = "imagenet"
     # None: BATCH_SIZE on CUDA; on a CPU a batch sized to the caches (`default_batch_size`)
-    batch_size: int | None = option(None, help=(
-        f"crops per forward (default: {BATCH_SIZE} on CUDA, where 256 suits a large GPU; on a "
-        "CPU about 8 crops of 224 px per 2 threads, more for smaller crops, at most "
-        f"{BATCH_SIZE})"))
+    batch_size: int | None = None
     # None: 0 on CPU (this process decodes between forwards), the cores per GPU process less 2
-    workers: int | None = option(None, help="DataLoader processes reading/decoding JPEGs; 0: "
-                                            "this process, with threads, between forwards "
-                                            "(default: 0 on CPU; on CUDA the CPU cores per GPU "
-                                            "process less 2, at most 16)")
-    device: str | None = option(None, help="cuda, cuda:N or cpu (default: cuda if available; "
-                                           "under torchrun each process takes its LOCAL_RANK's "
-                                           "GPU)")
-    dtype: str = option("float16", choices=STORED_DTYPES,
-                        help="stored dtype (pooling and L2 run in float32)")
-    resume: bool = option(True, flag="--no-resume",
-                          help="start over even if a matching partial file exists")
-    allow_missing: bool = option(False, help="finish even if some images are missing (they are "
-                                             "reported)")
-    compile: bool = option(False, help="torch.compile the backbone (CUDA)")
-    cuda_graphs: bool = option(False, help=(
-        "CUDA: replay the trunk from one CUDA graph captured at the batch size instead of "
-        "launching its kernels batch by batch (--region crop; no gain measured at batch 256 "
-        "on an H200, docs/extraction-speed.md)"))
+    workers: int | None = None
+    device: str | None = None
+    dtype: str = "float16"
+    resume: bool = True
+    allow_missing: bool = False
+    compile: bool = False
+    cuda_graphs: bool = False
     # None: the backbone's own (224 for most, 518 for DINOv2); small values for tests
-    input_size: int | None = option(None, help="crop side in pixels (default: the backbone's "
-                                               "training size, 224 for most); with --region "
-                                               "roi the image's shorter side (default 600)")
-    chunk_batches: int = option(16, help="batches per resumable chunk (a killed run redoes at "
-                                         "most one chunk)")
-    decode: str = option("auto", choices=DECODERS, help=(
-        "where JPEGs are decoded: cpu = Pillow in the workers; gpu = torchvision on the device "
-        "(nvjpeg; on a CPU device torchvision's CPU decoder in the workers); auto (default) = "
-        "gpu on CUDA nodes with under 24 CPU cores per GPU, else cpu"))
-    region: str = option("crop", choices=REGIONS, help=(
-        "crop (default): each box warped to SxS through the whole trunk; roi (bottomup-r101): "
-        "the detector's procedure: whole image at shorter side 600, res4 once per image, 14x14 "
-        "RoI max pooling per box, res5"))
-    pool: str = option("auto", choices=POOLS, help=(
-        "auto (default): the backbone's own (avg; cls for timm token models); avg: one pooled, "
-        "L2-normalised vector per crop; cls / mean (timm ViTs): the model's pooled output "
-        "(class token; SigLIP's attention pool) / the patch tokens' mean, L2-normalised; none: "
-        "the last conv map (ViTs: the patch tokens as a grid) per crop as an (N, C, H, W) "
-        "dataset 'maps' (float16: about 200 KB per crop for resnet101 at 224, 2048x7x7; 800 KB "
-        "for bottomup-r101, 2048x14x14); `vprom train` takes pooled vectors only"))
+    input_size: int | None = None
+    chunk_batches: int = 16
+    decode: str = "auto"
+    region: str = "crop"
+    pool: str = "auto"
     # of the HDF5 dataset (worth it for --pool none maps)
-    compression: str = option("none", choices=COMPRESSIONS, help=(
-        "HDF5 compression of the stored dataset (%(default)s; gzip is readable everywhere, lzf "
-        "only by h5py)"))
-    prefetch: int = option(2, help="batches each worker prepares ahead (%(default)s)")
-    in_flight: int = option(2, help="batches queued on the device before the oldest result is "
-                                    "awaited (%(default)s; 0 waits for every batch)")
+    compression: str = "none"
+    prefetch: int = 2
+    in_flight: int = 2
 
     def __post_init__(self) -> None:
         for name in ("dataset", "vg", "out"):

@@ -1,34 +1,23 @@
 """Mixed candidate profiles whose super-attributes do not say which block is the answer's.
 
-An attribute matrix takes its 8 candidates in blocks (`generation.candidates._profile`): m
-of the matrix's super-attribute (the answer among them) and m of each of 8/m - 1 others.
-Within a block the answer is hidden; but were the block's super-attribute told by the set
-of super-attributes shown, a context-blind model would pick the block and guess within it,
-1/m instead of 1/8. Drawn freely, it is told: a super-attribute with 8 usable elements
-takes a single block, so in a mixed set it is only ever a filler, and the plan's groups
-differ in which super-attributes are matrices and which only fillers (a held-out pair's
-test side is all one super-attribute). `bench/sa_pairs.py` measured 24.9% on the mixed
-object-attribute or matrices at full size, and 19-23% on the demo.
+An attribute matrix takes its 8 candidates in blocks (`generation.candidates._profile`): m of
+the matrix's super-attribute (the answer among them) and m of each of 8/m - 1 others. Were
+the answer's block told by the set of super-attributes shown, a context-blind model would
+pick it and guess within it, 1/m instead of 1/8 (`bench/sa_pairs.py` measures this). Drawn
+freely it is told: a super-attribute with 8 usable elements takes a single block, so in a
+mixed set it is only ever a filler.
 
-The balance asked for, per element type and relation, over the whole plan: for every set T
-of super-attributes shown in 8/m blocks of m, each member of T is the answer's block equally
-often. It also keeps every element as often right as wrong: a super-attribute is then a
-filler (8/m - 1) times as often as its own mixed matrices are drawn, so its elements get 8
-candidacies per answer.
-
-`mixing_plans` solves it from the plan and the pool only (so shards draw as the single run
-does). For each block size m in 4 and 2 it takes the samplers' rows (sampler, super-attribute
-A): A's expected matrices of block size m, and a distribution over the sets of 8/m - 1
-fillers A's matrices may take there. Starting from uniform, each (row, filler set S) is
+The balance asked for, per element type and relation over the whole plan: for every set T of
+super-attributes shown in blocks of m, each member of T is the answer's block equally often
+(so every element is also as often right as wrong). `mixing_plans` solves it from the plan
+and the pool only (so shards draw as the single run does). For each block size m in 4 and 2,
+each sampler row (sampler, super-attribute A) has A's expected matrices of block size m and
+a distribution over the sets S of 8/m - 1 fillers. Starting from uniform, each (row, S) is
 scaled by sqrt(g(T) / c(T, A)), T = S + A, where c(T, A) is T's matrices whose answer is in
-A and g(T) their geometric mean over T's members, and each row is normalised again: a
-symmetric matrix scaling, which leaves every c(T, A) equal when a balance exists. One exists
-only when no super-attribute has more mixed matrices than the others can host, and a small
-super-attribute often does; so matrices whose super-attribute could fill a block twice as
-large step down to m (4 + 4 from 8, 2 + 2 + 2 + 2 from 4): their number starts at the
-smallest of SHARES from which the balance is reached and moves with the scaling. A
-super-attribute with exactly 8 elements outside a matrix's static completions is planned in
-blocks of 4 (NEAR). `generation.candidates._profile` draws by the plans.
+A and g(T) their geometric mean over T's members, and each row is normalised again. A
+balance exists only when no super-attribute has more mixed matrices than the others can
+host, so matrices whose super-attribute could fill a block twice as large step down to m
+(4 + 4 from 8, 2 + 2 + 2 + 2 from 4), in the smallest share of SHARES that reaches it.
 """
 
 from __future__ import annotations

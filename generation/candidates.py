@@ -1,19 +1,17 @@
-"""The 7 distractors of a matrix: crops of other elements that cannot complete it.
+"""The 7 distractors of an answer-first matrix: crops of other elements that cannot complete it.
 
-Given the mask Z of every element that would complete row 3 under ANY reading of the context
+Given the mask Z of every element that would complete row 3 under any reading of the context
 crops' labels (explicit and implied), the distractors are crops of other elements whose label
-masks miss Z entirely (and, in the first strict attempts, whose element no other candidate
-carries, as the answer's is carried by no distractor) — elements of the context first (so
-"the candidate seen in the context" is no shortcut), then the matrix's other elements.
+masks miss Z entirely — elements of the context first (so "the candidate seen in the
+context" is no shortcut), then the matrix's other elements. In the first attempts no
+candidate's element is carried by another candidate either, as the answer's is by none.
 
-This is how object-attribute, object and count matrices are drawn (answer first, then the
-distractors); human-attribute matrices are drawn candidates first (`generation.human_candidates`).
-
-Attribute matrices take them in a symmetric super-attribute profile (`profile`): m candidates
-from the matrix's super-attribute (answer included) and m from each of 8/m - 1 others, m in
-8, 4, 2, 1, so "the candidates' commonest super-attribute" is no shortcut; the other
-super-attributes are drawn with weights (`fill_weights`, from the plan alone) that make each
-super-attribute's elements the answer about once in 8 candidacies.
+Attribute matrices take them in a symmetric super-attribute profile (`_profile`): m
+candidates from the matrix's super-attribute (answer included) and m from each of 8/m - 1
+others, m in 8, 4, 2, 1, so "the candidates' commonest super-attribute" is no shortcut; the
+fillers are drawn with weights (`fill_weights`, from the plan alone) that make each
+super-attribute's elements the answer about once in 8 candidacies, or by the mixing plans of
+`generation.candidate_blocks`.
 """
 
 from __future__ import annotations
@@ -47,7 +45,6 @@ def mask_of(ids) -> int:
     for i in ids:
         out |= 1 << i
     return out
-
 
 
 def _in_random_order(draws: Draws, pool: list[int]):
@@ -86,10 +83,9 @@ def distractors(draws: Draws, option: Option, context_ids: list[int], z: int,
 class _Taker:
     """Draws crops of distinct elements outside z, no region twice, into `out`.
 
-    `strict`: every candidate's own element is carried by no other candidate. The answer's
-    element is never on a distractor (z), so a distractor's element must not be on the
-    answer or another distractor either, else "the candidate whose element no other
-    candidate shows" would single out the answer. Not strict: only z is kept off.
+    `strict`: every candidate's own element is carried by no other candidate (as the
+    answer's is by no distractor), else "the candidate whose element no other candidate
+    shows" would single out the answer. Not strict: only z is kept off.
     """
 
     def __init__(self, draws, z, used, crops_of, masks, region, answer_row, strict=True):
@@ -139,18 +135,11 @@ BLOCKS = (8, 4, 2, 1)
 def _profile(draws: Draws, option: Option, z: int, weight: dict[str, float], plan=None):
     """(candidates from the matrix's super-attribute incl. the answer, [(elements, k)]).
 
-    Symmetric when it can be: with m the largest block size in BLOCKS that the matrix's
-    super-attribute s and 8/m - 1 other super-attributes can each fill with m elements
-    outside z, every super-attribute among the candidates shows exactly m of them, so the
-    candidates' super-attribute counts say nothing about which one is the answer (otherwise
-    a small s, e.g. gender, makes the answer's super-attribute the candidates' majority).
-
-    With s's `plan` (`generation.candidate_blocks`), the plan's block size is tried first (half of it
-    with the plan's `down`), and the filler super-attributes of a block size the plan
-    balances are drawn from its filler sets, so that the super-attributes shown do not say
-    which block is the answer's. Otherwise they are drawn among those able to fill a block,
-    in proportion to `weight` (see `fill_weights`: it makes every element about as often
-    right as wrong).
+    m is the largest block size in BLOCKS that the matrix's super-attribute s and 8/m - 1
+    others can each fill with m elements outside z (else `_uneven_profile`). With s's `plan`
+    (`generation.candidate_blocks.Plan`) its block size is tried first (half of it with
+    probability `down`) and the fillers come from its filler sets; otherwise they are drawn
+    among those able to fill a block, in proportion to `weight` (`fill_weights`).
     """
     own = (option.same_mask & ~z).bit_count() + 1  # the answer is in z
     avail = [(ids, (mask & ~z).bit_count(), sa) for sa, ids, mask in option.fill_sas]
@@ -181,11 +170,7 @@ def _planned_fillers(draws: Draws, sets, avail, m: int):
     able = [(s, q) for s, q in sets if all(sa in ids_of for sa in s)]
     if not able:
         return None
-    u = draws.uniform() * sum(q for _, q in able)
-    for s, q in able:
-        if u < q:
-            break
-        u -= q
+    s = able[draws.weighted([q for _, q in able])][0]
     return [ids_of[sa] for sa in s]
 
 
@@ -204,26 +189,16 @@ def static_block(option: Option, relation: Relation) -> int | None:
 def _weighted_distinct(draws: Draws, items: list[tuple[object, float]], k: int) -> list:
     """k distinct items, each next one drawn in proportion to its weight among the rest."""
     items = list(items)
-    out = []
-    for _ in range(k):
-        u = draws.uniform() * sum(w for _, w in items)
-        j = 0
-        while j < len(items) - 1 and u >= items[j][1]:
-            u -= items[j][1]
-            j += 1
-        out.append(items.pop(j)[0])
-    return out
+    return [items.pop(draws.weighted([w for _, w in items]))[0] for _ in range(k)]
 
 
 def fill_weights(samplers: dict, matrices_of: dict) -> dict[ElementType, dict[str, float]]:
     """Per element type, a weight per super-attribute for choosing filler blocks.
 
-    An element is as often right as wrong (answer 1 time in 8 candidacies) when the
-    matrices of super-attribute t (A_t of them, showing m_t of t's elements each) receive
-    (8 - m_t) * A_t filler candidates from other matrices. The weights solve that balance
-    for the plan's expected mix (matrices per group and cell, options in proportion to their
-    context elements, single-label readings) by a damped multiplicative fixed point. A
-    function of the plan and the pool only, so shards stay equal to the single run.
+    An element is as often right as wrong when the matrices of super-attribute t (A_t of
+    them, showing m_t of t's elements each) receive (8 - m_t) * A_t filler candidates from
+    other matrices. The weights solve that balance for the plan's expected mix by a damped
+    multiplicative fixed point (a function of the plan and the pool only).
     """
     terms: dict[ElementType, list] = {}
     need: dict[ElementType, dict[str, float]] = {}

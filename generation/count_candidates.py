@@ -2,34 +2,25 @@
 
 A count matrix shows 8 of the 10 counts among its candidates. If the values left out depend
 on the answer, a model that never looks at the context learns P(answer | values left out):
-drawing the distractors from the context's values first made the answer's neighbours in a
-progression (offsets ±d, ±2d) present and the others absent, so a context-blind table scored
-20% on count × progression (issue 27).
+drawing the distractors from the context's values first makes the answer's neighbours in a
+progression present and the others absent.
 
-Here the candidate set S (8 counts) is drawn AFTER the context and the answer a, from a table
-q_k(S | a, F) per sampler k (group × cell), where F is what the rule forces out of S: the
-values that would also complete row 3 (Or: the row's other element b). The tables make the
+So the candidate set S (8 counts) is drawn after the context and the answer a, from a table
+q_k(S | a, F) per sampler k (group × cell), where F is what the rule forces out of S (the
+values that would also complete row 3; Or: the row's other element). The tables make the
 *mixture* of all count matrices of one relation on one side of the neutral split satisfy
+P(answer = v | S) = 1/8 for every v in S (group by group it cannot hold: a group of odd
+counts only has an odd answer). With the rules' answer laws P_k(a, F) (`answer_law`) and the
+plan's matrices per sampler π_k, they solve
 
-    P(answer = v | candidate set S) = 1/8 for every v in S,
-
-which is what a context-blind model trained on the neutral split would have to beat. It
-cannot be had group by group: a group of odd counts only (interpolation) has an odd answer
-and at least three even candidates. The groups' answer laws P_k(a, F) are the rules'
-(`answer_law`: And, Union, Or uniform over the allowed values, Or's partner uniform among
-the others, Progression uniform over the values a progression can end on), weighted by the
-plan's matrices per sampler π_k. The tables solve
-
-    Σ_k π_k P_k(a, F) q_k(S | a, F)  =  t(S)  for all a in S    (t free; S ∩ F = ∅, S ⊆ U_k)
+    Σ_k π_k P_k(a, F) q_k(S | a, F)  =  t(S)  for all a in S    (S ∩ F = ∅, S ⊆ U_k)
 
 by iterative proportional fitting: scale each q_k(S | a, F) by t(S)/M(a, S) (M the mixture,
-t(S) its mean over S), renormalise every row, repeat. With the shipped splits every count is
-an answer equally often and the fixed point for And, Union and Progression is the uniform
-table over the 36 sets that hold a; Or needs weights, since S must leave out the partner.
+t(S) its mean over S), renormalise every row, repeat.
 The tables depend on the plan and the pool only, so shards sample as the single run does.
 
 What this costs the paper's recipe: distractors are no longer the context's values first; a
-count seen in the context is a candidate with probability 7/9 (docs/deviations.md).
+count seen in the context is a candidate with probability 7/9 (docs/soundness.md).
 """
 
 from __future__ import annotations
@@ -63,16 +54,12 @@ class AbsentTable:
         if row is None:
             return None
         sets, cumulative = row
-        u = draws.uniform() * cumulative[-1]
-        for s, c in zip(sets, cumulative):
-            if u < c:
-                return s
-        return sets[-1]
+        return sets[draws.by_cumulative(cumulative)]
 
 
 def answer_law(relation: Relation, allowed) -> dict[tuple[int, int], float]:
     """P(answer, forced-out mask) of the relation's rule on single-count crops over the
-    `allowed` counts (`vprom.generation.relations`' sampling: a test checks it against the rules)."""
+    `allowed` counts (a test holds it to the rules' sampling)."""
     values = sorted(set(allowed))
     if relation is Relation.OR:
         pairs = [(a, b) for a in values for b in values if a != b]
@@ -130,25 +117,6 @@ def _solve(members) -> dict:
         j = np.flatnonzero(ok)
         table.rows[(a, forced)] = ([int(sets[k]) for k in j], np.cumsum(qr[j]).tolist())
     return out
-
-
-def residual(tables: dict, samplers: dict, matrices_of: dict) -> float:
-    """max over (relation, neutral side, S, a in S) of |P(a | S) - 1/8| under the tables."""
-    mixes: dict = {}
-    for key, table in tables.items():
-        s = samplers[key]
-        law = answer_law(s.group.relation, s.options[0].context)
-        mix = mixes.setdefault((s.group.relation, key[1] // 2), {})
-        for (a, forced), (sets, cumulative) in table.rows.items():
-            w = matrices_of[key] * law.get((a, forced), 0.0)
-            for st, p in zip(sets, np.diff([0.0, *cumulative])):
-                mix.setdefault(st, np.zeros(max(COUNTS) + 1))[a] += w * p
-    worst = 0.0
-    for mix in mixes.values():
-        for st, m in mix.items():
-            share = m[[v for v in COUNTS if (st >> v) & 1]] / m.sum()
-            worst = max(worst, float(np.abs(share - 1 / N_CANDIDATES).max()))
-    return worst
 
 
 def count_distractors(draws: Draws, table: AbsentTable, answer: int, z: int,

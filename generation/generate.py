@@ -1,13 +1,10 @@
 """The file edge of generation: POOLS.h5 in, DATASET.h5 out.
 
-`generate_dataset` plans, samples and proves every matrix in memory and assigns it to every
-split with the split rules it is given (the top floor loads them from `splits`), telling the
-rules which held-out bans its panels meet among all their labels (explicit and implied,
-`generation.labels`; classified once per crop by the pool index) for the strict held-out
-splits; `workers` processes draw the matrices in chunks (`generation.parallel`); `generate`
-checks that its input is a POOLS.h5 and writes the result; `merge_shards` joins the
-DATASET.h5 files of `--shard K/N` runs into the single run's file, choosing the validation
-sets over all shards' training ids.
+`generate_dataset` plans, samples and proves every matrix in memory (`workers` processes
+draw them, `generation.parallel`) and assigns each to every split (`vprom.splits.rules.assign`)
+with the held-out bans its panels meet among all their labels; `generate` checks that its
+input is a POOLS.h5 and writes the result; `merge_shards` joins the files of `--shard K/N`
+runs into the single run's file, choosing the validation sets over all shards' training ids.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from tqdm import tqdm
 
 from vprom.errors import VpromError
 from vprom.generation.labels import LabelVocabulary, read_pools_vocabulary
-from vprom.generation.parallel import PARTS, Chunk, draw_chunks
+from vprom.generation.parallel import Chunk, draw_chunks
 from vprom.generation.plan import MatrixPlan, make_plan
 from vprom.generation.pool_index import PoolIndex
 from vprom.generation.sampler import (
@@ -38,7 +35,7 @@ from vprom.manifest import input_hashes, make_manifest
 from vprom.claim import writes
 from vprom.processes import collector_paused, usable_cores
 from vprom.domain import N_PANELS, SPLITS, TABLE1, ElementType
-from vprom.splits.rules import SplitRules
+from vprom.splits.rules import SplitRules, assign, choose_val, image_sides
 from vprom.tables import (
     STR,
     CropTable,
@@ -47,7 +44,6 @@ from vprom.tables import (
     open_h5,
     read_crop_table,
     set_manifest,
-    table_columns,
 )
 
 
@@ -79,12 +75,13 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
 
     `vocabulary`: what the pools were mined with (implied labels, label classes); None: only
     what the crops say (nothing implied). `progress`: a progress bar on a terminal.
-    `legacy_counts`: count candidates drawn the pre-issue-27 way, whose absent values give
-    the answer away — only to reproduce that flaw (docs/soundness.md). `workers`: processes
-    drawing the matrices (`generation.parallel`); the result is the same for any number.
+    `legacy_counts`: count candidates drawn from the context's values first, whose absent
+    values give the answer away — only to reproduce that flaw (docs/soundness.md).
+    `workers`: processes drawing the matrices (`generation.parallel`); the result is the
+    same for any number.
     """
-    # the pool index and the tables at the end are millions of objects the collector would
-    # walk again and again; the draw keeps it, but leaves the index alone (`draw_chunks`)
+    # the pool index is millions of long-lived objects the collector would walk again and
+    # again (the draw leaves it alone by `gc.freeze`, `draw_chunks`)
     with collector_paused():
         plan = make_plan(scale, seed, rules.design)
         pool = PoolIndex(crops, seed, rules.design, source=source, vocabulary=vocabulary)
@@ -96,54 +93,48 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
     if sampler is not None:
         with tqdm(total=len(indices), desc="generate", unit="matrix", smoothing=0.05,
                   disable=None if progress else True) as bar:
-            for chunk in draw_chunks(sampler, rules, indices, workers):
+            for chunk in draw_chunks(sampler, indices, workers):
                 for note in chunk.loosened:
                     note_loosened(loosened, note)
                 chunks.append(chunk)
                 bar.update(len(chunk.ids))
-    with collector_paused():
-        table = _matrix_table(pool, plan, chunks)
-        splits = {}
-        for split in SPLITS:
-            train = table.splits[split]["train"]
-            if shard is None:
-                train, val = rules.choose_val(train, seed, split, scale)
-            else:
-                val = np.zeros(0, np.int64)  # merge_shards chooses it over all shards' train
-            splits[split] = {"train": train, "val": val, "test": table.splits[split]["test"]}
-        table.splits = splits
-        used = np.zeros(len(crops), dtype=bool)
-        for c in chunks:
-            used[c.rows.ravel()] = True
-        used_rows = np.flatnonzero(used)
-        used_crops = crops.take(used_rows[np.argsort(crops.crop_id[used_rows], kind="stable")])
-        universes = {e.value: sorted(u.ids) for e, u in pool.universe.items()}
-        if ElementType.COUNT in pool.universe:
-            count_ids = pool.universe[ElementType.COUNT].ids
-            universes[ElementType.COUNT.value] = sorted(count_ids, key=int)
-        counts = _counts(table, len(plan), shard is None)
-        counts["super_attributes_too_small"] = dict(sorted(skipped.items()))
-        counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
-        counts["vocabulary"] = pool.vocabulary.counts()
-        return Dataset(used_crops, table, universes, _super_attributes(pool), counts,
-                       pool.vocabulary)
-
-
-def _matrix_table(pool: PoolIndex, plan: MatrixPlan, chunks: list[Chunk]) -> MatrixTable:
-    """The drawn chunks as one table (splits: the train and test ids, no val yet)."""
-    ids = np.concatenate([c.ids for c in chunks] or [np.zeros(0, np.int64)])
     rows = np.concatenate([c.rows for c in chunks] or [np.zeros((0, N_PANELS), np.int64)])
-    parts = np.concatenate([c.parts for c in chunks] or [np.zeros((0, len(SPLITS)), np.int8)])
+    table = _matrix_table(pool, plan, chunks, rows)
+    parts = assign(rules, table, image_sides(rules, seed, crops.image_id[rows]),
+                   np.bitwise_or.reduce(np.asarray(pool.split_bans, np.int64)[rows], axis=1))
+    for split in SPLITS:
+        train, test = table.id[parts[split] == "train"], table.id[parts[split] == "test"]
+        if shard is None:
+            train, val = choose_val(train, seed, split, scale)
+        else:
+            val = np.zeros(0, np.int64)  # merge_shards chooses it over all shards' train
+        table.splits[split] = {"train": train, "val": val, "test": test}
+    used_rows = np.unique(rows)
+    used_crops = crops.take(used_rows[np.argsort(crops.crop_id[used_rows], kind="stable")])
+    universes = {e.value: sorted(u.ids) for e, u in pool.universe.items()}
+    if ElementType.COUNT in pool.universe:
+        count_ids = pool.universe[ElementType.COUNT].ids
+        universes[ElementType.COUNT.value] = sorted(count_ids, key=int)
+    counts = _counts(table, len(plan), shard is None)
+    counts["super_attributes_too_small"] = dict(sorted(skipped.items()))
+    counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
+    counts["vocabulary"] = pool.vocabulary.counts()
+    return Dataset(used_crops, table, universes, _super_attributes(pool), counts,
+                   pool.vocabulary)
+
+
+def _matrix_table(pool: PoolIndex, plan: MatrixPlan, chunks: list[Chunk],
+                  rows: np.ndarray) -> MatrixTable:
+    """The drawn chunks (their crop rows `rows`) as one table, without splits."""
+    ids = np.concatenate([c.ids for c in chunks] or [np.zeros(0, np.int64)])
     group = plan.group_of[ids].astype(np.int64)
     relation = np.array([g.relation.value for g in plan.groups], dtype=object)
     element_type = np.array([g.element_type.value for g in plan.groups], dtype=object)
-    splits = {split: {part: ids[parts[:, k] == PARTS.index(part)] for part in ("train", "test")}
-              for k, split in enumerate(SPLITS)}
     return MatrixTable(
         id=ids, relation=relation[group], element_type=element_type[group],
         super_attribute=[sa for c in chunks for sa in c.super_attribute],
         answer=plan.answer[ids], panels=np.asarray(pool.crop_id, dtype=np.int64)[rows],
-        elements=np.asarray(pool.element, dtype=object)[rows], splits=splits)
+        elements=np.asarray(pool.element, dtype=object)[rows], splits={})
 
 
 def _super_attributes(pool: PoolIndex) -> dict[str, dict[str, list[str]]]:
@@ -216,10 +207,7 @@ class GenerateSummary:
 def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed: int = 0,
              shard: tuple[int, int] | None = None,
              legacy_counts: bool = False, workers: int | None = None) -> GenerateSummary:
-    """POOLS.h5 -> DATASET.h5: every matrix proven by the solver, every split assigned.
-    `legacy_counts`: see `generate_dataset` (for reproducing the flaw only). `workers`:
-    processes drawing matrices (None: one per core this process may use); the file is the
-    same for any number."""
+    """POOLS.h5 -> DATASET.h5 (`generate_dataset`; `workers` None: one per usable core)."""
     start = time.perf_counter()
     pools, out = Path(pools), Path(out)
     workers = usable_cores() if workers is None else workers
@@ -276,8 +264,7 @@ def _write(out: Path, data: Dataset, manifest: dict) -> None:
                 data.vocabulary.write(vocab.create_group("labels"))
         # the content hash covers the data only, so storing it in the manifest afterwards
         # leaves it unchanged; `vprom verify` recomputes it to catch later edits
-        written = table_columns(data.crops, data.matrices)  # hashed from memory, not read back
-        manifest = {**manifest, "outputs": {"content_hash": content_hash(tmp, written)}}
+        manifest = {**manifest, "outputs": {"content_hash": content_hash(tmp)}}
         with h5py.File(tmp, "r+") as h5:
             set_manifest(h5, manifest)
 
@@ -303,7 +290,7 @@ def merge_shards(shards: Sequence[Path], out: Path, rules: SplitRules) -> Genera
     splits = {}
     for split in SPLITS:
         train = np.sort(np.concatenate([t.splits[split]["train"] for t in tables]))
-        train, val = rules.choose_val(train, seed, split, scale)
+        train, val = choose_val(train, seed, split, scale)
         test = np.sort(np.concatenate([t.splits[split]["test"] for t in tables]))
         splits[split] = {"train": train, "val": val, "test": test}
     table = MatrixTable(id=cat("id"), relation=cat("relation"), element_type=cat("element_type"),
@@ -353,11 +340,16 @@ def _read_shards(shards: Sequence[Path]):
         raise VpromError(f"merge_shards: expected shards 0/{n}..{n - 1}/{n} of one run (same "
                          f"scale and seed); got {got} — pass every shard of one run once")
     with open_h5(shards[0]) as h5:
-        vocab = h5["vocab"]
-        universes = {k: vocab[k].asstr()[()].tolist() for k in vocab
-                     if isinstance(vocab[k], h5py.Dataset)}
-        sas = {etype: {sa: g[sa].asstr()[()].tolist() for sa in g}
-               for etype, g in vocab.get("super_attributes", {}).items()}
-        vocabulary = LabelVocabulary.read(vocab.get("labels"), str(shards[0]))
+        universes, sas, vocabulary = read_vocab(h5["vocab"], shards[0])
     return manifests, crops, tables, universes, sas, vocabulary
+
+
+def read_vocab(vocab: h5py.Group, path: Path) -> tuple[dict, dict, LabelVocabulary | None]:
+    """What `_write` stores in DATASET.h5's `vocab` group: the element universes, the
+    super-attributes' elements and the label vocabulary (None where it records none)."""
+    universes = {k: ds.asstr()[()].tolist() for k, ds in vocab.items()
+                 if isinstance(ds, h5py.Dataset) and ds.dtype.kind == "O"}
+    sas = {etype: {sa: g[sa].asstr()[()].tolist() for sa in g}
+           for etype, g in vocab.get("super_attributes", {}).items()}
+    return universes, sas, LabelVocabulary.read(vocab.get("labels"), str(path))
 

@@ -1,41 +1,27 @@
 """Human-attribute matrices drawn candidates first, so that any candidate could be the answer.
 
 Every person shows a gender, an age, a hair style...: a distractor of a human-attribute matrix
-must carry a KNOWN value of the matrix's super-attribute s that does not complete it (the
-known-value rule), else an unlabelled man could complete a "male" matrix. Drawn answer first,
-that rule gives the answer away: with k < 8 values of s, the 7 distractors share the k - 1
-other values while the answer's is unique, and a model that never sees the context picks the
-odd one out (measured on the VG-sized bench pool: 31% on human attributes, 68-96% on gender
-and age matrices).
+must carry a KNOWN value of the matrix's super-attribute s that does not complete it, else an
+unlabelled man could complete a "male" matrix. Drawn answer first, that rule gives the answer
+away: with k < 8 values of s, the 7 distractors share the k - 1 other values while the
+answer's is unique, and a context-blind model picks the odd one out.
 
-So the 8 candidates are drawn first, in *blocks*: b = 1..B super-attributes s_b (the
-profile), m_b candidates each, of distinct elements E_b of s_b, such that every candidate
-could be the answer of a matrix of its block's super-attribute:
-
-* a candidate of block b carries no element of another block and, for every other block b',
-  a known value of s_b' outside E_b' (so it is a valid distractor whichever candidate of b'
-  is the answer); so in s_b, each candidate of block b holds a value no other candidate holds;
-* for Or, each block also reserves a value v_b that no candidate carries: the row's other
-  element (Or's row 3 is completed by either of its two panels).
-
-Then the answer is the candidate in the planned answer position, a uniform choice among the
-8, and the matrix's super-attribute is its block's; the context is drawn last, for that
-answer (`_context`: the relation's `Rule.context` in `vprom.generation.relations`), and redrawn until
-the solver finds exactly the answer. Whatever statistic of the candidates a model computes
-— values held once, label counts, how often an element is right — the answer is any one of
-them with probability 1/8, so per-element answer rates and label counts are balanced by
-construction, not by weights.
+So the 8 candidates are drawn first, in *blocks*: super-attributes s_b (the profile), m_b
+candidates each, of distinct elements E_b of s_b, such that every candidate could be the
+answer of a matrix of its block's super-attribute. A candidate of block b carries no element
+of another block and, for every other block b', a known value of s_b' outside E_b'; for Or,
+each block also reserves a value v_b no candidate carries (the row's other element). Then the
+answer is the candidate in the planned position, the matrix's super-attribute its block's,
+and the context is drawn last for that answer (`Rule.context`) until the solver finds
+exactly the answer. Whatever statistic of the candidates a model computes, the answer is any
+of them with probability 1/8.
 
 The profile has a *focus* block, as large as the data allow, so most candidates share the
-matrix's likely super-attribute (the paper prefers it); its size is drawn between what the
-other blocks leave it and its maximum. A block beside others holds at most k_s - 1 elements
-(the others need a value of s outside it; Or: k_s - 2), and only elements with crops that
-know every other block's super-attribute. A group's blocks are the super-attributes it may
-ask about; a test-side group (a held-out super-attribute, or a held-out (relation,
-super-attribute) pair) takes its held-out super-attribute as the focus and any other for the
-other blocks, and a matrix whose answer lands outside it is not a held-out matrix: it stays
-in the data set, excluded from that split's test set (its images are on the test side),
-which costs the split test matrices, not balance.
+matrix's likely super-attribute (the paper prefers it). A block beside others holds at most
+k_s - 1 elements (Or: k_s - 2), and only elements with crops that know every other block's
+super-attribute. A test-side group takes its held-out super-attribute as the focus and any
+other for the other blocks; a matrix whose answer lands outside it stays in the data set,
+excluded from that split's test set.
 """
 
 from __future__ import annotations
@@ -43,6 +29,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from vprom.generation.candidates import mask_of
 from vprom.generation.plan import Group
 from vprom.generation.pool_index import draw_crops
 from vprom.domain import N_CANDIDATES, Relation
@@ -98,10 +85,7 @@ class HumanSampler:
     def fit(self, sa: int, blocks: tuple[int, ...]) -> list[int]:
         """The elements of `sa` a profile of `blocks` can use: enough crops for a context,
         and a crop that knows a value of every other block's super-attribute."""
-        need = 0
-        for b in blocks:
-            if b != sa:
-                need |= 1 << b
+        need = mask_of(b for b in blocks if b != sa)
         return [e for e in self.eligible[sa] if self.knowing(e, need)]
 
     def hosts(self, sa: int) -> bool:
@@ -136,14 +120,7 @@ class HumanSampler:
                 if self.alone(s) or self.block_max(s, (s,)) > 0]
         if not pool:
             return None
-        weights = [len(self.eligible[s]) for s in pool]
-        u = draws.uniform() * sum(weights)
-        focus = pool[-1]
-        for s, w in zip(pool, weights):
-            if u < w:
-                focus = s
-                break
-            u -= w
+        focus = pool[draws.weighted([len(self.eligible[s]) for s in pool])]
         if self.alone(focus):
             return [(focus, N_CANDIDATES, N_CANDIDATES)]
         chosen = [focus]
@@ -169,17 +146,12 @@ class HumanSampler:
         """[(crop row, block)], the element sets E_b and the reserved values v_b, or None.
 
         Blocks are filled in the profile's order (the focus last), element by element in
-        random order: an element is taken when no crop chosen so far carries it (those crops
-        then hold a value of s_b outside E_b, as the rule wants) and one of its crops (a)
-        carries no element already taken, (b) holds a value of every earlier block's
-        super-attribute outside its elements, and (c) knows every later block's, with values
-        that leave each later block room for its elements (and, for Or, a free value) —
-        among such crops, preferably one adding no value the others do not already carry.
-        For Or, each block's v_b is then a value no candidate carries.
+        random order: an element is taken when no crop chosen so far carries it and one of
+        its crops carries no element already taken, holds a value of every earlier block's
+        super-attribute outside its elements and knows every later block's, leaving each
+        later block room for its elements (preferring a crop that adds no new value).
         """
-        every = 0
-        for s, _, _ in profile:
-            every |= 1 << s
+        every = mask_of(s for s, _, _ in profile)
         orr = 1 if self.group.relation is Relation.OR else 0
         masks, region, u = self.masks, self.region, draws.uniform
         values = [self.values[s] for s, _, _ in profile]
@@ -224,10 +196,7 @@ class HumanSampler:
             if len(elements) < m:
                 return None
             chosen.append(elements)
-            block = 0
-            for e in elements:
-                block |= 1 << e
-            required.append(values[b] & ~block)
+            required.append(values[b] & ~mask_of(elements))
         reserved = [-1] * len(profile)
         if orr:
             # the row's other element: a value of the block no candidate carries

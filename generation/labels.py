@@ -1,36 +1,29 @@
-"""What generation knows of labels beyond the crops table: the vocabulary the pools were mined with.
+"""The label vocabulary the pools were mined with: implied labels and label classes.
 
-A crop's `labels` column holds every label its Visual Genome source has (names and
-attributes). Two things need more than those strings:
+A crop's `labels` column holds every label its Visual Genome source has, as mined. Beyond it:
 
-* **Implied labels.** A region named "man" shows a male adult even when no attribute says so.
-  The vocabulary's `implied_labels.json` maps person words (and category names) to the
-  human-attribute values they imply; a human-attribute crop's *labels* are its explicit labels
-  and the values its names imply, read together by the solver, the distractor choice, the
-  strict held-out splits and `vprom verify`. The `labels` column itself stays as mined, so
-  what was annotated and what was inferred stay apart (`implied_of` gives the latter).
-* **Label classes.** The strict held-out splits ban labels, not only elements: every label is
-  classified as an object category and/or an attribute of a super-attribute of the table of
-  its crop (the human table for human-attribute crops, the object table for the others).
+* **Implied labels.** A region named "man" shows a male adult even when no attribute says so:
+  `implied` maps person words to the human-attribute values they imply. A human-attribute
+  crop's labels are its explicit ones and those its names imply (`label_sets`), read
+  together by the solver, the distractor choice, the strict held-out splits and verify.
+* **Label classes.** The strict held-out splits ban labels, not only elements: a label is an
+  object category and/or an attribute of a super-attribute of its crop's table (`concepts`;
+  the human table for human-attribute crops, the object table for the others).
 
-`vprom mine` records this as the `vocabulary` group of POOLS.h5 (`objects`,
-`object_attribute/{label, super_attribute}`, `human_attribute/{label, super_attribute}`,
-`implied/{label, value}`); `vprom generate` copies it to `vocab/labels/...` of DATASET.h5, so
-`vprom verify` re-checks a data set under the very labels it was built with. Pools without
-the group (written by hand, or by an older vprom) fall back to what the crops themselves say:
-their elements are the categories and attributes, and nothing is implied (`recorded` False,
-which the generate summary states).
+`vprom mine` writes it as POOLS.h5's `vocabulary` group and `vprom generate` copies it to
+DATASET.h5's `vocab/labels`, so verify re-checks a data set under the labels it was built
+with. Pools without it fall back to what the crops say (`recorded` False: nothing implied).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 import h5py
 
 from vprom.errors import VpromError
-from vprom.domain import LABEL_SEPARATOR, ElementType
+from vprom.domain import ElementType
 from vprom.tables import CropTable, write_label_vocabulary
 
 HUMAN = ElementType.HUMAN_ATTRIBUTE.value
@@ -43,29 +36,12 @@ def table_of(element_type: str) -> str:
     return HUMAN if element_type == HUMAN else OBJECT_TABLE
 
 
-@dataclass
-class LabelRows:
-    """A crops table's label sets, each distinct (element type, label list) once, as a row:
-    what is computed of a crop's labels can be computed once per row."""
-
-    row: list[int]  # per crop: its row
-    element_type: list[str]  # per row
-    explicit: list[frozenset[str]]  # per row: the labels the crop carries itself
-    implied: list[frozenset[str]]  # per row: the labels its names imply (humans only)
-    both: list[frozenset[str]]  # per row: explicit and implied together
-
-    def per_crop(self, values: list) -> list:
-        """`values` (one per row) for every crop."""
-        return list(map(values.__getitem__, self.row))
-
-
 @dataclass(frozen=True)
 class LabelVocabulary:
     categories: frozenset[str]
     tables: Mapping[str, Mapping[str, str]]  # table -> attribute label -> super-attribute
     implied: Mapping[str, tuple[str, ...]]  # name -> implied human-attribute values
     recorded: bool = True  # False: made up from the crops alone (no vocabulary recorded)
-    _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     # ------------------------------------------------------------ building
     @classmethod
@@ -139,38 +115,16 @@ class LabelVocabulary:
 
     def label_sets(self, crops: CropTable) -> list[frozenset[str]]:
         """Per crop: its explicit and implied labels together."""
-        rows = self.label_rows(crops)
-        return rows.per_crop(rows.both)
-
-    def label_rows(self, crops: CropTable) -> LabelRows:
-        """The crops' label sets, one row per distinct (element type, label list), made
-        once; the loops over the crops (hundreds of thousands) are `map`s in C."""
-        pairs = list(zip(crops.element_type.tolist(), crops.labels.tolist()))
-        index = {pair: k for k, pair in enumerate(dict.fromkeys(pairs))}
-        rows = LabelRows(list(map(index.__getitem__, pairs)), [], [], [], [])
-        none = frozenset()
-        for etype, text in index:
-            labels = frozenset(text.split(LABEL_SEPARATOR))
-            if "" in labels:  # "" and "a||b" hold no empty label
-                labels = labels - {""}
-            more = self.implied_of(etype, labels) if etype == HUMAN else none
-            rows.element_type.append(etype)
-            rows.explicit.append(labels)
-            rows.implied.append(more)
-            rows.both.append(labels | more if more else labels)
-        return rows
+        return [labels | self.implied_of(etype, labels) for etype, labels in
+                zip(crops.element_type.tolist(), crops.label_sets())]
 
     def concepts(self, element_type: str, labels: frozenset[str]
                  ) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
         """(object categories, attribute (table, super-attribute) pairs) among `labels`."""
-        key = (element_type, labels)
-        got = self._cache.get(key)
-        if got is None:
-            table = table_of(element_type)
-            sas = self.tables.get(table, {})
-            got = self._cache[key] = (labels & self.categories, frozenset(
-                (table, sas[label]) for label in sas.keys() & labels))
-        return got
+        table = table_of(element_type)
+        sas = self.tables.get(table, {})
+        return labels & self.categories, frozenset((table, sas[label])
+                                                   for label in sas.keys() & labels)
 
     def super_attribute_of(self, element_type: str, label: str) -> str:
         """The super-attribute of an attribute label in the crop's table ("" if none)."""

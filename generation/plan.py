@@ -1,18 +1,13 @@
 """The plan of a generation run: which kind of matrix every index is, fixed by (scale, seed).
 
-Table 1's mix (45,000 matrices each of object attributes, human attributes and objects,
-100,000 of counts, times `scale`) is divided equally among the relations of each element type
-and then among *groups*: which elements a matrix may show, chosen so that it lies wholly on
-one side of every split. Two thirds of each (element type, relation) are "train-side" groups
-(e.g. counts all odd, all in 1-5, or anything; attributes of super-attributes that no split
-holds out; objects of a third no split holds out for that relation) and one third
-"test-side" groups (counts all even or all in 6-10; held-out super-attributes and
-relation x super-attribute pairs; the held-out object thirds). The plan also fixes, per
-matrix index, the neutral side (exactly 1/3 test within each group, so the neutral split has
-one distribution) and the answer position (exactly uniform over 0..7).
-
-What the splits hold out reaches this module as a `HeldOutDesign` (built by the split rules
-and handed in), never by importing the `splits` stage.
+Table 1's mix (times `scale`) is divided equally among the relations of each element type and
+then among *groups*: which elements a matrix may show, chosen so that it lies wholly on one
+side of every split. Two thirds of each (element type, relation) are train-side groups (e.g.
+counts all odd, all in 1-5, or any; attributes of super-attributes no split holds out;
+objects of a third no split holds out for that relation), one third test-side groups (counts
+all even or all in 6-10; held-out super-attributes and relation x super-attribute pairs; the
+held-out object thirds). The plan also fixes, per matrix, the neutral side (exactly 1/3 test
+within each group) and the answer position (exactly uniform over 0..7).
 """
 
 from __future__ import annotations
@@ -41,11 +36,8 @@ class HoldOut(Enum):
 
 @dataclass(frozen=True)
 class Group:
-    """A kind of matrix: element type, relation, which elements it may show, held-out side.
-
-    Which elements: counts `counts` (empty: any count); objects the categories of object
-    third `third`; attributes the super-attributes `hold_out` says (`super_attributes`).
-    """
+    """A kind of matrix: element type, relation, held-out side and which elements it may
+    show: counts `counts` (empty: any), objects those of `third`, attributes per `hold_out`."""
 
     element_type: ElementType
     relation: Relation
@@ -67,10 +59,10 @@ class Group:
 
     def super_attributes(self, design: HeldOutDesign, every: Sequence[str]
                          ) -> tuple[list[str], list[str]]:
-        """(the super-attributes of `every` its matrices ask about, those any of their panels
-        may show): a test-side group asks about what it holds out, beside anything; a
-        train-side one asks about neither held-out super-attributes nor its relation's
-        pairs, and shows no held-out super-attribute at all."""
+        """(the super-attributes of `every` its matrices ask about, those their panels may
+        show): a test-side group asks about what it holds out and shows anything; a
+        train-side one asks about neither held-out super-attributes nor its relation's pairs
+        and shows no held-out super-attribute."""
         etype, relation = self.element_type.value, self.relation.value
         held = set(design.held_super_attributes.get(etype, ()))
         pairs = set(design.held_pairs.get(etype, {}).get(relation, ()))

@@ -1,24 +1,18 @@
 """The pools indexed for sampling: label masks, regions, bans, and crops per element and cell.
 
-Visual Genome images are dealt by hash of (seed, image id) to a side of two partitions:
-`neutral` (test 1/3) and `held_out` (test 1/3, shared by the six held-out splits). The four
-combinations are the *cells*. A matrix draws all 16 crops from the images of one cell (neutral
-side x held-out side): its neutral side from the plan, its held-out side from its group. No
-region can then sit on both sides of any split (see `vprom.splits.rules`).
+Images are dealt to the sides of two partitions (`vprom.splits.rules.image_test_side`):
+neutral and held-out. The four combinations are the *cells*; a matrix draws all 16 crops
+from one cell, its neutral side from the plan and its held-out side from its group, so no
+region sits on both sides of any split.
 
-Each crop gets a bit mask of all its labels in its element type's universe (`vprom.generation.solver`),
-explicit and implied (`generation.labels`: a "man" is male and adult), which is what the
-solver and the distractor choice compare; an attribute type also gets the masks of its
-super-attributes (`solver_groups`): the solver reads every panel of a matrix in one of them. The
-universe of an attribute type holds its table's labels as well as the pool's elements, and
-the object universe every category, so a label that is never an element (an implied "adult"
-on a synthetic pool without adult crops) still counts as a reading. Each crop also gets, per
-relation, whether it shows something a held-out split bans from its training matrices
-(`HeldOutDesign.train_side_ban`): matrices planned on the train side of the held-out
-partition draw only unbanned crops, and the attribute matrices of its test side only crops
-without a banned object category (`banned_categories`, see
-`generation.sampler.ban_mask`); and per held-out split and relation (`split_bans`), which the
-split assignment reads instead of classifying every panel's labels again.
+Each crop gets the bit mask of all its labels, explicit and implied, in its element type's
+universe (`generation.solver.Universe`), which the solver and the distractor choice compare;
+an attribute type also gets its super-attributes' masks (`solver_groups`), the solver's
+reading groups. A universe holds the vocabulary's labels as well as the pool's elements, so
+a label that is never an element (an implied "adult") still counts as a reading. Each crop
+also gets, per relation, whether it shows what a held-out split bans from training
+(`banned`, `banned_categories`: what `generation.sampler.ban_mask` keeps groups from
+drawing), and per (split, relation) the same as bits (`split_bans`, for `assign`).
 """
 
 from __future__ import annotations
@@ -27,7 +21,7 @@ from typing import Iterable
 
 import numpy as np
 
-from vprom.generation.labels import LabelRows, LabelVocabulary
+from vprom.generation.labels import LabelVocabulary
 from vprom.errors import VpromError
 from vprom.domain import ElementType, Relation
 from vprom.generation.draws import Draws
@@ -57,25 +51,21 @@ class PoolIndex:
         self.crops, self.source = crops, source
         self.vocabulary = LabelVocabulary.of_crops(crops, vocabulary)
         n = len(crops)
-        nside = image_test_side(seed, design.neutral_partition, crops.image_id,
-                                design.neutral_test_fraction)
-        hside = image_test_side(seed, design.held_partition, crops.image_id,
-                                design.held_test_fraction)
-        self.neutral_side = nside.tolist()
-        self.held_side = hside.tolist()
-        cell = cell_of(nside, hside).tolist()
+        cell = cell_of(image_test_side(seed, design.neutral_partition, crops.image_id,
+                                       design.neutral_test_fraction),
+                       image_test_side(seed, design.held_partition, crops.image_id,
+                                       design.held_test_fraction)).tolist()
         # one id per distinct image region (image id and box): crops of one region share it
         self.region = row_codes(crops.image_id, crops.x, crops.y, crops.w, crops.h).tolist()
         self.crop_id = crops.crop_id.tolist()
         self.element = crops.element.tolist()
-        labels = self.vocabulary.label_rows(crops)
-        self.label_sets = labels.per_crop(labels.both)  # explicit and implied
+        self.label_sets = self.vocabulary.label_sets(crops)  # explicit and implied
         self.masks = [0] * n  # explicit and implied labels
         self.element_id = [0] * n  # the crop's element as an id of its type's universe
         # per attribute type, its super-attributes' masks: the solver reads a panel in one
         self.solver_groups: dict[ElementType, list[int]] = {}
-        self.banned, self.banned_categories, self.split_bans = _bans(self.vocabulary, design,
-                                                                     labels)
+        self.banned, self.banned_categories, self.split_bans = _bans(
+            self.vocabulary, design, crops.element_type.tolist(), self.label_sets)
         self.universe: dict[ElementType, Universe] = {}
         self.super_attribute: dict[ElementType, dict[int, str]] = {}
         # cells[etype][cell][element id] -> crop rows
@@ -147,24 +137,22 @@ def draw_crops(draws: Draws, elements: list[int], crops_of: dict[int, list[int]]
     return rows
 
 
-def _bans(vocab: LabelVocabulary, design: HeldOutDesign,
-          labels: LabelRows) -> tuple[list[int], list[int], list[int]]:
-    """Per crop, (the relations (`RELATION_BIT`) for which it shows something a held-out
-    split keeps out of its training matrices, the relations for which it shows an object
-    category kept out (the same, less the super-attributes), the same per split
-    (`rules.ban_bits` of `design.train_bans`), which `PanelInfo.banned` takes)."""
+def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str],
+          label_sets: list[frozenset[str]]) -> tuple[list[int], list[int], list[int]]:
+    """Per crop: the relations (`RELATION_BIT`) for which it shows what a held-out split
+    keeps out of training; the same for the object categories alone; and per (split,
+    relation) the same as `ConceptTable.bits`."""
     bans = {r: design.train_side_ban(r.value) for r in Relation}
     if not any(b.super_attributes or b.object_thirds for b in bans.values()):
-        return [0] * len(labels.row), [0] * len(labels.row), [0] * len(labels.row)
-    # label lists repeat a lot between crops: classify each row of `labels` once
-    table = ConceptTable(list(map(vocab.concepts, labels.element_type, labels.both)))
-    per_set = np.zeros(len(labels.both), dtype=np.int64)
-    per_category = np.zeros(len(labels.both), dtype=np.int64)
+        return [0] * len(label_sets), [0] * len(label_sets), [0] * len(label_sets)
+    crops = list(zip(element_types, label_sets))
+    concepts = {crop: vocab.concepts(*crop) for crop in set(crops)}  # label sets repeat
+    table = ConceptTable([concepts[crop] for crop in crops])
+    per_set = np.zeros(len(label_sets), dtype=np.int64)
+    per_category = np.zeros(len(label_sets), dtype=np.int64)
     for r, bit in RELATION_BIT.items():
         per_set[table.banned(bans[r], r.value)] |= bit
         if bans[r].object_thirds:
             categories = TrainBan(object_thirds=bans[r].object_thirds)
             per_category[table.banned(categories, r.value)] |= bit
-    per_split = table.bits(design.train_bans)
-    which = np.asarray(labels.row, dtype=np.int64)
-    return per_set[which].tolist(), per_category[which].tolist(), per_split[which].tolist()
+    return per_set.tolist(), per_category.tolist(), table.bits(design.train_bans).tolist()

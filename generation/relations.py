@@ -1,40 +1,33 @@
 """The four V-PROM relations as a rule table: one class per relation (after RAVEN's Rule.py).
 
-Each rule knows three things about a 3×3 matrix whose rows are (I_i1, I_i2, I_i3):
-
-* `sample(draws, elements)` — draw the 9 elements of a matrix that obeys it (8 context
-  panels row-major, then the answer), from the element ids a generator allows;
-* `context(draws, answer, ...)` — the 8 context elements of a matrix whose answer is given
-  (the candidates-first sampler draws the answer before its context); `sample` and `context`
-  build their rows with the same layout (`layout` for And, `_or_row` for Or, `_square` for
-  Union, one step for all rows for Progression), so a relation's rows are written once;
-* `holds(rows)` — whether three rows of single elements obey it (the definition, readable);
-* `holds_many(e)` — `holds` of many matrices at once, on an N×3×3 array (verify's screen);
-* `completions(masks)` — the solver's half: given the 8 context panels as bit masks of ALL
-  the element ids each panel carries, the mask of every element a 9th panel could show to
-  complete the matrix under some reading of the rule, or 0 when rows 1 and 2 admit no
-  reading. A panel carries several elements when its source has several labels of the
-  element type (a red wooden chair is both `red` and `wooden`): the solver must consider
-  every choice, not only the element the generator meant.
-
-Sampling keeps the answer's distribution close to uniform over the allowed elements where
-the definition allows (Progression draws the answer first), so an element's answer rate
-among the candidates gives nothing away.
-
-Element ids are small ints used as bit positions; for counts the id is the count itself, so
-Progression's arithmetic works on bit positions directly.
-
 Definitions (φ = the element a panel shows, rows i = 1..3):
   And          φ(I_i1) = φ(I_i2) = φ(I_i3) (each row may show a different element)
   Or           φ(I_i3) = φ(I_i1) or φ(I_i2), with φ(I_i1) ≠ φ(I_i2)
   Union        every row holds the same set of three distinct elements, in any order
   Progression  φ(I_i2) − φ(I_i1) = φ(I_i3) − φ(I_i2) = d for one step d ≠ 0 shared by all rows
+
+Element ids are small ints used as bit positions; a count's id is the count itself, so
+Progression's arithmetic works on bit positions directly. Each rule has:
+
+* `sample(draws, elements)`: the 9 elements (8 context panels row-major, then the answer) of
+  a matrix that obeys it, from the allowed element ids; the answer is as near uniform over
+  them as the definition allows (Progression draws it first), so an element's answer rate
+  gives nothing away;
+* `context(draws, answer, elements, others, partner)`: the 8 context elements for a given
+  answer, or None (the candidates-first sampler draws the answer first; `others`: the other
+  elements rows 1-2 should show, best first, read lazily; `partner`: Or's other element of
+  row 3), built with the same rows as `sample`;
+* `holds(e)`: per matrix of an N×3×3 array of element ids, whether it obeys the definition;
+* `completions(masks)`: the solver's half. Given the 8 context panels as bit masks of ALL the
+  element ids each carries (a red wooden chair is both `red` and `wooden`), the mask of every
+  element a 9th panel could show to complete the matrix under some choice of one element per
+  panel, or 0 when rows 1 and 2 admit none.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -59,32 +52,13 @@ def positions(mask: int):
 
 
 class Rule:
+    """One relation's rule (see the module docstring for the methods each defines)."""
+
     relation: Relation
     #: fewest distinct elements `sample` needs among the allowed ones
     min_elements: int = 1
     #: how many elements a completion can be (Or admits either of two): distractors avoid them
     completing_elements: int = 1
-
-    def sample(self, draws: Draws, elements: Sequence[int]) -> list[int]:
-        raise TypeError(f"{type(self).__name__} must define sample")
-
-    def context(self, draws: Draws, answer: int, elements: Sequence[int],
-                others: Iterable[int] = (), partner: int = -1) -> list[int] | None:
-        """The 8 context elements (row-major) of a matrix whose 9th panel shows `answer`, or
-        None when the elements allow none. `elements`: the allowed ones; `others`: the other
-        elements rows 1-2 should show, best first (a lazy iterable: only the rules that read
-        it draw it); `partner`: Or's other element of row 3."""
-        raise TypeError(f"{type(self).__name__} must define context")
-
-    def holds(self, rows: Sequence[Sequence[int]]) -> bool:
-        raise TypeError(f"{type(self).__name__} must define holds")
-
-    def holds_many(self, e: np.ndarray) -> np.ndarray:
-        """`holds` of many matrices at once: e is N×3×3 (matrix, row, column) element ids."""
-        raise TypeError(f"{type(self).__name__} must define holds_many")
-
-    def completions(self, m: Sequence[int]) -> int:
-        raise TypeError(f"{type(self).__name__} must define completions")
 
 
 class And(Rule):
@@ -111,10 +85,7 @@ class And(Rule):
             others = others * 2  # a 2-value super-attribute: rows 1 and 2 repeat
         return self.layout(others[0], others[1], answer)[:8]
 
-    def holds(self, rows):
-        return all(r[0] == r[1] == r[2] for r in rows)
-
-    def holds_many(self, e):
+    def holds(self, e):
         return ((e[..., 0] == e[..., 1]) & (e[..., 1] == e[..., 2])).all(axis=1)
 
     def completions(self, m):
@@ -152,10 +123,7 @@ class Or(Rule):
         # row 3 shows the answer and its partner, in either order
         return rows + ([answer, partner] if draws.coin() else [partner, answer])
 
-    def holds(self, rows):
-        return all(r[0] != r[1] and r[2] in (r[0], r[1]) for r in rows)
-
-    def holds_many(self, e):
+    def holds(self, e):
         a, b, c = e[..., 0], e[..., 1], e[..., 2]
         return ((a != b) & ((c == a) | (c == b))).all(axis=1)
 
@@ -206,11 +174,7 @@ class Union(Rule):
         draws.shuffle(first)
         return first[0] + first[1] + last[:2]
 
-    def holds(self, rows):
-        sets = [frozenset(r) for r in rows]
-        return all(len(s) == 3 for s in sets) and sets[0] == sets[1] == sets[2]
-
-    def holds_many(self, e):
+    def holds(self, e):
         s = np.sort(e, axis=2)
         distinct = ((s[..., 0] < s[..., 1]) & (s[..., 1] < s[..., 2])).all(axis=1)
         return distinct & (s[:, 0] == s[:, 1]).all(axis=1) & (s[:, 1] == s[:, 2]).all(axis=1)
@@ -277,12 +241,7 @@ class Progression(Rule):
             out += [s, s + d, s + 2 * d]
         return out + [answer - 2 * d, answer - d]
 
-    def holds(self, rows):
-        steps = {r[1] - r[0] for r in rows}
-        return (len(steps) == 1 and 0 not in steps
-                and all(r[2] - r[1] == r[1] - r[0] for r in rows))
-
-    def holds_many(self, e):
+    def holds(self, e):
         step = e[..., 1] - e[..., 0]
         return ((step == step[:, :1]) & (step != 0)
                 & (e[..., 2] - e[..., 1] == step)).all(axis=1)

@@ -1,26 +1,23 @@
 """One matrix at a time: a group's relation, its crops, the solver check, the distractors.
 
-`generate_matrices` is pure, a function of `Draws(seed, index)` only. Human-attribute
-matrices are drawn candidates first (`generation.human_candidates`); the others as follows. The
-group's relation rule (`vprom.generation.relations`) samples the 9 elements; one crop is drawn for each
-panel (never the same region twice in a matrix); the solver turns the 8 context crops' label
-masks into the mask Z of every element that would complete row 3 under ANY reading in one
-super-attribute (`vprom.generation.solver.completion_mask`); `generation.candidates` draws the 7
-distractors outside Z. Train-side groups draw only crops no held-out split bans for their
-relation (`PoolIndex.banned`), and test-side attribute groups only crops without an object
-category banned for it (`ban_mask`).
-The solver check `valid == [answer]` runs on the assembled matrix. What fails is resampled
-from the same stream (at most `MAX_TRIES` times, then a VpromError naming the group). Crop
-reuse is balanced by drawing uniformly among the crops of an element in the cell — a
-per-matrix choice, so shards stay identical to the single run (global least-used counters
-would not be).
+Human-attribute matrices are drawn candidates first (`generation.human_candidates`); the
+others answer first: the group's relation rule (`generation.relations`) samples the 9
+elements; one crop is drawn for each panel, uniformly among the crops of its element in the
+cell and never the same region twice in a matrix; the solver turns the 8 context crops' label
+masks into the mask Z of every element that would complete row 3 under any reading
+(`generation.solver.completion_mask`); the 7 distractors are drawn outside Z
+(`generation.candidates`, counts `generation.count_candidates`), and the assembled matrix
+must have exactly the answer completing it. A failed attempt is redrawn from the same
+stream, at most `MAX_TRIES` times, then a VpromError names the group. Train-side groups draw
+only crops no held-out split bans for their relation, test-side attribute groups only crops
+without a banned object category (`ban_mask`). Every choice is a function of the matrix's
+own `Draws(seed, index)`, so shards reproduce the single run.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Sequence
 
 import numpy as np
@@ -77,17 +74,13 @@ class Sampler:
     absent: object = None
 
     def pick(self, draws: Draws) -> Option:
-        u = draws.uniform() * self.cumulative[-1]
-        for option, c in zip(self.options, self.cumulative):
-            if u < c:
-                return option
-        return self.options[-1]
+        return self.options[draws.by_cumulative(self.cumulative)]
 
 
 def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
                  cell: int, bans: bool = True) -> Sampler | HumanSampler:
     """The sampler of one (group, cell); `bans`: the group draws only the crops `ban_mask`
-    allows (False: the loosened sampler, see `generate_rows`)."""
+    allows (False: the loosened sampler, see `PlanSampler`)."""
     etype = group.element_type
     where = f"{etype.value} pool of {pool.source}, {CELL_NAMES[cell]} images"
     label = f"{etype.value} {group.relation.value} matrices of group '{group.name}'"
@@ -236,16 +229,12 @@ def ban_mask(pool: PoolIndex, group: Group) -> list[int] | None:
 
     - Train side of the held-out splits: every ban (`PoolIndex.banned`), so that its
       matrices train in every split.
-    - Test side, attributes: the object categories banned for the relation
-      (`PoolIndex.banned_categories`). Those matrices test only what their group holds out,
-      so they could show a banned category. But then it would appear in attribute matrices
-      of that relation only there, in the roles those groups give it. A category that comes
-      with one super-attribute would sit in the answer's block or a filler block, never
-      both, and a context-blind model trained on the neutral split would read the role off
-      it. On the demo's pools a tree was the answer 1-3% of the times it shared an Or matrix
-      with another tree (bench/RESULTS.md, twelfth stop).
-    - Test side, objects and counts: none. The object splits' test matrices show the banned
-      thirds. On the demo's thin count pools the filter made the count probes worse.
+    - Test side, attributes: the banned object categories (`PoolIndex.banned_categories`).
+      Were they shown only there, a category that comes with one super-attribute would sit
+      in the answer's block or a filler block, never both, and a context-blind model
+      trained on the neutral split would read the role off it.
+    - Test side, objects and counts: none (the object splits' test matrices show the banned
+      thirds).
     """
     if group.held_side == 0:
         banned = pool.banned
@@ -254,32 +243,6 @@ def ban_mask(pool: PoolIndex, group: Group) -> list[int] | None:
     else:
         return None
     return banned if any(banned) else None
-
-
-def loosenable(pool: PoolIndex, group: Group) -> bool:
-    """Whether the group's matrices are drawn from crops the held-out bans filter."""
-    return ban_mask(pool, group) is not None
-
-
-def generate_rows(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
-                  skipped: dict[str, list[str]] | None = None,
-                  loosened: dict[str, dict] | None = None, legacy_counts: bool = False):
-    """Yield (matrix, its 16 crop rows in `pool`) for each index, in order (`PlanSampler`).
-
-    `skipped`, when given, receives per group the super-attributes it could not use (fewer
-    attributes with enough crops than its relation needs, or too few for a symmetric
-    candidate profile while the group has others), for the manifest; `loosened` per group
-    how many matrices were drawn loosened, and why (`note_loosened`).
-    """
-    indices = list(indices)
-    if not indices:
-        return
-    sampler = PlanSampler(pool, plan, skipped, legacy_counts)
-    for i in indices:
-        matrix, rows, note = sampler.draw(i)
-        if note is not None and loosened is not None:
-            note_loosened(loosened, note)
-        yield matrix, rows
 
 
 def note_loosened(loosened: dict[str, dict], note: tuple[str, str, str]) -> None:
@@ -294,19 +257,15 @@ def note_loosened(loosened: dict[str, dict], note: tuple[str, str, str]) -> None
 class PlanSampler:
     """Every (group, cell) sampler of a plan, made once; `draw(i)` gives matrix i.
 
-    Count candidates are drawn from `generation.count_candidates`' tables, so the set they
-    leave out says nothing about the answer; `legacy_counts` draws them as vprom did before
-    (context values first), only to reproduce that flaw (`vprom generate
-    --legacy-count-candidates`).
+    `legacy_counts`: count candidates drawn from the context's values first, only to
+    reproduce the flaw that gives the answer away (`vprom generate --legacy-count-candidates`).
 
-    A train-side matrix is drawn from the crops no held-out split bans (`make_sampler`).
-    Where a cell is too thin for that (its sampler cannot be made, or a matrix fails all its
-    tries), the matrix is drawn from all the cell's crops instead: still sound, but it may
-    show a held-out label, and then the split rules keep it out of that split's training.
-
-    `draw` reads only the samplers and its own `Draws(seed, i)`, so any subset of indices,
-    in any process, gives the rows of the single run (a loosened sampler that a thin cell
-    needs is made on first use, the same in every process).
+    Where a cell is too thin for its group's ban (its sampler cannot be made, or a matrix
+    fails all its tries), the matrix is drawn *loosened*, from all the cell's crops: still
+    sound, but it may show a held-out label, and then the split rules keep it out of that
+    split's training. `draw` reads only the samplers and its own `Draws(seed, i)`, so any
+    subset of indices, in any process, gives the rows of the single run (a loosened sampler
+    is made on first use, the same in every process).
     """
 
     def __init__(self, pool: PoolIndex, plan: MatrixPlan,
@@ -317,10 +276,9 @@ class PlanSampler:
         # done; every (group, cell) of the whole plan, not only a shard's: the filler
         # weights are computed from all of them, so a shard samples as the single run does
         self.cells = cells = plan.cells()
-        base = int(cells.max(initial=0)) + 1  # (group, cell) as one int: a 1-D unique
-        keys, n = np.unique(plan.group_of.astype(np.int64) * base + cells, return_counts=True)
-        matrices_of = {(g, c): k for g, c, k in zip((keys // base).tolist(),
-                                                    (keys % base).tolist(), n.tolist())}
+        keys, n = np.unique(np.stack([plan.group_of.astype(np.int64), cells], axis=1),
+                            axis=0, return_counts=True)
+        matrices_of = {(g, c): k for (g, c), k in zip(keys.tolist(), n.tolist())}
         samplers: dict = {}
         self.loose: dict = {}  # (group, cell) -> the sampler over all the cell's crops
         self.reasons: dict = {}  # (group, cell) -> why the banned-free one could not be made
@@ -329,7 +287,7 @@ class PlanSampler:
             try:
                 samplers[key] = make_sampler(pool, plan.design, group, key[1])
             except VpromError as e:
-                if not loosenable(pool, group):
+                if ban_mask(pool, group) is None:
                     raise
                 self.reasons[key] = str(e)
                 samplers[key] = None
@@ -361,9 +319,9 @@ class PlanSampler:
                                  "candidate set can be drawn — mine more images")
         return sampler
 
-    def draw(self, i: int) -> tuple[Matrix, list[int], tuple[str, str, str] | None]:
-        """(matrix i, its 16 crop rows, and where it was drawn loosened (group, cell, why)
-        for `note_loosened`, else None)."""
+    def draw(self, i: int) -> tuple[str, list[int], tuple[str, str, str] | None]:
+        """(matrix i's super-attribute, its 16 crop rows, and where it was drawn loosened
+        (group, cell, why) for `note_loosened`, else None)."""
         pool, plan = self.pool, self.plan
         masks, region = pool.masks, pool.region
         g, cell = int(plan.group_of[i]), int(self.cells[i])
@@ -375,7 +333,7 @@ class PlanSampler:
         draws = Draws(plan.seed, i)
         got = None if sampler is None else _sample(sampler, draws, answer, masks, region, why)
         note = None
-        if got is None and loosenable(pool, group):
+        if got is None and ban_mask(pool, group) is not None:
             if key not in self.loose:
                 self.loose[key] = self._weighted(make_sampler(pool, plan.design, group, cell,
                                                               bans=False))
@@ -392,11 +350,7 @@ class PlanSampler:
             raise VpromError(f"matrix {i}: no sound {sampler.label} after {tries} tries "
                              f"({steps}); the pool is too thin there — mine more images or "
                              "lower --scale")
-        sa, rows = got
-        get = itemgetter(*rows)  # 16 rows: tuples straight from the pool's lists
-        # the plan's group and the pool's lists give the fields their types, checked already
-        return Matrix.checked(i, group.relation, group.element_type, sa, get(pool.crop_id),
-                              get(pool.element), answer), rows, note
+        return got[0], got[1], note
 
 
 def _sample(sampler, draws: Draws, answer: int, masks, region, why: Counter):
@@ -405,12 +359,19 @@ def _sample(sampler, draws: Draws, answer: int, masks, region, why: Counter):
     return sample_matrix(sampler, draws, answer, masks, region, why)
 
 
-def generate_matrices(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int]) -> list[Matrix]:
-    """The matrices with the given indices (pure: same pool, plan and index -> same matrix).
+def generate_matrices(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
+                      legacy_counts: bool = False) -> list[Matrix]:
+    """The matrices with the given indices (pure: same pool, plan and index -> same matrix),
+    without their split assignment (`generate_dataset` adds it).
 
     Build `pool = PoolIndex(crops, seed, design)` and `plan = make_plan(scale, seed, design)`
-    with `design = vprom.splits.load_rules().design`. Matrices carry no
-    split assignment yet (`generate_dataset` adds it).
+    with `design = vprom.splits.load_rules().design`.
     """
-    return [m for m, _ in generate_rows(pool, plan, indices)]
-
+    sampler, out = PlanSampler(pool, plan, legacy_counts=legacy_counts), []
+    for i in indices:
+        sa, rows, _ = sampler.draw(i)
+        group = plan.groups[plan.group_of[i]]
+        out.append(Matrix(i, group.relation, group.element_type, sa,
+                          [pool.crop_id[r] for r in rows], [pool.element[r] for r in rows],
+                          int(plan.answer[i])))
+    return out

@@ -2,34 +2,26 @@
 
 A candidate completes a matrix when, for SOME relation applicable to the element type, SOME
 group of elements (an attribute's super-attribute; objects and counts are one group each) and
-SOME choice of one element of that group per panel among all the labels the panel has in it,
-rows 1 and 2 obey the relation and row 3 with that candidate does too. A panel's labels are
-every label its source has and the ones its names imply (a "man" is male and adult:
-`generation.labels`); the solver does not tell them apart. `valid_candidates` returns every
-such candidate; a matrix is sound when that list is exactly `[answer]`.
-
-Every panel is read in the same group: the paper's relations are over one visual element φ,
-an attribute of one super-attribute, not a colour in one row and a gender in the next. Were
-rows read in different super-attributes, nearly any two people would share some value (both
-adults, both standing), every row of people would be an Or row somewhere, and no human matrix
-could be sound once a person's visible gender and age are labels.
+SOME choice of one element of that group per panel among all its labels, explicit and
+implied (a "man" is male and adult: `generation.labels`), rows 1 and 2 obey the relation and
+row 3 with that candidate does too. A matrix is sound when only its answer completes it.
+Every panel is read in the same group: the relations are over one visual element, not a
+colour in one row and a gender in the next (else nearly any two people would share some
+value, and every row of people would be an Or row somewhere). The solver is otherwise
+generous (readings are not limited to the matrix's super-attribute): that only rejects more
+matrices, never accepts an ambiguous one.
 
 The work is done on bit masks: each panel becomes the mask of the element ids it carries
 (labels outside the element type's universe are ignored: a chair's colour is no object
-category), each relation rule (`vprom.generation.relations`) turns the 8 context masks into the mask
-of the elements that could complete row 3, and a candidate is valid when its own mask meets
-the union of those masks. The generator calls `completion_mask` on integer masks on its hot
-path; the string-level functions here serve `vprom verify` and the tests.
-
-The solver is deliberately generous: readings are not limited to the matrix's
-super-attribute, and And rows may share elements. A generous solver only rejects more
-matrices; it never accepts an ambiguous one.
+category), each rule (`generation.relations`) turns the 8 context masks into the mask of the
+elements that could complete row 3, and a candidate is valid when its mask meets their union.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
+
+import numpy as np
 
 from vprom.domain import (
     N_CANDIDATES,
@@ -67,31 +59,20 @@ class Universe:
                 m |= 1 << i
         return m
 
-    def __len__(self) -> int:
-        return len(self.ids)
-
 
 def completion_mask(element_type: ElementType, context: Sequence[int],
-                    relations: Sequence[Relation] | None = None,
                     groups: Sequence[int] = ()) -> int:
     """The elements that complete row 3 under any applicable relation and reading, given the 8
-    context panels' label masks and the masks of the element groups to read them in (none:
-    the whole universe is one group)."""
-    rules = _RULES_OF[element_type] if relations is None else [RULES[r] for r in relations]
+    context panels' label masks and the masks of the groups to read them in (none: one)."""
     z = 0
     for g in groups or (-1,):
         if not context[0] & g:  # the usual miss, found before building the list
             continue
         within = [c & g for c in context]
         if all(within):  # every relation reads every context panel
-            for rule in rules:
+            for rule in _RULES_OF[element_type]:
                 z |= rule.completions(within)
     return z
-
-
-@lru_cache(maxsize=64)
-def _universe(element_type: ElementType, names: frozenset[str]) -> Universe:
-    return Universe(element_type, names)
 
 
 def group_masks(u: Universe, groups: Mapping[str, Iterable[str]] | None) -> list[int]:
@@ -110,8 +91,7 @@ def _masks(element_type, labels, universe, groups):
     labels = [frozenset(l) for l in labels]
     if len(labels) != N_PANELS:
         raise ValueError(f"a matrix has {N_PANELS} panels; got {len(labels)} label sets")
-    names = frozenset(universe) if universe is not None else frozenset().union(*labels)
-    u = _universe(element_type, names)
+    u = Universe(element_type, universe if universe is not None else frozenset().union(*labels))
     return element_type, u, [u.mask(l) for l in labels], group_masks(u, groups)
 
 
@@ -119,15 +99,12 @@ def valid_candidates(relation: Relation | str, element_type: ElementType | str,
                      labels: Sequence[frozenset[str]],
                      universe: frozenset[str] | None = None,
                      groups: Mapping[str, Iterable[str]] | None = None) -> list[int]:
-    """Indices 0..7 of the candidates that complete the matrix under ANY applicable reading.
+    """Indices 0..7 of the candidates that complete the matrix under any applicable relation
+    and reading (a reading under another relation than the stated one makes it ambiguous).
 
-    `labels`: 16 label sets (8 context row-major, then 8 candidates), every label each
-    panel has (explicit and implied). `universe`: the labels that count as elements of this
-    element type (None: all labels). `groups`: name -> the labels of one group (the
-    super-attributes of an attribute type; None: one group). `relation` is the matrix's
-    stated relation; it must apply to the element type, but every applicable relation is
-    tried, since a reading under another relation that makes a distractor correct makes the
-    matrix ambiguous.
+    `labels`: the 16 panels' label sets, explicit and implied. `universe`: the labels that
+    are elements of this element type (None: all). `groups`: name -> the labels of one group
+    (an attribute type's super-attributes; None: one group).
     """
     element_type, _, masks, g = _masks(element_type, labels, universe, groups)
     if Relation(relation) not in RELATIONS_OF[element_type]:
@@ -139,33 +116,50 @@ def valid_candidates(relation: Relation | str, element_type: ElementType | str,
 def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
                  universe: frozenset[str] | None = None,
                  groups: Mapping[str, Iterable[str]] | None = None) -> str | None:
-    """None when the matrix is sound, else a one-line reason.
-
-    Sound: every panel carries the element it claims, the 9 claimed elements obey the stated
-    relation, and the solver finds exactly one valid candidate, the answer (`groups` as in
-    `valid_candidates`).
-    """
+    """None when the matrix is sound, else a one-line reason (`check_matrices` on one
+    matrix; `labels`, `universe` and `groups` as in `valid_candidates`)."""
     _, u, masks, g = _masks(matrix.element_type, labels, universe, groups)
-    return check_masks(matrix, u, masks, g, labels)
+    return check_matrices(u, g, [matrix.relation.value], [matrix.elements], [masks],
+                          [matrix.answer])[0]
 
 
-def check_masks(matrix: Matrix, u: Universe, masks: Sequence[int], groups: Sequence[int],
-                labels: Sequence[frozenset[str]]) -> str | None:
-    """`check_matrix` on the panels' masks in `u` and the groups' masks (`group_masks`),
-    for a caller that checks many matrices and computes each crop's mask once."""
-    for k, (element, label_set) in enumerate(zip(matrix.elements, labels)):
-        if element not in label_set or element not in u.ids:
-            return f"panel {k} claims '{element}' but its labels {sorted(label_set)} lack it"
-    ids = [u.ids[e] for e in matrix.elements]
-    rows = [ids[0:3], ids[3:6], ids[6:8] + [ids[N_CONTEXT + matrix.answer]]]
-    if not RULES[matrix.relation].holds(rows):
-        return (f"the elements {[matrix.elements[i] for i in range(N_CONTEXT)]} + answer "
-                f"'{matrix.elements[N_CONTEXT + matrix.answer]}' do not obey "
-                f"{matrix.relation.value}")
+def check_matrices(u: Universe, groups: Sequence[int], relations: Sequence[str],
+                   elements: Sequence[Sequence[str]], masks: Sequence[Sequence[int]],
+                   answers: Sequence[int]) -> list[str | None]:
+    """Per matrix of `u`'s element type, None when it is sound, else a one-line reason.
+
+    Sound: every panel's labels (`masks`, N×16 in `u`) carry the element it claims
+    (`elements`, N×16 names), the 9 claimed elements obey the stated relation, and only the
+    answer completes it when read in the groups `groups` (`group_masks`).
+    """
+    ids = np.array([[u.ids.get(e, -1) for e in row] for row in elements],
+                   dtype=np.int64).reshape(-1, N_PANELS)
+    answers = np.asarray(answers, dtype=np.int64)
+    nine = np.concatenate([ids[:, :N_CONTEXT],
+                           ids[np.arange(len(ids)), N_CONTEXT + answers][:, None]], axis=1)
+    relations = np.asarray(relations, dtype=object)
+    obeys = np.zeros(len(ids), dtype=bool)
+    for relation in set(relations.tolist()):
+        mine = relations == relation
+        obeys[mine] = RULES[Relation(relation)].holds(nine[mine].reshape(-1, 3, 3))
+    return [_reason(u, groups, relation, names, panel_ids, panel_masks, answer, ok)
+            for relation, names, panel_ids, panel_masks, answer, ok in
+            zip(relations.tolist(), elements, ids.tolist(), masks, answers.tolist(),
+                obeys.tolist())]
+
+
+def _reason(u: Universe, groups: Sequence[int], relation: str, elements: Sequence[str],
+            ids: list[int], masks: Sequence[int], answer: int, obeys: bool) -> str | None:
+    for k, (element, i, mask) in enumerate(zip(elements, ids, masks)):
+        if i < 0 or not (mask >> i) & 1:
+            return f"panel {k} claims '{element}' but its labels lack it"
+    if not obeys:
+        return (f"the elements {list(elements[:N_CONTEXT])} + answer "
+                f"'{elements[N_CONTEXT + answer]}' do not obey {relation}")
     z = completion_mask(u.element_type, masks[:N_CONTEXT], groups=groups)
     valid = [k for k in range(N_CANDIDATES) if masks[N_CONTEXT + k] & z]
-    if valid != [matrix.answer]:
+    if valid != [answer]:
         names = sorted(u.names[i] for i in range(z.bit_length()) if (z >> i) & 1)
-        return (f"candidates {valid} complete the matrix (answer {matrix.answer}); "
+        return (f"candidates {valid} complete the matrix (answer {answer}); "
                 f"completing elements {names}")
     return None

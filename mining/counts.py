@@ -20,7 +20,7 @@ must not become counts. `parse_count` decides, in four steps:
    "there are", "a group of" before it) - in "a man holding two bananas" the region shows
    the man, so the count is refused as "not the subject".
 
-The reasons (`CountParse.excluded`) are listed in `REASONS` and documented in docs/mining.md.
+The reasons (`CountParse.excluded`) are listed in `REASONS` and documented in docs/generation.md.
 """
 
 from __future__ import annotations

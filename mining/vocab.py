@@ -1,6 +1,6 @@
 """Curated vocabularies and label normalisation.
 
-The domain lives in small JSON files under `mining/data/` (see docs/mining.md):
+The domain lives in small JSON files under `mining/data/` (see docs/generation.md):
 
 - `object_attributes.json`, `human_attributes.json`: {super_attribute: [attribute, ...]};
 - `objects.json`: the object categories; `person_words.json`: names of one person;

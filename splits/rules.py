@@ -1,63 +1,43 @@
-"""The split logic, in one place: how images are dealt, what each split holds out, and the
-one pure function that assigns a matrix to train / test / excluded in every split.
-
-The `splits` stage holds the seven declarative spec files and their loader
-(`splits.specs.load_rules`); everything those specs MEAN is here, on the ground floor, so that
-generation and verification (which stand beside `splits` and may not import it) use the same
-code through the `SplitRules` the top floor hands them.
+"""What the split specs mean: how images are dealt, what each split holds out, and the one
+pure function, `assign`, that puts matrices in train / test / excluded in every split.
 
 Images. `image_test_side` deals Visual Genome images to the train or test side of a
-*partition* by a 64-bit hash of (seed, partition name, image id): the same image always lands
-on the same side, whatever pool or matrix uses it, which is what keeps every region of a
-split's test set out of its training set. The neutral split has its own partition; the six
-held-out splits share one. `object_third` puts each object category in one of three fixed
-thirds by a hash of its name alone, for the held-out-object splits.
+*partition* by a 64-bit hash of (seed, partition name, image id), so an image lands on the
+same side whatever uses it. The neutral split has its own partition; the six held-out splits
+share one. `object_third` puts each object category in one of three fixed thirds by a hash
+of its name, for the held-out-object splits.
 
-Rules (`SplitSpec.rule`, one per spec file):
+Rules (`SplitSpec.rule`, one per spec file) give each matrix its *natural* part:
 
-  random                     the matrix goes where its images are (neutral)
-  counts                     count matrices: context + answer all in `train` -> train, all in
-                             `test` -> test, otherwise excluded; other element types train
-  super_attributes           attribute matrices of a `test` super-attribute -> test; any
-                             other matrix trains only when none of its 16 panels carries a
-                             label (explicit or implied) of a test super-attribute
-  relation_super_attributes  attribute matrices whose (relation, super-attribute) is a test
-                             pair -> test, others train
+  random                     where its images are (neutral)
+  counts                     count matrices whose context + answer are all in `train` ->
+                             train, all in `test` -> test, else excluded; others train
+  super_attributes           attribute matrices of a `test` super-attribute -> test
+  relation_super_attributes  attribute matrices of a test (relation, super-attribute) -> test
   object_thirds              object matrices of relation r all of whose 16 panels show r's
-                             test third -> test; any other matrix of relation r trains only
-                             when none of its panels carries a category of that third among
-                             all its labels; with `"every_relation": true` the ban holds for
-                             matrices of every relation (progression included)
+                             test third -> test
 
-The strict rules ("no panel carries a held-out label") read `PanelInfo.categories` and
-`PanelInfo.label_super_attributes`, which the caller classifies from every label of every
-panel; `train_ban(spec)` states them as a `TrainBan`, which generation uses to draw
-train-side matrices that need no exclusion and `vprom verify` to count violations.
+A natural "train" is excluded when one of the matrix's 16 panels carries, among all its
+labels, one the split bans from training (`TrainBan`: a test super-attribute's labels, or
+for `object_thirds` the test third's categories, in every relation with `every_relation`).
 Relation x super-attribute pairs stay a rule on the matrix's own super-attribute: every
-person shows an age, so "no Or matrix shows an age" could not be met, and a pair holds out a
-relation applied to a super-attribute, which a matrix about another one does not exercise.
-`HeldOutDesign` sums the specs up as generation must plan for them.
-
-`assign` first computes this *natural* part from the matrix alone, then holds it against the
-images: the matrix gets its natural part only when all 16 images lie on that side of the
-spec's partition, else "excluded". So no image region is ever on both the train and the test
-side of a split, whichever relation or element reaches it. Validation sets are chosen
-afterwards from each split's train part (`choose_val`), by a hash of (seed, split, matrix
-id): the choice depends only on the set of training ids, so merging shards reproduces the
-single run's choice.
+person shows an age, so "no Or matrix shows an age" could not be met. Then a matrix keeps
+its part only when all 16 images lie on that side of the spec's partition, so no image region
+is ever on both sides of a split. Validation ids are drawn afterwards from each train part
+by a hash of (seed, split, id) (`choose_val`), so merged shards choose as one run does.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
-from typing import Iterable, Mapping
+from functools import lru_cache
 
 import numpy as np
 
+from vprom.domain import N_CONTEXT, VAL_SIZE, ElementType
 from vprom.errors import VpromError
-from vprom.domain import N_CONTEXT, VAL_SIZE, ElementType, Matrix
 from vprom.tables import string_codes
 
 _MASK64 = (1 << 64) - 1
@@ -138,49 +118,23 @@ class SplitSpec:
 
 @dataclass(frozen=True)
 class TrainBan:
-    """What no training or validation matrix of one held-out split may show, on any of its
-    16 panels, as any label (explicit or implied), not only as the element it shows.
-
-    `super_attributes`: label table ("object_attribute" / "human_attribute") -> the
-    super-attributes whose labels are banned in matrices of every relation.
-    `object_thirds`: relation -> the object thirds (`object_third`) whose
-    categories are banned in matrices of that relation.
-    """
+    """What no training or validation matrix of one held-out split may show on any panel, as
+    any label: per label table ("object_attribute" / "human_attribute") the banned
+    super-attributes (every relation), and per relation the banned object thirds."""
 
     super_attributes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     object_thirds: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        # flat forms for `shows_banned`, which runs for every panel of every matrix
-        object.__setattr__(self, "_pairs", frozenset(
-            (table, sa) for table, sas in self.super_attributes.items() for sa in sas))
-
-    def shows_banned(self, relation: str, categories: Iterable[str],
-                     label_super_attributes: Iterable[tuple[str, str]]) -> bool:
-        """Whether a panel of a `relation` matrix carrying these categories and attribute
-        labels (as (table, super-attribute) pairs) shows something this ban holds out."""
-        if self._pairs and not self._pairs.isdisjoint(label_super_attributes):
-            return True
-        thirds = self.object_thirds.get(relation)
-        return bool(thirds) and any(object_third(c) in thirds for c in categories)
 
 
 class ConceptTable:
     """Per crop its concepts (object categories, attribute (table, super-attribute) pairs, as
     `LabelVocabulary.concepts` gives them), each distinct set once as two rows of bits: the
-    pairs it holds and the thirds (`object_third`) its categories fall in. What a ban holds
-    out of a crop (`TrainBan.shows_banned`) is then two numpy lookups for all crops at once,
-    the same verdicts: a pair the ban holds out is among the crop's, or a category's third is
-    among the relation's banned thirds."""
+    pairs it holds and the thirds its categories fall in."""
 
-    def __init__(self, concepts, rows=None) -> None:
-        """`concepts`: per crop its (categories, pairs); or with `rows` (per crop, an index
-        into `concepts`), per row of crops that share them."""
+    def __init__(self, concepts) -> None:
         index: dict[tuple, int] = {}  # concept sets repeat a lot between crops: each once
         self.which = np.fromiter((index.setdefault(key, len(index)) for key in concepts),
                                  dtype=np.int64, count=len(concepts))
-        if rows is not None:
-            self.which = self.which[np.asarray(rows, dtype=np.int64)]
         self.column: dict[tuple[str, str], int] = {}
         pairs, thirds = ([], []), ([], [])  # (distinct set, column) of each bit
         for k, (categories, label_super_attributes) in enumerate(index):
@@ -195,22 +149,20 @@ class ConceptTable:
 
     def banned(self, ban: TrainBan, relation: str) -> np.ndarray:
         """Per crop: whether it shows, in a matrix of `relation`, a label `ban` holds out."""
-        return self._verdicts(ban, relation)[self.which]
+        pairs = [self.column[(table, sa)] for table, sas in ban.super_attributes.items()
+                 for sa in sas if (table, sa) in self.column]
+        thirds = sorted({0, 1, 2} & set(ban.object_thirds.get(relation) or ()))
+        return (self.pairs[:, pairs].any(axis=1) | self.thirds[:, thirds].any(axis=1)
+                )[self.which]
 
     def bits(self, bans: Mapping[str, TrainBan]) -> np.ndarray:
-        """Per crop: `ban_bits`."""
-        out = np.zeros(len(self.pairs), dtype=np.int64)
+        """Per crop, the (split, relation) pairs for which it shows what the split's ban
+        holds out, as bits (`ban_bit`)."""
+        out = np.zeros(len(self.which), dtype=np.int64)
         for name, ban in bans.items():
             for relation in ALL_RELATIONS:
-                out[self._verdicts(ban, relation)] |= ban_bit(bans, name, relation)
-        return out[self.which]
-
-    def _verdicts(self, ban: TrainBan, relation: str) -> np.ndarray:
-        """`ban.shows_banned(relation, *concepts)` for each distinct set of concepts."""
-        pairs = [self.column[p] for p in ban._pairs if p in self.column]
-        shown = self.pairs[:, pairs].any(axis=1)
-        thirds = sorted({0, 1, 2} & set(ban.object_thirds.get(relation) or ()))
-        return shown | self.thirds[:, thirds].any(axis=1)
+                out[self.banned(ban, relation)] |= ban_bit(bans, name, relation)
+        return out
 
 
 def _bit_rows(n: int, width: int, bits: tuple[list, list]) -> np.ndarray:
@@ -219,22 +171,10 @@ def _bit_rows(n: int, width: int, bits: tuple[list, list]) -> np.ndarray:
     return out
 
 
-def ban_bits(bans: Mapping[str, TrainBan], concepts) -> np.ndarray:
-    """Per crop, the (split, relation) pairs for which it shows what the split's ban holds
-    out, as bits (`ban_bit`); `concepts` as for `ConceptTable`. OR-ed over a matrix's panels
-    they are `PanelInfo.banned`, which spares `assign` the per-panel check."""
-    return ConceptTable(concepts).bits(bans)
-
-
 def ban_bit(bans: Mapping[str, TrainBan], split: str, relation: str) -> int:
-    """The bit of (split, relation) in `ban_bits`: by the split's place in `bans`."""
-    return _ban_bits_of(tuple(bans))[split, relation]
-
-
-@lru_cache(maxsize=64)
-def _ban_bits_of(splits: tuple[str, ...]) -> dict[tuple[str, str], int]:
-    return {(split, relation): 1 << (k * len(ALL_RELATIONS) + j)
-            for k, split in enumerate(splits) for j, relation in enumerate(ALL_RELATIONS)}
+    """The bit of (split, relation) in `ConceptTable.bits`: by the split's place in `bans`."""
+    k, j = list(bans).index(split), ALL_RELATIONS.index(relation)
+    return 1 << (k * len(ALL_RELATIONS) + j)
 
 
 @dataclass(frozen=True)
@@ -266,22 +206,6 @@ class HeldOutDesign:
             thirds.update(ban.object_thirds.get(relation, ()))
         return TrainBan({t: tuple(sorted(v)) for t, v in sorted(sas.items())},
                         {relation: tuple(sorted(thirds))} if thirds else {})
-
-
-@dataclass(frozen=True)
-class PanelInfo:
-    """What `assign` needs beyond the matrix: per partition the side (0 train, 1 test) of each
-    panel's image, each panel crop's super-attribute ("" for objects and counts), and per panel
-    the object categories and attribute (table, super-attribute) pairs among ALL its labels
-    (None: not known, the panel's own element stands for its labels)."""
-
-    sides: Mapping[str, tuple[int, ...]]
-    super_attributes: tuple[str, ...]
-    categories: tuple[frozenset[str], ...] | None = None
-    label_super_attributes: tuple[frozenset[tuple[str, str]], ...] | None = None
-    #: `ban_bits` of the 16 panels' crops OR-ed together, in place of reading `categories`
-    #: and `label_super_attributes` (None: read them)
-    banned: int | None = None
 
 
 def held_out_design(specs: Mapping[str, SplitSpec]) -> HeldOutDesign:
@@ -357,178 +281,74 @@ class SplitRules:
         """Every partition of images the splits use -> its test fraction."""
         return {s.partition: s.test_fraction for s in self.specs.values()}
 
-    def assign(self, matrix: Matrix, panels: PanelInfo) -> dict[str, str]:
-        """split -> "train" | "test" | "excluded" (validation is chosen later from train)."""
-        return assign(matrix, panels, self.specs, self.design.train_bans)
 
-    def choose_val(self, train_ids, seed: int, split: str,
-                   scale: float) -> tuple[np.ndarray, np.ndarray]:
-        """(train, val): the validation ids drawn from a split's training ids."""
-        return choose_val(train_ids, seed, split, scale)
+def assign(rules: SplitRules, matrices, sides: Mapping[str, np.ndarray],
+           banned: np.ndarray) -> dict[str, np.ndarray]:
+    """split -> per matrix "train", "test" or "excluded" (an object array; validation is
+    chosen later from train).
 
-
-def assign(matrix: Matrix, panels: PanelInfo, specs: Mapping[str, SplitSpec],
-           bans: Mapping[str, TrainBan] | None = None) -> dict[str, str]:
-    """split -> "train" | "test" | "excluded" (validation is chosen later from train)."""
-    out = {}
-    side_of = {}  # partition -> "train" / "test", or None where the panels straddle it
-    for partition, sides in panels.sides.items():
-        first = sides[0]
-        side_of[partition] = None if sides.count(first) != len(sides) else (
-            "test" if first else "train")
-    # read once: the enums' `.value` is a property, and this runs for every matrix
-    etype, relation = matrix.element_type.value, matrix.relation.value
-    bits = _ban_bits_of(tuple(bans)) if panels.banned is not None and bans is not None \
-        else None
-    for name, spec in specs.items():
-        side = side_of[spec.partition]
-        if side is None:
-            out[name] = "excluded"  # cannot happen for generated matrices; kept for safety
-            continue
-        if spec.rule_type == "random":
-            natural = side
-        else:
-            ban = bans.get(name) if bans is not None else train_ban(spec)
-            natural = _natural_part(spec.rule, matrix, etype, relation)
-            if natural == "train" and ban is not None and (
-                    panels.banned & bits[name, relation] if bits is not None
-                    else shows_banned(ban, matrix, panels)):
-                natural = "excluded"
-        out[name] = natural if natural == side else "excluded"
-    return out
-
-
-def assign_all(matrices, sides: Mapping[str, np.ndarray], banned: np.ndarray,
-               specs: Mapping[str, SplitSpec],
-               bans: Mapping[str, TrainBan]) -> dict[str, np.ndarray]:
-    """`assign` of every matrix of a table at once, for `vprom verify`: split -> an object
-    array of "train" / "test" / "excluded". `matrices` has the columns of a `MatrixTable`
-    (`element_type`, `relation`, `super_attribute`, `elements` N×16, `answer`); `sides`:
-    partition -> N×16 sides of the panels' images; `banned`: per matrix the `ban_bits` of its
-    16 crops OR-ed together. The same rules as `assign`, column by column (a test holds the
-    two to the same parts on a generated data set)."""
-    table = _RuleColumns(matrices)
+    `matrices`: the columns of a `MatrixTable` (`element_type`, `relation`,
+    `super_attribute`, `elements` N×16, `answer`); `sides`: partition -> N×16 sides (0 train,
+    1 test) of the panels' images (`image_sides`); `banned`: per matrix, the
+    `ConceptTable.bits` of its 16 panels' crops OR-ed together.
+    """
+    relation = np.asarray(matrices.relation).astype(str)
     # a matrix whose images straddle a partition is excluded whatever its natural part
     side_of = {partition: np.where(s.all(axis=1), "test",
                                    np.where((s == 0).all(axis=1), "train", "excluded"))
                for partition, s in sides.items()}
-    bits = _ban_bits_of(tuple(bans))
+    bans = rules.design.train_bans
     out = {}
-    for name, spec in specs.items():
+    for name, spec in rules.specs.items():
         side = side_of[spec.partition]
         if spec.rule_type == "random":
             natural = side
         else:
-            natural = table.natural_parts(spec.rule)
-            if bans.get(name) is not None:
+            natural = natural_parts(spec.rule, matrices)
+            if name in bans:
                 bit = np.zeros(len(natural), dtype=np.int64)
                 for r in ALL_RELATIONS:
-                    bit[table.relation == r] = bits[name, r]
+                    bit[relation == r] = ban_bit(bans, name, r)
                 natural[(natural == "train") & (banned & bit != 0)] = "excluded"
         out[name] = np.where(natural == side, natural, "excluded").astype(object)
     return out
 
 
-class _RuleColumns:
-    """What the rules read of every matrix (`assign_all`), each column made once."""
-
-    def __init__(self, m) -> None:
-        self.m, self.etype = m, m.element_type.astype(str)
-        self.relation, self.super_attribute = m.relation.astype(str), m.super_attribute.astype(str)
-
-    @cached_property
-    def counts(self) -> tuple[np.ndarray, np.ndarray]:
-        """(rows of the count matrices, the counts their context and answer show)."""
-        rows = np.flatnonzero(self.etype == ElementType.COUNT.value)
-        elements = self.m.elements[rows]
-        answer = elements[np.arange(len(rows)), N_CONTEXT + self.m.answer[rows].astype(np.int64)]
-        shown = np.concatenate([elements[:, :N_CONTEXT], answer[:, None]], axis=1)
-        names, codes = string_codes(shown)
-        return rows, np.array([int(e) for e in names], dtype=np.int64)[codes]
-
-    @cached_property
-    def thirds(self) -> tuple[np.ndarray, np.ndarray]:
-        """(rows of the object matrices all of whose 16 panels show one object third, that
-        third)."""
-        rows = np.flatnonzero(self.etype == ElementType.OBJECT.value)
-        names, codes = string_codes(self.m.elements[rows])
-        thirds = np.array([object_third(c) for c in names], dtype=np.int64)[codes]
-        one = (thirds == thirds[:, :1]).all(axis=1)
-        return rows[one], thirds[one, 0]
-
-    def natural_parts(self, rule: dict) -> np.ndarray:
-        """`_natural_part` of every matrix."""
-        kind, test = rule["type"], rule.get("test")
-        etype, relation, sa = self.etype, self.relation, self.super_attribute
-        out = np.full(len(etype), "train", dtype=object)
-        if kind == "counts":
-            rows, shown = self.counts
-            train = np.isin(shown, list(rule["train"])).all(axis=1)
-            held = np.isin(shown, list(test)).all(axis=1)
-            out[rows] = np.where(train, "train", np.where(held, "test", "excluded"))
-        elif kind == "super_attributes":
-            for t, sas in test.items():
-                out[(etype == t) & np.isin(sa, list(sas))] = "test"
-        elif kind == "relation_super_attributes":
-            for t, pairs in test.items():
-                for r, pair in pairs.items():
-                    out[(etype == t) & (relation == r) & (sa == pair)] = "test"
-        elif kind == "object_thirds":
-            rows, third = self.thirds
-            for r, held_third in test.items():
-                out[rows[(relation[rows] == r) & (third == held_third)]] = "test"
-        else:
-            raise VpromError(f"split rule type '{kind}' is unknown; expected one of "
-                             f"{list(RULE_TYPES)}")
-        return out
-
-
-def panel_concepts(m: Matrix, panels: PanelInfo):
-    """Per panel (categories, attribute (table, super-attribute) pairs) among all its labels;
-    without that knowledge in `panels`, the panel's own element stands for its labels."""
-    etype = m.element_type.value
-    categories = panels.categories
-    if categories is None:
-        categories = tuple(frozenset({e}) if m.element_type is ElementType.OBJECT else frozenset()
-                           for e in m.elements)
-    label_sas = panels.label_super_attributes
-    if label_sas is None:
-        label_sas = tuple(frozenset({(etype, sa)}) if sa else frozenset()
-                          for sa in panels.super_attributes)
-    return categories, label_sas
-
-
-def shows_banned(ban: TrainBan, m: Matrix, panels: PanelInfo) -> bool:
-    """Whether any of the matrix's 16 panels shows what `ban` holds out of training."""
-    categories, label_sas = panel_concepts(m, panels)
-    relation = m.relation.value
-    return any(ban.shows_banned(relation, c, s) for c, s in zip(categories, label_sas))
-
-
-def _natural_part(rule: dict, m: Matrix, etype: str, relation: str) -> str:
-    """The part `rule` gives matrix `m` (of element type `etype`, relation `relation`)
-    before its split's ban."""
-    kind = rule["type"]
+def natural_parts(rule: dict, m) -> np.ndarray:
+    """The part `rule` gives every matrix of `m` (as for `assign`) before its split's ban and
+    its images."""
+    kind, test = rule["type"], rule.get("test")
+    etype, relation = np.asarray(m.element_type).astype(str), np.asarray(m.relation).astype(str)
+    sa = np.asarray(m.super_attribute).astype(str)
+    out = np.full(len(etype), "train", dtype=object)
     if kind == "counts":
-        if m.element_type is not ElementType.COUNT:
-            return "train"
-        shown = {int(e) for e in m.elements[:N_CONTEXT]} | {int(m.elements[N_CONTEXT + m.answer])}
-        if shown <= set(rule["train"]):
-            return "train"
-        return "test" if shown <= set(rule["test"]) else "excluded"
-    if kind == "super_attributes":
-        # any other matrix trains, unless it shows a held label (`assign` checks the ban)
-        return "test" if m.super_attribute in rule["test"].get(etype, ()) else "train"
-    if kind == "relation_super_attributes":
-        pair = rule["test"].get(etype, {}).get(relation)
-        return "test" if pair is not None and pair == m.super_attribute else "train"
-    if kind == "object_thirds":
-        third = rule["test"].get(relation)
-        if m.element_type is ElementType.OBJECT and third is not None and {
-                object_third(e) for e in m.elements} == {third}:
-            return "test"
-        return "train"
-    raise VpromError(f"split rule type '{kind}' is unknown; expected one of {list(RULE_TYPES)}")
+        rows = np.flatnonzero(etype == ElementType.COUNT.value)
+        elements = m.elements[rows]
+        answer = elements[np.arange(len(rows)), N_CONTEXT + m.answer[rows].astype(np.int64)]
+        names, codes = string_codes(np.concatenate([elements[:, :N_CONTEXT], answer[:, None]],
+                                                   axis=1))
+        shown = np.array([int(e) for e in names], dtype=np.int64)[codes]
+        train = np.isin(shown, list(rule["train"])).all(axis=1)
+        held = np.isin(shown, list(test)).all(axis=1)
+        out[rows] = np.where(train, "train", np.where(held, "test", "excluded"))
+    elif kind == "super_attributes":
+        for t, sas in test.items():
+            out[(etype == t) & np.isin(sa, list(sas))] = "test"
+    elif kind == "relation_super_attributes":
+        for t, pairs in test.items():
+            for r, pair in pairs.items():
+                out[(etype == t) & (relation == r) & (sa == pair)] = "test"
+    elif kind == "object_thirds":
+        rows = np.flatnonzero(etype == ElementType.OBJECT.value)
+        names, codes = string_codes(m.elements[rows])
+        thirds = np.array([object_third(c) for c in names], dtype=np.int64)[codes]
+        one = (thirds == thirds[:, :1]).all(axis=1)  # all 16 panels in one third
+        for r, held_third in test.items():
+            out[rows[one & (relation[rows] == r) & (thirds[:, 0] == held_third)]] = "test"
+    else:
+        raise VpromError(f"split rule type '{kind}' is unknown; expected one of "
+                         f"{list(RULE_TYPES)}")
+    return out
 
 
 def val_size(scale: float) -> int:
@@ -544,6 +364,4 @@ def choose_val(train_ids, seed: int, split: str, scale: float) -> tuple[np.ndarr
         raise VpromError(f"split {split}: its training set has {len(train_ids)} matrices, too "
                          f"few to hold out {size} for validation; raise --scale")
     val = val_ids(train_ids, seed, split, size)
-    if (train_ids[1:] > train_ids[:-1]).all():  # sorted and unique, as generate gives them
-        return train_ids[~np.isin(train_ids, val)], val  # `np.setdiff1d`'s, without a sort
     return np.setdiff1d(train_ids, val), val

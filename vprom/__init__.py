@@ -10,8 +10,9 @@ __version__ = "0.1.0"
 
 #: the stage functions of `vprom.app.api`, in pipeline order (tests/test_api.py keeps the two
 #: lists equal)
-API = ("build", "synth", "mine", "generate", "merge", "verify", "stats", "load_dataset",
-       "export", "extract", "load_features", "train", "evaluate", "report", "reproduce")
+API = ("build", "download", "synth", "mine", "generate", "merge", "verify", "stats",
+       "show_matrix", "load_dataset", "export", "extract", "load_features", "train", "evaluate",
+       "report", "reproduce", "crops", "score", "human_study", "human_serve", "human_score")
 
 
 def __getattr__(name: str):

@@ -226,35 +226,6 @@ def _died(proc) -> VpromError:
                       "the failure here")
 
 
-# ---------------------------------------------------------------- one job beside
-@contextlib.contextmanager
-def beside(fn: Callable, job, command: str, method: str = "fork"):
-    """Start `fn(job)` in one worker process at once and yield a function that waits for
-    its result (raising its error, as `ordered_map` does), so the caller works meanwhile.
-    The worker is stopped once its result is taken, or on leaving the block. It is named
-    `vprom-<command>-beside`; `fn` is a module-level function and `job` small."""
-    procs: list = []
-    parent, child = context(method).Pipe()
-    try:
-        proc = start(procs, _serve, (child, fn), f"vprom-{command}-beside", method)
-        child.close()
-        _send(parent, proc, (0, [job]))
-        got: list = []
-
-        def result():
-            if not got:
-                status, _, value = receive(parent, proc)
-                stop(procs)  # its memory goes back now, not when the caller is done
-                if status == "error":
-                    raise value
-                got.append(value[0])
-            return got[0]
-        yield result
-    finally:
-        stop(procs)
-        parent.close()
-
-
 # ---------------------------------------------------------------- ordered map
 @contextlib.contextmanager
 def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunksize: int = 1,

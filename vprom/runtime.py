@@ -1,20 +1,16 @@
 """The runtime of the torch stages: the device and the data-parallel processes (`World`).
 
-Extraction (`vprom.features`) and training and evaluation (`vprom.baselines`) both run on it,
-so it sits on its own step just above the ground floor: the one ground-level module that may
-import torch, and that nothing on the ground floor imports.
+Extraction and training both run on it: the one ground-level module that may import torch,
+and that nothing else on the ground floor imports.
 
-One rule for every command. `--device` names a torch device: `cpu`, `cuda` or `cuda:N`, or
-nothing for CUDA when it is available, else the CPU. A plain `cuda` means the current
-process's GPU: `cuda:LOCAL_RANK` under `torchrun`, `cuda:0` otherwise (CUDA_VISIBLE_DEVICES
-chooses which GPUs those are). Under `torchrun` each process drives the GPU of its local
-rank, so an explicit `cuda:N` there is refused rather than silently ignored.
-
-`torch.cuda.set_device` is always given an indexed device: with a bare `cuda` it raises, which
-is how `vprom train` used to crash on every GPU machine.
+`--device` names a torch device: `cpu`, `cuda` or `cuda:N`, or nothing for CUDA when it is
+available, else the CPU. A plain `cuda` is the process's GPU: `cuda:LOCAL_RANK` under
+`torchrun`, `cuda:0` otherwise (CUDA_VISIBLE_DEVICES chooses which GPUs those are); under
+`torchrun` an explicit `cuda:N` is refused rather than ignored. `torch.cuda.set_device` is
+always given an indexed device, as it raises on a bare `cuda`.
 
 Under `torchrun` (WORLD_SIZE > 1) `join_world` starts the process group (nccl on CUDA, gloo on
-the CPU) unless one exists; `joined_world` ends it after a `with` block only if it started it.
+the CPU) unless one exists; `joined_world` ends it after a `with` block if it started it.
 """
 
 from __future__ import annotations
@@ -71,7 +67,7 @@ class World:
     size: int
     local_rank: int
     device: torch.device
-    owns_group: bool  # join_world started the process group, so leave_world ends it
+    owns_group: bool  # join_world started the process group, so joined_world ends it
 
     @property
     def main(self) -> bool:
@@ -103,11 +99,8 @@ def join_world(requested_device: str | None, timeout: timedelta | None = None) -
         return World(0, 1, 0, device, owns_group=False)
     owns = not dist.is_initialized()
     if owns:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        if timeout is None:
-            dist.init_process_group(backend)
-        else:
-            dist.init_process_group(backend, timeout=timeout)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                **({"timeout": timeout} if timeout else {}))
     return World(dist.get_rank(), dist.get_world_size(), local_rank, device, owns_group=owns)
 
 

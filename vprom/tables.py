@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass, fields
 from functools import cached_property
-from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -37,96 +35,23 @@ SPLIT_PARTS = ("train", "val", "test")
 CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab")
 
 
-def _holds_str(values) -> bool:
-    """Whether `values` is an object array of Python strings only."""
-    return (isinstance(values, np.ndarray) and values.dtype == object
-            and set(map(type, values.ravel())) <= {str})
-
-
 def _strings(values) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
-    if _holds_str(values):
-        out[:] = values  # already Python strings (a column of a table): copied as they are
-    else:
-        out[:] = [str(v) for v in values]
+    out[:] = [str(v) for v in values]
     return out
 
 
 def row_codes(*columns: np.ndarray) -> np.ndarray:
-    """Per row, the rank of its distinct tuple of `columns` (ints), as
-    `np.unique(np.stack(columns, 1), axis=0, return_inverse=True)[1]` gives it (equal rows,
-    equal codes): one `lexsort`, half the time of that sort of rows."""
-    keys = np.stack(columns).astype(np.int64)
-    order = np.lexsort(keys[::-1])
-    ordered = keys[:, order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = (ordered[:, 1:] != ordered[:, :-1]).any(axis=0)
-    codes = np.empty(len(order), dtype=np.int64)
-    codes[order] = np.cumsum(new) - 1
-    return codes
-
-
-def map_distinct(f, values: list) -> list:
-    """`[f(v) for v in values]`, calling f once per distinct value: string columns repeat a
-    few hundred values millions of times."""
-    done = {v: f(v) for v in set(values)}
-    return list(map(done.__getitem__, values))
-
-
-def read_strings(ds: h5py.Dataset) -> np.ndarray:
-    """A string dataset as Python str objects, as `ds.asstr()[()]` gives it: each distinct
-    value is decoded once (columns repeat a few hundred labels millions of times)."""
-    return from_codes(*read_string_codes(ds))
-
-
-def from_codes(names: list[str], codes: np.ndarray) -> np.ndarray:
-    """`names[codes]`, an object array of str in the codes' shape (0-d too): a column as
-    `read_strings` gives it, from what `read_string_codes` gives."""
-    return np.array(names, dtype=object)[codes.reshape(-1)].reshape(codes.shape)
-
-
-#: strings read from a dataset at a time: the next read reuses the memory of the last one's
-#: objects, where one read of 3.76 million strings would take fresh pages for all of them
-READ_STRINGS = 1 << 18
-
-
-def read_string_codes(ds: h5py.Dataset) -> tuple[list[str], np.ndarray]:
-    """A string dataset as (its distinct values, decoded as `read_strings` decodes them, in
-    the order first met; each element's index among them, int32, in the dataset's shape):
-    `names[codes]` is `read_strings(ds)`, and travels between processes as a few bytes an
-    element."""
-    info = h5py.check_string_dtype(ds.dtype)
-    index: dict = {}
-    codes = []
-    rows = max(1, READ_STRINGS // max(1, math.prod(ds.shape[1:])))
-    for start in range(0, len(ds), rows) if ds.ndim else [None]:
-        raw = ds[()] if start is None else ds[start:start + rows]
-        flat = np.asarray(raw, dtype=object).reshape(-1).tolist()
-        for value in dict.fromkeys(flat):
-            index.setdefault(value, len(index))
-        codes.append(np.fromiter(map(index.__getitem__, flat), np.int32, len(flat)))
-    encoding = info.encoding if info else "utf-8"
-    return ([v.decode(encoding) for v in index],
-            np.concatenate(codes or [np.zeros(0, np.int32)]).reshape(ds.shape))
-
-
-def utf8(values: np.ndarray) -> np.ndarray:
-    """A column of Python strings as the UTF-8 bytes h5py stores for it, each distinct value
-    encoded once: h5py writes bytes to a UTF-8 string dataset as they are, and would encode
-    every element itself (3.76 million panel elements at scale 1). The array carries h5py's
-    UTF-8 string dtype, which spares h5py a look at every element's type."""
-    flat = np.asarray(values, dtype=object).ravel().tolist()
-    out = np.empty(len(flat), dtype=object)
-    out[:] = map_distinct(lambda s: s.encode("utf-8"), flat)
-    return out.reshape(np.shape(values)).view(STR)
+    """Per row, the rank of its distinct tuple of `columns` (ints): equal rows, equal codes."""
+    rows = np.stack(columns, axis=1).astype(np.int64).reshape(-1, len(columns))
+    return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1)
 
 
 def string_codes(values, key=None) -> tuple[list[str], np.ndarray]:
-    """(the distinct strings of `values` in sorted order, each value's index among them, in
-    `values`' shape): `np.unique(values.astype(str), return_inverse=True)` with the names as a
-    list. One dictionary pass over the values instead of a sort of fixed-width strings: a
-    data set's 1.9 million candidate elements in 0.1 s, not 1.2 s. `key` (str -> str)
-    replaces each value before it is coded, as `np.char` functions would."""
+    """`np.unique(values.astype(str), return_inverse=True)` (names as a list, codes in
+    `values`' shape), by one dictionary pass instead of a sort of fixed-width strings (a
+    tenth of the time on a data set's elements). `key` (str -> str) replaces each value's
+    text before it is coded."""
     values = np.asarray(values)
     values = values.astype(str) if values.dtype.kind == "S" else values
     flat = values.ravel().tolist()
@@ -189,9 +114,8 @@ class CropTable:
         return Crop(**values)
 
     def label_sets(self) -> list[frozenset[str]]:
-        """Per crop, its labels; one set object per distinct "|"-joined text."""
-        return map_distinct(lambda s: frozenset(l for l in s.split(LABEL_SEPARATOR) if l),
-                            self.labels.tolist())
+        """Per crop, its labels (the "|"-joined text split; no empty label)."""
+        return [frozenset(s.split(LABEL_SEPARATOR)) - {""} for s in self.labels.tolist()]
 
     def take(self, index) -> "CropTable":
         return CropTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
@@ -202,7 +126,7 @@ class CropTable:
             if f.name in INT_COLUMNS:
                 group.create_dataset(f.name, data=col)
             else:
-                group.create_dataset(f.name, data=utf8(col), dtype=STR)
+                group.create_dataset(f.name, data=col, dtype=STR)
 
     @classmethod
     def read(cls, group: h5py.Group) -> "CropTable":
@@ -212,7 +136,7 @@ class CropTable:
                 raise VpromError(f"{group.file.filename}: {group.name} has no column "
                                  f"'{f.name}'; rebuild the file with this vprom version")
             ds = group[f.name]
-            cols[f.name] = ds[()] if f.name in INT_COLUMNS else read_strings(ds)
+            cols[f.name] = ds[()] if f.name in INT_COLUMNS else ds.asstr()[()]
         return cls(**cols)
 
 
@@ -224,7 +148,7 @@ class MatrixTable:
     super_attribute: np.ndarray
     answer: np.ndarray
     panels: np.ndarray  # N×16 crop ids
-    elements: np.ndarray | None  # N×16 str; None: not read yet (`MatrixTable.read`)
+    elements: np.ndarray  # N×16 str
     splits: dict  # split -> part -> matrix ids
 
     def __post_init__(self) -> None:
@@ -232,9 +156,8 @@ class MatrixTable:
         self.id = np.asarray(self.id, dtype=np.int64)
         self.answer = np.asarray(self.answer, dtype=np.int8)
         self.panels = np.asarray(self.panels, dtype=np.int64).reshape(n, N_PANELS)
-        if self.elements is not None:
-            self.elements = _strings(np.asarray(self.elements, dtype=object).reshape(-1)
-                                     ).reshape(n, N_PANELS)
+        self.elements = _strings(np.asarray(self.elements, dtype=object).reshape(-1)
+                                 ).reshape(n, N_PANELS)
         for name in ("relation", "element_type", "super_attribute"):
             setattr(self, name, _strings(getattr(self, name)))
         self.splits = {s: {p: np.asarray(ids, dtype=np.int64) for p, ids in parts.items()}
@@ -294,30 +217,27 @@ class MatrixTable:
     def write(self, matrices: h5py.Group, splits: h5py.Group) -> None:
         matrices.create_dataset("id", data=self.id)
         for name in ("relation", "element_type", "super_attribute"):
-            matrices.create_dataset(name, data=utf8(getattr(self, name)), dtype=STR)
+            matrices.create_dataset(name, data=getattr(self, name), dtype=STR)
         matrices.create_dataset("answer", data=self.answer)
         matrices.create_dataset("panels", data=self.panels)
-        matrices.create_dataset("elements", data=utf8(self.elements), dtype=STR)
+        matrices.create_dataset("elements", data=self.elements, dtype=STR)
         for split in sorted(self.splits):
             g = splits.create_group(split)
             for part in SPLIT_PARTS:
                 g.create_dataset(part, data=self.splits[split].get(part, np.zeros(0, np.int64)))
 
     @classmethod
-    def read(cls, matrices: h5py.Group, splits: h5py.Group,
-             elements: bool = True) -> "MatrixTable":
-        """The table of a DATASET.h5; `elements` False: its elements are left out (None), for
-        a caller that reads them otherwise."""
+    def read(cls, matrices: h5py.Group, splits: h5py.Group) -> "MatrixTable":
         def col(name):
             if name not in matrices:
                 raise VpromError(f"{matrices.file.filename}: matrices has no column '{name}'")
             ds = matrices[name]
-            return read_strings(ds) if ds.dtype.kind == "O" else ds[()]
+            return ds.asstr()[()] if ds.dtype.kind == "O" else ds[()]
 
         return cls(id=col("id"), relation=col("relation"), element_type=col("element_type"),
                    super_attribute=col("super_attribute"), answer=col("answer"),
                    panels=col("panels"),
-                   elements=col("elements") if elements else None,
+                   elements=col("elements"),
                    splits={s: {p: splits[s][p][()] for p in SPLIT_PARTS if p in splits[s]}
                            for s in splits})
 
@@ -424,16 +344,13 @@ class DatasetFile:
         return self.matrices.row(row, self._parts)
 
 
-def content_hash(path: str | Path, written: Mapping[str, np.ndarray] | None = None) -> str:
+def content_hash(path: str | Path) -> str:
     """sha256 over the data of a DATASET.h5, independent of HDF5 byte layout.
 
-    Datasets under CONTENT_GROUPS are visited in sorted path order; each contributes its
+    HDF5 datasets under CONTENT_GROUPS are visited in sorted path order; each contributes its
     path, kind, shape and values: integers as little-endian int64, floats as float64,
-    strings as the UTF-8 of their JSON list. Attributes (the manifest) are not included.
-
-    `written`: dataset path -> the array just written there. Where its shape and type are the
-    dataset's, its values stand in for reading them back (a file just written needs no second
-    read); every other dataset, and every dataset's kind and shape, come from the file.
+    strings as the UTF-8 of `json.dumps(list, ensure_ascii=False)`. Attributes (the
+    manifest) are not included.
     """
     h = hashlib.sha256()
     with open_h5(path) as f:
@@ -443,47 +360,21 @@ def content_hash(path: str | Path, written: Mapping[str, np.ndarray] | None = No
                 f[group].visititems(lambda name, obj, g=group: items.append(
                     (f"{g}/{name}", obj)) if isinstance(obj, h5py.Dataset) else None)
         for name, ds in sorted(items, key=lambda t: t[0]):
-            h.update(_dataset_bytes(name, ds, _as_written(ds, (written or {}).get(name))))
+            h.update(_hdf5_bytes(name, ds))
     return "sha256:" + h.hexdigest()
 
 
-def table_columns(crops: CropTable, matrices: MatrixTable) -> dict[str, np.ndarray]:
-    """The crops' and matrices' columns by their dataset path in a DATASET.h5: what
-    `content_hash(path, written)` may take from memory (3.76 million panel elements at scale
-    1), for a file just written from them or just read into them."""
-    out = {f"crops/{f.name}": getattr(crops, f.name) for f in fields(CropTable)}
-    out.update({f"matrices/{f.name}": getattr(matrices, f.name) for f in fields(MatrixTable)
-                if f.name != "splits"})  # the splits are a group of small datasets
-    return out
-
-
-def _as_written(ds: h5py.Dataset, values) -> np.ndarray | None:
-    """`values` where they are what `ds` holds (same shape; Python strings for a string
-    dataset, the same dtype otherwise), else None."""
-    if values is None or np.shape(values) != ds.shape or ds.dtype.kind not in "Oiuf":
-        return None
-    values = np.asarray(values)
-    if ds.dtype.kind == "O":
-        return values if _holds_str(values) else None
-    return values if values.dtype == ds.dtype else None
-
-
-def _dataset_bytes(name: str, ds: h5py.Dataset, values: np.ndarray | None = None) -> bytes:
+def _hdf5_bytes(name: str, ds: h5py.Dataset) -> bytes:
     kind = ds.dtype.kind
-    if values is None:
-        values = read_strings(ds) if kind in "OS" else ds[()]
-    if kind in "OSU":
-        # json.dumps(the list, ensure_ascii=False), each distinct string encoded once by the
-        # function json.dumps(v, ensure_ascii=False) calls for a str v
-        flat = np.asarray(values, dtype=object).ravel().tolist()
-        text = map_distinct(encode_basestring, flat)
-        body = ("[" + ", ".join(text) + "]").encode()
+    if kind in "OS":
+        values = np.asarray(ds.asstr()[()], dtype=object).ravel().tolist()
+        body = json.dumps(values, ensure_ascii=False).encode()
         kind = "str"
     elif kind == "f":
-        body = np.ascontiguousarray(values, dtype="<f8").tobytes()
+        body = np.ascontiguousarray(ds[()], dtype="<f8").tobytes()
         kind = "float"
     else:
-        body = np.ascontiguousarray(values, dtype="<i8").tobytes()
+        body = np.ascontiguousarray(ds[()], dtype="<i8").tobytes()
         kind = "int"
     head = json.dumps([name, kind, list(ds.shape), len(body)]).encode()
     return head + b"\n" + body
@@ -494,14 +385,7 @@ def crop_rows(crop_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     wanted = np.asarray(wanted, dtype=np.int64)
     if len(crop_ids) == 0:
         return np.full(wanted.shape, -1, dtype=np.int64)
-    top = int(crop_ids.max())
-    if crop_ids.min() >= 0 and top < 8 * len(crop_ids) + (1 << 20):
-        # ids from 0 to a few times their number (as vprom writes them): a lookup table
-        rows = np.full(top + 2, -1, dtype=np.int64)  # the last slot: every id out of range
-        rows[crop_ids] = np.arange(len(crop_ids))
-        if np.array_equal(rows[crop_ids], np.arange(len(crop_ids))):  # no id twice
-            return rows[np.where((wanted >= 0) & (wanted <= top), wanted, top + 1)]
-    order = np.argsort(crop_ids, kind="stable")
+    order = np.argsort(crop_ids, kind="stable")  # an id twice: its first row
     ordered = crop_ids[order]
     pos = np.minimum(np.searchsorted(ordered, wanted), len(ordered) - 1)
     return np.where(ordered[pos] == wanted, order[pos], -1)

@@ -51,7 +51,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from vprom.errors import VpromError
@@ -170,6 +169,8 @@ def export_savir(dataset: str | Path, features: str | Path, out: str | Path,
 
 def _write_part(folder: Path, entries, m, maps) -> int:
     """The files of one list; returns how many problems were written (not resumed)."""
+    import torch  # here, not at the top: the command line imports this module for its help
+
     folder.mkdir(exist_ok=True)
     written = 0
     for index, entry in enumerate(tqdm(entries, desc=f"savir-t {folder.name}",

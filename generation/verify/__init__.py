@@ -1,33 +1,24 @@
 """`vprom verify`: prove a built DATASET.h5 sound before anyone trains on it.
 
-The checks, each a named result with its figures and problems (a few example matrices each):
-1. integrity, 2. solver (`generation.verify.checks`), 3. splits, 4. leakage, 5. held-out labels
-(`generation.verify.split_checks`; their docstrings say what each proves), 6. bias
-(`generation.verify.bias` over `generation.verify.audit`: answer positions, frequency
-heuristics, context-blind probes on labels and, with a FEATS.h5, on features, each per
-element type and per relation x element type) and the perception-only ceiling
-(`generation.verify.ceiling`, a figure, never a failure).
-A file whose records cannot be read fails integrity and skips the rest.
-`workers` processes share the checks (`generation.verify.jobs`): the report is the same for
-any number of them. With two or more, one more process reads the matrices' elements (most of
-the file's load) while this one reads the rest and plans the jobs (`loaded.load`).
-
-The split rules are handed in (the top floor loads them from `splits`), never imported from here.
+The checks, each a named result with its figures and a few example problems: 1. integrity and
+2. solver (`checks`), 3. splits, 4. leakage and 5. held-out labels (`split_checks`), 6. bias
+(`bias` over `audit` and `set_probes`: answer positions, frequency heuristics, context-blind
+probes per element type and relation) and the perception-only ceiling (`ceiling`, a figure,
+never a failure). A file whose records cannot be read fails integrity and skips the rest.
+`workers` processes share the checks (`jobs`); the report is the same for any number.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vprom.generation.verify.loaded import element_codes, load
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.checks import check_integrity, fatal_problems
-from vprom.generation.verify.jobs import Inputs, run_checks
-from vprom.processes import beside, collector_paused
+from vprom.generation.verify.jobs import prepare, run_checks
+from vprom.generation.verify.loaded import load
+from vprom.processes import collector_paused
 from vprom.splits.rules import SplitRules, TrainBan
 
 
@@ -73,12 +64,9 @@ def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None =
     share the checks (`generation.verify.jobs`); the report is the same for any number.
     """
     dataset = Path(dataset)
-    with _elements_beside(dataset, workers) as elements:
-        with collector_paused():  # the loaded data set is millions of objects and no cycles
-            data, structure = load(dataset, elements)
+    with collector_paused():  # the loaded data set is millions of objects and no cycles
+        data, structure = load(dataset)
         if data is None or fatal_problems(data):
-            if data is not None:
-                data.complete()
             checks = [check_integrity(data, structure)]
             skipped = "not run: the matrices cannot be read as records (see integrity)"
             checks += [Check(n, "skip", skipped) for n in ("solver", "splits", "leakage",
@@ -86,20 +74,8 @@ def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None =
             figures = {} if data is None else {"matrices": len(data.matrices),
                                                "crops": len(data.crops)}
             return VerifyReport(dataset, checks, figures)
-        inputs = Inputs(data, structure, rules, Path(features) if features else None,
-                        check_matrix, assigner,
-                        rules.design.train_bans if train_bans is None else train_bans)
-        return VerifyReport(dataset, run_checks(inputs, workers),
-                            {"matrices": len(data.matrices), "crops": len(data.crops)})
-
-
-@contextmanager
-def _elements_beside(dataset: Path, workers: int) -> Iterator[Callable | None]:
-    """With two workers or more, a process that reads the matrices' elements meanwhile
-    (`load`'s `elements`; `run_checks` waits for them before its workers fork); None
-    otherwise: one process reads everything."""
-    if workers < 2 or "fork" not in multiprocessing.get_all_start_methods():
-        yield None
-        return
-    with beside(element_codes, dataset, "verify") as elements:
-        yield elements
+        inputs = prepare(data, structure, rules, Path(features) if features else None,
+                         check_matrix, assigner,
+                         rules.design.train_bans if train_bans is None else train_bans)
+    return VerifyReport(dataset, run_checks(inputs, workers),
+                        {"matrices": len(data.matrices), "crops": len(data.crops)})

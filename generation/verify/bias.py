@@ -64,14 +64,14 @@ def candidate_view(data: Data, used: np.ndarray) -> audit.CandidateView:
     every label, explicit and implied; counts of explicit and of implied labels apart."""
     c = data.crops
     rows = np.where(data.rows < 0, 0, data.rows)[:, N_CONTEXT:]
-    labels = data.label_rows()  # each distinct (element type, label list) once, as a row
-    of_crop = np.asarray(labels.row, dtype=np.int64)
-    n_labels = np.array([len(s) for s in labels.explicit], dtype=float)[of_crop]
-    n_implied = np.array([len(a) - len(b) for a, b in zip(labels.both, labels.explicit)],
-                         dtype=float)[of_crop]
+    distinct = {s: k for k, s in enumerate(dict.fromkeys(data.labels))}  # a row per label set
+    of_crop = np.array([distinct[s] for s in data.labels], dtype=np.int64)
+    n_labels = np.array([len(s) for s in data.explicit_labels], dtype=float)
+    n_implied = np.array([len(a) - len(b) for a, b in zip(data.labels, data.explicit_labels)],
+                         dtype=float)
     ids: dict[str, int] = {}
     row_labels = [tuple(ids.setdefault(label, len(ids)) for label in sorted(s))
-                  for s in labels.both]
+                  for s in distinct]
     label_row = of_crop[rows]
     overlap = np.zeros(rows.shape)
     overlap[used] = audit.label_overlap(audit.label_masks(row_labels), label_row[used])

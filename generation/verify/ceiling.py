@@ -1,21 +1,15 @@
 """The perception-only ceiling: what perfect recognition scores without finding the relation.
 
-A model that recognises every panel's element perfectly can solve most V-PROM matrices
-without ever identifying the relation, from how often each candidate's element appears in the
-context:
+A model that recognises every panel's element can solve most V-PROM matrices from how often
+each candidate's element appears in the context, by picking:
 
-1. the single candidate whose element row 3 shows (Or: the answer is one of row 3's two
-   panels, and the other never is a candidate);
+1. the single candidate whose element row 3 shows (Or: the answer is one of row 3's panels);
 2. else the single candidate the context shows exactly twice (And: row 3 shows the answer
-   twice, the other rows' elements three times; Union: the missing element appears in rows 1
-   and 2 only);
+   twice, other rows three times; Union: the missing element appears in rows 1 and 2 only);
 3. else the candidate the context shows least often (ties split evenly).
 
-This is inherent to V-PROM's relation definitions, not a flaw of one data set: the candidates
-of a sound matrix include elements of the context, and the answer's count in the context
-differs from theirs by construction. `vprom verify` and `vprom stats` report its accuracy as
-the *perception-only ceiling*: what recognition alone is worth on this data set, per element
-type and relation — a figure to read beside a model's accuracy, never a failure.
+This is inherent to V-PROM's relation definitions, not a flaw of one data set. `vprom verify`
+and `vprom stats` report it per element type and relation, as a figure, never a failure.
 """
 
 from __future__ import annotations

@@ -6,16 +6,16 @@ labels, are `generation.verify.split_checks`).
    file), unique matrix and crop ids, every panel's crop present with the element and element
    type the matrix says, answers in 0..7, relations valid for the element type, no crop
    twice within a matrix, attribute matrices' context and answer of their super-attribute.
-2. solver — `vprom.generation.solver.check_matrix` on every matrix with all its panels' labels,
-   explicit and implied (the label vocabulary the file records: a "man" is male and adult),
-   each matrix read in one super-attribute at a time: exactly one candidate completes it.
+2. solver — `vprom.generation.solver.check_matrices` on every matrix with all its panels'
+   labels, explicit and implied (the label vocabulary the file records: a "man" is male and
+   adult), each matrix read in one super-attribute at a time: exactly one candidate
+   completes it.
    A failure that only the implied labels cause is counted apart.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from operator import itemgetter
 
 import numpy as np
 
@@ -28,12 +28,9 @@ from vprom.domain import (
     RELATIONS_OF,
     ElementType,
     Matrix,
-    Relation,
 )
-from vprom.generation.relations import RULES
-from vprom.generation.solver import Universe, check_masks, completion_mask, group_masks
-from vprom.generation.solver import check_matrix as solver_check
-from vprom.tables import MatrixTable, content_hash, table_columns
+from vprom.generation.solver import Universe, check_matrices, group_masks
+from vprom.tables import MatrixTable, content_hash
 
 COUNT_UNIVERSE = frozenset(str(n) for n in COUNTS)
 
@@ -60,9 +57,7 @@ def manifest_problems(data: Data) -> list[str]:
                 problems.append(f"manifest counts {n:,} {split}/{part}, the file holds "
                                 f"{len(stored[part]):,}")
     recorded = (m.get("outputs") or {}).get("content_hash")
-    # the columns loaded a moment ago are the file's values: only the rest is read again
-    if recorded and recorded != content_hash(data.path, table_columns(data.crops,
-                                                                     data.matrices)):
+    if recorded and recorded != content_hash(data.path):
         problems.append("content_hash differs from the manifest's: the data was changed "
                         "after generation; regenerate it")
     return problems
@@ -150,7 +145,7 @@ def universes(data: Data) -> dict[str, frozenset[str]]:
     out = {t.value: frozenset(c.element[c.element_type == t.value].tolist())
            for t in ElementType}
     out[ElementType.COUNT.value] = COUNT_UNIVERSE
-    out.update({t: v for t, v in data.vocab.items() if t in out})
+    out.update({t: frozenset(v) for t, v in data.universes.items() if t in out})
     return out
 
 
@@ -169,111 +164,68 @@ def reading_groups(data: Data) -> dict[str, dict[str, frozenset[str]]]:
 
 
 class SolverTables:
-    """What the solver check reads for every matrix, computed once: each crop's labels
-    (explicit and implied, and explicit only), each element type's universe and reading
-    groups, and, for `vprom.generation.solver`, each crop's label mask per element type."""
+    """Per element type its universe, its reading groups (`groups` by name, `masks`' second
+    item as masks) and each crop's label mask in it (explicit and implied labels)."""
 
     def __init__(self, data: Data) -> None:
-        self.labels, self.explicit = data.label_sets(), data.explicit_label_sets()
-        self.rows = data.label_rows()
         self.universe, self.groups = universes(data), reading_groups(data)
-        self._masks: dict[str, tuple] = {}
-        self._ids: dict[str, np.ndarray] = {}
-
-    def masks(self, etype: str) -> tuple[Universe, list[int], list[int]]:
-        """(universe, group masks, per crop row its labels' mask) of one element type."""
-        if etype not in self._masks:
+        self.masks: dict[str, tuple[Universe, list[int], list[int]]] = {}
+        for etype in sorted(set(data.matrices.element_type.tolist()) & set(self.universe)):
             u = Universe(etype, self.universe[etype])
-            self._masks[etype] = (u, group_masks(u, self.groups.get(etype)),  # once a row:
-                                  self.rows.per_crop(list(map(u.mask, self.rows.both))))
-        return self._masks[etype]
-
-    def claimed_ids(self, crops, etype: str) -> np.ndarray:
-        """Per crop row, the id in `etype`'s universe of the crop's element, when the crop is
-        of that type and its element is one of its labels and of the universe; else -1."""
-        if etype not in self._ids:
-            ids = self.masks(etype)[0].ids
-            out = np.full(len(crops), -1, dtype=np.int64)
-            for r in np.flatnonzero(crops.element_type == etype).tolist():
-                element = crops.element[r]
-                if element in self.labels[r] and element in ids:
-                    out[r] = ids[element]
-            self._ids[etype] = out
-        return self._ids[etype]
+            by_set = {labels: u.mask(labels) for labels in set(data.labels)}  # sets repeat
+            self.masks[etype] = (u, group_masks(u, self.groups.get(etype)),
+                                 [by_set[labels] for labels in data.labels])
 
 
-def quick_passes(tables: SolverTables, data: Data, start: int, stop: int) -> np.ndarray:
-    """Which of matrices start..stop-1 pass `check_masks`, shown the cheap way, a relation
-    and element type at a time: every panel's element is its crop's (`claimed_ids`), the 9
-    claimed elements obey the relation (`Rule.holds_many`), and the solver's completion mask
-    admits the answer alone. False means only "not shown here": `solve` then runs
-    `check_masks` on the matrix, whose verdict and reason count."""
-    m, cut = data.matrices, slice(start, stop)
-    rows, answer = data.rows[cut], m.answer[cut].astype(np.int64)
-    etypes, relations, elements = m.element_type[cut], m.relation[cut], m.elements[cut]
-    out = np.zeros(stop - start, dtype=bool)
-    for etype in sorted(set(etypes.tolist())):
-        u, groups, masks = tables.masks(etype)
-        ids = tables.claimed_ids(data.crops, etype)
-        for relation in sorted(set(relations[etypes == etype].tolist())):
-            sel = np.flatnonzero((etypes == etype) & (relations == relation))
-            panel = ids[rows[sel]]
-            ok = (elements[sel] == data.crops.element[rows[sel]]).all(axis=1) & \
-                (panel >= 0).all(axis=1)
-            nine = np.concatenate([panel[:, :N_CONTEXT],
-                                   panel[np.arange(len(sel)), N_CONTEXT + answer[sel], None]],
-                                  axis=1)
-            ok &= RULES[Relation(relation)].holds_many(nine.reshape(-1, 3, 3))
-            for k, crop_rows, a in zip(sel[ok].tolist(), rows[sel[ok]].tolist(),
-                                       answer[sel[ok]].tolist()):
-                mask = itemgetter(*crop_rows)(masks)
-                z = completion_mask(u.element_type, mask[:N_CONTEXT], groups=groups)
-                out[k] = [j for j in range(N_CANDIDATES) if mask[N_CONTEXT + j] & z] == [a]
-    return out
-
-
-def solve_range(tables: SolverTables, data: Data, start: int,
-                stop: int) -> tuple[list[int], list[str], int]:
-    """`solve` on matrices start..stop-1 with `vprom.generation.solver`: `quick_passes` first, records and
-    `check_masks` only for the rest."""
-    m = data.matrices
-    rest = (start + np.flatnonzero(~quick_passes(tables, data, start, stop))).tolist()
-    return solve(tables, [r for i in rest for r in matrix_records(m, {}, i, i + 1)], data.rows)
-
-
-def solve(tables: SolverTables, records: list[tuple[int, Matrix]], crop_rows: np.ndarray,
+def solve(tables: SolverTables, data: Data, start: int, stop: int,
           check_matrix: Callable | None = None) -> tuple[list[int], list[str], int]:
-    """(ids of the matrices without exactly one valid candidate, each one's reason, how many
-    of them pass with explicit labels alone) among `records` ((row, matrix) pairs; row
-    indexes `crop_rows`, the N×16 crop rows). `check_matrix(matrix, labels, universe,
-    groups)` defaults to `vprom.generation.solver`, run on masks computed once per crop."""
+    """(ids of the matrices start..stop-1 without exactly one valid candidate, each one's
+    reason, how many of them pass with explicit labels alone), by
+    `vprom.generation.solver.check_matrices`; or by `check_matrix(matrix, labels, universe,
+    groups)` on each record, when given."""
+    if check_matrix is not None:
+        return _solve_records(tables, data, start, stop, check_matrix)
+    m, found = data.matrices, []
+    etypes = m.element_type[start:stop]
+    for etype in sorted(set(etypes.tolist())):
+        rows = start + np.flatnonzero(etypes == etype)
+        u, groups, masks = tables.masks[etype]
+        crops = data.rows[rows].tolist()
+        relations, elements = m.relation[rows].tolist(), m.elements[rows].tolist()
+        answers = m.answer[rows].astype(np.int64)
+        reasons = check_matrices(u, groups, relations, elements,
+                                 [[masks[r] for r in panels] for panels in crops], answers)
+        bad = [k for k, reason in enumerate(reasons) if reason is not None]
+        explicit_masks = [[u.mask(data.explicit_labels[r]) for r in crops[k]] for k in bad]
+        explicit = check_matrices(u, groups, [relations[k] for k in bad],
+                                  [elements[k] for k in bad], explicit_masks, answers[bad])
+        found += [(int(rows[k]), reasons[k], ok is None) for k, ok in zip(bad, explicit)]
+    found.sort()
+    return ([int(m.id[row]) for row, _, _ in found], [reason for _, reason, _ in found],
+            sum(implied for _, _, implied in found))
+
+
+def _solve_records(tables: SolverTables, data: Data, start: int, stop: int,
+                   check_matrix: Callable) -> tuple[list[int], list[str], int]:
     failed, reasons, implied_only = [], [], 0
-    for i, matrix in records:
+    for i, matrix in matrix_records(data.matrices, start, stop):
         etype = matrix.element_type.value
-        rows = itemgetter(*crop_rows[i].tolist())  # the 16 panels' entries of a per-crop list
-        labels = rows(tables.labels)
-        if check_matrix is None:
-            u, groups, masks = tables.masks(etype)
-            reason = check_masks(matrix, u, rows(masks), groups, labels)
-        else:
-            reason = check_matrix(matrix, labels, tables.universe[etype],
-                                  tables.groups.get(etype))
-        if reason is None:
-            continue
-        failed.append(matrix.id)
-        reasons.append(reason)
-        if (check_matrix or solver_check)(matrix, rows(tables.explicit),
-                                          tables.universe[etype],
-                                          tables.groups.get(etype)) is None:
-            implied_only += 1
+        crops = data.rows[i].tolist()
+        universe, groups = tables.universe[etype], tables.groups.get(etype)
+        reason = check_matrix(matrix, [data.labels[r] for r in crops], universe, groups)
+        if reason is not None:
+            failed.append(matrix.id)
+            reasons.append(reason)
+            implied_only += check_matrix(matrix, [data.explicit_labels[r] for r in crops],
+                                         universe, groups) is None
     return failed, reasons, implied_only
 
 
-def solver_result(data: Data, tables: SolverTables, failed: list[int], reasons: list[str],
+def solver_result(data: Data, failed: list[int], reasons: list[str],
                   implied_only: int) -> Check:
     """The solver check from `solve`'s results over every matrix."""
-    implied_rows = np.array([len(a) > len(b) for a, b in zip(tables.labels, tables.explicit)],
-                            bool)
+    implied_rows = np.array([len(a) > len(b) for a, b in zip(data.labels,
+                                                              data.explicit_labels)], bool)
     n = len(data.matrices)
     safe = np.where(data.rows < 0, 0, data.rows)
     panels = int(implied_rows[safe].sum()) if len(implied_rows) else 0
@@ -288,32 +240,14 @@ def solver_result(data: Data, tables: SolverTables, failed: list[int], reasons: 
                  examples("not exactly one answer", failed, reasons))
 
 
-def matrix_records(m: MatrixTable, columns: dict[str, np.ndarray], start: int,
-                   stop: int) -> list[tuple[int, Matrix]]:
-    """(row, record) of matrices start..stop-1, as `m.row` makes them (`columns` from
-    `part_columns`, computed once), from plain Python values taken a range at a time. The
-    integrity check has found the table sound (`fatal_problems`), so `Matrix.checked` skips
-    the record's own checks."""
-    cut = slice(start, stop)
-    parts = [(s, c[cut].tolist()) for s, c in sorted(columns.items())]
-    rows = zip(m.id[cut].tolist(), m.relation[cut].tolist(), m.element_type[cut].tolist(),
-               m.super_attribute[cut].tolist(), m.panels[cut].tolist(),
-               m.elements[cut].tolist(), m.answer[cut].tolist())
-    relation, element_type = _members(Relation), _members(ElementType)
-    return [(start + k, Matrix.checked(i, relation[r], element_type[t], sa, tuple(p), tuple(e),
-                                       a, tuple((s, c[k]) for s, c in parts)))
-            for k, (i, r, t, sa, p, e, a) in enumerate(rows)]
-
-
-def _members(enum) -> dict:
-    return {member.value: member for member in enum}
+def matrix_records(m: MatrixTable, start: int, stop: int) -> list[tuple[int, Matrix]]:
+    """(row, record) of matrices start..stop-1, their split parts included."""
+    parts = m.parts_of()
+    return [(i, m.row(i, parts)) for i in range(start, stop)]
 
 
 def check_solver(data: Data, check_matrix: Callable | None = None) -> Check:
     """Every matrix, with all its panels' labels (explicit and implied), has exactly one
     valid candidate. `check_matrix(matrix, labels, universe, groups)` defaults to the solver."""
-    tables = SolverTables(data)
-    if check_matrix is None:
-        return solver_result(data, tables, *solve_range(tables, data, 0, len(data.matrices)))
-    records = matrix_records(data.matrices, data.matrices.part_columns(), 0, len(data.matrices))
-    return solver_result(data, tables, *solve(tables, records, data.rows, check_matrix))
+    return solver_result(data, *solve(SolverTables(data), data, 0, len(data.matrices),
+                                      check_matrix))

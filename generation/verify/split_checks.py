@@ -1,16 +1,13 @@
 """`vprom verify`'s checks 3-5: splits, leakage and held-out labels.
 
-3. splits — all 7 splits present, their ids known, train/val/test disjoint, the stored
-   parts equal the split rules re-run on every matrix (val is drawn from the train side,
-   and the rules see every panel's labels, explicit and implied, classified by the file's
-   label vocabulary), and the paper's rules that need no spec (held-out attributes,
-   interpolation, extrapolation) hold for the answers.
+3. splits — all 7 splits present, their ids known, train/val/test disjoint, the stored parts
+   equal the split rules re-run on every matrix (val stands for train), and the paper's rules
+   that need no spec (held-out attributes, interpolation, extrapolation) hold for the answers.
 4. leakage — no image region (same image and box, or same VG source id) on both the
    train(+val) and the test side of any split.
-5. held-out labels — in every held-out split, no training or validation matrix shows, on
-   any of its 16 panels, a label the split holds out (`vprom.splits.rules.TrainBan`): a held-out
-   attribute or object category anywhere among the panel's labels, not only as the element
-   it shows. Counted directly from the labels, apart from the split rules, per split.
+5. held-out labels — in every held-out split, no training or validation matrix shows, on any
+   panel, a label the split holds out (`TrainBan`), counted from the labels, apart from the
+   split rules.
 """
 
 from __future__ import annotations
@@ -23,49 +20,35 @@ from vprom.generation.verify.checks import matrix_records
 from vprom.generation.verify.loaded import Data, examples
 from vprom.errors import VpromError
 from vprom.domain import N_CONTEXT, SPLITS, ElementType, Matrix, Relation
-from vprom.splits.rules import (ConceptTable, SplitRules, TrainBan, assign_all,
-                             image_sides, object_third)
+from vprom.splits.rules import (ConceptTable, SplitRules, TrainBan, assign, image_sides,
+                                object_third)
 from vprom.tables import CropTable, MatrixTable, present_rows, row_codes
 
 #: Paper rules that hold whatever the split spec files say (answer elements / super-attributes).
 HELD_OUT_SUPER_ATTRIBUTES = frozenset({"shape", "texture", "action"})
 
 
-def crop_concepts(data: Data) -> list[tuple[frozenset[str], frozenset[tuple[str, str]]]]:
-    """Per crop: the object categories and attribute (table, super-attribute) pairs among
-    all its labels, explicit and implied."""
-    rows = data.label_rows()
-    return rows.per_crop(row_concepts(data))
-
-
-def row_concepts(data: Data) -> list[tuple[frozenset[str], frozenset[tuple[str, str]]]]:
-    """`crop_concepts` once per row of `data.label_rows()` (crops share them)."""
-    rows = data.label_rows()
-    return list(map(data.vocabulary.concepts, rows.element_type, rows.both))
-
-
 def concept_table(data: Data) -> ConceptTable:
-    """Every crop's concepts (`crop_concepts`) as a `ConceptTable`, computed per row."""
-    return ConceptTable(row_concepts(data), data.label_rows().row)
+    """Every crop's object categories and attribute (table, super-attribute) pairs among all
+    its labels, explicit and implied, as a `ConceptTable`."""
+    crops = list(zip(data.crops.element_type.tolist(), data.labels))
+    concepts = {crop: data.vocabulary.concepts(*crop) for crop in set(crops)}  # sets repeat
+    return ConceptTable([concepts[crop] for crop in crops])
 
 
 # ---------------------------------------------------------------- 3. splits
-def expected_parts(data: Data, rules: SplitRules,
-                   table: ConceptTable | None = None) -> dict[str, np.ndarray]:
-    """split -> the part the split rules give every matrix (`rules.assign_all`), with the
-    seed the manifest records: the sides of every panel's image and what each crop's labels
-    show of every held-out split's ban (as bits, OR-ed over a matrix's 16 panels), for all
-    matrices at once. `table`: `concept_table(data)`, if the caller has it."""
+def expected_parts(data: Data, rules: SplitRules) -> dict[str, np.ndarray]:
+    """split -> the part the split rules give every matrix (`vprom.splits.rules.assign`),
+    with the seed the manifest records: the sides of every panel's image and what each
+    crop's labels show of every held-out split's ban, for all matrices at once."""
     seed = (data.manifest or {}).get("seed")
     if not isinstance(seed, int):
         raise VpromError(f"{data.path}: the manifest records no seed, so the split rules "
                          "cannot be re-run; regenerate the file with `vprom generate`")
     rows = np.where(data.rows < 0, 0, data.rows)
-    # each crop's image hashed once, not once per panel showing it
-    sides = {p: s[rows] for p, s in image_sides(rules, seed, data.crops.image_id).items()}
-    bits = (concept_table(data) if table is None else table).bits(rules.design.train_bans)
-    banned = np.bitwise_or.reduce(bits[rows], axis=1)
-    return assign_all(data.matrices, sides, banned, rules.specs, rules.design.train_bans)
+    bits = concept_table(data).bits(rules.design.train_bans)
+    return assign(rules, data.matrices, image_sides(rules, seed, data.crops.image_id[rows]),
+                  np.bitwise_or.reduce(bits[rows], axis=1))
 
 
 def assigned_parts(records: list[tuple[int, Matrix]],
@@ -97,12 +80,10 @@ def split_structure_problems(m: MatrixTable) -> list[str]:
     return problems
 
 
-def paper_rule_problems(data: Data,
-                        columns: Mapping[str, np.ndarray] | None = None) -> list[str]:
-    """Rules from the paper that hold whatever the spec files say, checked on the answers
-    (`columns`: the stored parts, `part_columns`, when the caller has them)."""
+def paper_rule_problems(data: Data) -> list[str]:
+    """Rules from the paper that hold whatever the spec files say, checked on the answers."""
     m = data.matrices
-    columns = m.part_columns() if columns is None else columns
+    columns = m.part_columns()
     answer = m.elements[np.arange(len(m)), N_CONTEXT + m.answer.astype(np.int64).clip(0, 7)]
     count = m.element_type == ElementType.COUNT.value
     value = np.array([int(a) if c and a.isdigit() else 0 for a, c in zip(answer, count)])
@@ -145,34 +126,24 @@ def off_rule(m: MatrixTable, expected: Mapping[str, np.ndarray],
     return m.id[wrong].tolist(), first[wrong].tolist()
 
 
-def splits_check(m: MatrixTable, problems: list[str], wrong: list[int],
-                 reasons: list[str]) -> Check:
-    """The splits check from the well-formedness `problems` and `off_rule`'s results."""
-    problems = problems + examples("part differs from the split rule", wrong, reasons)
-    sizes = {s: {p: len(ids) for p, ids in parts_.items()} for s, parts_ in m.splits.items()}
+def check_splits(data: Data, rules: SplitRules, assigner: Callable | None = None) -> Check:
+    """Stored parts are well formed and equal the split rules re-run on every matrix
+    (`assigner`: a test's own per-matrix rules)."""
+    m = data.matrices
+    problems = split_structure_problems(m) + paper_rule_problems(data)
+    try:
+        expected = assigned_parts(matrix_records(m, 0, len(m)), assigner) \
+            if assigner else expected_parts(data, rules)
+    except VpromError as e:
+        return Check("splits", "fail", f"cannot re-run the split rules: {e}", {},
+                     problems + [str(e)])
+    wrong, reasons = off_rule(m, expected, m.part_columns())
+    problems += examples("part differs from the split rule", wrong, reasons)
+    sizes = {s: {p: len(ids) for p, ids in parts.items()} for s, parts in m.splits.items()}
     summary = (f"{len(m.splits)} splits; parts disjoint and equal to the rules" if not problems
                else f"{len(problems)} problem(s); {len(wrong):,} matrices off their rule")
     return Check("splits", "fail" if problems else "pass", summary,
                  {"sizes": sizes, "off_rule": len(wrong)}, problems)
-
-
-def unassignable(problems: list[str], e: VpromError) -> Check:
-    """The splits check when the rules cannot be re-run."""
-    return Check("splits", "fail", f"cannot re-run the split rules: {e}", {},
-                 problems + [str(e)])
-
-
-def check_splits(data: Data, rules: SplitRules, assigner: Callable | None = None) -> Check:
-    """Stored parts are well formed and equal the split rules re-run on every matrix."""
-    m = data.matrices
-    problems = split_structure_problems(m) + paper_rule_problems(data)
-    columns = m.part_columns()
-    try:
-        expected = assigned_parts(matrix_records(m, columns, 0, len(m)), assigner) \
-            if assigner else expected_parts(data, rules)
-    except VpromError as e:
-        return unassignable(problems, e)
-    return splits_check(m, problems, *off_rule(m, expected, columns))
 
 
 # ---------------------------------------------------------------- 4. leakage
@@ -199,8 +170,9 @@ def check_leakage(data: Data) -> Check:
             return r[r >= 0]
 
         train, test = rows_of(("train", "val")), rows_of(("test",))
-        shared_regions = _on_both(region[train], region[test], len(data.crops))
-        shared_sources = _on_both(source[train], source[test], len(data.crops))
+        shared_regions = np.intersect1d(region[train], region[test])
+        shared_sources = np.intersect1d(source[train], source[test])
+        shared_sources = shared_sources[shared_sources >= 0]  # -1: unknown
         figures[split] = {"regions": len(shared_regions), "sources": len(shared_sources)}
         if len(shared_regions) or len(shared_sources):
             example = data.crops.row(int(train[np.isin(region[train], shared_regions[:1])
@@ -211,15 +183,6 @@ def check_leakage(data: Data) -> Check:
     summary = ("no image region on both sides of any split" if not problems else
                f"{len(problems)} split(s) share image regions between train/val and test")
     return Check("leakage", "fail" if problems else "pass", summary, figures, problems)
-
-
-def _on_both(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-    """The codes (0 <= code < n; -1, unknown, is skipped) in both a and b, sorted: marks
-    in two arrays of n flags, not two sorts of millions of codes."""
-    seen = np.zeros((2, n), dtype=bool)
-    seen[0, a[a >= 0]] = True
-    seen[1, b[b >= 0]] = True
-    return np.flatnonzero(seen[0] & seen[1])
 
 
 # ---------------------------------------------------------------- 5. held-out labels
@@ -234,18 +197,15 @@ def held_out_labels(data: Data, ban: TrainBan) -> int:
     return len(labels)
 
 
-def check_held_out(data: Data, bans: Mapping[str, TrainBan],
-                   columns: Mapping[str, np.ndarray] | None = None,
-                   table: ConceptTable | None = None) -> Check:
+def check_held_out(data: Data, bans: Mapping[str, TrainBan]) -> Check:
     """No training or validation matrix of a held-out split shows a held-out label (`bans`:
-    split -> what it holds out, `rules.design.train_bans`; `columns` as for
-    `paper_rule_problems`; `table` as for `expected_parts`)."""
+    split -> what it holds out, `rules.design.train_bans`)."""
     m = data.matrices
     if not bans:
         return Check("held-out labels", "skip", "the split rules hold out no labels")
-    table = concept_table(data) if table is None else table  # each concept set judged once
+    table = concept_table(data)
     rows = np.where(data.rows < 0, 0, data.rows)
-    columns = m.part_columns() if columns is None else columns
+    columns = m.part_columns()
     figures, problems = {}, []
     for split in [s for s in SPLITS if s in bans] + sorted(set(bans) - set(SPLITS)):
         ban = bans[split]

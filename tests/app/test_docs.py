@@ -2,6 +2,7 @@
 command is documented, every command example is one `vprom` accepts, and every relative link
 of README.md and docs/ leads to a file and heading that exist."""
 
+import inspect
 import re
 import shlex
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from vprom.app import cli, reference
+from vprom.app.options import Done
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -37,7 +39,7 @@ def test_cli_reference_does_not_depend_on_the_terminal(monkeypatch):
 def test_cli_reference_renders_each_argument():
     text = reference.render()
     section = text.split("## `vprom generate`")[1].split("\n## ")[0]
-    assert "`--shard K/N` | — | K/N: only matrices i with i % N == K" in section
+    assert "`--shard K/N` | — | (K, N): only matrices i with i % N == K" in section
     assert "`--scale SCALE` | `1.0` |" in section and "`POOLS` | required |" in section
     build = text.split("## `vprom build`")[1].split("\n## ")[0]
     assert "(--vg VG | --synthetic)" in build
@@ -90,8 +92,8 @@ def anchors(page: Path) -> set[str]:
 
 
 def test_anchors_follow_github():
-    assert anchors(DOCS / "formats.md") >= {"poolsh5", "dataseth5", "json-lines-export"}
-    assert "mining-the-element-pools-vprom-mine" in anchors(DOCS / "mining.md")
+    assert anchors(DOCS / "formats.md") >= {"poolsh5", "dataseth5", "exports-vprom-export"}
+    assert "mining-the-element-pools-vprom-mine" in anchors(DOCS / "generation.md")
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -145,8 +147,11 @@ def test_every_command_example_is_accepted_by_the_parser(page, capsys):
     for args in command_examples(page):
         try:
             parser.parse_args(args)
-        except SystemExit:
-            refused.append(f"vprom {' '.join(args)}: {capsys.readouterr().err.strip()}")
+        except Done:  # `extract --list`
+            pass
+        except SystemExit as e:  # `--help` exits 0
+            if e.code:
+                refused.append(f"vprom {' '.join(args)}: {capsys.readouterr().err.strip()}")
     assert not refused, (f"{page.relative_to(ROOT)}: examples `vprom` refuses:\n"
                          + "\n".join(refused))
 
@@ -156,3 +161,35 @@ def test_command_examples_are_found():
     assert ["evaluate", "runs/rn-neutral-aux"] in examples
     assert any(args[0] == "extract" and "--nproc_per_node" not in args for args in examples)
     assert sum(args[0] == "train" for args in examples) >= 2  # plain and under torchrun
+
+
+def _command_table() -> dict[str, tuple[str, str, str]]:
+    text = (DOCS / "development.md").read_text(encoding="utf-8")
+    section = text.split("\n## Commands and their modules\n")[1].split("\n## ")[0]
+    rows = re.findall(r"^\| `vprom ([a-z-]+)` \| `(\w+)` \| `([\w/.]+)` \| `(\w+)` \|$",
+                      section, flags=re.MULTILINE)
+    return {name: (api_function, module, function) for name, api_function, module, function
+            in rows}
+
+
+def test_the_command_table_lists_every_command():
+    assert set(_command_table()) == set(cli.COMMANDS)
+
+
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_the_command_table_names_each_commands_code(name):
+    import ast
+
+    api_function, module, function = _command_table()[name]
+    assert cli.COMMANDS[name].function.__name__ == api_function
+    path = ROOT / module
+    assert path.is_file(), f"{module} does not exist"
+    defined = {n.name for n in ast.parse(path.read_text(encoding="utf-8")).body
+               if isinstance(n, ast.FunctionDef)}
+    assert function in defined, f"{module} defines no function {function}"
+    # cli -> api -> stage: the API function calls the stage function itself
+    dotted = "vprom." + module.removeprefix("vprom/").removesuffix(".py").replace("/", ".")
+    dotted = dotted.removesuffix(".__init__")
+    source = inspect.getsource(cli.COMMANDS[name].function)
+    assert re.search(rf"from {re.escape(dotted)} import [^\n]*\b{function}\b", source), (
+        f"vprom.app.api.{api_function} does not call {dotted}.{function}")

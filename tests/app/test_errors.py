@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import os
 import signal
 import subprocess
@@ -98,7 +99,8 @@ def test_options_are_refused_before_any_work(tmp_path, capsys, monkeypatch, argv
     started = []
     for name in ("build", "generate", "stats"):
         monkeypatch.setitem(cli.COMMANDS, name, dataclasses.replace(
-            cli.COMMANDS[name], run=lambda args, name=name: started.append(name)))
+            cli.COMMANDS[name], function=functools.wraps(cli.COMMANDS[name].function)(
+                lambda *a, name=name, **k: started.append(name))))
     with pytest.raises(SystemExit) as exit_:
         cli.main([a.format(tmp=tmp_path) for a in argv])
     assert exit_.value.code == 2 and not started

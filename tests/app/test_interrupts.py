@@ -345,7 +345,7 @@ SIGNAL_DURING_IMPORTS = """
 import importlib.abc, os, signal, sys
 class SignalOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if name == "vprom.mining.pools":  # imported by vprom.app.cli, after its guard
+        if name == "vprom.generation.export":  # imported by vprom.app.cli, after its guard
             os.kill(os.getpid(), getattr(signal, sys.argv[1]))
 sys.meta_path.insert(0, SignalOnImport())
 from vprom.app.cli import main

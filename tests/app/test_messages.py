@@ -1,4 +1,4 @@
-"""Every error names its file and says what it is (issue 20, rows 12 and 13)."""
+"""Every error names its file and says what it is, in one line."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ def one_line(argv: list[str], capsys) -> str:
 
 
 def test_verify_a_damaged_dataset_names_it(tmp_path, capsys):
-    """Row 12: a bit-flipped dataset.h5 gave "a file: OSError" (or a traceback)."""
     good = make_dataset(tmp_path / "good.h5")
     data = bytearray(good.read_bytes())
     for k in range(3000, len(data), 997):
@@ -51,7 +50,7 @@ class Payload:
     (lambda: b"hello, not a checkpoint", "not a vprom checkpoint"),
 ])
 def test_a_refused_checkpoint_is_one_line(tmp_path, capsys, content, why):
-    """Row 13: a malicious checkpoint was refused with six lines of PyTorch's own text."""
+    """A checkpoint that is not vprom's, or carries code, is refused in one line of ours."""
     import torch
 
     from vprom.baselines.run_folder import load_checkpoint

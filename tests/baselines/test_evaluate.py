@@ -48,7 +48,7 @@ def test_evaluate_scores_the_best_checkpoint_on_the_test_set(tiny_pair, tmp_path
                           optimizer="adam", lr=3e-3)
     run = train(config)
     metrics = evaluate(run, device="cpu")
-    from vprom.baselines.run_folder import published_metrics
+    from vprom.baselines.evaluate import published_metrics
 
     written = json.loads((run / "metrics.json").read_text())
     assert written == json.loads(json.dumps(published_metrics(metrics, run)))

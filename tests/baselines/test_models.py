@@ -118,7 +118,7 @@ def test_no_parameter_is_dead_by_construction(name):
 
 
 def test_a_bias_added_to_every_score_is_found_dead():
-    # The construction the models used to have: one scalar bias shared by all 8 scores.
+    # A construction the detector must flag: one scalar bias shared by all 8 scores.
     model = build("rn", aux=True)
     model.score = nn.Linear(TINY.hidden, 1).double()
     assert dead_parameters(model) == ["score.bias"]

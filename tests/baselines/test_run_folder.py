@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import vprom.baselines.run_folder as run_folder
-import vprom.baselines.steps as steps
 import vprom.baselines.train as train_module
 from vprom.baselines.evaluate import evaluate
 from vprom.baselines.run_folder import load_checkpoint
@@ -82,7 +81,7 @@ def test_ctrl_c_mid_epoch_keeps_finished_epochs_and_resumes_by_default(tiny_pair
     dataset, features = tiny_pair
     straight = train(small_config(dataset, features, tmp_path / "straight", epochs=3))
     config = small_config(dataset, features, tmp_path / "run", epochs=3)
-    monkeypatch.setattr(steps.Stepper, "run", interrupt(steps.Stepper.run, at))
+    monkeypatch.setattr(train_module, "train_step", interrupt(train_module.train_step, at))
     with pytest.raises(KeyboardInterrupt):
         train(config)
     assert "run the same command again to resume" in capsys.readouterr().out
@@ -98,18 +97,18 @@ def test_ctrl_c_mid_epoch_keeps_finished_epochs_and_resumes_by_default(tiny_pair
 def test_a_kill_between_two_checkpoint_files_loses_nothing(tiny_pair, tmp_path, monkeypatch):
     dataset, features = tiny_pair
     # with no validation figure every epoch is the best: each writes best.pt, then last.pt
-    monkeypatch.setattr(train_module, "accuracy", lambda *args: None)
+    monkeypatch.setattr(train_module, "evaluate", lambda *args: None)
     straight = train(small_config(dataset, features, tmp_path / "straight", epochs=2))
     config = small_config(dataset, features, tmp_path / "run", epochs=2)
     # epoch 1: best.pt (call 1), last.pt (2); epoch 2: best.pt (3), then dies before last.pt
-    monkeypatch.setattr(train_module, "_save_checkpoint",
-                        interrupt(train_module._save_checkpoint, 4))
+    monkeypatch.setattr(train_module, "save_checkpoint",
+                        interrupt(train_module.save_checkpoint, 4))
     with pytest.raises(KeyboardInterrupt):
         train(config)
     assert load_checkpoint(config.out / "last.pt")["epoch"] == 0  # epoch 1 intact
     assert load_checkpoint(config.out / "best.pt")["epoch"] == 1
     monkeypatch.undo()
-    monkeypatch.setattr(train_module, "accuracy", lambda *args: None)
+    monkeypatch.setattr(train_module, "evaluate", lambda *args: None)
     train(config)
     assert same_weights(weights(straight), weights(config.out))
     assert same_weights(weights(straight, "best.pt"), weights(config.out, "best.pt"))
@@ -120,10 +119,8 @@ def test_restart_keeps_the_old_run_until_the_new_one_finished_an_epoch(finished,
     restart = small_config(finished.dataset, finished.features, finished.out, epochs=2,
                            seed=7, restart=True)
     # killed in the first epoch of the new run, then after its first step's checkpoint files
-    for original, at in ((steps.Stepper.run, 3), (train_module._save_checkpoint, 2)):
-        target = steps.Stepper if original is steps.Stepper.run else train_module
-        name = "run" if original is steps.Stepper.run else "_save_checkpoint"
-        monkeypatch.setattr(target, name, interrupt(original, at))
+    for name, at in (("train_step", 3), ("save_checkpoint", 2)):
+        monkeypatch.setattr(train_module, name, interrupt(getattr(train_module, name), at))
         with pytest.raises(KeyboardInterrupt):
             train(restart)
         monkeypatch.undo()
@@ -143,7 +140,7 @@ def test_continuing_an_evaluated_run_keeps_its_old_metrics(finished, monkeypatch
     old = (finished.out / "metrics.json").read_bytes()
     scored = json.loads(old)["checkpoint"]["epoch"]
     # with no validation figure every epoch counts as the best, so epoch 3 replaces best.pt
-    monkeypatch.setattr(train_module, "accuracy", lambda *args: None)
+    monkeypatch.setattr(train_module, "evaluate", lambda *args: None)
     train(small_config(finished.dataset, finished.features, finished.out, epochs=3))
     assert load_checkpoint(finished.out / "best.pt")["epoch"] + 1 == 3
     assert (finished.out / f"metrics.best-epoch-{scored}.json").read_bytes() == old
@@ -158,14 +155,14 @@ def test_a_best_checkpoint_without_last_is_not_overwritten(finished):
     assert snapshot(finished.out) == before
 
 
-def test_the_command_line_resumes_by_default_and_still_takes_resume(finished, capsys):
+def test_the_command_line_resumes_by_default(finished, capsys):
     from vprom.app import cli
 
     argv = ["train", str(finished.dataset), "--features", str(finished.features), "--model",
             "mlp-sum-2", "--split", "neutral", "--out", str(finished.out), "--epochs", "2",
             "--batch-size", "16", "--hidden", "16", "--device", "cpu"]
     before = snapshot(finished.out)
-    assert cli.main(argv) == 0 and cli.main([*argv, "--resume"]) == 0  # an old script's flag
+    assert cli.main(argv) == 0 and cli.main(argv) == 0
     assert capsys.readouterr().out.count("this run is finished") == 2
     assert snapshot(finished.out) == before
     assert cli.main([*argv[:-8], "--epochs", "3", *argv[-6:]]) == 0

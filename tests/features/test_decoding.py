@@ -1,7 +1,7 @@
 """The `--decode gpu` path (torchvision decode + torch crop/resize), run on CPU tensors: its
 crops against today's Pillow path, its decoder choice and its fallbacks.
 
-Tolerance (documented in docs/extraction-speed.md), uint8 grey levels per crop:
+Tolerance (documented in docs/features.md), uint8 grey levels per crop:
 - where Pillow decodes at full size: mean |difference| <= 0.5 and 99% of values within 5;
 - where Pillow uses draft decoding (crop >= 2x the input size): mean <= 2.5 (the DCT's
   1/2-1/8 scaling is a different low-pass filter than antialiased resizing).

@@ -164,17 +164,8 @@ def test_each_integrity_failure_is_detected(copy, damage, message):
     assert checks["integrity"].status == "fail"
     assert any(message in p for p in checks["integrity"].problems), checks["integrity"].problems
     assert not report.ok and "integrity" in report.failures()
-    # two workers, whose elements are read by a process beside: the same report
+    # two workers: the same report
     assert run(path, check_matrix=lambda *a: None, workers=2)[0].format() == report.format()
-
-
-def test_elements_read_beside_are_none_until_complete_sets_them(sound):
-    data, _ = loaded.load(sound, lambda: loaded.element_codes(sound))
-    assert data.matrices.elements is None  # a read before `complete` fails, never misleads
-    data.complete()
-    whole, _ = loaded.load(sound)
-    assert data.matrices.elements.shape == whole.matrices.elements.shape
-    assert data.matrices.elements.tolist() == whole.matrices.elements.tolist()
 
 
 def test_data_changed_after_generation_breaks_the_content_hash(copy):
@@ -185,7 +176,7 @@ def test_data_changed_after_generation_breaks_the_content_hash(copy):
     assert any("content_hash differs" in p for p in checks["integrity"].problems)
 
 
-@pytest.mark.parametrize("workers", [1, 2])  # 2: the process reading the elements is left
+@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("damage", ["no matrices", "short column", "panels shape"])
 def test_broken_structure_fails_integrity_and_skips_the_rest(copy, damage, workers):
     path = copy()
@@ -227,13 +218,15 @@ def test_real_solver_catches_a_distractor_carrying_the_answer(copy):
     assert checks["solver"].status == "fail" and checks["solver"].figures["failed"] == 1
 
 
-def test_the_solvers_quick_screen_passes_only_what_check_masks_passes(copy):
-    """`checks.solve_range` (a numpy screen, `check_masks` for the rest) gives the failures,
-    reasons and implied-only count of `check_masks` on every record, on a file damaged four
-    ways: a distractor carries the answer's label (matrix 0), a context crop lost its
-    element's label (matrix 1), a panel claims an element its crop does not show (matrix 2),
-    a context crop's element is a label of another super-attribute (an attribute matrix k:
-    its elements break the relation, while the solver's readings are unchanged)."""
+def test_the_solver_names_each_unsound_matrix_as_the_string_level_check_does(copy):
+    """`checks.solve` (all matrices of a type at once) finds the failures, reasons and
+    implied-only count that `solver.check_matrix` finds on each matrix's label strings, on a
+    file damaged four ways: a distractor carries the answer's label (matrix 0), a context
+    crop lost its element's label (matrix 1), a panel claims an element its crop does not
+    show (matrix 2), a context crop's element is a label of another super-attribute (an
+    attribute matrix k: its elements break the relation)."""
+    from vprom.generation.solver import check_matrix
+
     path = copy()
     with h5py.File(path, "a") as h5:
         elements = h5["matrices/elements"].asstr()[()].astype(object)
@@ -245,6 +238,7 @@ def test_the_solvers_quick_screen_passes_only_what_check_masks_passes(copy):
         row = crop_rows(crop_ids, panels[1])[0]
         labels[row] = "|".join(x for x in labels[row].split("|") if x != elements[1, 0])
         elements[2, 3] = elements[2, 0] + "x"
+
         def strings(name):
             return h5[name].asstr()[()].astype(object)
 
@@ -262,12 +256,10 @@ def test_the_solvers_quick_screen_passes_only_what_check_masks_passes(copy):
             replace(h5, name, column)
     data, _ = loaded.load(path)
     tables, n = checks.SolverTables(data), len(data.matrices)
-    expected = checks.solve(tables, checks.matrix_records(data.matrices, {}, 0, n), data.rows)
-    assert checks.solve_range(tables, data, 0, n) == expected
+    expected = checks.solve(tables, data, 0, n, check_matrix)
+    assert checks.solve(tables, data, 0, n) == expected
     assert {0, 1, 2, k} <= set(expected[0])
     assert "do not obey" in expected[1][expected[0].index(k)]
-    quick = checks.quick_passes(tables, data, 0, n)
-    assert set(data.matrices.id[~quick].tolist()) == set(expected[0])
 
 
 # ---------------------------------------------------------------- splits and leakage
@@ -362,19 +354,6 @@ def test_a_shared_source_object_is_leakage(copy):
     assert checks["leakage"].figures["neutral"]["sources"] == 1
 
 
-def test_row_codes_rank_distinct_rows_as_numpys_unique():
-    """The leakage check's region and source codes: equal rows, equal codes, in the order of
-    `np.unique(..., axis=0)` (the last column breaks ties), an empty table included."""
-    from vprom.tables import row_codes
-
-    rng = np.random.default_rng(5)
-    columns = [rng.integers(0, 4, 300), rng.integers(-2, 3, 300), rng.integers(0, 2, 300)]
-    expected = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)[1].ravel()
-    assert np.array_equal(row_codes(*columns), expected)
-    assert row_codes(np.array([2, 1, 2]), np.array([5, 9, 5])).tolist() == [1, 0, 1]
-    assert len(row_codes(np.zeros(0, int), np.zeros(0, int))) == 0
-
-
 # ---------------------------------------------------------------- command line
 def test_cli_exits_1_with_one_line(copy, capsys):
     path = copy()
@@ -420,41 +399,6 @@ def test_a_generated_dataset_passes_with_the_real_rules(tmp_path, capsys):
                for p in checks["splits"].problems)
 
 
-def test_the_rules_on_all_matrices_at_once_equal_assign_one_by_one(tmp_path):
-    """`rules.assign_all` (verify's split rules, column by column) gives every matrix of
-    a generated data set the parts `assign` gives it alone: with the images dealt by the
-    data set's seed; by another one, under which most matrices straddle a partition or land
-    on its other side; and with random ban bits. So the excluded paths are held to the same
-    parts too."""
-    from vprom.generation.generate import generate
-    from vprom.generation.verify.loaded import load
-    from vprom.generation.verify.split_checks import crop_concepts
-    from vprom.splits.rules import PanelInfo, assign_all, ban_bits, image_sides
-    from tests.dataset_fixture import write_pools
-
-    dataset = tmp_path / "dataset.h5"
-    generate(write_pools(tmp_path / "pools.h5"), dataset, RULES, scale=0.004, seed=3)
-    data, _ = load(dataset)
-    m, rows = data.matrices, np.where(data.rows < 0, 0, data.rows)
-    bits = ban_bits(RULES.design.train_bans, crop_concepts(data))
-    banned = np.bitwise_or.reduce(bits[rows], axis=1)
-    # and with random ban bits, so that natural train parts meet the bans
-    noise = np.random.default_rng(0).integers(0, 1 << 30, len(m))
-    parts, seen = m.parts_of(), set()
-    for seed, banned in ((3, banned), (4, banned), (3, banned | noise)):
-        sides = image_sides(RULES, seed, data.crops.image_id[rows])
-        at_once = assign_all(m, sides, banned, RULES.specs, RULES.design.train_bans)
-        for i in range(len(m)):
-            info = PanelInfo(sides={p: tuple(s[i].tolist()) for p, s in sides.items()},
-                             super_attributes=(), banned=int(banned[i]))
-            one = RULES.assign(m.row(i, parts), info)
-            assert {split: at_once[split][i] for split in RULES.specs} == one, (seed, i)
-            seen.update(one.items())
-    # every rule met train, test and excluded matrices
-    assert {(split, part) for split in RULES.specs
-            for part in ("train", "test", "excluded")} <= seen
-
-
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_file_without_its_seed_cannot_have_its_split_rules_re_run(tmp_path, workers):
     """The split rules need the seed the manifest records: without it the splits check says
@@ -479,23 +423,23 @@ def test_a_training_matrix_that_shows_a_held_out_label_is_caught(tmp_path):
     split one of whose panels is given a label that split holds out is caught."""
     from vprom.generation.generate import generate
     from vprom.generation.verify.loaded import load
-    from vprom.generation.verify.split_checks import crop_concepts
+    from vprom.generation.verify.split_checks import concept_table
     from tests.dataset_fixture import write_pools
 
     dataset = tmp_path / "dataset.h5"
     generate(write_pools(tmp_path / "pools.h5"), dataset, RULES, scale=0.004, seed=3)
     data, _ = load(dataset)
-    concepts, m, etype = crop_concepts(data), data.matrices, data.crops.element_type
+    table, m, etype = concept_table(data), data.matrices, data.crops.element_type
     row_of = {int(mid): i for i, mid in enumerate(m.id)}
     found = None
     for split, ban in RULES.design.train_bans.items():
         for mid in m.splits[split]["train"].tolist():
             i = row_of[int(mid)]
             relation, panel = str(m.relation[i]), int(data.rows[i][0])
-            showing = [r for r, c in enumerate(concepts) if ban.shows_banned(relation, *c)
-                       and etype[r] == etype[panel]]  # labels are read by the crop's type
-            if showing:
-                found = split, panel, showing[0]
+            # labels are read by the crop's type
+            showing = np.flatnonzero(table.banned(ban, relation) & (etype == etype[panel]))
+            if len(showing):
+                found = split, panel, int(showing[0])
                 break
         if found:
             break

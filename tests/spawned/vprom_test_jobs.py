@@ -38,7 +38,7 @@ def kind(x: int) -> str | None:
 
 
 def ddp_rank(rank: int, dataset: str, source: str, rendezvous: str, out: str) -> None:
-    """One DDP rank: gloo, a DistributedSampler, the loader with a worker of its own."""
+    """One DDP rank: gloo, a DistributedSampler, `vprom.data.loader` with a worker."""
     import torch.distributed as dist
     from torch.utils.data import DistributedSampler
 

@@ -1,5 +1,5 @@
-"""`vprom.data.VPROM`: problems over features, maps and a crop store; workers, DDP,
-augmentations and the refusals of a source that does not fit."""
+"""`vprom.data`: problems over features, maps and a crop store; workers, DDP, the loader of
+whole batches, augmentations and the refusals of a source that does not fit."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, default_collate
 
 from tests.own_model_fixture import DIM, MAP_SHAPE, STORE_SIZE
-from vprom.data import VPROM
+from vprom.data import VPROM, loader
 from vprom.errors import VpromError
 from vprom.features.crop_store import CropStore
 from vprom.feature_files import load_features, open_maps
 from vprom.tables import read_matrix_table
+from vprom_test_jobs import ddp_rank
 
 
 def expected(build, part="test"):
@@ -165,18 +166,46 @@ def test_bad_arguments_are_refused(own_build, tmp_path):
         VPROM(own_build.dataset, source=own_build.dataset)
 
 
-def test_a_list_of_indices_gives_the_collated_batch(own_build):
-    data = VPROM(own_build.dataset, "neutral", "train", source=own_build.crops,
-                 shuffle_candidates=True, transform=lambda x: x.float() / 255)
-    collated = next(iter(DataLoader(data, batch_size=4)))
-    sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(data), 4, False)
-    for workers in (0, 2):
-        batched = next(iter(DataLoader(data, batch_size=None, sampler=sampler,
-                                       num_workers=workers)))
-        assert set(batched) == set(collated)
-        for key, value in collated.items():
-            assert torch.equal(batched[key], value) if torch.is_tensor(value) else \
-                batched[key] == value
+@pytest.mark.parametrize("source", ["features", "maps", "crops"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_loader_gives_collated_batches_in_the_samplers_order(own_build, source, workers):
+    data = VPROM(own_build.dataset, "neutral", "train", source=getattr(own_build, source),
+                 shuffle_candidates=True, swap_rows=source == "crops", seed=7,
+                 transform=(lambda x: x.float() / 255) if source == "crops" else None)
+    order = [5, 1, 3, 0, 2, 4, 6]
+    got = loader(data, 3, sampler=order, num_workers=workers)
+    batches = list(got)  # every batch kept: none may change under a later one
+    assert len(batches) == len(got) == 3  # 3 + 3 + 1, the last one short
+    for k, batch in enumerate(batches):
+        want = default_collate([data[i] for i in order[3 * k:3 * k + 3]])
+        assert set(batch) == set(want)
+        for key, value in want.items():
+            assert torch.equal(batch[key], value) if torch.is_tensor(value) else \
+                batch[key] == value
+    shuffled = torch.cat([b["id"] for b in data.loader(4, shuffle=True)])
+    assert sorted(shuffled.tolist()) == sorted(data.ids.tolist())
+    with pytest.raises(ValueError, match="not both"):
+        loader(data, 3, shuffle=True, sampler=order)
+
+
+def test_two_ddp_processes_each_read_their_sampler_share(own_build, tmp_path):
+    import json
+
+    import torch.multiprocessing as mp
+
+    args = (str(own_build.dataset), str(own_build.crops), str(tmp_path / "rendezvous"),
+            str(tmp_path / "ids"))
+    mp.start_processes(ddp_rank, args=args, nprocs=2, start_method="spawn")
+    data = VPROM(own_build.dataset, "neutral", "train", source=own_build.crops)
+    shares = []
+    for rank in range(2):
+        sampler = DistributedSampler(data, num_replicas=2, rank=rank, shuffle=True, seed=5)
+        sampler.set_epoch(3)
+        got = json.loads((tmp_path / f"ids.{rank}").read_text())
+        assert got == [int(data.ids[i]) for i in sampler]  # the rank's share, in its order
+        shares.append(set(got))
+    assert shares[0] | shares[1] == set(data.ids.tolist())
+    assert len(shares[0] & shares[1]) <= len(data) % 2  # DistributedSampler pads odd sizes
 
 
 def test_a_crop_store_without_the_parts_crops_is_refused(own_build, tmp_path):

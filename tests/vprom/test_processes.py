@@ -20,7 +20,7 @@ from vprom.errors import VpromError
 FAILURES = [
     (37, VpromError, "record 37 is broken"),
     (38, RuntimeError, "ValueError: not a VpromError"),
-    (39, VpromError, r"^worker vprom-test-(\d|beside) died \(exit code 3\) without a result"),
+    (39, VpromError, r"^worker vprom-test-\d died \(exit code 3\) without a result"),
 ]
 
 
@@ -40,25 +40,6 @@ def test_forked_workers_share_what_the_parent_built_before_they_started():
     table = {x: x * 3 for x in range(500)}  # built once, read by every worker unpickled
     with processes.ordered_map(table.__getitem__, range(500), 2, "test", 7, "fork") as results:
         assert list(results) == [x * 3 for x in range(500)]
-    assert _no_children_left()
-
-
-@pytest.mark.parametrize("method", ["spawn", "fork"])
-def test_a_job_beside_runs_while_the_caller_works_and_its_worker_is_stopped(method):
-    with processes.beside(spawned.square, 12, "test", method) as result:
-        assert [p.name for p in multiprocessing.active_children()] == ["vprom-test-beside"]
-        assert result() == 144 and result() == 144  # taken once, kept
-    assert _no_children_left()
-    with processes.beside(spawned.square, 3, "test", method):
-        pass  # the result never taken: the worker is stopped all the same
-    assert _no_children_left()
-
-
-@pytest.mark.parametrize("job, error, says", FAILURES)
-def test_a_job_beside_that_fails_or_dies_raises_when_its_result_is_taken(job, error, says):
-    with pytest.raises(error, match=says):
-        with processes.beside(spawned.fail_at, job, "test") as result:
-            result()
     assert _no_children_left()
 
 

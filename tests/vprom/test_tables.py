@@ -5,7 +5,6 @@ import h5py
 import numpy as np
 import pytest
 
-from vprom import tables
 from vprom.errors import VpromError
 from vprom.domain import Crop, Matrix
 from vprom.tables import (
@@ -18,11 +17,8 @@ from vprom.tables import (
     read_crop_table,
     read_manifest,
     read_matrix_table,
-    read_string_codes,
-    read_strings,
     set_manifest,
     string_codes,
-    utf8,
 )
 
 
@@ -95,28 +91,6 @@ def test_present_rows_keeps_the_wanted_order_and_drops_the_absent():
     assert present_rows(ids, []).tolist() == []
 
 
-@pytest.mark.parametrize("per_read", [tables.READ_STRINGS, 2])  # one read, or a row a read
-def test_read_strings_and_their_codes_give_what_asstr_gives(tmp_path, monkeypatch, per_read):
-    monkeypatch.setattr(tables, "READ_STRINGS", per_read)
-    values = np.array([["dog", "three dögs", ""], ["dog", "ünïcode", "dog"],
-                       ["cat", "dog", "ünïcode"]], dtype=object)
-    with h5py.File(tmp_path / "s.h5", "w") as h5:
-        h5.create_dataset("utf8", data=values, dtype=STR)
-        h5.create_dataset("ascii", data=np.array([b"red", b"blue", b"red"]))
-        h5.create_dataset("empty", data=np.zeros(0, dtype=object), dtype=STR)
-        h5.create_dataset("scalar", data="one", dtype=STR)
-    with h5py.File(tmp_path / "s.h5") as h5:
-        for name in ("utf8", "ascii", "empty", "scalar"):
-            got, want = read_strings(h5[name]), np.asarray(h5[name].asstr()[()], object)
-            assert got.shape == want.shape and got.dtype == object
-            assert got.tolist() == want.tolist()
-            assert all(type(v) is str for v in got.ravel())
-            names, codes = read_string_codes(h5[name])  # what travels between processes
-            assert codes.shape == want.shape and codes.dtype == np.int32
-            assert len(set(names)) == len(names) and all(type(v) is str for v in names)
-            assert np.array(names, dtype=object)[codes.ravel()].tolist() == want.ravel().tolist()
-
-
 @pytest.mark.parametrize("values", [
     np.array([["b", "a", "b"], ["ä", "", "a"]], dtype=object),  # a table's Python strings
     np.array(["10", "9", "1", "10"]),  # numpy unicode: sorted as text, not as numbers
@@ -142,17 +116,6 @@ def test_string_codes_key_codes_the_replaced_text():
     assert codes.tolist() == want_codes.reshape(values.shape).tolist()  # "2", "02" alike
 
 
-def test_utf8_columns_are_stored_as_h5py_stores_python_strings(tmp_path):
-    values = np.array([["dog", "dög", ""], ["\u2028", "dog", "three dögs"]], dtype=object)
-    with h5py.File(tmp_path / "s.h5", "w") as h5:
-        h5.create_dataset("text", data=values, dtype=STR)
-        h5.create_dataset("bytes", data=utf8(values), dtype=STR)
-    with h5py.File(tmp_path / "s.h5") as h5:
-        assert h5["text"].dtype == h5["bytes"].dtype and h5["bytes"].shape == values.shape
-        assert h5["text"][()].tolist() == h5["bytes"][()].tolist()  # the same stored bytes
-        assert read_strings(h5["bytes"]).tolist() == values.tolist()
-
-
 def test_content_hash_encodes_strings_as_json_dumps_of_the_list(tmp_path):
     # the hash is fixed by its format: the UTF-8 of json.dumps(list, ensure_ascii=False)
     values = np.array(["dog", 'say "hi"', "back\\slash", "tab\tnew\nline\x01", "dög", "",
@@ -163,22 +126,3 @@ def test_content_hash_encodes_strings_as_json_dumps_of_the_list(tmp_path):
     head = json.dumps(["crops/phrase", "str", [len(values)], len(body)]).encode()
     assert content_hash(tmp_path / "s.h5") == \
         "sha256:" + hashlib.sha256(head + b"\n" + body).hexdigest()
-
-
-def test_content_hash_of_a_file_just_written_needs_no_read_back(tmp_path):
-    path = tmp_path / "d.h5"
-    crops, matrices = CropTable.from_crops(_crops()), MatrixTable.from_matrices(_matrices())
-    with h5py.File(path, "w") as h5:
-        crops.write(h5.create_group("crops"))
-        matrices.write(h5.create_group("matrices"), h5.create_group("splits"))
-    written = {"crops/phrase": crops.phrase, "crops/x": crops.x,
-               "matrices/elements": matrices.elements, "matrices/panels": matrices.panels}
-    assert content_hash(path, written) == content_hash(path)
-    # arrays that are not what the file holds are read back instead of trusted
-    other = {"crops/x": crops.x.astype(np.int64) + 1,  # another dtype (the file's is int32)
-             "matrices/elements": np.zeros_like(matrices.elements, dtype=np.int64),
-             "matrices/panels": matrices.panels[:1]}  # another shape
-    assert content_hash(path, other) == content_hash(path)
-    # the values stand in for the file's: a caller must pass what it wrote
-    changed = {"matrices/panels": matrices.panels + 1}
-    assert content_hash(path, changed) != content_hash(path)

@@ -1,24 +1,37 @@
-"""The Python API: every stage of vprom as one function, the very one the command line calls.
+"""The Python API: one function per `vprom` command, the very function the command calls.
 
-`import vprom` exposes these functions lazily (PEP 562, `vprom/__init__.py`): `vprom.train`
-imports this module, and this module imports a stage only inside the function that runs it,
-so `import vprom` stays cheap and imports no torch until a function that needs it is called.
-
-Each function takes what its command takes, as keyword arguments with the same defaults
-(written once, in the function or config the call reaches): the split rules that generation and verification are handed are the ones in `splits/`
-(`load_rules()`) unless a caller passes others, and `extract` and `train` take the fields of
-their config dataclasses (`ExtractConfig`, `TrainConfig`: one argument per command-line
-option). The examples below run in `tests/app/test_api.py`, in this order, on a small
-synthetic build; docs/python-api.md is the page that explains them.
+Each function's signature is the command's options: its names, defaults and types, and its
+docstring's `Args:` the `--help` texts (`vprom.app.cli` reads both). `import vprom` exposes
+these functions lazily (PEP 562, `vprom/__init__.py`), and each imports its stage only when
+called, so `import vprom` imports no torch. The examples run in `tests/app/test_api.py`, in
+this order, on a small synthetic build.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from vprom.app.reproduce import ReproduceConfig
+from vprom.baselines.config import TrainConfig
+from vprom.domain import MIN_SIDE
+from vprom.errors import VpromError
+from vprom.features.config import ExtractConfig
+
 #: the names `import vprom` exposes, in pipeline order
-__all__ = ["build", "synth", "mine", "generate", "merge", "verify", "stats", "load_dataset",
-           "export", "extract", "load_features", "train", "evaluate", "report", "reproduce"]
+__all__ = ["build", "download", "synth", "mine", "generate", "merge", "verify", "stats",
+           "show_matrix", "load_dataset", "export", "extract", "load_features", "train", "evaluate",
+           "report", "reproduce", "crops", "score", "human_study", "human_serve",
+           "human_score"]
+
+# `workers=None` means one process per usable CPU core, for every command that takes it.
+# extract, train and reproduce take their defaults from their config dataclasses:
+_E, _T, _R = ExtractConfig, TrainConfig, ReproduceConfig
+
+
+def _workers(workers: int | None) -> int:
+    from vprom.processes import usable_cores
+
+    return usable_cores() if workers is None else workers
 
 
 def _rules(rules):
@@ -30,26 +43,36 @@ def _rules(rules):
     return load_rules()
 
 
-def build(out, **options):
-    """One shot: (synthetic corpus or VG) -> mine -> generate -> verify -> stats, into `out`;
-    stages already done there with the same settings are kept (`vprom build`). `options`:
-    `vg` (a VG folder) or `synthetic=True`, `images`, `scale`, `seed`, `workers`.
+def download(out: Path, *, base_url: str | None = None, images: bool = True,
+             expected: Path | None = None, deadline: float = 6 * 3600.0,
+             reserve: int = 1 << 30):
+    """Fetch Visual Genome's annotations (and images): resumable, verified.
 
-    >>> result = vprom.build("build/small", synthetic=True, images=1000, scale=0.003)
-    [1/5] corpus: not made yet
-    [1/5] synthetic corpus: 1000 images -> build/small/vg
-    ...
-    >>> result.dataset, result.vg_dir
-    (PosixPath('build/small/dataset.h5'), PosixPath('build/small/vg'))
+    Args:
+        out: folder for the VG files
+        base_url: a mirror to fetch from instead of VG's own servers
+        images: also fetch and unpack the images (`--no-images`: annotations only, ~1 GB)
+        expected: a mirror's file sizes and sha256 (JSON like mining/data/vg_files.json)
+        deadline: seconds (or e.g. 90m, 8h) before giving up on one file, kept to resume
+        reserve: bytes (or e.g. 500M, 2G) to leave free on the disk
+
+    >>> vprom.download("data/vg", images=False)  # doctest: +SKIP
     """
-    from vprom.app.build import build as run
+    from vprom.mining.download import download as run
+    from vprom.mining.download import load_expected
 
-    return run(out, **options)
+    return run(out, base_url=base_url, images=images, deadline=deadline, reserve=reserve,
+               expected=None if expected is None else load_expected(expected))
 
 
-def synth(out, **options):
-    """Write the built-in synthetic corpus in Visual Genome's layout and schema (`vprom synth`);
-    `options`: `images`, `seed`, `workers`.
+def synth(out: Path, *, images: int = 2000, seed: int = 0, workers: int | None = None):
+    """Write the built-in synthetic corpus in Visual Genome's layout and schema.
+
+    Args:
+        out: folder to write (an existing one only if it holds a synthetic corpus)
+        images: number of images
+        seed: same seed and size, same bytes
+        workers: processes rendering the images (default: every usable core)
 
     >>> print(vprom.synth("data/synth", images=50))
     synthetic Visual Genome corpus: data/synth
@@ -57,12 +80,17 @@ def synth(out, **options):
     """
     from vprom.mining.synth import write_corpus
 
-    return write_corpus(out, **options)
+    return write_corpus(out, images=images, seed=seed, workers=_workers(workers))
 
 
-def mine(vg, out, **options):
-    """Stream a Visual Genome folder into the four element pools, POOLS.h5 plus its report
-    (`vprom mine`); `options`: `min_side` (the paper's 100 px), `workers`.
+def mine(vg: Path, out: Path, *, min_side: int = MIN_SIDE, workers: int | None = None):
+    """Stream Visual Genome into the four element pools (POOLS.h5 and its report).
+
+    Args:
+        vg: folder with VG's JSON (or .json.zip)
+        out: POOLS.h5 to write (its reports are written beside it)
+        min_side: drop regions smaller than this, in pixels
+        workers: processes reading the JSON (default: every usable core)
 
     >>> report = vprom.mine("data/synth", "data/synth-pools.h5", workers=1)
     >>> print(report.summary())
@@ -71,14 +99,25 @@ def mine(vg, out, **options):
     """
     from vprom.mining.pools import mine as run
 
-    return run(vg, out, **options)
+    return run(vg, out, min_side=min_side, workers=_workers(workers))
 
 
-def generate(pools, out, rules=None, **options):
-    """Sample the matrices from POOLS.h5, prove each with the solver and assign every split,
-    into DATASET.h5 (`vprom generate`); `options`: `scale` (of Table 1's size), `seed`,
-    `shard=(k, n)` (only matrices i with i % n == k, for `merge`), `workers` (processes; the
-    file is the same for any number).
+def generate(pools: Path, out: Path, *, scale: float = 1.0, seed: int = 0,
+             shard: tuple[int, int] | None = None, workers: int | None = None,
+             legacy_counts: bool = False, rules=None):
+    """Sample matrices from the pools, prove each, assign every split.
+
+    Args:
+        pools: POOLS.h5 from `vprom mine`
+        out: DATASET.h5 to write
+        scale: fraction of Table 1's 235,000 matrices
+        seed: same pools and seed, same data set
+        shard: (K, N): only matrices i with i % N == K; `merge` joins the N shards
+        workers: processes drawing matrices (default: every usable core); any number gives
+            the same file
+        legacy_counts: count candidates as the original release drew them, which give the
+            answer away: only to reproduce that flaw (docs/soundness.md)
+        rules: the split rules (default: those of splits/)
 
     >>> summary = vprom.generate("build/small/pools.h5", "build/again.h5", scale=0.003)
     >>> summary.counts == vprom.load_dataset("build/small/dataset.h5").manifest["counts"]
@@ -86,12 +125,17 @@ def generate(pools, out, rules=None, **options):
     """
     from vprom.generation.generate import generate as run
 
-    return run(pools, out, _rules(rules), **options)
+    return run(pools, out, _rules(rules), scale=scale, seed=seed, shard=shard,
+               legacy_counts=legacy_counts, workers=_workers(workers))
 
 
-def merge(shards, out, rules=None):
-    """Join the DATASET.h5 files of all `generate(..., shard=(k, n))` runs into the file the
-    single run writes (`vprom merge`).
+def merge(shards: list[Path], out: Path, *, rules=None):
+    """Join the DATASET.h5 files of all `generate --shard K/N` runs into one.
+
+    Args:
+        shards: the N shard files, in any order
+        out: DATASET.h5 to write, equal to the single run's
+        rules: the split rules (default: those of splits/)
 
     >>> for k in range(2):
     ...     _ = vprom.generate("build/small/pools.h5", f"build/shard-{k}.h5", scale=0.003,
@@ -107,23 +151,72 @@ def merge(shards, out, rules=None):
     return merge_shards(shards, out, _rules(rules))
 
 
-def verify(dataset, rules=None, **options):
-    """Every check of `vprom verify` on DATASET.h5 (and the context-blind probes on a
-    FEATS.h5 given as `features=`); the report says whether all passed. `workers=N` shares
-    the checks among N processes (default 1 here; the report is the same for any N).
+def build(out: Path, *, vg: Path | None = None, synthetic: bool = False,
+          images: int | None = None, scale: float | None = None, seed: int = 0,
+          workers: int | None = None):
+    """One shot: (synth or VG) -> mine -> generate -> verify -> stats.
+
+    Stages already done in `out` with the same settings are kept, so a build resumes.
+
+    Args:
+        out: build folder
+        vg: an unpacked Visual Genome folder
+        synthetic: build from the built-in synthetic corpus instead
+        images: synthetic corpus size (default: 2,000 images)
+        scale: fraction of Table 1's size (default: 1.0 on VG, 0.05 synthetic)
+        seed: seed of the synthetic corpus and of the matrices
+        workers: processes of every stage (default: every usable core)
+
+    >>> result = vprom.build("build/small", synthetic=True, images=1000, scale=0.003)
+    [1/5] corpus: not made yet
+    [1/5] synthetic corpus: 1000 images -> build/small/vg
+    ...
+    >>> result.dataset, result.vg_dir
+    (PosixPath('build/small/dataset.h5'), PosixPath('build/small/vg'))
+    """
+    from vprom.app.build import build as run
+
+    return run(out, vg=vg, synthetic=synthetic, images=images, scale=scale, seed=seed,
+               workers=_workers(workers))
+
+
+def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = None,
+           workers: int | None = None, rules=None):
+    """Integrity, solver, splits, leakage, bias probes and the perception-only ceiling.
+
+    Refuses (VpromError) a data set whose recorded inputs no longer match; otherwise returns
+    the report, whose `ok` says whether every check passed.
+
+    Args:
+        dataset: DATASET.h5 to check
+        pools: also check that the data set was generated from this POOLS.h5 (in a build
+            folder, its own pools.h5 and VG files are checked)
+        features: also run the context-blind probes on this FEATS.h5
+        workers: processes sharing the checks (default: every usable core); the report is
+            the same for any number
+        rules: the split rules (default: those of splits/)
 
     >>> report = vprom.verify("build/small/dataset.h5")
     >>> report.ok, report.failures()
     (True, '')
     """
+    from vprom.app.build import stale_stages
     from vprom.generation.verify import verify as run
 
-    return run(dataset, _rules(rules), **options)
+    problems = stale_stages(dataset, pools)
+    if problems:
+        raise VpromError(f"{dataset}: verification failed (inputs: {'; '.join(problems)})")
+    return run(dataset, _rules(rules), features=features, workers=_workers(workers))
 
 
-def stats(dataset):
-    """Table 1, matrices per relation, split sizes and the perception ceiling of DATASET.h5,
-    as a JSON-ready dict (`vprom stats`; `vprom.generation.verify.stats.format_stats` prints it).
+def stats(dataset: Path, *, json: Path | None = None) -> dict:
+    """Table 1, split sizes and the perception-only ceiling.
+
+    Returns the figures as a JSON-ready dict.
+
+    Args:
+        dataset: DATASET.h5
+        json: also write the figures to this JSON file
 
     >>> figures = vprom.stats("build/small/dataset.h5")
     >>> total = figures["table1"]["total"]
@@ -131,13 +224,38 @@ def stats(dataset):
     True
     """
     from vprom.generation.verify.stats import stats as run
+    from vprom.generation.verify.stats import write_stats
 
-    return run(dataset)
+    if json is None:
+        return run(dataset)
+    from vprom.claim import claim
+
+    with claim(json, ("stats",), inputs=(dataset,)):
+        figures = run(dataset)
+        write_stats(figures, json)
+    return figures
 
 
-def load_dataset(path):
-    """A DATASET.h5 in memory: its crops and matrices tables (every split included) and its
-    manifest (docs/formats.md).
+def show_matrix(dataset: Path, matrix_id: int, vg: Path, out: Path, *, answer: bool = False):
+    """Render one matrix and its candidates as a PNG.
+
+    Args:
+        dataset: DATASET.h5
+        matrix_id: the matrix's id
+        vg: folder holding the VG images
+        out: PNG to write
+        answer: mark the answer, the relation and the elements
+
+    >>> print(vprom.show_matrix("build/small/dataset.h5", 0, "build/small/vg", "m0.png"))
+    wrote m0.png ...
+    """
+    from vprom.show import show as run
+
+    return run(dataset, matrix_id, vg, out, answer=answer)
+
+
+def load_dataset(path: Path):
+    """A DATASET.h5 in memory: its crops and matrices tables (every split) and its manifest.
 
     >>> data = vprom.load_dataset("build/small/dataset.h5")
     >>> data.matrices.panels.shape[1], len(data.matrices) == len(data.matrices.id)
@@ -145,30 +263,97 @@ def load_dataset(path):
     >>> m = data.matrix(0)          # a vprom.domain.Matrix with its full provenance
     >>> 0 <= m.answer < 8, dict(m.splits)["neutral"] in ("train", "val", "test", "excluded")
     (True, True)
-    >>> test = data.matrices.splits["neutral"]["test"]   # matrix ids
     """
     from vprom.tables import DatasetFile
 
     return DatasetFile.read(path)
 
 
-def export(dataset, format, out, vg=None, **options):
-    """DATASET.h5 as JSON lines (`format="jsonl"`), the original release's layout
-    ("original") or one npz per problem ("npz"); the last two hold pixels and need `vg`, the
-    Visual Genome folder (`vprom export`). `options`: `copy`, `split`, `size`.
+def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
+           features: Path | None = None, copy: bool = False, split: str = "neutral",
+           size: int = 160, style: str = "pgm"):
+    """The data set as JSON lines, the original release's layout, npz, SAViR-T or hf files.
+
+    Args:
+        dataset: DATASET.h5
+        format: jsonl, original, npz, savir-t or hf (see `vprom export --help`)
+        out: a file for jsonl, a folder for the others
+        vg: Visual Genome folder (VG_100K/, VG_100K_2/): original, npz and hf
+        features: savir-t: the resnet101 maps file (`vprom extract --pool none`)
+        copy: original: panels as plain copies instead of symlinks (clients that open
+            panels through os.readlink cannot read them)
+        split: npz: the split whose train, val and test problems are written
+        size: npz: panel side in pixels
+        style: npz: pgm (DeepMind PGM's files, grayscale) or color (RGB panels)
 
     >>> print(vprom.export("build/small/dataset.h5", "jsonl", "build/small/dataset.jsonl"))
     wrote build/small/dataset.jsonl: ... matrices as JSON lines
     """
+    from vprom.claim import check_output
+
+    try:  # before any work
+        out = check_output(out, folder=format != "jsonl")
+    except VpromError as e:
+        raise VpromError(f"--out {e}") from None
+    if format == "savir-t":
+        from vprom.generation.export.savir import export_savir, summary
+
+        if features is None:
+            raise VpromError("--format savir-t reads the panels' maps: pass --features "
+                             "MAPS.h5 (from `vprom extract --backbone resnet101 --pool none`)")
+        return summary(out, export_savir(dataset, features, out))
+    verify_text = None
+    if format == "hf":  # the card quotes the verification; unsound data is not shared
+        report = verify(dataset)
+        if not report.ok:
+            raise VpromError(f"{dataset}: verification failed ({report.failures()}); an hf "
+                             "export is for sharing, so it needs a verified data set")
+        verify_text = report.format()
     from vprom.generation.export import export as run
 
-    return run(dataset, format, out, vg_dir=vg, **options)
+    return run(dataset, format, out, vg_dir=vg, copy=copy, split=split, size=size, style=style,
+               verify_text=verify_text)
 
 
-def extract(dataset, vg, backbone, out, **options):
-    """Backbone features for every crop of DATASET.h5 into one FEATS.h5 (`vprom extract`);
-    `options` are the other fields of `vprom.features.config.ExtractConfig`, one per option
-    of the command (`weights`, `batch_size`, `input_size`, `device`, `pool`, ...).
+def extract(dataset: Path, vg: Path, backbone: str, out: Path, *, weights: str = _E.weights,
+            batch_size: int | None = _E.batch_size, workers: int | None = _E.workers,
+            device: str | None = _E.device, dtype: str = _E.dtype, resume: bool = _E.resume,
+            allow_missing: bool = _E.allow_missing, compile: bool = _E.compile,
+            cuda_graphs: bool = _E.cuda_graphs, input_size: int | None = _E.input_size,
+            chunk_batches: int = _E.chunk_batches, decode: str = _E.decode,
+            region: str = _E.region, pool: str = _E.pool, compression: str = _E.compression,
+            prefetch: int = _E.prefetch, in_flight: int = _E.in_flight):
+    """Backbone features per crop into one HDF5 file (resumable, multi-GPU).
+
+    Args:
+        dataset: DATASET.h5 (its crops are extracted)
+        vg: Visual Genome folder (holding VG_100K/)
+        backbone: see `vprom extract --list`
+        out: FEATS.h5 to write
+        weights: imagenet, none or a state dict's path; timm:<name>: a file, none or
+            pretrained (from the local Hugging Face cache only: vprom never downloads)
+        batch_size: crops per forward (default: 64 on CUDA; on a CPU about 8 crops of 224 px
+            per 2 threads)
+        workers: DataLoader processes decoding JPEGs (default: 0, this process, on CPU; on
+            CUDA the CPU cores per GPU process less 2, at most 16)
+        device: cuda, cuda:N or cpu (default: cuda if available; under torchrun the
+            process's LOCAL_RANK GPU)
+        dtype: stored dtype (pooling and L2 run in float32)
+        resume: keep a matching partial file's chunks (`--no-resume`: start over)
+        allow_missing: finish even if some images are missing (they are reported)
+        compile: torch.compile the backbone (CUDA, --region crop)
+        cuda_graphs: replay the trunk from one captured CUDA graph (CUDA, --region crop)
+        input_size: crop side in pixels (default: the backbone's, 224 for most); with
+            --region roi the image's shorter side (default: 600)
+        chunk_batches: batches per resumable chunk (a killed run redoes at most one)
+        decode: cpu: Pillow in the workers; gpu: torchvision on the device (nvjpeg); auto:
+            gpu on CUDA nodes with under 24 CPU cores per GPU
+        region: crop: each box warped to SxS; roi (bottomup-r101): the detector's RoI pooling
+        pool: avg: a pooled, L2-normalised vector; cls / mean (timm ViTs): the pooled output /
+            the tokens' mean; none: the last conv map; auto: the backbone's own
+        compression: HDF5 compression of the features (lzf is readable only by h5py)
+        prefetch: batches each worker prepares ahead
+        in_flight: batches queued on the device before the oldest result is awaited
 
     >>> summary = vprom.extract("build/small/dataset.h5", "build/small/vg", "resnet18",
     ...                         "build/small/features/resnet18.h5", weights="none",
@@ -176,15 +361,14 @@ def extract(dataset, vg, backbone, out, **options):
     >>> summary.out
     PosixPath('build/small/features/resnet18.h5')
     """
-    from vprom.features.config import ExtractConfig
+    config = ExtractConfig(**locals())  # the parameters are its fields
     from vprom.features.extract import extract as run
 
-    return run(ExtractConfig(dataset=dataset, vg=vg, backbone=backbone, out=out, **options))
+    return run(config)
 
 
-def load_features(path):
-    """A finished FEATS.h5 in memory: `crop_id`, `features` (float32, one row per crop) and
-    the attributes naming backbone, weights and preprocessing.
+def load_features(path: Path):
+    """A finished FEATS.h5 in memory: `crop_id`, `features` and the extraction's attributes.
 
     >>> feats = vprom.load_features("build/small/features/resnet18.h5")
     >>> panels = vprom.load_dataset("build/small/dataset.h5").matrices.panels
@@ -196,10 +380,43 @@ def load_features(path):
     return run(path)
 
 
-def train(dataset, features, model, split, out, **options):
-    """Train one baseline on one split into the run folder `out`, resuming an interrupted
-    run (`vprom train`); `options` are the other fields of `vprom.baselines.config.
-    TrainConfig` (`aux`, `epochs`, `lr`, `hidden`, `seed`, `device`, ...). Returns `out`.
+def train(dataset: Path, features: Path, model: str, split: str, out: Path, *,
+          aux: bool = _T.aux, epochs: int = _T.epochs, batch_size: int | None = _T.batch_size,
+          optimizer: str | None = _T.optimizer, lr: float | None = _T.lr,
+          rho: float | None = _T.rho, eps: float | None = _T.eps, hidden: int | None = _T.hidden,
+          score_init: float | None = _T.score_init, patience: int = _T.patience,
+          shuffle_context: bool = _T.shuffle_context,
+          center_features: bool = _T.center_features, seed: int = _T.seed,
+          device: str | None = _T.device, cuda_graphs: bool = _T.cuda_graphs,
+          restart: bool = _T.restart) -> Path:
+    """Train one baseline on one split (resumes an interrupted run).
+
+    A hyper-parameter left None takes the model's default from baselines/defaults.json.
+    Returns `out`.
+
+    Args:
+        dataset: DATASET.h5
+        features: FEATS.h5 from `vprom extract` on this DATASET.h5
+        model: a registered model, e.g. rn, mlp-sum-6, gru
+        split: neutral, interpolation, ...
+        out: run folder; the same command again resumes it or, when finished, does nothing
+        aux: add the relation/element-type loss
+        epochs: maximum epochs
+        batch_size: matrices per optimiser step, over all processes (default: the model's)
+        optimizer: AdaDelta is the paper's (default: the model's)
+        lr: learning rate (default: the model's, or another optimizer's own)
+        rho: AdaDelta's decay of its running averages (default: the model's)
+        eps: the optimizer's epsilon (default: the model's)
+        hidden: width of every hidden layer (default: the model's)
+        score_init: the score head's initial weights, times torch's (default: the model's)
+        patience: epochs without validation gain before stopping
+        shuffle_context: control: each matrix's context replaced by another matrix's
+        center_features: subtract the training crops' mean feature and re-normalise
+        seed: weights, batch order and the shuffled-context derangement
+        device: cuda, cuda:N or cpu (default: cuda if available)
+        cuda_graphs: replay each training step from a captured CUDA graph (one GPU)
+        restart: train again from epoch 1, even with other settings (the old files go once
+            an epoch is done)
 
     >>> vprom.train("build/small/dataset.h5", "build/small/features/resnet18.h5",
     ...             model="rn", split="neutral", out="runs/rn", epochs=1, hidden=32)
@@ -209,17 +426,20 @@ def train(dataset, features, model, split, out, **options):
     done: best val accuracy ...
     PosixPath('runs/rn')
     """
-    from vprom.baselines.config import TrainConfig
+    config = TrainConfig(**locals())  # the parameters are its fields
     from vprom.baselines.train import train as run
 
-    return run(TrainConfig(dataset=dataset, features=features, model=model, split=split,
-                           out=out, **options))
+    return run(config)
 
 
-def evaluate(run, **options):
-    """Test accuracy of a trained run with a 95% interval and per-relation and per-element-type
-    breakdowns, also written to the run's metrics.json (`vprom evaluate`); `options`:
-    `device`.
+def evaluate(run: Path, *, device: str | None = _T.device) -> dict:
+    """Test accuracy with a 95% interval and per-relation/element-type breakdowns.
+
+    The metrics are also written to the run's metrics.json.
+
+    Args:
+        run: a run folder of `vprom train`
+        device: cuda, cuda:N or cpu (default: cuda if available)
 
     >>> metrics = vprom.evaluate("runs/rn")
     >>> 0 <= metrics["test"]["accuracy"] <= 1, sorted(metrics["by_relation"])[0]
@@ -227,12 +447,15 @@ def evaluate(run, **options):
     """
     from vprom.baselines.evaluate import evaluate as run_evaluation
 
-    return run_evaluation(run, **options)
+    return run_evaluation(run, device=device)
 
 
-def report(runs, out):
-    """Table 2 and the models x splits tables (Markdown, CSV) and plots over evaluated runs
-    (`vprom report`); returns a summary of the files written.
+def report(runs: list[Path], out: Path):
+    """Table 2 and models x splits tables and plots over runs; flags runs that did not learn.
+
+    Args:
+        runs: evaluated run folders, or folders holding them
+        out: folder for the tables (Markdown, CSV) and plots
 
     >>> print(vprom.report(["runs/rn"], "reports"))
     report over 1 runs written to reports:
@@ -243,15 +466,136 @@ def report(runs, out):
     return run(runs, out)
 
 
-def reproduce(out, vg=None, synthetic=False, **options):
-    """The paper's grid in one call: build -> extract -> train every model x aux x split ->
-    report (`vprom reproduce`); `options` are the other fields of
-    `vprom.app.reproduce.ReproduceConfig`. Returns the report folder. (Hours on Visual
-    Genome; the example is not run by the tests for that reason.)
+def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
+              scale: float | None = None, images: int | None = None,
+              backbones: str = _R.backbones, weights: str | None = _R.weights,
+              models: str = _R.models, splits: str = _R.splits, epochs: int = _R.epochs,
+              seed: int = _R.seed, device: str | None = _R.device,
+              input_size: int | None = _R.input_size,
+              center_features: bool = _R.center_features) -> Path:
+    """The paper's full grid (models x features x aux x splits) in one command.
+
+    Resumable; returns the report folder. Hours on VG, so the tests do not run the example.
+
+    Args:
+        out: folder for the build, features, runs and report
+        vg: an unpacked Visual Genome folder
+        synthetic: the synthetic corpus instead (a smoke test)
+        scale: fraction of Table 1's size (default: 1.0 on VG, 0.05 synthetic)
+        images: synthetic corpus size (default: 2,000 images)
+        backbones: comma list (see `vprom extract --list`)
+        weights: comma list, one per backbone (default: imagenet; pretrained for timm:<name>)
+        models: comma list, each trained without and with --aux
+        splits: comma list
+        epochs: maximum epochs per run
+        seed: seed of the build and of every run
+        device: cuda, cuda:N or cpu (default: cuda if available)
+        input_size: crop side for extraction (default: the backbone's, 224)
+        center_features: train on centred features (see `vprom train --help`)
 
         vprom.reproduce("repro", vg="data/vg", models="rn", splits="neutral")
     """
-    from vprom.app.reproduce import ReproduceConfig
+    config = ReproduceConfig(**locals())  # the parameters are its fields
     from vprom.app.reproduce import reproduce as run
 
-    return run(ReproduceConfig(vg=vg, synthetic=synthetic, out=Path(out), **options))
+    return run(config)
+
+
+def crops(dataset: Path, vg: Path, size: int, out: Path, *, workers: int | None = None,
+          compression: str = "none", chunk_crops: int = 256) -> Path:
+    """Every crop of a data set once, as uint8 SxS pixels, for pixel models (resumable).
+
+    Args:
+        dataset: DATASET.h5 (every crop its matrices show)
+        vg: Visual Genome folder (holding VG_100K/)
+        size: side S of the square crops in pixels; uint8 RGB costs 3*S*S bytes a crop
+        out: CROPS.h5 to write
+        workers: processes decoding JPEGs (default: every usable core)
+        compression: HDF5 compression of the pixels (JPEG-like photos shrink little, and
+            compressed chunks cost time at every read)
+        chunk_crops: crops per resumable chunk
+
+    >>> vprom.crops("build/small/dataset.h5", "build/small/vg", 32, "build/crops-32.h5")
+    ... # doctest: +SKIP
+    """
+    from vprom.features.crop_store import StoreJob, build_crop_store
+
+    return build_crop_store(StoreJob(dataset, vg, size, out, _workers(workers), compression,
+                                     chunk_crops))
+
+
+def score(dataset: Path, predictions: Path, *, split: str = "neutral", out: Path | None = None,
+          model: str | None = None, features: str = "own") -> tuple[dict, dict]:
+    """Score anyone's predictions like `vprom evaluate` (breakdowns, 95% intervals).
+
+    Returns the metrics (also in OUT/metrics.json) and the perception-only ceiling.
+
+    Args:
+        dataset: DATASET.h5 the predictions were made on
+        predictions: CSV (matrix_id,choice[,score_0..score_7]) or JSON lines
+            ({"matrix_id": 17, "choice": 3}), every test problem of the split once
+        split: the split whose test part is scored
+        out: folder for metrics.json, which `vprom report` takes as a run (default: the
+            folder holding PREDICTIONS)
+        model: the model's name in reports (default: the --out folder's name)
+        features: what the model read, shown as the report's feature column
+
+    >>> metrics, ceiling = vprom.score("build/small/dataset.h5", "mine/predictions.csv")
+    ... # doctest: +SKIP
+    """
+    from vprom.app.score import score_predictions
+
+    return score_predictions(dataset, predictions, split, out, model, features)
+
+
+def human_study(dataset: Path, vg: Path, out: Path, *, split: str = "neutral",
+                part: str = "test", n: int = 60, seed: int = 0, size: int = 160):
+    """Sample V-PROM problems into a self-contained browser study folder.
+
+    Args:
+        dataset: DATASET.h5
+        vg: Visual Genome folder (its images)
+        out: study folder to write
+        split: the split whose problems are sampled
+        part: which part of the split: train, val or test
+        n: problems in the study, even across relations and element types
+        seed: same data set, options and seed: the same study
+        size: panel side in pixels
+
+    >>> print(vprom.human_study("build/small/dataset.h5", "build/small/vg", "study", n=8))
+    wrote study: 8 problems ...
+    """
+    from vprom.app.human.study import make_study
+
+    return make_study(dataset, vg, out, split=split, n=n, part=part, seed=seed, size=size)
+
+
+def human_serve(study: Path, *, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve a study on this machine and record each answer (JSON lines).
+
+    Args:
+        study: a folder written by `vprom human-study`
+        host: address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)
+        port: the port (0: any free one)
+
+    >>> vprom.human_serve("study", port=8000)  # doctest: +SKIP
+    """
+    from vprom.app.human.server import serve
+
+    serve(study, host, port)
+
+
+def human_score(study: Path, responses: tuple[Path, ...] = ()) -> dict:
+    """Human accuracy and skips by relation and element type, beside the paper's.
+
+    Returns the metrics, also written to STUDY/metrics.json.
+
+    Args:
+        study: a folder written by `vprom human-study`
+        responses: JSON-lines response files (default: STUDY/responses/*.jsonl)
+
+    >>> metrics = vprom.human_score("study")  # doctest: +SKIP
+    """
+    from vprom.app.human.scoring import score_study
+
+    return score_study(study, responses)

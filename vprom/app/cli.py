@@ -1,16 +1,13 @@
-"""The `vprom` command line: parses arguments and calls library functions, nothing more.
+"""The `vprom` command line: parses arguments and calls one `vprom.app.api` function.
 
-The subcommands live in `vprom.app.commands`, one module per group of stages, each command a
-`Command` (name, summary, example, `add_<name>`, `run_<name>`); this module lists them
-explicitly and builds the parser. A `VpromError` becomes one line on stderr and exit status 1.
-
-Option defaults are read from the function or config dataclass that owns them (`default`),
-never written twice; the config modules they read import no torch.
+Each command is a `Command` naming its API function; its arguments are that function's
+parameters (`vprom.app.options.add_parameters`: names, defaults and types from the
+signature, help from the docstring), so an option and its default are written once, in the
+API. A `VpromError` becomes one line on stderr and exit status 1 (`exit_status`).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
@@ -29,21 +26,183 @@ _STARTING = {sig: signal.signal(sig, _interrupted_while_starting)
              for sig in (signal.SIGINT, signal.SIGTERM)
              if threading.current_thread() is threading.main_thread()}
 
-from vprom import __version__  # noqa: E402 - after the guard above
-from vprom.app.commands import corpus, dataset, human, learning, own_model  # noqa: E402
-from vprom.app.exit_status import run_command  # noqa: E402
+import argparse  # after the guard above
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vprom import __version__
+from vprom.app import api
+from vprom.app.exit_status import run_command
+from vprom.app.options import (
+    OUT_FILE,
+    OUT_FOLDER,
+    ListBackbones,
+    add_parameters,
+    parameter_help,
+    duration,
+    positive,
+    shard,
+    size,
+)
+from vprom.baselines.config import OPTIMIZERS
+from vprom.errors import VpromError
+from vprom.features import config as extract_config
+from vprom.features.crop_store import size_note
+from vprom.generation.export import EXAMPLES as EXPORT_EXAMPLES
+from vprom.generation.export import FORMATS
+from vprom.generation.export.savir import HELP as SAVIR_HELP
 
 for _sig, _handler in _STARTING.items():
     signal.signal(_sig, _handler)
 
-#: every subcommand, in the order `vprom --help` lists them
-COMMANDS = {c.name: c for c in (*corpus.COMMANDS, *dataset.COMMANDS, *learning.COMMANDS,
-                                 *own_model.COMMANDS, *human.COMMANDS)}
+
+def _printed(result, options):
+    print(result)
 
 
-# ---------------------------------------------------------------- entry point
+@dataclass(frozen=True)
+class Command:
+    """`vprom NAME`: calls `function` with the parsed arguments and shows its result."""
+
+    name: str
+    function: Callable
+    example: str
+    positional: tuple[str, ...] = ()  #: parameters given without a flag, in this order
+    arguments: dict[str, dict] = field(default_factory=dict)  #: argparse settings by parameter
+    one_of: tuple[str, ...] = ()  #: parameters of which exactly one must be given
+    show: Callable[[Any, dict], None] | None = _printed  #: prints (result, options)
+
+    @property
+    def summary(self) -> str:
+        return self.function.__doc__.strip().splitlines()[0].rstrip(".")
+
+
+# what a command prints of its result (the formatters are imported when used: `vprom
+# --help` stays quick)
+def _verdict(report, options):
+    print(report.format())
+    if not report.ok:
+        raise VpromError(f"{options['dataset']}: verification failed ({report.failures()})")
+
+
+def _stats(figures, options):
+    from vprom.generation.verify.stats import format_stats
+
+    print(format_stats(figures))
+
+
+def _metrics(metrics, options):
+    from vprom.baselines.evaluate import format_metrics
+
+    print(format_metrics(metrics))
+
+
+def _scored(metrics_and_ceiling, options):
+    from vprom.app.score import format_scored
+
+    print(format_scored(*metrics_and_ceiling))
+
+
+def _human_metrics(metrics, options):
+    from vprom.app.human.scoring import format_human_metrics
+
+    print(format_human_metrics(metrics) + f"\nwritten to {options['study'] / 'metrics.json'}")
+
+
+WORKERS = {"type": positive(int)}
+CROP_SIZE_HELP = f"{parameter_help(api.crops)['size']}: {size_note()}"
+SOURCE = ("vg", "synthetic")
+
+#: every command, in the order `vprom --help` lists them
+COMMANDS = {c.name: c for c in (
+    Command("download", api.download, "vprom download --out data/vg",
+            arguments={"out": OUT_FOLDER, "expected": {"metavar": "FILE"},
+                       "deadline": {"type": duration, "metavar": "TIME"},
+                       "reserve": {"type": size, "metavar": "SIZE"}}),
+    Command("synth", api.synth, "vprom synth --out data/synth --images 2000 --seed 0",
+            arguments={"out": OUT_FOLDER, "images": {"type": positive(int)},
+                       "workers": WORKERS}),
+    Command("mine", api.mine, "vprom mine --vg data/vg --out build/pools.h5",
+            arguments={"out": OUT_FILE, "workers": WORKERS},
+            show=lambda report, options: print(report.summary())),
+    Command("generate", api.generate,
+            "vprom generate build/pools.h5 --out build/dataset.h5 --scale 0.1 --seed 0",
+            positional=("pools",),
+            arguments={"out": OUT_FILE, "scale": {"type": positive(float)},
+                       "shard": {"type": shard, "metavar": "K/N"}, "workers": WORKERS,
+                       "legacy_counts": {"flag": "--legacy-count-candidates"}}),
+    Command("merge", api.merge,
+            "vprom merge build/shard-0.h5 build/shard-1.h5 --out build/dataset.h5",
+            positional=("shards",), arguments={"out": OUT_FILE}),
+    Command("build", api.build, "vprom build --synthetic --out build/demo",
+            arguments={"out": OUT_FOLDER, "images": {"type": positive(int)},
+                       "scale": {"type": positive(float)}, "workers": WORKERS},
+            one_of=SOURCE, show=None),
+    Command("verify", api.verify, "vprom verify build/dataset.h5", positional=("dataset",),
+            arguments={"workers": WORKERS}, show=_verdict),
+    Command("stats", api.stats, "vprom stats build/dataset.h5 --json build/stats.json",
+            positional=("dataset",), arguments={"json": OUT_FILE}, show=_stats),
+    Command("show", api.show_matrix,
+            "vprom show build/dataset.h5 --id 0 --vg data/vg --out m0.png --answer",
+            positional=("dataset",),
+            arguments={"matrix_id": {"flag": "--id"}, "out": OUT_FILE}),
+    Command("export", api.export,
+            "\n".join([("vprom export build/dataset.h5 --format original --vg data/vg "
+                        "--out build/release"), *EXPORT_EXAMPLES]),
+            positional=("dataset",),
+            arguments={"format": {"choices": (*FORMATS, "savir-t"), "help": "; ".join(
+                           f"{k}: {v}" for k, v in {**FORMATS, "savir-t": SAVIR_HELP}.items())},
+                       "size": {"type": positive(int)}, "style": {"choices": ("pgm", "color")}}),
+    Command("extract", api.extract,
+            "vprom extract build/dataset.h5 --vg data/vg --backbone resnet101 --weights "
+            "imagenet --out build/feats/resnet101.h5",
+            positional=("dataset",),
+            arguments={"out": OUT_FILE, "dtype": {"choices": extract_config.STORED_DTYPES},
+                       "decode": {"choices": extract_config.DECODERS},
+                       "region": {"choices": extract_config.REGIONS},
+                       "pool": {"choices": extract_config.POOLS},
+                       "compression": {"choices": extract_config.COMPRESSIONS},
+                       "list": {"action": ListBackbones}}),
+    Command("train", api.train,
+            "vprom train build/dataset.h5 --features build/feats/resnet101.h5 --model rn "
+            "--split neutral --aux --out runs/rn-neutral-aux",
+            positional=("dataset",),
+            arguments={"out": OUT_FOLDER, "optimizer": {"choices": OPTIMIZERS}}, show=None),
+    Command("evaluate", api.evaluate, "vprom evaluate runs/rn-neutral-aux", positional=("run",),
+            show=_metrics),
+    Command("report", api.report, "vprom report runs/* --out reports/", positional=("runs",),
+            arguments={"out": OUT_FOLDER}),
+    Command("reproduce", api.reproduce, "vprom reproduce --vg data/vg --out repro/",
+            arguments={"out": OUT_FOLDER, "scale": {"type": positive(float)},
+                       "images": {"type": positive(int)}},
+            one_of=SOURCE, show=None),
+    Command("crops", api.crops,
+            "vprom crops build/dataset.h5 --vg data/vg --size 224 --out build/crops-224.h5",
+            positional=("dataset",),
+            arguments={"size": {"type": positive(int), "help": CROP_SIZE_HELP},
+                       "out": OUT_FILE, "workers": WORKERS,
+                       "compression": {"choices": ("none", "gzip", "lzf")},
+                       "chunk_crops": {"type": positive(int)}}),
+    Command("score", api.score,
+            "vprom score build/dataset.h5 mymodel/predictions.csv --split neutral",
+            positional=("dataset", "predictions"), arguments={"out": OUT_FOLDER},
+            show=_scored),
+    Command("human-study", api.human_study,
+            "vprom human-study build/dataset.h5 --vg data/vg --split neutral --n 60 "
+            "--out study/",
+            positional=("dataset",),
+            arguments={"out": OUT_FOLDER, "part": {"choices": ("train", "val", "test")},
+                       "n": {"type": positive(int)}, "size": {"type": positive(int)}}),
+    Command("human-serve", api.human_serve, "vprom human-serve study/ --port 8000",
+            positional=("study",), show=None),
+    Command("human-score", api.human_score, "vprom human-score study/",
+            positional=("study", "responses"), show=_human_metrics),
+)}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    lines = [f"  {c.name:10s} {c.summary}\n             e.g. {c.example}"
+    lines = [f"  {c.name:11s} {c.summary}\n              e.g. {c.example.splitlines()[0]}"
              for c in COMMANDS.values()]
     parser = argparse.ArgumentParser(
         prog="vprom",
@@ -52,17 +211,19 @@ def build_parser() -> argparse.ArgumentParser:
                "--out build/demo",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"vprom {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                help="one of the commands below; `vprom COMMAND --help` "
+                                     "tells more")
     for c in COMMANDS.values():
-        p = sub.add_parser(c.name, help=c.summary.replace("%", "%%"),
-                           description=f"{c.summary}.", epilog=f"example:\n  {c.example}",
+        p = sub.add_parser(c.name, description=f"{c.summary}.",
+                           epilog="example:\n  " + c.example.replace("\n", "\n  "),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        c.add_arguments(p)
+        add_parameters(p, c)
         if any(o in p._option_string_actions for o in ("--out", "--json")):
             p.add_argument("--wait", action="store_true",
                            help="if another vprom run is writing the same output, wait for it "
                                 "to finish instead of refusing at once")
-        p.set_defaults(run=c.run)
+        p.set_defaults(_command=c)
     return parser
 
 

@@ -9,13 +9,13 @@ interrupt through with its traceback.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import os
 import signal
 import sys
 
+from vprom.app.options import Done, options_of
 from vprom.errors import VpromError
 from vprom.claim import waiting
 
@@ -40,12 +40,9 @@ def _terminate(signum, frame):
 
 
 def interruption(error: BaseException) -> BaseException | None:
-    """The Ctrl-C or SIGTERM that `error` is, or was raised while handling.
-
-    Cleanup that runs while an interrupt unwinds the stack may fail in its turn (a worker
-    killed by the same SIGTERM reported by the library that ran it, a closed file); what
-    happened is still the interrupt.
-    """
+    """The Ctrl-C or SIGTERM that `error` is, or was raised while handling: cleanup during
+    an interrupt may fail in its turn (a worker killed by the same SIGTERM, a closed file),
+    and what happened is still the interrupt."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, (KeyboardInterrupt, Terminated)):
@@ -76,27 +73,12 @@ def os_error_message(e: OSError, near: object = None) -> str:
 
 
 def run_command(build_parser, argv: list[str] | None = None) -> int:
-    """Parse `argv` with `build_parser()` and run the command it names; errors become one line
-    on stderr and a non-zero exit status.
-
-    A `VpromError` or `OSError` exits 1, a closed stdout 141 (quietly), Ctrl-C 130 and
-    SIGTERM 143, each interrupt with a line saying how to resume (`RESUME_HINT`); worker
-    processes are stopped by the stages that started them. `VPROM_DEBUG=1` lets every
-    error and interrupt through with its traceback.
-    """
+    """Parse `argv` with `build_parser()`, call the command's function with the arguments and
+    show its result; every failure becomes one line on stderr and an exit status (see the
+    module doc)."""
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        try:
-            parser = build_parser()
-            args = parser.parse_args(argv)
-        except (KeyboardInterrupt, Terminated) as e:
-            print(f"vprom: interrupted ({_by(e)}) while starting; nothing was done",
-                  file=sys.stderr)
-            return _status(e)
-        if args.command is None:
-            parser.print_help()
-            return 2
-        return _run(args)
+        return _run(build_parser, argv)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -109,13 +91,25 @@ def _status(interrupt: BaseException) -> int:
     return 143 if isinstance(interrupt, Terminated) else 130
 
 
-def _run(args: argparse.Namespace) -> int:
-    """Run the parsed command (see `main`)."""
+def _run(build_parser, argv: list[str] | None) -> int:
     debug = os.environ.get("VPROM_DEBUG", "") not in ("", "0")
+    args = options = None
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)  # `--help`, `--list` and bad arguments exit here
+        if args.command is None:
+            parser.print_help()
+            return 2
+        command, options = args._command, options_of(args)
         with waiting(getattr(args, "wait", False)):
-            args.run(args)
+            result = command.function(**options)
+        if command.show is not None:
+            command.show(result, options)
+    except Done:
+        return 0
     except BaseException as e:
+        if isinstance(e, SystemExit):
+            raise
         interrupt = interruption(e)
         if interrupt is None and isinstance(e, BrokenPipeError):
             # stdout was closed (`vprom evaluate RUN | head -1`): stop quietly, and keep
@@ -125,14 +119,17 @@ def _run(args: argparse.Namespace) -> int:
             return 141
         if debug or (interrupt is None and not isinstance(e, (VpromError, OSError))):
             raise
-        if interrupt is not None:
+        if interrupt is not None and options is None:
+            print(f"vprom: interrupted ({_by(interrupt)}) while starting; nothing was done",
+                  file=sys.stderr)
+        elif interrupt is not None:
             how = RESUME_HINT.get(args.command, START_OVER)
             print(f"vprom {args.command}: interrupted ({_by(interrupt)}); no partial output "
                   f"was left looking finished; {how}", file=sys.stderr)
-            return _status(interrupt)
-        near = next((getattr(args, k) for k in ("out", "json", "dataset", "run_dir")
-                     if getattr(args, k, None) is not None), None)
-        text = os_error_message(e, near) if isinstance(e, OSError) else str(e)
-        print(f"vprom {args.command}: error: {text}", file=sys.stderr)
-        return 1
+        else:
+            near = next((options[k] for k in ("out", "json", "dataset", "run")
+                         if (options or {}).get(k) is not None), None)
+            text = os_error_message(e, near) if isinstance(e, OSError) else str(e)
+            print(f"vprom {args.command}: error: {text}", file=sys.stderr)
+        return 1 if interrupt is None else _status(interrupt)
     return 0

@@ -1,55 +1,124 @@
-"""What the command line takes from its users, checked before any work starts.
+"""A command's arguments, read from its API function: the signature and the docstring.
 
-Argparse types that refuse a bad value at parse time with a one-line message (`output_file`,
-`output_folder`, `positive`, `shard`, `duration`), `default`, which reads an option's default
-from the function or config dataclass that owns it (so no default is written twice), and
-`options_of`, the parsed options as keyword arguments; `add_out` and `add_workers`, which
-declare the two options most commands share; `add_fields`, which declares the options of a
-config dataclass from its fields (`vprom.fields.option`).
+`add_parameters` turns every parameter of the function into an argument: the flag from its
+name (`batch_size` -> `--batch-size`), the default from the signature, the type from the
+annotation, the help from the docstring's `Args:` section, with the default appended. A
+bool is a switch (`--name`, or `--no-name` when it defaults to True), a list takes one or
+more values (none for a tuple, which defaults to `()`). What argparse needs beyond that (a checked type, choices, another flag) is the
+command's `arguments`. The argparse types here refuse a bad value at parse time, in one line.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import inspect
 import math
+import re
+import types
 import typing
 from pathlib import Path
 
-from vprom.mining.download import parse_duration
 from vprom.errors import VpromError
 from vprom.claim import check_output
+from vprom.mining.download import parse_duration
+from vprom.mining.download.space import parse_size
+
+#: parameters that take a Python object, not a command-line value
+PYTHON_ONLY = ("rules",)
 
 
-def default(owner, name: str):
-    """The default of parameter `name` of a function or config dataclass."""
-    return inspect.signature(owner).parameters[name].default
+def parameter_help(function) -> dict[str, str]:
+    """The `Args:` section of `function`'s docstring as {parameter: text}. The section is
+    Google's docstring style; inspect offers no reader for it, and these few lines spare the
+    project a docstring-parser dependency."""
+    helps, name = {}, None
+    lines = inspect.getdoc(function).splitlines()
+    for line in lines[lines.index("Args:") + 1:] if "Args:" in lines else []:
+        entry = re.match(r"    (\w+): (.*)", line)
+        if entry:
+            name, helps[entry[1]] = entry[1], entry[2]
+        elif line.startswith("        ") and name:
+            helps[name] += " " + line.strip()
+        else:
+            break
+    return helps
+
+
+def add_parameters(parser: argparse.ArgumentParser, command) -> None:
+    """The arguments of `command` (a `vprom.app.cli.Command`), in its function's order."""
+    helps = parameter_help(command.function)
+    hints = typing.get_type_hints(command.function)
+    group = (parser.add_mutually_exclusive_group(required=True) if command.one_of else None)
+    parameters = inspect.signature(command.function).parameters
+    for name, parameter in parameters.items():
+        if name in PYTHON_ONLY:
+            continue
+        settings = _settings(name, parameter, hints[name], helps[name], command)
+        flags = settings.pop("flags")
+        (group if name in command.one_of else parser).add_argument(*flags, **settings)
+    for name, settings in command.arguments.items():  # those the function does not take
+        if name not in parameters:
+            parser.add_argument("--" + name, **settings)
+
+
+def _settings(name: str, parameter: inspect.Parameter, hint, help: str, command) -> dict:
+    settings = dict(command.arguments.get(name, {}))
+    default, required = parameter.default, parameter.default is inspect.Parameter.empty
+    flag = "--" + name.replace("_", "-")
+    kind, many = _kind(hint)
+    if kind is bool:
+        settings.setdefault("flag", flag.replace("--", "--no-") if default else flag)
+        settings["action"] = "store_false" if default else "store_true"
+    else:
+        settings.setdefault("type", kind)
+        if many:
+            settings["nargs"] = "+" if required else "*"
+        if not required:
+            settings["default"] = default
+    if not (required or default is None or kind is bool or "default" in help):
+        help += f" (default: {default})"
+    settings["help"] = settings.get("help", help).replace("%", "%%")
+    if name in command.positional:
+        settings["flags"] = [name]
+        settings.pop("flag", None)
+    else:
+        settings["flags"] = [settings.pop("flag", flag)]
+        settings["dest"] = name
+        if required:
+            settings["required"] = True
+    return settings
+
+
+def _kind(hint) -> tuple[type, bool]:
+    """The type of one value of a parameter annotated `hint`, and whether it takes a list."""
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    if typing.get_origin(hint) is list or typing.get_args(hint)[1:] == (...,):
+        return typing.get_args(hint)[0], True
+    return hint, False
 
 
 def options_of(args: argparse.Namespace) -> dict:
-    """The parsed options as keyword arguments for a job's config dataclass."""
-    return {k: v for k, v in vars(args).items() if k not in ("command", "run", "wait")}
+    """The parsed arguments as keyword arguments for the command's function."""
+    return {k: v for k, v in vars(args).items()
+            if not k.startswith("_") and k not in ("command", "wait")}
 
 
-def output_file(text: str) -> Path:
-    """An output file path, checked before any work starts (argparse type)."""
+# ---------------------------------------------------------------- argparse types
+def _checked(text: str, folder: bool) -> Path:
     try:
-        return check_output(text)
+        return check_output(text, folder=folder)
     except VpromError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def output_folder(text: str) -> Path:
-    """An output folder path, checked before any work starts (argparse type)."""
-    try:
-        return check_output(text, folder=True)
-    except VpromError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+#: an output file or folder, checked before any work starts
+OUT_FILE = {"type": lambda text: _checked(text, folder=False)}
+OUT_FOLDER = {"type": lambda text: _checked(text, folder=True)}
 
 
 def positive(kind):
-    """An argparse type for a finite number > 0 of `kind` (int or float)."""
+    """A finite number > 0 of `kind` (int or float)."""
 
     def parse(text: str):
         try:
@@ -64,24 +133,8 @@ def positive(kind):
     return parse
 
 
-def add_out(parser: argparse.ArgumentParser, what: str, folder: bool = False) -> None:
-    """The required `--out`, `what` it is; checked before any work starts."""
-    parser.add_argument("--out", type=output_folder if folder else output_file, required=True,
-                        help=what)
-
-
-def add_workers(parser: argparse.ArgumentParser, does: str, owner=None) -> None:
-    """`--workers N`: processes that do `does`. The default is the `workers` parameter of
-    `owner` (a function or config dataclass), or without one, one per CPU core."""
-    value = None if owner is None else default(owner, "workers")
-    shown = "one per CPU core" if value is None else value
-    parser.add_argument("--workers", type=positive(int), default=value,
-                        help=f"processes {does} (default: {shown}); the output is the same "
-                             "for any number")
-
-
 def shard(text: str) -> tuple[int, int]:
-    """K/N: shard K of N (argparse type)."""
+    """K/N: shard K of N."""
     try:
         k, n = (int(v) for v in text.split("/"))
     except ValueError:
@@ -92,49 +145,37 @@ def shard(text: str) -> tuple[int, int]:
 
 
 def duration(text: str) -> float:
-    """A time such as 90, 90m or 8h, in seconds (argparse type)."""
+    """A time such as 90, 90m or 8h, in seconds."""
     try:
         return parse_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-# ---------------------------------------------------------------- options from a config
-def add_fields(parser: argparse.ArgumentParser, config: type, names=None, *,
-               optional: bool = False) -> None:
-    """Add the fields of dataclass `config` declared with `vprom.fields.option` (or only
-    `names`) to `parser`: flag, default, help, choices and type all come from the field, so
-    each is written once. `optional`: no argument is required (for a command whose other
-    mode, such as `extract --list`, needs none)."""
-    hints = typing.get_type_hints(config)
-    for field in dataclasses.fields(config):
-        if "help" not in field.metadata or (names is not None and field.name not in names):
-            continue
-        parser.add_argument(*_flags(field), **_argument(field, hints[field.name], optional))
+def size(text: str) -> int:
+    """A number of bytes such as 500M or 2G."""
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _flags(field: dataclasses.Field) -> list[str]:
-    if field.metadata["positional"]:
-        return [field.name]
-    return [field.metadata["flag"] or "--" + field.name.replace("_", "-")]
+class Done(Exception):
+    """The command finished while its arguments were parsed (`extract --list`)."""
 
 
-def _argument(field: dataclasses.Field, hint, optional: bool) -> dict:
-    meta, required = field.metadata, field.default is dataclasses.MISSING
-    out = {"help": meta["help"]}
-    if not meta["positional"]:
-        out["dest"] = field.name
-    if hint is bool:  # a switch: --name turns on a False default, --no-name turns off a True one
-        out["action"] = "store_false" if field.default else "store_true"
-        return out
-    kind = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
-    out["type"] = {"file": output_file, "folder": output_folder}.get(meta["output"], kind)
-    out["default"] = None if required else field.default
-    if required and meta["positional"]:
-        out["nargs"] = "?" if optional else None
-    elif not meta["positional"]:
-        out["required"] = required and not optional
-    for key in ("choices", "metavar"):
-        if meta[key] is not None:
-            out[key] = meta[key]
-    return out
+class ListBackbones(argparse.Action):
+    """`--list`: print the backbones and finish, like `--version`, whatever else is missing."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="list the backbones and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from vprom.features.backbones import BACKBONES, get_backbone, list_backbones
+
+        for name in list_backbones():
+            print(f"{name:15s} {get_backbone(name).description}")
+        for usage in BACKBONES.families().values():
+            print(usage)
+        raise Done()

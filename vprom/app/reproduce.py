@@ -13,8 +13,10 @@ stopped:
    the context-blind model, and the relation network on shuffled context panels
    (OUT/runs/<backbone>/controls/...). Every run takes its model's default hyper-parameters
    (`baselines/defaults.json`, chosen by `bench/grid.py`; each run's config.json records
-   them). A run with `metrics.json` is complete and skipped; one with a checkpoint is
-   resumed (`vprom train` resumes by default);
+   them). A run with `metrics.json` whose manifest (config.json) is current for the data set,
+   the features and the cell's settings (`vprom.manifest.is_current`) is complete and
+   skipped; any other is handed to `vprom train`, which resumes or continues a run of these
+   settings and refuses one of other data;
 4. report over every run into OUT/report/ (Table 2 beside the paper's numbers, models ×
    splits, plots). Runs that did not learn are flagged there and in the summary printed at
    the end, and cells whose runs were trained with different settings are refused.
@@ -33,11 +35,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vprom.baselines.config import DEFAULTS_FILE, TrainConfig
+from vprom.baselines.config import TrainConfig
 from vprom.errors import VpromError
 from vprom.features.config import ExtractConfig
-from vprom.fields import borrowed, like, option
 from vprom.claim import writes
+from vprom.manifest import is_current
 from vprom.domain import SPLITS
 
 CONTROL_SPLIT = "neutral"
@@ -46,29 +48,23 @@ CONTROL_SPLIT = "neutral"
 @dataclass(frozen=True)
 class ReproduceConfig:
     """The grid to run; `backbones`, `weights`, `models` and `splits` are comma lists.
-    Settings that mean the same as in `vprom train` or `vprom extract` are borrowed from
-    their configs (`like`), help and default included, and handed on with `borrowed`."""
+    Settings that mean the same as in `vprom train` or `vprom extract` take their defaults
+    from those configs."""
 
     vg: Path | None
     synthetic: bool
-    out: Path = option(output="folder", help="folder for the build, features, runs and report")
+    out: Path
     scale: float | None = None  # None: build's default (1.0 on VG, small when synthetic)
     images: int | None = None
-    backbones: str = option("resnet101,bottomup-r101",
-                            help="comma list (see `vprom extract --list`)")
-    weights: str | None = option(None, help="comma list, one per backbone (default: imagenet "
-                                            "for torchvision ones, pretrained for timm:<name>, "
-                                            "from the local Hugging Face cache only)")
-    models: str = option("mlp-sum-6,gru-shared,vqa,rn",
-                         help="comma list of models, each trained without and with --aux, at "
-                              f"its defaults from baselines/{DEFAULTS_FILE}")
-    splits: str = option(",".join(SPLITS), help="comma list")
-    epochs: int = like(TrainConfig, "epochs", help="maximum epochs per run")
-    seed: int = like(TrainConfig, "seed", help="seed of the build and of every run")
-    device: str | None = like(TrainConfig, "device")
-    input_size: int | None = like(ExtractConfig, "input_size", help="crop side for extraction "
-                                  "(default: the backbone's, 224)")
-    center_features: bool = like(TrainConfig, "center_features")
+    backbones: str = "resnet101,bottomup-r101"
+    weights: str | None = None
+    models: str = "mlp-sum-6,gru-shared,vqa,rn"
+    splits: str = ",".join(SPLITS)
+    epochs: int = TrainConfig.epochs
+    seed: int = TrainConfig.seed
+    device: str | None = TrainConfig.device
+    input_size: int | None = ExtractConfig.input_size
+    center_features: bool = TrainConfig.center_features
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Path(self.out))
@@ -93,6 +89,12 @@ class RunSpec:
         if self.model == "context-blind":
             return runs / "controls" / self.model / self.split
         return runs / (self.model + ("-aux" if self.aux else "")) / self.split
+
+    def settings(self, config: ReproduceConfig) -> dict:
+        """The run settings this cell asks for, as its run's manifest records them."""
+        return {"model": self.model, "split": self.split, "aux": self.aux,
+                "shuffle_context": self.shuffle_context, "epochs": config.epochs,
+                "seed": config.seed, "center_features": config.center_features}
 
     def __str__(self) -> str:
         extra = (" +aux" if self.aux else "") + (" (shuffled context)" if self.shuffle_context
@@ -178,7 +180,7 @@ def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: st
     out = config.out / "features" / f"{file_name(backbone)}.h5"
     print(f"features: {backbone} ({weights}) -> {out}", flush=True)
     extract(ExtractConfig(dataset=dataset, vg=vg_dir, backbone=backbone, weights=weights,
-                          out=out, **borrowed(config, ExtractConfig)))
+                          out=out, device=config.device, input_size=config.input_size))
     return out
 
 
@@ -189,7 +191,8 @@ def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
 
     train(TrainConfig(dataset=dataset, features=features, model=spec.model, split=spec.split,
                       aux=spec.aux, out=run, shuffle_context=spec.shuffle_context,
-                      **borrowed(config, TrainConfig)))
+                      epochs=config.epochs, seed=config.seed, device=config.device,
+                      center_features=config.center_features))
     print(format_metrics(evaluate(run, device=config.device)), flush=True)
 
 
@@ -208,7 +211,8 @@ def reproduce(config: ReproduceConfig) -> Path:
     for number, spec in enumerate(specs, 1):
         run = spec.folder(runs_dir)
         folders.append(run)
-        if (run / "metrics.json").is_file():
+        if (run / "metrics.json").is_file() and is_current(
+                run, [dataset, features[spec.backbone]], spec.settings(config)):
             print(f"[run {number}/{len(specs)}] {spec}: complete, skipped", flush=True)
             continue
         print(f"[run {number}/{len(specs)}] {spec} -> {run}", flush=True)

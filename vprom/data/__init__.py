@@ -7,16 +7,11 @@
     for batch in train.loader(64, shuffle=True, num_workers=2):
         batch["panels"]        # [64, 16, ...]
 
-- `problems`: `VPROM`, the map-style dataset (one item a problem; whole batches by lists);
-- `shipping`: `loader`, a DataLoader of whole batches whose workers hand them over through
-  shared memory they reuse, instead of a fresh segment a batch.
-
-Floor: this package imports torch, which the ground floor (the rest of `vprom/*.py`) may not;
-tests/test_layers.py gives it a floor of its own beside `vprom.baselines`, importing the ground
-floor, `vprom.features` and `vprom.splits` only.
+`VPROM` is the map-style dataset (`vprom.data.problems`); `loader` a DataLoader of its whole
+batches. This package imports torch, which the ground floor may not: tests/test_layers.py
+gives it a floor of its own beside `vprom.baselines`.
 """
 
-from vprom.data.problems import VPROM, source_kind
-from vprom.data.shipping import loader
+from vprom.data.problems import VPROM, loader, source_kind
 
 __all__ = ["VPROM", "loader", "source_kind"]

@@ -1,44 +1,31 @@
 """`VPROM`: the problems of one split part as a PyTorch dataset, for anyone's model.
 
-    from vprom.data import VPROM
-    train = VPROM("build/dataset.h5", split="neutral", part="train",
-                  source="build/feats/resnet101.h5")      # or a maps file, or a crop store
-    item = train[0]   # {"panels": [16, ...], "answer": 0..7, "id", "relation", ...}
-
 One item is one problem: its 16 panels in the paper's order (the 8 context panels row-major,
 then the 8 candidates), the answer index 0..7, and its metadata: the matrix id, relation,
 element type, the answer's element and the super-attribute ("" for objects and counts).
 What a panel is depends on `source`, recognised from the file's contents:
 
-- a FEATS.h5 of pooled vectors (`vprom extract`) -> float32 `[16, D]`; the table is read
-  once into memory (`vprom.feature_files.load_features`) and each item is a gather;
-- a maps file (`vprom extract --pool none`) -> float32 `[16, C, H, W]`, read lazily through
-  `vprom.feature_files.open_maps`;
-- a crop store (`vprom crops`) -> uint8 `[16, 3, S, S]`, read lazily
-  (`features.crop_store.CropStore`), then passed through `transform` if one is given
-  (e.g. ImageNet normalisation; it receives the whole `[16, 3, S, S]` tensor).
+- a FEATS.h5 of pooled vectors (`vprom extract`) -> float32 `[16, D]`, the table held in
+  memory (`vprom.feature_files.load_features`);
+- a maps file (`vprom extract --pool none`) -> float32 `[16, C, H, W]`, read lazily;
+- a crop store (`vprom crops`) -> uint8 `[16, 3, S, S]`, read lazily, then passed through
+  `transform` if one is given (it receives the whole `[16, 3, S, S]` tensor).
 
-A DataLoader fetches a batch with one call (`__getitems__`): the panels of all its problems
-are read together (one gather, or one pass over the file), then split into items. A list of
-indices (`data[[3, 7]]`, `batch`) gives the batch already collated; `loader` (`vprom.data.
-shipping`) serves such batches from workers that reuse shared memory, the fast way to feed
-a model (no collate copy, no fresh shared-memory segment a batch).
+A DataLoader fetches a batch with one call (`__getitems__`), reading the panels of all its
+problems together. A list of indices (`data[[3, 7]]`, `batch`) gives the batch collated, and
+`loader` is a DataLoader over such whole batches (a `BatchSampler` as its sampler and no
+collate step), which skips splitting a batch into items and stacking them again.
 
-Construction checks, in the main process, that the source was made from this data set (its
-recorded content hash or file hash, `check_features_source`) and holds every crop the part's
-problems show, and raises a `VpromError` naming the file and the fix otherwise. Per item only
-the source is read. HDF5 handles do not survive pickling, so lazy sources are opened on first
-use in each process (the DataLoader's workers, DDP ranks): `VPROM` is safe with
-`num_workers > 0` and with a `DistributedSampler`, and a pickled copy carries no handle.
+Construction checks, in the main process, that the source was made from this data set
+(`vprom.feature_files.check_features_source`) and holds every crop the part shows. HDF5
+handles do not survive pickling, so lazy sources are opened on first use in each process:
+`VPROM` is safe with DataLoader workers and a `DistributedSampler`.
 
-Augmentations (both off by default; SAViR-T uses both):
-- `shuffle_candidates`: the 8 candidates in a random order; the answer index follows;
-- `swap_rows`: with probability 1/2, context rows 1 and 2 trade places. V-PROM's relations
-  (and, or, union, progression) hold row by row, so the problem keeps its answer.
-Their randomness is a numpy Generator seeded with (seed, epoch, index): the same item is the
-same on every worker and rank, and changes with `set_epoch(epoch)` (call it before each
-epoch's iterator is made; with `persistent_workers=True` workers keep the epoch they started
-with).
+Augmentations (off by default; SAViR-T uses both): `shuffle_candidates` puts the 8 candidates
+in a random order (the answer index follows); `swap_rows` trades context rows 1 and 2 with
+probability 1/2 (V-PROM's relations hold row by row, so the answer stays). Their randomness
+is seeded with (seed, epoch, index): an item is the same on every worker and rank, and
+changes with `set_epoch(epoch)`, called before each epoch's iterator is made.
 """
 
 from __future__ import annotations
@@ -48,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
-from vprom.data.shipping import loader
 from vprom.errors import VpromError
 from vprom.features.crop_store import KIND as CROP_STORE
 from vprom.features.crop_store import CropStore
@@ -58,10 +45,8 @@ from vprom.domain import N_CONTEXT, N_PANELS, SPLITS
 from vprom.tables import SPLIT_PARTS, crop_rows, open_h5, read_matrix_table
 
 
-def _placed(panels: torch.Tensor, out) -> torch.Tensor:
-    """`panels`, or a copy of them in the tensor `out(shape, dtype)` gives when it gives one."""
-    slot = out(tuple(panels.shape), panels.dtype) if out is not None else None
-    return panels if slot is None else slot.copy_(panels)
+#: the string columns of an item, beside its panels, answer and id
+METADATA = ("relation", "element_type", "element", "super_attribute")
 
 
 def source_kind(path: Path) -> str:
@@ -93,7 +78,6 @@ class VPROM(torch.utils.data.Dataset):
         self._check_source()
         self._reader, self._pid = None, None
 
-    # ------------------------------------------------------------ construction
     def _load_problems(self) -> None:
         if self.split not in SPLITS or self.part not in SPLIT_PARTS:
             raise VpromError(f"unknown split part {self.split}/{self.part}; splits: "
@@ -142,38 +126,27 @@ class VPROM(torch.utils.data.Dataset):
                              "(--allow-missing; its features are NaN); restore the image and "
                              "re-run `vprom extract`")
 
-    # ------------------------------------------------------------ reading
     def __len__(self) -> int:
         return len(self.ids)
 
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state["_reader"], state["_pid"] = None, None  # h5py handles do not pickle
-        return state
+        return {**self.__dict__, "_reader": None, "_pid": None}  # h5py handles do not pickle
 
     def _open(self):
         """The lazy reader of this process (reopened after a fork)."""
         if self._reader is None or self._pid != os.getpid():
-            self._reader = open_maps(self.source) if self.kind == "maps" else \
-                CropStore(self.source)
-            self._pid = os.getpid()
+            opener = open_maps if self.kind == "maps" else CropStore
+            self._reader, self._pid = opener(self.source), os.getpid()
         return self._reader
 
-    def _read(self, rows: np.ndarray, out=None) -> torch.Tensor:
-        """The panels at `rows`, [len(rows), ...]; in the tensor `out(shape, dtype)` gives
-        when it gives one (a DataLoader worker's shared slot, `vprom.data.shipping`)."""
+    def _read(self, rows: np.ndarray) -> torch.Tensor:
+        """The panels at `rows`, [len(rows), ...]."""
         if self.kind == "features":
-            table = self.features.features
-            slot = out((len(rows), *table.shape[1:]), torch.from_numpy(table[:0]).dtype) \
-                if out is not None else None
-            if slot is None:
-                return torch.from_numpy(table[rows])
-            np.take(table, rows, axis=0, out=slot.numpy(), mode="clip")  # rows are in range
-            return slot
+            return torch.from_numpy(self.features.features[rows])
         reader = self._open()
         if self.kind == "maps":
-            return _placed(torch.from_numpy(reader.gather(reader.crop_id[rows])), out)
-        return _placed(torch.from_numpy(reader.read_rows(rows)), out)
+            return torch.from_numpy(reader.gather(reader.crop_id[rows]))
+        return torch.from_numpy(reader.read_rows(rows))
 
     def set_epoch(self, epoch: int) -> None:
         """Which epoch's augmentations items get (see the module docstring)."""
@@ -205,15 +178,11 @@ class VPROM(torch.utils.data.Dataset):
         if self.kind == "crops" and self.transform is not None:
             panels = self.transform(panels)
         return {"panels": panels, "answer": answer, "id": int(self.ids[index]),
-                "relation": str(self.relation[index]),
-                "element_type": str(self.element_type[index]),
-                "element": str(self.element[index]),
-                "super_attribute": str(self.super_attribute[index])}
+                **{key: str(getattr(self, key)[index]) for key in METADATA}}
 
-    def loader(self, batch_size: int, **kwargs) -> torch.utils.data.DataLoader:
-        """A DataLoader of whole batches whose workers reuse shared memory
-        (`vprom.data.shipping.loader`: `shuffle`, `sampler`, `drop_last`, DataLoader's
-        keywords)."""
+    def loader(self, batch_size: int, **kwargs) -> DataLoader:
+        """A DataLoader of whole batches (`loader`: `shuffle`, `sampler`, `drop_last`,
+        DataLoader's keywords)."""
         return loader(self, batch_size, **kwargs)
 
     def __getitem__(self, index) -> dict:
@@ -222,7 +191,7 @@ class VPROM(torch.utils.data.Dataset):
             return self.batch(index)
         return self.__getitems__([index])[0]
 
-    def _gather(self, indices, out=None) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
+    def _gather(self, indices) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
         """(indices, panels [B, 16, ...] read together, answers int64 [B]) after the
         augmentations."""
         indices = self._indices(indices)
@@ -232,7 +201,7 @@ class VPROM(torch.utils.data.Dataset):
             answers = np.array([answer for _, answer in orders], dtype=np.int64)
         else:  # the stored order: one vectorised look-up
             rows, answers = self.rows[indices], self.answer[indices]
-        panels = self._read(rows.reshape(-1), out)
+        panels = self._read(rows.reshape(-1))
         return indices, panels.view(len(indices), N_PANELS, *panels.shape[1:]), answers
 
     def __getitems__(self, indices) -> list[dict]:
@@ -242,16 +211,32 @@ class VPROM(torch.utils.data.Dataset):
         return [self._item(i, panels[k], a)
                 for k, (i, a) in enumerate(zip(indices.tolist(), answers.tolist()))]
 
-    def batch(self, indices, out=None) -> dict:
+    def batch(self, indices) -> dict:
         """The problems at `indices` as one batch, already collated: `panels` [B, 16, ...]
-        (read in one go, never copied again), `answer` and `id` int64 [B], the metadata as
-        lists. `loader` serves these; `out(shape, dtype)`, where it gives a tensor, is where
-        the panels go (a worker's shared slot)."""
-        transform = self.kind == "crops" and self.transform is not None
-        indices, panels, answers = self._gather(indices, None if transform else out)
-        if transform:
-            panels = _placed(torch.stack([self.transform(p) for p in panels]), out)
+        (read in one go), `answer` and `id` int64 [B], the metadata as lists."""
+        indices, panels, answers = self._gather(indices)
+        if self.kind == "crops" and self.transform is not None:
+            panels = torch.stack([self.transform(p) for p in panels])
         return {"panels": panels, "answer": torch.from_numpy(answers),
                 "id": torch.from_numpy(self.ids[indices]),
-                **{key: list(map(str, getattr(self, key)[indices].tolist()))
-                   for key in ("relation", "element_type", "element", "super_attribute")}}
+                **{key: list(map(str, getattr(self, key)[indices].tolist())) for key in METADATA}}
+
+
+def _whole(batch: dict) -> dict:
+    return batch  # `loader`'s collate step: `VPROM.batch` gives a batch collated already
+
+
+def loader(data: VPROM, batch_size: int, shuffle: bool = False, sampler=None,
+           drop_last: bool = False, **kwargs) -> DataLoader:
+    """A DataLoader of `data`'s whole batches (`VPROM.batch`) of `batch_size` problems.
+
+    `sampler` orders the problems (e.g. a `DistributedSampler`; `shuffle` when there is
+    none); the other keywords go to the DataLoader (`num_workers`, `pin_memory`,
+    `persistent_workers`, `prefetch_factor`, ...)."""
+    if sampler is None:
+        sampler = RandomSampler(data) if shuffle else SequentialSampler(data)
+    elif shuffle:
+        raise ValueError("loader: give `shuffle` or a `sampler`, not both")
+    kwargs.setdefault("collate_fn", _whole)
+    return DataLoader(data, batch_size=None,
+                      sampler=BatchSampler(sampler, batch_size, drop_last), **kwargs)

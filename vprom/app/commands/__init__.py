@@ -1,1 +1,0 @@
-"""The `vprom` subcommands, one module per group of stages (see `base.Command`)."""
