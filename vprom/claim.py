@@ -3,7 +3,7 @@
 Every command that writes takes its output through `claim` (or `writes` on its function):
 1. Inputs (`check_not_input`): the output is not an input (the same resolved path or file),
    does not lie inside an input folder, and holds no input.
-2. Ownership (`check_owned`): an existing output is replaced only when `recognise` finds it a
+2. Ownership (`check_owned`): an existing output is replaced only when `output_kind` finds it a
    vprom output of a kind the command writes, by its manifest (`vprom.manifest`) or a mark
    in its content (a `show` PNG's `vprom` text chunk, a JSON file's `kind`), or when it is a
    folder holding only names the command writes (an interrupted build, a run) or nothing.
@@ -132,7 +132,7 @@ def _content_kind(path: Path) -> str | None:
     return None
 
 
-def recognise(path: str | os.PathLike) -> str | None:
+def output_kind(path: str | os.PathLike) -> str | None:
     """The kind of vprom output at `path` by its manifest or content; None if neither says."""
     path = Path(path)
     kind = (manifest_of(path) or {}).get("kind")
@@ -166,7 +166,7 @@ def check_owned(out: Path, kinds: Iterable[str] | None, names: Iterable[str] = (
     kinds = tuple(kinds)
     if out.is_dir() and not out.is_symlink() and _folder_is_ours(out, names):
         return
-    found = recognise(out)
+    found = output_kind(out)
     if found in kinds:
         return
     said = f"a vprom {found} output" if found else "not written by vprom"

@@ -24,7 +24,8 @@ Current (`is_current(output, inputs, config)`): an output may be kept or resumed
 manifest of a format this vprom reads, whose inputs are exactly the hashes of `inputs` as they
 are now (by value, whatever their names), and whose config holds every setting of `config`
 with the same value (a setting it lacks counts as null). `why_stale` says in a few words why
-an output is not current, for the line a re-run prints.
+an output is not current (the inputs that changed by name, each changed setting as `name
+recorded vs wanted`), for the line a re-run prints.
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ def why_stale(output: str | os.PathLike, inputs: Iterable[str | os.PathLike],
         changed = sorted(set(recorded) - set(now)) or ["inputs"]
     wanted = json.loads(json.dumps(config))  # tuples as lists, as the manifest holds them
     settings = manifest.get("config") or {}
-    differ = sorted(k for k, v in wanted.items() if settings.get(k) != v)
+    differ = [f"{k} {settings.get(k)!r} vs {v!r}" for k, v in sorted(wanted.items())
+              if settings.get(k) != v]
     why = ([f"its inputs changed: {', '.join(changed)}"] if changed else []) + (
         [f"its settings changed: {', '.join(differ)}"] if differ else [])
     return "; ".join(why) or None

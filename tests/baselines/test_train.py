@@ -272,9 +272,9 @@ def test_a_split_without_training_matrices_is_refused(tmp_path):
 def test_a_run_folder_with_another_config_is_refused(tiny_pair, tmp_path):
     dataset, features = tiny_pair
     train(small_config(dataset, features, tmp_path / "run", epochs=1))
-    with pytest.raises(VpromError, match="other settings .*model 'mlp-sum-2' vs 'rn'"):
+    with pytest.raises(VpromError, match="settings changed: .*model 'mlp-sum-2' vs 'rn'"):
         train(small_config(dataset, features, tmp_path / "run", epochs=1, model="rn"))
-    with pytest.raises(VpromError, match=r"other settings \(hidden 16 vs 8, lr 1.0 vs 0.5\)"):
+    with pytest.raises(VpromError, match=r"settings changed: hidden 16 vs 8, lr 1.0 vs 0.5\)"):
         train(small_config(dataset, features, tmp_path / "run", epochs=3, hidden=8, lr=0.5))
 
 
@@ -336,6 +336,6 @@ def test_a_run_is_continued_only_on_the_data_it_was_made_from(tmp_path):
     dataset, features = write_pair(tmp_path / "pair", n=40)
     run = train(small_config(dataset, features, tmp_path / "run", epochs=1))
     write_pair(tmp_path / "pair", n=40, seed=5)
-    with pytest.raises(VpromError, match="holds a run made from other data \\(its inputs "
-                                         "changed: dataset.h5, feats.h5\\)"):
+    with pytest.raises(VpromError, match="cannot continue \\(its inputs changed: "
+                                         "dataset.h5, feats.h5\\)"):
         train(small_config(dataset, features, run, epochs=2))

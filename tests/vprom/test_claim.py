@@ -3,7 +3,7 @@ vprom output of the command's kind, is refused before any work, naming the path.
 
 import pytest
 
-from vprom.claim import check_output, claim, recognise
+from vprom.claim import check_output, claim, output_kind
 from vprom.errors import VpromError
 from vprom.manifest import make_manifest, write_manifest
 
@@ -45,6 +45,6 @@ def test_an_empty_folder_and_an_output_of_the_kind_are_claimed(tmp_path):
     with claim(tmp_path / "empty", ("export-npz",), folder=True):
         pass
     write_manifest(tmp_path / "empty", make_manifest("export-npz", {}))
-    assert recognise(tmp_path / "empty") == "export-npz"
+    assert output_kind(tmp_path / "empty") == "export-npz"
     with claim(tmp_path / "empty", ("export-npz",), folder=True):
         pass

@@ -68,7 +68,7 @@ def test_an_output_is_current_for_the_same_input_contents_and_settings(tmp_path)
     assert why_stale(out, [renamed, b], {}) == "its inputs changed: c.json"
     assert why_stale(out, [b], {}) == "its inputs changed: a.json"  # one input fewer
     assert why_stale(out, [b, renamed], {"scale": 1}) == ("its inputs changed: c.json; its "
-                                                          "settings changed: scale")
+                                                          "settings changed: scale 0.5 vs 1")
 
 
 def test_without_a_readable_manifest_nothing_is_current(tmp_path):
