@@ -140,12 +140,13 @@ def _tasks(layout, paths: list, size: int, folder: Path, todo: list) -> list[tup
     return tasks
 
 
-def _work_folder(job: StoreJob) -> Path:
+def _work_folder(job: StoreJob, log) -> Path:
     """`<out>.partial/`, started over unless it is current for the data set and settings."""
     folder = job.out.with_name(job.out.name + ".partial")
     if folder.exists() or folder.is_symlink():
         why = why_stale(folder, [job.dataset], job.settings())
         if why:
+            log(f"{folder}: {why}; starting over")
             remove_work_folder(folder, WORK_FILES)
     if not folder.is_dir():
         folder.mkdir(parents=True)
@@ -203,7 +204,7 @@ def build_crop_store(job: StoreJob, log=print) -> Path:
     index = ImageIndex(job.vg)
     images = layout.unit_image[layout.groups[:, 0]]
     paths = [str(index.paths[i]) if int(i) in index.paths else None for i in images.tolist()]
-    folder = _work_folder(job)
+    folder = _work_folder(job, log)
     todo = [c for c in range(len(layout.chunks)) if not (folder / f"chunk-{c:05d}.npy").is_file()]
     log(f"{len(layout.crop_id):,} crops ({len(layout.unit_image):,} distinct boxes, "
         f"{len(np.unique(images)):,} images) at {job.size}x{job.size}: {len(todo)} of "

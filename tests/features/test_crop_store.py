@@ -121,8 +121,9 @@ def test_a_work_folder_of_other_settings_is_started_over(small, tmp_path):
     np.save(folder / "chunk-00000.npy", np.zeros((20, 3, 8, 8), np.uint8))  # another size
     (folder / "manifest.json").write_text(json.dumps(make_manifest("vprom-crops",
                                                                    {"size": 8})))
-    build_crop_store(StoreJob(dataset, vg, 12, out, workers=1, chunk_crops=20),
-                     log=lambda _: None)
+    said = []
+    build_crop_store(StoreJob(dataset, vg, 12, out, workers=1, chunk_crops=20), log=said.append)
+    assert said[0].startswith(f"{folder}: its inputs changed") and "starting over" in said[0]
     fresh = build_crop_store(StoreJob(dataset, vg, 12, tmp_path / "fresh.h5", workers=1,
                                       chunk_crops=20), log=lambda _: None)
     assert np.array_equal(stored(out)[1], stored(fresh)[1])
