@@ -33,7 +33,7 @@ CHANCE_LOSS = math.log(N_CANDIDATES)
 LOSS_TOLERANCE = 0.01
 #: training settings that do not change what a run learns (where, how resumed, which seed)
 NOT_SETTINGS = ("seed", "out", "device", "restart", "cuda_graphs", "resume", "dataset",
-                "features")
+                "features", "maps", "crops")
 
 
 def chance_interval(n: int) -> tuple[float, float]:

@@ -1,9 +1,10 @@
 """A small grid of training defaults for the later solvers (the zoo), on the learnable task.
 
 Each later solver is trained on the learnable task of `tests/baselines/conftest.py`
-(`learnable_split`: 2,400 matrices of 256-d vectors for the pooled-feature models; 800
+(`learnable_task`: 2,400 matrices of 256-d vectors for the pooled-feature models; 800
 matrices of 16 x 3 x 3 maps, or of 16 x 16 RGB crops, for the map and pixel models; the
-answer crop marked for the context-blind control) by the real training loop, at each setting:
+answer crop marked for the context-blind control) by the real training loop (`fit`), at each
+setting:
 
   adadelta  lr 1, rho 0.9, eps 1e-9, score-head scale 100 (what the paper's deep models
             needed, bench/grid.py)
@@ -37,25 +38,16 @@ SETTINGS = ({"optimizer": "adadelta", "lr": 1.0, "rho": 0.9, "eps": 1e-9, "score
 TARGET = 0.95
 
 
-def task(model: str) -> dict:
-    from vprom.baselines.registry import input_kind
-
-    kind = input_kind(model)
-    mark = model == "context-blind-pixels"
-    if kind == "vectors":
-        return {"kind": kind, "n": 2400, "dim": 256, "side": 0, "mark_answer": mark}
-    return {"kind": kind, "n": 800, "dim": 16, "side": 3 if kind == "maps" else 16,
-            "mark_answer": mark}
-
-
 def run_one(job: tuple[str, dict, int]) -> dict:
     from suite_builders import load
 
     model, setting, epochs = job
     torch.set_num_threads(1)
+    from vprom.baselines.registry import input_kind
+
     conftest = load("tests/baselines/conftest.py")
-    data = conftest.learnable_split(**task(model))
-    hidden = 256 if task(model)["kind"] == "vectors" else 128
+    data = conftest.learnable_task(model)
+    hidden = 256 if input_kind(model) == "vectors" else 128
     began = time.perf_counter()
     history = conftest.fit(model, data, epochs, target=0.99, hidden=hidden, batch_size=64,
                            **setting)
