@@ -186,7 +186,7 @@ def test_metrics_json_names_its_inputs_relative_to_itself(problems, tmp_path):
 
 
 def test_a_csv_or_json_lines_with_a_byte_order_mark_is_read(problems, tmp_path):
-    dataset, _, test = problems
+    test = problems[2]
     plain = write_csv(tmp_path / "plain.csv", test, [3] * len(test))
     for name, text in (("bom.csv", plain.read_text()),
                        ("bom.jsonl", "".join(json.dumps({"matrix_id": int(i), "choice": 3}) + "\n"
