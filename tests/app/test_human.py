@@ -196,9 +196,10 @@ def test_human_score_refuses_bad_lines(study, tmp_path):
     path.write_text(json.dumps(line) + "\n" + json.dumps(line) + "\n")
     with pytest.raises(VpromError, match="a.jsonl line 2: participant a answered"):
         score_study(folder)
-    path.write_text("{broken\n")
-    with pytest.raises(VpromError, match="a.jsonl line 1: not a response"):
-        score_study(folder)
+    for broken in ("{broken", "[" * 60_000, '{"participant": ' + "9" * 5_000 + "}"):
+        path.write_text(broken + "\n")
+        with pytest.raises(VpromError, match="a.jsonl line 1: not a response"):
+            score_study(folder)
 
 
 def test_report_shows_humans_beside_the_models(served, tmp_path):
