@@ -54,9 +54,9 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from vprom.app.human.study import load_key
+from vprom.claim import output_lock
 from vprom.domain import N_CANDIDATES
 from vprom.errors import VpromError
-from vprom.outputs import output_lock
 
 PARTICIPANT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_BODY = 64 * 1024
