@@ -12,7 +12,8 @@ setting:
   adam      lr 1e-4, eps 1e-8
 
 at hidden 256 (wren, scl) or 128 (the panel transformers, whose pooled variant is the ablation
-of the map one, and the map and pixel models, whose encoders are costly on a CPU) and batch 64, for at most --epochs epochs, stopping at 99% validation accuracy. A setting's rank:
+of the map one, and the map and pixel models, whose encoders are costly on a CPU) and batch
+64, for at most --epochs epochs, stopping at 99% validation accuracy. A setting's rank:
 reaching 95% validation accuracy, then the fewest epochs to 95%, then the best accuracy.
 
     .venv/bin/python bench/zoo_grid.py                    # prints the table and the choice
