@@ -90,24 +90,6 @@ def test_set_tokens_describe_coverage_and_missing_values():
     assert len(set(own_tok[0, :, 2].tolist())) == 8  # positions
 
 
-def test_the_mlp_bags_and_scatters_its_embeddings_as_the_plain_formulas():
-    """`_incidence(tokens) @ emb` sums a row's token embeddings, and its transpose adds each
-    row's gradient into its tokens' rows: the sums of the plain gather and of `np.add.at`,
-    tokens repeated within a row included, added in the same order (so equal to the bit)."""
-    rng = np.random.default_rng(0)
-    emb = rng.normal(size=(30, 6))
-    own, per_row = rng.integers(0, 30, (5, 8, 4)), rng.integers(0, 30, (40, 7))
-    own[0, 0] = 3  # one token four times in one row
-    bags = set_probes._incidence(own, 30) @ emb
-    slot_by_slot = emb[own[..., 0]] + emb[own[..., 1]] + emb[own[..., 2]] + emb[own[..., 3]]
-    assert np.array_equal(bags.reshape(5, 8, 6), slot_by_slot)
-    assert not (set_probes._incidence(own[..., :0], 30) @ emb).any()
-    grad = rng.normal(size=(40, 6))
-    expected = np.zeros((30, 6))
-    np.add.at(expected, per_row.ravel(), np.repeat(grad, 7, axis=0))
-    assert np.array_equal(set_probes._incidence(per_row, 30).T @ grad, expected)
-
-
 def test_the_absent_values_table_by_hand():
     """On train, the answer's count given the candidates' counts; on test, the share of the
     candidates whose count was that answer most often which is the answer."""
