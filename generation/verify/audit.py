@@ -1,35 +1,25 @@
 """Bias audit of a built data set: can the answer be found without looking at the context?
 
-A sound V-PROM matrix can only be solved by reading its 8 context panels. These checks
-measure the shortcuts a model could take from the 8 candidates alone:
+1. Answer position: a χ² goodness-of-fit test of the answer index (0..7) against N/8 per
+   position, overall and per element type (Bonferroni-corrected).
+2. "Pick a most frequent element" and "pick the odd one out" each pick uniformly among the
+   candidates they single out: exactly 1/8 in expectation, unless the answer's position
+   depends on the candidates' elements.
+3. Context-blind probes, per element type and per relation x element type, fitted on the
+   neutral train part and scored on its test part: conditional logits, candidate j scoring
+   s_j = w·x_j, P(answer = j) the softmax of s over the 8.
+   - Labels: x_j holds j's position, dense features (how often its element and
+     super-attribute occur among the 8; its element's answer rate in train, for a training
+     row from the other folds; its label counts and overlap with the others; box size and
+     shape) and a sparse set part, an indicator per (label of j, how many of the other 7
+     carry it): "the one male among seven women". The mean negative log-likelihood plus an
+     L2 penalty is smooth and convex: the probe is its minimum (scipy's L-BFGS-B).
+   - Image features: x_j is j's feature vector minus the 8's mean; with hundreds of
+     dimensions, the fit is early-stopped: a few epochs of Adam on minibatches (torch).
 
-1. Answer position. The answer index (0..7) must be uniform: a χ² goodness-of-fit test
-   against N/8 per position, overall and per element type (Bonferroni-corrected).
-2. Element-frequency heuristics: "pick a candidate whose element is the most frequent among
-   the candidates" and "pick the odd one out". Each picks uniformly among the candidates it
-   singles out, so it scores exactly 1/8 in expectation when the answer's position is
-   independent of the candidates' elements.
-3. Context-blind probes, one per element type and one per relation x element type (a
-   shortcut confined to one relation would hide in a pooled figure), fitted on the neutral
-   split's train part and scored on its test part. Each is a conditional logit: candidate j
-   scores s_j = w·x_j and P(answer = j) = softmax over the 8 of s.
-   - On labels, x_j holds j's position (one-hot) and dense features: how often its element
-     and super-attribute occur among the 8, its element's answer rate in train (for a
-     training row from the other folds of train, so it cannot reveal the row's own answer),
-     how many labels it carries (explicit and implied apart), its label overlap with the
-     others, box size and shape. A sparse set part adds an indicator per (label l, c) for
-     every label l of j, c = how many of the other 7 carry l: "the one male among seven
-     women", "the only one labelled curly". The mean negative log-likelihood plus an L2
-     penalty is smooth and convex, so the probe is its one minimum, found by scipy's
-     L-BFGS-B from the analytic gradient.
-   - On image features (a FEATS.h5), x_j is j's feature vector minus the 8's mean. With
-     hundreds of dimensions, the probe is a few epochs of Adam on minibatches (torch.optim),
-     early-stopped like any linear probe on image features, at the cost of five passes.
-
-A strategy (2, 3) is flagged only when the lower end of its 95% Wilson interval exceeds
-chance plus a 2-point margin (14.5%): small data sets are never flagged by noise, large ones
-only for real shortcuts. A probe group with fewer than `MIN_PROBE_TEST` train or test
-matrices is reported but not judged.
+A strategy (2, 3) fails when the lower end of its 95% Wilson interval exceeds chance plus
+`SHORTCUT_MARGIN` (14.5%): noise alone almost never fails it, however small the data set. A
+group with fewer than `MIN_PROBE_TEST` train or test matrices is reported but not judged.
 """
 
 from __future__ import annotations
@@ -39,17 +29,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import chain
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse
-from scipy.special import chdtrc  # scipy.stats.chi2.sf's own function; scipy.stats loads in 0.5 s
-from threadpoolctl import threadpool_limits
-from tqdm import tqdm
 
 from vprom.domain import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
 from vprom.statistics import wilson_interval
 
-MARGIN = SHORTCUT_MARGIN  # a shortcut worth at most 2 accuracy points is tolerated
+if TYPE_CHECKING:
+    import scipy.sparse
+
 POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests
 MIN_PROBE_TEST = 50  # fewer test matrices than this tell nothing; the probe is skipped
 FOLDS = 5  # the label probe's answer rates for training rows come from the other folds
@@ -76,6 +65,8 @@ class Check:
 # ---------------------------------------------------------------- 1. answer position
 def answer_position(answers: np.ndarray, groups: dict[str, np.ndarray]) -> Check:
     """χ² test of uniform answer positions, overall and per group (Bonferroni-corrected)."""
+    from scipy.special import chdtrc  # the χ² tail of scipy.stats.chi2.sf, without its 0.5 s
+
     tests = {"all": np.asarray(answers)}
     tests.update({g: np.asarray(answers)[idx] for g, idx in sorted(groups.items())})
     tests = {g: a for g, a in tests.items() if len(a) > 0}
@@ -120,11 +111,11 @@ def heuristic_hits(codes: np.ndarray, answers: np.ndarray, kind: str) -> np.ndar
 
 
 def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
-    """Flag a strategy whose 95% lower bound exceeds chance + MARGIN."""
+    """Fail a strategy whose 95% lower bound exceeds chance + SHORTCUT_MARGIN."""
     n = len(hits)
     acc = float(hits.mean()) if n else CHANCE
     lo, hi = wilson_interval(float(hits.sum()), n)
-    limit = CHANCE + MARGIN
+    limit = CHANCE + SHORTCUT_MARGIN
     failed = n > 0 and lo > limit
     summary = (f"{what}: {100 * acc:.1f}% on {n:,} matrices (95% CI {100 * lo:.1f}–"
                f"{100 * hi:.1f}%; chance 12.5%, fail if the lower bound > {100 * limit:.1f}%)")
@@ -134,15 +125,10 @@ def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
 
 
 # ---------------------------------------------------------------- 3. the context-blind probes
-def label_masks(label_ids: list[tuple[int, ...]]) -> list[int]:
-    """Each label set (its label ids) as a bit mask over all labels, one Python int each."""
-    return [sum(1 << i for i in ids) for ids in label_ids]
-
-
-def label_overlap(masks: list[int], candidate_rows: np.ndarray) -> np.ndarray:
-    """M×8: per candidate, the fraction of the other 7 sharing at least one label with it.
-    `candidate_rows` (M×8) index `masks`; the masks become rows of 64-bit words, so numpy
-    compares every pair of candidates, a block of matrices at a time."""
+def label_overlap(label_ids: list[tuple[int, ...]], candidate_rows: np.ndarray) -> np.ndarray:
+    """M×8: per candidate, the fraction of the other 7 sharing a label with it. Each label
+    set (`candidate_rows` index `label_ids`) becomes a bit mask in 64-bit words."""
+    masks = [sum(1 << i for i in ids) for ids in label_ids]
     words = max(1, -(-max(masks, default=0).bit_length() // 64))
     bits = np.frombuffer(b"".join(m.to_bytes(8 * words, "little") for m in masks),
                          dtype="<u8").reshape(len(masks), words)
@@ -181,12 +167,9 @@ class CandidateView:
 
 def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
                    rows: np.ndarray) -> np.ndarray:
-    """N_rows×8×F dense features of the candidates of matrices `rows`.
-
-    The element answer rate (and frequency) is learnt on `train` only; a training row takes
-    it from the other `FOLDS - 1` folds (folds by position in sorted `train`). A
-    leave-one-out rate would not do: it dips for the answer's element alone, and a weight
-    per element reads the dip."""
+    """N_rows×8×F dense features of the candidates of matrices `rows`. A training row takes
+    its elements' answer rates from the other folds of `train`: a leave-one-out rate would
+    dip for the answer's element alone, which a weight per element reads."""
     n_codes = int(view.element.max()) + 1
     order = np.sort(train)
     fold = np.arange(len(order)) % FOLDS
@@ -223,8 +206,8 @@ def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
 
 
 def set_entries(view: CandidateView, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The set part's entries for matrices `rows`: (candidate i*8+j, feature l*8+c) for every
-    label l of candidate j, c = how many of the other 7 carry l."""
+    """The set part of matrices `rows`: (candidate i*8+j, column l*8+c) for every label l of
+    candidate j, c = how many of the other 7 carry l."""
     flat, starts, sizes = view.label_index
     sets = view.label_row[rows].ravel()
     n = sizes[sets]
@@ -239,8 +222,10 @@ def set_entries(view: CandidateView, rows: np.ndarray) -> tuple[np.ndarray, np.n
 
 def label_design(x: np.ndarray, entries: tuple[np.ndarray, np.ndarray],
                  n_sparse: int) -> tuple[np.ndarray, scipy.sparse.csr_matrix]:
-    """The label probe's design, one row per candidate (i*8+j): dense, x's F columns and the
-    8 of the position (`SLOTS`); sparse, the set part's `n_sparse` indicators."""
+    """The label probe's design, a row per candidate (i*8+j): dense, x's F columns and the
+    position's 8 (`SLOTS`); sparse, the set part's `n_sparse` indicators."""
+    import scipy.sparse
+
     n, _, f = x.shape
     cand, feat = entries
     dense = np.concatenate([x.reshape(n * N_CANDIDATES, f), np.tile(SLOTS, (n, 1))], axis=1)
@@ -259,10 +244,9 @@ def logit_scores(design: tuple[np.ndarray, scipy.sparse.csr_matrix],
 
 def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.ndarray,
               l2: float = L2) -> np.ndarray:
-    """The weights minimising the conditional logit's mean negative log-likelihood of
-    `answers` (`logit_scores`) plus `l2`/2 times their squares: a smooth convex loss, so
-    L-BFGS-B finds its one minimum."""
-    from scipy.optimize import minimize  # here: its import takes 0.2 s of every `vprom` start
+    """The weights minimising the mean negative log-likelihood of `answers` under
+    `logit_scores`, plus `l2`/2 times their squares."""
+    from scipy.optimize import minimize
 
     n = len(answers)
     picked = (np.arange(n), answers)
@@ -286,17 +270,9 @@ def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.nd
 
 
 def hits_of(scores: np.ndarray, answers: np.ndarray) -> np.ndarray:
-    """Per matrix (a row of N×8 `scores`), the share of the top-scoring candidates that is
-    the answer: ties split the hit."""
+    """Per matrix (a row of `scores`): the share of its best-scoring candidates that is right."""
     top = np.isclose(scores, scores.max(axis=1, keepdims=True), rtol=0, atol=1e-9)
     return top[np.arange(len(answers)), answers] / top.sum(axis=1)
-
-
-def _standardise(x_train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
-    flat = x_train.reshape(-1, x_train.shape[-1])
-    mean, std = flat.mean(axis=0), flat.std(axis=0)
-    std[std < 1e-8] = 1.0
-    return [(a - mean) / std for a in (x_train,) + others]
 
 
 def probe_groups(element_type: np.ndarray, relation: np.ndarray, train: np.ndarray,
@@ -313,9 +289,8 @@ def probe_groups(element_type: np.ndarray, relation: np.ndarray, train: np.ndarr
 
 def judge_groups(name: str, what: str, results: list[tuple[str, np.ndarray, int]],
                  note: str = "") -> Check:
-    """One check over probe groups [(group, test hits, train size)]: fail when any group with
-    at least MIN_PROBE_TEST test matrices has a 95% lower bound above chance + MARGIN."""
-    limit = CHANCE + MARGIN
+    """One check over probe groups' (name, test hits, train size)."""
+    limit = CHANCE + SHORTCUT_MARGIN
     figures, problems, parts, judged = {}, [], [], 0
     for group, hits, n_train in results:
         n = len(hits)
@@ -343,33 +318,27 @@ def judge_groups(name: str, what: str, results: list[tuple[str, np.ndarray, int]
 
 def group_hits(element_type: np.ndarray, relation: np.ndarray, train: np.ndarray,
                test: np.ndarray, hits) -> list[tuple[str, np.ndarray, int]]:
-    """(group, test hits, train size) per probe group, the hits from `hits(train rows, test
-    rows)` (none for a group too small to judge)."""
+    """(group, `hits(train rows, test rows)`, train size) per probe group (no hits for a
+    group too small to judge)."""
     return [(group, hits(tr, te) if min(len(tr), len(te)) >= MIN_PROBE_TEST else np.zeros(0),
-             len(tr))
-            for group, tr, te in tqdm(probe_groups(element_type, relation, train, test),
-                                      desc="probes", unit="group", disable=None)]
-
-
-def label_probe(view: CandidateView, answers: np.ndarray, train: np.ndarray,
-                test: np.ndarray, element_type: np.ndarray, relation: np.ndarray,
-                note: str = "") -> Check:
-    """The label probes, one per element type and one per relation x element type."""
-    return label_check(group_hits(element_type, relation, train, test, lambda tr, te:
-                                  label_group_hits(view, answers, tr, te)), note)
+             len(tr)) for group, tr, te in probe_groups(element_type, relation, train, test)]
 
 
 def label_group_hits(view: CandidateView, answers: np.ndarray, train: np.ndarray,
                      test: np.ndarray) -> np.ndarray:
-    """The label probe of one group: its hits on `test` after fitting on `train` (none when
-    either is too small to judge)."""
+    """The label probe's hits on `test` after fitting on `train` (none if either is small)."""
+    from threadpoolctl import threadpool_limits
+
     if len(train) < MIN_PROBE_TEST or len(test) < MIN_PROBE_TEST:
         return np.zeros(0)
     n_sparse = N_CANDIDATES * (1 + int(view.label_index[0].max(initial=0)))
-    x_tr, x_te = _standardise(label_features(view, answers, train, train),
-                              label_features(view, answers, train, test))
-    # BLAS on one thread: its sums then do not depend on the machine's core count, and
-    # verify's worker processes do not crowd each other's cores
+    x_tr, x_te = (label_features(view, answers, train, rows) for rows in (train, test))
+    flat = x_tr.reshape(-1, x_tr.shape[-1])
+    mean, std = flat.mean(axis=0), flat.std(axis=0)
+    std[std < 1e-8] = 1.0  # a constant column stays 0
+    x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
+    # BLAS on one thread: its sums do not depend on the core count, and verify's workers
+    # do not crowd each other's cores
     with threadpool_limits(1, user_api="blas"):
         w = fit_logit(label_design(x_tr, set_entries(view, train), n_sparse), answers[train])
         scores = logit_scores(label_design(x_te, set_entries(view, test), n_sparse), w)
@@ -384,9 +353,9 @@ def label_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> C
 
 @contextmanager
 def one_torch_thread():
-    """torch on one thread while a probe fits: its sums then do not depend on the machine's
-    core count, and verify's worker processes do not crowd each other's cores."""
-    import torch  # here: only the probes that fit with torch pay for its import
+    """torch (imported here, by the processes that fit with it) on one thread, as BLAS in
+    `label_group_hits`."""
+    import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -396,33 +365,30 @@ def one_torch_thread():
         torch.set_num_threads(threads)
 
 
-def _feature_hits(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray,
-                  train: np.ndarray, test: np.ndarray, rng: np.random.Generator,
-                  epochs: int, batch: int) -> np.ndarray:
-    """The feature probe of one group: Adam on minibatches of `train` (reshuffled by `rng`
-    each epoch, at least 50 steps), then its hits on `test`."""
-    scale = float(np.std(feats[rows[train[: min(len(train), 2000)]]].astype(np.float32)))
-    scale = scale if scale > 1e-8 else 1.0
-    with one_torch_thread() as torch:
-        def gather(idx):
-            x = torch.from_numpy(feats[rows[idx]].astype(np.float32) / scale)
-            return x - x.mean(dim=1, keepdim=True)  # only differences between candidates count
+def torch_hits(scores, rows: np.ndarray, answers: np.ndarray) -> np.ndarray:
+    """`hits_of` the tensor `scores(rows)`, 4,096 rows at a time (their activations stay small)."""
+    import torch
 
-        w = torch.zeros(feats.shape[1], requires_grad=True)
-        adam = torch.optim.Adam([w], lr=0.01, weight_decay=1e-4)
-        per_epoch = max(1, len(train) // batch)  # the last partial batch is dropped
-        for step in range(max(50, epochs * math.ceil(len(train) / batch))):
-            if step % per_epoch == 0:
-                order = rng.permutation(len(train))
-            idx = train[order[step % per_epoch * batch:][:batch]]
-            loss = torch.nn.functional.cross_entropy(gather(idx) @ w,
-                                                     torch.from_numpy(answers[idx]))
+    with torch.no_grad():
+        return np.concatenate([hits_of(scores(part).numpy(), answers[part])
+                               for part in np.array_split(rows, -(-len(rows) // 4096))])
+
+
+def adam_epochs(loss_of, groups: list[dict], train: np.ndarray, rng: np.random.Generator,
+                epochs: int, batch: int, lr: float):
+    """Adam (torch.optim) on the parameter `groups`, over `batch`-row minibatches of `train`
+    reshuffled by `rng`; `loss_of(rows)` is a minibatch's loss. Yields after each epoch."""
+    import torch
+
+    adam = torch.optim.Adam(groups, lr=lr)
+    for _ in range(epochs):
+        order = train[rng.permutation(len(train))]
+        for start in range(0, len(order), batch):
+            loss = loss_of(order[start:start + batch])
             adam.zero_grad()
             loss.backward()
             adam.step()
-        with torch.no_grad():
-            return np.concatenate([hits_of((gather(part) @ w).double().numpy(), answers[part])
-                                   for part in np.array_split(test, -(-len(test) // 4096))])
+        yield
 
 
 def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, train: np.ndarray,
@@ -430,8 +396,25 @@ def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, trai
                   relation: np.ndarray, note: str = "", epochs: int = 5,
                   batch: int = 256) -> Check:
     """The probes on image features (`feats[rows[i, j]]` is candidate j of matrix i), one per
-    element type and one per relation x element type."""
-    results = group_hits(element_type, relation, train, test, lambda tr, te: _feature_hits(
-        feats, rows, answers, tr, te, rng, epochs, batch))
+    element type and one per relation x element type, each of at least 50 Adam steps."""
+    def group(train: np.ndarray, test: np.ndarray) -> np.ndarray:
+        scale = float(np.std(feats[rows[train[:2000]]].astype(np.float32)))
+        scale = scale if scale > 1e-8 else 1.0
+        with one_torch_thread() as torch:
+            def scores(idx: np.ndarray):
+                x = torch.from_numpy(feats[rows[idx]].astype(np.float32) / scale)
+                return (x - x.mean(dim=1, keepdim=True)) @ w  # only differences count
+
+            def loss_of(idx: np.ndarray):
+                return torch.nn.functional.cross_entropy(scores(idx),
+                                                         torch.from_numpy(answers[idx]))
+
+            w = torch.zeros(feats.shape[1], requires_grad=True)
+            n_epochs = max(epochs, math.ceil(50 / math.ceil(len(train) / batch)))
+            for _ in adam_epochs(loss_of, [{"params": [w], "weight_decay": 1e-4}], train, rng,
+                                 n_epochs, batch, 0.01):
+                pass
+            return torch_hits(scores, test, answers)
+
     return judge_groups("bias:probe-features", "context-blind probe on candidate image "
-                        "features", results, note)
+                        "features", group_hits(element_type, relation, train, test, group), note)

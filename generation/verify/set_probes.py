@@ -1,35 +1,28 @@
 """`vprom verify`'s set-level probes: does the candidate SET, seen whole, give the answer away?
 
-The label and feature probes (`generation.verify.audit`) score each candidate from its own
-description. A set can also leak through which values it leaves out (RAVEN's answer-set
-flaw), which super-attributes it covers and how often, or a candidate's rank and its offsets
-to the missing values. Three context-blind probes look at that, per element type and per
-relation x element type, fitted on the neutral split's train part (the MLP's epoch chosen on
-its val part) and scored on its test part:
+The probes of `audit` score each candidate from its own description. A set can also leak
+through the values it leaves out (RAVEN's answer-set flaw), the super-attributes it covers,
+or a candidate's rank and its offsets to the missing values. Three context-blind probes,
+per element type and per relation x element type, fitted on the neutral split's train part
+and scored on its test part, judged like the others (`audit.judge_groups`):
 
-1. `bias:absent-values` (counts): a table of how often each count was the answer on train,
-   given the set of counts the candidates show (equivalently, the counts they leave out); on
-   test, pick the candidate whose count was that answer most often (ties split; an unseen
-   set scores 1/8).
+1. `bias:absent-values` (counts): on train, how often each count was the answer given the
+   set of counts shown (equivalently, those left out); on test, pick the candidate whose
+   count was that answer most often (ties split; an unseen set scores 1/8).
 2. `bias:blocks` (candidates of two or more super-attributes): the same table for the
-   super-attribute of the answer given the multiset of super-attributes shown; pick that
-   block, then one of its candidates at random.
-3. `bias:probe-sets` (every element type): a small MLP (torch), one per element type,
-   scoring candidate j as s_j = v · relu(Σ E[set tokens] + Σ E[own tokens of j] + b), softmax
-   over the 8. Set tokens, the same for all 8: the relation; every candidate's element and
-   super-attribute (which the set covers, how often); how many distinct of each; for types
-   of at most `SET_ID_MAX` elements (counts) the exact set. Own tokens of j: its element,
-   super-attribute and position; how many candidates share its element and its
-   super-attribute; how many elements of its super-attribute (as the data set shows them)
-   the set lacks; for counts its rank among the 8 and its offsets to the two lowest missing
-   values. The relu mixes own and set tokens, so "the value whose neighbours are missing" is
-   within reach. The loss is not convex: Adam on minibatches, keeping the epoch with the
-   best val accuracy. Each element type's model draws its initial weights and minibatches
-   from its own stream (spawned from one seed), so the types can be fitted in any order and
-   in any process (`vprom verify --workers`).
-
-All are judged like the other probes (`audit.judge_groups`): a group fails when the lower
-end of its 95% Wilson interval exceeds 12.5% + 2 points.
+   answer's super-attribute given the multiset of super-attributes shown; pick that block,
+   then one of its candidates at random.
+3. `bias:probe-sets` (every element type): an MLP per element type scores candidate j as
+   s_j = v · relu(Σ E[set tokens] + Σ E[own tokens of j] + b), softmax over the 8. Set
+   tokens, the same for all 8: the relation, every candidate's element and super-attribute,
+   how many distinct of each, and for types of at most `SET_ID_MAX` elements (counts) the
+   exact set. Own tokens of j: its element, super-attribute and position, how many share
+   each, how many elements of its super-attribute the set lacks, and for counts its rank and
+   its offsets to the two lowest missing values. The relu mixes the two, so "the value whose
+   neighbours are missing" is within reach. The loss is not convex: Adam on minibatches
+   (torch), keeping the epoch with the best accuracy on the neutral val part. Each type's
+   model draws from its own stream, spawned from one seed, so the types can be fitted in any
+   order and process (`vprom verify --workers`).
 """
 
 from __future__ import annotations
@@ -50,30 +43,26 @@ VAL_MAX = 5_000
 
 
 # ---------------------------------------------------------------- 1, 2. the tables
-def _times_seen(seen_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """How often each of `keys` occurs among `seen_keys` (0 for a key never seen)."""
-    seen, times = np.unique(seen_keys, return_counts=True)
-    if len(seen) == 0:
-        return np.zeros(keys.shape, dtype=np.int64)
-    at = np.minimum(np.searchsorted(seen, keys), len(seen) - 1)
-    return np.where(seen[at] == keys, times[at], 0)
-
-
-def count_values(elements: np.ndarray) -> np.ndarray:
-    """N×8 count strings -> N×8 ints (0 where a candidate is no count)."""
-    names, codes = string_codes(elements)
-    return np.array([int(e) if e.isdigit() else 0 for e in names], dtype=np.int64)[codes]
+def _table_top(shown: np.ndarray, keys: np.ndarray, answers: np.ndarray, train: np.ndarray,
+               test: np.ndarray) -> np.ndarray:
+    """len(test)×8: the candidates whose key (`keys`, N×8 ints) was the answer's most often
+    on the train matrices that show the same set (`shown`, an int per matrix); all 8 if none."""
+    base = int(keys.max(initial=0)) + 1
+    seen, times = np.unique(shown[train] * base + keys[train, answers[train]],
+                            return_counts=True)
+    pairs = shown[test, None] * base + keys[test]  # each candidate's (set, key) pair
+    score = np.zeros(pairs.shape, dtype=np.int64)
+    if len(seen):
+        at = np.minimum(np.searchsorted(seen, pairs), len(seen) - 1)
+        score = np.where(seen[at] == pairs, times[at], 0)
+    return score == score.max(axis=1, keepdims=True)
 
 
 def absent_hits(values: np.ndarray, answers: np.ndarray, train: np.ndarray,
                 test: np.ndarray) -> np.ndarray:
-    """Per test matrix, the share of the table's picks that is the answer (see 1.); a
-    (candidates' counts, count) pair is one int key."""
+    """Per test matrix, the share of the table's picks that is the answer (see 1.)."""
     sets = (np.int64(1) << values).sum(axis=1)  # the candidates' counts as a bit mask
-    base = int(values.max(initial=0)) + 1
-    score = _times_seen(sets[train] * base + values[train, answers[train]],
-                        sets[test, None] * base + values[test])
-    top = score == score.max(axis=1, keepdims=True)
+    top = _table_top(sets, values, answers, train, test)
     return top[np.arange(len(test)), answers[test]] / top.sum(axis=1)
 
 
@@ -85,8 +74,9 @@ def absent_value_probe(elements: np.ndarray, answers: np.ndarray, train: np.ndar
     tr, te = np.intersect1d(train, counts), np.intersect1d(test, counts)
     if len(te) == 0:
         return Check("bias:absent-values", "skip", "no count matrices to probe")
+    names, codes = string_codes(elements[counts])
     values = np.zeros((len(elements), N_CANDIDATES), dtype=np.int64)
-    values[counts] = count_values(elements[counts])
+    values[counts] = np.array([int(e) if e.isdigit() else 0 for e in names])[codes]
     results = audit.group_hits(element_type, relation, tr, te,
                                lambda g_tr, g_te: absent_hits(values, answers, g_tr, g_te))
     return audit.judge_groups("bias:absent-values", "the answer's rate given the counts the "
@@ -95,29 +85,25 @@ def absent_value_probe(elements: np.ndarray, answers: np.ndarray, train: np.ndar
 
 def block_hits(codes: np.ndarray, answers: np.ndarray, train: np.ndarray,
                test: np.ndarray) -> np.ndarray:
-    """Per test matrix, the expected hit of "the super-attribute most often the answer's for
-    the blocks shown (on train), then one of its candidates at random" (ties split; a set
-    unseen on train ties everywhere). `codes`: N×8 super-attribute codes (0 and up)."""
+    """Per test matrix, the expected hit of the blocks table (see 2.; ties split). `codes`:
+    N×8 super-attribute codes."""
     base = int(codes.max(initial=0)) + 1
     shown = np.zeros(len(codes), dtype=np.int64)  # the multiset shown, as one int
     for column in np.sort(codes, axis=1).T:
         shown = shown * base + column
-    mine = codes[np.arange(len(codes)), answers]
-    score = _times_seen(shown[train] * base + mine[train], shown[test, None] * base + codes[test])
-    top = score == score.max(axis=1, keepdims=True)
+    top = _table_top(shown, codes, answers, train, test)
     row = codes[test]
     first = np.ones(row.shape, dtype=bool)  # each super-attribute's first candidate
     for j in range(1, row.shape[1]):
         first[:, j] = (row[:, :j] != row[:, j:j + 1]).all(axis=1)
-    size = (row == mine[test, None]).sum(axis=1)  # the answer's block
+    size = (row == row[np.arange(len(test)), answers[test], None]).sum(axis=1)  # its block
     return top[np.arange(len(test)), answers[test]] / (top & first).sum(axis=1) / size
 
 
 def block_probe(super_attributes: np.ndarray, answers: np.ndarray, train: np.ndarray,
                 test: np.ndarray, element_type: np.ndarray, relation: np.ndarray,
                 note: str = "") -> Check:
-    """The blocks table (`block_hits`) on the matrices whose candidates show two or more
-    super-attributes, per element type and per relation x element type."""
+    """The blocks table on the matrices whose candidates show two or more super-attributes."""
     used = np.union1d(train, test)
     codes = np.zeros(super_attributes.shape, dtype=np.int64)
     codes[used] = string_codes(super_attributes[used])[1]
@@ -133,82 +119,59 @@ def block_probe(super_attributes: np.ndarray, answers: np.ndarray, train: np.nda
 
 
 # ---------------------------------------------------------------- 3. the set MLP
-def _codes(a: np.ndarray, key=None) -> tuple[np.ndarray, int]:
-    names, codes = string_codes(a, key)
-    return codes, max(len(names), 1)
-
-
 def set_tokens(elements: np.ndarray, super_attributes: np.ndarray,
                relation: np.ndarray, key=None) -> tuple[np.ndarray, np.ndarray, int]:
     """(N×S set tokens, N×8×O own tokens, vocabulary size) of one element type's matrices
-    (see 3.). Element codes follow the order of the elements' `key` (default: the elements
-    themselves)."""
-    n = len(elements)
-    el, n_el = _codes(elements, key)
-    sa, n_sa = _codes(super_attributes)
-    rel, n_rel = _codes(relation)
+    (see 3.); element codes in the order of `key` (default: the elements themselves)."""
+    (el_names, el), (sa_names, sa), (rel_names, rel) = (
+        string_codes(elements, key), string_codes(super_attributes), string_codes(relation))
+    n_el, n_sa = len(el_names), len(sa_names)
     same_el = el[:, :, None] == el[:, None, :]
     same_sa = sa[:, :, None] == sa[:, None, :]
     c_el, c_sa = same_el.sum(axis=2), same_sa.sum(axis=2)  # 1..8
-    distinct_el = (1.0 / c_el).sum(axis=1).round().astype(np.int64)
-    distinct_sa = (1.0 / c_sa).sum(axis=1).round().astype(np.int64)
+    distinct_el = (1.0 / c_el).sum(axis=1, keepdims=True).round().astype(np.int64)
+    distinct_sa = (1.0 / c_sa).sum(axis=1, keepdims=True).round().astype(np.int64)
     # elements of each super-attribute the data set shows; those of j's missing from the set
     size = np.array([len(np.unique(el[sa == s_code])) for s_code in range(n_sa)])
     present = (same_sa / c_el[:, None, :]).sum(axis=2).round().astype(np.int64)
     missing = np.clip(size[sa] - present, 0, 31)
-    vocab = _Vocab()
-    set_cols = [vocab.add("rel", n_rel, rel)]
-    set_cols += [vocab.add("el", n_el, el[:, k]) for k in range(N_CANDIDATES)]
-    set_cols += [vocab.add("sa", n_sa, sa[:, k]) for k in range(N_CANDIDATES)]
-    set_cols += [vocab.add("nel", 9, distinct_el), vocab.add("nsa", 9, distinct_sa)]
-    if n_el <= SET_ID_MAX:
-        mask = (np.int64(1) << el).sum(axis=1)  # distinct elements: repeats only add bits
-        set_cols.append(vocab.add("set", 1 << n_el, mask))
-    own = [vocab.add("oel", n_el, el), vocab.add("osa", n_sa, sa),
-           vocab.add("pos", N_CANDIDATES, np.broadcast_to(np.arange(N_CANDIDATES), el.shape)),
-           vocab.add("cel", 9, c_el), vocab.add("csa", 9, c_sa), vocab.add("miss", 32, missing)]
-    if n_el <= SET_ID_MAX:
-        own += _count_tokens(vocab, el, n_el)
-    return (np.stack(set_cols, axis=1).reshape(n, -1), np.stack(own, axis=2),
-            vocab.size)
+    position = np.broadcast_to(np.arange(N_CANDIDATES), el.shape)
+    # (how many codes, N×k codes) per family of set tokens, then of own tokens
+    set_families = [(len(rel_names), rel[:, None]), (n_el, el), (n_sa, sa), (9, distinct_el),
+                    (9, distinct_sa)]
+    own_families = [(n_el, el), (n_sa, sa), (N_CANDIDATES, position), (9, c_el), (9, c_sa),
+                    (32, missing)]
+    if n_el <= SET_ID_MAX:  # the exact set (repeats only add bits), ranks and offsets
+        set_families.append((1 << n_el, (np.int64(1) << el).sum(axis=1, keepdims=True)))
+        own_families += _count_tokens(el, n_el)
+    # each family takes the next rows of the one embedding table
+    families = set_families + own_families
+    bases = np.cumsum([0] + [n for n, _ in families])
+    tokens = [codes + base for (_, codes), base in zip(families, bases)]
+    return (np.concatenate(tokens[:len(set_families)], axis=1),
+            np.stack(tokens[len(set_families):], axis=2), int(bases[-1]))
 
 
-def _count_tokens(vocab, el: np.ndarray, n_el: int) -> list[np.ndarray]:
-    """Rank among the 8 and offsets to the two lowest missing codes. Codes follow the
-    elements' sort order; `set_probe_type` zero-pads counts ("01".."10") so that order, and
-    with it every rank and offset, is the counts' own."""
+def _count_tokens(el: np.ndarray, n_el: int) -> list[tuple[int, np.ndarray]]:
+    """Rank among the 8 and offsets to the two lowest missing codes, as token families.
+    Codes follow the elements' sort order; `set_probe_type` zero-pads counts ("01".."10") so
+    that order, and with it every rank and offset, is the counts' own."""
     rank = (el[:, None, :] < el[:, :, None]).sum(axis=2)
     held = np.zeros((len(el), n_el), dtype=bool)
     np.put_along_axis(held, el, True, axis=1)
-    out = [vocab.add("rank", N_CANDIDATES, rank)]
-    missing = [np.argsort(held, axis=1, kind="stable")[:, k] for k in range(2)]
-    for k, m in enumerate(missing):
+    out = [(N_CANDIDATES, rank)]
+    for k in range(2):
+        m = np.argsort(held, axis=1, kind="stable")[:, k]
         none = held[np.arange(len(el)), m]  # fewer than k+1 missing codes
-        offset = np.where(none[:, None], 2 * n_el, el - m[:, None] + n_el)
-        out.append(vocab.add(f"off{k}", 2 * n_el + 1, offset))
+        out.append((2 * n_el + 1, np.where(none[:, None], 2 * n_el, el - m[:, None] + n_el)))
     return out
-
-
-class _Vocab:
-    """Token families laid out one after another in one embedding table."""
-
-    def __init__(self) -> None:
-        self.size, self.base = 0, {}
-
-    def add(self, name: str, n: int, codes: np.ndarray) -> np.ndarray:
-        if name not in self.base:
-            self.base[name] = self.size
-            self.size += n
-        return self.base[name] + np.asarray(codes, dtype=np.int64)
 
 
 def fit_set_mlp(set_tok: np.ndarray, own_tok: np.ndarray, answers: np.ndarray,
                 train: np.ndarray, val: np.ndarray, rng: np.random.Generator):
-    """The set MLP (see 3.) fitted on rows `train` of the tokens (`set_tokens`): Adam for
-    `EPOCHS` epochs of `BATCH`-matrix minibatches, the embeddings penalised by `L2`, keeping
-    the epoch with the best accuracy on rows `val`. Returns its scores: a function of (set
-    tokens, own tokens) of N matrices, giving an N×8 tensor."""
-    import torch  # here, not on top: only the process that fits it pays for the import
+    """The set MLP (see 3.) fitted on rows `train` of the tokens (`set_tokens`), the epoch
+    chosen on rows `val`: its scores, a function of rows to a tensor of N×8 scores."""
+    import torch  # here, not on top: only the processes that fit it pay for the import
 
     vocab = int(max(set_tok.max(), own_tok.max())) + 1
     table = torch.from_numpy(rng.normal(0, 0.1, (vocab, HIDDEN)).astype(np.float32))
@@ -217,59 +180,25 @@ def fit_set_mlp(set_tok: np.ndarray, own_tok: np.ndarray, answers: np.ndarray,
     out = torch.from_numpy(rng.normal(0, 0.1, HIDDEN).astype(np.float32)).requires_grad_()
     params = [embed.weight, bias, out]
 
-    def scores(set_rows: np.ndarray, own_rows: np.ndarray):
-        n, k, o = own_rows.shape
-        own = embed(torch.from_numpy(own_rows.reshape(n * k, o))).reshape(n, k, HIDDEN)
-        return torch.relu(embed(torch.from_numpy(set_rows))[:, None] + own + bias) @ out
+    def mlp(rows: np.ndarray):
+        own = own_tok[rows]
+        n, k, o = own.shape
+        own = embed(torch.from_numpy(own.reshape(n * k, o))).reshape(n, k, HIDDEN)
+        return torch.relu(embed(torch.from_numpy(set_tok[rows]))[:, None] + own + bias) @ out
 
-    adam = torch.optim.Adam([{"params": params[:1], "weight_decay": L2},
-                             {"params": params[1:]}], lr=LR)
+    def loss_of(rows: np.ndarray):
+        return torch.nn.functional.cross_entropy(mlp(rows), torch.from_numpy(answers[rows]))
+
     best, kept = -1.0, params
-    for _ in range(EPOCHS):
-        order = train[rng.permutation(len(train))]
-        for s in range(0, len(order), BATCH):
-            idx = order[s:s + BATCH]
-            loss = torch.nn.functional.cross_entropy(scores(set_tok[idx], own_tok[idx]),
-                                                     torch.from_numpy(answers[idx]))
-            adam.zero_grad()
-            loss.backward()
-            adam.step()
-        score = float(set_hits(scores, set_tok[val], own_tok[val], answers[val]).mean()) \
-            if len(val) else 0.0
+    for _ in audit.adam_epochs(loss_of, [{"params": params[:1], "weight_decay": L2},
+                                         {"params": params[1:]}], train, rng, EPOCHS, BATCH, LR):
+        score = float(audit.torch_hits(mlp, val, answers).mean()) if len(val) else 0.0
         if score > best:
             best, kept = score, [p.detach().clone() for p in params]
     with torch.no_grad():
         for p, k in zip(params, kept):
             p.copy_(k)
-    return scores
-
-
-def set_hits(scores, set_tok: np.ndarray, own_tok: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Per matrix, the share of the top-scoring candidates under `scores` that is the answer;
-    4,096 matrices at a time, so that each one's hidden layer stays small."""
-    import torch
-
-    if len(y) == 0:
-        return np.zeros(0)
-    with torch.no_grad():
-        return np.concatenate([audit.hits_of(scores(set_tok[part], own_tok[part]).numpy(),
-                                             y[part])
-                               for part in np.array_split(np.arange(len(y)), -(-len(y) // 4096))])
-
-
-def set_probe(elements: np.ndarray, super_attributes: np.ndarray, answers: np.ndarray,
-              train: np.ndarray, val: np.ndarray, test: np.ndarray,
-              element_type: np.ndarray, relation: np.ndarray, rng: np.random.Generator,
-              note: str = "") -> Check:
-    """The set MLP, one model per element type, scored per element type and per relation x
-    element type. Arrays are over all matrices; only rows in train / val / test are read.
-    Each element type's model draws from its own stream, spawned from `rng`."""
-    types = probe_types(element_type, test)
-    streams = rng.spawn(len(types))
-    results = [r for etype, stream in zip(types, streams)
-               for r in set_probe_type(etype, elements, super_attributes, answers, train, val,
-                                       test, element_type, relation, stream)]
-    return set_check(results, note)
+    return mlp
 
 
 def probe_types(element_type: np.ndarray, test: np.ndarray) -> list[str]:
@@ -287,8 +216,8 @@ def set_probe_type(etype: str, elements: np.ndarray, super_attributes: np.ndarra
                    answers: np.ndarray, train: np.ndarray, val: np.ndarray, test: np.ndarray,
                    element_type: np.ndarray, relation: np.ndarray,
                    rng: np.random.Generator) -> list[tuple[str, np.ndarray, int]]:
-    """One element type's model: (group, test hits, train size) for the type and for each
-    of its relations."""
+    """The set MLP of one element type, drawing from `rng`: (group, test hits, train size)
+    for the type and for each of its relations. Arrays are over all matrices."""
     mine = np.flatnonzero(element_type == etype)
     tr, va, te = (np.intersect1d(rows, mine) for rows in (train, val, test))
     if len(tr) < MIN_PROBE_TEST or len(te) < MIN_PROBE_TEST:
@@ -298,18 +227,14 @@ def set_probe_type(etype: str, elements: np.ndarray, super_attributes: np.ndarra
     key = (lambda e: e.zfill(2)) if etype == "count" else None
     set_tok, own_tok, _ = set_tokens(elements[used], super_attributes[used], relation[used],
                                      key)
-    local = np.arange(len(used))
-    l_tr, l_va, l_te = local[:len(tr)], local[len(tr):len(tr) + len(va)], \
-        local[len(tr) + len(va):]
+    l_tr, l_va, l_te = np.split(np.arange(len(used)), [len(tr), len(tr) + len(va)])
     y = answers[used]
     with audit.one_torch_thread():
-        scores = fit_set_mlp(set_tok, own_tok, y, l_tr, l_va, rng)
-        hits = set_hits(scores, set_tok[l_te], own_tok[l_te], y[l_te])
-    results = [(etype, hits, len(tr))]
+        hits = audit.torch_hits(fit_set_mlp(set_tok, own_tok, y, l_tr, l_va, rng), l_te, y)
     rel_te, rel_tr = relation[te], relation[tr]
-    for rel in sorted(set(rel_te.tolist())):
-        results.append((f"{etype} x {rel}", hits[rel_te == rel], int((rel_tr == rel).sum())))
-    return results
+    return [(etype, hits, len(tr))] + [
+        (f"{etype} x {rel}", hits[rel_te == rel], int((rel_tr == rel).sum()))
+        for rel in sorted(set(rel_te.tolist()))]
 
 
 def val_rows(data, train: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray,
@@ -329,9 +254,8 @@ def val_rows(data, train: np.ndarray, rng: np.random.Generator) -> tuple[np.ndar
 
 
 class SetInputs:
-    """What both set-level probes read of `data` (a `loaded.Data`), neutral rows given.
-    A generator of its own (`seed`, 27) draws the val rows, so the other probes' draws are
-    unchanged; a fresh one spawns the set MLP's streams, one per element type."""
+    """What the set-level probes read of `data` (a `loaded.Data`), neutral rows given. Their
+    own generator (`seed`, 27) draws the val rows and spawns a stream per element type."""
 
     def __init__(self, data, train: np.ndarray, test: np.ndarray, seed: int = 0) -> None:
         self.seed = seed
@@ -344,10 +268,6 @@ class SetInputs:
         self.train, self.test = train, test
         self.fit, self.val = val_rows(data, train, np.random.default_rng([seed, 27]))
 
-    def streams(self) -> np.random.Generator:
-        """The generator whose spawned children are the set MLP's streams."""
-        return np.random.default_rng([self.seed, 27])
-
     def absent(self, note: str = "") -> Check:
         return absent_value_probe(self.elements, self.answers, self.train, self.test,
                                   self.etype, self.relation, note)
@@ -356,20 +276,9 @@ class SetInputs:
         return block_probe(self.super_attributes, self.answers, self.train, self.test,
                            self.etype, self.relation, note)
 
-    def types(self) -> list[str]:
-        return probe_types(self.etype, self.test)
-
     def one_type(self, k: int) -> list[tuple[str, np.ndarray, int]]:
-        """`set_probe_type` of the k-th of `types()`, on its own spawned stream."""
-        return set_probe_type(self.types()[k], self.elements, self.super_attributes,
-                              self.answers, self.fit, self.val, self.test, self.etype,
-                              self.relation, self.streams().spawn(k + 1)[k])
-
-
-def check_sets(data, train: np.ndarray, test: np.ndarray, seed: int = 0,
-               note: str = "") -> list[Check]:
-    """Both set-level probes on `data` (a `loaded.Data`), neutral rows given."""
-    inputs = SetInputs(data, train, test, seed)
-    return [inputs.absent(note), inputs.blocks(note),
-            set_probe(inputs.elements, inputs.super_attributes, inputs.answers, inputs.fit,
-                      inputs.val, test, inputs.etype, inputs.relation, inputs.streams(), note)]
+        """`set_probe_type` of the k-th of `probe_types`, on the k-th spawned stream."""
+        stream = np.random.default_rng([self.seed, 27]).spawn(k + 1)[k]
+        return set_probe_type(probe_types(self.etype, self.test)[k], self.elements,
+                              self.super_attributes, self.answers, self.fit, self.val,
+                              self.test, self.etype, self.relation, stream)

@@ -96,6 +96,16 @@ def test_answer_position_reports_the_chi2_tail_of_its_counts():
     assert uniform.figures["all"]["p"] == 1.0 and uniform.status == "pass"
 
 
+def feats_file(path, ids, values, name="features"):
+    """A finished FEATS.h5 as `vprom extract` lays it out: crop ids sorted, `name` beside."""
+    order = np.argsort(ids)
+    with h5py.File(path, "w") as h5:
+        h5["crop_id"] = np.asarray(ids)[order]
+        h5[name] = values[order]
+        h5.attrs["complete"] = True
+    return path
+
+
 def write_features(signal: float):
     """A FEATS.h5 factory: random 16-d features, answer crops shifted by `signal`."""
     def make(tmp_path, crops, matrices):
@@ -104,11 +114,7 @@ def write_features(signal: float):
         feats = rng.normal(size=(len(ids), 16)).astype(np.float32)
         answer_crops = {m.panels[8 + m.answer] for m in matrices}
         feats[[i for i, c in enumerate(ids) if c in answer_crops], 0] += signal
-        path = tmp_path / "feats.h5"
-        with h5py.File(path, "w") as h5:
-            h5["crop_id"] = ids[::-1]  # any order: the reader keys by crop id
-            h5["features"] = feats[::-1]
-        return path
+        return feats_file(tmp_path / "feats.h5", ids, feats)
     return make
 
 
@@ -124,14 +130,11 @@ def test_feature_probe_fails_when_answers_look_different(tmp_path):
 
 def test_features_missing_a_crop_is_a_clear_error(tmp_path):
     def partial(tmp_path, crops, matrices):
-        path = tmp_path / "feats.h5"
-        with h5py.File(path, "w") as h5:
-            h5["crop_id"] = np.array([c.crop_id for c in crops[:-1]])
-            h5["features"] = np.zeros((len(crops) - 1, 4), np.float32)
-        return path
+        return feats_file(tmp_path / "feats.h5", [c.crop_id for c in crops[:-1]],
+                          np.zeros((len(crops) - 1, 4), np.float32))
 
     from vprom.errors import VpromError
-    with pytest.raises(VpromError, match="have no features.*vprom extract"):
+    with pytest.raises(VpromError, match="no features for crop id.*vprom extract"):
         bias_report(tmp_path, None, features=partial)
 
 
@@ -156,11 +159,8 @@ def test_features_extracted_with_allow_missing_leave_their_matrices_out(tmp_path
 
 def test_a_maps_file_is_refused_with_what_to_pass_instead(tmp_path):
     def maps(tmp_path, crops, matrices):
-        path = tmp_path / "maps.h5"
-        with h5py.File(path, "w") as h5:
-            h5["crop_id"] = np.array([c.crop_id for c in crops])
-            h5["maps"] = np.zeros((len(crops), 4, 2, 2), np.float16)
-        return path
+        return feats_file(tmp_path / "maps.h5", [c.crop_id for c in crops],
+                          np.zeros((len(crops), 4, 2, 2), np.float16), name="maps")
 
     from vprom.errors import VpromError
     with pytest.raises(VpromError, match="spatial maps.*without --pool none"):
@@ -169,23 +169,24 @@ def test_a_maps_file_is_refused_with_what_to_pass_instead(tmp_path):
 
 def test_label_overlap_by_hand():
     sets = [(0,), (0, 1), (2,), (), (1,), (3,), (4,), (2, 4)]  # a, a b, c, none, b, d, e, c e
-    overlap = audit.label_overlap(audit.label_masks(sets), np.arange(8)[None]) * 7
+    overlap = audit.label_overlap(sets, np.arange(8)[None]) * 7
     assert overlap.tolist() == [[1, 2, 1, 0, 1, 0, 1, 2]]
     # candidates that share a label set share its row: the first and the last alike
-    twice = audit.label_overlap(audit.label_masks(sets), np.array([[1, 0, 2, 3, 4, 5, 6, 1]]))
+    twice = audit.label_overlap(sets, np.array([[1, 0, 2, 3, 4, 5, 6, 1]]))
     assert (twice * 7).tolist() == [[3, 2, 0, 0, 2, 0, 0, 3]]
 
 
 def test_features_of_the_wrong_shape_are_a_clear_error(tmp_path):
     def wrong(tmp_path, crops, matrices):
-        path = tmp_path / "feats.h5"
-        with h5py.File(path, "w") as h5:
-            h5["crop_id"] = np.array([c.crop_id for c in crops])
+        path = feats_file(tmp_path / "feats.h5", [c.crop_id for c in crops],
+                          np.zeros((len(crops), 4), np.float32))
+        with h5py.File(path, "a") as h5:
+            del h5["features"]
             h5["features"] = np.zeros((3, 4), np.float32)
         return path
 
     from vprom.errors import VpromError
-    with pytest.raises(VpromError, match="'features' has shape"):
+    with pytest.raises(VpromError, match="features has 3 rows"):
         bias_report(tmp_path, None, features=wrong)
 
 

@@ -31,8 +31,9 @@ def _run(planted: bool):
     etype, relation = np.full(N, "count"), np.full(N, "progression")
     table = set_probes.absent_value_probe(elements, answers, np.r_[train, val], test, etype,
                                           relation)
-    mlp = set_probes.set_probe(elements, np.full(elements.shape, ""), answers, train, val,
-                               test, etype, relation, np.random.default_rng(0))
+    mlp = set_probes.set_check(set_probes.set_probe_type(
+        "count", elements, np.full(elements.shape, ""), answers, train, val, test, etype,
+        relation, np.random.default_rng(0)))
     return table, mlp
 
 
