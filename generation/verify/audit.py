@@ -234,26 +234,31 @@ def label_design(x: np.ndarray, entries: tuple[np.ndarray, np.ndarray],
                                           shape=(n * N_CANDIDATES, n_sparse))
 
 
-def logit_scores(design: tuple[np.ndarray, scipy.sparse.csr_matrix],
-                 w: np.ndarray) -> np.ndarray:
+def logit_scores(design: tuple[np.ndarray, scipy.sparse.csr_matrix], w: np.ndarray):
     """N×8 scores of `label_design`'s rows under weights `w` (dense ones first)."""
-    dense, sparse = design
-    k = dense.shape[1]
-    return (dense @ w[:k] + sparse @ w[k:]).reshape(-1, N_CANDIDATES)
+    k = design[0].shape[1]
+    return (design[0] @ w[:k] + design[1] @ w[k:]).reshape(-1, N_CANDIDATES)
 
 
 def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.ndarray,
               l2: float = L2) -> np.ndarray:
-    """The weights minimising the mean negative log-likelihood of `answers` under
-    `logit_scores`, plus `l2`/2 times their squares."""
+    """The weights minimising the mean negative log-likelihood of `answers` (`logit_scores`)
+    plus `l2`/2 times their squares."""
     from scipy.optimize import minimize
+    from threadpoolctl import threadpool_limits
 
     n = len(answers)
     picked = (np.arange(n), answers)
     dense, sparse = design
     sparse_t = sparse.T.tocsr()
+    # L-BFGS-B searches z = the weights times their column's RMS, the same minimum in a third
+    # of the evaluations: a label held by few candidates bends the loss up to a thousand times
+    # less than a feature. It stops once an iteration gains less than 1e-10 of the loss.
+    scale = 1 / np.sqrt(np.r_[np.square(dense).mean(axis=0), sparse.power(2).mean(axis=0).A1]
+                        + l2)
 
-    def loss_grad(w: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_grad(z: np.ndarray) -> tuple[float, np.ndarray]:
+        w = scale * z
         scores = logit_scores(design, w)
         scores -= scores.max(axis=1, keepdims=True)
         p = np.exp(scores)
@@ -262,11 +267,14 @@ def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.nd
         p /= total[:, None]
         p[picked] -= 1.0  # d loss / d score
         r = p.ravel()
-        grad = np.concatenate([r @ dense, sparse_t @ r]) / n
-        return loss + 0.5 * l2 * float(np.square(w).sum()), grad + l2 * w
+        grad = np.concatenate([r @ dense, sparse_t @ r]) / n + l2 * w
+        return loss + 0.5 * l2 * float(np.square(w).sum()), scale * grad
 
-    return minimize(loss_grad, np.zeros(dense.shape[1] + sparse.shape[1]), jac=True,
-                    method="L-BFGS-B").x
+    # BLAS (loaded by now) on one thread: sums that do not depend on the core count, and
+    # verify's worker processes that do not crowd each other's cores
+    with threadpool_limits(1, user_api="blas"):
+        return scale * minimize(loss_grad, np.zeros(len(scale)), jac=True, method="L-BFGS-B",
+                                options={"ftol": 1e-10}).x
 
 
 def hits_of(scores: np.ndarray, answers: np.ndarray) -> np.ndarray:
@@ -318,8 +326,7 @@ def judge_groups(name: str, what: str, results: list[tuple[str, np.ndarray, int]
 
 def group_hits(element_type: np.ndarray, relation: np.ndarray, train: np.ndarray,
                test: np.ndarray, hits) -> list[tuple[str, np.ndarray, int]]:
-    """(group, `hits(train rows, test rows)`, train size) per probe group (no hits for a
-    group too small to judge)."""
+    """(group, `hits(train rows, test rows)` or none if too few, train size) per group."""
     return [(group, hits(tr, te) if min(len(tr), len(te)) >= MIN_PROBE_TEST else np.zeros(0),
              len(tr)) for group, tr, te in probe_groups(element_type, relation, train, test)]
 
@@ -327,8 +334,6 @@ def group_hits(element_type: np.ndarray, relation: np.ndarray, train: np.ndarray
 def label_group_hits(view: CandidateView, answers: np.ndarray, train: np.ndarray,
                      test: np.ndarray) -> np.ndarray:
     """The label probe's hits on `test` after fitting on `train` (none if either is small)."""
-    from threadpoolctl import threadpool_limits
-
     if len(train) < MIN_PROBE_TEST or len(test) < MIN_PROBE_TEST:
         return np.zeros(0)
     n_sparse = N_CANDIDATES * (1 + int(view.label_index[0].max(initial=0)))
@@ -337,12 +342,9 @@ def label_group_hits(view: CandidateView, answers: np.ndarray, train: np.ndarray
     mean, std = flat.mean(axis=0), flat.std(axis=0)
     std[std < 1e-8] = 1.0  # a constant column stays 0
     x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
-    # BLAS on one thread: its sums do not depend on the core count, and verify's workers
-    # do not crowd each other's cores
-    with threadpool_limits(1, user_api="blas"):
-        w = fit_logit(label_design(x_tr, set_entries(view, train), n_sparse), answers[train])
-        scores = logit_scores(label_design(x_te, set_entries(view, test), n_sparse), w)
-    return hits_of(scores, answers[test])
+    w = fit_logit(label_design(x_tr, set_entries(view, train), n_sparse), answers[train])
+    return hits_of(logit_scores(label_design(x_te, set_entries(view, test), n_sparse), w),
+                   answers[test])
 
 
 def label_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> Check:
@@ -353,8 +355,7 @@ def label_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> C
 
 @contextmanager
 def one_torch_thread():
-    """torch (imported here, by the processes that fit with it) on one thread, as BLAS in
-    `label_group_hits`."""
+    """torch, imported by the processes that use it, on one thread (as BLAS in `fit_logit`)."""
     import torch
 
     threads = torch.get_num_threads()
@@ -374,20 +375,26 @@ def torch_hits(scores, rows: np.ndarray, answers: np.ndarray) -> np.ndarray:
                                for part in np.array_split(rows, -(-len(rows) // 4096))])
 
 
-def adam_epochs(loss_of, groups: list[dict], train: np.ndarray, rng: np.random.Generator,
-                epochs: int, batch: int, lr: float):
-    """Adam (torch.optim) on the parameter `groups`, over `batch`-row minibatches of `train`
-    reshuffled by `rng`; `loss_of(rows)` is a minibatch's loss. Yields after each epoch."""
+def adam_epochs(loss_of, params: list, decays: list[float], train: np.ndarray,
+                rng: np.random.Generator, epochs: int, batch: int, lr: float):
+    """Adam on the tensors `params` (L2 penalties `decays`) over `batch`-row minibatches of
+    `train`, reshuffled by `rng`; `loss_of(rows)` is a minibatch's loss. Yields after each
+    epoch. The step is `torch.optim.adam.adam`, the function `torch.optim.Adam` steps with:
+    the class imports torch._dynamo (a second of CPU) when it is first used."""
     import torch
+    from torch.optim.adam import adam
 
-    adam = torch.optim.Adam(groups, lr=lr)
+    moments = [(torch.zeros_like(p), torch.zeros_like(p), torch.tensor(0.0)) for p in params]
     for _ in range(epochs):
         order = train[rng.permutation(len(train))]
         for start in range(0, len(order), batch):
-            loss = loss_of(order[start:start + batch])
-            adam.zero_grad()
-            loss.backward()
-            adam.step()
+            for p in params:
+                p.grad = None
+            loss_of(order[start:start + batch]).backward()
+            with torch.no_grad():
+                for p, decay, (m, v, step) in zip(params, decays, moments):
+                    adam([p], [p.grad], [m], [v], [], [step], amsgrad=False, beta1=0.9,
+                         beta2=0.999, lr=lr, weight_decay=decay, eps=1e-8, maximize=False)
         yield
 
 
@@ -411,8 +418,7 @@ def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, trai
 
             w = torch.zeros(feats.shape[1], requires_grad=True)
             n_epochs = max(epochs, math.ceil(50 / math.ceil(len(train) / batch)))
-            for _ in adam_epochs(loss_of, [{"params": [w], "weight_decay": 1e-4}], train, rng,
-                                 n_epochs, batch, 0.01):
+            for _ in adam_epochs(loss_of, [w], [1e-4], train, rng, n_epochs, batch, 0.01):
                 pass
             return torch_hits(scores, test, answers)
 

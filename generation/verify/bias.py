@@ -95,8 +95,7 @@ def frequency_checks(data: Data) -> list[Check]:
 
 def probe_plan(data: Data, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str,
                                                     np.random.Generator]:
-    """(train rows, test rows, note, the generator the feature probe goes on with): the
-    probes' sample, the same in every process for the same `seed`."""
+    """(train rows, test rows, note, the generator the feature probe goes on with)."""
     rng = np.random.default_rng(seed)
     train, test, note = probe_sides(data, rng, PROBE_MAX)
     return train, test, note, rng

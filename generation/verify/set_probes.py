@@ -1,28 +1,24 @@
 """`vprom verify`'s set-level probes: does the candidate SET, seen whole, give the answer away?
 
-The probes of `audit` score each candidate from its own description. A set can also leak
-through the values it leaves out (RAVEN's answer-set flaw), the super-attributes it covers,
-or a candidate's rank and its offsets to the missing values. Three context-blind probes,
-per element type and per relation x element type, fitted on the neutral split's train part
-and scored on its test part, judged like the others (`audit.judge_groups`):
+A set can leak what no single candidate shows: the values it leaves out (RAVEN's answer-set
+flaw), the super-attributes it covers, a candidate's rank and its offsets to the missing
+values. Three context-blind probes, per element type and per relation x element type, fitted
+on the neutral train part, scored on its test part and judged like `audit`'s:
 
 1. `bias:absent-values` (counts): on train, how often each count was the answer given the
-   set of counts shown (equivalently, those left out); on test, pick the candidate whose
-   count was that answer most often (ties split; an unseen set scores 1/8).
-2. `bias:blocks` (candidates of two or more super-attributes): the same table for the
-   answer's super-attribute given the multiset of super-attributes shown; pick that block,
-   then one of its candidates at random.
-3. `bias:probe-sets` (every element type): an MLP per element type scores candidate j as
+   set of counts shown; on test, pick the candidate whose count was that answer most often
+   (ties split; a set never seen scores 1/8).
+2. `bias:blocks` (two or more super-attributes shown): the same table for the answer's
+   super-attribute given those shown; pick that block, then one of its candidates at random.
+3. `bias:probe-sets`: an MLP per element type scores candidate j as
    s_j = v · relu(Σ E[set tokens] + Σ E[own tokens of j] + b), softmax over the 8. Set
-   tokens, the same for all 8: the relation, every candidate's element and super-attribute,
-   how many distinct of each, and for types of at most `SET_ID_MAX` elements (counts) the
-   exact set. Own tokens of j: its element, super-attribute and position, how many share
-   each, how many elements of its super-attribute the set lacks, and for counts its rank and
-   its offsets to the two lowest missing values. The relu mixes the two, so "the value whose
-   neighbours are missing" is within reach. The loss is not convex: Adam on minibatches
-   (torch), keeping the epoch with the best accuracy on the neutral val part. Each type's
-   model draws from its own stream, spawned from one seed, so the types can be fitted in any
-   order and process (`vprom verify --workers`).
+   tokens: the relation, every candidate's element and super-attribute, how many distinct of
+   each, and for types of at most `SET_ID_MAX` elements (counts) the exact set. Own tokens:
+   j's element, super-attribute and position, how many share each, how many elements of its
+   super-attribute the set lacks, for counts its rank and offsets to the two lowest missing
+   values. The relu mixes the two ("the value whose neighbours are missing"). The loss is not
+   convex: Adam on minibatches (torch), keeping the epoch best on the neutral val part. Each
+   type draws from its own stream, so types fit in any order and process (`--workers`).
 """
 
 from __future__ import annotations
@@ -190,8 +186,7 @@ def fit_set_mlp(set_tok: np.ndarray, own_tok: np.ndarray, answers: np.ndarray,
         return torch.nn.functional.cross_entropy(mlp(rows), torch.from_numpy(answers[rows]))
 
     best, kept = -1.0, params
-    for _ in audit.adam_epochs(loss_of, [{"params": params[:1], "weight_decay": L2},
-                                         {"params": params[1:]}], train, rng, EPOCHS, BATCH, LR):
+    for _ in audit.adam_epochs(loss_of, params, [L2, 0, 0], train, rng, EPOCHS, BATCH, LR):
         score = float(audit.torch_hits(mlp, val, answers).mean()) if len(val) else 0.0
         if score > best:
             best, kept = score, [p.detach().clone() for p in params]
