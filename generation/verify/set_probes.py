@@ -17,11 +17,13 @@ on the neutral train part, scored on its test part and judged like `audit`'s:
    j's element, super-attribute and position, how many share each, how many elements of its
    super-attribute the set lacks, for counts its rank and offsets to the two lowest missing
    values. The relu mixes the two ("the value whose neighbours are missing"). The loss is not
-   convex: Adam on minibatches (torch), keeping the epoch best on the neutral val part. Each
-   type draws from its own stream, so types fit in any order and process (`--workers`).
+   convex: torch's Adam step on minibatches, keeping the epoch best on the neutral val part.
+   Each type draws from its own stream, so types fit in any order and process (`--workers`).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -166,34 +168,47 @@ def _count_tokens(el: np.ndarray, n_el: int) -> list[tuple[int, np.ndarray]]:
 def fit_set_mlp(set_tok: np.ndarray, own_tok: np.ndarray, answers: np.ndarray,
                 train: np.ndarray, val: np.ndarray, rng: np.random.Generator):
     """The set MLP (see 3.) fitted on rows `train` of the tokens (`set_tokens`), the epoch
-    chosen on rows `val`: its scores, a function of rows to a tensor of N×8 scores."""
-    import torch  # here, not on top: only the processes that fit it pay for the import
-
+    chosen on rows `val`: its scores, a function of rows to their N×8 scores. In float32: a
+    probe of noisy minibatch steps needs no more precision."""
     vocab = int(max(set_tok.max(), own_tok.max())) + 1
-    table = torch.from_numpy(rng.normal(0, 0.1, (vocab, HIDDEN)).astype(np.float32))
-    embed = torch.nn.EmbeddingBag.from_pretrained(table, freeze=False, mode="sum")
-    bias = torch.zeros(HIDDEN, requires_grad=True)
-    out = torch.from_numpy(rng.normal(0, 0.1, HIDDEN).astype(np.float32)).requires_grad_()
-    params = [embed.weight, bias, out]
+    params = [rng.normal(0, 0.1, (vocab, HIDDEN)).astype(np.float32),
+              np.zeros(HIDDEN, np.float32), rng.normal(0, 0.1, HIDDEN).astype(np.float32)]
+    emb, bias, out = params
 
-    def mlp(rows: np.ndarray):
-        own = own_tok[rows]
-        n, k, o = own.shape
-        own = embed(torch.from_numpy(own.reshape(n * k, o))).reshape(n, k, HIDDEN)
-        return torch.relu(embed(torch.from_numpy(set_tok[rows]))[:, None] + own + bias) @ out
+    def forward(rows: np.ndarray):
+        set_bag, own_bag = _incidence(set_tok[rows], vocab), _incidence(own_tok[rows], vocab)
+        own = (own_bag @ emb).reshape(len(rows), N_CANDIDATES, HIDDEN)
+        h = np.maximum((set_bag @ emb)[:, None, :] + own + bias, 0.0)
+        return h @ out, h, set_bag, own_bag
 
-    def loss_of(rows: np.ndarray):
-        return torch.nn.functional.cross_entropy(mlp(rows), torch.from_numpy(answers[rows]))
+    def grads_of(rows: np.ndarray) -> list[np.ndarray]:
+        scores, h, set_bag, own_bag = forward(rows)
+        p = audit.softmax_residual(scores, answers[rows])[1] / len(rows)
+        g_pre = (p[:, :, None] * out) * (h > 0)
+        return [own_bag.T @ g_pre.reshape(-1, HIDDEN) + set_bag.T @ g_pre.sum(axis=1),
+                g_pre.sum(axis=(0, 1)), np.einsum("bj,bjh->h", p, h)]
+
+    def scores(rows: np.ndarray) -> np.ndarray:
+        return forward(rows)[0]
 
     best, kept = -1.0, params
-    for _ in audit.adam_epochs(loss_of, params, [L2, 0, 0], train, rng, EPOCHS, BATCH, LR):
-        score = float(audit.torch_hits(mlp, val, answers).mean()) if len(val) else 0.0
+    for _ in audit.adam_epochs(grads_of, params, [L2, 0, 0], train, rng, EPOCHS, BATCH, LR):
+        score = float(audit.chunked_hits(scores, val, answers).mean()) if len(val) else 0.0
         if score > best:
-            best, kept = score, [p.detach().clone() for p in params]
-    with torch.no_grad():
-        for p, k in zip(params, kept):
-            p.copy_(k)
-    return mlp
+            best, kept = score, [p.copy() for p in params]
+    for p, k in zip(params, kept):
+        p[...] = k
+    return scores
+
+
+def _incidence(tokens: np.ndarray, vocab: int):
+    """Rows × vocab, a 1 for each of a row's tokens (the last axis): `A @ table` sums each
+    row's embeddings, and `A.T @ g` adds each row's gradient onto its tokens' rows."""
+    import scipy.sparse  # here: importing it takes 0.1 s of every `vprom` start
+
+    rows, slots = math.prod(tokens.shape[:-1]), tokens.shape[-1]
+    return scipy.sparse.csr_matrix((np.ones(rows * slots, np.float32), tokens.reshape(-1),
+                                    np.arange(rows + 1) * slots), shape=(rows, vocab))
 
 
 def probe_types(element_type: np.ndarray, test: np.ndarray) -> list[str]:
@@ -224,8 +239,7 @@ def set_probe_type(etype: str, elements: np.ndarray, super_attributes: np.ndarra
                                      key)
     l_tr, l_va, l_te = np.split(np.arange(len(used)), [len(tr), len(tr) + len(va)])
     y = answers[used]
-    with audit.one_torch_thread():
-        hits = audit.torch_hits(fit_set_mlp(set_tok, own_tok, y, l_tr, l_va, rng), l_te, y)
+    hits = audit.chunked_hits(fit_set_mlp(set_tok, own_tok, y, l_tr, l_va, rng), l_te, y)
     rel_te, rel_tr = relation[te], relation[tr]
     return [(etype, hits, len(tr))] + [
         (f"{etype} x {rel}", hits[rel_te == rel], int((rel_tr == rel).sum()))
