@@ -33,8 +33,7 @@ def main() -> None:
     train, test, note = probe_sides(data, np.random.default_rng(args.seed), PROBE_MAX)
     start = time.perf_counter()
     inputs = set_probes.SetInputs(data, train, test, args.seed)
-    mlp = [r for k in range(len(set_probes.probe_types(inputs.etype, test)))
-           for r in inputs.one_type(k)]
+    mlp = [r for k in range(len(inputs.types())) for r in inputs.one_type(k)]
     for check in (inputs.absent(note), inputs.blocks(note), set_probes.set_check(mlp, note)):
         print(f"{check.status.upper():4s} {check.name}: {check.summary}")
         for problem in check.problems:

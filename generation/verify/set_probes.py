@@ -285,9 +285,12 @@ class SetInputs:
         return block_probe(self.super_attributes, self.answers, self.train, self.test,
                            self.etype, self.relation, note)
 
+    def types(self) -> list[str]:
+        return probe_types(self.etype, self.test)
+
     def one_type(self, k: int) -> list[tuple[str, np.ndarray, int]]:
-        """`set_probe_type` of the k-th of `probe_types`, on the k-th spawned stream."""
+        """`set_probe_type` of the k-th of `types()`, on the k-th spawned stream."""
         stream = np.random.default_rng([self.seed, 27]).spawn(k + 1)[k]
-        return set_probe_type(probe_types(self.etype, self.test)[k], self.elements,
+        return set_probe_type(self.types()[k], self.elements,
                               self.super_attributes, self.answers, self.fit, self.val,
                               self.test, self.etype, self.relation, stream)
