@@ -121,5 +121,5 @@ def feature_check(data: Data, features: Path, answers: np.ndarray,
         note += (f" [{dropped:,} sampled matrices left out: {int((~finite).sum()):,} of their "
                  "crops have no features in the file (extracted with --allow-missing)]")
     m = data.matrices
-    return audit.feature_probe(stored.features, rows, answers, train, test, rng,
+    return audit.feature_probe(stored.features, rows, answers, train, test,
                                m.element_type.astype(str), m.relation.astype(str), note)

@@ -27,12 +27,11 @@ def _count_sets(rng, planted: bool):
 def _run(planted: bool):
     rng = np.random.default_rng(1)
     elements, answers = _count_sets(rng, planted)
-    train, val, test = np.arange(0, 1600), np.arange(1600, 2000), np.arange(2000, N)
+    train, test = np.arange(0, 2000), np.arange(2000, N)
     etype, relation = np.full(N, "count"), np.full(N, "progression")
-    table = set_probes.absent_value_probe(elements, answers, np.r_[train, val], test, etype,
-                                          relation)
+    table = set_probes.absent_value_probe(elements, answers, train, test, etype, relation)
     mlp = set_probes.set_check(set_probes.set_probe_type(
-        "count", elements, np.full(elements.shape, ""), answers, train, val, test, etype,
+        "count", elements, np.full(elements.shape, ""), answers, train, test, etype,
         relation, np.random.default_rng(0)))
     return table, mlp
 
