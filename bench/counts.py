@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from vprom.mining.counts import _words_for, parse_count
+from vprom.mining.counts import parse_count, words_for
 from vprom.mining.vocab import load_vocabulary, normalize
 
 VG_REGIONS = 5_400_000
@@ -59,7 +59,7 @@ def main() -> None:
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
     vocab = load_vocabulary()
-    words = _words_for(vocab)
+    words = words_for(vocab)
     mix = phrases(args.phrases, rng, numbered=0.08)
     numbered = phrases(args.phrases // 10, rng, numbered=1.0)
     parse_count(mix[0])   # warm the word lists

@@ -1,4 +1,4 @@
-"""The hostile-mirror scenarios of issue 20 (rows 8 and 9), end to end, on a real small disk.
+"""Hostile mirrors end to end, on a real small disk.
 
 Three cases, each against the misbehaving 127.0.0.1 mirror of tests/mining/hostile.py:
 - endless: `objects.json.zip` (no pinned size) answered with zeros forever and no
@@ -6,8 +6,8 @@ Three cases, each against the misbehaving 127.0.0.1 mirror of tests/mining/hosti
 - tiny: a zip of 30,000 one-byte members (3.3 MB) unpacked into a fresh 20 MB tmpfs;
 - headers: a mirror sending its headers one byte every 2 s, with `deadline` 5 s.
 Prints, per case, the error (or "no error"), the free space left on the tmpfs and the parts
-left behind, and the seconds taken. Mounting a tmpfs needs root. Run it on an older checkout
-(PYTHONPATH=that checkout) to see the behaviour before; `timeout` guards the headers case.
+left behind, and the seconds taken. Mounting a tmpfs needs root; `timeout` guards the
+headers case.
 
     sudo .venv/bin/python bench/hostile_mirrors.py --reserve 2M
     timeout 40 .venv/bin/python bench/hostile_mirrors.py --cases headers
@@ -25,10 +25,12 @@ import time
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from tests.mining import hostile
+from suite_builders import load
 from vprom.errors import VpromError
 from vprom.mining.download import archives
 from vprom.mining.download import download
+
+hostile = load("tests/mining/hostile.py")
 
 
 def _serve():

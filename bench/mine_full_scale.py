@@ -10,7 +10,7 @@
 2. Side by side in one run, the cost of each pass against the bare parse of its files: the
    anchors are `ijson.items` (yajl2_c, what the streaming reader uses) over objects.json +
    attributes.json and over region_descriptions.json; each pass runs alone in this process
-   on one core, its byte-range scan included (`mining.pool_jobs`). With `--rounds R`, all
+   on one core, its byte-range cut included (`mining.pool_jobs`). With `--rounds R`, all
    four are timed R times, one after another, and each keeps its best time.
 3. Times `vprom mine --workers N` for each N of `--workers` (default 1,2,4) in a
    subprocess: wall time and peak RSS, the RSS summed over the whole process tree (polled
@@ -317,16 +317,15 @@ def anchors_and_passes(vg: Path) -> dict:
     """Seconds: bare ijson parse of each pass's files, and each pass alone on one core."""
     import ijson
 
-    from vprom.mining import byte_ranges, readers
-    from vprom.mining.pool_jobs import _FILES, COUNTS, OBJECTS, Setup, _jobs, run_job
-    from vprom.mining.pool_passes import _Labeler
-    from vprom.mining.vocab import load_vocabulary
     from vprom.domain import MIN_SIDE
+    from vprom.mining import byte_ranges, readers
+    from vprom.mining.pool_jobs import _FILES, COUNTS, OBJECTS, Setup, _jobs, _scans, run_job
+    from vprom.mining.vocab import load_vocabulary
 
     paths = {stem: readers.locate(vg, stem) for stem in readers.FILES}
     vocab = load_vocabulary()
-    sizes = readers.image_sizes(paths[readers.IMAGE_DATA])
-    setup = Setup(paths, sizes, MIN_SIDE, vocab, _Labeler(vocab))
+    sizes, _ = readers.image_sizes(paths[readers.IMAGE_DATA])
+    setup = Setup(paths, sizes, MIN_SIDE, vocab)
     out = {}
     for kind in (OBJECTS, COUNTS):
         t0 = time.perf_counter()
@@ -335,18 +334,15 @@ def anchors_and_passes(vg: Path) -> dict:
                 for _ in ijson.items(f, "item", use_float=True):
                     pass
         out[f"{kind} parse"] = time.perf_counter() - t0
-        scans = {stem: byte_ranges.ArrayScan(paths[stem], marks=True) for stem in _FILES[kind]}
         t0 = time.perf_counter()
-        for job in _jobs(scans):
-            if job[0] == kind:
-                assert run_job(setup, job)[1] is not None
+        for job in _jobs({kind: _scans(paths, kind)}):
+            assert run_job(setup, job)[1] is not None
         out[f"{kind} pass"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         for stem in _FILES[kind]:
-            scan = byte_ranges.ArrayScan(paths[stem], marks=True)
+            scan = byte_ranges.JoinScan.open(paths[stem])
             while not scan.done:
                 scan.more()
-            scan.finish()
         out[f"{kind} scan"] = time.perf_counter() - t0
     return out
 

@@ -19,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-from vprom.mining.synth import write_corpus  # noqa: E402
+from vprom.mining.synth import write_corpus
 
 
 def _cpu() -> float:

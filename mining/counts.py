@@ -86,7 +86,7 @@ _AGED = re.compile(r"(years?|yrs?|months?)-old")
 _QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'})
 
 
-class _Words:
+class CountWords:
     """The word lists of counts.json as sets, plus the vocabulary-derived noun sets."""
 
     def __init__(self, vocab: Vocabulary, path: Path):
@@ -102,9 +102,8 @@ class _Words:
         self.number_words = frozenset(number_words)
         # prefix-factored ("t(?:en|h(?:ree|ird)|...)"): ~1.5x faster than a flat alternation
         self.prefilter = re.compile(r"\d|\b(?:" + _alternation(number_words) + r")\b")
-        # as bytes, for a faster pre-prefilter (mining.count_pass); None if not all plain a-z
-        plain = all(w.isascii() and w.isalpha() and w.islower() for w in number_words)
-        self.number_bytes = frozenset(w.encode() for w in number_words) if plain else None
+        # the same matches on ASCII text (\d and \b mean the same there), ~1.4x faster
+        self.ascii_prefilter = re.compile(self.prefilter.pattern, re.ASCII)
 
 
 def _alternation(words) -> str:
@@ -151,25 +150,26 @@ def _read_words(path: Path) -> dict:
     return data
 
 
-_WORDS: dict[int, _Words] = {}
+_WORDS: dict[int, CountWords] = {}
 
 
-def _words_for(vocab: Vocabulary) -> _Words:
+def words_for(vocab: Vocabulary) -> CountWords:
+    """The word lists of counts.json with the noun sets of `vocab`, made once per vocabulary."""
     words = _WORDS.get(id(vocab))
     if words is None or words.vocab is not vocab:
         if len(_WORDS) >= 8:   # vocabularies come and go in tests; keep a handful
             _WORDS.clear()
-        words = _WORDS[id(vocab)] = _Words(vocab, DATA_DIR / "counts.json")
+        words = _WORDS[id(vocab)] = CountWords(vocab, DATA_DIR / "counts.json")
     return words
 
 
 def parse_count(phrase: str, vocab: Vocabulary | None = None) -> CountParse | None:
     """Parse the count a region description states; None when it holds no number at all."""
-    return parse_words(phrase, _words_for(vocab if vocab is not None else load_vocabulary()))
+    return parse_words(phrase, words_for(vocab if vocab is not None else load_vocabulary()))
 
 
-def parse_words(phrase: str, words: _Words) -> CountParse | None:
-    """`parse_count` with the word lists of its vocabulary (`_words_for`)."""
+def parse_words(phrase: str, words: CountWords) -> CountParse | None:
+    """`parse_count` with the word lists of its vocabulary (`words_for`)."""
     text = phrase.lower()
     if not words.prefilter.search(text):
         return None
@@ -183,7 +183,7 @@ def parse_words(phrase: str, words: _Words) -> CountParse | None:
     return _decide(tokens, mentions, words)
 
 
-def _find_mentions(tokens: list[str], words: _Words) -> list[_Mention]:
+def _find_mentions(tokens: list[str], words: CountWords) -> list[_Mention]:
     mentions = []
     number_words = words.number_words
     for i, token in enumerate(tokens):
@@ -207,7 +207,7 @@ def _find_mentions(tokens: list[str], words: _Words) -> list[_Mention]:
     return mentions
 
 
-def _numeric_mention(i: int, token: str, words: _Words) -> _Mention:
+def _numeric_mention(i: int, token: str, words: CountWords) -> _Mention:
     """A token starting with a digit: 3, 10:30, 3.5, 1,000, 5pm, 3rd, 1990s, 5-year-old, 3-2."""
     number, suffix, hyphens = _NUMERIC.fullmatch(token).groups()
     parts = hyphens.split("-")[1:]
@@ -246,7 +246,7 @@ def _hyphen_reason(parts: list[str]) -> str:
     return "modifier"
 
 
-def _hyphenated_word(i: int, token: str, words: _Words) -> _Mention | None:
+def _hyphenated_word(i: int, token: str, words: CountWords) -> _Mention | None:
     """twenty-one, two-story, five-year-old, one-way; None when no part is a number word."""
     first, *rest = token.split("-")
     if first not in words.cardinals:
@@ -258,7 +258,7 @@ def _hyphenated_word(i: int, token: str, words: _Words) -> _Mention | None:
     return _Mention(i, token, reason=_hyphen_reason(rest))
 
 
-def _classify(tokens: list[str], mentions: list[_Mention], words: _Words) -> None:
+def _classify(tokens: list[str], mentions: list[_Mention], words: CountWords) -> None:
     """Give every mention with a value a reason, or bind it to its noun."""
     by_index = {m.index: m for m in mentions}
     scored = not words.score_words.isdisjoint(tokens)
@@ -279,7 +279,7 @@ def _classify(tokens: list[str], mentions: list[_Mention], words: _Words) -> Non
             mention.noun = noun
 
 
-def _context_reason(tokens, i, by_index, words: _Words) -> str:
+def _context_reason(tokens, i, by_index, words: CountWords) -> str:
     """The reason the neighbours of token i give, or '' when they say nothing."""
     prev = tokens[i - 1] if i > 0 else ""
     prev2 = tokens[i - 2] if i > 1 else ""
@@ -311,7 +311,7 @@ def _context_reason(tokens, i, by_index, words: _Words) -> str:
     return ""
 
 
-def _bind_noun(tokens, j, value, words: _Words) -> tuple[str | None, str]:
+def _bind_noun(tokens, j, value, words: CountWords) -> tuple[str | None, str]:
     """The countable noun after a number, skipping adjectives; else (None, why not)."""
     canonical = words.vocab.canonical
     after_adjective = False
@@ -335,7 +335,7 @@ def _bind_noun(tokens, j, value, words: _Words) -> tuple[str | None, str]:
     return None, "no noun"
 
 
-def _noun_at(tokens, j, words: _Words) -> str | None:
+def _noun_at(tokens, j, words: CountWords) -> str | None:
     """A known noun (one or two words) starting at j; a noun compound gives its head."""
     canonical = words.vocab.canonical
     if j + 1 < len(tokens):
@@ -355,7 +355,7 @@ def _noun_at(tokens, j, words: _Words) -> str | None:
     return noun
 
 
-def _looks_plural(token: str, words: _Words) -> bool:
+def _looks_plural(token: str, words: CountWords) -> bool:
     return (len(token) > 3 and token.endswith("s") and token.isalpha()
             and not token.endswith(("ss", "us"))
             and token not in words.stop_words)
@@ -369,7 +369,7 @@ def _singular(token: str) -> str:
     return token[:-1]
 
 
-def _unbound_reason(tokens, mention: _Mention, failure: str, words: _Words) -> str:
+def _unbound_reason(tokens, mention: _Mention, failure: str, words: CountWords) -> str:
     prev = tokens[mention.index - 1] if mention.index > 0 else ""
     if mention.text == "one" and (failure == "no noun" or prev in words.pronoun_before):
         return "pronoun"
@@ -378,7 +378,7 @@ def _unbound_reason(tokens, mention: _Mention, failure: str, words: _Words) -> s
     return failure
 
 
-def _decide(tokens, mentions: list[_Mention], words: _Words) -> CountParse:
+def _decide(tokens, mentions: list[_Mention], words: CountWords) -> CountParse:
     for mention in mentions:
         if mention.reason in _SPOILERS:
             return CountParse(None, "", mention.reason, mention.text)

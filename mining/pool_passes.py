@@ -1,44 +1,29 @@
-"""The two mining passes over Visual Genome: plain functions over image records, which a
-worker runs on one chunk of the files or the streaming reader on whole files
-(`mining.pool_jobs`); this module holds the objects pass and what both passes share.
+"""The two mining passes over Visual Genome, as plain functions over `readers.ImageItems`s (a
+worker runs them on one chunk of the files, or the streaming reader on whole files: see
+`mining.pool_jobs`); this module holds the objects pass and what both passes share.
 
-* **objects pass** (`mine_objects`) — objects.json and attributes.json list the same images
-  in the same order, so they are read side by side, one image record of each at a time
-  (their image ids must agree). Per image, attributes are joined to objects by object id;
-  the attributes of v1.4's `merged_object_ids` go to the surviving object; objects whose
-  clipped boxes are identical are one *region* (VG often annotates a box several times:
-  "shirt"/red and "shirt"/orange on the same pixels), so a region gets one crop per pool and
-  carries all its labels. Regions then pass a funnel, each step counted in the report:
-  image missing from image_data.json → zero-size box → box outside the image (boxes partly
-  outside are clipped) → a side under `min_side` px → excluded object (sky, road, …, feeds no
-  pool). Labels are canonicalised only from the size step on (3/4 of VG's objects are too
-  small), so the report's unknown labels are those of regions large enough to matter.
-  A surviving region enters
-    - the OBJECT pool if its names map to exactly one category of the vocabulary;
-    - for each super-attribute S of the attribute table (human table when a name is a person
-      word, object table otherwise), the (element_type, S) pool with element = its one
-      attribute of S — PURITY: a region with two attributes of S ("red and blue shirt") is
-      left out of that pool and counted as impure. Excluded (semantic) attributes are
-      dropped first.
-* **counts pass** (`mining.count_pass.mine_counts`) — region_descriptions.json: the same box
-  funnel, then `parse_count` on every phrase with a digit or a number word. Counted phrases
-  (`COUNTS`, 1–10) of regions large enough become COUNT crops;
-  excluded phrases ("five o'clock", "a 10 year old boy") are counted by reason in the report
-  and listed, with region and image ids, in the pass's `excluded_rows`.
+* **objects pass** (`mine_objects`): objects.json and attributes.json list the same images in
+  the same order, so they are read side by side, one image record of each at a time (their
+  image ids must agree). Per image, attributes are joined to objects by object id; the
+  attributes of v1.4's `merged_object_ids` go to the surviving object; objects whose clipped
+  boxes are identical are one *region* (VG often annotates a box several times), so a region
+  gets one crop per pool and carries all its labels. Regions then pass a funnel, each step
+  counted in the report: image missing from image_data.json, zero-size box, box outside the
+  image (boxes partly outside are clipped), a side under `min_side` px, excluded object (sky,
+  road, ...). Labels are canonicalised only from the size step on (3/4 of VG's objects are
+  too small), so the report's unknown labels are those of regions large enough to matter.
+  A surviving region enters the OBJECT pool if its names map to exactly one category, and for
+  each super-attribute S of its attribute table (human when a name is a person word, object
+  otherwise) the (element_type, S) pool with its one attribute of S. PURITY: a region with two
+  attributes of S ("red and blue shirt") is left out of that pool and counted as impure.
+* **counts pass** (`mining.count_pass.mine_counts`): region_descriptions.json through the
+  same box funnel, then `counts.parse_count` on each phrase with a number.
 
-Every crop's `labels` column holds every canonical label its source has (all names and all
-attributes of the region; for counts the count and the noun): generation needs them to
-prove each matrix has exactly one answer. A pass accumulates its crops as compact typed
-arrays with one interned string table (`_Columns`), so what it sends back to the parent (a
-`PassResult`) is a few numpy columns, not millions of Python objects. Per object there is
-no Python object beyond the parser's: fields are read into a tuple, with one `itemgetter`
-from a dict (`_objects_of`) or from msgspec's typed structs where a chunk can be read that
-way (`typed_images`, see `mining.typed_records`); attributes.json goes straight into a dict
-by object id (`_attributes_of`), and boxes under `min_side` are only counted.
-
-Box clipping runs once per object and region, ~9M times at full scale: the common in-image
-box is tested inline; the rest is clipped by `vprom.images.clip_box` and each case
-(zero size, outside the image, clipped) is counted for the report's funnel.
+Every crop's `labels` column holds every canonical label its source has (all names and
+attributes of the region; for counts the count and the noun): generation needs them to prove
+each matrix has exactly one answer. A pass accumulates its crops as typed arrays with one
+interned string table (`CropColumns`), so what a worker sends back (a `PassResult`) is a few
+numpy columns, not millions of Python objects.
 """
 
 from __future__ import annotations
@@ -46,28 +31,25 @@ from __future__ import annotations
 import time
 from array import array
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import zip_longest
-from operator import itemgetter
-from typing import NamedTuple
 
 import numpy as np
 
 from vprom.errors import VpromError
 from vprom.images import clip_box
-from vprom.mining import readers, typed_records
 from vprom.domain import LABEL_SEPARATOR, ElementType
+from vprom.mining.readers import ImageItems
 
 ELEMENT_TYPES = tuple(e.value for e in ElementType)  # crop order: this, then input order
-ELEMENT_CODE = {name: i for i, name in enumerate(ELEMENT_TYPES)}  # as stored in _Columns
+ELEMENT_CODE = {name: i for i, name in enumerate(ELEMENT_TYPES)}  # as stored in CropColumns
 SAMPLES = 5  # sample phrases per count-exclusion reason
 #: the columns of a `PassResult` that hold codes into its `strings`
 STRING_COLUMNS = ("element", "super_attribute", "phrase", "labels")
 
 
 # ---------------------------------------------------------------- per-worker accumulation
-class _Columns:
+class CropColumns:
     """Crops as compact typed arrays; strings interned into one table (shared across rows)."""
 
     def __init__(self) -> None:
@@ -135,38 +117,20 @@ def clipped_box(x: int, y: int, w: int, h: int, width: int, height: int, stats: 
 
 
 # ---------------------------------------------------------------- labels
-class _Labeler:
-    """Canonical form and role of each raw label, computed once per distinct string."""
+def _name_role(vocab, raw) -> tuple[str, str]:
+    """(canonical, role) of a name: category / person / excluded / unknown / empty."""
+    c = vocab.canonical(raw) if isinstance(raw, str) else ""
+    return c, ("empty" if not c else "category" if c in vocab.objects else
+               "person" if c in vocab.person_words else
+               "excluded" if c in vocab.excluded_objects else "unknown")
 
-    def __init__(self, vocab) -> None:
-        self.vocab = vocab
-        self.objects = vocab.objects
-        self.excluded_objects = vocab.excluded_objects
-        self.excluded_attributes = vocab.excluded_attributes
-        self.tables = (vocab.object_attributes, vocab.human_attributes)
-        self._names: dict[str, tuple[str, str]] = {}
-        self._attrs: dict[str, tuple[str, str]] = {}
 
-    def name(self, raw: str) -> tuple[str, str]:
-        """(canonical, role) with role in category / person / excluded / unknown / empty."""
-        got = self._names.get(raw)
-        if got is None:
-            c = self.vocab.canonical(raw) if isinstance(raw, str) else ""
-            role = ("empty" if not c else "category" if c in self.objects else
-                    "person" if self.vocab.is_person(c) else
-                    "excluded" if c in self.excluded_objects else "unknown")
-            got = self._names[raw] = (c, role)
-        return got
-
-    def attribute(self, raw: str) -> tuple[str, str]:
-        """(canonical, role) with role in known / excluded / unknown / empty."""
-        got = self._attrs.get(raw)
-        if got is None:
-            c = self.vocab.canonical(raw) if isinstance(raw, str) else ""
-            role = ("empty" if not c else "excluded" if c in self.excluded_attributes else
-                    "known" if c in self.tables[0] or c in self.tables[1] else "unknown")
-            got = self._attrs[raw] = (c, role)
-        return got
+def _attribute_role(vocab, raw) -> tuple[str, str]:
+    """(canonical, role) of an attribute: known / excluded / unknown / empty."""
+    c = vocab.canonical(raw) if isinstance(raw, str) else ""
+    return c, ("empty" if not c else "excluded" if c in vocab.excluded_attributes else
+               "known" if c in vocab.object_attributes or c in vocab.human_attributes else
+               "unknown")
 
 
 # ---------------------------------------------------------------- objects pass
@@ -177,179 +141,56 @@ def object_stats(images: int) -> dict:
             "images": images}
 
 
-def mine_objects(objects, attributes, sizes: dict, min_side: int, labeler: _Labeler
-                 ) -> PassResult:
-    """The objects pass (see the module docstring) over the image records of objects.json
-    and attributes.json, given as two iterators of `images(...)`."""
+def mine_objects(objects, attributes, sizes: dict, min_side: int, vocab) -> PassResult:
+    """The objects pass (see the module docstring) over the `readers.ImageItems`s of objects.json
+    and attributes.json."""
     start = time.perf_counter()
     stats = object_stats(len(sizes))
-    cols = _Columns()
+    cols = CropColumns()
     for objs, attrs in zip_longest(objects, attributes):
         _check_aligned(objs, attrs)
-        _mine_image(objs, attrs, sizes, min_side, labeler, cols, stats)
+        _mine_image(objs, attrs, sizes, min_side, vocab, cols, stats)
     return PassResult(cols.numpy(), cols.strings, stats, {},
                       seconds=time.perf_counter() - start)
 
 
-class Image(NamedTuple):
-    """One image record of objects.json or attributes.json, its objects as `Obj` tuples."""
-
-    index: int
-    image_id: int
-    objects: list | dict  # `_objects_of`; for attributes.json `_attributes_of`
-    annotations: int  # attributes listed
-    source: object  # what names the file in errors (`readers.Source` or `readers.FileRef`)
-
-
-def images(records, source, key: str) -> Iterator[Image]:
-    """`Image`s of the (index, record) pairs of objects.json (`key` "objects") or
-    attributes.json ("attributes"), checked as `readers.read_objects` checks them."""
-    what = "objects.json" if key == "objects" else "attributes.json"
-    for index, record in records:
-        readers.check_record(record, source, index, what)
-        image_id = readers.image_id_of(record, source, index)
-        items = readers.object_items(record, source, image_id, key)
-        read = _objects_of if key == "objects" else _attributes_of
-        yield Image(index, image_id, *read(items, source, image_id), source)
-
-
-def typed_images(records: list, first: int, source, key: str) -> Iterator[Image]:
-    """`Image`s of the records `typed_records.read` gave for a chunk of objects.json (`key`
-    "objects") or attributes.json ("attributes") whose first record is record #`first`:
-    what `images` gives for the same records, without its checks (msgspec made them)."""
-    read = _typed_objects if key == "objects" else _typed_attributes
-    for index, record in enumerate(records, first):
-        items = record.objects
-        if key == "attributes" and record.attributes is not None:
-            items = record.attributes
-        yield Image(index, typed_records.image_id(record), *read(items or ()), source)
-
-
-def _typed_objects(items: list) -> tuple[list, int]:
-    """`_objects_of` for `typed_records.Object`s."""
-    out = []
-    append = out.append
-    annotations = 0
-    for item in items:
-        attributes = () if item.attributes is None else item.attributes
-        annotations += len(attributes)
-        merged = item.merged_object_ids
-        append((item.object_id, item.names, item.x, item.y, item.w, item.h, attributes,
-                tuple(merged) if merged else ()))
-    return out, annotations
-
-
-def _typed_attributes(items: list) -> tuple[dict, int]:
-    """`_attributes_of` for `typed_records.Object`s."""
-    extra: dict = {}
-    annotations = 0
-    for item in items:
-        attributes = () if item.attributes is None else item.attributes
-        annotations += len(attributes)
-        _join_attributes(extra, item.object_id, attributes)
-    return extra, annotations
-
-
-def _join_attributes(extra: dict, object_id: int, attributes) -> None:
-    if object_id in extra:  # an id listed twice: both lists
-        extra[object_id] = list(extra[object_id]) + list(attributes)
-    else:
-        extra[object_id] = attributes
-
-
-_OBJECT_FIELDS = itemgetter("object_id", "x", "y", "w", "h", "names")
-
-
-def _objects_of(items: list, source, image_id: int) -> tuple[list, int]:
-    """(object id, names, x, y, w, h, attributes, merged ids) per object, and the number of
-    attributes: the common case (v1.2+ keys, int box, lists) inline, since this runs ~3.8M
-    times at full scale; the rest through `readers.object_slow`, which names what is wrong."""
-    out = []
-    append = out.append
-    annotations = 0
-    for position, item in enumerate(items):
-        try:
-            oid, x, y, w, h, names = _OBJECT_FIELDS(item)
-        except (KeyError, TypeError):
-            found = readers.object_slow(item, source, image_id, position)
-            annotations += len(found.attributes)
-            append(found)
-            continue
-        if not (type(oid) is type(x) is type(y) is type(w) is type(h) is int
-                and type(names) is list):
-            found = readers.object_slow(item, source, image_id, position)
-            annotations += len(found.attributes)
-            append(found)
-            continue
-        attributes = item.get("attributes")
-        if type(attributes) is not list:
-            attributes = readers.strings(attributes)
-        annotations += len(attributes)
-        merged = item.get("merged_object_ids")
-        append((oid, names, x, y, w, h, attributes, tuple(merged) if merged else ()))
-    return out, annotations
-
-
-def _attributes_of(items: list, source, image_id: int) -> tuple[dict, int]:
-    """Object id -> its attributes for attributes.json (objects checked as `_objects_of`
-    checks them), and the number of attributes."""
-    extra: dict = {}
-    annotations = 0
-    for position, item in enumerate(items):
-        try:
-            oid, x, y, w, h, names = _OBJECT_FIELDS(item)
-            fast = (type(oid) is type(x) is type(y) is type(w) is type(h) is int
-                    and type(names) is list)
-        except (KeyError, TypeError):
-            fast = False
-        if fast:
-            attributes = item.get("attributes")
-            if type(attributes) is not list:
-                attributes = readers.strings(attributes)
-        else:
-            found = readers.object_slow(item, source, image_id, position)
-            oid, attributes = found.object_id, found.attributes
-        annotations += len(attributes)
-        _join_attributes(extra, oid, attributes)
-    return extra, annotations
-
-
-def _check_aligned(objs: Image | None, attrs: Image | None) -> None:
+def _check_aligned(objs: ImageItems | None, attrs: ImageItems | None) -> None:
     if objs is None or attrs is None:
         rec, other = (attrs, "objects") if objs is None else (objs, "attributes")
-        raise VpromError(f"{rec.source.path}: image record #{rec.index} (image {rec.image_id}) "
+        raise VpromError(f"{rec.path}: image record #{rec.index} (image {rec.image_id}) "
                          f"has no counterpart in {other}.json; objects.json and attributes.json "
                          "must list the same images — use both files from one Visual Genome "
                          "release")
     if objs.image_id != attrs.image_id:
-        raise VpromError(f"{attrs.source.path}: image record #{attrs.index} is image "
+        raise VpromError(f"{attrs.path}: image record #{attrs.index} is image "
                          f"{attrs.image_id} but record #{objs.index} of "
-                         f"{objs.source.path.name} is image {objs.image_id}; the two files "
+                         f"{objs.path.name} is image {objs.image_id}; the two files "
                          "must list the same images in the same order (VG's do) — use both "
                          "files from one Visual Genome release")
 
 
-def _regions_of(objs: list, extra: dict, width: int, height: int, min_side: int,
+def _regions_of(objects: list, extra: dict, width: int, height: int, min_side: int,
                 stats: Counter) -> dict:
     """Clipped box -> [source id, raw names, raw attributes] for one image's objects whose
     box is at least `min_side` px both ways (the smaller ones are only counted); `extra`
     holds the attributes of attributes.json by object id, and is used up."""
-    merged_away = {m for o in objs if o[7] for m in o[7]}
+    merged_away = {m for o in objects if o.merged_object_ids for m in o.merged_object_ids}
     regions: dict = {}
     small: set = set()
     seen: set[int] = set()
-    stats["read"] += len(objs)
-    for oid, names, x, y, w, h, attributes, merged in objs:
+    stats["read"] += len(objects)
+    for o in objects:
+        oid = o.object_id
         if oid in seen or oid in merged_away:
             # a repeated id keeps its first object; both cases are counted, never silent
             stats["duplicate_id" if oid in seen else "merged_away"] += 1
             continue
         seen.add(oid)
         more = extra.pop(oid, ())
-        for m in merged:
+        for m in o.merged_object_ids or ():
             more = list(more) + list(extra.pop(m, ()))
             stats["merged_object_ids_folded"] += 1
-        box = clipped_box(x, y, w, h, width, height, stats)
+        box = clipped_box(o.x, o.y, o.w, o.h, width, height, stats)
         if box is None:
             continue
         if box[2] < min_side or box[3] < min_side:
@@ -357,13 +198,14 @@ def _regions_of(objs: list, extra: dict, width: int, height: int, min_side: int,
                 stats["same_box_merged"] += 1
             small.add(box)
             continue
+        attributes = list(o.attributes or ()) + list(more)
         region = regions.get(box)
         if region is None:
-            regions[box] = [oid, list(names), list(attributes) + list(more)]
+            regions[box] = [oid, list(o.names), attributes]
         else:
             stats["same_box_merged"] += 1
-            region[1] += names
-            region[2] += list(attributes) + list(more)
+            region[1] += o.names
+            region[2] += attributes
     orphans = sum(1 for oid in extra if oid not in merged_away)
     if orphans:
         stats["orphan_attribute_records"] += orphans
@@ -373,43 +215,54 @@ def _regions_of(objs: list, extra: dict, width: int, height: int, min_side: int,
     return regions
 
 
-def _mine_image(objs: Image, attrs: Image, sizes: dict, min_side: int, labeler: _Labeler,
-                cols: _Columns, stats: dict) -> None:
+def _attributes_by_id(objects: list) -> dict:
+    """Object id -> attributes of attributes.json (an id listed twice: both lists)."""
+    by_id: dict = {}
+    for o in objects:
+        attributes = o.attributes or ()
+        if o.object_id in by_id:
+            by_id[o.object_id] = list(by_id[o.object_id]) + list(attributes)
+        else:
+            by_id[o.object_id] = attributes
+    return by_id
+
+
+def _mine_image(objs: ImageItems, attrs: ImageItems, sizes: dict, min_side: int, vocab,
+                cols: CropColumns, stats: dict) -> None:
     counts = stats["objects"]
     size = sizes.get(objs.image_id)
     if size is None:
-        counts["read"] += len(objs.objects)
-        counts["missing_image"] += len(objs.objects)
+        counts["read"] += len(objs.items)
+        counts["missing_image"] += len(objs.items)
         if len(stats["missing_image_ids"]) < 20:
             stats["missing_image_ids"].append(objs.image_id)
         counts["missing_image_records"] += 1
         return
-    counts["attribute_annotations"] += objs.annotations + attrs.annotations
-    regions = _regions_of(objs.objects, attrs.objects, *size, min_side, counts)
+    counts["attribute_annotations"] += sum(len(o.attributes) for o in objs.items + attrs.items
+                                           if o.attributes)
+    regions = _regions_of(objs.items, _attributes_by_id(attrs.items), *size, min_side, counts)
     for box, (source_id, raw_names, raw_attrs) in regions.items():
         # labels are looked at only from here on: 3/4 of VG's objects are too small to matter
-        names, name_roles = _labels(raw_names, labeler.name, stats["unknown_names"])
-        attributes, attr_roles = _labels(raw_attrs, labeler.attribute, stats["unknown_attributes"])
+        names, name_roles = _labels(raw_names, vocab, _name_role, stats["unknown_names"])
+        attributes, attr_roles = _labels(raw_attrs, vocab, _attribute_role,
+                                         stats["unknown_attributes"])
         if "excluded" in name_roles.values():
             counts["excluded_object"] += 1
             continue
         labels = cols.intern(LABEL_SEPARATOR.join(sorted(set(names) | set(attributes))))
         _add_object(objs.image_id, box, source_id, name_roles, labels, cols, stats)
         human = "person" in name_roles.values()
-        _add_attributes(objs.image_id, box, source_id, attr_roles, human, labeler, labels,
-                        cols, stats)
+        _add_attributes(objs.image_id, box, source_id, attr_roles, human, vocab, labels, cols,
+                        stats)
         counts["kept_regions"] += 1
 
 
-def _labels(raw: list, classify, unknown: Counter) -> tuple[list[str], dict[str, str]]:
+def _labels(raw: list, vocab, classify, unknown: Counter) -> tuple[list[str], dict[str, str]]:
     """Canonical labels (raw order, duplicates kept out) and canonical -> role."""
     roles: dict[str, str] = {}
     for text in raw:
-        try:
-            canonical, role = classify(text)
-        except TypeError:  # a list or dict where VG has a string: not a label
-            continue
-        if role == "empty":
+        canonical, role = classify(vocab, text)
+        if role == "empty":  # also a list or a number where VG has a string
             continue
         if role == "unknown":
             unknown[canonical] += 1
@@ -417,7 +270,7 @@ def _labels(raw: list, classify, unknown: Counter) -> tuple[list[str], dict[str,
     return list(roles), roles
 
 
-def _add_object(image_id, box, source_id, name_roles: dict, labels: int, cols: _Columns,
+def _add_object(image_id, box, source_id, name_roles: dict, labels: int, cols: CropColumns,
                 stats: dict) -> None:
     categories = [n for n, role in name_roles.items() if role == "category"]
     if len(categories) == 1:
@@ -426,10 +279,10 @@ def _add_object(image_id, box, source_id, name_roles: dict, labels: int, cols: _
         stats["impure"]["object\t"] += 1  # names of several categories on one region
 
 
-def _add_attributes(image_id, box, source_id, attr_roles: dict, human: bool,
-                    labeler: _Labeler, labels: int, cols: _Columns, stats: dict) -> None:
+def _add_attributes(image_id, box, source_id, attr_roles: dict, human: bool, vocab,
+                    labels: int, cols: CropColumns, stats: dict) -> None:
     element_type = "human_attribute" if human else "object_attribute"
-    table = labeler.tables[1] if human else labeler.tables[0]
+    table = vocab.human_attributes if human else vocab.object_attributes
     by_super: dict[str, list[str]] = {}
     for attr, role in attr_roles.items():
         if role == "excluded":

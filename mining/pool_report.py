@@ -1,23 +1,13 @@
 """The report of `vprom mine`: what each pool holds, and what every filter removed and why.
 
-`report_data` merges the statistics the two passes counted (`mining.pool_passes`) with the
-crops they kept into one JSON-able dictionary, deterministic for a given input:
-
-- per pool (element type, super-attribute): its elements with their crops, most crops
-  first (ties alphabetically, counts numerically), the number of impure regions left out,
-  and the *thin* elements with fewer than `FEW_CROPS` crops (every element of the
-  vocabulary is listed, with 0 when it was never found);
-- the two funnels, objects (objects.json + attributes.json) and region descriptions, one
-  number per step (`OBJECT_STEPS`, `REGION_STEPS`);
-- the numbers that are not counts, by reason, with a few sample phrases each, and the counted
-  phrases whose region is too small, by count;
-- the `TOP_N` most frequent unknown names and attributes and excluded attributes (labels
-  missing from the vocabulary show up here first);
-- images missing from image_data.json and the sha256 of every input.
-
-`MineReport` holds that dictionary and renders it: `to_json` (`<out>.report.json`),
-`to_markdown` (`<out>.report.md`, tables a person reads to judge the mining) and `summary`
-(the few lines `vprom mine` prints).
+`report_data` merges the passes' statistics and the crops kept into one JSON-able dict,
+deterministic for a given input: per pool its elements and crops (most first; every element
+of the vocabulary listed, 0 when never found), impure regions and *thin* elements (under
+`FEW_CROPS` crops); the objects and region-descriptions funnels (`OBJECT_STEPS`,
+`REGION_STEPS`); the numbers that are not counts, by reason, with samples; the `TOP_N` most
+frequent unknown and excluded labels; images missing from image_data.json; the inputs'
+sha256. `MineReport` renders it as `<out>.report.json`, as `<out>.report.md` (tables a
+person reads to judge the mining) and as the few lines `vprom mine` prints (`summary`).
 """
 
 from __future__ import annotations

@@ -1,32 +1,17 @@
 """`vprom mine`: stream Visual Genome into the four element pools (POOLS.h5 + a report).
 
-Two independent passes (`mining.pool_passes`, `mining.count_pass`) read the annotations:
+Two passes read the annotations (`mining.pool_passes`): the objects pass (objects.json and
+attributes.json, side by side) feeds the OBJECT, OBJECT_ATTRIBUTE and HUMAN_ATTRIBUTE pools,
+the counts pass (region_descriptions.json) the COUNT pool; `mining.pool_jobs` spreads them
+over `workers` processes, with the same output for any number. `mine` merges their columns
+one at a time, orders crops by element type, then input order, numbers them 0..N-1, and
+writes POOLS.h5 (through `atomic_path`, last) with `<out>.report.md`, `<out>.report.json`
+(`mining.pool_report`) and `<out>.excluded_counts.tsv` (every number that is not a count,
+with its region and image ids). The manifest pins the inputs' sha256 and the vocabulary's.
 
-* the **objects pass** reads objects.json and attributes.json side by side and feeds the
-  OBJECT, OBJECT_ATTRIBUTE and HUMAN_ATTRIBUTE pools;
-* the **counts pass** reads region_descriptions.json and feeds the COUNT pool.
-
-`mining.pool_jobs` cuts the files into chunks of whole image records and spreads the chunks
-of both passes over `workers` processes (with `workers=1`, all of them in this one); the
-chunks of a pass are merged in file order, so the output does not depend on `workers`.
-
-Each pass comes back as compact numpy columns plus one interned string table (a
-`PassResult`); `mine` concatenates them a column at a time (the table is the only full copy
-of the crops it holds), orders crops by element type, then input order, numbers them 0..N-1
-(same input → identical crops), and writes POOLS.h5 through `atomic_path` together
-with `<out>.report.md` and `<out>.report.json` (`mining.pool_report`) and
-`<out>.excluded_counts.tsv`, which lists every number that is not a count with its region
-and image ids. The manifest of POOLS.h5 pins the inputs' sha256 and the vocabulary's
-(`vocabulary_digest`).
-
-POOLS.h5 also records what generation must know of the vocabulary it was mined with, in a
-`vocabulary` group (1-D UTF-8 string columns): `objects` (the categories),
-`object_attribute/{label, super_attribute}` and `human_attribute/{label, super_attribute}`
-(the attribute tables) and `implied/{label, value}` (one row per name and the human-attribute
-value it implies: man -> male, man -> adult). Generation reads a person crop's explicit and
-implied labels together and classifies every label of a crop (category, attribute of which
-super-attribute) for the strict held-out splits; it cannot import `mining`, so the table
-travels with the pools.
+POOLS.h5 also holds, in its `vocabulary` group, what generation must know of the vocabulary
+(it cannot import `mining`): `objects`, `object_attribute/{label, super_attribute}`,
+`human_attribute/{label, super_attribute}`, and `implied/{label, value}` (man -> male, ...).
 """
 
 from __future__ import annotations
@@ -76,11 +61,9 @@ def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers:
 
 
 def _merge(passes: list[PassResult]) -> tuple[CropTable, dict[str, str]]:
-    """One CropTable ordered by element type, then input order; crop ids 0..N-1.
-
-    The passes' columns are consumed one at a time (each is freed once merged), and string
-    columns stay codes into one joint table until their final order, so the full table is
-    the only copy of the crops that ever lives here."""
+    """One CropTable ordered by element type, then input order; crop ids 0..N-1. Columns
+    are merged (and freed) one at a time, strings as codes until their final order, so the
+    table is the only full copy of the crops that lives here."""
     strings: dict[str, int] = {}
     remaps = [np.array([strings.setdefault(s, len(strings)) for s in result.strings],
                        dtype=np.int64) for result in passes]

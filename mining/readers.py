@@ -1,29 +1,22 @@
-"""Streaming readers for Visual Genome's annotation files.
+"""Visual Genome's annotation files: finding them, streaming them, and the fields mining takes.
 
-Visual Genome ships each annotation file as one JSON array of per-image records (up to
-~700 MB each, ~2 GB in all). `json.load` would hold a whole file as Python objects (several
-GB); these readers instead parse the array with ijson's C backend one image record at a time
-and yield small typed records, so memory stays flat whatever the file size.
+Each annotation file is one JSON array of per-image records (up to ~700 MB). `records`
+parses it with ijson one record at a time, so memory stays flat whatever the file size; a
+`.json.zip`, as VG distributes it, is read by streaming its single JSON member. `Source`
+counts the bytes read (to say where a file is broken) and hashes a plain file on the way.
 
-Each reader accepts the plain file (`objects.json`) or the `.json.zip` VG distributes, whose
-single JSON member is decompressed as a stream (`locate` finds whichever is present). Bytes
-flow through a `_CountingReader` that counts them (for the progress bar and for saying
-*where* a file is broken) and, for plain files, hashes them on the way, so the sha256 of a
-2 GB input costs no extra pass.
+The passes read each record as a struct of the fields they use (`ObjectsRecord`,
+`RegionsRecord`: msgspec checks their types in C and skips the rest). `mining.byte_ranges`
+parses a chunk straight into them; `image_of` converts a record in any other form (ijson's
+dicts, or a chunk in another layout), absorbing the schema's drift between VG releases:
+image ids `image_id` or `id`; object ids `object_id` or `id`; names `names`, `name` or
+`object_names`; `attributes` missing, null or one string; v1.4's `merged_object_ids`; boxes
+`x, y, w, h` (objects) or `x, y, width, height` (regions), floats truncated.
 
-The schema drifted between VG releases; the readers absorb the known variants:
-
-- image ids: `image_id` (v1.2+) or `id` (v1.0, and region_descriptions.json in every release);
-- object ids: `object_id` or `id`; names: `names` (list), `name` (str) or `object_names`;
-- `attributes` missing or null; `synsets` missing (not needed here); v1.4 `merged_object_ids`;
-- boxes: objects use `x, y, w, h`, regions use `x, y, width, height`.
-
-Broken input becomes a `VpromError` naming the file and the record: invalid or truncated JSON
-(index of the last image record read, its id, and the byte offset), records missing a key
-the pipeline needs (file, image id, object/region id, key), an image listed twice in
-image_data.json (both records), and an image size no JPEG can have (a side of 0 or above
-65,535 px). Boxes are not refused here: the pools pass clips them, and drops (with a count
-in the pools report) those empty, outside their image or with an object id repeated.
+Broken input is a `VpromError` naming the file and the record: invalid or truncated JSON
+(the last record read, its image id and the byte offset), a missing key (image, object or
+region id, key), an image listed twice in image_data.json, an image size no JPEG can have.
+Boxes are not refused here: the passes clip them and count what they drop.
 """
 
 from __future__ import annotations
@@ -31,62 +24,33 @@ from __future__ import annotations
 import hashlib
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import NamedTuple
 
 import ijson
+import msgspec
 
 from vprom.errors import VpromError
+from vprom.io import sha256_file
 
-#: The annotation files `vprom mine` reads, by stem.
-IMAGE_DATA = "image_data"
-OBJECTS = "objects"
-ATTRIBUTES = "attributes"
-REGIONS = "region_descriptions"
+IMAGE_DATA, OBJECTS, ATTRIBUTES, REGIONS = ("image_data", "objects", "attributes",
+                                            "region_descriptions")
 FILES = (IMAGE_DATA, OBJECTS, ATTRIBUTES, REGIONS)
+#: the file each kind of record comes from, as errors name it
+WHAT = {"objects": "objects.json", "attributes": "attributes.json",
+        "regions": "region_descriptions.json", "images": "image_data.json"}
+#: the largest side a JPEG can have (its header stores 16 bits): a size beyond it is not real
+MAX_SIDE = 65_535
 
-_CHUNK = 1 << 16  # ijson's read size; big enough that the Python wrapper costs nothing
 
+class ImageItems(NamedTuple):
+    """One image record: its objects (`Object`s) or regions (`Region`s)."""
 
-class ImageInfo(NamedTuple):
+    index: int  # position of the record in its file
     image_id: int
-    width: int
-    height: int
-
-
-class VGObject(NamedTuple):
-    """One object of objects.json or attributes.json (labels as written in the file)."""
-
-    object_id: int
-    names: tuple[str, ...]
-    x: int
-    y: int
-    w: int
-    h: int
-    attributes: tuple[str, ...]
-    merged_ids: tuple[int, ...]  # v1.4: ids of objects merged into this one
-
-
-class ImageObjects(NamedTuple):
-    index: int  # position of the image record in the file
-    image_id: int
-    objects: list[VGObject]
-
-
-class Region(NamedTuple):
-    region_id: int
-    phrase: str
-    x: int
-    y: int
-    w: int
-    h: int
-
-
-class ImageRegions(NamedTuple):
-    index: int
-    image_id: int
-    regions: list[Region]
+    items: list
+    path: Path
 
 
 # ---------------------------------------------------------------- finding and opening files
@@ -112,45 +76,15 @@ def _version_key(name: str, stem: str) -> tuple[int, ...]:
     return tuple(int(d) for d in digits.split("_") if d.isdigit())
 
 
-class _CountingReader:
-    """A binary stream that counts (and optionally hashes) the bytes read through it."""
-
-    def __init__(self, raw: BinaryIO, hasher=None, progress: Callable[[int], None] | None = None):
-        self.raw = raw
-        self.hasher = hasher
-        self.progress = progress
-        self.offset = 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.raw.read(size)
-        self.offset += len(data)
-        if self.hasher is not None:
-            self.hasher.update(data)
-        if self.progress is not None and data:
-            self.progress(len(data))
-        return data
-
-    def drain(self) -> None:
-        """Read to the end, so the hash covers the whole file."""
-        while self.read(1 << 20):
-            pass
-
-
 class Source:
-    """One annotation file opened as a stream; `sha256` is set once its records are all read.
+    """One annotation file opened as a binary stream (`read`), counting the bytes read;
+    `sha256` is set once `records` has read it all (for a zip, the zip file's hash)."""
 
-    Use as a context manager; `stream` is what ijson reads. For a zip, the hash is that of the
-    zip file on disk (taken in one extra pass over the compressed bytes).
-    """
-
-    def __init__(self, path: str | Path, progress: Callable[[int], None] | None = None):
+    def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.progress = progress
+        self.offset = 0
         self.sha256 = ""
-        self.size = 0  # bytes of JSON text (uncompressed)
-        self._zip = None
-        self._raw = None
-        self._hasher = None
+        self._zip = self._raw = self._hasher = None
 
     def __enter__(self) -> Source:
         try:
@@ -158,14 +92,12 @@ class Source:
                 self._raw = self._open_member()
             else:
                 self._raw = open(self.path, "rb")
-                self.size = self.path.stat().st_size
                 self._hasher = hashlib.sha256()
         except OSError as e:
             raise VpromError(f"{self.path}: cannot be read ({e})") from None
-        self.stream = _CountingReader(self._raw, self._hasher, self.progress)
         return self
 
-    def _open_member(self) -> BinaryIO:
+    def _open_member(self):
         try:
             self._zip = zipfile.ZipFile(self.path)
         except zipfile.BadZipFile as e:
@@ -177,255 +109,240 @@ class Source:
             names = ", ".join(i.filename for i in members) or "none"
             raise VpromError(f"{self.path}: expected exactly one .json member, found {names}; "
                              "unzip it by hand and pass the folder holding the .json file")
-        self.size = members[0].file_size
         return self._zip.open(members[0])
 
-    def finish(self) -> None:
-        """Consume the rest of the stream and compute the file's sha256."""
+    def read(self, size: int = -1) -> bytes:
+        data = self._raw.read(size)
+        self.offset += len(data)
         if self._hasher is not None:
-            self.stream.drain()
-            self.sha256 = self._hasher.hexdigest()
-        else:
-            h = hashlib.sha256()
-            with open(self.path, "rb") as f:
-                while block := f.read(1 << 20):
-                    h.update(block)
-            self.sha256 = h.hexdigest()
+            self._hasher.update(data)
+        return data
+
+    def finish(self) -> None:
+        """Read past the array to the end of the file, and take its sha256."""
+        if self._hasher is None:
+            self.sha256 = sha256_file(self.path)
+            return
+        while self.read(1 << 20):
+            pass
+        self.sha256 = self._hasher.hexdigest()
 
     def __exit__(self, *exc) -> None:
-        if self._raw is not None:
-            self._raw.close()
-        if self._zip is not None:
-            self._zip.close()
+        for handle in (self._raw, self._zip):
+            if handle is not None:
+                handle.close()
 
 
-def records(source: Source, what: str) -> Iterator[tuple[int, dict]]:
-    """(index, dict) for each element of the file's top-level array, with clear errors."""
+def records(source: Source, what: str) -> Iterator[tuple[int, object]]:
+    """(index, record) for each element of the file's top-level array, with clear errors."""
     index, last_id = -1, None
     try:
-        for index, record in enumerate(ijson.items(source.stream, "item", use_float=True)):
-            check_record(record, source, index, what)
-            last_id = record.get("image_id", record.get("id"))
+        for index, record in enumerate(ijson.items(source, "item", use_float=True)):
+            if isinstance(record, dict):
+                last_id = record.get("image_id", record.get("id"))
             yield index, record
     except (ijson.JSONError, zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as e:
         where = ("before the first image record" if index < 0 else
                  f"after image record #{index} (image id {last_id})")
+        lines = str(e).strip().splitlines()  # yajl draws a multi-line arrow: keep one line
         raise VpromError(f"{source.path}: invalid or truncated JSON {where}, near byte "
-                         f"{source.stream.offset:,} ({_first_line(e)}); the file is "
-                         "incomplete or corrupt — download it again") from None
+                         f"{source.offset:,} ({lines[0][:120] if lines else type(e).__name__});"
+                         " the file is incomplete or corrupt — download it again") from None
     if index < 0:
         raise VpromError(f"{source.path}: holds no image records (expected a JSON array of "
                          f"per-image records); is this Visual Genome's {what}?")
     source.finish()
 
 
-# ---------------------------------------------------------------- field access
-# `source` below is anything with a `path`: a `Source`, or a `FileRef` for a file read in
-# byte ranges (mining.byte_ranges), so both ways of reading say the same thing.
-class FileRef(NamedTuple):
-    path: Path
+def images(source: Source, key: str) -> Iterator[ImageItems]:
+    """The `ImageItems`s of a whole file: `key` "objects", "attributes" or "regions"."""
+    for index, record in records(source, WHAT[key]):
+        yield image_of(index, record, source.path, key)
 
 
-def check_record(record, source, index: int, what: str) -> None:
-    if not isinstance(record, dict):
-        raise VpromError(f"{source.path}: record #{index} is a {type(record).__name__}, "
-                         f"not an object; is this Visual Genome's {what}?")
+def image_sizes(path: str | Path) -> tuple[dict[int, tuple[int, int]], str]:
+    """image id -> (width, height) for every image of image_data.json, and its sha256.
+
+    An image listed twice is refused: which of its sizes the boxes were drawn on cannot be
+    told, and keeping either would clip crops to a guess."""
+    sizes: dict[int, tuple[int, int]] = {}
+    first: dict[int, int] = {}
+    with Source(path) as source:
+        for index, record in records(source, WHAT["images"]):
+            image_id = _image_id(record, source.path, index, "images")
+            try:
+                size = (int(record["width"]), int(record["height"]))
+            except (KeyError, TypeError, ValueError, OverflowError):
+                raise VpromError(f"{path}: image {image_id} (record #{index}) lacks a numeric "
+                                 "'width'/'height'; re-download image_data.json") from None
+            if not (0 < size[0] <= MAX_SIDE and 0 < size[1] <= MAX_SIDE):
+                raise VpromError(f"{path}: image {image_id} (record #{index}) is {size[0]}x"
+                                 f"{size[1]} px, which no JPEG can be (each side 1..{MAX_SIDE:,}"
+                                 "); fix or remove that record, or re-download image_data.json")
+            if image_id in sizes:
+                (w, h) = sizes[image_id]
+                raise VpromError(f"{path}: image id {image_id} is listed twice, in record "
+                                 f"#{first[image_id]} ({w}x{h}) and record #{index} "
+                                 f"({size[0]}x{size[1]}); each image must appear once — "
+                                 "re-download image_data.json, or remove the wrong record")
+            sizes[image_id], first[image_id] = size, index
+    return sizes, source.sha256
 
 
-def object_items(record: dict, source, image_id: int, key: str) -> list:
-    """The list of objects of an image record (`key`: "objects" or "attributes")."""
+# ---------------------------------------------------------------- fields of a record
+# Structs of the fields the passes read, in VG's own layout (msgspec skips the rest without
+# building it). gc=False: parsed JSON holds no reference cycles for the collector to find.
+class Object(msgspec.Struct, gc=False):
+    """An object of objects.json or attributes.json."""
+
+    object_id: int
+    x: int
+    y: int
+    w: int
+    h: int
+    names: list
+    attributes: list | None = None
+    merged_object_ids: list | None = None
+
+
+class Region(msgspec.Struct, gc=False):
+    """A region of region_descriptions.json."""
+
+    region_id: int
+    phrase: str
+    x: int
+    y: int
+    width: int
+    height: int
+
+
+class ObjectsRecord(msgspec.Struct, gc=False):
+    """An image record of objects.json, or of attributes.json (its list is "attributes",
+    or in some re-packagings "objects")."""
+
+    objects: list[Object] | None = None
+    attributes: list[Object] | None = None
+    image_id: int | msgspec.UnsetType = msgspec.UNSET
+    id: int | msgspec.UnsetType = msgspec.UNSET
+
+
+class RegionsRecord(msgspec.Struct, gc=False):
+    """An image record of region_descriptions.json."""
+
+    regions: list[Region] | None = None
+    image_id: int | msgspec.UnsetType = msgspec.UNSET
+    id: int | msgspec.UnsetType = msgspec.UNSET
+
+
+#: the record struct of each kind of record
+RECORD = {"objects": ObjectsRecord, "attributes": ObjectsRecord, "regions": RegionsRecord}
+
+
+def image_of(index: int, record, path: Path, key: str) -> ImageItems:
+    """The `ImageItems` of record #`index` of objects.json (`key` "objects"), attributes.json
+    ("attributes") or region_descriptions.json ("regions"): a record struct, or the dict a
+    JSON reader gave, in any of the layouts in the module docstring."""
+    if type(record) is not RECORD[key]:
+        record = _record_of(record, path, index, key)
+    image_id = record.id if record.image_id is msgspec.UNSET else record.image_id
+    if image_id is msgspec.UNSET:
+        raise VpromError(f"{path}: image record #{index} has no integer 'image_id' (or 'id'); "
+                         "the file does not follow Visual Genome's schema")
+    if key == "regions":
+        return ImageItems(index, image_id, record.regions or [], path)
+    items = record.objects if key == "objects" or record.attributes is None else \
+        record.attributes
+    return ImageItems(index, image_id, items or [], path)
+
+
+def _record_of(record, path: Path, index: int, key: str):
+    """A record struct of a dict: converted as it is where it has VG's own layout, else item
+    by item, naming what is wrong."""
+    try:
+        return msgspec.convert(record, RECORD[key])
+    except msgspec.ValidationError:
+        pass
+    image_id = _image_id(record, path, index, key)
+    if key == "regions":
+        return RegionsRecord([_region(item, path, image_id, position) for position, item
+                              in enumerate(record.get("regions") or ())], image_id)
     items = record.get(key)
     if items is None and key == "attributes":
         items = record.get("objects")  # some re-packagings name the list "objects"
-    if items is None:
-        return []
-    if not isinstance(items, list):
-        what = "objects.json" if key == "objects" else "attributes.json"
-        raise VpromError(f"{source.path}: image {image_id}: '{key}' is not a list; "
-                         f"is this Visual Genome's {what}?")
-    return items
+    if items is not None and not isinstance(items, list):
+        raise VpromError(f"{path}: image {image_id}: '{key}' is not a list; is this Visual "
+                         f"Genome's {WHAT[key]}?")
+    objects = [_object(item, path, image_id, position)
+               for position, item in enumerate(items or ())]
+    return ObjectsRecord(objects, objects, image_id)
 
 
-def image_id_of(record: dict, source: Source, index: int) -> int:
+def _image_id(record, path: Path, index: int, key: str) -> int:
+    if not isinstance(record, dict):
+        raise VpromError(f"{path}: record #{index} is a {type(record).__name__}, not an "
+                         f"object; is this Visual Genome's {WHAT[key]}?")
     image_id = record.get("image_id", record.get("id"))
     if not isinstance(image_id, int):
-        raise VpromError(f"{source.path}: image record #{index} has no integer 'image_id' "
-                         "(or 'id'); the file does not follow Visual Genome's schema")
+        raise VpromError(f"{path}: image record #{index} has no integer 'image_id' (or 'id'); "
+                         "the file does not follow Visual Genome's schema")
     return image_id
 
 
-def _box(item: dict, keys: tuple[str, str, str, str], source: Source, image_id: int,
-         kind: str, item_id) -> tuple[int, int, int, int]:
+def _object(item, path: Path, image_id: int, position: int) -> Object:
+    """An object in VG's layout, or in another ("id", "name", "object_names", a float box,
+    "attributes" as one string); an error naming the object when it is broken."""
     try:
-        return tuple(int(item[k]) for k in keys)  # type: ignore[return-value]
+        return msgspec.convert(item, Object)
+    except msgspec.ValidationError:
+        pass
+    if not isinstance(item, dict):
+        raise VpromError(f"{path}: image {image_id}, object #{position} is not a JSON object; "
+                         "the file does not follow Visual Genome's schema")
+    object_id = item.get("object_id", item.get("id"))
+    if not isinstance(object_id, int):
+        raise VpromError(f"{path}: image {image_id}, object #{position} has no integer "
+                         "'object_id' (or 'id'); the file does not follow Visual Genome's schema")
+    names = item.get("names")
+    if names is None:
+        names = item.get("name", item.get("object_names"))
+    box = _box(item, ("x", "y", "w", "h"), path, image_id, "object", object_id)
+    merged = item.get("merged_object_ids") or ()
+    return Object(object_id, *box, list(strings(names)), list(strings(item.get("attributes"))),
+                  [int(m) for m in merged])
+
+
+def _region(item, path: Path, image_id: int, position: int) -> Region:
+    try:
+        return msgspec.convert(item, Region)
+    except msgspec.ValidationError:
+        pass
+    region_id = item.get("region_id", item.get("id")) if isinstance(item, dict) else None
+    if not isinstance(region_id, int):
+        raise VpromError(f"{path}: image {image_id}, region #{position} has no integer "
+                         "'region_id'; the file does not follow Visual Genome's schema")
+    box = _box(item, ("x", "y", "width", "height"), path, image_id, "region", region_id)
+    phrase = item.get("phrase")
+    return Region(region_id, phrase if isinstance(phrase, str) else "", *box)
+
+
+def _box(item: dict, keys: tuple[str, ...], path: Path, image_id: int, kind: str,
+         item_id) -> tuple[int, ...]:
+    try:
+        return tuple(int(item[k]) for k in keys)
     except KeyError as e:
-        raise VpromError(f"{source.path}: image {image_id}, {kind} {item_id} has no "
-                         f"'{e.args[0]}' key (a box needs {', '.join(keys)}); the file does "
-                         "not follow Visual Genome's schema — re-download it") from None
-    except (TypeError, ValueError):
+        raise VpromError(f"{path}: image {image_id}, {kind} {item_id} has no '{e.args[0]}' "
+                         f"key (a box needs {', '.join(keys)}); the file does not follow "
+                         "Visual Genome's schema — re-download it") from None
+    except (TypeError, ValueError, OverflowError):
         values = {k: item.get(k) for k in keys}
-        raise VpromError(f"{source.path}: image {image_id}, {kind} {item_id} has a "
-                         f"non-numeric box {values}; fix or re-download the file") from None
+        raise VpromError(f"{path}: image {image_id}, {kind} {item_id} has a non-numeric box "
+                         f"{values}; fix or re-download the file") from None
 
 
 def strings(value) -> tuple[str, ...]:
+    """The strings of a label field: a list (others dropped), one string, or null."""
     if value is None:
         return ()
     if isinstance(value, str):
         return (value,)
     return tuple(v for v in value if isinstance(v, str))
-
-
-def _object(item, source: Source, image_id: int, position: int) -> VGObject:
-    """One object record. The common case (v1.2+ keys, int box, lists) takes the fast path:
-    this runs ~7M times for objects.json + attributes.json."""
-    try:
-        object_id = item["object_id"]
-        x, y, w, h = item["x"], item["y"], item["w"], item["h"]
-        names = item["names"]
-    except (KeyError, TypeError):
-        return object_slow(item, source, image_id, position)
-    if (type(object_id) is not int or type(x) is not int or type(y) is not int
-            or type(w) is not int or type(h) is not int or type(names) is not list):
-        return object_slow(item, source, image_id, position)
-    attributes = item.get("attributes")
-    merged = item.get("merged_object_ids")
-    return VGObject(object_id, tuple(names), x, y, w, h,
-                    tuple(attributes) if type(attributes) is list else strings(attributes),
-                    tuple(merged) if merged else ())
-
-
-def object_slow(item, source: Source, image_id: int, position: int) -> VGObject:
-    """Older layouts ("id", "name", "object_names"), float boxes, and broken records."""
-    if not isinstance(item, dict):
-        raise VpromError(f"{source.path}: image {image_id}, object #{position} is not a JSON "
-                         "object; the file does not follow Visual Genome's schema")
-    object_id = item.get("object_id", item.get("id"))
-    if not isinstance(object_id, int):
-        raise VpromError(f"{source.path}: image {image_id}, object #{position} has no integer "
-                         "'object_id' (or 'id'); the file does not follow Visual Genome's schema")
-    names = item.get("names")
-    if names is None:
-        names = item.get("name", item.get("object_names"))
-    x, y, w, h = _box(item, ("x", "y", "w", "h"), source, image_id, "object", object_id)
-    merged = item.get("merged_object_ids") or ()
-    return VGObject(object_id, strings(names), x, y, w, h, strings(item.get("attributes")),
-                    tuple(int(m) for m in merged))
-
-
-# ---------------------------------------------------------------- readers
-def _image_records(path: str | Path, what: str, progress,
-                   source_out: list | None) -> Iterator[tuple[Source, int, int, dict]]:
-    """(source, index, image id, record) for each image record of the file at `path`.
-
-    The opened `Source` is appended to `source_out`, so callers can read its sha256 once the
-    iterator is exhausted.
-    """
-    with Source(path, progress) as source:
-        if source_out is not None:
-            source_out.append(source)
-        for index, record in records(source, what):
-            yield source, index, image_id_of(record, source, index), record
-
-
-#: the largest side a JPEG can have (its header stores 16 bits): a size beyond it is not real
-MAX_SIDE = 65_535
-
-
-def read_images(path: str | Path, progress=None,
-                source_out: list | None = None) -> Iterator[ImageInfo]:
-    """image_data.json: one ImageInfo per image (id, width, height)."""
-    for source, index, image_id, record in _image_records(path, "image_data.json", progress,
-                                                          source_out):
-        try:
-            info = ImageInfo(image_id, int(record["width"]), int(record["height"]))
-        except (KeyError, TypeError, ValueError, OverflowError):
-            raise VpromError(f"{source.path}: image {image_id} (record #{index}) lacks a "
-                             "numeric 'width'/'height'; re-download image_data.json") from None
-        if not (0 < info.width <= MAX_SIDE and 0 < info.height <= MAX_SIDE):
-            raise VpromError(f"{source.path}: image {image_id} (record #{index}) is "
-                             f"{info.width}x{info.height} px, which no JPEG can be (each side "
-                             f"1..{MAX_SIDE:,}); fix or remove that record, or re-download "
-                             "image_data.json")
-        yield info
-
-
-def image_sizes(path: str | Path, source_out: list | None = None) -> dict[int, tuple[int, int]]:
-    """image id -> (width, height) for every image of image_data.json (~108k entries).
-
-    An image listed twice is refused: which of its sizes the boxes were drawn on cannot be
-    told, and keeping either would clip crops to a guess.
-    """
-    sizes: dict[int, tuple[int, int]] = {}
-    for index, info in enumerate(read_images(path, source_out=source_out)):
-        size = (info.width, info.height)
-        if info.image_id in sizes:
-            first = next(i for i, seen in enumerate(read_images(path))
-                         if seen.image_id == info.image_id)
-            (w, h) = sizes[info.image_id]
-            raise VpromError(f"{path}: image id {info.image_id} is listed twice, in record "
-                             f"#{first} ({w}x{h}) and record #{index} ({size[0]}x{size[1]}); "
-                             "each image must appear once — re-download image_data.json, or "
-                             "remove the wrong record")
-        sizes[info.image_id] = size
-    return sizes
-
-
-def read_objects(path: str | Path, progress=None, key: str = "objects",
-                 source_out: list | None = None) -> Iterator[ImageObjects]:
-    """objects.json (v1.0–v1.4): per image, its objects with names, box and merged ids.
-
-    `key` is the list holding the objects: "objects" in objects.json, "attributes" in
-    attributes.json (whose objects also carry `attributes`). The opened `Source` is appended
-    to `source_out` so callers can read its sha256 once the iterator is exhausted.
-    """
-    what = "objects.json" if key == "objects" else "attributes.json"
-    for source, index, image_id, record in _image_records(path, what, progress, source_out):
-        items = object_items(record, source, image_id, key)
-        yield ImageObjects(index, image_id,
-                           [_object(item, source, image_id, i) for i, item in enumerate(items)])
-
-
-def read_attributes(path: str | Path, progress=None,
-                    source_out: list | None = None) -> Iterator[ImageObjects]:
-    """attributes.json: the same per-image objects, with their `attributes` lists."""
-    return read_objects(path, progress, key="attributes", source_out=source_out)
-
-
-def read_regions(path: str | Path, progress=None,
-                 source_out: list | None = None) -> Iterator[ImageRegions]:
-    """region_descriptions.json: per image, its regions (id, phrase, x, y, width, height)."""
-    for source, index, image_id, record in _image_records(path, "region_descriptions.json",
-                                                          progress, source_out):
-        items = record.get("regions") or ()
-        yield ImageRegions(index, image_id, [_region(item, source, image_id, i)
-                                             for i, item in enumerate(items)])
-
-
-def _region(item, source: Source, image_id: int, position: int) -> Region:
-    """One region; the common case takes the fast path (5.4M regions in VG)."""
-    try:
-        region_id, phrase = item["region_id"], item["phrase"]
-        x, y, w, h = item["x"], item["y"], item["width"], item["height"]
-    except (KeyError, TypeError):
-        return region_slow(item, source, image_id, position)
-    if (type(region_id) is not int or type(phrase) is not str or type(x) is not int
-            or type(y) is not int or type(w) is not int or type(h) is not int):
-        return region_slow(item, source, image_id, position)
-    return Region(region_id, phrase, x, y, w, h)
-
-
-def region_slow(item, source: Source, image_id: int, position: int) -> Region:
-    region_id = item.get("region_id", item.get("id")) if isinstance(item, dict) else None
-    if not isinstance(region_id, int):
-        raise VpromError(f"{source.path}: image {image_id}, region #{position} has no "
-                         "integer 'region_id'; the file does not follow Visual Genome's schema")
-    box = _box(item, ("x", "y", "width", "height"), source, image_id, "region", region_id)
-    phrase = item.get("phrase")
-    return Region(region_id, phrase if isinstance(phrase, str) else "", *box)
-
-
-def _first_line(error: Exception) -> str:
-    """yajl's messages draw a multi-line arrow; keep the first line for a one-line error."""
-    lines = str(error).strip().splitlines()
-    return lines[0][:120] if lines else type(error).__name__

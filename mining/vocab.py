@@ -1,28 +1,22 @@
-"""Curated vocabularies and label normalisation.
+"""Curated vocabularies (the JSON files under `mining/data/`, see docs/generation.md) and
+label normalisation.
 
-The domain lives in small JSON files under `mining/data/` (see docs/generation.md):
+`object_attributes.json` and `human_attributes.json` map each super-attribute to its
+attributes; `objects.json` lists the categories and `person_words.json` the names of one
+person; `implied_labels.json` the human-attribute values a name implies (man -> male, adult);
+`excluded.json` the objects and attributes the miner drops, by reason; `aliases.json` maps
+variants (spellings, irregular plurals, synonyms, subtypes) to canonical labels.
 
-- `object_attributes.json`, `human_attributes.json`: {super_attribute: [attribute, ...]};
-- `objects.json`: the object categories; `person_words.json`: names of one person;
-- `implied_labels.json`: {name: [human attribute, ...]}: the human-attribute values a person
-  word or category name implies (man -> male, adult), which generation reads together with a
-  person crop's explicit labels;
-- `excluded.json`: objects and attributes the miner drops, grouped by reason;
-- `aliases.json`: variant -> canonical label (spellings, irregular plurals, synonyms, subtypes).
+`load_vocabulary` reads and validates them, refusing with the file and the label: a label
+not in normal form (`normalize`), empty or listed twice, in two super-attributes of a table,
+or in two tables that exclude each other; a super-attribute that is not the paper's; an alias
+whose variant is canonical, or whose chain does not end at a canonical label; an implied
+label of a name that is no person word or category, or of a value that is no human attribute.
 
-`load_vocabulary` reads and validates them once. Every label in the files must already be in
-normal form (see `normalize`). Validation refuses, naming the file and the label: a label in
-two super-attributes of one table, a duplicate, an empty label, a super-attribute name that is
-not the paper's, an excluded object that is also a category, an alias whose variant is itself
-canonical, an alias chain or cycle that does not end at a canonical label, and an implied
-label whose name is not a person word or category or whose value is not a human attribute.
-
-`Vocabulary.canonical(label)` maps a raw Visual Genome name to its canonical label:
-normalise; an explicit alias wins; a label that is already canonical stays; otherwise a
-regular plural ("balls", "boxes", "cherries") loses its ending, but only when the singular is
-a known canonical label (or an alias of one), so "glass" or "bus" never lose their "s".
-Unknown labels come back normalised. The miner calls it millions of times, so results are
-memoised in a dict per vocabulary (VG has ~100k distinct names; the dict stays small).
+`Vocabulary.canonical` maps a raw VG name to its canonical label: normalised, an alias wins,
+a canonical label stays, and a regular plural ("boxes", "cherries") loses its ending only when
+the singular is known (so "glass" and "bus" keep theirs). Unknown labels come back normalised.
+The miner asks millions of times for ~100k distinct names, so answers are memoised.
 """
 
 from __future__ import annotations
@@ -32,7 +26,6 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Mapping
 
 from vprom.errors import VpromError
@@ -96,8 +89,7 @@ class Vocabulary:
     excluded_attributes: frozenset[str]
     aliases: Mapping[str, str]             # normalized variant -> canonical
     # canonical person word / category -> the human-attribute values it implies
-    implied_labels: Mapping[str, tuple[str, ...]] = field(
-        default_factory=lambda: MappingProxyType({}))
+    implied_labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @functools.cached_property
@@ -130,50 +122,17 @@ class Vocabulary:
                 return stem
         return label
 
+    def is_person(self, name: str) -> bool:
+        return self.canonical(name) in self.person_words
+
     def implied(self, name: str) -> tuple[str, ...]:
         """The human-attribute values a region name implies ("men" -> male, adult)."""
         return self.implied_labels.get(self.canonical(name), ())
-
-    def is_person(self, name: str) -> bool:
-        return self.canonical(name) in self.person_words
 
     def super_attribute(self, attribute: str, human: bool) -> str | None:
         """The super-attribute of an attribute in the human or the object table, else None."""
         table = self.human_attributes if human else self.object_attributes
         return table.get(self.canonical(attribute))
-
-    def attributes_of(self, super_attribute: str, human: bool) -> tuple[str, ...]:
-        """The attributes of one super-attribute, in file order."""
-        table = self.human_attributes if human else self.object_attributes
-        return tuple(a for a, s in table.items() if s == super_attribute)
-
-    def super_attributes(self, human: bool) -> tuple[str, ...]:
-        return HUMAN_SUPER_ATTRIBUTES if human else OBJECT_SUPER_ATTRIBUTES
-
-    def __hash__(self) -> int:   # the generated one would hash the (unhashable) mappings
-        return hash((self.objects, self.person_words, self.excluded_objects,
-                     self.excluded_attributes, frozenset(self.aliases.items()),
-                     frozenset(self.implied_labels.items())))
-
-    def __reduce__(self):   # picklable for worker processes (mapping proxies are not)
-        return (_vocabulary, (dict(self.object_attributes), dict(self.human_attributes),
-                              self.objects, self.person_words, self.excluded_objects,
-                              self.excluded_attributes, dict(self.aliases),
-                              dict(self.implied_labels)))
-
-
-def _vocabulary(object_attributes, human_attributes, objects, person_words, excluded_objects,
-                excluded_attributes, aliases, implied_labels=None) -> Vocabulary:
-    return Vocabulary(
-        object_attributes=MappingProxyType(object_attributes),
-        human_attributes=MappingProxyType(human_attributes),
-        objects=objects,
-        person_words=person_words,
-        excluded_objects=excluded_objects,
-        excluded_attributes=excluded_attributes,
-        aliases=MappingProxyType(aliases),
-        implied_labels=MappingProxyType(dict(implied_labels or {})),
-    )
 
 
 _DEFAULT: Vocabulary | None = None
@@ -202,8 +161,8 @@ def _load(folder: Path) -> Vocabulary:
                               excluded_objects, excluded_attributes)
     aliases = _aliases(folder / FILES["aliases"], known)
     implied = _implied(folder / FILES["implied_labels"], objects | person_words, human_attributes)
-    return _vocabulary(object_attributes, human_attributes, objects, person_words,
-                       excluded_objects, excluded_attributes, aliases, implied)
+    return Vocabulary(object_attributes, human_attributes, objects, person_words,
+                      excluded_objects, excluded_attributes, aliases, implied)
 
 
 def _read(path: Path) -> dict:

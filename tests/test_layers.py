@@ -25,7 +25,7 @@ GROUND_LIBRARIES = {"numpy", "h5py", "PIL"}
 #: floor -> (the packages below it it may import, the third-party libraries it may import)
 RULES = {
     "ground": ((), GROUND_LIBRARIES),
-    "mining": (("ground",), GROUND_LIBRARIES | {"ijson", "orjson", "msgspec", "requests",
+    "mining": (("ground",), GROUND_LIBRARIES | {"ijson", "msgspec", "requests",
                                                  "urllib3", "tqdm"}),
     "splits": (("ground",), GROUND_LIBRARIES),
     "generation": (("ground", "splits"), GROUND_LIBRARIES | {"tqdm", "pyarrow", "scipy", "torch"}),

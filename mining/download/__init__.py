@@ -1,31 +1,22 @@
 """Fetch Visual Genome: resumable, verified downloads and safe unpacking, even from a bad mirror.
 
-Files (Visual Genome v1.2/v1.4 as published; `--base-url` fetches every file from one mirror
-folder instead, as `base_url + "/" + name`):
+The annotation zips (`ANNOTATIONS`) stay zipped, since the miner streams their one JSON
+member; the image zips (`IMAGES`, unless `images=False`) are unpacked into `VG_100K/` and
+`VG_100K_2/`. `--base-url` fetches every file from one mirror folder instead. Per file:
 
-- annotations, from VG's dataset folder: `image_data.json.zip`, `objects.json.zip`,
-  `attributes.json.zip`, `region_descriptions.json.zip`. They stay zipped (~1 GB instead of
-  ~2 GB): the miner streams the single JSON member out of the zip.
-- images (unless `images=False`): `images.zip` -> `VG_100K/`, `images2.zip` -> `VG_100K_2/`.
-
-Per file, in order (HTTP in `mining.download.fetch`, zips in `mining.download.archives`):
-1. skip it when it was finished before: an image zip whose unpack marker is there, or a file
-   under its final name that the manifest records with that size. A file under its final
-   name that the manifest does not record (placed by hand, or left by a killed run) is
-   checked like a fresh download before it is trusted.
-2. download it through `NAME.part`, resumably, within the size, deadline, speed, redirect and
-   free-space bounds of `mining.download.fetch`; its size and, where known, SHA-256 must be the
-   expected ones (`expected`, by default the official values pinned in
-   `mining/data/vg_files.json`; a mismatch goes to `NAME.bad`). A file whose size is not
-   pinned is bounded by its ceiling (`CEILINGS`, below), and every write keeps `reserve`
-   bytes free on the disk (`mining.download.space`).
-3. check the zip (`mining.download.archives`): an annotation zip must hold exactly its one JSON, read
-   back with every CRC; an image zip may create only its folder and is unpacked (bounded by
-   its members' count and size, and by the free space above the reserve). A corrupt
-   or unsafe archive is moved to `NAME.bad` (the next run fetches it again); running out of
-   space keeps it.
-4. record it in `download.manifest.json` (URL, size, sha256) only then. The image zip is
-   deleted after a successful unpack unless `keep_zips=True`.
+1. skip it when finished before: an image zip with its unpack marker, or a file the manifest
+   records with its size. A file found under its final name but not recorded (placed by
+   hand, or left by a killed run) is checked like a fresh download before it is trusted;
+2. download it through `NAME.part`, resumably, within the bounds of `mining.download.fetch`;
+   its size and SHA-256 must be the expected ones (`expected`, by default the official ones
+   pinned in `mining/data/vg_files.json`; a mismatch goes to `NAME.bad`), a file whose size
+   is not pinned is bounded by its ceiling (`CEILINGS`), and every write keeps `reserve`
+   bytes free on the disk (`mining.download.space`);
+3. check the zip (`mining.download.archives`): an annotation zip must hold exactly its JSON,
+   read back with every CRC; an image zip may create only its folder and is unpacked. A
+   corrupt or unsafe archive goes to `NAME.bad`; running out of space keeps it;
+4. only then record it in `download.manifest.json` (URL, size, sha256), and delete an image
+   zip once unpacked unless `keep_zips`.
 """
 
 from __future__ import annotations

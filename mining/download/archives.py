@@ -1,50 +1,24 @@
 """Safe reading and unpacking of the zips a Visual Genome mirror serves.
 
 An archive from the network is untrusted. Before a byte is written, `_checked` reads the
-zip's central directory and refuses the whole archive when any entry
+central directory and refuses the whole archive when an entry could write outside its place
+(an absolute path, a drive letter, `..`, a symbolic link, an empty name); lies outside the
+`Layout` the archive is for (`images.zip` may create only `VG_100K/...`, an annotation zip
+holds exactly its one JSON; macOS `__MACOSX/` entries are ignored); appears twice or is both
+a file and a folder; is encrypted or compressed with anything but stored or deflate (the
+only methods zipfile expands with bounded memory, and the only ones VG uses); or declares
+more bytes, a higher compression ratio or more entries than a real archive of its kind
+(`Limits`; the entry count is read from the end record before zipfile parses the directory,
+so a zip declaring millions of entries builds no ZipInfo for them). Headers can lie, so each
+member's bytes are counted again while streaming, and its CRC checked.
 
-- could write outside its place: an absolute path, a drive letter, a `..` component, a
-  symbolic link (S_IFLNK in the external attributes), an empty name;
-- lies outside the layout the archive is for (`Layout`): `images.zip` may create only
-  `VG_100K/...`, `images2.zip` only `VG_100K_2/...`, an annotation zip holds exactly its one
-  JSON (`objects.json` in `objects.json.zip`; macOS `__MACOSX/` side entries are ignored).
-  Nothing else in the output folder can be created, replaced or deleted by an archive;
-- appears twice (the same path after `\\` -> `/` and empty components are folded) or is
-  both a file and a folder;
-- is encrypted, or compressed with anything but stored or deflate. Visual Genome's zips use
-  only those two, and only deflate is decompressed by zipfile with a bound on its output
-  (bzip2 and lzma members are expanded a whole read at a time: a 2 KB bzip2 member can
-  expand to gigabytes in memory), so everything else (bzip2, lzma, deflate64, ...) is refused;
-- declares more bytes than a real file of its kind has (`Limits.member_bytes`), or a
-  compression ratio no real JPEG or JSON reaches (`Limits.ratio`, for members above
-  `Limits.ratio_floor`), or the archive declares more than `Limits.total_bytes` in all or
-  more than `ratio` times its own size, or it has more entries than a real archive of its
-  kind (`Limits.members`). The count is read from the end-of-central-directory record
-  before zipfile parses the directory, so a zip declaring millions of entries is refused
-  without building millions of ZipInfo objects.
-
-Headers can lie, so the sizes are enforced again while streaming: the bytes each member
-actually yields are counted, and a member yielding more than it declares (or fewer) is
-refused on the spot. zipfile checks each member's CRC-32 when the member ends.
-
-What a failure does. A fault of the archive (not a zip, truncated, random bytes, a bad CRC,
-any refused entry) moves it to `NAME.bad`, so the next `vprom download` fetches it again and
-nothing unreadable keeps its final name; the message says "corrupt archive". A fault of the
-disk (no space left, over quota, no permission) keeps the archive, since a good 9 GB
-download must not be thrown away because the disk filled up, and says what to free or fix.
-
-Unpacking (`unpack`). The free space of `out` must hold what the entries will really take
-on disk, every file rounded up to whole blocks and every folder a block
-(`mining.download.space.footprint`: a zip of 30,000 one-byte members needs ~120 MB, not 30 KB), one
-inode per entry, and `reserve` bytes on top, which stay free. While unpacking, the files
-created and the bytes written are counted against what the entries declared, and before
-each file the free space is read again: an unpack that would eat into the reserve stops
-(other programs may be filling the disk too). Entries
-are written into a temporary folder inside `out` (`.NAME.<random>.unpack`, on the same file
-system, so placing is a rename), then the archive's one top-level folder is moved into
-place: renamed when `out` has none yet, otherwise merged file by file, where a file of the
-archive replaces the same-named file (an interrupted unpack's) and nothing else in the
-folder or in `out` is touched. A marker `.NAME.unpacked` records completion.
+A fault of the archive moves it to `NAME.bad` ("corrupt archive": the next run fetches it
+again); a fault of the disk keeps it (a good 9 GB download is not thrown away because the
+disk filled up). `unpack` first checks that the free space holds the entries' real
+footprint (`mining.download.space`) and their inodes plus the reserve, and reads the free
+space again before each file. Entries go to a temporary folder inside `out`, then the
+archive's one top-level folder is moved into place (merged file by file into a folder
+already there, touching nothing else); a marker `.NAME.unpacked` records completion.
 """
 
 from __future__ import annotations

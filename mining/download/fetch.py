@@ -1,39 +1,25 @@
 """HTTP fetching for `vprom download`: resumable, bounded in time and size, http(s) only.
 
-One file, `fetch(url, dest)`: a complete file only ever appears under its final name. Bytes
-go to `NAME.part`; a rerun, or a retry after a dropped connection, asks for `Range: bytes=N-`
-where N is the size of the part. A 206 answer whose Content-Range starts at N is appended; a
-200 answer (the server ignores Range) truncates the part and writes from 0; 416 means the
-part already holds the whole file. The body is read as it arrives (`read1`, one socket read
-at a time, never decoded: `Accept-Encoding: identity`), so the clocks below are checked
-even when a server sends one byte a second.
-
-Bounds, each ending in a one-line `VpromError` that says what to do:
-- size: the file's size is the expected one (`Expected.bytes`, pinned or passed by the user)
-  or else the server's Content-Range total or Content-Length. A server announcing another
-  size than the expected one is refused before a byte is written; a body running past the
-  size is cut off and the part deleted; a part that ends short is retried.
-- ceiling: a file whose size is not pinned still has an upper bound, `Expected.ceiling`
-  (several times the largest known size of that file; `download.CEILINGS`). A server
-  announcing more is refused before a byte is written; a body without a length is stopped
-  the moment it passes the ceiling, and the part, junk, is deleted rather than kept.
-- reserve: before writing, the free space must hold what is still to come plus
-  `Policy.reserve` bytes; while writing, a chunk is written only if the reserve stays free
-  after it (`mining.download.space`). When it would not, a part of known size is kept for a rerun
-  to resume; a part of unknown size is deleted (it cannot be told from an endless body).
-- identity: when `Expected.sha256` is known, the finished part must hash to it; a part that
-  does not is moved to `NAME.bad` (so a rerun fetches it anew) and never gets its final name.
-- time: a per-file `deadline` (seconds, over all attempts and pauses, connecting, headers
-  and body alike) after which the file is given up with its part kept, so a rerun resumes.
-  It is a wall clock, not a per-read timeout: `mining.download.watchdog` shuts the sockets down when
-  it passes, even in the middle of a header sent one byte at a time. And a `min_speed`
-  floor: a transfer slower than that over `speed_window` seconds is treated as a dropped
-  connection and retried (bounded, with a growing pause), which ends a server trickling
-  bytes long before the deadline. Each socket read waits at most `timeout` seconds.
-- redirects: followed by hand, at most `max_redirects`, only to http(s) addresses (a redirect
-  to `file://` or any other scheme is refused), each reported once through `log`.
-- disk: no space left (or over quota) while writing (the reserve set to 0, or another
-  program filling the disk) says so and keeps the part.
+`fetch` writes to `NAME.part` and gives the file its final name only when complete. A rerun,
+or a retry after a dropped connection, asks for `Range: bytes=N-` (N: the part's size): a 206
+whose Content-Range starts at N is appended, a 200 restarts the part, a 416 means the part is
+complete. The body is read one socket read at a time, undecoded, so the clocks are checked
+even when a server sends a byte a second. Bounds, each a one-line `VpromError` saying what
+to do:
+- size: the expected size, else the server's; a server announcing another is refused before
+  a byte is written, a body running past it is cut off and the part deleted, a short one is
+  retried. A file whose size is not pinned is bounded by `Expected.ceiling` instead, and a
+  body without a length is stopped (and deleted) the moment it passes it;
+- reserve: the free space must hold what is still to come plus `Policy.reserve` bytes, and
+  each chunk is written only if the reserve stays free; a part of known size is then kept
+  for a rerun, one of unknown size deleted (it cannot be told from an endless body);
+- identity: a part whose SHA-256 is not the expected one goes to `NAME.bad`;
+- time: a per-file `deadline` over every attempt, header and pause (enforced by
+  `mining.download.watchdog`), after which the part is kept for a rerun; and a `min_speed`
+  floor over `speed_window` seconds, under which the transfer is retried (bounded, with a
+  growing pause). Each socket read waits at most `timeout` seconds;
+- redirects: followed by hand, at most `max_redirects`, only to http(s), each logged once;
+- disk: no space left or over quota while writing says so and keeps the part.
 """
 
 from __future__ import annotations

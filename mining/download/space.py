@@ -1,18 +1,11 @@
-"""Disk space for `vprom download`: what a write will really take, and the reserve it leaves.
+"""Disk space for `vprom download`: what a write really takes, and the reserve it leaves.
 
-A download or an unpack from an untrusted mirror must never fill the disk it writes to:
-other programs (and the user's shell) need the last gigabyte more than VG does. So every
-write keeps a *reserve*: it goes ahead only while the file system's free space, after the
-write, stays at or above `reserve` bytes (`DEFAULT_RESERVE`, settable with
-`vprom download --reserve`).
-
-What a write takes is more than its byte count. A file system hands out whole blocks
-(`f_frsize`, 4 KiB on ext4, xfs and tmpfs), so a one-byte file takes 4 KiB of the free
-space, and it takes an inode, of which a file system has a fixed number. `footprint` counts
-both: every file rounded up to whole blocks (an empty file is counted as one block too,
-for its directory entry and any metadata block), plus one block per folder. A zip of 30,000
-one-byte members thus needs ~120 MB and 30,000 inodes, not the 30 KB its members declare.
-`disk` reads the numbers from `os.statvfs` of the folder written to.
+A download or an unpack from an untrusted mirror must never fill its disk: every write goes
+ahead only while the free space after it stays at or above a *reserve* (`DEFAULT_RESERVE`,
+`vprom download --reserve`). A write takes more than its bytes: a file system hands out
+whole blocks and one inode per file, so `footprint` rounds every file (an empty one too) up
+to whole blocks and counts a block per folder: a zip of 30,000 one-byte members needs
+~120 MB and 30,000 inodes, not 30 KB. `disk` reads the free space from `os.statvfs`.
 """
 
 from __future__ import annotations

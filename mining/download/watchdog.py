@@ -1,20 +1,13 @@
-"""A wall-clock deadline for a whole HTTP exchange, headers included, for `mining.download.fetch`.
+"""A wall-clock deadline for a whole HTTP exchange, headers included (`mining.download.fetch`).
 
-requests (through urllib3 and http.client) has only per-operation timeouts: `timeout=60`
-bounds the connect, and then *each* socket read, not the exchange. A server that sends its
-status line and headers one byte every 2 s never trips a 60 s read timeout, and a
-`Content-Length`-less body the same, so a client waiting on it hangs for as long as the
-server likes. Checking a clock between reads does not help while a read is blocked inside
-http.client's header parser.
-
-So the clock is enforced from outside: `Watch.until(end)` starts a timer thread; every
-socket the session opens or reuses in the meantime is registered with the watch (by
-connection classes mounted on the session: `watch(session)`), and when the timer fires it
-shuts the registered sockets down (`shutdown(SHUT_RDWR)` on the raw socket, which wakes a
-blocked `recv` at once on Linux and macOS and works the same under TLS). The blocked read
-then fails as a dropped connection, and the caller, seeing its clock run out, reports the
-deadline. A socket registered after the watch fired is shut down at once. DNS resolution
-happens before a socket exists and is bounded only by the system resolver.
+requests' timeouts bound each socket read, not the exchange: a server sending its headers
+one byte every 2 s never trips a 60 s read timeout, and a read blocked inside http.client's
+header parser cannot check a clock. So the clock is enforced from outside: `Watch.until(end)`
+starts a timer thread, every socket the session opens or reuses meanwhile is registered with
+the watch (by the connection classes `watch(session)` mounts), and when the timer fires it
+shuts them down (`shutdown(SHUT_RDWR)`, which wakes a blocked `recv`, under TLS too). The
+read then fails as a dropped connection, and the caller, seeing its clock run out, reports
+the deadline. DNS resolution is bounded only by the system resolver.
 """
 
 from __future__ import annotations

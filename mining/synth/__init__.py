@@ -1,45 +1,22 @@
 """`vprom synth`: a Visual Genome in miniature, in VG's own files, layout and schema.
 
-The corpus exists so that the whole pipeline (`vprom mine` → generate → extract → train)
-can run, and be tested, on any machine without the 15 GB download: `vprom mine` reads it
-through exactly the code path it uses for the real Visual Genome. It is *not* a substitute
-for Visual Genome when reporting results.
+The corpus lets the whole pipeline (`vprom mine` → generate → extract → train) run, and be
+tested, anywhere without the 15 GB download; `vprom mine` reads it through the code path it
+uses for Visual Genome. It is *not* a substitute for Visual Genome when reporting results.
 
-Output folder (VG's v1.2/v1.4 names and schemas):
+It holds VG's v1.2/v1.4 files: image_data.json, objects.json (v1.4, with merged ids),
+attributes.json (v1.2), region_descriptions.json, scene_graphs.json, relationships.json,
+question_answers.json, objects_v1_2.json, relationships_v1_2.json and synsets.json (written
+as `mining.synth.vg` says), the JPEGs in VG_100K/ and VG_100K_2/, and `synth_truth.json`
+(not VG's): the expected pools with their sources' ids, the noise injected (kind → effect
+and ids), what the VG-only files hold, the miner's rules assumed and every output's sha256.
 
-    image_data.json           [{width, url, height, image_id, coco_id, flickr_id}]
-                              (url names the image's folder; coco/flickr ids int or null)
-    objects.json              [{image_id, objects: [{synsets, h, object_id, merged_object_ids,
-                                                     names, w, y, x}], image_url}]      (v1.4)
-    attributes.json           [{image_id, attributes: [{synsets, h, object_id, names, w,
-                                                        [attributes], y, x}]}]          (v1.2)
-    region_descriptions.json  [{regions: [{region_id, width, height, image_id, phrase, y, x}],
-                                id}]
-    scene_graphs.json         [{relationships: [{synsets, predicate, relationship_id,
-                                                 object_id, subject_id}], image_id,
-                                objects: [{synsets, h, object_id, names, w, [attributes],
-                                           y, x}]}]
-    relationships.json        [{relationships: [{predicate, object, relationship_id, synsets,
-                                                 subject}], image_id}]                  (v1.4)
-    question_answers.json     [{id, qas: [{a_objects, question, image_id, qa_id, answer,
-                                           q_objects}]}]
-    synsets.json              [{synset_definition, synset_name}]
-    VG_100K/<image_id>.jpg, VG_100K_2/<image_id>.jpg
-    synth_truth.json          not VG: the injected noise and the pools the miner must recover
-
-Writing. Each image is planned and drawn from its own generator (`mining.synth.plan`; what
-it may show and which noise it carries: `mining.synth.spec`; its folder, outside ids, scene
-graph, relationships and questions: `mining.synth.vg`, from a generator of their own), so
-worker processes render the images in any order (`vprom.processes.ordered_map`, which a
-Ctrl-C never leaves hanging): each worker saves its JPEG and returns the image's seven
-records as JSON text, and the parent appends them, in image order, to the
-seven per-image files, written like VG's (`json.dumps` with its default separators, one
-line per file); synsets.json, the synsets all images name, is written last. The files are
-therefore byte-identical to a one-process run. `synth_truth.json` adds the expected pools
-(element type → super-attribute → element → crops, and the ids of their sources), the noise
-(kind → effect and ids), what the VG-only files hold (`vg`: the images in VG_100K_2, those
-with COCO and Flickr ids, relationship, question and synset counts), the miner rules
-assumed, and the sha256 of every output. The folder replaces `out` only when complete.
+Each image is planned and drawn from its own generator (`mining.synth.plan`), so worker
+processes render images in any order (`vprom.processes.ordered_map`): a worker saves the
+JPEG and returns the image's records as JSON text, which the parent appends in image order
+to the per-image files, written as VG's are (`json.dumps`'s default separators, one line
+per file). The files are byte-identical to a one-process run, and the folder replaces `out`
+only when complete.
 """
 
 from __future__ import annotations
@@ -142,7 +119,7 @@ def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1)
     with atomic_dir(out, marker=TRUTH) as tmp:
         for name in synth_vg.FOLDERS:
             (tmp / name).mkdir()
-        expected, noise, n_objects, n_regions, vg = _write_files(tmp, tmp, images, seed, workers)
+        expected, noise, n_objects, n_regions, vg = _write_files(tmp, images, seed, workers)
         truth = _truth(tmp, images, seed, expected, noise, vg)
         (tmp / TRUTH).write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return SynthSummary(out, images, n_objects, n_regions, truth["pools"],
@@ -150,7 +127,7 @@ def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1)
                         time.perf_counter() - start)
 
 
-def _write_files(tmp: Path, folder: Path, images: int, seed: int, workers: int):
+def _write_files(tmp: Path, images: int, seed: int, workers: int):
     from tqdm import tqdm
 
     handles = [open(tmp / name, "w", encoding="utf-8") for name in PER_IMAGE_FILES]
@@ -158,7 +135,7 @@ def _write_files(tmp: Path, folder: Path, images: int, seed: int, workers: int):
     n_objects = n_regions = 0
     vg: dict = {"VG_100K_2": [], "coco_id": [], "flickr_id": [], "relationships": 0,
                 "question_answers": 0, "synsets": set()}
-    jobs = ((seed, i, str(folder)) for i in range(images))
+    jobs = ((seed, i, str(tmp)) for i in range(images))
     try:
         # workers ignore Ctrl-C and are stopped when this block is left, however it is left
         with ordered_map(_render_to, jobs, workers, "synth", chunksize=16) as results:

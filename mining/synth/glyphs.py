@@ -1,16 +1,7 @@
 """The 52 object silhouettes of the synthetic corpus: the *object category* channel.
 
-Each category is one distinct connected glyph built from ellipses, polygons and cut-out
-holes (`GLYPHS`): ball, box, car, tree, flower, cup, bottle, chair, table, book, clock, lamp,
-sign, plate, bowl, kite, umbrella, bird, dog, cat, horse, bag, hat, apple, banana, pizza,
-airplane, house, shoe, candle, tie, boat, elephant, bench, truck, bicycle, laptop, racket,
-spoon, camera, toilet, tire, surfboard, skateboard, glove, flag, vase, phone, fork, carrot,
-cake, mountain. The silhouette alone tells the category; colour, material and texture are
-painted inside it (`mining.synth.paint`), and the other channels of an object are drawn
-around it (`mining.synth.objects`).
-
-A glyph is rendered as an "L" mask (255 inside) at the size it is drawn; masks are rendered
-once per (category, size) and cached, so an image costs a few Pillow calls per object.
+Each category is one distinct connected glyph of ellipses, polygons and cut-out holes
+(`GLYPHS`), rendered as an "L" mask at the size it is drawn, once per (category, size).
 """
 
 from __future__ import annotations
@@ -70,7 +61,7 @@ GLYPHS: dict[str, list[tuple]] = {
     "apple": [("ellipse", .14, .2, .86, .92), ("rect", .47, .04, .55, .28), ("ellipse", .54, .06, .78, .18)],
     "banana": [("arc", .06, -.34, .94, .78, 20, 160, .2)],
     "pizza": [("poly", [(.08, .18), (.92, .18), (.5, .96)]), ("rect", .06, .1, .94, .22)],
-    # the second 26 (added so that every object third holds >= 14 categories)
+    # the second 26: every object third (held-out objects) holds >= 14 categories
     "airplane": [("ellipse", .04, .42, .96, .58), ("poly", [(.5, .5), (.32, .06), (.44, .06), (.68, .5)]),
                  ("poly", [(.5, .5), (.32, .94), (.44, .94), (.68, .5)]),
                  ("poly", [(.1, .5), (.02, .26), (.1, .26), (.22, .5)]),

@@ -1,23 +1,13 @@
-"""Drawing the synthetic corpus's objects: every label an annotation claims is visible in the
-pixels.
+"""Drawing the synthetic corpus's objects: every label an annotation claims is visible.
 
-The scene planner (`mining.synth.plan`) decides *what* is in an image; this module and the
-ones it draws with decide how an object looks. Each visual element has one distinct
-rendering on its own *channel*, so elements of different super-attributes can be combined
-on one object without hiding each other, and a model can learn every element from pixels
-alone:
-
-| label kind | channel | rendering | drawn by |
-|---|---|---|---|
-| object category (52) | silhouette | a distinct connected glyph per category | `mining.synth.glyphs` |
-| color (11), material (6), texture (6) | glyph fill, surface, pattern | see the table there | `mining.synth.paint` |
-| scene (5), object action (4) | background inside the box, marks around the glyph | see the table there | `mining.synth.scenery` |
-| shape (5) | outline around the glyph | round: circle; square: square; rectangular: wide rectangle; triangular: triangle; curved: a thick arc | here |
-| plant condition (5, tree/flower) | the plant's foliage | leafy: green with leaves; bare: branches only; dry: straw-yellow with cracks; blooming: green with pink blossoms; dead: grey-brown and drooping | here |
-| count N (1-10) | group | N alike small glyphs of one category and colour on a plain mat, none touching | here |
-
-People (a figure whose parts carry the human attributes) are drawn by `mining.synth.people`.
-All randomness comes from the `numpy.random.Generator` passed in.
+Each visual element has its own rendering on its own *channel*, so elements of different
+super-attributes combine on one object without hiding each other: the category is the
+silhouette (`mining.synth.glyphs`); color, material and texture its fill, surface and pattern
+(`mining.synth.paint`); scene and object action the background inside the box and marks
+around the glyph (`mining.synth.scenery`); shape an outline around the glyph (round,
+square, rectangular, triangular, curved: here); plant condition the foliage of a tree or
+flower (leafy, bare, dry, blooming, dead: here); a count N, N alike glyphs on a plain mat.
+People are drawn by `mining.synth.people`. All randomness comes from the generator passed in.
 """
 
 from __future__ import annotations

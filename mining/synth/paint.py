@@ -1,17 +1,11 @@
-"""Colours and surfaces of the synthetic corpus: the palette, pattern tiles and the painting
-of the *color*, *material* and *texture* channels inside a glyph's mask.
+"""Colours and surfaces of the synthetic corpus: the *color*, *material* and *texture*
+channels, painted inside a glyph's mask.
 
-| label kind | channel | rendering |
-|---|---|---|
-| color (11) | glyph fill | the fill colour `COLORS[c]`; an object without a colour label is filled with the neutral `UNCOLORED` |
-| material (6) | glyph surface | wooden: brown with wavy grain; metal: grey vertical sheen; glass: see-through pale cyan with white highlights; plastic: glossy cyan-teal with a seam; brick: red-brown brick bond; stone: grey cobbles |
-| texture (6) | pattern over the fill | striped: diagonal stripes; spotted: dots; checkered: checkerboard; plaid: crossing bands; furry: short strokes spilling over the edge; smooth: shading gradient and a specular highlight |
-
-Patterns (the textures, wood grain, brick bond, cobbles) are precomputed `TILE`×`TILE`
-masks, one per name, cut with the glyph mask where they are inked (`fill_mask`), so painting
-a surface costs a few Pillow calls. A tile is drawn from a generator seeded by its name's stable hash,
-so tiles never vary between runs or processes; every other random choice comes from the
-`numpy.random.Generator` passed in.
+A colour is the glyph's fill (`COLORS`; `UNCOLORED` without a colour label); a material its
+surface (wooden grain, metal sheen, see-through glass, glossy plastic, brick bond, stone
+cobbles); a texture a pattern over the fill (stripes, dots, checkers, plaid, fur, smooth
+shading). Patterns are `TILE`×`TILE` masks drawn once per name from a generator seeded by the
+name's stable hash, so they never vary between runs or processes.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Drawing the synthetic corpus's people: a figure whose parts show its human attributes.
 
-Like an object's (`mining.synth.objects`), every human super-attribute has its own channel,
-so any two of them combine on one figure and each is visible on its own:
-
-| label kind | channel | rendering |
-|---|---|---|
-| person | figure | head, torso (the shirt), arms and legs drawn as thick strokes |
-| age | proportions | young: a small figure with a big head; old: stooped, with a cane; unlabelled: adult proportions |
-| hair style | hair | bald: bare head with a shine; curly: ring of dark curls; blond: yellow hair; unlabelled: short dark hair |
-| clothing style | shirt cut | casual: short sleeves and a chest logo; formal: lapels and a black tie; sleeveless: bare arms; unlabelled: long plain sleeves |
-| gender | marks | male: a beard; female: a skirt; unlabelled: trousers, no beard |
-| human action | pose | standing: straight, arms down; sitting: on a stool, thighs level; walking: small stride; running: wide stride, leaning, motion lines; unlabelled: straight, hands on the hips |
-| clothing color (6) | shirt fill | `COLORS[c]`; unlabelled: `UNCOLORED` |
-
-An unlabelled super-attribute is drawn in a way that is none of its elements, so a figure
-shows exactly the labels its annotation claims.
+Each human super-attribute has its own channel: age the proportions (young: small with a big
+head; old: stooped, with a cane), hair style the hair (bald, curly, blond), clothing style
+the shirt's cut (casual, formal, sleeveless), gender marks (a beard; a skirt), action the
+pose (standing, sitting, walking, running), clothing color the shirt's fill. An unlabelled
+super-attribute is drawn in a way that is none of its elements (short dark hair, long plain
+sleeves, trousers, hands on the hips, ...), so a figure shows exactly the labels it claims.
 """
 
 from __future__ import annotations

@@ -1,30 +1,17 @@
 """Planning one image of the synthetic corpus: what is where, its VG records, and what the
 miner must recover from it.
 
-Image i (id i+1) is planned and drawn from its own generator
-`numpy.random.default_rng([seed, i])` (`render_image`), so images are independent of each
-other: the writer (`mining.synth`) may render them in any order, in any number of processes.
-Each 384×288 image is a 3×2 grid of cells over a two-band background with clutter; each used
-cell holds one *entity*, of a kind drawn by `KIND_WEIGHTS`:
-
-- an object with 1–2 object attributes of different super-attributes (attributes drawn
-  uniformly over all elements, then a category that can show them: plant conditions on trees
-  and flowers, "parked" on cars, ...), rendered on separate visual channels
-  (`mining.synth.objects` documents the label → rendering table);
-- a person with 3 human attributes of super-attributes drawn uniformly (so no pool's crops
-  carry a fixed set of other labels, and every person crop has as many); every person shows
-  a gender, labelled or not (as in a photograph), and is named man, woman, boy or girl by
-  it and its youth (names imply labels: `mining/data/implied_labels.json`), or "person" a
-  quarter of the time whatever its labels, so a name marks no pool (`mining.synth.people`);
-- a count group: N = 1..10 alike glyphs in one region box, described "seven red balls" /
-  "7 balls";
-- a plain object (no attributes).
-
-Behind the entities, the sky and the ground are sometimes annotated, as the excluded
-background objects every photo has. A planner draws its entity into the image, appends its
-objects.json, attributes.json and region records to the image's `_Image`, injects the noise
-of `mining.synth.spec` (noting every case), and appends the crops the miner must find
-(`_Image.expected`) under the miner's rules: full-size entities have both sides of at least
+Image i (id i+1) is planned and drawn from its own generator `default_rng([seed, i])`
+(`render_image`), independent of every other. A 384×288 image is a 3×2 grid of cells over a
+two-band background; each cell used holds one entity, of a kind drawn by `KIND_WEIGHTS`:
+an object with 1–2 object attributes of different super-attributes (attributes drawn
+uniformly, then a category that can show them), a person with 3 human attributes (named man,
+woman, boy or girl by its gender and youth, or "person" a quarter of the time, so no name
+marks a pool), a count group (N = 1..10 alike glyphs, "seven red balls"), or a plain object.
+The sky and the ground are sometimes annotated too, as the excluded background every photo
+has. A planner draws its entity, appends its objects.json, attributes.json and region
+records, injects the noise of `mining.synth.spec` (noting each case), and appends the crops
+the miner must find under its rules: full-size entities have both sides of at least
 `FULL_SIDE`, small ones ("the same thing farther away") a side under `MIN_SIDE`.
 """
 
@@ -282,13 +269,13 @@ def _describe(rng, labels, name: str) -> str:
 
 def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
     # HUMAN_LABELS super-attributes drawn uniformly, so that a crop of one pool carries no
-    # fixed set of labels from the others; a fixed number, so no crop stands out by it. Three
-    # (not fewer): the candidates of a human matrix must carry known values of each other's
+    # fixed set of labels from the others; a fixed number, so no crop stands out by it. Three:
+    # the candidates of a human matrix must carry known values of each other's
     # super-attributes (`generation.human_candidates`), which two labels and a name rarely give.
     # Every person in a photograph shows a gender: an unlabelled one is drawn too, and the
-    # name says it (man, woman, boy, girl: implied labels) unless it is "person". The third
-    # label, the unlabelled gender and that name come from the person's own stream `aux`, so
-    # every other draw of the corpus stays as it was with two labels.
+    # name says it (man, woman, boy, girl: implied labels) unless it is "person". The labels
+    # past BASE_LABELS, the unlabelled gender and that name come from the person's own stream
+    # `aux`, apart from the image's generator.
     supers = list(HUMAN_ATTRIBUTES)
     chosen = sorted(rng.choice(len(supers), BASE_LABELS, replace=False).tolist())
     base = {supers[i]: _pick(rng, HUMAN_ATTRIBUTES[supers[i]]) for i in chosen}

@@ -1,17 +1,11 @@
-"""Scenery of the synthetic corpus: the image background, and what surrounds an object on
-the *scene* and *object action* channels.
+"""Scenery of the synthetic corpus: the image background, and the *scene* and *object
+action* channels around an object.
 
-Every image lies on two muted bands (sky and ground, split at the horizon) with
-low-saturation clutter, bits of real-photo noise (`background`). Inside an object's box:
-
-| label kind | channel | rendering |
-|---|---|---|
-| scene (5) | background inside the box | sunny: blue with a sun and rays; cloudy: grey-blue with clouds; snowy: flakes; rainy: dark slate with slanted rain; foggy: the whole box washed with white haze |
-| object action (4) | marks around the glyph | parked: on asphalt with a white line; flying: raised with motion lines and a shadow; hanging: on a string from the top with a hook; floating: half under blue waves |
-
-The scene background and the marks a glyph sits on or hangs from are drawn before the
-glyph, the waves and the fog after it, over it (`mining.synth.objects.draw_object` keeps that
-order). All randomness comes from the `numpy.random.Generator` passed in.
+Every image lies on two muted bands (sky and ground) with low-saturation clutter
+(`background`). A scene fills the object's box (sunny, cloudy, snowy, rainy; foggy washes it
+with haze over the glyph); an action marks it (parked: asphalt and a line; flying: motion
+lines and a shadow; hanging: a string and a hook; floating: waves over its lower half).
+All randomness comes from the generator passed in.
 """
 
 from __future__ import annotations

@@ -1,32 +1,15 @@
 """What the synthetic corpus shows and how it lies: its labels, its noise, and the miner's
 rules its expected pools assume.
 
-Labels. The corpus renders the object attributes of `OBJECT_ATTRIBUTES` (7 super-attributes,
-each a channel of the drawing: `mining.synth.objects`), the human attributes of
-`HUMAN_ATTRIBUTES` (`mining.synth.people`), the 52 object categories of `OBJECTS` (one glyph
-each: `mining.synth.glyphs`) and counts 1–10 (`vprom.domain.COUNTS`). An attribute is only
-put on a category that can show it (`CAN_SHOW`: plant conditions on trees and flowers,
-"parked" on cars, ...), and two attributes whose renderings share a channel are never put on
-one object (`CONFLICTS`). `check_vocabulary` refuses to write a corpus whose labels the
-miner's vocabulary (mining/data) would not recover.
+Labels: the object attributes of `OBJECT_ATTRIBUTES` and human attributes of
+`HUMAN_ATTRIBUTES`, each super-attribute a channel of the drawing; the 52 categories of
+`OBJECTS` (one glyph each) and counts 1–10. An attribute goes only on a category that can
+show it (`CAN_SHOW`), never with one that shares its channel (`CONFLICTS`);
+`check_vocabulary` refuses a corpus whose labels the miner's vocabulary would not recover.
 
-Noise, in proportions a miner must survive (`P`), is layered on top and every case is
-recorded in `synth_truth.json["noise"]` with the ids it touched (`NOISE_EFFECTS` says what
-the miner should make of each): synonyms, plurals, upper case and stray spaces in names,
-attributes and phrases; objects with no `attributes` key or `attributes: null`; boxes
-reaching outside the image; objects and regions under `MIN_SIDE` (100 px); two-colour
-(impure) objects; semantic attributes (open, empty); phrases with numbers that are not
-counts ("five o'clock", "a 10 years old boy", "number 7"); v1.4 merged duplicates (a second
-attributes.json record whose id is in the survivor's `merged_object_ids`); excluded
-background objects (sky, road, water, ground, wall, grass), some with attributes; objects
-with an empty `synsets` list and objects with two names of one category (drawn by
-`mining.synth.vg` from a generator of its own, so they change no pool).
-
-The expected pools are derived while planning under the miner's `RULES` (also written into
-`synth_truth.json`): box clipped to the image, both sides >= `MIN_SIDE`; excluded objects
-feed no pool; a super-attribute contributes a crop only with exactly one attribute; semantic
-attributes ignored; merged duplicates fold into their survivor; counts only from phrases
-that state a count of an object.
+Noise, in proportions a miner must survive (`P`), is noted in `synth_truth.json` with the
+ids it touched (`NOISE_EFFECTS` says what the miner should make of each). The expected pools
+follow the miner's `RULES`.
 """
 
 from __future__ import annotations
@@ -91,7 +74,7 @@ ATTRIBUTE_VARIANTS = {"gray": ("grey",), "wooden": ("wood",), "spotted": ("polka
 #: Human attributes of every person (of distinct super-attributes; its gender also shows in
 #: its name unless it is called "person").
 HUMAN_LABELS = 3
-#: Of them, drawn from the image's stream (the rest from the person's own, see synth_plan).
+#: Of them, drawn from the image's generator (the rest from the person's own, in `plan`).
 BASE_LABELS = 2
 
 #: Entity kinds (weights) and noise probabilities. Noise probabilities apply where the noise

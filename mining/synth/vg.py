@@ -1,37 +1,19 @@
-"""The rest of Visual Genome for the synthetic corpus: image folders, COCO/Flickr ids, scene
-graphs, relationships, question answers and synsets, consistent with the four files the
-miner reads.
+"""The rest of Visual Genome for the synthetic corpus, consistent with the four files the miner
+reads, for the tools people point at a VG folder (the official python driver, the Hugging Face
+`visual_genome` loader, bottom-up-attention's `setup_vg.py`):
 
-Visual Genome ships more than `vprom mine` needs, and the tools people point at a VG folder
-(the official python driver, the Hugging Face `visual_genome` loader, bottom-up-attention's
-`data/genome/setup_vg.py`) read those files too. So each image of the corpus also gets:
-
-- a folder: `VG_100K/` or `VG_100K_2/` (`P_META["second_folder"]` of the images), with the
-  `url` of image_data.json and the `image_url` of objects.json naming that folder, as VG's do;
-- `coco_id` and `flickr_id`: integers for some images (flickr ids above 2**31, as VG's are),
-  null for the rest, as in VG;
-- two annotation quirks of VG's objects, recorded as noise in `synth_truth.json`:
-  `no_synset` (an empty `synsets` list, in objects.json and attributes.json alike) and
-  `two_names` (a second name that is a synonym, plural or spelling of the same category,
-  so the miner's canonical labels, and every pool, are unchanged);
-- a scene graph (scene_graphs.json: the objects of objects.json, with their attributes, and
-  relationships by subject and object id), the same relationships with full subject and
-  object records (relationships.json, v1.4 keys: the subject carries one `name`, the object
-  a `names` list, as VG mixes them), and question answers about attributed objects
-  (question_answers.json). Relationships are geometric ("left of", "above", ...) between
-  consecutive objects, so each one is true of the boxes; answers are the attribute an
-  object carries in attributes.json;
-- VG's version 1.2 of objects.json and relationships.json (`objects_v1_2.json`,
-  `relationships_v1_2.json`): the same records without `merged_object_ids`, the one key
-  v1.4 added, for readers of v1.2 (the Hugging Face loader's `objects_v1.2.0` and
-  `relationships_v1.2.0`, whose features hold no such key).
-
-synsets.json lists, as `{synset_name, synset_definition}` records (the form the official
-driver's `init_synsets` reads), every synset any object or relationship names.
+- each image's folder (`VG_100K/` or `VG_100K_2/`, named in its `url` and `image_url`) and
+  its `coco_id` and `flickr_id` (integers for some images, null for the rest, as in VG);
+- two quirks of VG's objects, noted as noise: `no_synset` (an empty `synsets` list) and
+  `two_names` (a second name of the same category, so no pool changes);
+- scene_graphs.json (objects with their attributes, relationships by id), relationships.json
+  (v1.4: full subject and object records; geometric predicates, true of the boxes),
+  question_answers.json (the attribute an object carries), the v1.2 versions of objects.json
+  and relationships.json (without `merged_object_ids`), and synsets.json (every synset named).
 
 All of it is drawn from a generator of its own, `default_rng([seed, index, META_STREAM])`,
-never from the image's planning generator: the drawings, the four mined files' labels and
-the pools are exactly what they were without it.
+never the image's planning generator, so the four mined files and the pools do not depend
+on it.
 """
 
 from __future__ import annotations

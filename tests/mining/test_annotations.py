@@ -1,4 +1,4 @@
-"""What `mine` does with annotations no real image has (issue 20, row 15): an absurd image
+"""What `mine` does with annotations no real image has: an absurd image
 size is refused with its record named; empty, negative or outside boxes and repeated object
 ids are dropped and counted in the pools report and its summary, never silently."""
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vprom.errors import VpromError
-from vprom.mining import byte_ranges, pool_jobs, synth, typed_records
+from vprom.mining import byte_ranges, pool_jobs, synth
 from vprom.mining.pools import mine
 
 from .conftest import CORPUS, corpus, write_vg
@@ -38,12 +38,29 @@ def _products(out: Path) -> tuple:
     return data, manifest, sides
 
 
+def _streamed_passes(monkeypatch) -> list:
+    """The passes read by the streaming reader from now on, in order."""
+    streamed = []
+    real = pool_jobs._streamed
+    monkeypatch.setattr(pool_jobs, "_streamed", lambda kind, setup: streamed.append(kind)
+                        or real(kind, setup))
+    return streamed
+
+
+def _copy(corpus: Path, folder: Path) -> Path:
+    folder.mkdir()
+    for f in corpus.glob("*.json"):
+        (folder / f.name).write_bytes(f.read_bytes())
+    return folder
+
+
 def test_any_number_of_workers_gives_identical_pools(tmp_path, synthetic, monkeypatch):
     monkeypatch.setattr(byte_ranges, "TARGET", 2_000)  # many chunks even in a small corpus
-    jobs = list(pool_jobs._jobs({s: byte_ranges.ArrayScan(synthetic / f"{s}.json")
-                                 for s in ("objects", "attributes", "region_descriptions")}))
-    assert sum(kind == "objects" for kind, _ in jobs) > 5
-    assert sum(kind == "counts" for kind, _ in jobs) > 5
+    paths = {s: synthetic / f"{s}.json" for s in ("objects", "attributes", "region_descriptions")}
+    jobs = list(pool_jobs._jobs({kind: pool_jobs._scans(paths, kind)
+                                 for kind in ("objects", "counts")}))
+    assert sum(kind == "objects" and chunks is not None for kind, chunks in jobs) > 5
+    assert sum(kind == "counts" and chunks is not None for kind, chunks in jobs) > 5
     products = []
     for workers in (1, 2, 3):
         out = tmp_path / f"w{workers}" / "pools.h5"
@@ -56,18 +73,33 @@ def test_any_number_of_workers_gives_identical_pools(tmp_path, synthetic, monkey
     assert len(products[0][0]["crops/crop_id"]) > 0
 
 
-def test_typed_records_mine_what_the_dicts_mine(tmp_path, synthetic, monkeypatch):
-    """Every chunk of the corpus is read typed (msgspec), and mines what its dicts mine."""
+def test_records_in_another_layout_mine_in_chunks_as_when_streamed(tmp_path, synthetic,
+                                                                    monkeypatch, capsys):
+    """Float boxes and v1.0 keys do not fit the record structs: their chunks are read as
+    dicts, and mine what the streaming reader mines."""
+    other = _copy(synthetic, tmp_path / "other")
+    for stem, key in (("objects", "objects"), ("attributes", "attributes"),
+                      ("region_descriptions", "regions")):
+        records = json.loads((other / f"{stem}.json").read_text())
+        for record in records[::3]:
+            for item in record[key]:
+                item["x"] = float(item["x"])
+                item["id" if key != "regions" else "region_id"] = item.pop(
+                    "object_id" if key != "regions" else "region_id")
+        (other / f"{stem}.json").write_text(json.dumps(records))
     monkeypatch.setattr(byte_ranges, "TARGET", 2_000)
-    read = []
-    real = typed_records.read
-    monkeypatch.setattr(typed_records, "read", lambda buf, kind: read.append(
-        real(buf, kind) is not None) or real(buf, kind))
-    mine(synthetic, tmp_path / "typed" / "pools.h5", workers=1)
-    assert len(read) > 10 and all(read)
-    monkeypatch.setattr(typed_records, "msgspec", None)
-    mine(synthetic, tmp_path / "dicts" / "pools.h5", workers=1)
-    assert _products(tmp_path / "typed" / "pools.h5") == _products(tmp_path / "dicts" / "pools.h5")
+    streamed = _streamed_passes(monkeypatch)
+    mine(other, tmp_path / "chunks" / "pools.h5", workers=1)
+    assert streamed == [] and "streaming reader" not in capsys.readouterr().err
+    packed = write_vg(tmp_path / "zip", {stem: (other / f"{stem}.json").read_text() for stem in
+                                         ("image_data", "objects", "attributes",
+                                          "region_descriptions")},
+                      zipped=("objects", "attributes", "region_descriptions"))
+    mine(packed, tmp_path / "streamed" / "pools.h5", workers=1)
+    assert sorted(streamed) == ["counts", "objects"]
+    a = _products(tmp_path / "chunks" / "pools.h5")
+    b = _products(tmp_path / "streamed" / "pools.h5")
+    assert a[0] == b[0] and a[2][2] == b[2][2]  # the reports differ in the inputs only
 
 
 def test_a_zipped_pass_is_streamed_and_mines_the_same(tmp_path, monkeypatch):
@@ -95,40 +127,27 @@ def test_an_error_in_a_later_chunk_names_the_file_and_record(tmp_path, monkeypat
         mine(vg, tmp_path / "pools2.h5", workers=workers)
 
 
-def test_ends_found_by_the_join_mine_the_same_and_a_stray_record_is_streamed(
+def test_a_record_joined_otherwise_sends_its_pass_to_the_streaming_reader(
         tmp_path, synthetic, monkeypatch, capsys):
-    """Chunks cut where the join between records is found mine what one chunk per file
-    mines; a record joined otherwise (another key order) sends its pass to the streaming
-    reader, with the same result."""
+    """Chunks cut at the join between records mine what one chunk per file mines; a record
+    joined otherwise (another key order) sends its pass to the streaming reader, with the
+    same result and a note saying so."""
     monkeypatch.setattr(byte_ranges, "TARGET", 1 << 30)
     mine(synthetic, tmp_path / "whole" / "pools.h5", workers=1)
     want = _products(tmp_path / "whole" / "pools.h5")
     monkeypatch.setattr(byte_ranges, "TARGET", 2_000)
     monkeypatch.setattr(byte_ranges, "BLOCK", 4_096)
-    monkeypatch.setattr(byte_ranges, "LEARN", 4)
-    streamed = []
-    real = pool_jobs._streamed
-    monkeypatch.setattr(pool_jobs, "_streamed", lambda kind, setup: streamed.append(kind)
-                        or real(kind, setup))
-    joins = []
-    scan = byte_ranges.ArrayScan
-    monkeypatch.setattr(byte_ranges, "ArrayScan", lambda *a, **k: joins.append(scan(*a, **k))
-                        or joins[-1])
-    mine(synthetic, tmp_path / "marks" / "pools.h5", workers=1)
-    assert [bool(s.join) for s in joins] == [True, True, True] and streamed == []
-    assert "streaming reader" not in capsys.readouterr().err
-    assert _products(tmp_path / "marks" / "pools.h5") == want
+    streamed = _streamed_passes(monkeypatch)
+    mine(synthetic, tmp_path / "cut" / "pools.h5", workers=1)
+    assert streamed == [] and "streaming reader" not in capsys.readouterr().err
+    assert _products(tmp_path / "cut" / "pools.h5") == want
 
-    stray = tmp_path / "stray"
-    stray.mkdir()
-    for f in synthetic.glob("*.json"):
-        (stray / f.name).write_bytes(f.read_bytes())
+    stray = _copy(synthetic, tmp_path / "stray")
     regions = json.loads((stray / "region_descriptions.json").read_text())
     regions[30] = dict(reversed(regions[30].items()))  # its first key is no longer "regions"
     (stray / "region_descriptions.json").write_text(json.dumps(regions))
-    joins.clear()
     mine(stray, tmp_path / "s" / "pools.h5", workers=2)
-    assert all(s.join for s in joins) and streamed == ["counts"]
+    assert streamed == ["counts"]
     assert "mine: region_descriptions.json: a byte range did not hold the records" in \
         capsys.readouterr().err
     monkeypatch.setattr(byte_ranges, "TARGET", 1 << 30)

@@ -7,10 +7,21 @@ import zipfile
 
 import pytest
 
-from vprom.mining import readers
-from tests.mining.conftest import CORPUS, corpus, write_vg
 from vprom.errors import VpromError
 from vprom.io import sha256_file
+from vprom.mining import readers
+from vprom.mining.readers import Object, Region
+
+from .conftest import CORPUS, corpus, write_vg
+
+KEYS = {"objects": "objects", "attributes": "attributes", "region_descriptions": "regions"}
+
+
+def _read(path, stem=None):
+    """Every `ImageItems` of a file, read by the streaming reader, and its Source."""
+    stem = stem or path.name.split(".")[0]
+    with readers.Source(path) as source:
+        return list(readers.images(source, KEYS[stem])), source
 
 
 def test_locate_prefers_plain_json_then_zip_then_newest_version(tmp_path):
@@ -31,56 +42,58 @@ def test_locate_names_both_forms_when_missing(tmp_path):
 
 
 def test_image_data_accepts_image_id_and_id(vg_dir):
-    sizes = readers.image_sizes(vg_dir / "image_data.json")
+    sizes, sha = readers.image_sizes(vg_dir / "image_data.json")
     assert sizes == {1: (800, 600), 2: (500, 400), 3: (640, 480)}
+    assert sha == sha256_file(vg_dir / "image_data.json")
 
 
 def test_objects_handle_id_name_and_missing_synsets(vg_dir):
-    images = list(readers.read_objects(vg_dir / "objects.json"))
+    images, _ = _read(vg_dir / "objects.json")
     assert [i.image_id for i in images] == [1, 2, 3, 4]
     assert [i.index for i in images] == [0, 1, 2, 3]
-    by_id = {o.object_id: o for o in images[0].objects}
-    assert by_id[101].names == ("Shirt ",) and by_id[101].merged_ids == (150,)
-    assert by_id[102].names == ("car",) and (by_id[102].w, by_id[102].h) == (150, 120)  # "name"
-    assert by_id[109].names == ("bench.",)  # "id" instead of "object_id"
-    assert by_id[109].attributes == () and by_id[109].merged_ids == ()
-    assert images[2].objects == []
+    by_id = {o.object_id: o for o in images[0].items}
+    assert by_id[101].names == ["Shirt "] and by_id[101].merged_object_ids == [150]
+    assert by_id[102].names == ["car"] and (by_id[102].w, by_id[102].h) == (150, 120)  # "name"
+    assert by_id[109].names == ["bench."]  # "id" instead of "object_id"
+    assert not by_id[109].attributes and not by_id[109].merged_object_ids
+    assert images[2].items == []
 
 
 def test_v10_object_names_key(tmp_path):
     records = [{"id": 7, "attributes": [{"id": 70, "object_names": ["clock"], "x": 1, "y": 2,
                                          "w": 3, "h": 4, "attributes": ["green"]}]}]
     write_vg(tmp_path, {"attributes": records})
-    (image,) = readers.read_attributes(tmp_path / "attributes.json")
+    (image,), _ = _read(tmp_path / "attributes.json")
     assert image.image_id == 7
-    assert image.objects[0] == readers.VGObject(70, ("clock",), 1, 2, 3, 4, ("green",), ())
+    assert image.items == [Object(70, 1, 2, 3, 4, ["clock"], ["green"], [])]
 
 
-def test_attributes_missing_or_null(vg_dir):
-    images = list(readers.read_attributes(vg_dir / "attributes.json"))
-    first = {o.object_id: o.attributes for o in images[0].objects}
-    assert first[105] == ()  # no "attributes" key
-    assert first[102] == ("red", "Blue", "wood")
-    second = {o.object_id: o.attributes for o in images[1].objects}
-    assert second[201] == ()  # "attributes": null
+def test_attributes_missing_null_or_one_string(vg_dir, tmp_path):
+    images, _ = _read(vg_dir / "attributes.json")
+    first = {o.object_id: o.attributes for o in images[0].items}
+    assert not first[105]  # no "attributes" key
+    assert first[102] == ["red", "Blue", "wood"]
+    assert not {o.object_id: o.attributes for o in images[1].items}[201]  # null
+    records = [{"image_id": 1, "attributes": [{"object_id": 2, "x": 0, "y": 0, "w": 1, "h": 1,
+                                               "names": ["a"], "attributes": "red"}]}]
+    write_vg(tmp_path, {"attributes": records})
+    (image,), _ = _read(tmp_path / "attributes.json")
+    assert image.items[0].attributes == ["red"]
 
 
 def test_regions_use_width_height_and_top_level_id(vg_dir):
-    images = list(readers.read_regions(vg_dir / "region_descriptions.json"))
+    images, _ = _read(vg_dir / "region_descriptions.json")
     assert [i.image_id for i in images] == [1, 2, 3, 4]
-    r = images[0].regions[0]
-    assert r == readers.Region(1001, "three dogs on the grass", 0, 0, 300, 300)
+    assert images[0].items[0] == Region(1001, "three dogs on the grass", 0, 0, 300, 300)
 
 
 def test_zip_member_streams_like_the_plain_file(tmp_path):
     plain = write_vg(tmp_path / "plain")
     packed = write_vg(tmp_path / "zip", zipped=tuple(CORPUS))
-    for stem in ("objects", "attributes"):
-        a = list(readers.read_objects(plain / f"{stem}.json", key=stem))
-        b = list(readers.read_objects(readers.locate(packed, stem), key=stem))
-        assert a == b
-    assert (list(readers.read_regions(plain / "region_descriptions.json"))
-            == list(readers.read_regions(packed / "region_descriptions.json.zip")))
+    for stem in KEYS:
+        a, _ = _read(plain / f"{stem}.json")
+        b, _ = _read(readers.locate(packed, stem), stem)
+        assert [i[:3] for i in a] == [i[:3] for i in b]
 
 
 def test_zip_with_two_json_members_is_refused(tmp_path):
@@ -88,24 +101,22 @@ def test_zip_with_two_json_members_is_refused(tmp_path):
         z.writestr("objects.json", "[]")
         z.writestr("objects_v1_2.json", "[]")
     with pytest.raises(VpromError, match="exactly one .json member"):
-        list(readers.read_objects(tmp_path / "objects.json.zip"))
+        _read(tmp_path / "objects.json.zip")
 
 
 def test_sha256_is_taken_while_parsing(vg_dir, tmp_path):
-    sources: list = []
-    list(readers.read_regions(vg_dir / "region_descriptions.json", source_out=sources))
-    assert sources[0].sha256 == sha256_file(vg_dir / "region_descriptions.json")
+    _, source = _read(vg_dir / "region_descriptions.json")
+    assert source.sha256 == sha256_file(vg_dir / "region_descriptions.json")
     packed = write_vg(tmp_path / "zip", {"objects": CORPUS["objects"]}, zipped=("objects",))
-    sources = []
-    list(readers.read_objects(packed / "objects.json.zip", source_out=sources))
-    assert sources[0].sha256 == sha256_file(packed / "objects.json.zip")
+    _, source = _read(packed / "objects.json.zip")
+    assert source.sha256 == sha256_file(packed / "objects.json.zip")
 
 
 def test_truncated_json_names_file_and_last_record(tmp_path):
     text = json.dumps(CORPUS["objects"])
     write_vg(tmp_path, {"objects": text[: len(text) - 40]})
     with pytest.raises(VpromError) as e:
-        list(readers.read_objects(tmp_path / "objects.json"))
+        _read(tmp_path / "objects.json")
     msg = str(e.value)
     assert "objects.json" in msg and "truncated" in msg
     assert "after image record #2 (image id 3)" in msg and "near byte" in msg
@@ -116,15 +127,15 @@ def test_truncated_zip_member_is_a_clear_error(tmp_path):
     write_vg(tmp_path, {"region_descriptions": text[:200]}, zipped=("region_descriptions",))
     with pytest.raises(VpromError, match=r"region_descriptions\.json\.zip: invalid or truncated "
                                          "JSON before the first image record"):
-        list(readers.read_regions(tmp_path / "region_descriptions.json.zip"))
+        _read(tmp_path / "region_descriptions.json.zip")
 
 
 def test_not_an_array_of_records(tmp_path):
     write_vg(tmp_path, {"objects": {"objects": []}, "attributes": [1, 2]})
     with pytest.raises(VpromError, match="holds no image records"):
-        list(readers.read_objects(tmp_path / "objects.json"))
+        _read(tmp_path / "objects.json")
     with pytest.raises(VpromError, match="record #0 is a int"):
-        list(readers.read_attributes(tmp_path / "attributes.json"))
+        _read(tmp_path / "attributes.json")
 
 
 def test_missing_box_key_names_file_image_object_and_key(tmp_path):
@@ -132,7 +143,7 @@ def test_missing_box_key_names_file_image_object_and_key(tmp_path):
     del files["objects"][1]["objects"][1]["h"]
     write_vg(tmp_path, files)
     with pytest.raises(VpromError) as e:
-        list(readers.read_objects(tmp_path / "objects.json"))
+        _read(tmp_path / "objects.json")
     msg = str(e.value)
     assert "objects.json: image 2, object 202 has no 'h' key" in msg
 
@@ -144,11 +155,11 @@ def test_region_missing_box_key_and_missing_ids(tmp_path):
     del files["image_data"][1]["id"]
     write_vg(tmp_path, files)
     with pytest.raises(VpromError, match="image 1, region 1003 has no 'width' key"):
-        list(readers.read_regions(tmp_path / "region_descriptions.json"))
+        _read(tmp_path / "region_descriptions.json")
     with pytest.raises(VpromError, match="image 1, object #0 has no integer 'object_id'"):
-        list(readers.read_objects(tmp_path / "objects.json"))
+        _read(tmp_path / "objects.json")
     with pytest.raises(VpromError, match="image record #1 has no integer 'image_id'"):
-        list(readers.read_images(tmp_path / "image_data.json"))
+        readers.image_sizes(tmp_path / "image_data.json")
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -167,28 +178,17 @@ def test_an_image_listed_twice_is_refused_naming_both_records(tmp_path, workers)
     assert not (tmp_path / "pools.h5").exists()
 
 
-def test_every_reader_hands_out_its_source_and_hashes_the_file(vg_dir):
-    readers_by_stem = {"image_data": readers.read_images, "objects": readers.read_objects,
-                       "attributes": readers.read_attributes,
-                       "region_descriptions": readers.read_regions}
-    for stem, read in readers_by_stem.items():
-        sources: list = []
-        assert list(read(vg_dir / f"{stem}.json", source_out=sources))
-        (source,) = sources
-        assert source.sha256 == sha256_file(vg_dir / f"{stem}.json")
-
-
 def test_non_numeric_box(tmp_path):
     files = corpus()
     files["objects"][0]["objects"][2]["x"] = "left"
     write_vg(tmp_path, files)
     with pytest.raises(VpromError, match="image 1, object 103 has a non-numeric box"):
-        list(readers.read_objects(tmp_path / "objects.json"))
+        _read(tmp_path / "objects.json")
 
 
 def test_float_boxes_are_accepted(tmp_path):
     files = corpus()
     files["objects"][0]["objects"][0].update(x=10.0, w=200.7)
     write_vg(tmp_path, files)
-    first = next(iter(readers.read_objects(tmp_path / "objects.json"))).objects[0]
-    assert (first.x, first.w) == (10, 200)
+    images, _ = _read(tmp_path / "objects.json")
+    assert (images[0].items[0].x, images[0].items[0].w) == (10, 200)

@@ -87,14 +87,6 @@ def test_person_words_imply_visible_gender_and_age(vocab):
     assert all("young" in vocab.implied(w) for w in ("boy", "girl", "child", "kid", "baby"))
 
 
-def test_super_attributes_of_one_table_are_disjoint(vocab):
-    for human in (False, True):
-        groups = [vocab.attributes_of(s, human) for s in vocab.super_attributes(human)]
-        flat = [a for g in groups for a in g]
-        assert len(flat) == len(set(flat))
-        assert all(groups)
-
-
 @pytest.mark.parametrize("raw,expected", [
     ("grey", "gray"), ("Grey", "gray"), ("wood", "wooden"), ("balls", "ball"),
     ("tshirt", "t-shirt"), ("tee shirt", "t-shirt"), ("t shirt", "t-shirt"), ("T-Shirt", "t-shirt"),
@@ -142,9 +134,9 @@ def test_normalize_is_idempotent_and_trimmed(text):
     assert once == once.strip() and "  " not in once
 
 
-def test_vocabulary_pickles_and_hashes_for_worker_processes(vocab):
+def test_vocabulary_pickles_for_spawned_worker_processes(vocab):
     copy = pickle.loads(pickle.dumps(vocab))
-    assert copy == vocab and hash(copy) == hash(vocab)
+    assert copy == vocab
     assert copy.canonical("Grey") == "gray" and copy.super_attribute("red", human=False) == "color"
 
 
