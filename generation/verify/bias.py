@@ -2,7 +2,7 @@
 
 The neutral split's train and test parts, at most `PROBE_MAX` matrices of each element type;
 the candidates' labels, explicit and implied; with a FEATS.h5 made from this data set
-(`vprom.provenance.check_features_source`), the candidates' image features. Crops without
+(`vprom.feature_files.check_features_source`), the candidates' image features. Crops without
 features (NaN rows of `vprom extract --allow-missing`) take their matrices out of the
 feature probes, and the summary says how many.
 """
@@ -16,8 +16,7 @@ import numpy as np
 import vprom.generation.verify.audit as audit
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.loaded import Data
-from vprom.feature_files import load_features
-from vprom.provenance import check_features_source
+from vprom.feature_files import check_features_source, load_features
 from vprom.domain import N_CONTEXT, ElementType
 from vprom.tables import present_rows, string_codes
 
