@@ -1,12 +1,11 @@
 """The counts pass: region_descriptions.json into the COUNT pool (see `mining.pool_passes`).
 
-Every region goes through the box funnel (`pool_passes.clipped_box`, each case counted),
-then its phrase through the prefilter of `counts.parse_count` (a digit or a number word);
-only the phrases it finds (about one in twenty) are parsed. A counted phrase (`COUNTS`,
-1-10) whose region is large enough becomes a COUNT crop; a number that is not a count ("five
-o'clock", "a 10 year old boy") is counted by reason in the report and listed, with its
-region and image ids, in the pass's `excluded_rows`. VG repeats phrases ("two zebras" comes
-back thousands of times), so parses are memoised, up to `MEMO` phrases.
+Every region goes through the box funnel (`pool_passes.clipped_box`), then its phrase through
+the prefilter of `counts.parse_count` (a digit or a number word; about one phrase in twenty
+passes) and the parser. A count (`COUNTS`, 1-10) whose region is large enough becomes a COUNT
+crop; a number that is not a count ("five o'clock") is counted by reason and listed, with its
+region and image ids, in `excluded_rows`. VG repeats phrases ("two zebras" comes back
+thousands of times), so parses are memoised, up to `MEMO` phrases.
 """
 
 from __future__ import annotations
@@ -17,7 +16,13 @@ from functools import lru_cache, partial
 
 from vprom.domain import COUNTS, LABEL_SEPARATOR
 from vprom.mining.counts import parse_words, words_for
-from vprom.mining.pool_passes import SAMPLES, CropColumns, PassResult, clipped_box
+from vprom.mining.pool_passes import (
+    SAMPLES,
+    CropColumns,
+    PassResult,
+    clipped_box,
+    missing_image,
+)
 
 MEMO = 200_000  # numbered phrases whose parse is remembered
 
@@ -41,10 +46,7 @@ def mine_counts(images, sizes: dict, min_side: int, vocab) -> PassResult:
         counts["read"] += len(image.items)
         size = sizes.get(image.image_id)
         if size is None:
-            counts["missing_image"] += len(image.items)
-            counts["missing_image_records"] += 1
-            if len(stats["missing_image_ids"]) < 20:
-                stats["missing_image_ids"].append(image.image_id)
+            missing_image(image, stats, counts)
             continue
         for region in image.items:
             box = clipped_box(region.x, region.y, region.width, region.height, *size, counts)
