@@ -27,12 +27,14 @@ import numpy as np
 from tqdm import tqdm
 
 from vprom import processes
-from vprom.mining import byte_ranges, count_pass, readers
+from vprom.mining import byte_ranges, readers
 from vprom.mining.pool_passes import (
     SAMPLES,
     STRING_COLUMNS,
     CropColumns,
     PassResult,
+    count_stats,
+    mine_counts,
     mine_objects,
     object_stats,
 )
@@ -57,7 +59,7 @@ def run_passes(paths: dict, min_side: int, vocab, workers: int) -> list[PassResu
     setup = Setup(paths, sizes, min_side, vocab)
     scans = {kind: _scans(paths, kind) for kind in _FILES}
     joined = {OBJECTS: _Joined(object_stats(len(sizes))),
-              COUNTS: _Joined(count_pass.count_stats(len(sizes)))}
+              COUNTS: _Joined(count_stats(len(sizes)))}
     whole: dict[str, PassResult] = {}  # a pass read in one piece
     total = sum(p.stat().st_size for stem, p in paths.items() if stem != readers.IMAGE_DATA)
     with processes.ordered_map(partial(run_job, setup), _jobs(scans), workers, "mine",
@@ -138,7 +140,7 @@ def _streamed(kind: str, setup: Setup) -> PassResult:
 def _mine(kind: str, images: list, setup: Setup) -> PassResult:
     if kind == OBJECTS:
         return mine_objects(*images, setup.sizes, setup.min_side, setup.vocab)
-    return count_pass.mine_counts(images[0], setup.sizes, setup.min_side, setup.vocab)
+    return mine_counts(images[0], setup.sizes, setup.min_side, setup.vocab)
 
 
 class _Joined:

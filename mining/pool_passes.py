@@ -13,7 +13,12 @@
   enters the OBJECT pool if its names map to exactly one category, and for each
   super-attribute S of its attribute table (human when a name is a person word) the pool of
   S with its one attribute of S; a region with two attributes of S is *impure* there.
-* **counts pass** (`mining.count_pass.mine_counts`): region_descriptions.json.
+* **counts pass** (`mine_counts`): region_descriptions.json through the same box funnel,
+  then each phrase through the prefilter of `counts.parse_count` (a digit or a number word;
+  one phrase in twenty) and the parser. A count 1-10 whose region is large enough becomes a
+  COUNT crop; a number that is not a count ("five o'clock") is counted by reason and listed
+  with its region and image ids in `excluded_rows`. VG repeats phrases ("two zebras" comes
+  back thousands of times), so parses are memoised, up to `MEMO` phrases.
 
 A crop's `labels` hold every canonical label its source has: generation needs them to prove
 each matrix has one answer. A pass keeps its crops as typed arrays with one interned string
@@ -26,13 +31,15 @@ import time
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache, partial
 from itertools import zip_longest
 
 import numpy as np
 
 from vprom.errors import VpromError
 from vprom.images import clip_box
-from vprom.domain import LABEL_SEPARATOR, ElementType
+from vprom.domain import COUNTS, LABEL_SEPARATOR, ElementType
+from vprom.mining.counts import parse_words, words_for
 from vprom.mining.readers import ImageItems
 
 ELEMENT_TYPES = tuple(e.value for e in ElementType)  # crop order: this, then input order
@@ -288,3 +295,64 @@ def _add_attributes(image_id, box, source_id, attr_roles: dict, human: bool, voc
                      labels)
         else:  # "red and blue shirt": neither colour is a clean example of its pool
             stats["impure"][f"{element_type}\t{super_attribute}"] += 1
+
+
+MEMO = 200_000  # numbered phrases whose parse is remembered
+
+
+def count_stats(images: int) -> dict:
+    """The statistics a counts pass (or a piece of one) counts."""
+    return {"regions": Counter(), "count_excluded": Counter(), "count_samples": {},
+            "count_too_small": Counter(), "missing_image_ids": [], "images": images}
+
+
+def mine_counts(images, sizes: dict, min_side: int, vocab) -> PassResult:
+    """The counts pass over the `readers.ImageItems`s of region_descriptions.json."""
+    start = time.perf_counter()
+    stats = count_stats(len(sizes))
+    counts = stats["regions"]
+    cols, rows = CropColumns(), []
+    words = words_for(vocab)
+    numbered, ascii_numbered = words.prefilter.search, words.ascii_prefilter.search
+    parse = lru_cache(maxsize=MEMO)(partial(parse_words, words=words))
+    for image in images:
+        counts["read"] += len(image.items)
+        size = sizes.get(image.image_id)
+        if size is None:
+            missing_image(image, stats, counts)
+            continue
+        for region in image.items:
+            box = clipped_box(region.x, region.y, region.width, region.height, *size, counts)
+            phrase = region.phrase.lower()
+            if box is None or not (ascii_numbered if phrase.isascii() else numbered)(phrase):
+                continue
+            parsed = parse(region.phrase)
+            if parsed is not None:
+                _mine_phrase(image.image_id, box, region.region_id, region.phrase, parsed,
+                             min_side, vocab, stats, cols, rows)
+    return PassResult(cols.numpy(), cols.strings, stats, {}, rows,
+                      seconds=time.perf_counter() - start)
+
+
+def _mine_phrase(image_id: int, box: tuple, region_id: int, phrase: str, parsed,
+                 min_side: int, vocab, stats: dict, cols: CropColumns, rows: list) -> None:
+    """A phrase with a number whose box passed the funnel: a COUNT crop, or counted out."""
+    counts = stats["regions"]
+    counts["with_number"] += 1
+    if parsed.count not in COUNTS:
+        reason = parsed.excluded or "out of range"
+        stats["count_excluded"][reason] += 1
+        samples = stats["count_samples"].setdefault(reason, [])
+        if len(samples) < SAMPLES:
+            samples.append(phrase)
+        one_line = " ".join(phrase.split())  # one line, no tabs
+        rows.append(f"{region_id}\t{image_id}\t{reason}\t{parsed.number}\t{one_line}")
+        return
+    counts["counted"] += 1
+    if box[2] < min_side or box[3] < min_side:
+        stats["count_too_small"][str(parsed.count)] += 1
+        return
+    element = str(parsed.count)
+    noun = vocab.canonical(parsed.noun) if parsed.noun else ""
+    labels = cols.intern(LABEL_SEPARATOR.join(sorted({element, noun} - {""})))
+    cols.add("count", element, "", image_id, box, region_id, phrase, labels)

@@ -1,21 +1,15 @@
-"""Curated vocabularies (the JSON files under `mining/data/`, see docs/generation.md) and
-label normalisation.
+"""Curated vocabularies (the JSON files under `mining/data/`) and label normalisation.
 
 `object_attributes.json` and `human_attributes.json` map each super-attribute to its
-attributes; `objects.json` lists the categories and `person_words.json` the names of one
-person; `implied_labels.json` the human-attribute values a name implies (man -> male, adult);
-`excluded.json` the objects and attributes the miner drops, by reason; `aliases.json` maps
-variants (spellings, irregular plurals, synonyms, subtypes) to canonical labels.
-
-`load_vocabulary` reads and validates them, refusing with the file and the label: a label
-not in normal form (`normalize`), empty or listed twice, in two super-attributes of a table,
-or in two tables that exclude each other; a super-attribute that is not the paper's; an alias
-whose variant is canonical, or whose chain does not end at a canonical label; an implied
-label of a name that is no person word or category, or of a value that is no human attribute.
+attributes; `objects.json` lists the categories, `person_words.json` the names of one person,
+`implied_labels.json` the human attributes a name implies (man -> male, adult),
+`excluded.json` the objects and attributes the miner drops, by reason, and `aliases.json`
+maps variants (spellings, plurals, synonyms, subtypes) to canonical labels. `load_vocabulary`
+validates them, naming the file and the label it refuses.
 
 `Vocabulary.canonical` maps a raw VG name to its canonical label: normalised, an alias wins,
-a canonical label stays, and a regular plural ("boxes", "cherries") loses its ending only when
-the singular is known (so "glass" and "bus" keep theirs). Unknown labels come back normalised.
+a canonical label stays, and a regular plural ("boxes") loses its ending only when the
+singular is known (so "glass" and "bus" keep theirs); unknown labels come back normalised.
 The miner asks millions of times for ~100k distinct names, so answers are memoised.
 """
 
@@ -95,10 +89,9 @@ class Vocabulary:
     @functools.cached_property
     def known(self) -> frozenset[str]:
         """Every canonical label of every table."""
-        return frozenset().union(
-            self.object_attributes, self.human_attributes, self.objects, self.person_words,
-            self.excluded_objects, self.excluded_attributes,
-        )
+        return frozenset().union(self.object_attributes, self.human_attributes, self.objects,
+                                 self.person_words, self.excluded_objects,
+                                 self.excluded_attributes)
 
     def canonical(self, label: str) -> str:
         """The canonical label of a raw name; unknown names come back normalised."""
@@ -121,18 +114,6 @@ class Vocabulary:
             if stem in self.known:
                 return stem
         return label
-
-    def is_person(self, name: str) -> bool:
-        return self.canonical(name) in self.person_words
-
-    def implied(self, name: str) -> tuple[str, ...]:
-        """The human-attribute values a region name implies ("men" -> male, adult)."""
-        return self.implied_labels.get(self.canonical(name), ())
-
-    def super_attribute(self, attribute: str, human: bool) -> str | None:
-        """The super-attribute of an attribute in the human or the object table, else None."""
-        table = self.human_attributes if human else self.object_attributes
-        return table.get(self.canonical(attribute))
 
 
 _DEFAULT: Vocabulary | None = None

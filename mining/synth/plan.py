@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from PIL import Image
 
-from vprom.mining.synth.objects import draw_count, draw_object
+from vprom.mining.synth.objects import background, draw_count, draw_object
 from vprom.mining.synth.paint import COLORS, muted
 from vprom.mining.synth.people import draw_person
-from vprom.mining.synth.scenery import background
 from vprom.mining.synth.spec import (
     ALL_OBJECT_ATTRIBUTES,
     ATTRIBUTE_VARIANTS,
