@@ -33,16 +33,6 @@ HUMAN_SUPER_ATTRIBUTES = (
     "age", "hair style", "clothing style", "gender", "action", "clothing color",
 )
 
-FILES = {
-    "object_attributes": "object_attributes.json",
-    "human_attributes": "human_attributes.json",
-    "objects": "objects.json",
-    "person_words": "person_words.json",
-    "implied_labels": "implied_labels.json",
-    "excluded": "excluded.json",
-    "aliases": "aliases.json",
-}
-
 # Anything that is neither a word character, whitespace, a hyphen nor an apostrophe splits
 # words; "_" counts as punctuation although \w matches it.
 _PUNCT = re.compile(r"[^\w\s'\-]|_")
@@ -130,18 +120,18 @@ def load_vocabulary(folder: Path | None = None) -> Vocabulary:
 
 
 def _load(folder: Path) -> Vocabulary:
-    object_attributes = _attribute_table(folder / FILES["object_attributes"],
+    object_attributes = _attribute_table(folder / "object_attributes.json",
                                          OBJECT_SUPER_ATTRIBUTES)
-    human_attributes = _attribute_table(folder / FILES["human_attributes"], HUMAN_SUPER_ATTRIBUTES)
-    objects = _label_set(folder / FILES["objects"], "objects")
-    person_words = _label_set(folder / FILES["person_words"], "person_words")
-    excluded_objects, excluded_attributes = _excluded(folder / FILES["excluded"])
+    human_attributes = _attribute_table(folder / "human_attributes.json", HUMAN_SUPER_ATTRIBUTES)
+    objects = _label_set(folder / "objects.json", "objects")
+    person_words = _label_set(folder / "person_words.json", "person_words")
+    excluded_objects, excluded_attributes = _excluded(folder / "excluded.json")
     _check_disjoint(folder, objects, person_words, excluded_objects,
                     object_attributes, human_attributes, excluded_attributes)
     known = frozenset().union(object_attributes, human_attributes, objects, person_words,
                               excluded_objects, excluded_attributes)
-    aliases = _aliases(folder / FILES["aliases"], known)
-    implied = _implied(folder / FILES["implied_labels"], objects | person_words, human_attributes)
+    aliases = _aliases(folder / "aliases.json", known)
+    implied = _implied(folder / "implied_labels.json", objects | person_words, human_attributes)
     return Vocabulary(object_attributes, human_attributes, objects, person_words,
                       excluded_objects, excluded_attributes, aliases, implied)
 
@@ -232,14 +222,14 @@ def _excluded(path: Path) -> tuple[frozenset[str], frozenset[str]]:
 def _check_disjoint(folder, objects, person_words, excluded_objects,
                     object_attributes, human_attributes, excluded_attributes) -> None:
     checks = [
-        (objects & excluded_objects, FILES["excluded"],
+        (objects & excluded_objects, "excluded.json",
          "is an excluded object and a category in objects.json"),
-        (objects & person_words, FILES["person_words"],
+        (objects & person_words, "person_words.json",
          "is a person word and a category in objects.json"),
-        (person_words & excluded_objects, FILES["excluded"],
+        (person_words & excluded_objects, "excluded.json",
          "is an excluded object and a person word"),
         (excluded_attributes & (object_attributes.keys() | human_attributes.keys()),
-         FILES["excluded"], "is an excluded attribute and listed in an attribute table"),
+         "excluded.json", "is an excluded attribute and listed in an attribute table"),
     ]
     for clash, file, what in checks:
         if clash:
