@@ -144,30 +144,27 @@ def _reach(scan: JoinScan, index: int) -> bool:
     return len(scan.ends) > index
 
 
-def load(chunk: Chunk, record: type | None = None) -> list:
+def load(chunk: Chunk, record: type) -> list:
     """The records of `chunk`, as `record` structs where they all fit its types, else as plain
     dicts and lists; ValueError when its bytes are not exactly `chunk.count` whole records of
-    valid JSON. The bytes are read once into a buffer with room for the "[" and "]"."""
-    size = chunk.stop - chunk.start
-    buf = bytearray(size + 2)
+    valid JSON."""
     with open(chunk.path, "rb") as f:
         f.seek(chunk.start)
-        if f.readinto(memoryview(buf)[1:size + 1]) != size:
-            raise ValueError(f"{chunk.path}: shorter than when it was scanned")
-    buf[0], buf[-1] = 0x5B, 0x20 if chunk.last else 0x5D  # "[", and " " or "]"
-    if chunk.first > 0:
-        comma = 1
-        while comma <= size and buf[comma] in b" \t\r\n":
-            comma += 1
-        if comma > size or buf[comma] != 0x2C:
+        data = f.read(chunk.stop - chunk.start)
+    if len(data) != chunk.stop - chunk.start:
+        raise ValueError(f"{chunk.path}: shorter than when it was scanned")
+    if chunk.first > 0:  # the comma after the record before the chunk
+        data = data.lstrip(b" \t\r\n")
+        if not data.startswith(b","):
             raise ValueError(f"{chunk.path}: no comma before record #{chunk.first}")
-        buf[comma] = 0x20
-    if not buf.isascii():
-        buf.decode("utf-8")  # all of it: a typed parse checks only the strings it keeps
+        data = data[1:]
+    if not data.isascii():
+        data.decode("utf-8")  # all of it: a typed parse checks only the strings it keeps
+    text = b"[" + data + (b"" if chunk.last else b"]")  # the last chunk holds the array's "]"
     try:
-        records = msgspec.json.decode(buf, type=list[record] if record else list)
+        records = msgspec.json.decode(text, type=list[record])
     except msgspec.ValidationError:  # another layout: the caller reads the dicts
-        records = msgspec.json.decode(buf)
+        records = msgspec.json.decode(text)
     if not isinstance(records, list) or len(records) != chunk.count:
         raise ValueError(f"{chunk.path}: not the {chunk.count} records the scan found there")
     return records
