@@ -41,11 +41,8 @@ _QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u2010": "-", 
 
 @functools.lru_cache(maxsize=1 << 18)
 def normalize(label: str) -> str:
-    """Lower-case, replace punctuation by spaces, trim, collapse whitespace.
-
-    Hyphens and apostrophes survive only inside a word ("t-shirt", "man's"); at a word's edge
-    they are dropped ("'red'" -> "red", "- sign" -> "sign"). Returns "" when nothing is left.
-    """
+    """Lower-case, replace punctuation by spaces, collapse whitespace; hyphens and apostrophes
+    survive only inside a word ("t-shirt", "man's"; "'red'" -> "red"); "" when nothing is left."""
     text = _PUNCT.sub(" ", label.translate(_QUOTES).lower())
     words = (word.strip("-'") for word in text.split())
     return " ".join(word for word in words if word)
@@ -106,17 +103,14 @@ class Vocabulary:
         return label
 
 
-_DEFAULT: Vocabulary | None = None
-
-
 def load_vocabulary(folder: Path | None = None) -> Vocabulary:
     """Read and validate the vocabulary files of `folder` (default: mining/data, cached)."""
-    global _DEFAULT
-    if folder is None:
-        if _DEFAULT is None:
-            _DEFAULT = _load(DATA_DIR)
-        return _DEFAULT
-    return _load(Path(folder))
+    return _default() if folder is None else _load(Path(folder))
+
+
+@functools.cache
+def _default() -> Vocabulary:
+    return _load(DATA_DIR)
 
 
 def _load(folder: Path) -> Vocabulary:
