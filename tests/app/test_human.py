@@ -284,7 +284,7 @@ def test_a_second_server_on_one_study_is_refused(study, tmp_path):
     shutil.copytree(study, folder)
     root = Path(__file__).resolve().parents[2]
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; from vprom.outputs import output_lock\n"
+        [sys.executable, "-c", "import time; from vprom.claim import output_lock\n"
          f"with output_lock({str(folder / 'responses')!r}):\n    print('held', flush=True); "
          "time.sleep(60)"], env={**os.environ, "PYTHONPATH": str(root)},
         stdout=subprocess.PIPE, text=True)

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (a fixture)
-from vprom.io import make_manifest
+from vprom.manifest import make_manifest
 from vprom.tables import CropTable, set_manifest
 
 IMAGE_IDS = (11, 12, 13, 14, 15)

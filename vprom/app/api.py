@@ -200,10 +200,10 @@ def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = 
     >>> report.ok, report.failures()
     (True, '')
     """
-    from vprom.app.lineage import lineage_problems
+    from vprom.app.build import stale_stages
     from vprom.generation.verify import verify as run
 
-    problems = lineage_problems(dataset, pools)
+    problems = stale_stages(dataset, pools)
     if problems:
         raise VpromError(f"{dataset}: verification failed (inputs: {'; '.join(problems)})")
     return run(dataset, _rules(rules), features=features, workers=_workers(workers))
@@ -228,7 +228,7 @@ def stats(dataset: Path, *, json: Path | None = None) -> dict:
 
     if json is None:
         return run(dataset)
-    from vprom.outputs import claim
+    from vprom.claim import claim
 
     with claim(json, ("stats",), inputs=(dataset,)):
         figures = run(dataset)
@@ -289,7 +289,7 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
     >>> print(vprom.export("build/small/dataset.h5", "jsonl", "build/small/dataset.jsonl"))
     wrote build/small/dataset.jsonl: ... matrices as JSON lines
     """
-    from vprom.io import check_output
+    from vprom.claim import check_output
 
     try:  # before any work
         out = check_output(out, folder=format != "jsonl")

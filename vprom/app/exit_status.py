@@ -17,7 +17,7 @@ import sys
 
 from vprom.app.options import Done, options_of
 from vprom.errors import VpromError
-from vprom.outputs import waiting
+from vprom.claim import waiting
 
 #: What to tell a user whose command was interrupted (the others start over when run again).
 RESUME_HINT = {

@@ -36,8 +36,8 @@ from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
 from vprom.baselines.run_checks import did_not_learn
 from vprom.errors import VpromError
 from vprom.generation.verify.ceiling import perception_hits
-from vprom.io import sha256_file, write_json
-from vprom.provenance import dataset_content_hash
+from vprom.files import sha256_file, write_json
+from vprom.manifest import input_hash
 from vprom.domain import CHANCE, N_CANDIDATES, SPLITS
 from vprom.tables import crop_rows, read_matrix_table
 
@@ -226,7 +226,7 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str =
         "seed": None,
         "features": {"backbone": features, "weights": None, "path": None},
         "dataset": str(dataset),
-        "dataset_content_hash": dataset_content_hash(dataset),
+        "dataset_content_hash": input_hash(dataset),
         "config": {"scored_by": SCORED_BY, "predictions": str(predictions),
                    "predictions_sha256": sha256_file(predictions),
                    "not_scored": int(len(found.matrix_id) - len(test)),

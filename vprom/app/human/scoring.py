@@ -21,7 +21,7 @@ import numpy as np
 from vprom.app.human.study import load_key
 from vprom.baselines.metrics import breakdowns, score
 from vprom.errors import VpromError
-from vprom.io import write_json
+from vprom.files import write_json
 from vprom.domain import CHANCE
 
 #: the paper's human baseline (Teney et al. 2020, section 6)

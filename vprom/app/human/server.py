@@ -38,7 +38,7 @@ import numpy as np
 
 from vprom.app.human.study import load_key
 from vprom.errors import VpromError
-from vprom.outputs import output_lock
+from vprom.claim import output_lock
 from vprom.domain import N_CANDIDATES
 
 PARTICIPANT = re.compile(r"[A-Za-z0-9_-]{1,64}")
