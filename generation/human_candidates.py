@@ -67,7 +67,6 @@ class HumanSampler:
     element_id: list[int]  # crop row -> its element id
     label: str = ""
     skipped: list[str] = field(default_factory=list)
-    options: list = field(default_factory=list)  # (the answer-first samplers' field)
     focus_ok: bool = True  # some profile has a focus of `focus` (`shortfall`)
     _max: dict = field(default_factory=dict)
     _knowing: dict = field(default_factory=dict)

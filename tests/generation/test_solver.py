@@ -14,7 +14,7 @@ from vprom.domain import RELATIONS_OF, ElementType, Matrix, Relation
 from vprom.generation.relations import RULES
 from vprom.generation.draws import Draws
 from vprom.generation.solver import Universe, check_matrix, completion_mask
-from tests.generation.solving import valid_candidates
+from tests.generation.direct import valid_candidates
 
 OA = ElementType.OBJECT_ATTRIBUTE
 

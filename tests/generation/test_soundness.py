@@ -21,7 +21,7 @@ from tests.generation.conftest import HUMAN_ATTRIBUTES, VOCABULARY, tiny_crops
 from vprom.errors import VpromError
 from vprom.domain import Matrix, Relation
 from vprom.generation.solver import check_matrix
-from tests.generation.solving import valid_candidates
+from tests.generation.direct import valid_candidates
 
 RULES = load_rules()
 
