@@ -131,7 +131,6 @@ class MatrixPlan:
     seed: int
     design: HeldOutDesign
     groups: list[Group]
-    quotas: list[int]
     group_of: np.ndarray  # int16 per matrix
     neutral_side: np.ndarray  # int8 per matrix
     answer: np.ndarray  # int8 per matrix
@@ -166,5 +165,5 @@ def make_plan(scale: float, seed: int, design: HeldOutDesign) -> MatrixPlan:
         k = int(round(len(where) * design.neutral_test_fraction))
         neutral[rng.permutation(where)[:k]] = 1
     answer = rng.permutation(np.arange(len(group_of)) % N_CANDIDATES).astype(np.int8)
-    return MatrixPlan(scale, seed, design, groups, quotas, group_of, neutral, answer)
+    return MatrixPlan(scale, seed, design, groups, group_of, neutral, answer)
 

@@ -283,15 +283,15 @@ class _File(h5py.File):
         return False
 
 
-def open_h5(path: str | Path, mode: str = "r") -> h5py.File:
-    """Open an HDF5 file, turning 'not there' and 'not HDF5' into a clear VpromError."""
+def open_h5(path: str | Path) -> h5py.File:
+    """Open an HDF5 file to read, turning 'not there' and 'not HDF5' into a clear VpromError."""
     path = Path(path)
-    if mode == "r" and path.is_dir():
+    if path.is_dir():
         raise VpromError(f"{path}: is a folder; give the path of an HDF5 file inside it")
-    if mode == "r" and not path.is_file():
+    if not path.is_file():
         raise VpromError(f"{path}: no such file")
     try:
-        h5 = _File(path, mode)
+        h5 = _File(path, "r")
         h5.vprom_path = path
         return h5
     except OSError as e:

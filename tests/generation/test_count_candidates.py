@@ -129,8 +129,7 @@ def _count_progressions_only(scale: float):
                          if full.groups[g].element_type.value == "count"
                          and full.groups[g].relation is Relation.PROGRESSION])
         group_of = full.group_of[keep]
-        quotas = np.bincount(group_of, minlength=len(full.groups)).tolist()
-        return MatrixPlan(full.scale, seed, design, full.groups, quotas, group_of,
+        return MatrixPlan(full.scale, seed, design, full.groups, group_of,
                           full.neutral_side[keep], full.answer[keep])
     return plan
 
