@@ -41,10 +41,7 @@ def bits(mask: int):
 
 def positions(mask: int):
     """The bit positions set in `mask`, lowest first."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
+    return (low.bit_length() - 1 for low in bits(mask))
 
 
 class Rule:

@@ -47,12 +47,9 @@ BLOCKS = hasattr(signal, "pthread_sigmask")  # POSIX
 
 
 def context(method: str = "spawn"):
-    """Spawned by default: safe with h5py and threads, and the same on every OS.
-
-    `"fork"` lets workers share what the parent built before they start (copy-on-write):
-    only for a parent without threads of its own and with no HDF5 file open that a worker
-    will use, and only on POSIX.
-    """
+    """Spawned by default: safe with h5py and threads, and the same on every OS. `"fork"`
+    (POSIX) shares what the parent built, copy-on-write: only for a parent without threads of
+    its own and with no HDF5 file open that a worker will use."""
     if method == "fork" and "fork" not in multiprocessing.get_all_start_methods():
         method = "spawn"
     return multiprocessing.get_context(method)
