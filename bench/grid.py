@@ -92,8 +92,9 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 
 def learnable_task(folder: Path) -> tuple[Path, Path]:
-    from tests.baselines.conftest import write_pair
+    from suite_builders import load
 
+    write_pair = load("tests/baselines/conftest.py").write_pair
     if not (folder / "feats.h5").is_file():
         write_pair(folder, n=2400, dim=256, seed=0)
     return folder / "dataset.h5", folder / "feats.h5"

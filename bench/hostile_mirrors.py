@@ -25,10 +25,12 @@ import time
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from tests.mining import hostile
+from suite_builders import load
 from vprom.errors import VpromError
 from vprom.mining.download import archives
 from vprom.mining.download import download
+
+hostile = load("tests/mining/hostile.py")
 
 
 def _serve():
