@@ -6,7 +6,7 @@ if any) and scores them with `baselines.metrics`, which `vprom score` shares: ac
 95% Wilson interval, overall, per relation, per element type and per relation x element type.
 
 First `check_inputs` refuses a data set other than the one the run was trained on (its
-recorded content hash, `vprom.provenance`), features of another data set, and features other
+recorded content hash, `vprom.manifest`), features of another data set, and features other
 than the run's (their attributes differ). The metrics record the run's resolved settings and
 whether it did not learn (`baselines.run_checks`); they are written atomically to
 `RUN/metrics.json` and returned.
@@ -25,8 +25,9 @@ from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
 from vprom.baselines.run_folder import load_checkpoint, plain_record, portable
 from vprom.baselines.train import build_model, predict
 from vprom.errors import VpromError
-from vprom.io import write_json
-from vprom.provenance import check_features_source, dataset_content_hash, same_dataset
+from vprom.feature_files import check_features_source
+from vprom.files import write_json
+from vprom.manifest import check_made_from, input_hash
 from vprom.domain import CHANCE
 from vprom.runtime import resolve_device
 
@@ -58,7 +59,8 @@ def check_inputs(run: Path, manifest: dict, state: dict, data_attrs: dict | None
     config = state["config"]
     recorded = state.get("dataset") or manifest.get("dataset") or {
         "sha256": (manifest.get("inputs") or {}).get("dataset")}
-    same_dataset(recorded, config["dataset"], f"the run {run}")
+    check_made_from(recorded, config["dataset"], f"the run {run}",
+                    "restore that data set, or train a new run on this one")
     check_features_source(config["dataset"], config["features"])
     if data_attrs is None:
         return
@@ -97,7 +99,7 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
         "features": {k: state["features_attrs"].get(k) for k in ("backbone", "weights")}
         | {"path": str(config.features)},
         "dataset": str(config.dataset),
-        "dataset_content_hash": dataset_content_hash(config.dataset),
+        "dataset_content_hash": input_hash(config.dataset),
         "config": config.to_dict(),
         "checkpoint": {"epoch": state["best"]["epoch"] + 1, "val_acc": state["best"]["val_acc"]},
         "chance": CHANCE,

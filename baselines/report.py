@@ -30,8 +30,8 @@ from vprom.baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED
 from vprom.baselines.run_checks import (check_alike, control_result, did_not_learn, is_control,
                                         settings)
 from vprom.errors import VpromError
-from vprom.io import atomic_path, write_text
-from vprom.outputs import writes
+from vprom.files import atomic_path, write_text
+from vprom.claim import writes
 from vprom.domain import SPLITS, ElementType, Relation
 
 

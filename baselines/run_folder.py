@@ -4,7 +4,9 @@ Files: config.json, history.json, last.pt (the run's truth: weights, optimiser s
 best epoch, config), best.pt, each written atomically by `train`, and metrics.json by
 `evaluate`. Before any data is read, `place_run` decides what to do with OUT:
 - nothing there, or only a config.json: a fresh run;
-- a run of other settings (other than `RESUMABLE` ones): refused, naming each setting;
+- a run that is not current (`vprom.manifest.is_current`: its manifest, config.json, records
+  other data set or features, or settings other than `RESUMABLE` ones differ): refused,
+  naming what differs;
 - a run of these settings: resumed from last.pt, or left alone when it is finished;
 - a best.pt without last.pt: refused (it cannot be continued, and a new run would overwrite
   it);
@@ -28,7 +30,8 @@ import torch
 
 from vprom.baselines.config import TrainConfig
 from vprom.errors import VpromError
-from vprom.io import atomic_path
+from vprom.files import atomic_path
+from vprom.manifest import why_stale
 
 RUN_FILES = ("config.json", "history.json", "last.pt", "best.pt", "metrics.json")
 #: what a run folder may hold besides RUN_FILES and still be one `train` may write into
@@ -40,7 +43,7 @@ PATH_KEYS = ("dataset", "features", "out")
 
 
 def inputs(arguments: dict) -> tuple:
-    """The input paths of a `train` call (for `vprom.outputs.writes`)."""
+    """The input paths of a `train` call (for `vprom.claim.writes`)."""
     return (arguments["config"].dataset, arguments["config"].features)
 
 
@@ -125,14 +128,6 @@ def stopped(history: list[dict], best: dict, patience: int) -> bool:
     return history[-1]["epoch"] - (best["epoch"] + 1) >= patience
 
 
-def stored_config(path: Path) -> dict | None:
-    """The config a run's config.json records; None without one."""
-    try:
-        return json.loads(path.read_text())["config"] if path.is_file() else None
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise VpromError(f"{path}: not a vprom run config; choose another --out") from None
-
-
 def place_run(config: TrainConfig) -> RunPlace:
     """Decide what to do with `config.out` (see the module doc); `config` is resolved."""
     out = config.out
@@ -148,14 +143,14 @@ def place_run(config: TrainConfig) -> RunPlace:
                          f"continued; `vprom evaluate {out}` still scores it. Pass --restart "
                          "to train it again, or choose another --out")
     state = load_checkpoint(out / "last.pt") if (out / "last.pt").is_file() else None
-    theirs = portable(state["config"], out) if state else stored_config(out / "config.json")
-    mine = portable(config.to_dict(), out)
-    differ = [f"{k} {theirs.get(k)!r} vs {mine.get(k)!r}" for k in sorted(set(theirs) | set(mine))
-              if k not in RESUMABLE and theirs.get(k) != mine.get(k)] if theirs else []
-    if differ:
-        raise VpromError(f"{out} holds a run with other settings ({', '.join(differ)}); choose "
-                         "another --out, or pass --restart to replace that run (its files are "
-                         "kept until the new run has finished an epoch)")
+    if state is not None or (out / "config.json").is_file():
+        settings = {k: v for k, v in portable(config.to_dict(), out).items()
+                    if k not in RESUMABLE}
+        why = why_stale(out, [config.dataset, config.features], settings)
+        if why:
+            raise VpromError(f"{out} holds a run this one cannot continue ({why}); choose "
+                             "another --out, or pass --restart to replace that run (its files "
+                             "are kept until the new run has finished an epoch)")
     if state is None:
         return RunPlace(out, out, None, False, f"{out}: starting a new run")
     done, best = len(state["history"]), state["best"]

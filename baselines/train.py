@@ -41,9 +41,10 @@ from vprom.baselines.registry import get_model, list_models
 from vprom.baselines.run_folder import RunPlace, save_checkpoint
 from vprom.domain import SPLITS
 from vprom.errors import VpromError
-from vprom.io import make_manifest, write_json
-from vprom.outputs import writes
-from vprom.provenance import check_features_source, dataset_identity, file_sha256
+from vprom.claim import writes
+from vprom.feature_files import check_features_source
+from vprom.files import write_json
+from vprom.manifest import input_hash, make_manifest
 from vprom.runtime import World, joined_world
 
 CHECKPOINT_FORMAT = 2
@@ -229,7 +230,8 @@ def train(config: TrainConfig) -> Path:
         # what every checkpoint and config.json record beside the weights
         header = {"format": CHECKPOINT_FORMAT, "model_config": dataclasses.asdict(model_config),
                   "features_attrs": run_folder.plain_record(data.attrs),
-                  "dataset": dataset_identity(config.dataset), "world_size": world.size}
+                  "dataset": {"content_hash": input_hash(config.dataset)},
+                  "world_size": world.size}
         if world.main:
             run_folder.prepare(place)
             write_config(place.folder, config, defaulted, data, header)
@@ -309,11 +311,10 @@ def write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: 
     """config.json: the run's manifest, with its resolved settings and where they came from."""
     manifest = make_manifest(
         "run", config=run_folder.portable(config.to_dict(), config.out), seed=config.seed,
-        inputs={"dataset": file_sha256(config.dataset),
-                "features": file_sha256(config.features)},
+        inputs={"dataset": input_hash(config.dataset),
+                "features": input_hash(config.features)},
         counts={part: len(s) for part, s in data.parts.items()})
-    manifest.update(dataset=header["dataset"],
-                    defaulted={k: getattr(config, k) for k in defaulted},
+    manifest.update(defaulted={k: getattr(config, k) for k in defaulted},
                     defaults_file=f"baselines/{defaults_path().name}",  # not the install path
                     model_config=header["model_config"],
                     features_attrs=header["features_attrs"], world_size=header["world_size"])

@@ -65,7 +65,7 @@ from vprom.features.crop_store import (
 from vprom.features.crops import decode_crops
 from vprom.feature_files import open_maps
 from vprom.images import ImageIndex
-from vprom.io import make_manifest, sha256_file
+from vprom.manifest import input_hashes, make_manifest
 from vprom.tables import read_crop_table, set_manifest
 
 
@@ -97,7 +97,7 @@ def write_source(dataset: Path, out: Path, shape: tuple, name: str) -> Path:
             ds[start:stop] = rng.normal(size=(stop - start, *shape)).astype(np.float16)
         h5.attrs.update({"backbone": "bench", "weights": "none", "complete": True})
         set_manifest(h5, make_manifest("features", {"dataset": str(dataset)},
-                                       inputs={dataset.name: sha256_file(dataset)}))
+                                       inputs=input_hashes([dataset])))
     return out
 
 

@@ -28,10 +28,9 @@ code (Pillow; torchvision + torch resize on the CPU), which says how many worker
 
 `--graphs off,on` times each end-to-end variant without and with `--cuda-graphs`, and the
 bare forward also replayed from a CUDA graph ("bare graphed"; the ratios stay against the
-eager bare forward, the yardstick the target names). `--prepare-threads 1,2` times each
-variant with that many threads preparing batches on CUDA (`pipeline.PREPARE_THREADS`), and
-`--profile-stages` prints torch.profiler tables of the gpu decoder's stages (host and device
-time of nvjpeg's decode and of the batch-wide crops).
+eager bare forward, the yardstick the target names). `--profile-stages` prints
+torch.profiler tables of the gpu decoder's stages (host and device time of nvjpeg's decode
+and of the crops).
 
 A `timm:<name>` backbone is timed at its default pooling (cls for ViTs) with its random-init
 weights saved as a .safetensors file, the file real runs pass with --weights.
@@ -59,17 +58,17 @@ from vprom.features.crops import decode_crops  # noqa: E402
 from vprom.features.decoding import (  # noqa: E402
     clip_boxes,
     crop_resize,
-    crop_resize_many,
     decode_many,
     read_bytes,
     torch_image,
 )
 from vprom.features.config import ExtractConfig, default_batch_size  # noqa: E402
 from vprom.features.extract import _autocast_dtype, extract  # noqa: E402
-from vprom.features import pipeline  # noqa: E402
 from vprom.features.pipeline import CudaApi, embed  # noqa: E402
-from tests.features.conftest import crop_table, write_dataset  # noqa: E402
+from suite_builders import load  # noqa: E402
 from vprom.tables import read_crop_table  # noqa: E402
+
+crop_tables = load("tests/features/crop_tables.py")
 
 WIDTHS, HEIGHTS, CROPS_PER_IMAGE, MIN_SIDE = (500, 800), (333, 600), (1, 6), 100
 
@@ -104,7 +103,7 @@ def vg_like_corpus(root: Path, crops: int, seed: int = 0,
         (vg / "VG_100K").mkdir(parents=True, exist_ok=True)
         with multiprocessing.Pool(os.cpu_count()) as pool:
             pool.map(_write_image, jobs, chunksize=64)
-        write_dataset(dataset, crop_table(rows))
+        crop_tables.write_dataset(dataset, crop_tables.crop_table(rows))
         (folder / "done").touch()
     return dataset, vg, image_id
 
@@ -164,9 +163,8 @@ def device_stages(dataset: Path, vg: Path, device: torch.device, batch: int,
                   calls: int = 20, size: int = 224, profile: bool = False) -> dict:
     """The `gpu` decoder's stages alone on the device, each timed to a synchronisation, over
     `calls` batches of the corpus's images as the loop makes them (about `batch` crops each):
-    nvjpeg's batched decode (`decode_many`), and the crops image by image (`crop_resize`) and
-    batch-wide (`crop_resize_many`, which the loop runs on CUDA) - what the GPU can take,
-    against the rates the loop reaches."""
+    nvjpeg's batched decode (`decode_many`) and the crops image by image (`crop_resize`, as
+    the loop cuts them) - what the GPU can take, against the rates the loop reaches."""
     crops = read_crop_table(dataset)
     boxes = np.stack([crops.x, crops.y, crops.w, crops.h], axis=1)
     order = np.argsort(crops.image_id, kind="stable")
@@ -200,18 +198,13 @@ def device_stages(dataset: Path, vg: Path, device: torch.device, batch: int,
             crop_resize(image, c, size)
     sync()
     one_by_one = time.perf_counter() - start
-    start = time.perf_counter()
-    for decoded, cs in zip(images, corners):
-        crop_resize_many(decoded, cs, size, dtype=torch.float16 if cuda else torch.float32)
-    sync()
-    batched = time.perf_counter() - start
     if profile:
         from torch.profiler import ProfilerActivity, profile as profiler
 
         for name, run in (("decode_many", lambda: [decode_many(d, device) for d in datas]),
-                          ("crop_resize_many", lambda: [
-                              crop_resize_many(d, c, size, dtype=torch.float16)
-                              for d, c in zip(images, corners)])):
+                          ("crop_resize", lambda: [
+                              [crop_resize(i, c, size) for i, c in zip(d, cs)]
+                              for d, cs in zip(images, corners)])):
             with profiler(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 run()
                 sync()
@@ -222,7 +215,7 @@ def device_stages(dataset: Path, vg: Path, device: torch.device, batch: int,
     n_images = sum(len(g) for g in groups)
     n_crops = sum(len(b) for g in groups for _, b in g)
     return {"images": n_images, "crops": n_crops, "decode": n_images / decode,
-            "crop": n_crops / one_by_one, "many": n_crops / batched}
+            "crop": n_crops / one_by_one}
 
 
 class BareForward:
@@ -283,21 +276,20 @@ def run(name: str, dataset: Path, vg: Path, crops: int, args, root: Path) -> lis
     half = len(sizes) // 2
     bare_forward = BareForward(name, batch, device)
     weights = saved_weights(root, name)
-    variants = [(d, w, g, t) for d in args.decoders.split(",") for w in args.workers.split(",")
-                for g in args.graphs.split(",") for t in args.prepare_threads.split(",")]
+    variants = [(d, w, g) for d in args.decoders.split(",") for w in args.workers.split(",")
+                for g in args.graphs.split(",")]
     bare, whole, loop = 0.0, dict.fromkeys(variants, 0.0), dict.fromkeys(variants, 0.0)
     ratios, resolved = {v: [] for v in variants}, {}
     for _ in range(args.rounds):
         first = bare_forward(sizes[:half])
         runs = {}
-        for decoder, workers, graphs, threads in variants:
-            pipeline.PREPARE_THREADS = int(threads)
-            runs[decoder, workers, graphs, threads] = extract(ExtractConfig(
+        for decoder, workers, graphs in variants:
+            runs[decoder, workers, graphs] = extract(ExtractConfig(
                 dataset=dataset, vg=vg, backbone=name, weights=str(weights),
                 out=root / f"{file_name(name)}-{decoder}.h5", batch_size=batch,
                 workers=None if workers == "auto" else int(workers), device=args.device,
                 decode=decoder, resume=False, cuda_graphs=graphs == "on"))
-            with h5py.File(runs[decoder, workers, graphs, threads].out, "r") as h5:
+            with h5py.File(runs[decoder, workers, graphs].out, "r") as h5:
                 resolved[decoder] = f"{decoder}:{h5.attrs['decode']}" if decoder == "auto" \
                     else decoder
         b = first + bare_forward(sizes[half:])
@@ -313,7 +305,7 @@ def run(name: str, dataset: Path, vg: Path, crops: int, args, root: Path) -> lis
         bare_forward(sizes)  # the first replays
         graphed = n / sum(bare_forward(sizes) for _ in range(args.rounds))
     return [{"backbone": name, "decode": resolved[v[0]], "workers": v[1], "graphs": v[2],
-             "threads": v[3], "batch": batch, "crops": n, "bare": n / bare, "bare_graphed": graphed,
+             "batch": batch, "crops": n, "bare": n / bare, "bare_graphed": graphed,
              "e2e": n / whole[v], "loop": n / loop[v], "ratios": ratios[v]} for v in variants]
 
 
@@ -355,8 +347,6 @@ def main(argv=None) -> None:
     p.add_argument("--workers", default="auto", help="comma-separated --workers values, each "
                    "timed end to end in the same rounds (auto: extract's own default)")
     p.add_argument("--graphs", default="off", help="comma-separated: off, on (--cuda-graphs)")
-    p.add_argument("--prepare-threads", default="1", help="comma-separated counts of CUDA "
-                   "threads preparing batches (features.pipeline.PREPARE_THREADS)")
     p.add_argument("--profile-stages", action="store_true", help="CUDA: profile the gpu "
                    "decoder's stages (torch.profiler; top kernels by device and host time)")
     p.add_argument("--rounds", type=int, default=1, help="interleaved bare/end-to-end rounds")
@@ -386,13 +376,12 @@ def main(argv=None) -> None:
                                profile=args.profile_stages)
             print(f"gpu decoder's stages alone ({st['images']} images, {st['crops']} crops, "
                   f"batches of ~{batch} crops): nvjpeg decode {st['decode']:.0f} "
-                  f"images/s; crops image by image {st['crop']:.0f} crops/s, batch-wide "
-                  f"{st['many']:.0f} crops/s", flush=True)
+                  f"images/s; crops {st['crop']:.0f} crops/s", flush=True)
         device = (torch.cuda.get_device_name(args.device) if cuda else
                   f"cpu, {torch.get_num_threads()} threads")
         print(f"torch {torch.__version__}, {device}, weights random, each backbone at its own "
               "input size")
-        print(f"{'backbone':34s} {'decode':8s} {'workers':>7s} {'graphs':>6s} {'threads':>7s} "
+        print(f"{'backbone':34s} {'decode':8s} {'workers':>7s} {'graphs':>6s} "
               f"{'batch':>5s} {'crops':>7s} "
               f"{'bare fwd/s':>10s} {'e2e/s':>9s} {'loop/s':>9s} {'e2e/bare':>8s} "
               f"{'loop/bare':>9s}  per-round e2e/bare")
@@ -400,7 +389,7 @@ def main(argv=None) -> None:
             results = run(name, dataset, vg, args.crops, args, root)
             for r in results:
                 print(f"{r['backbone']:34s} {r['decode']:8s} {r['workers']:>7s} "
-                      f"{r['graphs']:>6s} {r['threads']:>7s} {r['batch']:5d} {r['crops']:7d} "
+                      f"{r['graphs']:>6s} {r['batch']:5d} {r['crops']:7d} "
                       f"{r['bare']:10.2f} {r['e2e']:9.2f} {r['loop']:9.2f} "
                       f"{r['e2e'] / r['bare']:8.3f} "
                       f"{r['loop'] / r['bare']:9.3f}  "

@@ -129,7 +129,8 @@ def write_pools(path: Path, crops: CropTable) -> None:
     """The pool as `vprom mine` would write it: crops, vocabulary group, manifest."""
     import h5py
 
-    from vprom.io import atomic_path, make_manifest
+    from vprom.files import atomic_path
+    from vprom.manifest import make_manifest
     from vprom.tables import set_manifest
 
     with atomic_path(path) as tmp:

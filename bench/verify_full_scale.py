@@ -19,7 +19,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from vprom.io import make_manifest
+from vprom.manifest import make_manifest
 from vprom.domain import SPLITS
 from vprom.tables import CropTable, MatrixTable, set_manifest
 

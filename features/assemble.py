@@ -2,7 +2,7 @@
 
 Rows are sorted by crop id; each crop gets its unit's row (features are computed once per
 distinct box), read from the memory-mapped chunk files in blocks of at most ~256 MB and
-written through `vprom.io.atomic_path`, so only a complete file gets the final name. The
+written through `vprom.files.atomic_path`, so only a complete file gets the final name. The
 stored dataset is `features` (N, D) for `--pool avg` or `maps` (N, C, H, W) for `--pool none`
 (HDF5 chunks of about 1 MB, compressed when asked). Crops whose image is missing or corrupt
 are NaN rows listed in `missing_crop_id`; unless `allow_missing`, their chunks are dropped (so
@@ -15,10 +15,9 @@ at full scale that is twice the maps' size on disk (see docs/features.md).
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import shutil
-from dataclasses import asdict
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -26,11 +25,10 @@ import h5py
 import numpy as np
 import torch
 
-from vprom.features.job import DTYPES, Job, config_hash
 from vprom.errors import VpromError
-from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
-from vprom.provenance import dataset_content_hash
-from vprom.tables import set_manifest
+from vprom.features.plan import DTYPES, ExtractPlan
+from vprom.files import atomic_path
+from vprom.manifest import CONTENT_PREFIX, input_hashes, make_manifest, write_manifest
 
 ASSEMBLE_ROWS = 16384
 BLOCK_BYTES = 256 << 20  # rows read and written per step, at most
@@ -46,16 +44,16 @@ NORMALISATION = {"avg": _L2, "cls": _L2, "mean": _L2,
                  "none": "none (the maps are stored as the trunk computes them)"}
 
 
-def assemble(job: Job) -> list:
+def assemble(plan: ExtractPlan) -> list:
     """Write the final file; returns the missing crops as (crop_id, path, error)."""
-    layout, config = job.layout, job.config
-    undone = [c for c in range(len(layout.chunks)) if not job.chunk_done(c)]
+    layout, config = plan.layout, plan.config
+    undone = [c for c in range(len(layout.chunks)) if not plan.chunk_done(c)]
     if undone:
-        raise VpromError(f"{job.partial}: chunks {undone[:5]} were not written by any rank; "
+        raise VpromError(f"{plan.partial}: chunks {undone[:5]} were not written by any rank; "
                          "re-run `vprom extract` with the same options to finish them")
     failed_units, bad_chunks = {}, []
     for c in range(len(layout.chunks)):
-        failed = json.loads(job.chunk_file(c, ".json").read_text(encoding="utf-8"))["failed"]
+        failed = json.loads(plan.chunk_file(c, ".json").read_text(encoding="utf-8"))["failed"]
         if failed:
             bad_chunks.append(c)
         failed_units.update({int(u): (p, e) for u, p, e in failed})
@@ -64,24 +62,22 @@ def assemble(job: Job) -> list:
                if int(u) in failed_units]
     if missing and not config.allow_missing:
         for c in bad_chunks:  # redo them after the images are fixed; keep the others
-            job.chunk_file(c).unlink()
+            plan.chunk_file(c).unlink()
         cid, path, error = missing[0]
         raise VpromError(f"{config.dataset}: {len(missing)} crops have no readable image "
                          f"(first: crop {cid}, {error}; looked at {path}); fix or re-download "
                          f"those images under {config.vg} and re-run (finished chunks are "
-                         f"kept in {job.partial}), or pass --allow-missing")
+                         f"kept in {plan.partial}), or pass --allow-missing")
     with atomic_path(config.out) as tmp:
-        manifest = _write(job, tmp, np.asarray([m[0] for m in missing], dtype=np.int64))
-    manifest["outputs"] = {config.out.name: sha256_file(config.out)}
-    write_json(manifest_path(config.out), manifest)  # the self-describing copy beside it
-    shutil.rmtree(job.partial)
+        _write(plan, tmp, np.asarray([m[0] for m in missing], dtype=np.int64))
+    shutil.rmtree(plan.partial)
     return missing
 
 
-def _dataset(h5: h5py.File, job: Job, n: int, row_shape: tuple) -> h5py.Dataset:
-    dtype = DTYPES[job.config.dtype]
+def _dataset(h5: h5py.File, plan: ExtractPlan, n: int, row_shape: tuple) -> h5py.Dataset:
+    dtype = DTYPES[plan.config.dtype]
     row_bytes = int(np.prod(row_shape)) * np.dtype(dtype).itemsize
-    if job.config.pool == "none":
+    if plan.config.pool == "none":
         name, rows = "maps", max(1, CHUNK_BYTES // row_bytes)
     else:
         name, rows = "features", 1024
@@ -89,20 +85,21 @@ def _dataset(h5: h5py.File, job: Job, n: int, row_shape: tuple) -> h5py.Dataset:
                    "gzip": {"compression": "gzip", "compression_opts": 4, "shuffle": True}}
     return h5.create_dataset(name, shape=(n, *row_shape), dtype=dtype,
                              chunks=(min(n, rows), *row_shape),
-                             **compression[job.config.compression])
+                             **compression[plan.config.compression])
 
 
-def _write(job: Job, tmp: Path, missing_ids: np.ndarray) -> dict:
-    layout, config = job.layout, job.config
+def _write(plan: ExtractPlan, tmp: Path, missing_ids: np.ndarray) -> None:
+    layout, config = plan.layout, plan.config
     n = len(layout.crop_id)
     chunk_starts = np.array([layout.chunk_units(c)[0] for c in range(len(layout.chunks))])
-    arrays = [np.load(job.chunk_file(c), mmap_mode="r") for c in range(len(layout.chunks))]
+    arrays = [np.load(plan.chunk_file(c), mmap_mode="r") for c in range(len(layout.chunks))]
     row_shape = arrays[0].shape[1:]
     row_bytes = int(np.prod(row_shape)) * arrays[0].dtype.itemsize
     step = max(1, min(ASSEMBLE_ROWS, BLOCK_BYTES // row_bytes))
+    content = hashlib.sha256(np.ascontiguousarray(layout.crop_id, dtype=np.int64))
     with h5py.File(tmp, "w") as h5:
         h5.create_dataset("crop_id", data=layout.crop_id)
-        stored = _dataset(h5, job, n, row_shape)
+        stored = _dataset(h5, plan, n, row_shape)
         for a in range(0, n, step):
             units = layout.unit_of_row[a:a + step]
             which = np.searchsorted(chunk_starts, units, side="right") - 1
@@ -111,21 +108,18 @@ def _write(job: Job, tmp: Path, missing_ids: np.ndarray) -> dict:
                 sel = which == c
                 block[sel] = arrays[c][units[sel] - chunk_starts[c]]
             stored[a:a + len(units)] = block
+            content.update(block)
         h5.create_dataset("missing_crop_id", data=missing_ids)
-        for key, value in attributes(job, len(missing_ids), row_shape).items():
+        for key, value in attributes(plan, len(missing_ids), row_shape).items():
             h5.attrs[key] = str(value) if isinstance(value, str) else value  # plain str
-        manifest = make_manifest(
-            "features", config={k: _relative(v, config.out) if isinstance(v, Path) else v
-                                for k, v in asdict(config).items()},
-            inputs={config.dataset.name: sha256_file(config.dataset)},
+        # the data set's hash names where these features belong, whatever later happens to
+        # its file; the content hash names the features themselves
+        write_manifest(h5, make_manifest(
+            "features", plan.settings(), inputs=input_hashes([config.dataset]),
             counts={"crops": n, "distinct_boxes": len(layout.unit_image),
-                    "missing": len(missing_ids)})
-        # which data set these features belong to, whatever later happens to its file
-        # (`vprom.provenance` checks it before training or evaluating on them)
-        manifest["dataset_content_hash"] = dataset_content_hash(config.dataset)
-        set_manifest(h5, manifest)
+                    "missing": len(missing_ids)},
+            outputs={"content_hash": CONTENT_PREFIX + content.hexdigest()}))
     del arrays
-    return manifest
 
 
 def _version(library: str) -> str:
@@ -135,39 +129,32 @@ def _version(library: str) -> str:
         return "not installed"
 
 
-def attributes(job: Job, n_missing: int, row_shape: tuple) -> dict:
+def attributes(plan: ExtractPlan, n_missing: int, row_shape: tuple) -> dict:
     import PIL
     import torchvision
 
     from vprom import __version__
 
-    fp, pre, config = job.fingerprint, job.backbone.preprocess, job.config
-    size = list(job.sides) if config.region == "roi" else [job.size, job.size]
-    attrs = {"backbone": job.backbone.name, "weights": job.loaded.weights,
-             "weights_sha256": job.loaded.weights_sha256,
-             "weights_notes": "; ".join(job.loaded.notes),
-             "random_weights": job.loaded.weights == "none",
+    settings, pre, config = plan.settings(), plan.backbone.preprocess, plan.config
+    size = list(plan.sides) if config.region == "roi" else [plan.size, plan.size]
+    attrs = {"backbone": plan.backbone.name, "weights": plan.loaded.weights,
+             "weights_sha256": plan.loaded.weights_sha256,
+             "weights_notes": "; ".join(plan.loaded.notes),
+             "random_weights": plan.loaded.weights == "none",
              "input_size": np.array(size, dtype=np.int64),
-             "region": config.region, "decode": job.decoder, "pool": config.pool,
+             "region": config.region, "decode": plan.decoder, "pool": config.pool,
              "pooling": POOLING[config.pool], "normalisation": NORMALISATION[config.pool],
-             "resize": job.resize_policy(), "pixel_normalisation": pre.describe(),
+             "resize": plan.resize_policy(), "pixel_normalisation": pre.describe(),
              "dtype": config.dtype, "compression": config.compression,
-             "feature_dim": int(row_shape[0]), "device_type": job.world.device.type,
-             "autocast": fp["autocast"], "compiled": config.compile,
+             "feature_dim": int(row_shape[0]), "device_type": plan.world.device.type,
+             "autocast": settings["autocast"], "compiled": config.compile,
              "cuda_graphs": config.cuda_graphs,
              "batch_size": config.batch_size, "n_missing": n_missing,
              "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
              "pillow_version": PIL.__version__, "vprom_version": __version__,
-             "timm_version": _version("timm"),
-             "config_hash": config_hash(fp), "complete": True}
-    if "data_config" in fp:  # a timm model's preprocessing, as timm resolved it
-        attrs["data_config"] = fp["data_config"]
+             "timm_version": _version("timm"), "complete": True}
+    if "data_config" in settings:  # a timm model's preprocessing, as timm resolved it
+        attrs["data_config"] = settings["data_config"]
     if config.pool == "none":
         attrs["map_shape"] = np.array(row_shape, dtype=np.int64)
     return attrs
-
-
-def _relative(path: Path, out: Path) -> str:
-    """A path of the config as the manifest publishes it: relative to the features file's
-    folder, never an absolute home or install path."""
-    return os.path.relpath(path.resolve(), out.resolve().parent)

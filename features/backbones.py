@@ -39,7 +39,7 @@ from torch import nn
 
 from vprom.features.checkpoints import read_checkpoint
 from vprom.errors import VpromError
-from vprom.io import sha256_file
+from vprom.files import sha256_file
 from vprom.registry import Registry
 
 RANDOM_INIT_SEED = 0

@@ -26,9 +26,9 @@ COMPRESSIONS = ("none", "gzip", "lzf")
 #: crops per forward by default on CUDA, and for `--region roi` (where a batch counts boxes)
 BATCH_SIZE = 64
 #: on a CPU device a default batch holds about this many pixels per thread: 8 crops of 224 px
-#: on 2 threads. On the 2-core machine that wrote this, 8 crops at 224 px ran resnet18 and
-#: resnet50 end to end 1.27x and 1.46x faster than 64, whose activations outgrow the caches;
-#: at 112 px 32 crops, and at 64 px 64, were the fastest (docs/extraction-speed.md)
+#: on 2 threads. On a 2-core machine 8 crops at 224 px run resnet18 and resnet50 end to end
+#: 1.27x and 1.46x faster than 64, whose activations outgrow the caches; at 112 px 32 crops,
+#: and at 64 px 64, are the fastest (docs/features.md)
 CPU_BATCH_PIXELS = 4 * 224 * 224
 
 

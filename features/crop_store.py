@@ -9,50 +9,49 @@ draft decoding for large crops), and keeps the pixels in one HDF5 file:
     crop_id   int64 (N,)           sorted ascending: the distinct crops of matrices/panels
     pixels    uint8 (N, 3, S, S)   RGB, channels first; HDF5-chunked one crop per chunk, so a
                                    problem reads exactly its 16 chunks (optionally gzip/lzf)
-    attrs     kind="vprom-crops", size, resize, layout, compression, complete, manifest (JSON,
-              with the data set's content hash, which `vprom.data` checks)
+    attrs     kind="vprom-crops", size, resize, layout, compression, complete, manifest (its
+              input: the data set's content hash, which `vprom.data` checks)
 
 Building (`build_crop_store`):
 1. Plan: crops sharing an (image, box) are one unit, decoded once; units are sorted by image
    and cut into chunks of about `chunk_crops` units at image boundaries
-   (`features.crops.batch_layout` with `whole_images`), so an image's units sit in one chunk
-   and its JPEG is read once for all of them. It is decoded once per JPEG draft reduction its
-   boxes need, as `extract` decodes it (`decode_crops`): almost always once.
-2. Chunks are decoded by `workers` processes and each is saved atomically as
+   (`features.crops.batch_layout` with `whole_images`), so an image's JPEG is read once for
+   all its units (decoded once per JPEG draft reduction its boxes need, as `extract` does).
+2. Chunks are decoded by `workers` processes, each saved atomically as
    `<out>.partial/chunk-NNNNN.npy`; a chunk file that exists is done, so a killed build
-   resumes where it stopped. `plan.json` there records what the chunks were made from; a
-   work folder from other settings is started over.
+   resumes where it stopped, when the folder's manifest is current for the data set and the
+   settings (`vprom.manifest.is_current`); else it is started over. A finished store that is
+   current is kept.
 3. When every chunk is there, the store is assembled into a temporary file and renamed to
-   `<out>` (`vprom.io.atomic_path`), then the work folder is removed. A crop whose image is
-   missing or whose box lies outside its image is refused, naming the image; nothing is
-   assembled then.
+   `<out>`, then the work folder is removed. A crop whose image is missing or whose box lies
+   outside its image is refused, naming the image; nothing is assembled then.
 """
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import shutil
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
 import numpy as np
 
+from vprom.claim import remove_work_folder, writes
 from vprom.errors import VpromError
+from vprom.feature_files import OpenFile
+from vprom.files import atomic_path
 from vprom.images import ImageIndex
-from vprom.io import OpenFile, atomic_path, check_output, make_manifest
-from vprom.outputs import remove_work_folder
-from vprom.provenance import dataset_content_hash
-from vprom.tables import open_h5, read_crop_table, read_matrix_table, set_manifest
+from vprom.manifest import input_hashes, is_current, make_manifest, why_stale, write_manifest
+from vprom.processes import ordered_map
+from vprom.tables import open_h5, read_crop_table, read_matrix_table
 
 KIND = "vprom-crops"
 LAYOUT = "pixels: uint8 (N, 3, S, S) RGB, channels first, one crop per HDF5 chunk"
 #: what `<out>.partial/` holds; a work folder with anything else is not removed
-WORK_FILES = ("chunk-*.npy", "plan.json")
+WORK_FILES = ("chunk-*.npy", "manifest.json")
 COMPRESSIONS = ("none", "gzip", "lzf")
 #: crops in the full V-PROM: Table 1's 143,634 panel images (an upper bound on distinct crops)
 FULL_SCALE_CROPS = 143_634
@@ -81,6 +80,12 @@ class StoreJob:
     compression: str = "none"
     chunk_crops: int = 256
 
+    def settings(self) -> dict:
+        """What the chunks are made with: the work folder's manifest `config`."""
+        from vprom.features.crops import RESIZE
+
+        return {"size": self.size, "chunk_crops": self.chunk_crops, "resize": RESIZE}
+
 
 def _used_crops(dataset: Path):
     """The crops table restricted to the crop ids that matrices/panels name."""
@@ -95,69 +100,69 @@ def _used_crops(dataset: Path):
     return type(crops)(**{k: v[keep] for k, v in vars(crops).items()})
 
 
-_SHARED: dict = {}  # the layout and paths, handed to each worker process once
-
-
-def _share(layout, paths: list, size: int, folder: Path) -> None:
-    _SHARED.update(layout=layout, paths=paths, size=size, folder=folder)
-
-
-def _decode_chunk(c: int) -> tuple[int, float, int | list[str]]:
-    """Decode chunk `c` into its .npy file: (c, seconds, images), or (c, -1, failures)."""
+def _decode_chunk(task: tuple) -> tuple[float, int | list[str]]:
+    """Decode one chunk's images into its .npy file: (seconds, images), or (-1, failures).
+    `task`: (file, size, units, [(image id, path, boxes, first unit)])."""
     from vprom.features.crops import DECODE_ERRORS, decode_crops
 
-    layout, paths, size, folder = (_SHARED[k] for k in ("layout", "paths", "size", "folder"))
+    file, size, units, images = task
     start = time.perf_counter()
-    first, last = layout.chunk_units(c)
-    out = np.zeros((last - first, 3, size, size), np.uint8)
+    out = np.zeros((units, 3, size, size), np.uint8)
     failures = []
-    groups = layout.batches[c]
-    for g in groups:
-        a, b = (int(v) for v in layout.groups[g])
-        image_id, path = int(layout.unit_image[a]), paths[g]
+    for image_id, path, boxes, first in images:
         if path is None:
             failures.append(f"image {image_id}: no such file")
             continue
         try:
-            pixels, errors = decode_crops(path, layout.unit_box[a:b], size)
+            pixels, errors = decode_crops(path, boxes, size)
         except DECODE_ERRORS as e:
             failures.append(f"image {image_id} ({path}): cannot decode ({e})")
             continue
         failures += [f"image {image_id}: {e}" for e in errors if e is not None]
-        out[a - first:b - first] = pixels.transpose(0, 3, 1, 2)
+        out[first:first + len(boxes)] = pixels.transpose(0, 3, 1, 2)
     if failures:
-        return c, -1.0, failures
-    with atomic_path(folder / f"chunk-{c:05d}.npy") as tmp, open(tmp, "wb") as f:
+        return -1.0, failures
+    with atomic_path(file) as tmp, open(tmp, "wb") as f:
         np.save(f, out)
-    return c, time.perf_counter() - start, len(groups)
+    return time.perf_counter() - start, len(images)
 
 
-def _work_folder(job: StoreJob, content: str, n_chunks: int) -> Path:
-    """`<out>.partial/`, started over when it was made from other settings."""
-    from vprom.features.crops import RESIZE
+def _tasks(layout, paths: list, size: int, folder: Path, todo: list) -> list[tuple]:
+    """One small `_decode_chunk` task per chunk: its images' paths and boxes only."""
+    tasks = []
+    for c in todo:
+        first, last = layout.chunk_units(c)
+        images = []
+        for g in layout.batches[c]:
+            a, b = (int(v) for v in layout.groups[g])
+            images.append((int(layout.unit_image[a]), paths[g], layout.unit_box[a:b], a - first))
+        tasks.append((folder / f"chunk-{c:05d}.npy", size, last - first, images))
+    return tasks
 
+
+def _work_folder(job: StoreJob, log) -> Path:
+    """`<out>.partial/`, started over unless it is current for the data set and settings."""
     folder = job.out.with_name(job.out.name + ".partial")
-    record = {"dataset_content_hash": content, "size": job.size, "chunk_crops": job.chunk_crops,
-              "chunks": n_chunks, "resize": RESIZE, "chunking": "whole images"}
-    recorded = folder / "plan.json"
-    if (folder.exists() or folder.is_symlink()) and (
-            not recorded.is_file() or json.loads(recorded.read_text()) != record):
-        remove_work_folder(folder, WORK_FILES)  # ours, from other settings: stale chunks
-    folder.mkdir(parents=True, exist_ok=True)
-    recorded.write_text(json.dumps(record, sort_keys=True))
+    if folder.exists() or folder.is_symlink():
+        why = why_stale(folder, [job.dataset], job.settings())
+        if why:
+            log(f"{folder}: {why}; starting over")
+            remove_work_folder(folder, WORK_FILES)
+    if not folder.is_dir():
+        folder.mkdir(parents=True)
+        write_manifest(folder, make_manifest(KIND, job.settings(),
+                                             inputs=input_hashes([job.dataset])))
     return folder
 
 
-def _assemble(job: StoreJob, layout, folder: Path, content: str, timing: dict) -> None:
+def _assemble(job: StoreJob, layout, folder: Path, timing: dict) -> None:
     from vprom.features.crops import RESIZE
 
     n, s = len(layout.crop_id), job.size
-    manifest = make_manifest(KIND, {"dataset": str(job.dataset), "vg": str(job.vg), "size": s,
-                                    "compression": job.compression},
-                             inputs={job.dataset.name: content},
+    manifest = make_manifest(KIND, {**job.settings(), "compression": job.compression},
+                             inputs=input_hashes([job.dataset]),
                              counts={"crops": n, "units": len(layout.unit_image),
                                      "timing": timing})
-    manifest["dataset_content_hash"] = content
     compression = None if job.compression == "none" else job.compression
     with atomic_path(job.out) as tmp, h5py.File(tmp, "w") as h5:
         h5.create_dataset("crop_id", data=layout.crop_id)
@@ -176,56 +181,51 @@ def _assemble(job: StoreJob, layout, folder: Path, content: str, timing: dict) -
                         pixels[r] = block[layout.unit_of_row[r] - first]
         h5.attrs.update({"kind": KIND, "size": s, "resize": RESIZE, "layout": LAYOUT,
                          "compression": job.compression, "complete": True})
-        set_manifest(h5, manifest)
+        write_manifest(h5, manifest)
 
 
+@writes(lambda a: a["job"].out, (KIND,), inputs=lambda a: (a["job"].dataset, a["job"].vg),
+        folder=False)
 def build_crop_store(job: StoreJob, log=print) -> Path:
     """Write job.out (see the module docstring); returns its path. Resumes a killed build."""
     # features.crops imports torch; imported here so that `vprom --help` stays quick
     from vprom.features.crops import batch_layout
 
-    check_output(job.out)
     if job.size < 1 or job.workers < 1 or job.compression not in COMPRESSIONS:
         raise VpromError(f"--size and --workers must be positive and --compression one of "
                          f"{', '.join(COMPRESSIONS)}")
-    content = dataset_content_hash(job.dataset)
+    settings = {**job.settings(), "compression": job.compression}
+    partial = job.out.with_name(job.out.name + ".partial")
+    if not partial.exists() and is_current(job.out, [job.dataset], settings):
+        log(f"{job.out}: already complete with these settings; nothing to do")
+        return job.out
     crops = _used_crops(job.dataset)
     layout = batch_layout(crops, job.chunk_crops, 1, whole_images=True)
     index = ImageIndex(job.vg)
     images = layout.unit_image[layout.groups[:, 0]]
     paths = [str(index.paths[i]) if int(i) in index.paths else None for i in images.tolist()]
-    folder = _work_folder(job, content, len(layout.chunks))
+    folder = _work_folder(job, log)
     todo = [c for c in range(len(layout.chunks)) if not (folder / f"chunk-{c:05d}.npy").is_file()]
     log(f"{len(layout.crop_id):,} crops ({len(layout.unit_image):,} distinct boxes, "
         f"{len(np.unique(images)):,} images) at {job.size}x{job.size}: {len(todo)} of "
         f"{len(layout.chunks)} chunks to decode with {job.workers} process(es)")
     seconds, decoded, failures = 0.0, 0, []
     start = time.perf_counter()
-    if job.workers == 1:
-        _share(layout, paths, job.size, folder)
-        results, pool = map(_decode_chunk, todo), None
-    else:
-        pool = ProcessPoolExecutor(job.workers, initializer=_share,
-                                   initargs=(layout, paths, job.size, folder))
-        results = pool.map(_decode_chunk, todo)
-    try:
-        for c, took, images_done in results:
+    with ordered_map(_decode_chunk, _tasks(layout, paths, job.size, folder, todo), job.workers,
+                     "crops", method="fork") as results:
+        for took, images_done in results:
             if took < 0:
                 failures += images_done
             else:
                 seconds, decoded = seconds + took, decoded + images_done
-    finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
     if failures:
         raise VpromError(f"{job.vg}: {len(failures)} crops could not be cut ({failures[0]}; "
                          f"{'; '.join(failures[1:3])}); restore those images (or pass the "
                          "Visual Genome folder this data set was built from) and re-run: the "
                          "chunks done so far are kept")
-    wall = time.perf_counter() - start
-    timing = {"wall_s": round(wall, 3), "decode_cpu_s": round(seconds, 3),
+    timing = {"wall_s": round(time.perf_counter() - start, 3), "decode_cpu_s": round(seconds, 3),
               "image_groups": decoded, "workers": job.workers}
-    _assemble(job, layout, folder, content, timing)
+    _assemble(job, layout, folder, timing)
     shutil.rmtree(folder)
     log(f"wrote {job.out} ({os.path.getsize(job.out) / 1e6:.1f} MB)")
     return job.out
@@ -258,8 +258,6 @@ class CropStore(OpenFile):
             self.pixels = self._h5["pixels"]
             self.crop_id = self._h5["crop_id"][()].astype(np.int64)
             self.size = int(self._h5.attrs["size"])
-            manifest = json.loads(self._h5.attrs.get("manifest", "{}"))
-            self.dataset_content_hash = manifest.get("dataset_content_hash")
         except BaseException:
             self._h5.close()
             raise

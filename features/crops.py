@@ -20,11 +20,9 @@ Pixels (in DataLoader workers; `CropDataset` item g = image group g, `collate` m
   (`Image.draft`): the DCT does the first downscaling for free. The reduction is chosen per
   box from its own size only, so a crop's pixels never depend on which other crops share its
   image; an image is decoded once per distinct reduction (almost always once).
-- `--decode gpu` on a CPU device: torchvision decodes in the worker and `crop_resize`
-  (features/decoding.py) cuts the crops, the code the GPU runs.
 - otherwise the worker hands the image itself to the main process as a `Source`: the file's
-  bytes for the device's decoder (`--decode gpu` on CUDA), or the decoded image
-  (`--region roi` otherwise).
+  bytes for the device's decoder (`--decode gpu`, on whichever device extracts), or the image
+  Pillow decoded (`--region roi`).
 Crops travel as uint8 (B, S, S, 3): the permute to (B, 3, S, S) on the device is then a
 channels_last view, and normalisation runs there. Failures (no file, undecodable, box
 outside the image) travel as (unit, path, error) and name the image id.
@@ -33,14 +31,14 @@ outside the image) travel as (unit, path, error) and name the image id.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
-from vprom.features.decoding import clip_boxes, crop_resize, pillow_image, read_bytes, torch_image
+from vprom.features.decoding import clip_boxes, pillow_image, read_bytes
 from vprom.images import IMAGE_FOLDERS
 from vprom.tables import CropTable
 
@@ -188,49 +186,18 @@ class Batch:
     sources: list[Source] = field(default_factory=list)
     failed: list[tuple[int, str, str]] = field(default_factory=list)  # (unit, path, error)
 
-    blob: torch.Tensor | None = None  # the sources' tensors, one after another (`pack`)
-
-    def pack(self) -> "Batch":
-        """Make the sources' tensors views of one uint8 tensor, `blob`: a worker then sends a
-        batch as one shared-memory segment, not one an image, and pinning copies once."""
-        if self.sources and self.blob is None:
-            shapes = [tuple(s.data.shape) for s in self.sources]
-            self.blob = torch.cat([s.data.reshape(-1) for s in self.sources])
-            self._view(shapes)
-        return self
-
-    def _view(self, shapes: list[tuple]) -> None:
-        start = 0
-        for s, shape in zip(self.sources, shapes):
-            n = math.prod(shape)
-            s.data = self.blob[start:start + n].view(shape)
-            start += n
-
-    def __getstate__(self) -> dict:  # a worker sends the blob, and the shapes of its views
-        self.pack()
-        return {**self.__dict__, "sources": [replace(s, data=tuple(s.data.shape))
-                                             for s in self.sources]}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._view([s.data for s in self.sources])
-
     def pin_memory(self) -> "Batch":  # called by the DataLoader's pinning thread on CUDA
         self.pixels = self.pixels.pin_memory()
-        if self.pack().blob is not None:
-            shapes = [tuple(s.data.shape) for s in self.sources]
-            self.blob = self.blob.pin_memory()
-            self._view(shapes)
+        for source in self.sources:
+            source.data = source.data.pin_memory()
         return self
 
 
-#: How a worker prepares an image group: (decoder, region, decode on the device?) -> mode.
-def worker_mode(decoder: str, region: str, on_device: bool) -> str:
-    if on_device:
-        return "bytes"  # decoder gpu on CUDA: the device decodes
-    if region == "crop":
-        return "pillow-crops" if decoder == "cpu" else "torch-crops"
-    return "pillow-image" if decoder == "cpu" else "torch-image"
+def worker_mode(decoder: str, region: str) -> str:
+    """How a worker prepares an image group (module doc)."""
+    if decoder == "gpu":
+        return "bytes"
+    return "pillow-crops" if region == "crop" else "pillow-image"
 
 
 class CropDataset(torch.utils.data.Dataset):
@@ -264,16 +231,9 @@ class CropDataset(torch.utils.data.Dataset):
             if self.mode == "pillow-crops":
                 pixels, errors = decode_crops(path, boxes, self.size, self.interpolation,
                                               self.keep)
-            elif self.mode == "torch-crops":
-                image = torch_image(read_bytes(path))
-                corners, errors = clip_boxes(boxes, image.shape[2], image.shape[1])
-                pixels = crop_resize(image, [c for c in corners if c is not None],
-                                     self.size, self.interpolation, self.keep).numpy()
             else:
-                data = read_bytes(path)
                 encoded = self.mode == "bytes"
-                if not encoded:
-                    data = pillow_image(path) if self.mode == "pillow-image" else torch_image(data)
+                data = read_bytes(path) if encoded else pillow_image(path)
                 return none, no_pixels, [Source(image_id, str(path), data, encoded, units,
                                                 boxes)], []
         except DECODE_ERRORS as e:
@@ -283,9 +243,7 @@ class CropDataset(torch.utils.data.Dataset):
         ok = np.array([e is None for e in errors], dtype=bool)
         failed = [(int(u), str(path), f"image {image_id}: {e}")
                   for u, e in zip(units, errors) if e is not None]
-        if self.mode == "pillow-crops":
-            pixels = pixels[ok]
-        return units[ok], pixels, [], failed
+        return units[ok], pixels[ok], [], failed
 
 
 def collate(items) -> Batch:

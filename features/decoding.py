@@ -1,33 +1,29 @@
 """JPEG decoding and crop resizing with torch tensors: the `--decode gpu` path.
 
 `--decode cpu` decodes with Pillow in the DataLoader workers (features/crops.py). `--decode gpu`
-decodes with torchvision's decoder on the extraction device: nvjpeg on CUDA, fed the raw file
-bytes that the workers read (batched, one call per batch), so the CPU only reads files. On a
-CPU device the same code runs in the workers with torchvision's CPU decoder (libjpeg-turbo):
-this is the fallback the tests exercise, and what `gpu` means on a machine without a GPU.
+decodes with torchvision's decoder on the extraction device, fed the raw file bytes the
+workers read (batched, one call per batch), so the workers only read files: nvjpeg on CUDA,
+libjpeg-turbo on a CPU device (what `gpu` means on a machine without a GPU, and what the
+tests run).
 
-Crops: each box is clipped to the image, cut out and resized to S x S with torch's
-antialiased filter (the aspect ratio is not kept), then rounded to uint8 as Pillow's result
-is. In the workers (a CPU device) `crop_resize` does it crop by crop with
-`F.interpolate(mode="bilinear", antialias=True)`; on CUDA `crop_resize_many` does the same
-resize for a whole batch of images at once as matrix products (`resize_weights` builds the
-interpolation's own weights), in half precision, within one grey level of `crop_resize`.
-torch's antialiased bilinear filter is the same triangle filter as Pillow's BILINEAR resize,
-so both paths agree to a fraction of a grey level on average (tests/features/test_decoding.py
-states the tolerance). Differences left: the decoders' IDCT/upsampling (nvjpeg vs
-libjpeg-turbo) and Pillow's draft mode, which decodes large crops at 1/2-1/8 scale where
-this path decodes at full size.
+Crops (`crop_resize`): each box is clipped to the image, cut out and resized to S x S with
+`F.interpolate(antialias=True)` (the aspect ratio is not kept), then rounded to uint8 as
+Pillow's result is, on whichever device holds the image. torch's antialiased bilinear filter
+is the same triangle filter as Pillow's BILINEAR resize, so both paths agree to a fraction of
+a grey level on average (tests/features/test_decoding.py states the tolerance). Differences
+left: the decoders' IDCT/upsampling (nvjpeg vs libjpeg-turbo) and Pillow's draft mode, which
+decodes large crops at 1/2-1/8 scale where this path decodes at full size.
 
 A file torchvision cannot decode (not a JPEG, CMYK, a decoder error) is decoded by Pillow
 instead, so a run never depends on which decoder an odd file happens to suit; only a file
 neither can read is reported as missing.
 
 `auto` chooses `gpu` on CUDA when the node has fewer than `GPU_DECODE_BELOW` CPU cores per
-GPU process, else `cpu`; on a CPU device always `cpu`, which keeps today's numbers. Why 24:
-on one H100 node (2026-11-26, bench/RESULTS.md) a Pillow worker fed 250-300 crops/s, so 14
-workers gave resnet101 3,300-4,200 crops/s end to end, while `gpu` gave 5,000-5,200; Pillow
-catches up only at about 20-25 workers. Measured with an H100's hardware JPEG decoder; on a
-GPU without one, nvjpeg takes compute time from the forward (not measured).
+GPU process, else `cpu`; on a CPU device always `cpu`. Why 24: on an H100 node
+(bench/RESULTS.md) a Pillow worker feeds 250-300 crops/s, so 14 workers give resnet101
+3,300-4,200 crops/s end to end against 5,000-5,200 with `gpu`; Pillow catches up only at
+about 20-25 workers. That is with an H100's hardware JPEG decoder; on a GPU without one,
+nvjpeg takes compute time from the forward.
 """
 
 from __future__ import annotations
@@ -51,8 +47,6 @@ JPEG_MAGIC = b"\xff\xd8\xff"
 RESIZE_TORCH = ("whole crop (box clipped to the image) resized to SxS, aspect ratio not kept; "
                 "torch bilinear interpolation with antialiasing on the full-size decoded "
                 "image, rounded to uint8")
-RESIZE_BATCHED = RESIZE_TORCH + ("; on CUDA a whole batch at once as matrix products in half "
-                                 "precision (within one grey level)")
 
 
 @contextmanager
@@ -109,101 +103,6 @@ def crop_resize(image: torch.Tensor, corners: list, size: int, interpolation: st
              for x0, y0, x1, y1 in corners]
     out = torch.cat(crops).round_().clamp_(0, 255).to(torch.uint8)
     return out.permute(0, 2, 3, 1).contiguous()
-
-
-def _triangle(x: torch.Tensor) -> torch.Tensor:
-    return (1 - x).clamp_(min=0)
-
-
-def _keys_cubic(x: torch.Tensor) -> torch.Tensor:  # a = -0.5, as Pillow and torch's aa
-    a = -0.5
-    near = ((a + 2) * x - (a + 3)) * x * x + 1
-    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-    return torch.where(x < 1, near, torch.where(x < 2, far, torch.zeros_like(x)))
-
-
-FILTERS = {"bilinear": (1.0, _triangle), "bicubic": (2.0, _keys_cubic)}  # (support, kernel)
-
-
-def resize_weights(starts: torch.Tensor, lengths: torch.Tensor, out: int, total: int,
-                   interpolation: str = "bilinear", dtype=torch.float32,
-                   device: torch.device | str = "cpu") -> torch.Tensor:
-    """(n, out, total) matrices on `device` of the antialiased resize of each segment [start,
-    start + length) (CPU tensors) of an axis of `total` pixels to `out` pixels: the weights
-    `F.interpolate(..., antialias=True, align_corners=False)` computes (centre, support and
-    taps as its kernel sets them), zero outside the segment. Built as bands of the few taps
-    an output pixel has, then scattered."""
-    half, kernel = FILTERS[interpolation]
-    taps = math.ceil(2 * max(1.0, float(lengths.max()) / out) * half) + 2  # on the host
-    starts, lengths = starts.to(device, non_blocking=True), lengths.to(device, non_blocking=True)
-    length = lengths.float()[:, None, None]
-    scale = length / out
-    wide = scale >= 1
-    support = torch.where(wide, half * scale, torch.full_like(scale, half))
-    inverse = torch.where(wide, 1 / scale, torch.ones_like(scale))
-    centre = scale * (torch.arange(out, device=device, dtype=torch.float32)[None, :, None] + 0.5)
-    low = (centre - support + 0.5).trunc().clamp_(min=0)
-    high = torch.minimum((centre + support + 0.5).trunc(), length)
-    at = low + torch.arange(taps, device=device, dtype=torch.float32)  # (n, out, taps)
-    w = kernel(((at - centre + 0.5) * inverse).abs_()) * (at < high)
-    w /= w.sum(-1, keepdim=True)
-    where = (at + starts.float()[:, None, None]).clamp_(max=total - 1).long()
-    # taps past the segment weigh 0 (and past the axis clamp onto one of them): adding is exact
-    return torch.zeros(len(starts), out, total, dtype=dtype, device=device).scatter_add_(
-        2, where, w.to(dtype))
-
-
-ALIGN = 16  # matrix sides padded to a multiple of this: what tensor cores need
-SLICE_BYTES = 2**29  # the images gathered for one matrix product at most (crop by crop)
-PADDED_BYTES = 2**31  # a batch's padded images at most; beyond, crop by crop (`crop_resize`)
-
-
-def _aligned(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
-
-
-def crop_resize_many(images: list, corners: list, size: int, interpolation: str = "bilinear",
-                     keep: float = 1.0, dtype=torch.float16) -> torch.Tensor:
-    """`crop_resize` for many images at once, on their device: [(3, H, W) uint8], [corner
-    boxes per image] -> (k, size, size, 3) uint8, every image's crops in order. The images
-    are padded into one tensor; each crop is two matrix products with `resize_weights`' rows
-    and columns, batched over all crops. So a batch costs a few kernels and one copy an
-    image, where `crop_resize` costs several kernels a crop: on a GPU that kept the host
-    busier than the device. In half precision (CUDA) the pixels are exact and the weights
-    kept to 1/2048; the crops agree with `crop_resize` within one grey level
-    (tests/features/test_decoding.py). A batch whose padded images would pass `PADDED_BYTES`
-    (images far larger than Visual Genome's) is cut crop by crop instead."""
-    device = images[0].device
-    boxes = torch.tensor([c for cs in corners for c in cs], dtype=torch.float32).reshape(-1, 4)
-    if not len(boxes):
-        return torch.zeros((0, size, size, 3), dtype=torch.uint8, device=device)
-    source = torch.tensor([j for j, cs in enumerate(corners) for _ in cs])
-    if device.type == "cuda":  # copied in without stopping the host (pageable memory would)
-        boxes, source = boxes.pin_memory(), source.pin_memory()
-    side = size if keep == 1 else math.floor(size / keep)
-    start = (side - size) // 2
-    high = _aligned(max(i.shape[1] for i, cs in zip(images, corners) if cs))
-    wide = _aligned(max(i.shape[2] for i, cs in zip(images, corners) if cs))
-    if len(images) * high * 3 * wide * dtype.itemsize > PADDED_BYTES:  # a few huge images
-        return torch.cat([crop_resize(i, cs, size, interpolation, keep)
-                          for i, cs in zip(images, corners)])
-    padded = torch.zeros(len(images), high, 3, wide, dtype=dtype, device=device)
-    for j, (image, cs) in enumerate(zip(images, corners)):
-        if cs:
-            padded[j, :image.shape[1], :, :image.shape[2]] = image.permute(1, 0, 2)
-    rows = resize_weights(boxes[:, 1], boxes[:, 3] - boxes[:, 1], side, high, interpolation,
-                          dtype, device)[:, start:start + size]  # (k, size, high)
-    cols = resize_weights(boxes[:, 0], boxes[:, 2] - boxes[:, 0], side, wide, interpolation,
-                          dtype, device)[:, start:start + size]  # (k, size, wide)
-    source = source.to(device, non_blocking=True)
-    step = max(1, SLICE_BYTES // padded[0].nbytes)
-    out = []
-    for a in range(0, len(boxes), step):  # (m, high, 3 * wide): each crop's image
-        pixels = padded.view(len(images), high, 3 * wide)[source[a:a + step]]
-        tall = torch.bmm(rows[a:a + step], pixels)  # (m, size, 3 * wide)
-        out.append(torch.bmm(tall.view(-1, size * 3, wide), cols[a:a + step].transpose(1, 2)))
-    crops = torch.cat(out).view(-1, size, 3, size).permute(0, 1, 3, 2)  # (k, y, x, channel)
-    return crops.float().round_().clamp_(0, 255).to(torch.uint8).contiguous()
 
 
 def is_jpeg(data: bytes | torch.Tensor) -> bool:

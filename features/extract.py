@@ -1,36 +1,26 @@
 """`vprom extract`: backbone features for every crop of a DATASET.h5, into one FEATS.h5.
 
-Algorithm
-1. Plan (features/crops.py): unique boxes ("units") sorted by image; batch k is units
-   [k*B, (k+1)*B) (full batches), the units of one image within a batch one DataLoader item;
-   batches form chunks of `chunk_batches`. The layout is a pure function of the crops table,
-   the batch size and the chunking.
+1. Plan (features/crops.py, features/plan.py): unique boxes ("units") sorted by image, in
+   full batches of B units, batches in chunks of `chunk_batches`: a pure function of the
+   crops table, the batch size and the chunking.
 2. Work (features/pipeline.py): chunk c belongs to rank c % world_size (one rank without
-   torchrun). DataLoader workers decode (Pillow, `--decode cpu`) or only read the JPEGs
-   (`--decode gpu`: the device decodes them, features/decoding.py); the crops are normalised
-   on the device, run through the trunk (channels_last; autocast bf16/fp16 and optional
-   torch.compile or CUDA graph replay on CUDA), average-pooled and L2-normalised in float32
-   (or kept as maps, `--pool none`) and cast to the stored dtype. `--region roi` (bottom-up
-   only) runs the detector's own RoI computation instead (features/regions.py). Host-to-device
-   copies, compute and device-to-host copies overlap; results are awaited `in_flight`
-   batches late.
+   torchrun); its batches are decoded, run through the trunk, pooled and normalised.
 3. Resume: each finished chunk is written atomically as `<out>.partial/chunk-NNNNNN.npy`
-   (+ a JSON of its missing crops). The set of chunk files is the completion mask: a killed
-   run (or rank) restarts with the chunks that are not there. `<out>.partial/config.json`
-   holds the fingerprint of everything that changes the numbers (features/job.py); a
-   partial folder with another fingerprint is discarded with a message, and a finished file
-   with the same fingerprint is left alone.
+   (+ a JSON of its missing crops); a killed run (or rank) redoes the chunks that are not
+   there. `<out>.partial/manifest.json` records the data set and the settings that change
+   the numbers (`ExtractPlan.settings`); a work folder that is not current for them
+   (`vprom.manifest.is_current`) is started over, and a finished file that is current is
+   left alone.
 4. Assemble (rank 0, after a barrier; features/assemble.py): rows sorted by crop id, written
    under a temporary name and renamed into place when complete.
 
-Because every run, resumed run and rank computes the same batches with the same weights,
-the `crop_id` and `features` datasets are byte-identical however the work was split
-(verified on CPU; on CUDA, cuDNN's deterministic algorithm choice is kept for this reason).
+Every run, resumed run and rank computes the same batches with the same weights, so the
+`crop_id` and `features` datasets are byte-identical however the work was split (on CUDA,
+cuDNN's deterministic algorithm choice is kept for this reason).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -47,23 +37,21 @@ from vprom.features.backbones import get_backbone
 from vprom.features.config import ExtractConfig, default_batch_size
 from vprom.features.crops import batch_layout
 from vprom.features.decoding import cores_per_process, resolve_decoder
-from vprom.features.job import Job, check_space, config_hash, fingerprint
+from vprom.features.plan import ExtractPlan
 from vprom.images import ImageIndex
-from vprom.io import write_json
-from vprom.outputs import remove_work_folder, writes
+from vprom.claim import remove_work_folder, writes
+from vprom.manifest import input_hashes, is_current, make_manifest, why_stale, write_manifest
 from vprom.runtime import World, joined_world
-from vprom.stamps import differences
 from vprom.tables import read_crop_table
 
 MAX_GPU_WORKERS = 16
 GRAPH_DEVICES = ("cuda",)  # where --cuda-graphs runs (tests add the CPU, with a stand-in)
 # A CPU device decodes in this process, between forwards (pipeline.InlineBatches): worker
 # processes decoding during the forward preempt its OpenMP threads, which wait for each other
-# at every layer, so ~0.5 s of decoding slowed resnet18's forwards by seconds
-# (docs/features.md); alone, it costs its own time (~6% of resnet18's forward).
+# at every layer (docs/features.md).
 DEFAULT_CPU_WORKERS = 0
 #: what `<out>.partial/` holds; a work folder with anything else is not removed
-WORK_FILES = ("chunk-*.npy", "chunk-*.json", "config.json")
+WORK_FILES = ("chunk-*.npy", "chunk-*.json", "manifest.json")
 
 
 @dataclass
@@ -110,8 +98,8 @@ def extract(config: ExtractConfig) -> ExtractSummary:
     start = time.perf_counter()
     # Ranks wait for the slowest at the end: allow long shards before timing out.
     with joined_world(config.device, timeout=timedelta(hours=12)) as world:
-        job = _prepare(config, world)
-        finished = _finished(job)
+        plan = _prepare(config, world)
+        finished = _finished(plan)
         loop_seconds = 0.0
         if finished is not None:
             extracted, missing = 0, finished
@@ -120,28 +108,29 @@ def extract(config: ExtractConfig) -> ExtractSummary:
                       "(--no-resume extracts it again)", file=sys.stderr)
         else:
             if world.main:
-                _open_partial(job)
+                _open_partial(plan)
             world.barrier()
             loop_start = time.perf_counter()
-            extracted = pipeline.run_chunks(job)
+            extracted = pipeline.run_chunks(plan)
             loop_seconds = time.perf_counter() - loop_start
             world.barrier()
-            missing = assemble.assemble(job) if world.main else []
-    return ExtractSummary(out=config.out, backbone=config.backbone, crops=len(job.layout.crop_id),
-                          units=len(job.layout.unit_image), extracted_units=extracted,
+            missing = assemble.assemble(plan) if world.main else []
+    return ExtractSummary(out=config.out, backbone=config.backbone,
+                          crops=len(plan.layout.crop_id),
+                          units=len(plan.layout.unit_image), extracted_units=extracted,
                           seconds=time.perf_counter() - start, loop_seconds=loop_seconds,
                           missing=missing,
                           rank=world.rank, world_size=world.size)
 
 
-def _prepare(config: ExtractConfig, world: World) -> Job:
+def _prepare(config: ExtractConfig, world: World) -> ExtractPlan:
     backbone = get_backbone(config.backbone)
     device = world.device
     if config.region == "roi" and backbone.region_head is None:
         raise VpromError(f"--region roi: {backbone.name} is not a detector backbone; RoI "
                          "pooling of the whole image needs bottomup-r101 (or use --region "
                          "crop)")
-    # --pool auto becomes the backbone's default here: the job, fingerprint and file record it
+    # --pool auto becomes the backbone's default here: the plan and the file record it
     config = replace(config, pool=backbone.pool_for(config.pool))
     loaded = backbone.load(config.weights, config.pool, config.input_size)
     if world.main:
@@ -160,11 +149,9 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
         size = config.input_size or backbone.region_head.shortest_side
     else:
         size = config.input_size or backbone.preprocess.input_size
-    # the batch size the job, fingerprint and file record
+    # the batch size the plan and the file record
     config = replace(config, batch_size=_batch_size(config, world, size))
     layout = batch_layout(crops, config.batch_size, config.chunk_batches)
-    if config.pool == "avg" and backbone.feature_dim:  # known before any forward; other
-        check_space(config, layout, (backbone.feature_dim,))  # rows: at the first result
     index = ImageIndex(config.vg)
     images = layout.unit_image[layout.groups[:, 0]]
     paths = [str(index.paths[i]) if int(i) in index.paths else None for i in images.tolist()]
@@ -180,9 +167,11 @@ def _prepare(config: ExtractConfig, world: World) -> Job:
                  f"in this process between forwards ({cores_per_process()} threads)")
         print(f"extract: decoding with {'Pillow' if decoder == 'cpu' else 'torchvision'} "
               f"(--decode {decoder}), {where}", file=sys.stderr)
-    fp = fingerprint(config, backbone, loaded, layout, size, decoder, device, autocast)
-    return Job(config, backbone, loaded, layout, paths, size, decoder, workers, autocast, world,
-               fp)
+    plan = ExtractPlan(config, backbone, loaded, layout, paths, size, decoder, workers, autocast,
+                       world)
+    if config.pool == "avg" and backbone.feature_dim:  # known now: refused before any file
+        plan.check_space((backbone.feature_dim,))
+    return plan
 
 
 def _batch_size(config: ExtractConfig, world: World, size: int) -> int:
@@ -208,51 +197,45 @@ def _workers(config: ExtractConfig, device: torch.device) -> int:
     return max(1, min(MAX_GPU_WORKERS, cores_per_process() - 2))
 
 
-def _finished(job: Job) -> list | None:
+def _inputs(plan: ExtractPlan) -> tuple[list, dict]:
+    """What the output is made from (for `vprom.manifest`): the data set, the settings."""
+    return [plan.config.dataset], plan.settings()
+
+
+def _finished(plan: ExtractPlan) -> list | None:
     """The missing crops when `out` is already a complete file made with these settings."""
-    out = job.config.out
-    if not (job.config.resume and out.is_file() and not job.partial.exists()):
+    out = plan.config.out
+    if not plan.config.resume or plan.partial.exists() or not is_current(out, *_inputs(plan)):
         return None
     try:
         with h5py.File(out, "r") as h5:
-            same = (bool(h5.attrs.get("complete", False))
-                    and h5.attrs.get("config_hash") == config_hash(job.fingerprint))
-            missing = h5["missing_crop_id"][()].tolist() if same else []
+            missing = h5["missing_crop_id"][()].tolist()
     except (OSError, KeyError):
         return None
-    if not same:
-        return None
-    if missing and not job.config.allow_missing:
+    if missing and not plan.config.allow_missing:
         return None  # redo: the images may have been fixed since
-    layout = job.layout
+    layout = plan.layout
     row = np.searchsorted(layout.crop_id, np.asarray(missing, dtype=np.int64))
     images = layout.unit_image[layout.unit_of_row[row]]
-    path_of = dict(zip(layout.unit_image[layout.groups[:, 0]].tolist(), job.paths))
+    path_of = dict(zip(layout.unit_image[layout.groups[:, 0]].tolist(), plan.paths))
     return [(int(c), path_of.get(int(i)) or "", f"image {int(i)}: missing in the existing file")
             for c, i in zip(missing, images)]
 
 
-def _open_partial(job: Job) -> None:
-    partial, config_file = job.partial, job.partial / "config.json"
+def _open_partial(plan: ExtractPlan) -> None:
+    partial = plan.partial
     if partial.exists():
-        if not job.config.resume:
-            print(f"{partial}: --no-resume: discarding the partial extraction", file=sys.stderr)
+        why = None if plan.config.resume else "--no-resume"
+        why = why or why_stale(partial, *_inputs(plan))
+        if why:
+            print(f"{partial}: {why}; starting over", file=sys.stderr)
             remove_work_folder(partial, WORK_FILES)
         else:
-            try:
-                old = json.loads(config_file.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                old = None
-            if old != job.fingerprint:
-                changed = differences(old, job.fingerprint) if isinstance(old, dict) else []
-                why = (f"made with other settings ({', '.join(changed)} differ)" if changed
-                       else "has no readable config.json")
-                print(f"{partial}: {why}; starting over", file=sys.stderr)
-                remove_work_folder(partial, WORK_FILES)
-            else:
-                done = sum(job.chunk_done(c) for c in range(len(job.layout.chunks)))
-                print(f"{partial}: resuming, {done} of {len(job.layout.chunks)} chunks done",
-                      file=sys.stderr)
-    partial.mkdir(parents=True, exist_ok=True)
-    if not config_file.is_file():
-        write_json(config_file, job.fingerprint)
+            done = sum(plan.chunk_done(c) for c in range(len(plan.layout.chunks)))
+            print(f"{partial}: resuming, {done} of {len(plan.layout.chunks)} chunks done",
+                  file=sys.stderr)
+    if not partial.is_dir():
+        partial.mkdir(parents=True)
+        inputs, settings = _inputs(plan)
+        write_manifest(partial, make_manifest("features", settings,
+                                              inputs=input_hashes(inputs)))

@@ -1,35 +1,22 @@
 """The `timm:<name>` backbone family: any timm model (DINO, DINOv2, CLIP, SigLIP, ConvNeXt, ...).
 
-One registry family (`BACKBONES.add_family("timm", resolve, ...)`), not an entry per model:
-`resolve(name)` builds the named model once on torch's meta device (no memory, no weights) to
-learn what it is, and returns a `TimmBackbone`:
+One registry family, not an entry per model: `resolve(name)` builds the named model once on
+torch's meta device (no memory, no weights) to learn what it is:
 
-- its layout: a *token* model (a ViT: `forward_features` gives (B, N, C) tokens, the first
-  `num_prefix_tokens` of them class/register tokens) or a *map* model (a ConvNet: (B, C, H, W),
-  or (B, H, W, C) where timm says `output_fmt` NHWC);
-- its poolings: token models `cls` (default: `forward_head(pre_logits=True)`, the class token
-  after the final norm as DINO, DINOv2 and CLIP use it, or the attention-pool head of models
-  without a class token such as SigLIP), `mean` (the patch tokens' average) and `none` (the
-  patch tokens as a (C, H, W) grid); map models `avg` and `none`, as the ResNets;
-- its preprocessing, from the model's `pretrained_cfg` through timm's own data config
-  (`timm.data.resolve_model_data_config`): input size, interpolation, mean, std, crop_pct.
+- a *token* model (a ViT: `forward_features` gives (B, N, C) tokens, the first
+  `num_prefix_tokens` of them class/register tokens) offers `cls` (default: the model's own
+  pooled output, `forward_head(pre_logits=True)`), `mean` (the patch tokens' average) and
+  `none` (the patch tokens as a (C, H, W) grid); a *map* model (a ConvNet, NCHW or NHWC)
+  offers `avg` and `none`, as the ResNets;
+- its preprocessing comes from timm's own data config (`resolve_model_data_config`).
 
-`load` builds the model for real with the classifier removed (`num_classes=0`), wrapped in
-`TimmTrunk`, which returns what the extractor pools (a 1x1 map for `cls`, the patch grid for
-`mean` and `none`, the feature map for ConvNets). Weights:
-
-- `none`: random init from a fixed seed (recorded as "none" in the file, like the ResNets);
-- a FILE: `.safetensors` is handed to timm as `pretrained_cfg_overlay=dict(file=FILE)`
-  (safetensors holds tensors only); any other file is read by vprom's safe loader
-  (`features/checkpoints.py`: weights only, a pickle naming code is refused) and handed to timm
-  as `pretrained_cfg_overlay=dict(state_dict=...)`. Either way timm's own loading runs: its
-  checkpoint filter (original DINO/CLIP/OpenCLIP key layouts, position embeddings resampled
-  to another input size), classifier removal and a strict key check;
-- `pretrained` (or the default `imagenet`): the tag's published file, only if it is already in
-  the Hugging Face cache (or torch hub's, for URL-only tags). vprom never downloads: the hub
-  is set offline before timm is imported, the file is looked up with
-  `huggingface_hub.try_to_load_from_cache`, and a missing file is a one-line error saying
-  how to fetch it elsewhere and pass it with --weights.
+`load` builds the model with the classifier removed, wrapped in `TimmTrunk`. Weights: `none`
+(random init from a fixed seed); a FILE (`.safetensors` handed to timm as a file, anything
+else read by the safe loader of `features/checkpoints.py` and handed over as a state dict;
+either way timm's own checkpoint filter and strict key check run); or `pretrained` (the
+default `imagenet` too): the tag's published file, only if the Hugging Face or torch hub
+cache already holds it. vprom never downloads: the hub is set offline before timm is
+imported, and a missing file is a one-line error saying how to fetch it elsewhere.
 """
 
 from __future__ import annotations
@@ -37,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -55,7 +41,7 @@ from vprom.features.backbones import (
     _ready,
 )
 from vprom.features.checkpoints import read_checkpoint
-from vprom.io import sha256_file
+from vprom.files import sha256_file
 
 PREFIX = "timm"
 TOKEN_POOLS = ("cls", "mean", "none")
@@ -112,55 +98,6 @@ class TimmTrunk(nn.Module):
         return patches.transpose(1, 2).reshape(len(feats), -1, side, side)
 
 
-@contextmanager
-def _built_on_meta_and_assigned():
-    """Inside: modules are built on the meta device (no memory, no random initialisation) and
-    `load_state_dict` assigns the checkpoint's tensors (in each parameter's own dtype,
-    contiguous) instead of copying them into initialised ones.
-
-    A timm model given a file's weights was built with its random init first, then
-    overwritten: at 1-2 s for convnext_atto and ~5 s for ViT-S/16 on this machine, most of
-    a short CPU extraction's fixed cost. Whatever this cannot give (a non-persistent buffer,
-    computed in `__init__`; a model that loads its own way) stays on the meta device, and the
-    caller builds the model again the ordinary way (`_create`)."""
-    original = nn.Module.load_state_dict
-
-    def assigning(module, state_dict, strict=True, assign=False):
-        expected = module.state_dict()
-        state = {k: v.to(expected[k].dtype).contiguous() if k in expected else v
-                 for k, v in state_dict.items()}
-        return original(module, state, strict=strict, assign=True)
-
-    nn.Module.load_state_dict = assigning
-    try:
-        with torch.device("meta"):
-            yield
-    finally:
-        nn.Module.load_state_dict = original
-
-
-def _on_meta(timm, name: str, overlay: dict, kwargs: dict) -> nn.Module | None:
-    """timm's model `name` built on the meta device and given the tensors of `overlay` (a file
-    or a state dict), or None where that leaves a tensor without a value or fails."""
-    try:
-        with _built_on_meta_and_assigned():
-            model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay,
-                                      **kwargs)
-    except Exception:  # noqa: BLE001 - whatever fails on meta, the ordinary build decides
-        return None
-    return None if any(t.is_meta for t in (*model.parameters(), *model.buffers())) else model
-
-
-def _create(timm, name: str, overlay: dict, kwargs: dict) -> nn.Module:
-    """The model with the weights of `overlay`: built on meta where it can be (the same
-    tensors as the ordinary build), else the ordinary way."""
-    model = _on_meta(timm, name, overlay, kwargs)
-    if model is None:
-        model = timm.create_model(name, pretrained=True, pretrained_cfg_overlay=overlay,
-                                  **kwargs)
-    return model
-
-
 # ------------------------------------------------------------------------- backbone
 @dataclass(frozen=True)
 class TimmBackbone(Backbone):
@@ -192,7 +129,8 @@ class TimmBackbone(Backbone):
         overlay = ({"file": str(path)} if path.suffix == ".safetensors"
                    else {"state_dict": read_checkpoint(path)})
         try:
-            model = _create(timm, self.model_name, overlay, kwargs)
+            model = timm.create_model(self.model_name, pretrained=True,
+                                      pretrained_cfg_overlay=overlay, **kwargs)
         except Exception as e:  # a file timm cannot use (wrong model, corrupt) is the user's
             # torch names the model on line 1 and the keys on line 2 (missing, unexpected)
             why = " ".join(str(e).split("\n")[:2]).strip() or type(e).__name__

@@ -1,14 +1,10 @@
-"""The file edge of generation: POOLS.h5 in, DATASET.h5 (+ manifest JSON beside it) out.
+"""The file edge of generation: POOLS.h5 in, DATASET.h5 out.
 
 `generate_dataset` plans, samples and proves every matrix in memory (`workers` processes
 draw them, `generation.parallel`) and assigns each to every split (`vprom.splits.rules.assign`)
 with the held-out bans its panels meet among all their labels; `generate` checks that its
 input is a POOLS.h5 and writes the result; `merge_shards` joins the files of `--shard K/N`
 runs into the single run's file, choosing the validation sets over all shards' training ids.
-
-The sidecar `DATASET.h5.manifest.json` records the finished file's sha256 and goes into place
-before the data file is renamed over the old one, so an interrupted run leaves the old pair,
-or the new sidecar beside the old file, which `vprom verify` reports as an interrupted write.
 """
 
 from __future__ import annotations
@@ -34,8 +30,9 @@ from vprom.generation.sampler import (
     PlanSampler,
     note_loosened,
 )
-from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
-from vprom.outputs import writes
+from vprom.files import atomic_path
+from vprom.manifest import input_hashes, make_manifest
+from vprom.claim import writes
 from vprom.processes import collector_paused, usable_cores
 from vprom.domain import N_PANELS, SPLITS, TABLE1, ElementType
 from vprom.splits.rules import SplitRules, assign, choose_val, image_sides
@@ -227,7 +224,7 @@ def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed
     if legacy_counts:  # recorded so the file says it carries the flaw on purpose
         config["legacy_count_candidates"] = True
     manifest = make_manifest("dataset", config=config, seed=seed,
-                             inputs={pools.name: sha256_file(pools)}, counts=data.counts)
+                             inputs=input_hashes([pools]), counts=data.counts)
     _write(out, data, manifest)
     return GenerateSummary(out, data.counts, time.perf_counter() - start)
 
@@ -270,11 +267,6 @@ def _write(out: Path, data: Dataset, manifest: dict) -> None:
         manifest = {**manifest, "outputs": {"content_hash": content_hash(tmp)}}
         with h5py.File(tmp, "r+") as h5:
             set_manifest(h5, manifest)
-        # the sidecar, naming the finished file's hash, goes into place BEFORE the data file
-        # is renamed: a kill between the two leaves a sidecar that does not match the (old)
-        # file, which `vprom verify` reports as an interrupted write (see checks)
-        write_json(manifest_path(out), {**manifest, "outputs": {
-            **manifest["outputs"], out.name: sha256_file(tmp)}})
 
 
 @writes("out", ("dataset",), inputs=lambda a: tuple(a["shards"]))

@@ -24,12 +24,13 @@ from pathlib import Path
 import numpy as np
 
 from vprom.errors import VpromError
-from vprom.io import atomic_path, make_manifest
+from vprom.files import atomic_path
+from vprom.manifest import make_manifest
 from vprom.mining import readers
 from vprom.mining.pool_jobs import run_passes
 from vprom.mining.pool_passes import ELEMENT_TYPES, STRING_COLUMNS, PassResult
 from vprom.mining.pool_report import MineReport, report_data, side_path
-from vprom.outputs import writes
+from vprom.claim import writes
 from vprom.domain import MIN_SIDE
 from vprom.tables import CropTable, set_manifest
 

@@ -32,7 +32,7 @@ import ijson
 import msgspec
 
 from vprom.errors import VpromError
-from vprom.io import sha256_file
+from vprom.files import sha256_file
 
 IMAGE_DATA, OBJECTS, ATTRIBUTES, REGIONS = ("image_data", "objects", "attributes",
                                             "region_descriptions")

@@ -21,7 +21,7 @@ import h5py
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from vprom.io import make_manifest
+from vprom.manifest import make_manifest
 from vprom.domain import (
     N_CANDIDATES,
     RELATIONS_OF,

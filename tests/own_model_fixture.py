@@ -51,7 +51,7 @@ def make_build(root: Path, seed: int) -> tuple[Path, Path, Path]:
 def write_features(dataset: Path, out: Path, maps: bool, seed: int = 0) -> Path:
     """A finished FEATS.h5 (pooled vectors, or maps as `--pool none` stores them) for every
     crop of `dataset`, recording its source as `vprom extract` does."""
-    from vprom.io import make_manifest, sha256_file
+    from vprom.manifest import input_hashes, make_manifest
     from vprom.tables import read_crop_table, set_manifest
 
     crop_id = np.sort(read_crop_table(dataset).crop_id)
@@ -66,7 +66,7 @@ def write_features(dataset: Path, out: Path, maps: bool, seed: int = 0) -> Path:
         h5.attrs.update({"backbone": "resnet18", "weights": "none", "complete": True,
                          "pool": "none" if maps else "avg"})
         set_manifest(h5, make_manifest("features", {"dataset": str(dataset)},
-                                       inputs={dataset.name: sha256_file(dataset)}))
+                                       inputs=input_hashes([dataset])))
     return out
 
 

@@ -10,7 +10,8 @@ Layout (plain h5py can read it without vprom):
     attrs              backbone, weights, weights_sha256, input_size, region, decode, pool,
                        pooling, normalisation, resize, dtype, compression, feature_dim,
                        map_shape (maps only), torch/torchvision/timm/vprom versions,
-                       complete (bool), config_hash, manifest (JSON)
+                       complete (bool), manifest (JSON: its input is the data set's content
+                       hash, its config the settings, its output the features' content hash)
 
 Only a complete file ever gets its final name (`vprom extract` assembles it from the chunk
 files under `<out>.partial/` and renames it into place); `check_complete` also refuses a
@@ -22,6 +23,9 @@ file without the `complete` attribute or with missing rows, and the `.partial` f
 - `open_maps` opens a maps file without loading it (2048 x 7 x 7 float16 is ~200 KB a crop,
   ~22 GB for 110,000 crops): `gather` reads the maps of any crop ids, `batches` iterates over
   the file in row order, both reading only the HDF5 chunks they need.
+- `check_features_source` refuses features (or maps, or a crop store) made from another data
+  set: crop ids are small integers every DATASET.h5 reuses, so another data set's features
+  usually cover this one's ids and would be read without complaint.
 """
 
 from __future__ import annotations
@@ -33,10 +37,27 @@ from pathlib import Path
 import numpy as np
 
 from vprom.errors import VpromError
-from vprom.io import OpenFile
+from vprom.manifest import check_made_from, manifest_of
 from vprom.tables import open_h5
 
 STORED = ("features", "maps")  # one of them: pooled vectors, or spatial maps
+
+
+class OpenFile:
+    """A reader over one open file (`self._h5`) of rows keyed by `self.crop_id`: usable in a
+    `with` block, closed by `close()`, as long as its rows."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._h5.close()
+
+    def __len__(self) -> int:
+        return len(self.crop_id)
 
 
 @dataclass
@@ -215,3 +236,13 @@ class SpatialMaps(OpenFile):
 def open_maps(path: str | Path) -> SpatialMaps:
     """Open a finished maps FEATS.h5 (refuses partial, incomplete and pooled files)."""
     return SpatialMaps(Path(path))
+
+
+def check_features_source(dataset: str | Path, features: str | Path,
+                          fix: str | None = None) -> str:
+    """Refuse (one line) a features file made from another data set than `dataset`, by what
+    its manifest records of its input; returns how it was decided."""
+    recorded = (manifest_of(features) or {}).get("inputs")
+    fix = fix or (f"extract features from this data set: `vprom extract {dataset} --vg DIR "
+                  "--backbone NAME --out FEATS.h5`")
+    return check_made_from(recorded, dataset, str(features), fix)

@@ -18,8 +18,8 @@ from PIL import Image, ImageDraw, ImageFont
 
 from vprom.errors import VpromError
 from vprom.images import ImageIndex, load_crop
-from vprom.io import atomic_path
-from vprom.outputs import writes
+from vprom.files import atomic_path
+from vprom.claim import writes
 from vprom.domain import N_CANDIDATES, N_CONTEXT, N_PANELS
 from vprom.tables import open_h5
 

@@ -35,8 +35,9 @@ from vprom.generation.export.hf import write_hf
 from vprom.generation.export.npz import DEFAULT_SIZE, write_npz
 from vprom.generation.export.release import FIRST_CANDIDATE_LABEL, write_release
 from vprom.errors import VpromError
-from vprom.io import atomic_path, make_manifest, manifest_path, sha256_file, write_json
-from vprom.outputs import writes
+from vprom.files import atomic_path
+from vprom.manifest import input_hashes, make_manifest, write_manifest
+from vprom.claim import writes
 from vprom.domain import LABEL_SEPARATOR, N_PANELS, Matrix
 from vprom.tables import (
     CropTable,
@@ -130,11 +131,11 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
                          "`vprom verify` and regenerate the data set")
     config = {"format": fmt, **({"copy": copy} if fmt == "original" else {}),
               **({"split": split, "size": size, "style": style} if fmt == "npz" else {})}
-    manifest = make_manifest(f"export-{fmt}", config, inputs={dataset.name: sha256_file(dataset)},
+    manifest = make_manifest(f"export-{fmt}", config, inputs=input_hashes([dataset]),
                              counts={"matrices": len(matrices)})
     if fmt == "jsonl":
         write_jsonl(crops, matrices, rows, out)
-        write_json(manifest_path(out), manifest)
+        write_manifest(out, manifest)
         return ExportSummary(out, fmt, {"matrices": len(matrices)})
     if fmt == "hf":
         settings = {"format": "hf", "dataset": manifest["inputs"][dataset.name]}

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vprom.io import atomic_path
+from vprom.files import atomic_path
 
 PROTOCOL = 3
 PLAIN = (str, int, float, bool, type(None))

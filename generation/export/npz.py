@@ -48,8 +48,8 @@ import vprom.generation.export.pgm as pgm
 from vprom.generation.export.crops import WORKERS, cut_crops
 from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
-from vprom.io import atomic_dir, preallocate
-from vprom.outputs import free_space_for
+from vprom.files import atomic_dir, preallocate
+from vprom.files import free_space_for
 from vprom.domain import N_PANELS, ElementType, Relation
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
@@ -106,7 +106,7 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
     panel_bytes = N_PANELS * size * size * 3
     free_space_for(out, int(np.prod(shape)) + len(chosen) * (panel_bytes + 4096),
                    " for the panel tiles and the npz files")
-    with atomic_dir(out, kinds=("export-npz",)) as tmp:
+    with atomic_dir(out) as tmp:
         tiles_path = tmp / ".tiles.u8"
         gray = style == "pgm"
         tiles = np.lib.format.open_memmap(tiles_path, mode="w+", dtype=np.uint8, shape=(

@@ -51,8 +51,8 @@ from tqdm import tqdm
 from vprom.generation.export.crops import cut_crops, release_ids
 from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
-from vprom.io import atomic_dir
-from vprom.outputs import free_space_for
+from vprom.files import atomic_dir
+from vprom.files import free_space_for
 from vprom.domain import N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
@@ -133,7 +133,7 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
     """Write the release layout to folder `out`; returns what was written (for the summary)."""
     pids = release_ids(m.id)
     labels, lists = label_dicts(m, pids), split_lists(m, pids)  # refuse bad data before work
-    with atomic_dir(out, kinds=("export-original",)) as tmp:
+    with atomic_dir(out) as tmp:
         crop_dir = tmp / (CROPS if not copy else ".crops")
         crop_dir.mkdir(parents=True)
         n_crops = cut_crops(crops, rows, vg_dir, lambda r, im: im.save(

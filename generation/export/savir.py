@@ -62,7 +62,7 @@ from vprom.generation.export.release import (
     label_dicts,
 )
 from vprom.generation.export.resumable import resumable_dir, write_once
-from vprom.io import make_manifest, sha256_file
+from vprom.manifest import input_hash, make_manifest
 from vprom.tables import MatrixTable, read_matrix_table
 
 SAVIR_N = 235000  # utils.VPROM_splits: "available RPMs"
@@ -153,8 +153,8 @@ def export_savir(dataset: str | Path, features: str | Path, out: str | Path,
     lists = savir_lists(m, seed)
     with open_maps(features) as maps:
         check_maps(maps, features, np.unique(m.panels))
-        settings = {"format": "savir-t", "seed": seed, "dataset": sha256_file(dataset),
-                    "features": maps.attrs.get("config_hash", ""), "crops": len(maps)}
+        settings = {"format": "savir-t", "seed": seed, "dataset": input_hash(dataset),
+                    "features": input_hash(features), "crops": len(maps)}
         with resumable_dir(out, settings) as tmp:
             written = sum(_write_part(tmp / part, lists[part], m, maps) for part in PARTS)
             counts = {"train": len(lists["train"]), "test": len(lists["test"]),

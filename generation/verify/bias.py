@@ -4,7 +4,7 @@ The statistics live in `generation.verify.audit` (and, for the candidate set see
 `generation.verify.set_probes`); this module chooses what they see: the neutral
 split's train and test parts (sampled to at most `PROBE_MAX` matrices per element type),
 the candidates' labels (explicit and implied), and with a FEATS.h5 the candidates' image
-features (streamed from the file), after `vprom.provenance.check_features_source` has
+features (streamed from the file), after `vprom.feature_files.check_features_source` has
 refused features made from another data set. Crops a FEATS.h5 made with `--allow-missing`
 has no features for (NaN rows) take their matrices out of the feature probes, and the
 summary says how many.
@@ -21,7 +21,7 @@ import vprom.generation.verify.set_probes as set_probes
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.loaded import Data
 from vprom.errors import VpromError
-from vprom.provenance import check_features_source
+from vprom.feature_files import check_features_source
 from vprom.domain import N_CONTEXT, ElementType
 from vprom.tables import crop_rows, open_h5, present_rows, string_codes
 

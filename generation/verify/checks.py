@@ -3,9 +3,7 @@ labels, are `generation.verify.split_checks`).
 
 1. integrity — the file's structure (groups, equal column lengths, N×16 panels and
    elements), the manifest (present, its `counts` and `outputs.content_hash` agree with the
-   file, and the sidecar `X.h5.manifest.json`'s sha256 of the file if it records one; a
-   sidecar of another write is reported as an interrupted `vprom generate`, not damage),
-   unique matrix and crop ids, every panel's crop present with the element and element
+   file), unique matrix and crop ids, every panel's crop present with the element and element
    type the matrix says, answers in 0..7, relations valid for the element type, no crop
    twice within a matrix, attribute matrices' context and answer of their super-attribute.
 2. solver — `vprom.generation.solver.check_matrices` on every matrix with all its panels'
@@ -17,14 +15,12 @@ labels, are `generation.verify.split_checks`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import numpy as np
 
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.loaded import MAX_EXAMPLES, Data, bad, examples
-from vprom.io import manifest_path, sha256_file
 from vprom.domain import (
     COUNTS,
     N_CANDIDATES,
@@ -64,24 +60,6 @@ def manifest_problems(data: Data) -> list[str]:
     if recorded and recorded != content_hash(data.path):
         problems.append("content_hash differs from the manifest's: the data was changed "
                         "after generation; regenerate it")
-    side = manifest_path(data.path)
-    if side.is_file():
-        try:
-            outputs = json.loads(side.read_text(encoding="utf-8")).get("outputs") or {}
-        except ValueError:
-            return problems + [f"{side} is not valid JSON"]
-        sha = outputs.get(data.path.name)
-        if sha and sha.removeprefix("sha256:") != sha256_file(data.path):
-            if outputs.get("content_hash") not in (None, recorded):
-                # `generate` writes the sidecar just before it renames the data file into
-                # place: a run killed between the two leaves the new sidecar by the old file
-                problems.append(f"{side.name} describes another write of {data.path.name}: "
-                                "a `vprom generate` was interrupted before it renamed the new "
-                                "file into place (the file itself is whole); re-run it to "
-                                "write both again")
-            else:
-                problems.append(f"sha256 differs from {side.name}'s: the file was changed or "
-                                "truncated after it was written; regenerate it")
     return problems
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from vprom.generation.verify.ceiling import format_ceiling, perception_ceiling
-from vprom.io import write_json
+from vprom.files import write_json
 from vprom.domain import PAPER_TABLE1 as RECORDS_TABLE1
 from vprom.domain import RELATIONS_OF, SPLITS, ElementType, Relation
 from vprom.tables import read_crop_table, read_matrix_table

@@ -33,8 +33,10 @@ from tqdm import tqdm
 import vprom.mining.download.archives as archives
 import vprom.mining.download.space as space
 from vprom.errors import VpromError
-from vprom.io import make_manifest, manifest_path, sha256_file, write_json
-from vprom.outputs import size_text, writes
+from vprom.files import sha256_file, write_json
+from vprom.manifest import make_manifest, manifest_file
+from vprom.claim import writes
+from vprom.files import size_text
 
 ANNOTATION_URL = "https://homes.cs.washington.edu/~ranjay/visualgenome/data/dataset"
 IMAGE_URL = "https://cs.stanford.edu/people/rak248/VG_100K_2"
@@ -274,7 +276,7 @@ def parse_duration(text: str) -> float:
 
 # ------------------------------------------------------------------------------- manifest
 def _manifest_file(out: Path) -> Path:
-    return manifest_path(out / MANIFEST)
+    return manifest_file(out / MANIFEST)
 
 
 def _read_records(out: Path) -> dict:

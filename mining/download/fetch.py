@@ -37,7 +37,7 @@ import requests
 from tqdm import tqdm
 
 from vprom.errors import VpromError
-from vprom.io import sha256_file
+from vprom.files import sha256_file
 import vprom.mining.download.space as space
 import vprom.mining.download.watchdog as watchdog
 

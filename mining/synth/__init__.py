@@ -10,6 +10,7 @@ question_answers.json, objects_v1_2.json, relationships_v1_2.json and synsets.js
 as `mining.synth.vg` says), the JPEGs in VG_100K/ and VG_100K_2/, and `synth_truth.json`
 (not VG's): the expected pools with their sources' ids, the noise injected (kind → effect
 and ids), what the VG-only files hold, the miner's rules assumed and every output's sha256.
+`manifest.json` (not VG's either) is the corpus's vprom manifest: images, seed, file hashes.
 
 Each image is planned and drawn from its own generator (`mining.synth.plan`), so worker
 processes render images in any order (`vprom.processes.ordered_map`): a worker saves the
@@ -33,12 +34,14 @@ from vprom.processes import ordered_map
 from vprom.mining.synth.plan import HEIGHT, WIDTH, render_image
 from vprom.mining.synth.spec import NOISE_EFFECTS, RULES, check_vocabulary
 from vprom.errors import VpromError
-from vprom.io import atomic_dir, sha256_file
-from vprom.outputs import writes
+from vprom.files import atomic_dir, sha256_file
+from vprom.manifest import make_manifest, write_manifest
+from vprom.claim import writes
 from vprom.domain import MIN_SIDE
 
 JPEG_QUALITY = 90
 TRUTH = "synth_truth.json"
+KIND = "synthetic-corpus"  # the kind its manifest names
 #: The four files `vprom mine` reads.
 FILES = ("image_data.json", "objects.json", "attributes.json", "region_descriptions.json")
 #: Every file written one record per image, in image order, and then synsets.json.
@@ -116,12 +119,14 @@ def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1)
                          "choose an empty or new folder")
     check_vocabulary()
     start = time.perf_counter()
-    with atomic_dir(out, marker=TRUTH) as tmp:
+    with atomic_dir(out) as tmp:
         for name in synth_vg.FOLDERS:
             (tmp / name).mkdir()
         expected, noise, n_objects, n_regions, vg = _write_files(tmp, images, seed, workers)
         truth = _truth(tmp, images, seed, expected, noise, vg)
         (tmp / TRUTH).write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        write_manifest(tmp, make_manifest(KIND, {"images": images, "seed": seed}, seed,
+                                          outputs=truth["outputs"]))
     return SynthSummary(out, images, n_objects, n_regions, truth["pools"],
                         {k: len(v["ids"]) for k, v in truth["noise"].items()},
                         time.perf_counter() - start)

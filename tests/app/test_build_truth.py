@@ -4,7 +4,6 @@ output, `verify` checks the recorded inputs, and nothing published names an abso
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -38,8 +37,8 @@ def test_a_failed_rebuild_leaves_no_output_made_from_the_old_inputs(copy, monkey
                                                                      capsys):
     """Row 10: a rebuild that failed at generate left the old dataset.h5 and manifest.json,
     and `verify` still said PASS."""
-    for p in sorted((copy / "vg").glob("*.json")):  # the corpus changed (same bytes, new time)
-        os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
+    objects = copy / "vg" / "objects.json"  # the corpus changed: new bytes, the same data
+    objects.write_bytes(objects.read_bytes() + b" ")
 
     def fails(*args, **kwargs):
         raise VpromError("the pools are too thin")
@@ -48,11 +47,10 @@ def test_a_failed_rebuild_leaves_no_output_made_from_the_old_inputs(copy, monkey
     with pytest.raises(VpromError, match="too thin"):
         build(copy, **OPTIONS)
     log = capsys.readouterr().out
-    assert "[2/5] pools: its inputs or settings changed: inputs; removed" in log, log
+    assert "[2/5] pools: its inputs changed: objects.json; removed" in log, log
     names = sorted(p.name for p in copy.iterdir())
     assert "pools.h5" in names
-    for stale in ("dataset.h5", "dataset.h5.manifest.json", "verify.txt", "stats.json",
-                  "manifest.json"):
+    for stale in ("dataset.h5", "verify.txt", "stats.json", "manifest.json"):
         assert stale not in names
 
 
@@ -65,14 +63,33 @@ def test_verify_fails_when_the_pools_no_longer_match(copy, tmp_path, capsys):
     assert "was not generated from" in capsys.readouterr().err
     shutil.copy(other, copy / "pools.h5")  # the folder's pools replaced behind its back
     assert main(["verify", str(copy / "dataset.h5")]) == 1
-    assert "pools.h5 changed since dataset.h5 was generated" in capsys.readouterr().err
+    assert ("dataset.h5 no longer matches what it was made from (its inputs changed: "
+            "pools.h5)") in capsys.readouterr().err
 
 
 def test_verify_fails_when_the_corpus_no_longer_matches(copy, capsys):
     annotation = sorted((copy / "vg").glob("*.json"))[0]
     annotation.write_bytes(annotation.read_bytes() + b" ")
     assert main(["verify", str(copy / "dataset.h5")]) == 1
-    assert "changed since pools.h5 was mined" in capsys.readouterr().err
+    assert ("pools.h5 no longer matches what it was made from (its inputs changed: "
+            f"{annotation.name})") in capsys.readouterr().err
+
+
+def test_a_data_set_of_other_settings_is_not_vouched_for_but_made_again(copy, capsys):
+    """A data set generated into the folder with another seed: `verify` says the folder no
+    longer describes it, and `build` makes it again instead of keeping it."""
+    from vprom.generation.generate import generate
+    from vprom.splits import load_rules
+    from vprom.tables import read_manifest
+
+    generate(copy / "pools.h5", copy / "dataset.h5", load_rules(), scale=OPTIONS["scale"],
+             seed=9)
+    capsys.readouterr()
+    assert main(["verify", str(copy / "dataset.h5")]) == 1
+    assert "its settings changed: seed" in capsys.readouterr().err
+    build(copy, **OPTIONS)
+    assert "[3/5] dataset: its settings changed: seed" in capsys.readouterr().out
+    assert read_manifest(copy / "dataset.h5")["seed"] == OPTIONS["seed"]
 
 
 def private_paths(out: Path) -> list[str]:

@@ -266,7 +266,7 @@ def test_build_stops_in_each_stage_and_resumes(tmp_path):
     run = Command(logs[1], *argv)  # Ctrl-C just as the miner starts its workers
     run.wait_for(lambda: "[2/5] mining" in run.stdout, "mining")
     run.assert_stopped("build", signal.SIGINT)
-    assert (out / "vg" / "synth_truth.json.build-config.json").is_file()  # the corpus is kept
+    assert (out / "vg" / "manifest.json").is_file()  # the corpus is kept
     assert not (out / "pools.h5").exists() and not (out / "manifest.json").exists()
     assert not _parts(out)
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.baselines.conftest import write_pair
 from tests.features.conftest import CROP_ROWS, crop_table, write_dataset, write_jpeg
-from vprom.outputs import lock_path, output_lock
+from vprom.claim import lock_path, output_lock
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
@@ -137,7 +137,7 @@ def test_a_build_killed_with_sigkill_leaves_no_lock(tmp_path):
 def test_a_lock_is_reentrant_in_one_process_and_refused_to_another(tmp_path):
     out = tmp_path / "x.h5"
     with output_lock(out), output_lock(out):
-        code = ("import sys; from vprom.outputs import output_lock\n"
+        code = ("import sys; from vprom.claim import output_lock\n"
                 f"with output_lock({str(out)!r}): pass")
         done = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True,
                               text=True, timeout=60)
@@ -152,7 +152,7 @@ def test_a_second_download_into_one_folder_is_refused(tmp_path):
     out = tmp_path / "vg"
     out.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from vprom.outputs import output_lock\n"
+        [sys.executable, "-c", "import sys, time; from vprom.claim import output_lock\n"
          f"with output_lock({str(out)!r}):\n    print('held', flush=True); time.sleep(60)"],
         env=ENV, stdout=subprocess.PIPE, text=True)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -92,6 +93,11 @@ def test_reproduce_runs_the_grid_and_skips_finished_runs(tmp_path, monkeypatch, 
     for run in runs[1:]:
         assert (run / "metrics.json").stat().st_mtime_ns == stamp[run]
     assert (runs[0] / "metrics.json").is_file()
+
+    # more epochs: no finished run is current for them, so each is continued, none skipped
+    reproduce(dataclasses.replace(grid_config, epochs=2))
+    assert "complete, skipped" not in capsys.readouterr().out
+    assert all(len(json.loads((run / "history.json").read_text())) == 2 for run in runs)
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from vprom.io import make_manifest, sha256_file
+from vprom.manifest import input_hashes, make_manifest
 from vprom.domain import RELATIONS_OF, SPLITS, ElementType
 from vprom.tables import CropTable, MatrixTable, set_manifest
 
@@ -92,7 +92,7 @@ def write_pair(folder: Path, n: int = 200, seed: int = 0, dim: int = DIM,
                          "feature_dim": dim, "pooling": "avg", "normalisation": "l2"})
         set_manifest(h5, make_manifest("features", {"backbone": backbone,
                                                     "dataset": str(dataset)},
-                                       inputs={dataset.name: sha256_file(dataset)}))
+                                       inputs=input_hashes([dataset])))
     return dataset, features
 
 

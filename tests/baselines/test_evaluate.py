@@ -87,8 +87,8 @@ def test_a_run_is_not_evaluated_against_another_data_set(tmp_path):
     run = train(small_config(dataset, features, tmp_path / "run", epochs=1))
     evaluate(run, device="cpu")
     write_pair(tmp_path / "pair", n=40, seed=5)  # the same paths now hold another data set
-    with pytest.raises(VpromError, match="now holds another data set than the one the run "
-                                         ".* was trained on"):
+    with pytest.raises(VpromError, match="the run .* was made from another data set than "
+                                         ".*train a new run"):
         evaluate(run, device="cpu")
 
 

@@ -69,8 +69,8 @@ def test_other_settings_are_refused_naming_them_and_nothing_changes(finished):
     # mlp-sum-4 takes the same defaults entry ('*') as mlp-sum-2: only what is passed differs
     other = small_config(finished.dataset, finished.features, finished.out, epochs=2,
                          model="mlp-sum-4", lr=0.5)
-    with pytest.raises(VpromError, match=r"other settings \(lr 1.0 vs 0.5, model 'mlp-sum-2' "
-                                         r"vs 'mlp-sum-4'\).*--restart"):
+    with pytest.raises(VpromError, match=r"its settings changed: lr 1.0 vs 0.5, model "
+                                         r"'mlp-sum-2' vs 'mlp-sum-4'\).*--restart"):
         train(other)
     assert snapshot(finished.out) == before
 

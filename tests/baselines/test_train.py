@@ -272,9 +272,9 @@ def test_a_split_without_training_matrices_is_refused(tmp_path):
 def test_a_run_folder_with_another_config_is_refused(tiny_pair, tmp_path):
     dataset, features = tiny_pair
     train(small_config(dataset, features, tmp_path / "run", epochs=1))
-    with pytest.raises(VpromError, match="other settings .*model 'mlp-sum-2' vs 'rn'"):
+    with pytest.raises(VpromError, match="settings changed: .*model 'mlp-sum-2' vs 'rn'"):
         train(small_config(dataset, features, tmp_path / "run", epochs=1, model="rn"))
-    with pytest.raises(VpromError, match=r"other settings \(hidden 16 vs 8, lr 1.0 vs 0.5\)"):
+    with pytest.raises(VpromError, match=r"settings changed: hidden 16 vs 8, lr 1.0 vs 0.5\)"):
         train(small_config(dataset, features, tmp_path / "run", epochs=3, hidden=8, lr=0.5))
 
 
@@ -308,7 +308,7 @@ def test_two_gloo_processes_match_one(tiny_pair, tmp_path):
 def test_features_of_another_data_set_are_refused(tmp_path):
     dataset, _ = write_pair(tmp_path / "mine", n=20)
     _, foreign = write_pair(tmp_path / "other", n=20, seed=1, side=150)  # same crop ids
-    with pytest.raises(VpromError, match="extracted from another data set"):
+    with pytest.raises(VpromError, match="feats.h5 was made from another data set"):
         train(small_config(dataset, foreign, tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
@@ -327,4 +327,15 @@ def test_a_run_records_its_resolved_settings_and_their_source(tiny_pair, tmp_pat
         assert stored["defaulted"][key] == defaults[key]
     assert "hidden" not in stored["defaulted"]
     assert stored["defaults_file"].endswith("baselines/defaults.json")
-    assert stored["dataset"]["content_hash"].startswith("sha256:")
+    assert stored["inputs"]["dataset"].startswith("sha256:")  # the data set's content hash
+
+
+def test_a_run_is_continued_only_on_the_data_it_was_made_from(tmp_path):
+    """The same paths holding another data set and its features: the run is not resumed on
+    them (its manifest is no longer current), whatever its settings."""
+    dataset, features = write_pair(tmp_path / "pair", n=40)
+    run = train(small_config(dataset, features, tmp_path / "run", epochs=1))
+    write_pair(tmp_path / "pair", n=40, seed=5)
+    with pytest.raises(VpromError, match="cannot continue \\(its inputs changed: "
+                                         "dataset.h5, feats.h5\\)"):
+        train(small_config(dataset, features, run, epochs=2))

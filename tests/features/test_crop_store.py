@@ -3,6 +3,7 @@ atomic; refuses what it cannot cut."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from vprom.errors import VpromError
 from vprom.features.crop_store import CropStore, StoreJob, build_crop_store
 from vprom.features.crops import decode_crops
 from vprom.images import ImageIndex
+from vprom.manifest import make_manifest
 from vprom.tables import read_crop_table, read_matrix_table
 
 
@@ -117,12 +119,31 @@ def test_a_work_folder_of_other_settings_is_started_over(small, tmp_path):
     folder = tmp_path / "crops.h5.partial"
     folder.mkdir()
     np.save(folder / "chunk-00000.npy", np.zeros((20, 3, 8, 8), np.uint8))  # another size
-    (folder / "plan.json").write_text('{"size": 8}')
-    build_crop_store(StoreJob(dataset, vg, 12, out, workers=1, chunk_crops=20),
-                     log=lambda _: None)
+    (folder / "manifest.json").write_text(json.dumps(make_manifest("vprom-crops",
+                                                                   {"size": 8})))
+    said = []
+    build_crop_store(StoreJob(dataset, vg, 12, out, workers=1, chunk_crops=20), log=said.append)
+    assert said[0].startswith(f"{folder}: its inputs changed") and "starting over" in said[0]
     fresh = build_crop_store(StoreJob(dataset, vg, 12, tmp_path / "fresh.h5", workers=1,
                                       chunk_crops=20), log=lambda _: None)
     assert np.array_equal(stored(out)[1], stored(fresh)[1])
+
+
+def test_a_current_store_is_kept_and_no_input_or_users_file_is_replaced(small, tmp_path):
+    dataset, vg = small
+    out = tmp_path / "crops.h5"
+    build_crop_store(StoreJob(dataset, vg, 12, out, workers=1), log=lambda _: None)
+    before, said = out.read_bytes(), []
+    build_crop_store(StoreJob(dataset, vg, 12, out, workers=1), log=said.append)
+    assert said == [f"{out}: already complete with these settings; nothing to do"]
+    assert out.read_bytes() == before
+    thesis = tmp_path / "thesis.txt"
+    thesis.write_text("mine")
+    data = dataset.read_bytes()
+    for target, says in ((dataset, "input of this command"), (thesis, "not written by vprom")):
+        with pytest.raises(VpromError, match=says):
+            build_crop_store(StoreJob(dataset, vg, 12, target, workers=1), log=lambda _: None)
+    assert thesis.read_text() == "mine" and dataset.read_bytes() == data
 
 
 def test_a_work_folder_holding_a_users_files_is_never_removed(small, tmp_path):

@@ -17,18 +17,15 @@ import torch
 from PIL import Image
 
 from vprom.features import decoding
-from vprom.features.crops import CropDataset, decode_crops, draft_reduction, batch_layout
+from vprom.features.crops import decode_crops, draft_reduction
 from vprom.features.decoding import (
     clip_boxes,
     crop_resize,
-    crop_resize_many,
     decode_many,
     read_bytes,
-    resize_weights,
     resolve_decoder,
     torch_image,
 )
-from tests.features.conftest import CROP_ROWS, crop_table
 from tests.photo_fixture import photo_crops, write_photo_vg
 from vprom.images import ImageIndex
 
@@ -61,67 +58,6 @@ def test_torch_crops_equal_pillow_crops_within_the_documented_tolerance(photos, 
             else:
                 assert diff.mean() <= 0.5 and np.percentile(diff, 99) <= 5, (image_id, boxes[j])
     assert checked[1] >= 8 and checked[2] >= 1  # both regimes were compared
-
-
-@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
-@pytest.mark.parametrize("start, length, out", [(7, 300, 224), (0, 500, 64), (40, 20, 224),
-                                                (3, 224, 224), (1, 999, 7)])
-def test_resize_weights_are_torchs_antialiased_resize(interpolation, start, length, out):
-    """A signal through the matrix equals `F.interpolate(antialias=True)` of its segment."""
-    total = start + length + 5
-    signal = torch.rand(total, generator=torch.Generator().manual_seed(length), dtype=torch.float64)
-    weights = resize_weights(torch.tensor([start]), torch.tensor([length]), out, total,
-                             interpolation)
-    ours = weights[0].double() @ signal
-    theirs = torch.nn.functional.interpolate(
-        signal[start:start + length].float().view(1, 1, 1, -1), size=(1, out),
-        mode=interpolation, align_corners=False, antialias=True).view(-1).double()
-    assert torch.allclose(ours, theirs, atol=1e-5)
-    assert torch.all(weights[0, :, :start] == 0) and torch.all(weights[0, :, start + length:] == 0)
-
-
-def random_boxes(images: list, per_image: int, seed: int = 0) -> list:
-    rng = np.random.default_rng(seed)
-    corners = []
-    for image in images:
-        height, width = image.shape[1:]
-        boxes = []
-        for _ in range(per_image):
-            w, h = int(rng.integers(12, width + 1)), int(rng.integers(12, height + 1))
-            x, y = int(rng.integers(0, width - w + 1)), int(rng.integers(0, height - h + 1))
-            boxes.append((x, y, x + w, y + h))
-        corners.append(boxes)
-    return corners
-
-
-@pytest.mark.parametrize("interpolation, keep, slice_bytes", [("bilinear", 1.0, 2**29),
-                                                               ("bicubic", 0.875, 1)])
-def test_batched_crops_agree_with_crop_resize(photos, monkeypatch, interpolation, keep,
-                                              slice_bytes):
-    """The device's batched crops (`crop_resize_many`) against `crop_resize`, image by image:
-    in single precision they differ only where a value sits on a rounding boundary; in half
-    precision (what CUDA runs) by at most one grey level, on a few percent of the values.
-    Whether all crops are cut in one product or one a product changes nothing."""
-    monkeypatch.setattr(decoding, "SLICE_BYTES", slice_bytes)
-    index, _ = photos
-    images = [torch_image(read_bytes(index.paths[i])) for i in sorted(index.paths)[:3]]
-    images.insert(1, torch.zeros(3, 40, 50, dtype=torch.uint8))  # an image without boxes
-    corners = random_boxes(images, 4)
-    corners[1] = []
-    size = 64
-    reference = torch.cat([crop_resize(i, c, size, interpolation, keep)
-                           for i, c in zip(images, corners)]).int()
-    single = crop_resize_many(images, corners, size, interpolation, keep, torch.float32).int()
-    half = crop_resize_many(images, corners, size, interpolation, keep, torch.float16).int()
-    assert single.shape == half.shape == reference.shape == (12, size, size, 3)
-    assert (single - reference).abs().max() <= 1
-    assert ((single - reference) != 0).float().mean() < 1e-3
-    assert (half - reference).abs().max() <= 1
-    assert ((half - reference) != 0).float().mean() < 0.1
-    assert crop_resize_many(images[:1], [[]], size).shape == (0, size, size, 3)
-    monkeypatch.setattr(decoding, "PADDED_BYTES", 1)  # too large to pad: crop by crop
-    assert torch.equal(crop_resize_many(images, corners, size, interpolation, keep).int(),
-                       reference)
 
 
 def test_crop_resize_warps_the_whole_box():
@@ -177,22 +113,3 @@ def test_a_cmyk_jpeg_falls_back_to_pillow():
     data = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)
     image = torch_image(data)
     assert image.shape == (3, 6, 8) and image.dtype == torch.uint8
-
-
-def test_the_worker_side_of_the_gpu_path_matches_the_device_side(vg_dir):
-    """`--decode gpu` on a CPU device cuts crops in the workers ("torch-crops"); on CUDA the
-    workers send bytes and the device runs the same functions: same crops either way."""
-    layout = batch_layout(crop_table(CROP_ROWS), batch_size=4, chunk_batches=1)
-    index = ImageIndex(vg_dir)
-    paths = [str(index.paths[int(layout.unit_image[g[0]])]) for g in layout.groups]
-    workers = CropDataset(layout, paths, 32, "torch-crops")
-    device = CropDataset(layout, paths, 32, "bytes")
-    for g in range(len(layout.groups)):
-        units, pixels, sources, failed = workers[g]
-        _, _, (source,), _ = device[g]
-        assert source.encoded and source.image_id == layout.unit_image[units[0]]
-        image = decode_many([source.data], torch.device("cpu"))[0]
-        corners, errors = clip_boxes(source.boxes, image.shape[2], image.shape[1])
-        kept = [c for c, e in zip(corners, errors) if e is None]
-        assert np.array_equal(crop_resize(image, kept, 32).numpy(), pixels)
-        assert len(failed) == sum(e is not None for e in errors)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,12 +20,11 @@ from vprom.features.backbones import IMAGENET_MEAN, IMAGENET_STD, get_backbone
 from vprom.features.config import BATCH_SIZE, ExtractConfig, default_batch_size
 from vprom.features.crops import decode_crops
 from vprom.features.extract import extract
-from vprom.feature_files import check_complete, load_features
+from vprom.feature_files import check_complete, check_features_source, load_features
 from tests.features.conftest import CROP_ROWS
 from vprom.errors import VpromError
-from vprom.io import sha256_file
-from vprom.provenance import check_features_source
-from vprom.tables import content_hash, read_manifest
+from vprom.manifest import input_hash
+from vprom.tables import read_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,11 +77,10 @@ def test_features_equal_the_torchvision_reference_and_have_unit_norm(dataset, vg
     assert attrs["random_weights"] and list(attrs["input_size"]) == [64, 64]
     assert "average pool" in attrs["pooling"] and attrs["normalisation"].startswith("L2")
     assert "aspect ratio not kept" in attrs["resize"] and attrs["torch_version"]
-    assert attrs["manifest"]["kind"] == "features"
-    beside = json.loads((tmp_path / "feats.h5.manifest.json").read_text())
-    assert beside["outputs"] == {"feats.h5": sha256_file(out)}
-    assert beside["inputs"] == {"dataset.h5": sha256_file(dataset)}
-    assert not (tmp_path / "feats.h5.partial").exists()
+    manifest = attrs["manifest"]
+    assert manifest["kind"] == "features" and manifest["config"]["backbone"] == "resnet18"
+    assert manifest["inputs"] == {"dataset.h5": input_hash(dataset)}
+    assert [p.name for p in tmp_path.glob("feats.h5*")] == ["feats.h5"]  # nothing beside it
 
 
 def test_default_storage_is_float16_and_random_weights_are_warned_about(dataset, vg_dir,
@@ -138,12 +135,12 @@ def test_a_killed_run_resumes_to_identical_bytes(dataset, vg_dir, tmp_path, monk
 def test_a_partial_run_with_other_settings_is_started_over(dataset, vg_dir, tmp_path,
                                                             monkeypatch, capsys):
     out = tmp_path / "f.h5"
-    monkeypatch.setattr(assemble_module, "assemble", lambda job: (_ for _ in ()).throw(Killed))
+    monkeypatch.setattr(assemble_module, "assemble", lambda plan: (_ for _ in ()).throw(Killed))
     with pytest.raises(Killed):
         extract(config(dataset, vg_dir, out, batch_size=3))
     monkeypatch.undo()
     summary = extract(config(dataset, vg_dir, out))
-    assert "made with other settings (batch_size" in capsys.readouterr().err
+    assert "its settings changed: batch_size" in capsys.readouterr().err
     assert summary.extracted_units == summary.units
     whole = tmp_path / "whole.h5"
     extract(config(dataset, vg_dir, whole, resume=False))
@@ -306,9 +303,13 @@ def test_two_processes_under_torchrun_equal_one(dataset, vg_dir, tmp_path):
         assert h5.attrs["batch_size"] == 4
 
 
-def test_the_manifest_names_the_data_set_by_its_content(dataset, vg_dir, tmp_path):
+def test_the_manifest_names_the_data_set_and_the_features_by_their_content(dataset, vg_dir,
+                                                                          tmp_path):
     # so `train` and `verify --features` recognise the source even once DATASET.h5 is rewritten
     out = tmp_path / "f.h5"
     extract(config(dataset, vg_dir, out))
-    assert read_manifest(out)["dataset_content_hash"] == content_hash(dataset)
-    assert "content" in check_features_source(dataset, out)
+    assert read_manifest(out)["inputs"] == {"dataset.h5": input_hash(dataset)}
+    assert check_features_source(dataset, out) == "recorded hash"
+    again = tmp_path / "again.h5"
+    extract(config(dataset, vg_dir, again, chunk_batches=2))  # other chunks, same features
+    assert input_hash(again) == input_hash(out) == read_manifest(out)["outputs"]["content_hash"]

@@ -161,18 +161,18 @@ def test_roi_files_say_so_and_other_settings_are_refused(roi_dataset, vg_dir, tm
                       region="roi", compile=True)
 
 
-def test_the_region_mode_is_in_the_fingerprint(roi_dataset, vg_dir, tmp_path, monkeypatch,
+def test_the_region_mode_is_in_the_settings(roi_dataset, vg_dir, tmp_path, monkeypatch,
                                                capsys):
     import vprom.features.assemble as assemble
 
     dataset, _ = roi_dataset
     out = tmp_path / "f.h5"
-    monkeypatch.setattr(assemble, "assemble", lambda job: (_ for _ in ()).throw(KeyError))
+    monkeypatch.setattr(assemble, "assemble", lambda plan: (_ for _ in ()).throw(KeyError))
     with pytest.raises(KeyError):
         extract(config(dataset, vg_dir, out, backbone="bottomup-r101", input_size=SHORT))
-    partial = json.loads((tmp_path / "f.h5.partial" / "config.json").read_text())
+    partial = json.loads((tmp_path / "f.h5.partial" / "manifest.json").read_text())["config"]
     assert (partial["region"], partial["decode"], partial["pool"]) == ("crop", "cpu", "avg")
     monkeypatch.undo()
     extract(config(dataset, vg_dir, out, backbone="bottomup-r101", input_size=SHORT,
                    region="roi"))
-    assert "made with other settings (region differ)" in capsys.readouterr().err
+    assert "its settings changed: region" in capsys.readouterr().err

@@ -132,11 +132,10 @@ def test_small_timm_models_extract_the_synthetic_build_for_vprom_data(synthetic_
 
 
 @pytest.mark.parametrize("backbone, pool", [(VIT, "cls"), (CONVNEXT, "none")])
-def test_a_disk_too_small_for_the_file_is_refused_at_the_first_result(dataset, vg_dir, tmp_path,
-                                                                      monkeypatch, backbone,
-                                                                      pool):
-    """A timm vector's size, and any map's shape, are known once the model has run: the
-    free-space check then runs on the first result, before any chunk is written."""
+def test_a_disk_too_small_for_the_file_is_refused_before_any_chunk(dataset, vg_dir, tmp_path,
+                                                                   monkeypatch, backbone, pool):
+    """A timm vector's size, and any map's shape, are known once the model has run on a
+    probe: the free-space check runs then, before any chunk is written."""
     tiny_disk(monkeypatch, free=1000)
     out = tmp_path / "x.h5"
     size = 64 if backbone == CONVNEXT else SIZE
@@ -274,16 +273,17 @@ def test_pretrained_weights_come_from_the_cache_and_are_never_downloaded(
 # ----------------------------------------------------------------- GPU path, on CPU
 def test_the_gpu_path_runs_timm_models_in_bf16_through_the_overlapped_loop(
         dataset, vg_dir, tmp_path, monkeypatch):
-    """CUDA transfers (side streams, pinned copies, events) through the CPU stand-in, and
-    bf16 autocast as on a GPU: the same crops, vectors close to the float32 ones."""
+    """The CUDA streams (compute stream, pinned copies, events) through the CPU stand-in,
+    and bf16 autocast as on a GPU: the same crops, vectors close to the float32 ones."""
     plain = tmp_path / "plain.h5"
     extract(timm_config(dataset, vg_dir, plain, in_flight=0))
     fake = FakeCuda()
-    monkeypatch.setattr(pipeline, "transfers_for",
-                        lambda device, api=None: pipeline.CudaTransfers(device, fake))
+    monkeypatch.setattr(pipeline, "streams_for",
+                        lambda device, api=None: pipeline.CudaStreams(device, fake))
     monkeypatch.setattr(extract_module, "_autocast_dtype", lambda device: torch.bfloat16)
     build, built = pipeline.build_model, []
-    monkeypatch.setattr(pipeline, "build_model", lambda job: built.append(build(job)) or built[-1])
+    monkeypatch.setattr(pipeline, "build_model",
+                        lambda plan: built.append(build(plan)) or built[-1])
     out = tmp_path / "gpu.h5"
     extract(timm_config(dataset, vg_dir, out, in_flight=2))
     patch_embed = built[0].model.patch_embed.proj  # the ViT's one convolution
@@ -301,25 +301,3 @@ def test_a_corrupt_safetensors_file_is_named(dataset, vg_dir, tmp_path):
     with pytest.raises(VpromError, match=r"broken.safetensors: timm cannot load it into "
                                          r"test_vit \(.*\); pass that model's weights file"):
         extract(timm_config(dataset, vg_dir, tmp_path / "x.h5", weights=str(broken)))
-
-
-@pytest.mark.parametrize("name", ["test_vit", "test_convnext", "test_vit_relpos"])
-def test_a_weights_file_gives_the_tensors_of_timms_ordinary_build(tmp_path, name):
-    """A file's weights are assigned onto a model built on the meta device; a model with
-    buffers computed in __init__ (test_vit_relpos: relative position indexes) is built the
-    ordinary way. Either way: timm's own tensors, bit for bit, and nothing left on meta."""
-    torch.manual_seed(1)
-    path = tmp_path / "w.safetensors"
-    save_file(timm.create_model(name, num_classes=0).state_dict(), path)
-    load_state_dict = torch.nn.Module.load_state_dict
-    loaded = get_backbone(f"timm:{name}").load(str(path)).module.model
-    assert torch.nn.Module.load_state_dict is load_state_dict  # the patch is undone
-    ordinary = timm.create_model(name, pretrained=True, num_classes=0,
-                                 pretrained_cfg_overlay={"file": str(path)})
-    ours, theirs = loaded.state_dict(keep_vars=True), ordinary.state_dict(keep_vars=True)
-    assert ours.keys() == theirs.keys()
-    for key, value in ours.items():
-        assert not value.is_meta and value.dtype == theirs[key].dtype, key
-        assert value.is_contiguous() and torch.equal(value, theirs[key]), key
-    for (key, value), (_, other) in zip(loaded.named_buffers(), ordinary.named_buffers()):
-        assert not value.is_meta and torch.equal(value, other), key

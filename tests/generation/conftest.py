@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from vprom.generation.labels import LabelVocabulary
-from vprom.io import make_manifest
+from vprom.manifest import make_manifest
 from vprom.tables import CropTable, set_manifest
 
 OBJECT_ATTRIBUTES = {

@@ -14,7 +14,6 @@ from vprom.generation.verify import checks, verify
 from vprom.splits import load_rules
 from tests.dataset_fixture import build_records, fixture_assign, write_dataset
 from vprom.app import cli
-from vprom.io import manifest_path, sha256_file, write_json
 from vprom.tables import content_hash, crop_rows
 
 
@@ -175,14 +174,6 @@ def test_data_changed_after_generation_breaks_the_content_hash(copy):
         h5["crops/w"][3] += 5  # consistent with every other check, but not with the manifest
     _, checks = run(path)
     assert any("content_hash differs" in p for p in checks["integrity"].problems)
-
-
-def test_sidecar_sha256_is_checked(copy):
-    path = copy()
-    write_json(manifest_path(path), {"outputs": {path.name: sha256_file(path)}})
-    assert run(path)[1]["integrity"].ok
-    write_json(manifest_path(path), {"outputs": {path.name: "0" * 64}})
-    assert any("sha256 differs" in p for p in run(path)[1]["integrity"].problems)
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -8,7 +8,7 @@ import zipfile
 import pytest
 
 from vprom.errors import VpromError
-from vprom.io import sha256_file
+from vprom.files import sha256_file
 from vprom.mining import readers
 from vprom.mining.readers import Object, Region
 

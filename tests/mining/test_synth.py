@@ -77,7 +77,7 @@ def test_same_seed_same_bytes_and_other_seed_differs(corpus, tmp_path):
     synth.write_corpus(tmp_path / "again", images=N_IMAGES, seed=0)
     synth.write_corpus(tmp_path / "other", images=N_IMAGES, seed=1)
     first = _hashes(corpus)
-    assert len(first) == N_IMAGES + len(synth.ALL_FILES) + 1  # + synth_truth.json
+    assert len(first) == N_IMAGES + len(synth.ALL_FILES) + 2  # + synth_truth, manifest.json
     assert _hashes(tmp_path / "again") == first
     other = _hashes(tmp_path / "other")
     # the seed also moves images between VG_100K and VG_100K_2

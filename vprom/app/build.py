@@ -2,15 +2,20 @@
 
 This module is on the top floor: it orchestrates the stages the way the command line does,
 and hands generation and verification the split rules it loads from `splits`. The build
-folder is self-describing: every stage writes its file atomically with its manifest inside,
-and `manifest.json` at the top lists the whole build with output hashes.
-A stage whose output already exists with the same configuration is not redone, so an
-interrupted build resumes where it stopped. Options are checked before the first stage runs.
+folder is self-describing: every stage writes its output atomically with its manifest, and
+`manifest.json` at the top lists the whole build with output hashes.
+
+A stage's output is kept when its manifest is current for the stage's inputs and settings
+(`vprom.manifest.is_current`): the corpus for its images and seed, the pools for the hashes
+of the annotation files and the minimum side, the data set for the pools' hash, the scale
+and the seed. So an interrupted build resumes where it stopped, and a stage that must run
+first removes what the later stages made from its old output. `verify` on a data set in a
+build folder checks the same (`stale_stages`). Options are checked before the first stage.
 
 Layout of a build folder:
     vg/                     the synthetic corpus (with --synthetic), in VG's own layout
     pools.h5 (+ report)     element pools mined from VG
-    dataset.h5              matrices, crops, splits (+ dataset.h5.manifest.json)
+    dataset.h5              matrices, crops, splits
     verify.txt, stats.json  the verification report and Table 1 / split sizes
     manifest.json           config, seed, versions and sha256 of every file above
 """
@@ -29,13 +34,14 @@ from vprom.errors import VpromError
 from vprom.generation.generate import generate
 from vprom.generation.verify import verify
 from vprom.generation.verify.stats import format_stats, stats, write_stats
-from vprom.io import check_output, make_manifest, sha256_file, write_json, write_text
+from vprom.claim import check_output, writes
+from vprom.domain import MIN_SIDE
+from vprom.files import sha256_file, write_text
+from vprom.manifest import made_from, make_manifest, manifest_of, why_stale, write_manifest
+from vprom.mining import readers
 from vprom.mining.pools import mine
 from vprom.mining.synth import write_corpus
-from vprom.outputs import writes
-from vprom.domain import MIN_SIDE
 from vprom.splits import load_rules
-from vprom.stamps import record_path, stamp, why_stale
 
 #: Defaults sized so `make demo` (build, extract, train twice) stays well under 10 minutes.
 SYNTHETIC_IMAGES = 2000
@@ -57,11 +63,47 @@ class BuildResult:
                 f"  verify report: {self.out / 'verify.txt'}")
 
 
-def _fingerprint(vg_dir: Path) -> list:
-    """Name, size and modification time of the annotation files: a re-downloaded or
-    re-synthesised corpus invalidates the pools mined from the old one."""
-    return [[p.name, p.stat().st_size, p.stat().st_mtime_ns] for p in sorted(vg_dir.iterdir())
-            if p.is_file() and p.name.endswith((".json", ".json.zip"))]
+def _annotations(vg_dir: Path) -> list[Path]:
+    """The annotation files `mine` reads from `vg_dir` (the pools' inputs)."""
+    return [readers.locate(vg_dir, stem) for stem in readers.FILES]
+
+
+def _stages(out: Path, vg_dir: Path, synthetic: bool, images, scale, seed) -> dict:
+    """stage -> (its output, a function giving its inputs, its settings): what `is_current`
+    compares (the inputs are listed when the stage comes: the corpus may not be there yet)."""
+    pools, dataset = out / "pools.h5", out / "dataset.h5"
+    stages = {"corpus": (vg_dir, list, {"images": images, "seed": seed})} if synthetic else {}
+    stages["pools"] = (pools, lambda: _annotations(vg_dir), {"min_side": MIN_SIDE})
+    stages["dataset"] = (dataset, lambda: [pools], {"scale": scale, "seed": seed,
+                                                    "shard": None,
+                                                    "legacy_count_candidates": None})
+    return stages
+
+
+def stale_stages(dataset: str | Path, pools: str | Path | None = None) -> list[str]:
+    """What no longer matches between `dataset` and what it was made from: `pools` when
+    given, and in a build folder every stage's output and its inputs and settings."""
+    dataset = Path(dataset)
+    problems = []
+    if pools is not None and not made_from((manifest_of(dataset) or {}).get("inputs"), pools):
+        problems.append(f"{dataset} was not generated from {pools} (its manifest records "
+                        "other inputs)")
+    built = manifest_of(dataset.parent)
+    if dataset.name != "dataset.h5" or (built or {}).get("kind") != "build":
+        return problems
+    source = (built.get("config") or {}).get("source", "synthetic")
+    vg_dir = dataset.parent / ("vg" if source == "synthetic" else source)
+    stages = _stages(dataset.parent, vg_dir, False, None, built["config"].get("scale"),
+                     built.get("seed"))
+    for output, inputs, settings in stages.values():
+        try:
+            why = why_stale(output, inputs(), settings)
+        except (OSError, VpromError) as e:
+            why = f"its inputs cannot be read: {e}"
+        if why:
+            problems.append(f"{output.name} no longer matches what it was made from ({why}); "
+                            "run `vprom build` again")
+    return problems
 
 
 #: build's stages in order, with the files each writes (relative to the build folder)
@@ -73,14 +115,15 @@ STAGE_FILES = {
 }
 
 
-def _stage(out: Path, name: str, path: Path, config: dict, number: int) -> bool:
+def _stage(out: Path, name: str, stage: tuple, number: int) -> bool:
     """True when stage `name` must run: it then first removes every later stage's files, so
     a build that fails from here on leaves no output made from the old inputs. False (and
-    says why) when `path` was made from the same inputs and settings."""
-    why = why_stale(path, config)
+    says why) when its output is current for its inputs and settings."""
+    output, inputs, settings = stage
+    why = why_stale(output, inputs(), settings)
     if why is None:
-        print(f"[{number}/5] {name}: kept {path.name} (made from the same inputs and settings, "
-              f"as {record_path(path).name} records)", flush=True)
+        print(f"[{number}/5] {name}: kept {output.name} (made from the same inputs and "
+              "settings, as its manifest records)", flush=True)
         return False
     removed = _invalidate(out, name)
     print(f"[{number}/5] {name}: {why}" + (f"; removed what was made from the old one: "
@@ -154,31 +197,22 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
     (out / "manifest.json").unlink(missing_ok=True)
     if synthetic:
         images = SYNTHETIC_IMAGES if images is None else images
-        vg_dir = out / "vg"
-        config = {"images": images, "seed": seed}
-        marker = vg_dir / "synth_truth.json"
-        if _stage(out, "corpus", marker, config, 1):
-            print(f"[1/5] synthetic corpus: {images} images -> {vg_dir}", flush=True)
-            write_corpus(vg_dir, images=images, seed=seed, workers=workers)
-            stamp(marker, config)
-    else:
-        vg_dir = Path(vg)
+    vg_dir = out / "vg" if synthetic else Path(vg)
     scale = scale if scale is not None else (SYNTHETIC_SCALE if synthetic else VG_SCALE)
+    stages = _stages(out, vg_dir, synthetic, images, scale, seed)
+    if synthetic and _stage(out, "corpus", stages["corpus"], 1):
+        print(f"[1/5] synthetic corpus: {images} images -> {vg_dir}", flush=True)
+        write_corpus(vg_dir, images=images, seed=seed, workers=workers)
 
     pools = out / "pools.h5"
-    config = {"vg": _relative(vg_dir, out), "min_side": MIN_SIDE, "inputs": _fingerprint(vg_dir)}
-    if _stage(out, "pools", pools, config, 2):
+    if _stage(out, "pools", stages["pools"], 2):
         print(f"[2/5] mining {vg_dir} -> {pools}", flush=True)
-        print(mine(vg_dir, pools, min_side=config["min_side"], workers=workers).summary(),
-              flush=True)
-        stamp(pools, config)
+        print(mine(vg_dir, pools, min_side=MIN_SIDE, workers=workers).summary(), flush=True)
 
     dataset = out / "dataset.h5"
-    config = {"pools": sha256_file(pools), "scale": scale, "seed": seed}
-    if _stage(out, "dataset", dataset, config, 3):
+    if _stage(out, "dataset", stages["dataset"], 3):
         print(f"[3/5] generating matrices (scale {scale}, seed {seed}) -> {dataset}", flush=True)
         print(generate(pools, dataset, rules, scale=scale, seed=seed, workers=workers), flush=True)
-        stamp(dataset, config)
     _invalidate(out, "dataset")  # verify.txt and stats.json are made again below
 
     print(f"[4/5] verifying {dataset}", flush=True)
@@ -195,7 +229,7 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
     print(format_stats(figures), flush=True)
 
     files = [p for p in sorted(out.iterdir()) if p.is_file() and p.name != "manifest.json"]
-    write_json(out / "manifest.json", make_manifest(
+    write_manifest(out, make_manifest(
         "build",
         config={"source": "synthetic" if synthetic else _relative(vg_dir, out), "images": images,
                 "scale": scale},

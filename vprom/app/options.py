@@ -19,7 +19,7 @@ import typing
 from pathlib import Path
 
 from vprom.errors import VpromError
-from vprom.io import check_output
+from vprom.claim import check_output
 from vprom.mining.download import parse_duration
 from vprom.mining.download.space import parse_size
 

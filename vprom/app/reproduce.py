@@ -5,16 +5,18 @@ stopped:
 
 1. build the dataset (`vprom.app.build.build`: synthetic corpus or VG -> mine -> generate ->
    verify -> stats; the build itself redoes no stage whose output matches) into OUT/build/;
-2. extract features per backbone into OUT/features/<backbone>.h5 (a stamp beside each file
-   records the backbone, weights and dataset hash it was made from; a timm backbone's ":"
-   becomes "-" in file and folder names: timm-vit_base_patch16_224.dino);
+2. extract features per backbone into OUT/features/<backbone>.h5 (`extract` keeps a file
+   whose manifest is current for the data set and the settings, and resumes a partial one;
+   a timm backbone's ":" becomes "-" in file and folder names: timm-vit_base_patch16_224.dino);
 3. train and evaluate every model × {without, with aux} × split per backbone, into
    OUT/runs/<backbone>/<model>[-aux]/<split>/, plus the two controls on the neutral split:
    the context-blind model, and the relation network on shuffled context panels
    (OUT/runs/<backbone>/controls/...). Every run takes its model's default hyper-parameters
    (`baselines/defaults.json`, chosen by `bench/grid.py`; each run's config.json records
-   them). A run with `metrics.json` is complete and skipped; one with a checkpoint is
-   resumed (`vprom train` resumes by default);
+   them). A run with `metrics.json` whose manifest (config.json) is current for the data set,
+   the features and the cell's settings (`vprom.manifest.is_current`) is complete and
+   skipped; any other is handed to `vprom train`, which resumes or continues a run of these
+   settings and refuses one of other data;
 4. report over every run into OUT/report/ (Table 2 beside the paper's numbers, models ×
    splits, plots). Runs that did not learn are flagged there and in the summary printed at
    the end, and cells whose runs were trained with different settings are refused.
@@ -36,9 +38,8 @@ from pathlib import Path
 from vprom.baselines.config import TrainConfig
 from vprom.errors import VpromError
 from vprom.features.config import ExtractConfig
-from vprom.io import sha256_file
-from vprom.outputs import writes
-from vprom.stamps import stamp, why_stale
+from vprom.claim import writes
+from vprom.manifest import is_current
 from vprom.domain import SPLITS
 
 CONTROL_SPLIT = "neutral"
@@ -88,6 +89,12 @@ class RunSpec:
         if self.model == "context-blind":
             return runs / "controls" / self.model / self.split
         return runs / (self.model + ("-aux" if self.aux else "")) / self.split
+
+    def settings(self, config: ReproduceConfig) -> dict:
+        """The run settings this cell asks for, as its run's manifest records them."""
+        return {"model": self.model, "split": self.split, "aux": self.aux,
+                "shuffle_context": self.shuffle_context, "epochs": config.epochs,
+                "seed": config.seed, "center_features": config.center_features}
 
     def __str__(self) -> str:
         extra = (" +aux" if self.aux else "") + (" (shuffled context)" if self.shuffle_context
@@ -167,25 +174,13 @@ def _build(config: ReproduceConfig) -> tuple[Path, Path]:
 
 def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: str,
               weights: str) -> Path:
-    """OUT/features/<backbone>.h5, extracted unless a complete file from the same inputs exists."""
+    """OUT/features/<backbone>.h5, extracted unless a current file is there (`extract`)."""
     from vprom.features.extract import extract
-    from vprom.feature_files import check_complete
 
     out = config.out / "features" / f"{file_name(backbone)}.h5"
-    record = {"backbone": backbone, "weights": weights, "dataset_sha256": sha256_file(dataset),
-              "input_size": config.input_size}
-    why = why_stale(out, record)  # the rule `build` follows for its stages
-    if why is None:
-        try:
-            check_complete(out)
-            print(f"features: {out} is complete, kept", flush=True)
-            return out
-        except VpromError as e:
-            why = str(e)
-    print(f"features: {backbone} ({weights}) -> {out} ({why})", flush=True)
+    print(f"features: {backbone} ({weights}) -> {out}", flush=True)
     extract(ExtractConfig(dataset=dataset, vg=vg_dir, backbone=backbone, weights=weights,
                           out=out, device=config.device, input_size=config.input_size))
-    stamp(out, record)
     return out
 
 
@@ -216,7 +211,8 @@ def reproduce(config: ReproduceConfig) -> Path:
     for number, spec in enumerate(specs, 1):
         run = spec.folder(runs_dir)
         folders.append(run)
-        if (run / "metrics.json").is_file():
+        if (run / "metrics.json").is_file() and is_current(
+                run, [dataset, features[spec.backbone]], spec.settings(config)):
             print(f"[run {number}/{len(specs)}] {spec}: complete, skipped", flush=True)
             continue
         print(f"[run {number}/{len(specs)}] {spec} -> {run}", flush=True)

@@ -17,9 +17,9 @@ problems together. A list of indices (`data[[3, 7]]`, `batch`) gives the batch c
 collate step), which skips splitting a batch into items and stacking them again.
 
 Construction checks, in the main process, that the source was made from this data set
-(`vprom.provenance`) and holds every crop the part shows. HDF5 handles do not survive
-pickling, so lazy sources are opened on first use in each process: `VPROM` is safe with
-DataLoader workers and a `DistributedSampler`.
+(`vprom.feature_files.check_features_source`) and holds every crop the part shows. HDF5
+handles do not survive pickling, so lazy sources are opened on first use in each process:
+`VPROM` is safe with DataLoader workers and a `DistributedSampler`.
 
 Augmentations (off by default; SAViR-T uses both): `shuffle_candidates` puts the 8 candidates
 in a random order (the answer index follows); `swap_rows` trades context rows 1 and 2 with
@@ -40,8 +40,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 from vprom.errors import VpromError
 from vprom.features.crop_store import KIND as CROP_STORE
 from vprom.features.crop_store import CropStore
-from vprom.feature_files import load_features, open_maps, rows_of
-from vprom.provenance import check_features_source, dataset_content_hash
+from vprom.feature_files import check_features_source, load_features, open_maps, rows_of
 from vprom.domain import N_CONTEXT, N_PANELS, SPLITS
 from vprom.tables import SPLIT_PARTS, crop_rows, open_h5, read_matrix_table
 
@@ -100,14 +99,10 @@ class VPROM(torch.utils.data.Dataset):
 
     def _check_source(self) -> None:
         if self.kind == "crops":
+            check_features_source(self.dataset, self.source, fix=(
+                f"build a crop store of this one: `vprom crops {self.dataset} --vg DIR "
+                "--size S --out CROPS.h5`"))
             with CropStore(self.source) as store:
-                recorded, mine = store.dataset_content_hash, dataset_content_hash(self.dataset)
-                if recorded != mine:
-                    raise VpromError(
-                        f"{self.source} was cut from another data set (content hash "
-                        f"{str(recorded)[:19]}…, but {self.dataset} has {mine[:19]}…); build "
-                        f"a crop store of this one: `vprom crops {self.dataset} --vg DIR "
-                        f"--size S --out CROPS.h5`")
                 rows = store.rows_of(self.panels)
                 if (rows < 0).any():
                     missing = np.unique(self.panels[rows < 0])

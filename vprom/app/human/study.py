@@ -37,8 +37,9 @@ import numpy as np
 
 from vprom.errors import VpromError
 from vprom.images import ImageIndex, clip_box
-from vprom.io import atomic_dir, make_manifest, write_json
-from vprom.provenance import dataset_content_hash
+from vprom.claim import writes
+from vprom.files import atomic_dir, write_json
+from vprom.manifest import input_hashes, make_manifest
 from vprom.domain import N_CANDIDATES, N_CONTEXT, RELATIONS_OF, ElementType, Relation
 from vprom.show import letterbox
 from vprom.tables import read_crop_table, read_matrix_table
@@ -143,6 +144,7 @@ def _problem(table, row: int, order: np.ndarray, names: dict[int, str]) -> dict:
             "candidates": [names[int(panels[N_CONTEXT + k])] for k in order]}
 
 
+@writes("out", (), inputs=lambda a: (a["dataset"], a["vg_dir"]))  # a new or empty folder
 def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: str = "neutral",
                n: int = 60, part: str = "test", seed: int = 0,
                size: int = DEFAULT_SIZE) -> "StudySummary":
@@ -189,7 +191,7 @@ def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: 
     config = {"dataset": dataset.name, "split": split, "part": part, "n": len(rows),
               "size": size, "seed": seed}
     manifest = make_manifest("human-study", config, seed,
-                             inputs={dataset.name: dataset_content_hash(dataset)},
+                             inputs=input_hashes([dataset]),
                              counts={"problems": len(rows), "images": len(crop_ids)})
     with atomic_dir(out) as tmp:
         public = tmp / "public"

@@ -1,0 +1,50 @@
+"""Claiming an output: a path that cannot be written, or an existing output that is not a
+vprom output of the command's kind, is refused before any work, naming the path."""
+
+import pytest
+
+from vprom.claim import check_output, claim, output_kind
+from vprom.errors import VpromError
+from vprom.manifest import make_manifest, write_manifest
+
+
+@pytest.mark.parametrize("make, folder, message", [
+    (lambda p: p.mkdir(), False, "is a folder, but this output is a file"),
+    (lambda p: p.write_text("x"), True, "is a file, but this output is a folder"),
+])
+def test_an_output_of_the_wrong_kind_is_refused(tmp_path, make, folder, message):
+    make(tmp_path / "out")
+    with pytest.raises(VpromError, match=message):
+        check_output(tmp_path / "out", folder=folder)
+
+
+def test_a_file_in_the_parent_path_is_refused(tmp_path):
+    (tmp_path / "a").write_text("a file")
+    with pytest.raises(VpromError, match="a is a file, so no file can be made below it"):
+        check_output(tmp_path / "a" / "b" / "out.h5")
+    assert check_output(tmp_path / "new" / "out.h5") == tmp_path / "new" / "out.h5"
+
+
+@pytest.mark.parametrize("manifest", [None, '{"kind": "pools"}', "not json"])
+def test_a_folder_vprom_did_not_write_is_never_claimed(tmp_path, manifest):
+    """`export --out vg` once deleted the whole Visual Genome folder."""
+    target = tmp_path / "vg"
+    target.mkdir()
+    (target / "objects.json").write_text("[]")
+    if manifest is not None:
+        (target / "manifest.json").write_text(manifest)
+    with pytest.raises(VpromError, match=r"vg: already exists and is .*move it away"):
+        with claim(target, ("export-npz",)):
+            pass
+    assert sorted(p.name for p in target.iterdir()) == sorted(
+        ["objects.json"] + (["manifest.json"] if manifest else []))
+
+
+def test_an_empty_folder_and_an_output_of_the_kind_are_claimed(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with claim(tmp_path / "empty", ("export-npz",), folder=True):
+        pass
+    write_manifest(tmp_path / "empty", make_manifest("export-npz", {}))
+    assert output_kind(tmp_path / "empty") == "export-npz"
+    with claim(tmp_path / "empty", ("export-npz",), folder=True):
+        pass

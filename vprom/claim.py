@@ -1,0 +1,258 @@
+"""Claiming an output before any work: never an input, never another's, one writer at a time.
+
+Every command that writes takes its output through `claim` (or `writes` on its function):
+1. Inputs (`check_not_input`): the output is not an input (the same resolved path or file),
+   does not lie inside an input folder, and holds no input.
+2. Ownership (`check_owned`): an existing output is replaced only when `output_kind` finds it a
+   vprom output of a kind the command writes, by its manifest (`vprom.manifest`) or a mark
+   in its content (a `show` PNG's `vprom` text chunk, a JSON file's `kind`), or when it is a
+   folder holding only names the command writes (an interrupted build, a run) or nothing.
+3. One writer (`output_lock`): an advisory `flock` on `.NAME.lock` beside the output for the
+   whole call. A second writer is refused at once, naming the holder's PID, or waits when
+   asked (`waiting`, the command line's `--wait`). The OS drops a flock when its process
+   ends, kill -9 included. The lock file is removed on release; a writer that locked a file
+   just unlinked sees the inode changed and locks again. Under torchrun rank 0 holds it for
+   the job. Locks are re-entrant within a process (`build` holds its folder, `mine` its
+   pools inside it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import fnmatch
+import functools
+import inspect
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from vprom.errors import VpromError
+from vprom.manifest import manifest_of
+
+_HELD: dict[str, list] = {}  # lock path -> [fd, depth]
+_WAIT = [False]
+
+
+@contextlib.contextmanager
+def waiting(wait: bool) -> Iterator[None]:
+    """Within the block, a writer that finds its output locked waits instead of refusing."""
+    before, _WAIT[0] = _WAIT[0], bool(wait)
+    try:
+        yield
+    finally:
+        _WAIT[0] = before
+
+
+def lock_path(out: str | os.PathLike) -> Path:
+    out = Path(out)
+    return out.parent / f".{out.name}.lock"
+
+
+def _holder(path: Path) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        return f"pid {int(path.read_text().strip() or 'x')}"
+    return "another process"
+
+
+def _acquire(path: Path, out: Path, wait: bool) -> int:
+    """Open and flock the lock file; the fd once the lock is ours on the file at `path`."""
+    told = False
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not wait:
+                    raise VpromError(
+                        f"{out}: another vprom run ({_holder(path)}) is writing it; wait for "
+                        f"it to finish, pass --wait, or choose another output") from None
+                if not told:
+                    print(f"{out}: waiting for the vprom run ({_holder(path)}) writing it",
+                          file=sys.stderr, flush=True)
+                    told = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    os.ftruncate(fd, 0)
+                    os.write(fd, f"{os.getpid()}\n".encode())
+                    return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # the holder removed this file as we waited: lock the new one
+
+
+@contextlib.contextmanager
+def output_lock(out: str | os.PathLike, wait: bool | None = None) -> Iterator[None]:
+    """Hold the advisory lock of `out` for the block (see the module doc)."""
+    out = Path(out)
+    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 holds it for the job
+        yield
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = lock_path(out)
+    key = str(path.resolve())
+    if key in _HELD:
+        _HELD[key][1] += 1
+        try:
+            yield
+        finally:
+            _HELD[key][1] -= 1
+        return
+    _HELD[key] = [_acquire(path, out, _WAIT[0] if wait is None else wait), 1]
+    try:
+        yield
+    finally:
+        fd = _HELD.pop(key)[0]
+        with contextlib.suppress(OSError):
+            path.unlink()  # while still locked: a waiter then sees the inode change
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- ownership
+def _content_kind(path: Path) -> str | None:
+    """The kind a file marks in its content (module doc)."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head == b"\x89PNG\r\n\x1a\n":
+        from PIL import Image
+
+        with contextlib.suppress(OSError, ValueError), Image.open(path) as im:
+            kind = im.info.get("vprom")
+            return kind if isinstance(kind, str) else None
+        return None
+    with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
+        value = json.loads(path.read_text(encoding="utf-8"))
+        return value.get("kind") if isinstance(value, dict) else None
+    return None
+
+
+def output_kind(path: str | os.PathLike) -> str | None:
+    """The kind of vprom output at `path` by its manifest or content; None if neither says."""
+    path = Path(path)
+    kind = (manifest_of(path) or {}).get("kind")
+    if kind is None and path.is_file():
+        kind = _content_kind(path)
+    return kind if isinstance(kind, str) else None
+
+
+def _folder_is_ours(folder: Path, names: Iterable[str]) -> bool:
+    """True when every entry of `folder` is one of `names` or a temporary or lock of ours."""
+    patterns = tuple(names)
+    return all(any(fnmatch.fnmatchcase(p.name, n) for n in patterns) or (
+        p.name.startswith(".") and p.name.endswith((".part", ".lock"))) for p in folder.iterdir())
+
+
+def remove_work_folder(folder: Path, names: Iterable[str]) -> None:
+    """Remove a command's own work folder (`<out>.partial`) when it holds only `names` (and
+    temporaries of ours); refuse one that holds anything else, or is no folder."""
+    if folder.is_symlink() or not folder.is_dir() or not _folder_is_ours(folder, names):
+        raise VpromError(f"{folder}: is where this command keeps its partial work, but holds "
+                         "what vprom did not write there, so it is left as it is; move it "
+                         "away and run again")
+    shutil.rmtree(folder)
+
+
+def check_owned(out: Path, kinds: Iterable[str] | None, names: Iterable[str] = ()) -> None:
+    """Refuse an existing `out` that is not a vprom output of one of `kinds` (module doc);
+    `kinds` None: the caller checks ownership itself."""
+    if kinds is None or not (out.exists() or out.is_symlink()):
+        return
+    kinds = tuple(kinds)
+    if out.is_dir() and not out.is_symlink() and _folder_is_ours(out, names):
+        return
+    found = output_kind(out)
+    if found in kinds:
+        return
+    said = f"a vprom {found} output" if found else "not written by vprom"
+    wanted = f"a {' or '.join(kinds)} output" if kinds else "an empty folder"
+    raise VpromError(f"{out}: already exists and is {said}, not {wanted} this command may "
+                     "replace; move it away or choose another path")
+
+
+def check_output(path: str | os.PathLike, folder: bool = False) -> Path:
+    """Refuse an output path that cannot be written, before any work starts: a file output
+    may not be an existing folder (nor a folder output a file), and no existing file may
+    stand where one of its parent folders should be."""
+    path = Path(path)
+    what = "folder" if folder else "file"
+    if path.exists() and path.is_dir() != folder:
+        other = "a folder" if path.is_dir() else "a file"
+        raise VpromError(f"{path}: is {other}, but this output is a {what}; choose another "
+                         "path")
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise VpromError(f"{path}: {parent} is a file, so no {what} can be made below it; "
+                         "choose another path")
+    return path
+
+
+# ---------------------------------------------------------------- inputs
+def check_not_input(out: Path, inputs: Iterable[str | os.PathLike | None],
+                    inside_ok: bool = False) -> None:
+    """Refuse `out` when it is, lies inside (unless `inside_ok`), or holds one of `inputs`
+    (resolved paths and same-file identity both count)."""
+    target = out.resolve()
+    for given in filter(None, inputs):
+        given = Path(given)
+        source = given.resolve()
+        same = target == source
+        if not same and out.exists() and given.exists():
+            with contextlib.suppress(OSError):
+                same = os.path.samefile(out, given)
+        if same:
+            raise VpromError(f"{out}: is also an input of this command ({given}); writing "
+                             "there would destroy it; choose another output path")
+        if not inside_ok and target.is_relative_to(source) and source.is_dir():
+            raise VpromError(f"{out}: lies inside the input folder {given}; choose an output "
+                             "path outside it")
+        if source.is_relative_to(target):
+            raise VpromError(f"{out}: holds the input {given}; writing there could destroy "
+                             "it; choose another output path")
+
+
+@contextlib.contextmanager
+def claim(out: str | os.PathLike, kinds: Iterable[str] | None, inputs: Iterable = (),
+          names: Iterable[str] = (), folder: bool | None = None,
+          inside_ok: bool = False) -> Iterator[Path]:
+    """Check `out` against `inputs` and its owner, then hold its lock for the block.
+    `folder`: the output is a folder (True) or a file (False), checked first; `inside_ok`:
+    it may lie inside an input folder (a report beside the runs it reads)."""
+    out = Path(out)
+    if folder is not None:
+        check_output(out, folder=folder)
+    check_not_input(out, list(inputs), inside_ok)
+    with output_lock(out):
+        check_owned(out, kinds, names)  # under the lock: the holder may have made it
+        yield out
+
+
+def writes(out: str | Callable, kinds: Iterable[str] | Callable | None,
+           inputs: Callable = lambda a: (), names: Iterable[str] = (),
+           folder: bool | None = None, inside_ok: bool = False) -> Callable:
+    """Decorate a library function that writes: `claim` its output for the whole call.
+    `out` names the parameter holding the output path, or is a function of the bound
+    arguments (a dict) returning it; `kinds` likewise (or a fixed tuple); `inputs` returns the
+    input paths from the bound arguments."""
+
+    def decorate(function):
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            a = bound.arguments
+            with claim(out(a) if callable(out) else a[out],
+                       kinds(a) if callable(kinds) else kinds, inputs(a), names, folder,
+                       inside_ok):
+                return function(*args, **kwargs)
+
+        return wrapper
+
+    return decorate

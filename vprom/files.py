@@ -1,0 +1,212 @@
+"""Writing files so that a killed run never leaves one that looks finished; hashing them.
+
+Every output is written under a temporary name in its own folder, flushed and fsynced, then
+renamed into place (`atomic_path`, `atomic_dir` for a folder): a file the user already had is
+replaced only by a complete one. The temporary name is `.<name>.<pid>.<random>.part`; a run
+killed even by SIGKILL leaves its part behind, and the next write of the same output deletes
+the parts whose process is gone (`clean_stale_parts`). A full disk met while writing becomes
+one line naming the output (`full_disk`), with the partial output removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import glob
+import hashlib
+import json
+import os
+import secrets
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+from vprom.errors import VpromError
+
+
+def _new_part(path: Path, folder: bool) -> Iterator[Path]:
+    """Yield a fresh temporary name beside `path`, then make it (O_EXCL / mkdir).
+
+    The caller binds the name before the file exists, so an interrupt landing anywhere, on
+    whichever thread the OS hands it to, finds a name the cleanup removes (missing_ok).
+    """
+    while True:
+        tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part"
+        yield tmp
+        try:
+            if folder:
+                os.mkdir(tmp, 0o777)  # the umask applies, as for any folder the user makes
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return
+        except FileExistsError:
+            continue
+
+
+def _remove(tmp: Path | None) -> None:
+    if tmp is None:
+        return
+    if tmp.is_dir() and not tmp.is_symlink():
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _replacing(path: Path, folder: bool) -> Iterator[list]:
+    """The shared frame of the two atomic writers: a fresh part in `state[0]`, removed on any
+    exception; a full disk re-raised as one line naming `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_parts(path)
+    state = [None]
+    try:
+        for state[0] in _new_part(path, folder):
+            pass
+        yield state
+    except BaseException as e:
+        _remove(state[0])
+        error = full_disk(path, e) if isinstance(e, OSError) else None
+        if error is not None:
+            raise error from None
+        raise
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success fsync it and rename it to `path`.
+    On any exception the temporary is removed and `path` left as it was."""
+    path = Path(path)
+    with _replacing(path, folder=False) as state:
+        yield state[0]
+        _fsync(state[0])
+        os.replace(state[0], path)
+        _fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Like `atomic_path` for a folder: fill the yielded folder; it replaces `path` only when
+    complete. If the swap is cut short, the old folder is put back. Whether `path` may be
+    replaced at all is decided before, by `vprom.claim`."""
+    path = Path(path)
+    old = None
+    with _replacing(path, folder=True) as state:
+        try:
+            yield state[0]
+            if path.exists():
+                old = path.with_name(f".{path.name}.{os.getpid()}.old.part")
+                os.replace(path, old)
+            os.replace(state[0], path)
+            state[0] = None
+            _remove(old)
+            _fsync_dir(path.parent)
+        except BaseException:
+            if old is not None and old.exists() and not path.exists():
+                os.replace(old, path)  # the user keeps the old folder
+            raise
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def clean_stale_parts(path: str | os.PathLike) -> list[Path]:
+    """Delete the temporary parts of `path` left by runs that are no longer alive."""
+    path = Path(path)
+    removed = []
+    if not path.parent.is_dir():
+        return removed
+    for part in path.parent.glob(f".{glob.escape(path.name)}.*.part"):
+        pid = part.name[len(path.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and (int(pid) == os.getpid() or _alive(int(pid))):
+            continue  # ours, or a live run's (a part without a pid is stale)
+        if part.name.endswith(".old.part") and not (path.exists() or path.is_symlink()):
+            os.replace(part, path)  # killed mid-swap: the previous output comes back
+            continue
+        _remove(part)
+        removed.append(part)
+    return removed
+
+
+def preallocate(path: str | os.PathLike) -> None:
+    """Reserve every block of `path` on disk now (posix_fallocate): writes through a memory
+    map of it can then never meet a full disk, which a mapping reports as SIGBUS."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        if size and hasattr(os, "posix_fallocate"):
+            try:
+                os.posix_fallocate(fd, 0, size)
+            except OSError as e:
+                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # no fallocate there
+                    raise OSError(e.errno, e.strerror, str(path)) from None
+    finally:
+        os.close(fd)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(path: str | os.PathLike, obj) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb+") as f:
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def size_text(n: float) -> str:
+    """A byte count as people read it: `512 bytes`, `1.5 MB` (1 KB = 1,024 bytes)."""
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{int(n):,} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def free_space_for(path: str | os.PathLike, needed: int, what: str = "") -> None:
+    """Refuse before writing `needed` bytes under `path`'s folder when the disk lacks them."""
+    path = Path(path)
+    folder = next((p for p in (path, *path.parents) if p.is_dir()), Path("."))
+    free = shutil.disk_usage(folder).free
+    if needed > free:
+        raise VpromError(f"{path}: needs about {size_text(needed)}{what} but {folder} has "
+                         f"{size_text(free)} free; free some space or choose another path")
+
+
+def full_disk(path: str | os.PathLike, error: OSError) -> VpromError | None:
+    """The one-line error for a full disk met while writing `path`, None for other errors."""
+    if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    free = "?"
+    with contextlib.suppress(OSError):
+        free = size_text(shutil.disk_usage(Path(path).parent).free)
+    return VpromError(f"{path}: no space left on the device while writing it ({free} free "
+                      "after removing the partial output); free some space or choose "
+                      "another path")

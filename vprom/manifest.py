@@ -1,0 +1,185 @@
+"""The manifest every vprom output carries, and the one rule for "this output is current".
+
+Schema (a JSON object, `make_manifest`):
+
+    format_version  FORMAT_VERSION
+    vprom_version   the version that wrote the output
+    kind            what it is: pools, dataset, features, vprom-crops, build, run, export-npz, ...
+    config          the settings that change the output
+    seed            the seed, or null
+    inputs          {name: hash} of every input file, as `input_hash` gives it
+    counts          the sizes the stage records (crops per pool, matrices per split, ...)
+    outputs         {name: hash} of what it holds (an HDF5 file: `content_hash` of its data;
+                    a folder: the sha256 of its files)
+
+Where it lives (`manifest_of`, `write_manifest`): an HDF5 file holds it in its root attribute
+`manifest`; a folder holds it as `manifest.json` (a training run's folder as `config.json`);
+any other file has it beside it, as `<name>.manifest.json`.
+
+An input's hash (`input_hash`): the content hash an HDF5 input's manifest records, or a
+DATASET.h5's content hash computed (`vprom.tables.content_hash`: layout-independent, so a
+rewritten copy of the same data keeps it); for any other file the sha256 of its bytes (hex).
+
+Current (`is_current(output, inputs, config)`): an output may be kept or resumed when it has a
+manifest of a format this vprom reads, whose inputs are exactly the hashes of `inputs` as they
+are now (by value, whatever their names), and whose config holds every setting of `config`
+with the same value (a setting it lacks counts as null). `why_stale` says in a few words why
+an output is not current (the inputs that changed by name, each changed setting as `name
+recorded vs wanted`), for the line a re-run prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Mapping
+
+import h5py
+
+from vprom.errors import VpromError
+from vprom.files import sha256_file, write_json
+from vprom.tables import content_hash, set_manifest
+
+FORMAT_VERSION = 2
+FOLDER_MANIFESTS = ("manifest.json", "config.json")  # config.json: a training run's folder
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+CONTENT_PREFIX = "sha256:"  # a content hash; a file's sha256 is bare hex
+
+
+def make_manifest(kind: str, config: dict, seed: int | None = None,
+                  inputs: dict[str, str] | None = None, counts: dict | None = None,
+                  outputs: dict[str, str] | None = None) -> dict:
+    """A manifest (see the module doc); `inputs` and `outputs` map names to hashes."""
+    from vprom import __version__
+
+    return {"format_version": FORMAT_VERSION, "vprom_version": __version__, "kind": kind,
+            "config": config, "seed": seed, "inputs": inputs or {}, "counts": counts or {},
+            "outputs": outputs or {}}
+
+
+def is_hdf5(path: str | os.PathLike) -> bool:
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        return f.read(8) == HDF5_MAGIC
+    return False
+
+
+def manifest_file(path: str | os.PathLike) -> Path:
+    """Where the manifest of the folder or non-HDF5 file `path` lives."""
+    path = Path(path)
+    return path / FOLDER_MANIFESTS[0] if path.is_dir() else path.with_name(
+        path.name + ".manifest.json")
+
+
+def _json(path: Path) -> dict | None:
+    with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
+        value = json.loads(path.read_text(encoding="utf-8"))
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def manifest_of(path: str | os.PathLike) -> dict | None:
+    """The manifest of the output at `path` wherever it lives; None when it has none."""
+    path = Path(path)
+    if path.is_dir():
+        return next(filter(None, (_json(path / name) for name in FOLDER_MANIFESTS)), None)
+    if not path.is_file():
+        return None
+    if not is_hdf5(path):
+        return _json(manifest_file(path))
+    with contextlib.suppress(OSError, ValueError), h5py.File(path, "r") as h5:
+        value = json.loads(h5.attrs.get("manifest", "null"))
+        return value if isinstance(value, dict) else None
+    return None
+
+
+def write_manifest(target: str | os.PathLike | h5py.File, manifest: dict) -> None:
+    """Store `manifest` where it lives for `target`: an open HDF5 file, a folder or a file."""
+    if isinstance(target, h5py.File):
+        set_manifest(target, manifest)
+    else:
+        write_json(manifest_file(target), manifest)
+
+
+@lru_cache(maxsize=64)
+def _hash(path: str, size: int, mtime_ns: int) -> str:
+    if is_hdf5(path):
+        recorded = ((manifest_of(path) or {}).get("outputs") or {}).get("content_hash")
+        if isinstance(recorded, str):
+            return recorded
+        with h5py.File(path, "r") as h5:
+            dataset = "matrices" in h5 and "crops" in h5
+        if dataset:  # a DATASET.h5 from another tool: its content, hashed now
+            return content_hash(path)
+    return sha256_file(path)
+
+
+def input_hash(path: str | os.PathLike) -> str:
+    """The hash an output records for its input `path` (module doc); cached per file state."""
+    stat = Path(path).stat()
+    return _hash(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+def input_hashes(paths: Iterable[str | os.PathLike]) -> dict[str, str]:
+    """{file name: `input_hash`} of `paths`: the `inputs` of a manifest."""
+    return {Path(p).name: input_hash(p) for p in paths}
+
+
+def why_stale(output: str | os.PathLike, inputs: Iterable[str | os.PathLike],
+              config: dict) -> str | None:
+    """None when `output` is current for `inputs` and `config` (module doc); else why not."""
+    manifest = manifest_of(output)
+    if manifest is None:
+        return "no manifest" if Path(output).exists() else "not made yet"
+    if not isinstance(manifest.get("format_version"), int) or (
+            manifest["format_version"] > FORMAT_VERSION):
+        return "its manifest is of a format this vprom does not read"
+    recorded = manifest.get("inputs") or {}
+    now = input_hashes(inputs)
+    changed = [name for name, value in now.items() if value not in recorded.values()]
+    if not changed and sorted(now.values()) != sorted(map(str, recorded.values())):
+        changed = sorted(set(recorded) - set(now)) or ["inputs"]
+    wanted = json.loads(json.dumps(config))  # tuples as lists, as the manifest holds them
+    settings = manifest.get("config") or {}
+    differ = [f"{k} {settings.get(k)!r} vs {v!r}" for k, v in sorted(wanted.items())
+              if settings.get(k) != v]
+    why = ([f"its inputs changed: {', '.join(changed)}"] if changed else []) + (
+        [f"its settings changed: {', '.join(differ)}"] if differ else [])
+    return "; ".join(why) or None
+
+
+def is_current(output: str | os.PathLike, inputs: Iterable[str | os.PathLike],
+               config: dict) -> bool:
+    """True when `output` may be kept or resumed (module doc)."""
+    return why_stale(output, inputs, config) is None
+
+
+def made_from(recorded: Mapping | None, source: str | os.PathLike) -> bool | None:
+    """Whether `source` is one of the inputs `recorded` ({name: hash}) names; None when it
+    names none. A record of a file's bytes matches the same file, a content hash any copy."""
+    hashes = [v for v in (recorded or {}).values() if isinstance(v, str)]
+    if not hashes:
+        return None
+    if input_hash(source) in hashes:
+        return True
+    files = [h for h in hashes if not h.startswith(CONTENT_PREFIX)]
+    return bool(files) and sha256_file(source) in files
+
+
+def check_made_from(recorded: Mapping | None, dataset: str | os.PathLike, output: str,
+                    fix: str) -> str:
+    """Refuse (one line) when `output`, which recorded its inputs as `recorded`, was made
+    from another data set than `dataset`; returns how it was decided."""
+    if not Path(dataset).is_file():
+        raise VpromError(f"{dataset}: no such file; {output} was made from it")
+    found = made_from(recorded, dataset)
+    if found is None:
+        return "unchecked: no source data set is recorded"
+    if not found:
+        theirs = next(v for v in recorded.values() if isinstance(v, str))
+        raise VpromError(f"{output} was made from another data set than {dataset} (it "
+                         f"records {theirs[:19]}…, {Path(dataset).name} is "
+                         f"{input_hash(dataset)[:19]}…); {fix}")
+    return "recorded hash"
