@@ -31,6 +31,8 @@ HYPER = ("optimizer", "lr", "rho", "eps", "hidden", "batch_size", "score_init")
 #: the settings of one optimizer (rho is AdaDelta's decay; Adam has none)
 OPTIMIZER_KEYS = {"adadelta": ("lr", "rho", "eps"), "adam": ("lr", "eps")}
 DEFAULTS_FILE = "defaults.json"
+#: TrainConfig's panel files and the input kind each holds
+SOURCES = {"features": "vectors", "maps": "maps", "crops": "pixels"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +40,9 @@ class TrainConfig:
     """One training run; written into the run folder and every checkpoint."""
 
     dataset: Path
-    features: Path
+    features: Path | None = None  # the panels: pooled vectors, or
+    maps: Path | None = None  # spatial maps (`vprom extract --pool none`), or
+    crops: Path | None = None  # a crop store (`vprom crops`)
     model: str
     split: str
     aux: bool = False
@@ -61,8 +65,21 @@ class TrainConfig:
     restart: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("dataset", "features", "out"):
-            object.__setattr__(self, name, Path(getattr(self, name)))
+        for name in ("dataset", *SOURCES, "out"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+
+    @property
+    def source(self) -> tuple[str, str, Path]:
+        """(option, input kind, file) of the panels: exactly one of --features, --maps and
+        --crops."""
+        given = [(name, kind, getattr(self, name)) for name, kind in SOURCES.items()
+                 if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise VpromError("train reads its panels from exactly one of --features FEATS.h5, "
+                             "--maps MAPS.h5 and --crops CROPS.h5; got "
+                             + (" and ".join(f"--{g[0]}" for g in given) or "none"))
+        return given[0]
 
     def resolved(self) -> "TrainConfig":
         """This config with every hyper-parameter the user left as None taken from the defaults."""

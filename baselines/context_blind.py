@@ -26,22 +26,25 @@ from vprom.baselines.registry import register_model
 
 
 class ContextBlind(nn.Module):
-    """DeepSets over the candidates alone."""
+    """DeepSets over the candidates alone; `f1` embeds one candidate (default: an MLP)."""
 
-    def __init__(self, config: ModelConfig):
+    def __init__(self, config: ModelConfig, f1: nn.Module | None = None):
         super().__init__()
         depth = parts.half_depth(config)
         self.feature_dim = config.feature_dim
-        self.f1 = parts.panel_encoder(config)
+        self.f1 = parts.panel_encoder(config) if f1 is None else f1
         self.f2 = parts.mlp(2 * config.hidden, config.hidden, depth)
         self.score = parts.score_head(config)
         self.aux = parts.make_aux(config)
 
-    def forward(self, panels: Tensor) -> ModelOutput:
+    def embed(self, panels: Tensor) -> Tensor:
+        """[B, 16, D] -> [B, 8, H]: the candidates' embeddings, the context never read."""
         parts.check_panels(panels, self.feature_dim)
         # Ids keep the input width of the other models; every candidate gets the same one.
-        candidates = parts.with_panel_ids(panels, candidates_share_id=True)[:, N_CONTEXT:]
-        embedded = self.f1(candidates)  # [B, 8, H]
+        return self.f1(parts.with_panel_ids(panels, candidates_share_id=True)[:, N_CONTEXT:])
+
+    def forward(self, panels: Tensor) -> ModelOutput:
+        embedded = self.embed(panels)  # [B, 8, H]
         summary = embedded.mean(1, keepdim=True).expand_as(embedded)
         hidden = self.f2(torch.cat([embedded, summary], dim=-1))  # [B, 8, H]
         return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))

@@ -1,8 +1,10 @@
-"""The matrices of one split as tensors, over features held once in memory.
+"""The matrices of one split as tensors, over panels held once in memory.
 
-Features are stored once per crop, so the loader keeps one float32 table `features[N_crops, D]`
-on the training device and turns every matrix into a row of 16 indices into it (one
-vectorised search over the sorted crop ids). A batch is one gather, `features[rows[batch]]`.
+Panels are stored once per crop, so the loader keeps one table of the crops the split shows on
+the training device, `features[N_crops, ...]` (float32 vectors `[D]` of `vprom extract`,
+maps `[C, H, W]` of `--pool none` in their stored dtype, or uint8 pixels `[3, S, S]` of a
+crop store), and turns every matrix into a row of 16 indices into it (one vectorised search
+over the sorted crop ids). A batch is one gather, `features[rows[batch]]`.
 
 Per matrix it also holds the targets: the answer (0..7), and for the auxiliary loss the
 relation (and, or, union, progression) and the element type (attribute, object, count; object
@@ -30,7 +32,8 @@ import torch
 
 from vprom.baselines.parts import N_CONTEXT, element_type_class, relation_class
 from vprom.errors import VpromError
-from vprom.feature_files import load_features, rows_of
+from vprom.feature_files import load_features, open_maps
+from vprom.features.crop_store import CropStore
 from vprom.domain import SPLITS
 from vprom.tables import SPLIT_PARTS, crop_rows, read_matrix_table
 
@@ -70,7 +73,13 @@ class SplitData:
 
     @property
     def feature_dim(self) -> int:
+        """D of vectors, C of maps, 3 of pixels."""
         return int(self.features.shape[1])
+
+    @property
+    def side(self) -> int:
+        """H = W of maps, S of pixels; 0 for vectors."""
+        return int(self.features.shape[-1]) if self.features.dim() > 2 else 0
 
     def panels(self, part: MatrixSet, index: torch.Tensor) -> torch.Tensor:
         """The [B, 16, D] panel features of `part`'s matrices at positions `index`."""
@@ -123,12 +132,38 @@ def centred(features: np.ndarray, train_rows: np.ndarray) -> np.ndarray:
     return out / np.maximum(norms, 1e-12)
 
 
-def load_split(dataset: str | Path, features: str | Path, split: str,
+def read_panels(path: Path, kind: str, crop_ids: np.ndarray) -> tuple[np.ndarray, dict]:
+    """The panels of `crop_ids` (sorted, distinct) in the file at `path` holding `kind`
+    (vectors, maps or pixels), and the file's attributes; a crop the file lacks, or one
+    extracted without its image, is refused naming it."""
+    if kind == "pixels":
+        with CropStore(path) as store:
+            rows = store.rows_of(crop_ids)
+            if (rows < 0).any():
+                raise VpromError(f"{path}: lacks crop {int(crop_ids[rows < 0][0])} of the split; "
+                                 "build the crop store of this data set with `vprom crops`")
+            return store.read_rows(rows), {"backbone": f"crops {store.size}px", "weights": ""}
+    if kind == "maps":
+        with open_maps(path) as maps:
+            found = maps.gather(crop_ids, dtype=maps.dtype), maps.missing_crop_id, maps.attrs
+    else:
+        feats = load_features(path)
+        found = feats.features[feats.index_of(crop_ids)], feats.missing_crop_id, feats.attrs
+    lost = np.isin(crop_ids, found[1])
+    if lost.any():
+        raise VpromError(f"{path}: crop {int(crop_ids[lost][0])} was extracted without its "
+                         "image (--allow-missing); its features are NaN. Restore the image "
+                         "and re-run `vprom extract`")
+    return found[0], found[2]
+
+
+def load_split(dataset: str | Path, features: str | Path, split: str, kind: str = "vectors",
                shuffle_context: bool = False, seed: int = 0, center: bool = False) -> SplitData:
-    """Load `split`'s train / val / test matrices of DATASET.h5 over the features of FEATS.h5.
+    """Load `split`'s train / val / test matrices of DATASET.h5 over the panels of `features`:
+    a FEATS.h5 of vectors, a maps file (`kind="maps"`) or a crop store (`kind="pixels"`).
 
     `seed` fixes the shuffled-context derangement (only used with `shuffle_context`);
-    `center` subtracts the training crops' mean feature (see the module docstring).
+    `center` subtracts the training crops' mean feature (vectors; see the module docstring).
     """
     dataset, features = Path(dataset), Path(features)
     if split not in SPLITS:
@@ -137,26 +172,25 @@ def load_split(dataset: str | Path, features: str | Path, split: str,
     if split not in table.splits:
         raise VpromError(f"{dataset}: has no split {split!r} (it has "
                          f"{', '.join(sorted(table.splits)) or 'none'}); regenerate the dataset")
-    feats = load_features(features)
+    if center and kind != "vectors":
+        raise VpromError(f"--center-features centres pooled vectors; drop it for {kind}")
+    positions = {}
+    for part in SPLIT_PARTS:
+        wanted = np.asarray(table.splits[split].get(part, np.zeros(0, np.int64)), np.int64)
+        positions[part] = crop_rows(table.id, wanted)  # the rows of these matrix ids
+        if (positions[part] < 0).any():
+            raise VpromError(f"{dataset}: splits/{split}/{part} lists matrix id "
+                             f"{int(wanted[np.argmax(positions[part] < 0)])}, which is not in "
+                             "'matrices'; the file is inconsistent, regenerate it")
+    shown = np.unique(np.concatenate([table.panels[p].reshape(-1) for p in positions.values()]))
+    panels, attrs = read_panels(Path(features), kind, shown)
     parts = {}
     for number, part in enumerate(SPLIT_PARTS):
-        wanted = np.asarray(table.splits[split].get(part, np.zeros(0, np.int64)), np.int64)
-        positions = crop_rows(table.id, wanted)  # the rows of these matrix ids
-        if (positions < 0).any():
-            raise VpromError(f"{dataset}: splits/{split}/{part} lists matrix id "
-                             f"{int(wanted[np.argmax(positions < 0)])}, which is not in "
-                             "'matrices'; the file is inconsistent, regenerate it")
-        rows = rows_of(feats.crop_id, table.panels[positions], features)
-        lost = np.isin(table.panels[positions], feats.missing_crop_id)
-        if lost.any():
-            raise VpromError(f"{features}: crop {int(table.panels[positions][lost][0])} was "
-                             "extracted without its image (--allow-missing); its features are "
-                             "NaN. Restore the image and re-run `vprom extract`")
+        rows = np.searchsorted(shown, table.panels[positions[part]])
         if shuffle_context:
             rng = np.random.default_rng(np.random.SeedSequence([seed, number]))
             rows = shuffled_context(rows, rng)
-        parts[part] = _matrix_set(table, positions, rows)
-    vectors = feats.features
+        parts[part] = _matrix_set(table, positions[part], rows)
     if center:
-        vectors = centred(vectors, parts["train"].rows.numpy())
-    return SplitData(torch.from_numpy(vectors), parts, feats.attrs)
+        panels = centred(panels, parts["train"].rows.numpy())
+    return SplitData(torch.from_numpy(panels), parts, attrs)

@@ -61,14 +61,15 @@ def check_inputs(run: Path, manifest: dict, state: dict, data_attrs: dict | None
         "sha256": (manifest.get("inputs") or {}).get("dataset")}
     check_made_from(recorded, config["dataset"], f"the run {run}",
                     "restore that data set, or train a new run on this one")
-    check_features_source(config["dataset"], config["features"])
+    panels = TrainConfig.from_dict(config).source[2]
+    check_features_source(config["dataset"], panels)
     if data_attrs is None:
         return
     trained, now = plain_record(state.get("features_attrs") or {}), plain_record(data_attrs)
     differ = sorted(k for k in set(trained) | set(now) if k not in VOLATILE_ATTRS
                     and trained.get(k) != now.get(k))
     if differ:
-        raise VpromError(f"{config['features']} is not the features file the run {run} was "
+        raise VpromError(f"{panels} is not the features file the run {run} was "
                          f"trained on ({', '.join(differ)} differ); evaluate it with those "
                          "features, or train a new run on these")
 
@@ -80,7 +81,8 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
     config = TrainConfig.from_dict(state["config"]).resolved()
     check_inputs(run, manifest, state)
     device = resolve_device(device)
-    data = load_split(config.dataset, config.features, config.split,
+    _, kind, panels = config.source
+    data = load_split(config.dataset, panels, config.split, kind=kind,
                       shuffle_context=config.shuffle_context, seed=config.seed,
                       center=config.center_features)
     check_inputs(run, manifest, state, data.attrs)
@@ -88,7 +90,7 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
     if len(test) == 0:
         raise VpromError(f"{config.dataset}: split {config.split!r} has no test matrices; "
                          "nothing to evaluate")
-    model, _ = build_model(config, data.feature_dim)
+    model, _ = build_model(config, data.feature_dim, data.side)
     model.load_state_dict(state["model"])
     data = data.to(device)
     model.to(device)
@@ -97,7 +99,7 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
         "run": str(run), "model": config.model, "split": config.split, "aux": config.aux,
         "shuffle_context": config.shuffle_context, "seed": config.seed,
         "features": {k: state["features_attrs"].get(k) for k in ("backbone", "weights")}
-        | {"path": str(config.features)},
+        | {"path": str(panels)},
         "dataset": str(config.dataset),
         "dataset_content_hash": input_hash(config.dataset),
         "config": config.to_dict(),

@@ -30,6 +30,17 @@ TABLE2_NEUTRAL: dict[str, dict[tuple[str, bool], float]] = {
            ("bottom-up", False): 55.4, ("bottom-up", True): 61.3},
 }
 
+#: Later solvers, not in the paper: model -> the work it follows. Reports list them after the
+#: paper's models, under "later solvers".
+LATER_SOLVERS: dict[str, str] = {
+    "wren": "WReN (Barrett et al. 2018)",
+    "scl": "SCL (Wu et al. 2020)",
+    "predrnet": "PredRNet (Yang et al. 2023)",
+    "predrnet-maps": "PredRNet (Yang et al. 2023) over maps",
+    "panel-transformer": "panel transformer after SAViR-T (Sahu et al. 2022)",
+    "panel-transformer-pooled": "panel transformer after SAViR-T, pooled tokens",
+}
+
 #: Human accuracy on the neutral split, and the share of questions humans skipped.
 HUMANS = 77.8
 HUMANS_SKIPPED = 4.5

@@ -1,7 +1,9 @@
 """What every baseline shares: its config, its output, panel ids and the layer builders.
 
-A model reads one batch of matrices as raw panel features `panels[B, 16, D]` (8 context panels
-in row-major order, then the 8 candidates; each row L2-normalised by the extractor) and returns
+A model reads one batch of matrices as its input kind (8 context panels in row-major order, then
+the 8 candidates): `vectors` `[B, 16, D]` (pooled features, each L2-normalised by the
+extractor), `maps` `[B, 16, C, H, W]` (`vprom extract --pool none`) or `pixels`
+`[B, 16, 3, S, S]` (a crop store of `vprom crops`, uint8 or float in [0, 1]). It returns
 a `ModelOutput`: one score per candidate, plus, when `config.aux` is set, the logits of the two
 auxiliary heads (the paper's relation-type head, split into relation and element type because
 every matrix has one of each).
@@ -46,11 +48,12 @@ def element_type_class(element_type: ElementType | str) -> int:
 class ModelConfig:
     """Sizes of a baseline; written into every run folder and checkpoint."""
 
-    feature_dim: int = 2048  # D of the raw features (panel ids are appended inside models)
+    feature_dim: int = 2048  # D of vectors, C of maps, 3 for pixels (ids are appended inside)
     hidden: int = 512
     aux: bool = False  # add the auxiliary heads
     layers: int = 2  # k for mlp-*-k: f1 and f2 get k/2 Linear+ReLU layers each
     score_init: float = 1.0  # the score head's initial weights, times torch's default init
+    side: int = 0  # H = W of maps, S of pixels; 0 for vectors
 
 
 class ModelOutput(NamedTuple):
@@ -61,14 +64,22 @@ class ModelOutput(NamedTuple):
     element_type_logits: Tensor | None  # [B, 3] in ELEMENT_TYPE_CLASSES order, when aux
 
 
-def check_panels(panels: Tensor, feature_dim: int) -> None:
-    """Refuse input that is not [B, 16, feature_dim], before it fails deep inside a layer."""
-    if panels.dim() != 3 or panels.shape[1:] != (N_PANELS, feature_dim):
+def check_panels(panels: Tensor, *panel_shape: int) -> None:
+    """Refuse input that is not [B, 16, *panel_shape], before it fails deep inside a layer."""
+    if panels.dim() != 2 + len(panel_shape) or tuple(panels.shape[1:]) != (N_PANELS, *panel_shape):
+        expected = ", ".join(map(str, (N_PANELS, *panel_shape)))
         raise VpromError(
-            f"model input has shape {list(panels.shape)}, expected [batch, {N_PANELS}, "
-            f"{feature_dim}]: 8 context panels then 8 candidates, each a feature vector of the "
-            "model config's feature_dim; use the features file the model was built for"
+            f"model input has shape {list(panels.shape)}, expected [batch, {expected}]: 8 "
+            "context panels then 8 candidates, each of the model config's size; use the "
+            "features, maps or crop store the model was built for"
         )
+
+
+def unit_pixels(pixels: Tensor, like: Tensor) -> Tensor:
+    """Crop-store pixels (uint8) as floats in [0, 1] of `like`'s dtype; floats pass as they are."""
+    if pixels.dtype == torch.uint8:
+        return pixels.to(like.dtype) / 255
+    return pixels.to(like.dtype)
 
 
 def with_panel_ids(panels: Tensor, candidates_share_id: bool = False) -> Tensor:

@@ -1,8 +1,10 @@
 """Baselines by name: `register_model`, `get_model`, `list_models` (torchvision's `_api.py` style).
 
 Each model file registers builders `builder(config: ModelConfig) -> nn.Module` under the names
-users type (`vprom train --model rn`). The built-in model files are imported the first time
-`MODELS` is asked for a model, so a model file imports `register_model` without a cycle.
+users type (`vprom train --model rn`), each with the input kind it reads (`input_kind`):
+`vectors` (pooled features), `maps` (spatial maps) or `pixels` (a crop store). The built-in
+model files are imported the first time `MODELS` is asked for a model, so a model file imports
+`register_model` without a cycle.
 """
 
 from __future__ import annotations
@@ -24,12 +26,31 @@ MODELS: Registry[Builder] = Registry("model", builtins=(
     "vprom.baselines.vqa",
     "vprom.baselines.rn",
     "vprom.baselines.context_blind",
+    "vprom.baselines.wren",
+    "vprom.baselines.scl",
+    "vprom.baselines.predrnet",
+    "vprom.baselines.panel_transformer",
+    "vprom.baselines.context_blind_pixels",
 ))
+INPUT_KINDS = ("vectors", "maps", "pixels")
 
 
-def register_model(name: str) -> Callable[[Builder], Builder]:
-    """Decorator: register `builder` under `name`; a name can be registered once."""
-    return MODELS.register(name)
+def register_model(name: str, kind: str = "vectors") -> Callable[[Builder], Builder]:
+    """Decorator: register `builder` under `name`, reading input of `kind`; a name can be
+    registered once."""
+    if kind not in INPUT_KINDS:
+        raise VpromError(f"model {name!r}: input kind {kind!r} is none of {', '.join(INPUT_KINDS)}")
+
+    def wrap(builder: Builder) -> Builder:
+        builder.input_kind = kind
+        return MODELS.register(name)(builder)
+
+    return wrap
+
+
+def input_kind(name: str) -> str:
+    """What model `name` reads: 'vectors', 'maps' or 'pixels'."""
+    return getattr(MODELS.get(name), "input_kind", "vectors")
 
 
 def list_models() -> list[str]:

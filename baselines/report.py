@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from vprom.baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED, PAPER_NAMES,
-                                   feature_type, paper_accuracy)
-from vprom.baselines.run_checks import (check_alike, control_result, did_not_learn, is_control,
-                                        settings)
+from vprom.baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED, LATER_SOLVERS,
+                                   PAPER_NAMES, feature_type, paper_accuracy)
+from vprom.baselines.run_checks import (CONTROL_MODELS, check_alike, control_result,
+                                        did_not_learn, is_control, settings)
 from vprom.errors import VpromError
 from vprom.files import atomic_path, write_text
 from vprom.claim import writes
@@ -175,8 +175,14 @@ def group(entries: list[Entry]) -> dict[str, dict[Key, Cell]]:
 
 
 def _model_order(models) -> list[str]:
-    """The paper's models in Table 2's order, then the others alphabetically."""
-    return [m for m in PAPER_NAMES] + sorted(set(models) - set(PAPER_NAMES))
+    """The paper's models in Table 2's order, the later solvers, then the others
+    alphabetically."""
+    return [*PAPER_NAMES, *LATER_SOLVERS] + sorted(set(models) - {*PAPER_NAMES, *LATER_SOLVERS})
+
+
+def _later_solvers_line(width: int, shown: list[str]) -> str:
+    """The table row that opens the later solvers' rows."""
+    return f"| *later solvers* ({', '.join(LATER_SOLVERS[m] for m in shown)}) |" + " |" * width
 
 
 # ---------------------------------------------------------------- Table 2
@@ -184,7 +190,7 @@ def table2_rows(cells: dict[Key, Cell]) -> list[dict]:
     """Long-form rows: one per (model, feature type, aux) that we or the paper have."""
     rows = []
     feature_types = list(FEATURE_TYPES) + sorted({k[1] for k in cells} - set(FEATURE_TYPES))
-    controls = sorted({(k[0], k[3]) for k in cells if k[3] or k[0] == "context-blind"})
+    controls = sorted({(k[0], k[3]) for k in cells if k[3] or k[0] in CONTROL_MODELS})
     plain = [(m, "") for m in _model_order(k[0] for k in cells if not k[3])
              if (m, "") not in controls]
     for model, control in plain + controls:
@@ -226,7 +232,12 @@ def table2_markdown(rows: list[dict]) -> str:
     by_row: dict[tuple[str, str], dict] = {}
     for r in rows:
         by_row.setdefault((r["name"], r["control"]), {})[(r["features"], r["aux"])] = r
+    later = [m for m in LATER_SOLVERS if any(r["model"] == m and not r["control"] for r in rows)]
+    opened = False
     for (name, control), cells in by_row.items():
+        if not opened and not control and name in map(display_name, later):
+            lines.append(_later_solvers_line(2 * len(columns), later))
+            opened = True
         label = f"{name} ({control})" if control else name
         values = []
         for c in columns:
@@ -270,7 +281,12 @@ def splits_markdown(rows: list[dict]) -> str:
     cells = {((r["model"], r["features"], r["aux"], r["control"]), r["split"]): r for r in rows}
     lines = ["| model | features | aux | " + " | ".join(splits) + " |",
              "|" + "---|" * (3 + len(splits))]
+    later = [m for m in LATER_SOLVERS if any(k[0] == m and not k[3] for k in keys)]
+    opened = False
     for key in keys:
+        if key[0] in later and not key[3] and not opened:
+            lines.append(_later_solvers_line(2 + len(splits), later))
+            opened = True
         name = display_name(key[0]) + (f" ({key[3]})" if key[3] else "")
         values = [_split_cell(cells[(key, s)]["cell"]) if (key, s) in cells else "—"
                   for s in splits]

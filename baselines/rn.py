@@ -64,25 +64,31 @@ class RelationNetwork(nn.Module):
 
     def pair_sums_fast(self, x: Tensor) -> Tensor:
         """[B, 16, W] -> [B, 8, H]: the same sums from per-panel projections (module docstring)."""
-        first_layer, rest = self.f1[0], self.f1[1:]
-        weight_a, weight_b = first_layer.weight.split(self.width, dim=1)
-        project_a = x @ weight_a.T  # [B, 16, H]
-        project_b = x @ weight_b.T + first_layer.bias
-        context_a, candidate_a = project_a[:, :N_CONTEXT], project_a[:, N_CONTEXT:]
-        context_b, candidate_b = project_b[:, :N_CONTEXT], project_b[:, N_CONTEXT:]
-        # The 64 context-context pairs, once per matrix: [B, 8, 8, H] -> [B, 1, H].
-        context_pairs = context_a.unsqueeze(2) + context_b.unsqueeze(1)
-        context_sum = rest(context_pairs).sum(dim=(1, 2)).unsqueeze(1)
-        # The 17 pairs with candidate j, for every j: [B, 8 candidates, 17, H].
-        candidate_pairs = torch.cat(
-            [
-                context_a.unsqueeze(1) + candidate_b.unsqueeze(2),  # (context, candidate)
-                candidate_a.unsqueeze(2) + context_b.unsqueeze(1),  # (candidate, context)
-                (candidate_a + candidate_b).unsqueeze(2),  # (candidate, candidate)
-            ],
-            dim=2,
-        )
-        return context_sum + rest(candidate_pairs).sum(dim=2)
+        return pair_sums(x, self.f1, self.width)
+
+
+def pair_sums(x: Tensor, f1: nn.Sequential, width: int) -> Tensor:
+    """[B, 16, W] -> [B, 8, H]: sum of f1 over the 81 ordered pairs of each completed matrix,
+    from per-panel projections (f1[0] is a Linear from 2 * width; see the module docstring)."""
+    first_layer, rest = f1[0], f1[1:]
+    weight_a, weight_b = first_layer.weight.split(width, dim=1)
+    project_a = x @ weight_a.T  # [B, 16, H]
+    project_b = x @ weight_b.T + first_layer.bias
+    context_a, candidate_a = project_a[:, :N_CONTEXT], project_a[:, N_CONTEXT:]
+    context_b, candidate_b = project_b[:, :N_CONTEXT], project_b[:, N_CONTEXT:]
+    # The 64 context-context pairs, once per matrix: [B, 8, 8, H] -> [B, 1, H].
+    context_pairs = context_a.unsqueeze(2) + context_b.unsqueeze(1)
+    context_sum = rest(context_pairs).sum(dim=(1, 2)).unsqueeze(1)
+    # The 17 pairs with candidate j, for every j: [B, 8 candidates, 17, H].
+    candidate_pairs = torch.cat(
+        [
+            context_a.unsqueeze(1) + candidate_b.unsqueeze(2),  # (context, candidate)
+            candidate_a.unsqueeze(2) + context_b.unsqueeze(1),  # (candidate, context)
+            (candidate_a + candidate_b).unsqueeze(2),  # (candidate, candidate)
+        ],
+        dim=2,
+    )
+    return context_sum + rest(candidate_pairs).sum(dim=2)
 
 
 @register_model("rn")

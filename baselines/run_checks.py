@@ -33,7 +33,7 @@ CHANCE_LOSS = math.log(N_CANDIDATES)
 LOSS_TOLERANCE = 0.01
 #: training settings that do not change what a run learns (where, how resumed, which seed)
 NOT_SETTINGS = ("seed", "out", "device", "restart", "cuda_graphs", "resume", "dataset",
-                "features")
+                "features", "maps", "crops")
 
 
 def chance_interval(n: int) -> tuple[float, float]:
@@ -42,7 +42,7 @@ def chance_interval(n: int) -> tuple[float, float]:
 
 
 #: models that are controls whatever they are trained on: they cannot see the context
-CONTROL_MODELS = ("context-blind",)
+CONTROL_MODELS = ("context-blind", "context-blind-pixels")
 
 
 def is_control(model: str, shuffle_context: bool) -> bool:

@@ -39,12 +39,12 @@ NAMES = (*RUN_FILES, "metrics.*.json")
 #: settings that may differ when a run is continued: how long and where, not what
 RESUMABLE = ("epochs", "patience", "device", "restart", "cuda_graphs", "resume")
 #: the settings that are paths: config.json stores them relative to the run folder
-PATH_KEYS = ("dataset", "features", "out")
+PATH_KEYS = ("dataset", "features", "maps", "crops", "out")
 
 
 def inputs(arguments: dict) -> tuple:
     """The input paths of a `train` call (for `vprom.claim.writes`)."""
-    return (arguments["config"].dataset, arguments["config"].features)
+    return (arguments["config"].dataset, arguments["config"].source[2])
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def place_run(config: TrainConfig) -> RunPlace:
     if state is not None or (out / "config.json").is_file():
         settings = {k: v for k, v in portable(config.to_dict(), out).items()
                     if k not in RESUMABLE}
-        why = why_stale(out, [config.dataset, config.features], settings)
+        why = why_stale(out, [config.dataset, config.source[2]], settings)
         if why:
             raise VpromError(f"{out} holds a run this one cannot continue ({why}); choose "
                              "another --out, or pass --restart to replace that run (its files "

@@ -34,10 +34,10 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from vprom.baselines import run_folder
-from vprom.baselines.config import HYPER, TrainConfig, check_value, defaults_path
+from vprom.baselines.config import HYPER, SOURCES, TrainConfig, check_value, defaults_path
 from vprom.baselines.data import MatrixSet, SplitData, load_split
 from vprom.baselines.parts import ModelConfig
-from vprom.baselines.registry import get_model, list_models
+from vprom.baselines.registry import get_model, input_kind, list_models
 from vprom.baselines.run_folder import RunPlace, save_checkpoint
 from vprom.domain import SPLITS
 from vprom.errors import VpromError
@@ -50,6 +50,8 @@ from vprom.runtime import World, joined_world
 CHECKPOINT_FORMAT = 2
 EVAL_BATCH = 512
 WARMUP_STEPS = 3  # eager steps before a CUDA graph capture: cuBLAS handles, optimiser state
+SOURCE_HINT = {"features": "pooled vectors of `vprom extract`",
+               "maps": "maps of `vprom extract --pool none`", "crops": "a store of `vprom crops`"}
 
 
 def check_config(config: TrainConfig) -> None:
@@ -67,17 +69,25 @@ def check_config(config: TrainConfig) -> None:
         problem = None if value is None else check_value(name, value)
         if problem:
             raise VpromError(f"--{name.replace('_', '-')}: {problem}")
-    for name in ("dataset", "features"):
-        if not getattr(config, name).is_file():
-            raise VpromError(f"{getattr(config, name)}: no such file (--{name})")
+    option, kind, path = config.source
+    wanted = input_kind(config.model)
+    if kind != wanted:
+        need = next(name for name, k in SOURCES.items() if k == wanted)
+        raise VpromError(f"--model {config.model} reads {wanted}, not the {kind} of --{option}: "
+                         f"pass its panels with --{need} ({SOURCE_HINT[need]})")
+    for name, file in (("dataset", config.dataset), (option, path)):
+        if not file.is_file():
+            raise VpromError(f"{file}: no such file (--{name})")
 
 
-def build_model(config: TrainConfig, feature_dim: int) -> tuple[torch.nn.Module, ModelConfig]:
-    """The model of `config` (resolved here), its weights drawn from `config.seed` (the
+def build_model(config: TrainConfig, feature_dim: int,
+                side: int = 0) -> tuple[torch.nn.Module, ModelConfig]:
+    """The model of `config` (resolved here) for panels of `feature_dim` (C of maps, 3 for
+    pixels) and `side` (H = W; 0 for vectors), its weights drawn from `config.seed` (the
     caller's generator is left alone)."""
     config = config.resolved()
     model_config = ModelConfig(feature_dim=feature_dim, hidden=config.hidden, aux=config.aux,
-                               score_init=config.score_init)
+                               score_init=config.score_init, side=side)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         model = get_model(config.model, model_config)
@@ -223,7 +233,7 @@ def train(config: TrainConfig) -> Path:
         if place.finished:
             return config.out
         data = load_data(config, world)
-        model, model_config = build_model(config, data.feature_dim)
+        model, model_config = build_model(config, data.feature_dim, data.side)
         model.to(world.device)
         optimizer = make_optimizer(config, model, capturable=graphed is not None)
         history, best, start = restore(place.state, model, optimizer)
@@ -282,8 +292,9 @@ def train(config: TrainConfig) -> Path:
 
 
 def load_data(config: TrainConfig, world: World) -> SplitData:
-    check_features_source(config.dataset, config.features)
-    data = load_split(config.dataset, config.features, config.split,
+    _, kind, path = config.source
+    check_features_source(config.dataset, path)
+    data = load_split(config.dataset, path, config.split, kind=kind,
                       shuffle_context=config.shuffle_context, seed=config.seed,
                       center=config.center_features)
     n = len(data.parts["train"])
@@ -312,7 +323,7 @@ def write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: 
     manifest = make_manifest(
         "run", config=run_folder.portable(config.to_dict(), config.out), seed=config.seed,
         inputs={"dataset": input_hash(config.dataset),
-                "features": input_hash(config.features)},
+                "features": input_hash(config.source[2])},
         counts={part: len(s) for part, s in data.parts.items()})
     manifest.update(defaulted={k: getattr(config, k) for k in defaulted},
                     defaults_file=f"baselines/{defaults_path().name}",  # not the install path

@@ -18,8 +18,7 @@ files under `<out>.partial/` and renames it into place); `check_complete` also r
 file without the `complete` attribute or with missing rows, and the `.partial` folder.
 
 - `load_features` returns the whole pooled table as float32 with an `index_of` that maps crop
-  ids to rows by binary search over the sorted `crop_id` column. It refuses a maps file (no
-  registered model takes maps; `vprom train` reads through it).
+  ids to rows by binary search over the sorted `crop_id` column. It refuses a maps file.
 - `open_maps` opens a maps file without loading it (2048 x 7 x 7 float16 is ~200 KB a crop,
   ~22 GB for 110,000 crops): `gather` reads the maps of any crop ids, `batches` iterates over
   the file in row order, both reading only the HDF5 chunks they need.
@@ -153,9 +152,8 @@ def load_features(path: str | Path) -> Features:
         if "maps" in h5:
             shape = "x".join(str(v) for v in h5["maps"].shape[1:])
             raise VpromError(f"{path}: holds spatial maps ({shape} per crop, `vprom extract "
-                             "--pool none`), and no registered model takes maps; re-extract "
-                             "with pooled vectors (`vprom extract` without --pool none) to "
-                             "train on it, or read the maps with vprom.feature_files.open_maps")
+                             "--pool none`), not pooled vectors; train a model of maps on it "
+                             "with --maps, or read it with vprom.feature_files.open_maps")
         crop_id = h5["crop_id"][()].astype(np.int64)
         features = h5["features"][()].astype(np.float32)
         missing = (h5["missing_crop_id"][()].astype(np.int64) if "missing_crop_id" in h5

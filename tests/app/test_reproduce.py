@@ -60,6 +60,10 @@ def test_bad_grids_are_refused(tmp_path):
         grid(config(tmp_path, splits="neutral,nope"))
     with pytest.raises(VpromError, match="--models is empty"):
         grid(config(tmp_path, models=" , "))
+    with pytest.raises(VpromError, match="--models predrnet: reproduce trains on the pooled "
+                                         "features it extracts, and predrnet reads pixels"):
+        grid(config(tmp_path, models="wren,predrnet"))
+    assert {spec.model for spec in grid(config(tmp_path, models="wren,scl"))} >= {"wren", "scl"}
 
 
 def test_reproduce_runs_the_grid_and_skips_finished_runs(tmp_path, monkeypatch, capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -19,38 +20,67 @@ from vprom.baselines.parts import (
     relation_class,
     with_panel_ids,
 )
-from vprom.baselines.registry import get_model, list_models, register_model
+from vprom.baselines.registry import get_model, input_kind, list_models, register_model
 from vprom.errors import VpromError
 
-TINY = ModelConfig(feature_dim=32, hidden=16)
+#: a tiny config of each input kind: 32-d vectors, 8 x 2 x 2 maps, 16 x 16 RGB pixels
+TINY = {"vectors": ModelConfig(feature_dim=32, hidden=16),
+        "maps": ModelConfig(feature_dim=8, hidden=16, side=2),
+        "pixels": ModelConfig(feature_dim=3, hidden=16, side=16)}
 MODELS = list_models()
 # gru reads all 16 panels in order and outputs one 8-way vector, as in the paper.
 EQUIVARIANT = [name for name in MODELS if name != "gru"]
+CONTROLS = ["context-blind", "context-blind-pixels"]
 PERMUTATION = torch.tensor([3, 0, 7, 5, 1, 6, 2, 4])
 
 
-def panels(batch: int = 4, seed: int = 0, dtype=torch.float64) -> torch.Tensor:
+def panel_shape(kind: str) -> tuple[int, ...]:
+    config = TINY[kind]
+    return (config.feature_dim,) if kind == "vectors" else (
+        config.feature_dim, config.side, config.side)
+
+
+def panels(batch: int = 4, seed: int = 0, dtype=torch.float64,
+           kind: str = "vectors") -> torch.Tensor:
+    """Random panels of `kind`: unit vectors, maps, or pixels in [0, 1]."""
     generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch, 16, TINY.feature_dim, generator=generator, dtype=dtype)
-    return nn.functional.normalize(x, dim=-1)
+    shape = (batch, 16, *panel_shape(kind))
+    if kind == "pixels":
+        return torch.rand(shape, generator=generator, dtype=dtype)
+    x = torch.randn(shape, generator=generator, dtype=dtype)
+    return nn.functional.normalize(x, dim=-1) if kind == "vectors" else x
+
+
+def inputs(name: str, **options) -> torch.Tensor:
+    return panels(kind=input_kind(name), **options)
 
 
 def build(name: str, seed: int = 0, **overrides) -> nn.Module:
     torch.manual_seed(seed)
-    return get_model(name, TINY, **overrides).double()
+    return get_model(name, TINY[input_kind(name)], **overrides).double()
 
 
-def test_registry_lists_the_papers_models_and_the_controls():
+def test_registry_lists_the_papers_models_the_later_solvers_and_the_controls():
     expected = {f"mlp-{c}-{k}" for c in ("cat", "sum") for k in (2, 4, 6)}
     expected |= {"gru", "gru-shared", "vqa", "rn", "rn-no-ids", "rn-direct", "context-blind"}
+    expected |= {"wren", "scl", "predrnet", "predrnet-maps", "panel-transformer",
+                 "panel-transformer-pooled", "context-blind-pixels"}
     assert set(MODELS) == expected
     assert MODELS == sorted(MODELS)
+    kinds = {name: input_kind(name) for name in MODELS}
+    assert {n for n, k in kinds.items() if k == "maps"} == {"predrnet-maps", "panel-transformer"}
+    assert {n for n, k in kinds.items() if k == "pixels"} == {"predrnet", "context-blind-pixels"}
+
+
+def test_an_unknown_input_kind_is_refused():
+    with pytest.raises(VpromError, match="input kind 'images' is none of vectors, maps, pixels"):
+        register_model("my-model", kind="images")
 
 
 @pytest.mark.parametrize("aux", [False, True])
 @pytest.mark.parametrize("name", MODELS)
 def test_output_shapes(name, aux):
-    out = build(name, aux=aux)(panels(batch=3))
+    out = build(name, aux=aux)(inputs(name, batch=3))
     assert out.scores.shape == (3, 8)
     if aux:
         assert out.relation_logits.shape == (3, len(RELATION_CLASSES))
@@ -64,7 +94,7 @@ def test_backward_reaches_every_parameter(name):
     # What is guaranteed: every parameter is in the graph and gets a finite gradient tensor
     # (DDP without find_unused_parameters needs that). Whether it is non-zero is the next test.
     model = build(name, aux=True)
-    out = model(panels())
+    out = model(inputs(name))
     loss = (
         nn.functional.cross_entropy(out.scores, torch.tensor([0, 1, 2, 3]))
         + nn.functional.cross_entropy(out.relation_logits, torch.tensor([0, 1, 2, 3]))
@@ -76,24 +106,26 @@ def test_backward_reaches_every_parameter(name):
         assert torch.isfinite(parameter.grad).all(), parameter_name
 
 
-def dead_parameters(model: nn.Module) -> list[str]:
+def dead_parameters(model: nn.Module, kind: str = "vectors") -> list[str]:
     """Parameters that no loss of ours can ever move, found by reasoning, not by sampling noise.
 
     Every loss is a softmax cross-entropy, which is unchanged when the same constant is added
     to all logits of one head. So the losses see each head's logits only through their
     centred values (logits minus their mean), and a parameter is dead exactly when the
     centred logits do not depend on it for any input. One input where they do is a witness
-    that the parameter lives; the inputs below (several draws, at several scales, so ReLUs
-    switch differently between candidates) give one for every parameter that is not dead by
-    construction. In float64 the dependence is either of the order of the parameter's effect
+    that the parameter lives; the inputs below (several draws, at two scales, so ReLUs switch
+    differently between candidates) give one for every parameter that is not dead by
+    construction. Scale 100 is there for wren: at initialisation its four-layer g maps the 8
+    candidates' pair sums so close together that inputs of unit scale switch no ReLU of f
+    between them. In float64 the dependence is either of the order of the parameter's effect
     or of the order of rounding (1e-16), so a threshold of 1e-9 of the uncentred effect tells
     the two apart whatever the build's rounding does.
     """
     params = dict(model.named_parameters())
     alive: set[str] = set()
     for seed in range(4):
-        for scale in (1.0, 10.0):
-            out = model(scale * panels(batch=8, seed=seed))
+        for scale in (1.0, 100.0):
+            out = model(scale * panels(batch=8, seed=seed, kind=kind))
             heads = [h for h in out if h is not None]
             generator = torch.Generator().manual_seed(seed)
             weights = [torch.randn(h.shape, generator=generator, dtype=h.dtype) for h in heads]
@@ -113,21 +145,22 @@ def _gradients(params, weights, heads) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("name", MODELS)
 def test_no_parameter_is_dead_by_construction(name):
-    assert dead_parameters(build(name, aux=True)) == []
-    assert dead_parameters(build(name, aux=False)) == []
+    kind = input_kind(name)
+    assert dead_parameters(build(name, aux=True), kind) == []
+    assert dead_parameters(build(name, aux=False), kind) == []
 
 
 def test_a_bias_added_to_every_score_is_found_dead():
     # A construction the detector must flag: one scalar bias shared by all 8 scores.
     model = build("rn", aux=True)
-    model.score = nn.Linear(TINY.hidden, 1).double()
+    model.score = nn.Linear(TINY["vectors"].hidden, 1).double()
     assert dead_parameters(model) == ["score.bias"]
 
 
 @pytest.mark.parametrize("name", EQUIVARIANT)
 def test_permuting_candidates_permutes_scores(name):
     model = build(name, aux=True)
-    x = panels()
+    x = inputs(name)
     permuted = torch.cat([x[:, :8], x[:, 8:][:, PERMUTATION]], dim=1)
     out, out_permuted = model(x), model(permuted)
     torch.testing.assert_close(out_permuted.scores, out.scores[:, PERMUTATION])
@@ -142,20 +175,21 @@ def test_gru_scores_depend_on_candidate_order():
     assert not torch.allclose(model(permuted).scores, model(x).scores[:, PERMUTATION])
 
 
-@pytest.mark.parametrize("name", [n for n in MODELS if n != "context-blind"])
+@pytest.mark.parametrize("name", [n for n in MODELS if n not in CONTROLS])
 def test_scores_depend_on_the_context(name):
     model = build(name)
-    x = panels()
+    x = inputs(name)
     changed = x.clone()
-    changed[:, :8] = panels(seed=1)[:, :8]
+    changed[:, :8] = inputs(name, seed=1)[:, :8]
     assert not torch.allclose(model(changed).scores, model(x).scores)
 
 
-def test_context_blind_ignores_the_context():
-    model = build("context-blind", aux=True)
-    x = panels()
+@pytest.mark.parametrize("name", CONTROLS)
+def test_the_controls_ignore_the_context(name):
+    model = build(name, aux=True)
+    x = inputs(name)
     changed = x.clone()
-    changed[:, :8] = panels(seed=1)[:, :8]
+    changed[:, :8] = inputs(name, seed=1)[:, :8]
     out, out_changed = model(x), model(changed)
     assert torch.equal(out.scores, out_changed.scores)
     assert torch.equal(out.relation_logits, out_changed.relation_logits)
@@ -165,8 +199,8 @@ def test_context_blind_ignores_the_context():
 def test_overfits_sixteen_matrices(name):
     """Each model can fit a tiny training set: its gradients and capacity work end to end."""
     torch.manual_seed(0)
-    model = get_model(name, TINY, hidden=32)
-    x = panels(batch=16, dtype=torch.float32)
+    model = get_model(name, TINY[input_kind(name)], hidden=32)
+    x = inputs(name, batch=16, dtype=torch.float32)
     answers = torch.randint(0, 8, (16,), generator=torch.Generator().manual_seed(1))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
     accuracy = 0.0
@@ -187,7 +221,7 @@ def test_same_seed_same_model_and_scores(name):
     first, second = build(name, seed=7, aux=True), build(name, seed=7, aux=True)
     for (key, a), (_, b) in zip(first.state_dict().items(), second.state_dict().items()):
         assert torch.equal(a, b), key
-    x = panels()
+    x = inputs(name)
     assert torch.equal(first(x).scores, second(x).scores)
     assert not torch.equal(build(name, seed=8)(x).scores, first(x).scores)
 
@@ -207,7 +241,7 @@ def test_gru_shared_equals_eight_sequences_of_nine():
 @pytest.mark.parametrize("k", [2, 4, 6])
 def test_mlp_depth_comes_from_the_name(k):
     for combine in ("cat", "sum"):
-        model = get_model(f"mlp-{combine}-{k}", TINY, layers=2)
+        model = get_model(f"mlp-{combine}-{k}", TINY["vectors"], layers=2)
         assert sum(isinstance(m, nn.Linear) for m in model.f1) == k // 2
         assert sum(isinstance(m, nn.Linear) for m in model.f2) == k // 2
 
@@ -215,10 +249,11 @@ def test_mlp_depth_comes_from_the_name(k):
 def test_with_panel_ids():
     x = panels(batch=2)
     tagged = with_panel_ids(x)
-    assert tagged.shape == (2, 16, TINY.feature_dim + 16)
-    assert torch.equal(tagged[:, :, : TINY.feature_dim], x)
-    assert torch.equal(tagged[0, :, TINY.feature_dim :], torch.eye(16, dtype=x.dtype))
-    shared = with_panel_ids(x, candidates_share_id=True)[1, :, TINY.feature_dim :]
+    dim = TINY["vectors"].feature_dim
+    assert tagged.shape == (2, 16, dim + 16)
+    assert torch.equal(tagged[:, :, :dim], x)
+    assert torch.equal(tagged[0, :, dim:], torch.eye(16, dtype=x.dtype))
+    shared = with_panel_ids(x, candidates_share_id=True)[1, :, dim:]
     assert torch.equal(shared[:8], torch.eye(16, dtype=x.dtype)[:8])
     assert (shared[8:].argmax(1) == 8).all() and (shared[8:].sum(1) == 1).all()
 
@@ -241,7 +276,7 @@ def test_unknown_config_field_raises():
 
 def test_odd_depth_raises():
     with pytest.raises(VpromError, match="layers=3"):
-        get_model("rn", TINY, layers=3)
+        get_model("rn", TINY["vectors"], layers=3)
 
 
 def test_duplicate_name_raises(monkeypatch):
@@ -262,6 +297,12 @@ def test_config_round_trips_through_json():
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_wrong_feature_width_raises(name):
-    with pytest.raises(VpromError, match=r"expected \[batch, 16, 32\]"):
-        build(name)(torch.zeros(2, 16, 31, dtype=torch.float64))
+def test_input_of_another_size_or_kind_is_refused(name):
+    shape = panel_shape(input_kind(name))
+    expected = re.escape(f"expected [batch, {', '.join(map(str, (16, *shape)))}]")
+    model = build(name)
+    with pytest.raises(VpromError, match=expected):
+        model(torch.zeros(2, 16, shape[0] - 1, *shape[1:], dtype=torch.float64))
+    other = (32, 3, 3) if len(shape) == 1 else (shape[0] * shape[-1] ** 2,)
+    with pytest.raises(VpromError, match=expected):  # e.g. pooled vectors for a map model
+        model(torch.zeros(2, 16, *other, dtype=torch.float64))

@@ -267,3 +267,19 @@ def test_runs_of_one_cell_with_other_settings_are_not_averaged(tmp_path):
 def test_a_folder_that_does_not_exist_is_named(tmp_path):
     with pytest.raises(VpromError, match="nosuchdir: no such folder"):
         report([tmp_path / "nosuchdir"], tmp_path / "out")
+
+
+def test_later_solvers_are_grouped_after_the_papers_models(tmp_path):
+    runs = [fake_run(tmp_path / "scl", 0.7, 100, [1.0], model="scl"),
+            fake_run(tmp_path / "wren", 0.6, 100, [1.0], model="wren"),
+            fake_run(tmp_path / "rn", 0.5, 100, [1.0]),
+            fake_run(tmp_path / "blind", 0.12, 100, [2.08], model="context-blind-pixels")]
+    report(runs, tmp_path / "out")
+    for table in ("table2.md", "splits.md"):
+        lines = (tmp_path / "out" / table).read_text().splitlines()
+        names = [line.split(" | ")[0].lstrip("| ") for line in lines if line.startswith("| ")]
+        opening = "*later solvers* (WReN (Barrett et al. 2018), SCL (Wu et al. 2020))"
+        rn = names.index("RN")
+        assert names[rn + 1:rn + 4] == [opening, "wren", "scl"], table
+        assert names[rn + 4].startswith("context-blind-pixels"), table  # a control, after them
+    assert "(control: pass)" in (tmp_path / "out" / "table2.md").read_text()

@@ -14,7 +14,7 @@ import torch
 
 import vprom.baselines.train as train_module
 from vprom.baselines.data import derangement, load_split
-from vprom.baselines.registry import list_models
+from vprom.baselines.registry import input_kind, list_models
 from vprom.baselines.run_folder import load_checkpoint
 from vprom.baselines.train import CudaGraphStep, build_model, epoch_batches, train
 from vprom.runtime import World
@@ -151,14 +151,17 @@ def test_aux_is_off_by_default_and_trains_both_heads_when_on(tiny_pair, tmp_path
 
 
 @pytest.mark.parametrize("model", list_models())
-def test_every_model_trains_with_aux_and_uses_every_parameter(tiny_pair, tmp_path, model):
+def test_every_model_trains_with_aux_and_uses_every_parameter(tiny_sources, tmp_path, model):
     # DDP runs without find_unused_parameters, so every parameter must receive a gradient
-    dataset, features = tiny_pair
-    config = small_config(dataset, features, tmp_path / "run", model=model, epochs=1,
-                          batch_size=40, aux=True)
+    kind = input_kind(model)
+    dataset, panels = tiny_sources(kind)
+    config = small_config(dataset, panels if kind == "vectors" else None, tmp_path / "run",
+                          model=model, epochs=1, batch_size=40, aux=True,
+                          **{"maps": panels} if kind == "maps" else {},
+                          **{"crops": panels} if kind == "pixels" else {})
     run = train(config)
     assert history(run)[0]["train_aux_loss"] > 0
-    init, _ = build_model(config, 16)
+    init, _ = build_model(config, *{"vectors": (16,), "maps": (16, 2), "pixels": (3, 16)}[kind])
     trained = load_checkpoint(run / "last.pt")["model"]
     for name, tensor in init.named_parameters():
         assert not torch.equal(tensor, trained[name]), f"{model}: {name} was not trained"
@@ -254,6 +257,37 @@ def test_bad_inputs_are_refused_with_a_clear_error(tiny_pair, tmp_path):
         options = {"dataset": dataset, "features": features, **overrides}
         with pytest.raises(VpromError, match=message):
             train(small_config(out=tmp_path / "bad", **options))
+    assert not (tmp_path / "bad").exists()
+
+
+def test_panels_of_the_wrong_kind_for_the_model_are_refused_in_one_line(tiny_sources,
+                                                                        tmp_path):
+    cases = [  # (model, the option given the file, the kind of file, what is said)
+        ("panel-transformer", "features", "vectors",
+         "--model panel-transformer reads maps, not the vectors of --features: pass its "
+         "panels with --maps"),
+        ("predrnet", "maps", "maps", "reads pixels, not the maps of --maps: pass its panels "
+                                     "with --crops"),
+        ("rn", "crops", "pixels", "--model rn reads vectors, not the pixels of --crops: pass "
+                                  "its panels with --features"),
+        ("rn", "features", "maps", r"maps.h5: holds spatial maps \(16x2x2 per crop"),
+        ("predrnet-maps", "maps", "vectors", "feats.h5: holds pooled features, not spatial maps"),
+        ("predrnet", "crops", "maps", "maps.h5: not a crop store of `vprom crops`"),
+    ]
+    for model, option, kind, message in cases:
+        dataset, path = tiny_sources(kind)
+        given = {"features": None, option: path}
+        config = small_config(dataset, given.pop("features"), tmp_path / "bad", model=model,
+                              **given)
+        with pytest.raises(VpromError, match=message):
+            train(config)
+    dataset, maps = tiny_sources("maps")
+    with pytest.raises(VpromError, match="exactly one of --features FEATS.h5, --maps MAPS.h5 "
+                                         "and --crops CROPS.h5; got --features and --maps"):
+        train(small_config(dataset, maps, tmp_path / "bad", maps=maps))
+    with pytest.raises(VpromError, match="--center-features centres pooled vectors; drop it"):
+        train(small_config(dataset, None, tmp_path / "bad", model="predrnet-maps", maps=maps,
+                           center_features=True))
     assert not (tmp_path / "bad").exists()
 
 

@@ -62,11 +62,11 @@ def test_the_reader_gathers_any_ids_and_iterates_in_order(maps_file):
             maps.gather([101, 999])
 
 
-def test_train_refuses_maps_and_the_maps_reader_refuses_vectors(maps_file, dataset, vg_dir,
-                                                                tmp_path):
+def test_the_vector_reader_refuses_maps_and_the_maps_reader_refuses_vectors(
+        maps_file, dataset, vg_dir, tmp_path):
     with pytest.raises(VpromError, match=r"maps.h5: holds spatial maps \(512x2x2 per crop.*"
-                                         r"no registered model takes maps; re-extract with "
-                                         r"pooled vectors"):
+                                         r"not pooled vectors; train a model of maps on it "
+                                         r"with --maps"):
         load_features(maps_file)
     pooled = tmp_path / "pooled.h5"
     extract(config(dataset, vg_dir, pooled))

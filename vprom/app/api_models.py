@@ -87,7 +87,8 @@ def load_features(path: Path):
     return run(path)
 
 
-def train(dataset: Path, features: Path, model: str, split: str, out: Path, *,
+def train(dataset: Path, features: Path | None = _T.features, *, model: str, split: str,
+          out: Path, maps: Path | None = _T.maps, crops: Path | None = _T.crops,
           aux: bool = _T.aux, epochs: int = _T.epochs, batch_size: int | None = _T.batch_size,
           optimizer: str | None = _T.optimizer, lr: float | None = _T.lr,
           rho: float | None = _T.rho, eps: float | None = _T.eps, hidden: int | None = _T.hidden,
@@ -103,8 +104,12 @@ def train(dataset: Path, features: Path, model: str, split: str, out: Path, *,
 
     Args:
         dataset: DATASET.h5
-        features: FEATS.h5 from `vprom extract` on this DATASET.h5
-        model: a registered model, e.g. rn, mlp-sum-6, gru
+        features: FEATS.h5 from `vprom extract` on this DATASET.h5 (models of pooled vectors)
+        model: a registered model, e.g. rn, mlp-sum-6, gru, wren
+        maps: instead of features, a maps file of `vprom extract --pool none` (map models:
+            panel-transformer, predrnet-maps)
+        crops: instead of features, a crop store of `vprom crops` (pixel models: predrnet,
+            context-blind-pixels)
         split: neutral, interpolation, ...
         out: run folder; the same command again resumes it or, when finished, does nothing
         aux: add the relation/element-type loss

@@ -167,7 +167,7 @@ COMMANDS = {c.name: c for c in (
     Command("train", api.train,
             "vprom train build/dataset.h5 --features build/feats/resnet101.h5 --model rn "
             "--split neutral --aux --out runs/rn-neutral-aux",
-            positional=("dataset",),
+            positional=("dataset",), one_of=("features", "maps", "crops"),
             arguments={"out": OUT_FOLDER, "optimizer": {"choices": OPTIMIZERS}}, show=None),
     Command("evaluate", api.evaluate, "vprom evaluate runs/rn-neutral-aux", positional=("run",),
             show=_metrics),

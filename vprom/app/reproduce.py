@@ -144,12 +144,16 @@ def backbone_weights(config: ReproduceConfig) -> dict[str, str]:
 
 def grid(config: ReproduceConfig) -> list[RunSpec]:
     """Every run, grouped by backbone: models × aux × splits, then the controls."""
-    from vprom.baselines.registry import list_models
+    from vprom.baselines.registry import input_kind, list_models
 
     models, splits = _items(config.models, "models"), _items(config.splits, "splits")
     for m in models:
         if m not in list_models():
             raise VpromError(f"unknown model {m!r} in --models; known: {', '.join(list_models())}")
+        if input_kind(m) != "vectors":
+            raise VpromError(f"--models {m}: reproduce trains on the pooled features it extracts, "
+                             f"and {m} reads {input_kind(m)}; train it with `vprom train "
+                             f"--{'maps' if input_kind(m) == 'maps' else 'crops'}`")
     for s in splits:
         if s not in SPLITS:
             raise VpromError(f"unknown split {s!r} in --splits; the splits are {', '.join(SPLITS)}")

@@ -1,0 +1,99 @@
+"""A panel transformer after SAViR-T (Sahu, Basioti and Pavlovic, "SAViR-T: Spatially
+Attentive Visual Reasoning with Transformers", ECML/PKDD 2022), one of the two V-PROM papers
+after 2020: `panel-transformer` over spatial maps, `panel-transformer-pooled` over pooled
+features.
+
+SAViR-T keeps each panel's ResNet-101 map (7 x 7 x 2048 on V-PROM) as 49 tokens, attends
+within each panel with a vision transformer, and then reasons token by token: for each token
+position it compares the rule shared by rows 1 and 2 with the rows completed by each
+candidate. Here, for each candidate j:
+
+1. tokens: each of a panel's T = H W locations is projected from C to d = hidden, plus a
+   learned position embedding; one transformer layer attends among a panel's T tokens
+   (SAViR-T's visual transformer);
+2. the 9 panels of the matrix j completes get a learned cell embedding (cells 1-8, and 9 for
+   the candidate), and, token position by token position, one transformer layer attends along
+   each row (3 cells) and one along each column (3 cells): axial attention over the 3 x 3 grid,
+   so a token meets the same location of the panels that share its row or column, as
+   SAViR-T's per-token row rules do;
+3. the mean over the grid's cells and tokens goes through a Linear+ReLU layer to a linear
+   score (SAViR-T scores by the similarity of row-rule vectors; a learned score lets the
+   auxiliary heads and the training loop stay those of every vprom model).
+
+Each layer is PyTorch's pre-norm `TransformerEncoderLayer` (4 heads, feed-forward 2d, no
+dropout). `panel-transformer-pooled` is the same network over one token per panel (the pooled
+feature vector), without step 1's attention: the ablation of the spatial tokens. The auxiliary
+heads read the mean over candidates of the score layer's input.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from vprom.baselines import parts
+from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, ModelOutput
+from vprom.baselines.registry import register_model
+from vprom.errors import VpromError
+
+HEADS = 4
+SIDE = 3  # the matrix is 3 x 3
+
+
+def attention_layer(width: int) -> nn.TransformerEncoderLayer:
+    return nn.TransformerEncoderLayer(width, HEADS, dim_feedforward=2 * width, dropout=0.0,
+                                      batch_first=True, norm_first=True)
+
+
+class PanelTransformer(nn.Module):
+    """Tokens per panel, attention within a panel, then along the rows and columns of each
+    completed matrix, a pooled score."""
+
+    def __init__(self, config: ModelConfig, spatial: bool):
+        super().__init__()
+        if config.hidden % HEADS:
+            raise VpromError(f"the panel transformer's {HEADS} heads split the hidden width: "
+                             f"hidden must be a multiple of {HEADS}, got {config.hidden}")
+        self.panel_shape = ((config.feature_dim, config.side, config.side) if spatial
+                            else (config.feature_dim,))
+        tokens = config.side ** 2 if spatial else 1
+        width = config.hidden
+        self.embed = nn.Linear(config.feature_dim, width)
+        self.position = nn.Parameter(0.02 * torch.randn(tokens, width))
+        self.within_panel = attention_layer(width) if spatial else nn.Identity()
+        self.cell = nn.Parameter(0.02 * torch.randn(N_CONTEXT + 1, 1, width))
+        self.along_rows = attention_layer(width)
+        self.along_columns = attention_layer(width)
+        self.f = parts.mlp(width, width, 1)
+        self.score = parts.score_head(config)
+        self.aux = parts.make_aux(config)
+
+    def forward(self, panels: Tensor) -> ModelOutput:
+        parts.check_panels(panels, *self.panel_shape)
+        batch = panels.shape[0]
+        if len(self.panel_shape) == 3:  # [B, 16, C, H, W] -> [B, 16, H W, C]
+            panels = panels.flatten(3).transpose(2, 3)
+        else:
+            panels = panels.unsqueeze(2)
+        x = self.embed(panels.to(self.position.dtype)) + self.position  # [B, 16, T, d]
+        tokens, width = x.shape[2:]
+        x = self.within_panel(x.flatten(0, 1)).view(batch, -1, tokens, width)
+        grid = parts.candidate_sets(x.flatten(2)).view(batch, N_CANDIDATES, N_CONTEXT + 1,
+                                                        tokens, width) + self.cell
+        # [B, 8, T, row, column, d]: attend along a row, then along a column
+        grid = grid.view(batch, N_CANDIDATES, SIDE, SIDE, tokens, width).permute(0, 1, 4, 2, 3, 5)
+        grid = self.along_rows(grid.reshape(-1, SIDE, width)).view(
+            batch, N_CANDIDATES, tokens, SIDE, SIDE, width)
+        grid = self.along_columns(grid.transpose(3, 4).reshape(-1, SIDE, width))
+        hidden = self.f(grid.view(batch, N_CANDIDATES, -1, width).mean(2))  # [B, 8, d]
+        return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+
+
+@register_model("panel-transformer", kind="maps")
+def build_panel_transformer(config: ModelConfig) -> nn.Module:
+    return PanelTransformer(config, spatial=True)
+
+
+@register_model("panel-transformer-pooled")
+def build_panel_transformer_pooled(config: ModelConfig) -> nn.Module:
+    return PanelTransformer(config, spatial=False)

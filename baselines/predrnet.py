@@ -1,0 +1,121 @@
+"""PredRNet, the Predictive Reasoning Network (Yang et al., "Neural Prediction Errors enable
+Analogical Visual Reasoning in Human Standard Intelligence Tests", ICML 2023), over crop-store
+pixels (`predrnet`) or spatial maps (`predrnet-maps`).
+
+1. An image encoder turns each of the 16 panels into a feature map, and a 1x1 conv-BN reduces
+   it to c channels: [c, h, w], flattened to [c, L] (L = h w).
+2. For candidate j, the 9 panels of the matrix it completes are stacked as [c, 9, L], and
+   three predictive reasoning blocks (PRBs) follow, each
+       prediction = conv-BN-ReLU with an (8 x 1) kernel over the 8 context rows -> [c, 1, L]
+       error      = relu(the candidate row) - prediction
+       out        = conv-BN-ReLU 3x3 (c -> 4c), conv-BN-ReLU 3x3 (4c -> c) over
+                    [context ; error] ([c, 9, L]), plus a 1x1 conv-BN of the block's input:
+   the context predicts what the missing panel should be, and what is passed on is how far the
+   candidate is from that prediction.
+3. Each candidate's [c, 9, L] is average-pooled to 2H values, and a classifier
+   (Linear without bias, BatchNorm1d, ReLU, Linear) gives its score.
+
+The pixel encoder is the paper's: four residual stages of three 3x3 conv-BN-ReLU each (the
+first strided by 2) with an average-pooled 1x1 conv-BN shortcut, at c, 2c, 3c and 4c channels
+(c = hidden / 16: the authors' 32 at hidden 512), on the crop store's RGB crops scaled to
+[0, 1] (the authors' input is 80x80 grey). For maps (e.g. ResNet-101's 2048 x 7 x 7), the
+backbone has done the encoding: one 1x1 conv-BN-ReLU takes its channels to 4c instead. The
+classifier's widths are 2H -> H -> 1 (the authors': 1024 -> 1024 -> 1); dropout is left out
+as in every vprom model. The auxiliary heads read the mean over candidates of the
+classifier's hidden layer.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from vprom.baselines import parts
+from vprom.baselines.conv import conv_bn
+from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, ModelOutput
+from vprom.baselines.registry import register_model
+from vprom.errors import VpromError
+
+REASONING_BLOCKS = 3
+
+
+class EncoderStage(nn.Module):
+    """Three 3x3 conv-BN-ReLU (the first strided by 2), plus a pooled 1x1 conv-BN shortcut."""
+
+    def __init__(self, in_channels: int, out_channels: int):
+        super().__init__()
+        self.body = nn.Sequential(conv_bn(in_channels, out_channels, 3, 2, 1),
+                                  conv_bn(out_channels, out_channels, 3, 1, 1),
+                                  conv_bn(out_channels, out_channels, 3, 1, 1))
+        self.shortcut = nn.Sequential(nn.AvgPool2d(2, 2, ceil_mode=True),
+                                      conv_bn(in_channels, out_channels, 1, relu=False))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.body(x) + self.shortcut(x)
+
+
+class PredictiveReasoningBlock(nn.Module):
+    """[N, c, 9, L] -> [N, c, 9, L]: the context's prediction error of the candidate row."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.predict = conv_bn(channels, channels, (N_CONTEXT, 1))
+        self.body = nn.Sequential(conv_bn(channels, 4 * channels, 3, 1, 1),
+                                  conv_bn(4 * channels, channels, 3, 1, 1))
+        self.shortcut = conv_bn(channels, channels, 1, relu=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        context, candidate = x[:, :, :N_CONTEXT], x[:, :, N_CONTEXT:]
+        error = torch.relu(candidate) - self.predict(context)
+        return self.body(torch.cat([context, error], dim=2)) + self.shortcut(x)
+
+
+class PredRNet(nn.Module):
+    """Image encoder, channel reducer, three PRBs per candidate, a classifier."""
+
+    def __init__(self, config: ModelConfig, kind: str):
+        super().__init__()
+        if config.hidden % 16:
+            raise VpromError(f"predrnet's channels are hidden/16: hidden must be a multiple of "
+                             f"16, got {config.hidden}")
+        c = config.hidden // 16
+        self.kind, self.panel_shape = kind, (config.feature_dim, config.side, config.side)
+        if kind == "pixels":
+            widths = [config.feature_dim, c, 2 * c, 3 * c, 4 * c]
+            self.encoder = nn.Sequential(*(EncoderStage(a, b) for a, b in zip(widths, widths[1:])))
+        else:
+            self.encoder = conv_bn(config.feature_dim, 4 * c, 1)
+        self.reducer = conv_bn(4 * c, c, 1, relu=False)
+        self.reasoning = nn.Sequential(*(PredictiveReasoningBlock(c)
+                                         for _ in range(REASONING_BLOCKS)))
+        self.pooled = 2 * config.hidden
+        self.classifier = nn.Sequential(nn.Linear(self.pooled, config.hidden, bias=False),
+                                        nn.BatchNorm1d(config.hidden), nn.ReLU())
+        self.score = parts.score_head(config)
+        self.aux = parts.make_aux(config)
+
+    def forward(self, panels: Tensor) -> ModelOutput:
+        parts.check_panels(panels, *self.panel_shape)
+        batch = panels.shape[0]
+        x = panels.flatten(0, 1)
+        if self.kind == "pixels":
+            x = parts.unit_pixels(x, self.score.weight)
+        x = self.reducer(self.encoder(x.to(self.score.weight.dtype)))  # [B*16, c, h, w]
+        x = x.view(batch, x.shape[0] // batch, -1)  # [B, 16, c*L]
+        sets = parts.candidate_sets(x)  # [B, 8, 9, c*L]
+        channels = self.reducer[0].out_channels
+        sets = sets.view(batch * N_CANDIDATES, N_CONTEXT + 1, channels, -1).transpose(1, 2)
+        x = self.reasoning(sets.contiguous()).reshape(batch, N_CANDIDATES, -1)
+        x = nn.functional.adaptive_avg_pool1d(x, self.pooled)  # [B, 8, 2H]
+        hidden = self.classifier(x.flatten(0, 1)).view(batch, N_CANDIDATES, -1)
+        return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+
+
+@register_model("predrnet", kind="pixels")
+def build_predrnet(config: ModelConfig) -> nn.Module:
+    return PredRNet(config, "pixels")
+
+
+@register_model("predrnet-maps", kind="maps")
+def build_predrnet_maps(config: ModelConfig) -> nn.Module:
+    return PredRNet(config, "maps")

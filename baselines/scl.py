@@ -1,0 +1,77 @@
+"""SCL, the Scattering Compositional Learner (Wu, Dong, Grosse and Ba, "The Scattering
+Compositional Learner: Discovering Objects, Attributes, Relationships in Analogical
+Reasoning", 2020), over V-PROM's pooled features.
+
+SCL composes three networks, each shared as widely as it can be, in the scattering order:
+
+    object network      o_a = O(x_a)                      each panel -> a vector, split into
+                        o_a = [o_a^1; ...; o_a^K]         K equal groups ("attributes")
+    attribute network   v_a^k = A(o_a^k)                  one network for every group
+    relation network    r_j^k = R([v_1^k; ...; v_8^k; v_cj^k])
+                                                          one network for every attribute:
+                                                          the 9 panels of the completed matrix,
+                                                          in their cell order
+    scoring             s_j = w . F([r_j^1; ...; r_j^K])
+
+O, A, R and F are Linear+ReLU layers (O, A and F one each, R two). Sharing A across the
+groups and R across the attributes is what lets SCL find attributes and rules that recur; the
+position of a panel is its place in R's input, so no panel ids are needed.
+
+Adapted to V-PROM's input: the panels are a CNN's pooled features, so O is one Linear+ReLU
+layer from D instead of the paper's CNN over 80x80 (or 160x160) pixels. K = 8 groups of
+hidden / 8 units each (the authors' RAVEN runs: 80 features in 10 groups); A and R are
+hidden / 2 wide. R's first layer is linear, so its context part is computed once per matrix and
+each candidate adds its own term. The auxiliary heads read the mean over candidates of F's
+output.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from vprom.baselines import parts
+from vprom.baselines.parts import N_CONTEXT, ModelConfig, ModelOutput
+from vprom.baselines.registry import register_model
+from vprom.errors import VpromError
+
+GROUPS = 8
+
+
+class SCL(nn.Module):
+    """Object, attribute and relation networks shared across panels, groups and attributes."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        if config.hidden % GROUPS:
+            raise VpromError(f"scl splits the hidden width into {GROUPS} groups: hidden must be "
+                             f"a multiple of {GROUPS}, got {config.hidden}")
+        self.feature_dim = config.feature_dim
+        self.group, self.inner = config.hidden // GROUPS, config.hidden // 2
+        self.objects = parts.mlp(config.feature_dim, config.hidden, 1)
+        self.attributes = parts.mlp(self.group, self.inner, 1)
+        self.relation_in = nn.Linear((N_CONTEXT + 1) * self.inner, self.inner)
+        self.relation_rest = nn.Sequential(nn.ReLU(), *parts.mlp(self.inner, self.inner, 1))
+        self.f = parts.mlp(GROUPS * self.inner, config.hidden, 1)
+        self.score = parts.score_head(config)
+        self.aux = parts.make_aux(config)
+
+    def forward(self, panels: Tensor) -> ModelOutput:
+        parts.check_panels(panels, self.feature_dim)
+        batch = panels.shape[0]
+        groups = self.objects(panels).view(batch, -1, GROUPS, self.group)  # [B, 16, K, G]
+        values = self.attributes(groups)  # [B, 16, K, A]
+        # R's first layer on [v_1; ...; v_8; v_c]: the context's part once, each candidate's
+        # part from the last cell's block of weights.
+        weight = self.relation_in.weight.view(self.inner, N_CONTEXT + 1, self.inner)
+        context = values[:, :N_CONTEXT].permute(0, 2, 1, 3).flatten(2)  # [B, K, 8A]
+        context_part = context @ weight[:, :N_CONTEXT].flatten(1).T  # [B, K, A]
+        candidate_part = values[:, N_CONTEXT:] @ weight[:, N_CONTEXT].T  # [B, 8, K, A]
+        relations = self.relation_rest(context_part.unsqueeze(1) + candidate_part
+                                       + self.relation_in.bias)  # [B, 8, K, A]
+        hidden = self.f(relations.flatten(2))  # [B, 8, H]
+        return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+
+
+@register_model("scl")
+def build_scl(config: ModelConfig) -> nn.Module:
+    return SCL(config)
