@@ -390,6 +390,7 @@ def report(run_dirs, out: str | Path) -> str:
     entries = [load_entry(r) for r in run_dirs]
     out = Path(out)
     config = {"runs": [os.path.relpath(r.resolve(), out.resolve()) for r in run_dirs]}
+    out.mkdir(parents=True, exist_ok=True)
     write_manifest(out, make_manifest("report", config))  # vouches for no file yet
     grouped = group(entries)
     t2 = table2_rows(grouped.get("neutral", {}))

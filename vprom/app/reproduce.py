@@ -205,6 +205,7 @@ def reproduce(config: ReproduceConfig) -> Path:
     weights = backbone_weights(config)
     specs = grid(config)
     # the folder's mark (`vprom.claim`), written before anything else goes into it
+    config.out.mkdir(parents=True, exist_ok=True)
     write_manifest(config.out, make_manifest("reproduce", {
         k: v for k, v in vars(config).items() if k not in ("vg", "out")}, config.seed))
     dataset, vg_dir = _build(config)
