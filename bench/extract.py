@@ -65,8 +65,10 @@ from vprom.features.decoding import (  # noqa: E402
 from vprom.features.config import ExtractConfig, default_batch_size  # noqa: E402
 from vprom.features.extract import _autocast_dtype, extract  # noqa: E402
 from vprom.features.pipeline import CudaApi, embed  # noqa: E402
-from tests.features.conftest import crop_table, write_dataset  # noqa: E402
+from suite_builders import load  # noqa: E402
 from vprom.tables import read_crop_table  # noqa: E402
+
+crop_tables = load("tests/features/crop_tables.py")
 
 WIDTHS, HEIGHTS, CROPS_PER_IMAGE, MIN_SIDE = (500, 800), (333, 600), (1, 6), 100
 
@@ -101,7 +103,7 @@ def vg_like_corpus(root: Path, crops: int, seed: int = 0,
         (vg / "VG_100K").mkdir(parents=True, exist_ok=True)
         with multiprocessing.Pool(os.cpu_count()) as pool:
             pool.map(_write_image, jobs, chunksize=64)
-        write_dataset(dataset, crop_table(rows))
+        crop_tables.write_dataset(dataset, crop_tables.crop_table(rows))
         (folder / "done").touch()
     return dataset, vg, image_id
 

@@ -4,7 +4,8 @@ Runs, through the command line only (so it works whatever the code's inside look
 synthetic build -> extract (resnet18, random weights, 64 px) -> train rn for 2 epochs ->
 evaluate, and prints one sha256 per product:
 
-- corpus:   every file of the synthetic VG folder (names and bytes);
+- corpus:   every file of the synthetic VG folder (names and bytes), but for the record of
+  what made it (`manifest.json`, `*.build-config.json`);
 - pools, dataset: every HDF5 dataset's name, dtype, shape and bytes (the `manifest`
   attributes, which hold times and versions, are left out);
 - features: the `crop_id` and `features` datasets;
@@ -36,7 +37,9 @@ def vprom(*args: str) -> None:
 
 def hash_folder(folder: Path) -> str:
     digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    records = {"manifest.json"}  # the record of what made the folder, like `manifest` attrs
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in records
+                       and not p.name.endswith(".build-config.json")):
         digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import h5py
 import numpy as np
 import pytest
 from PIL import Image
 
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (a fixture)
-from vprom.manifest import make_manifest
-from vprom.tables import CropTable, set_manifest
+from tests.features.crop_tables import crop_table, write_dataset  # noqa: F401
 
 IMAGE_IDS = (11, 12, 13, 14, 15)
 
@@ -29,23 +27,6 @@ def write_jpeg(path: Path, rng: np.random.Generator, size=(96, 72)) -> None:
     pixels = np.clip(np.asarray(img, dtype=np.int64) + noise, 0, 255).astype(np.uint8)
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(pixels).save(path, quality=90)
-
-
-def crop_table(rows: list[tuple[int, int, int, int, int, int]]) -> CropTable:
-    """rows: (crop_id, image_id, x, y, w, h)."""
-    n = len(rows)
-    cols = list(zip(*rows))
-    return CropTable(crop_id=cols[0], image_id=cols[1], x=cols[2], y=cols[3], w=cols[4],
-                     h=cols[5], element_type=["object"] * n, element=["thing"] * n,
-                     super_attribute=[""] * n, source_id=list(range(n)), phrase=[""] * n,
-                     labels=["thing"] * n)
-
-
-def write_dataset(path: Path, crops: CropTable) -> Path:
-    with h5py.File(path, "w") as h5:
-        crops.write(h5.create_group("crops"))
-        set_manifest(h5, make_manifest("dataset", config={}, counts={"crops": len(crops)}))
-    return path
 
 
 @pytest.fixture

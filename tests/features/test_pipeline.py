@@ -204,30 +204,11 @@ def test_a_chunk_is_written_when_its_last_batch_lands(dataset, vg_dir, tmp_path,
     assert written == [(0, (8, 512), False), (1, (2, 512), False)]
 
 
-def test_the_dataloader_pins_every_tensor_of_a_batch(monkeypatch):
-    """On CUDA the DataLoader's pinning thread calls `Batch.pin_memory`: the crops and every
-    image it carries come out pinned, with their values."""
-    from torch.utils.data._utils.pin_memory import pin_memory
-
-    from vprom.features.crops import Batch, Source
-
-    pinned = []
-    monkeypatch.setattr(torch.Tensor, "pin_memory",
-                        lambda self: pinned.append(tuple(self.shape)) or self.clone())
-    sources = [Source(i, f"{i}.jpg", torch.full((n,), i, dtype=torch.uint8), True,
-                      np.array([i]), np.array([[0, 0, 2, 2]])) for i, n in ((11, 5), (12, 3))]
-    batch = Batch(np.array([1, 2]), torch.zeros(2, 4, 4, 3, dtype=torch.uint8), sources)
-    assert pin_memory(batch) is batch
-    assert sorted(pinned) == [(2, 4, 4, 3), (3,), (5,)]
-    assert [s.data.tolist() for s in batch.sources] == [[11] * 5, [12] * 3]
-
-
-def test_workers_0_prepares_the_batches_the_dataloader_workers_prepare(dataset, vg_dir,
-                                                                       tmp_path, monkeypatch):
+def test_workers_0_prepares_the_batches_the_dataloader_workers_prepare(dataset, vg_dir):
     """`--workers 0` (a CPU device's default): this process decodes each batch, its image
     groups in threads, between forwards; the batches are those of the worker processes, in
-    their order, and pinned on CUDA."""
-    from vprom.features.crops import Batch, CropDataset, collate, batch_layout
+    their order, however many batches it decodes ahead."""
+    from vprom.features.crops import CropDataset, batch_layout, collate
     from vprom.images import ImageIndex
     from vprom.tables import read_crop_table
 
@@ -238,62 +219,14 @@ def test_workers_0_prepares_the_batches_the_dataloader_workers_prepare(dataset, 
     crops = CropDataset(layout, paths, 32)
     processes = torch.utils.data.DataLoader(crops, batch_sampler=layout.batches,
                                             collate_fn=collate, num_workers=2)
-    pinned = []
-    monkeypatch.setattr(Batch, "pin_memory", lambda self: pinned.append(self) or self)
-    inline = list(pipeline.InlineBatches(crops, layout.batches, 2, pin=True))
-    assert len(inline) == len(layout.batches) == len(pinned) > 2
-    for a, b in zip(inline, processes):
-        assert np.array_equal(a.units, b.units) and torch.equal(a.pixels, b.pixels)
-        assert a.failed == b.failed
-    plan = extract_plan(dataset, vg_dir, tmp_path)
-    assert plan.workers == 0
-    assert isinstance(pipeline.loader(plan, layout.batches), pipeline.InlineBatches)
-    assert pipeline.loader(plan, layout.batches).ahead == pipeline.INLINE_CROPS // 4  # batch 4
-    plan.workers = 2
-    assert isinstance(pipeline.loader(plan, layout.batches), torch.utils.data.DataLoader)
-
-
-def test_workers_0_decodes_several_batches_at_a_time_all_before_the_first_forward(
-        dataset, vg_dir, monkeypatch):
-    """`ahead` batches decoded together (so the threads share more images) are the same
-    batches, and every one of them is decoded before the first is handed to the forward:
-    nothing decodes beside it."""
-    from vprom.features.crops import CropDataset, batch_layout
-    from vprom.images import ImageIndex
-    from vprom.tables import read_crop_table
-
-    layout = batch_layout(read_crop_table(dataset), 2, 1)
-    index = ImageIndex(vg_dir)
-    images = layout.unit_image[layout.groups[:, 0]].tolist()
-    crops = CropDataset(layout, [str(index.paths[i]) if i in index.paths else None
-                                 for i in images], 32)
-    calls, decode = [], CropDataset.__getitem__
-    monkeypatch.setattr(CropDataset, "__getitem__",
-                        lambda self, group: calls.append(group) or decode(self, group))
-    one = list(pipeline.InlineBatches(crops, layout.batches, 2, pin=False))
-    n = len(layout.batches)
-    assert n >= 5
-    for ahead in (2, 3, n + 1):
-        calls.clear()
-        decoded_by_then = []
-        for k, batch in enumerate(pipeline.InlineBatches(crops, layout.batches, 2, pin=False,
-                                                         ahead=ahead)):
-            decoded_by_then.append(len(calls))
-            assert np.array_equal(batch.units, one[k].units)
-            assert torch.equal(batch.pixels, one[k].pixels) and batch.failed == one[k].failed
-        assert k == n - 1
-        for k, seen in enumerate(decoded_by_then):
-            run_end = min(n, (k // ahead + 1) * ahead)
-            assert seen == sum(len(g) for g in layout.batches[:run_end]), (ahead, k)
-
-
-def extract_plan(dataset, vg_dir, tmp_path):
-    """The plan `extract` makes for the test config on a CPU device (workers: the default)."""
-    from vprom.features.extract import _prepare
-    from vprom.runtime import joined_world
-
-    with joined_world("cpu") as world:
-        return _prepare(config(dataset, vg_dir, tmp_path / "j.h5", workers=None), world)
+    expected = list(processes)
+    assert len(expected) == len(layout.batches) > 2
+    for ahead in (1, 2, len(expected) + 1):
+        inline = list(pipeline.InlineBatches(crops, layout.batches, 2, pin=False, ahead=ahead))
+        assert len(inline) == len(expected)
+        for a, b in zip(inline, expected):
+            assert np.array_equal(a.units, b.units) and torch.equal(a.pixels, b.pixels)
+            assert a.failed == b.failed
 
 
 def test_crops_without_an_image_are_nan_rows_of_the_files_shape(dataset, vg_dir, tmp_path):

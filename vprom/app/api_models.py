@@ -1,0 +1,308 @@
+"""The Python API's commands on features, models and people: extract, train, evaluate,
+report, reproduce, crops, score and the human study (`vprom.app.api` names them with the
+rest). extract, train and reproduce take their defaults from their config dataclasses, whose
+fields are the parameters.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vprom.app.reproduce import ReproduceConfig
+from vprom.baselines.config import TrainConfig
+from vprom.features.config import ExtractConfig
+
+_E, _T, _R = ExtractConfig, TrainConfig, ReproduceConfig
+
+
+def _workers(workers: int | None) -> int:
+    """`workers`, or one process per usable CPU core when None."""
+    from vprom.processes import usable_cores
+
+    return usable_cores() if workers is None else workers
+
+
+def extract(dataset: Path, vg: Path, backbone: str, out: Path, *, weights: str = _E.weights,
+            batch_size: int | None = _E.batch_size, workers: int | None = _E.workers,
+            device: str | None = _E.device, dtype: str = _E.dtype, resume: bool = _E.resume,
+            allow_missing: bool = _E.allow_missing, compile: bool = _E.compile,
+            cuda_graphs: bool = _E.cuda_graphs, input_size: int | None = _E.input_size,
+            chunk_batches: int = _E.chunk_batches, decode: str = _E.decode,
+            region: str = _E.region, pool: str = _E.pool, compression: str = _E.compression,
+            prefetch: int = _E.prefetch, in_flight: int = _E.in_flight):
+    """Backbone features per crop into one HDF5 file (resumable, multi-GPU).
+
+    Args:
+        dataset: DATASET.h5 (its crops are extracted)
+        vg: Visual Genome folder (holding VG_100K/)
+        backbone: see `vprom extract --list`
+        out: FEATS.h5 to write
+        weights: imagenet, none or a state dict's path; timm:<name>: a file, none or
+            pretrained (from the local Hugging Face cache only: vprom never downloads)
+        batch_size: crops per forward (default: 64 on CUDA; on a CPU about 8 crops of 224 px
+            per 2 threads)
+        workers: DataLoader processes decoding JPEGs (default: 0, this process, on CPU; on
+            CUDA the CPU cores per GPU process less 2, at most 16)
+        device: cuda, cuda:N or cpu (default: cuda if available; under torchrun the
+            process's LOCAL_RANK GPU)
+        dtype: stored dtype (pooling and L2 run in float32)
+        resume: keep a matching partial file's chunks (`--no-resume`: start over)
+        allow_missing: finish even if some images are missing (they are reported)
+        compile: torch.compile the backbone (CUDA, --region crop)
+        cuda_graphs: replay the trunk from one captured CUDA graph (CUDA, --region crop)
+        input_size: crop side in pixels (default: the backbone's, 224 for most); with
+            --region roi the image's shorter side (default: 600)
+        chunk_batches: batches per resumable chunk (a killed run redoes at most one)
+        decode: cpu: Pillow in the workers; gpu: torchvision on the device (nvjpeg); auto:
+            gpu on CUDA nodes with under 24 CPU cores per GPU
+        region: crop: each box warped to SxS; roi (bottomup-r101): the detector's RoI pooling
+        pool: avg: a pooled, L2-normalised vector; cls / mean (timm ViTs): the pooled output /
+            the tokens' mean; none: the last conv map; auto: the backbone's own
+        compression: HDF5 compression of the features (lzf is readable only by h5py)
+        prefetch: batches each worker prepares ahead
+        in_flight: batches queued on the device before the oldest result is awaited
+
+    >>> summary = vprom.extract("build/small/dataset.h5", "build/small/vg", "resnet18",
+    ...                         "build/small/features/resnet18.h5", weights="none",
+    ...                         input_size=32)
+    >>> summary.out
+    PosixPath('build/small/features/resnet18.h5')
+    """
+    config = ExtractConfig(**locals())  # the parameters are its fields
+    from vprom.features.extract import extract as run
+
+    return run(config)
+
+
+def load_features(path: Path):
+    """A finished FEATS.h5 in memory: `crop_id`, `features` and the extraction's attributes.
+
+    >>> feats = vprom.load_features("build/small/features/resnet18.h5")
+    >>> panels = vprom.load_dataset("build/small/dataset.h5").matrices.panels
+    >>> feats.features[feats.index_of(panels)].shape[1:], feats.attrs["backbone"]
+    ((16, 512), 'resnet18')
+    """
+    from vprom.feature_files import load_features as run
+
+    return run(path)
+
+
+def train(dataset: Path, features: Path, model: str, split: str, out: Path, *,
+          aux: bool = _T.aux, epochs: int = _T.epochs, batch_size: int | None = _T.batch_size,
+          optimizer: str | None = _T.optimizer, lr: float | None = _T.lr,
+          rho: float | None = _T.rho, eps: float | None = _T.eps, hidden: int | None = _T.hidden,
+          score_init: float | None = _T.score_init, patience: int = _T.patience,
+          shuffle_context: bool = _T.shuffle_context,
+          center_features: bool = _T.center_features, seed: int = _T.seed,
+          device: str | None = _T.device, cuda_graphs: bool = _T.cuda_graphs,
+          restart: bool = _T.restart) -> Path:
+    """Train one baseline on one split (resumes an interrupted run).
+
+    A hyper-parameter left None takes the model's default from baselines/defaults.json.
+    Returns `out`.
+
+    Args:
+        dataset: DATASET.h5
+        features: FEATS.h5 from `vprom extract` on this DATASET.h5
+        model: a registered model, e.g. rn, mlp-sum-6, gru
+        split: neutral, interpolation, ...
+        out: run folder; the same command again resumes it or, when finished, does nothing
+        aux: add the relation/element-type loss
+        epochs: maximum epochs
+        batch_size: matrices per optimiser step, over all processes (default: the model's)
+        optimizer: AdaDelta is the paper's (default: the model's)
+        lr: learning rate (default: the model's, or another optimizer's own)
+        rho: AdaDelta's decay of its running averages (default: the model's)
+        eps: the optimizer's epsilon (default: the model's)
+        hidden: width of every hidden layer (default: the model's)
+        score_init: the score head's initial weights, times torch's (default: the model's)
+        patience: epochs without validation gain before stopping
+        shuffle_context: control: each matrix's context replaced by another matrix's
+        center_features: subtract the training crops' mean feature and re-normalise
+        seed: weights, batch order and the shuffled-context derangement
+        device: cuda, cuda:N or cpu (default: cuda if available)
+        cuda_graphs: replay each training step from a captured CUDA graph (one GPU)
+        restart: train again from epoch 1, even with other settings (the old files go once
+            an epoch is done)
+
+    >>> vprom.train("build/small/dataset.h5", "build/small/features/resnet18.h5",
+    ...             model="rn", split="neutral", out="runs/rn", epochs=1, hidden=32)
+    runs/rn: starting a new run
+    rn on neutral: ...
+    epoch 1/1: loss ...
+    done: best val accuracy ...
+    PosixPath('runs/rn')
+    """
+    config = TrainConfig(**locals())  # the parameters are its fields
+    from vprom.baselines.train import train as run
+
+    return run(config)
+
+
+def evaluate(run: Path, *, device: str | None = _T.device) -> dict:
+    """Test accuracy with a 95% interval and per-relation/element-type breakdowns.
+
+    The metrics are also written to the run's metrics.json.
+
+    Args:
+        run: a run folder of `vprom train`
+        device: cuda, cuda:N or cpu (default: cuda if available)
+
+    >>> metrics = vprom.evaluate("runs/rn")
+    >>> 0 <= metrics["test"]["accuracy"] <= 1, sorted(metrics["by_relation"])[0]
+    (True, 'and')
+    """
+    from vprom.baselines.evaluate import evaluate as run_evaluation
+
+    return run_evaluation(run, device=device)
+
+
+def report(runs: list[Path], out: Path):
+    """Table 2 and models x splits tables and plots over runs; flags runs that did not learn.
+
+    Args:
+        runs: evaluated run folders, or folders holding them
+        out: folder for the tables (Markdown, CSV) and plots
+
+    >>> print(vprom.report(["runs/rn"], "reports"))
+    report over 1 runs written to reports:
+    ...
+    """
+    from vprom.baselines.report import report as run
+
+    return run(runs, out)
+
+
+def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
+              scale: float | None = None, images: int | None = None,
+              backbones: str = _R.backbones, weights: str | None = _R.weights,
+              models: str = _R.models, splits: str = _R.splits, epochs: int = _R.epochs,
+              seed: int = _R.seed, device: str | None = _R.device,
+              input_size: int | None = _R.input_size,
+              center_features: bool = _R.center_features) -> Path:
+    """The paper's full grid (models x features x aux x splits) in one command.
+
+    Resumable; returns the report folder. Hours on VG, so the tests do not run the example.
+
+    Args:
+        out: folder for the build, features, runs and report
+        vg: an unpacked Visual Genome folder
+        synthetic: the synthetic corpus instead (a smoke test)
+        scale: fraction of Table 1's size (default: 1.0 on VG, 0.05 synthetic)
+        images: synthetic corpus size (default: 2,000 images)
+        backbones: comma list (see `vprom extract --list`)
+        weights: comma list, one per backbone (default: imagenet; pretrained for timm:<name>)
+        models: comma list, each trained without and with --aux
+        splits: comma list
+        epochs: maximum epochs per run
+        seed: seed of the build and of every run
+        device: cuda, cuda:N or cpu (default: cuda if available)
+        input_size: crop side for extraction (default: the backbone's, 224)
+        center_features: train on centred features (see `vprom train --help`)
+
+        vprom.reproduce("repro", vg="data/vg", models="rn", splits="neutral")
+    """
+    config = ReproduceConfig(**locals())  # the parameters are its fields
+    from vprom.app.reproduce import reproduce as run
+
+    return run(config)
+
+
+def crops(dataset: Path, vg: Path, size: int, out: Path, *, workers: int | None = None,
+          compression: str = "none", chunk_crops: int = 256) -> Path:
+    """Every crop of a data set once, as uint8 SxS pixels, for pixel models (resumable).
+
+    Args:
+        dataset: DATASET.h5 (every crop its matrices show)
+        vg: Visual Genome folder (holding VG_100K/)
+        size: side S of the square crops in pixels; uint8 RGB costs 3*S*S bytes a crop
+        out: CROPS.h5 to write
+        workers: processes decoding JPEGs (default: every usable core)
+        compression: HDF5 compression of the pixels (JPEG-like photos shrink little, and
+            compressed chunks cost time at every read)
+        chunk_crops: crops per resumable chunk
+
+    >>> vprom.crops("build/small/dataset.h5", "build/small/vg", 32, "build/crops-32.h5")
+    ... # doctest: +SKIP
+    """
+    from vprom.features.crop_store import StoreJob, build_crop_store
+
+    return build_crop_store(StoreJob(dataset, vg, size, out, _workers(workers), compression,
+                                     chunk_crops))
+
+
+def score(dataset: Path, predictions: Path, *, split: str = "neutral", out: Path | None = None,
+          model: str | None = None, features: str = "own") -> tuple[dict, dict]:
+    """Score anyone's predictions like `vprom evaluate` (breakdowns, 95% intervals).
+
+    Returns the metrics (also in OUT/metrics.json) and the perception-only ceiling.
+
+    Args:
+        dataset: DATASET.h5 the predictions were made on
+        predictions: CSV (matrix_id,choice[,score_0..score_7]) or JSON lines
+            ({"matrix_id": 17, "choice": 3}), every test problem of the split once
+        split: the split whose test part is scored
+        out: folder for metrics.json, which `vprom report` takes as a run (default: the
+            folder holding PREDICTIONS)
+        model: the model's name in reports (default: the --out folder's name)
+        features: what the model read, shown as the report's feature column
+
+    >>> metrics, ceiling = vprom.score("build/small/dataset.h5", "mine/predictions.csv")
+    ... # doctest: +SKIP
+    """
+    from vprom.app.score import score_predictions
+
+    return score_predictions(dataset, predictions, split, out, model, features)
+
+
+def human_study(dataset: Path, vg: Path, out: Path, *, split: str = "neutral",
+                part: str = "test", n: int = 60, seed: int = 0, size: int = 160):
+    """Sample V-PROM problems into a self-contained browser study folder.
+
+    Args:
+        dataset: DATASET.h5
+        vg: Visual Genome folder (its images)
+        out: study folder to write
+        split: the split whose problems are sampled
+        part: which part of the split: train, val or test
+        n: problems in the study, even across relations and element types
+        seed: same data set, options and seed: the same study
+        size: panel side in pixels
+
+    >>> print(vprom.human_study("build/small/dataset.h5", "build/small/vg", "study", n=8))
+    wrote study: 8 problems ...
+    """
+    from vprom.app.human.study import make_study
+
+    return make_study(dataset, vg, out, split=split, n=n, part=part, seed=seed, size=size)
+
+
+def human_serve(study: Path, *, host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Serve a study on this machine and record each answer (JSON lines).
+
+    Args:
+        study: a folder written by `vprom human-study`
+        host: address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)
+        port: the port (0: any free one)
+
+    >>> vprom.human_serve("study", port=8000)  # doctest: +SKIP
+    """
+    from vprom.app.human.server import serve
+
+    serve(study, host, port)
+
+
+def human_score(study: Path, responses: tuple[Path, ...] = ()) -> dict:
+    """Human accuracy and skips by relation and element type, beside the paper's.
+
+    Returns the metrics, also written to STUDY/metrics.json.
+
+    Args:
+        study: a folder written by `vprom human-study`
+        responses: JSON-lines response files (default: STUDY/responses/*.jsonl)
+
+    >>> metrics = vprom.human_score("study")  # doctest: +SKIP
+    """
+    from vprom.app.human.scoring import score_study
+
+    return score_study(study, responses)
