@@ -153,10 +153,11 @@ def test_a_lock_is_reentrant_in_one_process_and_refused_to_another(tmp_path):
 @contextlib.contextmanager
 def held_elsewhere(out: Path, seconds: float = 60):
     """Another process holding the lock of `out` for `seconds` (or until the block ends)."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; from vprom.claim import output_lock\n"
-         f"with output_lock({str(out)!r}):\n    print('held', flush=True); time.sleep({seconds})"],
-        env=ENV, stdout=subprocess.PIPE, text=True)
+    script = ("import time; from vprom.claim import output_lock\n"
+              f"with output_lock({str(out)!r}):\n"
+              f"    print('held', flush=True); time.sleep({seconds})")
+    holder = subprocess.Popen([sys.executable, "-c", script], env=ENV, stdout=subprocess.PIPE,
+                              text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         yield holder
@@ -179,8 +180,9 @@ def test_crops_is_refused_while_another_writes_its_store_and_waits_when_asked(tm
                                                                               capsys):
     """Audit items 1 and 15: two concurrent `crops` into one store, and one failed on a
     missing chunk."""
-    from tests import dataset_fixture
     from vprom.features.crop_store import CropStore, StoreJob, build_crop_store
+
+    from tests import dataset_fixture
     from vprom.tables import read_matrix_table
 
     crops, matrices = dataset_fixture.build_records(1, 0)
@@ -202,10 +204,11 @@ def test_evaluate_is_refused_while_a_train_writes_the_run_and_waits_when_asked(t
                                                                                capsys):
     """Audit item 8: `evaluate` beside a `train` continuing the same run wrote metrics for
     epoch 1 while best.pt was epoch 6, and `report` used them."""
-    from tests.baselines.conftest import small_config
     from vprom.baselines.evaluate import evaluate
     from vprom.baselines.run_folder import load_checkpoint
     from vprom.baselines.train import train
+
+    from tests.baselines.conftest import small_config
 
     run = train(small_config(*write_pair(tmp_path / "pair"), tmp_path / "run", epochs=2))
     with held_elsewhere(run) as holder, pytest.raises(VpromError, match=f"pid {holder.pid}"):
