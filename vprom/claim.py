@@ -161,8 +161,7 @@ def _content_kind(path: Path) -> str | None:
 def output_kind(path: str | os.PathLike) -> str | None:
     """The kind of vprom output at `path` by its manifest or content; None if neither says."""
     path = Path(path)
-    manifest = manifest_of(path) or {}
-    kind = manifest.get("kind") if "format_version" in manifest else None  # vprom's own
+    kind = (manifest_of(path) or {}).get("kind")
     if kind is None and path.is_file():
         kind = _content_kind(path)
     return kind if isinstance(kind, str) else None
