@@ -202,8 +202,10 @@ def label_probe(view, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     train, test, _ = bias.probe_sides(view, rng, bias.PROBE_MAX)
     cands = bias.candidate_view(view, np.concatenate([train, test]))
-    check = audit.label_probe(cands, m.answer.astype(np.int64), train, test,
-                              m.element_type.astype(str), m.relation.astype(str))
+    answers = m.answer.astype(np.int64)
+    check = audit.label_check(audit.group_hits(
+        m.element_type.astype(str), m.relation.astype(str), train, test,
+        lambda tr, te: audit.label_group_hits(cands, answers, tr, te)))
     return {g: (round(100 * f["accuracy"], 1), round(100 * f["ci95"][0], 1),
                 round(100 * f["ci95"][1], 1), f["test"]) for g, f in check.figures.items()}
 

@@ -1,10 +1,10 @@
-"""Run `vprom verify`'s set-level probes alone on a DATASET.h5 and time them (issue 27).
+"""Run `vprom verify`'s set-level probes alone on a DATASET.h5 and time them.
 
 `vprom verify` runs them among its other checks; this script runs only them, so a data set
-built by another vprom version (e.g. main's, before the count candidate sets were fixed, or
-`vprom generate --legacy-count-candidates`) can be measured with the new probes:
+built by another vprom version (or `vprom generate --legacy-count-candidates`) can be
+measured with these probes:
 
-    PYTHONPATH=$PWD .venv/bin/python bench/set_probes.py DATASET.h5
+    .venv/bin/python bench/set_probes.py DATASET.h5
 
 It prints each check's verdict and summary, and the seconds it took.
 """
@@ -29,10 +29,12 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     data, _ = load(args.dataset)
-    # the same sample `vprom verify` draws (check_bias seeds its generator with 0)
+    # the same sample `vprom verify` draws (`bias.probe_plan` seeds its generator with 0)
     train, test, note = probe_sides(data, np.random.default_rng(args.seed), PROBE_MAX)
     start = time.perf_counter()
-    for check in set_probes.check_sets(data, train, test, args.seed, note):
+    inputs = set_probes.SetInputs(data, train, test, args.seed)
+    mlp = [r for k in range(len(inputs.types())) for r in inputs.one_type(k)]
+    for check in (inputs.absent(note), inputs.blocks(note), set_probes.set_check(mlp, note)):
         print(f"{check.status.upper():4s} {check.name}: {check.summary}")
         for problem in check.problems:
             print(f"     - {problem}")

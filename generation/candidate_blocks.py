@@ -3,21 +3,18 @@
 An attribute matrix takes its 8 candidates in blocks (`generation.candidates._profile`): m of
 the matrix's super-attribute (the answer among them) and m of each of 8/m - 1 others. Were
 the answer's block told by the set of super-attributes shown, a context-blind model would
-pick it and guess within it, 1/m instead of 1/8 (`bench/sa_pairs.py` measures this). Drawn
-freely it is told: a super-attribute with 8 usable elements takes a single block, so in a
-mixed set it is only ever a filler.
+guess within it, 1/m instead of 1/8 (`bench/sa_pairs.py` measures this).
 
-The balance asked for, per element type and relation over the whole plan: for every set T of
-super-attributes shown in blocks of m, each member of T is the answer's block equally often
-(so every element is also as often right as wrong). `mixing_plans` solves it from the plan
-and the pool only (so shards draw as the single run does). For each block size m in 4 and 2,
-each sampler row (sampler, super-attribute A) has A's expected matrices of block size m and
-a distribution over the sets S of 8/m - 1 fillers. Starting from uniform, each (row, S) is
-scaled by sqrt(g(T) / c(T, A)), T = S + A, where c(T, A) is T's matrices whose answer is in
-A and g(T) their geometric mean over T's members, and each row is normalised again. A
-balance exists only when no super-attribute has more mixed matrices than the others can
-host, so matrices whose super-attribute could fill a block twice as large step down to m
-(4 + 4 from 8, 2 + 2 + 2 + 2 from 4), in the smallest share of SHARES that reaches it.
+The balance asked for, per element type and relation over the whole plan: for every set T
+of super-attributes shown in blocks of m, each member of T is the answer's block equally
+often. `mixing_plans` solves it from the plan and the pool only (so shards draw as the
+single run does). For m in 4 and 2, each sampler row (sampler, super-attribute A) has A's
+expected matrices of block size m and a distribution over the sets S of 8/m - 1 fillers.
+Starting from uniform, each (row, S) is scaled by sqrt(g(T) / c(T, A)), T = S + A, where
+c(T, A) is T's matrices whose answer is in A and g(T) their geometric mean over T, and each
+row is normalised again. A balance exists only when no super-attribute has more mixed
+matrices than the others can host, so matrices whose super-attribute could fill a block
+twice as large step down to m, in the smallest share of SHARES that reaches it.
 """
 
 from __future__ import annotations
@@ -34,15 +31,13 @@ from vprom.generation.relations import RULES
 #: the block sizes balanced here, each with the block size its extra matrices step down from
 STEP_FROM = {2: 4, 4: 8}
 #: a super-attribute with fewer than 8 + NEAR elements outside a matrix's static completions
-#: is planned in blocks of 4: one more completing label (a crop's second label) would leave
-#: it short of 8 anyway (at full size 35% of plant condition's or matrices), unplanned
+#: is planned in blocks of 4: one more completing label would leave it short of 8 anyway
 NEAR = 1
 #: flows this close to balanced (a share of the block size's matrices) are balanced
 TOLERANCE = 0.005
 #: rounds of the scaling over which the imbalance must fall by 5%, or the scaling stops
 STALL = 25
-#: the step-down shares the scaling starts from, smallest first (the matrices stepping
-#: down then move with it)
+#: the step-down shares the scaling starts from, smallest first
 SHARES = (0.0, 0.05, 0.25, 1.0)
 
 
@@ -107,9 +102,8 @@ def mixing_plans(samplers: dict, matrices_of: dict) -> dict[tuple, dict[str, Pla
 
 def _world(part: list[_Row], m: int, down: list[float]) -> tuple[list[float], list[list]]:
     """Block size m's balance: per row, the share of its matrices stepping down to m (rows
-    of native size 2m), and its filler sets. Stepping rows start at the smallest share (of
-    SHARES) from which the balance is reached, and their matrices move with the scaling (up
-    to all of them); a row left with no balanced filler set does not step down."""
+    of native size 2m; from the smallest of SHARES that balances, then moved by the
+    scaling), and its filler sets. A row left with no balanced filler set does not step."""
     best = None
     for share in SHARES:
         stepping = np.array([r.native == STEP_FROM[m] for r in part])
@@ -134,9 +128,9 @@ def _world(part: list[_Row], m: int, down: list[float]) -> tuple[list[float], li
 def balance(part: list[_Row], mass: np.ndarray, m: int, cap: np.ndarray | None = None,
             rounds: int = 400) -> tuple[list[list], float, np.ndarray]:
     """Each row's filler sets for block size m with their probabilities after the scaling,
-    the imbalance left (Σ over shown sets T of Σ_A |c(T, A) - mean|, plus the matrices of
-    rows left without a filler set, over 2 Σ mass) and the rows' matrices: a row whose
-    `cap` exceeds its mass may take more (up to the cap) or fewer, by the same scaling."""
+    the imbalance left (Σ_T Σ_A |c(T, A) - mean|, plus the matrices of rows without a
+    filler set, over 2 Σ mass) and the rows' matrices (a row whose `cap` exceeds its mass
+    moves with the scaling, up to the cap)."""
     k = N_CANDIDATES // m - 1
     mass = mass.astype(float).copy()
     cap = mass.copy() if cap is None else cap

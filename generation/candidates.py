@@ -1,17 +1,16 @@
 """The 7 distractors of an answer-first matrix: crops of other elements that cannot complete it.
 
-Given the mask Z of every element that would complete row 3 under any reading of the context
-crops' labels (explicit and implied), the distractors are crops of other elements whose label
-masks miss Z entirely — elements of the context first (so "the candidate seen in the
-context" is no shortcut), then the matrix's other elements. In the first attempts no
-candidate's element is carried by another candidate either, as the answer's is by none.
+Given the mask Z of every element that would complete row 3 under any reading of the
+context, the distractors are crops of other elements whose label masks miss Z entirely:
+elements of the context first (so "the candidate seen in the context" is no shortcut),
+then the matrix's other elements. In the first attempts no candidate's element is carried
+by another candidate either, as the answer's is by none.
 
 Attribute matrices take them in a symmetric super-attribute profile (`_profile`): m
-candidates from the matrix's super-attribute (answer included) and m from each of 8/m - 1
-others, m in 8, 4, 2, 1, so "the candidates' commonest super-attribute" is no shortcut; the
-fillers are drawn with weights (`fill_weights`, from the plan alone) that make each
-super-attribute's elements the answer about once in 8 candidacies, or by the mixing plans of
-`generation.candidate_blocks`.
+candidates of the matrix's super-attribute (answer included) and m of each of 8/m - 1
+others, m in 8, 4, 2, 1, so "the candidates' commonest super-attribute" is no shortcut. The
+filler blocks are drawn with weights that make each super-attribute's elements the answer
+about once in 8 candidacies (`fill_weights`), or by `generation.candidate_blocks`' plans.
 """
 
 from __future__ import annotations
@@ -25,6 +24,11 @@ from vprom.domain import N_CANDIDATES, ElementType, Relation
 from vprom.generation.relations import RULES
 from vprom.generation.draws import Draws
 
+#: Crops of one element tried before a distractor moves on to the next element.
+CROP_TRIES = 4
+#: Candidates per super-attribute in a symmetric profile: m of each of 8 / m super-attributes.
+BLOCKS = (8, 4, 2, 1)
+
 
 @dataclass
 class Option:
@@ -34,10 +38,6 @@ class Option:
     fill: list[int]  # other element ids usable as candidates
     # the fill by super-attribute: (name, element ids, their bit mask), sorted by name
     fill_sas: list[tuple[str, list[int], int]] = field(default_factory=list)
-
-    @property
-    def same_mask(self) -> int:
-        return mask_of(self.same)
 
 
 def mask_of(ids) -> int:
@@ -58,12 +58,8 @@ def _in_random_order(draws: Draws, pool: list[int]):
 def distractors(draws: Draws, option: Option, context_ids: list[int], z: int,
                  used: set[int], crops_of, masks, region, weight: dict[str, float],
                  answer_row: int, strict: bool, mixing: dict | None = None):
-    """7 crops of distinct elements outside z whose labels carry nothing in z.
-
-    Objects and counts: elements of the context first, then the rest of the matrix's
-    elements. Attributes: a symmetric super-attribute profile (see `_profile`; `mixing`,
-    the sampler's `generation.candidate_blocks.Plan` per super-attribute).
-    """
+    """7 crops of distinct elements outside z whose labels carry nothing in z (attributes:
+    in a profile, `_profile`; `mixing`: `candidate_blocks.Plan` per super-attribute)."""
     take = _Taker(draws, z, used, crops_of, masks, region, answer_row, strict)
     same = itertools.chain(draws.shuffled(context_ids), _in_random_order(draws, option.same))
     if not option.super_attribute:
@@ -81,12 +77,9 @@ def distractors(draws: Draws, option: Option, context_ids: list[int], z: int,
 
 
 class _Taker:
-    """Draws crops of distinct elements outside z, no region twice, into `out`.
-
-    `strict`: every candidate's own element is carried by no other candidate (as the
-    answer's is by no distractor), else "the candidate whose element no other candidate
-    shows" would single out the answer. Not strict: only z is kept off.
-    """
+    """Draws crops of distinct elements outside z, no region twice, into `out`. `strict`:
+    no candidate carries another's element (else the answer, whose element no distractor
+    carries, would stand out); not strict: only z is kept off."""
 
     def __init__(self, draws, z, used, crops_of, masks, region, answer_row, strict=True):
         self.u, self.used = draws.uniform, used
@@ -124,24 +117,15 @@ class _Taker:
         return got == k
 
 
-#: Crops of one element tried before a distractor moves on to the next element.
-CROP_TRIES = 4
-
-
-#: Candidates per super-attribute in a symmetric profile: m of each of 8 / m super-attributes.
-BLOCKS = (8, 4, 2, 1)
-
-
 def _profile(draws: Draws, option: Option, z: int, weight: dict[str, float], plan=None):
-    """(candidates from the matrix's super-attribute incl. the answer, [(elements, k)]).
+    """(candidates of the matrix's super-attribute s incl. the answer, [(elements, k)]).
 
-    m is the largest block size in BLOCKS that the matrix's super-attribute s and 8/m - 1
-    others can each fill with m elements outside z (else `_uneven_profile`). With s's `plan`
-    (`generation.candidate_blocks.Plan`) its block size is tried first (half of it with
-    probability `down`) and the fillers come from its filler sets; otherwise they are drawn
-    among those able to fill a block, in proportion to `weight` (`fill_weights`).
+    m is the largest block size in BLOCKS that s and 8/m - 1 others can each fill outside z
+    (else `_uneven_profile`). With s's `plan` (`candidate_blocks.Plan`) its block size is
+    tried first (half of it with probability `down`) and the fillers come from its sets;
+    otherwise they are drawn among those able to fill a block, by `weight`.
     """
-    own = (option.same_mask & ~z).bit_count() + 1  # the answer is in z
+    own = (mask_of(option.same) & ~z).bit_count() + 1  # the answer is in z
     avail = [(ids, (mask & ~z).bit_count(), sa) for sa, ids, mask in option.fill_sas]
     order = BLOCKS
     if plan is not None and own >= plan.native:
@@ -175,9 +159,8 @@ def _planned_fillers(draws: Draws, sets, avail, m: int):
 
 
 def static_block(option: Option, relation: Relation) -> int | None:
-    """The block size `_profile` would choose for `option` when every crop has one label
-    (the completions are then the answer, and for or the row's other element); None when
-    no symmetric profile fits."""
+    """The block size `_profile` would choose for `option` when every crop has one label;
+    None when no symmetric profile fits."""
     own = len(option.same) - (RULES[relation].completing_elements - 1)
     for m in BLOCKS:
         able = sum(1 for _, ids, _ in option.fill_sas if len(ids) >= m)
@@ -193,13 +176,10 @@ def _weighted_distinct(draws: Draws, items: list[tuple[object, float]], k: int) 
 
 
 def fill_weights(samplers: dict, matrices_of: dict) -> dict[ElementType, dict[str, float]]:
-    """Per element type, a weight per super-attribute for choosing filler blocks.
-
-    An element is as often right as wrong when the matrices of super-attribute t (A_t of
-    them, showing m_t of t's elements each) receive (8 - m_t) * A_t filler candidates from
-    other matrices. The weights solve that balance for the plan's expected mix by a damped
-    multiplicative fixed point (a function of the plan and the pool only).
-    """
+    """Per element type, a weight per super-attribute for choosing filler blocks: those that
+    give the A_t matrices of super-attribute t (m_t of t's candidates each) (8 - m_t) * A_t
+    filler candidates from other matrices, so an element is as often right as wrong; a
+    damped multiplicative fixed point over the plan's expected mix."""
     terms: dict[ElementType, list] = {}
     need: dict[ElementType, dict[str, float]] = {}
     for key, sampler in samplers.items():
@@ -237,8 +217,7 @@ def fill_weights(samplers: dict, matrices_of: dict) -> dict[ElementType, dict[st
 
 
 def _uneven_profile(draws: Draws, own: int, avail):
-    """No symmetric profile fits (e.g. or on a 2-attribute super-attribute, whose other
-    attribute completes the row too): make the answer's block size b shared by as many
+    """No symmetric profile fits: make the answer's block size b shared by as many
     candidates as possible (b of s, b of each of j others, the rest from one more)."""
     best, best_score = None, 0
     order = draws.distinct(range(len(avail)), len(avail))

@@ -1,26 +1,20 @@
 """Count candidates whose set says nothing about the answer (RAVEN's answer-set flaw, fixed).
 
 A count matrix shows 8 of the 10 counts among its candidates. If the values left out depend
-on the answer, a model that never looks at the context learns P(answer | values left out):
-drawing the distractors from the context's values first makes the answer's neighbours in a
-progression present and the others absent.
+on the answer, a model that never looks at the context learns P(answer | values left out).
 
 So the candidate set S (8 counts) is drawn after the context and the answer a, from a table
 q_k(S | a, F) per sampler k (group × cell), where F is what the rule forces out of S (the
-values that would also complete row 3; Or: the row's other element). The tables make the
-*mixture* of all count matrices of one relation on one side of the neutral split satisfy
-P(answer = v | S) = 1/8 for every v in S (group by group it cannot hold: a group of odd
-counts only has an odd answer). With the rules' answer laws P_k(a, F) (`answer_law`) and the
-plan's matrices per sampler π_k, they solve
+values that would also complete row 3). The tables make the *mixture* of all count matrices
+of one relation on one side of the neutral split satisfy P(answer = v | S) = 1/8 for every
+v in S. With the rules' answer laws P_k(a, F) (`answer_law`) and the plan's matrices per
+sampler π_k, they solve
 
     Σ_k π_k P_k(a, F) q_k(S | a, F)  =  t(S)  for all a in S    (S ∩ F = ∅, S ⊆ U_k)
 
 by iterative proportional fitting: scale each q_k(S | a, F) by t(S)/M(a, S) (M the mixture,
-t(S) its mean over S), renormalise every row, repeat.
-The tables depend on the plan and the pool only, so shards sample as the single run does.
-
-What this costs the paper's recipe: distractors are no longer the context's values first; a
-count seen in the context is a candidate with probability 7/9 (docs/soundness.md).
+t(S) its mean over S), renormalise every row, repeat. The tables depend on the plan and the
+pool only, so shards sample as the single run does.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""The random stream of one generated matrix.
+"""The random stream of one generated matrix: `Draws(seed, index)`.
 
-`Draws(seed, index)` is the stream of `numpy.random.default_rng([seed, index])`, read through
-a buffer of 64 uniforms so a matrix costs a few generator calls instead of dozens. Because
-every matrix owns its stream, a shard `K/N` reproduces exactly the rows of the single run,
-and reordering code in one matrix never shifts another.
-
-The hashes that deal images and object categories to the sides of a split are split
-logic: `vprom.splits.rules`.
+Uniforms from `numpy.random.default_rng([seed, index])`, read in batches of 64 so a matrix
+costs a few generator calls instead of dozens. Every matrix owns its stream, so a shard
+reproduces exactly the rows of the single run, and code reordered in one matrix never
+shifts another.
 """
 
 from __future__ import annotations
@@ -21,11 +18,8 @@ _BUFFER = 64
 
 
 class Draws:
-    """The random stream of one matrix: uniforms in [0, 1) from `default_rng([seed, index])`.
-
-    `uniform` is the C-level `__next__` of an endless chain of 64-float batches, so the hot
-    path pays a Python call into numpy once per 64 draws, not once per draw.
-    """
+    """The random stream of one matrix; `uniform()` is the next float in [0, 1) (the C-level
+    `__next__` of an endless chain of 64-float batches)."""
 
     __slots__ = ("uniform",)
 

@@ -1,27 +1,23 @@
 """Human-attribute matrices drawn candidates first, so that any candidate could be the answer.
 
-Every person shows a gender, an age, a hair style...: a distractor of a human-attribute matrix
-must carry a KNOWN value of the matrix's super-attribute s that does not complete it, else an
-unlabelled man could complete a "male" matrix. Drawn answer first, that rule gives the answer
-away: with k < 8 values of s, the 7 distractors share the k - 1 other values while the
-answer's is unique, and a context-blind model picks the odd one out.
+Every person shows a gender, an age, a hair style...: a distractor must carry a KNOWN value
+of the matrix's super-attribute s that does not complete it, else an unlabelled man could
+complete a "male" matrix. Drawn answer first, that rule gives the answer away: with k < 8
+values of s, the 7 distractors share the k - 1 other values while the answer's is unique.
 
 So the 8 candidates are drawn first, in *blocks*: super-attributes s_b (the profile), m_b
 candidates each, of distinct elements E_b of s_b, such that every candidate could be the
 answer of a matrix of its block's super-attribute. A candidate of block b carries no element
 of another block and, for every other block b', a known value of s_b' outside E_b'; for Or,
-each block also reserves a value v_b no candidate carries (the row's other element). Then the
-answer is the candidate in the planned position, the matrix's super-attribute its block's,
-and the context is drawn last for that answer (`Rule.context`) until the solver finds
-exactly the answer. Whatever statistic of the candidates a model computes, the answer is any
-of them with probability 1/8.
+each block also reserves a value v_b no candidate carries (the row's other element). Then
+the answer is the candidate in the planned position, and the context is drawn last for it
+(`Rule.context`) until the solver finds exactly the answer completing. Whatever statistic
+of the candidates a model computes, the answer is any of them with probability 1/8.
 
-The profile has a *focus* block, as large as the data allow, so most candidates share the
-matrix's likely super-attribute (the paper prefers it). A block beside others holds at most
-k_s - 1 elements (Or: k_s - 2), and only elements with crops that know every other block's
-super-attribute. A test-side group takes its held-out super-attribute as the focus and any
-other for the other blocks; a matrix whose answer lands outside it stays in the data set,
-excluded from that split's test set.
+The profile's *focus* block is as large as the data allow, so most candidates share the
+matrix's likely super-attribute. A test-side group takes its held-out super-attribute as
+the focus; a matrix whose answer lands in another block stays in the data set, excluded
+from that split's test set.
 """
 
 from __future__ import annotations
@@ -37,12 +33,10 @@ from vprom.generation.relations import RULES
 from vprom.generation.draws import Draws
 from vprom.generation.solver import completion_mask
 
-#: Tries of one candidate set's context before a new candidate set is drawn. Generous: a
-#: candidate set given up for its answer's context would make answers whose contexts are
-#: hard to draw rarer than 1 in 8 (the answer is chosen before the context).
+#: Tries of one candidate set's context before a new set is drawn: generous, as answers
+#: whose contexts are hard to draw would otherwise be rarer than 1 in 8.
 CONTEXT_TRIES = 40
-#: Elements a super-attribute needs for a context whatever its answer: And rows of another
-#: element, Or rows of two, Union rows of three.
+#: Elements a super-attribute needs for a context whatever its answer.
 CONTEXT_ELEMENTS = {Relation.AND: 2, Relation.OR: 2, Relation.UNION: 3}
 #: Crops of one element tried before a candidate set is given up.
 CROP_TRIES = 12
@@ -50,7 +44,7 @@ CROP_TRIES = 12
 
 @dataclass
 class HumanSampler:
-    """One (group, cell) of human-attribute matrices (see the module docstring)."""
+    """One (group, cell) of human-attribute matrices."""
 
     group: Group
     cell: int
@@ -67,7 +61,6 @@ class HumanSampler:
     element_id: list[int]  # crop row -> its element id
     label: str = ""
     skipped: list[str] = field(default_factory=list)
-    options: list = field(default_factory=list)  # (the answer-first samplers' field)
     focus_ok: bool = True  # some profile has a focus of `focus` (`shortfall`)
     _max: dict = field(default_factory=dict)
     _knowing: dict = field(default_factory=dict)
@@ -83,14 +76,13 @@ class HumanSampler:
 
     # ------------------------------------------------------------ profiles
     def fit(self, sa: int, blocks: tuple[int, ...]) -> list[int]:
-        """The elements of `sa` a profile of `blocks` can use: enough crops for a context,
-        and a crop that knows a value of every other block's super-attribute."""
+        """The elements of `sa` with enough crops for a context and a crop that knows a value
+        of every other block's super-attribute."""
         need = mask_of(b for b in blocks if b != sa)
         return [e for e in self.eligible[sa] if self.knowing(e, need)]
 
     def hosts(self, sa: int) -> bool:
-        """Whether any element of `sa` could be the answer: a context of the group's relation
-        can be drawn for it (a union of gender has no third value)."""
+        """Whether a context of the group's relation can be drawn in `sa`."""
         return len(self.eligible[sa]) >= CONTEXT_ELEMENTS[self.group.relation]
 
     def alone(self, sa: int) -> bool:
@@ -100,9 +92,8 @@ class HumanSampler:
         return self.hosts(sa) and room >= N_CANDIDATES
 
     def block_max(self, sa: int, blocks: tuple[int, ...]) -> int:
-        """The most candidates `sa` can hold beside the other `blocks`: they need a value of
-        `sa` outside its block (and, for Or, outside the reserved value), so at most k - 1
-        (Or: k - 2) of its k values."""
+        """The most candidates `sa` can hold beside the other `blocks`: k - 1 of its k values
+        (Or: k - 2), as the others need a value of `sa` outside its block."""
         key = (sa, blocks)
         got = self._max.get(key)
         if got is None:
@@ -115,7 +106,7 @@ class HumanSampler:
     def profile(self, draws: Draws, any_focus: bool = False
                 ) -> list[tuple[int, int, int]] | None:
         """[(super-attribute, block size, its maximum)] summing to 8, the focus last, or
-        None. `any_focus`: the focus may be any block's super-attribute (see `sample`)."""
+        None. `any_focus`: the focus may be any block's super-attribute."""
         pool = [s for s in (self.blocks if any_focus else self.focus)
                 if self.alone(s) or self.block_max(s, (s,)) > 0]
         if not pool:
@@ -125,8 +116,7 @@ class HumanSampler:
             return [(focus, N_CANDIDATES, N_CANDIDATES)]
         chosen = [focus]
         maxes = [self.block_max(focus, (focus,))]
-        # the others in random order, those with room for more candidates first (small
-        # super-attributes join a profile only where the large ones leave room)
+        # the others in random order, those with room for more candidates first
         others = [s for s in draws.shuffled(self.blocks) if s != focus]
         others.sort(key=lambda s: -self.block_max(s, tuple(sorted((focus, s)))))
         for s in others:
@@ -145,11 +135,11 @@ class HumanSampler:
                    ) -> tuple[list[tuple[int, int]], list, list] | None:
         """[(crop row, block)], the element sets E_b and the reserved values v_b, or None.
 
-        Blocks are filled in the profile's order (the focus last), element by element in
-        random order: an element is taken when no crop chosen so far carries it and one of
-        its crops carries no element already taken, holds a value of every earlier block's
-        super-attribute outside its elements and knows every later block's, leaving each
-        later block room for its elements (preferring a crop that adds no new value).
+        Blocks are filled in the profile's order, element by element in random order: an
+        element is taken when no crop so far carries it and one of its crops carries no
+        element taken, holds a value of every earlier block's super-attribute outside its
+        elements and knows every later block's, leaving each later block room (preferring a
+        crop that adds no new value).
         """
         every = mask_of(s for s, _, _ in profile)
         orr = 1 if self.group.relation is Relation.OR else 0
@@ -213,9 +203,8 @@ class HumanSampler:
         """(super-attribute, 8 context + 8 candidate crop rows), or None after `tries`."""
         masks, region = self.masks, self.region
         for attempt in range(tries):
-            # a test-side group whose held-out super-attribute the cell cannot put beside 7
-            # other candidates (a thin cell) draws, after half its tries, a matrix of another
-            # super-attribute: sound and balanced, on test-side images, just not held out
+            # after half its tries a group may draw a matrix of another super-attribute: sound
+            # and balanced, just not held out (a thin cell)
             any_focus = not self.focus_ok or attempt >= tries // 2
             profile = self.profile(draws, any_focus)
             if profile is None:
@@ -223,7 +212,6 @@ class HumanSampler:
                 continue
             got = self.candidates(draws, profile)
             while got is None and (profile := _shrink(profile)) is not None:
-                # a smaller focus leaves the others more of its values to share
                 got = self.candidates(draws, profile)
             if got is None:
                 why["too few crops with known values of the other blocks"] += 1
@@ -253,8 +241,7 @@ class HumanSampler:
     def _context(self, draws: Draws, sa: int, a: int, v: int, mates: list[int],
                  used: set[int]) -> list[int] | None:
         """8 context crops of super-attribute `sa` for the answer `a` (Or: row 3 shows a and
-        v), their other elements preferably the answer's block mates (so the candidates show
-        elements of the context)."""
+        v), their other elements preferably the answer's block mates."""
         pool = self.eligible[sa]
 
         def others():  # drawn only when the rule reads them (Or does not)
@@ -268,11 +255,10 @@ class HumanSampler:
 
 
 def _allocate(draws: Draws, have: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Block sizes for [(super-attribute, maximum)], the focus first: the focus between what
-    the others leave it and its maximum (uniformly: a block at its maximum needs every other
-    candidate to share the one value of it that is left, which sparse labels rarely allow),
-    every block at least 1, the rest spread over the others in random order up to each one's
-    maximum. Returned in the order the candidates are drawn: the focus last."""
+    """Block sizes for [(super-attribute, maximum)], the focus first: the focus uniformly
+    between what the others leave it and its maximum, every block at least 1, the rest
+    spread over the others in random order up to each one's maximum. Returned in drawing
+    order: the focus last."""
     sizes = [1] * len(have)
     left = N_CANDIDATES - len(have)
     low = max(0, left - sum(m - 1 for _, m in have[1:]))
@@ -331,8 +317,7 @@ def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int
         knows[e] = by_known
     asked, _ = group.super_attributes(design, names)
     focus = [index[s] for s in asked]
-    # any candidate may be the answer, so a train-side group's blocks are only what it may
-    # ask about; a test-side group's answer may land on any super-attribute (not held out)
+    # any candidate may be the answer: a train-side group's blocks are only what it asks
     blocks = list(range(len(names))) if group.held_side else focus
     sampler = HumanSampler(group, cell, crops_of, masks, pool.region,
                            pool.solver_groups.get(etype, []), names, values, eligible, focus,
@@ -344,8 +329,7 @@ def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int
 
 def shortfall(s: HumanSampler) -> str | None:
     """Why no candidate set can be drawn (None: some can), naming each super-attribute. A
-    test-side group that can draw matrices of other super-attributes only is no shortfall:
-    its held-out super-attribute is listed as too small (`skipped`), and it draws those."""
+    test-side group that can draw other super-attributes only lists its own as `skipped`."""
     draws = Draws(0, s.cell)
     if any(s.profile(draws) is not None for _ in range(32)):
         return None

@@ -1,18 +1,15 @@
 """The label vocabulary the pools were mined with: implied labels and label classes.
 
-A crop's `labels` column holds every label its Visual Genome source has, as mined. Beyond it:
-
 * **Implied labels.** A region named "man" shows a male adult even when no attribute says so:
   `implied` maps person words to the human-attribute values they imply. A human-attribute
-  crop's labels are its explicit ones and those its names imply (`label_sets`), read
-  together by the solver, the distractor choice, the strict held-out splits and verify.
-* **Label classes.** The strict held-out splits ban labels, not only elements: a label is an
-  object category and/or an attribute of a super-attribute of its crop's table (`concepts`;
-  the human table for human-attribute crops, the object table for the others).
+  crop's labels are its explicit ones and those its names imply (`label_sets`), as the
+  solver, the distractor choice, the held-out splits and verify read them.
+* **Label classes.** The held-out splits ban labels, not only elements: a label is an
+  object category and/or an attribute of a super-attribute of its crop's table (`concepts`).
 
 `vprom mine` writes it as POOLS.h5's `vocabulary` group and `vprom generate` copies it to
-DATASET.h5's `vocab/labels`, so verify re-checks a data set under the labels it was built
-with. Pools without it fall back to what the crops say (`recorded` False: nothing implied).
+DATASET.h5's `vocab/labels`. Pools without it fall back to what the crops say (`recorded`
+False: nothing implied).
 """
 
 from __future__ import annotations

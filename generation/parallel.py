@@ -1,12 +1,10 @@
 """Matrices drawn in chunks by forked worker processes that share the parent's samplers.
 
 The parent builds the pool index, the plan and every sampler once (`sampler.PlanSampler`),
-then forks `workers` processes (`vprom.processes.ordered_map`), which inherit them
-copy-on-write, and hands them chunks of matrix indices; the chunks come back in index order.
-Every matrix draws from its own `Draws(seed, index)`, so the data set is the same, byte for
-byte, whatever the number of workers. Forking is safe because the parent holds no HDF5 file
-open and the workers take no lock a parent thread could hold. `gc.freeze()` before the fork
-keeps the collector from touching the inherited objects, so their pages stay shared.
+then forks `workers` processes (`vprom.processes.ordered_map`) that inherit them
+copy-on-write (`gc.freeze()` keeps the collector off their pages) and draws chunks of matrix
+indices, in index order. Every matrix draws from its own `Draws(seed, index)`, so the data
+set is the same, byte for byte, for any number of workers.
 """
 
 from __future__ import annotations
@@ -22,8 +20,7 @@ from vprom.domain import N_PANELS
 from vprom.generation.sampler import PlanSampler
 from vprom.processes import ordered_map
 
-#: Matrices per job sent to a worker: large enough that the pipe traffic is a small part
-#: of the work, small enough that the workers finish together.
+#: Matrices per job: the pipe traffic stays a small part of the work, and workers end together.
 CHUNK = 200
 
 

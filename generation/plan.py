@@ -1,13 +1,12 @@
 """The plan of a generation run: which kind of matrix every index is, fixed by (scale, seed).
 
 Table 1's mix (times `scale`) is divided equally among the relations of each element type and
-then among *groups*: which elements a matrix may show, chosen so that it lies wholly on one
-side of every split. Two thirds of each (element type, relation) are train-side groups (e.g.
-counts all odd, all in 1-5, or any; attributes of super-attributes no split holds out;
-objects of a third no split holds out for that relation), one third test-side groups (counts
-all even or all in 6-10; held-out super-attributes and relation x super-attribute pairs; the
-held-out object thirds). The plan also fixes, per matrix, the neutral side (exactly 1/3 test
-within each group) and the answer position (exactly uniform over 0..7).
+then among *groups*: which elements a matrix may show, so that it lies wholly on one side of
+every split. Two thirds of each (element type, relation) are train-side groups (e.g. counts
+all odd, all in 1-5, or any; attributes of super-attributes no split holds out), one third
+test-side (counts all even or in 6-10; held-out super-attributes and pairs; held-out object
+thirds). The plan also fixes each matrix's neutral side (exactly 1/3 test per group) and
+its answer position (exactly uniform over 0..7).
 """
 
 from __future__ import annotations
@@ -132,7 +131,6 @@ class MatrixPlan:
     seed: int
     design: HeldOutDesign
     groups: list[Group]
-    quotas: list[int]
     group_of: np.ndarray  # int16 per matrix
     neutral_side: np.ndarray  # int8 per matrix
     answer: np.ndarray  # int8 per matrix
@@ -167,5 +165,5 @@ def make_plan(scale: float, seed: int, design: HeldOutDesign) -> MatrixPlan:
         k = int(round(len(where) * design.neutral_test_fraction))
         neutral[rng.permutation(where)[:k]] = 1
     answer = rng.permutation(np.arange(len(group_of)) % N_CANDIDATES).astype(np.int8)
-    return MatrixPlan(scale, seed, design, groups, quotas, group_of, neutral, answer)
+    return MatrixPlan(scale, seed, design, groups, group_of, neutral, answer)
 

@@ -1,18 +1,16 @@
 """The pools indexed for sampling: label masks, regions, bans, and crops per element and cell.
 
-Images are dealt to the sides of two partitions (`vprom.splits.rules.image_test_side`):
-neutral and held-out. The four combinations are the *cells*; a matrix draws all 16 crops
-from one cell, its neutral side from the plan and its held-out side from its group, so no
-region sits on both sides of any split.
+Images are dealt to the sides of two partitions (`vprom.splits.rules.image_test_side`),
+neutral and held-out; the four combinations are the *cells*. A matrix draws all 16 crops
+from one cell, so no region sits on both sides of any split.
 
 Each crop gets the bit mask of all its labels, explicit and implied, in its element type's
-universe (`generation.solver.Universe`), which the solver and the distractor choice compare;
-an attribute type also gets its super-attributes' masks (`solver_groups`), the solver's
-reading groups. A universe holds the vocabulary's labels as well as the pool's elements, so
-a label that is never an element (an implied "adult") still counts as a reading. Each crop
-also gets, per relation, whether it shows what a held-out split bans from training
-(`banned`, `banned_categories`: what `generation.sampler.ban_mask` keeps groups from
-drawing), and per (split, relation) the same as bits (`split_bans`, for `assign`).
+universe (`generation.solver.Universe`; a universe holds the vocabulary's labels too, so an
+implied "adult" still counts as a reading), and an attribute type gets its
+super-attributes' masks, the solver's reading groups. Each crop also gets, per relation,
+whether it shows what a held-out split bans from training (`banned`, `banned_categories`,
+for `generation.sampler.ban_mask`), and per (split, relation) the same as bits
+(`split_bans`, for `assign`).
 """
 
 from __future__ import annotations
@@ -55,7 +53,7 @@ class PoolIndex:
                                        design.neutral_test_fraction),
                        image_test_side(seed, design.held_partition, crops.image_id,
                                        design.held_test_fraction)).tolist()
-        # one id per distinct image region (image id and box): crops of one region share it
+        # one id per distinct image region (image id and box)
         self.region = row_codes(crops.image_id, crops.x, crops.y, crops.w, crops.h).tolist()
         self.crop_id = crops.crop_id.tolist()
         self.element = crops.element.tolist()
@@ -139,9 +137,8 @@ def draw_crops(draws: Draws, elements: list[int], crops_of: dict[int, list[int]]
 
 def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str],
           label_sets: list[frozenset[str]]) -> tuple[list[int], list[int], list[int]]:
-    """Per crop: the relations (`RELATION_BIT`) for which it shows what a held-out split
-    keeps out of training; the same for the object categories alone; and per (split,
-    relation) the same as `ConceptTable.bits`."""
+    """Per crop, the relations (`RELATION_BIT`) for which it shows what a held-out split
+    keeps out of training, the same for its object categories alone, and `ConceptTable.bits`."""
     bans = {r: design.train_side_ban(r.value) for r in Relation}
     if not any(b.super_attributes or b.object_thirds for b in bans.values()):
         return [0] * len(label_sets), [0] * len(label_sets), [0] * len(label_sets)

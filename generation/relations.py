@@ -1,27 +1,23 @@
 """The four V-PROM relations as a rule table: one class per relation (after RAVEN's Rule.py).
 
-Definitions (φ = the element a panel shows, rows i = 1..3):
   And          φ(I_i1) = φ(I_i2) = φ(I_i3) (each row may show a different element)
   Or           φ(I_i3) = φ(I_i1) or φ(I_i2), with φ(I_i1) ≠ φ(I_i2)
   Union        every row holds the same set of three distinct elements, in any order
   Progression  φ(I_i2) − φ(I_i1) = φ(I_i3) − φ(I_i2) = d for one step d ≠ 0 shared by all rows
 
-Element ids are small ints used as bit positions; a count's id is the count itself, so
-Progression's arithmetic works on bit positions directly. Each rule has:
+Element ids are small ints used as bit positions (a count's id is the count itself). Each
+rule has:
 
-* `sample(draws, elements)`: the 9 elements (8 context panels row-major, then the answer) of
-  a matrix that obeys it, from the allowed element ids; the answer is as near uniform over
-  them as the definition allows (Progression draws it first), so an element's answer rate
-  gives nothing away;
+* `sample(draws, elements)`: the 9 elements (8 context panels, then the answer) of a matrix
+  that obeys it; the answer is as near uniform over the elements as the definition allows,
+  so an element's answer rate gives nothing away;
 * `context(draws, answer, elements, others, partner)`: the 8 context elements for a given
-  answer, or None (the candidates-first sampler draws the answer first; `others`: the other
-  elements rows 1-2 should show, best first, read lazily; `partner`: Or's other element of
-  row 3), built with the same rows as `sample`;
+  answer, or None (`others`: the elements rows 1-2 should show, best first; `partner`: Or's
+  other element of row 3);
 * `holds(e)`: per matrix of an N×3×3 array of element ids, whether it obeys the definition;
-* `completions(masks)`: the solver's half. Given the 8 context panels as bit masks of ALL the
-  element ids each carries (a red wooden chair is both `red` and `wooden`), the mask of every
-  element a 9th panel could show to complete the matrix under some choice of one element per
-  panel, or 0 when rows 1 and 2 admit none.
+* `completions(masks)`: the solver's half: given the 8 context panels as bit masks of ALL
+  the elements each carries, the mask of every element a 9th panel could show to complete
+  the matrix under some choice of one element per panel (0 when rows 1 and 2 admit none).
 """
 
 from __future__ import annotations
@@ -45,10 +41,7 @@ def bits(mask: int):
 
 def positions(mask: int):
     """The bit positions set in `mask`, lowest first."""
-    while mask:
-        low = mask & -mask
-        yield low.bit_length() - 1
-        mask ^= low
+    return (low.bit_length() - 1 for low in bits(mask))
 
 
 class Rule:
@@ -221,10 +214,8 @@ class Progression(Rule):
 
     def sample(self, draws, elements):
         options = _progressions(tuple(sorted(elements)))
-        # the answer first, uniform over the values some progression ends on (drawing the
-        # step first would make the extremes answer far more often than the middle, and a
-        # candidate's answer rate would give it away); then a step that ends there (both
-        # signs), the last row's start from it and the other rows' starts uniformly
+        # the answer first, uniform over the values some progression ends on: drawing the
+        # step first would make the extremes answer far more often than the middle
         ends = sorted({s + 2 * d for d, starts in options for s in starts})
         answer = draws.pick(ends)
         return self.context(draws, answer, elements) + [answer]

@@ -1,24 +1,20 @@
 """One matrix at a time: a group's relation, its crops, the solver check, the distractors.
 
 Human-attribute matrices are drawn candidates first (`generation.human_candidates`); the
-others answer first: the group's relation rule (`generation.relations`) samples the 9
-elements; one crop is drawn for each panel, uniformly among the crops of its element in the
-cell and never the same region twice in a matrix; the solver turns the 8 context crops' label
-masks into the mask Z of every element that would complete row 3 under any reading
-(`generation.solver.completion_mask`); the 7 distractors are drawn outside Z
-(`generation.candidates`, counts `generation.count_candidates`), and the assembled matrix
-must have exactly the answer completing it. A failed attempt is redrawn from the same
-stream, at most `MAX_TRIES` times, then a VpromError names the group. Train-side groups draw
-only crops no held-out split bans for their relation, test-side attribute groups only crops
-without a banned object category (`ban_mask`). Every choice is a function of the matrix's
-own `Draws(seed, index)`, so shards reproduce the single run.
+others answer first: the relation rule (`generation.relations`) samples the 9 elements; one
+crop is drawn per panel among its element's crops in the cell, never one region twice; the
+solver turns the 8 context crops' label masks into the mask Z of every element that would
+complete row 3 under any reading (`generation.solver.completion_mask`); the 7 distractors
+are drawn outside Z (`generation.candidates`, counts `generation.count_candidates`), and
+only the answer may complete the assembled matrix. A failed attempt is redrawn from the
+same stream, at most `MAX_TRIES` times, then a VpromError names the group. Every choice is
+a function of the matrix's own `Draws(seed, index)`, so shards reproduce the single run.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -35,7 +31,7 @@ from vprom.generation.candidate_blocks import mixing_plans
 from vprom.generation.plan import Group, MatrixPlan
 from vprom.generation.pool_index import CELL_NAMES, RELATION_BIT, PoolIndex, draw_crops
 from vprom.errors import VpromError
-from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, ElementType, Matrix, Relation
+from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, ElementType, Relation
 from vprom.generation.relations import RULES, Progression
 from vprom.generation.draws import Draws
 from vprom.generation.solver import completion_mask
@@ -45,36 +41,30 @@ from vprom.splits.rules import HeldOutDesign, object_third
 MIN_CONTEXT_CROPS = 3
 #: Resampling attempts per matrix before generation gives up with a VpromError.
 MAX_TRIES = 40
-#: Attempts of a human-attribute matrix (cheap ones: a candidate set that does not fit is
-#: given up at once, and thin cells need many draws to find one that does).
+#: Attempts of a human-attribute matrix (cheap: a candidate set that does not fit is given
+#: up at once).
 HUMAN_TRIES = 4 * MAX_TRIES
-#: The first attempts keep every candidate's element off all other candidates (`_Taker`);
-#: later ones only keep the completions off the distractors (a super-attribute that every
-#: crop carries, e.g. a person's action, cannot have exclusive labels).
+#: Attempts that keep every candidate's element off all other candidates (`_Taker`); later
+#: ones only keep the completions off (a super-attribute every crop carries has no
+#: exclusive labels).
 STRICT_TRIES = 12
 
 
 @dataclass
 class Sampler:
-    """One (group, cell): everything needed to sample its matrices fast."""
+    """One (group, cell) of answer-first matrices."""
 
     group: Group
     cell: int
     options: list[Option]
     cumulative: list[float]
     crops_of: dict[int, list[int]]
-    label: str = field(default="")
+    label: str = ""
     skipped: list[str] = field(default_factory=list)  # super-attributes too small for it
-    solver_groups: list[int] = field(default_factory=list)  # the solver's reading groups
-    # attributes: how likely each other super-attribute is to fill a block of candidates
-    fill_weight: dict[str, float] = field(default_factory=dict)
-    # attributes: per super-attribute, its mixed profiles (`generation.candidate_blocks.Plan`)
-    mixing: dict = field(default_factory=dict)
-    # counts: the candidate-set table (`generation.count_candidates`); None: answer first
-    absent: object = None
-
-    def pick(self, draws: Draws) -> Option:
-        return self.options[draws.by_cumulative(self.cumulative)]
+    solver_groups: list[int] = field(default_factory=list)
+    fill_weight: dict[str, float] = field(default_factory=dict)  # `fill_weights`
+    mixing: dict = field(default_factory=dict)  # super-attribute -> `candidate_blocks.Plan`
+    absent: object = None  # counts: `count_candidates.AbsentTable`; None: answer first
 
 
 def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
@@ -180,18 +170,13 @@ def _attribute_options(group: Group, design: HeldOutDesign, sa_of: dict[int, str
 # ---------------------------------------------------------------- one matrix
 
 def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
-                  region: list[int], why: Counter | None = None
-                  ) -> tuple[str, list[int]] | None:
-    """(super-attribute, 16 crop rows with the answer at `answer_pos`), or None.
-
-    `masks`: every crop's labels, explicit and implied, which the solver reads in one of
-    `s.solver_groups` at a time. `why`, when given, counts the failed attempts by the step that
-    failed (for the error)."""
-    why = why if why is not None else Counter()
+                  region: list[int], why: Counter) -> tuple[str, list[int]] | None:
+    """(super-attribute, 16 crop rows with the answer at `answer_pos`), or None; `why`
+    counts the failed attempts by the step that failed (for the error)."""
     etype, rule, crops_of = s.group.element_type, RULES[s.group.relation], s.crops_of
     groups = s.solver_groups
     for attempt in range(MAX_TRIES):
-        option = s.pick(draws)
+        option = s.options[draws.by_cumulative(s.cumulative)]
         ids = rule.sample(draws, option.context)
         rows = draw_crops(draws, ids, crops_of, region)
         if rows is None:
@@ -225,17 +210,10 @@ def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
 
 def ban_mask(pool: PoolIndex, group: Group) -> list[int] | None:
     """Per crop, the relations (`RELATION_BIT`) for which the group may not draw it; None
-    where it may draw any crop.
-
-    - Train side of the held-out splits: every ban (`PoolIndex.banned`), so that its
-      matrices train in every split.
-    - Test side, attributes: the banned object categories (`PoolIndex.banned_categories`).
-      Were they shown only there, a category that comes with one super-attribute would sit
-      in the answer's block or a filler block, never both, and a context-blind model
-      trained on the neutral split would read the role off it.
-    - Test side, objects and counts: none (the object splits' test matrices show the banned
-      thirds).
-    """
+    where it may draw any crop. The train side of the held-out splits avoids every ban, so
+    its matrices train in every split. Test-side attribute groups avoid the banned object
+    categories: shown only there, a category that comes with one super-attribute would tell
+    the answer's block from a filler block. Test-side objects and counts avoid nothing."""
     if group.held_side == 0:
         banned = pool.banned
     elif group.element_type in (ElementType.OBJECT_ATTRIBUTE, ElementType.HUMAN_ATTRIBUTE):
@@ -259,22 +237,18 @@ class PlanSampler:
 
     `legacy_counts`: count candidates drawn from the context's values first, only to
     reproduce the flaw that gives the answer away (`vprom generate --legacy-count-candidates`).
-
-    Where a cell is too thin for its group's ban (its sampler cannot be made, or a matrix
-    fails all its tries), the matrix is drawn *loosened*, from all the cell's crops: still
-    sound, but it may show a held-out label, and then the split rules keep it out of that
-    split's training. `draw` reads only the samplers and its own `Draws(seed, i)`, so any
-    subset of indices, in any process, gives the rows of the single run (a loosened sampler
-    is made on first use, the same in every process).
+    Where a cell is too thin for its group's ban, the matrix is drawn *loosened*, from all
+    the cell's crops: still sound, but the split rules may keep it out of a split's
+    training. `draw` reads only the samplers and `Draws(seed, i)`, so any subset of indices,
+    in any process, gives the rows of the single run.
     """
 
     def __init__(self, pool: PoolIndex, plan: MatrixPlan,
                  skipped: dict[str, list[str]] | None = None,
                  legacy_counts: bool = False) -> None:
         self.pool, self.plan, self.legacy_counts = pool, plan, legacy_counts
-        # make every (group, cell) sampler first, so a short pool fails before any work is
-        # done; every (group, cell) of the whole plan, not only a shard's: the filler
-        # weights are computed from all of them, so a shard samples as the single run does
+        # every (group, cell) of the whole plan, not only a shard's, and before any work: a
+        # short pool fails at once, and the weights from all of them are the same in a shard
         self.cells = cells = plan.cells()
         keys, n = np.unique(np.stack([plan.group_of.astype(np.int64), cells], axis=1),
                             axis=0, return_counts=True)
@@ -292,13 +266,12 @@ class PlanSampler:
                 self.reasons[key] = str(e)
                 samplers[key] = None
                 self.loose[key] = make_sampler(pool, plan.design, group, key[1], bans=False)
-        made = {k: v for k, v in {**samplers, **self.loose}.items() if v is not None}
+        made = {k: v for k, v in {**samplers, **self.loose}.items() if isinstance(v, Sampler)}
         self.weights = fill_weights(made, matrices_of)
         self.mixing = mixing_plans(made, matrices_of)
         self.tables = {} if legacy_counts else absent_tables(made, matrices_of)
         for sampler in [*samplers.values(), *self.loose.values()]:
-            if sampler is not None:
-                self._weighted(sampler)
+            self._weighted(sampler)
         for sampler in [s for s in samplers.values() if s is not None]:
             if sampler.skipped and skipped is not None:
                 g = sampler.group
@@ -307,13 +280,14 @@ class PlanSampler:
         self.samplers = samplers
 
     def _weighted(self, sampler):
+        """The sampler given the plan-wide tables it draws by (answer-first ones only)."""
+        if not isinstance(sampler, Sampler):
+            return sampler
+        key = (self.plan.groups.index(sampler.group), sampler.cell)
         sampler.fill_weight = self.weights.get(sampler.group.element_type, {})
-        if isinstance(sampler, Sampler):
-            key = (self.plan.groups.index(sampler.group), sampler.cell)
-            sampler.mixing = self.mixing.get(key, {})
+        sampler.mixing = self.mixing.get(key, {})
         if sampler.group.element_type is ElementType.COUNT and not self.legacy_counts:
-            sampler.absent = self.tables.get((self.plan.groups.index(sampler.group),
-                                              sampler.cell))
+            sampler.absent = self.tables.get(key)
             if sampler.absent is None:
                 raise VpromError(f"{sampler.label}: fewer than 8 counts have crops, so no "
                                  "candidate set can be drawn — mine more images")
@@ -357,21 +331,3 @@ def _sample(sampler, draws: Draws, answer: int, masks, region, why: Counter):
     if isinstance(sampler, HumanSampler):
         return sampler.sample(draws, answer, why, HUMAN_TRIES)
     return sample_matrix(sampler, draws, answer, masks, region, why)
-
-
-def generate_matrices(pool: PoolIndex, plan: MatrixPlan, indices: Sequence[int],
-                      legacy_counts: bool = False) -> list[Matrix]:
-    """The matrices with the given indices (pure: same pool, plan and index -> same matrix),
-    without their split assignment (`generate_dataset` adds it).
-
-    Build `pool = PoolIndex(crops, seed, design)` and `plan = make_plan(scale, seed, design)`
-    with `design = vprom.splits.load_rules().design`.
-    """
-    sampler, out = PlanSampler(pool, plan, legacy_counts=legacy_counts), []
-    for i in indices:
-        sa, rows, _ = sampler.draw(i)
-        group = plan.groups[plan.group_of[i]]
-        out.append(Matrix(i, group.relation, group.element_type, sa,
-                          [pool.crop_id[r] for r in rows], [pool.element[r] for r in rows],
-                          int(plan.answer[i])))
-    return out

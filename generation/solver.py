@@ -3,18 +3,16 @@
 A candidate completes a matrix when, for SOME relation applicable to the element type, SOME
 group of elements (an attribute's super-attribute; objects and counts are one group each) and
 SOME choice of one element of that group per panel among all its labels, explicit and
-implied (a "man" is male and adult: `generation.labels`), rows 1 and 2 obey the relation and
-row 3 with that candidate does too. A matrix is sound when only its answer completes it.
-Every panel is read in the same group: the relations are over one visual element, not a
-colour in one row and a gender in the next (else nearly any two people would share some
-value, and every row of people would be an Or row somewhere). The solver is otherwise
-generous (readings are not limited to the matrix's super-attribute): that only rejects more
-matrices, never accepts an ambiguous one.
+implied (`generation.labels`), rows 1 and 2 obey the relation and row 3 with that candidate
+does too. A matrix is sound when only its answer completes it. Every panel is read in the
+same group: else nearly any two people would share some value, and every row of people
+would be an Or row somewhere. Readings beyond the matrix's super-attribute only make the
+solver reject more matrices, never accept an ambiguous one.
 
 The work is done on bit masks: each panel becomes the mask of the element ids it carries
-(labels outside the element type's universe are ignored: a chair's colour is no object
-category), each rule (`generation.relations`) turns the 8 context masks into the mask of the
-elements that could complete row 3, and a candidate is valid when its mask meets their union.
+(labels outside the element type's universe are ignored), each rule
+(`generation.relations`) turns the 8 context masks into the mask of the elements that could
+complete row 3, and a candidate is valid when its mask meets their union.
 """
 
 from __future__ import annotations
@@ -86,41 +84,20 @@ def group_masks(u: Universe, groups: Mapping[str, Iterable[str]] | None) -> list
     return out + ([rest] if rest else [])
 
 
-def _masks(element_type, labels, universe, groups):
-    element_type = ElementType(element_type)
-    labels = [frozenset(l) for l in labels]
-    if len(labels) != N_PANELS:
-        raise ValueError(f"a matrix has {N_PANELS} panels; got {len(labels)} label sets")
-    u = Universe(element_type, universe if universe is not None else frozenset().union(*labels))
-    return element_type, u, [u.mask(l) for l in labels], group_masks(u, groups)
-
-
-def valid_candidates(relation: Relation | str, element_type: ElementType | str,
-                     labels: Sequence[frozenset[str]],
-                     universe: frozenset[str] | None = None,
-                     groups: Mapping[str, Iterable[str]] | None = None) -> list[int]:
-    """Indices 0..7 of the candidates that complete the matrix under any applicable relation
-    and reading (a reading under another relation than the stated one makes it ambiguous).
-
-    `labels`: the 16 panels' label sets, explicit and implied. `universe`: the labels that
-    are elements of this element type (None: all). `groups`: name -> the labels of one group
-    (an attribute type's super-attributes; None: one group).
-    """
-    element_type, _, masks, g = _masks(element_type, labels, universe, groups)
-    if Relation(relation) not in RELATIONS_OF[element_type]:
-        raise ValueError(f"{Relation(relation).value} does not apply to {element_type.value}")
-    z = completion_mask(element_type, masks[:N_CONTEXT], groups=g)
-    return [k for k in range(N_CANDIDATES) if masks[N_CONTEXT + k] & z]
-
-
 def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
                  universe: frozenset[str] | None = None,
                  groups: Mapping[str, Iterable[str]] | None = None) -> str | None:
     """None when the matrix is sound, else a one-line reason (`check_matrices` on one
-    matrix; `labels`, `universe` and `groups` as in `valid_candidates`)."""
-    _, u, masks, g = _masks(matrix.element_type, labels, universe, groups)
-    return check_matrices(u, g, [matrix.relation.value], [matrix.elements], [masks],
-                          [matrix.answer])[0]
+    matrix). `labels`: the 16 panels' label sets, explicit and implied; `universe`: the
+    labels that are elements of this element type (None: all); `groups`: name -> the labels
+    of one group (an attribute type's super-attributes; None: one group)."""
+    labels = [frozenset(l) for l in labels]
+    if len(labels) != N_PANELS:
+        raise ValueError(f"a matrix has {N_PANELS} panels; got {len(labels)} label sets")
+    u = Universe(matrix.element_type,
+                 universe if universe is not None else frozenset().union(*labels))
+    return check_matrices(u, group_masks(u, groups), [matrix.relation.value],
+                          [matrix.elements], [[u.mask(l) for l in labels]], [matrix.answer])[0]
 
 
 def check_matrices(u: Universe, groups: Sequence[int], relations: Sequence[str],

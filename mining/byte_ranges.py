@@ -1,24 +1,18 @@
 """Cut a JSON array of records into byte ranges of whole records, for workers to parse apart.
 
-A file written by one program joins every two of its records with the same bytes: a closing
-brace, a comma, an opening brace and the record's first key (`}, {"image_id"` in VG's
-objects.json). `JoinScan.open` learns that join from the file's first record (the shortest
-prefix ending in such a join that parses as one record), then `more` finds every later
-record end by searching for the join, hashing each block on the way, so the sha256 of the
-inputs costs no extra pass. `plan` cuts at those ends into `Chunk`s of about `TARGET` bytes,
-and a worker parses a chunk with msgspec (`load`).
+A file written by one program joins every two records with the same bytes: `}, {"image_id"`
+in VG's objects.json. `JoinScan.open` learns that join from the file's first record (the
+shortest prefix ending in the join that parses as one record); `more` then finds every later
+record end by searching for it, hashing each block on the way. `plan` cuts at those ends into
+`Chunk`s of about `TARGET` bytes, several files at the same record indices (the objects pass
+reads objects.json and attributes.json side by side), and a worker parses a chunk (`load`).
 
-A join never occurs inside a JSON string (a quote there is escaped), but it may between two
-nested values whose first key is the record's; so a cut is trusted only as far as the parse
-checks it. A chunk starts where the one before it ended and is parsed as "[" + bytes + "]":
-cut anywhere but between two records, its brackets do not balance and it does not parse; and
-it must hold exactly as many records as ends were counted in it, so a record joined
-otherwise is caught too. By induction from the array's "[", chunks that all load hold exactly
-the file's records, in order. The caller reads a pass whose chunk fails, or whose file has no
-join to learn, with the streaming reader (`mining.readers`), which names any fault.
-
-`plan` cuts several files at the same record indices (the first file's bytes decide where):
-the objects pass reads objects.json and attributes.json side by side.
+A join never occurs inside a JSON string, but may between two nested values, so a cut is
+trusted only as far as the parse checks it: a chunk is parsed as "[" + bytes + "]" and must
+hold exactly as many records as ends were counted in it, so a cut anywhere but between two
+records fails to load. By induction from the array's "[", chunks that all load hold exactly
+the file's records, in order; the caller reads a pass whose chunk fails with the streaming
+reader (`mining.readers`), which names the fault.
 """
 
 from __future__ import annotations
@@ -109,10 +103,9 @@ class JoinScan:
 
 
 def plan(scans: list[JoinScan], target: int | None = None) -> Iterator[tuple[Chunk, ...]]:
-    """Chunks of whole records, the same record indices in every file of `scans`, each
-    file read only as far as needed. The last tuple runs to the end of every file, so
-    records one file has beyond the others, and anything after the array, stay in it; once
-    it is out, every scan has its sha256."""
+    """Chunks of whole records, the same record indices in every file of `scans`. The last
+    tuple runs to the end of every file (records one file has beyond the others, and anything
+    after the array, stay in it); once it is out, every scan has its sha256."""
     target = target or TARGET
     lead = scans[0]
     starts = [scan.start for scan in scans]
@@ -151,33 +144,27 @@ def _reach(scan: JoinScan, index: int) -> bool:
     return len(scan.ends) > index
 
 
-def load(chunk: Chunk, record: type | None = None) -> list:
-    """The records of `chunk`, parsed as `record` structs where they all fit its types, else
-    as plain dicts and lists; ValueError when its bytes are not exactly `chunk.count` whole
-    records of valid JSON (broken, or not what the scan found).
-
-    The bytes are read once into a buffer with room for the "[" and "]" that make them one
-    array (the comma before the first record becomes a space): no copies of the chunk."""
-    size = chunk.stop - chunk.start
-    buf = bytearray(size + 2)
+def load(chunk: Chunk, record: type) -> list:
+    """The records of `chunk`, as `record` structs where they all fit its types, else as plain
+    dicts and lists; ValueError when its bytes are not exactly `chunk.count` whole records of
+    valid JSON."""
     with open(chunk.path, "rb") as f:
         f.seek(chunk.start)
-        if f.readinto(memoryview(buf)[1:size + 1]) != size:
-            raise ValueError(f"{chunk.path}: shorter than when it was scanned")
-    buf[0], buf[-1] = 0x5B, 0x20 if chunk.last else 0x5D  # "[", and " " or "]"
-    if chunk.first > 0:
-        comma = 1
-        while comma <= size and buf[comma] in b" \t\r\n":
-            comma += 1
-        if comma > size or buf[comma] != 0x2C:
+        data = f.read(chunk.stop - chunk.start)
+    if len(data) != chunk.stop - chunk.start:
+        raise ValueError(f"{chunk.path}: shorter than when it was scanned")
+    if chunk.first > 0:  # the comma after the record before the chunk
+        data = data.lstrip(b" \t\r\n")
+        if not data.startswith(b","):
             raise ValueError(f"{chunk.path}: no comma before record #{chunk.first}")
-        buf[comma] = 0x20
-    if not buf.isascii():
-        buf.decode("utf-8")  # all of it: a typed parse checks only the strings it keeps
+        data = data[1:]
+    if not data.isascii():
+        data.decode("utf-8")  # all of it: a typed parse checks only the strings it keeps
+    text = b"[" + data + (b"" if chunk.last else b"]")  # the last chunk holds the array's "]"
     try:
-        records = msgspec.json.decode(buf, type=list[record] if record else list)
+        records = msgspec.json.decode(text, type=list[record])
     except msgspec.ValidationError:  # another layout: the caller reads the dicts
-        records = msgspec.json.decode(buf)
+        records = msgspec.json.decode(text)
     if not isinstance(records, list) or len(records) != chunk.count:
         raise ValueError(f"{chunk.path}: not the {chunk.count} records the scan found there")
     return records

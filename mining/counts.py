@@ -19,8 +19,6 @@ must not become counts. `parse_count` decides, in four steps:
    mention is the count when it is 1..10 and heads the phrase (only words such as "the",
    "there are", "a group of" before it) - in "a man holding two bananas" the region shows
    the man, so the count is refused as "not the subject".
-
-The reasons (`CountParse.excluded`) are listed in `REASONS` and documented in docs/generation.md.
 """
 
 from __future__ import annotations
@@ -34,28 +32,10 @@ from vprom.mining.vocab import DATA_DIR, Vocabulary, load_vocabulary
 from vprom.errors import VpromError
 from vprom.domain import COUNTS
 
-REASONS = {
-    "time": "a time of day: five o'clock, 10:30, at 5 pm",
-    "age": "an age: a 10 years old boy, 5-year-old, aged 3",
-    "label": "a label or text: number 7, #10, player 23, bus 42, a bare digit",
-    "measure": "a measure or duration: two feet, 5 mph, 20%, 3.5, 10 years, two-story",
-    "money": "money: $5, 10 dollars",
-    "ordinal": "an ordinal: second, 3rd",
-    "year": "a year or decade: 1990, the 80s",
-    "one of": "a partitive: one of the dogs, two of them",
-    "score": "a score: 3-2",
-    "range": "a range: two or three, 2-3 dogs, between 5 and 6",
-    "approximate": "an approximation: about five, more than 3, at least two",
-    "modifier": "a compound adjective: one-way, two-tone, 4-way",
-    "pair or couple": "a pair of / a couple of: a pair of scissors is one object",
-    "pronoun": "'one' as a pronoun: the one on the left, this one",
-    "several counts": "two numbers bound to nouns, or one more thing: two dogs and three cats, "
-                      "two zebras and a giraffe",
-    "out of range": "a count outside 1..10: twelve eggs, 0 cars, a dozen donuts",
-    "not the subject": "the counted noun is not the head of the phrase: a man holding two bananas",
-    "not a count noun": "the word after the number is not a countable noun: two way, five water",
-    "no noun": "nothing is counted: there are two",
-}
+#: Why a number is not a count (`CountParse.excluded`); docs/generation.md gives examples.
+REASONS = ("time", "age", "label", "measure", "money", "ordinal", "year", "one of", "score",
+           "range", "approximate", "modifier", "pair or couple", "pronoun", "several counts",
+           "out of range", "not the subject", "not a count noun", "no noun")
 _SPOILERS = ("one of", "range", "approximate")   # make the whole phrase unreliable
 
 
@@ -63,7 +43,7 @@ _SPOILERS = ("one of", "range", "approximate")   # make the whole phrase unrelia
 class CountParse:
     count: int | None   # 1..10 when the phrase states a count of a noun, else None
     noun: str           # the counted noun, canonical singular ("" if none)
-    excluded: str       # "" when counted; else a key of REASONS
+    excluded: str       # "" when counted; else one of REASONS
     number: str         # the number text matched
 
 

@@ -1,42 +1,40 @@
 """How `vprom mine` spreads its two passes over worker processes: byte ranges of each file.
 
 The parent reads image_data.json (the image sizes both passes need), then cuts the large
-files into chunks of whole image records (`mining.byte_ranges`, ~2 MB each): objects.json
-and attributes.json at the same record indices (the objects pass joins them record by
-record), region_descriptions.json on its own. `vprom.processes.ordered_map` hands the chunks
-to `workers` processes (forked, so they share the sizes and vocabulary the parent loaded)
-and gives the results back in order; a worker parses its chunk (msgspec, with the garbage
-collector off: the records hold no cycles, and the collector would walk millions of fresh
-containers) and mines it into a `PassResult`. The parent merges a pass's results in file
-order (`_Merged`), so any number of workers gives the crops, report and side files of one
-process, byte for byte. The cut hashes each file as it goes.
+files into chunks of whole image records (`mining.byte_ranges`): objects.json and
+attributes.json at the same record indices (the objects pass joins them record by record),
+region_descriptions.json on its own. `vprom.processes.ordered_map` hands the chunks to
+forked workers (sharing the sizes and vocabulary); a worker parses its chunk with msgspec,
+the garbage collector paused (the records hold no cycles), and mines it into a
+`PassResult`. The parent joins a pass's results in file order (`_Joined`), so any number of
+workers gives the output of one process, byte for byte.
 
-A pass is read by the streaming reader (`readers.images`) instead, on one core, when its
-files cannot be cut (a `.json.zip`, which cannot be read at an offset, or records not joined
-alike) or when a chunk does not load or fails a check: the streaming reader stops at the
-first fault and names the file, the record and what to do, or, for a file it reads without
-fault, gives the same output more slowly.
+A pass is read by the streaming reader (`readers.images`, one core) when its files cannot
+be cut (a `.json.zip`, or records not joined alike) or a chunk fails to load: it stops at
+the first fault, naming the file and the record, or gives the same output more slowly.
 """
 
 from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from contextlib import ExitStack
 from functools import partial
 from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
+from tqdm import tqdm
 
 from vprom import processes
-from vprom.mining import byte_ranges, count_pass, readers
+from vprom.mining import byte_ranges, readers
 from vprom.mining.pool_passes import (
     SAMPLES,
     STRING_COLUMNS,
     CropColumns,
     PassResult,
+    count_stats,
+    mine_counts,
     mine_objects,
     object_stats,
 )
@@ -60,28 +58,32 @@ def run_passes(paths: dict, min_side: int, vocab, workers: int) -> list[PassResu
     sizes, image_data_sha = readers.image_sizes(paths[readers.IMAGE_DATA])
     setup = Setup(paths, sizes, min_side, vocab)
     scans = {kind: _scans(paths, kind) for kind in _FILES}
-    merged = {OBJECTS: _Merged(object_stats(len(sizes))),
-              COUNTS: _Merged(count_pass.count_stats(len(sizes)))}
-    whole: dict[str, PassResult] = {}  # a pass streamed in one piece
+    joined = {OBJECTS: _Joined(object_stats(len(sizes))),
+              COUNTS: _Joined(count_stats(len(sizes)))}
+    whole: dict[str, PassResult] = {}  # a pass read in one piece
     total = sum(p.stat().st_size for stem, p in paths.items() if stem != readers.IMAGE_DATA)
     with processes.ordered_map(partial(run_job, setup), _jobs(scans), workers, "mine",
-                               method="fork") as results:
-        bar = _progress(total)
+                               method="fork") as results, \
+            tqdm(total=total, unit="B", unit_scale=True, desc="mining", leave=False,
+                 disable=None) as bar:
         for kind, result, size in results:
             bar.update(size)
             if kind in whole:
-                continue  # a piece failed before: the pass was streamed here instead
+                continue  # a chunk failed before: the pass was streamed instead
             if result is None:
                 whole[kind] = _streamed(kind, setup)
-                _note_streamed(kind, paths)
+                names = " and ".join(paths[stem].name for stem in _FILES[kind])
+                print(f"mine: {names}: a byte range did not hold the records the cut found "
+                      "there (are the records written in more than one way?), so the "
+                      "streaming reader read the pass again on one core: the same output, "
+                      "more slowly", file=sys.stderr)
             elif result.inputs:
                 whole[kind] = result
             else:
-                merged[kind].add(result)
-        bar.close()
+                joined[kind].add(result)
     for kind in (OBJECTS, COUNTS):
         if kind not in whole:
-            whole[kind] = merged[kind].result()
+            whole[kind] = joined[kind].result()
             whole[kind].inputs = {scan.path.name: scan.sha256 for scan in scans[kind]}
         whole[kind].inputs[paths[readers.IMAGE_DATA].name] = image_data_sha
     return [whole[OBJECTS], whole[COUNTS]]
@@ -94,7 +96,7 @@ def _scans(paths: dict, kind: str) -> list | None:
     return None if None in scans else scans
 
 
-def _jobs(scans: dict) -> Iterator[tuple]:
+def _jobs(scans: dict):
     """(kind, chunks) per job; first (kind, None) for each pass streamed in one job."""
     yield from ((kind, None) for kind, found in scans.items() if found is None)
     for kind, found in scans.items():
@@ -105,7 +107,7 @@ def _jobs(scans: dict) -> Iterator[tuple]:
 def run_job(setup: Setup, job: tuple) -> tuple[str, PassResult | None, int]:
     """(kind, result, bytes) for one job; result None when the chunk must be streamed."""
     kind, chunks = job
-    with processes.collector_paused():  # see the module docstring
+    with processes.collector_paused():
         if chunks is None:
             return kind, _streamed(kind, setup), 0
         size = sum(c.stop - c.start for c in chunks)
@@ -116,11 +118,12 @@ def run_job(setup: Setup, job: tuple) -> tuple[str, PassResult | None, int]:
 
 
 def _mine_chunks(kind: str, chunks: tuple, setup: Setup) -> PassResult:
-    records = [byte_ranges.load(chunk, readers.RECORD[key])
-               for chunk, key in zip(chunks, _KEYS[kind])]
-    return _mine(kind, [map(readers.image_of, range(chunk.first, chunk.first + chunk.count),
-                            found, repeat(chunk.path), repeat(key))
-                        for chunk, found, key in zip(chunks, records, _KEYS[kind])], setup)
+    images = []
+    for chunk, key in zip(chunks, _KEYS[kind]):
+        records = byte_ranges.load(chunk, readers.RECORD[key])
+        images.append(map(readers.image_of, range(chunk.first, chunk.first + chunk.count),
+                          records, repeat(chunk.path), repeat(key)))
+    return _mine(kind, images, setup)
 
 
 def _streamed(kind: str, setup: Setup) -> PassResult:
@@ -137,19 +140,12 @@ def _streamed(kind: str, setup: Setup) -> PassResult:
 def _mine(kind: str, images: list, setup: Setup) -> PassResult:
     if kind == OBJECTS:
         return mine_objects(*images, setup.sizes, setup.min_side, setup.vocab)
-    return count_pass.mine_counts(images[0], setup.sizes, setup.min_side, setup.vocab)
+    return mine_counts(images[0], setup.sizes, setup.min_side, setup.vocab)
 
 
-def _note_streamed(kind: str, paths: dict) -> None:
-    """Say why a pass that the streaming reader read without fault ran on one core."""
-    names = " and ".join(paths[stem].name for stem in _FILES[kind])
-    print(f"mine: {names}: a byte range did not hold the records the cut found there (are "
-          "the records written in more than one way?), so the streaming reader read the "
-          "pass again on one core: the same output, more slowly", file=sys.stderr)
-
-
-class _Merged:
-    """The `PassResult`s of a pass's chunks, joined in file order as one pass would count."""
+class _Joined:
+    """The `PassResult`s of a pass's chunks, joined in file order as one pass would count.
+    Each part's string codes are remapped into one table as it comes, and the part dropped."""
 
     def __init__(self, stats: dict):
         self.stats = stats
@@ -180,10 +176,3 @@ class _Merged:
     def result(self) -> PassResult:
         columns = {name: np.concatenate(self.columns.pop(name)) for name in list(self.columns)}
         return PassResult(columns, self.table.strings, self.stats, {}, self.rows, self.seconds)
-
-
-def _progress(total: int):
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="B", unit_scale=True, desc="mining", leave=False,
-                disable=None)

@@ -1,29 +1,28 @@
-"""The two mining passes over Visual Genome, as plain functions over `readers.ImageItems`s (a
-worker runs them on one chunk of the files, or the streaming reader on whole files: see
-`mining.pool_jobs`); this module holds the objects pass and what both passes share.
+"""The two mining passes over Visual Genome, as plain functions over `readers.ImageItems`
+(a worker runs them on a chunk of the files, or the streaming reader on whole files:
+`mining.pool_jobs`). This module holds the objects pass and what both passes share.
 
 * **objects pass** (`mine_objects`): objects.json and attributes.json list the same images in
-  the same order, so they are read side by side, one image record of each at a time (their
-  image ids must agree). Per image, attributes are joined to objects by object id; the
-  attributes of v1.4's `merged_object_ids` go to the surviving object; objects whose clipped
-  boxes are identical are one *region* (VG often annotates a box several times), so a region
-  gets one crop per pool and carries all its labels. Regions then pass a funnel, each step
-  counted in the report: image missing from image_data.json, zero-size box, box outside the
-  image (boxes partly outside are clipped), a side under `min_side` px, excluded object (sky,
-  road, ...). Labels are canonicalised only from the size step on (3/4 of VG's objects are
-  too small), so the report's unknown labels are those of regions large enough to matter.
-  A surviving region enters the OBJECT pool if its names map to exactly one category, and for
-  each super-attribute S of its attribute table (human when a name is a person word, object
-  otherwise) the (element_type, S) pool with its one attribute of S. PURITY: a region with two
-  attributes of S ("red and blue shirt") is left out of that pool and counted as impure.
-* **counts pass** (`mining.count_pass.mine_counts`): region_descriptions.json through the
-  same box funnel, then `counts.parse_count` on each phrase with a number.
+  the same order and are read side by side (their image ids must agree). Per image,
+  attributes join objects by object id (v1.4's `merged_object_ids` go to the survivor);
+  objects with identical clipped boxes are one *region*, which gets one crop per pool and
+  carries all their labels. Regions pass a funnel, each step counted in the report: image
+  missing from image_data.json, zero-size box, box outside the image (boxes partly outside
+  are clipped), a side under `min_side` px, excluded object. Labels are canonicalised only
+  from the size step on (3/4 of VG's objects are too small to matter). A surviving region
+  enters the OBJECT pool if its names map to exactly one category, and for each
+  super-attribute S of its attribute table (human when a name is a person word) the pool of
+  S with its one attribute of S; a region with two attributes of S is *impure* there.
+* **counts pass** (`mine_counts`): region_descriptions.json through the same box funnel,
+  then each phrase through the prefilter of `counts.parse_count` (a digit or a number word;
+  one phrase in twenty) and the parser. A count 1-10 whose region is large enough becomes a
+  COUNT crop; a number that is not a count ("five o'clock") is counted by reason and listed
+  with its region and image ids in `excluded_rows`. VG repeats phrases ("two zebras" comes
+  back thousands of times), so parses are memoised, up to `MEMO` phrases.
 
-Every crop's `labels` column holds every canonical label its source has (all names and
-attributes of the region; for counts the count and the noun): generation needs them to prove
-each matrix has exactly one answer. A pass accumulates its crops as typed arrays with one
-interned string table (`CropColumns`), so what a worker sends back (a `PassResult`) is a few
-numpy columns, not millions of Python objects.
+A crop's `labels` hold every canonical label its source has: generation needs them to prove
+each matrix has one answer. A pass keeps its crops as typed arrays with one interned string
+table (`CropColumns`), so a worker sends back a few numpy columns (`PassResult`).
 """
 
 from __future__ import annotations
@@ -32,13 +31,15 @@ import time
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache, partial
 from itertools import zip_longest
 
 import numpy as np
 
 from vprom.errors import VpromError
 from vprom.images import clip_box
-from vprom.domain import LABEL_SEPARATOR, ElementType
+from vprom.domain import COUNTS, LABEL_SEPARATOR, ElementType
+from vprom.mining.counts import parse_words, words_for
 from vprom.mining.readers import ImageItems
 
 ELEMENT_TYPES = tuple(e.value for e in ElementType)  # crop order: this, then input order
@@ -48,7 +49,6 @@ SAMPLES = 5  # sample phrases per count-exclusion reason
 STRING_COLUMNS = ("element", "super_attribute", "phrase", "labels")
 
 
-# ---------------------------------------------------------------- per-worker accumulation
 class CropColumns:
     """Crops as compact typed arrays; strings interned into one table (shared across rows)."""
 
@@ -98,8 +98,7 @@ class PassResult:
 
 
 def clipped_box(x: int, y: int, w: int, h: int, width: int, height: int, stats: Counter):
-    """The box (x, y, w, h) clipped to the image, or None (zero-size / outside), counting
-    each case in `stats`."""
+    """The box clipped to the image, or None (zero-size / outside); each case counted."""
     if 0 <= x and 0 <= y and 0 < w and 0 < h and x + w <= width and y + h <= height:
         return x, y, w, h  # the common case, first: this runs ~9M times
     # an empty box counts as zero-size even where it also lies outside the image
@@ -116,7 +115,14 @@ def clipped_box(x: int, y: int, w: int, h: int, width: int, height: int, stats: 
     return x0, y0, x1 - x0, y1 - y0
 
 
-# ---------------------------------------------------------------- labels
+def missing_image(image: ImageItems, stats: dict, counts: Counter) -> None:
+    """Count an image record whose image is not in image_data.json: its items are skipped."""
+    counts["missing_image"] += len(image.items)
+    counts["missing_image_records"] += 1
+    if len(stats["missing_image_ids"]) < 20:
+        stats["missing_image_ids"].append(image.image_id)
+
+
 def _name_role(vocab, raw) -> tuple[str, str]:
     """(canonical, role) of a name: category / person / excluded / unknown / empty."""
     c = vocab.canonical(raw) if isinstance(raw, str) else ""
@@ -133,7 +139,6 @@ def _attribute_role(vocab, raw) -> tuple[str, str]:
                "unknown")
 
 
-# ---------------------------------------------------------------- objects pass
 def object_stats(images: int) -> dict:
     """The statistics an objects pass (or a piece of one) counts."""
     return {"objects": Counter(), "unknown_names": Counter(), "unknown_attributes": Counter(),
@@ -142,8 +147,7 @@ def object_stats(images: int) -> dict:
 
 
 def mine_objects(objects, attributes, sizes: dict, min_side: int, vocab) -> PassResult:
-    """The objects pass (see the module docstring) over the `readers.ImageItems`s of objects.json
-    and attributes.json."""
+    """The objects pass over the `readers.ImageItems` of objects.json and attributes.json."""
     start = time.perf_counter()
     stats = object_stats(len(sizes))
     cols = CropColumns()
@@ -171,9 +175,8 @@ def _check_aligned(objs: ImageItems | None, attrs: ImageItems | None) -> None:
 
 def _regions_of(objects: list, extra: dict, width: int, height: int, min_side: int,
                 stats: Counter) -> dict:
-    """Clipped box -> [source id, raw names, raw attributes] for one image's objects whose
-    box is at least `min_side` px both ways (the smaller ones are only counted); `extra`
-    holds the attributes of attributes.json by object id, and is used up."""
+    """Clipped box -> [source id, raw names, raw attributes] of one image's regions at least
+    `min_side` px both ways; `extra` (attributes.json's by object id) is used up."""
     merged_away = {m for o in objects if o.merged_object_ids for m in o.merged_object_ids}
     regions: dict = {}
     small: set = set()
@@ -233,16 +236,12 @@ def _mine_image(objs: ImageItems, attrs: ImageItems, sizes: dict, min_side: int,
     size = sizes.get(objs.image_id)
     if size is None:
         counts["read"] += len(objs.items)
-        counts["missing_image"] += len(objs.items)
-        if len(stats["missing_image_ids"]) < 20:
-            stats["missing_image_ids"].append(objs.image_id)
-        counts["missing_image_records"] += 1
+        missing_image(objs, stats, counts)
         return
     counts["attribute_annotations"] += sum(len(o.attributes) for o in objs.items + attrs.items
                                            if o.attributes)
     regions = _regions_of(objs.items, _attributes_by_id(attrs.items), *size, min_side, counts)
     for box, (source_id, raw_names, raw_attrs) in regions.items():
-        # labels are looked at only from here on: 3/4 of VG's objects are too small to matter
         names, name_roles = _labels(raw_names, vocab, _name_role, stats["unknown_names"])
         attributes, attr_roles = _labels(raw_attrs, vocab, _attribute_role,
                                          stats["unknown_attributes"])
@@ -296,3 +295,64 @@ def _add_attributes(image_id, box, source_id, attr_roles: dict, human: bool, voc
                      labels)
         else:  # "red and blue shirt": neither colour is a clean example of its pool
             stats["impure"][f"{element_type}\t{super_attribute}"] += 1
+
+
+MEMO = 200_000  # numbered phrases whose parse is remembered
+
+
+def count_stats(images: int) -> dict:
+    """The statistics a counts pass (or a piece of one) counts."""
+    return {"regions": Counter(), "count_excluded": Counter(), "count_samples": {},
+            "count_too_small": Counter(), "missing_image_ids": [], "images": images}
+
+
+def mine_counts(images, sizes: dict, min_side: int, vocab) -> PassResult:
+    """The counts pass over the `readers.ImageItems`s of region_descriptions.json."""
+    start = time.perf_counter()
+    stats = count_stats(len(sizes))
+    counts = stats["regions"]
+    cols, rows = CropColumns(), []
+    words = words_for(vocab)
+    numbered, ascii_numbered = words.prefilter.search, words.ascii_prefilter.search
+    parse = lru_cache(maxsize=MEMO)(partial(parse_words, words=words))
+    for image in images:
+        counts["read"] += len(image.items)
+        size = sizes.get(image.image_id)
+        if size is None:
+            missing_image(image, stats, counts)
+            continue
+        for region in image.items:
+            box = clipped_box(region.x, region.y, region.width, region.height, *size, counts)
+            phrase = region.phrase.lower()
+            if box is None or not (ascii_numbered if phrase.isascii() else numbered)(phrase):
+                continue
+            parsed = parse(region.phrase)
+            if parsed is not None:
+                _mine_phrase(image.image_id, box, region.region_id, region.phrase, parsed,
+                             min_side, vocab, stats, cols, rows)
+    return PassResult(cols.numpy(), cols.strings, stats, {}, rows,
+                      seconds=time.perf_counter() - start)
+
+
+def _mine_phrase(image_id: int, box: tuple, region_id: int, phrase: str, parsed,
+                 min_side: int, vocab, stats: dict, cols: CropColumns, rows: list) -> None:
+    """A phrase with a number whose box passed the funnel: a COUNT crop, or counted out."""
+    counts = stats["regions"]
+    counts["with_number"] += 1
+    if parsed.count not in COUNTS:
+        reason = parsed.excluded or "out of range"
+        stats["count_excluded"][reason] += 1
+        samples = stats["count_samples"].setdefault(reason, [])
+        if len(samples) < SAMPLES:
+            samples.append(phrase)
+        one_line = " ".join(phrase.split())  # one line, no tabs
+        rows.append(f"{region_id}\t{image_id}\t{reason}\t{parsed.number}\t{one_line}")
+        return
+    counts["counted"] += 1
+    if box[2] < min_side or box[3] < min_side:
+        stats["count_too_small"][str(parsed.count)] += 1
+        return
+    element = str(parsed.count)
+    noun = vocab.canonical(parsed.noun) if parsed.noun else ""
+    labels = cols.intern(LABEL_SEPARATOR.join(sorted({element, noun} - {""})))
+    cols.add("count", element, "", image_id, box, region_id, phrase, labels)

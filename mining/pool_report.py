@@ -98,11 +98,8 @@ def _element_key(item: tuple[str, int]) -> tuple:
 
 @dataclass
 class MineReport:
-    """What `mine` did: per pool elements and crops, and what every filter removed and why.
-
-    `data` is JSON-able and deterministic (same input -> same report); `elapsed_s` is not
-    part of it.
-    """
+    """What `mine` did; `data` is JSON-able and deterministic (same input -> same report),
+    `elapsed_s` and `timings` are not part of it."""
 
     out: Path
     data: dict

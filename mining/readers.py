@@ -1,22 +1,17 @@
 """Visual Genome's annotation files: finding them, streaming them, and the fields mining takes.
 
 Each annotation file is one JSON array of per-image records (up to ~700 MB). `records`
-parses it with ijson one record at a time, so memory stays flat whatever the file size; a
-`.json.zip`, as VG distributes it, is read by streaming its single JSON member. `Source`
-counts the bytes read (to say where a file is broken) and hashes a plain file on the way.
+parses it with ijson one record at a time, so memory stays flat; a `.json.zip` is read by
+streaming its single JSON member. `Source` counts the bytes read (to say where a file is
+broken) and hashes a plain file on the way.
 
 The passes read each record as a struct of the fields they use (`ObjectsRecord`,
-`RegionsRecord`: msgspec checks their types in C and skips the rest). `mining.byte_ranges`
-parses a chunk straight into them; `image_of` converts a record in any other form (ijson's
-dicts, or a chunk in another layout), absorbing the schema's drift between VG releases:
-image ids `image_id` or `id`; object ids `object_id` or `id`; names `names`, `name` or
-`object_names`; `attributes` missing, null or one string; v1.4's `merged_object_ids`; boxes
-`x, y, w, h` (objects) or `x, y, width, height` (regions), floats truncated.
-
-Broken input is a `VpromError` naming the file and the record: invalid or truncated JSON
-(the last record read, its image id and the byte offset), a missing key (image, object or
-region id, key), an image listed twice in image_data.json, an image size no JPEG can have.
-Boxes are not refused here: the passes clip them and count what they drop.
+`RegionsRecord`; msgspec checks their types and skips the rest). `image_of` converts a record
+in any other form, absorbing the schema's drift between VG releases: image ids `image_id` or
+`id`; object ids `object_id` or `id`; names `names`, `name` or `object_names`; `attributes`
+missing, null or one string; boxes `x, y, w, h` (objects) or `x, y, width, height`
+(regions), floats truncated. Broken input is a `VpromError` naming the file and the record;
+boxes are not refused here (the passes clip them and count what they drop).
 """
 
 from __future__ import annotations
@@ -77,8 +72,8 @@ def _version_key(name: str, stem: str) -> tuple[int, ...]:
 
 
 class Source:
-    """One annotation file opened as a binary stream (`read`), counting the bytes read;
-    `sha256` is set once `records` has read it all (for a zip, the zip file's hash)."""
+    """One annotation file as a binary stream, counting the bytes read; `sha256` is set once
+    `records` has read it all (for a zip, the zip file's hash)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -161,10 +156,8 @@ def images(source: Source, key: str) -> Iterator[ImageItems]:
 
 
 def image_sizes(path: str | Path) -> tuple[dict[int, tuple[int, int]], str]:
-    """image id -> (width, height) for every image of image_data.json, and its sha256.
-
-    An image listed twice is refused: which of its sizes the boxes were drawn on cannot be
-    told, and keeping either would clip crops to a guess."""
+    """image id -> (width, height) for every image of image_data.json, and its sha256. An
+    image listed twice is refused: which size its boxes were drawn on cannot be told."""
     sizes: dict[int, tuple[int, int]] = {}
     first: dict[int, int] = {}
     with Source(path) as source:
@@ -189,9 +182,7 @@ def image_sizes(path: str | Path) -> tuple[dict[int, tuple[int, int]], str]:
     return sizes, source.sha256
 
 
-# ---------------------------------------------------------------- fields of a record
-# Structs of the fields the passes read, in VG's own layout (msgspec skips the rest without
-# building it). gc=False: parsed JSON holds no reference cycles for the collector to find.
+# gc=False: parsed JSON holds no reference cycles for the collector to find.
 class Object(msgspec.Struct, gc=False):
     """An object of objects.json or attributes.json."""
 
@@ -217,8 +208,7 @@ class Region(msgspec.Struct, gc=False):
 
 
 class ObjectsRecord(msgspec.Struct, gc=False):
-    """An image record of objects.json, or of attributes.json (its list is "attributes",
-    or in some re-packagings "objects")."""
+    """An image record of objects.json or attributes.json (list "attributes" or "objects")."""
 
     objects: list[Object] | None = None
     attributes: list[Object] | None = None
@@ -239,9 +229,8 @@ RECORD = {"objects": ObjectsRecord, "attributes": ObjectsRecord, "regions": Regi
 
 
 def image_of(index: int, record, path: Path, key: str) -> ImageItems:
-    """The `ImageItems` of record #`index` of objects.json (`key` "objects"), attributes.json
-    ("attributes") or region_descriptions.json ("regions"): a record struct, or the dict a
-    JSON reader gave, in any of the layouts in the module docstring."""
+    """The `ImageItems` of record #`index` (a struct, or a dict in any layout of the module
+    docstring) of the file of `key`: "objects", "attributes" or "regions"."""
     if type(record) is not RECORD[key]:
         record = _record_of(record, path, index, key)
     image_id = record.id if record.image_id is msgspec.UNSET else record.image_id
@@ -256,8 +245,7 @@ def image_of(index: int, record, path: Path, key: str) -> ImageItems:
 
 
 def _record_of(record, path: Path, index: int, key: str):
-    """A record struct of a dict: converted as it is where it has VG's own layout, else item
-    by item, naming what is wrong."""
+    """A record struct of a dict, converted item by item where it is not in VG's layout."""
     try:
         return msgspec.convert(record, RECORD[key])
     except msgspec.ValidationError:
@@ -289,8 +277,7 @@ def _image_id(record, path: Path, index: int, key: str) -> int:
 
 
 def _object(item, path: Path, image_id: int, position: int) -> Object:
-    """An object in VG's layout, or in another ("id", "name", "object_names", a float box,
-    "attributes" as one string); an error naming the object when it is broken."""
+    """An object in VG's layout or another ("id", "name", a float box, ...), or an error."""
     try:
         return msgspec.convert(item, Object)
     except msgspec.ValidationError:
@@ -307,7 +294,7 @@ def _object(item, path: Path, image_id: int, position: int) -> Object:
         names = item.get("name", item.get("object_names"))
     box = _box(item, ("x", "y", "w", "h"), path, image_id, "object", object_id)
     merged = item.get("merged_object_ids") or ()
-    return Object(object_id, *box, list(strings(names)), list(strings(item.get("attributes"))),
+    return Object(object_id, *box, _strings(names), _strings(item.get("attributes")),
                   [int(m) for m in merged])
 
 
@@ -339,10 +326,8 @@ def _box(item: dict, keys: tuple[str, ...], path: Path, image_id: int, kind: str
                          f"{values}; fix or re-download the file") from None
 
 
-def strings(value) -> tuple[str, ...]:
+def _strings(value) -> list[str]:
     """The strings of a label field: a list (others dropped), one string, or null."""
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    return tuple(v for v in value if isinstance(v, str))
+    if value is None or isinstance(value, str):
+        return [] if value is None else [value]
+    return [v for v in value if isinstance(v, str)]

@@ -1,21 +1,15 @@
-"""Curated vocabularies (the JSON files under `mining/data/`, see docs/generation.md) and
-label normalisation.
+"""Curated vocabularies (the JSON files under `mining/data/`) and label normalisation.
 
 `object_attributes.json` and `human_attributes.json` map each super-attribute to its
-attributes; `objects.json` lists the categories and `person_words.json` the names of one
-person; `implied_labels.json` the human-attribute values a name implies (man -> male, adult);
-`excluded.json` the objects and attributes the miner drops, by reason; `aliases.json` maps
-variants (spellings, irregular plurals, synonyms, subtypes) to canonical labels.
-
-`load_vocabulary` reads and validates them, refusing with the file and the label: a label
-not in normal form (`normalize`), empty or listed twice, in two super-attributes of a table,
-or in two tables that exclude each other; a super-attribute that is not the paper's; an alias
-whose variant is canonical, or whose chain does not end at a canonical label; an implied
-label of a name that is no person word or category, or of a value that is no human attribute.
+attributes; `objects.json` lists the categories, `person_words.json` the names of one person,
+`implied_labels.json` the human attributes a name implies (man -> male, adult),
+`excluded.json` the objects and attributes the miner drops, by reason, and `aliases.json`
+maps variants (spellings, plurals, synonyms, subtypes) to canonical labels. `load_vocabulary`
+validates them, naming the file and the label it refuses.
 
 `Vocabulary.canonical` maps a raw VG name to its canonical label: normalised, an alias wins,
-a canonical label stays, and a regular plural ("boxes", "cherries") loses its ending only when
-the singular is known (so "glass" and "bus" keep theirs). Unknown labels come back normalised.
+a canonical label stays, and a regular plural ("boxes") loses its ending only when the
+singular is known (so "glass" and "bus" keep theirs); unknown labels come back normalised.
 The miner asks millions of times for ~100k distinct names, so answers are memoised.
 """
 
@@ -39,16 +33,6 @@ HUMAN_SUPER_ATTRIBUTES = (
     "age", "hair style", "clothing style", "gender", "action", "clothing color",
 )
 
-FILES = {
-    "object_attributes": "object_attributes.json",
-    "human_attributes": "human_attributes.json",
-    "objects": "objects.json",
-    "person_words": "person_words.json",
-    "implied_labels": "implied_labels.json",
-    "excluded": "excluded.json",
-    "aliases": "aliases.json",
-}
-
 # Anything that is neither a word character, whitespace, a hyphen nor an apostrophe splits
 # words; "_" counts as punctuation although \w matches it.
 _PUNCT = re.compile(r"[^\w\s'\-]|_")
@@ -57,11 +41,8 @@ _QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u2010": "-", 
 
 @functools.lru_cache(maxsize=1 << 18)
 def normalize(label: str) -> str:
-    """Lower-case, replace punctuation by spaces, trim, collapse whitespace.
-
-    Hyphens and apostrophes survive only inside a word ("t-shirt", "man's"); at a word's edge
-    they are dropped ("'red'" -> "red", "- sign" -> "sign"). Returns "" when nothing is left.
-    """
+    """Lower-case, replace punctuation by spaces, collapse whitespace; hyphens and apostrophes
+    survive only inside a word ("t-shirt", "man's"; "'red'" -> "red"); "" when nothing is left."""
     text = _PUNCT.sub(" ", label.translate(_QUOTES).lower())
     words = (word.strip("-'") for word in text.split())
     return " ".join(word for word in words if word)
@@ -95,10 +76,9 @@ class Vocabulary:
     @functools.cached_property
     def known(self) -> frozenset[str]:
         """Every canonical label of every table."""
-        return frozenset().union(
-            self.object_attributes, self.human_attributes, self.objects, self.person_words,
-            self.excluded_objects, self.excluded_attributes,
-        )
+        return frozenset().union(self.object_attributes, self.human_attributes, self.objects,
+                                 self.person_words, self.excluded_objects,
+                                 self.excluded_attributes)
 
     def canonical(self, label: str) -> str:
         """The canonical label of a raw name; unknown names come back normalised."""
@@ -122,45 +102,30 @@ class Vocabulary:
                 return stem
         return label
 
-    def is_person(self, name: str) -> bool:
-        return self.canonical(name) in self.person_words
-
-    def implied(self, name: str) -> tuple[str, ...]:
-        """The human-attribute values a region name implies ("men" -> male, adult)."""
-        return self.implied_labels.get(self.canonical(name), ())
-
-    def super_attribute(self, attribute: str, human: bool) -> str | None:
-        """The super-attribute of an attribute in the human or the object table, else None."""
-        table = self.human_attributes if human else self.object_attributes
-        return table.get(self.canonical(attribute))
-
-
-_DEFAULT: Vocabulary | None = None
-
 
 def load_vocabulary(folder: Path | None = None) -> Vocabulary:
     """Read and validate the vocabulary files of `folder` (default: mining/data, cached)."""
-    global _DEFAULT
-    if folder is None:
-        if _DEFAULT is None:
-            _DEFAULT = _load(DATA_DIR)
-        return _DEFAULT
-    return _load(Path(folder))
+    return _default() if folder is None else _load(Path(folder))
+
+
+@functools.cache
+def _default() -> Vocabulary:
+    return _load(DATA_DIR)
 
 
 def _load(folder: Path) -> Vocabulary:
-    object_attributes = _attribute_table(folder / FILES["object_attributes"],
+    object_attributes = _attribute_table(folder / "object_attributes.json",
                                          OBJECT_SUPER_ATTRIBUTES)
-    human_attributes = _attribute_table(folder / FILES["human_attributes"], HUMAN_SUPER_ATTRIBUTES)
-    objects = _label_set(folder / FILES["objects"], "objects")
-    person_words = _label_set(folder / FILES["person_words"], "person_words")
-    excluded_objects, excluded_attributes = _excluded(folder / FILES["excluded"])
+    human_attributes = _attribute_table(folder / "human_attributes.json", HUMAN_SUPER_ATTRIBUTES)
+    objects = _label_set(folder / "objects.json", "objects")
+    person_words = _label_set(folder / "person_words.json", "person_words")
+    excluded_objects, excluded_attributes = _excluded(folder / "excluded.json")
     _check_disjoint(folder, objects, person_words, excluded_objects,
                     object_attributes, human_attributes, excluded_attributes)
     known = frozenset().union(object_attributes, human_attributes, objects, person_words,
                               excluded_objects, excluded_attributes)
-    aliases = _aliases(folder / FILES["aliases"], known)
-    implied = _implied(folder / FILES["implied_labels"], objects | person_words, human_attributes)
+    aliases = _aliases(folder / "aliases.json", known)
+    implied = _implied(folder / "implied_labels.json", objects | person_words, human_attributes)
     return Vocabulary(object_attributes, human_attributes, objects, person_words,
                       excluded_objects, excluded_attributes, aliases, implied)
 
@@ -251,14 +216,14 @@ def _excluded(path: Path) -> tuple[frozenset[str], frozenset[str]]:
 def _check_disjoint(folder, objects, person_words, excluded_objects,
                     object_attributes, human_attributes, excluded_attributes) -> None:
     checks = [
-        (objects & excluded_objects, FILES["excluded"],
+        (objects & excluded_objects, "excluded.json",
          "is an excluded object and a category in objects.json"),
-        (objects & person_words, FILES["person_words"],
+        (objects & person_words, "person_words.json",
          "is a person word and a category in objects.json"),
-        (person_words & excluded_objects, FILES["excluded"],
+        (person_words & excluded_objects, "excluded.json",
          "is an excluded object and a person word"),
         (excluded_attributes & (object_attributes.keys() | human_attributes.keys()),
-         FILES["excluded"], "is an excluded attribute and listed in an attribute table"),
+         "excluded.json", "is an excluded attribute and listed in an attribute table"),
     ]
     for clash, file, what in checks:
         if clash:

@@ -1,11 +1,10 @@
 """What the split specs mean: how images are dealt, what each split holds out, and the one
 pure function, `assign`, that puts matrices in train / test / excluded in every split.
 
-Images. `image_test_side` deals Visual Genome images to the train or test side of a
-*partition* by a 64-bit hash of (seed, partition name, image id), so an image lands on the
-same side whatever uses it. The neutral split has its own partition; the six held-out splits
-share one. `object_third` puts each object category in one of three fixed thirds by a hash
-of its name, for the held-out-object splits.
+Images. `image_test_side` deals images to the train or test side of a *partition* by a
+64-bit hash of (seed, partition name, image id), so an image lands on the same side whatever
+uses it. The neutral split has its own partition; the six held-out splits share one.
+`object_third` puts each object category in one of three fixed thirds by a hash of its name.
 
 Rules (`SplitSpec.rule`, one per spec file) give each matrix its *natural* part:
 
@@ -19,12 +18,10 @@ Rules (`SplitSpec.rule`, one per spec file) give each matrix its *natural* part:
 
 A natural "train" is excluded when one of the matrix's 16 panels carries, among all its
 labels, one the split bans from training (`TrainBan`: a test super-attribute's labels, or
-for `object_thirds` the test third's categories, in every relation with `every_relation`).
-Relation x super-attribute pairs stay a rule on the matrix's own super-attribute: every
-person shows an age, so "no Or matrix shows an age" could not be met. Then a matrix keeps
-its part only when all 16 images lie on that side of the spec's partition, so no image region
-is ever on both sides of a split. Validation ids are drawn afterwards from each train part
-by a hash of (seed, split, id) (`choose_val`), so merged shards choose as one run does.
+the test third's categories). Relation x super-attribute pairs stay a rule on the matrix's
+own super-attribute (every person shows an age). Then a matrix keeps its part only when all
+16 images lie on that side of the spec's partition. Validation ids are drawn from each train
+part by a hash of (seed, split, id) (`choose_val`), so merged shards choose as one run does.
 """
 
 from __future__ import annotations
@@ -82,16 +79,6 @@ def image_test_side(seed: int, partition: str, image_ids, test_fraction: float) 
 def object_third(category: str) -> int:
     """The fixed third (0, 1 or 2) of an object category: sha256 of its name, mod 3."""
     return _salt("vprom-object-third:" + category) % 3
-
-
-def val_ids(train_ids, seed: int, split: str, size: int) -> np.ndarray:
-    """The `size` training ids with the smallest hash of (seed, split, id), sorted."""
-    train_ids = np.asarray(train_ids, dtype=np.int64)
-    if size <= 0 or len(train_ids) == 0:
-        return np.zeros(0, dtype=np.int64)
-    keys = hash_unit(seed, "val:" + split, train_ids)
-    order = np.lexsort((train_ids, keys))  # ties broken by id, so the choice is total
-    return np.sort(train_ids[order[:size]])
 
 
 def image_sides(rules: SplitRules, seed: int, image_ids) -> dict[str, np.ndarray]:
@@ -357,11 +344,15 @@ def val_size(scale: float) -> int:
 
 
 def choose_val(train_ids, seed: int, split: str, scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """(train, val): the val ids are `val_size(scale)` of the training ids, fixed by a hash."""
+    """(train, val): val holds the `val_size(scale)` training ids with the smallest hash of
+    (seed, split, id)."""
     train_ids = np.asarray(train_ids, dtype=np.int64)
     size = val_size(scale)
     if size >= len(train_ids):
         raise VpromError(f"split {split}: its training set has {len(train_ids)} matrices, too "
                          f"few to hold out {size} for validation; raise --scale")
-    val = val_ids(train_ids, seed, split, size)
+    val = np.zeros(0, dtype=np.int64)
+    if size > 0:
+        keys = hash_unit(seed, "val:" + split, train_ids)
+        val = np.sort(train_ids[np.lexsort((train_ids, keys))[:size]])  # ties broken by id
     return np.setdiff1d(train_ids, val), val

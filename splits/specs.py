@@ -1,13 +1,10 @@
 """The seven generalization splits as declarative specs: `splits/<split>.json`, loaded and
 validated at start.
 
-Each `<split>.json` holds `name`, `description` (the rule in words, as docs/generation.md
-states it), `partition` + `test_fraction` (how Visual Genome images are dealt to sides) and
-`rule`, one of the rule types `vprom.splits.rules` defines and applies (`random`, `counts`,
-`super_attributes`, `relation_super_attributes`, `object_thirds`; their meaning is stated
-there, once). This module only reads the files and refuses a malformed one with a message
-naming the file and the field; `load_rules()` gives the `vprom.splits.rules.SplitRules` that
-generation and verification are handed.
+Each file holds `name`, `description`, `partition` + `test_fraction` (how images are dealt
+to sides) and `rule`, one of the rule types `vprom.splits.rules` defines and applies. This
+module reads the files, refuses a malformed one naming the file and the field, and gives
+the `SplitRules` that generation and verification take (`load_rules`).
 """
 
 from __future__ import annotations

@@ -132,8 +132,7 @@ class Matrix:
         object.__setattr__(self, "panels", tuple(map(int, self.panels)))
         object.__setattr__(self, "elements", tuple(self.elements))
         splits = self.splits.items() if isinstance(self.splits, dict) else self.splits
-        object.__setattr__(self, "splits", tuple(sorted((str(s), str(p)) for s, p in splits))
-                           if splits else ())  # generation makes ~250k matrices without
+        object.__setattr__(self, "splits", tuple(sorted((str(s), str(p)) for s, p in splits)))
         if len(self.panels) != N_PANELS or len(self.elements) != N_PANELS:
             raise ValueError(f"matrix {self.id}: needs {N_PANELS} panels and elements")
         if not 0 <= self.answer < N_CANDIDATES:
@@ -141,21 +140,6 @@ class Matrix:
         if self.relation not in RELATIONS_OF[self.element_type]:
             raise ValueError(f"matrix {self.id}: {self.relation.value} does not apply to "
                              f"{self.element_type.value}")
-
-    @classmethod
-    def checked(cls, id: int, relation: Relation, element_type: ElementType,
-                super_attribute: str, panels: tuple[int, ...], elements: tuple[str, ...],
-                answer: int, splits: tuple[tuple[str, str], ...] = ()) -> Matrix:
-        """The record of values already in the fields' types and already checked (enums,
-        16 ints and 16 strings as tuples, (split, part) pairs sorted): the same record as
-        `Matrix(...)`, without `__post_init__`'s conversions and checks, for a caller that
-        makes hundreds of thousands from values it has checked (`vprom verify` after its
-        integrity check, the generator from its plan)."""
-        record = object.__new__(cls)
-        record.__dict__.update(id=id, relation=relation, element_type=element_type,
-                               super_attribute=super_attribute, panels=panels,
-                               elements=elements, answer=answer, splits=splits)
-        return record
 
     @property
     def context(self) -> tuple[int, ...]:

@@ -1,8 +1,7 @@
 """Finding Visual Genome images on disk and cutting crops out of them.
 
-Visual Genome ships its JPEGs in two folders, `VG_100K/` and `VG_100K_2/`, named
-`<image_id>.jpg`; the synthetic corpus uses the same layout. `ImageIndex` maps image ids to
-paths with one sorted scan of those folders, so callers never guess a folder per image.
+Visual Genome ships its JPEGs as `<image_id>.jpg` in `VG_100K/` and `VG_100K_2/` (as does
+the synthetic corpus); `ImageIndex` maps image ids to paths with one sorted scan of both.
 """
 
 from __future__ import annotations

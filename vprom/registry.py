@@ -1,15 +1,10 @@
 """Things of one kind registered by name: models, backbones (torchvision's `_api.py` style).
 
-A `Registry` is a leaf: it imports none of the modules that fill it. Its built-in members
-live in modules named in `builtins`, imported the first time the registry is asked for a
-name, so importing the registry is cheap and a member module can import `register` from its
-owner without an import cycle. Names are registered once; an unknown name raises a
-VpromError that lists the known ones.
-
-A *family* is a prefix with a resolver (`add_family("timm", resolve, usage)`): any name
-`timm:<rest>` is handed to `resolve(rest)`, which builds its member on demand (so one entry
-covers every model of a library, none copied per model); the member is then cached under its
-full name. `families()` lists the prefixes with their usage lines.
+A `Registry` imports none of the modules that fill it: its built-in members live in modules
+named in `builtins`, imported the first time a name is asked for, so a member module can
+import `register` from its owner without a cycle. A name is registered once; an unknown name
+raises a VpromError listing the known ones. A *family* (`add_family("timm", resolve,
+usage)`) hands any name `timm:<rest>` to `resolve(rest)`, which builds the member on demand.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The runtime of the torch stages: the device and the data-parallel processes (`World`).
 
-Extraction and training both run on it: the one ground-level module that may import torch,
-and that nothing else on the ground floor imports.
-
-`--device` names a torch device: `cpu`, `cuda` or `cuda:N`, or nothing for CUDA when it is
-available, else the CPU. A plain `cuda` is the process's GPU: `cuda:LOCAL_RANK` under
-`torchrun`, `cuda:0` otherwise (CUDA_VISIBLE_DEVICES chooses which GPUs those are); under
-`torchrun` an explicit `cuda:N` is refused rather than ignored. `torch.cuda.set_device` is
-always given an indexed device, as it raises on a bare `cuda`.
-
-Under `torchrun` (WORLD_SIZE > 1) `join_world` starts the process group (nccl on CUDA, gloo on
-the CPU) unless one exists; `joined_world` ends it after a `with` block if it started it.
+The one ground-level module that may import torch; nothing else on the ground floor imports
+it. `--device` names `cpu`, `cuda` or `cuda:N`, or nothing for CUDA when available, else the
+CPU. A plain `cuda` is `cuda:LOCAL_RANK` under `torchrun`, `cuda:0` otherwise; under
+`torchrun` an explicit `cuda:N` is refused. Under `torchrun` (WORLD_SIZE > 1) `joined_world`
+starts the process group (nccl on CUDA, gloo on the CPU) unless one exists, and ends it.
 """
 
 from __future__ import annotations
@@ -106,12 +100,10 @@ def join_world(requested_device: str | None, timeout: timedelta | None = None) -
 
 @contextmanager
 def joined_world(requested_device: str | None, timeout: timedelta | None = None):
-    """`join_world` for the length of a `with` block; the process group it started ends with it.
-
-    On a normal exit every process first waits for the others: tearing gloo down while a peer
-    is still sending can abort the process ("terminate called without an active exception").
-    After an error there is no waiting, since a peer may never arrive.
-    """
+    """`join_world` for the length of a `with` block; the process group it started ends with
+    it. On a normal exit every process first waits for the others (tearing gloo down while a
+    peer still sends can abort the process); after an error it does not, as a peer may never
+    arrive."""
     world = join_world(requested_device, timeout)
     try:
         yield world

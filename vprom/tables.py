@@ -49,9 +49,8 @@ def row_codes(*columns: np.ndarray) -> np.ndarray:
 
 def string_codes(values, key=None) -> tuple[list[str], np.ndarray]:
     """`np.unique(values.astype(str), return_inverse=True)` (names as a list, codes in
-    `values`' shape), by one dictionary pass instead of a sort of fixed-width strings (a
-    tenth of the time on a data set's elements). `key` (str -> str) replaces each value's
-    text before it is coded."""
+    `values`' shape) by one dictionary pass, a tenth of the time of sorting fixed-width
+    strings. `key` (str -> str) replaces each value's text before it is coded."""
     values = np.asarray(values)
     values = values.astype(str) if values.dtype.kind == "S" else values
     flat = values.ravel().tolist()
@@ -122,11 +121,8 @@ class CropTable:
 
     def write(self, group: h5py.Group) -> None:
         for f in fields(self):
-            col = getattr(self, f.name)
-            if f.name in INT_COLUMNS:
-                group.create_dataset(f.name, data=col)
-            else:
-                group.create_dataset(f.name, data=col, dtype=STR)
+            group.create_dataset(f.name, data=getattr(self, f.name),
+                                 dtype=None if f.name in INT_COLUMNS else STR)
 
     @classmethod
     def read(cls, group: h5py.Group) -> "CropTable":
@@ -234,10 +230,9 @@ class MatrixTable:
             ds = matrices[name]
             return ds.asstr()[()] if ds.dtype.kind == "O" else ds[()]
 
-        return cls(id=col("id"), relation=col("relation"), element_type=col("element_type"),
-                   super_attribute=col("super_attribute"), answer=col("answer"),
-                   panels=col("panels"),
-                   elements=col("elements"),
+        names = ("id", "relation", "element_type", "super_attribute", "answer", "panels",
+                 "elements")
+        return cls(**{name: col(name) for name in names},
                    splits={s: {p: splits[s][p][()] for p in SPLIT_PARTS if p in splits[s]}
                            for s in splits})
 
@@ -246,9 +241,8 @@ def write_label_vocabulary(group: h5py.Group, objects: Iterable[str],
                            tables: Mapping[str, Mapping[str, str]],
                            implied: Mapping[str, Iterable[str]]) -> None:
     """A label vocabulary as 1-D UTF-8 string columns: `objects`, `<table>/{label,
-    super_attribute}` per attribute table (label -> super-attribute), and `implied/{label,
-    value}`, one row per name and the value it implies. POOLS.h5 keeps it as `vocabulary`,
-    DATASET.h5 as `vocab/labels` (read by `generation.labels.LabelVocabulary.read`)."""
+    super_attribute}` per attribute table, and `implied/{label, value}` (one row per name and
+    value it implies); read by `generation.labels.LabelVocabulary.read`."""
     def column(g, name, values):
         g.create_dataset(name, data=_strings(list(values)), dtype=STR)
 
@@ -289,15 +283,15 @@ class _File(h5py.File):
         return False
 
 
-def open_h5(path: str | Path, mode: str = "r") -> h5py.File:
-    """Open an HDF5 file, turning 'not there' and 'not HDF5' into a clear VpromError."""
+def open_h5(path: str | Path) -> h5py.File:
+    """Open an HDF5 file to read, turning 'not there' and 'not HDF5' into a clear VpromError."""
     path = Path(path)
-    if mode == "r" and path.is_dir():
+    if path.is_dir():
         raise VpromError(f"{path}: is a folder; give the path of an HDF5 file inside it")
-    if mode == "r" and not path.is_file():
+    if not path.is_file():
         raise VpromError(f"{path}: no such file")
     try:
-        h5 = _File(path, mode)
+        h5 = _File(path, "r")
         h5.vprom_path = path
         return h5
     except OSError as e:
@@ -345,13 +339,10 @@ class DatasetFile:
 
 
 def content_hash(path: str | Path) -> str:
-    """sha256 over the data of a DATASET.h5, independent of HDF5 byte layout.
-
-    HDF5 datasets under CONTENT_GROUPS are visited in sorted path order; each contributes its
-    path, kind, shape and values: integers as little-endian int64, floats as float64,
-    strings as the UTF-8 of `json.dumps(list, ensure_ascii=False)`. Attributes (the
-    manifest) are not included.
-    """
+    """sha256 over the data of a DATASET.h5, independent of HDF5 byte layout: the HDF5
+    datasets under CONTENT_GROUPS in sorted path order, each as its path, kind, shape and
+    values (integers as little-endian int64, floats as float64, strings as the UTF-8 of
+    `json.dumps(list, ensure_ascii=False)`); attributes (the manifest) are left out."""
     h = hashlib.sha256()
     with open_h5(path) as f:
         items: list[tuple[str, h5py.Dataset]] = []

@@ -1,61 +1,53 @@
 """Bias audit of a built data set: can the answer be found without looking at the context?
 
-A sound V-PROM matrix can only be solved by reading its 8 context panels. This module
-measures the shortcuts a model could take instead, using the candidates alone:
+1. Answer position: a χ² goodness-of-fit test of the answer index (0..7) against N/8 per
+   position, overall and per element type (Bonferroni-corrected).
+2. "Pick a most frequent element" and "pick the odd one out" each pick uniformly among the
+   candidates they single out: exactly 1/8 in expectation, unless the answer's position
+   depends on the candidates' elements.
+3. Context-blind probes, per element type and per relation x element type, fitted on the
+   neutral train part and scored on its test part: conditional logits, candidate j scoring
+   s_j = w·x_j, P(answer = j) the softmax of s over the 8.
+   - Labels: x_j holds j's position, dense features (how often its element and
+     super-attribute occur among the 8; its element's answer rate in train, for a training
+     row from the other folds; its label counts and overlap with the others; box size and
+     shape) and a sparse set part, an indicator per (label of j, how many of the other 7
+     carry it): "the one male among seven women". The mean negative log-likelihood plus an
+     L2 penalty is smooth and convex: the probe is its minimum (scipy's L-BFGS-B).
+   - Image features: x_j is j's feature vector, on a common scale; with hundreds of
+     dimensions, under a strong L2 penalty (`FEATURE_L2`), in float32.
 
-1. Answer position. The answer index (0..7) must be uniform: a χ² goodness-of-fit test
-   against N/8 per position, with its p-value from the regularized upper incomplete gamma
-   function Q(k/2, χ²/2) (series / continued fraction, stdlib `math` only).
-2. Element-frequency heuristics. "Pick a candidate whose element is the most frequent
-   among the candidates" and "pick the odd one out (an element unique among the
-   candidates while others repeat)" are context-blind strategies; each picks uniformly
-   among the candidates it singles out (all 8 when it singles out none). If the answer's
-   position is independent of the candidates' elements, each scores exactly 1/8 in
-   expectation, whatever the elements are.
-3. Context-blind probes, one per element type and one per relation x element type (a
-   shortcut confined to one relation of one type would hide in a pooled figure). A
-   conditional-logit model (score s_j = w·x_j + Σ_l W[l, c_l] per candidate, softmax over
-   the 8) is trained on the neutral split's train part and scored on its test part. x_j
-   describes candidate j from its labels only: how often its element and super-attribute
-   occur among the 8 candidates, its element's answer rate in train (for a training row,
-   from the other folds of train, so the feature neither contains nor reveals the target),
-   how many labels it carries (explicit and implied apart), its label overlap with the
-   others, box size and shape, and its position. The set part W sees every label l the
-   candidate carries (explicit or implied) together with c_l, how many of the other 7 carry
-   it too: a learnt weight per (label, count) finds "the one male among seven women", "the
-   only one labelled curly", "the one without the label all others share". With a FEATS.h5
-   the same probes run on the candidates' image features, mean-centred over the 8
-   candidates.
-
-A strategy (2, 3) is flagged only when its accuracy is significantly above chance plus a
-2-point margin: the lower end of its 95% Wilson interval exceeds 14.5%. Small data sets
-are therefore never flagged by noise, and large ones are flagged for real shortcuts only;
-a probe group with fewer than `MIN_PROBE_TEST` test matrices is reported but not judged.
+A strategy (2, 3) fails when the lower end of its 95% Wilson interval exceeds chance plus
+`SHORTCUT_MARGIN` (14.5%): noise alone almost never fails it, however small the data set. A
+group with fewer than `MIN_PROBE_TEST` train or test matrices is reported but not judged.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import chain
 from typing import TYPE_CHECKING
 
 import numpy as np
-from tqdm import tqdm
 
-from vprom.generation.verify.minimise import minimise
 from vprom.domain import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
-from vprom.statistics import chi2_sf, wilson_interval
+from vprom.statistics import wilson_interval
 
 if TYPE_CHECKING:
     import scipy.sparse
 
-MARGIN = SHORTCUT_MARGIN  # a shortcut worth at most 2 accuracy points is tolerated
 POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests
 MIN_PROBE_TEST = 50  # fewer test matrices than this tell nothing; the probe is skipped
 FOLDS = 5  # the label probe's answer rates for training rows come from the other folds
-#: the label probe's per-slot features: candidate j's position, one-hot and standardised
-#: (mean 1/8, standard deviation √7/8), the same for every matrix
+L2 = 1e-3  # the label probe's penalty, times half the squared weights
+#: the feature probe's penalty (features scaled to unit deviation) and iterations: with
+#: hundreds of dimensions and a few thousand matrices, a strong penalty keeps the fit to the
+#: features' mean differences, which finds weak tells on held-out matrices that a weak one
+#: overfits (a tell of 0.5 deviations in 2,048 dimensions: 14.2% with 1, 13.9% with 0.01)
+FEATURE_L2, FEATURE_ITERATIONS = 1.0, 100
+#: the label probe's position features: one-hot, standardised (mean 1/8, deviation √7/8)
 SLOTS = (np.eye(N_CANDIDATES) - 1 / N_CANDIDATES) / (math.sqrt(N_CANDIDATES - 1) / N_CANDIDATES)
 
 
@@ -77,6 +69,8 @@ class Check:
 # ---------------------------------------------------------------- 1. answer position
 def answer_position(answers: np.ndarray, groups: dict[str, np.ndarray]) -> Check:
     """χ² test of uniform answer positions, overall and per group (Bonferroni-corrected)."""
+    from scipy.special import chdtrc  # the χ² tail of scipy.stats.chi2.sf, without its 0.5 s
+
     tests = {"all": np.asarray(answers)}
     tests.update({g: np.asarray(answers)[idx] for g, idx in sorted(groups.items())})
     tests = {g: a for g, a in tests.items() if len(a) > 0}
@@ -86,7 +80,7 @@ def answer_position(answers: np.ndarray, groups: dict[str, np.ndarray]) -> Check
         counts = np.bincount(a.astype(np.int64), minlength=N_CANDIDATES)[:N_CANDIDATES]
         expected = len(a) / N_CANDIDATES
         stat = float(((counts - expected) ** 2).sum() / expected)
-        p = chi2_sf(stat, N_CANDIDATES - 1)
+        p = float(chdtrc(N_CANDIDATES - 1, stat))
         figures[group] = {"counts": counts.tolist(), "chi2": round(stat, 3), "p": p}
         if p < alpha:
             problems.append(f"{group}: answer positions {counts.tolist()} are not uniform "
@@ -121,11 +115,11 @@ def heuristic_hits(codes: np.ndarray, answers: np.ndarray, kind: str) -> np.ndar
 
 
 def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
-    """Flag a strategy whose 95% lower bound exceeds chance + MARGIN."""
+    """Fail a strategy whose 95% lower bound exceeds chance + SHORTCUT_MARGIN."""
     n = len(hits)
     acc = float(hits.mean()) if n else CHANCE
     lo, hi = wilson_interval(float(hits.sum()), n)
-    limit = CHANCE + MARGIN
+    limit = CHANCE + SHORTCUT_MARGIN
     failed = n > 0 and lo > limit
     summary = (f"{what}: {100 * acc:.1f}% on {n:,} matrices (95% CI {100 * lo:.1f}–"
                f"{100 * hi:.1f}%; chance 12.5%, fail if the lower bound > {100 * limit:.1f}%)")
@@ -134,19 +128,11 @@ def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
                  {"accuracy": acc, "ci95": [lo, hi], "n": n, "limit": limit}, problems)
 
 
-# ---------------------------------------------------------------- 3. the context-blind probe
-def label_masks(label_ids: list[tuple[int, ...]]) -> list[int]:
-    """Each label set (its label ids) as a bit mask over all labels, one Python int each."""
-    return [sum(1 << i for i in ids) for ids in label_ids]
-
-
-def label_overlap(masks: list[int], candidate_rows: np.ndarray) -> np.ndarray:
-    """M×8: per candidate, the fraction of the other 7 sharing at least one label with it.
-
-    `candidate_rows` (M×8) index `masks` (from `label_masks`; crops share label sets, so
-    one mask per distinct set), which become rows of 64-bit words here, so every pair of
-    candidates is compared by numpy, a block of matrices at a time.
-    """
+# ---------------------------------------------------------------- 3. the context-blind probes
+def label_overlap(label_ids: list[tuple[int, ...]], candidate_rows: np.ndarray) -> np.ndarray:
+    """M×8: per candidate, the fraction of the other 7 sharing a label with it. Each label
+    set (`candidate_rows` index `label_ids`) becomes a bit mask in 64-bit words."""
+    masks = [sum(1 << i for i in ids) for ids in label_ids]
     words = max(1, -(-max(masks, default=0).bit_length() // 64))
     bits = np.frombuffer(b"".join(m.to_bytes(8 * words, "little") for m in masks),
                          dtype="<u8").reshape(len(masks), words)
@@ -173,20 +159,21 @@ class CandidateView:
     n_implied: np.ndarray | None = None  # implied labels (n_labels counts explicit ones)
     label_row: np.ndarray | None = None  # N×8 rows of `row_labels`, for the set part
     row_labels: list[tuple[int, ...]] | None = None  # per row: one label set's label ids
-    index: dict = field(default_factory=dict, repr=False)  # `_label_index`, made once
+
+    @cached_property
+    def label_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`row_labels` flat: (every label id, where each row's start, how many)."""
+        sizes = np.array([len(ls) for ls in self.row_labels], dtype=np.int64)
+        flat = np.fromiter(chain.from_iterable(self.row_labels), dtype=np.int64,
+                           count=int(sizes.sum()))
+        return flat, np.cumsum(sizes) - sizes, sizes
 
 
 def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
                    rows: np.ndarray) -> np.ndarray:
-    """N_rows×8 features of the candidates of matrices `rows` (their position is the
-    probe's per-slot part, `SLOTS`).
-
-    The element answer rate (and frequency) is learnt on `train` only. A training row takes
-    it from the other `FOLDS - 1` folds of `train` (folds by position in sorted `train`), so
-    its own answer never enters its features. A leave-one-out rate would not do: it dips for
-    the answer's element alone, and a probe with one weight per element reads the dip (on
-    the small demo it lifted count x union to 17.5%; bench/RESULTS.md, tenth stop).
-    """
+    """N_rows×8×F dense features of the candidates of matrices `rows`. A training row takes
+    its elements' answer rates from the other folds of `train`: a leave-one-out rate would
+    dip for the answer's element alone, which a weight per element reads."""
     n_codes = int(view.element.max()) + 1
     order = np.sort(train)
     fold = np.arange(len(order)) % FOLDS
@@ -222,45 +209,10 @@ def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
     return np.stack(columns, axis=2).astype(np.float32)
 
 
-def fit_probe(batches, n_features: int, steps: int, lr: float = 0.05,
-              l2: float = 1e-4) -> np.ndarray:
-    """Adam on the conditional-logit loss; `batches()` yields (X[B,8,F], answers[B])."""
-    w = np.zeros(n_features)
-    m = np.zeros_like(w)
-    v = np.zeros_like(w)
-    for t in range(1, steps + 1):
-        x, y = batches()
-        scores = x @ w.astype(x.dtype)  # float32 products: the probe needs no more precision
-        scores -= scores.max(axis=1, keepdims=True)
-        p = np.exp(scores)
-        p /= p.sum(axis=1, keepdims=True)
-        p[np.arange(len(y)), y] -= 1.0
-        grad = np.einsum("bj,bjf->f", p, x) / len(y) + l2 * w
-        m = 0.9 * m + 0.1 * grad
-        v = 0.999 * v + 0.001 * grad * grad
-        w -= lr * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-8)
-    return w
-
-
-def probe_hits(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Per matrix, the share of the top-scoring candidates that is the answer (ties split)."""
-    scores = (x @ w.astype(x.dtype)).astype(np.float64)
-    top = np.isclose(scores, scores.max(axis=1, keepdims=True), rtol=0, atol=1e-9)
-    return top[np.arange(len(y)), y] / top.sum(axis=1)
-
-
-def _standardise(x_train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
-    flat = x_train.reshape(-1, x_train.shape[-1])
-    mean, std = flat.mean(axis=0), flat.std(axis=0)
-    std[std < 1e-8] = 1.0
-    return [(a - mean) / std for a in (x_train,) + others]
-
-
 def set_entries(view: CandidateView, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The set part's entries for matrices `rows`: (candidate index i*8+j, feature l*8+c)
-    for every label l of candidate j, c = how many of the other 7 carry l; candidate by
-    candidate, each one's labels in order."""
-    flat, starts, sizes = _label_index(view)
+    """The set part of matrices `rows`: (candidate i*8+j, column l*8+c) for every label l of
+    candidate j, c = how many of the other 7 carry l."""
+    flat, starts, sizes = view.label_index
     sets = view.label_row[rows].ravel()
     n = sizes[sets]
     cand = np.repeat(np.arange(len(sets), dtype=np.int64), n)
@@ -272,129 +224,103 @@ def set_entries(view: CandidateView, rows: np.ndarray) -> tuple[np.ndarray, np.n
     return cand, label * N_CANDIDATES + count[pair.ravel()] - 1
 
 
-def _label_index(view: CandidateView) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`view.row_labels` flat: (every label id, where each row's start, how many)."""
-    if "labels" not in view.index:
-        sizes = np.array([len(ls) for ls in view.row_labels], dtype=np.int64)
-        flat = np.fromiter(chain.from_iterable(view.row_labels), dtype=np.int64,
-                           count=int(sizes.sum()))
-        view.index["labels"] = (flat, np.cumsum(sizes) - sizes, sizes)
-    return view.index["labels"]
+def label_design(x: np.ndarray, entries: tuple[np.ndarray, np.ndarray],
+                 n_sparse: int) -> tuple[np.ndarray, scipy.sparse.csr_matrix]:
+    """The label probe's design, a row per candidate: x's F columns, and the set part's
+    `n_sparse` indicators. Rows are slot-major (candidate j of matrix i in row j*N + i): a
+    reduction over each matrix's 8 candidates then runs over 8 contiguous runs of N, 20 times
+    faster than over N runs of 8."""
+    import scipy.sparse
 
-
-def _slot_major(x: np.ndarray, entries, n_sparse: int) -> tuple[np.ndarray, SetPart]:
-    """x (N×8×F) as F×8N, column j*N + i for candidate j of matrix i, and the set entries
-    re-indexed alike: the probe's reductions over the 8 candidates then run over 8
-    contiguous runs of N instead of N runs of 8, and its products over the features are
-    `einsum`s over F contiguous rows (no BLAS: its threads would make the sums depend on the
-    machine's core count, and crowd the other workers' cores)."""
-    n = x.shape[0]
+    n, _, f = x.shape
     cand, feat = entries
-    columns = np.ascontiguousarray(x.transpose(2, 1, 0).reshape(x.shape[-1], -1),
-                                   dtype=np.float64)
-    return columns, SetPart((cand % N_CANDIDATES) * n + cand // N_CANDIDATES, feat,
-                            columns.shape[1], n_sparse)
+    rows = cand % N_CANDIDATES * n + cand // N_CANDIDATES
+    # x column-major (in float64, as the fit): BLAS's two products both read columns
+    return (x.astype(np.float64).transpose(2, 1, 0).reshape(f, -1).T,
+            scipy.sparse.csr_matrix((np.ones(len(cand)), (rows, feat)),
+                                    shape=(n * N_CANDIDATES, n_sparse)))
 
 
-class SetPart:
-    """The set part's entries (column `cand`, table entry `feat`) as two sparse 0/1 matrices
-    made once: `scores(table)` sums each column's entries, `grad(p)` each table entry's
-    columns, both in the entries' order (a stable sort per row), so the very sums of
-    `np.bincount(cand, table[feat])` and `np.bincount(feat, p[cand])`, without their
-    gathers."""
-
-    def __init__(self, cand: np.ndarray, feat: np.ndarray, n_columns: int,
-                 n_sparse: int) -> None:
-        self.by_column = _rows_of(cand, feat, n_columns, n_sparse)
-        self.by_entry = _rows_of(feat, cand, n_sparse, n_columns)
-        self.n_sparse = n_sparse
-
-    def scores(self, table: np.ndarray) -> np.ndarray:
-        return self.by_column @ table
-
-    def grad(self, p: np.ndarray) -> np.ndarray:
-        return self.by_entry @ p
+def logit_scores(design: tuple[np.ndarray, scipy.sparse.csr_matrix], w: np.ndarray):
+    """N×8 scores under weights `w`: the design's F columns', the positions' (`SLOTS`), and
+    the set part's."""
+    f = design[0].shape[1]
+    scores = (design[0] @ w[:f] + design[1] @ w[f + N_CANDIDATES:]).reshape(N_CANDIDATES, -1)
+    return (scores + (SLOTS @ w[f:f + N_CANDIDATES])[:, None]).T
 
 
-def _rows_of(rows: np.ndarray, cols: np.ndarray, n_rows: int,
-             n_cols: int) -> scipy.sparse.csr_matrix:
-    import scipy.sparse  # here: importing it takes 0.1 s of every `vprom` start
+def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.ndarray,
+              l2: float = L2) -> np.ndarray:
+    """The weights minimising the mean negative log-likelihood of `answers` (`logit_scores`)
+    plus `l2`/2 times their squares."""
+    n = len(answers)
+    dense, sparse = design
+    # L-BFGS-B searches z = the weights times their column's RMS, the same minimum in a third
+    # of the evaluations: a label held by few candidates bends the loss up to a thousand times
+    # less than a feature. It stops once an iteration gains less than 1e-10 of the loss.
+    held = np.bincount(sparse.indices, minlength=sparse.shape[1]) / sparse.shape[0]  # 0/1s
+    scale = 1 / np.sqrt(np.r_[np.square(dense).mean(axis=0), np.ones(N_CANDIDATES), held] + l2)
 
-    # the stable sort of the narrowest type that holds the rows (radix sort up to 16 bits)
-    order = np.argsort(rows.astype(np.min_scalar_type(max(n_rows - 1, 0))), kind="stable")
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n_rows))])
-    return scipy.sparse.csr_matrix((np.ones(len(rows)), cols[order], indptr),
-                                   shape=(n_rows, n_cols))
+    def loss_grad(z: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
+        w = scale * z[0]
+        loss, residual = softmax_residual(logit_scores(design, w), answers)
+        r = residual.T.ravel()  # slot-major, as the design's rows
+        grad = np.r_[r @ dense, residual.sum(axis=0) @ SLOTS, sparse.T @ r] / n + l2 * w
+        return loss / n + 0.5 * l2 * float(np.square(w).sum()), [scale * grad]
 
-
-def _set_scores(x: np.ndarray, w: np.ndarray, part: SetPart, table: np.ndarray) -> np.ndarray:
-    """8×N scores of slot-major `x` and set part (`_slot_major`)."""
-    n_dense = x.shape[0]
-    scores = (np.einsum("fi,f->i", x, w[:n_dense]) + part.scores(table)).reshape(
-        N_CANDIDATES, -1)
-    return scores + (SLOTS @ w[n_dense:])[:, None]
-
-
-def fit_set_probe(x: np.ndarray, y: np.ndarray, part: SetPart, n_sparse: int,
-                  l2: float = 1e-3) -> tuple[np.ndarray, np.ndarray]:
-    """The minimum of the conditional logit of `x`, the candidates' positions (`SLOTS`) and
-    the sparse set part, all slot-major (`_slot_major`), plus `l2`/2 times the squared
-    weights: (weights of x then of the slots, the set table). The loss is convex, so the
-    probe is its one minimum, found by `minimise.minimise` (L-BFGS) on the weights scaled by
-    `start_scale`: the same minimum, in a quarter of the evaluations."""
-    n, n_w = len(y), x.shape[0] + N_CANDIDATES
-    picked = (y, np.arange(n))
-
-    def loss_grad(params: np.ndarray) -> tuple[float, np.ndarray]:
-        w, table = params[:n_w], params[n_w:]
-        scores = _set_scores(x, w, part, table)  # 8×N: a slot per row
-        top = scores.max(axis=0)
-        p = np.exp(scores - top)
-        total = p.sum(axis=0)
-        loss = float((np.log(total) + top - scores[picked]).sum()) / n
-        p /= total
-        p[picked] -= 1.0
-        p = p.reshape(-1)
-        # d/dw of Σ p·(x w + SLOTS w_slots): the slots' part from p's slot sums
-        grad = np.concatenate([np.einsum("fi,i->f", x, p),
-                               p.reshape(N_CANDIDATES, n).sum(axis=1) @ SLOTS,
-                               part.grad(p)]) / n
-        return loss + 0.5 * l2 * float((params * params).sum()), grad + l2 * params
-
-    scale = start_scale(x, part, n, l2)
-
-    def scaled(z: np.ndarray) -> tuple[float, np.ndarray]:
-        loss, grad = loss_grad(scale * z)
-        return loss, scale * grad
-
-    params = scale * minimise(scaled, np.zeros(n_w + n_sparse))
-    return params[:n_w], params[n_w:]
+    return scale * lbfgs(loss_grad, [np.zeros(len(scale))], ftol=1e-10)[0]
 
 
-def start_scale(x: np.ndarray, part: SetPart, n: int, l2: float) -> np.ndarray:
-    """1 / √(the loss's Hessian diagonal where the fit starts), per weight of
-    `fit_set_probe`. A set entry seen in 3 of 20,000 matrices bends the loss a thousand times
-    less than a feature does; L-BFGS, whose curvature estimate starts as a multiple of the
-    identity, crawled along such weights (48-110 evaluations a group on the bench data set;
-    16-32 with the scale, which also stopped nearer the minimum).
+def lbfgs(loss_grad, params: list[np.ndarray], maxiter: int = 15_000,
+          ftol: float = 1e-6) -> list[np.ndarray]:
+    """The arrays at scipy's L-BFGS-B minimum of `loss_grad(arrays) -> (loss, their
+    gradients)`, starting from `params`, stopped after `maxiter` iterations or once one gains
+    less than `ftol` of the loss (float32 sums are exact to about 1e-7). scipy searches one
+    flat vector and has no helper to lay several arrays out in it: they are its slices."""
+    from scipy.optimize import minimize
+    from threadpoolctl import threadpool_limits
 
-    At the start every weight is 0 and every candidate has p = 1/8, so the diagonal is
-    (1/n) Σ_i (1/8) Σ_j (x_ij - x̄_i)² + l2 for a weight of candidates' values x_ij (x̄_i:
-    their mean over matrix i's 8). That is the within-matrix variance for a feature's
-    column; 1 for a position (`SLOTS` is scaled so); for a set entry of `set_entries`
-    (label l, held by a = feat % 8 + 1 of the 8) in m columns, (m / n) (1/8) (1 - a/8)."""
-    columns = x.reshape(x.shape[0], N_CANDIDATES, -1)
-    within = (columns - columns.mean(axis=1, keepdims=True)) ** 2
-    held = np.arange(part.n_sparse) % N_CANDIDATES + 1
-    seen = np.diff(part.by_entry.indptr) / n
-    diagonal = np.concatenate([within.mean(axis=(1, 2)), np.ones(N_CANDIDATES),
-                               seen / N_CANDIDATES * (1 - held / N_CANDIDATES)]) + l2
-    return 1 / np.sqrt(diagonal)
+    cuts = np.cumsum([p.size for p in params])[:-1]
+
+    def arrays(z: np.ndarray) -> list[np.ndarray]:
+        return [part.reshape(p.shape) for part, p in zip(np.split(z, cuts), params)]
+
+    def flat_loss_grad(z: np.ndarray) -> tuple[float, np.ndarray]:
+        loss, grads = loss_grad(arrays(z))
+        return loss, np.concatenate([g.ravel() for g in grads])
+
+    # BLAS (loaded by now) on one thread: sums that do not depend on the core count, and
+    # verify's worker processes that do not crowd each other's cores
+    with threadpool_limits(1, user_api="blas"):
+        return arrays(minimize(flat_loss_grad, np.concatenate([p.ravel() for p in params]),
+                               jac=True, method="L-BFGS-B",
+                               options={"maxiter": maxiter, "ftol": ftol}).x)
 
 
-def _hits_of(scores: np.ndarray, y: np.ndarray) -> np.ndarray:
+def softmax_residual(scores: np.ndarray, answers: np.ndarray) -> tuple[float, np.ndarray]:
+    """(the negative log-likelihood of `answers` under the softmax of each row of `scores`,
+    summed; its gradient in the scores: the softmax minus the answer's one-hot)."""
+    scores = scores - scores.max(axis=1, keepdims=True)
+    p = np.exp(scores)
+    total = p.sum(axis=1)
+    picked = (np.arange(len(answers)), answers)
+    loss = float((np.log(total) - scores[picked]).sum())
+    p /= total[:, None]
+    p[picked] -= 1.0
+    return loss, p
+
+
+def chunked_hits(scores_of, rows: np.ndarray, answers: np.ndarray) -> np.ndarray:
+    """`hits_of` the scores `scores_of(rows)`, 4,096 rows at a time (their activations stay
+    small)."""
+    return np.concatenate([hits_of(scores_of(part), answers[part])
+                           for part in np.array_split(rows, -(-len(rows) // 4096))])
+
+
+def hits_of(scores: np.ndarray, answers: np.ndarray) -> np.ndarray:
+    """Per matrix (a row of `scores`): the share of its best-scoring candidates that is right."""
     top = np.isclose(scores, scores.max(axis=1, keepdims=True), rtol=0, atol=1e-9)
-    return top[np.arange(len(y)), y] / top.sum(axis=1)
+    return top[np.arange(len(answers)), answers] / top.sum(axis=1)
 
 
 def probe_groups(element_type: np.ndarray, relation: np.ndarray, train: np.ndarray,
@@ -411,9 +337,8 @@ def probe_groups(element_type: np.ndarray, relation: np.ndarray, train: np.ndarr
 
 def judge_groups(name: str, what: str, results: list[tuple[str, np.ndarray, int]],
                  note: str = "") -> Check:
-    """One check over probe groups [(group, test hits, train size)]: fail when any group with
-    at least MIN_PROBE_TEST test matrices has a 95% lower bound above chance + MARGIN."""
-    limit = CHANCE + MARGIN
+    """One check over probe groups' (name, test hits, train size)."""
+    limit = CHANCE + SHORTCUT_MARGIN
     figures, problems, parts, judged = {}, [], [], 0
     for group, hits, n_train in results:
         n = len(hits)
@@ -439,31 +364,27 @@ def judge_groups(name: str, what: str, results: list[tuple[str, np.ndarray, int]
     return Check(name, "fail" if problems else "pass", summary, figures, problems)
 
 
-def label_probe(view: CandidateView, answers: np.ndarray, train: np.ndarray,
-                test: np.ndarray, element_type: np.ndarray, relation: np.ndarray,
-                note: str = "") -> Check:
-    """The context-blind probes on the candidates' labels, one per element type and one per
-    relation x element type."""
-    groups = probe_groups(element_type, relation, train, test)
-    results = [(group, label_group_hits(view, answers, tr, te), len(tr))
-               for group, tr, te in tqdm(groups, desc="label probes", unit="probe",
-                                         disable=None)]
-    return label_check(results, note)
+def group_hits(element_type: np.ndarray, relation: np.ndarray, train: np.ndarray,
+               test: np.ndarray, hits) -> list[tuple[str, np.ndarray, int]]:
+    """(group, `hits(train rows, test rows)` or none if too few, train size) per group."""
+    return [(group, hits(tr, te) if min(len(tr), len(te)) >= MIN_PROBE_TEST else np.zeros(0),
+             len(tr)) for group, tr, te in probe_groups(element_type, relation, train, test)]
 
 
 def label_group_hits(view: CandidateView, answers: np.ndarray, train: np.ndarray,
                      test: np.ndarray) -> np.ndarray:
-    """The label probe of one group (`probe_groups`): its hits on `test` after training on
-    `train` (none when either is too small to judge)."""
+    """The label probe's hits on `test` after fitting on `train` (none if either is small)."""
     if len(train) < MIN_PROBE_TEST or len(test) < MIN_PROBE_TEST:
         return np.zeros(0)
-    n_sparse = N_CANDIDATES * (1 + int(_label_index(view)[0].max(initial=0)))
-    x_tr, x_te = _standardise(label_features(view, answers, train, train),
-                              label_features(view, answers, train, test))
-    x, part = _slot_major(x_tr, set_entries(view, train), n_sparse)
-    w, table = fit_set_probe(x, answers[train], part, n_sparse)
-    x, part = _slot_major(x_te, set_entries(view, test), n_sparse)
-    return _hits_of(_set_scores(x, w, part, table).T, answers[test])
+    n_sparse = N_CANDIDATES * (1 + int(view.label_index[0].max(initial=0)))
+    x_tr, x_te = (label_features(view, answers, train, rows) for rows in (train, test))
+    flat = x_tr.reshape(-1, x_tr.shape[-1])
+    mean, std = flat.mean(axis=0), flat.std(axis=0)
+    std[std < 1e-8] = 1.0  # a constant column stays 0
+    x_tr, x_te = (x_tr - mean) / std, (x_te - mean) / std
+    w = fit_logit(label_design(x_tr, set_entries(view, train), n_sparse), answers[train])
+    return hits_of(logit_scores(label_design(x_te, set_entries(view, test), n_sparse), w),
+                   answers[test])
 
 
 def label_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> Check:
@@ -472,44 +393,30 @@ def label_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> C
                         results, note)
 
 
-def _feature_hits(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray,
-                  train: np.ndarray, test: np.ndarray, rng: np.random.Generator,
-                  epochs: int, batch: int) -> np.ndarray:
-    scale = float(np.std(feats[rows[train[: min(len(train), 2000)]]].astype(np.float32)))
-    scale = scale if scale > 1e-8 else 1.0
-
-    def gather(idx):
-        x = feats[rows[idx]].astype(np.float32) / scale
-        return x - x.mean(axis=1, keepdims=True)  # only differences between candidates count
-
-    order = {"perm": rng.permutation(len(train)), "at": 0}
-
-    def batches():
-        if order["at"] + batch > len(train):
-            order["perm"], order["at"] = rng.permutation(len(train)), 0
-        idx = train[order["perm"][order["at"]: order["at"] + batch]]
-        order["at"] += batch
-        return gather(idx), answers[idx]
-
-    steps = max(50, epochs * math.ceil(len(train) / batch))
-    w = fit_probe(batches, feats.shape[1], steps, lr=0.01)
-    return np.concatenate([probe_hits(gather(test[s: s + 4096]), answers[test[s: s + 4096]], w)
-                           for s in range(0, len(test), 4096)])
-
-
 def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, train: np.ndarray,
-                  test: np.ndarray, rng: np.random.Generator, element_type: np.ndarray,
-                  relation: np.ndarray, note: str = "", epochs: int = 5,
-                  batch: int = 256) -> Check:
+                  test: np.ndarray, element_type: np.ndarray, relation: np.ndarray,
+                  note: str = "") -> Check:
     """The probes on image features (`feats[rows[i, j]]` is candidate j of matrix i), one per
     element type and one per relation x element type."""
-    results = []
-    groups = probe_groups(element_type, relation, train, test)
-    for group, tr, te in tqdm(groups, desc="feature probes", unit="probe", disable=None):
-        if len(tr) < MIN_PROBE_TEST or len(te) < MIN_PROBE_TEST:
-            results.append((group, np.zeros(0), len(tr)))
-            continue
-        results.append((group, _feature_hits(feats, rows, answers, tr, te, rng, epochs, batch),
-                        len(tr)))
+    def group(train: np.ndarray, test: np.ndarray) -> np.ndarray:
+        # the train matrices' crops once each, in float32 (hundreds of dimensions); a
+        # matrix's softmax ignores what its 8 scores share: no centring, a common scale only
+        crops, local = np.unique(rows[train], return_inverse=True)
+        x = feats[crops].astype(np.float32)
+        scale = max(float(x.std()), 1e-8)
+        x /= scale
+        local = local.reshape(len(train), N_CANDIDATES)
+
+        def loss_grad(w: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
+            loss, residual = softmax_residual((x @ w[0].astype(np.float32))[local],
+                                              answers[train])
+            per_crop = np.bincount(local.ravel(), residual.ravel(), minlength=len(crops))
+            return (loss / len(train) + 0.5 * FEATURE_L2 * float(w[0] @ w[0]),
+                    [per_crop.astype(np.float32) @ x / len(train) + FEATURE_L2 * w[0]])
+
+        w = lbfgs(loss_grad, [np.zeros(feats.shape[1])], maxiter=FEATURE_ITERATIONS)[0]
+        w = (w / scale).astype(np.float32)
+        return chunked_hits(lambda idx: feats[rows[idx]].astype(np.float32) @ w, test, answers)
+
     return judge_groups("bias:probe-features", "context-blind probe on candidate image "
-                        "features", results, note)
+                        "features", group_hits(element_type, relation, train, test, group), note)

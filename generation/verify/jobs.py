@@ -123,6 +123,8 @@ def run_checks(inputs: Inputs, workers: int) -> list[Check]:
     if "fork" not in multiprocessing.get_all_start_methods():
         workers = 1  # the jobs read the parent's data: without fork, run them here
     jobs = job_list(inputs)
+    # the probes' optimiser (half a second to import), imported once for all the workers
+    import scipy.optimize  # noqa: F401
     gc.freeze()  # the collector leaves the loaded data alone, here and in the workers
     try:
         with ordered_map(partial(run_job, inputs), jobs, workers, "verify",

@@ -2,23 +2,21 @@
 
 An archive from the network is untrusted. Before a byte is written, `_checked` reads the
 central directory and refuses the whole archive when an entry could write outside its place
-(an absolute path, a drive letter, `..`, a symbolic link, an empty name); lies outside the
-`Layout` the archive is for (`images.zip` may create only `VG_100K/...`, an annotation zip
-holds exactly its one JSON; macOS `__MACOSX/` entries are ignored); appears twice or is both
-a file and a folder; is encrypted or compressed with anything but stored or deflate (the
-only methods zipfile expands with bounded memory, and the only ones VG uses); or declares
-more bytes, a higher compression ratio or more entries than a real archive of its kind
-(`Limits`; the entry count is read from the end record before zipfile parses the directory,
-so a zip declaring millions of entries builds no ZipInfo for them). Headers can lie, so each
+(an absolute path, a drive letter, `..`, a symbolic link, an empty name), lies outside the
+`Layout` the archive is for (`images.zip` may create only `VG_100K/...`; an annotation zip
+holds exactly its one JSON, macOS `__MACOSX/` entries aside), appears twice or is both a
+file and a folder, is encrypted or compressed with anything but stored or deflate (the only
+methods zipfile expands with bounded memory), or declares more bytes, a higher compression
+ratio or more entries than a real archive of its kind (`Limits`; the entry count is read
+from the end record before zipfile builds a ZipInfo per entry). Headers can lie, so each
 member's bytes are counted again while streaming, and its CRC checked.
 
-A fault of the archive moves it to `NAME.bad` ("corrupt archive": the next run fetches it
-again); a fault of the disk keeps it (a good 9 GB download is not thrown away because the
-disk filled up). `unpack` first checks that the free space holds the entries' real
-footprint (`mining.download.space`) and their inodes plus the reserve, and reads the free
-space again before each file. Entries go to a temporary folder inside `out`, then the
-archive's one top-level folder is moved into place (merged file by file into a folder
-already there, touching nothing else); a marker `.NAME.unpacked` records completion.
+A fault of the archive moves it to `NAME.bad` (the next run fetches it again); a fault of
+the disk keeps it. `unpack` checks that the free space holds the entries' real footprint
+(`mining.download.space`) and their inodes plus the reserve, and again before each file.
+Entries go to a temporary folder inside `out`, then the archive's one top-level folder is
+moved into place (merged file by file into a folder already there), and a marker
+`.NAME.unpacked` records completion.
 """
 
 from __future__ import annotations
@@ -47,9 +45,8 @@ _MiB = 1 << 20
 _READABLE = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 _METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma", 9: "deflate64",
             6: "implode", 93: "zstandard", 95: "xz", 98: "ppmd", 99: "AES encryption"}
-# What zipfile raises on a broken archive (UnicodeDecodeError is a ValueError; EOFError is a
-# truncated member; RuntimeError and NotImplementedError are encryption and exotic methods
-# that slipped past the checks).
+# What zipfile raises on a broken archive (EOFError: a truncated member; RuntimeError and
+# NotImplementedError: encryption and methods that slipped past the checks).
 _ZIP_FAULTS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError,
                RuntimeError, NotImplementedError, OverflowError)
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
@@ -57,7 +54,7 @@ _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 @dataclass(frozen=True)
 class Limits:
-    """The most an archive's members may expand to (bytes) and the highest ratio they may have."""
+    """The most bytes, entries and compression ratio an archive's members may have."""
 
     member_bytes: int
     total_bytes: int
@@ -66,10 +63,8 @@ class Limits:
     ratio_floor: int = _MiB   # smaller members are never refused for their ratio
 
 
-# Visual Genome's JPEGs are well under 64 MiB each, about 15 GB in all, and a JPEG compresses
-# by a few percent at most; VG has 108,077 images, split between the two image zips. Its
-# annotation JSON files are at most a few GB and compress about 5 to 15 times; deflate itself
-# cannot exceed ~1032. An annotation zip holds one JSON (and perhaps macOS side entries).
+# VG's 108,077 JPEGs (two image zips) are well under 64 MiB each, ~15 GB in all, and barely
+# compress; its annotation JSON files are at most a few GB and compress 5 to 15 times.
 IMAGE_LIMITS = Limits(member_bytes=64 * _MiB, total_bytes=32 * _GiB, ratio=20.0,
                       members=120_000)
 JSON_LIMITS = Limits(member_bytes=16 * _GiB, total_bytes=16 * _GiB, ratio=100.0, members=8)
@@ -105,12 +100,9 @@ class _Entry:
     parts: tuple[str, ...]
 
 
-# ------------------------------------------------------------------------ public functions
 def verify(archive: Path, layout: Layout) -> int:
-    """Check a zip that stays zipped (an annotation zip): layout, limits, every CRC.
-
-    Returns the number of uncompressed bytes read. Nothing is written.
-    """
+    """Check a zip that stays zipped (an annotation zip): layout, limits, every CRC; return
+    the number of uncompressed bytes read."""
     archive = Path(archive)
     with _guarded(archive), _open(archive, layout.limits) as zf:
         entries = _checked(zf, archive, layout)
@@ -121,11 +113,8 @@ def verify(archive: Path, layout: Layout) -> int:
 
 def unpack(archive: Path, out: Path, layout: Layout,
            reserve: int = space.DEFAULT_RESERVE) -> list[str]:
-    """Extract an images zip into `out`, safely (see the module doc); return the names placed.
-
-    `reserve` bytes stay free on the disk of `out`. Skipped when the marker of a previous
-    complete unpack is there.
-    """
+    """Extract an images zip into `out`, keeping `reserve` bytes free; return the names
+    placed. Skipped when the marker of a complete unpack is there."""
     archive, out = Path(archive), Path(out)
     marker = marker_path(out, archive.name)
     if marker.exists():
@@ -170,7 +159,6 @@ def quarantine(path: Path) -> Path:
     return bad
 
 
-# ------------------------------------------------------------------------------- checking
 @contextlib.contextmanager
 def _guarded(archive: Path) -> Iterator[None]:
     """Turn an archive fault into "corrupt archive" (moved to .bad), a disk fault into advice."""
@@ -190,9 +178,8 @@ def _guarded(archive: Path) -> Iterator[None]:
                          "is kept - fix that and rerun `vprom download`") from None
 
 
-def _open(archive: Path, limits: Limits | None = None) -> zipfile.ZipFile:
-    if limits is not None:
-        _check_count(archive, limits)
+def _open(archive: Path, limits: Limits) -> zipfile.ZipFile:
+    _check_count(archive, limits)
     try:
         return zipfile.ZipFile(archive)
     except zipfile.BadZipFile as e:
@@ -299,7 +286,6 @@ def _check_member(info: zipfile.ZipInfo, limits: Limits) -> None:
                    f"compressed, a ratio over {limits.ratio:g} that no real file of this kind has")
 
 
-# ------------------------------------------------------------------------------ streaming
 def _stream(zf: zipfile.ZipFile, info: zipfile.ZipInfo, sink: BinaryIO | None, bar) -> int:
     """Decompress one member into sink (None: discard), counting what it really yields."""
     try:
@@ -387,7 +373,6 @@ class _Budget:
                          "--reserve) and rerun `vprom download`")
 
 
-# -------------------------------------------------------------------------------- placing
 def _place(src: Path, dst: Path) -> None:
     """Move the unpacked top-level folder src to dst, merging into a folder already there."""
     if not dst.exists() and not dst.is_symlink():

@@ -134,31 +134,25 @@ def glyph_mask(category: str, w: int, h: int) -> Image.Image:
     mask = Image.new("L", (w, h), 0)
     d = ImageDraw.Draw(mask)
     side = min(w, h)
-    for prim in GLYPHS[category]:
-        kind = prim[0]
-        if kind in ("ellipse", "rect", "pie", "arc", "hole_arc", "hole_rect", "hole_ellipse"):
-            box = _scale([prim[1:3], prim[3:5]], w, h)
-            box = [box[0][0], box[0][1], box[1][0], box[1][1]]
-        if kind == "ellipse":
-            d.ellipse(box, fill=255)
-        elif kind == "rect":
-            d.rectangle(box, fill=255)
-        elif kind == "pie":
-            d.pieslice(box, prim[5], prim[6], fill=255)
-        elif kind == "arc":
-            d.arc(box, prim[5], prim[6], fill=255, width=max(2, round(prim[7] * side)))
-        elif kind == "poly":
-            d.polygon(_scale(prim[1], w, h), fill=255)
-        elif kind == "line":
-            d.line(_scale(prim[1], w, h), fill=255, width=max(2, round(prim[2] * side)), joint="curve")
-        elif kind == "hole_line":
-            d.line(_scale(prim[1], w, h), fill=0, width=max(1, round(prim[2] * side)))
-        elif kind == "hole_rect":
-            d.rectangle(box, fill=0)
-        elif kind == "hole_ellipse":
-            d.ellipse(box, fill=0)
-        elif kind == "hole_arc":
-            d.arc(box, prim[5], prim[6], fill=0, width=max(1, round(prim[7] * side)))
+    for kind, *args in GLYPHS[category]:
+        hole = kind.startswith("hole_")
+        shape, ink, thinnest = kind.removeprefix("hole_"), 0 if hole else 255, 1 if hole else 2
+        if shape == "poly":
+            d.polygon(_scale(args[0], w, h), fill=ink)
+        elif shape == "line":
+            d.line(_scale(args[0], w, h), fill=ink, width=max(thinnest, round(args[1] * side)),
+                   joint=None if hole else "curve")
+        else:
+            (x0, y0), (x1, y1) = _scale([args[0:2], args[2:4]], w, h)
+            if shape == "ellipse":
+                d.ellipse([x0, y0, x1, y1], fill=ink)
+            elif shape == "rect":
+                d.rectangle([x0, y0, x1, y1], fill=ink)
+            elif shape == "pie":
+                d.pieslice([x0, y0, x1, y1], args[4], args[5], fill=ink)
+            else:
+                d.arc([x0, y0, x1, y1], args[4], args[5], fill=ink,
+                      width=max(thinnest, round(args[6] * side)))
     return mask
 
 

@@ -1,11 +1,8 @@
 """Colours and surfaces of the synthetic corpus: the *color*, *material* and *texture*
-channels, painted inside a glyph's mask.
-
-A colour is the glyph's fill (`COLORS`; `UNCOLORED` without a colour label); a material its
-surface (wooden grain, metal sheen, see-through glass, glossy plastic, brick bond, stone
-cobbles); a texture a pattern over the fill (stripes, dots, checkers, plaid, fur, smooth
-shading). Patterns are `TILE`×`TILE` masks drawn once per name from a generator seeded by the
-name's stable hash, so they never vary between runs or processes.
+channels, painted inside a glyph's mask. A colour is the glyph's fill (`COLORS`;
+`UNCOLORED` without a colour label); a material its surface (`MATERIALS`); a texture a
+pattern over the fill. Patterns are `TILE`×`TILE` masks drawn once per name from a
+generator seeded by the name's stable hash, so they never vary between runs or processes.
 """
 
 from __future__ import annotations

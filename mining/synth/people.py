@@ -1,11 +1,10 @@
 """Drawing the synthetic corpus's people: a figure whose parts show its human attributes.
 
-Each human super-attribute has its own channel: age the proportions (young: small with a big
-head; old: stooped, with a cane), hair style the hair (bald, curly, blond), clothing style
-the shirt's cut (casual, formal, sleeveless), gender marks (a beard; a skirt), action the
-pose (standing, sitting, walking, running), clothing color the shirt's fill. An unlabelled
-super-attribute is drawn in a way that is none of its elements (short dark hair, long plain
-sleeves, trousers, hands on the hips, ...), so a figure shows exactly the labels it claims.
+Each human super-attribute has its own channel: age the proportions (young: small, big head;
+old: stooped, with a cane), hair style the hair, clothing style the shirt's cut, gender marks
+(a beard; a skirt), action the pose, clothing color the shirt's fill. An unlabelled
+super-attribute is drawn as none of its elements (short dark hair, long plain sleeves,
+trousers, hands on the hips, ...), so a figure shows exactly the labels it claims.
 """
 
 from __future__ import annotations

@@ -2,31 +2,26 @@
 miner must recover from it.
 
 Image i (id i+1) is planned and drawn from its own generator `default_rng([seed, i])`
-(`render_image`), independent of every other. A 384×288 image is a 3×2 grid of cells over a
-two-band background; each cell used holds one entity, of a kind drawn by `KIND_WEIGHTS`:
-an object with 1–2 object attributes of different super-attributes (attributes drawn
-uniformly, then a category that can show them), a person with 3 human attributes (named man,
-woman, boy or girl by its gender and youth, or "person" a quarter of the time, so no name
-marks a pool), a count group (N = 1..10 alike glyphs, "seven red balls"), or a plain object.
-The sky and the ground are sometimes annotated too, as the excluded background every photo
-has. A planner draws its entity, appends its objects.json, attributes.json and region
-records, injects the noise of `mining.synth.spec` (noting each case), and appends the crops
-the miner must find under its rules: full-size entities have both sides of at least
-`FULL_SIDE`, small ones ("the same thing farther away") a side under `MIN_SIDE`.
+(`render_image`). A 384×288 image is a 3×2 grid of cells over a two-band background; each
+cell used holds one entity of a kind drawn by `KIND_WEIGHTS`: an object with 1–2 object
+attributes of different super-attributes, a person with 3 human attributes (named by gender
+and youth, or "person" a quarter of the time, so no name marks a pool), a count group (N
+alike glyphs, "seven red balls"), or a plain object; sky and ground are sometimes annotated
+as the excluded background. A planner draws its entity, appends its VG records, injects the
+noise of `mining.synth.spec` (noting each case) and the crops the miner must find: full-size
+entities have both sides of at least `FULL_SIDE`, small ones a side under `MIN_SIDE`.
 """
 
 from __future__ import annotations
-
 
 from dataclasses import dataclass, field
 
 import numpy as np
 from PIL import Image
 
-from vprom.mining.synth.objects import draw_count, draw_object
+from vprom.mining.synth.objects import background, draw_count, draw_object
 from vprom.mining.synth.paint import COLORS, muted
 from vprom.mining.synth.people import draw_person
-from vprom.mining.synth.scenery import background
 from vprom.mining.synth.spec import (
     ALL_OBJECT_ATTRIBUTES,
     ATTRIBUTE_VARIANTS,
@@ -135,11 +130,8 @@ def _entity_size(rng, small: bool, tall: bool = False) -> tuple[int, int]:
 
 def _annotated_box(rng, img: _Image, box, col: int, row: int, oid: int,
                    small: bool = False) -> tuple[int, int, int, int]:
-    """The box written to the files: sometimes stretched past the image edge (VG has those).
-
-    Only boxes of full size are stretched: stretching a small one to the edge would make its
-    clipped box large enough to keep, and blur what the noise is testing.
-    """
+    """The box written to the files: sometimes stretched past the image edge (VG has those);
+    never a small one, whose clipped box would then be large enough to keep."""
     x, y, w, h = box
     edges = [e for e, ok in (("l", col == 0), ("r", col == COLS - 1), ("t", row == 0),
                              ("b", row == ROWS - 1)) if ok]
@@ -268,14 +260,10 @@ def _describe(rng, labels, name: str) -> str:
 
 
 def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
-    # HUMAN_LABELS super-attributes drawn uniformly, so that a crop of one pool carries no
-    # fixed set of labels from the others; a fixed number, so no crop stands out by it. Three:
-    # the candidates of a human matrix must carry known values of each other's
-    # super-attributes (`generation.human_candidates`), which two labels and a name rarely give.
-    # Every person in a photograph shows a gender: an unlabelled one is drawn too, and the
-    # name says it (man, woman, boy, girl: implied labels) unless it is "person". The labels
-    # past BASE_LABELS, the unlabelled gender and that name come from the person's own stream
-    # `aux`, apart from the image's generator.
+    # HUMAN_LABELS super-attributes drawn uniformly, so no pool's crops carry a fixed set of
+    # the others' labels, and a fixed number, so no crop stands out by it. Every person shows
+    # a gender (drawn when unlabelled), which its name says unless it is "person". The labels
+    # past BASE_LABELS, that gender and the name come from the person's own stream `aux`.
     supers = list(HUMAN_ATTRIBUTES)
     chosen = sorted(rng.choice(len(supers), BASE_LABELS, replace=False).tolist())
     base = {supers[i]: _pick(rng, HUMAN_ATTRIBUTES[supers[i]]) for i in chosen}
@@ -315,11 +303,8 @@ def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
 
 
 def _person_name(rng, attrs: dict[str, str]) -> str:
-    """man, woman, boy, girl by the figure's gender (and youth), or "person".
-
-    Every figure shows a gender, labelled or not, so its name is drawn the same way whatever
-    its labels: no name marks the gender pool. A figure called "person" implies nothing.
-    """
+    """man, woman, boy, girl by the figure's gender (and youth), or "person" (implying
+    nothing); drawn the same way whatever its labels, so no name marks the gender pool."""
     gender, young = attrs.get("gender"), attrs.get("age") == "young"
     if gender is None or rng.random() < P["person_name"]:
         return "person"

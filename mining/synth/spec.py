@@ -1,15 +1,12 @@
 """What the synthetic corpus shows and how it lies: its labels, its noise, and the miner's
 rules its expected pools assume.
 
-Labels: the object attributes of `OBJECT_ATTRIBUTES` and human attributes of
-`HUMAN_ATTRIBUTES`, each super-attribute a channel of the drawing; the 52 categories of
-`OBJECTS` (one glyph each) and counts 1–10. An attribute goes only on a category that can
-show it (`CAN_SHOW`), never with one that shares its channel (`CONFLICTS`);
-`check_vocabulary` refuses a corpus whose labels the miner's vocabulary would not recover.
-
-Noise, in proportions a miner must survive (`P`), is noted in `synth_truth.json` with the
-ids it touched (`NOISE_EFFECTS` says what the miner should make of each). The expected pools
-follow the miner's `RULES`.
+Labels: `OBJECT_ATTRIBUTES` and `HUMAN_ATTRIBUTES` (each super-attribute a channel of the
+drawing), the 52 categories of `OBJECTS` (one glyph each) and counts 1–10. An attribute goes
+only on a category that can show it (`CAN_SHOW`), never with one sharing its channel
+(`CONFLICTS`). Noise comes in proportions a miner must survive (`P`), noted in
+`synth_truth.json` with the ids it touched (`NOISE_EFFECTS`: what the miner should make of
+each); the expected pools follow the miner's `RULES`.
 """
 
 from __future__ import annotations
@@ -77,10 +74,8 @@ HUMAN_LABELS = 3
 #: Of them, drawn from the image's generator (the rest from the person's own, in `plan`).
 BASE_LABELS = 2
 
-#: Entity kinds (weights) and noise probabilities. Noise probabilities apply where the noise
-#: can occur: a name variant only to categories that have one, outside-image boxes only to
-#: entities in an edge cell, semantic attributes only to containers, non-count phrases only
-#: to clocks, signs and young people.
+#: Entity kinds (weights) and noise probabilities, applied where the noise can occur (a name
+#: variant where a category has one, outside-image boxes in edge cells, ...).
 KIND_WEIGHTS = {"attribute_object": 0.5, "person": 0.25, "count": 0.17, "plain_object": 0.08}
 P = {
     "second_attribute": 0.35, "name_variant": 0.16, "plural_name": 0.06, "case_space": 0.08,

@@ -1,19 +1,12 @@
 """The rest of Visual Genome for the synthetic corpus, consistent with the four files the miner
 reads, for the tools people point at a VG folder (the official python driver, the Hugging Face
-`visual_genome` loader, bottom-up-attention's `setup_vg.py`):
-
-- each image's folder (`VG_100K/` or `VG_100K_2/`, named in its `url` and `image_url`) and
-  its `coco_id` and `flickr_id` (integers for some images, null for the rest, as in VG);
-- two quirks of VG's objects, noted as noise: `no_synset` (an empty `synsets` list) and
-  `two_names` (a second name of the same category, so no pool changes);
-- scene_graphs.json (objects with their attributes, relationships by id), relationships.json
-  (v1.4: full subject and object records; geometric predicates, true of the boxes),
-  question_answers.json (the attribute an object carries), the v1.2 versions of objects.json
-  and relationships.json (without `merged_object_ids`), and synsets.json (every synset named).
-
-All of it is drawn from a generator of its own, `default_rng([seed, index, META_STREAM])`,
-never the image's planning generator, so the four mined files and the pools do not depend
-on it.
+`visual_genome` loader, bottom-up-attention's `setup_vg.py`): each image's folder (`VG_100K/`
+or `VG_100K_2/`) and its `coco_id` and `flickr_id` (null for some, as in VG); two quirks of
+VG's objects, noted as noise (`no_synset`: an empty `synsets` list; `two_names`: a second name
+of the same category); scene_graphs.json, relationships.json (v1.4, geometric predicates true
+of the boxes), question_answers.json, the v1.2 objects and relationships files and
+synsets.json. It is all drawn from a generator of its own, `default_rng([seed, index,
+META_STREAM])`, so the four mined files and the pools do not depend on it.
 """
 
 from __future__ import annotations
@@ -30,14 +23,12 @@ URL = "https://cs.stanford.edu/people/rak248/{}/{}.jpg"
 P_META = {"second_folder": 0.4, "coco_id": 0.5, "flickr_id": 0.9, "no_synset": 0.08,
           "two_names": 0.12}
 COCO_BASE, FLICKR_BASE = 100_000, 8_000_000_000
-#: Relationship and QA ids live above the ids a planner gives objects and regions (the
-#: planner numbers them image_id * 1000 + 1, 2, ... and an image has well under 500).
+#: Relationship and QA ids lie above the planner's object and region ids (image_id * 1000 + k).
 RELATIONSHIP_BASE, QA_BASE = 500, 800
 PREDICATES = {"left of": "left.r.01", "right of": "right.r.01", "above": "above.r.01",
               "below": "below.r.01"}
-#: The VG files written from these records, one record per image in image order. The two
-#: `_v1_2` files are VG's version 1.2 of objects.json and relationships.json, named as the
-#: download page serves them (objects_v1_2.json.zip, relationships_v1_2.json.zip, unzipped).
+#: The VG files written from these records, one record per image; the `_v1_2` files are named
+#: as VG's download page serves them.
 FILES = ("scene_graphs.json", "relationships.json", "question_answers.json",
          "objects_v1_2.json", "relationships_v1_2.json")
 SYNSETS = "synsets.json"
@@ -63,11 +54,8 @@ def category_of(synsets: list[str]) -> str | None:
 
 
 def decorate(seed: int, index: int, img) -> ImageMeta:
-    """Draw image `index`'s folder and ids, and put VG's quirks on its object records.
-
-    `img` is the planner's `_Image`; its objects.json and attributes.json records are
-    changed in place and every quirk is noted in `img.noise`.
-    """
+    """Draw image `index`'s folder and ids, and put VG's quirks on the planner's `_Image`
+    records in place (each noted in `img.noise`)."""
     rng = np.random.default_rng([seed, index, META_STREAM])
     iid = img.image_id
     meta = ImageMeta(FOLDERS[int(rng.random() < P_META["second_folder"])],
@@ -154,8 +142,7 @@ def objects_v1_2(img, url: str) -> dict:
 
 
 def relationships_v1_2(v1_4: dict) -> dict:
-    """relationships_v1_2.json's record: relationships.json's, its subjects and objects
-    without `merged_object_ids`."""
+    """relationships_v1_2.json's record: relationships.json's without `merged_object_ids`."""
     return {"relationships": [{**r, "object": without_merged(r["object"]),
                                "subject": without_merged(r["subject"])}
                               for r in v1_4["relationships"]],

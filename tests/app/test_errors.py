@@ -79,6 +79,57 @@ def test_sigterm_stops_like_ctrl_c(monkeypatch, capsys):
     assert signal.getsignal(signal.SIGTERM) is not exit_status._terminate  # handler restored
 
 
+SWALLOWED_INTERRUPT = """
+import argparse, sys, time, types, weakref
+from vprom.app.exit_status import run_command
+
+def wait():
+    print("waiting", flush=True)
+    time.sleep(60)  # the signal arrives here
+
+def work():
+    if sys.argv[1] == "except":
+        try:
+            wait()
+        except BaseException:  # as a library might
+            pass
+        return
+    class Resource:
+        pass
+    held = Resource()
+    watch = weakref.ref(held, lambda reference: wait())
+    del held  # runs the callback, and Python swallows what it raises
+    print("finished", watch, flush=True)
+
+def parser():
+    vprom = argparse.ArgumentParser(prog="vprom")
+    command = vprom.add_subparsers(dest="command").add_parser("work")
+    command.set_defaults(_command=types.SimpleNamespace(function=work, show=None))
+    return vprom
+
+sys.exit(run_command(parser, ["work"]))
+"""
+
+
+@pytest.mark.parametrize("where, sig, code, by", [
+    ("finalizer", signal.SIGTERM, 143, "SIGTERM"),
+    ("finalizer", signal.SIGINT, 130, "Ctrl-C"),
+    ("except", signal.SIGTERM, 143, "SIGTERM"),
+])
+def test_an_interrupt_swallowed_by_the_work_still_ends_the_command(tmp_path, where, sig, code,
+                                                                   by):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    run = subprocess.Popen([sys.executable, "-c", SWALLOWED_INTERRUPT, where],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           cwd=tmp_path, env={**os.environ, "PYTHONPATH": root})
+    assert run.stdout.readline() == "waiting\n"
+    run.send_signal(sig)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == code, err
+    assert err == (f"vprom work: interrupted ({by}); no partial output was left looking "
+                   "finished; run the same command again (it starts over)\n")
+
+
 def test_ctrl_c_says_how_to_resume(failing, capsys):
     failing(KeyboardInterrupt())
     assert cli.main(["stats", "dataset.h5"]) == 130

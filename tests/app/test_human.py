@@ -3,10 +3,8 @@ safely and refuses everything else, and a scorer that counts exactly what was an
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -15,62 +13,10 @@ import pytest
 
 from vprom.app import cli
 from vprom.app.human.scoring import score_study
-from vprom.app.human.server import Study, make_server
-from vprom.app.human.study import allocate, Cell, load_key, make_study
+from vprom.app.human.server import Study
+from vprom.app.human.study import Cell, allocate, load_key, make_study
 from vprom.errors import VpromError
 from vprom.tables import read_matrix_table
-from tests.dataset_fixture import build_records, write_dataset, write_images
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> tuple[Path, Path]:
-    """A small DATASET.h5 (every relation x element type) with its VG images."""
-    root = tmp_path_factory.mktemp("human")
-    crops, matrices = build_records(n_per_relation=6, seed=3)
-    return write_dataset(root / "d.h5", crops, matrices), write_images(root / "vg", crops)
-
-
-@pytest.fixture(scope="module")
-def study(built, tmp_path_factory) -> Path:
-    dataset, vg = built
-    out = tmp_path_factory.mktemp("studies") / "study"
-    make_study(dataset, vg, out, split="neutral", part="test", n=13, seed=1)
-    return out
-
-
-class Served:
-    """A study served on a free 127.0.0.1 port in a thread, with a tiny HTTP client."""
-
-    def __init__(self, folder: Path):
-        self.server = make_server(folder, port=0, verbose=False)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def request(self, method: str, path: str, body=None, raw: bytes | None = None,
-                headers=None) -> tuple[int, bytes]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        conn.request(method, path, body=data, headers=headers or {})
-        reply = conn.getresponse()
-        out = reply.status, reply.read()
-        conn.close()
-        return out
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def served(study, tmp_path):
-    import shutil
-
-    folder = tmp_path / "study"  # a fresh copy per test: responses start empty
-    shutil.copytree(study, folder)
-    s = Served(folder)
-    yield s, folder
-    s.close()
 
 
 def test_the_sample_is_even_across_relations_then_element_types():
@@ -146,7 +92,7 @@ def answer_body(session: dict, k: int, position, participant="p1") -> dict:
             "skipped": position is None, "rt_ms": 1234.5, "order": p["order"]}
 
 
-def get_session(s: Served, participant="p1") -> dict:
+def get_session(s, participant="p1") -> dict:
     status, body = s.request("GET", f"/api/session?participant={participant}")
     assert status == 200
     return json.loads(body)
@@ -250,9 +196,10 @@ def test_human_score_refuses_bad_lines(study, tmp_path):
     path.write_text(json.dumps(line) + "\n" + json.dumps(line) + "\n")
     with pytest.raises(VpromError, match="a.jsonl line 2: participant a answered"):
         score_study(folder)
-    path.write_text("{broken\n")
-    with pytest.raises(VpromError, match="a.jsonl line 1: not a response"):
-        score_study(folder)
+    for broken in ("{broken", "[" * 60_000, '{"participant": ' + "9" * 5_000 + "}"):
+        path.write_text(broken + "\n")
+        with pytest.raises(VpromError, match="a.jsonl line 1: not a response"):
+            score_study(folder)
 
 
 def test_report_shows_humans_beside_the_models(served, tmp_path):

@@ -145,3 +145,53 @@ def test_a_metrics_json_of_evaluate_is_never_overwritten(problems, tmp_path, cap
     assert main(["score", str(dataset), str(path)]) == 1
     assert "was not written by `vprom score`; pass --out" in capsys.readouterr().err
     assert json.loads((tmp_path / "metrics.json").read_text())["model"] == "rn"
+
+
+@pytest.mark.parametrize("text, line", [
+    ("matrix_id,choice\n1," + "9" * 200_000 + "\n", 2),  # a 200 KB line
+    ("matrix_id,choice\n1,2\n" + "7" * 200_000 + ",1\n", 3),
+    (f"matrix_id,choice\n{2 ** 80},1\n", 2),  # beyond any matrix id
+    ("matrix_id,choice\n-1,1\n", 2),
+    (f'{{"matrix_id": {2 ** 80}, "choice": 1}}\n', 1),
+    ('{"matrix_id": 1, "choice": 1}\n{"matrix_id": ' + "9" * 5_000 + ', "choice": 1}\n', 2),
+    ('{"matrix_id": 1, "choice": 1}\n' + "[" * 60_000 + "\n", 2),
+])
+def test_huge_lines_and_ids_are_one_line_naming_the_line(problems, tmp_path, capsys, text, line):
+    dataset, _, _ = problems
+    path = tmp_path / "p.txt"
+    path.write_text(text)
+    assert main(["score", str(dataset), str(path), "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert f"{path}, line {line}: " in err and "each line needs a matrix id" in err
+
+
+def test_a_matrix_id_is_read_exactly(tmp_path):
+    path = write_csv(tmp_path / "p.csv", ["9007199254740993", "12.0"], [1, 2])
+    assert read_predictions(path).matrix_id.tolist() == [9007199254740993, 12]
+
+
+def test_metrics_json_names_its_inputs_relative_to_itself(problems, tmp_path):
+    dataset, _, test = problems
+    (tmp_path / "in").mkdir()
+    predictions = write_csv(tmp_path / "in" / "p.csv", test, [0] * len(test))
+    score_predictions(dataset.resolve(), predictions.resolve(), out=tmp_path / "scored")
+    text = (tmp_path / "scored" / "metrics.json").read_text()
+    assert str(tmp_path) not in text and str(dataset.resolve().parent) not in text
+    written = json.loads(text)
+    folder = tmp_path / "scored"
+    assert (folder / written["dataset"]).resolve() == dataset.resolve()
+    assert (folder / written["config"]["predictions"]).resolve() == predictions.resolve()
+    assert written["run"] == "."
+
+
+def test_a_csv_or_json_lines_with_a_byte_order_mark_is_read(problems, tmp_path):
+    test = problems[2]
+    plain = write_csv(tmp_path / "plain.csv", test, [3] * len(test))
+    for name, text in (("bom.csv", plain.read_text()),
+                       ("bom.jsonl", "".join(json.dumps({"matrix_id": int(i), "choice": 3}) + "\n"
+                                             for i in test))):
+        (tmp_path / name).write_text(text, encoding="utf-8-sig")  # Excel's "CSV UTF-8"
+        found = read_predictions(tmp_path / name)
+        assert found.matrix_id.tolist() == [int(i) for i in test]
+        assert found.choice.tolist() == [3] * len(test)

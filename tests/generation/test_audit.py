@@ -5,10 +5,10 @@ from __future__ import annotations
 import h5py
 import numpy as np
 import pytest
+import scipy.stats
 
 from vprom.generation.verify import audit
 from vprom.generation.verify import verify
-from vprom.generation.verify.minimise import minimise
 from vprom.splits import load_rules
 from tests.dataset_fixture import build_records, fixture_assign, write_dataset
 
@@ -85,6 +85,27 @@ def test_answer_position_skew_in_one_element_type_is_caught():
     assert not any(p.startswith("object:") for p in check.problems)
 
 
+def test_answer_position_reports_the_chi2_tail_of_its_counts():
+    answers = np.repeat(np.arange(8), [150] + [100] * 7)  # chi2 = 20.59 on 7 degrees
+    check = audit.answer_position(answers, {})
+    figures = check.figures["all"]
+    assert figures["chi2"] == pytest.approx(20.588, abs=1e-3)
+    assert figures["p"] == pytest.approx(scipy.stats.chi2.sf(350 / 17, 7), rel=1e-9)
+    assert check.status == "pass"  # p = 0.0044 is above the family-wise 0.001
+    uniform = audit.answer_position(np.repeat(np.arange(8), 100), {})
+    assert uniform.figures["all"]["p"] == 1.0 and uniform.status == "pass"
+
+
+def feats_file(path, ids, values, name="features"):
+    """A finished FEATS.h5 as `vprom extract` lays it out: crop ids sorted, `name` beside."""
+    order = np.argsort(ids)
+    with h5py.File(path, "w") as h5:
+        h5["crop_id"] = np.asarray(ids)[order]
+        h5[name] = values[order]
+        h5.attrs["complete"] = True
+    return path
+
+
 def write_features(signal: float):
     """A FEATS.h5 factory: random 16-d features, answer crops shifted by `signal`."""
     def make(tmp_path, crops, matrices):
@@ -93,11 +114,7 @@ def write_features(signal: float):
         feats = rng.normal(size=(len(ids), 16)).astype(np.float32)
         answer_crops = {m.panels[8 + m.answer] for m in matrices}
         feats[[i for i, c in enumerate(ids) if c in answer_crops], 0] += signal
-        path = tmp_path / "feats.h5"
-        with h5py.File(path, "w") as h5:
-            h5["crop_id"] = ids[::-1]  # any order: the reader keys by crop id
-            h5["features"] = feats[::-1]
-        return path
+        return feats_file(tmp_path / "feats.h5", ids, feats)
     return make
 
 
@@ -113,14 +130,11 @@ def test_feature_probe_fails_when_answers_look_different(tmp_path):
 
 def test_features_missing_a_crop_is_a_clear_error(tmp_path):
     def partial(tmp_path, crops, matrices):
-        path = tmp_path / "feats.h5"
-        with h5py.File(path, "w") as h5:
-            h5["crop_id"] = np.array([c.crop_id for c in crops[:-1]])
-            h5["features"] = np.zeros((len(crops) - 1, 4), np.float32)
-        return path
+        return feats_file(tmp_path / "feats.h5", [c.crop_id for c in crops[:-1]],
+                          np.zeros((len(crops) - 1, 4), np.float32))
 
     from vprom.errors import VpromError
-    with pytest.raises(VpromError, match="have no features.*vprom extract"):
+    with pytest.raises(VpromError, match="no features for crop id.*vprom extract"):
         bias_report(tmp_path, None, features=partial)
 
 
@@ -145,11 +159,8 @@ def test_features_extracted_with_allow_missing_leave_their_matrices_out(tmp_path
 
 def test_a_maps_file_is_refused_with_what_to_pass_instead(tmp_path):
     def maps(tmp_path, crops, matrices):
-        path = tmp_path / "maps.h5"
-        with h5py.File(path, "w") as h5:
-            h5["crop_id"] = np.array([c.crop_id for c in crops])
-            h5["maps"] = np.zeros((len(crops), 4, 2, 2), np.float16)
-        return path
+        return feats_file(tmp_path / "maps.h5", [c.crop_id for c in crops],
+                          np.zeros((len(crops), 4, 2, 2), np.float16), name="maps")
 
     from vprom.errors import VpromError
     with pytest.raises(VpromError, match="spatial maps.*without --pool none"):
@@ -158,23 +169,24 @@ def test_a_maps_file_is_refused_with_what_to_pass_instead(tmp_path):
 
 def test_label_overlap_by_hand():
     sets = [(0,), (0, 1), (2,), (), (1,), (3,), (4,), (2, 4)]  # a, a b, c, none, b, d, e, c e
-    overlap = audit.label_overlap(audit.label_masks(sets), np.arange(8)[None]) * 7
+    overlap = audit.label_overlap(sets, np.arange(8)[None]) * 7
     assert overlap.tolist() == [[1, 2, 1, 0, 1, 0, 1, 2]]
     # candidates that share a label set share its row: the first and the last alike
-    twice = audit.label_overlap(audit.label_masks(sets), np.array([[1, 0, 2, 3, 4, 5, 6, 1]]))
+    twice = audit.label_overlap(sets, np.array([[1, 0, 2, 3, 4, 5, 6, 1]]))
     assert (twice * 7).tolist() == [[3, 2, 0, 0, 2, 0, 0, 3]]
 
 
 def test_features_of_the_wrong_shape_are_a_clear_error(tmp_path):
     def wrong(tmp_path, crops, matrices):
-        path = tmp_path / "feats.h5"
-        with h5py.File(path, "w") as h5:
-            h5["crop_id"] = np.array([c.crop_id for c in crops])
+        path = feats_file(tmp_path / "feats.h5", [c.crop_id for c in crops],
+                          np.zeros((len(crops), 4), np.float32))
+        with h5py.File(path, "a") as h5:
+            del h5["features"]
             h5["features"] = np.zeros((3, 4), np.float32)
         return path
 
     from vprom.errors import VpromError
-    with pytest.raises(VpromError, match="'features' has shape"):
+    with pytest.raises(VpromError, match="features has 3 rows"):
         bias_report(tmp_path, None, features=wrong)
 
 
@@ -201,111 +213,6 @@ def test_a_shortcut_in_one_relation_fails_although_the_element_type_passes():
     assert check.problems == [p for p in check.problems if p.startswith("human_attribute x or")]
     assert check.figures["count x and"]["judged"] is False
     assert not check.figures["human_attribute"]["failed"]
-
-
-def test_the_label_probe_scores_as_the_plain_formula():
-    """The probe keeps its features F×8N slot-major and the candidates' positions as 8
-    shared slot features; its scores are those of the plain N×8×(F+8) formula: x·w with the
-    standardised one-hot position among x's columns, plus the set part."""
-    rng = np.random.default_rng(0)
-    n, f, n_sparse = 50, 5, 40
-    x = rng.normal(size=(n, 8, f)).astype(np.float32)
-    cand = np.sort(rng.integers(0, n * 8, 300))
-    feat = rng.integers(0, n_sparse, 300)
-    w, table = rng.normal(size=f + 8), rng.normal(size=n_sparse)
-    position = np.broadcast_to(np.eye(8), (n, 8, 8))
-    plain = np.concatenate([x.astype(np.float64), (position - 1 / 8) / (np.sqrt(7) / 8)], axis=2)
-    expected = plain @ w + np.bincount(cand, weights=table[feat], minlength=n * 8).reshape(n, 8)
-    columns, part = audit._slot_major(x, (cand, feat), n_sparse)
-    assert np.allclose(audit._set_scores(columns, w, part, table).T, expected,
-                       rtol=0, atol=1e-12)
-
-
-def test_minimise_finds_a_quadratics_minimum():
-    rng = np.random.default_rng(1)
-    m = rng.normal(size=(30, 30))
-    a, b = m @ m.T + 0.5 * np.eye(30), rng.normal(size=30)
-
-    def loss_grad(x):
-        return 0.5 * x @ a @ x - b @ x, a @ x - b
-
-    best = np.linalg.solve(a, b)
-    lowest = loss_grad(best)[0]
-    # it stops once the loss falls by less than RTOL of itself over WINDOW iterations
-    assert loss_grad(minimise(loss_grad, np.zeros(30)))[0] - lowest < 1e-6 * abs(lowest)
-    assert np.allclose(minimise(loss_grad, best), best, rtol=0, atol=1e-12)  # stays there
-
-
-def _newton_minimum(design: np.ndarray, y: np.ndarray, l2: float) -> tuple[np.ndarray, float]:
-    """The conditional logit's minimum by Newton's method on the plain N×8×K design."""
-    n, k = len(y), design.shape[2]
-    params = np.zeros(k)
-    for _ in range(30):
-        loss, grad, p = _plain_loss(design, y, l2, params)
-        spread = design - np.einsum("ij,ijk->ik", p, design)[:, None, :]
-        hessian = np.einsum("ij,ijk,ijl->kl", p, spread, spread) / n + l2 * np.eye(k)
-        params = params - np.linalg.solve(hessian, grad)
-    return params, _plain_loss(design, y, l2, params)[0]
-
-
-def _plain_loss(design, y, l2, params):
-    n = len(y)
-    scores = design @ params
-    p = np.exp(scores - scores.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
-    loss = -np.log(p[np.arange(n), y]).mean() + 0.5 * l2 * params @ params
-    residual = p.copy()
-    residual[np.arange(n), y] -= 1.0
-    return loss, np.einsum("ij,ijk->k", residual, design) / n + l2 * params, p
-
-
-def test_the_label_probe_is_the_minimum_of_its_loss():
-    """The fitted weights minimise the plain N×8 formula's loss (the conditional logit of
-    x·w, the standardised position and the set part, plus l2/2 of the squared weights), as
-    Newton's method finds it: the probe is the loss's minimum, not where a step count
-    stopped."""
-    rng = np.random.default_rng(2)
-    n, f, n_sparse, l2 = 300, 4, 30, 1e-3
-    x = rng.normal(size=(n, 8, f)).astype(np.float32)
-    cand = np.sort(rng.integers(0, n * 8, 1500))
-    feat = rng.integers(0, n_sparse, 1500)
-    y = np.where(rng.random(n) < 0.5, x[:, :, 0].argmax(axis=1), rng.integers(0, 8, n))
-    columns, part = audit._slot_major(x, (cand, feat), n_sparse)
-    w, table = audit.fit_set_probe(columns, y, part, n_sparse, l2)
-    sparse = np.zeros((n * 8, n_sparse))
-    np.add.at(sparse, (cand, feat), 1.0)
-    design = np.concatenate([x.astype(np.float64), np.broadcast_to(audit.SLOTS, (n, 8, 8)),
-                             sparse.reshape(n, 8, n_sparse)], axis=2)
-    best, lowest = _newton_minimum(design, y, l2)
-    fitted = np.concatenate([w, table])
-    assert _plain_loss(design, y, l2, fitted)[0] - lowest < 1e-6 * lowest
-    assert np.allclose(fitted, best, rtol=0, atol=0.05)
-    assert w[0] > 0.5 > np.abs(w[1:f]).max()  # it learnt the planted signal in feature 0
-
-
-def test_the_fits_scale_is_the_hessian_diagonal_where_it_starts():
-    """`start_scale` is 1/√ of the loss's Hessian diagonal at weights 0 (p = 1/8), as the
-    plain N×8×K design gives it: for the features, the positions and the set entries that
-    `set_entries` makes of candidates' labels (each label with how many of the 8 hold it)."""
-    rng = np.random.default_rng(4)
-    n, f, n_labels, l2 = 40, 3, 6, 1e-3
-    row_labels = [tuple(sorted(rng.choice(n_labels, rng.integers(0, 4), replace=False)))
-                  for _ in range(30)]
-    view = audit.CandidateView(element=None, super_attribute=None, n_labels=None,
-                               overlap=None, area=None, aspect=None,
-                               label_row=rng.integers(0, 30, (n, 8)), row_labels=row_labels)
-    n_sparse = 8 * n_labels
-    cand, feat = audit.set_entries(view, np.arange(n))
-    x = rng.normal(size=(n, 8, f)).astype(np.float32)
-    columns, part = audit._slot_major(x, (cand, feat), n_sparse)
-    sparse = np.zeros((n * 8, n_sparse))
-    np.add.at(sparse, (cand, feat), 1.0)
-    design = np.concatenate([x.astype(np.float64), np.broadcast_to(audit.SLOTS, (n, 8, 8)),
-                             sparse.reshape(n, 8, n_sparse)], axis=2)
-    spread = design - design.mean(axis=1, keepdims=True)
-    diagonal = np.einsum("ijk,ijk->k", spread, spread) / (8 * n) + l2
-    assert np.allclose(audit.start_scale(columns, part, n, l2), 1 / np.sqrt(diagonal),
-                       rtol=1e-9, atol=0)
 
 
 def test_a_training_rows_answer_rate_does_not_reveal_its_answer():

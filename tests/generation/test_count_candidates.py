@@ -9,6 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from tests.generation.direct import generate_matrices
 from vprom.generation import sampler as sampler_mod
 from vprom.generation.count_candidates import absent_tables, answer_law
 from vprom.generation.plan import MatrixPlan, make_plan
@@ -92,7 +93,7 @@ def _progressions(plan, pool, legacy: bool):
     idx = [i for i in range(len(plan))
            if plan.groups[plan.group_of[i]].element_type.value == "count"
            and plan.groups[plan.group_of[i]].relation is Relation.PROGRESSION]
-    out = sampler_mod.generate_matrices(pool, plan, idx, legacy_counts=legacy)
+    out = generate_matrices(pool, plan, idx, legacy_counts=legacy)
     elements = np.array([m.elements[N_CONTEXT:] for m in out])
     answers = np.array([m.answer for m in out], dtype=np.int64)
     side = plan.neutral_side[[m.id for m in out]]
@@ -128,8 +129,7 @@ def _count_progressions_only(scale: float):
                          if full.groups[g].element_type.value == "count"
                          and full.groups[g].relation is Relation.PROGRESSION])
         group_of = full.group_of[keep]
-        quotas = np.bincount(group_of, minlength=len(full.groups)).tolist()
-        return MatrixPlan(full.scale, seed, design, full.groups, quotas, group_of,
+        return MatrixPlan(full.scale, seed, design, full.groups, group_of,
                           full.neutral_side[keep], full.answer[keep])
     return plan
 

@@ -11,7 +11,7 @@ import pytest
 from vprom.generation.generate import generate, generate_dataset, merge_shards
 from vprom.generation.plan import HoldOut, make_plan
 from vprom.generation.pool_index import CELL_NAMES, PoolIndex, cell_of
-from vprom.generation.sampler import generate_matrices
+from tests.generation.direct import generate_matrices
 from vprom.splits import load_rules
 from tests.generation.conftest import SMALL_SCALE, tiny_crops
 from vprom.errors import VpromError

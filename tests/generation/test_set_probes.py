@@ -27,12 +27,12 @@ def _count_sets(rng, planted: bool):
 def _run(planted: bool):
     rng = np.random.default_rng(1)
     elements, answers = _count_sets(rng, planted)
-    train, val, test = np.arange(0, 1600), np.arange(1600, 2000), np.arange(2000, N)
+    train, test = np.arange(0, 2000), np.arange(2000, N)
     etype, relation = np.full(N, "count"), np.full(N, "progression")
-    table = set_probes.absent_value_probe(elements, answers, np.r_[train, val], test, etype,
-                                          relation)
-    mlp = set_probes.set_probe(elements, np.full(elements.shape, ""), answers, train, val,
-                               test, etype, relation, np.random.default_rng(0))
+    table = set_probes.absent_value_probe(elements, answers, train, test, etype, relation)
+    mlp = set_probes.set_check(set_probes.set_probe_type(
+        "count", elements, np.full(elements.shape, ""), answers, train, test, etype,
+        relation, np.random.default_rng(0)))
     return table, mlp
 
 
@@ -88,24 +88,6 @@ def test_set_tokens_describe_coverage_and_missing_values():
     assert own_tok[0, 5, 0] == own_tok[0, 6, 0] and own_tok[0, 0, 0] != own_tok[0, 3, 0]
     assert own_tok[0, 0, 1] == own_tok[0, 2, 1] != own_tok[0, 3, 1]
     assert len(set(own_tok[0, :, 2].tolist())) == 8  # positions
-
-
-def test_the_mlp_bags_and_scatters_its_embeddings_as_the_plain_formulas():
-    """`_incidence(tokens) @ emb` sums a row's token embeddings, and its transpose adds each
-    row's gradient into its tokens' rows: the sums of the plain gather and of `np.add.at`,
-    tokens repeated within a row included, added in the same order (so equal to the bit)."""
-    rng = np.random.default_rng(0)
-    emb = rng.normal(size=(30, 6))
-    own, per_row = rng.integers(0, 30, (5, 8, 4)), rng.integers(0, 30, (40, 7))
-    own[0, 0] = 3  # one token four times in one row
-    bags = set_probes._incidence(own, 30) @ emb
-    slot_by_slot = emb[own[..., 0]] + emb[own[..., 1]] + emb[own[..., 2]] + emb[own[..., 3]]
-    assert np.array_equal(bags.reshape(5, 8, 6), slot_by_slot)
-    assert not (set_probes._incidence(own[..., :0], 30) @ emb).any()
-    grad = rng.normal(size=(40, 6))
-    expected = np.zeros((30, 6))
-    np.add.at(expected, per_row.ravel(), np.repeat(grad, 7, axis=0))
-    assert np.array_equal(set_probes._incidence(per_row, 30).T @ grad, expected)
 
 
 def test_the_absent_values_table_by_hand():

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
 
 import h5py
 import numpy as np
@@ -127,3 +131,36 @@ def test_workers_must_be_positive(capsys):
     with pytest.raises(SystemExit):
         cli.main(["verify", "x.h5", "--workers", "0"])
     assert "--workers" in capsys.readouterr().err
+
+
+
+VERIFY_AFTER_TORCH = """
+import sys
+import torch
+from vprom.app import cli
+
+torch.set_num_threads(2)
+torch.ones(1000, 1000) @ torch.ones(1000, 1000)  # torch's thread pool is now started
+sys.exit(cli.main(["verify", sys.argv[1], "--workers", "2"]))
+"""
+
+
+def test_verify_with_workers_finishes_after_torch_ran_in_parallel(tmp_path):
+    """A user who trained, then verifies in the same Python session: the forked workers must
+    not hang on the thread pool torch left behind."""
+    from vprom.generation.generate import generate
+
+    dataset = tmp_path / "dataset.h5"
+    generate(write_pools(tmp_path / "pools.h5"), dataset, RULES, scale=0.004, seed=3)
+    # a session of its own, so that a hung run's workers are ended with it
+    proc = subprocess.Popen([sys.executable, "-c", VERIFY_AFTER_TORCH, str(dataset)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail("vprom verify --workers 2 hung after torch had run in parallel")
+    assert proc.returncode == 0, err[-2000:]
+    assert out.splitlines()[-1] == "verdict: PASS"

@@ -55,7 +55,7 @@ def test_chunks_hold_every_record_once_in_order(tmp_path, monkeypatch, block, ta
     path = _write(tmp_path, records, **dump)
     scan = JoinScan.open(path)
     chunks = [c for (c,) in plan([scan], target)]
-    assert [r for c in chunks for r in load(c)] == records
+    assert [r for c in chunks for r in load(c, dict)] == records
     assert [c.first for c in chunks] == [sum(c.count for c in chunks[:k])
                                          for k in range(len(chunks))]
     assert chunks[-1].last and not any(c.last for c in chunks[:-1])
@@ -73,7 +73,7 @@ def test_two_files_are_cut_at_the_same_records(tmp_path):
     assert len(pairs) > 3
     for ca, cb in pairs:
         assert (ca.first, ca.count) == (cb.first, cb.count)
-        assert [r["image_id"] for r in load(ca)] == [r["image_id"] for r in load(cb)]
+        assert [r["image_id"] for r in load(ca, dict)] == [r["image_id"] for r in load(cb, dict)]
     assert all(scan.sha256 for scan in scans)
 
 

@@ -33,10 +33,6 @@ def wait_for_parent(conn) -> None:
     conn.recv()  # until the parent writes or goes away
 
 
-def kind(x: int) -> str | None:
-    return None if x % 5 == 0 else "odd" if x % 2 else "even"
-
-
 def ddp_rank(rank: int, dataset: str, source: str, rendezvous: str, out: str) -> None:
     """One DDP rank: gloo, a DistributedSampler, `vprom.data.loader` with a worker."""
     import torch.distributed as dist

@@ -35,16 +35,6 @@ def test_matrix_rejects_what_the_paper_does_not_allow(bad):
         _matrix(**bad)
 
 
-def test_a_checked_matrix_is_the_record_the_constructor_makes():
-    m = _matrix()
-    fast = Matrix.checked(m.id, m.relation, m.element_type, m.super_attribute, m.panels,
-                          m.elements, m.answer, m.splits)
-    assert fast == m and hash(fast) == hash(m) and fast.to_record() == m.to_record()
-    assert fast.part("held_out_objects") == "test"
-    with pytest.raises(AttributeError):  # frozen like any other record
-        fast.answer = 1
-
-
 def test_crop_round_trips_and_keeps_all_labels():
     c = Crop(7, 11, 1, 2, 120, 130, "object_attribute", "red", "color", 99, "",
              ("shirt", "red", "cotton"))

@@ -146,29 +146,3 @@ def test_a_workers_broken_handover_is_quiet_other_thread_errors_are_not(monkeypa
     err = capsys.readouterr().err
     assert "ValueError: a real bug" in err and "ValueError: another real bug" in err
     assert "BrokenPipeError: [Errno 32] the main thread's own pipe" in err
-
-
-@pytest.mark.parametrize("workers", [1, 2, 3])
-def test_ordered_map_with_affinity_gives_the_results_in_job_order(workers):
-    with processes.ordered_map(spawned.square, range(203), workers, "test", affinity=spawned.kind) as results:
-        assert list(results) == [x * x for x in range(203)]
-    jobs = list(range(30)) + [37] + list(range(30))
-    with pytest.raises(VpromError, match="record 37 is broken"):
-        with processes.ordered_map(spawned.fail_at, jobs, 2, "test", affinity=spawned.kind) as results:
-            list(results)
-    assert _no_children_left()
-
-
-def test_a_free_worker_takes_its_own_kind_then_a_free_kind_then_none_then_any():
-    keys = ["a", "a", "b", None, "c", "b"]
-    assert processes.pick(keys, held={"b"}, others={"a"}) == 2  # its own kind first
-    assert processes.pick(keys, held=set(), others={"a"}) == 2  # a kind nobody holds
-    assert processes.pick(keys, held=set(), others={"a", "b", "c"}) == 3  # a job of none
-    assert processes.pick(["a", "c", "c"], held={"b"}, others={"a", "c"}) == 0  # share
-    assert processes.pick(keys, held=set(), others=set()) == 0  # in job order
-
-
-def test_affinity_needs_single_jobs():
-    with pytest.raises(ValueError, match="chunksize 1"):
-        with processes.ordered_map(spawned.square, range(3), 2, "test", 2, affinity=spawned.kind) as results:
-            list(results)

@@ -5,12 +5,18 @@ the fix) exits 1; a closed stdout (`vprom evaluate RUN | head -1`) exits 141 qui
 exits 130 and SIGTERM 143, each with a line saying how to resume the command. Worker
 processes are stopped by the stages that started them. `VPROM_DEBUG=1` lets every error and
 interrupt through with its traceback.
+
+Python swallows an exception raised inside a finalizer or weakref callback ("Exception
+ignored in ..."), and a signal can land there. So the SIGTERM handler also records that it
+fired, and an interrupt swallowed that way is recorded by `sys.unraisablehook`: a command
+that goes on to finish still exits 143 (or 130), with its one line.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import signal
 import sys
@@ -35,8 +41,21 @@ class Terminated(BaseException):
     """SIGTERM, handled like Ctrl-C: stop, clean up, exit with 143."""
 
 
+#: interrupts received during the running command, kept in case a finalizer swallowed them
+_received: list[BaseException] = []
+
+
 def _terminate(signum, frame):
-    raise Terminated()
+    _received.append(Terminated())
+    raise _received[-1]
+
+
+def _keep_swallowed_interrupts(previous_hook, unraisable) -> None:
+    """sys.unraisablehook: an interrupt swallowed by a finalizer is kept, not printed."""
+    if isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+        _received.append(unraisable.exc_value)
+    else:
+        previous_hook(unraisable)
 
 
 def interruption(error: BaseException) -> BaseException | None:
@@ -76,11 +95,14 @@ def run_command(build_parser, argv: list[str] | None = None) -> int:
     """Parse `argv` with `build_parser()`, call the command's function with the arguments and
     show its result; every failure becomes one line on stderr and an exit status (see the
     module doc)."""
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    _received.clear()
+    previous, previous_hook = signal.signal(signal.SIGTERM, _terminate), sys.unraisablehook
+    sys.unraisablehook = functools.partial(_keep_swallowed_interrupts, previous_hook)
     try:
         return _run(build_parser, argv)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = previous_hook
 
 
 def _by(interrupt: BaseException) -> str:
@@ -103,6 +125,8 @@ def _run(build_parser, argv: list[str] | None) -> int:
         command, options = args._command, options_of(args)
         with waiting(getattr(args, "wait", False)):
             result = command.function(**options)
+        if _received:  # an interrupt that a finalizer swallowed: the command did not stop
+            raise _received[0]
         if command.show is not None:
             command.show(result, options)
     except Done:
@@ -110,7 +134,7 @@ def _run(build_parser, argv: list[str] | None) -> int:
     except BaseException as e:
         if isinstance(e, SystemExit):
             raise
-        interrupt = interruption(e)
+        interrupt = interruption(e) or (_received[0] if _received else None)
         if interrupt is None and isinstance(e, BrokenPipeError):
             # stdout was closed (`vprom evaluate RUN | head -1`): stop quietly, and keep
             # Python's final flush from failing on the same pipe.

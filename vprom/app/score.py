@@ -7,6 +7,9 @@ A model trained outside vprom writes one prediction per test problem of a split,
 
 or as JSON lines, `{"matrix_id": 17, "choice": 3}` with an optional `"scores": [8 numbers]`.
 `choice` is the candidate picked, 0..7; when it is left out, the highest score is taken.
+Either is UTF-8, with or without a byte-order mark (Excel's "CSV UTF-8" writes one). A line
+that cannot be read (a field over the csv module's 128 KB, an id outside int64, a number of
+thousands of digits, nesting too deep) is refused with its file and line number.
 
 The file is checked against the split's test part before anything is scored; each problem
 found is one line of the refusal, with counts and examples: test problems left out, problems
@@ -18,7 +21,8 @@ intervals overall, per relation, per element type and per pair; printed beside c
 perception-only ceiling of the same problems (`generation.verify.ceiling`: what perfect recognition
 scores without finding the relation). The metrics are written atomically as `metrics.json` in
 `evaluate`'s schema (the run's model fields filled from what is known, the rest null), so
-`vprom report` lists the outside model beside the baselines.
+`vprom report` lists the outside model beside the baselines; as in a run's, the data set and
+the predictions are named relative to the metrics file.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import csv
 import io
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +48,7 @@ from vprom.tables import crop_rows, read_matrix_table
 
 SCORED_BY = "vprom score"
 EXAMPLES = 3
+MAX_ID = np.iinfo(np.int64).max
 
 
 @dataclass(frozen=True)
@@ -58,12 +64,18 @@ def _bad(path: Path, line: int, what: str) -> VpromError:
 
 
 def _integer(value, path: Path, line: int, name: str) -> int:
+    """A whole number in 0..2**63-1, read exactly: 17, "17" or "17.0"."""
+    text = str(value).strip()
+    if len(text) > 40:
+        raise _bad(path, line, f"{name} of {len(text):,} characters is not a number")
     try:
-        number = float(value)
-    except (TypeError, ValueError):
+        number = int(text) if text.isdigit() else float(text)
+    except ValueError:
         raise _bad(path, line, f"{name} {value!r} is not a number") from None
-    if not number.is_integer():
+    if isinstance(number, float) and not number.is_integer():
         raise _bad(path, line, f"{name} {value!r} is not a whole number")
+    if not 0 <= number <= MAX_ID:
+        raise _bad(path, line, f"{name} {value} is out of range (0 to 2**63-1)")
     return int(number)
 
 
@@ -94,39 +106,49 @@ def _json_lines(path: Path, text: str):
             continue
         try:
             row = json.loads(line)
-        except ValueError:
+        except json.JSONDecodeError:
             raise _bad(path, number, "not a JSON object") from None
+        except (ValueError, RecursionError):  # a number of over 4,300 digits, deep nesting
+            raise _bad(path, number, "a number too long or nesting too deep") from None
         if not isinstance(row, dict):
             raise _bad(path, number, "not a JSON object")
         yield _record(path, number, row.get("matrix_id"), row.get("choice"), row.get("scores"))
 
 
 def _csv_lines(path: Path, text: str):
-    rows = list(csv.reader(io.StringIO(text)))
-    if not rows or rows[0][:1] != ["matrix_id"]:
+    reader = csv.reader(io.StringIO(text))
+    try:
+        yield from _csv_records(path, reader)
+    except csv.Error as e:  # a field over csv.field_size_limit(), a stray NUL
+        raise _bad(path, reader.line_num, str(e)) from None
+
+
+def _csv_records(path: Path, reader):
+    head = next(reader, [])
+    if head[:1] != ["matrix_id"]:
         raise VpromError(f"{path}: a CSV of predictions starts with the header "
                          "`matrix_id,choice` (optionally then score_0..score_7)")
-    head = rows[0]
     score_columns = [head.index(f"score_{k}") for k in range(N_CANDIDATES)
                      if f"score_{k}" in head]
     if score_columns and len(score_columns) != N_CANDIDATES:
         raise VpromError(f"{path}: the header names {len(score_columns)} score columns; give "
                          f"all {N_CANDIDATES} (score_0..score_{N_CANDIDATES - 1}) or none")
     at = head.index("choice") if "choice" in head else None
-    for number, row in enumerate(rows[1:], 2):
+    for row in reader:
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != len(head):
-            raise _bad(path, number, f"{len(row)} fields, the header has {len(head)}")
+            raise _bad(path, reader.line_num, f"{len(row)} fields, the header has {len(head)}")
         scores = [row[k] for k in score_columns] if score_columns else None
-        yield _record(path, number, row[0], row[at] if at is not None else None, scores)
+        yield _record(path, reader.line_num, row[0], row[at] if at is not None else None,
+                      scores)
 
 
 def read_predictions(path: str | Path) -> Predictions:
     """The predictions of a CSV or JSON-lines file (told apart by their first character)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not data
     except FileNotFoundError:
         raise VpromError(f"{path}: no such file") from None
     except UnicodeDecodeError:
@@ -237,8 +259,18 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str =
     }
     metrics["did_not_learn"] = did_not_learn(metrics, [])
     folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / "metrics.json", metrics)
+    write_json(folder / "metrics.json", _published(metrics, folder))
     return metrics, _ceiling(hits, relation, element_type)
+
+
+def _published(metrics: dict, folder: Path) -> dict:
+    """metrics.json as written: the run is ".", and the data set and predictions are named
+    relative to it, so the file names no home or install folder."""
+    def relative(path: str) -> str:
+        return os.path.relpath(Path(path).resolve(), folder.resolve())
+
+    config = {**metrics["config"], "predictions": relative(metrics["config"]["predictions"])}
+    return {**metrics, "run": ".", "dataset": relative(metrics["dataset"]), "config": config}
 
 
 def format_scored(metrics: dict, ceiling: dict) -> str:

@@ -47,7 +47,7 @@ def read_responses(study: Path, key: dict, files=None) -> list[dict]:
                 r = json.loads(line)
                 who, problem, skipped, choice = (r["participant"], r["problem"], r["skipped"],
                                                  r["choice"])
-            except (json.JSONDecodeError, KeyError, TypeError):
+            except (ValueError, RecursionError, KeyError, TypeError):  # also deep nesting
                 raise VpromError(f"{where}: not a response of `vprom human-serve`; fix or "
                                  "remove the line") from None
             if problem not in key["problems"]:

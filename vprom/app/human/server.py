@@ -15,20 +15,37 @@ problem the same way and the order carries no answer. A response is checked (kno
 the order this participant was shown, a position or a skip, not answered before) and then
 appended to `STUDY/responses/<ID>.jsonl` with one `write` under an exclusive `flock`, and
 fsynced; a write that fails is truncated back, so the file only ever holds whole lines.
-Malformed bodies get 400, unknown problems 404, a second answer to a problem 409, bodies over
-64 KB 413.
+
+Every reply is one line of JSON. A body is bounded (64 KB, else 413), must be sent as
+`application/json` (else 415) in UTF-8, and is checked against the schema above before any
+field is used (else 400: deep nesting and over-long numbers included); unknown problems get
+404, a second answer to a problem 409, a full disk 507 (the answer can be given again). Any
+other failure gets 500 with "internal error" and a short id that the server's log repeats
+beside the details; no reply shows a server path.
+
+Connections: one thread each, at most `MAX_CONNECTIONS` at once (and never more than half the
+process's file limit, so recording answers always has files to spare); beyond that, new
+connections wait in a listen backlog of `LISTEN_BACKLOG`, enough for a classroom arriving at
+once. A connection that sends nothing for `IDLE_TIMEOUT_S` seconds is closed, so idle
+connections free their places and cannot lock participants out.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import mimetypes
 import os
 import re
+import resource
+import secrets
+import sys
 import threading
 import time
+import traceback
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -37,12 +54,15 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from vprom.app.human.study import load_key
-from vprom.errors import VpromError
 from vprom.claim import output_lock
 from vprom.domain import N_CANDIDATES
+from vprom.errors import VpromError
 
 PARTICIPANT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_BODY = 64 * 1024
+IDLE_TIMEOUT_S = 10
+MAX_CONNECTIONS = 128
+LISTEN_BACKLOG = 128
 PUBLIC_FILE = re.compile(r"(?:[A-Za-z0-9_-][A-Za-z0-9_.-]*/)*[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 
 
@@ -108,8 +128,8 @@ class Study:
                     try:
                         done.add(json.loads(line)["problem"])
                     except (json.JSONDecodeError, KeyError, TypeError):
-                        raise Refused(HTTPStatus.INTERNAL_SERVER_ERROR, f"{path} line {number} "
-                                      "is not a response; fix or remove it") from None
+                        raise VpromError(f"{path} line {number} is not a response; fix or "
+                                         "remove it") from None
             self._answered[participant] = done
         return self._answered[participant]
 
@@ -152,11 +172,14 @@ def check_participant(participant) -> str:
 
 
 def parse_response(body: bytes) -> dict:
-    """The fields of a response body, type-checked; Refused(400) on anything else."""
+    """The fields of a response body, checked against the schema before any is used;
+    Refused(400) on anything else."""
     try:
-        data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise Refused(HTTPStatus.BAD_REQUEST, "the body is not JSON") from None
+        data = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise Refused(HTTPStatus.BAD_REQUEST, "the body is not UTF-8 text") from None
+    except (ValueError, RecursionError):  # also a number of over 4,300 digits, deep nesting
+        raise Refused(HTTPStatus.BAD_REQUEST, "the body is not a JSON response") from None
     expected = {"participant", "problem", "position", "skipped", "rt_ms", "order"}
     if not isinstance(data, dict) or set(data) != expected:
         raise Refused(HTTPStatus.BAD_REQUEST, f"the body must be an object with exactly "
@@ -172,8 +195,8 @@ def parse_response(body: bytes) -> dict:
     if type(rt) not in (int, float) or not 0 <= rt < 24 * 3600 * 1000:
         raise Refused(HTTPStatus.BAD_REQUEST, "rt_ms must be a number of milliseconds")
     order = data["order"]
-    if not isinstance(order, list) or sorted(order) != list(range(N_CANDIDATES)) or any(
-            type(v) is not int for v in order):
+    if not isinstance(order, list) or any(type(v) is not int for v in order) or sorted(
+            order) != list(range(N_CANDIDATES)):
         raise Refused(HTTPStatus.BAD_REQUEST, "order must list the candidates 0-7 as shown")
     return data
 
@@ -186,19 +209,24 @@ def append_line(path: Path, record: dict) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
         try:
-            if os.write(fd, line) != len(line):
-                raise OSError(f"short write to {path}")
+            if os.write(fd, line) != len(line):  # a regular file is written short when full
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
             os.fsync(fd)
         except OSError:
-            os.ftruncate(fd, size)  # never leave half a line
+            # never leave half a line; a device cannot be cut back, and the write's error is
+            # the one to report
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
             raise
     finally:
         os.close(fd)
 
 
 class Handler(BaseHTTPRequestHandler):
-    study: Study  # set on the subclass `serve` makes
+    study: Study  # set on the subclass `make_server` makes, with `timeout`
     server_version = "vprom-human-study"
+    error_message_format = "%(code)d %(message)s\n"  # http.server's own refusals: one line
+    error_content_type = "text/plain; charset=utf-8"
 
     def log_message(self, format, *args):  # one quiet line per request on stderr
         if getattr(self.server, "verbose", True):
@@ -217,19 +245,42 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, status: HTTPStatus, obj) -> None:
         self._send(status, json.dumps(obj).encode(), "application/json")
 
-    def _refuse(self, e: Refused) -> None:
-        self._json(e.status, {"error": str(e)})
+    def _answer(self, reply) -> None:
+        """Call `reply()`, which sends the reply; a refusal becomes its 4xx line, and any
+        other failure a 507 or 500 line that names no server path."""
+        try:
+            reply()
+        except Refused as e:
+            self._json(e.status, {"error": str(e)})
+        except (TimeoutError, ConnectionError):
+            raise  # the participant is silent or gone: nothing to answer
+        except Exception as e:  # noqa: BLE001 - every other failure is answered with 500
+            self._fail(e)
+
+    def _fail(self, e: Exception) -> None:
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            sys.stderr.write(f"vprom human-serve: {e}; answers are refused until space is "
+                             "freed\n")
+            self._json(HTTPStatus.INSUFFICIENT_STORAGE, {
+                "error": "no space left on the server's disk; the answer was not recorded: "
+                         "tell the organiser, then answer again"})
+            return
+        incident = secrets.token_hex(4)  # an id to find the details by, not a secret
+        details = str(e) if isinstance(e, VpromError) else traceback.format_exc()
+        sys.stderr.write(f"vprom human-serve: internal error {incident}: {details}\n")
+        self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {
+            "error": f"internal error {incident}; the server's log has the details"})
 
     def do_GET(self):
+        self._answer(self._get)
+
+    def _get(self) -> None:
         url = urlsplit(self.path)
-        try:
-            if url.path == "/api/session":
-                participant = parse_qs(url.query).get("participant", [""])[0]
-                self._json(HTTPStatus.OK, self.study.session(participant))
-            else:
-                self._file(url.path)
-        except Refused as e:
-            self._refuse(e)
+        if url.path == "/api/session":
+            participant = parse_qs(url.query).get("participant", [""])[0]
+            self._json(HTTPStatus.OK, self.study.session(participant))
+        else:
+            self._file(url.path)
 
     do_HEAD = do_GET
 
@@ -243,32 +294,68 @@ class Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, target.read_bytes(), kind)
 
     def do_POST(self):
+        self._answer(self._post)
+
+    def _post(self) -> None:
+        if urlsplit(self.path).path != "/api/response":
+            raise Refused(HTTPStatus.NOT_FOUND, "POST only to /api/response")
         try:
-            if urlsplit(self.path).path != "/api/response":
-                raise Refused(HTTPStatus.NOT_FOUND, "POST only to /api/response")
-            try:
-                length = int(self.headers.get("Content-Length", ""))
-            except ValueError:
-                raise Refused(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length") from None
-            if not 0 <= length <= MAX_BODY:
-                raise Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "the body is too large")
-            record = self.study.record(self.rfile.read(length))
-            self._json(HTTPStatus.CREATED, {"ok": True, "problem": record["problem"]})
-        except Refused as e:
-            self._refuse(e)
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            raise Refused(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length") from None
+        if not 0 <= length <= MAX_BODY:
+            raise Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "the body is too large")
+        if self.headers.get_content_type() != "application/json":
+            raise Refused(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "send the body as "
+                          "application/json")
+        body = self.rfile.read(length)
+        if len(body) != length:
+            raise Refused(HTTPStatus.BAD_REQUEST, "the body is shorter than its Content-Length")
+        record = self.study.record(body)
+        self._json(HTTPStatus.CREATED, {"ok": True, "problem": record["problem"]})
+
+
+class StudyServer(ThreadingHTTPServer):
+    """A thread per connection, at most `max_connections` at once: the accepting loop waits
+    for a free place, and meanwhile new connections wait in the listen backlog."""
+
+    daemon_threads = True
+    request_queue_size = LISTEN_BACKLOG
+
+    def __init__(self, address, handler, max_connections: int):
+        super().__init__(address, handler)
+        self.places = threading.BoundedSemaphore(max_connections)
+        self.verbose = True
+
+    def process_request(self, request, client_address):
+        self.places.acquire()
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.places.release()  # no thread was started to release it
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.places.release()
 
 
 def make_server(study: str | Path, host: str = "127.0.0.1", port: int = 8000,
-                verbose: bool = True) -> ThreadingHTTPServer:
-    """An HTTP server for the study folder, bound but not yet serving (port 0: any free one)."""
-    handler = type("StudyHandler", (Handler,), {"study": Study(study)})
+                verbose: bool = True, timeout: float = IDLE_TIMEOUT_S) -> StudyServer:
+    """An HTTP server for the study folder, bound but not yet serving (port 0: any free one);
+    a connection that sends nothing for `timeout` seconds is closed."""
+    handler = type("StudyHandler", (Handler,), {"study": Study(study), "timeout": timeout})
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    places = MAX_CONNECTIONS if files == resource.RLIM_INFINITY else min(
+        MAX_CONNECTIONS, max(1, files // 2))
     try:
-        server = ThreadingHTTPServer((host, port), handler)
+        server = StudyServer((host, port), handler, places)
     except OSError as e:
         raise VpromError(f"cannot listen on {host}:{port} ({e.strerror}); pick another "
                          "--port") from None
     server.verbose = verbose
-    server.daemon_threads = True
     return server
 
 

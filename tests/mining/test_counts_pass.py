@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from vprom.errors import VpromError
-from vprom.mining import count_pass, readers
+from vprom.mining import pool_passes, readers
 from vprom.mining.vocab import load_vocabulary
 
 
@@ -25,7 +25,7 @@ def _mine(records, sizes=None):
     sizes = sizes or {k + 1: (400, 400) for k in range(len(records))}
     images = (readers.image_of(index, record, path, "regions")
               for index, record in enumerate(records))
-    return count_pass.mine_counts(images, sizes, 100, load_vocabulary())
+    return pool_passes.mine_counts(images, sizes, 100, load_vocabulary())
 
 
 def test_regions_in_other_layouts_are_read_as_the_reader_reads_them():
