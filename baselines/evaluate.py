@@ -7,9 +7,11 @@ if any) and scores them with `baselines.metrics`, which `vprom score` shares: ac
 
 First `check_inputs` refuses a data set other than the one the run was trained on (its
 recorded content hash, `vprom.manifest`), features of another data set, and features other
-than the run's (their attributes differ). The metrics record the run's resolved settings and
-whether it did not learn (`baselines.run_checks`); they are written atomically to
-`RUN/metrics.json` and returned.
+than the run's (their attributes differ). The metrics record the run's resolved settings, the
+epoch of the best.pt they scored and whether it did not learn (`baselines.run_checks`); they
+are written atomically to `RUN/metrics.json` and returned. The run is claimed for the whole
+call (`vprom.claim`), so no `train` of it replaces best.pt meanwhile: while one holds the run,
+`evaluate` is refused, or waits with --wait.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from vprom.baselines.run_checks import control_result, did_not_learn, is_control
 from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
 from vprom.baselines.run_folder import load_checkpoint, plain_record, portable
 from vprom.baselines.train import build_model, predict
+from vprom.claim import claim
 from vprom.errors import VpromError
 from vprom.feature_files import check_features_source
 from vprom.files import write_json
@@ -32,16 +35,21 @@ from vprom.domain import CHANCE
 from vprom.runtime import resolve_device
 
 
-def _run_files(run: Path) -> tuple[dict, dict]:
-    """The run's config.json and best.pt, or a VpromError saying what is missing."""
-    config_path, best = run / "config.json", run / "best.pt"
+def _check_run(run: Path) -> None:
+    """A VpromError saying what is missing when `run` is no run folder with a best.pt."""
     if not run.is_dir():
         raise VpromError(f"{run}: no such folder; pass a run folder of `vprom train`")
-    if not config_path.is_file():
+    if not (run / "config.json").is_file():
         raise VpromError(f"{run}: no config.json; is this a run folder of `vprom train`?")
-    if not best.is_file():
-        raise VpromError(f"{best}: no such checkpoint; the run has not finished an epoch yet "
-                         "(re-running its `vprom train` command continues it)")
+    if not (run / "best.pt").is_file():
+        raise VpromError(f"{run / 'best.pt'}: no such checkpoint; the run has not finished an "
+                         "epoch yet (re-running its `vprom train` command continues it)")
+
+
+def _run_files(run: Path) -> tuple[dict, dict]:
+    """The run's config.json and best.pt."""
+    config_path, best = run / "config.json", run / "best.pt"
+    _check_run(run)
     try:
         manifest = json.loads(config_path.read_text())
         manifest["config"]
@@ -77,6 +85,12 @@ def check_inputs(run: Path, manifest: dict, state: dict, data_attrs: dict | None
 def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
     """Score `run_dir`'s best checkpoint on its split's test set; writes metrics.json."""
     run = Path(run_dir)
+    _check_run(run)  # before the claim: a mistyped path makes no lock file
+    with claim(run, ("run",), folder=True):
+        return _score(run, device)
+
+
+def _score(run: Path, device: str | None) -> dict:
     manifest, state = _run_files(run)
     config = TrainConfig.from_dict(state["config"]).resolved()
     check_inputs(run, manifest, state)

@@ -12,7 +12,9 @@ Written into DIR, each file atomically: table2.md / .csv (the paper's Table 2 la
 neutral split, ours beside the paper's numbers, then controls, humans and chance), splits.md /
 .csv (models x splits), report.md (all of it on one page), by_relation.png and
 by_element_type.png (accuracy bars, neutral split when it has runs) and curves.png (training
-loss and validation accuracy per epoch).
+loss and validation accuracy per epoch). manifest.json (kind "report") is written first, so
+the folder is known as a report even if cut short, and again at the end with every file's
+sha256.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +33,8 @@ from vprom.baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED
 from vprom.baselines.run_checks import (CONTROL_MODELS, check_alike, control_result,
                                         did_not_learn, is_control, settings)
 from vprom.errors import VpromError
-from vprom.files import atomic_path, write_text
+from vprom.files import atomic_path, sha256_file, write_text
+from vprom.manifest import make_manifest, write_manifest
 from vprom.claim import writes
 from vprom.domain import SPLITS, ElementType, Relation
 
@@ -393,13 +397,7 @@ def curves(entries: list[Entry], path: Path) -> None:
 
 
 # ---------------------------------------------------------------- the report
-#: every file `report` writes: a folder holding only these is a report it may rewrite
-REPORT_NAMES = ("report.md", "table2.md", "table2.csv", "splits.md", "splits.csv",
-                "by_relation.png", "by_element_type.png", "curves.png")
-
-
-@writes("out", ("report",), inputs=lambda a: tuple(a["run_dirs"]), names=REPORT_NAMES,
-        folder=True, inside_ok=True)
+@writes("out", ("report",), inputs=lambda a: tuple(a["run_dirs"]), folder=True, inside_ok=True)
 def report(run_dirs, out: str | Path) -> str:
     """Write the tables and plots over `run_dirs` into `out`; returns a summary of the files."""
     run_dirs = expand_runs(run_dirs)
@@ -407,6 +405,9 @@ def report(run_dirs, out: str | Path) -> str:
         raise VpromError("report needs at least one run folder")
     entries = [load_entry(r) for r in run_dirs]
     out = Path(out)
+    config = {"runs": [os.path.relpath(r.resolve(), out.resolve()) for r in run_dirs]}
+    out.mkdir(parents=True, exist_ok=True)
+    write_manifest(out, make_manifest("report", config))  # vouches for no file yet
     grouped = group(entries)
     t2 = table2_rows(grouped.get("neutral", {}))
     sp = split_rows(grouped)
@@ -444,6 +445,8 @@ def report(run_dirs, out: str | Path) -> str:
             + "## Plots\n\n" + "".join(f"![{p}]({p})\n\n" for p in plots))
     write_text(out / "report.md", page)
     written = ["report.md", *files, *plots]
+    write_manifest(out, make_manifest("report", config, outputs={
+        name: sha256_file(out / name) for name in written}))
     return (f"report over {len(entries)} runs written to {out}:\n"
             + "\n".join(f"  {out / name}" for name in written)
             + (f"\n{controls.rstrip()}" if controls else "")

@@ -34,8 +34,6 @@ from vprom.files import atomic_path
 from vprom.manifest import why_stale
 
 RUN_FILES = ("config.json", "history.json", "last.pt", "best.pt", "metrics.json")
-#: what a run folder may hold besides RUN_FILES and still be one `train` may write into
-NAMES = (*RUN_FILES, "metrics.*.json")
 #: settings that may differ when a run is continued: how long and where, not what
 RESUMABLE = ("epochs", "patience", "device", "restart", "cuda_graphs", "resume")
 #: the settings that are paths: config.json stores them relative to the run folder

@@ -219,7 +219,7 @@ class CudaGraphStep:
 
 
 # ---------------------------------------------------------------- the run
-@writes(lambda a: a["config"].out, ("run",), inputs=run_folder.inputs, names=run_folder.NAMES)
+@writes(lambda a: a["config"].out, ("run",), inputs=run_folder.inputs)
 def train(config: TrainConfig) -> Path:
     """Train `config.model` on `config.split`; returns the run folder (see the module doc)."""
     defaulted, config = config.defaulted(), config.resolved()

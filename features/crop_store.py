@@ -147,7 +147,7 @@ def _work_folder(job: StoreJob, log) -> Path:
         why = why_stale(folder, [job.dataset], job.settings())
         if why:
             log(f"{folder}: {why}; starting over")
-            remove_work_folder(folder, WORK_FILES)
+            remove_work_folder(folder, KIND, WORK_FILES)
     if not folder.is_dir():
         folder.mkdir(parents=True)
         write_manifest(folder, make_manifest(KIND, job.settings(),

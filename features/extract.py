@@ -229,7 +229,7 @@ def _open_partial(plan: ExtractPlan) -> None:
         why = why or why_stale(partial, *_inputs(plan))
         if why:
             print(f"{partial}: {why}; starting over", file=sys.stderr)
-            remove_work_folder(partial, WORK_FILES)
+            remove_work_folder(partial, "features", WORK_FILES)
         else:
             done = sum(plan.chunk_done(c) for c in range(len(plan.layout.chunks)))
             print(f"{partial}: resuming, {done} of {len(plan.layout.chunks)} chunks done",

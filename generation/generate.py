@@ -203,6 +203,17 @@ class GenerateSummary:
         return "\n".join(lines)
 
 
+def dataset_settings(scale: float, seed: int, shard: tuple[int, int] | None = None,
+                     legacy_counts: bool = False) -> dict:
+    """Every setting that changes a DATASET.h5 made from given pools: its manifest's config
+    (`vprom build` keeps a data set only when they all match)."""
+    return {"scale": scale, "seed": seed, "shard": list(shard) if shard else None,
+            "min_context_crops": MIN_CONTEXT_CROPS, "max_tries": MAX_TRIES,
+            "table1": {e.value: n for e, n in TABLE1.items()},
+            # recorded so the file says it carries the flaw on purpose
+            "legacy_count_candidates": True if legacy_counts else None}
+
+
 @writes("out", ("dataset",), inputs=lambda a: (a["pools"],))
 def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed: int = 0,
              shard: tuple[int, int] | None = None,
@@ -218,11 +229,7 @@ def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed
     data = generate_dataset(crops, rules, scale=scale, seed=seed, shard=shard,
                             source=str(pools), vocabulary=read_pools_vocabulary(pools, crops),
                             progress=True, legacy_counts=legacy_counts, workers=workers)
-    config = {"scale": scale, "seed": seed, "shard": list(shard) if shard else None,
-              "min_context_crops": MIN_CONTEXT_CROPS, "max_tries": MAX_TRIES,
-              "table1": {e.value: n for e, n in TABLE1.items()}}
-    if legacy_counts:  # recorded so the file says it carries the flaw on purpose
-        config["legacy_count_candidates"] = True
+    config = dataset_settings(scale, seed, shard, legacy_counts)
     manifest = make_manifest("dataset", config=config, seed=seed,
                              inputs=input_hashes([pools]), counts=data.counts)
     _write(out, data, manifest)

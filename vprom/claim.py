@@ -3,22 +3,27 @@
 Every command that writes takes its output through `claim` (or `writes` on its function):
 1. Inputs (`check_not_input`): the output is not an input (the same resolved path or file),
    does not lie inside an input folder, and holds no input.
-2. Ownership (`check_owned`): an existing output is replaced only when `output_kind` finds it a
-   vprom output of a kind the command writes, by its manifest (`vprom.manifest`) or a mark
-   in its content (a `show` PNG's `vprom` text chunk, a JSON file's `kind`), or when it is a
-   folder holding only names the command writes (an interrupted build, a run) or nothing.
+2. Ownership (`check_owned`): an existing output is replaced or continued only when
+   `output_kind` finds it a vprom output of a kind the command writes, by its vprom manifest
+   (`vprom.manifest`) or a mark in its content (a `show` PNG's `vprom` text chunk, a JSON
+   file's `kind`); a folder also when it holds nothing but vprom's temporaries. A file's name
+   never proves vprom wrote it, so a folder output writes its manifest before anything else
+   into it: an interrupted build, report or run is still recognised.
 3. One writer (`output_lock`): an advisory `flock` on `.NAME.lock` beside the output for the
    whole call. A second writer is refused at once, naming the holder's PID, or waits when
    asked (`waiting`, the command line's `--wait`). The OS drops a flock when its process
    ends, kill -9 included. The lock file is removed on release; a writer that locked a file
    just unlinked sees the inode changed and locks again. Under torchrun rank 0 holds it for
    the job. Locks are re-entrant within a process (`build` holds its folder, `mine` its
-   pools inside it).
+   pools inside it). The lock file is opened with O_NOFOLLOW and O_CLOEXEC and written only
+   when `fstat` shows a regular file of this user's with one name: anyone who can write into
+   a shared output folder could otherwise plant a link there and have the writer overwrite
+   the link's target.
 """
-
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import fnmatch
 import functools
@@ -26,11 +31,13 @@ import inspect
 import json
 import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from vprom.errors import VpromError
+from vprom.files import is_temporary
 from vprom.manifest import manifest_of
 
 _HELD: dict[str, list] = {}  # lock path -> [fd, depth]
@@ -52,34 +59,53 @@ def lock_path(out: str | os.PathLike) -> Path:
     return out.parent / f".{out.name}.lock"
 
 
-def _holder(path: Path) -> str:
+def _holder(fd: int) -> str:
     with contextlib.suppress(OSError, ValueError):
-        return f"pid {int(path.read_text().strip() or 'x')}"
+        return f"pid {int(os.pread(fd, 32, 0).decode().strip() or 'x')}"
     return "another process"
+
+
+def _open_lock(path: Path) -> int:
+    """The fd of the lock file at `path`, created if need be; refuses (one line) anything but
+    a regular file of this user's with no other name (module doc)."""
+    refuse = (f"{path}: is not a lock file vprom made for this user, so it is left as it is; "
+              "remove it (it may be a link planted to make vprom overwrite its target) and run "
+              "again")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise VpromError(refuse) from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink > 1:
+        os.close(fd)
+        raise VpromError(refuse)
+    return fd
 
 
 def _acquire(path: Path, out: Path, wait: bool) -> int:
     """Open and flock the lock file; the fd once the lock is ours on the file at `path`."""
     told = False
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = _open_lock(path)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 if not wait:
                     raise VpromError(
-                        f"{out}: another vprom run ({_holder(path)}) is writing it; wait for "
+                        f"{out}: another vprom run ({_holder(fd)}) is writing it; wait for "
                         f"it to finish, pass --wait, or choose another output") from None
                 if not told:
-                    print(f"{out}: waiting for the vprom run ({_holder(path)}) writing it",
+                    print(f"{out}: waiting for the vprom run ({_holder(fd)}) writing it",
                           file=sys.stderr, flush=True)
                     told = True
                 fcntl.flock(fd, fcntl.LOCK_EX)
             with contextlib.suppress(FileNotFoundError):
-                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
                     os.ftruncate(fd, 0)
-                    os.write(fd, f"{os.getpid()}\n".encode())
+                    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
                     return fd
         except BaseException:
             os.close(fd)
@@ -141,31 +167,34 @@ def output_kind(path: str | os.PathLike) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _folder_is_ours(folder: Path, names: Iterable[str]) -> bool:
-    """True when every entry of `folder` is one of `names` or a temporary or lock of ours."""
-    patterns = tuple(names)
-    return all(any(fnmatch.fnmatchcase(p.name, n) for n in patterns) or (
-        p.name.startswith(".") and p.name.endswith((".part", ".lock"))) for p in folder.iterdir())
+def _holds_nothing(folder: Path) -> bool:
+    """True when `folder` is a folder (not a link) holding nothing but vprom's temporaries."""
+    return folder.is_dir() and not folder.is_symlink() and all(
+        is_temporary(p.name) or (p.name.startswith(".") and p.name.endswith(".lock"))
+        for p in folder.iterdir())
 
 
-def remove_work_folder(folder: Path, names: Iterable[str]) -> None:
-    """Remove a command's own work folder (`<out>.partial`) when it holds only `names` (and
-    temporaries of ours); refuse one that holds anything else, or is no folder."""
-    if folder.is_symlink() or not folder.is_dir() or not _folder_is_ours(folder, names):
+def remove_work_folder(folder: Path, kind: str, names: Iterable[str]) -> None:
+    """Remove a command's own work folder (`<out>.partial`): one whose manifest says `kind`
+    and that holds only `names` (and temporaries), or nothing; refuse anything else."""
+    names = tuple(names)
+    ours = _holds_nothing(folder) or (
+        output_kind(folder) == kind and not folder.is_symlink() and all(
+            is_temporary(p.name) or any(fnmatch.fnmatchcase(p.name, n) for n in names)
+            for p in folder.iterdir()))
+    if not ours:
         raise VpromError(f"{folder}: is where this command keeps its partial work, but holds "
                          "what vprom did not write there, so it is left as it is; move it "
                          "away and run again")
     shutil.rmtree(folder)
 
 
-def check_owned(out: Path, kinds: Iterable[str] | None, names: Iterable[str] = ()) -> None:
+def check_owned(out: Path, kinds: Iterable[str] | None) -> None:
     """Refuse an existing `out` that is not a vprom output of one of `kinds` (module doc);
     `kinds` None: the caller checks ownership itself."""
-    if kinds is None or not (out.exists() or out.is_symlink()):
+    if kinds is None or not (out.exists() or out.is_symlink()) or _holds_nothing(out):
         return
     kinds = tuple(kinds)
-    if out.is_dir() and not out.is_symlink() and _folder_is_ours(out, names):
-        return
     found = output_kind(out)
     if found in kinds:
         return
@@ -218,8 +247,7 @@ def check_not_input(out: Path, inputs: Iterable[str | os.PathLike | None],
 
 @contextlib.contextmanager
 def claim(out: str | os.PathLike, kinds: Iterable[str] | None, inputs: Iterable = (),
-          names: Iterable[str] = (), folder: bool | None = None,
-          inside_ok: bool = False) -> Iterator[Path]:
+          folder: bool | None = None, inside_ok: bool = False) -> Iterator[Path]:
     """Check `out` against `inputs` and its owner, then hold its lock for the block.
     `folder`: the output is a folder (True) or a file (False), checked first; `inside_ok`:
     it may lie inside an input folder (a report beside the runs it reads)."""
@@ -228,13 +256,13 @@ def claim(out: str | os.PathLike, kinds: Iterable[str] | None, inputs: Iterable 
         check_output(out, folder=folder)
     check_not_input(out, list(inputs), inside_ok)
     with output_lock(out):
-        check_owned(out, kinds, names)  # under the lock: the holder may have made it
+        check_owned(out, kinds)  # under the lock: the holder may have made it
         yield out
 
 
 def writes(out: str | Callable, kinds: Iterable[str] | Callable | None,
-           inputs: Callable = lambda a: (), names: Iterable[str] = (),
-           folder: bool | None = None, inside_ok: bool = False) -> Callable:
+           inputs: Callable = lambda a: (), folder: bool | None = None,
+           inside_ok: bool = False) -> Callable:
     """Decorate a library function that writes: `claim` its output for the whole call.
     `out` names the parameter holding the output path, or is a function of the bound
     arguments (a dict) returning it; `kinds` likewise (or a fixed tuple); `inputs` returns the
@@ -249,8 +277,7 @@ def writes(out: str | Callable, kinds: Iterable[str] | Callable | None,
             bound.apply_defaults()
             a = bound.arguments
             with claim(out(a) if callable(out) else a[out],
-                       kinds(a) if callable(kinds) else kinds, inputs(a), names, folder,
-                       inside_ok):
+                       kinds(a) if callable(kinds) else kinds, inputs(a), folder, inside_ok):
                 return function(*args, **kwargs)
 
         return wrapper

@@ -2,10 +2,13 @@
 
 Every output is written under a temporary name in its own folder, flushed and fsynced, then
 renamed into place (`atomic_path`, `atomic_dir` for a folder): a file the user already had is
-replaced only by a complete one. The temporary name is `.<name>.<pid>.<random>.part`; a run
-killed even by SIGKILL leaves its part behind, and the next write of the same output deletes
-the parts whose process is gone (`clean_stale_parts`). A full disk met while writing becomes
-one line naming the output (`full_disk`), with the partial output removed.
+replaced only by a complete one. The temporary name is `.<name>.<pid>.<8 hex digits>.part`
+(`.<name>.<pid>.old.part` for a folder being swapped out); a run killed even by SIGKILL
+leaves its part behind, and the next write of the same output deletes the parts whose
+process is gone (`clean_stale_parts`). The cleanup matches exactly that pattern for its own
+output's full name, so it never takes another output's part: `.e.jsonl.<pid>.<hex>.part` is
+not a part of `e`. A full disk met while writing becomes one line naming the output
+(`full_disk`), with the partial output removed.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 from pathlib import Path
@@ -116,16 +120,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
+#: a temporary part: `.<output name>.<writer pid>.<8 hex digits or "old">.part`
+PART = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.(?:[0-9a-f]{8}|old)\.part")
+
+
+def is_temporary(name: str) -> bool:
+    """True when the file name `name` is a temporary part of some output."""
+    return PART.fullmatch(name) is not None
+
+
 def clean_stale_parts(path: str | os.PathLike) -> list[Path]:
-    """Delete the temporary parts of `path` left by runs that are no longer alive."""
+    """Delete the temporary parts of `path` (its own, module doc) whose writers are dead."""
     path = Path(path)
     removed = []
     if not path.parent.is_dir():
         return removed
-    for part in path.parent.glob(f".{glob.escape(path.name)}.*.part"):
-        pid = part.name[len(path.name) + 2:].split(".", 1)[0]
-        if pid.isdigit() and (int(pid) == os.getpid() or _alive(int(pid))):
-            continue  # ours, or a live run's (a part without a pid is stale)
+    for part in sorted(path.parent.glob(f".{glob.escape(path.name)}.*.part")):
+        found = PART.fullmatch(part.name)
+        if found is None or found["name"] != path.name:
+            continue  # another output's part (`.e.jsonl.<pid>...` is not one of `e`)
+        pid = int(found["pid"])
+        if pid == os.getpid() or _alive(pid):
+            continue  # ours, or a live run's
         if part.name.endswith(".old.part") and not (path.exists() or path.is_symlink()):
             os.replace(part, path)  # killed mid-swap: the previous output comes back
             continue

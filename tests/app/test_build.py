@@ -77,3 +77,47 @@ def test_bad_options_are_refused_before_any_stage_runs(tmp_path, monkeypatch, op
     with pytest.raises(VpromError, match=re.escape(says)):
         build(**options)
     assert not ran and not (tmp_path / "out").exists()
+
+
+def _recorded_seed(out) -> int:
+    """The seed of the build in `out` (other tests build it again with other seeds)."""
+    return json.loads((out / "manifest.json").read_text())["seed"]
+
+
+def test_a_data_set_generated_into_the_folder_with_other_settings_is_not_kept(built, capsys):
+    """Audit item 7: after `vprom generate X/pools.h5 --out X/dataset.h5 --scale 0.005 --seed
+    9` into a finished build, `vprom build` said "kept dataset.h5" and vouched for it."""
+    out, result = built
+    seed = _recorded_seed(out)
+    assert cli.main(["generate", str(out / "pools.h5"), "--out", str(result.dataset),
+                     "--scale", "0.005", "--seed", str(seed + 9), "--workers", "1"]) == 0
+    build(out, synthetic=True, images=1000, scale=0.01, seed=seed)
+    log = capsys.readouterr().out
+    assert "[3/5] dataset: kept" not in log
+    assert f"its settings changed: scale 0.005 vs 0.01, seed {seed + 9} vs {seed}" in log
+    made = read_manifest(result.dataset)
+    assert (made["config"]["scale"], made["seed"]) == (0.01, seed)
+    assert len(read_matrix_table(result.dataset)) == 2350
+
+
+def test_a_build_folder_holding_features_resumes_after_an_interrupt(built, capsys,
+                                                                    monkeypatch):
+    """Audit item 13: a build folder holding `features/` (the README's layout) could not be
+    resumed after a SIGTERM: "already exists and is not written by vprom"."""
+    out, result = built
+    seed = _recorded_seed(out)
+    features = out / "features" / "resnet101.h5"
+    features.parent.mkdir(exist_ok=True)
+    features.write_bytes(b"features extracted from this build")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # what a SIGTERM raises in the main thread
+
+    monkeypatch.setattr("vprom.app.build.verify", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build(out, synthetic=True, images=1000, scale=0.01, seed=seed)
+    monkeypatch.undo()
+    build(out, synthetic=True, images=1000, scale=0.01, seed=seed)
+    assert "[3/5] dataset: kept" in capsys.readouterr().out
+    assert features.read_bytes() == b"features extracted from this build"
+    assert "dataset.h5" in json.loads((out / "manifest.json").read_text())["outputs"]

@@ -5,6 +5,8 @@ second always meets it; the second refuses at once naming the holder's PID, or w
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -12,11 +14,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.baselines.conftest import write_pair
 from tests.features.conftest import CROP_ROWS, crop_table, write_dataset, write_jpeg
+from vprom.app.cli import main
 from vprom.claim import lock_path, output_lock
+from vprom.errors import VpromError
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
@@ -145,21 +150,72 @@ def test_a_lock_is_reentrant_in_one_process_and_refused_to_another(tmp_path):
     assert not lock_path(out).exists()
 
 
+@contextlib.contextmanager
+def held_elsewhere(out: Path, seconds: float = 60):
+    """Another process holding the lock of `out` for `seconds` (or until the block ends)."""
+    script = ("import time; from vprom.claim import output_lock\n"
+              f"with output_lock({str(out)!r}):\n"
+              f"    print('held', flush=True); time.sleep({seconds})")
+    holder = subprocess.Popen([sys.executable, "-c", script], env=ENV, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_second_download_into_one_folder_is_refused(tmp_path):
-    from vprom.errors import VpromError
     from vprom.mining.download import download
 
     out = tmp_path / "vg"
     out.mkdir()
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from vprom.claim import output_lock\n"
-         f"with output_lock({str(out)!r}):\n    print('held', flush=True); time.sleep(60)"],
-        env=ENV, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(VpromError, match=str(holder.pid)):
-            download(out, base_url="http://127.0.0.1:9", images=False)
-    finally:
-        holder.kill()
-        holder.wait()
+    with held_elsewhere(out) as holder, pytest.raises(VpromError, match=str(holder.pid)):
+        download(out, base_url="http://127.0.0.1:9", images=False)
     assert not list(out.iterdir())  # nothing was fetched or written
+
+
+def test_crops_is_refused_while_another_writes_its_store_and_waits_when_asked(tmp_path,
+                                                                              capsys):
+    """Audit items 1 and 15: two concurrent `crops` into one store, and one failed on a
+    missing chunk."""
+    from vprom.features.crop_store import CropStore, StoreJob, build_crop_store
+
+    from tests import dataset_fixture
+    from vprom.tables import read_matrix_table
+
+    crops, matrices = dataset_fixture.build_records(1, 0)
+    dataset = dataset_fixture.write_dataset(tmp_path / "dataset.h5", crops, matrices)
+    vg = dataset_fixture.write_images(tmp_path / "vg", crops)
+    out = tmp_path / "crops.h5"
+    with held_elsewhere(out) as holder, pytest.raises(VpromError, match=f"pid {holder.pid}"):
+        build_crop_store(StoreJob(dataset, vg, 8, out, workers=1), log=lambda _: None)
+    assert not list(tmp_path.glob("crops.h5*"))  # no store and no work folder was begun
+    with held_elsewhere(out, seconds=1) as holder:
+        assert main(["crops", str(dataset), "--vg", str(vg), "--size", "8", "--out", str(out),
+                     "--workers", "1", "--wait"]) == 0
+    assert f"waiting for the vprom run (pid {holder.pid})" in capsys.readouterr().err
+    with CropStore(out) as store:
+        assert np.array_equal(store.crop_id, np.unique(read_matrix_table(dataset).panels))
+
+
+def test_evaluate_is_refused_while_a_train_writes_the_run_and_waits_when_asked(tmp_path,
+                                                                               capsys):
+    """Audit item 8: `evaluate` beside a `train` continuing the same run wrote metrics for
+    epoch 1 while best.pt was epoch 6, and `report` used them."""
+    from vprom.baselines.evaluate import evaluate
+    from vprom.baselines.run_folder import load_checkpoint
+    from vprom.baselines.train import train
+
+    from tests.baselines.conftest import small_config
+
+    run = train(small_config(*write_pair(tmp_path / "pair"), tmp_path / "run", epochs=2))
+    with held_elsewhere(run) as holder, pytest.raises(VpromError, match=f"pid {holder.pid}"):
+        evaluate(run, device="cpu")
+    assert not (run / "metrics.json").exists()
+    with held_elsewhere(run, seconds=1) as holder:
+        assert main(["evaluate", str(run), "--device", "cpu", "--wait"]) == 0
+    assert f"waiting for the vprom run (pid {holder.pid})" in capsys.readouterr().err
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["checkpoint"]["epoch"] == load_checkpoint(run / "best.pt")["best"]["epoch"] + 1

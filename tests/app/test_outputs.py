@@ -135,3 +135,42 @@ def test_build_refuses_a_folder_of_the_users_and_an_output_inside_its_vg(tmp_pat
     vg.mkdir()
     refused(["build", "--vg", str(vg), "--out", str(vg / "build")], capsys, "inside the input")
     assert tree(home) == {"cv.pdf": hashlib.sha256(b"mine").hexdigest()}
+
+
+def test_build_and_report_never_take_a_folder_by_the_names_of_its_files(tiny_pair, tmp_path,
+                                                                          capsys):
+    """Audit item 3: `report --out p2` overwrote p2/report.md, and `build --out p3` deleted
+    p3/manifest.json and p3/stats.json: files of the user's that bear names vprom writes."""
+    from tests.baselines.conftest import small_config
+    from vprom.baselines.train import train
+
+    p2, p3 = tmp_path / "p2", tmp_path / "p3"
+    p2.mkdir()
+    p3.mkdir()
+    (p2 / "report.md").write_text("# my notes")
+    (p3 / "manifest.json").write_text('{"project": "mine"}')
+    (p3 / "stats.json").write_text('{"mean": 3}')
+    before = tree(tmp_path)
+    run = train(small_config(*tiny_pair, tmp_path / "runs" / "rn", model="rn", epochs=1))
+    assert main(["evaluate", str(run), "--device", "cpu"]) == 0
+    refused(["report", str(run), "--out", str(p2)], capsys, str(p2), "not written by vprom")
+    refused(["build", "--synthetic", "--out", str(p3)], capsys, str(p3), "not written by vprom")
+    assert {k: v for k, v in tree(tmp_path).items() if not k.startswith("runs")} == before
+    for _ in range(2):  # a report's own folder is its to rewrite
+        assert main(["report", str(run), "--out", str(tmp_path / "report")]) == 0, \
+            capsys.readouterr().err
+
+
+def test_a_symlink_at_the_lock_path_never_clobbers_its_target(data, tmp_path, capsys):
+    """Audit item 2: `ln -s ../victim.txt out/.stats.json.lock` made stats write its PID into
+    victim.txt, so anyone who could write into a shared output folder could overwrite any
+    file of the user's."""
+    dataset, _ = data
+    victim, out = tmp_path / "victim.txt", tmp_path / "out"
+    victim.write_text("a file of the user's")
+    out.mkdir()
+    (out / ".stats.json.lock").symlink_to("../victim.txt")
+    refused(["stats", str(dataset), "--json", str(out / "stats.json")], capsys,
+            str(out / ".stats.json.lock"))
+    assert victim.read_text() == "a file of the user's"
+    assert not (out / "stats.json").exists()

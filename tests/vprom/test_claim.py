@@ -1,6 +1,9 @@
 """Claiming an output: a path that cannot be written, or an existing output that is not a
 vprom output of the command's kind, is refused before any work, naming the path."""
 
+import os
+import re
+
 import pytest
 
 from vprom.claim import check_output, claim, output_kind
@@ -47,4 +50,32 @@ def test_an_empty_folder_and_an_output_of_the_kind_are_claimed(tmp_path):
     write_manifest(tmp_path / "empty", make_manifest("export-npz", {}))
     assert output_kind(tmp_path / "empty") == "export-npz"
     with claim(tmp_path / "empty", ("export-npz",), folder=True):
+        pass
+
+
+@pytest.mark.parametrize("plant", ["symlink", "hard link", "folder"])
+def test_a_lock_path_that_is_not_our_own_file_is_refused_and_never_written(tmp_path, plant):
+    """`ln -s ../victim.txt out/.stats.json.lock` once made a writer put its PID in victim.txt."""
+    from vprom.claim import lock_path, output_lock
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's thesis")
+    out = tmp_path / "out" / "stats.json"
+    out.parent.mkdir()
+    lock = lock_path(out)
+    {"symlink": lambda: lock.symlink_to(victim), "hard link": lambda: os.link(victim, lock),
+     "folder": lock.mkdir}[plant]()
+    with pytest.raises(VpromError, match=re.escape(f"{lock}: ")) as refused:
+        with output_lock(out):
+            pass
+    assert "\n" not in str(refused.value)
+    assert victim.read_text() == "the user's thesis" and lock.exists()
+
+
+def test_a_folder_holding_only_temporaries_counts_as_empty(tmp_path):
+    folder = tmp_path / "report"
+    folder.mkdir()
+    (folder / ".report.md.lock").write_text("")
+    (folder / ".report.md.4194305.0a1b2c3d.part").write_text("half")
+    with claim(folder, ("report",), folder=True):
         pass

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from vprom.errors import VpromError
-from vprom.files import atomic_dir, atomic_path, clean_stale_parts
+from vprom.files import atomic_dir, atomic_path, clean_stale_parts, write_json
 
 
 def test_atomic_path_replaces_only_on_success(tmp_path):
@@ -81,19 +81,38 @@ def test_a_folder_moved_aside_by_a_killed_swap_comes_back(tmp_path):
 def test_parts_of_dead_runs_are_cleaned_and_live_ones_kept(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
-    stale = tmp_path / f".pools.h5.{dead}.abc123.part"
-    legacy = tmp_path / ".pools.h5.k2j4h5.part"  # named before pids were
-    live = tmp_path / f".pools.h5.{os.getppid()}.x.part"
-    other = tmp_path / f".dataset.h5.{dead}.y.part"
-    for p in (stale, legacy, live, other):
+    stale = tmp_path / f".pools.h5.{dead}.0abc1234.part"
+    live = tmp_path / f".pools.h5.{os.getppid()}.5e6f7a8b.part"
+    other = tmp_path / f".dataset.h5.{dead}.9c0d1e2f.part"
+    for p in (stale, live, other):
         p.write_bytes(b"12 MB of half a file")
-    folder = tmp_path / f".pools.h5.{dead}.dir.part"
+    folder = tmp_path / f".pools.h5.{dead}.d1d2d3d4.part"
     folder.mkdir()
     with atomic_path(tmp_path / "pools.h5") as tmp:
         tmp.write_text("done")
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == sorted(["pools.h5", live.name, other.name])
     assert clean_stale_parts(tmp_path / "pools.h5") == []
+
+
+def test_writing_one_output_never_deletes_the_temporary_of_another(tmp_path):
+    """`stats --json e` once deleted `.e.jsonl.<pid>.part`, which an export of `e.jsonl` was
+    writing: a writer cleans only its own output's parts, and only those of dead writers."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        others = [tmp_path / f".e.jsonl.{pid}.0a1b2c3d.part" for pid in (writer.pid, dead)]
+        others += [tmp_path / f".e.{dead}.0a1b2c3d.5e6f7a8b.part", tmp_path / ".e.x.part"]
+        for part in others:
+            part.write_text("another output's half-written file")
+        write_json(tmp_path / "e", {"kind": "stats"})
+        assert all(part.read_text().startswith("another") for part in others)
+        write_json(tmp_path / "e.jsonl", {})  # its own: the dead writer's part goes
+        assert [p.exists() for p in others] == [True, False, True, True]
+    finally:
+        writer.kill()
+        writer.wait()
 
 
 @pytest.mark.parametrize("writer, make", [(atomic_path, "open"), (atomic_dir, "mkdir")])

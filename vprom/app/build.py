@@ -7,10 +7,16 @@ folder is self-describing: every stage writes its output atomically with its man
 
 A stage's output is kept when its manifest is current for the stage's inputs and settings
 (`vprom.manifest.is_current`): the corpus for its images and seed, the pools for the hashes
-of the annotation files and the minimum side, the data set for the pools' hash, the scale
-and the seed. So an interrupted build resumes where it stopped, and a stage that must run
-first removes what the later stages made from its old output. `verify` on a data set in a
-build folder checks the same (`stale_stages`). Options are checked before the first stage.
+of the annotation files and the minimum side, the data set for the pools' hash and every
+setting `generate` records (`dataset_settings`). So an interrupted build resumes where it
+stopped, and a stage that must run first removes what the later stages made from its old
+output. `verify` on a data set in a build folder checks the same (`stale_stages`). Options
+are checked before the first stage.
+
+`manifest.json` marks the folder as a build from the start (`vprom.claim` recognises a
+folder by its manifest, so an interrupted build holding other folders, such as features/,
+is resumed): written first with no outputs, it vouches for nothing until the build is
+whole, and then lists the sha256 of every file of the build's own.
 
 Layout of a build folder:
     vg/                     the synthetic corpus (with --synthetic), in VG's own layout
@@ -31,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vprom.errors import VpromError
-from vprom.generation.generate import generate
+from vprom.generation.generate import dataset_settings, generate
 from vprom.generation.verify import verify
 from vprom.generation.verify.stats import format_stats, stats, write_stats
 from vprom.claim import check_output, writes
@@ -74,9 +80,7 @@ def _stages(out: Path, vg_dir: Path, synthetic: bool, images, scale, seed) -> di
     pools, dataset = out / "pools.h5", out / "dataset.h5"
     stages = {"corpus": (vg_dir, list, {"images": images, "seed": seed})} if synthetic else {}
     stages["pools"] = (pools, lambda: _annotations(vg_dir), {"min_side": MIN_SIDE})
-    stages["dataset"] = (dataset, lambda: [pools], {"scale": scale, "seed": seed,
-                                                    "shard": None,
-                                                    "legacy_count_candidates": None})
+    stages["dataset"] = (dataset, lambda: [pools], dataset_settings(scale, seed))
     return stages
 
 
@@ -109,8 +113,9 @@ def stale_stages(dataset: str | Path, pools: str | Path | None = None) -> list[s
 #: build's stages in order, with the files each writes (relative to the build folder)
 STAGE_FILES = {
     "corpus": ("vg",),
-    "pools": ("pools.h5", "pools.h5.*"),
-    "dataset": ("dataset.h5", "dataset.h5.*"),
+    "pools": ("pools.h5", "pools.h5.report.md", "pools.h5.report.json",
+              "pools.h5.excluded_counts.tsv"),
+    "dataset": ("dataset.h5",),
     "verify": ("verify.txt", "stats.json"),
 }
 
@@ -181,24 +186,20 @@ def _whole(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-#: what a build folder holds: a folder of only these names is a build `build` may continue
-BUILD_NAMES = ("vg", "pools.h5", "pools.h5.*", "dataset.h5", "dataset.h5.*", "verify.txt",
-               "stats.json", "manifest.json")
-
-
-@writes("out", ("build",), inputs=lambda a: (a["vg"],), names=BUILD_NAMES, folder=True)
+@writes("out", ("build",), inputs=lambda a: (a["vg"],), folder=True)
 def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: int | None = None,
           scale: float | None = None, seed: int = 0, workers: int = 2) -> BuildResult:
     out = Path(out)
     _check_options(out, vg, synthetic, images, scale, seed, workers)
     rules = load_rules()
-    out.mkdir(parents=True, exist_ok=True)
-    # the top manifest vouches for the whole set: gone until the set is whole again
-    (out / "manifest.json").unlink(missing_ok=True)
     if synthetic:
         images = SYNTHETIC_IMAGES if images is None else images
     vg_dir = out / "vg" if synthetic else Path(vg)
     scale = scale if scale is not None else (SYNTHETIC_SCALE if synthetic else VG_SCALE)
+    config = {"source": "synthetic" if synthetic else _relative(vg_dir, out), "images": images,
+              "scale": scale}
+    out.mkdir(parents=True, exist_ok=True)
+    write_manifest(out, make_manifest("build", config, seed))  # vouches for nothing yet
     stages = _stages(out, vg_dir, synthetic, images, scale, seed)
     if synthetic and _stage(out, "corpus", stages["corpus"], 1):
         print(f"[1/5] synthetic corpus: {images} images -> {vg_dir}", flush=True)
@@ -228,13 +229,10 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
     write_stats(figures, out / "stats.json")
     print(format_stats(figures), flush=True)
 
-    files = [p for p in sorted(out.iterdir()) if p.is_file() and p.name != "manifest.json"]
-    write_manifest(out, make_manifest(
-        "build",
-        config={"source": "synthetic" if synthetic else _relative(vg_dir, out), "images": images,
-                "scale": scale},
-        seed=seed,
-        outputs={p.name: sha256_file(p) for p in files}))
+    files = sorted({p for patterns in STAGE_FILES.values() for pattern in patterns
+                    for p in out.glob(pattern) if p.is_file()})
+    write_manifest(out, make_manifest("build", config, seed,
+                                      outputs={p.name: sha256_file(p) for p in files}))
     result = BuildResult(out=out, vg_dir=vg_dir, pools=pools, dataset=dataset, stats=figures)
     print(result, flush=True)
     return result

@@ -219,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
                            epilog="example:\n  " + c.example.replace("\n", "\n  "),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         add_parameters(p, c)
-        if any(o in p._option_string_actions for o in ("--out", "--json")):
+        if c.name == "evaluate" or any(o in p._option_string_actions  # evaluate: into RUN
+                                       for o in ("--out", "--json")):
             p.add_argument("--wait", action="store_true",
                            help="if another vprom run is writing the same output, wait for it "
                                 "to finish instead of refusing at once")

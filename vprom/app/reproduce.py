@@ -1,7 +1,7 @@
 """The paper's whole grid in one command (`vprom reproduce`), resumable.
 
 Steps, each skipped when its output is already complete, so a killed run continues where it
-stopped:
+stopped (OUT/manifest.json, written first, marks OUT as a reproduce folder):
 
 1. build the dataset (`vprom.app.build.build`: synthetic corpus or VG -> mine -> generate ->
    verify -> stats; the build itself redoes no stage whose output matches) into OUT/build/;
@@ -39,7 +39,7 @@ from vprom.baselines.config import TrainConfig
 from vprom.errors import VpromError
 from vprom.features.config import ExtractConfig
 from vprom.claim import writes
-from vprom.manifest import is_current
+from vprom.manifest import is_current, make_manifest, write_manifest
 from vprom.domain import SPLITS
 
 CONTROL_SPLIT = "neutral"
@@ -201,13 +201,17 @@ def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
 
 
 @writes(lambda a: a["config"].out, ("reproduce",), inputs=lambda a: (a["config"].vg,),
-        names=("build", "features", "runs", "report"))
+        folder=True)
 def reproduce(config: ReproduceConfig) -> Path:
     """Run the grid (see the module doc); returns the report folder."""
     from vprom.baselines.report import report
 
     weights = backbone_weights(config)
     specs = grid(config)
+    # the folder's mark (`vprom.claim`), written before anything else goes into it
+    config.out.mkdir(parents=True, exist_ok=True)
+    write_manifest(config.out, make_manifest("reproduce", {
+        k: v for k, v in vars(config).items() if k not in ("vg", "out")}, config.seed))
     dataset, vg_dir = _build(config)
     runs_dir = config.out / "runs"
     features = {b: _features(config, dataset, vg_dir, b, w) for b, w in weights.items()}
