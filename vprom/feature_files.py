@@ -152,8 +152,9 @@ def load_features(path: str | Path) -> Features:
         if "maps" in h5:
             shape = "x".join(str(v) for v in h5["maps"].shape[1:])
             raise VpromError(f"{path}: holds spatial maps ({shape} per crop, `vprom extract "
-                             "--pool none`), not pooled vectors; train a model of maps on it "
-                             "with --maps, or read it with vprom.feature_files.open_maps")
+                             "--pool none`), not pooled vectors: extract them without "
+                             "--pool none, train a model of maps with --maps, or read it "
+                             "with vprom.feature_files.open_maps")
         crop_id = h5["crop_id"][()].astype(np.int64)
         features = h5["features"][()].astype(np.float32)
         missing = (h5["missing_crop_id"][()].astype(np.int64) if "missing_crop_id" in h5

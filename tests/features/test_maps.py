@@ -65,8 +65,8 @@ def test_the_reader_gathers_any_ids_and_iterates_in_order(maps_file):
 def test_the_vector_reader_refuses_maps_and_the_maps_reader_refuses_vectors(
         maps_file, dataset, vg_dir, tmp_path):
     with pytest.raises(VpromError, match=r"maps.h5: holds spatial maps \(512x2x2 per crop.*"
-                                         r"not pooled vectors; train a model of maps on it "
-                                         r"with --maps"):
+                                         r"not pooled vectors: extract them without "
+                                         r"--pool none, train a model of maps with --maps"):
         load_features(maps_file)
     pooled = tmp_path / "pooled.h5"
     extract(config(dataset, vg_dir, pooled))
