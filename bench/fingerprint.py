@@ -66,7 +66,7 @@ def hash_metrics(path: Path) -> str:
     for key in ("run", "dataset"):
         metrics.pop(key, None)
     metrics.get("features", {}).pop("path", None)
-    for key in ("dataset", "features", "out"):  # the run's config names the work folder too
+    for key in ("dataset", "features", "maps", "crops", "out"):  # input and output paths
         metrics.get("config", {}).pop(key, None)
     return hashlib.sha256(json.dumps(metrics, sort_keys=True).encode()).hexdigest()
 
