@@ -259,14 +259,17 @@ def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.nd
     # of the evaluations: a label held by few candidates bends the loss up to a thousand times
     # less than a feature. It stops once an iteration gains less than 1e-10 of the loss.
     held = np.bincount(sparse.indices, minlength=sparse.shape[1]) / sparse.shape[0]  # 0/1s
-    scale = 1 / np.sqrt(np.r_[np.square(dense).mean(axis=0), np.ones(N_CANDIDATES), held] + l2)
+    scale = 1 / np.sqrt(np.concatenate([np.square(dense).mean(axis=0), np.ones(N_CANDIDATES),
+                                        held]) + l2)
+    sparse_t = sparse.T.tocsr()
 
     def loss_grad(z: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
         w = scale * z[0]
         loss, residual = softmax_residual(logit_scores(design, w), answers)
         r = residual.T.ravel()  # slot-major, as the design's rows
-        grad = np.r_[r @ dense, residual.sum(axis=0) @ SLOTS, sparse.T @ r] / n + l2 * w
-        return loss / n + 0.5 * l2 * float(np.square(w).sum()), [scale * grad]
+        grad = np.concatenate([r @ dense, residual.sum(axis=0) @ SLOTS, sparse_t @ r])
+        return (loss / n + 0.5 * l2 * float(np.square(w).sum()),
+                [scale * (grad / n + l2 * w)])
 
     return scale * lbfgs(loss_grad, [np.zeros(len(scale))], ftol=1e-10)[0]
 
@@ -278,7 +281,6 @@ def lbfgs(loss_grad, params: list[np.ndarray], maxiter: int = 15_000,
     less than `ftol` of the loss (float32 sums are exact to about 1e-7). scipy searches one
     flat vector and has no helper to lay several arrays out in it: they are its slices."""
     from scipy.optimize import minimize
-    from threadpoolctl import threadpool_limits
 
     cuts = np.cumsum([p.size for p in params])[:-1]
 
@@ -289,12 +291,9 @@ def lbfgs(loss_grad, params: list[np.ndarray], maxiter: int = 15_000,
         loss, grads = loss_grad(arrays(z))
         return loss, np.concatenate([g.ravel() for g in grads])
 
-    # BLAS (loaded by now) on one thread: sums that do not depend on the core count, and
-    # verify's worker processes that do not crowd each other's cores
-    with threadpool_limits(1, user_api="blas"):
-        return arrays(minimize(flat_loss_grad, np.concatenate([p.ravel() for p in params]),
-                               jac=True, method="L-BFGS-B",
-                               options={"maxiter": maxiter, "ftol": ftol}).x)
+    return arrays(minimize(flat_loss_grad, np.concatenate([p.ravel() for p in params]),
+                           jac=True, method="L-BFGS-B",
+                           options={"maxiter": maxiter, "ftol": ftol}).x)
 
 
 def softmax_residual(scores: np.ndarray, answers: np.ndarray) -> tuple[float, np.ndarray]:

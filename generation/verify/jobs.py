@@ -33,7 +33,7 @@ from vprom.processes import collector_paused, ordered_map
 from vprom.splits.rules import SplitRules, TrainBan
 
 #: matrices per solver job
-CHUNK = 10_000
+CHUNK = 2_000
 
 
 @dataclass
@@ -123,12 +123,16 @@ def run_checks(inputs: Inputs, workers: int) -> list[Check]:
     if "fork" not in multiprocessing.get_all_start_methods():
         workers = 1  # the jobs read the parent's data: without fork, run them here
     jobs = job_list(inputs)
-    # the probes' optimiser (half a second to import), imported once for all the workers
+    # the probes' optimiser (a quarter of a second to import), imported once for all workers
     import scipy.optimize  # noqa: F401
+    from threadpoolctl import threadpool_limits
+
     gc.freeze()  # the collector leaves the loaded data alone, here and in the workers
+    # BLAS on one thread, here and in the forked workers: sums that do not depend on the core
+    # count, and workers that do not crowd each other's cores
     try:
-        with ordered_map(partial(run_job, inputs), jobs, workers, "verify",
-                         method="fork") as results:
+        with threadpool_limits(1, user_api="blas"), ordered_map(
+                partial(run_job, inputs), jobs, workers, "verify", method="fork") as results:
             done = dict(zip(jobs, tqdm(results, total=len(jobs), desc="verify", unit="job",
                                        disable=None)))
     finally:
