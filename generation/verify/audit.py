@@ -1,25 +1,20 @@
 """Bias audit of a built data set: can the answer be found without looking at the context?
 
-1. Answer position: a χ² goodness-of-fit test of the answer index (0..7) against N/8 per
-   position, overall and per element type (Bonferroni-corrected).
-2. "Pick a most frequent element" and "pick the odd one out" each pick uniformly among the
-   candidates they single out: exactly 1/8 in expectation, unless the answer's position
-   depends on the candidates' elements.
-3. Context-blind probes, per element type and per relation x element type, fitted on the
-   neutral train part and scored on its test part: conditional logits, candidate j scoring
-   s_j = w·x_j, P(answer = j) the softmax of s over the 8.
-   - Labels: x_j holds j's position, dense features (how often its element and
-     super-attribute occur among the 8; its element's answer rate in train, for a training
-     row from the other folds; its label counts and overlap with the others; box size and
-     shape) and a sparse set part, an indicator per (label of j, how many of the other 7
-     carry it): "the one male among seven women". The mean negative log-likelihood plus an
-     L2 penalty is smooth and convex: the probe is its minimum (scipy's L-BFGS-B).
-   - Image features: x_j is j's feature vector, on a common scale; with hundreds of
-     dimensions, under a strong L2 penalty (`FEATURE_L2`), in float32.
+1. Answer position: a χ² test of the answer index against N/8 per position, overall and per
+   element type (Bonferroni-corrected).
+2. "Pick a most frequent element" and "pick the odd one out", each uniform among the
+   candidates it singles out: 1/8 in expectation unless the answer's position depends on them.
+3. Context-blind probes per element type and per relation x element type, fitted on the
+   neutral train part, scored on its test part: candidate j scores s_j = w·x_j, P(answer = j)
+   is the softmax of s over the 8, w minimises the mean negative log-likelihood plus an L2
+   penalty (convex; scipy's L-BFGS-B). Labels: x_j is j's position, dense features (element
+   and super-attribute frequencies among the 8, the element's answer rate in train, label
+   counts and overlap, box size and shape) and an indicator per (label of j, how many of the
+   other 7 carry it). Image features: x_j is j's feature vector, under a strong penalty.
 
 A strategy (2, 3) fails when the lower end of its 95% Wilson interval exceeds chance plus
-`SHORTCUT_MARGIN` (14.5%): noise alone almost never fails it, however small the data set. A
-group with fewer than `MIN_PROBE_TEST` train or test matrices is reported but not judged.
+`SHORTCUT_MARGIN`; a group with fewer than `MIN_PROBE_TEST` train or test matrices is
+reported but not judged.
 """
 
 from __future__ import annotations
@@ -42,10 +37,8 @@ POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests
 MIN_PROBE_TEST = 50  # fewer test matrices than this tell nothing; the probe is skipped
 FOLDS = 5  # the label probe's answer rates for training rows come from the other folds
 L2 = 1e-3  # the label probe's penalty, times half the squared weights
-#: the feature probe's penalty (features scaled to unit deviation) and iterations: with
-#: hundreds of dimensions and a few thousand matrices, a strong penalty keeps the fit to the
-#: features' mean differences, which finds weak tells on held-out matrices that a weak one
-#: overfits (a tell of 0.5 deviations in 2,048 dimensions: 14.2% with 1, 13.9% with 0.01)
+#: the feature probe's penalty (features at unit deviation) and iterations: a strong penalty
+#: keeps the fit to the features' mean differences, which a weak one overfits
 FEATURE_L2, FEATURE_ITERATIONS = 1.0, 100
 #: the label probe's position features: one-hot, standardised (mean 1/8, deviation √7/8)
 SLOTS = (np.eye(N_CANDIDATES) - 1 / N_CANDIDATES) / (math.sqrt(N_CANDIDATES - 1) / N_CANDIDATES)
@@ -130,8 +123,7 @@ def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
 
 # ---------------------------------------------------------------- 3. the context-blind probes
 def label_overlap(label_ids: list[tuple[int, ...]], candidate_rows: np.ndarray) -> np.ndarray:
-    """M×8: per candidate, the fraction of the other 7 sharing a label with it. Each label
-    set (`candidate_rows` index `label_ids`) becomes a bit mask in 64-bit words."""
+    """M×8: per candidate (a row of `label_ids`), the share of the other 7 sharing a label."""
     masks = [sum(1 << i for i in ids) for ids in label_ids]
     words = max(1, -(-max(masks, default=0).bit_length() // 64))
     bits = np.frombuffer(b"".join(m.to_bytes(8 * words, "little") for m in masks),
@@ -171,9 +163,8 @@ class CandidateView:
 
 def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
                    rows: np.ndarray) -> np.ndarray:
-    """N_rows×8×F dense features of the candidates of matrices `rows`. A training row takes
-    its elements' answer rates from the other folds of `train`: a leave-one-out rate would
-    dip for the answer's element alone, which a weight per element reads."""
+    """N_rows×8×F dense features of the candidates of matrices `rows`; a training row takes
+    its elements' answer rates from the other folds of `train` (leave-one-out would leak)."""
     n_codes = int(view.element.max()) + 1
     order = np.sort(train)
     fold = np.arange(len(order)) % FOLDS
@@ -210,8 +201,8 @@ def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
 
 
 def set_entries(view: CandidateView, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The set part of matrices `rows`: (candidate i*8+j, column l*8+c) for every label l of
-    candidate j, c = how many of the other 7 carry l."""
+    """The set part of `rows`: (candidate i*8+j, column l*8+c) per label l of candidate j,
+    c = how many of the other 7 carry l."""
     flat, starts, sizes = view.label_index
     sets = view.label_row[rows].ravel()
     n = sizes[sets]
@@ -226,10 +217,8 @@ def set_entries(view: CandidateView, rows: np.ndarray) -> tuple[np.ndarray, np.n
 
 def label_design(x: np.ndarray, entries: tuple[np.ndarray, np.ndarray],
                  n_sparse: int) -> tuple[np.ndarray, scipy.sparse.csr_matrix]:
-    """The label probe's design, a row per candidate: x's F columns, and the set part's
-    `n_sparse` indicators. Rows are slot-major (candidate j of matrix i in row j*N + i): a
-    reduction over each matrix's 8 candidates then runs over 8 contiguous runs of N, 20 times
-    faster than over N runs of 8."""
+    """The label probe's design, a row per candidate: x's F columns and the set part's
+    `n_sparse` indicators; slot-major rows (j*N + i), so sums over the 8 are contiguous."""
     import scipy.sparse
 
     n, _, f = x.shape
@@ -242,8 +231,7 @@ def label_design(x: np.ndarray, entries: tuple[np.ndarray, np.ndarray],
 
 
 def logit_scores(design: tuple[np.ndarray, scipy.sparse.csr_matrix], w: np.ndarray):
-    """N×8 scores under weights `w`: the design's F columns', the positions' (`SLOTS`), and
-    the set part's."""
+    """N×8 scores under weights `w` (F dense, 8 position, then sparse weights)."""
     f = design[0].shape[1]
     scores = (design[0] @ w[:f] + design[1] @ w[f + N_CANDIDATES:]).reshape(N_CANDIDATES, -1)
     return (scores + (SLOTS @ w[f:f + N_CANDIDATES])[:, None]).T
@@ -257,48 +245,39 @@ def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.nd
     dense, sparse = design
     # L-BFGS-B searches z = the weights times their column's RMS, the same minimum in a third
     # of the evaluations: a label held by few candidates bends the loss up to a thousand times
-    # less than a feature. It stops once an iteration gains less than 1e-10 of the loss.
+    # less than a feature. It stops once an iteration gains less than 1e-8 of the loss: a
+    # fit to 1e-10 takes a fifth more evaluations and moves no hit of the demo data sets.
     held = np.bincount(sparse.indices, minlength=sparse.shape[1]) / sparse.shape[0]  # 0/1s
     scale = 1 / np.sqrt(np.concatenate([np.square(dense).mean(axis=0), np.ones(N_CANDIDATES),
                                         held]) + l2)
     sparse_t = sparse.T.tocsr()
 
-    def loss_grad(z: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
-        w = scale * z[0]
+    def loss_grad(z: np.ndarray) -> tuple[float, np.ndarray]:
+        w = scale * z
         loss, residual = softmax_residual(logit_scores(design, w), answers)
         r = residual.T.ravel()  # slot-major, as the design's rows
         grad = np.concatenate([r @ dense, residual.sum(axis=0) @ SLOTS, sparse_t @ r])
-        return (loss / n + 0.5 * l2 * float(np.square(w).sum()),
-                [scale * (grad / n + l2 * w)])
+        return loss / n + 0.5 * l2 * float(np.square(w).sum()), scale * (grad / n + l2 * w)
 
-    return scale * lbfgs(loss_grad, [np.zeros(len(scale))], ftol=1e-10)[0]
+    return scale * lbfgs(loss_grad, np.zeros(len(scale)), ftol=1e-8)
 
 
-def lbfgs(loss_grad, params: list[np.ndarray], maxiter: int = 15_000,
-          ftol: float = 1e-6) -> list[np.ndarray]:
-    """The arrays at scipy's L-BFGS-B minimum of `loss_grad(arrays) -> (loss, their
-    gradients)`, starting from `params`, stopped after `maxiter` iterations or once one gains
-    less than `ftol` of the loss (float32 sums are exact to about 1e-7). scipy searches one
-    flat vector and has no helper to lay several arrays out in it: they are its slices."""
+def lbfgs(loss_grad, start: np.ndarray, maxiter: int = 15_000, ftol: float = 1e-6):
+    """The array at scipy's L-BFGS-B minimum of `loss_grad(array) -> (loss, gradient)` from
+    `start`, after `maxiter` iterations or an iteration gaining under `ftol` of the loss."""
     from scipy.optimize import minimize
 
-    cuts = np.cumsum([p.size for p in params])[:-1]
-
-    def arrays(z: np.ndarray) -> list[np.ndarray]:
-        return [part.reshape(p.shape) for part, p in zip(np.split(z, cuts), params)]
-
     def flat_loss_grad(z: np.ndarray) -> tuple[float, np.ndarray]:
-        loss, grads = loss_grad(arrays(z))
-        return loss, np.concatenate([g.ravel() for g in grads])
+        loss, grad = loss_grad(z.reshape(start.shape))
+        return loss, grad.ravel()
 
-    return arrays(minimize(flat_loss_grad, np.concatenate([p.ravel() for p in params]),
-                           jac=True, method="L-BFGS-B",
-                           options={"maxiter": maxiter, "ftol": ftol}).x)
+    return minimize(flat_loss_grad, start.ravel(), jac=True, method="L-BFGS-B",
+                    options={"maxiter": maxiter, "ftol": ftol}).x.reshape(start.shape)
 
 
 def softmax_residual(scores: np.ndarray, answers: np.ndarray) -> tuple[float, np.ndarray]:
-    """(the negative log-likelihood of `answers` under the softmax of each row of `scores`,
-    summed; its gradient in the scores: the softmax minus the answer's one-hot)."""
+    """(summed negative log-likelihood of `answers` under each row's softmax, its gradient
+    in the scores)."""
     scores = scores - scores.max(axis=1, keepdims=True)
     p = np.exp(scores)
     total = p.sum(axis=1)
@@ -310,8 +289,7 @@ def softmax_residual(scores: np.ndarray, answers: np.ndarray) -> tuple[float, np
 
 
 def chunked_hits(scores_of, rows: np.ndarray, answers: np.ndarray) -> np.ndarray:
-    """`hits_of` the scores `scores_of(rows)`, 4,096 rows at a time (their activations stay
-    small)."""
+    """`hits_of` the scores `scores_of(rows)`, 4,096 rows at a time."""
     return np.concatenate([hits_of(scores_of(part), answers[part])
                            for part in np.array_split(rows, -(-len(rows) // 4096))])
 
@@ -395,8 +373,7 @@ def label_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> C
 def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, train: np.ndarray,
                   test: np.ndarray, element_type: np.ndarray, relation: np.ndarray,
                   note: str = "") -> Check:
-    """The probes on image features (`feats[rows[i, j]]` is candidate j of matrix i), one per
-    element type and one per relation x element type."""
+    """The probes on image features (`feats[rows[i, j]]`: candidate j of matrix i)."""
     def group(train: np.ndarray, test: np.ndarray) -> np.ndarray:
         # the train matrices' crops once each, in float32 (hundreds of dimensions); a
         # matrix's softmax ignores what its 8 scores share: no centring, a common scale only
@@ -406,14 +383,13 @@ def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, trai
         x /= scale
         local = local.reshape(len(train), N_CANDIDATES)
 
-        def loss_grad(w: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
-            loss, residual = softmax_residual((x @ w[0].astype(np.float32))[local],
-                                              answers[train])
+        def loss_grad(w: np.ndarray) -> tuple[float, np.ndarray]:
+            loss, residual = softmax_residual((x @ w.astype(np.float32))[local], answers[train])
             per_crop = np.bincount(local.ravel(), residual.ravel(), minlength=len(crops))
-            return (loss / len(train) + 0.5 * FEATURE_L2 * float(w[0] @ w[0]),
-                    [per_crop.astype(np.float32) @ x / len(train) + FEATURE_L2 * w[0]])
+            return (loss / len(train) + 0.5 * FEATURE_L2 * float(w @ w),
+                    per_crop.astype(np.float32) @ x / len(train) + FEATURE_L2 * w)
 
-        w = lbfgs(loss_grad, [np.zeros(feats.shape[1])], maxiter=FEATURE_ITERATIONS)[0]
+        w = lbfgs(loss_grad, np.zeros(feats.shape[1]), maxiter=FEATURE_ITERATIONS)
         w = (w / scale).astype(np.float32)
         return chunked_hits(lambda idx: feats[rows[idx]].astype(np.float32) @ w, test, answers)
 

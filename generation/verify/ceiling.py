@@ -1,15 +1,10 @@
 """The perception-only ceiling: what perfect recognition scores without finding the relation.
 
-A model that recognises every panel's element can solve most V-PROM matrices from how often
-each candidate's element appears in the context, by picking:
-
-1. the single candidate whose element row 3 shows (Or: the answer is one of row 3's panels);
-2. else the single candidate the context shows exactly twice (And: row 3 shows the answer
-   twice, other rows three times; Union: the missing element appears in rows 1 and 2 only);
-3. else the candidate the context shows least often (ties split evenly).
-
-This is inherent to V-PROM's relation definitions, not a flaw of one data set. `vprom verify`
-and `vprom stats` report it per element type and relation, as a figure, never a failure.
+A model that recognises every panel's element picks (1) the single candidate whose element
+row 3 shows, else (2) the single candidate the context shows exactly twice, else (3) the
+candidate the context shows least often (ties split). This solves most V-PROM matrices; it is
+inherent to the relations, so `vprom verify` and `vprom stats` report it as a figure, never a
+failure.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
-"""`vprom verify`'s checks 1-2: integrity and solver (3-5, splits, leakage and held-out
-labels, are `generation.verify.split_checks`).
+"""`vprom verify`'s checks 1-2 (3-5 are `split_checks`).
 
-1. integrity — the file's structure (groups, equal column lengths, N×16 panels and
-   elements), the manifest (present, its `counts` and `outputs.content_hash` agree with the
-   file), unique matrix and crop ids, every panel's crop present with the element and element
-   type the matrix says, answers in 0..7, relations valid for the element type, no crop
-   twice within a matrix, attribute matrices' context and answer of their super-attribute.
-2. solver — `vprom.generation.solver.check_matrices` on every matrix with all its panels'
-   labels, explicit and implied (the label vocabulary the file records: a "man" is male and
-   adult), each matrix read in one super-attribute at a time: exactly one candidate
-   completes it.
-   A failure that only the implied labels cause is counted apart.
+1. integrity: the file's structure, the manifest (its counts and content hash agree with the
+   file), unique ids, every panel's crop present with the matrix's element and element type,
+   answers in 0..7, relations valid for the type, no crop twice in a matrix, attribute
+   matrices' context and answer of their super-attribute.
+2. solver: `vprom.generation.solver.check_matrices` on every matrix with all its panels'
+   labels, explicit and implied, read one super-attribute at a time: exactly one candidate
+   completes it. A failure that only the implied labels cause is counted apart.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """`vprom verify --workers N`: the checks as independent jobs, run by N processes.
 
-The parent reads DATASET.h5 into memory (`loaded.load`) and computes what several jobs read
-(`prepare`: the solver's tables, the probes' sample and inputs); `vprom.processes.ordered_map`
-forks the workers, which inherit it copy-on-write, and hands them the jobs. A job is a pure
-function of those inputs and its own arguments (a range of matrices for the solver, one group
-of the label probe, one element type of the set probe, each other check whole), and the
-results come back in job order, so the report is the same, byte for byte, for any N. Heavy
-jobs come first; the solver's ranges, small and many, last, to fill the workers' ends.
+The parent loads DATASET.h5 and computes what several jobs read (`prepare`); the forked
+workers inherit it copy-on-write. A job is a pure function of those inputs and its arguments
+(a range of matrices, one probe group or element type, or a whole check) and results come
+back in job order, so the report is the same for any N. Heavy jobs go first.
 """
 
 from __future__ import annotations

@@ -1,24 +1,18 @@
 """`vprom verify`'s set-level probes: does the candidate SET, seen whole, give the answer away?
 
 A set can leak what no single candidate shows: the values it leaves out (RAVEN's answer-set
-flaw), the super-attributes it covers, a candidate's rank and its offsets to the missing
-values. Three context-blind probes, per element type and per relation x element type, fitted
-on the neutral train part, scored on its test part and judged like `audit`'s:
+flaw), the super-attributes it covers, a candidate's rank and offsets to the missing values.
+Three context-blind probes, per element type and relation x element type, judged as `audit`'s:
 
-1. `bias:absent-values` (counts): on train, how often each count was the answer given the
-   set of counts shown; on test, pick the candidate whose count was that answer most often
-   (ties split; a set never seen scores 1/8).
+1. `bias:absent-values` (counts): pick the candidate whose count was, on train, most often the
+   answer given the set of counts shown (ties split; an unseen set scores 1/8).
 2. `bias:blocks` (two or more super-attributes shown): the same table for the answer's
-   super-attribute given those shown; pick that block, then one of its candidates at random.
+   super-attribute; pick that block, then one of its candidates at random.
 3. `bias:probe-sets`: an MLP per element type scores candidate j as
-   s_j = v · relu(Σ E[set tokens] + Σ E[own tokens of j] + b), softmax over the 8. Set
-   tokens: the relation, every candidate's element and super-attribute, how many distinct of
-   each, and for types of at most `SET_ID_MAX` elements (counts) the exact set. Own tokens:
-   j's element, super-attribute and position, how many share each, how many elements of its
-   super-attribute the set lacks, for counts its rank and offsets to the two lowest missing
-   values. The relu mixes the two ("the value whose neighbours are missing"). The loss is not
-   convex: L-BFGS-B from small random weights, stopped early (`ITERATIONS`), in float32.
-   Each type draws from its own stream, so types fit in any order and process (`--workers`).
+   s_j = v · relu(Σ E[set tokens] + Σ E[own tokens of j] + b), softmax over the 8 (tokens:
+   `set_tokens`). Not convex: L-BFGS-B from small random weights, stopped early
+   (`ITERATIONS`), in float32; each type draws from its own stream, so types fit in any
+   order and process.
 """
 
 from __future__ import annotations
@@ -168,31 +162,33 @@ def _count_tokens(el: np.ndarray, n_el: int) -> list[tuple[int, np.ndarray]]:
 
 def fit_set_mlp(set_tok: np.ndarray, own_tok: np.ndarray, answers: np.ndarray,
                 train: np.ndarray, rng: np.random.Generator):
-    """The set MLP (see 3.) fitted on rows `train` of the tokens (`set_tokens`), from weights
-    drawn by `rng`: its scores, a function of rows to their N×8 scores. Its sums run in
-    float32, at twice float64's speed; L-BFGS-B keeps its own state in float64."""
+    """The set MLP (see 3.) fitted on rows `train` of the tokens (`set_tokens`) from weights
+    drawn by `rng`: a function of rows to their N×8 scores. Its sums run in float32; the
+    weights are one array: the embeddings' `vocab` rows, then the bias and the output."""
     vocab = int(max(set_tok.max(), own_tok.max())) + 1
 
-    def forward(params: list[np.ndarray], set_bag, own_bag):
-        emb, bias, out = params
-        h = (own_bag @ emb).reshape(set_bag.shape[0], N_CANDIDATES, HIDDEN)
-        h += (set_bag @ emb)[:, None, :] + bias
-        return np.maximum(h, 0.0, out=h) @ out, h
+    def forward(params: np.ndarray, set_bag, own_bag):
+        h = (own_bag @ params[:vocab]).reshape(set_bag.shape[0], N_CANDIDATES, HIDDEN)
+        h += (set_bag @ params[:vocab])[:, None, :] + params[vocab]
+        return np.maximum(h, 0.0, out=h) @ params[vocab + 1], h
 
     bags = _incidence(set_tok[train], vocab), _incidence(own_tok[train], vocab)
     bags_t = [bag.T.tocsr() for bag in bags]  # for the gradient's sums onto token rows
 
-    def loss_grad(params: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
-        scores, h = forward([p.astype(np.float32) for p in params], *bags)
+    def loss_grad(params: np.ndarray) -> tuple[float, np.ndarray]:
+        weights = params.astype(np.float32)
+        scores, h = forward(weights, *bags)
         loss, p = audit.softmax_residual(scores, answers[train])
         p /= len(train)
-        g_pre = (p[:, :, None] * params[2].astype(np.float32)) * (h > 0)
+        g_pre = (p[:, :, None] * weights[vocab + 1]) * (h > 0)
         g_emb = bags_t[1] @ g_pre.reshape(-1, HIDDEN) + bags_t[0] @ g_pre.sum(axis=1)
-        return (loss / len(train) + 0.5 * L2 * float(np.square(params[0]).sum()),
-                [g_emb + L2 * params[0], g_pre.sum(axis=(0, 1)), np.einsum("bj,bjh->h", p, h)])
+        return (loss / len(train) + 0.5 * L2 * float(np.square(params[:vocab]).sum()),
+                np.vstack([g_emb + L2 * params[:vocab], g_pre.sum(axis=(0, 1)),
+                           np.einsum("bj,bjh->h", p, h)]))
 
-    start = [rng.normal(0, 0.1, (vocab, HIDDEN)), np.zeros(HIDDEN), rng.normal(0, 0.1, HIDDEN)]
-    params = [p.astype(np.float32) for p in audit.lbfgs(loss_grad, start, maxiter=ITERATIONS)]
+    start = np.vstack([rng.normal(0, 0.1, (vocab, HIDDEN)), np.zeros(HIDDEN),
+                       rng.normal(0, 0.1, HIDDEN)])
+    params = audit.lbfgs(loss_grad, start, maxiter=ITERATIONS).astype(np.float32)
     return lambda rows: forward(params, _incidence(set_tok[rows], vocab),
                                 _incidence(own_tok[rows], vocab))[0]
 

@@ -1,13 +1,11 @@
-"""`vprom verify`'s checks 3-5: splits, leakage and held-out labels.
+"""`vprom verify`'s checks 3-5.
 
-3. splits — all 7 splits present, their ids known, train/val/test disjoint, the stored parts
-   equal the split rules re-run on every matrix (val stands for train), and the paper's rules
-   that need no spec (held-out attributes, interpolation, extrapolation) hold for the answers.
-4. leakage — no image region (same image and box, or same VG source id) on both the
-   train(+val) and the test side of any split.
-5. held-out labels — in every held-out split, no training or validation matrix shows, on any
-   panel, a label the split holds out (`TrainBan`), counted from the labels, apart from the
-   split rules.
+3. splits: all 7 present, ids known, train/val/test disjoint, stored parts equal to the split
+   rules re-run on every matrix (val stands for train), and the paper's spec-free rules hold.
+4. leakage: no image region (image and box, or VG source id) on both the train(+val) and the
+   test side of a split.
+5. held-out labels: no training or validation matrix of a held-out split shows, on any panel,
+   a label the split holds out (`TrainBan`).
 """
 
 from __future__ import annotations
