@@ -1,11 +1,9 @@
 """`vprom verify`: prove a built DATASET.h5 sound before anyone trains on it.
 
-The checks, each a named result with its figures and a few example problems: 1. integrity and
-2. solver (`checks`), 3. splits, 4. leakage and 5. held-out labels (`split_checks`), 6. bias
-(`bias` over `audit` and `set_probes`: answer positions, frequency heuristics, context-blind
-probes per element type and relation) and the perception-only ceiling (`ceiling`, a figure,
-never a failure). A file whose records cannot be read fails integrity and skips the rest.
-`workers` processes share the checks (`jobs`); the report is the same for any number.
+The checks: integrity and solver (`checks`); splits, leakage and held-out labels
+(`split_checks`); bias (`bias` over `audit` and `set_probes`); the perception-only ceiling
+(`ceiling`, a figure, never a failure). A file whose records cannot be read fails integrity
+and skips the rest. `workers` processes share the checks (`jobs`).
 """
 
 from __future__ import annotations
@@ -57,11 +55,9 @@ def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None =
            train_bans: Mapping[str, TrainBan] | None = None, workers: int = 1) -> VerifyReport:
     """Run every check on DATASET.h5 (and the feature probe with a FEATS.h5).
 
-    `rules` are the split rules the file was generated with (`vprom.splits.load_rules()`).
-    `check_matrix`, `assigner` and `train_bans` default to `vprom.generation.solver.check_matrix`,
-    `rules.assign` and `rules.design.train_bans`; they are parameters so each check can be
-    tested on its own (a test's own split rules hold out no labels). `workers` processes
-    share the checks (`generation.verify.jobs`); the report is the same for any number.
+    `rules`: the split rules the file was generated with. `check_matrix`, `assigner` and
+    `train_bans` default to the solver, `rules.assign` and `rules.design.train_bans` (tests
+    pass their own). `workers` processes share the checks; the report is the same for any.
     """
     dataset = Path(dataset)
     with collector_paused():  # the loaded data set is millions of objects and no cycles

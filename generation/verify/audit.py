@@ -154,7 +154,7 @@ class CandidateView:
 
     @cached_property
     def label_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`row_labels` flat: (every label id, where each row's start, how many)."""
+        """`row_labels` flat: (every label id, each row's start, its size)."""
         sizes = np.array([len(ls) for ls in self.row_labels], dtype=np.int64)
         flat = np.fromiter(chain.from_iterable(self.row_labels), dtype=np.int64,
                            count=int(sizes.sum()))
@@ -246,7 +246,7 @@ def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.nd
     # L-BFGS-B searches z = the weights times their column's RMS, the same minimum in a third
     # of the evaluations: a label held by few candidates bends the loss up to a thousand times
     # less than a feature. It stops once an iteration gains less than 1e-8 of the loss: a
-    # fit to 1e-10 takes a fifth more evaluations and moves no hit of the demo data sets.
+    # fit to 1e-10 takes a fifth more evaluations and moves at most one test hit per data set.
     held = np.bincount(sparse.indices, minlength=sparse.shape[1]) / sparse.shape[0]  # 0/1s
     scale = 1 / np.sqrt(np.concatenate([np.square(dense).mean(axis=0), np.ones(N_CANDIDATES),
                                         held]) + l2)

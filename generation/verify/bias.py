@@ -1,10 +1,7 @@
-"""What `vprom verify`'s bias probes see (their statistics: `audit`, `set_probes`).
-
-The neutral split's train and test parts, at most `PROBE_MAX` matrices of each element type;
-the candidates' labels, explicit and implied; with a FEATS.h5 made from this data set
-(`vprom.feature_files.check_features_source`), the candidates' image features. Crops without
-features (NaN rows of `vprom extract --allow-missing`) take their matrices out of the
-feature probes, and the summary says how many.
+"""What `vprom verify`'s bias probes see (their statistics: `audit`, `set_probes`): the
+neutral split's train and test parts, at most `PROBE_MAX` matrices of each element type; the
+candidates' labels, explicit and implied; and with a FEATS.h5 of this data set their image
+features (matrices with a crop without features, NaN rows, leave the feature probe).
 """
 
 from __future__ import annotations
@@ -20,8 +17,8 @@ from vprom.feature_files import check_features_source, load_features
 from vprom.domain import N_CONTEXT, ElementType
 from vprom.tables import present_rows, string_codes
 
-#: matrices the probes sample per element type (train, test): 20,000 train a probe's
-#: parameters, and 50,000 test matrices put the 95% interval within ±0.3 points
+#: matrices the probes sample per element type (train, test): 50,000 test matrices put the
+#: 95% interval within ±0.3 points
 PROBE_MAX = (20_000, 50_000)
 #: matrices the feature probes sample per element type (train, test)
 FEATURE_PROBE_MAX = (5_000, 5_000)
@@ -110,8 +107,7 @@ def feature_check(data: Data, features: Path, answers: np.ndarray,
     candidates = data.matrices.panels[:, N_CONTEXT:]
     rows = np.zeros(candidates.shape, dtype=np.int64)
     rows[used] = stored.index_of(candidates[used])
-    # a FEATS.h5 written with --allow-missing holds NaN rows for crops it could not read:
-    # their matrices leave the probe (a NaN would poison the fit), and the summary says so
+    # crops --allow-missing could not read are NaN rows: their matrices leave the probe
     finite = np.isfinite(stored.features).all(axis=1)
     if not finite[rows[used]].all():
         ok = finite[rows].all(axis=1)

@@ -69,8 +69,10 @@ def fatal_problems(data: Data) -> list[str]:
                 zip(ids[counts > 1][:MAX_EXAMPLES], counts[counts > 1][:MAX_EXAMPLES])]
     problems += bad((data.rows < 0).any(axis=1), m.id, "a panel's crop id is not in crops")
     problems += bad((m.answer < 0) | (m.answer >= N_CANDIDATES), m.id, "answer not in 0..7")
-    problems += bad(~_relation_valid(m), m.id,
-                     "unknown element type, or relation not valid for the element type")
+    valid = {(t.value, r.value) for t, rels in RELATIONS_OF.items() for r in rels}
+    problems += bad(~np.array([(t, r) in valid for t, r in zip(m.element_type, m.relation)],
+                              dtype=bool), m.id,
+                    "unknown element type, or relation not valid for the element type")
     return problems
 
 
@@ -93,11 +95,6 @@ def record_problems(data: Data) -> list[str]:
                      "the same crop is shown twice")
     problems += super_attribute_problems(data, safe, missing)
     return problems
-
-
-def _relation_valid(m: MatrixTable) -> np.ndarray:
-    valid = {(t.value, r.value) for t, rels in RELATIONS_OF.items() for r in rels}
-    return np.array([(t, r) in valid for t, r in zip(m.element_type, m.relation)], dtype=bool)
 
 
 def super_attribute_problems(data: Data, rows: np.ndarray, missing: np.ndarray) -> list[str]:
@@ -160,8 +157,7 @@ def reading_groups(data: Data) -> dict[str, dict[str, frozenset[str]]]:
 
 
 class SolverTables:
-    """Per element type its universe, its reading groups (`groups` by name, `masks`' second
-    item as masks) and each crop's label mask in it (explicit and implied labels)."""
+    """Per element type its universe, reading groups and each crop's label mask in it."""
 
     def __init__(self, data: Data) -> None:
         self.universe, self.groups = universes(data), reading_groups(data)
@@ -175,10 +171,8 @@ class SolverTables:
 
 def solve(tables: SolverTables, data: Data, start: int, stop: int,
           check_matrix: Callable | None = None) -> tuple[list[int], list[str], int]:
-    """(ids of the matrices start..stop-1 without exactly one valid candidate, each one's
-    reason, how many of them pass with explicit labels alone), by
-    `vprom.generation.solver.check_matrices`; or by `check_matrix(matrix, labels, universe,
-    groups)` on each record, when given."""
+    """(ids of the matrices start..stop-1 without exactly one valid candidate, their reasons,
+    how many pass with explicit labels alone), by the solver or `check_matrix`."""
     if check_matrix is not None:
         return _solve_records(tables, data, start, stop, check_matrix)
     m, found = data.matrices, []

@@ -67,27 +67,18 @@ def prepare(data: Data, structure: list[str], rules: SplitRules, features: Path 
 
 
 # ---------------------------------------------------------------- the jobs
-def _label_group(inputs: Inputs, k: int) -> np.ndarray:
-    _, train, test = inputs.groups[k]
-    return audit.label_group_hits(inputs.view, inputs.data.matrices.answer.astype(np.int64),
-                                  train, test)
-
-
-def _features(inputs: Inputs) -> Check:
-    data = inputs.data
-    _, _, _, rng = bias.probe_plan(data)
-    return bias.feature_check(data, inputs.features, data.matrices.answer.astype(np.int64), rng)
-
-
 JOBS = {
     "matrices": lambda i, start, stop: checks.solve(i.tables, i.data, start, stop,
                                                     i.check_matrix),
     "splits": lambda i: split_checks.check_splits(i.data, i.rules, i.assigner),
-    "label group": _label_group,
+    "label group": lambda i, k: audit.label_group_hits(
+        i.view, i.data.matrices.answer.astype(np.int64), *i.groups[k][1:]),
     "set type": lambda i, k: i.sets.one_type(k),
     "absent values": lambda i: i.sets.absent(i.note),
     "blocks": lambda i: i.sets.blocks(i.note),
-    "features": _features,
+    "features": lambda i: bias.feature_check(i.data, i.features,
+                                             i.data.matrices.answer.astype(np.int64),
+                                             bias.probe_plan(i.data)[3]),
     "integrity": lambda i: checks.check_integrity(i.data, i.structure),
     "leakage": lambda i: split_checks.check_leakage(i.data),
     "held-out": lambda i: split_checks.check_held_out(i.data, i.train_bans),

@@ -28,9 +28,8 @@ from vprom.tables import string_codes
 
 #: element types with at most this many elements also get the exact element set as a token
 SET_ID_MAX = 12
-#: the MLP's hidden units, L-BFGS-B iterations and L2 penalty on its embeddings. Stopping
-#: early is what keeps the fit general: on held-out matrices, a count tell in 10% of them
-#: scores 22% after 10 iterations, 20% after 40
+#: the MLP's hidden units, L-BFGS-B iterations and L2 penalty on its embeddings; stopping
+#: early keeps the fit general (a count tell in 10% of matrices: 22% after 10, 20% after 40)
 HIDDEN, ITERATIONS, L2 = 48, 10, 1e-4
 
 
@@ -77,8 +76,7 @@ def absent_value_probe(elements: np.ndarray, answers: np.ndarray, train: np.ndar
 
 def block_hits(codes: np.ndarray, answers: np.ndarray, train: np.ndarray,
                test: np.ndarray) -> np.ndarray:
-    """Per test matrix, the expected hit of the blocks table (see 2.; ties split). `codes`:
-    N×8 super-attribute codes."""
+    """Per test matrix, the expected hit of the blocks table on `codes` (N×8) (see 2.)."""
     base = int(codes.max(initial=0)) + 1
     shown = np.zeros(len(codes), dtype=np.int64)  # the multiset shown, as one int
     for column in np.sort(codes, axis=1).T:
@@ -113,8 +111,11 @@ def block_probe(super_attributes: np.ndarray, answers: np.ndarray, train: np.nda
 # ---------------------------------------------------------------- 3. the set MLP
 def set_tokens(elements: np.ndarray, super_attributes: np.ndarray,
                relation: np.ndarray, key=None) -> tuple[np.ndarray, np.ndarray, int]:
-    """(N×S set tokens, N×8×O own tokens, vocabulary size) of one element type's matrices
-    (see 3.); element codes in the order of `key` (default: the elements themselves)."""
+    """(N×S set tokens, N×8×O own tokens, vocabulary size) of one element type's matrices,
+    element codes in the order of `key`. Set tokens: the relation, every candidate's element
+    and super-attribute, how many distinct of each, and up to `SET_ID_MAX` elements the exact
+    set. Own tokens of j: its element, super-attribute and position, how many share each, how
+    many of its super-attribute's elements the set lacks, for counts its rank and offsets."""
     (el_names, el), (sa_names, sa), (rel_names, rel) = (
         string_codes(elements, key), string_codes(super_attributes), string_codes(relation))
     n_el, n_sa = len(el_names), len(sa_names)
@@ -146,9 +147,8 @@ def set_tokens(elements: np.ndarray, super_attributes: np.ndarray,
 
 
 def _count_tokens(el: np.ndarray, n_el: int) -> list[tuple[int, np.ndarray]]:
-    """Rank among the 8 and offsets to the two lowest missing codes, as token families.
-    Codes follow the elements' sort order; `set_probe_type` zero-pads counts ("01".."10") so
-    that order, and with it every rank and offset, is the counts' own."""
+    """Rank among the 8 and offsets to the two lowest missing codes, as token families (codes
+    in sort order: `set_probe_type` zero-pads counts, so ranks are the counts' own)."""
     rank = (el[:, None, :] < el[:, :, None]).sum(axis=2)
     held = np.zeros((len(el), n_el), dtype=bool)
     np.put_along_axis(held, el, True, axis=1)
@@ -194,18 +194,12 @@ def fit_set_mlp(set_tok: np.ndarray, own_tok: np.ndarray, answers: np.ndarray,
 
 
 def _incidence(tokens: np.ndarray, vocab: int):
-    """Rows × vocab, a 1 for each of a row's tokens (the last axis): `A @ table` sums each
-    row's embeddings, and `A.T @ g` adds each row's gradient onto its tokens' rows."""
+    """Rows × vocab, a 1 for each of a row's tokens (the last axis)."""
     import scipy.sparse  # here: importing it takes 0.1 s of every `vprom` start
 
     rows, slots = math.prod(tokens.shape[:-1]), tokens.shape[-1]
     return scipy.sparse.csr_matrix((np.ones(rows * slots, np.float32), tokens.reshape(-1),
                                     np.arange(rows + 1) * slots), shape=(rows, vocab))
-
-
-def probe_types(element_type: np.ndarray, test: np.ndarray) -> list[str]:
-    """The element types the set MLP probes, in the order their streams are spawned."""
-    return sorted(set(element_type[test].tolist()))
 
 
 def set_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> Check:
@@ -219,7 +213,7 @@ def set_probe_type(etype: str, elements: np.ndarray, super_attributes: np.ndarra
                    element_type: np.ndarray, relation: np.ndarray,
                    rng: np.random.Generator) -> list[tuple[str, np.ndarray, int]]:
     """The set MLP of one element type, drawing from `rng`: (group, test hits, train size)
-    for the type and for each of its relations. Arrays are over all matrices."""
+    for the type and each of its relations."""
     mine = np.flatnonzero(element_type == etype)
     tr, te = np.intersect1d(train, mine), np.intersect1d(test, mine)
     if len(tr) < MIN_PROBE_TEST or len(te) < MIN_PROBE_TEST:
@@ -239,8 +233,8 @@ def set_probe_type(etype: str, elements: np.ndarray, super_attributes: np.ndarra
 
 
 class SetInputs:
-    """What the set-level probes read of `data` (a `loaded.Data`), neutral rows given. Their
-    own generator (`seed`, 27) spawns a stream per element type."""
+    """What the set-level probes read of `data`; a generator (`seed`, 27) spawns a stream per
+    element type."""
 
     def __init__(self, data, train: np.ndarray, test: np.ndarray, seed: int = 0) -> None:
         self.seed = seed
@@ -261,7 +255,8 @@ class SetInputs:
                            self.etype, self.relation, note)
 
     def types(self) -> list[str]:
-        return probe_types(self.etype, self.test)
+        """The element types the set MLP probes, in the order their streams are spawned."""
+        return sorted(set(self.etype[self.test].tolist()))
 
     def one_type(self, k: int) -> list[tuple[str, np.ndarray, int]]:
         """`set_probe_type` of the k-th of `types()`, on the k-th spawned stream."""

@@ -27,8 +27,7 @@ HELD_OUT_SUPER_ATTRIBUTES = frozenset({"shape", "texture", "action"})
 
 
 def concept_table(data: Data) -> ConceptTable:
-    """Every crop's object categories and attribute (table, super-attribute) pairs among all
-    its labels, explicit and implied, as a `ConceptTable`."""
+    """Every crop's concepts among all its labels, explicit and implied (`ConceptTable`)."""
     crops = list(zip(data.crops.element_type.tolist(), data.labels))
     concepts = {crop: data.vocabulary.concepts(*crop) for crop in set(crops)}  # sets repeat
     return ConceptTable([concepts[crop] for crop in crops])
@@ -36,9 +35,7 @@ def concept_table(data: Data) -> ConceptTable:
 
 # ---------------------------------------------------------------- 3. splits
 def expected_parts(data: Data, rules: SplitRules) -> dict[str, np.ndarray]:
-    """split -> the part the split rules give every matrix (`vprom.splits.rules.assign`),
-    with the seed the manifest records: the sides of every panel's image and what each
-    crop's labels show of every held-out split's ban, for all matrices at once."""
+    """split -> the part the split rules give every matrix, with the manifest's seed."""
     seed = (data.manifest or {}).get("seed")
     if not isinstance(seed, int):
         raise VpromError(f"{data.path}: the manifest records no seed, so the split rules "
@@ -51,8 +48,7 @@ def expected_parts(data: Data, rules: SplitRules) -> dict[str, np.ndarray]:
 
 def assigned_parts(records: list[tuple[int, Matrix]],
                    assigner: Callable) -> dict[str, np.ndarray]:
-    """The same from a per-matrix `assigner` (matrix -> {split: part}; a test's own rules)
-    over `records`, (row, matrix) pairs of every matrix."""
+    """The same from a per-matrix `assigner` (matrix -> {split: part}) over `records`."""
     parts = [assigner(matrix) for _, matrix in records]
     return {split: np.array([p.get(split, "excluded") for p in parts], dtype=object)
             for split in sorted(set().union(*parts))}
@@ -106,9 +102,8 @@ def paper_rule_problems(data: Data) -> list[str]:
 
 def off_rule(m: MatrixTable, expected: Mapping[str, np.ndarray],
              stored: Mapping[str, np.ndarray]) -> tuple[list[int], list[str]]:
-    """(ids of the matrices whose stored part (`stored`: split -> part column, as
-    `part_columns` gives it) differs from the rule's (`expected`, the same) in one of the
-    stored splits, the first such difference of each, the splits in name order)."""
+    """(ids of the matrices whose stored part differs from the rule's in a stored split, the
+    first such difference of each); both map split -> part column."""
     first = np.full(len(m), None, dtype=object)
     found = np.zeros(len(m), dtype=bool)
     excluded = np.full(len(m), "excluded", dtype=object)

@@ -1,10 +1,8 @@
 """`vprom stats`: the data set's Table 1, relations and split sizes, beside the paper's.
 
-Table 1 counts, per element type, the distinct elements its matrices show, the distinct VG
-images their crops come from, and the matrices; the totals row counts distinct images over
-all crops. Everything but the last figure is read from the columns of DATASET.h5 with numpy,
-so the full 235,000-matrix data set takes seconds. The last is the perception-only ceiling
-(`generation.verify.ceiling`): what perfect recognition scores without identifying the relation.
+Table 1 counts per element type the distinct elements, VG images and matrices (the totals
+row counts distinct images over all crops), read from DATASET.h5's columns with numpy; then
+the perception-only ceiling (`generation.verify.ceiling`).
 """
 
 from __future__ import annotations
