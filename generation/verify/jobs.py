@@ -29,7 +29,7 @@ from vprom.generation.verify.loaded import Data
 from vprom.processes import collector_paused, ordered_map
 from vprom.splits.rules import SplitRules, TrainBan
 
-#: matrices per solver job
+#: matrices per solver job: small, so the last jobs of all workers end together
 CHUNK = 2_000
 
 
