@@ -10,6 +10,7 @@ length (strings as object arrays of `str`), so a file is readable with plain h5p
     matrices/elements (N×16), splits/<split>/{train, val, test}   (matrix ids)
 
 Every file carries the JSON manifest in its root attribute `manifest`.
+
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Iterable, Mapping
 import h5py
 import numpy as np
 
+from vprom.bounded_read import check_readable
 from vprom.errors import VpromError
 from vprom.domain import LABEL_SEPARATOR, N_PANELS, SPLITS, Crop, Matrix
 
@@ -284,12 +286,14 @@ class _File(h5py.File):
 
 
 def open_h5(path: str | Path) -> h5py.File:
-    """Open an HDF5 file to read, turning 'not there' and 'not HDF5' into a clear VpromError."""
+    """Open an HDF5 file to read, turning 'not there', 'not HDF5' and 'damaged' (read in a
+    bounded child first: `check_readable`) into a clear VpromError."""
     path = Path(path)
     if path.is_dir():
         raise VpromError(f"{path}: is a folder; give the path of an HDF5 file inside it")
     if not path.is_file():
         raise VpromError(f"{path}: no such file")
+    check_readable(path)
     try:
         h5 = _File(path, "r")
         h5.vprom_path = path
