@@ -119,6 +119,16 @@ def _hash(path: str, size: int, mtime_ns: int) -> str:
     return sha256_file(path)
 
 
+def check_content(path: str | os.PathLike) -> None:
+    """Refuse (one line) a POOLS.h5 or DATASET.h5 whose data differs from the `content_hash`
+    its manifest records; one that records none is accepted as it is."""
+    recorded = ((manifest_of(path) or {}).get("outputs") or {}).get("content_hash")
+    if isinstance(recorded, str) and content_hash(path) != recorded:
+        raise VpromError(f"{path}: its data differs from the content hash its manifest records "
+                         "(the file was damaged or changed after it was written); make it "
+                         "again")
+
+
 def input_hash(path: str | os.PathLike) -> str:
     """The hash an output records for its input `path` (module doc); cached per file state."""
     stat = Path(path).stat()

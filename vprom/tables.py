@@ -33,8 +33,8 @@ STR = h5py.string_dtype(encoding="utf-8")
 INT_COLUMNS = {"crop_id": np.int64, "image_id": np.int64, "x": np.int32, "y": np.int32,
                "w": np.int32, "h": np.int32, "source_id": np.int64}
 SPLIT_PARTS = ("train", "val", "test")
-#: The groups of a DATASET.h5 that `content_hash` covers.
-CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab")
+#: The groups of a DATASET.h5 or POOLS.h5 that `content_hash` covers.
+CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab", "vocabulary")
 
 
 def _strings(values) -> np.ndarray:
@@ -343,7 +343,7 @@ class DatasetFile:
 
 
 def content_hash(path: str | Path) -> str:
-    """sha256 over the data of a DATASET.h5, independent of HDF5 byte layout: the HDF5
+    """sha256 over the data of a DATASET.h5 or POOLS.h5, independent of HDF5 byte layout: the HDF5
     datasets under CONTENT_GROUPS in sorted path order, each as its path, kind, shape and
     values (integers as little-endian int64, floats as float64, strings as the UTF-8 of
     `json.dumps(list, ensure_ascii=False)`); attributes (the manifest) are left out."""

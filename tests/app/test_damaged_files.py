@@ -12,7 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+import h5py
+
 from tests.dataset_fixture import make_dataset, write_pools
+from vprom.app.cli import main
+from vprom.tables import content_hash, read_manifest, set_manifest
 
 
 def _zeroed(source: Path, out: Path, collection: int) -> Path:
@@ -56,3 +60,38 @@ def test_ctrl_c_stops_a_command_reading_a_damaged_file(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert time.monotonic() - sent < 3
     assert proc.returncode == 130 and err.count("\n") == 1 and "interrupted" in err, err
+
+
+def _record_content_hash(path: Path) -> None:
+    """Give `path` the `outputs.content_hash` `vprom mine` records in a POOLS.h5."""
+    manifest = read_manifest(path)
+    manifest["outputs"] = {"content_hash": content_hash(path)}
+    with h5py.File(path, "r+") as h5:
+        set_manifest(h5, manifest)
+
+
+def test_a_pools_file_whose_data_differs_from_its_hash_is_refused(tmp_path, capsys):
+    pools = write_pools(tmp_path / "pools.h5")
+    _record_content_hash(pools)
+    dataset = tmp_path / "dataset.h5"
+    assert main(["generate", str(pools), "--out", str(dataset), "--scale", "0.004",
+                 "--workers", "1"]) == 0
+    assert main(["verify", str(dataset), "--pools", str(pools), "--workers", "1"]) == 0
+    capsys.readouterr()
+    with h5py.File(pools, "r+") as h5:  # a damaged block: one crop's box moves
+        h5["crops/x"][5] += 8
+    for argv in (["generate", str(pools), "--out", str(tmp_path / "again.h5")],
+                 ["verify", str(dataset), "--pools", str(pools)]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{pools}: its data differs from the content hash" in err
+    assert not (tmp_path / "again.h5").exists()
+
+
+def test_a_pools_file_that_records_no_hash_is_read_as_it_is(tmp_path, capsys):
+    pools = write_pools(tmp_path / "pools.h5")
+    with h5py.File(pools, "r+") as h5:
+        h5["crops/x"][5] += 8
+    assert main(["generate", str(pools), "--out", str(tmp_path / "d.h5"), "--scale", "0.004",
+                 "--workers", "1"]) == 0
+    assert "content hash" not in capsys.readouterr().err
