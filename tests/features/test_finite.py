@@ -12,6 +12,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from vprom.features.backbones import get_backbone
+from vprom.features.extract import extract
 
 from tests.dataset_fixture import build_records, write_dataset, write_images
 from tests.features.test_extract import config
@@ -20,8 +22,6 @@ from vprom.data import VPROM
 from vprom.domain import ElementType
 from vprom.errors import VpromError
 from vprom.feature_files import load_features, open_maps
-from vprom.features.backbones import get_backbone
-from vprom.features.extract import extract
 
 
 def loud_weights(path: Path, gain: float = 6.0) -> Path:
@@ -86,9 +86,9 @@ def test_every_reader_refuses_features_that_are_not_finite(small_build, tmp_path
     assert len(VPROM(dataset, "neutral", "test", source=feats)) > 0
 
     bad_maps = poisoned(maps, tmp_path / "bad_maps.h5", "maps")
-    with open_maps(bad_maps) as opened:
-        with pytest.raises(VpromError, match=rf"{bad_maps}: \d+ stored values are not"):
-            opened.gather(opened.crop_id)
+    with open_maps(bad_maps) as opened, pytest.raises(
+            VpromError, match=rf"{bad_maps}: \d+ stored values are not"):
+        opened.gather(opened.crop_id)
     out = tmp_path / "savir"
     assert main(["export", str(dataset), "--format", "savir-t", "--features", str(bad_maps),
                  "--out", str(out)]) == 1
