@@ -166,7 +166,7 @@ class GraphedTrunk:
         self.pixels[:n].copy_(pixels)
         self.pixels[n:].zero_()
         self.replay()
-        return self.out[:n].to(self.dtype, copy=True)
+        return self.out[:n].clone()  # the graph's buffer is overwritten by the next replay
 
 
 class Forward:
@@ -192,11 +192,13 @@ class Forward:
         return units, parts, failed
 
     @torch.inference_mode()
-    def __call__(self, prepared: tuple) -> tuple[np.ndarray, tuple | None, list]:
+    def __call__(self, prepared: tuple) -> tuple[np.ndarray, tuple | None, list, object]:
+        """(units, their stored rows on the way to the host, failures, the largest magnitude
+        before the cast, a device scalar read only when a row is not finite)."""
         units, parts, failed = prepared
         plan = self.plan
         if not units:
-            return np.zeros(0, np.int64), None, failed
+            return np.zeros(0, np.int64), None, failed, None
         # region roi's parts are (image, corners)
         with self.streams.forward([p[0] if isinstance(p, tuple) else p for p in parts]):
             if plan.config.region == "roi":
@@ -206,7 +208,8 @@ class Forward:
                 out = (self.trunk(pixels) if self.trunk else
                        embed(self.model, pixels, plan.backbone, plan.autocast, self.device,
                              plan.config.pool))
-            return np.concatenate(units), self.streams.download(out.to(self.dtype)), failed
+            return (np.concatenate(units), self.streams.download(out.to(self.dtype)), failed,
+                    out.abs().amax())
 
     def _sources(self, sources: list, failed: list) -> list:
         """Decode on the device (if still encoded), clip the boxes; (units, crops) of all
@@ -376,12 +379,13 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
 
     def land() -> None:  # the oldest queued batch: wait for its rows, file them
         nonlocal done
-        c, units, pending, failed = queue.popleft()
+        c, units, pending, failed, peak = queue.popleft()
         if pending is not None:
             rows, event = pending
             if event is not None:
                 event.synchronize()
             pending = rows.numpy()
+            check_finite(plan, pending, peak)
         n = chunks.receive(c, units, pending, failed)
         done += n
         bar.update(n)
@@ -394,6 +398,23 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
         while queue:
             land()
     return done
+
+
+def check_finite(plan: ExtractPlan, rows: np.ndarray, peak: torch.Tensor) -> None:
+    """Refuse a batch holding a value that is not finite, so no file ever stores one. A
+    float16 overflow refuses the run rather than switching the file to float32 midway: the
+    stored dtype is a setting of the file, and chunks already written keep theirs."""
+    if np.isfinite(rows).all():
+        return
+    peak, name = float(peak), plan.backbone.name
+    if np.isfinite(peak):
+        raise VpromError(f"--backbone {name}: its {plan.config.pool} features reach "
+                         f"{peak:.6g}, beyond {plan.config.dtype}'s range "
+                         f"(±{float(np.finfo(rows.dtype).max):,.0f}); extract again with "
+                         "--dtype float32")
+    raise VpromError(f"--backbone {name}: its trunk gives values that are not finite "
+                     f"({peak}) on {int((~np.isfinite(rows)).sum())} values of one batch; "
+                     "check its weights (--weights)")
 
 
 def write_chunk(plan: ExtractPlan, c: int, rows: np.ndarray, failed: list) -> None:

@@ -31,7 +31,7 @@ from vprom.generation.sampler import (
     note_loosened,
 )
 from vprom.files import atomic_path
-from vprom.manifest import input_hashes, make_manifest
+from vprom.manifest import check_content, input_hashes, make_manifest
 from vprom.claim import writes
 from vprom.processes import collector_paused, usable_cores
 from vprom.domain import N_PANELS, SPLITS, TABLE1, ElementType
@@ -253,6 +253,7 @@ def check_pools_file(path: Path) -> None:
     if kind != "pools":
         raise VpromError(f"{path}: its manifest says it is a '{kind}' file, not a POOLS.h5; "
                          "pass the pools file that `vprom mine` wrote")
+    check_content(path)
 
 
 def _write(out: Path, data: Dataset, manifest: dict) -> None:

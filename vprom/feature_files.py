@@ -22,6 +22,9 @@ file without the `complete` attribute or with missing rows, and the `.partial` f
 - `open_maps` opens a maps file without loading it (2048 x 7 x 7 float16 is ~200 KB a crop,
   ~22 GB for 110,000 crops): `gather` reads the maps of any crop ids, `batches` iterates over
   the file in row order, both reading only the HDF5 chunks they need.
+- Every read refuses rows holding inf or NaN (`check_finite`), except the rows of missing
+  crops, which are NaN by design: the whole table at `load_features`, the rows read at
+  `gather` and `batches`.
 - `check_features_source` refuses features (or maps, or a crop store) made from another data
   set: crop ids are small integers every DATASET.h5 reuses, so another data set's features
   usually cover this one's ids and would be read without complaint.
@@ -161,8 +164,37 @@ def load_features(path: str | Path) -> Features:
                    else np.zeros(0, np.int64))
         attrs = _attrs(h5)
     _check_sorted(crop_id, path)
+    check_finite(features, crop_id, missing, path)
     return Features(path=path, crop_id=crop_id, features=features, attrs=attrs,
                     missing_crop_id=missing)
+
+
+def _not_finite(values: np.ndarray, crop_ids: np.ndarray, missing: np.ndarray
+                ) -> tuple[int, np.ndarray]:
+    """(how many values are inf or NaN, the crop ids of their rows), rows of `missing` crops
+    (NaN by design) left out; `values` holds one row per crop id."""
+    # a row's float64 sum is finite exactly when its values are (float32 cannot overflow it)
+    bad = ~np.isfinite(values.reshape(len(values), -1).sum(axis=1, dtype=np.float64))
+    if bad.any() and len(missing):
+        bad &= ~np.isin(crop_ids, missing)
+    if not bad.any():
+        return 0, crop_ids[:0]
+    return int((~np.isfinite(values[bad])).sum()), crop_ids[bad]
+
+
+def _refuse_not_finite(path: Path, count: int, crops: np.ndarray) -> None:
+    raise VpromError(f"{path}: {count:,} stored values are not finite (inf or NaN), in "
+                     f"{len(crops):,} crops (first: crop {int(crops[0])}); extract the file "
+                     "again (with --dtype float32 where float16 overflowed)")
+
+
+def check_finite(values: np.ndarray, crop_ids: np.ndarray, missing: np.ndarray,
+                 path: Path) -> None:
+    """Refuse (one line, naming `path` and the count) rows of `values` (one per crop id)
+    holding inf or NaN, except those of `missing` crops."""
+    count, crops = _not_finite(values, crop_ids, missing)
+    if count:
+        _refuse_not_finite(path, count, crops)
 
 
 def _check_sorted(crop_id: np.ndarray, path: Path) -> None:
@@ -223,13 +255,28 @@ class SpatialMaps(OpenFile):
         stops = np.r_[starts[1:], len(unique)]
         block = np.concatenate([self.maps[unique[a]:unique[b - 1] + 1]
                                 for a, b in zip(starts, stops)])
+        check_finite(block, self.crop_id[unique], self.missing_crop_id, self.path)
         return block.astype(dtype, copy=False)[back.reshape(-1)]
+
+    def check_finite(self, batch_size: int = 1024) -> None:
+        """Refuse the file (one line with the whole count) if any crop's map that is not a
+        missing crop's holds inf or NaN: one pass over the file."""
+        count, crops = 0, []
+        for start in range(0, len(self), batch_size):
+            stop = min(start + batch_size, len(self))
+            n, bad = _not_finite(self.maps[start:stop], self.crop_id[start:stop],
+                                 self.missing_crop_id)
+            count, crops = count + n, crops + [bad]
+        if count:
+            _refuse_not_finite(self.path, count, np.concatenate(crops))
 
     def batches(self, batch_size: int = 256, dtype=np.float32):
         """Yield (crop ids, maps) blocks over the whole file in row order."""
         for start in range(0, len(self), batch_size):
             stop = min(start + batch_size, len(self))
-            yield self.crop_id[start:stop], self.maps[start:stop].astype(dtype, copy=False)
+            block = self.maps[start:stop]
+            check_finite(block, self.crop_id[start:stop], self.missing_crop_id, self.path)
+            yield self.crop_id[start:stop], block.astype(dtype, copy=False)
 
 
 def open_maps(path: str | Path) -> SpatialMaps:

@@ -41,7 +41,8 @@ import h5py
 
 from vprom.errors import VpromError
 from vprom.files import sha256_file, write_json
-from vprom.tables import content_hash, set_manifest
+from vprom.bounded_read import check_readable
+from vprom.tables import content_hash, open_h5, set_manifest
 
 FORMAT_VERSION = 2
 FOLDER_MANIFESTS = ("manifest.json", "config.json")  # config.json: a training run's folder
@@ -89,9 +90,11 @@ def manifest_of(path: str | os.PathLike) -> dict | None:
         return None
     if not is_hdf5(path):
         return _json(manifest_file(path))
-    with contextlib.suppress(OSError, ValueError), h5py.File(path, "r") as h5:
-        value = json.loads(h5.attrs.get("manifest", "null"))
-        return value if isinstance(value, dict) else None
+    with contextlib.suppress(OSError, ValueError, VpromError):
+        check_readable(path)
+        with h5py.File(path, "r") as h5:
+            value = json.loads(h5.attrs.get("manifest", "null"))
+            return value if isinstance(value, dict) else None
     return None
 
 
@@ -109,11 +112,21 @@ def _hash(path: str, size: int, mtime_ns: int) -> str:
         recorded = ((manifest_of(path) or {}).get("outputs") or {}).get("content_hash")
         if isinstance(recorded, str):
             return recorded
-        with h5py.File(path, "r") as h5:
+        with open_h5(path) as h5:
             dataset = "matrices" in h5 and "crops" in h5
         if dataset:  # a DATASET.h5 from another tool: its content, hashed now
             return content_hash(path)
     return sha256_file(path)
+
+
+def check_content(path: str | os.PathLike) -> None:
+    """Refuse (one line) a POOLS.h5 or DATASET.h5 whose data differs from the `content_hash`
+    its manifest records; one that records none is accepted as it is."""
+    recorded = ((manifest_of(path) or {}).get("outputs") or {}).get("content_hash")
+    if isinstance(recorded, str) and content_hash(path) != recorded:
+        raise VpromError(f"{path}: its data differs from the content hash its manifest records "
+                         "(the file was damaged or changed after it was written); make it "
+                         "again")
 
 
 def input_hash(path: str | os.PathLike) -> str:

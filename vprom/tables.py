@@ -10,6 +10,7 @@ length (strings as object arrays of `str`), so a file is readable with plain h5p
     matrices/elements (N×16), splits/<split>/{train, val, test}   (matrix ids)
 
 Every file carries the JSON manifest in its root attribute `manifest`.
+
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Iterable, Mapping
 import h5py
 import numpy as np
 
+from vprom.bounded_read import check_readable
 from vprom.errors import VpromError
 from vprom.domain import LABEL_SEPARATOR, N_PANELS, SPLITS, Crop, Matrix
 
@@ -31,8 +33,8 @@ STR = h5py.string_dtype(encoding="utf-8")
 INT_COLUMNS = {"crop_id": np.int64, "image_id": np.int64, "x": np.int32, "y": np.int32,
                "w": np.int32, "h": np.int32, "source_id": np.int64}
 SPLIT_PARTS = ("train", "val", "test")
-#: The groups of a DATASET.h5 that `content_hash` covers.
-CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab")
+#: The groups of a DATASET.h5 or POOLS.h5 that `content_hash` covers.
+CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab", "vocabulary")
 
 
 def _strings(values) -> np.ndarray:
@@ -284,12 +286,14 @@ class _File(h5py.File):
 
 
 def open_h5(path: str | Path) -> h5py.File:
-    """Open an HDF5 file to read, turning 'not there' and 'not HDF5' into a clear VpromError."""
+    """Open an HDF5 file to read, turning 'not there', 'not HDF5' and 'damaged' (read in a
+    bounded child first: `check_readable`) into a clear VpromError."""
     path = Path(path)
     if path.is_dir():
         raise VpromError(f"{path}: is a folder; give the path of an HDF5 file inside it")
     if not path.is_file():
         raise VpromError(f"{path}: no such file")
+    check_readable(path)
     try:
         h5 = _File(path, "r")
         h5.vprom_path = path
@@ -339,7 +343,7 @@ class DatasetFile:
 
 
 def content_hash(path: str | Path) -> str:
-    """sha256 over the data of a DATASET.h5, independent of HDF5 byte layout: the HDF5
+    """sha256 over the data of a DATASET.h5 or POOLS.h5, independent of HDF5 byte layout: the HDF5
     datasets under CONTENT_GROUPS in sorted path order, each as its path, kind, shape and
     values (integers as little-endian int64, floats as float64, strings as the UTF-8 of
     `json.dumps(list, ensure_ascii=False)`); attributes (the manifest) are left out."""

@@ -152,6 +152,7 @@ def export_savir(dataset: str | Path, features: str | Path, out: str | Path,
     m = read_matrix_table(dataset)
     lists = savir_lists(m, seed)
     with open_maps(features) as maps:
+        maps.check_finite()  # before any file: a run never stops halfway on a bad map
         check_maps(maps, features, np.unique(m.panels))
         settings = {"format": "savir-t", "seed": seed, "dataset": input_hash(dataset),
                     "features": input_hash(features), "crops": len(maps)}

@@ -19,6 +19,7 @@ from vprom.app.api_models import (_workers, crops, evaluate, extract, human_scor
                                   score, train)
 from vprom.domain import MIN_SIDE
 from vprom.errors import VpromError
+from vprom.manifest import check_content
 
 #: the names `import vprom` exposes, in pipeline order
 __all__ = ["build", "download", "synth", "mine", "generate", "merge", "verify", "stats",
@@ -195,6 +196,8 @@ def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = 
     from vprom.app.build import stale_stages
     from vprom.generation.verify import verify as run
 
+    if pools is not None:
+        check_content(pools)
     problems = stale_stages(dataset, pools)
     if problems:
         raise VpromError(f"{dataset}: verification failed (inputs: {'; '.join(problems)})")

@@ -1,0 +1,101 @@
+"""A bounded first read of an HDF5 file, so that a damaged file is refused and never hangs.
+
+libhdf5 can loop for good inside one C call on a damaged global heap (the store of
+variable-length strings and attributes: `H5HG__cache_heap_deserialize` on a zeroed object
+header), where no signal reaches it, Ctrl-C included. So before a file is first opened in a
+process, a forked child with a deadline opens it and reads its structure, every attribute and
+every variable-length dataset; numeric data cannot make libhdf5 loop and is left unread. A
+file the child cannot read in time is refused in one line; a file that passed is not checked
+again while its path, size, modification time and inode stay the same.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+from pathlib import Path
+
+import h5py
+
+from vprom.errors import VpromError
+
+#: The child's deadline: a fixed part plus the time to read the file at a slow disk's rate
+#: (a healthy file's strings read at 30 MB/s or more on one core).
+READ_DEADLINE_S, READ_RATE = 5.0, 4e6
+_readable: set[tuple] = set()  # (path, size, mtime_ns, inode) of files that passed
+
+
+def _read_heap_parts(path: Path) -> None:
+    """Open `path` and read its structure, attributes and string datasets (what touches the
+    global heap); numeric data is left unread."""
+    def visit(_name, obj):
+        for key in obj.attrs:
+            obj.attrs[key]
+        if isinstance(obj, h5py.Dataset) and h5py.check_vlen_dtype(obj.dtype) is not None:
+            obj[()]
+
+    with h5py.File(path, "r") as h5:
+        visit("/", h5)
+        h5.visititems(visit)
+
+
+def _child_reads(path: Path, report: int) -> None:
+    """In the forked child: read, write one status byte (and the error) to `report`, exit."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with contextlib.suppress(Exception):  # die with the parent (Linux), never outlive it
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    status = b"+"
+    try:
+        if os.getppid() != 1:
+            try:
+                h5 = h5py.File(path, "r")
+            except OSError as e:
+                status = b"?" + str(e).encode()
+            else:
+                h5.close()
+                _read_heap_parts(path)
+    except BaseException as e:  # noqa: BLE001 - every failure goes back as its message
+        status = b"!" + str(e).encode()
+    with contextlib.suppress(OSError):
+        os.write(report, status[:2000])
+    os._exit(0)
+
+
+def check_readable(path: Path) -> None:
+    """Refuse `path` in one line unless a forked child read its structure, attributes and
+    strings within the deadline (module doc); cached per file state for the process."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if key in _readable:
+        return
+    deadline = READ_DEADLINE_S + stat.st_size / READ_RATE
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        _child_reads(path, write_end)
+    os.close(write_end)
+    status = None
+    try:
+        if select.select([read_end], [], [], deadline)[0]:
+            status = os.read(read_end, 2000).decode(errors="replace")
+    finally:
+        if status is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read_end)
+    if status == "+":
+        _readable.add(key)
+        return
+    if status and status[0] == "?":
+        raise VpromError(f"{path}: cannot be opened as HDF5 ({status[1:]}); is it complete and "
+                         "the right file?")
+    why = status[1:] if status else (f"reading its structure did not end within "
+                                     f"{deadline:.0f} s")
+    raise VpromError(f"{path}: cannot be read ({why}); the file is damaged or incomplete: "
+                     "make it again or fetch it again")
