@@ -13,12 +13,12 @@ import pytest
 import vprom.app.reproduce as reproduce_module
 from tests.baselines.conftest import write_pair
 from vprom.app.reproduce import ReproduceConfig, backbone_weights, grid, reproduce
-from vprom.errors import VpromError
 from vprom.domain import SPLITS
+from vprom.errors import VpromError
 
 
 def config(out: Path, **overrides) -> ReproduceConfig:
-    options = dict(vg=None, synthetic=True, out=out)
+    options = {"vg": None, "synthetic": True, "out": out}
     options.update(overrides)
     return ReproduceConfig(**options)
 
@@ -124,8 +124,9 @@ def test_reproduce_runs_the_grid_and_skips_finished_runs(tmp_path, monkeypatch, 
 def test_reproduce_end_to_end_on_the_synthetic_corpus(tmp_path, capsys):
     """A vector, a map and a pixel model through build, extract (pooled and maps), crops,
     train, evaluate and report; a second run keeps every file it made."""
-    from vprom.feature_files import load_features, open_maps
     from vprom.features.crop_store import CropStore
+
+    from vprom.feature_files import load_features, open_maps
 
     root = tmp_path / "repro"
     # small crops keep a random-weight ResNet-18 fast on a CPU; everything else is as shipped
