@@ -13,12 +13,12 @@ import pytest
 import vprom.app.reproduce as reproduce_module
 from tests.baselines.conftest import write_pair
 from vprom.app.reproduce import ReproduceConfig, backbone_weights, grid, reproduce
-from vprom.errors import VpromError
 from vprom.domain import SPLITS
+from vprom.errors import VpromError
 
 
 def config(out: Path, **overrides) -> ReproduceConfig:
-    options = dict(vg=None, synthetic=True, out=out)
+    options = {"vg": None, "synthetic": True, "out": out}
     options.update(overrides)
     return ReproduceConfig(**options)
 
@@ -28,7 +28,7 @@ def test_the_default_grid_is_the_papers(tmp_path):
     assert len(specs) == 2 * (4 * 2 * len(SPLITS) + 2)
     folders = [s.folder(tmp_path) for s in specs]
     assert len(set(folders)) == len(folders)
-    assert {s.backbone for s in specs} == {"resnet101", "bottomup-r101"}
+    assert {s.panels for s in specs} == {"resnet101", "bottomup-r101"}
     controls = [s for s in specs if s.model == "context-blind" or s.shuffle_context]
     assert {(s.model, s.shuffle_context, s.split) for s in controls} == {
         ("context-blind", False, "neutral"), ("rn", True, "neutral")}
@@ -60,10 +60,25 @@ def test_bad_grids_are_refused(tmp_path):
         grid(config(tmp_path, splits="neutral,nope"))
     with pytest.raises(VpromError, match="--models is empty"):
         grid(config(tmp_path, models=" , "))
-    with pytest.raises(VpromError, match="--models predrnet: reproduce trains on the pooled "
-                                         "features it extracts, and predrnet reads pixels"):
-        grid(config(tmp_path, models="wren,predrnet"))
-    assert {spec.model for spec in grid(config(tmp_path, models="wren,scl"))} >= {"wren", "scl"}
+    with pytest.raises(VpromError, match="--crop-size must be a positive"):
+        grid(config(tmp_path, models="predrnet", crop_size=0))
+
+
+def test_every_registered_model_runs_on_the_panels_it_reads(tmp_path):
+    """Vector and map models once per backbone, pixel models once on the crop store."""
+    from vprom.baselines.registry import input_kind, list_models
+
+    specs = grid(config(tmp_path, backbones="resnet18,resnet101", models=",".join(list_models()),
+                        splits="neutral", crop_size=32))
+    for model in list_models():
+        cells = [s for s in specs if s.model == model and not s.shuffle_context]
+        kind = input_kind(model)
+        assert {s.kind for s in cells} == {kind}
+        expected = {"crops-32"} if kind == "pixels" else {"resnet18", "resnet101"}
+        assert {s.panels for s in cells} == expected, model
+        assert len(cells) == 2 * len(expected)  # without and with aux
+    folders = [s.folder(tmp_path) for s in specs]
+    assert len(set(folders)) == len(folders)
 
 
 def test_reproduce_runs_the_grid_and_skips_finished_runs(tmp_path, monkeypatch, capsys):
@@ -71,13 +86,14 @@ def test_reproduce_runs_the_grid_and_skips_finished_runs(tmp_path, monkeypatch, 
     dataset, features = write_pair(tmp_path / "pair", n=120)
     calls = []
     monkeypatch.setattr(reproduce_module, "_build", lambda c: (dataset, tmp_path))
-    monkeypatch.setattr(reproduce_module, "_features",
-                        lambda c, d, vg, backbone, w: calls.append(backbone) or features)
+    monkeypatch.setattr(reproduce_module, "_panels",
+                        lambda c, d, vg, kind, panels, w: calls.append(panels) or features)
     grid_config = config(tmp_path / "repro", backbones="resnet18", weights="none",
                          models="mlp-sum-2", splits="neutral,extrapolation", epochs=1,
                          device="cpu")
     out = reproduce(grid_config)
     assert out == tmp_path / "repro" / "report"
+    assert calls == ["resnet18"]  # one features file for every run
     runs = sorted(p.parent for p in (tmp_path / "repro" / "runs").rglob("metrics.json"))
     assert len(runs) == 2 * 2 + 2
     table = list(csv.DictReader(io.StringIO((out / "splits.csv").read_text())))
@@ -105,25 +121,51 @@ def test_reproduce_runs_the_grid_and_skips_finished_runs(tmp_path, monkeypatch, 
 
 
 @pytest.mark.slow
-def test_reproduce_end_to_end_on_the_synthetic_corpus(tmp_path):
-    # small crops keep a random-weight ResNet-18 fast on a CPU; everything else is as shipped
-    out = reproduce(ReproduceConfig(vg=None, synthetic=True, out=tmp_path / "repro",
-                                    images=2000, scale=0.002, backbones="resnet18",
-                                    weights="none", models="mlp-sum-2,rn",
-                                    splits="neutral,interpolation", epochs=1, device="cpu",
-                                    input_size=64, center_features=True))
-    from vprom.feature_files import load_features
+def test_reproduce_end_to_end_on_the_synthetic_corpus(tmp_path, capsys):
+    """A vector, a map and a pixel model through build, extract (pooled and maps), crops,
+    train, evaluate and report; a second run keeps every file it made."""
+    from vprom.features.crop_store import CropStore
 
-    feats = load_features(tmp_path / "repro" / "features" / "resnet18.h5")
+    from vprom.feature_files import load_features, open_maps
+
+    root = tmp_path / "repro"
+    # small crops keep a random-weight ResNet-18 fast on a CPU; everything else is as shipped
+    settings = ReproduceConfig(vg=None, synthetic=True, out=root, images=2000, scale=0.002,
+                               backbones="resnet18", weights="none",
+                               models="mlp-sum-2,panel-transformer,predrnet",
+                               splits="neutral", epochs=1, device="cpu", input_size=64,
+                               crop_size=16, center_features=True)
+    out = reproduce(settings)
+    feats = load_features(root / "features" / "resnet18.h5")
     assert list(feats.attrs["input_size"]) == [64, 64]
-    configs = sorted((tmp_path / "repro" / "runs").rglob("config.json"))
-    assert configs and all(json.loads(p.read_text())["config"]["center_features"]
-                           for p in configs)
-    assert (tmp_path / "repro" / "features" / "resnet18.h5").is_file()
+    with open_maps(root / "maps" / "resnet18.h5") as maps:
+        assert maps.shape[-2:] == (2, 2)  # ResNet-18's stride 32 on 64 px
+    with CropStore(root / "crops" / "crops-16.h5") as store:
+        assert store.size == 16
     table = list(csv.DictReader(io.StringIO((out / "splits.csv").read_text())))
-    assert len(table) == 2 * 2 * 2 + 2
+    assert len(table) == 3 * 2 + 2
+    assert {row["model"] for row in table} == {"mlp-sum-2", "panel-transformer", "predrnet",
+                                               "context-blind", "rn"}
+    assert {row["features"] for row in table if row["model"] == "predrnet"} == {"crops 16px"}
     for name in ("table2.md", "report.md", "by_relation.png", "curves.png"):
         assert (out / name).is_file()
+    table2 = (out / "table2.md").read_text()
+    assert "later solvers" in table2 and "panel-transformer" in table2 and "predrnet" in table2
+    # --center-features centres the pooled vectors; maps and pixels train as stored
+    centred = {json.loads(p.read_text())["config"]["model"]:
+               json.loads(p.read_text())["config"]["center_features"]
+               for p in (root / "runs").rglob("config.json")}
+    assert centred == {"mlp-sum-2": True, "context-blind": True, "rn": True,
+                       "panel-transformer": False, "predrnet": False}
+
+    # the data set, the panels files and the runs; `build` checks its own outputs again
+    made = {p: p.stat().st_mtime_ns for folder in ("features", "maps", "crops", "runs")
+            for p in (root / folder).rglob("*") if p.is_file()}
+    made.update({p: p.stat().st_mtime_ns for p in (root / "build").glob("*.h5")})
+    capsys.readouterr()
+    reproduce(settings)
+    assert capsys.readouterr().out.count("complete, skipped") == len(table)
+    assert {p: p.stat().st_mtime_ns for p in made} == made
 
 
 @pytest.mark.slow

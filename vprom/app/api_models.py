@@ -183,7 +183,7 @@ def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
               backbones: str = _R.backbones, weights: str | None = _R.weights,
               models: str = _R.models, splits: str = _R.splits, epochs: int = _R.epochs,
               seed: int = _R.seed, device: str | None = _R.device,
-              input_size: int | None = _R.input_size,
+              input_size: int | None = _R.input_size, crop_size: int = _R.crop_size,
               center_features: bool = _R.center_features) -> Path:
     """The paper's full grid (models x features x aux x splits) in one command.
 
@@ -197,13 +197,17 @@ def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
         images: synthetic corpus size (default: 2,000 images)
         backbones: comma list (see `vprom extract --list`)
         weights: comma list, one per backbone (default: imagenet; pretrained for timm:<name>)
-        models: comma list, each trained without and with --aux
+        models: comma list of any registered models, each trained without and with --aux on
+            what it reads: vector models on OUT/features/<backbone>.h5, map models on
+            OUT/maps/<backbone>.h5 (extract --pool none), pixel models once on
+            OUT/crops/crops-<S>.h5 (vprom crops)
         splits: comma list
         epochs: maximum epochs per run
         seed: seed of the build and of every run
         device: cuda, cuda:N or cpu (default: cuda if available)
         input_size: crop side for extraction (default: the backbone's, 224)
-        center_features: train on centred features (see `vprom train --help`)
+        crop_size: side S of the crop store that pixel models read
+        center_features: train vector models on centred features (see `vprom train --help`)
 
         vprom.reproduce("repro", vg="data/vg", models="rn", splits="neutral")
     """

@@ -5,21 +5,27 @@ stopped (OUT/manifest.json, written first, marks OUT as a reproduce folder):
 
 1. build the dataset (`vprom.app.build.build`: synthetic corpus or VG -> mine -> generate ->
    verify -> stats; the build itself redoes no stage whose output matches) into OUT/build/;
-2. extract features per backbone into OUT/features/<backbone>.h5 (`extract` keeps a file
-   whose manifest is current for the data set and the settings, and resumes a partial one;
-   a timm backbone's ":" becomes "-" in file and folder names: timm-vit_base_patch16_224.dino);
-3. train and evaluate every model × {without, with aux} × split per backbone, into
-   OUT/runs/<backbone>/<model>[-aux]/<split>/, plus the two controls on the neutral split:
-   the context-blind model, and the relation network on shuffled context panels
-   (OUT/runs/<backbone>/controls/...). Every run takes its model's default hyper-parameters
-   (`baselines/defaults.json`, chosen by `bench/grid.py`; each run's config.json records
-   them). A run with `metrics.json` whose manifest (config.json) is current for the data set,
-   the features and the cell's settings (`vprom.manifest.is_current`) is complete and
+2. make the panels each model reads (`input_kind` of its registration), only those some model
+   of `--models` needs: pooled features per backbone into OUT/features/<backbone>.h5, spatial
+   maps per backbone into OUT/maps/<backbone>.h5 (`extract --pool none`) and one crop store
+   into OUT/crops/crops-<S>.h5 (`vprom crops --size S`). `extract` and `build_crop_store`
+   keep a file whose manifest is current for the data set and the settings
+   (`vprom.manifest.is_current`) and resume a partial one. A timm backbone's ":" becomes "-"
+   in file and folder names: timm-vit_base_patch16_224.dino;
+3. train and evaluate every model × {without, with aux} × split, into
+   OUT/runs/<panels>/<model>[-aux]/<split>/, where <panels> is the backbone for vector and
+   map models and crops-<S> for pixel models (which use no backbone, so they run once), plus
+   per backbone the two controls on the neutral split: the context-blind model, and the
+   relation network on shuffled context panels (OUT/runs/<backbone>/controls/...). Every run
+   takes its model's default hyper-parameters (`baselines/defaults.json`; each run's
+   config.json records them). A run with `metrics.json` whose manifest (config.json) is
+   current for the data set, its panels file and the cell's settings is complete and
    skipped; any other is handed to `vprom train`, which resumes or continues a run of these
    settings and refuses one of other data;
-4. report over every run into OUT/report/ (Table 2 beside the paper's numbers, models ×
-   splits, plots). Runs that did not learn are flagged there and in the summary printed at
-   the end, and cells whose runs were trained with different settings are refused.
+4. report over every run into OUT/report/ (Table 2 beside the paper's numbers, the later
+   solvers after the paper's models, models × splits, plots). Runs that did not learn are
+   flagged there and in the summary printed at the end, and cells whose runs were trained
+   with different settings are refused.
 
 Backbones beyond the paper's two (another ResNet, any `timm:<name>`) add their own columns to
 the report. Weights: one per backbone ("imagenet" by default where the backbone has
@@ -35,14 +41,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vprom.baselines.config import TrainConfig
+from vprom.baselines.config import SOURCES, TrainConfig
+from vprom.claim import writes
+from vprom.domain import SPLITS
 from vprom.errors import VpromError
 from vprom.features.config import ExtractConfig
-from vprom.claim import writes
 from vprom.manifest import is_current, make_manifest, write_manifest
-from vprom.domain import SPLITS
 
 CONTROL_SPLIT = "neutral"
+#: the crop store's side S for pixel models: docs/baselines.md counts their parameters at 80,
+#: and the full V-PROM's crops take 2.8 GB at 80 against 21.6 GB at 224
+CROP_SIZE = 80
+#: input kind -> `vprom train`'s option for it, which is also its folder under OUT
+OPTION = {kind: option for option, kind in SOURCES.items()}
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,7 @@ class ReproduceConfig:
     seed: int = TrainConfig.seed
     device: str | None = TrainConfig.device
     input_size: int | None = ExtractConfig.input_size
+    crop_size: int = CROP_SIZE
     center_features: bool = TrainConfig.center_features
 
     def __post_init__(self) -> None:
@@ -74,32 +86,40 @@ class ReproduceConfig:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One cell of the grid."""
+    """One cell of the grid. `panels` names what its model reads: a backbone's features or
+    maps (`kind` vectors or maps), or the crop store crops-S (`kind` pixels)."""
 
-    backbone: str
+    panels: str
     model: str
     aux: bool
     split: str
     shuffle_context: bool = False
+    kind: str = "vectors"
 
     def folder(self, runs: Path) -> Path:
-        runs = runs / file_name(self.backbone)
+        runs = runs / file_name(self.panels)
         if self.shuffle_context:
             return runs / "controls" / f"{self.model}-shuffled-context" / self.split
+        name = self.model + ("-aux" if self.aux else "")
         if self.model == "context-blind":
-            return runs / "controls" / self.model / self.split
-        return runs / (self.model + ("-aux" if self.aux else "")) / self.split
+            return runs / "controls" / name / self.split
+        return runs / name / self.split
+
+    def center_features(self, config: ReproduceConfig) -> bool:
+        """Centring applies to pooled vectors only; maps and pixels train as stored."""
+        return config.center_features and self.kind == "vectors"
 
     def settings(self, config: ReproduceConfig) -> dict:
         """The run settings this cell asks for, as its run's manifest records them."""
         return {"model": self.model, "split": self.split, "aux": self.aux,
                 "shuffle_context": self.shuffle_context, "epochs": config.epochs,
-                "seed": config.seed, "center_features": config.center_features}
+                "seed": config.seed, "center_features": self.center_features(config)}
 
     def __str__(self) -> str:
         extra = (" +aux" if self.aux else "") + (" (shuffled context)" if self.shuffle_context
                                                  else "")
-        return f"{self.model}{extra} on {self.split} ({self.backbone})"
+        maps = " maps" if self.kind == "maps" else ""
+        return f"{self.model}{extra} on {self.split} ({self.panels}{maps})"
 
 
 def file_name(backbone: str) -> str:
@@ -143,27 +163,33 @@ def backbone_weights(config: ReproduceConfig) -> dict[str, str]:
 
 
 def grid(config: ReproduceConfig) -> list[RunSpec]:
-    """Every run, grouped by backbone: models × aux × splits, then the controls."""
+    """Every run: per backbone its vector and map models × aux × splits, then the controls;
+    then the pixel models × aux × splits once, on the crop store."""
     from vprom.baselines.registry import input_kind, list_models
 
     models, splits = _items(config.models, "models"), _items(config.splits, "splits")
     for m in models:
         if m not in list_models():
             raise VpromError(f"unknown model {m!r} in --models; known: {', '.join(list_models())}")
-        if input_kind(m) != "vectors":
-            raise VpromError(f"--models {m}: reproduce trains on the pooled features it extracts, "
-                             f"and {m} reads {input_kind(m)}; train it with `vprom train "
-                             f"--{'maps' if input_kind(m) == 'maps' else 'crops'}`")
     for s in splits:
         if s not in SPLITS:
             raise VpromError(f"unknown split {s!r} in --splits; the splits are {', '.join(SPLITS)}")
+    if config.crop_size < 1:
+        raise VpromError(f"--crop-size must be a positive number of pixels, got "
+                         f"{config.crop_size}")
+    kinds = {m: input_kind(m) for m in models}
+
+    def cells(panels: str, wanted: tuple[str, ...]) -> list[RunSpec]:
+        return [RunSpec(panels, m, aux, s, kind=kinds[m]) for m in models
+                if kinds[m] in wanted for aux in (False, True) for s in splits]
+
     runs = []
     for backbone in _items(config.backbones, "backbones"):
-        runs += [RunSpec(backbone, m, aux, s) for m in models for aux in (False, True)
-                 for s in splits]
+        runs += cells(backbone, ("vectors", "maps"))
         runs += [RunSpec(backbone, "context-blind", False, CONTROL_SPLIT),
                  RunSpec(backbone, "rn", False, CONTROL_SPLIT, shuffle_context=True)]
-    return runs
+    # --models context-blind repeats its control cell: each run once
+    return list(dict.fromkeys(runs + cells(f"crops-{config.crop_size}", ("pixels",))))
 
 
 def _build(config: ReproduceConfig) -> tuple[Path, Path]:
@@ -176,27 +202,37 @@ def _build(config: ReproduceConfig) -> tuple[Path, Path]:
     return Path(result.dataset), Path(result.vg_dir)
 
 
-def _features(config: ReproduceConfig, dataset: Path, vg_dir: Path, backbone: str,
-              weights: str) -> Path:
-    """OUT/features/<backbone>.h5, extracted unless a current file is there (`extract`)."""
+def _panels(config: ReproduceConfig, dataset: Path, vg_dir: Path, kind: str, panels: str,
+            weights: dict[str, str]) -> Path:
+    """OUT/<option>/<panels>.h5 for `kind`, made unless a current file is there: features or
+    maps of backbone `panels` (`extract`), or the crop store (`build_crop_store`)."""
+    out = config.out / OPTION[kind] / f"{file_name(panels)}.h5"
+    if kind == "pixels":
+        from vprom.features.crop_store import StoreJob, build_crop_store
+        from vprom.processes import usable_cores
+
+        print(f"crops: {config.crop_size}x{config.crop_size} px -> {out}", flush=True)
+        return build_crop_store(StoreJob(dataset, vg_dir, config.crop_size, out,
+                                         usable_cores()))
     from vprom.features.extract import extract
 
-    out = config.out / "features" / f"{file_name(backbone)}.h5"
-    print(f"features: {backbone} ({weights}) -> {out}", flush=True)
-    extract(ExtractConfig(dataset=dataset, vg=vg_dir, backbone=backbone, weights=weights,
-                          out=out, device=config.device, input_size=config.input_size))
+    print(f"{OPTION[kind]}: {panels} ({weights[panels]}) -> {out}", flush=True)
+    extract(ExtractConfig(dataset=dataset, vg=vg_dir, backbone=panels, weights=weights[panels],
+                          out=out, device=config.device, input_size=config.input_size,
+                          pool="none" if kind == "maps" else ExtractConfig.pool))
     return out
 
 
-def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, features: Path,
+def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, source: Path,
                         config: ReproduceConfig) -> None:
     from vprom.baselines.evaluate import evaluate, format_metrics
     from vprom.baselines.train import train
 
-    train(TrainConfig(dataset=dataset, features=features, model=spec.model, split=spec.split,
-                      aux=spec.aux, out=run, shuffle_context=spec.shuffle_context,
-                      epochs=config.epochs, seed=config.seed, device=config.device,
-                      center_features=config.center_features))
+    train(TrainConfig(dataset=dataset, **{OPTION[spec.kind]: source}, model=spec.model,
+                      split=spec.split, aux=spec.aux, out=run,
+                      shuffle_context=spec.shuffle_context, epochs=config.epochs,
+                      seed=config.seed, device=config.device,
+                      center_features=spec.center_features(config)))
     print(format_metrics(evaluate(run, device=config.device)), flush=True)
 
 
@@ -214,17 +250,19 @@ def reproduce(config: ReproduceConfig) -> Path:
         k: v for k, v in vars(config).items() if k not in ("vg", "out")}, config.seed))
     dataset, vg_dir = _build(config)
     runs_dir = config.out / "runs"
-    features = {b: _features(config, dataset, vg_dir, b, w) for b, w in weights.items()}
+    # each panels file once, in the grid's order (dict keys keep it)
+    sources = {key: _panels(config, dataset, vg_dir, *key, weights)
+               for key in dict.fromkeys((spec.kind, spec.panels) for spec in specs)}
     folders = []
     for number, spec in enumerate(specs, 1):
-        run = spec.folder(runs_dir)
+        run, source = spec.folder(runs_dir), sources[spec.kind, spec.panels]
         folders.append(run)
         if (run / "metrics.json").is_file() and is_current(
-                run, [dataset, features[spec.backbone]], spec.settings(config)):
+                run, [dataset, source], spec.settings(config)):
             print(f"[run {number}/{len(specs)}] {spec}: complete, skipped", flush=True)
             continue
         print(f"[run {number}/{len(specs)}] {spec} -> {run}", flush=True)
-        _train_and_evaluate(spec, run, dataset, features[spec.backbone], config)
+        _train_and_evaluate(spec, run, dataset, source, config)
     out = config.out / "report"
     print(report(folders, out), flush=True)
     print(f"tables: {out / 'table2.md'} (Table 2 beside the paper) and {out / 'splits.md'}; "
