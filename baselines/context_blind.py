@@ -25,6 +25,7 @@ from vprom.baselines.parts import N_CONTEXT, ModelConfig, ModelOutput
 from vprom.baselines.registry import register_model
 
 
+@register_model("context-blind")
 class ContextBlind(nn.Module):
     """DeepSets over the candidates alone; `f1` embeds one candidate (default: an MLP)."""
 
@@ -48,8 +49,3 @@ class ContextBlind(nn.Module):
         summary = embedded.mean(1, keepdim=True).expand_as(embedded)
         hidden = self.f2(torch.cat([embedded, summary], dim=-1))  # [B, 8, H]
         return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
-
-
-@register_model("context-blind")
-def build_context_blind(config: ModelConfig) -> nn.Module:
-    return ContextBlind(config)

@@ -36,6 +36,7 @@ class GatedTanh(nn.Module):
         return torch.tanh(value) * torch.sigmoid(gate)
 
 
+@register_model("vqa")
 class JointEmbedding(nn.Module):
     """Question (context) and answer (candidate) embeddings fused by a product, then scored."""
 
@@ -59,8 +60,3 @@ class JointEmbedding(nn.Module):
         answers = self.g_a(embedded[:, N_CONTEXT:])  # [B, 8, H]
         joint = self.g_o(question.unsqueeze(1) * answers)  # [B, 8, H]
         return parts.output(self.score(joint).squeeze(-1), self.aux, joint.mean(1))
-
-
-@register_model("vqa")
-def build_vqa(config: ModelConfig) -> nn.Module:
-    return JointEmbedding(config)
