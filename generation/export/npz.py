@@ -1,36 +1,14 @@
-"""`vprom export --format npz`: one compressed `.npz` per problem, as PGM and RAVEN ship them,
-for loaders (SRAN, SCL, and the many written for those data sets) that glob a folder for
-`*<part>*.npz`.
+"""`vprom export --format npz`: one compressed `.npz` per problem of one split, as PGM and RAVEN
+ship them, for loaders that glob a folder for `*<part>*.npz`.
 
-    OUT/vprom_<split>_<part>_<id>.npz      one per matrix in the split's train, val or test
-                                            part (its excluded matrices are not written)
-    OUT/README.txt, OUT/manifest.json
-
-Each file holds
-
-    image          (16, S, S, 3) uint8   panels 1-8 the context (row-major), 9-16 the
-                                         candidates; each crop resized to S×S (default 160)
-    target         int64                 the answer, 0..7
-    meta_target    (8,) int64            one-hot: 4 relations (and, or, union,
-                                         progression), then 4 element types
-                                         (object_attribute, human_attribute, object, count)
-    meta_target_names (8,) str           what each meta_target position means
-    relation, element_type, super_attribute   str ("" super-attribute for objects and
-                                         counts)
-    id             int64                 the matrix id;  panels (16,) int64 crop ids;
-    elements       (16,) str             the element each panel shows
-
-Every array is a plain (non-object) array, so `np.load` reads it without `allow_pickle`.
-Files of one part glob as `*_train_*.npz` / `*_val_*.npz` / `*_test_*.npz` (no split name
-holds those words). Crops are stretched to S×S (aspect not kept), as the release's clients
-resize them: S is the loader's input, and squaring is what they do anyway.
-
-Each distinct crop is cut and resized once, into a uint8 memory map beside the output
-(N_crops × S × S × 3 bytes on disk, removed at the end), so memory stays flat at any size;
-the problems are then written on a thread pool (zlib releases the GIL), compressed as
-`np.savez_compressed` does but at zlib level 1 (`save_npz`: about 11 ms instead of 20 ms of
-CPU per problem at S = 160, for 7% more bytes; ~320 KB a problem). The folder is built
-under a temporary name and renamed into place when complete.
+Style `pgm` (default) follows `generation.export.pgm`; style `color` writes
+`OUT/vprom_<split>_<part>_<id>.npz` holding `image` (16, S, S, 3) uint8 (8 context panels
+row-major, then 8 candidates, each crop stretched to S x S), `target` (0..7), a one-hot
+`meta_target` (4 relations, then 4 element types) with `meta_target_names`, and V-PROM's own
+fields; every array loads without `allow_pickle`. Each distinct crop is cut and resized once
+into a uint8 memory map beside the output (removed at the end), so memory stays flat; the
+problems are written on a thread pool at zlib level 1 (`save_npz`). The folder is built under
+a temporary name and renamed into place when complete.
 """
 
 from __future__ import annotations

@@ -1,44 +1,14 @@
-"""The PGM convention for `vprom export --format npz` (`--style pgm`, the default): what the
-loaders written for DeepMind's PGM and for RAVEN read, file for file.
+"""The PGM convention for `vprom export --format npz --style pgm`: what the loaders written for
+DeepMind's PGM and for RAVEN (SRAN, WReN-PyTorch, RAVEN's `dataset`) read, file for file.
 
-Layout, as PGM's archives unpack (one folder per regime) — a regime name holds no `_`,
-because PGM's own tooling splits file names on `_` and reads the part at position 2:
-
-    OUT/<regime>/PGM_<regime>_<part>_<id>.npz     regime: the split with '_' -> '.'
-                                                  (held_out_objects -> held.out.objects)
-    OUT/embedding.npy                             RAVEN's loader: token -> vector
-    OUT/README.txt, OUT/manifest.json
-
-SRAN's `PGMdataset` takes `OUT/<regime>` as its root (it globs `root/*.npz`); WReN-PyTorch's
-and RAVEN's `dataset` take `OUT` (they glob `root/*/*.npz`). All of them keep the files
-whose path contains the part's name (`train`, `val`, `test`).
-
-Each file holds what those loaders read, in PGM's dtypes and shapes:
-
-    image                       (16, S, S) uint8   grayscale (Pillow's "L": ITU-R 601-2
-                                luma) panels, 8 context (row-major) then 8 candidates;
-                                `reshape(16, 160, 160)` is the identity at S = 160
-    target                      int64 ()           the answer, 0..7
-    meta_target                 (12,) int64        the OR of relation_structure_encoded's rows
-    relation_structure_encoded  (4, 12) int64      one row per rule: PGM has up to 4, a V-PROM
-                                                   matrix has one; rows 1-3 are zero
-    relation_structure          (1, 3) bytes       [element type, super-attribute, relation]
-                                                   (PGM: [object, attribute, relation])
-    structure, meta_structure   (RAVEN) the rule's tokens (str) and their one-hot over
-                                `embedding.npy`'s vocabulary
-    meta_target_names (12,) str, relation, element_type, super_attribute, id, panels,
-                                elements: V-PROM's own, as in the colour style
-
-The 12 positions keep PGM's grouping: 0-6 are what a rule acts on (PGM: shape, line,
-color, number, position, size, type), 7-11 the relation (PGM: progression, XOR, OR, AND,
-consistent_union). V-PROM's relations take PGM's slots of the same meaning (progression 7,
-or 9, and 10, union 11; XOR 8 stays 0); its four element types take slots 0-3; 4-6 stay 0.
-`meta_target_names` names every slot.
-
-`embedding.npy` is a pickled dict (numpy 1.x-readable, `npy_pickle`) mapping every
-structure token to a 300-long list (RAVEN's width): the token's one-hot code in vocabulary
-order. These are not word vectors (RAVEN ships GloVe ones); they let its loader run and
-identify each token exactly.
+Problems are `OUT/<regime>/PGM_<regime>_<part>_<id>.npz`, the regime being the split with
+'_' -> '.' (PGM's tooling splits file names on '_'); `OUT/embedding.npy` maps every structure
+token to a one-hot code of RAVEN's width 300 (not word vectors: they let its loader run).
+Each file holds grayscale `image` (16, S, S) uint8, `target`, and PGM's 12-slot
+`meta_target` and `relation_structure_encoded` (4, 12): slots 0-6 what a rule acts on, 7-11
+the relation, V-PROM's element types taking slots 0-3 and its relations PGM's slots of the
+same meaning (`SLOT_NAMES`); plus RAVEN's `structure` and `meta_structure` and V-PROM's own
+fields.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
-"""A resumable, atomic output folder for the exports that write many large files (savir-t,
-hf).
+"""A resumable, atomic output folder for the exports that write many large files (savir-t, hf).
 
-    OUT.partial/                    filled file by file; each file appears under its final
-      .vprom-export.json            name only when complete (written beside it, then renamed)
-                                    the settings the folder is being filled with
-    OUT                             the finished folder: `OUT.partial` renamed at the end
-
-A rerun with the same settings finds `OUT.partial`, keeps every file already there and
-writes only the rest; one with other settings is refused (its files would mix). `OUT` is
-never replaced: an existing `OUT` is refused before any work, so nothing a user has is lost,
-and a folder that holds `OUT`'s name is always complete.
+The folder fills as `OUT.partial/`, each file appearing under its final name only when
+complete, with the settings recorded in `.vprom-export.json`; at the end it is renamed to
+`OUT`. A rerun with the same settings keeps the files already there; one with other settings
+is refused. An existing `OUT` is refused before any work, so a folder named `OUT` is always
+complete and nothing a user has is replaced.
 """
 
 from __future__ import annotations
