@@ -1,16 +1,11 @@
 """The 7 distractors of an answer-first matrix: crops of other elements that cannot complete it.
 
-Given the mask Z of every element that would complete row 3 under any reading of the
-context, the distractors are crops of other elements whose label masks miss Z entirely:
-elements of the context first (so "the candidate seen in the context" is no shortcut),
-then the matrix's other elements. In the first attempts no candidate's element is carried
-by another candidate either, as the answer's is by none.
-
-Attribute matrices take them in a symmetric super-attribute profile (`_profile`): m
-candidates of the matrix's super-attribute (answer included) and m of each of 8/m - 1
-others, m in 8, 4, 2, 1, so "the candidates' commonest super-attribute" is no shortcut. The
-filler blocks are drawn with weights that make each super-attribute's elements the answer
-about once in 8 candidacies (`fill_weights`), or by `generation.candidate_blocks`' plans.
+The distractors are crops of other elements whose label masks miss Z (every element that
+would complete row 3) entirely: elements of the context first (so "the candidate seen in the
+context" is no shortcut), then the matrix's other elements. Attribute matrices take them in
+a symmetric profile (`_profile`): m candidates of the matrix's super-attribute and m of each
+of 8/m - 1 others, so "the commonest super-attribute" is no shortcut; filler blocks are drawn
+by `fill_weights` or `generation.candidate_blocks`' plans.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The random stream of one generated matrix: `Draws(seed, index)`.
 
-Uniforms from `numpy.random.default_rng([seed, index])`, read in batches of 64 so a matrix
-costs a few generator calls instead of dozens. Every matrix owns its stream, so a shard
-reproduces exactly the rows of the single run, and code reordered in one matrix never
-shifts another.
+Uniforms from `numpy.random.default_rng([seed, index])`, read in batches of 64. Every matrix
+owns its stream, so a shard reproduces exactly the rows of the single run.
 """
 
 from __future__ import annotations

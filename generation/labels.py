@@ -1,15 +1,10 @@
 """The label vocabulary the pools were mined with: implied labels and label classes.
 
-* **Implied labels.** A region named "man" shows a male adult even when no attribute says so:
-  `implied` maps person words to the human-attribute values they imply. A human-attribute
-  crop's labels are its explicit ones and those its names imply (`label_sets`), as the
-  solver, the distractor choice, the held-out splits and verify read them.
-* **Label classes.** The held-out splits ban labels, not only elements: a label is an
-  object category and/or an attribute of a super-attribute of its crop's table (`concepts`).
-
-`vprom mine` writes it as POOLS.h5's `vocabulary` group and `vprom generate` copies it to
-DATASET.h5's `vocab/labels`. Pools without it fall back to what the crops say (`recorded`
-False: nothing implied).
+A region named "man" shows a male adult even when no attribute says so: `implied` maps person
+words to the human-attribute values they imply, and a human-attribute crop's labels are its
+explicit ones and those its names imply (`label_sets`). The held-out splits ban labels, so a
+label is classed as an object category and/or an attribute of a super-attribute
+(`concepts`). Pools without a recorded vocabulary fall back to what the crops say.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Matrices drawn in chunks by forked worker processes that share the parent's samplers.
 
-The parent builds the pool index, the plan and every sampler once (`sampler.PlanSampler`),
-then forks `workers` processes (`vprom.processes.ordered_map`) that inherit them
-copy-on-write (`gc.freeze()` keeps the collector off their pages) and draws chunks of matrix
-indices, in index order. Every matrix draws from its own `Draws(seed, index)`, so the data
-set is the same, byte for byte, for any number of workers.
+The parent builds every sampler once (`sampler.PlanSampler`) and forks `workers` processes
+that inherit them copy-on-write (`gc.freeze()` keeps the collector off their pages). Every
+matrix draws from its own `Draws(seed, index)`, so the data set is byte for byte the same
+for any number of workers.
 """
 
 from __future__ import annotations

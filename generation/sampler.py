@@ -1,14 +1,13 @@
 """One matrix at a time: a group's relation, its crops, the solver check, the distractors.
 
 Human-attribute matrices are drawn candidates first (`generation.human_candidates`); the
-others answer first: the relation rule (`generation.relations`) samples the 9 elements; one
-crop is drawn per panel among its element's crops in the cell, never one region twice; the
-solver turns the 8 context crops' label masks into the mask Z of every element that would
-complete row 3 under any reading (`generation.solver.completion_mask`); the 7 distractors
-are drawn outside Z (`generation.candidates`, counts `generation.count_candidates`), and
-only the answer may complete the assembled matrix. A failed attempt is redrawn from the
-same stream, at most `MAX_TRIES` times, then a VpromError names the group. Every choice is
-a function of the matrix's own `Draws(seed, index)`, so shards reproduce the single run.
+others answer first: the relation rule samples the 9 elements, one crop is drawn per panel
+among its element's crops in the cell (never one region twice), the solver turns the 8
+context crops' label masks into the mask Z of every element that would complete row 3, and
+the 7 distractors are drawn outside Z (`generation.candidates`, counts
+`generation.count_candidates`). A failed attempt is redrawn, at most `MAX_TRIES` times.
+Every choice comes from the matrix's own `Draws(seed, index)`, so shards reproduce the
+single run.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The symbolic solver that proves every matrix has exactly one answer.
 
-A candidate completes a matrix when, for SOME relation applicable to the element type, SOME
-group of elements (an attribute's super-attribute; objects and counts are one group each) and
-SOME choice of one element of that group per panel among all its labels, explicit and
-implied (`generation.labels`), rows 1 and 2 obey the relation and row 3 with that candidate
-does too. A matrix is sound when only its answer completes it. Every panel is read in the
-same group: else nearly any two people would share some value, and every row of people
-would be an Or row somewhere. Readings beyond the matrix's super-attribute only make the
-solver reject more matrices, never accept an ambiguous one.
-
-The work is done on bit masks: each panel becomes the mask of the element ids it carries
-(labels outside the element type's universe are ignored), each rule
-(`generation.relations`) turns the 8 context masks into the mask of the elements that could
-complete row 3, and a candidate is valid when its mask meets their union.
+A candidate completes a matrix when, for SOME relation of the element type, SOME group of
+elements (an attribute's super-attribute; objects and counts are one group) and SOME choice
+of one element of that group per panel among all its labels, explicit and implied, rows 1-3
+obey the relation. A matrix is sound when only its answer completes it. Every panel is read
+in the same group, else nearly any row of people would be an Or row somewhere. The work is
+done on bit masks of element ids: each rule (`generation.relations`) turns the 8 context
+masks into the mask of the completing elements, which a valid candidate's mask meets.
 """
 
 from __future__ import annotations
