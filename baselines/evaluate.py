@@ -40,18 +40,6 @@ def _check_run(run: Path) -> None:
                          "epoch yet (re-running its `vprom train` command continues it)")
 
 
-def _run_files(run: Path) -> tuple[dict, dict]:
-    """The run's config.json and best.pt."""
-    config_path, best = run / "config.json", run / "best.pt"
-    _check_run(run)
-    try:
-        manifest = json.loads(config_path.read_text())
-        manifest["config"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise VpromError(f"{config_path}: not a vprom run config") from None
-    return manifest, load_checkpoint(best)
-
-
 #: feature attributes that may differ between two extractions of the same features
 VOLATILE_ATTRS = ("manifest",)
 
@@ -85,7 +73,13 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
 
 
 def _score(run: Path, device: str | None) -> dict:
-    manifest, state = _run_files(run)
+    _check_run(run)
+    try:
+        manifest = json.loads((run / "config.json").read_text())
+        manifest["config"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise VpromError(f"{run / 'config.json'}: not a vprom run config") from None
+    state = load_checkpoint(run / "best.pt")
     config = TrainConfig.from_dict(state["config"]).resolved()
     check_inputs(run, manifest, state)
     device = resolve_device(device)

@@ -78,13 +78,16 @@ def jpeg(crop: Image.Image) -> bytes:
     return buffer.getvalue()
 
 
+def box(crops: CropTable, r: int) -> list[int]:
+    return [int(crops.x[r]), int(crops.y[r]), int(crops.w[r]), int(crops.h[r])]
+
+
 def crop_columns(crops: CropTable, rows: list[int], data: dict[int, bytes]) -> dict:
     return {
         "crop_id": [int(crops.crop_id[r]) for r in rows],
         "image": [{"bytes": data[r], "path": f"{int(crops.crop_id[r])}.jpg"} for r in rows],
         "image_id": [int(crops.image_id[r]) for r in rows],
-        "box": [[int(crops.x[r]), int(crops.y[r]), int(crops.w[r]), int(crops.h[r])]
-                for r in rows],
+        "box": [box(crops, r) for r in rows],
         "element_type": [str(crops.element_type[r]) for r in rows],
         "element": [str(crops.element[r]) for r in rows],
         "super_attribute": [str(crops.super_attribute[r]) for r in rows],
@@ -125,10 +128,6 @@ def write_crops(crops: CropTable, used: np.ndarray, vg_dir: Path, folder: Path) 
 
 
 def problem_columns(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen) -> dict:
-    def boxes(i):
-        return [[int(crops.x[r]), int(crops.y[r]), int(crops.w[r]), int(crops.h[r])]
-                for r in rows[i]]
-
     return {
         "id": [int(m.id[i]) for i in chosen],
         "relation": [str(m.relation[i]) for i in chosen],
@@ -139,7 +138,7 @@ def problem_columns(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen) 
         "panels": [m.panels[i].astype(np.int64).tolist() for i in chosen],
         "elements": [[str(e) for e in m.elements[i]] for i in chosen],
         "image_ids": [crops.image_id[rows[i]].astype(np.int64).tolist() for i in chosen],
-        "boxes": [boxes(i) for i in chosen],
+        "boxes": [[box(crops, r) for r in rows[i]] for i in chosen],
     }
 
 

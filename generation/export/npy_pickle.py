@@ -14,11 +14,8 @@ from __future__ import annotations
 import io
 import pickle
 import pickletools
-from pathlib import Path
 
 import numpy as np
-
-from vprom.files import atomic_path
 
 PROTOCOL = 3
 PLAIN = (str, int, float, bool, type(None))
@@ -57,19 +54,6 @@ def numpy1_pickle(value) -> bytes:
     return b"".join(out)
 
 
-def pickle_globals(data: bytes) -> list[str]:
-    """'module name' of every global a pickle references (GLOBAL or STACK_GLOBAL)."""
-    found, strings = [], []
-    for op, arg, _ in pickletools.genops(data):
-        if op.name == "GLOBAL":
-            found.append(arg)
-        elif op.name == "STACK_GLOBAL":
-            found.append(" ".join(strings[-2:]))
-        if isinstance(arg, str):
-            strings.append(arg)
-    return found
-
-
 def npy_bytes(value) -> bytes:
     """A whole `.npy` file: the 1.0 header of a 0-d object array, then its pickle."""
     buffer = io.BytesIO()
@@ -77,9 +61,3 @@ def npy_bytes(value) -> bytes:
     np.lib.format.write_array_header_1_0(buffer, header)
     buffer.write(numpy1_pickle(value))
     return buffer.getvalue()
-
-
-def save_object_npy(path: str | Path, value) -> None:
-    """Write `value` (plain Python) as a pickled `.npy` numpy 1.20+ and 2.x load."""
-    with atomic_path(Path(path)) as tmp:
-        Path(tmp).write_bytes(npy_bytes(value))

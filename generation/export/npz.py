@@ -42,9 +42,10 @@ def npz_name(split: str, part: str, matrix_id: int) -> str:
     return f"{PREFIX}_{split}_{part}_{matrix_id}.npz"
 
 
-def panel_tile(crop: Image.Image, size: int) -> np.ndarray:
-    """One panel as the npz stores it: the crop stretched to size×size, RGB uint8."""
-    return np.asarray(crop.convert("RGB").resize((size, size), RESAMPLE), dtype=np.uint8)
+def panel_tile(crop: Image.Image, size: int, mode: str = "RGB") -> np.ndarray:
+    """One panel as the npz stores it: the crop stretched to size×size, uint8 in `mode`
+    ("RGB", or "L": grayscale for the pgm style)."""
+    return np.asarray(crop.convert(mode).resize((size, size), RESAMPLE), dtype=np.uint8)
 
 
 def meta_target(relation: str, element_type: str) -> np.ndarray:
@@ -90,11 +91,11 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
         tiles = np.lib.format.open_memmap(tiles_path, mode="w+", dtype=np.uint8, shape=(
             max(len(used), 1), size, size, *(() if gray else (3,))))
         preallocate(tiles_path)  # a full disk fails here, not as SIGBUS inside the mmap
-        tile = pgm.gray_tile if gray else panel_tile
+        mode = "L" if gray else "RGB"
         tokens = pgm.vocabulary(m.super_attribute) if gray else []
 
         def store(r: int, crop: Image.Image) -> None:
-            tiles[tile_of[r]] = tile(crop, size)
+            tiles[tile_of[r]] = panel_tile(crop, size, mode)
 
         n_crops = cut_crops(crops, used, vg_dir, store, desc="tiles") if len(used) else 0
         names = np.array(META_TARGET_NAMES)

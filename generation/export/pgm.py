@@ -14,7 +14,6 @@ fields.
 from __future__ import annotations
 
 import numpy as np
-from PIL import Image
 
 from vprom.domain import ElementType, Relation
 
@@ -28,7 +27,6 @@ UNUSED = "(unused)"
 SLOT_NAMES = (tuple(e.value for e in ElementType) + (UNUSED,) * 3
               + (Relation.PROGRESSION.value, UNUSED, Relation.OR.value, Relation.AND.value,
                  Relation.UNION.value))
-RESAMPLE = Image.Resampling.BILINEAR
 
 
 def regime(split: str) -> str:
@@ -40,23 +38,6 @@ def pgm_name(split: str, part: str, matrix_id: int) -> str:
     """A problem's file, relative to OUT."""
     r = regime(split)
     return f"{r}/{PREFIX}_{r}_{part}_{matrix_id}.npz"
-
-
-def gray_tile(crop: Image.Image, size: int) -> np.ndarray:
-    """One panel: the crop stretched to size×size, grayscale uint8."""
-    return np.asarray(crop.convert("L").resize((size, size), RESAMPLE), dtype=np.uint8)
-
-
-def rule_row(relation: str, element_type: str) -> np.ndarray:
-    row = np.zeros(N_SLOTS, dtype=np.int64)
-    row[SLOT_NAMES.index(element_type)] = 1
-    row[SLOT_NAMES.index(relation)] = 1
-    return row
-
-
-def structure_tokens(relation: str, element_type: str, super_attribute: str) -> list[str]:
-    """RAVEN's `structure`: the rule's tokens (at most 6 are read; ours are 2 or 3)."""
-    return [relation, element_type] + ([super_attribute] if super_attribute else [])
 
 
 def vocabulary(super_attributes) -> list[str]:
@@ -72,20 +53,17 @@ def vocabulary(super_attributes) -> list[str]:
 
 def embedding_table(tokens: list[str]) -> dict[str, list[float]]:
     """RAVEN's embedding.npy content: token -> its one-hot code (plain Python)."""
-    out = {}
-    for k, token in enumerate(tokens):
-        code = [0.0] * EMBEDDING_DIM
-        code[k] = 1.0
-        out[token] = code
-    return out
+    return {token: [1.0 if j == k else 0.0 for j in range(EMBEDDING_DIM)]
+            for k, token in enumerate(tokens)}
 
 
 def pgm_arrays(relation: str, element_type: str, super_attribute: str,
                tokens: list[str]) -> dict[str, np.ndarray]:
     """The PGM and RAVEN keys of one problem (besides image and target)."""
-    encoded = np.zeros((MAX_RULES, N_SLOTS), dtype=np.int64)
-    encoded[0] = rule_row(relation, element_type)
-    structure = structure_tokens(relation, element_type, super_attribute)
+    encoded = np.zeros((MAX_RULES, N_SLOTS), dtype=np.int64)  # one rule: rows 1-3 stay 0
+    encoded[0, [SLOT_NAMES.index(element_type), SLOT_NAMES.index(relation)]] = 1
+    # RAVEN's `structure`: the rule's tokens (at most 6 are read; ours are 2 or 3)
+    structure = [relation, element_type] + ([super_attribute] if super_attribute else [])
     meta_structure = np.zeros(len(tokens), dtype=np.int64)
     meta_structure[[tokens.index(t) for t in structure]] = 1
     return {

@@ -20,10 +20,6 @@ from vprom.errors import VpromError
 STAMP = ".vprom-export.json"
 
 
-def partial_of(out: Path) -> Path:
-    return out.with_name(out.name + ".partial")
-
-
 @contextmanager
 def resumable_dir(out: str | os.PathLike, settings: dict) -> Iterator[Path]:
     """Yield `OUT.partial` (new, or resumed with the same `settings`); rename it to `out`
@@ -32,7 +28,7 @@ def resumable_dir(out: str | os.PathLike, settings: dict) -> Iterator[Path]:
     if out.exists():
         raise VpromError(f"{out} already exists; pass a new --out (an export never replaces a "
                          "folder)")
-    partial, wanted = partial_of(out), json.dumps(settings, sort_keys=True)
+    partial, wanted = out.with_name(out.name + ".partial"), json.dumps(settings, sort_keys=True)
     stamp = partial / STAMP
     if partial.exists():
         if not stamp.is_file() or stamp.read_text(encoding="utf-8") != wanted:
