@@ -113,13 +113,9 @@ class _Taker:
 
 
 def _profile(draws: Draws, option: Option, z: int, weight: dict[str, float], plan=None):
-    """(candidates of the matrix's super-attribute s incl. the answer, [(elements, k)]).
-
-    m is the largest block size in BLOCKS that s and 8/m - 1 others can each fill outside z
-    (else `_uneven_profile`). With s's `plan` (`candidate_blocks.Plan`) its block size is
-    tried first (half of it with probability `down`) and the fillers come from its sets;
-    otherwise they are drawn among those able to fill a block, by `weight`.
-    """
+    """(candidates of the matrix's super-attribute s incl. the answer, [(elements, k)]):
+    the largest block size m in BLOCKS that s and 8/m - 1 others can fill outside z, the
+    `plan`'s size first when given (else `_uneven_profile`)."""
     own = (mask_of(option.same) & ~z).bit_count() + 1  # the answer is in z
     avail = [(ids, (mask & ~z).bit_count(), sa) for sa, ids, mask in option.fill_sas]
     order = BLOCKS

@@ -126,13 +126,8 @@ class HumanSampler:
     def candidates(self, draws: Draws, profile: list[tuple[int, int, int]]
                    ) -> tuple[list[tuple[int, int]], list, list] | None:
         """[(crop row, block)], the element sets E_b and the reserved values v_b, or None.
-
-        Blocks are filled in the profile's order, element by element in random order: an
-        element is taken when no crop so far carries it and one of its crops carries no
-        element taken, holds a value of every earlier block's super-attribute outside its
-        elements and knows every later block's, leaving each later block room (preferring a
-        crop that adds no new value).
-        """
+        Blocks fill in order, elements in random order, each taking a crop that fits the
+        rules of the module docstring and leaves later blocks room."""
         every = mask_of(s for s, _, _ in profile)
         orr = 1 if self.group.relation is Relation.OR else 0
         masks, region, u = self.masks, self.region, draws.uniform

@@ -97,12 +97,9 @@ def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
 def check_matrices(u: Universe, groups: Sequence[int], relations: Sequence[str],
                    elements: Sequence[Sequence[str]], masks: Sequence[Sequence[int]],
                    answers: Sequence[int]) -> list[str | None]:
-    """Per matrix of `u`'s element type, None when it is sound, else a one-line reason.
-
-    Sound: every panel's labels (`masks`, N×16 in `u`) carry the element it claims
-    (`elements`, N×16 names), the 9 claimed elements obey the stated relation, and only the
-    answer completes it when read in the groups `groups` (`group_masks`).
-    """
+    """Per matrix, None when it is sound, else a one-line reason. Sound: every panel's labels
+    (`masks`) carry the element it claims, the 9 claimed elements obey the relation, and only
+    the answer completes it when read in the groups `groups` (`group_masks`)."""
     ids = np.array([[u.ids.get(e, -1) for e in row] for row in elements],
                    dtype=np.int64).reshape(-1, N_PANELS)
     answers = np.asarray(answers, dtype=np.int64)

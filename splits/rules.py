@@ -1,27 +1,23 @@
 """What the split specs mean: how images are dealt, what each split holds out, and the one
 pure function, `assign`, that puts matrices in train / test / excluded in every split.
 
-Images. `image_test_side` deals images to the train or test side of a *partition* by a
-64-bit hash of (seed, partition name, image id), so an image lands on the same side whatever
-uses it. The neutral split has its own partition; the six held-out splits share one.
-`object_third` puts each object category in one of three fixed thirds by a hash of its name.
-
-Rules (`SplitSpec.rule`, one per spec file) give each matrix its *natural* part:
+`image_test_side` deals images to the two sides of a *partition* by a 64-bit hash of (seed,
+partition, image id); the neutral split has its own partition, the six held-out splits share
+one. `object_third` puts each object category in a fixed third by a hash of its name. A
+spec's rule gives each matrix its *natural* part:
 
   random                     where its images are (neutral)
-  counts                     count matrices whose context + answer are all in `train` ->
-                             train, all in `test` -> test, else excluded; others train
+  counts                     counts whose context + answer all lie in `train` -> train, all
+                             in `test` -> test, else excluded; other matrices train
   super_attributes           attribute matrices of a `test` super-attribute -> test
   relation_super_attributes  attribute matrices of a test (relation, super-attribute) -> test
   object_thirds              object matrices of relation r all of whose 16 panels show r's
                              test third -> test
 
-A natural "train" is excluded when one of the matrix's 16 panels carries, among all its
-labels, one the split bans from training (`TrainBan`: a test super-attribute's labels, or
-the test third's categories). Relation x super-attribute pairs stay a rule on the matrix's
-own super-attribute (every person shows an age). Then a matrix keeps its part only when all
-16 images lie on that side of the spec's partition. Validation ids are drawn from each train
-part by a hash of (seed, split, id) (`choose_val`), so merged shards choose as one run does.
+A natural "train" is excluded when a panel carries, among all its labels, one the split bans
+from training (`TrainBan`); a matrix keeps its part only when all 16 images lie on that side
+of the spec's partition. Validation ids are drawn from each train part by a hash of (seed,
+split, id) (`choose_val`), so merged shards choose as one run does.
 """
 
 from __future__ import annotations
@@ -271,14 +267,9 @@ class SplitRules:
 
 def assign(rules: SplitRules, matrices, sides: Mapping[str, np.ndarray],
            banned: np.ndarray) -> dict[str, np.ndarray]:
-    """split -> per matrix "train", "test" or "excluded" (an object array; validation is
-    chosen later from train).
-
-    `matrices`: the columns of a `MatrixTable` (`element_type`, `relation`,
-    `super_attribute`, `elements` N×16, `answer`); `sides`: partition -> N×16 sides (0 train,
-    1 test) of the panels' images (`image_sides`); `banned`: per matrix, the
-    `ConceptTable.bits` of its 16 panels' crops OR-ed together.
-    """
+    """split -> per matrix "train", "test" or "excluded" (an object array). `matrices`: a
+    `MatrixTable`'s columns; `sides`: partition -> N×16 image sides (`image_sides`);
+    `banned`: per matrix, the `ConceptTable.bits` of its 16 crops OR-ed together."""
     relation = np.asarray(matrices.relation).astype(str)
     # a matrix whose images straddle a partition is excluded whatever its natural part
     side_of = {partition: np.where(s.all(axis=1), "test",

@@ -1,10 +1,7 @@
 """The seven generalization splits as declarative specs: `splits/<split>.json`, loaded and
-validated at start.
-
-Each file holds `name`, `description`, `partition` + `test_fraction` (how images are dealt
-to sides) and `rule`, one of the rule types `vprom.splits.rules` defines and applies. This
-module reads the files, refuses a malformed one naming the file and the field, and gives
-the `SplitRules` that generation and verification take (`load_rules`).
+validated at start. Each holds `name`, `description`, `partition` + `test_fraction` (how
+images are dealt) and `rule` (`vprom.splits.rules.RULE_TYPES`); a malformed file is refused
+naming the file and the field.
 """
 
 from __future__ import annotations

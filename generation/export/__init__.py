@@ -100,12 +100,9 @@ class ExportSummary:
 def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | None = None,
            copy: bool = False, split: str = "neutral", size: int = DEFAULT_SIZE,
            style: str = "pgm", verify_text: str | None = None) -> ExportSummary:
-    """Export DATASET.h5 as `fmt` ('jsonl', 'original' or 'npz') to `out`.
-
-    `copy`: original layout with plain panel files instead of symbolic links. `split`,
-    `size`, `style`: the npz export's split, panel side in pixels, and convention ('pgm'
-    or 'color'). `verify_text`: the `vprom verify` report the hf card quotes.
-    """
+    """Export DATASET.h5 as `fmt` (one of `FORMATS`) to `out`. `copy`: the original layout
+    with plain panel files; `split`, `size`, `style`: the npz export's; `verify_text`: the
+    `vprom verify` report the hf card quotes."""
     dataset, out = Path(dataset), Path(out)
     if fmt not in FORMATS:
         raise VpromError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")

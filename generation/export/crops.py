@@ -34,11 +34,8 @@ def release_ids(ids: np.ndarray) -> np.ndarray:
 
 def cut_crops(crops: CropTable, rows: np.ndarray, vg_dir: Path,
               handle: Callable[[int, Image.Image], None], desc: str = "crops") -> int:
-    """Call `handle(row, RGB crop)` once for every crop row in `rows`; returns how many.
-
-    A missing or unreadable image, or a box outside its image, is a `VpromError` naming the
-    image and what to do; `handle` runs on the pool's threads.
-    """
+    """Call `handle(row, RGB crop)` on the pool's threads once for every crop row in `rows`;
+    returns how many. A missing or unreadable image or a box outside it is a VpromError."""
     index = ImageIndex(vg_dir)
     by_image: dict[int, list[int]] = {}
     for r in np.unique(rows).tolist():
