@@ -66,8 +66,7 @@ class TrainConfig:
 
     @property
     def source(self) -> tuple[str, str, Path]:
-        """(option, input kind, file) of the panels: exactly one of --features, --maps and
-        --crops."""
+        """(option, input kind, file) of the panels: exactly one of --features, --maps, --crops."""
         given = [(name, kind, getattr(self, name)) for name, kind in SOURCES.items()
                  if getattr(self, name) is not None]
         if len(given) != 1:

@@ -32,8 +32,7 @@ def attention_layer(width: int) -> nn.TransformerEncoderLayer:
 
 
 class PanelTransformer(nn.Module):
-    """Tokens per panel, attention within a panel, then along the rows and columns of each
-    completed matrix, a pooled score."""
+    """Tokens per panel; attention within a panel, then along rows and columns; a score."""
 
     def __init__(self, config: ModelConfig, spatial: bool):
         super().__init__()

@@ -34,8 +34,7 @@ INPUT_KINDS = ("vectors", "maps", "pixels")
 
 
 def register_model(name: str, kind: str = "vectors") -> Callable[[Builder], Builder]:
-    """Decorator: register `builder` under `name`, reading input of `kind`; a name can be
-    registered once."""
+    """Decorator: register `builder` under `name` (once), reading input of `kind`."""
     if kind not in INPUT_KINDS:
         raise VpromError(f"model {name!r}: input kind {kind!r} is none of {', '.join(INPUT_KINDS)}")
 

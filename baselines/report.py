@@ -170,8 +170,7 @@ def group(entries: list[Entry]) -> dict[str, dict[Key, Cell]]:
 
 
 def _model_order(models) -> list[str]:
-    """The paper's models in Table 2's order, the later solvers, then the others
-    alphabetically."""
+    """The paper's models in Table 2's order, the later solvers, then the rest sorted."""
     return [*PAPER_NAMES, *LATER_SOLVERS] + sorted(set(models) - {*PAPER_NAMES, *LATER_SOLVERS})
 
 

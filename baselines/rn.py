@@ -39,7 +39,7 @@ class RelationNetwork(nn.Module):
     def forward(self, panels: Tensor) -> ModelOutput:
         parts.check_panels(panels, self.feature_dim)
         x = parts.with_panel_ids(panels, candidates_share_id=True) if self.panel_ids else panels
-        relations = self.pair_sums_direct(x) if self.direct else self.pair_sums_fast(x)
+        relations = self.pair_sums_direct(x) if self.direct else pair_sums(x, self.f1, self.width)
         hidden = self.f2(relations)  # [B, 8, H]
         return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
 
@@ -51,10 +51,6 @@ class RelationNetwork(nn.Module):
         first = sets.unsqueeze(3).expand(shape)  # x_a varies along dim 2
         second = sets.unsqueeze(2).expand(shape)  # x_b varies along dim 3
         return self.f1(torch.cat([first, second], dim=-1)).sum(dim=(2, 3))
-
-    def pair_sums_fast(self, x: Tensor) -> Tensor:
-        """[B, 16, W] -> [B, 8, H]: the same sums from per-panel projections (module docstring)."""
-        return pair_sums(x, self.f1, self.width)
 
 
 def pair_sums(x: Tensor, f1: nn.Sequential, width: int) -> Tensor:

@@ -30,8 +30,7 @@ CROP_TRIES = 8
 
 @dataclass
 class AbsentTable:
-    """q(S | a, F) of one sampler: per (answer, forced-out mask) the sets and cumulative
-    weights to draw from."""
+    """q(S | a, F) of one sampler: per (answer, forced-out mask), sets and cumulative weights."""
 
     rows: dict[tuple[int, int], tuple[list[int], list[float]]]
 

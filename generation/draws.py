@@ -16,8 +16,7 @@ _BUFFER = 64
 
 
 class Draws:
-    """The random stream of one matrix; `uniform()` is the next float in [0, 1) (the C-level
-    `__next__` of an endless chain of 64-float batches)."""
+    """The random stream of one matrix; `uniform()` is the next float in [0, 1)."""
 
     __slots__ = ("uniform",)
 
@@ -57,8 +56,7 @@ class Draws:
             yield items[i]
 
     def distinct(self, seq: Sequence, k: int) -> list:
-        """k distinct items of `seq` (k <= len(seq)), in random order: the first k of
-        `shuffled`, so both draw the same stream."""
+        """k distinct items of `seq` in random order: the first k of `shuffled`."""
         return list(itertools.islice(self.shuffled(seq), k))
 
     def shuffle(self, items: list) -> None:

@@ -35,17 +35,14 @@ class LabelVocabulary:
     implied: Mapping[str, tuple[str, ...]]  # name -> implied human-attribute values
     recorded: bool = True  # False: made up from the crops alone (no vocabulary recorded)
 
-    # ------------------------------------------------------------ building
     @classmethod
     def of_crops(cls, crops: CropTable, base: "LabelVocabulary | None" = None
                  ) -> "LabelVocabulary":
         """`base` (or nothing) completed with what the crops say of their own elements."""
         etype, element, sa = crops.element_type, crops.element, crops.super_attribute
         categories = set(element[etype == ElementType.OBJECT.value].tolist())
-        tables: dict[str, dict[str, str]] = {t: {} for t in TABLES}
-        for t in TABLES:
-            rows = etype == t
-            tables[t].update(zip(element[rows].tolist(), sa[rows].tolist()))
+        tables = {t: dict(zip(element[etype == t].tolist(), sa[etype == t].tolist()))
+                  for t in TABLES}
         implied: dict[str, tuple[str, ...]] = {}
         if base is not None:
             categories |= base.categories
@@ -64,11 +61,9 @@ class LabelVocabulary:
                                         HUMAN: dict(human_attributes)},
                    {k: tuple(v) for k, v in implied.items()})
 
-    # ------------------------------------------------------------ files
     @classmethod
     def read(cls, group: h5py.Group | None, where: str) -> "LabelVocabulary | None":
-        """The vocabulary stored in `group` (POOLS.h5 `vocabulary` or DATASET.h5
-        `vocab/labels`), or None where there is none."""
+        """The vocabulary in `group` (POOLS.h5 `vocabulary`, DATASET.h5 `vocab/labels`) or None."""
         if group is None:
             return None
         try:
@@ -96,7 +91,6 @@ class LabelVocabulary:
         write_label_vocabulary(group, self.categories,
                                {t: self.tables.get(t, {}) for t in TABLES}, self.implied)
 
-    # ------------------------------------------------------------ reading labels
     def implied_of(self, element_type: str, labels: Iterable[str]) -> frozenset[str]:
         """The values a crop's names imply that its labels do not already hold."""
         if element_type != HUMAN or not self.implied:

@@ -48,8 +48,7 @@ def draw_chunk(sampler: PlanSampler, indices: Sequence[int]) -> Chunk:
 
 
 def draw_chunks(sampler: PlanSampler, indices: Sequence[int], workers: int) -> Iterator[Chunk]:
-    """Every chunk of `indices`, in order, drawn by `workers` forked processes (here when
-    fewer than 2)."""
+    """Every chunk of `indices`, in order, from `workers` forked processes (none below 2)."""
     chunks = [indices[k:k + CHUNK] for k in range(0, len(indices), CHUNK)]
     gc.freeze()
     try:

@@ -255,10 +255,6 @@ class SplitRules:
     specs: Mapping[str, SplitSpec]
     design: HeldOutDesign
 
-    @classmethod
-    def of(cls, specs: Mapping[str, SplitSpec]) -> SplitRules:
-        return cls(specs, held_out_design(specs))
-
     @property
     def partitions(self) -> dict[str, float]:
         """Every partition of images the splits use -> its test fraction."""
@@ -293,8 +289,7 @@ def assign(rules: SplitRules, matrices, sides: Mapping[str, np.ndarray],
 
 
 def natural_parts(rule: dict, m) -> np.ndarray:
-    """The part `rule` gives every matrix of `m` (as for `assign`) before its split's ban and
-    its images."""
+    """The part `rule` gives every matrix of `m`, before its split's ban and its images."""
     kind, test = rule["type"], rule.get("test")
     etype, relation = np.asarray(m.element_type).astype(str), np.asarray(m.relation).astype(str)
     sa = np.asarray(m.super_attribute).astype(str)
@@ -335,8 +330,7 @@ def val_size(scale: float) -> int:
 
 
 def choose_val(train_ids, seed: int, split: str, scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """(train, val): val holds the `val_size(scale)` training ids with the smallest hash of
-    (seed, split, id)."""
+    """(train, val): val, the `val_size(scale)` ids of least hash of (seed, split, id)."""
     train_ids = np.asarray(train_ids, dtype=np.int64)
     size = val_size(scale)
     if size >= len(train_ids):

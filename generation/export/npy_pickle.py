@@ -22,8 +22,7 @@ PLAIN = (str, int, float, bool, type(None))
 
 
 def check_plain(value, where: str = "value") -> None:
-    """Refuse anything but plain Python containers and scalars (numpy types would pickle
-    as numpy._core globals)."""
+    """Refuse anything but plain Python values (numpy types pickle as numpy._core globals)."""
     if isinstance(value, dict):
         for k, v in value.items():
             check_plain(k, f"{where} key")

@@ -43,8 +43,7 @@ def npz_name(split: str, part: str, matrix_id: int) -> str:
 
 
 def panel_tile(crop: Image.Image, size: int, mode: str = "RGB") -> np.ndarray:
-    """One panel as the npz stores it: the crop stretched to size×size, uint8 in `mode`
-    ("RGB", or "L": grayscale for the pgm style)."""
+    """The crop stretched to size×size, uint8 in `mode` ("RGB", or "L" for the pgm style)."""
     return np.asarray(crop.convert(mode).resize((size, size), RESAMPLE), dtype=np.uint8)
 
 
@@ -66,9 +65,8 @@ def save_npz(path: Path, **arrays: np.ndarray) -> None:
 
 def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,
               split: str, size: int, manifest: dict, style: str = "pgm") -> dict:
-    """Write split `split`'s problems to folder `out` in `style` ('pgm': the PGM
-    convention of `export_pgm`; 'color': RGB panels, this module's layout); returns what
-    was written."""
+    """Write split `split`'s problems to folder `out` in `style` ('pgm' or 'color');
+    returns what was written."""
     if style not in pgm.STYLES:
         raise VpromError(f"unknown npz style {style!r}; choose one of {', '.join(pgm.STYLES)}")
     if split not in m.splits:

@@ -41,8 +41,7 @@ def pgm_name(split: str, part: str, matrix_id: int) -> str:
 
 
 def vocabulary(super_attributes) -> list[str]:
-    """Every structure token of a data set, in a fixed order (relations, types, sorted
-    super-attributes)."""
+    """Every structure token: the relations, the element types, the sorted super-attributes."""
     supers = sorted({s for s in super_attributes if s})
     tokens = [r.value for r in Relation] + [e.value for e in ElementType] + supers
     if len(tokens) > EMBEDDING_DIM:

@@ -22,8 +22,7 @@ STAMP = ".vprom-export.json"
 
 @contextmanager
 def resumable_dir(out: str | os.PathLike, settings: dict) -> Iterator[Path]:
-    """Yield `OUT.partial` (new, or resumed with the same `settings`); rename it to `out`
-    when the block ends without an exception."""
+    """Yield `OUT.partial` (new, or resumed with the same `settings`); rename it at the end."""
     out = Path(out)
     if out.exists():
         raise VpromError(f"{out} already exists; pass a new --out (an export never replaces a "
