@@ -131,10 +131,7 @@ def parse_defaults(text: str, where: str) -> dict:
 
 def _check_values(entry: dict, where: str) -> None:
     for key, value in entry.items():
-        if key in ("optimizer",) or key.startswith("_"):
-            continue
-        problem = check_value(key, value)
-        if problem:
+        if problem := check_value(key, value):  # None for "optimizer" and "_" notes
             raise VpromError(f"{where}: {problem}")
 
 

@@ -101,18 +101,16 @@ class SplitSpec:
 
 @dataclass(frozen=True)
 class TrainBan:
-    """What no training or validation matrix of one held-out split may show on any panel, as
-    any label: per label table ("object_attribute" / "human_attribute") the banned
-    super-attributes (every relation), and per relation the banned object thirds."""
+    """What no training or validation matrix of a held-out split may show on any panel: per
+    label table the banned super-attributes, and per relation the banned object thirds."""
 
     super_attributes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     object_thirds: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 class ConceptTable:
-    """Per crop its concepts (object categories, attribute (table, super-attribute) pairs, as
-    `LabelVocabulary.concepts` gives them), each distinct set once as two rows of bits: the
-    pairs it holds and the thirds its categories fall in."""
+    """Per crop its concepts (`LabelVocabulary.concepts`), each distinct set once as two rows
+    of bits: the (table, super-attribute) pairs it holds and its categories' thirds."""
 
     def __init__(self, concepts) -> None:
         index: dict[tuple, int] = {}  # concept sets repeat a lot between crops: each once
@@ -162,9 +160,8 @@ def ban_bit(bans: Mapping[str, TrainBan], split: str, relation: str) -> int:
 
 @dataclass(frozen=True)
 class HeldOutDesign:
-    """What the split specs hold out, as generation must plan for it (`held_out_design`):
-    which counts, super-attributes, relation x super-attribute pairs and object thirds go to
-    test, how images are dealt to the two partitions, and per held-out split its `TrainBan`."""
+    """What the split specs hold out, as generation must plan for it: the test side's counts,
+    super-attributes, pairs and object thirds, the two partitions, and each split's ban."""
 
     neutral_partition: str
     neutral_test_fraction: float
