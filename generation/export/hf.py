@@ -21,6 +21,7 @@ import numpy as np
 from PIL import Image
 
 from vprom.errors import VpromError
+from vprom.files import write_json
 from vprom.generation.export.crops import cut_crops
 from vprom.generation.export.hf_card import card
 from vprom.generation.export.resumable import resumable_dir, write_once
@@ -173,6 +174,5 @@ def write_hf(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_d
                    "crop_shards": len(list((data / "crops").glob("*.parquet"))),
                    "new_crop_shards": new_shards}
         (tmp / "README.md").write_text(card(summary, about), encoding="utf-8")
-        (tmp / "manifest.json").write_text(json.dumps(
-            {**about.get("manifest", {}), "counts": summary}, indent=2, sort_keys=True) + "\n")
+        write_json(tmp / "manifest.json", {**about.get("manifest", {}), "counts": summary})
     return summary

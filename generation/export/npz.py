@@ -13,7 +13,6 @@ a temporary name and renamed into place when complete.
 
 from __future__ import annotations
 
-import json
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,8 +25,7 @@ import vprom.generation.export.pgm as pgm
 from vprom.generation.export.crops import WORKERS, cut_crops
 from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
-from vprom.files import atomic_dir, preallocate
-from vprom.files import free_space_for
+from vprom.files import atomic_dir, free_space_for, preallocate, write_json
 from vprom.domain import N_PANELS, ElementType, Relation
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
@@ -126,7 +124,7 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
         counts = {"split": split, "size": size, "style": style, "crops": n_crops,
                   "problems": len(chosen), **per_part}
         manifest = {**manifest, "counts": {**manifest["counts"], **counts}}
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        write_json(tmp / "manifest.json", manifest)
         readme = PGM_README if gray else README
         (tmp / "README.txt").write_text(readme.format(
             split=split, size=size, regime=pgm.regime(split), **per_part), encoding="utf-8")

@@ -16,7 +16,6 @@ that copy). The folder is built under a temporary name and renamed into place wh
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 from pathlib import Path
@@ -27,8 +26,7 @@ from tqdm import tqdm
 from vprom.generation.export.crops import cut_crops, release_ids
 from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
-from vprom.files import atomic_dir
-from vprom.files import free_space_for
+from vprom.files import atomic_dir, free_space_for, write_json
 from vprom.domain import N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
@@ -132,7 +130,7 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
                   "crops": n_crops, "panels": "copies" if copy else "symlinks",
                   "label_files": len(labels), "split_lists": len(lists)}
         manifest = {**manifest, "counts": {**manifest["counts"], **counts}}
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        write_json(tmp / "manifest.json", manifest)
         (tmp / "README.txt").write_text(README.format(n=len(m), mode=(
             COPY_NOTE if copy else LINK_NOTE)), encoding="utf-8")
     return counts
