@@ -1,16 +1,11 @@
 """What `vprom train` is asked to do, as one frozen dataclass (no torch needed to build it).
 
 The config is written into every run folder and checkpoint; its defaults are those of
-`vprom.train` and `vprom train` (the API reads them here).
-
-Hyper-parameters (`HYPER`: optimizer, lr, rho, eps, hidden, batch_size, score_init) default to
-None, which means "the model's default": the values stored as data in
-`baselines/defaults.json`, chosen per model by the coarse grid search of `bench/grid.py`
-(the table is in bench/RESULTS.md and docs/training-defaults.md). `resolved()` fills them in;
-a run records the resolved values, and which of them came from the defaults file. A model the
-file does not list takes its "*" entry. When the user picks an optimizer other than the
-model's, the optimizer-specific values (lr, rho, eps) come from that optimizer's own entry in
-the file, never from settings tuned for another optimizer.
+`vprom.train` and `vprom train`. Hyper-parameters (`HYPER`) default to None, "the model's
+default": the values in `baselines/defaults.json` (chosen per model by `bench/grid.py`; a
+model the file does not list takes its "*" entry), filled in by `resolved()`. An optimizer
+other than the model's takes lr, rho and eps from that optimizer's own entry, never from
+settings tuned for another optimizer.
 """
 
 from __future__ import annotations
@@ -71,8 +66,7 @@ class TrainConfig:
 
     @property
     def source(self) -> tuple[str, str, Path]:
-        """(option, input kind, file) of the panels: exactly one of --features, --maps and
-        --crops."""
+        """(option, input kind, file) of the panels: exactly one of --features, --maps, --crops."""
         given = [(name, kind, getattr(self, name)) for name, kind in SOURCES.items()
                  if getattr(self, name) is not None]
         if len(given) != 1:
@@ -137,10 +131,7 @@ def parse_defaults(text: str, where: str) -> dict:
 
 def _check_values(entry: dict, where: str) -> None:
     for key, value in entry.items():
-        if key in ("optimizer",) or key.startswith("_"):
-            continue
-        problem = check_value(key, value)
-        if problem:
+        if problem := check_value(key, value):  # None for "optimizer" and "_" notes
             raise VpromError(f"{where}: {problem}")
 
 

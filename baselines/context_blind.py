@@ -1,18 +1,10 @@
 """context-blind: a control that scores the candidates without ever seeing the context.
 
-If a model that reads only the 8 candidates beats chance (12.5%), the answer sets themselves
-give the answer away (the flaw RAVEN had and I-RAVEN fixed). The model is a DeepSets scorer:
-each candidate is embedded on its own, the set is summarised by the mean embedding, and each
-candidate is scored against that summary, so it can learn "the odd one out" or any other
-property of a candidate relative to its set:
-
-    e_j = f1(c_j)                          k/2 Linear+ReLU layers
-    m   = (e_1 + ... + e_8) / 8            the set summary
-    h_j = f2([e_j ; m])                    k/2 Linear+ReLU layers
-    s_j = w . h_j
-
-The context panels are sliced away before any computation. The auxiliary heads read the mean
-over candidates of h_j.
+If a model that reads only the 8 candidates beats chance (12.5%), the answer sets give the
+answer away (RAVEN's flaw, fixed by I-RAVEN). A DeepSets scorer: each candidate is embedded by
+f1, and f2 on [e_j ; mean of the 8] and a linear layer score it, so it can learn "the odd one
+out". The context panels are sliced away before any computation. The auxiliary heads read the
+mean over candidates of f2's output.
 """
 
 from __future__ import annotations
@@ -25,6 +17,7 @@ from vprom.baselines.parts import N_CONTEXT, ModelConfig, ModelOutput
 from vprom.baselines.registry import register_model
 
 
+@register_model("context-blind")
 class ContextBlind(nn.Module):
     """DeepSets over the candidates alone; `f1` embeds one candidate (default: an MLP)."""
 
@@ -48,8 +41,3 @@ class ContextBlind(nn.Module):
         summary = embedded.mean(1, keepdim=True).expand_as(embedded)
         hidden = self.f2(torch.cat([embedded, summary], dim=-1))  # [B, 8, H]
         return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
-
-
-@register_model("context-blind")
-def build_context_blind(config: ModelConfig) -> nn.Module:
-    return ContextBlind(config)

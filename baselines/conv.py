@@ -1,10 +1,8 @@
 """Convolutional parts of the pixel and map models: conv-BN-ReLU, and ResNet-18's trunk.
 
-`resnet18(width, in_channels)` is He et al.'s ResNet-18 up to its global average pooling (a
-7x7 stride-2 stem, max pooling, four stages of two basic blocks at width, 2, 4 and 8 x width,
-each stage after the first halving the resolution), written here because the model floor does
-not import torchvision; at width 64 it has torchvision's resnet18 layers and parameter count
-(less the classifier). Its output is [N, 8 x width] whatever the input size.
+`resnet18(width, in_channels)` is He et al.'s ResNet-18 up to its global average pooling,
+written here because the model floor does not import torchvision; at width 64 it has
+torchvision's layers and parameter count (less the classifier). Its output is [N, 8 width].
 """
 
 from __future__ import annotations

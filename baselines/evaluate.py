@@ -1,17 +1,11 @@
 """Test accuracy of a trained run (`vprom evaluate RUN`), with breakdowns and 95% intervals.
 
-`evaluate` rebuilds the run's model, loads `best.pt` (the epoch of best validation accuracy),
-predicts every test matrix of the run's split (under the run's own shuffled-context control,
-if any) and scores them with `baselines.metrics`, which `vprom score` shares: accuracy with a
-95% Wilson interval, overall, per relation, per element type and per relation x element type.
-
-First `check_inputs` refuses a data set other than the one the run was trained on (its
-recorded content hash, `vprom.manifest`), features of another data set, and features other
-than the run's (their attributes differ). The metrics record the run's resolved settings, the
-epoch of the best.pt they scored and whether it did not learn (`baselines.run_checks`); they
-are written atomically to `RUN/metrics.json` and returned. The run is claimed for the whole
-call (`vprom.claim`), so no `train` of it replaces best.pt meanwhile: while one holds the run,
-`evaluate` is refused, or waits with --wait.
+`evaluate` rebuilds the run's model from `best.pt` (its epoch of best validation accuracy),
+predicts every test matrix of the run's split (under its shuffled-context control, if any)
+and scores them with `baselines.metrics`, which `vprom score` shares. It first refuses a data
+set or features other than the run's (`check_inputs`), and holds the run's claim for the
+whole call, so no `train` replaces best.pt meanwhile. The metrics, with the run's resolved
+settings and whether it did not learn, are written atomically to `RUN/metrics.json`.
 """
 
 from __future__ import annotations
@@ -44,18 +38,6 @@ def _check_run(run: Path) -> None:
     if not (run / "best.pt").is_file():
         raise VpromError(f"{run / 'best.pt'}: no such checkpoint; the run has not finished an "
                          "epoch yet (re-running its `vprom train` command continues it)")
-
-
-def _run_files(run: Path) -> tuple[dict, dict]:
-    """The run's config.json and best.pt."""
-    config_path, best = run / "config.json", run / "best.pt"
-    _check_run(run)
-    try:
-        manifest = json.loads(config_path.read_text())
-        manifest["config"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise VpromError(f"{config_path}: not a vprom run config") from None
-    return manifest, load_checkpoint(best)
 
 
 #: feature attributes that may differ between two extractions of the same features
@@ -91,7 +73,13 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
 
 
 def _score(run: Path, device: str | None) -> dict:
-    manifest, state = _run_files(run)
+    _check_run(run)
+    try:
+        manifest = json.loads((run / "config.json").read_text())
+        manifest["config"]
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise VpromError(f"{run / 'config.json'}: not a vprom run config") from None
+    state = load_checkpoint(run / "best.pt")
     config = TrainConfig.from_dict(state["config"]).resolved()
     check_inputs(run, manifest, state)
     device = resolve_device(device)

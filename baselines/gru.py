@@ -1,16 +1,11 @@
 """GRU and GRU-shared: read the panels as a sequence with a gated recurrent unit.
 
 Both embed each panel (with its id) with f1 (k/2 Linear+ReLU layers) and run a one-layer GRU
-of `hidden` units over the embeddings.
-
-gru: one sequence of all 16 panels; a linear layer on the last hidden state h_16 gives one
-8-way score vector. It sees the candidates in order: its scores are not permutation-equivariant.
-
-gru-shared: 8 sequences of 9 panels, the context then one candidate (tagged as the missing
-cell), sharing parameters; a linear layer on h_9 scores the candidate. The 8 sequences share
-their first 8 steps, so the GRU runs over the context once and takes each candidate's 9th step
-from that state: the numbers of 8 separate sequences for 9/8 steps per matrix instead of 72.
-The auxiliary heads read h_16 (gru) or the mean over candidates of h_9 (gru-shared).
+of `hidden` units. gru: one sequence of all 16 panels, a linear layer on h_16 gives 8 scores
+(not permutation-equivariant). gru-shared: 8 sequences of the context then one candidate
+(tagged as cell 9), a linear score on each h_9; the sequences share their first 8 steps, so
+the GRU runs over the context once and each candidate takes one step from that state. The
+auxiliary heads read h_16 (gru) or the mean over candidates of h_9 (gru-shared).
 """
 
 from __future__ import annotations
@@ -22,6 +17,7 @@ from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, ModelOut
 from vprom.baselines.registry import register_model
 
 
+@register_model("gru")
 class PanelGRU(nn.Module):
     """f1 on each panel, a GRU over all 16 panels, one 8-way linear output."""
 
@@ -40,6 +36,7 @@ class PanelGRU(nn.Module):
         return parts.output(self.score(last), self.aux, last)
 
 
+@register_model("gru-shared")
 class SharedGRU(PanelGRU):
     """f1 on each panel, a GRU over context + one candidate, a linear score per candidate."""
 
@@ -57,13 +54,3 @@ class SharedGRU(PanelGRU):
         _, last = self.gru(candidates, start)
         last = last.reshape(batch, N_CANDIDATES, width)
         return parts.output(self.score(last).squeeze(-1), self.aux, last.mean(1))
-
-
-@register_model("gru")
-def build_gru(config: ModelConfig) -> nn.Module:
-    return PanelGRU(config)
-
-
-@register_model("gru-shared")
-def build_gru_shared(config: ModelConfig) -> nn.Module:
-    return SharedGRU(config)

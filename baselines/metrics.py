@@ -1,9 +1,6 @@
-"""Test-set scores with 95% intervals and their breakdowns, shared by `vprom evaluate` (a
-baseline run) and `vprom score` (anyone's predictions), so both give the same figures; torch-free.
-
-`score`: n, correct, accuracy and its 95% Wilson interval (inside [0, 1], honest for small
-groups and accuracies near 0 or 1). `breakdowns`: the same overall, per relation, per element
-type and per relation x element type; each breakdown partitions the test set.
+"""Test-set scores with 95% Wilson intervals and their breakdowns, shared by `vprom evaluate`
+and `vprom score`, so both give the same figures; torch-free. Each breakdown (overall, per
+relation, per element type, per relation x element type) partitions the test set.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """MLP-cat-k and MLP-sum-k: embed each panel, combine the 9 panels of a completed matrix, score.
 
-For candidate j the completed matrix is the 8 context panels plus candidate j in the missing
-cell. Each panel x (with its panel id) is embedded by f1 (k/2 Linear+ReLU layers); the 9
-embeddings are concatenated (cat, 9H wide: the position of every panel is kept) or summed
-(sum, H wide); f2 (k/2 Linear+ReLU layers) and a linear layer give candidate j's score:
-
-    s_j = w . f2(combine(f1(x_1), ..., f1(x_8), f1(c_j)))
-
-f1 is applied once to each of the 16 panels (the context embeddings are shared by the 8
-completed matrices). The auxiliary heads read the mean over candidates of f2's output.
+Each panel (with its id) is embedded once by f1 (k/2 Linear+ReLU layers); for candidate j
+the embeddings of the 8 context panels and c_j are concatenated (cat, 9H wide) or summed
+(sum, H wide), and f2 (k/2 layers) and a linear layer give s_j. The auxiliary heads read the
+mean over candidates of f2's output.
 """
 
 from __future__ import annotations

@@ -1,29 +1,15 @@
-"""A panel transformer after SAViR-T (Sahu, Basioti and Pavlovic, "SAViR-T: Spatially
-Attentive Visual Reasoning with Transformers", ECML/PKDD 2022), one of the two V-PROM papers
-after 2020: `panel-transformer` over spatial maps, `panel-transformer-pooled` over pooled
-features.
+"""A panel transformer after SAViR-T (Sahu, Basioti and Pavlovic, ECML/PKDD 2022):
+`panel-transformer` over spatial maps, `panel-transformer-pooled` over pooled features.
 
-SAViR-T keeps each panel's ResNet-101 map (7 x 7 x 2048 on V-PROM) as 49 tokens, attends
-within each panel with a vision transformer, and then reasons token by token: for each token
-position it compares the rule shared by rows 1 and 2 with the rows completed by each
-candidate. Here, for each candidate j:
-
-1. tokens: each of a panel's T = H W locations is projected from C to d = hidden, plus a
-   learned position embedding; one transformer layer attends among a panel's T tokens
-   (SAViR-T's visual transformer);
-2. the 9 panels of the matrix j completes get a learned cell embedding (cells 1-8, and 9 for
-   the candidate), and, token position by token position, one transformer layer attends along
-   each row (3 cells) and one along each column (3 cells): axial attention over the 3 x 3 grid,
-   so a token meets the same location of the panels that share its row or column, as
-   SAViR-T's per-token row rules do;
-3. the mean over the grid's cells and tokens goes through a Linear+ReLU layer to a linear
-   score (SAViR-T scores by the similarity of row-rule vectors; a learned score lets the
-   auxiliary heads and the training loop stay those of every vprom model).
-
-Each layer is PyTorch's pre-norm `TransformerEncoderLayer` (4 heads, feed-forward 2d, no
-dropout). `panel-transformer-pooled` is the same network over one token per panel (the pooled
-feature vector), without step 1's attention: the ablation of the spatial tokens. The auxiliary
-heads read the mean over candidates of the score layer's input.
+Each of a panel's H W locations becomes a token (projected to d = hidden, plus a learned
+position embedding) and one transformer layer attends within the panel. For candidate j the
+9 panels of its completed matrix get a learned cell embedding, and, token position by token
+position, one layer attends along each row of the 3 x 3 grid and one along each column, as
+SAViR-T's per-token row rules compare locations. The mean over cells and tokens goes through
+a Linear+ReLU layer to a linear score. Layers are pre-norm `TransformerEncoderLayer`s (4
+heads, feed-forward 2d, no dropout). The pooled variant has one token per panel and no
+within-panel attention. The auxiliary heads read the mean over candidates of the score
+layer's input.
 """
 
 from __future__ import annotations
@@ -46,8 +32,7 @@ def attention_layer(width: int) -> nn.TransformerEncoderLayer:
 
 
 class PanelTransformer(nn.Module):
-    """Tokens per panel, attention within a panel, then along the rows and columns of each
-    completed matrix, a pooled score."""
+    """Tokens per panel; attention within a panel, then along rows and columns; a score."""
 
     def __init__(self, config: ModelConfig, spatial: bool):
         super().__init__()
@@ -89,11 +74,6 @@ class PanelTransformer(nn.Module):
         return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
 
 
-@register_model("panel-transformer", kind="maps")
-def build_panel_transformer(config: ModelConfig) -> nn.Module:
-    return PanelTransformer(config, spatial=True)
-
-
-@register_model("panel-transformer-pooled")
-def build_panel_transformer_pooled(config: ModelConfig) -> nn.Module:
-    return PanelTransformer(config, spatial=False)
+register_model("panel-transformer", kind="maps")(
+    lambda config: PanelTransformer(config, spatial=True))
+register_model("panel-transformer-pooled")(lambda config: PanelTransformer(config, spatial=False))

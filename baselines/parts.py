@@ -1,19 +1,12 @@
 """What every baseline shares: its config, its output, panel ids and the layer builders.
 
-A model reads one batch of matrices as its input kind (8 context panels in row-major order, then
-the 8 candidates): `vectors` `[B, 16, D]` (pooled features, each L2-normalised by the
-extractor), `maps` `[B, 16, C, H, W]` (`vprom extract --pool none`) or `pixels`
-`[B, 16, 3, S, S]` (a crop store of `vprom crops`, uint8 or float in [0, 1]). It returns
-a `ModelOutput`: one score per candidate, plus, when `config.aux` is set, the logits of the two
-auxiliary heads (the paper's relation-type head, split into relation and element type because
-every matrix has one of each).
-
-Panel ids follow the paper: a one-hot vector of 16 appended to each panel, context 1-8,
-candidates 9-16 (`with_panel_ids`). A model that scores each candidate on its own places the
-candidate in the matrix's missing cell and tags it with the first candidate id, 9, whichever
-candidate it is (`with_panel_ids(..., candidates_share_id=True)`): the scoring function is then
-the same for every candidate, so permuting the candidates permutes the scores and no model can
-learn a bias for an answer position. The input width stays the paper's D + 16.
+A model reads a batch of matrices (8 context panels row-major, then the 8 candidates) as
+`vectors` [B, 16, D], `maps` [B, 16, C, H, W] or `pixels` [B, 16, 3, S, S], and returns a
+`ModelOutput`: one score per candidate, plus, with `config.aux`, the logits of the relation
+and element-type heads. Panel ids are the paper's one-hot of 16 appended to each panel
+(`with_panel_ids`). A model that scores each candidate on its own tags every candidate with
+id 9, the missing cell it would fill, so permuting the candidates permutes the scores and no
+model can learn a bias for an answer position.
 """
 
 from __future__ import annotations
@@ -118,14 +111,9 @@ def panel_encoder(config: ModelConfig) -> nn.Sequential:
 def score_head(config: ModelConfig, outputs: int = 1, bias: bool = False) -> nn.Linear:
     """The paper's w: one score per candidate from its [.., hidden] representation.
 
-    No bias: one scoring function serves all 8 candidates, so a bias would shift every score
-    alike, which softmax cross-entropy ignores (its gradient is exactly zero). `gru` has one
-    output per answer position (`outputs=8`), where a bias is a real per-position offset.
-
-    Initial weights: torch's default times `config.score_init`. A deep ReLU or gated-tanh
-    stack shrinks its input at every layer, so with the default the 8 scores barely differ and
-    every gradient below the head is tiny (about 1e-6 for mlp-sum-6), too small for AdaDelta
-    to move; a larger head scales them all (`bench/grid.py` searches it).
+    No bias by default: shifting all 8 scores alike changes no softmax (`gru`'s 8 per-position
+    outputs take one). The weights are torch's default times `config.score_init`: deep stacks
+    shrink their input, so a larger head keeps the gradients below it large enough to move.
     """
     head = nn.Linear(config.hidden, outputs, bias=bias)
     with torch.no_grad():

@@ -1,28 +1,15 @@
-"""PredRNet, the Predictive Reasoning Network (Yang et al., "Neural Prediction Errors enable
-Analogical Visual Reasoning in Human Standard Intelligence Tests", ICML 2023), over crop-store
-pixels (`predrnet`) or spatial maps (`predrnet-maps`).
+"""PredRNet, the Predictive Reasoning Network (Yang et al., ICML 2023), over crop-store pixels
+(`predrnet`) or spatial maps (`predrnet-maps`).
 
-1. An image encoder turns each of the 16 panels into a feature map, and a 1x1 conv-BN reduces
-   it to c channels: [c, h, w], flattened to [c, L] (L = h w).
-2. For candidate j, the 9 panels of the matrix it completes are stacked as [c, 9, L], and
-   three predictive reasoning blocks (PRBs) follow, each
-       prediction = conv-BN-ReLU with an (8 x 1) kernel over the 8 context rows -> [c, 1, L]
-       error      = relu(the candidate row) - prediction
-       out        = conv-BN-ReLU 3x3 (c -> 4c), conv-BN-ReLU 3x3 (4c -> c) over
-                    [context ; error] ([c, 9, L]), plus a 1x1 conv-BN of the block's input:
-   the context predicts what the missing panel should be, and what is passed on is how far the
-   candidate is from that prediction.
-3. Each candidate's [c, 9, L] is average-pooled to 2H values, and a classifier
-   (Linear without bias, BatchNorm1d, ReLU, Linear) gives its score.
-
-The pixel encoder is the paper's: four residual stages of three 3x3 conv-BN-ReLU each (the
-first strided by 2) with an average-pooled 1x1 conv-BN shortcut, at c, 2c, 3c and 4c channels
-(c = hidden / 16: the authors' 32 at hidden 512), on the crop store's RGB crops scaled to
-[0, 1] (the authors' input is 80x80 grey). For maps (e.g. ResNet-101's 2048 x 7 x 7), the
-backbone has done the encoding: one 1x1 conv-BN-ReLU takes its channels to 4c instead. The
-classifier's widths are 2H -> H -> 1 (the authors': 1024 -> 1024 -> 1); dropout is left out
-as in every vprom model. The auxiliary heads read the mean over candidates of the
-classifier's hidden layer.
+An encoder and a 1x1 conv-BN turn each panel into c channels of L locations. For candidate
+j, the 9 panels of its completed matrix pass three predictive reasoning blocks: the 8 context
+rows predict the missing panel ((8 x 1) conv-BN-ReLU), and the block goes on with the context
+and the candidate's error against that prediction (two 3x3 conv-BN-ReLU, a 1x1 shortcut).
+Each candidate is average-pooled to 2H values and classified (Linear, BatchNorm1d, ReLU,
+then the score). The pixel encoder is the paper's four residual stages at c, 2c, 3c and 4c
+channels (c = hidden / 16) on RGB crops in [0, 1]; over maps one 1x1 conv-BN-ReLU takes the
+backbone's channels to 4c. Dropout is left out; the auxiliary heads read the mean over
+candidates of the classifier's hidden layer.
 """
 
 from __future__ import annotations
@@ -111,11 +98,5 @@ class PredRNet(nn.Module):
         return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
 
 
-@register_model("predrnet", kind="pixels")
-def build_predrnet(config: ModelConfig) -> nn.Module:
-    return PredRNet(config, "pixels")
-
-
-@register_model("predrnet-maps", kind="maps")
-def build_predrnet_maps(config: ModelConfig) -> nn.Module:
-    return PredRNet(config, "maps")
+register_model("predrnet", kind="pixels")(lambda config: PredRNet(config, "pixels"))
+register_model("predrnet-maps", kind="maps")(lambda config: PredRNet(config, "maps"))

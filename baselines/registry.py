@@ -1,10 +1,8 @@
 """Baselines by name: `register_model`, `get_model`, `list_models` (torchvision's `_api.py` style).
 
-Each model file registers builders `builder(config: ModelConfig) -> nn.Module` under the names
-users type (`vprom train --model rn`), each with the input kind it reads (`input_kind`):
-`vectors` (pooled features), `maps` (spatial maps) or `pixels` (a crop store). The built-in
-model files are imported the first time `MODELS` is asked for a model, so a model file imports
-`register_model` without a cycle.
+Each model file registers builders `builder(config: ModelConfig) -> nn.Module` (a model class
+or a function) under the names users type, each with the input kind it reads: `vectors`,
+`maps` or `pixels`. The model files are imported the first time a model is asked for.
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ INPUT_KINDS = ("vectors", "maps", "pixels")
 
 
 def register_model(name: str, kind: str = "vectors") -> Callable[[Builder], Builder]:
-    """Decorator: register `builder` under `name`, reading input of `kind`; a name can be
-    registered once."""
+    """Decorator: register `builder` under `name` (once), reading input of `kind`."""
     if kind not in INPUT_KINDS:
         raise VpromError(f"model {name!r}: input kind {kind!r} is none of {', '.join(INPUT_KINDS)}")
 

@@ -1,20 +1,11 @@
 """Tables and plots over many evaluated runs (`vprom report RUN... --out DIR`).
 
-Each run contributes its `metrics.json` (`vprom evaluate`) and its `history.json`. A run is
-keyed by (model, feature type, aux, control, split); the feature type is the paper's name for
-the backbone (resnet101 -> "ResNet", bottomup-r101 -> "bottom-up") or the backbone's own name,
-and labels say when its weights were random. Runs sharing a key (seeds) are averaged, the
-CSVs saying how many; runs of one key whose settings differ are refused (`run_checks`). A run
-that did not learn is marked in every table and listed with its reasons; controls are marked
-"control: pass" or "control: FAIL" against chance and listed apart.
-
-Written into DIR, each file atomically: table2.md / .csv (the paper's Table 2 layout on the
-neutral split, ours beside the paper's numbers, then controls, humans and chance), splits.md /
-.csv (models x splits), report.md (all of it on one page), by_relation.png and
-by_element_type.png (accuracy bars, neutral split when it has runs) and curves.png (training
-loss and validation accuracy per epoch). manifest.json (kind "report") is written first, so
-the folder is known as a report even if cut short, and again at the end with every file's
-sha256.
+Each run contributes its `metrics.json` and `history.json`, keyed by (model, feature type,
+aux, control, split); the feature type is the paper's name for the backbone or the
+backbone's own. Runs sharing a key (seeds) are averaged, and refused when their settings
+differ (`run_checks`). Runs that did not learn and controls (pass or FAIL against chance) are
+marked and listed. DIR gets table2 and splits as .md and .csv, report.md, three plots and a
+manifest.json (kind "report"), written first and again at the end with every file's sha256.
 """
 
 from __future__ import annotations
@@ -179,8 +170,7 @@ def group(entries: list[Entry]) -> dict[str, dict[Key, Cell]]:
 
 
 def _model_order(models) -> list[str]:
-    """The paper's models in Table 2's order, the later solvers, then the others
-    alphabetically."""
+    """The paper's models in Table 2's order, the later solvers, then the rest sorted."""
     return [*PAPER_NAMES, *LATER_SOLVERS] + sorted(set(models) - {*PAPER_NAMES, *LATER_SOLVERS})
 
 

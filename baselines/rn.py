@@ -1,24 +1,13 @@
-"""Relation network (Santoro et al. 2017), as V-PROM uses it, computed without redundant work.
+"""Relation network (Santoro et al. 2017) as V-PROM uses it (Eq. 7-8 of the paper).
 
-For candidate j, S_j = (x_1, ..., x_8, c_j) is the completed matrix (each panel with its id),
-and (Eq. 7-8 of the paper), with f1 and f2 k/2 Linear+ReLU layers each:
-
-    r_j = sum over all 81 ordered pairs (a, b) in S_j x S_j of f1([x_a ; x_b])
-    s_j = w . f2(r_j)
-
-`rn-direct` computes exactly that, running f1 on all 8 x 81 concatenated pairs. The fast `rn`
-uses two facts. (1) f1's first layer is linear: W [x_a ; x_b] + b = W_a x_a + W_b x_b + b, so
-each panel is projected once by W_a and once by W_b, and a pair's pre-activation is one
-broadcast addition. (2) The 64 context-context pairs are shared by all 8 completed matrices:
-their sum C is computed once, and each candidate adds only its 17 pairs (f1' is f1 after its
-first linear map):
-
-    r_j = C + sum_i f1'(P_a x_i + P_b c_j) + sum_i f1'(P_a c_j + P_b x_i) + f1'(P_a c_j + P_b c_j)
-
-Pairs through f1' drop from 648 to 200 per matrix. Both versions share their parameter names,
-so a state dict moves between them; tests/baselines/test_rn.py checks they agree in float64.
-`rn-no-ids` drops the panel ids, so it cannot tell rows from columns (the paper's ablation).
-The auxiliary heads read the mean over candidates of f2's output.
+For candidate j, r_j sums f1([x_a ; x_b]) over the 81 ordered pairs of the completed matrix
+S_j = (x_1, ..., x_8, c_j), each panel with its id, and s_j = w . f2(r_j); f1 and f2 have k/2
+Linear+ReLU layers each. `rn-direct` runs f1 on all 8 x 81 pairs. `rn` gives the same sums
+faster: f1's first layer is linear, so each panel is projected once per half of it and a
+pair's pre-activation is one addition, and the 64 context-context pairs are summed once per
+matrix, each candidate adding its 17 pairs. Both share parameter names, so a state dict moves
+between them. `rn-no-ids` drops the panel ids (the paper's ablation). The auxiliary heads
+read the mean over candidates of f2's output.
 """
 
 from __future__ import annotations
@@ -31,6 +20,7 @@ from vprom.baselines.parts import N_CONTEXT, N_PANELS, ModelConfig, ModelOutput
 from vprom.baselines.registry import register_model
 
 
+@register_model("rn")
 class RelationNetwork(nn.Module):
     """Sum of f1 over the ordered pairs of each completed matrix, f2, a linear score."""
 
@@ -49,7 +39,7 @@ class RelationNetwork(nn.Module):
     def forward(self, panels: Tensor) -> ModelOutput:
         parts.check_panels(panels, self.feature_dim)
         x = parts.with_panel_ids(panels, candidates_share_id=True) if self.panel_ids else panels
-        relations = self.pair_sums_direct(x) if self.direct else self.pair_sums_fast(x)
+        relations = self.pair_sums_direct(x) if self.direct else pair_sums(x, self.f1, self.width)
         hidden = self.f2(relations)  # [B, 8, H]
         return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
 
@@ -61,10 +51,6 @@ class RelationNetwork(nn.Module):
         first = sets.unsqueeze(3).expand(shape)  # x_a varies along dim 2
         second = sets.unsqueeze(2).expand(shape)  # x_b varies along dim 3
         return self.f1(torch.cat([first, second], dim=-1)).sum(dim=(2, 3))
-
-    def pair_sums_fast(self, x: Tensor) -> Tensor:
-        """[B, 16, W] -> [B, 8, H]: the same sums from per-panel projections (module docstring)."""
-        return pair_sums(x, self.f1, self.width)
 
 
 def pair_sums(x: Tensor, f1: nn.Sequential, width: int) -> Tensor:
@@ -91,16 +77,5 @@ def pair_sums(x: Tensor, f1: nn.Sequential, width: int) -> Tensor:
     return context_sum + rest(candidate_pairs).sum(dim=2)
 
 
-@register_model("rn")
-def build_rn(config: ModelConfig) -> nn.Module:
-    return RelationNetwork(config)
-
-
-@register_model("rn-no-ids")
-def build_rn_no_ids(config: ModelConfig) -> nn.Module:
-    return RelationNetwork(config, panel_ids=False)
-
-
-@register_model("rn-direct")
-def build_rn_direct(config: ModelConfig) -> nn.Module:
-    return RelationNetwork(config, direct=True)
+register_model("rn-no-ids")(lambda config: RelationNetwork(config, panel_ids=False))
+register_model("rn-direct")(lambda config: RelationNetwork(config, direct=True))

@@ -1,28 +1,14 @@
-"""SCL, the Scattering Compositional Learner (Wu, Dong, Grosse and Ba, "The Scattering
-Compositional Learner: Discovering Objects, Attributes, Relationships in Analogical
-Reasoning", 2020), over V-PROM's pooled features.
+"""SCL, the Scattering Compositional Learner (Wu, Dong, Grosse and Ba, 2020), over V-PROM's
+pooled features.
 
-SCL composes three networks, each shared as widely as it can be, in the scattering order:
-
-    object network      o_a = O(x_a)                      each panel -> a vector, split into
-                        o_a = [o_a^1; ...; o_a^K]         K equal groups ("attributes")
-    attribute network   v_a^k = A(o_a^k)                  one network for every group
-    relation network    r_j^k = R([v_1^k; ...; v_8^k; v_cj^k])
-                                                          one network for every attribute:
-                                                          the 9 panels of the completed matrix,
-                                                          in their cell order
-    scoring             s_j = w . F([r_j^1; ...; r_j^K])
-
-O, A, R and F are Linear+ReLU layers (O, A and F one each, R two). Sharing A across the
-groups and R across the attributes is what lets SCL find attributes and rules that recur; the
-position of a panel is its place in R's input, so no panel ids are needed.
-
-Adapted to V-PROM's input: the panels are a CNN's pooled features, so O is one Linear+ReLU
-layer from D instead of the paper's CNN over 80x80 (or 160x160) pixels. K = 8 groups of
-hidden / 8 units each (the authors' RAVEN runs: 80 features in 10 groups); A and R are
-hidden / 2 wide. R's first layer is linear, so its context part is computed once per matrix and
-each candidate adds its own term. The auxiliary heads read the mean over candidates of F's
-output.
+An object network O maps each panel to a vector split into K = 8 groups ("attributes"); one
+attribute network A embeds every group; one relation network R reads, per attribute, the 9
+panels of the completed matrix in cell order; F and a linear score give s_j from the K
+relation outputs. Sharing A across groups and R across attributes lets SCL find attributes
+and rules that recur. O, A and F are one Linear+ReLU layer each (O from the pooled feature,
+instead of the paper's CNN), R two; A and R are hidden / 2 wide. R's first layer is linear,
+so its context part is computed once per matrix. The auxiliary heads read the mean over
+candidates of F's output.
 """
 
 from __future__ import annotations
@@ -37,6 +23,7 @@ from vprom.errors import VpromError
 GROUPS = 8
 
 
+@register_model("scl")
 class SCL(nn.Module):
     """Object, attribute and relation networks shared across panels, groups and attributes."""
 
@@ -70,8 +57,3 @@ class SCL(nn.Module):
                                        + self.relation_in.bias)  # [B, 8, K, A]
         hidden = self.f(relations.flatten(2))  # [B, 8, H]
         return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
-
-
-@register_model("scl")
-def build_scl(config: ModelConfig) -> nn.Module:
-    return SCL(config)

@@ -1,17 +1,10 @@
 """VQA-like: the context as the question, each candidate as an answer, a gated-tanh joint embedding.
 
-After Teney et al.'s VQA model ("Tips and tricks for visual question answering", CVPR 2018),
-every non-linear layer is a gated tanh, g(x) = tanh(W x + b) * sigmoid(W' x + b'), and the
-question and answer embeddings are fused by an element-wise product:
-
-    e_i = g_panel(x_i)                    each panel with its id (candidates tagged as cell 9)
-    q   = g_q(e_1 + ... + e_8)            the question: the context
-    a_j = g_a(e_{8+j})                    an answer: candidate j
-    o_j = g_o(q * a_j)                    k/2 gated-tanh layers on the joint embedding
-    s_j = w . o_j
-
-Summing the context embeddings keeps their positions because each panel carries its id
-through the non-linear g_panel. The auxiliary heads read the mean over candidates of o_j.
+After Teney et al.'s VQA model (CVPR 2018), every non-linear layer is a gated tanh,
+tanh(W x + b) * sigmoid(W' x + b'). Each panel with its id is embedded; the question is the
+embedded sum of the context embeddings (the ids keep their positions), an answer the
+embedding of candidate j, and k/2 gated-tanh layers on their element-wise product give the
+joint embedding o_j, scored linearly. The auxiliary heads read the mean over candidates of o_j.
 """
 
 from __future__ import annotations
@@ -36,6 +29,7 @@ class GatedTanh(nn.Module):
         return torch.tanh(value) * torch.sigmoid(gate)
 
 
+@register_model("vqa")
 class JointEmbedding(nn.Module):
     """Question (context) and answer (candidate) embeddings fused by a product, then scored."""
 
@@ -59,8 +53,3 @@ class JointEmbedding(nn.Module):
         answers = self.g_a(embedded[:, N_CONTEXT:])  # [B, 8, H]
         joint = self.g_o(question.unsqueeze(1) * answers)  # [B, 8, H]
         return parts.output(self.score(joint).squeeze(-1), self.aux, joint.mean(1))
-
-
-@register_model("vqa")
-def build_vqa(config: ModelConfig) -> nn.Module:
-    return JointEmbedding(config)

@@ -1,20 +1,14 @@
 """Mixed candidate profiles whose super-attributes do not say which block is the answer's.
 
-An attribute matrix takes its 8 candidates in blocks (`generation.candidates._profile`): m of
-the matrix's super-attribute (the answer among them) and m of each of 8/m - 1 others. Were
-the answer's block told by the set of super-attributes shown, a context-blind model would
-guess within it, 1/m instead of 1/8 (`bench/sa_pairs.py` measures this).
-
-The balance asked for, per element type and relation over the whole plan: for every set T
-of super-attributes shown in blocks of m, each member of T is the answer's block equally
-often. `mixing_plans` solves it from the plan and the pool only (so shards draw as the
-single run does). For m in 4 and 2, each sampler row (sampler, super-attribute A) has A's
-expected matrices of block size m and a distribution over the sets S of 8/m - 1 fillers.
-Starting from uniform, each (row, S) is scaled by sqrt(g(T) / c(T, A)), T = S + A, where
-c(T, A) is T's matrices whose answer is in A and g(T) their geometric mean over T, and each
-row is normalised again. A balance exists only when no super-attribute has more mixed
-matrices than the others can host, so matrices whose super-attribute could fill a block
-twice as large step down to m, in the smallest share of SHARES that reaches it.
+Were the answer's block (`generation.candidates._profile`) told by the set T of
+super-attributes shown, a context-blind model would guess within it. `mixing_plans` makes
+every member of every T the answer's block equally often, per element type and relation over
+the whole plan (from the plan and the pool only, so shards draw as the single run does). For
+block sizes 4 and 2, each sampler row (sampler, super-attribute A) starts with a uniform
+distribution over its filler sets S, and each (row, S) is scaled by sqrt(g(T) / c(T, A)),
+T = S + A, c(T, A) being T's matrices whose answer is in A and g(T) their geometric mean
+over T. Matrices whose super-attribute could fill a block twice as large step down to m in
+the smallest share of `SHARES` that lets the balance exist.
 """
 
 from __future__ import annotations

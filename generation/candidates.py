@@ -1,16 +1,11 @@
 """The 7 distractors of an answer-first matrix: crops of other elements that cannot complete it.
 
-Given the mask Z of every element that would complete row 3 under any reading of the
-context, the distractors are crops of other elements whose label masks miss Z entirely:
-elements of the context first (so "the candidate seen in the context" is no shortcut),
-then the matrix's other elements. In the first attempts no candidate's element is carried
-by another candidate either, as the answer's is by none.
-
-Attribute matrices take them in a symmetric super-attribute profile (`_profile`): m
-candidates of the matrix's super-attribute (answer included) and m of each of 8/m - 1
-others, m in 8, 4, 2, 1, so "the candidates' commonest super-attribute" is no shortcut. The
-filler blocks are drawn with weights that make each super-attribute's elements the answer
-about once in 8 candidacies (`fill_weights`), or by `generation.candidate_blocks`' plans.
+The distractors are crops of other elements whose label masks miss Z (every element that
+would complete row 3) entirely: elements of the context first (so "the candidate seen in the
+context" is no shortcut), then the matrix's other elements. Attribute matrices take them in
+a symmetric profile (`_profile`): m candidates of the matrix's super-attribute and m of each
+of 8/m - 1 others, so "the commonest super-attribute" is no shortcut; filler blocks are drawn
+by `fill_weights` or `generation.candidate_blocks`' plans.
 """
 
 from __future__ import annotations
@@ -118,13 +113,9 @@ class _Taker:
 
 
 def _profile(draws: Draws, option: Option, z: int, weight: dict[str, float], plan=None):
-    """(candidates of the matrix's super-attribute s incl. the answer, [(elements, k)]).
-
-    m is the largest block size in BLOCKS that s and 8/m - 1 others can each fill outside z
-    (else `_uneven_profile`). With s's `plan` (`candidate_blocks.Plan`) its block size is
-    tried first (half of it with probability `down`) and the fillers come from its sets;
-    otherwise they are drawn among those able to fill a block, by `weight`.
-    """
+    """(candidates of the matrix's super-attribute s incl. the answer, [(elements, k)]):
+    the largest block size m in BLOCKS that s and 8/m - 1 others can fill outside z, the
+    `plan`'s size first when given (else `_uneven_profile`)."""
     own = (mask_of(option.same) & ~z).bit_count() + 1  # the answer is in z
     avail = [(ids, (mask & ~z).bit_count(), sa) for sa, ids, mask in option.fill_sas]
     order = BLOCKS

@@ -1,20 +1,13 @@
 """Count candidates whose set says nothing about the answer (RAVEN's answer-set flaw, fixed).
 
-A count matrix shows 8 of the 10 counts among its candidates. If the values left out depend
-on the answer, a model that never looks at the context learns P(answer | values left out).
-
-So the candidate set S (8 counts) is drawn after the context and the answer a, from a table
-q_k(S | a, F) per sampler k (group × cell), where F is what the rule forces out of S (the
-values that would also complete row 3). The tables make the *mixture* of all count matrices
-of one relation on one side of the neutral split satisfy P(answer = v | S) = 1/8 for every
-v in S. With the rules' answer laws P_k(a, F) (`answer_law`) and the plan's matrices per
-sampler π_k, they solve
-
-    Σ_k π_k P_k(a, F) q_k(S | a, F)  =  t(S)  for all a in S    (S ∩ F = ∅, S ⊆ U_k)
-
-by iterative proportional fitting: scale each q_k(S | a, F) by t(S)/M(a, S) (M the mixture,
-t(S) its mean over S), renormalise every row, repeat. The tables depend on the plan and the
-pool only, so shards sample as the single run does.
+A count matrix shows 8 of the 10 counts among its candidates; were the values left out tied
+to the answer, a context-blind model would learn P(answer | values left out). So the set S is
+drawn after the context and the answer a from a table q_k(S | a, F) per sampler k, F being
+the values that would also complete row 3. The tables make the mixture of all count matrices
+of one relation on one neutral side satisfy P(answer = v | S) = 1/8 for every v in S: with
+the rules' answer laws P_k(a, F) and matrices per sampler π_k they solve
+Σ_k π_k P_k(a, F) q_k(S | a, F) = t(S) by iterative proportional fitting, from the plan and
+the pool only, so shards sample as the single run does.
 """
 
 from __future__ import annotations
@@ -37,8 +30,7 @@ CROP_TRIES = 8
 
 @dataclass
 class AbsentTable:
-    """q(S | a, F) of one sampler: per (answer, forced-out mask) the sets and cumulative
-    weights to draw from."""
+    """q(S | a, F) of one sampler: per (answer, forced-out mask), sets and cumulative weights."""
 
     rows: dict[tuple[int, int], tuple[list[int], list[float]]]
 

@@ -1,9 +1,7 @@
 """The random stream of one generated matrix: `Draws(seed, index)`.
 
-Uniforms from `numpy.random.default_rng([seed, index])`, read in batches of 64 so a matrix
-costs a few generator calls instead of dozens. Every matrix owns its stream, so a shard
-reproduces exactly the rows of the single run, and code reordered in one matrix never
-shifts another.
+Uniforms from `numpy.random.default_rng([seed, index])`, read in batches of 64. Every matrix
+owns its stream, so a shard reproduces exactly the rows of the single run.
 """
 
 from __future__ import annotations
@@ -18,8 +16,7 @@ _BUFFER = 64
 
 
 class Draws:
-    """The random stream of one matrix; `uniform()` is the next float in [0, 1) (the C-level
-    `__next__` of an endless chain of 64-float batches)."""
+    """The random stream of one matrix; `uniform()` is the next float in [0, 1)."""
 
     __slots__ = ("uniform",)
 
@@ -59,8 +56,7 @@ class Draws:
             yield items[i]
 
     def distinct(self, seq: Sequence, k: int) -> list:
-        """k distinct items of `seq` (k <= len(seq)), in random order: the first k of
-        `shuffled`, so both draw the same stream."""
+        """k distinct items of `seq` in random order: the first k of `shuffled`."""
         return list(itertools.islice(self.shuffled(seq), k))
 
     def shuffle(self, items: list) -> None:

@@ -1,23 +1,15 @@
 """Human-attribute matrices drawn candidates first, so that any candidate could be the answer.
 
-Every person shows a gender, an age, a hair style...: a distractor must carry a KNOWN value
-of the matrix's super-attribute s that does not complete it, else an unlabelled man could
-complete a "male" matrix. Drawn answer first, that rule gives the answer away: with k < 8
-values of s, the 7 distractors share the k - 1 other values while the answer's is unique.
-
-So the 8 candidates are drawn first, in *blocks*: super-attributes s_b (the profile), m_b
-candidates each, of distinct elements E_b of s_b, such that every candidate could be the
-answer of a matrix of its block's super-attribute. A candidate of block b carries no element
-of another block and, for every other block b', a known value of s_b' outside E_b'; for Or,
-each block also reserves a value v_b no candidate carries (the row's other element). Then
-the answer is the candidate in the planned position, and the context is drawn last for it
-(`Rule.context`) until the solver finds exactly the answer completing. Whatever statistic
-of the candidates a model computes, the answer is any of them with probability 1/8.
-
-The profile's *focus* block is as large as the data allow, so most candidates share the
-matrix's likely super-attribute. A test-side group takes its held-out super-attribute as
-the focus; a matrix whose answer lands in another block stays in the data set, excluded
-from that split's test set.
+Every person shows a gender, an age...: a distractor must carry a KNOWN value of the matrix's
+super-attribute s that does not complete it. Drawn answer first, that rule gives the answer
+away (with k < 8 values of s, the answer's value is the unique one). So the 8 candidates are
+drawn first, in *blocks* (the *profile*): super-attributes s_b, m_b candidates of distinct
+elements E_b each, every candidate carrying no element of another block and a known value
+of every other block's super-attribute outside its elements (for Or, each block also keeps a
+value v_b no candidate carries: the row's other element). The answer is then the candidate
+in the planned position, and the context is drawn last for it until the solver finds exactly
+the answer completing. The *focus* block is as large as the data allow; a test-side group
+takes its held-out super-attribute as the focus.
 """
 
 from __future__ import annotations
@@ -134,13 +126,8 @@ class HumanSampler:
     def candidates(self, draws: Draws, profile: list[tuple[int, int, int]]
                    ) -> tuple[list[tuple[int, int]], list, list] | None:
         """[(crop row, block)], the element sets E_b and the reserved values v_b, or None.
-
-        Blocks are filled in the profile's order, element by element in random order: an
-        element is taken when no crop so far carries it and one of its crops carries no
-        element taken, holds a value of every earlier block's super-attribute outside its
-        elements and knows every later block's, leaving each later block room (preferring a
-        crop that adds no new value).
-        """
+        Blocks fill in order, elements in random order, each taking a crop that fits the
+        rules of the module docstring and leaves later blocks room."""
         every = mask_of(s for s, _, _ in profile)
         orr = 1 if self.group.relation is Relation.OR else 0
         masks, region, u = self.masks, self.region, draws.uniform

@@ -1,15 +1,10 @@
 """The label vocabulary the pools were mined with: implied labels and label classes.
 
-* **Implied labels.** A region named "man" shows a male adult even when no attribute says so:
-  `implied` maps person words to the human-attribute values they imply. A human-attribute
-  crop's labels are its explicit ones and those its names imply (`label_sets`), as the
-  solver, the distractor choice, the held-out splits and verify read them.
-* **Label classes.** The held-out splits ban labels, not only elements: a label is an
-  object category and/or an attribute of a super-attribute of its crop's table (`concepts`).
-
-`vprom mine` writes it as POOLS.h5's `vocabulary` group and `vprom generate` copies it to
-DATASET.h5's `vocab/labels`. Pools without it fall back to what the crops say (`recorded`
-False: nothing implied).
+A region named "man" shows a male adult even when no attribute says so: `implied` maps person
+words to the human-attribute values they imply, and a human-attribute crop's labels are its
+explicit ones and those its names imply (`label_sets`). The held-out splits ban labels, so a
+label is classed as an object category and/or an attribute of a super-attribute
+(`concepts`). Pools without a recorded vocabulary fall back to what the crops say.
 """
 
 from __future__ import annotations
@@ -40,17 +35,14 @@ class LabelVocabulary:
     implied: Mapping[str, tuple[str, ...]]  # name -> implied human-attribute values
     recorded: bool = True  # False: made up from the crops alone (no vocabulary recorded)
 
-    # ------------------------------------------------------------ building
     @classmethod
     def of_crops(cls, crops: CropTable, base: "LabelVocabulary | None" = None
                  ) -> "LabelVocabulary":
         """`base` (or nothing) completed with what the crops say of their own elements."""
         etype, element, sa = crops.element_type, crops.element, crops.super_attribute
         categories = set(element[etype == ElementType.OBJECT.value].tolist())
-        tables: dict[str, dict[str, str]] = {t: {} for t in TABLES}
-        for t in TABLES:
-            rows = etype == t
-            tables[t].update(zip(element[rows].tolist(), sa[rows].tolist()))
+        tables = {t: dict(zip(element[etype == t].tolist(), sa[etype == t].tolist()))
+                  for t in TABLES}
         implied: dict[str, tuple[str, ...]] = {}
         if base is not None:
             categories |= base.categories
@@ -69,11 +61,9 @@ class LabelVocabulary:
                                         HUMAN: dict(human_attributes)},
                    {k: tuple(v) for k, v in implied.items()})
 
-    # ------------------------------------------------------------ files
     @classmethod
     def read(cls, group: h5py.Group | None, where: str) -> "LabelVocabulary | None":
-        """The vocabulary stored in `group` (POOLS.h5 `vocabulary` or DATASET.h5
-        `vocab/labels`), or None where there is none."""
+        """The vocabulary in `group` (POOLS.h5 `vocabulary`, DATASET.h5 `vocab/labels`) or None."""
         if group is None:
             return None
         try:
@@ -101,7 +91,6 @@ class LabelVocabulary:
         write_label_vocabulary(group, self.categories,
                                {t: self.tables.get(t, {}) for t in TABLES}, self.implied)
 
-    # ------------------------------------------------------------ reading labels
     def implied_of(self, element_type: str, labels: Iterable[str]) -> frozenset[str]:
         """The values a crop's names imply that its labels do not already hold."""
         if element_type != HUMAN or not self.implied:

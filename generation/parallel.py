@@ -1,10 +1,9 @@
 """Matrices drawn in chunks by forked worker processes that share the parent's samplers.
 
-The parent builds the pool index, the plan and every sampler once (`sampler.PlanSampler`),
-then forks `workers` processes (`vprom.processes.ordered_map`) that inherit them
-copy-on-write (`gc.freeze()` keeps the collector off their pages) and draws chunks of matrix
-indices, in index order. Every matrix draws from its own `Draws(seed, index)`, so the data
-set is the same, byte for byte, for any number of workers.
+The parent builds every sampler once (`sampler.PlanSampler`) and forks `workers` processes
+that inherit them copy-on-write (`gc.freeze()` keeps the collector off their pages). Every
+matrix draws from its own `Draws(seed, index)`, so the data set is byte for byte the same
+for any number of workers.
 """
 
 from __future__ import annotations
@@ -49,8 +48,7 @@ def draw_chunk(sampler: PlanSampler, indices: Sequence[int]) -> Chunk:
 
 
 def draw_chunks(sampler: PlanSampler, indices: Sequence[int], workers: int) -> Iterator[Chunk]:
-    """Every chunk of `indices`, in order, drawn by `workers` forked processes (here when
-    fewer than 2)."""
+    """Every chunk of `indices`, in order, from `workers` forked processes (none below 2)."""
     chunks = [indices[k:k + CHUNK] for k in range(0, len(indices), CHUNK)]
     gc.freeze()
     try:

@@ -1,12 +1,9 @@
 """The plan of a generation run: which kind of matrix every index is, fixed by (scale, seed).
 
-Table 1's mix (times `scale`) is divided equally among the relations of each element type and
-then among *groups*: which elements a matrix may show, so that it lies wholly on one side of
-every split. Two thirds of each (element type, relation) are train-side groups (e.g. counts
-all odd, all in 1-5, or any; attributes of super-attributes no split holds out), one third
-test-side (counts all even or in 6-10; held-out super-attributes and pairs; held-out object
-thirds). The plan also fixes each matrix's neutral side (exactly 1/3 test per group) and
-its answer position (exactly uniform over 0..7).
+Table 1's mix (times `scale`) is divided equally among each element type's relations, then
+among *groups* (which elements a matrix may show), so that a matrix lies wholly on one side
+of every split: two thirds train-side, one third test-side. The plan also fixes each
+matrix's neutral side (exactly 1/3 test per group) and its answer position (uniform).
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The pools indexed for sampling: label masks, regions, bans, and crops per element and cell.
 
-Images are dealt to the sides of two partitions (`vprom.splits.rules.image_test_side`),
-neutral and held-out; the four combinations are the *cells*. A matrix draws all 16 crops
-from one cell, so no region sits on both sides of any split.
-
-Each crop gets the bit mask of all its labels, explicit and implied, in its element type's
-universe (`generation.solver.Universe`; a universe holds the vocabulary's labels too, so an
-implied "adult" still counts as a reading), and an attribute type gets its
-super-attributes' masks, the solver's reading groups. Each crop also gets, per relation,
-whether it shows what a held-out split bans from training (`banned`, `banned_categories`,
-for `generation.sampler.ban_mask`), and per (split, relation) the same as bits
-(`split_bans`, for `assign`).
+Images are dealt to the sides of two partitions, neutral and held-out; the four combinations
+are the *cells*, and a matrix draws all 16 crops from one cell. Each crop gets the bit mask
+of all its labels, explicit and implied, in its element type's universe, and, per relation,
+whether it shows what a held-out split bans from training (`banned`, `banned_categories`;
+per split and relation as bits: `split_bans`). An attribute type gets its super-attributes'
+masks, the solver's reading groups.
 """
 
 from __future__ import annotations

@@ -5,19 +5,11 @@
   Union        every row holds the same set of three distinct elements, in any order
   Progression  φ(I_i2) − φ(I_i1) = φ(I_i3) − φ(I_i2) = d for one step d ≠ 0 shared by all rows
 
-Element ids are small ints used as bit positions (a count's id is the count itself). Each
-rule has:
-
-* `sample(draws, elements)`: the 9 elements (8 context panels, then the answer) of a matrix
-  that obeys it; the answer is as near uniform over the elements as the definition allows,
-  so an element's answer rate gives nothing away;
-* `context(draws, answer, elements, others, partner)`: the 8 context elements for a given
-  answer, or None (`others`: the elements rows 1-2 should show, best first; `partner`: Or's
-  other element of row 3);
-* `holds(e)`: per matrix of an N×3×3 array of element ids, whether it obeys the definition;
-* `completions(masks)`: the solver's half: given the 8 context panels as bit masks of ALL
-  the elements each carries, the mask of every element a 9th panel could show to complete
-  the matrix under some choice of one element per panel (0 when rows 1 and 2 admit none).
+Element ids are bit positions (a count's id is the count). Each rule has `sample` (the 9
+elements of a matrix, the answer as near uniform as the definition allows), `context` (the 8
+context elements for a given answer, or None), `holds` (per matrix of an N×3×3 id array,
+whether it obeys) and `completions` (given the 8 context panels as masks of ALL the elements
+each carries, the mask of every element a 9th panel could show to complete the matrix).
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
 """One matrix at a time: a group's relation, its crops, the solver check, the distractors.
 
 Human-attribute matrices are drawn candidates first (`generation.human_candidates`); the
-others answer first: the relation rule (`generation.relations`) samples the 9 elements; one
-crop is drawn per panel among its element's crops in the cell, never one region twice; the
-solver turns the 8 context crops' label masks into the mask Z of every element that would
-complete row 3 under any reading (`generation.solver.completion_mask`); the 7 distractors
-are drawn outside Z (`generation.candidates`, counts `generation.count_candidates`), and
-only the answer may complete the assembled matrix. A failed attempt is redrawn from the
-same stream, at most `MAX_TRIES` times, then a VpromError names the group. Every choice is
-a function of the matrix's own `Draws(seed, index)`, so shards reproduce the single run.
+others answer first: the relation rule samples the 9 elements, one crop is drawn per panel
+among its element's crops in the cell (never one region twice), the solver turns the 8
+context crops' label masks into the mask Z of every element that would complete row 3, and
+the 7 distractors are drawn outside Z (`generation.candidates`, counts
+`generation.count_candidates`). A failed attempt is redrawn, at most `MAX_TRIES` times.
+Every choice comes from the matrix's own `Draws(seed, index)`, so shards reproduce the
+single run.
 """
 
 from __future__ import annotations
@@ -209,11 +208,9 @@ def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
 
 
 def ban_mask(pool: PoolIndex, group: Group) -> list[int] | None:
-    """Per crop, the relations (`RELATION_BIT`) for which the group may not draw it; None
-    where it may draw any crop. The train side of the held-out splits avoids every ban, so
-    its matrices train in every split. Test-side attribute groups avoid the banned object
-    categories: shown only there, a category that comes with one super-attribute would tell
-    the answer's block from a filler block. Test-side objects and counts avoid nothing."""
+    """Per crop, the relations (`RELATION_BIT`) for which the group may not draw it (None:
+    any crop). Train-side groups avoid every ban, so they train in every split; test-side
+    attribute groups avoid the banned categories, which would tell the answer's block."""
     if group.held_side == 0:
         banned = pool.banned
     elif group.element_type in (ElementType.OBJECT_ATTRIBUTE, ElementType.HUMAN_ATTRIBUTE):
@@ -233,15 +230,10 @@ def note_loosened(loosened: dict[str, dict], note: tuple[str, str, str]) -> None
 
 
 class PlanSampler:
-    """Every (group, cell) sampler of a plan, made once; `draw(i)` gives matrix i.
-
-    `legacy_counts`: count candidates drawn from the context's values first, only to
-    reproduce the flaw that gives the answer away (`vprom generate --legacy-count-candidates`).
-    Where a cell is too thin for its group's ban, the matrix is drawn *loosened*, from all
-    the cell's crops: still sound, but the split rules may keep it out of a split's
-    training. `draw` reads only the samplers and `Draws(seed, i)`, so any subset of indices,
-    in any process, gives the rows of the single run.
-    """
+    """Every (group, cell) sampler of a plan, made once; `draw(i)` gives matrix i from
+    `Draws(seed, i)` alone. Where a cell is too thin for its group's ban, the matrix is drawn
+    *loosened*, from all the cell's crops. `legacy_counts` reproduces the answer-first count
+    candidates that give the answer away (`--legacy-count-candidates`)."""
 
     def __init__(self, pool: PoolIndex, plan: MatrixPlan,
                  skipped: dict[str, list[str]] | None = None,

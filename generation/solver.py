@@ -1,18 +1,12 @@
 """The symbolic solver that proves every matrix has exactly one answer.
 
-A candidate completes a matrix when, for SOME relation applicable to the element type, SOME
-group of elements (an attribute's super-attribute; objects and counts are one group each) and
-SOME choice of one element of that group per panel among all its labels, explicit and
-implied (`generation.labels`), rows 1 and 2 obey the relation and row 3 with that candidate
-does too. A matrix is sound when only its answer completes it. Every panel is read in the
-same group: else nearly any two people would share some value, and every row of people
-would be an Or row somewhere. Readings beyond the matrix's super-attribute only make the
-solver reject more matrices, never accept an ambiguous one.
-
-The work is done on bit masks: each panel becomes the mask of the element ids it carries
-(labels outside the element type's universe are ignored), each rule
-(`generation.relations`) turns the 8 context masks into the mask of the elements that could
-complete row 3, and a candidate is valid when its mask meets their union.
+A candidate completes a matrix when, for SOME relation of the element type, SOME group of
+elements (an attribute's super-attribute; objects and counts are one group) and SOME choice
+of one element of that group per panel among all its labels, explicit and implied, rows 1-3
+obey the relation. A matrix is sound when only its answer completes it. Every panel is read
+in the same group, else nearly any row of people would be an Or row somewhere. The work is
+done on bit masks of element ids: each rule (`generation.relations`) turns the 8 context
+masks into the mask of the completing elements, which a valid candidate's mask meets.
 """
 
 from __future__ import annotations
@@ -103,12 +97,9 @@ def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
 def check_matrices(u: Universe, groups: Sequence[int], relations: Sequence[str],
                    elements: Sequence[Sequence[str]], masks: Sequence[Sequence[int]],
                    answers: Sequence[int]) -> list[str | None]:
-    """Per matrix of `u`'s element type, None when it is sound, else a one-line reason.
-
-    Sound: every panel's labels (`masks`, N×16 in `u`) carry the element it claims
-    (`elements`, N×16 names), the 9 claimed elements obey the stated relation, and only the
-    answer completes it when read in the groups `groups` (`group_masks`).
-    """
+    """Per matrix, None when it is sound, else a one-line reason. Sound: every panel's labels
+    (`masks`) carry the element it claims, the 9 claimed elements obey the relation, and only
+    the answer completes it when read in the groups `groups` (`group_masks`)."""
     ids = np.array([[u.ids.get(e, -1) for e in row] for row in elements],
                    dtype=np.int64).reshape(-1, N_PANELS)
     answers = np.asarray(answers, dtype=np.int64)

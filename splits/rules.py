@@ -1,27 +1,23 @@
 """What the split specs mean: how images are dealt, what each split holds out, and the one
 pure function, `assign`, that puts matrices in train / test / excluded in every split.
 
-Images. `image_test_side` deals images to the train or test side of a *partition* by a
-64-bit hash of (seed, partition name, image id), so an image lands on the same side whatever
-uses it. The neutral split has its own partition; the six held-out splits share one.
-`object_third` puts each object category in one of three fixed thirds by a hash of its name.
-
-Rules (`SplitSpec.rule`, one per spec file) give each matrix its *natural* part:
+`image_test_side` deals images to the two sides of a *partition* by a 64-bit hash of (seed,
+partition, image id); the neutral split has its own partition, the six held-out splits share
+one. `object_third` puts each object category in a fixed third by a hash of its name. A
+spec's rule gives each matrix its *natural* part:
 
   random                     where its images are (neutral)
-  counts                     count matrices whose context + answer are all in `train` ->
-                             train, all in `test` -> test, else excluded; others train
+  counts                     counts whose context + answer all lie in `train` -> train, all
+                             in `test` -> test, else excluded; other matrices train
   super_attributes           attribute matrices of a `test` super-attribute -> test
   relation_super_attributes  attribute matrices of a test (relation, super-attribute) -> test
   object_thirds              object matrices of relation r all of whose 16 panels show r's
                              test third -> test
 
-A natural "train" is excluded when one of the matrix's 16 panels carries, among all its
-labels, one the split bans from training (`TrainBan`: a test super-attribute's labels, or
-the test third's categories). Relation x super-attribute pairs stay a rule on the matrix's
-own super-attribute (every person shows an age). Then a matrix keeps its part only when all
-16 images lie on that side of the spec's partition. Validation ids are drawn from each train
-part by a hash of (seed, split, id) (`choose_val`), so merged shards choose as one run does.
+A natural "train" is excluded when a panel carries, among all its labels, one the split bans
+from training (`TrainBan`); a matrix keeps its part only when all 16 images lie on that side
+of the spec's partition. Validation ids are drawn from each train part by a hash of (seed,
+split, id) (`choose_val`), so merged shards choose as one run does.
 """
 
 from __future__ import annotations
@@ -105,18 +101,16 @@ class SplitSpec:
 
 @dataclass(frozen=True)
 class TrainBan:
-    """What no training or validation matrix of one held-out split may show on any panel, as
-    any label: per label table ("object_attribute" / "human_attribute") the banned
-    super-attributes (every relation), and per relation the banned object thirds."""
+    """What no training or validation matrix of a held-out split may show on any panel: per
+    label table the banned super-attributes, and per relation the banned object thirds."""
 
     super_attributes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     object_thirds: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 class ConceptTable:
-    """Per crop its concepts (object categories, attribute (table, super-attribute) pairs, as
-    `LabelVocabulary.concepts` gives them), each distinct set once as two rows of bits: the
-    pairs it holds and the thirds its categories fall in."""
+    """Per crop its concepts (`LabelVocabulary.concepts`), each distinct set once as two rows
+    of bits: the (table, super-attribute) pairs it holds and its categories' thirds."""
 
     def __init__(self, concepts) -> None:
         index: dict[tuple, int] = {}  # concept sets repeat a lot between crops: each once
@@ -166,9 +160,8 @@ def ban_bit(bans: Mapping[str, TrainBan], split: str, relation: str) -> int:
 
 @dataclass(frozen=True)
 class HeldOutDesign:
-    """What the split specs hold out, as generation must plan for it (`held_out_design`):
-    which counts, super-attributes, relation x super-attribute pairs and object thirds go to
-    test, how images are dealt to the two partitions, and per held-out split its `TrainBan`."""
+    """What the split specs hold out, as generation must plan for it: the test side's counts,
+    super-attributes, pairs and object thirds, the two partitions, and each split's ban."""
 
     neutral_partition: str
     neutral_test_fraction: float
@@ -259,10 +252,6 @@ class SplitRules:
     specs: Mapping[str, SplitSpec]
     design: HeldOutDesign
 
-    @classmethod
-    def of(cls, specs: Mapping[str, SplitSpec]) -> SplitRules:
-        return cls(specs, held_out_design(specs))
-
     @property
     def partitions(self) -> dict[str, float]:
         """Every partition of images the splits use -> its test fraction."""
@@ -271,14 +260,9 @@ class SplitRules:
 
 def assign(rules: SplitRules, matrices, sides: Mapping[str, np.ndarray],
            banned: np.ndarray) -> dict[str, np.ndarray]:
-    """split -> per matrix "train", "test" or "excluded" (an object array; validation is
-    chosen later from train).
-
-    `matrices`: the columns of a `MatrixTable` (`element_type`, `relation`,
-    `super_attribute`, `elements` N×16, `answer`); `sides`: partition -> N×16 sides (0 train,
-    1 test) of the panels' images (`image_sides`); `banned`: per matrix, the
-    `ConceptTable.bits` of its 16 panels' crops OR-ed together.
-    """
+    """split -> per matrix "train", "test" or "excluded" (an object array). `matrices`: a
+    `MatrixTable`'s columns; `sides`: partition -> N×16 image sides (`image_sides`);
+    `banned`: per matrix, the `ConceptTable.bits` of its 16 crops OR-ed together."""
     relation = np.asarray(matrices.relation).astype(str)
     # a matrix whose images straddle a partition is excluded whatever its natural part
     side_of = {partition: np.where(s.all(axis=1), "test",
@@ -302,8 +286,7 @@ def assign(rules: SplitRules, matrices, sides: Mapping[str, np.ndarray],
 
 
 def natural_parts(rule: dict, m) -> np.ndarray:
-    """The part `rule` gives every matrix of `m` (as for `assign`) before its split's ban and
-    its images."""
+    """The part `rule` gives every matrix of `m`, before its split's ban and its images."""
     kind, test = rule["type"], rule.get("test")
     etype, relation = np.asarray(m.element_type).astype(str), np.asarray(m.relation).astype(str)
     sa = np.asarray(m.super_attribute).astype(str)
@@ -344,8 +327,7 @@ def val_size(scale: float) -> int:
 
 
 def choose_val(train_ids, seed: int, split: str, scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """(train, val): val holds the `val_size(scale)` training ids with the smallest hash of
-    (seed, split, id)."""
+    """(train, val): val, the `val_size(scale)` ids of least hash of (seed, split, id)."""
     train_ids = np.asarray(train_ids, dtype=np.int64)
     size = val_size(scale)
     if size >= len(train_ids):

@@ -1,10 +1,7 @@
 """The seven generalization splits as declarative specs: `splits/<split>.json`, loaded and
-validated at start.
-
-Each file holds `name`, `description`, `partition` + `test_fraction` (how images are dealt
-to sides) and `rule`, one of the rule types `vprom.splits.rules` defines and applies. This
-module reads the files, refuses a malformed one naming the file and the field, and gives
-the `SplitRules` that generation and verification take (`load_rules`).
+validated at start. Each holds `name`, `description`, `partition` + `test_fraction` (how
+images are dealt) and `rule` (`vprom.splits.rules.RULE_TYPES`); a malformed file is refused
+naming the file and the field.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from pathlib import Path
 
 from vprom.errors import VpromError
 from vprom.domain import COUNTS, SPLITS, ElementType
-from vprom.splits.rules import RULE_TYPES, SplitRules, SplitSpec
+from vprom.splits.rules import RULE_TYPES, SplitRules, SplitSpec, held_out_design
 
 SPEC_DIR = Path(__file__).resolve().parent
 ATTRIBUTE_TYPES = (ElementType.OBJECT_ATTRIBUTE.value, ElementType.HUMAN_ATTRIBUTE.value)
@@ -23,10 +20,9 @@ OBJECT_RELATIONS = ("and", "or", "union")
 
 def load_rules(folder: str | Path | None = None) -> SplitRules:
     """The split rules of the spec files in `folder` (default: this package's seven)."""
-    return SplitRules.of(load_split_specs(folder))
+    specs = load_split_specs(folder)
+    return SplitRules(specs, held_out_design(specs))
 
-
-# ---------------------------------------------------------------- loading and validation
 
 def load_split_specs(folder: str | Path | None = None) -> dict[str, SplitSpec]:
     """Read and validate every `<split>.json` in `folder` (default: this package)."""

@@ -1,25 +1,14 @@
-"""`vprom export`: the data set as JSON lines, in the original V-PROM release's layout, as
-one `.npz` per problem, or as a Hugging Face data set (SAViR-T's feature files:
-`generation.export.savir`).
+"""`vprom export`: the data set as JSON lines, in the original V-PROM release's layout
+(`generation.export.release`), as one `.npz` per problem (`generation.export.npz`) or as a
+Hugging Face data set (`generation.export.hf`); SAViR-T's feature files are
+`generation.export.savir`.
 
-jsonl — one JSON object per matrix, in file order, carrying its full provenance:
-
-    {"id", "relation", "element_type", "super_attribute", "answer" (0..7),
-     "answer_label" (9..16), "splits": {split: part},
-     "panels": 16 × {"crop_id", "element", "image_id", "box": [x, y, w, h], "source_id",
-                     "phrase" ("" except for counts), "labels": [...]}}
-
-Lines are streamed to a temporary file (each crop's JSON fragment is built once, as crops
-are shared between matrices) and renamed into place when complete; `OUT.manifest.json`
-records the source's sha256. `matrix_of(record)` turns a line back into a `Matrix`.
-
-original — the release's folder layout, as its clients read it
-(`generation.export.release`). npz — one PGM-style (`generation.export.pgm`) or colour file
-per problem of one split (`generation.export.npz`). hf — Parquet and a dataset card
-(`generation.export.hf`). Both cut each distinct crop from its VG image once
-(`generation.export.crops`) and build their folder under a temporary name.
-
-`export` returns an `ExportSummary`: what was written where, printable.
+jsonl writes one JSON object per matrix, in file order, with its full provenance (id,
+relation, element type, super-attribute, answer, splits, and per panel its crop, element,
+image, box, source and labels); each crop's JSON fragment is built once, as crops are shared
+between matrices, and the file is renamed into place when complete. `matrix_of(record)`
+turns a line back into a `Matrix`. The folder formats cut each distinct crop from its VG
+image once (`generation.export.crops`) and build their folder under a temporary name.
 """
 
 from __future__ import annotations
@@ -111,12 +100,9 @@ class ExportSummary:
 def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | None = None,
            copy: bool = False, split: str = "neutral", size: int = DEFAULT_SIZE,
            style: str = "pgm", verify_text: str | None = None) -> ExportSummary:
-    """Export DATASET.h5 as `fmt` ('jsonl', 'original' or 'npz') to `out`.
-
-    `copy`: original layout with plain panel files instead of symbolic links. `split`,
-    `size`, `style`: the npz export's split, panel side in pixels, and convention ('pgm'
-    or 'color'). `verify_text`: the `vprom verify` report the hf card quotes.
-    """
+    """Export DATASET.h5 as `fmt` (one of `FORMATS`) to `out`. `copy`: the original layout
+    with plain panel files; `split`, `size`, `style`: the npz export's; `verify_text`: the
+    `vprom verify` report the hf card quotes."""
     dataset, out = Path(dataset), Path(out)
     if fmt not in FORMATS:
         raise VpromError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")

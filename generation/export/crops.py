@@ -1,13 +1,8 @@
 """What the folder exports share: cutting each distinct crop once, and the problem ids.
 
-`cut_crops` visits every crop row a data set's matrices show, once: the rows are grouped by
-VG image, each image is decoded once, on a thread pool (Pillow releases the GIL while it
-decodes, resizes and encodes), and a callback receives each crop's pixels. The original
-layout saves them as JPEGs, the npz export as resized tiles.
-
-`release_ids` numbers the problems the way the original release does, 0..N-1: a problem's
-id is its matrix's position in id order, which is the matrix id itself whenever the ids are
-0..N-1 (every `vprom generate` output, sharded and merged or not).
+`cut_crops` groups the crop rows by VG image, decodes each image once on a thread pool
+(Pillow releases the GIL) and hands each crop's pixels to a callback. `release_ids` numbers
+the problems 0..N-1 in matrix-id order, as the original release does.
 """
 
 from __future__ import annotations
@@ -39,11 +34,8 @@ def release_ids(ids: np.ndarray) -> np.ndarray:
 
 def cut_crops(crops: CropTable, rows: np.ndarray, vg_dir: Path,
               handle: Callable[[int, Image.Image], None], desc: str = "crops") -> int:
-    """Call `handle(row, RGB crop)` once for every crop row in `rows`; returns how many.
-
-    A missing or unreadable image, or a box outside its image, is a `VpromError` naming the
-    image and what to do; `handle` runs on the pool's threads.
-    """
+    """Call `handle(row, RGB crop)` on the pool's threads once for every crop row in `rows`;
+    returns how many. A missing or unreadable image or a box outside it is a VpromError."""
     index = ImageIndex(vg_dir)
     by_image: dict[int, list[int]] = {}
     for r in np.unique(rows).tolist():

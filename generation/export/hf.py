@@ -1,36 +1,14 @@
 """`vprom export --format hf`: the data set as a Hugging Face data set (Parquet and a dataset
 card), for `datasets.load_dataset(OUT)` and for the Hub.
 
-    OUT/README.md                               the card: YAML metadata the Hub reads
-                                                (license, configs), then prose
-    OUT/data/crops/crops-<k>.parquet            one row per distinct crop: the JPEG
-    OUT/data/<split>/<part>-<k>.parquet         one row per problem of the split's part
-
-Crops are stored once, in a table of their own, and problems refer to them by crop id: a
-crop shows in ~4.5 problems on average (11,280 panels of 2,482 crops on the synthetic demo,
-bench/export.py), and each split holds every problem again, so inlining the 16 JPEGs in
-each problem row would take ~20x the bytes of the whole export (measured in
-bench/RESULTS.md). A loader joins on `crop_id` (the card shows how).
-
-Columns (Arrow types; the `datasets` feature types go in each file's schema metadata,
-under `huggingface`, so `load_dataset` decodes `image` as a PIL image):
-
-    crops:    crop_id int64, image Image (JPEG, quality 95, the crop at its VG size),
-              image_id int64, box [x, y, w, h] int64, element_type, element,
-              super_attribute, phrase (str), source_id int64, labels [str]
-    problems: id int64, relation, element_type, super_attribute (str), answer int64
-              (0..7), answer_element (str), panels [16 crop ids] (8 context row-major,
-              then 8 candidates), elements [16 str], image_ids [16 int64],
-              boxes [16 x [x, y, w, h]] int64
-
-A configuration per split (`neutral` the default, its parts train / val / test, its
-excluded problems left out) and one for `crops`. Shards close at ~500 MB (`SHARD_BYTES`).
-
-Resumable and atomic (`generation.export.resumable`): the folder fills as `OUT.partial/`, each
-shard written beside its name and renamed when complete; a rerun keeps the finished shards
-(a crops shard's row count is read back from its Parquet footer, so the next one starts at
-the right crop) and renames the folder when all are there. pyarrow is an optional
-dependency (`pip install 'vprom[hf]'`); without it the export stops with that advice.
+`OUT/data/crops/crops-<k>.parquet` holds one row per distinct crop with its JPEG, and
+`OUT/data/<split>/<part>-<k>.parquet` one row per problem, referring to its 16 crops by id:
+a crop shows in several problems and each split holds every problem again, so inlining the
+JPEGs would multiply the bytes. Each file's schema metadata carries the `datasets` feature
+types (`huggingface`), so `load_dataset` decodes `image` as a PIL image. Shards close at
+`SHARD_BYTES`. The folder fills as `OUT.partial/` (`generation.export.resumable`): a rerun
+keeps the finished shards (a crops shard's row count is read from its Parquet footer) and
+renames the folder when all are there. pyarrow is optional (`pip install 'vprom[hf]'`).
 """
 
 from __future__ import annotations
@@ -43,6 +21,7 @@ import numpy as np
 from PIL import Image
 
 from vprom.errors import VpromError
+from vprom.files import write_json
 from vprom.generation.export.crops import cut_crops
 from vprom.generation.export.hf_card import card
 from vprom.generation.export.resumable import resumable_dir, write_once
@@ -100,13 +79,16 @@ def jpeg(crop: Image.Image) -> bytes:
     return buffer.getvalue()
 
 
+def box(crops: CropTable, r: int) -> list[int]:
+    return [int(crops.x[r]), int(crops.y[r]), int(crops.w[r]), int(crops.h[r])]
+
+
 def crop_columns(crops: CropTable, rows: list[int], data: dict[int, bytes]) -> dict:
     return {
         "crop_id": [int(crops.crop_id[r]) for r in rows],
         "image": [{"bytes": data[r], "path": f"{int(crops.crop_id[r])}.jpg"} for r in rows],
         "image_id": [int(crops.image_id[r]) for r in rows],
-        "box": [[int(crops.x[r]), int(crops.y[r]), int(crops.w[r]), int(crops.h[r])]
-                for r in rows],
+        "box": [box(crops, r) for r in rows],
         "element_type": [str(crops.element_type[r]) for r in rows],
         "element": [str(crops.element[r]) for r in rows],
         "super_attribute": [str(crops.super_attribute[r]) for r in rows],
@@ -147,10 +129,6 @@ def write_crops(crops: CropTable, used: np.ndarray, vg_dir: Path, folder: Path) 
 
 
 def problem_columns(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen) -> dict:
-    def boxes(i):
-        return [[int(crops.x[r]), int(crops.y[r]), int(crops.w[r]), int(crops.h[r])]
-                for r in rows[i]]
-
     return {
         "id": [int(m.id[i]) for i in chosen],
         "relation": [str(m.relation[i]) for i in chosen],
@@ -161,7 +139,7 @@ def problem_columns(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen) 
         "panels": [m.panels[i].astype(np.int64).tolist() for i in chosen],
         "elements": [[str(e) for e in m.elements[i]] for i in chosen],
         "image_ids": [crops.image_id[rows[i]].astype(np.int64).tolist() for i in chosen],
-        "boxes": [boxes(i) for i in chosen],
+        "boxes": [[box(crops, r) for r in rows[i]] for i in chosen],
     }
 
 
@@ -196,6 +174,5 @@ def write_hf(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_d
                    "crop_shards": len(list((data / "crops").glob("*.parquet"))),
                    "new_crop_shards": new_shards}
         (tmp / "README.md").write_text(card(summary, about), encoding="utf-8")
-        (tmp / "manifest.json").write_text(json.dumps(
-            {**about.get("manifest", {}), "counts": summary}, indent=2, sort_keys=True) + "\n")
+        write_json(tmp / "manifest.json", {**about.get("manifest", {}), "counts": summary})
     return summary

@@ -1,13 +1,7 @@
-"""The dataset card (`README.md`) of `vprom export --format hf`: YAML metadata the Hugging
-Face Hub and `datasets` read, then prose.
-
-The YAML front matter (between `---` lines) carries `license: cc-by-4.0` (Visual Genome's
-licence, which the crops inherit), `pretty_name`, `tags`, and `configs`: one per split,
-each listing its parts as `data_files` globs (`data/<split>/<part>-*.parquet`), `neutral`
-marked `default: true`, plus `crops`. `datasets.load_dataset(OUT, name)` resolves a
-configuration from exactly this list. The prose says what a row holds, how to join panels
-to crops, how the data were built (the DATASET.h5 manifest's settings and the `vprom
-verify` report, when given) and what to cite: the V-PROM paper, Visual Genome, and vprom.
+"""The dataset card (`README.md`) of `vprom export --format hf`: YAML front matter the Hub and
+`datasets` read (licence CC BY 4.0, tags, one configuration per split with `neutral` the
+default, plus `crops`), then prose: what a row holds, how to join panels to crops, how the
+data were built (the manifest's settings, the `vprom verify` report) and what to cite.
 """
 
 from __future__ import annotations

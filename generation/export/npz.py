@@ -1,41 +1,18 @@
-"""`vprom export --format npz`: one compressed `.npz` per problem, as PGM and RAVEN ship them,
-for loaders (SRAN, SCL, and the many written for those data sets) that glob a folder for
-`*<part>*.npz`.
+"""`vprom export --format npz`: one compressed `.npz` per problem of one split, as PGM and RAVEN
+ship them, for loaders that glob a folder for `*<part>*.npz`.
 
-    OUT/vprom_<split>_<part>_<id>.npz      one per matrix in the split's train, val or test
-                                            part (its excluded matrices are not written)
-    OUT/README.txt, OUT/manifest.json
-
-Each file holds
-
-    image          (16, S, S, 3) uint8   panels 1-8 the context (row-major), 9-16 the
-                                         candidates; each crop resized to S×S (default 160)
-    target         int64                 the answer, 0..7
-    meta_target    (8,) int64            one-hot: 4 relations (and, or, union,
-                                         progression), then 4 element types
-                                         (object_attribute, human_attribute, object, count)
-    meta_target_names (8,) str           what each meta_target position means
-    relation, element_type, super_attribute   str ("" super-attribute for objects and
-                                         counts)
-    id             int64                 the matrix id;  panels (16,) int64 crop ids;
-    elements       (16,) str             the element each panel shows
-
-Every array is a plain (non-object) array, so `np.load` reads it without `allow_pickle`.
-Files of one part glob as `*_train_*.npz` / `*_val_*.npz` / `*_test_*.npz` (no split name
-holds those words). Crops are stretched to S×S (aspect not kept), as the release's clients
-resize them: S is the loader's input, and squaring is what they do anyway.
-
-Each distinct crop is cut and resized once, into a uint8 memory map beside the output
-(N_crops × S × S × 3 bytes on disk, removed at the end), so memory stays flat at any size;
-the problems are then written on a thread pool (zlib releases the GIL), compressed as
-`np.savez_compressed` does but at zlib level 1 (`save_npz`: about 11 ms instead of 20 ms of
-CPU per problem at S = 160, for 7% more bytes; ~320 KB a problem). The folder is built
-under a temporary name and renamed into place when complete.
+Style `pgm` (default) follows `generation.export.pgm`; style `color` writes
+`OUT/vprom_<split>_<part>_<id>.npz` holding `image` (16, S, S, 3) uint8 (8 context panels
+row-major, then 8 candidates, each crop stretched to S x S), `target` (0..7), a one-hot
+`meta_target` (4 relations, then 4 element types) with `meta_target_names`, and V-PROM's own
+fields; every array loads without `allow_pickle`. Each distinct crop is cut and resized once
+into a uint8 memory map beside the output (removed at the end), so memory stays flat; the
+problems are written on a thread pool at zlib level 1 (`save_npz`). The folder is built under
+a temporary name and renamed into place when complete.
 """
 
 from __future__ import annotations
 
-import json
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -48,8 +25,7 @@ import vprom.generation.export.pgm as pgm
 from vprom.generation.export.crops import WORKERS, cut_crops
 from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
-from vprom.files import atomic_dir, preallocate
-from vprom.files import free_space_for
+from vprom.files import atomic_dir, free_space_for, preallocate, write_json
 from vprom.domain import N_PANELS, ElementType, Relation
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
@@ -64,9 +40,9 @@ def npz_name(split: str, part: str, matrix_id: int) -> str:
     return f"{PREFIX}_{split}_{part}_{matrix_id}.npz"
 
 
-def panel_tile(crop: Image.Image, size: int) -> np.ndarray:
-    """One panel as the npz stores it: the crop stretched to size×size, RGB uint8."""
-    return np.asarray(crop.convert("RGB").resize((size, size), RESAMPLE), dtype=np.uint8)
+def panel_tile(crop: Image.Image, size: int, mode: str = "RGB") -> np.ndarray:
+    """The crop stretched to size×size, uint8 in `mode` ("RGB", or "L" for the pgm style)."""
+    return np.asarray(crop.convert(mode).resize((size, size), RESAMPLE), dtype=np.uint8)
 
 
 def meta_target(relation: str, element_type: str) -> np.ndarray:
@@ -87,9 +63,8 @@ def save_npz(path: Path, **arrays: np.ndarray) -> None:
 
 def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,
               split: str, size: int, manifest: dict, style: str = "pgm") -> dict:
-    """Write split `split`'s problems to folder `out` in `style` ('pgm': the PGM
-    convention of `export_pgm`; 'color': RGB panels, this module's layout); returns what
-    was written."""
+    """Write split `split`'s problems to folder `out` in `style` ('pgm' or 'color');
+    returns what was written."""
     if style not in pgm.STYLES:
         raise VpromError(f"unknown npz style {style!r}; choose one of {', '.join(pgm.STYLES)}")
     if split not in m.splits:
@@ -112,11 +87,11 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
         tiles = np.lib.format.open_memmap(tiles_path, mode="w+", dtype=np.uint8, shape=(
             max(len(used), 1), size, size, *(() if gray else (3,))))
         preallocate(tiles_path)  # a full disk fails here, not as SIGBUS inside the mmap
-        tile = pgm.gray_tile if gray else panel_tile
+        mode = "L" if gray else "RGB"
         tokens = pgm.vocabulary(m.super_attribute) if gray else []
 
         def store(r: int, crop: Image.Image) -> None:
-            tiles[tile_of[r]] = tile(crop, size)
+            tiles[tile_of[r]] = panel_tile(crop, size, mode)
 
         n_crops = cut_crops(crops, used, vg_dir, store, desc="tiles") if len(used) else 0
         names = np.array(META_TARGET_NAMES)
@@ -149,7 +124,7 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
         counts = {"split": split, "size": size, "style": style, "crops": n_crops,
                   "problems": len(chosen), **per_part}
         manifest = {**manifest, "counts": {**manifest["counts"], **counts}}
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        write_json(tmp / "manifest.json", manifest)
         readme = PGM_README if gray else README
         (tmp / "README.txt").write_text(readme.format(
             split=split, size=size, regime=pgm.regime(split), **per_part), encoding="utf-8")

@@ -1,50 +1,19 @@
-"""The PGM convention for `vprom export --format npz` (`--style pgm`, the default): what the
-loaders written for DeepMind's PGM and for RAVEN read, file for file.
+"""The PGM convention for `vprom export --format npz --style pgm`: what the loaders written for
+DeepMind's PGM and for RAVEN (SRAN, WReN-PyTorch, RAVEN's `dataset`) read, file for file.
 
-Layout, as PGM's archives unpack (one folder per regime) — a regime name holds no `_`,
-because PGM's own tooling splits file names on `_` and reads the part at position 2:
-
-    OUT/<regime>/PGM_<regime>_<part>_<id>.npz     regime: the split with '_' -> '.'
-                                                  (held_out_objects -> held.out.objects)
-    OUT/embedding.npy                             RAVEN's loader: token -> vector
-    OUT/README.txt, OUT/manifest.json
-
-SRAN's `PGMdataset` takes `OUT/<regime>` as its root (it globs `root/*.npz`); WReN-PyTorch's
-and RAVEN's `dataset` take `OUT` (they glob `root/*/*.npz`). All of them keep the files
-whose path contains the part's name (`train`, `val`, `test`).
-
-Each file holds what those loaders read, in PGM's dtypes and shapes:
-
-    image                       (16, S, S) uint8   grayscale (Pillow's "L": ITU-R 601-2
-                                luma) panels, 8 context (row-major) then 8 candidates;
-                                `reshape(16, 160, 160)` is the identity at S = 160
-    target                      int64 ()           the answer, 0..7
-    meta_target                 (12,) int64        the OR of relation_structure_encoded's rows
-    relation_structure_encoded  (4, 12) int64      one row per rule: PGM has up to 4, a V-PROM
-                                                   matrix has one; rows 1-3 are zero
-    relation_structure          (1, 3) bytes       [element type, super-attribute, relation]
-                                                   (PGM: [object, attribute, relation])
-    structure, meta_structure   (RAVEN) the rule's tokens (str) and their one-hot over
-                                `embedding.npy`'s vocabulary
-    meta_target_names (12,) str, relation, element_type, super_attribute, id, panels,
-                                elements: V-PROM's own, as in the colour style
-
-The 12 positions keep PGM's grouping: 0-6 are what a rule acts on (PGM: shape, line,
-color, number, position, size, type), 7-11 the relation (PGM: progression, XOR, OR, AND,
-consistent_union). V-PROM's relations take PGM's slots of the same meaning (progression 7,
-or 9, and 10, union 11; XOR 8 stays 0); its four element types take slots 0-3; 4-6 stay 0.
-`meta_target_names` names every slot.
-
-`embedding.npy` is a pickled dict (numpy 1.x-readable, `npy_pickle`) mapping every
-structure token to a 300-long list (RAVEN's width): the token's one-hot code in vocabulary
-order. These are not word vectors (RAVEN ships GloVe ones); they let its loader run and
-identify each token exactly.
+Problems are `OUT/<regime>/PGM_<regime>_<part>_<id>.npz`, the regime being the split with
+'_' -> '.' (PGM's tooling splits file names on '_'); `OUT/embedding.npy` maps every structure
+token to a one-hot code of RAVEN's width 300 (not word vectors: they let its loader run).
+Each file holds grayscale `image` (16, S, S) uint8, `target`, and PGM's 12-slot
+`meta_target` and `relation_structure_encoded` (4, 12): slots 0-6 what a rule acts on, 7-11
+the relation, V-PROM's element types taking slots 0-3 and its relations PGM's slots of the
+same meaning (`SLOT_NAMES`); plus RAVEN's `structure` and `meta_structure` and V-PROM's own
+fields.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from PIL import Image
 
 from vprom.domain import ElementType, Relation
 
@@ -58,7 +27,6 @@ UNUSED = "(unused)"
 SLOT_NAMES = (tuple(e.value for e in ElementType) + (UNUSED,) * 3
               + (Relation.PROGRESSION.value, UNUSED, Relation.OR.value, Relation.AND.value,
                  Relation.UNION.value))
-RESAMPLE = Image.Resampling.BILINEAR
 
 
 def regime(split: str) -> str:
@@ -72,26 +40,8 @@ def pgm_name(split: str, part: str, matrix_id: int) -> str:
     return f"{r}/{PREFIX}_{r}_{part}_{matrix_id}.npz"
 
 
-def gray_tile(crop: Image.Image, size: int) -> np.ndarray:
-    """One panel: the crop stretched to size×size, grayscale uint8."""
-    return np.asarray(crop.convert("L").resize((size, size), RESAMPLE), dtype=np.uint8)
-
-
-def rule_row(relation: str, element_type: str) -> np.ndarray:
-    row = np.zeros(N_SLOTS, dtype=np.int64)
-    row[SLOT_NAMES.index(element_type)] = 1
-    row[SLOT_NAMES.index(relation)] = 1
-    return row
-
-
-def structure_tokens(relation: str, element_type: str, super_attribute: str) -> list[str]:
-    """RAVEN's `structure`: the rule's tokens (at most 6 are read; ours are 2 or 3)."""
-    return [relation, element_type] + ([super_attribute] if super_attribute else [])
-
-
 def vocabulary(super_attributes) -> list[str]:
-    """Every structure token of a data set, in a fixed order (relations, types, sorted
-    super-attributes)."""
+    """Every structure token: the relations, the element types, the sorted super-attributes."""
     supers = sorted({s for s in super_attributes if s})
     tokens = [r.value for r in Relation] + [e.value for e in ElementType] + supers
     if len(tokens) > EMBEDDING_DIM:
@@ -102,20 +52,17 @@ def vocabulary(super_attributes) -> list[str]:
 
 def embedding_table(tokens: list[str]) -> dict[str, list[float]]:
     """RAVEN's embedding.npy content: token -> its one-hot code (plain Python)."""
-    out = {}
-    for k, token in enumerate(tokens):
-        code = [0.0] * EMBEDDING_DIM
-        code[k] = 1.0
-        out[token] = code
-    return out
+    return {token: [1.0 if j == k else 0.0 for j in range(EMBEDDING_DIM)]
+            for k, token in enumerate(tokens)}
 
 
 def pgm_arrays(relation: str, element_type: str, super_attribute: str,
                tokens: list[str]) -> dict[str, np.ndarray]:
     """The PGM and RAVEN keys of one problem (besides image and target)."""
-    encoded = np.zeros((MAX_RULES, N_SLOTS), dtype=np.int64)
-    encoded[0] = rule_row(relation, element_type)
-    structure = structure_tokens(relation, element_type, super_attribute)
+    encoded = np.zeros((MAX_RULES, N_SLOTS), dtype=np.int64)  # one rule: rows 1-3 stay 0
+    encoded[0, [SLOT_NAMES.index(element_type), SLOT_NAMES.index(relation)]] = 1
+    # RAVEN's `structure`: the rule's tokens (at most 6 are read; ours are 2 or 3)
+    structure = [relation, element_type] + ([super_attribute] if super_attribute else [])
     meta_structure = np.zeros(len(tokens), dtype=np.int64)
     meta_structure[[tokens.index(t) for t in structure]] = 1
     return {

@@ -1,46 +1,21 @@
 """`vprom export --format original`: the data set in the original V-PROM release's layout, as
-its public clients read it.
+its public clients (Slot-Abstractor's V-PROM loader, SAViR-T's `VPROM_splits`) read it.
 
-    ROOT/V-PROM/crops/<crop_id>.jpg                     each distinct crop once (JPEG, q 95)
-    ROOT/V-PROM/datasets/Raven_release/<pid // 5000>/<pid>/1.jpg … 16.jpg
-                          panels 1-8 the context (row-major), 9-16 the candidates: relative
-                          symbolic links "../../../../../V-PROM/crops/<crop_id>.jpg"
-    ROOT/V-PROM/datasets/obj_gt_labels.npy              obj[relation][pid]
-    ROOT/V-PROM/datasets/attr_gt_labels.npy             attr[relation]['obj'|'people'][pid]
-    ROOT/V-PROM/datasets/counting_gt_labels.npy         counting[relation][pid]
-    ROOT/V-PROM/datasets/<split>_<part>_problems.npy    problem paths, one array per split
-                                                        and part (train, val, test)
-    ROOT/README.txt, ROOT/manifest.json
-
-The clients' reading contract (Slot-Abstractor's `v-prom/train_dinosaur_abstractor_vprom.py`,
-class `dataset`; SAViR-T's `VPROM_splits`):
-
-- a split list is a plain unicode array (`np.load` without `allow_pickle`) of paths whose
-  last five parts are `V-PROM/datasets/Raven_release/<bucket>/<pid>`; ours are exactly those
-  five parts, relative to ROOT;
-- panel k of a problem is opened at `os.readlink(<those five parts>/<k>.jpg)[15:]`, relative
-  to the folder holding `V-PROM/` (ROOT): the link target minus its first 15 characters,
-  "../../../../../", which also makes the link itself resolve from its own folder;
-- the label files are pickled dicts (`np.load(..., allow_pickle=True).item()` or
-  `.tolist()`) keyed by the problem folder's name as a string (`"<pid>"`; SAViR-T parses it
-  with `int`). Every relation key the element type takes part in is present, even when
-  empty: a client looks each one up. Each entry is a dict with `label` (the answer's panel
-  number, 9..16; the target is label - 9), `im_path` (the problem folder, relative to ROOT),
-  and ours adds `relation`, `element_type`, `super_attribute`, `answer` (0..7) and
-  `matrix_id`.
-
-`pid` is the release's problem id: the matrix's position in id order (`release_ids`), equal
-to our matrix id whenever the ids are 0..N-1. With `copy=True` the panels are plain copies
-of the crops (no links, no `crops/` folder) for file systems without symbolic links; a
-client that reads panels through `os.readlink` cannot read that copy.
-
-The folder is built under a temporary name and renamed into place when complete.
+Each distinct crop is stored once under `V-PROM/crops/`; problem `pid` is the folder
+`V-PROM/datasets/Raven_release/<pid // 5000>/<pid>/` holding panels `1.jpg` ... `16.jpg`
+(8 context row-major, then 8 candidates) as relative links `../../../../../V-PROM/crops/...`:
+clients open `os.readlink(link)[15:]` relative to the folder holding `V-PROM/`. The label
+files `{obj,attr,counting}_gt_labels.npy` are pickled dicts (`npy_pickle`) keyed by
+`str(pid)`, with every relation key a client looks up present, each entry's `label` the
+answer's panel number (9..16); `<split>_<part>_problems.npy` are plain unicode arrays of
+problem paths. `pid` is the matrix's position in id order (`release_ids`). `copy=True` writes
+plain copies instead of links, for file systems without them (readlink clients cannot read
+that copy). The folder is built under a temporary name and renamed into place when complete.
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 from pathlib import Path
@@ -51,8 +26,7 @@ from tqdm import tqdm
 from vprom.generation.export.crops import cut_crops, release_ids
 from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
-from vprom.files import atomic_dir
-from vprom.files import free_space_for
+from vprom.files import atomic_dir, free_space_for, write_json
 from vprom.domain import N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
@@ -156,7 +130,7 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
                   "crops": n_crops, "panels": "copies" if copy else "symlinks",
                   "label_files": len(labels), "split_lists": len(lists)}
         manifest = {**manifest, "counts": {**manifest["counts"], **counts}}
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        write_json(tmp / "manifest.json", manifest)
         (tmp / "README.txt").write_text(README.format(n=len(m), mode=(
             COPY_NOTE if copy else LINK_NOTE)), encoding="utf-8")
     return counts

@@ -1,15 +1,10 @@
-"""A resumable, atomic output folder for the exports that write many large files (savir-t,
-hf).
+"""A resumable, atomic output folder for the exports that write many large files (savir-t, hf).
 
-    OUT.partial/                    filled file by file; each file appears under its final
-      .vprom-export.json            name only when complete (written beside it, then renamed)
-                                    the settings the folder is being filled with
-    OUT                             the finished folder: `OUT.partial` renamed at the end
-
-A rerun with the same settings finds `OUT.partial`, keeps every file already there and
-writes only the rest; one with other settings is refused (its files would mix). `OUT` is
-never replaced: an existing `OUT` is refused before any work, so nothing a user has is lost,
-and a folder that holds `OUT`'s name is always complete.
+The folder fills as `OUT.partial/`, each file appearing under its final name only when
+complete, with the settings recorded in `.vprom-export.json`; at the end it is renamed to
+`OUT`. A rerun with the same settings keeps the files already there; one with other settings
+is refused. An existing `OUT` is refused before any work, so a folder named `OUT` is always
+complete and nothing a user has is replaced.
 """
 
 from __future__ import annotations
@@ -25,19 +20,14 @@ from vprom.errors import VpromError
 STAMP = ".vprom-export.json"
 
 
-def partial_of(out: Path) -> Path:
-    return out.with_name(out.name + ".partial")
-
-
 @contextmanager
 def resumable_dir(out: str | os.PathLike, settings: dict) -> Iterator[Path]:
-    """Yield `OUT.partial` (new, or resumed with the same `settings`); rename it to `out`
-    when the block ends without an exception."""
+    """Yield `OUT.partial` (new, or resumed with the same `settings`); rename it at the end."""
     out = Path(out)
     if out.exists():
         raise VpromError(f"{out} already exists; pass a new --out (an export never replaces a "
                          "folder)")
-    partial, wanted = partial_of(out), json.dumps(settings, sort_keys=True)
+    partial, wanted = out.with_name(out.name + ".partial"), json.dumps(settings, sort_keys=True)
     stamp = partial / STAMP
     if partial.exists():
         if not stamp.is_file() or stamp.read_text(encoding="utf-8") != wanted:

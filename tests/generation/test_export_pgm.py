@@ -33,7 +33,8 @@ import pytest
 import torch
 
 from vprom.generation.export import export
-from vprom.generation.export.pgm import SLOT_NAMES, gray_tile, regime
+from vprom.generation.export.npz import panel_tile
+from vprom.generation.export.pgm import SLOT_NAMES, regime
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
 from vprom.images import ImageIndex, load_crop
 from vprom.domain import SPLITS
@@ -147,7 +148,7 @@ def test_images_are_the_crops_in_gray(exported):
                 r = row_of[int(m.panels[i, k])]
                 crop = load_crop(index.path(crops.image_id[r]),
                                  (crops.x[r], crops.y[r], crops.w[r], crops.h[r]))
-                assert np.array_equal(data["image"][k], gray_tile(crop, 160))
+                assert np.array_equal(data["image"][k], panel_tile(crop, 160, "L"))
 
 
 def test_meta_targets_in_pgm_shapes(exported):
