@@ -1,24 +1,14 @@
 """Count phrases: does a region description state how many of something it shows?
 
-V-PROM's counting pools come from region descriptions such as "five bowls of oatmeal" or
-"3 dogs"; numbers that are not counts ("five o'clock", "a 10 years old boy", "number 7")
-must not become counts. `parse_count` decides, in four steps:
-
-1. Prefilter: one compiled regex looks for a digit or a number word. Most of Visual Genome's
-   5.4M descriptions have none and return `None` at once.
-2. Tokenise (lower case; "10:30", "5-year-old", "t-shirt", "a.m" stay one token) and find the
-   number mentions: digits, cardinal words, ordinals, "pair"/"couple".
-3. Classify each mention by its neighbours, first rule that fires (word lists in
-   `mining/data/counts.json`): money, time, age, measure, ordinal, year, label, approximate,
-   range, score, "one of"; otherwise bind it to the countable noun that follows, skipping
-   adjectives ("two large brown dogs" -> dog, "two pizza boxes" -> box). A mention that
-   binds no noun is a pronoun ("the one on the left"), a label (a bare digit), "no noun" or
-   "not a count noun".
-4. Decide for the phrase: a partitive, range or approximate mention spoils the whole phrase
-   ("one of the two dogs"); two mentions bound to nouns are "several counts"; one bound
-   mention is the count when it is 1..10 and heads the phrase (only words such as "the",
-   "there are", "a group of" before it) - in "a man holding two bananas" the region shows
-   the man, so the count is refused as "not the subject".
+V-PROM's counting pools come from region descriptions such as "five bowls of oatmeal";
+numbers that are not counts ("five o'clock", "a 10 years old boy") must not become counts.
+`parse_count` prefilters with one regex (most descriptions hold no number), tokenises, and
+classifies each number mention by its neighbours (word lists in `mining/data/counts.json`:
+money, time, age, measure, ordinal, year, label, approximate, range, score, "one of"), or
+binds it to the countable noun that follows, skipping adjectives ("two large brown dogs" ->
+dog). A partitive, range or approximate mention spoils the phrase, two bound mentions are
+"several counts", and one bound mention is the count when it is 1..10 and heads the phrase
+("a man holding two bananas" shows the man: "not the subject").
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The report of `vprom mine`: what each pool holds, and what every filter removed and why.
 
-`report_data` merges the passes' statistics and the crops kept into one JSON-able dict,
-deterministic for a given input: per pool its elements and crops (most first; every element
-of the vocabulary listed, 0 when never found), impure regions and *thin* elements (under
-`FEW_CROPS` crops); the objects and region-descriptions funnels (`OBJECT_STEPS`,
-`REGION_STEPS`); the numbers that are not counts, by reason, with samples; the `TOP_N` most
-frequent unknown and excluded labels; images missing from image_data.json; the inputs'
-sha256. `MineReport` renders it as `<out>.report.json`, as `<out>.report.md` (tables a
-person reads to judge the mining) and as the few lines `vprom mine` prints (`summary`).
+`report_data` merges the passes' statistics and the crops kept into one deterministic
+JSON-able dict: per pool its elements and crops, impure regions and thin elements; the
+objects and region-descriptions funnels; the numbers that are not counts, by reason; the
+most frequent unknown and excluded labels; the inputs' sha256. `MineReport` renders it as
+`<out>.report.json`, `<out>.report.md` and the lines `vprom mine` prints (`summary`).
 """
 
 from __future__ import annotations

@@ -2,21 +2,13 @@
 
 An archive from the network is untrusted. Before a byte is written, `_checked` reads the
 central directory and refuses the whole archive when an entry could write outside its place
-(an absolute path, a drive letter, `..`, a symbolic link, an empty name), lies outside the
-`Layout` the archive is for (`images.zip` may create only `VG_100K/...`; an annotation zip
-holds exactly its one JSON, macOS `__MACOSX/` entries aside), appears twice or is both a
-file and a folder, is encrypted or compressed with anything but stored or deflate (the only
-methods zipfile expands with bounded memory), or declares more bytes, a higher compression
-ratio or more entries than a real archive of its kind (`Limits`; the entry count is read
-from the end record before zipfile builds a ZipInfo per entry). Headers can lie, so each
-member's bytes are counted again while streaming, and its CRC checked.
-
-A fault of the archive moves it to `NAME.bad` (the next run fetches it again); a fault of
-the disk keeps it. `unpack` checks that the free space holds the entries' real footprint
-(`mining.download.space`) and their inodes plus the reserve, and again before each file.
-Entries go to a temporary folder inside `out`, then the archive's one top-level folder is
-moved into place (merged file by file into a folder already there), and a marker
-`.NAME.unpacked` records completion.
+(absolute path, drive letter, `..`, symbolic link, empty name), lies outside its `Layout`,
+appears twice, is both a file and a folder, is encrypted or not stored/deflated (the methods
+zipfile expands with bounded memory), or exceeds the `Limits` of a real archive of its kind.
+Each member's bytes are counted again while streaming, and its CRC checked. A fault of the
+archive moves it to `NAME.bad`; a fault of the disk keeps it. `unpack` keeps the free-space
+reserve (`mining.download.space`), unpacks into a temporary folder inside `out`, merges the
+one top-level folder into place, and writes a marker `.NAME.unpacked` when complete.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """A wall-clock deadline for a whole HTTP exchange, headers included (`mining.download.fetch`).
 
-requests' timeouts bound each socket read, not the exchange: a server sending its headers
-one byte every 2 s never trips a 60 s read timeout, and a read blocked inside http.client's
-header parser cannot check a clock. So the clock is enforced from outside: `Watch.until(end)`
-starts a timer thread, every socket the session opens or reuses meanwhile is registered with
-the watch (by the connection classes `watch(session)` mounts), and when the timer fires it
-shuts them down (`shutdown(SHUT_RDWR)`, which wakes a blocked `recv`, under TLS too). The
-read then fails as a dropped connection, and the caller, seeing its clock run out, reports
-the deadline. DNS resolution is bounded only by the system resolver.
+requests' timeouts bound each socket read, not the exchange: a server sending its headers a
+byte every 2 s never trips them. So `Watch.until(end)` starts a timer; every socket the
+session opens or reuses meanwhile is registered with the watch (by the connection classes
+`watch(session)` mounts), and when the timer fires it shuts them down, which wakes a blocked
+`recv`, under TLS too. The caller, seeing its clock run out, reports the deadline.
 """
 
 from __future__ import annotations

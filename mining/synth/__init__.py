@@ -1,23 +1,13 @@
 """`vprom synth`: a Visual Genome in miniature, in VG's own files, layout and schema.
 
-The corpus lets the whole pipeline (`vprom mine` → generate → extract → train) run, and be
-tested, anywhere without the 15 GB download; `vprom mine` reads it through the code path it
-uses for Visual Genome. It is *not* a substitute for Visual Genome when reporting results.
-
-It holds VG's v1.2/v1.4 files: image_data.json, objects.json (v1.4, with merged ids),
-attributes.json (v1.2), region_descriptions.json, scene_graphs.json, relationships.json,
-question_answers.json, objects_v1_2.json, relationships_v1_2.json and synsets.json (written
-as `mining.synth.vg` says), the JPEGs in VG_100K/ and VG_100K_2/, and `synth_truth.json`
-(not VG's): the expected pools with their sources' ids, the noise injected (kind → effect
-and ids), what the VG-only files hold, the miner's rules assumed and every output's sha256.
-`manifest.json` (not VG's either) is the corpus's vprom manifest: images, seed, file hashes.
-
-Each image is planned and drawn from its own generator (`mining.synth.plan`), so worker
-processes render images in any order (`vprom.processes.ordered_map`): a worker saves the
-JPEG and returns the image's records as JSON text, which the parent appends in image order
-to the per-image files, written as VG's are (`json.dumps`'s default separators, one line
-per file). The files are byte-identical to a one-process run, and the folder replaces `out`
-only when complete.
+It lets the whole pipeline run, and be tested, without the 15 GB download; `vprom mine`
+reads it as it reads Visual Genome. It is *not* a substitute for VG when reporting results.
+Beside VG's files (the four the miner reads, and those of `mining.synth.vg`) and JPEGs, it
+holds `synth_truth.json`: the expected pools with their sources' ids, the noise injected,
+the miner's rules assumed and every output's sha256. Each image is planned and drawn from
+its own generator (`mining.synth.plan`), so worker processes render in any order and the
+parent appends their records in image order: the files are byte-identical to a
+one-process run, and the folder replaces `out` only when complete.
 """
 
 from __future__ import annotations

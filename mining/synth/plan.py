@@ -1,15 +1,12 @@
 """Planning one image of the synthetic corpus: what is where, its VG records, and what the
 miner must recover from it.
 
-Image i (id i+1) is planned and drawn from its own generator `default_rng([seed, i])`
-(`render_image`). A 384×288 image is a 3×2 grid of cells over a two-band background; each
-cell used holds one entity of a kind drawn by `KIND_WEIGHTS`: an object with 1–2 object
-attributes of different super-attributes, a person with 3 human attributes (named by gender
-and youth, or "person" a quarter of the time, so no name marks a pool), a count group (N
-alike glyphs, "seven red balls"), or a plain object; sky and ground are sometimes annotated
-as the excluded background. A planner draws its entity, appends its VG records, injects the
-noise of `mining.synth.spec` (noting each case) and the crops the miner must find: full-size
-entities have both sides of at least `FULL_SIDE`, small ones a side under `MIN_SIDE`.
+Image i (id i+1) is planned and drawn from `default_rng([seed, i])` (`render_image`): a
+3×2 grid of cells over a two-band background, each cell used holding one entity of a kind
+drawn by `KIND_WEIGHTS` (an attributed object, a person, a count group, a plain object). A
+planner draws it, appends its VG records, injects the noise of `mining.synth.spec` (noting
+each case) and the crops the miner must find: full-size entities have both sides of at
+least `FULL_SIDE`, small ones a side under `MIN_SIDE`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""The rest of Visual Genome for the synthetic corpus, consistent with the four files the miner
-reads, for the tools people point at a VG folder (the official python driver, the Hugging Face
-`visual_genome` loader, bottom-up-attention's `setup_vg.py`): each image's folder (`VG_100K/`
-or `VG_100K_2/`) and its `coco_id` and `flickr_id` (null for some, as in VG); two quirks of
-VG's objects, noted as noise (`no_synset`: an empty `synsets` list; `two_names`: a second name
-of the same category); scene_graphs.json, relationships.json (v1.4, geometric predicates true
-of the boxes), question_answers.json, the v1.2 objects and relationships files and
-synsets.json. It is all drawn from a generator of its own, `default_rng([seed, index,
-META_STREAM])`, so the four mined files and the pools do not depend on it.
+"""The rest of Visual Genome for the synthetic corpus, for the tools people point at a VG
+folder (the official driver, the Hugging Face loader, bottom-up-attention's `setup_vg.py`):
+image folders and outside ids, two quirks of VG's objects noted as noise (`no_synset`,
+`two_names`), scene graphs, relationships, question answers, the v1.2 files and synsets.
+It is drawn from a generator of its own, `default_rng([seed, index, META_STREAM])`, so the
+four mined files and the pools do not depend on it.
 """
 
 from __future__ import annotations
