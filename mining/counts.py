@@ -68,32 +68,13 @@ class CountWords:
         self.nouns = vocab.objects | vocab.person_words | vocab.excluded_objects
         self.adjectives = (frozenset(vocab.object_attributes) | frozenset(vocab.human_attributes)
                            | vocab.excluded_attributes | self.modifiers) - self.stop_words
-        number_words = self.cardinals.keys() | self.ordinals | self.vague
-        self.number_words = frozenset(number_words)
-        # prefix-factored ("t(?:en|h(?:ree|ird)|...)"): ~1.5x faster than a flat alternation
-        self.prefilter = re.compile(r"\d|\b(?:" + _alternation(number_words) + r")\b")
+        self.number_words = frozenset(self.cardinals.keys() | self.ordinals | self.vague)
+        # longest first: "seventeen" is tried before "seven" needs the \b to fail
+        longest_first = sorted(self.number_words, key=lambda w: (-len(w), w))
+        alternation = "|".join(map(re.escape, longest_first))
+        self.prefilter = re.compile(r"\d|\b(?:" + alternation + r")\b")
         # the same matches on ASCII text (\d and \b mean the same there), ~1.4x faster
         self.ascii_prefilter = re.compile(self.prefilter.pattern, re.ASCII)
-
-
-def _alternation(words) -> str:
-    """A regex matching exactly `words`, written as a trie of their common prefixes."""
-    trie: dict = {}
-    for word in words:
-        node = trie
-        for char in word:
-            node = node.setdefault(char, {})
-        node[""] = {}
-    return _trie_regex(trie)
-
-
-def _trie_regex(node: dict) -> str:
-    branches = [re.escape(char) + _trie_regex(child)
-                for char, child in sorted(node.items()) if char]
-    if not branches:
-        return ""
-    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-    return f"(?:{body})?" if "" in node else body
 
 
 _LISTS = (
