@@ -14,16 +14,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from vprom.mining.synth.glyphs import glyph_mask, solid_glyph_mask
-from vprom.mining.synth.paint import (
-    COLORS,
-    OUTLINE,
-    RGB,
-    UNCOLORED,
-    fill_mask,
-    muted,
-    paint_material,
-    paint_texture,
-)
+from vprom.mining.synth.paint import (COLORS, OUTLINE, RGB, UNCOLORED, fill_mask, muted,
+                                      paint_material, paint_texture)
 
 
 def draw_object(im: Image.Image, box, category: str, attrs: dict[str, str | tuple[str, str]],
