@@ -118,11 +118,12 @@ def download(
                           max_redirects=max_redirects, reserve=reserve)
     out = _out_folder(Path(out))
     http = session or fetch.session()
-    log = log or _stderr
+    log = log or (lambda message: tqdm.write(message, file=sys.stderr))
     summary = DownloadSummary(out)
     records = _read_records(out)
     for name in list(ANNOTATIONS) + (list(IMAGES) if images else []):
-        url = _url(name, base_url)
+        url = (base_url.rstrip("/") if base_url else
+               IMAGE_URL if name in IMAGES else ANNOTATION_URL) + "/" + name
         want = wanted.get(name, fetch.Expected())
         if want.ceiling is None:
             want = replace(want, ceiling=CEILINGS[name])
@@ -195,16 +196,6 @@ def _out_folder(out: Path) -> Path:
     return out
 
 
-def _url(name: str, base_url: str | None) -> str:
-    if base_url:
-        return base_url.rstrip("/") + "/" + name
-    return (IMAGE_URL if name in IMAGES else ANNOTATION_URL) + "/" + name
-
-
-def _stderr(message: str) -> None:
-    tqdm.write(message, file=sys.stderr)
-
-
 # ------------------------------------------------------------------ expected sizes, hashes
 def load_expected(path: Path | None = None) -> dict:
     """The sizes and SHA-256 the files must have: a user's `--expected` file, or the pins.
@@ -260,19 +251,12 @@ def parse_duration(text: str) -> float:
 
 
 # ------------------------------------------------------------------------------- manifest
-def _manifest_file(out: Path) -> Path:
-    return manifest_file(out / MANIFEST)
-
-
 def _read_records(out: Path) -> dict:
-    path = _manifest_file(out)
-    if not path.exists():
-        return {}
     try:
-        files = json.loads(path.read_text(encoding="utf-8"))["config"]["files"]
-        return {k: v for k, v in files.items() if isinstance(v, dict)}
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-        return {}   # an unreadable record is rebuilt from the files on disk
+        manifest = json.loads(manifest_file(out / MANIFEST).read_text(encoding="utf-8"))
+        return {k: v for k, v in manifest["config"]["files"].items() if isinstance(v, dict)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}   # none yet, or unreadable: the record is rebuilt from the files on disk
 
 
 def _write_records(out: Path, base_url, images: bool, records: dict) -> None:
@@ -282,4 +266,4 @@ def _write_records(out: Path, base_url, images: bool, records: dict) -> None:
         outputs={name: r["sha256"] for name, r in sorted(records.items())},
         counts={"files": len(records), "bytes": sum(r["bytes"] for r in records.values())},
     )
-    write_json(_manifest_file(out), manifest)
+    write_json(manifest_file(out / MANIFEST), manifest)
