@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vprom.mining.vocab import DATA_DIR, Vocabulary, load_vocabulary
-from vprom.errors import VpromError
+
 from vprom.domain import COUNTS
+from vprom.errors import VpromError
 
 #: Why a number is not a count (`CountParse.excluded`); docs/generation.md gives examples.
 REASONS = ("time", "age", "label", "measure", "money", "ordinal", "year", "one of", "score",
@@ -262,11 +263,11 @@ def _context_reason(tokens, i, by_index, words: CountWords) -> str:
     return ""
 
 
-def _bind_noun(tokens, j, value, words: CountWords) -> tuple[str | None, str]:
+def _bind_noun(tokens, start, value, words: CountWords) -> tuple[str | None, str]:
     """The countable noun after a number, skipping adjectives; else (None, why not)."""
     canonical = words.vocab.canonical
     after_adjective = False
-    for j in range(j, min(j + 5, len(tokens))):
+    for j in range(start, min(start + 5, len(tokens))):
         token = tokens[j]
         if token[0].isdigit() or token in words.cardinals:
             return None, "no noun"

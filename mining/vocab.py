@@ -13,9 +13,9 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from vprom.errors import VpromError
 
@@ -222,7 +222,7 @@ def _check_disjoint(folder, objects, person_words, excluded_objects,
     ]
     for clash, file, what in checks:
         if clash:
-            raise VpromError(f"{folder / file}: label {sorted(clash)[0]!r} {what}; "
+            raise VpromError(f"{folder / file}: label {min(clash)!r} {what}; "
                              "remove it from one")
 
 

@@ -16,16 +16,15 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping
 
 from tqdm import tqdm
+from vprom.mining.download import archives, space
 
-import vprom.mining.download.archives as archives
-import vprom.mining.download.space as space
-from vprom.errors import VpromError
 from vprom.claim import writes
+from vprom.errors import VpromError
 from vprom.files import sha256_file, size_text, write_json
 from vprom.manifest import make_manifest, manifest_file
 

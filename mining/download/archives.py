@@ -22,14 +22,15 @@ import stat
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 from tqdm import tqdm
+from vprom.mining.download import space
 
 from vprom.errors import VpromError
-import vprom.mining.download.space as space
 
 _CHUNK = 1 << 16
 _GiB = 1 << 30

@@ -17,16 +17,15 @@ import errno
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urljoin, urlsplit
 
 import requests
 from tqdm import tqdm
+from vprom.mining.download import space, watchdog
 
-import vprom.mining.download.space as space
-import vprom.mining.download.watchdog as watchdog
 from vprom.errors import VpromError
 from vprom.files import sha256_file
 

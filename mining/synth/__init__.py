@@ -21,14 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import vprom.mining.synth.vg as synth_vg
-from vprom.processes import ordered_map
 from vprom.mining.synth.plan import HEIGHT, WIDTH, render_image
 from vprom.mining.synth.spec import NOISE_EFFECTS, RULES, check_vocabulary
+
+from vprom.claim import writes
+from vprom.domain import MIN_SIDE
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, sha256_file
 from vprom.manifest import make_manifest, write_manifest
-from vprom.claim import writes
-from vprom.domain import MIN_SIDE
+from vprom.processes import ordered_map
 
 JPEG_QUALITY = 90
 TRUTH = "synth_truth.json"
@@ -90,8 +91,8 @@ class SynthSummary:
 
     def __str__(self) -> str:
         lines = [f"synthetic Visual Genome corpus: {self.out}",
-                 f"  {self.images} images, {self.objects} objects, {self.regions} regions "
-                 f"({self.seconds:.1f} s, {self.images / max(self.seconds, 1e-9):.0f} images/s)"]
+                 (f"  {self.images} images, {self.objects} objects, {self.regions} regions "
+                 f"({self.seconds:.1f} s, {self.images / max(self.seconds, 1e-9):.0f} images/s)")]
         for et, supers in self.pools.items():
             crops = [n for els in supers.values() for n in els.values()]
             lines.append(f"  expected pool {et}: {len(crops)} elements, {sum(crops)} crops "

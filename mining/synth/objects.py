@@ -12,10 +12,17 @@ import math
 
 import numpy as np
 from PIL import Image, ImageDraw
-
 from vprom.mining.synth.glyphs import glyph_mask, solid_glyph_mask
-from vprom.mining.synth.paint import (COLORS, OUTLINE, RGB, UNCOLORED, fill_mask, muted,
-                                      paint_material, paint_texture)
+from vprom.mining.synth.paint import (
+    COLORS,
+    OUTLINE,
+    RGB,
+    UNCOLORED,
+    fill_mask,
+    muted,
+    paint_material,
+    paint_texture,
+)
 
 
 def draw_object(im: Image.Image, box, category: str, attrs: dict[str, str | tuple[str, str]],
@@ -42,7 +49,7 @@ def draw_object(im: Image.Image, box, category: str, attrs: dict[str, str | tupl
 
 
 def _draw_glyph(im: Image.Image, gbox, category: str, attrs) -> None:
-    x, y, w, h = gbox
+    _x, _y, w, h = gbox
     mask = glyph_mask(category, w, h)
     color = attrs.get("color")
     if "material" in attrs:

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from PIL import Image
-
+from vprom.mining.synth import spec
 from vprom.mining.synth.objects import background, draw_count, draw_object
 from vprom.mining.synth.paint import COLORS, muted
 from vprom.mining.synth.people import draw_person
-from vprom.mining.synth import spec
+
 from vprom.domain import COUNTS, MIN_SIDE
 
 WIDTH, HEIGHT = 384, 288

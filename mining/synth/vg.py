@@ -8,10 +8,10 @@ four mined files and the pools do not depend on it.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
-
 from vprom.mining.synth.spec import NAME_VARIANTS, OBJECTS, plural
 
 META_STREAM = 1
@@ -96,7 +96,7 @@ def relationships(img) -> list[tuple[int, str, dict, dict]]:
     """(relationship id, predicate, subject, object) between consecutive objects."""
     objs = img.objects
     return [(img.image_id * 1000 + RELATIONSHIP_BASE + k, _predicate(a, b), a, b)
-            for k, (a, b) in enumerate(zip(objs, objs[1:]))]
+            for k, (a, b) in enumerate(itertools.pairwise(objs))]
 
 
 def scene_graph(img, rels) -> dict:
