@@ -20,8 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import vprom.mining.download.archives as archives  # noqa: PLR0402
+import vprom.mining.download.space as space  # noqa: PLR0402
 from tqdm import tqdm
-from vprom.mining.download import archives, space
 
 from vprom.claim import writes
 from vprom.errors import VpromError

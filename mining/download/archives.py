@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import vprom.mining.download.space as space  # noqa: PLR0402
 from tqdm import tqdm
-from vprom.mining.download import space
 
 from vprom.errors import VpromError
 

@@ -23,8 +23,9 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import requests
+import vprom.mining.download.space as space  # noqa: PLR0402
+import vprom.mining.download.watchdog as watchdog  # noqa: PLR0402
 from tqdm import tqdm
-from vprom.mining.download import space, watchdog
 
 from vprom.errors import VpromError
 from vprom.files import sha256_file

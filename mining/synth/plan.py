@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import vprom.mining.synth.spec as spec  # noqa: PLR0402
 from PIL import Image
-from vprom.mining.synth import spec
 from vprom.mining.synth.objects import background, draw_count, draw_object
 from vprom.mining.synth.paint import COLORS, muted
 from vprom.mining.synth.people import draw_person
