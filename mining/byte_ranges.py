@@ -1,18 +1,13 @@
 """Cut a JSON array of records into byte ranges of whole records, for workers to parse apart.
 
-A file written by one program joins every two records with the same bytes: `}, {"image_id"`
-in VG's objects.json. `JoinScan.open` learns that join from the file's first record (the
-shortest prefix ending in the join that parses as one record); `more` then finds every later
-record end by searching for it, hashing each block on the way. `plan` cuts at those ends into
-`Chunk`s of about `TARGET` bytes, several files at the same record indices (the objects pass
-reads objects.json and attributes.json side by side), and a worker parses a chunk (`load`).
-
-A join never occurs inside a JSON string, but may between two nested values, so a cut is
-trusted only as far as the parse checks it: a chunk is parsed as "[" + bytes + "]" and must
-hold exactly as many records as ends were counted in it, so a cut anywhere but between two
-records fails to load. By induction from the array's "[", chunks that all load hold exactly
-the file's records, in order; the caller reads a pass whose chunk fails with the streaming
-reader (`mining.readers`), which names the fault.
+A file written by one program joins every two records with the same bytes (`}, {"image_id"`
+in VG's objects.json). `JoinScan.open` learns that join from the file's first record;
+`more` finds every later record end by searching for it, hashing the file on the way.
+`plan` cuts at those ends into `Chunk`s of about `TARGET` bytes, several files at the same
+record indices, and a worker parses a chunk (`load`). A join may also occur between two
+nested values, so a chunk must parse as exactly as many records as ends were counted in it:
+chunks that all load hold exactly the file's records, in order, and the caller reads a file
+whose chunk fails with the streaming reader, which names the fault.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """Count phrases: does a region description state how many of something it shows?
 
-V-PROM's counting pools come from region descriptions such as "five bowls of oatmeal" or
-"3 dogs"; numbers that are not counts ("five o'clock", "a 10 years old boy", "number 7")
-must not become counts. `parse_count` decides, in four steps:
-
-1. Prefilter: one compiled regex looks for a digit or a number word. Most of Visual Genome's
-   5.4M descriptions have none and return `None` at once.
-2. Tokenise (lower case; "10:30", "5-year-old", "t-shirt", "a.m" stay one token) and find the
-   number mentions: digits, cardinal words, ordinals, "pair"/"couple".
-3. Classify each mention by its neighbours, first rule that fires (word lists in
-   `mining/data/counts.json`): money, time, age, measure, ordinal, year, label, approximate,
-   range, score, "one of"; otherwise bind it to the countable noun that follows, skipping
-   adjectives ("two large brown dogs" -> dog, "two pizza boxes" -> box). A mention that
-   binds no noun is a pronoun ("the one on the left"), a label (a bare digit), "no noun" or
-   "not a count noun".
-4. Decide for the phrase: a partitive, range or approximate mention spoils the whole phrase
-   ("one of the two dogs"); two mentions bound to nouns are "several counts"; one bound
-   mention is the count when it is 1..10 and heads the phrase (only words such as "the",
-   "there are", "a group of" before it) - in "a man holding two bananas" the region shows
-   the man, so the count is refused as "not the subject".
+V-PROM's counting pools come from region descriptions such as "five bowls of oatmeal";
+numbers that are not counts ("five o'clock", "a 10 years old boy") must not become counts.
+`parse_count` prefilters with one regex (most descriptions hold no number), tokenises, and
+classifies each number mention by its neighbours (word lists in `mining/data/counts.json`:
+money, time, age, measure, ordinal, year, label, approximate, range, score, "one of"), or
+binds it to the countable noun that follows, skipping adjectives ("two large brown dogs" ->
+dog). A partitive, range or approximate mention spoils the phrase, two bound mentions are
+"several counts", and one bound mention is the count when it is 1..10 and heads the phrase
+("a man holding two bananas" shows the man: "not the subject").
 """
 
 from __future__ import annotations
@@ -29,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vprom.mining.vocab import DATA_DIR, Vocabulary, load_vocabulary
-from vprom.errors import VpromError
+
 from vprom.domain import COUNTS
+from vprom.errors import VpromError
 
 #: Why a number is not a count (`CountParse.excluded`); docs/generation.md gives examples.
 REASONS = ("time", "age", "label", "measure", "money", "ordinal", "year", "one of", "score",
@@ -78,32 +69,13 @@ class CountWords:
         self.nouns = vocab.objects | vocab.person_words | vocab.excluded_objects
         self.adjectives = (frozenset(vocab.object_attributes) | frozenset(vocab.human_attributes)
                            | vocab.excluded_attributes | self.modifiers) - self.stop_words
-        number_words = self.cardinals.keys() | self.ordinals | self.vague
-        self.number_words = frozenset(number_words)
-        # prefix-factored ("t(?:en|h(?:ree|ird)|...)"): ~1.5x faster than a flat alternation
-        self.prefilter = re.compile(r"\d|\b(?:" + _alternation(number_words) + r")\b")
+        self.number_words = frozenset(self.cardinals.keys() | self.ordinals | self.vague)
+        # longest first: "seventeen" is tried before "seven" needs the \b to fail
+        longest_first = sorted(self.number_words, key=lambda w: (-len(w), w))
+        alternation = "|".join(map(re.escape, longest_first))
+        self.prefilter = re.compile(r"\d|\b(?:" + alternation + r")\b")
         # the same matches on ASCII text (\d and \b mean the same there), ~1.4x faster
         self.ascii_prefilter = re.compile(self.prefilter.pattern, re.ASCII)
-
-
-def _alternation(words) -> str:
-    """A regex matching exactly `words`, written as a trie of their common prefixes."""
-    trie: dict = {}
-    for word in words:
-        node = trie
-        for char in word:
-            node = node.setdefault(char, {})
-        node[""] = {}
-    return _trie_regex(trie)
-
-
-def _trie_regex(node: dict) -> str:
-    branches = [re.escape(char) + _trie_regex(child)
-                for char, child in sorted(node.items()) if char]
-    if not branches:
-        return ""
-    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-    return f"(?:{body})?" if "" in node else body
 
 
 _LISTS = (
@@ -291,11 +263,11 @@ def _context_reason(tokens, i, by_index, words: CountWords) -> str:
     return ""
 
 
-def _bind_noun(tokens, j, value, words: CountWords) -> tuple[str | None, str]:
+def _bind_noun(tokens, start, value, words: CountWords) -> tuple[str | None, str]:
     """The countable noun after a number, skipping adjectives; else (None, why not)."""
     canonical = words.vocab.canonical
     after_adjective = False
-    for j in range(j, min(j + 5, len(tokens))):
+    for j in range(start, min(start + 5, len(tokens))):
         token = tokens[j]
         if token[0].isdigit() or token in words.cardinals:
             return None, "no noun"

@@ -1,13 +1,10 @@
 """The report of `vprom mine`: what each pool holds, and what every filter removed and why.
 
-`report_data` merges the passes' statistics and the crops kept into one JSON-able dict,
-deterministic for a given input: per pool its elements and crops (most first; every element
-of the vocabulary listed, 0 when never found), impure regions and *thin* elements (under
-`FEW_CROPS` crops); the objects and region-descriptions funnels (`OBJECT_STEPS`,
-`REGION_STEPS`); the numbers that are not counts, by reason, with samples; the `TOP_N` most
-frequent unknown and excluded labels; images missing from image_data.json; the inputs'
-sha256. `MineReport` renders it as `<out>.report.json`, as `<out>.report.md` (tables a
-person reads to judge the mining) and as the few lines `vprom mine` prints (`summary`).
+`report_data` merges the passes' statistics and the crops kept into one deterministic
+JSON-able dict: per pool its elements and crops, impure regions and thin elements; the
+objects and region-descriptions funnels; the numbers that are not counts, by reason; the
+most frequent unknown and excluded labels; the inputs' sha256. `MineReport` renders it as
+`<out>.report.json`, `<out>.report.md` and the lines `vprom mine` prints (`summary`).
 """
 
 from __future__ import annotations
@@ -18,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vprom.mining.pool_passes import ELEMENT_CODE, ELEMENT_TYPES, PassResult
+
 from vprom.domain import COUNTS
 from vprom.tables import CropTable
 
@@ -129,34 +127,35 @@ class MineReport:
             + (f" in {self.elapsed_s:.1f} s" if self.elapsed_s else "")
             + (" (" + ", ".join(f"{k} {v:.1f} s" for k, v in self.timings.items()) + ")"
                if self.timings else ""),
-            f"objects: {o.get('read', 0):,} read, {o.get('kept_regions', 0):,} regions kept; "
+            (f"objects: {o.get('read', 0):,} read, {o.get('kept_regions', 0):,} regions kept; "
             f"too small {o.get('too_small', 0):,}, excluded object {o.get('excluded_object', 0):,},"
             f" zero-size {o.get('zero_size', 0):,}, outside image {o.get('outside_image', 0):,},"
             f" clipped {o.get('clipped', 0):,}, duplicate id {o.get('duplicate_id', 0):,},"
-            f" missing image {o.get('missing_image', 0):,}",
-            f"region descriptions: {r.get('read', 0):,} read, {r.get('with_number', 0):,} with a "
-            f"number, {r.get('counted', 0):,} counts {COUNT_RANGE}; not counts: {excluded or 'none'}",
-            f"unknown labels: {d['unknown_labels']['names']['distinct']:,} names, "
+            f" missing image {o.get('missing_image', 0):,}"),
+            (f"region descriptions: {r.get('read', 0):,} read, {r.get('with_number', 0):,} with "
+             f"a number, {r.get('counted', 0):,} counts {COUNT_RANGE}; not counts: "
+             f"{excluded or 'none'}"),
+            (f"unknown labels: {d['unknown_labels']['names']['distinct']:,} names, "
             f"{d['unknown_labels']['attributes']['distinct']:,} attributes; "
-            f"{few} elements with < {FEW_CROPS} crops",
+            f"{few} elements with < {FEW_CROPS} crops"),
             f"report: {side_path(self.out, '.report.md')}",
         ])
 
     def to_markdown(self) -> str:
         d = self.data
         lines = [f"# Pools mined from Visual Genome: {self.out.name}", "",
-                 f"{d['crops']:,} crops from {d['images']:,} images; regions need both sides "
-                 f">= {d['config']['min_side']} px after clipping to the image.", "",
+                 (f"{d['crops']:,} crops from {d['images']:,} images; regions need both sides "
+                 f">= {d['config']['min_side']} px after clipping to the image."), "",
                  "## Pools", "",
-                 "| element type | super-attribute | elements | crops | impure | "
-                 f"elements with < {FEW_CROPS} crops |", "|---|---|---:|---:|---:|---|"]
+                 ("| element type | super-attribute | elements | crops | impure | "
+                 f"elements with < {FEW_CROPS} crops |"), "|---|---|---:|---:|---:|---|"]
         for p in d["pools"]:
             few = _listing(p["few_crops"])
             lines.append(f"| {p['element_type']} | {p['super_attribute'] or '-'} | "
                          f"{p['elements']} | {p['crops']:,} | {p['impure']:,} | {few} |")
-        lines += ["", "Impure: regions with two or more attributes of the super-attribute "
+        lines += ["", ("Impure: regions with two or more attributes of the super-attribute "
                   "(\"red and blue shirt\"), or names of several object categories; they are "
-                  "left out of that pool only.", ""]
+                  "left out of that pool only."), ""]
         lines += _funnel_md("Objects (objects.json + attributes.json)", d["objects"], OBJECT_STEPS)
         lines += _funnel_md("Region descriptions (counts)", d["regions"], REGION_STEPS)
         c = d["counts"]
@@ -225,8 +224,8 @@ def _funnel_md(title: str, counts: dict, steps) -> list[str]:
 
 
 def _labels_md(title: str, top: dict) -> list[str]:
-    lines = [f"## {title}", "", f"{top['distinct']:,} distinct, {top['occurrences']:,} "
-             "occurrences. Most frequent:", ""]
+    lines = [f"## {title}", "", (f"{top['distinct']:,} distinct, {top['occurrences']:,} "
+             "occurrences. Most frequent:"), ""]
     lines.append(", ".join(f"{label} ({n:,})" for label, n in top["top"]) or "none")
     return lines + [""]
 

@@ -1,16 +1,11 @@
 """Curated vocabularies (the JSON files under `mining/data/`) and label normalisation.
 
-`object_attributes.json` and `human_attributes.json` map each super-attribute to its
-attributes; `objects.json` lists the categories, `person_words.json` the names of one person,
-`implied_labels.json` the human attributes a name implies (man -> male, adult),
-`excluded.json` the objects and attributes the miner drops, by reason, and `aliases.json`
-maps variants (spellings, plurals, synonyms, subtypes) to canonical labels. `load_vocabulary`
-validates them, naming the file and the label it refuses.
-
-`Vocabulary.canonical` maps a raw VG name to its canonical label: normalised, an alias wins,
-a canonical label stays, and a regular plural ("boxes") loses its ending only when the
-singular is known (so "glass" and "bus" keep theirs); unknown labels come back normalised.
-The miner asks millions of times for ~100k distinct names, so answers are memoised.
+The files give the attributes of each super-attribute, the object categories, the person
+words and the human attributes they imply, the excluded objects and attributes (by reason)
+and aliases (spellings, plurals, synonyms) to canonical labels; `load_vocabulary`
+validates them, naming the file and the label it refuses. `Vocabulary.canonical` maps a raw
+VG name to its canonical label: an alias wins, a known label stays, a regular plural loses
+its ending only when the singular is known ("glass" keeps its s); answers are memoised.
 """
 
 from __future__ import annotations
@@ -18,9 +13,9 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from vprom.errors import VpromError
 
@@ -227,7 +222,7 @@ def _check_disjoint(folder, objects, person_words, excluded_objects,
     ]
     for clash, file, what in checks:
         if clash:
-            raise VpromError(f"{folder / file}: label {sorted(clash)[0]!r} {what}; "
+            raise VpromError(f"{folder / file}: label {min(clash)!r} {what}; "
                              "remove it from one")
 
 

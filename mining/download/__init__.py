@@ -2,21 +2,13 @@
 
 The annotation zips (`ANNOTATIONS`) stay zipped, since the miner streams their one JSON
 member; the image zips (`IMAGES`, unless `images=False`) are unpacked into `VG_100K/` and
-`VG_100K_2/`. `--base-url` fetches every file from one mirror folder instead. Per file:
-
-1. skip it when finished before: an image zip with its unpack marker, or a file the manifest
-   records with its size. A file found under its final name but not recorded (placed by
-   hand, or left by a killed run) is checked like a fresh download before it is trusted;
-2. download it through `NAME.part`, resumably, within the bounds of `mining.download.fetch`;
-   its size and SHA-256 must be the expected ones (`expected`, by default the official ones
-   pinned in `mining/data/vg_files.json`; a mismatch goes to `NAME.bad`), a file whose size
-   is not pinned is bounded by its ceiling (`CEILINGS`), and every write keeps `reserve`
-   bytes free on the disk (`mining.download.space`);
-3. check the zip (`mining.download.archives`): an annotation zip must hold exactly its JSON,
-   read back with every CRC; an image zip may create only its folder and is unpacked. A
-   corrupt or unsafe archive goes to `NAME.bad`; running out of space keeps it;
-4. only then record it in `download.manifest.json` (URL, size, sha256), and delete an image
-   zip once unpacked unless `keep_zips`.
+`VG_100K_2/`. Per file: skip it when finished before (an image zip's unpack marker, or a
+file the manifest records with its size; a file found but not recorded is checked like a
+fresh download); download it through `NAME.part` (`mining.download.fetch`), checking its
+size and SHA-256 against `expected` (by default the pins of `mining/data/vg_files.json`; an
+unpinned size is bounded by `CEILINGS`); check the zip (`mining.download.archives`); only
+then record it in `download.manifest.json`, and delete an unpacked image zip unless
+`keep_zips`.
 """
 
 from __future__ import annotations
@@ -24,19 +16,18 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Mapping
 
+import vprom.mining.download.archives as archives  # noqa: PLR0402
+import vprom.mining.download.space as space  # noqa: PLR0402
 from tqdm import tqdm
 
-import vprom.mining.download.archives as archives
-import vprom.mining.download.space as space
-from vprom.errors import VpromError
-from vprom.files import sha256_file, write_json
-from vprom.manifest import make_manifest, manifest_file
 from vprom.claim import writes
-from vprom.files import size_text
+from vprom.errors import VpromError
+from vprom.files import sha256_file, size_text, write_json
+from vprom.manifest import make_manifest, manifest_file
 
 ANNOTATION_URL = "https://homes.cs.washington.edu/~ranjay/visualgenome/data/dataset"
 IMAGE_URL = "https://cs.stanford.edu/people/rak248/VG_100K_2"
@@ -50,11 +41,8 @@ IMAGES = {"images.zip": "VG_100K", "images2.zip": "VG_100K_2"}
 MANIFEST = "download"   # -> download.manifest.json
 PINNED = Path(__file__).parent.parent / "data" / "vg_files.json"
 DEFAULT_DEADLINE = 6 * 3600.0   # images.zip (9.7 GB) needs 450 kB/s to finish in time
-# The most bytes a file may have when its size is not pinned (null in vg_files.json or in an
-# --expected file): several times the largest size on record for it. The annotation zips'
-# own sizes are on no citable record; the largest VG annotation zip that is,
-# region_descriptions_v1.json.zip (release 1.0, 99,460,401 bytes in the Hugging Face
-# loader's dataset_infos.json), is ~10x under 1 GiB. The other sizes are the pinned ones.
+# The most bytes a file of unpinned size may have: several times its largest size on record
+# (for annotation zips, release 1.0's region_descriptions_v1.json.zip, 99,460,401 bytes).
 _GiB, _MiB = 1 << 30, 1 << 20
 CEILINGS = {
     "image_data.json.zip": 16 * _MiB,        # 1,780,854 pinned: x9.4
@@ -111,12 +99,9 @@ def download(
 ) -> DownloadSummary:
     """Fetch VG's annotation zips (and image zips, unpacked) into `out`; see the module doc.
 
-    `expected` maps file names to `Expected` (or dicts with "bytes"/"sha256"); None means
-    the official values of `mining/data/vg_files.json`. `deadline` (seconds) bounds each
-    file, connecting and headers included; `min_speed` (bytes/s over `speed_window` seconds)
-    ends a trickling transfer early (it is retried, and resumes). `reserve` (bytes) stays
-    free on the disk of `out` through every download and unpack. `log` receives notices such
-    as redirects (default: stderr).
+    `expected` maps file names to `Expected` (or {"bytes", "sha256"} dicts); None: the pins.
+    `deadline` (s) bounds each file, headers included; `min_speed` (B/s over `speed_window`
+    s) retries a trickle; `reserve` (bytes) stays free on the disk; `log` gets notices.
     """
     # requests is imported only when a download runs, so `vprom --help` stays quick
     from vprom.mining.download import fetch
@@ -133,11 +118,12 @@ def download(
                           max_redirects=max_redirects, reserve=reserve)
     out = _out_folder(Path(out))
     http = session or fetch.session()
-    log = log or _stderr
+    log = log or (lambda message: tqdm.write(message, file=sys.stderr))
     summary = DownloadSummary(out)
     records = _read_records(out)
     for name in list(ANNOTATIONS) + (list(IMAGES) if images else []):
-        url = _url(name, base_url)
+        url = (base_url.rstrip("/") if base_url else
+               IMAGE_URL if name in IMAGES else ANNOTATION_URL) + "/" + name
         want = wanted.get(name, fetch.Expected())
         if want.ceiling is None:
             want = replace(want, ceiling=CEILINGS[name])
@@ -210,22 +196,12 @@ def _out_folder(out: Path) -> Path:
     return out
 
 
-def _url(name: str, base_url: str | None) -> str:
-    if base_url:
-        return base_url.rstrip("/") + "/" + name
-    return (IMAGE_URL if name in IMAGES else ANNOTATION_URL) + "/" + name
-
-
-def _stderr(message: str) -> None:
-    tqdm.write(message, file=sys.stderr)
-
-
 # ------------------------------------------------------------------ expected sizes, hashes
 def load_expected(path: Path | None = None) -> dict:
     """The sizes and SHA-256 the files must have: a user's `--expected` file, or the pins.
 
-    The file is JSON: {"files": {"images.zip": {"bytes": 9731705982, "sha256": "..."}, ...}};
-    null means not known. With a file of one's own, the official pins are not used at all.
+    JSON: {"files": {"images.zip": {"bytes": 9731705982, "sha256": "..."}, ...}}, null for
+    not known; a file of one's own replaces the pins entirely.
     """
     source = Path(path) if path is not None else PINNED
     try:
@@ -275,19 +251,12 @@ def parse_duration(text: str) -> float:
 
 
 # ------------------------------------------------------------------------------- manifest
-def _manifest_file(out: Path) -> Path:
-    return manifest_file(out / MANIFEST)
-
-
 def _read_records(out: Path) -> dict:
-    path = _manifest_file(out)
-    if not path.exists():
-        return {}
     try:
-        files = json.loads(path.read_text(encoding="utf-8"))["config"]["files"]
-        return {k: v for k, v in files.items() if isinstance(v, dict)}
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
-        return {}   # an unreadable record is rebuilt from the files on disk
+        manifest = json.loads(manifest_file(out / MANIFEST).read_text(encoding="utf-8"))
+        return {k: v for k, v in manifest["config"]["files"].items() if isinstance(v, dict)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}   # none yet, or unreadable: the record is rebuilt from the files on disk
 
 
 def _write_records(out: Path, base_url, images: bool, records: dict) -> None:
@@ -297,4 +266,4 @@ def _write_records(out: Path, base_url, images: bool, records: dict) -> None:
         outputs={name: r["sha256"] for name, r in sorted(records.items())},
         counts={"files": len(records), "bytes": sum(r["bytes"] for r in records.values())},
     )
-    write_json(_manifest_file(out), manifest)
+    write_json(manifest_file(out / MANIFEST), manifest)

@@ -2,21 +2,13 @@
 
 An archive from the network is untrusted. Before a byte is written, `_checked` reads the
 central directory and refuses the whole archive when an entry could write outside its place
-(an absolute path, a drive letter, `..`, a symbolic link, an empty name), lies outside the
-`Layout` the archive is for (`images.zip` may create only `VG_100K/...`; an annotation zip
-holds exactly its one JSON, macOS `__MACOSX/` entries aside), appears twice or is both a
-file and a folder, is encrypted or compressed with anything but stored or deflate (the only
-methods zipfile expands with bounded memory), or declares more bytes, a higher compression
-ratio or more entries than a real archive of its kind (`Limits`; the entry count is read
-from the end record before zipfile builds a ZipInfo per entry). Headers can lie, so each
-member's bytes are counted again while streaming, and its CRC checked.
-
-A fault of the archive moves it to `NAME.bad` (the next run fetches it again); a fault of
-the disk keeps it. `unpack` checks that the free space holds the entries' real footprint
-(`mining.download.space`) and their inodes plus the reserve, and again before each file.
-Entries go to a temporary folder inside `out`, then the archive's one top-level folder is
-moved into place (merged file by file into a folder already there), and a marker
-`.NAME.unpacked` records completion.
+(absolute path, drive letter, `..`, symbolic link, empty name), lies outside its `Layout`,
+appears twice, is both a file and a folder, is encrypted or not stored/deflated (the methods
+zipfile expands with bounded memory), or exceeds the `Limits` of a real archive of its kind.
+Each member's bytes are counted again while streaming, and its CRC checked. A fault of the
+archive moves it to `NAME.bad`; a fault of the disk keeps it. `unpack` keeps the free-space
+reserve (`mining.download.space`), unpacks into a temporary folder inside `out`, merges the
+one top-level folder into place, and writes a marker `.NAME.unpacked` when complete.
 """
 
 from __future__ import annotations
@@ -30,14 +22,15 @@ import stat
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
+import vprom.mining.download.space as space  # noqa: PLR0402
 from tqdm import tqdm
 
 from vprom.errors import VpromError
-import vprom.mining.download.space as space
 
 _CHUNK = 1 << 16
 _GiB = 1 << 30
@@ -106,9 +99,8 @@ def verify(archive: Path, layout: Layout) -> int:
     archive = Path(archive)
     with _guarded(archive), _open(archive, layout.limits) as zf:
         entries = _checked(zf, archive, layout)
-        files = [e for e in entries if not e.info.is_dir()]
-        with _bar(archive, files, "check") as bar:
-            return sum(_stream(zf, e.info, None, bar) for e in files)
+        with _bar(archive, entries, "check") as bar:
+            return sum(_stream(zf, e.info, None, bar) for e in entries if not e.info.is_dir())
 
 
 def unpack(archive: Path, out: Path, layout: Layout,
@@ -123,21 +115,24 @@ def unpack(archive: Path, out: Path, layout: Layout,
         shutil.rmtree(stale, ignore_errors=True)
     with _guarded(archive), _open(archive, layout.limits) as zf:
         entries = _checked(zf, archive, layout)
-        files = [e for e in entries if not e.info.is_dir()]
-        need = sum(e.info.file_size for e in files)
-        budget = _Budget(archive, out, entries, reserve)
+        need = sum(e.info.file_size for e in entries if not e.info.is_dir())
+        _check_room(archive, out, entries, reserve)
         tmp = Path(tempfile.mkdtemp(prefix=f".{archive.name}.", suffix=".unpack", dir=out))
         try:
-            with _bar(archive, files, "unpack") as bar:
+            with _bar(archive, entries, "unpack") as bar:
                 for entry in entries:
                     target = tmp.joinpath(*entry.parts)
                     if entry.info.is_dir():
                         target.mkdir(parents=True, exist_ok=True)
                         continue
-                    budget.before(entry.info)
+                    disk = space.disk(out)
+                    if disk.free - space.footprint([entry.info.file_size], 0, disk.block) < reserve:
+                        _refuse(archive, f"unpacking stopped at {entry.info.filename!r}: {out} "
+                                f"would be left with less than the {space.human(reserve)} "
+                                f"kept free (--reserve), {space.human(disk.free)} free")
                     target.parent.mkdir(parents=True, exist_ok=True)
                     with _create(target) as sink:
-                        budget.wrote(_stream(zf, entry.info, sink, bar))
+                        _stream(zf, entry.info, sink, bar)
             placed = sorted(p.name for p in tmp.iterdir())
             for name in placed:   # the checks allow exactly one name: layout.folder
                 _place(tmp / name, out / name)
@@ -326,51 +321,32 @@ def _create(path: Path) -> BinaryIO:
         raise _Bad(f"two entries unpack to the same file {path.name!r}") from None
 
 
-def _bar(archive: Path, files: list[_Entry], what: str):
-    return tqdm(total=sum(e.info.file_size for e in files), unit="B", unit_scale=True,
-                desc=f"{what} {archive.name}", disable=None, leave=False)
+def _bar(archive: Path, entries: list[_Entry], what: str):
+    return tqdm(total=sum(e.info.file_size for e in entries if not e.info.is_dir()), unit="B",
+                unit_scale=True, desc=f"{what} {archive.name}", disable=None, leave=False)
 
 
-class _Budget:
-    """What an unpack may still write: the entries' declared count and bytes, the free space
-    above the reserve; checked up front and again before every file."""
+def _check_room(archive: Path, out: Path, entries: list[_Entry], reserve: int) -> None:
+    """Refuse an unpack whose files and folders would take the reserve's space or more
+    inodes than are free (each file in whole blocks)."""
+    sizes = [e.info.file_size for e in entries if not e.info.is_dir()]
+    disk = space.disk(out)
+    folders = len({e.parts[:k] for e in entries for k in range(1, len(e.parts))}
+                  | {e.parts for e in entries if e.info.is_dir()})
+    need = space.footprint(sizes, folders, disk.block)
+    if need + reserve > disk.free:
+        _refuse(archive, f"unpacking {len(sizes)} files and {folders} folders takes "
+                f"{space.human(need)} on disk ({sum(sizes)} bytes declared, each file in whole "
+                f"{disk.block}-byte blocks) and {space.human(reserve)} stay free (--reserve), "
+                f"but {out} has {space.human(disk.free)} free")
+    if disk.inodes is not None and len(sizes) + folders > disk.inodes:
+        _refuse(archive, f"unpacking {len(sizes)} files and {folders} folders takes as many "
+                f"inodes, but the file system of {out} has {disk.inodes} free")
 
-    def __init__(self, archive: Path, out: Path, entries: list[_Entry], reserve: int):
-        self.archive, self.out, self.reserve = archive, out, reserve
-        sizes = [e.info.file_size for e in entries if not e.info.is_dir()]
-        self.files_left, self.bytes_left = len(sizes), sum(sizes)
-        disk = space.disk(out)
-        folders = len({e.parts[:k] for e in entries for k in range(1, len(e.parts))}
-                      | {e.parts for e in entries if e.info.is_dir()})
-        need = space.footprint(sizes, folders, disk.block)
-        if need + reserve > disk.free:
-            self._refuse(f"unpacking {len(sizes)} files and {folders} folders takes "
-                         f"{space.human(need)} on disk ({sum(sizes)} bytes declared, each file "
-                         f"in whole {disk.block}-byte blocks) and {space.human(reserve)} stay "
-                         f"free (--reserve), but {out} has {space.human(disk.free)} free")
-        if disk.inodes is not None and len(sizes) + folders > disk.inodes:
-            self._refuse(f"unpacking {len(sizes)} files and {folders} folders takes as many "
-                         f"inodes, but the file system of {out} has {disk.inodes} free")
 
-    def before(self, info: zipfile.ZipInfo) -> None:
-        """Room for one more file of this declared size, or a refusal."""
-        if self.files_left < 1 or info.file_size > self.bytes_left:
-            raise _Bad(f"entry {info.filename!r} goes past the entries and bytes the archive "
-                       "declared")
-        disk = space.disk(self.out)
-        need = space.footprint([info.file_size], 0, disk.block)
-        if disk.free - need < self.reserve:
-            self._refuse(f"unpacking stopped at {info.filename!r}: {self.out} would be left "
-                         f"with less than the {space.human(self.reserve)} kept free "
-                         f"(--reserve), {space.human(disk.free)} free")
-
-    def wrote(self, size: int) -> None:
-        self.files_left -= 1
-        self.bytes_left -= size
-
-    def _refuse(self, why: str) -> None:
-        raise VpromError(f"{self.archive}: {why}; the archive is kept - free space (or lower "
-                         "--reserve) and rerun `vprom download`")
+def _refuse(archive: Path, why: str) -> None:
+    raise VpromError(f"{archive}: {why}; the archive is kept - free space (or lower "
+                     "--reserve) and rerun `vprom download`")
 
 
 def _place(src: Path, dst: Path) -> None:

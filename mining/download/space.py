@@ -1,11 +1,8 @@
 """Disk space for `vprom download`: what a write really takes, and the reserve it leaves.
 
-A download or an unpack from an untrusted mirror must never fill its disk: every write goes
-ahead only while the free space after it stays at or above a *reserve* (`DEFAULT_RESERVE`,
-`vprom download --reserve`). A write takes more than its bytes: a file system hands out
-whole blocks and one inode per file, so `footprint` rounds every file (an empty one too) up
-to whole blocks and counts a block per folder: a zip of 30,000 one-byte members needs
-~120 MB and 30,000 inodes, not 30 KB. `disk` reads the free space from `os.statvfs`.
+Every write from an untrusted mirror goes ahead only while the free space after it stays at
+or above a reserve (`DEFAULT_RESERVE`, `--reserve`). `footprint` counts what the file system
+really hands out: whole blocks per file (an empty one too) and a block per folder.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """A wall-clock deadline for a whole HTTP exchange, headers included (`mining.download.fetch`).
 
-requests' timeouts bound each socket read, not the exchange: a server sending its headers
-one byte every 2 s never trips a 60 s read timeout, and a read blocked inside http.client's
-header parser cannot check a clock. So the clock is enforced from outside: `Watch.until(end)`
-starts a timer thread, every socket the session opens or reuses meanwhile is registered with
-the watch (by the connection classes `watch(session)` mounts), and when the timer fires it
-shuts them down (`shutdown(SHUT_RDWR)`, which wakes a blocked `recv`, under TLS too). The
-read then fails as a dropped connection, and the caller, seeing its clock run out, reports
-the deadline. DNS resolution is bounded only by the system resolver.
+requests' timeouts bound each socket read, not the exchange: a server sending its headers a
+byte every 2 s never trips them. So `Watch.until(end)` starts a timer; every socket the
+session opens or reuses meanwhile is registered with the watch (by the connection classes
+`watch(session)` mounts), and when the timer fires it shuts them down, which wakes a blocked
+`recv`, under TLS too. The caller, seeing its clock run out, reports the deadline.
 """
 
 from __future__ import annotations
@@ -31,8 +28,7 @@ class Watch:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sockets: weakref.WeakSet = weakref.WeakSet()
-        self._armed = False
-        self.fired = False
+        self._armed = self.fired = False
 
     @contextlib.contextmanager
     def until(self, end: float) -> Iterator[Watch]:
@@ -51,10 +47,8 @@ class Watch:
                 self._sockets.clear()
 
     def add(self, sock) -> None:
-        if sock is None:
-            return
         with self._lock:
-            if not self._armed:
+            if sock is None or not self._armed:
                 return
             if self.fired:
                 _shut(sock)
@@ -63,11 +57,10 @@ class Watch:
 
     def _fire(self) -> None:
         with self._lock:
-            if not self._armed:
-                return
-            self.fired = True
-            for sock in list(self._sockets):
-                _shut(sock)
+            if self._armed:
+                self.fired = True
+                for sock in list(self._sockets):
+                    _shut(sock)
 
 
 def _shut(sock) -> None:
@@ -77,18 +70,24 @@ def _shut(sock) -> None:
         pass
 
 
-def _watched_connection(base: type, watch: Watch) -> type:
+class _Registering:
+    """A urllib3 connection that registers its socket with `watch` (set per session)."""
+
+    watch: Watch
+
     def _new_conn(self):
-        sock = base._new_conn(self)
-        watch.add(sock)
+        sock = super()._new_conn()
+        self.watch.add(sock)
         return sock
 
     def getresponse(self, *args, **kwargs):
-        watch.add(self.sock)   # a kept-alive connection opened under an earlier watch
-        return base.getresponse(self, *args, **kwargs)
+        self.watch.add(self.sock)   # a kept-alive connection opened under an earlier watch
+        return super().getresponse(*args, **kwargs)
 
-    return type(f"Watched{base.__name__}", (base,),
-                {"_new_conn": _new_conn, "getresponse": getresponse})
+
+def _watched_pool(pool: type, connection: type, watch: Watch) -> type:
+    watched = type(f"Watched{connection.__name__}", (_Registering, connection), {"watch": watch})
+    return type(f"Watched{pool.__name__}", (pool,), {"ConnectionCls": watched})
 
 
 class _WatchedAdapter(HTTPAdapter):
@@ -96,12 +95,8 @@ class _WatchedAdapter(HTTPAdapter):
 
     def __init__(self, watch: Watch, **kwargs) -> None:
         self.watch = watch
-        self._pools = {
-            "http": type("WatchedHTTPConnectionPool", (HTTPConnectionPool,), {
-                "ConnectionCls": _watched_connection(HTTPConnection, watch)}),
-            "https": type("WatchedHTTPSConnectionPool", (HTTPSConnectionPool,), {
-                "ConnectionCls": _watched_connection(HTTPSConnection, watch)}),
-        }
+        self._pools = {"http": _watched_pool(HTTPConnectionPool, HTTPConnection, watch),
+                       "https": _watched_pool(HTTPSConnectionPool, HTTPSConnection, watch)}
         super().__init__(**kwargs)
 
     def init_poolmanager(self, *args, **kwargs) -> None:
@@ -117,10 +112,9 @@ class _WatchedAdapter(HTTPAdapter):
 
 def watch(http: requests.Session) -> Watch:
     """The session's Watch, mounting the watched adapters on it the first time."""
-    adapter = http.get_adapter("https://")
-    if isinstance(adapter, _WatchedAdapter) and \
-            isinstance(http.get_adapter("http://"), _WatchedAdapter):
-        return adapter.watch
+    adapters = [http.get_adapter(prefix) for prefix in ("https://", "http://")]
+    if all(isinstance(adapter, _WatchedAdapter) for adapter in adapters):
+        return adapters[0].watch
     shared = Watch()
     for prefix in ("https://", "http://"):
         http.mount(prefix, _WatchedAdapter(shared))

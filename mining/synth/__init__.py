@@ -1,27 +1,18 @@
 """`vprom synth`: a Visual Genome in miniature, in VG's own files, layout and schema.
 
-The corpus lets the whole pipeline (`vprom mine` → generate → extract → train) run, and be
-tested, anywhere without the 15 GB download; `vprom mine` reads it through the code path it
-uses for Visual Genome. It is *not* a substitute for Visual Genome when reporting results.
-
-It holds VG's v1.2/v1.4 files: image_data.json, objects.json (v1.4, with merged ids),
-attributes.json (v1.2), region_descriptions.json, scene_graphs.json, relationships.json,
-question_answers.json, objects_v1_2.json, relationships_v1_2.json and synsets.json (written
-as `mining.synth.vg` says), the JPEGs in VG_100K/ and VG_100K_2/, and `synth_truth.json`
-(not VG's): the expected pools with their sources' ids, the noise injected (kind → effect
-and ids), what the VG-only files hold, the miner's rules assumed and every output's sha256.
-`manifest.json` (not VG's either) is the corpus's vprom manifest: images, seed, file hashes.
-
-Each image is planned and drawn from its own generator (`mining.synth.plan`), so worker
-processes render images in any order (`vprom.processes.ordered_map`): a worker saves the
-JPEG and returns the image's records as JSON text, which the parent appends in image order
-to the per-image files, written as VG's are (`json.dumps`'s default separators, one line
-per file). The files are byte-identical to a one-process run, and the folder replaces `out`
-only when complete.
+It lets the whole pipeline run, and be tested, without the 15 GB download; `vprom mine`
+reads it as it reads Visual Genome. It is *not* a substitute for VG when reporting results.
+Beside VG's files (the four the miner reads, and those of `mining.synth.vg`) and JPEGs, it
+holds `synth_truth.json`: the expected pools with their sources' ids, the noise injected,
+the miner's rules assumed and every output's sha256. Each image is planned and drawn from
+its own generator (`mining.synth.plan`), so worker processes render in any order and the
+parent appends their records in image order: the files are byte-identical to a
+one-process run, and the folder replaces `out` only when complete.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -30,14 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import vprom.mining.synth.vg as synth_vg
-from vprom.processes import ordered_map
 from vprom.mining.synth.plan import HEIGHT, WIDTH, render_image
 from vprom.mining.synth.spec import NOISE_EFFECTS, RULES, check_vocabulary
+
+from vprom.claim import writes
+from vprom.domain import MIN_SIDE
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, sha256_file
 from vprom.manifest import make_manifest, write_manifest
-from vprom.claim import writes
-from vprom.domain import MIN_SIDE
+from vprom.processes import ordered_map
 
 JPEG_QUALITY = 90
 TRUTH = "synth_truth.json"
@@ -54,32 +46,35 @@ def _dumps(obj) -> str:
     return json.dumps(obj, ensure_ascii=False)
 
 
-def _render_to(args) -> tuple:
-    """Worker: draw one image, save its JPEG, return its nine records and its truth."""
+def _render_to(args) -> tuple[list[str], dict]:
+    """Worker: draw one image, save its JPEG; its records (JSON text, one per file of
+    `PER_IMAGE_FILES`) and its facts for the truth file."""
     seed, index, folder = args
     img, im = render_image(seed, index)
     meta = synth_vg.decorate(seed, index, img)
     im.save(Path(folder) / meta.folder / f"{img.image_id}.jpg", "JPEG", quality=JPEG_QUALITY)
-    iid = img.image_id
+    iid, url = img.image_id, meta.url(img.image_id)
     rels = synth_vg.relationships(img)
     qas = synth_vg.question_answers(img)
     relationship_records = synth_vg.relationship_records(img, rels)
-    records = (
-        _dumps({"width": WIDTH, "url": meta.url(iid), "height": HEIGHT, "image_id": iid,
-                "coco_id": meta.coco_id, "flickr_id": meta.flickr_id}),
-        _dumps({"image_id": iid, "objects": img.objects, "image_url": meta.url(iid)}),
-        _dumps({"image_id": iid, "attributes": img.attributes}),
-        _dumps({"regions": img.regions, "id": iid}),
-        _dumps(synth_vg.scene_graph(img, rels)),
-        _dumps(relationship_records),
-        _dumps(qas),
-        _dumps(synth_vg.objects_v1_2(img, meta.url(iid))),
-        _dumps(synth_vg.relationships_v1_2(relationship_records)),
-    )
-    vg = {"folder": meta.folder, "coco_id": meta.coco_id is not None,
-          "flickr_id": meta.flickr_id is not None, "relationships": len(rels),
-          "question_answers": len(qas["qas"]), "synsets": synth_vg.synset_names(img, rels)}
-    return records, img.expected, img.noise, len(img.objects), len(img.regions), vg
+    records = [_dumps(record) for record in (
+        {"width": WIDTH, "url": url, "height": HEIGHT, "image_id": iid,
+         "coco_id": meta.coco_id, "flickr_id": meta.flickr_id},
+        {"image_id": iid, "objects": img.objects, "image_url": url},
+        {"image_id": iid, "attributes": img.attributes},
+        {"regions": img.regions, "id": iid},
+        synth_vg.scene_graph(img, rels),
+        relationship_records,
+        qas,
+        synth_vg.objects_v1_2(img, url),
+        synth_vg.relationships_v1_2(relationship_records),
+    )]
+    facts = {"expected": img.expected, "noise": img.noise, "objects": len(img.objects),
+             "regions": len(img.regions), "folder": meta.folder,
+             "coco_id": meta.coco_id is not None, "flickr_id": meta.flickr_id is not None,
+             "relationships": len(rels), "question_answers": len(qas["qas"]),
+             "synsets": synth_vg.synset_names(img, rels)}
+    return records, facts
 
 
 @dataclass
@@ -96,13 +91,14 @@ class SynthSummary:
 
     def __str__(self) -> str:
         lines = [f"synthetic Visual Genome corpus: {self.out}",
-                 f"  {self.images} images, {self.objects} objects, {self.regions} regions "
-                 f"({self.seconds:.1f} s, {self.images / max(self.seconds, 1e-9):.0f} images/s)"]
+                 (f"  {self.images} images, {self.objects} objects, {self.regions} regions "
+                 f"({self.seconds:.1f} s, {self.images / max(self.seconds, 1e-9):.0f} images/s)")]
         for et, supers in self.pools.items():
             crops = [n for els in supers.values() for n in els.values()]
             lines.append(f"  expected pool {et}: {len(crops)} elements, {sum(crops)} crops "
                          f"(min {min(crops) if crops else 0} per element)")
-        lines.append("  noise injected: " + ", ".join(f"{k} {v}" for k, v in sorted(self.noise.items())))
+        lines.append("  noise injected: "
+                     + ", ".join(f"{k} {v}" for k, v in sorted(self.noise.items())))
         return "\n".join(lines)
 
 
@@ -122,81 +118,76 @@ def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1)
     with atomic_dir(out) as tmp:
         for name in synth_vg.FOLDERS:
             (tmp / name).mkdir()
-        expected, noise, n_objects, n_regions, vg = _write_files(tmp, images, seed, workers)
-        truth = _truth(tmp, images, seed, expected, noise, vg)
-        (tmp / TRUTH).write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        facts = _write_files(tmp, images, seed, workers)
+        truth = _truth(tmp, seed, facts)
+        (tmp / TRUTH).write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n",
+                                 encoding="utf-8")
         write_manifest(tmp, make_manifest(KIND, {"images": images, "seed": seed}, seed,
                                           outputs=truth["outputs"]))
-    return SynthSummary(out, images, n_objects, n_regions, truth["pools"],
+    return SynthSummary(out, images, sum(f["objects"] for f in facts),
+                        sum(f["regions"] for f in facts), truth["pools"],
                         {k: len(v["ids"]) for k, v in truth["noise"].items()},
                         time.perf_counter() - start)
 
 
-def _write_files(tmp: Path, images: int, seed: int, workers: int):
+def _write_files(tmp: Path, images: int, seed: int, workers: int) -> list[dict]:
+    """Render every image, appending its records to the files in image order; its facts."""
     from tqdm import tqdm
 
-    handles = [open(tmp / name, "w", encoding="utf-8") for name in PER_IMAGE_FILES]
-    expected, noise = [], {}
-    n_objects = n_regions = 0
-    vg: dict = {"VG_100K_2": [], "coco_id": [], "flickr_id": [], "relationships": 0,
-                "question_answers": 0, "synsets": set()}
+    facts = []
     jobs = ((seed, i, str(tmp)) for i in range(images))
-    try:
+    with contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(open(tmp / name, "w", encoding="utf-8"))
+                   for name in PER_IMAGE_FILES]
         # workers ignore Ctrl-C and are stopped when this block is left, however it is left
-        with ordered_map(_render_to, jobs, workers, "synth", chunksize=16) as results:
-            for i, (records, exp, img_noise, n_obj, n_reg, img_vg) in enumerate(
-                    tqdm(results, total=images, desc="synth", unit="img", disable=None)):
-                for f, rec in zip(handles, records):
-                    f.write(("[" if i == 0 else ", ") + rec)
-                expected.extend(exp)
-                for kind, ids in img_noise.items():
-                    noise.setdefault(kind, []).extend(ids)
-                n_objects += n_obj
-                n_regions += n_reg
-                _add_vg(vg, i + 1, img_vg)
+        results = stack.enter_context(ordered_map(_render_to, jobs, workers, "synth",
+                                                  chunksize=16))
+        for i, (records, image_facts) in enumerate(
+                tqdm(results, total=images, desc="synth", unit="img", disable=None)):
+            for f, record in zip(handles, records):
+                f.write(("[" if i == 0 else ", ") + record)
+            facts.append(image_facts)
         for f in handles:
             f.write("]")
-    finally:
-        for f in handles:
-            f.close()
-    (tmp / synth_vg.SYNSETS).write_text(_dumps(synth_vg.synset_records(vg.pop("synsets"))),
+    synsets = set().union(*(f["synsets"] for f in facts))
+    (tmp / synth_vg.SYNSETS).write_text(_dumps(synth_vg.synset_records(synsets)),
                                          encoding="utf-8")
-    return expected, noise, n_objects, n_regions, vg
+    return facts
 
 
-def _add_vg(vg: dict, image_id: int, img_vg: dict) -> None:
-    """Fold one image's VG-only facts into the corpus totals (`truth["vg"]`)."""
-    if img_vg["folder"] == "VG_100K_2":
-        vg["VG_100K_2"].append(image_id)
-    for key in ("coco_id", "flickr_id"):
-        if img_vg[key]:
-            vg[key].append(image_id)
-    vg["relationships"] += img_vg["relationships"]
-    vg["question_answers"] += img_vg["question_answers"]
-    vg["synsets"] |= img_vg["synsets"]
-
-
-def _truth(tmp: Path, images: int, seed: int, expected: list, noise: dict, vg: dict) -> dict:
+def _truth(tmp: Path, seed: int, facts: list[dict]) -> dict:
     from vprom import __version__
 
     pools: dict = {}
     sources: dict = {}
-    for et, sup, el, sid in expected:
-        pools.setdefault(et, {}).setdefault(sup, Counter())[el] += 1
-        sources.setdefault(et, {}).setdefault(sup, {}).setdefault(el, []).append(sid)
+    noise: dict = {}
+    for image in facts:
+        for et, sup, el, sid in image["expected"]:
+            pools.setdefault(et, {}).setdefault(sup, Counter())[el] += 1
+            sources.setdefault(et, {}).setdefault(sup, {}).setdefault(el, []).append(sid)
+        for kind, ids in image["noise"].items():
+            noise.setdefault(kind, []).extend(ids)
     jpegs = hashlib.sha256()
     for p in sorted((p for name in synth_vg.FOLDERS for p in (tmp / name).iterdir()),
                     key=lambda p: int(p.stem)):
         jpegs.update(f"{p.parent.name}/{p.name}".encode() + b"\0" + p.read_bytes())
+    numbered = list(enumerate(facts, 1))   # image ids
+    vg = {"VG_100K_2": [i for i, f in numbered if f["folder"] == "VG_100K_2"],
+          "coco_id": [i for i, f in numbered if f["coco_id"]],
+          "flickr_id": [i for i, f in numbered if f["flickr_id"]],
+          "relationships": sum(f["relationships"] for f in facts),
+          "question_answers": sum(f["question_answers"] for f in facts),
+          "synsets": len(json.loads((tmp / synth_vg.SYNSETS).read_text("utf-8")))}
     return {
         "format": "vprom-synth-truth", "format_version": 2, "vprom_version": __version__,
-        "seed": seed, "images": images, "min_side": MIN_SIDE, "image_size": [WIDTH, HEIGHT],
+        "seed": seed, "images": len(facts), "min_side": MIN_SIDE, "image_size": [WIDTH, HEIGHT],
         "rules": RULES,
         "pools": {et: {s: dict(sorted(c.items())) for s, c in sorted(sup.items())}
                   for et, sup in sorted(pools.items())},
         "pool_sources": sources,
-        "noise": {k: {"effect": NOISE_EFFECTS[k], "ids": sorted(v)} for k, v in sorted(noise.items())},
-        "vg": {**vg, "synsets": len(json.loads((tmp / synth_vg.SYNSETS).read_text("utf-8")))},
+        "noise": {k: {"effect": NOISE_EFFECTS[k], "ids": sorted(v)}
+                  for k, v in sorted(noise.items())},
+        "vg": vg,
         "outputs": {**{name: sha256_file(tmp / name) for name in ALL_FILES},
                     "VG_100K*/*.jpg": jpegs.hexdigest()},
     }

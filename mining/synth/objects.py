@@ -1,14 +1,9 @@
 """Drawing the synthetic corpus's objects and scenery: every label an annotation claims is
-visible. Each super-attribute has its own *channel*, so elements of different
-super-attributes combine on one object without hiding each other: the category is the
-silhouette (`mining.synth.glyphs`); color, material and texture its fill, surface and
-pattern (`mining.synth.paint`); scene the background inside the box (sunny, cloudy, snowy,
-rainy; foggy a haze over the glyph); object action marks around it (parked: asphalt and a
-line; flying: motion lines and a shadow; hanging: a string and a hook; floating: waves);
-shape an outline; plant condition the foliage of a tree or flower; a count N, N alike
-glyphs on a plain mat. Every image lies on two muted bands with low-saturation clutter
-(`background`). People are drawn by `mining.synth.people`. All randomness comes from the
-generator passed in.
+visible. Each super-attribute has its own channel, so labels of different super-attributes
+combine on one object: the category is the silhouette (`mining.synth.glyphs`); color,
+material and texture its fill, surface and pattern (`mining.synth.paint`); scene the
+background inside the box; object action marks around it; shape an outline; plant
+condition the foliage; a count N, N alike glyphs on a plain mat.
 """
 
 from __future__ import annotations
@@ -17,7 +12,6 @@ import math
 
 import numpy as np
 from PIL import Image, ImageDraw
-
 from vprom.mining.synth.glyphs import glyph_mask, solid_glyph_mask
 from vprom.mining.synth.paint import (
     COLORS,
@@ -55,7 +49,7 @@ def draw_object(im: Image.Image, box, category: str, attrs: dict[str, str | tupl
 
 
 def _draw_glyph(im: Image.Image, gbox, category: str, attrs) -> None:
-    x, y, w, h = gbox
+    _x, _y, w, h = gbox
     mask = glyph_mask(category, w, h)
     color = attrs.get("color")
     if "material" in attrs:

@@ -8,7 +8,7 @@ generator seeded by the name's stable hash, so they never vary between runs or p
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 from PIL import Image, ImageChops, ImageDraw, ImageFilter
@@ -30,7 +30,7 @@ OUTLINE: RGB = (70, 70, 74)  # lighter than "black", so outlines never read as i
 TILE = 192
 
 
-@lru_cache(maxsize=None)
+@cache
 def pattern_tile(name: str) -> Image.Image:
     """A TILE×TILE "L" mask of a texture or material pattern (255 where the ink goes)."""
     tile = Image.new("L", (TILE, TILE), 0)
@@ -152,7 +152,7 @@ def paint_material(im: Image.Image, gbox, mask: Image.Image, material: str) -> N
 
 
 def paint_texture(im: Image.Image, gbox, mask: Image.Image, fill: RGB, texture: str) -> None:
-    x, y, w, h = gbox
+    _x, _y, w, h = gbox
     if texture == "smooth":
         shading = Image.linear_gradient("L").resize((w, h)).point(lambda v: v * 0.45)
         fill_mask(im, gbox, shade(fill, 0.45), ImageChops.multiply(mask, shading))

@@ -13,7 +13,6 @@ import math
 
 import numpy as np
 from PIL import Image, ImageDraw
-
 from vprom.mining.synth.paint import COLORS, OUTLINE, SKIN, UNCOLORED, contrast
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from vprom.mining.synth.glyphs import GLYPHS
 from vprom.mining.synth.paint import MATERIALS
-from vprom.errors import VpromError
+
 from vprom.domain import COUNTS, MIN_SIDE
+from vprom.errors import VpromError
 
 # the labels the corpus renders (all must be in the miner's vocabulary)
 OBJECT_ATTRIBUTES: dict[str, tuple[str, ...]] = {
@@ -110,15 +111,15 @@ RULES = [
     "boxes are clipped to the image; a box with a side under min_side px feeds no pool",
     "an object whose name is excluded (sky, road, water, ground, wall, grass) feeds no pool",
     "an object whose canonical name is a category gives one crop to the object pool",
-    "person words (man, woman, boy, girl, person) take the human attribute table, other "
-    "objects the object attribute table",
-    "a super-attribute gives a crop only when the object has exactly one attribute of it "
-    "(two colours: impure, no colour crop)",
+    ("person words (man, woman, boy, girl, person) take the human attribute table, other "
+    "objects the object attribute table"),
+    ("a super-attribute gives a crop only when the object has exactly one attribute of it "
+    "(two colours: impure, no colour crop)"),
     "excluded (semantic) attributes such as open and empty are ignored",
-    "an attributes.json record whose id is in a survivor's merged_object_ids folds into the "
-    "survivor (same labels here), giving no crop of its own",
-    f"a region gives a count crop when its phrase states a count {COUNTS[0]}-{COUNTS[-1]} of "
-    "an object; numbers in times, ages and labels are not counts",
+    ("an attributes.json record whose id is in a survivor's merged_object_ids folds into the "
+    "survivor (same labels here), giving no crop of its own"),
+    (f"a region gives a count crop when its phrase states a count {COUNTS[0]}-{COUNTS[-1]} of "
+    "an object; numbers in times, ages and labels are not counts"),
 ]
 
 

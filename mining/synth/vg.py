@@ -1,20 +1,17 @@
-"""The rest of Visual Genome for the synthetic corpus, consistent with the four files the miner
-reads, for the tools people point at a VG folder (the official python driver, the Hugging Face
-`visual_genome` loader, bottom-up-attention's `setup_vg.py`): each image's folder (`VG_100K/`
-or `VG_100K_2/`) and its `coco_id` and `flickr_id` (null for some, as in VG); two quirks of
-VG's objects, noted as noise (`no_synset`: an empty `synsets` list; `two_names`: a second name
-of the same category); scene_graphs.json, relationships.json (v1.4, geometric predicates true
-of the boxes), question_answers.json, the v1.2 objects and relationships files and
-synsets.json. It is all drawn from a generator of its own, `default_rng([seed, index,
-META_STREAM])`, so the four mined files and the pools do not depend on it.
+"""The rest of Visual Genome for the synthetic corpus, for the tools people point at a VG
+folder (the official driver, the Hugging Face loader, bottom-up-attention's `setup_vg.py`):
+image folders and outside ids, two quirks of VG's objects noted as noise (`no_synset`,
+`two_names`), scene graphs, relationships, question answers, the v1.2 files and synsets.
+It is drawn from a generator of its own, `default_rng([seed, index, META_STREAM])`, so the
+four mined files and the pools do not depend on it.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
-
 from vprom.mining.synth.spec import NAME_VARIANTS, OBJECTS, plural
 
 META_STREAM = 1
@@ -99,7 +96,7 @@ def relationships(img) -> list[tuple[int, str, dict, dict]]:
     """(relationship id, predicate, subject, object) between consecutive objects."""
     objs = img.objects
     return [(img.image_id * 1000 + RELATIONSHIP_BASE + k, _predicate(a, b), a, b)
-            for k, (a, b) in enumerate(zip(objs, objs[1:]))]
+            for k, (a, b) in enumerate(itertools.pairwise(objs))]
 
 
 def scene_graph(img, rels) -> dict:

@@ -261,7 +261,7 @@ def test_an_annotation_zip_must_hold_its_one_json(tmp_path, server):
 
 
 def test_a_file_found_under_its_final_name_is_checked_before_it_is_trusted(tmp_path, server):
-    # An unreadable file left under its final name used to be skipped and recorded as good.
+    # An unreadable file under its final name must not be skipped and recorded as good.
     base, handler = server
     (tmp_path / "images.zip").write_bytes(patch(make_zip({"VG_100K/1.jpg": b"x"}),
                                                 "VG_100K/1.jpg", flags=0x1))

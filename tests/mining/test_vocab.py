@@ -151,11 +151,6 @@ def test_vocabulary_pickles_for_spawned_worker_processes(vocab):
     assert copy.canonical("Grey") == "gray" and _super_attribute(copy, "red", human=False) == "color"
 
 
-def test_default_vocabulary_is_cached():
-    assert load_vocabulary() is load_vocabulary()
-    assert load_vocabulary(DATA_DIR) is not load_vocabulary()
-
-
 # ------------------------------------------------------------------------------ validation
 @pytest.fixture
 def data_copy(tmp_path) -> Path:
