@@ -1,30 +1,19 @@
 """The backbone registry: CNN trunks that map a batch of crops to a feature map.
 
-A backbone is registered once by name (`register_backbone`), looked up with `get_backbone`
-(unknown names raise a VpromError listing the known ones) and listed with `list_backbones`.
-Each `Backbone` knows
+A `Backbone` is registered once by name (`register_backbone`, `get_backbone`,
+`list_backbones`; an unknown name is a VpromError listing the known ones). It builds its
+trunk (a normalised (B, 3, S, S) batch -> the last stage's map (B, D, s, s)), says how its
+input is prepared (`Preprocess`, applied on the device to the uint8 crops), names the
+poolings it offers (its default first) and loads its weights: `imagenet` (torchvision's
+published file, from torchvision's cache, never downloaded), `none` (random init from a fixed
+seed, so every rank and resumed run builds the same net) or a PATH to a state dict read
+without running code (`features/checkpoints.py`); missing and unexpected keys are named in
+the error, deliberately ignored ones in `Loaded.notes`. A detector's trunk may also say how
+it pools a box from the whole image (`RegionHead`, `--region roi`).
 
-- how to build its trunk (random init), returning a module that maps a normalised
-  (B, 3, S, S) tensor to the last conv stage's feature map (B, D, s, s);
-- how its input is prepared (`Preprocess`: input size, channel order, value scale, mean,
-  std) — normalisation runs on the device, after the uint8 crops are copied there;
-- how to load its weights: `imagenet` (torchvision's published weights, found offline in
-  torchvision's cache), `none` (random init from a fixed seed, so every rank and every
-  resumed run builds the same net) or a PATH to a state dict (read without running code:
-  `features/checkpoints.py`), with missing and unexpected keys named in the error and the
-  keys it deliberately ignores (a classifier, a detector's heads) named in `Loaded.notes`;
-- for a detector's trunk, optionally how it computes a box's features from the whole image
-  (`RegionHead`, used by `--region roi`).
-
-Each also names the poolings it offers (`pools`, its default first): the CNN trunks `avg`
-and `none`; a module built for a pooling other than `avg`/`none` returns a (B, D, 1, 1) map
-(`cls`) or the patch-token grid (`mean`), so the extractor's average-pool-then-L2 step gives
-the vector either way.
-
-The registry is a leaf (`vprom.registry`): the built-in backbones live in their own modules,
-imported when it is first asked for a name: the torchvision ResNets (`features/resnets.py`),
-`bottomup-r101` (`features/bottomup.py`), the Caffe ResNet-101 of Anderson et al. 2018, and
-the `timm:<name>` family (`features/timm_backbones.py`), any timm model built on demand.
+The built-in backbones live in their own modules, imported when a name is first asked for:
+the torchvision ResNets (`features/resnets.py`), `bottomup-r101` (`features/bottomup.py`) and
+the `timm:<name>` family (`features/timm_backbones.py`).
 """
 
 from __future__ import annotations

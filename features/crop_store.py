@@ -28,6 +28,7 @@ import numpy as np
 from vprom.claim import remove_work_folder, writes
 from vprom.errors import VpromError
 from vprom.feature_files import OpenFile
+from vprom.features.config import COMPRESSIONS
 from vprom.files import atomic_path
 from vprom.images import ImageIndex
 from vprom.manifest import input_hashes, is_current, make_manifest, why_stale, write_manifest
@@ -38,7 +39,6 @@ KIND = "vprom-crops"
 LAYOUT = "pixels: uint8 (N, 3, S, S) RGB, channels first, one crop per HDF5 chunk"
 #: what `<out>.partial/` holds; a work folder with anything else is not removed
 WORK_FILES = ("chunk-*.npy", "manifest.json")
-COMPRESSIONS = ("none", "gzip", "lzf")
 #: crops in the full V-PROM: Table 1's 143,634 panel images (an upper bound on distinct crops)
 FULL_SCALE_CROPS = 143_634
 

@@ -1,22 +1,14 @@
 """The `timm:<name>` backbone family: any timm model (DINO, DINOv2, CLIP, SigLIP, ConvNeXt, ...).
 
-One registry family, not an entry per model: `resolve(name)` builds the named model once on
-torch's meta device (no memory, no weights) to learn what it is:
-
-- a *token* model (a ViT: `forward_features` gives (B, N, C) tokens, the first
-  `num_prefix_tokens` of them class/register tokens) offers `cls` (default: the model's own
-  pooled output, `forward_head(pre_logits=True)`), `mean` (the patch tokens' average) and
-  `none` (the patch tokens as a (C, H, W) grid); a *map* model (a ConvNet, NCHW or NHWC)
-  offers `avg` and `none`, as the ResNets;
-- its preprocessing comes from timm's own data config (`resolve_model_data_config`).
-
-`load` builds the model with the classifier removed, wrapped in `TimmTrunk`. Weights: `none`
-(random init from a fixed seed); a FILE (`.safetensors` handed to timm as a file, anything
-else read by the safe loader of `features/checkpoints.py` and handed over as a state dict;
-either way timm's own checkpoint filter and strict key check run); or `pretrained` (the
-default `imagenet` too): the tag's published file, only if the Hugging Face or torch hub
-cache already holds it. vprom never downloads: the hub is set offline before timm is
-imported, and a missing file is a one-line error saying how to fetch it elsewhere.
+`resolve(name)` builds the model once on torch's meta device to learn what it is: a *token*
+model (a ViT: `forward_features` gives (B, N, C), the first `num_prefix_tokens` class or
+register tokens) offers `cls` (the model's own pooled output, the default), `mean` (of the
+patch tokens) and `none` (the patch grid); a *map* model (a ConvNet, NCHW or NHWC) offers
+`avg` and `none`. Preprocessing comes from timm's own data config. Weights: `none` (random
+init from a fixed seed), a FILE (timm's checkpoint filter and strict key check run on it;
+non-safetensors files go through `features/checkpoints.py`), or `pretrained`/`imagenet`:
+the tag's published file, only if the Hugging Face or torch hub cache already holds it.
+vprom never downloads: the hub is set offline before timm is imported.
 """
 
 from __future__ import annotations

@@ -1,26 +1,21 @@
 """`vprom human-study`: a stratified, seeded sample of V-PROM problems as a study folder.
 
-The sample is even across relations, as the paper's study was, and within each relation even
-across the element types that take part in it: `n` is split over the (relation, element
-type) cells by largest remainder, a cell short of problems hands its shortfall to the other
-cells of its relation, then to any cell, and the problems of a cell are drawn without
-replacement from the split part (the test part by default). One more problem, from the
-training part, becomes the worked example on the instructions page.
+The sample is even across relations, as the paper's study was, and within a relation across
+its element types: `n` is split over the (relation, element type) cells by largest remainder,
+a cell short of problems hands its shortfall to its relation's other cells, then to any, and
+a cell's problems are drawn without replacement from the split part (test by default). One
+training problem becomes the worked example on the instructions page.
 
-The folder holds two halves:
-
-    STUDY/public/        what a participant's browser may read (served by `human-serve`):
-        index.html, study.js, study.css    the page (plain HTML and JavaScript, no library)
-        problems.json    every problem as opaque image names: 8 context, 8 candidates
-        example.json     the worked example, with its answer and the relation spelled out
-        images/<token>.jpg   every crop once, letterboxed to SIZE x SIZE
-    STUDY/study.json     the key: the vprom manifest, and per problem its matrix id,
-                         relation, element type, answer and the candidate order shown
-    STUDY/responses/     one JSON-lines file per participant, appended by `human-serve`
+    STUDY/public/     what a browser may read: the page (index.html, study.js, study.css),
+                      problems.json (opaque image names: 8 context, 8 candidates),
+                      example.json (the worked example, answered), images/<token>.jpg
+    STUDY/study.json  the key: the manifest, and per problem its matrix, relation, element
+                      type, answer and the candidate order shown
+    STUDY/responses/  one JSON-lines file per participant, appended by `human-serve`
 
 Nothing under public/ tells the answer: image names are random tokens, problems are listed
-in a shuffled order under random keys, and the candidates of each problem are put in a
-random order (recorded in the key); `human-serve` shuffles them again per participant.
+shuffled under random keys, and each problem's candidates are shuffled (the order is in the
+key); `human-serve` shuffles them again per participant.
 """
 
 from __future__ import annotations
