@@ -131,7 +131,7 @@ class Backbone:
         A CNN trunk is the same for every pooling and input size (the extractor pools)."""
         self.pool_for(pool)
         if weights == "none":
-            return _ready(self._random(), "none", "")
+            return _ready(seeded(self.build), "none", "")
         if weights == "imagenet":
             if self.imagenet is None:
                 raise VpromError(f"backbone {self.name} has no ImageNet weights; pass "
@@ -142,13 +142,6 @@ class Backbone:
         path = Path(weights)
         module, notes = self._with(read_checkpoint(path), str(path))
         return _ready(module, str(path), sha256_file(path), notes)
-
-    def _random(self) -> nn.Module:
-        # torchvision's initialisers draw from the global generator: fork it so the caller's
-        # state is untouched and every process builds bit-identical random weights.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(RANDOM_INIT_SEED)
-            return self.build()
 
     def _with(self, state: dict, source: str) -> tuple[nn.Module, tuple[str, ...]]:
         # Built without memory (meta device) and given the checkpoint's tensors: no random
@@ -171,6 +164,14 @@ class Backbone:
         state = {k: v.to(expected[k].dtype) for k, v in state.items()}
         module.load_state_dict(state, strict=True, assign=True)
         return module, tuple(notes)
+
+
+def seeded(build: Callable[[], nn.Module]) -> nn.Module:
+    """`build()` with random weights that every process builds bit-identically; the caller's
+    global generator (which torchvision's and timm's initialisers draw from) is untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANDOM_INIT_SEED)
+        return build()
 
 
 def _ready(module: nn.Module, weights: str, sha256: str, notes: tuple[str, ...] = ()) -> Loaded:

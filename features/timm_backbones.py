@@ -17,7 +17,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
@@ -26,11 +26,11 @@ from torch import nn
 from vprom.errors import VpromError
 from vprom.features.backbones import (
     BACKBONES,
-    RANDOM_INIT_SEED,
     Backbone,
     Loaded,
     Preprocess,
     _ready,
+    seeded,
 )
 from vprom.features.checkpoints import read_checkpoint
 from vprom.files import sha256_file
@@ -48,23 +48,17 @@ USAGE = ("timm:<name>  any timm model, e.g. timm:vit_base_patch16_224.dino, "
 
 
 def timm_version() -> str:
-    """timm's version, or "not installed" (recorded in every features file)."""
-    try:
-        return version("timm")
-    except PackageNotFoundError:
-        return "not installed"
+    """timm's version (recorded in every features file)."""
+    return version("timm")
 
 
 def _timm():
     # Offline before huggingface_hub is first imported (it reads the flag then): nothing a
     # timm call does may reach the network.
     os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        import timm
-        import timm.data
-    except ImportError:
-        raise VpromError("timm:<name> backbones need timm: pip install timm (vprom declares "
-                         "it as a dependency)") from None
+    import timm
+    import timm.data
+
     return timm
 
 
@@ -110,9 +104,7 @@ class TimmBackbone(Backbone):
         if self.tokens and input_size and input_size != self.preprocess.input_size:
             kwargs["img_size"] = input_size  # position embeddings for this grid
         if weights == "none":
-            with torch.random.fork_rng(devices=[]):  # same weights in every process
-                torch.manual_seed(RANDOM_INIT_SEED)
-                model = timm.create_model(self.model_name, pretrained=False, **kwargs)
+            model = seeded(lambda: timm.create_model(self.model_name, pretrained=False, **kwargs))
             return _ready(TimmTrunk(model, self.tokens, pool, self.nhwc), "none", "")
         path = self._cached() if weights in CACHED else Path(weights)
         if not path.is_file():

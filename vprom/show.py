@@ -1,11 +1,10 @@
-"""`vprom show`: one matrix and its candidates as a PNG people can read.
+"""`vprom show`: one matrix and its candidates as a PNG people can read (Pillow only).
 
-Layout (Pillow only): a title line; the 3×3 grid of context panels with the missing last
-cell drawn as a "?"; below it the 8 candidates in two rows of four, numbered 1–8. Every
-crop is cut from its Visual Genome image and letterboxed into a square tile (aspect kept).
-With `answer=True` the correct candidate is framed in green and a text block spells out
-the relation, element type, super-attribute, the element of every panel and the answer
-(candidates as "number: element", so a count matrix reads "1: 9   2: 7").
+A title; the 3×3 grid of context panels with the missing cell drawn as "?"; the 8
+candidates in two rows of four, numbered 1–8. Every crop is cut from its Visual Genome image
+and letterboxed into a square tile. With `answer=True` the correct candidate is framed in
+green and a text block spells out the relation, element type, super-attribute, every
+panel's element and the answer.
 """
 
 from __future__ import annotations
