@@ -153,9 +153,10 @@ class Backbone:
         missing = sorted(set(expected) - set(state))
         unexpected = sorted(set(state) - set(expected))
         if missing or unexpected:
-            raise VpromError(f"{source}: not a {self.name} checkpoint: {_keys('missing', missing)}"
-                             f"{'; ' if missing and unexpected else ''}"
-                             f"{_keys('unexpected', unexpected)}; pass the right file")
+            found = [f"{len(keys)} {kind} keys ({name_some(keys)})" for kind, keys in
+                     (("missing", missing), ("unexpected", unexpected)) if keys]
+            raise VpromError(f"{source}: not a {self.name} checkpoint: {'; '.join(found)}; "
+                             "pass the right file")
         for key, value in state.items():
             if tuple(value.shape) != tuple(expected[key].shape):
                 raise VpromError(f"{source}: {key} has shape {tuple(value.shape)}, {self.name} "
@@ -177,12 +178,6 @@ def seeded(build: Callable[[], nn.Module]) -> nn.Module:
 def _ready(module: nn.Module, weights: str, sha256: str, notes: tuple[str, ...] = ()) -> Loaded:
     module.eval().requires_grad_(False)
     return Loaded(module, weights, sha256, notes)
-
-
-def _keys(kind: str, keys: list[str]) -> str:
-    if not keys:
-        return ""
-    return f"{len(keys)} {kind} keys ({name_some(keys)})"
 
 
 def name_some(keys: list[str], shown: int = 8) -> str:

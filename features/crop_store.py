@@ -33,7 +33,7 @@ from vprom.files import atomic_path
 from vprom.images import ImageIndex
 from vprom.manifest import input_hashes, is_current, make_manifest, why_stale, write_manifest
 from vprom.processes import ordered_map
-from vprom.tables import open_h5, read_crop_table, read_matrix_table
+from vprom.tables import crop_rows, open_h5, read_crop_table, read_matrix_table
 
 KIND = "vprom-crops"
 LAYOUT = "pixels: uint8 (N, 3, S, S) RGB, channels first, one crop per HDF5 chunk"
@@ -250,10 +250,7 @@ class CropStore(OpenFile):
 
     def rows_of(self, crop_ids) -> np.ndarray:
         """Rows of `crop_ids`; -1 where the store does not have the crop."""
-        ids = np.asarray(crop_ids, dtype=np.int64)
-        pos = np.minimum(np.searchsorted(self.crop_id, ids), max(len(self.crop_id) - 1, 0))
-        found = (self.crop_id[pos] == ids) if len(self.crop_id) else np.zeros(ids.shape, bool)
-        return np.where(found, pos, -1)
+        return crop_rows(self.crop_id, crop_ids)
 
     def _raw_offsets(self) -> np.ndarray | None:
         """Where each crop's bytes start in the file (-1 for a chunk never written), or None

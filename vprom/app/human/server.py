@@ -219,7 +219,7 @@ class Handler(BaseHTTPRequestHandler):
     error_content_type = "text/plain; charset=utf-8"
 
     def log_message(self, format, *args):  # one quiet line per request on stderr
-        if getattr(self.server, "verbose", True):
+        if self.server.verbose:
             super().log_message(format, *args)
 
     def _send(self, status: HTTPStatus, body: bytes, kind: str) -> None:
@@ -312,10 +312,10 @@ class StudyServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = LISTEN_BACKLOG
 
-    def __init__(self, address, handler, max_connections: int):
+    def __init__(self, address, handler, max_connections: int, verbose: bool):
         super().__init__(address, handler)
         self.places = threading.BoundedSemaphore(max_connections)
-        self.verbose = True
+        self.verbose = verbose
 
     def process_request(self, request, client_address):
         self.places.acquire()
@@ -341,12 +341,10 @@ def make_server(study: str | Path, host: str = "127.0.0.1", port: int = 8000,
     places = MAX_CONNECTIONS if files == resource.RLIM_INFINITY else min(
         MAX_CONNECTIONS, max(1, files // 2))
     try:
-        server = StudyServer((host, port), handler, places)
+        return StudyServer((host, port), handler, places, verbose)
     except OSError as e:
         raise VpromError(f"cannot listen on {host}:{port} ({e.strerror}); pick another "
                          "--port") from None
-    server.verbose = verbose
-    return server
 
 
 def serve(study: str | Path, host: str = "127.0.0.1", port: int = 8000) -> None:

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from vprom.errors import VpromError
-from vprom.images import ImageIndex, clip_box
+from vprom.images import ImageIndex, clip_box, open_rgb
 from vprom.claim import writes
 from vprom.files import atomic_dir, write_json
 from vprom.manifest import input_hashes, make_manifest
@@ -110,19 +110,13 @@ def _tokens(k: int, rng: np.random.Generator) -> list[str]:
 def _write_images(crop_rows: list[int], crops, vg_dir: Path, folder: Path, size: int,
                   names: dict[int, str]) -> None:
     """Every crop once, letterboxed; each source image is decoded once for all its crops."""
-    from PIL import Image
-
     index = ImageIndex(vg_dir)
     by_image: dict[int, list[int]] = {}
     for row in crop_rows:
         by_image.setdefault(int(crops.image_id[row]), []).append(row)
     for image_id, rows in sorted(by_image.items()):
         path = index.path(image_id)
-        try:
-            with Image.open(path) as im:
-                im = im.convert("RGB")
-        except (OSError, ValueError) as e:
-            raise VpromError(f"{path}: cannot read image ({e}); re-download it") from None
+        im = open_rgb(path)
         for row in rows:
             box = (crops.x[row], crops.y[row], crops.w[row], crops.h[row])
             corners = clip_box(box, im.width, im.height)
