@@ -48,10 +48,8 @@ def channel_values(values: tuple, device: torch.device) -> torch.Tensor:
 @dataclass(frozen=True)
 class Preprocess:
     """How uint8 crops become the trunk's input: x = (pixels[order] * scale - mean) / std.
-
-    A crop is warped with `interpolation` (antialiased); with `crop_pct` 1 (the CNNs here) the
-    whole box becomes S x S, below 1 a timm model's eval crop applies (its `pretrained_cfg`:
-    resize to S / crop_pct, keep the centre S x S; features/crops.py, features/decoding.py)."""
+    A crop is warped with `interpolation` (antialiased) to S x S, or with `crop_pct` < 1 (a
+    timm model's eval crop) to S / crop_pct, keeping the centre S x S."""
 
     input_size: int
     channel_order: str = "RGB"  # or "BGR" (Caffe)

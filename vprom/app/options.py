@@ -17,7 +17,6 @@ import math
 import re
 import types
 import typing
-from pathlib import Path
 
 from vprom.errors import VpromError
 from vprom.claim import check_output
