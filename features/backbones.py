@@ -1,30 +1,19 @@
 """The backbone registry: CNN trunks that map a batch of crops to a feature map.
 
-A backbone is registered once by name (`register_backbone`), looked up with `get_backbone`
-(unknown names raise a VpromError listing the known ones) and listed with `list_backbones`.
-Each `Backbone` knows
+A `Backbone` is registered once by name (`register_backbone`, `get_backbone`,
+`list_backbones`; an unknown name is a VpromError listing the known ones). It builds its
+trunk (a normalised (B, 3, S, S) batch -> the last stage's map (B, D, s, s)), says how its
+input is prepared (`Preprocess`, applied on the device to the uint8 crops), names the
+poolings it offers (its default first) and loads its weights: `imagenet` (torchvision's
+published file, from torchvision's cache, never downloaded), `none` (random init from a fixed
+seed, so every rank and resumed run builds the same net) or a PATH to a state dict read
+without running code (`features/checkpoints.py`); missing and unexpected keys are named in
+the error, deliberately ignored ones in `Loaded.notes`. A detector's trunk may also say how
+it pools a box from the whole image (`RegionHead`, `--region roi`).
 
-- how to build its trunk (random init), returning a module that maps a normalised
-  (B, 3, S, S) tensor to the last conv stage's feature map (B, D, s, s);
-- how its input is prepared (`Preprocess`: input size, channel order, value scale, mean,
-  std) — normalisation runs on the device, after the uint8 crops are copied there;
-- how to load its weights: `imagenet` (torchvision's published weights, found offline in
-  torchvision's cache), `none` (random init from a fixed seed, so every rank and every
-  resumed run builds the same net) or a PATH to a state dict (read without running code:
-  `features/checkpoints.py`), with missing and unexpected keys named in the error and the
-  keys it deliberately ignores (a classifier, a detector's heads) named in `Loaded.notes`;
-- for a detector's trunk, optionally how it computes a box's features from the whole image
-  (`RegionHead`, used by `--region roi`).
-
-Each also names the poolings it offers (`pools`, its default first): the CNN trunks `avg`
-and `none`; a module built for a pooling other than `avg`/`none` returns a (B, D, 1, 1) map
-(`cls`) or the patch-token grid (`mean`), so the extractor's average-pool-then-L2 step gives
-the vector either way.
-
-The registry is a leaf (`vprom.registry`): the built-in backbones live in their own modules,
-imported when it is first asked for a name: the torchvision ResNets (`features/resnets.py`),
-`bottomup-r101` (`features/bottomup.py`), the Caffe ResNet-101 of Anderson et al. 2018, and
-the `timm:<name>` family (`features/timm_backbones.py`), any timm model built on demand.
+The built-in backbones live in their own modules, imported when a name is first asked for:
+the torchvision ResNets (`features/resnets.py`), `bottomup-r101` (`features/bottomup.py`) and
+the `timm:<name>` family (`features/timm_backbones.py`).
 """
 
 from __future__ import annotations
@@ -59,10 +48,8 @@ def channel_values(values: tuple, device: torch.device) -> torch.Tensor:
 @dataclass(frozen=True)
 class Preprocess:
     """How uint8 crops become the trunk's input: x = (pixels[order] * scale - mean) / std.
-
-    A crop is warped with `interpolation` (antialiased); with `crop_pct` 1 (the CNNs here) the
-    whole box becomes S x S, below 1 a timm model's eval crop applies (its `pretrained_cfg`:
-    resize to S / crop_pct, keep the centre S x S; features/crops.py, features/decoding.py)."""
+    A crop is warped with `interpolation` (antialiased) to S x S, or with `crop_pct` < 1 (a
+    timm model's eval crop) to S / crop_pct, keeping the centre S x S."""
 
     input_size: int
     channel_order: str = "RGB"  # or "BGR" (Caffe)
@@ -142,7 +129,7 @@ class Backbone:
         A CNN trunk is the same for every pooling and input size (the extractor pools)."""
         self.pool_for(pool)
         if weights == "none":
-            return _ready(self._random(), "none", "")
+            return _ready(seeded(self.build), "none", "")
         if weights == "imagenet":
             if self.imagenet is None:
                 raise VpromError(f"backbone {self.name} has no ImageNet weights; pass "
@@ -154,13 +141,6 @@ class Backbone:
         module, notes = self._with(read_checkpoint(path), str(path))
         return _ready(module, str(path), sha256_file(path), notes)
 
-    def _random(self) -> nn.Module:
-        # torchvision's initialisers draw from the global generator: fork it so the caller's
-        # state is untouched and every process builds bit-identical random weights.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(RANDOM_INIT_SEED)
-            return self.build()
-
     def _with(self, state: dict, source: str) -> tuple[nn.Module, tuple[str, ...]]:
         # Built without memory (meta device) and given the checkpoint's tensors: no random
         # initialisation that the weights would overwrite anyway.
@@ -171,9 +151,10 @@ class Backbone:
         missing = sorted(set(expected) - set(state))
         unexpected = sorted(set(state) - set(expected))
         if missing or unexpected:
-            raise VpromError(f"{source}: not a {self.name} checkpoint: {_keys('missing', missing)}"
-                             f"{'; ' if missing and unexpected else ''}"
-                             f"{_keys('unexpected', unexpected)}; pass the right file")
+            found = [f"{len(keys)} {kind} keys ({name_some(keys)})" for kind, keys in
+                     (("missing", missing), ("unexpected", unexpected)) if keys]
+            raise VpromError(f"{source}: not a {self.name} checkpoint: {'; '.join(found)}; "
+                             "pass the right file")
         for key, value in state.items():
             if tuple(value.shape) != tuple(expected[key].shape):
                 raise VpromError(f"{source}: {key} has shape {tuple(value.shape)}, {self.name} "
@@ -184,15 +165,17 @@ class Backbone:
         return module, tuple(notes)
 
 
+def seeded(build: Callable[[], nn.Module]) -> nn.Module:
+    """`build()` with random weights that every process builds bit-identically; the caller's
+    global generator (which torchvision's and timm's initialisers draw from) is untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANDOM_INIT_SEED)
+        return build()
+
+
 def _ready(module: nn.Module, weights: str, sha256: str, notes: tuple[str, ...] = ()) -> Loaded:
     module.eval().requires_grad_(False)
     return Loaded(module, weights, sha256, notes)
-
-
-def _keys(kind: str, keys: list[str]) -> str:
-    if not keys:
-        return ""
-    return f"{len(keys)} {kind} keys ({name_some(keys)})"
 
 
 def name_some(keys: list[str], shown: int = 8) -> str:

@@ -1,34 +1,19 @@
 """`bottomup-r101`: the ResNet-101 of the bottom-up-attention Faster R-CNN, as released.
 
 Anderson et al. (2018) trained a Faster R-CNN with a ResNet-101 "C4" backbone on Visual
-Genome objects and attributes, in Caffe. Its `test.prototxt` runs res2-res4 over the whole
-image (the backbone, stride 16), max-pools each box from the res4 map to 14x14 cells at
-scale 1/16 (`roi_pool5`), runs res5 on those cells and averages the result (`pool5`). Its res5
-is not ImageNet's: the first block has stride 1 (`res5a_branch1`, `res5a_branch2a`) and every
-3x3 convolution has dilation 2 and padding 2, so res5 keeps the 14x14 size of its input. The
-two public ports say the same (`RES5_DILATION: 2`, `RES5HALVE: False`).
+Genome in Caffe: res2-res4 run over the whole image (stride 16), each box is max-pooled from
+res4 to 14x14 cells (`roi_pool5`), and res5 runs on those cells and is averaged (`pool5`).
+Its res5 is not ImageNet's: stride 1 and every 3x3 convolution dilated by 2, so res5 keeps
+the 14x14 size. `--region crop` runs all of it on a 224x224 warped crop (res4 is then the
+14x14 RoI pooling gives); `--region roi` (features/regions.py) follows the detector.
 
-This module builds exactly that network. `--region crop` (the default) runs all of it on a
-224x224 warped crop: res4 is then 14x14, the size RoI pooling gives the detector, and res5
-14x14. `--region roi` (features/regions.py) follows the detector itself: the whole image at
-the test scale, res4 once per image, RoI pooling per box, res5 and the mean (`REGION_HEAD`).
-
-Caffe conventions kept here (each checked against the facts in `data/bottomup_r101.json`,
-which records the Caffe layer table and the ports' key names with their sources):
-- the stride of a stage's first block sits in its first 1x1 convolution (MSRA ResNet);
-- batch norm is frozen: y = x * weight / sqrt(var + eps) + (bias - mean * weight /
-  sqrt(var + eps)), eps 1e-5; a checkpoint holding only the affine pair (weight, bias) gets
-  mean 0 and var 1, as Detectron2's FrozenBatchNorm2d does;
-- the stem's max pool has no padding and rounds up (Caffe's ceil mode);
-- input is BGR in 0-255 with the Caffe pixel means [102.9801, 115.9465, 122.7717]
-  subtracted and no division by a std.
-
-Weights: the ports' checkpoints use Detectron2 names: `backbone.stem.conv1.{weight,norm.*}`,
-`backbone.res{2,3,4}.<i>.{shortcut,conv1,conv2,conv3}.{weight,norm.*}` and
-`roi_heads.res5.<i>....`. `map_bottomup` maps those to this module, drops the detector's
-heads (the prefixes the data file lists: RPN and box/attribute predictors) and the
-`num_batches_tracked` counters of a re-saved BatchNorm2d, names both in its notes, and
-refuses any other key by name.
+Caffe conventions, each checked against `data/bottomup_r101.json` (the Caffe layer table and
+the ports' key names, with sources): a stage's stride sits in its first 1x1 convolution;
+batch norm is frozen (an affine-only checkpoint gets mean 0 and var 1, as Detectron2's
+FrozenBatchNorm2d), eps 1e-5; the stem's max pool has no padding and rounds up; input is BGR
+0-255 minus the Caffe pixel means. `map_bottomup` maps the ports' Detectron2 names
+(`backbone.*`, `roi_heads.res5.*`) to this module, drops the detector's heads and BatchNorm
+step counters (naming both in its notes) and refuses any other key by name.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """Reading weights files without running code from them.
 
-A weights file is a pickle, and unpickling an untrusted pickle can call any function it names.
-`read_checkpoint` therefore never hands a file to an unrestricted unpickler:
-
-- a torch zip file (`torch.save`, any suffix) goes to `torch.load(weights_only=True)`, with
-  the numpy names below added to its allow-list, so a state dict whose values are numpy
-  arrays loads too (numpy 1.x pickles name `numpy.core.multiarray`, numpy 2.x
-  `numpy._core.multiarray`; both are accepted);
-- any other file (a Detectron-style `.pkl`, a dict of numpy arrays, of either pickle protocol)
-  goes to `SafeUnpickler`, which resolves only the names in `ALLOWED`: numpy's array, scalar
-  and dtype reconstructors, `collections.OrderedDict`, and `_codecs.encode`, which Python 3
-  writes into every protocol-2 pickle that holds `bytes` (`_codecs.encode(text, "latin1")`).
-  That one is replaced by `latin1_bytes`, which accepts exactly that call and nothing else;
-- a file in torch's legacy (pre-zip) format starts with a pickled magic number; the safe
-  unpickler reads it and the file then goes to `torch.load(weights_only=True)`.
-
-Python 2 pickles store array bytes as `str`; they are read with encoding latin1, which numpy
-turns back into the same bytes. The result is a flat {name: tensor}: a `model` or
-`state_dict` wrapper is unwrapped, a `module.` prefix (DataParallel) is removed, and values
-that are neither tensors nor arrays (an `__author__` string, counters) are left out.
+Unpickling an untrusted pickle can call any function it names, so `read_checkpoint` never
+uses an unrestricted unpickler: a torch zip file (or torch's legacy format, which starts with
+a pickled magic number) goes to `torch.load(weights_only=True)` with numpy's array names
+allowed too; any other pickle (a Detectron `.pkl`, a dict of numpy arrays) goes to
+`SafeUnpickler`, which resolves only the names in `ALLOWED` - numpy's reconstructors (numpy
+1.x's `numpy.core` and 2.x's `numpy._core`), `OrderedDict`, and `_codecs.encode`, which
+protocol-2 pickles use for `bytes` and which is allowed only as `encode(str, "latin1")`.
+Python 2 pickles are read with encoding latin1. The result is a flat {name: tensor}: a
+`model` or `state_dict` wrapper is unwrapped, a `module.` prefix removed, and values that
+are neither tensors nor arrays left out.
 """
 
 from __future__ import annotations

@@ -11,10 +11,8 @@ from pathlib import Path
 
 from vprom.errors import VpromError
 
-#: How features may be stored.
 STORED_DTYPES = ("float16", "float32")
-#: Where JPEGs are decoded: Pillow in the DataLoader workers, or torchvision's decoder on the
-#: extraction device (nvjpeg on CUDA); auto picks per machine (features/decoding.py).
+#: Pillow in the DataLoader workers, or torchvision's decoder on the device (features/decoding.py)
 DECODERS = ("auto", "cpu", "gpu")
 #: What a crop's pixels are: the box warped to SxS, or the detector's RoI pooling of the image.
 REGIONS = ("crop", "roi")
@@ -25,10 +23,9 @@ POOLS = ("auto", "avg", "cls", "mean", "none")
 COMPRESSIONS = ("none", "gzip", "lzf")
 #: crops per forward by default on CUDA, and for `--region roi` (where a batch counts boxes)
 BATCH_SIZE = 64
-#: on a CPU device a default batch holds about this many pixels per thread: 8 crops of 224 px
-#: on 2 threads. On a 2-core machine 8 crops at 224 px run resnet18 and resnet50 end to end
-#: 1.27x and 1.46x faster than 64, whose activations outgrow the caches; at 112 px 32 crops,
-#: and at 64 px 64, are the fastest (docs/features.md)
+#: on a CPU device a default batch holds about this many pixels per thread: larger batches'
+#: activations outgrow the caches (8 crops of 224 px run resnet50 1.46x faster than 64 on
+#: 2 cores; docs/features.md)
 CPU_BATCH_PIXELS = 4 * 224 * 224
 
 

@@ -1,30 +1,16 @@
 """The crop store (`vprom crops`): every crop a data set uses, once, as uint8 pixels.
 
-Pixel models read the 16 panels of a problem many times per training run; decoding them from
-the Visual Genome JPEGs every time costs ~7 ms per image and core. A crop store decodes each
-crop once, with exactly the rule `vprom extract` applies (`features.crops.decode_crops`: the
-box clipped to the image, the whole crop resized to S x S, bilinear with antialiasing, JPEG
-draft decoding for large crops), and keeps the pixels in one HDF5 file:
+Pixel models read a problem's 16 panels many times per run; a store decodes each crop once,
+with `vprom extract`'s rule (`features.crops.decode_crops`), into one HDF5 file: `crop_id`
+(N,) sorted, and `pixels` uint8 (N, 3, S, S), one crop per HDF5 chunk, so a problem reads
+exactly its 16 chunks; attributes say the kind, size, resize rule and manifest.
 
-    crop_id   int64 (N,)           sorted ascending: the distinct crops of matrices/panels
-    pixels    uint8 (N, 3, S, S)   RGB, channels first; HDF5-chunked one crop per chunk, so a
-                                   problem reads exactly its 16 chunks (optionally gzip/lzf)
-    attrs     kind="vprom-crops", size, resize, layout, compression, complete, manifest (its
-              input: the data set's content hash, which `vprom.data` checks)
-
-Building (`build_crop_store`):
-1. Plan: crops sharing an (image, box) are one unit, decoded once; units are sorted by image
-   and cut into chunks of about `chunk_crops` units at image boundaries
-   (`features.crops.batch_layout` with `whole_images`), so an image's JPEG is read once for
-   all its units (decoded once per JPEG draft reduction its boxes need, as `extract` does).
-2. Chunks are decoded by `workers` processes, each saved atomically as
-   `<out>.partial/chunk-NNNNN.npy`; a chunk file that exists is done, so a killed build
-   resumes where it stopped, when the folder's manifest is current for the data set and the
-   settings (`vprom.manifest.is_current`); else it is started over. A finished store that is
-   current is kept.
-3. When every chunk is there, the store is assembled into a temporary file and renamed to
-   `<out>`, then the work folder is removed. A crop whose image is missing or whose box lies
-   outside its image is refused, naming the image; nothing is assembled then.
+Building: crops sharing an (image, box) are decoded once, in chunks cut at image boundaries
+(`features.crops.batch_layout`), by `workers` processes, each chunk saved atomically as
+`<out>.partial/chunk-NNNNN.npy`. A killed build resumes from the chunks there when the work
+folder's manifest is current (`vprom.manifest.is_current`); then the store is assembled into
+a temporary file and renamed. A crop whose image is missing or whose box lies outside it is
+refused, naming the image; nothing is assembled then.
 """
 
 from __future__ import annotations
@@ -42,17 +28,17 @@ import numpy as np
 from vprom.claim import remove_work_folder, writes
 from vprom.errors import VpromError
 from vprom.feature_files import OpenFile
+from vprom.features.config import COMPRESSIONS
 from vprom.files import atomic_path
 from vprom.images import ImageIndex
 from vprom.manifest import input_hashes, is_current, make_manifest, why_stale, write_manifest
 from vprom.processes import ordered_map
-from vprom.tables import open_h5, read_crop_table, read_matrix_table
+from vprom.tables import crop_rows, open_h5, read_crop_table, read_matrix_table
 
 KIND = "vprom-crops"
 LAYOUT = "pixels: uint8 (N, 3, S, S) RGB, channels first, one crop per HDF5 chunk"
 #: what `<out>.partial/` holds; a work folder with anything else is not removed
 WORK_FILES = ("chunk-*.npy", "manifest.json")
-COMPRESSIONS = ("none", "gzip", "lzf")
 #: crops in the full V-PROM: Table 1's 143,634 panel images (an upper bound on distinct crops)
 FULL_SCALE_CROPS = 143_634
 
@@ -234,16 +220,12 @@ def build_crop_store(job: StoreJob, log=print) -> Path:
 class CropStore(OpenFile):
     """An open crop store, read lazily. Context manager or `close()`.
 
-    An uncompressed store (the default) is read without HDF5 in the loop: each crop is one
-    chunk of exactly its 3*S*S bytes, so the chunks' byte offsets in the file (one pass over
-    HDF5's chunk index, `chunk_iter`, at the first read: ~2 us a crop) and a read-only memory
-    map of the file let `read_rows` copy every crop straight from the page cache into the
-    output. h5py's per-crop read (`pixels[r]`, or `read_direct_chunk`) goes through a
-    temporary buffer and the HDF5 library each time and costs about three times as long;
-    its fancy indexing (`pixels[[r1, r2, ...]]`) builds one hyperslab per index and took
-    1.7 s for 512 crops. Compressed stores go through h5py, crop by crop. The map and the
-    offsets belong to the process that made them, like the HDF5 handle (`vprom.data.VPROM`
-    opens a store anew in each DataLoader worker).
+    A store as `vprom crops` writes it (uncompressed, one crop a chunk) is read from a
+    read-only memory map of the file at the chunks' byte offsets (found once with h5py's
+    `chunk_iter`): h5py's own per-crop read goes through the HDF5 library and a temporary
+    buffer each time and costs about three times as long. Other layouts go through h5py.
+    The map belongs to the process that made it (`vprom.data.VPROM` opens a store anew in
+    each DataLoader worker).
     """
 
     def __init__(self, path: str | Path):
@@ -268,34 +250,19 @@ class CropStore(OpenFile):
 
     def rows_of(self, crop_ids) -> np.ndarray:
         """Rows of `crop_ids`; -1 where the store does not have the crop."""
-        ids = np.asarray(crop_ids, dtype=np.int64)
-        pos = np.minimum(np.searchsorted(self.crop_id, ids), max(len(self.crop_id) - 1, 0))
-        found = (self.crop_id[pos] == ids) if len(self.crop_id) else np.zeros(ids.shape, bool)
-        return np.where(found, pos, -1)
+        return crop_rows(self.crop_id, crop_ids)
 
-    def byte_offsets(self) -> np.ndarray | None:
-        """Where each crop's bytes start in the file (int64 (N,), -1 for a chunk never
-        written), or None when the crops are not stored raw (compressed, or chunked other
-        than one crop a chunk)."""
-        if self._offsets is None:
-            self._offsets = self._find_offsets()
-        return self._offsets if len(self._offsets) == len(self) else None
-
-    def _find_offsets(self) -> np.ndarray:
-        pixels, n = self.pixels, len(self)
-        shape = pixels.shape[1:]
-        if pixels.compression is not None:
-            return np.zeros(0, np.int64)
-        if pixels.chunks is None:  # contiguous: crop r at base + r * 3*S*S
-            base = pixels.id.get_offset()
-            return (np.zeros(0, np.int64) if base is None else
-                    base + np.arange(n, dtype=np.int64) * int(np.prod(shape)))
-        if pixels.chunks != (1, *shape) or not hasattr(pixels.id, "chunk_iter"):
-            return np.zeros(0, np.int64)
-        offsets = np.full(n, -1, np.int64)
+    def _raw_offsets(self) -> np.ndarray | None:
+        """Where each crop's bytes start in the file (-1 for a chunk never written), or None
+        when the crops are not stored raw one a chunk."""
+        pixels = self.pixels
+        if pixels.compression is not None or pixels.chunks != (1, *pixels.shape[1:]):
+            return None
+        offsets = np.full(len(self), -1, np.int64)
+        crop_bytes = int(np.prod(pixels.shape[1:]))
 
         def note(info) -> None:
-            if info.filter_mask == 0 and info.size == int(np.prod(shape)):
+            if info.filter_mask == 0 and info.size == crop_bytes:
                 offsets[info.chunk_offset[0]] = info.byte_offset
         pixels.id.chunk_iter(note)
         return offsets
@@ -303,26 +270,19 @@ class CropStore(OpenFile):
     def read_rows(self, rows) -> np.ndarray:
         """uint8 (k, 3, S, S) of the store's rows `rows` (any order, repeats allowed)."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
-        shape = self.pixels.shape[1:]
-        out = np.empty((len(rows), *shape), np.uint8)
-        offsets = self.byte_offsets()
-        if offsets is None or not len(rows):
-            for k, r in enumerate(rows.tolist()):
+        out = np.empty((len(rows), *self.pixels.shape[1:]), np.uint8)
+        if self._offsets is None:
+            self._offsets = self._raw_offsets()
+            if self._offsets is not None:
+                with open(self.path, "rb") as f:
+                    self._bytes = np.frombuffer(
+                        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), np.uint8)
+        n = out[0].size if len(rows) else 0
+        crops = out.reshape(len(rows), n)
+        for k, r in enumerate(rows.tolist()):
+            start = -1 if self._offsets is None else int(self._offsets[r])
+            if start < 0:  # h5py: another layout, or a chunk never written (the fill value)
                 out[k] = self.pixels[r]
-            return out
-        flat, n = self._file_bytes(), out[0].size
-        where, crops = offsets[rows].tolist(), out.reshape(len(rows), -1)
-        for k, start in enumerate(where):
-            if start < 0:  # a chunk never written: HDF5 gives the fill value
-                out[k] = self.pixels[int(rows[k])]
             else:
-                crops[k] = flat[start:start + n]
+                crops[k] = self._bytes[start:start + n]
         return out
-
-    def _file_bytes(self) -> np.ndarray:
-        """The whole file as a read-only uint8 array over a memory map (made once)."""
-        if self._bytes is None:
-            with open(self.path, "rb") as f:
-                self._bytes = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ),
-                                            np.uint8)
-        return self._bytes

@@ -1,31 +1,20 @@
 """The crop pipeline: which pixels each crop id gets, and the DataLoader that makes them.
 
-Planning (pure, numpy):
-1. Crops sharing an (image_id, x, y, w, h) box are one *unit*: its features are computed once
-   and copied to every crop id that has it. Units are sorted by (image, box).
-2. Batch k is units [k*B, (k+1)*B): every batch is full (but the last), so the model always
-   runs at the batch size it is timed and compiled for. Consecutive batches form *chunks*
-   (the unit of resuming and of sharding across ranks).
-3. Within a batch, the units of one image form a *group* (a DataLoader item: the image is
-   opened once for all of them); an image whose units straddle a batch boundary is opened
-   once in each of the two batches.
-   The layout depends only on the crops table and the batch size, so every run, resumed run and
-   rank sees the same batches - which is what makes their outputs byte-identical.
+Planning (pure numpy): crops sharing an (image_id, x, y, w, h) box are one *unit*, computed
+once and copied to every crop id that has it; units are sorted by (image, box). Batch k is
+units [k*B, (k+1)*B), so every batch but the last is full (the model always runs at the batch
+size it is timed and compiled for); consecutive batches form *chunks*, the unit of resuming
+and sharding. Within a batch, the units of one image are a *group*, one DataLoader item that
+opens the image once. The layout depends only on the crops table and the batch size, so every
+run, resumed run and rank sees the same batches and writes the same bytes.
 
-Pixels (in DataLoader workers; `CropDataset` item g = image group g, `collate` makes a `Batch`):
-- `--decode cpu`, `--region crop` (Pillow): the box is clipped to the image and the whole crop
-  is resized to S x S (bilinear with antialiasing; aspect ratio not kept - the same warp the
-  detector's RoI pooling applies, and no image content is cut or padded). When the crop is at
-  least twice the input size in both sides, the JPEG is decoded at 1/2, 1/4 or 1/8 scale
-  (`Image.draft`): the DCT does the first downscaling for free. The reduction is chosen per
-  box from its own size only, so a crop's pixels never depend on which other crops share its
-  image; an image is decoded once per distinct reduction (almost always once).
-- otherwise the worker hands the image itself to the main process as a `Source`: the file's
-  bytes for the device's decoder (`--decode gpu`, on whichever device extracts), or the image
-  Pillow decoded (`--region roi`).
-Crops travel as uint8 (B, S, S, 3): the permute to (B, 3, S, S) on the device is then a
-channels_last view, and normalisation runs there. Failures (no file, undecodable, box
-outside the image) travel as (unit, path, error) and name the image id.
+Pixels, in the workers: with `--decode cpu --region crop` Pillow clips the box to the image
+and resizes the whole crop to S x S (bilinear, antialiased, aspect not kept: the warp the
+detector's RoI pooling applies); a crop at least twice S a side is decoded at 1/2-1/8 scale
+(`Image.draft`), chosen per box from its own size so that its pixels never depend on the
+other crops of its image. Otherwise a worker hands the image to the main process as a
+`Source` (file bytes for `--decode gpu`, the decoded image for `--region roi`). Crops travel
+as uint8 (B, S, S, 3); failures travel as (unit, path, error) and name the image id.
 """
 
 from __future__ import annotations
@@ -83,18 +72,6 @@ def batch_layout(crops: CropTable, batch_size: int, chunk_batches: int,
     keys = keys.astype(np.int64)
     units, unit_of_row = np.unique(keys, axis=0, return_inverse=True)  # lexicographic order
     unit_image, unit_box = units[:, 0], units[:, 1:]
-    groups, batches = _groups_and_batches(unit_image, batch_size, whole_images)
-    chunks = [range(s, min(s + chunk_batches, len(batches)))
-              for s in range(0, len(batches), chunk_batches)]
-    return BatchLayout(crop_id=crop_id, unit_of_row=unit_of_row.reshape(-1).astype(np.int64),
-                unit_image=unit_image, unit_box=unit_box, groups=groups, batches=batches,
-                chunks=chunks)
-
-
-def _groups_and_batches(unit_image: np.ndarray, batch_size: int,
-                        whole_images: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Groups: runs of one image, cut at every multiple of batch_size unless `whole_images`;
-    batches: the groups that start in each multiple's span."""
     n = len(unit_image)
     cuts = np.flatnonzero(unit_image[1:] != unit_image[:-1]) + 1
     starts = np.r_[0, cuts] if whole_images else np.union1d(np.r_[0, cuts],
@@ -103,7 +80,11 @@ def _groups_and_batches(unit_image: np.ndarray, batch_size: int,
     batch_of = groups[:, 0] // batch_size
     bounds = np.flatnonzero(np.r_[True, batch_of[1:] != batch_of[:-1], True])
     batches = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-    return groups, batches
+    chunks = [range(s, min(s + chunk_batches, len(batches)))
+              for s in range(0, len(batches), chunk_batches)]
+    return BatchLayout(crop_id=crop_id, unit_of_row=unit_of_row.reshape(-1).astype(np.int64),
+                unit_image=unit_image, unit_box=unit_box, groups=groups, batches=batches,
+                chunks=chunks)
 
 
 # ----------------------------------------------------------------------------- pixels

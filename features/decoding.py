@@ -1,29 +1,16 @@
 """JPEG decoding and crop resizing with torch tensors: the `--decode gpu` path.
 
-`--decode cpu` decodes with Pillow in the DataLoader workers (features/crops.py). `--decode gpu`
-decodes with torchvision's decoder on the extraction device, fed the raw file bytes the
-workers read (batched, one call per batch), so the workers only read files: nvjpeg on CUDA,
-libjpeg-turbo on a CPU device (what `gpu` means on a machine without a GPU, and what the
-tests run).
-
-Crops (`crop_resize`): each box is clipped to the image, cut out and resized to S x S with
-`F.interpolate(antialias=True)` (the aspect ratio is not kept), then rounded to uint8 as
-Pillow's result is, on whichever device holds the image. torch's antialiased bilinear filter
-is the same triangle filter as Pillow's BILINEAR resize, so both paths agree to a fraction of
-a grey level on average (tests/features/test_decoding.py states the tolerance). Differences
-left: the decoders' IDCT/upsampling (nvjpeg vs libjpeg-turbo) and Pillow's draft mode, which
-decodes large crops at 1/2-1/8 scale where this path decodes at full size.
-
-A file torchvision cannot decode (not a JPEG, CMYK, a decoder error) is decoded by Pillow
-instead, so a run never depends on which decoder an odd file happens to suit; only a file
-neither can read is reported as missing.
+The DataLoader workers only read the files; the extraction device decodes them with
+torchvision's decoder, one batched call per batch (nvjpeg on CUDA, libjpeg-turbo on a CPU
+device, which the tests run). `crop_resize` clips each box to the image, cuts it out and
+resizes it to S x S with `F.interpolate(antialias=True)`, rounded to uint8: the same triangle
+filter as Pillow's BILINEAR, so both paths agree to a fraction of a grey level on average
+(tests/features/test_decoding.py); they differ in the decoders' IDCT and in Pillow's draft
+decoding of large crops. A file torchvision cannot decode is decoded by Pillow instead.
 
 `auto` chooses `gpu` on CUDA when the node has fewer than `GPU_DECODE_BELOW` CPU cores per
-GPU process, else `cpu`; on a CPU device always `cpu`. Why 24: on an H100 node
-(bench/RESULTS.md) a Pillow worker feeds 250-300 crops/s, so 14 workers give resnet101
-3,300-4,200 crops/s end to end against 5,000-5,200 with `gpu`; Pillow catches up only at
-about 20-25 workers. That is with an H100's hardware JPEG decoder; on a GPU without one,
-nvjpeg takes compute time from the forward.
+GPU process, else `cpu`: on an H100 node a Pillow worker feeds 250-300 crops/s, so Pillow
+keeps up with resnet101 only from about 20-25 workers (bench/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The plan of one `vprom extract` call: its options resolved, its batches, where its chunks go.
 
-`settings` lists everything that changes the numbers of a FEATS.h5 or its layout: the
-backbone and the hash of its weights, the crop side, the decoder (`cpu`: Pillow, `gpu`:
-torchvision on the device), the region mode, the pooling, the stored dtype and compression,
-the batch size and chunking, the device type, autocast, compile, CUDA graphs and the torch
-version. They are the manifest's `config`, in the finished file and in the work folder
-`<out>.partial/`; with the data set's hash as the input, `vprom.manifest.is_current` decides
-whether a finished file is kept and a work folder resumed.
+`settings` lists everything that changes the numbers or layout of a FEATS.h5 (backbone and
+weights hash, sizes, decoder, region, pooling, dtype, batching, device, compile, torch
+version): the manifest's `config`, by which `vprom.manifest.is_current` decides whether a
+finished file is kept and a work folder `<out>.partial/` resumed.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """`--region roi`: a box's features the way the bottom-up-attention detector computes them.
 
-For each image (the released `test.prototxt`, `lib/fast_rcnn/test.py`; facts in
-`data/bottomup_r101.json`):
-1. Scale: s = 600 / shorter side, unless round(s * longer side) > 1000, then
-   s = 1000 / longer side. The image, BGR minus the pixel means, is resized by s with
-   bilinear interpolation and no antialiasing (`cv2.resize(..., INTER_LINEAR)`); the size is
-   (round(h * s), round(w * s)) and the sampling grid follows the size ratio.
-2. `backbone_features` (stem to res4, stride 16) runs once on the whole image.
-3. Each box, clipped to the image, as Caffe's inclusive corners (x0, y0, x1 - 1, y1 - 1)
-   times s, is max-pooled from res4 to 14x14 cells at scale 1/16 (`roi_pool5`: coordinates
-   rounded, bins floor/ceil, empty bins 0 - exactly `torchvision.ops.roi_pool`).
-4. `roi_head` (res5, stride 1 and dilated as released) runs on all boxes of the batch at once;
-   the caller averages its 14x14 map (`pool5`) or keeps it (`--pool none`).
-
-One image's boxes share one trunk pass. Whether that is faster per crop than `--region crop`
-depends on the boxes per image: the trunk runs on ~600x800 pixels (about 10 crops' worth at
-224x224) instead of once per box (figures in bench/RESULTS.md). `--input-size` sets the
-shorter side here (default 600; the longer limit scales with it).
+Per image (the released `test.prototxt` and `lib/fast_rcnn/test.py`; facts in
+`data/bottomup_r101.json`): the image, BGR minus the pixel means, is scaled so its shorter
+side is 600 unless the longer would exceed 1000 (bilinear without antialiasing, as
+`cv2.resize(INTER_LINEAR)`); `backbone_features` (to res4, stride 16) runs once on it; each
+clipped box, as Caffe's inclusive corners times the scale, is max-pooled to 14x14 cells
+(`roi_pool5`, exactly `torchvision.ops.roi_pool`); `roi_head` (res5) runs on all boxes of the
+batch at once and the caller averages its map (`pool5`) or keeps it (`--pool none`).
+`--input-size` sets the shorter side (the longer limit scales with it).
 """
 
 from __future__ import annotations

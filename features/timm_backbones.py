@@ -1,22 +1,14 @@
 """The `timm:<name>` backbone family: any timm model (DINO, DINOv2, CLIP, SigLIP, ConvNeXt, ...).
 
-One registry family, not an entry per model: `resolve(name)` builds the named model once on
-torch's meta device (no memory, no weights) to learn what it is:
-
-- a *token* model (a ViT: `forward_features` gives (B, N, C) tokens, the first
-  `num_prefix_tokens` of them class/register tokens) offers `cls` (default: the model's own
-  pooled output, `forward_head(pre_logits=True)`), `mean` (the patch tokens' average) and
-  `none` (the patch tokens as a (C, H, W) grid); a *map* model (a ConvNet, NCHW or NHWC)
-  offers `avg` and `none`, as the ResNets;
-- its preprocessing comes from timm's own data config (`resolve_model_data_config`).
-
-`load` builds the model with the classifier removed, wrapped in `TimmTrunk`. Weights: `none`
-(random init from a fixed seed); a FILE (`.safetensors` handed to timm as a file, anything
-else read by the safe loader of `features/checkpoints.py` and handed over as a state dict;
-either way timm's own checkpoint filter and strict key check run); or `pretrained` (the
-default `imagenet` too): the tag's published file, only if the Hugging Face or torch hub
-cache already holds it. vprom never downloads: the hub is set offline before timm is
-imported, and a missing file is a one-line error saying how to fetch it elsewhere.
+`resolve(name)` builds the model once on torch's meta device to learn what it is: a *token*
+model (a ViT: `forward_features` gives (B, N, C), the first `num_prefix_tokens` class or
+register tokens) offers `cls` (the model's own pooled output, the default), `mean` (of the
+patch tokens) and `none` (the patch grid); a *map* model (a ConvNet, NCHW or NHWC) offers
+`avg` and `none`. Preprocessing comes from timm's own data config. Weights: `none` (random
+init from a fixed seed), a FILE (timm's checkpoint filter and strict key check run on it;
+non-safetensors files go through `features/checkpoints.py`), or `pretrained`/`imagenet`:
+the tag's published file, only if the Hugging Face or torch hub cache already holds it.
+vprom never downloads: the hub is set offline before timm is imported.
 """
 
 from __future__ import annotations
@@ -25,7 +17,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
@@ -34,11 +26,11 @@ from torch import nn
 from vprom.errors import VpromError
 from vprom.features.backbones import (
     BACKBONES,
-    RANDOM_INIT_SEED,
     Backbone,
     Loaded,
     Preprocess,
     _ready,
+    seeded,
 )
 from vprom.features.checkpoints import read_checkpoint
 from vprom.files import sha256_file
@@ -56,23 +48,17 @@ USAGE = ("timm:<name>  any timm model, e.g. timm:vit_base_patch16_224.dino, "
 
 
 def timm_version() -> str:
-    """timm's version, or "not installed" (recorded in every features file)."""
-    try:
-        return version("timm")
-    except PackageNotFoundError:
-        return "not installed"
+    """timm's version (recorded in every features file)."""
+    return version("timm")
 
 
 def _timm():
     # Offline before huggingface_hub is first imported (it reads the flag then): nothing a
     # timm call does may reach the network.
     os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        import timm
-        import timm.data
-    except ImportError:
-        raise VpromError("timm:<name> backbones need timm: pip install timm (vprom declares "
-                         "it as a dependency)") from None
+    import timm
+    import timm.data
+
     return timm
 
 
@@ -118,9 +104,7 @@ class TimmBackbone(Backbone):
         if self.tokens and input_size and input_size != self.preprocess.input_size:
             kwargs["img_size"] = input_size  # position embeddings for this grid
         if weights == "none":
-            with torch.random.fork_rng(devices=[]):  # same weights in every process
-                torch.manual_seed(RANDOM_INIT_SEED)
-                model = timm.create_model(self.model_name, pretrained=False, **kwargs)
+            model = seeded(lambda: timm.create_model(self.model_name, pretrained=False, **kwargs))
             return _ready(TimmTrunk(model, self.tokens, pool, self.nhwc), "none", "")
         path = self._cached() if weights in CACHED else Path(weights)
         if not path.is_file():

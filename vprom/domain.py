@@ -3,13 +3,12 @@
 A *crop* is one annotated Visual Genome region used as a panel image, with the one element
 it shows for its pool and every label its source has (needed to prove a matrix has exactly
 one answer). A *matrix* is 8 context panels (3×3 row-major, last missing) plus 8 candidates;
-`answer` indexes the candidates. Both round-trip to a JSON record; columnar storage lives in
-`vprom.tables`.
+`answer` indexes the candidates. A matrix round-trips to a JSON record; columnar storage
+lives in `vprom.tables`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -101,16 +100,6 @@ class Crop:
     @property
     def box(self) -> tuple[int, int, int, int]:
         return (self.x, self.y, self.w, self.h)
-
-    def to_record(self) -> dict:
-        record = dataclasses.asdict(self)
-        record["element_type"] = self.element_type.value
-        record["labels"] = list(self.labels)
-        return record
-
-    @classmethod
-    def from_record(cls, record: dict) -> "Crop":
-        return cls(**record)
 
 
 @dataclass(frozen=True)

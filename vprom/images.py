@@ -55,13 +55,18 @@ def clip_box(box, width: int, height: int) -> tuple[int, int, int, int] | None:
     return (x0, y0, x1, y1) if x1 > x0 and y1 > y0 else None
 
 
-def load_crop(path: str | Path, box: tuple[int, int, int, int]) -> Image.Image:
-    """The RGB crop (x, y, w, h) of one image; the box is clipped to the image."""
+def open_rgb(path: str | Path) -> Image.Image:
+    """The image at `path` in RGB, or a VpromError saying to re-download it."""
     try:
         with Image.open(path) as im:
-            im = im.convert("RGB")
+            return im.convert("RGB")
     except (OSError, ValueError) as e:
         raise VpromError(f"{path}: cannot read image ({e}); re-download it") from None
+
+
+def load_crop(path: str | Path, box: tuple[int, int, int, int]) -> Image.Image:
+    """The RGB crop (x, y, w, h) of one image; the box is clipped to the image."""
+    im = open_rgb(path)
     corners = clip_box(box, im.width, im.height)
     if corners is None:
         raise VpromError(f"{path}: box {tuple(box)} lies outside the {im.width}x{im.height} "

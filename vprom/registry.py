@@ -1,10 +1,10 @@
 """Things of one kind registered by name: models, backbones (torchvision's `_api.py` style).
 
-A `Registry` imports none of the modules that fill it: its built-in members live in modules
-named in `builtins`, imported the first time a name is asked for, so a member module can
-import `register` from its owner without a cycle. A name is registered once; an unknown name
-raises a VpromError listing the known ones. A *family* (`add_family("timm", resolve,
-usage)`) hands any name `timm:<rest>` to `resolve(rest)`, which builds the member on demand.
+A name is registered once; an unknown name raises a VpromError listing the known ones. The
+built-in members live in the modules named in `builtins`, imported when a name is first
+asked for, so a member module can import `register` from its owner without a cycle. A
+*family* (`add_family("timm", resolve, usage)`) hands any name `timm:<rest>` to
+`resolve(rest)`, which builds the member on demand.
 """
 
 from __future__ import annotations

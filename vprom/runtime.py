@@ -1,10 +1,9 @@
 """The runtime of the torch stages: the device and the data-parallel processes (`World`).
 
-The one ground-level module that may import torch; nothing else on the ground floor imports
-it. `--device` names `cpu`, `cuda` or `cuda:N`, or nothing for CUDA when available, else the
-CPU. A plain `cuda` is `cuda:LOCAL_RANK` under `torchrun`, `cuda:0` otherwise; under
-`torchrun` an explicit `cuda:N` is refused. Under `torchrun` (WORLD_SIZE > 1) `joined_world`
-starts the process group (nccl on CUDA, gloo on the CPU) unless one exists, and ends it.
+The one ground-level module that imports torch. `--device` names `cpu`, `cuda` or `cuda:N`
+(default: CUDA when available); a plain `cuda` is `cuda:LOCAL_RANK` under `torchrun`, where
+an explicit `cuda:N` is refused. Under `torchrun` (WORLD_SIZE > 1) `joined_world` starts the
+process group (nccl on CUDA, gloo on the CPU) unless one exists, and ends it.
 """
 
 from __future__ import annotations
@@ -100,10 +99,9 @@ def join_world(requested_device: str | None, timeout: timedelta | None = None) -
 
 @contextmanager
 def joined_world(requested_device: str | None, timeout: timedelta | None = None):
-    """`join_world` for the length of a `with` block; the process group it started ends with
-    it. On a normal exit every process first waits for the others (tearing gloo down while a
-    peer still sends can abort the process); after an error it does not, as a peer may never
-    arrive."""
+    """`join_world` for a `with` block, ending the process group it started. A normal exit
+    first waits for the others (tearing gloo down while a peer still sends can abort the
+    process); an error does not, as a peer may never arrive."""
     world = join_world(requested_device, timeout)
     try:
         yield world

@@ -1,11 +1,10 @@
-"""`vprom show`: one matrix and its candidates as a PNG people can read.
+"""`vprom show`: one matrix and its candidates as a PNG people can read (Pillow only).
 
-Layout (Pillow only): a title line; the 3×3 grid of context panels with the missing last
-cell drawn as a "?"; below it the 8 candidates in two rows of four, numbered 1–8. Every
-crop is cut from its Visual Genome image and letterboxed into a square tile (aspect kept).
-With `answer=True` the correct candidate is framed in green and a text block spells out
-the relation, element type, super-attribute, the element of every panel and the answer
-(candidates as "number: element", so a count matrix reads "1: 9   2: 7").
+A title; the 3×3 grid of context panels with the missing cell drawn as "?"; the 8
+candidates in two rows of four, numbered 1–8. Every crop is cut from its Visual Genome image
+and letterboxed into a square tile. With `answer=True` the correct candidate is framed in
+green and a text block spells out the relation, element type, super-attribute, every
+panel's element and the answer.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from vprom.images import ImageIndex, load_crop
 from vprom.files import atomic_path
 from vprom.claim import writes
 from vprom.domain import N_CANDIDATES, N_CONTEXT, N_PANELS
-from vprom.tables import open_h5
+from vprom.tables import crop_rows, open_h5
 
 TILE = 160  # square tile side, px
 GAP = 12
@@ -76,13 +75,11 @@ def read_matrix(dataset: Path, matrix_id: int) -> Shown:
         i = int(where[0])
         g = h5["matrices"]
         panels = g["panels"][i]
-        crop_ids = h5["crops/crop_id"][()]
-        rows = [np.flatnonzero(crop_ids == p) for p in panels]
-        missing = [int(p) for p, r in zip(panels, rows) if len(r) == 0]
-        if missing:
-            raise VpromError(f"{dataset}: matrix {matrix_id} shows crop {missing[0]}, which is "
-                             "not in crops; run `vprom verify` and regenerate the data set")
-        rows = [int(r[0]) for r in rows]
+        rows = crop_rows(h5["crops/crop_id"][()], panels)
+        if (rows < 0).any():
+            raise VpromError(f"{dataset}: matrix {matrix_id} shows crop "
+                             f"{int(panels[np.argmax(rows < 0)])}, which is not in crops; run "
+                             "`vprom verify` and regenerate the data set")
         if not 0 <= int(g["answer"][i]) < N_CANDIDATES:
             raise VpromError(f"{dataset}: matrix {matrix_id} has answer {int(g['answer'][i])}, "
                              "not 0..7; run `vprom verify` and regenerate the data set")

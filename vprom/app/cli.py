@@ -182,7 +182,7 @@ COMMANDS = {c.name: c for c in (
             positional=("dataset",),
             arguments={"size": {"type": positive(int), "help": CROP_SIZE_HELP},
                        "out": OUT_FILE, "workers": WORKERS,
-                       "compression": {"choices": ("none", "gzip", "lzf")},
+                       "compression": {"choices": extract_config.COMPRESSIONS},
                        "chunk_crops": {"type": positive(int)}}),
     Command("score", api.score,
             "vprom score build/dataset.h5 mymodel/predictions.csv --split neutral",

@@ -1,15 +1,11 @@
 """How one `vprom` command runs: every failure reaches the user as one line and an exit status.
 
-A `VpromError` or `OSError` (permission, no space, is-a-directory, …, named with its path and
-the fix) exits 1; a closed stdout (`vprom evaluate RUN | head -1`) exits 141 quietly; Ctrl-C
-exits 130 and SIGTERM 143, each with a line saying how to resume the command. Worker
-processes are stopped by the stages that started them. `VPROM_DEBUG=1` lets every error and
-interrupt through with its traceback.
-
-Python swallows an exception raised inside a finalizer or weakref callback ("Exception
-ignored in ..."), and a signal can land there. So the SIGTERM handler also records that it
-fired, and an interrupt swallowed that way is recorded by `sys.unraisablehook`: a command
-that goes on to finish still exits 143 (or 130), with its one line.
+A `VpromError` or `OSError` (named with its path and the fix) exits 1; a closed stdout
+(`vprom evaluate RUN | head -1`) exits 141 quietly; Ctrl-C exits 130 and SIGTERM 143, each
+with a line saying how to resume. `VPROM_DEBUG=1` lets every error through with its
+traceback. Python swallows an exception raised inside a finalizer ("Exception ignored in
+..."), and a signal can land there, so interrupts are also recorded (by the SIGTERM handler
+and `sys.unraisablehook`): a command that goes on to finish still exits 143 (or 130).
 """
 
 from __future__ import annotations
@@ -105,14 +101,6 @@ def run_command(build_parser, argv: list[str] | None = None) -> int:
         sys.unraisablehook = previous_hook
 
 
-def _by(interrupt: BaseException) -> str:
-    return "SIGTERM" if isinstance(interrupt, Terminated) else "Ctrl-C"
-
-
-def _status(interrupt: BaseException) -> int:
-    return 143 if isinstance(interrupt, Terminated) else 130
-
-
 def _run(build_parser, argv: list[str] | None) -> int:
     debug = os.environ.get("VPROM_DEBUG", "") not in ("", "0")
     args = options = None
@@ -143,17 +131,18 @@ def _run(build_parser, argv: list[str] | None) -> int:
             return 141
         if debug or (interrupt is None and not isinstance(e, (VpromError, OSError))):
             raise
-        if interrupt is not None and options is None:
-            print(f"vprom: interrupted ({_by(interrupt)}) while starting; nothing was done",
-                  file=sys.stderr)
-        elif interrupt is not None:
-            how = RESUME_HINT.get(args.command, START_OVER)
-            print(f"vprom {args.command}: interrupted ({_by(interrupt)}); no partial output "
-                  f"was left looking finished; {how}", file=sys.stderr)
-        else:
+        if interrupt is None:
             near = next((options[k] for k in ("out", "json", "dataset", "run")
                          if (options or {}).get(k) is not None), None)
             text = os_error_message(e, near) if isinstance(e, OSError) else str(e)
             print(f"vprom {args.command}: error: {text}", file=sys.stderr)
-        return 1 if interrupt is None else _status(interrupt)
+            return 1
+        by = "SIGTERM" if isinstance(interrupt, Terminated) else "Ctrl-C"
+        if options is None:
+            print(f"vprom: interrupted ({by}) while starting; nothing was done", file=sys.stderr)
+        else:
+            how = RESUME_HINT.get(args.command, START_OVER)
+            print(f"vprom {args.command}: interrupted ({by}); no partial output was left "
+                  f"looking finished; {how}", file=sys.stderr)
+        return 143 if isinstance(interrupt, Terminated) else 130
     return 0

@@ -1,11 +1,12 @@
 """A command's arguments, read from its API function: the signature and the docstring.
 
-`add_parameters` turns every parameter of the function into an argument: the flag from its
-name (`batch_size` -> `--batch-size`), the default from the signature, the type from the
-annotation, the help from the docstring's `Args:` section, with the default appended. A
-bool is a switch (`--name`, or `--no-name` when it defaults to True), a list takes one or
-more values (none for a tuple, which defaults to `()`). What argparse needs beyond that (a checked type, choices, another flag) is the
-command's `arguments`. The argparse types here refuse a bad value at parse time, in one line.
+`add_parameters` turns every parameter into an argument: the flag from its name
+(`batch_size` -> `--batch-size`), the default from the signature, the type from the
+annotation and the help from the docstring's `Args:` section, with the default appended. A
+bool is a switch (`--no-name` when it defaults to True); a list takes one or more values
+(none for a tuple, which defaults to `()`). What argparse needs beyond that (a checked type,
+choices, another flag) is the command's `arguments`; the types here refuse a bad value at
+parse time, in one line.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import math
 import re
 import types
 import typing
-from pathlib import Path
 
 from vprom.errors import VpromError
 from vprom.claim import check_output
@@ -105,16 +105,23 @@ def options_of(args: argparse.Namespace) -> dict:
 
 
 # ---------------------------------------------------------------- argparse types
-def _checked(text: str, folder: bool) -> Path:
-    try:
-        return check_output(text, folder=folder)
-    except VpromError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+def _argument(parse, errors: type[Exception] = ValueError):
+    """An argparse type: `parse`, its `errors` told as argparse's one line."""
+
+    def checked(text: str):
+        try:
+            return parse(text)
+        except errors as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return checked
 
 
 #: an output file or folder, checked before any work starts
-OUT_FILE = {"type": lambda text: _checked(text, folder=False)}
-OUT_FOLDER = {"type": lambda text: _checked(text, folder=True)}
+OUT_FILE = {"type": _argument(lambda text: check_output(text, folder=False), VpromError)}
+OUT_FOLDER = {"type": _argument(lambda text: check_output(text, folder=True), VpromError)}
+duration = _argument(parse_duration)  # 90, 90m or 8h, in seconds
+size = _argument(parse_size)  # bytes: 500M or 2G
 
 
 def positive(kind):
@@ -142,22 +149,6 @@ def shard(text: str) -> tuple[int, int]:
     if not 0 <= k < n:
         raise argparse.ArgumentTypeError(f"shard {text}: need 0 <= K < N")
     return k, n
-
-
-def duration(text: str) -> float:
-    """A time such as 90, 90m or 8h, in seconds."""
-    try:
-        return parse_duration(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def size(text: str) -> int:
-    """A number of bytes such as 500M or 2G."""
-    try:
-        return parse_size(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 class Done(Exception):

@@ -2,13 +2,11 @@
 
     python -m vprom.app.reference > docs/cli.md
 
-For every command, in the parser's order: its summary, a synopsis, its example and a table of
-its arguments (flags, default, help) read from the parser's actions. It does not paste
-`format_help()`, which argparse wraps to the terminal's width and words differently from one
-Python version to the next: the page must come out byte-identical wherever it is rendered,
-so that `tests/app/test_docs.py` can require the checked-in file to equal it. argparse keeps
-actions and groups in attributes without a public accessor (`_actions`,
-`_mutually_exclusive_groups`), stable since Python 3.2 and read by `format_help()` itself.
+Per command: its summary, a synopsis, its example and a table of its arguments, read from
+the parser's actions rather than `format_help()`, whose wrapping depends on the terminal and
+the Python version: the page must be byte-identical wherever it is rendered, as
+`tests/app/test_docs.py` requires. argparse's `_actions` and `_mutually_exclusive_groups`
+have no public accessor but have been stable since Python 3.2.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """`vprom human-score`: human accuracy and skips, with the breakdowns `vprom evaluate` gives.
 
-Every response line is checked against the study's key (a known problem, at most one
-response per participant and problem, a choice or a skip); a malformed or duplicate line is
-refused with its file and line number, never skipped. Accuracy is counted over the problems
-answered, as the paper's 77.8% is, and the skip rate over all responses (the paper: 4.5%);
-both come with 95% Wilson intervals, overall, per relation, per element type and per relation
-× element type, plus each participant's own figures and their spread.
-
-`STUDY/metrics.json` holds the same schema as a run's (model "humans", backbone "human"), so
-`vprom report STUDY/ runs/...` lists people beside the models.
+Every response line is checked against the study's key (a known problem, one response per
+participant and problem, a choice or a skip); a bad line is refused with its file and line
+number. Accuracy counts the problems answered, as the paper's 77.8% does, and the skip rate
+all responses (the paper: 4.5%), with 95% Wilson intervals, overall and per relation and
+element type, plus each participant's figures. `STUDY/metrics.json` has a run's schema
+(model "humans"), so `vprom report STUDY/ runs/...` lists people beside the models.
 """
 
 from __future__ import annotations

@@ -9,25 +9,15 @@ Routes (everything else is 404; nothing outside `STUDY/public/` is ever read for
          {"participant": ID, "problem": KEY, "position": 0-7 | null, "skipped": bool,
           "rt_ms": number, "order": [the 8 candidate indices as shown]}
 
-Each participant gets a problem order and, per problem, a candidate order drawn from a
-generator seeded by the study's seed and the participant id, so a reload shows the same
-problem the same way and the order carries no answer. A response is checked (known problem,
-the order this participant was shown, a position or a skip, not answered before) and then
-appended to `STUDY/responses/<ID>.jsonl` with one `write` under an exclusive `flock`, and
-fsynced; a write that fails is truncated back, so the file only ever holds whole lines.
-
-Every reply is one line of JSON. A body is bounded (64 KB, else 413), must be sent as
-`application/json` (else 415) in UTF-8, and is checked against the schema above before any
-field is used (else 400: deep nesting and over-long numbers included); unknown problems get
-404, a second answer to a problem 409, a full disk 507 (the answer can be given again). Any
-other failure gets 500 with "internal error" and a short id that the server's log repeats
-beside the details; no reply shows a server path.
-
-Connections: one thread each, at most `MAX_CONNECTIONS` at once (and never more than half the
-process's file limit, so recording answers always has files to spare); beyond that, new
-connections wait in a listen backlog of `LISTEN_BACKLOG`, enough for a classroom arriving at
-once. A connection that sends nothing for `IDLE_TIMEOUT_S` seconds is closed, so idle
-connections free their places and cannot lock participants out.
+A participant's problem and candidate orders come from a generator seeded by the study's
+seed and the participant id, so a reload shows the same thing and the order tells nothing.
+A checked response is appended to `STUDY/responses/<ID>.jsonl` with one write under `flock`,
+fsynced, and truncated back if the write fails, so the file holds only whole lines. Every
+reply is one JSON line: 400 for a body that breaks the schema, 404 an unknown problem, 409 a
+second answer, 413 a body over 64 KB, 415 one not sent as JSON, 507 a full disk; any other
+failure 500 with a short id that the server's log repeats beside the details. A thread
+serves each connection, at most `MAX_CONNECTIONS` (and half the file limit) at once; others
+wait in a listen backlog, and one silent for `IDLE_TIMEOUT_S` seconds is closed.
 """
 
 from __future__ import annotations
@@ -229,7 +219,7 @@ class Handler(BaseHTTPRequestHandler):
     error_content_type = "text/plain; charset=utf-8"
 
     def log_message(self, format, *args):  # one quiet line per request on stderr
-        if getattr(self.server, "verbose", True):
+        if self.server.verbose:
             super().log_message(format, *args)
 
     def _send(self, status: HTTPStatus, body: bytes, kind: str) -> None:
@@ -322,10 +312,10 @@ class StudyServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = LISTEN_BACKLOG
 
-    def __init__(self, address, handler, max_connections: int):
+    def __init__(self, address, handler, max_connections: int, verbose: bool):
         super().__init__(address, handler)
         self.places = threading.BoundedSemaphore(max_connections)
-        self.verbose = True
+        self.verbose = verbose
 
     def process_request(self, request, client_address):
         self.places.acquire()
@@ -351,26 +341,20 @@ def make_server(study: str | Path, host: str = "127.0.0.1", port: int = 8000,
     places = MAX_CONNECTIONS if files == resource.RLIM_INFINITY else min(
         MAX_CONNECTIONS, max(1, files // 2))
     try:
-        server = StudyServer((host, port), handler, places)
+        return StudyServer((host, port), handler, places, verbose)
     except OSError as e:
         raise VpromError(f"cannot listen on {host}:{port} ({e.strerror}); pick another "
                          "--port") from None
-    server.verbose = verbose
-    return server
 
 
 def serve(study: str | Path, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Serve the study until Ctrl-C; one server per study (its responses' lock is held)."""
     with output_lock(Path(study) / "responses"):
-        _serve(study, host, port)
-
-
-def _serve(study: str | Path, host: str, port: int) -> None:
-    server = make_server(study, host, port)
-    address = f"http://{host}:{server.server_address[1]}/?participant=<id>"
-    print(f"serving {study} at {address}; responses go to {Path(study) / 'responses'}; "
-          "Ctrl-C stops", flush=True)
-    try:
-        server.serve_forever()
-    finally:
-        server.server_close()
+        server = make_server(study, host, port)
+        address = f"http://{host}:{server.server_address[1]}/?participant=<id>"
+        print(f"serving {study} at {address}; responses go to {Path(study) / 'responses'}; "
+              "Ctrl-C stops", flush=True)
+        try:
+            server.serve_forever()
+        finally:
+            server.server_close()

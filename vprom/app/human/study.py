@@ -1,26 +1,21 @@
 """`vprom human-study`: a stratified, seeded sample of V-PROM problems as a study folder.
 
-The sample is even across relations, as the paper's study was, and within each relation even
-across the element types that take part in it: `n` is split over the (relation, element
-type) cells by largest remainder, a cell short of problems hands its shortfall to the other
-cells of its relation, then to any cell, and the problems of a cell are drawn without
-replacement from the split part (the test part by default). One more problem, from the
-training part, becomes the worked example on the instructions page.
+The sample is even across relations, as the paper's study was, and within a relation across
+its element types: `n` is split over the (relation, element type) cells by largest remainder,
+a cell short of problems hands its shortfall to its relation's other cells, then to any, and
+a cell's problems are drawn without replacement from the split part (test by default). One
+training problem becomes the worked example on the instructions page.
 
-The folder holds two halves:
-
-    STUDY/public/        what a participant's browser may read (served by `human-serve`):
-        index.html, study.js, study.css    the page (plain HTML and JavaScript, no library)
-        problems.json    every problem as opaque image names: 8 context, 8 candidates
-        example.json     the worked example, with its answer and the relation spelled out
-        images/<token>.jpg   every crop once, letterboxed to SIZE x SIZE
-    STUDY/study.json     the key: the vprom manifest, and per problem its matrix id,
-                         relation, element type, answer and the candidate order shown
-    STUDY/responses/     one JSON-lines file per participant, appended by `human-serve`
+    STUDY/public/     what a browser may read: the page (index.html, study.js, study.css),
+                      problems.json (opaque image names: 8 context, 8 candidates),
+                      example.json (the worked example, answered), images/<token>.jpg
+    STUDY/study.json  the key: the manifest, and per problem its matrix, relation, element
+                      type, answer and the candidate order shown
+    STUDY/responses/  one JSON-lines file per participant, appended by `human-serve`
 
 Nothing under public/ tells the answer: image names are random tokens, problems are listed
-in a shuffled order under random keys, and the candidates of each problem are put in a
-random order (recorded in the key); `human-serve` shuffles them again per participant.
+shuffled under random keys, and each problem's candidates are shuffled (the order is in the
+key); `human-serve` shuffles them again per participant.
 """
 
 from __future__ import annotations
@@ -36,7 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from vprom.errors import VpromError
-from vprom.images import ImageIndex, clip_box
+from vprom.images import ImageIndex, clip_box, open_rgb
 from vprom.claim import writes
 from vprom.files import atomic_dir, write_json
 from vprom.manifest import input_hashes, make_manifest
@@ -115,19 +110,13 @@ def _tokens(k: int, rng: np.random.Generator) -> list[str]:
 def _write_images(crop_rows: list[int], crops, vg_dir: Path, folder: Path, size: int,
                   names: dict[int, str]) -> None:
     """Every crop once, letterboxed; each source image is decoded once for all its crops."""
-    from PIL import Image
-
     index = ImageIndex(vg_dir)
     by_image: dict[int, list[int]] = {}
     for row in crop_rows:
         by_image.setdefault(int(crops.image_id[row]), []).append(row)
     for image_id, rows in sorted(by_image.items()):
         path = index.path(image_id)
-        try:
-            with Image.open(path) as im:
-                im = im.convert("RGB")
-        except (OSError, ValueError) as e:
-            raise VpromError(f"{path}: cannot read image ({e}); re-download it") from None
+        im = open_rgb(path)
         for row in rows:
             box = (crops.x[row], crops.y[row], crops.w[row], crops.h[row])
             corners = clip_box(box, im.width, im.height)
