@@ -22,7 +22,6 @@ before ijson sees it: escaped characters dropped, then brackets outside strings 
 from __future__ import annotations
 
 import hashlib
-import numpy as np
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from typing import NamedTuple
 
 import ijson
 import msgspec
+import numpy as np
 
 from vprom.errors import VpromError
 from vprom.files import sha256_file

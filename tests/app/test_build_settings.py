@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from vprom.app.build import build
 from vprom.mining import vocab as vocab_module
 from vprom.mining.pools import vocabulary_digest
+
+from vprom.app.build import build
 from vprom.tables import read_manifest
 
 
 def test_pools_mined_with_another_vocabulary_are_mined_again(tmp_path, monkeypatch, capsys):
-    options = dict(synthetic=True, images=1000, scale=0.01, seed=0)
+    options = {"synthetic": True, "images": 1000, "scale": 0.01, "seed": 0}
     build(tmp_path, **options)
     capsys.readouterr()
     default = vocab_module.load_vocabulary()
