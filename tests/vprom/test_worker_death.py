@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.app.test_interrupts import _group
 from vprom import claim
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc (Linux)")
@@ -52,19 +53,6 @@ def _lines(stream, count: int, timeout: float = 60) -> list[str]:
             break
         text += chunk
     return text.splitlines()
-
-
-def _group(pgid: int) -> list[int]:
-    """The living (not zombie) processes of process group `pgid`."""
-    alive = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            alive.append(int(stat.parent.name))
-    return alive
 
 
 @linux
