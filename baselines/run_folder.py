@@ -19,6 +19,7 @@ A metrics.json that scored a best.pt about to be replaced is kept as
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -64,9 +65,12 @@ def staging_folder(out: Path) -> Path:
     return out.parent / f".{out.name}.restart"
 
 
-def save_checkpoint(path: Path, state: dict) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+def save_checkpoint(path: Path, state: dict, renames: contextlib.ExitStack) -> None:
+    """Write `state` to a temporary of `path`, renamed into place when `renames` closes: the
+    checkpoints of one epoch are all written before any replaces its file."""
+    tmp = renames.enter_context(atomic_path(path))
+    with open(tmp, "wb") as f:  # Python's writes report a full disk as ENOSPC, torch's do not
+        torch.save(state, f)
 
 
 def load_checkpoint(path: Path) -> dict:

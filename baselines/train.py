@@ -4,7 +4,8 @@
 loads the split onto the device, then per epoch runs `train_one_epoch`, scores validation with
 `evaluate`, keeps the best epoch as `best.pt` (early stopping after `patience` epochs without
 gain) and the latest state as `last.pt`, and appends to `history.json`. Rank 0 writes, each
-file atomically.
+file atomically; an epoch's checkpoints are both written before either is renamed into place,
+so a full disk leaves the previous epoch's pair and the run resumes from it.
 
 Loss: softmax cross-entropy over the 8 candidate scores; with `aux`, plus the cross-entropies
 of the two auxiliary heads (relation 4-way, element type 3-way) with equal weight, in training
@@ -23,6 +24,7 @@ mean, one process's update (up to float summation order). Validation counts are 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -338,8 +340,11 @@ def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
     folder = place.folder
     if improved:
         run_folder.supersede_metrics(folder)  # it scored the best.pt about to be replaced
-        save_checkpoint(folder / "best.pt", {k: v for k, v in state.items() if k != "optimizer"})
-    save_checkpoint(folder / "last.pt", state)
+    with contextlib.ExitStack() as renames:  # renamed in reverse: best.pt, then last.pt
+        save_checkpoint(folder / "last.pt", state, renames)
+        if improved:
+            save_checkpoint(folder / "best.pt",
+                            {k: v for k, v in state.items() if k != "optimizer"}, renames)
     write_json(folder / "history.json", state["history"])
     h, epochs = state["history"][-1], state["config"]["epochs"]
     val = "n/a" if h["val_acc"] is None else f"{100 * h['val_acc']:.1f}%"

@@ -5,9 +5,16 @@ attributes.json, side by side) feeds the OBJECT, OBJECT_ATTRIBUTE and HUMAN_ATTR
 the counts pass (region_descriptions.json) the COUNT pool; `mining.pool_jobs` spreads them
 over `workers` processes, with the same output for any number. `mine` merges their columns
 one at a time, orders crops by element type, then input order, numbers them 0..N-1, and
-writes POOLS.h5 (through `atomic_path`, last) with `<out>.report.md`, `<out>.report.json`
-(`mining.pool_report`) and `<out>.excluded_counts.tsv` (every number that is not a count,
-with its region and image ids). The manifest pins the inputs' sha256 and the vocabulary's.
+writes POOLS.h5 with `<out>.report.md`, `<out>.report.json` (`mining.pool_report`) and
+`<out>.excluded_counts.tsv` (every number that is not a count, with its region and image
+ids). The manifest pins the inputs' sha256 and the settings (`pools_settings`: the minimum
+side and the vocabulary's sha256), and carries `outputs.content_hash`
+(`vprom.tables.content_hash` over the `crops` and `vocabulary` groups).
+
+All four files go to temporaries first, and are renamed into place together at the end,
+POOLS.h5 last. POOLS.h5 is built in memory (HDF5's core driver) and its bytes written by
+Python: libhdf5 meeting a full disk can crash the process, while Python's write raises
+ENOSPC, which becomes one line with every temporary removed.
 
 POOLS.h5 also holds, in its `vocabulary` group, what generation must know of the vocabulary
 (it cannot import `mining`): `objects`, `object_attribute/{label, super_attribute}`,
@@ -19,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +40,7 @@ from vprom.mining.pool_passes import ELEMENT_TYPES, STRING_COLUMNS, PassResult
 from vprom.mining.pool_report import MineReport, report_data, side_path
 from vprom.claim import writes
 from vprom.domain import MIN_SIDE
-from vprom.tables import CropTable, set_manifest
+from vprom.tables import CropTable, content_hash_of, set_manifest
 
 
 @writes("out", ("pools",), inputs=lambda a: (a["vg_dir"],))
@@ -90,29 +98,45 @@ def _merge(passes: list[PassResult]) -> tuple[CropTable, dict[str, str]]:
     return table, dict(sorted(inputs.items()))
 
 
+def pools_settings(min_side: int = MIN_SIDE, vocab=None) -> dict:
+    """The settings a POOLS.h5's manifest records (and `build` compares): the minimum side
+    and the vocabulary's sha256 (the default vocabulary when `vocab` is None)."""
+    if vocab is None:
+        from vprom.mining.vocab import load_vocabulary
+
+        vocab = load_vocabulary()
+    return {"min_side": min_side, "vocabulary_sha256": vocabulary_digest(vocab)}
+
+
 def _write(out: Path, table: CropTable, report: MineReport, excluded_rows: list[str],
            excluded_path: Path, vocab) -> None:
-    """POOLS.h5 is renamed into place last, so a finished POOLS.h5 always has its report."""
-    import h5py
-
-    config = {"min_side": report.data["config"]["min_side"], "vocabulary_sha256":
-              vocabulary_digest(vocab)}
+    """All four files to temporaries, then renamed together, POOLS.h5 last (module doc)."""
+    config = pools_settings(report.data["config"]["min_side"], vocab)
     counts = {"crops": len(table), "images": report.data["images"],
               "pools": {f"{p['element_type']}/{p['super_attribute']}".rstrip("/"): p["crops"]
                         for p in report.pools}}
     manifest = make_manifest("pools", config, inputs=report.data["inputs"], counts=counts)
-    with atomic_path(out) as tmp:
-        with h5py.File(tmp, "w") as h5:
-            table.write(h5.create_group("crops"))
-            write_vocabulary(h5.create_group("vocabulary"), vocab)
-            set_manifest(h5, manifest)
-        with atomic_path(excluded_path) as t:
-            t.write_text("region_id\timage_id\treason\tnumber\tphrase\n"
-                         + "".join(row + "\n" for row in excluded_rows), encoding="utf-8")
-        with atomic_path(side_path(out, ".report.json")) as t:
-            t.write_text(report.to_json(), encoding="utf-8")
-        with atomic_path(side_path(out, ".report.md")) as t:
-            t.write_text(report.to_markdown(), encoding="utf-8")
+    texts = {excluded_path: "region_id\timage_id\treason\tnumber\tphrase\n"
+             + "".join(row + "\n" for row in excluded_rows),
+             side_path(out, ".report.json"): report.to_json(),
+             side_path(out, ".report.md"): report.to_markdown()}
+    with ExitStack() as renames:  # left in reverse: POOLS.h5's rename comes last
+        renames.enter_context(atomic_path(out)).write_bytes(_pools_image(table, vocab,
+                                                                          manifest))
+        for path, text in texts.items():
+            renames.enter_context(atomic_path(path)).write_text(text, encoding="utf-8")
+
+
+def _pools_image(table: CropTable, vocab, manifest: dict) -> bytes:
+    """The bytes of POOLS.h5, made in memory, its manifest carrying its content hash."""
+    import h5py
+
+    with h5py.File("pools.h5", "w", driver="core", backing_store=False) as h5:
+        table.write(h5.create_group("crops"))
+        write_vocabulary(h5.create_group("vocabulary"), vocab)
+        set_manifest(h5, {**manifest, "outputs": {"content_hash": content_hash_of(h5)}})
+        h5.flush()
+        return h5.id.get_file_image()
 
 
 def write_vocabulary(group, vocab) -> None:

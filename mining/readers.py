@@ -12,6 +12,11 @@ in any other form, absorbing the schema's drift between VG releases: image ids `
 missing, null or one string; boxes `x, y, w, h` (objects) or `x, y, width, height`
 (regions), floats truncated. Broken input is a `VpromError` naming the file and the record;
 boxes are not refused here (the passes clip them and count what they drop).
+
+`Source` also bounds how deeply arrays and objects nest (`MAX_DEPTH`; VG's records nest 5
+deep): ijson builds each event's prefix afresh, so its time grows with the square of the
+depth, and 100,000 `[` would keep it busy for hours. Each block read is checked with numpy
+before ijson sees it: escaped characters dropped, then brackets outside strings counted.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import NamedTuple
 
 import ijson
 import msgspec
+import numpy as np
 
 from vprom.errors import VpromError
 from vprom.files import sha256_file
@@ -37,6 +43,16 @@ WHAT = {"objects": "objects.json", "attributes": "attributes.json",
         "regions": "region_descriptions.json", "images": "image_data.json"}
 #: the largest side a JPEG can have (its header stores 16 bits): a size beyond it is not real
 MAX_SIDE = 65_535
+#: the deepest nesting of arrays and objects a file may have (module doc)
+MAX_DEPTH = 64
+
+
+class TooDeep(VpromError):
+    """Nesting deeper than MAX_DEPTH, found at byte `at` of the file."""
+
+    def __init__(self, at: int):
+        super().__init__(at)
+        self.at = at
 
 
 class ImageItems(NamedTuple):
@@ -79,6 +95,7 @@ class Source:
         self.path = Path(path)
         self.offset = 0
         self.sha256 = ""
+        self._depth, self._in_string, self._escaped = 0, False, False
         self._zip = self._raw = self._hasher = None
 
     def __enter__(self) -> Source:
@@ -108,10 +125,28 @@ class Source:
 
     def read(self, size: int = -1) -> bytes:
         data = self._raw.read(size)
+        self._check_depth(data)
         self.offset += len(data)
         if self._hasher is not None:
             self._hasher.update(data)
         return data
+
+    def _check_depth(self, data: bytes) -> None:
+        """Refuse nesting deeper than MAX_DEPTH in `data`, the next block of the file."""
+        if self._escaped:
+            data = data[1:]  # the character a backslash at the end of the last block escapes
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+        self._escaped = data.endswith(b"\\")
+        codes = np.frombuffer(data, dtype=np.uint8)
+        quotes = codes == ord('"')
+        outside = (np.cumsum(quotes) + self._in_string) % 2 == 0  # a closing quote: inside
+        step = (((codes == ord("[")) | (codes == ord("{"))) & outside).astype(np.int32) - (
+            ((codes == ord("]")) | (codes == ord("}"))) & outside)
+        depth = self._depth + np.cumsum(step)
+        if len(depth) and depth.max() > MAX_DEPTH:
+            raise TooDeep(self.offset + int(np.argmax(depth > MAX_DEPTH)))
+        self._depth = int(depth[-1]) if len(depth) else self._depth
+        self._in_string = bool((quotes.sum() + self._in_string) % 2)
 
     def finish(self) -> None:
         """Read past the array to the end of the file, and take its sha256."""
@@ -136,6 +171,11 @@ def records(source: Source, what: str) -> Iterator[tuple[int, object]]:
             if isinstance(record, dict):
                 last_id = record.get("image_id", record.get("id"))
             yield index, record
+    except TooDeep as e:
+        raise VpromError(f"{source.path}: arrays or objects nest more than {MAX_DEPTH} deep "
+                         f"in image record #{index + 1}, near byte {e.at:,} (Visual Genome's "
+                         "records nest 5 deep); the file is damaged or not Visual Genome's "
+                         "— download it again") from None
     except (ijson.JSONError, zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as e:
         where = ("before the first image record" if index < 0 else
                  f"after image record #{index} (image id {last_id})")

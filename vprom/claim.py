@@ -15,7 +15,10 @@ Every command that writes takes its output through `claim` (or `writes` on its f
    ends, kill -9 included. The lock file is removed on release; a writer that locked a file
    just unlinked sees the inode changed and locks again. Under torchrun rank 0 holds it for
    the job. Locks are re-entrant within a process (`build` holds its folder, `mine` its
-   pools inside it). The lock file is opened with O_NOFOLLOW and O_CLOEXEC and written only
+   pools inside it). A forked child (a worker) closes the lock fds it inherited at once
+   (`_forget_locks`), so a worker outliving a killed parent never keeps the lock held: a
+   flock lasts while any process holds the fd. The lock file is opened with O_NOFOLLOW and
+   O_CLOEXEC (no exec'd program inherits it) and written only
    when `fstat` shows a regular file of this user's with one name: anyone who can write into
    a shared output folder could otherwise plant a link there and have the writer overwrite
    the link's target.
@@ -42,6 +45,18 @@ from vprom.manifest import manifest_of
 
 _HELD: dict[str, list] = {}  # lock path -> [fd, depth]
 _WAIT = [False]
+
+
+def _forget_locks() -> None:
+    """In a forked child: close the inherited lock fds; the parent still holds the locks."""
+    for fd, _depth in _HELD.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_locks)
 
 
 @contextlib.contextmanager

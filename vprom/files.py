@@ -8,7 +8,9 @@ leaves its part behind, and the next write of the same output deletes the parts 
 process is gone (`clean_stale_parts`). The cleanup matches exactly that pattern for its own
 output's full name, so it never takes another output's part: `.e.jsonl.<pid>.<hex>.part` is
 not a part of `e`. A full disk met while writing becomes one line naming the output
-(`full_disk`), with the partial output removed.
+(`full_disk`), with the partial output removed, also when a library's writer replaced the
+ENOSPC with an error of its own (torch's). Writers that must see ENOSPC write through Python:
+`torch.save` into an open file, an HDF5 file built in memory and written as bytes.
 """
 
 from __future__ import annotations
@@ -69,10 +71,22 @@ def _replacing(path: Path, folder: bool) -> Iterator[list]:
         yield state
     except BaseException as e:
         _remove(state[0])
-        error = full_disk(path, e) if isinstance(e, OSError) else None
+        error = full_disk(path, _os_error_in(e))
         if error is not None:
             raise error from None
         raise
+
+
+def _os_error_in(error: BaseException | None) -> OSError | None:
+    """The OSError that `error` is or was raised while handling: a library's writer (torch's
+    zip writer) may replace the ENOSPC of a Python write with an error of its own."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, OSError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 @contextlib.contextmanager
@@ -216,9 +230,9 @@ def free_space_for(path: str | os.PathLike, needed: int, what: str = "") -> None
                          f"{size_text(free)} free; free some space or choose another path")
 
 
-def full_disk(path: str | os.PathLike, error: OSError) -> VpromError | None:
+def full_disk(path: str | os.PathLike, error: OSError | None) -> VpromError | None:
     """The one-line error for a full disk met while writing `path`, None for other errors."""
-    if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+    if error is None or error.errno not in (errno.ENOSPC, errno.EDQUOT):
         return None
     free = "?"
     with contextlib.suppress(OSError):

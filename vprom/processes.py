@@ -13,8 +13,12 @@ Signals:
   while a worker starts, so the worker is born with them blocked and the parent is never
   interrupted half-way through sending the worker its arguments.
 * The parent stops its workers on every way out (done, failed, Ctrl-C, SIGTERM): SIGTERM,
-  a short wait, then SIGKILL. Workers are daemonic, and one whose parent was killed
-  outright exits when it finds its pipe closed.
+  a short wait, then SIGKILL. A parent killed outright (`kill -9`) takes its workers with
+  it: on Linux each asks the kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG), and
+  everywhere an idle worker exits when its pipe to the parent reads end-of-file. For that
+  end-of-file a forked child closes, right after the fork, every parent end of a pipe it
+  inherited (`_PARENT_ENDS`), and `vprom.claim` closes the output locks it inherited, so
+  no worker keeps the parent's lock alive.
 
 `ordered_map` sends the jobs to the workers in chunks, at most `DEPTH` in flight per worker,
 and yields the results in job order, so its output equals a one-process run's.
@@ -23,6 +27,7 @@ and yields the results in job order, so its output equals a one-process run's.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import multiprocessing
 import multiprocessing.connection
@@ -44,6 +49,21 @@ DEPTH = 2
 #: Signals held while a worker starts and while workers are stopped.
 HELD = {signal.SIGINT, signal.SIGTERM}
 BLOCKS = hasattr(signal, "pthread_sigmask")  # POSIX
+#: prctl's request for a signal on the parent's death (linux/prctl.h)
+PR_SET_PDEATHSIG = 1
+#: the parent ends of the live workers' pipes, closed in every forked child (module doc)
+_PARENT_ENDS: set = set()
+
+
+def _close_parent_ends() -> None:
+    for conn in list(_PARENT_ENDS):
+        with contextlib.suppress(OSError):
+            conn.close()
+    _PARENT_ENDS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_parent_ends)
 
 
 def context(method: str = "spawn"):
@@ -129,8 +149,8 @@ def start(procs: list, target: Callable, args: tuple, name: str, method: str = "
         # Started on first use, the resource tracker unblocks SIGINT and SIGTERM after
         # starting itself, which would end the hold below; start it before.
         resource_tracker.ensure_running()
-    proc = context(method).Process(target=_ignoring_sigint, args=(target, args), name=name,
-                             daemon=True)
+    proc = context(method).Process(target=_ignoring_sigint, args=(target, args, os.getpid()),
+                                   name=name, daemon=True)
     with _signals_held():
         try:
             proc.start()
@@ -142,7 +162,17 @@ def start(procs: list, target: Callable, args: tuple, name: str, method: str = "
     return proc
 
 
-def _ignoring_sigint(target: Callable, args: tuple) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel SIGKILL this worker when its parent dies (Linux); exit now if the
+    parent died before the request was made (this process was then adopted)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # libc's
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _ignoring_sigint(target: Callable, args: tuple, parent: int) -> None:
+    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # a forked worker was born with the parent's note-taking handler (`_signals_held`): SIGTERM
     # would only be noted, and `stop` would wait out GRACE_S and kill it
@@ -216,12 +246,14 @@ def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunks
         for k in range(workers):
             parent, child = context(method).Pipe()
             conns.append(parent)
+            _PARENT_ENDS.add(parent)
             start(procs, _serve, (child, fn), f"vprom-{command}-{k + 1}", method)
             child.close()
         yield _drive(jobs, chunksize, procs, conns)
     finally:
         stop(procs)
         for conn in conns:
+            _PARENT_ENDS.discard(conn)
             conn.close()
 
 

@@ -33,7 +33,7 @@ STR = h5py.string_dtype(encoding="utf-8")
 INT_COLUMNS = {"crop_id": np.int64, "image_id": np.int64, "x": np.int32, "y": np.int32,
                "w": np.int32, "h": np.int32, "source_id": np.int64}
 SPLIT_PARTS = ("train", "val", "test")
-#: The groups of a DATASET.h5 or POOLS.h5 that `content_hash` covers.
+#: The groups of a DATASET.h5 and a POOLS.h5 that `content_hash` covers.
 CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab", "vocabulary")
 
 
@@ -343,19 +343,24 @@ class DatasetFile:
 
 
 def content_hash(path: str | Path) -> str:
-    """sha256 over the data of a DATASET.h5 or POOLS.h5, independent of HDF5 byte layout: the HDF5
-    datasets under CONTENT_GROUPS in sorted path order, each as its path, kind, shape and
+    """sha256 over the data of a DATASET.h5 or POOLS.h5, independent of HDF5 byte layout: the
+    HDF5 datasets under CONTENT_GROUPS in sorted path order, each as its path, kind, shape and
     values (integers as little-endian int64, floats as float64, strings as the UTF-8 of
     `json.dumps(list, ensure_ascii=False)`); attributes (the manifest) are left out."""
-    h = hashlib.sha256()
     with open_h5(path) as f:
-        items: list[tuple[str, h5py.Dataset]] = []
-        for group in CONTENT_GROUPS:
-            if group in f:
-                f[group].visititems(lambda name, obj, g=group: items.append(
-                    (f"{g}/{name}", obj)) if isinstance(obj, h5py.Dataset) else None)
-        for name, ds in sorted(items, key=lambda t: t[0]):
-            h.update(_hdf5_bytes(name, ds))
+        return content_hash_of(f)
+
+
+def content_hash_of(f: h5py.File) -> str:
+    """`content_hash` of an open HDF5 file."""
+    h = hashlib.sha256()
+    items: list[tuple[str, h5py.Dataset]] = []
+    for group in CONTENT_GROUPS:
+        if group in f:
+            f[group].visititems(lambda name, obj, g=group: items.append(
+                (f"{g}/{name}", obj)) if isinstance(obj, h5py.Dataset) else None)
+    for name, ds in sorted(items, key=lambda t: t[0]):
+        h.update(_hdf5_bytes(name, ds))
     return "sha256:" + h.hexdigest()
 
 

@@ -100,13 +100,13 @@ def test_a_kill_between_two_checkpoint_files_loses_nothing(tiny_pair, tmp_path, 
     monkeypatch.setattr(train_module, "evaluate", lambda *args: None)
     straight = train(small_config(dataset, features, tmp_path / "straight", epochs=2))
     config = small_config(dataset, features, tmp_path / "run", epochs=2)
-    # epoch 1: best.pt (call 1), last.pt (2); epoch 2: best.pt (3), then dies before last.pt
+    # epoch 1: last.pt (call 1), best.pt (2); epoch 2: last.pt (3), then dies in best.pt
     monkeypatch.setattr(train_module, "save_checkpoint",
                         interrupt(train_module.save_checkpoint, 4))
     with pytest.raises(KeyboardInterrupt):
         train(config)
     assert load_checkpoint(config.out / "last.pt")["epoch"] == 0  # epoch 1 intact
-    assert load_checkpoint(config.out / "best.pt")["epoch"] == 1
+    assert load_checkpoint(config.out / "best.pt")["epoch"] == 0  # the pair of one epoch
     monkeypatch.undo()
     monkeypatch.setattr(train_module, "evaluate", lambda *args: None)
     train(config)
@@ -168,3 +168,24 @@ def test_the_command_line_resumes_by_default(finished, capsys):
     assert cli.main([*argv[:-8], "--epochs", "3", *argv[-6:]]) == 0
     assert "resuming after epoch 2" in capsys.readouterr().out
     assert len(json.loads((finished.out / "history.json").read_text())) == 3
+
+
+def test_train_on_a_full_disk_is_one_line_and_the_rerun_resumes(tiny_pair, tmp_path):
+    """A real 8 MB tmpfs, filled but for room for config.json: the checkpoints do not fit."""
+    import shutil
+
+    from tests.mining.hostile import tmpfs
+    from vprom.errors import VpromError
+
+    dataset, features = tiny_pair
+    with tmpfs(tmp_path / "disk", "8m") as disk:
+        config = small_config(dataset, features, disk / "run", epochs=1, hidden=256)
+        (disk / "ballast").write_bytes(b"\0" * (shutil.disk_usage(disk).free - 64 * 1024))
+        with pytest.raises(VpromError, match="no space left on the device"):
+            train(config)  # was torch's RuntimeError, a 40-line traceback on the command line
+        names = {p.name for p in config.out.iterdir()}
+        assert "best.pt" not in names or "last.pt" in names
+        assert not [n for n in names if n.endswith(".part")]
+        (disk / "ballast").unlink()
+        train(config)  # not refused ("pass --restart")
+        assert load_checkpoint(config.out / "last.pt")["epoch"] == 0

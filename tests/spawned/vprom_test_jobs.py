@@ -50,3 +50,11 @@ def ddp_rank(rank: int, dataset: str, source: str, rendezvous: str, out: str) ->
             json.dump(ids, f)
     finally:
         dist.destroy_process_group()
+
+
+def announce_and_sleep(seconds: float) -> None:
+    """A job that says which worker took it, then keeps that worker busy."""
+    import time
+
+    print(f"busy {os.getpid()}", flush=True)
+    time.sleep(seconds)

@@ -7,7 +7,7 @@ folder is self-describing: every stage writes its output atomically with its man
 
 A stage's output is kept when its manifest is current for the stage's inputs and settings
 (`vprom.manifest.is_current`): the corpus for its images and seed, the pools for the hashes
-of the annotation files and the minimum side, the data set for the pools' hash and every
+of the annotation files, the minimum side and the vocabulary (`pools_settings`), the data set for the pools' hash and every
 setting `generate` records (`dataset_settings`). So an interrupted build resumes where it
 stopped, and a stage that must run first removes what the later stages made from its old
 output. `verify` on a data set in a build folder checks the same (`stale_stages`). Options
@@ -45,7 +45,7 @@ from vprom.domain import MIN_SIDE
 from vprom.files import sha256_file, write_text
 from vprom.manifest import made_from, make_manifest, manifest_of, why_stale, write_manifest
 from vprom.mining import readers
-from vprom.mining.pools import mine
+from vprom.mining.pools import mine, pools_settings
 from vprom.mining.synth import write_corpus
 from vprom.splits import load_rules
 
@@ -79,7 +79,7 @@ def _stages(out: Path, vg_dir: Path, synthetic: bool, images, scale, seed) -> di
     compares (the inputs are listed when the stage comes: the corpus may not be there yet)."""
     pools, dataset = out / "pools.h5", out / "dataset.h5"
     stages = {"corpus": (vg_dir, list, {"images": images, "seed": seed})} if synthetic else {}
-    stages["pools"] = (pools, lambda: _annotations(vg_dir), {"min_side": MIN_SIDE})
+    stages["pools"] = (pools, lambda: _annotations(vg_dir), pools_settings(MIN_SIDE))
     stages["dataset"] = (dataset, lambda: [pools], dataset_settings(scale, seed))
     return stages
 
