@@ -41,12 +41,12 @@ from collections import Counter
 
 import h5py
 import numpy as np
-from vprom.features.config import SYMBOLIC_BACKBONE as BACKBONE
-from vprom.features.config import ExtractConfig
 
 from vprom import __version__
 from vprom.domain import ElementType
 from vprom.errors import VpromError
+from vprom.features.config import SYMBOLIC_BACKBONE as BACKBONE
+from vprom.features.config import ExtractConfig
 from vprom.files import atomic_path
 from vprom.manifest import (
     CONTENT_PREFIX,

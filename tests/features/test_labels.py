@@ -5,13 +5,13 @@ from __future__ import annotations
 import h5py
 import numpy as np
 import pytest
-from vprom.features.config import ExtractConfig
-from vprom.features.extract import extract
-from vprom.generation.labels import LabelVocabulary
 
 from vprom.app.cli import main
 from vprom.errors import VpromError
 from vprom.feature_files import check_features_source, load_features
+from vprom.features.config import ExtractConfig
+from vprom.features.extract import extract
+from vprom.generation.labels import LabelVocabulary
 from vprom.tables import read_crop_table
 
 
