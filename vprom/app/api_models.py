@@ -167,7 +167,7 @@ def evaluate(run: Path, *, device: str | None = _T.device) -> dict:
 
 
 def report(runs: list[Path], out: Path):
-    """Table 2 and models x splits tables and plots over runs; flags runs that did not learn.
+    """Table 2, models x splits, perception against reasoning; flags runs that did not learn.
 
     Args:
         runs: evaluated run folders, or folders holding them
@@ -177,9 +177,10 @@ def report(runs: list[Path], out: Path):
     report over 1 runs written to reports:
     ...
     """
+    from vprom.app.ceilings import perception_ceilings
     from vprom.baselines.report import report as run
 
-    return run(runs, out)
+    return run(runs, out, ceilings=perception_ceilings)
 
 
 def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
