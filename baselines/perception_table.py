@@ -67,7 +67,9 @@ def feature_source(attrs: dict, backbone: str) -> str:
     weights = attrs.get("weights")
     if weights == "none":
         return f"{RANDOM} ({backbone})"
-    if attrs.get("weights_kind") == PERCEPTION_WEIGHTS or _kind_of(weights) == PERCEPTION_WEIGHTS:
+    # what extract recorded; files extracted without that record: the weights file's manifest
+    kind = attrs["weights_kind"] if "weights_kind" in attrs else _kind_of(weights)
+    if kind == PERCEPTION_WEIGHTS:
         return f"{TRAINED} ({backbone})"
     return feature_type(backbone)
 

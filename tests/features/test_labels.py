@@ -103,3 +103,28 @@ def test_options_of_the_other_kind_are_refused(synthetic_build, tmp_path):
     with pytest.raises(VpromError, match="--label-noise 1.5: a probability"):
         ExtractConfig(dataset=dataset, vg=None, backbone="labels", out=tmp_path / "z.h5",
                       label_noise=1.5)
+
+
+def test_extract_records_that_its_weights_came_from_perceive(dataset, vg_dir, tmp_path):
+    """A weights file whose manifest says `perception-weights` is recorded as such, so reports
+    name the run's features "trained perception model" (baselines/perception_table.py)."""
+    import torch
+    import torchvision
+
+    from vprom.baselines.perception_table import feature_source
+    from vprom.manifest import make_manifest, write_manifest
+
+    weights = tmp_path / "perceived.pth"
+    torch.save(torchvision.models.resnet18().state_dict(), weights)
+    kinds = {}
+    for kind in ("", "perception-weights"):
+        if kind:
+            write_manifest(weights, make_manifest(kind, {}))
+        out = tmp_path / f"feats-{kind or 'plain'}.h5"
+        extract(ExtractConfig(dataset=dataset, vg=vg_dir, backbone="resnet18", out=out,
+                              weights=str(weights), input_size=32, workers=0, device="cpu"))
+        kinds[kind] = load_features(out).attrs
+    assert kinds[""]["weights_kind"] == "" and feature_source(kinds[""], "resnet18") == "resnet18"
+    assert kinds["perception-weights"]["weights_kind"] == "perception-weights"
+    assert (feature_source(kinds["perception-weights"], "resnet18")
+            == "trained perception model (resnet18)")
