@@ -218,7 +218,7 @@ def _write(config: ExtractConfig, crop_id: np.ndarray, bits: np.ndarray,
         h5.attrs.update({
             "backbone": BACKBONE, "symbolic": True, "weights": "", "weights_sha256": "",
             "random_weights": False, "label_noise": config.label_noise, "seed": config.seed,
-            "pool": "avg", "pooling": "none: one multi-hot vector of labels per crop",
+            "pooling": "none: one multi-hot vector of labels per crop",
             "normalisation": "none (0/1 values)", "dtype": config.dtype,
             "compression": config.compression, "feature_dim": bits.shape[1], "n_missing": 0,
             "labels_outside_vocabulary": json.dumps(dict(sorted(outside.items()))),

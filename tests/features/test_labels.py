@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from vprom.app.cli import main
+from vprom.data import VPROM
 from vprom.errors import VpromError
 from vprom.feature_files import check_features_source, load_features
 from vprom.features.config import ExtractConfig
@@ -75,6 +76,13 @@ def test_the_file_is_an_ordinary_feats_file_recording_that_it_is_symbolic(synthe
     config = feats.attrs["manifest"]["config"]
     assert (config["symbolic"], config["label_noise"], config["seed"]) == (True, 0.1, 7)
     assert config["label_order"] == feats.attrs["label_order"]
+    exact = tmp_path / "exact.h5"
+    order = labels_file(dataset, exact).attrs["label_order"]
+    problem = VPROM(dataset, "neutral", "test", source=exact)[0]
+    answer = problem["panels"][8 + int(problem["answer"])]
+    assert answer.shape == (len(order),)
+    assert f"{problem['element_type']}:{problem['element']}" in [
+        order[d] for d in np.flatnonzero(answer.numpy())]
 
 
 def test_the_command_line_needs_no_images_and_the_file_trains(synthetic_build, tmp_path,
