@@ -1,18 +1,21 @@
 """Tables and plots over many evaluated runs (`vprom report RUN... --out DIR`).
 
 Each run contributes its `metrics.json` (`vprom evaluate`) and its `history.json`. A run is
-keyed by (model, feature type, aux, control, split); the feature type is the paper's name for
-the backbone (resnet101 -> "ResNet", bottomup-r101 -> "bottom-up") or the backbone's own name,
-and labels say when its weights were random. Runs sharing a key (seeds) are averaged, the
+keyed by (model, feature source, aux, control, split); the feature source
+(baselines/perception_table.py) is the paper's name for the backbone (resnet101 -> "ResNet",
+bottomup-r101 -> "bottom-up") or the backbone's own name, or says that its weights were random,
+trained by `vprom perceive`, or that the features are labels. Runs sharing a key (seeds) are averaged, the
 CSVs saying how many; runs of one key whose settings differ are refused (`run_checks`). A run
 that did not learn is marked in every table and listed with its reasons; controls are marked
 "control: pass" or "control: FAIL" against chance and listed apart.
 
 Written into DIR, each file atomically: table2.md / .csv (the paper's Table 2 layout on the
-neutral split, ours beside the paper's numbers, then controls, humans and chance), splits.md /
-.csv (models x splits), report.md (all of it on one page), by_relation.png and
-by_element_type.png (accuracy bars, neutral split when it has runs) and curves.png (training
-loss and validation accuracy per epoch). manifest.json (kind "report") is written first, so
+neutral split, ours beside the paper's numbers, then controls, humans and chance; runs on
+random weights or labels are left out), splits.md / .csv (models x splits), perception.md /
+.csv / .png (feature sources x splits beside chance and the perception-only ceiling),
+report.md (all of it on one page), by_relation.png and by_element_type.png (accuracy bars with
+95% Wilson intervals, neutral split when it has runs) and curves.png (training loss and
+validation accuracy per epoch). manifest.json (kind "report") is written first, so
 the folder is known as a report even if cut short, and again at the end with every file's
 sha256.
 """
