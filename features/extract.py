@@ -98,7 +98,7 @@ def extract(config: ExtractConfig) -> ExtractSummary:
     """Extract features for every crop of `config.dataset` into `config.out` (see module doc)."""
     check_label_options(config)
     if config.backbone == SYMBOLIC_BACKBONE:  # no pixels, no processes: features/labels.py
-        return extract_labels(config)
+        return ExtractSummary(**extract_labels(config))
     start = time.perf_counter()
     # Ranks wait for the slowest at the end: allow long shards before timing out.
     with joined_world(config.device, timeout=timedelta(hours=12)) as world:

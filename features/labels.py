@@ -165,10 +165,9 @@ def settings(config: ExtractConfig, vocabulary: LabelVocabulary) -> dict:
             "compression": config.compression}
 
 
-def extract_labels(config: ExtractConfig):
-    """Write the labels FEATS.h5 of `config.dataset` (module doc); an ExtractSummary."""
-    from vprom.features.extract import ExtractSummary  # extract.py imports this module
-
+def extract_labels(config: ExtractConfig) -> dict:
+    """Write the labels FEATS.h5 of `config.dataset` (module doc); the fields of the
+    `features.extract.ExtractSummary` it makes."""
     start = time.perf_counter()
     vocabulary = LabelVocabulary.read(config.dataset)
     crops = read_crop_table(config.dataset)
@@ -188,9 +187,9 @@ def extract_labels(config: ExtractConfig):
         bits, outside = label_matrix(crops.take(order), vocabulary)
         bits = with_noise(bits, config.label_noise, np.random.default_rng(config.seed))
         _write(config, crop_id, bits, vocabulary, outside, config_record)
-    summary = ExtractSummary(out=config.out, backbone=BACKBONE, crops=len(crop_id),
-                             units=len(crop_id), extracted_units=0 if done else len(crop_id),
-                             seconds=time.perf_counter() - start)
+    summary = {"out": config.out, "backbone": BACKBONE, "crops": len(crop_id),
+               "units": len(crop_id), "extracted_units": 0 if done else len(crop_id),
+               "seconds": time.perf_counter() - start}
     if outside:
         common = ", ".join(f"{label} ({n})" for label, n in outside.most_common(8))
         print(f"{config.out}: {sum(outside.values())} labels of the crops are outside the data "
