@@ -1,11 +1,14 @@
 """Tables and plots over many evaluated runs (`vprom report RUN... --out DIR`).
 
-Each run contributes its `metrics.json` and `history.json`, keyed by (model, feature type,
-aux, control, split); the feature type is the paper's name for the backbone or the
-backbone's own. Runs sharing a key (seeds) are averaged, and refused when their settings
-differ (`run_checks`). Runs that did not learn and controls (pass or FAIL against chance) are
-marked and listed. DIR gets table2 and splits as .md and .csv, report.md, three plots and a
-manifest.json (kind "report"), written first and again at the end with every file's sha256.
+Each run contributes its `metrics.json` and `history.json`, keyed by (model, feature source,
+aux, control, split); the feature source (baselines/perception_table.py) is the paper's name for
+the backbone, the backbone's own, or says that its weights were random, trained by `vprom
+perceive`, or that the features are labels. Runs sharing a key (seeds) are averaged, and refused
+when their settings differ (`run_checks`). Runs that did not learn and controls (pass or FAIL
+against chance) are marked and listed. DIR gets table2 (random-weight and label runs left out),
+splits and perception (feature sources x splits beside chance and the perception-only ceiling)
+as .md and .csv, report.md, bar plots with 95% Wilson intervals, perception.png, curves.png and
+a manifest.json (kind "report"), written first and again at the end with every file's sha256.
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from vprom.baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED, LATER_SOLVERS,
-                                   PAPER_NAMES, feature_type, paper_accuracy)
+                                   PAPER_NAMES, paper_accuracy)
+from vprom.baselines.perception_table import (Ceilings, feature_source, is_reference,
+                                              perception_markdown, perception_plot,
+                                              perception_rows, recorded_attrs, run_ceilings)
 from vprom.baselines.run_checks import (CONTROL_MODELS, check_alike, control_result,
                                         did_not_learn, is_control, settings)
 from vprom.errors import VpromError
@@ -37,7 +43,7 @@ class Entry:
     run: Path
     model: str
     backbone: str
-    features: str  # feature type: ResNet / bottom-up / the backbone name
+    features: str  # feature source (baselines/perception_table.py): ResNet, labels, ...
     aux: bool
     control: str  # "" or "shuffled context"
     split: str
@@ -55,14 +61,8 @@ class Entry:
         return is_control(self.model, bool(self.control))
 
     @property
-    def source(self) -> str:
-        """What the feature type does not say: the random weights ("" when nothing)."""
-        return "random weights" if self.metrics["features"].get("weights") == "none" else ""
-
-    @property
     def label(self) -> str:
         return " ".join(x for x in (display_name(self.model), self.features,
-                                    f"({self.source})" if self.source else "",
                                     "+aux" if self.aux else "", self.control) if x)
 
 
@@ -95,7 +95,8 @@ def load_entry(run: str | Path) -> Entry:
     control = "shuffled context" if metrics.get("shuffle_context") else ""
     # a control at chance has done what it is for: it is checked by control_result instead
     flags = [] if is_control(model, bool(control)) else did_not_learn(metrics, history)
-    return Entry(run, model, backbone, feature_type(backbone), aux, control, split, metrics,
+    features = feature_source(recorded_attrs(run, metrics), backbone)
+    return Entry(run, model, backbone, features, aux, control, split, metrics,
                  history, settings(run, metrics), flags)
 
 
@@ -210,17 +211,9 @@ def figures(cell: Cell | None, name: str) -> dict:
             "n_test": cell.n_test, "runs": len(cell.entries), "did_not_learn": cell.not_learned}
 
 
-def _sources(rows: list[dict], **match) -> str:
-    """" (random weights)" when a run behind the matching rows had them, else ""."""
-    found = sorted({e.source for r in rows if r["cell"] and all(r[k] == v for k, v in
-                                                                  match.items())
-                    for e in r["cell"].entries} - {""})
-    return f" ({', '.join(found)})" if found else ""
-
-
 def table2_markdown(rows: list[dict]) -> str:
     columns = [(f, a) for f in dict.fromkeys(r["features"] for r in rows) for a in (False, True)]
-    head = ["model"] + [f"{f}{_sources(rows, features=f)}{' +aux' if a else ''} | paper"
+    head = ["model"] + [f"{f}{' +aux' if a else ''} | paper"
                         for f, a in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (1 + 2 * len(columns))]
     by_row: dict[tuple[str, str], dict] = {}
@@ -284,9 +277,7 @@ def splits_markdown(rows: list[dict]) -> str:
         name = display_name(key[0]) + (f" ({key[3]})" if key[3] else "")
         values = [_split_cell(cells[(key, s)]["cell"]) if (key, s) in cells else "—"
                   for s in splits]
-        features = key[1] + _sources(rows, model=key[0], features=key[1], aux=key[2],
-                                     control=key[3])
-        lines.append(f"| {name} | {features} | {'yes' if key[2] else 'no'} | "
+        lines.append(f"| {name} | {key[1]} | {'yes' if key[2] else 'no'} | "
                      + " | ".join(values) + " |")
     return "\n".join(lines) + "\n"
 
@@ -356,8 +347,12 @@ def bar_chart(entries: list[Entry], breakdown: str, title: str, path: Path) -> N
     fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) + 0.2 * len(entries)), 4))
     x = np.arange(len(groups))
     for i, e in enumerate(entries):
-        values = [100 * (e.metrics[breakdown].get(g, {}).get("accuracy") or 0) for g in groups]
-        ax.bar(x + i * width - 0.4 + width / 2, values, width, label=e.label)
+        scores = [e.metrics[breakdown].get(g) or {"accuracy": 0, "ci95": [0, 0]} for g in groups]
+        values = [100 * (s["accuracy"] or 0) for s in scores]  # with the 95% Wilson interval
+        errors = [[v - 100 * s["ci95"][0], 100 * s["ci95"][1] - v] for v, s in zip(values, scores)]
+        # clipped: at 0% and 100% the interval's end is the estimate up to float rounding
+        ax.bar(x + i * width - 0.4 + width / 2, values, width,
+               yerr=np.clip(np.array(errors).T, 0, None), capsize=2, label=e.label)
     ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1, label="chance")
     ax.set_xticks(x, [g.replace("_", "\n") for g in groups])
     ax.set_ylabel("test accuracy (%)")
@@ -388,8 +383,9 @@ def curves(entries: list[Entry], path: Path) -> None:
 
 # ---------------------------------------------------------------- the report
 @writes("out", ("report",), inputs=lambda a: tuple(a["run_dirs"]), folder=True, inside_ok=True)
-def report(run_dirs, out: str | Path) -> str:
-    """Write the tables and plots over `run_dirs` into `out`; returns a summary of the files."""
+def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None) -> str:
+    """Write the tables and plots over `run_dirs` into `out`; returns a summary of the files.
+    `ceilings` gives the perception-only ceiling of the runs' data set (perception_table)."""
     run_dirs = expand_runs(run_dirs)
     if not run_dirs:
         raise VpromError("report needs at least one run folder")
@@ -399,7 +395,11 @@ def report(run_dirs, out: str | Path) -> str:
     out.mkdir(parents=True, exist_ok=True)
     write_manifest(out, make_manifest("report", config))  # vouches for no file yet
     grouped = group(entries)
-    t2 = table2_rows(grouped.get("neutral", {}))
+    t2 = table2_rows({k: c for k, c in grouped.get("neutral", {}).items()
+                      if not is_reference(k[1])})
+    split_ceilings, how = run_ceilings(entries, ceilings)
+    pr = perception_rows(grouped, split_ceilings)
+    pr_md = perception_markdown(pr, how)
     sp = split_rows(grouped)
     neutral = [e for e in entries if e.split == "neutral"] or entries
     shown = "neutral split" if neutral[0].split == "neutral" else "all runs"
@@ -408,13 +408,15 @@ def report(run_dirs, out: str | Path) -> str:
                                   f"{e.metrics['features'].get('weights')})" for e in entries}))
     if "none" in weights:
         backbones += (".\n\n**Some runs use randomly initialised backbone weights: their numbers "
-                      "are not comparable with the paper's**")
+                      "are not comparable with the paper's** (they are shown under Perception "
+                      "against reasoning, not in Table 2)")
     t2_md = ("Test accuracy (%) on the neutral split, ours (95% Wilson interval) beside the "
              "paper's (Teney et al. 2020, Table 2).\n\n" + table2_markdown(t2))
     sp_md = "Test accuracy (%) per split.\n\n" + splits_markdown(sp)
     files = {
         "table2.md": t2_md, "table2.csv": to_csv(t2 + reference_rows()),
         "splits.md": sp_md, "splits.csv": to_csv(sp),
+        "perception.md": pr_md, "perception.csv": to_csv(pr),
     }
     for name, text in files.items():
         write_text(out / name, text)
@@ -422,7 +424,8 @@ def report(run_dirs, out: str | Path) -> str:
     bar_chart(neutral, "by_element_type", f"accuracy by element type ({shown})",
               out / "by_element_type.png")
     with_history = [e for e in entries if e.history]
-    plots = ["by_relation.png", "by_element_type.png"]
+    perception_plot(pr, out / "perception.png", _pyplot(), _save)
+    plots = ["perception.png", "by_relation.png", "by_element_type.png"]
     if with_history:
         curves(with_history, out / "curves.png")
         plots.append("curves.png")
@@ -430,6 +433,7 @@ def report(run_dirs, out: str | Path) -> str:
     controls = controls_markdown(entries)
     page = (f"# V-PROM baselines: {len(entries)} runs\n\nFeatures: {backbones}.\n\n"
             f"## Table 2 (neutral split)\n\n{t2_md}\n## Splits\n\n{sp_md}\n"
+            f"## Perception against reasoning\n\n{pr_md}\n"
             + (f"## Controls (expected at chance)\n\n{controls}\n" if controls else "")
             + (f"## Runs that did not learn\n\n{not_learned}\n" if not_learned else "")
             + "## Plots\n\n" + "".join(f"![{p}]({p})\n\n" for p in plots))

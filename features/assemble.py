@@ -28,7 +28,8 @@ import torch
 from vprom.errors import VpromError
 from vprom.features.plan import DTYPES, ExtractPlan
 from vprom.files import atomic_path
-from vprom.manifest import CONTENT_PREFIX, input_hashes, make_manifest, write_manifest
+from vprom.manifest import (CONTENT_PREFIX, input_hashes, make_manifest, manifest_of,
+                            write_manifest)
 
 ASSEMBLE_ROWS = 16384
 BLOCK_BYTES = 256 << 20  # rows read and written per step, at most
@@ -140,6 +141,9 @@ def attributes(plan: ExtractPlan, n_missing: int, row_shape: tuple) -> dict:
     attrs = {"backbone": plan.backbone.name, "weights": plan.loaded.weights,
              "weights_sha256": plan.loaded.weights_sha256,
              "weights_notes": "; ".join(plan.loaded.notes),
+             # "perception-weights" for `vprom perceive`'s: reports name the feature source
+             "weights_kind": (manifest_of(plan.loaded.weights) or {}).get("kind", "")
+             if Path(plan.loaded.weights).is_file() else "",
              "random_weights": plan.loaded.weights == "none",
              "input_size": np.array(size, dtype=np.int64),
              "region": config.region, "decode": plan.decoder, "pool": config.pool,

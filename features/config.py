@@ -21,6 +21,8 @@ REGIONS = ("crop", "roi")
 #: attention pool) / the mean of the patch tokens, L2-normalised; auto: the backbone's default.
 POOLS = ("auto", "avg", "cls", "mean", "none")
 COMPRESSIONS = ("none", "gzip", "lzf")
+#: the backbone that reads no pixels: each crop's labels (features/labels.py)
+SYMBOLIC_BACKBONE = "labels"
 #: crops per forward by default on CUDA, and for `--region roi` (where a batch counts boxes)
 BATCH_SIZE = 64
 #: on a CPU device a default batch holds about this many pixels per thread: larger batches'
@@ -40,7 +42,7 @@ def default_batch_size(device_type: str, region: str, side: int, threads: int) -
 @dataclass(frozen=True)
 class ExtractConfig:
     dataset: Path
-    vg: Path
+    vg: Path | None  # None only for the labels backbone, which reads no pixels
     backbone: str
     out: Path
     weights: str = "imagenet"
@@ -64,10 +66,19 @@ class ExtractConfig:
     compression: str = "none"
     prefetch: int = 2
     in_flight: int = 2
+    # the labels backbone (features/labels.py): each bit flipped with this probability
+    label_noise: float = 0.0
+    seed: int = 0
 
     def __post_init__(self) -> None:
         for name in ("dataset", "vg", "out"):
-            object.__setattr__(self, name, Path(getattr(self, name)))
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        if self.vg is None and self.backbone != SYMBOLIC_BACKBONE:
+            raise VpromError(f"--vg DIR is needed: backbone {self.backbone} reads the crops "
+                             "from Visual Genome's images (only --backbone labels reads none)")
+        if not 0 <= self.label_noise <= 1:
+            raise VpromError(f"--label-noise {self.label_noise}: a probability, 0 to 1")
         for name, choices in (("dtype", STORED_DTYPES), ("decode", DECODERS),
                               ("region", REGIONS), ("pool", POOLS),
                               ("compression", COMPRESSIONS)):

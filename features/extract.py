@@ -34,9 +34,10 @@ import torch
 from vprom.errors import VpromError
 from vprom.features import assemble, pipeline
 from vprom.features.backbones import get_backbone
-from vprom.features.config import ExtractConfig, default_batch_size
+from vprom.features.config import SYMBOLIC_BACKBONE, ExtractConfig, default_batch_size
 from vprom.features.crops import batch_layout
 from vprom.features.decoding import cores_per_process, resolve_decoder
+from vprom.features.labels import check_label_options, extract_labels
 from vprom.features.plan import ExtractPlan
 from vprom.images import ImageIndex
 from vprom.claim import remove_work_folder, writes
@@ -95,6 +96,9 @@ def _autocast_dtype(device: torch.device) -> torch.dtype | None:
         inputs=lambda a: (a["config"].dataset, a["config"].vg))
 def extract(config: ExtractConfig) -> ExtractSummary:
     """Extract features for every crop of `config.dataset` into `config.out` (see module doc)."""
+    check_label_options(config)
+    if config.backbone == SYMBOLIC_BACKBONE:  # no pixels, no processes: features/labels.py
+        return ExtractSummary(**extract_labels(config))
     start = time.perf_counter()
     # Ranks wait for the slowest at the end: allow long shards before timing out.
     with joined_world(config.device, timeout=timedelta(hours=12)) as world:

@@ -180,8 +180,10 @@ def test_a_timm_backbone_runs_beside_a_resnet_through_train_report_and_verify(tm
                                     scale=0.002, backbones="resnet18,timm:test_vit",
                                     weights="none,none", models="rn", splits="neutral",
                                     epochs=1, device="cpu", input_size=32))
-    table2 = (out / "table2.md").read_text()
-    assert "resnet18 (random weights)" in table2 and "timm:test_vit (random weights)" in table2
+    perception = (out / "perception.md").read_text()
+    assert "random weights (resnet18)" in perception
+    assert "random weights (timm:test_vit)" in perception
+    assert "| perception-only ceiling |" in perception
     runs = sorted((root / "runs" / "timm-test_vit").rglob("metrics.json"))
     assert len(runs) == 2 + 2  # rn without and with aux, and the two controls
     metrics = json.loads(runs[0].read_text())

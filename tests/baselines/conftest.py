@@ -74,7 +74,7 @@ def _panels(kind: str, elements: np.ndarray, rng: np.random.Generator, dim: int,
 def write_pair(folder: Path, n: int = 200, seed: int = 0, dim: int = DIM,
                empty_train: tuple[str, ...] = (), drop_crops: int = 0,
                backbone: str = "resnet18", side: int = 120,
-               kind: str = "vectors") -> tuple[Path, Path]:
+               kind: str = "vectors", weights: str = "none") -> tuple[Path, Path]:
     """Write folder/dataset.h5 and the panels of its crops; returns their paths.
 
     The panels are folder/feats.h5 (`kind` vectors), folder/maps.h5 (maps of dim x 2 x 2) or
@@ -116,7 +116,7 @@ def write_pair(folder: Path, n: int = 200, seed: int = 0, dim: int = DIM,
         stored = "maps" if kind == "maps" else "features"
         h5.create_dataset(stored, data=feats[:keep].astype(np.float16))
         h5.create_dataset("done", data=np.ones(keep, bool))
-        h5.attrs.update({"backbone": backbone, "weights": "none", "complete": True,
+        h5.attrs.update({"backbone": backbone, "weights": weights, "complete": True,
                          "feature_dim": dim, "pooling": "avg" if kind == "vectors" else "none",
                          "normalisation": "l2"})
         set_manifest(h5, make_manifest("features", {"backbone": backbone,

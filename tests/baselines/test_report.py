@@ -20,10 +20,11 @@ from vprom.statistics import wilson_interval
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Five evaluated 1-epoch runs: ResNet and bottom-up features, aux, two splits, a control."""
+    """Five evaluated 1-epoch runs: ResNet and bottom-up features (stand-ins for pretrained
+    ones), aux, two splits, a control."""
     root = tmp_path_factory.mktemp("report")
-    resnet = write_pair(root / "resnet", backbone="resnet101")
-    bottomup = write_pair(root / "bottomup", backbone="bottomup-r101")
+    resnet = write_pair(root / "resnet", backbone="resnet101", weights="r101.pth")
+    bottomup = write_pair(root / "bottomup", backbone="bottomup-r101", weights="bu.pth")
     cells = [
         (resnet, dict(model="rn"), "rn-resnet"),
         (resnet, dict(model="rn", aux=True), "rn-resnet-aux"),
@@ -66,7 +67,8 @@ def test_report_writes_table2_beside_the_paper(runs, written):
     _, folders = runs
     out, summary = written
     for name in ("report.md", "table2.md", "table2.csv", "splits.md", "splits.csv",
-                 "by_relation.png", "by_element_type.png", "curves.png"):
+                 "perception.md", "perception.csv", "perception.png", "by_relation.png",
+                 "by_element_type.png", "curves.png"):
         assert str(out / name) in summary
     table = rows(out / "table2.csv")
     cell = {(r["model"], r["features"], r["aux"], r["control"]): r for r in table}
@@ -84,9 +86,8 @@ def test_report_writes_table2_beside_the_paper(runs, written):
     assert float(cell[("humans", "", "", "")]["paper"]) == 77.8
 
     markdown = (out / "table2.md").read_text()
-    # the fixtures' backbones are randomly initialised: every column header says so
-    assert ("| model | ResNet (random weights) | paper | ResNet (random weights) +aux | paper | "
-            "bottom-up (random weights) | paper |") in markdown
+    assert ("| model | ResNet | paper | ResNet +aux | paper | bottom-up | paper | bottom-up +aux "
+            "| paper |") in markdown
     assert "| RN | " in markdown and "| 51.2 |" in markdown and "| 61.3 |" in markdown
     assert "| RN (shuffled context) |" in markdown
     assert "Humans (paper): 77.8%" in markdown
@@ -107,13 +108,12 @@ def test_report_writes_models_by_splits(runs, written):
 
 def test_report_plots_are_pngs(written):
     out, _ = written
-    for name in ("by_relation.png", "by_element_type.png", "curves.png"):
+    for name in ("perception.png", "by_relation.png", "by_element_type.png", "curves.png"):
         with Image.open(out / name) as image:
             assert image.format == "PNG" and image.width > 300
     page = (out / "report.md").read_text()
     assert "![curves.png](curves.png)" in page and "5 runs" in page
-    # the fixtures' features come from random weights: the page must say so
-    assert "weights none" in page and "not comparable with the paper" in page
+    assert "weights r101.pth" in page and "not comparable with the paper" not in page
 
 
 def test_seeds_of_one_cell_are_averaged(runs, tmp_path):
@@ -168,8 +168,8 @@ def fake_run(folder, accuracy: float, n: int, losses: list[float], **config):
 
 
 def test_tables_and_legends_name_the_backbone(tmp_path):
-    """A random ResNet-18 is not the paper's ResNet, nor is a timm model: each is its own
-    column, named in tables and plot legends (`Entry.label`), random weights said."""
+    """A random ResNet-18 is not the paper's ResNet, nor is a timm model: each is named in
+    tables and plot legends (`Entry.label`); random weights are said, and kept out of Table 2."""
     paper = fake_run(tmp_path / "r101", 0.5, 100, [1.0])
     small = fake_run(tmp_path / "r18", 0.4, 100, [1.0])
     dino = fake_run(tmp_path / "dino", 0.6, 100, [1.0])
@@ -179,15 +179,17 @@ def test_tables_and_legends_name_the_backbone(tmp_path):
         metrics["features"] = {"backbone": backbone, "weights": weights}
         (run / "metrics.json").write_text(json.dumps(metrics))
     assert load_entry(paper).label == "RN ResNet"
-    assert load_entry(small).label == "RN resnet18 (random weights)"
+    assert load_entry(small).label == "RN random weights (resnet18)"
     assert load_entry(dino).label == "RN timm:vit_small_patch16_224.dino"
     report([paper, small, dino], tmp_path / "out")
     markdown = (tmp_path / "out" / "table2.md").read_text()
     assert ("| ResNet | paper | ResNet +aux | paper | bottom-up | paper | bottom-up +aux | paper "
-            "| resnet18 (random weights) | paper | resnet18 (random weights) +aux | paper | "
-            "timm:vit_small_patch16_224.dino | paper |") in markdown
+            "| timm:vit_small_patch16_224.dino | paper |") in markdown
+    assert "random weights" not in markdown
     splits = (tmp_path / "out" / "splits.md").read_text()
-    assert "| RN | resnet18 (random weights) | no | 40.0 |" in splits
+    assert "| RN | random weights (resnet18) | no | 40.0 |" in splits
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "not comparable with the paper's** (they are shown under Perception" in page
     assert "| RN | timm:vit_small_patch16_224.dino | no | 60.0 |" in splits
 
 

@@ -22,20 +22,22 @@ def _workers(workers: int | None) -> int:
     return usable_cores() if workers is None else workers
 
 
-def extract(dataset: Path, vg: Path, backbone: str, out: Path, *, weights: str = _E.weights,
+def extract(dataset: Path, vg: Path | None, backbone: str, out: Path, *, weights: str = _E.weights,
             batch_size: int | None = _E.batch_size, workers: int | None = _E.workers,
             device: str | None = _E.device, dtype: str = _E.dtype, resume: bool = _E.resume,
             allow_missing: bool = _E.allow_missing, compile: bool = _E.compile,
             cuda_graphs: bool = _E.cuda_graphs, input_size: int | None = _E.input_size,
             chunk_batches: int = _E.chunk_batches, decode: str = _E.decode,
             region: str = _E.region, pool: str = _E.pool, compression: str = _E.compression,
-            prefetch: int = _E.prefetch, in_flight: int = _E.in_flight):
+            prefetch: int = _E.prefetch, in_flight: int = _E.in_flight,
+            label_noise: float = _E.label_noise, seed: int = _E.seed):
     """Backbone features per crop into one HDF5 file (resumable, multi-GPU).
 
     Args:
         dataset: DATASET.h5 (its crops are extracted)
-        vg: Visual Genome folder (holding VG_100K/)
-        backbone: see `vprom extract --list`
+        vg: Visual Genome folder (holding VG_100K/); not needed for --backbone labels
+        backbone: see `vprom extract --list`; labels: each crop's labels as a multi-hot
+            (perfect perception; no pixels read)
         out: FEATS.h5 to write
         weights: imagenet, none or a state dict's path; timm:<name>: a file, none or
             pretrained (from the local Hugging Face cache only: vprom never downloads)
@@ -61,6 +63,8 @@ def extract(dataset: Path, vg: Path, backbone: str, out: Path, *, weights: str =
         compression: HDF5 compression of the features (lzf is readable only by h5py)
         prefetch: batches each worker prepares ahead
         in_flight: batches queued on the device before the oldest result is awaited
+        label_noise: --backbone labels: flip each label bit with this probability (0 to 1)
+        seed: --backbone labels: seed of the label noise
 
     >>> summary = vprom.extract("build/small/dataset.h5", "build/small/vg", "resnet18",
     ...                         "build/small/features/resnet18.h5", weights="none",
@@ -163,7 +167,7 @@ def evaluate(run: Path, *, device: str | None = _T.device) -> dict:
 
 
 def report(runs: list[Path], out: Path):
-    """Table 2 and models x splits tables and plots over runs; flags runs that did not learn.
+    """Table 2, models x splits, perception against reasoning; flags runs that did not learn.
 
     Args:
         runs: evaluated run folders, or folders holding them
@@ -173,9 +177,10 @@ def report(runs: list[Path], out: Path):
     report over 1 runs written to reports:
     ...
     """
+    from vprom.app.ceilings import perception_ceilings
     from vprom.baselines.report import report as run
 
-    return run(runs, out)
+    return run(runs, out, ceilings=perception_ceilings)
 
 
 def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,

@@ -158,7 +158,8 @@ COMMANDS = {c.name: c for c in (
             "vprom extract build/dataset.h5 --vg data/vg --backbone resnet101 --weights "
             "imagenet --out build/feats/resnet101.h5",
             positional=("dataset",),
-            arguments={"out": OUT_FILE, "dtype": {"choices": extract_config.STORED_DTYPES},
+            arguments={"out": OUT_FILE, "vg": {"required": False},  # labels need no images
+                       "dtype": {"choices": extract_config.STORED_DTYPES},
                        "decode": {"choices": extract_config.DECODERS},
                        "region": {"choices": extract_config.REGIONS},
                        "pool": {"choices": extract_config.POOLS},

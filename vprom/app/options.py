@@ -84,8 +84,8 @@ def _settings(name: str, parameter: inspect.Parameter, hint, help: str, command)
     else:
         settings["flags"] = [settings.pop("flag", flag)]
         settings["dest"] = name
-        if required:
-            settings["required"] = True
+        if required:  # a command's `arguments` may make it optional (extract's --vg)
+            settings.setdefault("required", True)
     return settings
 
 
@@ -164,9 +164,12 @@ class ListBackbones(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         from vprom.features.backbones import BACKBONES, get_backbone, list_backbones
+        from vprom.features.config import SYMBOLIC_BACKBONE
 
         for name in list_backbones():
             print(f"{name:15s} {get_backbone(name).description}")
         for usage in BACKBONES.families().values():
             print(usage)
+        print(f"{SYMBOLIC_BACKBONE:15s} each crop's labels as a multi-hot, no pixels read: "
+              "perfect perception (--label-noise P)")
         raise Done()

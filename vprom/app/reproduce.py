@@ -240,6 +240,7 @@ def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, source: Path,
         folder=True)
 def reproduce(config: ReproduceConfig) -> Path:
     """Run the grid (see the module doc); returns the report folder."""
+    from vprom.app.ceilings import perception_ceilings
     from vprom.baselines.report import report
 
     weights = backbone_weights(config)
@@ -264,7 +265,7 @@ def reproduce(config: ReproduceConfig) -> Path:
         print(f"[run {number}/{len(specs)}] {spec} -> {run}", flush=True)
         _train_and_evaluate(spec, run, dataset, source, config)
     out = config.out / "report"
-    print(report(folders, out), flush=True)
+    print(report(folders, out, ceilings=perception_ceilings), flush=True)
     print(f"tables: {out / 'table2.md'} (Table 2 beside the paper) and {out / 'splits.md'}; "
           f"everything on one page: {out / 'report.md'}", flush=True)
     return out

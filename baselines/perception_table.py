@@ -1,0 +1,200 @@
+"""Perception against reasoning: where a run's features came from, and the table and plot that
+set the feature sources side by side on every split, beside chance and the perception-only
+ceiling.
+
+A run's **feature source** is read from its features file's attributes and manifest, as the
+run recorded them (`features_attrs` in its config.json):
+
+- `symbolic` (`vprom extract --backbone labels`): "perfect perception (labels)", or
+  "labels, noise P" when its bits were flipped with probability P > 0;
+- weights `none`: "random weights (<backbone>)";
+- weights made by `vprom perceive` (`weights_kind`, the weights file's manifest kind,
+  "perception-weights"): "trained perception model (<backbone>)";
+- any other weights: the paper's name for the backbone (ResNet, bottom-up) or its own name.
+
+Random weights and labels are references, not backbone results: the report keeps them out of
+Table 2 and shows them here.
+
+The **perception-only ceiling** of a split is what perfect recognition scores on its test
+problems without finding the relation: the candidate is picked by how often the context shows
+its element (`generation/verify/ceiling.py`). This floor cannot import generation, so the
+report takes it as a function (`vprom report` passes `vprom.app.ceilings.perception_ceilings`,
+which computes it from the runs' data set). A labels run below the ceiling is limited by
+reasoning, not perception; a run above it has used the relation.
+
+The table has one row per (feature source, model, aux) of the runs that are not controls and
+one column per split: test accuracy with its 95% Wilson interval over the test problems
+(`vprom evaluate`'s), seeds averaged as in the other tables; then chance and the ceiling.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from vprom.baselines.paper import CHANCE, PAPER_NAMES, feature_type
+from vprom.baselines.run_checks import CONTROL_MODELS
+from vprom.domain import SPLITS
+from vprom.manifest import manifest_of
+
+PERFECT = "perfect perception (labels)"
+RANDOM = "random weights"
+TRAINED = "trained perception model"
+PERCEPTION_WEIGHTS = "perception-weights"
+#: (data set, splits) -> {split: (ceiling accuracy 0..1, test problems)}
+Ceilings = Callable[[Path, list[str]], dict[str, tuple[float, int]]]
+
+
+def recorded_attrs(run: Path, metrics: dict) -> dict:
+    """The features file's attributes as the run recorded them (its config.json), else what
+    its metrics say of them (`vprom score`'s predictions have no run folder)."""
+    try:
+        return json.loads((run / "config.json").read_text())["features_attrs"] or {}
+    except (OSError, ValueError, KeyError, TypeError):
+        return metrics.get("features") or {}
+
+
+def feature_source(attrs: dict, backbone: str) -> str:
+    """The run's feature source (module doc) from its features file's attributes."""
+    manifest = attrs.get("manifest") if isinstance(attrs.get("manifest"), dict) else {}
+    config = manifest.get("config") or {}
+    if attrs.get("symbolic") or config.get("symbolic"):
+        noise = float(attrs.get("label_noise", config.get("label_noise")) or 0)
+        return PERFECT if noise == 0 else f"labels, noise {noise:g}"
+    weights = attrs.get("weights")
+    if weights == "none":
+        return f"{RANDOM} ({backbone})"
+    # what extract recorded; files extracted without that record: the weights file's manifest
+    kind = attrs["weights_kind"] if "weights_kind" in attrs else _kind_of(weights)
+    if kind == PERCEPTION_WEIGHTS:
+        return f"{TRAINED} ({backbone})"
+    return feature_type(backbone)
+
+
+def _kind_of(weights) -> str | None:
+    if not isinstance(weights, str) or not weights or not Path(weights).is_file():
+        return None
+    return (manifest_of(weights) or {}).get("kind")
+
+
+def is_reference(source: str) -> bool:
+    """Random weights and labels: shown apart from Table 2, never as a backbone's result."""
+    return source.startswith((RANDOM, "labels", PERFECT))
+
+
+def _source_order(source: str) -> tuple:
+    rank = (0 if source.startswith(RANDOM) else 2 if source.startswith(TRAINED)
+            else 3 if source.startswith("labels") else 4 if source == PERFECT else 1)
+    return rank, source
+
+
+# ---------------------------------------------------------------- the table
+def perception_rows(grouped: dict, ceilings: dict[str, tuple[float, int]]) -> list[dict]:
+    """Long-form rows (source, model, aux, split, figures) of the cells that are not controls
+    (`grouped`: split -> (model, source, aux, control) -> cell), then chance and the
+    ceiling per split."""
+    splits = [s for s in SPLITS if s in grouped] + sorted(set(grouped) - set(SPLITS))
+    keys = sorted({k for s in splits for k in grouped[s]
+                   if not k[3] and k[0] not in CONTROL_MODELS},
+                  key=lambda k: (_source_order(k[1]), k[0], k[2]))
+    rows = []
+    for key in keys:
+        for split in splits:
+            cell = grouped[split].get(key)
+            if cell is not None:
+                low, high = cell.ci
+                rows.append({"source": key[1], "model": key[0], "aux": key[2], "split": split,
+                             "accuracy": round(cell.accuracy, 2), "ci_low": round(low, 2),
+                             "ci_high": round(high, 2), "n_test": cell.n_test,
+                             "runs": len(cell.entries)})
+    for split in splits:
+        rows.append({"source": "chance", "model": "", "aux": "", "split": split,
+                     "accuracy": CHANCE, "ci_low": "", "ci_high": "", "n_test": "", "runs": ""})
+        if split in ceilings:
+            ceiling, n = ceilings[split]
+            rows.append({"source": "perception-only ceiling", "model": "", "aux": "",
+                         "split": split, "accuracy": round(100 * ceiling, 2), "ci_low": "",
+                         "ci_high": "", "n_test": n, "runs": ""})
+    return rows
+
+
+def _model(row: dict) -> str:
+    name = PAPER_NAMES.get(row["model"], row["model"])
+    return name + (" +aux" if row["aux"] is True else "")
+
+
+def perception_markdown(rows: list[dict], ceiling_note: str) -> str:
+    splits = list(dict.fromkeys(r["split"] for r in rows))
+    lines = ["| feature source | model | " + " | ".join(splits) + " |",
+             "|" + "---|" * (2 + len(splits))]
+    by_row: dict[tuple[str, str], dict[str, dict]] = {}
+    for r in rows:
+        by_row.setdefault((r["source"], _model(r)), {})[r["split"]] = r
+    for (source, model), cells in by_row.items():
+        values = [_text(cells[s]) if s in cells else "—" for s in splits]
+        lines.append(f"| {source} | {model} | " + " | ".join(values) + " |")
+    return ("Test accuracy (%) by feature source and split, with the 95% Wilson interval over "
+            "each split's test problems. Random weights see no element; a trained perception "
+            "model recognises them imperfectly; labels are perfect perception, so what a labels "
+            "run misses is reasoning. " + ceiling_note + "\n\n" + "\n".join(lines) + "\n")
+
+
+def _text(row: dict) -> str:
+    if row["ci_low"] == "":
+        return f"{row['accuracy']:.1f}"
+    runs = f", {row['runs']} runs" if row["runs"] > 1 else ""
+    return f"{row['accuracy']:.1f} ({row['ci_low']:.1f}–{row['ci_high']:.1f}{runs})"
+
+
+def run_ceilings(entries: list, ceilings: Ceilings | None) -> tuple[dict, str]:
+    """The ceiling of each split of the runs' one data set (`{}` when there is none to
+    compute), and the sentence that says how it was made or why it is missing."""
+    datasets = {(e.run / e.metrics.get("dataset", "")).resolve() for e in entries}
+    splits = sorted({e.split for e in entries})
+    why = ("no ceiling was asked for" if ceilings is None
+           else f"the runs use {len(datasets)} data sets" if len(datasets) != 1
+           else f"the runs' data set {next(iter(datasets))} is not there"
+           if not next(iter(datasets)).is_file() else "")
+    if why:
+        return {}, f"No perception-only ceiling: {why}."
+    dataset = next(iter(datasets))
+    return ceilings(dataset, splits), (
+        "The perception-only ceiling is what perfect recognition scores without finding the "
+        "relation, by picking the candidate from how often the context shows its element "
+        "(`vprom verify`'s rule, generation/verify/ceiling.py), computed on each split's test "
+        f"problems of {dataset.name}.")
+
+
+def perception_plot(rows: list[dict], path: Path, plt, save) -> None:
+    """Grouped bars with 95% error bars, one group per split, one bar per (source, model);
+    chance as a dashed line, the ceiling as a black mark over each split's group."""
+    splits = list(dict.fromkeys(r["split"] for r in rows))
+    series = list(dict.fromkeys((r["source"], _model(r)) for r in rows
+                                if r["source"] not in ("chance", "perception-only ceiling")))
+    width = 0.8 / max(len(series), 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(splits) + 0.3 * len(series)), 4))
+    x = np.arange(len(splits))
+    cells = {(r["source"], _model(r), r["split"]): r for r in rows}
+    for i, (source, model) in enumerate(series):
+        found = [cells.get((source, model, s)) for s in splits]
+        values = [r["accuracy"] if r else np.nan for r in found]
+        errors = np.array([[r["accuracy"] - r["ci_low"], r["ci_high"] - r["accuracy"]]
+                           if r else [0, 0] for r in found]).T
+        ax.bar(x + i * width - 0.4 + width / 2, values, width,
+               yerr=np.clip(errors, 0, None), capsize=2,  # 0 where rounding crossed it
+               label=f"{source} · {model}")
+    for j, split in enumerate(splits):
+        ceiling = cells.get(("perception-only ceiling", "", split))
+        if ceiling:
+            ax.hlines(ceiling["accuracy"], j - 0.45, j + 0.45, colors="black", linewidth=2,
+                      label="perception-only ceiling" if j == 0 else None)
+    ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1, label="chance")
+    ax.set_xticks(x, [s.replace("_", "\n") for s in splits])
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title("perception against reasoning")
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
+    save(plt, fig, path)
