@@ -1,25 +1,17 @@
 """The extraction loop: batches in, chunk files out.
 
-Per batch, in order:
-1. Pixels (features/crops.py): DataLoader workers decode the crops, or only read the JPEGs
-   for the device to decode (`--decode gpu`), or hand whole images over for `--region roi`;
-   on CUDA a batch arrives in pinned memory. With `--workers 0` (a CPU
-   device's default) this process prepares each batch when the loop asks, with threads
-   (`InlineBatches`): on a CPU, workers decoding beside the forward stall its OpenMP threads.
-2. `Forward.prepare` copies the batch to the device and finishes what the workers left:
-   decoding on the device, cutting crops, or the detector's RoI cells.
-3. `Forward.__call__` normalises, runs the trunk (with `--cuda-graphs`, one replay of a
-   captured graph: `GraphedTrunk`), pools and L2-normalises, and casts to the stored dtype.
-4. The result joins a queue; only when more than `in_flight` batches are queued does the
-   loop wait for the oldest and copy its rows into its chunk's array. A chunk whose batches
-   have all arrived is written (`write_chunk`).
+Per batch: DataLoader workers decode the crops (`features/crops.py`; with `--workers 0`, a CPU
+run's default, this process does it with threads, `InlineBatches`, since workers beside the
+forward stall its OpenMP threads), or leave decoding or cropping to the device; `Forward.prepare`
+copies the batch to the device and finishes that work; `Forward.__call__` runs the trunk (one
+CUDA graph replay with `--cuda-graphs`: `GraphedTrunk`), pools, L2-normalises and casts. Results
+queue; the loop waits for the oldest only when more than `in_flight` are queued, and writes a
+chunk file once all its batches have landed (`write_chunk`).
 
-On CUDA (`CudaStreams`) the forwards and the copies of their results to pinned host memory
-run on a stream of their own, which waits for each batch prepared on the default stream:
-preparing the next batch (nvjpeg synchronises its stream) never waits for the forwards
-queued before it, and the host waits for a result only `in_flight` batches late. A row's
-value depends on its batch only, so any `in_flight` gives the same file (tested). The CUDA
-calls go through `CudaApi`; tests substitute a stand-in that runs them on the CPU.
+On CUDA (`CudaStreams`) forwards and their copies to pinned host memory run on a stream of their
+own, so preparing the next batch never waits for queued forwards. A row depends on its batch
+only, so any `in_flight` gives the same file. The CUDA calls go through `CudaApi`, which tests
+replace with a stand-in that runs on the CPU.
 """
 
 from __future__ import annotations

@@ -198,6 +198,20 @@ class MatrixTable:
             out[split] = column
         return out
 
+    def part_rows(self, path: Path, split: str, part: str) -> np.ndarray:
+        """The rows of the matrices `split`/`part` of the file `path` lists, in its order;
+        refused in one line when the file lacks the split or lists an unknown id."""
+        if split not in self.splits:
+            raise VpromError(f"{path}: has no split {split!r} (it has "
+                             f"{', '.join(sorted(self.splits)) or 'none'}); regenerate the dataset")
+        ids = np.asarray(self.splits[split].get(part, np.zeros(0, np.int64)), np.int64)
+        rows = crop_rows(self.id, ids)
+        if (rows < 0).any():
+            raise VpromError(f"{path}: splits/{split}/{part} lists matrix id "
+                             f"{int(ids[np.argmax(rows < 0)])}, which is not in 'matrices'; "
+                             "the file is inconsistent, regenerate it")
+        return rows
+
     def parts_of(self) -> dict[int, dict[str, str]]:
         """matrix id -> {split: part} (`part_columns` by matrix)."""
         columns = self.part_columns()
