@@ -1,16 +1,10 @@
 """Columnar HDF5 storage of crops and matrices (the formats of docs/formats.md).
 
-`CropTable` is the `crops` group of POOLS.h5 and DATASET.h5; `MatrixTable` the `matrices`
-group plus the split index arrays of DATASET.h5. Columns are 1-D numpy arrays of equal
-length (strings as object arrays of `str`), so a file is readable with plain h5py:
-
-    crops/{crop_id, image_id, x, y, w, h, element_type, element, super_attribute,
-           source_id, phrase, labels}          labels: every source label, "|"-joined
-    matrices/{id, relation, element_type, super_attribute, answer}, matrices/panels (N×16),
-    matrices/elements (N×16), splits/<split>/{train, val, test}   (matrix ids)
-
-Every file carries the JSON manifest in its root attribute `manifest`.
-
+`CropTable` is the `crops` group of POOLS.h5 and DATASET.h5 (`labels`: every source label,
+"|"-joined); `MatrixTable` the `matrices` group (`panels` and `elements` N×16) plus the
+`splits/<split>/{train, val, test}` matrix ids of DATASET.h5. Columns are 1-D numpy arrays of
+equal length (strings as object arrays of `str`), readable with plain h5py. Every file carries
+its JSON manifest in the root attribute `manifest`.
 """
 
 from __future__ import annotations
@@ -96,15 +90,9 @@ class CropTable:
 
     @classmethod
     def from_crops(cls, crops: list[Crop]) -> "CropTable":
-        cols = {f.name: [] for f in fields(cls)}
-        for c in crops:
-            for name in cols:
-                value = getattr(c, name)
-                if name == "labels":
-                    value = LABEL_SEPARATOR.join(value)
-                elif name == "element_type":
-                    value = value.value
-                cols[name].append(value)
+        cols = {f.name: [getattr(c, f.name) for c in crops] for f in fields(cls)}
+        cols["labels"] = [LABEL_SEPARATOR.join(labels) for labels in cols["labels"]]
+        cols["element_type"] = [t.value for t in cols["element_type"]]
         return cls(**cols)
 
     def row(self, i: int) -> Crop:
@@ -288,8 +276,7 @@ def read_manifest(path: str | Path) -> dict:
 
 
 class _File(h5py.File):
-    """An HDF5 file whose read errors inside `with` name the file: a damaged file (a flipped
-    bit) makes HDF5 raise OSError or RuntimeError without a name, deep inside a read."""
+    """An HDF5 file whose read errors inside `with` name the file (HDF5's do not)."""
 
     def __exit__(self, kind, error, tb):
         super().__exit__(kind, error, tb)
@@ -300,8 +287,8 @@ class _File(h5py.File):
 
 
 def open_h5(path: str | Path) -> h5py.File:
-    """Open an HDF5 file to read, turning 'not there', 'not HDF5' and 'damaged' (read in a
-    bounded child first: `check_readable`) into a clear VpromError."""
+    """Open an HDF5 file to read; 'not there', 'not HDF5' and 'damaged' (`check_readable`)
+    are a clear VpromError."""
     path = Path(path)
     if path.is_dir():
         raise VpromError(f"{path}: is a folder; give the path of an HDF5 file inside it")
@@ -357,10 +344,9 @@ class DatasetFile:
 
 
 def content_hash(path: str | Path) -> str:
-    """sha256 over the data of a DATASET.h5 or POOLS.h5, independent of HDF5 byte layout: the HDF5
-    datasets under CONTENT_GROUPS in sorted path order, each as its path, kind, shape and
-    values (integers as little-endian int64, floats as float64, strings as the UTF-8 of
-    `json.dumps(list, ensure_ascii=False)`); attributes (the manifest) are left out."""
+    """sha256 over the data of a DATASET.h5 or POOLS.h5, whatever its HDF5 layout: the
+    datasets under CONTENT_GROUPS by sorted path, each as path, kind, shape and values (ints
+    as int64, floats as float64, strings as JSON); attributes (the manifest) are left out."""
     h = hashlib.sha256()
     with open_h5(path) as f:
         items: list[tuple[str, h5py.Dataset]] = []

@@ -207,11 +207,8 @@ def _whole(batch: dict) -> dict:
 
 def loader(data: VPROM, batch_size: int, shuffle: bool = False, sampler=None,
            drop_last: bool = False, **kwargs) -> DataLoader:
-    """A DataLoader of `data`'s whole batches (`VPROM.batch`) of `batch_size` problems.
-
-    `sampler` orders the problems (e.g. a `DistributedSampler`; `shuffle` when there is
-    none); the other keywords go to the DataLoader (`num_workers`, `pin_memory`,
-    `persistent_workers`, `prefetch_factor`, ...)."""
+    """A DataLoader of `data`'s whole batches (`VPROM.batch`) of `batch_size` problems, ordered
+    by `sampler` (a `DistributedSampler`, say) or `shuffle`; other keywords go to DataLoader."""
     if sampler is None:
         sampler = RandomSampler(data) if shuffle else SequentialSampler(data)
     elif shuffle:
