@@ -344,9 +344,10 @@ class DatasetFile:
 
 
 def content_hash(path: str | Path) -> str:
-    """sha256 over the data of a DATASET.h5 or POOLS.h5, whatever its HDF5 layout: the
-    datasets under CONTENT_GROUPS by sorted path, each as path, kind, shape and values (ints
-    as int64, floats as float64, strings as JSON); attributes (the manifest) are left out."""
+    """sha256 over the data of a DATASET.h5 or POOLS.h5, independent of HDF5 byte layout: the HDF5
+    datasets under CONTENT_GROUPS in sorted path order, each as its path, kind, shape and
+    values (integers as little-endian int64, floats as float64, strings as the UTF-8 of
+    `json.dumps(list, ensure_ascii=False)`); attributes (the manifest) are left out."""
     h = hashlib.sha256()
     with open_h5(path) as f:
         items: list[tuple[str, h5py.Dataset]] = []
