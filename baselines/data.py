@@ -1,25 +1,15 @@
 """The matrices of one split as tensors, over panels held once in memory.
 
-Panels are stored once per crop, so the loader keeps one table of the crops the split shows on
-the training device, `features[N_crops, ...]` (float32 vectors `[D]` of `vprom extract`,
-maps `[C, H, W]` of `--pool none` in their stored dtype, or uint8 pixels `[3, S, S]` of a
-crop store), and turns every matrix into a row of 16 indices into it (one vectorised search
-over the sorted crop ids). A batch is one gather, `features[rows[batch]]`.
+The loader keeps one table of the crops the split shows, `features[N_crops, ...]` (float32
+vectors, maps in their stored dtype, or uint8 pixels of a crop store), and every matrix as a
+row of 16 indices into it, so a batch is one gather, `features[rows[batch]]`. Per matrix it
+holds the answer (0..7) and, for the auxiliary loss, the relation and element type classes.
 
-Per matrix it also holds the targets: the answer (0..7), and for the auxiliary loss the
-relation (and, or, union, progression) and the element type (attribute, object, count; object
-and human attributes are both "attribute"). The dataset's four element types are kept as
-strings for the evaluation breakdowns.
-
-Shuffled-context control (`shuffle_context`): within each part every matrix's 8 context panels
-are those of another matrix, by a fixed seeded derangement; candidates and answer stay. A
-model that reasons from the context should fall to chance (12.5%).
-
-Centred features (`center`, `vprom train --center-features`): the mean feature of the crops
-the training matrices show is subtracted and every feature L2-normalised again. Pooled CNN
-features share one large common direction; without it models learn much faster (random-weight
-features barely train otherwise). Only training crops enter the mean, so val and test see a
-transform fixed before they are looked at.
+Shuffled-context control (`shuffle_context`): each matrix's 8 context panels are another
+matrix's of its part, by a seeded derangement; a model that reasons should fall to chance.
+Centred features (`center`, `--center-features`): the mean feature of the training crops is
+subtracted and each feature L2-normalised again. Pooled CNN features share one large common
+direction, without which models learn much faster; val and test see a transform fixed on train.
 """
 
 from __future__ import annotations
@@ -35,7 +25,7 @@ from vprom.errors import VpromError
 from vprom.feature_files import load_features, open_maps
 from vprom.features.crop_store import CropStore
 from vprom.domain import SPLITS
-from vprom.tables import SPLIT_PARTS, crop_rows, read_matrix_table
+from vprom.tables import SPLIT_PARTS, read_matrix_table
 
 
 @dataclass(frozen=True)
@@ -169,19 +159,9 @@ def load_split(dataset: str | Path, features: str | Path, split: str, kind: str 
     if split not in SPLITS:
         raise VpromError(f"unknown split {split!r}; the splits are {', '.join(SPLITS)}")
     table = read_matrix_table(dataset)
-    if split not in table.splits:
-        raise VpromError(f"{dataset}: has no split {split!r} (it has "
-                         f"{', '.join(sorted(table.splits)) or 'none'}); regenerate the dataset")
+    positions = {part: table.part_rows(dataset, split, part) for part in SPLIT_PARTS}
     if center and kind != "vectors":
         raise VpromError(f"--center-features centres pooled vectors; drop it for {kind}")
-    positions = {}
-    for part in SPLIT_PARTS:
-        wanted = np.asarray(table.splits[split].get(part, np.zeros(0, np.int64)), np.int64)
-        positions[part] = crop_rows(table.id, wanted)  # the rows of these matrix ids
-        if (positions[part] < 0).any():
-            raise VpromError(f"{dataset}: splits/{split}/{part} lists matrix id "
-                             f"{int(wanted[np.argmax(positions[part] < 0)])}, which is not in "
-                             "'matrices'; the file is inconsistent, regenerate it")
     shown = np.unique(np.concatenate([table.panels[p].reshape(-1) for p in positions.values()]))
     panels, attrs = read_panels(Path(features), kind, shown)
     parts = {}

@@ -1,16 +1,11 @@
 """Assembling FEATS.h5 from the finished chunk files (rank 0, after every rank is done).
 
-Rows are sorted by crop id; each crop gets its unit's row (features are computed once per
-distinct box), read from the memory-mapped chunk files in blocks of at most ~256 MB and
-written through `vprom.files.atomic_path`, so only a complete file gets the final name. The
-stored dataset is `features` (N, D) for `--pool avg` or `maps` (N, C, H, W) for `--pool none`
-(HDF5 chunks of about 1 MB, compressed when asked). Crops whose image is missing or corrupt
-are NaN rows listed in `missing_crop_id`; unless `allow_missing`, their chunks are dropped (so
-a re-run after fixing the images redoes only those) and the run fails with a VpromError
-naming the first one, its image and where it was looked for.
-
-While the file is assembled, the chunk files and the new file both exist: for `--pool none`
-at full scale that is twice the maps' size on disk (see docs/features.md).
+Rows are sorted by crop id; each crop gets its distinct box's row, copied from the memory-mapped
+chunk files in blocks of at most ~256 MB into `features` (N, D) or `maps` (N, C, H, W; HDF5
+chunks of ~1 MB, compressed when asked), written under a temporary name. Crops whose image is
+missing are NaN rows listed in `missing_crop_id`; unless `allow_missing`, their chunks are
+dropped (a re-run after fixing the images redoes only those) and the run fails naming the
+first. While assembling, chunks and file both exist: twice the maps' size on disk.
 """
 
 from __future__ import annotations

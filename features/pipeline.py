@@ -1,25 +1,17 @@
 """The extraction loop: batches in, chunk files out.
 
-Per batch, in order:
-1. Pixels (features/crops.py): DataLoader workers decode the crops, or only read the JPEGs
-   for the device to decode (`--decode gpu`), or hand whole images over for `--region roi`;
-   on CUDA a batch arrives in pinned memory. With `--workers 0` (a CPU
-   device's default) this process prepares each batch when the loop asks, with threads
-   (`InlineBatches`): on a CPU, workers decoding beside the forward stall its OpenMP threads.
-2. `Forward.prepare` copies the batch to the device and finishes what the workers left:
-   decoding on the device, cutting crops, or the detector's RoI cells.
-3. `Forward.__call__` normalises, runs the trunk (with `--cuda-graphs`, one replay of a
-   captured graph: `GraphedTrunk`), pools and L2-normalises, and casts to the stored dtype.
-4. The result joins a queue; only when more than `in_flight` batches are queued does the
-   loop wait for the oldest and copy its rows into its chunk's array. A chunk whose batches
-   have all arrived is written (`write_chunk`).
+Per batch: DataLoader workers decode the crops (`features/crops.py`; with `--workers 0`, a CPU
+run's default, this process does it with threads, `InlineBatches`, since workers beside the
+forward stall its OpenMP threads), or leave decoding or cropping to the device; `Forward.prepare`
+copies the batch to the device and finishes that work; `Forward.__call__` runs the trunk (one
+CUDA graph replay with `--cuda-graphs`: `GraphedTrunk`), pools, L2-normalises and casts. Results
+queue; the loop waits for the oldest only when more than `in_flight` are queued, and writes a
+chunk file once all its batches have landed (`write_chunk`).
 
-On CUDA (`CudaStreams`) the forwards and the copies of their results to pinned host memory
-run on a stream of their own, which waits for each batch prepared on the default stream:
-preparing the next batch (nvjpeg synchronises its stream) never waits for the forwards
-queued before it, and the host waits for a result only `in_flight` batches late. A row's
-value depends on its batch only, so any `in_flight` gives the same file (tested). The CUDA
-calls go through `CudaApi`; tests substitute a stand-in that runs them on the CPU.
+On CUDA (`CudaStreams`) forwards and their copies to pinned host memory run on a stream of their
+own, so preparing the next batch never waits for queued forwards. A row depends on its batch
+only, so any `in_flight` gives the same file. The CUDA calls go through `CudaApi`, which tests
+replace with a stand-in that runs on the CPU.
 """
 
 from __future__ import annotations
@@ -141,10 +133,8 @@ def embed(model: torch.nn.Module, pixels: torch.Tensor, backbone: Backbone,
 
 
 class GraphedTrunk:
-    """`embed` at the batch size, replayed from one CUDA graph (`--cuda-graphs`): a batch is
-    copied into the graph's input (the rows past a short batch zeroed), one replay runs the
-    whole trunk, and its rows are copied out in the stored dtype. A row's features depend on
-    its own pixels only."""
+    """`embed` at the batch size as one CUDA graph replay (`--cuda-graphs`); a short batch is
+    zero-padded (a row's features depend on its own pixels only)."""
 
     def __init__(self, plan: ExtractPlan, model: torch.nn.Module, api=CudaApi):
         device, self.dtype = plan.world.device, TORCH_DTYPES[plan.config.dtype]
@@ -291,11 +281,9 @@ def _worker_init(worker_id: int, nice: int) -> None:
 
 
 class InlineBatches:
-    """`--workers 0`: batches prepared in this process when the loop asks for them, their
-    image groups decoded by a pool of threads (Pillow and torch release the GIL while they
-    decode and resize). `ahead` batches are decoded at a time, all their groups in one go, so
-    that the threads share many images and wait less for the slowest one (a CPU batch of 8
-    crops holds 2-3 images); the batches are the same either way."""
+    """`--workers 0`: batches prepared in this process when the loop asks, their images decoded
+    by threads (Pillow and torch release the GIL); `ahead` batches at a time, so the threads
+    share many images and wait less for the slowest (the batches are the same either way)."""
 
     def __init__(self, dataset: CropDataset, batches: list, threads: int, pin: bool,
                  ahead: int = 1):
@@ -329,30 +317,6 @@ def loader(plan: ExtractPlan, batches: list):
         prefetch_factor=plan.config.prefetch)
 
 
-class Chunks:
-    """The arrays of the chunks in progress; a chunk is written when its last batch lands."""
-
-    def __init__(self, plan: ExtractPlan, shape: tuple):
-        self.plan, self.shape, self.open = plan, shape, {}
-
-    def receive(self, c: int, units: np.ndarray, result: np.ndarray | None,
-                failed: list) -> int:
-        plan = self.plan
-        start, stop = plan.layout.chunk_units(c)
-        if c not in self.open:
-            rows = np.full((stop - start, *self.shape), np.nan, DTYPES[plan.config.dtype])
-            self.open[c] = [rows, [], len(plan.layout.chunks[c])]
-        entry = self.open[c]
-        if result is not None:
-            entry[0][units - start] = result
-        entry[1] += failed
-        entry[2] -= 1
-        if entry[2] == 0:
-            write_chunk(plan, c, entry[0], entry[1])
-            del self.open[c]
-        return len(units) + len(failed)
-
-
 def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
     """Extract this rank's unfinished chunks (see the module doc); returns the boxes done."""
     layout, world = plan.layout, plan.world
@@ -370,7 +334,7 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
     warm_up(plan, model)
     trunk = GraphedTrunk(plan, model, api) if plan.config.cuda_graphs else None
     forward = Forward(plan, model, streams_for(world.device, api), trunk)
-    chunks = Chunks(plan, shape)
+    chunks = {}  # chunk -> [its rows, its failures, its batches still to land]
     queue = deque()
     bar = tqdm(total=sum(layout.batch_units(b) for b in batch_ids), unit="crop",
                desc=f"extract {plan.backbone.name}", disable=None, smoothing=0.05,
@@ -380,15 +344,24 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
     def land() -> None:  # the oldest queued batch: wait for its rows, file them
         nonlocal done
         c, units, pending, failed, peak = queue.popleft()
+        start, stop = layout.chunk_units(c)
+        if c not in chunks:
+            rows = np.full((stop - start, *shape), np.nan, DTYPES[plan.config.dtype])
+            chunks[c] = [rows, [], len(layout.chunks[c])]
+        entry = chunks[c]
         if pending is not None:
             rows, event = pending
             if event is not None:
                 event.synchronize()
-            pending = rows.numpy()
-            check_finite(plan, pending, peak)
-        n = chunks.receive(c, units, pending, failed)
-        done += n
-        bar.update(n)
+            check_finite(plan, rows.numpy(), peak)
+            entry[0][units - start] = rows.numpy()
+        entry[1] += failed
+        entry[2] -= 1
+        if entry[2] == 0:  # its last batch: the chunk is complete
+            write_chunk(plan, c, entry[0], entry[1])
+            del chunks[c]
+        done += len(units) + len(failed)
+        bar.update(len(units) + len(failed))
 
     with bar:
         for c, batch in zip(chunk_of, batches):

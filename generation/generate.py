@@ -73,15 +73,11 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
                      workers: int = 1) -> Dataset:
     """Plan, sample, prove and assign every split, in memory (what `generate` writes).
 
-    `vocabulary`: what the pools were mined with (implied labels, label classes); None: only
-    what the crops say (nothing implied). `progress`: a progress bar on a terminal.
-    `legacy_counts`: count candidates drawn from the context's values first, whose absent
-    values give the answer away — only to reproduce that flaw (docs/soundness.md).
-    `workers`: processes drawing the matrices (`generation.parallel`); the result is the
-    same for any number.
-    """
-    # the pool index is millions of long-lived objects the collector would walk again and
-    # again (the draw leaves it alone by `gc.freeze`, `draw_chunks`)
+    `vocabulary`: what the pools were mined with (None: the crops' own labels only).
+    `legacy_counts`: count candidates drawn from the context's values first, a flaw kept only
+    to reproduce it (docs/soundness.md). `workers`: processes drawing the matrices; the
+    result is the same for any number."""
+    # the pool index is millions of long-lived objects the collector would walk again and again
     with collector_paused():
         plan = make_plan(scale, seed, rules.design)
         pool = PoolIndex(crops, seed, rules.design, source=source, vocabulary=vocabulary)

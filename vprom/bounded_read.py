@@ -1,12 +1,10 @@
 """A bounded first read of an HDF5 file, so that a damaged file is refused and never hangs.
 
-libhdf5 can loop for good inside one C call on a damaged global heap (the store of
-variable-length strings and attributes: `H5HG__cache_heap_deserialize` on a zeroed object
-header), where no signal reaches it, Ctrl-C included. So before a file is first opened in a
-process, a forked child with a deadline opens it and reads its structure, every attribute and
-every variable-length dataset; numeric data cannot make libhdf5 loop and is left unread. A
-file the child cannot read in time is refused in one line; a file that passed is not checked
-again while its path, size, modification time and inode stay the same.
+libhdf5 can loop for good inside one C call on a damaged global heap (variable-length strings
+and attributes), where no signal reaches it, Ctrl-C included. So before a process first opens
+a file, a forked child with a deadline reads its structure, attributes and variable-length
+datasets (numeric data cannot loop). A file it cannot read in time is refused in one line; one
+that passed is not checked again while its path, size, mtime and inode stay the same.
 """
 
 from __future__ import annotations

@@ -1,33 +1,16 @@
-"""Reading a FEATS.h5 file written by `vprom extract`.
+"""Reading a FEATS.h5 file written by `vprom extract` (plain h5py reads it too).
 
-Layout (plain h5py can read it without vprom):
+It holds `crop_id` (int64, sorted ascending), then either `features` (N, D: pooled and
+L2-normalised, `--pool avg`) or `maps` (N, C, H, W, `--pool none`, HDF5-chunked by a few
+crops), `missing_crop_id` (crops whose image was missing: their rows are NaN) and attributes
+naming the backbone, weights, preprocessing, dtype and library versions, `complete`, and the
+manifest (input: the data set's content hash; output: the features' content hash).
 
-    crop_id            int64 (N,)      sorted ascending, one row per crop id of the dataset
-    features           float16|float32 (N, D), average-pooled then L2-normalised (--pool avg)
-      or maps          float16|float32 (N, C, H, W), the last conv map per crop (--pool none),
-                       HDF5-chunked by a few crops, optionally gzip/lzf compressed
-    missing_crop_id    int64 (M,)      crops whose image was missing/corrupt (rows are NaN)
-    attrs              backbone, weights, weights_sha256, input_size, region, decode, pool,
-                       pooling, normalisation, resize, dtype, compression, feature_dim,
-                       map_shape (maps only), torch/torchvision/timm/vprom versions,
-                       complete (bool), manifest (JSON: its input is the data set's content
-                       hash, its config the settings, its output the features' content hash)
-
-Only a complete file ever gets its final name (`vprom extract` assembles it from the chunk
-files under `<out>.partial/` and renames it into place); `check_complete` also refuses a
-file without the `complete` attribute or with missing rows, and the `.partial` folder.
-
-- `load_features` returns the whole pooled table as float32 with an `index_of` that maps crop
-  ids to rows by binary search over the sorted `crop_id` column. It refuses a maps file.
-- `open_maps` opens a maps file without loading it (2048 x 7 x 7 float16 is ~200 KB a crop,
-  ~22 GB for 110,000 crops): `gather` reads the maps of any crop ids, `batches` iterates over
-  the file in row order, both reading only the HDF5 chunks they need.
-- Every read refuses rows holding inf or NaN (`check_finite`), except the rows of missing
-  crops, which are NaN by design: the whole table at `load_features`, the rows read at
-  `gather` and `batches`.
-- `check_features_source` refuses features (or maps, or a crop store) made from another data
-  set: crop ids are small integers every DATASET.h5 reuses, so another data set's features
-  usually cover this one's ids and would be read without complaint.
+`load_features` loads a pooled file whole, as float32; `open_maps` opens a maps file lazily
+(~22 GB at full size) and reads only the HDF5 chunks that `gather` or `batches` need. Every
+read refuses an unfinished file and rows holding inf or NaN (those of missing crops aside).
+`check_features_source` refuses features made from another data set: crop ids are small
+integers every DATASET.h5 reuses, so such features would otherwise be read silently.
 """
 
 from __future__ import annotations
@@ -41,8 +24,6 @@ import numpy as np
 from vprom.errors import VpromError
 from vprom.manifest import check_made_from, manifest_of
 from vprom.tables import open_h5
-
-STORED = ("features", "maps")  # one of them: pooled vectors, or spatial maps
 
 
 class OpenFile:
@@ -75,10 +56,6 @@ class Features:
     def __len__(self) -> int:
         return len(self.crop_id)
 
-    @property
-    def dim(self) -> int:
-        return int(self.features.shape[1])
-
     def index_of(self, crop_ids) -> np.ndarray:
         """Rows of `crop_ids` (any shape); VpromError naming the first id not in the file."""
         return rows_of(self.crop_id, crop_ids, self.path)
@@ -86,55 +63,31 @@ class Features:
 
 def rows_of(crop_id: np.ndarray, crop_ids, path: Path) -> np.ndarray:
     """Rows of `crop_ids` (any shape) in the sorted `crop_id` column of `path`."""
-    ids = np.asarray(crop_ids, dtype=np.int64)
-    flat = ids.reshape(-1)
-    rows = np.searchsorted(crop_id, flat)
-    rows = np.minimum(rows, max(len(crop_id) - 1, 0))
-    found = (crop_id[rows] == flat) if len(crop_id) else np.zeros(len(flat), bool)
+    flat = np.asarray(crop_ids, dtype=np.int64).reshape(-1)
+    rows = np.searchsorted(crop_id, flat).clip(max=max(len(crop_id) - 1, 0))
+    found = crop_id[rows] == flat if len(crop_id) else np.zeros(len(flat), bool)
     if not found.all():
-        first = int(flat[np.argmin(found)])
-        raise VpromError(f"{path}: no features for crop id {first} "
+        raise VpromError(f"{path}: no features for crop id {int(flat[np.argmin(found)])} "
                          f"({int((~found).sum())} of {len(flat)} ids absent); was it "
                          "extracted from another DATASET.h5? Re-run `vprom extract` on "
                          "the dataset you train on")
-    return rows.reshape(ids.shape)
+    return rows.reshape(np.shape(crop_ids))
 
 
-def _attrs(h5) -> dict:
-    out = {}
+def _header(h5, path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(crop_id, missing_crop_id, attributes) of an open FEATS.h5; refuses unsorted ids."""
+    crop_id = h5["crop_id"][()].astype(np.int64)
+    if len(crop_id) > 1 and not np.all(crop_id[1:] > crop_id[:-1]):
+        raise VpromError(f"{path}: crop_id is not strictly increasing; the file was not "
+                         "written by `vprom extract`, extract it again")
+    missing = (h5["missing_crop_id"][()].astype(np.int64) if "missing_crop_id" in h5
+               else np.zeros(0, np.int64))
+    attrs = {}
     for key, value in h5.attrs.items():
-        if isinstance(value, np.generic):
-            value = value.item()
-        elif isinstance(value, np.ndarray):
+        if isinstance(value, (np.generic, np.ndarray)):
             value = value.tolist()
-        if key == "manifest" and isinstance(value, str):
-            value = json.loads(value)
-        out[key] = value
-    return out
-
-
-def _stored(h5, path: Path) -> str:
-    """Which of `features` / `maps` the file holds."""
-    names = [name for name in STORED if name in h5]
-    if "crop_id" not in h5 or len(names) != 1:
-        raise VpromError(f"{path}: needs a 'crop_id' dataset and one of 'features' or 'maps'; "
-                         "not a FEATS.h5 from `vprom extract`")
-    return names[0]
-
-
-def _check_open(h5, path: Path) -> None:
-    stored = _stored(h5, path)
-    if not bool(h5.attrs.get("complete", False)):
-        raise VpromError(f"{path}: incomplete feature file (extraction was interrupted or is "
-                         "still running); re-run `vprom extract` with the same options to "
-                         "resume it")
-    if "done" in h5 and not bool(np.all(h5["done"][()])):
-        raise VpromError(f"{path}: {int((~h5['done'][()]).sum())} rows were never extracted; "
-                         "re-run `vprom extract` to finish it")
-    n = h5["crop_id"].shape[0]
-    if h5[stored].shape[0] != n:
-        raise VpromError(f"{path}: {stored} has {h5[stored].shape[0]} rows but crop_id "
-                         f"has {n}; the file is corrupt, extract it again")
+        attrs[key] = json.loads(value) if key == "manifest" and isinstance(value, str) else value
+    return crop_id, missing, attrs
 
 
 def check_complete(path: str | Path) -> None:
@@ -144,7 +97,21 @@ def check_complete(path: str | Path) -> None:
         raise VpromError(f"{path}: this is a partial extraction; pass the final file, which "
                          "appears when `vprom extract` completes")
     with open_h5(path) as h5:
-        _check_open(h5, path)
+        names = [name for name in ("features", "maps") if name in h5]
+        if "crop_id" not in h5 or len(names) != 1:
+            raise VpromError(f"{path}: needs a 'crop_id' dataset and one of 'features' or "
+                             "'maps'; not a FEATS.h5 from `vprom extract`")
+        if not bool(h5.attrs.get("complete", False)):
+            raise VpromError(f"{path}: incomplete feature file (extraction was interrupted or "
+                             "is still running); re-run `vprom extract` with the same options "
+                             "to resume it")
+        if "done" in h5 and not bool(np.all(h5["done"][()])):
+            raise VpromError(f"{path}: {int((~h5['done'][()]).sum())} rows were never "
+                             "extracted; re-run `vprom extract` to finish it")
+        n, stored = h5["crop_id"].shape[0], h5[names[0]].shape[0]
+        if stored != n:
+            raise VpromError(f"{path}: {names[0]} has {stored} rows but crop_id has {n}; the "
+                             "file is corrupt, extract it again")
 
 
 def load_features(path: str | Path) -> Features:
@@ -158,12 +125,8 @@ def load_features(path: str | Path) -> Features:
                              "--pool none`), not pooled vectors: extract them without "
                              "--pool none, train a model of maps with --maps, or read it "
                              "with vprom.feature_files.open_maps")
-        crop_id = h5["crop_id"][()].astype(np.int64)
+        crop_id, missing, attrs = _header(h5, path)
         features = h5["features"][()].astype(np.float32)
-        missing = (h5["missing_crop_id"][()].astype(np.int64) if "missing_crop_id" in h5
-                   else np.zeros(0, np.int64))
-        attrs = _attrs(h5)
-    _check_sorted(crop_id, path)
     check_finite(features, crop_id, missing, path)
     return Features(path=path, crop_id=crop_id, features=features, attrs=attrs,
                     missing_crop_id=missing)
@@ -197,12 +160,6 @@ def check_finite(values: np.ndarray, crop_ids: np.ndarray, missing: np.ndarray,
         _refuse_not_finite(path, count, crops)
 
 
-def _check_sorted(crop_id: np.ndarray, path: Path) -> None:
-    if len(crop_id) > 1 and not np.all(crop_id[1:] > crop_id[:-1]):
-        raise VpromError(f"{path}: crop_id is not strictly increasing; the file was not "
-                         "written by `vprom extract`, extract it again")
-
-
 class SpatialMaps(OpenFile):
     """An open maps file (`--pool none`); read lazily. Use as a context manager or `close()`.
 
@@ -222,11 +179,7 @@ class SpatialMaps(OpenFile):
                                  "with vprom.feature_files.load_features, or extract maps with "
                                  "`vprom extract --pool none`")
             self.maps = self._h5["maps"]
-            self.crop_id = self._h5["crop_id"][()].astype(np.int64)
-            self.missing_crop_id = (self._h5["missing_crop_id"][()].astype(np.int64)
-                                    if "missing_crop_id" in self._h5 else np.zeros(0, np.int64))
-            self.attrs = _attrs(self._h5)
-            _check_sorted(self.crop_id, path)
+            self.crop_id, self.missing_crop_id, self.attrs = _header(self._h5, path)
         except BaseException:
             self._h5.close()
             raise
@@ -259,16 +212,13 @@ class SpatialMaps(OpenFile):
         return block.astype(dtype, copy=False)[back.reshape(-1)]
 
     def check_finite(self, batch_size: int = 1024) -> None:
-        """Refuse the file (one line with the whole count) if any crop's map that is not a
-        missing crop's holds inf or NaN: one pass over the file."""
-        count, crops = 0, []
-        for start in range(0, len(self), batch_size):
-            stop = min(start + batch_size, len(self))
-            n, bad = _not_finite(self.maps[start:stop], self.crop_id[start:stop],
-                                 self.missing_crop_id)
-            count, crops = count + n, crops + [bad]
+        """Refuse the file, in one line with the whole count, if a map (missing crops' aside)
+        holds inf or NaN."""
+        found = [_not_finite(self.maps[a:a + batch_size], self.crop_id[a:a + batch_size],
+                             self.missing_crop_id) for a in range(0, len(self), batch_size)]
+        count = sum(n for n, _ in found)
         if count:
-            _refuse_not_finite(self.path, count, np.concatenate(crops))
+            _refuse_not_finite(self.path, count, np.concatenate([bad for _, bad in found]))
 
     def batches(self, batch_size: int = 256, dtype=np.float32):
         """Yield (crop ids, maps) blocks over the whole file in row order."""

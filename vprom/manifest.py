@@ -1,31 +1,18 @@
 """The manifest every vprom output carries, and the one rule for "this output is current".
 
-Schema (a JSON object, `make_manifest`):
+A manifest (`make_manifest`) is a JSON object: `format_version`, `vprom_version`, `kind`
+(pools, dataset, features, build, run, ...), `config` (the settings that change the output),
+`seed`, `inputs` ({name: `input_hash`} of every input file), `counts`, and `outputs` ({name:
+hash}: an HDF5 file's `content_hash`, a folder's file hashes). An HDF5 file holds it in its
+root attribute `manifest`, a folder as `manifest.json` (a training run as `config.json`), any
+other file beside it as `<name>.manifest.json`.
 
-    format_version  FORMAT_VERSION
-    vprom_version   the version that wrote the output
-    kind            what it is: pools, dataset, features, vprom-crops, build, run, export-npz, ...
-    config          the settings that change the output
-    seed            the seed, or null
-    inputs          {name: hash} of every input file, as `input_hash` gives it
-    counts          the sizes the stage records (crops per pool, matrices per split, ...)
-    outputs         {name: hash} of what it holds (an HDF5 file: `content_hash` of its data;
-                    a folder: the sha256 of its files)
-
-Where it lives (`manifest_of`, `write_manifest`): an HDF5 file holds it in its root attribute
-`manifest`; a folder holds it as `manifest.json` (a training run's folder as `config.json`);
-any other file has it beside it, as `<name>.manifest.json`.
-
-An input's hash (`input_hash`): the content hash an HDF5 input's manifest records, or a
-DATASET.h5's content hash computed (`vprom.tables.content_hash`: layout-independent, so a
-rewritten copy of the same data keeps it); for any other file the sha256 of its bytes (hex).
-
-Current (`is_current(output, inputs, config)`): an output may be kept or resumed when it has a
-manifest of a format this vprom reads, whose inputs are exactly the hashes of `inputs` as they
-are now (by value, whatever their names), and whose config holds every setting of `config`
-with the same value (a setting it lacks counts as null). `why_stale` says in a few words why
-an output is not current (the inputs that changed by name, each changed setting as `name
-recorded vs wanted`), for the line a re-run prints.
+An input's hash is the content hash an HDF5 input's manifest records, or a DATASET.h5's content
+hash computed (layout-independent: a rewritten copy keeps it), else the sha256 of its bytes.
+`is_current(output, inputs, config)`: the output has a manifest this vprom reads, whose inputs
+are exactly the hashes of `inputs` now (by value, whatever their names) and whose config holds
+every setting of `config` with the same value (a missing one counts as null); `why_stale` says
+in a few words why not, for the line a re-run prints.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Columnar HDF5 storage of crops and matrices (the formats of docs/formats.md).
 
-`CropTable` is the `crops` group of POOLS.h5 and DATASET.h5; `MatrixTable` the `matrices`
-group plus the split index arrays of DATASET.h5. Columns are 1-D numpy arrays of equal
-length (strings as object arrays of `str`), so a file is readable with plain h5py:
-
-    crops/{crop_id, image_id, x, y, w, h, element_type, element, super_attribute,
-           source_id, phrase, labels}          labels: every source label, "|"-joined
-    matrices/{id, relation, element_type, super_attribute, answer}, matrices/panels (N×16),
-    matrices/elements (N×16), splits/<split>/{train, val, test}   (matrix ids)
-
-Every file carries the JSON manifest in its root attribute `manifest`.
-
+`CropTable` is the `crops` group of POOLS.h5 and DATASET.h5 (`labels`: every source label,
+"|"-joined); `MatrixTable` the `matrices` group (`panels` and `elements` N×16) plus the
+`splits/<split>/{train, val, test}` matrix ids of DATASET.h5. Columns are 1-D numpy arrays of
+equal length (strings as object arrays of `str`), readable with plain h5py. Every file carries
+its JSON manifest in the root attribute `manifest`.
 """
 
 from __future__ import annotations
@@ -96,15 +90,9 @@ class CropTable:
 
     @classmethod
     def from_crops(cls, crops: list[Crop]) -> "CropTable":
-        cols = {f.name: [] for f in fields(cls)}
-        for c in crops:
-            for name in cols:
-                value = getattr(c, name)
-                if name == "labels":
-                    value = LABEL_SEPARATOR.join(value)
-                elif name == "element_type":
-                    value = value.value
-                cols[name].append(value)
+        cols = {f.name: [getattr(c, f.name) for c in crops] for f in fields(cls)}
+        cols["labels"] = [LABEL_SEPARATOR.join(labels) for labels in cols["labels"]]
+        cols["element_type"] = [t.value for t in cols["element_type"]]
         return cls(**cols)
 
     def row(self, i: int) -> Crop:
@@ -198,6 +186,20 @@ class MatrixTable:
             out[split] = column
         return out
 
+    def part_rows(self, path: Path, split: str, part: str) -> np.ndarray:
+        """The rows of the matrices `split`/`part` of the file `path` lists, in its order;
+        refused in one line when the file lacks the split or lists an unknown id."""
+        if split not in self.splits:
+            raise VpromError(f"{path}: has no split {split!r} (it has "
+                             f"{', '.join(sorted(self.splits)) or 'none'}); regenerate the dataset")
+        ids = np.asarray(self.splits[split].get(part, np.zeros(0, np.int64)), np.int64)
+        rows = crop_rows(self.id, ids)
+        if (rows < 0).any():
+            raise VpromError(f"{path}: splits/{split}/{part} lists matrix id "
+                             f"{int(ids[np.argmax(rows < 0)])}, which is not in 'matrices'; "
+                             "the file is inconsistent, regenerate it")
+        return rows
+
     def parts_of(self) -> dict[int, dict[str, str]]:
         """matrix id -> {split: part} (`part_columns` by matrix)."""
         columns = self.part_columns()
@@ -274,8 +276,7 @@ def read_manifest(path: str | Path) -> dict:
 
 
 class _File(h5py.File):
-    """An HDF5 file whose read errors inside `with` name the file: a damaged file (a flipped
-    bit) makes HDF5 raise OSError or RuntimeError without a name, deep inside a read."""
+    """An HDF5 file whose read errors inside `with` name the file (HDF5's do not)."""
 
     def __exit__(self, kind, error, tb):
         super().__exit__(kind, error, tb)
@@ -286,8 +287,8 @@ class _File(h5py.File):
 
 
 def open_h5(path: str | Path) -> h5py.File:
-    """Open an HDF5 file to read, turning 'not there', 'not HDF5' and 'damaged' (read in a
-    bounded child first: `check_readable`) into a clear VpromError."""
+    """Open an HDF5 file to read; 'not there', 'not HDF5' and 'damaged' (`check_readable`)
+    are a clear VpromError."""
     path = Path(path)
     if path.is_dir():
         raise VpromError(f"{path}: is a folder; give the path of an HDF5 file inside it")

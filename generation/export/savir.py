@@ -1,46 +1,19 @@
-"""`vprom export --format savir-t`: SAViR-T's training data, one `.pt` pair per problem, and
-which problem SAViR-T's training reads under which file index.
+"""`vprom export --format savir-t`: SAViR-T's training data, one `.pt` pair per problem, at
+the file index under which SAViR-T (kalbasioti/visual-reasoning) reads it.
 
-SAViR-T (kalbasioti/visual-reasoning) trains from per-problem feature files. Its facts, read
-from `utils.py` (`VPROM_splits`), `main.py` and `utility/VPROM_dataset_utility.py`:
+SAViR-T's `main.py` seeds Python's `random` with `--seed` (default 1); `utils.VPROM_splits`
+draws `random.sample(range(235000), 235000 // 3)` as test problem numbers, then walks the
+original release's label files (counting, obj, attr: each relation, kind and pid in the
+pickled dicts' order) and appends each problem to the test or the train list. Its loader
+reads `<folder><index>_feature_Ours.pt` (float32 (16, 1, 2048, 7, 7): resnet101 maps of the
+16 panels, from `vprom extract --pool none`) and `<index>_target_Ours.pt` (int64: the answer
+0..7), `index` being the position in that list. This module repeats the walk over
+`export_release.label_dicts` and the draw with `random.Random(seed)`: the one use of
+Python's `random` in vprom, because SAViR-T's split is defined by it.
 
-- `main.py` seeds Python's `random` with `--seed` (default 1) and calls `VPROM_splits()`,
-  which draws `ind_test = random.sample(range(N), floor(N / 3))` with `N = 235000` written
-  in the code: a 2:1 train/test split of problem numbers, no validation part.
-- `VPROM_splits` walks the three label files of the original release (from inside
-  `V-PROM/`): counting[relation][pid], then obj[relation][pid], then
-  attr[relation][kind][pid], each in the pickled dicts' order; a problem whose `int(pid)`
-  is in `ind_test` goes to the test list, else to the train list, each list keeping
-  (`im_path`, `label`).
-- `VPROM_dataset_utility.__getitem__(index)` loads `<folder><index>_feature_Ours.pt` and
-  `<folder><index>_target_Ours.pt` with `torch.load(..., weights_only=True)`, `<folder>`
-  being `--train_data` or `--test_data` (a string prefix: it needs its trailing `/`), and
-  `index` the position in that list. A missing file makes it retry another index forever.
-
-So file `i` of `train/` is the i-th train entry of that walk. This module reproduces the
-walk over the label dicts `export_release.label_dicts` builds (the ones `--format original`
-pickles, in the same order) and the draw, with `random.Random(seed)`: the one place vprom
-uses Python's `random`, because SAViR-T's split is defined by it.
-
-The files:
-
-    OUT/train/<index>_feature_Ours.pt    float32 (16, 1, 2048, 7, 7): the resnet101 maps of
-                                          the 16 panels (8 context row-major, 8 candidates)
-    OUT/train/<index>_target_Ours.pt     int64 (): the answer, 0..7
-    OUT/test/…                            the same for SAViR-T's test list
-    OUT/README.txt, OUT/manifest.json
-
-The layout is what SAViR-T's model takes: `forward` permutes a batch (B, 16, 1, 2048, 7, 7)
-to channels-last, applies `Linear(2048, 512)` (float32 weights: the maps are stored float32)
-and reshapes to (B, 16, 1, 7, 7, 512); the loader slices `RPM[:8, :, :, :, :]` and
-`RPM[8:, …]`. The maps come from `vprom extract --pool none --backbone resnet101` at input
-224 (`open_maps`; float16 maps are widened). Each problem gathers its 16 crops' maps (crops
-repeat across problems: the maps file stores each once), so the export needs the maps
-file, not the images. 16 × 2048 × 49 × 4 bytes = 6.4 MB a problem (torch's zip adds ~1 KB):
-~1.5 TB for the 235,000 problems of a full build, as SAViR-T's own extraction makes.
-
-The folder fills as `OUT.partial/` and is renamed when complete; an interrupted export
-resumes where it stopped (`generation.export.resumable`).
+OUT/train/ and OUT/test/ hold the pairs, beside README.txt and manifest.json; a problem is
+6.4 MB (~1.5 TB at full scale). The folder fills as `OUT.partial/` and is renamed when
+complete; an interrupted export resumes (`generation.export.resumable`).
 """
 
 from __future__ import annotations
@@ -70,19 +43,18 @@ SAVIR_SEED = 1  # main.py's --seed default
 PARTS = ("train", "test")
 MAP_SHAPE = (2048, 7, 7)  # SAViR-T: Linear(2048, 512), 49 = 7 x 7 cells
 BYTES_PER_PROBLEM = 16 * 2048 * 7 * 7 * 4  # float32 (16, 1, 2048, 7, 7)
-FULL_SCALE = 235_000
 HELP = (f"SAViR-T's training data: train/ and test/ <index>_feature_Ours.pt (float32 "
         f"16x1x2048x7x7) and <index>_target_Ours.pt, indexed as its VPROM_splits lists "
         f"(--features: resnet101 maps from `vprom extract --pool none`; --out: a folder; "
         f"{BYTES_PER_PROBLEM / 1e6:.1f} MB a problem, "
-        f"~{BYTES_PER_PROBLEM * FULL_SCALE / 1e12:.1f} TB at full scale)")
+        f"~{BYTES_PER_PROBLEM * SAVIR_N / 1e12:.1f} TB at full scale)")
 #: The walk's order: VPROM_splits reads counting, then obj, then attr.
 WALK = ("counting_gt_labels.npy", "obj_gt_labels.npy", "attr_gt_labels.npy")
 
 
 @dataclass(frozen=True)
 class Entry:
-    """One problem of a SAViR-T list: its matrix row, release pid and target (0..7)."""
+    """One problem of a SAViR-T list."""
 
     row: int
     pid: int
@@ -94,13 +66,11 @@ def savir_test_pids(seed: int = SAVIR_SEED, n: int = SAVIR_N) -> set[int]:
     return set(random.Random(seed).sample(range(n), int(np.floor(n / 3))))
 
 
-LABEL_FILES_NESTED = {name: sub is not None for name, sub in LABEL_FILES.values()}
-
-
 def walk(labels: dict[str, dict]):
     """Yield (pid string, entry dict) in VPROM_splits' order."""
+    nested_files = {name for name, sub in LABEL_FILES.values() if sub is not None}
     for name in WALK:
-        nested = LABEL_FILES_NESTED[name]
+        nested = name in nested_files
         for relation in labels[name].values():
             tables = relation.values() if nested else [relation]
             for table in tables:
@@ -121,14 +91,6 @@ def savir_lists(m: MatrixTable, seed: int = SAVIR_SEED) -> dict[str, list[Entry]
 
 
 BACKBONE = "resnet101"
-
-
-def feature_name(index: int) -> str:
-    return f"{index}_feature_Ours.pt"
-
-
-def target_name(index: int) -> str:
-    return f"{index}_target_Ours.pt"
 
 
 def check_maps(maps, path: Path, crop_ids: np.ndarray) -> None:
@@ -177,12 +139,13 @@ def _write_part(folder: Path, entries, m, maps) -> int:
     for index, entry in enumerate(tqdm(entries, desc=f"savir-t {folder.name}",
                                        unit="problem", disable=None)):
         target = torch.tensor(entry.target, dtype=torch.int64)
-        write_once(folder / target_name(index), lambda p: torch.save(target, p))
-        if (folder / feature_name(index)).exists():
+        write_once(folder / f"{index}_target_Ours.pt", lambda p: torch.save(target, p))
+        feature = folder / f"{index}_feature_Ours.pt"
+        if feature.exists():
             continue
         rpm = torch.from_numpy(np.ascontiguousarray(
             maps.gather(m.panels[entry.row], dtype=np.float32)[:, None]))
-        written += write_once(folder / feature_name(index), lambda p: torch.save(rpm, p))
+        written += write_once(feature, lambda p: torch.save(rpm, p))
     return written
 
 

@@ -53,12 +53,9 @@ class VerifyReport:
 def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None = None, *,
            check_matrix: Callable | None = None, assigner: Callable | None = None,
            train_bans: Mapping[str, TrainBan] | None = None, workers: int = 1) -> VerifyReport:
-    """Run every check on DATASET.h5 (and the feature probe with a FEATS.h5).
-
-    `rules`: the split rules the file was generated with. `check_matrix`, `assigner` and
-    `train_bans` default to the solver, `rules.assign` and `rules.design.train_bans` (tests
-    pass their own). `workers` processes share the checks; the report is the same for any.
-    """
+    """Run every check on DATASET.h5 generated with `rules` (and the feature probe with a
+    FEATS.h5); `workers` processes share them, the report is the same for any. Tests pass their
+    own `check_matrix`, `assigner` (matrix -> {split: part}) and `train_bans`."""
     dataset = Path(dataset)
     with collector_paused():  # the loaded data set is millions of objects and no cycles
         data, structure = load(dataset)

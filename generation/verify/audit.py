@@ -4,17 +4,15 @@
    element type (Bonferroni-corrected).
 2. "Pick a most frequent element" and "pick the odd one out", each uniform among the
    candidates it singles out: 1/8 in expectation unless the answer's position depends on them.
-3. Context-blind probes per element type and per relation x element type, fitted on the
-   neutral train part, scored on its test part: candidate j scores s_j = w·x_j, P(answer = j)
-   is the softmax of s over the 8, w minimises the mean negative log-likelihood plus an L2
-   penalty (convex; scipy's L-BFGS-B). Labels: x_j is j's position, dense features (element
-   and super-attribute frequencies among the 8, the element's answer rate in train, label
-   counts and overlap, box size and shape) and an indicator per (label of j, how many of the
-   other 7 carry it). Image features: x_j is j's feature vector, under a strong penalty.
+3. Context-blind probes per element type and relation x element type, fitted on the neutral
+   train part and scored on its test part: softmax over the 8 of s_j = w·x_j, w an L2-penalised
+   maximum likelihood fit (convex; scipy's L-BFGS-B). Labels: x_j is j's position, dense
+   features (frequencies among the 8, the element's answer rate in train, label counts and
+   overlap, box shape) and an indicator per (label of j, how many of the other 7 carry it).
+   Image features: x_j is j's feature vector, under a strong penalty.
 
-A strategy (2, 3) fails when the lower end of its 95% Wilson interval exceeds chance plus
-`SHORTCUT_MARGIN`; a group with fewer than `MIN_PROBE_TEST` train or test matrices is
-reported but not judged.
+A strategy (2, 3) fails when its 95% Wilson lower bound exceeds chance + `SHORTCUT_MARGIN`; a
+group with under `MIN_PROBE_TEST` train or test matrices is reported but not judged.
 """
 
 from __future__ import annotations
@@ -243,10 +241,9 @@ def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.nd
     plus `l2`/2 times their squares."""
     n = len(answers)
     dense, sparse = design
-    # L-BFGS-B searches z = the weights times their column's RMS, the same minimum in a third
-    # of the evaluations: a label held by few candidates bends the loss up to a thousand times
-    # less than a feature. It stops once an iteration gains less than 1e-8 of the loss: a
-    # fit to 1e-10 takes a fifth more evaluations and moves at most one test hit per data set.
+    # L-BFGS-B searches z = weights times their column's RMS (a rare label bends the loss up
+    # to 1000x less than a feature): the same minimum in a third of the evaluations. ftol 1e-8:
+    # 1e-10 costs a fifth more and moves at most one test hit per data set.
     held = np.bincount(sparse.indices, minlength=sparse.shape[1]) / sparse.shape[0]  # 0/1s
     scale = 1 / np.sqrt(np.concatenate([np.square(dense).mean(axis=0), np.ones(N_CANDIDATES),
                                         held]) + l2)

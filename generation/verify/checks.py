@@ -1,12 +1,11 @@
 """`vprom verify`'s checks 1-2 (3-5 are `split_checks`).
 
-1. integrity: the file's structure, the manifest (its counts and content hash agree with the
-   file), unique ids, every panel's crop present with the matrix's element and element type,
-   answers in 0..7, relations valid for the type, no crop twice in a matrix, attribute
-   matrices' context and answer of their super-attribute.
-2. solver: `vprom.generation.solver.check_matrices` on every matrix with all its panels'
-   labels, explicit and implied, read one super-attribute at a time: exactly one candidate
-   completes it. A failure that only the implied labels cause is counted apart.
+1. integrity: the structure; the manifest's counts and content hash agree with the file;
+   unique ids; every panel's crop present, of the matrix's element and type; answers in 0..7;
+   relations valid for the type; no crop twice; attribute matrices of one super-attribute.
+2. solver: with all its panels' labels, explicit and implied, exactly one candidate completes
+   every matrix (`generation.solver.check_matrices`); failures due to implied labels alone are
+   counted apart.
 """
 
 from __future__ import annotations

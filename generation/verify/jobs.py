@@ -1,9 +1,9 @@
 """`vprom verify --workers N`: the checks as independent jobs, run by N processes.
 
-The parent loads DATASET.h5 and computes what several jobs read (`prepare`); the forked
-workers inherit it copy-on-write. A job is a pure function of those inputs and its arguments
-(a range of matrices, one probe group or element type, or a whole check) and results come
-back in job order, so the report is the same for any N. Heavy jobs go first.
+The parent loads DATASET.h5 and computes what several jobs read (`prepare`); forked workers
+inherit it copy-on-write. A job (a range of matrices, one probe group or element type, a whole
+check) is a pure function of those inputs, and results come back in job order, so the report
+is the same for any N. Heavy jobs go first.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ CHUNK = 2_000
 
 @dataclass
 class Inputs:
-    """What the jobs read: the loaded data set, the check's settings, and what several jobs
-    share, computed once in the parent."""
+    """What the jobs read, computed once in the parent."""
 
     data: Data
     structure: list[str]

@@ -1,16 +1,14 @@
 """A DATASET.h5 in memory as `vprom verify`'s checks read it, and how they name problems.
 
-`load` reads the crops and matrices tables, the manifest and the vocabularies (the element
-universes, the super-attributes and the label vocabulary with the implied labels:
-`generation.labels`), and finds each panel's row in the crops table; a file whose structure
-is broken is not read but described (`structure_problems`), so `verify` can report it instead
-of failing deep inside. Problems name matrices by id, a few examples each (`examples`).
+`load` reads the tables, the manifest and the vocabularies, and finds each panel's row in the
+crops table; a file whose structure is broken is described instead (`structure_problems`).
+Problems name matrices by id, a few examples each (`examples`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import h5py
@@ -22,10 +20,8 @@ from vprom.generation.labels import LabelVocabulary
 from vprom.tables import CropTable, MatrixTable, crop_rows, open_h5
 
 MAX_EXAMPLES = 5
-MATRIX_COLUMNS = ("id", "relation", "element_type", "super_attribute", "answer", "panels",
-                  "elements")
-CROP_COLUMNS = ("crop_id", "image_id", "x", "y", "w", "h", "element_type", "element",
-                "super_attribute", "source_id", "phrase", "labels")
+MATRIX_COLUMNS = tuple(f.name for f in fields(MatrixTable) if f.name != "splits")
+CROP_COLUMNS = tuple(f.name for f in fields(CropTable))
 
 
 @dataclass

@@ -1,18 +1,14 @@
 """`vprom verify`'s set-level probes: does the candidate SET, seen whole, give the answer away?
 
-A set can leak what no single candidate shows: the values it leaves out (RAVEN's answer-set
-flaw), the super-attributes it covers, a candidate's rank and offsets to the missing values.
-Three context-blind probes, per element type and relation x element type, judged as `audit`'s:
-
-1. `bias:absent-values` (counts): pick the candidate whose count was, on train, most often the
-   answer given the set of counts shown (ties split; an unseen set scores 1/8).
-2. `bias:blocks` (two or more super-attributes shown): the same table for the answer's
-   super-attribute; pick that block, then one of its candidates at random.
-3. `bias:probe-sets`: an MLP per element type scores candidate j as
-   s_j = v · relu(Σ E[set tokens] + Σ E[own tokens of j] + b), softmax over the 8 (tokens:
-   `set_tokens`). Not convex: L-BFGS-B from small random weights, stopped early
-   (`ITERATIONS`), in float32; each type draws from its own stream, so types fit in any
-   order and process.
+A set can leak what no single candidate shows (the values it leaves out: RAVEN's answer-set
+flaw). Three context-blind probes, per element type and relation x element type, judged as
+`audit`'s: 1. `bias:absent-values` (counts): pick the candidate whose count was most often the
+answer, on train, given the set of counts shown (ties split). 2. `bias:blocks` (candidates of
+two or more super-attributes): the same table for the answer's super-attribute, then one of
+its candidates at random. 3. `bias:probe-sets`: an MLP per element type scores candidate j as
+v · relu(Σ E[set tokens] + Σ E[own tokens of j] + b), softmax over the 8 (`set_tokens`);
+fitted by L-BFGS-B from small random weights, stopped early (`ITERATIONS`), in float32, each
+type on its own random stream, so types fit in any order and process.
 """
 
 from __future__ import annotations

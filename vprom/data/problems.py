@@ -1,31 +1,17 @@
 """`VPROM`: the problems of one split part as a PyTorch dataset, for anyone's model.
 
-One item is one problem: its 16 panels in the paper's order (the 8 context panels row-major,
-then the 8 candidates), the answer index 0..7, and its metadata: the matrix id, relation,
-element type, the answer's element and the super-attribute ("" for objects and counts).
-What a panel is depends on `source`, recognised from the file's contents:
+An item is one problem: its 16 panels in the paper's order (8 context row-major, then 8
+candidates), the answer 0..7, the matrix id, relation, element type, the answer's element and
+its super-attribute. A panel is what `source` holds: pooled vectors of a FEATS.h5 (float32
+`[16, D]`, held in memory), maps of `--pool none` (float32 `[16, C, H, W]`) or a crop store's
+pixels (uint8 `[16, 3, S, S]`, then `transform`), the last two read lazily and opened anew in
+each process, so `VPROM` is safe with DataLoader workers and a `DistributedSampler`. The source
+must be made from this data set and hold every crop the part shows.
 
-- a FEATS.h5 of pooled vectors (`vprom extract`) -> float32 `[16, D]`, the table held in
-  memory (`vprom.feature_files.load_features`);
-- a maps file (`vprom extract --pool none`) -> float32 `[16, C, H, W]`, read lazily;
-- a crop store (`vprom crops`) -> uint8 `[16, 3, S, S]`, read lazily, then passed through
-  `transform` if one is given (it receives the whole `[16, 3, S, S]` tensor).
-
-A DataLoader fetches a batch with one call (`__getitems__`), reading the panels of all its
-problems together. A list of indices (`data[[3, 7]]`, `batch`) gives the batch collated, and
-`loader` is a DataLoader over such whole batches (a `BatchSampler` as its sampler and no
-collate step), which skips splitting a batch into items and stacking them again.
-
-Construction checks, in the main process, that the source was made from this data set
-(`vprom.feature_files.check_features_source`) and holds every crop the part shows. HDF5
-handles do not survive pickling, so lazy sources are opened on first use in each process:
-`VPROM` is safe with DataLoader workers and a `DistributedSampler`.
-
-Augmentations (off by default; SAViR-T uses both): `shuffle_candidates` puts the 8 candidates
-in a random order (the answer index follows); `swap_rows` trades context rows 1 and 2 with
-probability 1/2 (V-PROM's relations hold row by row, so the answer stays). Their randomness
-is seeded with (seed, epoch, index): an item is the same on every worker and rank, and
-changes with `set_epoch(epoch)`, called before each epoch's iterator is made.
+A DataLoader reads a batch's panels together (`__getitems__`); `loader` gives whole batches
+(`batch`) with no collate step. Augmentations (off by default): `shuffle_candidates` reorders
+the candidates, `swap_rows` trades context rows 1 and 2 with probability 1/2; both are seeded
+by (seed, epoch, index) and change with `set_epoch(epoch)`.
 """
 
 from __future__ import annotations
@@ -42,7 +28,7 @@ from vprom.features.crop_store import KIND as CROP_STORE
 from vprom.features.crop_store import CropStore
 from vprom.feature_files import check_features_source, load_features, open_maps, rows_of
 from vprom.domain import N_CONTEXT, N_PANELS, SPLITS
-from vprom.tables import SPLIT_PARTS, crop_rows, open_h5, read_matrix_table
+from vprom.tables import SPLIT_PARTS, open_h5, read_matrix_table
 
 
 #: the string columns of an item, beside its panels, answer and id
@@ -83,15 +69,8 @@ class VPROM(torch.utils.data.Dataset):
             raise VpromError(f"unknown split part {self.split}/{self.part}; splits: "
                              f"{', '.join(SPLITS)}; parts: {', '.join(SPLIT_PARTS)}")
         table = read_matrix_table(self.dataset)
-        if self.split not in table.splits:
-            raise VpromError(f"{self.dataset}: has no split {self.split!r}; regenerate it")
-        ids = np.asarray(table.splits[self.split].get(self.part, np.zeros(0)), np.int64)
-        rows = crop_rows(table.id, ids)
-        if (rows < 0).any():
-            raise VpromError(f"{self.dataset}: splits/{self.split}/{self.part} lists matrix "
-                             f"id {int(ids[np.argmax(rows < 0)])}, which is not in 'matrices'; "
-                             "the file is inconsistent, regenerate it")
-        self.ids, self.panels = ids, table.panels[rows]
+        rows = table.part_rows(self.dataset, self.split, self.part)
+        self.ids, self.panels = table.id[rows], table.panels[rows]
         self.answer = table.answer[rows].astype(np.int64)
         self.relation, self.element_type = table.relation[rows], table.element_type[rows]
         self.super_attribute = table.super_attribute[rows]
@@ -228,11 +207,8 @@ def _whole(batch: dict) -> dict:
 
 def loader(data: VPROM, batch_size: int, shuffle: bool = False, sampler=None,
            drop_last: bool = False, **kwargs) -> DataLoader:
-    """A DataLoader of `data`'s whole batches (`VPROM.batch`) of `batch_size` problems.
-
-    `sampler` orders the problems (e.g. a `DistributedSampler`; `shuffle` when there is
-    none); the other keywords go to the DataLoader (`num_workers`, `pin_memory`,
-    `persistent_workers`, `prefetch_factor`, ...)."""
+    """A DataLoader of `data`'s whole batches (`VPROM.batch`) of `batch_size` problems, ordered
+    by `sampler` (a `DistributedSampler`, say) or `shuffle`; other keywords go to DataLoader."""
     if sampler is None:
         sampler = RandomSampler(data) if shuffle else SequentialSampler(data)
     elif shuffle:
