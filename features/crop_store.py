@@ -15,6 +15,7 @@ refused, naming the image; nothing is assembled then.
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import shutil
@@ -108,8 +109,10 @@ def _decode_chunk(task: tuple) -> tuple[float, int | list[str]]:
         out[first:first + len(boxes)] = pixels.transpose(0, 3, 1, 2)
     if failures:
         return -1.0, failures
-    with atomic_path(file) as tmp, open(tmp, "wb") as f:
-        np.save(f, out)
+    npy = io.BytesIO()
+    np.save(npy, out)  # written by Python below: numpy's own short write carries no ENOSPC
+    with atomic_path(file) as tmp:
+        tmp.write_bytes(npy.getbuffer())
     return time.perf_counter() - start, len(images)
 
 

@@ -21,6 +21,8 @@ cuDNN's deterministic algorithm choice is kept for this reason).
 
 from __future__ import annotations
 
+import os
+import resource
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -51,6 +53,7 @@ GRAPH_DEVICES = ("cuda",)  # where --cuda-graphs runs (tests add the CPU, with a
 # processes decoding during the forward preempt its OpenMP threads, which wait for each other
 # at every layer (docs/features.md).
 DEFAULT_CPU_WORKERS = 0
+FILES_MARGIN = 16  # open files this process may add while the workers run (HDF5, threads)
 #: what `<out>.partial/` holds; a work folder with anything else is not removed
 WORK_FILES = ("chunk-*.npy", "chunk-*.json", "manifest.json")
 
@@ -171,6 +174,7 @@ def _prepare(config: ExtractConfig, world: World) -> ExtractPlan:
                  f"in this process between forwards ({cores_per_process()} threads)")
         print(f"extract: decoding with {'Pillow' if decoder == 'cpu' else 'torchvision'} "
               f"(--decode {decoder}), {where}", file=sys.stderr)
+    _check_open_files(workers, config.prefetch)
     plan = ExtractPlan(config, backbone, loaded, layout, paths, size, decoder, workers, autocast,
                        world)
     if config.pool == "avg" and backbone.feature_dim:  # known now: refused before any file
@@ -199,6 +203,27 @@ def _workers(config: ExtractConfig, device: torch.device) -> int:
     if device.type == "cpu":
         return DEFAULT_CPU_WORKERS
     return max(1, min(MAX_GPU_WORKERS, cores_per_process() - 2))
+
+
+def _check_open_files(workers: int, prefetch: int) -> None:
+    """Refuse before any work DataLoader workers the open-file limit cannot serve: torch hands
+    each batch over as shared memory, one descriptor per tensor in flight on both sides, and
+    a worker holds pipes to this process; short of them it fails midway with tracebacks.
+    A soft limit below what they need is first raised towards the hard one."""
+    if workers == 0:
+        return
+    try:
+        open_now = len(os.listdir("/proc/self/fd"))
+    except OSError:  # not Linux: the margin covers it
+        open_now = 0
+    needed = open_now + FILES_MARGIN + workers * (4 + 2 * prefetch)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed and (hard == resource.RLIM_INFINITY or hard >= needed):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    elif soft < needed:
+        raise VpromError(f"--workers {workers}: the DataLoader workers need about {needed} open "
+                         f"files, but this process may open {soft} (ulimit -n); raise the limit "
+                         f"(ulimit -n {max(1024, needed)}) or pass --workers 0")
 
 
 def _inputs(plan: ExtractPlan) -> tuple[list, dict]:

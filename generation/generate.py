@@ -337,15 +337,32 @@ def _read_shards(shards: Sequence[Path]):
             manifests.append(json.loads(h5.attrs["manifest"]))
             crops.append(CropTable.read(h5["crops"]))
             tables.append(MatrixTable.read(h5["matrices"], h5["splits"]))
-    n = len(shards)
-    runs = {(m["config"]["scale"], m["config"]["seed"]) for m in manifests}
-    got = sorted(tuple(m["config"].get("shard") or ()) for m in manifests)
-    if got != [(k, n) for k in range(n)] or len(runs) != 1:
-        raise VpromError(f"merge_shards: expected shards 0/{n}..{n - 1}/{n} of one run (same "
-                         f"scale and seed); got {got} — pass every shard of one run once")
+    _check_one_run(shards, manifests)
     with open_h5(shards[0]) as h5:
         universes, sas, vocabulary = read_vocab(h5["vocab"], shards[0])
     return manifests, crops, tables, universes, sas, vocabulary
+
+
+def _check_one_run(shards: Sequence[Path], manifests: list[dict]) -> None:
+    """Refuse, naming the file, a shard of another run (scale, seed or pools) or of another
+    count of shards, and a shard given twice: n files must be shards 0/n..n-1/n of one run."""
+    def run(m: dict) -> tuple:
+        return m["config"]["scale"], m["config"]["seed"], m.get("inputs")
+
+    n, seen = len(shards), {}
+    for path, m in zip(shards, manifests):
+        k, of = tuple(m["config"].get("shard") or (0, 1))
+        if run(m) != run(manifests[0]):
+            raise VpromError(f"{path}: a shard of another run than {shards[0]} (scale "
+                             f"{m['config']['scale']}, seed {m['config']['seed']} vs "
+                             f"{manifests[0]['config']['scale']}, "
+                             f"{manifests[0]['config']['seed']}, or other pools); pass every "
+                             "shard of one run once")
+        if of != n or (k, of) in seen:
+            why = (f"shard {k}/{of} like {seen[k, of]}" if (k, of) in seen else
+                   f"shard {k}/{of}, but {n} file(s) were given")
+            raise VpromError(f"{path}: {why}; pass every shard of one run once")
+        seen[k, of] = path
 
 
 def read_vocab(vocab: h5py.Group, path: Path) -> tuple[dict, dict, LabelVocabulary | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 
@@ -80,6 +81,26 @@ def test_evaluate_refuses_a_folder_without_a_checkpoint(tmp_path):
     (tmp_path / "config.json").write_text('{"config": {}}')
     with pytest.raises(VpromError, match="best.pt: no such checkpoint"):
         evaluate(tmp_path)
+
+
+def test_a_checkpoint_of_another_run_or_shape_is_refused_in_one_line(tiny_pair, tmp_path):
+    """best.pt copied from another model's run is not scored as this run's; one whose weights
+    do not fit the model is refused naming the file, never a torch traceback."""
+    dataset, features = tiny_pair
+    run = train(small_config(dataset, features, tmp_path / "run", epochs=1))
+    other = train(small_config(dataset, features, tmp_path / "other", model="rn", epochs=1))
+    best = run / "best.pt"
+    own = best.read_bytes()
+    best.write_bytes((other / "best.pt").read_bytes())
+    with pytest.raises(VpromError, match=f"^{best}: not this run's checkpoint \\(model, "):
+        evaluate(run, device="cpu")
+    state = torch.load(io.BytesIO(own), weights_only=True)
+    key = next(iter(state["model"]))
+    state["model"][key] = torch.zeros(3, 5)
+    torch.save(state, best)
+    with pytest.raises(VpromError, match=f"^{best}: its weights do not fit .*{key}"):
+        evaluate(run, device="cpu")
+    assert not (run / "metrics.json").exists()
 
 
 def test_a_run_is_not_evaluated_against_another_data_set(tmp_path):

@@ -313,3 +313,24 @@ def test_the_manifest_names_the_data_set_and_the_features_by_their_content(datas
     again = tmp_path / "again.h5"
     extract(config(dataset, vg_dir, again, chunk_batches=2))  # other chunks, same features
     assert input_hash(again) == input_hash(out) == read_manifest(out)["outputs"]["content_hash"]
+
+
+@pytest.mark.parametrize("files", [16, 20])
+def test_workers_under_a_low_open_file_limit_get_one_line(dataset, vg_dir, tmp_path, files):
+    """Under `ulimit -n 16` the DataLoader failed to start its workers and printed a traceback
+    after the error line; under 20 it failed midway with torch's RuntimeError."""
+    import resource
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+
+    out = tmp_path / "f.h5"
+    done = subprocess.run(
+        [sys.executable, "-m", "vprom", "extract", str(dataset), "--vg", str(vg_dir),
+         "--backbone", "resnet18", "--weights", "none", "--input-size", "32", "--batch-size",
+         "2", "--workers", "2", "--device", "cpu", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300, preexec_fn=low_limit,
+        check=False)
+    err = done.stderr.replace("WARNING: --weights none", "")
+    assert done.returncode == 1 and "Traceback" not in err and "Exception" not in err, err
+    assert "--workers 2" in err and "ulimit -n" in err and not out.exists(), err

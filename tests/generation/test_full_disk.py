@@ -142,3 +142,17 @@ def test_extract_larger_than_the_free_space_is_refused(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err
     assert f"{out}: needs about" in err and "features file" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.h5", "vg"]
+
+
+def test_crops_onto_a_real_full_tmpfs_says_the_disk_is_full(data, small_tmpfs, capsys):
+    """numpy's write of a chunk to a full disk raises an OSError without errno ("N requested
+    and M written"), which read as "OSError (check the path and try again)"."""
+    dataset, vg = data
+    (small_tmpfs / "ballast").write_bytes(b"\0" * ((3 << 20) - (64 << 10)))
+    out = small_tmpfs / "crops.h5"
+    assert main(["crops", str(dataset), "--vg", str(vg), "--size", "64", "--out", str(out),
+                 "--workers", "1", "--chunk-crops", "64"]) == 1
+    err = capsys.readouterr().err
+    assert f"error: {out}.partial/chunk-" in err and err.count("\n") == 1, err
+    assert "no space left on the device" in err, err
+    assert not list(small_tmpfs.glob("**/*.part")) and not out.exists()

@@ -273,8 +273,22 @@ def test_two_shards_merge_into_the_single_run(tmp_path, pools_file):
     merge_shards([tmp_path / "s1.h5", tmp_path / "s0.h5"], tmp_path / "merged.h5", RULES)
     merged, whole = _content(tmp_path / "merged.h5"), _content(tmp_path / "all.h5")
     assert merged == whole
-    with pytest.raises(VpromError, match="shards"):
+    with pytest.raises(VpromError, match=f"{tmp_path / 's1.h5'}: shard 1/2, but 1 file"):
         merge_shards([tmp_path / "s1.h5"], tmp_path / "bad.h5", RULES)
+
+
+def test_mismatched_shards_are_refused_naming_the_file(tmp_path, pools_file):
+    for k, seed in ((0, 2), (1, 2), (1, 3)):
+        generate(pools_file, tmp_path / f"s{k}-{seed}.h5", RULES, scale=SMALL_SCALE, seed=seed,
+                 shard=(k, 2))
+    s0, s1, other = (tmp_path / f"s{k}-{seed}.h5" for k, seed in ((0, 2), (1, 2), (1, 3)))
+    with pytest.raises(VpromError, match=f"^{other}: a shard of another run than {s0}"):
+        merge_shards([s0, other], tmp_path / "bad.h5", RULES)
+    with pytest.raises(VpromError, match=f"^{s0}: shard 0/2 like {s0}"):
+        merge_shards([s0, s0], tmp_path / "bad.h5", RULES)
+    with pytest.raises(VpromError, match=f"^{s1}: shard 1/2, but 3 file"):
+        merge_shards([s1, s0, s1], tmp_path / "bad.h5", RULES)
+    assert not (tmp_path / "bad.h5").exists()
 
 
 def test_a_short_pool_is_named(tmp_path):
