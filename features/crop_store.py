@@ -15,7 +15,6 @@ refused, naming the image; nothing is assembled then.
 
 from __future__ import annotations
 
-import io
 import mmap
 import os
 import shutil
@@ -30,7 +29,7 @@ from vprom.claim import remove_work_folder, writes
 from vprom.errors import VpromError
 from vprom.feature_files import OpenFile
 from vprom.features.config import COMPRESSIONS
-from vprom.files import atomic_path
+from vprom.files import atomic_path, write_npy
 from vprom.images import ImageIndex
 from vprom.manifest import input_hashes, is_current, make_manifest, why_stale, write_manifest
 from vprom.processes import ordered_map
@@ -109,10 +108,7 @@ def _decode_chunk(task: tuple) -> tuple[float, int | list[str]]:
         out[first:first + len(boxes)] = pixels.transpose(0, 3, 1, 2)
     if failures:
         return -1.0, failures
-    npy = io.BytesIO()
-    np.save(npy, out)  # written by Python below: numpy's own short write carries no ENOSPC
-    with atomic_path(file) as tmp:
-        tmp.write_bytes(npy.getbuffer())
+    write_npy(file, out)
     return time.perf_counter() - start, len(images)
 
 

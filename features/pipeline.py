@@ -33,7 +33,7 @@ from vprom.features.crops import Batch, CropDataset, collate, worker_mode
 from vprom.features.decoding import clip_boxes, cores_per_process, crop_resize, decode_many
 from vprom.features.plan import DTYPES, TORCH_DTYPES, ExtractPlan
 from vprom.features.regions import pooled_regions, region_maps
-from vprom.files import atomic_path, write_json
+from vprom.files import write_json, write_npy
 from vprom.processes import quiet_when_parent_gone
 
 NICE_WORKERS = 10  # CPU runs: DataLoader workers' priority below the forward's
@@ -395,5 +395,4 @@ def write_chunk(plan: ExtractPlan, c: int, rows: np.ndarray, failed: list) -> No
     start, stop = plan.layout.chunk_units(c)
     write_json(plan.chunk_file(c, ".json"), {"chunk": c, "units": [start, stop],
                                               "failed": [list(f) for f in failed]})
-    with atomic_path(plan.chunk_file(c)) as tmp, open(tmp, "wb") as f:
-        np.save(f, rows)
+    write_npy(plan.chunk_file(c), rows)

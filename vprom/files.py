@@ -185,6 +185,19 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def write_npy(path: str | os.PathLike, array) -> None:
+    """`np.save` into `path` atomically. The bytes are written by Python: numpy's own write
+    reports a full disk as a bare short write, with no ENOSPC for the one-line error."""
+    import io
+
+    import numpy as np
+
+    npy = io.BytesIO()
+    np.save(npy, array)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(npy.getbuffer())
+
+
 def write_json(path: str | os.PathLike, obj) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 

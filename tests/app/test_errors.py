@@ -38,6 +38,8 @@ def failing(monkeypatch):
      "/data/out: Is a directory (is a folder where a file is needed"),
     (FileExistsError(errno.EEXIST, "File exists", "/data/a"), "/data/a: File exists"),
     (OSError(errno.EROFS, "Read-only file system", "/mnt/ro/x"), "read-only"),
+    (OSError(errno.EMFILE, "Too many open files", "/data/img/1.jpg"),
+     "/data/img/1.jpg: Too many open files (too many open files; raise the limit (ulimit -n"),
 ])
 def test_file_system_errors_are_one_line_naming_the_path(failing, capsys, error, says):
     failing(error)

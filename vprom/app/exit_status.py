@@ -82,6 +82,9 @@ def os_error_message(e: OSError, near: object = None) -> str:
         errno.ENOTDIR: "a file stands where a folder is needed; choose another path",
         errno.EEXIST: "already exists in the way; move it or choose another path",
         errno.ENOENT: "no such file or folder; check the path",
+        errno.EMFILE: "too many open files; raise the limit (ulimit -n 4096) and run it again",
+        errno.ENFILE: "the system's open-file table is full; close other programs and run it "
+                      "again",
     }
     fix = fixes.get(e.errno, "check the path and try again")
     return f"{path}: {e.strerror or type(e).__name__} ({fix})"
