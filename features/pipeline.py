@@ -34,7 +34,7 @@ from vprom.features.decoding import clip_boxes, cores_per_process, crop_resize, 
 from vprom.features.plan import DTYPES, TORCH_DTYPES, ExtractPlan
 from vprom.features.regions import pooled_regions, region_maps
 from vprom.files import write_json, write_npy
-from vprom.processes import quiet_when_parent_gone
+from vprom.processes import context, quiet_when_parent_gone
 
 NICE_WORKERS = 10  # CPU runs: DataLoader workers' priority below the forward's
 INLINE_CROPS = 64  # `--workers 0`: crops decoded at a time, a whole number of batches
@@ -314,7 +314,7 @@ def loader(plan: ExtractPlan, batches: list):
     return torch.utils.data.DataLoader(
         dataset, batch_sampler=batches, collate_fn=collate, num_workers=plan.workers,
         pin_memory=not cpu, worker_init_fn=partial(_worker_init, nice=NICE_WORKERS if cpu else 0),
-        prefetch_factor=plan.config.prefetch)
+        prefetch_factor=plan.config.prefetch, multiprocessing_context=context(None))
 
 
 def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:

@@ -42,6 +42,7 @@ from typing import Callable, Iterable, Iterator
 from vprom.errors import VpromError
 from vprom.files import is_temporary
 from vprom.manifest import manifest_of
+from vprom.processes import refuse_rerun
 
 _HELD: dict[str, list] = {}  # lock path -> [fd, depth]
 _WAIT = [False]
@@ -266,6 +267,7 @@ def claim(out: str | os.PathLike, kinds: Iterable[str] | None, inputs: Iterable 
     """Check `out` against `inputs` and its owner, then hold its lock for the block.
     `folder`: the output is a folder (True) or a file (False), checked first; `inside_ok`:
     it may lie inside an input folder (a report beside the runs it reads)."""
+    refuse_rerun(f"the writing of {out}")
     out = Path(out)
     if folder is not None:
         check_output(out, folder=folder)

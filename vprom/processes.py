@@ -20,6 +20,14 @@ Signals:
   inherited (`_PARENT_ENDS`), and `vprom.claim` closes the output locks it inherited, so
   no worker keeps the parent's lock alive.
 
+Scripts: a worker started by spawn or forkserver would import the parent's `__main__` again,
+and a user's script without `if __name__ == "__main__":` would run its whole pipeline again
+in every worker. vprom's workers never need that module (their functions and arguments are
+vprom's own), so `context` gives processes that start with it hidden (`_main_hidden`): a
+plain script runs once whatever the start method. A vprom call made while some other
+process re-imports a script (a pool of the user's own) stops that process with one line
+that says what to do (`refuse_rerun`).
+
 `ordered_map` sends the jobs to the workers in chunks, at most `DEPTH` in flight per worker,
 and yields the results in job order, so its output equals a one-process run's.
 """
@@ -36,6 +44,7 @@ import signal
 import sys
 import threading
 import time
+import types
 from itertools import islice
 from multiprocessing import resource_tracker
 from typing import Callable, Iterable, Iterator
@@ -66,13 +75,68 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_close_parent_ends)
 
 
-def context(method: str = "spawn"):
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """A bare `__main__` for the block: multiprocessing reads the module's file or name when
+    it prepares a spawned child (and the forkserver), and finds none to import again."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
+
+
+class _MainHiddenStart:
+    def start(self) -> None:
+        with _main_hidden():
+            super().start()
+
+
+class SpawnProcess(_MainHiddenStart, multiprocessing.context.SpawnProcess):
+    """A spawned process that does not import the parent's `__main__`."""
+
+
+class SpawnContext(multiprocessing.context.SpawnContext):
+    Process = SpawnProcess
+
+
+_MAIN_HIDDEN = {"spawn": SpawnContext()}
+if hasattr(multiprocessing.context, "ForkServerProcess"):  # POSIX
+    class ForkServerProcess(_MainHiddenStart, multiprocessing.context.ForkServerProcess):
+        """A forkserver process that does not import the parent's `__main__`."""
+
+    class ForkServerContext(multiprocessing.context.ForkServerContext):
+        Process = ForkServerProcess
+
+    _MAIN_HIDDEN["forkserver"] = ForkServerContext()
+
+
+def context(method: str | None = "spawn"):
     """Spawned by default: safe with h5py and threads, and the same on every OS. `"fork"`
     (POSIX) shares what the parent built, copy-on-write: only for a parent without threads of
-    its own and with no HDF5 file open that a worker will use."""
+    its own and with no HDF5 file open that a worker will use. `None`: the start method that
+    this program set, or Python's default. Spawned and forkserver processes start without
+    the parent's `__main__` (module doc)."""
+    if method is None:
+        method = (multiprocessing.get_start_method(allow_none=True)
+                  or multiprocessing.get_all_start_methods()[0])  # the first is the default
     if method == "fork" and "fork" not in multiprocessing.get_all_start_methods():
         method = "spawn"
-    return multiprocessing.get_context(method)
+    return _MAIN_HIDDEN.get(method) or multiprocessing.get_context(method)
+
+
+def refuse_rerun(what: str) -> None:
+    """Exit, with one line, a process that is importing the user's script again to become a
+    worker (multiprocessing's spawn or forkserver, `_inheriting`): running `what` there
+    would redo the parent's work and collide with its output locks. SystemExit, not an
+    exception, because the traceback would come from multiprocessing's bootstrap and
+    bury the line."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        script = getattr(sys.modules.get("__mp_main__"), "__file__", None) or "the script"
+        raise SystemExit(f"vprom: {what} was called again while a worker process re-imported "
+                         f"{script}; put the script's calls under "
+                         '`if __name__ == "__main__":`')
 
 
 def usable_cores() -> int:
@@ -145,12 +209,16 @@ def start(procs: list, target: Callable, args: tuple, name: str, method: str = "
     """Start `target(*args)` in a daemonic worker that ignores SIGINT, with the signals
     held (see the module docstring); append it to `procs` before a signal can interrupt, so
     the caller's cleanup always sees it."""
+    refuse_rerun(f"a worker ({name})")
     if os.name == "posix":
         # Started on first use, the resource tracker unblocks SIGINT and SIGTERM after
         # starting itself, which would end the hold below; start it before.
         resource_tracker.ensure_running()
-    proc = context(method).Process(target=_ignoring_sigint, args=(target, args, os.getpid()),
-                                   name=name, daemon=True)
+    ctx = context(method)
+    # a forkserver's child is the server's: the kernel watches the server, which exits with us
+    parent = None if ctx.get_start_method() == "forkserver" else os.getpid()
+    proc = ctx.Process(target=_ignoring_sigint, args=(target, args, parent), name=name,
+                       daemon=True)
     with _signals_held():
         try:
             proc.start()
@@ -162,16 +230,17 @@ def start(procs: list, target: Callable, args: tuple, name: str, method: str = "
     return proc
 
 
-def _die_with_parent(parent: int) -> None:
+def _die_with_parent(parent: int | None) -> None:
     """Have the kernel SIGKILL this worker when its parent dies (Linux); exit now if the
-    parent died before the request was made (this process was then adopted)."""
+    parent died before the request was made (this process was then adopted). `parent` None:
+    the worker's parent is a fork server, whose pid is not known here."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # libc's
-    if os.getppid() != parent:
+    if parent is not None and os.getppid() != parent:
         os._exit(1)
 
 
-def _ignoring_sigint(target: Callable, args: tuple, parent: int) -> None:
+def _ignoring_sigint(target: Callable, args: tuple, parent: int | None) -> None:
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # a forked worker was born with the parent's note-taking handler (`_signals_held`): SIGTERM

@@ -3,8 +3,9 @@
 The snippets name the files of a build (`build/dataset.h5`, `build/feats/resnet101.h5`,
 `runs/rn-neutral-aux/`, ...). `docs/python-api.md` makes exactly those: its pipeline builds a
 small synthetic data set, extracts features and maps with a randomly initialised ResNet-101
-and trains one run, so it runs first, in a fresh folder, and every other snippet then runs in
-that folder. The few names a snippet leaves to its reader (`panels`: a batch of features;
+and trains one run, so it runs first, in a fresh folder, as a script pasted by a user (a fresh
+interpreter, no `if __name__ == "__main__":`), and every other snippet then runs in that
+folder. The few names a snippet leaves to its reader (`panels`: a batch of features;
 `matrices`: the matrices table) are given to it, built from the same files. A snippet that
 needs what cannot be had here (Visual Genome's own servers, say) is listed in `NOT_RUN` with
 the reason; none is now.
@@ -13,6 +14,8 @@ the reason; none is now.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,6 +85,15 @@ def test_every_docs_snippet_runs(tmp_path, monkeypatch):
             matrices = read_matrix_table("build/dataset.h5")
             names = {"matrices": matrices, "matrix_panels": matrices.panels,
                      "panels": torch.randn(2, 16, 2048)}
+        if page == FIRST and code == snippets(FIRST)[0][1]:
+            # the pipeline, pasted into a script and run as a user runs it: its workers must
+            # not run the script again
+            Path("a.py").write_text(code, encoding="utf-8")
+            done = subprocess.run([sys.executable, "a.py"], capture_output=True, text=True,
+                                  check=False)
+            if done.returncode != 0 or "Traceback" in done.stderr:
+                failed.append(f"docs/{page.name}:{line} as a script: {done.stderr}")
+            continue
         try:
             exec(compile(code, f"docs/{page.name}:{line}", "exec"), {"__name__": "snippet",
                                                                     **names})
