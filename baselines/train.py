@@ -45,6 +45,7 @@ from vprom.domain import SPLITS
 from vprom.errors import VpromError
 from vprom.claim import writes
 from vprom.feature_files import check_features_source
+from vprom.file_kinds import CROPS, DATASET, FEATS, MAPS, check_kind
 from vprom.files import write_json
 from vprom.manifest import input_hash, make_manifest
 from vprom.runtime import World, joined_world
@@ -54,6 +55,10 @@ EVAL_BATCH = 512
 WARMUP_STEPS = 3  # eager steps before a CUDA graph capture: cuBLAS handles, optimiser state
 SOURCE_HINT = {"features": "pooled vectors of `vprom extract`",
                "maps": "maps of `vprom extract --pool none`", "crops": "a store of `vprom crops`"}
+
+
+#: the file each input kind of a model is read from
+FILE_KINDS = {"vectors": FEATS, "maps": MAPS, "pixels": CROPS}
 
 
 def check_config(config: TrainConfig) -> None:
@@ -80,6 +85,9 @@ def check_config(config: TrainConfig) -> None:
     for name, file in (("dataset", config.dataset), (option, path)):
         if not file.is_file():
             raise VpromError(f"{file}: no such file (--{name})")
+    check_kind(config.dataset, DATASET, "train's first argument")
+    check_kind(path, FILE_KINDS[kind], f"--{option}")
+    check_features_source(config.dataset, path)
 
 
 def build_model(config: TrainConfig, feature_dim: int,
@@ -295,7 +303,6 @@ def train(config: TrainConfig) -> Path:
 
 def load_data(config: TrainConfig, world: World) -> SplitData:
     _, kind, path = config.source
-    check_features_source(config.dataset, path)
     data = load_split(config.dataset, path, config.split, kind=kind,
                       shuffle_context=config.shuffle_context, seed=config.seed,
                       center=config.center_features)
