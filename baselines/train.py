@@ -355,13 +355,21 @@ def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
     write_json(folder / "history.json", state["history"])
     h, epochs = state["history"][-1], state["config"]["epochs"]
     val = "n/a" if h["val_acc"] is None else f"{100 * h['val_acc']:.1f}%"
-    tqdm.write(f"epoch {h['epoch']}/{epochs}: loss {h['train_loss']:.4f}, train "
+    tqdm.write(f"epoch {h['epoch']}/{epochs}: {epoch_losses(h)}, train "
                f"{100 * h['train_acc']:.1f}%, val {val}" + (" (best)" if improved else ""))
     if not place.staging:
         return place
     place = run_folder.promote(place)
     tqdm.write(place.message)
     return place
+
+
+def epoch_losses(h: dict) -> str:
+    """An epoch's training losses: the answer loss, which "did not learn" is judged by
+    (ln 8 = 2.0794 is chance), and the auxiliary loss added to it in training, if any."""
+    aux = h.get("train_aux_loss")
+    return (f"answer loss {h['train_answer_loss']:.4f}"
+            + ("" if aux is None else f" (+ aux loss {aux:.4f})"))
 
 
 def interrupted(place: RunPlace) -> str:
