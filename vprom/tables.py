@@ -21,7 +21,7 @@ import numpy as np
 
 from vprom.bounded_read import check_readable
 from vprom.errors import VpromError
-from vprom.file_kinds import DATASET, POOLS, check_kind
+from vprom.file_kinds import DATASET, check_kind
 from vprom.domain import LABEL_SEPARATOR, N_PANELS, SPLITS, Crop, Matrix
 
 STR = h5py.string_dtype(encoding="utf-8")

@@ -85,8 +85,8 @@ def test_train_names_the_panels_file_it_got_before_starting_a_run(files, capsys,
     (["merge", "{DATASET}", "--out", "{tmp}/m.h5"], "a whole DATASET.h5, not one shard"),
     (["merge", "{FEATS}", "--out", "{tmp}/m.h5"], "this is a FEATS.h5 "),
     (["build", "--vg", "{DATASET}", "--out", "{tmp}/b"],
-     "this is a DATASET.h5 (a data set of `vprom generate` or `vprom build`); --vg takes the "
-     "folder"),
+     ("this is a DATASET.h5 (a data set of `vprom generate` or `vprom build`); --vg takes the "
+      "folder")),
     (["mine", "--vg", "{POOLS}", "--out", "{tmp}/p.h5"], "this is a POOLS.h5 "),
 ])
 def test_other_inputs_are_named_the_same_way(files, capsys, tmp_path, argv, says):
