@@ -2,11 +2,13 @@
 
 vprom's HDF5 files are of five kinds. `kind_of` names a file's kind from the groups and
 datasets it holds, the layout every writer documents (so a file another tool wrote by that
-layout is recognised too): `matrices` + `splits` a DATASET.h5, `crops` alone a POOLS.h5,
+layout is recognised too): `matrices` + `splits` a DATASET.h5, `crops` + `vocabulary` a POOLS.h5,
 `crop_id` with `features` a FEATS.h5, with `maps` a MAPS.h5, with `pixels` a CROPS.h5.
 Where the layout says nothing, the manifest's `kind` decides (a damaged DATASET.h5 stays a
 DATASET.h5, so `verify` can report what is wrong with it). `check_kind` is the one input check:
-"X: this is a FEATS.h5 (features of `vprom extract`); this takes a DATASET.h5 (...)".
+"X: this is a FEATS.h5 (features of `vprom extract`); this takes a DATASET.h5 (...)". It refuses
+only a file of another known kind: one of no known kind goes on to the reader, which names
+the group it lacks.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def _by_layout(h5: h5py.File) -> str | None:
     if "crop_id" in h5:
         return next((kind for kind, name in ((FEATS, "features"), (MAPS, "maps"),
                                              (CROPS, "pixels")) if name in h5), None)
-    if "crops" in h5:
+    if "crops" in h5 and "vocabulary" in h5:
         return POOLS
     with contextlib.suppress(TypeError, ValueError, AttributeError):
         kind = json.loads(h5.attrs.get("manifest", "null"))["kind"]
@@ -45,21 +47,16 @@ def _by_layout(h5: h5py.File) -> str | None:
     return None
 
 
-def _opened_kind(path: Path) -> tuple[bool, str | None]:
-    """(whether `path` opens as HDF5, its kind)."""
-    with contextlib.suppress(OSError):
-        with open(path, "rb") as f:
-            if f.read(8) != HDF5_MAGIC:
-                return False, None
-        with h5py.File(path, "r") as h5:
-            return True, _by_layout(h5)
-    return False, None
-
-
 def kind_of(path: str | Path) -> str | None:
     """The kind of the file at `path` (one of the five names above), or None for any other
     file, folder or missing path."""
-    return _opened_kind(Path(path))[1]
+    with contextlib.suppress(OSError):
+        with open(path, "rb") as f:
+            if f.read(8) != HDF5_MAGIC:
+                return None
+        with h5py.File(path, "r") as h5:
+            return _by_layout(h5)
+    return None
 
 
 def describe(path: str | Path) -> str:
@@ -80,11 +77,11 @@ def describe(path: str | Path) -> str:
 
 def check_kind(path: str | Path, wanted: str | tuple[str, ...], role: str = "") -> None:
     """Refuse (one line) a file at `path` that is not of the `wanted` kind(s); `role` names
-    the argument ("--features"). A path that is missing, or no readable HDF5 file, is left
-    to the reader, which says what is wrong with it."""
+    the argument ("--features"). A path that is missing, no readable HDF5 file or of no
+    known kind is left to the reader, which says what is wrong with it."""
     wanted = (wanted,) if isinstance(wanted, str) else wanted
-    opened, kind = _opened_kind(Path(path))
-    if not opened or kind in wanted:
+    kind = kind_of(path)
+    if kind is None or kind in wanted:
         return
     takes = " or ".join(f"a {k} ({MADE_BY[k]})" for k in wanted)
     raise VpromError(f"{path}: this is {describe(path)}; {role or 'this command'} takes {takes}")
