@@ -275,9 +275,11 @@ def test_panels_of_the_wrong_kind_for_the_model_are_refused_in_one_line(tiny_sou
                                      "with --crops"),
         ("rn", "crops", "pixels", "--model rn reads vectors, not the pixels of --crops: pass "
                                   "its panels with --features"),
-        ("rn", "features", "maps", r"maps.h5: holds spatial maps \(16x2x2 per crop"),
-        ("predrnet-maps", "maps", "vectors", "feats.h5: holds pooled features, not spatial maps"),
-        ("predrnet", "crops", "maps", "maps.h5: not a crop store of `vprom crops`"),
+        ("rn", "features", "maps", r"maps.h5: this is a MAPS.h5 \(spatial maps of `vprom "
+                                   r"extract --pool none`\); --features takes a FEATS.h5"),
+        ("predrnet-maps", "maps", "vectors", "feats.h5: this is a FEATS.h5 .*--maps takes a "
+                                             "MAPS.h5"),
+        ("predrnet", "crops", "maps", "maps.h5: this is a MAPS.h5 .*--crops takes a CROPS.h5"),
     ]
     for model, option, kind, message in cases:
         dataset, path = tiny_sources(kind)
