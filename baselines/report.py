@@ -364,16 +364,18 @@ def bar_chart(entries: list[Entry], breakdown: str, title: str, path: Path) -> N
 
 
 def curves(entries: list[Entry], path: Path) -> None:
-    """Training loss and validation accuracy per epoch, one line per run."""
+    """Training answer loss (the one "did not learn" is judged by) and validation accuracy
+    per epoch, one line per run."""
     plt = _pyplot()
     fig, (loss_ax, val_ax) = plt.subplots(1, 2, figsize=(11, 4))
     for e in entries:
         epochs = [h["epoch"] for h in e.history]
         label = f"{e.label} / {e.split}"
-        loss_ax.plot(epochs, [h["train_loss"] for h in e.history], label=label)
+        loss_ax.plot(epochs, [h.get("train_answer_loss", h["train_loss"]) for h in e.history],
+                     label=label)
         val = [np.nan if h.get("val_acc") is None else 100 * h["val_acc"] for h in e.history]
         val_ax.plot(epochs, val, label=label)
-    loss_ax.set(xlabel="epoch", ylabel="training loss", title="training loss")
+    loss_ax.set(xlabel="epoch", ylabel="answer loss", title="training answer loss (no aux)")
     val_ax.set(xlabel="epoch", ylabel="validation accuracy (%)", title="validation accuracy")
     val_ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1)
     if len(entries) <= 24:

@@ -69,7 +69,7 @@ def did_not_learn(metrics: dict, history: list[dict]) -> list[str]:
     losses = [h.get("train_answer_loss", h.get("train_loss")) for h in history]
     losses = [x for x in losses if isinstance(x, (int, float))]
     if losses and min(losses) > CHANCE_LOSS - LOSS_TOLERANCE:
-        reasons.append(f"its training loss never left ln 8 = {CHANCE_LOSS:.4f} (lowest "
+        reasons.append(f"its training answer loss never left ln 8 = {CHANCE_LOSS:.4f} (lowest "
                        f"{min(losses):.4f} in {len(losses)} epochs)")
     test = metrics.get("test") or {}
     n, accuracy = test.get("n") or 0, test.get("accuracy")

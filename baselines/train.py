@@ -45,6 +45,7 @@ from vprom.domain import SPLITS
 from vprom.errors import VpromError
 from vprom.claim import writes
 from vprom.feature_files import check_features_source
+from vprom.file_kinds import CROPS, DATASET, FEATS, MAPS, check_kind
 from vprom.files import write_json
 from vprom.manifest import input_hash, make_manifest
 from vprom.runtime import World, joined_world
@@ -54,6 +55,10 @@ EVAL_BATCH = 512
 WARMUP_STEPS = 3  # eager steps before a CUDA graph capture: cuBLAS handles, optimiser state
 SOURCE_HINT = {"features": "pooled vectors of `vprom extract`",
                "maps": "maps of `vprom extract --pool none`", "crops": "a store of `vprom crops`"}
+
+
+#: the file each input kind of a model is read from
+FILE_KINDS = {"vectors": FEATS, "maps": MAPS, "pixels": CROPS}
 
 
 def check_config(config: TrainConfig) -> None:
@@ -80,6 +85,9 @@ def check_config(config: TrainConfig) -> None:
     for name, file in (("dataset", config.dataset), (option, path)):
         if not file.is_file():
             raise VpromError(f"{file}: no such file (--{name})")
+    check_kind(config.dataset, DATASET, "train's first argument")
+    check_kind(path, FILE_KINDS[kind], f"--{option}")
+    check_features_source(config.dataset, path)
 
 
 def build_model(config: TrainConfig, feature_dim: int,
@@ -295,7 +303,6 @@ def train(config: TrainConfig) -> Path:
 
 def load_data(config: TrainConfig, world: World) -> SplitData:
     _, kind, path = config.source
-    check_features_source(config.dataset, path)
     data = load_split(config.dataset, path, config.split, kind=kind,
                       shuffle_context=config.shuffle_context, seed=config.seed,
                       center=config.center_features)
@@ -348,13 +355,21 @@ def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
     write_json(folder / "history.json", state["history"])
     h, epochs = state["history"][-1], state["config"]["epochs"]
     val = "n/a" if h["val_acc"] is None else f"{100 * h['val_acc']:.1f}%"
-    tqdm.write(f"epoch {h['epoch']}/{epochs}: loss {h['train_loss']:.4f}, train "
+    tqdm.write(f"epoch {h['epoch']}/{epochs}: {epoch_losses(h)}, train "
                f"{100 * h['train_acc']:.1f}%, val {val}" + (" (best)" if improved else ""))
     if not place.staging:
         return place
     place = run_folder.promote(place)
     tqdm.write(place.message)
     return place
+
+
+def epoch_losses(h: dict) -> str:
+    """An epoch's training losses: the answer loss, which "did not learn" is judged by
+    (ln 8 = 2.0794 is chance), and the auxiliary loss added to it in training, if any."""
+    aux = h.get("train_aux_loss")
+    return (f"answer loss {h['train_answer_loss']:.4f}"
+            + ("" if aux is None else f" (+ aux loss {aux:.4f})"))
 
 
 def interrupted(place: RunPlace) -> str:

@@ -29,6 +29,7 @@ from vprom.claim import remove_work_folder, writes
 from vprom.errors import VpromError
 from vprom.feature_files import OpenFile
 from vprom.features.config import COMPRESSIONS
+from vprom.file_kinds import CROPS, check_kind
 from vprom.files import atomic_path, write_npy
 from vprom.images import ImageIndex
 from vprom.manifest import input_hashes, is_current, make_manifest, why_stale, write_manifest
@@ -229,6 +230,7 @@ class CropStore(OpenFile):
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        check_kind(self.path, CROPS)
         self._h5 = open_h5(self.path)
         self._bytes, self._offsets = None, None
         try:

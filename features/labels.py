@@ -47,6 +47,7 @@ from vprom.domain import ElementType
 from vprom.errors import VpromError
 from vprom.features.config import SYMBOLIC_BACKBONE as BACKBONE
 from vprom.features.config import ExtractConfig
+from vprom.file_kinds import DATASET, check_kind
 from vprom.files import atomic_path
 from vprom.manifest import (
     CONTENT_PREFIX,
@@ -75,6 +76,7 @@ class LabelVocabulary:
 
     @classmethod
     def read(cls, path) -> LabelVocabulary:
+        check_kind(path, DATASET)
         with open_h5(path) as h5:
             if "vocab" not in h5:
                 raise VpromError(f"{path}: no 'vocab' group; not a DATASET.h5 of `vprom "

@@ -20,6 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vprom.errors import VpromError
+from vprom.file_kinds import DATASET, POOLS, check_kind
 from vprom.generation.labels import LabelVocabulary, read_pools_vocabulary
 from vprom.generation.parallel import Chunk, draw_chunks
 from vprom.generation.plan import MatrixPlan, make_plan
@@ -221,7 +222,7 @@ def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed
     if workers < 1:
         raise VpromError(f"--workers must be 1 or more, got {workers}")
     check_pools_file(pools)
-    crops = read_crop_table(pools)  # read into memory and closed: workers fork after this
+    crops = read_crop_table(pools, POOLS)  # read into memory and closed: workers fork after this
     data = generate_dataset(crops, rules, scale=scale, seed=seed, shard=shard,
                             source=str(pools), vocabulary=read_pools_vocabulary(pools, crops),
                             progress=True, legacy_counts=legacy_counts, workers=workers)
@@ -234,10 +235,8 @@ def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed
 
 def check_pools_file(path: Path) -> None:
     """Refuse anything but a POOLS.h5 as `generate`'s input, before any work is done."""
+    check_kind(path, POOLS)
     with open_h5(path) as h5:
-        if "matrices" in h5 or "splits" in h5:
-            raise VpromError(f"{path}: this is a DATASET.h5 (it holds matrices and splits), not "
-                             "a POOLS.h5; pass the pools file that `vprom mine` wrote")
         raw = h5.attrs.get("manifest")
     if raw is None:
         raise VpromError(f"{path}: no manifest, so not a POOLS.h5 written by `vprom mine` (or "
@@ -331,10 +330,14 @@ def _read_shards(shards: Sequence[Path]):
         raise VpromError("merge_shards: no shard files given")
     manifests, crops, tables = [], [], []
     for path in shards:
+        check_kind(path, DATASET)
         with open_h5(path) as h5:
             if "manifest" not in h5.attrs or "vocab" not in h5:
                 raise VpromError(f"{path}: not a DATASET.h5 written by vprom generate --shard")
             manifests.append(json.loads(h5.attrs["manifest"]))
+            if not manifests[-1]["config"].get("shard"):
+                raise VpromError(f"{path}: this is a whole DATASET.h5, not one shard; merge "
+                                 "takes the N files of `vprom generate --shard K/N`, K = 0..N-1")
             crops.append(CropTable.read(h5["crops"]))
             tables.append(MatrixTable.read(h5["matrices"], h5["splits"]))
     _check_one_run(shards, manifests)

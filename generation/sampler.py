@@ -47,6 +47,9 @@ HUMAN_TRIES = 4 * MAX_TRIES
 #: ones only keep the completions off (a super-attribute every crop carries has no
 #: exclusive labels).
 STRICT_TRIES = 12
+#: what to do about a pool too thin for a group: the elements and crops a matrix needs do
+#: not depend on how many matrices are drawn, so a smaller --scale does not help
+THIN_POOL_ADVICE = "mine more images (the synthetic corpus: a larger --images)"
 
 
 @dataclass
@@ -94,7 +97,7 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
         reason = shortfall(human)
         if reason is not None:
             raise VpromError(f"{where}{banned_note}: no sound {label} can be drawn — {reason}"
-                             " — mine more images or lower --scale")
+                             f" — {THIN_POOL_ADVICE}")
         return human
     universe = pool.universe[etype]
     enough = {i for i, rows in crops_of.items() if len(rows) >= MIN_CONTEXT_CROPS}
@@ -117,7 +120,7 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
             short.append(f"{o.super_attribute or etype.value}: {reason}")
     if not good:
         raise VpromError(f"{where}{banned_note}: no sound {label} can be drawn — "
-                         + "; ".join(short) + " — mine more images or lower --scale")
+                         + "; ".join(short) + f" — {THIN_POOL_ADVICE}")
     # a super-attribute whose candidates cannot form a symmetric profile (or on a
     # 2-attribute one: its other attribute completes the row too) is left out of the
     # relation, unless the group has no other (then `_uneven_profile` does its best)
@@ -314,8 +317,7 @@ class PlanSampler:
             steps = "; ".join(f"{reason}: {n}" for reason, n in why.most_common())
             tries = HUMAN_TRIES if isinstance(sampler, HumanSampler) else MAX_TRIES
             raise VpromError(f"matrix {i}: no sound {sampler.label} after {tries} tries "
-                             f"({steps}); the pool is too thin there — mine more images or "
-                             "lower --scale")
+                             f"({steps}); the pool is too thin there — {THIN_POOL_ADVICE}")
         return got[0], got[1], note
 
 

@@ -33,6 +33,7 @@ import msgspec
 import numpy as np
 
 from vprom.errors import VpromError
+from vprom.file_kinds import vg_not_folder
 from vprom.files import sha256_file
 
 IMAGE_DATA, OBJECTS, ATTRIBUTES, REGIONS = ("image_data", "objects", "attributes",
@@ -69,8 +70,7 @@ def locate(vg_dir: str | Path, stem: str) -> Path:
     """`<stem>.json`, else `<stem>.json.zip`, else the newest `<stem>_vX_Y.json[.zip]`."""
     vg_dir = Path(vg_dir)
     if not vg_dir.is_dir():
-        raise VpromError(f"{vg_dir}: no such folder; pass --vg the folder holding Visual "
-                         "Genome's JSON files (e.g. objects.json or objects.json.zip)")
+        raise VpromError(vg_not_folder(vg_dir))
     for name in (f"{stem}.json", f"{stem}.json.zip"):
         if (vg_dir / name).is_file():
             return vg_dir / name

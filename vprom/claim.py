@@ -104,7 +104,13 @@ def _acquire(path: Path, out: Path, wait: bool) -> int:
     """Open and flock the lock file; the fd once the lock is ours on the file at `path`."""
     told = False
     while True:
-        fd = _open_lock(path)
+        try:
+            fd = _open_lock(path)
+        except OSError as e:  # the lock is the first file written: name the output instead
+            if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            raise VpromError(f"{out}: cannot be written: {out.parent} refuses new files "
+                             f"({e.strerror}); choose another path") from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from vprom.errors import VpromError
+from vprom.file_kinds import FEATS, MAPS, check_kind
 from vprom.manifest import check_made_from, manifest_of
 from vprom.tables import open_h5
 
@@ -96,6 +97,7 @@ def check_complete(path: str | Path) -> None:
     if path.name.endswith(".partial"):
         raise VpromError(f"{path}: this is a partial extraction; pass the final file, which "
                          "appears when `vprom extract` completes")
+    check_kind(path, (FEATS, MAPS))
     with open_h5(path) as h5:
         names = [name for name in ("features", "maps") if name in h5]
         if "crop_id" not in h5 or len(names) != 1:

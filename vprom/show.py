@@ -16,6 +16,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from vprom.errors import VpromError
+from vprom.file_kinds import DATASET, check_kind
 from vprom.images import ImageIndex, load_crop
 from vprom.files import atomic_path
 from vprom.claim import writes
@@ -63,9 +64,11 @@ def _marked(kind: str):
 
 def read_matrix(dataset: Path, matrix_id: int) -> Shown:
     """One matrix and its panels' image ids and boxes, read without loading the whole file."""
+    check_kind(dataset, DATASET)
     with open_h5(dataset) as h5:
         if "matrices" not in h5 or "crops" not in h5:
-            raise VpromError(f"{dataset}: no 'matrices'/'crops' groups; expected a DATASET.h5")
+            raise VpromError(f"{dataset}: a DATASET.h5 without its 'matrices' or 'crops' "
+                             "group; the file is damaged: generate it again")
         ids = h5["matrices/id"][()]
         where = np.flatnonzero(ids == matrix_id)
         if len(where) == 0:
@@ -226,6 +229,8 @@ class ShowSummary:
 def show(dataset: str | Path, matrix_id: int, vg_dir: str | Path, out: str | Path,
          answer: bool = False) -> ShowSummary:
     """Write matrix `matrix_id` of DATASET.h5 as a PNG at `out` (atomically)."""
+    if Path(out).suffix.lower() != ".png":
+        raise VpromError(f"--out {out}: show writes a PNG picture; name the file *.png")
     m = read_matrix(Path(dataset), int(matrix_id))
     picture = render(m, load_crops(m, vg_dir), answer)
     out = Path(out)

@@ -21,6 +21,7 @@ import numpy as np
 
 from vprom.bounded_read import check_readable
 from vprom.errors import VpromError
+from vprom.file_kinds import DATASET, check_kind
 from vprom.domain import LABEL_SEPARATOR, N_PANELS, SPLITS, Crop, Matrix
 
 STR = h5py.string_dtype(encoding="utf-8")
@@ -304,19 +305,22 @@ def open_h5(path: str | Path) -> h5py.File:
                          "right file?") from None
 
 
-def read_crop_table(path: str | Path) -> CropTable:
+def read_crop_table(path: str | Path, kind: str = DATASET) -> CropTable:
+    """The crops table of a file of `kind` (DATASET.h5 or POOLS.h5)."""
+    check_kind(path, kind)
     with open_h5(path) as h5:
         if "crops" not in h5:
-            raise VpromError(f"{path}: no 'crops' group; expected a POOLS.h5 or DATASET.h5")
+            raise VpromError(f"{path}: a {kind} without its 'crops' group; the file is "
+                             "damaged: make it again")
         return CropTable.read(h5["crops"])
 
 
 def read_matrix_table(path: str | Path) -> MatrixTable:
+    check_kind(path, DATASET)
     with open_h5(path) as h5:
         if "matrices" not in h5 or "splits" not in h5:
-            kind = "a POOLS.h5 (from `vprom mine`)" if "crops" in h5 else "not a DATASET.h5"
-            raise VpromError(f"{path}: is {kind}, but this command takes a DATASET.h5 (from "
-                             "`vprom generate` or `vprom build`)")
+            raise VpromError(f"{path}: a DATASET.h5 without its 'matrices' or 'splits' group; "
+                             "the file is damaged: generate it again")
         return MatrixTable.read(h5["matrices"], h5["splits"])
 
 

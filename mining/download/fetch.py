@@ -26,6 +26,7 @@ import requests
 import vprom.mining.download.space as space  # noqa: PLR0402
 import vprom.mining.download.watchdog as watchdog  # noqa: PLR0402
 from tqdm import tqdm
+from urllib3.exceptions import NewConnectionError
 
 from vprom.errors import VpromError
 from vprom.files import sha256_file
@@ -102,6 +103,15 @@ def check_url(url: str, what: str = "--base-url") -> None:
         raise VpromError(f"{what} {url!r}: {e}; {hint}") from None
 
 
+def _unreachable(error: Exception, url: str) -> str | None:
+    """"cannot reach HOST (why)" when `error` is a connection that was never made (the name
+    does not resolve, the host refuses): more time does not help then."""
+    reason = getattr(error.args[0], "reason", None) if error.args else None
+    if not isinstance(reason, NewConnectionError):
+        return None
+    return f"cannot reach {urlsplit(url).hostname} ({str(reason).split('): ', 1)[-1]})"
+
+
 def fetch(http: requests.Session, url: str, dest: Path, expected: Expected, policy: Policy,
           log: Callable[[str], None]) -> Fetched:
     """Download url to dest through dest.part within the policy's bounds (see the module doc)."""
@@ -141,6 +151,13 @@ class _Transfer:
             except (_Retry, *_RETRIED) as e:
                 if self.left() <= 0:   # the watchdog cut the connection: not a drop
                     raise self._deadline_error() from None
+                unreachable = _unreachable(e, url)
+                if unreachable and (attempt == policy.retries
+                                    or policy.retry_wait * (attempt + 1) >= self.left()):
+                    raise VpromError(f"{url}: {unreachable}" + _resume_note(part) + "; check "
+                                     "the network connection, or pass --base-url a mirror "
+                                     "this machine reaches, then rerun `vprom download`"
+                                     ) from None
                 if attempt == policy.retries:
                     raise VpromError(f"{url}: failed after {policy.retries + 1} attempts ({e})"
                                      + _resume_note(part) + "; check the network and rerun "

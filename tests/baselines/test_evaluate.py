@@ -130,7 +130,7 @@ def test_metrics_record_the_settings_and_whether_the_run_learned(tiny_pair, tmp_
     metrics = evaluate(run, device="cpu")
     assert metrics["config"]["lr"] == 1e-12 and metrics["config"]["optimizer"] == "adam"
     assert any("never left ln 8" in reason for reason in metrics["did_not_learn"])
-    assert "DID NOT LEARN: its training loss never left ln 8" in format_metrics(metrics)
+    assert "DID NOT LEARN: its training answer loss never left ln 8" in format_metrics(metrics)
 
 
 def test_a_control_is_checked_against_chance_not_flagged(tiny_pair, tmp_path):

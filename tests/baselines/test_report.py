@@ -199,7 +199,7 @@ def test_runs_that_did_not_learn_are_flagged(tmp_path):
     learned = fake_run(tmp_path / "learned", 0.40, 1000, [2.0, 1.5], split="interpolation")
     summary = report([stuck, chance, learned], tmp_path / "out")
     assert "2 of 3 runs did not learn" in summary
-    assert "training loss never left ln 8 = 2.0794 (lowest 2.0790 in 3 epochs)" in summary
+    assert "training answer loss never left ln 8 = 2.0794 (lowest 2.0790 in 3 epochs)" in summary
     assert "test accuracy 13.0% is within the chance interval" in summary
     table = {(r["aux"], r["did_not_learn"]) for r in rows(tmp_path / "out" / "table2.csv")
              if r["ours"]}

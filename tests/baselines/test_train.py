@@ -129,16 +129,21 @@ def test_a_tiny_dataset_is_learned(tiny_pair, tmp_path):
     assert best["best"]["val_acc"] == max(e["val_acc"] for e in h)
 
 
-def test_aux_is_off_by_default_and_trains_both_heads_when_on(tiny_pair, tmp_path):
+def test_aux_is_off_by_default_and_trains_both_heads_when_on(tiny_pair, tmp_path, capsys):
     dataset, features = tiny_pair
     plain = train(small_config(dataset, features, tmp_path / "plain", epochs=1))
     assert "train_aux_loss" not in history(plain)[0]
     assert not any("aux" in k for k in load_checkpoint(plain / "last.pt")["model"])
 
     config = small_config(dataset, features, tmp_path / "aux", epochs=2, aux=True)
+    capsys.readouterr()
     run = train(config)
     h = history(run)
+    printed = capsys.readouterr().out
     for epoch in h:
+        # the console shows the answer loss "did not learn" judges, the aux loss apart
+        assert (f"epoch {epoch['epoch']}/2: answer loss {epoch['train_answer_loss']:.4f} "
+                f"(+ aux loss {epoch['train_aux_loss']:.4f}), train") in printed
         assert epoch["train_aux_loss"] > 0
         assert epoch["train_loss"] == pytest.approx(epoch["train_answer_loss"]
                                                     + epoch["train_aux_loss"])
@@ -270,9 +275,11 @@ def test_panels_of_the_wrong_kind_for_the_model_are_refused_in_one_line(tiny_sou
                                      "with --crops"),
         ("rn", "crops", "pixels", "--model rn reads vectors, not the pixels of --crops: pass "
                                   "its panels with --features"),
-        ("rn", "features", "maps", r"maps.h5: holds spatial maps \(16x2x2 per crop"),
-        ("predrnet-maps", "maps", "vectors", "feats.h5: holds pooled features, not spatial maps"),
-        ("predrnet", "crops", "maps", "maps.h5: not a crop store of `vprom crops`"),
+        ("rn", "features", "maps", r"maps.h5: this is a MAPS.h5 \(spatial maps of `vprom "
+                                   r"extract --pool none`\); --features takes a FEATS.h5"),
+        ("predrnet-maps", "maps", "vectors", "feats.h5: this is a FEATS.h5 .*--maps takes a "
+                                             "MAPS.h5"),
+        ("predrnet", "crops", "maps", "maps.h5: this is a MAPS.h5 .*--crops takes a CROPS.h5"),
     ]
     for model, option, kind, message in cases:
         dataset, path = tiny_sources(kind)

@@ -26,7 +26,7 @@ def test_a_crops_vector_equals_its_labels(synthetic_build, tmp_path):
     feats = labels_file(dataset, tmp_path / "labels.h5")
     order = feats.attrs["label_order"]
     assert feats.attrs["symbolic"] and feats.attrs["backbone"] == "labels"
-    assert len(order) == feats.dim == len(set(order))
+    assert len(order) == feats.features.shape[1] == len(set(order))
     crops = read_crop_table(dataset)
     with h5py.File(dataset, "r") as h5:
         vocab = LabelVocabulary.read(h5["vocab/labels"], str(dataset))

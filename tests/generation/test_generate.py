@@ -313,8 +313,8 @@ def test_generate_refuses_a_missing_file_and_a_bad_scale(tmp_path, pools_file):
 def test_generate_refuses_anything_but_a_pools_file(tmp_path, pools_file):
     dataset = tmp_path / "d.h5"
     generate(pools_file, dataset, RULES, scale=SMALL_SCALE, seed=1)
-    with pytest.raises(VpromError, match=r"d.h5: this is a DATASET.h5.*not a POOLS.h5.*"
-                                         r"vprom mine"):
+    with pytest.raises(VpromError, match=r"d.h5: this is a DATASET.h5.*takes a POOLS.h5 "
+                                         r"\(the pools of `vprom mine`\)"):
         generate(dataset, tmp_path / "again.h5", RULES, scale=SMALL_SCALE)
     bare = tmp_path / "bare.h5"
     with h5py.File(bare, "w") as h5:
@@ -349,3 +349,20 @@ def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path, pools_file, mo
     generate(pools_file, out, RULES, scale=SMALL_SCALE, seed=2)
     assert manifest_problems(load(out)[0]) == []
     assert not list(tmp_path.glob(".*part"))
+
+
+def test_a_pool_too_thin_at_any_scale_advises_more_images(tmp_path):
+    """300 synthetic images lack the held-out super-attributes' elements: fewer matrices do
+    not help, so the advice is more images (1,000 images build: tests/generation/
+    synthetic_build.py)."""
+    from vprom.mining.pools import mine
+    from vprom.mining.synth import write_corpus
+
+    write_corpus(tmp_path / "vg", images=300, seed=0, workers=1)
+    mine(tmp_path / "vg", tmp_path / "pools.h5", workers=1)
+    for scale in (0.003, 0.001):
+        with pytest.raises(VpromError) as refused:
+            generate(tmp_path / "pools.h5", tmp_path / "d.h5", RULES, scale=scale, seed=0)
+        assert "lower --scale" not in str(refused.value)
+        assert str(refused.value).endswith("mine more images (the synthetic corpus: a larger "
+                                           "--images)")

@@ -183,9 +183,17 @@ def test_a_bad_base_url_is_one_line_before_anything_happens(tmp_path, capsys, ur
     assert not (tmp_path / "vg").exists()
 
 
-def test_an_unreachable_mirror_is_retried_then_one_line(tmp_path):
-    with pytest.raises(VpromError, match=f"{NAME}: failed after 2 attempts"):
-        _get(tmp_path, "http://127.0.0.1:9/vg", retries=1)   # port 9: nothing listens
+@pytest.mark.parametrize("base, host", [("http://127.0.0.1:9/vg", "127.0.0.1"),  # no listener
+                                        ("http://vg.invalid/vg", "vg.invalid")])  # RFC 2606
+@pytest.mark.parametrize("bound", [{"retries": 1},  # the attempts run out
+                                   {"retries": 9, "deadline": 1.0, "retry_wait": 5.0}])
+def test_an_unreachable_mirror_says_so_and_not_to_wait_longer(tmp_path, base, host, bound):
+    with pytest.raises(VpromError) as refused:
+        download(tmp_path, base_url=base, images=False, timeout=5, expected=NOTHING_KNOWN,
+                 log=lambda message: None, **{"retry_wait": 0, **bound})
+    message = str(refused.value)
+    assert message.startswith(f"{base}/{NAME}: cannot reach {host} (")
+    assert "check the network connection" in message and "--deadline" not in message
 
 
 # -------------------------------------------------------------------------------- sizes

@@ -79,3 +79,33 @@ def test_a_folder_holding_only_temporaries_counts_as_empty(tmp_path):
     (folder / ".report.md.4194305.0a1b2c3d.part").write_text("half")
     with claim(folder, ("report",), folder=True):
         pass
+
+
+@pytest.fixture
+def unwritable(tmp_path):
+    """A folder that refuses new files: read-only for a user, a read-only tmpfs for root
+    (whom permissions do not stop)."""
+    import subprocess
+
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"root cannot mount a read-only tmpfs here ({mounted.stderr.strip()})")
+    yield folder
+    subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_an_unwritable_folder_names_the_output_not_its_lock(unwritable):
+    out = unwritable / "stats.json"
+    with pytest.raises(VpromError) as refused, claim(out, ("stats",)):
+        pass
+    message = str(refused.value)
+    assert message.startswith(f"{out}: cannot be written: {unwritable} refuses new files (")
+    assert ".lock" not in message

@@ -109,3 +109,13 @@ def test_cli(small, tmp_path, capsys):
                      "--out", str(tmp_path / "d.png")]) == 1
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "no such folder" in err
+
+
+@pytest.mark.parametrize("name", ["m.jpg", "m.jpeg", "m"])
+def test_an_out_that_is_not_named_png_is_refused_before_any_work(small, tmp_path, capsys, name):
+    dataset, vg, _ = small
+    assert cli.main(["show", str(dataset), "--id", "1", "--vg", str(vg), "--out",
+                     str(tmp_path / name)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "show writes a PNG picture; name the file *.png" in err
+    assert list(tmp_path.iterdir()) == []

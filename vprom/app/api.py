@@ -19,6 +19,7 @@ from vprom.app.api_models import (_workers, crops, evaluate, extract, human_scor
                                   score, train)
 from vprom.domain import MIN_SIDE
 from vprom.errors import VpromError
+from vprom.file_kinds import DATASET, FEATS, POOLS, check_kind
 from vprom.manifest import check_content
 
 #: the names `import vprom` exposes, in pipeline order
@@ -196,6 +197,10 @@ def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = 
     from vprom.app.build import stale_stages
     from vprom.generation.verify import verify as run
 
+    check_kind(dataset, DATASET)
+    for option, path, kind in (("--pools", pools, POOLS), ("--features", features, FEATS)):
+        if path is not None:
+            check_kind(path, kind, option)
     if pools is not None:
         check_content(pools)
     problems = stale_stages(dataset, pools)

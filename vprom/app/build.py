@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vprom.errors import VpromError
+from vprom.file_kinds import vg_not_folder
 from vprom.generation.generate import dataset_settings, generate
 from vprom.generation.verify import verify
 from vprom.generation.verify.stats import format_stats, stats, write_stats
@@ -179,7 +180,7 @@ def _check_options(out: Path, vg: Path | None, synthetic: bool, images, scale, s
         raise VpromError(f"workers must be a whole number of at least 1, got {workers!r}")
     check_output(out, folder=True)
     if vg is not None and not Path(vg).is_dir():
-        raise VpromError(f"{vg}: no such folder; run `vprom download --out {vg}`")
+        raise VpromError(vg_not_folder(vg))
 
 
 def _whole(value) -> bool:
