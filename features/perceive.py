@@ -142,7 +142,8 @@ def train_one_epoch(model, optimizer, data: Targets, batches, preprocess, world:
         optimizer.zero_grad(set_to_none=True)
         (losses.sum() * scale).backward()
         optimizer.step()
-        totals += losses.detach().cpu().double()
+        losses = losses.detach().cpu().double()
+        totals += losses
         if hasattr(batches, "set_postfix"):
             batches.set_postfix(loss=f"{float(losses.sum()) / max(1, len(index)):.3f}")
     sums = world.all_sum(totals.tolist())
@@ -237,8 +238,9 @@ def perceive(config: PerceiveConfig) -> Path:
         return config.out
     with joined_world(config.device) as world, torch.random.fork_rng(devices=[]):
         data = load_perception_data(config.dataset, config.split)
-        log(world, f"{config.split}: {len(data.train)} training crops, {len(data.val)} "
-                   f"validation crops; {len(data.held_out)} held-out labels "
+        log(world, f"{config.split}: {data.counts['train_crops']} training crops "
+                   f"({len(data.train)} distinct boxes), {len(data.val)} validation boxes; "
+                   f"{len(data.held_out)} held-out labels "
                    f"({', '.join(data.held_out[:8])}{' ...' if len(data.held_out) > 8 else ''})")
         smallest = len(data.train) // max(1, -(-len(data.train) // config.batch_size))
         if smallest < 2 * world.size:  # batch norm needs two crops in every slice
