@@ -154,10 +154,11 @@ def test_extract_loads_the_trained_weights(synthetic_build, tmp_path):
     from vprom.features.extract import extract
 
     dataset, vg = synthetic_build
-    weights = perceive(config(dataset, tmp_path / "w.pt", vg=vg))
+    side = 32  # extract's smallest input
+    weights = perceive(config(dataset, tmp_path / "w.pt", vg=vg, input_size=side))
     feats = tmp_path / "feats.h5"
     extract(ExtractConfig(dataset=dataset, vg=vg, backbone="resnet18", out=feats,
-                          weights=str(weights), input_size=SIZE, dtype="float32",
+                          weights=str(weights), input_size=side, dtype="float32",
                           device="cpu"))
     net = torchvision.models.resnet18(weights=None)
     net.fc = torch.nn.Identity()  # resnet18's own avgpool, then nothing
@@ -165,7 +166,7 @@ def test_extract_loads_the_trained_weights(synthetic_build, tmp_path):
     net.load_state_dict(state)  # every key of the trunk, and nothing else
     crops = read_crop_table(dataset).take(np.arange(6))
     pixels = np.concatenate([decode_crops(ImageIndex(vg).path(i), np.array([[x, y, w, h]]),
-                                          SIZE)[0]
+                                          side)[0]
                              for i, x, y, w, h in zip(crops.image_id, crops.x, crops.y,
                                                       crops.w, crops.h)])
     x = (torch.from_numpy(pixels).permute(0, 3, 1, 2).float() / 255
