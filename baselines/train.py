@@ -48,7 +48,7 @@ from vprom.feature_files import check_features_source
 from vprom.file_kinds import CROPS, DATASET, FEATS, MAPS, check_kind
 from vprom.files import write_json
 from vprom.manifest import input_hash, make_manifest
-from vprom.runtime import World, joined_world
+from vprom.runtime import World, epoch_batches, joined_world
 
 CHECKPOINT_FORMAT = 2
 EVAL_BATCH = 512
@@ -111,18 +111,6 @@ def make_optimizer(config: TrainConfig, model: torch.nn.Module,
     if config.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), **settings)
     return torch.optim.Adadelta(model.parameters(), rho=config.rho, **settings)
-
-
-def epoch_batches(n: int, batch_size: int, seed: int, epoch: int,
-                  world: World) -> list[tuple[torch.Tensor, float]]:
-    """This process's share of each batch of epoch `epoch` (positions in the training part,
-    on the device), with the loss scale world size / batch size."""
-    order = np.random.default_rng(np.random.SeedSequence([seed, epoch])).permutation(n)
-    # tensor_split cuts like np.array_split; its pieces are views of one upload per epoch
-    batches = torch.from_numpy(order).to(world.device).tensor_split(
-        max(1, math.ceil(n / batch_size)))
-    return [(batch.tensor_split(world.size)[world.rank], world.size / len(batch))
-            for batch in batches]
 
 
 # ---------------------------------------------------------------- the loop

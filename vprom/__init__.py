@@ -12,7 +12,8 @@ __version__ = "0.1.0"
 #: lists equal)
 API = ("build", "download", "synth", "mine", "generate", "merge", "verify", "stats",
        "show_matrix", "load_dataset", "export", "extract", "load_features", "train", "evaluate",
-       "report", "reproduce", "crops", "score", "human_study", "human_serve", "human_score")
+       "report", "reproduce", "crops", "perceive", "score", "human_study", "human_serve",
+       "human_score")
 
 
 def __getattr__(name: str):

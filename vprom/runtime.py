@@ -8,6 +8,7 @@ process group (nccl on CUDA, gloo on the CPU) unless one exists, and ends it.
 
 from __future__ import annotations
 
+import math
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -109,3 +110,15 @@ def joined_world(requested_device: str | None, timeout: timedelta | None = None)
     finally:
         if world.owns_group:
             dist.destroy_process_group()
+
+
+def epoch_batches(n: int, batch_size: int, seed: int, epoch: int,
+                  world: World) -> list[tuple[torch.Tensor, float]]:
+    """This process's share of each batch of epoch `epoch` (positions in the training part,
+    on the device), with the loss scale world size / batch size."""
+    order = np.random.default_rng(np.random.SeedSequence([seed, epoch])).permutation(n)
+    # tensor_split cuts like np.array_split; its pieces are views of one upload per epoch
+    batches = torch.from_numpy(order).to(world.device).tensor_split(
+        max(1, math.ceil(n / batch_size)))
+    return [(batch.tensor_split(world.size)[world.rank], world.size / len(batch))
+            for batch in batches]

@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from vprom.app.api_models import (_workers, crops, evaluate, extract, human_score,
-                                  human_serve, human_study, load_features, report, reproduce,
-                                  score, train)
+                                  human_serve, human_study, load_features, perceive, report,
+                                  reproduce, score, train)
 from vprom.domain import MIN_SIDE
 from vprom.errors import VpromError
 from vprom.file_kinds import DATASET, FEATS, POOLS, check_kind
@@ -25,7 +25,7 @@ from vprom.manifest import check_content
 #: the names `import vprom` exposes, in pipeline order
 __all__ = ["build", "download", "synth", "mine", "generate", "merge", "verify", "stats",
            "show_matrix", "load_dataset", "export", "extract", "load_features", "train", "evaluate",
-           "report", "reproduce", "crops", "score", "human_study", "human_serve",
+           "report", "reproduce", "crops", "perceive", "score", "human_study", "human_serve",
            "human_score"]
 
 def _rules(rules):

@@ -78,6 +78,42 @@ def extract(dataset: Path, vg: Path | None, backbone: str, out: Path, *, weights
     return run(config)
 
 
+def perceive(dataset: Path, vg: Path | None = None, *, split: str, backbone: str, out: Path,
+             crops: Path | None = None, weights: str | None = None, epochs: int = 3,
+             batch_size: int = 64, input_size: int | None = None, lr: float = 1e-3,
+             seed: int = 0, device: str | None = None) -> Path:
+    """Fine-tune a backbone on a split's training crops and labels, for `extract --weights`.
+
+    Never reads a crop that only the split's validation or test problems show, nor a label
+    the split holds out. Resumable; returns `out`.
+
+    Args:
+        dataset: DATASET.h5
+        vg: Visual Genome folder (the crops' images)
+        split: the split whose training crops it learns from
+        backbone: see `vprom extract --list`
+        out: weights file to write (its manifest goes beside it)
+        crops: instead of --vg, a crop store of `vprom crops` at the input size
+        weights: the start: imagenet, pretrained, none or a file (default: the published
+            weights when cached, else random init)
+        epochs: passes over the training crops
+        batch_size: crops per optimiser step, over all processes
+        input_size: crop side in pixels (default: the backbone's); extract with the same
+        lr: Adam's learning rate
+        seed: heads, batch order and flips
+        device: cuda, cuda:N or cpu (default: cuda if available)
+
+    >>> vprom.perceive("build/small/dataset.h5", "build/small/vg", split="neutral",
+    ...                backbone="resnet18", out="build/perceive.pt", input_size=32)
+    ... # doctest: +SKIP
+    """
+    arguments = dict(locals())  # the parameters are PerceiveConfig's fields
+    from vprom.features.perceive import PerceiveConfig
+    from vprom.features.perceive import perceive as run
+
+    return run(PerceiveConfig(**arguments))
+
+
 def load_features(path: Path):
     """A finished FEATS.h5 in memory: `crop_id`, `features` and the extraction's attributes.
 

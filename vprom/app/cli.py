@@ -165,6 +165,10 @@ COMMANDS = {c.name: c for c in (
                        "pool": {"choices": extract_config.POOLS},
                        "compression": {"choices": extract_config.COMPRESSIONS},
                        "list": {"action": ListBackbones}}),
+    Command("perceive", api.perceive,
+            "vprom perceive build/dataset.h5 --vg data/vg --split neutral --backbone resnet18 "
+            "--out build/perceive/resnet18.pt",
+            positional=("dataset",), one_of=("vg", "crops"), arguments={"out": OUT_FILE}),
     Command("train", api.train,
             "vprom train build/dataset.h5 --features build/feats/resnet101.h5 --model rn "
             "--split neutral --aux --out runs/rn-neutral-aux",
