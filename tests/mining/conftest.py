@@ -129,7 +129,7 @@ def mined(tmp_path_factory):
     root = tmp_path_factory.mktemp("mined")
     vg = write_vg(root / "vg")
     report = mine(vg, root / "pools.h5", workers=1)
-    return report, read_crop_table(root / "pools.h5"), root / "pools.h5"
+    return report, read_crop_table(root / "pools.h5", "POOLS.h5"), root / "pools.h5"
 
 
 def plural(word: str) -> str:

@@ -31,4 +31,4 @@ def test_brackets_and_escaped_quotes_inside_strings_are_not_nesting(tmp_path):
     files["region_descriptions"][0]["regions"][0]["phrase"] = phrase
     vg = write_vg(tmp_path / "vg", files, zipped=("region_descriptions",))  # streamed
     mine(vg, tmp_path / "pools.h5", workers=1)
-    assert len(read_crop_table(tmp_path / "pools.h5")) > 0
+    assert len(read_crop_table(tmp_path / "pools.h5", "POOLS.h5")) > 0

@@ -61,7 +61,7 @@ def test_miner_keeps_exactly_the_expected_crops(photo_vg, tmp_path):
     from vprom.tables import read_crop_table
 
     pools.mine(photo_vg, tmp_path / "pools.h5", min_side=100, workers=1)
-    crops = read_crop_table(tmp_path / "pools.h5")
+    crops = read_crop_table(tmp_path / "pools.h5", "POOLS.h5")
     got = sorted(zip(crops.element_type, crops.super_attribute, crops.element,
                      (int(s) for s in crops.source_id)))
     assert got == EXPECTED_CROPS

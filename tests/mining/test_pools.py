@@ -43,7 +43,7 @@ def test_boxes_are_clipped_to_the_image(mined):
 
 def test_min_side_rule(tmp_path, vg_dir):
     mine(vg_dir, tmp_path / "p.h5", min_side=121, workers=1)
-    table = read_crop_table(tmp_path / "p.h5")
+    table = read_crop_table(tmp_path / "p.h5", "POOLS.h5")
     assert set(table.w) | set(table.h) and min(table.w.min(), table.h.min()) >= 121
     assert 102 not in _by_source(table, "object")  # car is 150x120
     assert 101 in _by_source(table, "object")  # shirt is 200x150
@@ -188,7 +188,7 @@ def test_report_lists_elements_with_few_crops(mined):
 def test_deterministic_and_independent_of_workers(tmp_path, vg_dir):
     a = mine(vg_dir, tmp_path / "a" / "pools.h5", workers=1)
     b = mine(vg_dir, tmp_path / "b" / "pools.h5", workers=2)
-    ta, tb = read_crop_table(tmp_path / "a" / "pools.h5"), read_crop_table(tmp_path / "b" / "pools.h5")
+    ta, tb = read_crop_table(tmp_path / "a" / "pools.h5", "POOLS.h5"), read_crop_table(tmp_path / "b" / "pools.h5", "POOLS.h5")
     for name in ("crop_id", "image_id", "x", "y", "w", "h", "element_type", "element",
                  "super_attribute", "source_id", "phrase", "labels"):
         assert np.array_equal(getattr(ta, name), getattr(tb, name)), name
@@ -202,7 +202,7 @@ def test_zipped_corpus_mines_the_same_crops(tmp_path, mined):
     _, table, _ = mined
     vg = write_vg(tmp_path / "zip", zipped=("objects", "attributes", "region_descriptions"))
     mine(vg, tmp_path / "z.h5", workers=1)
-    z = read_crop_table(tmp_path / "z.h5")
+    z = read_crop_table(tmp_path / "z.h5", "POOLS.h5")
     assert np.array_equal(z.labels, table.labels) and np.array_equal(z.x, table.x)
 
 

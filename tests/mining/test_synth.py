@@ -195,7 +195,7 @@ def mined(corpus, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("mined") / "pools.h5"
     pools.mine(corpus, out, min_side=MIN_SIDE, workers=1)
-    return read_crop_table(out)
+    return read_crop_table(out, "POOLS.h5")
 
 
 def _sources(crops) -> dict:
