@@ -41,7 +41,7 @@ def _by_layout(h5: h5py.File) -> str | None:
                                              (CROPS, "pixels")) if name in h5), None)
     if "crops" in h5 and "vocabulary" in h5:
         return POOLS
-    with contextlib.suppress(TypeError, ValueError, AttributeError):
+    with contextlib.suppress(TypeError, ValueError, AttributeError, KeyError):
         kind = json.loads(h5.attrs.get("manifest", "null"))["kind"]
         return _MANIFEST_KINDS.get(kind, FEATS if kind == "features" else None)
     return None
