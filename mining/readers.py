@@ -1,22 +1,12 @@
 """Visual Genome's annotation files: finding them, streaming them, and the fields mining takes.
 
-Each annotation file is one JSON array of per-image records (up to ~700 MB). `records`
-parses it with ijson one record at a time, so memory stays flat; a `.json.zip` is read by
-streaming its single JSON member. `Source` counts the bytes read (to say where a file is
-broken) and hashes a plain file on the way.
-
-The passes read each record as a struct of the fields they use (`ObjectsRecord`,
-`RegionsRecord`; msgspec checks their types and skips the rest). `image_of` converts a record
-in any other form, absorbing the schema's drift between VG releases: image ids `image_id` or
-`id`; object ids `object_id` or `id`; names `names`, `name` or `object_names`; `attributes`
-missing, null or one string; boxes `x, y, w, h` (objects) or `x, y, width, height`
-(regions), floats truncated. Broken input is a `VpromError` naming the file and the record;
-boxes are not refused here (the passes clip them and count what they drop).
-
-`Source` also bounds how deeply arrays and objects nest (`MAX_DEPTH`; VG's records nest 5
-deep): ijson builds each event's prefix afresh, so its time grows with the square of the
-depth, and 100,000 `[` would keep it busy for hours. Each block read is checked with numpy
-before ijson sees it: escaped characters dropped, then brackets outside strings counted.
+`records` parses a file's top-level JSON array (plain, or the one member of a `.json.zip`)
+with ijson one record at a time, so memory stays flat; `Source` counts the bytes read (to say
+where a file is broken), hashes it, and refuses nesting deeper than `MAX_DEPTH` before ijson
+sees it (ijson's time grows with the square of the depth). A record becomes an `ImageItems`
+of msgspec structs (`image_of`), absorbing the schema's drift between VG releases (`id` for
+`image_id`/`object_id`, `name`/`object_names` for `names`, one string for a list, float
+boxes); broken input is a `VpromError` naming the file and the record.
 """
 
 from __future__ import annotations

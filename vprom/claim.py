@@ -1,27 +1,14 @@
 """Claiming an output before any work: never an input, never another's, one writer at a time.
 
-Every command that writes takes its output through `claim` (or `writes` on its function):
-1. Inputs (`check_not_input`): the output is not an input (the same resolved path or file),
-   does not lie inside an input folder, and holds no input.
-2. Ownership (`check_owned`): an existing output is replaced or continued only when
-   `output_kind` finds it a vprom output of a kind the command writes, by its vprom manifest
-   (`vprom.manifest`) or a mark in its content (a `show` PNG's `vprom` text chunk, a JSON
-   file's `kind`); a folder also when it holds nothing but vprom's temporaries. A file's name
-   never proves vprom wrote it, so a folder output writes its manifest before anything else
-   into it: an interrupted build, report or run is still recognised.
-3. One writer (`output_lock`): an advisory `flock` on `.NAME.lock` beside the output for the
-   whole call. A second writer is refused at once, naming the holder's PID, or waits when
-   asked (`waiting`, the command line's `--wait`). The OS drops a flock when its process
-   ends, kill -9 included. The lock file is removed on release; a writer that locked a file
-   just unlinked sees the inode changed and locks again. Under torchrun rank 0 holds it for
-   the job. Locks are re-entrant within a process (`build` holds its folder, `mine` its
-   pools inside it). A forked child (a worker) closes the lock fds it inherited at once
-   (`_forget_locks`), so a worker outliving a killed parent never keeps the lock held: a
-   flock lasts while any process holds the fd. The lock file is opened with O_NOFOLLOW and
-   O_CLOEXEC (no exec'd program inherits it) and written only
-   when `fstat` shows a regular file of this user's with one name: anyone who can write into
-   a shared output folder could otherwise plant a link there and have the writer overwrite
-   the link's target.
+`claim` (or `writes` on a function) checks that the output is not, inside, or holding an
+input (`check_not_input`); that an existing output is a vprom output of a kind the command
+writes, by its manifest or a mark in its content (`output_kind`), since a name proves nothing
+(`check_owned`); and holds an advisory `flock` on `.NAME.lock` beside it for the call
+(`output_lock`; a second writer is refused naming the holder's PID, or waits with `--wait`).
+The OS drops a flock when its process dies; locks are re-entrant within a process, rank 0
+holds them under torchrun, and a forked worker closes the lock fds it inherited. The lock file
+is opened with O_NOFOLLOW and written only when it is a regular file of this user's with one
+name, so a link planted in a shared folder cannot redirect the write.
 """
 from __future__ import annotations
 
@@ -82,8 +69,8 @@ def _holder(fd: int) -> str:
 
 
 def _open_lock(path: Path) -> int:
-    """The fd of the lock file at `path`, created if need be; refuses (one line) anything but
-    a regular file of this user's with no other name (module doc)."""
+    """The fd of the lock file at `path`, created if need be; anything but a regular file of
+    this user's with one name is refused."""
     refuse = (f"{path}: is not a lock file vprom made for this user, so it is left as it is; "
               "remove it (it may be a link planted to make vprom overwrite its target) and run "
               "again")
@@ -197,8 +184,8 @@ def _holds_nothing(folder: Path) -> bool:
 
 
 def remove_work_folder(folder: Path, kind: str, names: Iterable[str]) -> None:
-    """Remove a command's own work folder (`<out>.partial`): one whose manifest says `kind`
-    and that holds only `names` (and temporaries), or nothing; refuse anything else."""
+    """Remove a command's work folder whose manifest says `kind` and that holds only `names`
+    (and temporaries), or nothing; refuse anything else."""
     names = tuple(names)
     ours = _holds_nothing(folder) or (
         output_kind(folder) == kind and not folder.is_symlink() and all(
@@ -227,9 +214,8 @@ def check_owned(out: Path, kinds: Iterable[str] | None) -> None:
 
 
 def check_output(path: str | os.PathLike, folder: bool = False) -> Path:
-    """Refuse an output path that cannot be written, before any work starts: a file output
-    may not be an existing folder (nor a folder output a file), and no existing file may
-    stand where one of its parent folders should be."""
+    """Refuse, before any work, a file output that is a folder (or the reverse), or one below
+    an existing file."""
     path = Path(path)
     what = "folder" if folder else "file"
     if path.exists() and path.is_dir() != folder:
@@ -270,9 +256,8 @@ def check_not_input(out: Path, inputs: Iterable[str | os.PathLike | None],
 @contextlib.contextmanager
 def claim(out: str | os.PathLike, kinds: Iterable[str] | None, inputs: Iterable = (),
           folder: bool | None = None, inside_ok: bool = False) -> Iterator[Path]:
-    """Check `out` against `inputs` and its owner, then hold its lock for the block.
-    `folder`: the output is a folder (True) or a file (False), checked first; `inside_ok`:
-    it may lie inside an input folder (a report beside the runs it reads)."""
+    """Check `out` (a folder, a file, or None: unchecked) against `inputs` and its owner, then
+    hold its lock for the block; `inside_ok`: it may lie inside an input folder."""
     refuse_rerun(f"the writing of {out}")
     out = Path(out)
     if folder is not None:
@@ -286,10 +271,9 @@ def claim(out: str | os.PathLike, kinds: Iterable[str] | None, inputs: Iterable 
 def writes(out: str | Callable, kinds: Iterable[str] | Callable | None,
            inputs: Callable = lambda a: (), folder: bool | None = None,
            inside_ok: bool = False) -> Callable:
-    """Decorate a library function that writes: `claim` its output for the whole call.
-    `out` names the parameter holding the output path, or is a function of the bound
-    arguments (a dict) returning it; `kinds` likewise (or a fixed tuple); `inputs` returns the
-    input paths from the bound arguments."""
+    """Decorate a function that writes: `claim` its output for the call. `out` names the output
+    parameter and `kinds` the kinds, or either is a function of the bound arguments (a dict);
+    `inputs` returns the input paths from them."""
 
     def decorate(function):
         signature = inspect.signature(function)

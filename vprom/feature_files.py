@@ -1,16 +1,11 @@
 """Reading a FEATS.h5 file written by `vprom extract` (plain h5py reads it too).
 
-It holds `crop_id` (int64, sorted ascending), then either `features` (N, D: pooled and
-L2-normalised, `--pool avg`) or `maps` (N, C, H, W, `--pool none`, HDF5-chunked by a few
-crops), `missing_crop_id` (crops whose image was missing: their rows are NaN) and attributes
-naming the backbone, weights, preprocessing, dtype and library versions, `complete`, and the
-manifest (input: the data set's content hash; output: the features' content hash).
-
-`load_features` loads a pooled file whole, as float32; `open_maps` opens a maps file lazily
-(~22 GB at full size) and reads only the HDF5 chunks that `gather` or `batches` need. Every
-read refuses an unfinished file and rows holding inf or NaN (those of missing crops aside).
-`check_features_source` refuses features made from another data set: crop ids are small
-integers every DATASET.h5 reuses, so such features would otherwise be read silently.
+It holds `crop_id` (int64, ascending), then `features` (N, D, pooled) or `maps` (N, C, H, W,
+`--pool none`), `missing_crop_id` (crops whose image was missing: NaN rows), attributes naming
+how it was made, `complete`, and the manifest. `load_features` loads a pooled file whole;
+`open_maps` reads a maps file lazily, only the HDF5 chunks asked for. Every read refuses an
+unfinished file and non-finite rows (missing crops' aside); `check_features_source` refuses
+features of another data set, whose crop ids would otherwise match silently.
 """
 
 from __future__ import annotations
@@ -28,8 +23,7 @@ from vprom.tables import open_h5
 
 
 class OpenFile:
-    """A reader over one open file (`self._h5`) of rows keyed by `self.crop_id`: usable in a
-    `with` block, closed by `close()`, as long as its rows."""
+    """A reader over one open file (`self._h5`) of rows keyed by `self.crop_id`."""
 
     def __enter__(self):
         return self
@@ -136,8 +130,7 @@ def load_features(path: str | Path) -> Features:
 
 def _not_finite(values: np.ndarray, crop_ids: np.ndarray, missing: np.ndarray
                 ) -> tuple[int, np.ndarray]:
-    """(how many values are inf or NaN, the crop ids of their rows), rows of `missing` crops
-    (NaN by design) left out; `values` holds one row per crop id."""
+    """(how many values are inf or NaN, the crop ids of their rows), `missing` crops aside."""
     # a row's float64 sum is finite exactly when its values are (float32 cannot overflow it)
     bad = ~np.isfinite(values.reshape(len(values), -1).sum(axis=1, dtype=np.float64))
     if bad.any() and len(missing):
@@ -155,8 +148,7 @@ def _refuse_not_finite(path: Path, count: int, crops: np.ndarray) -> None:
 
 def check_finite(values: np.ndarray, crop_ids: np.ndarray, missing: np.ndarray,
                  path: Path) -> None:
-    """Refuse (one line, naming `path` and the count) rows of `values` (one per crop id)
-    holding inf or NaN, except those of `missing` crops."""
+    """Refuse rows of `values` (one per crop id) holding inf or NaN, `missing` crops aside."""
     count, crops = _not_finite(values, crop_ids, missing)
     if count:
         _refuse_not_finite(path, count, crops)
@@ -214,8 +206,7 @@ class SpatialMaps(OpenFile):
         return block.astype(dtype, copy=False)[back.reshape(-1)]
 
     def check_finite(self, batch_size: int = 1024) -> None:
-        """Refuse the file, in one line with the whole count, if a map (missing crops' aside)
-        holds inf or NaN."""
+        """Refuse the file if a map (missing crops' aside) holds inf or NaN."""
         found = [_not_finite(self.maps[a:a + batch_size], self.crop_id[a:a + batch_size],
                              self.missing_crop_id) for a in range(0, len(self), batch_size)]
         count = sum(n for n, _ in found)
@@ -238,8 +229,7 @@ def open_maps(path: str | Path) -> SpatialMaps:
 
 def check_features_source(dataset: str | Path, features: str | Path,
                           fix: str | None = None) -> str:
-    """Refuse (one line) a features file made from another data set than `dataset`, by what
-    its manifest records of its input; returns how it was decided."""
+    """Refuse features made from another data set than `dataset`; returns how it was decided."""
     recorded = (manifest_of(features) or {}).get("inputs")
     fix = fix or (f"extract features from this data set: `vprom extract {dataset} --vg DIR "
                   "--backbone NAME --out FEATS.h5`")

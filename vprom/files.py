@@ -1,16 +1,12 @@
 """Writing files so that a killed run never leaves one that looks finished; hashing them.
 
-Every output is written under a temporary name in its own folder, flushed and fsynced, then
-renamed into place (`atomic_path`, `atomic_dir` for a folder): a file the user already had is
-replaced only by a complete one. The temporary name is `.<name>.<pid>.<8 hex digits>.part`
-(`.<name>.<pid>.old.part` for a folder being swapped out); a run killed even by SIGKILL
-leaves its part behind, and the next write of the same output deletes the parts whose
-process is gone (`clean_stale_parts`). The cleanup matches exactly that pattern for its own
-output's full name, so it never takes another output's part: `.e.jsonl.<pid>.<hex>.part` is
-not a part of `e`. A full disk met while writing becomes one line naming the output
-(`full_disk`), with the partial output removed, also when a library's writer replaced the
-ENOSPC with an error of its own (torch's). Writers that must see ENOSPC write through Python:
-`torch.save` into an open file, an HDF5 file built in memory and written as bytes.
+Every output is written under a temporary name beside it, `.<name>.<pid>.<8 hex>.part`
+(`.<name>.<pid>.old.part` for a folder being swapped out), fsynced, then renamed into place
+(`atomic_path`, `atomic_dir`), so a file the user had is replaced only by a complete one. The
+next write of the same output deletes the parts whose writer is gone (`clean_stale_parts`,
+matching that output's exact name only). A full disk becomes one line naming the output
+(`full_disk`), the partial output removed, also when a library (torch) replaced the ENOSPC
+with an error of its own; writers that must see ENOSPC write their bytes through Python.
 """
 
 from __future__ import annotations
@@ -31,11 +27,8 @@ from vprom.errors import VpromError
 
 
 def _new_part(path: Path, folder: bool) -> Iterator[Path]:
-    """Yield a fresh temporary name beside `path`, then make it (O_EXCL / mkdir).
-
-    The caller binds the name before the file exists, so an interrupt landing anywhere, on
-    whichever thread the OS hands it to, finds a name the cleanup removes (missing_ok).
-    """
+    """Yield a fresh temporary name beside `path`, then make it (O_EXCL / mkdir): the caller
+    holds the name before the file exists, so an interrupt always finds it to remove."""
     while True:
         tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part"
         yield tmp
@@ -60,8 +53,8 @@ def _remove(tmp: Path | None) -> None:
 
 @contextlib.contextmanager
 def _replacing(path: Path, folder: bool) -> Iterator[list]:
-    """The shared frame of the two atomic writers: a fresh part in `state[0]`, removed on any
-    exception; a full disk re-raised as one line naming `path`."""
+    """A fresh part in `state[0]`, removed on any exception; a full disk re-raised as one line
+    naming `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_parts(path)
     state = [None]
@@ -78,8 +71,7 @@ def _replacing(path: Path, folder: bool) -> Iterator[list]:
 
 
 def _os_error_in(error: BaseException | None) -> OSError | None:
-    """The OSError that `error` is or was raised while handling: a library's writer (torch's
-    zip writer) may replace the ENOSPC of a Python write with an error of its own."""
+    """The OSError that `error` is or was raised while handling (torch replaces an ENOSPC)."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, OSError):
@@ -104,8 +96,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Like `atomic_path` for a folder: fill the yielded folder; it replaces `path` only when
-    complete. If the swap is cut short, the old folder is put back. Whether `path` may be
-    replaced at all is decided before, by `vprom.claim`."""
+    complete, and the old folder is put back if the swap is cut short."""
     path = Path(path)
     old = None
     with _replacing(path, folder=True) as state:
@@ -165,8 +156,8 @@ def clean_stale_parts(path: str | os.PathLike) -> list[Path]:
 
 
 def preallocate(path: str | os.PathLike) -> None:
-    """Reserve every block of `path` on disk now (posix_fallocate): writes through a memory
-    map of it can then never meet a full disk, which a mapping reports as SIGBUS."""
+    """Reserve every block of `path` now, so writes through a memory map never meet a full
+    disk (a SIGBUS)."""
     fd = os.open(path, os.O_RDWR)
     try:
         size = os.fstat(fd).st_size
@@ -186,8 +177,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def write_npy(path: str | os.PathLike, array) -> None:
-    """`np.save` into `path` atomically. The bytes are written by Python: numpy's own write
-    reports a full disk as a bare short write, with no ENOSPC for the one-line error."""
+    """`np.save` into `path` atomically, written by Python so a full disk raises ENOSPC."""
     import io
 
     import numpy as np

@@ -1,35 +1,14 @@
 """Worker processes that a Ctrl-C, a SIGTERM or a dead worker never leaves hanging.
 
-`vprom mine`, `synth`, `generate` and `verify` start their workers here. Each worker has
-its own pipe to the parent and shares nothing else with it. That is why there is no
-`multiprocessing.Pool`: its workers share two locked queues, so a worker killed while it
-holds a lock leaves `Pool.terminate()` waiting for ever. With one pipe per worker, a worker
-that dies shows up as end-of-file on its pipe, and the parent can always stop the others.
-
-Signals:
-
-* Workers ignore SIGINT (one Ctrl-C is the parent's to handle) and keep SIGTERM's default
-  action, which is how the parent stops them. SIGINT and SIGTERM are held in the parent
-  while a worker starts, so the worker is born with them blocked and the parent is never
-  interrupted half-way through sending the worker its arguments.
-* The parent stops its workers on every way out (done, failed, Ctrl-C, SIGTERM): SIGTERM,
-  a short wait, then SIGKILL. A parent killed outright (`kill -9`) takes its workers with
-  it: on Linux each asks the kernel for SIGKILL when its parent dies (PR_SET_PDEATHSIG), and
-  everywhere an idle worker exits when its pipe to the parent reads end-of-file. For that
-  end-of-file a forked child closes, right after the fork, every parent end of a pipe it
-  inherited (`_PARENT_ENDS`), and `vprom.claim` closes the output locks it inherited, so
-  no worker keeps the parent's lock alive.
-
-Scripts: a worker started by spawn or forkserver would import the parent's `__main__` again,
-and a user's script without `if __name__ == "__main__":` would run its whole pipeline again
-in every worker. vprom's workers never need that module (their functions and arguments are
-vprom's own), so `context` gives processes that start with it hidden (`_main_hidden`): a
-plain script runs once whatever the start method. A vprom call made while some other
-process re-imports a script (a pool of the user's own) stops that process with one line
-that says what to do (`refuse_rerun`).
-
-`ordered_map` sends the jobs to the workers in chunks, at most `DEPTH` in flight per worker,
-and yields the results in job order, so its output equals a one-process run's.
+Each worker has its own pipe to the parent and shares nothing else (no `multiprocessing.Pool`,
+whose workers share locked queues: one killed holding a lock hangs `Pool.terminate()`), so a
+dead worker is an end-of-file on its pipe. Workers ignore SIGINT and keep SIGTERM's default;
+SIGINT and SIGTERM are held while one starts. The parent stops its workers on every way out
+(SIGTERM, a short wait, SIGKILL); a parent killed outright takes them with it (Linux's
+PR_SET_PDEATHSIG, and end-of-file on the pipe, which is why a forked child closes the parent
+ends it inherited, `_PARENT_ENDS`). Spawned and forkserver workers start with `__main__`
+hidden, so a user's script without a `__main__` guard runs once (`refuse_rerun` stops one
+that re-imports it). `ordered_map` yields results in job order, like a one-process run.
 """
 
 from __future__ import annotations
@@ -113,11 +92,8 @@ if hasattr(multiprocessing.context, "ForkServerProcess"):  # POSIX
 
 
 def context(method: str | None = "spawn"):
-    """Spawned by default: safe with h5py and threads, and the same on every OS. `"fork"`
-    (POSIX) shares what the parent built, copy-on-write: only for a parent without threads of
-    its own and with no HDF5 file open that a worker will use. `None`: the start method that
-    this program set, or Python's default. Spawned and forkserver processes start without
-    the parent's `__main__` (module doc)."""
+    """A multiprocessing context: spawn (safe with h5py and threads), "fork" (POSIX; only
+    for a parent without threads or open HDF5 files) or None (the program's start method)."""
     if method is None:
         method = (multiprocessing.get_start_method(allow_none=True)
                   or multiprocessing.get_all_start_methods()[0])  # the first is the default
@@ -127,11 +103,8 @@ def context(method: str | None = "spawn"):
 
 
 def refuse_rerun(what: str) -> None:
-    """Exit, with one line, a process that is importing the user's script again to become a
-    worker (multiprocessing's spawn or forkserver, `_inheriting`): running `what` there
-    would redo the parent's work and collide with its output locks. SystemExit, not an
-    exception, because the traceback would come from multiprocessing's bootstrap and
-    bury the line."""
+    """Exit, with one line, a process re-importing the user's script to become a worker: `what`
+    would redo the parent's work there (SystemExit: a traceback would bury the line)."""
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         script = getattr(sys.modules.get("__mp_main__"), "__file__", None) or "the script"
         raise SystemExit(f"vprom: {what} was called again while a worker process re-imported "
@@ -148,9 +121,8 @@ def usable_cores() -> int:
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the block, then as it was: for stretches
-    that build millions of long-lived objects and almost no cycles, where each collection
-    would walk every object made so far."""
+    """The cyclic garbage collector off for the block: for stretches building millions of
+    long-lived objects and almost no cycles."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -162,10 +134,8 @@ def collector_paused() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM for the block: one that arrives meanwhile is acted on when
-    the block ends, and a worker started inside is born with both blocked. Another thread
-    (BLAS, tqdm's monitor) may take the signal, so the main thread's handlers are also
-    swapped for one that only takes note."""
+    """Hold SIGINT and SIGTERM for the block (a worker started inside is born with both
+    blocked); one that arrives, on any thread, is raised when the block ends."""
     pending: list[int] = []
     swapped = {}
     if threading.current_thread() is threading.main_thread():
@@ -184,12 +154,8 @@ def _signals_held() -> Iterator[None]:
 
 
 def quiet_when_parent_gone() -> None:
-    """In a worker process: a helper thread's broken connection is not reported.
-
-    torch's DataLoader workers hand batches to the parent through a thread; when the parent
-    stops mid-handover (Ctrl-C) its pipe breaks, and Python would print a traceback under the
-    parent's one-line message. Both exception hooks are set, for threads other than the
-    main one; any other exception is reported as usual."""
+    """In a worker: a broken connection on a thread other than the main one (a DataLoader
+    worker's pipe when the parent stops) is not printed; other exceptions are."""
     broken = (ConnectionResetError, BrokenPipeError)
 
     def thread_hook(args) -> None:
@@ -206,9 +172,8 @@ def quiet_when_parent_gone() -> None:
 
 
 def start(procs: list, target: Callable, args: tuple, name: str, method: str = "spawn"):
-    """Start `target(*args)` in a daemonic worker that ignores SIGINT, with the signals
-    held (see the module docstring); append it to `procs` before a signal can interrupt, so
-    the caller's cleanup always sees it."""
+    """Start `target(*args)` in a daemonic worker that ignores SIGINT, appended to `procs`
+    before a signal can interrupt, so the caller's cleanup always sees it."""
     refuse_rerun(f"a worker ({name})")
     if os.name == "posix":
         # Started on first use, the resource tracker unblocks SIGINT and SIGTERM after
@@ -232,8 +197,7 @@ def start(procs: list, target: Callable, args: tuple, name: str, method: str = "
 
 def _die_with_parent(parent: int | None) -> None:
     """Have the kernel SIGKILL this worker when its parent dies (Linux); exit now if the
-    parent died before the request was made (this process was then adopted). `parent` None:
-    the worker's parent is a fork server, whose pid is not known here."""
+    parent `parent` (None: a fork server) died before the request."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # libc's
     if parent is not None and os.getppid() != parent:
@@ -299,13 +263,9 @@ def _died(proc) -> VpromError:
 @contextlib.contextmanager
 def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunksize: int = 1,
                 method: str = "spawn"):
-    """Yield an iterator over `fn(job)` for every job, in job order, computed by `workers`
-    processes started by `method` (see `context`); here, in this process, when `workers` < 2.
-
-    `fn` must be a module-level function and each job small (it travels over a pipe that
-    is not drained while the worker works). The workers are named `vprom-<command>-<k>`.
-    Leaving the block stops the workers, whether the iterator was used up or not.
-    """
+    """Yield an iterator over `fn(job)` (a module-level function) for every small job, in
+    job order, from `workers` processes named `vprom-<command>-<k>` (here when `workers` < 2).
+    Leaving the block stops the workers."""
     if workers < 2:
         yield map(fn, jobs)
         return
@@ -327,8 +287,7 @@ def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunks
 
 
 def _drive(jobs: Iterable, chunksize: int, procs: list, conns: list) -> Iterator:
-    """Keep every worker `DEPTH` chunks busy, at most `window` chunks ahead of the results
-    yielded, and yield the results in job order."""
+    """Keep every worker `DEPTH` chunks busy and yield the results in job order."""
     remaining = iter(jobs)
     chunks = iter(lambda: list(islice(remaining, chunksize)), [])  # ends at an empty chunk
     window = DEPTH * len(conns) * 2
