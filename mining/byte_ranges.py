@@ -1,13 +1,11 @@
 """Cut a JSON array of records into byte ranges of whole records, for workers to parse apart.
 
-A file written by one program joins every two records with the same bytes (`}, {"image_id"`
-in VG's objects.json). `JoinScan.open` learns that join from the file's first record;
-`more` finds every later record end by searching for it, hashing the file on the way.
-`plan` cuts at those ends into `Chunk`s of about `TARGET` bytes, several files at the same
-record indices, and a worker parses a chunk (`load`). A join may also occur between two
-nested values, so a chunk must parse as exactly as many records as ends were counted in it:
-chunks that all load hold exactly the file's records, in order, and the caller reads a file
-whose chunk fails with the streaming reader, which names the fault.
+A file written by one program joins every two records with the same bytes (`}, {"image_id"`):
+`JoinScan.open` learns that join from the first record, `more` finds every later record end
+by searching for it (hashing the file on the way), and `plan` cuts there into `Chunk`s of
+about `TARGET` bytes, several files at the same record indices. A join may also occur inside
+a record, so `load` refuses a chunk that does not parse as exactly the records counted in it,
+and the caller then reads the file with the streaming reader, which names the fault.
 """
 
 from __future__ import annotations
@@ -40,8 +38,7 @@ class Chunk(NamedTuple):
 
 
 class JoinScan:
-    """The ends of a file's records, found by the join between them (`more`, block by
-    block); `sha256` once the whole file is read."""
+    """The ends of a file's records, found block by block (`more`); `sha256` once all read."""
 
     def __init__(self, path: Path, join: bytes, start: int):
         self.path, self.join, self.start = path, join, start  # start: just after the "["
@@ -98,9 +95,8 @@ class JoinScan:
 
 
 def plan(scans: list[JoinScan], target: int | None = None) -> Iterator[tuple[Chunk, ...]]:
-    """Chunks of whole records, the same record indices in every file of `scans`. The last
-    tuple runs to the end of every file (records one file has beyond the others, and anything
-    after the array, stay in it); once it is out, every scan has its sha256."""
+    """Chunks of whole records, the same record indices in every file of `scans`; the last
+    runs to the end of every file, and once it is out every scan has its sha256."""
     target = target or TARGET
     lead = scans[0]
     starts = [scan.start for scan in scans]
@@ -140,9 +136,8 @@ def _reach(scan: JoinScan, index: int) -> bool:
 
 
 def load(chunk: Chunk, record: type) -> list:
-    """The records of `chunk`, as `record` structs where they all fit its types, else as plain
-    dicts and lists; ValueError when its bytes are not exactly `chunk.count` whole records of
-    valid JSON."""
+    """The records of `chunk`, as `record` structs if they all fit, else as plain JSON;
+    ValueError unless its bytes are exactly `chunk.count` whole records of valid JSON."""
     with open(chunk.path, "rb") as f:
         f.seek(chunk.start)
         data = f.read(chunk.stop - chunk.start)

@@ -1,17 +1,12 @@
 """How `vprom mine` spreads its two passes over worker processes: byte ranges of each file.
 
-The parent reads image_data.json (the image sizes both passes need), then cuts the large
-files into chunks of whole image records (`mining.byte_ranges`): objects.json and
-attributes.json at the same record indices (the objects pass joins them record by record),
-region_descriptions.json on its own. `vprom.processes.ordered_map` hands the chunks to
-forked workers (sharing the sizes and vocabulary); a worker parses its chunk with msgspec,
-the garbage collector paused (the records hold no cycles), and mines it into a
-`PassResult`. The parent joins a pass's results in file order (`_Joined`), so any number of
-workers gives the output of one process, byte for byte.
-
-A pass is read by the streaming reader (`readers.images`, one core) when its files cannot
-be cut (a `.json.zip`, or records not joined alike) or a chunk fails to load: it stops at
-the first fault, naming the file and the record, or gives the same output more slowly.
+The parent reads image_data.json (the sizes both passes need), then cuts the large files into
+chunks of whole records (`byte_ranges`; objects.json and attributes.json at the same record
+indices). Forked workers (`processes.ordered_map`) parse a chunk with msgspec and mine it into
+a `PassResult`; the parent joins them in file order (`_Joined`), so any number of workers gives
+one process's output. A pass whose files cannot be cut (a `.json.zip`, records not joined
+alike), or a chunk that fails to load, is read by the streaming reader on one core, which
+names the first fault or gives the same output more slowly.
 """
 
 from __future__ import annotations

@@ -1,28 +1,21 @@
-"""The two mining passes over Visual Genome, as plain functions over `readers.ImageItems`
-(a worker runs them on a chunk of the files, or the streaming reader on whole files:
-`mining.pool_jobs`). This module holds the objects pass and what both passes share.
+"""The two mining passes over Visual Genome, as functions over `readers.ImageItems` (run on
+a chunk of the files by a worker, or on whole files by the streaming reader: `pool_jobs`).
 
-* **objects pass** (`mine_objects`): objects.json and attributes.json list the same images in
-  the same order and are read side by side (their image ids must agree). Per image,
-  attributes join objects by object id (v1.4's `merged_object_ids` go to the survivor);
-  objects with identical clipped boxes are one *region*, which gets one crop per pool and
-  carries all their labels. Regions pass a funnel, each step counted in the report: image
-  missing from image_data.json, zero-size box, box outside the image (boxes partly outside
-  are clipped), a side under `min_side` px, excluded object. Labels are canonicalised only
-  from the size step on (3/4 of VG's objects are too small to matter). A surviving region
-  enters the OBJECT pool if its names map to exactly one category, and for each
-  super-attribute S of its attribute table (human when a name is a person word) the pool of
-  S with its one attribute of S; a region with two attributes of S is *impure* there.
+* **objects pass** (`mine_objects`): objects.json and attributes.json side by side (their
+  image ids must agree); attributes join objects by object id (`merged_object_ids` go to the
+  survivor), and objects with the same clipped box are one *region* carrying all their
+  labels. A funnel, each step counted: image missing from image_data.json, zero-size box,
+  box outside the image (partly outside: clipped), a side under `min_side`, excluded object.
+  A region enters the OBJECT pool if its names map to exactly one category, and the pool of
+  each super-attribute S of its attribute table (human for a person word) with its one
+  attribute of S; two attributes of S make it *impure* there.
 * **counts pass** (`mine_counts`): region_descriptions.json through the same box funnel,
-  then each phrase through the prefilter of `counts.parse_count` (a digit or a number word;
-  one phrase in twenty) and the parser. A count 1-10 whose region is large enough becomes a
-  COUNT crop; a number that is not a count ("five o'clock") is counted by reason and listed
-  with its region and image ids in `excluded_rows`. VG repeats phrases ("two zebras" comes
-  back thousands of times), so parses are memoised, up to `MEMO` phrases.
+  then each phrase through `counts`' prefilter and parser (memoised: VG repeats phrases). A
+  count 1-10 on a large enough region is a COUNT crop; a number that is not a count is
+  counted by reason and listed in `excluded_rows`.
 
-A crop's `labels` hold every canonical label its source has: generation needs them to prove
-each matrix has one answer. A pass keeps its crops as typed arrays with one interned string
-table (`CropColumns`), so a worker sends back a few numpy columns (`PassResult`).
+A crop's `labels` hold every canonical label of its source (generation proves uniqueness with
+them). Crops are typed arrays with one interned string table (`CropColumns`).
 """
 
 from __future__ import annotations
@@ -175,8 +168,8 @@ def _check_aligned(objs: ImageItems | None, attrs: ImageItems | None) -> None:
 
 def _regions_of(objects: list, extra: dict, width: int, height: int, min_side: int,
                 stats: Counter) -> dict:
-    """Clipped box -> [source id, raw names, raw attributes] of one image's regions at least
-    `min_side` px both ways; `extra` (attributes.json's by object id) is used up."""
+    """Clipped box -> [source id, raw names, raw attributes] of one image's regions of at least
+    `min_side` px; `extra` (attributes.json's by object id) is used up."""
     merged_away = {m for o in objects if o.merged_object_ids for m in o.merged_object_ids}
     regions: dict = {}
     small: set = set()

@@ -1,24 +1,14 @@
 """`vprom mine`: stream Visual Genome into the four element pools (POOLS.h5 + a report).
 
-Two passes read the annotations (`mining.pool_passes`): the objects pass (objects.json and
-attributes.json, side by side) feeds the OBJECT, OBJECT_ATTRIBUTE and HUMAN_ATTRIBUTE pools,
-the counts pass (region_descriptions.json) the COUNT pool; `mining.pool_jobs` spreads them
-over `workers` processes, with the same output for any number. `mine` merges their columns
-one at a time, orders crops by element type, then input order, numbers them 0..N-1, and
-writes POOLS.h5 with `<out>.report.md`, `<out>.report.json` (`mining.pool_report`) and
-`<out>.excluded_counts.tsv` (every number that is not a count, with its region and image
-ids). The manifest pins the inputs' sha256 and the settings (`pools_settings`: the minimum
-side and the vocabulary's sha256), and carries `outputs.content_hash`
-(`vprom.tables.content_hash` over the `crops` and `vocabulary` groups).
-
-All four files go to temporaries first, and are renamed into place together at the end,
-POOLS.h5 last. POOLS.h5 is built in memory (HDF5's core driver) and its bytes written by
-Python: libhdf5 meeting a full disk can crash the process, while Python's write raises
-ENOSPC, which becomes one line with every temporary removed.
-
-POOLS.h5 also holds, in its `vocabulary` group, what generation must know of the vocabulary
-(it cannot import `mining`): `objects`, `object_attribute/{label, super_attribute}`,
-`human_attribute/{label, super_attribute}`, and `implied/{label, value}` (man -> male, ...).
+The objects pass (objects.json + attributes.json: OBJECT, OBJECT_ATTRIBUTE, HUMAN_ATTRIBUTE)
+and the counts pass (region_descriptions.json: COUNT) run over `workers` processes
+(`pool_jobs`) with the same output for any number. `mine` merges their columns, orders crops
+by element type, then input order, numbers them 0..N-1, and writes POOLS.h5 (its `vocabulary`
+group holds what generation must know of the vocabulary), `<out>.report.md`/`.json` and
+`<out>.excluded_counts.tsv` (every number that is not a count). The manifest pins the inputs'
+sha256, `pools_settings` and the content hash. All four files go to temporaries, renamed
+together at the end, POOLS.h5 last; POOLS.h5 is built in memory and its bytes written by
+Python, so a full disk is one line (libhdf5 can crash on it).
 """
 
 from __future__ import annotations
@@ -70,9 +60,8 @@ def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers:
 
 
 def _merge(passes: list[PassResult]) -> tuple[CropTable, dict[str, str]]:
-    """One CropTable ordered by element type, then input order; crop ids 0..N-1. Columns
-    are merged (and freed) one at a time, strings as codes until their final order, so the
-    table is the only full copy of the crops that lives here."""
+    """One CropTable ordered by element type, then input order; crop ids 0..N-1. Columns are
+    merged (and freed) one at a time, strings as codes, so only one full copy lives here."""
     strings: dict[str, int] = {}
     remaps = [np.array([strings.setdefault(s, len(strings)) for s in result.strings],
                        dtype=np.int64) for result in passes]
@@ -99,8 +88,8 @@ def _merge(passes: list[PassResult]) -> tuple[CropTable, dict[str, str]]:
 
 
 def pools_settings(min_side: int = MIN_SIDE, vocab=None) -> dict:
-    """The settings a POOLS.h5's manifest records (and `build` compares): the minimum side
-    and the vocabulary's sha256 (the default vocabulary when `vocab` is None)."""
+    """The settings a POOLS.h5's manifest records: the minimum side and the sha256 of the
+    vocabulary (None: the default one)."""
     if vocab is None:
         from vprom.mining.vocab import load_vocabulary
 

@@ -1,14 +1,11 @@
 """What a file given to a command is, told the same way by every command.
 
-vprom's HDF5 files are of five kinds. `kind_of` names a file's kind from the groups and
-datasets it holds, the layout every writer documents (so a file another tool wrote by that
-layout is recognised too): `matrices` + `splits` a DATASET.h5, `crops` + `vocabulary` a POOLS.h5,
-`crop_id` with `features` a FEATS.h5, with `maps` a MAPS.h5, with `pixels` a CROPS.h5.
-Where the layout says nothing, the manifest's `kind` decides (a damaged DATASET.h5 stays a
-DATASET.h5, so `verify` can report what is wrong with it). `check_kind` is the one input check:
-"X: this is a FEATS.h5 (features of `vprom extract`); this takes a DATASET.h5 (...)". It refuses
-only a file of another known kind: one of no known kind goes on to the reader, which names
-the group it lacks.
+`kind_of` names an HDF5 file's kind from the groups and datasets it holds (so a file another
+tool wrote by the documented layout is recognised too): `matrices` + `splits` a DATASET.h5,
+`crops` + `vocabulary` a POOLS.h5, `crop_id` with `features` a FEATS.h5, with `maps` a
+MAPS.h5, with `pixels` a CROPS.h5; else the manifest's `kind` decides. `check_kind`, the one
+input check, refuses only a file of another known kind: one of no known kind goes on to the
+reader, which names the group it lacks.
 """
 
 from __future__ import annotations
@@ -47,15 +44,19 @@ def _by_layout(h5: h5py.File) -> str | None:
     return None
 
 
+def is_hdf5(path: str | Path) -> bool:
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        return f.read(8) == HDF5_MAGIC
+    return False
+
+
 def kind_of(path: str | Path) -> str | None:
     """The kind of the file at `path` (one of the five names above), or None for any other
     file, folder or missing path."""
-    with contextlib.suppress(OSError):
-        with open(path, "rb") as f:
-            if f.read(8) != HDF5_MAGIC:
-                return None
-        with h5py.File(path, "r") as h5:
-            return _by_layout(h5)
+    if not is_hdf5(path):
+        return None
+    with contextlib.suppress(OSError), h5py.File(path, "r") as h5:
+        return _by_layout(h5)
     return None
 
 
@@ -69,9 +70,8 @@ def describe(path: str | Path) -> str:
     kind = kind_of(path)
     if kind is not None:
         return f"a {kind} ({MADE_BY[kind]})"
-    with contextlib.suppress(OSError), open(path, "rb") as f:
-        if f.read(8) == HDF5_MAGIC:
-            return "an HDF5 file vprom did not write (none of its kinds' layouts)"
+    if is_hdf5(path):
+        return "an HDF5 file vprom did not write (none of its kinds' layouts)"
     return "not an HDF5 file"
 
 

@@ -1,18 +1,13 @@
 """The manifest every vprom output carries, and the one rule for "this output is current".
 
-A manifest (`make_manifest`) is a JSON object: `format_version`, `vprom_version`, `kind`
-(pools, dataset, features, build, run, ...), `config` (the settings that change the output),
-`seed`, `inputs` ({name: `input_hash`} of every input file), `counts`, and `outputs` ({name:
-hash}: an HDF5 file's `content_hash`, a folder's file hashes). An HDF5 file holds it in its
-root attribute `manifest`, a folder as `manifest.json` (a training run as `config.json`), any
-other file beside it as `<name>.manifest.json`.
-
-An input's hash is the content hash an HDF5 input's manifest records, or a DATASET.h5's content
-hash computed (layout-independent: a rewritten copy keeps it), else the sha256 of its bytes.
-`is_current(output, inputs, config)`: the output has a manifest this vprom reads, whose inputs
-are exactly the hashes of `inputs` now (by value, whatever their names) and whose config holds
-every setting of `config` with the same value (a missing one counts as null); `why_stale` says
-in a few words why not, for the line a re-run prints.
+A manifest (`make_manifest`) is a JSON object: `format_version`, `vprom_version`, `kind`,
+`config` (the settings that change the output), `seed`, `inputs` ({name: `input_hash`}),
+`counts` and `outputs` ({name: hash}). An HDF5 file holds it in its root attribute `manifest`,
+a folder as `manifest.json` (a training run as `config.json`), another file beside it as
+`<name>.manifest.json`. An input's hash is the content hash an HDF5 input records (or a
+DATASET.h5's, computed), else the sha256 of its bytes. `is_current(output, inputs, config)`:
+the manifest's inputs are exactly the hashes of `inputs` now and its config holds every
+setting of `config`; `why_stale` says why not.
 """
 
 from __future__ import annotations
@@ -27,13 +22,14 @@ from typing import Iterable, Mapping
 import h5py
 
 from vprom.errors import VpromError
+from vprom.file_kinds import is_hdf5
 from vprom.files import sha256_file, write_json
 from vprom.bounded_read import check_readable
 from vprom.tables import content_hash, open_h5, set_manifest
 
 FORMAT_VERSION = 2
 FOLDER_MANIFESTS = ("manifest.json", "config.json")  # config.json: a training run's folder
-HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+
 CONTENT_PREFIX = "sha256:"  # a content hash; a file's sha256 is bare hex
 
 
@@ -48,10 +44,7 @@ def make_manifest(kind: str, config: dict, seed: int | None = None,
             "outputs": outputs or {}}
 
 
-def is_hdf5(path: str | os.PathLike) -> bool:
-    with contextlib.suppress(OSError), open(path, "rb") as f:
-        return f.read(8) == HDF5_MAGIC
-    return False
+
 
 
 def manifest_file(path: str | os.PathLike) -> Path:
@@ -107,8 +100,8 @@ def _hash(path: str, size: int, mtime_ns: int) -> str:
 
 
 def check_content(path: str | os.PathLike) -> None:
-    """Refuse (one line) a POOLS.h5 or DATASET.h5 whose data differs from the `content_hash`
-    its manifest records; one that records none is accepted as it is."""
+    """Refuse a POOLS.h5 or DATASET.h5 whose data differs from the `content_hash` its manifest
+    records (if it records one)."""
     recorded = ((manifest_of(path) or {}).get("outputs") or {}).get("content_hash")
     if isinstance(recorded, str) and content_hash(path) != recorded:
         raise VpromError(f"{path}: its data differs from the content hash its manifest records "
@@ -158,7 +151,7 @@ def is_current(output: str | os.PathLike, inputs: Iterable[str | os.PathLike],
 
 def made_from(recorded: Mapping | None, source: str | os.PathLike) -> bool | None:
     """Whether `source` is one of the inputs `recorded` ({name: hash}) names; None when it
-    names none. A record of a file's bytes matches the same file, a content hash any copy."""
+    names none."""
     hashes = [v for v in (recorded or {}).values() if isinstance(v, str)]
     if not hashes:
         return None
@@ -170,8 +163,8 @@ def made_from(recorded: Mapping | None, source: str | os.PathLike) -> bool | Non
 
 def check_made_from(recorded: Mapping | None, dataset: str | os.PathLike, output: str,
                     fix: str) -> str:
-    """Refuse (one line) when `output`, which recorded its inputs as `recorded`, was made
-    from another data set than `dataset`; returns how it was decided."""
+    """Refuse `output` (its inputs `recorded`) made from another data set than `dataset`;
+    returns how it was decided."""
     if not Path(dataset).is_file():
         raise VpromError(f"{dataset}: no such file; {output} was made from it")
     found = made_from(recorded, dataset)

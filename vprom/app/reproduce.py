@@ -1,39 +1,19 @@
 """The paper's whole grid in one command (`vprom reproduce`), resumable.
 
-Steps, each skipped when its output is already complete, so a killed run continues where it
-stopped (OUT/manifest.json, written first, marks OUT as a reproduce folder):
-
-1. build the dataset (`vprom.app.build.build`: synthetic corpus or VG -> mine -> generate ->
-   verify -> stats; the build itself redoes no stage whose output matches) into OUT/build/;
-2. make the panels each model reads (`input_kind` of its registration), only those some model
-   of `--models` needs: pooled features per backbone into OUT/features/<backbone>.h5, spatial
-   maps per backbone into OUT/maps/<backbone>.h5 (`extract --pool none`) and one crop store
-   into OUT/crops/crops-<S>.h5 (`vprom crops --size S`). `extract` and `build_crop_store`
-   keep a file whose manifest is current for the data set and the settings
-   (`vprom.manifest.is_current`) and resume a partial one. A timm backbone's ":" becomes "-"
-   in file and folder names: timm-vit_base_patch16_224.dino;
-3. train and evaluate every model × {without, with aux} × split, into
-   OUT/runs/<panels>/<model>[-aux]/<split>/, where <panels> is the backbone for vector and
-   map models and crops-<S> for pixel models (which use no backbone, so they run once), plus
-   per backbone the two controls on the neutral split: the context-blind model, and the
-   relation network on shuffled context panels (OUT/runs/<backbone>/controls/...). Every run
-   takes its model's default hyper-parameters (`baselines/defaults.json`; each run's
-   config.json records them). A run with `metrics.json` whose manifest (config.json) is
-   current for the data set, its panels file and the cell's settings is complete and
-   skipped; any other is handed to `vprom train`, which resumes or continues a run of these
-   settings and refuses one of other data;
-4. report over every run into OUT/report/ (Table 2 beside the paper's numbers, the later
-   solvers after the paper's models, models × splits, plots). Runs that did not learn are
-   flagged there and in the summary printed at the end, and cells whose runs were trained
-   with different settings are refused.
-
-Backbones beyond the paper's two (another ResNet, any `timm:<name>`) add their own columns to
-the report. Weights: one per backbone ("imagenet" by default where the backbone has
-torchvision ImageNet weights, "pretrained" for timm models, read only from the local Hugging
-Face cache; the bottom-up backbone needs the path of its converted checkpoint).
-
+Each step skips an output that is already complete (`vprom.manifest.is_current`), so a killed
+run continues where it stopped (OUT/manifest.json, written first, marks the folder):
+1. build the data set into OUT/build/ (`vprom.app.build.build`);
+2. make the panels the chosen models read: pooled features per backbone (OUT/features/),
+   spatial maps (OUT/maps/) and one crop store (OUT/crops/crops-<S>.h5); a timm backbone's
+   ":" becomes "-" in file names;
+3. train and evaluate every model × {without, with aux} × split into
+   OUT/runs/<panels>/<model>[-aux]/<split>/ (<panels>: the backbone, or crops-<S> for pixel
+   models), plus per backbone the context-blind and shuffled-context controls on the neutral
+   split, each with its model's default hyper-parameters; a run that is not complete is
+   handed to `vprom train`, which resumes it;
+4. report over every run into OUT/report/, flagging runs that did not learn.
 The stages are imported inside the functions that run them, so the command line reads
-`ReproduceConfig`'s options without importing torch (the config modules import none).
+`ReproduceConfig` without importing torch.
 """
 
 from __future__ import annotations

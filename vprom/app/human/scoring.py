@@ -1,11 +1,10 @@
 """`vprom human-score`: human accuracy and skips, with the breakdowns `vprom evaluate` gives.
 
-Every response line is checked against the study's key (a known problem, one response per
-participant and problem, a choice or a skip); a bad line is refused with its file and line
-number. Accuracy counts the problems answered, as the paper's 77.8% does, and the skip rate
-all responses (the paper: 4.5%), with 95% Wilson intervals, overall and per relation and
-element type, plus each participant's figures. `STUDY/metrics.json` has a run's schema
-(model "humans"), so `vprom report STUDY/ runs/...` lists people beside the models.
+Every response line is checked against the study's key; a bad line is refused with its file
+and line number. Accuracy counts the problems answered (as the paper's 77.8% does), the skip
+rate all responses, with 95% Wilson intervals, overall, per relation, element type and
+participant. `STUDY/metrics.json` has a run's schema (model "humans"), so `vprom report`
+lists people beside the models.
 """
 
 from __future__ import annotations

@@ -9,15 +9,11 @@ Routes (everything else is 404; nothing outside `STUDY/public/` is ever read for
          {"participant": ID, "problem": KEY, "position": 0-7 | null, "skipped": bool,
           "rt_ms": number, "order": [the 8 candidate indices as shown]}
 
-A participant's problem and candidate orders come from a generator seeded by the study's
-seed and the participant id, so a reload shows the same thing and the order tells nothing.
-A checked response is appended to `STUDY/responses/<ID>.jsonl` with one write under `flock`,
-fsynced, and truncated back if the write fails, so the file holds only whole lines. Every
-reply is one JSON line: 400 for a body that breaks the schema, 404 an unknown problem, 409 a
-second answer, 413 a body over 64 KB, 415 one not sent as JSON, 507 a full disk; any other
-failure 500 with a short id that the server's log repeats beside the details. A thread
-serves each connection, at most `MAX_CONNECTIONS` (and half the file limit) at once; others
-wait in a listen backlog, and one silent for `IDLE_TIMEOUT_S` seconds is closed.
+A participant's orders come from a generator seeded by the study's seed and the participant
+id. A checked response is appended to `STUDY/responses/<ID>.jsonl` in one fsynced write under
+`flock`, cut back if it fails. Every reply is one JSON line (4xx for a bad request, 507 a full
+disk, 500 with an id the server's log repeats); at most `MAX_CONNECTIONS` threads serve at
+once, and a connection silent for `IDLE_TIMEOUT_S` seconds is closed.
 """
 
 from __future__ import annotations

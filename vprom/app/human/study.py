@@ -1,21 +1,13 @@
 """`vprom human-study`: a stratified, seeded sample of V-PROM problems as a study folder.
 
-The sample is even across relations, as the paper's study was, and within a relation across
-its element types: `n` is split over the (relation, element type) cells by largest remainder,
-a cell short of problems hands its shortfall to its relation's other cells, then to any, and
-a cell's problems are drawn without replacement from the split part (test by default). One
-training problem becomes the worked example on the instructions page.
-
-    STUDY/public/     what a browser may read: the page (index.html, study.js, study.css),
-                      problems.json (opaque image names: 8 context, 8 candidates),
-                      example.json (the worked example, answered), images/<token>.jpg
-    STUDY/study.json  the key: the manifest, and per problem its matrix, relation, element
-                      type, answer and the candidate order shown
-    STUDY/responses/  one JSON-lines file per participant, appended by `human-serve`
-
-Nothing under public/ tells the answer: image names are random tokens, problems are listed
-shuffled under random keys, and each problem's candidates are shuffled (the order is in the
-key); `human-serve` shuffles them again per participant.
+The sample is even across relations, as the paper's study was, then across element types
+(`allocate`: largest remainder, a short cell's shortfall handed to its relation's other cells,
+then to any), drawn without replacement from the split part; one training problem becomes
+the worked example. STUDY/public/ holds what a browser may read (the page, problems.json,
+example.json, images/<token>.jpg), STUDY/study.json the key (manifest, and per problem its
+matrix, answer and candidate order) and STUDY/responses/ one JSON-lines file per
+participant. Nothing under public/ tells the answer: image names are random tokens, problems
+are shuffled under random keys, and so is each problem's candidate order.
 """
 
 from __future__ import annotations
