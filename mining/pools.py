@@ -28,9 +28,10 @@ from vprom.mining import readers
 from vprom.mining.pool_jobs import run_passes
 from vprom.mining.pool_passes import ELEMENT_TYPES, STRING_COLUMNS, PassResult
 from vprom.mining.pool_report import MineReport, report_data, side_path
+from vprom.mining.vocab import load_vocabulary
 from vprom.claim import writes
 from vprom.domain import MIN_SIDE
-from vprom.tables import CropTable, content_hash_of, set_manifest
+from vprom.tables import CropTable, content_hash_of, set_manifest, write_label_vocabulary
 
 
 @writes("out", ("pools",), inputs=lambda a: (a["vg_dir"],))
@@ -42,10 +43,7 @@ def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers:
     if min_side < 1:
         raise VpromError(f"--min-side must be at least 1 px, got {min_side}")
     paths = {stem: readers.locate(vg_dir, stem) for stem in readers.FILES}
-    if vocab is None:
-        from vprom.mining.vocab import load_vocabulary
-
-        vocab = load_vocabulary()
+    vocab = load_vocabulary() if vocab is None else vocab
     passes = run_passes(paths, min_side, vocab, workers)
     collected = time.perf_counter()
     table, inputs = _merge(passes)
@@ -90,10 +88,7 @@ def _merge(passes: list[PassResult]) -> tuple[CropTable, dict[str, str]]:
 def pools_settings(min_side: int = MIN_SIDE, vocab=None) -> dict:
     """The settings a POOLS.h5's manifest records: the minimum side and the sha256 of the
     vocabulary (None: the default one)."""
-    if vocab is None:
-        from vprom.mining.vocab import load_vocabulary
-
-        vocab = load_vocabulary()
+    vocab = load_vocabulary() if vocab is None else vocab
     return {"min_side": min_side, "vocabulary_sha256": vocabulary_digest(vocab)}
 
 
@@ -122,20 +117,16 @@ def _pools_image(table: CropTable, vocab, manifest: dict) -> bytes:
 
     with h5py.File("pools.h5", "w", driver="core", backing_store=False) as h5:
         table.write(h5.create_group("crops"))
-        write_vocabulary(h5.create_group("vocabulary"), vocab)
+        write_label_vocabulary(h5.create_group("vocabulary"), vocab.objects,
+                       {"object_attribute": vocab.object_attributes,
+                        "human_attribute": vocab.human_attributes},
+                       vocab.implied_labels)
         set_manifest(h5, {**manifest, "outputs": {"content_hash": content_hash_of(h5)}})
         h5.flush()
         return h5.id.get_file_image()
 
 
-def write_vocabulary(group, vocab) -> None:
-    """The `vocabulary` group of POOLS.h5 (see the module docstring)."""
-    from vprom.tables import write_label_vocabulary
 
-    write_label_vocabulary(group, vocab.objects,
-                           {"object_attribute": vocab.object_attributes,
-                            "human_attribute": vocab.human_attributes},
-                           vocab.implied_labels)
 
 
 def vocabulary_digest(vocab) -> str:

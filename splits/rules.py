@@ -1,23 +1,16 @@
-"""What the split specs mean: how images are dealt, what each split holds out, and the one
-pure function, `assign`, that puts matrices in train / test / excluded in every split.
+"""What the split specs mean, and `assign`, the one pure function that puts matrices in
+train / test / excluded in every split.
 
-`image_test_side` deals images to the two sides of a *partition* by a 64-bit hash of (seed,
-partition, image id); the neutral split has its own partition, the six held-out splits share
-one. `object_third` puts each object category in a fixed third by a hash of its name. A
-spec's rule gives each matrix its *natural* part:
-
-  random                     where its images are (neutral)
-  counts                     counts whose context + answer all lie in `train` -> train, all
-                             in `test` -> test, else excluded; other matrices train
-  super_attributes           attribute matrices of a `test` super-attribute -> test
-  relation_super_attributes  attribute matrices of a test (relation, super-attribute) -> test
-  object_thirds              object matrices of relation r all of whose 16 panels show r's
-                             test third -> test
-
-A natural "train" is excluded when a panel carries, among all its labels, one the split bans
-from training (`TrainBan`); a matrix keeps its part only when all 16 images lie on that side
-of the spec's partition. Validation ids are drawn from each train part by a hash of (seed,
-split, id) (`choose_val`), so merged shards choose as one run does.
+Images are dealt to the two sides of a *partition* by a 64-bit hash of (seed, partition,
+image id) (`image_test_side`; the neutral split has its own partition, the held-out splits
+share one), object categories to fixed thirds by a hash of the name (`object_third`). A
+spec's rule gives each matrix its *natural* part: `random` where its images are; `counts`
+train / test when context and answer all lie in that set (else excluded); `super_attributes`
+and `relation_super_attributes` test for attribute matrices of a held-out super-attribute
+(or relation and super-attribute); `object_thirds` test for object matrices of relation r
+whose 16 panels all show r's test third. A natural "train" showing a label the split bans
+from training (`TrainBan`) is excluded, and a matrix keeps its part only when all 16 images
+lie on that side. Validation ids are the train ids of least hash (`choose_val`).
 """
 
 from __future__ import annotations
@@ -109,8 +102,8 @@ class TrainBan:
 
 
 class ConceptTable:
-    """Per crop its concepts (`LabelVocabulary.concepts`), each distinct set once as two rows
-    of bits: the (table, super-attribute) pairs it holds and its categories' thirds."""
+    """Per crop its concepts (`LabelVocabulary.concepts`) as bits, each distinct set once: the
+    (table, super-attribute) pairs it holds and its categories' thirds."""
 
     def __init__(self, concepts) -> None:
         index: dict[tuple, int] = {}  # concept sets repeat a lot between crops: each once
@@ -137,8 +130,7 @@ class ConceptTable:
                 )[self.which]
 
     def bits(self, bans: Mapping[str, TrainBan]) -> np.ndarray:
-        """Per crop, the (split, relation) pairs for which it shows what the split's ban
-        holds out, as bits (`ban_bit`)."""
+        """Per crop, the (split, relation) pairs whose ban it shows, as bits (`ban_bit`)."""
         out = np.zeros(len(self.which), dtype=np.int64)
         for name, ban in bans.items():
             for relation in ALL_RELATIONS:
@@ -160,8 +152,7 @@ def ban_bit(bans: Mapping[str, TrainBan], split: str, relation: str) -> int:
 
 @dataclass(frozen=True)
 class HeldOutDesign:
-    """What the split specs hold out, as generation must plan for it: the test side's counts,
-    super-attributes, pairs and object thirds, the two partitions, and each split's ban."""
+    """What the split specs hold out, as generation must plan for it."""
 
     neutral_partition: str
     neutral_test_fraction: float
@@ -176,8 +167,8 @@ class HeldOutDesign:
     train_bans: Mapping[str, TrainBan] = field(default_factory=dict)
 
     def train_side_ban(self, relation: str) -> TrainBan:
-        """The union of every split's ban for matrices of `relation`: what a matrix planned on
-        the train side of the held-out partition may not show, so it trains in every split."""
+        """The union of every split's ban for matrices of `relation`: what a matrix on the train
+        side of the held-out partition may not show, so it trains in every split."""
         sas: dict[str, set] = {}
         thirds: set[int] = set()
         for ban in self.train_bans.values():
@@ -229,8 +220,8 @@ def held_out_design(specs: Mapping[str, SplitSpec]) -> HeldOutDesign:
 
 
 def train_ban(spec: SplitSpec) -> TrainBan | None:
-    """What the training and validation matrices of a held-out split may not show (None: the
-    split's rule looks at the matrix's own elements only)."""
+    """What a held-out split's training and validation matrices may not show (None: nothing
+    beyond the matrix's own elements)."""
     rule = spec.rule
     if spec.rule_type == "super_attributes":
         return TrainBan(super_attributes={t: tuple(sorted(v)) for t, v in rule["test"].items()})
@@ -260,9 +251,8 @@ class SplitRules:
 
 def assign(rules: SplitRules, matrices, sides: Mapping[str, np.ndarray],
            banned: np.ndarray) -> dict[str, np.ndarray]:
-    """split -> per matrix "train", "test" or "excluded" (an object array). `matrices`: a
-    `MatrixTable`'s columns; `sides`: partition -> N×16 image sides (`image_sides`);
-    `banned`: per matrix, the `ConceptTable.bits` of its 16 crops OR-ed together."""
+    """split -> per matrix "train", "test" or "excluded". `sides`: partition -> N×16 image
+    sides (`image_sides`); `banned`: per matrix, its crops' `ConceptTable.bits` OR-ed."""
     relation = np.asarray(matrices.relation).astype(str)
     # a matrix whose images straddle a partition is excluded whatever its natural part
     side_of = {partition: np.where(s.all(axis=1), "test",
