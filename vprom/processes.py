@@ -54,22 +54,14 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_close_parent_ends)
 
 
-@contextlib.contextmanager
-def _main_hidden() -> Iterator[None]:
-    """A bare `__main__` for the block: multiprocessing reads the module's file or name when
-    it prepares a spawned child (and the forkserver), and finds none to import again."""
-    main = sys.modules["__main__"]
-    sys.modules["__main__"] = types.ModuleType("__main__")
-    try:
-        yield
-    finally:
-        sys.modules["__main__"] = main
-
-
 class _MainHiddenStart:
     def start(self) -> None:
-        with _main_hidden():
+        """Start with a bare `__main__`: multiprocessing finds no script to import again."""
+        main, sys.modules["__main__"] = sys.modules["__main__"], types.ModuleType("__main__")
+        try:
             super().start()
+        finally:
+            sys.modules["__main__"] = main
 
 
 class SpawnProcess(_MainHiddenStart, multiprocessing.context.SpawnProcess):
