@@ -18,7 +18,6 @@ import fcntl
 import fnmatch
 import functools
 import inspect
-import json
 import os
 import shutil
 import stat
@@ -28,7 +27,7 @@ from typing import Callable, Iterable, Iterator
 
 from vprom.errors import VpromError
 from vprom.files import is_temporary
-from vprom.manifest import manifest_of
+from vprom.manifest import json_object, manifest_of
 from vprom.processes import refuse_rerun
 
 _HELD: dict[str, list] = {}  # lock path -> [fd, depth]
@@ -158,13 +157,9 @@ def _content_kind(path: Path) -> str | None:
         from PIL import Image
 
         with contextlib.suppress(OSError, ValueError), Image.open(path) as im:
-            kind = im.info.get("vprom")
-            return kind if isinstance(kind, str) else None
+            return im.info.get("vprom")
         return None
-    with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
-        value = json.loads(path.read_text(encoding="utf-8"))
-        return value.get("kind") if isinstance(value, dict) else None
-    return None
+    return (json_object(path) or {}).get("kind")
 
 
 def output_kind(path: str | os.PathLike) -> str | None:

@@ -54,7 +54,8 @@ def manifest_file(path: str | os.PathLike) -> Path:
         path.name + ".manifest.json")
 
 
-def _json(path: Path) -> dict | None:
+def json_object(path: Path) -> dict | None:
+    """The JSON object in the file at `path`; None when it holds none or cannot be read."""
     with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
         value = json.loads(path.read_text(encoding="utf-8"))
         return value if isinstance(value, dict) else None
@@ -65,11 +66,11 @@ def manifest_of(path: str | os.PathLike) -> dict | None:
     """The manifest of the output at `path` wherever it lives; None when it has none."""
     path = Path(path)
     if path.is_dir():
-        return next(filter(None, (_json(path / name) for name in FOLDER_MANIFESTS)), None)
+        return next(filter(None, (json_object(path / name) for name in FOLDER_MANIFESTS)), None)
     if not path.is_file():
         return None
     if not is_hdf5(path):
-        return _json(manifest_file(path))
+        return json_object(manifest_file(path))
     with contextlib.suppress(OSError, ValueError, VpromError):
         check_readable(path)
         with h5py.File(path, "r") as h5:

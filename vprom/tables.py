@@ -33,9 +33,7 @@ CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab", "vocabulary")
 
 
 def _strings(values) -> np.ndarray:
-    out = np.empty(len(values), dtype=object)
-    out[:] = [str(v) for v in values]
-    return out
+    return np.array([str(v) for v in values], dtype=object)
 
 
 def row_codes(*columns: np.ndarray) -> np.ndarray:
@@ -45,9 +43,8 @@ def row_codes(*columns: np.ndarray) -> np.ndarray:
 
 
 def string_codes(values, key=None) -> tuple[list[str], np.ndarray]:
-    """`np.unique(values.astype(str), return_inverse=True)` (names as a list, codes in
-    `values`' shape) by one dictionary pass, a tenth of the time of sorting fixed-width
-    strings. `key` (str -> str) replaces each value's text before it is coded."""
+    """`np.unique(values.astype(str), return_inverse=True)` (names as a list, codes in `values`'
+    shape) by a dictionary pass, ten times faster; `key` (str -> str) rewrites each text first."""
     values = np.asarray(values)
     values = values.astype(str) if values.dtype.kind == "S" else values
     flat = values.ravel().tolist()
@@ -177,8 +174,7 @@ class MatrixTable:
         return [s for s in SPLITS if s in self.splits] + sorted(set(self.splits) - set(SPLITS))
 
     def part_columns(self) -> dict[str, np.ndarray]:
-        """split -> the part ('train', 'val', 'test', 'excluded') of every matrix row; ids a
-        split lists that are not matrices are ignored."""
+        """split -> the part ('train', 'val', 'test', 'excluded') of every matrix row."""
         out = {}
         for split, parts in self.splits.items():
             column = np.full(len(self), "excluded", dtype=object)
@@ -188,8 +184,8 @@ class MatrixTable:
         return out
 
     def part_rows(self, path: Path, split: str, part: str) -> np.ndarray:
-        """The rows of the matrices `split`/`part` of the file `path` lists, in its order;
-        refused in one line when the file lacks the split or lists an unknown id."""
+        """The rows of the matrices `split`/`part` lists, in its order; refused when the file
+        `path` lacks the split or lists an unknown id."""
         if split not in self.splits:
             raise VpromError(f"{path}: has no split {split!r} (it has "
                              f"{', '.join(sorted(self.splits)) or 'none'}); regenerate the dataset")
@@ -245,9 +241,8 @@ class MatrixTable:
 def write_label_vocabulary(group: h5py.Group, objects: Iterable[str],
                            tables: Mapping[str, Mapping[str, str]],
                            implied: Mapping[str, Iterable[str]]) -> None:
-    """A label vocabulary as 1-D UTF-8 string columns: `objects`, `<table>/{label,
-    super_attribute}` per attribute table, and `implied/{label, value}` (one row per name and
-    value it implies); read by `generation.labels.LabelVocabulary.read`."""
+    """A label vocabulary as UTF-8 string columns: `objects`, `<table>/{label,
+    super_attribute}` per attribute table, and `implied/{label, value}`."""
     def column(g, name, values):
         g.create_dataset(name, data=_strings(list(values)), dtype=STR)
 
@@ -288,8 +283,7 @@ class _File(h5py.File):
 
 
 def open_h5(path: str | Path) -> h5py.File:
-    """Open an HDF5 file to read; 'not there', 'not HDF5' and 'damaged' (`check_readable`)
-    are a clear VpromError."""
+    """Open an HDF5 file to read; 'not there', 'not HDF5' and 'damaged' are a VpromError."""
     path = Path(path)
     if path.is_dir():
         raise VpromError(f"{path}: is a folder; give the path of an HDF5 file inside it")
@@ -397,7 +391,6 @@ def crop_rows(crop_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
 
 
 def present_rows(ids: np.ndarray, wanted) -> np.ndarray:
-    """The rows in `ids` of the wanted ids that are there, in the wanted order (`crop_rows`
-    without the absent ones: a split part's matrices, say)."""
+    """The rows in `ids` of the wanted ids that are there, in the wanted order."""
     rows = crop_rows(ids, np.asarray(wanted, dtype=np.int64).reshape(-1))
     return rows[rows >= 0]
