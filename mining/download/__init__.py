@@ -1,14 +1,11 @@
 """Fetch Visual Genome: resumable, verified downloads and safe unpacking, even from a bad mirror.
 
-The annotation zips (`ANNOTATIONS`) stay zipped, since the miner streams their one JSON
-member; the image zips (`IMAGES`, unless `images=False`) are unpacked into `VG_100K/` and
-`VG_100K_2/`. Per file: skip it when finished before (an image zip's unpack marker, or a
-file the manifest records with its size; a file found but not recorded is checked like a
-fresh download); download it through `NAME.part` (`mining.download.fetch`), checking its
-size and SHA-256 against `expected` (by default the pins of `mining/data/vg_files.json`; an
-unpinned size is bounded by `CEILINGS`); check the zip (`mining.download.archives`); only
-then record it in `download.manifest.json`, and delete an unpacked image zip unless
-`keep_zips`.
+The annotation zips stay zipped (the miner streams their one JSON member); the image zips are
+unpacked into `VG_100K/` and `VG_100K_2/`. Per file: skip it when finished before (recorded
+in `download.manifest.json` with its size, or an image zip's unpack marker); else download it
+through `NAME.part` (`fetch`), check its size and SHA-256 against the pins of
+`mining/data/vg_files.json` (an unpinned size is bounded by `CEILINGS`), check the zip
+(`archives`), and only then record it.
 """
 
 from __future__ import annotations
@@ -97,12 +94,9 @@ def download(
     session=None,
     log: Callable[[str], None] | None = None,
 ) -> DownloadSummary:
-    """Fetch VG's annotation zips (and image zips, unpacked) into `out`; see the module doc.
-
-    `expected` maps file names to `Expected` (or {"bytes", "sha256"} dicts); None: the pins.
-    `deadline` (s) bounds each file, headers included; `min_speed` (B/s over `speed_window`
-    s) retries a trickle; `reserve` (bytes) stays free on the disk; `log` gets notices.
-    """
+    """Fetch VG's annotation zips (and image zips, unpacked) into `out`. `expected`: file name ->
+    `Expected` or {"bytes", "sha256"} (None: the pins); `deadline` (s) bounds each file;
+    `min_speed` (B/s over `speed_window` s) retries a trickle; `reserve` bytes stay free."""
     # requests is imported only when a download runs, so `vprom --help` stays quick
     from vprom.mining.download import fetch
 
@@ -198,11 +192,9 @@ def _out_folder(out: Path) -> Path:
 
 # ------------------------------------------------------------------ expected sizes, hashes
 def load_expected(path: Path | None = None) -> dict:
-    """The sizes and SHA-256 the files must have: a user's `--expected` file, or the pins.
-
-    JSON: {"files": {"images.zip": {"bytes": 9731705982, "sha256": "..."}, ...}}, null for
-    not known; a file of one's own replaces the pins entirely.
-    """
+    """The sizes and SHA-256 the files must have: a user's `--expected` file (replacing the
+    pins entirely), or the pins. JSON: {"files": {"images.zip": {"bytes": N, "sha256": "..."}}},
+    null for not known."""
     source = Path(path) if path is not None else PINNED
     try:
         data = json.loads(source.read_text(encoding="utf-8"))

@@ -1,14 +1,12 @@
 """Safe reading and unpacking of the zips a Visual Genome mirror serves.
 
 An archive from the network is untrusted. Before a byte is written, `_checked` reads the
-central directory and refuses the whole archive when an entry could write outside its place
-(absolute path, drive letter, `..`, symbolic link, empty name), lies outside its `Layout`,
-appears twice, is both a file and a folder, is encrypted or not stored/deflated (the methods
-zipfile expands with bounded memory), or exceeds the `Limits` of a real archive of its kind.
-Each member's bytes are counted again while streaming, and its CRC checked. A fault of the
-archive moves it to `NAME.bad`; a fault of the disk keeps it. `unpack` keeps the free-space
-reserve (`mining.download.space`), unpacks into a temporary folder inside `out`, merges the
-one top-level folder into place, and writes a marker `.NAME.unpacked` when complete.
+central directory and refuses an entry that could write outside its place (absolute path,
+drive letter, `..`, link, empty name), lies outside its `Layout`, appears twice, is encrypted
+or neither stored nor deflated, or exceeds the `Limits` of a real archive of its kind. Each
+member's bytes are counted again while streaming, and its CRC checked. A bad archive moves to
+`NAME.bad`. `unpack` keeps the free-space reserve, unpacks into a temporary folder inside
+`out`, merges it into place, and writes a marker `.NAME.unpacked` when complete.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """HTTP fetching for `vprom download`: resumable, bounded in time and size, http(s) only.
 
-`fetch` writes to `NAME.part` and renames it when complete. A retry asks for `Range:
-bytes=N-` (N: the part's size): a 206 whose Content-Range starts at N is appended, a 200
-restarts the part, a 416 means it is complete. The body is read one socket read at a time,
-so the clocks are checked even when a server sends a byte a second. Bounds, each a one-line
-`VpromError` saying what to do: the size (expected, else announced, else `Expected.ceiling`;
-a body past it is deleted, a short one retried); the free-space reserve (a part of known
-size is kept, one of unknown size deleted); the SHA-256 (a mismatch goes to `NAME.bad`); a
-per-file `deadline` over every attempt, headers included (`mining.download.watchdog`), and
-a `min_speed` floor over `speed_window` seconds; at most `max_redirects` http(s) redirects.
+`fetch` writes `NAME.part` and renames it when complete; a retry asks for `Range: bytes=N-`
+(206 from N: appended, 200: restarted, 416: complete). The body is read one socket read at a
+time, so the clocks are checked even against a byte a second. Each bound is a one-line
+`VpromError` saying what to do: the size (expected, else announced, else the ceiling), the
+free-space reserve, the SHA-256 (a mismatch goes to `NAME.bad`), a per-file `deadline` over
+every attempt, headers included (`watchdog`), a `min_speed` floor, and `max_redirects`.
 """
 
 from __future__ import annotations

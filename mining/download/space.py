@@ -1,8 +1,6 @@
-"""Disk space for `vprom download`: what a write really takes, and the reserve it leaves.
-
-Every write from an untrusted mirror goes ahead only while the free space after it stays at
-or above a reserve (`DEFAULT_RESERVE`, `--reserve`). `footprint` counts what the file system
-really hands out: whole blocks per file (an empty one too) and a block per folder.
+"""Disk space for `vprom download`: a write goes ahead only while the free space after it
+stays at or above a reserve (`DEFAULT_RESERVE`, `--reserve`), counted as the file system hands
+it out (`footprint`: whole blocks per file, a block per folder).
 """
 
 from __future__ import annotations

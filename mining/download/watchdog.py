@@ -1,10 +1,9 @@
-"""A wall-clock deadline for a whole HTTP exchange, headers included (`mining.download.fetch`).
+"""A wall-clock deadline for a whole HTTP exchange, headers included (`fetch`).
 
-requests' timeouts bound each socket read, not the exchange: a server sending its headers a
-byte every 2 s never trips them. So `Watch.until(end)` starts a timer; every socket the
-session opens or reuses meanwhile is registered with the watch (by the connection classes
-`watch(session)` mounts), and when the timer fires it shuts them down, which wakes a blocked
-`recv`, under TLS too. The caller, seeing its clock run out, reports the deadline.
+requests' timeouts bound each socket read, not the exchange. `Watch.until(end)` starts a
+timer; every socket the session opens or reuses meanwhile registers with the watch (through
+the connection classes `watch(session)` mounts), and when the timer fires it shuts them down,
+waking a blocked `recv`, under TLS too.
 """
 
 from __future__ import annotations
