@@ -10,7 +10,6 @@ that passed is not checked again while its path, size, mtime and inode stay the 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import select
 import signal
@@ -19,6 +18,7 @@ from pathlib import Path
 import h5py
 
 from vprom.errors import VpromError
+from vprom.processes import in_worker
 
 #: The child's deadline: a fixed part plus the time to read the file at a slow disk's rate
 #: (a healthy file's strings read at 30 MB/s or more on one core).
@@ -41,26 +41,20 @@ def _read_heap_parts(path: Path) -> None:
 
 
 def _child_reads(path: Path, report: int) -> None:
-    """In the forked child: read, write one status byte (and the error) to `report`, exit."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    with contextlib.suppress(Exception):  # die with the parent (Linux), never outlive it
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    """In the forked worker: read, write one status byte (and the error) to `report`."""
     status = b"+"
     try:
-        if os.getppid() != 1:
-            try:
-                h5 = h5py.File(path, "r")
-            except OSError as e:
-                status = b"?" + str(e).encode()
-            else:
-                h5.close()
-                _read_heap_parts(path)
+        try:
+            h5 = h5py.File(path, "r")
+        except OSError as e:
+            status = b"?" + str(e).encode()
+        else:
+            h5.close()
+            _read_heap_parts(path)
     except BaseException as e:  # noqa: BLE001 - every failure goes back as its message
         status = b"!" + str(e).encode()
     with contextlib.suppress(OSError):
         os.write(report, status[:2000])
-    os._exit(0)
 
 
 def check_readable(path: Path) -> None:
@@ -72,10 +66,14 @@ def check_readable(path: Path) -> None:
         return
     deadline = READ_DEADLINE_S + stat.st_size / READ_RATE
     read_end, write_end = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
-    if pid == 0:
+    if pid == 0:  # a worker that ignores Ctrl-C and dies with this process
         os.close(read_end)
-        _child_reads(path, write_end)
+        try:
+            in_worker(_child_reads, (path, write_end), parent)
+        finally:
+            os._exit(0)
     os.close(write_end)
     status = None
     try:

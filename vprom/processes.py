@@ -174,7 +174,7 @@ def start(procs: list, target: Callable, args: tuple, name: str, method: str = "
     ctx = context(method)
     # a forkserver's child is the server's: the kernel watches the server, which exits with us
     parent = None if ctx.get_start_method() == "forkserver" else os.getpid()
-    proc = ctx.Process(target=_ignoring_sigint, args=(target, args, parent), name=name,
+    proc = ctx.Process(target=in_worker, args=(target, args, parent), name=name,
                        daemon=True)
     with _signals_held():
         try:
@@ -196,7 +196,8 @@ def _die_with_parent(parent: int | None) -> None:
         os._exit(1)
 
 
-def _ignoring_sigint(target: Callable, args: tuple, parent: int | None) -> None:
+def in_worker(target: Callable, args: tuple, parent: int | None) -> None:
+    """Run `target(*args)` as a worker: SIGINT ignored, SIGTERM fatal, dead with `parent`."""
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # a forked worker was born with the parent's note-taking handler (`_signals_held`): SIGTERM
