@@ -88,7 +88,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     path = Path(path)
     with _replacing(path, folder=False) as state:
         yield state[0]
-        _fsync(state[0])
+        with open(state[0], "rb+") as f:
+            os.fsync(f.fileno())
         os.replace(state[0], path)
         _fsync_dir(path.parent)
 
@@ -192,9 +193,7 @@ def write_json(path: str | os.PathLike, obj) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def _fsync(path: Path) -> None:
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
+
 
 
 def _fsync_dir(path: Path) -> None:

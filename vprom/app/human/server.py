@@ -83,13 +83,10 @@ class Study:
         self._answered: dict[str, set[str]] = {}
 
     # ------------------------------------------------------------ a participant's view
-    def _generator(self, participant: str) -> np.random.Generator:
-        digest = hashlib.sha256(participant.encode()).digest()
-        return np.random.default_rng([self.seed, 25, *np.frombuffer(digest, np.uint32)])
-
     def orders(self, participant: str) -> tuple[list[str], dict[str, list[int]]]:
         """The participant's problem order, and per problem the candidate order shown."""
-        rng = self._generator(participant)
+        digest = hashlib.sha256(participant.encode()).digest()
+rng = np.random.default_rng([self.seed, 25, *np.frombuffer(digest, np.uint32)])
         keys = list(self.problems)
         order = [keys[i] for i in rng.permutation(len(keys))]
         return order, {k: [int(v) for v in rng.permutation(N_CANDIDATES)] for k in order}
