@@ -118,9 +118,9 @@ def _pools_image(table: CropTable, vocab, manifest: dict) -> bytes:
     with h5py.File("pools.h5", "w", driver="core", backing_store=False) as h5:
         table.write(h5.create_group("crops"))
         write_label_vocabulary(h5.create_group("vocabulary"), vocab.objects,
-                       {"object_attribute": vocab.object_attributes,
-                        "human_attribute": vocab.human_attributes},
-                       vocab.implied_labels)
+                               {"object_attribute": vocab.object_attributes,
+                                "human_attribute": vocab.human_attributes},
+                               vocab.implied_labels)
         set_manifest(h5, {**manifest, "outputs": {"content_hash": content_hash_of(h5)}})
         h5.flush()
         return h5.id.get_file_image()

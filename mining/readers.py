@@ -55,7 +55,6 @@ class ImageItems(NamedTuple):
     path: Path
 
 
-# ---------------------------------------------------------------- finding and opening files
 def locate(vg_dir: str | Path, stem: str) -> Path:
     """`<stem>.json`, else `<stem>.json.zip`, else the newest `<stem>_vX_Y.json[.zip]`."""
     vg_dir = Path(vg_dir)

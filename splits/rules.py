@@ -32,7 +32,6 @@ RULE_TYPES = ("random", "counts", "super_attributes", "relation_super_attributes
 ALL_RELATIONS = ("and", "or", "union", "progression")
 
 
-# ---------------------------------------------------------------- images and categories
 
 def _mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser on uint64 arrays (wrapping arithmetic is intended)."""
@@ -77,7 +76,6 @@ def image_sides(rules: SplitRules, seed: int, image_ids) -> dict[str, np.ndarray
             for partition, fraction in rules.partitions.items()}
 
 
-# ---------------------------------------------------------------- what the splits hold out
 
 @dataclass(frozen=True)
 class SplitSpec:
@@ -234,7 +232,6 @@ def train_ban(spec: SplitSpec) -> TrainBan | None:
     return None
 
 
-# ---------------------------------------------------------------- assignment
 
 @dataclass(frozen=True)
 class SplitRules:

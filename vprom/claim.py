@@ -148,7 +148,6 @@ def output_lock(out: str | os.PathLike, wait: bool | None = None) -> Iterator[No
         os.close(fd)
 
 
-# ---------------------------------------------------------------- ownership
 def _content_kind(path: Path) -> str | None:
     """The kind a file marks in its content (module doc)."""
     with open(path, "rb") as f:
@@ -224,7 +223,6 @@ def check_output(path: str | os.PathLike, folder: bool = False) -> Path:
     return path
 
 
-# ---------------------------------------------------------------- inputs
 def check_not_input(out: Path, inputs: Iterable[str | os.PathLike | None],
                     inside_ok: bool = False) -> None:
     """Refuse `out` when it is, lies inside (unless `inside_ok`), or holds one of `inputs`

@@ -46,7 +46,6 @@ SPLITS: tuple[str, ...] = (
     "held_out_relation_object_pairs",
 )
 
-# ---------------------------------------------------------------- the paper's constants
 #: A matrix: 8 context panels (3x3 row-major, the last missing), then 8 candidates.
 N_CONTEXT = 8
 N_CANDIDATES = 8

@@ -252,7 +252,6 @@ def _died(proc) -> VpromError:
                       "the failure here")
 
 
-# ---------------------------------------------------------------- ordered map
 @contextlib.contextmanager
 def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunksize: int = 1,
                 method: str = "spawn"):

@@ -190,7 +190,6 @@ def _out_folder(out: Path) -> Path:
     return out
 
 
-# ------------------------------------------------------------------ expected sizes, hashes
 def load_expected(path: Path | None = None) -> dict:
     """The sizes and SHA-256 the files must have: a user's `--expected` file (replacing the
     pins entirely), or the pins. JSON: {"files": {"images.zip": {"bytes": N, "sha256": "..."}}},
@@ -242,7 +241,6 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * scale
 
 
-# ------------------------------------------------------------------------------- manifest
 def _read_records(out: Path) -> dict:
     try:
         manifest = json.loads(manifest_file(out / MANIFEST).read_text(encoding="utf-8"))

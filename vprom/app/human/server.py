@@ -82,11 +82,10 @@ class Study:
         self._lock = threading.Lock()
         self._answered: dict[str, set[str]] = {}
 
-    # ------------------------------------------------------------ a participant's view
     def orders(self, participant: str) -> tuple[list[str], dict[str, list[int]]]:
         """The participant's problem order, and per problem the candidate order shown."""
         digest = hashlib.sha256(participant.encode()).digest()
-rng = np.random.default_rng([self.seed, 25, *np.frombuffer(digest, np.uint32)])
+        rng = np.random.default_rng([self.seed, 25, *np.frombuffer(digest, np.uint32)])
         keys = list(self.problems)
         order = [keys[i] for i in rng.permutation(len(keys))]
         return order, {k: [int(v) for v in rng.permutation(N_CANDIDATES)] for k in order}
@@ -116,7 +115,6 @@ rng = np.random.default_rng([self.seed, 25, *np.frombuffer(digest, np.uint32)])
             self._answered[participant] = done
         return self._answered[participant]
 
-    # ------------------------------------------------------------ recording
     def record(self, body: bytes) -> dict:
         """Check one response and append it; the stored record."""
         response = parse_response(body)
