@@ -1,14 +1,11 @@
 """Count phrases: does a region description state how many of something it shows?
 
-V-PROM's counting pools come from region descriptions such as "five bowls of oatmeal";
-numbers that are not counts ("five o'clock", "a 10 years old boy") must not become counts.
-`parse_count` prefilters with one regex (most descriptions hold no number), tokenises, and
-classifies each number mention by its neighbours (word lists in `mining/data/counts.json`:
-money, time, age, measure, ordinal, year, label, approximate, range, score, "one of"), or
-binds it to the countable noun that follows, skipping adjectives ("two large brown dogs" ->
-dog). A partitive, range or approximate mention spoils the phrase, two bound mentions are
-"several counts", and one bound mention is the count when it is 1..10 and heads the phrase
-("a man holding two bananas" shows the man: "not the subject").
+Numbers that are not counts ("five o'clock", "a 10 years old boy") must not become counts.
+`parse_count` prefilters with one regex, tokenises, and classifies each number by its
+neighbours (the word lists of `mining/data/counts.json`), or binds it to the countable noun
+that follows, skipping adjectives ("two large brown dogs" -> dog). A partitive, range or
+approximate mention spoils the phrase, two bound mentions are "several counts", and one is
+the count when it is 1..10 and heads the phrase ("a man holding two bananas": not the subject).
 """
 
 from __future__ import annotations

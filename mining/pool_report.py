@@ -1,10 +1,8 @@
 """The report of `vprom mine`: what each pool holds, and what every filter removed and why.
 
-`report_data` merges the passes' statistics and the crops kept into one deterministic
-JSON-able dict: per pool its elements and crops, impure regions and thin elements; the
-objects and region-descriptions funnels; the numbers that are not counts, by reason; the
-most frequent unknown and excluded labels; the inputs' sha256. `MineReport` renders it as
-`<out>.report.json`, `<out>.report.md` and the lines `vprom mine` prints (`summary`).
+`report_data` merges the passes' statistics and the crops kept into one deterministic dict
+(pools, funnels, numbers that are not counts, unknown labels, the inputs' sha256);
+`MineReport` renders it as `<out>.report.json`, `<out>.report.md` and the printed `summary`.
 """
 
 from __future__ import annotations

@@ -264,8 +264,7 @@ def image_of(index: int, record, path: Path, key: str) -> ImageItems:
         record = _record_of(record, path, index, key)
     image_id = record.id if record.image_id is msgspec.UNSET else record.image_id
     if image_id is msgspec.UNSET:
-        raise VpromError(f"{path}: image record #{index} has no integer 'image_id' (or 'id'); "
-                         "the file does not follow Visual Genome's schema")
+        raise _no_image_id(path, index)
     if key == "regions":
         return ImageItems(index, image_id, record.regions or [], path)
     items = record.objects if key == "objects" or record.attributes is None else \
@@ -298,11 +297,15 @@ def _image_id(record, path: Path, index: int, key: str) -> int:
     if not isinstance(record, dict):
         raise VpromError(f"{path}: record #{index} is a {type(record).__name__}, not an "
                          f"object; is this Visual Genome's {WHAT[key]}?")
-    image_id = record.get("image_id", record.get("id"))
-    if not isinstance(image_id, int):
-        raise VpromError(f"{path}: image record #{index} has no integer 'image_id' (or 'id'); "
-                         "the file does not follow Visual Genome's schema")
-    return image_id
+        image_id = record.get("image_id", record.get("id"))
+        if not isinstance(image_id, int):
+            raise _no_image_id(path, index)
+        return image_id
+
+
+    def _no_image_id(path: Path, index: int) -> VpromError:
+        return VpromError(f"{path}: image record #{index} has no integer 'image_id' (or 'id'); "
+                          "the file does not follow Visual Genome's schema")
 
 
 def _object(item, path: Path, image_id: int, position: int) -> Object:

@@ -1,11 +1,9 @@
 """Curated vocabularies (the JSON files under `mining/data/`) and label normalisation.
 
-The files give the attributes of each super-attribute, the object categories, the person
-words and the human attributes they imply, the excluded objects and attributes (by reason)
-and aliases (spellings, plurals, synonyms) to canonical labels; `load_vocabulary`
-validates them, naming the file and the label it refuses. `Vocabulary.canonical` maps a raw
-VG name to its canonical label: an alias wins, a known label stays, a regular plural loses
-its ending only when the singular is known ("glass" keeps its s); answers are memoised.
+`load_vocabulary` reads and validates the attribute tables, object categories, person words,
+implied human attributes, exclusions and aliases, naming the file and the label it refuses.
+`Vocabulary.canonical` maps a raw VG name to its canonical label: an alias wins, a known label
+stays, a regular plural loses its ending only when the singular is known ("glass" keeps its s).
 """
 
 from __future__ import annotations
@@ -77,12 +75,9 @@ class Vocabulary:
 
     def canonical(self, label: str) -> str:
         """The canonical label of a raw name; unknown names come back normalised."""
-        try:
-            return self._cache[label]
-        except KeyError:
-            pass
-        result = self._resolve(normalize(label))
-        self._cache[label] = result
+        result = self._cache.get(label)
+        if result is None:
+            result = self._cache[label] = self._resolve(normalize(label))
         return result
 
     def _resolve(self, label: str) -> str:

@@ -1,10 +1,10 @@
 """A bounded first read of an HDF5 file, so that a damaged file is refused and never hangs.
 
-libhdf5 can loop for good inside one C call on a damaged global heap (variable-length strings
-and attributes), where no signal reaches it, Ctrl-C included. So before a process first opens
-a file, a forked child with a deadline reads its structure, attributes and variable-length
-datasets (numeric data cannot loop). A file it cannot read in time is refused in one line; one
-that passed is not checked again while its path, size, mtime and inode stay the same.
+libhdf5 can loop for good inside one C call on a damaged global heap, where no signal reaches
+it. So before a process first opens a file, a forked child with a deadline reads its
+structure, attributes and variable-length datasets; a file it cannot read in time is refused
+in one line, and one that passed is not checked again while its path, size, mtime and inode
+stay the same.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The data model: element types, relations, crops and matrices.
 
-A *crop* is one annotated Visual Genome region used as a panel image, with the one element
-it shows for its pool and every label its source has (needed to prove a matrix has exactly
-one answer). A *matrix* is 8 context panels (3×3 row-major, last missing) plus 8 candidates;
-`answer` indexes the candidates. A matrix round-trips to a JSON record; columnar storage
-lives in `vprom.tables`.
+A *crop* is one annotated Visual Genome region used as a panel image, with the element it
+shows and every label its source has. A *matrix* is 8 context panels (3×3 row-major, the last
+missing) plus 8 candidates, `answer` indexing the candidates; it round-trips to a JSON record.
 """
 
 from __future__ import annotations

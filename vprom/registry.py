@@ -1,10 +1,8 @@
 """Things of one kind registered by name: models, backbones (torchvision's `_api.py` style).
 
 A name is registered once; an unknown name raises a VpromError listing the known ones. The
-built-in members live in the modules named in `builtins`, imported when a name is first
-asked for, so a member module can import `register` from its owner without a cycle. A
-*family* (`add_family("timm", resolve, usage)`) hands any name `timm:<rest>` to
-`resolve(rest)`, which builds the member on demand.
+modules named in `builtins` are imported when a name is first asked for (so they can import
+`register` without a cycle); a *family* (`add_family`) resolves any name `prefix:<rest>`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The runtime of the torch stages: the device and the data-parallel processes (`World`).
 
-The one ground-level module that imports torch. `--device` names `cpu`, `cuda` or `cuda:N`
-(default: CUDA when available); a plain `cuda` is `cuda:LOCAL_RANK` under `torchrun`, where
-an explicit `cuda:N` is refused. Under `torchrun` (WORLD_SIZE > 1) `joined_world` starts the
-process group (nccl on CUDA, gloo on the CPU) unless one exists, and ends it.
+`--device` names `cpu`, `cuda` or `cuda:N` (default: CUDA when available); under `torchrun`
+(WORLD_SIZE > 1) a plain `cuda` is `cuda:LOCAL_RANK`, and `joined_world` starts the process
+group (nccl on CUDA, gloo on the CPU) unless one exists, and ends it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Columnar HDF5 storage of crops and matrices (the formats of docs/formats.md).
 
-`CropTable` is the `crops` group of POOLS.h5 and DATASET.h5 (`labels`: every source label,
-"|"-joined); `MatrixTable` the `matrices` group (`panels` and `elements` N×16) plus the
-`splits/<split>/{train, val, test}` matrix ids of DATASET.h5. Columns are 1-D numpy arrays of
-equal length (strings as object arrays of `str`), readable with plain h5py. Every file carries
-its JSON manifest in the root attribute `manifest`.
+`CropTable` is the `crops` group of POOLS.h5 and DATASET.h5, `MatrixTable` the `matrices`
+group plus the `splits/<split>/{train, val, test}` matrix ids of DATASET.h5: 1-D numpy columns
+of equal length (strings as object arrays), readable with plain h5py. Every file carries its
+JSON manifest in the root attribute `manifest`.
 """
 
 from __future__ import annotations
