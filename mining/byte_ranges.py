@@ -117,8 +117,7 @@ def plan(scans: list[JoinScan], target: int | None = None) -> Iterator[tuple[Chu
 
 
 def _next_cut(scan: JoinScan, first: int, reach: int) -> int | None:
-    """The index of the first record from `first` on that ends at or past `reach`; None when
-    the file ends first (the rest becomes the last chunk)."""
+    """The first record from `first` on that ends at or past `reach`; None at the file's end."""
     while True:
         k = bisect.bisect_left(scan.ends, reach, lo=first)
         if k < len(scan.ends):

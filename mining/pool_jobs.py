@@ -139,8 +139,7 @@ def _mine(kind: str, images: list, setup: Setup) -> PassResult:
 
 
 class _Joined:
-    """The `PassResult`s of a pass's chunks, joined in file order as one pass would count.
-    Each part's string codes are remapped into one table as it comes, and the part dropped."""
+    """The `PassResult`s of a pass's chunks, joined in file order as one pass would count."""
 
     def __init__(self, stats: dict):
         self.stats = stats

@@ -94,8 +94,7 @@ def _element_key(item: tuple[str, int]) -> tuple:
 
 @dataclass
 class MineReport:
-    """What `mine` did; `data` is JSON-able and deterministic (same input -> same report),
-    `elapsed_s` and `timings` are not part of it."""
+    """What `mine` did; `data` is JSON-able and deterministic (`elapsed_s`, `timings` are not)."""
 
     out: Path
     data: dict

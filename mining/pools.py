@@ -86,8 +86,7 @@ def _merge(passes: list[PassResult]) -> tuple[CropTable, dict[str, str]]:
 
 
 def pools_settings(min_side: int = MIN_SIDE, vocab=None) -> dict:
-    """The settings a POOLS.h5's manifest records: the minimum side and the sha256 of the
-    vocabulary (None: the default one)."""
+    """The settings a POOLS.h5's manifest records: the minimum side and the vocabulary's sha256."""
     vocab = load_vocabulary() if vocab is None else vocab
     return {"min_side": min_side, "vocabulary_sha256": vocabulary_digest(vocab)}
 

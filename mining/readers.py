@@ -258,8 +258,7 @@ RECORD = {"objects": ObjectsRecord, "attributes": ObjectsRecord, "regions": Regi
 
 
 def image_of(index: int, record, path: Path, key: str) -> ImageItems:
-    """The `ImageItems` of record #`index` (a struct, or a dict in any layout of the module
-    docstring) of the file of `key`: "objects", "attributes" or "regions"."""
+    """The `ImageItems` of record #`index` (a struct or a dict) of the file of `key`."""
     if type(record) is not RECORD[key]:
         record = _record_of(record, path, index, key)
     image_id = record.id if record.image_id is msgspec.UNSET else record.image_id
@@ -297,15 +296,15 @@ def _image_id(record, path: Path, index: int, key: str) -> int:
     if not isinstance(record, dict):
         raise VpromError(f"{path}: record #{index} is a {type(record).__name__}, not an "
                          f"object; is this Visual Genome's {WHAT[key]}?")
-        image_id = record.get("image_id", record.get("id"))
-        if not isinstance(image_id, int):
-            raise _no_image_id(path, index)
-        return image_id
+    image_id = record.get("image_id", record.get("id"))
+    if not isinstance(image_id, int):
+        raise _no_image_id(path, index)
+    return image_id
 
 
-    def _no_image_id(path: Path, index: int) -> VpromError:
-        return VpromError(f"{path}: image record #{index} has no integer 'image_id' (or 'id'); "
-                          "the file does not follow Visual Genome's schema")
+def _no_image_id(path: Path, index: int) -> VpromError:
+    return VpromError(f"{path}: image record #{index} has no integer 'image_id' (or 'id'); "
+                      "the file does not follow Visual Genome's schema")
 
 
 def _object(item, path: Path, image_id: int, position: int) -> Object:

@@ -27,8 +27,7 @@ _readable: set[tuple] = set()  # (path, size, mtime_ns, inode) of files that pas
 
 
 def _read_heap_parts(path: Path) -> None:
-    """Open `path` and read its structure, attributes and string datasets (what touches the
-    global heap); numeric data is left unread."""
+    """Read `path`'s structure, attributes and string datasets (what touches the global heap)."""
     def visit(_name, obj):
         for key in obj.attrs:
             obj.attrs[key]
@@ -58,8 +57,7 @@ def _child_reads(path: Path, report: int) -> None:
 
 
 def check_readable(path: Path) -> None:
-    """Refuse `path` in one line unless a forked child read its structure, attributes and
-    strings within the deadline (module doc); cached per file state for the process."""
+    """Refuse `path` in one line unless a forked child read it within the deadline (module doc)."""
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
     if key in _readable:

@@ -68,8 +68,7 @@ def _holder(fd: int) -> str:
 
 
 def _open_lock(path: Path) -> int:
-    """The fd of the lock file at `path`, created if need be; anything but a regular file of
-    this user's with one name is refused."""
+    """The fd of the lock file at `path`: a regular file of this user's with one name."""
     refuse = (f"{path}: is not a lock file vprom made for this user, so it is left as it is; "
               "remove it (it may be a link planted to make vprom overwrite its target) and run "
               "again")
@@ -193,8 +192,7 @@ def remove_work_folder(folder: Path, kind: str, names: Iterable[str]) -> None:
 
 
 def check_owned(out: Path, kinds: Iterable[str] | None) -> None:
-    """Refuse an existing `out` that is not a vprom output of one of `kinds` (module doc);
-    `kinds` None: the caller checks ownership itself."""
+    """Refuse an existing `out` that is not a vprom output of one of `kinds` (None: unchecked)."""
     if kinds is None or not (out.exists() or out.is_symlink()) or _holds_nothing(out):
         return
     kinds = tuple(kinds)

@@ -51,8 +51,7 @@ def is_hdf5(path: str | Path) -> bool:
 
 
 def kind_of(path: str | Path) -> str | None:
-    """The kind of the file at `path` (one of the five names above), or None for any other
-    file, folder or missing path."""
+    """The kind of the file at `path` (one of the five above), or None."""
     if not is_hdf5(path):
         return None
     with contextlib.suppress(OSError), h5py.File(path, "r") as h5:

@@ -53,8 +53,7 @@ def _remove(tmp: Path | None) -> None:
 
 @contextlib.contextmanager
 def _replacing(path: Path, folder: bool) -> Iterator[list]:
-    """A fresh part in `state[0]`, removed on any exception; a full disk re-raised as one line
-    naming `path`."""
+    """A fresh part in `state[0]`, removed on any exception; a full disk made one line."""
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_parts(path)
     state = [None]
@@ -83,8 +82,7 @@ def _os_error_in(error: BaseException | None) -> OSError | None:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; on success fsync it and rename it to `path`.
-    On any exception the temporary is removed and `path` left as it was."""
+    """Yield a temporary path beside `path`, renamed to `path` only when the block succeeds."""
     path = Path(path)
     with _replacing(path, folder=False) as state:
         yield state[0]
@@ -157,8 +155,7 @@ def clean_stale_parts(path: str | os.PathLike) -> list[Path]:
 
 
 def preallocate(path: str | os.PathLike) -> None:
-    """Reserve every block of `path` now, so writes through a memory map never meet a full
-    disk (a SIGBUS)."""
+    """Reserve `path`'s blocks, so writes through a memory map never meet a full disk."""
     fd = os.open(path, os.O_RDWR)
     try:
         size = os.fstat(fd).st_size

@@ -101,8 +101,7 @@ def _hash(path: str, size: int, mtime_ns: int) -> str:
 
 
 def check_content(path: str | os.PathLike) -> None:
-    """Refuse a POOLS.h5 or DATASET.h5 whose data differs from the `content_hash` its manifest
-    records (if it records one)."""
+    """Refuse a POOLS.h5 or DATASET.h5 whose data differs from the content hash it records."""
     recorded = ((manifest_of(path) or {}).get("outputs") or {}).get("content_hash")
     if isinstance(recorded, str) and content_hash(path) != recorded:
         raise VpromError(f"{path}: its data differs from the content hash its manifest records "
@@ -151,8 +150,7 @@ def is_current(output: str | os.PathLike, inputs: Iterable[str | os.PathLike],
 
 
 def made_from(recorded: Mapping | None, source: str | os.PathLike) -> bool | None:
-    """Whether `source` is one of the inputs `recorded` ({name: hash}) names; None when it
-    names none."""
+    """Whether `source` is one of the inputs `recorded` names; None when it names none."""
     hashes = [v for v in (recorded or {}).values() if isinstance(v, str)]
     if not hashes:
         return None

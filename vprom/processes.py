@@ -113,8 +113,7 @@ def usable_cores() -> int:
 
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for the block: for stretches building millions of
-    long-lived objects and almost no cycles."""
+    """The cyclic garbage collector off for a block that builds millions of acyclic objects."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -164,8 +163,7 @@ def quiet_when_parent_gone() -> None:
 
 
 def start(procs: list, target: Callable, args: tuple, name: str, method: str = "spawn"):
-    """Start `target(*args)` in a daemonic worker that ignores SIGINT, appended to `procs`
-    before a signal can interrupt, so the caller's cleanup always sees it."""
+    """Start `target(*args)` in a daemonic worker, appended to `procs` before any signal."""
     refuse_rerun(f"a worker ({name})")
     if os.name == "posix":
         # Started on first use, the resource tracker unblocks SIGINT and SIGTERM after

@@ -92,8 +92,7 @@ class _Entry:
 
 
 def verify(archive: Path, layout: Layout) -> int:
-    """Check a zip that stays zipped (an annotation zip): layout, limits, every CRC; return
-    the number of uncompressed bytes read."""
+    """Check a zip that stays zipped: layout, limits, every CRC; the bytes it expands to."""
     archive = Path(archive)
     with _guarded(archive), _open(archive, layout.limits) as zf:
         entries = _checked(zf, archive, layout)
@@ -325,8 +324,7 @@ def _bar(archive: Path, entries: list[_Entry], what: str):
 
 
 def _check_room(archive: Path, out: Path, entries: list[_Entry], reserve: int) -> None:
-    """Refuse an unpack whose files and folders would take the reserve's space or more
-    inodes than are free (each file in whole blocks)."""
+    """Refuse an unpack that would take the reserve's space or more inodes than are free."""
     sizes = [e.info.file_size for e in entries if not e.info.is_dir()]
     disk = space.disk(out)
     folders = len({e.parts[:k] for e in entries for k in range(1, len(e.parts))}

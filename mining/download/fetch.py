@@ -118,8 +118,7 @@ def fetch(http: requests.Session, url: str, dest: Path, expected: Expected, poli
 
 
 class _Transfer:
-    """One file's download: its attempts share the deadline, the redirects already logged
-    and the size the server announced first."""
+    """One file's download; its attempts share the deadline, redirects and announced size."""
 
     def __init__(self, http, url: str, dest: Path, expected: Expected, policy: Policy, log):
         self.http, self.url, self.dest, self.expected = http, url, dest, expected
@@ -270,8 +269,7 @@ class _Transfer:
                          f"{current}); the server is misconfigured - use another --base-url")
 
     def _receive(self, response, offset: int, total: int | None) -> None:
-        """Write the body to the part as it arrives, within the size (or ceiling), the
-        reserve, the deadline and the speed floor."""
+        """Write the body to the part as it arrives, within every bound of the module doc."""
         part, policy, ceiling = self.part, self.policy, self.expected.ceiling
         size = offset
         window_start, window_size = time.monotonic(), size

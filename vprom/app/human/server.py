@@ -153,8 +153,7 @@ def check_participant(participant) -> str:
 
 
 def parse_response(body: bytes) -> dict:
-    """The fields of a response body, checked against the schema before any is used;
-    Refused(400) on anything else."""
+    """The fields of a response body, checked against the schema; Refused(400) otherwise."""
     try:
         data = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError:

@@ -192,8 +192,7 @@ def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: 
 
 
 class StudySummary(NamedTuple):
-    """What `human-study` wrote: the folder, how many images, and the answer key (per problem
-    key: its matrix, relation, element type and answer); printable."""
+    """What `human-study` wrote: the folder, how many images, and the answer key."""
 
     out: Path
     images: int
