@@ -155,13 +155,8 @@ def check_finite(values: np.ndarray, crop_ids: np.ndarray, missing: np.ndarray,
 
 
 class SpatialMaps(OpenFile):
-    """An open maps file (`--pool none`); read lazily. Use as a context manager or `close()`.
-
-        with open_maps("feats/resnet101-maps.h5") as maps:
-            x = maps.gather([12, 7, 12])            # (3, 2048, 7, 7) float32, in that order
-            for ids, block in maps.batches(256):    # the whole file, in row order
-                ...
-    """
+    """An open maps file (`--pool none`), read lazily: `gather` rows by crop id, `batches` the
+    whole file in row order; a context manager, or call `close()`."""
 
     def __init__(self, path: Path):
         self.path = path

@@ -75,9 +75,8 @@ def describe(path: str | Path) -> str:
 
 
 def check_kind(path: str | Path, wanted: str | tuple[str, ...], role: str = "") -> None:
-    """Refuse (one line) a file at `path` that is not of the `wanted` kind(s); `role` names
-    the argument ("--features"). A path that is missing, no readable HDF5 file or of no
-    known kind is left to the reader, which says what is wrong with it."""
+    """Refuse a file of another known kind than `wanted` (`role` names the argument: "--features");
+    any other file is left to the reader, which says what is wrong with it."""
     wanted = (wanted,) if isinstance(wanted, str) else wanted
     kind = kind_of(path)
     if kind is None or kind in wanted:

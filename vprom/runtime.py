@@ -99,9 +99,8 @@ def join_world(requested_device: str | None, timeout: timedelta | None = None) -
 
 @contextmanager
 def joined_world(requested_device: str | None, timeout: timedelta | None = None):
-    """`join_world` for a `with` block, ending the process group it started. A normal exit
-    first waits for the others (tearing gloo down while a peer still sends can abort the
-    process); an error does not, as a peer may never arrive."""
+    """`join_world` for a `with` block, ending the process group it started; a normal exit first
+    waits for the others (gloo torn down while a peer still sends can abort the process)."""
     world = join_world(requested_device, timeout)
     try:
         yield world

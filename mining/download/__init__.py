@@ -64,9 +64,9 @@ class DownloadSummary:
     bytes_fetched: int = 0
 
     def __str__(self) -> str:
-        lines = [f"Visual Genome in {self.out}:"]
-        lines.append(f"  fetched {len(self.fetched)} file(s), {size_text(self.bytes_fetched)}"
-                     + (f": {', '.join(self.fetched)}" if self.fetched else ""))
+        lines = [f"Visual Genome in {self.out}:",
+                 f"  fetched {len(self.fetched)} file(s), {size_text(self.bytes_fetched)}"
+                 + (f": {', '.join(self.fetched)}" if self.fetched else "")]
         if self.skipped:
             lines.append(f"  skipped {len(self.skipped)} already present: "
                          + ", ".join(self.skipped))

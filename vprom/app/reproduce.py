@@ -38,9 +38,8 @@ OPTION = {kind: option for option, kind in SOURCES.items()}
 
 @dataclass(frozen=True)
 class ReproduceConfig:
-    """The grid to run; `backbones`, `weights`, `models` and `splits` are comma lists.
-    Settings that mean the same as in `vprom train` or `vprom extract` take their defaults
-    from those configs."""
+    """The grid to run; `backbones`, `weights`, `models` and `splits` are comma lists, and
+    settings shared with `vprom train` or `vprom extract` take their defaults from those."""
 
     vg: Path | None
     synthetic: bool
