@@ -74,8 +74,7 @@ class CropColumns:
         c["labels"].append(labels)
 
     def numpy(self) -> dict[str, np.ndarray]:
-        return {name: np.frombuffer(a, dtype=a.typecode).copy() if len(a) else
-                np.zeros(0, dtype=a.typecode) for name, a in self.ints.items()}
+        return {name: np.array(a, dtype=a.typecode) for name, a in self.ints.items()}
 
 
 @dataclass
