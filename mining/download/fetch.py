@@ -147,9 +147,8 @@ class _Transfer:
             except (_Retry, *_RETRIED) as e:
                 if self.left() <= 0:   # the watchdog cut the connection: not a drop
                     raise self._deadline_error() from None
-                unreachable = _unreachable(e, url)
-                if unreachable and (attempt == policy.retries
-                                    or policy.retry_wait * (attempt + 1) >= self.left()):
+                unreachable, pause = _unreachable(e, url), policy.retry_wait * (attempt + 1)
+                if unreachable and (attempt == policy.retries or pause >= self.left()):
                     raise VpromError(f"{url}: {unreachable}" + _resume_note(part) + "; check "
                                      "the network connection, or pass --base-url a mirror "
                                      "this machine reaches, then rerun `vprom download`"
@@ -158,7 +157,6 @@ class _Transfer:
                     raise VpromError(f"{url}: failed after {policy.retries + 1} attempts ({e})"
                                      + _resume_note(part) + "; check the network and rerun "
                                      "`vprom download`") from None
-                pause = policy.retry_wait * (attempt + 1)
                 if pause >= self.left():
                     raise VpromError(f"{url}: gave up, the deadline for one file "
                                      f"({_duration(policy.deadline)}) would pass before the "
