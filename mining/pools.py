@@ -125,9 +125,6 @@ def _pools_image(table: CropTable, vocab, manifest: dict) -> bytes:
         return h5.id.get_file_image()
 
 
-
-
-
 def vocabulary_digest(vocab) -> str:
     """sha256 of the vocabulary's tables, so the manifest pins what the pools were mined with."""
     def plain(value):

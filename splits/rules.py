@@ -32,7 +32,6 @@ RULE_TYPES = ("random", "counts", "super_attributes", "relation_super_attributes
 ALL_RELATIONS = ("and", "or", "union", "progression")
 
 
-
 def _mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser on uint64 arrays (wrapping arithmetic is intended)."""
     x = x.astype(np.uint64, copy=True)
@@ -74,7 +73,6 @@ def image_sides(rules: SplitRules, seed: int, image_ids) -> dict[str, np.ndarray
     ids = np.asarray(image_ids, dtype=np.int64)
     return {partition: image_test_side(seed, partition, ids.ravel(), fraction).reshape(ids.shape)
             for partition, fraction in rules.partitions.items()}
-
 
 
 @dataclass(frozen=True)
@@ -230,7 +228,6 @@ def train_ban(spec: SplitSpec) -> TrainBan | None:
             thirds = {r: thirds.get(r, every) for r in ALL_RELATIONS}
         return TrainBan(object_thirds=thirds)
     return None
-
 
 
 @dataclass(frozen=True)

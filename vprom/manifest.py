@@ -44,9 +44,6 @@ def make_manifest(kind: str, config: dict, seed: int | None = None,
             "outputs": outputs or {}}
 
 
-
-
-
 def manifest_file(path: str | os.PathLike) -> Path:
     """Where the manifest of the folder or non-HDF5 file `path` lives."""
     path = Path(path)
