@@ -158,11 +158,10 @@ def _check_aligned(objs: ImageItems | None, attrs: ImageItems | None) -> None:
                          "must list the same images — use both files from one Visual Genome "
                          "release")
     if objs.image_id != attrs.image_id:
-        raise VpromError(f"{attrs.path}: image record #{attrs.index} is image "
-                         f"{attrs.image_id} but record #{objs.index} of "
-                         f"{objs.path.name} is image {objs.image_id}; the two files "
-                         "must list the same images in the same order (VG's do) — use both "
-                         "files from one Visual Genome release")
+        raise VpromError(f"{attrs.path}: image record #{attrs.index} is image {attrs.image_id} "
+                         f"but record #{objs.index} of {objs.path.name} is image {objs.image_id}; "
+                         "the two files must list the same images in the same order (VG's do) — "
+                         "use both files from one Visual Genome release")
 
 
 def _regions_of(objects: list, extra: dict, width: int, height: int, min_side: int,

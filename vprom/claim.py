@@ -70,8 +70,8 @@ def _holder(fd: int) -> str:
 def _open_lock(path: Path) -> int:
     """The fd of the lock file at `path`: a regular file of this user's with one name."""
     refuse = (f"{path}: is not a lock file vprom made for this user, so it is left as it is; "
-              "remove it (it may be a link planted to make vprom overwrite its target) and run "
-              "again")
+              "remove it (it may be a link planted to make vprom overwrite its target) and "
+              "run again")
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as e:
@@ -101,9 +101,9 @@ def _acquire(path: Path, out: Path, wait: bool) -> int:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 if not wait:
-                    raise VpromError(
-                        f"{out}: another vprom run ({_holder(fd)}) is writing it; wait for "
-                        f"it to finish, pass --wait, or choose another output") from None
+                    raise VpromError(f"{out}: another vprom run ({_holder(fd)}) is writing "
+                                     "it; wait for it to finish, pass --wait, or choose "
+                                     "another output") from None
                 if not told:
                     print(f"{out}: waiting for the vprom run ({_holder(fd)}) writing it",
                           file=sys.stderr, flush=True)

@@ -63,9 +63,9 @@ def rows_of(crop_id: np.ndarray, crop_ids, path: Path) -> np.ndarray:
     found = crop_id[rows] == flat if len(crop_id) else np.zeros(len(flat), bool)
     if not found.all():
         raise VpromError(f"{path}: no features for crop id {int(flat[np.argmin(found)])} "
-                         f"({int((~found).sum())} of {len(flat)} ids absent); was it "
-                         "extracted from another DATASET.h5? Re-run `vprom extract` on "
-                         "the dataset you train on")
+                         f"({int((~found).sum())} of {len(flat)} ids absent); was it extracted "
+                         "from another DATASET.h5? Re-run `vprom extract` on the dataset you "
+                         "train on")
     return rows.reshape(np.shape(crop_ids))
 
 

@@ -233,6 +233,5 @@ def full_disk(path: str | os.PathLike, error: OSError | None) -> VpromError | No
     free = "?"
     with contextlib.suppress(OSError):
         free = size_text(shutil.disk_usage(Path(path).parent).free)
-    return VpromError(f"{path}: no space left on the device while writing it ({free} free "
-                      "after removing the partial output); free some space or choose "
-                      "another path")
+    return VpromError(f"{path}: no space left on the device while writing it ({free} free after "
+                      "removing the partial output); free some space or choose another path")

@@ -43,8 +43,8 @@ class ImageIndex:
             return self.paths[int(image_id)]
         except KeyError:
             raise VpromError(f"{self.vg_dir}: image {image_id} is not under "
-                             f"{' or '.join(IMAGE_FOLDERS)}/; is the image download "
-                             "complete?") from None
+                             f"{' or '.join(IMAGE_FOLDERS)}/; is the image download complete?"
+                             ) from None
 
 
 def clip_box(box, width: int, height: int) -> tuple[int, int, int, int] | None:

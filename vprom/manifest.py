@@ -102,8 +102,7 @@ def check_content(path: str | os.PathLike) -> None:
     recorded = ((manifest_of(path) or {}).get("outputs") or {}).get("content_hash")
     if isinstance(recorded, str) and content_hash(path) != recorded:
         raise VpromError(f"{path}: its data differs from the content hash its manifest records "
-                         "(the file was damaged or changed after it was written); make it "
-                         "again")
+                         "(the file was damaged or changed after it was written); make it again")
 
 
 def input_hash(path: str | os.PathLike) -> str:

@@ -100,8 +100,7 @@ def refuse_rerun(what: str) -> None:
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         script = getattr(sys.modules.get("__mp_main__"), "__file__", None) or "the script"
         raise SystemExit(f"vprom: {what} was called again while a worker process re-imported "
-                         f"{script}; put the script's calls under "
-                         '`if __name__ == "__main__":`')
+                         f'{script}; put the script\'s calls under `if __name__ == "__main__":`')
 
 
 def usable_cores() -> int:

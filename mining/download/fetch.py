@@ -150,9 +150,8 @@ class _Transfer:
                 unreachable, pause = _unreachable(e, url), policy.retry_wait * (attempt + 1)
                 if unreachable and (attempt == policy.retries or pause >= self.left()):
                     raise VpromError(f"{url}: {unreachable}" + _resume_note(part) + "; check "
-                                     "the network connection, or pass --base-url a mirror "
-                                     "this machine reaches, then rerun `vprom download`"
-                                     ) from None
+                                     "the network connection, or pass --base-url a mirror this "
+                                     "machine reaches, then rerun `vprom download`") from None
                 if attempt == policy.retries:
                     raise VpromError(f"{url}: failed after {policy.retries + 1} attempts ({e})"
                                      + _resume_note(part) + "; check the network and rerun "
@@ -244,8 +243,8 @@ class _Transfer:
                                          allow_redirects=False)
             except ValueError as e:   # requests parses a Location even when not following it
                 raise VpromError(f"{url}: the server's answer cannot be used ({e}); it may "
-                                 "redirect to an invalid address - use another --base-url") \
-                    from None
+                                 "redirect to an invalid address - use another --base-url"
+                                 ) from None
             if not response.is_redirect:
                 return response, current
             location = response.headers["Location"]
