@@ -28,7 +28,7 @@ from vprom.mining import readers
 from vprom.mining.pool_jobs import run_passes
 from vprom.mining.pool_passes import ELEMENT_TYPES, STRING_COLUMNS, PassResult
 from vprom.mining.pool_report import MineReport, report_data, side_path
-from vprom.mining.vocab import load_vocabulary
+from vprom.mining import vocab as vocabularies
 from vprom.claim import writes
 from vprom.domain import MIN_SIDE
 from vprom.tables import CropTable, content_hash_of, set_manifest, write_label_vocabulary
@@ -43,7 +43,7 @@ def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers:
     if min_side < 1:
         raise VpromError(f"--min-side must be at least 1 px, got {min_side}")
     paths = {stem: readers.locate(vg_dir, stem) for stem in readers.FILES}
-    vocab = load_vocabulary() if vocab is None else vocab
+    vocab = vocabularies.load_vocabulary() if vocab is None else vocab
     passes = run_passes(paths, min_side, vocab, workers)
     collected = time.perf_counter()
     table, inputs = _merge(passes)
@@ -87,7 +87,7 @@ def _merge(passes: list[PassResult]) -> tuple[CropTable, dict[str, str]]:
 
 def pools_settings(min_side: int = MIN_SIDE, vocab=None) -> dict:
     """The settings a POOLS.h5's manifest records: the minimum side and the vocabulary's sha256."""
-    vocab = load_vocabulary() if vocab is None else vocab
+    vocab = vocabularies.load_vocabulary() if vocab is None else vocab
     return {"min_side": min_side, "vocabulary_sha256": vocabulary_digest(vocab)}
 
 
