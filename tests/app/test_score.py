@@ -11,7 +11,8 @@ import torch
 
 from tests.baselines.conftest import small_config
 from vprom.app.cli import main
-from vprom.app.score import read_predictions, score_predictions
+from vprom.app.answers import read_predictions
+from vprom.app.score import score_predictions
 from vprom.baselines.data import load_split
 from vprom.baselines.evaluate import evaluate
 from vprom.baselines.run_folder import load_checkpoint
