@@ -1,7 +1,7 @@
 """The prediction files `vprom score` reads, and the letter read out of a model's free text.
 
-Formats, told apart by the file itself (a `.xlsx` name, a `.tsv` name or a tab-separated
-header with `index` and `prediction`, a first character `[` or `{`, else CSV):
+Formats, told apart by the file itself (a `.xlsx` name; a first character `{`; a `.tsv` name
+or a tab-separated header naming `prediction`; a first character `[`; else CSV):
 
 - CSV `matrix_id,choice` (a header row; optional columns score_0..score_7), or JSON lines
   `{"matrix_id": 17, "choice": 3}` with optional `"scores": [8 numbers]`: the candidate picked,
@@ -284,6 +284,8 @@ def _records(path: Path):
     except UnicodeDecodeError:
         raise VpromError(f"{path}: not UTF-8 text; write predictions as CSV or JSON lines")
     head, start = text.split("\n", 1)[0], text.lstrip()[:1]
+    if start == "{":
+        return "line", _json_lines(path, text)
     if path.suffix.lower() == ".tsv" or ("\t" in head and "prediction" in head):
         return "line", _delimited(path, text, "\t", lambda p, rows: _vlmevalkit(p, rows, "line"),
                                   "vlmevalkit")
@@ -297,8 +299,6 @@ def _records(path: Path):
         return "record", _vlmevalkit(path, iter([(0, head)] + [
             (n, [r.get(k) for k in head] if isinstance(r, dict) else [])
             for n, r in enumerate(rows, 1)]), "record")
-    if start == "{":
-        return "line", _json_lines(path, text)
     return "line", _delimited(path, text, ",", _choices_csv, CHOICE)
 
 

@@ -80,17 +80,18 @@ def check_predictions(predictions: Predictions, known: np.ndarray, test: np.ndar
         raise VpromError("\n".join(problems))
 
 
-def _baselines(paths, split: str) -> list[dict]:
+def _baselines(paths, split: str, folder: Path) -> list[dict]:
     """{name, accuracy 0..1, n_test} of each baseline of `split` in `paths`: a `vprom report`
-    folder (its splits.csv), or run folders and folders of runs (their metrics.json)."""
+    folder (its splits.csv), or run folders and folders of runs (their metrics.json) other
+    than `folder`, where this score goes."""
     found = []
     for path in map(Path, paths):
         table = path / "splits.csv"
         if not table.is_file():
+            runs = [run for run in expand_runs([path]) if run.resolve() != folder.resolve()]
             found += [{"name": e.label, "accuracy": e.accuracy / 100,
                        "n_test": e.metrics["test"]["n"]}
-                      for e in map(load_entry, expand_runs([path]))
-                      if e.split == split and not e.is_control]
+                      for e in map(load_entry, runs) if e.split == split and not e.is_control]
             continue
         try:
             with table.open(newline="", encoding="utf-8") as f:
@@ -183,7 +184,7 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str =
                    "not_scored": int(len(found.matrix_id) - len(scored)),
                    "perception_ceiling": _ceiling(hits, relation, element_type)["test"]["all"],
                    "humans": HUMANS / 100, **_letters(choice),
-                   "baselines": _baselines(baselines, split)},
+                   "baselines": _baselines(baselines, split, folder)},
         "checkpoint": None,
         "chance": CHANCE,
         **breakdowns(choice == answer, relation, element_type),
