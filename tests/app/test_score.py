@@ -8,15 +8,15 @@ import json
 import numpy as np
 import pytest
 import torch
-
-from tests.baselines.conftest import small_config
-from vprom.app.cli import main
-from vprom.app.answers import read_predictions
-from vprom.app.score import score_predictions
 from vprom.baselines.data import load_split
 from vprom.baselines.evaluate import evaluate
 from vprom.baselines.run_folder import load_checkpoint
 from vprom.baselines.train import build_model, train
+
+from tests.baselines.conftest import small_config
+from vprom.app.answers import read_predictions
+from vprom.app.cli import main
+from vprom.app.score import score_predictions
 from vprom.errors import VpromError
 from vprom.tables import read_matrix_table
 
@@ -128,7 +128,7 @@ def test_json_lines_with_scores_only_take_the_best_candidate(problems, tmp_path)
 
 
 def test_the_command_prints_evaluates_breakdown_beside_the_ceiling(problems, tmp_path, capsys):
-    dataset, table, test = problems
+    dataset, _, test = problems
     (tmp_path / "mine").mkdir()
     path = write_csv(tmp_path / "mine" / "p.csv", test, [0] * len(test))
     assert main(["score", str(dataset), str(path), "--split", "neutral"]) == 0

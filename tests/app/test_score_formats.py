@@ -126,8 +126,8 @@ def test_lmms_eval_lines_that_log_the_doc_give_its_matrix_id(tmp_path):
 
 
 @pytest.mark.parametrize("line, message", [
-    ({"doc_id": 0, "filtered_resps": "C"}, "line 1: no matrix_id; each line needs "
-                                           "vprom_accuracy.matrix_id"),
+    ({"doc_id": 0, "filtered_resps": "C"},
+     "line 1: no matrix_id; each line needs vprom_accuracy.matrix_id"),
     ({"doc_id": 0, "filtered_resps": ["A", "B"], "vprom_accuracy": {"matrix_id": 3}},
      "line 1: 2 responses to one problem"),
 ])

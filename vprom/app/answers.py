@@ -63,6 +63,8 @@ FORMATS = {CHOICE: f"each line needs a matrix id and a choice 0..{N_CANDIDATES -
                         "process_results) and filtered_resps",
            "vlmevalkit": "each row needs an index (the matrix id) and a prediction"}
 
+# Written here: the harnesses' own extractors (VLMEvalKit's can_infer, each lmms-eval task's
+# regexes) differ from one another and need those packages installed to import.
 _OPEN = r"""(?:\\boxed\{|[(\[*"'`])*"""
 _LETTER = r"""([A-H](?![A-Za-z0-9])|[a-h](?=$|[.,:;!?)\]}*"'`\n]))"""
 _FILLER = r"(?:[^A-Za-z0-9\n]|\b(?i:is|be|would|should|must|will|the|my|option|letter|boxed)\b)"
