@@ -95,11 +95,12 @@ def _baselines(paths, split: str, folder: Path) -> list[dict]:
             continue
         try:
             with table.open(newline="", encoding="utf-8") as f:
-                found += [{"name": " ".join(x for x in (r["name"], r["features"], "+aux" *
-                                                        (r["aux"] == "True")) if x),
-                           "accuracy": float(r["accuracy"]) / 100, "n_test": int(r["n_test"])}
-                          for r in csv.DictReader(f)
-                          if r["split"] == split and not r["control"] and r["accuracy"]]
+                rows = [r for r in csv.DictReader(f)
+                        if r["split"] == split and not r["control"] and r["accuracy"]]
+            found += [{"name": " ".join(filter(None, (r["name"], r["features"],
+                                                      "+aux" if r["aux"] == "True" else ""))),
+                       "accuracy": float(r["accuracy"]) / 100, "n_test": int(r["n_test"])}
+                      for r in rows]
         except (KeyError, ValueError, TypeError):
             raise VpromError(f"{table}: not a splits.csv of `vprom report`; pass the report "
                              "folder or the run folders") from None
