@@ -8,14 +8,15 @@ import json
 import numpy as np
 import pytest
 import torch
-
-from tests.baselines.conftest import small_config
-from vprom.app.cli import main
-from vprom.app.score import read_predictions, score_predictions
 from vprom.baselines.data import load_split
 from vprom.baselines.evaluate import evaluate
 from vprom.baselines.run_folder import load_checkpoint
 from vprom.baselines.train import build_model, train
+
+from tests.baselines.conftest import small_config
+from vprom.app.answers import read_predictions
+from vprom.app.cli import main
+from vprom.app.score import score_predictions
 from vprom.errors import VpromError
 from vprom.tables import read_matrix_table
 
@@ -69,22 +70,23 @@ def problems(tiny_pair):
     return dataset, table, np.sort(table.splits["neutral"]["test"])
 
 
-def test_every_refusal_is_one_line_with_counts_and_examples(problems, tmp_path):
+def test_every_refusal_is_one_line_with_counts_examples_and_lines(problems, tmp_path):
     dataset, table, test = problems
     ids = list(test[3:]) + [int(test[5]), int(test[5]), int(test[6]), 99999, 88888]
     path = write_csv(tmp_path / "p.csv", ids, [0] * len(ids))
     with pytest.raises(VpromError) as e:
         score_predictions(dataset, path, out=tmp_path / "o")
     lines = str(e.value).splitlines()
-    assert len(lines) == 3
-    assert "2 matrix ids are listed more than once (e.g. " \
-           f"{test[5]}, {test[6]})" in lines[0]
-    assert "2 ids are not matrices of" in lines[1] and "(e.g. 88888, 99999)" in lines[1]
-    assert f"leaves out 3 of the {len(test)} test problems" in lines[2]
-    assert f"(e.g. {test[0]}, {test[1]}, {test[2]})" in lines[2]
+    n = len(test) - 3  # test[3:] is on lines 2..n+1, under the header
+    assert len(lines) == 2
+    assert f"{path}: 2 matrix ids are listed more than once (e.g. {test[5]} (lines 4, " \
+           f"{n + 2}, {n + 3}), {test[6]} (lines 5, {n + 4}))" in lines[0]
+    assert "2 ids are not matrices of" in lines[1]
+    assert f"(e.g. 88888 (line {n + 6}), 99999 (line {n + 5}))" in lines[1]
     assert not (tmp_path / "o" / "metrics.json").exists()
+    train = table.splits["neutral"]["train"][:5]
     for only, text in (([*test, test[0]], "listed more than once"), ([*test, 12345],
-                       "not matrices of"), (test[1:], "leaves out 1 of")):
+                       "not matrices of"), (train, "none of its 5 predictions is one of the")):
         path = write_csv(tmp_path / "one.csv", only, [0] * len(only))
         with pytest.raises(VpromError, match=text) as e:
             score_predictions(dataset, path, out=tmp_path / "o")
@@ -126,14 +128,20 @@ def test_json_lines_with_scores_only_take_the_best_candidate(problems, tmp_path)
 
 
 def test_the_command_prints_evaluates_breakdown_beside_the_ceiling(problems, tmp_path, capsys):
-    dataset, table, test = problems
+    dataset, _, test = problems
     (tmp_path / "mine").mkdir()
     path = write_csv(tmp_path / "mine" / "p.csv", test, [0] * len(test))
     assert main(["score", str(dataset), str(path), "--split", "neutral"]) == 0
     out = capsys.readouterr().out
-    assert "test accuracy" in out and "chance 12.5%, perception-only ceiling" in out
+    lines = out.splitlines()
+    assert f"(choice; {len(test)} test problems scored; 0 other predictions" in lines[0]
+    assert "test accuracy" in out
+    assert "chance 12.5%, humans (paper) 77.8%, perception-only ceiling" in lines[1]
+    assert lines[2].startswith(f"unparsed 0 of {len(test)} (0.0%, scored wrong); letters "
+                               f"chosen A {len(test)}, B 0, C 0, D 0, E 0, F 0, G 0, H 0; "
+                               "entropy 0.00 bits (at most 3)")
     assert "by relation:" in out and "by relation x element type:" in out
-    assert "ceiling" in out.splitlines()[3]
+    assert "ceiling" in lines[4]
     assert (tmp_path / "mine" / "metrics.json").is_file()
     assert main(["score", str(dataset), str(path)]) == 0  # its own metrics.json: replaced
 

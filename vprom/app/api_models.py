@@ -282,27 +282,32 @@ def crops(dataset: Path, vg: Path, size: int, out: Path, *, workers: int | None 
 
 
 def score(dataset: Path, predictions: Path, *, split: str = "neutral", out: Path | None = None,
-          model: str | None = None, features: str = "own") -> tuple[dict, dict]:
+          model: str | None = None, features: str = "own",
+          baselines: tuple[Path, ...] = ()) -> tuple[dict, dict]:
     """Score anyone's predictions like `vprom evaluate` (breakdowns, 95% intervals).
 
     Returns the metrics (also in OUT/metrics.json) and the perception-only ceiling.
 
     Args:
         dataset: DATASET.h5 the predictions were made on
-        predictions: CSV (matrix_id,choice[,score_0..score_7]) or JSON lines
-            ({"matrix_id": 17, "choice": 3}), every test problem of the split once
+        predictions: CSV (matrix_id,choice[,score_0..score_7]), JSON lines
+            ({"matrix_id": 17, "choice": 3} or {"matrix_id": 17, "response": "C"}),
+            lmms-eval's samples_*.jsonl or VLMEvalKit's predictions (.xlsx, .tsv, .json);
+            each test problem of the split at most once (a subset is a partial sample)
         split: the split whose test part is scored
         out: folder for metrics.json, which `vprom report` takes as a run (default: the
             folder holding PREDICTIONS)
         model: the model's name in reports (default: the --out folder's name)
         features: what the model read, shown as the report's feature column
+        baselines: run folders, folders of runs or a `vprom report` folder, whose runs on
+            the same split are printed beside the score
 
     >>> metrics, ceiling = vprom.score("build/small/dataset.h5", "mine/predictions.csv")
     ... # doctest: +SKIP
     """
     from vprom.app.score import score_predictions
 
-    return score_predictions(dataset, predictions, split, out, model, features)
+    return score_predictions(dataset, predictions, split, out, model, features, baselines)
 
 
 def human_study(dataset: Path, vg: Path, out: Path, *, split: str = "neutral",

@@ -1,190 +1,110 @@
 """Scoring anyone's predictions with the paper's protocol (`vprom score DATASET.h5 PREDICTIONS`).
 
-A model trained outside vprom writes one prediction per test problem of a split, as CSV
-
-    matrix_id,choice                      (a header row; optional columns score_0..score_7)
-    17,3
-
-or as JSON lines, `{"matrix_id": 17, "choice": 3}` with an optional `"scores": [8 numbers]`.
-`choice` is the candidate picked, 0..7; when it is left out, the highest score is taken.
-Either is UTF-8, with or without a byte-order mark (Excel's "CSV UTF-8" writes one). A line
-that cannot be read (a field over the csv module's 128 KB, an id outside int64, a number of
-thousands of digits, nesting too deep) is refused with its file and line number.
-
-The file is checked against the split's test part before anything is scored; each problem
-found is one line of the refusal, with counts and examples: test problems left out, problems
-listed twice, ids that are not matrices of the data set. Predictions of matrices outside the
-test part (a file covering every problem) are allowed and not scored.
+PREDICTIONS is a file of choices (CSV or JSON lines) or of a model's free text (JSON lines of
+responses, lmms-eval's samples, VLMEvalKit's predictions); `vprom.app.answers` reads each and
+takes the letter out of free text. It is checked against the split's test part before anything
+is scored, each problem found one line of the refusal, with counts and examples (with their
+lines): problems listed twice, ids that are not matrices of the data set, no test problem at
+all. Predictions of matrices outside the test part (a file covering every problem) are allowed
+and not scored; predictions of only some test problems (an export's `--limit` sample) are
+scored as a partial sample, said so in the metrics and the summary.
 
 Scoring is `vprom evaluate`'s own (`baselines.metrics.breakdowns`): accuracy with 95% Wilson
-intervals overall, per relation, per element type and per pair; printed beside chance and the
-perception-only ceiling of the same problems (`generation.verify.ceiling`: what perfect recognition
-scores without finding the relation). The metrics are written atomically as `metrics.json` in
-`evaluate`'s schema (the run's model fields filled from what is known, the rest null), so
-`vprom report` lists the outside model beside the baselines; as in a run's, the data set and
-the predictions are named relative to the metrics file.
+intervals overall, per relation, per element type and per pair; an unparsed answer counts as
+wrong. Printed beside chance, the paper's humans, the perception-only ceiling of the same
+problems (`generation.verify.ceiling`: what perfect recognition scores without finding the
+relation) and the baselines of the same split given with `--baselines` (run folders, folders
+of runs, or a `vprom report` folder's splits.csv); with the unparsed rate and the letters
+chosen, their distribution and entropy in bits (3 when all eight are chosen equally, 0 for a
+model that always says "A"). The metrics are written atomically as `metrics.json` in
+`evaluate`'s schema (the run's model fields filled from what is known, the rest null, the
+additions under `config`), so `vprom report` lists the outside model beside the baselines; as
+in a run's, the data set and the predictions are named relative to the metrics file.
 """
 
 from __future__ import annotations
 
 import csv
-import io
 import json
-import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import entropy
 
+from vprom.app.answers import LETTERS, UNPARSED, Predictions, read_predictions
 from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
+from vprom.baselines.paper import HUMANS
+from vprom.baselines.report import expand_runs, load_entry
 from vprom.baselines.run_checks import did_not_learn
-from vprom.errors import VpromError
-from vprom.generation.verify.ceiling import perception_hits
-from vprom.files import sha256_file, write_json
-from vprom.manifest import input_hash
 from vprom.domain import CHANCE, N_CANDIDATES, SPLITS
+from vprom.errors import VpromError
+from vprom.files import sha256_file, write_json
+from vprom.generation.verify.ceiling import perception_hits
+from vprom.manifest import input_hash
 from vprom.tables import crop_rows, read_matrix_table
 
 SCORED_BY = "vprom score"
 EXAMPLES = 3
-MAX_ID = np.iinfo(np.int64).max
 
 
-@dataclass(frozen=True)
-class Predictions:
-    path: Path
-    matrix_id: np.ndarray  # int64 (n,)
-    choice: np.ndarray  # int64 (n,), 0..7
-
-
-def _bad(path: Path, line: int, what: str) -> VpromError:
-    return VpromError(f"{path}, line {line}: {what}; each line needs a matrix id and a choice "
-                      f"0..{N_CANDIDATES - 1} (or {N_CANDIDATES} scores)")
-
-
-def _integer(value, path: Path, line: int, name: str) -> int:
-    """A whole number in 0..2**63-1, read exactly: 17, "17" or "17.0"."""
-    text = str(value).strip()
-    if len(text) > 40:
-        raise _bad(path, line, f"{name} of {len(text):,} characters is not a number")
-    try:
-        number = int(text) if text.isdigit() else float(text)
-    except ValueError:
-        raise _bad(path, line, f"{name} {value!r} is not a number") from None
-    if isinstance(number, float) and not number.is_integer():
-        raise _bad(path, line, f"{name} {value!r} is not a whole number")
-    if not 0 <= number <= MAX_ID:
-        raise _bad(path, line, f"{name} {value} is out of range (0 to 2**63-1)")
-    return int(number)
-
-
-def _record(path: Path, line: int, matrix_id, choice, scores) -> tuple[int, int]:
-    """(matrix id, choice) of one line, checked."""
-    if matrix_id is None:
-        raise _bad(path, line, "no matrix_id")
-    if scores is not None:
-        try:
-            scores = [float(v) for v in scores]
-        except (TypeError, ValueError):
-            raise _bad(path, line, f"scores {scores!r} are not numbers") from None
-        if len(scores) != N_CANDIDATES or not all(math.isfinite(v) for v in scores):
-            raise _bad(path, line, f"scores need {N_CANDIDATES} finite numbers")
-    if choice is None or choice == "":
-        if scores is None:
-            raise _bad(path, line, "no choice and no scores")
-        choice = int(np.argmax(scores))
-    choice = _integer(choice, path, line, "choice")
-    if not 0 <= choice < N_CANDIDATES:
-        raise _bad(path, line, f"choice {choice} is not a candidate")
-    return _integer(matrix_id, path, line, "matrix_id"), choice
-
-
-def _json_lines(path: Path, text: str):
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            raise _bad(path, number, "not a JSON object") from None
-        except (ValueError, RecursionError):  # a number of over 4,300 digits, deep nesting
-            raise _bad(path, number, "a number too long or nesting too deep") from None
-        if not isinstance(row, dict):
-            raise _bad(path, number, "not a JSON object")
-        yield _record(path, number, row.get("matrix_id"), row.get("choice"), row.get("scores"))
-
-
-def _csv_lines(path: Path, text: str):
-    reader = csv.reader(io.StringIO(text))
-    try:
-        yield from _csv_records(path, reader)
-    except csv.Error as e:  # a field over csv.field_size_limit(), a stray NUL
-        raise _bad(path, reader.line_num, str(e)) from None
-
-
-def _csv_records(path: Path, reader):
-    head = next(reader, [])
-    if head[:1] != ["matrix_id"]:
-        raise VpromError(f"{path}: a CSV of predictions starts with the header "
-                         "`matrix_id,choice` (optionally then score_0..score_7)")
-    score_columns = [head.index(f"score_{k}") for k in range(N_CANDIDATES)
-                     if f"score_{k}" in head]
-    if score_columns and len(score_columns) != N_CANDIDATES:
-        raise VpromError(f"{path}: the header names {len(score_columns)} score columns; give "
-                         f"all {N_CANDIDATES} (score_0..score_{N_CANDIDATES - 1}) or none")
-    at = head.index("choice") if "choice" in head else None
-    for row in reader:
-        if not any(cell.strip() for cell in row):
-            continue
-        if len(row) != len(head):
-            raise _bad(path, reader.line_num, f"{len(row)} fields, the header has {len(head)}")
-        scores = [row[k] for k in score_columns] if score_columns else None
-        yield _record(path, reader.line_num, row[0], row[at] if at is not None else None,
-                      scores)
-
-
-def read_predictions(path: str | Path) -> Predictions:
-    """The predictions of a CSV or JSON-lines file (told apart by their first character)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not data
-    except FileNotFoundError:
-        raise VpromError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise VpromError(f"{path}: not UTF-8 text; write predictions as CSV or JSON lines")
-    reader = _json_lines if text.lstrip().startswith("{") else _csv_lines
-    pairs = list(reader(path, text))
-    ids = np.array([p[0] for p in pairs], dtype=np.int64)
-    return Predictions(path, ids, np.array([p[1] for p in pairs], dtype=np.int64))
-
-
-def _examples(values) -> str:
-    values = [int(v) for v in values]
-    more = ", …" if len(values) > EXAMPLES else ""
-    return ", ".join(str(v) for v in values[:EXAMPLES]) + more
+def _examples(values, predictions: Predictions) -> str:
+    """The first few of `values` (matrix ids), each with the lines it is on."""
+    shown = []
+    for value in values[:EXAMPLES]:
+        lines = predictions.line[predictions.matrix_id == value].tolist()
+        unit = predictions.unit + ("s" if len(lines) > 1 else "")
+        shown.append(f"{value} ({unit} {', '.join(map(str, lines))})")
+    return ", ".join(shown) + (", …" if len(values) > EXAMPLES else "")
 
 
 def check_predictions(predictions: Predictions, known: np.ndarray, test: np.ndarray,
                       where: str) -> None:
-    """Refuse left-out test problems, repeated ids and unknown ids: one line each."""
+    """Refuse repeated ids, unknown ids and a file without test problems: one line each."""
     ids, path = predictions.matrix_id, predictions.path
     problems = []
     values, counts = np.unique(ids, return_counts=True)
     twice = values[counts > 1]
     if len(twice):
         problems.append(f"{path}: {len(twice)} matrix ids are listed more than once "
-                        f"(e.g. {_examples(twice)}); give one prediction per problem")
+                        f"(e.g. {_examples(twice, predictions)}); give one prediction per problem")
     unknown = np.setdiff1d(values, known)
     if len(unknown):
         problems.append(f"{path}: {len(unknown)} ids are not matrices of {where} (e.g. "
-                        f"{_examples(unknown)}); were the predictions made on another data set?")
-    left_out = np.setdiff1d(test, values)
-    if len(left_out):
-        problems.append(f"{path}: leaves out {len(left_out)} of the {len(test)} test problems "
-                        f"of {where} (e.g. {_examples(left_out)}); predict every one")
+                        f"{_examples(unknown, predictions)}); were the predictions made on "
+                        "another data set?")
+    if not np.isin(test, values).any():
+        problems.append(f"{path}: none of its {len(values):,} predictions is one of the "
+                        f"{len(test):,} test problems of {where}; nothing to score")
     if problems:
         raise VpromError("\n".join(problems))
+
+
+def _baselines(paths, split: str, folder: Path) -> list[dict]:
+    """{name, accuracy 0..1, n_test} of each baseline of `split` in `paths`: a `vprom report`
+    folder (its splits.csv), or run folders and folders of runs (their metrics.json) other
+    than `folder`, where this score goes."""
+    found = []
+    for path in map(Path, paths):
+        table = path / "splits.csv"
+        if not table.is_file():
+            runs = [run for run in expand_runs([path]) if run.resolve() != folder.resolve()]
+            found += [{"name": e.label, "accuracy": e.accuracy / 100,
+                       "n_test": e.metrics["test"]["n"]}
+                      for e in map(load_entry, runs) if e.split == split and not e.is_control]
+            continue
+        try:
+            with table.open(newline="", encoding="utf-8") as f:
+                rows = [r for r in csv.DictReader(f)
+                        if r["split"] == split and not r["control"] and r["accuracy"]]
+            found += [{"name": " ".join(filter(None, (r["name"], r["features"],
+                                                      "+aux" if r["aux"] == "True" else ""))),
+                       "accuracy": float(r["accuracy"]) / 100, "n_test": int(r["n_test"])}
+                      for r in rows]
+        except (KeyError, ValueError, TypeError):
+            raise VpromError(f"{table}: not a splits.csv of `vprom report`; pass the report "
+                             "folder or the run folders") from None
+    return found
 
 
 def _ceiling(hits: np.ndarray, relation: np.ndarray, element_type: np.ndarray) -> dict:
@@ -218,9 +138,18 @@ def _out_folder(predictions: Path, out: Path | None) -> Path:
     return folder
 
 
+def _letters(choice: np.ndarray) -> dict:
+    """The unparsed count, the letters chosen and their entropy in bits (None if none)."""
+    counts = np.bincount(choice[choice != UNPARSED], minlength=N_CANDIDATES)
+    return {"unparsed": int((choice == UNPARSED).sum()),
+            "unparsed_rate": float((choice == UNPARSED).mean()),
+            "letters": dict(zip(LETTERS, counts.tolist())),
+            "letter_entropy_bits": float(entropy(counts, base=2)) if counts.any() else None}
+
+
 def score_predictions(dataset: str | Path, predictions: str | Path, split: str = "neutral",
                       out: str | Path | None = None, model: str | None = None,
-                      features: str = "own") -> tuple[dict, dict]:
+                      features: str = "own", baselines=()) -> tuple[dict, dict]:
     """Score PREDICTIONS on `split`'s test part of DATASET.h5; writes OUT/metrics.json.
 
     Returns the metrics and the perception-only ceiling of the same groups."""
@@ -234,8 +163,9 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str =
         raise VpromError(f"{dataset}: split {split!r} has no test problems; nothing to score")
     found = read_predictions(predictions)
     check_predictions(found, table.id, test, f"{dataset} (split {split})")
-    rows = crop_rows(table.id, test)
-    choice = found.choice[crop_rows(found.matrix_id, test)]
+    scored = np.intersect1d(test, found.matrix_id)
+    rows = crop_rows(table.id, scored)
+    choice = found.choice[crop_rows(found.matrix_id, scored)]
     answer = table.answer[rows].astype(np.int64)
     relation, element_type = table.relation[rows], table.element_type[rows]
     hits = perception_hits(table.elements[rows], answer)
@@ -250,9 +180,12 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str =
         "dataset": str(dataset),
         "dataset_content_hash": input_hash(dataset),
         "config": {"scored_by": SCORED_BY, "predictions": str(predictions),
-                   "predictions_sha256": sha256_file(predictions),
-                   "not_scored": int(len(found.matrix_id) - len(test)),
-                   "perception_ceiling": _ceiling(hits, relation, element_type)["test"]["all"]},
+                   "predictions_sha256": sha256_file(predictions), "format": found.format,
+                   "test_problems": len(test), "partial_sample": len(scored) < len(test),
+                   "not_scored": int(len(found.matrix_id) - len(scored)),
+                   "perception_ceiling": _ceiling(hits, relation, element_type)["test"]["all"],
+                   "humans": HUMANS / 100, **_letters(choice),
+                   "baselines": _baselines(baselines, split, folder)},
         "checkpoint": None,
         "chance": CHANCE,
         **breakdowns(choice == answer, relation, element_type),
@@ -275,13 +208,22 @@ def _published(metrics: dict, folder: Path) -> dict:
 
 def format_scored(metrics: dict, ceiling: dict) -> str:
     """`vprom evaluate`'s summary of scored predictions, the ceiling beside each group."""
-    config = metrics["config"]
-    lines = [f"{metrics['model']} on {metrics['split']}: {config['predictions']} "
-             f"({metrics['test']['n']:,} test problems scored, {config['not_scored']:,} "
-             "other predictions not scored)",
-             f"test accuracy {format_score(metrics['test'])}   95% Wilson interval; chance "
-             f"{100 * CHANCE:.1f}%, perception-only ceiling "
-             f"{100 * ceiling['test']['all']:.1f}%"]
+    config, n = metrics["config"], metrics["test"]["n"]
+    sample = (f"{n:,} of {config['test_problems']:,} test problems scored: a partial sample"
+              if config["partial_sample"] else f"{n:,} test problems scored")
+    letters = ", ".join(f"{k} {v:,}" for k, v in config["letters"].items())
+    bits = config["letter_entropy_bits"]
+    lines = [(f"{metrics['model']} on {metrics['split']}: {config['predictions']} "
+              f"({config['format']}; {sample}; {config['not_scored']:,} other predictions not "
+              "scored)"),
+             (f"test accuracy {format_score(metrics['test'])}   95% Wilson interval; chance "
+              f"{100 * CHANCE:.1f}%, humans (paper) {HUMANS:.1f}%, perception-only ceiling "
+              f"{100 * ceiling['test']['all']:.1f}%"),
+             (f"unparsed {config['unparsed']:,} of {n:,} ({100 * config['unparsed_rate']:.1f}%,"
+              f" scored wrong); letters chosen {letters}; entropy "
+              f"{'n/a' if bits is None else f'{bits:.2f}'} bits (at most 3)")]
+    lines += [(f"baseline {b['name']}: {100 * b['accuracy']:.1f}% on {b['n_test']:,} test "
+               "problems") for b in config["baselines"]]
     lines += format_breakdowns(
         metrics, lambda key, name: f"ceiling {100 * ceiling[key][name]:5.1f}%")
     for reason in metrics.get("did_not_learn") or []:
