@@ -21,6 +21,7 @@ from tqdm import tqdm
 import vprom.generation.verify.audit as audit
 import vprom.generation.verify.bias as bias
 import vprom.generation.verify.checks as checks
+import vprom.generation.verify.decision as decision
 import vprom.generation.verify.set_probes as set_probes
 import vprom.generation.verify.split_checks as split_checks
 from vprom.generation.verify.audit import Check
@@ -145,5 +146,6 @@ def assemble(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
                                      for r in done[job]], inputs.note))
     if inputs.features:
         out.append(done[("features",)])
+    decision.decide(out)  # every bias check's groups: one family
     out.append(done[("ceiling",)])
     return out
