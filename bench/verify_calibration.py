@@ -242,7 +242,7 @@ def main() -> None:
     ap.add_argument("--power-replicates", type=int, default=20)
     ap.add_argument("--label-excess", type=float, nargs="+", default=[2.5, 3.0, 4.0],
                     help="label tell sizes, as a perfect reader's excess in points")
-    ap.add_argument("--absent-q", type=float, nargs="+", default=[0.02, 0.03, 0.05])
+    ap.add_argument("--absent-q", type=float, nargs="+", default=[0.05, 0.1, 0.2])
     ap.add_argument("--blocks-q", type=float, nargs="+", default=[0.05, 0.1, 0.2])
     ap.add_argument("--seeds", type=seed_list, default=[], help="demo seeds, e.g. 0-49")
     ap.add_argument("--builds", type=Path, default=Path("/tmp/vprom-calibration"))
