@@ -38,14 +38,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from threadpoolctl import threadpool_limits
-
 from generate import full_size_pool, vocabulary  # bench/generate.py: the VG-sized pool
-from vprom.domain import N_CANDIDATES
+from threadpoolctl import threadpool_limits
 from vprom.generation.generate import generate_dataset
 from vprom.generation.verify import audit, decision, jobs, set_probes, verify
 from vprom.generation.verify.loaded import in_memory
 from vprom.splits import load_rules
+
+from vprom.domain import N_CANDIDATES
 
 ROOT = Path(__file__).resolve().parents[1]
 

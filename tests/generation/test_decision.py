@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.stats
-
 from vprom.generation.verify import audit, decision
 
 #: the test matrices of a full-scale relation x element-type cell (and fewer train)
