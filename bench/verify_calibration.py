@@ -216,6 +216,7 @@ def simulate(args, rng: np.random.Generator) -> None:
                       f"{100 * r['p<0.01']:>7.2f}%{100 * r['p<0.05']:>7.2f}%", flush=True)
             full = (inputs, r["groups"] if r else None)
         inputs, m = full
+        m = args.family_size or m
         if m is None:
             set_answers(inputs, rng.integers(0, N_CANDIDATES, len(inputs.data.matrices)))
             m = len(decision.family_groups(bias_family(inputs)))
@@ -240,10 +241,12 @@ def main() -> None:
     ap.add_argument("--demo-replicates", type=int, default=40)
     ap.add_argument("--full-replicates", type=int, default=3)
     ap.add_argument("--power-replicates", type=int, default=20)
-    ap.add_argument("--label-excess", type=float, nargs="+", default=[2.5, 3.0, 4.0],
+    ap.add_argument("--label-excess", type=float, nargs="*", default=[2.5, 3.0, 4.0],
                     help="label tell sizes, as a perfect reader's excess in points")
-    ap.add_argument("--absent-q", type=float, nargs="+", default=[0.05, 0.1, 0.2])
-    ap.add_argument("--blocks-q", type=float, nargs="+", default=[0.05, 0.1, 0.2])
+    ap.add_argument("--absent-q", type=float, nargs="*", default=[0.05, 0.075, 0.1])
+    ap.add_argument("--blocks-q", type=float, nargs="*", default=[0.2, 0.3, 0.4])
+    ap.add_argument("--family-size", type=int, help="groups in the full-size family "
+                    "(default: counted on a full-size replicate)")
     ap.add_argument("--seeds", type=seed_list, default=[], help="demo seeds, e.g. 0-49")
     ap.add_argument("--builds", type=Path, default=Path("/tmp/vprom-calibration"))
     ap.add_argument("--seed", type=int, default=0)
