@@ -182,9 +182,12 @@ def demo_seeds(seeds: list[int], out: Path) -> list[tuple[int, list[str]]]:
     for seed in seeds:
         folder = out / str(seed)
         if not (folder / "dataset.h5").is_file():
-            subprocess.run([sys.executable, "-m", "vprom", "build", "--synthetic", "--seed",
-                            str(seed), "--out", str(folder), "--workers", "1"], cwd=ROOT,
-                           capture_output=True, check=False)
+            done = subprocess.run([sys.executable, "-m", "vprom", "build", "--synthetic",
+                                   "--seed", str(seed), "--out", str(folder), "--workers", "1"],
+                                  cwd=ROOT, capture_output=True, text=True, check=False)
+            if not (folder / "dataset.h5").is_file():
+                print(f"  seed {seed}: not built: {done.stderr.strip()[-300:]}", flush=True)
+                continue
         report = verify(folder / "dataset.h5", load_rules())
         failing = [f"{c.name} {g}: {100 * f['accuracy']:.1f}% n={f['test']} p={f['p']:.2g} "
                    f"adjusted={f['p_adjusted']:.2g}" for c, g, f in

@@ -6,9 +6,13 @@ fitted on the neutral train part and scored on held-out test matrices (the heuri
 position test fit nothing): under the null a held-out answer is any of the 8 with probability
 1/8 whatever the probe learned, independently of the other matrices, so its hits are
 Binomial(n, 1/8) and the exact one-sided binomial tail is a valid p-value. A probe that
-splits a tie among k candidates scores 1/k; the test draws the tie's pick (hit when U < 1/k,
-U uniform from a generator seeded by the check and group names), a hit with probability
-exactly 1/8 under the null. The rate and its 95% Wilson interval are those of the split hits.
+splits a tie among k candidates scores 1/k; the test draws the tie's pick (hit when U < 1/k),
+a hit with probability exactly 1/8 under the null. An 8-way tie (a hit of exactly 1/8, since
+it always holds the answer) says nothing and is left out of the test: whether the top picks
+are all 8 does not depend on the answer, so the rest stay Binomial. U comes from a generator
+seeded by the check's and group's names and a SHA-256 of the hits: one file gives one report,
+and the draws change with the answers as fresh ones would. The rate and 95% Wilson interval
+are those of all the split hits.
 
 The family is every judged group of every bias check of one data set (`decide`): the answer-
 position χ² tests, the two heuristics and each probe's groups. Holm's step-down controls the
@@ -19,6 +23,8 @@ fail a small data set, and a significant excess under 2 points does not fail a l
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
@@ -44,13 +50,17 @@ def group_test(check: str, group: str, hits: np.ndarray, n_train: int | None = N
     """A group's figures from its held-out hits (each 0..1; 1/k for a k-way tie): rate, 95%
     interval, counts and the p-value; judged (p set) when test and train (if given) reach
     `min_n`. Its verdict waits for the family (`decide`)."""
+    hits = np.asarray(hits, dtype=np.float64)
     n = len(hits)
-    lo, hi = wilson_interval(float(np.sum(hits)), n)
+    lo, hi = wilson_interval(float(hits.sum()), n)
     judged = n >= min_n and (n_train is None or n_train >= min_n)
-    picks = np.random.default_rng(list(f"{check}/{group}".encode())).random(n) < hits
+    digest = hashlib.sha256(hits.tobytes()).digest()
+    seed = [*f"{check}/{group}".encode(), *np.frombuffer(digest, dtype=np.uint32).tolist()]
+    tested = hits[~np.isclose(hits, CHANCE, rtol=0, atol=1e-12)]
+    picks = np.random.default_rng(seed).random(len(tested)) < tested
     return {"accuracy": float(np.mean(hits)) if n else float("nan"), "ci95": [lo, hi],
             "test": n, "train": n_train, "judged": bool(judged),
-            "p": binomial_p(int(picks.sum()), n) if judged else None,
+            "p": binomial_p(int(picks.sum()), len(tested)) if judged else None,
             "p_adjusted": None, "failed": False}
 
 
