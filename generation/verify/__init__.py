@@ -14,6 +14,7 @@ from pathlib import Path
 
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.checks import check_integrity, fatal_problems
+from vprom.generation.verify.decision import format_group
 from vprom.generation.verify.jobs import prepare, run_checks
 from vprom.generation.verify.loaded import load
 from vprom.processes import collector_paused
@@ -40,7 +41,9 @@ class VerifyReport:
                  f"{self.figures.get('crops', 0):,} crops"]
         for c in self.checks:
             lines.append(f"  {c.status.upper():4s} {c.name:20s} {c.summary}")
-            lines += [f"       - {p}" for p in c.problems]
+            groups = [format_group(g, f) for g, f in c.figures.items()
+                      if isinstance(f, dict) and "p_adjusted" in f]
+            lines += [f"       {line}" for line in groups] or [f"       - {p}" for p in c.problems]
         failed = [c.name for c in self.checks if not c.ok]
         lines.append("verdict: " + (f"FAIL ({', '.join(failed)})" if failed else "PASS"))
         return "\n".join(lines)

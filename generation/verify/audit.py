@@ -1,7 +1,7 @@
 """Bias audit of a built data set: can the answer be found without looking at the context?
 
 1. Answer position: a χ² test of the answer index against N/8 per position, overall and per
-   element type (Bonferroni-corrected).
+   element type; the group's rate is its most frequent position's share.
 2. "Pick a most frequent element" and "pick the odd one out", each uniform among the
    candidates it singles out: 1/8 in expectation unless the answer's position depends on them.
 3. Context-blind probes per element type and relation x element type, fitted on the neutral
@@ -11,7 +11,7 @@
    overlap, box shape) and an indicator per (label of j, how many of the other 7 carry it).
    Image features: x_j is j's feature vector, under a strong penalty.
 
-A strategy (2, 3) fails when its 95% Wilson lower bound exceeds chance + `SHORTCUT_MARGIN`; a
+Every group gets a p-value and the groups of all checks are judged together (`decision`); a
 group with under `MIN_PROBE_TEST` train or test matrices is reported but not judged.
 """
 
@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vprom.domain import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN
+from vprom.domain import CHANCE, N_CANDIDATES
+from vprom.generation.verify.decision import decide, group_test
 from vprom.statistics import wilson_interval
 
 if TYPE_CHECKING:
     import scipy.sparse
 
-POSITION_ALPHA = 1e-3  # family-wise level of the answer-position tests
 MIN_PROBE_TEST = 50  # fewer test matrices than this tell nothing; the probe is skipped
 FOLDS = 5  # the label probe's answer rates for training rows come from the other folds
 L2 = 1e-3  # the label probe's penalty, times half the squared weights
@@ -59,28 +59,30 @@ class Check:
 
 # ---------------------------------------------------------------- 1. answer position
 def answer_position(answers: np.ndarray, groups: dict[str, np.ndarray]) -> Check:
-    """χ² test of uniform answer positions, overall and per group (Bonferroni-corrected)."""
+    """χ² test of uniform answer positions, overall and per group (judged with the family)."""
     from scipy.special import chdtrc  # the χ² tail of scipy.stats.chi2.sf, without its 0.5 s
 
     tests = {"all": np.asarray(answers)}
     tests.update({g: np.asarray(answers)[idx] for g, idx in sorted(groups.items())})
-    tests = {g: a for g, a in tests.items() if len(a) > 0}
-    alpha = POSITION_ALPHA / max(1, len(tests))
-    figures, problems = {}, []
+    figures = {}
     for group, a in tests.items():
+        if len(a) == 0:
+            continue
         counts = np.bincount(a.astype(np.int64), minlength=N_CANDIDATES)[:N_CANDIDATES]
         expected = len(a) / N_CANDIDATES
         stat = float(((counts - expected) ** 2).sum() / expected)
-        p = float(chdtrc(N_CANDIDATES - 1, stat))
-        figures[group] = {"counts": counts.tolist(), "chi2": round(stat, 3), "p": p}
-        if p < alpha:
-            problems.append(f"{group}: answer positions {counts.tolist()} are not uniform "
-                            f"(chi2={stat:.1f}, p={p:.2g} < {alpha:.2g})")
+        top = int(counts.max())
+        figures[group] = {"counts": counts.tolist(), "chi2": round(stat, 3),
+                          "accuracy": top / len(a), "ci95": list(wilson_interval(top, len(a))),
+                          "test": len(a), "train": None, "judged": True,
+                          "p": float(chdtrc(N_CANDIDATES - 1, stat)), "p_adjusted": None,
+                          "failed": False}
     overall = figures["all"]
-    summary = (f"answer positions {overall['counts']} (chi2={overall['chi2']:.1f}, "
-               f"p={overall['p']:.3g}; fail below p={alpha:.2g} per test, "
-               f"{len(tests)} tests)")
-    return Check("bias:position", "fail" if problems else "pass", summary, figures, problems)
+    check = Check("bias:position", "pass", f"answer positions {overall['counts']} "
+                  f"(chi2={overall['chi2']:.1f}, p={overall['p']:.3g}; the rate: the most "
+                  "frequent position's share)", figures)
+    decide([check])
+    return check
 
 
 # ---------------------------------------------------------------- 2. frequency heuristics
@@ -106,17 +108,8 @@ def heuristic_hits(codes: np.ndarray, answers: np.ndarray, kind: str) -> np.ndar
 
 
 def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
-    """Fail a strategy whose 95% lower bound exceeds chance + SHORTCUT_MARGIN."""
-    n = len(hits)
-    acc = float(hits.mean()) if n else CHANCE
-    lo, hi = wilson_interval(float(hits.sum()), n)
-    limit = CHANCE + SHORTCUT_MARGIN
-    failed = n > 0 and lo > limit
-    summary = (f"{what}: {100 * acc:.1f}% on {n:,} matrices (95% CI {100 * lo:.1f}–"
-               f"{100 * hi:.1f}%; chance 12.5%, fail if the lower bound > {100 * limit:.1f}%)")
-    problems = [f"{what} scores {100 * acc:.1f}% without the context"] if failed else []
-    return Check(name, "fail" if failed else "pass", summary,
-                 {"accuracy": acc, "ci95": [lo, hi], "n": n, "limit": limit}, problems)
+    """A heuristic scored on every matrix (it fits nothing) as one group, "all"."""
+    return judge_groups(name, what, [("all", hits, None)])
 
 
 # ---------------------------------------------------------------- 3. the context-blind probes
@@ -309,33 +302,18 @@ def probe_groups(element_type: np.ndarray, relation: np.ndarray, train: np.ndarr
     return out
 
 
-def judge_groups(name: str, what: str, results: list[tuple[str, np.ndarray, int]],
+def judge_groups(name: str, what: str, results: list[tuple[str, np.ndarray, int | None]],
                  note: str = "") -> Check:
-    """One check over probe groups' (name, test hits, train size)."""
-    limit = CHANCE + SHORTCUT_MARGIN
-    figures, problems, parts, judged = {}, [], [], 0
-    for group, hits, n_train in results:
-        n = len(hits)
-        acc = float(hits.mean()) if n else float("nan")
-        lo, hi = wilson_interval(float(hits.sum()), n)
-        judge = n >= MIN_PROBE_TEST and n_train >= MIN_PROBE_TEST
-        judged += judge
-        failed = judge and lo > limit
-        figures[group] = {"accuracy": acc, "ci95": [lo, hi], "test": n, "train": n_train,
-                          "judged": bool(judge), "failed": bool(failed)}
-        if failed:
-            problems.append(f"{group}: {what} scores {100 * acc:.1f}% without the context "
-                            f"(95% CI {100 * lo:.1f}–{100 * hi:.1f}% on {n:,} matrices)")
-        if n:
-            parts.append(f"{group} {100 * acc:.1f}%" + ("" if judge else " (too few to judge)"))
-    if not judged:
-        return Check(name, "skip", f"too few matrices to probe any group (each needs "
-                     f"{MIN_PROBE_TEST} train and test); {'; '.join(parts)}", figures)
-    worst = max((f for f in figures.values() if f["judged"]), key=lambda f: f["ci95"][0])
-    summary = (f"{what}, per element type and relation: " + ", ".join(parts)
-               + f" (highest 95% lower bound {100 * worst['ci95'][0]:.1f}%; chance 12.5%, fail "
-               f"if a lower bound > {100 * limit:.1f}%)" + note)
-    return Check(name, "fail" if problems else "pass", summary, figures, problems)
+    """One check over groups' (name, test hits, train size), judged as a family of its own
+    (`verify` judges all checks' groups together)."""
+    figures = {group: group_test(name, group, hits, n_train, MIN_PROBE_TEST)
+               for group, hits, n_train in results}
+    if not any(f["judged"] for f in figures.values()):
+        return Check(name, "skip", f"{what}: too few matrices to judge any group (each needs "
+                     f"{MIN_PROBE_TEST} train and test)", figures)
+    check = Check(name, "pass", what + note, figures)
+    decide([check])
+    return check
 
 
 def group_hits(element_type: np.ndarray, relation: np.ndarray, train: np.ndarray,

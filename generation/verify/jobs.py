@@ -21,6 +21,7 @@ from tqdm import tqdm
 import vprom.generation.verify.audit as audit
 import vprom.generation.verify.bias as bias
 import vprom.generation.verify.checks as checks
+import vprom.generation.verify.decision as decision
 import vprom.generation.verify.set_probes as set_probes
 import vprom.generation.verify.split_checks as split_checks
 from vprom.generation.verify.audit import Check
@@ -94,14 +95,19 @@ def run_job(inputs: Inputs, job: tuple):
 
 
 # ---------------------------------------------------------------- the parent
-def job_list(inputs: Inputs) -> list[tuple]:
-    """Every job of a readable data set, heavy ones first."""
-    n = len(inputs.data.matrices)
+def bias_jobs(inputs: Inputs) -> list[tuple]:
+    """The jobs of the bias checks, heavy ones first."""
     jobs = [("features",)] if inputs.features else []
     jobs += [("set type", k) for k in range(len(inputs.sets.types()))]
     jobs += [("label group", k) for k in range(len(inputs.groups))]
-    jobs += [(name,) for name in ("splits", "integrity", "leakage", "held-out",
-                                  "absent values", "blocks", "ceiling", "frequencies")]
+    return jobs + [("absent values",), ("blocks",), ("frequencies",)]
+
+
+def job_list(inputs: Inputs) -> list[tuple]:
+    """Every job of a readable data set, heavy ones first."""
+    n = len(inputs.data.matrices)
+    jobs = bias_jobs(inputs) + [(name,) for name in ("splits", "integrity", "leakage",
+                                                     "held-out", "ceiling")]
     return jobs + [("matrices", s, min(n, s + CHUNK)) for s in range(0, n, CHUNK)]
 
 
@@ -136,7 +142,14 @@ def assemble(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
                                 [r for _, reasons, _ in solved for r in reasons],
                                 sum(implied for _, _, implied in solved)),
            done[("splits",)], done[("leakage",)], done[("held-out",)]]
-    out += done[("frequencies",)]
+    out += bias_checks(inputs, jobs, done)
+    out.append(done[("ceiling",)])
+    return out
+
+
+def bias_checks(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
+    """The bias checks in report order, their groups judged as one family (`decision`)."""
+    out = list(done[("frequencies",)])
     out.append(audit.label_check([(name, done[("label group", k)], len(train))
                                   for k, (name, train, _) in enumerate(inputs.groups)],
                                  inputs.note))
@@ -145,5 +158,5 @@ def assemble(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
                                      for r in done[job]], inputs.note))
     if inputs.features:
         out.append(done[("features",)])
-    out.append(done[("ceiling",)])
+    decision.decide(out)
     return out

@@ -34,7 +34,7 @@ def test_heuristic_hits_by_hand():
 def test_small_samples_are_not_flagged_by_noise():
     # 3 hits in 8 is 37.5%, but 8 matrices prove nothing
     hits = np.array([1, 1, 1, 0, 0, 0, 0, 0], dtype=float)
-    assert audit.shortcut_check("x", "x", hits).status == "pass"
+    assert audit.shortcut_check("x", "x", hits).ok
     assert audit.shortcut_check("x", "x", np.r_[hits, hits, hits, hits, hits, hits,
                                                 hits, hits, hits, hits]).status == "fail"
 
@@ -91,7 +91,12 @@ def test_answer_position_reports_the_chi2_tail_of_its_counts():
     figures = check.figures["all"]
     assert figures["chi2"] == pytest.approx(20.588, abs=1e-3)
     assert figures["p"] == pytest.approx(scipy.stats.chi2.sf(350 / 17, 7), rel=1e-9)
-    assert check.status == "pass"  # p = 0.0044 is above the family-wise 0.001
+    # p = 0.0044 < 1% and the first position holds 17.6% >= 14.5%: it fails on its own, and
+    # passes in a family of three equal tests, where Holm's adjusted p is 3 · 0.0044
+    assert check.status == "fail" and figures["accuracy"] == pytest.approx(150 / 850)
+    family = audit.answer_position(answers, {"a": np.arange(850), "b": np.arange(850)})
+    assert family.figures["all"]["p_adjusted"] == pytest.approx(3 * figures["p"])
+    assert family.status == "pass"
     uniform = audit.answer_position(np.repeat(np.arange(8), 100), {})
     assert uniform.figures["all"]["p"] == 1.0 and uniform.status == "pass"
 
