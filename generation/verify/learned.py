@@ -18,9 +18,9 @@ matrices that scores them is a fixed rule there, and the model is blind to the c
 order, so each test hit is 1 in 8 when the candidates say nothing of the answer.
 
 Training: Adam on the mean cross-entropy, mini-batches of `BATCH` matrices in an order drawn
-from the group's numpy Generator, `EPOCHS` passes or as many as `MAX_STEPS` steps allow; weights are
-drawn from the same Generator; torch runs on one CPU thread, so the figures are the same on
-any machine and for any number of verify workers.
+from the group's numpy Generator, `EPOCHS` passes or as many as `MAX_STEPS` steps allow;
+weights are drawn from the same Generator; torch runs on one CPU thread, so the figures are
+the same for any number of verify workers.
 """
 
 from __future__ import annotations
