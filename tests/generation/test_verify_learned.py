@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.dataset_fixture import build_records, fixture_assign, write_dataset
-from tests.generation.test_count_candidates import _count_progressions_only
+from tests.generation.test_count_candidates import legacy_and_current_reports
 from vprom.domain import ElementType
 from vprom.generation.verify import learned, verify
 from vprom.splits import load_rules
@@ -56,16 +56,9 @@ def test_the_legacy_count_candidates_fail_at_full_scale_and_the_current_pass(
     """`generate` (with `--legacy-count-candidates` or not) at full scale, cut to its 25,000
     count x progression matrices (where the legacy candidates leak: the absent-values probe
     finds 20%), then `verify --learned`."""
-    from vprom.generation import generate as dataset_mod
-
-    monkeypatch.setattr(dataset_mod, "make_plan", _count_progressions_only(1.0))
-    rules = load_rules()
-    checks = {}
-    for legacy in (True, False):
-        out = tmp_path / f"legacy{int(legacy)}.h5"
-        dataset_mod.generate(pools_file, out, rules, scale=1.0, seed=0, legacy_counts=legacy)
-        checks[legacy] = learned_check(verify(out, rules, workers=2, learned=True))
-    old, new = checks[True], checks[False]
+    reports = legacy_and_current_reports(pools_file, tmp_path, monkeypatch, 1.0, workers=2,
+                                         learned=True)
+    old, new = (learned_check(reports[legacy]) for legacy in (True, False))
     assert old.status == "fail", old.summary
     assert old.figures["count x progression"]["failed"]
     assert new.status == "pass", new.summary
