@@ -2,7 +2,8 @@
 
 The checks: integrity and solver (`checks`); splits, leakage and held-out labels
 (`split_checks`); bias (`bias` over `audit` and `set_probes`); the perception-only ceiling
-(`ceiling`, a figure, never a failure). A file whose records cannot be read fails integrity
+(`ceiling`, a figure, never a failure); with `learned`, a model trained on the candidates'
+labels alone (`learned`). A file whose records cannot be read fails integrity
 and skips the rest. `workers` processes share the checks (`jobs`).
 """
 
@@ -55,7 +56,8 @@ class VerifyReport:
 
 def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None = None, *,
            check_matrix: Callable | None = None, assigner: Callable | None = None,
-           train_bans: Mapping[str, TrainBan] | None = None, workers: int = 1) -> VerifyReport:
+           train_bans: Mapping[str, TrainBan] | None = None, workers: int = 1,
+           learned: bool = False) -> VerifyReport:
     """Run every check on DATASET.h5 generated with `rules` (and the feature probe with a
     FEATS.h5); `workers` processes share them, the report is the same for any. Tests pass their
     own `check_matrix`, `assigner` (matrix -> {split: part}) and `train_bans`."""
@@ -72,6 +74,6 @@ def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None =
             return VerifyReport(dataset, checks, figures)
         inputs = prepare(data, structure, rules, Path(features) if features else None,
                          check_matrix, assigner,
-                         rules.design.train_bans if train_bans is None else train_bans)
+                         rules.design.train_bans if train_bans is None else train_bans, learned)
     return VerifyReport(dataset, run_checks(inputs, workers),
                         {"matrices": len(data.matrices), "crops": len(data.crops)})

@@ -22,6 +22,7 @@ import vprom.generation.verify.audit as audit
 import vprom.generation.verify.bias as bias
 import vprom.generation.verify.checks as checks
 import vprom.generation.verify.decision as decision
+import vprom.generation.verify.learned as learned
 import vprom.generation.verify.set_probes as set_probes
 import vprom.generation.verify.split_checks as split_checks
 from vprom.generation.verify.audit import Check
@@ -52,18 +53,19 @@ class Inputs:
     view: audit.CandidateView  # the label probe's
     groups: list  # the label probe's groups: (name, train rows, test rows)
     sets: set_probes.SetInputs
+    learned: bool = False  # also the learned probe (`learned`), on the label probe's groups
 
 
 def prepare(data: Data, structure: list[str], rules: SplitRules, features: Path | None,
             check_matrix: Callable | None, assigner: Callable | None,
-            train_bans: Mapping[str, TrainBan]) -> Inputs:
+            train_bans: Mapping[str, TrainBan], learned: bool = False) -> Inputs:
     train, test, note, _ = bias.probe_plan(data)
     m = data.matrices
     groups = audit.probe_groups(m.element_type.astype(str), m.relation.astype(str), train, test)
     return Inputs(data, structure, rules, features, check_matrix, assigner, train_bans,
                   checks.SolverTables(data), train, test, note,
                   bias.candidate_view(data, np.concatenate([train, test])), groups,
-                  set_probes.SetInputs(data, train, test))
+                  set_probes.SetInputs(data, train, test), learned)
 
 
 # ---------------------------------------------------------------- the jobs
@@ -73,6 +75,9 @@ JOBS = {
     "splits": lambda i: split_checks.check_splits(i.data, i.rules, i.assigner),
     "label group": lambda i, k: audit.label_group_hits(
         i.view, i.data.matrices.answer.astype(np.int64), *i.groups[k][1:]),
+    "learned group": lambda i, k: learned.learned_hits(
+        i.view, i.data.matrices.answer.astype(np.int64), *i.groups[k][1:],
+        learned.group_stream(k, len(i.groups))),
     "set type": lambda i, k: i.sets.one_type(k),
     "absent values": lambda i: i.sets.absent(i.note),
     "blocks": lambda i: i.sets.blocks(i.note),
@@ -98,6 +103,7 @@ def run_job(inputs: Inputs, job: tuple):
 def bias_jobs(inputs: Inputs) -> list[tuple]:
     """The jobs of the bias checks, heavy ones first."""
     jobs = [("features",)] if inputs.features else []
+    jobs += [("learned group", k) for k in range(len(inputs.groups)) if inputs.learned]
     jobs += [("set type", k) for k in range(len(inputs.sets.types()))]
     jobs += [("label group", k) for k in range(len(inputs.groups))]
     return jobs + [("absent values",), ("blocks",), ("frequencies",)]
@@ -156,6 +162,10 @@ def bias_checks(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
     out += [done[("absent values",)], done[("blocks",)]]
     out.append(set_probes.set_check([r for job in jobs if job[0] == "set type"
                                      for r in done[job]], inputs.note))
+    if inputs.learned:
+        out.append(learned.learned_check([(name, done[("learned group", k)], len(train))
+                                          for k, (name, train, _) in enumerate(inputs.groups)],
+                                         inputs.note))
     if inputs.features:
         out.append(done[("features",)])
     decision.decide(out)

@@ -134,21 +134,29 @@ def _count_progressions_only(scale: float):
     return plan
 
 
-@pytest.mark.slow
-def test_verify_fails_on_legacy_count_candidates_and_passes_on_new(pools_file, tmp_path,
-                                                                    monkeypatch):
-    """End to end: `generate` (legacy or not) then `verify`, on 6,250 count x progression
-    matrices."""
+def legacy_and_current_reports(pools_file, tmp_path, monkeypatch, scale: float,
+                               **options) -> dict:
+    """{legacy: `verify(**options)`'s report} on the count x progression matrices of `scale`,
+    generated with and without the legacy count candidates."""
     from vprom.generation import generate as dataset_mod
     from vprom.generation.verify import verify
 
-    monkeypatch.setattr(dataset_mod, "make_plan", _count_progressions_only(0.25))
+    monkeypatch.setattr(dataset_mod, "make_plan", _count_progressions_only(scale))
     rules = load_rules()
     reports = {}
     for legacy in (True, False):
         out = tmp_path / f"legacy{int(legacy)}.h5"
         dataset_mod.generate(pools_file, out, rules, scale=0.05, seed=0, legacy_counts=legacy)
-        reports[legacy] = verify(out, rules)
+        reports[legacy] = verify(out, rules, **options)
+    return reports
+
+
+@pytest.mark.slow
+def test_verify_fails_on_legacy_count_candidates_and_passes_on_new(pools_file, tmp_path,
+                                                                    monkeypatch):
+    """End to end: `generate` (legacy or not) then `verify`, on 6,250 count x progression
+    matrices."""
+    reports = legacy_and_current_reports(pools_file, tmp_path, monkeypatch, 0.25)
     old = {c.name: c for c in reports[True].checks}
     new = {c.name: c for c in reports[False].checks}
     assert not reports[True].ok

@@ -147,7 +147,7 @@ def merge(shards: list[Path], out: Path, *, rules=None):
 
 def build(out: Path, *, vg: Path | None = None, synthetic: bool = False,
           images: int | None = None, scale: float | None = None, seed: int = 0,
-          workers: int | None = None):
+          workers: int | None = None, learned_probe: bool = False):
     """One shot: (synth or VG) -> mine -> generate -> verify -> stats.
 
     Stages already done in `out` with the same settings are kept, so a build resumes.
@@ -160,6 +160,7 @@ def build(out: Path, *, vg: Path | None = None, synthetic: bool = False,
         scale: fraction of Table 1's size (default: 1.0 on VG, 0.05 synthetic)
         seed: seed of the synthetic corpus and of the matrices
         workers: processes of every stage (default: every usable core)
+        learned_probe: verify also with the learned candidates-only probe (verify --learned)
 
     >>> result = vprom.build("build/small", synthetic=True, images=1000, scale=0.003)
     [1/5] corpus: not made yet
@@ -171,11 +172,11 @@ def build(out: Path, *, vg: Path | None = None, synthetic: bool = False,
     from vprom.app.build import build as run
 
     return run(out, vg=vg, synthetic=synthetic, images=images, scale=scale, seed=seed,
-               workers=_workers(workers))
+               workers=_workers(workers), learned_probe=learned_probe)
 
 
 def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = None,
-           workers: int | None = None, rules=None):
+           workers: int | None = None, learned: bool = False, rules=None):
     """Integrity, solver, splits, leakage, bias probes and the perception-only ceiling.
 
     Refuses (VpromError) a data set whose recorded inputs no longer match; otherwise returns
@@ -188,6 +189,8 @@ def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = 
         features: also run the context-blind probes on this FEATS.h5
         workers: processes sharing the checks (default: every usable core); the report is
             the same for any number
+        learned: also train the context-blind model on the candidates' labels and judge its
+            hits on the test part (bias:probe-learned)
         rules: the split rules (default: those of splits/)
 
     >>> report = vprom.verify("build/small/dataset.h5")
@@ -206,7 +209,8 @@ def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = 
     problems = stale_stages(dataset, pools)
     if problems:
         raise VpromError(f"{dataset}: verification failed (inputs: {'; '.join(problems)})")
-    return run(dataset, _rules(rules), features=features, workers=_workers(workers))
+    return run(dataset, _rules(rules), features=features, workers=_workers(workers),
+               learned=learned)
 
 
 def stats(dataset: Path, *, json: Path | None = None) -> dict:

@@ -189,7 +189,8 @@ def _whole(value) -> bool:
 
 @writes("out", ("build",), inputs=lambda a: (a["vg"],), folder=True)
 def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: int | None = None,
-          scale: float | None = None, seed: int = 0, workers: int = 2) -> BuildResult:
+          scale: float | None = None, seed: int = 0, workers: int = 2,
+          learned_probe: bool = False) -> BuildResult:
     out = Path(out)
     _check_options(out, vg, synthetic, images, scale, seed, workers)
     rules = load_rules()
@@ -218,7 +219,7 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
     _invalidate(out, "dataset")  # verify.txt and stats.json are made again below
 
     print(f"[4/5] verifying {dataset}", flush=True)
-    report = verify(dataset, rules, workers=workers)
+    report = verify(dataset, rules, workers=workers, learned=learned_probe)
     named = dataclasses.replace(report, dataset=Path(dataset.name))  # no absolute path
     write_text(out / "verify.txt", named.format() + "\n")
     if not report.ok:
