@@ -248,8 +248,9 @@ def damaged_pools(w: Work):
     folder = w.fresh("c6")
     bad = folder / "pools.h5"
     data = bytearray(w.pools.read_bytes())
-    with h5py.File(w.pools, "r") as h5:  # inside the stored bytes of the largest dataset
-        largest = max((h5[n] for n in _datasets(h5)), key=lambda d: d.id.get_storage_size())
+    with h5py.File(w.pools, "r") as h5:  # inside the largest numeric column: boxes, ids
+        largest = max((h5[n] for n in _datasets(h5) if h5[n].dtype.kind in "iuf"),
+                      key=lambda d: d.id.get_storage_size())
         if largest.chunks:
             chunk = largest.id.get_chunk_info(0)
             start = chunk.byte_offset + chunk.size // 4

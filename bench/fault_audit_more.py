@@ -23,6 +23,7 @@ import h5py
 import numpy as np
 
 from fault_audit import ENV, Work, _quote, both, fill, full_disk, one_line, registry, vprom
+from tests.app.conftest import Served
 from tests.app.test_errors import SWALLOWED_INTERRUPT
 from tests.app.test_human import answer_body, get_session
 from tests.app.test_human_server import _answers, _post
@@ -43,8 +44,10 @@ class Server:
             self.port = s.getsockname()[1]
         command = f"{prefix} exec {_quote(sys.executable)} -m vprom human-serve " \
                   f"{_quote(str(study))} --port {self.port}"
-        self.proc = subprocess.Popen(["bash", "-c", command], env=ENV, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.log = study.with_name(study.name + ".log")  # a file: a full pipe would stall it
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(["bash", "-c", command], env=ENV, stdout=log,
+                                         stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port)):
@@ -52,19 +55,12 @@ class Server:
             time.sleep(0.2)
         raise RuntimeError("human-serve did not start")
 
-    def request(self, method, path, body=None, raw=None, headers=None, timeout=30):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        sent = {"Content-Type": "application/json"} if method == "POST" else {}
-        conn.request(method, path, body=data, headers={**sent, **(headers or {})})
-        reply = conn.getresponse()
-        out = reply.status, reply.read()
-        conn.close()
-        return out
+    request = Served.request  # the tests' client: it needs only `port`
 
     def close(self) -> str:
         self.proc.terminate()
-        return self.proc.communicate(timeout=30)[1]
+        self.proc.wait(timeout=30)
+        return self.log.read_text()
 
 
 def served(w: Work, name: str, prefix: str = "") -> tuple[Server, Path]:
@@ -138,7 +134,9 @@ def serve_idle(w: Work):
                 sockets.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
         began = time.monotonic()
         try:
-            code, _ = server.request("GET", "/api/session?participant=p9", timeout=120)
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+            conn.request("GET", "/api/session?participant=p9")
+            code = conn.getresponse().status
         except OSError as e:
             code = type(e).__name__
         took = time.monotonic() - began
@@ -149,7 +147,8 @@ def serve_idle(w: Work):
     return code == 200, f"{code} after {took:.1f} s, {len(sockets)} idle connections"
 
 
-@case("12 human-serve: 1,200 answers posted 64 at a time", "every one answered and recorded once")
+@case("12 human-serve: 100 participants' 1,300 answers, 64 posted at a time",
+      "every one answered 201 and recorded once")
 def serve_classroom(w: Work):
     from collections import Counter
     from concurrent.futures import ThreadPoolExecutor
@@ -176,25 +175,31 @@ def serve_classroom(w: Work):
 
 
 # ---------------------------------------------------------------- 13-14: interrupts
-@case("13 SIGTERM to build in a folder holding the user's features/, then build again",
-      "exit 143, one line; the re-run ends 0 and features/ is untouched")
+@case("13 SIGTERM to build re-run in a finished build folder holding features/, then again",
+      "exit 143, one line; the re-run ends 0 and keeps the stages and features/")
 def build_with_features(w: Work):
-    folder = w.fresh("c13")
+    folder = w.root / "c13"
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(w.build, folder, symlinks=True)
     (folder / "features").mkdir()
-    (folder / "features" / "mine.h5").write_text("the user's")
-    argv = [sys.executable, "-m", "vprom", "build", "--synthetic", "--out", str(folder),
-            "--workers", "2"]
-    proc = subprocess.Popen(argv, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True)
-    deadline = time.monotonic() + 300
-    while not (folder / "pools.h5").exists() and time.monotonic() < deadline:
+    (folder / "features" / "resnet101.h5").write_text("features of this build")
+    log = folder.parent / "c13.out"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "vprom", "build", "--synthetic", "--out",
+                                 str(folder), "--workers", "2"], stdout=out,
+                                stderr=subprocess.PIPE, text=True,
+                                env={**ENV, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 300  # into the stage after the kept ones: verify
+    while "[4/5]" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     stopped = one_line((proc.returncode, "", err), "interrupted (SIGTERM)", code=143)
-    status, _, again = vprom("build", "--synthetic", "--out", folder, "--workers", 2)
-    kept = (folder / "features" / "mine.h5").read_text() == "the user's"
-    return stopped[0] and status == 0 and kept, stopped[1] + f"; re-run exit {status}"
+    status, out, _ = vprom("build", "--synthetic", "--out", folder, "--workers", 2)
+    kept = (folder / "features" / "resnet101.h5").read_text() == "features of this build"
+    resumed = status == 0 and "[3/5] dataset: kept" in out and kept
+    return stopped[0] and resumed, stopped[1] + f"; re-run exit {status}" + (
+        ", stages and features/ kept" if resumed else "")
 
 
 @case("14 SIGTERM (and Ctrl-C) landing in a finalizer", "exit 143 (130) and the one line")
@@ -286,8 +291,9 @@ def score_hostile_csv(w: Work):
 
 
 def _all_predictions(w: Work, bom: bool = False) -> Path:
-    with h5py.File(w.dataset, "r") as h5:
-        ids = h5["matrices/matrix_id"][()]
+    from vprom.tables import read_matrix_table
+
+    ids = np.sort(read_matrix_table(w.dataset).splits["neutral"]["test"])
     rows = "matrix_id,choice\n" + "".join(f"{i},0\n" for i in ids)
     return w.predictions(("\ufeff" if bom else "") + rows, "bom.csv" if bom else "all.csv")
 
