@@ -81,11 +81,15 @@ def _quote(word: str) -> str:
 
 
 def one_line(result, *words, code=1) -> tuple[bool, str]:
-    """The command exited `code` with one line on stderr holding every one of `words`."""
+    """The command exited `code` with one line of its own (`vprom CMD: ...`) on stderr, holding
+    every one of `words`, and no traceback; progress notes (`extract: decoding ...`) may
+    stand beside it."""
     status, _, err = result
-    lines = [x for x in err.splitlines() if x.strip() and not x.startswith("WARNING")]
-    ok = status == code and len(lines) == 1 and all(w in lines[0] for w in words)
-    return ok, f"exit {status}: " + (" / ".join(lines[-2:])[:160] or "(nothing on stderr)")
+    said = [x for x in err.splitlines() if x.startswith("vprom")]
+    broken = "Traceback" in err or "Exception ignored" in err
+    ok = status == code and len(said) == 1 and not broken and all(w in said[0] for w in words)
+    shown = said[-1] if said else (err.strip().splitlines() or ["(nothing on stderr)"])[-1]
+    return ok, f"exit {status}: {shown[:160]}" + (" (and a traceback)" if broken else "")
 
 
 def both(*checks: tuple[bool, str]) -> tuple[bool, str]:
