@@ -7,7 +7,9 @@ best epoch, config), best.pt, each written atomically by `train`, and metrics.js
 - a run that is not current (`vprom.manifest.is_current`: its manifest, config.json, records
   other data set or features, or settings other than `RESUMABLE` ones differ): refused,
   naming what differs;
-- a run of these settings: resumed from last.pt, or left alone when it is finished;
+- a run of these settings: resumed from last.pt (refused when last.pt is another run's or
+  does not fit the model: `check_own_checkpoint`, `load_weights`), or left alone when it is
+  finished;
 - a best.pt without last.pt: refused (it cannot be continued, and a new run would overwrite
   it);
 - `--restart`: the new run trains in `.NAME.restart` beside OUT and replaces OUT once its first
