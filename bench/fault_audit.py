@@ -120,6 +120,13 @@ class Work:
         folder.mkdir(parents=True)
         return folder
 
+    def build_copy(self, name: str) -> Path:
+        """A fresh copy of the finished build folder."""
+        folder = self.root / name
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.copytree(self.build, folder, symlinks=True)
+        return folder
+
     @property
     def features(self) -> Path:
         path = self.root / "labels.h5"
@@ -278,9 +285,7 @@ def _datasets(h5) -> list[str]:
 @case("7 generate into a finished build with other settings, then build again",
       "build does not keep that data set: it says why and makes it again")
 def build_vouches(w: Work):
-    folder = w.root / "c7"
-    shutil.rmtree(folder, ignore_errors=True)
-    shutil.copytree(w.build, folder, symlinks=True)
+    folder = w.build_copy("c7")
     status, _, err = vprom("generate", folder / "pools.h5", "--out", folder / "dataset.h5",
                            "--scale", 0.01, "--seed", 9, "--workers", 2)
     assert status == 0, err

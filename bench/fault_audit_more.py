@@ -179,9 +179,7 @@ def serve_classroom(w: Work):
 @case("13 SIGTERM to build re-run in a finished build folder holding features/, then again",
       "exit 143, one line; the re-run ends 0 and keeps the stages and features/")
 def build_with_features(w: Work):
-    folder = w.root / "c13"
-    shutil.rmtree(folder, ignore_errors=True)
-    shutil.copytree(w.build, folder, symlinks=True)
+    folder = w.build_copy("c13")
     (folder / "features").mkdir()
     (folder / "features" / "resnet101.h5").write_text("features of this build")
     log = folder.parent / "c13.out"
