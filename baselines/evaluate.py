@@ -18,8 +18,8 @@ from vprom.baselines.config import TrainConfig
 from vprom.baselines.data import load_split
 from vprom.baselines.run_checks import control_result, did_not_learn, is_control
 from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
-from vprom.baselines.run_folder import (RESUMABLE, anchored, load_checkpoint, plain_record,
-                                        portable)
+from vprom.baselines.run_folder import (check_own_checkpoint, load_checkpoint, load_weights,
+                                        plain_record, portable)
 from vprom.baselines.train import build_model, predict
 from vprom.claim import claim
 from vprom.errors import VpromError
@@ -39,31 +39,6 @@ def _check_run(run: Path) -> None:
     if not (run / "best.pt").is_file():
         raise VpromError(f"{run / 'best.pt'}: no such checkpoint; the run has not finished an "
                          "epoch yet (re-running its `vprom train` command continues it)")
-
-
-def check_own_checkpoint(run: Path, manifest: dict, state: dict) -> None:
-    """Refuse a best.pt whose settings differ from the run's config.json: one copied from
-    another run would be scored as this run's."""
-    ours, theirs = anchored(manifest["config"], run), state.get("config") or {}
-    differ = sorted(k for k in set(ours) | set(theirs)
-                    if k not in RESUMABLE and ours.get(k) != theirs.get(k))
-    if differ:
-        raise VpromError(f"{run / 'best.pt'}: not this run's checkpoint ({', '.join(differ)} "
-                         f"differ from {run / 'config.json'}); restore the run's own best.pt, "
-                         "or train it again with --restart")
-
-
-def load_weights(model, state: dict, path: Path) -> None:
-    """`state`'s weights into `model`, or one line naming the checkpoint and the first key
-    that does not fit (torch's own error is a multi-line RuntimeError)."""
-    try:
-        model.load_state_dict(state["model"])
-    except (RuntimeError, KeyError, TypeError) as e:
-        details = [line.strip() for line in str(e).splitlines() if line.strip()]
-        raise VpromError(f"{path}: its weights do not fit the run's {type(model).__name__} "
-                         f"model ({(details[1:2] or details[:1] or [type(e).__name__])[0]}); "
-                         "restore the run's own best.pt, or train it again with --restart"
-                         ) from None
 
 
 #: feature attributes that may differ between two extractions of the same features
@@ -106,7 +81,7 @@ def _score(run: Path, device: str | None) -> dict:
     except (json.JSONDecodeError, KeyError, TypeError):
         raise VpromError(f"{run / 'config.json'}: not a vprom run config") from None
     state = load_checkpoint(run / "best.pt")
-    check_own_checkpoint(run, manifest, state)
+    check_own_checkpoint(run / "best.pt", manifest, state)
     config = TrainConfig.from_dict(state["config"]).resolved()
     check_inputs(run, manifest, state)
     device = resolve_device(device)

@@ -7,7 +7,9 @@ best epoch, config), best.pt, each written atomically by `train`, and metrics.js
 - a run that is not current (`vprom.manifest.is_current`: its manifest, config.json, records
   other data set or features, or settings other than `RESUMABLE` ones differ): refused,
   naming what differs;
-- a run of these settings: resumed from last.pt, or left alone when it is finished;
+- a run of these settings: resumed from last.pt (refused when last.pt is another run's or
+  does not fit the model: `check_own_checkpoint`, `load_weights`), or left alone when it is
+  finished;
 - a best.pt without last.pt: refused (it cannot be continued, and a new run would overwrite
   it);
 - `--restart`: the new run trains in `.NAME.restart` beside OUT and replaces OUT once its first
@@ -32,7 +34,7 @@ import torch
 from vprom.baselines.config import TrainConfig
 from vprom.errors import VpromError
 from vprom.files import atomic_path
-from vprom.manifest import why_stale
+from vprom.manifest import manifest_of, why_stale
 
 RUN_FILES = ("config.json", "history.json", "last.pt", "best.pt", "metrics.json")
 #: settings that may differ when a run is continued: how long and where, not what
@@ -94,6 +96,32 @@ def load_checkpoint(path: Path) -> dict:
     return state
 
 
+def check_own_checkpoint(path: Path, manifest: dict, state: dict) -> None:
+    """Refuse a checkpoint whose settings differ from its run's config.json (`manifest`): one
+    copied from another run would be scored, or continued, as this run's."""
+    run = path.parent
+    ours, theirs = anchored(manifest["config"], run), state.get("config") or {}
+    differ = sorted(k for k in set(ours) | set(theirs)
+                    if k not in RESUMABLE and ours.get(k) != theirs.get(k))
+    if differ:
+        raise VpromError(f"{path}: not this run's checkpoint ({', '.join(differ)} differ from "
+                         f"{run / 'config.json'}); restore the run's own {path.name}, or train "
+                         "it again with --restart")
+
+
+def load_weights(model, state: dict, path: Path) -> None:
+    """`state`'s weights into `model`, or one line naming the checkpoint and the first key
+    that does not fit (torch's own error is a multi-line RuntimeError)."""
+    try:
+        model.load_state_dict(state["model"])
+    except (RuntimeError, KeyError, TypeError) as e:
+        details = [line.strip() for line in str(e).splitlines() if line.strip()]
+        raise VpromError(f"{path}: its weights do not fit the run's {type(model).__name__} "
+                         f"model ({(details[1:2] or details[:1] or [type(e).__name__])[0]}); "
+                         f"restore the run's own {path.name}, or train it again with --restart"
+                         ) from None
+
+
 def portable(config: dict, out: Path) -> dict:
     """`config` (a `TrainConfig.to_dict()`) with its paths relative to the run folder `out`:
     a published run folder names no home or install folder."""
@@ -153,6 +181,8 @@ def place_run(config: TrainConfig) -> RunPlace:
             raise VpromError(f"{out} holds a run this one cannot continue ({why}); choose "
                              "another --out, or pass --restart to replace that run (its files "
                              "are kept until the new run has finished an epoch)")
+        if state is not None:
+            check_own_checkpoint(out / "last.pt", manifest_of(out), state)
     if state is None:
         return RunPlace(out, out, None, False, f"{out}: starting a new run")
     done, best = len(state["history"]), state["best"]

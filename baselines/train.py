@@ -234,7 +234,7 @@ def train(config: TrainConfig) -> Path:
         model, model_config = build_model(config, data.feature_dim, data.side)
         model.to(world.device)
         optimizer = make_optimizer(config, model, capturable=graphed is not None)
-        history, best, start = restore(place.state, model, optimizer)
+        history, best, start = restore(place, model, optimizer)
         # what every checkpoint and config.json record beside the weights
         header = {"format": CHECKPOINT_FORMAT, "model_config": dataclasses.asdict(model_config),
                   "features_attrs": run_folder.plain_record(data.attrs),
@@ -305,11 +305,13 @@ def load_data(config: TrainConfig, world: World) -> SplitData:
     return data.to(world.device)
 
 
-def restore(state: dict | None, model, optimizer) -> tuple[list[dict], dict, int]:
-    """Load a checkpoint's weights and optimiser state; returns (history, best, first epoch)."""
+def restore(place: RunPlace, model, optimizer) -> tuple[list[dict], dict, int]:
+    """Load the run's last.pt weights and optimiser state; returns (history, best, first
+    epoch)."""
+    state = place.state
     if state is None:
         return [], {"epoch": -1, "val_acc": None}, 0
-    model.load_state_dict(state["model"])
+    run_folder.load_weights(model, state, place.out / "last.pt")
     optimizer.load_state_dict(state["optimizer"])
     return state["history"], state["best"], state["epoch"] + 1
 

@@ -317,6 +317,17 @@ def loader(plan: ExtractPlan, batches: list):
         prefetch_factor=plan.config.prefetch, multiprocessing_context=context(None))
 
 
+def stop_workers(batches) -> None:
+    """End a DataLoader's workers now, on every way out of the loop. Left to the garbage
+    collector, they outlive an interrupt: the iterator lives on in the interrupt's traceback,
+    and a worker killed by the same SIGTERM as this process makes torch's SIGCHLD handler
+    raise in a finalizer or at exit, under the command's one line. Once shut down, torch
+    forgets the workers and their deaths raise nothing."""
+    shutdown = getattr(batches, "_shutdown_workers", None)  # torch has no public name for it
+    if shutdown is not None:
+        shutdown()
+
+
 def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
     """Extract this rank's unfinished chunks (see the module doc); returns the boxes done."""
     layout, world = plan.layout, plan.world
@@ -328,49 +339,52 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
     chunk_of = [c for c in todo for _ in layout.chunks[c]]
     # Workers (if any) start first: they decode the first batches while the model is built.
     batches = iter(loader(plan, [layout.batches[b] for b in batch_ids]))
-    model = build_model(plan)
-    shape = row_shape(plan, model)
-    plan.check_space(shape)  # maps, timm: known now, before the first chunk is written
-    warm_up(plan, model)
-    trunk = GraphedTrunk(plan, model, api) if plan.config.cuda_graphs else None
-    forward = Forward(plan, model, streams_for(world.device, api), trunk)
-    chunks = {}  # chunk -> [its rows, its failures, its batches still to land]
-    queue = deque()
-    bar = tqdm(total=sum(layout.batch_units(b) for b in batch_ids), unit="crop",
-               desc=f"extract {plan.backbone.name}", disable=None, smoothing=0.05,
-               position=world.rank if world.size > 1 else None)
-    done = 0
+    try:
+        model = build_model(plan)
+        shape = row_shape(plan, model)
+        plan.check_space(shape)  # maps, timm: known now, before the first chunk is written
+        warm_up(plan, model)
+        trunk = GraphedTrunk(plan, model, api) if plan.config.cuda_graphs else None
+        forward = Forward(plan, model, streams_for(world.device, api), trunk)
+        chunks = {}  # chunk -> [its rows, its failures, its batches still to land]
+        queue = deque()
+        bar = tqdm(total=sum(layout.batch_units(b) for b in batch_ids), unit="crop",
+                   desc=f"extract {plan.backbone.name}", disable=None, smoothing=0.05,
+                   position=world.rank if world.size > 1 else None)
+        done = 0
 
-    def land() -> None:  # the oldest queued batch: wait for its rows, file them
-        nonlocal done
-        c, units, pending, failed, peak = queue.popleft()
-        start, stop = layout.chunk_units(c)
-        if c not in chunks:
-            rows = np.full((stop - start, *shape), np.nan, DTYPES[plan.config.dtype])
-            chunks[c] = [rows, [], len(layout.chunks[c])]
-        entry = chunks[c]
-        if pending is not None:
-            rows, event = pending
-            if event is not None:
-                event.synchronize()
-            check_finite(plan, rows.numpy(), peak)
-            entry[0][units - start] = rows.numpy()
-        entry[1] += failed
-        entry[2] -= 1
-        if entry[2] == 0:  # its last batch: the chunk is complete
-            write_chunk(plan, c, entry[0], entry[1])
-            del chunks[c]
-        done += len(units) + len(failed)
-        bar.update(len(units) + len(failed))
+        def land() -> None:  # the oldest queued batch: wait for its rows, file them
+            nonlocal done
+            c, units, pending, failed, peak = queue.popleft()
+            start, stop = layout.chunk_units(c)
+            if c not in chunks:
+                rows = np.full((stop - start, *shape), np.nan, DTYPES[plan.config.dtype])
+                chunks[c] = [rows, [], len(layout.chunks[c])]
+            entry = chunks[c]
+            if pending is not None:
+                rows, event = pending
+                if event is not None:
+                    event.synchronize()
+                check_finite(plan, rows.numpy(), peak)
+                entry[0][units - start] = rows.numpy()
+            entry[1] += failed
+            entry[2] -= 1
+            if entry[2] == 0:  # its last batch: the chunk is complete
+                write_chunk(plan, c, entry[0], entry[1])
+                del chunks[c]
+            done += len(units) + len(failed)
+            bar.update(len(units) + len(failed))
 
-    with bar:
-        for c, batch in zip(chunk_of, batches):
-            queue.append((c, *forward(forward.prepare(batch))))
-            while len(queue) > plan.config.in_flight:  # wait only with newer batches queued
+        with bar:
+            for c, batch in zip(chunk_of, batches):
+                queue.append((c, *forward(forward.prepare(batch))))
+                while len(queue) > plan.config.in_flight:  # wait only with newer batches queued
+                    land()
+            while queue:
                 land()
-        while queue:
-            land()
-    return done
+        return done
+    finally:
+        stop_workers(batches)
 
 
 def check_finite(plan: ExtractPlan, rows: np.ndarray, peak: torch.Tensor) -> None:

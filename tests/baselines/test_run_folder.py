@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -189,3 +190,28 @@ def test_train_on_a_full_disk_is_one_line_and_the_rerun_resumes(tiny_pair, tmp_p
         (disk / "ballast").unlink()
         train(config)  # not refused ("pass --restart")
         assert load_checkpoint(config.out / "last.pt")["epoch"] == 0
+
+
+def test_resuming_refuses_a_last_checkpoint_of_another_run_or_shape(tiny_pair, tmp_path):
+    """A last.pt copied from another model's run, or whose weights do not fit the model, is
+    refused in one line naming the file, what differs and what to do; nothing changes."""
+    dataset, features = tiny_pair
+    config = small_config(dataset, features, tmp_path / "run", epochs=1)
+    run = train(config)
+    other = train(small_config(dataset, features, tmp_path / "other", model="rn", epochs=1))
+    last, longer = run / "last.pt", small_config(dataset, features, run, epochs=2)
+    own = last.read_bytes()
+    last.write_bytes((other / "last.pt").read_bytes())
+    before = snapshot(run)
+    with pytest.raises(VpromError, match=f"^{last}: not this run's checkpoint \\(model, .*"
+                                         "differ from .*config.json\\); restore .*--restart"):
+        train(longer)
+    assert snapshot(run) == before
+    state = torch.load(io.BytesIO(own), weights_only=True)
+    key = next(iter(state["model"]))
+    state["model"][key] = torch.zeros(3, 5)
+    torch.save(state, last)
+    before = snapshot(run)
+    with pytest.raises(VpromError, match=f"^{last}: its weights do not fit .*{key}.*--restart"):
+        train(longer)
+    assert snapshot(run) == before
