@@ -284,7 +284,8 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
             panels through os.readlink cannot read them)
         split: npz: the split whose train, val and test problems are written
         size: npz: panel side in pixels
-        style: npz: pgm (DeepMind PGM's files, grayscale) or color (RGB panels)
+        style: npz: pgm (DeepMind PGM's files, grayscale), raven (RAVEN's files and meta
+            vectors, grayscale) or color (RGB panels)
 
     >>> print(vprom.export("build/small/dataset.h5", "jsonl", "build/small/dataset.jsonl"))
     wrote build/small/dataset.jsonl: ... matrices as JSON lines
