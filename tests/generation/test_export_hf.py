@@ -125,10 +125,10 @@ def test_card_states_and_checks_its_minimum_datasets(exported, tmp_path, monkeyp
     real = datasets.__version__
     monkeypatch.setattr(datasets, "__version__", "2.13.0")
     with pytest.raises(SystemExit, match=r"^datasets 2.13.0 ignores .*'datasets>=2.14'"):
-        exec(card_snippet(out), {})
+        exec(card_snippet(out), {})  # noqa: S102 (the card's snippet, as a user runs it)
     monkeypatch.setattr(datasets, "__version__", real)
     names = {}
-    exec(card_snippet(out), names)
+    exec(card_snippet(out), names)  # noqa: S102
     assert len(names["images"]) == 16 and sorted(names["problems"]) == sorted(SPLIT_PARTS)
 
 
