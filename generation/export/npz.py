@@ -125,51 +125,49 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
                   "problems": len(chosen), **per_part}
         manifest = {**manifest, "counts": {**manifest["counts"], **counts}}
         write_json(tmp / "manifest.json", manifest)
-        readme = {"pgm": PGM_README, "raven": RAVEN_README}.get(style, README)
-        (tmp / "README.txt").write_text(readme.format(
-            split=split, size=size, regime=pgm.regime(split), **per_part), encoding="utf-8")
+        layout, keys = README[style]
+        (tmp / "README.txt").write_text((HEADER + layout + PANELS + keys + OWN).format(
+            style=style, split=split, size=size, regime=pgm.regime(split),
+            rgb="" if gray else ", 3", **per_part), encoding="utf-8")
     return counts
 
 
-README = """V-PROM problems exported by `vprom export --format npz`: split {split}, panels
-{size}x{size} ({train:,} train, {val:,} val, {test:,} test problems; the split's excluded
-matrices are not written).
-
-vprom_{split}_<part>_<id>.npz, one per problem; glob '*_train_*.npz' for a part.
-  image (16, {size}, {size}, 3) uint8: panels 1-8 the context (row-major), 9-16 the candidates
-  target: the answer, 0..7
-  meta_target (8,): one-hot relation (and, or, union, progression) then element type
-      (object_attribute, human_attribute, object, count); meta_target_names says which
-  relation, element_type, super_attribute, id (matrix id), panels (crop ids), elements
+HEADER = """V-PROM problems exported by `vprom export --format npz --style {style}`: split
+{split}, panels {size}x{size} ({train:,} train, {val:,} val, {test:,} test problems; the
+split's excluded matrices are not written).
 """
-
-PGM_README = """V-PROM problems exported by `vprom export --format npz --style pgm`: split {split}
-(regime {regime}), panels {size}x{size} grayscale ({train:,} train, {val:,} val, {test:,} test
-problems; the split's excluded matrices are not written), in DeepMind PGM's convention.
-
-{regime}/PGM_{regime}_<part>_<id>.npz, one per problem. SRAN-style loaders: root {regime}/;
+PANELS = """  image (16, {size}, {size}{rgb}) uint8: panels 1-8 the context (row-major), 9-16 the
+      candidates
+  target: the answer, 0..7
+"""
+OWN = "  relation, element_type, super_attribute, id (matrix id), panels (crop ids), elements\n"
+#: per style: the layout (before PANELS) and the style's own keys (after)
+README = {
+    "color": ("""
+vprom_{split}_<part>_<id>.npz, one per problem; glob '*_train_*.npz' for a part.
+""", """  meta_target (8,): one-hot relation (and, or, union, progression) then element type
+      (object_attribute, human_attribute, object, count); meta_target_names says which
+"""),
+    "pgm": ("""
+Grayscale, in DeepMind PGM's convention. SRAN-style loaders: root {regime}/;
 WReN-style loaders (root/*/*.npz): root this folder; they test 'train'/'val'/'test' against
 the whole path, so the root's path must hold none of them.
-  image (16, {size}, {size}) uint8: panels 1-8 the context (row-major), 9-16 the candidates
-  target: the answer, 0..7
-  meta_target (12,), relation_structure_encoded (4, 12): slots named by meta_target_names
+
+{regime}/PGM_{regime}_<part>_<id>.npz, one per problem:
+""", """  meta_target (12,), relation_structure_encoded (4, 12): slots named by meta_target_names
   relation_structure (1, 3): [element type, super-attribute, relation]
-  relation, element_type, super_attribute, id, panels, elements
-"""
+"""),
+    "raven": ("""
+Grayscale, in RAVEN's convention: its `dataset` class and models read this folder as root;
+it tests 'train'/'val'/'test' against the whole path, so the root's path must hold none of
+them. embedding.npy: one-hot codes of RAVEN's structure words (RAVEN's own GloVe
+embedding.npy has the same keys).
 
-RAVEN_README = """V-PROM problems exported by `vprom export --format npz --style raven`: split
-{split}, panels {size}x{size} grayscale ({train:,} train, {val:,} val, {test:,} test problems;
-the split's excluded matrices are not written), in RAVEN's convention (its `dataset` class and
-models: root this folder; it tests 'train'/'val'/'test' against the whole path, so the root's
-path must hold none of them).
-
-{regime}/RAVEN_<id>_<part>.npz, one per problem; embedding.npy: one-hot codes of RAVEN's
-structure words (RAVEN's own GloVe embedding.npy has the same keys).
-  image (16, {size}, {size}) uint8: panels 1-8 the context (row-major), 9-16 the candidates
-  target: the answer, 0..7
-  meta_matrix (8, 9), meta_target (9,): RAVEN's rule and attribute slots (meta_target_names);
-      and -> Constant, union -> Distribute_Three, progression -> Progression, or -> none;
-      count -> Number, object and shape -> Type, color and clothing color -> Color
+{regime}/RAVEN_<id>_<part>.npz, one per problem:
+""", """  meta_matrix (8, 9), meta_target (9,): RAVEN's rule and attribute slots, named by
+      meta_target_names: and -> Constant, union -> Distribute_Three, progression ->
+      Progression, or -> none; count -> Number, object and shape -> Type, color and
+      clothing color -> Color
   structure, meta_structure (21,): RAVEN's center_single (one picture a panel)
-  relation, element_type, super_attribute, id, panels, elements
-"""
+"""),
+}

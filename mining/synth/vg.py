@@ -35,14 +35,11 @@ SYNSETS = "synsets.json"
 #: VG's download page: each zip, the member it holds and the corpus file that is. A v1.2 zip
 #: holds the unversioned name (objects_v1_2.json.zip: objects.json), which the Hugging Face
 #: `visual_genome` script opens; the image zips hold their folder.
-ZIPS = {"image_data.json.zip": ("image_data.json", "image_data.json"),
-        "objects.json.zip": ("objects.json", "objects.json"),
-        "attributes.json.zip": ("attributes.json", "attributes.json"),
-        "region_descriptions.json.zip": ("region_descriptions.json", "region_descriptions.json"),
-        "relationships.json.zip": ("relationships.json", "relationships.json"),
-        "question_answers.json.zip": ("question_answers.json", "question_answers.json"),
-        "objects_v1_2.json.zip": ("objects.json", "objects_v1_2.json"),
-        "relationships_v1_2.json.zip": ("relationships.json", "relationships_v1_2.json")}
+ZIPS = {**{f"{stem}.json.zip": (f"{stem}.json",) * 2 for stem in (
+            "image_data", "objects", "attributes", "region_descriptions", "relationships",
+            "question_answers")},
+        **{f"{stem}_v1_2.json.zip": (f"{stem}.json", f"{stem}_v1_2.json")
+           for stem in ("objects", "relationships")}}
 IMAGE_ZIPS = {"images.zip": "VG_100K", "images2.zip": "VG_100K_2"}
 DOWNLOAD = "download"
 
