@@ -52,14 +52,16 @@ FORMATS = {
           "resumable (--out: a folder; needs --vg; pip install 'vprom[hf]')",
     "npz": "one npz per problem of --split. --style pgm (default): DeepMind PGM's "
            "convention, <regime>/PGM_<regime>_<part>_<id>.npz with image (16,S,S) uint8 "
-           "grayscale, target 0-7, meta_target (12,), relation_structure_encoded (4,12), "
-           "RAVEN's structure keys and embedding.npy (the tests re-state SRAN's, "
-           "WReN-PyTorch's and RAVEN's loaders); --style color: "
-           "vprom_<split>_<part>_<id>.npz with image (16,S,S,3) RGB and meta_target (8,) "
-           "(--out: a folder; needs --vg)",
+           "grayscale, target 0-7, meta_target (12,), relation_structure_encoded (4,12) "
+           "(the tests re-state SRAN's and WReN-PyTorch's loaders); --style raven: RAVEN's, "
+           "<regime>/RAVEN_<id>_<part>.npz with meta_target (9,), meta_structure (21,), "
+           "structure and embedding.npy (RAVEN's loader and Resnet18_MLP run on it); "
+           "--style color: vprom_<split>_<part>_<id>.npz with image (16,S,S,3) RGB and "
+           "meta_target (8,) (--out: a folder; needs --vg)",
 }
 EXAMPLES = (
     "vprom export build/dataset.h5 --format npz --vg data/vg --out build/npz --split neutral",
+    "vprom export build/dataset.h5 --format npz --style raven --vg data/vg --out build/raven",
     "vprom export build/dataset.h5 --format npz --style color --vg data/vg --out build/npz-rgb",
     "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl",
     "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",

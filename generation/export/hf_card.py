@@ -2,6 +2,10 @@
 `datasets` read (licence CC BY 4.0, tags, one configuration per split with `neutral` the
 default, plus `crops`), then prose: what a row holds, how to join panels to crops, how the
 data were built (the manifest's settings, the `vprom verify` report) and what to cite.
+
+`datasets` reads the YAML's `configs:` from 2.14.0 on (`MetadataConfigs`, added by
+huggingface/datasets#5331; 2.13 loads every Parquet file as one mixed table), so the card's
+snippet refuses an older one in one line and shows the `data_files` loading that works there.
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ from __future__ import annotations
 import json
 
 from vprom.tables import SPLIT_PARTS
+
+MIN_DATASETS = (2, 14)
 
 CITATIONS = """```bibtex
 @inproceedings{teney2020vprom,
@@ -64,6 +70,7 @@ def card(summary: dict, about: dict) -> str:
                                                for p in SPLIT_PARTS) + " |" for s in splits)
     manifest = about.get("manifest", {})
     verify = about.get("verify") or "(not run for this export)"
+    need = "{}.{}".format(*MIN_DATASETS)
     return f"""{front_matter(splits)}
 
 # V-PROM, built with vprom
@@ -92,16 +99,29 @@ candidate, 0..7), `answer_element`, `panels` (16 crop ids: 8 context, then 8 can
 `elements` (what each panel shows), and the provenance `image_ids` (Visual Genome image of
 each panel) and `boxes` (`[x, y, w, h]` in that image). A crop: `crop_id`, `image` (JPEG),
 `image_id`, `box`, `element_type`, `element`, `super_attribute`, `phrase`, `source_id`,
-`labels`. Crops are stored once and referenced by id (they repeat across problems):
+`labels`. Crops are stored once and referenced by id (they repeat across problems).
+
+Loading by configuration needs `datasets` {need} or later, the first that reads the
+`configs:` above (an older one loads every file as one mixed table), so the snippet stops an
+older one:
 
 ```python
+import datasets
 from datasets import load_dataset
+if tuple(map(int, datasets.__version__.split(".")[:2])) < {MIN_DATASETS}:
+    raise SystemExit(f"datasets {{datasets.__version__}} ignores this card's configurations; "
+                     "pip install 'datasets>={need}', or load the files by data_files")
 problems = load_dataset("PATH", "neutral")          # train / val / test
 crops = load_dataset("PATH", "crops", split="train")
 row_of = {{c: i for i, c in enumerate(crops["crop_id"])}}
 p = problems["train"][0]
 images = [crops[row_of[c]]["image"] for c in p["panels"]]   # 16 PIL images
 ```
+
+With an older `datasets`, name the files: `load_dataset("parquet", data_files={{"train":
+"PATH/data/neutral/train-*.parquet", "val": "PATH/data/neutral/val-*.parquet", "test":
+"PATH/data/neutral/test-*.parquet"}})`, and `data_files="PATH/data/crops/crops-*.parquet"`
+for the crops.
 
 ## How it was built
 

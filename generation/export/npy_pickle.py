@@ -1,12 +1,13 @@
-"""Pickled `.npy` files that numpy 1.x and 2.x both load: the release's label files.
+"""Pickled `.npy` files that numpy 1.x and 2.x, and Python 2.7, load: the release's label
+files and RAVEN's embedding.npy.
 
 Clients load `*_gt_labels.npy` with `np.load(path, allow_pickle=True).item()`: a 0-d object
 array holding a dict. numpy 2's `np.save` pickles it by reference to `numpy._core`, which
 numpy < 1.26 lacks. So the value is checked to be plain Python, the array is pickled at
-protocol 3 (numpy 1's, whose GLOBAL opcodes name modules as text), each GLOBAL naming
-`numpy._core.<module>` is rewritten to `numpy.core.<module>` (walking the opcodes with
-`pickletools`, so no string is touched; numpy 2 keeps those names importable), and a 1.0
-`.npy` header is put in front.
+protocol 2 (the highest Python 2.7 reads; its GLOBAL opcodes name modules as text), each
+GLOBAL naming `numpy._core.<module>` is rewritten to `numpy.core.<module>` (walking the
+opcodes with `pickletools`, so no string is touched; numpy 2 keeps those names importable),
+and a 1.0 `.npy` header is put in front.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pickletools
 
 import numpy as np
 
-PROTOCOL = 3
+PROTOCOL = 2
 PLAIN = (str, int, float, bool, type(None))
 
 
@@ -35,7 +36,7 @@ def check_plain(value, where: str = "value") -> None:
 
 
 def numpy1_pickle(value) -> bytes:
-    """The protocol-3 pickle of a 0-d object array holding `value`, naming numpy.core."""
+    """The protocol-2 pickle of a 0-d object array holding `value`, naming numpy.core."""
     check_plain(value)
     array = np.empty((), dtype=object)
     array[()] = value

@@ -1,15 +1,14 @@
 """`vprom export --format npz`: one compressed `.npz` per problem of one split, as PGM and RAVEN
 ship them, for loaders that glob a folder for `*<part>*.npz`.
 
-Style `pgm` (default) follows `generation.export.pgm`; style `color` writes
+Styles `pgm` (default) and `raven` follow `generation.export.pgm`; style `color` writes
 `OUT/vprom_<split>_<part>_<id>.npz` holding `image` (16, S, S, 3) uint8 (8 context panels
 row-major, then 8 candidates, each crop stretched to S x S), `target` (0..7), a one-hot
 `meta_target` (4 relations, then 4 element types) with `meta_target_names`, and V-PROM's own
 fields; every array loads without `allow_pickle`. Each distinct crop is cut and resized once
 into a uint8 memory map beside the output (removed at the end), so memory stays flat; the
 problems are written on a thread pool at zlib level 1 (`save_npz`). The folder is built under
-a temporary name and renamed into place when complete.
-"""
+a temporary name and renamed into place when complete."""
 
 from __future__ import annotations
 
@@ -83,12 +82,11 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
                    " for the panel tiles and the npz files")
     with atomic_dir(out) as tmp:
         tiles_path = tmp / ".tiles.u8"
-        gray = style == "pgm"
+        gray = style != "color"
         tiles = np.lib.format.open_memmap(tiles_path, mode="w+", dtype=np.uint8, shape=(
             max(len(used), 1), size, size, *(() if gray else (3,))))
         preallocate(tiles_path)  # a full disk fails here, not as SIGBUS inside the mmap
         mode = "L" if gray else "RGB"
-        tokens = pgm.vocabulary(m.super_attribute) if gray else []
 
         def store(r: int, crop: Image.Image) -> None:
             tiles[tile_of[r]] = panel_tile(crop, size, mode)
@@ -98,17 +96,19 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
 
         if gray:
             (tmp / pgm.regime(split)).mkdir()
-            (tmp / "embedding.npy").write_bytes(npy_bytes(pgm.embedding_table(tokens)))
+        if style == "raven":
+            (tmp / "embedding.npy").write_bytes(npy_bytes(pgm.raven_embedding()))
 
         def write(i: int) -> None:
             index = [tile_of[int(r)] for r in rows[i]]
             mid, part = int(m.id[i]), columns[i]
-            keys = (pgm.pgm_arrays(m.relation[i], m.element_type[i], m.super_attribute[i],
-                                   tokens) if gray else
-                    {"meta_target": meta_target(m.relation[i], m.element_type[i]),
-                     "meta_target_names": names})
+            rule = (m.relation[i], m.element_type[i], m.super_attribute[i])
+            keys = (pgm.pgm_arrays(*rule) if style == "pgm" else pgm.raven_arrays(*rule)
+                    if style == "raven" else
+                    {"meta_target": meta_target(*rule[:2]), "meta_target_names": names})
             save_npz(
-                tmp / (pgm.pgm_name(split, part, mid) if gray else npz_name(split, part, mid)),
+                tmp / (pgm.problem_name(style, split, part, mid) if gray
+                       else npz_name(split, part, mid)),
                 image=tiles[index], target=np.int64(m.answer[i]), **keys,
                 relation=np.str_(m.relation[i]), element_type=np.str_(m.element_type[i]),
                 super_attribute=np.str_(m.super_attribute[i]), id=np.int64(mid),
@@ -125,35 +125,49 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
                   "problems": len(chosen), **per_part}
         manifest = {**manifest, "counts": {**manifest["counts"], **counts}}
         write_json(tmp / "manifest.json", manifest)
-        readme = PGM_README if gray else README
-        (tmp / "README.txt").write_text(readme.format(
-            split=split, size=size, regime=pgm.regime(split), **per_part), encoding="utf-8")
+        layout, keys = README[style]
+        (tmp / "README.txt").write_text((HEADER + layout + PANELS + keys + OWN).format(
+            style=style, split=split, size=size, regime=pgm.regime(split),
+            rgb="" if gray else ", 3", **per_part), encoding="utf-8")
     return counts
 
 
-README = """V-PROM problems exported by `vprom export --format npz`: split {split}, panels
-{size}x{size} ({train:,} train, {val:,} val, {test:,} test problems; the split's excluded
-matrices are not written).
-
+HEADER = """V-PROM problems exported by `vprom export --format npz --style {style}`: split
+{split}, panels {size}x{size} ({train:,} train, {val:,} val, {test:,} test problems; the
+split's excluded matrices are not written).
+"""
+PANELS = """  image (16, {size}, {size}{rgb}) uint8: panels 1-8 the context (row-major), 9-16 the
+      candidates
+  target: the answer, 0..7
+"""
+OWN = "  relation, element_type, super_attribute, id (matrix id), panels (crop ids), elements\n"
+#: per style: the layout (before PANELS) and the style's own keys (after)
+README = {
+    "color": ("""
 vprom_{split}_<part>_<id>.npz, one per problem; glob '*_train_*.npz' for a part.
-  image (16, {size}, {size}, 3) uint8: panels 1-8 the context (row-major), 9-16 the candidates
-  target: the answer, 0..7
-  meta_target (8,): one-hot relation (and, or, union, progression) then element type
+""", """  meta_target (8,): one-hot relation (and, or, union, progression) then element type
       (object_attribute, human_attribute, object, count); meta_target_names says which
-  relation, element_type, super_attribute, id (matrix id), panels (crop ids), elements
-"""
+"""),
+    "pgm": ("""
+Grayscale, in DeepMind PGM's convention. SRAN-style loaders: root {regime}/;
+WReN-style loaders (root/*/*.npz): root this folder; they test 'train'/'val'/'test' against
+the whole path, so the root's path must hold none of them.
 
-PGM_README = """V-PROM problems exported by `vprom export --format npz --style pgm`: split {split}
-(regime {regime}), panels {size}x{size} grayscale ({train:,} train, {val:,} val, {test:,} test
-problems; the split's excluded matrices are not written), in DeepMind PGM's convention.
-
-{regime}/PGM_{regime}_<part>_<id>.npz, one per problem. SRAN-style loaders: root {regime}/;
-WReN/RAVEN-style loaders (root/*/*.npz): root this folder (embedding.npy is RAVEN's); they
-test 'train'/'val'/'test' against the whole path, so the root's path must hold none of them.
-  image (16, {size}, {size}) uint8: panels 1-8 the context (row-major), 9-16 the candidates
-  target: the answer, 0..7
-  meta_target (12,), relation_structure_encoded (4, 12): slots named by meta_target_names
+{regime}/PGM_{regime}_<part>_<id>.npz, one per problem:
+""", """  meta_target (12,), relation_structure_encoded (4, 12): slots named by meta_target_names
   relation_structure (1, 3): [element type, super-attribute, relation]
-  structure, meta_structure (RAVEN); relation, element_type, super_attribute, id, panels,
-  elements
-"""
+"""),
+    "raven": ("""
+Grayscale, in RAVEN's convention: its `dataset` class and models read this folder as root;
+it tests 'train'/'val'/'test' against the whole path, so the root's path must hold none of
+them. embedding.npy: one-hot codes of RAVEN's structure words (RAVEN's own GloVe
+embedding.npy has the same keys).
+
+{regime}/RAVEN_<id>_<part>.npz, one per problem:
+""", """  meta_matrix (8, 9), meta_target (9,): RAVEN's rule and attribute slots, named by
+      meta_target_names: and -> Constant, union -> Distribute_Three, progression ->
+      Progression, or -> none; count -> Number, object and shape -> Type, color and
+      clothing color -> Color
+  structure, meta_structure (21,): RAVEN's center_single (one picture a panel)
+"""),
+}

@@ -1,14 +1,25 @@
-"""The PGM convention for `vprom export --format npz --style pgm`: what the loaders written for
-DeepMind's PGM and for RAVEN (SRAN, WReN-PyTorch, RAVEN's `dataset`) read, file for file.
+"""The grayscale conventions of `vprom export --format npz`: what the loaders written for
+DeepMind's PGM (SRAN, WReN-PyTorch, TFDS) and for RAVEN (its `dataset` and models) read.
 
-Problems are `OUT/<regime>/PGM_<regime>_<part>_<id>.npz`, the regime being the split with
-'_' -> '.' (PGM's tooling splits file names on '_'); `OUT/embedding.npy` maps every structure
-token to a one-hot code of RAVEN's width 300 (not word vectors: they let its loader run).
-Each file holds grayscale `image` (16, S, S) uint8, `target`, and PGM's 12-slot
-`meta_target` and `relation_structure_encoded` (4, 12): slots 0-6 what a rule acts on, 7-11
-the relation, V-PROM's element types taking slots 0-3 and its relations PGM's slots of the
-same meaning (`SLOT_NAMES`); plus RAVEN's `structure` and `meta_structure` and V-PROM's own
-fields.
+Problems are `OUT/<regime>/<name>.npz`, the regime being the split with '_' -> '.' (PGM's
+tooling splits file names on '_'). Each holds grayscale `image` (16, S, S) uint8, `target`
+and V-PROM's own fields, plus one client's meta vectors:
+
+- style `pgm`, `PGM_<regime>_<part>_<id>.npz`: PGM's 12-slot `meta_target` and
+  `relation_structure_encoded` (4, 12). Slots 0-6 name what a rule acts on, 7-11 the
+  relation (progression, XOR, OR, AND, consistent_union); V-PROM's element types take slots
+  0-3 and its relations PGM's slots of the same meaning (`SLOT_NAMES`).
+- style `raven`, `RAVEN_<id>_<part>.npz` (RAVEN's own naming): RAVEN's `meta_matrix` (8, 9),
+  `meta_target` (9,), `structure` and `meta_structure` (21,), in the slots of RAVEN's
+  `src/dataset/const.py`, and `OUT/embedding.npy`. A V-PROM rule sets RAVEN's rule of the
+  same meaning (and: Constant, union: Distribute_Three, progression: Progression; or, a third
+  panel repeating one of the first two, is none of RAVEN's rules and sets none) and the
+  attribute it acts on (counts: Number; categories and the shape super-attribute: Type,
+  RAVEN's types being shapes; colour super-attributes: Color; the others none). A V-PROM
+  panel is one picture filling it, RAVEN's `center_single` configuration, so `structure` and
+  `meta_structure` are that configuration's, as RAVEN's `serialize_aot` writes them.
+  `embedding.npy` maps each of RAVEN's structure words to a one-hot code of RAVEN's width 300
+  (RAVEN's own GloVe file has the same keys and may replace it).
 """
 
 from __future__ import annotations
@@ -17,16 +28,32 @@ import numpy as np
 
 from vprom.domain import ElementType, Relation
 
-STYLES = ("pgm", "color")
-PREFIX = "PGM"
+STYLES = ("pgm", "raven", "color")
 N_SLOTS = 12
 MAX_RULES = 4  # PGM's relation_structure_encoded rows
-EMBEDDING_DIM = 300  # RAVEN's loader: torch.zeros((6, 300))
 UNUSED = "(unused)"
 #: slot -> what it means in a V-PROM export (PGM's slot meanings in the docstring)
 SLOT_NAMES = (tuple(e.value for e in ElementType) + (UNUSED,) * 3
               + (Relation.PROGRESSION.value, UNUSED, Relation.OR.value, Relation.AND.value,
                  Relation.UNION.value))
+
+#: RAVEN's META_TARGET_FORMAT and META_STRUCTURE_FORMAT (src/dataset/const.py)
+RAVEN_TARGET_NAMES = ("Constant", "Progression", "Arithmetic", "Distribute_Three", "Number",
+                      "Position", "Type", "Size", "Color")
+RAVEN_STRUCTURE_NAMES = (
+    "Singleton", "Left_Right", "Up_Down", "Out_In", "Left", "Right", "Up", "Down", "Out", "In",
+    "Grid", "Center_Single", "Distribute_Four", "Distribute_Nine", "Left_Center_Single",
+    "Right_Center_Single", "Up_Center_Single", "Down_Center_Single", "Out_Center_Single",
+    "In_Center_Single", "In_Distribute_Four")
+RAVEN_RULE = {Relation.AND.value: "Constant", Relation.UNION.value: "Distribute_Three",
+              Relation.PROGRESSION.value: "Progression"}
+#: an element type's RAVEN attribute, else its super-attribute's
+RAVEN_ATTRIBUTE = {ElementType.COUNT.value: "Number", ElementType.OBJECT.value: "Type",
+                   "shape": "Type", "color": "Color", "clothing color": "Color"}
+#: RAVEN's serialize_aot of center_single: the tree Scene/Singleton/Grid/Center_Single
+RAVEN_STRUCTURE = ("Scene", "Singleton", "Grid", "Center_Single", "/", "/", "/", "/")
+RAVEN_MAX_RULES = 8  # meta_matrix rows
+EMBEDDING_DIM = 300  # RAVEN's loader: torch.zeros((6, 300))
 
 
 def regime(split: str) -> str:
@@ -34,43 +61,39 @@ def regime(split: str) -> str:
     return split.replace("_", ".")
 
 
-def pgm_name(split: str, part: str, matrix_id: int) -> str:
+def problem_name(style: str, split: str, part: str, matrix_id: int) -> str:
     """A problem's file, relative to OUT."""
     r = regime(split)
-    return f"{r}/{PREFIX}_{r}_{part}_{matrix_id}.npz"
+    if style == "raven":
+        return f"{r}/RAVEN_{matrix_id}_{part}.npz"
+    return f"{r}/PGM_{r}_{part}_{matrix_id}.npz"
 
 
-def vocabulary(super_attributes) -> list[str]:
-    """Every structure token: the relations, the element types, the sorted super-attributes."""
-    supers = sorted({s for s in super_attributes if s})
-    tokens = [r.value for r in Relation] + [e.value for e in ElementType] + supers
-    if len(tokens) > EMBEDDING_DIM:
-        raise ValueError(f"{len(tokens)} structure tokens do not fit one-hot codes of "
-                         f"{EMBEDDING_DIM}")
-    return tokens
+def raven_embedding() -> dict[str, list[float]]:
+    """embedding.npy's content: each structure word -> its one-hot code (plain Python)."""
+    words = ("Scene",) + RAVEN_STRUCTURE_NAMES
+    return {w: [float(j == k) for j in range(EMBEDDING_DIM)] for k, w in enumerate(words)}
 
 
-def embedding_table(tokens: list[str]) -> dict[str, list[float]]:
-    """RAVEN's embedding.npy content: token -> its one-hot code (plain Python)."""
-    return {token: [1.0 if j == k else 0.0 for j in range(EMBEDDING_DIM)]
-            for k, token in enumerate(tokens)}
-
-
-def pgm_arrays(relation: str, element_type: str, super_attribute: str,
-               tokens: list[str]) -> dict[str, np.ndarray]:
-    """The PGM and RAVEN keys of one problem (besides image and target)."""
+def pgm_arrays(relation: str, element_type: str, super_attribute: str) -> dict[str, np.ndarray]:
+    """PGM's keys of one problem (besides image and target)."""
     encoded = np.zeros((MAX_RULES, N_SLOTS), dtype=np.int64)  # one rule: rows 1-3 stay 0
     encoded[0, [SLOT_NAMES.index(element_type), SLOT_NAMES.index(relation)]] = 1
-    # RAVEN's `structure`: the rule's tokens (at most 6 are read; ours are 2 or 3)
-    structure = [relation, element_type] + ([super_attribute] if super_attribute else [])
-    meta_structure = np.zeros(len(tokens), dtype=np.int64)
-    meta_structure[[tokens.index(t) for t in structure]] = 1
-    return {
-        "meta_target": encoded.max(axis=0),
-        "relation_structure_encoded": encoded,
-        "relation_structure": np.array([[element_type, super_attribute, relation]],
-                                       dtype=np.bytes_),
-        "structure": np.array(structure, dtype=str),
-        "meta_structure": meta_structure,
-        "meta_target_names": np.array(SLOT_NAMES),
-    }
+    return {"meta_target": encoded.max(axis=0), "relation_structure_encoded": encoded,
+            "relation_structure": np.array([[element_type, super_attribute, relation]],
+                                           dtype=np.bytes_),
+            "meta_target_names": np.array(SLOT_NAMES)}
+
+
+def raven_arrays(relation: str, element_type: str, super_attribute: str) -> dict[str, np.ndarray]:
+    """RAVEN's keys of one problem (besides image and target), uint8 as RAVEN writes them."""
+    matrix = np.zeros((RAVEN_MAX_RULES, len(RAVEN_TARGET_NAMES)), dtype=np.uint8)
+    for word in (RAVEN_RULE.get(relation),
+                 RAVEN_ATTRIBUTE.get(element_type, RAVEN_ATTRIBUTE.get(super_attribute))):
+        if word:
+            matrix[0, RAVEN_TARGET_NAMES.index(word)] = 1
+    meta_structure = np.isin(RAVEN_STRUCTURE_NAMES, RAVEN_STRUCTURE).astype(np.uint8)
+    return {"meta_matrix": matrix, "meta_target": np.bitwise_or.reduce(matrix),
+            "structure": np.array(RAVEN_STRUCTURE), "meta_structure": meta_structure,
+            "meta_target_names": np.array(RAVEN_TARGET_NAMES),
+            "meta_structure_names": np.array(RAVEN_STRUCTURE_NAMES)}

@@ -103,8 +103,10 @@ class SynthSummary:
 
 
 @writes("out", None)  # ownership: the synthetic corpus is known by its TRUTH file
-def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1) -> SynthSummary:
-    """Write the corpus of `images` images to folder `out` (replaced only when complete)."""
+def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1,
+                 zips: bool = False) -> SynthSummary:
+    """Write the corpus of `images` images to folder `out` (replaced only when complete);
+    `zips`: also `out/download/`, the files zipped as VG's download page serves them."""
     out = Path(out)
     if images < 1:
         raise VpromError(f"--images {images}: need at least one image")
@@ -120,6 +122,8 @@ def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1)
             (tmp / name).mkdir()
         facts = _write_files(tmp, images, seed, workers)
         truth = _truth(tmp, seed, facts)
+        if zips:
+            synth_vg.write_zips(tmp)
         (tmp / TRUTH).write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n",
                                  encoding="utf-8")
         write_manifest(tmp, make_manifest(KIND, {"images": images, "seed": seed}, seed,

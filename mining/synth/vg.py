@@ -1,7 +1,8 @@
 """The rest of Visual Genome for the synthetic corpus, for the tools people point at a VG
 folder (the official driver, the Hugging Face loader, bottom-up-attention's `setup_vg.py`):
 image folders and outside ids, two quirks of VG's objects noted as noise (`no_synset`,
-`two_names`), scene graphs, relationships, question answers, the v1.2 files and synsets.
+`two_names`), scene graphs, relationships, question answers, the v1.2 files and synsets;
+on request, `download/` holds the files zipped as VG's download page serves them (`write_zips`).
 It is drawn from a generator of its own, `default_rng([seed, index, META_STREAM])`, so the
 four mined files and the pools do not depend on it.
 """
@@ -9,7 +10,9 @@ four mined files and the pools do not depend on it.
 from __future__ import annotations
 
 import itertools
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from vprom.mining.synth.spec import NAME_VARIANTS, OBJECTS, plural
@@ -29,6 +32,16 @@ PREDICATES = {"left of": "left.r.01", "right of": "right.r.01", "above": "above.
 FILES = ("scene_graphs.json", "relationships.json", "question_answers.json",
          "objects_v1_2.json", "relationships_v1_2.json")
 SYNSETS = "synsets.json"
+#: VG's download page: each zip, the member it holds and the corpus file that is. A v1.2 zip
+#: holds the unversioned name (objects_v1_2.json.zip: objects.json), which the Hugging Face
+#: `visual_genome` script opens; the image zips hold their folder.
+ZIPS = {**{f"{stem}.json.zip": (f"{stem}.json",) * 2 for stem in (
+            "image_data", "objects", "attributes", "region_descriptions", "relationships",
+            "question_answers")},
+        **{f"{stem}_v1_2.json.zip": (f"{stem}.json", f"{stem}_v1_2.json")
+           for stem in ("objects", "relationships")}}
+IMAGE_ZIPS = {"images.zip": "VG_100K", "images2.zip": "VG_100K_2"}
+DOWNLOAD = "download"
 
 
 @dataclass
@@ -180,3 +193,23 @@ def synset_records(names: set[str]) -> list[dict]:
                 f"the spatial relation '{word}' between two boxes")
         out.append({"synset_definition": what, "synset_name": name})
     return out
+
+
+def _add(archive: zipfile.ZipFile, member: str, path: Path, method: int) -> None:
+    """One member at a fixed date, so same corpus, same zip bytes."""
+    info = zipfile.ZipInfo(member, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = method
+    archive.writestr(info, path.read_bytes())
+
+
+def write_zips(folder: Path) -> None:
+    """`folder/download/`: the corpus's files zipped as VG serves them (`ZIPS`, `IMAGE_ZIPS`)."""
+    out = folder / DOWNLOAD
+    out.mkdir()
+    for name, (member, source) in ZIPS.items():
+        with zipfile.ZipFile(out / name, "w") as archive:
+            _add(archive, member, folder / source, zipfile.ZIP_DEFLATED)
+    for name, images in IMAGE_ZIPS.items():
+        with zipfile.ZipFile(out / name, "w") as archive:  # JPEGs do not deflate
+            for path in sorted((folder / images).iterdir(), key=lambda p: int(p.stem)):
+                _add(archive, f"{images}/{path.name}", path, zipfile.ZIP_STORED)

@@ -21,7 +21,7 @@ def test_help_states_the_new_formats_and_sizes(capsys):
     with pytest.raises(SystemExit):
         cli.main(["export", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "savir-t:" in text and "hf:" in text and "--style {pgm,color}" in text
+    assert "savir-t:" in text and "hf:" in text and "--style {pgm,raven,color}" in text
     assert "6.4 MB a problem, ~1.5 TB at full scale" in text
     assert "--format npz --style color" in text
 

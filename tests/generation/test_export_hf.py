@@ -111,6 +111,27 @@ def test_plain_parquet_loading(exported, tmp_path):
     assert crops.features["image"].__class__.__name__ == "Image"
 
 
+def card_snippet(out) -> str:
+    """The card's Python block, pointed at the export."""
+    text = (out / "README.md").read_text(encoding="utf-8")
+    return text.split("```python\n")[1].split("```")[0].replace("PATH", str(out))
+
+
+def test_card_states_and_checks_its_minimum_datasets(exported, tmp_path, monkeypatch):
+    """`configs:` is read from datasets 2.14.0 on; 2.13 mixes every split into one table."""
+    out, *_ = exported
+    assert "needs `datasets` 2.14 or later" in (out / "README.md").read_text()
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    real = datasets.__version__
+    monkeypatch.setattr(datasets, "__version__", "2.13.0")
+    with pytest.raises(SystemExit, match=r"^datasets 2.13.0 ignores .*'datasets>=2.14'"):
+        exec(card_snippet(out), {})  # noqa: S102 (the card's snippet, as a user runs it)
+    monkeypatch.setattr(datasets, "__version__", real)
+    names = {}
+    exec(card_snippet(out), names)  # noqa: S102
+    assert len(names["images"]) == 16 and sorted(names["problems"]) == sorted(SPLIT_PARTS)
+
+
 def test_resumes_after_an_interruption_and_never_replaces(synthetic_build, tmp_path,
                                                           monkeypatch):
     dataset, vg = synthetic_build

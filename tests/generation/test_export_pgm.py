@@ -1,5 +1,5 @@
 """`vprom export --format npz` (PGM style, the default), read the way PGM-family loaders
-read it. Facts from their sources, re-stated in our own code:
+read it (RAVEN's style: test_export_raven.py). Facts from their sources, re-stated in our own code:
 
 - SRAN, `SRAN/utility/PGMdataset_utility.py`, class `PGMdataset(root_dir, dataset_type,
   ...)`: `glob(join(root_dir, "*.npz"))` kept where `dataset_type in basename(f)`; per
@@ -10,11 +10,6 @@ read it. Facts from their sources, re-stated in our own code:
 - WReN-PyTorch (Fen9/WReN), `utility/dataset_utility.py`, class `dataset`:
   `glob(join(root_dir, "*", "*.npz"))` kept where `dataset_type in f` (the whole path),
   then the same three keys and reshape; `torch.tensor(target, dtype=torch.long)`.
-- RAVEN, `src/model/utility/dataset_utility.py`, class `dataset`: the same glob as WReN,
-  `np.load(join(root_dir, "embedding.npy"), allow_pickle=True)`, per file `image` reshaped
-  to (16, 160, 160), `target`, `structure`, `meta_target`, `meta_structure`; every
-  `structure` element but "/" is looked up with `embeddings.item().get(element)` into a
-  (6, 300) float tensor (at most 6 tokens).
 - DeepMind PGM (its README and TFDS's `abstract_reasoning` builder): files
   `PGM_<regime>_<part>_<id>.npz` in one folder per regime, the part read as
   `name.split("_")[2]`; `image` reshaped to (16, 160, 160[, 1]) uint8; `meta_target` (12,)
@@ -78,25 +73,6 @@ def wren_items(root_dir: str, dataset_type: str):
         target = torch.tensor(data["target"], dtype=torch.long)
         meta_target = torch.tensor(data["meta_target"], dtype=torch.float32)
         yield path, image, int(target), meta_target
-
-
-def raven_items(root_dir: str, dataset_type: str):
-    embeddings = np.load(os.path.join(root_dir, "embedding.npy"), allow_pickle=True)
-    files = [f for f in glob.glob(os.path.join(root_dir, "*", "*.npz")) if dataset_type in f]
-    for path in files:
-        data = np.load(path)
-        image = data["image"].reshape(16, 160, 160)
-        target, structure = data["target"], data["structure"]
-        meta_target, meta_structure = data["meta_target"], data["meta_structure"]
-        embedding = torch.zeros((6, 300), dtype=torch.float)
-        k = 0
-        for element in structure:
-            if element != "/":
-                embedding[k, :] = torch.tensor(embeddings.item().get(element),
-                                               dtype=torch.float)
-                k += 1
-        yield (path, image, int(target), torch.tensor(meta_target, dtype=torch.float32),
-               torch.tensor(meta_structure, dtype=torch.float32), embedding, k)
 
 
 def pgm_part(file_name: str) -> str:
@@ -174,7 +150,7 @@ def test_pgm_relation_slots_keep_pgm_meanings():
     assert SLOT_NAMES[7:] == ("progression", "(unused)", "or", "and", "union")
 
 
-def test_wren_and_raven_read_from_the_export_root(exported, monkeypatch):
+def test_wren_reads_from_the_export_root(exported, monkeypatch):
     """They test the part's name against the whole path, so the root's own path must not
     hold `train`, `val` or `test` (pytest's temporary folders do): read it as `.`."""
     out, dataset, _, summary = exported
@@ -185,17 +161,9 @@ def test_wren_and_raven_read_from_the_export_root(exported, monkeypatch):
         assert len(list(wren_items(str(out), "test"))) == summary.counts["problems"]
     for part in SPLIT_PARTS:
         wren = list(wren_items(".", part))
-        raven = list(raven_items(".", part))
-        assert len(wren) == len(raven) == summary.counts[part]
+        assert len(wren) == summary.counts[part]
         for path, _, target, _ in wren:
             assert target == answer[int(PGM_NAME.match(os.path.basename(path)).group(3))]
-        for path, _, target, _, meta_structure, embedding, k in raven:
-            mid = int(PGM_NAME.match(os.path.basename(path)).group(3))
-            i = int(np.flatnonzero(m.id == mid)[0])
-            assert target == answer[mid]
-            assert k == (3 if m.super_attribute[i] else 2) <= 6
-            assert embedding[:k].sum(dim=1).tolist() == [1.0] * k  # every token found
-            assert int(meta_structure.sum()) == k
 
 
 def test_color_style_unchanged_layout(synthetic_build, tmp_path):

@@ -23,7 +23,9 @@ from vprom.generation.export.npy_pickle import npy_bytes, numpy1_pickle
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
 
 LABELS = ("obj_gt_labels.npy", "attr_gt_labels.npy", "counting_gt_labels.npy")
-NUMPY1_GLOBALS = {"numpy.core.multiarray _reconstruct", "numpy ndarray", "numpy dtype"}
+#: `_codecs encode` is how protocol 2 (Python 2.7's highest) pickles a bytes object
+NUMPY1_GLOBALS = {"numpy.core.multiarray _reconstruct", "numpy ndarray", "numpy dtype",
+                  "_codecs encode"}
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +63,7 @@ def test_label_files_name_only_numpy1_globals(label_files):
         assert names <= NUMPY1_GLOBALS, (path.name, names)
         assert not any("_core" in n for n in names)
         assert b"numpy._core" not in data
+        assert max(op.proto for op, _, _ in pickletools.genops(data)) <= 2  # Python 2.7
 
 
 def test_label_files_still_load_under_numpy2(label_files):

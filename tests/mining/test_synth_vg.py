@@ -7,10 +7,13 @@ the files it joins and what must agree between them — and runs it over a synth
   `visual_genome/local.py` and `utils.py`): `get_all_image_data`,
   `get_all_region_descriptions`, `get_all_qas`, `save_scene_graphs_by_id` +
   `get_scene_graph(s)` with `init_synsets`;
-- the Hugging Face `visual_genome` loading script (`_generate_examples` and its per-config
-  normalisers and features), for every config at the newest version it registers
+- the Hugging Face `visual_genome` loading script (huggingface/datasets
+  datasets/visual_genome/visual_genome.py, in `datasets` 2.2-2.5 and on the Hub after):
+  `_split_generators` (which zip each config downloads, `annotations_url`, and which file in
+  it it opens, `_get_decompressed_filename_from_url`), `_generate_examples` and its per-config
+  normalisers and features, for every config at the newest version it registers
   (`region_descriptions_v1.2.0`, `question_answers_v1.2.0`, `attributes_v1.2.0`,
-  `objects_v1.2.0` and `relationships_v1.2.0`, the last two over the v1.2 files); a value
+  `objects_v1.2.0` and `relationships_v1.2.0`), over `vprom synth --zips`' download/; a value
   must hold exactly its feature's keys, as `datasets`' encoder walks both with `zip_dict`;
 - bottom-up-attention's `data/genome/setup_vg.py` (`AddAttrsToSceneGraphs` of the old driver,
   then `build_vocabs_and_xml`).
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -39,7 +43,7 @@ N_IMAGES = 60
 @pytest.fixture(scope="module")
 def vg(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("synth_vg") / "vg"
-    synth.write_corpus(out, images=N_IMAGES, seed=4)
+    synth.write_corpus(out, images=N_IMAGES, seed=4, zips=True)
     return out
 
 
@@ -170,11 +174,29 @@ FEATURES = {
                                          "synsets": ANY_AS_STRING, "subject": BOX,
                                          "object": BOX}]},
 }
-#: The file each config reads: objects and relationships at 1.2.0 read VG's v1.2 files.
-CONFIG_FILES = {"objects": "objects_v1_2.json", "relationships": "relationships_v1_2.json"}
+#: _LATEST_VERSIONS: a config at its latest version reads the unversioned zip
+LATEST = {"region_descriptions": "1.2.0", "objects": "1.4.0", "attributes": "1.2.0",
+          "relationships": "1.4.0", "question_answers": "1.2.0"}
+IMAGE_ZIPS = {"images.zip": "VG_100K", "images2.zip": "VG_100K_2"}  # _BASE_IMAGE_URLS
 IMAGE_FEATURES = {"image_id": INT32, "url": STRING, "width": INT32, "height": INT32,
                   "coco_id": INT64, "flickr_id": INT64}
 NULLABLE = {"coco_id", "flickr_id", "synsets", "attributes"}
+
+
+def annotations_zip(config: str, version: str = "1.2.0") -> str:
+    """`annotations_url`'s file name."""
+    if version == LATEST[config]:
+        return f"{config}.json.zip"
+    major, minor = version.split(".")[:2]
+    return f"{config}_v{major}{'' if minor == '0' else '_' + minor}.json.zip"
+
+
+def opened(download: Path, zip_name: str):
+    """The JSON `_split_generators` opens in an extracted zip: its name less `.zip` and
+    less any `_v<major>[_<minor>]` (objects_v1_2.json.zip: objects.json)."""
+    member = re.sub(r"_v[0-9]+(?:_[0-9]+)?\.json$", ".json", zip_name[:-4])
+    with zipfile.ZipFile(download / zip_name) as archive:
+        return json.loads(archive.read(member))
 
 
 def hf_normalise(config: str, annotation: dict) -> None:
@@ -222,9 +244,15 @@ def encodes(value, feature, key: str = "") -> bool:
 @pytest.mark.parametrize("config", sorted(FEATURES))
 def test_hugging_face_loader_reads_every_config(vg, config):
     """`_generate_examples`: the annotation file and image_data.json zipped record by record
-    (same length; ids and urls must agree), then each example encoded with the features."""
-    metadata = load(vg, "image_data.json")
-    annotations = load(vg, CONFIG_FILES.get(config, f"{config}.json"))
+    (same length; ids and urls must agree), then each example encoded with the features,
+    its image found in the extracted image zip."""
+    download = vg / synth_vg.DOWNLOAD
+    metadata = opened(download, "image_data.json.zip")
+    annotations = opened(download, annotations_zip(config))
+    images = {}
+    for name, folder in IMAGE_ZIPS.items():
+        with zipfile.ZipFile(download / name) as archive:
+            images[folder] = set(archive.namelist())
     assert len(metadata) == len(annotations)
     for meta, annotation in zip(metadata, annotations):
         if "id" in meta:
@@ -240,9 +268,24 @@ def test_hugging_face_loader_reads_every_config(vg, config):
         hf_normalise(config, annotation)
         match = URL_PATTERN.fullmatch(meta["url"])  # _get_local_image_path asserts a match
         assert match is not None, meta["url"]
-        assert (vg / match[1] / match[2]).is_file()
+        assert f"{match[1]}/{match[2]}" in images[match[1]]
         assert encodes(meta, IMAGE_FEATURES) and encodes(annotation, FEATURES[config]), (
             config, meta["image_id"])
+
+
+def test_zips_hold_the_corpus_files_as_vg_serves_them(vg):
+    """One member each (a v1.2 zip under the unversioned name), byte for byte the corpus's
+    file; the image zips hold their folders; fixed dates, so a seed gives the same zips."""
+    download = vg / synth_vg.DOWNLOAD
+    for name, (member, source) in synth_vg.ZIPS.items():
+        with zipfile.ZipFile(download / name) as archive:
+            assert archive.namelist() == [member]
+            assert archive.read(member) == (vg / source).read_bytes()
+    for name, folder in IMAGE_ZIPS.items():
+        with zipfile.ZipFile(download / name) as archive:
+            assert sorted(archive.namelist()) == sorted(
+                f"{folder}/{p.name}" for p in (vg / folder).iterdir())
+            assert {i.date_time for i in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
 
 
 # --- bottom-up-attention's data/genome/setup_vg.py -----------------------------------------

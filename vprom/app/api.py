@@ -59,7 +59,8 @@ def download(out: Path, *, base_url: str | None = None, images: bool = True,
                expected=None if expected is None else load_expected(expected))
 
 
-def synth(out: Path, *, images: int = 2000, seed: int = 0, workers: int | None = None):
+def synth(out: Path, *, images: int = 2000, seed: int = 0, workers: int | None = None,
+          zips: bool = False):
     """Write the built-in synthetic corpus in Visual Genome's layout and schema.
 
     Args:
@@ -67,6 +68,8 @@ def synth(out: Path, *, images: int = 2000, seed: int = 0, workers: int | None =
         images: number of images
         seed: same seed and size, same bytes
         workers: processes rendering the images (default: every usable core)
+        zips: also write download/, the files zipped as VG's download page serves them
+            (what the Hugging Face visual_genome script opens)
 
     >>> print(vprom.synth("data/synth", images=50))
     synthetic Visual Genome corpus: data/synth
@@ -74,7 +77,7 @@ def synth(out: Path, *, images: int = 2000, seed: int = 0, workers: int | None =
     """
     from vprom.mining.synth import write_corpus
 
-    return write_corpus(out, images=images, seed=seed, workers=_workers(workers))
+    return write_corpus(out, images=images, seed=seed, workers=_workers(workers), zips=zips)
 
 
 def mine(vg: Path, out: Path, *, min_side: int = MIN_SIDE, workers: int | None = None):
@@ -288,7 +291,8 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
             panels through os.readlink cannot read them)
         split: npz: the split whose train, val and test problems are written
         size: npz: panel side in pixels
-        style: npz: pgm (DeepMind PGM's files, grayscale) or color (RGB panels)
+        style: npz: pgm (DeepMind PGM's files, grayscale), raven (RAVEN's files and meta
+            vectors, grayscale) or color (RGB panels)
 
     >>> print(vprom.export("build/small/dataset.h5", "jsonl", "build/small/dataset.jsonl"))
     wrote build/small/dataset.jsonl: ... matrices as JSON lines
