@@ -38,6 +38,15 @@ RANDOM = {"backbone": "resnet18", "weights": "none"}
 TRAINED = {"backbone": "resnet18", "weights": "w.pt", "weights_kind": "perception-weights"}
 
 
+def three_sources(folder):
+    """RN +aux on labels (neutral 90%, held_out_objects 60%), trained perception (50%) and
+    random weights (20%)."""
+    return [run_on(folder / "labels", 0.9, LABELS, aux=True),
+            run_on(folder / "labels-held", 0.6, LABELS, aux=True, split="held_out_objects"),
+            run_on(folder / "trained", 0.5, TRAINED, aux=True),
+            run_on(folder / "random", 0.2, RANDOM, aux=True)]
+
+
 def test_a_runs_feature_source_comes_from_its_features_files_record(tmp_path):
     assert feature_source(LABELS, "labels") == PERFECT == "perfect perception (labels)"
     # the file's manifest says it too, where the attributes were not kept
@@ -56,10 +65,7 @@ def test_a_runs_feature_source_comes_from_its_features_files_record(tmp_path):
 
 def test_the_sources_are_set_side_by_side_beside_chance_and_the_ceiling(tmp_path):
     (tmp_path / "dataset.h5").write_bytes(b"")
-    runs = [run_on(tmp_path / "labels", 0.9, LABELS, aux=True),
-            run_on(tmp_path / "labels-held", 0.6, LABELS, aux=True, split="held_out_objects"),
-            run_on(tmp_path / "trained", 0.5, TRAINED, aux=True),
-            run_on(tmp_path / "random", 0.2, RANDOM, aux=True),
+    runs = [*three_sources(tmp_path),
             run_on(tmp_path / "control", 0.125, RANDOM, shuffle_context=True),
             run_on(tmp_path / "pretrained", 0.55, {"backbone": "resnet101",
                                                     "weights": "imagenet:x"})]
@@ -121,10 +127,7 @@ def test_the_reports_ceiling_is_verifys_on_each_splits_test_problems(synthetic_b
 
 def test_the_report_ends_with_a_verdict_on_the_order_of_the_sources(tmp_path):
     (tmp_path / "dataset.h5").write_bytes(b"")
-    good = [run_on(tmp_path / "labels", 0.9, LABELS, aux=True),
-            run_on(tmp_path / "labels-held", 0.6, LABELS, aux=True, split="held_out_objects"),
-            run_on(tmp_path / "trained", 0.5, TRAINED, aux=True),
-            run_on(tmp_path / "random", 0.2, RANDOM, aux=True),
+    good = [*three_sources(tmp_path),
             run_on(tmp_path / "shuffled", 0.125, RANDOM, aux=True, shuffle_context=True),
             run_on(tmp_path / "blind", 0.13, RANDOM, model="context-blind")]
     checked = []
