@@ -19,7 +19,7 @@ DEMO_TRAIN ?= --epochs $(DEMO_EPOCHS) --hidden 64 --optimizer adam --lr 3e-3 \
 DEMO_HELD_OUT ?= held_out_attributes
 # the perception model: resnet18 from random weights on the neutral training crops, small
 PERCEIVE_SIZE ?= 64
-PERCEIVE_EPOCHS ?= 3
+PERCEIVE_EPOCHS ?= 2
 
 .PHONY: demo test test-slow install clean
 
