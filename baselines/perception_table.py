@@ -29,6 +29,7 @@ one column per split: test accuracy with its 95% Wilson interval over the test p
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Callable
@@ -109,7 +110,7 @@ def perception_rows(grouped: dict, ceilings: dict[str, tuple[float, int]]) -> li
                 rows.append({"source": key[1], "model": key[0], "aux": key[2], "split": split,
                              "accuracy": round(cell.accuracy, 2), "ci_low": round(low, 2),
                              "ci_high": round(high, 2), "n_test": cell.n_test,
-                             "runs": len(cell.entries)})
+                             "runs": len(cell.entries), "cell": cell})
     for split in splits:
         rows.append({"source": "chance", "model": "", "aux": "", "split": split,
                      "accuracy": CHANCE, "ci_low": "", "ci_high": "", "n_test": "", "runs": ""})
@@ -143,10 +144,11 @@ def perception_markdown(rows: list[dict], ceiling_note: str) -> str:
 
 
 def _text(row: dict) -> str:
-    if row["ci_low"] == "":
+    """A cell's figures from its runs (not the CSV's rounded ones), as the verdict gives them."""
+    if "cell" not in row:
         return f"{row['accuracy']:.1f}"
-    runs = f", {row['runs']} runs" if row["runs"] > 1 else ""
-    return f"{row['accuracy']:.1f} ({row['ci_low']:.1f}–{row['ci_high']:.1f}{runs})"
+    (low, high), runs = row["cell"].ci, len(row["cell"].entries)
+    return f"{row['cell'].accuracy:.1f} ({low:.1f}–{high:.1f}{f', {runs} runs' if runs > 1 else ''})"
 
 
 def runs_dataset(entries: list) -> tuple[Path | None, str]:
@@ -155,8 +157,9 @@ def runs_dataset(entries: list) -> tuple[Path | None, str]:
     if len(datasets) != 1:
         return None, f"the runs use {len(datasets)} data sets"
     dataset = next(iter(datasets))
-    return (dataset, "") if dataset.is_file() else (None, f"the runs' data set {dataset} is "
-                                                          "not there")
+    if not dataset.is_file():
+        return None, f"the runs' data set {dataset} is not there"
+    return dataset, ""
 
 
 def run_ceilings(entries: list, ceilings: Ceilings | None) -> tuple[dict, str]:
@@ -227,7 +230,7 @@ def _order_problems(neutral: dict) -> list[str]:
     controls = [c for k, c in neutral.items() if _is_control(k)]
     tiers = [t for t in tiers if t[1]] + [("controls", controls)]
     problems = [f"{upper} is not clear above {lower}"
-                for (upper, above), (lower, below) in zip(tiers, tiers[1:])
+                for (upper, above), (lower, below) in itertools.pairwise(tiers)
                 if below and min(c.ci[0] for c in above) <= max(c.ci[1] for c in below)]
     problems += [f"control {c.entries[0].label} misses chance" for c in controls
                  if not c.ci[0] <= CHANCE <= c.ci[1]]
