@@ -29,6 +29,7 @@ one column per split: test accuracy with its 95% Wilson interval over the test p
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Callable
@@ -109,7 +110,7 @@ def perception_rows(grouped: dict, ceilings: dict[str, tuple[float, int]]) -> li
                 rows.append({"source": key[1], "model": key[0], "aux": key[2], "split": split,
                              "accuracy": round(cell.accuracy, 2), "ci_low": round(low, 2),
                              "ci_high": round(high, 2), "n_test": cell.n_test,
-                             "runs": len(cell.entries)})
+                             "runs": len(cell.entries), "cell": cell})
     for split in splits:
         rows.append({"source": "chance", "model": "", "aux": "", "split": split,
                      "accuracy": CHANCE, "ci_low": "", "ci_high": "", "n_test": "", "runs": ""})
@@ -143,29 +144,97 @@ def perception_markdown(rows: list[dict], ceiling_note: str) -> str:
 
 
 def _text(row: dict) -> str:
-    if row["ci_low"] == "":
+    """A cell's figures from its runs (not the CSV's rounded ones), as the verdict gives them."""
+    if "cell" not in row:
         return f"{row['accuracy']:.1f}"
-    runs = f", {row['runs']} runs" if row["runs"] > 1 else ""
-    return f"{row['accuracy']:.1f} ({row['ci_low']:.1f}–{row['ci_high']:.1f}{runs})"
+    (low, high), runs = row["cell"].ci, len(row["cell"].entries)
+    return f"{row['cell'].accuracy:.1f} ({low:.1f}–{high:.1f}{f', {runs} runs' if runs > 1 else ''})"
+
+
+def runs_dataset(entries: list) -> tuple[Path | None, str]:
+    """The runs' one data set, or None and why there is none to read."""
+    datasets = {(e.run / e.metrics.get("dataset", "")).resolve() for e in entries}
+    if len(datasets) != 1:
+        return None, f"the runs use {len(datasets)} data sets"
+    dataset = next(iter(datasets))
+    if not dataset.is_file():
+        return None, f"the runs' data set {dataset} is not there"
+    return dataset, ""
 
 
 def run_ceilings(entries: list, ceilings: Ceilings | None) -> tuple[dict, str]:
     """The ceiling of each split of the runs' one data set (`{}` when there is none to
     compute), and the sentence that says how it was made or why it is missing."""
-    datasets = {(e.run / e.metrics.get("dataset", "")).resolve() for e in entries}
-    splits = sorted({e.split for e in entries})
-    why = ("no ceiling was asked for" if ceilings is None
-           else f"the runs use {len(datasets)} data sets" if len(datasets) != 1
-           else f"the runs' data set {next(iter(datasets))} is not there"
-           if not next(iter(datasets)).is_file() else "")
-    if why:
-        return {}, f"No perception-only ceiling: {why}."
-    dataset = next(iter(datasets))
-    return ceilings(dataset, splits), (
+    dataset, why = runs_dataset(entries)
+    if ceilings is None or dataset is None:
+        return {}, f"No perception-only ceiling: {why or 'no ceiling was asked for'}."
+    return ceilings(dataset, sorted({e.split for e in entries})), (
         "The perception-only ceiling is what perfect recognition scores without finding the "
         "relation, by picking the candidate from how often the context shows its element "
         "(`vprom verify`'s rule, generation/verify/ceiling.py), computed on each split's test "
         f"problems of {dataset.name}.")
+
+
+# ---------------------------------------------------------------- the verdict
+#: the feature sources whose order a working benchmark shows, best first (with the controls
+#: below them): perfect perception, then trained perception, then none
+EXPECTED_ORDER = (PERFECT, TRAINED, RANDOM)
+
+
+def verdict(grouped: dict, ceilings: dict[str, tuple[float, int]], verified: str) -> str:
+    """What the runs say, in a few lines: the data set's check, every neutral run with its
+    interval beside chance and the ceiling, each other split's change from neutral, and
+    whether the order of a working benchmark holds (`EXPECTED_ORDER`, then the controls,
+    each 95% interval clear of the next; every control's interval holding chance)."""
+    neutral = grouped.get("neutral", {})
+    lines = ["verdict:", f"  data set: {verified}"]
+    if not neutral:
+        return "\n".join([*lines, "  no run on the neutral split to set side by side"])
+    ceiling = ceilings.get("neutral")
+    lines.append(f"  neutral: chance {CHANCE:.1f}%" + (
+        f", perception-only ceiling {100 * ceiling[0]:.1f}%" if ceiling else ""))
+    ranked = sorted(neutral.items(), key=lambda kv: (not _is_control(kv[0]),
+                                                      _source_order(kv[0][1])), reverse=True)
+    for key, cell in ranked:
+        lines.append(f"    {_name(key)}: {cell.text()}")
+    for split in [s for s in SPLITS if s in grouped and s != "neutral"]:
+        for key, cell in grouped[split].items():
+            if key in neutral and not _is_control(key):
+                change = cell.accuracy - neutral[key].accuracy
+                lines.append(f"  {split}: {_name(key)} {cell.text()}, "
+                             f"{abs(change):.1f} points {'below' if change < 0 else 'above'} "
+                             "neutral")
+    problems = _order_problems(neutral)
+    lines.append("  a working benchmark: perfect perception > trained perception > random "
+                 "weights > controls on neutral, each 95% interval clear of the next, the "
+                 f"controls' holding chance ({CHANCE:.1f}%), and held-out splits below neutral")
+    lines.append("  here: " + ("; ".join(problems) if problems else "the order holds"))
+    return "\n".join(lines)
+
+
+def _is_control(key: tuple) -> bool:
+    return bool(key[3]) or key[0] in CONTROL_MODELS
+
+
+def _name(key: tuple) -> str:
+    model = _model({"model": key[0], "aux": key[2]})
+    return f"control {model}{', ' + key[3] if key[3] else ''}" if _is_control(key) else (
+        f"{key[1]}, {model}")
+
+
+def _order_problems(neutral: dict) -> list[str]:
+    """Where the neutral runs break the order of a working benchmark (none: it holds)."""
+    tiers = [(source, [c for k, c in neutral.items()
+                       if not _is_control(k) and k[1].startswith(source)])
+             for source in EXPECTED_ORDER]
+    controls = [c for k, c in neutral.items() if _is_control(k)]
+    tiers = [t for t in tiers if t[1]] + [("controls", controls)]
+    problems = [f"{upper} is not clear above {lower}"
+                for (upper, above), (lower, below) in itertools.pairwise(tiers)
+                if below and min(c.ci[0] for c in above) <= max(c.ci[1] for c in below)]
+    problems += [f"control {c.entries[0].label} misses chance" for c in controls
+                 if not c.ci[0] <= CHANCE <= c.ci[1]]
+    return problems + ([] if controls else ["no control was run"])
 
 
 def perception_plot(rows: list[dict], path: Path, plt, save) -> None:

@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from vprom.baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED
                                    PAPER_NAMES, paper_accuracy)
 from vprom.baselines.perception_table import (Ceilings, feature_source, is_reference,
                                               perception_markdown, perception_plot,
-                                              perception_rows, recorded_attrs, run_ceilings)
+                                              perception_rows, recorded_attrs, run_ceilings,
+                                              runs_dataset, verdict)
 from vprom.baselines.run_checks import (CONTROL_MODELS, check_alike, control_result,
                                         did_not_learn, is_control, settings)
 from vprom.errors import VpromError
@@ -385,9 +387,11 @@ def curves(entries: list[Entry], path: Path) -> None:
 
 # ---------------------------------------------------------------- the report
 @writes("out", ("report",), inputs=lambda a: tuple(a["run_dirs"]), folder=True, inside_ok=True)
-def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None) -> str:
-    """Write the tables and plots over `run_dirs` into `out`; returns a summary of the files.
-    `ceilings` gives the perception-only ceiling of the runs' data set (perception_table)."""
+def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
+           verified: Callable[[Path], str] | None = None) -> str:
+    """Write the tables and plots over `run_dirs` into `out`; returns a summary of the files,
+    the perception table and the verdict (perception_table.verdict). `ceilings` gives the
+    perception-only ceiling of the runs' data set, `verified` what `vprom verify` found on it."""
     run_dirs = expand_runs(run_dirs)
     if not run_dirs:
         raise VpromError("report needs at least one run folder")
@@ -446,4 +450,12 @@ def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None) -> str:
     return (f"report over {len(entries)} runs written to {out}:\n"
             + "\n".join(f"  {out / name}" for name in written)
             + (f"\n{controls.rstrip()}" if controls else "")
-            + (f"\n{not_learned.rstrip()}" if not_learned else ""))
+            + (f"\n{not_learned.rstrip()}" if not_learned else "")
+            + f"\n\nperception against reasoning ({out / 'perception.md'}):\n"
+            + "\n".join(line for line in pr_md.splitlines() if line.startswith("|"))
+            + "\n" + verdict(grouped, split_ceilings, _verified(entries, verified)))
+
+
+def _verified(entries: list[Entry], verified: Callable[[Path], str] | None) -> str:
+    dataset, why = runs_dataset(entries)
+    return verified(dataset) if dataset and verified else f"not checked ({why or 'not asked'})"

@@ -38,6 +38,15 @@ RANDOM = {"backbone": "resnet18", "weights": "none"}
 TRAINED = {"backbone": "resnet18", "weights": "w.pt", "weights_kind": "perception-weights"}
 
 
+def three_sources(folder):
+    """RN +aux on labels (neutral 90%, held_out_objects 60%), trained perception (50%) and
+    random weights (20%)."""
+    return [run_on(folder / "labels", 0.9, LABELS, aux=True),
+            run_on(folder / "labels-held", 0.6, LABELS, aux=True, split="held_out_objects"),
+            run_on(folder / "trained", 0.5, TRAINED, aux=True),
+            run_on(folder / "random", 0.2, RANDOM, aux=True)]
+
+
 def test_a_runs_feature_source_comes_from_its_features_files_record(tmp_path):
     assert feature_source(LABELS, "labels") == PERFECT == "perfect perception (labels)"
     # the file's manifest says it too, where the attributes were not kept
@@ -56,10 +65,7 @@ def test_a_runs_feature_source_comes_from_its_features_files_record(tmp_path):
 
 def test_the_sources_are_set_side_by_side_beside_chance_and_the_ceiling(tmp_path):
     (tmp_path / "dataset.h5").write_bytes(b"")
-    runs = [run_on(tmp_path / "labels", 0.9, LABELS, aux=True),
-            run_on(tmp_path / "labels-held", 0.6, LABELS, aux=True, split="held_out_objects"),
-            run_on(tmp_path / "trained", 0.5, TRAINED, aux=True),
-            run_on(tmp_path / "random", 0.2, RANDOM, aux=True),
+    runs = [*three_sources(tmp_path),
             run_on(tmp_path / "control", 0.125, RANDOM, shuffle_context=True),
             run_on(tmp_path / "pretrained", 0.55, {"backbone": "resnet101",
                                                     "weights": "imagenet:x"})]
@@ -117,3 +123,42 @@ def test_the_reports_ceiling_is_verifys_on_each_splits_test_problems(synthetic_b
         assert ceiling == perception_ceiling(test)["all"]
     with h5py.File(dataset, "r") as h5:
         assert len(np.unique(h5["splits/neutral/test"][()])) == found["neutral"][1]
+
+
+def test_the_report_ends_with_a_verdict_on_the_order_of_the_sources(tmp_path):
+    (tmp_path / "dataset.h5").write_bytes(b"")
+    good = [*three_sources(tmp_path),
+            run_on(tmp_path / "shuffled", 0.125, RANDOM, aux=True, shuffle_context=True),
+            run_on(tmp_path / "blind", 0.13, RANDOM, model="context-blind")]
+    checked = []
+
+    def verified(dataset):
+        checked.append(dataset)
+        return "`vprom verify` PASS"
+
+    printed = report(good, tmp_path / "out", ceilings=lambda d, s: {"neutral": (0.868, 1000)},
+                     verified=verified)
+    assert checked == [(tmp_path / "dataset.h5").resolve()]
+    table, verdict = printed.split("perception against reasoning (")[1].split("\nverdict:\n")
+    assert "| perfect perception (labels) | RN +aux | 90.0 (" in table
+    lines = verdict.splitlines()
+    assert lines[0] == "  data set: `vprom verify` PASS"
+    assert lines[1] == "  neutral: chance 12.5%, perception-only ceiling 86.8%"
+    low, high = (100 * x for x in wilson_interval(900, 1000))
+    assert lines[2] == f"    perfect perception (labels), RN +aux: 90.0 ({low:.1f}–{high:.1f})"
+    names = [line.split(":")[0].strip() for line in lines[3:7]]
+    assert names[:2] == ["trained perception model (resnet18), RN +aux",
+                         "random weights (resnet18), RN +aux"]
+    assert set(names[2:]) == {"control RN +aux, shuffled context", "control context-blind"}
+    assert lines[7].startswith("  held_out_objects: perfect perception (labels), RN +aux 60.0 (")
+    assert lines[7].endswith(", 30.0 points below neutral")
+    assert lines[-1] == "  here: the order holds"
+
+    # the random-weights run no better than a control, a control above chance, no data set
+    bad = [run_on(tmp_path / "bad" / "labels", 0.9, LABELS, aux=True),
+           run_on(tmp_path / "bad" / "random", 0.14, RANDOM, aux=True),
+           run_on(tmp_path / "bad" / "blind", 0.3, RANDOM, model="context-blind")]
+    printed = report(bad, tmp_path / "bad-out", verified=verified)
+    assert "data set: not checked (the runs' data set" in printed
+    assert printed.endswith("here: random weights is not clear above controls; control "
+                            "context-blind random weights (resnet18) misses chance")

@@ -203,7 +203,11 @@ def evaluate(run: Path, *, device: str | None = _T.device) -> dict:
 
 
 def report(runs: list[Path], out: Path):
-    """Table 2, models x splits, perception against reasoning; flags runs that did not learn.
+    """Table 2, models x splits, perception against reasoning, and a verdict on the runs.
+
+    Flags runs that did not learn. Prints the perception table, then the verdict: verify's
+    result, each neutral run's accuracy beside chance and the ceiling, each other split's
+    change from neutral, and whether the order of a working benchmark holds.
 
     Args:
         runs: evaluated run folders, or folders holding them
@@ -213,10 +217,10 @@ def report(runs: list[Path], out: Path):
     report over 1 runs written to reports:
     ...
     """
-    from vprom.app.ceilings import perception_ceilings
+    from vprom.app.ceilings import perception_ceilings, verify_result
     from vprom.baselines.report import report as run
 
-    return run(runs, out, ceilings=perception_ceilings)
+    return run(runs, out, ceilings=perception_ceilings, verified=verify_result)
 
 
 def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
