@@ -51,7 +51,9 @@ from vprom.features import config as extract_config
 from vprom.features.crop_store import size_note
 from vprom.generation.export import EXAMPLES as EXPORT_EXAMPLES
 from vprom.generation.export import FORMATS
+from vprom.generation.export.vlm import LAYOUTS
 from vprom.generation.export.savir import HELP as SAVIR_HELP
+from vprom.tables import SPLIT_PARTS
 
 for _sig, _handler in _STARTING.items():
     signal.signal(_sig, _handler)
@@ -153,7 +155,9 @@ COMMANDS = {c.name: c for c in (
             positional=("dataset",),
             arguments={"format": {"choices": (*FORMATS, "savir-t"), "help": "; ".join(
                            f"{k}: {v}" for k, v in {**FORMATS, "savir-t": SAVIR_HELP}.items())},
-                       "size": {"type": positive(int)}, "style": {"choices": ("pgm", "color")}}),
+                       "size": {"type": positive(int)}, "style": {"choices": ("pgm", "color")},
+                       "part": {"choices": SPLIT_PARTS}, "layout": {"choices": LAYOUTS},
+                       "limit": {"type": positive(int)}}),
     Command("extract", api.extract,
             "vprom extract build/dataset.h5 --vg data/vg --backbone resnet101 --weights "
             "imagenet --out build/feats/resnet101.h5",
