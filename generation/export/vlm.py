@@ -18,13 +18,14 @@ The question is TEMPLATE (or the text of --prompt FILE) with "{panels}" replaced
 layout's words on where the problem is (for text: the panels' labels).
 
 Problems are rendered CHUNK at a time: every distinct crop of the chunk is cut from its VG
-image once (`cut_crops`, threads) and letterboxed once; a grid pastes 17 tiles into a canvas
-drawn once (`grid_canvas`) and is encoded as JPEG. The output formats are in `vlm_formats`.
+image once (`cut_crops`, threads) and letterboxed once; a grid pastes 16 tiles into a canvas
+drawn once (`grid_canvas`) and is encoded as JPEG, on the same threads. The output formats are in `vlm_formats`.
 """
 
 from __future__ import annotations
 
 import io
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -36,7 +37,7 @@ from tqdm import tqdm
 from vprom.domain import LABEL_SEPARATOR, N_CANDIDATES, N_CONTEXT
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, write_json
-from vprom.generation.export.crops import cut_crops
+from vprom.generation.export.crops import WORKERS, cut_crops
 from vprom.generation.export.vlm_formats import VlmWriter
 from vprom.show import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbox
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
@@ -207,10 +208,12 @@ def chunk_pictures(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: n
     cut_crops(crops, np.unique(needed), vg_dir,
               lambda r, im: tiles.__setitem__(r, np.asarray(letterbox(im, side))),
               desc="crops")
-    if layout == "grid":
-        return [render_grid([tiles[r] for r in problem.tolist()]) for problem in needed]
-    encoded = {r: jpeg(tile) for r, tile in tiles.items()}
-    return [[encoded[r] for r in problem.tolist()] for problem in needed]
+    with ThreadPoolExecutor(WORKERS) as pool:  # Pillow encodes without the GIL
+        if layout == "grid":
+            return list(pool.map(lambda problem: render_grid([tiles[r] for r in problem]),
+                                 needed.tolist()))
+        encoded = dict(zip(tiles, pool.map(jpeg, tiles.values())))
+    return [[encoded[r] for r in problem] for problem in needed.tolist()]
 
 
 # ---------------------------------------------------------------- the export

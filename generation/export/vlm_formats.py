@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import io
 import shutil
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from vprom.generation.export.hf import INT, STRING, write_table
 HOOKS = "vprom_hooks"
 LETTERS = hooks.LETTERS
 IMAGE = {"_type": "Image"}
-TSV_COLUMNS = ("index", "image", "question", *LETTERS, "answer", "category", "l2-category",
+TSV_COLUMNS = ("index", "question", *LETTERS, "answer", "category", "l2-category",
                "super_attribute")
 TASK_YAML = """\
 # V-PROM for lmms-eval, written by `vprom export --format vlm`: split {split}, part {part},
@@ -60,6 +61,15 @@ metadata:
 """
 
 
+def tsv_cells(values) -> str:
+    """Tab-separated cells, quoted as pandas reads them. The image cell (base64, which needs
+    no quoting) is appended as it is: `csv.writer` scans every character of a cell, which on
+    ~150 KB of base64 costs more than rendering the picture."""
+    buffer = io.StringIO()
+    csv.writer(buffer, delimiter="\t", lineterminator="\n").writerow(values)
+    return buffer.getvalue()[:-1]  # the terminator: a cell holding it is quoted
+
+
 def features(layout: str) -> dict:
     pictures = {"grid": {"image": IMAGE}, "panels": {"images": [IMAGE]}}.get(layout, {})
     return {"matrix_id": INT, "question": STRING, "answer": STRING, "relation": STRING,
@@ -80,10 +90,9 @@ class VlmWriter:
             data=final / "lmms_eval" / "data" / f"{options.part}-*.parquet"), encoding="utf-8")
         (tmp / "vlmevalkit").mkdir()
         self.tsv_path = tmp / "vlmevalkit" / f"{task.upper()}.tsv"
-        self.tsv_file = open(self.tsv_path, "w", encoding="utf-8", newline="")
-        self.tsv = csv.writer(self.tsv_file, delimiter="\t", lineterminator="\n")
-        self.columns = [c for c in TSV_COLUMNS if c != "image" or options.layout != "text"]
-        self.tsv.writerow(self.columns)
+        self.tsv = open(self.tsv_path, "w", encoding="utf-8", newline="")
+        pictured = options.layout != "text"
+        self.tsv.write(tsv_cells(TSV_COLUMNS) + ("\timage" if pictured else "") + "\n")
 
     def add(self, problems: list[dict]) -> None:
         """Write one chunk: dicts with matrix_id, question, answer, relation, element_type,
@@ -100,17 +109,15 @@ class VlmWriter:
                     f"{self.shards:05d}.parquet", columns, features(layout))
         self.shards += 1
         for p in problems:
-            row = {"index": p["matrix_id"], "question": p["question"],
-                   **dict(zip(LETTERS, p["options"])), "answer": p["answer"],
-                   "category": p["relation"], "l2-category": p["element_type"],
-                   "super_attribute": p["super_attribute"]}
+            cells = tsv_cells([p["matrix_id"], p["question"], *p["options"], p["answer"],
+                               p["relation"], p["element_type"], p["super_attribute"]])
             if layout == "grid":
-                row["image"] = base64.b64encode(p["picture"]).decode("ascii")
+                cells += "\t" + base64.b64encode(p["picture"]).decode("ascii")
             elif layout == "panels":
-                row["image"] = str([base64.b64encode(b).decode("ascii") for b in p["picture"]])
-            self.tsv.writerow([row[c] for c in self.columns])
+                cells += "\t" + str([base64.b64encode(b).decode("ascii") for b in p["picture"]])
+            self.tsv.write(cells + "\n")
 
     def close(self) -> dict:
-        self.tsv_file.close()
+        self.tsv.close()
         return {"task": self.task, "shards": self.shards,
                 "tsv": str(self.tsv_path.relative_to(self.tmp))}
