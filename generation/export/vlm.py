@@ -33,12 +33,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 from tqdm import tqdm
+from vprom.generation.export.crops import WORKERS, cut_crops
+from vprom.generation.export.vlm_formats import VlmWriter
 
 from vprom.domain import LABEL_SEPARATOR, N_CANDIDATES, N_CONTEXT
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, write_json
-from vprom.generation.export.crops import WORKERS, cut_crops
-from vprom.generation.export.vlm_formats import VlmWriter
 from vprom.show import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbox
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 

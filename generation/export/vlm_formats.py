@@ -90,7 +90,8 @@ class VlmWriter:
             data=final / "lmms_eval" / "data" / f"{options.part}-*.parquet"), encoding="utf-8")
         (tmp / "vlmevalkit").mkdir()
         self.tsv_path = tmp / "vlmevalkit" / f"{task.upper()}.tsv"
-        self.tsv = open(self.tsv_path, "w", encoding="utf-8", newline="")
+        # open across `add` calls, one chunk at a time; `close` ends it
+        self.tsv = open(self.tsv_path, "w", encoding="utf-8", newline="")  # noqa: SIM115
         pictured = options.layout != "text"
         self.tsv.write(tsv_cells(TSV_COLUMNS) + ("\timage" if pictured else "") + "\n")
 

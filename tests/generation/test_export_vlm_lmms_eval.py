@@ -26,9 +26,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
+from vprom.generation.export import export
 
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
-from vprom.generation.export import export
 
 pytestmark = pytest.mark.slow
 REQUIREMENTS = ("lmms-eval==0.7.3", "filelock<4")
@@ -41,18 +41,19 @@ def lmms_eval_venv() -> Path:
     env = VENVS / "lmms-eval-0.7.3"
     python = env / "bin" / "python"
     if (env / "bin" / "lmms-eval").exists() and subprocess.run(
-            [python, "-c", "import lmms_eval, filelock._api"], capture_output=True).returncode == 0:
+            [python, "-c", "import lmms_eval, filelock._api"], capture_output=True, check=False).returncode == 0:
         return env
     venv.create(env, with_pip=True, clear=True)
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
-                           "['purelib'])"], capture_output=True, text=True, check=True)
+    site = subprocess.run([python, "-c", ("import sysconfig; print(sysconfig.get_paths()"
+                                          "['purelib'])")],
+                          capture_output=True, text=True, check=True)
     import torch
 
     # torch and its kin from the test's own venv, not downloaded again
     (Path(site.stdout.strip()) / "borrowed.pth").write_text(
         str(Path(torch.__file__).parents[1]) + "\n")
     pip = subprocess.run([python, "-m", "pip", "install", "-q", *REQUIREMENTS],
-                         capture_output=True, text=True, timeout=1800)
+                         capture_output=True, text=True, timeout=1800, check=False)
     if pip.returncode != 0:
         said = pip.stderr.strip().splitlines()[-1:] or ["no output"]
         if any(w in said[0] for w in ("No matching distribution", "connection", "resolve")):
@@ -127,7 +128,7 @@ def test_lmms_eval_runs_the_export_against_a_chat_server(synthetic_build, tmp_pa
              f"model=stub,base_url=http://127.0.0.1:{server.server_port}/v1,max_retries=1",
              "--include_path", tmp_path / "vlm" / "lmms_eval", "--tasks",
              summary.counts["task"], "--log_samples", "--output_path", tmp_path / "results"],
-            capture_output=True, text=True, timeout=900, cwd=tmp_path,
+            capture_output=True, text=True, timeout=900, cwd=tmp_path, check=False,
             env={**{k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",
                                                                     "VIRTUAL_ENV")},
                  "OPENAI_API_KEY": "stub", "HF_HOME": str(tmp_path / "hf"),

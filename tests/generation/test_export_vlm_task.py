@@ -4,7 +4,6 @@ answer, the per-sample record `vprom score` reads, and the accuracy."""
 from __future__ import annotations
 
 import pytest
-
 from vprom.generation.export.vlm_task import aggregate, extract_letter, process_results
 
 
