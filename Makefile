@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 # offline; 112 px crops, the synthetic objects being ~120 px), the relation network with and
 # without the auxiliary loss, the two controls expected at chance (the relation network on
 # shuffled context panels, and the context-blind model), evaluation, report and one rendered
-# matrix.
+# matrix, a 20-problem human study and a 20-problem VLM export (with the lmms-eval command).
 demo: $(STAMP)
 	$(BIN)/vprom build --synthetic --out $(DEMO_OUT)
 	$(BIN)/vprom extract $(DEMO_OUT)/dataset.h5 --vg $(DEMO_OUT)/vg --backbone resnet18 \
@@ -46,6 +46,8 @@ demo: $(STAMP)
 		--out $(DEMO_OUT)/matrix-0.png
 	$(BIN)/vprom human-study $(DEMO_OUT)/dataset.h5 --vg $(DEMO_OUT)/vg --n 20 \
 		--out $(DEMO_OUT)/study
+	$(BIN)/vprom export $(DEMO_OUT)/dataset.h5 --format vlm --vg $(DEMO_OUT)/vg --limit 20 \
+		--out $(DEMO_OUT)/vlm
 	@echo
 	@echo "demo done: dataset $(DEMO_OUT)/dataset.h5 (stats: $(DEMO_OUT)/stats.json),"
 	@echo "  tables and plots in $(DEMO_OUT)/report/, a rendered matrix in $(DEMO_OUT)/matrix-0.png"
