@@ -19,7 +19,8 @@ layout's words on where the problem is (for text: the panels' labels).
 
 Problems are rendered CHUNK at a time: every distinct crop of the chunk is cut from its VG
 image once (`cut_crops`, threads) and letterboxed once; a grid pastes 16 tiles into a canvas
-drawn once (`grid_canvas`) and is encoded as JPEG, on the same threads. The output formats are in `vlm_formats`.
+drawn once (`grid_canvas`) and is encoded as JPEG, on the same threads. The files are
+written by `vlm_formats`.
 """
 
 from __future__ import annotations
@@ -33,17 +34,16 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 from tqdm import tqdm
-from vprom.generation.export.crops import WORKERS, cut_crops
-from vprom.generation.export.vlm_formats import VlmWriter
 
 from vprom.domain import LABEL_SEPARATOR, N_CANDIDATES, N_CONTEXT
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, write_json
+from vprom.generation.export.crops import WORKERS, cut_crops
+from vprom.generation.export.vlm_formats import LETTERS, VlmWriter
 from vprom.show import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbox
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
 LAYOUTS = ("grid", "panels", "text")
-LETTERS = "ABCDEFGH"
 #: the grid image, px: TILE tiles, GAP between them and round the edge, a LABEL strip
 #: above each candidate holding its letter, SEPARATOR between matrix and candidates
 TILE, GAP, LABEL, SEPARATOR = 176, 8, 36, 32
