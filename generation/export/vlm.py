@@ -39,6 +39,7 @@ from vprom.domain import LABEL_SEPARATOR, N_CANDIDATES, N_CONTEXT
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, write_json
 from vprom.generation.export.crops import WORKERS, cut_crops
+from vprom.generation.export.hf import pyarrow_modules
 from vprom.generation.export.vlm_formats import LETTERS, VlmWriter
 from vprom.show import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbox
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
@@ -237,6 +238,7 @@ def problem_records(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: 
 def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
               vg_dir: Path | None, options: VlmOptions, manifest: dict) -> dict:
     """Write the export folder `out` (atomically); returns what it holds."""
+    pyarrow_modules()  # before any work
     chosen = choose(m, options)
     task = f"vprom_{options.split}_{options.part}_{options.layout}"
     with atomic_dir(out) as tmp:
