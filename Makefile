@@ -1,4 +1,5 @@
-# `make demo` creates .venv and installs vprom alone (what the demo runs); `make test`
+# `make demo` creates .venv and installs vprom with pyarrow (the VLM export's Parquet), what
+# the demo runs; `make test`
 # installs vprom with its test extra. Each install has its stamp, so `make test` after
 # `make demo` still installs the test extra.
 PYTHON ?= python3
@@ -27,7 +28,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -e .
+	$(BIN)/python -m pip install -e '.[hf]'
 	touch $(STAMP)
 
 $(TEST_STAMP): pyproject.toml
@@ -69,6 +70,7 @@ demo: $(STAMP)
 	for run in $(D)/runs/*/*/; do $(BIN)/vprom evaluate $$run || exit 1; done
 	$(BIN)/vprom show $(D)/dataset.h5 --id 0 --vg $(D)/vg --answer --out $(D)/matrix-0.png
 	$(BIN)/vprom human-study $(D)/dataset.h5 --vg $(D)/vg --n 20 --out $(D)/study
+	$(BIN)/vprom export $(D)/dataset.h5 --format vlm --vg $(D)/vg --limit 20 --out $(D)/vlm
 	@echo "a 20-problem human study: $(BIN)/vprom human-serve $(D)/study, then open"
 	@echo "  http://127.0.0.1:8000/?participant=me (docs/human-study.md)"
 	@echo "the data set: $(D)/dataset.h5 (stats: $(D)/stats.json); a matrix: $(D)/matrix-0.png"

@@ -1,7 +1,7 @@
 """Benchmark `vprom export`: every format on one synthetic build, side by side.
 
 Usage: python bench/export.py [--images 2000] [--scale 0.02] [--size 160] [--work DIR]
-                              [--full-problems 235000] [--full-crops 110000]
+                              [--full-problems 235000] [--full-crops 110000] [--only vlm,hf]
 
 Builds the synthetic corpus, mines and generates it, then times `export` as jsonl, as the
 original layout with symlinks and with --copy, and as npz (neutral split), printing for
@@ -13,7 +13,9 @@ is file creation (one link or file per panel): extrapolate linearly to 235,000 p
 Also: npz in both styles (pgm, color), hf (with the size the rejected design, 16 JPEGs
 inlined in every problem row of every split, would take, from the same JPEG bytes), and
 the savir-t file size (a `torch.save` of one problem's float32 (16, 1, 2048, 7, 7) maps and
-its target; its maps come from resnet101 extraction, not run here). Each row is projected to
+its target; its maps come from resnet101 extraction, not run here), and vlm in its three
+layouts (the neutral split's test part, from the JPEGs; with its MB per 1,000 problems,
+lmms-eval Parquet and VLMEvalKit TSV together). Each row is projected to
 full scale: per-problem outputs linearly in problems (--full-problems), the hf crops table
 in crops (--full-crops; the synthetic crops are smaller images than VG's, so this is a
 floor).
@@ -59,6 +61,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
     parser.add_argument("--full-problems", type=int, default=235_000)
     parser.add_argument("--full-crops", type=int, default=110_000)
+    parser.add_argument("--only", default="", help="formats to time, comma-separated")
     args = parser.parse_args()
     root = args.work or Path(tempfile.mkdtemp(prefix="vprom-bench-export-"))
     try:
@@ -73,11 +76,15 @@ def main() -> None:
                 ("original --copy", "release-copy", {"copy": True}),
                 ("npz --style pgm", "npz", {"size": args.size, "style": "pgm"}),
                 ("npz --style color", "npz-color", {"size": args.size, "style": "color"}),
-                ("hf", "hf", {})]
+                ("hf", "hf", {}), ("vlm --layout grid", "vlm-grid", {"layout": "grid"}),
+                ("vlm --layout panels", "vlm-panels", {"layout": "panels"}),
+                ("vlm --layout text", "vlm-text", {"layout": "text"})]
+        only = set(filter(None, args.only.split(",")))
+        runs = [run for run in runs if not only or run[0].split()[0] in only]
         total = len(read_matrix_table(root / "dataset.h5"))
         for name, target, options in runs:
             fmt = name.split()[0]
-            vg = None if fmt == "jsonl" else root / "vg"
+            vg = None if fmt == "jsonl" or name.endswith("text") else root / "vg"
             t0, c0 = time.perf_counter(), cpu_seconds()
             summary = export(root / "dataset.h5", fmt, root / target, vg_dir=vg, **options)
             wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
@@ -93,7 +100,11 @@ def main() -> None:
             if fmt == "hf":
                 print(f"{'  hf, 16 JPEGs inlined per row (rejected)':<44} "
                       f"{inline / 1e6:>8.1f} MB here")
+            if fmt == "vlm":
+                print(f"{'  ' + name + ', MB per 1,000 problems':<44} {size / n / 1e3:>8.1f}")
             shutil.rmtree(root / target) if (root / target).is_dir() else (root / target).unlink()
+        if only and "savir-t" not in only:
+            return
         per_problem = savir_bytes(root)
         print(f"{'savir-t':<18} {'(one problem, torch.save)':>36} {per_problem / 1e6:>8.2f} "
               f"{per_problem * args.full_problems / 1e9:>14.1f}")

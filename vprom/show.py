@@ -115,7 +115,7 @@ def letterbox(crop: Image.Image, side: int = TILE) -> Image.Image:
     return tile
 
 
-def _font(size: int) -> ImageFont.ImageFont:
+def font(size: int) -> ImageFont.ImageFont:
     try:
         return ImageFont.load_default(size=size)
     except TypeError:  # Pillow without FreeType: the fixed bitmap font
@@ -131,7 +131,7 @@ def _fit(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
     return text + "…"
 
 
-def _centred(draw, box, text, font, fill=INK) -> None:
+def centred(draw, box, text, font, fill=INK) -> None:
     x0, y0, x1, y1 = box
     left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
     draw.text(((x0 + x1 - (right - left)) / 2 - left, (y0 + y1 - (bottom - top)) / 2 - top),
@@ -172,24 +172,24 @@ def render(m: Shown, crops: list[Image.Image], answer: bool = False) -> Image.Im
     width, height = canvas_size(answer)
     im = Image.new("RGB", (width, height), BACKGROUND)
     draw = ImageDraw.Draw(im)
-    title, small, big = _font(20), _font(16), _font(72)
-    _centred(draw, (0, 0, width, TITLE_H), f"V-PROM matrix {m.id}: which candidate completes "
+    title, small, big = font(20), font(16), font(72)
+    centred(draw, (0, 0, width, TITLE_H), f"V-PROM matrix {m.id}: which candidate completes "
              "the grid?", title)
     positions = tile_positions()
     for k, (x, y) in enumerate(positions):
         if k == 8:  # the missing last cell of the grid
             draw.rectangle([x, y, x + TILE - 1, y + TILE - 1], fill=TILE_BACKGROUND,
                            outline=INK, width=2)
-            _centred(draw, (x, y, x + TILE, y + TILE), "?", big)
+            centred(draw, (x, y, x + TILE, y + TILE), "?", big)
             continue
         panel = k if k < 8 else k - 1
         im.paste(letterbox(crops[panel]), (x, y))
         draw.rectangle([x, y, x + TILE - 1, y + TILE - 1], outline=(150, 150, 150))
     top = positions[9][1]
-    _centred(draw, (0, top - CAPTION_H, width, top), "candidates", title)
+    centred(draw, (0, top - CAPTION_H, width, top), "candidates", title)
     for c in range(N_CANDIDATES):
         x, y = positions[9 + c]
-        _centred(draw, (x, y + TILE, x + TILE, y + TILE + NUMBER_H), str(c + 1), title)
+        centred(draw, (x, y + TILE, x + TILE, y + TILE + NUMBER_H), str(c + 1), title)
     if answer:
         x, y = positions[9 + m.answer]
         draw.rectangle([x - FRAME, y - FRAME, x + TILE + FRAME - 1, y + TILE + FRAME - 1],

@@ -1,6 +1,7 @@
 """`vprom export`: the data set as JSON lines, in the original V-PROM release's layout
 (`generation.export.release`), as one `.npz` per problem (`generation.export.npz`) or as a
-Hugging Face data set (`generation.export.hf`); SAViR-T's feature files are
+Hugging Face data set (`generation.export.hf`), or for vision-language models through
+lmms-eval and VLMEvalKit (`generation.export.vlm`); SAViR-T's feature files are
 `generation.export.savir`.
 
 jsonl writes one JSON object per matrix, in file order, with its full provenance (id,
@@ -23,6 +24,7 @@ from tqdm import tqdm
 from vprom.generation.export.hf import write_hf
 from vprom.generation.export.npz import DEFAULT_SIZE, write_npz
 from vprom.generation.export.release import FIRST_CANDIDATE_LABEL, write_release
+from vprom.generation.export.vlm import VlmOptions, read_template, write_vlm
 from vprom.errors import VpromError
 from vprom.files import atomic_path
 from vprom.manifest import input_hashes, make_manifest, write_manifest
@@ -58,12 +60,18 @@ FORMATS = {
            "structure and embedding.npy (RAVEN's loader and Resnet18_MLP run on it); "
            "--style color: vprom_<split>_<part>_<id>.npz with image (16,S,S,3) RGB and "
            "meta_target (8,) (--out: a folder; needs --vg)",
+    "vlm": "problems of --split's --part (default test) for vision-language models: an "
+           "lmms-eval task folder (YAML, hooks, Parquet) and a VLMEvalKit MCQ TSV, letters "
+           "A-H; --layout grid (one 744x1024 image: the matrix, then candidates A-H), panels "
+           "(16 images) or text (labels, no image); --limit N: a stratified sample (--seed); "
+           "--prompt FILE replaces the question (--out: a folder; needs --vg but for text)",
 }
 EXAMPLES = (
     "vprom export build/dataset.h5 --format npz --vg data/vg --out build/npz --split neutral",
     "vprom export build/dataset.h5 --format npz --style raven --vg data/vg --out build/raven",
     "vprom export build/dataset.h5 --format npz --style color --vg data/vg --out build/npz-rgb",
     "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl",
+    "vprom export build/dataset.h5 --format vlm --vg data/vg --out build/vlm --limit 1000",
     "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",
 )
 MATRIX_KEYS = ("id", "relation", "element_type", "super_attribute", "answer", "splits")
@@ -86,6 +94,13 @@ class ExportSummary:
             return (f"wrote {self.out}: a Hugging Face data set of {c['problems']:,} problems "
                     f"({len(c['splits'])} split configurations, {parts} parts) and "
                     f"{c['crops']:,} crops in {c['crop_shards']} shard(s)")
+        if self.format == "vlm":
+            return (f"wrote {self.out}: {c['problems']:,} {c['part']} problems of split "
+                    f"{c['split']} ({c['layout']} layout) as the lmms-eval task {c['task']} "
+                    f"and the VLMEvalKit TSV {c['tsv']}; evaluate a model served by vLLM "
+                    f"with:\n  lmms-eval --model openai --model_args model=MODEL,base_url="
+                    f"http://localhost:8000/v1 --include_path {self.out}/lmms_eval --tasks "
+                    f"{c['task']} --log_samples --output_path results/")
         if self.format == "original":
             buckets = f"{c['buckets']} bucket" + ("s" if c["buckets"] != 1 else "")
             return (f"wrote {self.out}/V-PROM: {c['problems']:,} problems in {buckets} "
@@ -101,24 +116,32 @@ class ExportSummary:
         inputs=lambda a: (a["dataset"], a["vg_dir"]))
 def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | None = None,
            copy: bool = False, split: str = "neutral", size: int = DEFAULT_SIZE,
-           style: str = "pgm", verify_text: str | None = None) -> ExportSummary:
+           style: str = "pgm", verify_text: str | None = None, part: str = "test",
+           layout: str = "grid", prompt: str | Path | None = None, limit: int | None = None,
+           seed: int = 0) -> ExportSummary:
     """Export DATASET.h5 as `fmt` (one of `FORMATS`) to `out`. `copy`: the original layout
     with plain panel files; `split`, `size`, `style`: the npz export's; `verify_text`: the
-    `vprom verify` report the hf card quotes."""
+    `vprom verify` report the hf card quotes; `split`, `part`, `layout`, `prompt` (a file),
+    `limit`, `seed`: the vlm export's."""
     dataset, out = Path(dataset), Path(out)
     if fmt not in FORMATS:
         raise VpromError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if fmt != "jsonl" and vg_dir is None:
+    if fmt != "jsonl" and vg_dir is None and (fmt, layout) != ("vlm", "text"):
         raise VpromError(f"{dataset}: the {fmt!r} export holds the crops' pixels; pass --vg "
                          "DIR (the Visual Genome folder holding VG_100K/)")
     crops, matrices = read_crop_table(dataset), read_matrix_table(dataset)
+    if fmt == "vlm":  # before any work
+        vlm = VlmOptions(split, part, layout, read_template(prompt), limit, seed)
+        vlm.check(matrices, prompt)
     rows = crop_rows(crops.crop_id, matrices.panels)
     if (rows < 0).any():
         bad = int(matrices.id[np.flatnonzero((rows < 0).any(axis=1))[0]])
         raise VpromError(f"{dataset}: matrix {bad} shows a crop that is not in crops; run "
                          "`vprom verify` and regenerate the data set")
     config = {"format": fmt, **({"copy": copy} if fmt == "original" else {}),
-              **({"split": split, "size": size, "style": style} if fmt == "npz" else {})}
+              **({"split": split, "size": size, "style": style} if fmt == "npz" else {}),
+              **({"split": split, "part": part, "layout": layout, "limit": limit, "seed": seed,
+                  "prompt": vlm.template} if fmt == "vlm" else {})}
     manifest = make_manifest(f"export-{fmt}", config, inputs=input_hashes([dataset]),
                              counts={"matrices": len(matrices)})
     if fmt == "jsonl":
@@ -130,7 +153,9 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
         about = {"manifest": read_manifest(dataset), "verify": verify_text}
         counts = write_hf(crops, matrices, rows, out, Path(vg_dir), settings, about)
         return ExportSummary(out, fmt, counts)
-    if fmt == "original":
+    if fmt == "vlm":
+        counts = write_vlm(crops, matrices, rows, out, vg_dir and Path(vg_dir), vlm, manifest)
+    elif fmt == "original":
         counts = write_release(crops, matrices, rows, out, Path(vg_dir), copy, manifest)
     else:
         counts = write_npz(crops, matrices, rows, out, Path(vg_dir), split, size, manifest,

@@ -49,8 +49,8 @@ def pyarrow_modules():
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise VpromError("--format hf writes Parquet with pyarrow, which is not installed: "
-                         "pip install 'vprom[hf]' (or pip install pyarrow)") from None
+        raise VpromError("--format hf and vlm write Parquet with pyarrow, which is not "
+                         "installed: pip install 'vprom[hf]' (or pip install pyarrow)") from None
     return pa, pq
 
 

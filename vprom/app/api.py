@@ -278,21 +278,30 @@ def load_dataset(path: Path):
 
 def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
            features: Path | None = None, copy: bool = False, split: str = "neutral",
-           size: int = 160, style: str = "pgm"):
-    """The data set as JSON lines, the original release's layout, npz, SAViR-T or hf files.
+           size: int = 160, style: str = "pgm", part: str = "test", layout: str = "grid",
+           prompt: Path | None = None, limit: int | None = None, seed: int = 0):
+    """The data set as JSON lines, the original release's layout, npz, SAViR-T, hf or vlm files.
 
     Args:
         dataset: DATASET.h5
-        format: jsonl, original, npz, savir-t or hf (see `vprom export --help`)
+        format: jsonl, original, npz, savir-t, hf or vlm (see `vprom export --help`)
         out: a file for jsonl, a folder for the others
-        vg: Visual Genome folder (VG_100K/, VG_100K_2/): original, npz and hf
+        vg: Visual Genome folder (VG_100K/, VG_100K_2/): original, npz, hf and vlm (but
+            for its text layout)
         features: savir-t: the resnet101 maps file (`vprom extract --pool none`)
         copy: original: panels as plain copies instead of symlinks (clients that open
             panels through os.readlink cannot read them)
-        split: npz: the split whose train, val and test problems are written
+        split: npz: the split whose train, val and test problems are written; vlm: the
+            split whose --part is written
         size: npz: panel side in pixels
         style: npz: pgm (DeepMind PGM's files, grayscale), raven (RAVEN's files and meta
             vectors, grayscale) or color (RGB panels)
+        part: vlm: train, val or test
+        layout: vlm: grid (one image a problem), panels (16 images) or text (labels only)
+        prompt: vlm: a text file replacing the question template; "{panels}" in it is
+            replaced by where the panels are (required for the text layout: their labels)
+        limit: vlm: at most this many problems, stratified over relation x element type
+        seed: vlm: seed of the --limit sample and of the shuffled problem order
 
     >>> print(vprom.export("build/small/dataset.h5", "jsonl", "build/small/dataset.jsonl"))
     wrote build/small/dataset.jsonl: ... matrices as JSON lines
@@ -320,4 +329,5 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
     from vprom.generation.export import export as run
 
     return run(dataset, format, out, vg_dir=vg, copy=copy, split=split, size=size, style=style,
-               verify_text=verify_text)
+               verify_text=verify_text, part=part, layout=layout, prompt=prompt, limit=limit,
+               seed=seed)

@@ -52,7 +52,9 @@ from vprom.features.crop_store import size_note
 from vprom.generation.export import EXAMPLES as EXPORT_EXAMPLES
 from vprom.generation.export import FORMATS
 from vprom.generation.export.pgm import STYLES
+from vprom.generation.export.vlm import LAYOUTS
 from vprom.generation.export.savir import HELP as SAVIR_HELP
+from vprom.tables import SPLIT_PARTS
 
 for _sig, _handler in _STARTING.items():
     signal.signal(_sig, _handler)
@@ -154,7 +156,9 @@ COMMANDS = {c.name: c for c in (
             positional=("dataset",),
             arguments={"format": {"choices": (*FORMATS, "savir-t"), "help": "; ".join(
                            f"{k}: {v}" for k, v in {**FORMATS, "savir-t": SAVIR_HELP}.items())},
-                       "size": {"type": positive(int)}, "style": {"choices": STYLES}}),
+                       "size": {"type": positive(int)}, "style": {"choices": STYLES},
+                       "part": {"choices": SPLIT_PARTS}, "layout": {"choices": LAYOUTS},
+                       "limit": {"type": positive(int)}}),
     Command("extract", api.extract,
             "vprom extract build/dataset.h5 --vg data/vg --backbone resnet101 --weights "
             "imagenet --out build/feats/resnet101.h5",

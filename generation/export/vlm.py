@@ -1,0 +1,256 @@
+"""`vprom export --format vlm`: V-PROM problems for vision-language models, as the
+evaluation harnesses lmms-eval and VLMEvalKit read them (docs/vlm.md).
+
+Problems: the `part` (default test) of `split`; with `limit`, a stratified sample whose
+relation x element-type cells share `limit` as evenly as their sizes allow (water-filling,
+the leftover problems going to cells in a seeded random order), each cell drawn without
+replacement. The rows are then shuffled by the same seeded generator, and images are named by
+matrix id only, so neither the order nor a name says anything about the answer. Letters A-H
+are candidates 0-7 in the data set's own order; the answer is one letter.
+
+Layouts:
+- grid: one JPEG per problem after ml-rpm-bench's "fused" image: the 3x3 matrix on top (the
+  last cell a "?"), then 8 candidates in two rows of four, each under its letter (`GRID`).
+- panels: the 16 crops as separate JPEGs, each letterboxed into a PANEL-px square: images
+  1-8 the context in reading order, 9-16 the candidates A-H.
+- text: no image; each panel as the sorted labels of its crop.
+The question is TEMPLATE (or the text of --prompt FILE) with "{panels}" replaced by the
+layout's words on where the problem is (for text: the panels' labels).
+
+Problems are rendered CHUNK at a time: every distinct crop of the chunk is cut from its VG
+image once (`cut_crops`, threads) and letterboxed once; a grid pastes 16 tiles into a canvas
+drawn once (`grid_canvas`) and is encoded as JPEG, on the same threads. The files are
+written by `vlm_formats`.
+"""
+
+from __future__ import annotations
+
+import io
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw
+from tqdm import tqdm
+
+from vprom.domain import LABEL_SEPARATOR, N_CANDIDATES, N_CONTEXT
+from vprom.errors import VpromError
+from vprom.files import atomic_dir, write_json
+from vprom.generation.export.crops import WORKERS, cut_crops
+from vprom.generation.export.hf import pyarrow_modules
+from vprom.generation.export.vlm_formats import LETTERS, VlmWriter
+from vprom.show import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbox
+from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
+
+LAYOUTS = ("grid", "panels", "text")
+#: the grid image, px: TILE tiles, GAP between them and round the edge, a LABEL strip
+#: above each candidate holding its letter, SEPARATOR between matrix and candidates
+TILE, GAP, LABEL, SEPARATOR = 176, 8, 36, 32
+GRID = (4 * TILE + 5 * GAP, GAP + 3 * TILE + 2 * GAP + SEPARATOR + 2 * (LABEL + TILE) + 2 * GAP)
+PANEL = 336  # side of a panels-layout image
+JPEG_QUALITY = 90
+CHUNK = 500  # problems rendered at a time: bounds the tiles held in memory
+TEMPLATE = (
+    "This is a visual reasoning puzzle: a 3x3 matrix of photographs whose last cell is "
+    "missing, and 8 candidate answers labelled A to H. The three rows follow the same rule "
+    "about what their photographs show: an object, an attribute of an object or of a person, "
+    "or a number of things. {panels}\nWhich candidate completes the matrix? "
+    "Answer with one letter from A to H.")
+WHERE = {
+    "grid": "The matrix is at the top of the image, the missing cell marked \"?\"; the "
+            "candidates are below it, each under its letter.",
+    "panels": "Images 1 to 8 are the cells of the matrix row by row, without the last one; "
+              "images 9 to 16 are the candidates A to H.",
+    "text": "Here each photograph is described by the labels of what it shows.\n{rows}",
+}
+
+
+@dataclass(frozen=True)
+class VlmOptions:
+    """What `vprom export --format vlm` was asked for."""
+
+    split: str = "neutral"
+    part: str = "test"
+    layout: str = "grid"
+    template: str = TEMPLATE
+    limit: int | None = None
+    seed: int = 0
+
+    def check(self, m: MatrixTable, prompt_file: str | Path | None = None) -> None:
+        if self.layout not in LAYOUTS:
+            raise VpromError(f"unknown --layout {self.layout!r}; choose one of "
+                             f"{', '.join(LAYOUTS)}")
+        if self.split not in m.splits:
+            known = ", ".join(m.ordered_splits()) or "none"
+            raise VpromError(f"the data set has no split {self.split!r} (it has: {known}); "
+                             "pass one of those to --split")
+        if self.part not in SPLIT_PARTS:
+            raise VpromError(f"unknown --part {self.part!r}; choose one of "
+                             f"{', '.join(SPLIT_PARTS)}")
+        if self.limit is not None and self.limit < 1:
+            raise VpromError(f"--limit {self.limit}: pass a number of problems of at least 1")
+        if self.layout == "text" and "{panels}" not in self.template:
+            raise VpromError(f"--prompt {prompt_file}: a text-layout prompt must hold "
+                             "{panels}, where the panels' labels go; add it to the file")
+
+
+def read_template(prompt: str | Path | None) -> str:
+    if prompt is None:
+        return TEMPLATE
+    try:
+        text = Path(prompt).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise VpromError(f"--prompt {prompt}: cannot read it ({e}); pass a UTF-8 text "
+                         "file") from None
+    if not text:
+        raise VpromError(f"--prompt {prompt}: the file is empty; write the question in it")
+    return text
+
+
+def choose(m: MatrixTable, options: VlmOptions) -> np.ndarray:
+    """Matrix rows of the export, in their (shuffled) export order."""
+    rng = np.random.default_rng(options.seed)
+    rows = np.flatnonzero(m.part_columns()[options.split] == options.part)
+    if len(rows) == 0:
+        raise VpromError(f"split {options.split!r} has no {options.part} problems; pass "
+                         "another --part or --split")
+    if options.limit is not None and options.limit < len(rows):
+        cells = [rows[(m.relation[rows] == r) & (m.element_type[rows] == t)]
+                 for r, t in sorted(set(zip(m.relation[rows], m.element_type[rows])))]
+        quota = even_shares(np.array([len(c) for c in cells]), options.limit, rng)
+        rows = np.concatenate([rng.choice(c, q, replace=False) for c, q in zip(cells, quota)])
+    return rng.permutation(rows)
+
+
+def even_shares(sizes: np.ndarray, total: int, rng: np.random.Generator) -> np.ndarray:
+    """`total` split over cells of `sizes` as evenly as the sizes allow (water-filling);
+    what does not divide evenly goes one each to cells in a random order."""
+    quota = np.zeros_like(sizes)
+    while total > 0 and (quota < sizes).any():
+        open_cells = np.flatnonzero(quota < sizes)
+        share = total // len(open_cells)
+        if share == 0:
+            quota[rng.permutation(open_cells)[:total]] += 1
+            break
+        take = np.minimum(share, sizes[open_cells] - quota[open_cells])
+        quota[open_cells] += take
+        total -= int(take.sum())
+    return quota
+
+
+def describe(crops: CropTable, r: int) -> str:
+    return ", ".join(sorted(lab for lab in str(crops.labels[r]).split(LABEL_SEPARATOR) if lab))
+
+
+def question(template: str, layout: str, descriptions: list[str] | None = None) -> str:
+    where = WHERE[layout]
+    if layout == "text":
+        context = [f"[{d}]" for d in descriptions[:N_CONTEXT]] + ["?"]
+        rows = [f"row {r + 1}: " + " | ".join(context[3 * r:3 * r + 3]) for r in range(3)]
+        rows += [f"{LETTERS[k]}: [{d}]" for k, d in enumerate(descriptions[N_CONTEXT:])]
+        where = where.replace("{rows}", "\n".join(rows[:3] + ["candidates:"] + rows[3:]))
+    return template.replace("{panels}", where)
+
+
+# ---------------------------------------------------------------- pictures
+def grid_positions() -> list[tuple[int, int]]:
+    """Top-left corners of the 9 matrix cells (row-major; the 9th is the "?") and then of
+    the 8 candidate tiles A-H (the letter strip sits above each)."""
+    left = (GRID[0] - (3 * TILE + 2 * GAP)) // 2
+    cells = [(left + c * (TILE + GAP), GAP + r * (TILE + GAP)) for r in range(3)
+             for c in range(3)]
+    top = GAP + 3 * TILE + 2 * GAP + SEPARATOR + LABEL
+    return cells + [(GAP + (k % 4) * (TILE + GAP), top + (k // 4) * (LABEL + TILE + GAP))
+                    for k in range(N_CANDIDATES)]
+
+
+@lru_cache(maxsize=1)
+def grid_canvas() -> np.ndarray:
+    """The grid without its photographs: "?" cell, separator, letters A-H."""
+    im = Image.new("RGB", GRID, BACKGROUND)
+    draw = ImageDraw.Draw(im)
+    positions = grid_positions()
+    for x, y in positions[:8]:
+        draw.rectangle([x, y, x + TILE - 1, y + TILE - 1], fill=TILE_BACKGROUND)
+    x, y = positions[8]
+    draw.rectangle([x, y, x + TILE - 1, y + TILE - 1], fill=TILE_BACKGROUND, outline=INK,
+                   width=3)
+    centred(draw, (x, y, x + TILE, y + TILE), "?", font(96))
+    line = positions[9][1] - LABEL - SEPARATOR // 2
+    draw.line([(GAP, line), (GRID[0] - GAP, line)], fill=INK, width=2)
+    for k, (x, y) in enumerate(positions[9:]):
+        centred(draw, (x, y - LABEL, x + TILE, y), LETTERS[k], font(30))
+    return np.asarray(im)
+
+
+def jpeg(pixels: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=JPEG_QUALITY)
+    return buffer.getvalue()
+
+
+def render_grid(tiles: list[np.ndarray]) -> bytes:
+    """The grid JPEG of one problem from its 16 TILE x TILE tiles (8 context, 8 candidates)."""
+    canvas = grid_canvas().copy()
+    positions = grid_positions()
+    for tile, (x, y) in zip(tiles, positions[:8] + positions[9:]):
+        canvas[y:y + TILE, x:x + TILE] = tile
+    return jpeg(canvas)
+
+
+def chunk_pictures(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: np.ndarray,
+                   vg_dir: Path, layout: str) -> list:
+    """Per problem of `chosen`: the grid JPEG, or the list of 16 panel JPEGs."""
+    side = TILE if layout == "grid" else PANEL
+    needed = rows[chosen]
+    tiles: dict[int, np.ndarray] = {}
+    cut_crops(crops, np.unique(needed), vg_dir,
+              lambda r, im: tiles.__setitem__(r, np.asarray(letterbox(im, side))),
+              desc="crops")
+    with ThreadPoolExecutor(WORKERS) as pool:  # Pillow encodes without the GIL
+        if layout == "grid":
+            return list(pool.map(lambda problem: render_grid([tiles[r] for r in problem]),
+                                 needed.tolist()))
+        encoded = dict(zip(tiles, pool.map(jpeg, tiles.values())))
+    return [[encoded[r] for r in problem] for problem in needed.tolist()]
+
+
+# ---------------------------------------------------------------- the export
+def problem_records(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: np.ndarray,
+                    options: VlmOptions, pictures: list) -> list[dict]:
+    records = []
+    for i, picture in zip(chosen.tolist(), pictures):
+        texts = [describe(crops, r) for r in rows[i].tolist()] if options.layout == "text" \
+            else None
+        records.append({
+            "matrix_id": int(m.id[i]), "answer": LETTERS[int(m.answer[i])],
+            "question": question(options.template, options.layout, texts),
+            "relation": str(m.relation[i]), "element_type": str(m.element_type[i]),
+            "super_attribute": str(m.super_attribute[i]), "picture": picture,
+            "options": texts[N_CONTEXT:] if texts else
+            [f"candidate {c}" if options.layout == "grid" else f"image {N_CONTEXT + k + 1}"
+             for k, c in enumerate(LETTERS)]})
+    return records
+
+
+def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
+              vg_dir: Path | None, options: VlmOptions, manifest: dict) -> dict:
+    """Write the export folder `out` (atomically); returns what it holds."""
+    pyarrow_modules()  # before any work
+    chosen = choose(m, options)
+    task = f"vprom_{options.split}_{options.part}_{options.layout}"
+    with atomic_dir(out) as tmp:
+        writer = VlmWriter(tmp, out.resolve(), task, options)
+        for start in tqdm(range(0, len(chosen), CHUNK), desc=f"export vlm {options.layout}",
+                          unit="chunk", disable=None):
+            block = chosen[start:start + CHUNK]
+            pictures = ([None] * len(block) if options.layout == "text" else
+                        chunk_pictures(crops, m, rows, block, vg_dir, options.layout))
+            writer.add(problem_records(crops, m, rows, block, options, pictures))
+        counts = {"problems": len(chosen), "split": options.split, "part": options.part,
+                  "layout": options.layout, "limit": options.limit, **writer.close()}
+        (tmp / "prompt.txt").write_text(options.template + "\n", encoding="utf-8")
+        write_json(tmp / "manifest.json", {**manifest, "counts": counts})
+    return counts

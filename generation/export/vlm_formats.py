@@ -1,0 +1,124 @@
+"""The files of a VLM export (`generation.export.vlm`): an lmms-eval task folder and a
+VLMEvalKit multiple-choice TSV, filled a chunk of problems at a time.
+
+`lmms_eval/` is a folder for lmms-eval's `--include_path`: `<task>.yaml` with the keys of
+lmms-eval 0.7.3's `TaskConfig` (`dataset_path: parquet` and `dataset_kwargs.data_files`,
+which `datasets.load_dataset` resolves from the working directory, hence an absolute path;
+`test_split`; the hooks as `!function vprom_hooks.NAME`, which lmms-eval imports from the
+YAML's folder; one metric `vprom_accuracy` aggregated by `vprom_hooks.aggregate`),
+`vprom_hooks.py` (a copy of `generation.export.vlm_task`) and `data/<part>-NNNNN.parquet`,
+one shard per chunk, written by the hf export's `write_table` so that `datasets` decodes
+the images.
+
+`vlmevalkit/<TASK>.tsv` follows the schema VLMEvalKit's `build_dataset` reads from a TSV it
+does not know (a custom MCQ data set, read with `pandas.read_csv(sep="\\t")`): `index` (the
+matrix id), `image` (a base64 JPEG; panels: a Python list literal of 16, which its
+`toliststr` evaluates), `question`, the options `A`-`H` (it offers every capital-letter
+column present), `answer`, `category` (relation) and `l2-category` (element type). The text
+layout has no image column, which makes it a CustomTextMCQDataset there.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import shutil
+from pathlib import Path
+
+import vprom.generation.export.vlm_task as hooks
+from vprom.generation.export.hf import INT, STRING, write_table
+
+HOOKS = "vprom_hooks"
+LETTERS = hooks.LETTERS
+IMAGE = {"_type": "Image"}
+TSV_COLUMNS = ("index", "question", *LETTERS, "answer", "category", "l2-category",
+               "super_attribute")
+TASK_YAML = """\
+# V-PROM for lmms-eval, written by `vprom export --format vlm`: split {split}, part {part},
+# layout {layout}. Run: lmms-eval --include_path {folder} --tasks {task} ...
+task: {task}
+dataset_path: parquet
+dataset_kwargs:
+  data_files:
+    {part}: {data}
+test_split: {part}
+output_type: generate_until
+doc_to_visual: !function {hooks}.doc_to_visual
+doc_to_text: !function {hooks}.doc_to_text
+doc_to_target: answer
+generation_kwargs:
+  max_new_tokens: 256
+  temperature: 0
+  do_sample: false
+process_results: !function {hooks}.process_results
+metric_list:
+  - metric: vprom_accuracy
+    aggregation: !function {hooks}.aggregate
+    higher_is_better: true
+metadata:
+  version: 1.0
+"""
+
+
+def tsv_cells(values) -> str:
+    """Tab-separated cells, quoted as pandas reads them. The image cell (base64, which needs
+    no quoting) is appended as it is: `csv.writer` scans every character of a cell, which on
+    ~150 KB of base64 costs more than rendering the picture."""
+    buffer = io.StringIO()
+    csv.writer(buffer, delimiter="\t", lineterminator="\n").writerow(values)
+    return buffer.getvalue()[:-1]  # the terminator: a cell holding it is quoted
+
+
+def features(layout: str) -> dict:
+    pictures = {"grid": {"image": IMAGE}, "panels": {"images": [IMAGE]}}.get(layout, {})
+    return {"matrix_id": INT, "question": STRING, "answer": STRING, "relation": STRING,
+            "element_type": STRING, "super_attribute": STRING, **pictures}
+
+
+class VlmWriter:
+    """Fills `tmp` (the export folder under its temporary name, renamed to `final` later)."""
+
+    def __init__(self, tmp: Path, final: Path, task: str, options) -> None:
+        self.tmp, self.task, self.options, self.shards = tmp, task, options, 0
+        data = tmp / "lmms_eval" / "data"
+        data.mkdir(parents=True)
+        shutil.copyfile(hooks.__file__, tmp / "lmms_eval" / f"{HOOKS}.py")
+        (tmp / "lmms_eval" / f"{task}.yaml").write_text(TASK_YAML.format(
+            split=options.split, part=options.part, layout=options.layout, task=task,
+            folder=final / "lmms_eval", hooks=HOOKS,
+            data=final / "lmms_eval" / "data" / f"{options.part}-*.parquet"), encoding="utf-8")
+        (tmp / "vlmevalkit").mkdir()
+        self.tsv_path = tmp / "vlmevalkit" / f"{task.upper()}.tsv"
+        # open across `add` calls, one chunk at a time; `close` ends it
+        self.tsv = open(self.tsv_path, "w", encoding="utf-8", newline="")  # noqa: SIM115
+        pictured = options.layout != "text"
+        self.tsv.write(tsv_cells(TSV_COLUMNS) + ("\timage" if pictured else "") + "\n")
+
+    def add(self, problems: list[dict]) -> None:
+        """Write one chunk: dicts with matrix_id, question, answer, relation, element_type,
+        super_attribute, options (8 texts) and picture (JPEG bytes, a list of them, or None)."""
+        layout = self.options.layout
+        columns = {k: [p[k] for p in problems] for k in features("text")}
+        if layout == "grid":
+            columns["image"] = [{"bytes": p["picture"], "path": f"{p['matrix_id']}.jpg"}
+                                for p in problems]
+        elif layout == "panels":
+            columns["images"] = [[{"bytes": b, "path": f"{p['matrix_id']}-{k + 1}.jpg"}
+                                  for k, b in enumerate(p["picture"])] for p in problems]
+        write_table(self.tmp / "lmms_eval" / "data" / f"{self.options.part}-"
+                    f"{self.shards:05d}.parquet", columns, features(layout))
+        self.shards += 1
+        for p in problems:
+            cells = tsv_cells([p["matrix_id"], p["question"], *p["options"], p["answer"],
+                               p["relation"], p["element_type"], p["super_attribute"]])
+            if layout == "grid":
+                cells += "\t" + base64.b64encode(p["picture"]).decode("ascii")
+            elif layout == "panels":
+                cells += "\t" + str([base64.b64encode(b).decode("ascii") for b in p["picture"]])
+            self.tsv.write(cells + "\n")
+
+    def close(self) -> dict:
+        self.tsv.close()
+        return {"task": self.task, "shards": self.shards,
+                "tsv": str(self.tsv_path.relative_to(self.tmp))}
