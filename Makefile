@@ -1,6 +1,5 @@
-# `make demo` creates .venv and installs vprom with pyarrow (the VLM export's Parquet), what
-# the demo runs; `make test`
-# installs vprom with its test extra. Each install has its stamp, so `make test` after
+# `make demo` creates .venv and installs what the demo runs: vprom with pyarrow (the VLM
+# export's Parquet); `make test` installs vprom with its test extra. Each install has its stamp, so `make test` after
 # `make demo` still installs the test extra.
 PYTHON ?= python3
 VENV := .venv

@@ -6,28 +6,65 @@ imports nothing of vprom. Each Parquet row (a "doc") holds `matrix_id`, `questio
 prompt text), `answer` (a letter A-H), `relation`, `element_type` and the layout's images:
 `image` (grid), `images` (panels, 16) or none (text).
 
-`extract_letter` reads one answer letter from free text. In order:
-1. a JSON object with an "answer" key: its value;
-2. explicit statements, "answer is C", "Answer: (C)", "correct answer is: C" (any case):
-   the letter they name, if they all name the same one;
-3. a response that opens with a letter, "C", "(C)", "C." or "C) because ...", and names
-   no other letter A-H standing alone on its first line; a lower-case letter only when it
-   is the whole response ("c"), as "a" is also a word.
-Anything else (empty, "A or B", no letter) is unparsed: None, which counts as wrong.
+`extract_letter` reads the answer out of free text (the same function scores in lmms-eval
+and in `vprom score`); letters A-H are candidates 0-7. A `<think>` block (text
+up to the last `</think>`) is dropped. Then the letters offered, in two tiers, the first tier
+offering any deciding:
+1. the letter the response opens with, as a token: "C", "(C)", "**C**", "C.", "C) red car",
+   "C\\n\\nbecause ..."; and every letter stated as the answer: "Answer: C", "the answer is
+   (C).", `{"answer": "C"}`, "Final answer: \\boxed{C}", "the answer is option C";
+2. letters named after choose / pick / select / option / choice / candidate: "I choose G",
+   "Option B".
+A letter joined to another by "or", "and", "/" or "," offers both. A lower-case letter counts
+only at the end of the text or before punctuation ("answer: c", not "the answer is a cat").
+A tier that offers exactly one letter gives the choice; two different letters (ambiguous), no
+letter ("I cannot tell", a number, J), or an empty response leave it unparsed: scored wrong
+and counted as unparsed.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 
 LETTERS = "ABCDEFGH"
-STATED = re.compile(r"(?i:answer)(?:\W{0,4}(?i:is))?\W{0,4}"
-                    r"([A-H](?![A-Za-z])|[a-h](?=\W*$|[\)\]]))")
-OPENING = re.compile(r"^\s*[\(\[*\"']*([A-H])[\)\]*\"']*(?=$|[\s.,:;!])")
-ALONE = re.compile(r"(?<![A-Za-z'])([A-H])(?![A-Za-z'])(?!\s+[a-z])")  # not "A dog"
-BARE = re.compile(r"^\s*[\(\[]?([a-h])[\)\]]?[.!]?\s*$")
+UNPARSED = -1
+
+# Written here: the harnesses' own extractors (VLMEvalKit's can_infer, each lmms-eval task's
+# regexes) differ from one another and need those packages installed to import.
+_OPEN = r"""(?:\\boxed\{|[(\[*"'`])*"""
+_LETTER = r"""([A-H](?![A-Za-z0-9])|[a-h](?=$|[.,:;!?)\]}*"'`\n]))"""
+_FILLER = r"(?:[^A-Za-z0-9\n]|\b(?i:is|be|would|should|must|will|the|my|option|letter|boxed)\b)"
+_LEADING = re.compile(r"\s*" + _OPEN + r"""([A-Ha-h])(?:[)\]}*"'`]+|(?=\s*$|\s*\n|[.:,;]|"""
+                      r"\s+[-–—]))")
+_ANSWER = re.compile(r"(?i:\banswers?\b)" + _FILLER + "{0,12}?" + _LETTER)
+_NAMED = re.compile(r"(?i:\b(?:choose|chose|pick|picked|select|selected|option|choice|"
+                    r"candidate)s?\b)" + _FILLER + "{0,12}?" + _LETTER)
+_ALTERNATIVE = re.compile(r"\s*(?:,|/|(?i:or|and)|,\s*(?i:or|and))\s*" + _OPEN +
+                          r"([A-Ha-h])(?![A-Za-z0-9])")
+
+
+def _offered(text: str, matches) -> set[str]:
+    """The letters of `matches`, with any letter joined to one by "or", "and", "/" or ","."""
+    letters = set()
+    for match in matches:
+        letters.add(match[1].upper())
+        alternative = _ALTERNATIVE.match(text, match.end())
+        if alternative:
+            letters.add(alternative[1].upper())
+    return letters
+
+
+def extract_letter(response) -> int:
+    """The candidate 0..7 a free-text answer gives, or UNPARSED (rules in the module text)."""
+    text = str(response or "").rsplit("</think>", 1)[-1]
+    leading = [match for match in [_LEADING.match(text)] if match]
+    for letters in (_offered(text, [*leading, *_ANSWER.finditer(text)]),
+                    _offered(text, _NAMED.finditer(text))):
+        if letters:
+            return LETTERS.index(letters.pop()) if len(letters) == 1 else UNPARSED
+    return UNPARSED
+
 
 
 def doc_to_visual(doc: dict, lmms_eval_specific_kwargs=None) -> list:
@@ -41,36 +78,11 @@ def doc_to_text(doc: dict, lmms_eval_specific_kwargs=None) -> str:
     return doc["question"]
 
 
-def extract_letter(response) -> str | None:
-    """The letter A-H a free-text response chooses, or None when it names none or several."""
-    text = str(response or "").strip()
-    if not text:
-        return None
-    if text.startswith("{"):
-        try:
-            stated = json.loads(text).get("answer")
-        except (ValueError, AttributeError):
-            stated = None
-        if stated is not None:
-            return extract_letter(stated)
-    named = {m.upper() for m in STATED.findall(text)}
-    if named:
-        return named.pop() if len(named) == 1 else None
-    bare = BARE.match(text)
-    if bare:
-        return bare[1].upper()
-    opening = OPENING.match(text)
-    first_line = text.splitlines()[0]
-    if opening and set(ALONE.findall(first_line)) <= {opening[1]}:
-        return opening[1]
-    return None
-
-
 def process_results(doc: dict, results: list) -> dict:
     """One metric whose per-sample value keeps what `vprom score` and the breakdown need."""
     response = results[0]
     return {"vprom_accuracy": {"matrix_id": int(doc["matrix_id"]), "response": response,
-                               "correct": extract_letter(response) == doc["answer"],
+                               "correct": extract_letter(response) == LETTERS.index(doc["answer"]),
                                "relation": doc["relation"],
                                "element_type": doc["element_type"]}}
 

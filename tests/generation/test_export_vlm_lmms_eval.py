@@ -1,7 +1,8 @@
 """A VLM export run through the real lmms-eval 0.7.3 from PyPI, as a user runs it: its own
 CLI, its OpenAI-compatible chat model type (`--model openai`), against a stub chat-completions
 server on 127.0.0.1 that answers from a fixed table (right, wrong, unparseable). The samples
-file lmms-eval writes must hold the table's responses under each matrix id.
+file lmms-eval writes must hold the table's responses under each matrix id, and `vprom score`
+must read the stub's table back from it exactly.
 
 The stub knows a problem by its picture: lmms-eval sends each grid as a PNG of the decoded
 JPEG, which the stub scales to 32x32 and matches to the nearest exported grid. lmms-eval's
@@ -29,6 +30,7 @@ from PIL import Image
 from vprom.generation.export import export
 
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
+from vprom.app.score import score_predictions
 
 pytestmark = pytest.mark.slow
 REQUIREMENTS = ("lmms-eval==0.7.3", "filelock<4")
@@ -150,3 +152,9 @@ def test_lmms_eval_runs_the_export_against_a_chat_server(synthetic_build, tmp_pa
     accuracy = results["results"][summary.counts["task"]]["vprom_accuracy,none"]
     assert accuracy == pytest.approx(sum(r["correct"] for r in
                                          (line["vprom_accuracy"] for line in lines)) / 20)
+    # vprom score reads lmms-eval's samples file back: the stub's table, exactly
+    metrics, _ = score_predictions(dataset, samples[0], out=tmp_path / "scored")
+    said = list(server.answers.values())
+    assert metrics["test"]["n"] == 20 and metrics["config"]["partial_sample"]
+    assert metrics["test"]["correct"] == sum(a.startswith("Answer:") for a in said)
+    assert metrics["config"]["unparsed"] == said.count("I cannot tell.")

@@ -4,7 +4,13 @@ answer, the per-sample record `vprom score` reads, and the accuracy."""
 from __future__ import annotations
 
 import pytest
-from vprom.generation.export.vlm_task import aggregate, extract_letter, process_results
+from vprom.generation.export.vlm_task import (
+    LETTERS,
+    UNPARSED,
+    aggregate,
+    extract_letter,
+    process_results,
+)
 
 
 @pytest.mark.parametrize("response, letter", [
@@ -17,7 +23,7 @@ from vprom.generation.export.vlm_task import aggregate, extract_letter, process_
     ('{"answer": "Z"}', None), ("{not json", None), ("J", None), (None, None),
 ])
 def test_extract_letter(response, letter):
-    assert extract_letter(response) == letter
+    assert extract_letter(response) == (UNPARSED if letter is None else LETTERS.index(letter))
 
 
 def test_process_results_keeps_what_score_reads():

@@ -21,19 +21,8 @@ CSV and JSON are UTF-8, with or without a byte-order mark. A line that cannot be
 over the csv module's 128 KB, an id outside int64, a number of thousands of digits, nesting too
 deep, a record without its fields) is refused with its file and line number.
 
-Free text is read by `extract_letter`; letters A-H are candidates 0-7. A `<think>` block (text
-up to the last `</think>`) is dropped. Then the letters offered, in two tiers, the first tier
-offering any deciding:
-1. the letter the response opens with, as a token: "C", "(C)", "**C**", "C.", "C) red car",
-   "C\\n\\nbecause ..."; and every letter stated as the answer: "Answer: C", "the answer is
-   (C).", `{"answer": "C"}`, "Final answer: \\boxed{C}", "the answer is option C";
-2. letters named after choose / pick / select / option / choice / candidate: "I choose G",
-   "Option B".
-A letter joined to another by "or", "and", "/" or "," offers both. A lower-case letter counts
-only at the end of the text or before punctuation ("answer: c", not "the answer is a cat").
-A tier that offers exactly one letter gives the choice; two different letters (ambiguous), no
-letter ("I cannot tell", a number, J), or an empty response leave it unparsed: scored wrong
-and counted as unparsed.
+Free text is read by `vprom.generation.export.vlm_task.extract_letter`, the function the
+exported lmms-eval task scores with (its rules are written there).
 """
 
 from __future__ import annotations
@@ -42,7 +31,6 @@ import csv
 import io
 import json
 import math
-import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,9 +39,8 @@ import numpy as np
 
 from vprom.domain import N_CANDIDATES
 from vprom.errors import VpromError
+from vprom.generation.export.vlm_task import LETTERS, UNPARSED, extract_letter  # noqa: F401
 
-LETTERS = "ABCDEFGH"
-UNPARSED = -1
 MAX_ID = np.iinfo(np.int64).max
 CHOICE = "choice"
 FORMATS = {CHOICE: f"each line needs a matrix id and a choice 0..{N_CANDIDATES - 1} "
@@ -62,42 +49,6 @@ FORMATS = {CHOICE: f"each line needs a matrix id and a choice 0..{N_CANDIDATES -
            "lmms-eval": "each line needs vprom_accuracy.matrix_id (the vprom task's "
                         "process_results) and filtered_resps",
            "vlmevalkit": "each row needs an index (the matrix id) and a prediction"}
-
-# Written here: the harnesses' own extractors (VLMEvalKit's can_infer, each lmms-eval task's
-# regexes) differ from one another and need those packages installed to import.
-_OPEN = r"""(?:\\boxed\{|[(\[*"'`])*"""
-_LETTER = r"""([A-H](?![A-Za-z0-9])|[a-h](?=$|[.,:;!?)\]}*"'`\n]))"""
-_FILLER = r"(?:[^A-Za-z0-9\n]|\b(?i:is|be|would|should|must|will|the|my|option|letter|boxed)\b)"
-_LEADING = re.compile(r"\s*" + _OPEN + r"""([A-Ha-h])(?:[)\]}*"'`]+|(?=\s*$|\s*\n|[.:,;]|"""
-                      r"\s+[-–—]))")
-_ANSWER = re.compile(r"(?i:\banswers?\b)" + _FILLER + "{0,12}?" + _LETTER)
-_NAMED = re.compile(r"(?i:\b(?:choose|chose|pick|picked|select|selected|option|choice|"
-                    r"candidate)s?\b)" + _FILLER + "{0,12}?" + _LETTER)
-_ALTERNATIVE = re.compile(r"\s*(?:,|/|(?i:or|and)|,\s*(?i:or|and))\s*" + _OPEN +
-                          r"([A-Ha-h])(?![A-Za-z0-9])")
-
-
-def _offered(text: str, matches) -> set[str]:
-    """The letters of `matches`, with any letter joined to one by "or", "and", "/" or ","."""
-    letters = set()
-    for match in matches:
-        letters.add(match[1].upper())
-        alternative = _ALTERNATIVE.match(text, match.end())
-        if alternative:
-            letters.add(alternative[1].upper())
-    return letters
-
-
-def extract_letter(response) -> int:
-    """The candidate 0..7 a free-text answer gives, or UNPARSED (rules in the module text)."""
-    text = str(response or "").rsplit("</think>", 1)[-1]
-    leading = [match for match in [_LEADING.match(text)] if match]
-    for letters in (_offered(text, [*leading, *_ANSWER.finditer(text)]),
-                    _offered(text, _NAMED.finditer(text))):
-        if letters:
-            return LETTERS.index(letters.pop()) if len(letters) == 1 else UNPARSED
-    return UNPARSED
-
 
 @dataclass(frozen=True)
 class Predictions:
