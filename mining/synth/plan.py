@@ -50,6 +50,13 @@ class _Image:
     def note(self, kind: str, source_id: int) -> None:
         self.noise.setdefault(kind, []).append(source_id)
 
+    def add_object(self, oid: int, name: str, category: str, box, attributes,
+                   mode: str = "list", merged=()) -> None:
+        """The object's records in objects.json and attributes.json (`mode`: "list", "null"
+        or "missing" attributes)."""
+        self.objects.append(_obj_record(oid, name, category, box, merged))
+        self.attributes.append(_attr_record(oid, name, category, box, attributes, mode))
+
 
 def _pick(rng: np.random.Generator, seq):
     return seq[int(rng.integers(len(seq)))]
@@ -66,18 +73,18 @@ def _synset(name: str) -> list[str]:
     return [name.replace(" ", "_") + ".n.01"]
 
 
-def _obj_record(oid: int, names: list[str], synsets: list[str], box, merged=()) -> dict:
+def _obj_record(oid: int, name: str, category: str, box, merged=()) -> dict:
     x, y, w, h = box
-    return {"synsets": synsets, "h": h, "object_id": oid, "merged_object_ids": list(merged),
-            "names": names, "w": w, "y": y, "x": x}
+    return {"synsets": _synset(category), "h": h, "object_id": oid,
+            "merged_object_ids": list(merged), "names": [name], "w": w, "y": y, "x": x}
 
 
-def _attr_record(oid: int, names, synsets, box, attributes, attributes_mode="list") -> dict:
+def _attr_record(oid: int, name: str, category: str, box, attributes, mode="list") -> dict:
     x, y, w, h = box
-    rec = {"synsets": synsets, "h": h, "object_id": oid, "names": names, "w": w}
-    if attributes_mode == "null":
+    rec = {"synsets": _synset(category), "h": h, "object_id": oid, "names": [name], "w": w}
+    if mode == "null":
         rec["attributes"] = None
-    elif attributes_mode == "list":
+    elif mode == "list":
         rec["attributes"] = attributes
     rec["y"], rec["x"] = y, x
     return rec
@@ -129,8 +136,13 @@ def _annotated_box(rng, img: _Image, box, col: int, row: int, oid: int,
     return (x, y, w, h)
 
 
-def _choose_object_attributes(rng) -> tuple[str, dict[str, str]]:
-    """A category and its attributes {super_attribute: attribute}, every channel compatible."""
+def _sample_attribute_object(rng) -> tuple[str, dict, bool]:
+    """(category, {super_attribute: attribute, or a colour pair when impure}, impure), every
+    channel compatible."""
+    if rng.random() < spec.P["impure"]:
+        category = _pick(rng, [c for c in spec.OBJECTS if c not in ("tree", "flower")])
+        pair = tuple(str(c) for c in rng.choice(spec.OBJECT_ATTRIBUTES["color"], 2, replace=False))
+        return category, {"color": pair}, True
     sup, attr = spec.ALL_OBJECT_ATTRIBUTES[int(rng.integers(len(spec.ALL_OBJECT_ATTRIBUTES)))]
     category = _pick(rng, spec.CAN_SHOW.get(attr, spec.OBJECTS))
     attrs = {sup: attr}
@@ -141,7 +153,7 @@ def _choose_object_attributes(rng) -> tuple[str, dict[str, str]]:
         if options:
             s2, a2 = options[int(rng.integers(len(options)))]
             attrs[s2] = a2
-    return category, attrs
+    return category, attrs, False
 
 
 def _plan_attribute_object(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
@@ -174,15 +186,6 @@ def _plan_attribute_object(rng, img: _Image, im: Image.Image, col: int, row: int
         img.note("non_count_number", _region(img, phrase, abox))
 
 
-def _sample_attribute_object(rng) -> tuple[str, dict, bool]:
-    """(category, {super_attribute: attribute or a colour pair}, impure)."""
-    if rng.random() < spec.P["impure"]:
-        category = _pick(rng, [c for c in spec.OBJECTS if c not in ("tree", "flower")])
-        pair = tuple(str(c) for c in rng.choice(spec.OBJECT_ATTRIBUTES["color"], 2, replace=False))
-        return category, {"color": pair}, True
-    return (*_choose_object_attributes(rng), False)
-
-
 def _number_phrase(rng, category: str) -> tuple[int | None, str | None]:
     """A number on a clock or sign and its description: "five o'clock", "number 7"."""
     if category not in ("clock", "sign") or rng.random() >= spec.P["non_count_phrase"]:
@@ -198,12 +201,11 @@ def _add_object(rng, img: _Image, oid: int, name: str, category: str, box, raw_a
     if rng.random() < spec.P["merged"]:
         merged.append(img.new_id())
         img.note("merged_duplicate", merged[0])
-    img.objects.append(_obj_record(oid, [name], _synset(category), box, merged))
-    img.attributes.append(_attr_record(oid, [name], _synset(category), box, raw_attrs))
+    img.add_object(oid, name, category, box, raw_attrs, merged=merged)
     for dup in merged:  # v1.2 attributes.json still lists the duplicate that v1.4 merged
         jitter = rng.integers(-2, 3, 4).tolist()
         dbox = tuple(a + b for a, b in zip(box, jitter))
-        img.attributes.append(_attr_record(dup, [name], _synset(category), dbox, list(raw_attrs)))
+        img.attributes.append(_attr_record(dup, name, category, dbox, list(raw_attrs)))
 
 
 def _attribute_text(rng, img: _Image, attr: str, oid: int) -> str:
@@ -264,8 +266,7 @@ def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
         img.note("case_space", oid)
         shown = _messy(rng, name)
     abox = _annotated_box(rng, img, box, col, row, oid, small)
-    img.objects.append(_obj_record(oid, [shown], _synset(name), abox))
-    img.attributes.append(_attr_record(oid, [shown], _synset(name), abox, raw_attrs))
+    img.add_object(oid, shown, name, abox, raw_attrs)
     if small:
         img.note("small_object", oid)
     else:
@@ -316,8 +317,7 @@ def _plan_count(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
     if rng.random() < spec.P["count_glyph_objects"]:  # annotators also boxed the little ones
         for gbox in glyphs:
             oid = img.new_id()
-            img.objects.append(_obj_record(oid, [category], _synset(category), gbox))
-            img.attributes.append(_attr_record(oid, [category], _synset(category), gbox, [color]))
+            img.add_object(oid, category, category, gbox, [color])
             img.note("small_object", oid)
 
 
@@ -330,8 +330,7 @@ def _plan_plain(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
     img.note("null_attributes" if mode == "null" else "no_attributes_key", oid)
     name = _name_text(rng, img, category, oid)
     abox = _annotated_box(rng, img, box, col, row, oid)
-    img.objects.append(_obj_record(oid, [name], _synset(category), abox))
-    img.attributes.append(_attr_record(oid, [name], _synset(category), abox, None, mode))
+    img.add_object(oid, name, category, abox, None, mode)
     img.expected.append(("object", "", category, oid))
     _region(img, _describe(rng, [], name), abox)
 
@@ -346,9 +345,7 @@ def _plan_background(rng, img: _Image) -> None:
             continue
         oid = img.new_id()
         raw = [_pick(rng, attrs)] if rng.random() < spec.P["excluded_attributes"] else []
-        img.objects.append(_obj_record(oid, [name], _synset(name), box))
-        img.attributes.append(_attr_record(oid, [name], _synset(name), box, raw,
-                                           "list" if raw else "missing"))
+        img.add_object(oid, name, name, box, raw, "list" if raw else "missing")
         img.note("excluded_object", oid)
 
 
