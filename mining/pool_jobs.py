@@ -3,7 +3,7 @@
 The parent reads image_data.json (the sizes both passes need), then cuts the large files into
 chunks of whole records (`byte_ranges`; objects.json and attributes.json at the same record
 indices). Forked workers (`processes.ordered_map`) parse a chunk with msgspec and mine it into
-a `PassResult`; the parent joins them in file order (`_Joined`), so any number of workers gives
+a `PassResult`; the parent joins them in file order (`_join`), so any number of workers gives
 one process's output. A pass whose files cannot be cut (a `.json.zip`, records not joined
 alike), or a chunk that fails to load, is read by the streaming reader on one core, which
 names the first fault or gives the same output more slowly.
@@ -18,7 +18,6 @@ from functools import partial
 from itertools import repeat
 from typing import NamedTuple
 
-import numpy as np
 from tqdm import tqdm
 
 from vprom import processes
@@ -26,8 +25,8 @@ from vprom.mining import byte_ranges, readers
 from vprom.mining.pool_passes import (
     SAMPLES,
     STRING_COLUMNS,
-    CropColumns,
     PassResult,
+    concatenate,
     count_stats,
     mine_counts,
     mine_objects,
@@ -53,8 +52,7 @@ def run_passes(paths: dict, min_side: int, vocab, workers: int) -> list[PassResu
     sizes, image_data_sha = readers.image_sizes(paths[readers.IMAGE_DATA])
     setup = Setup(paths, sizes, min_side, vocab)
     scans = {kind: _scans(paths, kind) for kind in _FILES}
-    joined = {OBJECTS: _Joined(object_stats(len(sizes))),
-              COUNTS: _Joined(count_stats(len(sizes)))}
+    parts: dict[str, list[PassResult]] = {OBJECTS: [], COUNTS: []}
     whole: dict[str, PassResult] = {}  # a pass read in one piece
     total = sum(p.stat().st_size for stem, p in paths.items() if stem != readers.IMAGE_DATA)
     with processes.ordered_map(partial(run_job, setup), _jobs(scans), workers, "mine",
@@ -75,10 +73,10 @@ def run_passes(paths: dict, min_side: int, vocab, workers: int) -> list[PassResu
             elif result.inputs:
                 whole[kind] = result
             else:
-                joined[kind].add(result)
+                parts[kind].append(result)
     for kind in (OBJECTS, COUNTS):
         if kind not in whole:
-            whole[kind] = joined[kind].result()
+            whole[kind] = _join(kind, parts[kind], len(sizes))
             whole[kind].inputs = {scan.path.name: scan.sha256 for scan in scans[kind]}
         whole[kind].inputs[paths[readers.IMAGE_DATA].name] = image_data_sha
     return [whole[OBJECTS], whole[COUNTS]]
@@ -138,24 +136,12 @@ def _mine(kind: str, images: list, setup: Setup) -> PassResult:
     return mine_counts(images[0], setup.sizes, setup.min_side, setup.vocab)
 
 
-class _Joined:
-    """The `PassResult`s of a pass's chunks, joined in file order as one pass would count."""
-
-    def __init__(self, stats: dict):
-        self.stats = stats
-        self.columns: dict[str, list] = {}
-        self.table = CropColumns()  # for its string table only
-        self.rows: list[str] = []
-        self.seconds = 0.0
-
-    def add(self, part: PassResult) -> None:
-        remap = np.array([self.table.intern(s) for s in part.strings], dtype=np.int32)
-        for name, values in part.columns.items():
-            if name in STRING_COLUMNS and len(values):
-                values = remap[values].astype(values.dtype)
-            self.columns.setdefault(name, []).append(values)
+def _join(kind: str, parts: list[PassResult], images: int) -> PassResult:
+    """A pass's chunk results, in file order, counted as one process would count them."""
+    stats = object_stats(images) if kind == OBJECTS else count_stats(images)
+    for part in parts:
         for key, value in part.stats.items():
-            mine = self.stats[key]
+            mine = stats[key]
             if isinstance(value, Counter):
                 mine.update(value)
             elif key == "missing_image_ids":
@@ -164,9 +150,6 @@ class _Joined:
                 for reason, samples in value.items():
                     kept = mine.setdefault(reason, [])
                     kept.extend(samples[:SAMPLES - len(kept)])
-        self.rows.extend(part.excluded_rows)
-        self.seconds += part.seconds
-
-    def result(self) -> PassResult:
-        columns = {name: np.concatenate(self.columns.pop(name)) for name in list(self.columns)}
-        return PassResult(columns, self.table.strings, self.stats, {}, self.rows, self.seconds)
+    rows = [row for part in parts for row in part.excluded_rows]
+    columns, strings = concatenate(parts)
+    return PassResult(columns, strings, stats, {}, rows, sum(part.seconds for part in parts))

@@ -1,21 +1,17 @@
-"""The two mining passes over Visual Genome, as functions over `readers.ImageItems` (run on
-a chunk of the files by a worker, or on whole files by the streaming reader: `pool_jobs`).
+"""The two mining passes, as functions over `readers.ImageItems` (of a chunk or a whole file).
 
-* **objects pass** (`mine_objects`): objects.json and attributes.json side by side (their
-  image ids must agree); attributes join objects by object id (`merged_object_ids` go to the
-  survivor), and objects with the same clipped box are one *region* carrying all their
-  labels. A funnel, each step counted: image missing from image_data.json, zero-size box,
-  box outside the image (partly outside: clipped), a side under `min_side`, excluded object.
-  A region enters the OBJECT pool if its names map to exactly one category, and the pool of
-  each super-attribute S of its attribute table (human for a person word) with its one
-  attribute of S; two attributes of S make it *impure* there.
-* **counts pass** (`mine_counts`): region_descriptions.json through the same box funnel,
-  then each phrase through `counts`' prefilter and parser (memoised: VG repeats phrases). A
-  count 1-10 on a large enough region is a COUNT crop; a number that is not a count is
-  counted by reason and listed in `excluded_rows`.
-
-A crop's `labels` hold every canonical label of its source (generation proves uniqueness with
-them). Crops are typed arrays with one interned string table (`CropColumns`).
+The objects pass (`mine_objects`) reads objects.json and attributes.json side by side (same
+image ids), joins attributes to objects by object id (`merged_object_ids` go to the survivor)
+and makes objects with the same clipped box one *region* with all their labels. Each step of
+the funnel is counted: image missing from image_data.json, zero-size box, box outside the
+image (partly outside: clipped), a side under `min_side`, excluded object. A region enters the
+OBJECT pool if its names map to exactly one category, and the pool of each super-attribute S
+of its attribute table (human for a person word) if it has exactly one attribute of S (two:
+*impure*). The counts pass (`mine_counts`) puts region_descriptions.json through the same box
+funnel and each phrase through `counts` (memoised: VG repeats phrases): a count 1-10 on a large
+enough region is a COUNT crop, any other number is counted by reason in `excluded_rows`. A
+crop's `labels` hold every canonical label of its source; crops are typed arrays with one
+interned string table (`CropColumns`).
 """
 
 from __future__ import annotations
@@ -87,6 +83,21 @@ class PassResult:
     inputs: dict
     excluded_rows: list = field(default_factory=list)
     seconds: float = 0.0  # wall time of the pass, for the summary
+
+
+def concatenate(parts: list[PassResult]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The parts' columns end to end (each part's columns freed as it goes), their string
+    columns coded into one table of the parts' strings."""
+    table: dict[str, int] = {}
+    remaps = [np.array([table.setdefault(s, len(table)) for s in part.strings], dtype=np.int32)
+              for part in parts]
+    columns = {}
+    for name in dict.fromkeys(name for part in parts for name in part.columns):
+        pieces = [(remap, part.columns.pop(name)) for remap, part in zip(remaps, parts)
+                  if name in part.columns]  # a part without crops may have no columns
+        columns[name] = np.concatenate([remap[values] if name in STRING_COLUMNS else values
+                                        for remap, values in pieces])
+    return columns, list(table)
 
 
 def clipped_box(x: int, y: int, w: int, h: int, width: int, height: int, stats: Counter):
@@ -201,7 +212,7 @@ def _regions_of(objects: list, extra: dict, width: int, height: int, min_side: i
             region[1] += o.names
             region[2] += attributes
     orphans = sum(1 for oid in extra if oid not in merged_away)
-    if orphans:
+    if orphans:  # a Counter key is listed in the report only once it has counted something
         stats["orphan_attribute_records"] += orphans
     stats["regions"] += len(regions) + len(small)
     if small:
@@ -213,11 +224,7 @@ def _attributes_by_id(objects: list) -> dict:
     """Object id -> attributes of attributes.json (an id listed twice: both lists)."""
     by_id: dict = {}
     for o in objects:
-        attributes = o.attributes or ()
-        if o.object_id in by_id:
-            by_id[o.object_id] = list(by_id[o.object_id]) + list(attributes)
-        else:
-            by_id[o.object_id] = attributes
+        by_id.setdefault(o.object_id, []).extend(o.attributes or ())
     return by_id
 
 

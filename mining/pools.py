@@ -1,14 +1,13 @@
 """`vprom mine`: stream Visual Genome into the four element pools (POOLS.h5 + a report).
 
-The objects pass (objects.json + attributes.json: OBJECT, OBJECT_ATTRIBUTE, HUMAN_ATTRIBUTE)
-and the counts pass (region_descriptions.json: COUNT) run over `workers` processes
-(`pool_jobs`) with the same output for any number. `mine` merges their columns, orders crops
-by element type, then input order, numbers them 0..N-1, and writes POOLS.h5 (its `vocabulary`
-group holds what generation must know of the vocabulary), `<out>.report.md`/`.json` and
-`<out>.excluded_counts.tsv` (every number that is not a count). The manifest pins the inputs'
-sha256, `pools_settings` and the content hash. All four files go to temporaries, renamed
-together at the end, POOLS.h5 last; POOLS.h5 is built in memory and its bytes written by
-Python, so a full disk is one line (libhdf5 can crash on it).
+The objects pass (objects.json + attributes.json: object, object and human attribute crops)
+and the counts pass (region_descriptions.json: count crops) run over `workers` processes
+(`pool_jobs`), with the same output for any number. `mine` merges their columns, orders crops
+by element type, then input order, numbers them 0..N-1, and writes POOLS.h5 (with the
+`vocabulary` generation needs), `<out>.report.md`/`.json` and `<out>.excluded_counts.tsv`
+(every number that is not a count). The manifest pins the inputs' sha256, `pools_settings` and
+the content hash. The four files are renamed into place together, POOLS.h5 last; POOLS.h5 is
+built in memory and written by Python, so a full disk is one line (libhdf5 can crash on it).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from vprom.files import atomic_path
 from vprom.manifest import make_manifest
 from vprom.mining import readers
 from vprom.mining.pool_jobs import run_passes
-from vprom.mining.pool_passes import ELEMENT_TYPES, STRING_COLUMNS, PassResult
+from vprom.mining.pool_passes import ELEMENT_TYPES, STRING_COLUMNS, PassResult, concatenate
 from vprom.mining.pool_report import MineReport, report_data, side_path
 from vprom.mining import vocab as vocabularies
 from vprom.claim import writes
@@ -58,30 +57,17 @@ def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers:
 
 
 def _merge(passes: list[PassResult]) -> tuple[CropTable, dict[str, str]]:
-    """One CropTable ordered by element type, then input order; crop ids 0..N-1. Columns are
-    merged (and freed) one at a time, strings as codes, so only one full copy lives here."""
-    strings: dict[str, int] = {}
-    remaps = [np.array([strings.setdefault(s, len(strings)) for s in result.strings],
-                       dtype=np.int64) for result in passes]
-    names = list(dict.fromkeys(name for result in passes for name in result.columns))
-    order = np.argsort(np.concatenate([r.columns["element_type"] for r in passes
-                                       if "element_type" in r.columns]), kind="stable")
+    """One CropTable ordered by element type, then input order; crop ids 0..N-1."""
+    columns, strings = concatenate(passes)
+    order = np.argsort(columns["element_type"], kind="stable")
+    table_of = np.array(strings, dtype=object)
     merged = {}
-    for name in names:  # a pass without crops may have no columns
-        parts = [(remap, result.columns.pop(name)) for remap, result in zip(remaps, passes)
-                 if name in result.columns]
-        merged[name] = np.concatenate([remap[values] if name in STRING_COLUMNS else values
-                                       for remap, values in parts])[order]
-        del parts
-    table_of = np.array(list(strings), dtype=object)
-    for name in STRING_COLUMNS:
-        if name in merged:
-            merged[name] = table_of[merged[name]]
+    for name in list(columns):  # one column at a time, so only one full copy lives here
+        values = columns.pop(name)[order]
+        merged[name] = table_of[values] if name in STRING_COLUMNS else values
     merged["element_type"] = np.array(ELEMENT_TYPES, dtype=object)[merged["element_type"]]
     table = CropTable(crop_id=np.arange(len(order), dtype=np.int64), **merged)
-    inputs = {}
-    for result in passes:
-        inputs.update(result.inputs)
+    inputs = {name: sha for result in passes for name, sha in result.inputs.items()}
     return table, dict(sorted(inputs.items()))
 
 

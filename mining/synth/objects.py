@@ -193,11 +193,18 @@ def background(width: int, height: int, horizon: int, rng: np.random.Generator) 
     return im
 
 
+#: The sky behind an object of each scene (foggy: a haze laid over the finished box instead).
+SKIES = {"sunny": (120, 185, 245), "cloudy": (150, 160, 175), "snowy": (185, 195, 210),
+         "rainy": (70, 80, 100)}
+
+
 def draw_scene_background(im: Image.Image, box, scene: str, rng: np.random.Generator) -> None:
+    if scene not in SKIES:
+        return
     x, y, w, h = box
     d = ImageDraw.Draw(im)
+    d.rectangle([x, y, x + w - 1, y + h - 1], fill=SKIES[scene])
     if scene == "sunny":
-        d.rectangle([x, y, x + w - 1, y + h - 1], fill=(120, 185, 245))
         r = max(8, w // 7)
         cx, cy = x + r + 4, y + r + 4
         for k in range(8):
@@ -206,24 +213,19 @@ def draw_scene_background(im: Image.Image, box, scene: str, rng: np.random.Gener
                    fill=(255, 200, 0), width=2)
         d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=(255, 215, 0))
     elif scene == "cloudy":
-        d.rectangle([x, y, x + w - 1, y + h - 1], fill=(150, 160, 175))
         for k in range(3):
             cx = x + int(w * (0.2 + 0.3 * k)) + int(rng.integers(-6, 7))
             cy = y + int(h * 0.14) + int(rng.integers(0, 8))
             for dx, r in ((-9, 8), (0, 11), (9, 8)):
                 d.ellipse([cx + dx - r, cy - r * 0.7, cx + dx + r, cy + r * 0.7], fill=(238, 238, 242))
     elif scene == "snowy":
-        d.rectangle([x, y, x + w - 1, y + h - 1], fill=(185, 195, 210))
         for _ in range(w * h // 90):
             px, py = x + int(rng.integers(0, w)), y + int(rng.integers(0, h))
             d.ellipse([px - 1.5, py - 1.5, px + 1.5, py + 1.5], fill=(255, 255, 255))
     elif scene == "rainy":
-        d.rectangle([x, y, x + w - 1, y + h - 1], fill=(70, 80, 100))
         for _ in range(w * h // 120):
             px, py = x + int(rng.integers(0, w)), y + int(rng.integers(0, h - 8))
             d.line([(px, py), (px - 3, py + 8)], fill=(150, 175, 230), width=1)
-    elif scene == "foggy":
-        pass  # the haze is laid over the finished box (`draw_fog`)
 
 
 def draw_fog(im: Image.Image, box) -> None:
