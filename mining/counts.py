@@ -71,8 +71,6 @@ class CountWords:
         longest_first = sorted(self.number_words, key=lambda w: (-len(w), w))
         alternation = "|".join(map(re.escape, longest_first))
         self.prefilter = re.compile(r"\d|\b(?:" + alternation + r")\b")
-        # the same matches on ASCII text (\d and \b mean the same there), ~1.4x faster
-        self.ascii_prefilter = re.compile(self.prefilter.pattern, re.ASCII)
 
 
 _LISTS = (

@@ -311,7 +311,7 @@ def mine_counts(images, sizes: dict, min_side: int, vocab) -> PassResult:
     counts = stats["regions"]
     cols, rows = CropColumns(), []
     words = words_for(vocab)
-    numbered, ascii_numbered = words.prefilter.search, words.ascii_prefilter.search
+    numbered = words.prefilter.search
     parse = lru_cache(maxsize=MEMO)(partial(parse_words, words=words))
     for image in images:
         counts["read"] += len(image.items)
@@ -321,8 +321,7 @@ def mine_counts(images, sizes: dict, min_side: int, vocab) -> PassResult:
             continue
         for region in image.items:
             box = clipped_box(region.x, region.y, region.width, region.height, *size, counts)
-            phrase = region.phrase.lower()
-            if box is None or not (ascii_numbered if phrase.isascii() else numbered)(phrase):
+            if box is None or not numbered(region.phrase.lower()):
                 continue
             parsed = parse(region.phrase)
             if parsed is not None:

@@ -1,12 +1,11 @@
 """Visual Genome's annotation files: finding them, streaming them, and the fields mining takes.
 
-`records` parses a file's top-level JSON array (plain, or the one member of a `.json.zip`)
-with ijson one record at a time, so memory stays flat; `Source` counts the bytes read (to say
-where a file is broken), hashes it, and refuses nesting deeper than `MAX_DEPTH` before ijson
-sees it (ijson's time grows with the square of the depth). A record becomes an `ImageItems`
-of msgspec structs (`image_of`), absorbing the schema's drift between VG releases (`id` for
-`image_id`/`object_id`, `name`/`object_names` for `names`, one string for a list, float
-boxes); broken input is a `VpromError` naming the file and the record.
+`records` parses a file's top-level JSON array (plain, or the one member of a `.json.zip`) with
+ijson one record at a time, so memory stays flat; `Source` counts the bytes read (to say where
+a file is broken), hashes them, and refuses nesting deeper than `MAX_DEPTH` before ijson sees
+it (ijson's time grows with the square of the depth). `image_of` makes a record an `ImageItems`
+of msgspec structs, absorbing the drift between VG releases (`id` for `image_id`/`object_id`,
+`name`/`object_names` for `names`, one string for a list, float boxes).
 """
 
 from __future__ import annotations
@@ -32,10 +31,8 @@ FILES = (IMAGE_DATA, OBJECTS, ATTRIBUTES, REGIONS)
 #: the file each kind of record comes from, as errors name it
 WHAT = {"objects": "objects.json", "attributes": "attributes.json",
         "regions": "region_descriptions.json", "images": "image_data.json"}
-#: the largest side a JPEG can have (its header stores 16 bits): a size beyond it is not real
-MAX_SIDE = 65_535
-#: the deepest nesting of arrays and objects a file may have (module doc)
-MAX_DEPTH = 64
+MAX_SIDE = 65_535  # the largest side a JPEG can have (its header stores 16 bits)
+MAX_DEPTH = 64  # the deepest nesting of arrays and objects a file may have
 
 
 class TooDeep(VpromError):
@@ -185,8 +182,8 @@ def images(source: Source, key: str) -> Iterator[ImageItems]:
 
 
 def image_sizes(path: str | Path) -> tuple[dict[int, tuple[int, int]], str]:
-    """image id -> (width, height) for every image of image_data.json, and its sha256. An
-    image listed twice is refused: which size its boxes were drawn on cannot be told."""
+    """image id -> (width, height) of every image of image_data.json, and the file's sha256;
+    an image listed twice is refused (which size its boxes were drawn on cannot be told)."""
     sizes: dict[int, tuple[int, int]] = {}
     first: dict[int, int] = {}
     with Source(path) as source:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vprom.mining.counts import REASONS, CountParse, parse_count, words_for
+from vprom.mining.counts import REASONS, CountParse, parse_count
 from vprom.mining.vocab import DATA_DIR, load_vocabulary
 from tests.mining.conftest import plural
 
@@ -198,13 +198,3 @@ def test_text_without_digits_or_number_words_is_none(text):
 def test_the_prefilter_lets_every_number_word_through(word):
     assert parse_count(f"a {word} here") is not None
     assert parse_count(f"a {word}x here") is None   # only whole words
-
-
-@settings(max_examples=500, deadline=None)
-@given(st.lists(st.sampled_from([*_ALL_NUMBER_WORDS, "a", "dogs", "_", "-", " ", "7", "x",
-                                 "'", ".", "\u0663", "\u00e9", "\u212a"]), max_size=8))
-def test_the_ascii_prefilter_finds_what_the_prefilter_finds_on_ascii_text(parts):
-    words = words_for(load_vocabulary())
-    text = "".join(parts).lower()
-    if text.isascii():
-        assert bool(words.ascii_prefilter.search(text)) == bool(words.prefilter.search(text))
