@@ -19,12 +19,9 @@ from itertools import repeat
 from typing import NamedTuple
 
 from tqdm import tqdm
-
-from vprom import processes
 from vprom.mining import byte_ranges, readers
 from vprom.mining.pool_passes import (
     SAMPLES,
-    STRING_COLUMNS,
     PassResult,
     concatenate,
     count_stats,
@@ -33,9 +30,12 @@ from vprom.mining.pool_passes import (
     object_stats,
 )
 
+from vprom import processes
+
 OBJECTS, COUNTS = "objects", "counts"
 _FILES = {OBJECTS: (readers.OBJECTS, readers.ATTRIBUTES), COUNTS: (readers.REGIONS,)}
 _KEYS = {OBJECTS: ("objects", "attributes"), COUNTS: ("regions",)}  # `readers.image_of`
+_PASSES = {OBJECTS: (mine_objects, object_stats), COUNTS: (mine_counts, count_stats)}
 
 
 class Setup(NamedTuple):
@@ -131,14 +131,12 @@ def _streamed(kind: str, setup: Setup) -> PassResult:
 
 
 def _mine(kind: str, images: list, setup: Setup) -> PassResult:
-    if kind == OBJECTS:
-        return mine_objects(*images, setup.sizes, setup.min_side, setup.vocab)
-    return mine_counts(images[0], setup.sizes, setup.min_side, setup.vocab)
+    return _PASSES[kind][0](*images, setup.sizes, setup.min_side, setup.vocab)
 
 
 def _join(kind: str, parts: list[PassResult], images: int) -> PassResult:
     """A pass's chunk results, in file order, counted as one process would count them."""
-    stats = object_stats(images) if kind == OBJECTS else count_stats(images)
+    stats = _PASSES[kind][1](images)
     for part in parts:
         for key, value in part.stats.items():
             mine = stats[key]

@@ -24,12 +24,12 @@ from functools import lru_cache, partial
 from itertools import zip_longest
 
 import numpy as np
-
-from vprom.errors import VpromError
-from vprom.images import clip_box
-from vprom.domain import COUNTS, LABEL_SEPARATOR, ElementType
 from vprom.mining.counts import parse_words, words_for
 from vprom.mining.readers import ImageItems
+
+from vprom.domain import COUNTS, LABEL_SEPARATOR, ElementType
+from vprom.errors import VpromError
+from vprom.images import clip_box
 
 ELEMENT_TYPES = tuple(e.value for e in ElementType)  # crop order: this, then input order
 ELEMENT_CODE = {name: i for i, name in enumerate(ELEMENT_TYPES)}  # as stored in CropColumns

@@ -19,18 +19,28 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
+from vprom.mining import readers
+from vprom.mining import vocab as vocabularies
+from vprom.mining.pool_jobs import run_passes
+from vprom.mining.pool_passes import (
+    ELEMENT_TYPES,
+    STRING_COLUMNS,
+    PassResult,
+    concatenate,
+)
+from vprom.mining.pool_report import MineReport, report_data, side_path
 
+from vprom.claim import writes
+from vprom.domain import MIN_SIDE
 from vprom.errors import VpromError
 from vprom.files import atomic_path
 from vprom.manifest import make_manifest
-from vprom.mining import readers
-from vprom.mining.pool_jobs import run_passes
-from vprom.mining.pool_passes import ELEMENT_TYPES, STRING_COLUMNS, PassResult, concatenate
-from vprom.mining.pool_report import MineReport, report_data, side_path
-from vprom.mining import vocab as vocabularies
-from vprom.claim import writes
-from vprom.domain import MIN_SIDE
-from vprom.tables import CropTable, content_hash_of, set_manifest, write_label_vocabulary
+from vprom.tables import (
+    CropTable,
+    content_hash_of,
+    set_manifest,
+    write_label_vocabulary,
+)
 
 
 @writes("out", ("pools",), inputs=lambda a: (a["vg_dir"],))

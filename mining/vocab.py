@@ -32,7 +32,6 @@ _PUNCT = re.compile(r"[^\w\s'\-]|_")
 _QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u2010": "-", "\u2013": "-"})
 
 
-@functools.lru_cache(maxsize=1 << 18)
 def normalize(label: str) -> str:
     """Lower-case, replace punctuation by spaces, collapse whitespace; hyphens and apostrophes
     survive only inside a word ("t-shirt", "man's"; "'red'" -> "red"); "" when nothing is left."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -44,7 +44,7 @@ def _mix64(x: np.ndarray) -> np.ndarray:
     return x
 
 
-@lru_cache(maxsize=None)
+@cache
 def _salt(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
 
@@ -62,7 +62,7 @@ def image_test_side(seed: int, partition: str, image_ids, test_fraction: float) 
     return (hash_unit(seed, "partition:" + partition, image_ids) < test_fraction).astype(np.int8)
 
 
-@lru_cache(maxsize=None)
+@cache
 def object_third(category: str) -> int:
     """The fixed third (0, 1 or 2) of an object category: sha256 of its name, mod 3."""
     return _salt("vprom-object-third:" + category) % 3
@@ -307,7 +307,7 @@ def natural_parts(rule: dict, m) -> np.ndarray:
 
 def val_size(scale: float) -> int:
     """The validation set size of every split: 8,000 at full scale, scaled and rounded."""
-    return int(round(VAL_SIZE * scale))
+    return round(VAL_SIZE * scale)
 
 
 def choose_val(train_ids, seed: int, split: str, scale: float) -> tuple[np.ndarray, np.ndarray]:

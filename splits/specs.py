@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vprom.errors import VpromError
-from vprom.domain import COUNTS, SPLITS, ElementType
 from vprom.splits.rules import RULE_TYPES, SplitRules, SplitSpec, held_out_design
+
+from vprom.domain import COUNTS, SPLITS, ElementType
+from vprom.errors import VpromError
 
 SPEC_DIR = Path(__file__).resolve().parent
 ATTRIBUTE_TYPES = (ElementType.OBJECT_ATTRIBUTE.value, ElementType.HUMAN_ATTRIBUTE.value)
