@@ -120,9 +120,7 @@ def parse_words(phrase: str, words: CountWords) -> CountParse | None:
     text = phrase.lower()
     if not words.prefilter.search(text):
         return None
-    if not text.isascii():  # the quotes made plain are not ASCII
-        text = text.translate(_QUOTES)
-    tokens = _TOKEN.findall(text)
+    tokens = _TOKEN.findall(text.translate(_QUOTES))
     mentions = _find_mentions(tokens, words)
     if not mentions:
         return None
