@@ -54,7 +54,10 @@ class _Image:
                    mode: str = "list", merged=()) -> None:
         """The object's records in objects.json and attributes.json (`mode`: "list", "null"
         or "missing" attributes)."""
-        self.objects.append(_obj_record(oid, name, category, box, merged))
+        x, y, w, h = box
+        self.objects.append({"synsets": _synset(category), "h": h, "object_id": oid,
+                             "merged_object_ids": list(merged), "names": [name], "w": w,
+                             "y": y, "x": x})
         self.attributes.append(_attr_record(oid, name, category, box, attributes, mode))
 
 
@@ -71,12 +74,6 @@ def _messy(rng: np.random.Generator, text: str) -> str:
 
 def _synset(name: str) -> list[str]:
     return [name.replace(" ", "_") + ".n.01"]
-
-
-def _obj_record(oid: int, name: str, category: str, box, merged=()) -> dict:
-    x, y, w, h = box
-    return {"synsets": _synset(category), "h": h, "object_id": oid,
-            "merged_object_ids": list(merged), "names": [name], "w": w, "y": y, "x": x}
 
 
 def _attr_record(oid: int, name: str, category: str, box, attributes, mode="list") -> dict:
