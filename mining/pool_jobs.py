@@ -35,7 +35,8 @@ from vprom import processes
 OBJECTS, COUNTS = "objects", "counts"
 _FILES = {OBJECTS: (readers.OBJECTS, readers.ATTRIBUTES), COUNTS: (readers.REGIONS,)}
 _KEYS = {OBJECTS: ("objects", "attributes"), COUNTS: ("regions",)}  # `readers.image_of`
-_PASSES = {OBJECTS: (mine_objects, object_stats), COUNTS: (mine_counts, count_stats)}
+_MINERS = {OBJECTS: mine_objects, COUNTS: mine_counts}
+_STATS = {OBJECTS: object_stats, COUNTS: count_stats}  # what a pass counts, for `_join`
 
 
 class Setup(NamedTuple):
@@ -131,12 +132,12 @@ def _streamed(kind: str, setup: Setup) -> PassResult:
 
 
 def _mine(kind: str, images: list, setup: Setup) -> PassResult:
-    return _PASSES[kind][0](*images, setup.sizes, setup.min_side, setup.vocab)
+    return _MINERS[kind](*images, setup.sizes, setup.min_side, setup.vocab)
 
 
 def _join(kind: str, parts: list[PassResult], images: int) -> PassResult:
     """A pass's chunk results, in file order, counted as one process would count them."""
-    stats = _PASSES[kind][1](images)
+    stats = _STATS[kind](images)
     for part in parts:
         for key, value in part.stats.items():
             mine = stats[key]
