@@ -22,7 +22,7 @@ from pathlib import Path
 
 import vprom.mining.synth.vg as synth_vg
 from vprom.mining.synth.plan import HEIGHT, WIDTH, render_image
-from vprom.mining.synth.spec import NOISE_EFFECTS, RULES, check_vocabulary
+from vprom.mining.synth.spec import SPEC, check_vocabulary
 
 from vprom.claim import writes
 from vprom.domain import MIN_SIDE
@@ -185,11 +185,11 @@ def _truth(tmp: Path, seed: int, facts: list[dict]) -> dict:
     return {
         "format": "vprom-synth-truth", "format_version": 2, "vprom_version": __version__,
         "seed": seed, "images": len(facts), "min_side": MIN_SIDE, "image_size": [WIDTH, HEIGHT],
-        "rules": RULES,
+        "rules": SPEC.miner_rules,
         "pools": {et: {s: dict(sorted(c.items())) for s, c in sorted(sup.items())}
                   for et, sup in sorted(pools.items())},
         "pool_sources": sources,
-        "noise": {k: {"effect": NOISE_EFFECTS[k], "ids": sorted(v)}
+        "noise": {k: {"effect": SPEC.noise_effects[k], "ids": sorted(v)}
                   for k, v in sorted(noise.items())},
         "vg": vg,
         "outputs": {**{name: sha256_file(tmp / name) for name in ALL_FILES},

@@ -13,16 +13,8 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 from vprom.mining.synth.glyphs import glyph_mask, solid_glyph_mask
-from vprom.mining.synth.paint import (
-    COLORS,
-    OUTLINE,
-    RGB,
-    UNCOLORED,
-    fill_mask,
-    muted,
-    paint_material,
-    paint_texture,
-)
+from vprom.mining.synth.paint import fill_mask, muted, paint_material, paint_texture
+from vprom.mining.synth.spec import RGB, SPEC
 
 
 def draw_object(im: Image.Image, box, category: str, attrs: dict[str, str | tuple[str, str]],
@@ -58,11 +50,11 @@ def _draw_glyph(im: Image.Image, gbox, category: str, attrs) -> None:
     if isinstance(color, tuple):  # impure: two colours, left and right half
         left = mask.copy()
         ImageDraw.Draw(left).rectangle([w // 2, 0, w, h], fill=0)
-        fill_mask(im, gbox, COLORS[color[1]], mask)
-        fill_mask(im, gbox, COLORS[color[0]], left)
-        fill = COLORS[color[0]]
+        fill_mask(im, gbox, SPEC.colors[color[1]], mask)
+        fill_mask(im, gbox, SPEC.colors[color[0]], left)
+        fill = SPEC.colors[color[0]]
     else:
-        fill = COLORS[color] if color else UNCOLORED
+        fill = SPEC.colors[color] if color else SPEC.uncolored
         fill_mask(im, gbox, fill, mask)
     if "texture" in attrs:
         paint_texture(im, gbox, mask, fill, attrs["texture"])
@@ -97,18 +89,18 @@ def draw_shape_outline(im: Image.Image, box, shape: str) -> None:
     d = ImageDraw.Draw(im)
     cx, cy = x + w / 2, y + h / 2
     s = min(w, h) * 0.43
-    width = 4
+    outline, width = SPEC.outline, 4
     if shape == "round":
-        d.ellipse([cx - s, cy - s, cx + s, cy + s], outline=OUTLINE, width=width)
+        d.ellipse([cx - s, cy - s, cx + s, cy + s], outline=outline, width=width)
     elif shape == "square":
-        d.rectangle([cx - s, cy - s, cx + s, cy + s], outline=OUTLINE, width=width)
+        d.rectangle([cx - s, cy - s, cx + s, cy + s], outline=outline, width=width)
     elif shape == "rectangular":
-        d.rectangle([x + w * 0.06, cy - s * 0.62, x + w * 0.94, cy + s * 0.62], outline=OUTLINE, width=width)
+        d.rectangle([x + w * 0.06, cy - s * 0.62, x + w * 0.94, cy + s * 0.62], outline=outline, width=width)
     elif shape == "triangular":
         d.polygon([(cx, cy - s * 1.05), (cx + s * 1.1, cy + s * 0.85), (cx - s * 1.1, cy + s * 0.85)],
-                  outline=OUTLINE, width=width)
+                  outline=outline, width=width)
     elif shape == "curved":
-        d.arc([x + w * 0.08, y + h * 0.05, x + w * 0.92, y + h * 0.95], 20, 160, fill=OUTLINE, width=6)
+        d.arc([x + w * 0.08, y + h * 0.05, x + w * 0.92, y + h * 0.95], 20, 160, fill=outline, width=6)
 
 
 def paint_plant(im: Image.Image, gbox, category: str, condition: str, rng: np.random.Generator) -> None:
@@ -193,17 +185,12 @@ def background(width: int, height: int, horizon: int, rng: np.random.Generator) 
     return im
 
 
-#: The sky behind an object of each scene (foggy: a haze laid over the finished box instead).
-SKIES = {"sunny": (120, 185, 245), "cloudy": (150, 160, 175), "snowy": (185, 195, 210),
-         "rainy": (70, 80, 100)}
-
-
 def draw_scene_background(im: Image.Image, box, scene: str, rng: np.random.Generator) -> None:
-    if scene not in SKIES:
+    if scene not in SPEC.skies:  # foggy: a haze laid over the finished box instead
         return
     x, y, w, h = box
     d = ImageDraw.Draw(im)
-    d.rectangle([x, y, x + w - 1, y + h - 1], fill=SKIES[scene])
+    d.rectangle([x, y, x + w - 1, y + h - 1], fill=SPEC.skies[scene])
     if scene == "sunny":
         r = max(8, w // 7)
         cx, cy = x + r + 4, y + r + 4
@@ -244,12 +231,12 @@ def draw_action_under(im: Image.Image, box, action: str) -> None:
         d.rectangle([x + 4, top + (y + h - top) // 2 - 1, x + w - 5, top + (y + h - top) // 2 + 1],
                     fill=(250, 250, 250))
     elif action == "hanging":
-        d.line([(x + w // 2, y), (x + w // 2, y + int(h * 0.3))], fill=OUTLINE, width=2)
-        d.polygon([(x + w // 2 - 6, y), (x + w // 2 + 6, y), (x + w // 2, y + 7)], fill=OUTLINE)
+        d.line([(x + w // 2, y), (x + w // 2, y + int(h * 0.3))], fill=SPEC.outline, width=2)
+        d.polygon([(x + w // 2 - 6, y), (x + w // 2 + 6, y), (x + w // 2, y + 7)], fill=SPEC.outline)
     elif action == "flying":
         cy = y + int(h * 0.36)
         for k in (-8, 0, 8):
-            d.line([(x + 2, cy + k), (x + int(w * 0.18), cy + k)], fill=OUTLINE, width=2)
+            d.line([(x + 2, cy + k), (x + int(w * 0.18), cy + k)], fill=SPEC.outline, width=2)
         d.ellipse([x + int(w * 0.3), y + int(h * 0.88), x + int(w * 0.7), y + int(h * 0.96)],
                   fill=(90, 90, 90))
 

@@ -1,8 +1,9 @@
 """Colours and surfaces of the synthetic corpus: the *color*, *material* and *texture*
-channels, painted inside a glyph's mask. A colour is the glyph's fill (`COLORS`;
-`UNCOLORED` without a colour label); a material its surface (`MATERIALS`); a texture a
-pattern over the fill. Patterns are `TILE`×`TILE` masks drawn once per name from a
-generator seeded by the name's stable hash, so they never vary between runs or processes.
+channels, painted inside a glyph's mask. A colour is the glyph's fill (`SPEC.colors`;
+`SPEC.uncolored` without a colour label); a material its surface (`SPEC.materials`: a base,
+an ink and a pattern); a texture a pattern over the fill. Patterns are `TILE`×`TILE` masks
+drawn once per name from a generator seeded by the name's stable hash, so they never vary
+between runs or processes.
 """
 
 from __future__ import annotations
@@ -12,21 +13,8 @@ from functools import cache
 
 import numpy as np
 from PIL import Image, ImageChops, ImageDraw, ImageFilter
+from vprom.mining.synth.spec import RGB, SPEC
 
-RGB = tuple[int, int, int]
-
-COLORS: dict[str, RGB] = {
-    "red": (205, 25, 25), "green": (35, 155, 45), "blue": (30, 70, 205),
-    "yellow": (245, 215, 25), "orange": (245, 125, 15), "purple": (120, 35, 165),
-    "pink": (245, 150, 195), "white": (248, 248, 248), "black": (22, 22, 22),
-    "brown": (115, 65, 25), "gray": (128, 128, 128),
-}
-#: Fill of an object with no colour label: a muted neutral that is none of the 11 colours.
-UNCOLORED: RGB = (176, 168, 150)
-SKIN: RGB = (232, 192, 160)
-OUTLINE: RGB = (70, 70, 74)  # lighter than "black", so outlines never read as it
-
-# --- pattern tiles --------------------------------------------------------------------
 TILE = 192
 
 
@@ -111,21 +99,9 @@ def muted(rng: np.random.Generator, lo: int, hi: int) -> RGB:
     return tuple(min(255, max(0, base + int(d))) for d in rng.integers(-14, 15, 3))
 
 
-# --- surfaces -------------------------------------------------------------------------
-MATERIALS: dict[str, tuple[RGB, RGB, str | None]] = {
-    # material -> (base, pattern ink, pattern tile)
-    "wooden": ((165, 112, 60), (105, 62, 25), "wood"),
-    "metal": ((150, 155, 162), (225, 230, 236), None),
-    "glass": ((196, 234, 244), (255, 255, 255), None),
-    "plastic": ((35, 185, 190), (245, 250, 250), None),
-    "brick": ((160, 62, 40), (215, 205, 190), "brick"),
-    "stone": ((128, 124, 116), (78, 74, 68), "stone"),
-}
-
-
 def paint_material(im: Image.Image, gbox, mask: Image.Image, material: str) -> None:
     x, y, w, h = gbox
-    base, ink, tile = MATERIALS[material]
+    base, ink, tile = SPEC.materials[material]
     if material == "glass":
         # see-through: blend with what is behind, then highlights and a rim
         region = im.crop((x, y, x + w, y + h))

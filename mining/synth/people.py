@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 from PIL import Image, ImageDraw
-from vprom.mining.synth.paint import COLORS, OUTLINE, SKIN, UNCOLORED, contrast
+from vprom.mining.synth.paint import contrast
+from vprom.mining.synth.spec import SPEC
 
 
 def draw_person(im: Image.Image, box, attrs: dict[str, str], rng: np.random.Generator) -> None:
@@ -33,11 +34,11 @@ def draw_person(im: Image.Image, box, attrs: dict[str, str], rng: np.random.Gene
     neck = (cx + lean * 0.8, hy + head_r)
     hip_y = top + fh * (0.58 if action != "sitting" else 0.6)
     hip = (cx, hip_y)
-    shirt = COLORS.get(attrs.get("clothing color", ""), UNCOLORED)
+    shirt = SPEC.colors.get(attrs.get("clothing color", ""), SPEC.uncolored)
     limb = max(4, int(w * 0.07 * (scale ** 0.5)))
     style = attrs.get("clothing style")
-    sleeve = shirt if style in (None, "formal") else SKIN
-    leg_color = SKIN if attrs.get("gender") == "female" else (40, 50, 82)
+    sleeve = shirt if style in (None, "formal") else SPEC.skin
+    leg_color = SPEC.skin if attrs.get("gender") == "female" else (40, 50, 82)
 
     if action == "sitting":
         d.rectangle([cx - w * 0.2, hip_y + 2, cx + w * 0.12, hip_y + limb + 4], fill=(110, 100, 95))
@@ -45,7 +46,7 @@ def draw_person(im: Image.Image, box, attrs: dict[str, str], rng: np.random.Gene
     if action == "running":
         for k in (-10, 0, 10):
             d.line([(x + 2, hip_y - fh * 0.15 + k), (x + w * 0.2, hip_y - fh * 0.15 + k)],
-                   fill=OUTLINE, width=2)
+                   fill=SPEC.outline, width=2)
     _legs(d, hip, base, fh, w, action, leg_color, limb)
     if attrs.get("gender") == "female":
         d.polygon([(cx - w * 0.16, hip_y - fh * 0.04), (cx + w * 0.16, hip_y - fh * 0.04),
@@ -109,7 +110,7 @@ def _arms(d, neck, tw, fh, w, action, color, shirt, limb, style) -> None:
 
 def _sleeve(d, shoulder, elbow, hand, color, shirt, limb, style) -> None:
     if style == "casual":  # short sleeves: shirt colour at the top, skin below
-        d.line([shoulder, elbow, hand], fill=SKIN, width=limb, joint="curve")
+        d.line([shoulder, elbow, hand], fill=SPEC.skin, width=limb, joint="curve")
         mid = ((shoulder[0] + elbow[0]) / 2, (shoulder[1] + elbow[1]) / 2)
         d.line([shoulder, mid], fill=shirt, width=limb + 2)
     else:
@@ -118,7 +119,7 @@ def _sleeve(d, shoulder, elbow, hand, color, shirt, limb, style) -> None:
 
 def _head(d, hx, hy, r, attrs) -> None:
     hair = attrs.get("hair style")
-    d.ellipse([hx - r, hy - r, hx + r, hy + r], fill=SKIN)
+    d.ellipse([hx - r, hy - r, hx + r, hy + r], fill=SPEC.skin)
     if hair == "bald":
         d.ellipse([hx - r * 0.45, hy - r * 0.75, hx - r * 0.1, hy - r * 0.45], fill=(255, 240, 225))
     elif hair == "curly":

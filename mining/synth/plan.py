@@ -3,7 +3,7 @@ miner must recover from it.
 
 Image i (id i+1) is planned and drawn from `default_rng([seed, i])` (`render_image`): a
 3×2 grid of cells over a two-band background, each cell used holding one entity of a kind
-drawn by `KIND_WEIGHTS` (an attributed object, a person, a count group, a plain object). A
+drawn by `kind_weights` (an attributed object, a person, a count group, a plain object). A
 planner draws it, appends its VG records, injects the noise of `mining.synth.spec` (noting
 each case) and the crops the miner must find: full-size entities have both sides of at
 least `FULL_SIDE`, small ones a side under `MIN_SIDE`.
@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
-import vprom.mining.synth.spec as spec  # noqa: PLR0402
 from PIL import Image
 from vprom.mining.synth.objects import background, draw_count, draw_object
-from vprom.mining.synth.paint import COLORS, muted
+from vprom.mining.synth.paint import muted
 from vprom.mining.synth.people import draw_person
+from vprom.mining.synth.spec import ALL_OBJECT_ATTRIBUTES, OBJECTS, SPEC, plural
 
 from vprom.domain import COUNTS, MIN_SIDE
 
@@ -117,7 +118,7 @@ def _annotated_box(rng, img: _Image, box, col: int, row: int, oid: int,
     x, y, w, h = box
     edges = [e for e, ok in (("l", col == 0), ("r", col == COLS - 1), ("t", row == 0),
                              ("b", row == ROWS - 1)) if ok]
-    if small or not edges or rng.random() >= spec.P["outside"]:
+    if small or not edges or rng.random() >= SPEC.noise.outside:
         return box
     edge = _pick(rng, edges)
     d = int(rng.integers(3, 25))
@@ -136,17 +137,17 @@ def _annotated_box(rng, img: _Image, box, col: int, row: int, oid: int,
 def _sample_attribute_object(rng) -> tuple[str, dict, bool]:
     """(category, {super_attribute: attribute, or a colour pair when impure}, impure), every
     channel compatible."""
-    if rng.random() < spec.P["impure"]:
-        category = _pick(rng, [c for c in spec.OBJECTS if c not in ("tree", "flower")])
-        pair = tuple(str(c) for c in rng.choice(spec.OBJECT_ATTRIBUTES["color"], 2, replace=False))
+    if rng.random() < SPEC.noise.impure:
+        category = _pick(rng, [c for c in OBJECTS if c not in ("tree", "flower")])
+        pair = tuple(str(c) for c in rng.choice(SPEC.object_attributes["color"], 2, replace=False))
         return category, {"color": pair}, True
-    sup, attr = spec.ALL_OBJECT_ATTRIBUTES[int(rng.integers(len(spec.ALL_OBJECT_ATTRIBUTES)))]
-    category = _pick(rng, spec.CAN_SHOW.get(attr, spec.OBJECTS))
+    sup, attr = ALL_OBJECT_ATTRIBUTES[int(rng.integers(len(ALL_OBJECT_ATTRIBUTES)))]
+    category = _pick(rng, SPEC.can_show.get(attr, OBJECTS))
     attrs = {sup: attr}
-    if rng.random() < spec.P["second_attribute"]:
-        options = [(s, a) for s, a in spec.ALL_OBJECT_ATTRIBUTES
-                   if s != sup and s not in spec.CONFLICTS.get(sup, ()) and
-                   category in spec.CAN_SHOW.get(a, spec.OBJECTS)]
+    if rng.random() < SPEC.noise.second_attribute:
+        options = [(s, a) for s, a in ALL_OBJECT_ATTRIBUTES
+                   if s != sup and s not in SPEC.conflicts.get(sup, ()) and
+                   category in SPEC.can_show.get(a, OBJECTS)]
         if options:
             s2, a2 = options[int(rng.integers(len(options)))]
             attrs[s2] = a2
@@ -155,16 +156,16 @@ def _sample_attribute_object(rng) -> tuple[str, dict, bool]:
 
 def _plan_attribute_object(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
     category, attrs, impure = _sample_attribute_object(rng)
-    small = rng.random() < spec.P["small"]
+    small = rng.random() < SPEC.noise.small
     box = _cell_box(rng, col, row, _entity_size(rng, small))
     oid = img.new_id()
     number, phrase = _number_phrase(rng, category)
     draw_object(im, box, category, attrs, rng, number if category == "sign" else None)
     labels = [x for a in attrs.values() for x in (a if isinstance(a, tuple) else (a,))]
     raw_attrs = [_attribute_text(rng, img, a, oid) for a in labels]
-    if category in spec.CONTAINERS and rng.random() < spec.P["semantic"]:
+    if category in SPEC.containers and rng.random() < SPEC.noise.semantic:
         raw_attrs.insert(int(rng.integers(len(raw_attrs) + 1)),
-                         _pick(rng, spec.SEMANTIC_ATTRIBUTES))
+                         _pick(rng, SPEC.semantic_attributes))
         img.note("semantic_attribute", oid)
     name = _name_text(rng, img, category, oid)
     abox = _annotated_box(rng, img, box, col, row, oid, small)
@@ -185,17 +186,17 @@ def _plan_attribute_object(rng, img: _Image, im: Image.Image, col: int, row: int
 
 def _number_phrase(rng, category: str) -> tuple[int | None, str | None]:
     """A number on a clock or sign and its description: "five o'clock", "number 7"."""
-    if category not in ("clock", "sign") or rng.random() >= spec.P["non_count_phrase"]:
+    if category not in ("clock", "sign") or rng.random() >= SPEC.noise.non_count_phrase:
         return None, None
     number = int(rng.integers(COUNTS[0], COUNTS[-1] + 1))
-    word = spec.NUMBER_WORDS[number - 1] if rng.random() < 0.5 else str(number)
+    word = SPEC.number_words[number - 1] if rng.random() < 0.5 else str(number)
     return number, f"{word} o'clock" if category == "clock" else f"number {word}"
 
 
 def _add_object(rng, img: _Image, oid: int, name: str, category: str, box, raw_attrs) -> None:
     """The object's records; sometimes with a v1.4 merged duplicate in attributes.json."""
     merged = []
-    if rng.random() < spec.P["merged"]:
+    if rng.random() < SPEC.noise.merged:
         merged.append(img.new_id())
         img.note("merged_duplicate", merged[0])
     img.add_object(oid, name, category, box, raw_attrs, merged=merged)
@@ -206,10 +207,10 @@ def _add_object(rng, img: _Image, oid: int, name: str, category: str, box, raw_a
 
 
 def _attribute_text(rng, img: _Image, attr: str, oid: int) -> str:
-    if attr in spec.ATTRIBUTE_VARIANTS and rng.random() < spec.P["attribute_variant"]:
+    if attr in SPEC.attribute_variants and rng.random() < SPEC.noise.attribute_variant:
         img.note("attribute_variant", oid)
-        return _pick(rng, spec.ATTRIBUTE_VARIANTS[attr])
-    if rng.random() < spec.P["attribute_case_space"]:
+        return _pick(rng, SPEC.attribute_variants[attr])
+    if rng.random() < SPEC.noise.attribute_case_space:
         img.note("case_space", oid)
         return _messy(rng, attr)
     return attr
@@ -217,13 +218,13 @@ def _attribute_text(rng, img: _Image, attr: str, oid: int) -> str:
 
 def _name_text(rng, img: _Image, name: str, oid: int) -> str:
     u = rng.random()
-    if name in spec.NAME_VARIANTS and u < spec.P["name_variant"]:
+    if name in SPEC.name_variants and u < SPEC.noise.name_variant:
         img.note("name_variant", oid)
-        return _pick(rng, spec.NAME_VARIANTS[name])
-    if u > 1 - spec.P["plural_name"]:
+        return _pick(rng, SPEC.name_variants[name])
+    if u > 1 - SPEC.noise.plural_name:
         img.note("plural_name", oid)
-        return spec.plural(name)
-    if rng.random() < spec.P["case_space"]:
+        return plural(name)
+    if rng.random() < SPEC.noise.case_space:
         img.note("case_space", oid)
         return _messy(rng, name)
     return name
@@ -238,28 +239,28 @@ def _describe(rng, labels, name: str) -> str:
 
 
 def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
-    # HUMAN_LABELS super-attributes drawn uniformly, so no pool's crops carry a fixed set of
+    # `human_labels` super-attributes drawn uniformly, so no pool's crops carry a fixed set of
     # the others' labels, and a fixed number, so no crop stands out by it. Every person shows
     # a gender (drawn when unlabelled), which its name says unless it is "person". The labels
-    # past BASE_LABELS, that gender and the name come from the person's own stream `aux`.
-    supers = list(spec.HUMAN_ATTRIBUTES)
-    chosen = sorted(rng.choice(len(supers), spec.BASE_LABELS, replace=False).tolist())
-    base = {supers[i]: _pick(rng, spec.HUMAN_ATTRIBUTES[supers[i]]) for i in chosen}
+    # past `base_labels`, that gender and the name come from the person's own stream `aux`.
+    supers = list(SPEC.human_attributes)
+    chosen = sorted(rng.choice(len(supers), SPEC.base_labels, replace=False).tolist())
+    base = {supers[i]: _pick(rng, SPEC.human_attributes[supers[i]]) for i in chosen}
     oid = img.new_id()
     aux = np.random.default_rng([img.image_id, oid, 0x5045])
     rest = [i for i in range(len(supers)) if i not in chosen]
-    more = sorted(aux.choice(rest, spec.HUMAN_LABELS - spec.BASE_LABELS, replace=False).tolist())
-    extra = {supers[i]: _pick(aux, spec.HUMAN_ATTRIBUTES[supers[i]]) for i in more}
+    more = sorted(aux.choice(rest, SPEC.human_labels - SPEC.base_labels, replace=False).tolist())
+    extra = {supers[i]: _pick(aux, SPEC.human_attributes[supers[i]]) for i in more}
     attrs = {s: v for s in supers for v in (base.get(s, extra.get(s)),) if v is not None}
-    shown_attrs = {"gender": _pick(aux, spec.HUMAN_ATTRIBUTES["gender"]), **attrs}
-    small = rng.random() < spec.P["small"]
+    shown_attrs = {"gender": _pick(aux, SPEC.human_attributes["gender"]), **attrs}
+    small = rng.random() < SPEC.noise.small
     box = _cell_box(rng, col, row, _entity_size(rng, small, tall=True))
     draw_person(im, box, shown_attrs, rng)
     name = _person_name(rng if "gender" in base else aux, shown_attrs)
     raw_attrs = ([_attribute_text(rng, img, a, oid) for a in base.values()]
                  + [_attribute_text(aux, img, a, oid) for a in extra.values()])
     shown = name
-    if rng.random() < spec.P["case_space"]:
+    if rng.random() < SPEC.noise.case_space:
         img.note("case_space", oid)
         shown = _messy(rng, name)
     abox = _annotated_box(rng, img, box, col, row, oid, small)
@@ -268,9 +269,9 @@ def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
         img.note("small_object", oid)
     else:
         img.expected.extend(("human_attribute", s, a, oid) for s, a in attrs.items())
-    if base.get("age") == "young" and rng.random() < spec.P["non_count_phrase"]:
+    if base.get("age") == "young" and rng.random() < SPEC.noise.non_count_phrase:
         n = int(rng.integers(5, COUNTS[-1] + 1))  # an age that reads like a count
-        word = spec.NUMBER_WORDS[n - 1] if rng.random() < 0.5 else str(n)
+        word = SPEC.number_words[n - 1] if rng.random() < 0.5 else str(n)
         img.note("non_count_number", _region(img, f"a {word} years old {name}", abox))
     elif "action" in base:
         action = base["action"]
@@ -283,35 +284,35 @@ def _person_name(rng, attrs: dict[str, str]) -> str:
     """man, woman, boy, girl by the figure's gender (and youth), or "person" (implying
     nothing); drawn the same way whatever its labels, so no name marks the gender pool."""
     gender, young = attrs.get("gender"), attrs.get("age") == "young"
-    if gender is None or rng.random() < spec.P["person_name"]:
+    if gender is None or rng.random() < SPEC.noise.person_name:
         return "person"
     return {"male": "boy" if young else "man", "female": "girl" if young else "woman"}[gender]
 
 
 def _plan_count(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
     n = int(rng.integers(COUNTS[0], COUNTS[-1] + 1))
-    category = _pick(rng, spec.OBJECTS)
-    color = _pick(rng, spec.COUNT_COLORS)
-    small = rng.random() < spec.P["small"]
+    category = _pick(rng, OBJECTS)
+    color = _pick(rng, SPEC.count_colors)
+    small = rng.random() < SPEC.noise.small
     size = (int(rng.integers(FULL_SIDE + 4, CELL_W - 3)), int(rng.integers(FULL_SIDE, CELL_H - 5)))
     if small:
         size = (int(rng.integers(70, MIN_SIDE - 3)), int(rng.integers(60, MIN_SIDE - 3)))
     box = _cell_box(rng, col, row, size)
     # a plain mat far from the glyph colour, so that every glyph stands out (and counts)
     mats = (muted(rng, 195, 235), muted(rng, 60, 100))
-    mat = max(mats, key=lambda m: max(abs(a - b) for a, b in zip(m, COLORS[color])))
-    glyphs = draw_count(im, box, category, COLORS[color], n, mat, rng)
-    word = spec.NUMBER_WORDS[n - 1] if rng.random() < 0.6 else str(n)
-    noun = category if n == 1 else spec.plural(category)
+    mat = max(mats, key=lambda m: max(abs(a - b) for a, b in zip(m, SPEC.colors[color])))
+    glyphs = draw_count(im, box, category, SPEC.colors[color], n, mat, rng)
+    word = SPEC.number_words[n - 1] if rng.random() < 0.6 else str(n)
+    noun = category if n == 1 else plural(category)
     phrase = f"{word} {color} {noun}" if rng.random() < 0.5 else f"{word} {noun}"
-    if rng.random() < spec.P["case_space"]:
+    if rng.random() < SPEC.noise.case_space:
         phrase = _messy(rng, phrase)
     rid = _region(img, phrase, box)
     if small:
         img.note("small_region", rid)
     else:
         img.expected.append(("count", "", str(n), rid))
-    if rng.random() < spec.P["count_glyph_objects"]:  # annotators also boxed the little ones
+    if rng.random() < SPEC.noise.count_glyph_objects:  # annotators also boxed the little ones
         for gbox in glyphs:
             oid = img.new_id()
             img.add_object(oid, category, category, gbox, [color])
@@ -319,11 +320,11 @@ def _plan_count(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
 
 
 def _plan_plain(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
-    category = _pick(rng, spec.OBJECTS)
+    category = _pick(rng, OBJECTS)
     box = _cell_box(rng, col, row, _entity_size(rng, False))
     draw_object(im, box, category, {}, rng)
     oid = img.new_id()
-    mode = "null" if rng.random() < spec.P["null_attributes"] else "missing"
+    mode = "null" if rng.random() < SPEC.noise.null_attributes else "missing"
     img.note("null_attributes" if mode == "null" else "no_attributes_key", oid)
     name = _name_text(rng, img, category, oid)
     abox = _annotated_box(rng, img, box, col, row, oid)
@@ -334,22 +335,24 @@ def _plan_plain(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
 
 def _plan_background(rng, img: _Image) -> None:
     """The excluded stuff every photo has: sky above the horizon, ground below."""
+    ground = _pick(rng, [o for o in SPEC.excluded_objects if o != "sky"])
     bands = (("sky", (0, 0, WIDTH, HORIZON), ("blue", "cloudy", "gray")),
-             (_pick(rng, spec.EXCLUDED_OBJECTS[1:]), (0, HORIZON, WIDTH, HEIGHT - HORIZON),
+             (ground, (0, HORIZON, WIDTH, HEIGHT - HORIZON),
               ("gray", "green", "brown", "wooden")))
-    for (name, box, attrs), p in zip(bands, (spec.P["sky"], spec.P["ground"])):
+    for (name, box, attrs), p in zip(bands, (SPEC.noise.sky, SPEC.noise.ground)):
         if rng.random() >= p:
             continue
         oid = img.new_id()
-        raw = [_pick(rng, attrs)] if rng.random() < spec.P["excluded_attributes"] else []
+        raw = [_pick(rng, attrs)] if rng.random() < SPEC.noise.excluded_attributes else []
         img.add_object(oid, name, name, box, raw, "list" if raw else "missing")
         img.note("excluded_object", oid)
 
 
 PLANNERS = {"attribute_object": _plan_attribute_object, "person": _plan_person,
             "count": _plan_count, "plain_object": _plan_plain}
-_KINDS = tuple(spec.KIND_WEIGHTS)
-_KIND_P = np.array([spec.KIND_WEIGHTS[k] for k in _KINDS]) / sum(spec.KIND_WEIGHTS.values())
+_KIND_WEIGHTS = msgspec.structs.asdict(SPEC.kind_weights)
+_KINDS = tuple(_KIND_WEIGHTS)
+_KIND_P = np.array([_KIND_WEIGHTS[k] for k in _KINDS]) / sum(_KIND_WEIGHTS.values())
 
 
 def render_image(seed: int, index: int) -> tuple[_Image, Image.Image]:

@@ -1,126 +1,196 @@
-"""What the synthetic corpus shows and how it lies: its labels, its noise, and the miner's
-rules its expected pools assume.
+"""What the synthetic corpus shows and how it lies, read from `data/spec.json` (labels, noise,
+palette) and `data/glyphs.json` (the 52 silhouettes), and validated at import.
 
-Labels: `OBJECT_ATTRIBUTES` and `HUMAN_ATTRIBUTES` (each super-attribute a channel of the
-drawing), the 52 categories of `OBJECTS` (one glyph each) and counts 1–10. An attribute goes
-only on a category that can show it (`CAN_SHOW`), never with one sharing its channel
-(`CONFLICTS`). Noise comes in proportions a miner must survive (`P`), noted in
-`synth_truth.json` with the ids it touched (`NOISE_EFFECTS`: what the miner should make of
-each); the expected pools follow the miner's `RULES`.
+Labels: object and human attributes (each super-attribute a channel of the drawing), the
+categories of `OBJECTS` (one glyph each, in `glyphs.json`'s order) and counts 1–10. An
+attribute goes only on a category that can show it (`can_show`), never with one sharing its
+channel (`conflicts`). Noise comes in proportions a miner must survive (`noise`), noted in
+`synth_truth.json` with the ids it touched (`noise_effects`); the expected pools follow the
+miner's rules (`miner_rules`). msgspec checks each file's shape and types, `_check` the names
+one table takes from another; a malformed file stops with one line naming it and the entry.
 """
 
 from __future__ import annotations
 
-from vprom.mining.synth.glyphs import GLYPHS
-from vprom.mining.synth.paint import MATERIALS
+from pathlib import Path
+from typing import Annotated
+
+import msgspec
+from vprom.mining.vocab import (
+    HUMAN_SUPER_ATTRIBUTES,
+    OBJECT_SUPER_ATTRIBUTES,
+    load_vocabulary,
+)
 
 from vprom.domain import COUNTS, MIN_SIDE
 from vprom.errors import VpromError
 
-# the labels the corpus renders (all must be in the miner's vocabulary)
-OBJECT_ATTRIBUTES: dict[str, tuple[str, ...]] = {
-    "color": ("red", "green", "blue", "yellow", "orange", "purple", "pink", "white", "black",
-              "brown", "gray"),
-    "material": tuple(MATERIALS),
-    "scene": ("sunny", "cloudy", "snowy", "rainy", "foggy"),
-    "plant condition": ("leafy", "bare", "dry", "blooming", "dead"),
-    "action": ("parked", "flying", "hanging", "floating"),
-    "shape": ("round", "square", "rectangular", "triangular", "curved"),
-    "texture": ("striped", "spotted", "checkered", "plaid", "smooth", "furry"),
-}
-HUMAN_ATTRIBUTES: dict[str, tuple[str, ...]] = {
-    "age": ("young", "old"),
-    "hair style": ("bald", "curly", "blond"),
-    "clothing style": ("casual", "formal", "sleeveless"),
-    "gender": ("male", "female"),
-    "action": ("standing", "sitting", "walking", "running"),
-    "clothing color": ("red", "blue", "green", "white", "black", "yellow", "pink", "orange",
-                       "gray", "brown"),
-}
-OBJECTS: tuple[str, ...] = tuple(GLYPHS)
-EXCLUDED_OBJECTS = ("sky", "road", "water", "ground", "wall", "grass")
-SEMANTIC_ATTRIBUTES = ("open", "empty")
-CONTAINERS = ("box", "cup", "bag", "bottle", "book", "bowl", "umbrella", "vase")
-#: Which categories can show an attribute (absent: any category).
-CAN_SHOW = {
-    **{p: ("tree", "flower") for p in OBJECT_ATTRIBUTES["plant condition"]},
-    "parked": ("car", "truck", "bicycle"), "flying": ("bird", "kite", "airplane"),
-    "hanging": ("lamp", "sign", "clock", "bag", "hat", "flag"),
-    "floating": ("ball", "bottle", "box", "book", "boat", "surfboard"),
-}
-#: Super-attributes drawn on the same channel cannot be combined on one object.
-CONFLICTS = {
-    "material": {"color", "texture", "plant condition"},
-    "plant condition": {"color", "material", "texture", "action"},
-    "color": {"material", "plant condition"},
-    "texture": {"material", "plant condition"},
-    "action": {"plant condition"},
-}
-COUNT_COLORS = ("red", "green", "blue", "yellow", "orange", "purple", "pink", "brown", "black")
-NUMBER_WORDS = ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
-ALL_OBJECT_ATTRIBUTES = tuple((s, a) for s, attrs in OBJECT_ATTRIBUTES.items() for a in attrs)
+DATA_DIR = Path(__file__).resolve().parent / "data"
 
-#: Variants a miner must map back (checked against the vocabulary at start).
-NAME_VARIANTS = {"dog": ("puppy",), "car": ("automobile", "sedan"), "tree": ("palm tree",),
-                 "bird": ("pigeon",), "cat": ("kitten",), "flower": ("rose",)}
-ATTRIBUTE_VARIANTS = {"gray": ("grey",), "wooden": ("wood",), "spotted": ("polka dot",),
-                      "bare": ("leafless",), "round": ("circular",), "hanging": ("hung",),
-                      "cloudy": ("overcast",), "furry": ("fuzzy",), "metal": ("metallic",),
-                      "foggy": ("misty",), "old": ("elderly",), "blond": ("blonde",),
-                      "sitting": ("seated",)}
-
-#: Human attributes of every person (of distinct super-attributes; its gender also shows in
-#: its name unless it is called "person").
-HUMAN_LABELS = 3
-#: Of them, drawn from the image's generator (the rest from the person's own, in `plan`).
-BASE_LABELS = 2
-
-#: Entity kinds (weights) and noise probabilities, applied where the noise can occur (a name
-#: variant where a category has one, outside-image boxes in edge cells, ...).
-KIND_WEIGHTS = {"attribute_object": 0.5, "person": 0.25, "count": 0.17, "plain_object": 0.08}
-P = {
-    "second_attribute": 0.35, "name_variant": 0.16, "plural_name": 0.06, "case_space": 0.08,
-    "attribute_variant": 0.24, "attribute_case_space": 0.04, "impure": 0.04, "semantic": 0.25,
-    "small": 0.05, "outside": 0.1, "merged": 0.04, "non_count_phrase": 0.5, "count_glyph_objects": 0.4,
-    "sky": 0.5, "ground": 0.5, "excluded_attributes": 0.4, "null_attributes": 0.5,
-    "person_name": 0.25,
-}
-
-NOISE_EFFECTS = {
-    "name_variant": "kept: synonym/subtype mapped to its category",
-    "plural_name": "kept: plural mapped to its singular",
-    "case_space": "kept: upper case and stray spaces normalised",
-    "attribute_variant": "kept: attribute spelling/synonym mapped to its canonical label",
-    "no_attributes_key": "kept in the object pool; no attribute crop",
-    "null_attributes": "kept in the object pool; no attribute crop",
-    "outside_image": f"kept: box clipped to the image (still >= {MIN_SIDE} px)",
-    "small_object": f"dropped from every pool (a side under {MIN_SIDE} px)",
-    "small_region": f"dropped: count region with a side under {MIN_SIDE} px",
-    "impure_color": "dropped from the color pool (two colours); kept in the object pool",
-    "semantic_attribute": "attribute ignored (excluded); the object's other crops kept",
-    "merged_duplicate": "folded into the survivor (its merged_object_ids): no crop of its own",
-    "excluded_object": "dropped from every pool (background object)",
-    "non_count_number": "no count crop: the number is not a count",
-    "no_synset": "kept: synsets are not read (an empty list, as VG has for unmapped names)",
-    "two_names": "kept: both names map to the one category (no impurity, same labels)",
-}
+Labels = tuple[str, ...]
+_Channel = Annotated[int, msgspec.Meta(ge=0, le=255)]
+RGB = tuple[_Channel, _Channel, _Channel]
+_Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
+_Weight = Annotated[float, msgspec.Meta(gt=0)]
+#: A glyph part: its kind, then numbers or a list of (x, y) points.
+Part = tuple[str | int | float | tuple[tuple[float, float], ...], ...]
+#: What follows each kind of part (n: a number, p: a list of points); a "hole_" kind cuts
+#: its shape out of the mask.
+_PART_ARGS = {"ellipse": "nnnn", "rect": "nnnn", "pie": "nnnnnn", "arc": "nnnnnnn",
+              "poly": "p", "line": "pn"}
 
 
-#: The miner's rules the expected pools assume (written into synth_truth.json).
-RULES = [
-    "boxes are clipped to the image; a box with a side under min_side px feeds no pool",
-    "an object whose name is excluded (sky, road, water, ground, wall, grass) feeds no pool",
-    "an object whose canonical name is a category gives one crop to the object pool",
-    ("person words (man, woman, boy, girl, person) take the human attribute table, other "
-    "objects the object attribute table"),
-    ("a super-attribute gives a crop only when the object has exactly one attribute of it "
-    "(two colours: impure, no colour crop)"),
-    "excluded (semantic) attributes such as open and empty are ignored",
-    ("an attributes.json record whose id is in a survivor's merged_object_ids folds into the "
-    "survivor (same labels here), giving no crop of its own"),
-    (f"a region gives a count crop when its phrase states a count {COUNTS[0]}-{COUNTS[-1]} of "
-    "an object; numbers in times, ages and labels are not counts"),
-]
+class _Table(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    pass
+
+
+class Noise(_Table):
+    """The probability of each noise where it can occur (a name variant where a category has
+    one, outside-image boxes in edge cells, ...)."""
+
+    second_attribute: _Probability
+    name_variant: _Probability
+    plural_name: _Probability
+    case_space: _Probability
+    attribute_variant: _Probability
+    attribute_case_space: _Probability
+    impure: _Probability
+    semantic: _Probability
+    small: _Probability
+    outside: _Probability
+    merged: _Probability
+    non_count_phrase: _Probability
+    count_glyph_objects: _Probability
+    sky: _Probability
+    ground: _Probability
+    excluded_attributes: _Probability
+    null_attributes: _Probability
+    person_name: _Probability
+
+
+class KindWeights(_Table):
+    """How often each kind of entity fills a cell (relative weights)."""
+
+    attribute_object: _Weight
+    person: _Weight
+    count: _Weight
+    plain_object: _Weight
+
+
+class CorpusSpec(_Table):
+    """`data/spec.json`; its `_about` says what each table means."""
+
+    object_attributes: dict[str, Labels]
+    human_attributes: dict[str, Labels]
+    excluded_objects: Labels
+    semantic_attributes: Labels
+    containers: Labels
+    can_show: dict[str, Labels]
+    conflicts: dict[str, frozenset[str]]
+    count_colors: Labels
+    number_words: Labels
+    name_variants: dict[str, Labels]
+    attribute_variants: dict[str, Labels]
+    human_labels: int
+    base_labels: int
+    kind_weights: KindWeights
+    noise: Noise
+    noise_effects: dict[str, str]
+    miner_rules: Labels
+    colors: dict[str, RGB]
+    uncolored: RGB
+    skin: RGB
+    outline: RGB
+    materials: dict[str, tuple[RGB, RGB, str | None]]
+    skies: dict[str, RGB]
+    about: str = msgspec.field(default="", name="_about")
+
+
+class _Glyphs(_Table):
+    glyphs: dict[str, tuple[Part, ...]]
+    about: str = msgspec.field(default="", name="_about")
+
+
+def _decode(path: Path, kind):
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=kind)
+    except OSError as e:
+        raise VpromError(f"{path}: cannot read it ({e.strerror}); reinstall vprom") from None
+    except msgspec.ValidationError as e:
+        raise VpromError(f"{path}: {e}; fix the file") from None
+    except msgspec.DecodeError as e:
+        raise VpromError(f"{path}: not valid JSON ({e}); fix the file") from None
+
+
+def _check_glyphs(path: Path, glyphs: dict[str, tuple[Part, ...]]) -> None:
+    for name, parts in glyphs.items():
+        for part in parts:
+            kind = str(part[0]).removeprefix("hole_") if part else ""
+            args = "".join("p" if isinstance(a, tuple) else "s" if isinstance(a, str) else "n"
+                           for a in part[1:])
+            if _PART_ARGS.get(kind) != args:
+                raise VpromError(f"{path}: glyph {name!r} has the malformed part {list(part)}; "
+                                 "write it in one of the forms its '_about' lists")
+
+
+def _check(path: Path, spec: CorpusSpec, objects: Labels) -> None:
+    """Every name one table takes from another is there, and the counts fit."""
+    labels = {a for table in (spec.object_attributes, spec.human_attributes)
+              for values in table.values() for a in values}
+    references = [  # (names, where they are used, the table that must hold them)
+        (OBJECT_SUPER_ATTRIBUTES, "the paper's super-attributes", "object_attributes",
+         spec.object_attributes),
+        (HUMAN_SUPER_ATTRIBUTES, "the paper's super-attributes", "human_attributes",
+         spec.human_attributes),
+        ([c for cs in spec.can_show.values() for c in cs] + [*spec.containers, *spec.name_variants],
+         "can_show, containers and name_variants", "the categories of glyphs.json", objects),
+        ([*spec.can_show, *spec.attribute_variants], "can_show and attribute_variants",
+         "the attribute labels", labels),
+        ([s for k, v in spec.conflicts.items() for s in (k, *v)], "conflicts",
+         "the paper's object super-attributes", OBJECT_SUPER_ATTRIBUTES),
+        (spec.object_attributes.get("color", ()) + spec.count_colors
+         + spec.human_attributes.get("clothing color", ()), "the colour labels", "colors",
+         spec.colors),
+        (spec.object_attributes.get("material", ()), "the material labels", "materials",
+         spec.materials),
+    ]
+    for names, used, table, known in references:
+        missing = sorted(set(names) - set(known))
+        if missing:
+            raise VpromError(f"{path}: {missing[0]!r} of {used} is missing from {table}; add it "
+                             "there or fix the name")
+    if len(spec.number_words) != len(COUNTS):
+        raise VpromError(f"{path}: number_words must spell the counts {COUNTS[0]}-{COUNTS[-1]}")
+    if not 1 <= spec.base_labels <= spec.human_labels <= len(HUMAN_SUPER_ATTRIBUTES):
+        raise VpromError(f"{path}: 1 <= base_labels <= human_labels <= "
+                         f"{len(HUMAN_SUPER_ATTRIBUTES)} must hold")
+
+
+def _filled(path: Path, text: str) -> str:
+    """`text` with {min_side}, {first_count} and {last_count} filled in."""
+    try:
+        return text.format(min_side=MIN_SIDE, first_count=COUNTS[0], last_count=COUNTS[-1])
+    except (KeyError, IndexError, ValueError) as e:
+        raise VpromError(f"{path}: {text!r} holds a placeholder other than {{min_side}}, "
+                         f"{{first_count}} and {{last_count}} ({e!r}); fix it") from None
+
+
+def load_corpus_spec(folder: Path = DATA_DIR) -> tuple[CorpusSpec, dict[str, tuple[Part, ...]]]:
+    """The validated `spec.json` (its texts' placeholders filled in) and glyphs of `folder`;
+    a malformed file raises a VpromError naming it and the entry."""
+    glyphs = _decode(folder / "glyphs.json", _Glyphs).glyphs
+    _check_glyphs(folder / "glyphs.json", glyphs)
+    path = folder / "spec.json"
+    spec = _decode(path, CorpusSpec)
+    _check(path, spec, tuple(glyphs))
+    texts = {"noise_effects": {k: _filled(path, v) for k, v in spec.noise_effects.items()},
+             "miner_rules": tuple(_filled(path, rule) for rule in spec.miner_rules)}
+    return msgspec.structs.replace(spec, **texts), glyphs
+
+
+SPEC, GLYPHS = load_corpus_spec()
+OBJECTS: Labels = tuple(GLYPHS)
+ALL_OBJECT_ATTRIBUTES = tuple((s, a) for s, attrs in SPEC.object_attributes.items() for a in attrs)
 
 
 def plural(noun: str) -> str:
@@ -130,19 +200,20 @@ def plural(noun: str) -> str:
 
 def check_vocabulary() -> None:
     """Refuse to write a corpus whose labels the miner's vocabulary would not recover."""
-    from vprom.mining.vocab import load_vocabulary
-
     v = load_vocabulary()
     problems = []
-    for table, labels in ((v.object_attributes, OBJECT_ATTRIBUTES), (v.human_attributes, HUMAN_ATTRIBUTES)):
+    for table, labels in ((v.object_attributes, SPEC.object_attributes),
+                          (v.human_attributes, SPEC.human_attributes)):
         for sup, attrs in labels.items():
             problems += [f"attribute {a!r} ({sup})" for a in attrs if table.get(a) != sup]
     problems += [f"object {o!r}" for o in OBJECTS if o not in v.objects]
     problems += [f"person word {p!r}" for p in ("man", "woman", "boy", "girl", "person")
                  if p not in v.person_words]
-    problems += [f"excluded object {o!r}" for o in EXCLUDED_OBJECTS if o not in v.excluded_objects]
-    problems += [f"semantic attribute {a!r}" for a in SEMANTIC_ATTRIBUTES if a not in v.excluded_attributes]
-    for canon, variants in (*NAME_VARIANTS.items(), *ATTRIBUTE_VARIANTS.items(),
+    problems += [f"excluded object {o!r}" for o in SPEC.excluded_objects
+                 if o not in v.excluded_objects]
+    problems += [f"semantic attribute {a!r}" for a in SPEC.semantic_attributes
+                 if a not in v.excluded_attributes]
+    for canon, variants in (*SPEC.name_variants.items(), *SPEC.attribute_variants.items(),
                             *((o, (plural(o),)) for o in OBJECTS)):
         problems += [f"variant {x!r} -> {canon!r}" for x in variants if v.canonical(x) != canon]
     if problems:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from vprom.mining.synth.spec import NAME_VARIANTS, OBJECTS, plural
+from vprom.mining.synth.spec import OBJECTS, SPEC, plural
 
 META_STREAM = 1
 FOLDERS = ("VG_100K", "VG_100K_2")
@@ -76,7 +76,7 @@ def decorate(seed: int, index: int, img) -> ImageMeta:
         twin = in_attributes.get(obj["object_id"])
         category = category_of(obj["synsets"])
         if category in OBJECTS and rng.random() < P_META["two_names"]:
-            options = [n for n in (category, plural(category), *NAME_VARIANTS.get(category, ()))
+            options = [n for n in (category, plural(category), *SPEC.name_variants.get(category, ()))
                        if n not in obj["names"]]
             second = options[int(rng.integers(len(options)))]
             for record in (obj, twin):

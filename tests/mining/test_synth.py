@@ -13,18 +13,9 @@ from PIL import Image
 
 from vprom.mining import synth
 from vprom.mining.synth.glyphs import glyph_mask, solid_glyph_mask
-from vprom.mining.synth.paint import COLORS
 from vprom.mining.synth.people import draw_person
 from vprom.mining.synth.plan import render_image
-from vprom.mining.synth.spec import (
-    EXCLUDED_OBJECTS,
-    HUMAN_ATTRIBUTES,
-    HUMAN_LABELS,
-    NOISE_EFFECTS,
-    OBJECT_ATTRIBUTES,
-    OBJECTS,
-    SEMANTIC_ATTRIBUTES,
-)
+from vprom.mining.synth.spec import DATA_DIR, OBJECTS, SPEC, load_corpus_spec
 from vprom.mining.vocab import load_vocabulary
 from tests.photo_fixture import check_vg_schema, crop_pixels
 from vprom.errors import VpromError
@@ -110,8 +101,8 @@ def test_files_match_visual_genome_schema(corpus):
 
 def test_truth_covers_every_element_of_every_pool(truth):
     pools = truth["pools"]
-    for element_type, table in (("object_attribute", OBJECT_ATTRIBUTES),
-                                ("human_attribute", HUMAN_ATTRIBUTES)):
+    for element_type, table in (("object_attribute", SPEC.object_attributes),
+                                ("human_attribute", SPEC.human_attributes)):
         assert set(pools[element_type]) == set(table)
         for sup, elements in table.items():
             assert set(pools[element_type][sup]) == set(elements), (element_type, sup)
@@ -124,9 +115,9 @@ def test_truth_covers_every_element_of_every_pool(truth):
 
 
 def test_truth_records_every_kind_of_noise(truth, annotations):
-    assert set(truth["noise"]) == set(NOISE_EFFECTS)
+    assert set(truth["noise"]) == set(SPEC.noise_effects)
     for kind, entry in truth["noise"].items():
-        assert entry["ids"] and entry["effect"] == NOISE_EFFECTS[kind]
+        assert entry["ids"] and entry["effect"] == SPEC.noise_effects[kind]
         assert set(entry["ids"]) <= set(annotations), kind
 
 
@@ -142,12 +133,12 @@ def test_noise_is_in_the_files(truth, annotations):
         assert annotations[oid][3] is None
     vocab = load_vocabulary()
     for oid in noise["impure_color"]:
-        colors = {vocab.canonical(a) for a in annotations[oid][3]} & set(COLORS)
+        colors = {vocab.canonical(a) for a in annotations[oid][3]} & set(SPEC.colors)
         assert len(colors) == 2
     for oid in noise["semantic_attribute"]:
-        assert set(annotations[oid][3]) & set(SEMANTIC_ATTRIBUTES)
+        assert set(annotations[oid][3]) & set(SPEC.semantic_attributes)
     for oid in noise["excluded_object"]:
-        assert annotations[oid][2][0] in EXCLUDED_OBJECTS
+        assert annotations[oid][2][0] in SPEC.excluded_objects
     phrases = [annotations[rid][4] for rid in noise["non_count_number"]]
     assert any("o'clock" in p for p in phrases) and any("number" in p for p in phrases)
     assert any("years old" in p for p in phrases)
@@ -231,7 +222,7 @@ def test_miner_removes_exactly_the_injected_noise(mined, truth):
         kept = noise[kind] - noise["small_object"] - noise["excluded_object"]
         assert kept and all(oid in by_source for oid in kept), kind
     elements = set(mined.element)
-    assert not elements & set(SEMANTIC_ATTRIBUTES)
+    assert not elements & set(SPEC.semantic_attributes)
 
 
 # --- the pixels show the labels ---------------------------------------------------------
@@ -250,6 +241,33 @@ def test_every_glyph_is_one_connected_silhouette(category):
         assert _components(np.asarray(glyph_mask(category, w, h)) > 127) == 1
     for side in (18, 24, 30):
         assert _components(np.asarray(solid_glyph_mask(category, side, side)) > 127) == 1
+
+
+@pytest.mark.parametrize("file,edit,message", [
+    ("spec.json", lambda d: d["noise"].update(small=1.5),
+     r"spec.json: Expected `float` <= 1.0 - at `\$.noise.small`"),
+    ("spec.json", lambda d: d["can_show"].update(parked=["car", "rocket"]),
+     r"spec.json: 'rocket' of can_show, containers and name_variants is missing from the "
+     r"categories of glyphs.json"),
+    ("spec.json", lambda d: d["object_attributes"].pop("color"),
+     r"spec.json: 'color' of the paper's super-attributes is missing from object_attributes"),
+    ("spec.json", lambda d: d["noise_effects"].update(small_object="under {side} px"),
+     r"spec.json: 'under {side} px' holds a placeholder other than"),
+    ("glyphs.json", lambda d: d["glyphs"]["ball"].append(["ellipse", 0.1, 0.2]),
+     r"glyphs.json: glyph 'ball' has the malformed part \['ellipse', 0.1, 0.2\]"),
+    ("glyphs.json", lambda d: d.update(glyph={}),
+     r"glyphs.json: Object contains unknown field `glyph`"),
+    ("glyphs.json", None, r"glyphs.json: not valid JSON"),
+])
+def test_a_malformed_corpus_spec_is_refused_naming_file_and_entry(tmp_path, file, edit, message):
+    for name in ("spec.json", "glyphs.json"):
+        (tmp_path / name).write_bytes((DATA_DIR / name).read_bytes())
+    data = json.loads((tmp_path / file).read_text())
+    if edit is not None:
+        edit(data)
+    (tmp_path / file).write_text("{" if edit is None else json.dumps(data))
+    with pytest.raises(VpromError, match=message):
+        load_corpus_spec(tmp_path)
 
 
 def test_every_object_third_has_enough_categories():
@@ -271,7 +289,7 @@ def test_glyphs_are_pairwise_distinct():
             assert iou < 0.92, (a, b, iou)
 
 
-SHAPES = set(OBJECT_ATTRIBUTES["shape"])
+SHAPES = set(SPEC.object_attributes["shape"])
 HUES = {"red": (345, 15), "orange": (15, 40), "yellow": (40, 70), "green": (90, 160),
         "blue": (200, 250), "purple": (260, 300)}
 
@@ -352,7 +370,7 @@ def test_people_carry_sparse_labels_and_names_do_not_mark_the_gender_pool(truth,
     pools = truth["pool_sources"]["human_attribute"]
     people = {i for elements in pools.values() for ids in elements.values() for i in ids}
     # every person crop carries the same number of human labels, so none stands out by it
-    assert {len(annotations[i][3]) for i in people} == {HUMAN_LABELS}
+    assert {len(annotations[i][3]) for i in people} == {SPEC.human_labels}
     # no super-attribute is on every person (an action on all made the answer's the odd one)
     for super_attribute, elements in pools.items():
         carriers = {i for ids in elements.values() for i in ids}
@@ -377,7 +395,7 @@ def test_a_person_without_an_action_label_is_not_drawn_standing():
         return np.asarray(im).astype(int)
 
     # the unlabelled pose (hands on the hips) is none of the four actions
-    for action in HUMAN_ATTRIBUTES["action"]:
+    for action in SPEC.human_attributes["action"]:
         assert (np.abs(figure({}) - figure({"action": action})).max(axis=2) > 40).sum() > 30, action
 
 
