@@ -16,11 +16,7 @@ from pathlib import Path
 from typing import Annotated
 
 import msgspec
-from vprom.mining.vocab import (
-    HUMAN_SUPER_ATTRIBUTES,
-    OBJECT_SUPER_ATTRIBUTES,
-    load_vocabulary,
-)
+from vprom.mining import vocab
 
 from vprom.domain import COUNTS, MIN_SIDE
 from vprom.errors import VpromError
@@ -138,16 +134,16 @@ def _check(path: Path, spec: CorpusSpec, objects: Labels) -> None:
     labels = {a for table in (spec.object_attributes, spec.human_attributes)
               for values in table.values() for a in values}
     references = [  # (names, where they are used, the table that must hold them)
-        (OBJECT_SUPER_ATTRIBUTES, "the paper's super-attributes", "object_attributes",
+        (vocab.OBJECT_SUPER_ATTRIBUTES, "the paper's super-attributes", "object_attributes",
          spec.object_attributes),
-        (HUMAN_SUPER_ATTRIBUTES, "the paper's super-attributes", "human_attributes",
+        (vocab.HUMAN_SUPER_ATTRIBUTES, "the paper's super-attributes", "human_attributes",
          spec.human_attributes),
         ([c for cs in spec.can_show.values() for c in cs] + [*spec.containers, *spec.name_variants],
          "can_show, containers and name_variants", "the categories of glyphs.json", objects),
         ([*spec.can_show, *spec.attribute_variants], "can_show and attribute_variants",
          "the attribute labels", labels),
         ([s for k, v in spec.conflicts.items() for s in (k, *v)], "conflicts",
-         "the paper's object super-attributes", OBJECT_SUPER_ATTRIBUTES),
+         "the paper's object super-attributes", vocab.OBJECT_SUPER_ATTRIBUTES),
         (spec.object_attributes.get("color", ()) + spec.count_colors
          + spec.human_attributes.get("clothing color", ()), "the colour labels", "colors",
          spec.colors),
@@ -161,9 +157,9 @@ def _check(path: Path, spec: CorpusSpec, objects: Labels) -> None:
                              "there or fix the name")
     if len(spec.number_words) != len(COUNTS):
         raise VpromError(f"{path}: number_words must spell the counts {COUNTS[0]}-{COUNTS[-1]}")
-    if not 1 <= spec.base_labels <= spec.human_labels <= len(HUMAN_SUPER_ATTRIBUTES):
+    if not 1 <= spec.base_labels <= spec.human_labels <= len(vocab.HUMAN_SUPER_ATTRIBUTES):
         raise VpromError(f"{path}: 1 <= base_labels <= human_labels <= "
-                         f"{len(HUMAN_SUPER_ATTRIBUTES)} must hold")
+                         f"{len(vocab.HUMAN_SUPER_ATTRIBUTES)} must hold")
 
 
 def _filled(path: Path, text: str) -> str:
@@ -200,7 +196,7 @@ def plural(noun: str) -> str:
 
 def check_vocabulary() -> None:
     """Refuse to write a corpus whose labels the miner's vocabulary would not recover."""
-    v = load_vocabulary()
+    v = vocab.load_vocabulary()
     problems = []
     for table, labels in ((v.object_attributes, SPEC.object_attributes),
                           (v.human_attributes, SPEC.human_attributes)):

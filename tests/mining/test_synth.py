@@ -10,16 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-
 from vprom.mining import synth
 from vprom.mining.synth.glyphs import glyph_mask, solid_glyph_mask
 from vprom.mining.synth.people import draw_person
 from vprom.mining.synth.plan import render_image
 from vprom.mining.synth.spec import DATA_DIR, OBJECTS, SPEC, load_corpus_spec
 from vprom.mining.vocab import load_vocabulary
+
 from tests.photo_fixture import check_vg_schema, crop_pixels
-from vprom.errors import VpromError
 from vprom.domain import COUNTS, MIN_SIDE
+from vprom.errors import VpromError
 
 N_IMAGES = 120  # small, yet every element of every pool appears (checked below)
 
@@ -247,8 +247,7 @@ def test_every_glyph_is_one_connected_silhouette(category):
     ("spec.json", lambda d: d["noise"].update(small=1.5),
      r"spec.json: Expected `float` <= 1.0 - at `\$.noise.small`"),
     ("spec.json", lambda d: d["can_show"].update(parked=["car", "rocket"]),
-     r"spec.json: 'rocket' of can_show, containers and name_variants is missing from the "
-     r"categories of glyphs.json"),
+     r"spec.json: 'rocket' of can_show, containers and name_variants is missing from the cat"),
     ("spec.json", lambda d: d["object_attributes"].pop("color"),
      r"spec.json: 'color' of the paper's super-attributes is missing from object_attributes"),
     ("spec.json", lambda d: d["noise_effects"].update(small_object="under {side} px"),
