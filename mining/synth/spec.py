@@ -99,12 +99,12 @@ class CorpusSpec(_Table):
     outline: RGB
     materials: dict[str, tuple[RGB, RGB, str | None]]
     skies: dict[str, RGB]
-    about: str = msgspec.field(default="", name="_about")
+    about: Labels = msgspec.field(default=(), name="_about")
 
 
 class _Glyphs(_Table):
     glyphs: dict[str, tuple[Part, ...]]
-    about: str = msgspec.field(default="", name="_about")
+    about: Labels = msgspec.field(default=(), name="_about")
 
 
 def _decode(path: Path, kind):
