@@ -18,6 +18,9 @@ what that revision's previous stage wrote:
 It prints each stage's median seconds per revision and their ratio (new / old):
 
     python bench/versus.py --old bc04bc8 [--new HEAD] [--rounds 3] [--images 2000]
+                           [--stages generate,verify]
+
+`--stages` times only the stages named; the chain still runs every stage up to the last one.
 """
 
 from __future__ import annotations
@@ -76,7 +79,8 @@ def chain(python: Path, work: Path, corpus: Path, args) -> dict[str, float]:
     work.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     seconds = {}
-    for stage, argv in commands(work, corpus, args).items():
+    last = max(STAGES.index(s) for s in args.stages)
+    for stage, argv in list(commands(work, corpus, args).items())[:last + 1]:
         start = time.perf_counter()
         done = subprocess.run([str(python), "-m", "vprom", *argv], cwd=work, env=env,
                               capture_output=True, text=True)
@@ -96,7 +100,11 @@ def main() -> None:
     p.add_argument("--images", type=int, default=2000, help="synthetic corpus size")
     p.add_argument("--scale", type=float, default=0.05)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--stages", type=lambda s: s.split(","), default=list(STAGES),
+                   help=f"comma-separated, from {','.join(STAGES)} (default: all)")
     args = p.parse_args()
+    if unknown := set(args.stages) - set(STAGES):
+        p.error(f"unknown stage(s) {', '.join(sorted(unknown))}; choose from {', '.join(STAGES)}")
     with tempfile.TemporaryDirectory(prefix="vprom-versus-") as tmp:
         tmp = Path(tmp)
         try:
@@ -118,7 +126,7 @@ def main() -> None:
     print(f"old {args.old}, new {args.new}: median of {args.rounds} rounds, {args.images} "
           f"images, scale {args.scale}, {args.workers} workers, {os.cpu_count()} cores")
     print(f"{'stage':9s} {'old s':>8s} {'new s':>8s} {'new/old':>8s}")
-    for stage in STAGES:
+    for stage in [s for s in STAGES if s in args.stages]:
         old, new = (statistics.median(times[side][stage]) for side in ("old", "new"))
         print(f"{stage:9s} {old:8.2f} {new:8.2f} {new / old:8.2f}")
 
