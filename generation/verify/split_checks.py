@@ -28,9 +28,7 @@ HELD_OUT_SUPER_ATTRIBUTES = frozenset({"shape", "texture", "action"})
 
 def concept_table(data: Data) -> ConceptTable:
     """Every crop's concepts among all its labels, explicit and implied (`ConceptTable`)."""
-    crops = list(zip(data.crops.element_type.tolist(), data.labels))
-    concepts = {crop: data.vocabulary.concepts(*crop) for crop in set(crops)}  # sets repeat
-    return ConceptTable([concepts[crop] for crop in crops])
+    return data.vocabulary.concept_table(data.crops.element_type.tolist(), data.labels)
 
 
 # ---------------------------------------------------------------- 3. splits
@@ -102,8 +100,8 @@ def paper_rule_problems(data: Data) -> list[str]:
 
 def off_rule(m: MatrixTable, expected: Mapping[str, np.ndarray],
              stored: Mapping[str, np.ndarray]) -> tuple[list[int], list[str]]:
-    """(ids of the matrices whose stored part differs from the rule's in a stored split, the
-    first such difference of each); both map split -> part column."""
+    """(ids of the matrices whose stored part in some split differs from the rule's, the first
+    difference of each); both map split -> part column."""
     first = np.full(len(m), None, dtype=object)
     found = np.zeros(len(m), dtype=bool)
     excluded = np.full(len(m), "excluded", dtype=object)
@@ -149,13 +147,9 @@ def region_codes(c: CropTable) -> tuple[np.ndarray, np.ndarray]:
     return region, np.where(c.source_id > 0, source, -1)
 
 
-def on_both(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-    """The codes (0..n-1; -1, unknown, is skipped) in both a and b, sorted: two rows of n
-    marks, where intersecting the two would sort millions of codes."""
-    seen = np.zeros((2, n + 1), dtype=bool)  # -1 marks column n, which is left out
-    seen[0, a] = True
-    seen[1, b] = True
-    return np.flatnonzero(seen[0, :n] & seen[1, :n])
+def on_both(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The codes in both a and b, sorted; -1 (unknown) is left out."""
+    return np.intersect1d(a[a >= 0], b[b >= 0])
 
 
 def check_leakage(data: Data) -> Check:
@@ -172,8 +166,8 @@ def check_leakage(data: Data) -> Check:
             return r[r >= 0]
 
         train, test = rows_of(("train", "val")), rows_of(("test",))
-        shared_regions = on_both(region[train], region[test], len(data.crops))
-        shared_sources = on_both(source[train], source[test], len(data.crops))
+        shared_regions = on_both(region[train], region[test])
+        shared_sources = on_both(source[train], source[test])
         figures[split] = {"regions": len(shared_regions), "sources": len(shared_sources)}
         if len(shared_regions) or len(shared_sources):
             example = data.crops.row(int(train[np.isin(region[train], shared_regions[:1])
