@@ -1,17 +1,18 @@
 """Bias audit of a built data set: can the answer be found without looking at the context?
 
-1. Answer position: a χ² test of uniform answer positions, overall and per element type.
-2. "Pick a most frequent element" and "pick the odd one out", uniform among the candidates
-   each singles out: 1/8 in expectation unless the answer's position depends on them.
+1. Answer position: a χ² test of the answer index against N/8 per position, overall and per
+   element type; the group's rate is its most frequent position's share.
+2. "Pick a most frequent element" and "pick the odd one out", each uniform among the
+   candidates it singles out: 1/8 in expectation unless the answer's position depends on them.
 3. Context-blind probes per element type and relation x element type, fitted on the neutral
-   train part, scored on its test part: softmax over the 8 of s_j = w·x_j, w an L2-penalised
-   maximum likelihood fit (scipy's L-BFGS-B). On labels, x_j is j's position, dense features
-   (frequencies among the 8, the element's answer rate in train, label counts and overlap, box
-   shape) and an indicator per (label of j, how many of the other 7 carry it); on image
-   features, j's feature vector under a strong penalty.
+   train part and scored on its test part: softmax over the 8 of s_j = w·x_j, w an L2-penalised
+   maximum likelihood fit (convex; scipy's L-BFGS-B). Labels: x_j is j's position, dense
+   features (frequencies among the 8, the element's answer rate in train, label counts and
+   overlap, box shape) and an indicator per (label of j, how many of the other 7 carry it).
+   Image features: x_j is j's feature vector, under a strong penalty.
 
-The groups of all checks are judged together (`decision`); a group with under
-`MIN_PROBE_TEST` train or test matrices is reported but not judged.
+Every group gets a p-value and the groups of all checks are judged together (`decision`); a
+group with under `MIN_PROBE_TEST` train or test matrices is reported but not judged.
 """
 
 from __future__ import annotations

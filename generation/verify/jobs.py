@@ -36,6 +36,8 @@ CHUNK = 2_000  # matrices per solver job: small, so all workers end together
 
 @dataclass
 class Inputs:
+    """What the jobs read, computed once in the parent."""
+
     data: Data
     structure: list[str]
     rules: SplitRules
