@@ -203,7 +203,7 @@ def label_probe(view, seed: int) -> dict:
     train, test, _ = bias.probe_sides(view, rng, bias.PROBE_MAX)
     cands = bias.candidate_view(view, np.concatenate([train, test]))
     answers = m.answer.astype(np.int64)
-    check = audit.label_check(audit.group_hits(
+    check = audit.judge_groups("bias:probe-labels", "label probe", audit.group_hits(
         m.element_type.astype(str), m.relation.astype(str), train, test,
         lambda tr, te: audit.label_group_hits(cands, answers, tr, te)))
     return {g: (round(100 * f["accuracy"], 1), round(100 * f["ci95"][0], 1),

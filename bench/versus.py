@@ -15,15 +15,21 @@ what that revision's previous stage wrote:
     epoch     vprom train dataset.h5 --features feats.h5 --model rn --split neutral --epochs 1
               --device cpu
 
-It prints each stage's median seconds per revision and their ratio (new / old):
+It prints each stage's median wall-clock seconds per revision and their ratio (new / old),
+then the same for CPU seconds (user + system, the command and the workers it waited for),
+which a machine shared with other work disturbs less:
 
     python bench/versus.py --old bc04bc8 [--new HEAD] [--rounds 3] [--images 2000]
+                           [--stages generate,verify]
+
+`--stages` times only the stages named; the chain still runs every stage up to the last one.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -71,16 +77,19 @@ def commands(work: Path, corpus: Path, args) -> dict[str, list[str]]:
 
 
 def chain(python: Path, work: Path, corpus: Path, args) -> dict[str, float]:
-    """One run of every stage into a fresh `work` folder: seconds per stage."""
+    """One run of every stage into a fresh `work` folder: (wall, CPU) seconds per stage."""
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     seconds = {}
-    for stage, argv in commands(work, corpus, args).items():
-        start = time.perf_counter()
+    last = max(STAGES.index(s) for s in args.stages)
+    for stage, argv in list(commands(work, corpus, args).items())[:last + 1]:
+        start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run([str(python), "-m", "vprom", *argv], cwd=work, env=env,
                               capture_output=True, text=True)
-        seconds[stage] = time.perf_counter() - start
+        now = resource.getrusage(resource.RUSAGE_CHILDREN)
+        seconds[stage] = (time.perf_counter() - start, now.ru_utime + now.ru_stime
+                          - used.ru_utime - used.ru_stime)
         if done.returncode:
             sys.exit(f"{python}: vprom {argv[0]} failed (exit {done.returncode}):\n"
                      f"{done.stderr[-2000:]}")
@@ -96,7 +105,11 @@ def main() -> None:
     p.add_argument("--images", type=int, default=2000, help="synthetic corpus size")
     p.add_argument("--scale", type=float, default=0.05)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--stages", type=lambda s: s.split(","), default=list(STAGES),
+                   help=f"comma-separated, from {','.join(STAGES)} (default: all)")
     args = p.parse_args()
+    if unknown := set(args.stages) - set(STAGES):
+        p.error(f"unknown stage(s) {', '.join(sorted(unknown))}; choose from {', '.join(STAGES)}")
     with tempfile.TemporaryDirectory(prefix="vprom-versus-") as tmp:
         tmp = Path(tmp)
         try:
@@ -117,11 +130,15 @@ def main() -> None:
                                     str(tmp / side / "src")], check=False)
     print(f"old {args.old}, new {args.new}: median of {args.rounds} rounds, {args.images} "
           f"images, scale {args.scale}, {args.workers} workers, {os.cpu_count()} cores")
-    print(f"{'stage':9s} {'old s':>8s} {'new s':>8s} {'new/old':>8s}")
-    for stage in STAGES:
-        old, new = (statistics.median(times[side][stage]) for side in ("old", "new"))
-        print(f"{stage:9s} {old:8.2f} {new:8.2f} {new / old:8.2f}")
-
+    print(f"{'stage':9s} {'old s':>8s} {'new s':>8s} {'new/old':>8s} {'old cpu':>8s} "
+          f"{'new cpu':>8s} {'new/old':>8s}")
+    for stage in [s for s in STAGES if s in args.stages]:
+        cells = []
+        for k in (0, 1):  # wall, then CPU
+            old, new = (statistics.median(t[k] for t in times[side][stage])
+                        for side in ("old", "new"))
+            cells += [f"{old:8.2f}", f"{new:8.2f}", f"{new / old:8.2f}"]
+        print(f"{stage:9s} " + " ".join(cells))
 
 if __name__ == "__main__":
     main()

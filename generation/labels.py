@@ -1,10 +1,9 @@
 """The label vocabulary the pools were mined with: implied labels and label classes.
 
-A region named "man" shows a male adult even when no attribute says so: `implied` maps person
-words to the human-attribute values they imply, and a human-attribute crop's labels are its
-explicit ones and those its names imply (`label_sets`). The held-out splits ban labels, so a
-label is classed as an object category and/or an attribute of a super-attribute
-(`concepts`). Pools without a recorded vocabulary fall back to what the crops say.
+A region named "man" shows a male adult even when no attribute says so: a human-attribute
+crop's labels are its explicit ones plus those its names imply (`implied`, `label_sets`). The
+held-out splits ban labels, so each label is classed as an object category and/or an attribute
+of a super-attribute (`concepts`). Without a recorded vocabulary, the crops' own labels serve.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import h5py
 
 from vprom.errors import VpromError
 from vprom.domain import ElementType
+from vprom.splits.rules import ConceptTable
 from vprom.tables import CropTable, write_label_vocabulary
 
 HUMAN = ElementType.HUMAN_ATTRIBUTE.value
@@ -111,6 +111,13 @@ class LabelVocabulary:
         sas = self.tables.get(table, {})
         return labels & self.categories, frozenset((table, sas[label])
                                                    for label in sas.keys() & labels)
+
+    def concept_table(self, element_types: Iterable[str],
+                      label_sets: Iterable[frozenset[str]]) -> ConceptTable:
+        """The `ConceptTable` of crops given by their element types and label sets."""
+        crops = list(zip(element_types, label_sets))
+        concepts = {crop: self.concepts(*crop) for crop in set(crops)}  # label sets repeat
+        return ConceptTable([concepts[crop] for crop in crops])
 
     def super_attribute_of(self, element_type: str, label: str) -> str:
         """The super-attribute of an attribute label in the crop's table ("" if none)."""

@@ -1,9 +1,8 @@
 """Matrices drawn in chunks by forked worker processes that share the parent's samplers.
 
-The parent builds every sampler once (`sampler.PlanSampler`) and forks `workers` processes
-that inherit them copy-on-write (`gc.freeze()` keeps the collector off their pages). Every
-matrix draws from its own `Draws(seed, index)`, so the data set is byte for byte the same
-for any number of workers.
+The parent builds every sampler once (`sampler.PlanSampler`); forked workers inherit them
+copy-on-write (`gc.freeze()` keeps the collector off their pages). Every matrix draws from its
+own `Draws(seed, index)`, so the data set is the same for any number of workers.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from vprom.errors import VpromError
 from vprom.domain import ElementType, Relation
 from vprom.generation.draws import Draws
 from vprom.generation.solver import Universe, group_masks
-from vprom.splits.rules import ConceptTable, HeldOutDesign, TrainBan, image_test_side
+from vprom.splits.rules import HeldOutDesign, TrainBan, image_test_side
 from vprom.tables import CropTable, row_codes
 
 CELL_NAMES = ("neutral-train/held-out-train", "neutral-train/held-out-test",
@@ -137,9 +137,7 @@ def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str
     bans = {r: design.train_side_ban(r.value) for r in Relation}
     if not any(b.super_attributes or b.object_thirds for b in bans.values()):
         return [0] * len(label_sets), [0] * len(label_sets), [0] * len(label_sets)
-    crops = list(zip(element_types, label_sets))
-    concepts = {crop: vocab.concepts(*crop) for crop in set(crops)}  # label sets repeat
-    table = ConceptTable([concepts[crop] for crop in crops])
+    table = vocab.concept_table(element_types, label_sets)
     per_set = np.zeros(len(label_sets), dtype=np.int64)
     per_category = np.zeros(len(label_sets), dtype=np.int64)
     for r, bit in RELATION_BIT.items():

@@ -81,10 +81,9 @@ def group_masks(u: Universe, groups: Mapping[str, Iterable[str]] | None) -> list
 def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
                  universe: frozenset[str] | None = None,
                  groups: Mapping[str, Iterable[str]] | None = None) -> str | None:
-    """None when the matrix is sound, else a one-line reason (`check_matrices` on one
-    matrix). `labels`: the 16 panels' label sets, explicit and implied; `universe`: the
-    labels that are elements of this element type (None: all); `groups`: name -> the labels
-    of one group (an attribute type's super-attributes; None: one group)."""
+    """`check_matrices` on one matrix given its 16 panels' label sets; `universe`: the labels
+    that are elements of its type (None: all); `groups`: name -> the labels of one reading group
+    (an attribute type's super-attributes; None: one group)."""
     labels = [frozenset(l) for l in labels]
     if len(labels) != N_PANELS:
         raise ValueError(f"a matrix has {N_PANELS} panels; got {len(labels)} label sets")

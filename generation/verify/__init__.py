@@ -1,10 +1,9 @@
 """`vprom verify`: prove a built DATASET.h5 sound before anyone trains on it.
 
 The checks: integrity and solver (`checks`); splits, leakage and held-out labels
-(`split_checks`); bias (`bias` over `audit` and `set_probes`); the perception-only ceiling
-(`ceiling`, a figure, never a failure); with `learned`, a model trained on the candidates'
-labels alone (`learned`). A file whose records cannot be read fails integrity
-and skips the rest. `workers` processes share the checks (`jobs`).
+(`split_checks`); bias (`bias` over `audit`, `set_probes` and, opt-in, `learned`); the
+perception-only ceiling (`ceiling`, a figure, never a failure). A file whose records cannot be
+read fails integrity and skips the rest. `workers` processes share the checks (`jobs`).
 """
 
 from __future__ import annotations

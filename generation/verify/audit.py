@@ -35,8 +35,7 @@ if TYPE_CHECKING:
 MIN_PROBE_TEST = 50  # fewer test matrices than this tell nothing; the probe is skipped
 FOLDS = 5  # the label probe's answer rates for training rows come from the other folds
 L2 = 1e-3  # the label probe's penalty, times half the squared weights
-#: the feature probe's penalty (features at unit deviation) and iterations: a strong penalty
-#: keeps the fit to the features' mean differences, which a weak one overfits
+#: the feature probe's penalty (features at unit deviation; a weak one overfits) and iterations
 FEATURE_L2, FEATURE_ITERATIONS = 1.0, 100
 #: the label probe's position features: one-hot, standardised (mean 1/8, deviation √7/8)
 SLOTS = (np.eye(N_CANDIDATES) - 1 / N_CANDIDATES) / (math.sqrt(N_CANDIDATES - 1) / N_CANDIDATES)
@@ -230,8 +229,8 @@ def logit_scores(design: tuple[np.ndarray, scipy.sparse.csr_matrix], w: np.ndarr
 
 def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.ndarray,
               l2: float = L2) -> np.ndarray:
-    """The weights minimising the mean negative log-likelihood of `answers` (`logit_scores`)
-    plus `l2`/2 times their squares."""
+    """The weights minimising the mean negative log-likelihood of `answers` plus `l2`/2 times
+    their squares."""
     n = len(answers)
     dense, sparse = design
     # L-BFGS-B searches z = weights times their column's RMS (a rare label bends the loss up
@@ -279,7 +278,7 @@ def softmax_residual(scores: np.ndarray, answers: np.ndarray) -> tuple[float, np
 
 
 def chunked_hits(scores_of, rows: np.ndarray, answers: np.ndarray) -> np.ndarray:
-    """`hits_of` the scores `scores_of(rows)`, 4,096 rows at a time."""
+    """`hits_of(scores_of(rows))`, 4,096 rows at a time."""
     return np.concatenate([hits_of(scores_of(part), answers[part])
                            for part in np.array_split(rows, -(-len(rows) // 4096))])
 
@@ -304,8 +303,7 @@ def probe_groups(element_type: np.ndarray, relation: np.ndarray, train: np.ndarr
 
 def judge_groups(name: str, what: str, results: list[tuple[str, np.ndarray, int | None]],
                  note: str = "") -> Check:
-    """One check over groups' (name, test hits, train size), judged as a family of its own
-    (`verify` judges all checks' groups together)."""
+    """One check over groups' (name, test hits, train size), judged as a family of its own."""
     figures = {group: group_test(name, group, hits, n_train, MIN_PROBE_TEST)
                for group, hits, n_train in results}
     if not any(f["judged"] for f in figures.values()):
@@ -337,12 +335,6 @@ def label_group_hits(view: CandidateView, answers: np.ndarray, train: np.ndarray
     w = fit_logit(label_design(x_tr, set_entries(view, train), n_sparse), answers[train])
     return hits_of(logit_scores(label_design(x_te, set_entries(view, test), n_sparse), w),
                    answers[test])
-
-
-def label_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> Check:
-    """The label probes' check from each group's (name, test hits, train size)."""
-    return judge_groups("bias:probe-labels", "context-blind probe on candidate labels",
-                        results, note)
 
 
 def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, train: np.ndarray,

@@ -1,7 +1,6 @@
-"""What `vprom verify`'s bias probes see (their statistics: `audit`, `set_probes`): the
-neutral split's train and test parts, at most `PROBE_MAX` matrices of each element type; the
-candidates' labels, explicit and implied; and with a FEATS.h5 of this data set their image
-features (matrices with a crop without features, NaN rows, leave the feature probe).
+"""What `vprom verify`'s bias probes (`audit`, `set_probes`) see: the neutral split's train
+and test parts, at most `PROBE_MAX` matrices of each element type; the candidates' labels,
+explicit and implied; with a FEATS.h5 of this data set, their image features.
 """
 
 from __future__ import annotations

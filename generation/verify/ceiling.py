@@ -18,7 +18,7 @@ from vprom.tables import MatrixTable, string_codes
 
 def perception_hits(elements: np.ndarray, answers: np.ndarray) -> np.ndarray:
     """Per matrix, the probability that the rule above picks the answer (0..1); an answer
-    outside 0..7 is never picked. All matrices at once, on the elements' codes."""
+    outside 0..7 is never picked."""
     codes = string_codes(elements)[1].reshape(len(answers), N_CONTEXT + N_CANDIDATES)
     context, candidates = codes[:, :N_CONTEXT, None], codes[:, None, N_CONTEXT:]
     in_row3 = (candidates == context[:, 6:8]).any(axis=1)  # N×8

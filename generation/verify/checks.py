@@ -171,7 +171,7 @@ class SolverTables:
 def solve(tables: SolverTables, data: Data, start: int, stop: int,
           check_matrix: Callable | None = None) -> tuple[list[int], list[str], int]:
     """(ids of the matrices start..stop-1 without exactly one valid candidate, their reasons,
-    how many pass with explicit labels alone), by the solver or `check_matrix`."""
+    how many of them pass with explicit labels alone), by the solver or `check_matrix`."""
     if check_matrix is not None:
         return _solve_records(tables, data, start, stop, check_matrix)
     m, found = data.matrices, []
@@ -235,8 +235,6 @@ def matrix_records(m: MatrixTable, start: int, stop: int) -> list[tuple[int, Mat
     return [(i, m.row(i, parts)) for i in range(start, stop)]
 
 
-def check_solver(data: Data, check_matrix: Callable | None = None) -> Check:
-    """Every matrix, with all its panels' labels (explicit and implied), has exactly one
-    valid candidate. `check_matrix(matrix, labels, universe, groups)` defaults to the solver."""
-    return solver_result(data, *solve(SolverTables(data), data, 0, len(data.matrices),
-                                      check_matrix))
+def check_solver(data: Data) -> Check:
+    """The solver check on every matrix, in this process."""
+    return solver_result(data, *solve(SolverTables(data), data, 0, len(data.matrices)))

@@ -1,9 +1,9 @@
-"""`vprom verify --workers N`: the checks as independent jobs, run by N processes.
+"""`vprom verify --workers N`: the checks as independent jobs, run by N forked processes.
 
-The parent loads DATASET.h5 and computes what several jobs read (`prepare`); forked workers
+The parent loads DATASET.h5 and computes what several jobs read (`prepare`); the workers
 inherit it copy-on-write. A job (a range of matrices, one probe group or element type, a whole
-check) is a pure function of those inputs, and results come back in job order, so the report
-is the same for any N. Heavy jobs go first.
+check) is a pure function of those inputs; results come back in job order, heavy jobs first,
+so the report is the same for any N.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ from vprom.generation.verify.loaded import Data
 from vprom.processes import collector_paused, ordered_map
 from vprom.splits.rules import SplitRules, TrainBan
 
-#: matrices per solver job: small, so the last jobs of all workers end together
-CHUNK = 2_000
+CHUNK = 2_000  # matrices per solver job: small, so all workers end together
 
 
 @dataclass
@@ -156,17 +155,20 @@ def assemble(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
 def bias_checks(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
     """The bias checks in report order, their groups judged as one family (`decision`)."""
     out = list(done[("frequencies",)])
-    out.append(audit.label_check([(name, done[("label group", k)], len(train))
-                                  for k, (name, train, _) in enumerate(inputs.groups)],
-                                 inputs.note))
+    out.append(audit.judge_groups("bias:probe-labels", "context-blind probe on candidate labels",
+                                  group_results(inputs, done, "label group"), inputs.note))
     out += [done[("absent values",)], done[("blocks",)]]
     out.append(set_probes.set_check([r for job in jobs if job[0] == "set type"
                                      for r in done[job]], inputs.note))
     if inputs.learned:
-        out.append(learned.learned_check([(name, done[("learned group", k)], len(train))
-                                          for k, (name, train, _) in enumerate(inputs.groups)],
+        out.append(learned.learned_check(group_results(inputs, done, "learned group"),
                                          inputs.note))
     if inputs.features:
         out.append(done[("features",)])
     decision.decide(out)
     return out
+
+
+def group_results(inputs: Inputs, done: dict, job: str) -> list[tuple[str, np.ndarray, int]]:
+    """(group, test hits, train size) of the probe groups' jobs named `job`."""
+    return [(name, done[(job, k)], len(train)) for k, (name, train, _) in enumerate(inputs.groups)]

@@ -1,8 +1,7 @@
 """A DATASET.h5 in memory as `vprom verify`'s checks read it, and how they name problems.
 
-`load` reads the tables, the manifest and the vocabularies, and finds each panel's row in the
-crops table; a file whose structure is broken is described instead (`structure_problems`).
-Problems name matrices by id, a few examples each (`examples`).
+`load` reads the tables, the manifest and the vocabularies and finds each panel's crop row, or
+describes what breaks the file's structure; problems name a few matrices by id (`examples`).
 """
 
 from __future__ import annotations
@@ -96,8 +95,7 @@ def load(path: Path) -> tuple[Data | None, list[str]]:
 
 
 def in_memory(dataset, path: str = "<memory>") -> Data:
-    """A `generation.generate.Dataset` (what `generate_dataset` returns) as `vprom verify` reads
-    the file `generate` would write from it (for benchmarks and tests)."""
+    """`generate_dataset`'s result as `vprom verify` reads the file written from it."""
     m = dataset.matrices
     return Data(Path(path), dataset.crops, m, crop_rows(dataset.crops.crop_id, m.panels),
                 {"seed": (dataset.counts or {}).get("seed")}, dataset.universes,

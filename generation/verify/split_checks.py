@@ -28,9 +28,7 @@ HELD_OUT_SUPER_ATTRIBUTES = frozenset({"shape", "texture", "action"})
 
 def concept_table(data: Data) -> ConceptTable:
     """Every crop's concepts among all its labels, explicit and implied (`ConceptTable`)."""
-    crops = list(zip(data.crops.element_type.tolist(), data.labels))
-    concepts = {crop: data.vocabulary.concepts(*crop) for crop in set(crops)}  # sets repeat
-    return ConceptTable([concepts[crop] for crop in crops])
+    return data.vocabulary.concept_table(data.crops.element_type.tolist(), data.labels)
 
 
 # ---------------------------------------------------------------- 3. splits
@@ -102,8 +100,8 @@ def paper_rule_problems(data: Data) -> list[str]:
 
 def off_rule(m: MatrixTable, expected: Mapping[str, np.ndarray],
              stored: Mapping[str, np.ndarray]) -> tuple[list[int], list[str]]:
-    """(ids of the matrices whose stored part differs from the rule's in a stored split, the
-    first such difference of each); both map split -> part column."""
+    """(ids of the matrices whose stored part in some split differs from the rule's, the first
+    difference of each); both map split -> part column."""
     first = np.full(len(m), None, dtype=object)
     found = np.zeros(len(m), dtype=bool)
     excluded = np.full(len(m), "excluded", dtype=object)
