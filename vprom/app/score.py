@@ -1,25 +1,15 @@
 """Scoring anyone's predictions with the paper's protocol (`vprom score DATASET.h5 PREDICTIONS`).
 
-PREDICTIONS is a file of choices (CSV or JSON lines) or of a model's free text (JSON lines of
-responses, lmms-eval's samples, VLMEvalKit's predictions); `vprom.app.answers` reads each and
-takes the letter out of free text. It is checked against the split's test part before anything
-is scored, each problem found one line of the refusal, with counts and examples (with their
-lines): problems listed twice, ids that are not matrices of the data set, no test problem at
-all. Predictions of matrices outside the test part (a file covering every problem) are allowed
-and not scored; predictions of only some test problems (an export's `--limit` sample) are
-scored as a partial sample, said so in the metrics and the summary.
-
-Scoring is `vprom evaluate`'s own (`baselines.metrics.breakdowns`): accuracy with 95% Wilson
-intervals overall, per relation, per element type and per pair; an unparsed answer counts as
-wrong. Printed beside chance, the paper's humans, the perception-only ceiling of the same
-problems (`generation.verify.ceiling`: what perfect recognition scores without finding the
-relation) and the baselines of the same split given with `--baselines` (run folders, folders
-of runs, or a `vprom report` folder's splits.csv); with the unparsed rate and the letters
-chosen, their distribution and entropy in bits (3 when all eight are chosen equally, 0 for a
-model that always says "A"). The metrics are written atomically as `metrics.json` in
-`evaluate`'s schema (the run's model fields filled from what is known, the rest null, the
-additions under `config`), so `vprom report` lists the outside model beside the baselines; as
-in a run's, the data set and the predictions are named relative to the metrics file.
+The predictions (`vprom.app.answers` reads them) are checked against the split's test part
+first: ids listed twice, ids that are not matrices of the data set, or no test problem at all
+are refused, with counts and example lines. Predictions outside the test part are not scored;
+covering only some test problems (an export's `--limit` sample) is a partial sample, and said
+so. Scoring is `vprom evaluate`'s (`baselines.metrics.breakdowns`); an unparsed answer counts
+as wrong. Beside it: chance, the paper's humans, the perception-only ceiling of the same
+problems (`generation.verify.ceiling`), the `--baselines` runs of the split, the unparsed
+rate and the letters chosen with their entropy in bits. metrics.json has `evaluate`'s schema
+(unknown run fields null, the additions under `config`), so `vprom report` lists the outside
+model beside the baselines.
 """
 
 from __future__ import annotations

@@ -322,8 +322,8 @@ class StudyServer(ThreadingHTTPServer):
             self.places.release()
 
 
-def make_server(study: str | Path, host: str = "127.0.0.1", port: int = 8000,
-                verbose: bool = True, timeout: float = IDLE_TIMEOUT_S) -> StudyServer:
+def make_server(study: str | Path, host: str, port: int, verbose: bool = True,
+                timeout: float = IDLE_TIMEOUT_S) -> StudyServer:
     """An HTTP server for the study folder, bound but not yet serving (port 0: any free one);
     a connection that sends nothing for `timeout` seconds is closed."""
     handler = type("StudyHandler", (Handler,), {"study": Study(study), "timeout": timeout})
@@ -337,7 +337,7 @@ def make_server(study: str | Path, host: str = "127.0.0.1", port: int = 8000,
                          "--port") from None
 
 
-def serve(study: str | Path, host: str = "127.0.0.1", port: int = 8000) -> None:
+def serve(study: str | Path, host: str, port: int) -> None:
     """Serve the study until Ctrl-C; one server per study (its responses' lock is held)."""
     with output_lock(Path(study) / "responses"):
         server = make_server(study, host, port)
