@@ -114,27 +114,21 @@ def backbone_weights(config: ReproduceConfig) -> dict[str, str]:
     from vprom.features.backbones import get_backbone
 
     backbones = _items(config.backbones, "backbones")
-    if config.weights is None:
-        weights = []
-        for name in backbones:
-            if name.startswith("timm:"):
-                get_backbone(name)
-                weights.append("pretrained")  # from the local cache, or a clear error
-                continue
-            if get_backbone(name).imagenet is None:
-                raise VpromError(
-                    f"backbone {name} has no published torchvision weights; pass its converted "
-                    f"checkpoint: --weights with one entry per backbone, e.g. --weights "
-                    + ",".join("PATH" if b == name else "imagenet" for b in backbones))
-            weights.append("imagenet")
-    else:
+    found = {name: get_backbone(name) for name in backbones}  # refuses an unknown name
+    if config.weights is not None:
         weights = _items(config.weights, "weights")
         if len(weights) != len(backbones):
             raise VpromError(f"--weights has {len(weights)} entries for {len(backbones)} "
                              f"backbones ({', '.join(backbones)}); give one per backbone")
-        for name in backbones:
-            get_backbone(name)
-    return dict(zip(backbones, weights))
+        return dict(zip(backbones, weights))
+    for name in backbones:
+        if not name.startswith("timm:") and found[name].imagenet is None:
+            raise VpromError(
+                f"backbone {name} has no published torchvision weights; pass its converted "
+                f"checkpoint: --weights with one entry per backbone, e.g. --weights "
+                + ",".join("PATH" if b == name else "imagenet" for b in backbones))
+    # timm's pretrained weights come from the local cache, or a clear error
+    return {name: "pretrained" if name.startswith("timm:") else "imagenet" for name in backbones}
 
 
 def grid(config: ReproduceConfig) -> list[RunSpec]:

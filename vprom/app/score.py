@@ -99,16 +99,16 @@ def _baselines(paths, split: str, folder: Path) -> list[dict]:
 
 def _ceiling(hits: np.ndarray, relation: np.ndarray, element_type: np.ndarray) -> dict:
     """The perception-only ceiling, grouped as `breakdowns` groups the accuracy."""
-    groups = {"test": {"all": hits}, "by_relation": {}, "by_element_type": {},
-              "by_relation_element_type": {}}
-    for r in np.unique(relation):
-        groups["by_relation"][str(r)] = hits[relation == r]
-        for t in np.unique(element_type[relation == r]):
-            groups["by_relation_element_type"][(str(r), str(t))] = hits[
-                (relation == r) & (element_type == t)]
-    for t in np.unique(element_type):
-        groups["by_element_type"][str(t)] = hits[element_type == t]
-    return {k: {name: float(v.mean()) for name, v in g.items()} for k, g in groups.items()}
+    def mean(mask: np.ndarray) -> float:
+        return float(hits[mask].mean())
+
+    pairs = dict.fromkeys(zip(relation.tolist(), element_type.tolist()))
+    return {"test": {"all": float(hits.mean())},
+            "by_relation": {r: mean(relation == r) for r in np.unique(relation).tolist()},
+            "by_element_type": {t: mean(element_type == t)
+                                for t in np.unique(element_type).tolist()},
+            "by_relation_element_type": {(r, t): mean((relation == r) & (element_type == t))
+                                         for r, t in pairs}}
 
 
 def _out_folder(predictions: Path, out: Path | None) -> Path:
@@ -158,7 +158,7 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str =
     choice = found.choice[crop_rows(found.matrix_id, scored)]
     answer = table.answer[rows].astype(np.int64)
     relation, element_type = table.relation[rows], table.element_type[rows]
-    hits = perception_hits(table.elements[rows], answer)
+    ceiling = _ceiling(perception_hits(table.elements[rows], answer), relation, element_type)
     metrics = {
         "run": str(folder),
         "model": model or folder.resolve().name,
@@ -173,7 +173,7 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str =
                    "predictions_sha256": sha256_file(predictions), "format": found.format,
                    "test_problems": len(test), "partial_sample": len(scored) < len(test),
                    "not_scored": int(len(found.matrix_id) - len(scored)),
-                   "perception_ceiling": _ceiling(hits, relation, element_type)["test"]["all"],
+                   "perception_ceiling": ceiling["test"]["all"],
                    "humans": HUMANS / 100, **_letters(choice),
                    "baselines": _baselines(baselines, split, folder)},
         "checkpoint": None,
@@ -183,7 +183,7 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str =
     metrics["did_not_learn"] = did_not_learn(metrics, [])
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "metrics.json", _published(metrics, folder))
-    return metrics, _ceiling(hits, relation, element_type)
+    return metrics, ceiling
 
 
 def _published(metrics: dict, folder: Path) -> dict:
