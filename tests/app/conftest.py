@@ -12,8 +12,8 @@ import pytest
 from tests.baselines.conftest import tiny_pair  # noqa: F401
 from tests.dataset_fixture import build_records, write_dataset, write_images
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401
+from vprom.app.api import human_study
 from vprom.app.human.server import make_server
-from vprom.app.human.study import make_study
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def built(tmp_path_factory) -> tuple[Path, Path]:
 def study(built, tmp_path_factory) -> Path:
     dataset, vg = built
     out = tmp_path_factory.mktemp("studies") / "study"
-    make_study(dataset, vg, out, split="neutral", part="test", n=13, seed=1)
+    human_study(dataset, vg, out, split="neutral", part="test", n=13, seed=1)
     return out
 
 
@@ -36,7 +36,7 @@ class Served:
     """A study served on a free 127.0.0.1 port in a thread, with a tiny HTTP client."""
 
     def __init__(self, folder: Path):
-        self.server = make_server(folder, port=0, verbose=False)
+        self.server = make_server(folder, "127.0.0.1", 0, verbose=False)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

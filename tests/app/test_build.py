@@ -5,7 +5,7 @@ import re
 import pytest
 
 from vprom.app import cli
-from vprom.app.build import build
+from vprom.app.api import build
 from vprom.errors import VpromError
 from vprom.tables import read_manifest, read_matrix_table
 

@@ -8,7 +8,7 @@ import dataclasses
 from vprom.mining import vocab as vocab_module
 from vprom.mining.pools import vocabulary_digest
 
-from vprom.app.build import build
+from vprom.app.api import build
 from vprom.tables import read_manifest
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.dataset_fixture import write_pools
 from vprom.app import build as build_module
-from vprom.app.build import build
+from vprom.app.api import build
 from vprom.app.cli import main
 from vprom.errors import VpromError
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from vprom.app import cli
-from vprom.app.human.scoring import score_study
+from vprom.app.api import human_score, human_study
 from vprom.app.human.server import Study
-from vprom.app.human.study import Cell, allocate, load_key, make_study
+from vprom.app.human.study import Cell, allocate, load_key
 from vprom.errors import VpromError
 from vprom.tables import read_matrix_table
 
@@ -69,7 +69,7 @@ def test_the_study_folder_hides_the_answer(study, built):
 
 def test_same_seed_same_study(built, tmp_path, study):
     dataset, vg = built
-    summary = make_study(dataset, vg, tmp_path / "again", n=13, seed=1)
+    summary = human_study(dataset, vg, tmp_path / "again", n=13, seed=1)
     for name in ("public/problems.json", "public/example.json"):
         assert (summary.out / name).read_bytes() == (study / name).read_bytes()
     # what the command prints: the problems per relation / element type add up to n
@@ -81,9 +81,9 @@ def test_same_seed_same_study(built, tmp_path, study):
 
 def test_an_impossible_sample_is_refused(built, tmp_path):
     with pytest.raises(VpromError, match="at most that many"):
-        make_study(*built, tmp_path / "s", n=10_000)
+        human_study(*built, tmp_path / "s", n=10_000)
     with pytest.raises(VpromError, match="no split 'nope'"):
-        make_study(*built, tmp_path / "s", split="nope")
+        human_study(*built, tmp_path / "s", split="nope")
 
 
 def answer_body(session: dict, k: int, position, participant="p1") -> dict:
@@ -177,7 +177,7 @@ def test_human_score_counts_exactly_what_was_answered(served, capsys):
         position = {"right": answer_position, "wrong": (answer_position + 1) % 8,
                     "skip": None}[what]
         assert s.request("POST", "/api/response", answer_body(session, k, position))[0] == 201
-    metrics = score_study(folder)
+    metrics = human_score(folder)
     assert metrics["test"]["n"] == 5 and metrics["test"]["correct"] == 3
     assert metrics["skips"]["all"] == {**metrics["skips"]["all"], "n": 6, "skipped": 1}
     assert json.loads((folder / "metrics.json").read_text())["test"]["accuracy"] == 3 / 5
@@ -195,11 +195,11 @@ def test_human_score_refuses_bad_lines(study, tmp_path):
     path = folder / "responses" / "a.jsonl"
     path.write_text(json.dumps(line) + "\n" + json.dumps(line) + "\n")
     with pytest.raises(VpromError, match="a.jsonl line 2: participant a answered"):
-        score_study(folder)
+        human_score(folder)
     for broken in ("{broken", "[" * 60_000, '{"participant": ' + "9" * 5_000 + "}"):
         path.write_text(broken + "\n")
         with pytest.raises(VpromError, match="a.jsonl line 1: not a response"):
-            score_study(folder)
+            human_score(folder)
 
 
 def test_report_shows_humans_beside_the_models(served, tmp_path):
@@ -209,7 +209,7 @@ def test_report_shows_humans_beside_the_models(served, tmp_path):
     session = get_session(s)
     for k in range(4):
         assert s.request("POST", "/api/response", answer_body(session, k, k))[0] == 201
-    score_study(folder)
+    human_score(folder)
     report([folder], tmp_path / "report")
     assert "humans" in (tmp_path / "report" / "splits.md").read_text()
 
@@ -225,7 +225,7 @@ def test_a_second_server_on_one_study_is_refused(study, tmp_path):
     import subprocess
     import sys
 
-    from vprom.app.human.server import serve
+    from vprom.app.api import human_serve
 
     folder = tmp_path / "s"
     shutil.copytree(study, folder)
@@ -238,7 +238,7 @@ def test_a_second_server_on_one_study_is_refused(study, tmp_path):
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(VpromError, match=str(holder.pid)):
-            serve(folder, port=0)
+            human_serve(folder, port=0)
     finally:
         holder.kill()
         holder.wait()

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from vprom.app.human.scoring import score_study
-from vprom.app.human.study import load_key, make_study
 from tests.dataset_fixture import build_records, write_dataset, write_images
+from vprom.app.api import human_score, human_study
+from vprom.app.human.study import load_key
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
@@ -36,7 +36,7 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("browser")
     crops, matrices = build_records(n_per_relation=6, seed=3)
     dataset, vg = write_dataset(root / "d.h5", crops, matrices), write_images(root / "vg", crops)
-    study = make_study(dataset, vg, root / "study", n=12, seed=2).out
+    study = human_study(dataset, vg, root / "study", n=12, seed=2).out
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "vprom", "human-serve", str(study), "--port",
                              "0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -129,7 +129,7 @@ def test_clicked_answers_are_recorded_and_scored(server, browser):
     assert len(records) == 10 and len({r["problem"] for r in records}) == 10
     assert sum(r["skipped"] for r in records) == skipped == 1
     assert all(r["rt_ms"] >= 0 for r in records)
-    metrics = score_study(study, [study / "responses" / "clicker.jsonl"])
+    metrics = human_score(study, [study / "responses" / "clicker.jsonl"])
     assert (metrics["test"]["correct"], metrics["test"]["n"]) == (right, right + wrong) == (6, 9)
 
 

@@ -108,7 +108,7 @@ SERVE_WITH_256_FILES = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 from vprom.app.human.server import make_server
-server = make_server(sys.argv[1], port=0, verbose=False, timeout=1)
+server = make_server(sys.argv[1], "127.0.0.1", 0, verbose=False, timeout=1)
 print(server.server_address[1], flush=True)
 server.serve_forever()
 """
@@ -164,7 +164,7 @@ def test_a_classroom_answering_at_once_is_queued_and_every_answer_kept(study, tm
     folder = tmp_path / "study"
     shutil.copytree(study, folder)
     answers = _answers(folder, 100)  # 100 participants x 12 problems = 1,200 answers
-    server = make_server(folder, port=0, verbose=False)  # listening, not yet answering
+    server = make_server(folder, "127.0.0.1", 0, verbose=False)  # listening, not yet answering
     port = server.server_address[1]
     waiting = []
     serving = threading.Thread(target=server.serve_forever, daemon=True)

@@ -1,28 +1,19 @@
-"""The prediction files `vprom score` reads, and the letter read out of a model's free text.
+"""The prediction files `vprom score` reads; the file itself tells its format.
 
-Formats, told apart by the file itself (a `.xlsx` name; a first character `{`; a `.tsv` name
-or a tab-separated header naming `prediction`; a first character `[`; else CSV):
+- a `.xlsx` name: VLMEvalKit's predictions (its default); a `.tsv` name or a tab-separated
+  header naming `prediction`: the same as TSV; a first character `[`: the same as JSON
+  (`PRED_FORMAT`). Rows under a header; `index` is the matrix id, `prediction` free text.
+- a first character `{`: JSON lines, told by the first line's fields: choices
+  `{"matrix_id": 17, "choice": 3}` (optional `"scores"`: 8 numbers, the highest taken when
+  `choice` is absent), free text `{"matrix_id": 17, "response": "C"}`, or lmms-eval's
+  `--log_samples` lines (`doc_id`; the matrix id is `vprom_accuracy.matrix_id`, or
+  `doc.matrix_id`; the response `filtered_resps`, else `resps`).
+- else CSV `matrix_id,choice[,score_0..score_7]` with its header row.
 
-- CSV `matrix_id,choice` (a header row; optional columns score_0..score_7), or JSON lines
-  `{"matrix_id": 17, "choice": 3}` with optional `"scores": [8 numbers]`: the candidate picked,
-  0..7; without `choice` the highest score is taken.
-- JSON lines `{"matrix_id": 17, "response": "The answer is C."}`: a model's free text.
-- lmms-eval's `<date>_samples_<task>.jsonl` (`--log_samples`): one line per problem, holding
-  lmms-eval's `doc_id`, `target`, `filtered_resps` (the answer after the task's filters,
-  reasoning tags stripped; a string, or a list for several responses) and, when it differs,
-  the raw `resps`, beside what the vprom task's `process_results` returned,
-  `{"vprom_accuracy": {"matrix_id": 17, "response": ..., ...}}`. The matrix id is
-  `vprom_accuracy.matrix_id` (`doc.matrix_id` where a version logs the doc); the response is
-  `filtered_resps`, else `resps`.
-- VLMEvalKit's `<model>_<dataset>.xlsx` (its default), `.tsv` or `.json` (`PRED_FORMAT`): the
-  data set's rows without the image, with a `prediction` column; `index` is the matrix id.
-
-CSV and JSON are UTF-8, with or without a byte-order mark. A line that cannot be read (a field
-over the csv module's 128 KB, an id outside int64, a number of thousands of digits, nesting too
-deep, a record without its fields) is refused with its file and line number.
-
-Free text is read by `vprom.generation.export.vlm_task.extract_letter`, the function the
-exported lmms-eval task scores with (its rules are written there).
+Text is UTF-8, with or without a byte-order mark. A record that cannot be read is refused
+with its file and line (row, record). Free text is read by
+`vprom.generation.export.vlm_task.extract_letter`, the function the exported lmms-eval task
+scores with.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The Python API: one function per `vprom` command, the very function the command calls.
 
-Each function's signature is the command's options: its names, defaults and types, and its
-docstring's `Args:` the `--help` texts (`vprom.app.cli` reads both). `import vprom` exposes
-these functions lazily (PEP 562, `vprom/__init__.py`), and each imports its stage only when
-called, so `import vprom` imports no torch. The examples run in `tests/app/test_api.py`, in
-this order, on a small synthetic build. This module holds the commands that build and check
-the data set; those on features, models and people are in `vprom.app.api_models` and are
-imported here, so `vprom.app.api` names every command. `workers=None` means one process per
-usable CPU core, for every command that takes it.
+A function's signature is its command's options (names, defaults, types) and its docstring's
+`Args:` their `--help` texts; `vprom.app.cli` reads both. Each imports its stage only when
+called, so `import vprom` (which exposes them lazily, PEP 562) imports no torch. The commands
+on features, models and people live in `vprom.app.api_models`. `workers=None` means one
+process per usable CPU core. The examples run in this order in `tests/app/test_api.py`.
 """
 
 from __future__ import annotations

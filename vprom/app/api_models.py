@@ -1,8 +1,5 @@
-"""The Python API's commands on features, models and people: extract, train, evaluate,
-report, reproduce, crops, score and the human study (`vprom.app.api` names them with the
-rest). extract, train and reproduce take their defaults from their config dataclasses, whose
-fields are the parameters.
-"""
+"""The API's commands on features, models and people (`vprom.app.api` names them all).
+extract, train, reproduce and crops take their defaults from their config dataclasses."""
 
 from __future__ import annotations
 
@@ -11,8 +8,9 @@ from pathlib import Path
 from vprom.app.reproduce import ReproduceConfig
 from vprom.baselines.config import TrainConfig
 from vprom.features.config import ExtractConfig
+from vprom.features.crop_store import StoreJob
 
-_E, _T, _R = ExtractConfig, TrainConfig, ReproduceConfig
+_E, _T, _R, _S = ExtractConfig, TrainConfig, ReproduceConfig, StoreJob
 
 
 def _workers(workers: int | None) -> int:
@@ -224,7 +222,7 @@ def report(runs: list[Path], out: Path):
 
 
 def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
-              scale: float | None = None, images: int | None = None,
+              scale: float | None = _R.scale, images: int | None = _R.images,
               backbones: str = _R.backbones, weights: str | None = _R.weights,
               models: str = _R.models, splits: str = _R.splits, epochs: int = _R.epochs,
               seed: int = _R.seed, device: str | None = _R.device,
@@ -263,7 +261,7 @@ def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
 
 
 def crops(dataset: Path, vg: Path, size: int, out: Path, *, workers: int | None = None,
-          compression: str = "none", chunk_crops: int = 256) -> Path:
+          compression: str = _S.compression, chunk_crops: int = _S.chunk_crops) -> Path:
     """Every crop of a data set once, as uint8 SxS pixels, for pixel models (resumable).
 
     Args:
@@ -315,7 +313,8 @@ def score(dataset: Path, predictions: Path, *, split: str = "neutral", out: Path
 
 
 def human_study(dataset: Path, vg: Path, out: Path, *, split: str = "neutral",
-                part: str = "test", n: int = 60, seed: int = 0, size: int = 160):
+                part: str = "test", n: int = 60, seed: int = 0,
+                size: int = 160):  # 16 panels of 160 px fit a 1280x800 screen unscrolled
     """Sample V-PROM problems into a self-contained browser study folder.
 
     Args:

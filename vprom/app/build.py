@@ -1,24 +1,11 @@
 """`vprom build`: the one-shot pipeline (synth or VG) -> mine -> generate -> verify -> stats.
 
-This module is on the top floor: it orchestrates the stages the way the command line does,
-and hands generation and verification the split rules it loads from `splits`. The build
-folder is self-describing: every stage writes its output atomically with its manifest, and
-`manifest.json` at the top lists the whole build with output hashes.
-
-A stage's output is kept when its manifest is current for the stage's inputs and settings
-(`vprom.manifest.is_current`): the corpus for its images and seed, the pools for the hashes
-of the annotation files, the minimum side and the vocabulary (`pools_settings`), the data set for the pools' hash and every
-setting `generate` records (`dataset_settings`). So an interrupted build resumes where it
-stopped, and a stage that must run first removes what the later stages made from its old
-output. `verify` on a data set in a build folder checks the same (`stale_stages`). Options
-are checked before the first stage.
-
-`manifest.json` marks the folder as a build from the start (`vprom.claim` recognises a
-folder by its manifest, so an interrupted build holding other folders, such as features/,
-is resumed): written first with no outputs, it vouches for nothing until the build is
-whole, and then lists the sha256 of every file of the build's own.
-
-Layout of a build folder:
+Each stage writes its output atomically with its manifest, and is kept when that manifest is
+current for the stage's inputs and settings (`vprom.manifest.is_current`); a stage that must
+run first removes what the later stages made, so an interrupted build resumes where it
+stopped and never vouches for output made from old inputs. `manifest.json` marks the folder
+as a build from the start (so `vprom.claim` lets it be resumed) and, once the build is whole,
+lists the sha256 of every file of the build's own. Layout of a build folder:
     vg/                     the synthetic corpus (with --synthetic), in VG's own layout
     pools.h5 (+ report)     element pools mined from VG
     dataset.h5              matrices, crops, splits
@@ -36,14 +23,14 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from vprom.claim import check_output, writes
+from vprom.domain import MIN_SIDE
 from vprom.errors import VpromError
 from vprom.file_kinds import vg_not_folder
+from vprom.files import sha256_file, write_text
 from vprom.generation.generate import dataset_settings, generate
 from vprom.generation.verify import verify
 from vprom.generation.verify.stats import format_stats, stats, write_stats
-from vprom.claim import check_output, writes
-from vprom.domain import MIN_SIDE
-from vprom.files import sha256_file, write_text
 from vprom.manifest import made_from, make_manifest, manifest_of, why_stale, write_manifest
 from vprom.mining import readers
 from vprom.mining.pools import mine, pools_settings
@@ -70,17 +57,13 @@ class BuildResult:
                 f"  verify report: {self.out / 'verify.txt'}")
 
 
-def _annotations(vg_dir: Path) -> list[Path]:
-    """The annotation files `mine` reads from `vg_dir` (the pools' inputs)."""
-    return [readers.locate(vg_dir, stem) for stem in readers.FILES]
-
-
 def _stages(out: Path, vg_dir: Path, synthetic: bool, images, scale, seed) -> dict:
     """stage -> (its output, a function giving its inputs, its settings): what `is_current`
     compares (the inputs are listed when the stage comes: the corpus may not be there yet)."""
     pools, dataset = out / "pools.h5", out / "dataset.h5"
     stages = {"corpus": (vg_dir, list, {"images": images, "seed": seed})} if synthetic else {}
-    stages["pools"] = (pools, lambda: _annotations(vg_dir), pools_settings(MIN_SIDE))
+    stages["pools"] = (pools, lambda: [readers.locate(vg_dir, stem) for stem in readers.FILES],
+                       pools_settings(MIN_SIDE))
     stages["dataset"] = (dataset, lambda: [pools], dataset_settings(scale, seed))
     return stages
 
@@ -152,12 +135,6 @@ def _invalidate(out: Path, stage: str) -> list[str]:
     return removed
 
 
-def _relative(path: Path, out: Path) -> str:
-    """`path` relative to the build folder: what the build's files publish, never an
-    absolute home or install path."""
-    return os.path.relpath(Path(path).resolve(), Path(out).resolve())
-
-
 def _check_options(out: Path, vg: Path | None, synthetic: bool, images, scale, seed,
                   workers) -> None:
     """Refuse options that cannot build, before any stage runs (library calls included: the
@@ -188,9 +165,9 @@ def _whole(value) -> bool:
 
 
 @writes("out", ("build",), inputs=lambda a: (a["vg"],), folder=True)
-def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: int | None = None,
-          scale: float | None = None, seed: int = 0, workers: int = 2,
-          learned_probe: bool = False) -> BuildResult:
+def build(out: Path, vg: Path | None, synthetic: bool, images: int | None,
+          scale: float | None, seed: int, workers: int, learned_probe: bool) -> BuildResult:
+    """`vprom.app.api.build`, whose signature holds the defaults."""
     out = Path(out)
     _check_options(out, vg, synthetic, images, scale, seed, workers)
     rules = load_rules()
@@ -198,8 +175,9 @@ def build(out: Path, vg: Path | None = None, synthetic: bool = False, images: in
         images = SYNTHETIC_IMAGES if images is None else images
     vg_dir = out / "vg" if synthetic else Path(vg)
     scale = scale if scale is not None else (SYNTHETIC_SCALE if synthetic else VG_SCALE)
-    config = {"source": "synthetic" if synthetic else _relative(vg_dir, out), "images": images,
-              "scale": scale}
+    # the source relative to the build folder: the build's files name no home or install path
+    source = "synthetic" if synthetic else os.path.relpath(vg_dir.resolve(), out.resolve())
+    config = {"source": source, "images": images, "scale": scale}
     out.mkdir(parents=True, exist_ok=True)
     write_manifest(out, make_manifest("build", config, seed))  # vouches for nothing yet
     stages = _stages(out, vg_dir, synthetic, images, scale, seed)

@@ -1,12 +1,10 @@
-"""A command's arguments, read from its API function: the signature and the docstring.
+"""A command's arguments, read from its API function's signature and docstring.
 
-`add_parameters` turns every parameter into an argument: the flag from its name
-(`batch_size` -> `--batch-size`), the default from the signature, the type from the
-annotation and the help from the docstring's `Args:` section, with the default appended. A
-bool is a switch (`--no-name` when it defaults to True); a list takes one or more values
-(none for a tuple, which defaults to `()`). What argparse needs beyond that (a checked type,
-choices, another flag) is the command's `arguments`; the types here refuse a bad value at
-parse time, in one line.
+Each parameter becomes an argument: the flag from its name (`batch_size` -> `--batch-size`),
+the default from the signature, the type from the annotation, the help from the docstring's
+`Args:` with the default appended. A bool is a switch (`--no-name` when it defaults to True);
+a list takes one or more values (a tuple, defaulting to `()`, none or more). What argparse
+needs beyond that (a checked type, choices, another flag) is the command's `arguments`.
 """
 
 from __future__ import annotations
@@ -28,9 +26,8 @@ PYTHON_ONLY = ("rules",)
 
 
 def parameter_help(function) -> dict[str, str]:
-    """The `Args:` section of `function`'s docstring as {parameter: text}. The section is
-    Google's docstring style; inspect offers no reader for it, and these few lines spare the
-    project a docstring-parser dependency."""
+    """The `Args:` section (Google style) of `function`'s docstring as {parameter: text};
+    inspect has no reader for it, and these lines spare a docstring-parser dependency."""
     helps, name = {}, None
     lines = inspect.getdoc(function).splitlines()
     for line in lines[lines.index("Args:") + 1:] if "Args:" in lines else []:

@@ -3,10 +3,9 @@
     python -m vprom.app.reference > docs/cli.md
 
 Per command: its summary, a synopsis, its example and a table of its arguments, read from
-the parser's actions rather than `format_help()`, whose wrapping depends on the terminal and
-the Python version: the page must be byte-identical wherever it is rendered, as
-`tests/app/test_docs.py` requires. argparse's `_actions` and `_mutually_exclusive_groups`
-have no public accessor but have been stable since Python 3.2.
+the parser's actions (stable private fields since Python 3.2) rather than `format_help()`,
+whose wrapping depends on the terminal and the Python version: the page must be the same
+wherever it is rendered (`tests/app/test_docs.py`).
 """
 
 from __future__ import annotations

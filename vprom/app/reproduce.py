@@ -1,19 +1,14 @@
 """The paper's whole grid in one command (`vprom reproduce`), resumable.
 
-Each step skips an output that is already complete (`vprom.manifest.is_current`), so a killed
-run continues where it stopped (OUT/manifest.json, written first, marks the folder):
-1. build the data set into OUT/build/ (`vprom.app.build.build`);
-2. make the panels the chosen models read: pooled features per backbone (OUT/features/),
-   spatial maps (OUT/maps/) and one crop store (OUT/crops/crops-<S>.h5); a timm backbone's
-   ":" becomes "-" in file names;
-3. train and evaluate every model × {without, with aux} × split into
-   OUT/runs/<panels>/<model>[-aux]/<split>/ (<panels>: the backbone, or crops-<S> for pixel
-   models), plus per backbone the context-blind and shuffled-context controls on the neutral
-   split, each with its model's default hyper-parameters; a run that is not complete is
-   handed to `vprom train`, which resumes it;
-4. report over every run into OUT/report/, flagging runs that did not learn.
-The stages are imported inside the functions that run them, so the command line reads
-`ReproduceConfig` without importing torch.
+Builds the data set into OUT/build/; makes the panels the chosen models read (pooled features
+per backbone in OUT/features/, spatial maps in OUT/maps/, one crop store OUT/crops/crops-<S>.h5;
+a timm backbone's ":" becomes "-" in file names); trains and evaluates every model x {without,
+with aux} x split into OUT/runs/<panels>/<model>[-aux]/<split>/, plus per backbone the
+context-blind and shuffled-context controls on the neutral split; and reports over every run
+into OUT/report/. Each step skips an output that is already complete
+(`vprom.manifest.is_current`), and a run that is not is handed to `vprom train`, which resumes
+it, so a killed run continues where it stopped. Stages are imported in the functions that run
+them: the command line reads this module without importing torch.
 """
 
 from __future__ import annotations
@@ -27,6 +22,7 @@ from vprom.domain import SPLITS
 from vprom.errors import VpromError
 from vprom.features.config import ExtractConfig
 from vprom.manifest import is_current, make_manifest, write_manifest
+from vprom.processes import usable_cores
 
 CONTROL_SPLIT = "neutral"
 #: the crop store's side S for pixel models: docs/baselines.md counts their parameters at 80,
@@ -118,27 +114,21 @@ def backbone_weights(config: ReproduceConfig) -> dict[str, str]:
     from vprom.features.backbones import get_backbone
 
     backbones = _items(config.backbones, "backbones")
-    if config.weights is None:
-        weights = []
-        for name in backbones:
-            if name.startswith("timm:"):
-                get_backbone(name)
-                weights.append("pretrained")  # from the local cache, or a clear error
-                continue
-            if get_backbone(name).imagenet is None:
-                raise VpromError(
-                    f"backbone {name} has no published torchvision weights; pass its converted "
-                    f"checkpoint: --weights with one entry per backbone, e.g. --weights "
-                    + ",".join("PATH" if b == name else "imagenet" for b in backbones))
-            weights.append("imagenet")
-    else:
+    found = {name: get_backbone(name) for name in backbones}  # refuses an unknown name
+    if config.weights is not None:
         weights = _items(config.weights, "weights")
         if len(weights) != len(backbones):
             raise VpromError(f"--weights has {len(weights)} entries for {len(backbones)} "
                              f"backbones ({', '.join(backbones)}); give one per backbone")
-        for name in backbones:
-            get_backbone(name)
-    return dict(zip(backbones, weights))
+        return dict(zip(backbones, weights))
+    for name in backbones:
+        if not name.startswith("timm:") and found[name].imagenet is None:
+            raise VpromError(
+                f"backbone {name} has no published torchvision weights; pass its converted "
+                f"checkpoint: --weights with one entry per backbone, e.g. --weights "
+                + ",".join("PATH" if b == name else "imagenet" for b in backbones))
+    # timm's pretrained weights come from the local cache, or a clear error
+    return {name: "pretrained" if name.startswith("timm:") else "imagenet" for name in backbones}
 
 
 def grid(config: ReproduceConfig) -> list[RunSpec]:
@@ -177,7 +167,8 @@ def _build(config: ReproduceConfig) -> tuple[Path, Path]:
     if (config.vg is None) == (not config.synthetic):
         raise VpromError("reproduce needs exactly one source: --vg DIR or --synthetic")
     result = build(config.out / "build", vg=config.vg, synthetic=config.synthetic,
-                   images=config.images, scale=config.scale, seed=config.seed)
+                   images=config.images, scale=config.scale, seed=config.seed,
+                   workers=usable_cores(), learned_probe=False)
     return Path(result.dataset), Path(result.vg_dir)
 
 
@@ -188,7 +179,6 @@ def _panels(config: ReproduceConfig, dataset: Path, vg_dir: Path, kind: str, pan
     out = config.out / OPTION[kind] / f"{file_name(panels)}.h5"
     if kind == "pixels":
         from vprom.features.crop_store import StoreJob, build_crop_store
-        from vprom.processes import usable_cores
 
         print(f"crops: {config.crop_size}x{config.crop_size} px -> {out}", flush=True)
         return build_crop_store(StoreJob(dataset, vg_dir, config.crop_size, out,

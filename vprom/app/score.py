@@ -1,25 +1,15 @@
 """Scoring anyone's predictions with the paper's protocol (`vprom score DATASET.h5 PREDICTIONS`).
 
-PREDICTIONS is a file of choices (CSV or JSON lines) or of a model's free text (JSON lines of
-responses, lmms-eval's samples, VLMEvalKit's predictions); `vprom.app.answers` reads each and
-takes the letter out of free text. It is checked against the split's test part before anything
-is scored, each problem found one line of the refusal, with counts and examples (with their
-lines): problems listed twice, ids that are not matrices of the data set, no test problem at
-all. Predictions of matrices outside the test part (a file covering every problem) are allowed
-and not scored; predictions of only some test problems (an export's `--limit` sample) are
-scored as a partial sample, said so in the metrics and the summary.
-
-Scoring is `vprom evaluate`'s own (`baselines.metrics.breakdowns`): accuracy with 95% Wilson
-intervals overall, per relation, per element type and per pair; an unparsed answer counts as
-wrong. Printed beside chance, the paper's humans, the perception-only ceiling of the same
-problems (`generation.verify.ceiling`: what perfect recognition scores without finding the
-relation) and the baselines of the same split given with `--baselines` (run folders, folders
-of runs, or a `vprom report` folder's splits.csv); with the unparsed rate and the letters
-chosen, their distribution and entropy in bits (3 when all eight are chosen equally, 0 for a
-model that always says "A"). The metrics are written atomically as `metrics.json` in
-`evaluate`'s schema (the run's model fields filled from what is known, the rest null, the
-additions under `config`), so `vprom report` lists the outside model beside the baselines; as
-in a run's, the data set and the predictions are named relative to the metrics file.
+The predictions (`vprom.app.answers` reads them) are checked against the split's test part
+first: ids listed twice, ids that are not matrices of the data set, or no test problem at all
+are refused, with counts and example lines. Predictions outside the test part are not scored;
+covering only some test problems (an export's `--limit` sample) is a partial sample, and said
+so. Scoring is `vprom evaluate`'s (`baselines.metrics.breakdowns`); an unparsed answer counts
+as wrong. Beside it: chance, the paper's humans, the perception-only ceiling of the same
+problems (`generation.verify.ceiling`), the `--baselines` runs of the split, the unparsed
+rate and the letters chosen with their entropy in bits. metrics.json has `evaluate`'s schema
+(unknown run fields null, the additions under `config`), so `vprom report` lists the outside
+model beside the baselines.
 """
 
 from __future__ import annotations
@@ -109,16 +99,16 @@ def _baselines(paths, split: str, folder: Path) -> list[dict]:
 
 def _ceiling(hits: np.ndarray, relation: np.ndarray, element_type: np.ndarray) -> dict:
     """The perception-only ceiling, grouped as `breakdowns` groups the accuracy."""
-    groups = {"test": {"all": hits}, "by_relation": {}, "by_element_type": {},
-              "by_relation_element_type": {}}
-    for r in np.unique(relation):
-        groups["by_relation"][str(r)] = hits[relation == r]
-        for t in np.unique(element_type[relation == r]):
-            groups["by_relation_element_type"][(str(r), str(t))] = hits[
-                (relation == r) & (element_type == t)]
-    for t in np.unique(element_type):
-        groups["by_element_type"][str(t)] = hits[element_type == t]
-    return {k: {name: float(v.mean()) for name, v in g.items()} for k, g in groups.items()}
+    def mean(mask: np.ndarray) -> float:
+        return float(hits[mask].mean())
+
+    pairs = dict.fromkeys(zip(relation.tolist(), element_type.tolist()))
+    return {"test": {"all": float(hits.mean())},
+            "by_relation": {r: mean(relation == r) for r in np.unique(relation).tolist()},
+            "by_element_type": {t: mean(element_type == t)
+                                for t in np.unique(element_type).tolist()},
+            "by_relation_element_type": {(r, t): mean((relation == r) & (element_type == t))
+                                         for r, t in pairs}}
 
 
 def _out_folder(predictions: Path, out: Path | None) -> Path:
@@ -168,7 +158,7 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str =
     choice = found.choice[crop_rows(found.matrix_id, scored)]
     answer = table.answer[rows].astype(np.int64)
     relation, element_type = table.relation[rows], table.element_type[rows]
-    hits = perception_hits(table.elements[rows], answer)
+    ceiling = _ceiling(perception_hits(table.elements[rows], answer), relation, element_type)
     metrics = {
         "run": str(folder),
         "model": model or folder.resolve().name,
@@ -183,7 +173,7 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str =
                    "predictions_sha256": sha256_file(predictions), "format": found.format,
                    "test_problems": len(test), "partial_sample": len(scored) < len(test),
                    "not_scored": int(len(found.matrix_id) - len(scored)),
-                   "perception_ceiling": _ceiling(hits, relation, element_type)["test"]["all"],
+                   "perception_ceiling": ceiling["test"]["all"],
                    "humans": HUMANS / 100, **_letters(choice),
                    "baselines": _baselines(baselines, split, folder)},
         "checkpoint": None,
@@ -193,7 +183,7 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str =
     metrics["did_not_learn"] = did_not_learn(metrics, [])
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "metrics.json", _published(metrics, folder))
-    return metrics, _ceiling(hits, relation, element_type)
+    return metrics, ceiling
 
 
 def _published(metrics: dict, folder: Path) -> dict:

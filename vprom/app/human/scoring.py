@@ -24,7 +24,7 @@ from vprom.domain import CHANCE
 PAPER_HUMANS = {"accuracy": 0.778, "skipped": 0.045}
 
 
-def read_responses(study: Path, key: dict, files=None) -> list[dict]:
+def read_responses(study: Path, key: dict, files) -> list[dict]:
     """Every response of the given files (default: STUDY/responses/*.jsonl), checked."""
     paths = [Path(f) for f in files] if files else sorted((study / "responses").glob("*.jsonl"))
     if not paths:
@@ -64,7 +64,7 @@ def _rate(flags: np.ndarray) -> dict:
     return {"n": s["n"], "skipped": s["correct"], "rate": s["accuracy"], "ci95": s["ci95"]}
 
 
-def score_study(study: str | Path, responses=None) -> dict:
+def score_study(study: str | Path, responses) -> dict:
     """Score the study's responses; writes STUDY/metrics.json and returns the metrics."""
     study = Path(study)
     key = load_key(study)

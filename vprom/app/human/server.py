@@ -3,17 +3,16 @@
 Routes (everything else is 404; nothing outside `STUDY/public/` is ever read for a request):
 
     GET  /, /index.html, /study.js, ...   files of STUDY/public/ (no listing, no dot files)
-    GET  /api/session?participant=ID      the participant's problems, in their own order and
-                                          with their own candidate order, and those answered
+    GET  /api/session?participant=ID      the participant's problems and candidates, in their
+                                          own seeded order, and those answered
     POST /api/response                    one answer or skip, JSON:
          {"participant": ID, "problem": KEY, "position": 0-7 | null, "skipped": bool,
           "rt_ms": number, "order": [the 8 candidate indices as shown]}
 
-A participant's orders come from a generator seeded by the study's seed and the participant
-id. A checked response is appended to `STUDY/responses/<ID>.jsonl` in one fsynced write under
-`flock`, cut back if it fails. Every reply is one JSON line (4xx for a bad request, 507 a full
-disk, 500 with an id the server's log repeats); at most `MAX_CONNECTIONS` threads serve at
-once, and a connection silent for `IDLE_TIMEOUT_S` seconds is closed.
+A checked response is appended to `STUDY/responses/<ID>.jsonl` in one fsynced write under
+`flock`. Every reply is one JSON line (4xx a bad request, 507 a full disk, 500 with an id the
+server's log repeats); at most `MAX_CONNECTIONS` threads serve at once, and a connection
+silent for `IDLE_TIMEOUT_S` seconds is closed.
 """
 
 from __future__ import annotations
@@ -322,8 +321,8 @@ class StudyServer(ThreadingHTTPServer):
             self.places.release()
 
 
-def make_server(study: str | Path, host: str = "127.0.0.1", port: int = 8000,
-                verbose: bool = True, timeout: float = IDLE_TIMEOUT_S) -> StudyServer:
+def make_server(study: str | Path, host: str, port: int, verbose: bool = True,
+                timeout: float = IDLE_TIMEOUT_S) -> StudyServer:
     """An HTTP server for the study folder, bound but not yet serving (port 0: any free one);
     a connection that sends nothing for `timeout` seconds is closed."""
     handler = type("StudyHandler", (Handler,), {"study": Study(study), "timeout": timeout})
@@ -337,7 +336,7 @@ def make_server(study: str | Path, host: str = "127.0.0.1", port: int = 8000,
                          "--port") from None
 
 
-def serve(study: str | Path, host: str = "127.0.0.1", port: int = 8000) -> None:
+def serve(study: str | Path, host: str, port: int) -> None:
     """Serve the study until Ctrl-C; one server per study (its responses' lock is held)."""
     with output_lock(Path(study) / "responses"):
         server = make_server(study, host, port)

@@ -22,19 +22,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from vprom.errors import VpromError
-from vprom.images import ImageIndex, clip_box, open_rgb
 from vprom.claim import writes
-from vprom.files import atomic_dir, write_json
-from vprom.manifest import input_hashes, make_manifest
 from vprom.domain import N_CANDIDATES, N_CONTEXT, RELATIONS_OF, ElementType, Relation
+from vprom.errors import VpromError
+from vprom.files import atomic_dir, write_json
+from vprom.generation.export.crops import cut_crops
+from vprom.manifest import input_hashes, make_manifest
 from vprom.show import letterbox
-from vprom.tables import read_crop_table, read_matrix_table
+from vprom.tables import crop_rows, read_crop_table, read_matrix_table
 
 PAGE_FILES = ("index.html", "study.js", "study.css")
 KEY_FILE = "study.json"
-#: panel side in pixels: 16 panels must fit a 1280x800 screen without scrolling
-DEFAULT_SIZE = 160
 
 
 @dataclass(frozen=True)
@@ -99,26 +97,6 @@ def _tokens(k: int, rng: np.random.Generator) -> list[str]:
     return [names[i] for i in rng.permutation(k)]
 
 
-def _write_images(crop_rows: list[int], crops, vg_dir: Path, folder: Path, size: int,
-                  names: dict[int, str]) -> None:
-    """Every crop once, letterboxed; each source image is decoded once for all its crops."""
-    index = ImageIndex(vg_dir)
-    by_image: dict[int, list[int]] = {}
-    for row in crop_rows:
-        by_image.setdefault(int(crops.image_id[row]), []).append(row)
-    for image_id, rows in sorted(by_image.items()):
-        path = index.path(image_id)
-        im = open_rgb(path)
-        for row in rows:
-            box = (crops.x[row], crops.y[row], crops.w[row], crops.h[row])
-            corners = clip_box(box, im.width, im.height)
-            if corners is None:
-                raise VpromError(f"{path}: crop {int(crops.crop_id[row])}'s box lies outside "
-                                 "the image; the data set does not match these images")
-            tile = letterbox(im.crop(corners), side=size)
-            tile.save(folder / f"{names[int(crops.crop_id[row])]}.jpg", quality=90)
-
-
 def _problem(table, row: int, order: np.ndarray, names: dict[int, str]) -> dict:
     panels = table.panels[row]
     return {"context": [names[int(p)] for p in panels[:N_CONTEXT]],
@@ -126,10 +104,10 @@ def _problem(table, row: int, order: np.ndarray, names: dict[int, str]) -> dict:
 
 
 @writes("out", (), inputs=lambda a: (a["dataset"], a["vg_dir"]))  # a new or empty folder
-def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: str = "neutral",
-               n: int = 60, part: str = "test", seed: int = 0,
-               size: int = DEFAULT_SIZE) -> "StudySummary":
-    """Write a study folder of `n` problems of `split`'s `part` (see the module docstring)."""
+def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: str, n: int,
+               part: str, seed: int, size: int) -> "StudySummary":
+    """Write a study folder of `n` problems of `split`'s `part` (`vprom.app.api.human_study`
+    holds the defaults)."""
     dataset, vg_dir, out = Path(dataset), Path(vg_dir), Path(out)
     if n < 1:
         raise VpromError(f"--n must be at least 1, got {n}")
@@ -146,11 +124,10 @@ def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: 
     names = dict(zip(crop_ids, _tokens(len(crop_ids), rng)))
     keys = _tokens(len(rows), rng)
     orders = [rng.permutation(N_CANDIDATES) for _ in rows_shown]
-    crop_row = {int(c): i for i, c in enumerate(crops.crop_id)}
-    missing = [c for c in crop_ids if c not in crop_row]
-    if missing:
-        raise VpromError(f"{dataset}: panels name crop {missing[0]}, which is not in crops; "
-                         "run `vprom verify` and regenerate the data set")
+    shown = crop_rows(crops.crop_id, np.array(crop_ids, dtype=np.int64))
+    if (shown < 0).any():
+        raise VpromError(f"{dataset}: panels name crop {crop_ids[np.argmax(shown < 0)]}, which is "
+                         "not in crops; run `vprom verify` and regenerate the data set")
     problems, key = {}, {}
     for k, row, order in zip(keys, rows, orders):
         problems[k] = _problem(table, row, order, names)
@@ -176,9 +153,14 @@ def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: 
                              counts={"problems": len(rows), "images": len(crop_ids)})
     with atomic_dir(out) as tmp:
         public = tmp / "public"
-        (public / "images").mkdir(parents=True)
-        _write_images([crop_row[c] for c in crop_ids], crops, vg_dir, public / "images", size,
-                      names)
+        images = public / "images"
+        images.mkdir(parents=True)
+
+        def save(row: int, crop) -> None:
+            name = names[int(crops.crop_id[row])]
+            letterbox(crop, side=size).save(images / f"{name}.jpg", quality=90)
+
+        cut_crops(crops, shown, vg_dir, save, desc="study images")
         page = resources.files("vprom.app.human") / "page"
         for name in PAGE_FILES:
             shutil.copyfile(page / name, public / name)
