@@ -39,21 +39,27 @@ MAX_REQUESTS = 100  # the stub's bound: lmms-eval retries a failed request up to
 
 
 def lmms_eval_venv() -> Path:
-    """A venv with lmms-eval 0.7.3, made once; skips only when the index cannot be reached."""
-    env = VENVS / "lmms-eval-0.7.3"
-    python = env / "bin" / "python"
-    if (env / "bin" / "lmms-eval").exists() and subprocess.run(
-            [python, "-c", "import lmms_eval, filelock._api"], capture_output=True, check=False).returncode == 0:
-        return env
-    venv.create(env, with_pip=True, clear=True)
-    site = subprocess.run([python, "-c", ("import sysconfig; print(sysconfig.get_paths()"
-                                          "['purelib'])")],
-                          capture_output=True, text=True, check=True)
+    """A venv with lmms-eval 0.7.3, made once; skips only when the index cannot be reached.
+    torch and its kin come from the test's own venv (its path is written again on every use,
+    as the venv that made the cache may be gone), not downloaded again."""
     import torch
 
-    # torch and its kin from the test's own venv, not downloaded again
-    (Path(site.stdout.strip()) / "borrowed.pth").write_text(
-        str(Path(torch.__file__).parents[1]) + "\n")
+    env = VENVS / "lmms-eval-0.7.3"
+    python = env / "bin" / "python"
+
+    def borrow() -> None:
+        site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                               "['purelib'])"], capture_output=True, text=True, check=True)
+        (Path(site.stdout.strip()) / "borrowed.pth").write_text(
+            str(Path(torch.__file__).parents[1]) + "\n")
+
+    if (env / "bin" / "lmms-eval").exists():
+        borrow()
+        if subprocess.run([python, "-c", "import lmms_eval, filelock._api, numpy, torch"],
+                          capture_output=True, check=False).returncode == 0:
+            return env
+    venv.create(env, with_pip=True, clear=True)
+    borrow()
     pip = subprocess.run([python, "-m", "pip", "install", "-q", *REQUIREMENTS],
                          capture_output=True, text=True, timeout=1800, check=False)
     if pip.returncode != 0:
