@@ -24,7 +24,7 @@ from tqdm import tqdm
 from vprom.generation.export.hf import write_hf
 from vprom.generation.export.npz import DEFAULT_SIZE, write_npz
 from vprom.generation.export.release import FIRST_CANDIDATE_LABEL, write_release
-from vprom.generation.export.vlm import VlmOptions, read_template, write_vlm
+from vprom.generation.export.vlm import VlmOptions, open_store, read_template, write_vlm
 from vprom.errors import VpromError
 from vprom.files import atomic_path
 from vprom.manifest import input_hashes, make_manifest, write_manifest
@@ -113,22 +113,28 @@ class ExportSummary:
 
 
 @writes("out", lambda a: (f"export-{a['fmt']}",),
-        inputs=lambda a: (a["dataset"], a["vg_dir"]))
+        inputs=lambda a: (a["dataset"], a["vg_dir"], a["crop_store"]))
 def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | None = None,
            copy: bool = False, split: str = "neutral", size: int = DEFAULT_SIZE,
            style: str = "pgm", verify_text: str | None = None, part: str = "test",
            layout: str = "grid", prompt: str | Path | None = None, limit: int | None = None,
-           seed: int = 0) -> ExportSummary:
+           seed: int = 0, crop_store: str | Path | None = None) -> ExportSummary:
     """Export DATASET.h5 as `fmt` (one of `FORMATS`) to `out`. `copy`: the original layout
     with plain panel files; `split`, `size`, `style`: the npz export's; `verify_text`: the
     `vprom verify` report the hf card quotes; `split`, `part`, `layout`, `prompt` (a file),
-    `limit`, `seed`: the vlm export's."""
+    `limit`, `seed`, `crop_store` (pictures from a crop store instead of the JPEGs): the vlm
+    export's."""
     dataset, out = Path(dataset), Path(out)
     if fmt not in FORMATS:
         raise VpromError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if fmt != "jsonl" and vg_dir is None and (fmt, layout) != ("vlm", "text"):
+    if crop_store is not None and fmt != "vlm":
+        raise VpromError(f"--crops {crop_store}: only --format vlm reads a crop store; pass "
+                         f"--vg DIR for the {fmt!r} export")
+    pictures = fmt != "jsonl" and (fmt, layout) != ("vlm", "text")
+    if pictures and vg_dir is None and crop_store is None:
         raise VpromError(f"{dataset}: the {fmt!r} export holds the crops' pixels; pass --vg "
-                         "DIR (the Visual Genome folder holding VG_100K/)")
+                         "DIR (the Visual Genome folder holding VG_100K/)"
+                         + (" or --crops STORE (`vprom crops`)" if fmt == "vlm" else ""))
     crops, matrices = read_crop_table(dataset), read_matrix_table(dataset)
     if fmt == "vlm":  # before any work
         vlm = VlmOptions(split, part, layout, read_template(prompt), limit, seed)
@@ -142,7 +148,11 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
               **({"split": split, "size": size, "style": style} if fmt == "npz" else {}),
               **({"split": split, "part": part, "layout": layout, "limit": limit, "seed": seed,
                   "prompt": vlm.template} if fmt == "vlm" else {})}
-    manifest = make_manifest(f"export-{fmt}", config, inputs=input_hashes([dataset]),
+    source = vg_dir and Path(vg_dir)
+    if pictures and crop_store is not None:  # before any work
+        source = open_store(Path(crop_store), dataset, crops, rows, layout)
+    manifest = make_manifest(f"export-{fmt}", config, inputs=input_hashes(
+        [dataset, *([crop_store] if isinstance(source, tuple) else [])]),
                              counts={"matrices": len(matrices)})
     if fmt == "jsonl":
         write_jsonl(crops, matrices, rows, out)
@@ -154,7 +164,11 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
         counts = write_hf(crops, matrices, rows, out, Path(vg_dir), settings, about)
         return ExportSummary(out, fmt, counts)
     if fmt == "vlm":
-        counts = write_vlm(crops, matrices, rows, out, vg_dir and Path(vg_dir), vlm, manifest)
+        try:
+            counts = write_vlm(crops, matrices, rows, out, source, vlm, manifest)
+        finally:
+            if isinstance(source, tuple):
+                source[0].close()
     elif fmt == "original":
         counts = write_release(crops, matrices, rows, out, Path(vg_dir), copy, manifest)
     else:

@@ -36,6 +36,7 @@ from PIL import Image, ImageDraw
 from tqdm import tqdm
 
 from vprom.domain import LABEL_SEPARATOR, N_CANDIDATES, N_CONTEXT
+from vprom.crop_store import CropStore, store_rows
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, write_json
 from vprom.generation.export.crops import WORKERS, cut_crops
@@ -52,6 +53,7 @@ GRID = (4 * TILE + 5 * GAP, GAP + 3 * TILE + 2 * GAP + SEPARATOR + 2 * (LABEL + 
 PANEL = 336  # side of a panels-layout image
 JPEG_QUALITY = 90
 CHUNK = 500  # problems rendered at a time: bounds the tiles held in memory
+STORE_BATCH = 256  # crops read from a crop store at a time
 TEMPLATE = (
     "This is a visual reasoning puzzle: a 3x3 matrix of photographs whose last cell is "
     "missing, and 8 candidate answers labelled A to H. The three rows follow the same rule "
@@ -200,15 +202,61 @@ def render_grid(tiles: list[np.ndarray]) -> bytes:
     return jpeg(canvas)
 
 
-def chunk_pictures(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: np.ndarray,
-                   vg_dir: Path, layout: str) -> list:
+def unstretched(pixels: np.ndarray, w: int, h: int, side: int) -> np.ndarray:
+    """A crop store's S x S crop (stretched, channels first) as the tile `letterbox` makes of
+    the w x h crop: resized straight to the box's shape fitted in the tile (bilinear, as the
+    store was made, at half the cost of Lanczos), then centred."""
+    scale = side / max(w, h, 1)
+    fitted = (max(1, round(w * scale)), max(1, round(h * scale)))
+    crop = Image.fromarray(pixels.transpose(1, 2, 0)).resize(fitted, Image.Resampling.BILINEAR)
+    return np.asarray(letterbox(crop, side))
+
+
+def open_store(path: Path, dataset: Path, crops: CropTable, rows: np.ndarray,
+               layout: str) -> tuple[CropStore, np.ndarray]:
+    """The crop store at `path` and its row of every crop-table row the matrices show (-1
+    elsewhere), after refusing a store of another data set, lacking crops, or too small."""
+    store = CropStore(path)
+    try:
+        side = TILE if layout == "grid" else PANEL
+        if store.size < side:
+            raise VpromError(f"--crops {path}: its crops are {store.size} px, smaller than the "
+                             f"{layout} layout's {side} px tiles; build one with `vprom crops "
+                             f"--size {side}` or more, or leave out --crops to cut the JPEGs")
+        used = np.unique(rows)
+        where = np.full(len(crops), -1, np.int64)
+        where[used] = store_rows(store, dataset, crops.crop_id[used], "the data set")
+    except BaseException:
+        store.close()
+        raise
+    return store, where
+
+
+def tiles_of(crops: CropTable, used: np.ndarray, source, side: int) -> dict[int, np.ndarray]:
+    """The side x side tile of every crop row in `used`, cut from the JPEGs (`source` a VG
+    folder) or read from a crop store (`source` what `open_store` returns)."""
+    if isinstance(source, Path):
+        tiles: dict[int, np.ndarray] = {}
+        cut_crops(crops, used, source,
+                  lambda r, im: tiles.__setitem__(r, np.asarray(letterbox(im, side))),
+                  desc="crops")
+        return tiles
+    store, where = source
+    tiles = {}
+    with ThreadPoolExecutor(WORKERS) as pool:  # Pillow resizes without the GIL
+        for start in range(0, len(used), STORE_BATCH):
+            batch = used[start:start + STORE_BATCH]
+            tiles.update(zip(batch.tolist(), pool.map(
+                unstretched, store.read_rows(where[batch]), crops.w[batch], crops.h[batch],
+                [side] * len(batch))))
+    return tiles
+
+
+def chunk_pictures(crops: CropTable, rows: np.ndarray, chosen: np.ndarray, source,
+                   layout: str) -> list:
     """Per problem of `chosen`: the grid JPEG, or the list of 16 panel JPEGs."""
-    side = TILE if layout == "grid" else PANEL
     needed = rows[chosen]
-    tiles: dict[int, np.ndarray] = {}
-    cut_crops(crops, np.unique(needed), vg_dir,
-              lambda r, im: tiles.__setitem__(r, np.asarray(letterbox(im, side))),
-              desc="crops")
+    tiles = tiles_of(crops, np.unique(needed), source, TILE if layout == "grid" else PANEL)
     with ThreadPoolExecutor(WORKERS) as pool:  # Pillow encodes without the GIL
         if layout == "grid":
             return list(pool.map(lambda problem: render_grid([tiles[r] for r in problem]),
@@ -235,9 +283,10 @@ def problem_records(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: 
     return records
 
 
-def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
-              vg_dir: Path | None, options: VlmOptions, manifest: dict) -> dict:
-    """Write the export folder `out` (atomically); returns what it holds."""
+def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, source,
+              options: VlmOptions, manifest: dict) -> dict:
+    """Write the export folder `out` (atomically) with the pictures from `source` (a VG folder,
+    or what `open_store` returns); returns what it holds."""
     pyarrow_modules()  # before any work
     chosen = choose(m, options)
     task = f"vprom_{options.split}_{options.part}_{options.layout}"
@@ -247,7 +296,7 @@ def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
                           unit="chunk", disable=None):
             block = chosen[start:start + CHUNK]
             pictures = ([None] * len(block) if options.layout == "text" else
-                        chunk_pictures(crops, m, rows, block, vg_dir, options.layout))
+                        chunk_pictures(crops, rows, block, source, options.layout))
             writer.add(problem_records(crops, m, rows, block, options, pictures))
         counts = {"problems": len(chosen), "split": options.split, "part": options.part,
                   "layout": options.layout, "limit": options.limit, **writer.close()}
