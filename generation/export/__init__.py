@@ -57,7 +57,8 @@ FORMATS = {
            "lmms-eval task folder (YAML, hooks, Parquet) and a VLMEvalKit MCQ TSV, letters "
            "A-H; --layout grid (one 744x1024 image: the matrix, then candidates A-H), panels "
            "(16 images) or text (labels, no image); --limit N: a stratified sample (--seed); "
-           "--prompt FILE replaces the question (--out: a folder; needs --vg but for text)",
+           "--prompt FILE replaces the question (--out: a folder; needs --vg, or --crops STORE, "
+           "but for text)",
 }
 EXAMPLES = (
     "vprom export build/dataset.h5 --format npz --vg data/vg --out build/npz --split neutral",
