@@ -153,20 +153,18 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
     if fmt == "hf":
         settings = {"format": "hf", "dataset": manifest["inputs"][dataset.name]}
         about = {"manifest": read_manifest(dataset), "verify": verify_text}
-        return ExportSummary(out, fmt, write_hf(crops, matrices, rows, out, source, settings,
-                                                about))
-    if fmt == "original":
-        return ExportSummary(out, fmt, write_release(crops, matrices, rows, out, source, copy,
-                                                     manifest))
-    if fmt == "npz":
-        return ExportSummary(out, fmt, write_npz(crops, matrices, rows, out, source, split,
-                                                 size, manifest, style))
-    try:
-        return ExportSummary(out, fmt, write_vlm(crops, matrices, rows, out, source, vlm,
-                                                 manifest))
-    finally:
-        if isinstance(source, tuple):
-            source[0].close()
+        counts = write_hf(crops, matrices, rows, out, source, settings, about)
+    elif fmt == "original":
+        counts = write_release(crops, matrices, rows, out, source, copy, manifest)
+    elif fmt == "npz":
+        counts = write_npz(crops, matrices, rows, out, source, split, size, manifest, style)
+    else:
+        try:
+            counts = write_vlm(crops, matrices, rows, out, source, vlm, manifest)
+        finally:
+            if isinstance(source, tuple):
+                source[0].close()
+    return ExportSummary(out, fmt, counts)
 
 
 # ---------------------------------------------------------------- jsonl
