@@ -109,11 +109,9 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
            style: str = "pgm", verify_text: str | None = None, part: str = "test",
            layout: str = "grid", prompt: str | Path | None = None, limit: int | None = None,
            seed: int = 0, crop_store: str | Path | None = None) -> ExportSummary:
-    """Export DATASET.h5 as `fmt` (one of `FORMATS`) to `out`. `copy`: the original layout
-    with plain panel files; `split`, `size`, `style`: the npz export's; `verify_text`: the
-    `vprom verify` report the hf card quotes; `split`, `part`, `layout`, `prompt` (a file),
-    `limit`, `seed`, `crop_store` (pictures from a crop store instead of the JPEGs): the vlm
-    export's."""
+    """Export DATASET.h5 as `fmt` (one of `FORMATS`) to `out`; the options are `vprom
+    export`'s (`crop_store`: --crops), `verify_text` the `vprom verify` report the hf card
+    quotes."""
     dataset, out = Path(dataset), Path(out)
     if fmt not in FORMATS:
         raise VpromError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")

@@ -88,16 +88,14 @@ def write_crops(crops: CropTable, used: np.ndarray, vg_dir: Path, folder: Path) 
         rows, data, size = [], {}, 0
         while start < len(used) and size < SHARD_BYTES:
             batch = used[start:start + CROP_BATCH]
-            got: dict[int, bytes] = {}
             cut_crops(crops, batch, vg_dir,
-                      lambda r, im: got.__setitem__(r, jpeg(im, JPEG_QUALITY)),
+                      lambda r, im: data.__setitem__(r, jpeg(im, JPEG_QUALITY)),
                       desc=f"crops shard {shard}")
             for r in batch.tolist():  # stop inside the batch once the shard is full
                 if size >= SHARD_BYTES:
                     break
                 rows.append(r)
-                data[r] = got[r]
-                size += len(got[r])
+                size += len(data[r])
                 start += 1
         write_table(path, crop_columns(crops, rows, data), CROP_FEATURES)
         shard, written = shard + 1, written + 1
