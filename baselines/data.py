@@ -23,7 +23,7 @@ import torch
 from vprom.baselines.parts import N_CONTEXT, element_type_class, relation_class
 from vprom.errors import VpromError
 from vprom.feature_files import load_features, open_maps
-from vprom.features.crop_store import CropStore
+from vprom.crop_store import CropStore
 from vprom.domain import SPLITS
 from vprom.tables import SPLIT_PARTS, read_matrix_table
 

@@ -2,6 +2,7 @@
 
 Usage: python bench/export.py [--images 2000] [--scale 0.02] [--size 160] [--work DIR]
                               [--full-problems 235000] [--full-crops 110000] [--only vlm,hf]
+                              [--store-size 224]
 
 Builds the synthetic corpus, mines and generates it, then times `export` as jsonl, as the
 original layout with symlinks and with --copy, and as npz (neutral split), printing for
@@ -15,7 +16,8 @@ inlined in every problem row of every split, would take, from the same JPEG byte
 the savir-t file size (a `torch.save` of one problem's float32 (16, 1, 2048, 7, 7) maps and
 its target; its maps come from resnet101 extraction, not run here), and vlm in its three
 layouts (the neutral split's test part, from the JPEGs; with its MB per 1,000 problems,
-lmms-eval Parquet and VLMEvalKit TSV together). Each row is projected to
+lmms-eval Parquet and VLMEvalKit TSV together), and the grid again from a crop store
+(`vprom crops --size 224`, built first and timed apart). Each row is projected to
 full scale: per-problem outputs linearly in problems (--full-problems), the hf crops table
 in crops (--full-crops; the synthetic crops are smaller images than VG's, so this is a
 floor).
@@ -62,6 +64,7 @@ def main() -> None:
     parser.add_argument("--full-problems", type=int, default=235_000)
     parser.add_argument("--full-crops", type=int, default=110_000)
     parser.add_argument("--only", default="", help="formats to time, comma-separated")
+    parser.add_argument("--store-size", type=int, default=224, help="S of the crop store")
     args = parser.parse_args()
     root = args.work or Path(tempfile.mkdtemp(prefix="vprom-bench-export-"))
     try:
@@ -78,13 +81,18 @@ def main() -> None:
                 ("npz --style color", "npz-color", {"size": args.size, "style": "color"}),
                 ("hf", "hf", {}), ("vlm --layout grid", "vlm-grid", {"layout": "grid"}),
                 ("vlm --layout panels", "vlm-panels", {"layout": "panels"}),
-                ("vlm --layout text", "vlm-text", {"layout": "text"})]
+                ("vlm --layout text", "vlm-text", {"layout": "text"}),
+                ("vlm grid --crops", "vlm-grid-store",
+                 {"layout": "grid", "crop_store": root / "crops.h5"})]
         only = set(filter(None, args.only.split(",")))
         runs = [run for run in runs if not only or run[0].split()[0] in only]
+        if any("crop_store" in run[2] for run in runs):
+            crop_store(root, args.store_size)
         total = len(read_matrix_table(root / "dataset.h5"))
         for name, target, options in runs:
             fmt = name.split()[0]
-            vg = None if fmt == "jsonl" or name.endswith("text") else root / "vg"
+            pictures = fmt != "jsonl" and not name.endswith("text") and "crop_store" not in options
+            vg = root / "vg" if pictures else None
             t0, c0 = time.perf_counter(), cpu_seconds()
             summary = export(root / "dataset.h5", fmt, root / target, vg_dir=vg, **options)
             wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
@@ -111,6 +119,17 @@ def main() -> None:
     finally:
         if args.work is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def crop_store(root: Path, size: int) -> None:
+    """`vprom crops` of the data set at S = size with 2 processes, its time printed."""
+    from vprom.features.crop_store import StoreJob, build_crop_store
+
+    t0 = time.perf_counter()
+    build_crop_store(StoreJob(root / "dataset.h5", root / "vg", size, root / "crops.h5"),
+                     log=lambda _: None)
+    print(f"crop store at S={size}: {time.perf_counter() - t0:.2f} s wall (2 processes), "
+          f"{(root / 'crops.h5').stat().st_size / 1e6:.1f} MB")
 
 
 def hf_sizes(folder: Path, problem_ratio: float, crop_ratio: float) -> tuple[float, int]:

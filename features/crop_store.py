@@ -1,11 +1,7 @@
-"""The crop store (`vprom crops`): every crop a data set uses, once, as uint8 pixels.
+"""Building the crop store (`vprom crops`; its layout and reader: `vprom.crop_store`): every
+crop a data set uses, decoded once with `vprom extract`'s rule (`features.crops.decode_crops`).
 
-Pixel models read a problem's 16 panels many times per run; a store decodes each crop once,
-with `vprom extract`'s rule (`features.crops.decode_crops`), into one HDF5 file: `crop_id`
-(N,) sorted, and `pixels` uint8 (N, 3, S, S), one crop per HDF5 chunk, so a problem reads
-exactly its 16 chunks; attributes say the kind, size, resize rule and manifest.
-
-Building: crops sharing an (image, box) are decoded once, in chunks cut at image boundaries
+Crops sharing an (image, box) are decoded once, in chunks cut at image boundaries
 (`features.crops.batch_layout`), by `workers` processes, each chunk saved atomically as
 `<out>.partial/chunk-NNNNN.npy`. A killed build resumes from the chunks there when the work
 folder's manifest is current (`vprom.manifest.is_current`); then the store is assembled into
@@ -15,7 +11,6 @@ refused, naming the image; nothing is assembled then.
 
 from __future__ import annotations
 
-import mmap
 import os
 import shutil
 import time
@@ -26,18 +21,15 @@ import h5py
 import numpy as np
 
 from vprom.claim import remove_work_folder, writes
+from vprom.crop_store import KIND, LAYOUT
 from vprom.errors import VpromError
-from vprom.feature_files import OpenFile
 from vprom.features.config import COMPRESSIONS
-from vprom.file_kinds import CROPS, check_kind
 from vprom.files import atomic_path, write_npy
 from vprom.images import ImageIndex
 from vprom.manifest import input_hashes, is_current, make_manifest, why_stale, write_manifest
 from vprom.processes import ordered_map
-from vprom.tables import crop_rows, open_h5, read_crop_table, read_matrix_table
+from vprom.tables import read_crop_table, read_matrix_table
 
-KIND = "vprom-crops"
-LAYOUT = "pixels: uint8 (N, 3, S, S) RGB, channels first, one crop per HDF5 chunk"
 #: what `<out>.partial/` holds; a work folder with anything else is not removed
 WORK_FILES = ("chunk-*.npy", "manifest.json")
 #: crops in the full V-PROM: Table 1's 143,634 panel images (an upper bound on distinct crops)
@@ -215,75 +207,3 @@ def build_crop_store(job: StoreJob, log=print) -> Path:
     shutil.rmtree(folder)
     log(f"wrote {job.out} ({os.path.getsize(job.out) / 1e6:.1f} MB)")
     return job.out
-
-
-class CropStore(OpenFile):
-    """An open crop store, read lazily. Context manager or `close()`.
-
-    A store as `vprom crops` writes it (uncompressed, one crop a chunk) is read from a
-    read-only memory map of the file at the chunks' byte offsets (found once with h5py's
-    `chunk_iter`): h5py's own per-crop read goes through the HDF5 library and a temporary
-    buffer each time and costs about three times as long. Other layouts go through h5py.
-    The map belongs to the process that made it (`vprom.data.VPROM` opens a store anew in
-    each DataLoader worker).
-    """
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        check_kind(self.path, CROPS)
-        self._h5 = open_h5(self.path)
-        self._bytes, self._offsets = None, None
-        try:
-            if self._h5.attrs.get("kind") != KIND or "pixels" not in self._h5:
-                raise VpromError(f"{self.path}: not a crop store of `vprom crops`")
-            if not bool(self._h5.attrs.get("complete", False)):
-                raise VpromError(f"{self.path}: incomplete crop store; re-run `vprom crops`")
-            self.pixels = self._h5["pixels"]
-            self.crop_id = self._h5["crop_id"][()].astype(np.int64)
-            self.size = int(self._h5.attrs["size"])
-        except BaseException:
-            self._h5.close()
-            raise
-
-    def close(self) -> None:
-        self._bytes = None  # the map goes once no array points into it any more
-        super().close()
-
-    def rows_of(self, crop_ids) -> np.ndarray:
-        """Rows of `crop_ids`; -1 where the store does not have the crop."""
-        return crop_rows(self.crop_id, crop_ids)
-
-    def _raw_offsets(self) -> np.ndarray | None:
-        """Where each crop's bytes start in the file (-1 for a chunk never written), or None
-        when the crops are not stored raw one a chunk."""
-        pixels = self.pixels
-        if pixels.compression is not None or pixels.chunks != (1, *pixels.shape[1:]):
-            return None
-        offsets = np.full(len(self), -1, np.int64)
-        crop_bytes = int(np.prod(pixels.shape[1:]))
-
-        def note(info) -> None:
-            if info.filter_mask == 0 and info.size == crop_bytes:
-                offsets[info.chunk_offset[0]] = info.byte_offset
-        pixels.id.chunk_iter(note)
-        return offsets
-
-    def read_rows(self, rows) -> np.ndarray:
-        """uint8 (k, 3, S, S) of the store's rows `rows` (any order, repeats allowed)."""
-        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
-        out = np.empty((len(rows), *self.pixels.shape[1:]), np.uint8)
-        if self._offsets is None:
-            self._offsets = self._raw_offsets()
-            if self._offsets is not None:
-                with open(self.path, "rb") as f:
-                    self._bytes = np.frombuffer(
-                        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), np.uint8)
-        n = out[0].size if len(rows) else 0
-        crops = out.reshape(len(rows), n)
-        for k, r in enumerate(rows.tolist()):
-            start = -1 if self._offsets is None else int(self._offsets[r])
-            if start < 0:  # h5py: another layout, or a chunk never written (the fill value)
-                out[k] = self.pixels[r]
-            else:
-                crops[k] = self._bytes[start:start + n]
-        return out

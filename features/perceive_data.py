@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from vprom.features.crop_store import CropStore
+from vprom.crop_store import CropStore
 from vprom.features.crops import DECODE_ERRORS, decode_crops
 from vprom.features.decoding import cores_per_process
 

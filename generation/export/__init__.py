@@ -1,15 +1,7 @@
-"""`vprom export`: the data set as JSON lines, in the original V-PROM release's layout
-(`generation.export.release`), as one `.npz` per problem (`generation.export.npz`) or as a
-Hugging Face data set (`generation.export.hf`), or for vision-language models through
-lmms-eval and VLMEvalKit (`generation.export.vlm`); SAViR-T's feature files are
-`generation.export.savir`.
-
-jsonl writes one JSON object per matrix, in file order, with its full provenance (id,
-relation, element type, super-attribute, answer, splits, and per panel its crop, element,
-image, box, source and labels); each crop's JSON fragment is built once, as crops are shared
-between matrices, and the file is renamed into place when complete. `matrix_of(record)`
-turns a line back into a `Matrix`. The folder formats cut each distinct crop from its VG
-image once (`generation.export.crops`) and build their folder under a temporary name.
+"""`vprom export`: the data set as JSON lines (here: one object per matrix with its full
+provenance, each crop's JSON fragment built once), or as a folder: the original release's
+layout (`release`), npz per problem (`npz`), a Hugging Face data set (`hf`), VLM harness
+files (`vlm`) or SAViR-T's feature files (`savir`); every output appears only when complete.
 """
 
 from __future__ import annotations
@@ -21,15 +13,16 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from vprom.claim import writes
+from vprom.domain import N_PANELS, Matrix
+from vprom.errors import VpromError
+from vprom.files import atomic_path
+from vprom.generation.export.crops import box, labels
 from vprom.generation.export.hf import write_hf
 from vprom.generation.export.npz import DEFAULT_SIZE, write_npz
 from vprom.generation.export.release import FIRST_CANDIDATE_LABEL, write_release
-from vprom.generation.export.vlm import VlmOptions, read_template, write_vlm
-from vprom.errors import VpromError
-from vprom.files import atomic_path
+from vprom.generation.export.vlm import VlmOptions, open_store, read_template, write_vlm
 from vprom.manifest import input_hashes, make_manifest, write_manifest
-from vprom.claim import writes
-from vprom.domain import LABEL_SEPARATOR, N_PANELS, Matrix
 from vprom.tables import (
     CropTable,
     MatrixTable,
@@ -64,7 +57,8 @@ FORMATS = {
            "lmms-eval task folder (YAML, hooks, Parquet) and a VLMEvalKit MCQ TSV, letters "
            "A-H; --layout grid (one 744x1024 image: the matrix, then candidates A-H), panels "
            "(16 images) or text (labels, no image); --limit N: a stratified sample (--seed); "
-           "--prompt FILE replaces the question (--out: a folder; needs --vg but for text)",
+           "--prompt FILE replaces the question (--out: a folder; needs --vg, or --crops STORE, "
+           "but for text)",
 }
 EXAMPLES = (
     "vprom export build/dataset.h5 --format npz --vg data/vg --out build/npz --split neutral",
@@ -75,6 +69,21 @@ EXAMPLES = (
     "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",
 )
 MATRIX_KEYS = ("id", "relation", "element_type", "super_attribute", "answer", "splits")
+#: format -> what `export` wrote, filled from its counts
+SUMMARIES = {
+    "jsonl": "{matrices:,} matrices as JSON lines",
+    "hf": "a Hugging Face data set of {problems:,} problems ({configurations} split "
+          "configurations, {parts} parts) and {crops:,} crops in {crop_shards} shard(s)",
+    "vlm": "{problems:,} {part} problems of split {split} ({layout} layout) as the lmms-eval "
+           "task {task} and the VLMEvalKit TSV {tsv}; evaluate a model served by vLLM with:\n"
+           "  lmms-eval --model openai --model_args model=MODEL,base_url=http://localhost:8000"
+           "/v1 --include_path {out}/lmms_eval --tasks {task} --log_samples --output_path "
+           "results/",
+    "original": "{problems:,} problems in {buckets} bucket{plural} (panels: {panels}), "
+                "{crops:,} crops, {label_files} label files, {split_lists} split lists",
+    "npz": "{problems:,} npz problems ({style} style) of split {split} ({train:,} train, "
+           "{val:,} val, {test:,} test; {size}x{size} panels from {crops:,} crops)",
+}
 
 
 @dataclass
@@ -86,63 +95,54 @@ class ExportSummary:
     counts: dict = field(default_factory=dict)
 
     def __str__(self) -> str:
-        c = self.counts
-        if self.format == "jsonl":
-            return f"wrote {self.out}: {c['matrices']:,} matrices as JSON lines"
-        if self.format == "hf":
-            parts = sum(len(p) for p in c["splits"].values())
-            return (f"wrote {self.out}: a Hugging Face data set of {c['problems']:,} problems "
-                    f"({len(c['splits'])} split configurations, {parts} parts) and "
-                    f"{c['crops']:,} crops in {c['crop_shards']} shard(s)")
-        if self.format == "vlm":
-            return (f"wrote {self.out}: {c['problems']:,} {c['part']} problems of split "
-                    f"{c['split']} ({c['layout']} layout) as the lmms-eval task {c['task']} "
-                    f"and the VLMEvalKit TSV {c['tsv']}; evaluate a model served by vLLM "
-                    f"with:\n  lmms-eval --model openai --model_args model=MODEL,base_url="
-                    f"http://localhost:8000/v1 --include_path {self.out}/lmms_eval --tasks "
-                    f"{c['task']} --log_samples --output_path results/")
-        if self.format == "original":
-            buckets = f"{c['buckets']} bucket" + ("s" if c["buckets"] != 1 else "")
-            return (f"wrote {self.out}/V-PROM: {c['problems']:,} problems in {buckets} "
-                    f"(panels: {c['panels']}), {c['crops']:,} crops, "
-                    f"{c['label_files']} label files, {c['split_lists']} split lists")
-        return (f"wrote {self.out}: {c['problems']:,} npz problems ({c['style']} style) of "
-                f"split {c['split']} "
-                f"({c['train']:,} train, {c['val']:,} val, {c['test']:,} test; "
-                f"{c['size']}x{c['size']} panels from {c['crops']:,} crops)")
+        c, splits = self.counts, self.counts.get("splits", {})
+        where = f"{self.out}/V-PROM" if self.format == "original" else self.out
+        return f"wrote {where}: " + SUMMARIES[self.format].format(
+            **c, out=self.out, plural="" if c.get("buckets") == 1 else "s",
+            configurations=len(splits), parts=sum(len(p) for p in splits.values()))
 
 
 @writes("out", lambda a: (f"export-{a['fmt']}",),
-        inputs=lambda a: (a["dataset"], a["vg_dir"]))
+        inputs=lambda a: (a["dataset"], a["vg_dir"], a["crop_store"]))
 def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | None = None,
            copy: bool = False, split: str = "neutral", size: int = DEFAULT_SIZE,
            style: str = "pgm", verify_text: str | None = None, part: str = "test",
            layout: str = "grid", prompt: str | Path | None = None, limit: int | None = None,
-           seed: int = 0) -> ExportSummary:
-    """Export DATASET.h5 as `fmt` (one of `FORMATS`) to `out`. `copy`: the original layout
-    with plain panel files; `split`, `size`, `style`: the npz export's; `verify_text`: the
-    `vprom verify` report the hf card quotes; `split`, `part`, `layout`, `prompt` (a file),
-    `limit`, `seed`: the vlm export's."""
+           seed: int = 0, crop_store: str | Path | None = None) -> ExportSummary:
+    """Export DATASET.h5 as `fmt` (one of `FORMATS`) to `out`; the options are `vprom
+    export`'s (`crop_store`: --crops), `verify_text` the `vprom verify` report the hf card
+    quotes."""
     dataset, out = Path(dataset), Path(out)
     if fmt not in FORMATS:
         raise VpromError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if fmt != "jsonl" and vg_dir is None and (fmt, layout) != ("vlm", "text"):
+    if crop_store is not None and fmt != "vlm":
+        raise VpromError(f"--crops {crop_store}: only --format vlm reads a crop store; pass "
+                         f"--vg DIR for the {fmt!r} export")
+    pictures = fmt != "jsonl" and (fmt, layout) != ("vlm", "text")
+    if pictures and vg_dir is None and crop_store is None:
         raise VpromError(f"{dataset}: the {fmt!r} export holds the crops' pixels; pass --vg "
-                         "DIR (the Visual Genome folder holding VG_100K/)")
+                         "DIR (the Visual Genome folder holding VG_100K/)"
+                         + (" or --crops STORE (`vprom crops`)" if fmt == "vlm" else ""))
     crops, matrices = read_crop_table(dataset), read_matrix_table(dataset)
+    config = {"format": fmt}
     if fmt == "vlm":  # before any work
         vlm = VlmOptions(split, part, layout, read_template(prompt), limit, seed)
         vlm.check(matrices, prompt)
+        config.update(split=split, part=part, layout=layout, limit=limit, seed=seed,
+                      prompt=vlm.template)
+    elif fmt in ("original", "npz"):
+        config.update({"copy": copy} if fmt == "original" else
+                      {"split": split, "size": size, "style": style})
     rows = crop_rows(crops.crop_id, matrices.panels)
     if (rows < 0).any():
         bad = int(matrices.id[np.flatnonzero((rows < 0).any(axis=1))[0]])
         raise VpromError(f"{dataset}: matrix {bad} shows a crop that is not in crops; run "
                          "`vprom verify` and regenerate the data set")
-    config = {"format": fmt, **({"copy": copy} if fmt == "original" else {}),
-              **({"split": split, "size": size, "style": style} if fmt == "npz" else {}),
-              **({"split": split, "part": part, "layout": layout, "limit": limit, "seed": seed,
-                  "prompt": vlm.template} if fmt == "vlm" else {})}
-    manifest = make_manifest(f"export-{fmt}", config, inputs=input_hashes([dataset]),
+    source = vg_dir and Path(vg_dir)
+    if pictures and crop_store is not None:
+        source = open_store(Path(crop_store), dataset, crops, rows, layout)
+    inputs = [dataset, *([crop_store] if isinstance(source, tuple) else [])]
+    manifest = make_manifest(f"export-{fmt}", config, inputs=input_hashes(inputs),
                              counts={"matrices": len(matrices)})
     if fmt == "jsonl":
         write_jsonl(crops, matrices, rows, out)
@@ -151,36 +151,32 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
     if fmt == "hf":
         settings = {"format": "hf", "dataset": manifest["inputs"][dataset.name]}
         about = {"manifest": read_manifest(dataset), "verify": verify_text}
-        counts = write_hf(crops, matrices, rows, out, Path(vg_dir), settings, about)
-        return ExportSummary(out, fmt, counts)
-    if fmt == "vlm":
-        counts = write_vlm(crops, matrices, rows, out, vg_dir and Path(vg_dir), vlm, manifest)
+        counts = write_hf(crops, matrices, rows, out, source, settings, about)
     elif fmt == "original":
-        counts = write_release(crops, matrices, rows, out, Path(vg_dir), copy, manifest)
+        counts = write_release(crops, matrices, rows, out, source, copy, manifest)
+    elif fmt == "npz":
+        counts = write_npz(crops, matrices, rows, out, source, split, size, manifest, style)
     else:
-        counts = write_npz(crops, matrices, rows, out, Path(vg_dir), split, size, manifest,
-                           style)
+        try:
+            counts = write_vlm(crops, matrices, rows, out, source, vlm, manifest)
+        finally:
+            if isinstance(source, tuple):
+                source[0].close()
     return ExportSummary(out, fmt, counts)
 
 
 # ---------------------------------------------------------------- jsonl
 def crop_fragments(crops: CropTable) -> list[str]:
     """Per crop, the JSON of its panel fields after "element" (the same in every matrix)."""
-    out = []
-    for i in range(len(crops)):
-        tail = {"image_id": int(crops.image_id[i]),
-                "box": [int(crops.x[i]), int(crops.y[i]), int(crops.w[i]), int(crops.h[i])],
-                "source_id": int(crops.source_id[i]), "phrase": crops.phrase[i],
-                "labels": [l for l in crops.labels[i].split(LABEL_SEPARATOR) if l]}
-        out.append(json.dumps(tail, ensure_ascii=False)[1:-1])
-    return out
+    return [json.dumps({"image_id": int(crops.image_id[i]), "box": box(crops, i),
+                        "source_id": int(crops.source_id[i]), "phrase": crops.phrase[i],
+                        "labels": labels(crops, i)}, ensure_ascii=False)[1:-1]
+            for i in range(len(crops))]
 
 
 def matrix_lines(crops: CropTable, m: MatrixTable, rows: np.ndarray):
     """Yield one JSON line per matrix (without building them all in memory)."""
-    fragments = crop_fragments(crops)
-    columns = m.part_columns()
-    splits = m.ordered_splits()
+    fragments, columns, splits = crop_fragments(crops), m.part_columns(), m.ordered_splits()
     for i in range(len(m)):
         answer = int(m.answer[i])
         head = {"id": int(m.id[i]), "relation": m.relation[i], "element_type": m.element_type[i],

@@ -1,24 +1,23 @@
-"""What the folder exports share: cutting each distinct crop once, and the problem ids.
-
-`cut_crops` groups the crop rows by VG image, decodes each image once on a thread pool
-(Pillow releases the GIL) and hands each crop's pixels to a callback. `release_ids` numbers
-the problems 0..N-1 in matrix-id order, as the original release does.
-"""
+"""What the folder exports share: each distinct crop cut from its VG image once
+(`cut_crops`: images grouped and decoded on a thread pool, as Pillow releases the GIL), a
+crop's box, labels and JPEG bytes, and the release's problem ids (`release_ids`)."""
 
 from __future__ import annotations
 
+import io
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from vprom.domain import LABEL_SEPARATOR
 from vprom.errors import VpromError
 from vprom.images import ImageIndex, clip_box
-from vprom.tables import CropTable
+from vprom.tables import CropTable, MatrixTable
 
 #: Threads decoding images (bounded: the exports are disk-bound beyond that).
 WORKERS = min(4, os.cpu_count() or 1)
@@ -30,6 +29,27 @@ def release_ids(ids: np.ndarray) -> np.ndarray:
     pids = np.empty(len(ids), dtype=np.int64)
     pids[order] = np.arange(len(ids))
     return pids
+
+
+def check_split(m: MatrixTable, split: str) -> None:
+    if split not in m.splits:
+        known = ", ".join(m.ordered_splits()) or "none"
+        raise VpromError(f"the data set has no split {split!r} (it has: {known}); pass one "
+                         "of those to --split")
+
+
+def box(crops: CropTable, r: int) -> list[int]:
+    return [int(crops.x[r]), int(crops.y[r]), int(crops.w[r]), int(crops.h[r])]
+
+
+def labels(crops: CropTable, r: int) -> list[str]:
+    return [lab for lab in str(crops.labels[r]).split(LABEL_SEPARATOR) if lab]
+
+
+def jpeg(image: Image.Image, quality: int) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue()
 
 
 def cut_crops(crops: CropTable, rows: np.ndarray, vg_dir: Path,
@@ -56,11 +76,11 @@ def cut_crops(crops: CropTable, rows: np.ndarray, vg_dir: Path,
             raise VpromError(f"{path}: cannot read image {image_id} ({e}); re-download it") \
                 from None
         for r in members:
-            box = clip_box((crops.x[r], crops.y[r], crops.w[r], crops.h[r]), im.width, im.height)
-            if box is None:
+            corners = clip_box(box(crops, r), im.width, im.height)
+            if corners is None:
                 raise VpromError(f"{path}: crop {int(crops.crop_id[r])} lies outside image "
                                  f"{image_id}; the data set does not match these images")
-            handle(r, im.crop(box))
+            handle(r, im.crop(corners))
         return len(members)
 
     total = sum(len(m) for m in by_image.values())

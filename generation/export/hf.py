@@ -1,31 +1,24 @@
 """`vprom export --format hf`: the data set as a Hugging Face data set (Parquet and a dataset
-card), for `datasets.load_dataset(OUT)` and for the Hub.
-
-`OUT/data/crops/crops-<k>.parquet` holds one row per distinct crop with its JPEG, and
-`OUT/data/<split>/<part>-<k>.parquet` one row per problem, referring to its 16 crops by id:
-a crop shows in several problems and each split holds every problem again, so inlining the
-JPEGs would multiply the bytes. Each file's schema metadata carries the `datasets` feature
-types (`huggingface`), so `load_dataset` decodes `image` as a PIL image. Shards close at
-`SHARD_BYTES`. The folder fills as `OUT.partial/` (`generation.export.resumable`): a rerun
-keeps the finished shards (a crops shard's row count is read from its Parquet footer) and
-renames the folder when all are there. pyarrow is optional (`pip install 'vprom[hf]'`).
+card) for `datasets.load_dataset(OUT)` and the Hub. `data/crops/` holds one row per distinct
+crop with its JPEG and `data/<split>/<part>-<k>.parquet` one row per problem naming its 16
+crops by id (inlining the JPEGs would repeat them across problems and splits). Each file's
+schema metadata carries the `datasets` features, so `image` decodes as a PIL image; shards
+close at SHARD_BYTES, and a rerun resumes the finished ones (`resumable`).
 """
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
 from vprom.errors import VpromError
 from vprom.files import write_json
-from vprom.generation.export.crops import cut_crops
+from vprom.generation.export.crops import box, cut_crops, jpeg, labels
 from vprom.generation.export.hf_card import card
 from vprom.generation.export.resumable import resumable_dir, write_once
-from vprom.domain import LABEL_SEPARATOR
+from vprom.domain import N_CONTEXT
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
 SHARD_BYTES = 500_000_000
@@ -73,30 +66,12 @@ def write_table(path: Path, columns: dict, features: dict) -> None:
         table.replace_schema_metadata(meta), tmp, compression="zstd"))
 
 
-def jpeg(crop: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    crop.save(buffer, format="JPEG", quality=JPEG_QUALITY)
-    return buffer.getvalue()
-
-
-def box(crops: CropTable, r: int) -> list[int]:
-    return [int(crops.x[r]), int(crops.y[r]), int(crops.w[r]), int(crops.h[r])]
-
-
 def crop_columns(crops: CropTable, rows: list[int], data: dict[int, bytes]) -> dict:
-    return {
-        "crop_id": [int(crops.crop_id[r]) for r in rows],
-        "image": [{"bytes": data[r], "path": f"{int(crops.crop_id[r])}.jpg"} for r in rows],
-        "image_id": [int(crops.image_id[r]) for r in rows],
-        "box": [box(crops, r) for r in rows],
-        "element_type": [str(crops.element_type[r]) for r in rows],
-        "element": [str(crops.element[r]) for r in rows],
-        "super_attribute": [str(crops.super_attribute[r]) for r in rows],
-        "phrase": [str(crops.phrase[r]) for r in rows],
-        "source_id": [int(crops.source_id[r]) for r in rows],
-        "labels": [[lab for lab in str(crops.labels[r]).split(LABEL_SEPARATOR) if lab]
-                   for r in rows],
-    }
+    plain = ("crop_id", "image_id", "element_type", "element", "super_attribute", "phrase",
+             "source_id")
+    return {**{k: getattr(crops, k)[rows].tolist() for k in plain},
+            "image": [{"bytes": data[r], "path": f"{int(crops.crop_id[r])}.jpg"} for r in rows],
+            "box": [box(crops, r) for r in rows], "labels": [labels(crops, r) for r in rows]}
 
 
 def write_crops(crops: CropTable, used: np.ndarray, vg_dir: Path, folder: Path) -> int:
@@ -113,15 +88,14 @@ def write_crops(crops: CropTable, used: np.ndarray, vg_dir: Path, folder: Path) 
         rows, data, size = [], {}, 0
         while start < len(used) and size < SHARD_BYTES:
             batch = used[start:start + CROP_BATCH]
-            got: dict[int, bytes] = {}
-            cut_crops(crops, batch, vg_dir, lambda r, im: got.__setitem__(r, jpeg(im)),
+            cut_crops(crops, batch, vg_dir,
+                      lambda r, im: data.__setitem__(r, jpeg(im, JPEG_QUALITY)),
                       desc=f"crops shard {shard}")
             for r in batch.tolist():  # stop inside the batch once the shard is full
                 if size >= SHARD_BYTES:
                     break
                 rows.append(r)
-                data[r] = got[r]
-                size += len(got[r])
+                size += len(data[r])
                 start += 1
         write_table(path, crop_columns(crops, rows, data), CROP_FEATURES)
         shard, written = shard + 1, written + 1
@@ -129,18 +103,15 @@ def write_crops(crops: CropTable, used: np.ndarray, vg_dir: Path, folder: Path) 
 
 
 def problem_columns(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen) -> dict:
-    return {
-        "id": [int(m.id[i]) for i in chosen],
-        "relation": [str(m.relation[i]) for i in chosen],
-        "element_type": [str(m.element_type[i]) for i in chosen],
-        "super_attribute": [str(m.super_attribute[i]) for i in chosen],
-        "answer": [int(m.answer[i]) for i in chosen],
-        "answer_element": [str(m.elements[i, 8 + int(m.answer[i])]) for i in chosen],
-        "panels": [m.panels[i].astype(np.int64).tolist() for i in chosen],
-        "elements": [[str(e) for e in m.elements[i]] for i in chosen],
-        "image_ids": [crops.image_id[rows[i]].astype(np.int64).tolist() for i in chosen],
-        "boxes": [[box(crops, r) for r in rows[i]] for i in chosen],
-    }
+    chosen = np.asarray(chosen, dtype=np.int64)
+    answer = m.answer[chosen].astype(np.int64)
+    return {**{k: getattr(m, k)[chosen].tolist() for k in ("id", "relation", "element_type",
+                                                           "super_attribute", "elements")},
+            "answer": answer.tolist(),
+            "answer_element": m.elements[chosen, N_CONTEXT + answer].tolist(),
+            "panels": m.panels[chosen].astype(np.int64).tolist(),
+            "image_ids": crops.image_id[rows[chosen]].astype(np.int64).tolist(),
+            "boxes": [[box(crops, r) for r in rows[i]] for i in chosen]}
 
 
 def write_problems(crops: CropTable, m: MatrixTable, rows: np.ndarray, data: Path) -> dict:

@@ -1,11 +1,7 @@
-"""The dataset card (`README.md`) of `vprom export --format hf`: YAML front matter the Hub and
-`datasets` read (licence CC BY 4.0, tags, one configuration per split with `neutral` the
-default, plus `crops`), then prose: what a row holds, how to join panels to crops, how the
-data were built (the manifest's settings, the `vprom verify` report) and what to cite.
-
-`datasets` reads the YAML's `configs:` from 2.14.0 on (`MetadataConfigs`, added by
-huggingface/datasets#5331; 2.13 loads every Parquet file as one mixed table), so the card's
-snippet refuses an older one in one line and shows the `data_files` loading that works there.
+"""The dataset card (`README.md`) of `vprom export --format hf`: YAML front matter (licence,
+tags, one configuration per split, `neutral` the default, and `crops`), then what a row
+holds, how panels join crops, how the data were built and what to cite. `datasets` reads the
+`configs:` from 2.14.0 on, so the card's snippet refuses an older one in one line.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Pickled `.npy` files that numpy 1.x and 2.x, and Python 2.7, load: the release's label
-files and RAVEN's embedding.npy.
-
-Clients load `*_gt_labels.npy` with `np.load(path, allow_pickle=True).item()`: a 0-d object
-array holding a dict. numpy 2's `np.save` pickles it by reference to `numpy._core`, which
-numpy < 1.26 lacks. So the value is checked to be plain Python, the array is pickled at
-protocol 2 (the highest Python 2.7 reads; its GLOBAL opcodes name modules as text), each
-GLOBAL naming `numpy._core.<module>` is rewritten to `numpy.core.<module>` (walking the
-opcodes with `pickletools`, so no string is touched; numpy 2 keeps those names importable),
-and a 1.0 `.npy` header is put in front.
+files and RAVEN's embedding.npy (`np.load(path, allow_pickle=True).item()`, a 0-d object
+array holding a dict). numpy 2 pickles by reference to `numpy._core`, which numpy < 1.26
+lacks, so the plain-Python value is pickled at protocol 2 and each GLOBAL opcode naming
+`numpy._core.<module>` (found with `pickletools`) is rewritten to `numpy.core.<module>`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """`vprom export --format npz`: one compressed `.npz` per problem of one split, as PGM and RAVEN
-ship them, for loaders that glob a folder for `*<part>*.npz`.
-
-Styles `pgm` (default) and `raven` follow `generation.export.pgm`; style `color` writes
-`OUT/vprom_<split>_<part>_<id>.npz` holding `image` (16, S, S, 3) uint8 (8 context panels
-row-major, then 8 candidates, each crop stretched to S x S), `target` (0..7), a one-hot
-`meta_target` (4 relations, then 4 element types) with `meta_target_names`, and V-PROM's own
-fields; every array loads without `allow_pickle`. Each distinct crop is cut and resized once
-into a uint8 memory map beside the output (removed at the end), so memory stays flat; the
-problems are written on a thread pool at zlib level 1 (`save_npz`). The folder is built under
-a temporary name and renamed into place when complete."""
+ship them, for loaders that glob a folder for `*<part>*.npz`. Styles `pgm` and `raven`
+follow `pgm`; style `color` writes `vprom_<split>_<part>_<id>.npz` with `image` (16, S, S, 3)
+uint8 and a one-hot `meta_target` (4 relations, 4 element types). Each distinct crop is
+stretched to S x S once into a uint8 memory map beside the output (flat memory); the
+problems are written by a thread pool at zlib level 1, into a folder renamed when complete.
+"""
 
 from __future__ import annotations
 
@@ -20,8 +16,8 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-import vprom.generation.export.pgm as pgm
-from vprom.generation.export.crops import WORKERS, cut_crops
+import vprom.generation.export.pgm as pgm  # noqa: PLR0402 (not via the package: a cycle)
+from vprom.generation.export.crops import WORKERS, check_split, cut_crops
 from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, free_space_for, preallocate, write_json
@@ -62,45 +58,36 @@ def save_npz(path: Path, **arrays: np.ndarray) -> None:
 
 def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,
               split: str, size: int, manifest: dict, style: str = "pgm") -> dict:
-    """Write split `split`'s problems to folder `out` in `style` ('pgm' or 'color');
-    returns what was written."""
+    """Write split `split`'s problems to folder `out` in `style`; returns what was written."""
     if style not in pgm.STYLES:
         raise VpromError(f"unknown npz style {style!r}; choose one of {', '.join(pgm.STYLES)}")
-    if split not in m.splits:
-        known = ", ".join(m.ordered_splits()) or "none"
-        raise VpromError(f"the data set has no split {split!r} (it has: {known}); pass one "
-                         "of those to --split")
+    check_split(m, split)
     if size < 8:
         raise VpromError(f"--size {size}: a panel needs at least 8×8 pixels")
     columns = m.part_columns()[split]
     chosen = [i for i in range(len(m)) if columns[i] in SPLIT_PARTS]
     used = np.unique(rows[chosen]) if chosen else np.zeros(0, np.int64)
     tile_of = {int(r): k for k, r in enumerate(used.tolist())}
-    shape = (max(len(used), 1), size, size, 3)
-    panel_bytes = N_PANELS * size * size * 3
-    free_space_for(out, int(np.prod(shape)) + len(chosen) * (panel_bytes + 4096),
-                   " for the panel tiles and the npz files")
+    gray = style != "color"
+    shape = (max(len(used), 1), size, size, *(() if gray else (3,)))
+    free_space_for(out, 3 * int(np.prod(shape[:3])) + len(chosen) * (
+        N_PANELS * size * size * 3 + 4096), " for the panel tiles and the npz files")
+    names = np.array(META_TARGET_NAMES)
     with atomic_dir(out) as tmp:
         tiles_path = tmp / ".tiles.u8"
-        gray = style != "color"
-        tiles = np.lib.format.open_memmap(tiles_path, mode="w+", dtype=np.uint8, shape=(
-            max(len(used), 1), size, size, *(() if gray else (3,))))
+        tiles = np.lib.format.open_memmap(tiles_path, mode="w+", dtype=np.uint8, shape=shape)
         preallocate(tiles_path)  # a full disk fails here, not as SIGBUS inside the mmap
-        mode = "L" if gray else "RGB"
 
         def store(r: int, crop: Image.Image) -> None:
-            tiles[tile_of[r]] = panel_tile(crop, size, mode)
+            tiles[tile_of[r]] = panel_tile(crop, size, "L" if gray else "RGB")
 
         n_crops = cut_crops(crops, used, vg_dir, store, desc="tiles") if len(used) else 0
-        names = np.array(META_TARGET_NAMES)
-
         if gray:
             (tmp / pgm.regime(split)).mkdir()
         if style == "raven":
             (tmp / "embedding.npy").write_bytes(npy_bytes(pgm.raven_embedding()))
 
         def write(i: int) -> None:
-            index = [tile_of[int(r)] for r in rows[i]]
             mid, part = int(m.id[i]), columns[i]
             rule = (m.relation[i], m.element_type[i], m.super_attribute[i])
             keys = (pgm.pgm_arrays(*rule) if style == "pgm" else pgm.raven_arrays(*rule)
@@ -109,8 +96,8 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
             save_npz(
                 tmp / (pgm.problem_name(style, split, part, mid) if gray
                        else npz_name(split, part, mid)),
-                image=tiles[index], target=np.int64(m.answer[i]), **keys,
-                relation=np.str_(m.relation[i]), element_type=np.str_(m.element_type[i]),
+                image=tiles[[tile_of[int(r)] for r in rows[i]]], target=np.int64(m.answer[i]),
+                **keys, relation=np.str_(m.relation[i]), element_type=np.str_(m.element_type[i]),
                 super_attribute=np.str_(m.super_attribute[i]), id=np.int64(mid),
                 panels=m.panels[i].astype(np.int64), elements=m.elements[i].astype(str))
 
@@ -123,8 +110,8 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
         per_part = {p: int(sum(columns[i] == p for i in chosen)) for p in SPLIT_PARTS}
         counts = {"split": split, "size": size, "style": style, "crops": n_crops,
                   "problems": len(chosen), **per_part}
-        manifest = {**manifest, "counts": {**manifest["counts"], **counts}}
-        write_json(tmp / "manifest.json", manifest)
+        write_json(tmp / "manifest.json", {**manifest, "counts": {**manifest["counts"],
+                                                                    **counts}})
         layout, keys = README[style]
         (tmp / "README.txt").write_text((HEADER + layout + PANELS + keys + OWN).format(
             style=style, split=split, size=size, regime=pgm.regime(split),

@@ -1,25 +1,11 @@
-"""The grayscale conventions of `vprom export --format npz`: what the loaders written for
-DeepMind's PGM (SRAN, WReN-PyTorch, TFDS) and for RAVEN (its `dataset` and models) read.
-
-Problems are `OUT/<regime>/<name>.npz`, the regime being the split with '_' -> '.' (PGM's
-tooling splits file names on '_'). Each holds grayscale `image` (16, S, S) uint8, `target`
-and V-PROM's own fields, plus one client's meta vectors:
-
-- style `pgm`, `PGM_<regime>_<part>_<id>.npz`: PGM's 12-slot `meta_target` and
-  `relation_structure_encoded` (4, 12). Slots 0-6 name what a rule acts on, 7-11 the
-  relation (progression, XOR, OR, AND, consistent_union); V-PROM's element types take slots
-  0-3 and its relations PGM's slots of the same meaning (`SLOT_NAMES`).
-- style `raven`, `RAVEN_<id>_<part>.npz` (RAVEN's own naming): RAVEN's `meta_matrix` (8, 9),
-  `meta_target` (9,), `structure` and `meta_structure` (21,), in the slots of RAVEN's
-  `src/dataset/const.py`, and `OUT/embedding.npy`. A V-PROM rule sets RAVEN's rule of the
-  same meaning (and: Constant, union: Distribute_Three, progression: Progression; or, a third
-  panel repeating one of the first two, is none of RAVEN's rules and sets none) and the
-  attribute it acts on (counts: Number; categories and the shape super-attribute: Type,
-  RAVEN's types being shapes; colour super-attributes: Color; the others none). A V-PROM
-  panel is one picture filling it, RAVEN's `center_single` configuration, so `structure` and
-  `meta_structure` are that configuration's, as RAVEN's `serialize_aot` writes them.
-  `embedding.npy` maps each of RAVEN's structure words to a one-hot code of RAVEN's width 300
-  (RAVEN's own GloVe file has the same keys and may replace it).
+"""The grayscale conventions of `vprom export --format npz`, as the loaders of DeepMind's PGM
+(SRAN, WReN-PyTorch, TFDS) and of RAVEN read them: `OUT/<regime>/<name>.npz` (the regime is
+the split with '_' -> '.', as PGM's tooling splits names on '_'), holding grayscale `image`
+(16, S, S), `target` and one client's meta vectors. Style `pgm` sets PGM's 12 slots (0-6
+what a rule acts on, 7-11 its relation) in the slots of the same meaning (`SLOT_NAMES`).
+Style `raven` sets RAVEN's rule of the same meaning (`or` is none of RAVEN's) and the
+attribute it acts on (`RAVEN_ATTRIBUTE`); a V-PROM panel is one picture, RAVEN's
+`center_single` configuration, whose `structure` RAVEN's `serialize_aot` would write.
 """
 
 from __future__ import annotations

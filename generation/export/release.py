@@ -1,16 +1,11 @@
 """`vprom export --format original`: the data set in the original V-PROM release's layout, as
-its public clients (Slot-Abstractor's V-PROM loader, SAViR-T's `VPROM_splits`) read it.
-
-Each distinct crop is stored once under `V-PROM/crops/`; problem `pid` is the folder
-`V-PROM/datasets/Raven_release/<pid // 5000>/<pid>/` holding panels `1.jpg` ... `16.jpg`
-(8 context row-major, then 8 candidates) as relative links `../../../../../V-PROM/crops/...`:
-clients open `os.readlink(link)[15:]` relative to the folder holding `V-PROM/`. The label
-files `{obj,attr,counting}_gt_labels.npy` are pickled dicts (`npy_pickle`) keyed by
-`str(pid)`, with every relation key a client looks up present, each entry's `label` the
-answer's panel number (9..16); `<split>_<part>_problems.npy` are plain unicode arrays of
-problem paths. `pid` is the matrix's position in id order (`release_ids`). `copy=True` writes
-plain copies instead of links, for file systems without them (readlink clients cannot read
-that copy). The folder is built under a temporary name and renamed into place when complete.
+its clients (Slot-Abstractor's V-PROM loader, SAViR-T's `VPROM_splits`) read it. Each crop is
+stored once under `V-PROM/crops/`; problem `pid` (its rank in id order) is the folder
+`V-PROM/datasets/Raven_release/<pid // 5000>/<pid>/` of panels `1.jpg` ... `16.jpg`, relative
+links that clients open as `os.readlink(link)[15:]` from the folder holding `V-PROM/` (or
+plain copies with `copy`). `{obj,attr,counting}_gt_labels.npy` are pickled dicts keyed by
+`str(pid)` (`npy_pickle`), holding every relation key a client looks up, each `label` the
+answer's panel (9..16); `<split>_<part>_problems.npy` are arrays of problem paths.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""A resumable, atomic output folder for the exports that write many large files (savir-t, hf).
-
-The folder fills as `OUT.partial/`, each file appearing under its final name only when
-complete, with the settings recorded in `.vprom-export.json`; at the end it is renamed to
-`OUT`. A rerun with the same settings keeps the files already there; one with other settings
-is refused. An existing `OUT` is refused before any work, so a folder named `OUT` is always
-complete and nothing a user has is replaced.
+"""A resumable output folder for the exports of many large files (savir-t, hf): it fills as
+`OUT.partial/`, each file appearing only when complete, with its settings in `STAMP`, and is
+renamed to `OUT` at the end. A rerun with the same settings keeps the files there; other
+settings, or an existing `OUT`, are refused.
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from vprom.errors import VpromError
 

@@ -1,39 +1,27 @@
-"""`vprom export --format savir-t`: SAViR-T's training data, one `.pt` pair per problem, at
-the file index under which SAViR-T (kalbasioti/visual-reasoning) reads it.
-
-SAViR-T's `main.py` seeds Python's `random` with `--seed` (default 1); `utils.VPROM_splits`
-draws `random.sample(range(235000), 235000 // 3)` as test problem numbers, then walks the
-original release's label files (counting, obj, attr: each relation, kind and pid in the
-pickled dicts' order) and appends each problem to the test or the train list. Its loader
-reads `<folder><index>_feature_Ours.pt` (float32 (16, 1, 2048, 7, 7): resnet101 maps of the
-16 panels, from `vprom extract --pool none`) and `<index>_target_Ours.pt` (int64: the answer
-0..7), `index` being the position in that list. This module repeats the walk over
-`export_release.label_dicts` and the draw with `random.Random(seed)`: the one use of
-Python's `random` in vprom, because SAViR-T's split is defined by it.
-
-OUT/train/ and OUT/test/ hold the pairs, beside README.txt and manifest.json; a problem is
-6.4 MB (~1.5 TB at full scale). The folder fills as `OUT.partial/` and is renamed when
-complete; an interrupted export resumes (`generation.export.resumable`).
+"""`vprom export --format savir-t`: SAViR-T's training data, one `.pt` pair per problem at the
+index SAViR-T (kalbasioti/visual-reasoning) reads it from. Its `utils.VPROM_splits` draws
+`random.sample(range(235000), 235000 // 3)` test problem numbers under `random.seed(1)`, then
+walks the release's label files (counting, obj, attr; dict order) appending each problem to
+the test or train list; its loader reads `<index>_feature_Ours.pt` (float32 (16, 1, 2048, 7,
+7) resnet101 maps) and `<index>_target_Ours.pt`. This module repeats the walk over
+`release.label_dicts` and the draw with `random.Random(seed)`, the one use of Python's
+`random` in vprom, as SAViR-T's split is defined by it. The folder resumes (`resumable`).
 """
 
 from __future__ import annotations
 
-import json
 import random
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tqdm import tqdm
 
 from vprom.errors import VpromError
 from vprom.feature_files import open_maps
+from vprom.files import write_json
 from vprom.generation.export.crops import release_ids
-from vprom.generation.export.release import (
-    FIRST_CANDIDATE_LABEL,
-    LABEL_FILES,
-    label_dicts,
-)
+from vprom.generation.export.release import FIRST_CANDIDATE_LABEL, LABEL_FILES, label_dicts
 from vprom.generation.export.resumable import resumable_dir, write_once
 from vprom.manifest import input_hash, make_manifest
 from vprom.tables import MatrixTable, read_matrix_table
@@ -52,8 +40,7 @@ HELP = (f"SAViR-T's training data: train/ and test/ <index>_feature_Ours.pt (flo
 WALK = ("counting_gt_labels.npy", "obj_gt_labels.npy", "attr_gt_labels.npy")
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     """One problem of a SAViR-T list."""
 
     row: int
@@ -70,10 +57,8 @@ def walk(labels: dict[str, dict]):
     """Yield (pid string, entry dict) in VPROM_splits' order."""
     nested_files = {name for name, sub in LABEL_FILES.values() if sub is not None}
     for name in WALK:
-        nested = name in nested_files
         for relation in labels[name].values():
-            tables = relation.values() if nested else [relation]
-            for table in tables:
+            for table in relation.values() if name in nested_files else [relation]:
                 yield from table.items()
 
 
@@ -124,8 +109,7 @@ def export_savir(dataset: str | Path, features: str | Path, out: str | Path,
                       "written": written, "seed": seed}
             manifest = make_manifest("export-savir-t", settings,
                                      inputs={dataset.name: settings["dataset"]}, counts=counts)
-            (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True)
-                                               + "\n")
+            write_json(tmp / "manifest.json", manifest)
             (tmp / "README.txt").write_text(README.format(**counts), encoding="utf-8")
     return counts
 

@@ -1,31 +1,20 @@
-"""`vprom export --format vlm`: V-PROM problems for vision-language models, as the
-evaluation harnesses lmms-eval and VLMEvalKit read them (docs/vlm.md).
+"""`vprom export --format vlm`: V-PROM problems for vision-language models, as lmms-eval and
+VLMEvalKit read them (docs/vlm.md; the files are written by `vlm_formats`).
 
-Problems: the `part` (default test) of `split`; with `limit`, a stratified sample whose
-relation x element-type cells share `limit` as evenly as their sizes allow (water-filling,
-the leftover problems going to cells in a seeded random order), each cell drawn without
-replacement. The rows are then shuffled by the same seeded generator, and images are named by
-matrix id only, so neither the order nor a name says anything about the answer. Letters A-H
-are candidates 0-7 in the data set's own order; the answer is one letter.
-
-Layouts:
-- grid: one JPEG per problem after ml-rpm-bench's "fused" image: the 3x3 matrix on top (the
-  last cell a "?"), then 8 candidates in two rows of four, each under its letter (`GRID`).
-- panels: the 16 crops as separate JPEGs, each letterboxed into a PANEL-px square: images
-  1-8 the context in reading order, 9-16 the candidates A-H.
-- text: no image; each panel as the sorted labels of its crop.
-The question is TEMPLATE (or the text of --prompt FILE) with "{panels}" replaced by the
-layout's words on where the problem is (for text: the panels' labels).
-
-Problems are rendered CHUNK at a time: every distinct crop of the chunk is cut from its VG
-image once (`cut_crops`, threads) and letterboxed once; a grid pastes 16 tiles into a canvas
-drawn once (`grid_canvas`) and is encoded as JPEG, on the same threads. The files are
-written by `vlm_formats`.
+The problems are `split`'s `part`; with `limit`, a stratified sample whose relation x
+element-type cells share `limit` as evenly as their sizes allow (`even_shares`). The rows
+are then shuffled by the same seeded generator and images are named by matrix id, so neither
+order nor name tells the answer; letters A-H are candidates 0-7. Layouts: `grid`, one JPEG
+after ml-rpm-bench's "fused" image (the 3x3 matrix with a "?" cell above the 8 candidates,
+each under its letter: `grid_positions`); `panels`, 16 letterboxed PANEL-px JPEGs; `text`,
+each panel as its crop's sorted labels. The question is TEMPLATE (or --prompt's text) with
+"{panels}" replaced by WHERE[layout]. Problems are rendered CHUNK at a time, each distinct
+crop letterboxed once: cut from its JPEG, or read from a crop store, whose S x S crop is
+resized back to the box's shape (`unstretched`).
 """
 
 from __future__ import annotations
 
-import io
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -35,23 +24,25 @@ import numpy as np
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
-from vprom.domain import LABEL_SEPARATOR, N_CANDIDATES, N_CONTEXT
+from vprom.domain import N_CANDIDATES, N_CONTEXT
+from vprom.crop_store import CropStore, store_rows
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, write_json
-from vprom.generation.export.crops import WORKERS, cut_crops
+from vprom.generation.export.crops import WORKERS, check_split, cut_crops, jpeg, labels
 from vprom.generation.export.hf import pyarrow_modules
 from vprom.generation.export.vlm_formats import LETTERS, VlmWriter
 from vprom.show import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbox
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
 LAYOUTS = ("grid", "panels", "text")
-#: the grid image, px: TILE tiles, GAP between them and round the edge, a LABEL strip
-#: above each candidate holding its letter, SEPARATOR between matrix and candidates
+#: the grid, px: TILE tiles, GAP apart and round the edge, a LABEL strip holding each
+#: candidate's letter, SEPARATOR between matrix and candidates
 TILE, GAP, LABEL, SEPARATOR = 176, 8, 36, 32
 GRID = (4 * TILE + 5 * GAP, GAP + 3 * TILE + 2 * GAP + SEPARATOR + 2 * (LABEL + TILE) + 2 * GAP)
 PANEL = 336  # side of a panels-layout image
 JPEG_QUALITY = 90
 CHUNK = 500  # problems rendered at a time: bounds the tiles held in memory
+STORE_BATCH = 256  # crops read from a crop store at a time
 TEMPLATE = (
     "This is a visual reasoning puzzle: a 3x3 matrix of photographs whose last cell is "
     "missing, and 8 candidate answers labelled A to H. The three rows follow the same rule "
@@ -82,10 +73,7 @@ class VlmOptions:
         if self.layout not in LAYOUTS:
             raise VpromError(f"unknown --layout {self.layout!r}; choose one of "
                              f"{', '.join(LAYOUTS)}")
-        if self.split not in m.splits:
-            known = ", ".join(m.ordered_splits()) or "none"
-            raise VpromError(f"the data set has no split {self.split!r} (it has: {known}); "
-                             "pass one of those to --split")
+        check_split(m, self.split)
         if self.part not in SPLIT_PARTS:
             raise VpromError(f"unknown --part {self.part!r}; choose one of "
                              f"{', '.join(SPLIT_PARTS)}")
@@ -141,7 +129,7 @@ def even_shares(sizes: np.ndarray, total: int, rng: np.random.Generator) -> np.n
 
 
 def describe(crops: CropTable, r: int) -> str:
-    return ", ".join(sorted(lab for lab in str(crops.labels[r]).split(LABEL_SEPARATOR) if lab))
+    return ", ".join(sorted(labels(crops, r)))
 
 
 def question(template: str, layout: str, descriptions: list[str] | None = None) -> str:
@@ -185,35 +173,74 @@ def grid_canvas() -> np.ndarray:
     return np.asarray(im)
 
 
-def jpeg(pixels: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="JPEG", quality=JPEG_QUALITY)
-    return buffer.getvalue()
-
-
 def render_grid(tiles: list[np.ndarray]) -> bytes:
     """The grid JPEG of one problem from its 16 TILE x TILE tiles (8 context, 8 candidates)."""
     canvas = grid_canvas().copy()
     positions = grid_positions()
     for tile, (x, y) in zip(tiles, positions[:8] + positions[9:]):
         canvas[y:y + TILE, x:x + TILE] = tile
-    return jpeg(canvas)
+    return jpeg(Image.fromarray(canvas), JPEG_QUALITY)
 
 
-def chunk_pictures(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: np.ndarray,
-                   vg_dir: Path, layout: str) -> list:
-    """Per problem of `chosen`: the grid JPEG, or the list of 16 panel JPEGs."""
-    side = TILE if layout == "grid" else PANEL
-    needed = rows[chosen]
+def unstretched(pixels: np.ndarray, w: int, h: int, side: int) -> np.ndarray:
+    """A crop store's S x S crop (channels first) as `letterbox` tiles the w x h crop:
+    resized to the box's shape fitted in the tile (bilinear, as the store was made, at half
+    Lanczos's cost), then centred."""
+    scale = side / max(w, h, 1)
+    fitted = (max(1, round(w * scale)), max(1, round(h * scale)))
+    crop = Image.fromarray(pixels.transpose(1, 2, 0)).resize(fitted, Image.Resampling.BILINEAR)
+    return np.asarray(letterbox(crop, side))
+
+
+def open_store(path: Path, dataset: Path, crops: CropTable, rows: np.ndarray,
+               layout: str) -> tuple[CropStore, np.ndarray]:
+    """The crop store at `path` and its row of each crop-table row in `rows` (else -1);
+    refuses a store of another data set, lacking crops, or smaller than the tiles."""
+    store = CropStore(path)
+    try:
+        side = TILE if layout == "grid" else PANEL
+        if store.size < side:
+            raise VpromError(f"--crops {path}: its crops are {store.size} px, smaller than the "
+                             f"{layout} layout's {side} px tiles; build one with `vprom crops "
+                             f"--size {side}` or more, or leave out --crops to cut the JPEGs")
+        used = np.unique(rows)
+        where = np.full(len(crops), -1, np.int64)
+        where[used] = store_rows(store, dataset, crops.crop_id[used], "the data set")
+    except BaseException:
+        store.close()
+        raise
+    return store, where
+
+
+def tiles_of(crops: CropTable, used: np.ndarray, source, side: int) -> dict[int, np.ndarray]:
+    """The side x side tile of every crop row in `used`, from a VG folder's JPEGs or from
+    what `open_store` returns."""
     tiles: dict[int, np.ndarray] = {}
-    cut_crops(crops, np.unique(needed), vg_dir,
-              lambda r, im: tiles.__setitem__(r, np.asarray(letterbox(im, side))),
-              desc="crops")
+    if isinstance(source, Path):
+        cut_crops(crops, used, source,
+                  lambda r, im: tiles.__setitem__(r, np.asarray(letterbox(im, side))))
+        return tiles
+    store, where = source
+    with ThreadPoolExecutor(WORKERS) as pool:  # Pillow resizes without the GIL
+        for start in range(0, len(used), STORE_BATCH):
+            batch = used[start:start + STORE_BATCH]
+            tiles.update(zip(batch.tolist(), pool.map(
+                unstretched, store.read_rows(where[batch]), crops.w[batch], crops.h[batch],
+                [side] * len(batch))))
+    return tiles
+
+
+def chunk_pictures(crops: CropTable, rows: np.ndarray, chosen: np.ndarray, source,
+                   layout: str) -> list:
+    """Per problem of `chosen`: the grid JPEG, or the list of 16 panel JPEGs."""
+    needed = rows[chosen]
+    tiles = tiles_of(crops, np.unique(needed), source, TILE if layout == "grid" else PANEL)
     with ThreadPoolExecutor(WORKERS) as pool:  # Pillow encodes without the GIL
         if layout == "grid":
             return list(pool.map(lambda problem: render_grid([tiles[r] for r in problem]),
                                  needed.tolist()))
-        encoded = dict(zip(tiles, pool.map(jpeg, tiles.values())))
+        encoded = dict(zip(tiles, pool.map(lambda t: jpeg(Image.fromarray(t), JPEG_QUALITY),
+                                           tiles.values())))
     return [[encoded[r] for r in problem] for problem in needed.tolist()]
 
 
@@ -235,9 +262,10 @@ def problem_records(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: 
     return records
 
 
-def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
-              vg_dir: Path | None, options: VlmOptions, manifest: dict) -> dict:
-    """Write the export folder `out` (atomically); returns what it holds."""
+def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, source,
+              options: VlmOptions, manifest: dict) -> dict:
+    """Write the export folder `out` (atomically), the pictures from `source` (`tiles_of`);
+    returns what it holds."""
     pyarrow_modules()  # before any work
     chosen = choose(m, options)
     task = f"vprom_{options.split}_{options.part}_{options.layout}"
@@ -247,7 +275,7 @@ def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
                           unit="chunk", disable=None):
             block = chosen[start:start + CHUNK]
             pictures = ([None] * len(block) if options.layout == "text" else
-                        chunk_pictures(crops, m, rows, block, vg_dir, options.layout))
+                        chunk_pictures(crops, rows, block, source, options.layout))
             writer.add(problem_records(crops, m, rows, block, options, pictures))
         counts = {"problems": len(chosen), "split": options.split, "part": options.part,
                   "layout": options.layout, "limit": options.limit, **writer.close()}

@@ -1,21 +1,12 @@
-"""The files of a VLM export (`generation.export.vlm`): an lmms-eval task folder and a
-VLMEvalKit multiple-choice TSV, filled a chunk of problems at a time.
-
-`lmms_eval/` is a folder for lmms-eval's `--include_path`: `<task>.yaml` with the keys of
-lmms-eval 0.7.3's `TaskConfig` (`dataset_path: parquet` and `dataset_kwargs.data_files`,
-which `datasets.load_dataset` resolves from the working directory, hence an absolute path;
-`test_split`; the hooks as `!function vprom_hooks.NAME`, which lmms-eval imports from the
-YAML's folder; one metric `vprom_accuracy` aggregated by `vprom_hooks.aggregate`),
-`vprom_hooks.py` (a copy of `generation.export.vlm_task`) and `data/<part>-NNNNN.parquet`,
-one shard per chunk, written by the hf export's `write_table` so that `datasets` decodes
-the images.
-
-`vlmevalkit/<TASK>.tsv` follows the schema VLMEvalKit's `build_dataset` reads from a TSV it
-does not know (a custom MCQ data set, read with `pandas.read_csv(sep="\\t")`): `index` (the
-matrix id), `image` (a base64 JPEG; panels: a Python list literal of 16, which its
-`toliststr` evaluates), `question`, the options `A`-`H` (it offers every capital-letter
-column present), `answer`, `category` (relation) and `l2-category` (element type). The text
-layout has no image column, which makes it a CustomTextMCQDataset there.
+"""The files of a VLM export (`vlm`), filled a chunk of problems at a time. `lmms_eval/` is a
+folder for lmms-eval's `--include_path`: `<task>.yaml` with lmms-eval 0.7.3's `TaskConfig`
+keys (Parquet `data_files` as an absolute path, as `datasets` resolves it from the working
+directory; hooks as `!function vprom_hooks.NAME`), `vprom_hooks.py` (a copy of `vlm_task`)
+and `data/<part>-NNNNN.parquet` written by the hf export's `write_table`.
+`vlmevalkit/<TASK>.tsv` is the custom MCQ TSV VLMEvalKit's `build_dataset` reads with
+`pandas.read_csv(sep="\\t")`: `index` (matrix id), `image` (base64 JPEG; panels: a list
+literal of 16, which its `toliststr` evaluates), `question`, options `A`-`H`, `answer`,
+`category` (relation), `l2-category` (element type); the text layout has no image column.
 """
 
 from __future__ import annotations

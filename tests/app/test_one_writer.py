@@ -180,7 +180,8 @@ def test_crops_is_refused_while_another_writes_its_store_and_waits_when_asked(tm
                                                                               capsys):
     """Audit items 1 and 15: two concurrent `crops` into one store, and one failed on a
     missing chunk."""
-    from vprom.features.crop_store import CropStore, StoreJob, build_crop_store
+    from vprom.crop_store import CropStore
+    from vprom.features.crop_store import StoreJob, build_crop_store
 
     from tests import dataset_fixture
     from vprom.tables import read_matrix_table

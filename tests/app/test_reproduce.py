@@ -124,7 +124,7 @@ def test_reproduce_runs_the_grid_and_skips_finished_runs(tmp_path, monkeypatch, 
 def test_reproduce_end_to_end_on_the_synthetic_corpus(tmp_path, capsys):
     """A vector, a map and a pixel model through build, extract (pooled and maps), crops,
     train, evaluate and report; a second run keeps every file it made."""
-    from vprom.features.crop_store import CropStore
+    from vprom.crop_store import CropStore
 
     from vprom.feature_files import load_features, open_maps
 

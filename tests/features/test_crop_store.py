@@ -15,7 +15,8 @@ import pytest
 from tests.dataset_fixture import build_records, write_dataset, write_images
 from tests.own_model_fixture import STORE_SIZE, own_build  # noqa: F401 (fixture)
 from vprom.errors import VpromError
-from vprom.features.crop_store import CropStore, StoreJob, build_crop_store
+from vprom.crop_store import CropStore
+from vprom.features.crop_store import StoreJob, build_crop_store
 from vprom.features.crops import decode_crops
 from vprom.images import ImageIndex
 from vprom.manifest import make_manifest

@@ -1,6 +1,6 @@
-"""`vprom export --format vlm`: the grid image read from its pixels, the lmms-eval Parquet
-and the VLMEvalKit TSV read as those harnesses read them, the stratified --limit, no leak of
-the answer, and bad input refused in one line."""
+"""`vprom export --format vlm`: the grid image read from its pixels (from the JPEGs and from a
+crop store), the lmms-eval Parquet and the VLMEvalKit TSV read as those harnesses read them,
+the stratified --limit, no leak of the answer, and bad input refused in one line."""
 
 from __future__ import annotations
 
@@ -18,9 +18,11 @@ import pytest
 from PIL import Image, ImageDraw, ImageFont
 from vprom.generation.export import export
 
-from tests.dataset_fixture import build_records, write_dataset
+from tests.dataset_fixture import build_records, write_dataset, write_images
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
 from vprom.app import cli
+from vprom.features.crop_store import StoreJob, build_crop_store
+from vprom.generation.export.vlm import TILE, grid_positions
 from vprom.errors import VpromError
 from vprom.tables import read_matrix_table
 
@@ -39,9 +41,10 @@ def decoded(data: bytes) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- the grid, from pixels
-@pytest.fixture(scope="module")
-def coloured(tmp_path_factory):
-    """A data set whose matrix 0 shows 16 crops, each painted one PALETTE colour."""
+@pytest.fixture(scope="module", params=["jpegs", "crop store"])
+def coloured(tmp_path_factory, request):
+    """A data set whose matrix 0 shows 16 crops, each painted one PALETTE colour, exported
+    from its JPEGs or from its crop store."""
     root = tmp_path_factory.mktemp("vlm-colours")
     crops, matrices = build_records(1, seed=3)
     m = matrices[0]
@@ -60,7 +63,12 @@ def coloured(tmp_path_factory):
     parts = read_matrix_table(dataset).part_columns()
     split, part = next((s, col[0]) for s, col in parts.items() if col[0] != "excluded")
     out = root / "out"
-    export(dataset, "vlm", out, vg_dir=root / "vg", split=split, part=part)
+    source = {"vg_dir": root / "vg"}
+    if request.param == "crop store":
+        source = {"crop_store": build_crop_store(
+            StoreJob(dataset, root / "vg", TILE, root / "crops.h5", workers=1),
+            log=lambda _: None)}
+    export(dataset, "vlm", out, split=split, part=part, **source)
     row = next(r for r in rows(out, part) if r["matrix_id"] == m.id)
     return m, colour, decoded(row["image"]["bytes"])
 
@@ -113,6 +121,58 @@ def test_grid_puts_candidate_k_under_letter_k(coloured):
         seen = glyph(dark[top:bottom + 1])
         distances = [np.count_nonzero(seen != t) for t in templates]
         assert int(np.argmin(distances)) == k, f"the letter above candidate {k}: {distances}"
+
+
+# ---------------------------------------------------------------- from a crop store
+@pytest.fixture(scope="module")
+def from_store(tmp_path_factory):
+    """A small data set with its JPEGs and its crop store (S = 224), and one part's grid
+    export from each: (dataset, root, rows from the JPEGs, rows from the store)."""
+    root = tmp_path_factory.mktemp("vlm-store")
+    crops, matrices = build_records(1, seed=0)
+    dataset = write_dataset(root / "d.h5", crops, matrices)
+    vg = write_images(root / "vg", crops)
+    store = build_crop_store(StoreJob(dataset, vg, 224, root / "crops.h5", workers=1),
+                             log=lambda _: None)
+    part = "test"
+    split = next(s for s, col in read_matrix_table(dataset).part_columns().items()
+                 if (col == part).sum() >= 3)
+    export(dataset, "vlm", root / "jpegs", vg_dir=vg, split=split, part=part)
+    export(dataset, "vlm", root / "store", crop_store=store, split=split, part=part)
+    return dataset, root, rows(root / "jpegs", part), rows(root / "store", part)
+
+
+def test_a_grid_from_a_crop_store_matches_the_grid_from_the_jpegs(from_store):
+    """The store holds resized pixels (S x S, aspect not kept), not the JPEGs, so a tile from
+    it is resampled twice: equal to the JPEGs' tile within resampling error, and nearer to
+    it than to any other tile of the problem."""
+    _, _, jpegs, stored = from_store
+    assert len(jpegs) >= 3
+    assert [{**r, "image": r["image"]["path"]} for r in jpegs] == \
+        [{**r, "image": r["image"]["path"]} for r in stored]
+    places = [p for k, p in enumerate(grid_positions()) if k != 8]  # 8: the "?" cell
+    for a, b in zip(jpegs, stored):
+        want, got = decoded(a["image"]["bytes"]), decoded(b["image"]["bytes"])
+        assert np.abs(want - got).mean() < 2
+        tiles = [(want[y:y + TILE, x:x + TILE], got[y:y + TILE, x:x + TILE]) for x, y in places]
+        for k, (_, tile) in enumerate(tiles):
+            errors = [np.abs(tile - other).mean() for other, _ in tiles]
+            assert errors[k] < 6 and int(np.argmin(errors)) == k
+
+
+def test_a_crop_store_of_another_data_set_or_too_small_is_refused(from_store, synthetic_build,
+                                                                   tmp_path, capsys):
+    dataset, root, _, _ = from_store
+    small = build_crop_store(StoreJob(dataset, root / "vg", 24, tmp_path / "small.h5",
+                                      workers=1), log=lambda _: None)
+    for data, store, message in (
+            (synthetic_build[0], root / "crops.h5", "made from another data set than"),
+            (dataset, small, "its crops are 24 px, smaller than the grid layout's 176 px")):
+        code = cli.main(["export", str(data), "--format", "vlm", "--crops", str(store),
+                         "--out", str(tmp_path / "o")])
+        err = capsys.readouterr().err.strip()
+        assert code != 0 and message in err and len(err.splitlines()) == 1
+        assert not (tmp_path / "o").exists()
 
 
 # ---------------------------------------------------------------- formats, as the harnesses read them

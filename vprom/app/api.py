@@ -276,7 +276,8 @@ def load_dataset(path: Path):
 def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
            features: Path | None = None, copy: bool = False, split: str = "neutral",
            size: int = 160, style: str = "pgm", part: str = "test", layout: str = "grid",
-           prompt: Path | None = None, limit: int | None = None, seed: int = 0):
+           prompt: Path | None = None, limit: int | None = None, seed: int = 0,
+           crops: Path | None = None):
     """The data set as JSON lines, the original release's layout, npz, SAViR-T, hf or vlm files.
 
     Args:
@@ -299,6 +300,8 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
             replaced by where the panels are (required for the text layout: their labels)
         limit: vlm: at most this many problems, stratified over relation x element type
         seed: vlm: seed of the --limit sample and of the shuffled problem order
+        crops: vlm: a crop store of this data set (`vprom crops`, --size at least 176 for
+            grid, 336 for panels) to take the pictures from instead of the JPEGs of --vg
 
     >>> print(vprom.export("build/small/dataset.h5", "jsonl", "build/small/dataset.jsonl"))
     wrote build/small/dataset.jsonl: ... matrices as JSON lines
@@ -327,4 +330,4 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
 
     return run(dataset, format, out, vg_dir=vg, copy=copy, split=split, size=size, style=style,
                verify_text=verify_text, part=part, layout=layout, prompt=prompt, limit=limit,
-               seed=seed)
+               seed=seed, crop_store=crops)

@@ -24,8 +24,8 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
 from vprom.errors import VpromError
-from vprom.features.crop_store import KIND as CROP_STORE
-from vprom.features.crop_store import CropStore
+from vprom.crop_store import KIND as CROP_STORE
+from vprom.crop_store import CropStore
 from vprom.feature_files import check_features_source, load_features, open_maps, rows_of
 from vprom.domain import N_CONTEXT, N_PANELS, SPLITS
 from vprom.tables import SPLIT_PARTS, open_h5, read_matrix_table
