@@ -27,6 +27,9 @@ STR = h5py.string_dtype(encoding="utf-8")
 INT_COLUMNS = {"crop_id": np.int64, "image_id": np.int64, "x": np.int32, "y": np.int32,
                "w": np.int32, "h": np.int32, "source_id": np.int64}
 SPLIT_PARTS = ("train", "val", "test")
+#: The `matrices` columns of a DATASET.h5, in the order they are written.
+MATRIX_COLUMNS = ("id", "relation", "element_type", "super_attribute", "answer", "panels",
+                  "elements")
 #: The groups of a DATASET.h5 and a POOLS.h5 that `content_hash` covers.
 CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab", "vocabulary")
 
@@ -107,20 +110,13 @@ class CropTable:
         return CropTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
     def write(self, group: h5py.Group) -> None:
-        for f in fields(self):
-            group.create_dataset(f.name, data=getattr(self, f.name),
-                                 dtype=None if f.name in INT_COLUMNS else STR)
+        _write_columns(group, self, [f.name for f in fields(self)])
 
     @classmethod
     def read(cls, group: h5py.Group) -> "CropTable":
-        cols = {}
-        for f in fields(cls):
-            if f.name not in group:
-                raise VpromError(f"{group.file.filename}: {group.name} has no column "
-                                 f"'{f.name}'; rebuild the file with this vprom version")
-            ds = group[f.name]
-            cols[f.name] = ds[()] if f.name in INT_COLUMNS else ds.asstr()[()]
-        return cls(**cols)
+        return cls(**{f.name: _column(group, f.name, f"{group.file.filename}: {group.name} has "
+                                      f"no column '{f.name}'; rebuild the file with this vprom "
+                                      "version") for f in fields(cls)})
 
 
 @dataclass
@@ -157,16 +153,10 @@ class MatrixTable:
                 parts = splits.setdefault(split, {p: [] for p in SPLIT_PARTS})
                 if part in SPLIT_PARTS:
                     parts[part].append(m.id)
-        return cls(
-            id=[m.id for m in matrices],
-            relation=[m.relation.value for m in matrices],
-            element_type=[m.element_type.value for m in matrices],
-            super_attribute=[m.super_attribute for m in matrices],
-            answer=[m.answer for m in matrices],
-            panels=np.array([m.panels for m in matrices], dtype=np.int64).reshape(-1, N_PANELS),
-            elements=np.array([m.elements for m in matrices], dtype=object).reshape(-1, N_PANELS),
-            splits=splits,
-        )
+        columns = {name: [getattr(m, name) for m in matrices] for name in MATRIX_COLUMNS}
+        for name in ("relation", "element_type"):
+            columns[name] = [value.value for value in columns[name]]
+        return cls(**columns, splits=splits)
 
     def ordered_splits(self) -> list[str]:
         """The splits of the file in the paper's order, then any others by name."""
@@ -211,12 +201,7 @@ class MatrixTable:
                       splits=tuple(sorted(split_parts.items())))
 
     def write(self, matrices: h5py.Group, splits: h5py.Group) -> None:
-        matrices.create_dataset("id", data=self.id)
-        for name in ("relation", "element_type", "super_attribute"):
-            matrices.create_dataset(name, data=getattr(self, name), dtype=STR)
-        matrices.create_dataset("answer", data=self.answer)
-        matrices.create_dataset("panels", data=self.panels)
-        matrices.create_dataset("elements", data=self.elements, dtype=STR)
+        _write_columns(matrices, self, MATRIX_COLUMNS)
         for split in sorted(self.splits):
             g = splits.create_group(split)
             for part in SPLIT_PARTS:
@@ -224,17 +209,24 @@ class MatrixTable:
 
     @classmethod
     def read(cls, matrices: h5py.Group, splits: h5py.Group) -> "MatrixTable":
-        def col(name):
-            if name not in matrices:
-                raise VpromError(f"{matrices.file.filename}: matrices has no column '{name}'")
-            ds = matrices[name]
-            return ds.asstr()[()] if ds.dtype.kind == "O" else ds[()]
-
-        names = ("id", "relation", "element_type", "super_attribute", "answer", "panels",
-                 "elements")
-        return cls(**{name: col(name) for name in names},
+        return cls(**{name: _column(matrices, name, f"{matrices.file.filename}: matrices has no "
+                                    f"column '{name}'") for name in MATRIX_COLUMNS},
                    splits={s: {p: splits[s][p][()] for p in SPLIT_PARTS if p in splits[s]}
                            for s in splits})
+
+
+def _write_columns(group: h5py.Group, table, names) -> None:
+    for name in names:
+        values = getattr(table, name)
+        group.create_dataset(name, data=values, dtype=STR if values.dtype == object else None)
+
+
+def _column(group: h5py.Group, name: str, missing: str) -> np.ndarray:
+    """The column `name` of `group` (strings decoded); refused with `missing` when absent."""
+    if name not in group:
+        raise VpromError(missing)
+    ds = group[name]
+    return ds.asstr()[()] if ds.dtype.kind in "OS" else ds[()]
 
 
 def write_label_vocabulary(group: h5py.Group, objects: Iterable[str],
