@@ -140,7 +140,12 @@ def _not_finite(values: np.ndarray, crop_ids: np.ndarray, missing: np.ndarray
     return int((~np.isfinite(values[bad])).sum()), crop_ids[bad]
 
 
-def _refuse_not_finite(path: Path, count: int, crops: np.ndarray) -> None:
+def _refuse_not_finite(path: Path, found: list[tuple[int, np.ndarray]]) -> None:
+    """Refuse `path` when `_not_finite` found anything in one of its blocks."""
+    count = sum(n for n, _ in found)
+    if not count:
+        return
+    crops = np.concatenate([bad for _, bad in found])
     raise VpromError(f"{path}: {count:,} stored values are not finite (inf or NaN), in "
                      f"{len(crops):,} crops (first: crop {int(crops[0])}); extract the file "
                      "again (with --dtype float32 where float16 overflowed)")
@@ -149,17 +154,15 @@ def _refuse_not_finite(path: Path, count: int, crops: np.ndarray) -> None:
 def check_finite(values: np.ndarray, crop_ids: np.ndarray, missing: np.ndarray,
                  path: Path) -> None:
     """Refuse rows of `values` (one per crop id) holding inf or NaN, `missing` crops aside."""
-    count, crops = _not_finite(values, crop_ids, missing)
-    if count:
-        _refuse_not_finite(path, count, crops)
+    _refuse_not_finite(path, [_not_finite(values, crop_ids, missing)])
 
 
 class SpatialMaps(OpenFile):
     """An open maps file (`--pool none`), read lazily: `gather` rows by crop id, `batches` the
-    whole file in row order; a context manager, or call `close()`."""
+    whole file in row order."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: str | Path):
+        self.path = path = Path(path)
         check_complete(path)
         self._h5 = open_h5(path)
         try:
@@ -174,16 +177,14 @@ class SpatialMaps(OpenFile):
             raise
 
     @property
-    def shape(self) -> tuple:
-        """(N, C, H, W)."""
+    def shape(self) -> tuple:  # (N, C, H, W)
         return tuple(self.maps.shape)
 
     @property
     def dtype(self) -> np.dtype:
         return self.maps.dtype
 
-    def index_of(self, crop_ids) -> np.ndarray:
-        return rows_of(self.crop_id, crop_ids, self.path)
+    index_of = Features.index_of
 
     def gather(self, crop_ids, dtype=np.float32) -> np.ndarray:
         """The maps of `crop_ids` (1-D, any order, repeats allowed): (len, C, H, W)."""
@@ -202,11 +203,9 @@ class SpatialMaps(OpenFile):
 
     def check_finite(self, batch_size: int = 1024) -> None:
         """Refuse the file if a map (missing crops' aside) holds inf or NaN."""
-        found = [_not_finite(self.maps[a:a + batch_size], self.crop_id[a:a + batch_size],
-                             self.missing_crop_id) for a in range(0, len(self), batch_size)]
-        count = sum(n for n, _ in found)
-        if count:
-            _refuse_not_finite(self.path, count, np.concatenate([bad for _, bad in found]))
+        _refuse_not_finite(self.path, [
+            _not_finite(self.maps[a:a + batch_size], self.crop_id[a:a + batch_size],
+                        self.missing_crop_id) for a in range(0, len(self), batch_size)])
 
     def batches(self, batch_size: int = 256, dtype=np.float32):
         """Yield (crop ids, maps) blocks over the whole file in row order."""
@@ -217,9 +216,8 @@ class SpatialMaps(OpenFile):
             yield self.crop_id[start:stop], block.astype(dtype, copy=False)
 
 
-def open_maps(path: str | Path) -> SpatialMaps:
-    """Open a finished maps FEATS.h5 (refuses partial, incomplete and pooled files)."""
-    return SpatialMaps(Path(path))
+#: Open a finished maps FEATS.h5 (refuses partial, incomplete and pooled files).
+open_maps = SpatialMaps
 
 
 def check_features_source(dataset: str | Path, features: str | Path,
