@@ -332,17 +332,15 @@ class DatasetFile:
         return self.matrices.row(row, self._parts)
 
 
-def content_hash(path: str | Path) -> str:
-    """sha256 over the data of a DATASET.h5 or POOLS.h5, independent of HDF5 byte layout: the
-    HDF5 datasets under CONTENT_GROUPS in sorted path order, each as its path, kind, shape and
-    values (integers as little-endian int64, floats as float64, strings as the UTF-8 of
-    `json.dumps(list, ensure_ascii=False)`); attributes (the manifest) are left out."""
-    with open_h5(path) as f:
-        return content_hash_of(f)
-
-
-def content_hash_of(f: h5py.File) -> str:
-    """`content_hash` of an open HDF5 file."""
+def content_hash(f: str | Path | h5py.File) -> str:
+    """sha256 over the data of a DATASET.h5 or POOLS.h5 (a path or an open file), independent
+    of HDF5 byte layout: the HDF5 datasets under CONTENT_GROUPS in sorted path order, each as
+    its path, kind, shape and values (integers as little-endian int64, floats as float64,
+    strings as the UTF-8 of `json.dumps(list, ensure_ascii=False)`); attributes (the manifest)
+    are left out."""
+    if not isinstance(f, h5py.File):
+        with open_h5(f) as h5:
+            return content_hash(h5)
     h = hashlib.sha256()
     items: list[tuple[str, h5py.Dataset]] = []
     for group in CONTENT_GROUPS:
@@ -354,18 +352,17 @@ def content_hash_of(f: h5py.File) -> str:
     return "sha256:" + h.hexdigest()
 
 
+content_hash_of = content_hash  # the name mining/pools.py imports
+
+
 def _hdf5_bytes(name: str, ds: h5py.Dataset) -> bytes:
-    kind = ds.dtype.kind
-    if kind in "OS":
-        values = np.asarray(ds.asstr()[()], dtype=object).ravel().tolist()
-        body = json.dumps(values, ensure_ascii=False).encode()
+    if ds.dtype.kind in "OS":
         kind = "str"
-    elif kind == "f":
-        body = np.ascontiguousarray(ds[()], dtype="<f8").tobytes()
-        kind = "float"
+        body = json.dumps(np.asarray(ds.asstr()[()], dtype=object).ravel().tolist(),
+                          ensure_ascii=False).encode()
     else:
-        body = np.ascontiguousarray(ds[()], dtype="<i8").tobytes()
-        kind = "int"
+        kind = "float" if ds.dtype.kind == "f" else "int"
+        body = np.ascontiguousarray(ds[()], dtype="<f8" if kind == "float" else "<i8").tobytes()
     head = json.dumps([name, kind, list(ds.shape), len(body)]).encode()
     return head + b"\n" + body
 

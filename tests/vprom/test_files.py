@@ -96,8 +96,8 @@ def test_parts_of_dead_runs_are_cleaned_and_live_ones_kept(tmp_path):
 
 
 def test_writing_one_output_never_deletes_the_temporary_of_another(tmp_path):
-    """`stats --json e` once deleted `.e.jsonl.<pid>.part`, which an export of `e.jsonl` was
-    writing: a writer cleans only its own output's parts, and only those of dead writers."""
+    """`stats --json e` leaves `.e.jsonl.<pid>.part` of an export of `e.jsonl` alone: a writer
+    cleans only its own output's parts, and only those of dead writers."""
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
     writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -120,9 +120,8 @@ def test_writing_one_output_never_deletes_the_temporary_of_another(tmp_path):
 def test_ctrl_c_just_as_the_temporary_is_made_leaves_no_part(tmp_path, monkeypatch, writer,
                                                              make, on_thread):
     """A Ctrl-C that lands right after the temporary exists (here: sent by the creating call
-    itself) still removes it, whichever thread the OS hands the signal to: `train` once left
-    a `.history.json.*.part` this way, and a signal mask held on the main thread alone let
-    numpy's or torch's threads take it in the middle of the window."""
+    itself) still removes it, whichever thread the OS hands the signal to (numpy's or torch's
+    threads may take it in the middle of the window)."""
     import signal
     import threading
 

@@ -68,8 +68,8 @@ def test_leaving_early_stops_the_workers():
 
 @pytest.mark.parametrize("method", ["spawn", "fork"])
 def test_a_worker_ignores_ctrl_c_and_stop_ends_it(method):
-    """At once, by SIGTERM: a forked worker too (it was born with the parent's handlers, and
-    `stop` used to wait out the grace period and kill it, 3 s at the end of every run)."""
+    """At once, by SIGTERM: a forked worker too (it is born with the parent's handlers), not
+    after the grace period."""
     receive, send = processes.context(method).Pipe()
     procs: list = []
     processes.start(procs, spawned.wait_for_parent, (send,), "vprom-test", method)
