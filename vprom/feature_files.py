@@ -101,9 +101,6 @@ def check_complete(path: str | Path) -> None:
             raise VpromError(f"{path}: incomplete feature file (extraction was interrupted or "
                              "is still running); re-run `vprom extract` with the same options "
                              "to resume it")
-        if "done" in h5 and not bool(np.all(h5["done"][()])):
-            raise VpromError(f"{path}: {int((~h5['done'][()]).sum())} rows were never "
-                             "extracted; re-run `vprom extract` to finish it")
         n, stored = h5["crop_id"].shape[0], h5[names[0]].shape[0]
         if stored != n:
             raise VpromError(f"{path}: {names[0]} has {stored} rows but crop_id has {n}; the "
