@@ -22,8 +22,8 @@ import os
 import shutil
 import stat
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from vprom.errors import VpromError
 from vprom.files import is_temporary

@@ -20,8 +20,8 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from vprom.errors import VpromError
 

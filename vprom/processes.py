@@ -24,9 +24,9 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from multiprocessing import resource_tracker
-from typing import Callable, Iterable, Iterator
 
 from vprom.errors import VpromError
 

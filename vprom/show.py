@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont, PngImagePlugin
 
-from vprom.errors import VpromError
-from vprom.file_kinds import DATASET, check_kind
-from vprom.images import ImageIndex, load_crop
-from vprom.files import atomic_path
 from vprom.claim import writes
 from vprom.domain import N_CANDIDATES, N_CONTEXT, N_PANELS
+from vprom.errors import VpromError
+from vprom.file_kinds import DATASET, check_kind
+from vprom.files import atomic_path
+from vprom.images import ImageIndex, load_crop
 from vprom.tables import crop_rows, open_h5
 
 TILE = 160  # square tile side, px

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import h5py
 import numpy as np
 
 from vprom.bounded_read import check_readable
+from vprom.domain import LABEL_SEPARATOR, N_PANELS, SPLITS, Crop, Matrix
 from vprom.errors import VpromError
 from vprom.file_kinds import DATASET, check_kind
-from vprom.domain import LABEL_SEPARATOR, N_PANELS, SPLITS, Crop, Matrix
 
 STR = h5py.string_dtype(encoding="utf-8")
 INT_COLUMNS = {"crop_id": np.int64, "image_id": np.int64, "x": np.int32, "y": np.int32,
@@ -89,7 +89,7 @@ class CropTable:
         return len(self.crop_id)
 
     @classmethod
-    def from_crops(cls, crops: list[Crop]) -> "CropTable":
+    def from_crops(cls, crops: list[Crop]) -> CropTable:
         cols = {f.name: [getattr(c, f.name) for c in crops] for f in fields(cls)}
         cols["labels"] = [LABEL_SEPARATOR.join(labels) for labels in cols["labels"]]
         cols["element_type"] = [t.value for t in cols["element_type"]]
@@ -106,14 +106,14 @@ class CropTable:
         """Per crop, its labels (the "|"-joined text split; no empty label)."""
         return [frozenset(s.split(LABEL_SEPARATOR)) - {""} for s in self.labels.tolist()]
 
-    def take(self, index) -> "CropTable":
+    def take(self, index) -> CropTable:
         return CropTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
     def write(self, group: h5py.Group) -> None:
         _write_columns(group, self, [f.name for f in fields(self)])
 
     @classmethod
-    def read(cls, group: h5py.Group) -> "CropTable":
+    def read(cls, group: h5py.Group) -> CropTable:
         return cls(**{f.name: _column(group, f.name, f"{group.file.filename}: {group.name} has "
                                       f"no column '{f.name}'; rebuild the file with this vprom "
                                       "version") for f in fields(cls)})
@@ -146,7 +146,7 @@ class MatrixTable:
         return len(self.id)
 
     @classmethod
-    def from_matrices(cls, matrices: list[Matrix]) -> "MatrixTable":
+    def from_matrices(cls, matrices: list[Matrix]) -> MatrixTable:
         splits: dict = {}
         for m in matrices:
             for split, part in m.splits:
@@ -208,7 +208,7 @@ class MatrixTable:
                 g.create_dataset(part, data=self.splits[split].get(part, np.zeros(0, np.int64)))
 
     @classmethod
-    def read(cls, matrices: h5py.Group, splits: h5py.Group) -> "MatrixTable":
+    def read(cls, matrices: h5py.Group, splits: h5py.Group) -> MatrixTable:
         return cls(**{name: _column(matrices, name, f"{matrices.file.filename}: matrices has no "
                                     f"column '{name}'") for name in MATRIX_COLUMNS},
                    splits={s: {p: splits[s][p][()] for p in SPLIT_PARTS if p in splits[s]}
@@ -319,7 +319,7 @@ class DatasetFile:
     manifest: dict
 
     @classmethod
-    def read(cls, path: str | Path) -> "DatasetFile":
+    def read(cls, path: str | Path) -> DatasetFile:
         path = Path(path)
         return cls(path, read_crop_table(path), read_matrix_table(path), read_manifest(path))
 

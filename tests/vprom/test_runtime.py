@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from vprom import runtime as devices
-from vprom.runtime import joined_world, resolve_device
 from vprom.errors import VpromError
+from vprom.runtime import joined_world, resolve_device
 
 
 class FakeCuda:
@@ -133,7 +133,6 @@ def test_a_joined_world_waits_for_its_peers_then_ends_the_group(gpus, torchrun):
 
 def test_after_an_error_the_group_ends_without_waiting(gpus, torchrun):
     gpus(0)
-    with pytest.raises(RuntimeError):
-        with joined_world("cpu"):
-            raise RuntimeError("a rank failed")
+    with pytest.raises(RuntimeError), joined_world("cpu"):
+        raise RuntimeError("a rank failed")
     assert torchrun == ["gloo", "destroy"]

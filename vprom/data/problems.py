@@ -23,13 +23,12 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
+from vprom.domain import N_CONTEXT, N_PANELS, SPLITS
 from vprom.errors import VpromError
+from vprom.feature_files import check_features_source, load_features, open_maps, rows_of
 from vprom.features.crop_store import KIND as CROP_STORE
 from vprom.features.crop_store import CropStore
-from vprom.feature_files import check_features_source, load_features, open_maps, rows_of
-from vprom.domain import N_CONTEXT, N_PANELS, SPLITS
 from vprom.tables import SPLIT_PARTS, open_h5, read_matrix_table
-
 
 #: the string columns of an item, beside its panels, answer and id
 METADATA = ("relation", "element_type", "element", "super_attribute")
