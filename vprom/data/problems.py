@@ -26,8 +26,8 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 from vprom.domain import N_CONTEXT, N_PANELS, SPLITS
 from vprom.errors import VpromError
 from vprom.feature_files import check_features_source, load_features, open_maps, rows_of
-from vprom.features.crop_store import KIND as CROP_STORE
 from vprom.features.crop_store import CropStore
+from vprom.file_kinds import CROPS, FEATS, MAPS, kind_of
 from vprom.tables import SPLIT_PARTS, open_h5, read_matrix_table
 
 #: the string columns of an item, beside its panels, answer and id
@@ -36,12 +36,10 @@ METADATA = ("relation", "element_type", "element", "super_attribute")
 
 def source_kind(path: Path) -> str:
     """'features', 'maps' or 'crops': what the file at `path` holds."""
-    with open_h5(path) as h5:
-        if h5.attrs.get("kind") == CROP_STORE:
-            return "crops"
-        for kind in ("features", "maps"):
-            if kind in h5 and "crop_id" in h5:
-                return kind
+    open_h5(path).close()  # a file not there, not HDF5 or damaged is refused by name
+    kind = {FEATS: "features", MAPS: "maps", CROPS: "crops"}.get(kind_of(path))
+    if kind is not None:
+        return kind
     raise VpromError(f"{path}: neither a FEATS.h5 (`vprom extract`, pooled or --pool none) nor "
                      "a crop store (`vprom crops`); pass one of those as source")
 
