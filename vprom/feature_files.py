@@ -181,7 +181,8 @@ class SpatialMaps(OpenFile):
     def dtype(self) -> np.dtype:
         return self.maps.dtype
 
-    index_of = Features.index_of
+    def index_of(self, crop_ids) -> np.ndarray:
+        return rows_of(self.crop_id, crop_ids, self.path)
 
     def gather(self, crop_ids, dtype=np.float32) -> np.ndarray:
         """The maps of `crop_ids` (1-D, any order, repeats allowed): (len, C, H, W)."""
