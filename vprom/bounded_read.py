@@ -26,21 +26,15 @@ READ_DEADLINE_S, READ_RATE = 5.0, 4e6
 _readable: set[tuple] = set()  # (path, size, mtime_ns, inode) of files that passed
 
 
-def _read_heap_parts(path: Path) -> None:
-    """Read `path`'s structure, attributes and string datasets (what touches the global heap)."""
+def _child_reads(path: Path, report: int) -> None:
+    """In the forked worker: read `path`'s structure, attributes and string datasets (what
+    touches the global heap); write one status byte (and the error) to `report`."""
     def visit(_name, obj):
         for key in obj.attrs:
             obj.attrs[key]
         if isinstance(obj, h5py.Dataset) and h5py.check_vlen_dtype(obj.dtype) is not None:
             obj[()]
 
-    with h5py.File(path, "r") as h5:
-        visit("/", h5)
-        h5.visititems(visit)
-
-
-def _child_reads(path: Path, report: int) -> None:
-    """In the forked worker: read, write one status byte (and the error) to `report`."""
     status = b"+"
     try:
         try:
@@ -48,8 +42,9 @@ def _child_reads(path: Path, report: int) -> None:
         except OSError as e:
             status = b"?" + str(e).encode()
         else:
-            h5.close()
-            _read_heap_parts(path)
+            with h5:
+                visit("/", h5)
+                h5.visititems(visit)
     except BaseException as e:  # noqa: BLE001 - every failure goes back as its message
         status = b"!" + str(e).encode()
     with contextlib.suppress(OSError):

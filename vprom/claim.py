@@ -22,8 +22,8 @@ import os
 import shutil
 import stat
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from vprom.errors import VpromError
 from vprom.files import is_temporary
@@ -42,8 +42,7 @@ def _forget_locks() -> None:
     _HELD.clear()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_locks)
+os.register_at_fork(after_in_child=_forget_locks)
 
 
 @contextlib.contextmanager
@@ -147,25 +146,21 @@ def output_lock(out: str | os.PathLike, wait: bool | None = None) -> Iterator[No
         os.close(fd)
 
 
-def _content_kind(path: Path) -> str | None:
-    """The kind a file marks in its content (module doc)."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-    if head == b"\x89PNG\r\n\x1a\n":
-        from PIL import Image
-
-        with contextlib.suppress(OSError, ValueError), Image.open(path) as im:
-            return im.info.get("vprom")
-        return None
-    return (json_object(path) or {}).get("kind")
-
-
 def output_kind(path: str | os.PathLike) -> str | None:
-    """The kind of vprom output at `path` by its manifest or content; None if neither says."""
+    """The kind of vprom output at `path` by its manifest, else by its content (a PNG's `vprom`
+    text, a JSON object's `kind`); None if neither says."""
     path = Path(path)
     kind = (manifest_of(path) or {}).get("kind")
     if kind is None and path.is_file():
-        kind = _content_kind(path)
+        with open(path, "rb") as f:
+            png = f.read(8) == b"\x89PNG\r\n\x1a\n"
+        if png:
+            from PIL import Image
+
+            with contextlib.suppress(OSError, ValueError), Image.open(path) as im:
+                kind = im.info.get("vprom")
+        else:
+            kind = (json_object(path) or {}).get("kind")
     return kind if isinstance(kind, str) else None
 
 

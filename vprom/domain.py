@@ -151,5 +151,5 @@ class Matrix:
         }
 
     @classmethod
-    def from_record(cls, record: dict) -> "Matrix":
+    def from_record(cls, record: dict) -> Matrix:
         return cls(**record)

@@ -101,9 +101,6 @@ def check_complete(path: str | Path) -> None:
             raise VpromError(f"{path}: incomplete feature file (extraction was interrupted or "
                              "is still running); re-run `vprom extract` with the same options "
                              "to resume it")
-        if "done" in h5 and not bool(np.all(h5["done"][()])):
-            raise VpromError(f"{path}: {int((~h5['done'][()]).sum())} rows were never "
-                             "extracted; re-run `vprom extract` to finish it")
         n, stored = h5["crop_id"].shape[0], h5[names[0]].shape[0]
         if stored != n:
             raise VpromError(f"{path}: {names[0]} has {stored} rows but crop_id has {n}; the "
@@ -140,7 +137,12 @@ def _not_finite(values: np.ndarray, crop_ids: np.ndarray, missing: np.ndarray
     return int((~np.isfinite(values[bad])).sum()), crop_ids[bad]
 
 
-def _refuse_not_finite(path: Path, count: int, crops: np.ndarray) -> None:
+def _refuse_not_finite(path: Path, found: list[tuple[int, np.ndarray]]) -> None:
+    """Refuse `path` when `_not_finite` found anything in one of its blocks."""
+    count = sum(n for n, _ in found)
+    if not count:
+        return
+    crops = np.concatenate([bad for _, bad in found])
     raise VpromError(f"{path}: {count:,} stored values are not finite (inf or NaN), in "
                      f"{len(crops):,} crops (first: crop {int(crops[0])}); extract the file "
                      "again (with --dtype float32 where float16 overflowed)")
@@ -149,17 +151,15 @@ def _refuse_not_finite(path: Path, count: int, crops: np.ndarray) -> None:
 def check_finite(values: np.ndarray, crop_ids: np.ndarray, missing: np.ndarray,
                  path: Path) -> None:
     """Refuse rows of `values` (one per crop id) holding inf or NaN, `missing` crops aside."""
-    count, crops = _not_finite(values, crop_ids, missing)
-    if count:
-        _refuse_not_finite(path, count, crops)
+    _refuse_not_finite(path, [_not_finite(values, crop_ids, missing)])
 
 
 class SpatialMaps(OpenFile):
     """An open maps file (`--pool none`), read lazily: `gather` rows by crop id, `batches` the
-    whole file in row order; a context manager, or call `close()`."""
+    whole file in row order."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: str | Path):
+        self.path = path = Path(path)
         check_complete(path)
         self._h5 = open_h5(path)
         try:
@@ -174,8 +174,7 @@ class SpatialMaps(OpenFile):
             raise
 
     @property
-    def shape(self) -> tuple:
-        """(N, C, H, W)."""
+    def shape(self) -> tuple:  # (N, C, H, W)
         return tuple(self.maps.shape)
 
     @property
@@ -202,11 +201,9 @@ class SpatialMaps(OpenFile):
 
     def check_finite(self, batch_size: int = 1024) -> None:
         """Refuse the file if a map (missing crops' aside) holds inf or NaN."""
-        found = [_not_finite(self.maps[a:a + batch_size], self.crop_id[a:a + batch_size],
-                             self.missing_crop_id) for a in range(0, len(self), batch_size)]
-        count = sum(n for n, _ in found)
-        if count:
-            _refuse_not_finite(self.path, count, np.concatenate([bad for _, bad in found]))
+        _refuse_not_finite(self.path, [
+            _not_finite(self.maps[a:a + batch_size], self.crop_id[a:a + batch_size],
+                        self.missing_crop_id) for a in range(0, len(self), batch_size)])
 
     def batches(self, batch_size: int = 256, dtype=np.float32):
         """Yield (crop ids, maps) blocks over the whole file in row order."""
@@ -217,9 +214,8 @@ class SpatialMaps(OpenFile):
             yield self.crop_id[start:stop], block.astype(dtype, copy=False)
 
 
-def open_maps(path: str | Path) -> SpatialMaps:
-    """Open a finished maps FEATS.h5 (refuses partial, incomplete and pooled files)."""
-    return SpatialMaps(Path(path))
+#: Open a finished maps FEATS.h5 (refuses partial, incomplete and pooled files).
+open_maps = SpatialMaps
 
 
 def check_features_source(dataset: str | Path, features: str | Path,

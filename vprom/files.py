@@ -20,26 +20,10 @@ import os
 import re
 import secrets
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from vprom.errors import VpromError
-
-
-def _new_part(path: Path, folder: bool) -> Iterator[Path]:
-    """Yield a fresh temporary name beside `path`, then make it (O_EXCL / mkdir): the caller
-    holds the name before the file exists, so an interrupt always finds it to remove."""
-    while True:
-        tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part"
-        yield tmp
-        try:
-            if folder:
-                os.mkdir(tmp, 0o777)  # the umask applies, as for any folder the user makes
-            else:
-                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            return
-        except FileExistsError:
-            continue
 
 
 def _remove(tmp: Path | None) -> None:
@@ -58,8 +42,15 @@ def _replacing(path: Path, folder: bool) -> Iterator[list]:
     clean_stale_parts(path)
     state = [None]
     try:
-        for state[0] in _new_part(path, folder):
-            pass
+        made = False
+        while not made:  # named before it is made, so an interrupt always finds it to remove
+            state[0] = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part"
+            with contextlib.suppress(FileExistsError):
+                if folder:
+                    os.mkdir(state[0], 0o777)  # the umask applies, as for any folder made
+                else:
+                    os.close(os.open(state[0], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+                made = True
         yield state
     except BaseException as e:
         _remove(state[0])
@@ -120,7 +111,7 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's live process
-        return True
+        pass
     return True
 
 
@@ -213,7 +204,6 @@ def size_text(n: float) -> str:
         if n < 1024 or unit == "GB":
             return f"{int(n):,} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
         n /= 1024
-    return f"{n:.1f} TB"
 
 
 def free_space_for(path: str | os.PathLike, needed: int, what: str = "") -> None:

@@ -15,16 +15,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import h5py
 
+from vprom.bounded_read import check_readable
 from vprom.errors import VpromError
 from vprom.file_kinds import is_hdf5
 from vprom.files import sha256_file, write_json
-from vprom.bounded_read import check_readable
 from vprom.tables import content_hash, open_h5, set_manifest
 
 FORMAT_VERSION = 2
@@ -148,12 +148,7 @@ def is_current(output: str | os.PathLike, inputs: Iterable[str | os.PathLike],
 def made_from(recorded: Mapping | None, source: str | os.PathLike) -> bool | None:
     """Whether `source` is one of the inputs `recorded` names; None when it names none."""
     hashes = [v for v in (recorded or {}).values() if isinstance(v, str)]
-    if not hashes:
-        return None
-    if input_hash(source) in hashes:
-        return True
-    files = [h for h in hashes if not h.startswith(CONTENT_PREFIX)]
-    return bool(files) and sha256_file(source) in files
+    return input_hash(source) in hashes if hashes else None
 
 
 def check_made_from(recorded: Mapping | None, dataset: str | os.PathLike, output: str,

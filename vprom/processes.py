@@ -24,9 +24,9 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from multiprocessing import resource_tracker
-from typing import Callable, Iterable, Iterator
 
 from vprom.errors import VpromError
 
@@ -36,7 +36,6 @@ GRACE_S = 3.0
 DEPTH = 2
 #: Signals held while a worker starts and while workers are stopped.
 HELD = {signal.SIGINT, signal.SIGTERM}
-BLOCKS = hasattr(signal, "pthread_sigmask")  # POSIX
 #: prctl's request for a signal on the parent's death (linux/prctl.h)
 PR_SET_PDEATHSIG = 1
 #: the parent ends of the live workers' pipes, closed in every forked child (module doc)
@@ -50,8 +49,7 @@ def _close_parent_ends() -> None:
     _PARENT_ENDS.clear()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_parent_ends)
+os.register_at_fork(after_in_child=_close_parent_ends)
 
 
 class _MainHiddenStart:
@@ -72,15 +70,15 @@ class SpawnContext(multiprocessing.context.SpawnContext):
     Process = SpawnProcess
 
 
-_MAIN_HIDDEN = {"spawn": SpawnContext()}
-if hasattr(multiprocessing.context, "ForkServerProcess"):  # POSIX
-    class ForkServerProcess(_MainHiddenStart, multiprocessing.context.ForkServerProcess):
-        """A forkserver process that does not import the parent's `__main__`."""
+class ForkServerProcess(_MainHiddenStart, multiprocessing.context.ForkServerProcess):
+    """A forkserver process that does not import the parent's `__main__`."""
 
-    class ForkServerContext(multiprocessing.context.ForkServerContext):
-        Process = ForkServerProcess
 
-    _MAIN_HIDDEN["forkserver"] = ForkServerContext()
+class ForkServerContext(multiprocessing.context.ForkServerContext):
+    Process = ForkServerProcess
+
+
+_MAIN_HIDDEN = {"spawn": SpawnContext(), "forkserver": ForkServerContext()}
 
 
 def context(method: str | None = "spawn"):
@@ -89,8 +87,6 @@ def context(method: str | None = "spawn"):
     if method is None:
         method = (multiprocessing.get_start_method(allow_none=True)
                   or multiprocessing.get_all_start_methods()[0])  # the first is the default
-    if method == "fork" and "fork" not in multiprocessing.get_all_start_methods():
-        method = "spawn"
     return _MAIN_HIDDEN.get(method) or multiprocessing.get_context(method)
 
 
@@ -131,12 +127,11 @@ def _signals_held() -> Iterator[None]:
     if threading.current_thread() is threading.main_thread():
         swapped = {sig: signal.signal(sig, lambda signum, frame: pending.append(signum))
                    for sig in HELD}
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD) if BLOCKS else None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     try:
         yield
     finally:
-        if mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for sig, handler in swapped.items():
             signal.signal(sig, handler)
         for sig in dict.fromkeys(pending):
@@ -164,10 +159,9 @@ def quiet_when_parent_gone() -> None:
 def start(procs: list, target: Callable, args: tuple, name: str, method: str = "spawn"):
     """Start `target(*args)` in a daemonic worker, appended to `procs` before any signal."""
     refuse_rerun(f"a worker ({name})")
-    if os.name == "posix":
-        # Started on first use, the resource tracker unblocks SIGINT and SIGTERM after
-        # starting itself, which would end the hold below; start it before.
-        resource_tracker.ensure_running()
+    # Started on first use, the resource tracker unblocks SIGINT and SIGTERM after starting
+    # itself, which would end the hold below; start it before.
+    resource_tracker.ensure_running()
     ctx = context(method)
     # a forkserver's child is the server's: the kernel watches the server, which exits with us
     parent = None if ctx.get_start_method() == "forkserver" else os.getpid()
@@ -200,8 +194,7 @@ def in_worker(target: Callable, args: tuple, parent: int | None) -> None:
     # a forked worker was born with the parent's note-taking handler (`_signals_held`): SIGTERM
     # would only be noted, and `stop` would wait out GRACE_S and kill it
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if BLOCKS:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)  # held since birth (`start`)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)  # held since birth (`start`)
     target(*args)
 
 
@@ -219,12 +212,6 @@ def stop(procs: Iterable) -> None:
             if proc.is_alive():
                 proc.kill()
                 proc.join()
-
-
-def failure(e: BaseException) -> BaseException:
-    """What a worker sends back for an exception: a `VpromError` as it is (its message is
-    meant for the user), anything else as a RuntimeError naming its type (always picklable)."""
-    return e if isinstance(e, VpromError) else RuntimeError(f"{type(e).__name__}: {e}")
 
 
 def receive(conn, proc):
@@ -321,7 +308,10 @@ def _serve(conn, fn: Callable) -> None:
         try:
             message = ("ok", key, [fn(job) for job in chunk])
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
-            message = ("error", key, failure(e))
+            # a VpromError's message is meant for the user; anything else goes back as a
+            # RuntimeError naming its type, which always pickles
+            error = e if isinstance(e, VpromError) else RuntimeError(f"{type(e).__name__}: {e}")
+            message = ("error", key, error)
         try:
             conn.send(message)
         except ConnectionError:

@@ -8,7 +8,8 @@ modules named in `builtins` are imported when a name is first asked for (so they
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from vprom.errors import VpromError
 

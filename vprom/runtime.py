@@ -60,7 +60,7 @@ class World:
     size: int
     local_rank: int
     device: torch.device
-    owns_group: bool  # join_world started the process group, so joined_world ends it
+    owns_group: bool  # joined_world started the process group, so it ends it
 
     @property
     def main(self) -> bool:
@@ -83,25 +83,21 @@ class World:
         return np.array_split(index, self.size)[self.rank]
 
 
-def join_world(requested_device: str | None, timeout: timedelta | None = None) -> World:
-    """Resolve the device and join the torchrun process group when WORLD_SIZE > 1."""
+@contextmanager
+def joined_world(requested_device: str | None, timeout: timedelta | None = None):
+    """This process's `World` for a `with` block: the device resolved, the torchrun process
+    group joined when WORLD_SIZE > 1 and ended if it started it; a normal exit first waits for
+    the others (gloo torn down while a peer still sends can abort the process)."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = resolve_device(requested_device, local_rank, distributed=size > 1)
-    if size == 1:
-        return World(0, 1, 0, device, owns_group=False)
-    owns = not dist.is_initialized()
-    if owns:
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                                **({"timeout": timeout} if timeout else {}))
-    return World(dist.get_rank(), dist.get_world_size(), local_rank, device, owns_group=owns)
-
-
-@contextmanager
-def joined_world(requested_device: str | None, timeout: timedelta | None = None):
-    """`join_world` for a `with` block, ending the process group it started; a normal exit first
-    waits for the others (gloo torn down while a peer still sends can abort the process)."""
-    world = join_world(requested_device, timeout)
+    world = World(0, 1, 0, device, owns_group=False)
+    if size > 1:
+        owns = not dist.is_initialized()
+        if owns:
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+                                    **({"timeout": timeout} if timeout else {}))
+        world = World(dist.get_rank(), dist.get_world_size(), local_rank, device, owns)
     try:
         yield world
         world.barrier()

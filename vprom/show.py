@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw, ImageFont, PngImagePlugin
 
-from vprom.errors import VpromError
-from vprom.file_kinds import DATASET, check_kind
-from vprom.images import ImageIndex, load_crop
-from vprom.files import atomic_path
 from vprom.claim import writes
 from vprom.domain import N_CANDIDATES, N_CONTEXT, N_PANELS
+from vprom.errors import VpromError
+from vprom.file_kinds import DATASET, check_kind
+from vprom.files import atomic_path
+from vprom.images import ImageIndex, load_crop
 from vprom.tables import crop_rows, open_h5
 
 TILE = 160  # square tile side, px
@@ -51,15 +51,6 @@ class Shown:
     elements: list[str]
     image_ids: list[int]
     boxes: list[tuple[int, int, int, int]]
-
-
-def _marked(kind: str):
-    """PNG text chunk `vprom: KIND`: how a later run knows the file is its own to replace."""
-    from PIL import PngImagePlugin
-
-    info = PngImagePlugin.PngInfo()
-    info.add_text("vprom", kind)
-    return info
 
 
 def read_matrix(dataset: Path, matrix_id: int) -> Shown:
@@ -99,10 +90,8 @@ def read_matrix(dataset: Path, matrix_id: int) -> Shown:
 def canvas_size(answer: bool) -> tuple[int, int]:
     """Width and height of the picture (fixed by the layout)."""
     width = 2 * MARGIN + COLUMNS * TILE + (COLUMNS - 1) * GAP
-    height = (TITLE_H + 3 * TILE + 2 * GAP + CAPTION_H + 2 * (TILE + NUMBER_H) + GAP + MARGIN)
-    if answer:
-        height += TEXT_LINES * LINE_H + GAP
-    return width, height
+    height = TITLE_H + 3 * TILE + 2 * GAP + CAPTION_H + 2 * (TILE + NUMBER_H) + GAP + MARGIN
+    return width, height + (TEXT_LINES * LINE_H + GAP if answer else 0)
 
 
 def letterbox(crop: Image.Image, side: int = TILE) -> Image.Image:
@@ -201,11 +190,6 @@ def render(m: Shown, crops: list[Image.Image], answer: bool = False) -> Image.Im
     return im
 
 
-def load_crops(m: Shown, vg_dir: str | Path) -> list[Image.Image]:
-    index = ImageIndex(vg_dir)
-    return [load_crop(index.path(image_id), box) for image_id, box in zip(m.image_ids, m.boxes)]
-
-
 @dataclass
 class ShowSummary:
     """What `show` wrote, printable."""
@@ -232,8 +216,11 @@ def show(dataset: str | Path, matrix_id: int, vg_dir: str | Path, out: str | Pat
     if Path(out).suffix.lower() != ".png":
         raise VpromError(f"--out {out}: show writes a PNG picture; name the file *.png")
     m = read_matrix(Path(dataset), int(matrix_id))
-    picture = render(m, load_crops(m, vg_dir), answer)
-    out = Path(out)
+    index = ImageIndex(vg_dir)
+    crops = [load_crop(index.path(image_id), box) for image_id, box in zip(m.image_ids, m.boxes)]
+    picture = render(m, crops, answer)
+    mark = PngImagePlugin.PngInfo()  # how a later run knows the file is its own to replace
+    mark.add_text("vprom", "show")
     with atomic_path(out) as tmp:
-        picture.save(tmp, format="PNG", pnginfo=_marked("show"))
-    return ShowSummary(out, m, answer, picture.size)
+        picture.save(tmp, format="PNG", pnginfo=mark)
+    return ShowSummary(Path(out), m, answer, picture.size)

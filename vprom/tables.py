@@ -10,23 +10,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Mapping
 
 import h5py
 import numpy as np
 
 from vprom.bounded_read import check_readable
+from vprom.domain import LABEL_SEPARATOR, N_PANELS, SPLITS, Crop, Matrix
 from vprom.errors import VpromError
 from vprom.file_kinds import DATASET, check_kind
-from vprom.domain import LABEL_SEPARATOR, N_PANELS, SPLITS, Crop, Matrix
 
 STR = h5py.string_dtype(encoding="utf-8")
 INT_COLUMNS = {"crop_id": np.int64, "image_id": np.int64, "x": np.int32, "y": np.int32,
                "w": np.int32, "h": np.int32, "source_id": np.int64}
 SPLIT_PARTS = ("train", "val", "test")
+#: The `matrices` columns of a DATASET.h5, in the order they are written.
+MATRIX_COLUMNS = ("id", "relation", "element_type", "super_attribute", "answer", "panels",
+                  "elements")
 #: The groups of a DATASET.h5 and a POOLS.h5 that `content_hash` covers.
 CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab", "vocabulary")
 
@@ -86,7 +89,7 @@ class CropTable:
         return len(self.crop_id)
 
     @classmethod
-    def from_crops(cls, crops: list[Crop]) -> "CropTable":
+    def from_crops(cls, crops: list[Crop]) -> CropTable:
         cols = {f.name: [getattr(c, f.name) for c in crops] for f in fields(cls)}
         cols["labels"] = [LABEL_SEPARATOR.join(labels) for labels in cols["labels"]]
         cols["element_type"] = [t.value for t in cols["element_type"]]
@@ -103,24 +106,17 @@ class CropTable:
         """Per crop, its labels (the "|"-joined text split; no empty label)."""
         return [frozenset(s.split(LABEL_SEPARATOR)) - {""} for s in self.labels.tolist()]
 
-    def take(self, index) -> "CropTable":
+    def take(self, index) -> CropTable:
         return CropTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
     def write(self, group: h5py.Group) -> None:
-        for f in fields(self):
-            group.create_dataset(f.name, data=getattr(self, f.name),
-                                 dtype=None if f.name in INT_COLUMNS else STR)
+        _write_columns(group, self, [f.name for f in fields(self)])
 
     @classmethod
-    def read(cls, group: h5py.Group) -> "CropTable":
-        cols = {}
-        for f in fields(cls):
-            if f.name not in group:
-                raise VpromError(f"{group.file.filename}: {group.name} has no column "
-                                 f"'{f.name}'; rebuild the file with this vprom version")
-            ds = group[f.name]
-            cols[f.name] = ds[()] if f.name in INT_COLUMNS else ds.asstr()[()]
-        return cls(**cols)
+    def read(cls, group: h5py.Group) -> CropTable:
+        return cls(**{f.name: _column(group, f.name, f"{group.file.filename}: {group.name} has "
+                                      f"no column '{f.name}'; rebuild the file with this vprom "
+                                      "version") for f in fields(cls)})
 
 
 @dataclass
@@ -150,23 +146,17 @@ class MatrixTable:
         return len(self.id)
 
     @classmethod
-    def from_matrices(cls, matrices: list[Matrix]) -> "MatrixTable":
+    def from_matrices(cls, matrices: list[Matrix]) -> MatrixTable:
         splits: dict = {}
         for m in matrices:
             for split, part in m.splits:
                 parts = splits.setdefault(split, {p: [] for p in SPLIT_PARTS})
                 if part in SPLIT_PARTS:
                     parts[part].append(m.id)
-        return cls(
-            id=[m.id for m in matrices],
-            relation=[m.relation.value for m in matrices],
-            element_type=[m.element_type.value for m in matrices],
-            super_attribute=[m.super_attribute for m in matrices],
-            answer=[m.answer for m in matrices],
-            panels=np.array([m.panels for m in matrices], dtype=np.int64).reshape(-1, N_PANELS),
-            elements=np.array([m.elements for m in matrices], dtype=object).reshape(-1, N_PANELS),
-            splits=splits,
-        )
+        columns = {name: [getattr(m, name) for m in matrices] for name in MATRIX_COLUMNS}
+        for name in ("relation", "element_type"):
+            columns[name] = [value.value for value in columns[name]]
+        return cls(**columns, splits=splits)
 
     def ordered_splits(self) -> list[str]:
         """The splits of the file in the paper's order, then any others by name."""
@@ -211,30 +201,32 @@ class MatrixTable:
                       splits=tuple(sorted(split_parts.items())))
 
     def write(self, matrices: h5py.Group, splits: h5py.Group) -> None:
-        matrices.create_dataset("id", data=self.id)
-        for name in ("relation", "element_type", "super_attribute"):
-            matrices.create_dataset(name, data=getattr(self, name), dtype=STR)
-        matrices.create_dataset("answer", data=self.answer)
-        matrices.create_dataset("panels", data=self.panels)
-        matrices.create_dataset("elements", data=self.elements, dtype=STR)
+        _write_columns(matrices, self, MATRIX_COLUMNS)
         for split in sorted(self.splits):
             g = splits.create_group(split)
             for part in SPLIT_PARTS:
                 g.create_dataset(part, data=self.splits[split].get(part, np.zeros(0, np.int64)))
 
     @classmethod
-    def read(cls, matrices: h5py.Group, splits: h5py.Group) -> "MatrixTable":
-        def col(name):
-            if name not in matrices:
-                raise VpromError(f"{matrices.file.filename}: matrices has no column '{name}'")
-            ds = matrices[name]
-            return ds.asstr()[()] if ds.dtype.kind == "O" else ds[()]
-
-        names = ("id", "relation", "element_type", "super_attribute", "answer", "panels",
-                 "elements")
-        return cls(**{name: col(name) for name in names},
+    def read(cls, matrices: h5py.Group, splits: h5py.Group) -> MatrixTable:
+        return cls(**{name: _column(matrices, name, f"{matrices.file.filename}: matrices has no "
+                                    f"column '{name}'") for name in MATRIX_COLUMNS},
                    splits={s: {p: splits[s][p][()] for p in SPLIT_PARTS if p in splits[s]}
                            for s in splits})
+
+
+def _write_columns(group: h5py.Group, table, names) -> None:
+    for name in names:
+        values = getattr(table, name)
+        group.create_dataset(name, data=values, dtype=STR if values.dtype == object else None)
+
+
+def _column(group: h5py.Group, name: str, missing: str) -> np.ndarray:
+    """The column `name` of `group` (strings decoded); refused with `missing` when absent."""
+    if name not in group:
+        raise VpromError(missing)
+    ds = group[name]
+    return ds.asstr()[()] if ds.dtype.kind in "OS" else ds[()]
 
 
 def write_label_vocabulary(group: h5py.Group, objects: Iterable[str],
@@ -327,7 +319,7 @@ class DatasetFile:
     manifest: dict
 
     @classmethod
-    def read(cls, path: str | Path) -> "DatasetFile":
+    def read(cls, path: str | Path) -> DatasetFile:
         path = Path(path)
         return cls(path, read_crop_table(path), read_matrix_table(path), read_manifest(path))
 
@@ -340,17 +332,15 @@ class DatasetFile:
         return self.matrices.row(row, self._parts)
 
 
-def content_hash(path: str | Path) -> str:
-    """sha256 over the data of a DATASET.h5 or POOLS.h5, independent of HDF5 byte layout: the
-    HDF5 datasets under CONTENT_GROUPS in sorted path order, each as its path, kind, shape and
-    values (integers as little-endian int64, floats as float64, strings as the UTF-8 of
-    `json.dumps(list, ensure_ascii=False)`); attributes (the manifest) are left out."""
-    with open_h5(path) as f:
-        return content_hash_of(f)
-
-
-def content_hash_of(f: h5py.File) -> str:
-    """`content_hash` of an open HDF5 file."""
+def content_hash(f: str | Path | h5py.File) -> str:
+    """sha256 over the data of a DATASET.h5 or POOLS.h5 (a path or an open file), independent
+    of HDF5 byte layout: the HDF5 datasets under CONTENT_GROUPS in sorted path order, each as
+    its path, kind, shape and values (integers as little-endian int64, floats as float64,
+    strings as the UTF-8 of `json.dumps(list, ensure_ascii=False)`); attributes (the manifest)
+    are left out."""
+    if not isinstance(f, h5py.File):
+        with open_h5(f) as h5:
+            return content_hash(h5)
     h = hashlib.sha256()
     items: list[tuple[str, h5py.Dataset]] = []
     for group in CONTENT_GROUPS:
@@ -362,18 +352,17 @@ def content_hash_of(f: h5py.File) -> str:
     return "sha256:" + h.hexdigest()
 
 
+content_hash_of = content_hash  # the name mining/pools.py imports
+
+
 def _hdf5_bytes(name: str, ds: h5py.Dataset) -> bytes:
-    kind = ds.dtype.kind
-    if kind in "OS":
-        values = np.asarray(ds.asstr()[()], dtype=object).ravel().tolist()
-        body = json.dumps(values, ensure_ascii=False).encode()
+    if ds.dtype.kind in "OS":
         kind = "str"
-    elif kind == "f":
-        body = np.ascontiguousarray(ds[()], dtype="<f8").tobytes()
-        kind = "float"
+        body = json.dumps(np.asarray(ds.asstr()[()], dtype=object).ravel().tolist(),
+                          ensure_ascii=False).encode()
     else:
-        body = np.ascontiguousarray(ds[()], dtype="<i8").tobytes()
-        kind = "int"
+        kind = "float" if ds.dtype.kind == "f" else "int"
+        body = np.ascontiguousarray(ds[()], dtype="<f8" if kind == "float" else "<i8").tobytes()
     head = json.dumps([name, kind, list(ds.shape), len(body)]).encode()
     return head + b"\n" + body
 

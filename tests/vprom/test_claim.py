@@ -30,7 +30,7 @@ def test_a_file_in_the_parent_path_is_refused(tmp_path):
 
 @pytest.mark.parametrize("manifest", [None, '{"kind": "pools"}', "not json"])
 def test_a_folder_vprom_did_not_write_is_never_claimed(tmp_path, manifest):
-    """`export --out vg` once deleted the whole Visual Genome folder."""
+    """`export --out vg` must never delete the Visual Genome folder."""
     target = tmp_path / "vg"
     target.mkdir()
     (target / "objects.json").write_text("[]")
@@ -55,7 +55,7 @@ def test_an_empty_folder_and_an_output_of_the_kind_are_claimed(tmp_path):
 
 @pytest.mark.parametrize("plant", ["symlink", "hard link", "folder"])
 def test_a_lock_path_that_is_not_our_own_file_is_refused_and_never_written(tmp_path, plant):
-    """`ln -s ../victim.txt out/.stats.json.lock` once made a writer put its PID in victim.txt."""
+    """`ln -s ../victim.txt out/.stats.json.lock` never makes a writer put its PID in victim.txt."""
     from vprom.claim import lock_path, output_lock
 
     victim = tmp_path / "victim.txt"

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, default_collate
+from vprom.crop_store import CropStore
+from vprom_test_jobs import ddp_rank
 
 from tests.own_model_fixture import DIM, MAP_SHAPE, STORE_SIZE
 from vprom.data import VPROM, loader
 from vprom.errors import VpromError
-from vprom.crop_store import CropStore
 from vprom.feature_files import load_features, open_maps
 from vprom.tables import read_matrix_table
-from vprom_test_jobs import ddp_rank
 
 
 def expected(build, part="test"):

@@ -13,10 +13,9 @@ from vprom.files import atomic_dir, atomic_path, clean_stale_parts, write_json
 def test_atomic_path_replaces_only_on_success(tmp_path):
     target = tmp_path / "out.txt"
     target.write_text("old")
-    with pytest.raises(RuntimeError):
-        with atomic_path(target) as tmp:
-            tmp.write_text("half")
-            raise RuntimeError("killed")
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("killed")
     assert target.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
     with atomic_path(target) as tmp:
@@ -28,10 +27,9 @@ def test_atomic_dir_keeps_old_folder_until_new_one_is_complete(tmp_path):
     target = tmp_path / "export"
     with atomic_dir(target) as tmp:
         (tmp / "manifest.json").write_text('{"kind": "export-npz"}')
-    with pytest.raises(KeyError):
-        with atomic_dir(target) as tmp:
-            (tmp / "b").write_text("2")
-            raise KeyError
+    with pytest.raises(KeyError), atomic_dir(target) as tmp:
+        (tmp / "b").write_text("2")
+        raise KeyError
     assert sorted(p.name for p in target.iterdir()) == ["manifest.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
 
@@ -96,8 +94,8 @@ def test_parts_of_dead_runs_are_cleaned_and_live_ones_kept(tmp_path):
 
 
 def test_writing_one_output_never_deletes_the_temporary_of_another(tmp_path):
-    """`stats --json e` once deleted `.e.jsonl.<pid>.part`, which an export of `e.jsonl` was
-    writing: a writer cleans only its own output's parts, and only those of dead writers."""
+    """`stats --json e` leaves `.e.jsonl.<pid>.part` of an export of `e.jsonl` alone: a writer
+    cleans only its own output's parts, and only those of dead writers."""
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
     writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -120,9 +118,8 @@ def test_writing_one_output_never_deletes_the_temporary_of_another(tmp_path):
 def test_ctrl_c_just_as_the_temporary_is_made_leaves_no_part(tmp_path, monkeypatch, writer,
                                                              make, on_thread):
     """A Ctrl-C that lands right after the temporary exists (here: sent by the creating call
-    itself) still removes it, whichever thread the OS hands the signal to: `train` once left
-    a `.history.json.*.part` this way, and a signal mask held on the main thread alone let
-    numpy's or torch's threads take it in the middle of the window."""
+    itself) still removes it, whichever thread the OS hands the signal to (numpy's or torch's
+    threads may take it in the middle of the window)."""
     import signal
     import threading
 
@@ -144,10 +141,9 @@ def test_ctrl_c_just_as_the_temporary_is_made_leaves_no_part(tmp_path, monkeypat
     target = tmp_path / "history.json"
     target.write_text("old") if writer is atomic_path else target.mkdir()
     try:
-        with pytest.raises(KeyboardInterrupt):
-            with writer(target):
-                for _ in range(1000):  # the interrupt is taken at the next bytecode at most
-                    pass
+        with pytest.raises(KeyboardInterrupt), writer(target):
+            for _ in range(1000):  # the interrupt is taken at the next bytecode at most
+                pass
     finally:
         stop.set()
         other.join()
@@ -162,7 +158,6 @@ def test_ctrl_c_while_setting_up_the_temporary_leaves_no_part(tmp_path, monkeypa
 
     monkeypatch.setattr(secrets, "token_hex", interrupted)
     for writer in (atomic_path, atomic_dir):
-        with pytest.raises(KeyboardInterrupt):
-            with writer(tmp_path / "out"):
-                pass
+        with pytest.raises(KeyboardInterrupt), writer(tmp_path / "out"):
+            pass
     assert list(tmp_path.iterdir()) == []

@@ -10,11 +10,10 @@ import threading
 import time
 
 import pytest
-
 import vprom_test_jobs as spawned
+
 from vprom import processes
 from vprom.errors import VpromError
-
 
 #: (job, what `spawned.fail_at` makes of it, what the caller is told)
 FAILURES = [
@@ -68,8 +67,8 @@ def test_leaving_early_stops_the_workers():
 
 @pytest.mark.parametrize("method", ["spawn", "fork"])
 def test_a_worker_ignores_ctrl_c_and_stop_ends_it(method):
-    """At once, by SIGTERM: a forked worker too (it was born with the parent's handlers, and
-    `stop` used to wait out the grace period and kill it, 3 s at the end of every run)."""
+    """At once, by SIGTERM: a forked worker too (it is born with the parent's handlers), not
+    after the grace period."""
     receive, send = processes.context(method).Pipe()
     procs: list = []
     processes.start(procs, spawned.wait_for_parent, (send,), "vprom-test", method)
@@ -97,11 +96,10 @@ def test_a_worker_that_dies_while_starting_is_an_error_not_a_closed_stdout(monke
 @pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt)])
 def test_a_signal_during_a_start_is_acted_on_after_it(sig, raised):
     done = []
-    with pytest.raises(raised):
-        with processes._signals_held():
-            os.kill(os.getpid(), sig)
-            time.sleep(0.05)  # a handler would have run by now
-            done.append("the block finished")
+    with pytest.raises(raised), processes._signals_held():
+        os.kill(os.getpid(), sig)
+        time.sleep(0.05)  # a handler would have run by now
+        done.append("the block finished")
     assert done == ["the block finished"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 

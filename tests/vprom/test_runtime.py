@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from vprom import runtime as devices
-from vprom.runtime import join_world, joined_world, resolve_device
 from vprom.errors import VpromError
+from vprom.runtime import joined_world, resolve_device
 
 
 class FakeCuda:
@@ -92,12 +92,12 @@ def test_cuda_without_a_gpu_is_refused(gpus):
         resolve_device("cuda")
 
 
-def test_join_world_alone_on_a_gpu(gpus, monkeypatch):
+def test_a_world_alone_on_a_gpu(gpus, monkeypatch):
     gpus(1)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    world = join_world("cuda")
-    assert (world.rank, world.size, world.main, world.owns_group) == (0, 1, True, False)
-    assert world.device == torch.device("cuda", 0)
+    with joined_world("cuda") as world:
+        assert (world.rank, world.size, world.main, world.owns_group) == (0, 1, True, False)
+        assert world.device == torch.device("cuda", 0)
 
 
 @pytest.fixture
@@ -116,12 +116,12 @@ def torchrun(monkeypatch):
     return calls
 
 
-def test_join_world_under_torchrun_starts_nccl_on_gpus(gpus, torchrun):
+def test_a_world_under_torchrun_starts_nccl_on_gpus(gpus, torchrun):
     gpus(2)
-    world = join_world(None)
-    assert torchrun == ["nccl"]
-    assert world.device == torch.device("cuda", 1)
-    assert (world.rank, world.size, world.local_rank, world.owns_group) == (1, 2, 1, True)
+    with joined_world(None) as world:
+        assert torchrun == ["nccl"]
+        assert world.device == torch.device("cuda", 1)
+        assert (world.rank, world.size, world.local_rank, world.owns_group) == (1, 2, 1, True)
 
 
 def test_a_joined_world_waits_for_its_peers_then_ends_the_group(gpus, torchrun):
@@ -133,7 +133,6 @@ def test_a_joined_world_waits_for_its_peers_then_ends_the_group(gpus, torchrun):
 
 def test_after_an_error_the_group_ends_without_waiting(gpus, torchrun):
     gpus(0)
-    with pytest.raises(RuntimeError):
-        with joined_world("cpu"):
-            raise RuntimeError("a rank failed")
+    with pytest.raises(RuntimeError), joined_world("cpu"):
+        raise RuntimeError("a rank failed")
     assert torchrun == ["gloo", "destroy"]

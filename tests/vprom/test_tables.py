@@ -5,8 +5,8 @@ import h5py
 import numpy as np
 import pytest
 
-from vprom.errors import VpromError
 from vprom.domain import Crop, Matrix
+from vprom.errors import VpromError
 from vprom.tables import (
     STR,
     CropTable,

@@ -23,13 +23,12 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
-from vprom.errors import VpromError
-from vprom.crop_store import KIND as CROP_STORE
-from vprom.crop_store import CropStore
-from vprom.feature_files import check_features_source, load_features, open_maps, rows_of
 from vprom.domain import N_CONTEXT, N_PANELS, SPLITS
+from vprom.errors import VpromError
+from vprom.feature_files import check_features_source, load_features, open_maps, rows_of
+from vprom.crop_store import CropStore
+from vprom.file_kinds import CROPS, FEATS, MAPS, kind_of
 from vprom.tables import SPLIT_PARTS, open_h5, read_matrix_table
-
 
 #: the string columns of an item, beside its panels, answer and id
 METADATA = ("relation", "element_type", "element", "super_attribute")
@@ -37,12 +36,10 @@ METADATA = ("relation", "element_type", "element", "super_attribute")
 
 def source_kind(path: Path) -> str:
     """'features', 'maps' or 'crops': what the file at `path` holds."""
-    with open_h5(path) as h5:
-        if h5.attrs.get("kind") == CROP_STORE:
-            return "crops"
-        for kind in ("features", "maps"):
-            if kind in h5 and "crop_id" in h5:
-                return kind
+    open_h5(path).close()  # a file not there, not HDF5 or damaged is refused by name
+    kind = {FEATS: "features", MAPS: "maps", CROPS: "crops"}.get(kind_of(path))
+    if kind is not None:
+        return kind
     raise VpromError(f"{path}: neither a FEATS.h5 (`vprom extract`, pooled or --pool none) nor "
                      "a crop store (`vprom crops`); pass one of those as source")
 
@@ -153,12 +150,6 @@ class VPROM(torch.utils.data.Dataset):
             raise IndexError(f"index {int(idx[bad][0])} out of range for {len(self)} problems")
         return idx % max(len(self), 1)
 
-    def _item(self, index: int, panels: torch.Tensor, answer: int) -> dict:
-        if self.kind == "crops" and self.transform is not None:
-            panels = self.transform(panels)
-        return {"panels": panels, "answer": answer, "id": int(self.ids[index]),
-                **{key: str(getattr(self, key)[index]) for key in METADATA}}
-
     def loader(self, batch_size: int, **kwargs) -> DataLoader:
         """A DataLoader of whole batches (`loader`: `shuffle`, `sampler`, `drop_last`,
         DataLoader's keywords)."""
@@ -170,9 +161,16 @@ class VPROM(torch.utils.data.Dataset):
             return self.batch(index)
         return self.__getitems__([index])[0]
 
-    def _gather(self, indices) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
-        """(indices, panels [B, 16, ...] read together, answers int64 [B]) after the
-        augmentations."""
+    def __getitems__(self, indices) -> list[dict]:
+        """The items at `indices`, read as one `batch` (the DataLoader calls this once per
+        batch: one gather, or one pass over the file, instead of one per problem)."""
+        b = self.batch(indices)
+        return [{"panels": b["panels"][k], "answer": int(b["answer"][k]), "id": int(b["id"][k]),
+                 **{key: b[key][k] for key in METADATA}} for k in range(len(b["id"]))]
+
+    def batch(self, indices) -> dict:
+        """The problems at `indices` as one batch, already collated: `panels` [B, 16, ...]
+        (read in one go), `answer` and `id` int64 [B], the metadata as lists."""
         indices = self._indices(indices)
         if self.shuffle_candidates or self.swap_rows:
             orders = [self.order(i) for i in indices.tolist()]
@@ -181,19 +179,7 @@ class VPROM(torch.utils.data.Dataset):
         else:  # the stored order: one vectorised look-up
             rows, answers = self.rows[indices], self.answer[indices]
         panels = self._read(rows.reshape(-1))
-        return indices, panels.view(len(indices), N_PANELS, *panels.shape[1:]), answers
-
-    def __getitems__(self, indices) -> list[dict]:
-        """The items at `indices`, their panels read together (the DataLoader calls this
-        once per batch: one gather, or one pass over the file, instead of one per problem)."""
-        indices, panels, answers = self._gather(indices)
-        return [self._item(i, panels[k], a)
-                for k, (i, a) in enumerate(zip(indices.tolist(), answers.tolist()))]
-
-    def batch(self, indices) -> dict:
-        """The problems at `indices` as one batch, already collated: `panels` [B, 16, ...]
-        (read in one go), `answer` and `id` int64 [B], the metadata as lists."""
-        indices, panels, answers = self._gather(indices)
+        panels = panels.view(len(indices), N_PANELS, *panels.shape[1:])
         if self.kind == "crops" and self.transform is not None:
             panels = torch.stack([self.transform(p) for p in panels])
         return {"panels": panels, "answer": torch.from_numpy(answers),
