@@ -148,7 +148,13 @@ def is_current(output: str | os.PathLike, inputs: Iterable[str | os.PathLike],
 def made_from(recorded: Mapping | None, source: str | os.PathLike) -> bool | None:
     """Whether `source` is one of the inputs `recorded` names; None when it names none."""
     hashes = [v for v in (recorded or {}).values() if isinstance(v, str)]
-    return input_hash(source) in hashes if hashes else None
+    if not hashes:
+        return None
+    if input_hash(source) in hashes:
+        return True
+    # files written by earlier releases record the data set's file sha256
+    files = [h for h in hashes if not h.startswith(CONTENT_PREFIX)]
+    return bool(files) and sha256_file(source) in files
 
 
 def check_made_from(recorded: Mapping | None, dataset: str | os.PathLike, output: str,

@@ -120,6 +120,16 @@ def test_features_of_another_data_set_are_refused_though_their_ids_cover_it(pair
     assert "\n" not in str(refused.value)
 
 
+def test_a_record_of_a_files_bytes_matches_that_file_only(pairs):
+    (dataset, _), (other, _) = pairs
+    from vprom.files import sha256_file
+
+    assert check_made_from({"dataset.h5": sha256_file(dataset)}, dataset, "F", "fix") == (
+        "recorded hash")
+    with pytest.raises(VpromError, match="F was made from another data set"):
+        check_made_from({"dataset.h5": sha256_file(dataset)}, other, "F", "fix")
+
+
 def test_a_file_that_records_no_source_cannot_be_checked_and_says_so(pairs):
     (dataset, features), _ = pairs
     with h5py.File(features, "r+") as h5:
