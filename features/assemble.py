@@ -1,11 +1,9 @@
 """Assembling FEATS.h5 from the finished chunk files (rank 0, after every rank is done).
 
-Rows are sorted by crop id; each crop gets its distinct box's row, copied from the memory-mapped
-chunk files in blocks of at most ~256 MB into `features` (N, D) or `maps` (N, C, H, W; HDF5
-chunks of ~1 MB, compressed when asked), written under a temporary name. Crops whose image is
-missing are NaN rows listed in `missing_crop_id`; unless `allow_missing`, their chunks are
-dropped (a re-run after fixing the images redoes only those) and the run fails naming the
-first. While assembling, chunks and file both exist: twice the maps' size on disk.
+Each crop, in crop-id order, gets its box's row, copied from the memory-mapped chunks in
+blocks of at most 256 MB into `features` (N, D) or `maps` (N, C, H, W), under a temporary
+name. Crops without their image are NaN rows listed in `missing_crop_id`; unless
+`allow_missing`, their chunks are dropped and the run fails naming the first.
 """
 
 from __future__ import annotations
