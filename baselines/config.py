@@ -91,7 +91,6 @@ class TrainConfig:
         return cls(**{k: v for k, v in record.items() if k in known})
 
 
-# ---------------------------------------------------------------- the defaults file
 @lru_cache(maxsize=None)
 def load_defaults() -> dict:
     """`baselines/defaults.json`, checked: every entry complete and every value valid."""

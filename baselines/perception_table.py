@@ -77,7 +77,6 @@ def _source_order(source: str) -> tuple:
     return rank, source
 
 
-# ---------------------------------------------------------------- the table
 def perception_rows(grouped: dict, ceilings: dict[str, tuple[float, int]]) -> list[dict]:
     """Long-form rows (source, model, aux, split, figures) of the cells that are not controls,
     then chance and the ceiling per split."""
@@ -152,7 +151,6 @@ def run_ceilings(entries: list, ceilings: Ceilings | None) -> tuple[dict, str]:
         f"problems of {dataset.name}.")
 
 
-# ---------------------------------------------------------------- the verdict
 #: the feature sources in a working benchmark's order, best first (the controls below them)
 EXPECTED_ORDER = (PERFECT, TRAINED, RANDOM)
 

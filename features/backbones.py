@@ -172,7 +172,6 @@ def name_some(keys: list[str], shown: int = 8) -> str:
     return ", ".join(keys[:shown]) + more
 
 
-# ---------------------------------------------------------------------------- registry
 BACKBONES: Registry[Backbone] = Registry("backbone", builtins=("vprom.features.resnets",
                                                                "vprom.features.bottomup",
                                                                "vprom.features.timm_backbones"),

@@ -78,7 +78,6 @@ def batch_layout(crops: CropTable, batch_size: int, chunk_batches: int,
                 chunks=chunks)
 
 
-# ----------------------------------------------------------------------------- pixels
 DECODE_ERRORS = (OSError, ValueError, SyntaxError, RuntimeError, Image.DecompressionBombError)
 
 

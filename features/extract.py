@@ -75,14 +75,12 @@ class ExtractSummary:
         return "\n".join(lines)
 
 
-# ------------------------------------------------------------------------- environment
 def _autocast_dtype(device: torch.device) -> torch.dtype | None:
     if device.type != "cuda":
         return None
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
-# ---------------------------------------------------------------------------- the run
 @writes(lambda a: a["config"].out, ("features",),
         inputs=lambda a: (a["config"].dataset, a["config"].vg))
 def extract(config: ExtractConfig) -> ExtractSummary:

@@ -58,7 +58,6 @@ def _timm():
     return timm
 
 
-# ---------------------------------------------------------------------------- trunk
 class TimmTrunk(nn.Module):
     """A timm model -> the (B, D, h, w) map the extractor pools (or stores, pool none)."""
 
@@ -80,7 +79,6 @@ class TimmTrunk(nn.Module):
         return patches.transpose(1, 2).reshape(len(feats), -1, side, side)
 
 
-# ------------------------------------------------------------------------- backbone
 @dataclass(frozen=True)
 class TimmBackbone(Backbone):
     model_name: str = ""
