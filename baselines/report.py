@@ -274,15 +274,11 @@ def splits_markdown(rows: list[dict]) -> str:
             lines.append(_later_solvers_line(2 + len(splits), later))
             opened = True
         name = display_name(key[0]) + (f" ({key[3]})" if key[3] else "")
-        values = [_split_cell(cells[(key, s)]["cell"]) if (key, s) in cells else "—"
-                  for s in splits]
+        found = [cells[(key, s)]["cell"] if (key, s) in cells else None for s in splits]
+        values = [f"{c.accuracy:.1f}{c.mark()}" if c else "—" for c in found]
         lines.append(f"| {name} | {key[1]} | {'yes' if key[2] else 'no'} | "
                      + " | ".join(values) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _split_cell(cell: Cell) -> str:
-    return f"{cell.accuracy:.1f}{cell.mark()}"
 
 
 def not_learned_markdown(entries: list[Entry]) -> str:
@@ -311,12 +307,11 @@ def controls_markdown(entries: list[Entry]) -> str:
 def to_csv(rows: list[dict]) -> str:
     if not rows:
         return ""
-    names = [k for k in rows[0] if k != "cell"]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
+    buffer = io.StringIO()  # the csv module writes None as an empty field
+    writer = csv.DictWriter(buffer, fieldnames=[k for k in rows[0] if k != "cell"],
+                            lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
-    for r in rows:
-        writer.writerow({k: "" if r[k] is None else r[k] for k in names})
+    writer.writerows(rows)
     return buffer.getvalue()
 
 
