@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import h5py
@@ -20,6 +19,7 @@ import torch
 
 from vprom.errors import VpromError
 from vprom.features.plan import DTYPES, ExtractPlan
+from vprom.features.timm_backbones import timm_version
 from vprom.files import atomic_path
 from vprom.manifest import (CONTENT_PREFIX, input_hashes, make_manifest, manifest_of,
                             write_manifest)
@@ -116,13 +116,6 @@ def _write(plan: ExtractPlan, tmp: Path, missing_ids: np.ndarray) -> None:
     del arrays
 
 
-def _version(library: str) -> str:
-    try:
-        return version(library)
-    except PackageNotFoundError:
-        return "not installed"
-
-
 def attributes(plan: ExtractPlan, n_missing: int, row_shape: tuple) -> dict:
     import PIL
     import torchvision
@@ -149,7 +142,7 @@ def attributes(plan: ExtractPlan, n_missing: int, row_shape: tuple) -> dict:
              "batch_size": config.batch_size, "n_missing": n_missing,
              "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
              "pillow_version": PIL.__version__, "vprom_version": __version__,
-             "timm_version": _version("timm"), "complete": True}
+             "timm_version": timm_version(), "complete": True}
     if "data_config" in settings:  # a timm model's preprocessing, as timm resolved it
         attrs["data_config"] = settings["data_config"]
     if config.pool == "none":
