@@ -1,11 +1,8 @@
 """What `vprom train` is asked to do, as one frozen dataclass (no torch needed to build it).
 
-The config is written into every run folder and checkpoint; its defaults are those of
-`vprom.train` and `vprom train`. Hyper-parameters (`HYPER`) default to None, "the model's
-default": the values in `baselines/defaults.json` (chosen per model by `bench/grid.py`; a
-model the file does not list takes its "*" entry), filled in by `resolved()`. An optimizer
-other than the model's takes lr, rho and eps from that optimizer's own entry, never from
-settings tuned for another optimizer.
+Hyper-parameters (`HYPER`) default to None, the model's entry in `baselines/defaults.json`
+(or its "*" entry), filled in by `resolved()`; an optimizer other than the model's takes its
+settings from that optimizer's own entry.
 """
 
 from __future__ import annotations
@@ -94,7 +91,6 @@ class TrainConfig:
         return cls(**{k: v for k, v in record.items() if k in known})
 
 
-# ---------------------------------------------------------------- the defaults file
 @lru_cache(maxsize=None)
 def load_defaults() -> dict:
     """`baselines/defaults.json`, checked: every entry complete and every value valid."""

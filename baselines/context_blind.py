@@ -1,10 +1,8 @@
 """context-blind: a control that scores the candidates without ever seeing the context.
 
-If a model that reads only the 8 candidates beats chance (12.5%), the answer sets give the
-answer away (RAVEN's flaw, fixed by I-RAVEN). A DeepSets scorer: each candidate is embedded by
-f1, and f2 on [e_j ; mean of the 8] and a linear layer score it, so it can learn "the odd one
-out". The context panels are sliced away before any computation. The auxiliary heads read the
-mean over candidates of f2's output.
+If it beats chance (12.5%), the answer sets give the answer away (RAVEN's flaw). A DeepSets
+scorer: f1 embeds each candidate, f2 on [e_j ; mean of the 8] and a linear layer score it, so
+it can learn "the odd one out". The auxiliary heads read the mean of f2's output.
 """
 
 from __future__ import annotations

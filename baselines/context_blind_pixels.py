@@ -1,11 +1,8 @@
-"""context-blind-pixels: the ResNet-18 context-blind control over the crops' pixels.
+"""context-blind-pixels: the RAVEN papers' ResNet control, over the candidates' crops.
 
-RAVEN-family papers report a ResNet that sees only the 8 candidates: if it beats chance, the
-answer sets give the answer away. Each candidate crop (uint8 RGB from `vprom crops`, scaled
-to [0, 1]) goes through one shared ResNet-18 trunk (`conv.resnet18`, widths hidden/8 to
-hidden) and is scored by `context-blind`'s DeepSets head. The trunk runs on each candidate
-alone rather than on the 8 stacked as channels, so permuting the candidates permutes the
-scores and no answer position can be learned.
+Each candidate crop (from `vprom crops`, in [0, 1]) goes through one shared ResNet-18 trunk
+(`conv.resnet18`, widths hidden/8 to hidden), alone rather than stacked with the others as
+channels, so no answer position can be learned; `context-blind`'s DeepSets head scores it.
 """
 
 from __future__ import annotations

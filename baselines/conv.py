@@ -1,8 +1,6 @@
-"""Convolutional parts of the pixel and map models: conv-BN-ReLU, and ResNet-18's trunk.
-
-`resnet18(width, in_channels)` is He et al.'s ResNet-18 up to its global average pooling,
-written here because the model floor does not import torchvision; at width 64 it has
-torchvision's layers and parameter count (less the classifier). Its output is [N, 8 width].
+"""Convolutional parts of the pixel and map models: conv-BN-ReLU, and ResNet-18's trunk
+(He et al.; written here because this floor does not import torchvision: at width 64 it has
+torchvision's layers, less the classifier).
 """
 
 from __future__ import annotations

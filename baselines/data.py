@@ -1,15 +1,10 @@
 """The matrices of one split as tensors, over panels held once in memory.
 
-The loader keeps one table of the crops the split shows, `features[N_crops, ...]` (float32
-vectors, maps in their stored dtype, or uint8 pixels of a crop store), and every matrix as a
-row of 16 indices into it, so a batch is one gather, `features[rows[batch]]`. Per matrix it
-holds the answer (0..7) and, for the auxiliary loss, the relation and element type classes.
-
-Shuffled-context control (`shuffle_context`): each matrix's 8 context panels are another
-matrix's of its part, by a seeded derangement; a model that reasons should fall to chance.
-Centred features (`center`, `--center-features`): the mean feature of the training crops is
-subtracted and each feature L2-normalised again. Pooled CNN features share one large common
-direction, without which models learn much faster; val and test see a transform fixed on train.
+One table holds the panels of the crops the split shows (float32 vectors, maps or uint8
+pixels) and each matrix is a row of 16 indices into it, so a batch is one gather. The
+shuffled-context control gives each matrix another matrix's context, by a seeded derangement.
+`--center-features` subtracts the training crops' mean feature and L2-normalises again:
+pooled CNN features share one large direction, without which models learn much faster.
 """
 
 from __future__ import annotations
@@ -82,8 +77,7 @@ class SplitData:
 
 
 def derangement(n: int, rng: np.random.Generator) -> np.ndarray:
-    """A permutation without fixed points: each position in a random cyclic order takes the
-    next one's (for n < 2, which has none, the identity)."""
+    """A permutation without fixed points (the identity for n < 2, which has none)."""
     if n < 2:
         return np.arange(n)
     order = rng.permutation(n)
@@ -123,9 +117,8 @@ def centred(features: np.ndarray, train_rows: np.ndarray) -> np.ndarray:
 
 
 def read_panels(path: Path, kind: str, crop_ids: np.ndarray) -> tuple[np.ndarray, dict]:
-    """The panels of `crop_ids` (sorted, distinct) in the file at `path` holding `kind`
-    (vectors, maps or pixels), and the file's attributes; a crop the file lacks, or one
-    extracted without its image, is refused naming it."""
+    """The panels of `crop_ids` (sorted, distinct) in `path` holding `kind`, and the file's
+    attributes; a crop the file lacks, or one extracted without its image, is refused."""
     if kind == "pixels":
         with CropStore(path) as store:
             rows = store.rows_of(crop_ids)
@@ -149,12 +142,8 @@ def read_panels(path: Path, kind: str, crop_ids: np.ndarray) -> tuple[np.ndarray
 
 def load_split(dataset: str | Path, features: str | Path, split: str, kind: str = "vectors",
                shuffle_context: bool = False, seed: int = 0, center: bool = False) -> SplitData:
-    """Load `split`'s train / val / test matrices of DATASET.h5 over the panels of `features`:
-    a FEATS.h5 of vectors, a maps file (`kind="maps"`) or a crop store (`kind="pixels"`).
-
-    `seed` fixes the shuffled-context derangement (only used with `shuffle_context`);
-    `center` subtracts the training crops' mean feature (vectors; see the module docstring).
-    """
+    """`split`'s train / val / test matrices of DATASET.h5 over the panels of `features` (of
+    `kind` vectors, maps or pixels); `seed` fixes the shuffled-context derangement."""
     dataset, features = Path(dataset), Path(features)
     if split not in SPLITS:
         raise VpromError(f"unknown split {split!r}; the splits are {', '.join(SPLITS)}")

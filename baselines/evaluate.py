@@ -1,11 +1,9 @@
 """Test accuracy of a trained run (`vprom evaluate RUN`), with breakdowns and 95% intervals.
 
-`evaluate` rebuilds the run's model from `best.pt` (its epoch of best validation accuracy),
-predicts every test matrix of the run's split (under its shuffled-context control, if any)
-and scores them with `baselines.metrics`, which `vprom score` shares. It first refuses a data
-set or features other than the run's (`check_inputs`), and holds the run's claim for the
-whole call, so no `train` replaces best.pt meanwhile. The metrics, with the run's resolved
-settings and whether it did not learn, are written atomically to `RUN/metrics.json`.
+`evaluate` rebuilds the run's model from `best.pt`, predicts every test matrix of its split
+and scores them with `baselines.metrics`. It refuses a data set or features other than the
+run's, and holds the run's claim, so no `train` replaces best.pt meanwhile. The metrics, the
+run's settings and whether it did not learn go to `RUN/metrics.json`.
 """
 
 from __future__ import annotations

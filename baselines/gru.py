@@ -1,11 +1,9 @@
 """GRU and GRU-shared: read the panels as a sequence with a gated recurrent unit.
 
-Both embed each panel (with its id) with f1 (k/2 Linear+ReLU layers) and run a one-layer GRU
-of `hidden` units. gru: one sequence of all 16 panels, a linear layer on h_16 gives 8 scores
-(not permutation-equivariant). gru-shared: 8 sequences of the context then one candidate
-(tagged as cell 9), a linear score on each h_9; the sequences share their first 8 steps, so
-the GRU runs over the context once and each candidate takes one step from that state. The
-auxiliary heads read h_16 (gru) or the mean over candidates of h_9 (gru-shared).
+Both embed each panel with its id (f1, k/2 Linear+ReLU layers) into a one-layer GRU. gru: one
+sequence of the 16 panels, a linear layer on h_16 gives the 8 scores. gru-shared: the context,
+then one candidate (as cell 9) per sequence, scored on h_9; the context is run once and each
+candidate takes one step from that state. The auxiliary heads read h_16, or the mean of h_9.
 """
 
 from __future__ import annotations

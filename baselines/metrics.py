@@ -1,6 +1,5 @@
-"""Test-set scores with 95% Wilson intervals and their breakdowns, shared by `vprom evaluate`
-and `vprom score`, so both give the same figures; torch-free. Each breakdown (overall, per
-relation, per element type, per relation x element type) partitions the test set.
+"""Test-set scores with 95% Wilson intervals, overall and by relation and element type,
+shared by `vprom evaluate` and `vprom score`.
 """
 
 from __future__ import annotations
@@ -19,10 +18,7 @@ def score(correct: np.ndarray) -> dict:
 
 
 def breakdowns(correct: np.ndarray, relation: np.ndarray, element_type: np.ndarray) -> dict:
-    """Scores overall, by relation, by element type and by relation × element type.
-
-    Groups are listed in the enums' order and only where the test set has matrices.
-    """
+    """Scores overall, by relation, by element type and by both, in the enums' order."""
     relations = [r.value for r in Relation if np.any(relation == r.value)]
     types = [t.value for t in ElementType if np.any(element_type == t.value)]
     pairs: dict = {}
@@ -48,8 +44,7 @@ def format_score(s: dict) -> str:
 
 
 def format_breakdowns(metrics: dict, beside=None) -> list[str]:
-    """The breakdowns of `metrics`, one group a line; `beside(key, name)` may return a text
-    to print after a group's figures (`vprom score` adds the perception-only ceiling)."""
+    """The breakdowns of `metrics`, one group a line, each followed by `beside(key, name)`."""
     def more(key, name):
         text = beside(key, name) if beside else ""
         return f"   {text}" if text else ""

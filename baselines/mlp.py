@@ -1,9 +1,8 @@
 """MLP-cat-k and MLP-sum-k: embed each panel, combine the 9 panels of a completed matrix, score.
 
-Each panel (with its id) is embedded once by f1 (k/2 Linear+ReLU layers); for candidate j
-the embeddings of the 8 context panels and c_j are concatenated (cat, 9H wide) or summed
-(sum, H wide), and f2 (k/2 layers) and a linear layer give s_j. The auxiliary heads read the
-mean over candidates of f2's output.
+f1 (k/2 Linear+ReLU layers) embeds each panel with its id; the 9 embeddings of candidate j's
+matrix are concatenated (cat) or summed (sum), and f2 (k/2 layers) and a linear layer give
+s_j. The auxiliary heads read the mean over candidates of f2's output.
 """
 
 from __future__ import annotations

@@ -1,15 +1,13 @@
 """A panel transformer after SAViR-T (Sahu, Basioti and Pavlovic, ECML/PKDD 2022):
 `panel-transformer` over spatial maps, `panel-transformer-pooled` over pooled features.
 
-Each of a panel's H W locations becomes a token (projected to d = hidden, plus a learned
-position embedding) and one transformer layer attends within the panel. For candidate j the
-9 panels of its completed matrix get a learned cell embedding, and, token position by token
-position, one layer attends along each row of the 3 x 3 grid and one along each column, as
-SAViR-T's per-token row rules compare locations. The mean over cells and tokens goes through
-a Linear+ReLU layer to a linear score. Layers are pre-norm `TransformerEncoderLayer`s (4
-heads, feed-forward 2d, no dropout). The pooled variant has one token per panel and no
-within-panel attention. The auxiliary heads read the mean over candidates of the score
-layer's input.
+Each of a panel's H W locations is a token (projected to d = hidden, plus a position
+embedding) and one layer attends within the panel (the pooled variant: one token, no such
+layer). The 9 panels of each completed matrix get a cell embedding and, token position by
+token position, one layer attends along each row of the 3 x 3 grid and one along each column.
+The mean over cells and tokens goes through a Linear+ReLU layer to a linear score; layers are
+pre-norm (4 heads, feed-forward 2d, no dropout). The auxiliary heads read the mean over
+candidates of the score layer's input.
 """
 
 from __future__ import annotations

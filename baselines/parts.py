@@ -1,12 +1,10 @@
 """What every baseline shares: its config, its output, panel ids and the layer builders.
 
-A model reads a batch of matrices (8 context panels row-major, then the 8 candidates) as
-`vectors` [B, 16, D], `maps` [B, 16, C, H, W] or `pixels` [B, 16, 3, S, S], and returns a
-`ModelOutput`: one score per candidate, plus, with `config.aux`, the logits of the relation
-and element-type heads. Panel ids are the paper's one-hot of 16 appended to each panel
-(`with_panel_ids`). A model that scores each candidate on its own tags every candidate with
-id 9, the missing cell it would fill, so permuting the candidates permutes the scores and no
-model can learn a bias for an answer position.
+A model reads 8 context panels then 8 candidates as `vectors` [B, 16, D], `maps`
+[B, 16, C, H, W] or `pixels` [B, 16, 3, S, S] and returns a `ModelOutput`: a score per
+candidate and, with `config.aux`, the relation and element-type logits. Panel ids are the
+paper's one-hot of 16; a model scoring each candidate on its own gives every candidate id 9,
+so permuting the candidates permutes the scores.
 """
 
 from __future__ import annotations
@@ -58,7 +56,7 @@ class ModelOutput(NamedTuple):
 
 
 def check_panels(panels: Tensor, *panel_shape: int) -> None:
-    """Refuse input that is not [B, 16, *panel_shape], before it fails deep inside a layer."""
+    """Refuse input that is not [B, 16, *panel_shape], before it fails inside a layer."""
     if panels.dim() != 2 + len(panel_shape) or tuple(panels.shape[1:]) != (N_PANELS, *panel_shape):
         expected = ", ".join(map(str, (N_PANELS, *panel_shape)))
         raise VpromError(
@@ -76,10 +74,8 @@ def unit_pixels(pixels: Tensor, like: Tensor) -> Tensor:
 
 
 def with_panel_ids(panels: Tensor, candidates_share_id: bool = False) -> Tensor:
-    """[B, 16, D] -> [B, 16, D + 16]: append a one-hot panel id (context 1-8, candidates 9-16).
-
-    With `candidates_share_id` every candidate gets id 9, the missing cell it would fill.
-    """
+    """[B, 16, D] -> [B, 16, D + 16]: append a one-hot panel id (context 1-8, candidates
+    9-16, or all 9 with `candidates_share_id`)."""
     batch = panels.shape[0]
     ids = torch.eye(N_PANELS, dtype=panels.dtype, device=panels.device)
     if candidates_share_id:
@@ -109,12 +105,9 @@ def panel_encoder(config: ModelConfig) -> nn.Sequential:
 
 
 def score_head(config: ModelConfig, outputs: int = 1, bias: bool = False) -> nn.Linear:
-    """The paper's w: one score per candidate from its [.., hidden] representation.
-
-    No bias by default: shifting all 8 scores alike changes no softmax (`gru`'s 8 per-position
-    outputs take one). The weights are torch's default times `config.score_init`: deep stacks
-    shrink their input, so a larger head keeps the gradients below it large enough to move.
-    """
+    """The paper's w: one score per candidate from its [.., hidden] representation, bias-free
+    by default (a shift of all 8 scores changes no softmax). Its weights are torch's default
+    times `config.score_init`: a larger head keeps the gradients of deep stacks moving."""
     head = nn.Linear(config.hidden, outputs, bias=bias)
     with torch.no_grad():
         head.weight.mul_(config.score_init)

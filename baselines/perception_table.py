@@ -1,30 +1,14 @@
-"""Perception against reasoning: where a run's features came from, and the table and plot that
-set the feature sources side by side on every split, beside chance and the perception-only
-ceiling.
+"""Perception against reasoning: each run's feature source, and the table, plot and verdict
+that set the sources side by side on every split beside chance and the perception-only ceiling.
 
-A run's **feature source** is read from its features file's attributes and manifest, as the
-run recorded them (`features_attrs` in its config.json):
-
-- `symbolic` (`vprom extract --backbone labels`): "perfect perception (labels)", or
-  "labels, noise P" when its bits were flipped with probability P > 0;
-- weights `none`: "random weights (<backbone>)";
-- weights made by `vprom perceive` (`weights_kind`, the weights file's manifest kind,
-  "perception-weights"): "trained perception model (<backbone>)";
-- any other weights: the paper's name for the backbone (ResNet, bottom-up) or its own name.
-
-Random weights and labels are references, not backbone results: the report keeps them out of
-Table 2 and shows them here.
-
-The **perception-only ceiling** of a split is what perfect recognition scores on its test
-problems without finding the relation: the candidate is picked by how often the context shows
-its element (`generation/verify/ceiling.py`). This floor cannot import generation, so the
-report takes it as a function (`vprom report` passes `vprom.app.ceilings.perception_ceilings`,
-which computes it from the runs' data set). A labels run below the ceiling is limited by
-reasoning, not perception; a run above it has used the relation.
-
-The table has one row per (feature source, model, aux) of the runs that are not controls and
-one column per split: test accuracy with its 95% Wilson interval over the test problems
-(`vprom evaluate`'s), seeds averaged as in the other tables; then chance and the ceiling.
+A run's feature source comes from its features file's attributes as the run recorded them:
+labels are "perfect perception (labels)" (or "labels, noise P"), weights `none` "random
+weights (<backbone>)", weights of `vprom perceive` "trained perception model (<backbone>)",
+others the paper's name for the backbone or its own; random weights and labels stay out of
+Table 2. The perception-only ceiling of a split is what perfect recognition scores without
+finding the relation (`generation/verify/ceiling.py`; this floor takes it as a function). The
+table has a row per (source, model, aux) of the runs that are not controls and a column per
+split: test accuracy and its 95% Wilson interval, seeds averaged; then chance and the ceiling.
 """
 
 from __future__ import annotations
@@ -39,6 +23,7 @@ import numpy as np
 from vprom.baselines.paper import CHANCE, PAPER_NAMES, feature_type
 from vprom.baselines.run_checks import CONTROL_MODELS
 from vprom.domain import SPLITS
+from vprom.files import atomic_path
 from vprom.manifest import manifest_of
 
 PERFECT = "perfect perception (labels)"
@@ -50,8 +35,8 @@ Ceilings = Callable[[Path, list[str]], dict[str, tuple[float, int]]]
 
 
 def recorded_attrs(run: Path, metrics: dict) -> dict:
-    """The features file's attributes as the run recorded them (its config.json), else what
-    its metrics say of them (`vprom score`'s predictions have no run folder)."""
+    """The features file's attributes as the run's config.json recorded them, else its
+    metrics' (`vprom score`'s predictions have no run folder)."""
     try:
         return json.loads((run / "config.json").read_text())["features_attrs"] or {}
     except (OSError, ValueError, KeyError, TypeError):
@@ -92,11 +77,9 @@ def _source_order(source: str) -> tuple:
     return rank, source
 
 
-# ---------------------------------------------------------------- the table
 def perception_rows(grouped: dict, ceilings: dict[str, tuple[float, int]]) -> list[dict]:
-    """Long-form rows (source, model, aux, split, figures) of the cells that are not controls
-    (`grouped`: split -> (model, source, aux, control) -> cell), then chance and the
-    ceiling per split."""
+    """Long-form rows (source, model, aux, split, figures) of the cells that are not controls,
+    then chance and the ceiling per split."""
     splits = [s for s in SPLITS if s in grouped] + sorted(set(grouped) - set(SPLITS))
     keys = sorted({k for s in splits for k in grouped[s]
                    if not k[3] and k[0] not in CONTROL_MODELS},
@@ -135,20 +118,13 @@ def perception_markdown(rows: list[dict], ceiling_note: str) -> str:
     for r in rows:
         by_row.setdefault((r["source"], _model(r)), {})[r["split"]] = r
     for (source, model), cells in by_row.items():
-        values = [_text(cells[s]) if s in cells else "—" for s in splits]
+        values = [(cells[s]["cell"].text(marked=False) if "cell" in cells[s]
+                   else f"{cells[s]['accuracy']:.1f}") if s in cells else "—" for s in splits]
         lines.append(f"| {source} | {model} | " + " | ".join(values) + " |")
     return ("Test accuracy (%) by feature source and split, with the 95% Wilson interval over "
             "each split's test problems. Random weights see no element; a trained perception "
             "model recognises them imperfectly; labels are perfect perception, so what a labels "
             "run misses is reasoning. " + ceiling_note + "\n\n" + "\n".join(lines) + "\n")
-
-
-def _text(row: dict) -> str:
-    """A cell's figures from its runs (not the CSV's rounded ones), as the verdict gives them."""
-    if "cell" not in row:
-        return f"{row['accuracy']:.1f}"
-    (low, high), runs = row["cell"].ci, len(row["cell"].entries)
-    return f"{row['cell'].accuracy:.1f} ({low:.1f}–{high:.1f}{f', {runs} runs' if runs > 1 else ''})"
 
 
 def runs_dataset(entries: list) -> tuple[Path | None, str]:
@@ -163,8 +139,8 @@ def runs_dataset(entries: list) -> tuple[Path | None, str]:
 
 
 def run_ceilings(entries: list, ceilings: Ceilings | None) -> tuple[dict, str]:
-    """The ceiling of each split of the runs' one data set (`{}` when there is none to
-    compute), and the sentence that says how it was made or why it is missing."""
+    """The ceiling of each split of the runs' one data set (maybe `{}`), and the sentence
+    that says how it was made or why it is missing."""
     dataset, why = runs_dataset(entries)
     if ceilings is None or dataset is None:
         return {}, f"No perception-only ceiling: {why or 'no ceiling was asked for'}."
@@ -175,17 +151,14 @@ def run_ceilings(entries: list, ceilings: Ceilings | None) -> tuple[dict, str]:
         f"problems of {dataset.name}.")
 
 
-# ---------------------------------------------------------------- the verdict
-#: the feature sources whose order a working benchmark shows, best first (with the controls
-#: below them): perfect perception, then trained perception, then none
+#: the feature sources in a working benchmark's order, best first (the controls below them)
 EXPECTED_ORDER = (PERFECT, TRAINED, RANDOM)
 
 
 def verdict(grouped: dict, ceilings: dict[str, tuple[float, int]], verified: str) -> str:
-    """What the runs say, in a few lines: the data set's check, every neutral run with its
-    interval beside chance and the ceiling, each other split's change from neutral, and
-    whether the order of a working benchmark holds (`EXPECTED_ORDER`, then the controls,
-    each 95% interval clear of the next; every control's interval holding chance)."""
+    """What the runs say: the data set's check, every neutral run beside chance and the
+    ceiling, each other split's change from neutral, and whether `EXPECTED_ORDER` (then the
+    controls) holds with each 95% interval clear of the next."""
     neutral = grouped.get("neutral", {})
     lines = ["verdict:", f"  data set: {verified}"]
     if not neutral:
@@ -237,33 +210,60 @@ def _order_problems(neutral: dict) -> list[str]:
     return problems + ([] if controls else ["no control was run"])
 
 
-def perception_plot(rows: list[dict], path: Path, plt, save) -> None:
-    """Grouped bars with 95% error bars, one group per split, one bar per (source, model);
-    chance as a dashed line, the ceiling as a black mark over each split's group."""
+def perception_plot(rows: list[dict], path: Path) -> None:
+    """Bars with 95% error bars per split and (source, model); chance dashed, the ceiling a
+    black mark over each split."""
     splits = list(dict.fromkeys(r["split"] for r in rows))
     series = list(dict.fromkeys((r["source"], _model(r)) for r in rows
                                 if r["source"] not in ("chance", "perception-only ceiling")))
-    width = 0.8 / max(len(series), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(splits) + 0.3 * len(series)), 4))
-    x = np.arange(len(splits))
     cells = {(r["source"], _model(r), r["split"]): r for r in rows}
-    for i, (source, model) in enumerate(series):
+    bars = []
+    for source, model in series:
         found = [cells.get((source, model, s)) for s in splits]
-        values = [r["accuracy"] if r else np.nan for r in found]
         errors = np.array([[r["accuracy"] - r["ci_low"], r["ci_high"] - r["accuracy"]]
                            if r else [0, 0] for r in found]).T
-        ax.bar(x + i * width - 0.4 + width / 2, values, width,
-               yerr=np.clip(errors, 0, None), capsize=2,  # 0 where rounding crossed it
-               label=f"{source} · {model}")
-    for j, split in enumerate(splits):
-        ceiling = cells.get(("perception-only ceiling", "", split))
-        if ceiling:
-            ax.hlines(ceiling["accuracy"], j - 0.45, j + 0.45, colors="black", linewidth=2,
-                      label="perception-only ceiling" if j == 0 else None)
+        bars.append((f"{source} · {model}", [r["accuracy"] if r else np.nan for r in found],
+                     errors))
+    ceilings = [(j, cells[("perception-only ceiling", "", s)]["accuracy"])
+                for j, s in enumerate(splits) if ("perception-only ceiling", "", s) in cells]
+    bar_plot(splits, bars, 1.6 * len(splits) + 0.3 * len(series), "perception against reasoning",
+             path, ceilings=ceilings)
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_png(plt, fig, path: Path) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def bar_plot(groups: list[str], bars: list[tuple], width: float, title: str, path: Path,
+             ncol: int = 1, ceilings: list[tuple[int, float]] = ()) -> None:
+    """Grouped bars of test accuracy: per (label, values, errors [2, groups]) one bar in each
+    group; `ceilings` (group, value) as black marks; chance as a dashed line."""
+    plt = pyplot()
+    bar_width = 0.8 / max(len(bars), 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, width), 4))
+    x = np.arange(len(groups))
+    for i, (label, values, errors) in enumerate(bars):
+        # clipped: at 0% and 100% the interval's end is the estimate up to float rounding
+        ax.bar(x + i * bar_width - 0.4 + bar_width / 2, values, bar_width,
+               yerr=np.clip(errors, 0, None), capsize=2, label=label)
+    for j, value in ceilings:
+        ax.hlines(value, j - 0.45, j + 0.45, colors="black", linewidth=2,
+                  label="perception-only ceiling" if j == 0 else None)
     ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1, label="chance")
-    ax.set_xticks(x, [s.replace("_", "\n") for s in splits])
+    ax.set_xticks(x, [g.replace("_", "\n") for g in groups])
     ax.set_ylabel("test accuracy (%)")
     ax.set_ylim(0, 100)
-    ax.set_title("perception against reasoning")
-    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
-    save(plt, fig, path)
+    ax.set_title(title)
+    ax.legend(fontsize="x-small", ncol=ncol, loc="upper left", bbox_to_anchor=(1.01, 1))
+    save_png(plt, fig, path)

@@ -1,15 +1,12 @@
 """PredRNet, the Predictive Reasoning Network (Yang et al., ICML 2023), over crop-store pixels
 (`predrnet`) or spatial maps (`predrnet-maps`).
 
-An encoder and a 1x1 conv-BN turn each panel into c channels of L locations. For candidate
-j, the 9 panels of its completed matrix pass three predictive reasoning blocks: the 8 context
-rows predict the missing panel ((8 x 1) conv-BN-ReLU), and the block goes on with the context
-and the candidate's error against that prediction (two 3x3 conv-BN-ReLU, a 1x1 shortcut).
-Each candidate is average-pooled to 2H values and classified (Linear, BatchNorm1d, ReLU,
-then the score). The pixel encoder is the paper's four residual stages at c, 2c, 3c and 4c
-channels (c = hidden / 16) on RGB crops in [0, 1]; over maps one 1x1 conv-BN-ReLU takes the
-backbone's channels to 4c. Dropout is left out; the auxiliary heads read the mean over
-candidates of the classifier's hidden layer.
+An encoder (the paper's four residual stages at c..4c channels, c = hidden / 16, on pixels;
+one 1x1 conv-BN-ReLU on maps) and a 1x1 conv-BN give each panel c channels of L locations.
+The 9 panels of each completed matrix pass three predictive reasoning blocks: the context
+predicts the missing panel ((8 x 1) conv-BN-ReLU) and the block goes on with the context and
+the candidate's prediction error. Each candidate is pooled to 2H values and classified
+(Linear, BatchNorm1d, ReLU, score); the auxiliary heads read the mean of that hidden layer.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Baselines by name: `register_model`, `get_model`, `list_models` (torchvision's `_api.py` style).
 
-Each model file registers builders `builder(config: ModelConfig) -> nn.Module` (a model class
-or a function) under the names users type, each with the input kind it reads: `vectors`,
-`maps` or `pixels`. The model files are imported the first time a model is asked for.
+Each model file registers builders `builder(config) -> nn.Module` with the input kind they
+read (`vectors`, `maps` or `pixels`); the files are imported when a model is first asked for.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Tables and plots over many evaluated runs (`vprom report RUN... --out DIR`).
 
-Each run contributes its `metrics.json` and `history.json`, keyed by (model, feature source,
-aux, control, split); the feature source (baselines/perception_table.py) is the paper's name for
-the backbone, the backbone's own, or says that its weights were random, trained by `vprom
-perceive`, or that the features are labels. Runs sharing a key (seeds) are averaged, and refused
-when their settings differ (`run_checks`). Runs that did not learn and controls (pass or FAIL
-against chance) are marked and listed. DIR gets table2 (random-weight and label runs left out),
-splits and perception (feature sources x splits beside chance and the perception-only ceiling)
-as .md and .csv, report.md, bar plots with 95% Wilson intervals, perception.png, curves.png and
-a manifest.json (kind "report"), written first and again at the end with every file's sha256.
+Each run's `metrics.json` and `history.json` are keyed by (model, feature source, aux,
+control, split); runs sharing a key (seeds) are averaged, and refused when their settings
+differ (`run_checks`). Runs that did not learn and controls are marked and listed. DIR gets
+table2, splits and perception as .md and .csv, report.md, bar plots with 95% Wilson
+intervals, curves.png and a manifest.json, written first and again with every file's sha256.
 """
 
 from __future__ import annotations
@@ -25,14 +21,15 @@ import numpy as np
 
 from vprom.baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED, LATER_SOLVERS,
                                    PAPER_NAMES, paper_accuracy)
-from vprom.baselines.perception_table import (Ceilings, feature_source, is_reference,
-                                              perception_markdown, perception_plot,
-                                              perception_rows, recorded_attrs, run_ceilings,
-                                              runs_dataset, verdict)
+from vprom.baselines.perception_table import (Ceilings, bar_plot, feature_source,
+                                              is_reference, perception_markdown,
+                                              perception_plot, perception_rows, pyplot,
+                                              recorded_attrs, run_ceilings, runs_dataset,
+                                              save_png, verdict)
 from vprom.baselines.run_checks import (CONTROL_MODELS, check_alike, control_result,
                                         did_not_learn, is_control, settings)
 from vprom.errors import VpromError
-from vprom.files import atomic_path, sha256_file, write_text
+from vprom.files import sha256_file, write_text
 from vprom.manifest import make_manifest, write_manifest
 from vprom.claim import writes
 from vprom.domain import SPLITS, ElementType, Relation
@@ -128,7 +125,7 @@ class Cell:
 
     @property
     def ci(self) -> tuple[float, float]:
-        """The interval of a single run; over several runs, their lowest and highest bounds."""
+        """A run's interval; over several runs, their lowest and highest bounds."""
         return (min(100 * e.metrics["test"]["ci95"][0] for e in self.entries),
                 max(100 * e.metrics["test"]["ci95"][1] for e in self.entries))
 
@@ -142,8 +139,7 @@ class Cell:
         return sum(bool(e.flags) for e in self.entries)
 
     def mark(self) -> str:
-        """What a reader must know beside the number: a control's verdict, or that runs did
-        not learn ("" for a plain cell whose runs learned)."""
+        """A control's verdict, or how many runs did not learn ("" when none)."""
         if self.entries[0].is_control:
             passed = all(control_result(e.metrics)[0] for e in self.entries)
             return " (control: pass)" if passed else " (control: FAIL)"
@@ -152,10 +148,11 @@ class Cell:
         return (" (did not learn)" if self.not_learned == len(self.entries)
                 else f" ({self.not_learned} of {len(self.entries)} did not learn)")
 
-    def text(self) -> str:
+    def text(self, marked: bool = True) -> str:
         low, high = self.ci
         runs = f", {len(self.entries)} runs" if len(self.entries) > 1 else ""
-        return f"{self.accuracy:.1f} ({low:.1f}–{high:.1f}{runs}){self.mark()}"
+        mark = self.mark() if marked else ""
+        return f"{self.accuracy:.1f} ({low:.1f}–{high:.1f}{runs}){mark}"
 
 
 def group(entries: list[Entry]) -> dict[str, dict[Key, Cell]]:
@@ -277,15 +274,11 @@ def splits_markdown(rows: list[dict]) -> str:
             lines.append(_later_solvers_line(2 + len(splits), later))
             opened = True
         name = display_name(key[0]) + (f" ({key[3]})" if key[3] else "")
-        values = [_split_cell(cells[(key, s)]["cell"]) if (key, s) in cells else "—"
-                  for s in splits]
+        found = [cells[(key, s)]["cell"] if (key, s) in cells else None for s in splits]
+        values = [f"{c.accuracy:.1f}{c.mark()}" if c else "—" for c in found]
         lines.append(f"| {name} | {key[1]} | {'yes' if key[2] else 'no'} | "
                      + " | ".join(values) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _split_cell(cell: Cell) -> str:
-    return f"{cell.accuracy:.1f}{cell.mark()}"
 
 
 def not_learned_markdown(entries: list[Entry]) -> str:
@@ -314,61 +307,33 @@ def controls_markdown(entries: list[Entry]) -> str:
 def to_csv(rows: list[dict]) -> str:
     if not rows:
         return ""
-    names = [k for k in rows[0] if k != "cell"]
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
+    buffer = io.StringIO()  # the csv module writes None as an empty field
+    writer = csv.DictWriter(buffer, fieldnames=[k for k in rows[0] if k != "cell"],
+                            lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
-    for r in rows:
-        writer.writerow({k: "" if r[k] is None else r[k] for k in names})
+    writer.writerows(rows)
     return buffer.getvalue()
 
 
 # ---------------------------------------------------------------- plots
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(plt, fig, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
-
-
 def bar_chart(entries: list[Entry], breakdown: str, title: str, path: Path) -> None:
     """Grouped bars: one group per relation (or element type), one bar per run label."""
-    plt = _pyplot()
     present = {g for e in entries for g in e.metrics[breakdown]}
     known = [r.value for r in Relation] + [t.value for t in ElementType]
     groups = [g for g in known if g in present] + sorted(present - set(known))
-    width = 0.8 / max(len(entries), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(groups) + 0.2 * len(entries)), 4))
-    x = np.arange(len(groups))
-    for i, e in enumerate(entries):
+    bars = []
+    for e in entries:
         scores = [e.metrics[breakdown].get(g) or {"accuracy": 0, "ci95": [0, 0]} for g in groups]
-        values = [100 * (s["accuracy"] or 0) for s in scores]  # with the 95% Wilson interval
+        values = [100 * (s["accuracy"] or 0) for s in scores]
         errors = [[v - 100 * s["ci95"][0], 100 * s["ci95"][1] - v] for v, s in zip(values, scores)]
-        # clipped: at 0% and 100% the interval's end is the estimate up to float rounding
-        ax.bar(x + i * width - 0.4 + width / 2, values, width,
-               yerr=np.clip(np.array(errors).T, 0, None), capsize=2, label=e.label)
-    ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1, label="chance")
-    ax.set_xticks(x, [g.replace("_", "\n") for g in groups])
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_ylim(0, 100)
-    ax.set_title(title)
-    ax.legend(fontsize="x-small", ncol=2 if len(entries) > 8 else 1, loc="upper left",
-              bbox_to_anchor=(1.01, 1))
-    _save(plt, fig, path)
+        bars.append((e.label, values, np.array(errors).T))
+    bar_plot(groups, bars, 1.2 * len(groups) + 0.2 * len(entries), title, path,
+             ncol=2 if len(entries) > 8 else 1)
 
 
 def curves(entries: list[Entry], path: Path) -> None:
-    """Training answer loss (the one "did not learn" is judged by) and validation accuracy
-    per epoch, one line per run."""
-    plt = _pyplot()
+    """Training answer loss and validation accuracy per epoch, one line per run."""
+    plt = pyplot()
     fig, (loss_ax, val_ax) = plt.subplots(1, 2, figsize=(11, 4))
     for e in entries:
         epochs = [h["epoch"] for h in e.history]
@@ -382,16 +347,16 @@ def curves(entries: list[Entry], path: Path) -> None:
     val_ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1)
     if len(entries) <= 24:
         val_ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
-    _save(plt, fig, path)
+    save_png(plt, fig, path)
 
 
 # ---------------------------------------------------------------- the report
 @writes("out", ("report",), inputs=lambda a: tuple(a["run_dirs"]), folder=True, inside_ok=True)
 def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
            verified: Callable[[Path], str] | None = None) -> str:
-    """Write the tables and plots over `run_dirs` into `out`; returns a summary of the files,
-    the perception table and the verdict (perception_table.verdict). `ceilings` gives the
-    perception-only ceiling of the runs' data set, `verified` what `vprom verify` found on it."""
+    """Write the tables and plots over `run_dirs` into `out`; returns a summary with the
+    perception table and the verdict. `ceilings` gives the perception-only ceiling of the
+    runs' data set, `verified` what `vprom verify` found on it."""
     run_dirs = expand_runs(run_dirs)
     if not run_dirs:
         raise VpromError("report needs at least one run folder")
@@ -430,7 +395,7 @@ def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
     bar_chart(neutral, "by_element_type", f"accuracy by element type ({shown})",
               out / "by_element_type.png")
     with_history = [e for e in entries if e.history]
-    perception_plot(pr, out / "perception.png", _pyplot(), _save)
+    perception_plot(pr, out / "perception.png")
     plots = ["perception.png", "by_relation.png", "by_element_type.png"]
     if with_history:
         curves(with_history, out / "curves.png")

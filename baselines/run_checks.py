@@ -1,20 +1,11 @@
 """Whether a run learned, and whether runs may be averaged: the checks behind every report.
 
-A run **did not learn** when its lowest training answer loss stayed above ln 8 (the loss of
-uniform scores over 8 candidates) minus `LOSS_TOLERANCE`, or when its test accuracy lies
-within the 95% Wilson interval of a chance-level score on as many matrices. Such a run is
-flagged in `vprom evaluate`, `vprom report` and `vprom reproduce`, never dropped: chance can
-be the honest result of a split that does not generalise.
-
-A **control** (the context-blind model, or any model on shuffled context) is expected at
-chance instead. `control_result` applies `vprom verify`'s rule for bias probes: it passes
-while the lower end of its 95% interval is at most chance + 2 points (14.5%); above that the
-answer can be found without the context, a shortcut in the data set.
-
-Runs of one table cell (model, features, aux, control, split) are averaged over seeds and must
-differ in nothing else: `settings` collects what a run was trained with (every setting but
-the seed and where it ran, the data set's content hash, the backbone weights), and
-`check_alike` refuses a cell whose runs differ, naming each setting.
+A run did not learn when its lowest training answer loss stayed above ln 8 (uniform scores)
+less `LOSS_TOLERANCE`, or its test accuracy lies within the 95% Wilson interval of chance on
+as many matrices; it is flagged, never dropped. A control (context-blind, or shuffled
+context) is expected at chance: it passes while its interval's lower end is at most chance +
+2 points, `vprom verify`'s rule for bias probes. Runs of one table cell are averaged over
+seeds and must differ in nothing else (`settings`, `check_alike`).
 """
 
 from __future__ import annotations

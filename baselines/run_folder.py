@@ -1,22 +1,13 @@
 """A training run's folder, and what `vprom train` may do with it: nothing it holds is destroyed.
 
-Files: config.json, history.json, last.pt (the run's truth: weights, optimiser state, history,
-best epoch, config), best.pt, each written atomically by `train`, and metrics.json by
-`evaluate`. Before any data is read, `place_run` decides what to do with OUT:
-- nothing there, or only a config.json: a fresh run;
-- a run that is not current (`vprom.manifest.is_current`: its manifest, config.json, records
-  other data set or features, or settings other than `RESUMABLE` ones differ): refused,
-  naming what differs;
-- a run of these settings: resumed from last.pt (refused when last.pt is another run's or
-  does not fit the model: `check_own_checkpoint`, `load_weights`), or left alone when it is
-  finished;
-- a best.pt without last.pt: refused (it cannot be continued, and a new run would overwrite
-  it);
-- `--restart`: the new run trains in `.NAME.restart` beside OUT and replaces OUT once its first
-  epoch is saved (`promote`), taking along the files that are not the run's own; until then
-  the old run is untouched, whenever the process dies.
-A metrics.json that scored a best.pt about to be replaced is kept as
-`metrics.best-epoch-K.json` (K: the epoch it scored), or `metrics.before-restart.json`.
+A run folder holds config.json, history.json, last.pt (weights, optimiser state, history,
+best epoch, config), best.pt and `evaluate`'s metrics.json. `place_run` starts a fresh run
+where there is none, resumes a run of these settings from last.pt or leaves it alone when
+finished, and refuses a run that is not current (data, features or settings other than
+`RESUMABLE` differ), a last.pt of another run and a best.pt without last.pt. `--restart`
+trains in `.NAME.restart` beside OUT, which it replaces once its first epoch is saved
+(`promote`). A metrics.json that scored a best.pt about to be replaced is kept as
+`metrics.best-epoch-K.json`, or `metrics.before-restart.json`.
 """
 
 from __future__ import annotations
@@ -68,8 +59,7 @@ def staging_folder(out: Path) -> Path:
 
 
 def save_checkpoint(path: Path, state: dict, renames: contextlib.ExitStack) -> None:
-    """Write `state` to a temporary of `path`, renamed into place when `renames` closes: the
-    checkpoints of one epoch are all written before any replaces its file."""
+    """Write `state` to a temporary of `path`, renamed into place when `renames` closes."""
     tmp = renames.enter_context(atomic_path(path))
     with open(tmp, "wb") as f:  # Python's writes report a full disk as ENOSPC, torch's do not
         torch.save(state, f)
@@ -97,8 +87,7 @@ def load_checkpoint(path: Path) -> dict:
 
 
 def check_own_checkpoint(path: Path, manifest: dict, state: dict) -> None:
-    """Refuse a checkpoint whose settings differ from its run's config.json (`manifest`): one
-    copied from another run would be scored, or continued, as this run's."""
+    """Refuse a checkpoint whose settings differ from its run's config.json (`manifest`)."""
     run = path.parent
     ours, theirs = anchored(manifest["config"], run), state.get("config") or {}
     differ = sorted(k for k in set(ours) | set(theirs)
@@ -110,8 +99,7 @@ def check_own_checkpoint(path: Path, manifest: dict, state: dict) -> None:
 
 
 def load_weights(model, state: dict, path: Path) -> None:
-    """`state`'s weights into `model`, or one line naming the checkpoint and the first key
-    that does not fit (torch's own error is a multi-line RuntimeError)."""
+    """`state`'s weights into `model`, or one line naming the first key that does not fit."""
     try:
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError, TypeError) as e:
@@ -123,23 +111,21 @@ def load_weights(model, state: dict, path: Path) -> None:
 
 
 def portable(config: dict, out: Path) -> dict:
-    """`config` (a `TrainConfig.to_dict()`) with its paths relative to the run folder `out`:
-    a published run folder names no home or install folder."""
+    """`config` (a `TrainConfig.to_dict()`) with its paths relative to the run folder `out`."""
     base = Path(out).resolve()
     return {k: os.path.relpath(Path(v).resolve(), base) if k in PATH_KEYS and isinstance(v, str)
             else v for k, v in config.items()}
 
 
 def anchored(config: dict, out: Path) -> dict:
-    """The inverse of `portable`: a run folder moved together with its data still finds it."""
+    """The inverse of `portable`."""
     base = Path(out).resolve()
     return {k: os.path.normpath(base / v) if k in PATH_KEYS and isinstance(v, str)
             else v for k, v in config.items()}
 
 
 def plain_record(value):
-    """`value` (FEATS.h5 attributes) as plain JSON values, each absolute path replaced by its
-    file name: what a run records about its features names no home folder."""
+    """`value` (FEATS.h5 attributes) as plain JSON values, absolute paths cut to file names."""
     if isinstance(value, dict):
         return {str(k): plain_record(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -217,8 +203,7 @@ def promote(place: RunPlace) -> RunPlace:
 
 
 def supersede_metrics(folder: Path, name: str | None = None) -> None:
-    """Keep a metrics.json that scored a best.pt about to be replaced, under another name
-    (`metrics.best-epoch-K.json` for the epoch it scored, unless `name` is given)."""
+    """Keep a metrics.json as `name`, by default `metrics.best-epoch-K.json` (K its epoch)."""
     metrics = folder / "metrics.json"
     if not metrics.is_file():
         return

@@ -1,14 +1,11 @@
-"""SCL, the Scattering Compositional Learner (Wu, Dong, Grosse and Ba, 2020), over V-PROM's
-pooled features.
+"""SCL, the Scattering Compositional Learner (Wu, Dong, Grosse and Ba, 2020), over pooled
+features.
 
-An object network O maps each panel to a vector split into K = 8 groups ("attributes"); one
-attribute network A embeds every group; one relation network R reads, per attribute, the 9
-panels of the completed matrix in cell order; F and a linear score give s_j from the K
-relation outputs. Sharing A across groups and R across attributes lets SCL find attributes
-and rules that recur. O, A and F are one Linear+ReLU layer each (O from the pooled feature,
-instead of the paper's CNN), R two; A and R are hidden / 2 wide. R's first layer is linear,
-so its context part is computed once per matrix. The auxiliary heads read the mean over
-candidates of F's output.
+An object network O splits each panel into K = 8 groups; one attribute network A embeds every
+group; one relation network R reads, per attribute, the 9 panels of the completed matrix; F
+and a linear score give s_j. O, A and F are one Linear+ReLU layer each, R two; A and R are
+hidden / 2 wide. R's first layer is linear, so its context part is computed once per matrix.
+The auxiliary heads read the mean over candidates of F's output.
 """
 
 from __future__ import annotations
@@ -47,8 +44,7 @@ class SCL(nn.Module):
         batch = panels.shape[0]
         groups = self.objects(panels).view(batch, -1, GROUPS, self.group)  # [B, 16, K, G]
         values = self.attributes(groups)  # [B, 16, K, A]
-        # R's first layer on [v_1; ...; v_8; v_c]: the context's part once, each candidate's
-        # part from the last cell's block of weights.
+        # R's first layer on [v_1; ...; v_8; v_c]: the context's part once per matrix
         weight = self.relation_in.weight.view(self.inner, N_CONTEXT + 1, self.inner)
         context = values[:, :N_CONTEXT].permute(0, 2, 1, 3).flatten(2)  # [B, K, 8A]
         context_part = context @ weight[:, :N_CONTEXT].flatten(1).T  # [B, K, A]

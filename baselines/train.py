@@ -1,25 +1,15 @@
 """Training one baseline on one split (`vprom train`), in the shape of torchvision's reference.
 
-`train` opens the run folder (`baselines.run_folder`: fresh, resumed, finished or refused),
-loads the split onto the device, then per epoch runs `train_one_epoch`, scores validation with
-`evaluate`, keeps the best epoch as `best.pt` (early stopping after `patience` epochs without
-gain) and the latest state as `last.pt`, and appends to `history.json`. Rank 0 writes, each
-file atomically; an epoch's checkpoints are both written before either is renamed into place,
-so a full disk leaves the previous epoch's pair and the run resumes from it.
-
-Loss: softmax cross-entropy over the 8 candidate scores; with `aux`, plus the cross-entropies
-of the two auxiliary heads (relation 4-way, element type 3-way) with equal weight, in training
-only. Optimiser: AdaDelta (the paper's) or Adam; unset hyper-parameters are the model's
-defaults (`baselines/defaults.json`, `TrainConfig.resolved`).
-
-Epoch e visits the training matrices in a permutation drawn from (seed, e), cut into
-ceil(n / batch_size) near-equal batches, and reseeds torch's generator from (seed, e, rank):
-an epoch depends only on the seed, its number and the weights it starts from, so a run resumed
-from a checkpoint ends with the weights of an unbroken one.
-
-Under torchrun each process takes a contiguous slice of every batch, and its loss is the
-slice's summed loss times world size / batch size: DDP's gradient average is then the batch
-mean, one process's update (up to float summation order). Validation counts are summed.
+`train` opens the run folder (`run_folder.place_run`), loads the split onto the device and
+per epoch runs `train_one_epoch`, scores validation with `evaluate`, keeps the best epoch as
+`best.pt` (early stopping after `patience` epochs without gain) and the latest as `last.pt`
+(both written before either is renamed into place), and appends to `history.json`. The loss is
+the cross-entropy over the 8 candidate scores, plus with `aux` the two auxiliary heads'
+(training only); the optimiser AdaDelta (the paper's) or Adam. Epoch e visits the training
+matrices in a permutation drawn from (seed, e), in ceil(n / batch_size) near-equal batches,
+with torch reseeded from (seed, e, rank), so a resumed run ends with an unbroken run's
+weights. Under torchrun each process takes a slice of every batch and scales its summed loss
+by world size / batch size, so DDP's gradient average is the batch mean.
 """
 
 from __future__ import annotations
@@ -92,9 +82,8 @@ def check_config(config: TrainConfig) -> None:
 
 def build_model(config: TrainConfig, feature_dim: int,
                 side: int = 0) -> tuple[torch.nn.Module, ModelConfig]:
-    """The model of `config` (resolved here) for panels of `feature_dim` (C of maps, 3 for
-    pixels) and `side` (H = W; 0 for vectors), its weights drawn from `config.seed` (the
-    caller's generator is left alone)."""
+    """The model of `config` for panels of `feature_dim` and `side` (0 for vectors), its
+    weights drawn from `config.seed` (the caller's generator is left alone)."""
     config = config.resolved()
     model_config = ModelConfig(feature_dim=feature_dim, hidden=config.hidden, aux=config.aux,
                                score_init=config.score_init, side=side)
@@ -117,7 +106,7 @@ def make_optimizer(config: TrainConfig, model: torch.nn.Module,
 def train_step(model, optimizer, data: SplitData, index: torch.Tensor, scale,
                aux: bool) -> torch.Tensor:
     """One optimiser step on the training matrices at `index`; returns their summed answer
-    loss, summed auxiliary loss and correct answers (on the device, nothing read back)."""
+    loss, auxiliary loss and correct answers (on the device)."""
     part = data.parts["train"]
     out = model(data.panels(part, index))
     answer = F.cross_entropy(out.scores, part.answer[index], reduction="none")
@@ -139,8 +128,8 @@ def train_step(model, optimizer, data: SplitData, index: torch.Tensor, scale,
 
 def train_one_epoch(model, optimizer, data: SplitData, batches, aux: bool, world: World,
                     step=train_step) -> dict:
-    """One pass over `batches` (from `epoch_batches`); the epoch's mean losses and accuracy.
-    `step` is `train_step`, or a `CudaGraphStep` replaying it."""
+    """One pass over `batches`; the epoch's mean losses and accuracy. `step` is `train_step`
+    or a `CudaGraphStep` replaying it."""
     model.train()
     # float64 running sums on the device, read back once at the end of the epoch
     totals = torch.zeros(3, dtype=torch.float64, device=data.features.device)
@@ -181,10 +170,8 @@ def evaluate(model, data: SplitData, part_name: str, world: World) -> float | No
 class CudaGraphStep:
     """`train_step` replayed from CUDA graphs (`--cuda-graphs`: one GPU, one process).
 
-    The first WARMUP_STEPS steps run eagerly on a side stream, as capture wants. Then the step
-    is captured once per batch width (an epoch's batches have at most two) on static index and
-    scale tensors; every later step copies its inputs into them and replays that graph: one
-    launch instead of some hundred kernels. Capture records the step without running it.
+    After WARMUP_STEPS eager steps on a side stream, the step is captured once per batch width
+    on static index and scale tensors; later steps copy their inputs in and replay the graph.
     """
 
     def __init__(self, world: World):
@@ -306,8 +293,7 @@ def load_data(config: TrainConfig, world: World) -> SplitData:
 
 
 def restore(place: RunPlace, model, optimizer) -> tuple[list[dict], dict, int]:
-    """Load the run's last.pt weights and optimiser state; returns (history, best, first
-    epoch)."""
+    """Load last.pt's weights and optimiser state; returns (history, best, first epoch)."""
     state = place.state
     if state is None:
         return [], {"epoch": -1, "val_acc": None}, 0
@@ -332,8 +318,8 @@ def write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: 
 
 
 def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
-    """Rank 0 after an epoch: best.pt (when `improved`), last.pt and history.json; after a
-    --restart's first epoch the staging folder replaces the old run."""
+    """Rank 0 after an epoch: best.pt (when `improved`), last.pt and history.json; a
+    --restart's staging folder then replaces the old run."""
     folder = place.folder
     if improved:
         run_folder.supersede_metrics(folder)  # it scored the best.pt about to be replaced
@@ -355,8 +341,7 @@ def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
 
 
 def epoch_losses(h: dict) -> str:
-    """An epoch's training losses: the answer loss, which "did not learn" is judged by
-    (ln 8 = 2.0794 is chance), and the auxiliary loss added to it in training, if any."""
+    """An epoch's answer loss (ln 8 = 2.0794 is chance) and auxiliary loss, if any."""
     aux = h.get("train_aux_loss")
     return (f"answer loss {h['train_answer_loss']:.4f}"
             + ("" if aux is None else f" (+ aux loss {aux:.4f})"))

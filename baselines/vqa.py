@@ -1,10 +1,9 @@
-"""VQA-like: the context as the question, each candidate as an answer, a gated-tanh joint embedding.
+"""VQA-like: the context as the question, each candidate as an answer (Teney et al., CVPR 2018).
 
-After Teney et al.'s VQA model (CVPR 2018), every non-linear layer is a gated tanh,
-tanh(W x + b) * sigmoid(W' x + b'). Each panel with its id is embedded; the question is the
-embedded sum of the context embeddings (the ids keep their positions), an answer the
-embedding of candidate j, and k/2 gated-tanh layers on their element-wise product give the
-joint embedding o_j, scored linearly. The auxiliary heads read the mean over candidates of o_j.
+Every non-linear layer is a gated tanh. Each panel with its id is embedded; the question
+embeds the sum of the context's embeddings, an answer candidate j's, and k/2 gated-tanh layers
+on their product give the joint embedding o_j, scored linearly. The auxiliary heads read the
+mean over candidates of o_j.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""WReN, the Wild Relation Network (Barrett et al., ICML 2018): PGM's own baseline, over
-V-PROM's pooled features.
+"""WReN, the Wild Relation Network (Barrett et al., ICML 2018), over pooled features.
 
-Each panel is embedded by E, tagged with a one-hot position of 9 (context 1-8, every
-candidate 9) and candidate j is scored by a relation network over the 9 tagged panels of
-the matrix it completes: s_j = w . f(sum over the 81 ordered pairs of g([e_a ; e_b])), g four
-Linear+ReLU layers and f two. A panel is already a pooled CNN feature, so E is one
-Linear+ReLU layer instead of the paper's CNN; the pair sums are `rn.pair_sums`'s; dropout is
-left out as in every vprom model. The auxiliary heads (V-PROM's stand-in for PGM's
-meta-targets) read the mean over candidates of f's output.
+Each panel is embedded by E (one Linear+ReLU layer: a panel is already a CNN feature) and
+tagged with a one-hot position of 9 (every candidate 9); candidate j scores
+s_j = w . f(sum over the 81 ordered pairs of its completed matrix of g([e_a ; e_b])), g four
+layers and f two, the pair sums `rn.pair_sums`'s. The auxiliary heads read the mean over
+candidates of f's output.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Assembling FEATS.h5 from the finished chunk files (rank 0, after every rank is done).
 
-Rows are sorted by crop id; each crop gets its distinct box's row, copied from the memory-mapped
-chunk files in blocks of at most ~256 MB into `features` (N, D) or `maps` (N, C, H, W; HDF5
-chunks of ~1 MB, compressed when asked), written under a temporary name. Crops whose image is
-missing are NaN rows listed in `missing_crop_id`; unless `allow_missing`, their chunks are
-dropped (a re-run after fixing the images redoes only those) and the run fails naming the
-first. While assembling, chunks and file both exist: twice the maps' size on disk.
+Each crop, in crop-id order, gets its box's row, copied from the memory-mapped chunks in
+blocks of at most 256 MB into `features` (N, D) or `maps` (N, C, H, W), under a temporary
+name. Crops without their image are NaN rows listed in `missing_crop_id`; unless
+`allow_missing`, their chunks are dropped and the run fails naming the first.
 """
 
 from __future__ import annotations
@@ -13,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import h5py
@@ -22,6 +19,7 @@ import torch
 
 from vprom.errors import VpromError
 from vprom.features.plan import DTYPES, ExtractPlan
+from vprom.features.timm_backbones import timm_version
 from vprom.files import atomic_path
 from vprom.manifest import (CONTENT_PREFIX, input_hashes, make_manifest, manifest_of,
                             write_manifest)
@@ -118,13 +116,6 @@ def _write(plan: ExtractPlan, tmp: Path, missing_ids: np.ndarray) -> None:
     del arrays
 
 
-def _version(library: str) -> str:
-    try:
-        return version(library)
-    except PackageNotFoundError:
-        return "not installed"
-
-
 def attributes(plan: ExtractPlan, n_missing: int, row_shape: tuple) -> dict:
     import PIL
     import torchvision
@@ -151,7 +142,7 @@ def attributes(plan: ExtractPlan, n_missing: int, row_shape: tuple) -> dict:
              "batch_size": config.batch_size, "n_missing": n_missing,
              "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
              "pillow_version": PIL.__version__, "vprom_version": __version__,
-             "timm_version": _version("timm"), "complete": True}
+             "timm_version": timm_version(), "complete": True}
     if "data_config" in settings:  # a timm model's preprocessing, as timm resolved it
         attrs["data_config"] = settings["data_config"]
     if config.pool == "none":

@@ -1,19 +1,12 @@
-"""The backbone registry: CNN trunks that map a batch of crops to a feature map.
+"""The backbone registry: trunks that map a batch of crops to a feature map.
 
-A `Backbone` is registered once by name (`register_backbone`, `get_backbone`,
-`list_backbones`; an unknown name is a VpromError listing the known ones). It builds its
-trunk (a normalised (B, 3, S, S) batch -> the last stage's map (B, D, s, s)), says how its
-input is prepared (`Preprocess`, applied on the device to the uint8 crops), names the
-poolings it offers (its default first) and loads its weights: `imagenet` (torchvision's
-published file, from torchvision's cache, never downloaded), `none` (random init from a fixed
-seed, so every rank and resumed run builds the same net) or a PATH to a state dict read
-without running code (`features/checkpoints.py`); missing and unexpected keys are named in
-the error, deliberately ignored ones in `Loaded.notes`. A detector's trunk may also say how
-it pools a box from the whole image (`RegionHead`, `--region roi`).
-
-The built-in backbones live in their own modules, imported when a name is first asked for:
-the torchvision ResNets (`features/resnets.py`), `bottomup-r101` (`features/bottomup.py`) and
-the `timm:<name>` family (`features/timm_backbones.py`).
+A `Backbone`, registered once by name, builds its trunk (a normalised (B, 3, S, S) batch ->
+the last map (B, D, s, s)), says how its input is prepared (`Preprocess`) and which poolings
+it offers, and loads its weights: `imagenet` (from torchvision's cache, never downloaded),
+`none` (random init from a fixed seed) or a state dict read without running code
+(`features/checkpoints.py`), naming missing and unexpected keys. A detector also says how it
+pools a box from the whole image (`RegionHead`). The built-ins (resnets.py, bottomup.py,
+timm_backbones.py) are imported when a name is first asked for.
 """
 
 from __future__ import annotations
@@ -38,18 +31,16 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 @functools.lru_cache(maxsize=None)
 def channel_values(values: tuple, device: torch.device) -> torch.Tensor:
-    """(1, 3, 1, 1) float32 on `device`, made once: a fresh copy to a GPU at every batch would
-    wait for the forwards queued before it (pageable memory), and no copy may run in a graph.
-    Made outside inference mode, so that any caller, with autograd or without, may use it."""
+    """(1, 3, 1, 1) float32 on `device`, made once (a copy per batch would wait for the queued
+    forwards, and none may run in a graph), outside inference mode so any caller may use it."""
     with torch.inference_mode(False):
         return torch.tensor(values, device=device).view(1, 3, 1, 1)
 
 
 @dataclass(frozen=True)
 class Preprocess:
-    """How uint8 crops become the trunk's input: x = (pixels[order] * scale - mean) / std.
-    A crop is warped with `interpolation` (antialiased) to S x S, or with `crop_pct` < 1 (a
-    timm model's eval crop) to S / crop_pct, keeping the centre S x S."""
+    """How uint8 crops become the trunk's input: x = (pixels[order] * scale - mean) / std, the
+    crop warped with `interpolation` to S x S (or to S / crop_pct, keeping the centre)."""
 
     input_size: int
     channel_order: str = "RGB"  # or "BGR" (Caffe)
@@ -88,10 +79,8 @@ class Loaded:
 
 @dataclass(frozen=True)
 class RegionHead:
-    """A detector's per-box computation (`--region roi`): the image is resized so its shorter
-    side is `shortest_side` (the longer at most `longest_side`), `module.backbone_features`
-    maps it to a map of stride `stride`, each box is max-pooled from that map to
-    `pooled` x `pooled` cells, and `module.roi_head` maps the pooled cells to the last map."""
+    """A detector's per-box computation (`--region roi`, features/regions.py): the image's
+    sides, the stride of `module.backbone_features` and the cells `module.roi_head` reads."""
 
     stride: int
     pooled: int
@@ -125,8 +114,7 @@ class Backbone:
         return {}
 
     def load(self, weights: str, pool: str = "avg", input_size: int | None = None) -> Loaded:
-        """The trunk with `weights` ("imagenet", "none" or a file path), eval mode, no grad.
-        A CNN trunk is the same for every pooling and input size (the extractor pools)."""
+        """The trunk with `weights` ("imagenet", "none" or a file path), eval mode, no grad."""
         self.pool_for(pool)
         if weights == "none":
             return _ready(seeded(self.build), "none", "")
@@ -166,8 +154,8 @@ class Backbone:
 
 
 def seeded(build: Callable[[], nn.Module]) -> nn.Module:
-    """`build()` with random weights that every process builds bit-identically; the caller's
-    global generator (which torchvision's and timm's initialisers draw from) is untouched."""
+    """`build()` with random weights every process builds bit-identically; the caller's global
+    generator is untouched."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(RANDOM_INIT_SEED)
         return build()
@@ -184,7 +172,6 @@ def name_some(keys: list[str], shown: int = 8) -> str:
     return ", ".join(keys[:shown]) + more
 
 
-# ---------------------------------------------------------------------------- registry
 BACKBONES: Registry[Backbone] = Registry("backbone", builtins=("vprom.features.resnets",
                                                                "vprom.features.bottomup",
                                                                "vprom.features.timm_backbones"),

@@ -1,19 +1,12 @@
 """`bottomup-r101`: the ResNet-101 of the bottom-up-attention Faster R-CNN, as released.
 
-Anderson et al. (2018) trained a Faster R-CNN with a ResNet-101 "C4" backbone on Visual
-Genome in Caffe: res2-res4 run over the whole image (stride 16), each box is max-pooled from
-res4 to 14x14 cells (`roi_pool5`), and res5 runs on those cells and is averaged (`pool5`).
-Its res5 is not ImageNet's: stride 1 and every 3x3 convolution dilated by 2, so res5 keeps
-the 14x14 size. `--region crop` runs all of it on a 224x224 warped crop (res4 is then the
-14x14 RoI pooling gives); `--region roi` (features/regions.py) follows the detector.
-
-Caffe conventions, each checked against `data/bottomup_r101.json` (the Caffe layer table and
-the ports' key names, with sources): a stage's stride sits in its first 1x1 convolution;
-batch norm is frozen (an affine-only checkpoint gets mean 0 and var 1, as Detectron2's
-FrozenBatchNorm2d), eps 1e-5; the stem's max pool has no padding and rounds up; input is BGR
-0-255 minus the Caffe pixel means. `map_bottomup` maps the ports' Detectron2 names
-(`backbone.*`, `roi_heads.res5.*`) to this module, drops the detector's heads and BatchNorm
-step counters (naming both in its notes) and refuses any other key by name.
+Anderson et al. (2018) ran res2-res4 over the whole image (stride 16), max-pooled each box to
+14x14 cells and ran res5 (stride 1, 3x3 convolutions dilated by 2) on them. `--region crop`
+runs all of it on a 224x224 warped crop; `--region roi` (features/regions.py) follows the
+detector. Caffe's conventions, checked against `data/bottomup_r101.json`: a stage's stride in
+its first 1x1 convolution, frozen batch norm (eps 1e-5), a stem max pool without padding that
+rounds up, BGR 0-255 input minus the pixel means. `map_bottomup` maps the ports' Detectron2
+names to this module, drops the detector's heads and refuses any other key by name.
 """
 
 from __future__ import annotations

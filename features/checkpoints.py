@@ -1,15 +1,9 @@
 """Reading weights files without running code from them.
 
-Unpickling an untrusted pickle can call any function it names, so `read_checkpoint` never
-uses an unrestricted unpickler: a torch zip file (or torch's legacy format, which starts with
-a pickled magic number) goes to `torch.load(weights_only=True)` with numpy's array names
-allowed too; any other pickle (a Detectron `.pkl`, a dict of numpy arrays) goes to
-`SafeUnpickler`, which resolves only the names in `ALLOWED` - numpy's reconstructors (numpy
-1.x's `numpy.core` and 2.x's `numpy._core`), `OrderedDict`, and `_codecs.encode`, which
-protocol-2 pickles use for `bytes` and which is allowed only as `encode(str, "latin1")`.
-Python 2 pickles are read with encoding latin1. The result is a flat {name: tensor}: a
-`model` or `state_dict` wrapper is unwrapped, a `module.` prefix removed, and values that
-are neither tensors nor arrays left out.
+A torch file goes to `torch.load(weights_only=True)` with numpy's array names allowed; any
+other pickle (a Detectron `.pkl`) to `SafeUnpickler`, which resolves only the names in
+`ALLOWED`: numpy's reconstructors, `OrderedDict` and `_codecs.encode(str, "latin1")`. The
+result is a flat {name: tensor}, a `model` or `state_dict` wrapper and `module.` prefix gone.
 """
 
 from __future__ import annotations
@@ -91,8 +85,7 @@ def _load(path: Path):
 
 
 def _why(error: Exception) -> str:
-    """One line on why a file did not load; for torch's weights-only refusal, the name it
-    refused (its message otherwise suggests loading the file unsafely)."""
+    """One line on why a file did not load (for torch's weights-only refusal, the name)."""
     text = str(error)
     found = re.search(r"GLOBAL ([\w.]+)", text)
     if found:

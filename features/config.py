@@ -1,8 +1,4 @@
-"""What `vprom extract` is asked to do, as one frozen dataclass (no torch needed to build it).
-
-Its defaults are those of `vprom.extract` and `vprom extract` (the API reads them here);
-`features.extract` runs it.
-"""
+"""What `vprom extract` is asked to do, as one frozen dataclass (no torch needed to build it)."""
 
 from __future__ import annotations
 
@@ -25,15 +21,14 @@ COMPRESSIONS = ("none", "gzip", "lzf")
 SYMBOLIC_BACKBONE = "labels"
 #: crops per forward by default on CUDA, and for `--region roi` (where a batch counts boxes)
 BATCH_SIZE = 64
-#: on a CPU device a default batch holds about this many pixels per thread: larger batches'
-#: activations outgrow the caches (8 crops of 224 px run resnet50 1.46x faster than 64 on
-#: 2 cores; docs/features.md)
+#: on a CPU a default batch holds about this many pixels per thread: larger batches'
+#: activations outgrow the caches (docs/features.md)
 CPU_BATCH_PIXELS = 4 * 224 * 224
 
 
 def default_batch_size(device_type: str, region: str, side: int, threads: int) -> int:
-    """`--batch-size` when not given: `BATCH_SIZE`, or on a CPU device with `--region crop`
-    about `CPU_BATCH_PIXELS` per thread of crops `side` pixels a side (1 to `BATCH_SIZE`)."""
+    """`--batch-size` when not given: `BATCH_SIZE`, or on a CPU with `--region crop` about
+    `CPU_BATCH_PIXELS` per thread (1 to `BATCH_SIZE`)."""
     if device_type != "cpu" or region != "crop":
         return BATCH_SIZE
     return max(1, min(BATCH_SIZE, CPU_BATCH_PIXELS * max(threads, 1) // (side * side)))

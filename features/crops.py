@@ -1,20 +1,12 @@
 """The crop pipeline: which pixels each crop id gets, and the DataLoader that makes them.
 
-Planning (pure numpy): crops sharing an (image_id, x, y, w, h) box are one *unit*, computed
-once and copied to every crop id that has it; units are sorted by (image, box). Batch k is
-units [k*B, (k+1)*B), so every batch but the last is full (the model always runs at the batch
-size it is timed and compiled for); consecutive batches form *chunks*, the unit of resuming
-and sharding. Within a batch, the units of one image are a *group*, one DataLoader item that
-opens the image once. The layout depends only on the crops table and the batch size, so every
-run, resumed run and rank sees the same batches and writes the same bytes.
-
-Pixels, in the workers: with `--decode cpu --region crop` Pillow clips the box to the image
-and resizes the whole crop to S x S (bilinear, antialiased, aspect not kept: the warp the
-detector's RoI pooling applies); a crop at least twice S a side is decoded at 1/2-1/8 scale
-(`Image.draft`), chosen per box from its own size so that its pixels never depend on the
-other crops of its image. Otherwise a worker hands the image to the main process as a
-`Source` (file bytes for `--decode gpu`, the decoded image for `--region roi`). Crops travel
-as uint8 (B, S, S, 3); failures travel as (unit, path, error) and name the image id.
+Crops sharing an (image, box) are one *unit*, computed once; units sorted by (image, box) make
+batches of B (all full but the last), consecutive batches make *chunks* (the unit of resuming
+and sharding), and one image's units within a batch are a *group*, one DataLoader item. The
+layout depends only on the crops table and B, so every run and rank writes the same bytes.
+With `--decode cpu --region crop` a worker's Pillow warps each clipped box to S x S (bilinear,
+antialiased), decoding a large crop at 1/2-1/8 scale chosen from its own size; otherwise it
+hands the image (file bytes, or decoded for `--region roi`) to the main process as a `Source`.
 """
 
 from __future__ import annotations
@@ -63,9 +55,8 @@ class BatchLayout:
 
 def batch_layout(crops: CropTable, batch_size: int, chunk_batches: int,
                  whole_images: bool = False) -> BatchLayout:
-    """Units sorted by image, in batches of `batch_size` units (an image's units cut at every
-    multiple of it), `chunk_batches` batches a chunk. `whole_images`: never cut an image's
-    units; a batch is the images that start in its `batch_size` units, so it may run over."""
+    """Units sorted by image in batches of `batch_size`, `chunk_batches` batches a chunk;
+    `whole_images` never cuts an image's units (a batch may then run over)."""
     order = np.argsort(crops.crop_id, kind="stable")
     crop_id = crops.crop_id[order]
     keys = np.stack([crops.image_id, crops.x, crops.y, crops.w, crops.h], axis=1)[order]
@@ -87,7 +78,6 @@ def batch_layout(crops: CropTable, batch_size: int, chunk_batches: int,
                 chunks=chunks)
 
 
-# ----------------------------------------------------------------------------- pixels
 DECODE_ERRORS = (OSError, ValueError, SyntaxError, RuntimeError, Image.DecompressionBombError)
 
 
@@ -103,8 +93,7 @@ PILLOW_FILTERS = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
 
 
 def centre_box(x0: float, y0: float, x1: float, y1: float, keep: float) -> tuple:
-    """The central `keep` fraction of a box in each dimension: warping it to S x S is warping
-    the box to S / keep and cutting the centre S x S (a timm model's crop_pct)."""
+    """The central `keep` fraction of a box in each dimension (a timm model's crop_pct)."""
     if keep == 1:
         return x0, y0, x1, y1
     dx, dy = (x1 - x0) * (1 - keep) / 2, (y1 - y0) * (1 - keep) / 2
@@ -113,9 +102,8 @@ def centre_box(x0: float, y0: float, x1: float, y1: float, keep: float) -> tuple
 
 def decode_crops(path, boxes: np.ndarray, size: int, interpolation: str = "bilinear",
                  keep: float = 1.0) -> tuple[np.ndarray, list[str | None]]:
-    """(k, size, size, 3) uint8 crops of one image by Pillow, and a per-box error (None when
-    fine); `keep` < 1 keeps the box's centre (`centre_box`). Raises OSError/ValueError when the
-    file cannot be decoded at all."""
+    """(k, size, size, 3) uint8 crops of one image by Pillow and a per-box error (None when
+    fine); raises OSError/ValueError when the file cannot be decoded at all."""
     out = np.zeros((len(boxes), size, size, 3), dtype=np.uint8)
     im = Image.open(path)  # reads the header only; pixels are decoded below
     try:

@@ -1,16 +1,10 @@
 """JPEG decoding and crop resizing with torch tensors: the `--decode gpu` path.
 
-The DataLoader workers only read the files; the extraction device decodes them with
-torchvision's decoder, one batched call per batch (nvjpeg on CUDA, libjpeg-turbo on a CPU
-device, which the tests run). `crop_resize` clips each box to the image, cuts it out and
-resizes it to S x S with `F.interpolate(antialias=True)`, rounded to uint8: the same triangle
-filter as Pillow's BILINEAR, so both paths agree to a fraction of a grey level on average
-(tests/features/test_decoding.py); they differ in the decoders' IDCT and in Pillow's draft
-decoding of large crops. A file torchvision cannot decode is decoded by Pillow instead.
-
-`auto` chooses `gpu` on CUDA when the node has fewer than `GPU_DECODE_BELOW` CPU cores per
-GPU process, else `cpu`: on an H100 node a Pillow worker feeds 250-300 crops/s, so Pillow
-keeps up with resnet101 only from about 20-25 workers (bench/RESULTS.md).
+The workers only read the files; the device decodes a batch in one torchvision call (nvjpeg
+on CUDA), Pillow taking any file it cannot. `crop_resize` resizes each clipped box with
+antialiased interpolation, Pillow's triangle filter, so both paths agree to a fraction of a
+grey level. `auto` decodes on the GPU when a GPU process has fewer than `GPU_DECODE_BELOW`
+cores: Pillow keeps up with resnet101 only from about 20-25 workers.
 """
 
 from __future__ import annotations
@@ -38,8 +32,7 @@ RESIZE_TORCH = ("whole crop (box clipped to the image) resized to SxS, aspect ra
 
 @contextmanager
 def _torchvision_decoders():
-    """torchvision's decoders, without the warning torchvision 0.29 gives at every call (they
-    are deprecated in favour of TorchCodec; docs/features.md says what that means)."""
+    """torchvision's decoders, without their deprecation warning at every call."""
     from torchvision.io import ImageReadMode, decode_jpeg
 
     with warnings.catch_warnings():
@@ -63,8 +56,8 @@ def resolve_decoder(requested: str, device: torch.device) -> str:
 
 
 def clip_boxes(boxes: np.ndarray, width: int, height: int) -> tuple[list, list]:
-    """Corners (x0, y0, x1, y1) of each VG box clipped to the image, and an error per box
-    (None when fine); a box with no area inside the image gets no corners."""
+    """Corners (x0, y0, x1, y1) of each VG box clipped to the image (None outside it), and
+    an error per box (None when fine)."""
     corners, errors = [], []
     for box in boxes:
         c = clip_box(box, width, height)
@@ -76,9 +69,8 @@ def clip_boxes(boxes: np.ndarray, width: int, height: int) -> tuple[list, list]:
 
 def crop_resize(image: torch.Tensor, corners: list, size: int, interpolation: str = "bilinear",
                 keep: float = 1.0) -> torch.Tensor:
-    """(3, H, W) uint8 image, k corner boxes -> (k, size, size, 3) uint8 crops, on its device.
-    `keep` < 1 (a timm model's crop_pct): each box is resized to floor(size / keep) a side and
-    its centre size x size kept."""
+    """(3, H, W) uint8 image, k corner boxes -> (k, size, size, 3) uint8 crops, on its device;
+    `keep` < 1 resizes to floor(size / keep) and keeps the centre."""
     if not corners:
         return torch.zeros((0, size, size, 3), dtype=torch.uint8, device=image.device)
     whole = image.unsqueeze(0).float()  # once per image, not per crop
@@ -114,8 +106,7 @@ def pillow_image(data: bytes | torch.Tensor | str | os.PathLike) -> torch.Tensor
 
 
 def torch_image(data: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
-    """(3, H, W) uint8 RGB from JPEG bytes by torchvision on `device`; Pillow (on the CPU,
-    moved to `device`) when torchvision cannot decode the file."""
+    """(3, H, W) uint8 RGB from JPEG bytes by torchvision on `device`, or by Pillow."""
     if is_jpeg(data):
         try:
             with _torchvision_decoders() as (decode_jpeg, rgb):
@@ -126,9 +117,8 @@ def torch_image(data: torch.Tensor, device: torch.device | str = "cpu") -> torch
 
 
 def decode_many(datas: list[torch.Tensor], device: torch.device) -> list:
-    """Decode a batch of JPEG byte tensors on `device` in one call (nvjpeg batches on CUDA);
-    if the batch call fails, image by image, so one bad file cannot fail the others. Returns
-    a (3, H, W) uint8 tensor or the exception per image."""
+    """A (3, H, W) uint8 tensor, or the exception, per JPEG byte tensor, decoded on `device`
+    in one call, or image by image if that fails."""
     if not datas:
         return []
     if all(is_jpeg(d) for d in datas):

@@ -1,22 +1,12 @@
 """`vprom extract`: backbone features for every crop of a DATASET.h5, into one FEATS.h5.
 
-1. Plan (features/crops.py, features/plan.py): unique boxes ("units") sorted by image, in
-   full batches of B units, batches in chunks of `chunk_batches`: a pure function of the
-   crops table, the batch size and the chunking.
-2. Work (features/pipeline.py): chunk c belongs to rank c % world_size (one rank without
-   torchrun); its batches are decoded, run through the trunk, pooled and normalised.
-3. Resume: each finished chunk is written atomically as `<out>.partial/chunk-NNNNNN.npy`
-   (+ a JSON of its missing crops); a killed run (or rank) redoes the chunks that are not
-   there. `<out>.partial/manifest.json` records the data set and the settings that change
-   the numbers (`ExtractPlan.settings`); a work folder that is not current for them
-   (`vprom.manifest.is_current`) is started over, and a finished file that is current is
-   left alone.
-4. Assemble (rank 0, after a barrier; features/assemble.py): rows sorted by crop id, written
-   under a temporary name and renamed into place when complete.
-
-Every run, resumed run and rank computes the same batches with the same weights, so the
-`crop_id` and `features` datasets are byte-identical however the work was split (on CUDA,
-cuDNN's deterministic algorithm choice is kept for this reason).
+The plan (features/crops.py, plan.py) cuts the unique boxes, sorted by image, into batches
+and chunks; chunk c belongs to rank c % world_size, whose pipeline (features/pipeline.py)
+writes it as `<out>.partial/chunk-NNNNNN.npy` with a JSON of its missing crops. A killed run
+redoes the chunks that are not there; a work folder or finished file made with other
+settings (`ExtractPlan.settings`, `vprom.manifest.is_current`) is started over. Rank 0 then
+assembles the rows by crop id (features/assemble.py). Every split of the work computes the
+same batches with the same weights, so the file is byte-identical however it was made.
 """
 
 from __future__ import annotations
@@ -49,9 +39,7 @@ from vprom.tables import read_crop_table
 
 MAX_GPU_WORKERS = 16
 GRAPH_DEVICES = ("cuda",)  # where --cuda-graphs runs (tests add the CPU, with a stand-in)
-# A CPU device decodes in this process, between forwards (pipeline.InlineBatches): worker
-# processes decoding during the forward preempt its OpenMP threads, which wait for each other
-# at every layer (docs/features.md).
+# A CPU device decodes in this process between forwards: workers would preempt its threads.
 DEFAULT_CPU_WORKERS = 0
 FILES_MARGIN = 16  # open files this process may add while the workers run (HDF5, threads)
 #: what `<out>.partial/` holds; a work folder with anything else is not removed
@@ -87,14 +75,12 @@ class ExtractSummary:
         return "\n".join(lines)
 
 
-# ------------------------------------------------------------------------- environment
 def _autocast_dtype(device: torch.device) -> torch.dtype | None:
     if device.type != "cuda":
         return None
     return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
-# ---------------------------------------------------------------------------- the run
 @writes(lambda a: a["config"].out, ("features",),
         inputs=lambda a: (a["config"].dataset, a["config"].vg))
 def extract(config: ExtractConfig) -> ExtractSummary:
@@ -183,9 +169,8 @@ def _prepare(config: ExtractConfig, world: World) -> ExtractPlan:
 
 
 def _batch_size(config: ExtractConfig, world: World, size: int) -> int:
-    """--batch-size, or `default_batch_size` for this device and crop side. Every process
-    of a torchrun job must cut the same batches: on a CPU, whose default depends on the
-    thread count, they take the smallest one's choice."""
+    """--batch-size, or `default_batch_size` for this device and crop side; the processes of
+    a CPU torchrun job, whose defaults depend on their threads, take the smallest."""
     if config.batch_size is not None:
         return config.batch_size
     mine = default_batch_size(world.device.type, config.region, size, torch.get_num_threads())
@@ -196,8 +181,8 @@ def _batch_size(config: ExtractConfig, world: World, size: int) -> int:
 
 
 def _workers(config: ExtractConfig, device: torch.device) -> int:
-    """--workers, or by default `DEFAULT_CPU_WORKERS` on a CPU device and on CUDA the cores
-    each GPU process has less two (the main thread and the pinning thread), at most 16."""
+    """--workers, or `DEFAULT_CPU_WORKERS` on a CPU and on CUDA each GPU process's cores less
+    two (the main and pinning threads), at most 16."""
     if config.workers is not None:
         return config.workers
     if device.type == "cpu":
@@ -206,10 +191,8 @@ def _workers(config: ExtractConfig, device: torch.device) -> int:
 
 
 def _check_open_files(workers: int, prefetch: int) -> None:
-    """Refuse before any work DataLoader workers the open-file limit cannot serve: torch hands
-    each batch over as shared memory, one descriptor per tensor in flight on both sides, and
-    a worker holds pipes to this process; short of them it fails midway with tracebacks.
-    A soft limit below what they need is first raised towards the hard one."""
+    """Refuse DataLoader workers the open-file limit cannot serve (each tensor in flight holds
+    a descriptor), after raising a soft limit towards the hard one."""
     if workers == 0:
         return
     try:

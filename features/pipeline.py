@@ -1,17 +1,12 @@
 """The extraction loop: batches in, chunk files out.
 
-Per batch: DataLoader workers decode the crops (`features/crops.py`; with `--workers 0`, a CPU
-run's default, this process does it with threads, `InlineBatches`, since workers beside the
-forward stall its OpenMP threads), or leave decoding or cropping to the device; `Forward.prepare`
-copies the batch to the device and finishes that work; `Forward.__call__` runs the trunk (one
-CUDA graph replay with `--cuda-graphs`: `GraphedTrunk`), pools, L2-normalises and casts. Results
-queue; the loop waits for the oldest only when more than `in_flight` are queued, and writes a
-chunk file once all its batches have landed (`write_chunk`).
-
-On CUDA (`CudaStreams`) forwards and their copies to pinned host memory run on a stream of their
-own, so preparing the next batch never waits for queued forwards. A row depends on its batch
-only, so any `in_flight` gives the same file. The CUDA calls go through `CudaApi`, which tests
-replace with a stand-in that runs on the CPU.
+DataLoader workers (or, with `--workers 0`, threads of this process: `InlineBatches`) decode
+the crops or leave decoding and cropping to the device; `Forward.prepare` copies a batch to the
+device and finishes that work; `Forward.__call__` runs the trunk (a CUDA graph replay with
+`--cuda-graphs`), pools, L2-normalises and casts. The loop waits for the oldest result only
+when more than `in_flight` are queued, and writes a chunk file once all its batches have
+landed. On CUDA the forwards and their copies to pinned memory run on a stream of their own
+(`CudaStreams`); the CUDA calls go through `CudaApi`, which tests replace with a CPU stand-in.
 """
 
 from __future__ import annotations
@@ -59,9 +54,8 @@ class CudaApi:
 
     @staticmethod
     def capture(fn, device: torch.device) -> tuple:
-        """fn() as a CUDA graph, after two warm-up calls on a side stream (as capturing wants):
-        (replay, the tensor fn returned, which each replay rewrites). Only this thread's calls
-        are captured: the DataLoader's pinning thread runs on meanwhile."""
+        """fn() as a CUDA graph after two warm-up calls on a side stream: (replay, the tensor
+        fn returned, which each replay rewrites). Only this thread's calls are captured."""
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
@@ -99,7 +93,7 @@ class CudaStreams(HostStreams):
         return self.api.stream(self.compute)
 
     def download(self, rows: torch.Tensor) -> tuple:
-        """The copy of `rows` into pinned memory, queued; and the event that says it is done."""
+        """The copy of `rows` into pinned memory, queued, and the event that marks its end."""
         host = self.api.pinned(rows)
         host.copy_(rows, non_blocking=True)
         done = self.api.Event()
@@ -113,8 +107,7 @@ def streams_for(device: torch.device, api=CudaApi) -> HostStreams:
 
 # --------------------------------------------------------------------------- forward
 def finish(fmap: torch.Tensor, pool: str) -> torch.Tensor:
-    """The last conv map -> what is stored: pooled and L2-normalised (avg; cls and mean, whose
-    trunks return a 1x1 map or the patch grid), or the map (none)."""
+    """The last conv map -> what is stored: pooled and L2-normalised, or the map (pool none)."""
     if pool == "none":
         return fmap.float()
     return F.normalize(fmap.float().mean(dim=(2, 3)), dim=1)
@@ -133,8 +126,7 @@ def embed(model: torch.nn.Module, pixels: torch.Tensor, backbone: Backbone,
 
 
 class GraphedTrunk:
-    """`embed` at the batch size as one CUDA graph replay (`--cuda-graphs`); a short batch is
-    zero-padded (a row's features depend on its own pixels only)."""
+    """`embed` at the batch size as one CUDA graph replay; a short batch is zero-padded."""
 
     def __init__(self, plan: ExtractPlan, model: torch.nn.Module, api=CudaApi):
         device, self.dtype = plan.world.device, TORCH_DTYPES[plan.config.dtype]
@@ -160,8 +152,7 @@ class GraphedTrunk:
 
 
 class Forward:
-    """A `Batch` -> `prepare` (copies in, decoding, cropping) -> `__call__` (the forward) ->
-    (units, its stored rows on their way to the host, failures)."""
+    """A `Batch` -> `prepare` (copies in, decoding, cropping) -> `__call__` (the forward)."""
 
     def __init__(self, plan: ExtractPlan, model: torch.nn.Module, streams: HostStreams,
                  trunk: GraphedTrunk | None = None):
@@ -183,8 +174,8 @@ class Forward:
 
     @torch.inference_mode()
     def __call__(self, prepared: tuple) -> tuple[np.ndarray, tuple | None, list, object]:
-        """(units, their stored rows on the way to the host, failures, the largest magnitude
-        before the cast, a device scalar read only when a row is not finite)."""
+        """(units, their rows on the way to the host, failures, the largest magnitude before
+        the cast: a device scalar, read only when a row is not finite)."""
         units, parts, failed = prepared
         plan = self.plan
         if not units:
@@ -202,8 +193,8 @@ class Forward:
                     out.abs().amax())
 
     def _sources(self, sources: list, failed: list) -> list:
-        """Decode on the device (if still encoded), clip the boxes; (units, crops) of all
-        the images for region crop, (units, (image, corners)) per image for region roi."""
+        """Decode on the device, clip the boxes: (units, crops) of all the images for region
+        crop, (units, (image, corners)) per image for region roi."""
         encoded = [s for s in sources if s.encoded]
         decoded = dict(zip(map(id, encoded), decode_many([s.data for s in encoded],
                                                          self.device)))
@@ -241,8 +232,8 @@ class Forward:
 
 
 def row_shape(plan: ExtractPlan, model: torch.nn.Module) -> tuple:
-    """One crop's stored shape: (D,) pooled, or its map's (C, H, W), by a probe forward where
-    the backbone does not say (maps; timm models, whose width depends on the pooling)."""
+    """One crop's stored shape, (D,) or (C, H, W): by a probe forward where the backbone does
+    not say."""
     if plan.config.pool == "avg" and plan.backbone.feature_dim:
         return (plan.backbone.feature_dim,)
     device, head = plan.world.device, plan.backbone.region_head
@@ -257,8 +248,7 @@ def row_shape(plan: ExtractPlan, model: torch.nn.Module) -> tuple:
 
 
 def warm_up(plan: ExtractPlan, model: torch.nn.Module) -> None:
-    """On CUDA, one forward at the batch size while the workers start: cuDNN's first calls
-    (kernel choice, lazy module loading) then cost nothing inside the loop."""
+    """On CUDA, one forward at the batch size while the workers start (cuDNN's first calls)."""
     if plan.world.device.type != "cuda" or plan.config.region != "crop":
         return
     pixels = torch.zeros(plan.config.batch_size, plan.size, plan.size, 3, dtype=torch.uint8)
@@ -272,18 +262,16 @@ def build_model(plan: ExtractPlan) -> torch.nn.Module:
 
 
 def _worker_init(worker_id: int, nice: int) -> None:
-    """A stopped extract leaves no worker tracebacks. On a CPU run (`nice` > 0), decoding
-    yields to the forward: the trunk's OpenMP threads wait for their slowest member at every
-    layer, so a worker taking a core at normal priority stalls them all."""
+    """A stopped extract leaves no worker tracebacks; on a CPU run (`nice` > 0) decoding yields
+    to the forward, whose OpenMP threads wait for their slowest member at every layer."""
     quiet_when_parent_gone()
     if nice:
         os.nice(nice)
 
 
 class InlineBatches:
-    """`--workers 0`: batches prepared in this process when the loop asks, their images decoded
-    by threads (Pillow and torch release the GIL); `ahead` batches at a time, so the threads
-    share many images and wait less for the slowest (the batches are the same either way)."""
+    """`--workers 0`: batches prepared in this process, their images decoded by threads
+    (Pillow and torch release the GIL), `ahead` batches at a time."""
 
     def __init__(self, dataset: CropDataset, batches: list, threads: int, pin: bool,
                  ahead: int = 1):
@@ -318,11 +306,8 @@ def loader(plan: ExtractPlan, batches: list):
 
 
 def stop_workers(batches) -> None:
-    """End a DataLoader's workers now, on every way out of the loop. Left to the garbage
-    collector, they outlive an interrupt: the iterator lives on in the interrupt's traceback,
-    and a worker killed by the same SIGTERM as this process makes torch's SIGCHLD handler
-    raise in a finalizer or at exit, under the command's one line. Once shut down, torch
-    forgets the workers and their deaths raise nothing."""
+    """End a DataLoader's workers now, on every way out of the loop: left to the garbage
+    collector they outlive an interrupt, and their deaths raise under the command's one line."""
     shutdown = getattr(batches, "_shutdown_workers", None)  # torch has no public name for it
     if shutdown is not None:
         shutdown()
@@ -388,9 +373,8 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
 
 
 def check_finite(plan: ExtractPlan, rows: np.ndarray, peak: torch.Tensor) -> None:
-    """Refuse a batch holding a value that is not finite, so no file ever stores one. A
-    float16 overflow refuses the run rather than switching the file to float32 midway: the
-    stored dtype is a setting of the file, and chunks already written keep theirs."""
+    """Refuse a batch holding a value that is not finite, so no file ever stores one (a
+    float16 overflow too: the stored dtype is a setting of the file)."""
     if np.isfinite(rows).all():
         return
     peak, name = float(peak), plan.backbone.name

@@ -1,9 +1,7 @@
 """The plan of one `vprom extract` call: its options resolved, its batches, where its chunks go.
 
-`settings` lists everything that changes the numbers or layout of a FEATS.h5 (backbone and
-weights hash, sizes, decoder, region, pooling, dtype, batching, device, compile, torch
-version): the manifest's `config`, by which `vprom.manifest.is_current` decides whether a
-finished file is kept and a work folder `<out>.partial/` resumed.
+`settings` lists everything that changes the numbers or layout of a FEATS.h5: the manifest's
+`config`, by which a finished file is kept and a work folder `<out>.partial/` resumed.
 """
 
 from __future__ import annotations
@@ -81,8 +79,8 @@ class ExtractPlan:
                 **self.backbone.fingerprint_extra()}
 
     def check_space(self, row_shape: tuple) -> None:
-        """Refuse before writing when the disk lacks room for the chunks and then the file:
-        one stored row of `row_shape` per unit, then per crop (twice that, for headroom)."""
+        """Refuse before writing when the disk lacks room for the chunks and the file (twice
+        a row of `row_shape` per unit and per crop)."""
         row = int(np.prod(row_shape)) * np.dtype(DTYPES[self.config.dtype]).itemsize
         free_space_for(self.config.out, 2 * row * (len(self.layout.unit_image) +
                                                    len(self.layout.crop_id)),

@@ -1,13 +1,10 @@
 """`--region roi`: a box's features the way the bottom-up-attention detector computes them.
 
-Per image (the released `test.prototxt` and `lib/fast_rcnn/test.py`; facts in
-`data/bottomup_r101.json`): the image, BGR minus the pixel means, is scaled so its shorter
-side is 600 unless the longer would exceed 1000 (bilinear without antialiasing, as
-`cv2.resize(INTER_LINEAR)`); `backbone_features` (to res4, stride 16) runs once on it; each
-clipped box, as Caffe's inclusive corners times the scale, is max-pooled to 14x14 cells
-(`roi_pool5`, exactly `torchvision.ops.roi_pool`); `roi_head` (res5) runs on all boxes of the
-batch at once and the caller averages its map (`pool5`) or keeps it (`--pool none`).
-`--input-size` sets the shorter side (the longer limit scales with it).
+As its released `test.prototxt`: the image is scaled so its shorter side is 600 unless the
+longer would exceed 1000 (bilinear, no antialiasing, as cv2), `backbone_features` runs once on
+it, each clipped box (Caffe's inclusive corners) is max-pooled to 14x14 cells
+(`torchvision.ops.roi_pool`), and `roi_head` runs on all boxes of the batch at once.
+`--input-size` sets the shorter side.
 """
 
 from __future__ import annotations
@@ -53,9 +50,7 @@ def caffe_rois(corners: list, scale: float) -> torch.Tensor:
 def pooled_regions(model: torch.nn.Module, image: torch.Tensor, corners: list,
                    preprocess: Preprocess, head: RegionHead, shortest: int, longest: int,
                    autocast: torch.dtype | None) -> torch.Tensor:
-    """One image's boxes -> (k, C, pooled, pooled) float32 RoI cells of its res4 map.
-
-    `image` is (3, H, W) uint8 RGB on the extraction device, `corners` its clipped boxes."""
+    """One image's (3, H, W) uint8 and clipped boxes -> (k, C, pooled, pooled) RoI cells."""
     device = image.device
     height, width = image.shape[1:]
     scale = detector_scale(height, width, shortest, longest)

@@ -1,9 +1,7 @@
-"""The torchvision ResNets as backbones: resnet18, resnet50 and resnet101.
+"""The torchvision ResNets as backbones: resnet18, resnet50 and resnet101, up to `layer4`.
 
-Each keeps everything up to `layer4` (the classifier's pooling and `fc` are dropped: pooling
-happens in the extractor). `imagenet` weights are torchvision's IMAGENET1K_V1, read from
-torchvision's cache (nothing is downloaded here); a full torchvision checkpoint passed as a
-path loses its classifier keys on the way in.
+`imagenet` weights are torchvision's IMAGENET1K_V1, read from torchvision's cache (never
+downloaded); a full checkpoint loses its classifier keys on the way in.
 """
 
 from __future__ import annotations
@@ -27,7 +25,6 @@ def _torchvision_trunk(arch: str) -> Callable[[], nn.Module]:
         import torchvision
 
         net = torchvision.models.get_model(arch, weights=None)
-        # The classifier's pooling and fc are dropped: pooling happens in the extractor.
         names = ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4")
         return nn.Sequential(OrderedDict((n, getattr(net, n)) for n in names))
 
@@ -35,7 +32,6 @@ def _torchvision_trunk(arch: str) -> Callable[[], nn.Module]:
 
 
 def _torchvision_map(state: dict, source: str) -> tuple[dict, list[str]]:
-    # A full torchvision checkpoint carries the ImageNet classifier, which the trunk drops.
     classifier = sorted(k for k in state if k.startswith("fc."))
     notes = [f"ignored the ImageNet classifier ({', '.join(classifier)})"] if classifier else []
     return {k: v for k, v in state.items() if not k.startswith("fc.")}, notes

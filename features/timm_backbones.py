@@ -1,14 +1,10 @@
 """The `timm:<name>` backbone family: any timm model (DINO, DINOv2, CLIP, SigLIP, ConvNeXt, ...).
 
-`resolve(name)` builds the model once on torch's meta device to learn what it is: a *token*
-model (a ViT: `forward_features` gives (B, N, C), the first `num_prefix_tokens` class or
-register tokens) offers `cls` (the model's own pooled output, the default), `mean` (of the
-patch tokens) and `none` (the patch grid); a *map* model (a ConvNet, NCHW or NHWC) offers
-`avg` and `none`. Preprocessing comes from timm's own data config. Weights: `none` (random
-init from a fixed seed), a FILE (timm's checkpoint filter and strict key check run on it;
-non-safetensors files go through `features/checkpoints.py`), or `pretrained`/`imagenet`:
-the tag's published file, only if the Hugging Face or torch hub cache already holds it.
-vprom never downloads: the hub is set offline before timm is imported.
+`resolve(name)` builds the model on the meta device to learn what it is: a token model (a ViT)
+offers `cls` (its own pooled output), `mean` (of the patch tokens) and `none` (the patch grid),
+a map model `avg` and `none`; preprocessing is timm's data config. Weights are `none`, a FILE
+(checked by timm; non-safetensors read by `features/checkpoints.py`) or `pretrained`, the
+tag's file if a hub cache already holds it: the hub is set offline before timm is imported.
 """
 
 from __future__ import annotations
@@ -62,7 +58,6 @@ def _timm():
     return timm
 
 
-# ---------------------------------------------------------------------------- trunk
 class TimmTrunk(nn.Module):
     """A timm model -> the (B, D, h, w) map the extractor pools (or stores, pool none)."""
 
@@ -84,7 +79,6 @@ class TimmTrunk(nn.Module):
         return patches.transpose(1, 2).reshape(len(feats), -1, side, side)
 
 
-# ------------------------------------------------------------------------- backbone
 @dataclass(frozen=True)
 class TimmBackbone(Backbone):
     model_name: str = ""
