@@ -176,8 +176,9 @@ def seed_list(text: str) -> list[int]:
     return out
 
 
-def demo_seeds(seeds: list[int], out: Path) -> list[tuple[int, list[str]]]:
-    """(seed, failing groups) of each demo build, built unless its data set is there."""
+def demo_seeds(seeds: list[int], out: Path, learned: bool) -> list[tuple[int, list[str]]]:
+    """(seed, failing groups) of each demo build, built unless its data set is there, and
+    verified (with the learned probe if `learned`)."""
     results = []
     for seed in seeds:
         folder = out / str(seed)
@@ -188,7 +189,7 @@ def demo_seeds(seeds: list[int], out: Path) -> list[tuple[int, list[str]]]:
             if not (folder / "dataset.h5").is_file():
                 print(f"  seed {seed}: not built: {done.stderr.strip()[-300:]}", flush=True)
                 continue
-        report = verify(folder / "dataset.h5", load_rules())
+        report = verify(folder / "dataset.h5", load_rules(), learned=learned)
         failing = [f"{c.name} {g}: {100 * f['accuracy']:.1f}% n={f['test']} p={f['p']:.2g} "
                    f"adjusted={f['p_adjusted']:.2g}" for c, g, f in
                    decision.family_groups(report.checks) if f["failed"]]
@@ -252,6 +253,8 @@ def main() -> None:
                     "(default: counted on a full-size replicate)")
     ap.add_argument("--seeds", type=seed_list, default=[], help="demo seeds, e.g. 0-49")
     ap.add_argument("--builds", type=Path, default=Path("/tmp/vprom-calibration"))
+    ap.add_argument("--learned", action="store_true", help="verify the demo seeds also with "
+                    "the learned probe (verify --learned)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--full-scale", type=float, default=1.0, help="(smaller: a quick trial)")
     args = ap.parse_args()
@@ -261,7 +264,7 @@ def main() -> None:
         simulate(args, rng)
     if args.seeds:
         print(f"(b) demo seeds {args.seeds[0]}..{args.seeds[-1]} ({len(args.seeds)} builds):")
-        results = demo_seeds(args.seeds, args.builds)
+        results = demo_seeds(args.seeds, args.builds, args.learned)
         failed = sum(bool(f) for _, f in results)
         print(f"  {failed} of {len(results)} fail ({100 * failed / len(results):.1f}%)")
     print(f"{time.perf_counter() - start:.0f} s")

@@ -171,9 +171,10 @@ def test_count_matrices_show_no_held_out_category_on_either_side():
     """Count crops name objects ("five dogs"). Only the test side of the count splits answers
     even or 6-10 counts, so a held-out category shown there alone would tell the answer's
     range: no count matrix, on either side, shows a category banned for its relation."""
-    from tests.generation.conftest import OBJECTS, VOCABULARY, tiny_crops
     from vprom.generation.generate import generate_dataset
     from vprom.splits.rules import object_third
+
+    from tests.generation.conftest import OBJECTS, VOCABULARY, tiny_crops
 
     crops = tiny_crops()
     rng = np.random.default_rng(0)
