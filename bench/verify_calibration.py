@@ -159,7 +159,7 @@ def power(inputs: jobs.Inputs, m: int, sizes: dict, replicates: int,
             found, rates = 0, []
             for _ in range(replicates):
                 hits = hits_of(rng.integers(0, N_CANDIDATES, n), q)
-                f = decision.group_test(tell, group, hits)
+                f = decision.group_test(hits)
                 rates.append(f["accuracy"])
                 found += f["accuracy"] >= decision.LIMIT and m * f["p"] < decision.FAMILY_ALPHA
             rows.append({"tell": tell, "group": group, "test": n_test, "q": q,

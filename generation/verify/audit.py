@@ -306,7 +306,7 @@ def judge_groups(name: str, what: str, results: list[tuple[str, np.ndarray, int 
                  note: str = "") -> Check:
     """One check over groups' (name, test hits, train size), judged as a family of its own
     (`verify` judges all checks' groups together)."""
-    figures = {group: group_test(name, group, hits, n_train, MIN_PROBE_TEST)
+    figures = {group: group_test(hits, n_train, MIN_PROBE_TEST)
                for group, hits, n_train in results}
     if not any(f["judged"] for f in figures.values()):
         return Check(name, "skip", f"{what}: too few matrices to judge any group (each needs "
