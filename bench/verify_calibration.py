@@ -176,6 +176,11 @@ def seed_list(text: str) -> list[int]:
     return out
 
 
+def group_line(check, group: str, f: dict) -> str:
+    return (f"{check.name} {group}: {100 * f['accuracy']:.1f}% n={f['test']} p={f['p']:.2g} "
+            f"adjusted={f['p_adjusted']:.2g}")
+
+
 def demo_seeds(seeds: list[int], out: Path, learned: bool) -> list[tuple[int, list[str]]]:
     """(seed, failing groups) of each demo build, built unless its data set is there, and
     verified (with the learned probe if `learned`)."""
@@ -190,13 +195,14 @@ def demo_seeds(seeds: list[int], out: Path, learned: bool) -> list[tuple[int, li
                 print(f"  seed {seed}: not built: {done.stderr.strip()[-300:]}", flush=True)
                 continue
         report = verify(folder / "dataset.h5", load_rules(), learned=learned)
-        failing = [f"{c.name} {g}: {100 * f['accuracy']:.1f}% n={f['test']} p={f['p']:.2g} "
-                   f"adjusted={f['p_adjusted']:.2g}" for c, g, f in
-                   decision.family_groups(report.checks) if f["failed"]]
+        family = decision.family_groups(report.checks)
+        failing = [group_line(*member) for member in family if member[2]["failed"]]
         failing += [f"{c.name}: {c.summary}" for c in report.checks
                     if not c.ok and not c.name.startswith("bias:")]
         results.append((seed, failing))
-        print(f"  seed {seed}: " + ("; ".join(failing) if failing else "pass"), flush=True)
+        closest = min(family, key=lambda member: member[2]["p_adjusted"])
+        print(f"  seed {seed}: " + ("; ".join(failing) if failing else "pass") +
+              f" (least adjusted p: {group_line(*closest)})", flush=True)
     return results
 
 
