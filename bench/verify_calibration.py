@@ -216,8 +216,8 @@ def simulate(args, rng: np.random.Generator) -> None:
         full = None
         for label, scale, reps in (("demo", 0.05, args.demo_replicates),
                                    ("full", args.full_scale, args.full_replicates)):
-            if label == "demo" and not reps:
-                continue
+            if not reps and (label == "demo" or not args.power_replicates):
+                continue  # full-size inputs without replicates serve the power table
             inputs = probe_inputs(crops, scale, args.seed)
             r = false_alarms(inputs, reps, rng) if reps else None
             if r:
@@ -225,6 +225,8 @@ def simulate(args, rng: np.random.Generator) -> None:
                       f"{reps:>12}{r['failed']:>8}{100 * r['failed'] / reps:>7.1f}%"
                       f"{100 * r['p<0.01']:>7.2f}%{100 * r['p<0.05']:>7.2f}%", flush=True)
             full = (inputs, r["groups"] if r else None)
+        if not args.power_replicates:
+            return
         inputs, m = full
         m = args.family_size or m
         if m is None:
