@@ -1,22 +1,17 @@
 """The verdict of `vprom verify`'s bias checks: a test per group, the family judged together.
 
-A bias check scores groups of matrices (an element type, a relation x element type, ...). Each
-group tests the null "the candidates carry no information about the answer". Every probe is
-fitted on the neutral train part and scored on held-out test matrices (the heuristics and the
-position test fit nothing). A test matrix's hit X is the probability that the probe's pick is
-the answer: 1 or 0, 1/k for a pick among k tied candidates that hold the answer, any value in
-[0, 1] for a blocks pick. Under the null the answer is any of the 8 with probability 1/8 whatever
-the probe learned, so E[X] = 1/8 and the test matrices' hits are independent.
+A bias check scores groups of matrices (an element type, a relation x element type, ...), each
+testing the null "the candidates carry no information about the answer". Every probe is fitted
+on the neutral train part and scored on held-out test matrices (the heuristics and the position
+test fit nothing). A test matrix's hit X is the chance that the pick is its answer (1/k for a
+pick among k tied candidates that hold it); under the null E[X] = 1/8, independently.
 
-The p-value (`tail_p`) bounds P(S >= s) for the sum S of such hits. X in [0, 1] with mean 1/8
-is smaller in the convex order than a Bernoulli(1/8) (X = E[B | X] for a B that is 1 with
-probability X), so E(S - h)+ <= E(T - h)+ for T ~ Binomial(n, 1/8) and every h, and Markov's
-inequality on (S - h)+ gives P(S >= s) <= min over h < s of E(T - h)+ / (s - h) (Bentkus, "On
-Hoeffding's inequalities", Ann. Probab. 2004). It needs no tie sizes, draws nothing (a file
-gives one p-value) and is valid for any pick rule; on untied hits it is 2 to 2.5 times the
-exact binomial tail at verify's group sizes. A hit of exactly 1/8 (an 8-way tie) is left out: the hits left
-still have mean 1/8, so the bound holds on them, and a probe that ties all 8 passes. The rate
-and 95% Wilson interval are those of all the hits.
+`tail_p` bounds P(S >= s) for the sum S of the hits. X in [0, 1] of mean 1/8 is below a
+Bernoulli(1/8) in the convex order, so E(S - h)+ <= E(T - h)+ for T ~ Binomial(n, 1/8), and
+Markov's inequality gives P(S >= s) <= min over h < s of E(T - h)+ / (s - h) (Bentkus, Ann.
+Probab. 2004). It needs no tie sizes and draws nothing (a file gives one p-value); on untied
+hits it is 2 to 2.5 times the exact binomial tail. Hits of exactly 1/8 (8-way ties) are left
+out: the others keep mean 1/8. The rate and 95% Wilson interval are those of all the hits.
 
 The family is every judged group of every bias check of one data set (`decide`): the answer-
 position χ² tests, the two heuristics and each probe's groups. Holm's step-down controls the
@@ -42,15 +37,14 @@ LIMIT = CHANCE + SHORTCUT_MARGIN
 
 
 def tail_p(hits: float, n: int) -> float:
-    """Bentkus's bound on P(S >= hits) for a sum S of n independent hits in [0, 1] of mean 1/8
-    (see the module docstring); the minimum over h lies at an integer 0 <= h < hits, where
-    E(T - h)+ = n p P(Binomial(n - 1, p) >= h) - h P(T > h). scipy.special's binomial tails:
-    importing scipy.stats costs every `vprom` run half a second."""
+    """Bentkus's bound on P(S >= hits), S a sum of n independent hits in [0, 1] of mean 1/8.
+    The minimum lies at an integer 0 <= h < hits, where E(T - h)+ = n p P(Binomial(n - 1, p)
+    >= h) - h P(T > h) (scipy.special: importing scipy.stats costs every run half a second)."""
     from scipy.special import bdtrc
 
-    h = np.arange(int(np.ceil(hits)))
-    if not len(h) or hits <= n * CHANCE:
+    if hits <= n * CHANCE:
         return 1.0
+    h = np.arange(int(np.ceil(hits)))
     stop_loss = n * CHANCE * bdtrc(h - 1, n - 1, CHANCE) - h * bdtrc(h, n, CHANCE)
     return float(min(1.0, (stop_loss / (hits - h)).min()))
 
