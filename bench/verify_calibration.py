@@ -200,9 +200,9 @@ def demo_seeds(seeds: list[int], out: Path, learned: bool) -> list[tuple[int, li
         failing += [f"{c.name}: {c.summary}" for c in report.checks
                     if not c.ok and not c.name.startswith("bias:")]
         results.append((seed, failing))
-        closest = min(family, key=lambda member: member[2]["p_adjusted"])
+        closest = min(family, key=lambda member: (member[2]["p_adjusted"], member[2]["p"]))
         print(f"  seed {seed}: " + ("; ".join(failing) if failing else "pass") +
-              f" (least adjusted p: {group_line(*closest)})", flush=True)
+              f" (least p: {group_line(*closest)})", flush=True)
     return results
 
 
