@@ -159,7 +159,7 @@ def power(inputs: jobs.Inputs, m: int, sizes: dict, replicates: int,
             found, rates = 0, []
             for _ in range(replicates):
                 hits = hits_of(rng.integers(0, N_CANDIDATES, n), q)
-                f = decision.group_test(tell, group, hits)
+                f = decision.group_test(hits)
                 rates.append(f["accuracy"])
                 found += f["accuracy"] >= decision.LIMIT and m * f["p"] < decision.FAMILY_ALPHA
             rows.append({"tell": tell, "group": group, "test": n_test, "q": q,
@@ -176,8 +176,14 @@ def seed_list(text: str) -> list[int]:
     return out
 
 
-def demo_seeds(seeds: list[int], out: Path) -> list[tuple[int, list[str]]]:
-    """(seed, failing groups) of each demo build, built unless its data set is there."""
+def group_line(check, group: str, f: dict) -> str:
+    return (f"{check.name} {group}: {100 * f['accuracy']:.1f}% n={f['test']} p={f['p']:.2g} "
+            f"adjusted={f['p_adjusted']:.2g}")
+
+
+def demo_seeds(seeds: list[int], out: Path, learned: bool) -> list[tuple[int, list[str]]]:
+    """(seed, failing groups) of each demo build, built unless its data set is there, and
+    verified (with the learned probe if `learned`)."""
     results = []
     for seed in seeds:
         folder = out / str(seed)
@@ -188,14 +194,15 @@ def demo_seeds(seeds: list[int], out: Path) -> list[tuple[int, list[str]]]:
             if not (folder / "dataset.h5").is_file():
                 print(f"  seed {seed}: not built: {done.stderr.strip()[-300:]}", flush=True)
                 continue
-        report = verify(folder / "dataset.h5", load_rules())
-        failing = [f"{c.name} {g}: {100 * f['accuracy']:.1f}% n={f['test']} p={f['p']:.2g} "
-                   f"adjusted={f['p_adjusted']:.2g}" for c, g, f in
-                   decision.family_groups(report.checks) if f["failed"]]
+        report = verify(folder / "dataset.h5", load_rules(), learned=learned)
+        family = decision.family_groups(report.checks)
+        failing = [group_line(*member) for member in family if member[2]["failed"]]
         failing += [f"{c.name}: {c.summary}" for c in report.checks
                     if not c.ok and not c.name.startswith("bias:")]
         results.append((seed, failing))
-        print(f"  seed {seed}: " + ("; ".join(failing) if failing else "pass"), flush=True)
+        closest = min(family, key=lambda member: (member[2]["p_adjusted"], member[2]["p"]))
+        print(f"  seed {seed}: " + ("; ".join(failing) if failing else "pass") +
+              f" (least p: {group_line(*closest)})", flush=True)
     return results
 
 
@@ -209,8 +216,8 @@ def simulate(args, rng: np.random.Generator) -> None:
         full = None
         for label, scale, reps in (("demo", 0.05, args.demo_replicates),
                                    ("full", args.full_scale, args.full_replicates)):
-            if label == "demo" and not reps:
-                continue
+            if not reps and (label == "demo" or not args.power_replicates):
+                continue  # full-size inputs without replicates serve the power table
             inputs = probe_inputs(crops, scale, args.seed)
             r = false_alarms(inputs, reps, rng) if reps else None
             if r:
@@ -218,6 +225,8 @@ def simulate(args, rng: np.random.Generator) -> None:
                       f"{reps:>12}{r['failed']:>8}{100 * r['failed'] / reps:>7.1f}%"
                       f"{100 * r['p<0.01']:>7.2f}%{100 * r['p<0.05']:>7.2f}%", flush=True)
             full = (inputs, r["groups"] if r else None)
+        if not args.power_replicates:
+            return
         inputs, m = full
         m = args.family_size or m
         if m is None:
@@ -252,6 +261,8 @@ def main() -> None:
                     "(default: counted on a full-size replicate)")
     ap.add_argument("--seeds", type=seed_list, default=[], help="demo seeds, e.g. 0-49")
     ap.add_argument("--builds", type=Path, default=Path("/tmp/vprom-calibration"))
+    ap.add_argument("--learned", action="store_true", help="verify the demo seeds also with "
+                    "the learned probe (verify --learned)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--full-scale", type=float, default=1.0, help="(smaller: a quick trial)")
     args = ap.parse_args()
@@ -261,7 +272,7 @@ def main() -> None:
         simulate(args, rng)
     if args.seeds:
         print(f"(b) demo seeds {args.seeds[0]}..{args.seeds[-1]} ({len(args.seeds)} builds):")
-        results = demo_seeds(args.seeds, args.builds)
+        results = demo_seeds(args.seeds, args.builds, args.learned)
         failed = sum(bool(f) for _, f in results)
         print(f"  {failed} of {len(results)} fail ({100 * failed / len(results):.1f}%)")
     print(f"{time.perf_counter() - start:.0f} s")

@@ -212,9 +212,10 @@ def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
 
 def ban_mask(pool: PoolIndex, group: Group) -> list[int] | None:
     """Per crop, the relations (`RELATION_BIT`) for which the group may not draw it (None:
-    any crop). Train-side groups avoid every ban, so they train in every split; test-side
-    attribute groups avoid the banned categories, which would tell the answer's block."""
-    if group.held_side == 0:
+    any crop). Train-side groups avoid every ban, so they train in every split; so do count
+    groups, as a held-out label only test-side counts (even, 6-10) show would tell the
+    answer's range; test-side attribute groups avoid the banned categories (the block's)."""
+    if group.held_side == 0 or group.element_type is ElementType.COUNT:
         banned = pool.banned
     elif group.element_type in (ElementType.OBJECT_ATTRIBUTE, ElementType.HUMAN_ATTRIBUTE):
         banned = pool.banned_categories

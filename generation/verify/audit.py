@@ -304,7 +304,7 @@ def probe_groups(element_type: np.ndarray, relation: np.ndarray, train: np.ndarr
 def judge_groups(name: str, what: str, results: list[tuple[str, np.ndarray, int | None]],
                  note: str = "") -> Check:
     """One check over groups' (name, test hits, train size), judged as a family of its own."""
-    figures = {group: group_test(name, group, hits, n_train, MIN_PROBE_TEST)
+    figures = {group: group_test(hits, n_train, MIN_PROBE_TEST)
                for group, hits, n_train in results}
     if not any(f["judged"] for f in figures.values()):
         return Check(name, "skip", f"{what}: too few matrices to judge any group (each needs "

@@ -165,3 +165,35 @@ def test_verify_fails_on_legacy_count_candidates_and_passes_on_new(pools_file, t
     assert reports[False].ok, reports[False].failures()
     for name in ("bias:absent-values", "bias:probe-sets"):
         assert new[name].status == "pass", new[name].summary
+
+
+def test_count_matrices_show_no_held_out_category_on_either_side():
+    """Count crops name objects ("five dogs"). Only the test side of the count splits answers
+    even or 6-10 counts, so a held-out category shown there alone would tell the answer's
+    range: no count matrix, on either side, shows a category banned for its relation."""
+    from vprom.generation.generate import generate_dataset
+    from vprom.splits.rules import object_third
+
+    from tests.generation.conftest import OBJECTS, VOCABULARY, tiny_crops
+
+    crops = tiny_crops()
+    rng = np.random.default_rng(0)
+    for k in np.flatnonzero(crops.element_type == "count"):
+        if rng.random() < 0.5:
+            crops.labels[k] += "|" + OBJECTS[int(rng.integers(len(OBJECTS)))]
+    rules = load_rules()
+    data = generate_dataset(crops, rules, scale=0.004, seed=1, vocabulary=VOCABULARY)
+    m = data.matrices
+    row_of = {c: r for r, c in enumerate(data.crops.crop_id.tolist())}
+    by_side = Counter()
+    test = set(m.splits["interpolation"]["test"].tolist()) | set(
+        m.splits["extrapolation"]["test"].tolist())
+    for i in np.flatnonzero(m.element_type == "count"):
+        relation = str(m.relation[i])
+        thirds = set(rules.design.train_side_ban(relation).object_thirds.get(relation, ()))
+        shown = {c for p in m.panels[i] for c in data.crops.labels[row_of[int(p)]].split("|")
+                 if c in OBJECTS}
+        assert not {object_third(c) for c in shown} & thirds, (i, relation, shown)
+        by_side[int(m.id[i]) in test] += len(shown)
+    assert by_side[True] > 100 and by_side[False] > 100  # categories shown on both sides
+    assert not [g for g in data.counts["held_out_bans_loosened"] if g.startswith("count ")]

@@ -19,18 +19,43 @@ def test_holm_matches_a_hand_computed_example():
     assert decision.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
 
 
-def test_the_p_value_is_the_exact_binomial_tail():
-    for hits, n in ((0, 10), (1, 10), (78, 416), (700, 5000)):
+def test_the_p_value_bounds_the_exact_binomial_tail_within_a_factor_e():
+    # untied hits are Binomial(n, 1/8) under the null: the bound is valid and near its tail
+    for hits, n in ((1, 10), (78, 416), (700, 5000), (3400, 25_000)):
         exact = scipy.stats.binomtest(hits, n, 1 / 8, alternative="greater").pvalue
-        assert decision.binomial_p(hits, n) == pytest.approx(exact, rel=1e-9)
+        assert exact <= decision.tail_p(hits, n) <= np.e * exact
+    assert decision.tail_p(0, 10) == decision.tail_p(50, 400) == 1.0  # at or below chance
 
 
-def test_ties_are_drawn_and_an_8_way_tie_is_no_evidence():
-    # every matrix a 4-way tie holding the answer: 25%, far above 1/8 however the ties fall
-    f = decision.group_test("x", "g", np.full(4000, 0.25))
+def _null_hits(rng, n):
+    """Hits of a pick among k tied candidates (k = 1..8), the answer drawn without them."""
+    k = rng.integers(1, 9, n)
+    return (rng.random(n) < k / 8) / k
+
+
+def test_tied_picks_give_one_p_value_whatever_their_order():
+    rng = np.random.default_rng(2)
+    hits = np.where(rng.random(2000) < 0.05, 1.0, _null_hits(rng, 2000))  # 4.4 points
+    p = decision.group_test(hits)["p"]
+    assert p == decision.group_test(rng.permutation(hits))["p"] == decision.group_test(
+        hits.copy())["p"]
+    assert p < 1e-4  # the excess is found
+
+
+def test_unbiased_tied_sets_pass_at_every_level():
+    # under the null the share of p-values under alpha is at most alpha (the test is valid)
+    rng = np.random.default_rng(3)
+    p = np.array([decision.group_test(_null_hits(rng, 400))["p"] for _ in range(4000)])
+    for alpha in (0.01, 0.05, 0.1):
+        assert (p < alpha).mean() <= alpha
+
+
+def test_ties_count_their_share_and_an_8_way_tie_is_no_evidence():
+    # every matrix a 4-way tie holding the answer: 25%, far above 1/8
+    f = decision.group_test(np.full(4000, 0.25))
     assert f["accuracy"] == 0.25 and f["judged"] and f["p"] < 1e-10
     # a heuristic that ties all 8 every time scores 1/8 whatever the answers: p = 1
-    assert decision.group_test("x", "g", np.full(4000, 1 / 8))["p"] == 1.0
+    assert decision.group_test(np.full(4000, 1 / 8))["p"] == 1.0
 
 
 def test_a_group_fails_only_when_significant_and_above_the_tolerance():

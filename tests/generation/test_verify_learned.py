@@ -66,9 +66,6 @@ def test_the_legacy_count_candidates_fail_at_full_scale_and_the_current_pass(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "a real tell: count candidates naming a held-out object category mark a matrix of the "
-    "count splits' test side, whose answers are mostly even or 6-10"))
 def test_the_demo_build_passes_the_learned_probe(tmp_path):
     """`vprom build --synthetic --learned-probe` (the demo) passes."""
     from vprom.app.api import build
