@@ -5,14 +5,18 @@ The model is the backbone's trunk, average-pooled, under three linear heads: att
 a softmax cross-entropy; a crop without one adds nothing). What it may learn from, and what
 it never reads, is `features.perceive_data`'s: the training crops of the split, without its
 held-out labels. A crop's loss is the sum of its three heads'; a batch's is the crops' mean.
-Optimiser: Adam. Augmentation: a horizontal flip of half the crops.
+Optimiser: Adam, its learning rate set at each epoch's start on a cosine from --lr towards 0
+over --epochs (a short run from random weights learns most from a large step, then settles).
+Augmentation: a horizontal flip of half the crops.
 
 The loop has the shape of `baselines.train`: epoch e visits the crops in the permutation
 `vprom.runtime.epoch_batches` draws from (seed, e), torch's generator (the flips) is reseeded
 from (seed, e, rank), so an epoch depends only on the seed, its number and the state it
 starts from. After each epoch rank 0 saves the weights, the optimiser state and the history
 to `<out>.resume.pt` (atomically); the same command continues from there after a kill, and
-on the CPU ends with the same bytes as an unbroken run. Under torchrun each process takes a
+on the CPU ends with the same bytes as an unbroken run. On the CPU a run is a function of the
+seed and torch's thread count (a reduction's rounding depends on how it is split among
+threads), which the weights' evidence records. Under torchrun each process takes a
 slice of every batch (DistributedDataParallel averages the gradients) and validation counts
 are summed.
 
@@ -35,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import math
 import sys
 import time
 from pathlib import Path
@@ -237,7 +242,7 @@ def perceive(config: PerceiveConfig) -> Path:
               file=sys.stderr)
         return config.out
     with joined_world(config.device) as world, torch.random.fork_rng(devices=[]):
-        data = load_perception_data(config.dataset, config.split)
+        data = load_perception_data(config.dataset, config.split, config.seed)
         log(world, f"{config.split}: {data.counts['train_crops']} training crops "
                    f"({len(data.train)} distinct boxes), {len(data.val)} validation boxes; "
                    f"{len(data.held_out)} held-out labels "
@@ -272,6 +277,8 @@ def perceive(config: PerceiveConfig) -> Path:
                    disable=None if world.main else True)
         for epoch in bar:
             began = time.perf_counter()
+            for group in optimizer.param_groups:
+                group["lr"] = config.lr * (1 + math.cos(math.pi * epoch / config.epochs)) / 2
             torch.manual_seed(int(np.random.SeedSequence(
                 [config.seed, epoch, world.rank]).generate_state(1)[0]))
             batches = tqdm(epoch_batches(len(train), config.batch_size, config.seed, epoch,
@@ -315,7 +322,7 @@ def write_weights(config: PerceiveConfig, model: PerceptionModel, data, history:
                 "counts": data.counts, "vocabulary": data.vocabulary,
                 "backbone": config.backbone, "input_size": size,
                 "dataset_content_hash": input_hash(config.dataset), "epochs": len(history),
-                "started_from": started_from,
+                "started_from": started_from, "cpu_threads": torch.get_num_threads(),
                 "validation": {k: v for k, v in history[-1].items() if k.startswith("val_")},
                 "attribute_accuracy": "exact match: every attribute right at probability 0.5"}
     buffer = io.BytesIO()

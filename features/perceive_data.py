@@ -1,9 +1,11 @@
 """What `vprom perceive` may learn from: a split's training crops, their labels, their pixels.
 
-Crops. The training crops are the distinct panels of the split's training problems; the
-validation crops are the panels of its validation problems that no training problem shows.
-A crop that only validation, test or excluded problems show is never read, neither its
-labels nor its pixels.
+Crops. The training crops are the distinct panels of the split's training problems. The
+validation crops are the panels of its validation problems that no training problem shows,
+and a share `VAL_SHARE` of the training boxes, drawn from the seed and never trained on:
+validation problems mostly reuse training panels, which leaves too few of the first kind to
+measure a head. A crop that only validation, test or excluded problems show is never read,
+neither its labels nor its pixels.
 
 Held-out labels, found in the data set: a label is held out by the split when a test problem
 shows it as an element of its relation (a context panel's element or the answer's) and no
@@ -29,7 +31,7 @@ or rows of a crop store of side S (`vprom crops`), read for exactly these crops.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +51,7 @@ from vprom.tables import (
 )
 
 HEADS = ("attribute", "category", "count")
+VAL_SHARE = 0.05  # of the training boxes, held back for validation
 
 
 @dataclass
@@ -137,7 +140,7 @@ def targets(crops: CropTable, vocabulary: dict, implied: dict) -> LabelledCrops:
     return LabelledCrops(crops, attributes, category, count)
 
 
-def load_perception_data(dataset: Path, split: str) -> PerceptionData:
+def load_perception_data(dataset: Path, split: str, seed: int = 0) -> PerceptionData:
     """The split's training and validation crops with their targets (module doc)."""
     matrices = read_matrix_table(dataset)
     if split not in matrices.splits:
@@ -169,7 +172,11 @@ def load_perception_data(dataset: Path, split: str) -> PerceptionData:
         raise VpromError(f"{dataset}: no training crop of split {split!r} has a label that is "
                          "not held out; nothing to learn")
     train, val = by_box(keep(train, learnable)), by_box(keep(val, val_learnable))
-    counts.update(train_boxes=len(train), val_boxes=len(val))
+    held_back = np.random.default_rng(seed).random(len(train)) < VAL_SHARE
+    val = concat(val, keep(train, np.flatnonzero(held_back)))
+    train = keep(train, np.flatnonzero(~held_back))
+    counts.update(train_boxes=len(train), val_boxes=len(val),
+                  val_boxes_held_back_from_training=int(held_back.sum()))
     return PerceptionData(train, val, vocabulary, held_out, counts)
 
 
@@ -191,6 +198,13 @@ def by_box(data: LabelledCrops) -> LabelledCrops:
         out[groups] = column[valid[at]]
         merged.append(out)
     return LabelledCrops(c.take(first), attributes, *merged)
+
+
+def concat(a: LabelledCrops, b: LabelledCrops) -> LabelledCrops:
+    return LabelledCrops(*(
+        CropTable(**{c.name: np.concatenate([getattr(a.crops, c.name), getattr(b.crops, c.name)])
+                     for c in fields(CropTable)}) if f.name == "crops"
+        else np.concatenate([getattr(a, f.name), getattr(b, f.name)]) for f in fields(a)))
 
 
 def keep(data: LabelledCrops, rows: np.ndarray) -> LabelledCrops:

@@ -50,14 +50,17 @@ def crop_ids_of(x: torch.Tensor) -> np.ndarray:
     return planes[:, 0] + (planes[:, 1] << 8) + (planes[:, 2] << 16)
 
 
-def record_training(monkeypatch) -> list:
-    """[(crop ids, {loss function: (logit width, target)})] of every training step."""
+def record_training(monkeypatch, validated: list | None = None) -> list:
+    """[(crop ids, {loss function: (logit width, target)})] of every training step; the crop
+    ids of every validation batch go to `validated`."""
     steps = []
     forward = perceive_module.PerceptionModel.forward
 
     def seen_forward(model, x):
         if model.training:
             steps.append((crop_ids_of(x), {}))
+        elif validated is not None:
+            validated.append(crop_ids_of(x))
         return forward(model, x)
 
     def recording(name, function):
@@ -80,7 +83,8 @@ def config(dataset, out, **settings) -> PerceiveConfig:
 
 def test_trains_only_on_training_crops(synthetic_build, id_store, tmp_path, monkeypatch):
     dataset, _ = synthetic_build
-    steps = record_training(monkeypatch)
+    validated = []
+    steps = record_training(monkeypatch, validated)
     perceive(config(dataset, tmp_path / "w.pt", crops=id_store, split="held_out_objects"))
     matrices = read_matrix_table(dataset)
     parts = matrices.splits["held_out_objects"]
@@ -89,6 +93,8 @@ def test_trains_only_on_training_crops(synthetic_build, id_store, tmp_path, monk
     seen = set(np.concatenate([ids for ids, _ in steps]).tolist())
     assert seen and seen <= train_crops
     assert not seen & other  # no crop that only validation, test or excluded problems show
+    checked = set(np.concatenate(validated).tolist())
+    assert checked & train_crops and not checked & seen  # training boxes held back, untrained
 
 
 def test_held_out_labels_get_no_loss(synthetic_build, id_store, tmp_path, monkeypatch):
