@@ -101,8 +101,8 @@ def _row(action: argparse.Action) -> str:
 
 def command_section(name: str, parser: argparse.ArgumentParser) -> str:
     lines = [f"## `vprom {name}`", "", f"{COMMANDS[name].summary}.", "",
-             "```", synopsis(name, parser), "```", "", "Example:", "",
-             "```", COMMANDS[name].example, "```", "",
+             "```", synopsis(name, parser), "", "# for example:", COMMANDS[name].example, "```",
+             "",
              "| argument | default | meaning |", "|---|---|---|",
              *map(_row, _arguments(parser))]
     for group in parser._mutually_exclusive_groups:
