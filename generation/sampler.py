@@ -12,6 +12,7 @@ single run.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -259,7 +260,8 @@ class PlanSampler:
             except VpromError as e:
                 if ban_mask(pool, group) is None:
                     raise
-                self.reasons[key] = str(e)
+                # the manifest records why; it names the pool file, never its private folder
+                self.reasons[key] = str(e).replace(pool.source, os.path.basename(pool.source))
                 samplers[key] = None
                 self.loose[key] = make_sampler(pool, plan.design, group, key[1], bans=False)
         made = {k: v for k, v in {**samplers, **self.loose}.items() if isinstance(v, Sampler)}
