@@ -23,10 +23,10 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler
 
+from vprom.crop_store import CropStore, store_rows
 from vprom.domain import N_CONTEXT, N_PANELS, SPLITS
 from vprom.errors import VpromError
 from vprom.feature_files import check_features_source, load_features, open_maps, rows_of
-from vprom.crop_store import CropStore
 from vprom.file_kinds import CROPS, FEATS, MAPS, kind_of
 from vprom.tables import SPLIT_PARTS, open_h5, read_matrix_table
 
@@ -75,17 +75,9 @@ class VPROM(torch.utils.data.Dataset):
 
     def _check_source(self) -> None:
         if self.kind == "crops":
-            check_features_source(self.dataset, self.source, fix=(
-                f"build a crop store of this one: `vprom crops {self.dataset} --vg DIR "
-                "--size S --out CROPS.h5`"))
             with CropStore(self.source) as store:
-                rows = store.rows_of(self.panels)
-                if (rows < 0).any():
-                    missing = np.unique(self.panels[rows < 0])
-                    raise VpromError(f"{self.source}: lacks {len(missing)} crops that "
-                                     f"{self.split}/{self.part} shows (e.g. {int(missing[0])}); "
-                                     f"rebuild it with `vprom crops {self.dataset}`")
-            self.rows = rows
+                self.rows = store_rows(store, self.dataset, self.panels,
+                                       f"{self.split}/{self.part}")
             return
         check_features_source(self.dataset, self.source)
         if self.kind == "features":
