@@ -37,7 +37,7 @@ from vprom.files import atomic_path
 from vprom.manifest import make_manifest
 from vprom.tables import (
     CropTable,
-    content_hash_of,
+    content_hash,
     set_manifest,
     write_label_vocabulary,
 )
@@ -116,7 +116,7 @@ def _pools_image(table: CropTable, vocab, manifest: dict) -> bytes:
                                {"object_attribute": vocab.object_attributes,
                                 "human_attribute": vocab.human_attributes},
                                vocab.implied_labels)
-        set_manifest(h5, {**manifest, "outputs": {"content_hash": content_hash_of(h5)}})
+        set_manifest(h5, {**manifest, "outputs": {"content_hash": content_hash(h5)}})
         h5.flush()
         return h5.id.get_file_image()
 

@@ -1,14 +1,10 @@
 """Claiming an output before any work: never an input, never another's, one writer at a time.
 
-`claim` (or `writes` on a function) checks that the output is not, inside, or holding an
-input (`check_not_input`); that an existing output is a vprom output of a kind the command
-writes, by its manifest or a mark in its content (`output_kind`), since a name proves nothing
-(`check_owned`); and holds an advisory `flock` on `.NAME.lock` beside it for the call
-(`output_lock`; a second writer is refused naming the holder's PID, or waits with `--wait`).
-The OS drops a flock when its process dies; locks are re-entrant within a process, rank 0
-holds them under torchrun, and a forked worker closes the lock fds it inherited. The lock file
-is opened with O_NOFOLLOW and written only when it is a regular file of this user's with one
-name, so a link planted in a shared folder cannot redirect the write.
+`claim` (or `writes` on a function) refuses an output that is, lies in or holds an input, or an
+existing one that its manifest or content mark (`output_kind`) does not show as this command's
+kind; then holds an advisory `flock` on `.NAME.lock` beside it (re-entrant; rank 0's under
+torchrun; a second writer is refused with the holder's PID, or waits with `--wait`). The lock
+file is opened with O_NOFOLLOW and used only when it is a regular file of this user's.
 """
 from __future__ import annotations
 
@@ -34,8 +30,7 @@ _HELD: dict[str, list] = {}  # lock path -> [fd, depth]
 _WAIT = [False]
 
 
-def _forget_locks() -> None:
-    """In a forked child: close the inherited lock fds; the parent still holds the locks."""
+def _forget_locks() -> None:  # in a forked child: the parent still holds the locks
     for fd, _depth in _HELD.values():
         with contextlib.suppress(OSError):
             os.close(fd)
@@ -67,7 +62,6 @@ def _holder(fd: int) -> str:
 
 
 def _open_lock(path: Path) -> int:
-    """The fd of the lock file at `path`: a regular file of this user's with one name."""
     refuse = (f"{path}: is not a lock file vprom made for this user, so it is left as it is; "
               "remove it (it may be a link planted to make vprom overwrite its target) and "
               "run again")
@@ -85,7 +79,6 @@ def _open_lock(path: Path) -> int:
 
 
 def _acquire(path: Path, out: Path, wait: bool) -> int:
-    """Open and flock the lock file; the fd once the lock is ours on the file at `path`."""
     told = False
     while True:
         try:
@@ -121,7 +114,7 @@ def _acquire(path: Path, out: Path, wait: bool) -> int:
 
 @contextlib.contextmanager
 def output_lock(out: str | os.PathLike, wait: bool | None = None) -> Iterator[None]:
-    """Hold the advisory lock of `out` for the block (see the module doc)."""
+    """Hold the advisory lock of `out` for the block."""
     out = Path(out)
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 holds it for the job
         yield
@@ -147,8 +140,8 @@ def output_lock(out: str | os.PathLike, wait: bool | None = None) -> Iterator[No
 
 
 def output_kind(path: str | os.PathLike) -> str | None:
-    """The kind of vprom output at `path` by its manifest, else by its content (a PNG's `vprom`
-    text, a JSON object's `kind`); None if neither says."""
+    """The kind of vprom output at `path` by its manifest, a PNG's `vprom` text or a JSON
+    object's `kind`; None if none says."""
     path = Path(path)
     kind = (manifest_of(path) or {}).get("kind")
     if kind is None and path.is_file():
@@ -165,15 +158,14 @@ def output_kind(path: str | os.PathLike) -> str | None:
 
 
 def _holds_nothing(folder: Path) -> bool:
-    """True when `folder` is a folder (not a link) holding nothing but vprom's temporaries."""
+    """True for a folder (not a link) holding nothing but vprom's temporaries."""
     return folder.is_dir() and not folder.is_symlink() and all(
         is_temporary(p.name) or (p.name.startswith(".") and p.name.endswith(".lock"))
         for p in folder.iterdir())
 
 
 def remove_work_folder(folder: Path, kind: str, names: Iterable[str]) -> None:
-    """Remove a command's work folder whose manifest says `kind` and that holds only `names`
-    (and temporaries), or nothing; refuse anything else."""
+    """Remove a work folder of `kind` holding only `names` and temporaries; refuse any other."""
     names = tuple(names)
     ours = _holds_nothing(folder) or (
         output_kind(folder) == kind and not folder.is_symlink() and all(
@@ -201,8 +193,7 @@ def check_owned(out: Path, kinds: Iterable[str] | None) -> None:
 
 
 def check_output(path: str | os.PathLike, folder: bool = False) -> Path:
-    """Refuse, before any work, a file output that is a folder (or the reverse), or one below
-    an existing file."""
+    """Refuse a file output that is a folder (or the reverse), or one below a file."""
     path = Path(path)
     what = "folder" if folder else "file"
     if path.exists() and path.is_dir() != folder:
@@ -218,8 +209,7 @@ def check_output(path: str | os.PathLike, folder: bool = False) -> Path:
 
 def check_not_input(out: Path, inputs: Iterable[str | os.PathLike | None],
                     inside_ok: bool = False) -> None:
-    """Refuse `out` when it is, lies inside (unless `inside_ok`), or holds one of `inputs`
-    (resolved paths and same-file identity both count)."""
+    """Refuse `out` when it is, lies inside (unless `inside_ok`) or holds one of `inputs`."""
     target = out.resolve()
     for given in filter(None, inputs):
         given = Path(given)
@@ -242,8 +232,8 @@ def check_not_input(out: Path, inputs: Iterable[str | os.PathLike | None],
 @contextlib.contextmanager
 def claim(out: str | os.PathLike, kinds: Iterable[str] | None, inputs: Iterable = (),
           folder: bool | None = None, inside_ok: bool = False) -> Iterator[Path]:
-    """Check `out` (a folder, a file, or None: unchecked) against `inputs` and its owner, then
-    hold its lock for the block; `inside_ok`: it may lie inside an input folder."""
+    """Check `out` (`folder`: True, False or None, unchecked) against `inputs` and its owner,
+    then hold its lock for the block."""
     refuse_rerun(f"the writing of {out}")
     out = Path(out)
     if folder is not None:
@@ -257,9 +247,8 @@ def claim(out: str | os.PathLike, kinds: Iterable[str] | None, inputs: Iterable 
 def writes(out: str | Callable, kinds: Iterable[str] | Callable | None,
            inputs: Callable = lambda a: (), folder: bool | None = None,
            inside_ok: bool = False) -> Callable:
-    """Decorate a function that writes: `claim` its output for the call. `out` names the output
-    parameter and `kinds` the kinds, or either is a function of the bound arguments (a dict);
-    `inputs` returns the input paths from them."""
+    """`claim` the output of the decorated function for each call: `out` and `kinds` are a
+    parameter name and kinds, or functions of the bound arguments (a dict), as `inputs` is."""
 
     def decorate(function):
         signature = inspect.signature(function)

@@ -1,11 +1,8 @@
-"""Reading a crop store (`vprom crops`, built by `features.crop_store`): every crop a data set
-uses, once, as uint8 pixels, for the stages that show crops many times (pixel models, the
-VLM export).
+"""Reading a crop store (`vprom crops`): every crop a data set uses, once, as uint8 pixels.
 
 The file holds `crop_id` (N,) sorted and `pixels` uint8 (N, 3, S, S), each crop resized to
-S x S with `vprom extract`'s rule (aspect ratio not kept), one crop per HDF5 chunk, so a
-problem reads exactly its 16 chunks; attributes say the kind, size, resize rule and
-manifest, whose inputs name the DATASET.h5 it was made from.
+S x S with `vprom extract`'s rule (aspect ratio not kept), one crop per HDF5 chunk; attributes
+give the kind, size, resize rule and manifest, whose inputs name the DATASET.h5.
 """
 
 from __future__ import annotations
@@ -26,14 +23,11 @@ LAYOUT = "pixels: uint8 (N, 3, S, S) RGB, channels first, one crop per HDF5 chun
 
 
 class CropStore(OpenFile):
-    """An open crop store, read lazily. Context manager or `close()`.
+    """An open crop store, read lazily.
 
-    A store as `vprom crops` writes it (uncompressed, one crop a chunk) is read from a
-    read-only memory map of the file at the chunks' byte offsets (found once with h5py's
-    `chunk_iter`): h5py's own per-crop read goes through the HDF5 library and a temporary
-    buffer each time and costs about three times as long. Other layouts go through h5py.
-    The map belongs to the process that made it (`vprom.data.VPROM` opens a store anew in
-    each DataLoader worker).
+    Raw crops (uncompressed, one a chunk) are read from a memory map at their chunks' byte
+    offsets (h5py's `chunk_iter`), three times faster than h5py's per-crop read; other layouts
+    go through h5py. The map belongs to the process that made it.
     """
 
     def __init__(self, path: str | Path):
@@ -58,12 +52,11 @@ class CropStore(OpenFile):
         super().close()
 
     def rows_of(self, crop_ids) -> np.ndarray:
-        """Rows of `crop_ids`; -1 where the store does not have the crop."""
+        """Rows of `crop_ids`; -1 where the store lacks the crop."""
         return crop_rows(self.crop_id, crop_ids)
 
     def _raw_offsets(self) -> np.ndarray | None:
-        """Where each crop's bytes start in the file (-1 for a chunk never written), or None
-        when the crops are not stored raw one a chunk."""
+        """Each crop's byte offset (-1: never written), or None for crops not stored raw."""
         pixels = self.pixels
         if pixels.compression is not None or pixels.chunks != (1, *pixels.shape[1:]):
             return None
@@ -99,8 +92,8 @@ class CropStore(OpenFile):
 
 def store_rows(store: CropStore, dataset: str | Path, crop_ids: np.ndarray, what: str
                ) -> np.ndarray:
-    """The store's rows of `crop_ids` (the crops of `what`), after refusing a store made from
-    another data set than `dataset` or lacking one of them."""
+    """The store's rows of `crop_ids` (the crops of `what`); refuses a store of another data set
+    than `dataset` or lacking one of them."""
     check_made_from((manifest_of(store.path) or {}).get("inputs"), dataset, str(store.path),
                     f"build a crop store of this one: `vprom crops {dataset} --vg DIR --size "
                     "S --out CROPS.h5`")

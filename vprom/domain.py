@@ -7,7 +7,7 @@ missing) plus 8 candidates, `answer` indexing the candidates; it round-trips to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 
 
@@ -25,7 +25,7 @@ class Relation(str, Enum):
     PROGRESSION = "progression"
 
 
-#: Which relations each element type takes part in (Progression is for counts only).
+#: The relations of each element type (Progression is for counts only).
 RELATIONS_OF: dict[ElementType, tuple[Relation, ...]] = {
     ElementType.OBJECT_ATTRIBUTE: (Relation.AND, Relation.OR, Relation.UNION),
     ElementType.HUMAN_ATTRIBUTE: (Relation.AND, Relation.OR, Relation.UNION),
@@ -34,29 +34,17 @@ RELATIONS_OF: dict[ElementType, tuple[Relation, ...]] = {
 }
 
 #: The paper's splits, in the order reports list them.
-SPLITS: tuple[str, ...] = (
-    "neutral",
-    "interpolation",
-    "extrapolation",
-    "held_out_attributes",
-    "held_out_objects",
-    "held_out_relation_attribute_pairs",
-    "held_out_relation_object_pairs",
-)
-
-#: A matrix: 8 context panels (3x3 row-major, the last missing), then 8 candidates.
-N_CONTEXT = 8
+SPLITS: tuple[str, ...] = ("neutral", "interpolation", "extrapolation", "held_out_attributes",
+                          "held_out_objects", "held_out_relation_attribute_pairs",
+                          "held_out_relation_object_pairs")
+N_CONTEXT = 8  # 3x3 row-major, the last missing
 N_CANDIDATES = 8
 N_PANELS = N_CONTEXT + N_CANDIDATES
-#: Exactly one candidate is right: a random guess scores 1 in 8.
 CHANCE = 1 / N_CANDIDATES
-#: how far above chance a probe or a control may score before it counts as a shortcut
-#: (CHANCE + SHORTCUT_MARGIN = 14.5%; verify fails a group that also differs significantly)
+#: How far above chance a probe or a control may score before it counts as a shortcut.
 SHORTCUT_MARGIN = 0.02
-#: The count elements, 1 to 10, mined from region descriptions.
 COUNTS: tuple[int, ...] = tuple(range(1, 11))
-#: Mining drops regions under this many pixels in either dimension.
-MIN_SIDE = 100
+MIN_SIDE = 100  # mining drops regions under this many pixels in either dimension
 #: Table 1 of the paper: distinct elements, images and matrices per element type.
 PAPER_TABLE1: dict[ElementType, dict[str, int]] = {
     ElementType.OBJECT_ATTRIBUTE: {"elements": 84, "images": 36_750, "matrices": 45_000},
@@ -66,11 +54,8 @@ PAPER_TABLE1: dict[ElementType, dict[str, int]] = {
 }
 #: Matrices per element type at full scale (235,000 in all); `--scale` multiplies them.
 TABLE1: dict[ElementType, int] = {t: row["matrices"] for t, row in PAPER_TABLE1.items()}
-#: Training matrices of every split held out for validation at full scale.
-VAL_SIZE = 8_000
-
-#: How one crop's labels are joined into one string column.
-LABEL_SEPARATOR = "|"
+VAL_SIZE = 8_000  # training matrices of every split held out for validation at full scale
+LABEL_SEPARATOR = "|"  # joins one crop's labels into one string column
 
 
 @dataclass(frozen=True)
@@ -139,16 +124,10 @@ class Matrix:
         return dict(self.splits).get(split, "excluded")
 
     def to_record(self) -> dict:
-        return {
-            "id": self.id,
-            "relation": self.relation.value,
-            "element_type": self.element_type.value,
-            "super_attribute": self.super_attribute,
-            "panels": list(self.panels),
-            "elements": list(self.elements),
-            "answer": self.answer,
-            "splits": dict(self.splits),
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {
+            "relation": self.relation.value, "element_type": self.element_type.value,
+            "panels": list(self.panels), "elements": list(self.elements),
+            "splits": dict(self.splits)}
 
     @classmethod
     def from_record(cls, record: dict) -> Matrix:

@@ -1,16 +1,15 @@
 """Reading a FEATS.h5 file written by `vprom extract` (plain h5py reads it too).
 
-It holds `crop_id` (int64, ascending), then `features` (N, D, pooled) or `maps` (N, C, H, W,
-`--pool none`), `missing_crop_id` (crops whose image was missing: NaN rows), attributes naming
-how it was made, `complete`, and the manifest. `load_features` loads a pooled file whole;
-`open_maps` reads a maps file lazily, only the HDF5 chunks asked for. Every read refuses an
-unfinished file and non-finite rows (missing crops' aside); `check_features_source` refuses
-features of another data set, whose crop ids would otherwise match silently.
+It holds `crop_id` (int64, ascending), `features` (N, D) or `maps` (N, C, H, W, `--pool none`),
+`missing_crop_id` (crops whose image was missing: NaN rows), attributes naming how it was made,
+`complete` and the manifest. `load_features` loads a pooled file whole, `open_maps` reads maps
+lazily. Reads refuse unfinished files, non-finite rows and features of another data set.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from vprom.tables import open_h5
 
 
 class OpenFile:
-    """A reader over one open file (`self._h5`) of rows keyed by `self.crop_id`."""
+    """A reader of one open file (`self._h5`) of rows keyed by `self.crop_id`."""
 
     def __enter__(self):
         return self
@@ -40,8 +39,6 @@ class OpenFile:
 
 @dataclass
 class Features:
-    """The features of one FEATS.h5: row i of `features` belongs to `crop_id[i]`."""
-
     path: Path
     crop_id: np.ndarray  # int64 (N,), sorted
     features: np.ndarray  # float32 (N, D)
@@ -70,23 +67,21 @@ def rows_of(crop_id: np.ndarray, crop_ids, path: Path) -> np.ndarray:
 
 
 def _header(h5, path: Path) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(crop_id, missing_crop_id, attributes) of an open FEATS.h5; refuses unsorted ids."""
     crop_id = h5["crop_id"][()].astype(np.int64)
     if len(crop_id) > 1 and not np.all(crop_id[1:] > crop_id[:-1]):
         raise VpromError(f"{path}: crop_id is not strictly increasing; the file was not "
                          "written by `vprom extract`, extract it again")
     missing = (h5["missing_crop_id"][()].astype(np.int64) if "missing_crop_id" in h5
                else np.zeros(0, np.int64))
-    attrs = {}
-    for key, value in h5.attrs.items():
-        if isinstance(value, (np.generic, np.ndarray)):
-            value = value.tolist()
-        attrs[key] = json.loads(value) if key == "manifest" and isinstance(value, str) else value
+    attrs = {key: value.tolist() if isinstance(value, (np.generic, np.ndarray)) else value
+             for key, value in h5.attrs.items()}
+    if isinstance(attrs.get("manifest"), str):
+        attrs["manifest"] = json.loads(attrs["manifest"])
     return crop_id, missing, attrs
 
 
 def check_complete(path: str | Path) -> None:
-    """Raise VpromError unless `path` is a finished FEATS.h5 (partial files are refused)."""
+    """Refuse `path` unless it is a finished FEATS.h5."""
     path = Path(path)
     if path.name.endswith(".partial"):
         raise VpromError(f"{path}: this is a partial extraction; pass the final file, which "
@@ -125,38 +120,31 @@ def load_features(path: str | Path) -> Features:
                     missing_crop_id=missing)
 
 
-def _not_finite(values: np.ndarray, crop_ids: np.ndarray, missing: np.ndarray
-                ) -> tuple[int, np.ndarray]:
-    """(how many values are inf or NaN, the crop ids of their rows), `missing` crops aside."""
-    # a row's float64 sum is finite exactly when its values are (float32 cannot overflow it)
-    bad = ~np.isfinite(values.reshape(len(values), -1).sum(axis=1, dtype=np.float64))
-    if bad.any() and len(missing):
-        bad &= ~np.isin(crop_ids, missing)
-    if not bad.any():
-        return 0, crop_ids[:0]
-    return int((~np.isfinite(values[bad])).sum()), crop_ids[bad]
-
-
-def _refuse_not_finite(path: Path, found: list[tuple[int, np.ndarray]]) -> None:
-    """Refuse `path` when `_not_finite` found anything in one of its blocks."""
-    count = sum(n for n, _ in found)
-    if not count:
-        return
-    crops = np.concatenate([bad for _, bad in found])
-    raise VpromError(f"{path}: {count:,} stored values are not finite (inf or NaN), in "
-                     f"{len(crops):,} crops (first: crop {int(crops[0])}); extract the file "
-                     "again (with --dtype float32 where float16 overflowed)")
+def _refuse_not_finite(path: Path, blocks: Iterable, missing: np.ndarray) -> None:
+    """Refuse `path` when a block (values, their rows' crop ids) holds inf or NaN in a row of a
+    crop not `missing`."""
+    count, crops = 0, []
+    for values, crop_ids in blocks:
+        # a row's float64 sum is finite exactly when its values are (float32 cannot overflow it)
+        bad = ~np.isfinite(values.reshape(len(values), -1).sum(axis=1, dtype=np.float64))
+        if bad.any() and len(missing):
+            bad &= ~np.isin(crop_ids, missing)
+        count += int((~np.isfinite(values[bad])).sum())
+        crops.extend(crop_ids[bad].tolist())
+    if count:
+        raise VpromError(f"{path}: {count:,} stored values are not finite (inf or NaN), in "
+                         f"{len(crops):,} crops (first: crop {crops[0]}); extract the file "
+                         "again (with --dtype float32 where float16 overflowed)")
 
 
 def check_finite(values: np.ndarray, crop_ids: np.ndarray, missing: np.ndarray,
                  path: Path) -> None:
     """Refuse rows of `values` (one per crop id) holding inf or NaN, `missing` crops aside."""
-    _refuse_not_finite(path, [_not_finite(values, crop_ids, missing)])
+    _refuse_not_finite(path, [(values, crop_ids)], missing)
 
 
 class SpatialMaps(OpenFile):
-    """An open maps file (`--pool none`), read lazily: `gather` rows by crop id, `batches` the
-    whole file in row order."""
+    """An open maps file (`--pool none`), read lazily."""
 
     def __init__(self, path: str | Path):
         self.path = path = Path(path)
@@ -185,13 +173,12 @@ class SpatialMaps(OpenFile):
         return rows_of(self.crop_id, crop_ids, self.path)
 
     def gather(self, crop_ids, dtype=np.float32) -> np.ndarray:
-        """The maps of `crop_ids` (1-D, any order, repeats allowed): (len, C, H, W)."""
+        """The maps of `crop_ids` (1-D, any order, repeats allowed)."""
         rows = self.index_of(np.asarray(crop_ids, dtype=np.int64).reshape(-1))
         if len(rows) == 0:
             return np.zeros((0, *self.shape[1:]), dtype=dtype)
         unique, back = np.unique(rows, return_inverse=True)
-        # one slice per run of consecutive rows: h5py's fancy indexing (maps[[r1, r2, ...]])
-        # makes one hyperslab per index and is ~50x slower for a few hundred scattered rows
+        # one slice per run of consecutive rows: h5py's fancy indexing is ~50x slower
         starts = np.flatnonzero(np.diff(unique, prepend=-2) != 1)
         stops = np.r_[starts[1:], len(unique)]
         block = np.concatenate([self.maps[unique[a]:unique[b - 1] + 1]
@@ -200,10 +187,10 @@ class SpatialMaps(OpenFile):
         return block.astype(dtype, copy=False)[back.reshape(-1)]
 
     def check_finite(self, batch_size: int = 1024) -> None:
-        """Refuse the file if a map (missing crops' aside) holds inf or NaN."""
-        _refuse_not_finite(self.path, [
-            _not_finite(self.maps[a:a + batch_size], self.crop_id[a:a + batch_size],
-                        self.missing_crop_id) for a in range(0, len(self), batch_size)])
+        """Refuse the file if a map (of a crop not missing) holds inf or NaN."""
+        _refuse_not_finite(self.path, ((self.maps[a:a + batch_size], self.crop_id[a:a + batch_size])
+                                       for a in range(0, len(self), batch_size)),
+                           self.missing_crop_id)
 
     def batches(self, batch_size: int = 256, dtype=np.float32):
         """Yield (crop ids, maps) blocks over the whole file in row order."""
@@ -214,13 +201,12 @@ class SpatialMaps(OpenFile):
             yield self.crop_id[start:stop], block.astype(dtype, copy=False)
 
 
-#: Open a finished maps FEATS.h5 (refuses partial, incomplete and pooled files).
 open_maps = SpatialMaps
 
 
 def check_features_source(dataset: str | Path, features: str | Path,
                           fix: str | None = None) -> str:
-    """Refuse features made from another data set than `dataset`; returns how it was decided."""
+    """Refuse features made from another data set than `dataset`; says how it decided."""
     recorded = (manifest_of(features) or {}).get("inputs")
     fix = fix or (f"extract features from this data set: `vprom extract {dataset} --vg DIR "
                   "--backbone NAME --out FEATS.h5`")

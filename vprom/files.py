@@ -1,12 +1,9 @@
 """Writing files so that a killed run never leaves one that looks finished; hashing them.
 
 Every output is written under a temporary name beside it, `.<name>.<pid>.<8 hex>.part`
-(`.<name>.<pid>.old.part` for a folder being swapped out), fsynced, then renamed into place
-(`atomic_path`, `atomic_dir`), so a file the user had is replaced only by a complete one. The
-next write of the same output deletes the parts whose writer is gone (`clean_stale_parts`,
-matching that output's exact name only). A full disk becomes one line naming the output
-(`full_disk`), the partial output removed, also when a library (torch) replaced the ENOSPC
-with an error of its own; writers that must see ENOSPC write their bytes through Python.
+(`.<name>.<pid>.old.part` for a folder being swapped out), fsynced, then renamed into place. The
+next write of the output deletes the parts of dead writers. A full disk becomes one line naming
+the output (`full_disk`), also when a library (torch) replaced the ENOSPC with its own error.
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ def _remove(tmp: Path | None) -> None:
 
 @contextlib.contextmanager
 def _replacing(path: Path, folder: bool) -> Iterator[list]:
-    """A fresh part in `state[0]`, removed on any exception; a full disk made one line."""
     path.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_parts(path)
     state = [None]
@@ -61,7 +57,7 @@ def _replacing(path: Path, folder: bool) -> Iterator[list]:
 
 
 def _os_error_in(error: BaseException | None) -> OSError | None:
-    """The OSError that `error` is or was raised while handling (torch replaces an ENOSPC)."""
+    """The OSError that `error` is or was raised while handling."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, OSError):
@@ -85,8 +81,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Like `atomic_path` for a folder: fill the yielded folder; it replaces `path` only when
-    complete, and the old folder is put back if the swap is cut short."""
+    """`atomic_path` for a folder; the old folder is put back if the swap is cut short."""
     path = Path(path)
     old = None
     with _replacing(path, folder=True) as state:
@@ -115,17 +110,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
-#: a temporary part: `.<output name>.<writer pid>.<8 hex digits or "old">.part`
 PART = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.(?:[0-9a-f]{8}|old)\.part")
 
 
 def is_temporary(name: str) -> bool:
-    """True when the file name `name` is a temporary part of some output."""
     return PART.fullmatch(name) is not None
 
 
 def clean_stale_parts(path: str | os.PathLike) -> list[Path]:
-    """Delete the temporary parts of `path` (its own, module doc) whose writers are dead."""
+    """Delete the temporary parts of `path` (its own only) whose writers are dead."""
     path = Path(path)
     removed = []
     if not path.parent.is_dir():
@@ -166,7 +159,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def write_npy(path: str | os.PathLike, array) -> None:
-    """`np.save` into `path` atomically, written by Python so a full disk raises ENOSPC."""
+    """`np.save` into `path` atomically, through Python so a full disk raises ENOSPC."""
     import io
 
     import numpy as np
@@ -207,7 +200,7 @@ def size_text(n: float) -> str:
 
 
 def free_space_for(path: str | os.PathLike, needed: int, what: str = "") -> None:
-    """Refuse before writing `needed` bytes under `path`'s folder when the disk lacks them."""
+    """Refuse `path` before writing when its disk lacks `needed` bytes."""
     path = Path(path)
     folder = next((p for p in (path, *path.parents) if p.is_dir()), Path("."))
     free = shutil.disk_usage(folder).free

@@ -1,13 +1,10 @@
 """The manifest every vprom output carries, and the one rule for "this output is current".
 
-A manifest (`make_manifest`) is a JSON object: `format_version`, `vprom_version`, `kind`,
-`config` (the settings that change the output), `seed`, `inputs` ({name: `input_hash`}),
-`counts` and `outputs` ({name: hash}). An HDF5 file holds it in its root attribute `manifest`,
-a folder as `manifest.json` (a training run as `config.json`), another file beside it as
-`<name>.manifest.json`. An input's hash is the content hash an HDF5 input records (or a
-DATASET.h5's, computed), else the sha256 of its bytes. `is_current(output, inputs, config)`:
-the manifest's inputs are exactly the hashes of `inputs` now and its config holds every
-setting of `config`; `why_stale` says why not.
+A manifest is a JSON object (`make_manifest`) held in an HDF5 file's root attribute `manifest`,
+a folder's `manifest.json` (a training run's `config.json`) or a file's `<name>.manifest.json`.
+An input's hash is the content hash an HDF5 input records (or a DATASET.h5's, computed), else
+its sha256. `is_current`: the recorded inputs are exactly the inputs' hashes now, and the
+recorded config holds every given setting.
 """
 
 from __future__ import annotations
@@ -29,14 +26,14 @@ from vprom.tables import content_hash, open_h5, set_manifest
 
 FORMAT_VERSION = 2
 FOLDER_MANIFESTS = ("manifest.json", "config.json")  # config.json: a training run's folder
-
 CONTENT_PREFIX = "sha256:"  # a content hash; a file's sha256 is bare hex
 
 
 def make_manifest(kind: str, config: dict, seed: int | None = None,
                   inputs: dict[str, str] | None = None, counts: dict | None = None,
                   outputs: dict[str, str] | None = None) -> dict:
-    """A manifest (see the module doc); `inputs` and `outputs` map names to hashes."""
+    """A manifest; `config` holds the settings that change the output, `inputs` and `outputs`
+    map names to hashes."""
     from vprom import __version__
 
     return {"format_version": FORMAT_VERSION, "vprom_version": __version__, "kind": kind,
@@ -52,7 +49,7 @@ def manifest_file(path: str | os.PathLike) -> Path:
 
 
 def json_object(path: Path) -> dict | None:
-    """The JSON object in the file at `path`; None when it holds none or cannot be read."""
+    """The JSON object in the file at `path`, or None."""
     with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
         value = json.loads(path.read_text(encoding="utf-8"))
         return value if isinstance(value, dict) else None
@@ -60,7 +57,7 @@ def json_object(path: Path) -> dict | None:
 
 
 def manifest_of(path: str | os.PathLike) -> dict | None:
-    """The manifest of the output at `path` wherever it lives; None when it has none."""
+    """The manifest of the output at `path` wherever it lives, or None."""
     path = Path(path)
     if path.is_dir():
         return next(filter(None, (json_object(path / name) for name in FOLDER_MANIFESTS)), None)
@@ -77,7 +74,7 @@ def manifest_of(path: str | os.PathLike) -> dict | None:
 
 
 def write_manifest(target: str | os.PathLike | h5py.File, manifest: dict) -> None:
-    """Store `manifest` where it lives for `target`: an open HDF5 file, a folder or a file."""
+    """Store `manifest` for `target`: an open HDF5 file, a folder or a file."""
     if isinstance(target, h5py.File):
         set_manifest(target, manifest)
     else:
@@ -106,7 +103,7 @@ def check_content(path: str | os.PathLike) -> None:
 
 
 def input_hash(path: str | os.PathLike) -> str:
-    """The hash an output records for its input `path` (module doc); cached per file state."""
+    """The hash an output records for its input `path`; cached per file state."""
     stat = Path(path).stat()
     return _hash(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
 
@@ -118,7 +115,7 @@ def input_hashes(paths: Iterable[str | os.PathLike]) -> dict[str, str]:
 
 def why_stale(output: str | os.PathLike, inputs: Iterable[str | os.PathLike],
               config: dict) -> str | None:
-    """None when `output` is current for `inputs` and `config` (module doc); else why not."""
+    """None when `output` is current for `inputs` and `config`; else why not."""
     manifest = manifest_of(output)
     if manifest is None:
         return "no manifest" if Path(output).exists() else "not made yet"
@@ -141,7 +138,7 @@ def why_stale(output: str | os.PathLike, inputs: Iterable[str | os.PathLike],
 
 def is_current(output: str | os.PathLike, inputs: Iterable[str | os.PathLike],
                config: dict) -> bool:
-    """True when `output` may be kept or resumed (module doc)."""
+    """True when `output` may be kept or resumed."""
     return why_stale(output, inputs, config) is None
 
 
@@ -159,8 +156,8 @@ def made_from(recorded: Mapping | None, source: str | os.PathLike) -> bool | Non
 
 def check_made_from(recorded: Mapping | None, dataset: str | os.PathLike, output: str,
                     fix: str) -> str:
-    """Refuse `output` (its inputs `recorded`) made from another data set than `dataset`;
-    returns how it was decided."""
+    """Refuse `output` (its inputs `recorded`) made from another data set than `dataset`; says
+    how it decided."""
     if not Path(dataset).is_file():
         raise VpromError(f"{dataset}: no such file; {output} was made from it")
     found = made_from(recorded, dataset)

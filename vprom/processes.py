@@ -1,14 +1,10 @@
 """Worker processes that a Ctrl-C, a SIGTERM or a dead worker never leaves hanging.
 
-Each worker has its own pipe to the parent and shares nothing else (no `multiprocessing.Pool`,
-whose workers share locked queues: one killed holding a lock hangs `Pool.terminate()`), so a
-dead worker is an end-of-file on its pipe. Workers ignore SIGINT and keep SIGTERM's default;
-SIGINT and SIGTERM are held while one starts. The parent stops its workers on every way out
-(SIGTERM, a short wait, SIGKILL); a parent killed outright takes them with it (Linux's
-PR_SET_PDEATHSIG, and end-of-file on the pipe, which is why a forked child closes the parent
-ends it inherited, `_PARENT_ENDS`). Spawned and forkserver workers start with `__main__`
-hidden, so a user's script without a `__main__` guard runs once (`refuse_rerun` stops one
-that re-imports it). `ordered_map` yields results in job order, like a one-process run.
+Each worker has its own pipe and shares nothing else (a `multiprocessing.Pool` worker killed
+holding a queue lock hangs `Pool.terminate()`), so a dead worker is an end-of-file on its pipe.
+Workers ignore SIGINT; the parent stops them on every way out (SIGTERM, a wait, SIGKILL), and
+one killed outright takes them along (PR_SET_PDEATHSIG; forked children close the parent ends).
+Workers start with `__main__` hidden, so a script without a `__main__` guard runs once.
 """
 
 from __future__ import annotations
@@ -30,16 +26,11 @@ from multiprocessing import resource_tracker
 
 from vprom.errors import VpromError
 
-#: Seconds a worker is given to exit after SIGTERM before it is killed.
-GRACE_S = 3.0
-#: Chunks sent to one worker before its first result comes back.
-DEPTH = 2
-#: Signals held while a worker starts and while workers are stopped.
-HELD = {signal.SIGINT, signal.SIGTERM}
-#: prctl's request for a signal on the parent's death (linux/prctl.h)
-PR_SET_PDEATHSIG = 1
-#: the parent ends of the live workers' pipes, closed in every forked child (module doc)
-_PARENT_ENDS: set = set()
+GRACE_S = 3.0  # seconds a worker has to exit after SIGTERM before SIGKILL
+DEPTH = 2  # chunks a worker holds at once
+HELD = {signal.SIGINT, signal.SIGTERM}  # held while a worker starts and while workers stop
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PARENT_ENDS: set = set()  # the parent ends of live workers' pipes
 
 
 def _close_parent_ends() -> None:
@@ -54,7 +45,7 @@ os.register_at_fork(after_in_child=_close_parent_ends)
 
 class _MainHiddenStart:
     def start(self) -> None:
-        """Start with a bare `__main__`: multiprocessing finds no script to import again."""
+        """Start with a bare `__main__`, so multiprocessing imports no script again."""
         main, sys.modules["__main__"] = sys.modules["__main__"], types.ModuleType("__main__")
         try:
             super().start()
@@ -63,7 +54,7 @@ class _MainHiddenStart:
 
 
 class SpawnProcess(_MainHiddenStart, multiprocessing.context.SpawnProcess):
-    """A spawned process that does not import the parent's `__main__`."""
+    pass
 
 
 class SpawnContext(multiprocessing.context.SpawnContext):
@@ -71,7 +62,7 @@ class SpawnContext(multiprocessing.context.SpawnContext):
 
 
 class ForkServerProcess(_MainHiddenStart, multiprocessing.context.ForkServerProcess):
-    """A forkserver process that does not import the parent's `__main__`."""
+    pass
 
 
 class ForkServerContext(multiprocessing.context.ForkServerContext):
@@ -82,8 +73,8 @@ _MAIN_HIDDEN = {"spawn": SpawnContext(), "forkserver": ForkServerContext()}
 
 
 def context(method: str | None = "spawn"):
-    """A multiprocessing context: spawn (safe with h5py and threads), "fork" (POSIX; only
-    for a parent without threads or open HDF5 files) or None (the program's start method)."""
+    """A multiprocessing context: spawn, fork (for a parent without threads or open HDF5 files)
+    or None (the program's start method)."""
     if method is None:
         method = (multiprocessing.get_start_method(allow_none=True)
                   or multiprocessing.get_all_start_methods()[0])  # the first is the default
@@ -91,8 +82,7 @@ def context(method: str | None = "spawn"):
 
 
 def refuse_rerun(what: str) -> None:
-    """Exit, with one line, a process re-importing the user's script to become a worker: `what`
-    would redo the parent's work there (SystemExit: a traceback would bury the line)."""
+    """Exit in one line where a worker re-imports the user's script: `what` would run again."""
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         script = getattr(sys.modules.get("__mp_main__"), "__file__", None) or "the script"
         raise SystemExit(f"vprom: {what} was called again while a worker process re-imported "
@@ -100,10 +90,8 @@ def refuse_rerun(what: str) -> None:
 
 
 def usable_cores() -> int:
-    """The CPU cores this process may run on: the default number of workers."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @contextlib.contextmanager
@@ -120,8 +108,7 @@ def collector_paused() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM for the block (a worker started inside is born with both
-    blocked); one that arrives, on any thread, is raised when the block ends."""
+    """Hold SIGINT and SIGTERM for the block; one that arrives is raised when it ends."""
     pending: list[int] = []
     swapped = {}
     if threading.current_thread() is threading.main_thread():
@@ -139,8 +126,7 @@ def _signals_held() -> Iterator[None]:
 
 
 def quiet_when_parent_gone() -> None:
-    """In a worker: a broken connection on a thread other than the main one (a DataLoader
-    worker's pipe when the parent stops) is not printed; other exceptions are."""
+    """In a worker: print no broken connection of a side thread (a DataLoader worker's pipe)."""
     broken = (ConnectionResetError, BrokenPipeError)
 
     def thread_hook(args) -> None:
@@ -159,14 +145,12 @@ def quiet_when_parent_gone() -> None:
 def start(procs: list, target: Callable, args: tuple, name: str, method: str = "spawn"):
     """Start `target(*args)` in a daemonic worker, appended to `procs` before any signal."""
     refuse_rerun(f"a worker ({name})")
-    # Started on first use, the resource tracker unblocks SIGINT and SIGTERM after starting
-    # itself, which would end the hold below; start it before.
+    # started on first use, the resource tracker would unblock the signals held below
     resource_tracker.ensure_running()
     ctx = context(method)
     # a forkserver's child is the server's: the kernel watches the server, which exits with us
     parent = None if ctx.get_start_method() == "forkserver" else os.getpid()
-    proc = ctx.Process(target=in_worker, args=(target, args, parent), name=name,
-                       daemon=True)
+    proc = ctx.Process(target=in_worker, args=(target, args, parent), name=name, daemon=True)
     with _signals_held():
         try:
             proc.start()
@@ -179,8 +163,7 @@ def start(procs: list, target: Callable, args: tuple, name: str, method: str = "
 
 
 def _die_with_parent(parent: int | None) -> None:
-    """Have the kernel SIGKILL this worker when its parent dies (Linux); exit now if the
-    parent `parent` (None: a fork server) died before the request."""
+    """Have the kernel SIGKILL this worker when its parent dies; exit if it died already."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # libc's
     if parent is not None and os.getppid() != parent:
@@ -191,16 +174,14 @@ def in_worker(target: Callable, args: tuple, parent: int | None) -> None:
     """Run `target(*args)` as a worker: SIGINT ignored, SIGTERM fatal, dead with `parent`."""
     _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # a forked worker was born with the parent's note-taking handler (`_signals_held`): SIGTERM
-    # would only be noted, and `stop` would wait out GRACE_S and kill it
+    # a forked worker was born with `_signals_held`'s note-taking handler
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)  # held since birth (`start`)
     target(*args)
 
 
 def stop(procs: Iterable) -> None:
-    """End every worker: SIGTERM, then SIGKILL whatever is left after `GRACE_S` seconds; a
-    second Ctrl-C or a SIGTERM is held back until this returns."""
+    """End every worker: SIGTERM, then SIGKILL after `GRACE_S`; signals wait until it returns."""
     procs = list(procs)
     with _signals_held():
         for proc in procs:
@@ -239,9 +220,8 @@ def _died(proc) -> VpromError:
 @contextlib.contextmanager
 def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunksize: int = 1,
                 method: str = "spawn"):
-    """Yield an iterator over `fn(job)` (a module-level function) for every small job, in
-    job order, from `workers` processes named `vprom-<command>-<k>` (here when `workers` < 2).
-    Leaving the block stops the workers."""
+    """Yield an iterator over `fn(job)` (a module-level function) in job order, from `workers`
+    processes named `vprom-<command>-<k>` (here when `workers` < 2), stopped on leaving."""
     if workers < 2:
         yield map(fn, jobs)
         return
@@ -263,7 +243,6 @@ def ordered_map(fn: Callable, jobs: Iterable, workers: int, command: str, chunks
 
 
 def _drive(jobs: Iterable, chunksize: int, procs: list, conns: list) -> Iterator:
-    """Keep every worker `DEPTH` chunks busy and yield the results in job order."""
     remaining = iter(jobs)
     chunks = iter(lambda: list(islice(remaining, chunksize)), [])  # ends at an empty chunk
     window = DEPTH * len(conns) * 2
@@ -299,7 +278,6 @@ def _drive(jobs: Iterable, chunksize: int, procs: list, conns: list) -> Iterator
 
 
 def _serve(conn, fn: Callable) -> None:
-    """Worker body: compute each chunk that arrives, until the parent stops it."""
     while True:
         try:
             key, chunk = conn.recv()
@@ -308,8 +286,7 @@ def _serve(conn, fn: Callable) -> None:
         try:
             message = ("ok", key, [fn(job) for job in chunk])
         except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
-            # a VpromError's message is meant for the user; anything else goes back as a
-            # RuntimeError naming its type, which always pickles
+            # anything but a VpromError goes back as a RuntimeError, which always pickles
             error = e if isinstance(e, VpromError) else RuntimeError(f"{type(e).__name__}: {e}")
             message = ("error", key, error)
         try:

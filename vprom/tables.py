@@ -1,9 +1,8 @@
 """Columnar HDF5 storage of crops and matrices (the formats of docs/formats.md).
 
-`CropTable` is the `crops` group of POOLS.h5 and DATASET.h5, `MatrixTable` the `matrices`
-group plus the `splits/<split>/{train, val, test}` matrix ids of DATASET.h5: 1-D numpy columns
-of equal length (strings as object arrays), readable with plain h5py. Every file carries its
-JSON manifest in the root attribute `manifest`.
+`CropTable` is the `crops` group of POOLS.h5 and DATASET.h5, `MatrixTable` the `matrices` group
+plus the `splits/<split>/{train, val, test}` matrix ids: 1-D columns of equal length (strings as
+object arrays), readable with plain h5py. The root attribute `manifest` holds the JSON manifest.
 """
 
 from __future__ import annotations
@@ -27,10 +26,8 @@ STR = h5py.string_dtype(encoding="utf-8")
 INT_COLUMNS = {"crop_id": np.int64, "image_id": np.int64, "x": np.int32, "y": np.int32,
                "w": np.int32, "h": np.int32, "source_id": np.int64}
 SPLIT_PARTS = ("train", "val", "test")
-#: The `matrices` columns of a DATASET.h5, in the order they are written.
 MATRIX_COLUMNS = ("id", "relation", "element_type", "super_attribute", "answer", "panels",
                   "elements")
-#: The groups of a DATASET.h5 and a POOLS.h5 that `content_hash` covers.
 CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab", "vocabulary")
 
 
@@ -103,7 +100,6 @@ class CropTable:
         return Crop(**values)
 
     def label_sets(self) -> list[frozenset[str]]:
-        """Per crop, its labels (the "|"-joined text split; no empty label)."""
         return [frozenset(s.split(LABEL_SEPARATOR)) - {""} for s in self.labels.tolist()]
 
     def take(self, index) -> CropTable:
@@ -159,7 +155,7 @@ class MatrixTable:
         return cls(**columns, splits=splits)
 
     def ordered_splits(self) -> list[str]:
-        """The splits of the file in the paper's order, then any others by name."""
+        """The splits in the paper's order, then any others by name."""
         return [s for s in SPLITS if s in self.splits] + sorted(set(self.splits) - set(SPLITS))
 
     def part_columns(self) -> dict[str, np.ndarray]:
@@ -173,8 +169,7 @@ class MatrixTable:
         return out
 
     def part_rows(self, path: Path, split: str, part: str) -> np.ndarray:
-        """The rows of the matrices `split`/`part` lists, in its order; refused when the file
-        `path` lacks the split or lists an unknown id."""
+        """The rows of the matrices `split`/`part` lists, in its order (`path` names the file)."""
         if split not in self.splits:
             raise VpromError(f"{path}: has no split {split!r} (it has "
                              f"{', '.join(sorted(self.splits)) or 'none'}); regenerate the dataset")
@@ -187,7 +182,7 @@ class MatrixTable:
         return rows
 
     def parts_of(self) -> dict[int, dict[str, str]]:
-        """matrix id -> {split: part} (`part_columns` by matrix)."""
+        """matrix id -> {split: part}."""
         columns = self.part_columns()
         return {int(mid): {s: str(columns[s][i]) for s in columns}
                 for i, mid in enumerate(self.id)}
@@ -222,7 +217,6 @@ def _write_columns(group: h5py.Group, table, names) -> None:
 
 
 def _column(group: h5py.Group, name: str, missing: str) -> np.ndarray:
-    """The column `name` of `group` (strings decoded); refused with `missing` when absent."""
     if name not in group:
         raise VpromError(missing)
     ds = group[name]
@@ -232,8 +226,9 @@ def _column(group: h5py.Group, name: str, missing: str) -> np.ndarray:
 def write_label_vocabulary(group: h5py.Group, objects: Iterable[str],
                            tables: Mapping[str, Mapping[str, str]],
                            implied: Mapping[str, Iterable[str]]) -> None:
-    """A label vocabulary as UTF-8 string columns: `objects`, `<table>/{label,
-    super_attribute}` per attribute table, and `implied/{label, value}`."""
+    """A label vocabulary as string columns: `objects`, `<table>/{label, super_attribute}` per
+    attribute table, and `implied/{label, value}`."""
+
     def column(g, name, values):
         g.create_dataset(name, data=_strings(list(values)), dtype=STR)
 
@@ -333,11 +328,10 @@ class DatasetFile:
 
 
 def content_hash(f: str | Path | h5py.File) -> str:
-    """sha256 over the data of a DATASET.h5 or POOLS.h5 (a path or an open file), independent
-    of HDF5 byte layout: the HDF5 datasets under CONTENT_GROUPS in sorted path order, each as
-    its path, kind, shape and values (integers as little-endian int64, floats as float64,
-    strings as the UTF-8 of `json.dumps(list, ensure_ascii=False)`); attributes (the manifest)
-    are left out."""
+    """sha256 over the data of a DATASET.h5 or POOLS.h5, independent of HDF5 byte layout: the
+    datasets under CONTENT_GROUPS in sorted path order, each as its path, kind, shape and values
+    (ints as little-endian int64, floats as float64, strings as the UTF-8 of
+    `json.dumps(list, ensure_ascii=False)`); attributes (the manifest) are left out."""
     if not isinstance(f, h5py.File):
         with open_h5(f) as h5:
             return content_hash(h5)
@@ -350,9 +344,6 @@ def content_hash(f: str | Path | h5py.File) -> str:
     for name, ds in sorted(items, key=lambda t: t[0]):
         h.update(_hdf5_bytes(name, ds))
     return "sha256:" + h.hexdigest()
-
-
-content_hash_of = content_hash  # the name mining/pools.py imports
 
 
 def _hdf5_bytes(name: str, ds: h5py.Dataset) -> bytes:

@@ -7,9 +7,8 @@
     for batch in train.loader(64, shuffle=True, num_workers=2):
         batch["panels"]        # [64, 16, ...]
 
-`VPROM` is the map-style dataset (`vprom.data.problems`); `loader` a DataLoader of its whole
-batches. This package imports torch, which the ground floor may not: tests/test_layers.py
-gives it a floor of its own beside `vprom.baselines`.
+This package imports torch, which the ground floor may not: tests/test_layers.py gives it a
+floor of its own beside `vprom.baselines`.
 """
 
 from vprom.data.problems import VPROM, loader, source_kind

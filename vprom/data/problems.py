@@ -1,17 +1,11 @@
 """`VPROM`: the problems of one split part as a PyTorch dataset, for anyone's model.
 
-An item is one problem: its 16 panels in the paper's order (8 context row-major, then 8
-candidates), the answer 0..7, the matrix id, relation, element type, the answer's element and
-its super-attribute. A panel is what `source` holds: pooled vectors of a FEATS.h5 (float32
-`[16, D]`, held in memory), maps of `--pool none` (float32 `[16, C, H, W]`) or a crop store's
-pixels (uint8 `[16, 3, S, S]`, then `transform`), the last two read lazily and opened anew in
-each process, so `VPROM` is safe with DataLoader workers and a `DistributedSampler`. The source
-must be made from this data set and hold every crop the part shows.
-
-A DataLoader reads a batch's panels together (`__getitems__`); `loader` gives whole batches
-(`batch`) with no collate step. Augmentations (off by default): `shuffle_candidates` reorders
-the candidates, `swap_rows` trades context rows 1 and 2 with probability 1/2; both are seeded
-by (seed, epoch, index) and change with `set_epoch(epoch)`.
+An item is one problem: 16 panels in the paper's order, the answer 0..7, the matrix id, relation,
+element type, the answer's element and super-attribute. A panel is what `source` holds: pooled
+vectors (float32 `[16, D]`, in memory), maps (float32 `[16, C, H, W]`) or a crop store's pixels
+(uint8 `[16, 3, S, S]`, then `transform`), the last two read lazily and opened anew in each
+process (safe with DataLoader workers and DDP). Augmentations, seeded by (seed, epoch, index):
+`shuffle_candidates`, and `swap_rows` (context rows 1 and 2, with probability 1/2).
 """
 
 from __future__ import annotations
@@ -30,7 +24,6 @@ from vprom.feature_files import check_features_source, load_features, open_maps,
 from vprom.file_kinds import CROPS, FEATS, MAPS, kind_of
 from vprom.tables import SPLIT_PARTS, open_h5, read_matrix_table
 
-#: the string columns of an item, beside its panels, answer and id
 METADATA = ("relation", "element_type", "element", "super_attribute")
 
 
@@ -45,7 +38,7 @@ def source_kind(path: Path) -> str:
 
 
 class VPROM(torch.utils.data.Dataset):
-    """The problems of `split`'s `part` in DATASET.h5 over `source` (see the module doc)."""
+    """The problems of `split`'s `part` in DATASET.h5 over `source`."""
 
     def __init__(self, dataset_h5: str | Path, split: str = "neutral", part: str = "train",
                  source: str | Path | None = None, transform=None,
@@ -100,15 +93,13 @@ class VPROM(torch.utils.data.Dataset):
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_reader": None, "_pid": None}  # h5py handles do not pickle
 
-    def _open(self):
-        """The lazy reader of this process (reopened after a fork)."""
+    def _open(self):  # the lazy reader of this process
         if self._reader is None or self._pid != os.getpid():
             opener = open_maps if self.kind == "maps" else CropStore
             self._reader, self._pid = opener(self.source), os.getpid()
         return self._reader
 
     def _read(self, rows: np.ndarray) -> torch.Tensor:
-        """The panels at `rows`, [len(rows), ...]."""
         if self.kind == "features":
             return torch.from_numpy(self.features.features[rows])
         reader = self._open()
@@ -117,7 +108,7 @@ class VPROM(torch.utils.data.Dataset):
         return torch.from_numpy(reader.read_rows(rows))
 
     def set_epoch(self, epoch: int) -> None:
-        """Which epoch's augmentations items get (see the module docstring)."""
+        """Which epoch's augmentations items get."""
         self.epoch = int(epoch)
 
     def order(self, index: int) -> tuple[np.ndarray, int]:
@@ -134,8 +125,7 @@ class VPROM(torch.utils.data.Dataset):
             answer = int(np.flatnonzero(perm == answer)[0])
         return order, answer
 
-    def _indices(self, indices) -> np.ndarray:
-        """`indices` as int64 positions in 0..len-1 (negative ones count from the end)."""
+    def _indices(self, indices) -> np.ndarray:  # negative ones count from the end
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         bad = (idx < -len(self)) | (idx >= len(self))
         if bad.any():
@@ -143,8 +133,7 @@ class VPROM(torch.utils.data.Dataset):
         return idx % max(len(self), 1)
 
     def loader(self, batch_size: int, **kwargs) -> DataLoader:
-        """A DataLoader of whole batches (`loader`: `shuffle`, `sampler`, `drop_last`,
-        DataLoader's keywords)."""
+        """A DataLoader of whole batches (see `loader`)."""
         return loader(self, batch_size, **kwargs)
 
     def __getitem__(self, index) -> dict:
@@ -154,15 +143,14 @@ class VPROM(torch.utils.data.Dataset):
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indices) -> list[dict]:
-        """The items at `indices`, read as one `batch` (the DataLoader calls this once per
-        batch: one gather, or one pass over the file, instead of one per problem)."""
+        """The items at `indices`, read as one `batch` (a DataLoader's call per batch)."""
         b = self.batch(indices)
         return [{"panels": b["panels"][k], "answer": int(b["answer"][k]), "id": int(b["id"][k]),
                  **{key: b[key][k] for key in METADATA}} for k in range(len(b["id"]))]
 
     def batch(self, indices) -> dict:
-        """The problems at `indices` as one batch, already collated: `panels` [B, 16, ...]
-        (read in one go), `answer` and `id` int64 [B], the metadata as lists."""
+        """The problems at `indices`, collated: `panels` [B, 16, ...], `answer` and `id` int64
+        [B], the metadata as lists."""
         indices = self._indices(indices)
         if self.shuffle_candidates or self.swap_rows:
             orders = [self.order(i) for i in indices.tolist()]
@@ -185,8 +173,8 @@ def _whole(batch: dict) -> dict:
 
 def loader(data: VPROM, batch_size: int, shuffle: bool = False, sampler=None,
            drop_last: bool = False, **kwargs) -> DataLoader:
-    """A DataLoader of `data`'s whole batches (`VPROM.batch`) of `batch_size` problems, ordered
-    by `sampler` (a `DistributedSampler`, say) or `shuffle`; other keywords go to DataLoader."""
+    """A DataLoader of `data`'s whole batches (`VPROM.batch`), ordered by `sampler` (a
+    `DistributedSampler`, say) or `shuffle`; other keywords go to DataLoader."""
     if sampler is None:
         sampler = RandomSampler(data) if shuffle else SequentialSampler(data)
     elif shuffle:
