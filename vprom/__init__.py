@@ -1,9 +1,8 @@
 """vprom: build the V-PROM visual-reasoning benchmark from Visual Genome and run its baselines.
 
-The stages are functions of this package: `vprom.build`, `vprom.generate`, `vprom.train`, ...
-(the list is `vprom.app.api.__all__`; docs/python-api.md explains them). They live on the top
-floor, in `vprom.app.api`, and are looked up here only when first used (PEP 562 module
-`__getattr__`): `import vprom` itself imports none of the stages, and no torch.
+The stages are functions of this package (`vprom.build`, `vprom.train`, ...; docs/python-api.md)
+that live in `vprom.app.api` and are looked up on first use (PEP 562 `__getattr__`), so
+`import vprom` imports none of the stages, and no torch.
 """
 
 __version__ = "0.1.0"

@@ -1,10 +1,8 @@
 """A bounded first read of an HDF5 file, so that a damaged file is refused and never hangs.
 
 libhdf5 can loop for good inside one C call on a damaged global heap, where no signal reaches
-it. So before a process first opens a file, a forked child with a deadline reads its
-structure, attributes and variable-length datasets; a file it cannot read in time is refused
-in one line, and one that passed is not checked again while its path, size, mtime and inode
-stay the same.
+it, so a forked child with a deadline first reads the file's structure, attributes and
+variable-length datasets; a file that passed is not read again while its stat is the same.
 """
 
 from __future__ import annotations
@@ -20,15 +18,13 @@ import h5py
 from vprom.errors import VpromError
 from vprom.processes import in_worker
 
-#: The child's deadline: a fixed part plus the time to read the file at a slow disk's rate
-#: (a healthy file's strings read at 30 MB/s or more on one core).
+# the child's deadline: a fixed part plus the time to read the file at a slow disk's rate
 READ_DEADLINE_S, READ_RATE = 5.0, 4e6
 _readable: set[tuple] = set()  # (path, size, mtime_ns, inode) of files that passed
 
 
 def _child_reads(path: Path, report: int) -> None:
-    """In the forked worker: read `path`'s structure, attributes and string datasets (what
-    touches the global heap); write one status byte (and the error) to `report`."""
+    """In the child: read what touches `path`'s global heap; write a status byte (and error)."""
     def visit(_name, obj):
         for key in obj.attrs:
             obj.attrs[key]
@@ -52,7 +48,7 @@ def _child_reads(path: Path, report: int) -> None:
 
 
 def check_readable(path: Path) -> None:
-    """Refuse `path` in one line unless a forked child read it within the deadline (module doc)."""
+    """Refuse `path` in one line unless a forked child read it within the deadline."""
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
     if key in _readable:

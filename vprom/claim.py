@@ -114,7 +114,6 @@ def _acquire(path: Path, out: Path, wait: bool) -> int:
 
 @contextlib.contextmanager
 def output_lock(out: str | os.PathLike, wait: bool | None = None) -> Iterator[None]:
-    """Hold the advisory lock of `out` for the block."""
     out = Path(out)
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 holds it for the job
         yield
@@ -158,7 +157,6 @@ def output_kind(path: str | os.PathLike) -> str | None:
 
 
 def _holds_nothing(folder: Path) -> bool:
-    """True for a folder (not a link) holding nothing but vprom's temporaries."""
     return folder.is_dir() and not folder.is_symlink() and all(
         is_temporary(p.name) or (p.name.startswith(".") and p.name.endswith(".lock"))
         for p in folder.iterdir())
@@ -179,7 +177,7 @@ def remove_work_folder(folder: Path, kind: str, names: Iterable[str]) -> None:
 
 
 def check_owned(out: Path, kinds: Iterable[str] | None) -> None:
-    """Refuse an existing `out` that is not a vprom output of one of `kinds` (None: unchecked)."""
+    """Refuse an existing `out` that is not a vprom output of `kinds` (None: unchecked)."""
     if kinds is None or not (out.exists() or out.is_symlink()) or _holds_nothing(out):
         return
     kinds = tuple(kinds)

@@ -1,8 +1,7 @@
 """The data model: element types, relations, crops and matrices.
 
-A *crop* is one annotated Visual Genome region used as a panel image, with the element it
-shows and every label its source has. A *matrix* is 8 context panels (3×3 row-major, the last
-missing) plus 8 candidates, `answer` indexing the candidates; it round-trips to a JSON record.
+A *crop* is one annotated Visual Genome region shown as a panel, with every label its source
+has. A *matrix* is 8 context panels (3×3 row-major, the last missing) plus 8 candidates.
 """
 
 from __future__ import annotations

@@ -49,8 +49,7 @@ class Features:
         return len(self.crop_id)
 
     def index_of(self, crop_ids) -> np.ndarray:
-        """Rows of `crop_ids` (any shape); VpromError naming the first id not in the file."""
-        return rows_of(self.crop_id, crop_ids, self.path)
+            return rows_of(self.crop_id, crop_ids, self.path)
 
 
 def rows_of(crop_id: np.ndarray, crop_ids, path: Path) -> np.ndarray:
@@ -121,8 +120,6 @@ def load_features(path: str | Path) -> Features:
 
 
 def _refuse_not_finite(path: Path, blocks: Iterable, missing: np.ndarray) -> None:
-    """Refuse `path` when a block (values, their rows' crop ids) holds inf or NaN in a row of a
-    crop not `missing`."""
     count, crops = 0, []
     for values, crop_ids in blocks:
         # a row's float64 sum is finite exactly when its values are (float32 cannot overflow it)

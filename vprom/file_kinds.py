@@ -1,11 +1,8 @@
 """What a file given to a command is, told the same way by every command.
 
-`kind_of` names an HDF5 file's kind from the groups and datasets it holds (so a file another
-tool wrote by the documented layout is recognised too): `matrices` + `splits` a DATASET.h5,
-`crops` + `vocabulary` a POOLS.h5, `crop_id` with `features` a FEATS.h5, with `maps` a
-MAPS.h5, with `pixels` a CROPS.h5; else the manifest's `kind` decides. `check_kind`, the one
-input check, refuses only a file of another known kind: one of no known kind goes on to the
-reader, which names the group it lacks.
+`kind_of` names an HDF5 file's kind by its layout (so another tool's file is recognised too),
+else by its manifest's `kind`. `check_kind` refuses only a file of another known kind: one of
+no known kind goes on to the reader, which names the group it lacks.
 """
 
 from __future__ import annotations
@@ -19,13 +16,11 @@ import h5py
 from vprom.errors import VpromError
 
 POOLS, DATASET, FEATS, MAPS, CROPS = "POOLS.h5", "DATASET.h5", "FEATS.h5", "MAPS.h5", "CROPS.h5"
-#: where each kind comes from, for the line that names it
 MADE_BY = {POOLS: "the pools of `vprom mine`",
            DATASET: "a data set of `vprom generate` or `vprom build`",
            FEATS: "pooled features of `vprom extract`",
            MAPS: "spatial maps of `vprom extract --pool none`",
            CROPS: "a crop store of `vprom crops`"}
-#: the kind a manifest names, for a file whose layout is incomplete
 _MANIFEST_KINDS = {"pools": POOLS, "dataset": DATASET, "vprom-crops": CROPS}
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
@@ -51,7 +46,7 @@ def is_hdf5(path: str | Path) -> bool:
 
 
 def kind_of(path: str | Path) -> str | None:
-    """The kind of the file at `path` (one of the five above), or None."""
+    """The kind of the file at `path`, or None."""
     if not is_hdf5(path):
         return None
     with contextlib.suppress(OSError), h5py.File(path, "r") as h5:
@@ -75,8 +70,7 @@ def describe(path: str | Path) -> str:
 
 
 def check_kind(path: str | Path, wanted: str | tuple[str, ...], role: str = "") -> None:
-    """Refuse a file of another known kind than `wanted` (`role` names the argument: "--features");
-    any other file is left to the reader, which says what is wrong with it."""
+    """Refuse a file of another known kind than `wanted` (`role` names the argument)."""
     wanted = (wanted,) if isinstance(wanted, str) else wanted
     kind = kind_of(path)
     if kind is None or kind in wanted:

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import glob
 import hashlib
+import io
 import json
 import os
 import re
@@ -19,6 +20,8 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+
+import numpy as np
 
 from vprom.errors import VpromError
 
@@ -57,7 +60,6 @@ def _replacing(path: Path, folder: bool) -> Iterator[list]:
 
 
 def _os_error_in(error: BaseException | None) -> OSError | None:
-    """The OSError that `error` is or was raised while handling."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, OSError):
@@ -160,10 +162,6 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 def write_npy(path: str | os.PathLike, array) -> None:
     """`np.save` into `path` atomically, through Python so a full disk raises ENOSPC."""
-    import io
-
-    import numpy as np
-
     npy = io.BytesIO()
     np.save(npy, array)
     with atomic_path(path) as tmp:

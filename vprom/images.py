@@ -1,8 +1,5 @@
-"""Finding Visual Genome images on disk and cutting crops out of them.
-
-Visual Genome ships its JPEGs as `<image_id>.jpg` in `VG_100K/` and `VG_100K_2/` (as does
-the synthetic corpus); `ImageIndex` maps image ids to paths with one sorted scan of both.
-"""
+"""Finding Visual Genome images (`<image_id>.jpg` in `VG_100K/` and `VG_100K_2/`) on disk and
+cutting crops out of them."""
 
 from __future__ import annotations
 
@@ -49,24 +46,19 @@ class ImageIndex:
 
 def clip_box(box, width: int, height: int) -> tuple[int, int, int, int] | None:
     """A VG box (x, y, w, h) clipped to a width x height image, as corners (x0, y0, x1, y1);
-    None when nothing of it lies inside the image (or it has no area)."""
+    None when nothing of it lies inside."""
     x, y, w, h = (int(v) for v in box)
     x0, y0, x1, y1 = max(0, x), max(0, y), min(width, x + w), min(height, y + h)
     return (x0, y0, x1, y1) if x1 > x0 and y1 > y0 else None
 
 
-def open_rgb(path: str | Path) -> Image.Image:
-    """The image at `path` in RGB, or a VpromError saying to re-download it."""
-    try:
-        with Image.open(path) as im:
-            return im.convert("RGB")
-    except (OSError, ValueError) as e:
-        raise VpromError(f"{path}: cannot read image ({e}); re-download it") from None
-
-
 def load_crop(path: str | Path, box: tuple[int, int, int, int]) -> Image.Image:
     """The RGB crop (x, y, w, h) of one image; the box is clipped to the image."""
-    im = open_rgb(path)
+    try:
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+    except (OSError, ValueError) as e:
+        raise VpromError(f"{path}: cannot read image ({e}); re-download it") from None
     corners = clip_box(box, im.width, im.height)
     if corners is None:
         raise VpromError(f"{path}: box {tuple(box)} lies outside the {im.width}x{im.height} "

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import h5py
 
+from vprom import __version__
 from vprom.bounded_read import check_readable
 from vprom.errors import VpromError
 from vprom.file_kinds import is_hdf5
@@ -34,8 +35,6 @@ def make_manifest(kind: str, config: dict, seed: int | None = None,
                   outputs: dict[str, str] | None = None) -> dict:
     """A manifest; `config` holds the settings that change the output, `inputs` and `outputs`
     map names to hashes."""
-    from vprom import __version__
-
     return {"format_version": FORMAT_VERSION, "vprom_version": __version__, "kind": kind,
             "config": config, "seed": seed, "inputs": inputs or {}, "counts": counts or {},
             "outputs": outputs or {}}
@@ -49,7 +48,6 @@ def manifest_file(path: str | os.PathLike) -> Path:
 
 
 def json_object(path: Path) -> dict | None:
-    """The JSON object in the file at `path`, or None."""
     with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
         value = json.loads(path.read_text(encoding="utf-8"))
         return value if isinstance(value, dict) else None
@@ -109,7 +107,6 @@ def input_hash(path: str | os.PathLike) -> str:
 
 
 def input_hashes(paths: Iterable[str | os.PathLike]) -> dict[str, str]:
-    """{file name: `input_hash`} of `paths`: the `inputs` of a manifest."""
     return {Path(p).name: input_hash(p) for p in paths}
 
 

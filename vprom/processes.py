@@ -31,6 +31,7 @@ DEPTH = 2  # chunks a worker holds at once
 HELD = {signal.SIGINT, signal.SIGTERM}  # held while a worker starts and while workers stop
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _PARENT_ENDS: set = set()  # the parent ends of live workers' pipes
+_WHY = "was it killed, or out of memory? Run again, or with --workers 1 to see the failure here"
 
 
 def _close_parent_ends() -> None:
@@ -90,7 +91,6 @@ def refuse_rerun(what: str) -> None:
 
 
 def usable_cores() -> int:
-    """The CPU cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -108,7 +108,7 @@ def collector_paused() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM for the block; one that arrives is raised when it ends."""
+    """Hold SIGINT and SIGTERM for the block; one that arrived is raised at its end."""
     pending: list[int] = []
     swapped = {}
     if threading.current_thread() is threading.main_thread():
@@ -155,15 +155,12 @@ def start(procs: list, target: Callable, args: tuple, name: str, method: str = "
         try:
             proc.start()
         except ConnectionError:  # it died reading its arguments (not a closed stdout)
-            raise VpromError(f"worker {name} ended while it was being started; was it "
-                             "killed, or out of memory? Run again, or with --workers 1 to "
-                             "see the failure here") from None
+            raise VpromError(f"worker {name} ended while it was being started; {_WHY}") from None
         procs.append(proc)
     return proc
 
 
 def _die_with_parent(parent: int | None) -> None:
-    """Have the kernel SIGKILL this worker when its parent dies; exit if it died already."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # libc's
     if parent is not None and os.getppid() != parent:
@@ -213,8 +210,7 @@ def _send(conn, proc, message) -> None:
 def _died(proc) -> VpromError:
     proc.join()
     return VpromError(f"worker {proc.name} died (exit code {proc.exitcode}) without a result; "
-                      "was it killed, or out of memory? Run again, or with --workers 1 to see "
-                      "the failure here")
+                      f"{_WHY}")
 
 
 @contextlib.contextmanager

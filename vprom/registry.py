@@ -1,8 +1,8 @@
 """Things of one kind registered by name: models, backbones (torchvision's `_api.py` style).
 
-A name is registered once; an unknown name raises a VpromError listing the known ones. The
-modules named in `builtins` are imported when a name is first asked for (so they can import
-`register` without a cycle); a *family* (`add_family`) resolves any name `prefix:<rest>`.
+A name is registered once; an unknown one is refused with the known ones. The `builtins`
+modules are imported on the first look-up (so they can import `register` without a cycle); a
+*family* (`add_family`) resolves any name `prefix:<rest>`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ class Registry(Generic[T]):
         self._loaded = False
 
     def add(self, name: str, item: T, origin: str = "") -> T:
-        """Register `item` under `name`; a name can be registered once."""
         if name in self._items:
             raise VpromError(f"{self.kind} name {name!r} is already registered (by "
                              f"{self._origin[name] or 'another module'}); pick another name")
@@ -37,7 +36,6 @@ class Registry(Generic[T]):
         return item
 
     def register(self, name: str) -> Callable[[T], T]:
-        """Decorator: `add` the decorated function under `name`."""
 
         def wrap(item: T) -> T:
             return self.add(name, item, getattr(item, "__module__", ""))
@@ -51,7 +49,6 @@ class Registry(Generic[T]):
         self._families[prefix] = (resolve, usage)
 
     def families(self) -> dict[str, str]:
-        """prefix -> how to name a member of that family."""
         self._load_builtins()
         return {prefix: usage for prefix, (_, usage) in sorted(self._families.items())}
 
@@ -62,7 +59,6 @@ class Registry(Generic[T]):
                 importlib.import_module(module)
 
     def names(self) -> list[str]:
-        """Every registered name, sorted."""
         self._load_builtins()
         return sorted(self._items)
 

@@ -22,7 +22,7 @@ from vprom.errors import VpromError
 
 def resolve_device(requested: str | None, local_rank: int = 0,
                    distributed: bool = False) -> torch.device:
-    """The indexed torch device this process should use (see the module doc)."""
+    """The indexed torch device this process should use."""
     if requested is None:
         requested = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -60,7 +60,7 @@ class World:
     size: int
     local_rank: int
     device: torch.device
-    owns_group: bool  # joined_world started the process group, so it ends it
+    owns_group: bool  # joined_world started the process group
 
     @property
     def main(self) -> bool:
@@ -79,15 +79,13 @@ class World:
         return t.tolist()
 
     def shard(self, index: np.ndarray) -> np.ndarray:
-        """This process's contiguous slice of `index`."""
         return np.array_split(index, self.size)[self.rank]
 
 
 @contextmanager
 def joined_world(requested_device: str | None, timeout: timedelta | None = None):
-    """This process's `World` for a `with` block: the device resolved, the torchrun process
-    group joined when WORLD_SIZE > 1 and ended if it started it; a normal exit first waits for
-    the others (gloo torn down while a peer still sends can abort the process)."""
+    """This process's `World` for a `with` block (module doc); a normal exit waits for the
+    others (gloo torn down while a peer still sends can abort the process)."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = resolve_device(requested_device, local_rank, distributed=size > 1)

@@ -1,10 +1,8 @@
 """`vprom show`: one matrix and its candidates as a PNG people can read (Pillow only).
 
-A title; the 3×3 grid of context panels with the missing cell drawn as "?"; the 8
-candidates in two rows of four, numbered 1–8. Every crop is cut from its Visual Genome image
-and letterboxed into a square tile. With `answer=True` the correct candidate is framed in
-green and a text block spells out the relation, element type, super-attribute, every
-panel's element and the answer.
+A title, the 3×3 grid of context panels with "?" for the missing cell, then the 8 candidates
+numbered 1–8, each crop letterboxed into a square tile. With `answer=True` the correct
+candidate is framed in green and a text block spells out the matrix and its answer.
 """
 
 from __future__ import annotations
@@ -23,14 +21,10 @@ from vprom.files import atomic_path
 from vprom.images import ImageIndex, load_crop
 from vprom.tables import crop_rows, open_h5
 
-TILE = 160  # square tile side, px
-GAP = 12
-MARGIN = 20
-TITLE_H = 36
-CAPTION_H = 40  # space between grid and candidates, holding the caption
+TILE, GAP, MARGIN, TITLE_H, LINE_H = 160, 12, 20, 36, 22  # pixels
+CAPTION_H = 40  # between grid and candidates, holding the caption
 NUMBER_H = 26  # the candidate number under each candidate tile
-LINE_H = 22
-TEXT_LINES = 7  # lines of the answer block
+TEXT_LINES = 7  # of the answer block
 FRAME = 5  # width of the answer's green frame
 COLUMNS = 4  # candidates per row
 BACKGROUND = (255, 255, 255)
@@ -88,14 +82,13 @@ def read_matrix(dataset: Path, matrix_id: int) -> Shown:
 
 
 def canvas_size(answer: bool) -> tuple[int, int]:
-    """Width and height of the picture (fixed by the layout)."""
     width = 2 * MARGIN + COLUMNS * TILE + (COLUMNS - 1) * GAP
     height = TITLE_H + 3 * TILE + 2 * GAP + CAPTION_H + 2 * (TILE + NUMBER_H) + GAP + MARGIN
     return width, height + (TEXT_LINES * LINE_H + GAP if answer else 0)
 
 
 def letterbox(crop: Image.Image, side: int = TILE) -> Image.Image:
-    """The crop scaled to fit a side×side tile, aspect kept, centred on a grey square."""
+    """The crop scaled to fit a side×side tile, aspect kept, centred on grey."""
     tile = Image.new("RGB", (side, side), TILE_BACKGROUND)
     scale = side / max(crop.width, crop.height, 1)
     size = (max(1, round(crop.width * scale)), max(1, round(crop.height * scale)))
@@ -111,8 +104,7 @@ def font(size: int) -> ImageFont.ImageFont:
         return ImageFont.load_default()
 
 
-def _fit(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
-    """Shorten `text` with an ellipsis until it fits `width` pixels."""
+def _fit(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:  # ellipsised
     if draw.textlength(text, font=font) <= width:
         return text
     while text and draw.textlength(text + "…", font=font) > width:
@@ -140,12 +132,11 @@ def tile_positions() -> list[tuple[int, int]]:
 
 
 def answer_lines(m: Shown) -> list[str]:
-    """The text block of answer mode (TEXT_LINES lines)."""
     e = m.elements
     sa = m.super_attribute or "none"
+    kind = m.element_type.replace("_", " ")
     lines = [f"answer: candidate {m.answer + 1} ({e[N_CONTEXT + m.answer]})",
-             f"relation: {m.relation}   element type: {m.element_type.replace('_', ' ')}   "
-             f"super-attribute: {sa}"]
+             f"relation: {m.relation}   element type: {kind}   super-attribute: {sa}"]
     for r in range(3):
         row = e[3 * r: 3 * r + 3] if r < 2 else e[6:8] + ["?"]
         lines.append(f"row {r + 1}: " + " | ".join(row))
@@ -157,7 +148,6 @@ def answer_lines(m: Shown) -> list[str]:
 
 
 def render(m: Shown, crops: list[Image.Image], answer: bool = False) -> Image.Image:
-    """The picture of matrix `m` from its 16 panel crops."""
     width, height = canvas_size(answer)
     im = Image.new("RGB", (width, height), BACKGROUND)
     draw = ImageDraw.Draw(im)
@@ -171,14 +161,12 @@ def render(m: Shown, crops: list[Image.Image], answer: bool = False) -> Image.Im
                            outline=INK, width=2)
             centred(draw, (x, y, x + TILE, y + TILE), "?", big)
             continue
-        panel = k if k < 8 else k - 1
-        im.paste(letterbox(crops[panel]), (x, y))
+        im.paste(letterbox(crops[k if k < 8 else k - 1]), (x, y))
         draw.rectangle([x, y, x + TILE - 1, y + TILE - 1], outline=(150, 150, 150))
+        if k > 8:  # a candidate's number
+            centred(draw, (x, y + TILE, x + TILE, y + TILE + NUMBER_H), str(k - 8), title)
     top = positions[9][1]
     centred(draw, (0, top - CAPTION_H, width, top), "candidates", title)
-    for c in range(N_CANDIDATES):
-        x, y = positions[9 + c]
-        centred(draw, (x, y + TILE, x + TILE, y + TILE + NUMBER_H), str(c + 1), title)
     if answer:
         x, y = positions[9 + m.answer]
         draw.rectangle([x - FRAME, y - FRAME, x + TILE + FRAME - 1, y + TILE + FRAME - 1],

@@ -1,6 +1,5 @@
-"""The Wilson score interval of a binomial proportion, which the baselines' reports and
-verify's checks share. Unlike the normal approximation, it stays inside [0, 1] and is honest
-for small groups and for proportions near 0 or 1."""
+"""The Wilson score interval of a binomial proportion (the baselines' reports and verify's
+checks): unlike the normal approximation, it stays in [0, 1] and holds for small groups."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Columnar HDF5 storage of crops and matrices (the formats of docs/formats.md).
 
-`CropTable` is the `crops` group of POOLS.h5 and DATASET.h5, `MatrixTable` the `matrices` group
-plus the `splits/<split>/{train, val, test}` matrix ids: 1-D columns of equal length (strings as
-object arrays), readable with plain h5py. The root attribute `manifest` holds the JSON manifest.
+`CropTable` is the `crops` group of POOLS.h5 and DATASET.h5, `MatrixTable` the `matrices` and
+`splits` groups of DATASET.h5: 1-D columns of equal length, strings as object arrays.
 """
 
 from __future__ import annotations
@@ -154,12 +153,10 @@ class MatrixTable:
             columns[name] = [value.value for value in columns[name]]
         return cls(**columns, splits=splits)
 
-    def ordered_splits(self) -> list[str]:
-        """The splits in the paper's order, then any others by name."""
+    def ordered_splits(self) -> list[str]:  # the paper's order, then any others by name
         return [s for s in SPLITS if s in self.splits] + sorted(set(self.splits) - set(SPLITS))
 
-    def part_columns(self) -> dict[str, np.ndarray]:
-        """split -> the part ('train', 'val', 'test', 'excluded') of every matrix row."""
+    def part_columns(self) -> dict[str, np.ndarray]:  # split -> every row's part or 'excluded'
         out = {}
         for split, parts in self.splits.items():
             column = np.full(len(self), "excluded", dtype=object)
@@ -181,8 +178,7 @@ class MatrixTable:
                              "the file is inconsistent, regenerate it")
         return rows
 
-    def parts_of(self) -> dict[int, dict[str, str]]:
-        """matrix id -> {split: part}."""
+    def parts_of(self) -> dict[int, dict[str, str]]:  # matrix id -> {split: part}
         columns = self.part_columns()
         return {int(mid): {s: str(columns[s][i]) for s in columns}
                 for i, mid in enumerate(self.id)}

@@ -108,7 +108,6 @@ class VPROM(torch.utils.data.Dataset):
         return torch.from_numpy(reader.read_rows(rows))
 
     def set_epoch(self, epoch: int) -> None:
-        """Which epoch's augmentations items get."""
         self.epoch = int(epoch)
 
     def order(self, index: int) -> tuple[np.ndarray, int]:
