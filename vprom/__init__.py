@@ -7,8 +7,7 @@ that live in `vprom.app.api` and are looked up on first use (PEP 562 `__getattr_
 
 __version__ = "0.1.0"
 
-#: the stage functions of `vprom.app.api`, in pipeline order (tests/test_api.py keeps the two
-#: lists equal)
+#: `vprom.app.api`'s stage functions in pipeline order (tests/test_api.py checks the list)
 API = ("build", "download", "synth", "mine", "generate", "merge", "verify", "stats",
        "show_matrix", "load_dataset", "export", "extract", "load_features", "train", "evaluate",
        "report", "reproduce", "crops", "perceive", "score", "human_study", "human_serve",

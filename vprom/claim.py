@@ -139,8 +139,7 @@ def output_lock(out: str | os.PathLike, wait: bool | None = None) -> Iterator[No
 
 
 def output_kind(path: str | os.PathLike) -> str | None:
-    """The kind of vprom output at `path` by its manifest, a PNG's `vprom` text or a JSON
-    object's `kind`; None if none says."""
+    """The kind of vprom output at `path` (manifest, PNG `vprom` text, JSON `kind`), or None."""
     path = Path(path)
     kind = (manifest_of(path) or {}).get("kind")
     if kind is None and path.is_file():
@@ -230,8 +229,7 @@ def check_not_input(out: Path, inputs: Iterable[str | os.PathLike | None],
 @contextlib.contextmanager
 def claim(out: str | os.PathLike, kinds: Iterable[str] | None, inputs: Iterable = (),
           folder: bool | None = None, inside_ok: bool = False) -> Iterator[Path]:
-    """Check `out` (`folder`: True, False or None, unchecked) against `inputs` and its owner,
-    then hold its lock for the block."""
+    """Check `out` (`folder`: True, False or None) against `inputs` and its owner; lock it."""
     refuse_rerun(f"the writing of {out}")
     out = Path(out)
     if folder is not None:

@@ -23,12 +23,8 @@ LAYOUT = "pixels: uint8 (N, 3, S, S) RGB, channels first, one crop per HDF5 chun
 
 
 class CropStore(OpenFile):
-    """An open crop store, read lazily.
-
-    Raw crops (uncompressed, one a chunk) are read from a memory map at their chunks' byte
-    offsets (h5py's `chunk_iter`), three times faster than h5py's per-crop read; other layouts
-    go through h5py. The map belongs to the process that made it.
-    """
+    """An open crop store, read lazily: raw crops (one an uncompressed chunk) from a memory map
+    of this process at their chunks' offsets, about 3x faster than h5py's per-crop read."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -92,11 +88,10 @@ class CropStore(OpenFile):
 
 def store_rows(store: CropStore, dataset: str | Path, crop_ids: np.ndarray, what: str
                ) -> np.ndarray:
-    """The store's rows of `crop_ids` (the crops of `what`); refuses a store of another data set
-    than `dataset` or lacking one of them."""
+    """The rows of `crop_ids` (of `what`); refuses a store of another data set or lacking one."""
     check_made_from((manifest_of(store.path) or {}).get("inputs"), dataset, str(store.path),
-                    f"build a crop store of this one: `vprom crops {dataset} --vg DIR --size "
-                    "S --out CROPS.h5`")
+                    f"build a crop store of this one: `vprom crops {dataset} --vg DIR --size S "
+                    "--out CROPS.h5`")
     rows = store.rows_of(crop_ids)
     if (rows < 0).any():
         missing = np.unique(np.asarray(crop_ids)[rows < 0])

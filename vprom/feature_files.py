@@ -201,10 +201,8 @@ class SpatialMaps(OpenFile):
 open_maps = SpatialMaps
 
 
-def check_features_source(dataset: str | Path, features: str | Path,
-                          fix: str | None = None) -> str:
+def check_features_source(dataset: str | Path, features: str | Path) -> str:
     """Refuse features made from another data set than `dataset`; says how it decided."""
-    recorded = (manifest_of(features) or {}).get("inputs")
-    fix = fix or (f"extract features from this data set: `vprom extract {dataset} --vg DIR "
-                  "--backbone NAME --out FEATS.h5`")
-    return check_made_from(recorded, dataset, str(features), fix)
+    return check_made_from((manifest_of(features) or {}).get("inputs"), dataset, str(features),
+                           f"extract features from this data set: `vprom extract {dataset} "
+                           "--vg DIR --backbone NAME --out FEATS.h5`")

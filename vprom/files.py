@@ -181,10 +181,10 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+def sha256_file(path: str | os.PathLike) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while block := f.read(chunk):
+        while block := f.read(1 << 20):
             h.update(block)
     return h.hexdigest()
 

@@ -45,8 +45,7 @@ class ImageIndex:
 
 
 def clip_box(box, width: int, height: int) -> tuple[int, int, int, int] | None:
-    """A VG box (x, y, w, h) clipped to a width x height image, as corners (x0, y0, x1, y1);
-    None when nothing of it lies inside."""
+    """A VG box (x, y, w, h) clipped to a width x height image as (x0, y0, x1, y1), or None."""
     x, y, w, h = (int(v) for v in box)
     x0, y0, x1, y1 = max(0, x), max(0, y), min(width, x + w), min(height, y + h)
     return (x0, y0, x1, y1) if x1 > x0 and y1 > y0 else None

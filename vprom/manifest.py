@@ -33,7 +33,7 @@ CONTENT_PREFIX = "sha256:"  # a content hash; a file's sha256 is bare hex
 def make_manifest(kind: str, config: dict, seed: int | None = None,
                   inputs: dict[str, str] | None = None, counts: dict | None = None,
                   outputs: dict[str, str] | None = None) -> dict:
-    """A manifest; `config` holds the settings that change the output, `inputs` and `outputs`
+    """A manifest: `config` holds the settings that change the output; `inputs`, `outputs`
     map names to hashes."""
     return {"format_version": FORMAT_VERSION, "vprom_version": __version__, "kind": kind,
             "config": config, "seed": seed, "inputs": inputs or {}, "counts": counts or {},
@@ -153,8 +153,7 @@ def made_from(recorded: Mapping | None, source: str | os.PathLike) -> bool | Non
 
 def check_made_from(recorded: Mapping | None, dataset: str | os.PathLike, output: str,
                     fix: str) -> str:
-    """Refuse `output` (its inputs `recorded`) made from another data set than `dataset`; says
-    how it decided."""
+    """Refuse `output` (inputs `recorded`) made from another data set; says how it decided."""
     if not Path(dataset).is_file():
         raise VpromError(f"{dataset}: no such file; {output} was made from it")
     found = made_from(recorded, dataset)

@@ -74,8 +74,7 @@ _MAIN_HIDDEN = {"spawn": SpawnContext(), "forkserver": ForkServerContext()}
 
 
 def context(method: str | None = "spawn"):
-    """A multiprocessing context: spawn, fork (for a parent without threads or open HDF5 files)
-    or None (the program's start method)."""
+    """A multiprocessing context: spawn, fork (no threads or open HDF5 files) or None (default)."""
     if method is None:
         method = (multiprocessing.get_start_method(allow_none=True)
                   or multiprocessing.get_all_start_methods()[0])  # the first is the default

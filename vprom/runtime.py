@@ -84,8 +84,7 @@ class World:
 
 @contextmanager
 def joined_world(requested_device: str | None, timeout: timedelta | None = None):
-    """This process's `World` for a `with` block (module doc); a normal exit waits for the
-    others (gloo torn down while a peer still sends can abort the process)."""
+    """This process's `World` for a `with` block; a normal exit first waits for the others."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = resolve_device(requested_device, local_rank, distributed=size > 1)
@@ -98,7 +97,7 @@ def joined_world(requested_device: str | None, timeout: timedelta | None = None)
         world = World(dist.get_rank(), dist.get_world_size(), local_rank, device, owns)
     try:
         yield world
-        world.barrier()
+        world.barrier()  # gloo torn down while a peer still sends can abort the process
     finally:
         if world.owns_group:
             dist.destroy_process_group()

@@ -9,8 +9,9 @@ import math
 Z95 = 1.959963984540054
 
 
-def wilson_interval(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
+def wilson_interval(successes: float, n: int) -> tuple[float, float]:
     """The Wilson score interval of `successes` in `n` trials ((0, 1) when n = 0)."""
+    z = Z95
     if n <= 0:
         return 0.0, 1.0
     p = successes / n
