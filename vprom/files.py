@@ -119,12 +119,11 @@ def is_temporary(name: str) -> bool:
     return PART.fullmatch(name) is not None
 
 
-def clean_stale_parts(path: str | os.PathLike) -> list[Path]:
+def clean_stale_parts(path: str | os.PathLike) -> None:
     """Delete the temporary parts of `path` (its own only) whose writers are dead."""
     path = Path(path)
-    removed = []
     if not path.parent.is_dir():
-        return removed
+        return
     for part in sorted(path.parent.glob(f".{glob.escape(path.name)}.*.part")):
         found = PART.fullmatch(part.name)
         if found is None or found["name"] != path.name:
@@ -136,8 +135,6 @@ def clean_stale_parts(path: str | os.PathLike) -> list[Path]:
             os.replace(part, path)  # killed mid-swap: the previous output comes back
             continue
         _remove(part)
-        removed.append(part)
-    return removed
 
 
 def preallocate(path: str | os.PathLike) -> None:

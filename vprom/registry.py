@@ -35,12 +35,8 @@ class Registry(Generic[T]):
         self._origin[name] = origin
         return item
 
-    def register(self, name: str) -> Callable[[T], T]:
-
-        def wrap(item: T) -> T:
-            return self.add(name, item, getattr(item, "__module__", ""))
-
-        return wrap
+    def register(self, name: str) -> Callable[[T], T]:  # a decorator
+        return lambda item: self.add(name, item, getattr(item, "__module__", ""))
 
     def add_family(self, prefix: str, resolve: Callable[[str], T], usage: str) -> None:
         """Names `prefix:<rest>` resolve through `resolve(rest)`; `usage` says how to name one."""

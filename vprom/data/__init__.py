@@ -11,6 +11,6 @@ This package imports torch, which the ground floor may not: tests/test_layers.py
 floor of its own beside `vprom.baselines`.
 """
 
-from vprom.data.problems import VPROM, loader, source_kind
+from vprom.data.problems import VPROM, loader
 
-__all__ = ["VPROM", "loader", "source_kind"]
+__all__ = ["VPROM", "loader"]

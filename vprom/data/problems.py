@@ -27,16 +27,6 @@ from vprom.tables import SPLIT_PARTS, open_h5, read_matrix_table
 METADATA = ("relation", "element_type", "element", "super_attribute")
 
 
-def source_kind(path: Path) -> str:
-    """'features', 'maps' or 'crops': what the file at `path` holds."""
-    open_h5(path).close()  # a file not there, not HDF5 or damaged is refused by name
-    kind = {FEATS: "features", MAPS: "maps", CROPS: "crops"}.get(kind_of(path))
-    if kind is not None:
-        return kind
-    raise VpromError(f"{path}: neither a FEATS.h5 (`vprom extract`, pooled or --pool none) nor "
-                     "a crop store (`vprom crops`); pass one of those as source")
-
-
 class VPROM(torch.utils.data.Dataset):
     """The problems of `split`'s `part` in DATASET.h5 over `source`."""
 
@@ -50,7 +40,12 @@ class VPROM(torch.utils.data.Dataset):
         self.shuffle_candidates, self.swap_rows = shuffle_candidates, swap_rows
         self.seed, self.epoch = seed, 0
         self._load_problems()
-        self.kind = source_kind(self.source)
+        open_h5(self.source).close()  # a file not there, not HDF5 or damaged is refused by name
+        self.kind = {FEATS: "features", MAPS: "maps", CROPS: "crops"}.get(kind_of(self.source))
+        if self.kind is None:
+            raise VpromError(f"{self.source}: neither a FEATS.h5 (`vprom extract`, pooled or "
+                             "--pool none) nor a crop store (`vprom crops`); pass one of those "
+                             "as source")
         self._check_source()
         self._reader, self._pid = None, None
 
