@@ -2,9 +2,10 @@
 
 `claim` (or `writes` on a function) refuses an output that is, lies in or holds an input, or an
 existing one that its manifest or content mark (`output_kind`) does not show as this command's
-kind; then holds an advisory `flock` on `.NAME.lock` beside it (re-entrant; rank 0's under
-torchrun; a second writer is refused with the holder's PID, or waits with `--wait`). The lock
-file is opened with O_NOFOLLOW and used only when it is a regular file of this user's.
+kind; then holds an advisory `flock` on `.NAME.lock` beside it, which the OS drops when its
+holder dies (re-entrant; rank 0's under torchrun; a second writer is refused with the holder's
+PID, or waits with `--wait`). The lock file is opened with O_NOFOLLOW and used only when it is
+a regular file of this user's, so a link planted in a shared folder cannot redirect the write.
 """
 from __future__ import annotations
 

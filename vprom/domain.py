@@ -40,7 +40,7 @@ N_CONTEXT = 8  # 3x3 row-major, the last missing
 N_CANDIDATES = 8
 N_PANELS = N_CONTEXT + N_CANDIDATES
 CHANCE = 1 / N_CANDIDATES
-#: How far above chance a probe or a control may score before it counts as a shortcut.
+#: How far above chance a probe or control may score (to 14.5%) before it counts as a shortcut.
 SHORTCUT_MARGIN = 0.02
 COUNTS: tuple[int, ...] = tuple(range(1, 11))
 MIN_SIDE = 100  # mining drops regions under this many pixels in either dimension

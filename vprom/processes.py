@@ -82,7 +82,7 @@ def context(method: str | None = "spawn"):
 
 
 def refuse_rerun(what: str) -> None:
-    """Exit in one line where a worker re-imports the user's script: `what` would run again."""
+    """Exit in one line (SystemExit, no traceback) where a worker re-imports the user's script."""
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         script = getattr(sys.modules.get("__mp_main__"), "__file__", None) or "the script"
         raise SystemExit(f"vprom: {what} was called again while a worker process re-imported "
