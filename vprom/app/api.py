@@ -1,10 +1,10 @@
 """The Python API: one function per `vprom` command, the very function the command calls.
 
-A function's signature is its command's options (names, defaults, types) and its docstring's
-`Args:` their `--help` texts; `vprom.app.cli` reads both. Each imports its stage only when
-called, so `import vprom` (which exposes them lazily, PEP 562) imports no torch. The commands
-on features, models and people live in `vprom.app.api_models`. `workers=None` means one
-process per usable CPU core. The examples run in this order in `tests/app/test_api.py`.
+A function's signature is its command's options and its docstring's `Args:` their `--help`
+(`vprom.app.options` reads both). Stages are imported when called, so `import vprom` imports
+no torch. `workers=None` means one process per usable CPU core. The examples run in this
+order in tests/app/test_api.py; `vprom.app.api_models` holds the commands on features,
+models and people.
 """
 
 from __future__ import annotations
@@ -66,7 +66,6 @@ def synth(out: Path, *, images: int = 2000, seed: int = 0, workers: int | None =
         seed: same seed and size, same bytes
         workers: processes rendering the images (default: every usable core)
         zips: also write download/, the files zipped as VG's download page serves them
-            (what the Hugging Face visual_genome script opens)
 
     >>> print(vprom.synth("data/synth", images=50))
     synthetic Visual Genome corpus: data/synth
@@ -107,10 +106,9 @@ def generate(pools: Path, out: Path, *, scale: float = 1.0, seed: int = 0,
         scale: fraction of Table 1's 235,000 matrices
         seed: same pools and seed, same data set
         shard: (K, N): only matrices i with i % N == K; `merge` joins the N shards
-        workers: processes drawing matrices (default: every usable core); any number gives
-            the same file
-        legacy_counts: count candidates as the original release drew them, which give the
-            answer away: only to reproduce that flaw (docs/soundness.md)
+        workers: processes drawing matrices (default: every usable core; same file for any)
+        legacy_counts: the original release's count candidates, which give the answer away
+            (only to reproduce that flaw: docs/soundness.md)
         rules: the split rules (default: those of splits/)
 
     >>> summary = vprom.generate("build/small/pools.h5", "build/again.h5", scale=0.003)
@@ -148,9 +146,7 @@ def merge(shards: list[Path], out: Path, *, rules=None):
 def build(out: Path, *, vg: Path | None = None, synthetic: bool = False,
           images: int | None = None, scale: float | None = None, seed: int = 0,
           workers: int | None = None, learned_probe: bool = False):
-    """One shot: (synth or VG) -> mine -> generate -> verify -> stats.
-
-    Stages already done in `out` with the same settings are kept, so a build resumes.
+    """One shot: (synth or VG) -> mine -> generate -> verify -> stats; a build resumes.
 
     Args:
         out: build folder
@@ -179,18 +175,15 @@ def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = 
            workers: int | None = None, learned: bool = False, rules=None):
     """Integrity, solver, splits, leakage, bias probes and the perception-only ceiling.
 
-    Refuses (VpromError) a data set whose recorded inputs no longer match; otherwise returns
-    the report, whose `ok` says whether every check passed.
+    Returns the report (`ok`: every check passed); raises VpromError on stale inputs.
 
     Args:
         dataset: DATASET.h5 to check
-        pools: also check that the data set was generated from this POOLS.h5 (in a build
-            folder, its own pools.h5 and VG files are checked)
+        pools: also check that the data set was generated from this POOLS.h5 (a build
+            folder's own pools.h5 and VG files are always checked)
         features: also run the context-blind probes on this FEATS.h5
-        workers: processes sharing the checks (default: every usable core); the report is
-            the same for any number
-        learned: also train the context-blind model on the candidates' labels and judge its
-            hits on the test part (bias:probe-learned)
+        workers: processes sharing the checks (default: every usable core; same report)
+        learned: also judge a context-blind model trained on the candidates' labels
         rules: the split rules (default: those of splits/)
 
     >>> report = vprom.verify("build/small/dataset.h5")
@@ -214,9 +207,7 @@ def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = 
 
 
 def stats(dataset: Path, *, json: Path | None = None) -> dict:
-    """Table 1, split sizes and the perception-only ceiling.
-
-    Returns the figures as a JSON-ready dict.
+    """Table 1, split sizes and the perception-only ceiling, as a JSON-ready dict.
 
     Args:
         dataset: DATASET.h5
@@ -284,24 +275,22 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
         dataset: DATASET.h5
         format: jsonl, original, npz, savir-t, hf or vlm (see `vprom export --help`)
         out: a file for jsonl, a folder for the others
-        vg: Visual Genome folder (VG_100K/, VG_100K_2/): original, npz, hf and vlm (but
-            for its text layout)
+        vg: Visual Genome folder (VG_100K/, VG_100K_2/): original, npz, hf, vlm (not text)
         features: savir-t: the resnet101 maps file (`vprom extract --pool none`)
-        copy: original: panels as plain copies instead of symlinks (clients that open
-            panels through os.readlink cannot read them)
-        split: npz: the split whose train, val and test problems are written; vlm: the
-            split whose --part is written
+        copy: original: panels as plain copies instead of symlinks (unreadable by clients
+            that open panels through os.readlink)
+        split: npz: the split whose train, val and test are written; vlm: whose --part
         size: npz: panel side in pixels
-        style: npz: pgm (DeepMind PGM's files, grayscale), raven (RAVEN's files and meta
-            vectors, grayscale) or color (RGB panels)
+        style: npz: pgm (DeepMind PGM's files), raven (RAVEN's files and meta vectors), both
+            grayscale, or color (RGB panels)
         part: vlm: train, val or test
         layout: vlm: grid (one image a problem), panels (16 images) or text (labels only)
-        prompt: vlm: a text file replacing the question template; "{panels}" in it is
-            replaced by where the panels are (required for the text layout: their labels)
+        prompt: vlm: a text file replacing the question template; "{panels}" in it becomes
+            where the panels are (required for the text layout: their labels)
         limit: vlm: at most this many problems, stratified over relation x element type
         seed: vlm: seed of the --limit sample and of the shuffled problem order
-        crops: vlm: a crop store of this data set (`vprom crops`, --size at least 176 for
-            grid, 336 for panels) to take the pictures from instead of the JPEGs of --vg
+        crops: vlm: a crop store of this data set (`vprom crops --size` at least 176 for
+            grid, 336 for panels) to read the pictures from instead of --vg
 
     >>> print(vprom.export("build/small/dataset.h5", "jsonl", "build/small/dataset.jsonl"))
     wrote build/small/dataset.jsonl: ... matrices as JSON lines

@@ -1,9 +1,7 @@
 """The `vprom` command line: parses arguments and calls one `vprom.app.api` function.
 
-Each command is a `Command` naming its API function; its arguments are that function's
-parameters (`vprom.app.options.add_parameters`: names, defaults and types from the
-signature, help from the docstring), so an option and its default are written once, in the
-API. A `VpromError` becomes one line on stderr and exit status 1 (`exit_status`).
+A `Command`'s arguments are its API function's parameters (`vprom.app.options`), so an
+option and its default are written once, in the API; `exit_status` turns failures into lines.
 """
 
 from __future__ import annotations
@@ -15,8 +13,7 @@ import threading
 
 
 def _interrupted_while_starting(signum, frame):
-    """Ctrl-C or SIGTERM while the stages below are imported: nothing has been done yet, so
-    say so and leave at once, instead of a traceback from deep inside an import."""
+    """Ctrl-C or SIGTERM while the stages are imported: one line, not an import's traceback."""
     by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
     os.write(2, f"vprom: interrupted ({by}) while starting; nothing was done\n".encode())
     os._exit(128 + signum)
@@ -81,8 +78,7 @@ class Command:
         return self.function.__doc__.strip().splitlines()[0].rstrip(".")
 
 
-# what a command prints of its result (the formatters are imported when used: `vprom
-# --help` stays quick)
+# what a command prints of its result (formatters imported when used: `--help` stays quick)
 def _verdict(report, options):
     print(report.format())
     if not report.ok:
@@ -239,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one `vprom` command (see `vprom.app.exit_status.run_command` for errors and signals)."""
+    """Run one `vprom` command (`vprom.app.exit_status.run_command`)."""
     return run_command(build_parser, argv)
 
 
