@@ -82,14 +82,6 @@ def test_reproduce_shares_train_and_extract_defaults():
     assert ReproduceConfig.input_size == ExtractConfig.input_size
 
 
-def test_default_split_rules_are_supplied():
-    from vprom.splits import load_rules
-
-    assert api._rules(None).design == load_rules().design
-    given = object()
-    assert api._rules(given) is given
-
-
 @pytest.mark.slow
 def test_the_docstring_examples_run_in_pipeline_order(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

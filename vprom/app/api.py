@@ -1,10 +1,8 @@
 """The Python API: one function per `vprom` command, the very function the command calls.
 
-A function's signature is its command's options and its docstring's `Args:` their `--help`
-(`vprom.app.options` reads both). Stages are imported when called, so `import vprom` imports
-no torch. `workers=None` means one process per usable CPU core. The examples run in this
-order in tests/app/test_api.py; `vprom.app.api_models` holds the commands on features,
-models and people.
+A signature is its command's options, the docstring's `Args:` their `--help`. Stages are
+imported when called: `import vprom` imports no torch. `workers=None`: one process per usable
+core. The examples run in this order in tests/app/test_api.py.
 """
 
 from __future__ import annotations
@@ -18,21 +16,13 @@ from vprom.domain import MIN_SIDE
 from vprom.errors import VpromError
 from vprom.file_kinds import DATASET, FEATS, POOLS, check_kind
 from vprom.manifest import check_content
+from vprom.splits import load_rules
 
 #: the names `import vprom` exposes, in pipeline order
 __all__ = ["build", "download", "synth", "mine", "generate", "merge", "verify", "stats",
            "show_matrix", "load_dataset", "export", "extract", "load_features", "train", "evaluate",
            "report", "reproduce", "crops", "perceive", "score", "human_study", "human_serve",
            "human_score"]
-
-def _rules(rules):
-    """The split rules generation and verification are handed: `splits/` unless given."""
-    if rules is not None:
-        return rules
-    from vprom.splits import load_rules
-
-    return load_rules()
-
 
 def download(out: Path, *, base_url: str | None = None, images: bool = True,
              expected: Path | None = None, deadline: float = 6 * 3600.0,
@@ -97,7 +87,7 @@ def mine(vg: Path, out: Path, *, min_side: int = MIN_SIDE, workers: int | None =
 
 def generate(pools: Path, out: Path, *, scale: float = 1.0, seed: int = 0,
              shard: tuple[int, int] | None = None, workers: int | None = None,
-             legacy_counts: bool = False, rules=None):
+             legacy_counts: bool = False):
     """Sample matrices from the pools, prove each, assign every split.
 
     Args:
@@ -109,7 +99,6 @@ def generate(pools: Path, out: Path, *, scale: float = 1.0, seed: int = 0,
         workers: processes drawing matrices (default: every usable core; same file for any)
         legacy_counts: the original release's count candidates, which give the answer away
             (only to reproduce that flaw: docs/soundness.md)
-        rules: the split rules (default: those of splits/)
 
     >>> summary = vprom.generate("build/small/pools.h5", "build/again.h5", scale=0.003)
     >>> summary.counts == vprom.load_dataset("build/small/dataset.h5").manifest["counts"]
@@ -117,30 +106,27 @@ def generate(pools: Path, out: Path, *, scale: float = 1.0, seed: int = 0,
     """
     from vprom.generation.generate import generate as run
 
-    return run(pools, out, _rules(rules), scale=scale, seed=seed, shard=shard,
+    return run(pools, out, load_rules(), scale=scale, seed=seed, shard=shard,
                legacy_counts=legacy_counts, workers=_workers(workers))
 
 
-def merge(shards: list[Path], out: Path, *, rules=None):
+def merge(shards: list[Path], out: Path):
     """Join the DATASET.h5 files of all `generate --shard K/N` runs into one.
 
     Args:
         shards: the N shard files, in any order
         out: DATASET.h5 to write, equal to the single run's
-        rules: the split rules (default: those of splits/)
 
     >>> for k in range(2):
     ...     _ = vprom.generate("build/small/pools.h5", f"build/shard-{k}.h5", scale=0.003,
     ...                        shard=(k, 2))
-    >>> _ = vprom.merge(["build/shard-0.h5", "build/shard-1.h5"], "build/merged.h5")
-    >>> import h5py, numpy
-    >>> with h5py.File("build/merged.h5") as a, h5py.File("build/small/dataset.h5") as b:
-    ...     numpy.array_equal(a["matrices/panels"][:], b["matrices/panels"][:])
+    >>> merged = vprom.merge(["build/shard-0.h5", "build/shard-1.h5"], "build/merged.h5")
+    >>> merged.counts == summary.counts  # those of the single run above
     True
     """
     from vprom.generation.generate import merge_shards
 
-    return merge_shards(shards, out, _rules(rules))
+    return merge_shards(shards, out, load_rules())
 
 
 def build(out: Path, *, vg: Path | None = None, synthetic: bool = False,
@@ -172,19 +158,17 @@ def build(out: Path, *, vg: Path | None = None, synthetic: bool = False,
 
 
 def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = None,
-           workers: int | None = None, learned: bool = False, rules=None):
+           workers: int | None = None, learned: bool = False):
     """Integrity, solver, splits, leakage, bias probes and the perception-only ceiling.
 
     Returns the report (`ok`: every check passed); raises VpromError on stale inputs.
 
     Args:
         dataset: DATASET.h5 to check
-        pools: also check that the data set was generated from this POOLS.h5 (a build
-            folder's own pools.h5 and VG files are always checked)
+        pools: also check that the data set was generated from this POOLS.h5
         features: also run the context-blind probes on this FEATS.h5
         workers: processes sharing the checks (default: every usable core; same report)
         learned: also judge a context-blind model trained on the candidates' labels
-        rules: the split rules (default: those of splits/)
 
     >>> report = vprom.verify("build/small/dataset.h5")
     >>> report.ok, report.failures()
@@ -202,7 +186,7 @@ def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = 
     problems = stale_stages(dataset, pools)
     if problems:
         raise VpromError(f"{dataset}: verification failed (inputs: {'; '.join(problems)})")
-    return run(dataset, _rules(rules), features=features, workers=_workers(workers),
+    return run(dataset, load_rules(), features=features, workers=_workers(workers),
                learned=learned)
 
 
@@ -277,12 +261,10 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
         out: a file for jsonl, a folder for the others
         vg: Visual Genome folder (VG_100K/, VG_100K_2/): original, npz, hf, vlm (not text)
         features: savir-t: the resnet101 maps file (`vprom extract --pool none`)
-        copy: original: panels as plain copies instead of symlinks (unreadable by clients
-            that open panels through os.readlink)
+        copy: original: panels as plain copies instead of symlinks
         split: npz: the split whose train, val and test are written; vlm: whose --part
         size: npz: panel side in pixels
-        style: npz: pgm (DeepMind PGM's files), raven (RAVEN's files and meta vectors), both
-            grayscale, or color (RGB panels)
+        style: npz: pgm (DeepMind PGM's files), raven (RAVEN's) or color (RGB panels)
         part: vlm: train, val or test
         layout: vlm: grid (one image a problem), panels (16 images) or text (labels only)
         prompt: vlm: a text file replacing the question template; "{panels}" in it becomes

@@ -46,8 +46,8 @@ def extract(dataset: Path, vg: Path | None, backbone: str, out: Path, *, weights
         allow_missing: finish even if some images are missing (they are reported)
         compile: torch.compile the backbone (CUDA, --region crop)
         cuda_graphs: replay the trunk from one captured CUDA graph (CUDA, --region crop)
-        input_size: crop side in pixels (default: the backbone's); roi: the image's shorter
-            side (default: 600)
+        input_size: crop side in pixels, or with roi the image's shorter side (default: the
+            backbone's; roi: 600)
         chunk_batches: batches per resumable chunk (a killed run redoes at most one)
         decode: cpu: Pillow in the workers; gpu: nvjpeg on the device; auto: gpu on CUDA
             nodes with under 24 CPU cores per GPU

@@ -20,10 +20,6 @@ from vprom.claim import check_output
 from vprom.mining.download import parse_duration
 from vprom.mining.download.space import parse_size
 
-#: parameters that take a Python object, not a command-line value
-PYTHON_ONLY = ("rules",)
-
-
 def parameter_help(function) -> dict[str, str]:
     """The Google-style `Args:` of `function`'s docstring as {parameter: text} (inspect has
     no reader for it; a docstring-parser dependency for a dozen lines is not worth it)."""
@@ -47,8 +43,6 @@ def add_parameters(parser: argparse.ArgumentParser, command) -> None:
     group = (parser.add_mutually_exclusive_group(required=True) if command.one_of else None)
     parameters = inspect.signature(command.function).parameters
     for name, parameter in parameters.items():
-        if name in PYTHON_ONLY:
-            continue
         settings = _settings(name, parameter, hints[name], helps[name], command)
         flags = settings.pop("flags")
         (group if name in command.one_of else parser).add_argument(*flags, **settings)

@@ -1,13 +1,11 @@
 """`vprom human-study`: a stratified, seeded sample of V-PROM problems as a study folder.
 
-The sample is even across relations, as the paper's study was, then across element types
-(`allocate`: largest remainder, a short cell's shortfall handed to its relation's other cells,
-then to any), drawn without replacement from the split part; one training problem becomes
-the worked example. STUDY/public/ holds what a browser may read (the page, problems.json,
-example.json, images/<token>.jpg), STUDY/study.json the key (manifest, and per problem its
-matrix, answer and candidate order) and STUDY/responses/ one JSON-lines file per
-participant. Nothing under public/ tells the answer: image names are random tokens, problems
-are shuffled under random keys, and so is each problem's candidate order.
+The sample is even across relations, as the paper's study was, then element types (a short
+cell's shortfall goes to its relation's other cells, then to any); one training problem is
+the worked example. STUDY/public/ holds what a browser reads (page, problems.json,
+example.json, images/<token>.jpg), STUDY/study.json the key (manifest; per problem its
+matrix, answer, candidate order), STUDY/responses/ a JSON-lines file per participant.
+Nothing under public/ tells the answer: names are random tokens, orders shuffled.
 """
 
 from __future__ import annotations
@@ -106,8 +104,7 @@ def _problem(table, row: int, order: np.ndarray, names: dict[int, str]) -> dict:
 @writes("out", (), inputs=lambda a: (a["dataset"], a["vg_dir"]))  # a new or empty folder
 def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: str, n: int,
                part: str, seed: int, size: int) -> "StudySummary":
-    """Write a study folder of `n` problems of `split`'s `part` (`vprom.app.api.human_study`
-    holds the defaults)."""
+    """`vprom.app.api.human_study`, which holds the defaults."""
     dataset, vg_dir, out = Path(dataset), Path(vg_dir), Path(out)
     if n < 1:
         raise VpromError(f"--n must be at least 1, got {n}")
@@ -134,13 +131,13 @@ def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: 
         key[k] = {"matrix_id": int(table.id[row]), "relation": str(table.relation[row]),
                   "element_type": str(table.element_type[row]),
                   "super_attribute": str(table.super_attribute[row]),
-                  "answer": int(np.flatnonzero(order == int(table.answer[row]))[0]),
+                  "answer": int(np.argmax(order == table.answer[row])),
                   "dataset_answer": int(table.answer[row]),
                   "candidate_order": [int(v) for v in order]}
     listed = [keys[i] for i in rng.permutation(len(keys))]
     ex_order = orders[-1]
     example_json = {**_problem(table, example, ex_order, names),
-                    "answer": int(np.flatnonzero(ex_order == int(table.answer[example]))[0]),
+                    "answer": int(np.argmax(ex_order == table.answer[example])),
                     "relation": str(table.relation[example]),
                     "element_type": str(table.element_type[example]),
                     "elements": [str(e) for e in table.elements[example][:N_CONTEXT]],
@@ -174,7 +171,7 @@ def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: 
 
 
 class StudySummary(NamedTuple):
-    """What `human-study` wrote: the folder, how many images, and the answer key."""
+    """What `human-study` wrote: the folder, the number of images, the answer key."""
 
     out: Path
     images: int
@@ -203,3 +200,34 @@ def load_key(study: str | Path) -> dict:
         raise VpromError(f"{path}: not a study key of `vprom human-study`; write the study "
                          "again") from None
     return key
+
+
+def read_responses(study: Path, key: dict, paths: list[Path]) -> list[dict]:
+    """Every response in `paths`, checked against the study's key."""
+    seen: dict[tuple[str, str], str] = {}
+    out = []
+    for path in paths:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as e:
+            raise VpromError(f"{path}: cannot read ({e.strerror})") from None
+        for number, line in enumerate(lines, 1):
+            where = f"{path} line {number}"
+            try:
+                r = json.loads(line)
+                who, problem, skipped, choice = (r["participant"], r["problem"], r["skipped"],
+                                                 r["choice"])
+            except (ValueError, RecursionError, KeyError, TypeError):  # also deep nesting
+                raise VpromError(f"{where}: not a response of `vprom human-serve`; fix or "
+                                 "remove the line") from None
+            if problem not in key["problems"]:
+                raise VpromError(f"{where}: problem {problem!r} is not in {study}; these "
+                                 "responses belong to another study")
+            if skipped != (choice is None):
+                raise VpromError(f"{where}: a response must have a choice or be skipped")
+            if (who, problem) in seen:
+                raise VpromError(f"{where}: participant {who} answered problem {problem} "
+                                 f"already ({seen[who, problem]}); remove one of the two")
+            seen[who, problem] = where
+            out.append(r)
+    return out
