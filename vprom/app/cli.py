@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 
 
@@ -57,10 +56,6 @@ for _sig, _handler in _STARTING.items():
     signal.signal(_sig, _handler)
 
 
-def _printed(result, options):
-    print(result)
-
-
 @dataclass(frozen=True)
 class Command:
     """`vprom NAME`: calls `function` with the parsed arguments and shows its result."""
@@ -68,10 +63,9 @@ class Command:
     name: str
     function: Callable
     example: str
-    positional: tuple[str, ...] = ()  #: parameters given without a flag, in this order
     arguments: dict[str, dict] = field(default_factory=dict)  #: argparse settings by parameter
     one_of: tuple[str, ...] = ()  #: parameters of which exactly one must be given
-    show: Callable[[Any, dict], None] | None = _printed  #: prints (result, options)
+    show: Callable[[Any, dict], None] | None = lambda result, options: print(result)
 
     @property
     def summary(self) -> str:
@@ -127,29 +121,26 @@ COMMANDS = {c.name: c for c in (
             show=lambda report, options: print(report.summary())),
     Command("generate", api.generate,
             "vprom generate build/pools.h5 --out build/dataset.h5 --scale 0.1 --seed 0",
-            positional=("pools",),
             arguments={"out": OUT_FILE, "scale": {"type": positive(float)},
                        "shard": {"type": shard, "metavar": "K/N"}, "workers": WORKERS,
                        "legacy_counts": {"flag": "--legacy-count-candidates"}}),
     Command("merge", api.merge,
             "vprom merge build/shard-0.h5 build/shard-1.h5 --out build/dataset.h5",
-            positional=("shards",), arguments={"out": OUT_FILE}),
+            arguments={"out": OUT_FILE}),
     Command("build", api.build, "vprom build --synthetic --out build/demo",
             arguments={"out": OUT_FOLDER, "images": {"type": positive(int)},
                        "scale": {"type": positive(float)}, "workers": WORKERS},
             one_of=SOURCE, show=None),
-    Command("verify", api.verify, "vprom verify build/dataset.h5", positional=("dataset",),
+    Command("verify", api.verify, "vprom verify build/dataset.h5",
             arguments={"workers": WORKERS}, show=_verdict),
     Command("stats", api.stats, "vprom stats build/dataset.h5 --json build/stats.json",
-            positional=("dataset",), arguments={"json": OUT_FILE}, show=_stats),
+            arguments={"json": OUT_FILE}, show=_stats),
     Command("show", api.show_matrix,
             "vprom show build/dataset.h5 --id 0 --vg data/vg --out m0.png --answer",
-            positional=("dataset",),
             arguments={"matrix_id": {"flag": "--id"}, "out": OUT_FILE}),
     Command("export", api.export,
             "\n".join([("vprom export build/dataset.h5 --format original --vg data/vg "
                         "--out build/release"), *EXPORT_EXAMPLES]),
-            positional=("dataset",),
             arguments={"format": {"choices": (*FORMATS, "savir-t"), "help": "; ".join(
                            f"{k}: {v}" for k, v in {**FORMATS, "savir-t": SAVIR_HELP}.items())},
                        "size": {"type": positive(int)}, "style": {"choices": STYLES},
@@ -158,7 +149,6 @@ COMMANDS = {c.name: c for c in (
     Command("extract", api.extract,
             "vprom extract build/dataset.h5 --vg data/vg --backbone resnet101 --weights "
             "imagenet --out build/feats/resnet101.h5",
-            positional=("dataset",),
             arguments={"out": OUT_FILE, "vg": {"required": False},  # labels need no images
                        "dtype": {"choices": extract_config.STORED_DTYPES},
                        "decode": {"choices": extract_config.DECODERS},
@@ -169,15 +159,14 @@ COMMANDS = {c.name: c for c in (
     Command("perceive", api.perceive,
             "vprom perceive build/dataset.h5 --vg data/vg --split neutral --backbone resnet18 "
             "--out build/perceive/resnet18.pt",
-            positional=("dataset",), one_of=("vg", "crops"), arguments={"out": OUT_FILE}),
+            one_of=("vg", "crops"), arguments={"out": OUT_FILE}),
     Command("train", api.train,
             "vprom train build/dataset.h5 --features build/feats/resnet101.h5 --model rn "
             "--split neutral --aux --out runs/rn-neutral-aux",
-            positional=("dataset",), one_of=("features", "maps", "crops"),
+            one_of=("features", "maps", "crops"),
             arguments={"out": OUT_FOLDER, "optimizer": {"choices": OPTIMIZERS}}, show=None),
-    Command("evaluate", api.evaluate, "vprom evaluate runs/rn-neutral-aux", positional=("run",),
-            show=_metrics),
-    Command("report", api.report, "vprom report runs/* --out reports/", positional=("runs",),
+    Command("evaluate", api.evaluate, "vprom evaluate runs/rn-neutral-aux", show=_metrics),
+    Command("report", api.report, "vprom report runs/* --out reports/",
             arguments={"out": OUT_FOLDER}),
     Command("reproduce", api.reproduce, "vprom reproduce --vg data/vg --out repro/",
             arguments={"out": OUT_FOLDER, "scale": {"type": positive(float)},
@@ -185,25 +174,20 @@ COMMANDS = {c.name: c for c in (
             one_of=SOURCE, show=None),
     Command("crops", api.crops,
             "vprom crops build/dataset.h5 --vg data/vg --size 224 --out build/crops-224.h5",
-            positional=("dataset",),
             arguments={"size": {"type": positive(int), "help": CROP_SIZE_HELP},
                        "out": OUT_FILE, "workers": WORKERS,
                        "compression": {"choices": extract_config.COMPRESSIONS},
                        "chunk_crops": {"type": positive(int)}}),
     Command("score", api.score,
             "vprom score build/dataset.h5 mymodel/predictions.csv --split neutral",
-            positional=("dataset", "predictions"), arguments={"out": OUT_FOLDER},
-            show=_scored),
+            arguments={"out": OUT_FOLDER}, show=_scored),
     Command("human-study", api.human_study,
             "vprom human-study build/dataset.h5 --vg data/vg --split neutral --n 60 "
             "--out study/",
-            positional=("dataset",),
             arguments={"out": OUT_FOLDER, "part": {"choices": ("train", "val", "test")},
                        "n": {"type": positive(int)}, "size": {"type": positive(int)}}),
-    Command("human-serve", api.human_serve, "vprom human-serve study/ --port 8000",
-            positional=("study",), show=None),
-    Command("human-score", api.human_score, "vprom human-score study/",
-            positional=("study", "responses"), show=_human_metrics),
+    Command("human-serve", api.human_serve, "vprom human-serve study/ --port 8000", show=None),
+    Command("human-score", api.human_score, "vprom human-score study/", show=_human_metrics),
 )}
 
 
@@ -238,6 +222,3 @@ def main(argv: list[str] | None = None) -> int:
     """Run one `vprom` command (`vprom.app.exit_status.run_command`)."""
     return run_command(build_parser, argv)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -20,6 +20,10 @@ from vprom.claim import check_output
 from vprom.mining.download import parse_duration
 from vprom.mining.download.space import parse_size
 
+#: inputs a command takes without a flag (when its function takes them before `*`)
+POSITIONAL = ("dataset", "pools", "shards", "run", "runs", "study", "predictions", "responses")
+
+
 def parameter_help(function) -> dict[str, str]:
     """The Google-style `Args:` of `function`'s docstring as {parameter: text} (inspect has
     no reader for it; a docstring-parser dependency for a dozen lines is not worth it)."""
@@ -68,7 +72,7 @@ def _settings(name: str, parameter: inspect.Parameter, hint, help: str, command)
     if not (required or default is None or kind is bool or "default" in help):
         help += f" (default: {default})"
     settings["help"] = settings.get("help", help).replace("%", "%%")
-    if name in command.positional:
+    if name in POSITIONAL and parameter.kind is parameter.POSITIONAL_OR_KEYWORD:
         settings["flags"] = [name]
         settings.pop("flag", None)
     else:

@@ -7,7 +7,6 @@ STUDY/metrics.json has a run's schema (model "humans"), so `vprom report` lists 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
