@@ -98,7 +98,6 @@ def generate(pools: Path, out: Path, *, scale: float = 1.0, seed: int = 0,
         shard: (K, N): only matrices i with i % N == K; `merge` joins the N shards
         workers: processes drawing matrices (default: every usable core; same file for any)
         legacy_counts: the original release's count candidates, which give the answer away
-            (only to reproduce that flaw: docs/soundness.md)
 
     >>> summary = vprom.generate("build/small/pools.h5", "build/again.h5", scale=0.003)
     >>> summary.counts == vprom.load_dataset("build/small/dataset.h5").manifest["counts"]
@@ -161,7 +160,7 @@ def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = 
            workers: int | None = None, learned: bool = False):
     """Integrity, solver, splits, leakage, bias probes and the perception-only ceiling.
 
-    Returns the report (`ok`: every check passed); raises VpromError on stale inputs.
+    Returns the report (`ok`: every check passed); VpromError if its inputs changed.
 
     Args:
         dataset: DATASET.h5 to check
@@ -267,12 +266,10 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
         style: npz: pgm (DeepMind PGM's files), raven (RAVEN's) or color (RGB panels)
         part: vlm: train, val or test
         layout: vlm: grid (one image a problem), panels (16 images) or text (labels only)
-        prompt: vlm: a text file replacing the question template; "{panels}" in it becomes
-            where the panels are (required for the text layout: their labels)
+        prompt: vlm: a question template file; "{panels}" in it becomes where the panels are
         limit: vlm: at most this many problems, stratified over relation x element type
         seed: vlm: seed of the --limit sample and of the shuffled problem order
-        crops: vlm: a crop store of this data set (`vprom crops --size` at least 176 for
-            grid, 336 for panels) to read the pictures from instead of --vg
+        crops: vlm: a crop store (`vprom crops`, size >= 176 grid, 336 panels) instead of --vg
 
     >>> print(vprom.export("build/small/dataset.h5", "jsonl", "build/small/dataset.jsonl"))
     wrote build/small/dataset.jsonl: ... matrices as JSON lines

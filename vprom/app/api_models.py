@@ -35,25 +35,20 @@ def extract(dataset: Path, vg: Path | None, backbone: str, out: Path, *, weights
         vg: Visual Genome folder (holding VG_100K/); not needed for --backbone labels
         backbone: see `vprom extract --list`; labels: each crop's labels as a multi-hot
         out: FEATS.h5 to write
-        weights: imagenet, none or a state dict's path; timm:<name>: a file, none or
-            pretrained (from the local Hugging Face cache only: vprom never downloads)
+        weights: imagenet, none or a file; timm:<name>: a file, none or pretrained (if cached)
         batch_size: crops per forward (default: 64 on CUDA, about 4 per CPU thread)
-        workers: DataLoader processes decoding JPEGs (default: 0 on CPU; on CUDA the cores
-            per GPU process less 2, at most 16)
+        workers: DataLoader processes decoding JPEGs (default: 0 on CPU, else cores per GPU - 2)
         device: cuda, cuda:N or cpu (default: cuda if available; under torchrun LOCAL_RANK's)
         dtype: stored dtype (pooling and L2 run in float32)
         resume: keep a matching partial file's chunks (`--no-resume`: start over)
         allow_missing: finish even if some images are missing (they are reported)
         compile: torch.compile the backbone (CUDA, --region crop)
         cuda_graphs: replay the trunk from one captured CUDA graph (CUDA, --region crop)
-        input_size: crop side in pixels, or with roi the image's shorter side (default: the
-            backbone's; roi: 600)
+        input_size: crop side in pixels (default: the backbone's); roi: the shorter side (600)
         chunk_batches: batches per resumable chunk (a killed run redoes at most one)
-        decode: cpu: Pillow in the workers; gpu: nvjpeg on the device; auto: gpu on CUDA
-            nodes with under 24 CPU cores per GPU
+        decode: cpu: Pillow in the workers; gpu: nvjpeg on the device; auto: gpu if CPUs are few
         region: crop: each box warped to SxS; roi (bottomup-r101): the detector's RoI pooling
-        pool: avg: pooled and L2-normalised; cls / mean (timm ViTs): the pooled output / the
-            tokens' mean; none: the last conv map; auto: the backbone's own
+        pool: avg: pooled, L2-normalised; cls, mean: a timm ViT's; none: the last map; auto
         compression: HDF5 compression of the features (lzf is readable only by h5py)
         prefetch: batches each worker prepares ahead
         in_flight: batches queued on the device before the oldest result is awaited
@@ -87,8 +82,7 @@ def perceive(dataset: Path, vg: Path | None = None, *, split: str, backbone: str
         backbone: see `vprom extract --list`
         out: weights file to write (its manifest goes beside it)
         crops: instead of --vg, a crop store of `vprom crops` at the input size
-        weights: the start: imagenet, pretrained, none or a file (default: the published
-            weights when cached, else random init)
+        weights: imagenet, pretrained, none or a file (default: published if cached, else none)
         epochs: passes over the training crops
         batch_size: crops per optimiser step, over all processes
         input_size: crop side in pixels (default: the backbone's); extract with the same
@@ -157,8 +151,7 @@ def train(dataset: Path, features: Path | None = _T.features, *, model: str, spl
         seed: weights, batch order and the shuffled-context derangement
         device: cuda, cuda:N or cpu (default: cuda if available)
         cuda_graphs: replay each training step from a captured CUDA graph (one GPU)
-        restart: train again from epoch 1, even with other settings (old files go once an
-            epoch is done)
+        restart: train again from epoch 1, even with other settings
 
     >>> vprom.train("build/small/dataset.h5", "build/small/features/resnet18.h5",
     ...             model="rn", split="neutral", out="runs/rn", epochs=1, hidden=32)
@@ -193,9 +186,6 @@ def evaluate(run: Path, *, device: str | None = _T.device) -> dict:
 def report(runs: list[Path], out: Path):
     """Table 2, models x splits, perception against reasoning, and a verdict on the runs.
 
-    The verdict: verify's result, runs that did not learn, each neutral run beside chance and
-    the ceiling, each other split's change from neutral.
-
     Args:
         runs: evaluated run folders, or folders holding them
         out: folder for the tables (Markdown, CSV) and plots
@@ -218,9 +208,9 @@ def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
               seed: int = _R.seed, device: str | None = _R.device,
               input_size: int | None = _R.input_size, crop_size: int = _R.crop_size,
               center_features: bool = _R.center_features) -> Path:
-    """The paper's full grid (models x features x aux x splits); resumable.
+    """The paper's full grid (models x features x aux x splits); returns the report folder.
 
-    Returns the report folder. Hours on VG, so the tests do not run the example.
+    Resumable. Hours on VG, so the tests do not run the example.
 
     Args:
         out: folder for the build, features, runs and report
@@ -230,8 +220,7 @@ def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
         images: synthetic corpus size (default: 2,000 images)
         backbones: comma list (see `vprom extract --list`)
         weights: comma list, one per backbone (default: imagenet; pretrained for timm:<name>)
-        models: comma list of registered models, each trained without and with --aux on
-            OUT/features/<backbone>.h5, OUT/maps/<backbone>.h5 or OUT/crops/crops-<S>.h5
+        models: comma list of registered models, each trained without and with --aux
         splits: comma list
         epochs: maximum epochs per run
         seed: seed of the build and of every run
@@ -273,17 +262,14 @@ def crops(dataset: Path, vg: Path, size: int, out: Path, *, workers: int | None 
 def score(dataset: Path, predictions: Path, *, split: str = "neutral", out: Path | None = None,
           model: str | None = None, features: str = "own",
           baselines: tuple[Path, ...] = ()) -> tuple[dict, dict]:
-    """Score anyone's predictions like `vprom evaluate`; also written to OUT/metrics.json.
-
-    Returns the metrics and the perception-only ceiling.
+    """Score anyone's predictions like `vprom evaluate`: (metrics, perception-only ceiling).
 
     Args:
         dataset: DATASET.h5 the predictions were made on
-        predictions: CSV (matrix_id,choice[,score_0..score_7]), JSON lines ({"matrix_id":
-            17, "choice": 3} or {"matrix_id": 17, "response": "C"}), lmms-eval's samples or
-            VLMEvalKit's predictions; each test problem at most once
+        predictions: CSV (matrix_id,choice[,score_0..score_7]), JSON lines (matrix_id and
+            choice or response), lmms-eval's samples or VLMEvalKit's predictions
         split: the split whose test part is scored
-        out: folder for metrics.json, a run for `vprom report` (default: PREDICTIONS's)
+        out: folder for metrics.json, a run to `vprom report` (default: PREDICTIONS's)
         model: the model's name in reports (default: the --out folder's name)
         features: what the model read, shown as the report's feature column
         baselines: runs, folders of runs or a `vprom report` folder to print beside it

@@ -37,7 +37,6 @@ from vprom.app.options import (
     add_parameters,
     parameter_help,
     duration,
-    positive,
     shard,
     size,
 )
@@ -103,7 +102,6 @@ def _human_metrics(metrics, options):
     print(format_human_metrics(metrics) + f"\nwritten to {options['study'] / 'metrics.json'}")
 
 
-WORKERS = {"type": positive(int)}
 CROP_SIZE_HELP = f"{parameter_help(api.crops)['size']}: {size_note()}"
 SOURCE = ("vg", "synthetic")
 
@@ -114,25 +112,19 @@ COMMANDS = {c.name: c for c in (
                        "deadline": {"type": duration, "metavar": "TIME"},
                        "reserve": {"type": size, "metavar": "SIZE"}}),
     Command("synth", api.synth, "vprom synth --out data/synth --images 2000 --seed 0",
-            arguments={"out": OUT_FOLDER, "images": {"type": positive(int)},
-                       "workers": WORKERS}),
+            arguments={"out": OUT_FOLDER}),
     Command("mine", api.mine, "vprom mine --vg data/vg --out build/pools.h5",
-            arguments={"out": OUT_FILE, "workers": WORKERS},
-            show=lambda report, options: print(report.summary())),
+            arguments={"out": OUT_FILE}, show=lambda report, options: print(report.summary())),
     Command("generate", api.generate,
             "vprom generate build/pools.h5 --out build/dataset.h5 --scale 0.1 --seed 0",
-            arguments={"out": OUT_FILE, "scale": {"type": positive(float)},
-                       "shard": {"type": shard, "metavar": "K/N"}, "workers": WORKERS,
+            arguments={"out": OUT_FILE, "shard": {"type": shard, "metavar": "K/N"},
                        "legacy_counts": {"flag": "--legacy-count-candidates"}}),
     Command("merge", api.merge,
             "vprom merge build/shard-0.h5 build/shard-1.h5 --out build/dataset.h5",
             arguments={"out": OUT_FILE}),
     Command("build", api.build, "vprom build --synthetic --out build/demo",
-            arguments={"out": OUT_FOLDER, "images": {"type": positive(int)},
-                       "scale": {"type": positive(float)}, "workers": WORKERS},
-            one_of=SOURCE, show=None),
-    Command("verify", api.verify, "vprom verify build/dataset.h5",
-            arguments={"workers": WORKERS}, show=_verdict),
+            arguments={"out": OUT_FOLDER}, one_of=SOURCE, show=None),
+    Command("verify", api.verify, "vprom verify build/dataset.h5", show=_verdict),
     Command("stats", api.stats, "vprom stats build/dataset.h5 --json build/stats.json",
             arguments={"json": OUT_FILE}, show=_stats),
     Command("show", api.show_matrix,
@@ -143,13 +135,13 @@ COMMANDS = {c.name: c for c in (
                         "--out build/release"), *EXPORT_EXAMPLES]),
             arguments={"format": {"choices": (*FORMATS, "savir-t"), "help": "; ".join(
                            f"{k}: {v}" for k, v in {**FORMATS, "savir-t": SAVIR_HELP}.items())},
-                       "size": {"type": positive(int)}, "style": {"choices": STYLES},
-                       "part": {"choices": SPLIT_PARTS}, "layout": {"choices": LAYOUTS},
-                       "limit": {"type": positive(int)}}),
+                       "style": {"choices": STYLES}, "part": {"choices": SPLIT_PARTS},
+                       "layout": {"choices": LAYOUTS}}),
     Command("extract", api.extract,
             "vprom extract build/dataset.h5 --vg data/vg --backbone resnet101 --weights "
             "imagenet --out build/feats/resnet101.h5",
             arguments={"out": OUT_FILE, "vg": {"required": False},  # labels need no images
+                       "workers": {"type": int},  # 0: decode in this process
                        "dtype": {"choices": extract_config.STORED_DTYPES},
                        "decode": {"choices": extract_config.DECODERS},
                        "region": {"choices": extract_config.REGIONS},
@@ -169,23 +161,18 @@ COMMANDS = {c.name: c for c in (
     Command("report", api.report, "vprom report runs/* --out reports/",
             arguments={"out": OUT_FOLDER}),
     Command("reproduce", api.reproduce, "vprom reproduce --vg data/vg --out repro/",
-            arguments={"out": OUT_FOLDER, "scale": {"type": positive(float)},
-                       "images": {"type": positive(int)}},
-            one_of=SOURCE, show=None),
+            arguments={"out": OUT_FOLDER}, one_of=SOURCE, show=None),
     Command("crops", api.crops,
             "vprom crops build/dataset.h5 --vg data/vg --size 224 --out build/crops-224.h5",
-            arguments={"size": {"type": positive(int), "help": CROP_SIZE_HELP},
-                       "out": OUT_FILE, "workers": WORKERS,
-                       "compression": {"choices": extract_config.COMPRESSIONS},
-                       "chunk_crops": {"type": positive(int)}}),
+            arguments={"size": {"help": CROP_SIZE_HELP}, "out": OUT_FILE,
+                       "compression": {"choices": extract_config.COMPRESSIONS}}),
     Command("score", api.score,
             "vprom score build/dataset.h5 mymodel/predictions.csv --split neutral",
             arguments={"out": OUT_FOLDER}, show=_scored),
     Command("human-study", api.human_study,
             "vprom human-study build/dataset.h5 --vg data/vg --split neutral --n 60 "
             "--out study/",
-            arguments={"out": OUT_FOLDER, "part": {"choices": ("train", "val", "test")},
-                       "n": {"type": positive(int)}, "size": {"type": positive(int)}}),
+            arguments={"out": OUT_FOLDER, "part": {"choices": ("train", "val", "test")}}),
     Command("human-serve", api.human_serve, "vprom human-serve study/ --port 8000", show=None),
     Command("human-score", api.human_score, "vprom human-score study/", show=_human_metrics),
 )}

@@ -22,6 +22,8 @@ from vprom.mining.download.space import parse_size
 
 #: inputs a command takes without a flag (when its function takes them before `*`)
 POSITIONAL = ("dataset", "pools", "shards", "run", "runs", "study", "predictions", "responses")
+#: options that take a finite number above 0
+POSITIVE = ("workers", "images", "scale", "size", "limit", "n", "chunk_crops")
 
 
 def parameter_help(function) -> dict[str, str]:
@@ -64,7 +66,7 @@ def _settings(name: str, parameter: inspect.Parameter, hint, help: str, command)
         settings.setdefault("flag", flag.replace("--", "--no-") if default else flag)
         settings["action"] = "store_false" if default else "store_true"
     else:
-        settings.setdefault("type", kind)
+        settings.setdefault("type", positive(kind) if name in POSITIVE else kind)
         if many:
             settings["nargs"] = "+" if required else "*"
         if not required:
