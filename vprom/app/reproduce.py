@@ -159,8 +159,6 @@ def grid(config: ReproduceConfig) -> list[RunSpec]:
 def _build(config: ReproduceConfig) -> tuple[Path, Path]:
     from vprom.app.build import build
 
-    if (config.vg is None) == (not config.synthetic):
-        raise VpromError("reproduce needs exactly one source: --vg DIR or --synthetic")
     result = build(config.out / "build", vg=config.vg, synthetic=config.synthetic,
                    images=config.images, scale=config.scale, seed=config.seed,
                    workers=usable_cores(), learned_probe=False)

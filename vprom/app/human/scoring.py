@@ -13,12 +13,12 @@ import numpy as np
 
 from vprom.app.human.study import load_key, read_responses
 from vprom.baselines.metrics import breakdowns, score
+from vprom.baselines.paper import HUMANS, HUMANS_SKIPPED
 from vprom.errors import VpromError
 from vprom.files import write_json
 from vprom.domain import CHANCE
 
-#: the paper's human baseline (Teney et al. 2020, section 6)
-PAPER_HUMANS = {"accuracy": 0.778, "skipped": 0.045}
+PAPER_HUMANS = {"accuracy": HUMANS / 100, "skipped": HUMANS_SKIPPED / 100}
 
 
 def _rate(flags: np.ndarray) -> dict:
