@@ -75,8 +75,7 @@ def mine(vg: Path, out: Path, *, min_side: int = MIN_SIDE, workers: int | None =
         min_side: drop regions smaller than this, in pixels
         workers: processes reading the JSON (default: every usable core)
 
-    >>> report = vprom.mine("data/synth", "data/synth-pools.h5", workers=1)
-    >>> print(report.summary())
+    >>> print(vprom.mine("data/synth", "data/synth-pools.h5", workers=1).summary())
     data/synth-pools.h5: ... crops in ... pools ...
     report: data/synth-pools.h5.report.md
     """
@@ -120,7 +119,7 @@ def merge(shards: list[Path], out: Path):
     ...     _ = vprom.generate("build/small/pools.h5", f"build/shard-{k}.h5", scale=0.003,
     ...                        shard=(k, 2))
     >>> merged = vprom.merge(["build/shard-0.h5", "build/shard-1.h5"], "build/merged.h5")
-    >>> merged.counts == summary.counts  # those of the single run above
+    >>> merged.counts == vprom.load_dataset("build/small/dataset.h5").manifest["counts"]
     True
     """
     from vprom.generation.generate import merge_shards
@@ -143,12 +142,10 @@ def build(out: Path, *, vg: Path | None = None, synthetic: bool = False,
         workers: processes of every stage (default: every usable core)
         learned_probe: verify also with the learned candidates-only probe (verify --learned)
 
-    >>> result = vprom.build("build/small", synthetic=True, images=1000, scale=0.003)
+    >>> vprom.build("build/small", synthetic=True, images=1000, scale=0.003).dataset
     [1/5] corpus: not made yet
-    [1/5] synthetic corpus: 1000 images -> build/small/vg
     ...
-    >>> result.dataset, result.vg_dir
-    (PosixPath('build/small/dataset.h5'), PosixPath('build/small/vg'))
+    PosixPath('build/small/dataset.h5')
     """
     from vprom.app.build import build as run
 
@@ -235,10 +232,7 @@ def show_matrix(dataset: Path, matrix_id: int, vg: Path, out: Path, *, answer: b
 def load_dataset(path: Path):
     """A DATASET.h5 in memory: its crops and matrices tables (every split) and its manifest.
 
-    >>> data = vprom.load_dataset("build/small/dataset.h5")
-    >>> data.matrices.panels.shape[1], len(data.matrices) == len(data.matrices.id)
-    (16, True)
-    >>> m = data.matrix(0)          # a vprom.domain.Matrix with its full provenance
+    >>> m = vprom.load_dataset("build/small/dataset.h5").matrix(0)  # with its provenance
     >>> 0 <= m.answer < 8, dict(m.splits)["neutral"] in ("train", "val", "test", "excluded")
     (True, True)
     """
