@@ -95,10 +95,14 @@ def _tokens(k: int, rng: np.random.Generator) -> list[str]:
     return [names[i] for i in rng.permutation(k)]
 
 
-def _problem(table, row: int, order: np.ndarray, names: dict[int, str]) -> dict:
+def _shown(table, row: int, order: np.ndarray, names: dict[int, str]) -> tuple[dict, dict]:
+    """A problem as the page shows it (panels by token, candidates in `order`), and its truth."""
     panels = table.panels[row]
-    return {"context": [names[int(p)] for p in panels[:N_CONTEXT]],
+    page = {"context": [names[int(p)] for p in panels[:N_CONTEXT]],
             "candidates": [names[int(panels[N_CONTEXT + k])] for k in order]}
+    return page, {"relation": str(table.relation[row]),
+                  "element_type": str(table.element_type[row]),
+                  "answer": int(np.argmax(order == table.answer[row]))}
 
 
 @writes("out", (), inputs=lambda a: (a["dataset"], a["vg_dir"]))  # a new or empty folder
@@ -127,22 +131,16 @@ def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: 
                          "not in crops; run `vprom verify` and regenerate the data set")
     problems, key = {}, {}
     for k, row, order in zip(keys, rows, orders):
-        problems[k] = _problem(table, row, order, names)
-        key[k] = {"matrix_id": int(table.id[row]), "relation": str(table.relation[row]),
-                  "element_type": str(table.element_type[row]),
+        problems[k], truth = _shown(table, row, order, names)
+        key[k] = {**truth, "matrix_id": int(table.id[row]),
                   "super_attribute": str(table.super_attribute[row]),
-                  "answer": int(np.argmax(order == table.answer[row])),
                   "dataset_answer": int(table.answer[row]),
                   "candidate_order": [int(v) for v in order]}
     listed = [keys[i] for i in rng.permutation(len(keys))]
-    ex_order = orders[-1]
-    example_json = {**_problem(table, example, ex_order, names),
-                    "answer": int(np.argmax(ex_order == table.answer[example])),
-                    "relation": str(table.relation[example]),
-                    "element_type": str(table.element_type[example]),
-                    "elements": [str(e) for e in table.elements[example][:N_CONTEXT]],
-                    "answer_element": str(table.elements[example][N_CONTEXT +
-                                                                  int(table.answer[example])])}
+    page, truth = _shown(table, example, orders[-1], names)
+    elements = table.elements[example]
+    example_json = {**page, **truth, "elements": [str(e) for e in elements[:N_CONTEXT]],
+                    "answer_element": str(elements[N_CONTEXT + int(table.answer[example])])}
     config = {"dataset": dataset.name, "split": split, "part": part, "n": len(rows),
               "size": size, "seed": seed}
     manifest = make_manifest("human-study", config, seed,
