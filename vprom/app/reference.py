@@ -19,12 +19,11 @@ HEADER = f"""# Command-line reference
 <!-- Generated from the argument parser of vprom/app/cli.py; do not edit by hand.
      Regenerate with: {REGENERATE} -->
 
-One entry point, `vprom` (also `python -m vprom`, and `torchrun ... -m vprom train|extract`
-for several processes). Every command prints its own help with `vprom COMMAND --help`, shows
-a progress bar on long work, and on failure exits non-zero with one line saying why (the
-exit statuses: [errors and resuming](errors-and-resuming.md)). `vprom --version` prints the
-version. Each command is one function of the [Python API](python-api.md), with the same
-arguments and defaults.
+One entry point, `vprom` (or `python -m vprom`; `torchrun ... -m vprom train|extract` on
+several GPUs; `vprom --version`). Each command is a function of the [Python API](python-api.md)
+with the same arguments and defaults, prints its help with `--help`, shows a progress bar on
+long work, and on failure exits non-zero with one line saying why ([errors and
+resuming](errors-and-resuming.md)).
 """
 
 
