@@ -15,8 +15,8 @@ from vprom.baselines.train import build_model, train
 
 from tests.baselines.conftest import small_config
 from vprom.app.answers import read_predictions
-from vprom.app.cli import main
 from vprom.app.api import score as score_predictions
+from vprom.app.cli import main
 from vprom.errors import VpromError
 from vprom.tables import read_matrix_table
 

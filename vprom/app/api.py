@@ -1,7 +1,7 @@
 """The Python API: one function per `vprom` command, the very function the command calls.
 
-A signature is its command's options, the docstring's `Args:` their `--help`. Stages are
-imported when called: `import vprom` imports no torch. `workers=None`: one process per usable
+A signature is its command's options, the docstring's `Args:` their `--help`. A stage's work
+is imported when called: `import vprom` imports no torch. `workers=None`: one process per usable
 core. The examples run in this order in tests/app/test_api.py.
 """
 
@@ -16,6 +16,8 @@ from vprom.domain import MIN_SIDE
 from vprom.errors import VpromError
 from vprom.file_kinds import DATASET, FEATS, POOLS, check_kind
 from vprom.manifest import check_content
+from vprom.mining.download import DEFAULT_DEADLINE
+from vprom.mining.download.space import DEFAULT_RESERVE
 from vprom.splits import load_rules
 
 #: the names `import vprom` exposes, in pipeline order
@@ -25,8 +27,8 @@ __all__ = ["build", "download", "synth", "mine", "generate", "merge", "verify", 
            "human_score"]
 
 def download(out: Path, *, base_url: str | None = None, images: bool = True,
-             expected: Path | None = None, deadline: float = 6 * 3600.0,
-             reserve: int = 1 << 30):
+             expected: Path | None = None, deadline: float = DEFAULT_DEADLINE,
+             reserve: int = DEFAULT_RESERVE):
     """Fetch Visual Genome's annotations (and images): resumable, verified.
 
     Args:
