@@ -12,6 +12,7 @@ from pathlib import Path
 from vprom.app.api_models import (_workers, crops, evaluate, extract, human_score,
                                   human_serve, human_study, load_features, perceive, report,
                                   reproduce, score, train)
+from vprom.claim import check_output, claim
 from vprom.domain import MIN_SIDE
 from vprom.errors import VpromError
 from vprom.file_kinds import DATASET, FEATS, POOLS, check_kind
@@ -205,8 +206,6 @@ def stats(dataset: Path, *, json: Path | None = None) -> dict:
 
     if json is None:
         return run(dataset)
-    from vprom.claim import claim
-
     with claim(json, ("stats",), inputs=(dataset,)):
         figures = run(dataset)
         write_stats(figures, json)
@@ -270,8 +269,6 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
     >>> print(vprom.export("build/small/dataset.h5", "jsonl", "build/small/dataset.jsonl"))
     wrote build/small/dataset.jsonl: ... matrices as JSON lines
     """
-    from vprom.claim import check_output
-
     try:  # before any work
         out = check_output(out, folder=format != "jsonl")
     except VpromError as e:
