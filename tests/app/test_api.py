@@ -13,6 +13,7 @@ import sys
 import pytest
 from vprom.baselines.config import TrainConfig
 from vprom.features.config import ExtractConfig
+from vprom.features.perceive import PerceiveConfig
 
 import vprom
 from vprom.app import api
@@ -66,7 +67,8 @@ def test_every_function_has_keyword_arguments_documented_and_an_example(name):
 
 @pytest.mark.parametrize("function, config", [(api.extract, ExtractConfig),
                                               (api.train, TrainConfig),
-                                              (api.reproduce, ReproduceConfig)])
+                                              (api.reproduce, ReproduceConfig),
+                                              (api.perceive, PerceiveConfig)])
 def test_a_job_function_takes_its_configs_fields_and_defaults(function, config):
     fields = {f.name: f.default for f in dataclasses.fields(config)}
     parameters = {p.name: p.default for p in inspect.signature(function).parameters.values()}
@@ -80,14 +82,6 @@ def test_reproduce_shares_train_and_extract_defaults():
     for name in ("epochs", "seed", "device", "center_features"):
         assert getattr(ReproduceConfig, name) == getattr(TrainConfig, name)
     assert ReproduceConfig.input_size == ExtractConfig.input_size
-
-
-def test_default_split_rules_are_supplied():
-    from vprom.splits import load_rules
-
-    assert api._rules(None).design == load_rules().design
-    given = object()
-    assert api._rules(given) is given
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vprom.app import cli
-from vprom.app.options import PYTHON_ONLY, options_of
+from vprom.app.options import options_of
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
@@ -51,8 +51,7 @@ def test_the_command_line_defaults_are_the_api_defaults(name, tmp_path):
     argv = required_only(name, tmp_path)
     options = options_of(cli.build_parser().parse_args(argv))
     function = cli.COMMANDS[name].function
-    parameters = {n: p for n, p in inspect.signature(function).parameters.items()
-                  if n not in PYTHON_ONLY}
+    parameters = inspect.signature(function).parameters
     assert set(options) == set(parameters)
     for option, parameter in parameters.items():
         if parameter.default is not parameter.empty and f"--{option.replace('_', '-')}" \

@@ -15,8 +15,8 @@ from vprom.baselines.train import build_model, train
 
 from tests.baselines.conftest import small_config
 from vprom.app.answers import read_predictions
+from vprom.app.api import score as score_predictions
 from vprom.app.cli import main
-from vprom.app.score import score_predictions
 from vprom.errors import VpromError
 from vprom.tables import read_matrix_table
 
@@ -47,7 +47,7 @@ def test_score_agrees_with_evaluate_on_a_runs_own_predictions(tiny_pair, tmp_pat
     (tmp_path / "mine").mkdir()
     predictions = write_csv(tmp_path / "mine" / "predictions.csv", test.ids,
                             scores.argmax(1).tolist(), scores.tolist())
-    scored, ceiling = score_predictions(dataset, predictions, "neutral")
+    scored, ceiling = score_predictions(dataset, predictions, split="neutral")
     written = json.loads((tmp_path / "mine" / "metrics.json").read_text())
     on_disk = json.loads((run / "metrics.json").read_text())
     for key in BREAKDOWNS:

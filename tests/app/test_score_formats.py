@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from vprom.app.answers import LETTERS, UNPARSED, extract_letter, read_predictions
+from vprom.app.api import score as score_predictions
 from vprom.app.cli import main
-from vprom.app.score import score_predictions
 from vprom.errors import VpromError
 from vprom.tables import read_matrix_table
 

@@ -13,7 +13,7 @@ from PIL import Image
 
 from tests.baselines.test_report import fake_run
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (a fixture)
-from vprom.app.ceilings import perception_ceilings
+from vprom.app.score import perception_ceilings
 from vprom.baselines.perception_table import PERFECT, feature_source
 from vprom.baselines.report import load_entry, report
 from vprom.generation.verify.ceiling import perception_ceiling

@@ -30,7 +30,7 @@ from PIL import Image
 from vprom.generation.export import export
 
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
-from vprom.app.score import score_predictions
+from vprom.app.api import score as score_predictions
 
 pytestmark = pytest.mark.slow
 REQUIREMENTS = ("lmms-eval==0.7.3", "filelock<4")

@@ -1,19 +1,15 @@
 """The prediction files `vprom score` reads; the file itself tells its format.
 
-- a `.xlsx` name: VLMEvalKit's predictions (its default); a `.tsv` name or a tab-separated
-  header naming `prediction`: the same as TSV; a first character `[`: the same as JSON
-  (`PRED_FORMAT`). Rows under a header; `index` is the matrix id, `prediction` free text.
+- `.xlsx`: VLMEvalKit's predictions; `.tsv` or a tab-separated header naming `prediction`:
+  the same as TSV; a first character `[`: as JSON. `index` is the matrix id, `prediction` text.
 - a first character `{`: JSON lines, told by the first line's fields: choices
-  `{"matrix_id": 17, "choice": 3}` (optional `"scores"`: 8 numbers, the highest taken when
-  `choice` is absent), free text `{"matrix_id": 17, "response": "C"}`, or lmms-eval's
-  `--log_samples` lines (`doc_id`; the matrix id is `vprom_accuracy.matrix_id`, or
-  `doc.matrix_id`; the response `filtered_resps`, else `resps`).
+  `{"matrix_id": 17, "choice": 3}` (or `"scores"`: 8 numbers, the highest taken), free text
+  `{"matrix_id": 17, "response": "C"}`, or lmms-eval's `--log_samples` lines (`doc_id`; the
+  id `vprom_accuracy.matrix_id` or `doc.matrix_id`; the response `filtered_resps` or `resps`).
 - else CSV `matrix_id,choice[,score_0..score_7]` with its header row.
 
-Text is UTF-8, with or without a byte-order mark. A record that cannot be read is refused
-with its file and line (row, record). Free text is read by
-`vprom.generation.export.vlm_task.extract_letter`, the function the exported lmms-eval task
-scores with.
+UTF-8 text (a byte-order mark allowed). A bad record is refused with its file and line. Free
+text is read by `extract_letter`, as the exported lmms-eval task scores it.
 """
 
 from __future__ import annotations
@@ -217,8 +213,7 @@ def _xlsx_rows(path: Path) -> list:
 
 
 def _records(path: Path):
-    """The unit of the file's places, and (place, matrix id, choice, format) of each
-    prediction, by the file's format."""
+    """The unit of the file's places, and (place, matrix id, choice, format) of each one."""
     if path.suffix.lower() == ".xlsx":
         return "row", _vlmevalkit(path, iter(_xlsx_rows(path)), "row")
     try:
@@ -247,7 +242,7 @@ def _records(path: Path):
 
 
 def read_predictions(path: str | Path) -> Predictions:
-    """The predictions of any format `vprom score` reads (the module text lists them)."""
+    """The predictions of any format the module text lists."""
     path = Path(path)
     unit, records = _records(path)
     found = list(records)

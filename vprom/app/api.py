@@ -1,10 +1,8 @@
 """The Python API: one function per `vprom` command, the very function the command calls.
 
-A function's signature is its command's options (names, defaults, types) and its docstring's
-`Args:` their `--help` texts; `vprom.app.cli` reads both. Each imports its stage only when
-called, so `import vprom` (which exposes them lazily, PEP 562) imports no torch. The commands
-on features, models and people live in `vprom.app.api_models`. `workers=None` means one
-process per usable CPU core. The examples run in this order in `tests/app/test_api.py`.
+A signature is its command's options, the docstring's `Args:` their `--help`. A stage's work
+is imported when called: `import vprom` imports no torch. `workers=None`: one process per usable
+core. The examples run in this order in tests/app/test_api.py.
 """
 
 from __future__ import annotations
@@ -14,10 +12,14 @@ from pathlib import Path
 from vprom.app.api_models import (_workers, crops, evaluate, extract, human_score,
                                   human_serve, human_study, load_features, perceive, report,
                                   reproduce, score, train)
+from vprom.claim import check_output, claim
 from vprom.domain import MIN_SIDE
 from vprom.errors import VpromError
 from vprom.file_kinds import DATASET, FEATS, POOLS, check_kind
 from vprom.manifest import check_content
+from vprom.mining.download import DEFAULT_DEADLINE
+from vprom.mining.download.space import DEFAULT_RESERVE
+from vprom.splits import load_rules
 
 #: the names `import vprom` exposes, in pipeline order
 __all__ = ["build", "download", "synth", "mine", "generate", "merge", "verify", "stats",
@@ -25,18 +27,9 @@ __all__ = ["build", "download", "synth", "mine", "generate", "merge", "verify", 
            "report", "reproduce", "crops", "perceive", "score", "human_study", "human_serve",
            "human_score"]
 
-def _rules(rules):
-    """The split rules generation and verification are handed: `splits/` unless given."""
-    if rules is not None:
-        return rules
-    from vprom.splits import load_rules
-
-    return load_rules()
-
-
 def download(out: Path, *, base_url: str | None = None, images: bool = True,
-             expected: Path | None = None, deadline: float = 6 * 3600.0,
-             reserve: int = 1 << 30):
+             expected: Path | None = None, deadline: float = DEFAULT_DEADLINE,
+             reserve: int = DEFAULT_RESERVE):
     """Fetch Visual Genome's annotations (and images): resumable, verified.
 
     Args:
@@ -66,7 +59,6 @@ def synth(out: Path, *, images: int = 2000, seed: int = 0, workers: int | None =
         seed: same seed and size, same bytes
         workers: processes rendering the images (default: every usable core)
         zips: also write download/, the files zipped as VG's download page serves them
-            (what the Hugging Face visual_genome script opens)
 
     >>> print(vprom.synth("data/synth", images=50))
     synthetic Visual Genome corpus: data/synth
@@ -86,8 +78,7 @@ def mine(vg: Path, out: Path, *, min_side: int = MIN_SIDE, workers: int | None =
         min_side: drop regions smaller than this, in pixels
         workers: processes reading the JSON (default: every usable core)
 
-    >>> report = vprom.mine("data/synth", "data/synth-pools.h5", workers=1)
-    >>> print(report.summary())
+    >>> print(vprom.mine("data/synth", "data/synth-pools.h5", workers=1).summary())
     data/synth-pools.h5: ... crops in ... pools ...
     report: data/synth-pools.h5.report.md
     """
@@ -98,7 +89,7 @@ def mine(vg: Path, out: Path, *, min_side: int = MIN_SIDE, workers: int | None =
 
 def generate(pools: Path, out: Path, *, scale: float = 1.0, seed: int = 0,
              shard: tuple[int, int] | None = None, workers: int | None = None,
-             legacy_counts: bool = False, rules=None):
+             legacy_counts: bool = False):
     """Sample matrices from the pools, prove each, assign every split.
 
     Args:
@@ -107,11 +98,8 @@ def generate(pools: Path, out: Path, *, scale: float = 1.0, seed: int = 0,
         scale: fraction of Table 1's 235,000 matrices
         seed: same pools and seed, same data set
         shard: (K, N): only matrices i with i % N == K; `merge` joins the N shards
-        workers: processes drawing matrices (default: every usable core); any number gives
-            the same file
-        legacy_counts: count candidates as the original release drew them, which give the
-            answer away: only to reproduce that flaw (docs/soundness.md)
-        rules: the split rules (default: those of splits/)
+        workers: processes drawing matrices (default: every usable core; same file for any)
+        legacy_counts: the original release's count candidates, which give the answer away
 
     >>> summary = vprom.generate("build/small/pools.h5", "build/again.h5", scale=0.003)
     >>> summary.counts == vprom.load_dataset("build/small/dataset.h5").manifest["counts"]
@@ -119,38 +107,33 @@ def generate(pools: Path, out: Path, *, scale: float = 1.0, seed: int = 0,
     """
     from vprom.generation.generate import generate as run
 
-    return run(pools, out, _rules(rules), scale=scale, seed=seed, shard=shard,
+    return run(pools, out, load_rules(), scale=scale, seed=seed, shard=shard,
                legacy_counts=legacy_counts, workers=_workers(workers))
 
 
-def merge(shards: list[Path], out: Path, *, rules=None):
+def merge(shards: list[Path], out: Path):
     """Join the DATASET.h5 files of all `generate --shard K/N` runs into one.
 
     Args:
         shards: the N shard files, in any order
         out: DATASET.h5 to write, equal to the single run's
-        rules: the split rules (default: those of splits/)
 
     >>> for k in range(2):
     ...     _ = vprom.generate("build/small/pools.h5", f"build/shard-{k}.h5", scale=0.003,
     ...                        shard=(k, 2))
-    >>> _ = vprom.merge(["build/shard-0.h5", "build/shard-1.h5"], "build/merged.h5")
-    >>> import h5py, numpy
-    >>> with h5py.File("build/merged.h5") as a, h5py.File("build/small/dataset.h5") as b:
-    ...     numpy.array_equal(a["matrices/panels"][:], b["matrices/panels"][:])
+    >>> merged = vprom.merge(["build/shard-0.h5", "build/shard-1.h5"], "build/merged.h5")
+    >>> merged.counts == vprom.load_dataset("build/small/dataset.h5").manifest["counts"]
     True
     """
     from vprom.generation.generate import merge_shards
 
-    return merge_shards(shards, out, _rules(rules))
+    return merge_shards(shards, out, load_rules())
 
 
 def build(out: Path, *, vg: Path | None = None, synthetic: bool = False,
           images: int | None = None, scale: float | None = None, seed: int = 0,
           workers: int | None = None, learned_probe: bool = False):
-    """One shot: (synth or VG) -> mine -> generate -> verify -> stats.
-
-    Stages already done in `out` with the same settings are kept, so a build resumes.
+    """One shot: (synth or VG) -> mine -> generate -> verify -> stats; a build resumes.
 
     Args:
         out: build folder
@@ -162,12 +145,10 @@ def build(out: Path, *, vg: Path | None = None, synthetic: bool = False,
         workers: processes of every stage (default: every usable core)
         learned_probe: verify also with the learned candidates-only probe (verify --learned)
 
-    >>> result = vprom.build("build/small", synthetic=True, images=1000, scale=0.003)
+    >>> vprom.build("build/small", synthetic=True, images=1000, scale=0.003).dataset
     [1/5] corpus: not made yet
-    [1/5] synthetic corpus: 1000 images -> build/small/vg
     ...
-    >>> result.dataset, result.vg_dir
-    (PosixPath('build/small/dataset.h5'), PosixPath('build/small/vg'))
+    PosixPath('build/small/dataset.h5')
     """
     from vprom.app.build import build as run
 
@@ -176,22 +157,17 @@ def build(out: Path, *, vg: Path | None = None, synthetic: bool = False,
 
 
 def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = None,
-           workers: int | None = None, learned: bool = False, rules=None):
+           workers: int | None = None, learned: bool = False):
     """Integrity, solver, splits, leakage, bias probes and the perception-only ceiling.
 
-    Refuses (VpromError) a data set whose recorded inputs no longer match; otherwise returns
-    the report, whose `ok` says whether every check passed.
+    Returns the report (`ok`: every check passed); VpromError if its inputs changed.
 
     Args:
         dataset: DATASET.h5 to check
-        pools: also check that the data set was generated from this POOLS.h5 (in a build
-            folder, its own pools.h5 and VG files are checked)
+        pools: also check that the data set was generated from this POOLS.h5
         features: also run the context-blind probes on this FEATS.h5
-        workers: processes sharing the checks (default: every usable core); the report is
-            the same for any number
-        learned: also train the context-blind model on the candidates' labels and judge its
-            hits on the test part (bias:probe-learned)
-        rules: the split rules (default: those of splits/)
+        workers: processes sharing the checks (default: every usable core; same report)
+        learned: also judge a context-blind model trained on the candidates' labels
 
     >>> report = vprom.verify("build/small/dataset.h5")
     >>> report.ok, report.failures()
@@ -209,14 +185,12 @@ def verify(dataset: Path, *, pools: Path | None = None, features: Path | None = 
     problems = stale_stages(dataset, pools)
     if problems:
         raise VpromError(f"{dataset}: verification failed (inputs: {'; '.join(problems)})")
-    return run(dataset, _rules(rules), features=features, workers=_workers(workers),
+    return run(dataset, load_rules(), features=features, workers=_workers(workers),
                learned=learned)
 
 
 def stats(dataset: Path, *, json: Path | None = None) -> dict:
-    """Table 1, split sizes and the perception-only ceiling.
-
-    Returns the figures as a JSON-ready dict.
+    """Table 1, split sizes and the perception-only ceiling, as a JSON-ready dict.
 
     Args:
         dataset: DATASET.h5
@@ -232,8 +206,6 @@ def stats(dataset: Path, *, json: Path | None = None) -> dict:
 
     if json is None:
         return run(dataset)
-    from vprom.claim import claim
-
     with claim(json, ("stats",), inputs=(dataset,)):
         figures = run(dataset)
         write_stats(figures, json)
@@ -261,10 +233,7 @@ def show_matrix(dataset: Path, matrix_id: int, vg: Path, out: Path, *, answer: b
 def load_dataset(path: Path):
     """A DATASET.h5 in memory: its crops and matrices tables (every split) and its manifest.
 
-    >>> data = vprom.load_dataset("build/small/dataset.h5")
-    >>> data.matrices.panels.shape[1], len(data.matrices) == len(data.matrices.id)
-    (16, True)
-    >>> m = data.matrix(0)          # a vprom.domain.Matrix with its full provenance
+    >>> m = vprom.load_dataset("build/small/dataset.h5").matrix(0)  # with its provenance
     >>> 0 <= m.answer < 8, dict(m.splits)["neutral"] in ("train", "val", "test", "excluded")
     (True, True)
     """
@@ -284,30 +253,22 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
         dataset: DATASET.h5
         format: jsonl, original, npz, savir-t, hf or vlm (see `vprom export --help`)
         out: a file for jsonl, a folder for the others
-        vg: Visual Genome folder (VG_100K/, VG_100K_2/): original, npz, hf and vlm (but
-            for its text layout)
+        vg: Visual Genome folder (VG_100K/, VG_100K_2/): original, npz, hf, vlm (not text)
         features: savir-t: the resnet101 maps file (`vprom extract --pool none`)
-        copy: original: panels as plain copies instead of symlinks (clients that open
-            panels through os.readlink cannot read them)
-        split: npz: the split whose train, val and test problems are written; vlm: the
-            split whose --part is written
+        copy: original: panels as plain copies instead of symlinks
+        split: npz: the split whose train, val and test are written; vlm: whose --part
         size: npz: panel side in pixels
-        style: npz: pgm (DeepMind PGM's files, grayscale), raven (RAVEN's files and meta
-            vectors, grayscale) or color (RGB panels)
+        style: npz: pgm (DeepMind PGM's files), raven (RAVEN's) or color (RGB panels)
         part: vlm: train, val or test
         layout: vlm: grid (one image a problem), panels (16 images) or text (labels only)
-        prompt: vlm: a text file replacing the question template; "{panels}" in it is
-            replaced by where the panels are (required for the text layout: their labels)
+        prompt: vlm: a question template file; "{panels}" in it becomes where the panels are
         limit: vlm: at most this many problems, stratified over relation x element type
         seed: vlm: seed of the --limit sample and of the shuffled problem order
-        crops: vlm: a crop store of this data set (`vprom crops`, --size at least 176 for
-            grid, 336 for panels) to take the pictures from instead of the JPEGs of --vg
+        crops: vlm: a crop store (`vprom crops`, size >= 176 grid, 336 panels) instead of --vg
 
     >>> print(vprom.export("build/small/dataset.h5", "jsonl", "build/small/dataset.jsonl"))
     wrote build/small/dataset.jsonl: ... matrices as JSON lines
     """
-    from vprom.claim import check_output
-
     try:  # before any work
         out = check_output(out, folder=format != "jsonl")
     except VpromError as e:

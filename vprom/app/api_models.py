@@ -1,5 +1,4 @@
-"""The API's commands on features, models and people (`vprom.app.api` names them all).
-extract, train, reproduce and crops take their defaults from their config dataclasses."""
+"""The API's commands on features, models and people; defaults come from the job configs."""
 
 from __future__ import annotations
 
@@ -35,29 +34,21 @@ def extract(dataset: Path, vg: Path | None, backbone: str, out: Path, *, weights
         dataset: DATASET.h5 (its crops are extracted)
         vg: Visual Genome folder (holding VG_100K/); not needed for --backbone labels
         backbone: see `vprom extract --list`; labels: each crop's labels as a multi-hot
-            (perfect perception; no pixels read)
         out: FEATS.h5 to write
-        weights: imagenet, none or a state dict's path; timm:<name>: a file, none or
-            pretrained (from the local Hugging Face cache only: vprom never downloads)
-        batch_size: crops per forward (default: 64 on CUDA; on a CPU about 8 crops of 224 px
-            per 2 threads)
-        workers: DataLoader processes decoding JPEGs (default: 0, this process, on CPU; on
-            CUDA the CPU cores per GPU process less 2, at most 16)
-        device: cuda, cuda:N or cpu (default: cuda if available; under torchrun the
-            process's LOCAL_RANK GPU)
+        weights: imagenet, none or a file; timm:<name>: a file, none or pretrained (if cached)
+        batch_size: crops per forward (default: 64 on CUDA, about 4 per CPU thread)
+        workers: DataLoader processes decoding JPEGs (default: 0 on CPU, else cores per GPU - 2)
+        device: cuda, cuda:N or cpu (default: cuda if available; under torchrun LOCAL_RANK's)
         dtype: stored dtype (pooling and L2 run in float32)
         resume: keep a matching partial file's chunks (`--no-resume`: start over)
         allow_missing: finish even if some images are missing (they are reported)
         compile: torch.compile the backbone (CUDA, --region crop)
         cuda_graphs: replay the trunk from one captured CUDA graph (CUDA, --region crop)
-        input_size: crop side in pixels (default: the backbone's, 224 for most); with
-            --region roi the image's shorter side (default: 600)
+        input_size: crop side in pixels (default: the backbone's); roi: the shorter side (600)
         chunk_batches: batches per resumable chunk (a killed run redoes at most one)
-        decode: cpu: Pillow in the workers; gpu: torchvision on the device (nvjpeg); auto:
-            gpu on CUDA nodes with under 24 CPU cores per GPU
+        decode: cpu: Pillow in the workers; gpu: nvjpeg on the device; auto: gpu if CPUs are few
         region: crop: each box warped to SxS; roi (bottomup-r101): the detector's RoI pooling
-        pool: avg: a pooled, L2-normalised vector; cls / mean (timm ViTs): the pooled output /
-            the tokens' mean; none: the last conv map; auto: the backbone's own
+        pool: avg: pooled, L2-normalised; cls, mean: a timm ViT's; none: the last map; auto
         compression: HDF5 compression of the features (lzf is readable only by h5py)
         prefetch: batches each worker prepares ahead
         in_flight: batches queued on the device before the oldest result is awaited
@@ -82,8 +73,7 @@ def perceive(dataset: Path, vg: Path | None = None, *, split: str, backbone: str
              seed: int = 0, device: str | None = None) -> Path:
     """Fine-tune a backbone on a split's training crops and labels, for `extract --weights`.
 
-    Never reads a crop that only the split's validation or test problems show, nor a label
-    the split holds out. Resumable; returns `out`.
+    Never reads a crop or label the split holds out from training. Resumable; returns `out`.
 
     Args:
         dataset: DATASET.h5
@@ -92,8 +82,7 @@ def perceive(dataset: Path, vg: Path | None = None, *, split: str, backbone: str
         backbone: see `vprom extract --list`
         out: weights file to write (its manifest goes beside it)
         crops: instead of --vg, a crop store of `vprom crops` at the input size
-        weights: the start: imagenet, pretrained, none or a file (default: the published
-            weights when cached, else random init)
+        weights: imagenet, pretrained, none or a file (default: published if cached, else none)
         epochs: passes over the training crops
         batch_size: crops per optimiser step, over all processes
         input_size: crop side in pixels (default: the backbone's); extract with the same
@@ -135,19 +124,16 @@ def train(dataset: Path, features: Path | None = _T.features, *, model: str, spl
           center_features: bool = _T.center_features, seed: int = _T.seed,
           device: str | None = _T.device, cuda_graphs: bool = _T.cuda_graphs,
           restart: bool = _T.restart) -> Path:
-    """Train one baseline on one split (resumes an interrupted run).
+    """Train one baseline on one split (resumable); returns `out`.
 
     A hyper-parameter left None takes the model's default from baselines/defaults.json.
-    Returns `out`.
 
     Args:
         dataset: DATASET.h5
         features: FEATS.h5 from `vprom extract` on this DATASET.h5 (models of pooled vectors)
         model: a registered model, e.g. rn, mlp-sum-6, gru, wren
-        maps: instead of features, a maps file of `vprom extract --pool none` (map models:
-            panel-transformer, predrnet-maps)
-        crops: instead of features, a crop store of `vprom crops` (pixel models: predrnet,
-            context-blind-pixels)
+        maps: instead of features, a maps file of `vprom extract --pool none` (map models)
+        crops: instead of features, a crop store of `vprom crops` (pixel models)
         split: neutral, interpolation, ...
         out: run folder; the same command again resumes it or, when finished, does nothing
         aux: add the relation/element-type loss
@@ -165,8 +151,7 @@ def train(dataset: Path, features: Path | None = _T.features, *, model: str, spl
         seed: weights, batch order and the shuffled-context derangement
         device: cuda, cuda:N or cpu (default: cuda if available)
         cuda_graphs: replay each training step from a captured CUDA graph (one GPU)
-        restart: train again from epoch 1, even with other settings (the old files go once
-            an epoch is done)
+        restart: train again from epoch 1, even with other settings
 
     >>> vprom.train("build/small/dataset.h5", "build/small/features/resnet18.h5",
     ...             model="rn", split="neutral", out="runs/rn", epochs=1, hidden=32)
@@ -183,9 +168,7 @@ def train(dataset: Path, features: Path | None = _T.features, *, model: str, spl
 
 
 def evaluate(run: Path, *, device: str | None = _T.device) -> dict:
-    """Test accuracy with a 95% interval and per-relation/element-type breakdowns.
-
-    The metrics are also written to the run's metrics.json.
+    """Test accuracy, 95% interval and breakdowns; also written to RUN/metrics.json.
 
     Args:
         run: a run folder of `vprom train`
@@ -203,10 +186,6 @@ def evaluate(run: Path, *, device: str | None = _T.device) -> dict:
 def report(runs: list[Path], out: Path):
     """Table 2, models x splits, perception against reasoning, and a verdict on the runs.
 
-    Flags runs that did not learn. Prints the perception table, then the verdict: verify's
-    result, each neutral run's accuracy beside chance and the ceiling, each other split's
-    change from neutral, and whether the order of a working benchmark holds.
-
     Args:
         runs: evaluated run folders, or folders holding them
         out: folder for the tables (Markdown, CSV) and plots
@@ -215,7 +194,8 @@ def report(runs: list[Path], out: Path):
     report over 1 runs written to reports:
     ...
     """
-    from vprom.app.ceilings import perception_ceilings, verify_result
+    from vprom.app.build import verify_result
+    from vprom.app.score import perception_ceilings
     from vprom.baselines.report import report as run
 
     return run(runs, out, ceilings=perception_ceilings, verified=verify_result)
@@ -228,9 +208,9 @@ def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
               seed: int = _R.seed, device: str | None = _R.device,
               input_size: int | None = _R.input_size, crop_size: int = _R.crop_size,
               center_features: bool = _R.center_features) -> Path:
-    """The paper's full grid (models x features x aux x splits) in one command.
+    """The paper's full grid (models x features x aux x splits); returns the report folder.
 
-    Resumable; returns the report folder. Hours on VG, so the tests do not run the example.
+    Resumable. Hours on VG, so the tests do not run the example.
 
     Args:
         out: folder for the build, features, runs and report
@@ -240,10 +220,7 @@ def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
         images: synthetic corpus size (default: 2,000 images)
         backbones: comma list (see `vprom extract --list`)
         weights: comma list, one per backbone (default: imagenet; pretrained for timm:<name>)
-        models: comma list of any registered models, each trained without and with --aux on
-            what it reads: vector models on OUT/features/<backbone>.h5, map models on
-            OUT/maps/<backbone>.h5 (extract --pool none), pixel models once on
-            OUT/crops/crops-<S>.h5 (vprom crops)
+        models: comma list of registered models, each trained without and with --aux
         splits: comma list
         epochs: maximum epochs per run
         seed: seed of the build and of every run
@@ -270,8 +247,7 @@ def crops(dataset: Path, vg: Path, size: int, out: Path, *, workers: int | None 
         size: side S of the square crops in pixels; uint8 RGB costs 3*S*S bytes a crop
         out: CROPS.h5 to write
         workers: processes decoding JPEGs (default: every usable core)
-        compression: HDF5 compression of the pixels (JPEG-like photos shrink little, and
-            compressed chunks cost time at every read)
+        compression: HDF5 compression of the pixels (photos shrink little; reads slow down)
         chunk_crops: crops per resumable chunk
 
     >>> vprom.crops("build/small/dataset.h5", "build/small/vg", 32, "build/crops-32.h5")
@@ -286,23 +262,17 @@ def crops(dataset: Path, vg: Path, size: int, out: Path, *, workers: int | None 
 def score(dataset: Path, predictions: Path, *, split: str = "neutral", out: Path | None = None,
           model: str | None = None, features: str = "own",
           baselines: tuple[Path, ...] = ()) -> tuple[dict, dict]:
-    """Score anyone's predictions like `vprom evaluate` (breakdowns, 95% intervals).
-
-    Returns the metrics (also in OUT/metrics.json) and the perception-only ceiling.
+    """Score anyone's predictions like `vprom evaluate`: (metrics, perception-only ceiling).
 
     Args:
         dataset: DATASET.h5 the predictions were made on
-        predictions: CSV (matrix_id,choice[,score_0..score_7]), JSON lines
-            ({"matrix_id": 17, "choice": 3} or {"matrix_id": 17, "response": "C"}),
-            lmms-eval's samples_*.jsonl or VLMEvalKit's predictions (.xlsx, .tsv, .json);
-            each test problem of the split at most once (a subset is a partial sample)
+        predictions: CSV (matrix_id,choice[,score_0..score_7]), JSON lines (matrix_id and
+            choice or response), lmms-eval's samples or VLMEvalKit's predictions
         split: the split whose test part is scored
-        out: folder for metrics.json, which `vprom report` takes as a run (default: the
-            folder holding PREDICTIONS)
+        out: folder for metrics.json, a run to `vprom report` (default: PREDICTIONS's)
         model: the model's name in reports (default: the --out folder's name)
         features: what the model read, shown as the report's feature column
-        baselines: run folders, folders of runs or a `vprom report` folder, whose runs on
-            the same split are printed beside the score
+        baselines: runs, folders of runs or a `vprom report` folder to print beside it
 
     >>> metrics, ceiling = vprom.score("build/small/dataset.h5", "mine/predictions.csv")
     ... # doctest: +SKIP
@@ -351,9 +321,7 @@ def human_serve(study: Path, *, host: str = "127.0.0.1", port: int = 8000) -> No
 
 
 def human_score(study: Path, responses: tuple[Path, ...] = ()) -> dict:
-    """Human accuracy and skips by relation and element type, beside the paper's.
-
-    Returns the metrics, also written to STUDY/metrics.json.
+    """Human accuracy and skips by relation and element type; also in STUDY/metrics.json.
 
     Args:
         study: a folder written by `vprom human-study`

@@ -1,16 +1,9 @@
 """`vprom build`: the one-shot pipeline (synth or VG) -> mine -> generate -> verify -> stats.
 
-Each stage writes its output atomically with its manifest, and is kept when that manifest is
-current for the stage's inputs and settings (`vprom.manifest.is_current`); a stage that must
-run first removes what the later stages made, so an interrupted build resumes where it
-stopped and never vouches for output made from old inputs. `manifest.json` marks the folder
-as a build from the start (so `vprom.claim` lets it be resumed) and, once the build is whole,
-lists the sha256 of every file of the build's own. Layout of a build folder:
-    vg/                     the synthetic corpus (with --synthetic), in VG's own layout
-    pools.h5 (+ report)     element pools mined from VG
-    dataset.h5              matrices, crops, splits
-    verify.txt, stats.json  the verification report and Table 1 / split sizes
-    manifest.json           config, seed, versions and sha256 of every file above
+A stage is kept when its output's manifest is current for its inputs and settings
+(`vprom.manifest.is_current`); a stage that runs first removes the later stages' files, so
+a build resumes and never vouches for output of old inputs. `manifest.json` marks the folder
+from the start and, once whole, lists the sha256 of every file of `STAGE_FILES`.
 """
 
 from __future__ import annotations
@@ -37,7 +30,7 @@ from vprom.mining.pools import mine, pools_settings
 from vprom.mining.synth import write_corpus
 from vprom.splits import load_rules
 
-#: Defaults sized so `make demo` (build, extract, train twice) stays well under 10 minutes.
+#: sized so `make demo` (build, extract, train twice) stays well under 10 minutes
 SYNTHETIC_IMAGES = 2000
 SYNTHETIC_SCALE = 0.05
 VG_SCALE = 1.0
@@ -58,8 +51,7 @@ class BuildResult:
 
 
 def _stages(out: Path, vg_dir: Path, synthetic: bool, images, scale, seed) -> dict:
-    """stage -> (its output, a function giving its inputs, its settings): what `is_current`
-    compares (the inputs are listed when the stage comes: the corpus may not be there yet)."""
+    """stage -> (output, a function listing its inputs when the stage comes, settings)."""
     pools, dataset = out / "pools.h5", out / "dataset.h5"
     stages = {"corpus": (vg_dir, list, {"images": images, "seed": seed})} if synthetic else {}
     stages["pools"] = (pools, lambda: [readers.locate(vg_dir, stem) for stem in readers.FILES],
@@ -69,8 +61,8 @@ def _stages(out: Path, vg_dir: Path, synthetic: bool, images, scale, seed) -> di
 
 
 def stale_stages(dataset: str | Path, pools: str | Path | None = None) -> list[str]:
-    """What no longer matches between `dataset` and what it was made from: `pools` when
-    given, and in a build folder every stage's output and its inputs and settings."""
+    """Why `dataset` no longer matches what it was made from: `pools` when given, and in a
+    build folder every stage's inputs and settings."""
     dataset = Path(dataset)
     problems = []
     if pools is not None and not made_from((manifest_of(dataset) or {}).get("inputs"), pools):
@@ -105,9 +97,7 @@ STAGE_FILES = {
 
 
 def _stage(out: Path, name: str, stage: tuple, number: int) -> bool:
-    """True when stage `name` must run: it then first removes every later stage's files, so
-    a build that fails from here on leaves no output made from the old inputs. False (and
-    says why) when its output is current for its inputs and settings."""
+    """Whether stage `name` must run (then the later stages' files go first); says why."""
     output, inputs, settings = stage
     why = why_stale(output, inputs(), settings)
     if why is None:
@@ -121,7 +111,7 @@ def _stage(out: Path, name: str, stage: tuple, number: int) -> bool:
 
 
 def _invalidate(out: Path, stage: str) -> list[str]:
-    """Remove the files of the stages after `stage` (all build's own, by STAGE_FILES)."""
+    """Remove the files of the stages after `stage`; their names."""
     later = list(STAGE_FILES)[list(STAGE_FILES).index(stage) + 1:]
     removed = []
     for name in later:
@@ -137,8 +127,7 @@ def _invalidate(out: Path, stage: str) -> list[str]:
 
 def _check_options(out: Path, vg: Path | None, synthetic: bool, images, scale, seed,
                   workers) -> None:
-    """Refuse options that cannot build, before any stage runs (library calls included: the
-    command line's argument types refuse the same values earlier)."""
+    """Refuse options that cannot build before any stage runs (for library callers)."""
     if (vg is None) == (not synthetic):
         raise VpromError("build needs exactly one source: --vg DIR or --synthetic")
     if images is not None:
@@ -167,7 +156,7 @@ def _whole(value) -> bool:
 @writes("out", ("build",), inputs=lambda a: (a["vg"],), folder=True)
 def build(out: Path, vg: Path | None, synthetic: bool, images: int | None,
           scale: float | None, seed: int, workers: int, learned_probe: bool) -> BuildResult:
-    """`vprom.app.api.build`, whose signature holds the defaults."""
+    """`vprom.app.api.build`, which holds the defaults."""
     out = Path(out)
     _check_options(out, vg, synthetic, images, scale, seed, workers)
     rules = load_rules()
@@ -216,3 +205,13 @@ def build(out: Path, vg: Path | None, synthetic: bool, images: int | None,
     result = BuildResult(out=out, vg_dir=vg_dir, pools=pools, dataset=dataset, stats=figures)
     print(result, flush=True)
     return result
+
+
+def verify_result(dataset: Path) -> str:
+    """The verdict of the build's verify.txt beside DATASET.h5 if newer (no second verify)."""
+    written = dataset.parent / "verify.txt"
+    if written.is_file() and written.stat().st_mtime >= dataset.stat().st_mtime:
+        last = written.read_text(encoding="utf-8").strip().rsplit("\n", 1)[-1]
+        if last in ("verdict: PASS", "verdict: FAIL"):
+            return f"`vprom verify` {last.split()[-1]} ({written})"
+    return f"no verify report beside it; run `vprom verify {dataset}`"

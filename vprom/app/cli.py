@@ -1,22 +1,18 @@
 """The `vprom` command line: parses arguments and calls one `vprom.app.api` function.
 
-Each command is a `Command` naming its API function; its arguments are that function's
-parameters (`vprom.app.options.add_parameters`: names, defaults and types from the
-signature, help from the docstring), so an option and its default are written once, in the
-API. A `VpromError` becomes one line on stderr and exit status 1 (`exit_status`).
+A `Command`'s arguments are its API function's parameters (`vprom.app.options`), so an
+option and its default are written once, in the API; `exit_status` turns failures into lines.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 
 
 def _interrupted_while_starting(signum, frame):
-    """Ctrl-C or SIGTERM while the stages below are imported: nothing has been done yet, so
-    say so and leave at once, instead of a traceback from deep inside an import."""
+    """Ctrl-C or SIGTERM while the stages are imported: one line, not an import's traceback."""
     by = "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"
     os.write(2, f"vprom: interrupted ({by}) while starting; nothing was done\n".encode())
     os._exit(128 + signum)
@@ -41,7 +37,6 @@ from vprom.app.options import (
     add_parameters,
     parameter_help,
     duration,
-    positive,
     shard,
     size,
 )
@@ -60,10 +55,6 @@ for _sig, _handler in _STARTING.items():
     signal.signal(_sig, _handler)
 
 
-def _printed(result, options):
-    print(result)
-
-
 @dataclass(frozen=True)
 class Command:
     """`vprom NAME`: calls `function` with the parsed arguments and shows its result."""
@@ -71,18 +62,16 @@ class Command:
     name: str
     function: Callable
     example: str
-    positional: tuple[str, ...] = ()  #: parameters given without a flag, in this order
     arguments: dict[str, dict] = field(default_factory=dict)  #: argparse settings by parameter
     one_of: tuple[str, ...] = ()  #: parameters of which exactly one must be given
-    show: Callable[[Any, dict], None] | None = _printed  #: prints (result, options)
+    show: Callable[[Any, dict], None] | None = lambda result, options: print(result)
 
     @property
     def summary(self) -> str:
         return self.function.__doc__.strip().splitlines()[0].rstrip(".")
 
 
-# what a command prints of its result (the formatters are imported when used: `vprom
-# --help` stays quick)
+# what a command prints of its result (formatters imported when used: `--help` stays quick)
 def _verdict(report, options):
     print(report.format())
     if not report.ok:
@@ -113,7 +102,6 @@ def _human_metrics(metrics, options):
     print(format_human_metrics(metrics) + f"\nwritten to {options['study'] / 'metrics.json'}")
 
 
-WORKERS = {"type": positive(int)}
 CROP_SIZE_HELP = f"{parameter_help(api.crops)['size']}: {size_note()}"
 SOURCE = ("vg", "synthetic")
 
@@ -124,46 +112,36 @@ COMMANDS = {c.name: c for c in (
                        "deadline": {"type": duration, "metavar": "TIME"},
                        "reserve": {"type": size, "metavar": "SIZE"}}),
     Command("synth", api.synth, "vprom synth --out data/synth --images 2000 --seed 0",
-            arguments={"out": OUT_FOLDER, "images": {"type": positive(int)},
-                       "workers": WORKERS}),
+            arguments={"out": OUT_FOLDER}),
     Command("mine", api.mine, "vprom mine --vg data/vg --out build/pools.h5",
-            arguments={"out": OUT_FILE, "workers": WORKERS},
-            show=lambda report, options: print(report.summary())),
+            arguments={"out": OUT_FILE}, show=lambda report, options: print(report.summary())),
     Command("generate", api.generate,
             "vprom generate build/pools.h5 --out build/dataset.h5 --scale 0.1 --seed 0",
-            positional=("pools",),
-            arguments={"out": OUT_FILE, "scale": {"type": positive(float)},
-                       "shard": {"type": shard, "metavar": "K/N"}, "workers": WORKERS,
+            arguments={"out": OUT_FILE, "shard": {"type": shard, "metavar": "K/N"},
                        "legacy_counts": {"flag": "--legacy-count-candidates"}}),
     Command("merge", api.merge,
             "vprom merge build/shard-0.h5 build/shard-1.h5 --out build/dataset.h5",
-            positional=("shards",), arguments={"out": OUT_FILE}),
+            arguments={"out": OUT_FILE}),
     Command("build", api.build, "vprom build --synthetic --out build/demo",
-            arguments={"out": OUT_FOLDER, "images": {"type": positive(int)},
-                       "scale": {"type": positive(float)}, "workers": WORKERS},
-            one_of=SOURCE, show=None),
-    Command("verify", api.verify, "vprom verify build/dataset.h5", positional=("dataset",),
-            arguments={"workers": WORKERS}, show=_verdict),
+            arguments={"out": OUT_FOLDER}, one_of=SOURCE, show=None),
+    Command("verify", api.verify, "vprom verify build/dataset.h5", show=_verdict),
     Command("stats", api.stats, "vprom stats build/dataset.h5 --json build/stats.json",
-            positional=("dataset",), arguments={"json": OUT_FILE}, show=_stats),
+            arguments={"json": OUT_FILE}, show=_stats),
     Command("show", api.show_matrix,
             "vprom show build/dataset.h5 --id 0 --vg data/vg --out m0.png --answer",
-            positional=("dataset",),
             arguments={"matrix_id": {"flag": "--id"}, "out": OUT_FILE}),
     Command("export", api.export,
             "\n".join([("vprom export build/dataset.h5 --format original --vg data/vg "
                         "--out build/release"), *EXPORT_EXAMPLES]),
-            positional=("dataset",),
             arguments={"format": {"choices": (*FORMATS, "savir-t"), "help": "; ".join(
                            f"{k}: {v}" for k, v in {**FORMATS, "savir-t": SAVIR_HELP}.items())},
-                       "size": {"type": positive(int)}, "style": {"choices": STYLES},
-                       "part": {"choices": SPLIT_PARTS}, "layout": {"choices": LAYOUTS},
-                       "limit": {"type": positive(int)}}),
+                       "style": {"choices": STYLES}, "part": {"choices": SPLIT_PARTS},
+                       "layout": {"choices": LAYOUTS}}),
     Command("extract", api.extract,
             "vprom extract build/dataset.h5 --vg data/vg --backbone resnet101 --weights "
             "imagenet --out build/feats/resnet101.h5",
-            positional=("dataset",),
             arguments={"out": OUT_FILE, "vg": {"required": False},  # labels need no images
+                       "workers": {"type": int},  # 0: decode in this process
                        "dtype": {"choices": extract_config.STORED_DTYPES},
                        "decode": {"choices": extract_config.DECODERS},
                        "region": {"choices": extract_config.REGIONS},
@@ -173,41 +151,30 @@ COMMANDS = {c.name: c for c in (
     Command("perceive", api.perceive,
             "vprom perceive build/dataset.h5 --vg data/vg --split neutral --backbone resnet18 "
             "--out build/perceive/resnet18.pt",
-            positional=("dataset",), one_of=("vg", "crops"), arguments={"out": OUT_FILE}),
+            one_of=("vg", "crops"), arguments={"out": OUT_FILE}),
     Command("train", api.train,
             "vprom train build/dataset.h5 --features build/feats/resnet101.h5 --model rn "
             "--split neutral --aux --out runs/rn-neutral-aux",
-            positional=("dataset",), one_of=("features", "maps", "crops"),
+            one_of=("features", "maps", "crops"),
             arguments={"out": OUT_FOLDER, "optimizer": {"choices": OPTIMIZERS}}, show=None),
-    Command("evaluate", api.evaluate, "vprom evaluate runs/rn-neutral-aux", positional=("run",),
-            show=_metrics),
-    Command("report", api.report, "vprom report runs/* --out reports/", positional=("runs",),
+    Command("evaluate", api.evaluate, "vprom evaluate runs/rn-neutral-aux", show=_metrics),
+    Command("report", api.report, "vprom report runs/* --out reports/",
             arguments={"out": OUT_FOLDER}),
     Command("reproduce", api.reproduce, "vprom reproduce --vg data/vg --out repro/",
-            arguments={"out": OUT_FOLDER, "scale": {"type": positive(float)},
-                       "images": {"type": positive(int)}},
-            one_of=SOURCE, show=None),
+            arguments={"out": OUT_FOLDER}, one_of=SOURCE, show=None),
     Command("crops", api.crops,
             "vprom crops build/dataset.h5 --vg data/vg --size 224 --out build/crops-224.h5",
-            positional=("dataset",),
-            arguments={"size": {"type": positive(int), "help": CROP_SIZE_HELP},
-                       "out": OUT_FILE, "workers": WORKERS,
-                       "compression": {"choices": extract_config.COMPRESSIONS},
-                       "chunk_crops": {"type": positive(int)}}),
+            arguments={"size": {"help": CROP_SIZE_HELP}, "out": OUT_FILE,
+                       "compression": {"choices": extract_config.COMPRESSIONS}}),
     Command("score", api.score,
             "vprom score build/dataset.h5 mymodel/predictions.csv --split neutral",
-            positional=("dataset", "predictions"), arguments={"out": OUT_FOLDER},
-            show=_scored),
+            arguments={"out": OUT_FOLDER}, show=_scored),
     Command("human-study", api.human_study,
             "vprom human-study build/dataset.h5 --vg data/vg --split neutral --n 60 "
             "--out study/",
-            positional=("dataset",),
-            arguments={"out": OUT_FOLDER, "part": {"choices": ("train", "val", "test")},
-                       "n": {"type": positive(int)}, "size": {"type": positive(int)}}),
-    Command("human-serve", api.human_serve, "vprom human-serve study/ --port 8000",
-            positional=("study",), show=None),
-    Command("human-score", api.human_score, "vprom human-score study/",
-            positional=("study", "responses"), show=_human_metrics),
+            arguments={"out": OUT_FOLDER, "part": {"choices": ("train", "val", "test")}}),
+    Command("human-serve", api.human_serve, "vprom human-serve study/ --port 8000", show=None),
+    Command("human-score", api.human_score, "vprom human-score study/", show=_human_metrics),
 )}
 
 
@@ -239,9 +206,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one `vprom` command (see `vprom.app.exit_status.run_command` for errors and signals)."""
+    """Run one `vprom` command (`vprom.app.exit_status.run_command`)."""
     return run_command(build_parser, argv)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,11 +1,9 @@
 """How one `vprom` command runs: every failure reaches the user as one line and an exit status.
 
-A `VpromError` or `OSError` (named with its path and the fix) exits 1; a closed stdout
-(`vprom evaluate RUN | head -1`) exits 141 quietly; Ctrl-C exits 130 and SIGTERM 143, each
-with a line saying how to resume. `VPROM_DEBUG=1` lets every error through with its
-traceback. Python swallows an exception raised inside a finalizer ("Exception ignored in
-..."), and a signal can land there, so interrupts are also recorded (by the SIGTERM handler
-and `sys.unraisablehook`): a command that goes on to finish still exits 143 (or 130).
+A `VpromError` or `OSError` (with its path and the fix) exits 1; a closed stdout exits 141
+quietly; Ctrl-C 130 and SIGTERM 143, with how to resume. `VPROM_DEBUG=1` shows tracebacks.
+Python swallows what a finalizer raises, and a signal can land there, so interrupts are also
+recorded (SIGTERM handler, `sys.unraisablehook`): a command that goes on still exits 143/130.
 """
 
 from __future__ import annotations
@@ -21,12 +19,11 @@ from vprom.app.options import Done, options_of
 from vprom.errors import VpromError
 from vprom.claim import waiting
 
-#: What to tell a user whose command was interrupted (the others start over when run again).
+#: how to resume an interrupted command (the others start over)
 RESUME_HINT = {
     "build": "run the same command again: finished stages are kept",
     "download": "run the same command again: downloads resume where they stopped",
     "extract": "run the same command again: finished chunks are kept",
-    # `train` resumes a run by default; only --restart starts it over
     "train": "run the same command again: it resumes after the last finished epoch",
     "reproduce": "run the same command again: finished steps and runs are kept",
 }
@@ -55,9 +52,8 @@ def _keep_swallowed_interrupts(previous_hook, unraisable) -> None:
 
 
 def interruption(error: BaseException) -> BaseException | None:
-    """The Ctrl-C or SIGTERM that `error` is, or was raised while handling: cleanup during
-    an interrupt may fail in its turn (a worker killed by the same SIGTERM, a closed file),
-    and what happened is still the interrupt."""
+    """The Ctrl-C or SIGTERM that `error` is or was raised while handling: a cleanup that
+    fails during an interrupt (a worker killed by the same SIGTERM) is still the interrupt."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, (KeyboardInterrupt, Terminated)):
@@ -68,9 +64,8 @@ def interruption(error: BaseException) -> BaseException | None:
 
 
 def os_error_message(e: OSError, near: object = None) -> str:
-    """One line for a file-system error: what, which path, and what to do. An error that
-    names no file (HDF5's, a write to an open file) is told as met while working on `near`,
-    the command's output or input."""
+    """One line for a file-system error: what, which path, what to do; one that names no
+    file (HDF5's) is told as met while working on `near`, the command's output or input."""
     path = e.filename if e.filename is not None else f"{near or 'vprom'} (while working on it)"
     fixes = {
         errno.EACCES: "no permission; choose another path or fix its permissions",
@@ -91,9 +86,7 @@ def os_error_message(e: OSError, near: object = None) -> str:
 
 
 def run_command(build_parser, argv: list[str] | None = None) -> int:
-    """Parse `argv` with `build_parser()`, call the command's function with the arguments and
-    show its result; every failure becomes one line on stderr and an exit status (see the
-    module doc)."""
+    """Parse `argv`, call the command's function and show its result (see the module doc)."""
     _received.clear()
     previous, previous_hook = signal.signal(signal.SIGTERM, _terminate), sys.unraisablehook
     sys.unraisablehook = functools.partial(_keep_swallowed_interrupts, previous_hook)
@@ -127,8 +120,7 @@ def _run(build_parser, argv: list[str] | None) -> int:
             raise
         interrupt = interruption(e) or (_received[0] if _received else None)
         if interrupt is None and isinstance(e, BrokenPipeError):
-            # stdout was closed (`vprom evaluate RUN | head -1`): stop quietly, and keep
-            # Python's final flush from failing on the same pipe.
+            # `vprom evaluate RUN | head -1`: keep Python's final flush off the closed pipe
             with contextlib.suppress(OSError, ValueError):  # stdout may not be a real file
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141

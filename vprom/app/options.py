@@ -1,10 +1,9 @@
 """A command's arguments, read from its API function's signature and docstring.
 
-Each parameter becomes an argument: the flag from its name (`batch_size` -> `--batch-size`),
-the default from the signature, the type from the annotation, the help from the docstring's
-`Args:` with the default appended. A bool is a switch (`--no-name` when it defaults to True);
-a list takes one or more values (a tuple, defaulting to `()`, none or more). What argparse
-needs beyond that (a checked type, choices, another flag) is the command's `arguments`.
+Each parameter becomes an argument: flag from its name (`batch_size` -> `--batch-size`),
+default from the signature, type from the annotation, help from the docstring's `Args:`.
+A bool is a switch (`--no-name` when it defaults to True); a list takes one or more values,
+a tuple none or more. Checked types, choices and other flags are the command's `arguments`.
 """
 
 from __future__ import annotations
@@ -21,13 +20,15 @@ from vprom.claim import check_output
 from vprom.mining.download import parse_duration
 from vprom.mining.download.space import parse_size
 
-#: parameters that take a Python object, not a command-line value
-PYTHON_ONLY = ("rules",)
+#: inputs a command takes without a flag (when its function takes them before `*`)
+POSITIONAL = ("dataset", "pools", "shards", "run", "runs", "study", "predictions", "responses")
+#: options that take a finite number above 0
+POSITIVE = ("workers", "images", "scale", "size", "limit", "n", "chunk_crops")
 
 
 def parameter_help(function) -> dict[str, str]:
-    """The `Args:` section (Google style) of `function`'s docstring as {parameter: text};
-    inspect has no reader for it, and these lines spare a docstring-parser dependency."""
+    """The Google-style `Args:` of `function`'s docstring as {parameter: text} (inspect has
+    no reader for it; a docstring-parser dependency for a dozen lines is not worth it)."""
     helps, name = {}, None
     lines = inspect.getdoc(function).splitlines()
     for line in lines[lines.index("Args:") + 1:] if "Args:" in lines else []:
@@ -48,8 +49,6 @@ def add_parameters(parser: argparse.ArgumentParser, command) -> None:
     group = (parser.add_mutually_exclusive_group(required=True) if command.one_of else None)
     parameters = inspect.signature(command.function).parameters
     for name, parameter in parameters.items():
-        if name in PYTHON_ONLY:
-            continue
         settings = _settings(name, parameter, hints[name], helps[name], command)
         flags = settings.pop("flags")
         (group if name in command.one_of else parser).add_argument(*flags, **settings)
@@ -67,7 +66,7 @@ def _settings(name: str, parameter: inspect.Parameter, hint, help: str, command)
         settings.setdefault("flag", flag.replace("--", "--no-") if default else flag)
         settings["action"] = "store_false" if default else "store_true"
     else:
-        settings.setdefault("type", kind)
+        settings.setdefault("type", positive(kind) if name in POSITIVE else kind)
         if many:
             settings["nargs"] = "+" if required else "*"
         if not required:
@@ -75,7 +74,7 @@ def _settings(name: str, parameter: inspect.Parameter, hint, help: str, command)
     if not (required or default is None or kind is bool or "default" in help):
         help += f" (default: {default})"
     settings["help"] = settings.get("help", help).replace("%", "%%")
-    if name in command.positional:
+    if name in POSITIONAL and parameter.kind is parameter.POSITIONAL_OR_KEYWORD:
         settings["flags"] = [name]
         settings.pop("flag", None)
     else:
@@ -87,7 +86,7 @@ def _settings(name: str, parameter: inspect.Parameter, hint, help: str, command)
 
 
 def _kind(hint) -> tuple[type, bool]:
-    """The type of one value of a parameter annotated `hint`, and whether it takes a list."""
+    """The type of one value of `hint`, and whether it takes a list."""
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
     if typing.get_origin(hint) is list or typing.get_args(hint)[1:] == (...,):
@@ -101,7 +100,6 @@ def options_of(args: argparse.Namespace) -> dict:
             if not k.startswith("_") and k not in ("command", "wait")}
 
 
-# ---------------------------------------------------------------- argparse types
 def _argument(parse, errors: type[Exception] = ValueError):
     """An argparse type: `parse`, its `errors` told as argparse's one line."""
 
@@ -114,7 +112,6 @@ def _argument(parse, errors: type[Exception] = ValueError):
     return checked
 
 
-#: an output file or folder, checked before any work starts
 OUT_FILE = {"type": _argument(lambda text: check_output(text, folder=False), VpromError)}
 OUT_FOLDER = {"type": _argument(lambda text: check_output(text, folder=True), VpromError)}
 duration = _argument(parse_duration)  # 90, 90m or 8h, in seconds
@@ -153,7 +150,7 @@ class Done(Exception):
 
 
 class ListBackbones(argparse.Action):
-    """`--list`: print the backbones and finish, like `--version`, whatever else is missing."""
+    """`--list`: print the backbones and finish, like `--version`."""
 
     def __init__(self, option_strings, dest, **kwargs):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,

@@ -1,11 +1,8 @@
 """The command-line reference, `docs/cli.md`, rendered from the `vprom` parser itself.
 
-    python -m vprom.app.reference > docs/cli.md
-
-Per command: its summary, a synopsis, its example and a table of its arguments, read from
-the parser's actions (stable private fields since Python 3.2) rather than `format_help()`,
-whose wrapping depends on the terminal and the Python version: the page must be the same
-wherever it is rendered (`tests/app/test_docs.py`).
+Per command: summary, synopsis, example and a table of its arguments, read from the parser's
+actions (private fields, stable since Python 3.2), not `format_help()`, whose wrapping depends
+on the terminal: the page must be the same wherever it is rendered (tests/app/test_docs.py).
 """
 
 from __future__ import annotations
@@ -22,12 +19,11 @@ HEADER = f"""# Command-line reference
 <!-- Generated from the argument parser of vprom/app/cli.py; do not edit by hand.
      Regenerate with: {REGENERATE} -->
 
-One entry point, `vprom` (also `python -m vprom`, and `torchrun ... -m vprom train|extract`
-for several processes). Every command prints its own help with `vprom COMMAND --help`, shows
-a progress bar on long work, and on failure exits non-zero with one line saying why (the
-exit statuses: [errors and resuming](errors-and-resuming.md)). `vprom --version` prints the
-version. Each command is one function of the [Python API](python-api.md), with the same
-arguments and defaults.
+One entry point, `vprom` (or `python -m vprom`; `torchrun ... -m vprom train|extract` on
+several GPUs; `vprom --version`). Each command is a function of the [Python API](python-api.md)
+with the same arguments and defaults, prints its help with `--help`, shows a progress bar on
+long work, and on failure exits non-zero with one line saying why ([errors and
+resuming](errors-and-resuming.md)).
 """
 
 
@@ -56,9 +52,8 @@ def _arguments(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 def synopsis(name: str, parser: argparse.ArgumentParser) -> str:
-    """`vprom NAME` and every argument: required ones bare, optional ones in [ ], the
-    alternatives of a mutually exclusive group in ( | ) when one of them is required; folded
-    at WIDTH columns, so the page does not depend on the terminal."""
+    """`vprom NAME` and its arguments: required bare, optional in [ ], a required group's
+    alternatives in ( | ); folded at WIDTH columns."""
     group_of = {a: g for g in parser._mutually_exclusive_groups for a in g._group_actions}
     words, done = [], set()
     for action in _arguments(parser):

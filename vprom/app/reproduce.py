@@ -1,14 +1,11 @@
 """The paper's whole grid in one command (`vprom reproduce`), resumable.
 
-Builds the data set into OUT/build/; makes the panels the chosen models read (pooled features
-per backbone in OUT/features/, spatial maps in OUT/maps/, one crop store OUT/crops/crops-<S>.h5;
-a timm backbone's ":" becomes "-" in file names); trains and evaluates every model x {without,
-with aux} x split into OUT/runs/<panels>/<model>[-aux]/<split>/, plus per backbone the
-context-blind and shuffled-context controls on the neutral split; and reports over every run
-into OUT/report/. Each step skips an output that is already complete
-(`vprom.manifest.is_current`), and a run that is not is handed to `vprom train`, which resumes
-it, so a killed run continues where it stopped. Stages are imported in the functions that run
-them: the command line reads this module without importing torch.
+Builds OUT/build/; makes the panels the models read (OUT/features/<backbone>.h5,
+OUT/maps/<backbone>.h5, OUT/crops/crops-<S>.h5; timm's ":" becomes "-"); trains and evaluates
+model x {without, with aux} x split into OUT/runs/<panels>/<model>[-aux]/<split>/, plus the
+context-blind and shuffled-context controls on neutral; reports into OUT/report/. A current
+output is skipped (`is_current`), a partial run resumed by `vprom train`. Stages are imported
+where used: the command line reads this module without torch.
 """
 
 from __future__ import annotations
@@ -25,8 +22,8 @@ from vprom.manifest import is_current, make_manifest, write_manifest
 from vprom.processes import usable_cores
 
 CONTROL_SPLIT = "neutral"
-#: the crop store's side S for pixel models: docs/baselines.md counts their parameters at 80,
-#: and the full V-PROM's crops take 2.8 GB at 80 against 21.6 GB at 224
+#: pixel models' crop side: docs/baselines.md counts their parameters at 80 (the full
+#: V-PROM's crops: 2.8 GB at 80, 21.6 GB at 224)
 CROP_SIZE = 80
 #: input kind -> `vprom train`'s option for it, which is also its folder under OUT
 OPTION = {kind: option for option, kind in SOURCES.items()}
@@ -34,8 +31,7 @@ OPTION = {kind: option for option, kind in SOURCES.items()}
 
 @dataclass(frozen=True)
 class ReproduceConfig:
-    """The grid to run; `backbones`, `weights`, `models` and `splits` are comma lists, and
-    settings shared with `vprom train` or `vprom extract` take their defaults from those."""
+    """The grid; `backbones`, `weights`, `models`, `splits` are comma lists."""
 
     vg: Path | None
     synthetic: bool
@@ -61,8 +57,7 @@ class ReproduceConfig:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One cell of the grid. `panels` names what its model reads: a backbone's features or
-    maps (`kind` vectors or maps), or the crop store crops-S (`kind` pixels)."""
+    """One cell of the grid: `panels` is a backbone (`kind` vectors or maps) or crops-S."""
 
     panels: str
     model: str
@@ -85,7 +80,7 @@ class RunSpec:
         return config.center_features and self.kind == "vectors"
 
     def settings(self, config: ReproduceConfig) -> dict:
-        """The run settings this cell asks for, as its run's manifest records them."""
+        """This cell's settings, as its run's manifest records them."""
         return {"model": self.model, "split": self.split, "aux": self.aux,
                 "shuffle_context": self.shuffle_context, "epochs": config.epochs,
                 "seed": config.seed, "center_features": self.center_features(config)}
@@ -132,8 +127,8 @@ def backbone_weights(config: ReproduceConfig) -> dict[str, str]:
 
 
 def grid(config: ReproduceConfig) -> list[RunSpec]:
-    """Every run: per backbone its vector and map models × aux × splits, then the controls;
-    then the pixel models × aux × splits once, on the crop store."""
+    """Per backbone its vector and map models × aux × splits and the controls; then the
+    pixel models once."""
     from vprom.baselines.registry import input_kind, list_models
 
     models, splits = _items(config.models, "models"), _items(config.splits, "splits")
@@ -164,8 +159,6 @@ def grid(config: ReproduceConfig) -> list[RunSpec]:
 def _build(config: ReproduceConfig) -> tuple[Path, Path]:
     from vprom.app.build import build
 
-    if (config.vg is None) == (not config.synthetic):
-        raise VpromError("reproduce needs exactly one source: --vg DIR or --synthetic")
     result = build(config.out / "build", vg=config.vg, synthetic=config.synthetic,
                    images=config.images, scale=config.scale, seed=config.seed,
                    workers=usable_cores(), learned_probe=False)
@@ -174,8 +167,7 @@ def _build(config: ReproduceConfig) -> tuple[Path, Path]:
 
 def _panels(config: ReproduceConfig, dataset: Path, vg_dir: Path, kind: str, panels: str,
             weights: dict[str, str]) -> Path:
-    """OUT/<option>/<panels>.h5 for `kind`, made unless a current file is there: features or
-    maps of backbone `panels` (`extract`), or the crop store (`build_crop_store`)."""
+    """OUT/<option>/<panels>.h5 for `kind`, made unless a current one is there."""
     out = config.out / OPTION[kind] / f"{file_name(panels)}.h5"
     if kind == "pixels":
         from vprom.features.crop_store import StoreJob, build_crop_store
@@ -209,18 +201,18 @@ def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, source: Path,
         folder=True)
 def reproduce(config: ReproduceConfig) -> Path:
     """Run the grid (see the module doc); returns the report folder."""
-    from vprom.app.ceilings import perception_ceilings
+    from vprom.app.score import perception_ceilings
     from vprom.baselines.report import report
 
     weights = backbone_weights(config)
     specs = grid(config)
-    # the folder's mark (`vprom.claim`), written before anything else goes into it
+    # the folder's mark (`vprom.claim`), before anything else goes in
     config.out.mkdir(parents=True, exist_ok=True)
     write_manifest(config.out, make_manifest("reproduce", {
         k: v for k, v in vars(config).items() if k not in ("vg", "out")}, config.seed))
     dataset, vg_dir = _build(config)
     runs_dir = config.out / "runs"
-    # each panels file once, in the grid's order (dict keys keep it)
+    # each panels file once, in the grid's order
     sources = {key: _panels(config, dataset, vg_dir, *key, weights)
                for key in dict.fromkeys((spec.kind, spec.panels) for spec in specs)}
     folders = []

@@ -1,15 +1,11 @@
 """Scoring anyone's predictions with the paper's protocol (`vprom score DATASET.h5 PREDICTIONS`).
 
-The predictions (`vprom.app.answers` reads them) are checked against the split's test part
-first: ids listed twice, ids that are not matrices of the data set, or no test problem at all
-are refused, with counts and example lines. Predictions outside the test part are not scored;
-covering only some test problems (an export's `--limit` sample) is a partial sample, and said
-so. Scoring is `vprom evaluate`'s (`baselines.metrics.breakdowns`); an unparsed answer counts
-as wrong. Beside it: chance, the paper's humans, the perception-only ceiling of the same
-problems (`generation.verify.ceiling`), the `--baselines` runs of the split, the unparsed
-rate and the letters chosen with their entropy in bits. metrics.json has `evaluate`'s schema
-(unknown run fields null, the additions under `config`), so `vprom report` lists the outside
-model beside the baselines.
+Ids listed twice, ids not in the data set, or no test problem at all are refused; ids outside
+the split's test part are not scored, and a subset of it is said to be a partial sample.
+Scoring is `vprom evaluate`'s (an unparsed answer is wrong), beside chance, the paper's
+humans, the perception-only ceiling of the same problems, `--baselines` runs and the letters
+chosen. metrics.json has `evaluate`'s schema (additions under `config`), so `vprom report`
+lists the outside model beside the baselines. Also the ceilings `vprom report` shows.
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ from vprom.errors import VpromError
 from vprom.files import sha256_file, write_json
 from vprom.generation.verify.ceiling import perception_hits
 from vprom.manifest import input_hash
-from vprom.tables import crop_rows, read_matrix_table
+from vprom.tables import crop_rows, present_rows, read_matrix_table
 
 SCORED_BY = "vprom score"
 EXAMPLES = 3
@@ -72,8 +68,7 @@ def check_predictions(predictions: Predictions, known: np.ndarray, test: np.ndar
 
 def _baselines(paths, split: str, folder: Path) -> list[dict]:
     """{name, accuracy 0..1, n_test} of each baseline of `split` in `paths`: a `vprom report`
-    folder (its splits.csv), or run folders and folders of runs (their metrics.json) other
-    than `folder`, where this score goes."""
+    folder's splits.csv, or runs' metrics.json (not that of `folder`, this score's)."""
     found = []
     for path in map(Path, paths):
         table = path / "splits.csv"
@@ -111,6 +106,19 @@ def _ceiling(hits: np.ndarray, relation: np.ndarray, element_type: np.ndarray) -
                                          for r, t in pairs}}
 
 
+def perception_ceilings(dataset: Path, splits: list[str]) -> dict[str, tuple[float, int]]:
+    """{split: (ceiling 0..1, test matrices)} for the splits of `dataset` that have tests:
+    the mean of `perception_hits` (perfect recognition without the relation) over them."""
+    table = read_matrix_table(dataset)
+    out = {}
+    for split in splits:
+        rows = present_rows(table.id, table.splits.get(split, {}).get("test", []))
+        if len(rows):
+            hits = perception_hits(table.elements[rows], table.answer[rows].astype(np.int64))
+            out[split] = (float(hits.mean()), len(rows))
+    return out
+
+
 def _out_folder(predictions: Path, out: Path | None) -> Path:
     """Where metrics.json goes; never over a metrics.json that `vprom score` did not write."""
     folder = Path(out) if out is not None else predictions.resolve().parent
@@ -137,12 +145,10 @@ def _letters(choice: np.ndarray) -> dict:
             "letter_entropy_bits": float(entropy(counts, base=2)) if counts.any() else None}
 
 
-def score_predictions(dataset: str | Path, predictions: str | Path, split: str = "neutral",
-                      out: str | Path | None = None, model: str | None = None,
-                      features: str = "own", baselines=()) -> tuple[dict, dict]:
-    """Score PREDICTIONS on `split`'s test part of DATASET.h5; writes OUT/metrics.json.
-
-    Returns the metrics and the perception-only ceiling of the same groups."""
+def score_predictions(dataset: str | Path, predictions: str | Path, split: str,
+                      out: str | Path | None, model: str | None, features: str,
+                      baselines) -> tuple[dict, dict]:
+    """`vprom.app.api.score`, which holds the defaults."""
     dataset, predictions = Path(dataset), Path(predictions)
     if split not in SPLITS:
         raise VpromError(f"unknown split {split!r}; the splits are {', '.join(SPLITS)}")
@@ -187,8 +193,7 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str =
 
 
 def _published(metrics: dict, folder: Path) -> dict:
-    """metrics.json as written: the run is ".", and the data set and predictions are named
-    relative to it, so the file names no home or install folder."""
+    """metrics.json as written: the run is ".", other paths relative to it (no home folder)."""
     def relative(path: str) -> str:
         return os.path.relpath(Path(path).resolve(), folder.resolve())
 

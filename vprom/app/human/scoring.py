@@ -1,62 +1,24 @@
 """`vprom human-score`: human accuracy and skips, with the breakdowns `vprom evaluate` gives.
 
-Every response line is checked against the study's key; a bad line is refused with its file
-and line number. Accuracy counts the problems answered (as the paper's 77.8% does), the skip
-rate all responses, with 95% Wilson intervals, overall, per relation, element type and
-participant. `STUDY/metrics.json` has a run's schema (model "humans"), so `vprom report`
-lists people beside the models.
+Accuracy counts the problems answered (as the paper's 77.8% does), the skip rate all
+responses, with 95% Wilson intervals, per relation, element type and participant.
+STUDY/metrics.json has a run's schema (model "humans"), so `vprom report` lists people.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from vprom.app.human.study import load_key
+from vprom.app.human.study import load_key, read_responses
 from vprom.baselines.metrics import breakdowns, score
+from vprom.baselines.paper import HUMANS, HUMANS_SKIPPED
 from vprom.errors import VpromError
 from vprom.files import write_json
 from vprom.domain import CHANCE
 
-#: the paper's human baseline (Teney et al. 2020, section 6)
-PAPER_HUMANS = {"accuracy": 0.778, "skipped": 0.045}
-
-
-def read_responses(study: Path, key: dict, files) -> list[dict]:
-    """Every response of the given files (default: STUDY/responses/*.jsonl), checked."""
-    paths = [Path(f) for f in files] if files else sorted((study / "responses").glob("*.jsonl"))
-    if not paths:
-        raise VpromError(f"{study / 'responses'}: no responses yet; serve the study with "
-                         f"`vprom human-serve {study}` and collect some")
-    seen: dict[tuple[str, str], str] = {}
-    out = []
-    for path in paths:
-        try:
-            lines = path.read_text().splitlines()
-        except OSError as e:
-            raise VpromError(f"{path}: cannot read ({e.strerror})") from None
-        for number, line in enumerate(lines, 1):
-            where = f"{path} line {number}"
-            try:
-                r = json.loads(line)
-                who, problem, skipped, choice = (r["participant"], r["problem"], r["skipped"],
-                                                 r["choice"])
-            except (ValueError, RecursionError, KeyError, TypeError):  # also deep nesting
-                raise VpromError(f"{where}: not a response of `vprom human-serve`; fix or "
-                                 "remove the line") from None
-            if problem not in key["problems"]:
-                raise VpromError(f"{where}: problem {problem!r} is not in {study}; these "
-                                 "responses belong to another study")
-            if skipped != (choice is None):
-                raise VpromError(f"{where}: a response must have a choice or be skipped")
-            if (who, problem) in seen:
-                raise VpromError(f"{where}: participant {who} answered problem {problem} "
-                                 f"already ({seen[who, problem]}); remove one of the two")
-            seen[who, problem] = where
-            out.append(r)
-    return out
+PAPER_HUMANS = {"accuracy": HUMANS / 100, "skipped": HUMANS_SKIPPED / 100}
 
 
 def _rate(flags: np.ndarray) -> dict:
@@ -68,7 +30,11 @@ def score_study(study: str | Path, responses) -> dict:
     """Score the study's responses; writes STUDY/metrics.json and returns the metrics."""
     study = Path(study)
     key = load_key(study)
-    rows = read_responses(study, key, responses)
+    paths = [Path(f) for f in responses] or sorted((study / "responses").glob("*.jsonl"))
+    if not paths:
+        raise VpromError(f"{study / 'responses'}: no responses yet; serve the study with "
+                         f"`vprom human-serve {study}` and collect some")
+    rows = read_responses(study, key, paths)
     info = [key["problems"][r["problem"]] for r in rows]
     skipped = np.array([r["skipped"] for r in rows], dtype=bool)
     correct = np.array([not r["skipped"] and r["choice"] == k["dataset_answer"]

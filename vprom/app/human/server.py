@@ -1,18 +1,12 @@
 """`vprom human-serve`: the study page on a local web server, answers appended to JSON lines.
 
-Routes (everything else is 404; nothing outside `STUDY/public/` is ever read for a request):
-
-    GET  /, /index.html, /study.js, ...   files of STUDY/public/ (no listing, no dot files)
-    GET  /api/session?participant=ID      the participant's problems and candidates, in their
-                                          own seeded order, and those answered
-    POST /api/response                    one answer or skip, JSON:
-         {"participant": ID, "problem": KEY, "position": 0-7 | null, "skipped": bool,
-          "rt_ms": number, "order": [the 8 candidate indices as shown]}
-
-A checked response is appended to `STUDY/responses/<ID>.jsonl` in one fsynced write under
-`flock`. Every reply is one JSON line (4xx a bad request, 507 a full disk, 500 with an id the
-server's log repeats); at most `MAX_CONNECTIONS` threads serve at once, and a connection
-silent for `IDLE_TIMEOUT_S` seconds is closed.
+Routes (all else 404; nothing outside STUDY/public/ is read): GET of STUDY/public/'s files
+(no listing, no dot files); GET /api/session?participant=ID: the participant's problems and
+candidates in their own seeded order, and those answered; POST /api/response: one answer or
+skip, {"participant": ID, "problem": KEY, "position": 0-7 | null, "skipped": bool, "rt_ms":
+number, "order": [the 8 candidate indices as shown]}, appended to responses/<ID>.jsonl in one
+fsynced write under flock. Every reply is one JSON line (4xx a bad request, 507 a full disk,
+500 with an id the log repeats); at most MAX_CONNECTIONS threads serve at once.
 """
 
 from __future__ import annotations
@@ -38,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
-from vprom.app.human.study import load_key
+from vprom.app.human.study import load_key, read_responses
 from vprom.claim import output_lock
 from vprom.domain import N_CANDIDATES
 from vprom.errors import VpromError
@@ -52,9 +46,9 @@ PUBLIC_FILE = re.compile(r"(?:[A-Za-z0-9_-][A-Za-z0-9_.-]*/)*[A-Za-z0-9_-][A-Za-
 
 
 class Refused(Exception):
-    """A request the study answers with a 4xx status and a one-line reason."""
+    """A request the study answers with a 4xx status (400 unless given) and a reason."""
 
-    def __init__(self, status: HTTPStatus, reason: str):
+    def __init__(self, reason: str, status: HTTPStatus = HTTPStatus.BAD_REQUEST):
         super().__init__(reason)
         self.status = status
 
@@ -103,15 +97,8 @@ class Study:
         """Problems this participant has answered or skipped (read once, then kept)."""
         if participant not in self._answered:
             path = self.responses / f"{participant}.jsonl"
-            done = set()
-            if path.is_file():
-                for number, line in enumerate(path.read_text().splitlines(), 1):
-                    try:
-                        done.add(json.loads(line)["problem"])
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        raise VpromError(f"{path} line {number} is not a response; fix or "
-                                         "remove it") from None
-            self._answered[participant] = done
+            rows = read_responses(self.folder, self.key, [path]) if path.is_file() else []
+            self._answered[participant] = {r["problem"] for r in rows}
         return self._answered[participant]
 
     def record(self, body: bytes) -> dict:
@@ -119,11 +106,11 @@ class Study:
         response = parse_response(body)
         participant, problem = response["participant"], response["problem"]
         if problem not in self.problems:
-            raise Refused(HTTPStatus.NOT_FOUND, f"no problem {problem!r} in this study")
+            raise Refused(f"no problem {problem!r} in this study", HTTPStatus.NOT_FOUND)
         shown = self.orders(participant)[1][problem]
         if response["order"] != shown:
-            raise Refused(HTTPStatus.BAD_REQUEST, "order is not the candidate order this "
-                          "participant was shown; reload the page")
+            raise Refused("order is not the candidate order this participant was shown; "
+                          "reload the page")
         position = response["position"]
         candidate = None if position is None else shown[position]
         key = self.key["problems"][problem]
@@ -137,8 +124,8 @@ class Study:
         with self._lock:
             done = self.answered(participant)
             if problem in done:
-                raise Refused(HTTPStatus.CONFLICT, f"participant {participant} has already "
-                              f"answered problem {problem}")
+                raise Refused(f"participant {participant} has already answered problem "
+                              f"{problem}", HTTPStatus.CONFLICT)
             append_line(self.responses / f"{participant}.jsonl", record)
             done.add(problem)
         return record
@@ -146,37 +133,35 @@ class Study:
 
 def check_participant(participant) -> str:
     if not isinstance(participant, str) or not PARTICIPANT.fullmatch(participant):
-        raise Refused(HTTPStatus.BAD_REQUEST, "participant must be 1-64 letters, digits, "
-                      "'-' or '_' (put it in the address: ?participant=ID)")
+        raise Refused("participant must be 1-64 letters, digits, '-' or '_' (put it in the "
+                      "address: ?participant=ID)")
     return participant
 
 
 def parse_response(body: bytes) -> dict:
-    """The fields of a response body, checked against the schema; Refused(400) otherwise."""
+    """The fields of a response body, checked against the schema."""
     try:
         data = json.loads(body.decode("utf-8"))
     except UnicodeDecodeError:
-        raise Refused(HTTPStatus.BAD_REQUEST, "the body is not UTF-8 text") from None
+        raise Refused("the body is not UTF-8 text") from None
     except (ValueError, RecursionError):  # also a number of over 4,300 digits, deep nesting
-        raise Refused(HTTPStatus.BAD_REQUEST, "the body is not a JSON response") from None
+        raise Refused("the body is not a JSON response") from None
     expected = {"participant", "problem", "position", "skipped", "rt_ms", "order"}
     if not isinstance(data, dict) or set(data) != expected:
-        raise Refused(HTTPStatus.BAD_REQUEST, f"the body must be an object with exactly "
-                      f"{', '.join(sorted(expected))}")
+        raise Refused(f"the body must be an object with exactly {', '.join(sorted(expected))}")
     check_participant(data["participant"])
     position, skipped, rt = data["position"], data["skipped"], data["rt_ms"]
     if not isinstance(data["problem"], str) or not isinstance(skipped, bool):
-        raise Refused(HTTPStatus.BAD_REQUEST, "problem must be a string and skipped a boolean")
+        raise Refused("problem must be a string and skipped a boolean")
     if skipped != (position is None) or not (position is None or (
             type(position) is int and 0 <= position < N_CANDIDATES)):
-        raise Refused(HTTPStatus.BAD_REQUEST, "give a position 0-7, or skipped true with "
-                      "position null")
+        raise Refused("give a position 0-7, or skipped true with position null")
     if type(rt) not in (int, float) or not 0 <= rt < 24 * 3600 * 1000:
-        raise Refused(HTTPStatus.BAD_REQUEST, "rt_ms must be a number of milliseconds")
+        raise Refused("rt_ms must be a number of milliseconds")
     order = data["order"]
     if not isinstance(order, list) or any(type(v) is not int for v in order) or sorted(
             order) != list(range(N_CANDIDATES)):
-        raise Refused(HTTPStatus.BAD_REQUEST, "order must list the candidates 0-7 as shown")
+        raise Refused("order must list the candidates 0-7 as shown")
     return data
 
 
@@ -268,7 +253,7 @@ class Handler(BaseHTTPRequestHandler):
         target = self.study.public / name
         if (not PUBLIC_FILE.fullmatch(name) or not target.resolve().is_relative_to(
                 self.study.public) or not target.is_file()):
-            raise Refused(HTTPStatus.NOT_FOUND, "no such file in this study")
+            raise Refused("no such file in this study", HTTPStatus.NOT_FOUND)
         kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
         self._send(HTTPStatus.OK, target.read_bytes(), kind)
 
@@ -277,19 +262,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def _post(self) -> None:
         if urlsplit(self.path).path != "/api/response":
-            raise Refused(HTTPStatus.NOT_FOUND, "POST only to /api/response")
+            raise Refused("POST only to /api/response", HTTPStatus.NOT_FOUND)
         try:
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
-            raise Refused(HTTPStatus.LENGTH_REQUIRED, "send a Content-Length") from None
+            raise Refused("send a Content-Length", HTTPStatus.LENGTH_REQUIRED) from None
         if not 0 <= length <= MAX_BODY:
-            raise Refused(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "the body is too large")
+            raise Refused("the body is too large", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
         if self.headers.get_content_type() != "application/json":
-            raise Refused(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "send the body as "
-                          "application/json")
+            raise Refused("send the body as application/json",
+                          HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
         body = self.rfile.read(length)
         if len(body) != length:
-            raise Refused(HTTPStatus.BAD_REQUEST, "the body is shorter than its Content-Length")
+            raise Refused("the body is shorter than its Content-Length")
         record = self.study.record(body)
         self._json(HTTPStatus.CREATED, {"ok": True, "problem": record["problem"]})
 

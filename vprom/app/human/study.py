@@ -1,13 +1,11 @@
 """`vprom human-study`: a stratified, seeded sample of V-PROM problems as a study folder.
 
-The sample is even across relations, as the paper's study was, then across element types
-(`allocate`: largest remainder, a short cell's shortfall handed to its relation's other cells,
-then to any), drawn without replacement from the split part; one training problem becomes
-the worked example. STUDY/public/ holds what a browser may read (the page, problems.json,
-example.json, images/<token>.jpg), STUDY/study.json the key (manifest, and per problem its
-matrix, answer and candidate order) and STUDY/responses/ one JSON-lines file per
-participant. Nothing under public/ tells the answer: image names are random tokens, problems
-are shuffled under random keys, and so is each problem's candidate order.
+The sample is even across relations, as the paper's study was, then element types (a short
+cell's shortfall goes to its relation's other cells, then to any); one training problem is
+the worked example. STUDY/public/ holds what a browser reads (page, problems.json,
+example.json, images/<token>.jpg), STUDY/study.json the key (manifest; per problem its
+matrix, answer, candidate order), STUDY/responses/ a JSON-lines file per participant.
+Nothing under public/ tells the answer: names are random tokens, orders shuffled.
 """
 
 from __future__ import annotations
@@ -97,17 +95,20 @@ def _tokens(k: int, rng: np.random.Generator) -> list[str]:
     return [names[i] for i in rng.permutation(k)]
 
 
-def _problem(table, row: int, order: np.ndarray, names: dict[int, str]) -> dict:
+def _shown(table, row: int, order: np.ndarray, names: dict[int, str]) -> tuple[dict, dict]:
+    """A problem as the page shows it (panels by token, candidates in `order`), and its truth."""
     panels = table.panels[row]
-    return {"context": [names[int(p)] for p in panels[:N_CONTEXT]],
+    page = {"context": [names[int(p)] for p in panels[:N_CONTEXT]],
             "candidates": [names[int(panels[N_CONTEXT + k])] for k in order]}
+    return page, {"relation": str(table.relation[row]),
+                  "element_type": str(table.element_type[row]),
+                  "answer": int(np.argmax(order == table.answer[row]))}
 
 
 @writes("out", (), inputs=lambda a: (a["dataset"], a["vg_dir"]))  # a new or empty folder
 def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: str, n: int,
                part: str, seed: int, size: int) -> "StudySummary":
-    """Write a study folder of `n` problems of `split`'s `part` (`vprom.app.api.human_study`
-    holds the defaults)."""
+    """`vprom.app.api.human_study`, which holds the defaults."""
     dataset, vg_dir, out = Path(dataset), Path(vg_dir), Path(out)
     if n < 1:
         raise VpromError(f"--n must be at least 1, got {n}")
@@ -130,22 +131,16 @@ def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: 
                          "not in crops; run `vprom verify` and regenerate the data set")
     problems, key = {}, {}
     for k, row, order in zip(keys, rows, orders):
-        problems[k] = _problem(table, row, order, names)
-        key[k] = {"matrix_id": int(table.id[row]), "relation": str(table.relation[row]),
-                  "element_type": str(table.element_type[row]),
+        problems[k], truth = _shown(table, row, order, names)
+        key[k] = {**truth, "matrix_id": int(table.id[row]),
                   "super_attribute": str(table.super_attribute[row]),
-                  "answer": int(np.flatnonzero(order == int(table.answer[row]))[0]),
                   "dataset_answer": int(table.answer[row]),
                   "candidate_order": [int(v) for v in order]}
     listed = [keys[i] for i in rng.permutation(len(keys))]
-    ex_order = orders[-1]
-    example_json = {**_problem(table, example, ex_order, names),
-                    "answer": int(np.flatnonzero(ex_order == int(table.answer[example]))[0]),
-                    "relation": str(table.relation[example]),
-                    "element_type": str(table.element_type[example]),
-                    "elements": [str(e) for e in table.elements[example][:N_CONTEXT]],
-                    "answer_element": str(table.elements[example][N_CONTEXT +
-                                                                  int(table.answer[example])])}
+    page, truth = _shown(table, example, orders[-1], names)
+    elements = table.elements[example]
+    example_json = {**page, **truth, "elements": [str(e) for e in elements[:N_CONTEXT]],
+                    "answer_element": str(elements[N_CONTEXT + int(table.answer[example])])}
     config = {"dataset": dataset.name, "split": split, "part": part, "n": len(rows),
               "size": size, "seed": seed}
     manifest = make_manifest("human-study", config, seed,
@@ -174,7 +169,7 @@ def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: 
 
 
 class StudySummary(NamedTuple):
-    """What `human-study` wrote: the folder, how many images, and the answer key."""
+    """What `human-study` wrote: the folder, the number of images, the answer key."""
 
     out: Path
     images: int
@@ -203,3 +198,34 @@ def load_key(study: str | Path) -> dict:
         raise VpromError(f"{path}: not a study key of `vprom human-study`; write the study "
                          "again") from None
     return key
+
+
+def read_responses(study: Path, key: dict, paths: list[Path]) -> list[dict]:
+    """Every response in `paths`, checked against the study's key."""
+    seen: dict[tuple[str, str], str] = {}
+    out = []
+    for path in paths:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError as e:
+            raise VpromError(f"{path}: cannot read ({e.strerror})") from None
+        for number, line in enumerate(lines, 1):
+            where = f"{path} line {number}"
+            try:
+                r = json.loads(line)
+                who, problem, skipped, choice = (r["participant"], r["problem"], r["skipped"],
+                                                 r["choice"])
+            except (ValueError, RecursionError, KeyError, TypeError):  # also deep nesting
+                raise VpromError(f"{where}: not a response of `vprom human-serve`; fix or "
+                                 "remove the line") from None
+            if problem not in key["problems"]:
+                raise VpromError(f"{where}: problem {problem!r} is not in {study}; these "
+                                 "responses belong to another study")
+            if skipped != (choice is None):
+                raise VpromError(f"{where}: a response must have a choice or be skipped")
+            if (who, problem) in seen:
+                raise VpromError(f"{where}: participant {who} answered problem {problem} "
+                                 f"already ({seen[who, problem]}); remove one of the two")
+            seen[who, problem] = where
+            out.append(r)
+    return out
