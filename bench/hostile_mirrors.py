@@ -65,7 +65,7 @@ def _endless(disk: Path, reserve: int | None) -> str:
 def _tiny(disk: Path, reserve: int | None) -> str:
     archive = disk.parent / "tiny.zip"
     archive.write_bytes(hostile.tiny_members_zip(30_000))
-    archives.unpack(archive, disk, archives.images_layout("VG_100K"),
+    archives.unpack(archive, disk, archives.Layout(folder="VG_100K"),
                     **_with_reserve(archives.unpack, reserve))
     return "no error"
 

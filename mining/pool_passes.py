@@ -1,17 +1,8 @@
-"""The two mining passes, as functions over `readers.ImageItems` (of a chunk or a whole file).
-
-The objects pass (`mine_objects`) reads objects.json and attributes.json side by side (same
-image ids), joins attributes to objects by object id (`merged_object_ids` go to the survivor)
-and makes objects with the same clipped box one *region* with all their labels. Each step of
-the funnel is counted: image missing from image_data.json, zero-size box, box outside the
-image (partly outside: clipped), a side under `min_side`, excluded object. A region enters the
-OBJECT pool if its names map to exactly one category, and the pool of each super-attribute S
-of its attribute table (human for a person word) if it has exactly one attribute of S (two:
-*impure*). The counts pass (`mine_counts`) puts region_descriptions.json through the same box
-funnel and each phrase through `counts` (memoised: VG repeats phrases): a count 1-10 on a large
-enough region is a COUNT crop, any other number is counted by reason in `excluded_rows`. A
-crop's `labels` hold every canonical label of its source; crops are typed arrays with one
-interned string table (`CropColumns`).
+"""The two mining passes over `readers.ImageItems`: objects (objects.json + attributes.json,
+joined by object id; objects with one clipped box make one region) and counts
+(region_descriptions.json phrases through `counts`). Every funnel step is counted. A region
+joins the OBJECT pool with exactly one category, a super-attribute's pool with exactly one of
+its attributes (two: impure); a count 1-10 on a large enough region is a COUNT crop.
 """
 
 from __future__ import annotations
@@ -86,8 +77,7 @@ class PassResult:
 
 
 def concatenate(parts: list[PassResult]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The parts' columns end to end (each part's columns freed as it goes), their string
-    columns coded into one table of the parts' strings."""
+    """The parts' columns end to end (freed as it goes), strings coded into one table."""
     table: dict[str, int] = {}
     remaps = [np.array([table.setdefault(s, len(table)) for s in part.strings], dtype=np.int32)
               for part in parts]
@@ -119,7 +109,7 @@ def clipped_box(x: int, y: int, w: int, h: int, width: int, height: int, stats: 
 
 
 def missing_image(image: ImageItems, stats: dict, counts: Counter) -> None:
-    """Count an image record whose image is not in image_data.json: its items are skipped."""
+    """Count an image record whose image is not in image_data.json; its items are skipped."""
     counts["missing_image"] += len(image.items)
     counts["missing_image_records"] += 1
     if len(stats["missing_image_ids"]) < 20:
@@ -177,8 +167,7 @@ def _check_aligned(objs: ImageItems | None, attrs: ImageItems | None) -> None:
 
 def _regions_of(objects: list, extra: dict, width: int, height: int, min_side: int,
                 stats: Counter) -> dict:
-    """Clipped box -> [source id, raw names, raw attributes] of one image's regions of at least
-    `min_side` px; `extra` (attributes.json's by object id) is used up."""
+    """Clipped box -> [source id, raw names, raw attributes]; `extra` is used up."""
     merged_away = {m for o in objects if o.merged_object_ids for m in o.merged_object_ids}
     regions: dict = {}
     small: set = set()

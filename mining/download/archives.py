@@ -1,12 +1,10 @@
-"""Safe reading and unpacking of the zips a Visual Genome mirror serves.
+"""Safe reading and unpacking of the untrusted zips a Visual Genome mirror serves.
 
-An archive from the network is untrusted. Before a byte is written, `_checked` reads the
-central directory and refuses an entry that could write outside its place (absolute path,
-drive letter, `..`, link, empty name), lies outside its `Layout`, appears twice, is encrypted
-or neither stored nor deflated, or exceeds the `Limits` of a real archive of its kind. Each
-member's bytes are counted again while streaming, and its CRC checked. A bad archive moves to
-`NAME.bad`. `unpack` keeps the free-space reserve, unpacks into a temporary folder inside
-`out`, merges it into place, and writes a marker `.NAME.unpacked` when complete.
+Before a byte is written, `_checked` refuses an entry that could write outside its place, lies
+outside its `Layout`, repeats, is encrypted or neither stored nor deflated, or exceeds the
+`Limits` of a real archive; streaming counts each member's bytes again and checks its CRC. A
+bad archive moves to `NAME.bad`. `unpack` keeps the reserve free, unpacks into a temporary
+folder inside `out`, merges it into place, and writes `.NAME.unpacked` when complete.
 """
 
 from __future__ import annotations
@@ -73,14 +71,6 @@ class Layout:
         return f"only {self.folder}/..." if self.folder else f"exactly one file, {self.member}"
 
 
-def images_layout(folder: str) -> Layout:
-    return Layout(folder=folder, limits=IMAGE_LIMITS)
-
-
-def json_layout(member: str) -> Layout:
-    return Layout(member=member, limits=JSON_LIMITS)
-
-
 class _Bad(Exception):
     """A fault of the archive itself; becomes "corrupt archive" with the reason."""
 
@@ -102,8 +92,7 @@ def verify(archive: Path, layout: Layout) -> int:
 
 def unpack(archive: Path, out: Path, layout: Layout,
            reserve: int = space.DEFAULT_RESERVE) -> list[str]:
-    """Extract an images zip into `out`, keeping `reserve` bytes free; return the names
-    placed. Skipped when the marker of a complete unpack is there."""
+    """Extract an images zip into `out`, keeping `reserve` bytes free; the names placed."""
     archive, out = Path(archive), Path(out)
     marker = marker_path(out, archive.name)
     if marker.exists():
@@ -171,7 +160,16 @@ def _guarded(archive: Path) -> Iterator[None]:
 
 
 def _open(archive: Path, limits: Limits) -> zipfile.ZipFile:
-    _check_count(archive, limits)
+    """The zip, refused before parsing when its end record declares too many entries."""
+    with open(archive, "rb") as f:
+        try:   # zipfile's reader of the end record (zip64 too); private, so guarded
+            end = zipfile._EndRecData(f)
+            count = None if end is None else end[zipfile._ECD_ENTRIES_TOTAL]
+        except (AttributeError, IndexError, TypeError):
+            count = None   # a future zipfile without them: _checked still counts the entries
+    if count is not None and count > limits.members:
+        raise _Bad(f"it declares {count} entries, more than the {limits.members} a real "
+                   f"{archive.name} has")
     try:
         return zipfile.ZipFile(archive)
     except zipfile.BadZipFile as e:
@@ -182,21 +180,8 @@ def _open(archive: Path, limits: Limits) -> zipfile.ZipFile:
         raise _Bad(f"not a readable zip: {e}") from None
 
 
-def _check_count(archive: Path, limits: Limits) -> None:
-    """Refuse a zip whose end record declares more entries than a real one has, unparsed."""
-    with open(archive, "rb") as f:
-        try:   # zipfile's reader of the end record (zip64 too); private, so guarded
-            end = zipfile._EndRecData(f)
-            count = None if end is None else end[zipfile._ECD_ENTRIES_TOTAL]
-        except (AttributeError, IndexError, TypeError):
-            count = None   # a future zipfile without them: _checked still counts the entries
-    if count is not None and count > limits.members:
-        raise _Bad(f"it declares {count} entries, more than the {limits.members} a real "
-                   f"{archive.name} has")
-
-
 def _checked(zf: zipfile.ZipFile, archive: Path, layout: Layout) -> list[_Entry]:
-    """Every entry, checked against safety, the layout and the limits; raises `_Bad`."""
+    """Every entry, checked against safety, the layout and the limits."""
     limits = layout.limits
     entries, seen, members = [], set(), []
     for info in zf.infolist():
@@ -241,7 +226,7 @@ def _checked(zf: zipfile.ZipFile, archive: Path, layout: Layout) -> list[_Entry]
 
 
 def _safe_parts(info: zipfile.ZipInfo) -> tuple[str, ...]:
-    """The entry's path components, or `_Bad` when it could write outside its folder."""
+    """The entry's path components; `_Bad` when it could write outside its folder."""
     name = info.filename
     posix = name.replace("\\", "/")
     parts = tuple(p for p in posix.split("/") if p not in ("", "."))
@@ -279,7 +264,7 @@ def _check_member(info: zipfile.ZipInfo, limits: Limits) -> None:
 
 
 def _stream(zf: zipfile.ZipFile, info: zipfile.ZipInfo, sink: BinaryIO | None, bar) -> int:
-    """Decompress one member into sink (None: discard), counting what it really yields."""
+    """Decompress one member into sink (None: discard); the bytes it yields."""
     try:
         src = zf.open(info)
     except OSError as e:   # a header pointing outside the file: the archive's fault

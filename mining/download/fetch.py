@@ -1,11 +1,10 @@
 """HTTP fetching for `vprom download`: resumable, bounded in time and size, http(s) only.
 
 `fetch` writes `NAME.part` and renames it when complete; a retry asks for `Range: bytes=N-`
-(206 from N: appended, 200: restarted, 416: complete). The body is read one socket read at a
-time, so the clocks are checked even against a byte a second. Each bound is a one-line
-`VpromError` saying what to do: the size (expected, else announced, else the ceiling), the
-free-space reserve, the SHA-256 (a mismatch goes to `NAME.bad`), a per-file `deadline` over
-every attempt, headers included (`watchdog`), a `min_speed` floor, and `max_redirects`.
+(206: appended, 200: restarted, 416: complete). The body is read one socket read at a time,
+so the clocks are checked even against a byte a second. Bounds: the size (expected, announced
+or the ceiling), the free-space reserve, the SHA-256 (a mismatch goes to `NAME.bad`), a
+per-file `deadline` over every attempt, headers included (`watchdog`), `min_speed`, redirects.
 """
 
 from __future__ import annotations
@@ -31,16 +30,14 @@ from vprom.files import sha256_file
 _CHUNK = 1 << 16   # the most one read returns; small enough that a drop loses little
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 _SCHEMES = ("http", "https")
-# What reading `response.raw` raises on a dropped or timed-out connection: urllib3's base
-# error (ProtocolError, ReadTimeoutError, IncompleteRead), under the name requests gives it.
+# What a dropped or timed-out connection raises (BaseHTTPError: urllib3's, from response.raw)
 _RETRIED = (requests.ConnectionError, requests.Timeout,
             requests.exceptions.ChunkedEncodingError, requests.exceptions.BaseHTTPError)
 
 
 @dataclass(frozen=True)
 class Expected:
-    """What a file must be: its size in bytes and SHA-256 (hex), each None when not known;
-    `ceiling` bounds a file of unknown size (None: no bound)."""
+    """A file's size and SHA-256 (None: not known); `ceiling` bounds an unknown size."""
 
     bytes: int | None = None
     sha256: str | None = None
@@ -89,7 +86,6 @@ def session() -> requests.Session:
 
 def check_url(url: str, what: str = "--base-url") -> None:
     """A one-line error unless url is an absolute http(s) address requests can use."""
-    hint = "give an http(s) address such as https://mirror.example.org/vg"
     try:
         parts = urlsplit(url)
         parts.port   # noqa: B018 - raises ValueError on a bad port
@@ -97,12 +93,12 @@ def check_url(url: str, what: str = "--base-url") -> None:
             raise ValueError("not an absolute http(s) address")
         requests.Request("GET", url).prepare()
     except (ValueError, requests.RequestException) as e:
-        raise VpromError(f"{what} {url!r}: {e}; {hint}") from None
+        raise VpromError(f"{what} {url!r}: {e}; give an http(s) address such as "
+                         "https://mirror.example.org/vg") from None
 
 
 def _unreachable(error: Exception, url: str) -> str | None:
-    """"cannot reach HOST (why)" when `error` is a connection that was never made (the name
-    does not resolve, the host refuses): more time does not help then."""
+    """"cannot reach HOST (why)" for a connection never made: more time does not help."""
     reason = getattr(error.args[0], "reason", None) if error.args else None
     if not isinstance(reason, NewConnectionError):
         return None
@@ -111,7 +107,7 @@ def _unreachable(error: Exception, url: str) -> str | None:
 
 def fetch(http: requests.Session, url: str, dest: Path, expected: Expected, policy: Policy,
           log: Callable[[str], None]) -> Fetched:
-    """Download url to dest through dest.part within the policy's bounds (see the module doc)."""
+    """Download url to dest through dest.part within the policy's bounds."""
     transfer = _Transfer(http, url, dest, expected, policy, log)
     with watchdog.watch(http).until(transfer.end):
         return transfer.run()
@@ -149,18 +145,17 @@ class _Transfer:
                     raise self._deadline_error() from None
                 unreachable, pause = _unreachable(e, url), policy.retry_wait * (attempt + 1)
                 if unreachable and (attempt == policy.retries or pause >= self.left()):
-                    raise VpromError(f"{url}: {unreachable}" + _resume_note(part) + "; check "
-                                     "the network connection, or pass --base-url a mirror this "
-                                     "machine reaches, then rerun `vprom download`") from None
+                    raise self._give_up(unreachable, "check the network connection, or pass "
+                                        "--base-url a mirror this machine reaches, then rerun "
+                                        "`vprom download`") from None
                 if attempt == policy.retries:
-                    raise VpromError(f"{url}: failed after {policy.retries + 1} attempts ({e})"
-                                     + _resume_note(part) + "; check the network and rerun "
-                                     "`vprom download`") from None
+                    raise self._give_up(f"failed after {policy.retries + 1} attempts ({e})",
+                                        "check the network and rerun `vprom download`") from None
                 if pause >= self.left():
-                    raise VpromError(f"{url}: gave up, the deadline for one file "
-                                     f"({_duration(policy.deadline)}) would pass before the "
-                                     f"next attempt ({e})" + _resume_note(part) + "; rerun "
-                                     "`vprom download` to resume, or raise --deadline") from None
+                    raise self._give_up(f"gave up, the deadline for one file ("
+                                        f"{_duration(policy.deadline)}) would pass before the "
+                                        f"next attempt ({e})", "rerun `vprom download` to "
+                                        "resume, or raise --deadline") from None
                 time.sleep(pause)
                 continue
             except requests.RequestException as e:   # InvalidURL, InvalidSchema, ...: no retry
@@ -177,14 +172,17 @@ class _Transfer:
             return Fetched(self.received, self._check_hash(), final)
         raise AssertionError("unreachable: the loop returns or raises")
 
+    def _give_up(self, what: str, advice: str) -> VpromError:
+        return VpromError(f"{self.url}: {what}" + _resume_note(self.part) + f"; {advice}")
+
     def _deadline_error(self) -> VpromError:
-        return VpromError(f"{self.url}: gave up after {_duration(self.policy.deadline)}, the "
-                          "deadline for one file (--deadline), which bounds the whole exchange, "
-                          "headers included" + _resume_note(self.part) + "; rerun `vprom "
-                          "download` to resume, or raise --deadline for a slow link")
+        return self._give_up(f"gave up after {_duration(self.policy.deadline)}, the deadline "
+                             "for one file (--deadline), which bounds the whole exchange, "
+                             "headers included", "rerun `vprom download` to resume, or raise "
+                             "--deadline for a slow link")
 
     def _attempt(self) -> tuple[int | None, str]:
-        """One request: append to (or restart) the part; (the file's size if known, url)."""
+        """One request, appending to (or restarting) the part; (the size if known, final url)."""
         url, part, expected = self.url, self.part, self.expected
         offset = part.stat().st_size if part.exists() else 0
         response, final = self._open({"Range": f"bytes={offset}-"} if offset else {})
@@ -234,7 +232,7 @@ class _Transfer:
             return total, final
 
     def _open(self, headers: dict):
-        """GET, following at most max_redirects http(s) redirects by hand; (response, url)."""
+        """GET, following at most max_redirects http(s) redirects; (response, final url)."""
         url = current = self.url
         for _ in range(self.policy.max_redirects + 1):
             wait = max(min(self.policy.timeout, self.left()), 0.001)
@@ -266,7 +264,7 @@ class _Transfer:
                          f"{current}); the server is misconfigured - use another --base-url")
 
     def _receive(self, response, offset: int, total: int | None) -> None:
-        """Write the body to the part as it arrives, within every bound of the module doc."""
+        """Write the body to the part as it arrives, within every bound."""
         part, policy, ceiling = self.part, self.policy, self.expected.ceiling
         size = offset
         window_start, window_size = time.monotonic(), size
@@ -328,7 +326,7 @@ class _Transfer:
 
 
 def _keep_reserve(f, part: Path, more: int, known: bool, reserve: int) -> None:
-    """Refuse to write `more` bytes when the disk would be left with less than the reserve."""
+    """Refuse to write `more` bytes that would leave less than the reserve free."""
     free = space.disk(part.parent).free
     if free - more >= reserve:
         return
@@ -346,7 +344,7 @@ def _keep_reserve(f, part: Path, more: int, known: bool, reserve: int) -> None:
 
 
 def _resume_point(response, offset: int) -> tuple[int, int | None]:
-    """Where to write the body (offset or 0) and the file's total size if the server says."""
+    """Where to write the body (offset or 0), and the file's size if the server says."""
     if response.status_code == 206:
         match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
         if match and int(match.group(1)) == offset:
