@@ -1,11 +1,9 @@
 """Count phrases: does a region description state how many of something it shows?
 
-Numbers that are not counts ("five o'clock", "a 10 years old boy") must not become counts.
-`parse_count` prefilters with one regex, tokenises, and classifies each number by its
-neighbours (the word lists of `mining/data/counts.json`), or binds it to the countable noun
-that follows, skipping adjectives ("two large brown dogs" -> dog). A partitive, range or
-approximate mention spoils the phrase, two bound mentions are "several counts", and one is
-the count when it is 1..10 and heads the phrase ("a man holding two bananas": not the subject).
+`parse_count` classifies each number by its neighbours (`mining/data/counts.json`: "five
+o'clock" is a time) or binds it to the countable noun after it, skipping adjectives ("two large
+dogs" -> dog). A partitive, range or approximate mention spoils the phrase, two bound mentions
+are "several counts", and one is the count when it is 1..10 and heads the phrase.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """How `vprom mine` spreads its two passes over worker processes: byte ranges of each file.
 
-The parent reads image_data.json (the sizes both passes need), then cuts the large files into
-chunks of whole records (`byte_ranges`; objects.json and attributes.json at the same record
-indices). Forked workers (`processes.ordered_map`) parse a chunk with msgspec and mine it into
-a `PassResult`; the parent joins them in file order (`_join`), so any number of workers gives
-one process's output. A pass whose files cannot be cut (a `.json.zip`, records not joined
-alike), or a chunk that fails to load, is read by the streaming reader on one core, which
-names the first fault or gives the same output more slowly.
+The parent reads image_data.json, cuts the large files into chunks of whole records
+(`byte_ranges`), forked workers mine each chunk into a `PassResult`, and the parent joins them
+in file order, so any number of workers gives one process's output. A pass that cannot be cut
+(a zip, records joined unalike) or a chunk that fails is streamed on one core instead.
 """
 
 from __future__ import annotations

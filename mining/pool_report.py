@@ -1,7 +1,5 @@
 """The report of `vprom mine`: what each pool holds, and what every filter removed and why.
-
-`report_data` merges the passes' statistics and the crops kept into one deterministic dict
-(pools, funnels, numbers that are not counts, unknown labels, the inputs' sha256);
+`report_data` merges the passes' statistics and the crops into one deterministic dict;
 `MineReport` renders it as `<out>.report.json`, `<out>.report.md` and the printed `summary`.
 """
 

@@ -1,13 +1,9 @@
 """`vprom mine`: stream Visual Genome into the four element pools (POOLS.h5 + a report).
 
-The objects pass (objects.json + attributes.json: object, object and human attribute crops)
-and the counts pass (region_descriptions.json: count crops) run over `workers` processes
-(`pool_jobs`), with the same output for any number. `mine` merges their columns, orders crops
-by element type, then input order, numbers them 0..N-1, and writes POOLS.h5 (with the
-`vocabulary` generation needs), `<out>.report.md`/`.json` and `<out>.excluded_counts.tsv`
-(every number that is not a count). The manifest pins the inputs' sha256, `pools_settings` and
-the content hash. The four files are renamed into place together, POOLS.h5 last; POOLS.h5 is
-built in memory and written by Python, so a full disk is one line (libhdf5 can crash on it).
+The two passes (`pool_jobs`) give the same output on any number of workers. Crops are ordered
+by element type, then input order, and numbered 0..N-1. POOLS.h5 (with its vocabulary and a
+manifest of inputs, settings and content hash), the reports and `.excluded_counts.tsv` are
+renamed into place together, POOLS.h5 last; it is built in memory (libhdf5 can crash on ENOSPC).
 """
 
 from __future__ import annotations
@@ -89,7 +85,7 @@ def pools_settings(min_side: int = MIN_SIDE, vocab=None) -> dict:
 
 def _write(out: Path, table: CropTable, report: MineReport, excluded_rows: list[str],
            excluded_path: Path, vocab) -> None:
-    """All four files to temporaries, then renamed together, POOLS.h5 last (module doc)."""
+    """All four files to temporaries, then renamed together, POOLS.h5 last."""
     config = pools_settings(report.data["config"]["min_side"], vocab)
     counts = {"crops": len(table), "images": report.data["images"],
               "pools": {f"{p['element_type']}/{p['super_attribute']}".rstrip("/"): p["crops"]

@@ -1,9 +1,7 @@
-"""A wall-clock deadline for a whole HTTP exchange, headers included (`fetch`).
-
-requests' timeouts bound each socket read, not the exchange. `Watch.until(end)` starts a
-timer; every socket the session opens or reuses meanwhile registers with the watch (through
-the connection classes `watch(session)` mounts), and when the timer fires it shuts them down,
-waking a blocked `recv`, under TLS too.
+"""A wall-clock deadline for a whole HTTP exchange, headers included (requests' timeouts bound
+each read). `Watch.until(end)` starts a timer; every socket the session opens or reuses
+registers with the watch (through the connection classes `watch(session)` mounts), and the
+timer shuts them down, waking a blocked `recv`, under TLS too.
 """
 
 from __future__ import annotations

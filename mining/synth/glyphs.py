@@ -1,8 +1,6 @@
-"""The 52 object silhouettes of the synthetic corpus: the *object category* channel.
-
-Each category is one distinct connected glyph of ellipses, polygons and cut-out holes
-(`GLYPHS`, from `data/glyphs.json`), rendered as an "L" mask at the size it is drawn, once per
-(category, size).
+"""The 52 object silhouettes of the synthetic corpus (the category channel): one connected
+glyph of ellipses, polygons and holes each (`data/glyphs.json`), rendered as an "L" mask once
+per (category, size).
 """
 
 from __future__ import annotations

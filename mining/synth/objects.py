@@ -1,9 +1,7 @@
-"""Drawing the synthetic corpus's objects and scenery: every label an annotation claims is
-visible. Each super-attribute has its own channel, so labels of different super-attributes
-combine on one object: the category is the silhouette (`mining.synth.glyphs`); color,
-material and texture its fill, surface and pattern (`mining.synth.paint`); scene the
-background inside the box; object action marks around it; shape an outline; plant
-condition the foliage; a count N, N alike glyphs on a plain mat.
+"""Drawing the synthetic corpus's objects and scenery so every claimed label is visible. Each
+super-attribute has its own channel: category the silhouette (`glyphs`); color, material and
+texture the fill, surface and pattern (`paint`); scene the background in the box; action marks
+around it; shape an outline; plant condition the foliage; a count N, N glyphs on a mat.
 """
 
 from __future__ import annotations
@@ -61,14 +59,14 @@ def _draw_glyph(im: Image.Image, gbox, category: str, attrs) -> None:
 
 
 def _draw_number(im: Image.Image, gbox, number: int) -> None:
-    """A number written on a sign or a clock face (the 'number 7' / 'five o'clock' regions)."""
+    """A number written on a sign or a clock face."""
     x, y, w, h = gbox
     d = ImageDraw.Draw(im)
     d.text((x + w * 0.36, y + h * 0.2), str(number), fill=(255, 255, 255), font_size=max(10, h // 4))
 
 
 def glyph_area(box, action: str | None, shape: str | None) -> tuple[int, int, int, int]:
-    """Where the glyph goes inside an object's box, leaving room for marks and outlines."""
+    """Where the glyph goes in an object's box, leaving room for marks and outlines."""
     x, y, w, h = box
     fx, fy, fw, fh = 0.12, 0.1, 0.76, 0.78
     if shape is not None:
@@ -163,7 +161,7 @@ def draw_count(im: Image.Image, box, category: str, color: RGB, n: int, mat: RGB
 
 
 def background(width: int, height: int, horizon: int, rng: np.random.Generator) -> Image.Image:
-    """Two muted bands (upper and lower) with low-saturation clutter: bits of real-photo noise."""
+    """Two muted bands with low-saturation clutter: bits of real-photo noise."""
     im = Image.new("RGB", (width, height), muted(rng, 170, 215))
     d = ImageDraw.Draw(im)
     d.rectangle([0, horizon, width, height], fill=muted(rng, 110, 160))

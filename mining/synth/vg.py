@@ -1,10 +1,8 @@
-"""The rest of Visual Genome for the synthetic corpus, for the tools people point at a VG
-folder (the official driver, the Hugging Face loader, bottom-up-attention's `setup_vg.py`):
-image folders and outside ids, two quirks of VG's objects noted as noise (`no_synset`,
-`two_names`), scene graphs, relationships, question answers, the v1.2 files and synsets;
-on request, `download/` holds the files zipped as VG's download page serves them (`write_zips`).
-It is drawn from a generator of its own, `default_rng([seed, index, META_STREAM])`, so the
-four mined files and the pools do not depend on it.
+"""The rest of Visual Genome for the synthetic corpus, for tools pointed at a VG folder (the
+official driver, the Hugging Face loader, `setup_vg.py`): image folders, outside ids, two noted
+quirks (`no_synset`, `two_names`), scene graphs, relationships, QAs, v1.2 files, synsets and
+the download zips. Its own generator, `default_rng([seed, index, META_STREAM])`, keeps the
+mined files and pools independent of it.
 """
 
 from __future__ import annotations
@@ -23,18 +21,14 @@ URL = "https://cs.stanford.edu/people/rak248/{}/{}.jpg"
 P_META = {"second_folder": 0.4, "coco_id": 0.5, "flickr_id": 0.9, "no_synset": 0.08,
           "two_names": 0.12}
 COCO_BASE, FLICKR_BASE = 100_000, 8_000_000_000
-#: Relationship and QA ids lie above the planner's object and region ids (image_id * 1000 + k).
+# above the planner's object and region ids (image_id * 1000 + k)
 RELATIONSHIP_BASE, QA_BASE = 500, 800
 PREDICATES = {"left of": "left.r.01", "right of": "right.r.01", "above": "above.r.01",
               "below": "below.r.01"}
-#: The VG files written from these records, one record per image; the `_v1_2` files are named
-#: as VG's download page serves them.
 FILES = ("scene_graphs.json", "relationships.json", "question_answers.json",
          "objects_v1_2.json", "relationships_v1_2.json")
 SYNSETS = "synsets.json"
-#: VG's download page: each zip, the member it holds and the corpus file that is. A v1.2 zip
-#: holds the unversioned name (objects_v1_2.json.zip: objects.json), which the Hugging Face
-#: `visual_genome` script opens; the image zips hold their folder.
+# zip -> (member, corpus file); a v1.2 zip holds the unversioned name, as Hugging Face expects
 ZIPS = {**{f"{stem}.json.zip": (f"{stem}.json",) * 2 for stem in (
             "image_data", "objects", "attributes", "region_descriptions", "relationships",
             "question_answers")},
@@ -57,15 +51,14 @@ class ImageMeta:
 
 
 def category_of(synsets: list[str]) -> str | None:
-    """The category a planner's object synset names ("palm_tree.n.01" -> "palm tree")."""
+    """The category a planner's synset names ("palm_tree.n.01" -> "palm tree")."""
     if len(synsets) != 1 or not synsets[0].endswith(".n.01"):
         return None
     return synsets[0][: -len(".n.01")].replace("_", " ")
 
 
 def decorate(seed: int, index: int, img) -> ImageMeta:
-    """Draw image `index`'s folder and ids, and put VG's quirks on the planner's `_Image`
-    records in place (each noted in `img.noise`)."""
+    """Image `index`'s folder and ids; VG's quirks put on its records in place, and noted."""
     rng = np.random.default_rng([seed, index, META_STREAM])
     iid = img.image_id
     meta = ImageMeta(FOLDERS[int(rng.random() < P_META["second_folder"])],
