@@ -111,7 +111,7 @@ def main() -> None:
     args = parser.parse_args()
     reserve = None
     if args.reserve is not None:   # an older checkout has no mining.download.space and no reserve
-        from vprom.mining.download.space import parse_size
+        from vprom.mining.download.archives import parse_size
 
         reserve = parse_size(args.reserve)
     for case in args.cases:

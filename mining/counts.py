@@ -8,12 +8,11 @@ are "several counts", and one is the count when it is 1..10 and heads the phrase
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from vprom.mining.vocab import DATA_DIR, Vocabulary, load_vocabulary
+from vprom.mining.vocab import DATA_DIR, Vocabulary, load_vocabulary, read_table
 
 from vprom.domain import COUNTS
 from vprom.errors import VpromError
@@ -80,12 +79,7 @@ _LISTS = (
 
 
 def _read_words(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise VpromError(f"{path}: cannot read the count word lists ({e}); "
-                         "restore the file") from None
-    data = {k: v for k, v in data.items() if not k.startswith("_")}
+    data = read_table(path)
     missing = [key for key in _LISTS if not isinstance(data.get(key), list)]
     if missing or not isinstance(data.get("cardinals"), dict):
         raise VpromError(f"{path}: list {(missing or ['cardinals'])[0]!r} is missing; restore it")

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import vprom.mining.download.archives as archives  # noqa: PLR0402
-import vprom.mining.download.space as space  # noqa: PLR0402
 from tqdm import tqdm
 
 from vprom.claim import writes
@@ -87,7 +86,7 @@ def download(
     min_speed: float = 1000.0,
     speed_window: float = 60.0,
     max_redirects: int = 5,
-    reserve: int = space.DEFAULT_RESERVE,
+    reserve: int = archives.DEFAULT_RESERVE,
     log: Callable[[str], None] | None = None,
 ) -> DownloadSummary:
     """Fetch VG's annotation zips (and image zips, unpacked) into `out`. `expected`: file name ->

@@ -1,28 +1,34 @@
 """HTTP fetching for `vprom download`: resumable, bounded in time and size, http(s) only.
 
 `fetch` writes `NAME.part` and renames it when complete; a retry asks for `Range: bytes=N-`
-(206: appended, 200: restarted, 416: complete). The body is read one socket read at a time,
-so the clocks are checked even against a byte a second. Bounds: the size (expected, announced
-or the ceiling), the free-space reserve, the SHA-256 (a mismatch goes to `NAME.bad`), a
-per-file `deadline` over every attempt, headers included (`watchdog`), `min_speed`, redirects.
+(206: appended, 200: restarted, 416: complete). Bounds: the size (expected, announced or the
+ceiling), the reserve, the SHA-256 (a mismatch goes to `NAME.bad`), `min_speed`, redirects and
+a per-file `deadline` over every attempt, headers included: requests' timeouts bound each read,
+so a `Watch` shuts down every socket of the session when the deadline passes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
+import socket
+import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import requests
-import vprom.mining.download.space as space  # noqa: PLR0402
-import vprom.mining.download.watchdog as watchdog  # noqa: PLR0402
+from requests.adapters import HTTPAdapter
 from tqdm import tqdm
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import NewConnectionError
+from vprom.mining.download.archives import DEFAULT_RESERVE, free_space, human
 
 from vprom.errors import VpromError
 from vprom.files import sha256_file
@@ -56,7 +62,7 @@ class Policy:
     min_speed: float
     speed_window: float
     max_redirects: int
-    reserve: int = space.DEFAULT_RESERVE   # bytes that must stay free on the disk
+    reserve: int = DEFAULT_RESERVE   # bytes that must stay free on the disk
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,7 @@ def session() -> requests.Session:
     s = requests.Session()
     s.headers["User-Agent"] = f"vprom/{__version__} (V-PROM benchmark builder)"
     s.headers["Accept-Encoding"] = "identity"   # Range offsets count the bytes on disk
-    watchdog.watch(s)
+    watch(s)
     return s
 
 
@@ -109,7 +115,7 @@ def fetch(http: requests.Session, url: str, dest: Path, expected: Expected, poli
           log: Callable[[str], None]) -> Fetched:
     """Download url to dest through dest.part within the policy's bounds."""
     transfer = _Transfer(http, url, dest, expected, policy, log)
-    with watchdog.watch(http).until(transfer.end):
+    with watch(http).until(transfer.end):
         return transfer.run()
 
 
@@ -219,11 +225,11 @@ class _Transfer:
                                  "several times its largest known size); refused before "
                                  "downloading - use another --base-url, or pass --expected "
                                  "FILE with its size")
-            need, free = 0 if total is None else total - offset, space.disk(part.parent).free
+            need, free = 0 if total is None else total - offset, free_space(part.parent).free
             if need + self.policy.reserve > free:
-                raise VpromError(f"{url}: {space.human(need)} still to download and "
-                                 f"{space.human(self.policy.reserve)} to keep free (--reserve), "
-                                 f"but {part.parent} has {space.human(free)} free; free space "
+                raise VpromError(f"{url}: {human(need)} still to download and "
+                                 f"{human(self.policy.reserve)} to keep free (--reserve), "
+                                 f"but {part.parent} has {human(free)} free; free space "
                                  "(or lower --reserve) and rerun `vprom download`"
                                  + _resume_note(part))
             self._receive(response, offset, total)
@@ -327,12 +333,12 @@ class _Transfer:
 
 def _keep_reserve(f, part: Path, more: int, known: bool, reserve: int) -> None:
     """Refuse to write `more` bytes that would leave less than the reserve free."""
-    free = space.disk(part.parent).free
+    free = free_space(part.parent).free
     if free - more >= reserve:
         return
     f.close()
-    what = (f"{part.parent} would be left with less than the {space.human(reserve)} kept free "
-            f"(--reserve); {space.human(free)} free")
+    what = (f"{part.parent} would be left with less than the {human(reserve)} kept free "
+            f"(--reserve); {human(free)} free")
     if known:
         raise VpromError(f"{part}: {what}" + _resume_note(part) + "; free space and rerun "
                          "`vprom download`")
@@ -375,3 +381,102 @@ def _duration(seconds: float) -> str:
     if seconds >= 3600:
         return f"{seconds / 3600:g} h"
     return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+
+
+class Watch:
+    """Shuts down the sockets registered with it when its deadline passes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sockets: weakref.WeakSet = weakref.WeakSet()
+        self._armed = self.fired = False
+
+    @contextlib.contextmanager
+    def until(self, end: float) -> Iterator[Watch]:
+        """Arm the watch until the monotonic time `end`; disarm it on the way out."""
+        with self._lock:
+            self._armed, self.fired = True, False
+        timer = threading.Timer(max(end - time.monotonic(), 0.0), self._fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield self
+        finally:
+            timer.cancel()
+            with self._lock:
+                self._armed = False
+                self._sockets.clear()
+
+    def add(self, sock) -> None:
+        with self._lock:
+            if sock is None or not self._armed:
+                return
+            if self.fired:
+                _shut(sock)
+            else:
+                self._sockets.add(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._armed:
+                self.fired = True
+                for sock in list(self._sockets):
+                    _shut(sock)
+
+
+def _shut(sock) -> None:
+    try:   # the plain socket's shutdown: an SSLSocket's own would drop its TLS state first
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:   # already closed or never connected: nothing to wake
+        pass
+
+
+class _Registering:
+    """A urllib3 connection that registers its socket with `watch` (set per session)."""
+
+    watch: Watch
+
+    def _new_conn(self):
+        sock = super()._new_conn()
+        self.watch.add(sock)
+        return sock
+
+    def getresponse(self, *args, **kwargs):
+        self.watch.add(self.sock)   # a kept-alive connection opened under an earlier watch
+        return super().getresponse(*args, **kwargs)
+
+
+def _watched_pool(pool: type, connection: type, watch: Watch) -> type:
+    watched = type(f"Watched{connection.__name__}", (_Registering, connection), {"watch": watch})
+    return type(f"Watched{pool.__name__}", (pool,), {"ConnectionCls": watched})
+
+
+class _WatchedAdapter(HTTPAdapter):
+    """requests' adapter, with connection classes that register their sockets with a Watch."""
+
+    def __init__(self, watch: Watch, **kwargs) -> None:
+        self.watch = watch
+        self._pools = {"http": _watched_pool(HTTPConnectionPool, HTTPConnection, watch),
+                       "https": _watched_pool(HTTPSConnectionPool, HTTPSConnection, watch)}
+        super().__init__(**kwargs)
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = self._pools
+
+    def proxy_manager_for(self, proxy, **kwargs):
+        manager = super().proxy_manager_for(proxy, **kwargs)
+        if not proxy.lower().startswith("socks"):   # SOCKS managers bring their own pools
+            manager.pool_classes_by_scheme = self._pools
+        return manager
+
+
+def watch(http: requests.Session) -> Watch:
+    """The session's Watch, mounting the watched adapters on it the first time."""
+    adapters = [http.get_adapter(prefix) for prefix in ("https://", "http://")]
+    if all(isinstance(adapter, _WatchedAdapter) for adapter in adapters):
+        return adapters[0].watch
+    shared = Watch()
+    for prefix in ("https://", "http://"):
+        http.mount(prefix, _WatchedAdapter(shared))
+    return shared

@@ -19,7 +19,7 @@ import typing
 from vprom.errors import VpromError
 from vprom.claim import check_output
 from vprom.mining.download import parse_duration
-from vprom.mining.download.space import parse_size
+from vprom.mining.download.archives import parse_size
 
 #: parameters that take a Python object, not a command-line value
 PYTHON_ONLY = ("rules",)
