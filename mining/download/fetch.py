@@ -307,11 +307,9 @@ class _Transfer:
 
     def _hold_to(self, total: int | None) -> None:
         """A server that changes the file's size between attempts is not trusted."""
-        if total is None:
-            return
         if self.announced is None:
             self.announced = total
-        if total != self.announced:
+        if total is not None and total != self.announced:
             self.part.unlink(missing_ok=True)
             raise VpromError(f"{self.url}: the server announced {self.announced} bytes, then "
                              f"{total}; the partial file was deleted - rerun `vprom download`, "
