@@ -258,7 +258,7 @@ def image_of(index: int, record, path: Path, key: str) -> ImageItems:
 
 
 def _record_of(record, path: Path, index: int, key: str):
-    """A record struct of a dict, item by item where it is not in VG's layout."""
+    """A record struct of a dict not in VG's layout, item by item."""
     try:
         return msgspec.convert(record, RECORD[key])
     except msgspec.ValidationError:
@@ -295,10 +295,6 @@ def _no_image_id(path: Path, index: int) -> VpromError:
 
 def _object(item, path: Path, image_id: int, position: int) -> Object:
     """An object in VG's layout or another ("id", "name", a float box, ...)."""
-    try:
-        return msgspec.convert(item, Object)
-    except msgspec.ValidationError:
-        pass
     if not isinstance(item, dict):
         raise VpromError(f"{path}: image {image_id}, object #{position} is not a JSON object; "
                          "the file does not follow Visual Genome's schema")
@@ -316,10 +312,6 @@ def _object(item, path: Path, image_id: int, position: int) -> Object:
 
 
 def _region(item, path: Path, image_id: int, position: int) -> Region:
-    try:
-        return msgspec.convert(item, Region)
-    except msgspec.ValidationError:
-        pass
     region_id = item.get("region_id", item.get("id")) if isinstance(item, dict) else None
     if not isinstance(region_id, int):
         raise VpromError(f"{path}: image {image_id}, region #{position} has no integer "
