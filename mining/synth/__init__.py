@@ -48,18 +48,19 @@ def _render_to(args) -> tuple[list[str], dict]:
     iid, url = img.image_id, meta.url(img.image_id)
     rels = synth_vg.relationships(img)
     qas = synth_vg.question_answers(img)
-    relationship_records = synth_vg.relationship_records(img, rels)
+    objects = {"image_id": iid, "objects": img.objects, "image_url": url}
+    relationships = synth_vg.relationship_records(img, rels)
     records = [_dumps(record) for record in (
         {"width": WIDTH, "url": url, "height": HEIGHT, "image_id": iid,
          "coco_id": meta.coco_id, "flickr_id": meta.flickr_id},
-        {"image_id": iid, "objects": img.objects, "image_url": url},
+        objects,
         {"image_id": iid, "attributes": img.attributes},
         {"regions": img.regions, "id": iid},
         synth_vg.scene_graph(img, rels),
-        relationship_records,
+        relationships,
         qas,
-        synth_vg.objects_v1_2(img, url),
-        synth_vg.relationships_v1_2(relationship_records),
+        synth_vg.without_merged(objects),
+        synth_vg.without_merged(relationships),
     )]
     facts = {"expected": img.expected, "noise": img.noise, "objects": len(img.objects),
              "regions": len(img.regions), "folder": meta.folder,

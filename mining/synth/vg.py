@@ -133,23 +133,13 @@ def relationship_records(img, rels) -> dict:
     return {"relationships": out, "image_id": img.image_id}
 
 
-def without_merged(record: dict) -> dict:
-    """A v1.4 object record in v1.2's layout: v1.4 added `merged_object_ids`, nothing else."""
-    return {k: v for k, v in record.items() if k != "merged_object_ids"}
-
-
-def objects_v1_2(img, url: str) -> dict:
-    """objects_v1_2.json's record: objects.json's without `merged_object_ids`."""
-    return {"image_id": img.image_id, "objects": [without_merged(o) for o in img.objects],
-            "image_url": url}
-
-
-def relationships_v1_2(v1_4: dict) -> dict:
-    """relationships_v1_2.json's record: relationships.json's without `merged_object_ids`."""
-    return {"relationships": [{**r, "object": without_merged(r["object"]),
-                               "subject": without_merged(r["subject"])}
-                              for r in v1_4["relationships"]],
-            "image_id": v1_4["image_id"]}
+def without_merged(record):
+    """A v1.4 record in v1.2's layout: v1.4 added `merged_object_ids` (at any depth), no more."""
+    if isinstance(record, list):
+        return [without_merged(item) for item in record]
+    if isinstance(record, dict):
+        return {k: without_merged(v) for k, v in record.items() if k != "merged_object_ids"}
+    return record
 
 
 def question_answers(img) -> dict:
