@@ -55,10 +55,16 @@ class CountWords:
     """The word lists of counts.json as sets, plus the vocabulary-derived noun sets."""
 
     def __init__(self, vocab: Vocabulary, path: Path):
-        data = _read_words(path)
+        data = read_table(path)
+        missing = [key for key in _LISTS if not isinstance(data.get(key), list)]
+        if missing or not isinstance(data.get("cardinals"), dict):
+            raise VpromError(f"{path}: list {(missing or ['cardinals'])[0]!r} is missing; "
+                             "restore it")
         self.vocab = vocab
         self.cardinals: dict[str, int] = data.pop("cardinals")
         for key, words in data.items():
+            if isinstance(words, list) and len(set(words)) != len(words):
+                raise VpromError(f"{path}: list {key!r} holds a word twice; list it once")
             setattr(self, key, frozenset(words))
         self.nouns = vocab.objects | vocab.person_words | vocab.excluded_objects
         self.adjectives = (frozenset(vocab.object_attributes) | frozenset(vocab.human_attributes)
@@ -76,17 +82,6 @@ _LISTS = (
     "approximate_before", "range_between", "range_before", "score_words", "partitive_after",
     "partitive_determiners", "pronoun_before", "lead", "modifiers", "stop_words", "uncountable",
 )
-
-
-def _read_words(path: Path) -> dict:
-    data = read_table(path)
-    missing = [key for key in _LISTS if not isinstance(data.get(key), list)]
-    if missing or not isinstance(data.get("cardinals"), dict):
-        raise VpromError(f"{path}: list {(missing or ['cardinals'])[0]!r} is missing; restore it")
-    for key, words in data.items():
-        if isinstance(words, list) and len(set(words)) != len(words):
-            raise VpromError(f"{path}: list {key!r} holds a word twice; list it once")
-    return data
 
 
 _WORDS: dict[int, CountWords] = {}

@@ -37,28 +37,17 @@ class CropColumns:
         self.ints.update({name: array("i") for name in ("x", "y", "w", "h", "element",
                                                          "super_attribute", "phrase", "labels")})
         self.ints["element_type"] = array("b")
-        self._index: dict[str, int] = {}
-        self.strings: list[str] = []
+        self.codes: dict[str, int] = {}  # string -> its code, in the order first seen
 
     def intern(self, text: str) -> int:
-        i = self._index.get(text)
-        if i is None:
-            i = self._index[text] = len(self.strings)
-            self.strings.append(text)
-        return i
+        return self.codes.setdefault(text, len(self.codes))
 
     def add(self, element_type: str, element: str, super_attribute: str, image_id: int,
             box: tuple[int, int, int, int], source_id: int, phrase: str, labels: int) -> None:
-        c = self.ints
-        c["element_type"].append(ELEMENT_CODE[element_type])
-        c["element"].append(self.intern(element))
-        c["super_attribute"].append(self.intern(super_attribute))
-        c["image_id"].append(image_id)
-        for name, v in zip(("x", "y", "w", "h"), box):
-            c[name].append(v)
-        c["source_id"].append(source_id)
-        c["phrase"].append(self.intern(phrase))
-        c["labels"].append(labels)
+        row = (image_id, source_id, *box, self.intern(element), self.intern(super_attribute),
+               self.intern(phrase), labels, ELEMENT_CODE[element_type])
+        for column, value in zip(self.ints.values(), row):
+            column.append(value)
 
     def numpy(self) -> dict[str, np.ndarray]:
         return {name: np.array(a, dtype=a.typecode) for name, a in self.ints.items()}
@@ -147,7 +136,7 @@ def mine_objects(objects, attributes, sizes: dict, min_side: int, vocab) -> Pass
     for objs, attrs in zip_longest(objects, attributes):
         _check_aligned(objs, attrs)
         _mine_image(objs, attrs, sizes, min_side, vocab, cols, stats)
-    return PassResult(cols.numpy(), cols.strings, stats, {},
+    return PassResult(cols.numpy(), list(cols.codes), stats, {},
                       seconds=time.perf_counter() - start)
 
 
@@ -316,7 +305,7 @@ def mine_counts(images, sizes: dict, min_side: int, vocab) -> PassResult:
             if parsed is not None:
                 _mine_phrase(image.image_id, box, region.region_id, region.phrase, parsed,
                              min_side, vocab, stats, cols, rows)
-    return PassResult(cols.numpy(), cols.strings, stats, {}, rows,
+    return PassResult(cols.numpy(), list(cols.codes), stats, {}, rows,
                       seconds=time.perf_counter() - start)
 
 
