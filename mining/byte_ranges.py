@@ -1,5 +1,4 @@
 """Cut a JSON array of records into byte ranges of whole records, for workers to parse apart.
-
 One program joins every two records with the same bytes (`}, {"image_id"`): `JoinScan` learns
 the join from the first record and finds every record end by searching for it; `plan` cuts
 there into `Chunk`s of about `TARGET` bytes. A join may occur inside a record, so `load`

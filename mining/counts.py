@@ -1,5 +1,4 @@
 """Count phrases: does a region description state how many of something it shows?
-
 `parse_count` classifies each number by its neighbours (`mining/data/counts.json`: "five
 o'clock" is a time) or binds it to the countable noun after it, skipping adjectives ("two large
 dogs" -> dog). A partitive, range or approximate mention spoils the phrase, two bound mentions

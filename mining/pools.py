@@ -1,11 +1,8 @@
 """`vprom mine`: stream Visual Genome into the four element pools (POOLS.h5 + a report).
-
-The parent reads image_data.json and cuts the large files into chunks of whole records
-(`byte_ranges`); forked workers mine each chunk (`pool_passes`) and the parent joins them in
-file order, so any number of workers gives one process's output (a pass that cannot be cut,
-or a chunk that fails, is streamed on one core). Crops are ordered by element type, then input
-order. POOLS.h5, the reports and `.excluded_counts.tsv` are renamed into place together,
-POOLS.h5 last; it is built in memory, as libhdf5 can crash on a full disk.
+Forked workers mine chunks of whole records (`byte_ranges`, `pool_passes`), joined in file
+order: any number of workers gives one process's output (what cannot be cut is streamed).
+Crops are ordered by element type, then input order. POOLS.h5 (built in memory: libhdf5 can
+crash on a full disk), the reports and `.excluded_counts.tsv` are renamed in together.
 """
 
 from __future__ import annotations

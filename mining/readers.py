@@ -1,5 +1,4 @@
 """Visual Genome's annotation files: finding them, streaming them, and the fields mining takes.
-
 `records` streams a file's top-level array (plain or zipped) with ijson; `Source` counts and
 hashes the bytes and refuses nesting deeper than `MAX_DEPTH` (ijson's time grows with the
 square of the depth). `image_of` makes a record an `ImageItems` of msgspec structs, absorbing

@@ -1,5 +1,4 @@
 """Curated vocabularies (the JSON files under `mining/data/`) and label normalisation.
-
 `load_vocabulary` reads and validates the tables, naming the file and the label it refuses.
 `Vocabulary.canonical` maps a raw VG name to its canonical label: an alias wins, a known label
 stays, a regular plural loses its ending only when the singular is known ("glass" keeps its s).

@@ -1,5 +1,4 @@
 """Fetch Visual Genome: resumable, verified downloads and safe unpacking, even from a bad mirror.
-
 Annotation zips stay zipped; image zips are unpacked into `VG_100K/` and `VG_100K_2/`. A file
 recorded in `download.manifest.json` (or with an unpack marker) is skipped; else it is fetched
 through `NAME.part`, its size and SHA-256 checked against `mining/data/vg_files.json` (an

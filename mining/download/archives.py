@@ -1,11 +1,8 @@
-"""Safe reading and unpacking of the untrusted zips a Visual Genome mirror serves.
-
-Before a byte is written, `_checked` refuses an entry that could write outside its place, lies
-outside its `Layout`, repeats, is encrypted or neither stored nor deflated, or exceeds the
-`Limits` of a real archive; streaming counts each member's bytes again and checks its CRC. A
-bad archive moves to `NAME.bad`. `unpack` unpacks into a temporary folder inside `out`, merges
-it into place, and writes `.NAME.unpacked` when complete. Every write of `vprom download` keeps
-a reserve free, counted as the file system hands space out (`footprint`: whole blocks).
+"""Safe reading and unpacking of the untrusted zips a Visual Genome mirror serves. `_checked`
+refuses an entry that could escape its `Layout`, repeats, is encrypted or exotic, or exceeds
+the `Limits` of a real archive; streaming recounts bytes and checks CRCs; a bad archive moves
+to `NAME.bad`. `unpack` works in a temporary folder in `out`, then merges and marks it done.
+Every write of `vprom download` keeps a reserve free (`footprint`: whole blocks per file).
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """HTTP fetching for `vprom download`: resumable, bounded in time and size, http(s) only.
-
-`fetch` writes `NAME.part` and renames it when complete; a retry asks for `Range: bytes=N-`
-(206: appended, 200: restarted, 416: complete). Bounds: the size (expected, announced or the
-ceiling), the reserve, the SHA-256 (a mismatch goes to `NAME.bad`), `min_speed`, redirects and
-a per-file `deadline` over every attempt, headers included: requests' timeouts bound each read,
-so a `Watch` shuts down every socket of the session when the deadline passes.
+`fetch` writes `NAME.part`, renamed when complete; a retry asks for `Range: bytes=N-`. Bounds:
+the size (expected, announced or ceiling), the reserve, the SHA-256 (a mismatch goes to
+`NAME.bad`), `min_speed`, redirects, and a per-file `deadline` over all attempts, headers too:
+as requests' timeouts bound each read, a `Watch` shuts the session's sockets at the deadline.
 """
 
 from __future__ import annotations
