@@ -137,7 +137,6 @@ def _mine_chunks(kind: str, chunks: tuple, setup: Setup) -> PassResult:
 
 
 def _streamed(kind: str, setup: Setup) -> PassResult:
-    """The whole pass through the streaming reader."""
     with ExitStack() as stack:
         sources = [stack.enter_context(readers.Source(setup.paths[stem]))
                    for stem in _FILES[kind]]
@@ -234,7 +233,6 @@ def _write(out: Path, table: CropTable, report: MineReport, excluded_rows: list[
 
 
 def _pools_image(table: CropTable, vocab, manifest: dict) -> bytes:
-    """The bytes of POOLS.h5, made in memory, its manifest carrying its content hash."""
     import h5py
 
     with h5py.File("pools.h5", "w", driver="core", backing_store=False) as h5:

@@ -265,7 +265,6 @@ def _check_member(info: zipfile.ZipInfo, limits: Limits) -> None:
 
 
 def _stream(zf: zipfile.ZipFile, info: zipfile.ZipInfo, sink: BinaryIO | None, bar) -> int:
-    """Decompress one member into sink (None: discard); the bytes it yields."""
     try:
         src = zf.open(info)
     except OSError as e:   # a header pointing outside the file: the archive's fault

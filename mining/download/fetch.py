@@ -268,7 +268,6 @@ class _Transfer:
                          f"{current}); the server is misconfigured - use another --base-url")
 
     def _receive(self, response, offset: int, total: int | None) -> None:
-        """Write the body to the part as it arrives, within every bound."""
         part, policy, ceiling = self.part, self.policy, self.expected.ceiling
         size = offset
         window_start, window_size = time.monotonic(), size

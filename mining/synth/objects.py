@@ -60,7 +60,6 @@ def _draw_glyph(im: Image.Image, gbox, category: str, attrs) -> None:
 
 
 def _draw_number(im: Image.Image, gbox, number: int) -> None:
-    """A number written on a sign or a clock face."""
     x, y, w, h = gbox
     d = ImageDraw.Draw(im)
     d.text((x + w * 0.36, y + h * 0.2), str(number), fill=(255, 255, 255), font_size=max(10, h // 4))
