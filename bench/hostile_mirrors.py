@@ -65,7 +65,7 @@ def _endless(disk: Path, reserve: int | None) -> str:
 def _tiny(disk: Path, reserve: int | None) -> str:
     archive = disk.parent / "tiny.zip"
     archive.write_bytes(hostile.tiny_members_zip(30_000))
-    archives.unpack(archive, disk, archives.images_layout("VG_100K"),
+    archives.unpack(archive, disk, archives.Layout(folder="VG_100K"),
                     **_with_reserve(archives.unpack, reserve))
     return "no error"
 
@@ -111,7 +111,7 @@ def main() -> None:
     args = parser.parse_args()
     reserve = None
     if args.reserve is not None:   # an older checkout has no mining.download.space and no reserve
-        from vprom.mining.download.space import parse_size
+        from vprom.mining.download.archives import parse_size
 
         reserve = parse_size(args.reserve)
     for case in args.cases:

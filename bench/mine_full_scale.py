@@ -10,7 +10,7 @@
 2. Side by side in one run, the cost of each pass against the bare parse of its files: the
    anchors are `ijson.items` (yajl2_c, what the streaming reader uses) over objects.json +
    attributes.json and over region_descriptions.json; each pass runs alone in this process
-   on one core, its byte-range cut included (`mining.pool_jobs`). With `--rounds R`, all
+   on one core, its byte-range cut included (`mining.pools`). With `--rounds R`, all
    four are timed R times, one after another, and each keeps its best time.
 3. Times `vprom mine --workers N` for each N of `--workers` (default 1,2,4) in a
    subprocess: wall time and peak RSS, the RSS summed over the whole process tree (polled
@@ -319,7 +319,7 @@ def anchors_and_passes(vg: Path) -> dict:
 
     from vprom.domain import MIN_SIDE
     from vprom.mining import byte_ranges, readers
-    from vprom.mining.pool_jobs import _FILES, COUNTS, OBJECTS, Setup, _jobs, _scans, run_job
+    from vprom.mining.pools import _FILES, COUNTS, OBJECTS, Setup, _jobs, _scans, run_job
     from vprom.mining.vocab import load_vocabulary
 
     paths = {stem: readers.locate(vg, stem) for stem in readers.FILES}

@@ -1,11 +1,8 @@
 """Cut a JSON array of records into byte ranges of whole records, for workers to parse apart.
-
-A file written by one program joins every two records with the same bytes (`}, {"image_id"`):
-`JoinScan.open` learns that join from the first record, `more` finds every later record end
-by searching for it (hashing the file on the way), and `plan` cuts there into `Chunk`s of
-about `TARGET` bytes, several files at the same record indices. A join may also occur inside
-a record, so `load` refuses a chunk that does not parse as exactly the records counted in it,
-and the caller then reads the file with the streaming reader, which names the fault.
+One program joins every two records with the same bytes (`}, {"image_id"`): `JoinScan` learns
+the join from the first record and finds every record end by searching for it; `plan` cuts
+there into `Chunk`s of about `TARGET` bytes. A join may occur inside a record, so `load`
+refuses a chunk that is not exactly its records (the caller then streams the file).
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ _TRIES = 64  # joins tried as the end of the first record before giving up on th
 
 
 class Chunk(NamedTuple):
-    """Records `first` .. `first + count - 1` of the array: the bytes `start` .. `stop`."""
+    """Records `first` .. `first + count - 1` of the array: bytes `start` .. `stop`."""
 
     path: Path
     start: int
@@ -50,8 +47,7 @@ class JoinScan:
 
     @classmethod
     def open(cls, path: str | Path) -> JoinScan | None:
-        """The scan of the file at `path`; None when it does not start as an array of at
-        least two objects joined by a first key, within its first `BLOCK` bytes."""
+        """The file's scan; None unless its first `BLOCK` bytes start an array of joined objects."""
         with open(path, "rb") as f:
             head = f.read(BLOCK)
         first = _FIRST_KEY.match(head)
@@ -95,8 +91,7 @@ class JoinScan:
 
 
 def plan(scans: list[JoinScan], target: int | None = None) -> Iterator[tuple[Chunk, ...]]:
-    """Chunks of whole records, the same record indices in every file of `scans`; the last
-    runs to the end of every file, and once it is out every scan has its sha256."""
+    """Chunks of the same records in every file of `scans`; the last runs to each file's end."""
     target = target or TARGET
     lead = scans[0]
     starts = [scan.start for scan in scans]
@@ -135,8 +130,8 @@ def _reach(scan: JoinScan, index: int) -> bool:
 
 
 def load(chunk: Chunk, record: type) -> list:
-    """The records of `chunk`, as `record` structs if they all fit, else as plain JSON;
-    ValueError unless its bytes are exactly `chunk.count` whole records of valid JSON."""
+    """The chunk's records (`record` structs if all fit, else plain JSON); ValueError unless
+    its bytes are exactly `chunk.count` whole records."""
     with open(chunk.path, "rb") as f:
         f.seek(chunk.start)
         data = f.read(chunk.stop - chunk.start)

@@ -1,21 +1,17 @@
 """Count phrases: does a region description state how many of something it shows?
-
-Numbers that are not counts ("five o'clock", "a 10 years old boy") must not become counts.
-`parse_count` prefilters with one regex, tokenises, and classifies each number by its
-neighbours (the word lists of `mining/data/counts.json`), or binds it to the countable noun
-that follows, skipping adjectives ("two large brown dogs" -> dog). A partitive, range or
-approximate mention spoils the phrase, two bound mentions are "several counts", and one is
-the count when it is 1..10 and heads the phrase ("a man holding two bananas": not the subject).
+`parse_count` classifies each number by its neighbours (`mining/data/counts.json`: "five
+o'clock" is a time) or binds it to the countable noun after it, skipping adjectives ("two large
+dogs" -> dog). A partitive, range or approximate mention spoils the phrase, two bound mentions
+are "several counts", and one is the count when it is 1..10 and heads the phrase.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from vprom.mining.vocab import DATA_DIR, Vocabulary, load_vocabulary
+from vprom.mining.vocab import DATA_DIR, Vocabulary, load_vocabulary, read_table
 
 from vprom.domain import COUNTS
 from vprom.errors import VpromError
@@ -58,10 +54,16 @@ class CountWords:
     """The word lists of counts.json as sets, plus the vocabulary-derived noun sets."""
 
     def __init__(self, vocab: Vocabulary, path: Path):
-        data = _read_words(path)
+        data = read_table(path)
+        missing = [key for key in _LISTS if not isinstance(data.get(key), list)]
+        if missing or not isinstance(data.get("cardinals"), dict):
+            raise VpromError(f"{path}: list {(missing or ['cardinals'])[0]!r} is missing; "
+                             "restore it")
         self.vocab = vocab
         self.cardinals: dict[str, int] = data.pop("cardinals")
         for key, words in data.items():
+            if isinstance(words, list) and len(set(words)) != len(words):
+                raise VpromError(f"{path}: list {key!r} holds a word twice; list it once")
             setattr(self, key, frozenset(words))
         self.nouns = vocab.objects | vocab.person_words | vocab.excluded_objects
         self.adjectives = (frozenset(vocab.object_attributes) | frozenset(vocab.human_attributes)
@@ -79,22 +81,6 @@ _LISTS = (
     "approximate_before", "range_between", "range_before", "score_words", "partitive_after",
     "partitive_determiners", "pronoun_before", "lead", "modifiers", "stop_words", "uncountable",
 )
-
-
-def _read_words(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise VpromError(f"{path}: cannot read the count word lists ({e}); "
-                         "restore the file") from None
-    data = {k: v for k, v in data.items() if not k.startswith("_")}
-    missing = [key for key in _LISTS if not isinstance(data.get(key), list)]
-    if missing or not isinstance(data.get("cardinals"), dict):
-        raise VpromError(f"{path}: list {(missing or ['cardinals'])[0]!r} is missing; restore it")
-    for key, words in data.items():
-        if isinstance(words, list) and len(set(words)) != len(words):
-            raise VpromError(f"{path}: list {key!r} holds a word twice; list it once")
-    return data
 
 
 _WORDS: dict[int, CountWords] = {}

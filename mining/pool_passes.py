@@ -1,17 +1,8 @@
-"""The two mining passes, as functions over `readers.ImageItems` (of a chunk or a whole file).
-
-The objects pass (`mine_objects`) reads objects.json and attributes.json side by side (same
-image ids), joins attributes to objects by object id (`merged_object_ids` go to the survivor)
-and makes objects with the same clipped box one *region* with all their labels. Each step of
-the funnel is counted: image missing from image_data.json, zero-size box, box outside the
-image (partly outside: clipped), a side under `min_side`, excluded object. A region enters the
-OBJECT pool if its names map to exactly one category, and the pool of each super-attribute S
-of its attribute table (human for a person word) if it has exactly one attribute of S (two:
-*impure*). The counts pass (`mine_counts`) puts region_descriptions.json through the same box
-funnel and each phrase through `counts` (memoised: VG repeats phrases): a count 1-10 on a large
-enough region is a COUNT crop, any other number is counted by reason in `excluded_rows`. A
-crop's `labels` hold every canonical label of its source; crops are typed arrays with one
-interned string table (`CropColumns`).
+"""The two mining passes over `readers.ImageItems`: objects (objects.json + attributes.json,
+joined by object id; objects with one clipped box make one region) and counts
+(region_descriptions.json phrases through `counts`). Every funnel step is counted. A region
+joins the OBJECT pool with exactly one category, a super-attribute's pool with exactly one of
+its attributes (two: impure); a count 1-10 on a large enough region is a COUNT crop.
 """
 
 from __future__ import annotations
@@ -46,28 +37,17 @@ class CropColumns:
         self.ints.update({name: array("i") for name in ("x", "y", "w", "h", "element",
                                                          "super_attribute", "phrase", "labels")})
         self.ints["element_type"] = array("b")
-        self._index: dict[str, int] = {}
-        self.strings: list[str] = []
+        self.codes: dict[str, int] = {}  # string -> its code, in the order first seen
 
     def intern(self, text: str) -> int:
-        i = self._index.get(text)
-        if i is None:
-            i = self._index[text] = len(self.strings)
-            self.strings.append(text)
-        return i
+        return self.codes.setdefault(text, len(self.codes))
 
     def add(self, element_type: str, element: str, super_attribute: str, image_id: int,
             box: tuple[int, int, int, int], source_id: int, phrase: str, labels: int) -> None:
-        c = self.ints
-        c["element_type"].append(ELEMENT_CODE[element_type])
-        c["element"].append(self.intern(element))
-        c["super_attribute"].append(self.intern(super_attribute))
-        c["image_id"].append(image_id)
-        for name, v in zip(("x", "y", "w", "h"), box):
-            c[name].append(v)
-        c["source_id"].append(source_id)
-        c["phrase"].append(self.intern(phrase))
-        c["labels"].append(labels)
+        row = (image_id, source_id, *box, self.intern(element), self.intern(super_attribute),
+               self.intern(phrase), labels, ELEMENT_CODE[element_type])
+        for column, value in zip(self.ints.values(), row):
+            column.append(value)
 
     def numpy(self) -> dict[str, np.ndarray]:
         return {name: np.array(a, dtype=a.typecode) for name, a in self.ints.items()}
@@ -86,8 +66,7 @@ class PassResult:
 
 
 def concatenate(parts: list[PassResult]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The parts' columns end to end (each part's columns freed as it goes), their string
-    columns coded into one table of the parts' strings."""
+    """The parts' columns end to end (freed as it goes), strings coded into one table."""
     table: dict[str, int] = {}
     remaps = [np.array([table.setdefault(s, len(table)) for s in part.strings], dtype=np.int32)
               for part in parts]
@@ -119,7 +98,7 @@ def clipped_box(x: int, y: int, w: int, h: int, width: int, height: int, stats: 
 
 
 def missing_image(image: ImageItems, stats: dict, counts: Counter) -> None:
-    """Count an image record whose image is not in image_data.json: its items are skipped."""
+    """Count an image record whose image is not in image_data.json; its items are skipped."""
     counts["missing_image"] += len(image.items)
     counts["missing_image_records"] += 1
     if len(stats["missing_image_ids"]) < 20:
@@ -157,7 +136,7 @@ def mine_objects(objects, attributes, sizes: dict, min_side: int, vocab) -> Pass
     for objs, attrs in zip_longest(objects, attributes):
         _check_aligned(objs, attrs)
         _mine_image(objs, attrs, sizes, min_side, vocab, cols, stats)
-    return PassResult(cols.numpy(), cols.strings, stats, {},
+    return PassResult(cols.numpy(), list(cols.codes), stats, {},
                       seconds=time.perf_counter() - start)
 
 
@@ -177,8 +156,7 @@ def _check_aligned(objs: ImageItems | None, attrs: ImageItems | None) -> None:
 
 def _regions_of(objects: list, extra: dict, width: int, height: int, min_side: int,
                 stats: Counter) -> dict:
-    """Clipped box -> [source id, raw names, raw attributes] of one image's regions of at least
-    `min_side` px; `extra` (attributes.json's by object id) is used up."""
+    """Clipped box -> [source id, raw names, raw attributes]; `extra` is used up."""
     merged_away = {m for o in objects if o.merged_object_ids for m in o.merged_object_ids}
     regions: dict = {}
     small: set = set()
@@ -327,7 +305,7 @@ def mine_counts(images, sizes: dict, min_side: int, vocab) -> PassResult:
             if parsed is not None:
                 _mine_phrase(image.image_id, box, region.region_id, region.phrase, parsed,
                              min_side, vocab, stats, cols, rows)
-    return PassResult(cols.numpy(), cols.strings, stats, {}, rows,
+    return PassResult(cols.numpy(), list(cols.codes), stats, {}, rows,
                       seconds=time.perf_counter() - start)
 
 

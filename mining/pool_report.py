@@ -1,7 +1,5 @@
 """The report of `vprom mine`: what each pool holds, and what every filter removed and why.
-
-`report_data` merges the passes' statistics and the crops kept into one deterministic dict
-(pools, funnels, numbers that are not counts, unknown labels, the inputs' sha256);
+`report_data` merges the passes' statistics and the crops into one deterministic dict;
 `MineReport` renders it as `<out>.report.json`, `<out>.report.md` and the printed `summary`.
 """
 
@@ -19,39 +17,32 @@ from vprom.tables import CropTable
 
 FEW_CROPS = 10  # the report flags elements with fewer crops than this
 TOP_N = 30  # unknown labels / excluded attributes listed in the report
-#: How the report writes the range of counts: "1-10".
 COUNT_RANGE = f"{COUNTS[0]}-{COUNTS[-1]}"
 
 
 def report_data(table: CropTable, passes: list[PassResult], inputs: dict, min_side: int, vocab,
                 excluded_file: str) -> dict:
-    """The report's dictionary: the passes' statistics summed, and the pools of `table`."""
-    stats: dict = {}
-    for result in passes:
-        for key, value in result.stats.items():
-            if isinstance(value, list):
-                stats[key] = stats.get(key, []) + value
-            elif isinstance(value, Counter):
-                stats[key] = stats.get(key, Counter()) + value
-            else:
-                stats[key] = value
-    empty = Counter()
+    """The report's dictionary: the two passes' statistics, and the pools of `table`."""
+    objects, counts = (result.stats for result in passes)
+    stats = {key: +value if isinstance(value, Counter) else value  # + drops zero counts
+             for key, value in {**objects, **counts}.items()}
+    missing = objects["missing_image_ids"] + counts["missing_image_ids"]
     return {
         "config": {"min_side": min_side, "few_crops": FEW_CROPS},
         "inputs": inputs,
-        "images": stats.get("images", 0),
+        "images": stats["images"],
         "crops": len(table),
-        "objects": dict(sorted(stats.get("objects", empty).items())),
-        "regions": dict(sorted(stats.get("regions", empty).items())),
-        "missing_image_ids": sorted(set(stats.get("missing_image_ids", [])))[:20],
-        "unknown_labels": {"names": _top(stats.get("unknown_names", empty)),
-                           "attributes": _top(stats.get("unknown_attributes", empty))},
-        "excluded_attributes": _top(stats.get("excluded_attributes", empty)),
-        "counts": {"excluded_by_reason": dict(sorted(stats.get("count_excluded", empty).items())),
-                   "samples": dict(sorted(stats.get("count_samples", {}).items())),
-                   "too_small": dict(sorted(stats.get("count_too_small", empty).items())),
+        "objects": dict(sorted(stats["objects"].items())),
+        "regions": dict(sorted(stats["regions"].items())),
+        "missing_image_ids": sorted(set(missing))[:20],
+        "unknown_labels": {"names": _top(stats["unknown_names"]),
+                           "attributes": _top(stats["unknown_attributes"])},
+        "excluded_attributes": _top(stats["excluded_attributes"]),
+        "counts": {"excluded_by_reason": dict(sorted(stats["count_excluded"].items())),
+                   "samples": dict(sorted(stats["count_samples"].items())),
+                   "too_small": dict(sorted(stats["count_too_small"].items())),
                    "excluded_file": excluded_file},
-        "pools": _pools(table, stats.get("impure", empty), vocab),
+        "pools": _pools(table, stats["impure"], vocab),
     }
 
 

@@ -1,11 +1,8 @@
 """Visual Genome's annotation files: finding them, streaming them, and the fields mining takes.
-
-`records` parses a file's top-level JSON array (plain, or the one member of a `.json.zip`) with
-ijson one record at a time, so memory stays flat; `Source` counts the bytes read (to say where
-a file is broken), hashes them, and refuses nesting deeper than `MAX_DEPTH` before ijson sees
-it (ijson's time grows with the square of the depth). `image_of` makes a record an `ImageItems`
-of msgspec structs, absorbing the drift between VG releases (`id` for `image_id`/`object_id`,
-`name`/`object_names` for `names`, one string for a list, float boxes).
+`records` streams a file's top-level array (plain or zipped) with ijson; `Source` counts and
+hashes the bytes and refuses nesting deeper than `MAX_DEPTH` (ijson's time grows with the
+square of the depth). `image_of` makes a record an `ImageItems` of msgspec structs, absorbing
+the drift between VG releases (`id`, `name`/`object_names`, one string for a list, float boxes).
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from vprom.files import sha256_file
 IMAGE_DATA, OBJECTS, ATTRIBUTES, REGIONS = ("image_data", "objects", "attributes",
                                             "region_descriptions")
 FILES = (IMAGE_DATA, OBJECTS, ATTRIBUTES, REGIONS)
-#: the file each kind of record comes from, as errors name it
 WHAT = {"objects": "objects.json", "attributes": "attributes.json",
         "regions": "region_descriptions.json", "images": "image_data.json"}
 MAX_SIDE = 65_535  # the largest side a JPEG can have (its header stores 16 bits)
@@ -36,11 +32,7 @@ MAX_DEPTH = 64  # the deepest nesting of arrays and objects a file may have
 
 
 class TooDeep(VpromError):
-    """Nesting deeper than MAX_DEPTH, found at byte `at` of the file."""
-
-    def __init__(self, at: int):
-        super().__init__(at)
-        self.at = at
+    """Nesting deeper than MAX_DEPTH, found at byte `args[0]` of the file."""
 
 
 class ImageItems(NamedTuple):
@@ -74,8 +66,7 @@ def _version_key(name: str, stem: str) -> tuple[int, ...]:
 
 
 class Source:
-    """One annotation file as a binary stream, counting the bytes read; `sha256` is set once
-    `records` has read it all (for a zip, the zip file's hash)."""
+    """An annotation file as a counted binary stream; `sha256` (a zip's own) once all read."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -84,7 +75,7 @@ class Source:
         self._depth, self._in_string, self._escaped = 0, False, False
         self._zip = self._raw = self._hasher = None
 
-    def __enter__(self) -> Source:
+    def __enter__(self):
         try:
             if self.path.suffix == ".zip":
                 self._raw = self._open_member()
@@ -118,7 +109,6 @@ class Source:
         return data
 
     def _check_depth(self, data: bytes) -> None:
-        """Refuse nesting deeper than MAX_DEPTH in `data`, the next block of the file."""
         if self._escaped:
             data = data[1:]  # the character a backslash at the end of the last block escapes
         data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
@@ -159,7 +149,7 @@ def records(source: Source, what: str) -> Iterator[tuple[int, object]]:
             yield index, record
     except TooDeep as e:
         raise VpromError(f"{source.path}: arrays or objects nest more than {MAX_DEPTH} deep "
-                         f"in image record #{index + 1}, near byte {e.at:,} (Visual Genome's "
+                         f"in image record #{index + 1}, near byte {e.args[0]:,} (Visual Genome's "
                          "records nest 5 deep); the file is damaged or not Visual Genome's "
                          "— download it again") from None
     except (ijson.JSONError, zipfile.BadZipFile, zlib.error, EOFError, UnicodeDecodeError) as e:
@@ -182,8 +172,7 @@ def images(source: Source, key: str) -> Iterator[ImageItems]:
 
 
 def image_sizes(path: str | Path) -> tuple[dict[int, tuple[int, int]], str]:
-    """image id -> (width, height) of every image of image_data.json, and the file's sha256;
-    an image listed twice is refused (which size its boxes were drawn on cannot be told)."""
+    """image id -> (width, height) of image_data.json, and its sha256; no image twice."""
     sizes: dict[int, tuple[int, int]] = {}
     first: dict[int, int] = {}
     with Source(path) as source:
@@ -250,7 +239,6 @@ class RegionsRecord(msgspec.Struct, gc=False):
     id: int | msgspec.UnsetType = msgspec.UNSET
 
 
-#: the record struct of each kind of record
 RECORD = {"objects": ObjectsRecord, "attributes": ObjectsRecord, "regions": RegionsRecord}
 
 
@@ -269,7 +257,7 @@ def image_of(index: int, record, path: Path, key: str) -> ImageItems:
 
 
 def _record_of(record, path: Path, index: int, key: str):
-    """A record struct of a dict, converted item by item where it is not in VG's layout."""
+    """A record struct of a dict not in VG's layout, item by item."""
     try:
         return msgspec.convert(record, RECORD[key])
     except msgspec.ValidationError:
@@ -305,11 +293,7 @@ def _no_image_id(path: Path, index: int) -> VpromError:
 
 
 def _object(item, path: Path, image_id: int, position: int) -> Object:
-    """An object in VG's layout or another ("id", "name", a float box, ...), or an error."""
-    try:
-        return msgspec.convert(item, Object)
-    except msgspec.ValidationError:
-        pass
+    """An object in VG's layout or another ("id", "name", a float box, ...)."""
     if not isinstance(item, dict):
         raise VpromError(f"{path}: image {image_id}, object #{position} is not a JSON object; "
                          "the file does not follow Visual Genome's schema")
@@ -327,10 +311,6 @@ def _object(item, path: Path, image_id: int, position: int) -> Object:
 
 
 def _region(item, path: Path, image_id: int, position: int) -> Region:
-    try:
-        return msgspec.convert(item, Region)
-    except msgspec.ValidationError:
-        pass
     region_id = item.get("region_id", item.get("id")) if isinstance(item, dict) else None
     if not isinstance(region_id, int):
         raise VpromError(f"{path}: image {image_id}, region #{position} has no integer "

@@ -1,7 +1,5 @@
 """Curated vocabularies (the JSON files under `mining/data/`) and label normalisation.
-
-`load_vocabulary` reads and validates the attribute tables, object categories, person words,
-implied human attributes, exclusions and aliases, naming the file and the label it refuses.
+`load_vocabulary` reads and validates the tables, naming the file and the label it refuses.
 `Vocabulary.canonical` maps a raw VG name to its canonical label: an alias wins, a known label
 stays, a regular plural loses its ending only when the singular is known ("glass" keeps its s).
 """
@@ -26,8 +24,7 @@ HUMAN_SUPER_ATTRIBUTES = (
     "age", "hair style", "clothing style", "gender", "action", "clothing color",
 )
 
-# Anything that is neither a word character, whitespace, a hyphen nor an apostrophe splits
-# words; "_" counts as punctuation although \w matches it.
+# anything but a word character, whitespace, a hyphen or an apostrophe splits words; so does _
 _PUNCT = re.compile(r"[^\w\s'\-]|_")
 _QUOTES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u2010": "-", "\u2013": "-"})
 
@@ -62,15 +59,9 @@ class Vocabulary:
     excluded_attributes: frozenset[str]
     aliases: Mapping[str, str]             # normalized variant -> canonical
     # canonical person word / category -> the human-attribute values it implies
-    implied_labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    implied_labels: Mapping[str, tuple[str, ...]]
+    known: frozenset[str]                  # every canonical label of every table
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
-
-    @functools.cached_property
-    def known(self) -> frozenset[str]:
-        """Every canonical label of every table."""
-        return frozenset().union(self.object_attributes, self.human_attributes, self.objects,
-                                 self.person_words, self.excluded_objects,
-                                 self.excluded_attributes)
 
     def canonical(self, label: str) -> str:
         """The canonical label of a raw name; unknown names come back normalised."""
@@ -116,10 +107,10 @@ def _load(folder: Path) -> Vocabulary:
     aliases = _aliases(folder / "aliases.json", known)
     implied = _implied(folder / "implied_labels.json", objects | person_words, human_attributes)
     return Vocabulary(object_attributes, human_attributes, objects, person_words,
-                      excluded_objects, excluded_attributes, aliases, implied)
+                      excluded_objects, excluded_attributes, aliases, implied, known)
 
 
-def _read(path: Path) -> dict:
+def read_table(path: Path) -> dict:
     """A JSON object, refusing duplicate keys (json.load would silently keep the last)."""
     def no_duplicates(pairs):
         keys = [k for k, _ in pairs]
@@ -140,7 +131,7 @@ def _read(path: Path) -> dict:
 
 
 def _labels(path: Path, where: str, values) -> list[str]:
-    """A list of labels, each non-empty, in normal form and listed once."""
+    """A list of labels, each non-empty, normalised and listed once."""
     if not isinstance(values, list):
         raise VpromError(f"{path}: {where!r} must be a list of labels")
     seen: set[str] = set()
@@ -157,7 +148,7 @@ def _labels(path: Path, where: str, values) -> list[str]:
 
 
 def _attribute_table(path: Path, allowed: tuple[str, ...]) -> dict[str, str]:
-    data = _read(path)
+    data = read_table(path)
     unknown = [name for name in data if name not in allowed]
     if unknown:
         raise VpromError(f"{path}: super-attribute {unknown[0]!r} is not one of the paper's "
@@ -176,7 +167,7 @@ def _attribute_table(path: Path, allowed: tuple[str, ...]) -> dict[str, str]:
 
 
 def _label_set(path: Path, key: str) -> frozenset[str]:
-    data = _read(path)
+    data = read_table(path)
     if key not in data:
         raise VpromError(f"{path}: expected a key {key!r} holding a list of labels")
     return frozenset(_labels(path, key, data[key]))
@@ -184,7 +175,7 @@ def _label_set(path: Path, key: str) -> frozenset[str]:
 
 def _excluded(path: Path) -> tuple[frozenset[str], frozenset[str]]:
     """Excluded objects and attributes: {"objects": {reason: [...]}, "attributes": {...}}."""
-    data = _read(path)
+    data = read_table(path)
     reasons = data.get("reasons", {})
     sets = []
     for kind in ("objects", "attributes"):
@@ -222,9 +213,8 @@ def _check_disjoint(folder, objects, person_words, excluded_objects,
 
 def _implied(path: Path, names: frozenset[str],
              human_attributes: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
-    """{"implied": {name: [value, ...]}}: names are person words or categories, values human
-    attributes, both canonical; a name lists each value once."""
-    data = _read(path)
+    """{"implied": {person word or category: [human attribute, ...]}}, all canonical."""
+    data = read_table(path)
     table = data.get("implied")
     if not isinstance(table, dict):
         raise VpromError(f"{path}: expected a key 'implied' holding {{name: [human attribute, "
@@ -247,7 +237,7 @@ def _implied(path: Path, names: frozenset[str],
 
 def _aliases(path: Path, known: frozenset[str]) -> dict[str, str]:
     """Merge the alias groups and resolve chains to their canonical end."""
-    data = _read(path)
+    data = read_table(path)
     raw: dict[str, str] = {}
     for group, pairs in data.items():
         if not isinstance(pairs, dict):

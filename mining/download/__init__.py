@@ -1,11 +1,8 @@
 """Fetch Visual Genome: resumable, verified downloads and safe unpacking, even from a bad mirror.
-
-The annotation zips stay zipped (the miner streams their one JSON member); the image zips are
-unpacked into `VG_100K/` and `VG_100K_2/`. Per file: skip it when finished before (recorded
-in `download.manifest.json` with its size, or an image zip's unpack marker); else download it
-through `NAME.part` (`fetch`), check its size and SHA-256 against the pins of
-`mining/data/vg_files.json` (an unpinned size is bounded by `CEILINGS`), check the zip
-(`archives`), and only then record it.
+Annotation zips stay zipped; image zips are unpacked into `VG_100K/` and `VG_100K_2/`. A file
+recorded in `download.manifest.json` (or with an unpack marker) is skipped; else it is fetched
+through `NAME.part`, its size and SHA-256 checked against `mining/data/vg_files.json` (an
+unpinned size is bounded by `CEILINGS`), its zip checked (`archives`), and only then recorded.
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import vprom.mining.download.archives as archives  # noqa: PLR0402
-import vprom.mining.download.space as space  # noqa: PLR0402
 from tqdm import tqdm
 
 from vprom.claim import writes
@@ -89,9 +85,7 @@ def download(
     min_speed: float = 1000.0,
     speed_window: float = 60.0,
     max_redirects: int = 5,
-    reserve: int = space.DEFAULT_RESERVE,
-    keep_zips: bool = False,
-    session=None,
+    reserve: int = archives.DEFAULT_RESERVE,
     log: Callable[[str], None] | None = None,
 ) -> DownloadSummary:
     """Fetch VG's annotation zips (and image zips, unpacked) into `out`. `expected`: file name ->
@@ -111,7 +105,7 @@ def download(
                           deadline=deadline, min_speed=min_speed, speed_window=speed_window,
                           max_redirects=max_redirects, reserve=reserve)
     out = _out_folder(Path(out))
-    http = session or fetch.session()
+    http = fetch.session()
     log = log or (lambda message: tqdm.write(message, file=sys.stderr))
     summary = DownloadSummary(out)
     records = _read_records(out)
@@ -150,8 +144,7 @@ def download(
             raise
         if name in IMAGES:
             summary.unpacked.append(f"{name} -> {IMAGES[name]}/")
-            if not keep_zips:
-                dest.unlink()
+            dest.unlink()
         records[name] = record
         _write_records(out, base_url, images, records)
     return summary
@@ -160,9 +153,10 @@ def download(
 def _check_archive(dest: Path, out: Path, name: str, reserve: int) -> None:
     """Verify an annotation zip, or unpack an image zip; a bad archive goes to NAME.bad."""
     if name in IMAGES:
-        archives.unpack(dest, out, archives.images_layout(IMAGES[name]), reserve=reserve)
+        archives.unpack(dest, out, archives.Layout(folder=IMAGES[name]), reserve=reserve)
     else:
-        archives.verify(dest, archives.json_layout(name[: -len(".zip")]))
+        archives.verify(dest, archives.Layout(member=name[: -len(".zip")],
+                                              limits=archives.JSON_LIMITS))
 
 
 def _check_present(dest: Path, want) -> str:

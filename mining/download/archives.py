@@ -1,12 +1,8 @@
-"""Safe reading and unpacking of the zips a Visual Genome mirror serves.
-
-An archive from the network is untrusted. Before a byte is written, `_checked` reads the
-central directory and refuses an entry that could write outside its place (absolute path,
-drive letter, `..`, link, empty name), lies outside its `Layout`, appears twice, is encrypted
-or neither stored nor deflated, or exceeds the `Limits` of a real archive of its kind. Each
-member's bytes are counted again while streaming, and its CRC checked. A bad archive moves to
-`NAME.bad`. `unpack` keeps the free-space reserve, unpacks into a temporary folder inside
-`out`, merges it into place, and writes a marker `.NAME.unpacked` when complete.
+"""Safe reading and unpacking of the untrusted zips a Visual Genome mirror serves. `_checked`
+refuses an entry that could escape its `Layout`, repeats, is encrypted or exotic, or exceeds
+the `Limits` of a real archive; streaming recounts bytes and checks CRCs; a bad archive moves
+to `NAME.bad`. `unpack` works in a temporary folder in `out`, then merges and marks it done.
+Every write of `vprom download` keeps a reserve free (`footprint`: whole blocks per file).
 """
 
 from __future__ import annotations
@@ -15,17 +11,17 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-import vprom.mining.download.space as space  # noqa: PLR0402
 from tqdm import tqdm
 
 from vprom.errors import VpromError
@@ -41,6 +37,9 @@ _METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma", 9: "deflate64"
 _ZIP_FAULTS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, ValueError,
                RuntimeError, NotImplementedError, OverflowError)
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+DEFAULT_RESERVE = 1 << 30   # 1 GiB: what a shell, an editor and a log need to keep going
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?)\s*([kmgt]?)(i?b?)\s*", re.IGNORECASE)
+_UNIT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 @dataclass(frozen=True)
@@ -73,14 +72,6 @@ class Layout:
         return f"only {self.folder}/..." if self.folder else f"exactly one file, {self.member}"
 
 
-def images_layout(folder: str) -> Layout:
-    return Layout(folder=folder, limits=IMAGE_LIMITS)
-
-
-def json_layout(member: str) -> Layout:
-    return Layout(member=member, limits=JSON_LIMITS)
-
-
 class _Bad(Exception):
     """A fault of the archive itself; becomes "corrupt archive" with the reason."""
 
@@ -101,9 +92,8 @@ def verify(archive: Path, layout: Layout) -> int:
 
 
 def unpack(archive: Path, out: Path, layout: Layout,
-           reserve: int = space.DEFAULT_RESERVE) -> list[str]:
-    """Extract an images zip into `out`, keeping `reserve` bytes free; return the names
-    placed. Skipped when the marker of a complete unpack is there."""
+           reserve: int = DEFAULT_RESERVE) -> list[str]:
+    """Extract an images zip into `out`, keeping `reserve` bytes free; the names placed."""
     archive, out = Path(archive), Path(out)
     marker = marker_path(out, archive.name)
     if marker.exists():
@@ -122,11 +112,11 @@ def unpack(archive: Path, out: Path, layout: Layout,
                     if entry.info.is_dir():
                         target.mkdir(parents=True, exist_ok=True)
                         continue
-                    disk = space.disk(out)
-                    if disk.free - space.footprint([entry.info.file_size], 0, disk.block) < reserve:
+                    disk = free_space(out)
+                    if disk.free - footprint([entry.info.file_size], 0, disk.block) < reserve:
                         _refuse(archive, f"unpacking stopped at {entry.info.filename!r}: {out} "
-                                f"would be left with less than the {space.human(reserve)} "
-                                f"kept free (--reserve), {space.human(disk.free)} free")
+                                f"would be left with less than the {human(reserve)} "
+                                f"kept free (--reserve), {human(disk.free)} free")
                     target.parent.mkdir(parents=True, exist_ok=True)
                     with _create(target) as sink:
                         _stream(zf, entry.info, sink, bar)
@@ -171,7 +161,16 @@ def _guarded(archive: Path) -> Iterator[None]:
 
 
 def _open(archive: Path, limits: Limits) -> zipfile.ZipFile:
-    _check_count(archive, limits)
+    """The zip, refused before parsing when its end record declares too many entries."""
+    with open(archive, "rb") as f:
+        try:   # zipfile's reader of the end record (zip64 too); private, so guarded
+            end = zipfile._EndRecData(f)
+            count = None if end is None else end[zipfile._ECD_ENTRIES_TOTAL]
+        except (AttributeError, IndexError, TypeError):
+            count = None   # a future zipfile without them: _checked still counts the entries
+    if count is not None and count > limits.members:
+        raise _Bad(f"it declares {count} entries, more than the {limits.members} a real "
+                   f"{archive.name} has")
     try:
         return zipfile.ZipFile(archive)
     except zipfile.BadZipFile as e:
@@ -182,21 +181,8 @@ def _open(archive: Path, limits: Limits) -> zipfile.ZipFile:
         raise _Bad(f"not a readable zip: {e}") from None
 
 
-def _check_count(archive: Path, limits: Limits) -> None:
-    """Refuse a zip whose end record declares more entries than a real one has, unparsed."""
-    with open(archive, "rb") as f:
-        try:   # zipfile's reader of the end record (zip64 too); private, so guarded
-            end = zipfile._EndRecData(f)
-            count = None if end is None else end[zipfile._ECD_ENTRIES_TOTAL]
-        except (AttributeError, IndexError, TypeError):
-            count = None   # a future zipfile without them: _checked still counts the entries
-    if count is not None and count > limits.members:
-        raise _Bad(f"it declares {count} entries, more than the {limits.members} a real "
-                   f"{archive.name} has")
-
-
 def _checked(zf: zipfile.ZipFile, archive: Path, layout: Layout) -> list[_Entry]:
-    """Every entry, checked against safety, the layout and the limits; raises `_Bad`."""
+    """Every entry, checked against safety, the layout and the limits."""
     limits = layout.limits
     entries, seen, members = [], set(), []
     for info in zf.infolist():
@@ -241,7 +227,7 @@ def _checked(zf: zipfile.ZipFile, archive: Path, layout: Layout) -> list[_Entry]
 
 
 def _safe_parts(info: zipfile.ZipInfo) -> tuple[str, ...]:
-    """The entry's path components, or `_Bad` when it could write outside its folder."""
+    """The entry's path components; `_Bad` when it could write outside its folder."""
     name = info.filename
     posix = name.replace("\\", "/")
     parts = tuple(p for p in posix.split("/") if p not in ("", "."))
@@ -279,7 +265,6 @@ def _check_member(info: zipfile.ZipInfo, limits: Limits) -> None:
 
 
 def _stream(zf: zipfile.ZipFile, info: zipfile.ZipInfo, sink: BinaryIO | None, bar) -> int:
-    """Decompress one member into sink (None: discard), counting what it really yields."""
     try:
         src = zf.open(info)
     except OSError as e:   # a header pointing outside the file: the archive's fault
@@ -326,15 +311,15 @@ def _bar(archive: Path, entries: list[_Entry], what: str):
 def _check_room(archive: Path, out: Path, entries: list[_Entry], reserve: int) -> None:
     """Refuse an unpack that would take the reserve's space or more inodes than are free."""
     sizes = [e.info.file_size for e in entries if not e.info.is_dir()]
-    disk = space.disk(out)
+    disk = free_space(out)
     folders = len({e.parts[:k] for e in entries for k in range(1, len(e.parts))}
                   | {e.parts for e in entries if e.info.is_dir()})
-    need = space.footprint(sizes, folders, disk.block)
+    need = footprint(sizes, folders, disk.block)
     if need + reserve > disk.free:
         _refuse(archive, f"unpacking {len(sizes)} files and {folders} folders takes "
-                f"{space.human(need)} on disk ({sum(sizes)} bytes declared, each file in whole "
-                f"{disk.block}-byte blocks) and {space.human(reserve)} stay free (--reserve), "
-                f"but {out} has {space.human(disk.free)} free")
+                f"{human(need)} on disk ({sum(sizes)} bytes declared, each file in whole "
+                f"{disk.block}-byte blocks) and {human(reserve)} stay free (--reserve), "
+                f"but {out} has {human(disk.free)} free")
     if disk.inodes is not None and len(sizes) + folders > disk.inodes:
         _refuse(archive, f"unpacking {len(sizes)} files and {folders} folders takes as many "
                 f"inodes, but the file system of {out} has {disk.inodes} free")
@@ -374,3 +359,42 @@ def _move(src: Path, dst: Path) -> None:
         if e.errno != errno.EXDEV:   # dst folder is a link to another disk: copy instead
             raise
         shutil.move(src, dst)
+
+
+@dataclass(frozen=True)
+class Disk:
+    """The free space of one file system as an unprivileged user sees it."""
+
+    free: int            # bytes
+    block: int           # the allocation unit, bytes
+    inodes: int | None   # free inodes, None where the file system does not count them
+
+
+def free_space(path: Path) -> Disk:
+    st = os.statvfs(path)
+    block = st.f_frsize or st.f_bsize or 4096
+    # btrfs and some network file systems report no inode table at all (f_files == 0)
+    return Disk(free=st.f_bavail * block, block=block,
+                inodes=st.f_favail if st.f_files else None)
+
+
+def footprint(sizes: Iterable[int], folders: int, block: int) -> int:
+    """Bytes of free space that files of these sizes, and this many folders, will take."""
+    files = sum(max(-(-size // block), 1) for size in sizes)   # ceil, and at least a block
+    return (files + folders) * block
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "0", "500M", "2G", "1.5GiB" (powers of 1024); refuses other text."""
+    match = _SIZE.fullmatch(text)
+    if not match:
+        raise ValueError(f"not a size: {text!r} (e.g. 0, 500M, 2G)")
+    return int(float(match.group(1)) * _UNIT[match.group(2).lower()])
+
+
+def human(n: float) -> str:
+    """A byte count for a message: "1.07 GB", "120.00 MB", "4096 B"."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"

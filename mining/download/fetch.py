@@ -1,29 +1,32 @@
 """HTTP fetching for `vprom download`: resumable, bounded in time and size, http(s) only.
-
-`fetch` writes `NAME.part` and renames it when complete; a retry asks for `Range: bytes=N-`
-(206 from N: appended, 200: restarted, 416: complete). The body is read one socket read at a
-time, so the clocks are checked even against a byte a second. Each bound is a one-line
-`VpromError` saying what to do: the size (expected, else announced, else the ceiling), the
-free-space reserve, the SHA-256 (a mismatch goes to `NAME.bad`), a per-file `deadline` over
-every attempt, headers included (`watchdog`), a `min_speed` floor, and `max_redirects`.
+`fetch` writes `NAME.part`, renamed when complete; a retry asks for `Range: bytes=N-`. Bounds:
+the size (expected, announced or ceiling), the reserve, the SHA-256 (a mismatch goes to
+`NAME.bad`), `min_speed`, redirects, and a per-file `deadline` over all attempts, headers too:
+as requests' timeouts bound each read, a `Watch` shuts the session's sockets at the deadline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
+import socket
+import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import requests
-import vprom.mining.download.space as space  # noqa: PLR0402
-import vprom.mining.download.watchdog as watchdog  # noqa: PLR0402
+from requests.adapters import HTTPAdapter
 from tqdm import tqdm
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import NewConnectionError
+from vprom.mining.download.archives import DEFAULT_RESERVE, free_space, human
 
 from vprom.errors import VpromError
 from vprom.files import sha256_file
@@ -31,16 +34,14 @@ from vprom.files import sha256_file
 _CHUNK = 1 << 16   # the most one read returns; small enough that a drop loses little
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 _SCHEMES = ("http", "https")
-# What reading `response.raw` raises on a dropped or timed-out connection: urllib3's base
-# error (ProtocolError, ReadTimeoutError, IncompleteRead), under the name requests gives it.
+# What a dropped or timed-out connection raises (BaseHTTPError: urllib3's, from response.raw)
 _RETRIED = (requests.ConnectionError, requests.Timeout,
             requests.exceptions.ChunkedEncodingError, requests.exceptions.BaseHTTPError)
 
 
 @dataclass(frozen=True)
 class Expected:
-    """What a file must be: its size in bytes and SHA-256 (hex), each None when not known;
-    `ceiling` bounds a file of unknown size (None: no bound)."""
+    """A file's size and SHA-256 (None: not known); `ceiling` bounds an unknown size."""
 
     bytes: int | None = None
     sha256: str | None = None
@@ -59,7 +60,7 @@ class Policy:
     min_speed: float
     speed_window: float
     max_redirects: int
-    reserve: int = space.DEFAULT_RESERVE   # bytes that must stay free on the disk
+    reserve: int = DEFAULT_RESERVE   # bytes that must stay free on the disk
 
 
 @dataclass(frozen=True)
@@ -83,13 +84,12 @@ def session() -> requests.Session:
     s = requests.Session()
     s.headers["User-Agent"] = f"vprom/{__version__} (V-PROM benchmark builder)"
     s.headers["Accept-Encoding"] = "identity"   # Range offsets count the bytes on disk
-    watchdog.watch(s)
+    watch(s)
     return s
 
 
 def check_url(url: str, what: str = "--base-url") -> None:
     """A one-line error unless url is an absolute http(s) address requests can use."""
-    hint = "give an http(s) address such as https://mirror.example.org/vg"
     try:
         parts = urlsplit(url)
         parts.port   # noqa: B018 - raises ValueError on a bad port
@@ -97,12 +97,12 @@ def check_url(url: str, what: str = "--base-url") -> None:
             raise ValueError("not an absolute http(s) address")
         requests.Request("GET", url).prepare()
     except (ValueError, requests.RequestException) as e:
-        raise VpromError(f"{what} {url!r}: {e}; {hint}") from None
+        raise VpromError(f"{what} {url!r}: {e}; give an http(s) address such as "
+                         "https://mirror.example.org/vg") from None
 
 
 def _unreachable(error: Exception, url: str) -> str | None:
-    """"cannot reach HOST (why)" when `error` is a connection that was never made (the name
-    does not resolve, the host refuses): more time does not help then."""
+    """"cannot reach HOST (why)" for a connection never made: more time does not help."""
     reason = getattr(error.args[0], "reason", None) if error.args else None
     if not isinstance(reason, NewConnectionError):
         return None
@@ -111,9 +111,9 @@ def _unreachable(error: Exception, url: str) -> str | None:
 
 def fetch(http: requests.Session, url: str, dest: Path, expected: Expected, policy: Policy,
           log: Callable[[str], None]) -> Fetched:
-    """Download url to dest through dest.part within the policy's bounds (see the module doc)."""
+    """Download url to dest through dest.part within the policy's bounds."""
     transfer = _Transfer(http, url, dest, expected, policy, log)
-    with watchdog.watch(http).until(transfer.end):
+    with watch(http).until(transfer.end):
         return transfer.run()
 
 
@@ -149,18 +149,17 @@ class _Transfer:
                     raise self._deadline_error() from None
                 unreachable, pause = _unreachable(e, url), policy.retry_wait * (attempt + 1)
                 if unreachable and (attempt == policy.retries or pause >= self.left()):
-                    raise VpromError(f"{url}: {unreachable}" + _resume_note(part) + "; check "
-                                     "the network connection, or pass --base-url a mirror this "
-                                     "machine reaches, then rerun `vprom download`") from None
+                    raise self._give_up(unreachable, "check the network connection, or pass "
+                                        "--base-url a mirror this machine reaches, then rerun "
+                                        "`vprom download`") from None
                 if attempt == policy.retries:
-                    raise VpromError(f"{url}: failed after {policy.retries + 1} attempts ({e})"
-                                     + _resume_note(part) + "; check the network and rerun "
-                                     "`vprom download`") from None
+                    raise self._give_up(f"failed after {policy.retries + 1} attempts ({e})",
+                                        "check the network and rerun `vprom download`") from None
                 if pause >= self.left():
-                    raise VpromError(f"{url}: gave up, the deadline for one file "
-                                     f"({_duration(policy.deadline)}) would pass before the "
-                                     f"next attempt ({e})" + _resume_note(part) + "; rerun "
-                                     "`vprom download` to resume, or raise --deadline") from None
+                    raise self._give_up(f"gave up, the deadline for one file ("
+                                        f"{_duration(policy.deadline)}) would pass before the "
+                                        f"next attempt ({e})", "rerun `vprom download` to "
+                                        "resume, or raise --deadline") from None
                 time.sleep(pause)
                 continue
             except requests.RequestException as e:   # InvalidURL, InvalidSchema, ...: no retry
@@ -177,14 +176,17 @@ class _Transfer:
             return Fetched(self.received, self._check_hash(), final)
         raise AssertionError("unreachable: the loop returns or raises")
 
+    def _give_up(self, what: str, advice: str) -> VpromError:
+        return VpromError(f"{self.url}: {what}" + _resume_note(self.part) + f"; {advice}")
+
     def _deadline_error(self) -> VpromError:
-        return VpromError(f"{self.url}: gave up after {_duration(self.policy.deadline)}, the "
-                          "deadline for one file (--deadline), which bounds the whole exchange, "
-                          "headers included" + _resume_note(self.part) + "; rerun `vprom "
-                          "download` to resume, or raise --deadline for a slow link")
+        return self._give_up(f"gave up after {_duration(self.policy.deadline)}, the deadline "
+                             "for one file (--deadline), which bounds the whole exchange, "
+                             "headers included", "rerun `vprom download` to resume, or raise "
+                             "--deadline for a slow link")
 
     def _attempt(self) -> tuple[int | None, str]:
-        """One request: append to (or restart) the part; (the file's size if known, url)."""
+        """One request, appending to (or restarting) the part; (the size if known, final url)."""
         url, part, expected = self.url, self.part, self.expected
         offset = part.stat().st_size if part.exists() else 0
         response, final = self._open({"Range": f"bytes={offset}-"} if offset else {})
@@ -221,11 +223,11 @@ class _Transfer:
                                  "several times its largest known size); refused before "
                                  "downloading - use another --base-url, or pass --expected "
                                  "FILE with its size")
-            need, free = 0 if total is None else total - offset, space.disk(part.parent).free
+            need, free = 0 if total is None else total - offset, free_space(part.parent).free
             if need + self.policy.reserve > free:
-                raise VpromError(f"{url}: {space.human(need)} still to download and "
-                                 f"{space.human(self.policy.reserve)} to keep free (--reserve), "
-                                 f"but {part.parent} has {space.human(free)} free; free space "
+                raise VpromError(f"{url}: {human(need)} still to download and "
+                                 f"{human(self.policy.reserve)} to keep free (--reserve), "
+                                 f"but {part.parent} has {human(free)} free; free space "
                                  "(or lower --reserve) and rerun `vprom download`"
                                  + _resume_note(part))
             self._receive(response, offset, total)
@@ -234,7 +236,7 @@ class _Transfer:
             return total, final
 
     def _open(self, headers: dict):
-        """GET, following at most max_redirects http(s) redirects by hand; (response, url)."""
+        """GET, following at most max_redirects http(s) redirects; (response, final url)."""
         url = current = self.url
         for _ in range(self.policy.max_redirects + 1):
             wait = max(min(self.policy.timeout, self.left()), 0.001)
@@ -266,7 +268,6 @@ class _Transfer:
                          f"{current}); the server is misconfigured - use another --base-url")
 
     def _receive(self, response, offset: int, total: int | None) -> None:
-        """Write the body to the part as it arrives, within every bound of the module doc."""
         part, policy, ceiling = self.part, self.policy, self.expected.ceiling
         size = offset
         window_start, window_size = time.monotonic(), size
@@ -303,11 +304,9 @@ class _Transfer:
 
     def _hold_to(self, total: int | None) -> None:
         """A server that changes the file's size between attempts is not trusted."""
-        if total is None:
-            return
         if self.announced is None:
             self.announced = total
-        if total != self.announced:
+        if total is not None and total != self.announced:
             self.part.unlink(missing_ok=True)
             raise VpromError(f"{self.url}: the server announced {self.announced} bytes, then "
                              f"{total}; the partial file was deleted - rerun `vprom download`, "
@@ -328,13 +327,13 @@ class _Transfer:
 
 
 def _keep_reserve(f, part: Path, more: int, known: bool, reserve: int) -> None:
-    """Refuse to write `more` bytes when the disk would be left with less than the reserve."""
-    free = space.disk(part.parent).free
+    """Refuse to write `more` bytes that would leave less than the reserve free."""
+    free = free_space(part.parent).free
     if free - more >= reserve:
         return
     f.close()
-    what = (f"{part.parent} would be left with less than the {space.human(reserve)} kept free "
-            f"(--reserve); {space.human(free)} free")
+    what = (f"{part.parent} would be left with less than the {human(reserve)} kept free "
+            f"(--reserve); {human(free)} free")
     if known:
         raise VpromError(f"{part}: {what}" + _resume_note(part) + "; free space and rerun "
                          "`vprom download`")
@@ -346,7 +345,7 @@ def _keep_reserve(f, part: Path, more: int, known: bool, reserve: int) -> None:
 
 
 def _resume_point(response, offset: int) -> tuple[int, int | None]:
-    """Where to write the body (offset or 0) and the file's total size if the server says."""
+    """Where to write the body (offset or 0), and the file's size if the server says."""
     if response.status_code == 206:
         match = _CONTENT_RANGE.match(response.headers.get("Content-Range", ""))
         if match and int(match.group(1)) == offset:
@@ -377,3 +376,102 @@ def _duration(seconds: float) -> str:
     if seconds >= 3600:
         return f"{seconds / 3600:g} h"
     return f"{seconds / 60:g} min" if seconds >= 60 else f"{seconds:g} s"
+
+
+class Watch:
+    """Shuts down the sockets registered with it when its deadline passes."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sockets: weakref.WeakSet = weakref.WeakSet()
+        self._armed = self.fired = False
+
+    @contextlib.contextmanager
+    def until(self, end: float) -> Iterator[Watch]:
+        """Arm the watch until the monotonic time `end`; disarm it on the way out."""
+        with self._lock:
+            self._armed, self.fired = True, False
+        timer = threading.Timer(max(end - time.monotonic(), 0.0), self._fire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield self
+        finally:
+            timer.cancel()
+            with self._lock:
+                self._armed = False
+                self._sockets.clear()
+
+    def add(self, sock) -> None:
+        with self._lock:
+            if sock is None or not self._armed:
+                return
+            if self.fired:
+                _shut(sock)
+            else:
+                self._sockets.add(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            if self._armed:
+                self.fired = True
+                for sock in list(self._sockets):
+                    _shut(sock)
+
+
+def _shut(sock) -> None:
+    try:   # the plain socket's shutdown: an SSLSocket's own would drop its TLS state first
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:   # already closed or never connected: nothing to wake
+        pass
+
+
+class _Registering:
+    """A urllib3 connection that registers its socket with `watch` (set per session)."""
+
+    watch: Watch
+
+    def _new_conn(self):
+        sock = super()._new_conn()
+        self.watch.add(sock)
+        return sock
+
+    def getresponse(self, *args, **kwargs):
+        self.watch.add(self.sock)   # a kept-alive connection opened under an earlier watch
+        return super().getresponse(*args, **kwargs)
+
+
+def _watched_pool(pool: type, connection: type, watch: Watch) -> type:
+    watched = type(f"Watched{connection.__name__}", (_Registering, connection), {"watch": watch})
+    return type(f"Watched{pool.__name__}", (pool,), {"ConnectionCls": watched})
+
+
+class _WatchedAdapter(HTTPAdapter):
+    """requests' adapter, with connection classes that register their sockets with a Watch."""
+
+    def __init__(self, watch: Watch, **kwargs) -> None:
+        self.watch = watch
+        self._pools = {"http": _watched_pool(HTTPConnectionPool, HTTPConnection, watch),
+                       "https": _watched_pool(HTTPSConnectionPool, HTTPSConnection, watch)}
+        super().__init__(**kwargs)
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = self._pools
+
+    def proxy_manager_for(self, proxy, **kwargs):
+        manager = super().proxy_manager_for(proxy, **kwargs)
+        if not proxy.lower().startswith("socks"):   # SOCKS managers bring their own pools
+            manager.pool_classes_by_scheme = self._pools
+        return manager
+
+
+def watch(http: requests.Session) -> Watch:
+    """The session's Watch, mounting the watched adapters on it the first time."""
+    adapters = [http.get_adapter(prefix) for prefix in ("https://", "http://")]
+    if all(isinstance(adapter, _WatchedAdapter) for adapter in adapters):
+        return adapters[0].watch
+    shared = Watch()
+    for prefix in ("https://", "http://"):
+        http.mount(prefix, _WatchedAdapter(shared))
+    return shared

@@ -1,13 +1,8 @@
-"""`vprom synth`: a Visual Genome in miniature, in VG's own files, layout and schema.
-
-It lets the whole pipeline run, and be tested, without the 15 GB download; `vprom mine`
-reads it as it reads Visual Genome. It is *not* a substitute for VG when reporting results.
-Beside VG's files (the four the miner reads, and those of `mining.synth.vg`) and JPEGs, it
-holds `synth_truth.json`: the expected pools with their sources' ids, the noise injected,
-the miner's rules assumed and every output's sha256. Each image is planned and drawn from
-its own generator (`mining.synth.plan`), so worker processes render in any order and the
-parent appends their records in image order: the files are byte-identical to a
-one-process run, and the folder replaces `out` only when complete.
+"""`vprom synth`: a Visual Genome in miniature, in VG's own files, layout and schema, so the
+pipeline runs and is tested without the 15 GB download (never a substitute for VG in results).
+`synth_truth.json` holds the expected pools with their sources' ids, the noise, the miner's
+rules and every output's sha256. Each image has its own generator (`plan`), so workers render
+in any order and records are appended in image order: any worker count gives the same bytes.
 """
 
 from __future__ import annotations
@@ -34,9 +29,7 @@ from vprom.processes import ordered_map
 JPEG_QUALITY = 90
 TRUTH = "synth_truth.json"
 KIND = "synthetic-corpus"  # the kind its manifest names
-#: The four files `vprom mine` reads.
 FILES = ("image_data.json", "objects.json", "attributes.json", "region_descriptions.json")
-#: Every file written one record per image, in image order, and then synsets.json.
 PER_IMAGE_FILES = FILES + synth_vg.FILES
 ALL_FILES = PER_IMAGE_FILES + (synth_vg.SYNSETS,)
 
@@ -47,8 +40,7 @@ def _dumps(obj) -> str:
 
 
 def _render_to(args) -> tuple[list[str], dict]:
-    """Worker: draw one image, save its JPEG; its records (JSON text, one per file of
-    `PER_IMAGE_FILES`) and its facts for the truth file."""
+    """Worker: draw one image and save its JPEG; its records (JSON text) and facts."""
     seed, index, folder = args
     img, im = render_image(seed, index)
     meta = synth_vg.decorate(seed, index, img)
@@ -56,18 +48,19 @@ def _render_to(args) -> tuple[list[str], dict]:
     iid, url = img.image_id, meta.url(img.image_id)
     rels = synth_vg.relationships(img)
     qas = synth_vg.question_answers(img)
-    relationship_records = synth_vg.relationship_records(img, rels)
+    objects = {"image_id": iid, "objects": img.objects, "image_url": url}
+    relationships = synth_vg.relationship_records(img, rels)
     records = [_dumps(record) for record in (
         {"width": WIDTH, "url": url, "height": HEIGHT, "image_id": iid,
          "coco_id": meta.coco_id, "flickr_id": meta.flickr_id},
-        {"image_id": iid, "objects": img.objects, "image_url": url},
+        objects,
         {"image_id": iid, "attributes": img.attributes},
         {"regions": img.regions, "id": iid},
         synth_vg.scene_graph(img, rels),
-        relationship_records,
+        relationships,
         qas,
-        synth_vg.objects_v1_2(img, url),
-        synth_vg.relationships_v1_2(relationship_records),
+        synth_vg.without_merged(objects),
+        synth_vg.without_merged(relationships),
     )]
     facts = {"expected": img.expected, "noise": img.noise, "objects": len(img.objects),
              "regions": len(img.regions), "folder": meta.folder,
@@ -105,8 +98,7 @@ class SynthSummary:
 @writes("out", None)  # ownership: the synthetic corpus is known by its TRUTH file
 def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1,
                  zips: bool = False) -> SynthSummary:
-    """Write the corpus of `images` images to folder `out` (replaced only when complete);
-    `zips`: also `out/download/`, the files zipped as VG's download page serves them."""
+    """Write the corpus to folder `out`, replaced when complete; `zips`: also `out/download/`."""
     out = Path(out)
     if images < 1:
         raise VpromError(f"--images {images}: need at least one image")
@@ -135,7 +127,7 @@ def write_corpus(out: Path, images: int = 2000, seed: int = 0, workers: int = 1,
 
 
 def _write_files(tmp: Path, images: int, seed: int, workers: int) -> list[dict]:
-    """Render every image, appending its records to the files in image order; its facts."""
+    """Render every image, appending its records in image order; the images' facts."""
     from tqdm import tqdm
 
     facts = []

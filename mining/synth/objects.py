@@ -1,20 +1,19 @@
-"""Drawing the synthetic corpus's objects and scenery: every label an annotation claims is
-visible. Each super-attribute has its own channel, so labels of different super-attributes
-combine on one object: the category is the silhouette (`mining.synth.glyphs`); color,
-material and texture its fill, surface and pattern (`mining.synth.paint`); scene the
-background inside the box; object action marks around it; shape an outline; plant
-condition the foliage; a count N, N alike glyphs on a plain mat.
+"""Drawing the synthetic corpus's objects and scenery so every claimed label is visible. Each
+super-attribute has its own channel: category the silhouette (a glyph of `data/glyphs.json`,
+ellipses, polygons and holes, as an "L" mask); color, material and texture the fill, surface
+and pattern (`paint`); scene the background in the box; action marks around it; shape an
+outline; plant condition the foliage; a count N, N glyphs on a mat.
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
-from PIL import Image, ImageDraw
-from vprom.mining.synth.glyphs import glyph_mask, solid_glyph_mask
+from PIL import Image, ImageDraw, ImageFilter
 from vprom.mining.synth.paint import fill_mask, muted, paint_material, paint_texture
-from vprom.mining.synth.spec import RGB, SPEC
+from vprom.mining.synth.spec import GLYPHS, RGB, SPEC
 
 
 def draw_object(im: Image.Image, box, category: str, attrs: dict[str, str | tuple[str, str]],
@@ -61,14 +60,13 @@ def _draw_glyph(im: Image.Image, gbox, category: str, attrs) -> None:
 
 
 def _draw_number(im: Image.Image, gbox, number: int) -> None:
-    """A number written on a sign or a clock face (the 'number 7' / 'five o'clock' regions)."""
     x, y, w, h = gbox
     d = ImageDraw.Draw(im)
     d.text((x + w * 0.36, y + h * 0.2), str(number), fill=(255, 255, 255), font_size=max(10, h // 4))
 
 
 def glyph_area(box, action: str | None, shape: str | None) -> tuple[int, int, int, int]:
-    """Where the glyph goes inside an object's box, leaving room for marks and outlines."""
+    """Where the glyph goes in an object's box, leaving room for marks and outlines."""
     x, y, w, h = box
     fx, fy, fw, fh = 0.12, 0.1, 0.76, 0.78
     if shape is not None:
@@ -163,7 +161,7 @@ def draw_count(im: Image.Image, box, category: str, color: RGB, n: int, mat: RGB
 
 
 def background(width: int, height: int, horizon: int, rng: np.random.Generator) -> Image.Image:
-    """Two muted bands (upper and lower) with low-saturation clutter: bits of real-photo noise."""
+    """Two muted bands with low-saturation clutter: bits of real-photo noise."""
     im = Image.new("RGB", (width, height), muted(rng, 170, 215))
     d = ImageDraw.Draw(im)
     d.rectangle([0, horizon, width, height], fill=muted(rng, 110, 160))
@@ -252,3 +250,41 @@ def draw_action_over(im: Image.Image, box, action: str) -> None:
     for row in range(top + 4, y + h - 2, 8):
         d.line([(px, row + 2 * math.sin(px / 4)) for px in range(x, x + w, 4)],
                fill=(190, 220, 250), width=2)
+
+
+def _scale(points, w: int, h: int) -> list[tuple[float, float]]:
+    return [(x * (w - 1), y * (h - 1)) for x, y in points]
+
+
+@lru_cache(maxsize=4096)
+def glyph_mask(category: str, w: int, h: int) -> Image.Image:
+    """The silhouette of `category` as an "L" mask of size (w, h) (255 inside)."""
+    mask = Image.new("L", (w, h), 0)
+    d = ImageDraw.Draw(mask)
+    side = min(w, h)
+    for kind, *args in GLYPHS[category]:
+        hole = kind.startswith("hole_")
+        shape, ink, thinnest = kind.removeprefix("hole_"), 0 if hole else 255, 1 if hole else 2
+        if shape == "poly":
+            d.polygon(_scale(args[0], w, h), fill=ink)
+        elif shape == "line":
+            d.line(_scale(args[0], w, h), fill=ink, width=max(thinnest, round(args[1] * side)),
+                   joint=None if hole else "curve")
+        else:
+            (x0, y0), (x1, y1) = _scale([args[0:2], args[2:4]], w, h)
+            if shape == "ellipse":
+                d.ellipse([x0, y0, x1, y1], fill=ink)
+            elif shape == "rect":
+                d.rectangle([x0, y0, x1, y1], fill=ink)
+            elif shape == "pie":
+                d.pieslice([x0, y0, x1, y1], args[4], args[5], fill=ink)
+            else:
+                d.arc([x0, y0, x1, y1], args[4], args[5], fill=ink,
+                      width=max(thinnest, round(args[6] * side)))
+    return mask
+
+
+@lru_cache(maxsize=512)
+def solid_glyph_mask(category: str, w: int, h: int) -> Image.Image:
+    """A glyph for small sizes (count groups): holes closed so it stays one blob."""
+    return glyph_mask(category, w, h).filter(ImageFilter.MaxFilter(3))

@@ -1,9 +1,7 @@
-"""Colours and surfaces of the synthetic corpus: the *color*, *material* and *texture*
-channels, painted inside a glyph's mask. A colour is the glyph's fill (`SPEC.colors`;
-`SPEC.uncolored` without a colour label); a material its surface (`SPEC.materials`: a base,
-an ink and a pattern); a texture a pattern over the fill. Patterns are `TILE`×`TILE` masks
-drawn once per name from a generator seeded by the name's stable hash, so they never vary
-between runs or processes.
+"""Colours and surfaces of the synthetic corpus, painted inside a glyph's mask: a colour is
+the fill (`SPEC.colors`), a material the surface (`SPEC.materials`: base, ink, pattern), a
+texture a pattern over the fill. Patterns are `TILE`×`TILE` masks drawn once per name from a
+generator seeded by the name's stable hash, so they never vary between runs or processes.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Drawing the synthetic corpus's people: a figure whose parts show its human attributes.
-
-Each human super-attribute has its own channel: age the proportions (young: small, big head;
-old: stooped, with a cane), hair style the hair, clothing style the shirt's cut, gender marks
-(a beard; a skirt), action the pose, clothing color the shirt's fill. An unlabelled
-super-attribute is drawn as none of its elements (short dark hair, long plain sleeves,
-trousers, hands on the hips, ...), so a figure shows exactly the labels it claims.
+"""Drawing the synthetic corpus's people. Each human super-attribute has a channel: age the
+proportions (young: big head; old: stooped, a cane), hair style the hair, clothing style the
+shirt's cut, gender a beard or a skirt, action the pose, clothing color the shirt. An
+unlabelled super-attribute is drawn as none of its elements (short dark hair, long sleeves,
+trousers, hands on the hips), so a figure shows exactly the labels it claims.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from vprom.mining.synth.spec import SPEC
 
 
 def draw_person(im: Image.Image, box, attrs: dict[str, str], rng: np.random.Generator) -> None:
-    """A figure showing each human super-attribute present in `attrs` (see the module table)."""
+    """A figure showing each human super-attribute present in `attrs`."""
     x, y, w, h = box
     d = ImageDraw.Draw(im)
     age, action = attrs.get("age"), attrs.get("action")

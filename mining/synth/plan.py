@@ -1,12 +1,8 @@
 """Planning one image of the synthetic corpus: what is where, its VG records, and what the
-miner must recover from it.
-
-Image i (id i+1) is planned and drawn from `default_rng([seed, i])` (`render_image`): a
-3×2 grid of cells over a two-band background, each cell used holding one entity of a kind
-drawn by `kind_weights` (an attributed object, a person, a count group, a plain object). A
-planner draws it, appends its VG records, injects the noise of `mining.synth.spec` (noting
-each case) and the crops the miner must find: full-size entities have both sides of at
-least `FULL_SIDE`, small ones a side under `MIN_SIDE`.
+miner must recover. Image i (id i+1) comes from `default_rng([seed, i])`: a 3×2 grid over a
+two-band background, each used cell holding an entity of a kind drawn by `kind_weights`. Its
+planner draws it, writes its records, injects and notes noise, and lists the expected crops
+(full size: both sides >= `FULL_SIDE`; small: a side under `MIN_SIDE`).
 """
 
 from __future__ import annotations
@@ -27,13 +23,12 @@ WIDTH, HEIGHT = 384, 288
 COLS, ROWS = 3, 2
 CELL_W, CELL_H = WIDTH // COLS, HEIGHT // ROWS
 HORIZON = HEIGHT // 2
-#: The shortest side of a full-size entity: over the miner's MIN_SIDE, with a margin.
 FULL_SIDE = MIN_SIDE + 4
 
 
 @dataclass
 class _Image:
-    """Everything one image contributes: its four VG records, truth and pixels."""
+    """Everything one image contributes: its VG records and truth."""
 
     image_id: int
     objects: list = field(default_factory=list)  # objects.json entries
@@ -53,8 +48,7 @@ class _Image:
 
     def add_object(self, oid: int, name: str, category: str, box, attributes,
                    mode: str = "list", merged=()) -> None:
-        """The object's records in objects.json and attributes.json (`mode`: "list", "null"
-        or "missing" attributes)."""
+        """The object's records in objects.json and attributes.json (`mode`: see `_attr_record`)."""
         x, y, w, h = box
         self.objects.append({"synsets": _synset(category), "h": h, "object_id": oid,
                              "merged_object_ids": list(merged), "names": [name], "w": w,
@@ -78,6 +72,7 @@ def _synset(name: str) -> list[str]:
 
 
 def _attr_record(oid: int, name: str, category: str, box, attributes, mode="list") -> dict:
+    """attributes.json's record; `mode` "list", "null" or "missing" attributes."""
     x, y, w, h = box
     rec = {"synsets": _synset(category), "h": h, "object_id": oid, "names": [name], "w": w}
     if mode == "null":
@@ -113,8 +108,7 @@ def _entity_size(rng, small: bool, tall: bool = False) -> tuple[int, int]:
 
 def _annotated_box(rng, img: _Image, box, col: int, row: int, oid: int,
                    small: bool = False) -> tuple[int, int, int, int]:
-    """The box written to the files: sometimes stretched past the image edge (VG has those);
-    never a small one, whose clipped box would then be large enough to keep."""
+    """The box written: sometimes past the image edge, never a small one (clipped, it would fit)."""
     x, y, w, h = box
     edges = [e for e, ok in (("l", col == 0), ("r", col == COLS - 1), ("t", row == 0),
                              ("b", row == ROWS - 1)) if ok]
@@ -135,8 +129,7 @@ def _annotated_box(rng, img: _Image, box, col: int, row: int, oid: int,
 
 
 def _sample_attribute_object(rng) -> tuple[str, dict, bool]:
-    """(category, {super_attribute: attribute, or a colour pair when impure}, impure), every
-    channel compatible."""
+    """(category, {super_attribute: attribute, or a colour pair}, impure), channels compatible."""
     if rng.random() < SPEC.noise.impure:
         category = _pick(rng, [c for c in OBJECTS if c not in ("tree", "flower")])
         pair = tuple(str(c) for c in rng.choice(SPEC.object_attributes["color"], 2, replace=False))
@@ -239,10 +232,8 @@ def _describe(rng, labels, name: str) -> str:
 
 
 def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
-    # `human_labels` super-attributes drawn uniformly, so no pool's crops carry a fixed set of
-    # the others' labels, and a fixed number, so no crop stands out by it. Every person shows
-    # a gender (drawn when unlabelled), which its name says unless it is "person". The labels
-    # past `base_labels`, that gender and the name come from the person's own stream `aux`.
+    # A fixed number of uniformly drawn super-attributes, so no pool's crops carry a fixed set
+    # of other labels; the labels past `base_labels`, a drawn gender and the name use `aux`.
     supers = list(SPEC.human_attributes)
     chosen = sorted(rng.choice(len(supers), SPEC.base_labels, replace=False).tolist())
     base = {supers[i]: _pick(rng, SPEC.human_attributes[supers[i]]) for i in chosen}
@@ -281,8 +272,7 @@ def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
 
 
 def _person_name(rng, attrs: dict[str, str]) -> str:
-    """man, woman, boy, girl by the figure's gender (and youth), or "person" (implying
-    nothing); drawn the same way whatever its labels, so no name marks the gender pool."""
+    """man, woman, boy, girl by gender and youth, or "person"; the same whatever its labels."""
     gender, young = attrs.get("gender"), attrs.get("age") == "young"
     if gender is None or rng.random() < SPEC.noise.person_name:
         return "person"

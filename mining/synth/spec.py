@@ -1,13 +1,8 @@
-"""What the synthetic corpus shows and how it lies, read from `data/spec.json` (labels, noise,
-palette) and `data/glyphs.json` (the 52 silhouettes), and validated at import.
-
-Labels: object and human attributes (each super-attribute a channel of the drawing), the
-categories of `OBJECTS` (one glyph each, in `glyphs.json`'s order) and counts 1–10. An
-attribute goes only on a category that can show it (`can_show`), never with one sharing its
-channel (`conflicts`). Noise comes in proportions a miner must survive (`noise`), noted in
-`synth_truth.json` with the ids it touched (`noise_effects`); the expected pools follow the
-miner's rules (`miner_rules`). msgspec checks each file's shape and types, `_check` the names
-one table takes from another; a malformed file stops with one line naming it and the entry.
+"""What the synthetic corpus shows and how it lies: `data/spec.json` (labels, noise, palette)
+and `data/glyphs.json` (52 silhouettes, one per category of `OBJECTS`), validated at import.
+An attribute goes only on a category that can show it (`can_show`), never with one sharing its
+channel (`conflicts`); noise comes in proportions a miner must survive. msgspec checks shapes
+and types, `_check` the names one table takes from another; a bad file stops with one line.
 """
 
 from __future__ import annotations
@@ -28,10 +23,8 @@ _Channel = Annotated[int, msgspec.Meta(ge=0, le=255)]
 RGB = tuple[_Channel, _Channel, _Channel]
 _Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
 _Weight = Annotated[float, msgspec.Meta(gt=0)]
-#: A glyph part: its kind, then numbers or a list of (x, y) points.
 Part = tuple[str | int | float | tuple[tuple[float, float], ...], ...]
-#: What follows each kind of part (n: a number, p: a list of points); a "hole_" kind cuts
-#: its shape out of the mask.
+# what follows each kind of part (n: a number, p: (x, y) points); "hole_" kinds cut it out
 _PART_ARGS = {"ellipse": "nnnn", "rect": "nnnn", "pie": "nnnnnn", "arc": "nnnnnnn",
               "poly": "p", "line": "pn"}
 
@@ -41,8 +34,7 @@ class _Table(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Noise(_Table):
-    """The probability of each noise where it can occur (a name variant where a category has
-    one, outside-image boxes in edge cells, ...)."""
+    """The probability of each noise where it can occur."""
 
     second_attribute: _Probability
     name_variant: _Probability
@@ -172,8 +164,7 @@ def _filled(path: Path, text: str) -> str:
 
 
 def load_corpus_spec(folder: Path = DATA_DIR) -> tuple[CorpusSpec, dict[str, tuple[Part, ...]]]:
-    """The validated `spec.json` (its texts' placeholders filled in) and glyphs of `folder`;
-    a malformed file raises a VpromError naming it and the entry."""
+    """The validated `spec.json` (placeholders filled in) and glyphs of `folder`."""
     glyphs = _decode(folder / "glyphs.json", _Glyphs).glyphs
     _check_glyphs(folder / "glyphs.json", glyphs)
     path = folder / "spec.json"

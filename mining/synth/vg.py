@@ -1,10 +1,8 @@
-"""The rest of Visual Genome for the synthetic corpus, for the tools people point at a VG
-folder (the official driver, the Hugging Face loader, bottom-up-attention's `setup_vg.py`):
-image folders and outside ids, two quirks of VG's objects noted as noise (`no_synset`,
-`two_names`), scene graphs, relationships, question answers, the v1.2 files and synsets;
-on request, `download/` holds the files zipped as VG's download page serves them (`write_zips`).
-It is drawn from a generator of its own, `default_rng([seed, index, META_STREAM])`, so the
-four mined files and the pools do not depend on it.
+"""The rest of Visual Genome for the synthetic corpus, for tools pointed at a VG folder (the
+official driver, the Hugging Face loader, `setup_vg.py`): image folders, outside ids, two noted
+quirks (`no_synset`, `two_names`), scene graphs, relationships, QAs, v1.2 files, synsets and
+the download zips. Its own generator, `default_rng([seed, index, META_STREAM])`, keeps the
+mined files and pools independent of it.
 """
 
 from __future__ import annotations
@@ -23,18 +21,14 @@ URL = "https://cs.stanford.edu/people/rak248/{}/{}.jpg"
 P_META = {"second_folder": 0.4, "coco_id": 0.5, "flickr_id": 0.9, "no_synset": 0.08,
           "two_names": 0.12}
 COCO_BASE, FLICKR_BASE = 100_000, 8_000_000_000
-#: Relationship and QA ids lie above the planner's object and region ids (image_id * 1000 + k).
+# above the planner's object and region ids (image_id * 1000 + k)
 RELATIONSHIP_BASE, QA_BASE = 500, 800
 PREDICATES = {"left of": "left.r.01", "right of": "right.r.01", "above": "above.r.01",
               "below": "below.r.01"}
-#: The VG files written from these records, one record per image; the `_v1_2` files are named
-#: as VG's download page serves them.
 FILES = ("scene_graphs.json", "relationships.json", "question_answers.json",
          "objects_v1_2.json", "relationships_v1_2.json")
 SYNSETS = "synsets.json"
-#: VG's download page: each zip, the member it holds and the corpus file that is. A v1.2 zip
-#: holds the unversioned name (objects_v1_2.json.zip: objects.json), which the Hugging Face
-#: `visual_genome` script opens; the image zips hold their folder.
+# zip -> (member, corpus file); a v1.2 zip holds the unversioned name, as Hugging Face expects
 ZIPS = {**{f"{stem}.json.zip": (f"{stem}.json",) * 2 for stem in (
             "image_data", "objects", "attributes", "region_descriptions", "relationships",
             "question_answers")},
@@ -57,15 +51,14 @@ class ImageMeta:
 
 
 def category_of(synsets: list[str]) -> str | None:
-    """The category a planner's object synset names ("palm_tree.n.01" -> "palm tree")."""
+    """The category a planner's synset names ("palm_tree.n.01" -> "palm tree")."""
     if len(synsets) != 1 or not synsets[0].endswith(".n.01"):
         return None
     return synsets[0][: -len(".n.01")].replace("_", " ")
 
 
 def decorate(seed: int, index: int, img) -> ImageMeta:
-    """Draw image `index`'s folder and ids, and put VG's quirks on the planner's `_Image`
-    records in place (each noted in `img.noise`)."""
+    """Image `index`'s folder and ids; VG's quirks put on its records in place, and noted."""
     rng = np.random.default_rng([seed, index, META_STREAM])
     iid = img.image_id
     meta = ImageMeta(FOLDERS[int(rng.random() < P_META["second_folder"])],
@@ -140,23 +133,13 @@ def relationship_records(img, rels) -> dict:
     return {"relationships": out, "image_id": img.image_id}
 
 
-def without_merged(record: dict) -> dict:
-    """A v1.4 object record in v1.2's layout: v1.4 added `merged_object_ids`, nothing else."""
-    return {k: v for k, v in record.items() if k != "merged_object_ids"}
-
-
-def objects_v1_2(img, url: str) -> dict:
-    """objects_v1_2.json's record: objects.json's without `merged_object_ids`."""
-    return {"image_id": img.image_id, "objects": [without_merged(o) for o in img.objects],
-            "image_url": url}
-
-
-def relationships_v1_2(v1_4: dict) -> dict:
-    """relationships_v1_2.json's record: relationships.json's without `merged_object_ids`."""
-    return {"relationships": [{**r, "object": without_merged(r["object"]),
-                               "subject": without_merged(r["subject"])}
-                              for r in v1_4["relationships"]],
-            "image_id": v1_4["image_id"]}
+def without_merged(record):
+    """A v1.4 record in v1.2's layout: v1.4 added `merged_object_ids` (at any depth), no more."""
+    if isinstance(record, list):
+        return [without_merged(item) for item in record]
+    if isinstance(record, dict):
+        return {k: without_merged(v) for k, v in record.items() if k != "merged_object_ids"}
+    return record
 
 
 def question_answers(img) -> dict:

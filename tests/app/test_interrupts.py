@@ -48,7 +48,7 @@ sys.exit(main(sys.argv[1:]))
 """
 PROBE_MINE = """
 import os, sys, time
-from vprom.mining import pool_jobs
+from vprom.mining import pools as pool_jobs
 real = pool_jobs._mine_chunks
 def probe(kind, chunks, setup):  # in a forked worker: say so, then wait for the signal
     print(f"PROBE: worker {os.getpid()} mining {kind}", file=sys.stderr, flush=True)

@@ -19,12 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vprom.mining.download import archives
-from vprom.mining.download.archives import IMAGE_LIMITS, images_layout, json_layout, unpack, verify
+from vprom.mining.download.archives import IMAGE_LIMITS, JSON_LIMITS, Layout, unpack, verify
 from tests.mining.hostile import (duplicate_zip, make_zip, patch, small_disk, tiny_members_zip,
                                   tmpfs, used_bytes, zeros_zip)
 from vprom.errors import VpromError
 
-IMAGES = images_layout("VG_100K")
+IMAGES = Layout(folder="VG_100K")
+OBJECTS_JSON = Layout(member="objects.json", limits=JSON_LIMITS)
 
 
 @pytest.fixture
@@ -306,9 +307,9 @@ def test_other_disk_errors_keep_the_archive(tmp_path, out, monkeypatch):
 # ------------------------------------------------------------------------ annotation zips
 def test_an_annotation_zip_is_read_back_whole(tmp_path):
     archive = _archive(tmp_path, make_zip({"objects.json": b"[]" * 1000}), "objects.json.zip")
-    assert verify(archive, json_layout("objects.json")) == 2000
+    assert verify(archive, OBJECTS_JSON) == 2000
     mac = make_zip({"objects.json": b"[]", "__MACOSX/._objects.json": b"fork"})
-    assert verify(_archive(tmp_path, mac, "objects.json.zip"), json_layout("objects.json")) == 2
+    assert verify(_archive(tmp_path, mac, "objects.json.zip"), OBJECTS_JSON) == 2
 
 
 @pytest.mark.parametrize("entries,match", [
@@ -319,7 +320,7 @@ def test_an_annotation_zip_is_read_back_whole(tmp_path):
 def test_an_annotation_zip_holds_exactly_its_json(tmp_path, entries, match):
     archive = _archive(tmp_path, make_zip(entries), "objects.json.zip")
     with pytest.raises(VpromError, match=match):
-        verify(archive, json_layout("objects.json"))
+        verify(archive, OBJECTS_JSON)
     assert (tmp_path / "objects.json.zip.bad").exists()
 
 
@@ -327,4 +328,4 @@ def test_an_annotation_zip_with_a_bad_crc_is_corrupt(tmp_path):
     data = patch(make_zip({"objects.json": b"[]" * 100}), "objects.json", crc=1)
     archive = _archive(tmp_path, data, "objects.json.zip")
     with pytest.raises(VpromError, match="corrupt archive .*Bad CRC-32"):
-        verify(archive, json_layout("objects.json"))
+        verify(archive, OBJECTS_JSON)

@@ -394,7 +394,7 @@ def test_the_reserve_is_a_command_line_option(tmp_path, server, capsys, monkeypa
     assert "to keep free (--reserve)" in capsys.readouterr().err
     assert main(["download", "--out", str(tmp_path / "vg"), "--base-url", base,
                  "--reserve", "0"]) == 0
-    from vprom.mining.download.space import parse_size
+    from vprom.mining.download.archives import parse_size
 
     assert [parse_size(t) for t in ("0", "512", "500M", "2G", "1.5GiB", "4kb")] == \
         [0, 512, 500 << 20, 2 << 30, 3 << 29, 4096]

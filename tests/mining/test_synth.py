@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 from vprom.mining import synth
-from vprom.mining.synth.glyphs import glyph_mask, solid_glyph_mask
+from vprom.mining.synth.objects import glyph_mask, solid_glyph_mask
 from vprom.mining.synth.people import draw_person
 from vprom.mining.synth.plan import render_image
 from vprom.mining.synth.spec import DATA_DIR, OBJECTS, SPEC, load_corpus_spec

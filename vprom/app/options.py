@@ -18,7 +18,7 @@ import typing
 from vprom.errors import VpromError
 from vprom.claim import check_output
 from vprom.mining.download import parse_duration
-from vprom.mining.download.space import parse_size
+from vprom.mining.download.archives import parse_size
 
 #: inputs a command takes without a flag (when its function takes them before `*`)
 POSITIONAL = ("dataset", "pools", "shards", "run", "runs", "study", "predictions", "responses")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vprom.errors import VpromError
-from vprom.mining import byte_ranges, pool_jobs, synth
+from vprom.mining import byte_ranges, pools, synth
 from vprom.mining.pools import mine
 
 from .conftest import CORPUS, corpus, write_vg
@@ -41,8 +41,8 @@ def _products(out: Path) -> tuple:
 def _streamed_passes(monkeypatch) -> list:
     """The passes read by the streaming reader from now on, in order."""
     streamed = []
-    real = pool_jobs._streamed
-    monkeypatch.setattr(pool_jobs, "_streamed", lambda kind, setup: streamed.append(kind)
+    real = pools._streamed
+    monkeypatch.setattr(pools, "_streamed", lambda kind, setup: streamed.append(kind)
                         or real(kind, setup))
     return streamed
 
@@ -57,7 +57,7 @@ def _copy(corpus: Path, folder: Path) -> Path:
 def test_any_number_of_workers_gives_identical_pools(tmp_path, synthetic, monkeypatch):
     monkeypatch.setattr(byte_ranges, "TARGET", 2_000)  # many chunks even in a small corpus
     paths = {s: synthetic / f"{s}.json" for s in ("objects", "attributes", "region_descriptions")}
-    jobs = list(pool_jobs._jobs({kind: pool_jobs._scans(paths, kind)
+    jobs = list(pools._jobs({kind: pools._scans(paths, kind)
                                  for kind in ("objects", "counts")}))
     assert sum(kind == "objects" and chunks is not None for kind, chunks in jobs) > 5
     assert sum(kind == "counts" and chunks is not None for kind, chunks in jobs) > 5
