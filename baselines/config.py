@@ -1,8 +1,7 @@
 """What `vprom train` is asked to do, as one frozen dataclass (no torch needed to build it).
 
-Hyper-parameters (`HYPER`) default to None, the model's entry in `baselines/defaults.json`
-(or its "*" entry), filled in by `resolved()`; an optimizer other than the model's takes its
-settings from that optimizer's own entry.
+Hyper-parameters (`HYPER`) left None take the model's entry in `baselines/defaults.json` (or
+"*") in `resolved()`; an optimizer other than the model's takes that optimizer's own entry.
 """
 
 from __future__ import annotations
@@ -73,9 +72,21 @@ class TrainConfig:
         return given[0]
 
     def resolved(self) -> "TrainConfig":
-        """This config with every hyper-parameter the user left as None taken from the defaults."""
-        return dataclasses.replace(self, **{k: v for k, v in resolve_hyper(self).items()
-                                            if getattr(self, k) is None})
+        """This config with every hyper-parameter left None taken from the defaults."""
+        defaults = load_defaults()
+        entry = defaults["models"].get(self.model, defaults["models"]["*"])
+        optimizer = self.optimizer or entry["optimizer"]
+        if optimizer not in OPTIMIZERS:
+            raise VpromError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+        if self.rho is not None and optimizer != "adadelta":
+            raise VpromError(f"--rho is AdaDelta's decay; {optimizer} has none (drop --rho "
+                             "or use --optimizer adadelta)")
+        # settings tuned for the model's optimizer do not carry over to another one
+        tuned = entry if optimizer == entry["optimizer"] else defaults["optimizers"][optimizer]
+        hyper = {k: tuned.get(k, entry.get(k)) for k in HYPER[1:] if getattr(self, k) is None}
+        if optimizer != "adadelta":
+            hyper["rho"] = None
+        return dataclasses.replace(self, **hyper, optimizer=optimizer)
 
     def defaulted(self) -> list[str]:
         """The hyper-parameters this (unresolved) config leaves to the model's defaults."""
@@ -93,7 +104,7 @@ class TrainConfig:
 
 @lru_cache(maxsize=None)
 def load_defaults() -> dict:
-    """`baselines/defaults.json`, checked: every entry complete and every value valid."""
+    """`baselines/defaults.json`, checked."""
     text = resources.files("vprom.baselines").joinpath(DEFAULTS_FILE).read_text(encoding="utf-8")
     return parse_defaults(text, f"baselines/{DEFAULTS_FILE}")
 
@@ -127,7 +138,7 @@ def parse_defaults(text: str, where: str) -> dict:
 
 def _check_values(entry: dict, where: str) -> None:
     for key, value in entry.items():
-        if problem := check_value(key, value):  # None for "optimizer" and "_" notes
+        if problem := check_value(key, value):
             raise VpromError(f"{where}: {problem}")
 
 
@@ -143,28 +154,6 @@ def check_value(key: str, value) -> str | None:
         if not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
             return f"{key} must be a positive number, got {value!r}"
     return None
-
-
-def resolve_hyper(config: TrainConfig) -> dict:
-    """Every hyper-parameter of `config`: the user's where given, else the model's default."""
-    defaults = load_defaults()
-    entry = defaults["models"].get(config.model, defaults["models"]["*"])
-    optimizer = config.optimizer or entry["optimizer"]
-    if optimizer not in OPTIMIZERS:
-        raise VpromError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
-    # settings tuned for the model's optimizer do not carry over to another one
-    tuned = entry if optimizer == entry["optimizer"] else defaults["optimizers"][optimizer]
-    out = {"optimizer": optimizer}
-    for key in HYPER[1:]:
-        given = getattr(config, key)
-        if key == "rho" and optimizer != "adadelta":
-            if given is not None:
-                raise VpromError(f"--rho is AdaDelta's decay; {optimizer} has none (drop --rho "
-                                 "or use --optimizer adadelta)")
-            out[key] = None
-            continue
-        out[key] = given if given is not None else tuned.get(key, entry.get(key))
-    return out
 
 
 def defaults_of(model: str) -> dict:

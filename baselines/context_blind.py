@@ -1,8 +1,8 @@
 """context-blind: a control that scores the candidates without ever seeing the context.
 
-If it beats chance (12.5%), the answer sets give the answer away (RAVEN's flaw). A DeepSets
-scorer: f1 embeds each candidate, f2 on [e_j ; mean of the 8] and a linear layer score it, so
-it can learn "the odd one out". The auxiliary heads read the mean of f2's output.
+If it beats chance (12.5%), the answer sets give the answer away (RAVEN's flaw). DeepSets: f1
+embeds each candidate, f2 on [e_j ; mean of the 8] and a linear layer score it ("the odd one
+out"). The auxiliary heads read the mean of f2's output.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class ContextBlind(nn.Module):
     def embed(self, panels: Tensor) -> Tensor:
         """[B, 16, D] -> [B, 8, H]: the candidates' embeddings, the context never read."""
         parts.check_panels(panels, self.feature_dim)
-        # Ids keep the input width of the other models; every candidate gets the same one.
+        # ids keep the other models' input width; every candidate gets the same one
         return self.f1(parts.with_panel_ids(panels, candidates_share_id=True)[:, N_CONTEXT:])
 
     def forward(self, panels: Tensor) -> ModelOutput:

@@ -1,8 +1,7 @@
 """context-blind-pixels: the RAVEN papers' ResNet control, over the candidates' crops.
 
-Each candidate crop (from `vprom crops`, in [0, 1]) goes through one shared ResNet-18 trunk
-(`conv.resnet18`, widths hidden/8 to hidden), alone rather than stacked with the others as
-channels, so no answer position can be learned; `context-blind`'s DeepSets head scores it.
+Each candidate crop goes alone (not stacked as channels, so no answer position can be learned)
+through one shared ResNet-18 trunk (widths hidden/8 to hidden); `context-blind`'s head scores it.
 """
 
 from __future__ import annotations
@@ -19,8 +18,6 @@ from vprom.errors import VpromError
 
 @register_model("context-blind-pixels", kind="pixels")
 class ContextBlindPixels(ContextBlind):
-    """A ResNet-18 embedding of each candidate crop, scored by the DeepSets head."""
-
     def __init__(self, config: ModelConfig):
         if config.hidden % 8:
             raise VpromError(f"context-blind-pixels' ResNet-18 ends at the hidden width in 4 "

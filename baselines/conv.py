@@ -1,7 +1,6 @@
-"""Convolutional parts of the pixel and map models: conv-BN-ReLU, and ResNet-18's trunk
-(He et al.; written here because this floor does not import torchvision: at width 64 it has
-torchvision's layers, less the classifier).
-"""
+"""Convolutional parts of the pixel and map models: conv-BN-ReLU and ResNet-18's trunk (He et
+al.; at width 64 torchvision's layers less the classifier, written here as this floor does not
+import torchvision)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from torch import Tensor, nn
 
 def conv_bn(in_channels: int, out_channels: int, kernel_size=3, stride: int = 1,
             padding=0, relu: bool = True) -> nn.Sequential:
-    """Conv2d without bias (the batch norm has one), BatchNorm2d, and ReLU unless `relu=False`."""
+    """Conv2d without bias (the batch norm has one), BatchNorm2d, and ReLU if `relu`."""
     layers = [nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding,
                         bias=False), nn.BatchNorm2d(out_channels)]
     return nn.Sequential(*layers, nn.ReLU()) if relu else nn.Sequential(*layers)

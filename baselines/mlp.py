@@ -1,8 +1,8 @@
 """MLP-cat-k and MLP-sum-k: embed each panel, combine the 9 panels of a completed matrix, score.
 
 f1 (k/2 Linear+ReLU layers) embeds each panel with its id; the 9 embeddings of candidate j's
-matrix are concatenated (cat) or summed (sum), and f2 (k/2 layers) and a linear layer give
-s_j. The auxiliary heads read the mean over candidates of f2's output.
+matrix are concatenated or summed, and f2 (k/2 layers) and a linear layer give s_j. The
+auxiliary heads read the mean over candidates of f2's output.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ DEPTHS = (2, 4, 6)
 
 
 class PanelMLP(nn.Module):
-    """f1 on each panel, concatenation or sum over the completed matrix, f2, a linear score."""
-
     def __init__(self, config: ModelConfig, combine: str):
         super().__init__()
         if combine not in COMBINATIONS:
@@ -47,7 +45,7 @@ class PanelMLP(nn.Module):
 def _register(combine: str, depth: int) -> None:
     @register_model(f"mlp-{combine}-{depth}")
     def build(config: ModelConfig) -> nn.Module:
-        # The registered name fixes k, whatever the config says.
+        # the registered name fixes k, whatever the config says
         return PanelMLP(dataclasses.replace(config, layers=depth), combine)
 
 

@@ -1,10 +1,9 @@
 """What every baseline shares: its config, its output, panel ids and the layer builders.
 
-A model reads 8 context panels then 8 candidates as `vectors` [B, 16, D], `maps`
-[B, 16, C, H, W] or `pixels` [B, 16, 3, S, S] and returns a `ModelOutput`: a score per
-candidate and, with `config.aux`, the relation and element-type logits. Panel ids are the
-paper's one-hot of 16; a model scoring each candidate on its own gives every candidate id 9,
-so permuting the candidates permutes the scores.
+A model reads 8 context panels then 8 candidates as `vectors` [B, 16, D], `maps` [B, 16, C,
+H, W] or `pixels` [B, 16, 3, S, S] and returns a `ModelOutput`. Panel ids are the paper's
+one-hot of 16; a model scoring each candidate alone gives every candidate id 9, so permuting
+the candidates permutes the scores.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ from torch import Tensor, nn
 from vprom.domain import N_CANDIDATES, N_CONTEXT, N_PANELS, ElementType, Relation
 from vprom.errors import VpromError
 
-# The auxiliary heads' classes, in logit order.
+# the auxiliary heads' classes, in logit order
 RELATION_CLASSES = (Relation.AND, Relation.OR, Relation.UNION, Relation.PROGRESSION)
 ELEMENT_TYPE_CLASSES = ("attribute", "object", "count")
 _ELEMENT_TYPE_CLASS = {ElementType.OBJECT_ATTRIBUTE: 0, ElementType.HUMAN_ATTRIBUTE: 0,
@@ -26,12 +25,11 @@ _ELEMENT_TYPE_CLASS = {ElementType.OBJECT_ATTRIBUTE: 0, ElementType.HUMAN_ATTRIB
 
 
 def relation_class(relation: Relation | str) -> int:
-    """The relation head's target index for a matrix's relation."""
     return RELATION_CLASSES.index(Relation(relation))
 
 
 def element_type_class(element_type: ElementType | str) -> int:
-    """The element-type head's target index (object and human attributes are both 'attribute')."""
+    """Object and human attributes are both 'attribute'."""
     return _ELEMENT_TYPE_CLASS[ElementType(element_type)]
 
 
@@ -43,7 +41,7 @@ class ModelConfig:
     hidden: int = 512
     aux: bool = False  # add the auxiliary heads
     layers: int = 2  # k for mlp-*-k: f1 and f2 get k/2 Linear+ReLU layers each
-    score_init: float = 1.0  # the score head's initial weights, times torch's default init
+    score_init: float = 1.0  # scales the score head's initial weights: deep stacks need more
     side: int = 0  # H = W of maps, S of pixels; 0 for vectors
 
 
@@ -74,8 +72,7 @@ def unit_pixels(pixels: Tensor, like: Tensor) -> Tensor:
 
 
 def with_panel_ids(panels: Tensor, candidates_share_id: bool = False) -> Tensor:
-    """[B, 16, D] -> [B, 16, D + 16]: append a one-hot panel id (context 1-8, candidates
-    9-16, or all 9 with `candidates_share_id`)."""
+    """[B, 16, D] -> [B, 16, D + 16]: a one-hot panel id appended (candidates all 9 if shared)."""
     batch = panels.shape[0]
     ids = torch.eye(N_PANELS, dtype=panels.dtype, device=panels.device)
     if candidates_share_id:
@@ -105,9 +102,8 @@ def panel_encoder(config: ModelConfig) -> nn.Sequential:
 
 
 def score_head(config: ModelConfig, outputs: int = 1, bias: bool = False) -> nn.Linear:
-    """The paper's w: one score per candidate from its [.., hidden] representation, bias-free
-    by default (a shift of all 8 scores changes no softmax). Its weights are torch's default
-    times `config.score_init`: a larger head keeps the gradients of deep stacks moving."""
+    """The paper's w: a score from a [.., hidden] representation, bias-free by default (a shift
+    of all 8 scores changes no softmax); `config.score_init` scales torch's initial weights."""
     head = nn.Linear(config.hidden, outputs, bias=bias)
     with torch.no_grad():
         head.weight.mul_(config.score_init)
@@ -115,7 +111,7 @@ def score_head(config: ModelConfig, outputs: int = 1, bias: bool = False) -> nn.
 
 
 def half_depth(config: ModelConfig) -> int:
-    """k/2, the depth of f1 and of f2, checked so a bad k fails at construction."""
+    """k/2, the depth of f1 and of f2."""
     if config.layers < 2 or config.layers % 2:
         raise VpromError(
             f"model config layers={config.layers}: f1 and f2 get k/2 layers each, "
@@ -137,10 +133,9 @@ class AuxHeads(nn.Module):
 
 
 def make_aux(config: ModelConfig) -> AuxHeads | None:
-    """The heads when the config asks for them, else None (no unused parameters)."""
     return AuxHeads(config.hidden) if config.aux else None
 
 
 def output(scores: Tensor, aux: AuxHeads | None, representation: Tensor) -> ModelOutput:
-    """Package scores with the aux heads applied to `representation` [B, hidden]."""
+    """Scores, with the aux heads applied to `representation` [B, hidden]."""
     return ModelOutput(scores, *(aux(representation) if aux is not None else (None, None)))

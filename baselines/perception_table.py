@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from vprom.baselines.paper import CHANCE, PAPER_NAMES, feature_type
-from vprom.baselines.run_checks import CONTROL_MODELS
+from vprom.baselines.metrics import CONTROL_MODELS
 from vprom.domain import SPLITS
 from vprom.files import atomic_path
 from vprom.manifest import manifest_of

@@ -1,12 +1,11 @@
 """PredRNet, the Predictive Reasoning Network (Yang et al., ICML 2023), over crop-store pixels
 (`predrnet`) or spatial maps (`predrnet-maps`).
 
-An encoder (the paper's four residual stages at c..4c channels, c = hidden / 16, on pixels;
-one 1x1 conv-BN-ReLU on maps) and a 1x1 conv-BN give each panel c channels of L locations.
-The 9 panels of each completed matrix pass three predictive reasoning blocks: the context
-predicts the missing panel ((8 x 1) conv-BN-ReLU) and the block goes on with the context and
-the candidate's prediction error. Each candidate is pooled to 2H values and classified
-(Linear, BatchNorm1d, ReLU, score); the auxiliary heads read the mean of that hidden layer.
+An encoder (the paper's four residual stages at c..4c channels, c = hidden/16, on pixels; a
+1x1 conv-BN-ReLU on maps) and a 1x1 conv-BN give each panel c channels. Three predictive
+reasoning blocks read each completed matrix: the context predicts the missing panel ((8 x 1)
+conv-BN-ReLU) and the block goes on with the candidate's prediction error. Each candidate is
+pooled to 2H values and classified (Linear, BatchNorm1d, ReLU, score; aux heads: its mean).
 """
 
 from __future__ import annotations
@@ -55,8 +54,6 @@ class PredictiveReasoningBlock(nn.Module):
 
 
 class PredRNet(nn.Module):
-    """Image encoder, channel reducer, three PRBs per candidate, a classifier."""
-
     def __init__(self, config: ModelConfig, kind: str):
         super().__init__()
         if config.hidden % 16:

@@ -1,7 +1,7 @@
 """Baselines by name: `register_model`, `get_model`, `list_models` (torchvision's `_api.py` style).
 
-Each model file registers builders `builder(config) -> nn.Module` with the input kind they
-read (`vectors`, `maps` or `pixels`); the files are imported when a model is first asked for.
+Each model file registers builders `builder(config) -> nn.Module` with the input kind they read;
+the files are imported when a model is first asked for.
 """
 
 from __future__ import annotations
@@ -45,12 +45,11 @@ def register_model(name: str, kind: str = "vectors") -> Callable[[Builder], Buil
 
 
 def input_kind(name: str) -> str:
-    """What model `name` reads: 'vectors', 'maps' or 'pixels'."""
+    """What model `name` reads: one of INPUT_KINDS."""
     return getattr(MODELS.get(name), "input_kind", "vectors")
 
 
 def list_models() -> list[str]:
-    """Every registered model name, sorted."""
     return MODELS.names()
 
 

@@ -1,10 +1,9 @@
-"""Tables and plots over many evaluated runs (`vprom report RUN... --out DIR`).
+"""Tables and plots over evaluated runs (`vprom report RUN... --out DIR`).
 
-Each run's `metrics.json` and `history.json` are keyed by (model, feature source, aux,
-control, split); runs sharing a key (seeds) are averaged, and refused when their settings
-differ (`run_checks`). Runs that did not learn and controls are marked and listed. DIR gets
-table2, splits and perception as .md and .csv, report.md, bar plots with 95% Wilson
-intervals, curves.png and a manifest.json, written first and again with every file's sha256.
+Runs are keyed by (model, feature source, aux, control, split); runs sharing a key (seeds) are
+averaged, refused when their settings differ. DIR gets table2, splits and perception (.md and
+.csv), report.md, bar plots with 95% Wilson intervals, curves.png and manifest.json (written
+first, then again with every file's sha256).
 """
 
 from __future__ import annotations
@@ -26,23 +25,24 @@ from vprom.baselines.perception_table import (Ceilings, bar_plot, feature_source
                                               perception_plot, perception_rows, pyplot,
                                               recorded_attrs, run_ceilings, runs_dataset,
                                               save_png, verdict)
-from vprom.baselines.run_checks import (CONTROL_MODELS, check_alike, control_result,
-                                        did_not_learn, is_control, settings)
+from vprom.baselines.metrics import CONTROL_MODELS, control_result, did_not_learn, is_control
 from vprom.errors import VpromError
 from vprom.files import sha256_file, write_text
 from vprom.manifest import make_manifest, write_manifest
 from vprom.claim import writes
 from vprom.domain import SPLITS, ElementType, Relation
 
+#: training settings that do not change what a run learns: runs differing only here average
+NOT_SETTINGS = ("seed", "out", "device", "restart", "cuda_graphs", "resume", "dataset",
+                "features", "maps", "crops")
+
 
 @dataclass(frozen=True)
 class Entry:
-    """One evaluated run."""
-
     run: Path
     model: str
     backbone: str
-    features: str  # feature source (baselines/perception_table.py): ResNet, labels, ...
+    features: str  # feature source (perception_table.feature_source)
     aux: bool
     control: str  # "" or "shuffled context"
     split: str
@@ -115,7 +115,7 @@ Key = tuple[str, str, bool, str]  # model, feature type, aux, control
 
 @dataclass
 class Cell:
-    """Our accuracy for one key on one split: the mean over runs, with the runs' spread."""
+    """The runs of one key on one split, averaged."""
 
     entries: list[Entry]
 
@@ -135,7 +135,6 @@ class Cell:
 
     @property
     def not_learned(self) -> int:
-        """How many of its runs did not learn."""
         return sum(bool(e.flags) for e in self.entries)
 
     def mark(self) -> str:
@@ -170,18 +169,16 @@ def group(entries: list[Entry]) -> dict[str, dict[Key, Cell]]:
 
 
 def _model_order(models) -> list[str]:
-    """The paper's models in Table 2's order, the later solvers, then the rest sorted."""
     return [*PAPER_NAMES, *LATER_SOLVERS] + sorted(set(models) - {*PAPER_NAMES, *LATER_SOLVERS})
 
 
 def _later_solvers_line(width: int, shown: list[str]) -> str:
-    """The table row that opens the later solvers' rows."""
     return f"| *later solvers* ({', '.join(LATER_SOLVERS[m] for m in shown)}) |" + " |" * width
 
 
 # ---------------------------------------------------------------- Table 2
 def table2_rows(cells: dict[Key, Cell]) -> list[dict]:
-    """Long-form rows: one per (model, feature type, aux) that we or the paper have."""
+    """One row per (model, feature type, aux) that we or the paper have."""
     rows = []
     feature_types = list(FEATURE_TYPES) + sorted({k[1] for k in cells} - set(FEATURE_TYPES))
     controls = sorted({(k[0], k[3]) for k in cells if k[3] or k[0] in CONTROL_MODELS})
@@ -201,7 +198,7 @@ def table2_rows(cells: dict[Key, Cell]) -> list[dict]:
 
 
 def figures(cell: Cell | None, name: str) -> dict:
-    """A cell's CSV columns, its accuracy under `name` (blank without a run)."""
+    """A cell's CSV columns, its accuracy under `name`."""
     if cell is None:
         return {name: None, "ci_low": None, "ci_high": None, "n_test": None, "runs": 0,
                 "did_not_learn": None}
@@ -237,7 +234,7 @@ def table2_markdown(rows: list[dict]) -> str:
 
 
 def reference_rows() -> list[dict]:
-    """Humans and chance, as rows of table2.csv (the paper's figures, features-independent)."""
+    """Humans and chance, as rows of table2.csv."""
     blank = {"features": "", "aux": "", "control": "", **figures(None, "ours")}
     return [{"model": "humans", "name": f"Humans ({HUMANS_SKIPPED}% skipped)", **blank,
              "paper": HUMANS},
@@ -307,7 +304,7 @@ def controls_markdown(entries: list[Entry]) -> str:
 def to_csv(rows: list[dict]) -> str:
     if not rows:
         return ""
-    buffer = io.StringIO()  # the csv module writes None as an empty field
+    buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=[k for k in rows[0] if k != "cell"],
                             lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
@@ -332,7 +329,7 @@ def bar_chart(entries: list[Entry], breakdown: str, title: str, path: Path) -> N
 
 
 def curves(entries: list[Entry], path: Path) -> None:
-    """Training answer loss and validation accuracy per epoch, one line per run."""
+    """Training answer loss and validation accuracy per epoch, a line per run."""
     plt = pyplot()
     fig, (loss_ax, val_ax) = plt.subplots(1, 2, figsize=(11, 4))
     for e in entries:
@@ -354,9 +351,8 @@ def curves(entries: list[Entry], path: Path) -> None:
 @writes("out", ("report",), inputs=lambda a: tuple(a["run_dirs"]), folder=True, inside_ok=True)
 def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
            verified: Callable[[Path], str] | None = None) -> str:
-    """Write the tables and plots over `run_dirs` into `out`; returns a summary with the
-    perception table and the verdict. `ceilings` gives the perception-only ceiling of the
-    runs' data set, `verified` what `vprom verify` found on it."""
+    """Write the tables and plots over `run_dirs` into `out`; returns a summary and verdict.
+    `ceilings` gives the runs' data set's perception-only ceiling, `verified` its verify."""
     run_dirs = expand_runs(run_dirs)
     if not run_dirs:
         raise VpromError("report needs at least one run folder")
@@ -424,3 +420,37 @@ def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
 def _verified(entries: list[Entry], verified: Callable[[Path], str] | None) -> str:
     dataset, why = runs_dataset(entries)
     return verified(dataset) if dataset and verified else f"not checked ({why or 'not asked'})"
+
+
+def settings(run: Path, metrics: dict) -> dict:
+    """What a run was trained with, for comparing the runs of one cell."""
+    config, dataset = metrics.get("config"), metrics.get("dataset_content_hash")
+    manifest = {}
+    if config is None or dataset is None:
+        try:
+            manifest = json.loads((Path(run) / "config.json").read_text())
+        except (OSError, ValueError):
+            manifest = {}
+    config = config or manifest.get("config") or {}
+    out = {k: v for k, v in config.items() if k not in NOT_SETTINGS}
+    out["data set"] = dataset or (manifest.get("dataset") or {}).get("content_hash") or (
+        manifest.get("inputs") or {}).get("dataset")
+    out["backbone weights"] = (metrics.get("features") or {}).get("weights")
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def check_alike(label: str, runs: list[tuple[Path, dict]]) -> None:
+    """Refuse to average `runs` (path, settings) whose settings differ; name each difference."""
+    first_path, first = runs[0]
+    for path, other in runs[1:]:
+        keys = sorted(k for k in set(first) & set(other) if first[k] != other[k])
+        if keys:
+            differ = "; ".join(f"{k} {_short(first[k])} in {first_path} vs {_short(other[k])} "
+                               f"in {path}" for k in keys)
+            raise VpromError(f"cannot average the runs of {label}: their settings differ "
+                             f"({differ}); report them separately, or train them alike")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 30 else text[:27] + "…'"

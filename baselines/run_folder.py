@@ -1,13 +1,10 @@
 """A training run's folder, and what `vprom train` may do with it: nothing it holds is destroyed.
 
-A run folder holds config.json, history.json, last.pt (weights, optimiser state, history,
-best epoch, config), best.pt and `evaluate`'s metrics.json. `place_run` starts a fresh run
-where there is none, resumes a run of these settings from last.pt or leaves it alone when
-finished, and refuses a run that is not current (data, features or settings other than
-`RESUMABLE` differ), a last.pt of another run and a best.pt without last.pt. `--restart`
-trains in `.NAME.restart` beside OUT, which it replaces once its first epoch is saved
-(`promote`). A metrics.json that scored a best.pt about to be replaced is kept as
-`metrics.best-epoch-K.json`, or `metrics.before-restart.json`.
+A run folder holds config.json, history.json, last.pt, best.pt and `evaluate`'s metrics.json.
+`place_run` starts, resumes or leaves a finished run alone, and refuses one that is not current
+(inputs or settings other than `RESUMABLE` differ). `--restart` trains in `.NAME.restart`,
+which replaces OUT once its first epoch is saved (`promote`). A metrics.json that scored a
+replaced best.pt is kept as `metrics.best-epoch-K.json` or `metrics.before-restart.json`.
 """
 
 from __future__ import annotations
@@ -41,10 +38,8 @@ def inputs(arguments: dict) -> tuple:
 
 @dataclass(frozen=True)
 class RunPlace:
-    """What this `train` call does with its run folder."""
-
     out: Path  # the run folder the user named
-    folder: Path  # where the run writes now: `out`, or the staging folder of a --restart
+    folder: Path  # `out`, or the staging folder of a --restart
     state: dict | None  # the checkpoint to continue from; None for a fresh start
     finished: bool  # nothing to do: the run already reached its end
     message: str
@@ -66,7 +61,7 @@ def save_checkpoint(path: Path, state: dict, renames: contextlib.ExitStack) -> N
 
 
 def load_checkpoint(path: Path) -> dict:
-    """A checkpoint written by `train`, read with `weights_only=True` (no code is unpickled)."""
+    """A checkpoint of `train`, read with `weights_only=True` (no code is unpickled)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -87,7 +82,7 @@ def load_checkpoint(path: Path) -> dict:
 
 
 def check_own_checkpoint(path: Path, manifest: dict, state: dict) -> None:
-    """Refuse a checkpoint whose settings differ from its run's config.json (`manifest`)."""
+    """Refuse a checkpoint whose settings differ from its run's config.json."""
     run = path.parent
     ours, theirs = anchored(manifest["config"], run), state.get("config") or {}
     differ = sorted(k for k in set(ours) | set(theirs)
@@ -99,7 +94,6 @@ def check_own_checkpoint(path: Path, manifest: dict, state: dict) -> None:
 
 
 def load_weights(model, state: dict, path: Path) -> None:
-    """`state`'s weights into `model`, or one line naming the first key that does not fit."""
     try:
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError, TypeError) as e:
@@ -145,7 +139,7 @@ def stopped(history: list[dict], best: dict, patience: int) -> bool:
 
 
 def place_run(config: TrainConfig) -> RunPlace:
-    """Decide what to do with `config.out` (see the module doc); `config` is resolved."""
+    """What to do with `config.out` (see the module doc); `config` is resolved."""
     out = config.out
     if config.restart:
         if any((out / name).is_file() for name in RUN_FILES if name != "config.json"):
@@ -182,7 +176,7 @@ def place_run(config: TrainConfig) -> RunPlace:
 
 
 def prepare(place: RunPlace) -> None:
-    """Rank 0, before training: the folder to write in exists (a stale staging one is cleared)."""
+    """Rank 0, before training: make the folder to write in."""
     if place.staging and place.folder.exists():
         shutil.rmtree(place.folder)  # the first epoch of an earlier, interrupted --restart
     place.folder.mkdir(parents=True, exist_ok=True)

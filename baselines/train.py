@@ -1,15 +1,11 @@
 """Training one baseline on one split (`vprom train`), in the shape of torchvision's reference.
 
-`train` opens the run folder (`run_folder.place_run`), loads the split onto the device and
-per epoch runs `train_one_epoch`, scores validation with `evaluate`, keeps the best epoch as
-`best.pt` (early stopping after `patience` epochs without gain) and the latest as `last.pt`
-(both written before either is renamed into place), and appends to `history.json`. The loss is
-the cross-entropy over the 8 candidate scores, plus with `aux` the two auxiliary heads'
-(training only); the optimiser AdaDelta (the paper's) or Adam. Epoch e visits the training
-matrices in a permutation drawn from (seed, e), in ceil(n / batch_size) near-equal batches,
-with torch reseeded from (seed, e, rank), so a resumed run ends with an unbroken run's
-weights. Under torchrun each process takes a slice of every batch and scales its summed loss
-by world size / batch size, so DDP's gradient average is the batch mean.
+Per epoch: `train_one_epoch` (cross-entropy over the 8 scores, plus the aux heads' with `aux`;
+AdaDelta or Adam), `evaluate` on validation, `best.pt` / `last.pt` / `history.json` saved; early
+stop after `patience` epochs without gain. Epoch e visits the training matrices in a permutation
+from (seed, e) with torch reseeded from (seed, e, rank), so a resumed run ends with an unbroken
+run's weights. Under torchrun each process takes a slice of every batch and scales its summed
+loss by world size / batch size, so DDP's gradient average is the batch mean.
 """
 
 from __future__ import annotations
@@ -82,8 +78,7 @@ def check_config(config: TrainConfig) -> None:
 
 def build_model(config: TrainConfig, feature_dim: int,
                 side: int = 0) -> tuple[torch.nn.Module, ModelConfig]:
-    """The model of `config` for panels of `feature_dim` and `side` (0 for vectors), its
-    weights drawn from `config.seed` (the caller's generator is left alone)."""
+    """The model of `config` for panels of `feature_dim` and `side`, seeded by `config.seed`."""
     config = config.resolved()
     model_config = ModelConfig(feature_dim=feature_dim, hidden=config.hidden, aux=config.aux,
                                score_init=config.score_init, side=side)
@@ -105,8 +100,7 @@ def make_optimizer(config: TrainConfig, model: torch.nn.Module,
 # ---------------------------------------------------------------- the loop
 def train_step(model, optimizer, data: SplitData, index: torch.Tensor, scale,
                aux: bool) -> torch.Tensor:
-    """One optimiser step on the training matrices at `index`; returns their summed answer
-    loss, auxiliary loss and correct answers (on the device)."""
+    """One step on the training matrices at `index`: their summed losses and correct answers."""
     part = data.parts["train"]
     out = model(data.panels(part, index))
     answer = F.cross_entropy(out.scores, part.answer[index], reduction="none")
@@ -128,8 +122,7 @@ def train_step(model, optimizer, data: SplitData, index: torch.Tensor, scale,
 
 def train_one_epoch(model, optimizer, data: SplitData, batches, aux: bool, world: World,
                     step=train_step) -> dict:
-    """One pass over `batches`; the epoch's mean losses and accuracy. `step` is `train_step`
-    or a `CudaGraphStep` replaying it."""
+    """One pass over `batches` with `step` (`train_step` or a `CudaGraphStep`); mean figures."""
     model.train()
     # float64 running sums on the device, read back once at the end of the epoch
     totals = torch.zeros(3, dtype=torch.float64, device=data.features.device)
@@ -168,11 +161,8 @@ def evaluate(model, data: SplitData, part_name: str, world: World) -> float | No
 
 
 class CudaGraphStep:
-    """`train_step` replayed from CUDA graphs (`--cuda-graphs`: one GPU, one process).
-
-    After WARMUP_STEPS eager steps on a side stream, the step is captured once per batch width
-    on static index and scale tensors; later steps copy their inputs in and replay the graph.
-    """
+    """`train_step` replayed from CUDA graphs (`--cuda-graphs`: one GPU, one process), captured
+    once per batch width after WARMUP_STEPS eager steps on a side stream."""
 
     def __init__(self, world: World):
         if world.device.type != "cuda":
@@ -222,7 +212,6 @@ def train(config: TrainConfig) -> Path:
         model.to(world.device)
         optimizer = make_optimizer(config, model, capturable=graphed is not None)
         history, best, start = restore(place, model, optimizer)
-        # what every checkpoint and config.json record beside the weights
         header = {"format": CHECKPOINT_FORMAT, "model_config": dataclasses.asdict(model_config),
                   "features_attrs": run_folder.plain_record(data.attrs),
                   "dataset": {"content_hash": input_hash(config.dataset)},
@@ -318,8 +307,8 @@ def write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: 
 
 
 def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
-    """Rank 0 after an epoch: best.pt (when `improved`), last.pt and history.json; a
-    --restart's staging folder then replaces the old run."""
+    """Rank 0 after an epoch: best.pt (when `improved`), last.pt, history.json; a --restart's
+    staging folder then replaces the old run."""
     folder = place.folder
     if improved:
         run_folder.supersede_metrics(folder)  # it scored the best.pt about to be replaced
@@ -331,20 +320,14 @@ def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
     write_json(folder / "history.json", state["history"])
     h, epochs = state["history"][-1], state["config"]["epochs"]
     val = "n/a" if h["val_acc"] is None else f"{100 * h['val_acc']:.1f}%"
-    tqdm.write(f"epoch {h['epoch']}/{epochs}: {epoch_losses(h)}, train "
-               f"{100 * h['train_acc']:.1f}%, val {val}" + (" (best)" if improved else ""))
+    aux = "" if h.get("train_aux_loss") is None else f" (+ aux loss {h['train_aux_loss']:.4f})"
+    tqdm.write(f"epoch {h['epoch']}/{epochs}: answer loss {h['train_answer_loss']:.4f}{aux}, "
+               f"train {100 * h['train_acc']:.1f}%, val {val}" + (" (best)" if improved else ""))
     if not place.staging:
         return place
     place = run_folder.promote(place)
     tqdm.write(place.message)
     return place
-
-
-def epoch_losses(h: dict) -> str:
-    """An epoch's answer loss (ln 8 = 2.0794 is chance) and auxiliary loss, if any."""
-    aux = h.get("train_aux_loss")
-    return (f"answer loss {h['train_answer_loss']:.4f}"
-            + ("" if aux is None else f" (+ aux loss {aux:.4f})"))
 
 
 def interrupted(place: RunPlace) -> str:
