@@ -89,8 +89,7 @@ class TrainConfig:
         return dataclasses.replace(self, **hyper, optimizer=optimizer)
 
     def defaulted(self) -> list[str]:
-        """The hyper-parameters this (unresolved) config leaves to the model's defaults."""
-        return [k for k in HYPER if getattr(self, k) is None]
+            return [k for k in HYPER if getattr(self, k) is None]
 
     def to_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v)
@@ -104,7 +103,6 @@ class TrainConfig:
 
 @lru_cache(maxsize=None)
 def load_defaults() -> dict:
-    """`baselines/defaults.json`, checked."""
     text = resources.files("vprom.baselines").joinpath(DEFAULTS_FILE).read_text(encoding="utf-8")
     return parse_defaults(text, f"baselines/{DEFAULTS_FILE}")
 

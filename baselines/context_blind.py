@@ -17,8 +17,6 @@ from vprom.baselines.registry import register_model
 
 @register_model("context-blind")
 class ContextBlind(nn.Module):
-    """DeepSets over the candidates alone; `f1` embeds one candidate (default: an MLP)."""
-
     def __init__(self, config: ModelConfig, f1: nn.Module | None = None):
         super().__init__()
         depth = parts.half_depth(config)

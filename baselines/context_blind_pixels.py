@@ -10,8 +10,7 @@ from torch import Tensor
 
 from vprom.baselines import parts
 from vprom.baselines.context_blind import ContextBlind
-from vprom.baselines.conv import resnet18
-from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig
+from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, resnet18
 from vprom.baselines.registry import register_model
 from vprom.errors import VpromError
 

@@ -81,13 +81,11 @@ def chance_interval(n: int) -> tuple[float, float]:
 
 
 def is_control(model: str, shuffle_context: bool) -> bool:
-    """Whether a run is a control, expected at chance (see the module doc)."""
     return shuffle_context or model in CONTROL_MODELS
 
 
 def control_result(metrics: dict) -> tuple[bool, str]:
-    """(passed, why) for a control: at chance unless its 95% interval's lower end exceeds
-    chance + SHORTCUT_MARGIN."""
+    """(passed, why) for a control (see the module doc)."""
     low, high = metrics["test"]["ci95"]
     limit = CHANCE + SHORTCUT_MARGIN
     accuracy = 100 * metrics["test"]["accuracy"]
@@ -99,7 +97,7 @@ def control_result(metrics: dict) -> tuple[bool, str]:
 
 
 def did_not_learn(metrics: dict, history: list[dict]) -> list[str]:
-    """The reasons a run counts as not having learned (empty when it learned)."""
+    """Why a run counts as not having learned (empty when it learned)."""
     reasons = []
     losses = [h.get("train_answer_loss", h.get("train_loss")) for h in history]
     losses = [x for x in losses if isinstance(x, (int, float))]

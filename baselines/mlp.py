@@ -22,8 +22,6 @@ DEPTHS = (2, 4, 6)
 class PanelMLP(nn.Module):
     def __init__(self, config: ModelConfig, combine: str):
         super().__init__()
-        if combine not in COMBINATIONS:
-            raise ValueError(f"combine must be one of {COMBINATIONS}, not {combine!r}")
         depth = parts.half_depth(config)
         self.combine = combine
         self.feature_dim = config.feature_dim

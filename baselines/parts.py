@@ -3,7 +3,8 @@
 A model reads 8 context panels then 8 candidates as `vectors` [B, 16, D], `maps` [B, 16, C,
 H, W] or `pixels` [B, 16, 3, S, S] and returns a `ModelOutput`. Panel ids are the paper's
 one-hot of 16; a model scoring each candidate alone gives every candidate id 9, so permuting
-the candidates permutes the scores.
+the candidates permutes the scores. ResNet-18's trunk is written here (this floor does not
+import torchvision); at width 64 it has torchvision's layers, less the classifier.
 """
 
 from __future__ import annotations
@@ -46,8 +47,6 @@ class ModelConfig:
 
 
 class ModelOutput(NamedTuple):
-    """What every model's forward returns."""
-
     scores: Tensor  # [B, 8], one per candidate
     relation_logits: Tensor | None  # [B, 4] in RELATION_CLASSES order, when aux
     element_type_logits: Tensor | None  # [B, 3] in ELEMENT_TYPE_CLASSES order, when aux
@@ -121,8 +120,6 @@ def half_depth(config: ModelConfig) -> int:
 
 
 class AuxHeads(nn.Module):
-    """The two auxiliary linear heads, relation (4-way) and element type (3-way)."""
-
     def __init__(self, hidden: int):
         super().__init__()
         self.relation = nn.Linear(hidden, len(RELATION_CLASSES))
@@ -139,3 +136,39 @@ def make_aux(config: ModelConfig) -> AuxHeads | None:
 def output(scores: Tensor, aux: AuxHeads | None, representation: Tensor) -> ModelOutput:
     """Scores, with the aux heads applied to `representation` [B, hidden]."""
     return ModelOutput(scores, *(aux(representation) if aux is not None else (None, None)))
+
+
+def conv_bn(in_channels: int, out_channels: int, kernel_size=3, stride: int = 1,
+            padding=0, relu: bool = True) -> nn.Sequential:
+    """Conv2d without bias (the batch norm has one), BatchNorm2d, and ReLU if `relu`."""
+    layers = [nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding,
+                        bias=False), nn.BatchNorm2d(out_channels)]
+    return nn.Sequential(*layers, nn.ReLU()) if relu else nn.Sequential(*layers)
+
+
+class BasicBlock(nn.Module):
+    """ResNet's basic block: two 3x3 conv-BN, the identity (or a strided 1x1 conv-BN) added."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1):
+        super().__init__()
+        self.body = nn.Sequential(
+            conv_bn(in_channels, out_channels, 3, stride, 1),
+            conv_bn(out_channels, out_channels, 3, 1, 1, relu=False))
+        self.shortcut = (nn.Identity() if stride == 1 and in_channels == out_channels
+                         else conv_bn(in_channels, out_channels, 1, stride, relu=False))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn.functional.relu(self.body(x) + self.shortcut(x))
+
+
+def resnet18(width: int, in_channels: int = 3) -> nn.Sequential:
+    """ResNet-18's trunk and global average pooling: [N, in_channels, S, S] -> [N, 8 width]."""
+    layers: list[nn.Module] = [conv_bn(in_channels, width, 7, 2, 3),
+                               nn.MaxPool2d(3, stride=2, padding=1)]
+    channels = width
+    for stage in range(4):
+        out = width * 2 ** stage
+        stride = 1 if stage == 0 else 2
+        layers += [BasicBlock(channels, out, stride), BasicBlock(out, out)]
+        channels = out
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())

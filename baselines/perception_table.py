@@ -1,14 +1,10 @@
 """Perception against reasoning: each run's feature source, and the table, plot and verdict
-that set the sources side by side on every split beside chance and the perception-only ceiling.
+that set the sources side by side on every split beside chance and the perception-only ceiling
+(what perfect recognition scores without finding the relation; passed in as a function).
 
-A run's feature source comes from its features file's attributes as the run recorded them:
-labels are "perfect perception (labels)" (or "labels, noise P"), weights `none` "random
-weights (<backbone>)", weights of `vprom perceive` "trained perception model (<backbone>)",
-others the paper's name for the backbone or its own; random weights and labels stay out of
-Table 2. The perception-only ceiling of a split is what perfect recognition scores without
-finding the relation (`generation/verify/ceiling.py`; this floor takes it as a function). The
-table has a row per (source, model, aux) of the runs that are not controls and a column per
-split: test accuracy and its 95% Wilson interval, seeds averaged; then chance and the ceiling.
+A run's feature source comes from its features file's attributes: labels are "perfect
+perception (labels)" (or "labels, noise P"), weights `none` "random weights (<backbone>)",
+`vprom perceive`'s "trained perception model (<backbone>)", others the backbone's paper name.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from vprom.baselines.paper import CHANCE, PAPER_NAMES, feature_type
-from vprom.baselines.metrics import CONTROL_MODELS
+from vprom.baselines.metrics import is_control
 from vprom.domain import SPLITS
 from vprom.files import atomic_path
 from vprom.manifest import manifest_of
@@ -35,8 +31,8 @@ Ceilings = Callable[[Path, list[str]], dict[str, tuple[float, int]]]
 
 
 def recorded_attrs(run: Path, metrics: dict) -> dict:
-    """The features file's attributes as the run's config.json recorded them, else its
-    metrics' (`vprom score`'s predictions have no run folder)."""
+    """The features file's attributes as config.json recorded them, else as the metrics did
+    (`vprom score`'s predictions have no run folder)."""
     try:
         return json.loads((run / "config.json").read_text())["features_attrs"] or {}
     except (OSError, ValueError, KeyError, TypeError):
@@ -44,7 +40,6 @@ def recorded_attrs(run: Path, metrics: dict) -> dict:
 
 
 def feature_source(attrs: dict, backbone: str) -> str:
-    """The run's feature source (module doc) from its features file's attributes."""
     manifest = attrs.get("manifest") if isinstance(attrs.get("manifest"), dict) else {}
     config = manifest.get("config") or {}
     if attrs.get("symbolic") or config.get("symbolic"):
@@ -67,7 +62,7 @@ def _kind_of(weights) -> str | None:
 
 
 def is_reference(source: str) -> bool:
-    """Random weights and labels: shown apart from Table 2, never as a backbone's result."""
+    """Random weights and labels: kept out of Table 2."""
     return source.startswith((RANDOM, "labels", PERFECT))
 
 
@@ -78,11 +73,10 @@ def _source_order(source: str) -> tuple:
 
 
 def perception_rows(grouped: dict, ceilings: dict[str, tuple[float, int]]) -> list[dict]:
-    """Long-form rows (source, model, aux, split, figures) of the cells that are not controls,
-    then chance and the ceiling per split."""
+    """Rows (source, model, aux, split, figures) of the cells that are not controls, then chance
+    and the ceiling per split."""
     splits = [s for s in SPLITS if s in grouped] + sorted(set(grouped) - set(SPLITS))
-    keys = sorted({k for s in splits for k in grouped[s]
-                   if not k[3] and k[0] not in CONTROL_MODELS},
+    keys = sorted({k for s in splits for k in grouped[s] if not is_control(k[0], bool(k[3]))},
                   key=lambda k: (_source_order(k[1]), k[0], k[2]))
     rows = []
     for key in keys:
@@ -128,7 +122,7 @@ def perception_markdown(rows: list[dict], ceiling_note: str) -> str:
 
 
 def runs_dataset(entries: list) -> tuple[Path | None, str]:
-    """The runs' one data set, or None and why there is none to read."""
+    """The runs' one data set, or None and why."""
     datasets = {(e.run / e.metrics.get("dataset", "")).resolve() for e in entries}
     if len(datasets) != 1:
         return None, f"the runs use {len(datasets)} data sets"
@@ -139,8 +133,7 @@ def runs_dataset(entries: list) -> tuple[Path | None, str]:
 
 
 def run_ceilings(entries: list, ceilings: Ceilings | None) -> tuple[dict, str]:
-    """The ceiling of each split of the runs' one data set (maybe `{}`), and the sentence
-    that says how it was made or why it is missing."""
+    """The ceiling of each split of the runs' data set, and how it was made or why it is missing."""
     dataset, why = runs_dataset(entries)
     if ceilings is None or dataset is None:
         return {}, f"No perception-only ceiling: {why or 'no ceiling was asked for'}."
@@ -151,14 +144,13 @@ def run_ceilings(entries: list, ceilings: Ceilings | None) -> tuple[dict, str]:
         f"problems of {dataset.name}.")
 
 
-#: the feature sources in a working benchmark's order, best first (the controls below them)
+#: the feature sources in a working benchmark's order, best first (then the controls)
 EXPECTED_ORDER = (PERFECT, TRAINED, RANDOM)
 
 
 def verdict(grouped: dict, ceilings: dict[str, tuple[float, int]], verified: str) -> str:
-    """What the runs say: the data set's check, every neutral run beside chance and the
-    ceiling, each other split's change from neutral, and whether `EXPECTED_ORDER` (then the
-    controls) holds with each 95% interval clear of the next."""
+    """The data set's check, every neutral run beside chance and the ceiling, each other split's
+    change from neutral, and whether `EXPECTED_ORDER` holds with 95% intervals clear."""
     neutral = grouped.get("neutral", {})
     lines = ["verdict:", f"  data set: {verified}"]
     if not neutral:
@@ -186,7 +178,7 @@ def verdict(grouped: dict, ceilings: dict[str, tuple[float, int]], verified: str
 
 
 def _is_control(key: tuple) -> bool:
-    return bool(key[3]) or key[0] in CONTROL_MODELS
+    return is_control(key[0], bool(key[3]))
 
 
 def _name(key: tuple) -> str:
@@ -196,7 +188,6 @@ def _name(key: tuple) -> str:
 
 
 def _order_problems(neutral: dict) -> list[str]:
-    """Where the neutral runs break the order of a working benchmark (none: it holds)."""
     tiers = [(source, [c for k, c in neutral.items()
                        if not _is_control(k) and k[1].startswith(source)])
              for source in EXPECTED_ORDER]
@@ -211,8 +202,7 @@ def _order_problems(neutral: dict) -> list[str]:
 
 
 def perception_plot(rows: list[dict], path: Path) -> None:
-    """Bars with 95% error bars per split and (source, model); chance dashed, the ceiling a
-    black mark over each split."""
+    """Bars with 95% error bars per split and (source, model), the ceiling a black mark."""
     splits = list(dict.fromkeys(r["split"] for r in rows))
     series = list(dict.fromkeys((r["source"], _model(r)) for r in rows
                                 if r["source"] not in ("chance", "perception-only ceiling")))
@@ -247,8 +237,8 @@ def save_png(plt, fig, path: Path) -> None:
 
 def bar_plot(groups: list[str], bars: list[tuple], width: float, title: str, path: Path,
              ncol: int = 1, ceilings: list[tuple[int, float]] = ()) -> None:
-    """Grouped bars of test accuracy: per (label, values, errors [2, groups]) one bar in each
-    group; `ceilings` (group, value) as black marks; chance as a dashed line."""
+    """Grouped bars: per (label, values, errors [2, groups]) a bar in each group; `ceilings`
+    (group, value) as black marks; chance dashed."""
     plt = pyplot()
     bar_width = 0.8 / max(len(bars), 1)
     fig, ax = plt.subplots(figsize=(max(6.0, width), 4))

@@ -14,8 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from vprom.baselines import parts
-from vprom.baselines.conv import conv_bn
-from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, ModelOutput
+from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, ModelOutput, conv_bn
 from vprom.baselines.registry import register_model
 from vprom.errors import VpromError
 

@@ -25,7 +25,7 @@ from vprom.baselines.perception_table import (Ceilings, bar_plot, feature_source
                                               perception_plot, perception_rows, pyplot,
                                               recorded_attrs, run_ceilings, runs_dataset,
                                               save_png, verdict)
-from vprom.baselines.metrics import CONTROL_MODELS, control_result, did_not_learn, is_control
+from vprom.baselines.metrics import control_result, did_not_learn, is_control
 from vprom.errors import VpromError
 from vprom.files import sha256_file, write_text
 from vprom.manifest import make_manifest, write_manifest
@@ -109,7 +109,6 @@ def expand_runs(paths) -> list[Path]:
     return sorted(runs)
 
 
-# ---------------------------------------------------------------- aggregation
 Key = tuple[str, str, bool, str]  # model, feature type, aux, control
 
 
@@ -172,16 +171,21 @@ def _model_order(models) -> list[str]:
     return [*PAPER_NAMES, *LATER_SOLVERS] + sorted(set(models) - {*PAPER_NAMES, *LATER_SOLVERS})
 
 
-def _later_solvers_line(width: int, shown: list[str]) -> str:
-    return f"| *later solvers* ({', '.join(LATER_SOLVERS[m] for m in shown)}) |" + " |" * width
+def _with_later_solvers(lines: list[str], models: list[tuple], width: int) -> list[str]:
+    """Table rows, one per (model, control) of `models`, with a row opening the later solvers'."""
+    later = [m for m in LATER_SOLVERS if (m, "") in models]
+    if not later:
+        return lines
+    first = next(i for i, (m, control) in enumerate(models) if m in later and not control)
+    header = f"| *later solvers* ({', '.join(LATER_SOLVERS[m] for m in later)}) |" + " |" * width
+    return [*lines[:first], header, *lines[first:]]
 
 
-# ---------------------------------------------------------------- Table 2
 def table2_rows(cells: dict[Key, Cell]) -> list[dict]:
     """One row per (model, feature type, aux) that we or the paper have."""
     rows = []
     feature_types = list(FEATURE_TYPES) + sorted({k[1] for k in cells} - set(FEATURE_TYPES))
-    controls = sorted({(k[0], k[3]) for k in cells if k[3] or k[0] in CONTROL_MODELS})
+    controls = sorted({(k[0], k[3]) for k in cells if is_control(k[0], bool(k[3]))})
     plain = [(m, "") for m in _model_order(k[0] for k in cells if not k[3])
              if (m, "") not in controls]
     for model, control in plain + controls:
@@ -209,28 +213,21 @@ def figures(cell: Cell | None, name: str) -> dict:
 
 def table2_markdown(rows: list[dict]) -> str:
     columns = [(f, a) for f in dict.fromkeys(r["features"] for r in rows) for a in (False, True)]
-    head = ["model"] + [f"{f}{' +aux' if a else ''} | paper"
-                        for f, a in columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (1 + 2 * len(columns))]
+    head = ["model"] + [f"{f}{' +aux' if a else ''} | paper" for f, a in columns]
     by_row: dict[tuple[str, str], dict] = {}
     for r in rows:
-        by_row.setdefault((r["name"], r["control"]), {})[(r["features"], r["aux"])] = r
-    later = [m for m in LATER_SOLVERS if any(r["model"] == m and not r["control"] for r in rows)]
-    opened = False
-    for (name, control), cells in by_row.items():
-        if not opened and not control and name in map(display_name, later):
-            lines.append(_later_solvers_line(2 * len(columns), later))
-            opened = True
-        label = f"{name} ({control})" if control else name
-        values = []
-        for c in columns:
-            r = cells.get(c)
+        by_row.setdefault((r["model"], r["control"]), {})[(r["features"], r["aux"])] = r
+    body = []
+    for (model, control), cells in by_row.items():
+        values = [display_name(model) + (f" ({control})" if control else "")]
+        for r in map(cells.get, columns):
             values.append(r["cell"].text() if r and r["cell"] else "—")
             values.append(f"{r['paper']:.1f}" if r and r["paper"] is not None else "—")
-        lines.append("| " + " | ".join([label] + values) + " |")
-    lines.append(f"\nHumans (paper): {HUMANS:.1f}% ({HUMANS_SKIPPED}% of the questions "
-                 f"skipped). Chance: {CHANCE:.1f}%.")
-    return "\n".join(lines) + "\n"
+        body.append("| " + " | ".join(values) + " |")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (1 + 2 * len(columns)),
+             *_with_later_solvers(body, list(by_row), 2 * len(columns))]
+    return "\n".join(lines) + (f"\n\nHumans (paper): {HUMANS:.1f}% ({HUMANS_SKIPPED}% of the "
+                               f"questions skipped). Chance: {CHANCE:.1f}%.\n")
 
 
 def reference_rows() -> list[dict]:
@@ -241,7 +238,6 @@ def reference_rows() -> list[dict]:
             {"model": "chance", "name": "Chance", **blank, "paper": CHANCE}]
 
 
-# ---------------------------------------------------------------- models × splits
 def split_rows(grouped: dict[str, dict[Key, Cell]]) -> list[dict]:
     rows = []
     for split in [s for s in SPLITS if s in grouped] + sorted(set(grouped) - set(SPLITS)):
@@ -262,24 +258,21 @@ def splits_markdown(rows: list[dict]) -> str:
     keys = list(dict.fromkeys((r["model"], r["features"], r["aux"], r["control"]) for r in rows))
     keys.sort(key=_key_order)
     cells = {((r["model"], r["features"], r["aux"], r["control"]), r["split"]): r for r in rows}
-    lines = ["| model | features | aux | " + " | ".join(splits) + " |",
-             "|" + "---|" * (3 + len(splits))]
-    later = [m for m in LATER_SOLVERS if any(k[0] == m and not k[3] for k in keys)]
-    opened = False
+    body = []
     for key in keys:
-        if key[0] in later and not key[3] and not opened:
-            lines.append(_later_solvers_line(2 + len(splits), later))
-            opened = True
         name = display_name(key[0]) + (f" ({key[3]})" if key[3] else "")
         found = [cells[(key, s)]["cell"] if (key, s) in cells else None for s in splits]
         values = [f"{c.accuracy:.1f}{c.mark()}" if c else "—" for c in found]
-        lines.append(f"| {name} | {key[1]} | {'yes' if key[2] else 'no'} | "
-                     + " | ".join(values) + " |")
+        body.append(f"| {name} | {key[1]} | {'yes' if key[2] else 'no'} | "
+                    + " | ".join(values) + " |")
+    lines = ["| model | features | aux | " + " | ".join(splits) + " |",
+             "|" + "---|" * (3 + len(splits)),
+             *_with_later_solvers(body, [(k[0], k[3]) for k in keys], 2 + len(splits))]
     return "\n".join(lines) + "\n"
 
 
 def not_learned_markdown(entries: list[Entry]) -> str:
-    """The runs that did not learn, each with its reasons ("" when every run learned)."""
+    """The runs that did not learn, with the reasons ("" when every run learned)."""
     flagged = [e for e in entries if e.flags]
     if not flagged:
         return ""
@@ -312,9 +305,8 @@ def to_csv(rows: list[dict]) -> str:
     return buffer.getvalue()
 
 
-# ---------------------------------------------------------------- plots
 def bar_chart(entries: list[Entry], breakdown: str, title: str, path: Path) -> None:
-    """Grouped bars: one group per relation (or element type), one bar per run label."""
+    """A group of bars per relation (or element type), a bar per run."""
     present = {g for e in entries for g in e.metrics[breakdown]}
     known = [r.value for r in Relation] + [t.value for t in ElementType]
     groups = [g for g in known if g in present] + sorted(present - set(known))
@@ -347,7 +339,6 @@ def curves(entries: list[Entry], path: Path) -> None:
     save_png(plt, fig, path)
 
 
-# ---------------------------------------------------------------- the report
 @writes("out", ("report",), inputs=lambda a: tuple(a["run_dirs"]), folder=True, inside_ok=True)
 def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
            verified: Callable[[Path], str] | None = None) -> str:
@@ -408,18 +399,15 @@ def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
     written = ["report.md", *files, *plots]
     write_manifest(out, make_manifest("report", config, outputs={
         name: sha256_file(out / name) for name in written}))
+    dataset, why = runs_dataset(entries)
+    checked = verified(dataset) if dataset and verified else f"not checked ({why or 'not asked'})"
     return (f"report over {len(entries)} runs written to {out}:\n"
             + "\n".join(f"  {out / name}" for name in written)
             + (f"\n{controls.rstrip()}" if controls else "")
             + (f"\n{not_learned.rstrip()}" if not_learned else "")
             + f"\n\nperception against reasoning ({out / 'perception.md'}):\n"
             + "\n".join(line for line in pr_md.splitlines() if line.startswith("|"))
-            + "\n" + verdict(grouped, split_ceilings, _verified(entries, verified)))
-
-
-def _verified(entries: list[Entry], verified: Callable[[Path], str] | None) -> str:
-    dataset, why = runs_dataset(entries)
-    return verified(dataset) if dataset and verified else f"not checked ({why or 'not asked'})"
+            + "\n" + verdict(grouped, split_ceilings, checked))
 
 
 def settings(run: Path, metrics: dict) -> dict:

@@ -112,7 +112,6 @@ def portable(config: dict, out: Path) -> dict:
 
 
 def anchored(config: dict, out: Path) -> dict:
-    """The inverse of `portable`."""
     base = Path(out).resolve()
     return {k: os.path.normpath(base / v) if k in PATH_KEYS and isinstance(v, str)
             else v for k, v in config.items()}

@@ -39,16 +39,13 @@ from vprom.runtime import World, epoch_batches, joined_world
 CHECKPOINT_FORMAT = 2
 EVAL_BATCH = 512
 WARMUP_STEPS = 3  # eager steps before a CUDA graph capture: cuBLAS handles, optimiser state
-SOURCE_HINT = {"features": "pooled vectors of `vprom extract`",
-               "maps": "maps of `vprom extract --pool none`", "crops": "a store of `vprom crops`"}
-
-
-#: the file each input kind of a model is read from
-FILE_KINDS = {"vectors": FEATS, "maps": MAPS, "pixels": CROPS}
+#: each panel option's file kind, and what makes it
+SOURCE_FILES = {"features": (FEATS, "pooled vectors of `vprom extract`"),
+                "maps": (MAPS, "maps of `vprom extract --pool none`"),
+                "crops": (CROPS, "a store of `vprom crops`")}
 
 
 def check_config(config: TrainConfig) -> None:
-    """Refuse a (resolved) config that cannot run, before any data is read."""
     if config.split not in SPLITS:
         raise VpromError(f"unknown split {config.split!r}; the splits are {', '.join(SPLITS)}")
     if config.model not in list_models():
@@ -59,20 +56,19 @@ def check_config(config: TrainConfig) -> None:
             raise VpromError(f"--{name} must be at least 1, got {getattr(config, name)}")
     for name in HYPER[1:]:
         value = getattr(config, name)
-        problem = None if value is None else check_value(name, value)
-        if problem:
+        if value is not None and (problem := check_value(name, value)):
             raise VpromError(f"--{name.replace('_', '-')}: {problem}")
     option, kind, path = config.source
     wanted = input_kind(config.model)
     if kind != wanted:
         need = next(name for name, k in SOURCES.items() if k == wanted)
         raise VpromError(f"--model {config.model} reads {wanted}, not the {kind} of --{option}: "
-                         f"pass its panels with --{need} ({SOURCE_HINT[need]})")
+                         f"pass its panels with --{need} ({SOURCE_FILES[need][1]})")
     for name, file in (("dataset", config.dataset), (option, path)):
         if not file.is_file():
             raise VpromError(f"{file}: no such file (--{name})")
     check_kind(config.dataset, DATASET, "train's first argument")
-    check_kind(path, FILE_KINDS[kind], f"--{option}")
+    check_kind(path, SOURCE_FILES[option][0], f"--{option}")
     check_features_source(config.dataset, path)
 
 
@@ -90,14 +86,12 @@ def build_model(config: TrainConfig, feature_dim: int,
 
 def make_optimizer(config: TrainConfig, model: torch.nn.Module,
                    capturable: bool = False) -> torch.optim.Optimizer:
-    """AdaDelta or Adam with the run's settings; `capturable` for CUDA graphs."""
     settings = {"lr": config.lr, "eps": config.eps, "capturable": capturable}
     if config.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), **settings)
     return torch.optim.Adadelta(model.parameters(), rho=config.rho, **settings)
 
 
-# ---------------------------------------------------------------- the loop
 def train_step(model, optimizer, data: SplitData, index: torch.Tensor, scale,
                aux: bool) -> torch.Tensor:
     """One step on the training matrices at `index`: their summed losses and correct answers."""
@@ -193,7 +187,6 @@ class CudaGraphStep:
         return sums
 
 
-# ---------------------------------------------------------------- the run
 @writes(lambda a: a["config"].out, ("run",), inputs=run_folder.inputs)
 def train(config: TrainConfig) -> Path:
     """Train `config.model` on `config.split`; returns the run folder (see the module doc)."""
@@ -331,7 +324,6 @@ def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
 
 
 def interrupted(place: RunPlace) -> str:
-    """What Ctrl-C left: the finished epochs, or a restart's old run untouched."""
     if place.staging and place.folder.exists():  # the restarted run has not replaced it yet
         return (f"interrupted before the restarted run finished an epoch: {place.out} is as it "
                 "was; run the same command (with --restart) to start over")
