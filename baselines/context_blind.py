@@ -1,9 +1,6 @@
-"""context-blind: a control that scores the candidates without ever seeing the context.
-
-If it beats chance (12.5%), the answer sets give the answer away (RAVEN's flaw). DeepSets: f1
-embeds each candidate, f2 on [e_j ; mean of the 8] and a linear layer score it ("the odd one
-out"). The auxiliary heads read the mean of f2's output.
-"""
+"""context-blind: a control that scores the candidates without seeing the context; above chance,
+the answer sets give the answer away (RAVEN's flaw). DeepSets: s_j = w . f2([f1(c_j) ; mean of
+the 8]) can learn "the odd one out"; the aux heads read the mean of f2's output."""
 
 from __future__ import annotations
 

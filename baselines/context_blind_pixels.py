@@ -1,8 +1,6 @@
-"""context-blind-pixels: the RAVEN papers' ResNet control, over the candidates' crops.
-
-Each candidate crop goes alone (not stacked as channels, so no answer position can be learned)
-through one shared ResNet-18 trunk (widths hidden/8 to hidden); `context-blind`'s head scores it.
-"""
+"""context-blind-pixels: the RAVEN papers' ResNet control. Each candidate crop goes alone (so no
+answer position can be learned) through one shared ResNet-18 trunk, widths hidden/8 to hidden;
+`context-blind`'s head scores it."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
 
 
 def _score(run: Path, device: str | None) -> dict:
-    _check_run(run)
+    _check_run(run)  # again, under the claim
     try:
         manifest = json.loads((run / "config.json").read_text())
         manifest["config"]

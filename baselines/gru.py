@@ -1,9 +1,6 @@
-"""GRU and GRU-shared: read the panels as a sequence with a gated recurrent unit.
-
-Both embed each panel with its id (f1, k/2 Linear+ReLU layers) into a one-layer GRU. gru: the
-16 panels, a linear layer on h_16 gives the 8 scores. gru-shared: the context once, then one
-step per candidate (as cell 9), each scored on its h_9. The aux heads read h_16 or mean h_9.
-"""
+"""GRU and GRU-shared: f1 (k/2 Linear+ReLU) embeds each panel with its id into one GRU layer.
+gru reads the 16 panels and scores all 8 from h_16; gru-shared runs the context once, then one
+step per candidate (as cell 9), scoring each on its h_9 (aux heads: h_16, or the mean h_9)."""
 
 from __future__ import annotations
 

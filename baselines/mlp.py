@@ -1,9 +1,6 @@
-"""MLP-cat-k and MLP-sum-k: embed each panel, combine the 9 panels of a completed matrix, score.
-
-f1 (k/2 Linear+ReLU layers) embeds each panel with its id; the 9 embeddings of candidate j's
-matrix are concatenated or summed, and f2 (k/2 layers) and a linear layer give s_j. The
-auxiliary heads read the mean over candidates of f2's output.
-"""
+"""MLP-cat-k and MLP-sum-k: f1 (k/2 Linear+ReLU layers) embeds each panel with its id; the 9
+embeddings of candidate j's completed matrix are concatenated or summed, and f2 (k/2 layers) and
+w score it. The auxiliary heads read the mean over candidates of f2's output."""
 
 from __future__ import annotations
 

@@ -48,17 +48,13 @@ def feature_source(attrs: dict, backbone: str) -> str:
     weights = attrs.get("weights")
     if weights == "none":
         return f"{RANDOM} ({backbone})"
-    # what extract recorded; files extracted without that record: the weights file's manifest
-    kind = attrs["weights_kind"] if "weights_kind" in attrs else _kind_of(weights)
+    kind = attrs.get("weights_kind")
+    # files extracted without that record: the weights file's manifest says
+    if "weights_kind" not in attrs and isinstance(weights, str) and Path(weights).is_file():
+        kind = (manifest_of(weights) or {}).get("kind")
     if kind == PERCEPTION_WEIGHTS:
         return f"{TRAINED} ({backbone})"
     return feature_type(backbone)
-
-
-def _kind_of(weights) -> str | None:
-    if not isinstance(weights, str) or not weights or not Path(weights).is_file():
-        return None
-    return (manifest_of(weights) or {}).get("kind")
 
 
 def is_reference(source: str) -> bool:
@@ -169,7 +165,17 @@ def verdict(grouped: dict, ceilings: dict[str, tuple[float, int]], verified: str
                 lines.append(f"  {split}: {_name(key)} {cell.text()}, "
                              f"{abs(change):.1f} points {'below' if change < 0 else 'above'} "
                              "neutral")
-    problems = _order_problems(neutral)
+    tiers = [(source, [c for k, c in neutral.items()
+                       if not _is_control(k) and k[1].startswith(source)])
+             for source in EXPECTED_ORDER]
+    controls = [c for k, c in neutral.items() if _is_control(k)]
+    tiers = [t for t in tiers if t[1]] + [("controls", controls)]
+    problems = [f"{upper} is not clear above {lower}"
+                for (upper, above), (lower, below) in itertools.pairwise(tiers)
+                if below and min(c.ci[0] for c in above) <= max(c.ci[1] for c in below)]
+    problems += [f"control {c.entries[0].label} misses chance" for c in controls
+                 if not c.ci[0] <= CHANCE <= c.ci[1]]
+    problems += [] if controls else ["no control was run"]
     lines.append("  a working benchmark: perfect perception > trained perception > random "
                  "weights > controls on neutral, each 95% interval clear of the next, the "
                  f"controls' holding chance ({CHANCE:.1f}%), and held-out splits below neutral")
@@ -185,20 +191,6 @@ def _name(key: tuple) -> str:
     model = _model({"model": key[0], "aux": key[2]})
     return f"control {model}{', ' + key[3] if key[3] else ''}" if _is_control(key) else (
         f"{key[1]}, {model}")
-
-
-def _order_problems(neutral: dict) -> list[str]:
-    tiers = [(source, [c for k, c in neutral.items()
-                       if not _is_control(k) and k[1].startswith(source)])
-             for source in EXPECTED_ORDER]
-    controls = [c for k, c in neutral.items() if _is_control(k)]
-    tiers = [t for t in tiers if t[1]] + [("controls", controls)]
-    problems = [f"{upper} is not clear above {lower}"
-                for (upper, above), (lower, below) in itertools.pairwise(tiers)
-                if below and min(c.ci[0] for c in above) <= max(c.ci[1] for c in below)]
-    problems += [f"control {c.entries[0].label} misses chance" for c in controls
-                 if not c.ci[0] <= CHANCE <= c.ci[1]]
-    return problems + ([] if controls else ["no control was run"])
 
 
 def perception_plot(rows: list[dict], path: Path) -> None:

@@ -1,12 +1,7 @@
-"""PredRNet, the Predictive Reasoning Network (Yang et al., ICML 2023), over crop-store pixels
-(`predrnet`) or spatial maps (`predrnet-maps`).
-
-An encoder (the paper's four residual stages at c..4c channels, c = hidden/16, on pixels; a
-1x1 conv-BN-ReLU on maps) and a 1x1 conv-BN give each panel c channels. Three predictive
-reasoning blocks read each completed matrix: the context predicts the missing panel ((8 x 1)
-conv-BN-ReLU) and the block goes on with the candidate's prediction error. Each candidate is
-pooled to 2H values and classified (Linear, BatchNorm1d, ReLU, score; aux heads: its mean).
-"""
+"""PredRNet, the Predictive Reasoning Network (Yang et al., ICML 2023), over crop-store pixels or
+(`predrnet-maps`) maps. An encoder gives each panel c = hidden/16 channels; three predictive
+reasoning blocks let the context predict the missing panel ((8 x 1) conv-BN-ReLU) and carry on
+with the candidate's prediction error; each candidate is pooled to 2H values and classified."""
 
 from __future__ import annotations
 

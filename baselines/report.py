@@ -230,14 +230,6 @@ def table2_markdown(rows: list[dict]) -> str:
                                f"questions skipped). Chance: {CHANCE:.1f}%.\n")
 
 
-def reference_rows() -> list[dict]:
-    """Humans and chance, as rows of table2.csv."""
-    blank = {"features": "", "aux": "", "control": "", **figures(None, "ours")}
-    return [{"model": "humans", "name": f"Humans ({HUMANS_SKIPPED}% skipped)", **blank,
-             "paper": HUMANS},
-            {"model": "chance", "name": "Chance", **blank, "paper": CHANCE}]
-
-
 def split_rows(grouped: dict[str, dict[Key, Cell]]) -> list[dict]:
     rows = []
     for split in [s for s in SPLITS if s in grouped] + sorted(set(grouped) - set(SPLITS)):
@@ -361,18 +353,22 @@ def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
     sp = split_rows(grouped)
     neutral = [e for e in entries if e.split == "neutral"] or entries
     shown = "neutral split" if neutral[0].split == "neutral" else "all runs"
-    weights = {e.metrics["features"].get("weights") for e in entries}
     backbones = ", ".join(sorted({f"{e.backbone} ({e.features}, weights "
                                   f"{e.metrics['features'].get('weights')})" for e in entries}))
-    if "none" in weights:
+    if "none" in {e.metrics["features"].get("weights") for e in entries}:
         backbones += (".\n\n**Some runs use randomly initialised backbone weights: their numbers "
                       "are not comparable with the paper's** (they are shown under Perception "
                       "against reasoning, not in Table 2)")
     t2_md = ("Test accuracy (%) on the neutral split, ours (95% Wilson interval) beside the "
              "paper's (Teney et al. 2020, Table 2).\n\n" + table2_markdown(t2))
     sp_md = "Test accuracy (%) per split.\n\n" + splits_markdown(sp)
+    blank = {"features": "", "aux": "", "control": "", **figures(None, "ours")}
+    humans = {"model": "humans", "name": f"Humans ({HUMANS_SKIPPED}% skipped)", **blank,
+              "paper": HUMANS}
     files = {
-        "table2.md": t2_md, "table2.csv": to_csv(t2 + reference_rows()),
+        "table2.md": t2_md,
+        "table2.csv": to_csv([*t2, humans, {"model": "chance", "name": "Chance", **blank,
+                                            "paper": CHANCE}]),
         "splits.md": sp_md, "splits.csv": to_csv(sp),
         "perception.md": pr_md, "perception.csv": to_csv(pr),
     }

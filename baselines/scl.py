@@ -1,10 +1,7 @@
-"""SCL, the Scattering Compositional Learner (Wu, Dong, Grosse and Ba, 2020), on pooled features.
-
-An object network O splits each panel into K = 8 groups, an attribute network A embeds each, a
-relation network R reads per attribute the 9 panels of the completed matrix; F and a linear score
-give s_j. O, A, F: one Linear+ReLU layer; R: two; A and R hidden/2 wide. R's first layer is
-linear, so its context part is computed once per matrix. Aux heads: the mean of F's output.
-"""
+"""SCL, the Scattering Compositional Learner (Wu, Dong, Grosse and Ba, 2020), on pooled features:
+an object network splits each panel into 8 groups, a shared attribute network embeds each, a
+shared relation network reads per attribute the 9 panels of the completed matrix; F and w score.
+R's first layer is linear, so its context part is computed once per matrix."""
 
 from __future__ import annotations
 

@@ -250,7 +250,12 @@ def train(config: TrainConfig) -> Path:
                         "best": dict(best), "history": [dict(h) for h in history]})
                 world.barrier()
         except KeyboardInterrupt:
-            log(world, interrupted(place))
+            if place.staging and place.folder.exists():  # the restarted run has not replaced it
+                log(world, f"interrupted before the restarted run finished an epoch: {place.out} "
+                           "is as it was; run the same command (with --restart) to start over")
+            else:
+                log(world, f"interrupted: the epochs finished so far are saved in {place.out}; "
+                           "run the same command again to resume")
             raise
         val = best["val_acc"]
         log(world, f"done: best val accuracy {'n/a' if val is None else f'{100 * val:.1f}%'} "
@@ -321,14 +326,6 @@ def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
     place = run_folder.promote(place)
     tqdm.write(place.message)
     return place
-
-
-def interrupted(place: RunPlace) -> str:
-    if place.staging and place.folder.exists():  # the restarted run has not replaced it yet
-        return (f"interrupted before the restarted run finished an epoch: {place.out} is as it "
-                "was; run the same command (with --restart) to start over")
-    return (f"interrupted: the epochs finished so far are saved in {place.out}; run the same "
-            "command again to resume")
 
 
 def log(world: World, text: str) -> None:
