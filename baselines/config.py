@@ -10,7 +10,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -101,10 +101,9 @@ class TrainConfig:
         return cls(**{k: v for k, v in record.items() if k in known})
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_defaults() -> dict:
-    text = resources.files("vprom.baselines").joinpath(DEFAULTS_FILE).read_text(encoding="utf-8")
-    return parse_defaults(text, f"baselines/{DEFAULTS_FILE}")
+    return parse_defaults(defaults_path().read_text(encoding="utf-8"), f"baselines/{DEFAULTS_FILE}")
 
 
 def parse_defaults(text: str, where: str) -> dict:
@@ -155,7 +154,7 @@ def check_value(key: str, value) -> str | None:
 
 
 def defaults_of(model: str) -> dict:
-    """The defaults entry `train` uses for `model` (its own, or '*')."""
+    """The defaults entry of `model` (its own, or '*')."""
     models = load_defaults()["models"]
     return {k: v for k, v in models.get(model, models["*"]).items() if not k.startswith("_")}
 

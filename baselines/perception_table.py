@@ -58,7 +58,6 @@ def feature_source(attrs: dict, backbone: str) -> str:
 
 
 def is_reference(source: str) -> bool:
-    """Random weights and labels: kept out of Table 2."""
     return source.startswith((RANDOM, "labels", PERFECT))
 
 

@@ -96,7 +96,7 @@ def load_entry(run: str | Path) -> Entry:
     flags = [] if is_control(model, bool(control)) else did_not_learn(metrics, history)
     features = feature_source(recorded_attrs(run, metrics), backbone)
     return Entry(run, model, backbone, features, aux, control, split, metrics,
-                 history, settings(run, metrics), flags)
+                 history, settings(metrics), flags)
 
 
 def expand_runs(paths) -> list[Path]:
@@ -406,19 +406,10 @@ def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
             + "\n" + verdict(grouped, split_ceilings, checked))
 
 
-def settings(run: Path, metrics: dict) -> dict:
+def settings(metrics: dict) -> dict:
     """What a run was trained with, for comparing the runs of one cell."""
-    config, dataset = metrics.get("config"), metrics.get("dataset_content_hash")
-    manifest = {}
-    if config is None or dataset is None:
-        try:
-            manifest = json.loads((Path(run) / "config.json").read_text())
-        except (OSError, ValueError):
-            manifest = {}
-    config = config or manifest.get("config") or {}
-    out = {k: v for k, v in config.items() if k not in NOT_SETTINGS}
-    out["data set"] = dataset or (manifest.get("dataset") or {}).get("content_hash") or (
-        manifest.get("inputs") or {}).get("dataset")
+    out = {k: v for k, v in (metrics.get("config") or {}).items() if k not in NOT_SETTINGS}
+    out["data set"] = metrics.get("dataset_content_hash")
     out["backbone weights"] = (metrics.get("features") or {}).get("weights")
     return {k: v for k, v in out.items() if v is not None}
 

@@ -31,11 +31,6 @@ RESUMABLE = ("epochs", "patience", "device", "restart", "cuda_graphs", "resume")
 PATH_KEYS = ("dataset", "features", "maps", "crops", "out")
 
 
-def inputs(arguments: dict) -> tuple:
-    """The input paths of a `train` call (for `vprom.claim.writes`)."""
-    return (arguments["config"].dataset, arguments["config"].source[2])
-
-
 @dataclass(frozen=True)
 class RunPlace:
     out: Path  # the run folder the user named
@@ -138,7 +133,6 @@ def stopped(history: list[dict], best: dict, patience: int) -> bool:
 
 
 def place_run(config: TrainConfig) -> RunPlace:
-    """What to do with `config.out` (see the module doc); `config` is resolved."""
     out = config.out
     if config.restart:
         if any((out / name).is_file() for name in RUN_FILES if name != "config.json"):
@@ -175,7 +169,6 @@ def place_run(config: TrainConfig) -> RunPlace:
 
 
 def prepare(place: RunPlace) -> None:
-    """Rank 0, before training: make the folder to write in."""
     if place.staging and place.folder.exists():
         shutil.rmtree(place.folder)  # the first epoch of an earlier, interrupted --restart
     place.folder.mkdir(parents=True, exist_ok=True)

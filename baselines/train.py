@@ -187,7 +187,8 @@ class CudaGraphStep:
         return sums
 
 
-@writes(lambda a: a["config"].out, ("run",), inputs=run_folder.inputs)
+@writes(lambda a: a["config"].out, ("run",),
+        inputs=lambda a: (a["config"].dataset, a["config"].source[2]))
 def train(config: TrainConfig) -> Path:
     """Train `config.model` on `config.split`; returns the run folder (see the module doc)."""
     defaulted, config = config.defaulted(), config.resolved()
@@ -204,7 +205,12 @@ def train(config: TrainConfig) -> Path:
         model, model_config = build_model(config, data.feature_dim, data.side)
         model.to(world.device)
         optimizer = make_optimizer(config, model, capturable=graphed is not None)
-        history, best, start = restore(place, model, optimizer)
+        history, best, start = [], {"epoch": -1, "val_acc": None}, 0
+        if place.state is not None:  # resume from last.pt
+            run_folder.load_weights(model, place.state, place.out / "last.pt")
+            optimizer.load_state_dict(place.state["optimizer"])
+            history, best = place.state["history"], place.state["best"]
+            start = place.state["epoch"] + 1
         header = {"format": CHECKPOINT_FORMAT, "model_config": dataclasses.asdict(model_config),
                   "features_attrs": run_folder.plain_record(data.attrs),
                   "dataset": {"content_hash": input_hash(config.dataset)},
@@ -279,16 +285,6 @@ def load_data(config: TrainConfig, world: World) -> SplitData:
     return data.to(world.device)
 
 
-def restore(place: RunPlace, model, optimizer) -> tuple[list[dict], dict, int]:
-    """Load last.pt's weights and optimiser state; returns (history, best, first epoch)."""
-    state = place.state
-    if state is None:
-        return [], {"epoch": -1, "val_acc": None}, 0
-    run_folder.load_weights(model, state, place.out / "last.pt")
-    optimizer.load_state_dict(state["optimizer"])
-    return state["history"], state["best"], state["epoch"] + 1
-
-
 def write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: SplitData,
                  header: dict) -> None:
     """config.json: the run's manifest, with its resolved settings and where they came from."""
@@ -299,8 +295,7 @@ def write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: 
         counts={part: len(s) for part, s in data.parts.items()})
     manifest.update(defaulted={k: getattr(config, k) for k in defaulted},
                     defaults_file=f"baselines/{defaults_path().name}",  # not the install path
-                    model_config=header["model_config"],
-                    features_attrs=header["features_attrs"], world_size=header["world_size"])
+                    **{k: header[k] for k in ("model_config", "features_attrs", "world_size")})
     write_json(folder / "config.json", manifest)
 
 
