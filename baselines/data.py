@@ -1,10 +1,7 @@
-"""The matrices of one split as tensors, over panels held once in memory.
-
-One table holds the panels of the crops the split shows (float32 vectors, maps or uint8
-pixels); each matrix is a row of 16 indices into it, so a batch is one gather. The shuffled-
-context control gives each matrix another's context by a seeded derangement. `--center-features`
-removes the one large direction pooled CNN features share, without which models learn faster.
-"""
+"""The matrices of one split as tensors: one table holds the panels of the crops the split shows
+(float32 vectors, maps or uint8 pixels) and each matrix is a row of 16 indices into it, so a batch
+is one gather. The shuffled-context control gives each matrix another's context (a seeded
+derangement); `--center-features` removes the large direction pooled CNN features share."""
 
 from __future__ import annotations
 
@@ -23,8 +20,6 @@ from vprom.tables import SPLIT_PARTS, read_matrix_table
 
 @dataclass(frozen=True)
 class MatrixSet:
-    """The matrices of one part of a split: rows of the feature table, and targets."""
-
     ids: np.ndarray  # [n] matrix ids
     rows: torch.Tensor  # [n, 16] int64 rows of the feature table (8 context, 8 candidates)
     answer: torch.Tensor  # [n] int64, 0..7
@@ -46,8 +41,6 @@ class MatrixSet:
 
 @dataclass(frozen=True)
 class SplitData:
-    """One split over one feature file: the feature table and its train, val and test sets."""
-
     features: torch.Tensor  # [N_crops, D] float32
     parts: dict[str, MatrixSet]  # "train", "val", "test"
     attrs: dict  # FEATS.h5 attributes (backbone, weights, preprocessing, versions)
@@ -129,8 +122,7 @@ def read_panels(path: Path, kind: str, crop_ids: np.ndarray) -> tuple[np.ndarray
 
 def load_split(dataset: str | Path, features: str | Path, split: str, kind: str = "vectors",
                shuffle_context: bool = False, seed: int = 0, center: bool = False) -> SplitData:
-    """`split`'s matrices of `dataset` over the panels (`kind`) of `features`; `seed` fixes the
-    shuffled-context derangement."""
+    """`split`'s matrices over the panels of `features`; `seed` fixes the shuffled context."""
     dataset, features = Path(dataset), Path(features)
     table = read_matrix_table(dataset)
     positions = {part: table.part_rows(dataset, split, part) for part in SPLIT_PARTS}

@@ -125,7 +125,6 @@ def published_metrics(metrics: dict, run: Path) -> dict:
 
 
 def format_metrics(metrics: dict) -> str:
-    """A terminal summary: overall, then each breakdown, one group a line."""
     aux = " +aux" if metrics["aux"] else ""
     control = " (shuffled context)" if metrics["shuffle_context"] else ""
     lines = [f"{metrics['model']}{aux}{control} on {metrics['split']} "

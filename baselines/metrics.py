@@ -1,14 +1,12 @@
 """Test-set scores with 95% Wilson intervals, overall and by relation and element type, and
-whether a run learned (`vprom evaluate`, `vprom score`, `vprom report`).
-
-A run did not learn when its lowest training answer loss stayed above ln 8 (uniform scores)
-less `LOSS_TOLERANCE`, or its test accuracy lies within the 95% Wilson interval of chance; it
-is flagged, never dropped. A control (context-blind, or shuffled context) passes while its
-interval's lower end is at most chance + 2 points, `vprom verify`'s rule for bias probes.
-"""
+whether a run learned: it did not when its training answer loss never got `LOSS_TOLERANCE` below
+ln 8 (uniform scores), or its test accuracy lies in chance's 95% interval (flagged, never dropped).
+A control (context-blind, shuffled context) passes while its interval's lower end is at most
+chance + 2 points, `vprom verify`'s rule for bias probes."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -36,11 +34,9 @@ def breakdowns(correct: np.ndarray, relation: np.ndarray, element_type: np.ndarr
     relations = [r.value for r in Relation if np.any(relation == r.value)]
     types = [t.value for t in ElementType if np.any(element_type == t.value)]
     pairs: dict = {}
-    for r in relations:
-        for t in types:
-            mask = (relation == r) & (element_type == t)
-            if mask.any():
-                pairs.setdefault(r, {})[t] = score(correct[mask])
+    for r, t in itertools.product(relations, types):
+        if (mask := (relation == r) & (element_type == t)).any():
+            pairs.setdefault(r, {})[t] = score(correct[mask])
     return {
         "test": score(correct),
         "by_relation": {r: score(correct[relation == r]) for r in relations},
@@ -97,7 +93,6 @@ def control_result(metrics: dict) -> tuple[bool, str]:
 
 
 def did_not_learn(metrics: dict, history: list[dict]) -> list[str]:
-    """Why a run counts as not having learned (empty when it learned)."""
     reasons = []
     losses = [h.get("train_answer_loss", h.get("train_loss")) for h in history]
     losses = [x for x in losses if isinstance(x, (int, float))]

@@ -40,13 +40,11 @@ CHANCE = 12.5
 
 
 def paper_accuracy(model: str, feature_type: str, aux: bool) -> float | None:
-    """The paper's accuracy in this cell of Table 2, or None."""
     return TABLE2_NEUTRAL.get(model, {}).get((feature_type, aux))
 
 
 def feature_type(backbone: str | None) -> str:
-    """The paper's name for the features of `backbone` (resnet101: ResNet, bottomup-r101:
-    bottom-up); any other backbone is its own column, never averaged as the paper's."""
+    """The paper's name for `backbone`'s features; any other backbone is its own column."""
     name = (backbone or "unknown").lower()
     if name == "resnet101":
         return "ResNet"

@@ -1,11 +1,8 @@
-"""What every baseline shares: its config, its output, panel ids and the layer builders.
-
-A model reads 8 context panels then 8 candidates as `vectors` [B, 16, D], `maps` [B, 16, C,
-H, W] or `pixels` [B, 16, 3, S, S] and returns a `ModelOutput`. Panel ids are the paper's
-one-hot of 16; a model scoring each candidate alone gives every candidate id 9, so permuting
-the candidates permutes the scores. ResNet-18's trunk is written here (this floor does not
-import torchvision); at width 64 it has torchvision's layers, less the classifier.
-"""
+"""What every baseline shares: its config, its output, panel ids and the layer builders. A model
+reads 8 context panels then 8 candidates (`vectors` [B, 16, D], `maps` [B, 16, C, H, W] or
+`pixels` [B, 16, 3, S, S]). A model scoring each candidate alone gives every candidate panel id 9,
+so permuting the candidates permutes the scores. ResNet-18's trunk is here as this floor does not
+import torchvision (at width 64: torchvision's layers, less the classifier)."""
 
 from __future__ import annotations
 
@@ -56,11 +53,10 @@ def check_panels(panels: Tensor, *panel_shape: int) -> None:
     """Refuse input that is not [B, 16, *panel_shape], before it fails inside a layer."""
     if panels.dim() != 2 + len(panel_shape) or tuple(panels.shape[1:]) != (N_PANELS, *panel_shape):
         expected = ", ".join(map(str, (N_PANELS, *panel_shape)))
-        raise VpromError(
-            f"model input has shape {list(panels.shape)}, expected [batch, {expected}]: 8 "
-            "context panels then 8 candidates, each of the model config's size; use the "
-            "features, maps or crop store the model was built for"
-        )
+        raise VpromError(f"model input has shape {list(panels.shape)}, expected [batch, "
+                         f"{expected}]: 8 context panels then 8 candidates, each of the model "
+                         "config's size; use the features, maps or crop store the model was "
+                         "built for")
 
 
 def unit_pixels(pixels: Tensor, like: Tensor) -> Tensor:
@@ -101,8 +97,7 @@ def panel_encoder(config: ModelConfig) -> nn.Sequential:
 
 
 def score_head(config: ModelConfig, outputs: int = 1, bias: bool = False) -> nn.Linear:
-    """The paper's w: a score from a [.., hidden] representation, bias-free by default (a shift
-    of all 8 scores changes no softmax); `config.score_init` scales torch's initial weights."""
+    """The paper's w, bias-free by default (a shift of all 8 scores changes no softmax)."""
     head = nn.Linear(config.hidden, outputs, bias=bias)
     with torch.no_grad():
         head.weight.mul_(config.score_init)
@@ -110,12 +105,9 @@ def score_head(config: ModelConfig, outputs: int = 1, bias: bool = False) -> nn.
 
 
 def half_depth(config: ModelConfig) -> int:
-    """k/2, the depth of f1 and of f2."""
     if config.layers < 2 or config.layers % 2:
-        raise VpromError(
-            f"model config layers={config.layers}: f1 and f2 get k/2 layers each, "
-            "so layers must be an even number >= 2 (e.g. 2, 4 or 6)"
-        )
+        raise VpromError(f"model config layers={config.layers}: f1 and f2 get k/2 layers each, "
+                         "so layers must be an even number >= 2 (e.g. 2, 4 or 6)")
     return config.layers // 2
 
 

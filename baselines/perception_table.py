@@ -1,14 +1,12 @@
-"""Perception against reasoning: each run's feature source, and the table, plot and verdict
-that set the sources side by side on every split beside chance and the perception-only ceiling
-(what perfect recognition scores without finding the relation; passed in as a function).
-
-A run's feature source comes from its features file's attributes: labels are "perfect
-perception (labels)" (or "labels, noise P"), weights `none` "random weights (<backbone>)",
-`vprom perceive`'s "trained perception model (<backbone>)", others the backbone's paper name.
-"""
+"""Perception against reasoning: each run's feature source, and the table, plot and verdict that
+set the sources side by side per split beside chance and the perception-only ceiling. The source
+comes from the features file's attributes: "perfect perception (labels)" (or "labels, noise P"),
+"random weights (<backbone>)", "trained perception model (<backbone>)" (`vprom perceive`'s
+weights), else the backbone's paper name."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from pathlib import Path
@@ -31,8 +29,7 @@ Ceilings = Callable[[Path, list[str]], dict[str, tuple[float, int]]]
 
 
 def recorded_attrs(run: Path, metrics: dict) -> dict:
-    """The features file's attributes as config.json recorded them, else as the metrics did
-    (`vprom score`'s predictions have no run folder)."""
+    """The features file's attributes from config.json, else (`vprom score`) the metrics."""
     try:
         return json.loads((run / "config.json").read_text())["features_attrs"] or {}
     except (OSError, ValueError, KeyError, TypeError):
@@ -68,21 +65,18 @@ def _source_order(source: str) -> tuple:
 
 
 def perception_rows(grouped: dict, ceilings: dict[str, tuple[float, int]]) -> list[dict]:
-    """Rows (source, model, aux, split, figures) of the cells that are not controls, then chance
-    and the ceiling per split."""
+    """A row per cell that is not a control, then chance and the ceiling per split."""
     splits = [s for s in SPLITS if s in grouped] + sorted(set(grouped) - set(SPLITS))
     keys = sorted({k for s in splits for k in grouped[s] if not is_control(k[0], bool(k[3]))},
                   key=lambda k: (_source_order(k[1]), k[0], k[2]))
     rows = []
-    for key in keys:
-        for split in splits:
-            cell = grouped[split].get(key)
-            if cell is not None:
-                low, high = cell.ci
-                rows.append({"source": key[1], "model": key[0], "aux": key[2], "split": split,
-                             "accuracy": round(cell.accuracy, 2), "ci_low": round(low, 2),
-                             "ci_high": round(high, 2), "n_test": cell.n_test,
-                             "runs": len(cell.entries), "cell": cell})
+    for key, split in itertools.product(keys, splits):
+        if (cell := grouped[split].get(key)) is not None:
+            low, high = cell.ci
+            rows.append({"source": key[1], "model": key[0], "aux": key[2], "split": split,
+                         "accuracy": round(cell.accuracy, 2), "ci_low": round(low, 2),
+                         "ci_high": round(high, 2), "n_test": cell.n_test,
+                         "runs": len(cell.entries), "cell": cell})
     for split in splits:
         rows.append({"source": "chance", "model": "", "aux": "", "split": split,
                      "accuracy": CHANCE, "ci_low": "", "ci_high": "", "n_test": "", "runs": ""})
@@ -144,8 +138,7 @@ EXPECTED_ORDER = (PERFECT, TRAINED, RANDOM)
 
 
 def verdict(grouped: dict, ceilings: dict[str, tuple[float, int]], verified: str) -> str:
-    """The data set's check, every neutral run beside chance and the ceiling, each other split's
-    change from neutral, and whether `EXPECTED_ORDER` holds with 95% intervals clear."""
+    """The runs beside chance and the ceiling, and whether `EXPECTED_ORDER` holds."""
     neutral = grouped.get("neutral", {})
     lines = ["verdict:", f"  data set: {verified}"]
     if not neutral:
@@ -211,16 +204,16 @@ def perception_plot(rows: list[dict], path: Path) -> None:
              path, ceilings=ceilings)
 
 
-def pyplot():
+@contextlib.contextmanager
+def png(path: Path, **subplots):
+    """The axes of a new figure, saved as a PNG at `path` when the block ends."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    return plt
-
-
-def save_png(plt, fig, path: Path) -> None:
+    fig, axes = plt.subplots(**subplots)
+    yield axes
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
@@ -228,23 +221,18 @@ def save_png(plt, fig, path: Path) -> None:
 
 def bar_plot(groups: list[str], bars: list[tuple], width: float, title: str, path: Path,
              ncol: int = 1, ceilings: list[tuple[int, float]] = ()) -> None:
-    """Grouped bars: per (label, values, errors [2, groups]) a bar in each group; `ceilings`
-    (group, value) as black marks; chance dashed."""
-    plt = pyplot()
+    """Per (label, values, errors [2, groups]) of `bars` a bar in each group."""
     bar_width = 0.8 / max(len(bars), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, width), 4))
     x = np.arange(len(groups))
-    for i, (label, values, errors) in enumerate(bars):
-        # clipped: at 0% and 100% the interval's end is the estimate up to float rounding
-        ax.bar(x + i * bar_width - 0.4 + bar_width / 2, values, bar_width,
-               yerr=np.clip(errors, 0, None), capsize=2, label=label)
-    for j, value in ceilings:
-        ax.hlines(value, j - 0.45, j + 0.45, colors="black", linewidth=2,
-                  label="perception-only ceiling" if j == 0 else None)
-    ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1, label="chance")
-    ax.set_xticks(x, [g.replace("_", "\n") for g in groups])
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_ylim(0, 100)
-    ax.set_title(title)
-    ax.legend(fontsize="x-small", ncol=ncol, loc="upper left", bbox_to_anchor=(1.01, 1))
-    save_png(plt, fig, path)
+    with png(path, figsize=(max(6.0, width), 4)) as ax:
+        for i, (label, values, errors) in enumerate(bars):
+            # clipped: at 0% and 100% the interval's end is the estimate up to float rounding
+            ax.bar(x + i * bar_width - 0.4 + bar_width / 2, values, bar_width,
+                   yerr=np.clip(errors, 0, None), capsize=2, label=label)
+        for j, value in ceilings:
+            ax.hlines(value, j - 0.45, j + 0.45, colors="black", linewidth=2,
+                      label="perception-only ceiling" if j == 0 else None)
+        ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1, label="chance")
+        ax.set_xticks(x, [g.replace("_", "\n") for g in groups])
+        ax.set(ylabel="test accuracy (%)", ylim=(0, 100), title=title)
+        ax.legend(fontsize="x-small", ncol=ncol, loc="upper left", bbox_to_anchor=(1.01, 1))

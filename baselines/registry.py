@@ -59,8 +59,6 @@ def get_model(name: str, config: ModelConfig | None = None, **overrides) -> nn.M
     fields = {f.name for f in dataclasses.fields(ModelConfig)}
     unknown = sorted(set(overrides) - fields)
     if unknown:
-        raise VpromError(
-            f"unknown model config field(s) {', '.join(unknown)} for {name!r}; "
-            f"the fields are {', '.join(sorted(fields))}"
-        )
+        raise VpromError(f"unknown model config field(s) {', '.join(unknown)} for {name!r}; "
+                         f"the fields are {', '.join(sorted(fields))}")
     return builder(dataclasses.replace(config or ModelConfig(), **overrides))

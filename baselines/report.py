@@ -1,10 +1,7 @@
-"""Tables and plots over evaluated runs (`vprom report RUN... --out DIR`).
-
-Runs are keyed by (model, feature source, aux, control, split); runs sharing a key (seeds) are
-averaged, refused when their settings differ. DIR gets table2, splits and perception (.md and
-.csv), report.md, bar plots with 95% Wilson intervals, curves.png and manifest.json (written
-first, then again with every file's sha256).
-"""
+"""Tables and plots over evaluated runs (`vprom report RUN... --out DIR`): runs keyed by (model,
+feature source, aux, control, split) are averaged over seeds, refused when other settings differ.
+DIR gets table2, splits and perception (.md and .csv), report.md, bar plots with 95% Wilson
+intervals, curves.png and manifest.json (written first, then with every file's sha256)."""
 
 from __future__ import annotations
 
@@ -14,6 +11,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -22,9 +20,8 @@ from vprom.baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED
                                    PAPER_NAMES, paper_accuracy)
 from vprom.baselines.perception_table import (Ceilings, bar_plot, feature_source,
                                               is_reference, perception_markdown,
-                                              perception_plot, perception_rows, pyplot,
-                                              recorded_attrs, run_ceilings, runs_dataset,
-                                              save_png, verdict)
+                                              perception_plot, perception_rows, png,
+                                              recorded_attrs, run_ceilings, runs_dataset, verdict)
 from vprom.baselines.metrics import control_result, did_not_learn, is_control
 from vprom.errors import VpromError
 from vprom.files import sha256_file, write_text
@@ -161,9 +158,8 @@ def group(entries: list[Entry]) -> dict[str, dict[Key, Cell]]:
         out.setdefault(e.split, {}).setdefault(key, Cell([])).entries.append(e)
     for split, cells in out.items():
         for cell in cells.values():
-            if len(cell.entries) > 1:
-                check_alike(f"{cell.entries[0].label} on {split}",
-                            [(e.run, e.settings) for e in cell.entries])
+            check_alike(f"{cell.entries[0].label} on {split}",
+                        [(e.run, e.settings) for e in cell.entries])
     return out
 
 
@@ -188,16 +184,13 @@ def table2_rows(cells: dict[Key, Cell]) -> list[dict]:
     controls = sorted({(k[0], k[3]) for k in cells if is_control(k[0], bool(k[3]))})
     plain = [(m, "") for m in _model_order(k[0] for k in cells if not k[3])
              if (m, "") not in controls]
-    for model, control in plain + controls:
-        for features in feature_types:
-            for aux in (False, True):
-                cell = cells.get((model, features, aux, control))
-                paper = None if control else paper_accuracy(model, features, aux)
-                if cell is None and paper is None:
-                    continue
-                rows.append({"model": model, "name": display_name(model), "features": features,
-                             "aux": aux, "control": control, **figures(cell, "ours"),
-                             "paper": paper, "cell": cell})
+    for (model, control), features, aux in product(plain + controls, feature_types, (False, True)):
+        cell = cells.get((model, features, aux, control))
+        paper = None if control else paper_accuracy(model, features, aux)
+        if cell is not None or paper is not None:
+            rows.append({"model": model, "name": display_name(model), "features": features,
+                         "aux": aux, "control": control, **figures(cell, "ours"),
+                         "paper": paper, "cell": cell})
     return rows
 
 
@@ -264,7 +257,6 @@ def splits_markdown(rows: list[dict]) -> str:
 
 
 def not_learned_markdown(entries: list[Entry]) -> str:
-    """The runs that did not learn, with the reasons ("" when every run learned)."""
     flagged = [e for e in entries if e.flags]
     if not flagged:
         return ""
@@ -274,7 +266,6 @@ def not_learned_markdown(entries: list[Entry]) -> str:
 
 
 def controls_markdown(entries: list[Entry]) -> str:
-    """The controls, each passed or failed against chance ("" when there are none)."""
     controls = [e for e in entries if e.is_control]
     if not controls:
         return ""
@@ -314,28 +305,25 @@ def bar_chart(entries: list[Entry], breakdown: str, title: str, path: Path) -> N
 
 def curves(entries: list[Entry], path: Path) -> None:
     """Training answer loss and validation accuracy per epoch, a line per run."""
-    plt = pyplot()
-    fig, (loss_ax, val_ax) = plt.subplots(1, 2, figsize=(11, 4))
-    for e in entries:
-        epochs = [h["epoch"] for h in e.history]
-        label = f"{e.label} / {e.split}"
-        loss_ax.plot(epochs, [h.get("train_answer_loss", h["train_loss"]) for h in e.history],
-                     label=label)
-        val = [np.nan if h.get("val_acc") is None else 100 * h["val_acc"] for h in e.history]
-        val_ax.plot(epochs, val, label=label)
-    loss_ax.set(xlabel="epoch", ylabel="answer loss", title="training answer loss (no aux)")
-    val_ax.set(xlabel="epoch", ylabel="validation accuracy (%)", title="validation accuracy")
-    val_ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1)
-    if len(entries) <= 24:
-        val_ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
-    save_png(plt, fig, path)
+    with png(path, ncols=2, figsize=(11, 4)) as (loss_ax, val_ax):
+        for e in entries:
+            epochs = [h["epoch"] for h in e.history]
+            label = f"{e.label} / {e.split}"
+            loss_ax.plot(epochs, [h.get("train_answer_loss", h["train_loss"]) for h in e.history],
+                         label=label)
+            val = [np.nan if h.get("val_acc") is None else 100 * h["val_acc"] for h in e.history]
+            val_ax.plot(epochs, val, label=label)
+        loss_ax.set(xlabel="epoch", ylabel="answer loss", title="training answer loss (no aux)")
+        val_ax.set(xlabel="epoch", ylabel="validation accuracy (%)", title="validation accuracy")
+        val_ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1)
+        if len(entries) <= 24:
+            val_ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
 
 
 @writes("out", ("report",), inputs=lambda a: tuple(a["run_dirs"]), folder=True, inside_ok=True)
 def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
            verified: Callable[[Path], str] | None = None) -> str:
-    """Write the tables and plots over `run_dirs` into `out`; returns a summary and verdict.
-    `ceilings` gives the runs' data set's perception-only ceiling, `verified` its verify."""
+    """Write the tables and plots over `run_dirs` into `out`; returns a summary and verdict."""
     run_dirs = expand_runs(run_dirs)
     if not run_dirs:
         raise VpromError("report needs at least one run folder")

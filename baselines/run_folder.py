@@ -1,11 +1,8 @@
-"""A training run's folder, and what `vprom train` may do with it: nothing it holds is destroyed.
-
-A run folder holds config.json, history.json, last.pt, best.pt and `evaluate`'s metrics.json.
-`place_run` starts, resumes or leaves a finished run alone, and refuses one that is not current
-(inputs or settings other than `RESUMABLE` differ). `--restart` trains in `.NAME.restart`,
-which replaces OUT once its first epoch is saved (`promote`). A metrics.json that scored a
-replaced best.pt is kept as `metrics.best-epoch-K.json` or `metrics.before-restart.json`.
-"""
+"""A training run's folder (config.json, history.json, last.pt, best.pt, metrics.json), and what
+`vprom train` may do with it: start, resume or leave a finished run, refuse one that is not current
+(inputs or settings other than `RESUMABLE` differ), never destroy what it holds. `--restart` trains
+in `.NAME.restart`, which replaces OUT after its first epoch; a metrics.json that scored a replaced
+best.pt is kept as `metrics.best-epoch-K.json` or `metrics.before-restart.json`."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Training one baseline on one split (`vprom train`), in the shape of torchvision's reference.
-
-Per epoch: `train_one_epoch` (cross-entropy over the 8 scores, plus the aux heads' with `aux`;
-AdaDelta or Adam), `evaluate` on validation, `best.pt` / `last.pt` / `history.json` saved; early
-stop after `patience` epochs without gain. Epoch e visits the training matrices in a permutation
-from (seed, e) with torch reseeded from (seed, e, rank), so a resumed run ends with an unbroken
-run's weights. Under torchrun each process takes a slice of every batch and scales its summed
-loss by world size / batch size, so DDP's gradient average is the batch mean.
-"""
+Per epoch: `train_one_epoch`, `evaluate` on validation, best.pt / last.pt / history.json saved;
+early stop after `patience` epochs without gain. Epoch e's permutation and torch's seed come from
+(seed, e, rank), so a resumed run ends with an unbroken run's weights. Under torchrun each process
+takes a slice of every batch and scales its summed loss by world size / batch size, so DDP's
+gradient average is the batch mean."""
 
 from __future__ import annotations
 
@@ -155,8 +152,7 @@ def evaluate(model, data: SplitData, part_name: str, world: World) -> float | No
 
 
 class CudaGraphStep:
-    """`train_step` replayed from CUDA graphs (`--cuda-graphs`: one GPU, one process), captured
-    once per batch width after WARMUP_STEPS eager steps on a side stream."""
+    """`train_step` replayed from CUDA graphs captured per batch width (`--cuda-graphs`)."""
 
     def __init__(self, world: World):
         if world.device.type != "cuda":
@@ -300,8 +296,7 @@ def write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: 
 
 
 def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
-    """Rank 0 after an epoch: best.pt (when `improved`), last.pt, history.json; a --restart's
-    staging folder then replaces the old run."""
+    """Rank 0 after an epoch: checkpoints and history.json, then a --restart's promotion."""
     folder = place.folder
     if improved:
         run_folder.supersede_metrics(folder)  # it scored the best.pt about to be replaced
