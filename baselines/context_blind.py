@@ -16,10 +16,9 @@ from vprom.baselines.registry import register_model
 class ContextBlind(nn.Module):
     def __init__(self, config: ModelConfig, f1: nn.Module | None = None):
         super().__init__()
-        depth = parts.half_depth(config)
         self.feature_dim = config.feature_dim
         self.f1 = parts.panel_encoder(config) if f1 is None else f1
-        self.f2 = parts.mlp(2 * config.hidden, config.hidden, depth)
+        self.f2 = parts.mlp(2 * config.hidden, config.hidden, parts.half_depth(config))
         self.score = parts.score_head(config)
         self.aux = parts.make_aux(config)
 

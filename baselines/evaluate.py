@@ -136,7 +136,6 @@ def format_metrics(metrics: dict) -> str:
     if metrics.get("control"):
         verdict = "PASS" if metrics["control"]["passed"] else "FAIL"
         lines.append(f"CONTROL {verdict}: {metrics['control']['why']}")
-    for reason in metrics.get("did_not_learn") or []:
-        lines.append(f"DID NOT LEARN: {reason}")
+    lines += [f"DID NOT LEARN: {reason}" for reason in metrics.get("did_not_learn") or []]
     lines.append(f"written to {Path(metrics['run']) / 'metrics.json'}")
     return "\n".join(lines)

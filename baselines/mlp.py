@@ -19,12 +19,11 @@ DEPTHS = (2, 4, 6)
 class PanelMLP(nn.Module):
     def __init__(self, config: ModelConfig, combine: str):
         super().__init__()
-        depth = parts.half_depth(config)
         self.combine = combine
         self.feature_dim = config.feature_dim
         self.f1 = parts.panel_encoder(config)
         joint_width = (N_CONTEXT + 1) * config.hidden if combine == "cat" else config.hidden
-        self.f2 = parts.mlp(joint_width, config.hidden, depth)
+        self.f2 = parts.mlp(joint_width, config.hidden, parts.half_depth(config))
         self.score = parts.score_head(config)
         self.aux = parts.make_aux(config)
 

@@ -23,7 +23,6 @@ from vprom.manifest import manifest_of
 PERFECT = "perfect perception (labels)"
 RANDOM = "random weights"
 TRAINED = "trained perception model"
-PERCEPTION_WEIGHTS = "perception-weights"
 #: (data set, splits) -> {split: (ceiling accuracy 0..1, test problems)}
 Ceilings = Callable[[Path, list[str]], dict[str, tuple[float, int]]]
 
@@ -49,7 +48,7 @@ def feature_source(attrs: dict, backbone: str) -> str:
     # files extracted without that record: the weights file's manifest says
     if "weights_kind" not in attrs and isinstance(weights, str) and Path(weights).is_file():
         kind = (manifest_of(weights) or {}).get("kind")
-    if kind == PERCEPTION_WEIGHTS:
+    if kind == "perception-weights":  # `vprom perceive`'s manifest kind
         return f"{TRAINED} ({backbone})"
     return feature_type(backbone)
 
@@ -148,8 +147,7 @@ def verdict(grouped: dict, ceilings: dict[str, tuple[float, int]], verified: str
         f", perception-only ceiling {100 * ceiling[0]:.1f}%" if ceiling else ""))
     ranked = sorted(neutral.items(), key=lambda kv: (not _is_control(kv[0]),
                                                       _source_order(kv[0][1])), reverse=True)
-    for key, cell in ranked:
-        lines.append(f"    {_name(key)}: {cell.text()}")
+    lines += [f"    {_name(key)}: {cell.text()}" for key, cell in ranked]
     for split in [s for s in SPLITS if s in grouped and s != "neutral"]:
         for key, cell in grouped[split].items():
             if key in neutral and not _is_control(key):

@@ -17,18 +17,10 @@ from vprom.registry import Registry
 
 Builder = Callable[[ModelConfig], nn.Module]
 
-MODELS: Registry[Builder] = Registry("model", builtins=(
-    "vprom.baselines.mlp",
-    "vprom.baselines.gru",
-    "vprom.baselines.vqa",
-    "vprom.baselines.rn",
-    "vprom.baselines.context_blind",
-    "vprom.baselines.wren",
-    "vprom.baselines.scl",
-    "vprom.baselines.predrnet",
-    "vprom.baselines.panel_transformer",
-    "vprom.baselines.context_blind_pixels",
-))
+MODEL_FILES = ("mlp", "gru", "vqa", "rn", "context_blind", "wren", "scl", "predrnet",
+               "panel_transformer", "context_blind_pixels")
+MODELS: Registry[Builder] = Registry(
+    "model", builtins=tuple(f"vprom.baselines.{name}" for name in MODEL_FILES))
 INPUT_KINDS = ("vectors", "maps", "pixels")
 
 

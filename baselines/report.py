@@ -106,9 +106,6 @@ def expand_runs(paths) -> list[Path]:
     return sorted(runs)
 
 
-Key = tuple[str, str, bool, str]  # model, feature type, aux, control
-
-
 @dataclass
 class Cell:
     """The runs of one key on one split, averaged."""
@@ -150,9 +147,9 @@ class Cell:
         return f"{self.accuracy:.1f} ({low:.1f}–{high:.1f}{runs}){mark}"
 
 
-def group(entries: list[Entry]) -> dict[str, dict[Key, Cell]]:
-    """split -> key -> the cell of runs sharing it."""
-    out: dict[str, dict[Key, Cell]] = {}
+def group(entries: list[Entry]) -> dict[str, dict[tuple, Cell]]:
+    """split -> (model, feature source, aux, control) -> the cell of runs sharing it."""
+    out: dict[str, dict[tuple, Cell]] = {}
     for e in entries:
         key = (e.model, e.features, e.aux, e.control)
         out.setdefault(e.split, {}).setdefault(key, Cell([])).entries.append(e)
@@ -177,7 +174,7 @@ def _with_later_solvers(lines: list[str], models: list[tuple], width: int) -> li
     return [*lines[:first], header, *lines[first:]]
 
 
-def table2_rows(cells: dict[Key, Cell]) -> list[dict]:
+def table2_rows(cells: dict[tuple, Cell]) -> list[dict]:
     """One row per (model, feature type, aux) that we or the paper have."""
     rows = []
     feature_types = list(FEATURE_TYPES) + sorted({k[1] for k in cells} - set(FEATURE_TYPES))
@@ -223,7 +220,7 @@ def table2_markdown(rows: list[dict]) -> str:
                                f"questions skipped). Chance: {CHANCE:.1f}%.\n")
 
 
-def split_rows(grouped: dict[str, dict[Key, Cell]]) -> list[dict]:
+def split_rows(grouped: dict[str, dict[tuple, Cell]]) -> list[dict]:
     rows = []
     for split in [s for s in SPLITS if s in grouped] + sorted(set(grouped) - set(SPLITS)):
         for key, cell in sorted(grouped[split].items(), key=lambda kv: _key_order(kv[0])):
@@ -233,7 +230,7 @@ def split_rows(grouped: dict[str, dict[Key, Cell]]) -> list[dict]:
     return rows
 
 
-def _key_order(key: Key):
+def _key_order(key: tuple):
     models = _model_order([key[0]])
     return (bool(key[3]), models.index(key[0]), key[1], key[2], key[3])
 
@@ -362,9 +359,8 @@ def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
     }
     for name, text in files.items():
         write_text(out / name, text)
-    bar_chart(neutral, "by_relation", f"accuracy by relation ({shown})", out / "by_relation.png")
-    bar_chart(neutral, "by_element_type", f"accuracy by element type ({shown})",
-              out / "by_element_type.png")
+    for breakdown, name in (("by_relation", "relation"), ("by_element_type", "element type")):
+        bar_chart(neutral, breakdown, f"accuracy by {name} ({shown})", out / f"{breakdown}.png")
     with_history = [e for e in entries if e.history]
     perception_plot(pr, out / "perception.png")
     plots = ["perception.png", "by_relation.png", "by_element_type.png"]
