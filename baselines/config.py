@@ -113,30 +113,24 @@ def parse_defaults(text: str, where: str) -> dict:
         optimizers, models = data["optimizers"], data["models"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise VpromError(f"{where}: not a defaults file ({e}); reinstall vprom") from None
-    for name, keys in OPTIMIZER_KEYS.items():
-        entry = optimizers.get(name)
-        if not isinstance(entry, dict) or set(entry) != set(keys):
-            raise VpromError(f"{where}: optimizers.{name} must give exactly {', '.join(keys)}")
-        _check_values(entry, f"{where}: optimizers.{name}")
     if "*" not in models:
         raise VpromError(f"{where}: no '*' entry (the defaults of unlisted models)")
+    entries = [(f"optimizers.{name}", optimizers.get(name), keys)
+               for name, keys in OPTIMIZER_KEYS.items()]
     for model, entry in models.items():
         if not isinstance(entry, dict) or entry.get("optimizer") not in OPTIMIZERS:
             raise VpromError(f"{where}: models.{model} needs an optimizer, one of "
                              f"{', '.join(OPTIMIZERS)}")
-        wanted = {"optimizer", "hidden", "batch_size", "score_init",
-                  *OPTIMIZER_KEYS[entry["optimizer"]]}
-        if set(k for k in entry if not k.startswith("_")) != wanted:
-            raise VpromError(f"{where}: models.{model} must give exactly "
-                             f"{', '.join(sorted(wanted))}")
-        _check_values(entry, f"{where}: models.{model}")
+        keys = sorted({"optimizer", "hidden", "batch_size", "score_init",
+                       *OPTIMIZER_KEYS[entry["optimizer"]]})
+        entries.append((f"models.{model}", entry, keys))
+    for name, entry, keys in entries:
+        if not isinstance(entry, dict) or {k for k in entry if not k.startswith("_")} != set(keys):
+            raise VpromError(f"{where}: {name} must give exactly {', '.join(keys)}")
+        for key, value in entry.items():
+            if problem := check_value(key, value):
+                raise VpromError(f"{where}: {name}: {problem}")
     return data
-
-
-def _check_values(entry: dict, where: str) -> None:
-    for key, value in entry.items():
-        if problem := check_value(key, value):
-            raise VpromError(f"{where}: {problem}")
 
 
 def check_value(key: str, value) -> str | None:

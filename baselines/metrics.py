@@ -72,7 +72,6 @@ def format_breakdowns(metrics: dict, beside=None) -> list[str]:
 
 
 def chance_interval(n: int) -> tuple[float, float]:
-    """The 95% Wilson interval of a chance-level score (12.5%) on n matrices."""
     return wilson_interval(CHANCE * n, n)
 
 

@@ -84,7 +84,6 @@ def candidate_sets(x: Tensor) -> Tensor:
 
 
 def mlp(in_features: int, hidden: int, n_layers: int) -> nn.Sequential:
-    """`n_layers` Linear+ReLU layers, the first from `in_features`, all `hidden` wide."""
     layers: list[nn.Module] = []
     for i in range(n_layers):
         layers += [nn.Linear(in_features if i == 0 else hidden, hidden), nn.ReLU()]

@@ -88,8 +88,7 @@ def perception_rows(grouped: dict, ceilings: dict[str, tuple[float, int]]) -> li
 
 
 def _model(row: dict) -> str:
-    name = PAPER_NAMES.get(row["model"], row["model"])
-    return name + (" +aux" if row["aux"] is True else "")
+    return PAPER_NAMES.get(row["model"], row["model"]) + (" +aux" if row["aux"] is True else "")
 
 
 def perception_markdown(rows: list[dict], ceiling_note: str) -> str:
@@ -184,7 +183,6 @@ def _name(key: tuple) -> str:
 
 
 def perception_plot(rows: list[dict], path: Path) -> None:
-    """Bars with 95% error bars per split and (source, model), the ceiling a black mark."""
     splits = list(dict.fromkeys(r["split"] for r in rows))
     series = list(dict.fromkeys((r["source"], _model(r)) for r in rows
                                 if r["source"] not in ("chance", "perception-only ceiling")))

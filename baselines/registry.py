@@ -37,7 +37,6 @@ def register_model(name: str, kind: str = "vectors") -> Callable[[Builder], Buil
 
 
 def input_kind(name: str) -> str:
-    """What model `name` reads: one of INPUT_KINDS."""
     return getattr(MODELS.get(name), "input_kind", "vectors")
 
 

@@ -108,8 +108,6 @@ def expand_runs(paths) -> list[Path]:
 
 @dataclass
 class Cell:
-    """The runs of one key on one split, averaged."""
-
     entries: list[Entry]
 
     @property
@@ -231,8 +229,7 @@ def split_rows(grouped: dict[str, dict[tuple, Cell]]) -> list[dict]:
 
 
 def _key_order(key: tuple):
-    models = _model_order([key[0]])
-    return (bool(key[3]), models.index(key[0]), key[1], key[2], key[3])
+    return (bool(key[3]), _model_order([key[0]]).index(key[0]), key[1], key[2], key[3])
 
 
 def splits_markdown(rows: list[dict]) -> str:
@@ -286,7 +283,6 @@ def to_csv(rows: list[dict]) -> str:
 
 
 def bar_chart(entries: list[Entry], breakdown: str, title: str, path: Path) -> None:
-    """A group of bars per relation (or element type), a bar per run."""
     present = {g for e in entries for g in e.metrics[breakdown]}
     known = [r.value for r in Relation] + [t.value for t in ElementType]
     groups = [g for g in known if g in present] + sorted(present - set(known))
@@ -348,15 +344,11 @@ def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
              "paper's (Teney et al. 2020, Table 2).\n\n" + table2_markdown(t2))
     sp_md = "Test accuracy (%) per split.\n\n" + splits_markdown(sp)
     blank = {"features": "", "aux": "", "control": "", **figures(None, "ours")}
-    humans = {"model": "humans", "name": f"Humans ({HUMANS_SKIPPED}% skipped)", **blank,
-              "paper": HUMANS}
-    files = {
-        "table2.md": t2_md,
-        "table2.csv": to_csv([*t2, humans, {"model": "chance", "name": "Chance", **blank,
-                                            "paper": CHANCE}]),
-        "splits.md": sp_md, "splits.csv": to_csv(sp),
-        "perception.md": pr_md, "perception.csv": to_csv(pr),
-    }
+    t2_csv = [*t2, {"model": "humans", "name": f"Humans ({HUMANS_SKIPPED}% skipped)", **blank,
+                    "paper": HUMANS},
+              {"model": "chance", "name": "Chance", **blank, "paper": CHANCE}]
+    files = {"table2.md": t2_md, "table2.csv": to_csv(t2_csv), "splits.md": sp_md,
+             "splits.csv": to_csv(sp), "perception.md": pr_md, "perception.csv": to_csv(pr)}
     for name, text in files.items():
         write_text(out / name, text)
     for breakdown, name in (("by_relation", "relation"), ("by_element_type", "element type")):

@@ -124,9 +124,8 @@ def plain_record(value):
 
 def stopped(history: list[dict], best: dict, patience: int) -> bool:
     """Early stopping: `patience` epochs since the best validation accuracy."""
-    if best["val_acc"] is None or not history:
-        return False
-    return history[-1]["epoch"] - (best["epoch"] + 1) >= patience
+    return (best["val_acc"] is not None and bool(history)
+            and history[-1]["epoch"] - (best["epoch"] + 1) >= patience)
 
 
 def place_run(config: TrainConfig) -> RunPlace:

@@ -311,10 +311,9 @@ def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
     aux = "" if h.get("train_aux_loss") is None else f" (+ aux loss {h['train_aux_loss']:.4f})"
     tqdm.write(f"epoch {h['epoch']}/{epochs}: answer loss {h['train_answer_loss']:.4f}{aux}, "
                f"train {100 * h['train_acc']:.1f}%, val {val}" + (" (best)" if improved else ""))
-    if not place.staging:
-        return place
-    place = run_folder.promote(place)
-    tqdm.write(place.message)
+    if place.staging:
+        place = run_folder.promote(place)
+        tqdm.write(place.message)
     return place
 
 
