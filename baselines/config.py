@@ -1,8 +1,7 @@
 """What `vprom train` is asked to do, as one frozen dataclass (no torch needed to build it).
 
-Hyper-parameters (`HYPER`) default to None, the model's entry in `baselines/defaults.json`
-(or its "*" entry), filled in by `resolved()`; an optimizer other than the model's takes its
-settings from that optimizer's own entry.
+Hyper-parameters (`HYPER`) left None take the model's entry in `baselines/defaults.json` (or
+"*") in `resolved()`; an optimizer other than the model's takes that optimizer's own entry.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -73,13 +72,24 @@ class TrainConfig:
         return given[0]
 
     def resolved(self) -> "TrainConfig":
-        """This config with every hyper-parameter the user left as None taken from the defaults."""
-        return dataclasses.replace(self, **{k: v for k, v in resolve_hyper(self).items()
-                                            if getattr(self, k) is None})
+        """This config with every hyper-parameter left None taken from the defaults."""
+        defaults = load_defaults()
+        entry = defaults["models"].get(self.model, defaults["models"]["*"])
+        optimizer = self.optimizer or entry["optimizer"]
+        if optimizer not in OPTIMIZERS:
+            raise VpromError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+        if self.rho is not None and optimizer != "adadelta":
+            raise VpromError(f"--rho is AdaDelta's decay; {optimizer} has none (drop --rho "
+                             "or use --optimizer adadelta)")
+        # settings tuned for the model's optimizer do not carry over to another one
+        tuned = entry if optimizer == entry["optimizer"] else defaults["optimizers"][optimizer]
+        hyper = {k: tuned.get(k, entry.get(k)) for k in HYPER[1:] if getattr(self, k) is None}
+        if optimizer != "adadelta":
+            hyper["rho"] = None
+        return dataclasses.replace(self, **hyper, optimizer=optimizer)
 
     def defaulted(self) -> list[str]:
-        """The hyper-parameters this (unresolved) config leaves to the model's defaults."""
-        return [k for k in HYPER if getattr(self, k) is None]
+            return [k for k in HYPER if getattr(self, k) is None]
 
     def to_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v)
@@ -91,11 +101,9 @@ class TrainConfig:
         return cls(**{k: v for k, v in record.items() if k in known})
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_defaults() -> dict:
-    """`baselines/defaults.json`, checked: every entry complete and every value valid."""
-    text = resources.files("vprom.baselines").joinpath(DEFAULTS_FILE).read_text(encoding="utf-8")
-    return parse_defaults(text, f"baselines/{DEFAULTS_FILE}")
+    return parse_defaults(defaults_path().read_text(encoding="utf-8"), f"baselines/{DEFAULTS_FILE}")
 
 
 def parse_defaults(text: str, where: str) -> dict:
@@ -105,30 +113,24 @@ def parse_defaults(text: str, where: str) -> dict:
         optimizers, models = data["optimizers"], data["models"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise VpromError(f"{where}: not a defaults file ({e}); reinstall vprom") from None
-    for name, keys in OPTIMIZER_KEYS.items():
-        entry = optimizers.get(name)
-        if not isinstance(entry, dict) or set(entry) != set(keys):
-            raise VpromError(f"{where}: optimizers.{name} must give exactly {', '.join(keys)}")
-        _check_values(entry, f"{where}: optimizers.{name}")
     if "*" not in models:
         raise VpromError(f"{where}: no '*' entry (the defaults of unlisted models)")
+    entries = [(f"optimizers.{name}", optimizers.get(name), keys)
+               for name, keys in OPTIMIZER_KEYS.items()]
     for model, entry in models.items():
         if not isinstance(entry, dict) or entry.get("optimizer") not in OPTIMIZERS:
             raise VpromError(f"{where}: models.{model} needs an optimizer, one of "
                              f"{', '.join(OPTIMIZERS)}")
-        wanted = {"optimizer", "hidden", "batch_size", "score_init",
-                  *OPTIMIZER_KEYS[entry["optimizer"]]}
-        if set(k for k in entry if not k.startswith("_")) != wanted:
-            raise VpromError(f"{where}: models.{model} must give exactly "
-                             f"{', '.join(sorted(wanted))}")
-        _check_values(entry, f"{where}: models.{model}")
+        keys = sorted({"optimizer", "hidden", "batch_size", "score_init",
+                       *OPTIMIZER_KEYS[entry["optimizer"]]})
+        entries.append((f"models.{model}", entry, keys))
+    for name, entry, keys in entries:
+        if not isinstance(entry, dict) or {k for k in entry if not k.startswith("_")} != set(keys):
+            raise VpromError(f"{where}: {name} must give exactly {', '.join(keys)}")
+        for key, value in entry.items():
+            if problem := check_value(key, value):
+                raise VpromError(f"{where}: {name}: {problem}")
     return data
-
-
-def _check_values(entry: dict, where: str) -> None:
-    for key, value in entry.items():
-        if problem := check_value(key, value):  # None for "optimizer" and "_" notes
-            raise VpromError(f"{where}: {problem}")
 
 
 def check_value(key: str, value) -> str | None:
@@ -145,30 +147,8 @@ def check_value(key: str, value) -> str | None:
     return None
 
 
-def resolve_hyper(config: TrainConfig) -> dict:
-    """Every hyper-parameter of `config`: the user's where given, else the model's default."""
-    defaults = load_defaults()
-    entry = defaults["models"].get(config.model, defaults["models"]["*"])
-    optimizer = config.optimizer or entry["optimizer"]
-    if optimizer not in OPTIMIZERS:
-        raise VpromError(f"unknown optimizer {optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
-    # settings tuned for the model's optimizer do not carry over to another one
-    tuned = entry if optimizer == entry["optimizer"] else defaults["optimizers"][optimizer]
-    out = {"optimizer": optimizer}
-    for key in HYPER[1:]:
-        given = getattr(config, key)
-        if key == "rho" and optimizer != "adadelta":
-            if given is not None:
-                raise VpromError(f"--rho is AdaDelta's decay; {optimizer} has none (drop --rho "
-                                 "or use --optimizer adadelta)")
-            out[key] = None
-            continue
-        out[key] = given if given is not None else tuned.get(key, entry.get(key))
-    return out
-
-
 def defaults_of(model: str) -> dict:
-    """The defaults entry `train` uses for `model` (its own, or '*')."""
+    """The defaults entry of `model` (its own, or '*')."""
     models = load_defaults()["models"]
     return {k: v for k, v in models.get(model, models["*"]).items() if not k.startswith("_")}
 

@@ -1,9 +1,6 @@
-"""context-blind: a control that scores the candidates without ever seeing the context.
-
-If it beats chance (12.5%), the answer sets give the answer away (RAVEN's flaw). A DeepSets
-scorer: f1 embeds each candidate, f2 on [e_j ; mean of the 8] and a linear layer score it, so
-it can learn "the odd one out". The auxiliary heads read the mean of f2's output.
-"""
+"""context-blind: a control that scores the candidates without seeing the context; above chance,
+the answer sets give the answer away (RAVEN's flaw). DeepSets: s_j = w . f2([f1(c_j) ; mean of
+the 8]) can learn "the odd one out"; the aux heads read the mean of f2's output."""
 
 from __future__ import annotations
 
@@ -17,21 +14,18 @@ from vprom.baselines.registry import register_model
 
 @register_model("context-blind")
 class ContextBlind(nn.Module):
-    """DeepSets over the candidates alone; `f1` embeds one candidate (default: an MLP)."""
-
     def __init__(self, config: ModelConfig, f1: nn.Module | None = None):
         super().__init__()
-        depth = parts.half_depth(config)
         self.feature_dim = config.feature_dim
         self.f1 = parts.panel_encoder(config) if f1 is None else f1
-        self.f2 = parts.mlp(2 * config.hidden, config.hidden, depth)
+        self.f2 = parts.mlp(2 * config.hidden, config.hidden, parts.half_depth(config))
         self.score = parts.score_head(config)
         self.aux = parts.make_aux(config)
 
     def embed(self, panels: Tensor) -> Tensor:
         """[B, 16, D] -> [B, 8, H]: the candidates' embeddings, the context never read."""
         parts.check_panels(panels, self.feature_dim)
-        # Ids keep the input width of the other models; every candidate gets the same one.
+        # ids keep the other models' input width; every candidate gets the same one
         return self.f1(parts.with_panel_ids(panels, candidates_share_id=True)[:, N_CONTEXT:])
 
     def forward(self, panels: Tensor) -> ModelOutput:

@@ -1,9 +1,6 @@
-"""context-blind-pixels: the RAVEN papers' ResNet control, over the candidates' crops.
-
-Each candidate crop (from `vprom crops`, in [0, 1]) goes through one shared ResNet-18 trunk
-(`conv.resnet18`, widths hidden/8 to hidden), alone rather than stacked with the others as
-channels, so no answer position can be learned; `context-blind`'s DeepSets head scores it.
-"""
+"""context-blind-pixels: the RAVEN papers' ResNet control. Each candidate crop goes alone (so no
+answer position can be learned) through one shared ResNet-18 trunk, widths hidden/8 to hidden;
+`context-blind`'s head scores it."""
 
 from __future__ import annotations
 
@@ -11,16 +8,13 @@ from torch import Tensor
 
 from vprom.baselines import parts
 from vprom.baselines.context_blind import ContextBlind
-from vprom.baselines.conv import resnet18
-from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig
+from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, resnet18
 from vprom.baselines.registry import register_model
 from vprom.errors import VpromError
 
 
 @register_model("context-blind-pixels", kind="pixels")
 class ContextBlindPixels(ContextBlind):
-    """A ResNet-18 embedding of each candidate crop, scored by the DeepSets head."""
-
     def __init__(self, config: ModelConfig):
         if config.hidden % 8:
             raise VpromError(f"context-blind-pixels' ResNet-18 ends at the hidden width in 4 "

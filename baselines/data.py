@@ -1,11 +1,7 @@
-"""The matrices of one split as tensors, over panels held once in memory.
-
-One table holds the panels of the crops the split shows (float32 vectors, maps or uint8
-pixels) and each matrix is a row of 16 indices into it, so a batch is one gather. The
-shuffled-context control gives each matrix another matrix's context, by a seeded derangement.
-`--center-features` subtracts the training crops' mean feature and L2-normalises again:
-pooled CNN features share one large direction, without which models learn much faster.
-"""
+"""The matrices of one split as tensors: one table holds the panels of the crops the split shows
+(float32 vectors, maps or uint8 pixels) and each matrix is a row of 16 indices into it, so a batch
+is one gather. The shuffled-context control gives each matrix another's context (a seeded
+derangement); `--center-features` removes the large direction pooled CNN features share."""
 
 from __future__ import annotations
 
@@ -19,14 +15,11 @@ from vprom.baselines.parts import N_CONTEXT, element_type_class, relation_class
 from vprom.errors import VpromError
 from vprom.feature_files import load_features, open_maps
 from vprom.crop_store import CropStore
-from vprom.domain import SPLITS
 from vprom.tables import SPLIT_PARTS, read_matrix_table
 
 
 @dataclass(frozen=True)
 class MatrixSet:
-    """The matrices of one part of a split: row indices into the feature table and targets."""
-
     ids: np.ndarray  # [n] matrix ids
     rows: torch.Tensor  # [n, 16] int64 rows of the feature table (8 context, 8 candidates)
     answer: torch.Tensor  # [n] int64, 0..7
@@ -39,19 +32,15 @@ class MatrixSet:
         return len(self.ids)
 
     def take(self, index: np.ndarray) -> "MatrixSet":
-        """The matrices at positions `index` (a numpy integer array)."""
         t = torch.from_numpy(np.asarray(index, dtype=np.int64)).to(self.rows.device)
         return MatrixSet(*(v[t] if torch.is_tensor(v) else v[index] for v in vars(self).values()))
 
     def to(self, device: torch.device | str) -> "MatrixSet":
-        """The same set with its tensors on `device` (the numpy columns stay on the host)."""
         return MatrixSet(*(v.to(device) if torch.is_tensor(v) else v for v in vars(self).values()))
 
 
 @dataclass(frozen=True)
 class SplitData:
-    """One split over one feature file: the feature table and its train / val / test sets."""
-
     features: torch.Tensor  # [N_crops, D] float32
     parts: dict[str, MatrixSet]  # "train", "val", "test"
     attrs: dict  # FEATS.h5 attributes (backbone, weights, preprocessing, versions)
@@ -67,7 +56,6 @@ class SplitData:
         return int(self.features.shape[-1]) if self.features.dim() > 2 else 0
 
     def panels(self, part: MatrixSet, index: torch.Tensor) -> torch.Tensor:
-        """The [B, 16, D] panel features of `part`'s matrices at positions `index`."""
         return self.features[part.rows[index]]
 
     def to(self, device: torch.device | str) -> "SplitData":
@@ -83,13 +71,6 @@ def derangement(n: int, rng: np.random.Generator) -> np.ndarray:
     order = rng.permutation(n)
     out = np.empty(n, dtype=np.int64)
     out[order] = np.roll(order, -1)
-    return out
-
-
-def shuffled_context(rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """`rows` [n, 16] with each matrix's 8 context panels taken from another matrix."""
-    out = rows.copy()
-    out[:, :N_CONTEXT] = rows[derangement(len(rows), rng), :N_CONTEXT]
     return out
 
 
@@ -117,8 +98,7 @@ def centred(features: np.ndarray, train_rows: np.ndarray) -> np.ndarray:
 
 
 def read_panels(path: Path, kind: str, crop_ids: np.ndarray) -> tuple[np.ndarray, dict]:
-    """The panels of `crop_ids` (sorted, distinct) in `path` holding `kind`, and the file's
-    attributes; a crop the file lacks, or one extracted without its image, is refused."""
+    """The panels of `crop_ids` (sorted, distinct) in `path`, and the file's attributes."""
     if kind == "pixels":
         with CropStore(path) as store:
             rows = store.rows_of(crop_ids)
@@ -142,11 +122,8 @@ def read_panels(path: Path, kind: str, crop_ids: np.ndarray) -> tuple[np.ndarray
 
 def load_split(dataset: str | Path, features: str | Path, split: str, kind: str = "vectors",
                shuffle_context: bool = False, seed: int = 0, center: bool = False) -> SplitData:
-    """`split`'s train / val / test matrices of DATASET.h5 over the panels of `features` (of
-    `kind` vectors, maps or pixels); `seed` fixes the shuffled-context derangement."""
+    """`split`'s matrices over the panels of `features`; `seed` fixes the shuffled context."""
     dataset, features = Path(dataset), Path(features)
-    if split not in SPLITS:
-        raise VpromError(f"unknown split {split!r}; the splits are {', '.join(SPLITS)}")
     table = read_matrix_table(dataset)
     positions = {part: table.part_rows(dataset, split, part) for part in SPLIT_PARTS}
     if center and kind != "vectors":
@@ -158,7 +135,7 @@ def load_split(dataset: str | Path, features: str | Path, split: str, kind: str 
         rows = np.searchsorted(shown, table.panels[positions[part]])
         if shuffle_context:
             rng = np.random.default_rng(np.random.SeedSequence([seed, number]))
-            rows = shuffled_context(rows, rng)
+            rows[:, :N_CONTEXT] = rows[derangement(len(rows), rng), :N_CONTEXT]
         parts[part] = _matrix_set(table, positions[part], rows)
     if center:
         panels = centred(panels, parts["train"].rows.numpy())

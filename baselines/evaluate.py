@@ -1,9 +1,8 @@
 """Test accuracy of a trained run (`vprom evaluate RUN`), with breakdowns and 95% intervals.
 
-`evaluate` rebuilds the run's model from `best.pt`, predicts every test matrix of its split
-and scores them with `baselines.metrics`. It refuses a data set or features other than the
-run's, and holds the run's claim, so no `train` replaces best.pt meanwhile. The metrics, the
-run's settings and whether it did not learn go to `RUN/metrics.json`.
+`evaluate` rebuilds the run's model from `best.pt`, predicts its split's test matrices and
+writes the scores, the run's settings and whether it learned to `RUN/metrics.json`. It refuses
+other data or features than the run's, and holds the run's claim so no `train` replaces best.pt.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from pathlib import Path
 
 from vprom.baselines.config import TrainConfig
 from vprom.baselines.data import load_split
-from vprom.baselines.run_checks import control_result, did_not_learn, is_control
+from vprom.baselines.metrics import control_result, did_not_learn, is_control
 from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
 from vprom.baselines.run_folder import (check_own_checkpoint, load_checkpoint, load_weights,
                                         plain_record, portable)
@@ -29,7 +28,6 @@ from vprom.runtime import resolve_device
 
 
 def _check_run(run: Path) -> None:
-    """A VpromError saying what is missing when `run` is no run folder with a best.pt."""
     if not run.is_dir():
         raise VpromError(f"{run}: no such folder; pass a run folder of `vprom train`")
     if not (run / "config.json").is_file():
@@ -37,10 +35,6 @@ def _check_run(run: Path) -> None:
     if not (run / "best.pt").is_file():
         raise VpromError(f"{run / 'best.pt'}: no such checkpoint; the run has not finished an "
                          "epoch yet (re-running its `vprom train` command continues it)")
-
-
-#: feature attributes that may differ between two extractions of the same features
-VOLATILE_ATTRS = ("manifest",)
 
 
 def check_inputs(run: Path, manifest: dict, state: dict, data_attrs: dict | None = None) -> None:
@@ -55,7 +49,8 @@ def check_inputs(run: Path, manifest: dict, state: dict, data_attrs: dict | None
     if data_attrs is None:
         return
     trained, now = plain_record(state.get("features_attrs") or {}), plain_record(data_attrs)
-    differ = sorted(k for k in set(trained) | set(now) if k not in VOLATILE_ATTRS
+    # the manifest differs between two extractions of the same features
+    differ = sorted(k for k in set(trained) | set(now) if k != "manifest"
                     and trained.get(k) != now.get(k))
     if differ:
         raise VpromError(f"{panels} is not the features file the run {run} was "
@@ -72,7 +67,7 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
 
 
 def _score(run: Path, device: str | None) -> dict:
-    _check_run(run)
+    _check_run(run)  # again, under the claim
     try:
         manifest = json.loads((run / "config.json").read_text())
         manifest["config"]
@@ -120,7 +115,7 @@ def _score(run: Path, device: str | None) -> dict:
 
 
 def published_metrics(metrics: dict, run: Path) -> dict:
-    """metrics.json as written: the run is ".", its data set and features relative to it."""
+    """metrics.json as written: paths relative to the run."""
     def relative(path: str) -> str:
         return os.path.relpath(Path(path).resolve(), run.resolve())
 
@@ -130,7 +125,6 @@ def published_metrics(metrics: dict, run: Path) -> dict:
 
 
 def format_metrics(metrics: dict) -> str:
-    """A terminal summary: overall, then each breakdown, one group a line."""
     aux = " +aux" if metrics["aux"] else ""
     control = " (shuffled context)" if metrics["shuffle_context"] else ""
     lines = [f"{metrics['model']}{aux}{control} on {metrics['split']} "
@@ -142,7 +136,6 @@ def format_metrics(metrics: dict) -> str:
     if metrics.get("control"):
         verdict = "PASS" if metrics["control"]["passed"] else "FAIL"
         lines.append(f"CONTROL {verdict}: {metrics['control']['why']}")
-    for reason in metrics.get("did_not_learn") or []:
-        lines.append(f"DID NOT LEARN: {reason}")
+    lines += [f"DID NOT LEARN: {reason}" for reason in metrics.get("did_not_learn") or []]
     lines.append(f"written to {Path(metrics['run']) / 'metrics.json'}")
     return "\n".join(lines)

@@ -1,10 +1,6 @@
-"""GRU and GRU-shared: read the panels as a sequence with a gated recurrent unit.
-
-Both embed each panel with its id (f1, k/2 Linear+ReLU layers) into a one-layer GRU. gru: one
-sequence of the 16 panels, a linear layer on h_16 gives the 8 scores. gru-shared: the context,
-then one candidate (as cell 9) per sequence, scored on h_9; the context is run once and each
-candidate takes one step from that state. The auxiliary heads read h_16, or the mean of h_9.
-"""
+"""GRU and GRU-shared: f1 (k/2 Linear+ReLU) embeds each panel with its id into one GRU layer.
+gru reads the 16 panels and scores all 8 from h_16; gru-shared runs the context once, then one
+step per candidate (as cell 9), scoring each on its h_9 (aux heads: h_16, or the mean h_9)."""
 
 from __future__ import annotations
 
@@ -17,8 +13,6 @@ from vprom.baselines.registry import register_model
 
 @register_model("gru")
 class PanelGRU(nn.Module):
-    """f1 on each panel, a GRU over all 16 panels, one 8-way linear output."""
-
     def __init__(self, config: ModelConfig, outputs: int = N_CANDIDATES, bias: bool = True):
         super().__init__()
         self.feature_dim = config.feature_dim
@@ -36,8 +30,6 @@ class PanelGRU(nn.Module):
 
 @register_model("gru-shared")
 class SharedGRU(PanelGRU):
-    """f1 on each panel, a GRU over context + one candidate, a linear score per candidate."""
-
     def __init__(self, config: ModelConfig):
         super().__init__(config, outputs=1, bias=False)  # one bias-free score per candidate
 
@@ -46,7 +38,6 @@ class SharedGRU(PanelGRU):
         embedded = self.f1(parts.with_panel_ids(panels, candidates_share_id=True))  # [B, 16, H]
         batch, _, width = embedded.shape
         _, after_context = self.gru(embedded[:, :N_CONTEXT])  # [1, B, H]
-        # One more step per candidate, every one starting from the same context state.
         start = after_context.repeat_interleave(N_CANDIDATES, dim=1)  # [1, B*8, H]
         candidates = embedded[:, N_CONTEXT:].reshape(batch * N_CANDIDATES, 1, width)
         _, last = self.gru(candidates, start)

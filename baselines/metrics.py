@@ -1,13 +1,25 @@
-"""Test-set scores with 95% Wilson intervals, overall and by relation and element type,
-shared by `vprom evaluate` and `vprom score`.
-"""
+"""Test-set scores with 95% Wilson intervals, overall and by relation and element type, and
+whether a run learned: it did not when its training answer loss never got `LOSS_TOLERANCE` below
+ln 8 (uniform scores), or its test accuracy lies in chance's 95% interval (flagged, never dropped).
+A control (context-blind, shuffled context) passes while its interval's lower end is at most
+chance + 2 points, `vprom verify`'s rule for bias probes."""
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 
-from vprom.domain import ElementType, Relation
+from vprom.domain import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN, ElementType, Relation
 from vprom.statistics import wilson_interval
+
+#: ln 8, the answer loss of uniform scores
+CHANCE_LOSS = math.log(N_CANDIDATES)
+#: how far below ln 8 the loss must get once for the run to count as having left it
+LOSS_TOLERANCE = 0.01
+#: models that are controls whatever they are trained on: they cannot see the context
+CONTROL_MODELS = ("context-blind", "context-blind-pixels")
 
 
 def score(correct: np.ndarray) -> dict:
@@ -22,11 +34,9 @@ def breakdowns(correct: np.ndarray, relation: np.ndarray, element_type: np.ndarr
     relations = [r.value for r in Relation if np.any(relation == r.value)]
     types = [t.value for t in ElementType if np.any(element_type == t.value)]
     pairs: dict = {}
-    for r in relations:
-        for t in types:
-            mask = (relation == r) & (element_type == t)
-            if mask.any():
-                pairs.setdefault(r, {})[t] = score(correct[mask])
+    for r, t in itertools.product(relations, types):
+        if (mask := (relation == r) & (element_type == t)).any():
+            pairs.setdefault(r, {})[t] = score(correct[mask])
     return {
         "test": score(correct),
         "by_relation": {r: score(correct[relation == r]) for r in relations},
@@ -59,3 +69,40 @@ def format_breakdowns(metrics: dict, beside=None) -> list[str]:
         lines += [f"  {r + ' / ' + t:30s} {format_score(s)}"
                   f"{more('by_relation_element_type', (r, t))}" for t, s in per_type.items()]
     return lines
+
+
+def chance_interval(n: int) -> tuple[float, float]:
+    return wilson_interval(CHANCE * n, n)
+
+
+def is_control(model: str, shuffle_context: bool) -> bool:
+    return shuffle_context or model in CONTROL_MODELS
+
+
+def control_result(metrics: dict) -> tuple[bool, str]:
+    """(passed, why) for a control (see the module doc)."""
+    low, high = metrics["test"]["ci95"]
+    limit = CHANCE + SHORTCUT_MARGIN
+    accuracy = 100 * metrics["test"]["accuracy"]
+    interval = f"{accuracy:.1f}% (95% interval {100 * low:.1f}–{100 * high:.1f}%)"
+    if low <= limit:
+        return True, f"at chance as expected: {interval}, lower end ≤ {100 * limit:.1f}%"
+    return False, (f"above chance: {interval}, lower end > {100 * limit:.1f}%; the answer can "
+                   "be found without the context")
+
+
+def did_not_learn(metrics: dict, history: list[dict]) -> list[str]:
+    reasons = []
+    losses = [h.get("train_answer_loss", h.get("train_loss")) for h in history]
+    losses = [x for x in losses if isinstance(x, (int, float))]
+    if losses and min(losses) > CHANCE_LOSS - LOSS_TOLERANCE:
+        reasons.append(f"its training answer loss never left ln 8 = {CHANCE_LOSS:.4f} (lowest "
+                       f"{min(losses):.4f} in {len(losses)} epochs)")
+    test = metrics.get("test") or {}
+    n, accuracy = test.get("n") or 0, test.get("accuracy")
+    if n and accuracy is not None:
+        low, high = chance_interval(n)
+        if low <= accuracy <= high:
+            reasons.append(f"its test accuracy {100 * accuracy:.1f}% is within the chance "
+                           f"interval {100 * low:.1f}–{100 * high:.1f}% of {n:,} matrices")
+    return reasons

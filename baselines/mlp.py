@@ -1,9 +1,6 @@
-"""MLP-cat-k and MLP-sum-k: embed each panel, combine the 9 panels of a completed matrix, score.
-
-f1 (k/2 Linear+ReLU layers) embeds each panel with its id; the 9 embeddings of candidate j's
-matrix are concatenated (cat) or summed (sum), and f2 (k/2 layers) and a linear layer give
-s_j. The auxiliary heads read the mean over candidates of f2's output.
-"""
+"""MLP-cat-k and MLP-sum-k: f1 (k/2 Linear+ReLU layers) embeds each panel with its id; the 9
+embeddings of candidate j's completed matrix are concatenated or summed, and f2 (k/2 layers) and
+w score it. The auxiliary heads read the mean over candidates of f2's output."""
 
 from __future__ import annotations
 
@@ -20,18 +17,13 @@ DEPTHS = (2, 4, 6)
 
 
 class PanelMLP(nn.Module):
-    """f1 on each panel, concatenation or sum over the completed matrix, f2, a linear score."""
-
     def __init__(self, config: ModelConfig, combine: str):
         super().__init__()
-        if combine not in COMBINATIONS:
-            raise ValueError(f"combine must be one of {COMBINATIONS}, not {combine!r}")
-        depth = parts.half_depth(config)
         self.combine = combine
         self.feature_dim = config.feature_dim
         self.f1 = parts.panel_encoder(config)
         joint_width = (N_CONTEXT + 1) * config.hidden if combine == "cat" else config.hidden
-        self.f2 = parts.mlp(joint_width, config.hidden, depth)
+        self.f2 = parts.mlp(joint_width, config.hidden, parts.half_depth(config))
         self.score = parts.score_head(config)
         self.aux = parts.make_aux(config)
 
@@ -47,7 +39,7 @@ class PanelMLP(nn.Module):
 def _register(combine: str, depth: int) -> None:
     @register_model(f"mlp-{combine}-{depth}")
     def build(config: ModelConfig) -> nn.Module:
-        # The registered name fixes k, whatever the config says.
+        # the registered name fixes k, whatever the config says
         return PanelMLP(dataclasses.replace(config, layers=depth), combine)
 
 

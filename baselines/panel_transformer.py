@@ -1,14 +1,7 @@
-"""A panel transformer after SAViR-T (Sahu, Basioti and Pavlovic, ECML/PKDD 2022):
-`panel-transformer` over spatial maps, `panel-transformer-pooled` over pooled features.
-
-Each of a panel's H W locations is a token (projected to d = hidden, plus a position
-embedding) and one layer attends within the panel (the pooled variant: one token, no such
-layer). The 9 panels of each completed matrix get a cell embedding and, token position by
-token position, one layer attends along each row of the 3 x 3 grid and one along each column.
-The mean over cells and tokens goes through a Linear+ReLU layer to a linear score; layers are
-pre-norm (4 heads, feed-forward 2d, no dropout). The auxiliary heads read the mean over
-candidates of the score layer's input.
-"""
+"""A panel transformer after SAViR-T (Sahu, Basioti and Pavlovic, ECML/PKDD 2022), over maps or
+(`-pooled`) one token per panel. Tokens attend within their panel, then, with a cell embedding,
+along each row and each column of every completed 3 x 3 matrix; the mean token goes through a
+Linear+ReLU to w. Layers are pre-norm (4 heads, feed-forward 2d, no dropout)."""
 
 from __future__ import annotations
 
@@ -30,8 +23,6 @@ def attention_layer(width: int) -> nn.TransformerEncoderLayer:
 
 
 class PanelTransformer(nn.Module):
-    """Tokens per panel; attention within a panel, then along rows and columns; a score."""
-
     def __init__(self, config: ModelConfig, spatial: bool):
         super().__init__()
         if config.hidden % HEADS:

@@ -1,18 +1,12 @@
-"""Perception against reasoning: each run's feature source, and the table, plot and verdict
-that set the sources side by side on every split beside chance and the perception-only ceiling.
-
-A run's feature source comes from its features file's attributes as the run recorded them:
-labels are "perfect perception (labels)" (or "labels, noise P"), weights `none` "random
-weights (<backbone>)", weights of `vprom perceive` "trained perception model (<backbone>)",
-others the paper's name for the backbone or its own; random weights and labels stay out of
-Table 2. The perception-only ceiling of a split is what perfect recognition scores without
-finding the relation (`generation/verify/ceiling.py`; this floor takes it as a function). The
-table has a row per (source, model, aux) of the runs that are not controls and a column per
-split: test accuracy and its 95% Wilson interval, seeds averaged; then chance and the ceiling.
-"""
+"""Perception against reasoning: each run's feature source, and the table, plot and verdict that
+set the sources side by side per split beside chance and the perception-only ceiling. The source
+comes from the features file's attributes: "perfect perception (labels)" (or "labels, noise P"),
+"random weights (<backbone>)", "trained perception model (<backbone>)" (`vprom perceive`'s
+weights), else the backbone's paper name."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 from pathlib import Path
@@ -21,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from vprom.baselines.paper import CHANCE, PAPER_NAMES, feature_type
-from vprom.baselines.run_checks import CONTROL_MODELS
+from vprom.baselines.metrics import is_control
 from vprom.domain import SPLITS
 from vprom.files import atomic_path
 from vprom.manifest import manifest_of
@@ -29,14 +23,12 @@ from vprom.manifest import manifest_of
 PERFECT = "perfect perception (labels)"
 RANDOM = "random weights"
 TRAINED = "trained perception model"
-PERCEPTION_WEIGHTS = "perception-weights"
 #: (data set, splits) -> {split: (ceiling accuracy 0..1, test problems)}
 Ceilings = Callable[[Path, list[str]], dict[str, tuple[float, int]]]
 
 
 def recorded_attrs(run: Path, metrics: dict) -> dict:
-    """The features file's attributes as the run's config.json recorded them, else its
-    metrics' (`vprom score`'s predictions have no run folder)."""
+    """The features file's attributes from config.json, else (`vprom score`) the metrics."""
     try:
         return json.loads((run / "config.json").read_text())["features_attrs"] or {}
     except (OSError, ValueError, KeyError, TypeError):
@@ -44,7 +36,6 @@ def recorded_attrs(run: Path, metrics: dict) -> dict:
 
 
 def feature_source(attrs: dict, backbone: str) -> str:
-    """The run's feature source (module doc) from its features file's attributes."""
     manifest = attrs.get("manifest") if isinstance(attrs.get("manifest"), dict) else {}
     config = manifest.get("config") or {}
     if attrs.get("symbolic") or config.get("symbolic"):
@@ -53,21 +44,16 @@ def feature_source(attrs: dict, backbone: str) -> str:
     weights = attrs.get("weights")
     if weights == "none":
         return f"{RANDOM} ({backbone})"
-    # what extract recorded; files extracted without that record: the weights file's manifest
-    kind = attrs["weights_kind"] if "weights_kind" in attrs else _kind_of(weights)
-    if kind == PERCEPTION_WEIGHTS:
+    kind = attrs.get("weights_kind")
+    # files extracted without that record: the weights file's manifest says
+    if "weights_kind" not in attrs and isinstance(weights, str) and Path(weights).is_file():
+        kind = (manifest_of(weights) or {}).get("kind")
+    if kind == "perception-weights":  # `vprom perceive`'s manifest kind
         return f"{TRAINED} ({backbone})"
     return feature_type(backbone)
 
 
-def _kind_of(weights) -> str | None:
-    if not isinstance(weights, str) or not weights or not Path(weights).is_file():
-        return None
-    return (manifest_of(weights) or {}).get("kind")
-
-
 def is_reference(source: str) -> bool:
-    """Random weights and labels: shown apart from Table 2, never as a backbone's result."""
     return source.startswith((RANDOM, "labels", PERFECT))
 
 
@@ -78,22 +64,18 @@ def _source_order(source: str) -> tuple:
 
 
 def perception_rows(grouped: dict, ceilings: dict[str, tuple[float, int]]) -> list[dict]:
-    """Long-form rows (source, model, aux, split, figures) of the cells that are not controls,
-    then chance and the ceiling per split."""
+    """A row per cell that is not a control, then chance and the ceiling per split."""
     splits = [s for s in SPLITS if s in grouped] + sorted(set(grouped) - set(SPLITS))
-    keys = sorted({k for s in splits for k in grouped[s]
-                   if not k[3] and k[0] not in CONTROL_MODELS},
+    keys = sorted({k for s in splits for k in grouped[s] if not is_control(k[0], bool(k[3]))},
                   key=lambda k: (_source_order(k[1]), k[0], k[2]))
     rows = []
-    for key in keys:
-        for split in splits:
-            cell = grouped[split].get(key)
-            if cell is not None:
-                low, high = cell.ci
-                rows.append({"source": key[1], "model": key[0], "aux": key[2], "split": split,
-                             "accuracy": round(cell.accuracy, 2), "ci_low": round(low, 2),
-                             "ci_high": round(high, 2), "n_test": cell.n_test,
-                             "runs": len(cell.entries), "cell": cell})
+    for key, split in itertools.product(keys, splits):
+        if (cell := grouped[split].get(key)) is not None:
+            low, high = cell.ci
+            rows.append({"source": key[1], "model": key[0], "aux": key[2], "split": split,
+                         "accuracy": round(cell.accuracy, 2), "ci_low": round(low, 2),
+                         "ci_high": round(high, 2), "n_test": cell.n_test,
+                         "runs": len(cell.entries), "cell": cell})
     for split in splits:
         rows.append({"source": "chance", "model": "", "aux": "", "split": split,
                      "accuracy": CHANCE, "ci_low": "", "ci_high": "", "n_test": "", "runs": ""})
@@ -106,8 +88,7 @@ def perception_rows(grouped: dict, ceilings: dict[str, tuple[float, int]]) -> li
 
 
 def _model(row: dict) -> str:
-    name = PAPER_NAMES.get(row["model"], row["model"])
-    return name + (" +aux" if row["aux"] is True else "")
+    return PAPER_NAMES.get(row["model"], row["model"]) + (" +aux" if row["aux"] is True else "")
 
 
 def perception_markdown(rows: list[dict], ceiling_note: str) -> str:
@@ -128,7 +109,7 @@ def perception_markdown(rows: list[dict], ceiling_note: str) -> str:
 
 
 def runs_dataset(entries: list) -> tuple[Path | None, str]:
-    """The runs' one data set, or None and why there is none to read."""
+    """The runs' one data set, or None and why."""
     datasets = {(e.run / e.metrics.get("dataset", "")).resolve() for e in entries}
     if len(datasets) != 1:
         return None, f"the runs use {len(datasets)} data sets"
@@ -139,8 +120,7 @@ def runs_dataset(entries: list) -> tuple[Path | None, str]:
 
 
 def run_ceilings(entries: list, ceilings: Ceilings | None) -> tuple[dict, str]:
-    """The ceiling of each split of the runs' one data set (maybe `{}`), and the sentence
-    that says how it was made or why it is missing."""
+    """The ceiling of each split of the runs' data set, and how it was made or why it is missing."""
     dataset, why = runs_dataset(entries)
     if ceilings is None or dataset is None:
         return {}, f"No perception-only ceiling: {why or 'no ceiling was asked for'}."
@@ -151,14 +131,12 @@ def run_ceilings(entries: list, ceilings: Ceilings | None) -> tuple[dict, str]:
         f"problems of {dataset.name}.")
 
 
-#: the feature sources in a working benchmark's order, best first (the controls below them)
+#: the feature sources in a working benchmark's order, best first (then the controls)
 EXPECTED_ORDER = (PERFECT, TRAINED, RANDOM)
 
 
 def verdict(grouped: dict, ceilings: dict[str, tuple[float, int]], verified: str) -> str:
-    """What the runs say: the data set's check, every neutral run beside chance and the
-    ceiling, each other split's change from neutral, and whether `EXPECTED_ORDER` (then the
-    controls) holds with each 95% interval clear of the next."""
+    """The runs beside chance and the ceiling, and whether `EXPECTED_ORDER` holds."""
     neutral = grouped.get("neutral", {})
     lines = ["verdict:", f"  data set: {verified}"]
     if not neutral:
@@ -168,8 +146,7 @@ def verdict(grouped: dict, ceilings: dict[str, tuple[float, int]], verified: str
         f", perception-only ceiling {100 * ceiling[0]:.1f}%" if ceiling else ""))
     ranked = sorted(neutral.items(), key=lambda kv: (not _is_control(kv[0]),
                                                       _source_order(kv[0][1])), reverse=True)
-    for key, cell in ranked:
-        lines.append(f"    {_name(key)}: {cell.text()}")
+    lines += [f"    {_name(key)}: {cell.text()}" for key, cell in ranked]
     for split in [s for s in SPLITS if s in grouped and s != "neutral"]:
         for key, cell in grouped[split].items():
             if key in neutral and not _is_control(key):
@@ -177,26 +154,6 @@ def verdict(grouped: dict, ceilings: dict[str, tuple[float, int]], verified: str
                 lines.append(f"  {split}: {_name(key)} {cell.text()}, "
                              f"{abs(change):.1f} points {'below' if change < 0 else 'above'} "
                              "neutral")
-    problems = _order_problems(neutral)
-    lines.append("  a working benchmark: perfect perception > trained perception > random "
-                 "weights > controls on neutral, each 95% interval clear of the next, the "
-                 f"controls' holding chance ({CHANCE:.1f}%), and held-out splits below neutral")
-    lines.append("  here: " + ("; ".join(problems) if problems else "the order holds"))
-    return "\n".join(lines)
-
-
-def _is_control(key: tuple) -> bool:
-    return bool(key[3]) or key[0] in CONTROL_MODELS
-
-
-def _name(key: tuple) -> str:
-    model = _model({"model": key[0], "aux": key[2]})
-    return f"control {model}{', ' + key[3] if key[3] else ''}" if _is_control(key) else (
-        f"{key[1]}, {model}")
-
-
-def _order_problems(neutral: dict) -> list[str]:
-    """Where the neutral runs break the order of a working benchmark (none: it holds)."""
     tiers = [(source, [c for k, c in neutral.items()
                        if not _is_control(k) and k[1].startswith(source)])
              for source in EXPECTED_ORDER]
@@ -207,12 +164,25 @@ def _order_problems(neutral: dict) -> list[str]:
                 if below and min(c.ci[0] for c in above) <= max(c.ci[1] for c in below)]
     problems += [f"control {c.entries[0].label} misses chance" for c in controls
                  if not c.ci[0] <= CHANCE <= c.ci[1]]
-    return problems + ([] if controls else ["no control was run"])
+    problems += [] if controls else ["no control was run"]
+    lines.append("  a working benchmark: perfect perception > trained perception > random "
+                 "weights > controls on neutral, each 95% interval clear of the next, the "
+                 f"controls' holding chance ({CHANCE:.1f}%), and held-out splits below neutral")
+    lines.append("  here: " + ("; ".join(problems) if problems else "the order holds"))
+    return "\n".join(lines)
+
+
+def _is_control(key: tuple) -> bool:
+    return is_control(key[0], bool(key[3]))
+
+
+def _name(key: tuple) -> str:
+    model = _model({"model": key[0], "aux": key[2]})
+    return f"control {model}{', ' + key[3] if key[3] else ''}" if _is_control(key) else (
+        f"{key[1]}, {model}")
 
 
 def perception_plot(rows: list[dict], path: Path) -> None:
-    """Bars with 95% error bars per split and (source, model); chance dashed, the ceiling a
-    black mark over each split."""
     splits = list(dict.fromkeys(r["split"] for r in rows))
     series = list(dict.fromkeys((r["source"], _model(r)) for r in rows
                                 if r["source"] not in ("chance", "perception-only ceiling")))
@@ -230,16 +200,16 @@ def perception_plot(rows: list[dict], path: Path) -> None:
              path, ceilings=ceilings)
 
 
-def pyplot():
+@contextlib.contextmanager
+def png(path: Path, **subplots):
+    """The axes of a new figure, saved as a PNG at `path` when the block ends."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    return plt
-
-
-def save_png(plt, fig, path: Path) -> None:
+    fig, axes = plt.subplots(**subplots)
+    yield axes
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
@@ -247,23 +217,18 @@ def save_png(plt, fig, path: Path) -> None:
 
 def bar_plot(groups: list[str], bars: list[tuple], width: float, title: str, path: Path,
              ncol: int = 1, ceilings: list[tuple[int, float]] = ()) -> None:
-    """Grouped bars of test accuracy: per (label, values, errors [2, groups]) one bar in each
-    group; `ceilings` (group, value) as black marks; chance as a dashed line."""
-    plt = pyplot()
+    """Per (label, values, errors [2, groups]) of `bars` a bar in each group."""
     bar_width = 0.8 / max(len(bars), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, width), 4))
     x = np.arange(len(groups))
-    for i, (label, values, errors) in enumerate(bars):
-        # clipped: at 0% and 100% the interval's end is the estimate up to float rounding
-        ax.bar(x + i * bar_width - 0.4 + bar_width / 2, values, bar_width,
-               yerr=np.clip(errors, 0, None), capsize=2, label=label)
-    for j, value in ceilings:
-        ax.hlines(value, j - 0.45, j + 0.45, colors="black", linewidth=2,
-                  label="perception-only ceiling" if j == 0 else None)
-    ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1, label="chance")
-    ax.set_xticks(x, [g.replace("_", "\n") for g in groups])
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_ylim(0, 100)
-    ax.set_title(title)
-    ax.legend(fontsize="x-small", ncol=ncol, loc="upper left", bbox_to_anchor=(1.01, 1))
-    save_png(plt, fig, path)
+    with png(path, figsize=(max(6.0, width), 4)) as ax:
+        for i, (label, values, errors) in enumerate(bars):
+            # clipped: at 0% and 100% the interval's end is the estimate up to float rounding
+            ax.bar(x + i * bar_width - 0.4 + bar_width / 2, values, bar_width,
+                   yerr=np.clip(errors, 0, None), capsize=2, label=label)
+        for j, value in ceilings:
+            ax.hlines(value, j - 0.45, j + 0.45, colors="black", linewidth=2,
+                      label="perception-only ceiling" if j == 0 else None)
+        ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1, label="chance")
+        ax.set_xticks(x, [g.replace("_", "\n") for g in groups])
+        ax.set(ylabel="test accuracy (%)", ylim=(0, 100), title=title)
+        ax.legend(fontsize="x-small", ncol=ncol, loc="upper left", bbox_to_anchor=(1.01, 1))

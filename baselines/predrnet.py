@@ -1,13 +1,7 @@
-"""PredRNet, the Predictive Reasoning Network (Yang et al., ICML 2023), over crop-store pixels
-(`predrnet`) or spatial maps (`predrnet-maps`).
-
-An encoder (the paper's four residual stages at c..4c channels, c = hidden / 16, on pixels;
-one 1x1 conv-BN-ReLU on maps) and a 1x1 conv-BN give each panel c channels of L locations.
-The 9 panels of each completed matrix pass three predictive reasoning blocks: the context
-predicts the missing panel ((8 x 1) conv-BN-ReLU) and the block goes on with the context and
-the candidate's prediction error. Each candidate is pooled to 2H values and classified
-(Linear, BatchNorm1d, ReLU, score); the auxiliary heads read the mean of that hidden layer.
-"""
+"""PredRNet, the Predictive Reasoning Network (Yang et al., ICML 2023), over crop-store pixels or
+(`predrnet-maps`) maps. An encoder gives each panel c = hidden/16 channels; three predictive
+reasoning blocks let the context predict the missing panel ((8 x 1) conv-BN-ReLU) and carry on
+with the candidate's prediction error; each candidate is pooled to 2H values and classified."""
 
 from __future__ import annotations
 
@@ -15,8 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from vprom.baselines import parts
-from vprom.baselines.conv import conv_bn
-from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, ModelOutput
+from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, ModelOutput, conv_bn
 from vprom.baselines.registry import register_model
 from vprom.errors import VpromError
 
@@ -55,8 +48,6 @@ class PredictiveReasoningBlock(nn.Module):
 
 
 class PredRNet(nn.Module):
-    """Image encoder, channel reducer, three PRBs per candidate, a classifier."""
-
     def __init__(self, config: ModelConfig, kind: str):
         super().__init__()
         if config.hidden % 16:

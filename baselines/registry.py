@@ -1,7 +1,7 @@
 """Baselines by name: `register_model`, `get_model`, `list_models` (torchvision's `_api.py` style).
 
-Each model file registers builders `builder(config) -> nn.Module` with the input kind they
-read (`vectors`, `maps` or `pixels`); the files are imported when a model is first asked for.
+Each model file registers builders `builder(config) -> nn.Module` with the input kind they read;
+the files are imported when a model is first asked for.
 """
 
 from __future__ import annotations
@@ -17,18 +17,10 @@ from vprom.registry import Registry
 
 Builder = Callable[[ModelConfig], nn.Module]
 
-MODELS: Registry[Builder] = Registry("model", builtins=(
-    "vprom.baselines.mlp",
-    "vprom.baselines.gru",
-    "vprom.baselines.vqa",
-    "vprom.baselines.rn",
-    "vprom.baselines.context_blind",
-    "vprom.baselines.wren",
-    "vprom.baselines.scl",
-    "vprom.baselines.predrnet",
-    "vprom.baselines.panel_transformer",
-    "vprom.baselines.context_blind_pixels",
-))
+MODEL_FILES = ("mlp", "gru", "vqa", "rn", "context_blind", "wren", "scl", "predrnet",
+               "panel_transformer", "context_blind_pixels")
+MODELS: Registry[Builder] = Registry(
+    "model", builtins=tuple(f"vprom.baselines.{name}" for name in MODEL_FILES))
 INPUT_KINDS = ("vectors", "maps", "pixels")
 
 
@@ -45,12 +37,10 @@ def register_model(name: str, kind: str = "vectors") -> Callable[[Builder], Buil
 
 
 def input_kind(name: str) -> str:
-    """What model `name` reads: 'vectors', 'maps' or 'pixels'."""
     return getattr(MODELS.get(name), "input_kind", "vectors")
 
 
 def list_models() -> list[str]:
-    """Every registered model name, sorted."""
     return MODELS.names()
 
 
@@ -60,8 +50,6 @@ def get_model(name: str, config: ModelConfig | None = None, **overrides) -> nn.M
     fields = {f.name for f in dataclasses.fields(ModelConfig)}
     unknown = sorted(set(overrides) - fields)
     if unknown:
-        raise VpromError(
-            f"unknown model config field(s) {', '.join(unknown)} for {name!r}; "
-            f"the fields are {', '.join(sorted(fields))}"
-        )
+        raise VpromError(f"unknown model config field(s) {', '.join(unknown)} for {name!r}; "
+                         f"the fields are {', '.join(sorted(fields))}")
     return builder(dataclasses.replace(config or ModelConfig(), **overrides))

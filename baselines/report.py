@@ -1,11 +1,7 @@
-"""Tables and plots over many evaluated runs (`vprom report RUN... --out DIR`).
-
-Each run's `metrics.json` and `history.json` are keyed by (model, feature source, aux,
-control, split); runs sharing a key (seeds) are averaged, and refused when their settings
-differ (`run_checks`). Runs that did not learn and controls are marked and listed. DIR gets
-table2, splits and perception as .md and .csv, report.md, bar plots with 95% Wilson
-intervals, curves.png and a manifest.json, written first and again with every file's sha256.
-"""
+"""Tables and plots over evaluated runs (`vprom report RUN... --out DIR`): runs keyed by (model,
+feature source, aux, control, split) are averaged over seeds, refused when other settings differ.
+DIR gets table2, splits and perception (.md and .csv), report.md, bar plots with 95% Wilson
+intervals, curves.png and manifest.json (written first, then with every file's sha256)."""
 
 from __future__ import annotations
 
@@ -15,6 +11,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import product
 from pathlib import Path
 
 import numpy as np
@@ -23,26 +20,26 @@ from vprom.baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED
                                    PAPER_NAMES, paper_accuracy)
 from vprom.baselines.perception_table import (Ceilings, bar_plot, feature_source,
                                               is_reference, perception_markdown,
-                                              perception_plot, perception_rows, pyplot,
-                                              recorded_attrs, run_ceilings, runs_dataset,
-                                              save_png, verdict)
-from vprom.baselines.run_checks import (CONTROL_MODELS, check_alike, control_result,
-                                        did_not_learn, is_control, settings)
+                                              perception_plot, perception_rows, png,
+                                              recorded_attrs, run_ceilings, runs_dataset, verdict)
+from vprom.baselines.metrics import control_result, did_not_learn, is_control
 from vprom.errors import VpromError
 from vprom.files import sha256_file, write_text
 from vprom.manifest import make_manifest, write_manifest
 from vprom.claim import writes
 from vprom.domain import SPLITS, ElementType, Relation
 
+#: training settings that do not change what a run learns: runs differing only here average
+NOT_SETTINGS = ("seed", "out", "device", "restart", "cuda_graphs", "resume", "dataset",
+                "features", "maps", "crops")
+
 
 @dataclass(frozen=True)
 class Entry:
-    """One evaluated run."""
-
     run: Path
     model: str
     backbone: str
-    features: str  # feature source (baselines/perception_table.py): ResNet, labels, ...
+    features: str  # feature source (perception_table.feature_source)
     aux: bool
     control: str  # "" or "shuffled context"
     split: str
@@ -96,7 +93,7 @@ def load_entry(run: str | Path) -> Entry:
     flags = [] if is_control(model, bool(control)) else did_not_learn(metrics, history)
     features = feature_source(recorded_attrs(run, metrics), backbone)
     return Entry(run, model, backbone, features, aux, control, split, metrics,
-                 history, settings(run, metrics), flags)
+                 history, settings(metrics), flags)
 
 
 def expand_runs(paths) -> list[Path]:
@@ -109,14 +106,8 @@ def expand_runs(paths) -> list[Path]:
     return sorted(runs)
 
 
-# ---------------------------------------------------------------- aggregation
-Key = tuple[str, str, bool, str]  # model, feature type, aux, control
-
-
 @dataclass
 class Cell:
-    """Our accuracy for one key on one split: the mean over runs, with the runs' spread."""
-
     entries: list[Entry]
 
     @property
@@ -135,7 +126,6 @@ class Cell:
 
     @property
     def not_learned(self) -> int:
-        """How many of its runs did not learn."""
         return sum(bool(e.flags) for e in self.entries)
 
     def mark(self) -> str:
@@ -155,53 +145,52 @@ class Cell:
         return f"{self.accuracy:.1f} ({low:.1f}–{high:.1f}{runs}){mark}"
 
 
-def group(entries: list[Entry]) -> dict[str, dict[Key, Cell]]:
-    """split -> key -> the cell of runs sharing it."""
-    out: dict[str, dict[Key, Cell]] = {}
+def group(entries: list[Entry]) -> dict[str, dict[tuple, Cell]]:
+    """split -> (model, feature source, aux, control) -> the cell of runs sharing it."""
+    out: dict[str, dict[tuple, Cell]] = {}
     for e in entries:
         key = (e.model, e.features, e.aux, e.control)
         out.setdefault(e.split, {}).setdefault(key, Cell([])).entries.append(e)
     for split, cells in out.items():
         for cell in cells.values():
-            if len(cell.entries) > 1:
-                check_alike(f"{cell.entries[0].label} on {split}",
-                            [(e.run, e.settings) for e in cell.entries])
+            check_alike(f"{cell.entries[0].label} on {split}",
+                        [(e.run, e.settings) for e in cell.entries])
     return out
 
 
 def _model_order(models) -> list[str]:
-    """The paper's models in Table 2's order, the later solvers, then the rest sorted."""
     return [*PAPER_NAMES, *LATER_SOLVERS] + sorted(set(models) - {*PAPER_NAMES, *LATER_SOLVERS})
 
 
-def _later_solvers_line(width: int, shown: list[str]) -> str:
-    """The table row that opens the later solvers' rows."""
-    return f"| *later solvers* ({', '.join(LATER_SOLVERS[m] for m in shown)}) |" + " |" * width
+def _with_later_solvers(lines: list[str], models: list[tuple], width: int) -> list[str]:
+    """Table rows, one per (model, control) of `models`, with a row opening the later solvers'."""
+    later = [m for m in LATER_SOLVERS if (m, "") in models]
+    if not later:
+        return lines
+    first = next(i for i, (m, control) in enumerate(models) if m in later and not control)
+    header = f"| *later solvers* ({', '.join(LATER_SOLVERS[m] for m in later)}) |" + " |" * width
+    return [*lines[:first], header, *lines[first:]]
 
 
-# ---------------------------------------------------------------- Table 2
-def table2_rows(cells: dict[Key, Cell]) -> list[dict]:
-    """Long-form rows: one per (model, feature type, aux) that we or the paper have."""
+def table2_rows(cells: dict[tuple, Cell]) -> list[dict]:
+    """One row per (model, feature type, aux) that we or the paper have."""
     rows = []
     feature_types = list(FEATURE_TYPES) + sorted({k[1] for k in cells} - set(FEATURE_TYPES))
-    controls = sorted({(k[0], k[3]) for k in cells if k[3] or k[0] in CONTROL_MODELS})
+    controls = sorted({(k[0], k[3]) for k in cells if is_control(k[0], bool(k[3]))})
     plain = [(m, "") for m in _model_order(k[0] for k in cells if not k[3])
              if (m, "") not in controls]
-    for model, control in plain + controls:
-        for features in feature_types:
-            for aux in (False, True):
-                cell = cells.get((model, features, aux, control))
-                paper = None if control else paper_accuracy(model, features, aux)
-                if cell is None and paper is None:
-                    continue
-                rows.append({"model": model, "name": display_name(model), "features": features,
-                             "aux": aux, "control": control, **figures(cell, "ours"),
-                             "paper": paper, "cell": cell})
+    for (model, control), features, aux in product(plain + controls, feature_types, (False, True)):
+        cell = cells.get((model, features, aux, control))
+        paper = None if control else paper_accuracy(model, features, aux)
+        if cell is not None or paper is not None:
+            rows.append({"model": model, "name": display_name(model), "features": features,
+                         "aux": aux, "control": control, **figures(cell, "ours"),
+                         "paper": paper, "cell": cell})
     return rows
 
 
 def figures(cell: Cell | None, name: str) -> dict:
-    """A cell's CSV columns, its accuracy under `name` (blank without a run)."""
+    """A cell's CSV columns, its accuracy under `name`."""
     if cell is None:
         return {name: None, "ci_low": None, "ci_high": None, "n_test": None, "runs": 0,
                 "did_not_learn": None}
@@ -212,40 +201,24 @@ def figures(cell: Cell | None, name: str) -> dict:
 
 def table2_markdown(rows: list[dict]) -> str:
     columns = [(f, a) for f in dict.fromkeys(r["features"] for r in rows) for a in (False, True)]
-    head = ["model"] + [f"{f}{' +aux' if a else ''} | paper"
-                        for f, a in columns]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (1 + 2 * len(columns))]
+    head = ["model"] + [f"{f}{' +aux' if a else ''} | paper" for f, a in columns]
     by_row: dict[tuple[str, str], dict] = {}
     for r in rows:
-        by_row.setdefault((r["name"], r["control"]), {})[(r["features"], r["aux"])] = r
-    later = [m for m in LATER_SOLVERS if any(r["model"] == m and not r["control"] for r in rows)]
-    opened = False
-    for (name, control), cells in by_row.items():
-        if not opened and not control and name in map(display_name, later):
-            lines.append(_later_solvers_line(2 * len(columns), later))
-            opened = True
-        label = f"{name} ({control})" if control else name
-        values = []
-        for c in columns:
-            r = cells.get(c)
+        by_row.setdefault((r["model"], r["control"]), {})[(r["features"], r["aux"])] = r
+    body = []
+    for (model, control), cells in by_row.items():
+        values = [display_name(model) + (f" ({control})" if control else "")]
+        for r in map(cells.get, columns):
             values.append(r["cell"].text() if r and r["cell"] else "—")
             values.append(f"{r['paper']:.1f}" if r and r["paper"] is not None else "—")
-        lines.append("| " + " | ".join([label] + values) + " |")
-    lines.append(f"\nHumans (paper): {HUMANS:.1f}% ({HUMANS_SKIPPED}% of the questions "
-                 f"skipped). Chance: {CHANCE:.1f}%.")
-    return "\n".join(lines) + "\n"
+        body.append("| " + " | ".join(values) + " |")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (1 + 2 * len(columns)),
+             *_with_later_solvers(body, list(by_row), 2 * len(columns))]
+    return "\n".join(lines) + (f"\n\nHumans (paper): {HUMANS:.1f}% ({HUMANS_SKIPPED}% of the "
+                               f"questions skipped). Chance: {CHANCE:.1f}%.\n")
 
 
-def reference_rows() -> list[dict]:
-    """Humans and chance, as rows of table2.csv (the paper's figures, features-independent)."""
-    blank = {"features": "", "aux": "", "control": "", **figures(None, "ours")}
-    return [{"model": "humans", "name": f"Humans ({HUMANS_SKIPPED}% skipped)", **blank,
-             "paper": HUMANS},
-            {"model": "chance", "name": "Chance", **blank, "paper": CHANCE}]
-
-
-# ---------------------------------------------------------------- models × splits
-def split_rows(grouped: dict[str, dict[Key, Cell]]) -> list[dict]:
+def split_rows(grouped: dict[str, dict[tuple, Cell]]) -> list[dict]:
     rows = []
     for split in [s for s in SPLITS if s in grouped] + sorted(set(grouped) - set(SPLITS)):
         for key, cell in sorted(grouped[split].items(), key=lambda kv: _key_order(kv[0])):
@@ -255,9 +228,8 @@ def split_rows(grouped: dict[str, dict[Key, Cell]]) -> list[dict]:
     return rows
 
 
-def _key_order(key: Key):
-    models = _model_order([key[0]])
-    return (bool(key[3]), models.index(key[0]), key[1], key[2], key[3])
+def _key_order(key: tuple):
+    return (bool(key[3]), _model_order([key[0]]).index(key[0]), key[1], key[2], key[3])
 
 
 def splits_markdown(rows: list[dict]) -> str:
@@ -265,24 +237,20 @@ def splits_markdown(rows: list[dict]) -> str:
     keys = list(dict.fromkeys((r["model"], r["features"], r["aux"], r["control"]) for r in rows))
     keys.sort(key=_key_order)
     cells = {((r["model"], r["features"], r["aux"], r["control"]), r["split"]): r for r in rows}
-    lines = ["| model | features | aux | " + " | ".join(splits) + " |",
-             "|" + "---|" * (3 + len(splits))]
-    later = [m for m in LATER_SOLVERS if any(k[0] == m and not k[3] for k in keys)]
-    opened = False
+    body = []
     for key in keys:
-        if key[0] in later and not key[3] and not opened:
-            lines.append(_later_solvers_line(2 + len(splits), later))
-            opened = True
         name = display_name(key[0]) + (f" ({key[3]})" if key[3] else "")
         found = [cells[(key, s)]["cell"] if (key, s) in cells else None for s in splits]
         values = [f"{c.accuracy:.1f}{c.mark()}" if c else "—" for c in found]
-        lines.append(f"| {name} | {key[1]} | {'yes' if key[2] else 'no'} | "
-                     + " | ".join(values) + " |")
+        body.append(f"| {name} | {key[1]} | {'yes' if key[2] else 'no'} | "
+                    + " | ".join(values) + " |")
+    lines = ["| model | features | aux | " + " | ".join(splits) + " |",
+             "|" + "---|" * (3 + len(splits)),
+             *_with_later_solvers(body, [(k[0], k[3]) for k in keys], 2 + len(splits))]
     return "\n".join(lines) + "\n"
 
 
 def not_learned_markdown(entries: list[Entry]) -> str:
-    """The runs that did not learn, each with its reasons ("" when every run learned)."""
     flagged = [e for e in entries if e.flags]
     if not flagged:
         return ""
@@ -292,7 +260,6 @@ def not_learned_markdown(entries: list[Entry]) -> str:
 
 
 def controls_markdown(entries: list[Entry]) -> str:
-    """The controls, each passed or failed against chance ("" when there are none)."""
     controls = [e for e in entries if e.is_control]
     if not controls:
         return ""
@@ -307,7 +274,7 @@ def controls_markdown(entries: list[Entry]) -> str:
 def to_csv(rows: list[dict]) -> str:
     if not rows:
         return ""
-    buffer = io.StringIO()  # the csv module writes None as an empty field
+    buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=[k for k in rows[0] if k != "cell"],
                             lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
@@ -315,9 +282,7 @@ def to_csv(rows: list[dict]) -> str:
     return buffer.getvalue()
 
 
-# ---------------------------------------------------------------- plots
 def bar_chart(entries: list[Entry], breakdown: str, title: str, path: Path) -> None:
-    """Grouped bars: one group per relation (or element type), one bar per run label."""
     present = {g for e in entries for g in e.metrics[breakdown]}
     known = [r.value for r in Relation] + [t.value for t in ElementType]
     groups = [g for g in known if g in present] + sorted(present - set(known))
@@ -332,31 +297,26 @@ def bar_chart(entries: list[Entry], breakdown: str, title: str, path: Path) -> N
 
 
 def curves(entries: list[Entry], path: Path) -> None:
-    """Training answer loss and validation accuracy per epoch, one line per run."""
-    plt = pyplot()
-    fig, (loss_ax, val_ax) = plt.subplots(1, 2, figsize=(11, 4))
-    for e in entries:
-        epochs = [h["epoch"] for h in e.history]
-        label = f"{e.label} / {e.split}"
-        loss_ax.plot(epochs, [h.get("train_answer_loss", h["train_loss"]) for h in e.history],
-                     label=label)
-        val = [np.nan if h.get("val_acc") is None else 100 * h["val_acc"] for h in e.history]
-        val_ax.plot(epochs, val, label=label)
-    loss_ax.set(xlabel="epoch", ylabel="answer loss", title="training answer loss (no aux)")
-    val_ax.set(xlabel="epoch", ylabel="validation accuracy (%)", title="validation accuracy")
-    val_ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1)
-    if len(entries) <= 24:
-        val_ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
-    save_png(plt, fig, path)
+    """Training answer loss and validation accuracy per epoch, a line per run."""
+    with png(path, ncols=2, figsize=(11, 4)) as (loss_ax, val_ax):
+        for e in entries:
+            epochs = [h["epoch"] for h in e.history]
+            label = f"{e.label} / {e.split}"
+            loss_ax.plot(epochs, [h.get("train_answer_loss", h["train_loss"]) for h in e.history],
+                         label=label)
+            val = [np.nan if h.get("val_acc") is None else 100 * h["val_acc"] for h in e.history]
+            val_ax.plot(epochs, val, label=label)
+        loss_ax.set(xlabel="epoch", ylabel="answer loss", title="training answer loss (no aux)")
+        val_ax.set(xlabel="epoch", ylabel="validation accuracy (%)", title="validation accuracy")
+        val_ax.axhline(CHANCE, color="grey", linestyle="--", linewidth=1)
+        if len(entries) <= 24:
+            val_ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1))
 
 
-# ---------------------------------------------------------------- the report
 @writes("out", ("report",), inputs=lambda a: tuple(a["run_dirs"]), folder=True, inside_ok=True)
 def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
            verified: Callable[[Path], str] | None = None) -> str:
-    """Write the tables and plots over `run_dirs` into `out`; returns a summary with the
-    perception table and the verdict. `ceilings` gives the perception-only ceiling of the
-    runs' data set, `verified` what `vprom verify` found on it."""
+    """Write the tables and plots over `run_dirs` into `out`; returns a summary and verdict."""
     run_dirs = expand_runs(run_dirs)
     if not run_dirs:
         raise VpromError("report needs at least one run folder")
@@ -374,26 +334,25 @@ def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
     sp = split_rows(grouped)
     neutral = [e for e in entries if e.split == "neutral"] or entries
     shown = "neutral split" if neutral[0].split == "neutral" else "all runs"
-    weights = {e.metrics["features"].get("weights") for e in entries}
     backbones = ", ".join(sorted({f"{e.backbone} ({e.features}, weights "
                                   f"{e.metrics['features'].get('weights')})" for e in entries}))
-    if "none" in weights:
+    if "none" in {e.metrics["features"].get("weights") for e in entries}:
         backbones += (".\n\n**Some runs use randomly initialised backbone weights: their numbers "
                       "are not comparable with the paper's** (they are shown under Perception "
                       "against reasoning, not in Table 2)")
     t2_md = ("Test accuracy (%) on the neutral split, ours (95% Wilson interval) beside the "
              "paper's (Teney et al. 2020, Table 2).\n\n" + table2_markdown(t2))
     sp_md = "Test accuracy (%) per split.\n\n" + splits_markdown(sp)
-    files = {
-        "table2.md": t2_md, "table2.csv": to_csv(t2 + reference_rows()),
-        "splits.md": sp_md, "splits.csv": to_csv(sp),
-        "perception.md": pr_md, "perception.csv": to_csv(pr),
-    }
+    blank = {"features": "", "aux": "", "control": "", **figures(None, "ours")}
+    t2_csv = [*t2, {"model": "humans", "name": f"Humans ({HUMANS_SKIPPED}% skipped)", **blank,
+                    "paper": HUMANS},
+              {"model": "chance", "name": "Chance", **blank, "paper": CHANCE}]
+    files = {"table2.md": t2_md, "table2.csv": to_csv(t2_csv), "splits.md": sp_md,
+             "splits.csv": to_csv(sp), "perception.md": pr_md, "perception.csv": to_csv(pr)}
     for name, text in files.items():
         write_text(out / name, text)
-    bar_chart(neutral, "by_relation", f"accuracy by relation ({shown})", out / "by_relation.png")
-    bar_chart(neutral, "by_element_type", f"accuracy by element type ({shown})",
-              out / "by_element_type.png")
+    for breakdown, name in (("by_relation", "relation"), ("by_element_type", "element type")):
+        bar_chart(neutral, breakdown, f"accuracy by {name} ({shown})", out / f"{breakdown}.png")
     with_history = [e for e in entries if e.history]
     perception_plot(pr, out / "perception.png")
     plots = ["perception.png", "by_relation.png", "by_element_type.png"]
@@ -412,15 +371,37 @@ def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
     written = ["report.md", *files, *plots]
     write_manifest(out, make_manifest("report", config, outputs={
         name: sha256_file(out / name) for name in written}))
+    dataset, why = runs_dataset(entries)
+    checked = verified(dataset) if dataset and verified else f"not checked ({why or 'not asked'})"
     return (f"report over {len(entries)} runs written to {out}:\n"
             + "\n".join(f"  {out / name}" for name in written)
             + (f"\n{controls.rstrip()}" if controls else "")
             + (f"\n{not_learned.rstrip()}" if not_learned else "")
             + f"\n\nperception against reasoning ({out / 'perception.md'}):\n"
             + "\n".join(line for line in pr_md.splitlines() if line.startswith("|"))
-            + "\n" + verdict(grouped, split_ceilings, _verified(entries, verified)))
+            + "\n" + verdict(grouped, split_ceilings, checked))
 
 
-def _verified(entries: list[Entry], verified: Callable[[Path], str] | None) -> str:
-    dataset, why = runs_dataset(entries)
-    return verified(dataset) if dataset and verified else f"not checked ({why or 'not asked'})"
+def settings(metrics: dict) -> dict:
+    """What a run was trained with, for comparing the runs of one cell."""
+    out = {k: v for k, v in (metrics.get("config") or {}).items() if k not in NOT_SETTINGS}
+    out["data set"] = metrics.get("dataset_content_hash")
+    out["backbone weights"] = (metrics.get("features") or {}).get("weights")
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def check_alike(label: str, runs: list[tuple[Path, dict]]) -> None:
+    """Refuse to average `runs` (path, settings) whose settings differ; name each difference."""
+    first_path, first = runs[0]
+    for path, other in runs[1:]:
+        keys = sorted(k for k in set(first) & set(other) if first[k] != other[k])
+        if keys:
+            differ = "; ".join(f"{k} {_short(first[k])} in {first_path} vs {_short(other[k])} "
+                               f"in {path}" for k in keys)
+            raise VpromError(f"cannot average the runs of {label}: their settings differ "
+                             f"({differ}); report them separately, or train them alike")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 30 else text[:27] + "…'"

@@ -1,14 +1,8 @@
-"""A training run's folder, and what `vprom train` may do with it: nothing it holds is destroyed.
-
-A run folder holds config.json, history.json, last.pt (weights, optimiser state, history,
-best epoch, config), best.pt and `evaluate`'s metrics.json. `place_run` starts a fresh run
-where there is none, resumes a run of these settings from last.pt or leaves it alone when
-finished, and refuses a run that is not current (data, features or settings other than
-`RESUMABLE` differ), a last.pt of another run and a best.pt without last.pt. `--restart`
-trains in `.NAME.restart` beside OUT, which it replaces once its first epoch is saved
-(`promote`). A metrics.json that scored a best.pt about to be replaced is kept as
-`metrics.best-epoch-K.json`, or `metrics.before-restart.json`.
-"""
+"""A training run's folder (config.json, history.json, last.pt, best.pt, metrics.json), and what
+`vprom train` may do with it: start, resume or leave a finished run, refuse one that is not current
+(inputs or settings other than `RESUMABLE` differ), never destroy what it holds. `--restart` trains
+in `.NAME.restart`, which replaces OUT after its first epoch; a metrics.json that scored a replaced
+best.pt is kept as `metrics.best-epoch-K.json` or `metrics.before-restart.json`."""
 
 from __future__ import annotations
 
@@ -34,17 +28,10 @@ RESUMABLE = ("epochs", "patience", "device", "restart", "cuda_graphs", "resume")
 PATH_KEYS = ("dataset", "features", "maps", "crops", "out")
 
 
-def inputs(arguments: dict) -> tuple:
-    """The input paths of a `train` call (for `vprom.claim.writes`)."""
-    return (arguments["config"].dataset, arguments["config"].source[2])
-
-
 @dataclass(frozen=True)
 class RunPlace:
-    """What this `train` call does with its run folder."""
-
     out: Path  # the run folder the user named
-    folder: Path  # where the run writes now: `out`, or the staging folder of a --restart
+    folder: Path  # `out`, or the staging folder of a --restart
     state: dict | None  # the checkpoint to continue from; None for a fresh start
     finished: bool  # nothing to do: the run already reached its end
     message: str
@@ -66,7 +53,7 @@ def save_checkpoint(path: Path, state: dict, renames: contextlib.ExitStack) -> N
 
 
 def load_checkpoint(path: Path) -> dict:
-    """A checkpoint written by `train`, read with `weights_only=True` (no code is unpickled)."""
+    """A checkpoint of `train`, read with `weights_only=True` (no code is unpickled)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -87,7 +74,7 @@ def load_checkpoint(path: Path) -> dict:
 
 
 def check_own_checkpoint(path: Path, manifest: dict, state: dict) -> None:
-    """Refuse a checkpoint whose settings differ from its run's config.json (`manifest`)."""
+    """Refuse a checkpoint whose settings differ from its run's config.json."""
     run = path.parent
     ours, theirs = anchored(manifest["config"], run), state.get("config") or {}
     differ = sorted(k for k in set(ours) | set(theirs)
@@ -99,7 +86,6 @@ def check_own_checkpoint(path: Path, manifest: dict, state: dict) -> None:
 
 
 def load_weights(model, state: dict, path: Path) -> None:
-    """`state`'s weights into `model`, or one line naming the first key that does not fit."""
     try:
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError, TypeError) as e:
@@ -118,7 +104,6 @@ def portable(config: dict, out: Path) -> dict:
 
 
 def anchored(config: dict, out: Path) -> dict:
-    """The inverse of `portable`."""
     base = Path(out).resolve()
     return {k: os.path.normpath(base / v) if k in PATH_KEYS and isinstance(v, str)
             else v for k, v in config.items()}
@@ -139,13 +124,11 @@ def plain_record(value):
 
 def stopped(history: list[dict], best: dict, patience: int) -> bool:
     """Early stopping: `patience` epochs since the best validation accuracy."""
-    if best["val_acc"] is None or not history:
-        return False
-    return history[-1]["epoch"] - (best["epoch"] + 1) >= patience
+    return (best["val_acc"] is not None and bool(history)
+            and history[-1]["epoch"] - (best["epoch"] + 1) >= patience)
 
 
 def place_run(config: TrainConfig) -> RunPlace:
-    """Decide what to do with `config.out` (see the module doc); `config` is resolved."""
     out = config.out
     if config.restart:
         if any((out / name).is_file() for name in RUN_FILES if name != "config.json"):
@@ -182,7 +165,6 @@ def place_run(config: TrainConfig) -> RunPlace:
 
 
 def prepare(place: RunPlace) -> None:
-    """Rank 0, before training: the folder to write in exists (a stale staging one is cleared)."""
     if place.staging and place.folder.exists():
         shutil.rmtree(place.folder)  # the first epoch of an earlier, interrupted --restart
     place.folder.mkdir(parents=True, exist_ok=True)

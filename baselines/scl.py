@@ -1,12 +1,7 @@
-"""SCL, the Scattering Compositional Learner (Wu, Dong, Grosse and Ba, 2020), over pooled
-features.
-
-An object network O splits each panel into K = 8 groups; one attribute network A embeds every
-group; one relation network R reads, per attribute, the 9 panels of the completed matrix; F
-and a linear score give s_j. O, A and F are one Linear+ReLU layer each, R two; A and R are
-hidden / 2 wide. R's first layer is linear, so its context part is computed once per matrix.
-The auxiliary heads read the mean over candidates of F's output.
-"""
+"""SCL, the Scattering Compositional Learner (Wu, Dong, Grosse and Ba, 2020), on pooled features:
+an object network splits each panel into 8 groups, a shared attribute network embeds each, a
+shared relation network reads per attribute the 9 panels of the completed matrix; F and w score.
+R's first layer is linear, so its context part is computed once per matrix."""
 
 from __future__ import annotations
 
@@ -22,8 +17,6 @@ GROUPS = 8
 
 @register_model("scl")
 class SCL(nn.Module):
-    """Object, attribute and relation networks shared across panels, groups and attributes."""
-
     def __init__(self, config: ModelConfig):
         super().__init__()
         if config.hidden % GROUPS:

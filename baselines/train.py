@@ -1,16 +1,9 @@
 """Training one baseline on one split (`vprom train`), in the shape of torchvision's reference.
-
-`train` opens the run folder (`run_folder.place_run`), loads the split onto the device and
-per epoch runs `train_one_epoch`, scores validation with `evaluate`, keeps the best epoch as
-`best.pt` (early stopping after `patience` epochs without gain) and the latest as `last.pt`
-(both written before either is renamed into place), and appends to `history.json`. The loss is
-the cross-entropy over the 8 candidate scores, plus with `aux` the two auxiliary heads'
-(training only); the optimiser AdaDelta (the paper's) or Adam. Epoch e visits the training
-matrices in a permutation drawn from (seed, e), in ceil(n / batch_size) near-equal batches,
-with torch reseeded from (seed, e, rank), so a resumed run ends with an unbroken run's
-weights. Under torchrun each process takes a slice of every batch and scales its summed loss
-by world size / batch size, so DDP's gradient average is the batch mean.
-"""
+Per epoch: `train_one_epoch`, `evaluate` on validation, best.pt / last.pt / history.json saved;
+early stop after `patience` epochs without gain. Epoch e's permutation and torch's seed come from
+(seed, e, rank), so a resumed run ends with an unbroken run's weights. Under torchrun each process
+takes a slice of every batch and scales its summed loss by world size / batch size, so DDP's
+gradient average is the batch mean."""
 
 from __future__ import annotations
 
@@ -43,16 +36,13 @@ from vprom.runtime import World, epoch_batches, joined_world
 CHECKPOINT_FORMAT = 2
 EVAL_BATCH = 512
 WARMUP_STEPS = 3  # eager steps before a CUDA graph capture: cuBLAS handles, optimiser state
-SOURCE_HINT = {"features": "pooled vectors of `vprom extract`",
-               "maps": "maps of `vprom extract --pool none`", "crops": "a store of `vprom crops`"}
-
-
-#: the file each input kind of a model is read from
-FILE_KINDS = {"vectors": FEATS, "maps": MAPS, "pixels": CROPS}
+#: each panel option's file kind, and what makes it
+SOURCE_FILES = {"features": (FEATS, "pooled vectors of `vprom extract`"),
+                "maps": (MAPS, "maps of `vprom extract --pool none`"),
+                "crops": (CROPS, "a store of `vprom crops`")}
 
 
 def check_config(config: TrainConfig) -> None:
-    """Refuse a (resolved) config that cannot run, before any data is read."""
     if config.split not in SPLITS:
         raise VpromError(f"unknown split {config.split!r}; the splits are {', '.join(SPLITS)}")
     if config.model not in list_models():
@@ -63,27 +53,25 @@ def check_config(config: TrainConfig) -> None:
             raise VpromError(f"--{name} must be at least 1, got {getattr(config, name)}")
     for name in HYPER[1:]:
         value = getattr(config, name)
-        problem = None if value is None else check_value(name, value)
-        if problem:
+        if value is not None and (problem := check_value(name, value)):
             raise VpromError(f"--{name.replace('_', '-')}: {problem}")
     option, kind, path = config.source
     wanted = input_kind(config.model)
     if kind != wanted:
         need = next(name for name, k in SOURCES.items() if k == wanted)
         raise VpromError(f"--model {config.model} reads {wanted}, not the {kind} of --{option}: "
-                         f"pass its panels with --{need} ({SOURCE_HINT[need]})")
+                         f"pass its panels with --{need} ({SOURCE_FILES[need][1]})")
     for name, file in (("dataset", config.dataset), (option, path)):
         if not file.is_file():
             raise VpromError(f"{file}: no such file (--{name})")
     check_kind(config.dataset, DATASET, "train's first argument")
-    check_kind(path, FILE_KINDS[kind], f"--{option}")
+    check_kind(path, SOURCE_FILES[option][0], f"--{option}")
     check_features_source(config.dataset, path)
 
 
 def build_model(config: TrainConfig, feature_dim: int,
                 side: int = 0) -> tuple[torch.nn.Module, ModelConfig]:
-    """The model of `config` for panels of `feature_dim` and `side` (0 for vectors), its
-    weights drawn from `config.seed` (the caller's generator is left alone)."""
+    """The model of `config` for panels of `feature_dim` and `side`, seeded by `config.seed`."""
     config = config.resolved()
     model_config = ModelConfig(feature_dim=feature_dim, hidden=config.hidden, aux=config.aux,
                                score_init=config.score_init, side=side)
@@ -95,18 +83,15 @@ def build_model(config: TrainConfig, feature_dim: int,
 
 def make_optimizer(config: TrainConfig, model: torch.nn.Module,
                    capturable: bool = False) -> torch.optim.Optimizer:
-    """AdaDelta or Adam with the run's settings; `capturable` for CUDA graphs."""
     settings = {"lr": config.lr, "eps": config.eps, "capturable": capturable}
     if config.optimizer == "adam":
         return torch.optim.Adam(model.parameters(), **settings)
     return torch.optim.Adadelta(model.parameters(), rho=config.rho, **settings)
 
 
-# ---------------------------------------------------------------- the loop
 def train_step(model, optimizer, data: SplitData, index: torch.Tensor, scale,
                aux: bool) -> torch.Tensor:
-    """One optimiser step on the training matrices at `index`; returns their summed answer
-    loss, auxiliary loss and correct answers (on the device)."""
+    """One step on the training matrices at `index`: their summed losses and correct answers."""
     part = data.parts["train"]
     out = model(data.panels(part, index))
     answer = F.cross_entropy(out.scores, part.answer[index], reduction="none")
@@ -128,8 +113,7 @@ def train_step(model, optimizer, data: SplitData, index: torch.Tensor, scale,
 
 def train_one_epoch(model, optimizer, data: SplitData, batches, aux: bool, world: World,
                     step=train_step) -> dict:
-    """One pass over `batches`; the epoch's mean losses and accuracy. `step` is `train_step`
-    or a `CudaGraphStep` replaying it."""
+    """One pass over `batches` with `step` (`train_step` or a `CudaGraphStep`); mean figures."""
     model.train()
     # float64 running sums on the device, read back once at the end of the epoch
     totals = torch.zeros(3, dtype=torch.float64, device=data.features.device)
@@ -168,11 +152,7 @@ def evaluate(model, data: SplitData, part_name: str, world: World) -> float | No
 
 
 class CudaGraphStep:
-    """`train_step` replayed from CUDA graphs (`--cuda-graphs`: one GPU, one process).
-
-    After WARMUP_STEPS eager steps on a side stream, the step is captured once per batch width
-    on static index and scale tensors; later steps copy their inputs in and replay the graph.
-    """
+    """`train_step` replayed from CUDA graphs captured per batch width (`--cuda-graphs`)."""
 
     def __init__(self, world: World):
         if world.device.type != "cuda":
@@ -203,8 +183,8 @@ class CudaGraphStep:
         return sums
 
 
-# ---------------------------------------------------------------- the run
-@writes(lambda a: a["config"].out, ("run",), inputs=run_folder.inputs)
+@writes(lambda a: a["config"].out, ("run",),
+        inputs=lambda a: (a["config"].dataset, a["config"].source[2]))
 def train(config: TrainConfig) -> Path:
     """Train `config.model` on `config.split`; returns the run folder (see the module doc)."""
     defaulted, config = config.defaulted(), config.resolved()
@@ -221,8 +201,12 @@ def train(config: TrainConfig) -> Path:
         model, model_config = build_model(config, data.feature_dim, data.side)
         model.to(world.device)
         optimizer = make_optimizer(config, model, capturable=graphed is not None)
-        history, best, start = restore(place, model, optimizer)
-        # what every checkpoint and config.json record beside the weights
+        history, best, start = [], {"epoch": -1, "val_acc": None}, 0
+        if place.state is not None:  # resume from last.pt
+            run_folder.load_weights(model, place.state, place.out / "last.pt")
+            optimizer.load_state_dict(place.state["optimizer"])
+            history, best = place.state["history"], place.state["best"]
+            start = place.state["epoch"] + 1
         header = {"format": CHECKPOINT_FORMAT, "model_config": dataclasses.asdict(model_config),
                   "features_attrs": run_folder.plain_record(data.attrs),
                   "dataset": {"content_hash": input_hash(config.dataset)},
@@ -268,7 +252,12 @@ def train(config: TrainConfig) -> Path:
                         "best": dict(best), "history": [dict(h) for h in history]})
                 world.barrier()
         except KeyboardInterrupt:
-            log(world, interrupted(place))
+            if place.staging and place.folder.exists():  # the restarted run has not replaced it
+                log(world, f"interrupted before the restarted run finished an epoch: {place.out} "
+                           "is as it was; run the same command (with --restart) to start over")
+            else:
+                log(world, f"interrupted: the epochs finished so far are saved in {place.out}; "
+                           "run the same command again to resume")
             raise
         val = best["val_acc"]
         log(world, f"done: best val accuracy {'n/a' if val is None else f'{100 * val:.1f}%'} "
@@ -292,16 +281,6 @@ def load_data(config: TrainConfig, world: World) -> SplitData:
     return data.to(world.device)
 
 
-def restore(place: RunPlace, model, optimizer) -> tuple[list[dict], dict, int]:
-    """Load last.pt's weights and optimiser state; returns (history, best, first epoch)."""
-    state = place.state
-    if state is None:
-        return [], {"epoch": -1, "val_acc": None}, 0
-    run_folder.load_weights(model, state, place.out / "last.pt")
-    optimizer.load_state_dict(state["optimizer"])
-    return state["history"], state["best"], state["epoch"] + 1
-
-
 def write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: SplitData,
                  header: dict) -> None:
     """config.json: the run's manifest, with its resolved settings and where they came from."""
@@ -312,14 +291,12 @@ def write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: 
         counts={part: len(s) for part, s in data.parts.items()})
     manifest.update(defaulted={k: getattr(config, k) for k in defaulted},
                     defaults_file=f"baselines/{defaults_path().name}",  # not the install path
-                    model_config=header["model_config"],
-                    features_attrs=header["features_attrs"], world_size=header["world_size"])
+                    **{k: header[k] for k in ("model_config", "features_attrs", "world_size")})
     write_json(folder / "config.json", manifest)
 
 
 def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
-    """Rank 0 after an epoch: best.pt (when `improved`), last.pt and history.json; a
-    --restart's staging folder then replaces the old run."""
+    """Rank 0 after an epoch: checkpoints and history.json, then a --restart's promotion."""
     folder = place.folder
     if improved:
         run_folder.supersede_metrics(folder)  # it scored the best.pt about to be replaced
@@ -331,29 +308,13 @@ def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
     write_json(folder / "history.json", state["history"])
     h, epochs = state["history"][-1], state["config"]["epochs"]
     val = "n/a" if h["val_acc"] is None else f"{100 * h['val_acc']:.1f}%"
-    tqdm.write(f"epoch {h['epoch']}/{epochs}: {epoch_losses(h)}, train "
-               f"{100 * h['train_acc']:.1f}%, val {val}" + (" (best)" if improved else ""))
-    if not place.staging:
-        return place
-    place = run_folder.promote(place)
-    tqdm.write(place.message)
+    aux = "" if h.get("train_aux_loss") is None else f" (+ aux loss {h['train_aux_loss']:.4f})"
+    tqdm.write(f"epoch {h['epoch']}/{epochs}: answer loss {h['train_answer_loss']:.4f}{aux}, "
+               f"train {100 * h['train_acc']:.1f}%, val {val}" + (" (best)" if improved else ""))
+    if place.staging:
+        place = run_folder.promote(place)
+        tqdm.write(place.message)
     return place
-
-
-def epoch_losses(h: dict) -> str:
-    """An epoch's answer loss (ln 8 = 2.0794 is chance) and auxiliary loss, if any."""
-    aux = h.get("train_aux_loss")
-    return (f"answer loss {h['train_answer_loss']:.4f}"
-            + ("" if aux is None else f" (+ aux loss {aux:.4f})"))
-
-
-def interrupted(place: RunPlace) -> str:
-    """What Ctrl-C left: the finished epochs, or a restart's old run untouched."""
-    if place.staging and place.folder.exists():  # the restarted run has not replaced it yet
-        return (f"interrupted before the restarted run finished an epoch: {place.out} is as it "
-                "was; run the same command (with --restart) to start over")
-    return (f"interrupted: the epochs finished so far are saved in {place.out}; run the same "
-            "command again to resume")
 
 
 def log(world: World, text: str) -> None:

@@ -1,10 +1,6 @@
-"""VQA-like: the context as the question, each candidate as an answer (Teney et al., CVPR 2018).
-
-Every non-linear layer is a gated tanh. Each panel with its id is embedded; the question
-embeds the sum of the context's embeddings, an answer candidate j's, and k/2 gated-tanh layers
-on their product give the joint embedding o_j, scored linearly. The auxiliary heads read the
-mean over candidates of o_j.
-"""
+"""VQA-like (after Teney et al., CVPR 2018): the context as the question, each candidate as an
+answer. Gated-tanh layers embed each panel; the question embeds the context's sum, the answer
+candidate j; k/2 layers on their product give o_j, scored linearly (aux heads: the mean o_j)."""
 
 from __future__ import annotations
 
@@ -30,8 +26,6 @@ class GatedTanh(nn.Module):
 
 @register_model("vqa")
 class JointEmbedding(nn.Module):
-    """Question (context) and answer (candidate) embeddings fused by a product, then scored."""
-
     def __init__(self, config: ModelConfig):
         super().__init__()
         hidden = config.hidden

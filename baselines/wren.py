@@ -1,11 +1,6 @@
-"""WReN, the Wild Relation Network (Barrett et al., ICML 2018), over pooled features.
-
-Each panel is embedded by E (one Linear+ReLU layer: a panel is already a CNN feature) and
-tagged with a one-hot position of 9 (every candidate 9); candidate j scores
-s_j = w . f(sum over the 81 ordered pairs of its completed matrix of g([e_a ; e_b])), g four
-layers and f two, the pair sums `rn.pair_sums`'s. The auxiliary heads read the mean over
-candidates of f's output.
-"""
+"""WReN, the Wild Relation Network (Barrett et al., ICML 2018), over pooled features: panels
+embedded by one Linear+ReLU and tagged with a position of 9 (candidates 9); s_j = w . f(sum of
+g([e_a ; e_b]) over the 81 ordered pairs of its completed matrix), g four layers, f two."""
 
 from __future__ import annotations
 
@@ -22,8 +17,6 @@ G_LAYERS, F_LAYERS = 4, 2
 
 @register_model("wren")
 class WReN(nn.Module):
-    """Panel embeddings with position tags, a relation network per candidate, a linear score."""
-
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.feature_dim = config.feature_dim

@@ -205,8 +205,8 @@ LEARNABLE = {"vectors": {"n": 2400, "dim": 256}, "maps": {"n": 800, "dim": 16, "
 
 def learnable_task(model: str):
     """The learnable task of `model`'s input kind; for a control, with the answer marked."""
+    from vprom.baselines.metrics import CONTROL_MODELS
     from vprom.baselines.registry import input_kind
-    from vprom.baselines.run_checks import CONTROL_MODELS
 
     kind = input_kind(model)
     return learnable_split(kind, mark_answer=model in CONTROL_MODELS, **LEARNABLE[kind])

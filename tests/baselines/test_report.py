@@ -232,7 +232,7 @@ def test_controls_are_shown_as_controls_and_checked_against_chance(tmp_path):
 
 
 def test_a_control_passes_while_its_interval_reaches_down_to_chance_plus_two_points():
-    from vprom.baselines.run_checks import control_result
+    from vprom.baselines.metrics import control_result
 
     def at(correct, n):
         return {"test": {"accuracy": correct / n, "ci95": list(wilson_interval(correct, n))}}
@@ -244,7 +244,7 @@ def test_a_control_passes_while_its_interval_reaches_down_to_chance_plus_two_poi
 
 
 def test_the_chance_interval_is_wilsons_around_one_in_eight():
-    from vprom.baselines.run_checks import chance_interval, did_not_learn
+    from vprom.baselines.metrics import chance_interval, did_not_learn
 
     low, high = chance_interval(1000)
     assert (low, high) == wilson_interval(125, 1000)

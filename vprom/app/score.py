@@ -19,10 +19,9 @@ import numpy as np
 from scipy.stats import entropy
 
 from vprom.app.answers import LETTERS, UNPARSED, Predictions, read_predictions
-from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
+from vprom.baselines.metrics import breakdowns, did_not_learn, format_breakdowns, format_score
 from vprom.baselines.paper import HUMANS
 from vprom.baselines.report import expand_runs, load_entry
-from vprom.baselines.run_checks import did_not_learn
 from vprom.domain import CHANCE, N_CANDIDATES, SPLITS
 from vprom.errors import VpromError
 from vprom.files import sha256_file, write_json
