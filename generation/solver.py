@@ -25,6 +25,7 @@ from vprom.domain import (
     Relation,
 )
 from vprom.generation.relations import RULES
+from vprom.tables import string_codes
 
 _RULES_OF = {t: tuple(RULES[r] for r in rels) for t, rels in RELATIONS_OF.items()}
 
@@ -90,17 +91,27 @@ def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
     u = Universe(matrix.element_type,
                  universe if universe is not None else frozenset().union(*labels))
     return check_matrices(u, group_masks(u, groups), [matrix.relation.value],
-                          [matrix.elements], [[u.mask(l) for l in labels]], [matrix.answer])[0]
+                          np.array([matrix.elements], dtype=object),
+                          np.arange(N_PANELS)[None], [u.mask(l) for l in labels],
+                          [matrix.answer])[0]
 
 
 def check_matrices(u: Universe, groups: Sequence[int], relations: Sequence[str],
-                   elements: Sequence[Sequence[str]], masks: Sequence[Sequence[int]],
+                   elements: np.ndarray, panels: np.ndarray, masks: Sequence[int],
                    answers: Sequence[int]) -> list[str | None]:
-    """Per matrix, None when it is sound, else a one-line reason. Sound: every panel's labels
-    (`masks`) carry the element it claims, the 9 claimed elements obey the relation, and only
-    the answer completes it when read in the groups `groups` (`group_masks`)."""
-    ids = np.array([[u.ids.get(e, -1) for e in row] for row in elements],
-                   dtype=np.int64).reshape(-1, N_PANELS)
+    """Per matrix, None when it is sound, else a one-line reason. `elements`: N×16 names;
+    `panels`: N×16 indices into `masks`, the label masks in `u`. Sound: every panel's labels
+    carry the element it claims, the 9 claimed elements obey the relation, and only the answer
+    completes it when read in the groups `groups` (`group_masks`)."""
+    names, codes = string_codes(elements)
+    ids = np.array([u.ids.get(n, -1) for n in names], dtype=np.int64)[codes]
+    # each distinct (label mask, claimed id) pair tested once: panels repeat across matrices
+    width = max(u.ids.values(), default=0) + 2
+    pairs, pair_of = np.unique(np.asarray(panels, dtype=np.int64) * width + ids + 1,
+                               return_inverse=True)
+    carried = np.array([i > 0 and (masks[p] >> (i - 1)) & 1 for p, i in
+                        zip((pairs // width).tolist(), (pairs % width).tolist())], dtype=bool)
+    carried = carried[pair_of.reshape(ids.shape)]
     answers = np.asarray(answers, dtype=np.int64)
     nine = np.concatenate([ids[:, :N_CONTEXT],
                            ids[np.arange(len(ids)), N_CONTEXT + answers][:, None]], axis=1)
@@ -109,24 +120,19 @@ def check_matrices(u: Universe, groups: Sequence[int], relations: Sequence[str],
     for relation in set(relations.tolist()):
         mine = relations == relation
         obeys[mine] = RULES[Relation(relation)].holds(nine[mine].reshape(-1, 3, 3))
-    return [_reason(u, groups, relation, names, panel_ids, panel_masks, answer, ok)
-            for relation, names, panel_ids, panel_masks, answer, ok in
-            zip(relations.tolist(), elements, ids.tolist(), masks, answers.tolist(),
-                obeys.tolist())]
-
-
-def _reason(u: Universe, groups: Sequence[int], relation: str, elements: Sequence[str],
-            ids: list[int], masks: Sequence[int], answer: int, obeys: bool) -> str | None:
-    for k, (element, i, mask) in enumerate(zip(elements, ids, masks)):
-        if i < 0 or not (mask >> i) & 1:
-            return f"panel {k} claims '{element}' but its labels lack it"
-    if not obeys:
-        return (f"the elements {list(elements[:N_CONTEXT])} + answer "
-                f"'{elements[N_CONTEXT + answer]}' do not obey {relation}")
-    z = completion_mask(u.element_type, masks[:N_CONTEXT], groups=groups)
-    valid = [k for k in range(N_CANDIDATES) if masks[N_CONTEXT + k] & z]
-    if valid != [answer]:
-        names = sorted(u.names[i] for i in range(z.bit_length()) if (z >> i) & 1)
-        return (f"candidates {valid} complete the matrix (answer {answer}); "
-                f"completing elements {names}")
-    return None
+    out: list[str | None] = [None] * len(ids)
+    for k in np.flatnonzero(~carried.all(axis=1)).tolist():
+        panel = int(np.argmin(carried[k]))
+        out[k] = f"panel {panel} claims '{elements[k, panel]}' but its labels lack it"
+    for k in np.flatnonzero(carried.all(axis=1) & ~obeys).tolist():
+        out[k] = (f"the elements {list(elements[k, :N_CONTEXT])} + answer "
+                  f"'{elements[k, N_CONTEXT + answers[k]]}' do not obey {relations[k]}")
+    for k in np.flatnonzero(carried.all(axis=1) & obeys).tolist():
+        shown = [masks[p] for p in panels[k].tolist()]
+        z = completion_mask(u.element_type, shown[:N_CONTEXT], groups=groups)
+        valid = [j for j in range(N_CANDIDATES) if shown[N_CONTEXT + j] & z]
+        if valid != [int(answers[k])]:
+            completing = sorted(u.names[i] for i in range(z.bit_length()) if (z >> i) & 1)
+            out[k] = (f"candidates {valid} complete the matrix (answer {int(answers[k])}); "
+                      f"completing elements {completing}")
+    return out

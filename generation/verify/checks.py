@@ -166,6 +166,12 @@ class SolverTables:
             by_set = {labels: u.mask(labels) for labels in set(data.labels)}  # sets repeat
             self.masks[etype] = (u, group_masks(u, self.groups.get(etype)),
                                  [by_set[labels] for labels in data.labels])
+        self.explicit_labels = data.explicit_labels
+
+    def explicit_masks(self, etype: str) -> list[int]:
+        """Each crop's mask of its explicit labels alone in `etype`'s universe."""
+        u = self.masks[etype][0]
+        return [u.mask(labels) for labels in self.explicit_labels]
 
 
 def solve(tables: SolverTables, data: Data, start: int, stop: int,
@@ -179,15 +185,14 @@ def solve(tables: SolverTables, data: Data, start: int, stop: int,
     for etype in sorted(set(etypes.tolist())):
         rows = start + np.flatnonzero(etypes == etype)
         u, groups, masks = tables.masks[etype]
-        crops = data.rows[rows].tolist()
-        relations, elements = m.relation[rows].tolist(), m.elements[rows].tolist()
-        answers = m.answer[rows].astype(np.int64)
-        reasons = check_matrices(u, groups, relations, elements,
-                                 [[masks[r] for r in panels] for panels in crops], answers)
+        crops, elements = data.rows[rows], m.elements[rows]
+        relations, answers = m.relation[rows], m.answer[rows].astype(np.int64)
+        reasons = check_matrices(u, groups, relations, elements, crops, masks, answers)
         bad = [k for k, reason in enumerate(reasons) if reason is not None]
-        explicit_masks = [[u.mask(data.explicit_labels[r]) for r in crops[k]] for k in bad]
-        explicit = check_matrices(u, groups, [relations[k] for k in bad],
-                                  [elements[k] for k in bad], explicit_masks, answers[bad])
+        if not bad:
+            continue
+        explicit = check_matrices(u, groups, relations[bad], elements[bad], crops[bad],
+                                  tables.explicit_masks(etype), answers[bad])
         found += [(int(rows[k]), reasons[k], ok is None) for k, ok in zip(bad, explicit)]
     found.sort()
     return ([int(m.id[row]) for row, _, _ in found], [reason for _, reason, _ in found],

@@ -163,35 +163,47 @@ def fit_set_mlp(set_tok: np.ndarray, own_tok: np.ndarray, answers: np.ndarray,
     weights are one array: the embeddings' `vocab` rows, then the bias and the output."""
     vocab = int(max(set_tok.max(), own_tok.max())) + 1
 
-    def forward(params: np.ndarray, set_bag, own_bag):
-        h = (own_bag @ params[:vocab]).reshape(set_bag.shape[0], N_CANDIDATES, HIDDEN)
+    def bags(rows: np.ndarray):
+        # candidates' own tokens repeat across matrices (a few thousand distinct tuples in
+        # 100,000s): each distinct tuple is embedded once and its sum copied to its candidates
+        tokens = own_tok[rows].reshape(-1, own_tok.shape[-1])
+        which = np.zeros(len(tokens), dtype=np.int64)
+        for column in tokens.T:  # a code per distinct prefix (np.unique(axis=0) sorts slowly)
+            first, which = np.unique(which * vocab + column, return_index=True,
+                                     return_inverse=True)[1:]
+        return (_incidence(set_tok[rows], vocab), _incidence(tokens[first], vocab),
+                which.reshape(len(rows), N_CANDIDATES))
+
+    def forward(params: np.ndarray, set_bag, own_bag, which):
+        h = (own_bag @ params[:vocab])[which]
         h += (set_bag @ params[:vocab])[:, None, :] + params[vocab]
         return np.maximum(h, 0.0, out=h) @ params[vocab + 1], h
 
-    bags = _incidence(set_tok[train], vocab), _incidence(own_tok[train], vocab)
-    bags_t = [bag.T.tocsr() for bag in bags]  # for the gradient's sums onto token rows
+    fitted = bags(train)
+    set_t, own_t = (bag.T.tocsr() for bag in fitted[:2])  # the gradient's sums onto tokens
+    pool = _incidence(fitted[2].reshape(-1, 1), own_t.shape[1]).T.tocsr()  # onto tuples
 
     def loss_grad(params: np.ndarray) -> tuple[float, np.ndarray]:
         weights = params.astype(np.float32)
-        scores, h = forward(weights, *bags)
+        scores, h = forward(weights, *fitted)
         loss, p = audit.softmax_residual(scores, answers[train])
         p /= len(train)
         g_pre = (p[:, :, None] * weights[vocab + 1]) * (h > 0)
-        g_emb = bags_t[1] @ g_pre.reshape(-1, HIDDEN) + bags_t[0] @ g_pre.sum(axis=1)
+        g_set = g_pre.sum(axis=1)
+        g_emb = own_t @ (pool @ g_pre.reshape(-1, HIDDEN)) + set_t @ g_set
         return (loss / len(train) + 0.5 * L2 * float(np.square(params[:vocab]).sum()),
-                np.vstack([g_emb + L2 * params[:vocab], g_pre.sum(axis=(0, 1)),
+                np.vstack([g_emb + L2 * params[:vocab], g_set.sum(axis=0),
                            np.einsum("bj,bjh->h", p, h)]))
 
     start = np.vstack([rng.normal(0, 0.1, (vocab, HIDDEN)), np.zeros(HIDDEN),
                        rng.normal(0, 0.1, HIDDEN)])
     params = audit.lbfgs(loss_grad, start, maxiter=ITERATIONS).astype(np.float32)
-    return lambda rows: forward(params, _incidence(set_tok[rows], vocab),
-                                _incidence(own_tok[rows], vocab))[0]
+    return lambda rows: forward(params, *bags(rows))[0]
 
 
 def _incidence(tokens: np.ndarray, vocab: int):
     """Rows × vocab, a 1 for each of a row's tokens (the last axis)."""
-    import scipy.sparse  # here: importing it takes 0.1 s of every `vprom` start
+    import scipy.sparse
 
     rows, slots = math.prod(tokens.shape[:-1]), tokens.shape[-1]
     return scipy.sparse.csr_matrix((np.ones(rows * slots, np.float32), tokens.reshape(-1),
