@@ -92,15 +92,17 @@ def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
                  universe if universe is not None else frozenset().union(*labels))
     return check_matrices(u, group_masks(u, groups), [matrix.relation.value],
                           np.array([matrix.elements], dtype=object),
-                          np.arange(N_PANELS)[None], [u.mask(l) for l in labels],
+                          np.arange(N_PANELS)[None],
+                          np.array([u.mask(l) for l in labels], dtype=object),
                           [matrix.answer])[0]
 
 
 def check_matrices(u: Universe, groups: Sequence[int], relations: Sequence[str],
-                   elements: np.ndarray, panels: np.ndarray, masks: Sequence[int],
+                   elements: np.ndarray, panels: np.ndarray, masks: np.ndarray,
                    answers: Sequence[int]) -> list[str | None]:
     """Per matrix, None when it is sound, else a one-line reason. `elements`: N×16 names;
-    `panels`: N×16 indices into `masks`, the label masks in `u`. Sound: every panel's labels
+    `panels`: N×16 indices into `masks`, label masks in `u` (Python ints in an object array,
+    for universes beyond 64 elements). Sound: every panel's labels
     carry the element it claims, the 9 claimed elements obey the relation, and only the answer
     completes it when read in the groups `groups` (`group_masks`)."""
     names, codes = string_codes(elements)
@@ -109,8 +111,8 @@ def check_matrices(u: Universe, groups: Sequence[int], relations: Sequence[str],
     width = max(u.ids.values(), default=0) + 2
     pairs, pair_of = np.unique(np.asarray(panels, dtype=np.int64) * width + ids + 1,
                                return_inverse=True)
-    carried = np.array([i > 0 and (masks[p] >> (i - 1)) & 1 for p, i in
-                        zip((pairs // width).tolist(), (pairs % width).tolist())], dtype=bool)
+    carried = np.array([i > 0 and (mask >> (i - 1)) & 1 for mask, i in
+                        zip(masks[pairs // width].tolist(), (pairs % width).tolist())], dtype=bool)
     carried = carried[pair_of.reshape(ids.shape)]
     answers = np.asarray(answers, dtype=np.int64)
     nine = np.concatenate([ids[:, :N_CONTEXT],
@@ -127,12 +129,13 @@ def check_matrices(u: Universe, groups: Sequence[int], relations: Sequence[str],
     for k in np.flatnonzero(carried.all(axis=1) & ~obeys).tolist():
         out[k] = (f"the elements {list(elements[k, :N_CONTEXT])} + answer "
                   f"'{elements[k, N_CONTEXT + answers[k]]}' do not obey {relations[k]}")
-    for k in np.flatnonzero(carried.all(axis=1) & obeys).tolist():
-        shown = [masks[p] for p in panels[k].tolist()]
+    solvable = np.flatnonzero(carried.all(axis=1) & obeys)
+    for k, shown, answer in zip(solvable.tolist(), masks[panels[solvable]].tolist(),
+                                answers[solvable].tolist()):
         z = completion_mask(u.element_type, shown[:N_CONTEXT], groups=groups)
-        valid = [j for j in range(N_CANDIDATES) if shown[N_CONTEXT + j] & z]
-        if valid != [int(answers[k])]:
+        valid = [j for j, mask in enumerate(shown[N_CONTEXT:]) if mask & z]
+        if valid != [answer]:
             completing = sorted(u.names[i] for i in range(z.bit_length()) if (z >> i) & 1)
-            out[k] = (f"candidates {valid} complete the matrix (answer {int(answers[k])}); "
+            out[k] = (f"candidates {valid} complete the matrix (answer {answer}); "
                       f"completing elements {completing}")
     return out

@@ -243,38 +243,39 @@ class SplitRules:
         return {s.partition: s.test_fraction for s in self.specs.values()}
 
 
+#: the parts `assign` gives, by the codes it works in
+PARTS = np.array(["train", "test", "excluded"], dtype=object)
+TRAIN, TEST, EXCLUDED = range(3)
+
+
 def assign(rules: SplitRules, matrices, sides: Mapping[str, np.ndarray],
            banned: np.ndarray) -> dict[str, np.ndarray]:
     """split -> per matrix "train", "test" or "excluded". `sides`: partition -> N×16 image
     sides (`image_sides`); `banned`: per matrix, its crops' `ConceptTable.bits` OR-ed."""
     relation = np.asarray(matrices.relation).astype(str)
     # a matrix whose images straddle a partition is excluded whatever its natural part
-    side_of = {partition: np.where(s.all(axis=1), "test",
-                                   np.where((s == 0).all(axis=1), "train", "excluded"))
+    side_of = {partition: np.where(s.all(axis=1), TEST,
+                                   np.where((s == 0).all(axis=1), TRAIN, EXCLUDED))
                for partition, s in sides.items()}
     bans = rules.design.train_bans
     out = {}
     for name, spec in rules.specs.items():
         side = side_of[spec.partition]
-        if spec.rule_type == "random":
-            natural = side
-        else:
-            natural = natural_parts(spec.rule, matrices)
-            if name in bans:
-                bit = np.zeros(len(natural), dtype=np.int64)
-                for r in ALL_RELATIONS:
-                    bit[relation == r] = ban_bit(bans, name, r)
-                natural[(natural == "train") & (banned & bit != 0)] = "excluded"
-        out[name] = np.where(natural == side, natural, "excluded").astype(object)
+        natural = side if spec.rule_type == "random" else natural_parts(spec.rule, matrices)
+        if name in bans:
+            bit = np.zeros(len(natural), dtype=np.int64)
+            for r in ALL_RELATIONS:
+                bit[relation == r] = ban_bit(bans, name, r)
+            natural[(natural == TRAIN) & (banned & bit != 0)] = EXCLUDED
+        out[name] = PARTS[np.where(natural == side, natural, EXCLUDED)]
     return out
 
 
 def natural_parts(rule: dict, m) -> np.ndarray:
-    """The part `rule` gives every matrix of `m`, before its split's ban and its images."""
+    """The part code `rule` gives every matrix of `m`, before its split's ban and its images."""
     kind, test = rule["type"], rule.get("test")
     etype, relation = np.asarray(m.element_type).astype(str), np.asarray(m.relation).astype(str)
-    sa = np.asarray(m.super_attribute).astype(str)
-    out = np.full(len(etype), "train", dtype=object)
+    out = np.full(len(etype), TRAIN)
     if kind == "counts":
         rows = np.flatnonzero(etype == ElementType.COUNT.value)
         elements = m.elements[rows]
@@ -284,21 +285,23 @@ def natural_parts(rule: dict, m) -> np.ndarray:
         shown = np.array([int(e) for e in names], dtype=np.int64)[codes]
         train = np.isin(shown, list(rule["train"])).all(axis=1)
         held = np.isin(shown, list(test)).all(axis=1)
-        out[rows] = np.where(train, "train", np.where(held, "test", "excluded"))
+        out[rows] = np.where(train, TRAIN, np.where(held, TEST, EXCLUDED))
     elif kind == "super_attributes":
+        sa = np.asarray(m.super_attribute).astype(str)
         for t, sas in test.items():
-            out[(etype == t) & np.isin(sa, list(sas))] = "test"
+            out[(etype == t) & np.isin(sa, list(sas))] = TEST
     elif kind == "relation_super_attributes":
+        sa = np.asarray(m.super_attribute).astype(str)
         for t, pairs in test.items():
             for r, pair in pairs.items():
-                out[(etype == t) & (relation == r) & (sa == pair)] = "test"
+                out[(etype == t) & (relation == r) & (sa == pair)] = TEST
     elif kind == "object_thirds":
         rows = np.flatnonzero(etype == ElementType.OBJECT.value)
         names, codes = string_codes(m.elements[rows])
         thirds = np.array([object_third(c) for c in names], dtype=np.int64)[codes]
         one = (thirds == thirds[:, :1]).all(axis=1)  # all 16 panels in one third
         for r, held_third in test.items():
-            out[rows[one & (relation[rows] == r) & (thirds[:, 0] == held_third)]] = "test"
+            out[rows[one & (relation[rows] == r) & (thirds[:, 0] == held_third)]] = TEST
     else:
         raise VpromError(f"split rule type '{kind}' is unknown; expected one of "
                          f"{list(RULE_TYPES)}")

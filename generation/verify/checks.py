@@ -160,18 +160,24 @@ class SolverTables:
 
     def __init__(self, data: Data) -> None:
         self.universe, self.groups = universes(data), reading_groups(data)
-        self.masks: dict[str, tuple[Universe, list[int], list[int]]] = {}
+        self.masks: dict[str, tuple[Universe, list[int], np.ndarray]] = {}
         for etype in sorted(set(data.matrices.element_type.tolist()) & set(self.universe)):
             u = Universe(etype, self.universe[etype])
-            by_set = {labels: u.mask(labels) for labels in set(data.labels)}  # sets repeat
             self.masks[etype] = (u, group_masks(u, self.groups.get(etype)),
-                                 [by_set[labels] for labels in data.labels])
+                                 label_masks(u, data.labels))
         self.explicit_labels = data.explicit_labels
 
-    def explicit_masks(self, etype: str) -> list[int]:
+    def explicit_masks(self, etype: str) -> np.ndarray:
         """Each crop's mask of its explicit labels alone in `etype`'s universe."""
-        u = self.masks[etype][0]
-        return [u.mask(labels) for labels in self.explicit_labels]
+        return label_masks(self.masks[etype][0], self.explicit_labels)
+
+
+def label_masks(u: Universe, labels: list[frozenset[str]]) -> np.ndarray:
+    """Each label set's mask in `u`, as Python ints in an object array."""
+    by_set = {s: u.mask(s) for s in set(labels)}  # label sets repeat between crops
+    out = np.empty(len(labels), dtype=object)
+    out[:] = [by_set[s] for s in labels]
+    return out
 
 
 def solve(tables: SolverTables, data: Data, start: int, stop: int,

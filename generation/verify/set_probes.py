@@ -167,10 +167,13 @@ def fit_set_mlp(set_tok: np.ndarray, own_tok: np.ndarray, answers: np.ndarray,
         # candidates' own tokens repeat across matrices (a few thousand distinct tuples in
         # 100,000s): each distinct tuple is embedded once and its sum copied to its candidates
         tokens = own_tok[rows].reshape(-1, own_tok.shape[-1])
-        which = np.zeros(len(tokens), dtype=np.int64)
-        for column in tokens.T:  # a code per distinct prefix (np.unique(axis=0) sorts slowly)
-            first, which = np.unique(which * vocab + column, return_index=True,
-                                     return_inverse=True)[1:]
+        which, bound = np.zeros(len(tokens), dtype=np.int64), 1
+        for column in tokens.T:  # one int per tuple (np.unique(axis=0) sorts slowly)
+            if bound * vocab >= 1 << 62:
+                which = np.unique(which, return_inverse=True)[1]
+                bound = len(tokens)
+            which, bound = which * vocab + column, bound * vocab
+        first, which = np.unique(which, return_index=True, return_inverse=True)[1:]
         return (_incidence(set_tok[rows], vocab), _incidence(tokens[first], vocab),
                 which.reshape(len(rows), N_CANDIDATES))
 
