@@ -1,12 +1,9 @@
 """The symbolic solver that proves every matrix has exactly one answer.
 
-A candidate completes a matrix when, for SOME relation of the element type, SOME group of
-elements (an attribute's super-attribute; objects and counts are one group) and SOME choice
-of one element of that group per panel among all its labels, explicit and implied, rows 1-3
-obey the relation. A matrix is sound when only its answer completes it. Every panel is read
-in the same group, else nearly any row of people would be an Or row somewhere. The work is
-done on bit masks of element ids: each rule (`generation.relations`) turns the 8 context
-masks into the mask of the completing elements, which a valid candidate's mask meets.
+A candidate completes a matrix when, for SOME relation of the element type, SOME reading group
+(an attribute's super-attribute; objects and counts are one) and SOME choice of one label per
+panel, explicit or implied, rows 1-3 obey the relation; every panel is read in the same group.
+A matrix is sound when only its answer completes it. The work is on bit masks of element ids.
 """
 
 from __future__ import annotations
@@ -55,8 +52,7 @@ class Universe:
 
 def completion_mask(element_type: ElementType, context: Sequence[int],
                     groups: Sequence[int] = ()) -> int:
-    """The elements that complete row 3 under any applicable relation and reading, given the 8
-    context panels' label masks and the masks of the groups to read them in (none: one)."""
+    """The elements completing row 3 under any relation and reading group (none: one group)."""
     z = 0
     for g in groups or (-1,):
         if not context[0] & g:  # the usual miss, found before building the list
@@ -82,9 +78,8 @@ def group_masks(u: Universe, groups: Mapping[str, Iterable[str]] | None) -> list
 def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
                  universe: frozenset[str] | None = None,
                  groups: Mapping[str, Iterable[str]] | None = None) -> str | None:
-    """`check_matrices` on one matrix given its 16 panels' label sets; `universe`: the labels
-    that are elements of its type (None: all); `groups`: name -> the labels of one reading group
-    (an attribute type's super-attributes; None: one group)."""
+    """`check_matrices` on one matrix's 16 label sets; `universe`: its type's elements (None:
+    all labels); `groups`: name -> labels of one reading group (None: one group)."""
     labels = [frozenset(l) for l in labels]
     if len(labels) != N_PANELS:
         raise ValueError(f"a matrix has {N_PANELS} panels; got {len(labels)} label sets")
@@ -100,11 +95,9 @@ def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
 def check_matrices(u: Universe, groups: Sequence[int], relations: Sequence[str],
                    elements: np.ndarray, panels: np.ndarray, masks: np.ndarray,
                    answers: Sequence[int]) -> list[str | None]:
-    """Per matrix, None when it is sound, else a one-line reason. `elements`: N×16 names;
-    `panels`: N×16 indices into `masks`, label masks in `u` (Python ints in an object array,
-    for universes beyond 64 elements). Sound: every panel's labels
-    carry the element it claims, the 9 claimed elements obey the relation, and only the answer
-    completes it when read in the groups `groups` (`group_masks`)."""
+    """Per matrix None when sound, else a reason. `panels`: N×16 indices into `masks` (label
+    masks in `u`, Python ints). Sound: every panel carries its element, the 9 elements obey
+    the relation, and only the answer completes it in the reading groups `groups`."""
     names, codes = string_codes(elements)
     ids = np.array([u.ids.get(n, -1) for n in names], dtype=np.int64)[codes]
     # each distinct (label mask, claimed id) pair tested once: panels repeat across matrices

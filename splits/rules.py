@@ -1,16 +1,10 @@
 """What the split specs mean, and `assign`, the one pure function that puts matrices in
 train / test / excluded in every split.
 
-Images are dealt to the two sides of a *partition* by a 64-bit hash of (seed, partition,
-image id) (`image_test_side`; the neutral split has its own partition, the held-out splits
-share one), object categories to fixed thirds by a hash of the name (`object_third`). A
-spec's rule gives each matrix its *natural* part: `random` where its images are; `counts`
-train / test when context and answer all lie in that set (else excluded); `super_attributes`
-and `relation_super_attributes` test for attribute matrices of a held-out super-attribute
-(or relation and super-attribute); `object_thirds` test for object matrices of relation r
-whose 16 panels all show r's test third. A natural "train" showing a label the split bans
-from training (`TrainBan`) is excluded, and a matrix keeps its part only when all 16 images
-lie on that side. Validation ids are the train ids of least hash (`choose_val`).
+Images are dealt to a partition's sides by a 64-bit hash of (seed, partition, image id), object
+categories to thirds by a hash of the name. A spec's rule gives each matrix its natural part; a
+natural "train" showing a label its split bans (`TrainBan`) is excluded, and a matrix keeps its
+part only when all 16 images lie on that side. Validation ids are the train ids of least hash.
 """
 
 from __future__ import annotations
@@ -90,16 +84,15 @@ class SplitSpec:
 
 @dataclass(frozen=True)
 class TrainBan:
-    """What no training or validation matrix of a held-out split may show on any panel: per
-    label table the banned super-attributes, and per relation the banned object thirds."""
+    """What a held-out split's train/val matrices may not show: super-attributes per label
+    table, object thirds per relation."""
 
     super_attributes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     object_thirds: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 class ConceptTable:
-    """Per crop its concepts (`LabelVocabulary.concepts`) as bits, each distinct set once: the
-    (table, super-attribute) pairs it holds and its categories' thirds."""
+    """Per crop its concepts as bits: (table, super-attribute) pairs and categories' thirds."""
 
     def __init__(self, concepts) -> None:
         index: dict[tuple, int] = {}  # concept sets repeat a lot between crops: each once
@@ -163,8 +156,7 @@ class HeldOutDesign:
     train_bans: Mapping[str, TrainBan] = field(default_factory=dict)
 
     def train_side_ban(self, relation: str) -> TrainBan:
-        """The union of every split's ban for matrices of `relation`: what a matrix on the train
-        side of the held-out partition may not show, so it trains in every split."""
+        """Every split's ban for `relation` at once: what trains in every split may not show."""
         sas: dict[str, set] = {}
         thirds: set[int] = set()
         for ban in self.train_bans.values():
@@ -216,8 +208,7 @@ def held_out_design(specs: Mapping[str, SplitSpec]) -> HeldOutDesign:
 
 
 def train_ban(spec: SplitSpec) -> TrainBan | None:
-    """What a held-out split's training and validation matrices may not show (None: nothing
-    beyond the matrix's own elements)."""
+    """What a held-out split's train/val matrices may not show (None: only their elements)."""
     rule = spec.rule
     if spec.rule_type == "super_attributes":
         return TrainBan(super_attributes={t: tuple(sorted(v)) for t, v in rule["test"].items()})
