@@ -12,15 +12,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from vprom.domain import (
-    N_CANDIDATES,
-    N_CONTEXT,
-    N_PANELS,
-    RELATIONS_OF,
-    ElementType,
-    Matrix,
-    Relation,
-)
+from vprom.domain import N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType, Matrix, Relation
 from vprom.generation.relations import RULES
 from vprom.tables import string_codes
 

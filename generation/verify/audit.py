@@ -49,7 +49,6 @@ class Check:
         return self.status != "fail"
 
 
-# ---------------------------------------------------------------- 1. answer position
 def answer_position(answers: np.ndarray, groups: dict[str, np.ndarray]) -> Check:
     """χ² test of uniform answer positions, overall and per group."""
     from scipy.special import chdtrc  # the χ² tail of scipy.stats.chi2.sf, without its 0.5 s
@@ -77,7 +76,6 @@ def answer_position(answers: np.ndarray, groups: dict[str, np.ndarray]) -> Check
     return check
 
 
-# ---------------------------------------------------------------- 2. frequency heuristics
 def within_counts(codes: np.ndarray) -> np.ndarray:
     """N×8: how many of the 8 candidates share each candidate's code."""
     return (codes[:, :, None] == codes[:, None, :]).sum(axis=2)
@@ -104,7 +102,6 @@ def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
     return judge_groups(name, what, [("all", hits, None)])
 
 
-# ---------------------------------------------------------------- 3. the context-blind probes
 def label_overlap(label_ids: list[tuple[int, ...]], candidate_rows: np.ndarray) -> np.ndarray:
     """M×8: per candidate (a row of `label_ids`), the share of the other 7 sharing a label."""
     masks = [sum(1 << i for i in ids) for ids in label_ids]

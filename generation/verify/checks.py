@@ -1,11 +1,10 @@
 """`vprom verify`'s checks 1-2 (3-5 are `split_checks`).
 
-1. integrity: the structure; the manifest's counts and content hash agree with the file;
-   unique ids; every panel's crop present, of the matrix's element and type; answers in 0..7;
-   relations valid for the type; no crop twice; attribute matrices of one super-attribute.
-2. solver: with all its panels' labels, explicit and implied, exactly one candidate completes
-   every matrix (`generation.solver.check_matrices`); failures due to implied labels alone are
-   counted apart.
+1. integrity: structure, manifest counts and content hash, unique ids, every panel's crop
+   present and of the matrix's element and type, answers in 0..7, valid relations, no crop
+   twice, attribute matrices of one super-attribute.
+2. solver: exactly one candidate completes every matrix under all its panels' labels
+   (`generation.solver`); failures due to implied labels alone are counted apart.
 """
 
 from __future__ import annotations
@@ -16,21 +15,13 @@ import numpy as np
 
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.loaded import MAX_EXAMPLES, Data, bad, examples
-from vprom.domain import (
-    COUNTS,
-    N_CANDIDATES,
-    N_CONTEXT,
-    RELATIONS_OF,
-    ElementType,
-    Matrix,
-)
+from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, RELATIONS_OF, ElementType, Matrix
 from vprom.generation.solver import Universe, check_matrices, group_masks
 from vprom.tables import MatrixTable, content_hash
 
 COUNT_UNIVERSE = frozenset(str(n) for n in COUNTS)
 
 
-# ---------------------------------------------------------------- 1. integrity
 def manifest_problems(data: Data) -> list[str]:
     """The manifest is there and what it records agrees with the file."""
     m = data.manifest
@@ -130,7 +121,6 @@ def check_integrity(data: Data | None, structure: list[str]) -> Check:
     return Check("integrity", "fail" if problems else "pass", summary, figures, problems)
 
 
-# ---------------------------------------------------------------- 2. solver
 def universes(data: Data) -> dict[str, frozenset[str]]:
     """The elements a panel of each element type could show (for the solver's 'any other')."""
     c = data.crops

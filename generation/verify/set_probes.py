@@ -24,7 +24,6 @@ SET_ID_MAX = 12
 HIDDEN, ITERATIONS, L2 = 48, 10, 1e-4
 
 
-# ---------------------------------------------------------------- 1, 2. the tables
 def _table_top(shown: np.ndarray, keys: np.ndarray, answers: np.ndarray, train: np.ndarray,
                test: np.ndarray) -> np.ndarray:
     """len(test)×8: the candidates whose key was most often the answer's on train, per `shown`."""
@@ -41,7 +40,7 @@ def _table_top(shown: np.ndarray, keys: np.ndarray, answers: np.ndarray, train: 
 
 def absent_hits(values: np.ndarray, answers: np.ndarray, train: np.ndarray,
                 test: np.ndarray) -> np.ndarray:
-    """Per test matrix, the share of the table's picks that is the answer (see 1.)."""
+    """Per test matrix, the share of the absent-values table's picks that is the answer."""
     sets = (np.int64(1) << values).sum(axis=1)  # the candidates' counts as a bit mask
     top = _table_top(sets, values, answers, train, test)
     return top[np.arange(len(test)), answers[test]] / top.sum(axis=1)
@@ -66,7 +65,7 @@ def absent_value_probe(elements: np.ndarray, answers: np.ndarray, train: np.ndar
 
 def block_hits(codes: np.ndarray, answers: np.ndarray, train: np.ndarray,
                test: np.ndarray) -> np.ndarray:
-    """Per test matrix, the expected hit of the blocks table on `codes` (N×8) (see 2.)."""
+    """Per test matrix, the expected hit of the blocks table on `codes` (N×8)."""
     base = int(codes.max(initial=0)) + 1
     shown = np.zeros(len(codes), dtype=np.int64)  # the multiset shown, as one int
     for column in np.sort(codes, axis=1).T:
@@ -98,7 +97,6 @@ def block_probe(super_attributes: np.ndarray, answers: np.ndarray, train: np.nda
                               "super-attributes shown (mixed blocks only)", results, note)
 
 
-# ---------------------------------------------------------------- 3. the set MLP
 def set_tokens(elements: np.ndarray, super_attributes: np.ndarray,
                relation: np.ndarray, key=None) -> tuple[np.ndarray, np.ndarray, int]:
     """(N×S set tokens, N×8×O own tokens, vocabulary size), element codes in `key`'s order. Set:
