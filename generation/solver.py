@@ -1,12 +1,9 @@
 """The symbolic solver that proves every matrix has exactly one answer.
 
-A candidate completes a matrix when, for SOME relation of the element type, SOME group of
-elements (an attribute's super-attribute; objects and counts are one group) and SOME choice
-of one element of that group per panel among all its labels, explicit and implied, rows 1-3
-obey the relation. A matrix is sound when only its answer completes it. Every panel is read
-in the same group, else nearly any row of people would be an Or row somewhere. The work is
-done on bit masks of element ids: each rule (`generation.relations`) turns the 8 context
-masks into the mask of the completing elements, which a valid candidate's mask meets.
+A candidate completes a matrix when, for SOME relation of the element type, SOME reading group
+(an attribute's super-attribute; objects and counts are one) and SOME choice of one label per
+panel, explicit or implied, rows 1-3 obey the relation; every panel is read in the same group.
+A matrix is sound when only its answer completes it. The work is on bit masks of element ids.
 """
 
 from __future__ import annotations
@@ -15,16 +12,9 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from vprom.domain import (
-    N_CANDIDATES,
-    N_CONTEXT,
-    N_PANELS,
-    RELATIONS_OF,
-    ElementType,
-    Matrix,
-    Relation,
-)
+from vprom.domain import N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType, Matrix, Relation
 from vprom.generation.relations import RULES
+from vprom.tables import string_codes
 
 _RULES_OF = {t: tuple(RULES[r] for r in rels) for t, rels in RELATIONS_OF.items()}
 
@@ -54,8 +44,7 @@ class Universe:
 
 def completion_mask(element_type: ElementType, context: Sequence[int],
                     groups: Sequence[int] = ()) -> int:
-    """The elements that complete row 3 under any applicable relation and reading, given the 8
-    context panels' label masks and the masks of the groups to read them in (none: one)."""
+    """The elements completing row 3 under any relation and reading group (none: one group)."""
     z = 0
     for g in groups or (-1,):
         if not context[0] & g:  # the usual miss, found before building the list
@@ -81,26 +70,35 @@ def group_masks(u: Universe, groups: Mapping[str, Iterable[str]] | None) -> list
 def check_matrix(matrix: Matrix, labels: Sequence[frozenset[str]],
                  universe: frozenset[str] | None = None,
                  groups: Mapping[str, Iterable[str]] | None = None) -> str | None:
-    """`check_matrices` on one matrix given its 16 panels' label sets; `universe`: the labels
-    that are elements of its type (None: all); `groups`: name -> the labels of one reading group
-    (an attribute type's super-attributes; None: one group)."""
+    """`check_matrices` on one matrix's 16 label sets; `universe`: its type's elements (None:
+    all labels); `groups`: name -> labels of one reading group (None: one group)."""
     labels = [frozenset(l) for l in labels]
     if len(labels) != N_PANELS:
         raise ValueError(f"a matrix has {N_PANELS} panels; got {len(labels)} label sets")
     u = Universe(matrix.element_type,
                  universe if universe is not None else frozenset().union(*labels))
     return check_matrices(u, group_masks(u, groups), [matrix.relation.value],
-                          [matrix.elements], [[u.mask(l) for l in labels]], [matrix.answer])[0]
+                          np.array([matrix.elements], dtype=object),
+                          np.arange(N_PANELS)[None],
+                          np.array([u.mask(l) for l in labels], dtype=object),
+                          [matrix.answer])[0]
 
 
 def check_matrices(u: Universe, groups: Sequence[int], relations: Sequence[str],
-                   elements: Sequence[Sequence[str]], masks: Sequence[Sequence[int]],
+                   elements: np.ndarray, panels: np.ndarray, masks: np.ndarray,
                    answers: Sequence[int]) -> list[str | None]:
-    """Per matrix, None when it is sound, else a one-line reason. Sound: every panel's labels
-    (`masks`) carry the element it claims, the 9 claimed elements obey the relation, and only
-    the answer completes it when read in the groups `groups` (`group_masks`)."""
-    ids = np.array([[u.ids.get(e, -1) for e in row] for row in elements],
-                   dtype=np.int64).reshape(-1, N_PANELS)
+    """Per matrix None when sound, else a reason. `panels`: N×16 indices into `masks` (label
+    masks in `u`, Python ints). Sound: every panel carries its element, the 9 elements obey
+    the relation, and only the answer completes it in the reading groups `groups`."""
+    names, codes = string_codes(elements)
+    ids = np.array([u.ids.get(n, -1) for n in names], dtype=np.int64)[codes]
+    # each distinct (label mask, claimed id) pair tested once: panels repeat across matrices
+    width = max(u.ids.values(), default=0) + 2
+    pairs, pair_of = np.unique(np.asarray(panels, dtype=np.int64) * width + ids + 1,
+                               return_inverse=True)
+    carried = np.array([i > 0 and (mask >> (i - 1)) & 1 for mask, i in
+                        zip(masks[pairs // width].tolist(), (pairs % width).tolist())], dtype=bool)
+    carried = carried[pair_of.reshape(ids.shape)]
     answers = np.asarray(answers, dtype=np.int64)
     nine = np.concatenate([ids[:, :N_CONTEXT],
                            ids[np.arange(len(ids)), N_CONTEXT + answers][:, None]], axis=1)
@@ -109,24 +107,20 @@ def check_matrices(u: Universe, groups: Sequence[int], relations: Sequence[str],
     for relation in set(relations.tolist()):
         mine = relations == relation
         obeys[mine] = RULES[Relation(relation)].holds(nine[mine].reshape(-1, 3, 3))
-    return [_reason(u, groups, relation, names, panel_ids, panel_masks, answer, ok)
-            for relation, names, panel_ids, panel_masks, answer, ok in
-            zip(relations.tolist(), elements, ids.tolist(), masks, answers.tolist(),
-                obeys.tolist())]
-
-
-def _reason(u: Universe, groups: Sequence[int], relation: str, elements: Sequence[str],
-            ids: list[int], masks: Sequence[int], answer: int, obeys: bool) -> str | None:
-    for k, (element, i, mask) in enumerate(zip(elements, ids, masks)):
-        if i < 0 or not (mask >> i) & 1:
-            return f"panel {k} claims '{element}' but its labels lack it"
-    if not obeys:
-        return (f"the elements {list(elements[:N_CONTEXT])} + answer "
-                f"'{elements[N_CONTEXT + answer]}' do not obey {relation}")
-    z = completion_mask(u.element_type, masks[:N_CONTEXT], groups=groups)
-    valid = [k for k in range(N_CANDIDATES) if masks[N_CONTEXT + k] & z]
-    if valid != [answer]:
-        names = sorted(u.names[i] for i in range(z.bit_length()) if (z >> i) & 1)
-        return (f"candidates {valid} complete the matrix (answer {answer}); "
-                f"completing elements {names}")
-    return None
+    out: list[str | None] = [None] * len(ids)
+    for k in np.flatnonzero(~carried.all(axis=1)).tolist():
+        panel = int(np.argmin(carried[k]))
+        out[k] = f"panel {panel} claims '{elements[k, panel]}' but its labels lack it"
+    for k in np.flatnonzero(carried.all(axis=1) & ~obeys).tolist():
+        out[k] = (f"the elements {list(elements[k, :N_CONTEXT])} + answer "
+                  f"'{elements[k, N_CONTEXT + answers[k]]}' do not obey {relations[k]}")
+    solvable = np.flatnonzero(carried.all(axis=1) & obeys)
+    for k, shown, answer in zip(solvable.tolist(), masks[panels[solvable]].tolist(),
+                                answers[solvable].tolist()):
+        z = completion_mask(u.element_type, shown[:N_CONTEXT], groups=groups)
+        valid = [j for j, mask in enumerate(shown[N_CONTEXT:]) if mask & z]
+        if valid != [answer]:
+            completing = sorted(u.names[i] for i in range(z.bit_length()) if (z >> i) & 1)
+            out[k] = (f"candidates {valid} complete the matrix (answer {answer}); "
+                      f"completing elements {completing}")
+    return out

@@ -1,16 +1,10 @@
 """What the split specs mean, and `assign`, the one pure function that puts matrices in
 train / test / excluded in every split.
 
-Images are dealt to the two sides of a *partition* by a 64-bit hash of (seed, partition,
-image id) (`image_test_side`; the neutral split has its own partition, the held-out splits
-share one), object categories to fixed thirds by a hash of the name (`object_third`). A
-spec's rule gives each matrix its *natural* part: `random` where its images are; `counts`
-train / test when context and answer all lie in that set (else excluded); `super_attributes`
-and `relation_super_attributes` test for attribute matrices of a held-out super-attribute
-(or relation and super-attribute); `object_thirds` test for object matrices of relation r
-whose 16 panels all show r's test third. A natural "train" showing a label the split bans
-from training (`TrainBan`) is excluded, and a matrix keeps its part only when all 16 images
-lie on that side. Validation ids are the train ids of least hash (`choose_val`).
+Images are dealt to a partition's sides by a 64-bit hash of (seed, partition, image id), object
+categories to thirds by a hash of the name. A spec's rule gives each matrix its natural part; a
+natural "train" showing a label its split bans (`TrainBan`) is excluded, and a matrix keeps its
+part only when all 16 images lie on that side. Validation ids are the train ids of least hash.
 """
 
 from __future__ import annotations
@@ -90,16 +84,15 @@ class SplitSpec:
 
 @dataclass(frozen=True)
 class TrainBan:
-    """What no training or validation matrix of a held-out split may show on any panel: per
-    label table the banned super-attributes, and per relation the banned object thirds."""
+    """What a held-out split's train/val matrices may not show: super-attributes per label
+    table, object thirds per relation."""
 
     super_attributes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     object_thirds: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 class ConceptTable:
-    """Per crop its concepts (`LabelVocabulary.concepts`) as bits, each distinct set once: the
-    (table, super-attribute) pairs it holds and its categories' thirds."""
+    """Per crop its concepts as bits: (table, super-attribute) pairs and categories' thirds."""
 
     def __init__(self, concepts) -> None:
         index: dict[tuple, int] = {}  # concept sets repeat a lot between crops: each once
@@ -163,8 +156,7 @@ class HeldOutDesign:
     train_bans: Mapping[str, TrainBan] = field(default_factory=dict)
 
     def train_side_ban(self, relation: str) -> TrainBan:
-        """The union of every split's ban for matrices of `relation`: what a matrix on the train
-        side of the held-out partition may not show, so it trains in every split."""
+        """Every split's ban for `relation` at once: what trains in every split may not show."""
         sas: dict[str, set] = {}
         thirds: set[int] = set()
         for ban in self.train_bans.values():
@@ -216,8 +208,7 @@ def held_out_design(specs: Mapping[str, SplitSpec]) -> HeldOutDesign:
 
 
 def train_ban(spec: SplitSpec) -> TrainBan | None:
-    """What a held-out split's training and validation matrices may not show (None: nothing
-    beyond the matrix's own elements)."""
+    """What a held-out split's train/val matrices may not show (None: only their elements)."""
     rule = spec.rule
     if spec.rule_type == "super_attributes":
         return TrainBan(super_attributes={t: tuple(sorted(v)) for t, v in rule["test"].items()})
@@ -243,38 +234,39 @@ class SplitRules:
         return {s.partition: s.test_fraction for s in self.specs.values()}
 
 
+#: the parts `assign` gives, by the codes it works in
+PARTS = np.array(["train", "test", "excluded"], dtype=object)
+TRAIN, TEST, EXCLUDED = range(3)
+
+
 def assign(rules: SplitRules, matrices, sides: Mapping[str, np.ndarray],
            banned: np.ndarray) -> dict[str, np.ndarray]:
     """split -> per matrix "train", "test" or "excluded". `sides`: partition -> N×16 image
     sides (`image_sides`); `banned`: per matrix, its crops' `ConceptTable.bits` OR-ed."""
     relation = np.asarray(matrices.relation).astype(str)
     # a matrix whose images straddle a partition is excluded whatever its natural part
-    side_of = {partition: np.where(s.all(axis=1), "test",
-                                   np.where((s == 0).all(axis=1), "train", "excluded"))
+    side_of = {partition: np.where(s.all(axis=1), TEST,
+                                   np.where((s == 0).all(axis=1), TRAIN, EXCLUDED))
                for partition, s in sides.items()}
     bans = rules.design.train_bans
     out = {}
     for name, spec in rules.specs.items():
         side = side_of[spec.partition]
-        if spec.rule_type == "random":
-            natural = side
-        else:
-            natural = natural_parts(spec.rule, matrices)
-            if name in bans:
-                bit = np.zeros(len(natural), dtype=np.int64)
-                for r in ALL_RELATIONS:
-                    bit[relation == r] = ban_bit(bans, name, r)
-                natural[(natural == "train") & (banned & bit != 0)] = "excluded"
-        out[name] = np.where(natural == side, natural, "excluded").astype(object)
+        natural = side if spec.rule_type == "random" else natural_parts(spec.rule, matrices)
+        if name in bans:
+            bit = np.zeros(len(natural), dtype=np.int64)
+            for r in ALL_RELATIONS:
+                bit[relation == r] = ban_bit(bans, name, r)
+            natural[(natural == TRAIN) & (banned & bit != 0)] = EXCLUDED
+        out[name] = PARTS[np.where(natural == side, natural, EXCLUDED)]
     return out
 
 
 def natural_parts(rule: dict, m) -> np.ndarray:
-    """The part `rule` gives every matrix of `m`, before its split's ban and its images."""
+    """The part code `rule` gives every matrix of `m`, before its split's ban and its images."""
     kind, test = rule["type"], rule.get("test")
     etype, relation = np.asarray(m.element_type).astype(str), np.asarray(m.relation).astype(str)
-    sa = np.asarray(m.super_attribute).astype(str)
-    out = np.full(len(etype), "train", dtype=object)
+    out = np.full(len(etype), TRAIN)
     if kind == "counts":
         rows = np.flatnonzero(etype == ElementType.COUNT.value)
         elements = m.elements[rows]
@@ -284,21 +276,23 @@ def natural_parts(rule: dict, m) -> np.ndarray:
         shown = np.array([int(e) for e in names], dtype=np.int64)[codes]
         train = np.isin(shown, list(rule["train"])).all(axis=1)
         held = np.isin(shown, list(test)).all(axis=1)
-        out[rows] = np.where(train, "train", np.where(held, "test", "excluded"))
+        out[rows] = np.where(train, TRAIN, np.where(held, TEST, EXCLUDED))
     elif kind == "super_attributes":
+        sa = np.asarray(m.super_attribute).astype(str)
         for t, sas in test.items():
-            out[(etype == t) & np.isin(sa, list(sas))] = "test"
+            out[(etype == t) & np.isin(sa, list(sas))] = TEST
     elif kind == "relation_super_attributes":
+        sa = np.asarray(m.super_attribute).astype(str)
         for t, pairs in test.items():
             for r, pair in pairs.items():
-                out[(etype == t) & (relation == r) & (sa == pair)] = "test"
+                out[(etype == t) & (relation == r) & (sa == pair)] = TEST
     elif kind == "object_thirds":
         rows = np.flatnonzero(etype == ElementType.OBJECT.value)
         names, codes = string_codes(m.elements[rows])
         thirds = np.array([object_third(c) for c in names], dtype=np.int64)[codes]
         one = (thirds == thirds[:, :1]).all(axis=1)  # all 16 panels in one third
         for r, held_third in test.items():
-            out[rows[one & (relation[rows] == r) & (thirds[:, 0] == held_third)]] = "test"
+            out[rows[one & (relation[rows] == r) & (thirds[:, 0] == held_third)]] = TEST
     else:
         raise VpromError(f"split rule type '{kind}' is unknown; expected one of "
                          f"{list(RULE_TYPES)}")

@@ -1,9 +1,8 @@
 """`vprom verify`: prove a built DATASET.h5 sound before anyone trains on it.
 
-The checks: integrity and solver (`checks`); splits, leakage and held-out labels
-(`split_checks`); bias (`bias` over `audit`, `set_probes` and, opt-in, `learned`); the
-perception-only ceiling (`ceiling`, a figure, never a failure). A file whose records cannot be
-read fails integrity and skips the rest. `workers` processes share the checks (`jobs`).
+Checks: integrity and solver (`checks`); splits, leakage and held-out labels (`split_checks`);
+bias (`bias`, `audit`, `set_probes`, opt-in `learned`); the perception-only ceiling (a figure).
+A file whose records cannot be read fails integrity and skips the rest.
 """
 
 from __future__ import annotations
@@ -57,9 +56,8 @@ def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None =
            check_matrix: Callable | None = None, assigner: Callable | None = None,
            train_bans: Mapping[str, TrainBan] | None = None, workers: int = 1,
            learned: bool = False) -> VerifyReport:
-    """Run every check on DATASET.h5 generated with `rules` (and the feature probe with a
-    FEATS.h5); `workers` processes share them, the report is the same for any. Tests pass their
-    own `check_matrix`, `assigner` (matrix -> {split: part}) and `train_bans`."""
+    """Every check on DATASET.h5 generated with `rules` (the feature probe with FEATS.h5).
+    Tests pass their own `check_matrix`, `assigner` (matrix -> {split: part}), `train_bans`."""
     dataset = Path(dataset)
     with collector_paused():  # the loaded data set is millions of objects and no cycles
         data, structure = load(dataset)

@@ -1,18 +1,11 @@
 """Bias audit of a built data set: can the answer be found without looking at the context?
 
-1. Answer position: a χ² test of the answer index against N/8 per position, overall and per
-   element type; the group's rate is its most frequent position's share.
-2. "Pick a most frequent element" and "pick the odd one out", each uniform among the
-   candidates it singles out: 1/8 in expectation unless the answer's position depends on them.
+1. Answer position: χ² of the answer index against N/8 per position, overall and per type.
+2. "Pick a most frequent element" and "pick the odd one out" (1/8 unless they are tells).
 3. Context-blind probes per element type and relation x element type, fitted on the neutral
-   train part and scored on its test part: softmax over the 8 of s_j = w·x_j, w an L2-penalised
-   maximum likelihood fit (convex; scipy's L-BFGS-B). Labels: x_j is j's position, dense
-   features (frequencies among the 8, the element's answer rate in train, label counts and
-   overlap, box shape) and an indicator per (label of j, how many of the other 7 carry it).
-   Image features: x_j is j's feature vector, under a strong penalty.
-
-Every group gets a p-value and the groups of all checks are judged together (`decision`); a
-group with under `MIN_PROBE_TEST` train or test matrices is reported but not judged.
+   train part, scored on its test part: softmax over the 8 of w·x_j, w an L2-penalised logistic
+   fit (scipy's L-BFGS-B) on j's position, dense label features and an indicator per (label of
+   j, how many of the other 7 carry it); or, with image features, on j's feature vector.
 """
 
 from __future__ import annotations
@@ -35,7 +28,7 @@ if TYPE_CHECKING:
 MIN_PROBE_TEST = 50  # fewer test matrices than this tell nothing; the probe is skipped
 FOLDS = 5  # the label probe's answer rates for training rows come from the other folds
 L2 = 1e-3  # the label probe's penalty, times half the squared weights
-#: the feature probe's penalty (features at unit deviation; a weak one overfits) and iterations
+#: the feature probe's penalty (at unit deviation; a weak one overfits) and iterations
 FEATURE_L2, FEATURE_ITERATIONS = 1.0, 100
 #: the label probe's position features: one-hot, standardised (mean 1/8, deviation √7/8)
 SLOTS = (np.eye(N_CANDIDATES) - 1 / N_CANDIDATES) / (math.sqrt(N_CANDIDATES - 1) / N_CANDIDATES)
@@ -56,9 +49,8 @@ class Check:
         return self.status != "fail"
 
 
-# ---------------------------------------------------------------- 1. answer position
 def answer_position(answers: np.ndarray, groups: dict[str, np.ndarray]) -> Check:
-    """χ² test of uniform answer positions, overall and per group (judged with the family)."""
+    """χ² test of uniform answer positions, overall and per group."""
     from scipy.special import chdtrc  # the χ² tail of scipy.stats.chi2.sf, without its 0.5 s
 
     tests = {"all": np.asarray(answers)}
@@ -84,7 +76,6 @@ def answer_position(answers: np.ndarray, groups: dict[str, np.ndarray]) -> Check
     return check
 
 
-# ---------------------------------------------------------------- 2. frequency heuristics
 def within_counts(codes: np.ndarray) -> np.ndarray:
     """N×8: how many of the 8 candidates share each candidate's code."""
     return (codes[:, :, None] == codes[:, None, :]).sum(axis=2)
@@ -111,7 +102,6 @@ def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
     return judge_groups(name, what, [("all", hits, None)])
 
 
-# ---------------------------------------------------------------- 3. the context-blind probes
 def label_overlap(label_ids: list[tuple[int, ...]], candidate_rows: np.ndarray) -> np.ndarray:
     """M×8: per candidate (a row of `label_ids`), the share of the other 7 sharing a label."""
     masks = [sum(1 << i for i in ids) for ids in label_ids]
@@ -153,8 +143,8 @@ class CandidateView:
 
 def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
                    rows: np.ndarray) -> np.ndarray:
-    """N_rows×8×F dense features of the candidates of matrices `rows`; a training row takes
-    its elements' answer rates from the other folds of `train` (leave-one-out would leak)."""
+    """N_rows×8×F dense features of `rows`' candidates; a training row's element answer rates
+    come from the other folds of `train` (leave-one-out would leak)."""
     n_codes = int(view.element.max()) + 1
     order = np.sort(train)
     fold = np.arange(len(order)) % FOLDS
@@ -191,8 +181,7 @@ def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
 
 
 def set_entries(view: CandidateView, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The set part of `rows`: (candidate i*8+j, column l*8+c) per label l of candidate j,
-    c = how many of the other 7 carry l."""
+    """(candidate i*8+j, column l*8+c) per label l of candidate j, c of the other 7 carry l."""
     flat, starts, sizes = view.label_index
     sets = view.label_row[rows].ravel()
     n = sizes[sets]
@@ -207,8 +196,7 @@ def set_entries(view: CandidateView, rows: np.ndarray) -> tuple[np.ndarray, np.n
 
 def label_design(x: np.ndarray, entries: tuple[np.ndarray, np.ndarray],
                  n_sparse: int) -> tuple[np.ndarray, scipy.sparse.csr_matrix]:
-    """The label probe's design, a row per candidate: x's F columns and the set part's
-    `n_sparse` indicators; slot-major rows (j*N + i), so sums over the 8 are contiguous."""
+    """A row per candidate, slot-major (j*N + i): x's F columns, `n_sparse` indicators."""
     import scipy.sparse
 
     n, _, f = x.shape
@@ -229,13 +217,11 @@ def logit_scores(design: tuple[np.ndarray, scipy.sparse.csr_matrix], w: np.ndarr
 
 def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.ndarray,
               l2: float = L2) -> np.ndarray:
-    """The weights minimising the mean negative log-likelihood of `answers` plus `l2`/2 times
-    their squares."""
+    """The weights minimising the mean negative log-likelihood plus `l2`/2 their squares."""
     n = len(answers)
     dense, sparse = design
-    # L-BFGS-B searches z = weights times their column's RMS (a rare label bends the loss up
-    # to 1000x less than a feature): the same minimum in a third of the evaluations. ftol 1e-8:
-    # 1e-10 costs a fifth more and moves at most one test hit per data set.
+    # searching z = weights times their column's RMS (a rare label bends the loss up to 1000x
+    # less than a feature) takes a third of the evaluations; ftol 1e-10 moves at most one hit
     held = np.bincount(sparse.indices, minlength=sparse.shape[1]) / sparse.shape[0]  # 0/1s
     scale = 1 / np.sqrt(np.concatenate([np.square(dense).mean(axis=0), np.ones(N_CANDIDATES),
                                         held]) + l2)
@@ -252,8 +238,7 @@ def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.nd
 
 
 def lbfgs(loss_grad, start: np.ndarray, maxiter: int = 15_000, ftol: float = 1e-6):
-    """The array at scipy's L-BFGS-B minimum of `loss_grad(array) -> (loss, gradient)` from
-    `start`, after `maxiter` iterations or an iteration gaining under `ftol` of the loss."""
+    """scipy's L-BFGS-B minimum of `loss_grad(array) -> (loss, gradient)` from `start`."""
     from scipy.optimize import minimize
 
     def flat_loss_grad(z: np.ndarray) -> tuple[float, np.ndarray]:
@@ -265,8 +250,7 @@ def lbfgs(loss_grad, start: np.ndarray, maxiter: int = 15_000, ftol: float = 1e-
 
 
 def softmax_residual(scores: np.ndarray, answers: np.ndarray) -> tuple[float, np.ndarray]:
-    """(summed negative log-likelihood of `answers` under each row's softmax, its gradient
-    in the scores)."""
+    """(summed negative log-likelihood of `answers` under row softmaxes, its score gradient)."""
     scores = scores - scores.max(axis=1, keepdims=True)
     p = np.exp(scores)
     total = p.sum(axis=1)
@@ -284,7 +268,7 @@ def chunked_hits(scores_of, rows: np.ndarray, answers: np.ndarray) -> np.ndarray
 
 
 def hits_of(scores: np.ndarray, answers: np.ndarray) -> np.ndarray:
-    """Per matrix (a row of `scores`): the share of its best-scoring candidates that is right."""
+    """Per matrix: the share of its best-scoring candidates that is the answer."""
     top = np.isclose(scores, scores.max(axis=1, keepdims=True), rtol=0, atol=1e-9)
     return top[np.arange(len(answers)), answers] / top.sum(axis=1)
 
@@ -342,8 +326,7 @@ def feature_probe(feats: np.ndarray, rows: np.ndarray, answers: np.ndarray, trai
                   note: str = "") -> Check:
     """The probes on image features (`feats[rows[i, j]]`: candidate j of matrix i)."""
     def group(train: np.ndarray, test: np.ndarray) -> np.ndarray:
-        # the train matrices' crops once each, in float32 (hundreds of dimensions); a
-        # matrix's softmax ignores what its 8 scores share: no centring, a common scale only
+        # each train crop once, in float32; a softmax ignores a shared shift: scale only
         crops, local = np.unique(rows[train], return_inverse=True)
         x = feats[crops].astype(np.float32)
         scale = max(float(x.std()), 1e-8)

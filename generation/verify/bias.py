@@ -1,7 +1,5 @@
-"""What `vprom verify`'s bias probes (`audit`, `set_probes`) see: the neutral split's train
-and test parts, at most `PROBE_MAX` matrices of each element type; the candidates' labels,
-explicit and implied; with a FEATS.h5 of this data set, their image features.
-"""
+"""What `vprom verify`'s bias probes see: the neutral split's train and test parts (at most
+`PROBE_MAX` matrices of each type), the candidates' labels and, with a FEATS.h5, features."""
 
 from __future__ import annotations
 

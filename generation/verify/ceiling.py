@@ -1,10 +1,8 @@
 """The perception-only ceiling: what perfect recognition scores without finding the relation.
 
-A model that recognises every panel's element picks (1) the single candidate whose element
-row 3 shows, else (2) the single candidate the context shows exactly twice, else (3) the
-candidate the context shows least often (ties split). This solves most V-PROM matrices; it is
-inherent to the relations, so `vprom verify` and `vprom stats` report it as a figure, never a
-failure.
+Pick (1) the single candidate whose element row 3 shows, else (2) the single candidate the
+context shows exactly twice, else (3) the one it shows least often (ties split). Inherent to
+the relations, so `vprom verify` and `vprom stats` report it as a figure, never a failure.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """`vprom verify`'s checks 1-2 (3-5 are `split_checks`).
 
-1. integrity: the structure; the manifest's counts and content hash agree with the file;
-   unique ids; every panel's crop present, of the matrix's element and type; answers in 0..7;
-   relations valid for the type; no crop twice; attribute matrices of one super-attribute.
-2. solver: with all its panels' labels, explicit and implied, exactly one candidate completes
-   every matrix (`generation.solver.check_matrices`); failures due to implied labels alone are
-   counted apart.
+1. integrity: structure, manifest counts and content hash, unique ids, every panel's crop
+   present and of the matrix's element and type, answers in 0..7, valid relations, no crop
+   twice, attribute matrices of one super-attribute.
+2. solver: exactly one candidate completes every matrix under all its panels' labels
+   (`generation.solver`); failures due to implied labels alone are counted apart.
 """
 
 from __future__ import annotations
@@ -16,21 +15,13 @@ import numpy as np
 
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.loaded import MAX_EXAMPLES, Data, bad, examples
-from vprom.domain import (
-    COUNTS,
-    N_CANDIDATES,
-    N_CONTEXT,
-    RELATIONS_OF,
-    ElementType,
-    Matrix,
-)
+from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, RELATIONS_OF, ElementType, Matrix
 from vprom.generation.solver import Universe, check_matrices, group_masks
 from vprom.tables import MatrixTable, content_hash
 
 COUNT_UNIVERSE = frozenset(str(n) for n in COUNTS)
 
 
-# ---------------------------------------------------------------- 1. integrity
 def manifest_problems(data: Data) -> list[str]:
     """The manifest is there and what it records agrees with the file."""
     m = data.manifest
@@ -130,7 +121,6 @@ def check_integrity(data: Data | None, structure: list[str]) -> Check:
     return Check("integrity", "fail" if problems else "pass", summary, figures, problems)
 
 
-# ---------------------------------------------------------------- 2. solver
 def universes(data: Data) -> dict[str, frozenset[str]]:
     """The elements a panel of each element type could show (for the solver's 'any other')."""
     c = data.crops
@@ -160,12 +150,24 @@ class SolverTables:
 
     def __init__(self, data: Data) -> None:
         self.universe, self.groups = universes(data), reading_groups(data)
-        self.masks: dict[str, tuple[Universe, list[int], list[int]]] = {}
+        self.masks: dict[str, tuple[Universe, list[int], np.ndarray]] = {}
         for etype in sorted(set(data.matrices.element_type.tolist()) & set(self.universe)):
             u = Universe(etype, self.universe[etype])
-            by_set = {labels: u.mask(labels) for labels in set(data.labels)}  # sets repeat
             self.masks[etype] = (u, group_masks(u, self.groups.get(etype)),
-                                 [by_set[labels] for labels in data.labels])
+                                 label_masks(u, data.labels))
+        self.explicit_labels = data.explicit_labels
+
+    def explicit_masks(self, etype: str) -> np.ndarray:
+        """Each crop's mask of its explicit labels alone in `etype`'s universe."""
+        return label_masks(self.masks[etype][0], self.explicit_labels)
+
+
+def label_masks(u: Universe, labels: list[frozenset[str]]) -> np.ndarray:
+    """Each label set's mask in `u`, as Python ints in an object array."""
+    by_set = {s: u.mask(s) for s in set(labels)}  # label sets repeat between crops
+    out = np.empty(len(labels), dtype=object)
+    out[:] = [by_set[s] for s in labels]
+    return out
 
 
 def solve(tables: SolverTables, data: Data, start: int, stop: int,
@@ -179,15 +181,14 @@ def solve(tables: SolverTables, data: Data, start: int, stop: int,
     for etype in sorted(set(etypes.tolist())):
         rows = start + np.flatnonzero(etypes == etype)
         u, groups, masks = tables.masks[etype]
-        crops = data.rows[rows].tolist()
-        relations, elements = m.relation[rows].tolist(), m.elements[rows].tolist()
-        answers = m.answer[rows].astype(np.int64)
-        reasons = check_matrices(u, groups, relations, elements,
-                                 [[masks[r] for r in panels] for panels in crops], answers)
+        crops, elements = data.rows[rows], m.elements[rows]
+        relations, answers = m.relation[rows], m.answer[rows].astype(np.int64)
+        reasons = check_matrices(u, groups, relations, elements, crops, masks, answers)
         bad = [k for k, reason in enumerate(reasons) if reason is not None]
-        explicit_masks = [[u.mask(data.explicit_labels[r]) for r in crops[k]] for k in bad]
-        explicit = check_matrices(u, groups, [relations[k] for k in bad],
-                                  [elements[k] for k in bad], explicit_masks, answers[bad])
+        if not bad:
+            continue
+        explicit = check_matrices(u, groups, relations[bad], elements[bad], crops[bad],
+                                  tables.explicit_masks(etype), answers[bad])
         found += [(int(rows[k]), reasons[k], ok is None) for k, ok in zip(bad, explicit)]
     found.sort()
     return ([int(m.id[row]) for row, _, _ in found], [reason for _, reason, _ in found],

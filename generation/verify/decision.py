@@ -1,24 +1,11 @@
 """The verdict of `vprom verify`'s bias checks: a test per group, the family judged together.
 
-A bias check scores groups of matrices (an element type, a relation x element type, ...), each
-testing the null "the candidates carry no information about the answer". Every probe is fitted
-on the neutral train part and scored on held-out test matrices (the heuristics and the position
-test fit nothing). A test matrix's hit X is the chance that the pick is its answer (1/k for a
-pick among k tied candidates that hold it); under the null E[X] = 1/8, independently.
-
-`tail_p` bounds P(S >= s) for the sum S of the hits. X in [0, 1] of mean 1/8 is below a
-Bernoulli(1/8) in the convex order, so E(S - h)+ <= E(T - h)+ for T ~ Binomial(n, 1/8), and
-Markov's inequality gives P(S >= s) <= min over h < s of E(T - h)+ / (s - h) (Bentkus, Ann.
-Probab. 2004). It needs no tie sizes and draws nothing (a file gives one p-value); on untied
-hits it is 2 to 2.5 times the exact binomial tail. Hits of exactly 1/8 (8-way ties) are left
-out: the others keep mean 1/8. The rate and 95% Wilson interval are those of all the hits.
-
-The family is every judged group of every bias check of one data set (`decide`): the answer-
-position χ² tests, the two heuristics and each probe's groups. Holm's step-down controls the
-chance that a data set without tells fails any group at `FAMILY_ALPHA` (1%), whatever the
-dependence between groups (they share matrices). A group fails when its adjusted p-value is
-below 1% AND its rate is at least chance + `SHORTCUT_MARGIN` (14.5%): noise alone does not
-fail a small data set, and a significant excess under 2 points does not fail a large one.
+Each group (an element type, a relation x element type, ...) tests "the candidates carry no
+information about the answer": a held-out matrix's hit (the chance the pick is its answer) has
+mean 1/8. `tail_p` bounds the hits' sum's tail by Bentkus's inequality (Ann. Probab. 2004;
+8-way ties left out). Holm's step-down over every judged group of a data set keeps the
+family-wise error at `FAMILY_ALPHA`; a group fails when its adjusted p is below it AND its rate
+is at least chance + `SHORTCUT_MARGIN`.
 """
 
 from __future__ import annotations
@@ -37,9 +24,8 @@ LIMIT = CHANCE + SHORTCUT_MARGIN
 
 
 def tail_p(hits: float, n: int) -> float:
-    """Bentkus's bound on P(S >= hits), S a sum of n independent hits in [0, 1] of mean 1/8.
-    The minimum lies at an integer 0 <= h < hits, where E(T - h)+ = n p P(Binomial(n - 1, p)
-    >= h) - h P(T > h) (scipy.special: importing scipy.stats costs every run half a second)."""
+    """Bentkus's bound on P(S >= hits), S a sum of n independent hits in [0, 1] of mean 1/8:
+    min over integers h < hits of E(T - h)+ / (hits - h), T ~ Binomial(n, 1/8)."""
     from scipy.special import bdtrc
 
     if hits <= n * CHANCE:
@@ -50,9 +36,8 @@ def tail_p(hits: float, n: int) -> float:
 
 
 def group_test(hits: np.ndarray, n_train: int | None = None, min_n: int = 50) -> dict:
-    """A group's figures from its held-out hits (each 0..1): rate, 95% interval, counts and
-    the p-value; judged (p set) when test and train (if given) reach `min_n`. Its verdict
-    waits for the family (`decide`)."""
+    """A group's figures from its held-out hits: rate, 95% interval, counts and p-value (when
+    test and train, if given, reach `min_n`); `decide` gives the verdict."""
     hits = np.asarray(hits, dtype=np.float64)
     n = len(hits)
     lo, hi = wilson_interval(float(hits.sum()), n)
@@ -66,8 +51,7 @@ def group_test(hits: np.ndarray, n_train: int | None = None, min_n: int = 50) ->
 
 
 def holm(p_values) -> np.ndarray:
-    """Holm's step-down adjusted p-values: the i-th smallest times (m - i + 1), made non-
-    decreasing, at most 1. (statsmodels has it, but is no dependency for six lines.)"""
+    """Holm's step-down adjusted p-values (statsmodels is no dependency for six lines)."""
     p = np.asarray(p_values, dtype=float)
     order = np.argsort(p, kind="stable")
     stepped = np.maximum.accumulate((len(p) - np.arange(len(p))) * p[order])
@@ -83,8 +67,7 @@ def family_groups(checks) -> list[tuple[object, str, dict]]:
 
 
 def decide(checks) -> None:
-    """Holm over the family of `checks`' groups; set each group's adjusted p and verdict, and
-    each check's status (a check without a judged group is skipped) and problems."""
+    """Holm over `checks`' groups: each group's adjusted p and verdict, each check's status."""
     members = family_groups(checks)
     adjusted = holm([f["p"] for _, _, f in members])
     for (_, _, f), q in zip(members, adjusted):

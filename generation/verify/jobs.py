@@ -1,9 +1,8 @@
 """`vprom verify --workers N`: the checks as independent jobs, run by N forked processes.
 
 The parent loads DATASET.h5 and computes what several jobs read (`prepare`); the workers
-inherit it copy-on-write. A job (a range of matrices, one probe group or element type, a whole
-check) is a pure function of those inputs; results come back in job order, heavy jobs first,
-so the report is the same for any N.
+inherit it copy-on-write. A job is a pure function of those inputs; results come back in job
+order, heavy jobs first, so the report is the same for any N.
 """
 
 from __future__ import annotations
@@ -67,7 +66,6 @@ def prepare(data: Data, structure: list[str], rules: SplitRules, features: Path 
                   set_probes.SetInputs(data, train, test), learned)
 
 
-# ---------------------------------------------------------------- the jobs
 JOBS = {
     "matrices": lambda i, start, stop: checks.solve(i.tables, i.data, start, stop,
                                                     i.check_matrix),
@@ -98,21 +96,15 @@ def run_job(inputs: Inputs, job: tuple):
         return JOBS[name](inputs, *args)
 
 
-# ---------------------------------------------------------------- the parent
-def bias_jobs(inputs: Inputs) -> list[tuple]:
-    """The jobs of the bias checks, heavy ones first."""
+def job_list(inputs: Inputs) -> list[tuple]:
+    """Every job of a readable data set, heavy ones first."""
+    n = len(inputs.data.matrices)
     jobs = [("features",)] if inputs.features else []
     jobs += [("learned group", k) for k in range(len(inputs.groups)) if inputs.learned]
     jobs += [("set type", k) for k in range(len(inputs.sets.types()))]
     jobs += [("label group", k) for k in range(len(inputs.groups))]
-    return jobs + [("absent values",), ("blocks",), ("frequencies",)]
-
-
-def job_list(inputs: Inputs) -> list[tuple]:
-    """Every job of a readable data set, heavy ones first."""
-    n = len(inputs.data.matrices)
-    jobs = bias_jobs(inputs) + [(name,) for name in ("splits", "integrity", "leakage",
-                                                     "held-out", "ceiling")]
+    jobs += [(name,) for name in ("absent values", "blocks", "frequencies", "splits",
+                                  "integrity", "leakage", "held-out", "ceiling")]
     return jobs + [("matrices", s, min(n, s + CHUNK)) for s in range(0, n, CHUNK)]
 
 
@@ -121,8 +113,7 @@ def run_checks(inputs: Inputs, workers: int) -> list[Check]:
     if "fork" not in multiprocessing.get_all_start_methods():
         workers = 1  # the jobs read the parent's data: without fork, run them here
     jobs = job_list(inputs)
-    # the probes' optimiser (a quarter of a second to import), imported once for all workers
-    import scipy.optimize  # noqa: F401
+    import scipy.optimize  # noqa: F401 (the probes' optimiser: imported once for all workers)
     from threadpoolctl import threadpool_limits
 
     gc.freeze()  # the collector leaves the loaded data alone, here and in the workers

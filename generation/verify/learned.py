@@ -1,28 +1,10 @@
 """`vprom verify --learned`: a model trained on the candidates alone, on their symbolic labels.
 
-I-RAVEN and RAVEN-FAIR judge an answer set by training a model that never sees the context:
-if it beats chance on held-out matrices, the candidates give the answer away. This probe is
-vprom's context-blind model (`baselines/context_blind.py`: DeepSets, f1 per candidate, f2 on
-[f1 of j; mean of f1 over the 8], a linear score, softmax over the 8) fed each candidate's
-labels instead of image features, so perception noise hides no label-level tell. The
-generation stage may not import `baselines`, so the same architecture is written here in a
-few torch lines.
-
-Input: per candidate, the multi-hot of its labels, explicit and implied (`loaded.Data.labels`,
-the sets the solver reads), over the labels that the group's training candidates show; a
-label seen only in test sets no bit. f1's first layer over a multi-hot is a sum of the
-labels' embeddings (`EmbeddingBag`). Per group (element type, relation x element type) one
-model is fitted on the neutral split's training part and scored on its test part, as
-`audit`'s probes are (`audit.judge_groups` judges the hits): a model fitted without the test
-matrices that scores them is a fixed rule there, and the model is blind to the candidates'
-order, so each test hit is 1 in 8 when the candidates say nothing of the answer.
-
-Training (`fit`): Adam on the mean cross-entropy over four fifths of the training part, in
-mini-batches of `BATCH` matrices, at most `EPOCHS` passes and `MAX_STEPS` steps; the weights
-of the epoch with the least cross-entropy on the other fifth are kept, so a small group stops
-before it learns its training matrices by heart. Weights, the fifth and the batches are drawn
-from the group's numpy Generator, and torch runs on one CPU thread: the figures are the same
-for any number of verify workers.
+As I-RAVEN and RAVEN-FAIR judge an answer set: vprom's context-blind DeepSets model
+(`baselines/context_blind.py`, rewritten here since generation may not import baselines) fed
+each candidate's label multi-hot (explicit and implied; labels unseen in training set no bit).
+One model per probe group, fitted by Adam on the neutral train part (the epoch of least loss
+on a held-out fifth kept), scored on its test part and judged as `audit`'s probes are.
 """
 
 from __future__ import annotations
@@ -36,15 +18,11 @@ import vprom.generation.verify.audit as audit
 from vprom.domain import N_CANDIDATES
 from vprom.generation.verify.audit import MIN_PROBE_TEST, Check
 
-#: the model's width, Adam's step size and weight decay, matrices per step, the most passes
-#: over the training part and the most steps. A tell the model must read off the whole set
-#: takes many passes: on the legacy count candidates' 5,000 count x progression training
-#: matrices, 6 passes find 12.9% on the test part, these settings 16.7% (the exact-set table
-#: 20%)
+#: width, Adam's step size and weight decay, matrices per step, most passes and steps (a
+#: tell read off the whole set takes many passes: 6 find 12.9% of a 20% count tell, these 16.7%)
 HIDDEN, LEARNING_RATE, WEIGHT_DECAY = 32, 1e-2, 1e-4
 BATCH, EPOCHS, MAX_STEPS = 256, 80, 1600
-#: a training matrix in HOLD_OUT is held out to choose the epoch; PATIENCE epochs without a
-#: better held-out loss end the training
+#: 1 in HOLD_OUT training matrices chooses the epoch; PATIENCE epochs without gain stop
 HOLD_OUT, PATIENCE = 5, 10
 #: the stream of `numpy.random.default_rng([seed, STREAM])` the groups' generators spawn from
 STREAM = 51
@@ -52,9 +30,8 @@ STREAM = 51
 
 def group_vocabulary(view: audit.CandidateView, train: np.ndarray,
                      rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """(R×L label table, len(rows)×8 candidate rows into it, labels): each label set the
-    candidates of `rows` show, as its labels' ids 1..labels among those the `train`
-    candidates show, 0-padded (0 sets no bit)."""
+    """(R×L table of label ids 1..labels that `train` shows, 0-padded; len(rows)×8 rows into
+    it; labels) of the label sets the candidates of `rows` show."""
     flat, starts, sizes = view.label_index
     sets, candidates = np.unique(view.label_row[rows], return_inverse=True)
     n = sizes[sets]
@@ -121,9 +98,7 @@ def learned_hits(view: audit.CandidateView, answers: np.ndarray, train: np.ndarr
 
 
 def fit(model, table, candidates, answers, rng: np.random.Generator) -> None:
-    """Train `model` on the matrices of `candidates` (rows of `table`) with their `answers`:
-    Adam on a random `1 - 1/HOLD_OUT` of them, kept at the epoch of least cross-entropy on the
-    rest, stopped after `PATIENCE` epochs without a better one."""
+    """Adam on `1 - 1/HOLD_OUT` of the matrices, kept at the epoch of least loss on the rest."""
     import torch
     from torch.nn.functional import cross_entropy
 

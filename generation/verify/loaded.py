@@ -1,8 +1,5 @@
-"""A DATASET.h5 in memory as `vprom verify`'s checks read it, and how they name problems.
-
-`load` reads the tables, the manifest and the vocabularies and finds each panel's crop row, or
-describes what breaks the file's structure; problems name a few matrices by id (`examples`).
-"""
+"""A DATASET.h5 in memory as `vprom verify`'s checks read it (`load`), and how they name
+problems: a few matrices by id (`examples`)."""
 
 from __future__ import annotations
 
@@ -25,8 +22,8 @@ CROP_COLUMNS = tuple(f.name for f in fields(CropTable))
 
 @dataclass
 class Data:
-    """A DATASET.h5 in memory, with each panel's row in the crops table and each crop's
-    labels (`labels`: explicit and implied, `explicit_labels`: the crop's own)."""
+    """A DATASET.h5 in memory; `labels`: each crop's explicit and implied labels;
+    `super_attributes`: type -> super-attribute -> elements (the solver's reading groups)."""
 
     path: Path
     crops: CropTable
@@ -34,10 +31,8 @@ class Data:
     rows: np.ndarray  # N×16 crop rows, -1 where a crop id is unknown
     manifest: dict | None
     universes: dict[str, list[str]] = field(default_factory=dict)  # element type -> elements
-    # element type -> super-attribute -> its elements (the solver's reading groups)
     super_attributes: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    # the label vocabulary the file records; None: the crops' own (nothing implied)
-    vocabulary: LabelVocabulary | None = None
+    vocabulary: LabelVocabulary | None = None  # None: the crops' own (nothing implied)
 
     def __post_init__(self) -> None:
         if self.vocabulary is None:

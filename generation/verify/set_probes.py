@@ -1,14 +1,10 @@
 """`vprom verify`'s set-level probes: does the candidate SET, seen whole, give the answer away?
 
-A set can leak what no single candidate shows (the values it leaves out: RAVEN's answer-set
-flaw). Three context-blind probes, per element type and relation x element type, judged as
-`audit`'s: 1. `bias:absent-values` (counts): pick the candidate whose count was most often the
-answer, on train, given the set of counts shown (ties split). 2. `bias:blocks` (candidates of
-two or more super-attributes): the same table for the answer's super-attribute, then one of
-its candidates at random. 3. `bias:probe-sets`: an MLP per element type scores candidate j as
-v · relu(Σ E[set tokens] + Σ E[own tokens of j] + b), softmax over the 8 (`set_tokens`);
-fitted by L-BFGS-B from small random weights, stopped early (`ITERATIONS`), in float32, each
-type on its own random stream, so types fit in any order and process.
+A set can leak what no single candidate shows (RAVEN's answer-set flaw). Per element type and
+relation x element type: `bias:absent-values` (counts: the candidate most often the answer on
+train given the counts shown), `bias:blocks` (the same for the answer's super-attribute) and
+`bias:probe-sets`, an MLP scoring j as v · relu(Σ E[set tokens] + Σ E[own tokens of j] + b),
+fitted by L-BFGS-B for `ITERATIONS` (stopping early keeps it general), each type on its own stream.
 """
 
 from __future__ import annotations
@@ -24,16 +20,13 @@ from vprom.tables import string_codes
 
 #: element types with at most this many elements also get the exact element set as a token
 SET_ID_MAX = 12
-#: the MLP's hidden units, L-BFGS-B iterations and L2 penalty on its embeddings; stopping
-#: early keeps the fit general (a count tell in 10% of matrices: 22% after 10, 20% after 40)
+#: hidden units, L-BFGS-B iterations (a 10% count tell: 22% after 10, 20% after 40), L2
 HIDDEN, ITERATIONS, L2 = 48, 10, 1e-4
 
 
-# ---------------------------------------------------------------- 1, 2. the tables
 def _table_top(shown: np.ndarray, keys: np.ndarray, answers: np.ndarray, train: np.ndarray,
                test: np.ndarray) -> np.ndarray:
-    """len(test)×8: the candidates whose key (`keys`, N×8 ints) was the answer's most often
-    on the train matrices that show the same set (`shown`, an int per matrix); all 8 if none."""
+    """len(test)×8: the candidates whose key was most often the answer's on train, per `shown`."""
     base = int(keys.max(initial=0)) + 1
     seen, times = np.unique(shown[train] * base + keys[train, answers[train]],
                             return_counts=True)
@@ -47,7 +40,7 @@ def _table_top(shown: np.ndarray, keys: np.ndarray, answers: np.ndarray, train: 
 
 def absent_hits(values: np.ndarray, answers: np.ndarray, train: np.ndarray,
                 test: np.ndarray) -> np.ndarray:
-    """Per test matrix, the share of the table's picks that is the answer (see 1.)."""
+    """Per test matrix, the share of the absent-values table's picks that is the answer."""
     sets = (np.int64(1) << values).sum(axis=1)  # the candidates' counts as a bit mask
     top = _table_top(sets, values, answers, train, test)
     return top[np.arange(len(test)), answers[test]] / top.sum(axis=1)
@@ -72,7 +65,7 @@ def absent_value_probe(elements: np.ndarray, answers: np.ndarray, train: np.ndar
 
 def block_hits(codes: np.ndarray, answers: np.ndarray, train: np.ndarray,
                test: np.ndarray) -> np.ndarray:
-    """Per test matrix, the expected hit of the blocks table on `codes` (N×8) (see 2.)."""
+    """Per test matrix, the expected hit of the blocks table on `codes` (N×8)."""
     base = int(codes.max(initial=0)) + 1
     shown = np.zeros(len(codes), dtype=np.int64)  # the multiset shown, as one int
     for column in np.sort(codes, axis=1).T:
@@ -104,14 +97,11 @@ def block_probe(super_attributes: np.ndarray, answers: np.ndarray, train: np.nda
                               "super-attributes shown (mixed blocks only)", results, note)
 
 
-# ---------------------------------------------------------------- 3. the set MLP
 def set_tokens(elements: np.ndarray, super_attributes: np.ndarray,
                relation: np.ndarray, key=None) -> tuple[np.ndarray, np.ndarray, int]:
-    """(N×S set tokens, N×8×O own tokens, vocabulary size) of one element type's matrices,
-    element codes in the order of `key`. Set tokens: the relation, every candidate's element
-    and super-attribute, how many distinct of each, and up to `SET_ID_MAX` elements the exact
-    set. Own tokens of j: its element, super-attribute and position, how many share each, how
-    many of its super-attribute's elements the set lacks, for counts its rank and offsets."""
+    """(N×S set tokens, N×8×O own tokens, vocabulary size), element codes in `key`'s order. Set:
+    relation, elements, super-attributes, distinct counts, the exact set (small types). Own:
+    element, super-attribute, position, sharing counts, missing elements, count rank/offsets."""
     (el_names, el), (sa_names, sa), (rel_names, rel) = (
         string_codes(elements, key), string_codes(super_attributes), string_codes(relation))
     n_el, n_sa = len(el_names), len(sa_names)
@@ -143,8 +133,7 @@ def set_tokens(elements: np.ndarray, super_attributes: np.ndarray,
 
 
 def _count_tokens(el: np.ndarray, n_el: int) -> list[tuple[int, np.ndarray]]:
-    """Rank among the 8 and offsets to the two lowest missing codes, as token families (codes
-    in sort order: `set_probe_type` zero-pads counts, so ranks are the counts' own)."""
+    """Rank among the 8 and offsets to the two lowest missing codes, as token families."""
     rank = (el[:, None, :] < el[:, :, None]).sum(axis=2)
     held = np.zeros((len(el), n_el), dtype=bool)
     np.put_along_axis(held, el, True, axis=1)
@@ -158,40 +147,54 @@ def _count_tokens(el: np.ndarray, n_el: int) -> list[tuple[int, np.ndarray]]:
 
 def fit_set_mlp(set_tok: np.ndarray, own_tok: np.ndarray, answers: np.ndarray,
                 train: np.ndarray, rng: np.random.Generator):
-    """The set MLP (see 3.) fitted on rows `train` of the tokens (`set_tokens`) from weights
-    drawn by `rng`: a function of rows to their N×8 scores. Its sums run in float32; the
-    weights are one array: the embeddings' `vocab` rows, then the bias and the output."""
+    """The set MLP fitted on rows `train` from weights drawn by `rng`: rows -> N×8 scores.
+    Sums run in float32; the weights are one array: `vocab` embedding rows, bias, output."""
     vocab = int(max(set_tok.max(), own_tok.max())) + 1
 
-    def forward(params: np.ndarray, set_bag, own_bag):
-        h = (own_bag @ params[:vocab]).reshape(set_bag.shape[0], N_CANDIDATES, HIDDEN)
+    def bags(rows: np.ndarray):
+        # candidates' own tokens repeat across matrices (a few thousand distinct tuples in
+        # 100,000s): each distinct tuple is embedded once and its sum copied to its candidates
+        tokens = own_tok[rows].reshape(-1, own_tok.shape[-1])
+        which, bound = np.zeros(len(tokens), dtype=np.int64), 1
+        for column in tokens.T:  # one int per tuple (np.unique(axis=0) sorts slowly)
+            if bound * vocab >= 1 << 62:
+                which = np.unique(which, return_inverse=True)[1]
+                bound = len(tokens)
+            which, bound = which * vocab + column, bound * vocab
+        first, which = np.unique(which, return_index=True, return_inverse=True)[1:]
+        return (_incidence(set_tok[rows], vocab), _incidence(tokens[first], vocab),
+                which.reshape(len(rows), N_CANDIDATES))
+
+    def forward(params: np.ndarray, set_bag, own_bag, which):
+        h = (own_bag @ params[:vocab])[which]
         h += (set_bag @ params[:vocab])[:, None, :] + params[vocab]
         return np.maximum(h, 0.0, out=h) @ params[vocab + 1], h
 
-    bags = _incidence(set_tok[train], vocab), _incidence(own_tok[train], vocab)
-    bags_t = [bag.T.tocsr() for bag in bags]  # for the gradient's sums onto token rows
+    fitted = bags(train)
+    set_t, own_t = (bag.T.tocsr() for bag in fitted[:2])  # the gradient's sums onto tokens
+    pool = _incidence(fitted[2].reshape(-1, 1), own_t.shape[1]).T.tocsr()  # onto tuples
 
     def loss_grad(params: np.ndarray) -> tuple[float, np.ndarray]:
         weights = params.astype(np.float32)
-        scores, h = forward(weights, *bags)
+        scores, h = forward(weights, *fitted)
         loss, p = audit.softmax_residual(scores, answers[train])
         p /= len(train)
         g_pre = (p[:, :, None] * weights[vocab + 1]) * (h > 0)
-        g_emb = bags_t[1] @ g_pre.reshape(-1, HIDDEN) + bags_t[0] @ g_pre.sum(axis=1)
+        g_set = g_pre.sum(axis=1)
+        g_emb = own_t @ (pool @ g_pre.reshape(-1, HIDDEN)) + set_t @ g_set
         return (loss / len(train) + 0.5 * L2 * float(np.square(params[:vocab]).sum()),
-                np.vstack([g_emb + L2 * params[:vocab], g_pre.sum(axis=(0, 1)),
+                np.vstack([g_emb + L2 * params[:vocab], g_set.sum(axis=0),
                            np.einsum("bj,bjh->h", p, h)]))
 
     start = np.vstack([rng.normal(0, 0.1, (vocab, HIDDEN)), np.zeros(HIDDEN),
                        rng.normal(0, 0.1, HIDDEN)])
     params = audit.lbfgs(loss_grad, start, maxiter=ITERATIONS).astype(np.float32)
-    return lambda rows: forward(params, _incidence(set_tok[rows], vocab),
-                                _incidence(own_tok[rows], vocab))[0]
+    return lambda rows: forward(params, *bags(rows))[0]
 
 
 def _incidence(tokens: np.ndarray, vocab: int):
     """Rows × vocab, a 1 for each of a row's tokens (the last axis)."""
-    import scipy.sparse  # here: importing it takes 0.1 s of every `vprom` start
+    import scipy.sparse
 
     rows, slots = math.prod(tokens.shape[:-1]), tokens.shape[-1]
     return scipy.sparse.csr_matrix((np.ones(rows * slots, np.float32), tokens.reshape(-1),
@@ -208,8 +211,7 @@ def set_probe_type(etype: str, elements: np.ndarray, super_attributes: np.ndarra
                    answers: np.ndarray, train: np.ndarray, test: np.ndarray,
                    element_type: np.ndarray, relation: np.ndarray,
                    rng: np.random.Generator) -> list[tuple[str, np.ndarray, int]]:
-    """The set MLP of one element type, drawing from `rng`: (group, test hits, train size)
-    for the type and each of its relations."""
+    """The set MLP of one element type: (group, test hits, train size) per type and relation."""
     mine = np.flatnonzero(element_type == etype)
     tr, te = np.intersect1d(train, mine), np.intersect1d(test, mine)
     if len(tr) < MIN_PROBE_TEST or len(te) < MIN_PROBE_TEST:
@@ -229,8 +231,7 @@ def set_probe_type(etype: str, elements: np.ndarray, super_attributes: np.ndarra
 
 
 class SetInputs:
-    """What the set-level probes read of `data`; a generator (`seed`, 27) spawns a stream per
-    element type."""
+    """What the set-level probes read of `data`; `[seed, 27]` spawns a stream per type."""
 
     def __init__(self, data, train: np.ndarray, test: np.ndarray, seed: int = 0) -> None:
         self.seed = seed

@@ -1,11 +1,9 @@
 """`vprom verify`'s checks 3-5.
 
-3. splits: all 7 present, ids known, train/val/test disjoint, stored parts equal to the split
-   rules re-run on every matrix (val stands for train), and the paper's spec-free rules hold.
-4. leakage: no image region (image and box, or VG source id) on both the train(+val) and the
-   test side of a split.
-5. held-out labels: no training or validation matrix of a held-out split shows, on any panel,
-   a label the split holds out (`TrainBan`).
+3. splits: all 7 present, ids known, parts disjoint, equal to the split rules re-run on every
+   matrix (val stands for train), and the paper's spec-free rules hold.
+4. leakage: no image region (image and box, or VG source) on both sides of a split.
+5. held-out labels: no train/val matrix of a held-out split shows a label it holds out.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ def concept_table(data: Data) -> ConceptTable:
     return data.vocabulary.concept_table(data.crops.element_type.tolist(), data.labels)
 
 
-# ---------------------------------------------------------------- 3. splits
 def expected_parts(data: Data, rules: SplitRules) -> dict[str, np.ndarray]:
     """split -> the part the split rules give every matrix, with the manifest's seed."""
     seed = (data.manifest or {}).get("seed")
@@ -137,7 +134,6 @@ def check_splits(data: Data, rules: SplitRules, assigner: Callable | None = None
                  {"sizes": sizes, "off_rule": len(wrong)}, problems)
 
 
-# ---------------------------------------------------------------- 4. leakage
 def region_codes(c: CropTable) -> tuple[np.ndarray, np.ndarray]:
     """Per crop: a code for its region (image + box) and for its VG source (-1: unknown)."""
     region = row_codes(c.image_id, c.x, c.y, c.w, c.h)
@@ -184,7 +180,6 @@ def check_leakage(data: Data) -> Check:
     return Check("leakage", "fail" if problems else "pass", summary, figures, problems)
 
 
-# ---------------------------------------------------------------- 5. held-out labels
 def held_out_labels(data: Data, ban: TrainBan) -> int:
     """How many distinct labels of the data set's vocabulary `ban` holds out (any relation)."""
     vocab = data.vocabulary

@@ -1,9 +1,5 @@
-"""`vprom stats`: the data set's Table 1, relations and split sizes, beside the paper's.
-
-Table 1 counts per element type the distinct elements, VG images and matrices (the totals
-row counts distinct images over all crops), read from DATASET.h5's columns with numpy; then
-the perception-only ceiling (`generation.verify.ceiling`).
-"""
+"""`vprom stats`: the data set's Table 1 (distinct elements, VG images and matrices per type),
+relations, split sizes and perception-only ceiling, beside the paper's figures."""
 
 from __future__ import annotations
 
