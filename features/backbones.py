@@ -131,8 +131,7 @@ class Backbone:
         return _ready(module, str(path), sha256_file(path), notes)
 
     def _with(self, state: dict, source: str) -> tuple[nn.Module, tuple[str, ...]]:
-        # Built without memory (meta device) and given the checkpoint's tensors: no random
-        # initialisation that the weights would overwrite anyway.
+        # on the meta device: no random initialisation for the weights to overwrite
         with torch.device("meta"):
             module = self.build()
         state, notes = self.map_state_dict(state, source)
@@ -223,8 +222,7 @@ def _torchvision_imagenet(arch: str) -> Callable[[], tuple[dict, str, Path]]:
     return fetch
 
 
-# IMAGENET1K_V1 is the original torchvision release (He et al.'s recipe), the weights the
-# paper-era ResNet-101 features came from, trained at 224x224; a trunk ends with layer4.
+# IMAGENET1K_V1: the original release (He et al.'s recipe) that paper-era features came from
 for _arch, _dim in (("resnet101", 2048), ("resnet50", 2048), ("resnet18", 512)):
     register_backbone(Backbone(
         name=_arch,
@@ -255,8 +253,7 @@ def timm_version() -> str:
 
 
 def _timm():
-    # Offline before huggingface_hub is first imported (it reads the flag then): nothing a
-    # timm call does may reach the network.
+    # offline before huggingface_hub is first imported (it reads the flag only then)
     os.environ["HF_HUB_OFFLINE"] = "1"
     import timm
     import timm.data

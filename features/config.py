@@ -30,8 +30,7 @@ PIXEL_OPTIONS = {"weights": "imagenet", "input_size": None, "region": "crop", "p
                  "decode": "auto", "compile": False, "cuda_graphs": False}
 #: crops per forward by default on CUDA, and for `--region roi` (where a batch counts boxes)
 BATCH_SIZE = 64
-#: on a CPU a default batch holds about this many pixels per thread: larger batches'
-#: activations outgrow the caches (docs/features.md)
+#: a default CPU batch's pixels per thread: larger batches outgrow the caches (docs/features.md)
 CPU_BATCH_PIXELS = 4 * 224 * 224
 
 

@@ -292,8 +292,9 @@ def write_features(config: ExtractConfig, crop_id: np.ndarray, blocks, row_shape
     whose content hash covers the crop ids and the rows."""
     n, dtype = len(crop_id), DTYPES[config.dtype]
     row_bytes = int(np.prod(row_shape)) * np.dtype(dtype).itemsize
-    name, rows = ("maps", max(1, CHUNK_BYTES // row_bytes)) if config.pool == "none" else (
-        "features", 1024)
+    name, rows = "features", 1024
+    if config.pool == "none":
+        name, rows = "maps", max(1, CHUNK_BYTES // row_bytes)
     content = hashlib.sha256(np.ascontiguousarray(crop_id, dtype=np.int64))
     with atomic_path(config.out) as tmp, h5py.File(tmp, "w") as h5:
         h5.create_dataset("crop_id", data=crop_id)

@@ -411,8 +411,7 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
                 land()
         return done
     finally:
-        # a DataLoader's workers end now: left to the garbage collector they outlive an
-        # interrupt, and their deaths raise under the command's one line (no public name)
+        # workers left to the garbage collector outlive an interrupt, and their deaths raise
         getattr(batches, "_shutdown_workers", lambda: None)()
 
 
