@@ -97,7 +97,7 @@ def _autocast_dtype(device: torch.device) -> torch.dtype | None:
 def extract(config: ExtractConfig) -> ExtractSummary:
     """Extract features for every crop of `config.dataset` into `config.out` (see module doc)."""
     if config.backbone == SYMBOLIC_BACKBONE:
-        return ExtractSummary(**extract_labels(config))
+        return ExtractSummary(**extract_labels(config, write_features))
     start = time.perf_counter()
     # Ranks wait for the slowest at the end: allow long shards before timing out.
     with joined_world(config.device, timeout=timedelta(hours=12)) as world:

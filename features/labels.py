@@ -126,10 +126,9 @@ def sorted_crops(dataset) -> CropTable:
     return crops
 
 
-def extract_labels(config: ExtractConfig) -> dict:
-    """Write the labels FEATS.h5 of `config.dataset`; the fields of its `ExtractSummary`."""
-    from vprom.features.extract import write_features
-
+def extract_labels(config: ExtractConfig, write_features) -> dict:
+    """Write the labels FEATS.h5 of `config.dataset` with `features.extract.write_features`;
+    the fields of its `ExtractSummary`."""
     start = time.perf_counter()
     vocabulary = LabelVocabulary.read(config.dataset)
     crops = sorted_crops(config.dataset)
