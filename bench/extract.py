@@ -55,7 +55,7 @@ from PIL import Image
 
 from vprom.features.backbones import get_backbone  # noqa: E402
 from vprom.features.crops import decode_crops  # noqa: E402
-from vprom.features.decoding import (  # noqa: E402
+from vprom.features.crops import (  # noqa: E402
     clip_boxes,
     crop_resize,
     decode_many,

@@ -1,23 +1,24 @@
 """`bottomup-r101`: the ResNet-101 of the bottom-up-attention Faster R-CNN, as released.
 
 Anderson et al. (2018) ran res2-res4 over the whole image (stride 16), max-pooled each box to
-14x14 cells and ran res5 (stride 1, 3x3 convolutions dilated by 2) on them. `--region crop`
-runs all of it on a 224x224 warped crop; `--region roi` (features/regions.py) follows the
-detector. Caffe's conventions, checked against `data/bottomup_r101.json`: a stage's stride in
-its first 1x1 convolution, frozen batch norm (eps 1e-5), a stem max pool without padding that
-rounds up, BGR 0-255 input minus the pixel means. `map_bottomup` maps the ports' Detectron2
-names to this module, drops the detector's heads and refuses any other key by name.
+14x14 cells and ran res5 (stride 1, dilation 2) on them. `--region crop` runs it all on a
+warped crop, `--region roi` as the released `test.prototxt` (`RESIZE_ROI`). Caffe's
+conventions, each with its source in `data/bottomup_r101.json`: stride in a stage's first 1x1
+convolution, frozen batch norm, a ceil-mode stem pool, BGR 0-255 input minus the pixel means.
 """
 
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torchvision.ops import roi_pool
 
 from vprom.features.backbones import Backbone, Preprocess, RegionHead, name_some, register_backbone
 from vprom.errors import VpromError
@@ -38,7 +39,6 @@ COUNTER_SUFFIX = ".num_batches_tracked"  # BatchNorm2d's step counter: not a wei
 
 @lru_cache(maxsize=1)
 def facts() -> dict:
-    """The facts file (see the module doc); read once."""
     return json.loads(FACTS.read_text(encoding="utf-8"))
 
 
@@ -87,22 +87,14 @@ class CaffeBottleneck(nn.Module):
         return F.relu(out + (self.shortcut(x) if self.shortcut is not None else x))
 
 
-class CaffeStem(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = ConvNorm(3, 64, 7, stride=2, padding=3)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.max_pool2d(F.relu(self.conv1(x)), kernel_size=3, stride=2, padding=0,
-                            ceil_mode=True)
-
-
 class BottomUpResNet101(nn.Module):
     """stem -> res2 -> res3 -> res4 (the detector's backbone) -> res5 (its RoI head)."""
 
     def __init__(self):
         super().__init__()
-        self.stem = CaffeStem()
+        self.stem = nn.Sequential(OrderedDict(  # Caffe's max pool: no padding, rounding up
+            conv1=ConvNorm(3, 64, 7, stride=2, padding=3), relu=nn.ReLU(),
+            pool=nn.MaxPool2d(kernel_size=3, stride=2, padding=0, ceil_mode=True)))
         cin = 64
         for name, blocks, bottleneck, cout, stride, dilation in STAGES:
             stage = [CaffeBottleneck(cin if i == 0 else cout, bottleneck, cout,
@@ -170,3 +162,58 @@ register_backbone(Backbone(
     map_state_dict=map_bottomup,
     region_head=REGION_HEAD,
 ))
+
+
+RESIZE_ROI = ("whole image resized so its shorter side is {short} px (longer side at most "
+              "{long} px), bilinear without antialiasing as cv2.resize INTER_LINEAR; boxes "
+              "RoI-max-pooled from the stride-{stride} map to {pooled}x{pooled} (Caffe "
+              "ROIPooling, inclusive corners)")
+
+
+def sides(head: RegionHead, shortest: int | None) -> tuple[int, int]:
+    """(shorter side, longer-side limit) for `--input-size` (None: the detector's own)."""
+    if shortest is None:
+        return head.shortest_side, head.longest_side
+    return shortest, round(shortest * head.longest_side / head.shortest_side)
+
+
+def detector_scale(height: int, width: int, shortest: int, longest: int) -> float:
+    """Caffe's `_get_image_blob` scale for one image."""
+    scale = shortest / min(height, width)
+    if round(scale * max(height, width)) > longest:
+        scale = longest / max(height, width)
+    return scale
+
+
+def caffe_rois(corners: list, scale: float) -> torch.Tensor:
+    """(k, 5) RoIs [0, x1, y1, x2, y2]: Caffe's inclusive corners, scaled, of clipped boxes."""
+    rois = np.array([[0, x0, y0, x1 - 1, y1 - 1] for x0, y0, x1, y1 in corners], dtype=np.float64)
+    rois[:, 1:] *= scale
+    return torch.from_numpy(rois.astype(np.float32))
+
+
+@torch.inference_mode()
+def pooled_regions(model: torch.nn.Module, image: torch.Tensor, corners: list,
+                   preprocess: Preprocess, head: RegionHead, shortest: int, longest: int,
+                   autocast: torch.dtype | None) -> torch.Tensor:
+    """One image's (3, H, W) uint8 and clipped boxes -> (k, C, pooled, pooled) RoI cells."""
+    device = image.device
+    height, width = image.shape[1:]
+    scale = detector_scale(height, width, shortest, longest)
+    x = preprocess.normalise(image.permute(1, 2, 0).unsqueeze(0))  # BGR minus means, NCHW
+    x = F.interpolate(x, size=(round(height * scale), round(width * scale)), mode="bilinear",
+                      align_corners=False, antialias=False)
+    x = x.contiguous(memory_format=torch.channels_last)
+    with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+        fmap = model.backbone_features(x)
+    rois = caffe_rois(corners, scale).to(device)
+    return roi_pool(fmap.float(), rois, output_size=head.pooled, spatial_scale=1 / head.stride)
+
+
+@torch.inference_mode()
+def region_maps(model: torch.nn.Module, cells: torch.Tensor,
+                autocast: torch.dtype | None) -> torch.Tensor:
+    """RoI cells (n, C, p, p) -> the head's last conv map (n, D, p', p'), float32."""
+    x = cells.contiguous(memory_format=torch.channels_last)
+    with torch.autocast(cells.device.type, dtype=autocast, enabled=autocast is not None):
+        return model.roi_head(x).float()

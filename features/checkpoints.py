@@ -1,9 +1,8 @@
 """Reading weights files without running code from them.
 
-A torch file goes to `torch.load(weights_only=True)` with numpy's array names allowed; any
+A torch file goes to `torch.load(weights_only=True)` with numpy's array names allowed, any
 other pickle (a Detectron `.pkl`) to `SafeUnpickler`, which resolves only the names in
-`ALLOWED`: numpy's reconstructors, `OrderedDict` and `_codecs.encode(str, "latin1")`. The
-result is a flat {name: tensor}, a `model` or `state_dict` wrapper and `module.` prefix gone.
+`ALLOWED`. The result is a flat {name: tensor} without a `model`/`state_dict` wrapper.
 """
 
 from __future__ import annotations

@@ -8,21 +8,29 @@ from pathlib import Path
 from vprom.errors import VpromError
 
 STORED_DTYPES = ("float16", "float32")
-#: Pillow in the DataLoader workers, or torchvision's decoder on the device (features/decoding.py)
+#: Pillow in the DataLoader workers, or torchvision's decoder on the device (features/crops.py)
 DECODERS = ("auto", "cpu", "gpu")
-#: What a crop's pixels are: the box warped to SxS, or the detector's RoI pooling of the image.
+#: a crop's pixels: the box warped to SxS, or the detector's RoI pooling of the whole image
 REGIONS = ("crop", "roi")
-#: avg: one pooled, L2-normalised vector per crop; none: the last conv map (N, C, H, W);
-#: cls / mean (token models, timm): the model's own pooled output (class token, or SigLIP's
-#: attention pool) / the mean of the patch tokens, L2-normalised; auto: the backbone's default.
+#: one L2-normalised vector per crop (avg pool; a token model's own pooled output, or the mean
+#: of its patch tokens), or the last map (N, C, H, W); auto: the backbone's default
 POOLS = ("auto", "avg", "cls", "mean", "none")
-COMPRESSIONS = ("none", "gzip", "lzf")
+#: --compression -> h5py's filter options (the byte shuffle helps float maps)
+H5_FILTERS = {"none": {}, "gzip": {"compression": "gzip", "compression_opts": 4, "shuffle": True},
+              "lzf": {"compression": "lzf", "shuffle": True}}
+COMPRESSIONS = tuple(H5_FILTERS)
+#: how Pillow cuts a crop (features/crops.py), as the files record it
+RESIZE = "whole crop (box clipped to the image) resized to SxS, aspect ratio not kept; " \
+         "bilinear with antialiasing; JPEG draft decoding at 1/2-1/8 when the crop's shorter " \
+         "side is at least that many times S"
 #: the backbone that reads no pixels: each crop's labels (features/labels.py)
 SYMBOLIC_BACKBONE = "labels"
+#: the fields that only concern pixels, with the value that means "not asked for"
+PIXEL_OPTIONS = {"weights": "imagenet", "input_size": None, "region": "crop", "pool": "auto",
+                 "decode": "auto", "compile": False, "cuda_graphs": False}
 #: crops per forward by default on CUDA, and for `--region roi` (where a batch counts boxes)
 BATCH_SIZE = 64
-#: on a CPU a default batch holds about this many pixels per thread: larger batches'
-#: activations outgrow the caches (docs/features.md)
+#: a default CPU batch's pixels per thread: larger batches outgrow the caches (docs/features.md)
 CPU_BATCH_PIXELS = 4 * 224 * 224
 
 
@@ -93,3 +101,10 @@ class ExtractConfig:
         if self.cuda_graphs and (self.region == "roi" or self.compile):
             raise VpromError("--cuda-graphs works with --region crop and without --compile: "
                              "a graph replays one fixed shape, and torch.compile makes its own")
+        if self.backbone != SYMBOLIC_BACKBONE and self.label_noise:
+            raise VpromError(f"--label-noise: only the labels backbone has labels to flip; "
+                             f"drop it for {self.backbone}")
+        for name, unset in PIXEL_OPTIONS.items():
+            if self.backbone == SYMBOLIC_BACKBONE and getattr(self, name) != unset:
+                raise VpromError(f"--{name.replace('_', '-')}: the labels backbone reads no "
+                                 "pixels, so it changes nothing; drop it")

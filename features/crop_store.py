@@ -1,12 +1,10 @@
 """Building the crop store (`vprom crops`; its layout and reader: `vprom.crop_store`): every
 crop a data set uses, decoded once with `vprom extract`'s rule (`features.crops.decode_crops`).
 
-Crops sharing an (image, box) are decoded once, in chunks cut at image boundaries
-(`features.crops.batch_layout`), by `workers` processes, each chunk saved atomically as
-`<out>.partial/chunk-NNNNN.npy`. A killed build resumes from the chunks there when the work
-folder's manifest is current (`vprom.manifest.is_current`); then the store is assembled into
-a temporary file and renamed. A crop whose image is missing or whose box lies outside it is
-refused, naming the image; nothing is assembled then.
+Crops sharing an (image, box) are decoded once, in chunks cut at image boundaries, by
+`workers` processes, each chunk saved atomically under `<out>.partial/`, where a killed build
+resumes; the store is then assembled atomically. A crop whose image is missing or whose box
+lies outside it is refused, naming the image, and nothing is assembled.
 """
 
 from __future__ import annotations
@@ -20,13 +18,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from vprom.claim import remove_work_folder, writes
+from vprom.claim import writes
 from vprom.crop_store import KIND, LAYOUT
 from vprom.errors import VpromError
-from vprom.features.config import COMPRESSIONS
+from vprom.features.config import COMPRESSIONS, RESIZE
 from vprom.files import atomic_path, write_npy
-from vprom.images import ImageIndex
-from vprom.manifest import input_hashes, is_current, make_manifest, why_stale, write_manifest
+from vprom.manifest import input_hashes, is_current, make_manifest, write_manifest
 from vprom.processes import ordered_map
 from vprom.tables import read_crop_table, read_matrix_table
 
@@ -61,8 +58,6 @@ class StoreJob:
 
     def settings(self) -> dict:
         """What the chunks are made with: the work folder's manifest `config`."""
-        from vprom.features.crops import RESIZE
-
         return {"size": self.size, "chunk_crops": self.chunk_crops, "resize": RESIZE}
 
 
@@ -76,12 +71,11 @@ def _used_crops(dataset: Path):
         raise VpromError(f"{dataset}: matrices name {len(absent)} crop ids the crops table "
                          f"lacks (e.g. {int(absent[0])}); the file is inconsistent, regenerate "
                          "it")
-    return type(crops)(**{k: v[keep] for k, v in vars(crops).items()})
+    return crops.take(keep)
 
 
 def _decode_chunk(task: tuple) -> tuple[float, int | list[str]]:
-    """Decode one chunk's images into its .npy file: (seconds, images), or (-1, failures).
-    `task`: (file, size, units, [(image id, path, boxes, first unit)])."""
+    """Decode a `_task` into its .npy file: (seconds, images), or (-1, failures)."""
     from vprom.features.crops import DECODE_ERRORS, decode_crops
 
     file, size, units, images = task
@@ -105,37 +99,15 @@ def _decode_chunk(task: tuple) -> tuple[float, int | list[str]]:
     return time.perf_counter() - start, len(images)
 
 
-def _tasks(layout, paths: list, size: int, folder: Path, todo: list) -> list[tuple]:
-    """One small `_decode_chunk` task per chunk: its images' paths and boxes only."""
-    tasks = []
-    for c in todo:
-        first, last = layout.chunk_units(c)
-        images = []
-        for g in layout.batches[c]:
-            a, b = (int(v) for v in layout.groups[g])
-            images.append((int(layout.unit_image[a]), paths[g], layout.unit_box[a:b], a - first))
-        tasks.append((folder / f"chunk-{c:05d}.npy", size, last - first, images))
-    return tasks
-
-
-def _work_folder(job: StoreJob, log) -> Path:
-    """`<out>.partial/`, started over unless it is current for the data set and settings."""
-    folder = job.out.with_name(job.out.name + ".partial")
-    if folder.exists() or folder.is_symlink():
-        why = why_stale(folder, [job.dataset], job.settings())
-        if why:
-            log(f"{folder}: {why}; starting over")
-            remove_work_folder(folder, KIND, WORK_FILES)
-    if not folder.is_dir():
-        folder.mkdir(parents=True)
-        write_manifest(folder, make_manifest(KIND, job.settings(),
-                                             inputs=input_hashes([job.dataset])))
-    return folder
+def _task(layout, paths: list, size: int, folder: Path, c: int) -> tuple:
+    """Chunk c's `_decode_chunk` task: its images' paths and boxes only."""
+    first, last = layout.chunk_units(c)
+    images = [(int(layout.unit_image[a]), paths[g], layout.unit_box[a:b], a - first)
+              for g in layout.batches[c] for a, b in [layout.groups[g].tolist()]]
+    return folder / f"chunk-{c:05d}.npy", size, last - first, images
 
 
 def _assemble(job: StoreJob, layout, folder: Path, timing: dict) -> None:
-    from vprom.features.crops import RESIZE
-
     n, s = len(layout.crop_id), job.size
     manifest = make_manifest(KIND, {**job.settings(), "compression": job.compression},
                              inputs=input_hashes([job.dataset]),
@@ -148,15 +120,11 @@ def _assemble(job: StoreJob, layout, folder: Path, timing: dict) -> None:
                                    chunks=(1, 3, s, s), compression=compression)
         for c in range(len(layout.chunks)):
             first, last = layout.chunk_units(c)
-            block = np.load(folder / f"chunk-{c:05d}.npy")
             rows = np.flatnonzero((layout.unit_of_row >= first) & (layout.unit_of_row < last))
-            if len(rows):
+            if len(rows):  # usually one run (crop ids follow their boxes): one slice
                 start, stop = int(rows[0]), int(rows[-1]) + 1
-                if stop - start == len(rows):  # the usual case: crop ids follow their boxes
-                    pixels[start:stop] = block[layout.unit_of_row[rows] - first]
-                else:
-                    for r in rows:
-                        pixels[r] = block[layout.unit_of_row[r] - first]
+                block = np.load(folder / f"chunk-{c:05d}.npy")[layout.unit_of_row[rows] - first]
+                pixels[slice(start, stop) if stop - start == len(rows) else rows] = block
         h5.attrs.update({"kind": KIND, "size": s, "resize": RESIZE, "layout": LAYOUT,
                          "compression": job.compression, "complete": True})
         write_manifest(h5, manifest)
@@ -167,7 +135,7 @@ def _assemble(job: StoreJob, layout, folder: Path, timing: dict) -> None:
 def build_crop_store(job: StoreJob, log=print) -> Path:
     """Write job.out (see the module docstring); returns its path. Resumes a killed build."""
     # features.crops imports torch; imported here so that `vprom --help` stays quick
-    from vprom.features.crops import batch_layout
+    from vprom.features.crops import batch_layout, open_work_folder
 
     if job.size < 1 or job.workers < 1 or job.compression not in COMPRESSIONS:
         raise VpromError(f"--size and --workers must be positive and --compression one of "
@@ -179,18 +147,16 @@ def build_crop_store(job: StoreJob, log=print) -> Path:
         return job.out
     crops = _used_crops(job.dataset)
     layout = batch_layout(crops, job.chunk_crops, 1, whole_images=True)
-    index = ImageIndex(job.vg)
-    images = layout.unit_image[layout.groups[:, 0]]
-    paths = [str(index.paths[i]) if int(i) in index.paths else None for i in images.tolist()]
-    folder = _work_folder(job, log)
-    todo = [c for c in range(len(layout.chunks)) if not (folder / f"chunk-{c:05d}.npy").is_file()]
+    paths = layout.image_paths(job.vg)
+    open_work_folder(partial, KIND, WORK_FILES, job.dataset, job.settings(), log=log)
+    todo = [c for c in range(len(layout.chunks)) if not (partial / f"chunk-{c:05d}.npy").is_file()]
     log(f"{len(layout.crop_id):,} crops ({len(layout.unit_image):,} distinct boxes, "
-        f"{len(np.unique(images)):,} images) at {job.size}x{job.size}: {len(todo)} of "
+        f"{len(np.unique(layout.unit_image)):,} images) at {job.size}x{job.size}: {len(todo)} of "
         f"{len(layout.chunks)} chunks to decode with {job.workers} process(es)")
     seconds, decoded, failures = 0.0, 0, []
     start = time.perf_counter()
-    with ordered_map(_decode_chunk, _tasks(layout, paths, job.size, folder, todo), job.workers,
-                     "crops", method="fork") as results:
+    tasks = [_task(layout, paths, job.size, partial, c) for c in todo]
+    with ordered_map(_decode_chunk, tasks, job.workers, "crops", method="fork") as results:
         for took, images_done in results:
             if took < 0:
                 failures += images_done
@@ -203,7 +169,7 @@ def build_crop_store(job: StoreJob, log=print) -> Path:
                          "chunks done so far are kept")
     timing = {"wall_s": round(time.perf_counter() - start, 3), "decode_cpu_s": round(seconds, 3),
               "image_groups": decoded, "workers": job.workers}
-    _assemble(job, layout, folder, timing)
-    shutil.rmtree(folder)
+    _assemble(job, layout, partial, timing)
+    shutil.rmtree(partial)
     log(f"wrote {job.out} ({os.path.getsize(job.out) / 1e6:.1f} MB)")
     return job.out

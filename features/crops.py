@@ -1,32 +1,43 @@
 """The crop pipeline: which pixels each crop id gets, and the DataLoader that makes them.
 
 Crops sharing an (image, box) are one *unit*, computed once; units sorted by (image, box) make
-batches of B (all full but the last), consecutive batches make *chunks* (the unit of resuming
-and sharding), and one image's units within a batch are a *group*, one DataLoader item. The
-layout depends only on the crops table and B, so every run and rank writes the same bytes.
-With `--decode cpu --region crop` a worker's Pillow warps each clipped box to S x S (bilinear,
-antialiased), decoding a large crop at 1/2-1/8 scale chosen from its own size; otherwise it
-hands the image (file bytes, or decoded for `--region roi`) to the main process as a `Source`.
+batches of B, consecutive batches make *chunks* (the unit of resuming and sharding), and one
+image's units in a batch are a *group*, one DataLoader item, whose crops Pillow cuts in a
+worker (a large crop decoded at 1/2-1/8 scale) or whose image is left to the main process:
+with `--decode gpu` the device decodes a batch in one torchvision call (nvjpeg on CUDA) and
+resizes each box antialiased, as Pillow does. `auto` decodes on the GPU when a GPU process has
+fewer than `GPU_DECODE_BELOW` cores: Pillow keeps up with resnet101 from about 20-25 workers.
 """
 
 from __future__ import annotations
 
+import io
 import math
+import os
+import sys
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
+from torch.nn import functional as F
 
-from vprom.features.decoding import clip_boxes, pillow_image, read_bytes
-from vprom.images import IMAGE_FOLDERS
+from vprom.claim import remove_work_folder
+from vprom.images import IMAGE_FOLDERS, ImageIndex, clip_box
+from vprom.manifest import input_hashes, make_manifest, why_stale, write_manifest
+from vprom.processes import usable_cores
 from vprom.tables import CropTable
 
 DRAFT_REDUCTIONS = (8, 4, 2)
-RESIZE = "whole crop (box clipped to the image) resized to SxS, aspect ratio not kept; " \
-         "bilinear with antialiasing; JPEG draft decoding at 1/2-1/8 when the crop's shorter " \
-         "side is at least that many times S"
+GPU_DECODE_BELOW = 24  # CPU cores per GPU process under which auto decodes on the GPU
+JPEG_MAGIC = b"\xff\xd8\xff"
+RESIZE_TORCH = ("whole crop (box clipped to the image) resized to SxS, aspect ratio not kept; "
+                "torch bilinear interpolation with antialiasing on the full-size decoded "
+                "image, rounded to uint8")
 
 
 @dataclass
@@ -52,11 +63,16 @@ class BatchLayout:
         g = self.batches[b]
         return int(self.groups[g[-1], 1] - self.groups[g[0], 0])
 
+    def image_paths(self, vg) -> list[str | None]:
+        """Per group: its image's file under `vg`, or None when there is none."""
+        index = ImageIndex(vg)
+        return [str(index.paths[i]) if i in index.paths else None
+                for i in self.unit_image[self.groups[:, 0]].tolist()]
+
 
 def batch_layout(crops: CropTable, batch_size: int, chunk_batches: int,
                  whole_images: bool = False) -> BatchLayout:
-    """Units sorted by image in batches of `batch_size`, `chunk_batches` batches a chunk;
-    `whole_images` never cuts an image's units (a batch may then run over)."""
+    """The layout of `crops` (module doc); `whole_images` lets a batch run over an image's end."""
     order = np.argsort(crops.crop_id, kind="stable")
     crop_id = crops.crop_id[order]
     keys = np.stack([crops.image_id, crops.x, crops.y, crops.w, crops.h], axis=1)[order]
@@ -92,18 +108,9 @@ def draft_reduction(w: int, h: int, size: int) -> int:
 PILLOW_FILTERS = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
 
 
-def centre_box(x0: float, y0: float, x1: float, y1: float, keep: float) -> tuple:
-    """The central `keep` fraction of a box in each dimension (a timm model's crop_pct)."""
-    if keep == 1:
-        return x0, y0, x1, y1
-    dx, dy = (x1 - x0) * (1 - keep) / 2, (y1 - y0) * (1 - keep) / 2
-    return x0 + dx, y0 + dy, x1 - dx, y1 - dy
-
-
 def decode_crops(path, boxes: np.ndarray, size: int, interpolation: str = "bilinear",
                  keep: float = 1.0) -> tuple[np.ndarray, list[str | None]]:
-    """(k, size, size, 3) uint8 crops of one image by Pillow and a per-box error (None when
-    fine); raises OSError/ValueError when the file cannot be decoded at all."""
+    """(k, size, size, 3) uint8 crops of one image by Pillow and a per-box error (or None)."""
     out = np.zeros((len(boxes), size, size, 3), dtype=np.uint8)
     im = Image.open(path)  # reads the header only; pixels are decoded below
     try:
@@ -125,9 +132,11 @@ def decode_crops(path, boxes: np.ndarray, size: int, interpolation: str = "bilin
             sx, sy = rgb.width / width, rgb.height / height
             for j in members:
                 x0, y0, x1, y1 = clipped[j]
-                box = centre_box(x0 * sx, y0 * sy, x1 * sx, y1 * sy, keep)
+                x0, y0, x1, y1 = x0 * sx, y0 * sy, x1 * sx, y1 * sy
+                # the central `keep` of the box in each dimension (a timm model's crop_pct)
+                dx, dy = (x1 - x0) * (1 - keep) / 2, (y1 - y0) * (1 - keep) / 2
                 out[j] = np.asarray(rgb.resize((size, size), PILLOW_FILTERS[interpolation],
-                                               box=box))
+                                               box=(x0 + dx, y0 + dy, x1 - dx, y1 - dy)))
     finally:
         if im is not None:
             im.close()
@@ -162,16 +171,9 @@ class Batch:
         return self
 
 
-def worker_mode(decoder: str, region: str) -> str:
-    """How a worker prepares an image group (module doc)."""
-    if decoder == "gpu":
-        return "bytes"
-    return "pillow-crops" if region == "crop" else "pillow-image"
-
-
 class CropDataset(torch.utils.data.Dataset):
-    """Item g = image group g prepared as `mode` says (see `worker_mode`):
-    (units, uint8 crops, sources, failures)."""
+    """Item g = image group g as (units, uint8 crops, sources, failures): its crops cut by
+    Pillow (`pillow-crops`), or its image as a `Source`, file bytes (`bytes`) or decoded."""
 
     def __init__(self, layout: BatchLayout, paths: list[str | None], size: int,
                  mode: str = "pillow-crops", vg: Path | str = "",
@@ -182,41 +184,148 @@ class CropDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.layout.groups)
 
-    def _empty(self):
-        return np.zeros(0, np.int64), np.zeros((0, self.size, self.size, 3), np.uint8)
-
     def __getitem__(self, g: int):
         start, stop = (int(v) for v in self.layout.groups[g])
         units = np.arange(start, stop, dtype=np.int64)
         boxes = self.layout.unit_box[start:stop]
-        image_id = int(self.layout.unit_image[start])
-        path = self.paths[g]
-        none, no_pixels = self._empty()
+        image_id, path = int(self.layout.unit_image[start]), self.paths[g]
+        none = np.zeros(0, np.int64), np.zeros((0, self.size, self.size, 3), np.uint8)
         if path is None:
             where = " or ".join(f"{Path(self.vg) / f / f'{image_id}.jpg'}" for f in IMAGE_FOLDERS)
-            return none, no_pixels, [], [(int(u), where, f"image {image_id}: no such file")
-                                         for u in units]
+            return *none, [], [(int(u), where, f"image {image_id}: no such file") for u in units]
         try:
-            if self.mode == "pillow-crops":
-                pixels, errors = decode_crops(path, boxes, self.size, self.interpolation,
-                                              self.keep)
-            else:
+            if self.mode != "pillow-crops":
                 encoded = self.mode == "bytes"
                 data = read_bytes(path) if encoded else pillow_image(path)
-                return none, no_pixels, [Source(image_id, str(path), data, encoded, units,
-                                                boxes)], []
+                return *none, [Source(image_id, path, data, encoded, units, boxes)], []
+            pixels, errors = decode_crops(path, boxes, self.size, self.interpolation, self.keep)
         except DECODE_ERRORS as e:
-            return none, no_pixels, [], [(int(u), str(path),
-                                          f"image {image_id}: cannot decode ({e})")
-                                         for u in units]
+            return *none, [], [(int(u), path, f"image {image_id}: cannot decode ({e})")
+                               for u in units]
         ok = np.array([e is None for e in errors], dtype=bool)
-        failed = [(int(u), str(path), f"image {image_id}: {e}")
+        failed = [(int(u), path, f"image {image_id}: {e}")
                   for u, e in zip(units, errors) if e is not None]
         return units[ok], pixels[ok], [], failed
 
 
 def collate(items) -> Batch:
-    """Concatenate the groups of one batch."""
     units = np.concatenate([i[0] for i in items])
     pixels = torch.from_numpy(np.concatenate([i[1] for i in items]))
     return Batch(units, pixels, [s for i in items for s in i[2]], [f for i in items for f in i[3]])
+
+
+def open_work_folder(folder: Path, kind: str, files: tuple, dataset: Path, settings: dict,
+                     redo: str | None = None, log=None) -> bool:
+    """True when the work folder `folder` is kept, current for `dataset` and `settings`; else
+    it is started over (saying why, or `redo`), with its manifest."""
+    log = log or partial(print, file=sys.stderr)
+    kept = folder.exists() or folder.is_symlink()
+    why = kept and (redo or why_stale(folder, [dataset], settings))
+    if why:
+        log(f"{folder}: {why}; starting over")
+        remove_work_folder(folder, kind, files)
+    if not folder.is_dir():
+        folder.mkdir(parents=True)
+        write_manifest(folder, make_manifest(kind, settings, inputs=input_hashes([dataset])))
+    return kept and not why
+
+
+# ------------------------------------------------------- decoding with torch tensors
+@contextmanager
+def _torchvision_decoders():
+    """torchvision's decoders, without their deprecation warning at every call."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                message="The image decoding and encoding capabilities")
+        yield decode_jpeg, ImageReadMode.RGB
+
+
+def cores_per_process() -> int:
+    """CPU cores this process may use, shared among the node's torchrun processes."""
+    return max(1, usable_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
+def resolve_decoder(requested: str, device: torch.device) -> str:
+    """`cpu` or `gpu` for `--decode auto|cpu|gpu` on this device (see the module doc)."""
+    if requested != "auto":
+        return requested
+    if device.type == "cuda" and cores_per_process() < GPU_DECODE_BELOW:
+        return "gpu"
+    return "cpu"
+
+
+def clip_boxes(boxes: np.ndarray, width: int, height: int) -> tuple[list, list]:
+    """Corners (x0, y0, x1, y1) of each box clipped to the image, and an error per box."""
+    corners = [clip_box(box, width, height) for box in boxes]
+    return corners, [None if c is not None else f"box {tuple(int(v) for v in box)} lies outside "
+                     f"the {width}x{height} image" for c, box in zip(corners, boxes)]
+
+
+def crop_resize(image: torch.Tensor, corners: list, size: int, interpolation: str = "bilinear",
+                keep: float = 1.0) -> torch.Tensor:
+    """(3, H, W) uint8 image, k corner boxes -> (k, size, size, 3) uint8 crops, on its device;
+    `keep` < 1 resizes to floor(size / keep) and keeps the centre."""
+    if not corners:
+        return torch.zeros((0, size, size, 3), dtype=torch.uint8, device=image.device)
+    whole = image.unsqueeze(0).float()  # once per image, not per crop
+    side = size if keep == 1 else math.floor(size / keep)
+    start = (side - size) // 2
+    crops = [F.interpolate(whole[:, :, y0:y1, x0:x1], size=(side, side), mode=interpolation,
+                           align_corners=False, antialias=True)[:, :, start:start + size,
+                                                               start:start + size]
+             for x0, y0, x1, y1 in corners]
+    out = torch.cat(crops).round_().clamp_(0, 255).to(torch.uint8)
+    return out.permute(0, 2, 3, 1).contiguous()
+
+
+def is_jpeg(data: bytes | torch.Tensor) -> bool:
+    return bytes(data[:3].tolist() if isinstance(data, torch.Tensor) else data[:3]) == JPEG_MAGIC
+
+
+def read_bytes(path) -> torch.Tensor:
+    """A file's bytes as a 1-D uint8 tensor (what the device decoder takes)."""
+    with open(path, "rb") as f:
+        return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+
+
+def pillow_image(data: bytes | torch.Tensor | str | os.PathLike) -> torch.Tensor:
+    """(3, H, W) uint8 RGB by Pillow, from a path or file bytes (raises OSError/ValueError)."""
+    if isinstance(data, torch.Tensor):
+        data = data.numpy().tobytes()
+    source = io.BytesIO(data) if isinstance(data, bytes) else data
+    with Image.open(source) as im:
+        rgb = np.asarray(im.convert("RGB"))
+    return torch.from_numpy(rgb.copy()).permute(2, 0, 1)
+
+
+def torch_image(data: torch.Tensor, device: torch.device | str = "cpu") -> torch.Tensor:
+    """(3, H, W) uint8 RGB from JPEG bytes by torchvision on `device`, or by Pillow."""
+    if is_jpeg(data):
+        try:
+            with _torchvision_decoders() as (decode_jpeg, rgb):
+                return decode_jpeg(data, mode=rgb, device=device)
+        except RuntimeError:
+            pass
+    return pillow_image(data).to(device)
+
+
+def decode_many(datas: list[torch.Tensor], device: torch.device) -> list:
+    """A (3, H, W) uint8 tensor, or the exception, per JPEG byte tensor, decoded on `device`
+    in one call, or image by image if that fails."""
+    if not datas:
+        return []
+    if all(is_jpeg(d) for d in datas):
+        try:
+            with _torchvision_decoders() as (decode_jpeg, rgb):
+                return list(decode_jpeg(datas, mode=rgb, device=device))
+        except RuntimeError:
+            pass
+    out = []
+    for data in datas:
+        try:
+            out.append(torch_image(data, device))
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as e:
+            out.append(e)
+    return out

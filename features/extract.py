@@ -1,18 +1,19 @@
 """`vprom extract`: backbone features for every crop of a DATASET.h5, into one FEATS.h5.
 
-The plan (features/crops.py, plan.py) cuts the unique boxes, sorted by image, into batches
-and chunks; chunk c belongs to rank c % world_size, whose pipeline (features/pipeline.py)
-writes it as `<out>.partial/chunk-NNNNNN.npy` with a JSON of its missing crops. A killed run
-redoes the chunks that are not there; a work folder or finished file made with other
-settings (`ExtractPlan.settings`, `vprom.manifest.is_current`) is started over. Rank 0 then
-assembles the rows by crop id (features/assemble.py). Every split of the work computes the
-same batches with the same weights, so the file is byte-identical however it was made.
+The unique boxes, sorted by image, are cut into batches and chunks (features/crops.py); rank
+c % world_size writes chunk c under `<out>.partial/` (features/pipeline.py), where a killed run
+resumes, and rank 0 assembles the rows by crop id: the same bytes however the work was split.
+Crops without their image are NaN rows listed in `missing_crop_id`; unless `allow_missing`,
+their chunks are dropped and the run fails naming the first.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import resource
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -24,18 +25,19 @@ import numpy as np
 import torch
 
 from vprom.errors import VpromError
-from vprom.features import assemble, pipeline
+from vprom.features import pipeline
 from vprom.features.backbones import get_backbone
-from vprom.features.config import SYMBOLIC_BACKBONE, ExtractConfig, default_batch_size
-from vprom.features.crops import batch_layout
-from vprom.features.decoding import cores_per_process, resolve_decoder
-from vprom.features.labels import check_label_options, extract_labels
-from vprom.features.plan import ExtractPlan
-from vprom.images import ImageIndex
-from vprom.claim import remove_work_folder, writes
-from vprom.manifest import input_hashes, is_current, make_manifest, why_stale, write_manifest
+from vprom.features.config import H5_FILTERS, SYMBOLIC_BACKBONE, ExtractConfig, default_batch_size
+from vprom.features.crops import (batch_layout, cores_per_process, open_work_folder,
+                                  resolve_decoder)
+from vprom.features.labels import extract_labels, sorted_crops
+from vprom.features.pipeline import DTYPES, ExtractPlan
+from vprom.features.backbones import timm_version
+from vprom.claim import writes
+from vprom.files import atomic_path
+from vprom.manifest import CONTENT_PREFIX, input_hashes, is_current, make_manifest, manifest_of
+from vprom.manifest import write_manifest
 from vprom.runtime import World, joined_world
-from vprom.tables import read_crop_table
 
 MAX_GPU_WORKERS = 16
 GRAPH_DEVICES = ("cuda",)  # where --cuda-graphs runs (tests add the CPU, with a stand-in)
@@ -44,6 +46,18 @@ DEFAULT_CPU_WORKERS = 0
 FILES_MARGIN = 16  # open files this process may add while the workers run (HDF5, threads)
 #: what `<out>.partial/` holds; a work folder with anything else is not removed
 WORK_FILES = ("chunk-*.npy", "chunk-*.json", "manifest.json")
+ASSEMBLE_ROWS = 16384
+BLOCK_BYTES = 256 << 20  # rows read and written per step, at most
+CHUNK_BYTES = 1 << 20  # HDF5 chunk size of a maps dataset
+POOLING = {"avg": "global average pool over the last conv stage's feature map",
+           "cls": "the model's own pooled output (forward_head pre_logits: the class token "
+                  "after the final norm; an attention-pool head where the model has one)",
+           "mean": "mean of the patch tokens (class and register tokens excluded)",
+           "none": "none: the last conv stage's feature map of each crop, (C, H, W) (token "
+                   "models: the patch tokens as a (C, H, W) grid)"}
+_L2 = "L2 (computed in float32, then cast to the stored dtype)"
+NORMALISATION = {"avg": _L2, "cls": _L2, "mean": _L2,
+                 "none": "none (the maps are stored as the trunk computes them)"}
 
 
 @dataclass
@@ -59,14 +73,11 @@ class ExtractSummary:
     rank: int = 0
     world_size: int = 1
 
-    @property
-    def crops_per_s(self) -> float:
-        return self.extracted_units / self.seconds if self.seconds > 0 else 0.0
-
     def __str__(self) -> str:
+        rate = self.extracted_units / self.seconds if self.seconds > 0 else 0.0
         lines = [f"{self.out}: {self.crops} crops ({self.units} distinct boxes), backbone "
                  f"{self.backbone}; this run extracted {self.extracted_units} boxes in "
-                 f"{self.seconds:.1f} s ({self.crops_per_s:.1f} crops/s"
+                 f"{self.seconds:.1f} s ({rate:.1f} crops/s"
                  + (f" on rank {self.rank} of {self.world_size}" if self.world_size > 1 else "")
                  + f"); missing: {len(self.missing)}"]
         lines += [f"  missing crop {c}: {p or '(no file)'}: {e}" for c, p, e in self.missing[:20]]
@@ -85,9 +96,8 @@ def _autocast_dtype(device: torch.device) -> torch.dtype | None:
         inputs=lambda a: (a["config"].dataset, a["config"].vg))
 def extract(config: ExtractConfig) -> ExtractSummary:
     """Extract features for every crop of `config.dataset` into `config.out` (see module doc)."""
-    check_label_options(config)
-    if config.backbone == SYMBOLIC_BACKBONE:  # no pixels, no processes: features/labels.py
-        return ExtractSummary(**extract_labels(config))
+    if config.backbone == SYMBOLIC_BACKBONE:
+        return ExtractSummary(**extract_labels(config, write_features))
     start = time.perf_counter()
     # Ranks wait for the slowest at the end: allow long shards before timing out.
     with joined_world(config.device, timeout=timedelta(hours=12)) as world:
@@ -107,13 +117,12 @@ def extract(config: ExtractConfig) -> ExtractSummary:
             extracted = pipeline.run_chunks(plan)
             loop_seconds = time.perf_counter() - loop_start
             world.barrier()
-            missing = assemble.assemble(plan) if world.main else []
+            missing = assemble(plan) if world.main else []
     return ExtractSummary(out=config.out, backbone=config.backbone,
-                          crops=len(plan.layout.crop_id),
-                          units=len(plan.layout.unit_image), extracted_units=extracted,
-                          seconds=time.perf_counter() - start, loop_seconds=loop_seconds,
-                          missing=missing,
-                          rank=world.rank, world_size=world.size)
+                          crops=len(plan.layout.crop_id), units=len(plan.layout.unit_image),
+                          extracted_units=extracted, seconds=time.perf_counter() - start,
+                          loop_seconds=loop_seconds, missing=missing, rank=world.rank,
+                          world_size=world.size)
 
 
 def _prepare(config: ExtractConfig, world: World) -> ExtractPlan:
@@ -133,21 +142,12 @@ def _prepare(config: ExtractConfig, world: World) -> ExtractPlan:
                   "only). This is recorded in the file's 'weights' attribute.", file=sys.stderr)
         for note in loaded.notes:
             print(f"{config.weights}: {note}", file=sys.stderr)
-    crops = read_crop_table(config.dataset)
-    if len(crops) == 0:
-        raise VpromError(f"{config.dataset}: the crops table is empty; nothing to extract")
-    if len(np.unique(crops.crop_id)) != len(crops):
-        raise VpromError(f"{config.dataset}: crop ids are not unique; regenerate the dataset")
-    if config.region == "roi":
-        size = config.input_size or backbone.region_head.shortest_side
-    else:
-        size = config.input_size or backbone.preprocess.input_size
-    # the batch size the plan and the file record
+    crops = sorted_crops(config.dataset)
+    size = config.input_size or (backbone.region_head.shortest_side if config.region == "roi"
+                                 else backbone.preprocess.input_size)
     config = replace(config, batch_size=_batch_size(config, world, size))
     layout = batch_layout(crops, config.batch_size, config.chunk_batches)
-    index = ImageIndex(config.vg)
-    images = layout.unit_image[layout.groups[:, 0]]
-    paths = [str(index.paths[i]) if int(i) in index.paths else None for i in images.tolist()]
+    paths = layout.image_paths(config.vg)
     if config.cuda_graphs and device.type not in GRAPH_DEVICES:
         raise VpromError("--cuda-graphs needs a CUDA device; drop it on the CPU")
     decoder = resolve_decoder(config.decode, device)
@@ -169,8 +169,7 @@ def _prepare(config: ExtractConfig, world: World) -> ExtractPlan:
 
 
 def _batch_size(config: ExtractConfig, world: World, size: int) -> int:
-    """--batch-size, or `default_batch_size` for this device and crop side; the processes of
-    a CPU torchrun job, whose defaults depend on their threads, take the smallest."""
+    """--batch-size, or `default_batch_size` (a CPU torchrun job's smallest: threads differ)."""
     if config.batch_size is not None:
         return config.batch_size
     mine = default_batch_size(world.device.type, config.region, size, torch.get_num_threads())
@@ -181,8 +180,7 @@ def _batch_size(config: ExtractConfig, world: World, size: int) -> int:
 
 
 def _workers(config: ExtractConfig, device: torch.device) -> int:
-    """--workers, or `DEFAULT_CPU_WORKERS` on a CPU and on CUDA each GPU process's cores less
-    two (the main and pinning threads), at most 16."""
+    """--workers, or on CUDA each GPU process's cores less the main and pinning threads."""
     if config.workers is not None:
         return config.workers
     if device.type == "cpu":
@@ -191,8 +189,7 @@ def _workers(config: ExtractConfig, device: torch.device) -> int:
 
 
 def _check_open_files(workers: int, prefetch: int) -> None:
-    """Refuse DataLoader workers the open-file limit cannot serve (each tensor in flight holds
-    a descriptor), after raising a soft limit towards the hard one."""
+    """Raise the open-file limit for the workers' tensors in flight, or refuse them in one line."""
     if workers == 0:
         return
     try:
@@ -209,15 +206,11 @@ def _check_open_files(workers: int, prefetch: int) -> None:
                          f"(ulimit -n {max(1024, needed)}) or pass --workers 0")
 
 
-def _inputs(plan: ExtractPlan) -> tuple[list, dict]:
-    """What the output is made from (for `vprom.manifest`): the data set, the settings."""
-    return [plan.config.dataset], plan.settings()
-
-
 def _finished(plan: ExtractPlan) -> list | None:
     """The missing crops when `out` is already a complete file made with these settings."""
     out = plan.config.out
-    if not plan.config.resume or plan.partial.exists() or not is_current(out, *_inputs(plan)):
+    if (not plan.config.resume or plan.partial.exists()
+            or not is_current(out, [plan.config.dataset], plan.settings())):
         return None
     try:
         with h5py.File(out, "r") as h5:
@@ -235,19 +228,122 @@ def _finished(plan: ExtractPlan) -> list | None:
 
 
 def _open_partial(plan: ExtractPlan) -> None:
-    partial = plan.partial
-    if partial.exists():
-        why = None if plan.config.resume else "--no-resume"
-        why = why or why_stale(partial, *_inputs(plan))
-        if why:
-            print(f"{partial}: {why}; starting over", file=sys.stderr)
-            remove_work_folder(partial, "features", WORK_FILES)
-        else:
-            done = sum(plan.chunk_done(c) for c in range(len(plan.layout.chunks)))
-            print(f"{partial}: resuming, {done} of {len(plan.layout.chunks)} chunks done",
-                  file=sys.stderr)
-    if not partial.is_dir():
-        partial.mkdir(parents=True)
-        inputs, settings = _inputs(plan)
-        write_manifest(partial, make_manifest("features", settings,
-                                              inputs=input_hashes(inputs)))
+    if open_work_folder(plan.partial, "features", WORK_FILES, plan.config.dataset,
+                        plan.settings(), None if plan.config.resume else "--no-resume"):
+        done = sum(plan.chunk_done(c) for c in range(len(plan.layout.chunks)))
+        print(f"{plan.partial}: resuming, {done} of {len(plan.layout.chunks)} chunks done",
+              file=sys.stderr)
+
+
+def assemble(plan: ExtractPlan) -> list:
+    """Write the final file; returns the missing crops as (crop_id, path, error)."""
+    layout, config = plan.layout, plan.config
+    undone = [c for c in range(len(layout.chunks)) if not plan.chunk_done(c)]
+    if undone:
+        raise VpromError(f"{plan.partial}: chunks {undone[:5]} were not written by any rank; "
+                         "re-run `vprom extract` with the same options to finish them")
+    failed_units, bad_chunks = {}, []
+    for c in range(len(layout.chunks)):
+        failed = json.loads(plan.chunk_file(c, ".json").read_text(encoding="utf-8"))["failed"]
+        if failed:
+            bad_chunks.append(c)
+        failed_units.update({int(u): (p, e) for u, p, e in failed})
+    missing = [(int(cid), *failed_units[int(u)])
+               for cid, u in zip(layout.crop_id, layout.unit_of_row)
+               if int(u) in failed_units]
+    if missing and not config.allow_missing:
+        for c in bad_chunks:  # redo them after the images are fixed; keep the others
+            plan.chunk_file(c).unlink()
+        cid, path, error = missing[0]
+        raise VpromError(f"{config.dataset}: {len(missing)} crops have no readable image "
+                         f"(first: crop {cid}, {error}; looked at {path}); fix or re-download "
+                         f"those images under {config.vg} and re-run (finished chunks are "
+                         f"kept in {plan.partial}), or pass --allow-missing")
+    chunks = range(len(layout.chunks))
+    chunk_starts = np.array([layout.chunk_units(c)[0] for c in chunks])
+    arrays = [np.load(plan.chunk_file(c), mmap_mode="r") for c in chunks]
+    row_shape = arrays[0].shape[1:]
+    row_bytes = int(np.prod(row_shape)) * arrays[0].dtype.itemsize
+    step = max(1, min(ASSEMBLE_ROWS, BLOCK_BYTES // row_bytes))
+
+    def blocks():
+        for a in range(0, len(layout.crop_id), step):
+            units = layout.unit_of_row[a:a + step]
+            which = np.searchsorted(chunk_starts, units, side="right") - 1
+            block = np.empty((len(units), *row_shape), dtype=DTYPES[config.dtype])
+            for c in np.unique(which):
+                sel = which == c
+                block[sel] = arrays[c][units[sel] - chunk_starts[c]]
+            yield block
+
+    write_features(config, layout.crop_id, blocks(), row_shape,
+                   np.asarray([m[0] for m in missing], dtype=np.int64),
+                   attributes(plan, len(missing), row_shape), plan.settings(),
+                   counts={"crops": len(layout.crop_id),
+                           "distinct_boxes": len(layout.unit_image), "missing": len(missing)})
+    shutil.rmtree(plan.partial)
+    return missing
+
+
+def write_features(config: ExtractConfig, crop_id: np.ndarray, blocks, row_shape: tuple,
+                   missing: np.ndarray, attrs: dict, settings: dict, counts: dict) -> None:
+    """FEATS.h5 at `config.out`, atomically: `crop_id`, the rows `blocks` yields in order
+    (`maps` for --pool none, else `features`), `missing_crop_id`, `attrs` and the manifest,
+    whose content hash covers the crop ids and the rows."""
+    n, dtype = len(crop_id), DTYPES[config.dtype]
+    row_bytes = int(np.prod(row_shape)) * np.dtype(dtype).itemsize
+    name, rows = "features", 1024
+    if config.pool == "none":
+        name, rows = "maps", max(1, CHUNK_BYTES // row_bytes)
+    content = hashlib.sha256(np.ascontiguousarray(crop_id, dtype=np.int64))
+    with atomic_path(config.out) as tmp, h5py.File(tmp, "w") as h5:
+        h5.create_dataset("crop_id", data=crop_id)
+        stored = h5.create_dataset(name, shape=(n, *row_shape), dtype=dtype,
+                                   chunks=(min(n, rows), *row_shape),
+                                   **H5_FILTERS[config.compression])
+        at = 0
+        for block in blocks:
+            stored[at:at + len(block)] = block
+            content.update(block)
+            at += len(block)
+        h5.create_dataset("missing_crop_id", data=missing)
+        for key, value in attrs.items():
+            h5.attrs[key] = str(value) if isinstance(value, str) else value  # plain str
+        # the data set's hash says where the features belong, the content hash what they are
+        write_manifest(h5, make_manifest(
+            "features", settings, inputs=input_hashes([config.dataset]), counts=counts,
+            outputs={"content_hash": CONTENT_PREFIX + content.hexdigest()}))
+
+
+def attributes(plan: ExtractPlan, n_missing: int, row_shape: tuple) -> dict:
+    import PIL
+    import torchvision
+
+    from vprom import __version__
+
+    settings, pre, config = plan.settings(), plan.backbone.preprocess, plan.config
+    size = list(plan.sides) if config.region == "roi" else [plan.size, plan.size]
+    attrs = {"backbone": plan.backbone.name, "weights": plan.loaded.weights,
+             "weights_sha256": plan.loaded.weights_sha256,
+             "weights_notes": "; ".join(plan.loaded.notes),
+             # "perception-weights" for `vprom perceive`'s: reports name the feature source
+             "weights_kind": (manifest_of(plan.loaded.weights) or {}).get("kind", "")
+             if Path(plan.loaded.weights).is_file() else "",
+             "random_weights": plan.loaded.weights == "none",
+             "input_size": np.array(size, dtype=np.int64),
+             "region": config.region, "decode": plan.decoder, "pool": config.pool,
+             "pooling": POOLING[config.pool], "normalisation": NORMALISATION[config.pool],
+             "resize": plan.resize_policy(), "pixel_normalisation": pre.describe(),
+             "dtype": config.dtype, "compression": config.compression,
+             "feature_dim": int(row_shape[0]), "device_type": plan.world.device.type,
+             "autocast": settings["autocast"], "compiled": config.compile,
+             "cuda_graphs": config.cuda_graphs,
+             "batch_size": config.batch_size, "n_missing": n_missing,
+             "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
+             "pillow_version": PIL.__version__, "vprom_version": __version__,
+             "timm_version": timm_version(), "complete": True}
+    if "data_config" in settings:  # a timm model's preprocessing, as timm resolved it
+        attrs["data_config"] = settings["data_config"]
+    if config.pool == "none":
+        attrs["map_shape"] = np.array(row_shape, dtype=np.int64)
+    return attrs

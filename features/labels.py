@@ -1,39 +1,14 @@
 """`vprom extract --backbone labels`: perfect perception, each crop's labels as a multi-hot.
 
-No pixel is read. The vector's dimensions are the data set's label vocabulary, read from
-DATASET.h5's `vocab` group, in this fixed order (the file's `label_order` names them):
-
-1. `object:<category>`: `vocab/labels/objects` with `vocab/object`, sorted;
-2. `object_attribute:<label>`: `vocab/labels/object_attribute/label` with
-   `vocab/object_attribute`, sorted;
-3. `human_attribute:<label>`: likewise for the human table;
-4. `name:<word>`: the person words that imply human attributes (`vocab/labels/implied/label`:
-   "man", "bride", ...), sorted;
-5. `count:<n>`: `vocab/count`, in numeric order.
-
-A crop's bits are what the solver reads as its labels: every label of its `labels` column
-(an object category, a person word, an attribute read in its own table, human crops in the
-human one, others in the object one, and a count crop's number), the human attributes its
-person words imply (human crops), and its element, always. Labels the vocabulary lacks (the
-semantic attributes mining drops, such as "open") set nothing; the file counts them in
-`labels_outside_vocabulary` and the summary names them.
-
-Held-out labels are dimensions like any other: a model never saw them set in the training
-matrices of the split that holds them out, which is what that split tests.
-
-`label_noise` P flips every bit independently with probability P (0: the exact labels; 1:
-every bit flipped), drawn from `numpy.random.default_rng(seed)` over the rows in crop-id
-order, in blocks of `BLOCK_ROWS` rows, so the same seed gives the same bits.
-
-The output is an ordinary FEATS.h5 (`crop_id`, `features` of 0/1 values in the stored dtype,
-exact in float16, not normalised; an empty `missing_crop_id`), written atomically, with the
-attributes `symbolic` (True), `label_order`, `label_noise` and `seed`, which its manifest's
-config also records.
+The dimensions (`label_order`) are DATASET.h5's `vocab` labels: `object:`, `object_attribute:`,
+`human_attribute:`, `name:` (person words that imply human attributes), each sorted, then
+`count:<n>` in numeric order. A crop sets what the solver reads as its labels, and its element.
+`label_noise` P flips each bit with probability P, drawn from `default_rng(seed)` over the
+rows in crop-id order, `BLOCK_ROWS` at a time.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import time
@@ -48,22 +23,29 @@ from vprom.errors import VpromError
 from vprom.features.config import SYMBOLIC_BACKBONE as BACKBONE
 from vprom.features.config import ExtractConfig
 from vprom.file_kinds import DATASET, check_kind
-from vprom.files import atomic_path
-from vprom.manifest import (
-    CONTENT_PREFIX,
-    input_hashes,
-    is_current,
-    make_manifest,
-    write_manifest,
-)
+from vprom.manifest import is_current
 from vprom.tables import STR, CropTable, open_h5, read_crop_table
 
 GROUPS = ("object", "object_attribute", "human_attribute", "name", "count")
 BLOCK_ROWS = 8192
 HUMAN = ElementType.HUMAN_ATTRIBUTE.value
-#: ExtractConfig fields that only concern pixels, with the value that means "not asked for"
-PIXEL_OPTIONS = {"weights": "imagenet", "input_size": None, "region": "crop", "pool": "auto",
-                 "decode": "auto", "compile": False, "cuda_graphs": False}
+
+
+def read_vocab(path) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """(DATASET.h5's `vocab` columns by path, person word -> the human attributes it implies)."""
+    check_kind(path, DATASET)
+    columns = {}
+    with open_h5(path) as h5:
+        if "vocab" not in h5:
+            raise VpromError(f"{path}: no 'vocab' group; not a DATASET.h5 of `vprom "
+                             "generate`, or an old one: generate it again")
+        h5["vocab"].visititems(lambda name, obj: columns.update(
+            {name: obj.asstr()[()].tolist()}) if isinstance(obj, h5py.Dataset) else None)
+    implied: dict[str, list[str]] = {}
+    for word, value in zip(columns.get("labels/implied/label", []),
+                           columns.get("labels/implied/value", [])):
+        implied.setdefault(word, []).append(value)
+    return columns, implied
 
 
 class LabelVocabulary:
@@ -72,29 +54,16 @@ class LabelVocabulary:
     def __init__(self, groups: dict[str, list[str]], implied: dict[str, list[str]]):
         self.order = [f"{g}:{label}" for g in GROUPS for label in groups[g]]
         self.index = {name: i for i, name in enumerate(self.order)}
-        self.implied = implied  # person word -> human attributes it implies
+        self.implied = implied
 
     @classmethod
     def read(cls, path) -> LabelVocabulary:
-        check_kind(path, DATASET)
-        with open_h5(path) as h5:
-            if "vocab" not in h5:
-                raise VpromError(f"{path}: no 'vocab' group; not a DATASET.h5 of `vprom "
-                                 "generate`, or an old one: generate it again")
-            vocab = h5["vocab"]
-
-            def column(name):
-                return vocab[name].asstr()[()].tolist() if name in vocab else []
-
-            implied: dict[str, list[str]] = {}
-            for word, value in zip(column("labels/implied/label"),
-                                   column("labels/implied/value")):
-                implied.setdefault(word, []).append(value)
-            groups = {"object": column("labels/objects") + column("object"),
-                      "name": list(implied)}
-            for table in ("object_attribute", "human_attribute"):
-                groups[table] = column(f"labels/{table}/label") + column(table)
-            counts = column("count")
+        columns, implied = read_vocab(path)
+        groups = {"object": columns.get("labels/objects", []) + columns.get("object", []),
+                  "name": list(implied)}
+        for table in ("object_attribute", "human_attribute"):
+            groups[table] = columns.get(f"labels/{table}/label", []) + columns.get(table, [])
+        counts = columns.get("count", [])
         if not all(c.isdigit() for c in counts):
             raise VpromError(f"{path}: vocab/count holds {counts}, not numbers; generate the "
                              "data set again")
@@ -136,7 +105,7 @@ def label_matrix(crops: CropTable, vocabulary: LabelVocabulary) -> tuple[np.ndar
 
 
 def with_noise(bits: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
-    """`bits` with each one flipped with probability `noise` (module doc), block by block."""
+    """`bits` with each one flipped with probability `noise`, block by block."""
     out = bits.copy()
     if noise == 0:
         return out
@@ -146,87 +115,52 @@ def with_noise(bits: np.ndarray, noise: float, rng: np.random.Generator) -> np.n
     return out
 
 
-def check_label_options(config: ExtractConfig) -> None:
-    """Refuse pixel options with the labels backbone (they would change nothing) and label
-    options with any other backbone."""
-    if config.backbone != BACKBONE:
-        if config.label_noise:
-            raise VpromError(f"--label-noise: only the labels backbone has labels to flip; "
-                             f"drop it for {config.backbone}")
-        return
-    for name, unset in PIXEL_OPTIONS.items():
-        if getattr(config, name) != unset:
-            raise VpromError(f"--{name.replace('_', '-')}: the labels backbone reads no "
-                             "pixels, so it changes nothing; drop it")
+def sorted_crops(dataset) -> CropTable:
+    """DATASET.h5's crops table in crop-id order, refused when empty or its ids repeat."""
+    crops = read_crop_table(dataset)
+    if len(crops) == 0:
+        raise VpromError(f"{dataset}: the crops table is empty; nothing to extract")
+    crops = crops.take(np.argsort(crops.crop_id, kind="stable"))
+    if (np.diff(crops.crop_id) == 0).any():
+        raise VpromError(f"{dataset}: crop ids are not unique; regenerate the dataset")
+    return crops
 
 
-def settings(config: ExtractConfig, vocabulary: LabelVocabulary) -> dict:
-    """What the output is made with: its manifest's config."""
-    return {"backbone": BACKBONE, "symbolic": True, "label_order": vocabulary.order,
-            "label_noise": config.label_noise, "seed": config.seed, "dtype": config.dtype,
-            "compression": config.compression}
-
-
-def extract_labels(config: ExtractConfig) -> dict:
-    """Write the labels FEATS.h5 of `config.dataset` (module doc); the fields of the
-    `features.extract.ExtractSummary` it makes."""
+def extract_labels(config: ExtractConfig, write_features) -> dict:
+    """Write the labels FEATS.h5 of `config.dataset` with `features.extract.write_features`;
+    the fields of its `ExtractSummary`."""
     start = time.perf_counter()
     vocabulary = LabelVocabulary.read(config.dataset)
-    crops = read_crop_table(config.dataset)
-    if len(crops) == 0:
-        raise VpromError(f"{config.dataset}: the crops table is empty; nothing to extract")
-    order = np.argsort(crops.crop_id, kind="stable")
-    crop_id = crops.crop_id[order]
-    if len(np.unique(crop_id)) != len(crop_id):
-        raise VpromError(f"{config.dataset}: crop ids are not unique; regenerate the dataset")
-    config_record = settings(config, vocabulary)
-    done = config.resume and is_current(config.out, [config.dataset], config_record)
+    crops = sorted_crops(config.dataset)
+    settings = {"backbone": BACKBONE, "symbolic": True, "label_order": vocabulary.order,
+                "label_noise": config.label_noise, "seed": config.seed, "dtype": config.dtype,
+                "compression": config.compression}
+    done = config.resume and is_current(config.out, [config.dataset], settings)
     outside: Counter = Counter()
     if done:
         print(f"{config.out}: already complete with these settings; nothing to do "
               "(--no-resume extracts it again)", file=sys.stderr)
     else:
-        bits, outside = label_matrix(crops.take(order), vocabulary)
+        bits, outside = label_matrix(crops, vocabulary)
         bits = with_noise(bits, config.label_noise, np.random.default_rng(config.seed))
-        _write(config, crop_id, bits, vocabulary, outside, config_record)
-    summary = {"out": config.out, "backbone": BACKBONE, "crops": len(crop_id),
-               "units": len(crop_id), "extracted_units": 0 if done else len(crop_id),
-               "seconds": time.perf_counter() - start}
+        attrs = {"backbone": BACKBONE, "symbolic": True, "weights": "", "weights_sha256": "",
+                 "random_weights": False, "label_noise": config.label_noise,
+                 "seed": config.seed, "pooling": "none: one multi-hot vector of labels per crop",
+                 "normalisation": "none (0/1 values)", "dtype": config.dtype,
+                 "compression": config.compression, "feature_dim": bits.shape[1],
+                 "n_missing": 0, "vprom_version": __version__, "complete": True,
+                 "labels_outside_vocabulary": json.dumps(dict(sorted(outside.items()))),
+                 "label_order": np.array(vocabulary.order, dtype=STR)}
+        blocks = (bits[a:a + BLOCK_ROWS].astype(config.dtype)
+                  for a in range(0, len(bits), BLOCK_ROWS))
+        write_features(config, crops.crop_id, blocks, bits.shape[1:], np.zeros(0, np.int64),
+                       attrs, settings, counts={
+                           "crops": len(crops), "distinct_boxes": len(crops), "missing": 0,
+                           "dimensions": bits.shape[1], "bits_set": int(bits.sum())})
     if outside:
         common = ", ".join(f"{label} ({n})" for label, n in outside.most_common(8))
         print(f"{config.out}: {sum(outside.values())} labels of the crops are outside the data "
               f"set's vocabulary and set no dimension: {common}", file=sys.stderr)
-    return summary
-
-
-def _write(config: ExtractConfig, crop_id: np.ndarray, bits: np.ndarray,
-           vocabulary: LabelVocabulary, outside: Counter, config_record: dict) -> None:
-    dtype = np.dtype(config.dtype)
-    content = hashlib.sha256(np.ascontiguousarray(crop_id, dtype=np.int64))
-    compression = {"none": {}, "lzf": {"compression": "lzf", "shuffle": True},
-                   "gzip": {"compression": "gzip", "compression_opts": 4, "shuffle": True}}
-    config.out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(config.out) as tmp, h5py.File(tmp, "w") as h5:
-        h5.create_dataset("crop_id", data=crop_id)
-        stored = h5.create_dataset("features", shape=bits.shape, dtype=dtype,
-                                   chunks=(min(len(bits), 1024), bits.shape[1]),
-                                   **compression[config.compression])
-        for start in range(0, len(bits), BLOCK_ROWS):
-            block = bits[start:start + BLOCK_ROWS].astype(dtype)
-            stored[start:start + len(block)] = block
-            content.update(block)
-        h5.create_dataset("missing_crop_id", data=np.zeros(0, np.int64))
-        h5.attrs.update({
-            "backbone": BACKBONE, "symbolic": True, "weights": "", "weights_sha256": "",
-            "random_weights": False, "label_noise": config.label_noise, "seed": config.seed,
-            "pooling": "none: one multi-hot vector of labels per crop",
-            "normalisation": "none (0/1 values)", "dtype": config.dtype,
-            "compression": config.compression, "feature_dim": bits.shape[1], "n_missing": 0,
-            "labels_outside_vocabulary": json.dumps(dict(sorted(outside.items()))),
-            "vprom_version": __version__, "complete": True})
-        h5.attrs.create("label_order", vocabulary.order, dtype=STR)
-        write_manifest(h5, make_manifest(
-            "features", config_record, inputs=input_hashes([config.dataset]),
-            counts={"crops": len(crop_id), "distinct_boxes": len(crop_id), "missing": 0,
-                    "dimensions": bits.shape[1], "bits_set": int(bits.sum())},
-            outputs={"content_hash": CONTENT_PREFIX + content.hexdigest()}))
+    return {"out": config.out, "backbone": BACKBONE, "crops": len(crops), "units": len(crops),
+            "extracted_units": 0 if done else len(crops),
+            "seconds": time.perf_counter() - start}

@@ -1,37 +1,10 @@
 """`vprom perceive`: a backbone fine-tuned on one split's training crops and their labels.
 
-The model is the backbone's trunk, average-pooled, under three linear heads: attributes
-(multi-label, binary cross-entropy summed over the labels), object category and count (each
-a softmax cross-entropy; a crop without one adds nothing). What it may learn from, and what
-it never reads, is `features.perceive_data`'s: the training crops of the split, without its
-held-out labels. A crop's loss is the sum of its three heads'; a batch's is the crops' mean.
-Optimiser: Adam, its learning rate set at each epoch's start on a cosine from --lr towards 0
-over --epochs (a short run from random weights learns most from a large step, then settles).
-Augmentation: a horizontal flip of half the crops.
-
-The loop has the shape of `baselines.train`: epoch e visits the crops in the permutation
-`vprom.runtime.epoch_batches` draws from (seed, e), torch's generator (the flips) is reseeded
-from (seed, e, rank), so an epoch depends only on the seed, its number and the state it
-starts from. After each epoch rank 0 saves the weights, the optimiser state and the history
-to `<out>.resume.pt` (atomically); the same command continues from there after a kill, and
-on the CPU ends with the same bytes as an unbroken run. On the CPU a run is a function of the
-seed and torch's thread count (a reduction's rounding depends on how it is split among
-threads), which the weights' evidence records. Under torchrun each process takes a
-slice of every batch (DistributedDataParallel averages the gradients) and validation counts
-are summed.
-
-Validation, on the split's validation crops that no training problem shows: attribute
-exact-match (every attribute decided right at probability 0.5), category accuracy (over the
-crops with a category) and count accuracy (over count crops).
-
-Output: a weights file that `vprom extract --backbone NAME --weights FILE` loads: the trunk's
-state dict without the heads under `state_dict`, beside `perception`, the evidence of what
-was used (crop counts, held-out labels, the heads' vocabularies). Its manifest,
-`<out>.manifest.json` of kind "perception-weights", records the data set's content hash, the
-split, epochs, backbone, input size and the per-head validation accuracy. The manifest is
-written before the weights file is renamed into place, so a file that is there is complete;
-the file is then loaded back through the backbone registry and checked against the trained
-trunk.
+The pooled trunk under three linear heads, attributes (multi-label BCE), object category and
+count (cross-entropy; a crop without one adds nothing), trained by Adam on a cosine from --lr
+to 0 with half the crops flipped. Epoch e depends only on (seed, e) and its starting state, so
+a run resumed from `<out>.resume.pt` ends with an unbroken run's bytes on the CPU (for one
+torch thread count). The weights file lands after its manifest and is loaded back and checked.
 """
 
 from __future__ import annotations
@@ -50,23 +23,12 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 from vprom.features.backbones import Backbone, get_backbone
-from vprom.features.perceive_data import (
-    HEADS,
-    LabelledCrops,
-    load_perception_data,
-    load_pixels,
-)
+from vprom.features.perceive_data import HEADS, LabelledCrops, load_perception_data, load_pixels
 
 from vprom.claim import writes
 from vprom.errors import VpromError
 from vprom.files import atomic_path
-from vprom.manifest import (
-    input_hash,
-    input_hashes,
-    is_current,
-    make_manifest,
-    write_manifest,
-)
+from vprom.manifest import input_hash, input_hashes, is_current, make_manifest, write_manifest
 from vprom.runtime import World, epoch_batches, joined_world
 
 KIND = "perception-weights"
@@ -157,8 +119,7 @@ def train_one_epoch(model, optimizer, data: Targets, batches, preprocess, world:
 
 @torch.no_grad()
 def evaluate(model, data: Targets, preprocess, world: World) -> dict:
-    """Per-head validation accuracy (module doc), each process scoring a slice; None for a
-    head without validation targets."""
+    """Per-head validation accuracy (attributes: exact match), None for a head without targets."""
     was_training = model.training
     model.eval()
     counts = np.zeros(6)  # right and scored, per head
@@ -178,14 +139,13 @@ def evaluate(model, data: Targets, preprocess, world: World) -> dict:
             for k, head in enumerate(HEADS)}
 
 
-# ---------------------------------------------------------------- the run
 def resume_path(out: Path) -> Path:
     return out.with_name(out.name + ".resume.pt")
 
 
 def start_trunk(backbone: Backbone, weights: str | None, size: int) -> tuple[nn.Module, str]:
-    """The trunk to fine-tune and where its weights came from (None: the published ones when
-    a cache holds them, else random init)."""
+    """The trunk to fine-tune and its weights' name (None: the cached published ones, else
+    random init)."""
     pool = backbone.pool_for("auto")
     try:
         loaded = backbone.load("imagenet" if weights is None else weights, pool, size)
@@ -199,7 +159,7 @@ def start_trunk(backbone: Backbone, weights: str | None, size: int) -> tuple[nn.
 
 def trunk_state(trunk: nn.Module) -> dict:
     """The trunk's weights as `Backbone.load` takes them (a timm trunk: the timm model's)."""
-    from vprom.features.timm_backbones import TimmTrunk
+    from vprom.features.backbones import TimmTrunk
 
     module = trunk.model if isinstance(trunk, TimmTrunk) else trunk
     return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
@@ -225,8 +185,7 @@ def read_resume(config: PerceiveConfig, dataset_hash: str) -> dict | None:
 @writes(lambda a: a["config"].out, (KIND,), folder=False,
         inputs=lambda a: (a["config"].dataset, a["config"].vg, a["config"].crops))
 def perceive(config: PerceiveConfig) -> Path:
-    """Fine-tune `config.backbone` on the split's training crops (module doc); returns the
-    weights file."""
+    """Fine-tune `config.backbone` on the split's training crops; returns the weights file."""
     if (config.vg is None) == (config.crops is None):
         raise VpromError("perceive reads the crops' pixels from exactly one of --vg DIR and "
                          "--crops CROPS.h5")
@@ -238,8 +197,7 @@ def perceive(config: PerceiveConfig) -> Path:
     dataset_hash = input_hash(config.dataset)
     inputs = [config.dataset] + ([config.crops] if config.crops else [])
     if is_current(config.out, inputs, config.settings()):
-        print(f"{config.out}: already trained with these settings; nothing to do",
-              file=sys.stderr)
+        print(f"{config.out}: already trained with these settings; nothing to do", file=sys.stderr)
         return config.out
     with joined_world(config.device) as world, torch.random.fork_rng(devices=[]):
         data = load_perception_data(config.dataset, config.split, config.seed)
@@ -339,10 +297,8 @@ def write_weights(config: PerceiveConfig, model: PerceptionModel, data, history:
 
 def check_loads(out: Path, backbone: Backbone, model: PerceptionModel, data: Targets,
                 size: int) -> None:
-    """Load `out` as `vprom extract` does and compare its trunk's output with the trained
-    trunk's on a few crops."""
-    loaded = backbone.load(str(out), backbone.pool_for("auto"), size).module.to(
-        data.pixels.device)
+    """Refuse `out` unless, loaded as `vprom extract` loads it, it computes the trained trunk."""
+    loaded = backbone.load(str(out), backbone.pool_for("auto"), size).module.to(data.pixels.device)
     x = backbone.preprocess.normalise(data.pixels[:4])
     model.eval()
     with torch.no_grad():

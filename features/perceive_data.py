@@ -1,31 +1,10 @@
 """What `vprom perceive` may learn from: a split's training crops, their labels, their pixels.
 
-Crops. The training crops are the distinct panels of the split's training problems. The
-validation crops are the panels of its validation problems that no training problem shows,
-and a share `VAL_SHARE` of the training boxes, drawn from the seed and never trained on:
-validation problems mostly reuse training panels, which leaves too few of the first kind to
-measure a head. A crop that only validation, test or excluded problems show is never read,
-neither its labels nor its pixels.
-
-Held-out labels, found in the data set: a label is held out by the split when a test problem
-shows it as an element of its relation (a context panel's element or the answer's) and no
-training problem does. On the held-out splits this gives the test side of the split's rule
-(the test super-attributes' attributes, the test third's categories, the test counts), on
-neutral only labels that chance left out of training. A held-out label gets no output in its
-head, so no loss ever reaches it, and a crop whose every label is held out is dropped.
-
-Targets of crop c (labels: the crops table's `labels`, plus the human attributes the
-vocabulary's `implied` table derives from them, as a skier is skiing):
-- attributes: the multi-hot of its labels over the attribute vocabulary (object and human
-  attributes, one dimension per distinct name, sorted);
-- category: its object category among the sorted categories (-1: none; a crop labelled with
-  several takes its own element's when it is an object crop, else the first by name);
-- count: its count 1-10 (-1: not a count crop).
-
-Crops of one box (an object's region in the object pool and in an attribute pool) are one
-example (`by_box`). Pixels: the box clipped to its image and warped to S x S with the backbone's interpolation
-(`features.crops.decode_crops`, what `vprom extract` computes), image by image on threads;
-or rows of a crop store of side S (`vprom crops`), read for exactly these crops.
+Training crops are the panels of the split's training problems; validation crops the panels of
+its validation problems that no training problem shows, plus a seeded `VAL_SHARE` of the
+training boxes. A label that a test problem shows in its relation (context or answer) and no
+training problem does is held out: it gets no output, and a crop with only such labels is
+dropped. Nothing of a crop that only validation, test or excluded problems show is read.
 """
 
 from __future__ import annotations
@@ -36,19 +15,13 @@ from pathlib import Path
 
 import numpy as np
 from vprom.crop_store import CropStore
-from vprom.features.crops import DECODE_ERRORS, decode_crops
-from vprom.features.decoding import cores_per_process
+from vprom.features.crops import DECODE_ERRORS, cores_per_process, decode_crops
+from vprom.features.labels import read_vocab
 
 from vprom.domain import N_CONTEXT, ElementType
 from vprom.errors import VpromError
 from vprom.images import ImageIndex
-from vprom.tables import (
-    CropTable,
-    MatrixTable,
-    open_h5,
-    read_crop_table,
-    read_matrix_table,
-)
+from vprom.tables import CropTable, MatrixTable, read_crop_table, read_matrix_table
 
 HEADS = ("attribute", "category", "count")
 VAL_SHARE = 0.05  # of the training boxes, held back for validation
@@ -78,27 +51,6 @@ class PerceptionData:
     counts: dict  # crops used / excluded, by reason
 
 
-def read_vocabulary(dataset: Path) -> tuple[dict, dict]:
-    """({attribute, category, count} -> sorted names, implied {name: values}) of DATASET.h5."""
-    with open_h5(dataset) as h5:
-        if "vocab" not in h5:
-            raise VpromError(f"{dataset}: no 'vocab' group; regenerate the data set")
-        vocab = h5["vocab"]
-        names = {t.value: vocab[t.value].asstr()[()].tolist() if t.value in vocab else []
-                 for t in ElementType}
-        implied = {}
-        if "labels/implied" in vocab:
-            pairs = zip(vocab["labels/implied/label"].asstr()[()].tolist(),
-                        vocab["labels/implied/value"].asstr()[()].tolist())
-            for name, value in pairs:
-                implied.setdefault(name, []).append(value)
-    attributes = sorted(set(names[ElementType.OBJECT_ATTRIBUTE.value])
-                        | set(names[ElementType.HUMAN_ATTRIBUTE.value]))
-    counts = sorted(names[ElementType.COUNT.value], key=int)
-    return ({"attribute": attributes, "category": sorted(names[ElementType.OBJECT.value]),
-             "count": counts}, implied)
-
-
 def relation_elements(matrices: MatrixTable, ids: np.ndarray) -> set[str]:
     """The elements the problems `ids` show in their relation: context panels and answer."""
     rows = np.flatnonzero(np.isin(matrices.id, ids))
@@ -111,21 +63,15 @@ def panels_of(matrices: MatrixTable, ids: np.ndarray) -> np.ndarray:
     return np.unique(matrices.panels[np.isin(matrices.id, ids)])
 
 
-def labels_of(crops: CropTable, implied: dict) -> list[set[str]]:
-    out = []
-    for labels in crops.label_sets():
-        out.append(set(labels).union(*(implied.get(label, ()) for label in labels)))
-    return out
-
-
 def targets(crops: CropTable, vocabulary: dict, implied: dict) -> LabelledCrops:
-    """The targets of `crops` over `vocabulary` (module doc); labels outside it are ignored."""
-    index = {head: {name: i for i, name in enumerate(names)}
-             for head, names in vocabulary.items()}
+    """The targets of `crops` over `vocabulary` (labels outside it ignored; -1: no target).
+    A crop's category is its element for an object crop, else its first category by name."""
+    index = {head: {name: i for i, name in enumerate(names)} for head, names in vocabulary.items()}
     attributes = np.zeros((len(crops), len(vocabulary["attribute"])), np.float32)
     category = np.full(len(crops), -1, np.int64)
     count = np.full(len(crops), -1, np.int64)
-    for row, labels in enumerate(labels_of(crops, implied)):
+    for row, labels in enumerate(crops.label_sets()):
+        labels = set(labels).union(*(implied.get(label, ()) for label in labels))
         for name in labels:
             if name in index["attribute"]:
                 attributes[row, index["attribute"][name]] = 1
@@ -150,15 +96,18 @@ def load_perception_data(dataset: Path, split: str, seed: int = 0) -> Perception
     if not len(parts.get("train", ())):
         raise VpromError(f"{dataset}: split {split!r} has no training problems; regenerate "
                          "at a larger --scale or pick another split")
-    full, implied = read_vocabulary(dataset)
+    columns, implied = read_vocab(dataset)
+    full = {"attribute": sorted(set(columns.get(ElementType.OBJECT_ATTRIBUTE.value, []))
+                                | set(columns.get(ElementType.HUMAN_ATTRIBUTE.value, []))),
+            "category": sorted(columns.get(ElementType.OBJECT.value, [])),
+            "count": sorted(columns.get(ElementType.COUNT.value, []), key=int)}
     held = (relation_elements(matrices, parts.get("test", np.zeros(0, np.int64)))
             - relation_elements(matrices, parts["train"]))
     held_out = sorted(name for name in held if any(name in names for names in full.values()))
     vocabulary = {head: [n for n in names if n not in held] for head, names in full.items()}
     crops = read_crop_table(dataset)
     train_ids = panels_of(matrices, parts["train"])
-    val_ids = np.setdiff1d(panels_of(matrices, parts.get("val", np.zeros(0, np.int64))),
-                           train_ids)
+    val_ids = np.setdiff1d(panels_of(matrices, parts.get("val", np.zeros(0, np.int64))), train_ids)
     train = targets(crops.take(np.isin(crops.crop_id, train_ids)), vocabulary, implied)
     learnable = ((train.attributes.sum(1) > 0) | (train.category >= 0) | (train.count >= 0))
     val = targets(crops.take(np.isin(crops.crop_id, val_ids)), vocabulary, implied)
@@ -181,9 +130,8 @@ def load_perception_data(dataset: Path, split: str, seed: int = 0) -> Perception
 
 
 def by_box(data: LabelledCrops) -> LabelledCrops:
-    """One row per distinct (image, box), in image order: crops of one region have the same
-    pixels, so they are one training example whose labels are theirs united (category and
-    count: the first crop's that has one)."""
+    """One row per distinct (image, box), in image order, its crops' labels united (category
+    and count: the first crop's that has one)."""
     c = data.crops
     keys = np.stack([c.image_id, c.x, c.y, c.w, c.h], axis=1).astype(np.int64)
     _, first, group = np.unique(keys, axis=0, return_index=True, return_inverse=True)

@@ -1,12 +1,11 @@
-"""The extraction loop: batches in, chunk files out.
+"""The extraction loop: batches in, chunk files out, as an `ExtractPlan` (whose `settings`
+are the output's manifest `config`) says.
 
-DataLoader workers (or, with `--workers 0`, threads of this process: `InlineBatches`) decode
-the crops or leave decoding and cropping to the device; `Forward.prepare` copies a batch to the
-device and finishes that work; `Forward.__call__` runs the trunk (a CUDA graph replay with
-`--cuda-graphs`), pools, L2-normalises and casts. The loop waits for the oldest result only
-when more than `in_flight` are queued, and writes a chunk file once all its batches have
-landed. On CUDA the forwards and their copies to pinned memory run on a stream of their own
-(`CudaStreams`); the CUDA calls go through `CudaApi`, which tests replace with a CPU stand-in.
+DataLoader workers (or threads of this process, `--workers 0`) decode the crops or leave that
+to the device; `Forward.prepare` copies a batch to the device and finishes it, `Forward` runs
+the trunk (a CUDA graph replay with `--cuda-graphs`), pools, L2-normalises and casts, on CUDA
+on a stream of its own. The loop waits for the oldest result only when more than `in_flight`
+are queued, and writes a chunk once all its batches have landed.
 """
 
 from __future__ import annotations
@@ -15,7 +14,9 @@ import os
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
+from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -23,16 +24,80 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from vprom.errors import VpromError
-from vprom.features.backbones import Backbone
-from vprom.features.crops import Batch, CropDataset, collate, worker_mode
-from vprom.features.decoding import clip_boxes, cores_per_process, crop_resize, decode_many
-from vprom.features.plan import DTYPES, TORCH_DTYPES, ExtractPlan
-from vprom.features.regions import pooled_regions, region_maps
-from vprom.files import write_json, write_npy
+from vprom.features.backbones import Backbone, Loaded
+from vprom.features.bottomup import RESIZE_ROI, pooled_regions, region_maps, sides
+from vprom.features.config import RESIZE, ExtractConfig
+from vprom.features.crops import (RESIZE_TORCH, Batch, BatchLayout, CropDataset, clip_boxes,
+                                  collate, cores_per_process, crop_resize, decode_many)
+from vprom.files import free_space_for, write_json, write_npy
 from vprom.processes import context, quiet_when_parent_gone
+from vprom.runtime import World
 
 NICE_WORKERS = 10  # CPU runs: DataLoader workers' priority below the forward's
 INLINE_CROPS = 64  # `--workers 0`: crops decoded at a time, a whole number of batches
+DTYPES = {"float16": np.float16, "float32": np.float32}  # ExtractConfig.dtype -> numpy
+TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32}
+
+
+@dataclass
+class ExtractPlan:
+    config: ExtractConfig  # with pool and batch size resolved
+    backbone: Backbone
+    loaded: Loaded
+    layout: BatchLayout
+    paths: list  # per image group: its file, or None when the image is not there
+    size: int  # crop side (region crop) or the image's shorter side (region roi)
+    decoder: str  # "cpu" or "gpu", resolved from --decode
+    workers: int  # resolved from --workers
+    autocast: torch.dtype | None
+    world: World
+
+    @property
+    def partial(self) -> Path:
+        return self.config.out.with_name(self.config.out.name + ".partial")
+
+    def chunk_file(self, c: int, suffix: str = ".npy") -> Path:
+        return self.partial / f"chunk-{c:06d}{suffix}"
+
+    def chunk_done(self, c: int) -> bool:
+        return self.chunk_file(c).is_file() and self.chunk_file(c, ".json").is_file()
+
+    @property
+    def sides(self) -> tuple[int, int]:
+        """(shorter side, longer-side limit) of the detector's resize (region roi)."""
+        return sides(self.backbone.region_head, self.size)
+
+    def resize_policy(self) -> str:
+        if self.config.region == "roi":
+            head = self.backbone.region_head
+            short, long = self.sides
+            return RESIZE_ROI.format(short=short, long=long, stride=head.stride, pooled=head.pooled)
+        policy = RESIZE if self.decoder == "cpu" else RESIZE_TORCH
+        pre = self.backbone.preprocess
+        if pre.interpolation != "bilinear" or pre.crop_pct != 1:  # a timm model's eval crop
+            policy = policy.replace("SxS", f"S/{pre.crop_pct:g} a side, centre crop SxS").replace(
+                "bilinear", pre.interpolation)
+        return policy
+
+    def settings(self) -> dict:
+        """What the output is made with (module doc): its manifest's `config`."""
+        config = self.config
+        return {"backbone": self.backbone.name, "weights": self.loaded.weights,
+                "weights_sha256": self.loaded.weights_sha256, "input_size": self.size,
+                "preprocess": self.backbone.preprocess.describe(), "decode": self.decoder,
+                "region": config.region, "pool": config.pool, "dtype": config.dtype,
+                "compression": config.compression, "batch_size": config.batch_size,
+                "chunk_batches": config.chunk_batches, "device_type": self.world.device.type,
+                "autocast": str(self.autocast), "compile": config.compile,
+                "cuda_graphs": config.cuda_graphs, "torch": torch.__version__,
+                **self.backbone.fingerprint_extra()}
+
+    def check_space(self, row_shape: tuple) -> None:
+        """Refuse before writing a disk without room for a row per unit and crop, twice."""
+        row = int(np.prod(row_shape)) * np.dtype(DTYPES[self.config.dtype]).itemsize
+        free_space_for(self.config.out, 2 * row * (len(self.layout.unit_image) +
+                                                   len(self.layout.crop_id)),
+                       " for the chunks and the features file")
 
 
 # ----------------------------------------------------------------------------- streams
@@ -54,8 +119,7 @@ class CudaApi:
 
     @staticmethod
     def capture(fn, device: torch.device) -> tuple:
-        """fn() as a CUDA graph after two warm-up calls on a side stream: (replay, the tensor
-        fn returned, which each replay rewrites). Only this thread's calls are captured."""
+        """(replay, fn's output tensor, rewritten by each replay) of fn() as a CUDA graph."""
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):
@@ -79,7 +143,7 @@ class HostStreams:
 
 
 class CudaStreams(HostStreams):
-    """CUDA: the forwards and the copies of their results on a compute stream (module doc)."""
+    """CUDA: the forwards and the copies of their results on a compute stream."""
 
     def __init__(self, device: torch.device, api=CudaApi):
         self.api, self.device = api, device
@@ -93,7 +157,7 @@ class CudaStreams(HostStreams):
         return self.api.stream(self.compute)
 
     def download(self, rows: torch.Tensor) -> tuple:
-        """The copy of `rows` into pinned memory, queued, and the event that marks its end."""
+        """`rows`' queued copy into pinned memory, and the event that marks its end."""
         host = self.api.pinned(rows)
         host.copy_(rows, non_blocking=True)
         done = self.api.Event()
@@ -118,7 +182,7 @@ def embed(model: torch.nn.Module, pixels: torch.Tensor, backbone: Backbone,
           autocast: torch.dtype | None, device: torch.device, pool: str = "avg") -> torch.Tensor:
     """uint8 (B, S, S, 3) -> float32 (B, D) (trunk, average pool, L2) or the maps (pool none)."""
     x = backbone.preprocess.normalise(pixels.to(device, non_blocking=True))
-    # no cast cache: each weight is cast once a forward anyway, and graphs capture no cache
+    # no cast cache: a graph captures none, and each weight is cast once a forward anyway
     with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None,
                         cache_enabled=False):
         fmap = model(x)
@@ -129,7 +193,7 @@ class GraphedTrunk:
     """`embed` at the batch size as one CUDA graph replay; a short batch is zero-padded."""
 
     def __init__(self, plan: ExtractPlan, model: torch.nn.Module, api=CudaApi):
-        device, self.dtype = plan.world.device, TORCH_DTYPES[plan.config.dtype]
+        device = plan.world.device
         with torch.inference_mode():
             self.pixels = torch.zeros((plan.config.batch_size, plan.size, plan.size, 3),
                                       dtype=torch.uint8, device=device)
@@ -163,19 +227,15 @@ class Forward:
     @torch.inference_mode()
     def prepare(self, batch: Batch) -> tuple[list, list, list]:
         """(units, parts, failures): the batch's pixels (or images) on the device."""
-        failed, units, parts = list(batch.failed), [], []
+        failed, pairs = list(batch.failed), []
         if len(batch.units):
-            units.append(batch.units)
-            parts.append(batch.pixels.to(self.device, non_blocking=True))
-        for source_units, payload in self._sources(batch.sources, failed):
-            units.append(source_units)
-            parts.append(payload)
-        return units, parts, failed
+            pairs.append((batch.units, batch.pixels.to(self.device, non_blocking=True)))
+        pairs += self._sources(batch.sources, failed)
+        return [units for units, _ in pairs], [part for _, part in pairs], failed
 
     @torch.inference_mode()
     def __call__(self, prepared: tuple) -> tuple[np.ndarray, tuple | None, list, object]:
-        """(units, their rows on the way to the host, failures, the largest magnitude before
-        the cast: a device scalar, read only when a row is not finite)."""
+        """(units, their rows on the way to the host, failures, the largest magnitude)."""
         units, parts, failed = prepared
         plan = self.plan
         if not units:
@@ -193,11 +253,9 @@ class Forward:
                     out.abs().amax())
 
     def _sources(self, sources: list, failed: list) -> list:
-        """Decode on the device, clip the boxes: (units, crops) of all the images for region
-        crop, (units, (image, corners)) per image for region roi."""
+        """Decoded and cut: [(units, crops)], or [(units, (image, corners))] for region roi."""
         encoded = [s for s in sources if s.encoded]
-        decoded = dict(zip(map(id, encoded), decode_many([s.data for s in encoded],
-                                                         self.device)))
+        decoded = dict(zip(map(id, encoded), decode_many([s.data for s in encoded], self.device)))
         kept = []
         for s in sources:
             image = decoded.get(id(s), s.data)
@@ -227,13 +285,11 @@ class Forward:
         cells = [pooled_regions(self.model, image, corners, plan.backbone.preprocess,
                                 plan.backbone.region_head, short, long, plan.autocast)
                  for image, corners in parts]
-        return finish(region_maps(self.model, torch.cat(cells), plan.autocast),
-                      plan.config.pool)
+        return finish(region_maps(self.model, torch.cat(cells), plan.autocast), plan.config.pool)
 
 
 def row_shape(plan: ExtractPlan, model: torch.nn.Module) -> tuple:
-    """One crop's stored shape, (D,) or (C, H, W): by a probe forward where the backbone does
-    not say."""
+    """One crop's stored shape, (D,) or (C, H, W); a probe forward finds what is not known."""
     if plan.config.pool == "avg" and plan.backbone.feature_dim:
         return (plan.backbone.feature_dim,)
     device, head = plan.world.device, plan.backbone.region_head
@@ -243,16 +299,7 @@ def row_shape(plan: ExtractPlan, model: torch.nn.Module) -> tuple:
             cells = torch.zeros(1, fmap.shape[1], head.pooled, head.pooled, device=device)
             return tuple(model.roi_head(cells).shape[1:])
         pixels = torch.zeros(1, plan.size, plan.size, 3, dtype=torch.uint8)
-        return tuple(embed(model, pixels, plan.backbone, None, device,
-                           plan.config.pool).shape[1:])
-
-
-def warm_up(plan: ExtractPlan, model: torch.nn.Module) -> None:
-    """On CUDA, one forward at the batch size while the workers start (cuDNN's first calls)."""
-    if plan.world.device.type != "cuda" or plan.config.region != "crop":
-        return
-    pixels = torch.zeros(plan.config.batch_size, plan.size, plan.size, 3, dtype=torch.uint8)
-    embed(model, pixels, plan.backbone, plan.autocast, plan.world.device, plan.config.pool)
+        return tuple(embed(model, pixels, plan.backbone, None, device, plan.config.pool).shape[1:])
 
 
 # ------------------------------------------------------------------------------ loop
@@ -262,16 +309,14 @@ def build_model(plan: ExtractPlan) -> torch.nn.Module:
 
 
 def _worker_init(worker_id: int, nice: int) -> None:
-    """A stopped extract leaves no worker tracebacks; on a CPU run (`nice` > 0) decoding yields
-    to the forward, whose OpenMP threads wait for their slowest member at every layer."""
+    """No tracebacks when extract stops; on a CPU decoding yields to the forward's threads."""
     quiet_when_parent_gone()
     if nice:
         os.nice(nice)
 
 
 class InlineBatches:
-    """`--workers 0`: batches prepared in this process, their images decoded by threads
-    (Pillow and torch release the GIL), `ahead` batches at a time."""
+    """`--workers 0`: batches prepared `ahead` at a time by this process's threads."""
 
     def __init__(self, dataset: CropDataset, batches: list, threads: int, pin: bool,
                  ahead: int = 1):
@@ -292,7 +337,8 @@ class InlineBatches:
 def loader(plan: ExtractPlan, batches: list):
     """The batches' pixels: DataLoader worker processes, or this process (`--workers 0`)."""
     cpu = plan.world.device.type == "cpu"
-    mode = worker_mode(plan.decoder, plan.config.region)
+    mode = ("bytes" if plan.decoder == "gpu" else
+            "pillow-crops" if plan.config.region == "crop" else "pillow-image")
     dataset = CropDataset(plan.layout, plan.paths, plan.size, mode, plan.config.vg,
                           plan.backbone.preprocess.interpolation,
                           plan.backbone.preprocess.crop_pct)
@@ -305,14 +351,6 @@ def loader(plan: ExtractPlan, batches: list):
         prefetch_factor=plan.config.prefetch, multiprocessing_context=context(None))
 
 
-def stop_workers(batches) -> None:
-    """End a DataLoader's workers now, on every way out of the loop: left to the garbage
-    collector they outlive an interrupt, and their deaths raise under the command's one line."""
-    shutdown = getattr(batches, "_shutdown_workers", None)  # torch has no public name for it
-    if shutdown is not None:
-        shutdown()
-
-
 def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
     """Extract this rank's unfinished chunks (see the module doc); returns the boxes done."""
     layout, world = plan.layout, plan.world
@@ -322,13 +360,17 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
         return 0
     batch_ids = [b for c in todo for b in layout.chunks[c]]
     chunk_of = [c for c in todo for _ in layout.chunks[c]]
-    # Workers (if any) start first: they decode the first batches while the model is built.
+    # workers start first: they decode the first batches while the model is built
     batches = iter(loader(plan, [layout.batches[b] for b in batch_ids]))
     try:
         model = build_model(plan)
         shape = row_shape(plan, model)
         plan.check_space(shape)  # maps, timm: known now, before the first chunk is written
-        warm_up(plan, model)
+        if world.device.type == "cuda" and plan.config.region == "crop":
+            # one forward at the batch size while the workers start: cuDNN's first calls
+            embed(model, torch.zeros(plan.config.batch_size, plan.size, plan.size, 3,
+                                     dtype=torch.uint8), plan.backbone, plan.autocast,
+                  world.device, plan.config.pool)
         trunk = GraphedTrunk(plan, model, api) if plan.config.cuda_graphs else None
         forward = Forward(plan, model, streams_for(world.device, api), trunk)
         chunks = {}  # chunk -> [its rows, its failures, its batches still to land]
@@ -369,12 +411,12 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
                 land()
         return done
     finally:
-        stop_workers(batches)
+        # workers left to the garbage collector outlive an interrupt, and their deaths raise
+        getattr(batches, "_shutdown_workers", lambda: None)()
 
 
 def check_finite(plan: ExtractPlan, rows: np.ndarray, peak: torch.Tensor) -> None:
-    """Refuse a batch holding a value that is not finite, so no file ever stores one (a
-    float16 overflow too: the stored dtype is a setting of the file)."""
+    """Refuse a batch holding a value that is not finite (a float16 overflow too)."""
     if np.isfinite(rows).all():
         return
     peak, name = float(peak), plan.backbone.name

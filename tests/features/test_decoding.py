@@ -16,12 +16,13 @@ import pytest
 import torch
 from PIL import Image
 
-from vprom.features import decoding
-from vprom.features.crops import decode_crops, draft_reduction
-from vprom.features.decoding import (
+from vprom.features import crops as crops_module
+from vprom.features.crops import (
     clip_boxes,
     crop_resize,
+    decode_crops,
     decode_many,
+    draft_reduction,
     read_bytes,
     resolve_decoder,
     torch_image,
@@ -74,18 +75,18 @@ def test_auto_decodes_on_the_gpu_only_where_cores_are_short(monkeypatch):
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
     assert resolve_decoder("auto", cpu) == "cpu"
     assert resolve_decoder("gpu", cpu) == "gpu" and resolve_decoder("cpu", gpu) == "cpu"
-    monkeypatch.setattr(decoding, "cores_per_process", lambda: 24)
+    monkeypatch.setattr(crops_module, "cores_per_process", lambda: 24)
     assert resolve_decoder("auto", gpu) == "cpu"
-    monkeypatch.setattr(decoding, "cores_per_process", lambda: 16)  # the H100 node measured
+    monkeypatch.setattr(crops_module, "cores_per_process", lambda: 16)  # the H100 node measured
     assert resolve_decoder("auto", gpu) == "gpu"
 
 
 def test_cores_are_shared_among_a_nodes_processes(monkeypatch):
-    monkeypatch.setattr(decoding, "usable_cores", lambda: 64)
+    monkeypatch.setattr(crops_module, "usable_cores", lambda: 64)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
-    assert decoding.cores_per_process() == 8
+    assert crops_module.cores_per_process() == 8
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
-    assert decoding.cores_per_process() == 64
+    assert crops_module.cores_per_process() == 64
 
 
 def _png_bytes(rgb: np.ndarray) -> torch.Tensor:

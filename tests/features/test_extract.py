@@ -13,7 +13,6 @@ import pytest
 import torch
 import torchvision
 
-import vprom.features.assemble as assemble_module
 import vprom.features.extract as extract_module
 import vprom.features.pipeline as pipeline_module
 from vprom.features.backbones import IMAGENET_MEAN, IMAGENET_STD, get_backbone
@@ -135,7 +134,7 @@ def test_a_killed_run_resumes_to_identical_bytes(dataset, vg_dir, tmp_path, monk
 def test_a_partial_run_with_other_settings_is_started_over(dataset, vg_dir, tmp_path,
                                                             monkeypatch, capsys):
     out = tmp_path / "f.h5"
-    monkeypatch.setattr(assemble_module, "assemble", lambda plan: (_ for _ in ()).throw(Killed))
+    monkeypatch.setattr(extract_module, "assemble", lambda plan: (_ for _ in ()).throw(Killed))
     with pytest.raises(Killed):
         extract(config(dataset, vg_dir, out, batch_size=3))
     monkeypatch.undo()

@@ -209,14 +209,10 @@ def test_workers_0_prepares_the_batches_the_dataloader_workers_prepare(dataset, 
     groups in threads, between forwards; the batches are those of the worker processes, in
     their order, however many batches it decodes ahead."""
     from vprom.features.crops import CropDataset, batch_layout, collate
-    from vprom.images import ImageIndex
     from vprom.tables import read_crop_table
 
     layout = batch_layout(read_crop_table(dataset), 3, 1)
-    index = ImageIndex(vg_dir)
-    images = layout.unit_image[layout.groups[:, 0]].tolist()
-    paths = [str(index.paths[i]) if i in index.paths else None for i in images]
-    crops = CropDataset(layout, paths, 32)
+    crops = CropDataset(layout, layout.image_paths(vg_dir), 32)
     processes = torch.utils.data.DataLoader(crops, batch_sampler=layout.batches,
                                             collate_fn=collate, num_workers=2)
     expected = list(processes)

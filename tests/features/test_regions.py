@@ -17,7 +17,7 @@ from vprom.features.bottomup import CAFFE_PIXEL_MEANS_BGR, FROZEN_BN_EPS, facts
 from vprom.features.config import ExtractConfig
 from vprom.features.extract import extract
 from vprom.feature_files import load_features, open_maps
-from vprom.features.regions import caffe_rois, detector_scale
+from vprom.features.bottomup import caffe_rois, detector_scale
 from tests.features.conftest import crop_table, write_dataset
 from tests.features.test_extract import config
 from tests.features.weights_files import conv_rows
@@ -163,11 +163,11 @@ def test_roi_files_say_so_and_other_settings_are_refused(roi_dataset, vg_dir, tm
 
 def test_the_region_mode_is_in_the_settings(roi_dataset, vg_dir, tmp_path, monkeypatch,
                                                capsys):
-    import vprom.features.assemble as assemble
+    import vprom.features.extract as extract_module
 
     dataset, _ = roi_dataset
     out = tmp_path / "f.h5"
-    monkeypatch.setattr(assemble, "assemble", lambda plan: (_ for _ in ()).throw(KeyError))
+    monkeypatch.setattr(extract_module, "assemble", lambda plan: (_ for _ in ()).throw(KeyError))
     with pytest.raises(KeyError):
         extract(config(dataset, vg_dir, out, backbone="bottomup-r101", input_size=SHORT))
     partial = json.loads((tmp_path / "f.h5.partial" / "manifest.json").read_text())["config"]
