@@ -55,9 +55,9 @@ from torch.utils.data import DataLoader
 
 
 from vprom.data import VPROM
+from vprom.crop_store import CropStore
 from vprom.features.crop_store import (
     FULL_SCALE_CROPS,
-    CropStore,
     StoreJob,
     build_crop_store,
     bytes_per_crop,
