@@ -255,7 +255,8 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
         out: a file for jsonl, a folder for the others
         vg: Visual Genome folder (VG_100K/, VG_100K_2/): original, npz, hf, vlm (not text)
         features: savir-t: the resnet101 maps file (`vprom extract --pool none`)
-        copy: original: panels as plain copies instead of symlinks
+        copy: original: panels as plain copies instead of symlinks (clients that open
+            panels through os.readlink cannot read them)
         split: npz: the split whose train, val and test are written; vlm: whose --part
         size: npz: panel side in pixels
         style: npz: pgm (DeepMind PGM's files), raven (RAVEN's) or color (RGB panels)
