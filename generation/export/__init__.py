@@ -1,7 +1,6 @@
-"""`vprom export`: the data set as JSON lines (here: one object per matrix with its full
-provenance, each crop's JSON fragment built once), or as a folder: the original release's
-layout (`release`), npz per problem (`npz`), a Hugging Face data set (`hf`), VLM harness
-files (`vlm`) or SAViR-T's feature files (`savir`); every output appears only when complete.
+"""`vprom export`: the data set as JSON lines (one object per matrix with its full provenance)
+or as a folder: the original release's layout (`release`), npz per problem (`npz`), a Hugging
+Face data set (`hf`), VLM harness files (`vlm`) or SAViR-T's feature files (`savir`).
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vprom.claim import writes
-from vprom.domain import N_PANELS, Matrix
+from vprom.domain import N_PANELS
 from vprom.errors import VpromError
 from vprom.files import atomic_path
 from vprom.generation.export.crops import box, labels
@@ -68,7 +67,6 @@ EXAMPLES = (
     "vprom export build/dataset.h5 --format vlm --vg data/vg --out build/vlm --limit 1000",
     "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",
 )
-MATRIX_KEYS = ("id", "relation", "element_type", "super_attribute", "answer", "splits")
 #: format -> what `export` wrote, filled from its counts
 SUMMARIES = {
     "jsonl": "{matrices:,} matrices as JSON lines",
@@ -88,8 +86,6 @@ SUMMARIES = {
 
 @dataclass
 class ExportSummary:
-    """What `export` wrote."""
-
     out: Path
     format: str
     counts: dict = field(default_factory=dict)
@@ -109,9 +105,8 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
            style: str = "pgm", verify_text: str | None = None, part: str = "test",
            layout: str = "grid", prompt: str | Path | None = None, limit: int | None = None,
            seed: int = 0, crop_store: str | Path | None = None) -> ExportSummary:
-    """Export DATASET.h5 as `fmt` (one of `FORMATS`) to `out`; the options are `vprom
-    export`'s (`crop_store`: --crops), `verify_text` the `vprom verify` report the hf card
-    quotes."""
+    """Export DATASET.h5 as `fmt` to `out` with `vprom export`'s options (`crop_store`:
+    --crops); `verify_text` is the `vprom verify` report the hf card quotes."""
     dataset, out = Path(dataset), Path(out)
     if fmt not in FORMATS:
         raise VpromError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -167,7 +162,7 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
 
 # ---------------------------------------------------------------- jsonl
 def crop_fragments(crops: CropTable) -> list[str]:
-    """Per crop, the JSON of its panel fields after "element" (the same in every matrix)."""
+    """Per crop, the JSON of its panel fields after "element", built once for all matrices."""
     return [json.dumps({"image_id": int(crops.image_id[i]), "box": box(crops, i),
                         "source_id": int(crops.source_id[i]), "phrase": crops.phrase[i],
                         "labels": labels(crops, i)}, ensure_ascii=False)[1:-1]
@@ -175,7 +170,6 @@ def crop_fragments(crops: CropTable) -> list[str]:
 
 
 def matrix_lines(crops: CropTable, m: MatrixTable, rows: np.ndarray):
-    """Yield one JSON line per matrix (without building them all in memory)."""
     fragments, columns, splits = crop_fragments(crops), m.part_columns(), m.ordered_splits()
     for i in range(len(m)):
         answer = int(m.answer[i])
@@ -196,10 +190,3 @@ def write_jsonl(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path) -
                          unit="matrix", disable=None):
             f.write(line)
 
-
-def matrix_of(record: dict) -> Matrix:
-    """The `Matrix` of one exported jsonl record."""
-    part = {k: record[k] for k in MATRIX_KEYS}
-    part["panels"] = [p["crop_id"] for p in record["panels"]]
-    part["elements"] = [p["element"] for p in record["panels"]]
-    return Matrix.from_record(part)

@@ -1,6 +1,5 @@
-"""What the folder exports share: each distinct crop cut from its VG image once
-(`cut_crops`: images grouped and decoded on a thread pool, as Pillow releases the GIL), a
-crop's box, labels and JPEG bytes, and the release's problem ids (`release_ids`)."""
+"""What the folder exports share: each distinct crop cut once from its VG image (`cut_crops`,
+on a thread pool: Pillow decodes without the GIL), a crop's box, labels and JPEG bytes."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from vprom.errors import VpromError
 from vprom.images import ImageIndex, clip_box
 from vprom.tables import CropTable, MatrixTable
 
-#: Threads decoding images (bounded: the exports are disk-bound beyond that).
+#: bounded: the exports are disk-bound beyond that
 WORKERS = min(4, os.cpu_count() or 1)
 
 
@@ -61,7 +60,7 @@ def cut_crops(crops: CropTable, rows: np.ndarray, vg_dir: Path,
     for r in np.unique(rows).tolist():
         by_image.setdefault(int(crops.image_id[r]), []).append(r)
     missing = [i for i in by_image if i not in index]
-    if missing:  # before any work: every image must be there
+    if missing:
         raise VpromError(f"{vg_dir}: image {missing[0]} is not under VG_100K or VG_100K_2 "
                          f"({len(missing)} of the {len(by_image)} images the matrices show "
                          "are missing); is the image download complete?")

@@ -1,7 +1,6 @@
 """The dataset card (`README.md`) of `vprom export --format hf`: YAML front matter (licence,
-tags, one configuration per split, `neutral` the default, and `crops`), then what a row
-holds, how panels join crops, how the data were built and what to cite. `datasets` reads the
-`configs:` from 2.14.0 on, so the card's snippet refuses an older one in one line.
+tags, a configuration per split and `crops`), then the rows, how panels join crops, how the
+data were built and what to cite. `datasets` reads `configs:` from 2.14.0 on.
 """
 
 from __future__ import annotations
@@ -60,7 +59,6 @@ def front_matter(splits: list[str]) -> str:
 
 
 def card(summary: dict, about: dict) -> str:
-    """The whole README.md."""
     splits = list(summary["splits"])
     table = "\n".join(f"| {s} | " + " | ".join(f"{summary['splits'][s][p]:,}"
                                                for p in SPLIT_PARTS) + " |" for s in splits)

@@ -1,9 +1,7 @@
-"""`vprom export --format npz`: one compressed `.npz` per problem of one split, as PGM and RAVEN
-ship them, for loaders that glob a folder for `*<part>*.npz`. Styles `pgm` and `raven`
-follow `pgm`; style `color` writes `vprom_<split>_<part>_<id>.npz` with `image` (16, S, S, 3)
-uint8 and a one-hot `meta_target` (4 relations, 4 element types). Each distinct crop is
-stretched to S x S once into a uint8 memory map beside the output (flat memory); the
-problems are written by a thread pool at zlib level 1, into a folder renamed when complete.
+"""`vprom export --format npz`: one compressed `.npz` per problem of one split, for loaders that
+glob `*<part>*.npz`. Styles `pgm` and `raven`: `pgm.py`; `color`: `vprom_<split>_<part>_<id>.npz`
+with RGB `image` (16, S, S, 3) and a one-hot `meta_target` (relation, element type). Each crop
+is stretched to S x S once into a memory map (flat memory); a thread pool writes the problems.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ def npz_name(split: str, part: str, matrix_id: int) -> str:
 
 
 def panel_tile(crop: Image.Image, size: int, mode: str = "RGB") -> np.ndarray:
-    """The crop stretched to size×size, uint8 in `mode` ("RGB", or "L" for the pgm style)."""
+    """The crop stretched to size×size, uint8 in `mode` ("RGB" or "L")."""
     return np.asarray(crop.convert(mode).resize((size, size), RESAMPLE), dtype=np.uint8)
 
 
@@ -58,7 +56,7 @@ def save_npz(path: Path, **arrays: np.ndarray) -> None:
 
 def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,
               split: str, size: int, manifest: dict, style: str = "pgm") -> dict:
-    """Write split `split`'s problems to folder `out` in `style`; returns what was written."""
+    """Write split `split`'s problems to folder `out` in `style`; returns the counts."""
     if style not in pgm.STYLES:
         raise VpromError(f"unknown npz style {style!r}; choose one of {', '.join(pgm.STYLES)}")
     check_split(m, split)
@@ -76,7 +74,7 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
     with atomic_dir(out) as tmp:
         tiles_path = tmp / ".tiles.u8"
         tiles = np.lib.format.open_memmap(tiles_path, mode="w+", dtype=np.uint8, shape=shape)
-        preallocate(tiles_path)  # a full disk fails here, not as SIGBUS inside the mmap
+        preallocate(tiles_path)  # a full disk fails here, not as SIGBUS in the mmap
 
         def store(r: int, crop: Image.Image) -> None:
             tiles[tile_of[r]] = panel_tile(crop, size, "L" if gray else "RGB")

@@ -1,11 +1,8 @@
-"""The grayscale conventions of `vprom export --format npz`, as the loaders of DeepMind's PGM
-(SRAN, WReN-PyTorch, TFDS) and of RAVEN read them: `OUT/<regime>/<name>.npz` (the regime is
-the split with '_' -> '.', as PGM's tooling splits names on '_'), holding grayscale `image`
-(16, S, S), `target` and one client's meta vectors. Style `pgm` sets PGM's 12 slots (0-6
-what a rule acts on, 7-11 its relation) in the slots of the same meaning (`SLOT_NAMES`).
-Style `raven` sets RAVEN's rule of the same meaning (`or` is none of RAVEN's) and the
-attribute it acts on (`RAVEN_ATTRIBUTE`); a V-PROM panel is one picture, RAVEN's
-`center_single` configuration, whose `structure` RAVEN's `serialize_aot` would write.
+"""The grayscale npz styles, as DeepMind PGM's loaders (SRAN, WReN-PyTorch, TFDS) and RAVEN's
+read them: `OUT/<regime>/<name>.npz` (the split with '_' -> '.': PGM's tooling splits names
+on '_'), with `image` (16, S, S), `target` and meta vectors. `pgm` sets PGM's 12 slots (0-6
+what a rule acts on, 7-11 its relation) of the same meaning; `raven` sets RAVEN's rule (`or`
+is none of RAVEN's) and attribute, a panel being RAVEN's `center_single` configuration.
 """
 
 from __future__ import annotations
@@ -43,12 +40,10 @@ EMBEDDING_DIM = 300  # RAVEN's loader: torch.zeros((6, 300))
 
 
 def regime(split: str) -> str:
-    """The PGM regime name of a split: no underscores."""
     return split.replace("_", ".")
 
 
 def problem_name(style: str, split: str, part: str, matrix_id: int) -> str:
-    """A problem's file, relative to OUT."""
     r = regime(split)
     if style == "raven":
         return f"{r}/RAVEN_{matrix_id}_{part}.npz"
@@ -72,7 +67,7 @@ def pgm_arrays(relation: str, element_type: str, super_attribute: str) -> dict[s
 
 
 def raven_arrays(relation: str, element_type: str, super_attribute: str) -> dict[str, np.ndarray]:
-    """RAVEN's keys of one problem (besides image and target), uint8 as RAVEN writes them."""
+    """RAVEN's keys of one problem (besides image and target), uint8 like RAVEN's."""
     matrix = np.zeros((RAVEN_MAX_RULES, len(RAVEN_TARGET_NAMES)), dtype=np.uint8)
     for word in (RAVEN_RULE.get(relation),
                  RAVEN_ATTRIBUTE.get(element_type, RAVEN_ATTRIBUTE.get(super_attribute))):

@@ -1,11 +1,8 @@
-"""`vprom export --format original`: the data set in the original V-PROM release's layout, as
-its clients (Slot-Abstractor's V-PROM loader, SAViR-T's `VPROM_splits`) read it. Each crop is
-stored once under `V-PROM/crops/`; problem `pid` (its rank in id order) is the folder
-`V-PROM/datasets/Raven_release/<pid // 5000>/<pid>/` of panels `1.jpg` ... `16.jpg`, relative
-links that clients open as `os.readlink(link)[15:]` from the folder holding `V-PROM/` (or
-plain copies with `copy`). `{obj,attr,counting}_gt_labels.npy` are pickled dicts keyed by
-`str(pid)` (`npy_pickle`), holding every relation key a client looks up, each `label` the
-answer's panel (9..16); `<split>_<part>_problems.npy` are arrays of problem paths.
+"""`vprom export --format original`: the original release's layout, as Slot-Abstractor's loader
+and SAViR-T's `VPROM_splits` read it. Crops are stored once in `V-PROM/crops/`; problem `pid`
+(its rank in id order) is `V-PROM/datasets/Raven_release/<pid // 5000>/<pid>/1..16.jpg`,
+relative links clients open as `os.readlink(link)[15:]` (or copies). The label files are
+pickled dicts keyed by `str(pid)`, `label` the answer's panel (9..16).
 """
 
 from __future__ import annotations
@@ -45,7 +42,6 @@ LABEL_FILES = {
 
 
 def problem_path(pid: int) -> str:
-    """A problem's folder relative to ROOT (the last five parts clients keep)."""
     return f"{PROBLEMS}/{pid // BUCKET}/{pid}"
 
 
@@ -62,7 +58,6 @@ def empty_labels() -> dict[str, dict]:
 
 
 def label_dicts(m: MatrixTable, pids: np.ndarray) -> dict[str, dict]:
-    """file name -> the pickled dict the release's clients read."""
     out = empty_labels()
     for i in range(len(m)):
         element_type, relation = m.element_type[i], m.relation[i]
@@ -99,7 +94,7 @@ def split_lists(m: MatrixTable, pids: np.ndarray) -> dict[str, np.ndarray]:
 
 def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,
                   copy: bool, manifest: dict) -> dict:
-    """Write the release layout to folder `out`; returns what was written (for the summary)."""
+    """Write the release layout to folder `out`; returns the counts."""
     pids = release_ids(m.id)
     labels, lists = label_dicts(m, pids), split_lists(m, pids)  # refuse bad data before work
     with atomic_dir(out) as tmp:
@@ -133,7 +128,6 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
 
 def _write_problems(tmp: Path, m: MatrixTable, pids: np.ndarray, crop_dir: Path,
                     copy: bool) -> None:
-    """The bucket/problem folders and their 16 panels (links, or copies)."""
     names = [f"{k + 1}.jpg" for k in range(N_PANELS)]
     for i in tqdm(range(len(m)), desc="problems", unit="problem", disable=None):
         folder = tmp / problem_path(int(pids[i]))

@@ -1,7 +1,6 @@
-"""A resumable output folder for the exports of many large files (savir-t, hf): it fills as
-`OUT.partial/`, each file appearing only when complete, with its settings in `STAMP`, and is
-renamed to `OUT` at the end. A rerun with the same settings keeps the files there; other
-settings, or an existing `OUT`, are refused.
+"""A resumable export folder (savir-t, hf): it fills as `OUT.partial/`, each file appearing
+only when complete, with its settings in `STAMP`, and is renamed to `OUT` at the end. A rerun
+with the same settings keeps the files there; other settings, or an existing `OUT`, are refused.
 """
 
 from __future__ import annotations

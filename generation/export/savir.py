@@ -1,11 +1,8 @@
-"""`vprom export --format savir-t`: SAViR-T's training data, one `.pt` pair per problem at the
-index SAViR-T (kalbasioti/visual-reasoning) reads it from. Its `utils.VPROM_splits` draws
-`random.sample(range(235000), 235000 // 3)` test problem numbers under `random.seed(1)`, then
-walks the release's label files (counting, obj, attr; dict order) appending each problem to
-the test or train list; its loader reads `<index>_feature_Ours.pt` (float32 (16, 1, 2048, 7,
-7) resnet101 maps) and `<index>_target_Ours.pt`. This module repeats the walk over
-`release.label_dicts` and the draw with `random.Random(seed)`, the one use of Python's
-`random` in vprom, as SAViR-T's split is defined by it. The folder resumes (`resumable`).
+"""`vprom export --format savir-t`: a `.pt` pair per problem at the index SAViR-T
+(kalbasioti/visual-reasoning) reads. Its `utils.VPROM_splits` draws test problem numbers with
+`random.sample(range(235000), 235000 // 3)` under `random.seed(1)`, then walks the release's
+label files appending each problem to the test or train list; this module repeats both, the
+draw with `random.Random(seed)` (vprom's one use of `random`: SAViR-T's split is defined by it).
 """
 
 from __future__ import annotations
@@ -41,15 +38,12 @@ WALK = ("counting_gt_labels.npy", "obj_gt_labels.npy", "attr_gt_labels.npy")
 
 
 class Entry(NamedTuple):
-    """One problem of a SAViR-T list."""
-
     row: int
     pid: int
     target: int
 
 
 def savir_test_pids(seed: int = SAVIR_SEED, n: int = SAVIR_N) -> set[int]:
-    """The problem numbers SAViR-T puts in its test list."""
     return set(random.Random(seed).sample(range(n), int(np.floor(n / 3))))
 
 
@@ -63,7 +57,7 @@ def walk(labels: dict[str, dict]):
 
 
 def savir_lists(m: MatrixTable, seed: int = SAVIR_SEED) -> dict[str, list[Entry]]:
-    """'train' and 'test' -> the entries in SAViR-T's file-index order."""
+    """'train' and 'test' -> the entries in SAViR-T's index order."""
     pids = release_ids(m.id)
     row_of = {int(p): r for r, p in enumerate(pids.tolist())}
     test = savir_test_pids(seed)
@@ -79,7 +73,6 @@ BACKBONE = "resnet101"
 
 
 def check_maps(maps, path: Path, crop_ids: np.ndarray) -> None:
-    """The maps must be resnet101's 2048x7x7, and hold every panel's crop."""
     backbone = maps.attrs.get("backbone")
     if backbone != BACKBONE or tuple(maps.shape[1:]) != MAP_SHAPE:
         raise VpromError(f"{path}: maps of {backbone} shaped {'x'.join(map(str, maps.shape[1:]))}"
@@ -94,7 +87,6 @@ def check_maps(maps, path: Path, crop_ids: np.ndarray) -> None:
 
 def export_savir(dataset: str | Path, features: str | Path, out: str | Path,
                  seed: int = SAVIR_SEED) -> dict:
-    """Write SAViR-T's feature and target files for DATASET.h5 to folder `out`."""
     dataset, features, out = Path(dataset), Path(features), Path(out)
     m = read_matrix_table(dataset)
     lists = savir_lists(m, seed)
@@ -115,7 +107,7 @@ def export_savir(dataset: str | Path, features: str | Path, out: str | Path,
 
 
 def _write_part(folder: Path, entries, m, maps) -> int:
-    """The files of one list; returns how many problems were written (not resumed)."""
+    """The files of one list; how many problems were written now (not resumed)."""
     import torch  # here, not at the top: the command line imports this module for its help
 
     folder.mkdir(exist_ok=True)

@@ -1,16 +1,9 @@
-"""`vprom export --format vlm`: V-PROM problems for vision-language models, as lmms-eval and
-VLMEvalKit read them (docs/vlm.md; the files are written by `vlm_formats`).
-
-The problems are `split`'s `part`; with `limit`, a stratified sample whose relation x
-element-type cells share `limit` as evenly as their sizes allow (`even_shares`). The rows
-are then shuffled by the same seeded generator and images are named by matrix id, so neither
-order nor name tells the answer; letters A-H are candidates 0-7. Layouts: `grid`, one JPEG
-after ml-rpm-bench's "fused" image (the 3x3 matrix with a "?" cell above the 8 candidates,
-each under its letter: `grid_positions`); `panels`, 16 letterboxed PANEL-px JPEGs; `text`,
-each panel as its crop's sorted labels. The question is TEMPLATE (or --prompt's text) with
-"{panels}" replaced by WHERE[layout]. Problems are rendered CHUNK at a time, each distinct
-crop letterboxed once: cut from its JPEG, or read from a crop store, whose S x S crop is
-resized back to the box's shape (`unstretched`).
+"""`vprom export --format vlm`: problems of `split`'s `part` for lmms-eval and VLMEvalKit
+(files: `vlm_formats`), with `limit` a sample stratified over relation x element type, shuffled
+and named by matrix id so neither order nor name tells the answer (A-H: candidates 0-7).
+Layouts: `grid`, ml-rpm-bench's "fused" image (the matrix with a "?" cell above the lettered
+candidates); `panels`, 16 letterboxed JPEGs; `text`, each crop's sorted labels. Each chunk's
+crops are letterboxed once, from the JPEGs or a crop store (resized back to the box's shape).
 """
 
 from __future__ import annotations
@@ -35,8 +28,7 @@ from vprom.show import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbo
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
 LAYOUTS = ("grid", "panels", "text")
-#: the grid, px: TILE tiles, GAP apart and round the edge, a LABEL strip holding each
-#: candidate's letter, SEPARATOR between matrix and candidates
+#: the grid, px: tiles GAP apart, a LABEL strip over each candidate, SEPARATOR under the matrix
 TILE, GAP, LABEL, SEPARATOR = 176, 8, 36, 32
 GRID = (4 * TILE + 5 * GAP, GAP + 3 * TILE + 2 * GAP + SEPARATOR + 2 * (LABEL + TILE) + 2 * GAP)
 PANEL = 336  # side of a panels-layout image
@@ -60,8 +52,6 @@ WHERE = {
 
 @dataclass(frozen=True)
 class VlmOptions:
-    """What `vprom export --format vlm` was asked for."""
-
     split: str = "neutral"
     part: str = "test"
     layout: str = "grid"
@@ -113,8 +103,8 @@ def choose(m: MatrixTable, options: VlmOptions) -> np.ndarray:
 
 
 def even_shares(sizes: np.ndarray, total: int, rng: np.random.Generator) -> np.ndarray:
-    """`total` split over cells of `sizes` as evenly as the sizes allow (water-filling);
-    what does not divide evenly goes one each to cells in a random order."""
+    """`total` shared over cells of `sizes` as evenly as they allow (water-filling), the
+    remainder one each to cells in random order."""
     quota = np.zeros_like(sizes)
     while total > 0 and (quota < sizes).any():
         open_cells = np.flatnonzero(quota < sizes)
@@ -142,10 +132,8 @@ def question(template: str, layout: str, descriptions: list[str] | None = None) 
     return template.replace("{panels}", where)
 
 
-# ---------------------------------------------------------------- pictures
 def grid_positions() -> list[tuple[int, int]]:
-    """Top-left corners of the 9 matrix cells (row-major; the 9th is the "?") and then of
-    the 8 candidate tiles A-H (the letter strip sits above each)."""
+    """Top-left corners of the 9 matrix cells (the 9th is the "?"), then of candidates A-H."""
     left = (GRID[0] - (3 * TILE + 2 * GAP)) // 2
     cells = [(left + c * (TILE + GAP), GAP + r * (TILE + GAP)) for r in range(3)
              for c in range(3)]
@@ -156,7 +144,6 @@ def grid_positions() -> list[tuple[int, int]]:
 
 @lru_cache(maxsize=1)
 def grid_canvas() -> np.ndarray:
-    """The grid without its photographs: "?" cell, separator, letters A-H."""
     im = Image.new("RGB", GRID, BACKGROUND)
     draw = ImageDraw.Draw(im)
     positions = grid_positions()
@@ -174,7 +161,6 @@ def grid_canvas() -> np.ndarray:
 
 
 def render_grid(tiles: list[np.ndarray]) -> bytes:
-    """The grid JPEG of one problem from its 16 TILE x TILE tiles (8 context, 8 candidates)."""
     canvas = grid_canvas().copy()
     positions = grid_positions()
     for tile, (x, y) in zip(tiles, positions[:8] + positions[9:]):
@@ -183,9 +169,8 @@ def render_grid(tiles: list[np.ndarray]) -> bytes:
 
 
 def unstretched(pixels: np.ndarray, w: int, h: int, side: int) -> np.ndarray:
-    """A crop store's S x S crop (channels first) as `letterbox` tiles the w x h crop:
-    resized to the box's shape fitted in the tile (bilinear, as the store was made, at half
-    Lanczos's cost), then centred."""
+    """A crop store's S x S crop (channels first) resized back to the w x h box's shape in
+    the tile and centred, as `letterbox` tiles the crop (bilinear: half Lanczos's cost)."""
     scale = side / max(w, h, 1)
     fitted = (max(1, round(w * scale)), max(1, round(h * scale)))
     crop = Image.fromarray(pixels.transpose(1, 2, 0)).resize(fitted, Image.Resampling.BILINEAR)
@@ -194,8 +179,7 @@ def unstretched(pixels: np.ndarray, w: int, h: int, side: int) -> np.ndarray:
 
 def open_store(path: Path, dataset: Path, crops: CropTable, rows: np.ndarray,
                layout: str) -> tuple[CropStore, np.ndarray]:
-    """The crop store at `path` and its row of each crop-table row in `rows` (else -1);
-    refuses a store of another data set, lacking crops, or smaller than the tiles."""
+    """The crop store at `path` and its row of each crop-table row in `rows` (else -1)."""
     store = CropStore(path)
     try:
         side = TILE if layout == "grid" else PANEL
@@ -213,8 +197,7 @@ def open_store(path: Path, dataset: Path, crops: CropTable, rows: np.ndarray,
 
 
 def tiles_of(crops: CropTable, used: np.ndarray, source, side: int) -> dict[int, np.ndarray]:
-    """The side x side tile of every crop row in `used`, from a VG folder's JPEGs or from
-    what `open_store` returns."""
+    """The side x side tile of every crop row in `used`, from JPEGs or `open_store`'s store."""
     tiles: dict[int, np.ndarray] = {}
     if isinstance(source, Path):
         cut_crops(crops, used, source,
@@ -244,7 +227,6 @@ def chunk_pictures(crops: CropTable, rows: np.ndarray, chosen: np.ndarray, sourc
     return [[encoded[r] for r in problem] for problem in needed.tolist()]
 
 
-# ---------------------------------------------------------------- the export
 def problem_records(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: np.ndarray,
                     options: VlmOptions, pictures: list) -> list[dict]:
     records = []
@@ -264,8 +246,7 @@ def problem_records(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: 
 
 def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, source,
               options: VlmOptions, manifest: dict) -> dict:
-    """Write the export folder `out` (atomically), the pictures from `source` (`tiles_of`);
-    returns what it holds."""
+    """Write the export folder `out`, the pictures from `source` (`tiles_of`); its counts."""
     pyarrow_modules()  # before any work
     chosen = choose(m, options)
     task = f"vprom_{options.split}_{options.part}_{options.layout}"

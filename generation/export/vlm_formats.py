@@ -1,12 +1,8 @@
-"""The files of a VLM export (`vlm`), filled a chunk of problems at a time. `lmms_eval/` is a
-folder for lmms-eval's `--include_path`: `<task>.yaml` with lmms-eval 0.7.3's `TaskConfig`
-keys (Parquet `data_files` as an absolute path, as `datasets` resolves it from the working
-directory; hooks as `!function vprom_hooks.NAME`), `vprom_hooks.py` (a copy of `vlm_task`)
-and `data/<part>-NNNNN.parquet` written by the hf export's `write_table`.
-`vlmevalkit/<TASK>.tsv` is the custom MCQ TSV VLMEvalKit's `build_dataset` reads with
-`pandas.read_csv(sep="\\t")`: `index` (matrix id), `image` (base64 JPEG; panels: a list
-literal of 16, which its `toliststr` evaluates), `question`, options `A`-`H`, `answer`,
-`category` (relation), `l2-category` (element type); the text layout has no image column.
+"""The files of a VLM export, a chunk of problems at a time. `lmms_eval/` (for --include_path):
+`<task>.yaml` in lmms-eval 0.7.3's `TaskConfig` keys (Parquet `data_files` absolute, as
+`datasets` resolves them from the working directory), `vprom_hooks.py` (a copy of `vlm_task`),
+`data/<part>-NNNNN.parquet`. `vlmevalkit/<TASK>.tsv`: the custom MCQ TSV VLMEvalKit reads with
+`pandas.read_csv(sep="\\t")`; `image` is base64 JPEG (panels: a list literal of 16).
 """
 
 from __future__ import annotations
@@ -53,9 +49,8 @@ metadata:
 
 
 def tsv_cells(values) -> str:
-    """Tab-separated cells, quoted as pandas reads them. The image cell (base64, which needs
-    no quoting) is appended as it is: `csv.writer` scans every character of a cell, which on
-    ~150 KB of base64 costs more than rendering the picture."""
+    """Tab-separated cells, quoted as pandas reads them. Callers append the base64 image cell
+    unquoted: `csv.writer` scanning ~150 KB of it costs more than rendering the picture."""
     buffer = io.StringIO()
     csv.writer(buffer, delimiter="\t", lineterminator="\n").writerow(values)
     return buffer.getvalue()[:-1]  # the terminator: a cell holding it is quoted
@@ -68,7 +63,7 @@ def features(layout: str) -> dict:
 
 
 class VlmWriter:
-    """Fills `tmp` (the export folder under its temporary name, renamed to `final` later)."""
+    """Fills `tmp`, the export folder renamed to `final` when complete."""
 
     def __init__(self, tmp: Path, final: Path, task: str, options) -> None:
         self.tmp, self.task, self.options, self.shards = tmp, task, options, 0
@@ -87,8 +82,7 @@ class VlmWriter:
         self.tsv.write(tsv_cells(TSV_COLUMNS) + ("\timage" if pictured else "") + "\n")
 
     def add(self, problems: list[dict]) -> None:
-        """Write one chunk: dicts with matrix_id, question, answer, relation, element_type,
-        super_attribute, options (8 texts) and picture (JPEG bytes, a list of them, or None)."""
+        """Write one chunk of `vlm.problem_records`."""
         layout = self.options.layout
         columns = {k: [p[k] for p in problems] for k in features("text")}
         if layout == "grid":
