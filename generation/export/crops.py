@@ -45,6 +45,11 @@ def labels(crops: CropTable, r: int) -> list[str]:
     return [lab for lab in str(crops.labels[r]).split(LABEL_SEPARATOR) if lab]
 
 
+def template_text(name: str) -> str:
+    """The text of `templates/<name>` (the READMEs and task files the exports write)."""
+    return (Path(__file__).with_name("templates") / name).read_text(encoding="utf-8")
+
+
 def jpeg(image: Image.Image, quality: int) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=quality)

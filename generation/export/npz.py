@@ -15,7 +15,12 @@ from PIL import Image
 from tqdm import tqdm
 
 import vprom.generation.export.pgm as pgm  # noqa: PLR0402 (not via the package: a cycle)
-from vprom.generation.export.crops import WORKERS, check_split, cut_crops
+from vprom.generation.export.crops import (
+    WORKERS,
+    check_split,
+    cut_crops,
+    template_text,
+)
 from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, free_space_for, preallocate, write_json
@@ -110,49 +115,8 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
                   "problems": len(chosen), **per_part}
         write_json(tmp / "manifest.json", {**manifest, "counts": {**manifest["counts"],
                                                                     **counts}})
-        layout, keys = README[style]
-        (tmp / "README.txt").write_text((HEADER + layout + PANELS + keys + OWN).format(
+        (tmp / "README.txt").write_text(template_text(f"npz_{style}.txt").format(
             style=style, split=split, size=size, regime=pgm.regime(split),
             rgb="" if gray else ", 3", **per_part), encoding="utf-8")
     return counts
 
-
-HEADER = """V-PROM problems exported by `vprom export --format npz --style {style}`: split
-{split}, panels {size}x{size} ({train:,} train, {val:,} val, {test:,} test problems; the
-split's excluded matrices are not written).
-"""
-PANELS = """  image (16, {size}, {size}{rgb}) uint8: panels 1-8 the context (row-major), 9-16 the
-      candidates
-  target: the answer, 0..7
-"""
-OWN = "  relation, element_type, super_attribute, id (matrix id), panels (crop ids), elements\n"
-#: per style: the layout (before PANELS) and the style's own keys (after)
-README = {
-    "color": ("""
-vprom_{split}_<part>_<id>.npz, one per problem; glob '*_train_*.npz' for a part.
-""", """  meta_target (8,): one-hot relation (and, or, union, progression) then element type
-      (object_attribute, human_attribute, object, count); meta_target_names says which
-"""),
-    "pgm": ("""
-Grayscale, in DeepMind PGM's convention. SRAN-style loaders: root {regime}/;
-WReN-style loaders (root/*/*.npz): root this folder; they test 'train'/'val'/'test' against
-the whole path, so the root's path must hold none of them.
-
-{regime}/PGM_{regime}_<part>_<id>.npz, one per problem:
-""", """  meta_target (12,), relation_structure_encoded (4, 12): slots named by meta_target_names
-  relation_structure (1, 3): [element type, super-attribute, relation]
-"""),
-    "raven": ("""
-Grayscale, in RAVEN's convention: its `dataset` class and models read this folder as root;
-it tests 'train'/'val'/'test' against the whole path, so the root's path must hold none of
-them. embedding.npy: one-hot codes of RAVEN's structure words (RAVEN's own GloVe
-embedding.npy has the same keys).
-
-{regime}/RAVEN_<id>_<part>.npz, one per problem:
-""", """  meta_matrix (8, 9), meta_target (9,): RAVEN's rule and attribute slots, named by
-      meta_target_names: and -> Constant, union -> Distribute_Three, progression ->
-      Progression, or -> none; count -> Number, object and shape -> Type, color and
-      clothing color -> Color
-  structure, meta_structure (21,): RAVEN's center_single (one picture a panel)
-"""),
-}

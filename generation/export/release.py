@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from vprom.generation.export.crops import cut_crops, release_ids
+from vprom.generation.export.crops import cut_crops, release_ids, template_text
 from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, free_space_for, write_json
@@ -121,7 +121,7 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
                   "label_files": len(labels), "split_lists": len(lists)}
         manifest = {**manifest, "counts": {**manifest["counts"], **counts}}
         write_json(tmp / "manifest.json", manifest)
-        (tmp / "README.txt").write_text(README.format(n=len(m), mode=(
+        (tmp / "README.txt").write_text(template_text("release.txt").format(n=len(m), mode=(
             COPY_NOTE if copy else LINK_NOTE)), encoding="utf-8")
     return counts
 
@@ -154,20 +154,3 @@ os.readlink('V-PROM/datasets/Raven_release/<bucket>/<pid>/<k>.jpg')[15:]."""
 COPY_NOTE = """Panels are plain copies (written with --copy, for file systems without symbolic
 links): clients that open panels through os.readlink (Slot-Abstractor's V-PROM loader) cannot
 read this copy; open V-PROM/datasets/Raven_release/<bucket>/<pid>/<k>.jpg directly."""
-
-README = """V-PROM problems exported by `vprom export --format original` ({n:,} problems), in the
-original release's layout.
-
-V-PROM/datasets/Raven_release/<pid // 5000>/<pid>/1.jpg ... 16.jpg
-    panels 1-8: the context, row-major (the 9th cell is missing); 9-16: the 8 candidates
-V-PROM/datasets/{{obj,attr,counting}}_gt_labels.npy
-    pickled dicts (np.load(path, allow_pickle=True).item()):
-    obj[relation][pid], attr[relation]['obj'|'people'][pid], counting[relation][pid];
-    each entry: label (the answer's panel, 9..16; target = label - 9), im_path, relation,
-    element_type, super_attribute, answer (0..7), matrix_id
-V-PROM/datasets/<split>_<train|val|test>_problems.npy
-    the problem folders of each split and part (np.load(path))
-pid: the problem's position in matrix-id order (= the matrix id when ids are 0..N-1).
-
-{mode}
-"""

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from vprom.errors import VpromError
 from vprom.feature_files import open_maps
 from vprom.files import write_json
-from vprom.generation.export.crops import release_ids
+from vprom.generation.export.crops import release_ids, template_text
 from vprom.generation.export.release import FIRST_CANDIDATE_LABEL, LABEL_FILES, label_dicts
 from vprom.generation.export.resumable import resumable_dir, write_once
 from vprom.manifest import input_hash, make_manifest
@@ -102,7 +102,8 @@ def export_savir(dataset: str | Path, features: str | Path, out: str | Path,
             manifest = make_manifest("export-savir-t", settings,
                                      inputs={dataset.name: settings["dataset"]}, counts=counts)
             write_json(tmp / "manifest.json", manifest)
-            (tmp / "README.txt").write_text(README.format(**counts), encoding="utf-8")
+            readme = template_text("savir.txt").format(**counts)
+            (tmp / "README.txt").write_text(readme, encoding="utf-8")
     return counts
 
 
@@ -129,15 +130,3 @@ def summary(out: Path, counts: dict) -> str:
     return (f"wrote {out}: SAViR-T feature files for {counts['train']:,} train and "
             f"{counts['test']:,} test problems ({counts['written']:,} written now)")
 
-
-README = """SAViR-T's training data, exported by `vprom export --format savir-t`.
-
-train/<index>_feature_Ours.pt  float32 (16, 1, 2048, 7, 7): resnet101 maps of the 16 panels
-train/<index>_target_Ours.pt   int64 (): the answer, 0..7
-test/...                       the same for the test list
-{train:,} train and {test:,} test problems. <index> is the position in the lists SAViR-T's
-VPROM_splits() builds (random.seed({seed}), N = 235000) from the label files of
-`vprom export --format original` of the same DATASET.h5: run SAViR-T from that export's
-V-PROM/ folder with --train_data <this folder>/train/ --test_data <this folder>/test/
-(with the trailing slashes: it concatenates).
-"""
