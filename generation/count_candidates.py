@@ -8,7 +8,6 @@ matrices π_k, iterative proportional fitting solves Σ_k π_k P_k(a, F) q_k(S |
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,21 +20,6 @@ SETS = [sum(1 << v for v in s) for s in itertools.combinations(COUNTS, N_CANDIDA
 SWEEPS = 400
 #: crops of one count tried before the attempt gives up (regions already used in the matrix)
 CROP_TRIES = 8
-
-
-@dataclass
-class AbsentTable:
-    """q(S | a, F) of one sampler: per (answer, forced-out mask), sets and cumulative weights."""
-
-    rows: dict[tuple[int, int], tuple[list[int], list[float]]]
-
-    def draw(self, draws: Draws, answer: int, forced: int) -> int | None:
-        """A candidate set (bit mask) holding `answer` and none of `forced`, or None."""
-        row = self.rows.get((answer, forced))
-        if row is None:
-            return None
-        sets, cumulative = row
-        return sets[draws.by_cumulative(cumulative)]
 
 
 def answer_law(relation: Relation, allowed) -> dict[tuple[int, int], float]:
@@ -53,7 +37,8 @@ def answer_law(relation: Relation, allowed) -> dict[tuple[int, int], float]:
 
 
 def absent_tables(samplers: dict, matrices_of: dict) -> dict:
-    """Per count sampler key: its `AbsentTable`, solved per relation and neutral side."""
+    """Per count sampler key, q(S | a, F): (answer, forced-out mask) -> (candidate sets as
+    masks, cumulative weights); solved per relation and neutral side."""
     mixes: dict[tuple[Relation, int], list] = {}
     for key, s in samplers.items():
         if s.group.element_type.value != "count" or not matrices_of.get(key):
@@ -91,19 +76,20 @@ def _solve(members) -> dict:
         q /= q.sum(axis=1, keepdims=True)
     out: dict = {}
     for (key, a, forced, _, ok), qr in zip(rows, q):
-        table = out.setdefault(key, AbsentTable({}))
         j = np.flatnonzero(ok)
-        table.rows[(a, forced)] = ([int(sets[k]) for k in j], np.cumsum(qr[j]).tolist())
+        out.setdefault(key, {})[a, forced] = ([int(sets[k]) for k in j],
+                                              np.cumsum(qr[j]).tolist())
     return out
 
 
-def count_distractors(draws: Draws, table: AbsentTable, answer: int, z: int,
+def count_distractors(draws: Draws, table: dict, answer: int, z: int,
                       used: set[int], crops_of, masks, region) -> list[int] | None:
     """7 crops showing a drawn candidate set's other counts, none carrying another
     candidate's count or a completion; None if the set cannot be shown."""
-    chosen = table.draw(draws, answer, z & ~(1 << answer))
-    if chosen is None:
+    row = table.get((answer, z & ~(1 << answer)))
+    if row is None:
         return None
+    chosen = row[0][draws.by_cumulative(row[1])]
     out = []
     for v in COUNTS:
         if v == answer or not (chosen >> v) & 1:

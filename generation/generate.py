@@ -291,16 +291,15 @@ def merge_shards(shards: Sequence[Path], out: Path, rules: SplitRules) -> Genera
     _, first = np.unique(every.crop_id, return_index=True)  # sorted by crop id, like one run
     counts = _counts(table, planned, True)
     skipped: dict[str, set] = {}
+    loosened: dict[str, dict] = {}
     for m in manifests:
         for key, names in m["counts"].get("super_attributes_too_small", {}).items():
             skipped.setdefault(key, set()).update(names)
-    counts["super_attributes_too_small"] = {k: sorted(v) for k, v in sorted(skipped.items())}
-    loosened: dict[str, dict] = {}
-    for m in manifests:
         for key, v in (m["counts"].get("held_out_bans_loosened") or {}).items():
             entry = loosened.setdefault(key, {"matrices": 0, "why": {}})
             entry["matrices"] += v["matrices"]
             entry["why"].update(v["why"])
+    counts["super_attributes_too_small"] = {k: sorted(v) for k, v in sorted(skipped.items())}
     counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
     if "vocabulary" in manifests[0]["counts"]:
         counts["vocabulary"] = manifests[0]["counts"]["vocabulary"]

@@ -59,7 +59,7 @@ class Sampler:
     solver_groups: list[int] = field(default_factory=list)
     fill_weight: dict[str, float] = field(default_factory=dict)  # `fill_weights`
     mixing: dict = field(default_factory=dict)  # super-attribute -> `candidate_blocks.Plan`
-    absent: object = None  # counts: `count_candidates.AbsentTable`; None: answer first
+    absent: dict | None = None  # counts: `count_candidates.absent_tables`' table
 
 
 def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,

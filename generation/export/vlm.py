@@ -1,13 +1,22 @@
-"""`vprom export --format vlm`: problems of `split`'s `part` for lmms-eval and VLMEvalKit
-(files: `vlm_formats`), with `limit` a sample stratified over relation x element type, shuffled
-and named by matrix id so neither order nor name tells the answer (A-H: candidates 0-7).
-Layouts: `grid`, ml-rpm-bench's "fused" image (the matrix with a "?" cell above the lettered
-candidates); `panels`, 16 letterboxed JPEGs; `text`, each crop's sorted labels. Each chunk's
-crops are letterboxed once, from the JPEGs or a crop store (resized back to the box's shape).
-"""
+"""`vprom export --format vlm`: problems of `split`'s `part` for lmms-eval and VLMEvalKit, with
+`limit` a sample stratified over relation x element type, shuffled and named by matrix id so
+neither order nor name tells the answer (A-H: candidates 0-7). Layouts: `grid`, ml-rpm-bench's
+"fused" image (the matrix with a "?" cell above the lettered candidates); `panels`, 16
+letterboxed JPEGs; `text`, each crop's sorted labels. Each chunk's crops are letterboxed once,
+from the JPEGs or a crop store (resized back to the box's shape).
 
+Files: `lmms_eval/` (for --include_path) holds `<task>.yaml` in lmms-eval 0.7.3's `TaskConfig`
+keys (Parquet `data_files` absolute, as `datasets` resolves them from the working directory),
+`vprom_hooks.py` (a copy of `vlm_task`) and `data/<part>-NNNNN.parquet`; `vlmevalkit/<TASK>.tsv`
+is the custom MCQ TSV VLMEvalKit reads with `pandas.read_csv(sep="\\t")`, `image` base64 JPEG
+(panels: a list literal of 16).
+"""
 from __future__ import annotations
 
+import base64
+import csv
+import io
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -21,9 +30,16 @@ from vprom.domain import N_CANDIDATES, N_CONTEXT
 from vprom.crop_store import CropStore, store_rows
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, write_json
-from vprom.generation.export.crops import WORKERS, check_split, cut_crops, jpeg, labels
-from vprom.generation.export.hf import pyarrow_modules
-from vprom.generation.export.vlm_formats import LETTERS, VlmWriter
+import vprom.generation.export.vlm_task as hooks
+from vprom.generation.export.crops import (
+    WORKERS,
+    check_split,
+    cut_crops,
+    jpeg,
+    labels,
+    template_text,
+)
+from vprom.generation.export.hf import INT, STRING, pyarrow_modules, write_table
 from vprom.show import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbox
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
@@ -242,6 +258,75 @@ def problem_records(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: 
             [f"candidate {c}" if options.layout == "grid" else f"image {N_CONTEXT + k + 1}"
              for k, c in enumerate(LETTERS)]})
     return records
+
+
+HOOKS = "vprom_hooks"
+LETTERS = hooks.LETTERS
+IMAGE = {"_type": "Image"}
+TSV_COLUMNS = ("index", "question", *LETTERS, "answer", "category", "l2-category",
+               "super_attribute")
+
+
+def tsv_cells(values) -> str:
+    """Tab-separated cells, quoted as pandas reads them. Callers append the base64 image cell
+    unquoted: `csv.writer` scanning ~150 KB of it costs more than rendering the picture."""
+    buffer = io.StringIO()
+    csv.writer(buffer, delimiter="\t", lineterminator="\n").writerow(values)
+    return buffer.getvalue()[:-1]  # the terminator: a cell holding it is quoted
+
+
+def features(layout: str) -> dict:
+    pictures = {"grid": {"image": IMAGE}, "panels": {"images": [IMAGE]}}.get(layout, {})
+    return {"matrix_id": INT, "question": STRING, "answer": STRING, "relation": STRING,
+            "element_type": STRING, "super_attribute": STRING, **pictures}
+
+
+class VlmWriter:
+    """Fills `tmp`, the export folder renamed to `final` when complete."""
+
+    def __init__(self, tmp: Path, final: Path, task: str, options) -> None:
+        self.tmp, self.task, self.options, self.shards = tmp, task, options, 0
+        data = tmp / "lmms_eval" / "data"
+        data.mkdir(parents=True)
+        shutil.copyfile(hooks.__file__, tmp / "lmms_eval" / f"{HOOKS}.py")
+        yaml = template_text("lmms_eval_task.yaml").format(
+            split=options.split, part=options.part, layout=options.layout, task=task,
+            folder=final / "lmms_eval", hooks=HOOKS,
+            data=final / "lmms_eval" / "data" / f"{options.part}-*.parquet")
+        (tmp / "lmms_eval" / f"{task}.yaml").write_text(yaml, encoding="utf-8")
+        (tmp / "vlmevalkit").mkdir()
+        self.tsv_path = tmp / "vlmevalkit" / f"{task.upper()}.tsv"
+        # open across `add` calls, one chunk at a time; `close` ends it
+        self.tsv = open(self.tsv_path, "w", encoding="utf-8", newline="")  # noqa: SIM115
+        pictured = options.layout != "text"
+        self.tsv.write(tsv_cells(TSV_COLUMNS) + ("\timage" if pictured else "") + "\n")
+
+    def add(self, problems: list[dict]) -> None:
+        """Write one chunk of `vlm.problem_records`."""
+        layout = self.options.layout
+        columns = {k: [p[k] for p in problems] for k in features("text")}
+        if layout == "grid":
+            columns["image"] = [{"bytes": p["picture"], "path": f"{p['matrix_id']}.jpg"}
+                                for p in problems]
+        elif layout == "panels":
+            columns["images"] = [[{"bytes": b, "path": f"{p['matrix_id']}-{k + 1}.jpg"}
+                                  for k, b in enumerate(p["picture"])] for p in problems]
+        write_table(self.tmp / "lmms_eval" / "data" / f"{self.options.part}-"
+                    f"{self.shards:05d}.parquet", columns, features(layout))
+        self.shards += 1
+        for p in problems:
+            cells = tsv_cells([p["matrix_id"], p["question"], *p["options"], p["answer"],
+                               p["relation"], p["element_type"], p["super_attribute"]])
+            if layout == "grid":
+                cells += "\t" + base64.b64encode(p["picture"]).decode("ascii")
+            elif layout == "panels":
+                cells += "\t" + str([base64.b64encode(b).decode("ascii") for b in p["picture"]])
+            self.tsv.write(cells + "\n")
+
+    def close(self) -> dict:
+        self.tsv.close()
+        return {"task": self.task, "shards": self.shards,
+                "tsv": str(self.tsv_path.relative_to(self.tmp))}
 
 
 def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, source,
