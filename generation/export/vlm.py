@@ -44,6 +44,11 @@ from vprom.show import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbo
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
 LAYOUTS = ("grid", "panels", "text")
+HOOKS = "vprom_hooks"
+LETTERS = hooks.LETTERS
+IMAGE = {"_type": "Image"}
+TSV_COLUMNS = ("index", "question", *LETTERS, "answer", "category", "l2-category",
+               "super_attribute")
 #: the grid, px: tiles GAP apart, a LABEL strip over each candidate, SEPARATOR under the matrix
 TILE, GAP, LABEL, SEPARATOR = 176, 8, 36, 32
 GRID = (4 * TILE + 5 * GAP, GAP + 3 * TILE + 2 * GAP + SEPARATOR + 2 * (LABEL + TILE) + 2 * GAP)
@@ -260,13 +265,6 @@ def problem_records(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: 
     return records
 
 
-HOOKS = "vprom_hooks"
-LETTERS = hooks.LETTERS
-IMAGE = {"_type": "Image"}
-TSV_COLUMNS = ("index", "question", *LETTERS, "answer", "category", "l2-category",
-               "super_attribute")
-
-
 def tsv_cells(values) -> str:
     """Tab-separated cells, quoted as pandas reads them. Callers append the base64 image cell
     unquoted: `csv.writer` scanning ~150 KB of it costs more than rendering the picture."""
@@ -281,52 +279,26 @@ def features(layout: str) -> dict:
             "element_type": STRING, "super_attribute": STRING, **pictures}
 
 
-class VlmWriter:
-    """Fills `tmp`, the export folder renamed to `final` when complete."""
+def problem_columns(problems: list[dict], layout: str) -> dict:
+    """The Parquet columns of `problem_records`."""
+    columns = {k: [p[k] for p in problems] for k in features("text")}
+    if layout == "grid":
+        columns["image"] = [{"bytes": p["picture"], "path": f"{p['matrix_id']}.jpg"}
+                            for p in problems]
+    elif layout == "panels":
+        columns["images"] = [[{"bytes": b, "path": f"{p['matrix_id']}-{k + 1}.jpg"}
+                              for k, b in enumerate(p["picture"])] for p in problems]
+    return columns
 
-    def __init__(self, tmp: Path, final: Path, task: str, options) -> None:
-        self.tmp, self.task, self.options, self.shards = tmp, task, options, 0
-        data = tmp / "lmms_eval" / "data"
-        data.mkdir(parents=True)
-        shutil.copyfile(hooks.__file__, tmp / "lmms_eval" / f"{HOOKS}.py")
-        yaml = template_text("lmms_eval_task.yaml").format(
-            split=options.split, part=options.part, layout=options.layout, task=task,
-            folder=final / "lmms_eval", hooks=HOOKS,
-            data=final / "lmms_eval" / "data" / f"{options.part}-*.parquet")
-        (tmp / "lmms_eval" / f"{task}.yaml").write_text(yaml, encoding="utf-8")
-        (tmp / "vlmevalkit").mkdir()
-        self.tsv_path = tmp / "vlmevalkit" / f"{task.upper()}.tsv"
-        # open across `add` calls, one chunk at a time; `close` ends it
-        self.tsv = open(self.tsv_path, "w", encoding="utf-8", newline="")  # noqa: SIM115
-        pictured = options.layout != "text"
-        self.tsv.write(tsv_cells(TSV_COLUMNS) + ("\timage" if pictured else "") + "\n")
 
-    def add(self, problems: list[dict]) -> None:
-        """Write one chunk of `vlm.problem_records`."""
-        layout = self.options.layout
-        columns = {k: [p[k] for p in problems] for k in features("text")}
-        if layout == "grid":
-            columns["image"] = [{"bytes": p["picture"], "path": f"{p['matrix_id']}.jpg"}
-                                for p in problems]
-        elif layout == "panels":
-            columns["images"] = [[{"bytes": b, "path": f"{p['matrix_id']}-{k + 1}.jpg"}
-                                  for k, b in enumerate(p["picture"])] for p in problems]
-        write_table(self.tmp / "lmms_eval" / "data" / f"{self.options.part}-"
-                    f"{self.shards:05d}.parquet", columns, features(layout))
-        self.shards += 1
-        for p in problems:
-            cells = tsv_cells([p["matrix_id"], p["question"], *p["options"], p["answer"],
-                               p["relation"], p["element_type"], p["super_attribute"]])
-            if layout == "grid":
-                cells += "\t" + base64.b64encode(p["picture"]).decode("ascii")
-            elif layout == "panels":
-                cells += "\t" + str([base64.b64encode(b).decode("ascii") for b in p["picture"]])
-            self.tsv.write(cells + "\n")
-
-    def close(self) -> dict:
-        self.tsv.close()
-        return {"task": self.task, "shards": self.shards,
-                "tsv": str(self.tsv_path.relative_to(self.tmp))}
+def tsv_line(p: dict, layout: str) -> str:
+    cells = tsv_cells([p["matrix_id"], p["question"], *p["options"], p["answer"],
+                       p["relation"], p["element_type"], p["super_attribute"]])
+    if layout == "grid":
+        cells += "\t" + base64.b64encode(p["picture"]).decode("ascii")
+    elif layout == "panels":
+        cells += "\t" + str([base64.b64encode(b).decode("ascii") for b in p["picture"]])
+    return cells + "\n"
 
 
 def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, source,
@@ -334,17 +306,34 @@ def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, sou
     """Write the export folder `out`, the pictures from `source` (`tiles_of`); its counts."""
     pyarrow_modules()  # before any work
     chosen = choose(m, options)
-    task = f"vprom_{options.split}_{options.part}_{options.layout}"
+    layout, part = options.layout, options.part
+    task = f"vprom_{options.split}_{part}_{layout}"
+    tsv = Path("vlmevalkit") / f"{task.upper()}.tsv"
+    final = out.resolve() / "lmms_eval"
+    starts = range(0, len(chosen), CHUNK)
     with atomic_dir(out) as tmp:
-        writer = VlmWriter(tmp, out.resolve(), task, options)
-        for start in tqdm(range(0, len(chosen), CHUNK), desc=f"export vlm {options.layout}",
-                          unit="chunk", disable=None):
-            block = chosen[start:start + CHUNK]
-            pictures = ([None] * len(block) if options.layout == "text" else
-                        chunk_pictures(crops, rows, block, source, options.layout))
-            writer.add(problem_records(crops, m, rows, block, options, pictures))
-        counts = {"problems": len(chosen), "split": options.split, "part": options.part,
-                  "layout": options.layout, "limit": options.limit, **writer.close()}
+        lmms = tmp / "lmms_eval"
+        (lmms / "data").mkdir(parents=True)
+        shutil.copyfile(hooks.__file__, lmms / f"{HOOKS}.py")
+        yaml = template_text("lmms_eval_task.yaml").format(
+            split=options.split, part=part, layout=layout, task=task, folder=final,
+            hooks=HOOKS, data=final / "data" / f"{part}-*.parquet")
+        (lmms / f"{task}.yaml").write_text(yaml, encoding="utf-8")
+        (tmp / "vlmevalkit").mkdir()
+        with open(tmp / tsv, "w", encoding="utf-8", newline="") as f:
+            f.write(tsv_cells(TSV_COLUMNS) + ("\timage" if layout != "text" else "") + "\n")
+            for shard, start in enumerate(tqdm(starts, desc=f"export vlm {layout}",
+                                               unit="chunk", disable=None)):
+                block = chosen[start:start + CHUNK]
+                pictures = ([None] * len(block) if layout == "text" else
+                            chunk_pictures(crops, rows, block, source, layout))
+                problems = problem_records(crops, m, rows, block, options, pictures)
+                write_table(lmms / "data" / f"{part}-{shard:05d}.parquet",
+                            problem_columns(problems, layout), features(layout))
+                f.writelines(tsv_line(p, layout) for p in problems)
+        counts = {"problems": len(chosen), "split": options.split, "part": part,
+                  "layout": layout, "limit": options.limit, "task": task,
+                  "shards": len(starts), "tsv": str(tsv)}
         (tmp / "prompt.txt").write_text(options.template + "\n", encoding="utf-8")
         write_json(tmp / "manifest.json", {**manifest, "counts": counts})
     return counts
