@@ -16,7 +16,7 @@ from vprom.claim import writes
 from vprom.domain import N_PANELS
 from vprom.errors import VpromError
 from vprom.files import atomic_path
-from vprom.generation.export.crops import box, labels
+from vprom.generation.export.crops import box, labels, template_text
 from vprom.generation.export.hf import write_hf
 from vprom.generation.export.npz import DEFAULT_SIZE, write_npz
 from vprom.generation.export.release import FIRST_CANDIDATE_LABEL, write_release
@@ -31,34 +31,6 @@ from vprom.tables import (
     read_matrix_table,
 )
 
-#: format -> what it writes (the command line's help)
-FORMATS = {
-    "jsonl": "one JSON line per matrix with its full provenance (--out: a file)",
-    "original": "the original V-PROM release's layout, as its clients read it (the tests "
-                "re-state Slot-Abstractor's and SAViR-T's reading contracts): "
-                "V-PROM/datasets/Raven_release/<id//5000>/<id>/1..16.jpg as relative "
-                "symlinks into V-PROM/crops/, {obj,attr,counting}_gt_labels.npy (label 9-16) "
-                "and <split>_<train|val|test>_problems.npy (--out: a folder; needs --vg)",
-    "hf": "a Hugging Face data set: Parquet shards (~500 MB) per split and part, one row per "
-          "problem (answer, relation, element type, super-attribute, crop ids, VG image ids "
-          "and boxes) and a crops table of JPEGs, with a dataset card README.md (configs per "
-          "split, CC BY 4.0, citations, verify report); datasets.load_dataset(OUT) reads it; "
-          "resumable (--out: a folder; needs --vg; pip install 'vprom[hf]')",
-    "npz": "one npz per problem of --split. --style pgm (default): DeepMind PGM's "
-           "convention, <regime>/PGM_<regime>_<part>_<id>.npz with image (16,S,S) uint8 "
-           "grayscale, target 0-7, meta_target (12,), relation_structure_encoded (4,12) "
-           "(the tests re-state SRAN's and WReN-PyTorch's loaders); --style raven: RAVEN's, "
-           "<regime>/RAVEN_<id>_<part>.npz with meta_target (9,), meta_structure (21,), "
-           "structure and embedding.npy (RAVEN's loader and Resnet18_MLP run on it); "
-           "--style color: vprom_<split>_<part>_<id>.npz with image (16,S,S,3) RGB and "
-           "meta_target (8,) (--out: a folder; needs --vg)",
-    "vlm": "problems of --split's --part (default test) for vision-language models: an "
-           "lmms-eval task folder (YAML, hooks, Parquet) and a VLMEvalKit MCQ TSV, letters "
-           "A-H; --layout grid (one 744x1024 image: the matrix, then candidates A-H), panels "
-           "(16 images) or text (labels, no image); --limit N: a stratified sample (--seed); "
-           "--prompt FILE replaces the question (--out: a folder; needs --vg, or --crops STORE, "
-           "but for text)",
-}
 EXAMPLES = (
     "vprom export build/dataset.h5 --format npz --vg data/vg --out build/npz --split neutral",
     "vprom export build/dataset.h5 --format npz --style raven --vg data/vg --out build/raven",
@@ -67,21 +39,9 @@ EXAMPLES = (
     "vprom export build/dataset.h5 --format vlm --vg data/vg --out build/vlm --limit 1000",
     "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",
 )
-#: format -> what `export` wrote, filled from its counts
-SUMMARIES = {
-    "jsonl": "{matrices:,} matrices as JSON lines",
-    "hf": "a Hugging Face data set of {problems:,} problems ({configurations} split "
-          "configurations, {parts} parts) and {crops:,} crops in {crop_shards} shard(s)",
-    "vlm": "{problems:,} {part} problems of split {split} ({layout} layout) as the lmms-eval "
-           "task {task} and the VLMEvalKit TSV {tsv}; evaluate a model served by vLLM with:\n"
-           "  lmms-eval --model openai --model_args model=MODEL,base_url=http://localhost:8000"
-           "/v1 --include_path {out}/lmms_eval --tasks {task} --log_samples --output_path "
-           "results/",
-    "original": "{problems:,} problems in {buckets} bucket{plural} (panels: {panels}), "
-                "{crops:,} crops, {label_files} label files, {split_lists} split lists",
-    "npz": "{problems:,} npz problems ({style} style) of split {split} ({train:,} train, "
-           "{val:,} val, {test:,} test; {size}x{size} panels from {crops:,} crops)",
-}
+#: format -> what it writes (the command line's help), and what `export` wrote (its counts)
+_TEXTS = json.loads(template_text("formats.json"))
+FORMATS, SUMMARIES = _TEXTS["help"], _TEXTS["summaries"]
 
 
 @dataclass

@@ -24,10 +24,7 @@ WORKERS = min(4, os.cpu_count() or 1)
 
 def release_ids(ids: np.ndarray) -> np.ndarray:
     """The release's problem id of every matrix row: its rank in id order (0..N-1)."""
-    order = np.argsort(ids, kind="stable")
-    pids = np.empty(len(ids), dtype=np.int64)
-    pids[order] = np.arange(len(ids))
-    return pids
+    return np.argsort(np.argsort(ids, kind="stable"), kind="stable").astype(np.int64)
 
 
 def check_split(m: MatrixTable, split: str) -> None:

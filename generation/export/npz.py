@@ -1,7 +1,9 @@
 """`vprom export --format npz`: one compressed `.npz` per problem of one split, for loaders that
-glob `*<part>*.npz`. Styles `pgm` and `raven`: `pgm.py`; `color`: `vprom_<split>_<part>_<id>.npz`
-with RGB `image` (16, S, S, 3) and a one-hot `meta_target` (relation, element type). Each crop
-is stretched to S x S once into a memory map (flat memory); a thread pool writes the problems.
+glob `*<part>*.npz`: `image` (16, S, S) uint8, `target` and meta vectors. Grayscale styles as
+DeepMind PGM's loaders (SRAN, WReN-PyTorch, TFDS) and RAVEN's read them, in `<regime>/` (the
+split with '_' -> '.': PGM's tooling splits names on '_'): `pgm` sets PGM's 12 slots (0-6 what a
+rule acts on, 7-11 its relation), `raven` RAVEN's rule (`or` is none of RAVEN's) and attribute
+(a panel is RAVEN's `center_single`); `color`: RGB panels and a one-hot `meta_target`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-import vprom.generation.export.pgm as pgm  # noqa: PLR0402 (not via the package: a cycle)
 from vprom.generation.export.crops import (
     WORKERS,
     check_split,
@@ -27,15 +28,80 @@ from vprom.files import atomic_dir, free_space_for, preallocate, write_json
 from vprom.domain import N_PANELS, ElementType, Relation
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
+STYLES = ("pgm", "raven", "color")
+N_SLOTS = 12
+MAX_RULES = 4  # PGM's relation_structure_encoded rows
+UNUSED = "(unused)"
+#: slot -> what it means in a V-PROM export (PGM's slot meanings in the docstring)
+SLOT_NAMES = (tuple(e.value for e in ElementType) + (UNUSED,) * 3
+              + (Relation.PROGRESSION.value, UNUSED, Relation.OR.value, Relation.AND.value,
+                 Relation.UNION.value))
+
+#: RAVEN's META_TARGET_FORMAT and META_STRUCTURE_FORMAT (src/dataset/const.py)
+RAVEN_TARGET_NAMES = ("Constant", "Progression", "Arithmetic", "Distribute_Three", "Number",
+                      "Position", "Type", "Size", "Color")
+RAVEN_STRUCTURE_NAMES = (
+    "Singleton", "Left_Right", "Up_Down", "Out_In", "Left", "Right", "Up", "Down", "Out", "In",
+    "Grid", "Center_Single", "Distribute_Four", "Distribute_Nine", "Left_Center_Single",
+    "Right_Center_Single", "Up_Center_Single", "Down_Center_Single", "Out_Center_Single",
+    "In_Center_Single", "In_Distribute_Four")
+RAVEN_RULE = {Relation.AND.value: "Constant", Relation.UNION.value: "Distribute_Three",
+              Relation.PROGRESSION.value: "Progression"}
+#: an element type's RAVEN attribute, else its super-attribute's
+RAVEN_ATTRIBUTE = {ElementType.COUNT.value: "Number", ElementType.OBJECT.value: "Type",
+                   "shape": "Type", "color": "Color", "clothing color": "Color"}
+#: RAVEN's serialize_aot of center_single: the tree Scene/Singleton/Grid/Center_Single
+RAVEN_STRUCTURE = ("Scene", "Singleton", "Grid", "Center_Single", "/", "/", "/", "/")
+RAVEN_MAX_RULES = 8  # meta_matrix rows
+EMBEDDING_DIM = 300  # RAVEN's loader: torch.zeros((6, 300))
+
+
+def regime(split: str) -> str:
+    return split.replace("_", ".")
+
+
+def problem_name(style: str, split: str, part: str, matrix_id: int) -> str:
+    r = regime(split)
+    if style == "raven":
+        return f"{r}/RAVEN_{matrix_id}_{part}.npz"
+    if style == "color":
+        return f"vprom_{split}_{part}_{matrix_id}.npz"
+    return f"{r}/PGM_{r}_{part}_{matrix_id}.npz"
+
+
+def raven_embedding() -> dict[str, list[float]]:
+    """embedding.npy's content: each structure word -> its one-hot code (plain Python)."""
+    words = ("Scene",) + RAVEN_STRUCTURE_NAMES
+    return {w: [float(j == k) for j in range(EMBEDDING_DIM)] for k, w in enumerate(words)}
+
+
+def pgm_arrays(relation: str, element_type: str, super_attribute: str) -> dict[str, np.ndarray]:
+    """PGM's keys of one problem (besides image and target)."""
+    encoded = np.zeros((MAX_RULES, N_SLOTS), dtype=np.int64)  # one rule: rows 1-3 stay 0
+    encoded[0, [SLOT_NAMES.index(element_type), SLOT_NAMES.index(relation)]] = 1
+    return {"meta_target": encoded.max(axis=0), "relation_structure_encoded": encoded,
+            "relation_structure": np.array([[element_type, super_attribute, relation]],
+                                           dtype=np.bytes_),
+            "meta_target_names": np.array(SLOT_NAMES)}
+
+
+def raven_arrays(relation: str, element_type: str, super_attribute: str) -> dict[str, np.ndarray]:
+    """RAVEN's keys of one problem (besides image and target), uint8 like RAVEN's."""
+    matrix = np.zeros((RAVEN_MAX_RULES, len(RAVEN_TARGET_NAMES)), dtype=np.uint8)
+    for word in (RAVEN_RULE.get(relation),
+                 RAVEN_ATTRIBUTE.get(element_type, RAVEN_ATTRIBUTE.get(super_attribute))):
+        if word:
+            matrix[0, RAVEN_TARGET_NAMES.index(word)] = 1
+    meta_structure = np.isin(RAVEN_STRUCTURE_NAMES, RAVEN_STRUCTURE).astype(np.uint8)
+    return {"meta_matrix": matrix, "meta_target": np.bitwise_or.reduce(matrix),
+            "structure": np.array(RAVEN_STRUCTURE), "meta_structure": meta_structure,
+            "meta_target_names": np.array(RAVEN_TARGET_NAMES),
+            "meta_structure_names": np.array(RAVEN_STRUCTURE_NAMES)}
+
 DEFAULT_SIZE = 160
-PREFIX = "vprom"
 META_TARGET_NAMES = tuple(r.value for r in Relation) + tuple(e.value for e in ElementType)
 RESAMPLE = Image.Resampling.BILINEAR
 ZLIB_LEVEL = 1
-
-
-def npz_name(split: str, part: str, matrix_id: int) -> str:
-    return f"{PREFIX}_{split}_{part}_{matrix_id}.npz"
 
 
 def panel_tile(crop: Image.Image, size: int, mode: str = "RGB") -> np.ndarray:
@@ -62,8 +128,8 @@ def save_npz(path: Path, **arrays: np.ndarray) -> None:
 def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,
               split: str, size: int, manifest: dict, style: str = "pgm") -> dict:
     """Write split `split`'s problems to folder `out` in `style`; returns the counts."""
-    if style not in pgm.STYLES:
-        raise VpromError(f"unknown npz style {style!r}; choose one of {', '.join(pgm.STYLES)}")
+    if style not in STYLES:
+        raise VpromError(f"unknown npz style {style!r}; choose one of {', '.join(STYLES)}")
     check_split(m, split)
     if size < 8:
         raise VpromError(f"--size {size}: a panel needs at least 8×8 pixels")
@@ -86,19 +152,18 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
 
         n_crops = cut_crops(crops, used, vg_dir, store, desc="tiles") if len(used) else 0
         if gray:
-            (tmp / pgm.regime(split)).mkdir()
+            (tmp / regime(split)).mkdir()
         if style == "raven":
-            (tmp / "embedding.npy").write_bytes(npy_bytes(pgm.raven_embedding()))
+            (tmp / "embedding.npy").write_bytes(npy_bytes(raven_embedding()))
 
         def write(i: int) -> None:
             mid, part = int(m.id[i]), columns[i]
             rule = (m.relation[i], m.element_type[i], m.super_attribute[i])
-            keys = (pgm.pgm_arrays(*rule) if style == "pgm" else pgm.raven_arrays(*rule)
+            keys = (pgm_arrays(*rule) if style == "pgm" else raven_arrays(*rule)
                     if style == "raven" else
                     {"meta_target": meta_target(*rule[:2]), "meta_target_names": names})
             save_npz(
-                tmp / (pgm.problem_name(style, split, part, mid) if gray
-                       else npz_name(split, part, mid)),
+                tmp / problem_name(style, split, part, mid),
                 image=tiles[[tile_of[int(r)] for r in rows[i]]], target=np.int64(m.answer[i]),
                 **keys, relation=np.str_(m.relation[i]), element_type=np.str_(m.element_type[i]),
                 super_attribute=np.str_(m.super_attribute[i]), id=np.int64(mid),
@@ -116,7 +181,7 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
         write_json(tmp / "manifest.json", {**manifest, "counts": {**manifest["counts"],
                                                                     **counts}})
         (tmp / "README.txt").write_text(template_text(f"npz_{style}.txt").format(
-            style=style, split=split, size=size, regime=pgm.regime(split),
+            style=style, split=split, size=size, regime=regime(split),
             rgb="" if gray else ", 3", **per_part), encoding="utf-8")
     return counts
 

@@ -121,8 +121,9 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
                   "label_files": len(labels), "split_lists": len(lists)}
         manifest = {**manifest, "counts": {**manifest["counts"], **counts}}
         write_json(tmp / "manifest.json", manifest)
-        (tmp / "README.txt").write_text(template_text("release.txt").format(n=len(m), mode=(
-            COPY_NOTE if copy else LINK_NOTE)), encoding="utf-8")
+        note = template_text("release_copies.txt" if copy else "release_links.txt")
+        readme = template_text("release.txt").format(n=len(m), mode=note)
+        (tmp / "README.txt").write_text(readme, encoding="utf-8")
     return counts
 
 
@@ -147,10 +148,3 @@ def _write_problems(tmp: Path, m: MatrixTable, pids: np.ndarray, crop_dir: Path,
                                      "choose a folder on another disk") from None
                 raise
 
-
-LINK_NOTE = """Panels are relative symbolic links into V-PROM/crops/ (each crop is stored once):
-run the clients from this folder (the one holding V-PROM/), as they open panel k at
-os.readlink('V-PROM/datasets/Raven_release/<bucket>/<pid>/<k>.jpg')[15:]."""
-COPY_NOTE = """Panels are plain copies (written with --copy, for file systems without symbolic
-links): clients that open panels through os.readlink (Slot-Abstractor's V-PROM loader) cannot
-read this copy; open V-PROM/datasets/Raven_release/<bucket>/<pid>/<k>.jpg directly."""

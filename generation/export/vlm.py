@@ -56,12 +56,8 @@ PANEL = 336  # side of a panels-layout image
 JPEG_QUALITY = 90
 CHUNK = 500  # problems rendered at a time: bounds the tiles held in memory
 STORE_BATCH = 256  # crops read from a crop store at a time
-TEMPLATE = (
-    "This is a visual reasoning puzzle: a 3x3 matrix of photographs whose last cell is "
-    "missing, and 8 candidate answers labelled A to H. The three rows follow the same rule "
-    "about what their photographs show: an object, an attribute of an object or of a person, "
-    "or a number of things. {panels}\nWhich candidate completes the matrix? "
-    "Answer with one letter from A to H.")
+#: the default question; "{panels}" becomes WHERE[layout]
+TEMPLATE = template_text("vlm_question.txt").strip()
 WHERE = {
     "grid": "The matrix is at the top of the image, the missing cell marked \"?\"; the "
             "candidates are below it, each under its letter.",
