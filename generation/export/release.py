@@ -94,7 +94,6 @@ def split_lists(m: MatrixTable, pids: np.ndarray) -> dict[str, np.ndarray]:
 
 def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,
                   copy: bool, manifest: dict) -> dict:
-    """Write the release layout to folder `out`; returns the counts."""
     pids = release_ids(m.id)
     labels, lists = label_dicts(m, pids), split_lists(m, pids)  # refuse bad data before work
     with atomic_dir(out) as tmp:

@@ -135,10 +135,6 @@ def even_shares(sizes: np.ndarray, total: int, rng: np.random.Generator) -> np.n
     return quota
 
 
-def describe(crops: CropTable, r: int) -> str:
-    return ", ".join(sorted(labels(crops, r)))
-
-
 def question(template: str, layout: str, descriptions: list[str] | None = None) -> str:
     where = WHERE[layout]
     if layout == "text":
@@ -248,8 +244,8 @@ def problem_records(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: 
                     options: VlmOptions, pictures: list) -> list[dict]:
     records = []
     for i, picture in zip(chosen.tolist(), pictures):
-        texts = [describe(crops, r) for r in rows[i].tolist()] if options.layout == "text" \
-            else None
+        texts = [", ".join(sorted(labels(crops, r))) for r in rows[i].tolist()] \
+            if options.layout == "text" else None
         records.append({
             "matrix_id": int(m.id[i]), "answer": LETTERS[int(m.answer[i])],
             "question": question(options.template, options.layout, texts),
@@ -276,7 +272,6 @@ def features(layout: str) -> dict:
 
 
 def problem_columns(problems: list[dict], layout: str) -> dict:
-    """The Parquet columns of `problem_records`."""
     columns = {k: [p[k] for p in problems] for k in features("text")}
     if layout == "grid":
         columns["image"] = [{"bytes": p["picture"], "path": f"{p['matrix_id']}.jpg"}
