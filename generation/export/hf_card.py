@@ -10,6 +10,7 @@ import json
 from string import Template
 
 from vprom.generation.export.crops import template_text
+
 from vprom.tables import SPLIT_PARTS
 
 MIN_DATASETS = (2, 14)
