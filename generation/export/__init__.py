@@ -13,7 +13,7 @@ import numpy as np
 from tqdm import tqdm
 
 from vprom.claim import writes
-from vprom.domain import N_PANELS
+from vprom.domain import N_PANELS, Matrix
 from vprom.errors import VpromError
 from vprom.files import atomic_path
 from vprom.generation.export.crops import box, labels, template_text
@@ -39,6 +39,7 @@ EXAMPLES = (
     "vprom export build/dataset.h5 --format vlm --vg data/vg --out build/vlm --limit 1000",
     "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",
 )
+MATRIX_KEYS = ("id", "relation", "element_type", "super_attribute", "answer", "splits")
 #: format -> what it writes (the command line's help), and what `export` wrote (its counts)
 _TEXTS = json.loads(template_text("formats.json"))
 FORMATS, SUMMARIES = _TEXTS["help"], _TEXTS["summaries"]
@@ -150,3 +151,11 @@ def write_jsonl(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path) -
                          unit="matrix", disable=None):
             f.write(line)
 
+
+
+def matrix_of(record: dict) -> Matrix:
+    """The `Matrix` of one exported jsonl record."""
+    part = {k: record[k] for k in MATRIX_KEYS}
+    part["panels"] = [p["crop_id"] for p in record["panels"]]
+    part["elements"] = [p["element"] for p in record["panels"]]
+    return Matrix.from_record(part)

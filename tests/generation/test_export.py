@@ -9,11 +9,11 @@ import h5py
 import numpy as np
 import pytest
 
-from vprom.generation.export import export
+from vprom.generation.export import export, matrix_of
 from tests.dataset_fixture import build_records, write_dataset, write_images
 from vprom.app import cli
 from vprom.errors import VpromError
-from vprom.domain import SPLITS, Matrix
+from vprom.domain import SPLITS
 from vprom.tables import read_crop_table, read_matrix_table
 
 
@@ -23,15 +23,6 @@ def small(tmp_path_factory):
     crops, matrices = build_records(1, seed=4)
     return write_dataset(root / "d.h5", crops, matrices), write_images(root / "vg", crops), \
         crops, matrices
-
-
-def matrix_of(record: dict) -> Matrix:
-    """The `Matrix` of one exported jsonl record."""
-    keys = ("id", "relation", "element_type", "super_attribute", "answer", "splits")
-    part = {k: record[k] for k in keys}
-    part["panels"] = [p["crop_id"] for p in record["panels"]]
-    part["elements"] = [p["element"] for p in record["panels"]]
-    return Matrix.from_record(part)
 
 
 def read_jsonl(path):
