@@ -31,18 +31,10 @@ from vprom.tables import (
     read_matrix_table,
 )
 
-EXAMPLES = (
-    "vprom export build/dataset.h5 --format npz --vg data/vg --out build/npz --split neutral",
-    "vprom export build/dataset.h5 --format npz --style raven --vg data/vg --out build/raven",
-    "vprom export build/dataset.h5 --format npz --style color --vg data/vg --out build/npz-rgb",
-    "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl",
-    "vprom export build/dataset.h5 --format vlm --vg data/vg --out build/vlm --limit 1000",
-    "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",
-)
 MATRIX_KEYS = ("id", "relation", "element_type", "super_attribute", "answer", "splits")
-#: format -> what it writes (the command line's help), and what `export` wrote (its counts)
+#: format -> what it writes (the command line's help) and what `export` wrote (its counts)
 _TEXTS = json.loads(template_text("formats.json"))
-FORMATS, SUMMARIES = _TEXTS["help"], _TEXTS["summaries"]
+FORMATS, SUMMARIES, EXAMPLES = _TEXTS["help"], _TEXTS["summaries"], tuple(_TEXTS["examples"])
 
 
 @dataclass

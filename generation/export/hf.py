@@ -14,9 +14,8 @@ import numpy as np
 
 from vprom.errors import VpromError
 from vprom.files import write_json
-from vprom.generation.export.crops import box, cut_crops, jpeg, labels
+from vprom.generation.export.crops import box, cut_crops, jpeg, labels, resumable_dir, write_once
 from vprom.generation.export.hf_card import card
-from vprom.generation.export.resumable import resumable_dir, write_once
 from vprom.domain import N_CONTEXT
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 

@@ -17,9 +17,8 @@ from tqdm import tqdm
 from vprom.errors import VpromError
 from vprom.feature_files import open_maps
 from vprom.files import write_json
-from vprom.generation.export.crops import release_ids, template_text
+from vprom.generation.export.crops import release_ids, resumable_dir, template_text, write_once
 from vprom.generation.export.release import FIRST_CANDIDATE_LABEL, LABEL_FILES, label_dicts
-from vprom.generation.export.resumable import resumable_dir, write_once
 from vprom.manifest import input_hash, make_manifest
 from vprom.tables import MatrixTable, read_matrix_table
 
