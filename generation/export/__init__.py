@@ -93,7 +93,9 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
     manifest = make_manifest(f"export-{fmt}", config, inputs=input_hashes(inputs),
                              counts={"matrices": len(matrices)})
     if fmt == "jsonl":
-        write_jsonl(crops, matrices, rows, out)
+        with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(tqdm(matrix_lines(crops, matrices, rows), total=len(matrices),
+                              desc="export jsonl", unit="matrix", disable=None))
         write_manifest(out, manifest)
         return ExportSummary(out, fmt, {"matrices": len(matrices)})
     if fmt == "hf":
@@ -135,13 +137,6 @@ def matrix_lines(crops: CropTable, m: MatrixTable, rows: np.ndarray):
             f'{json.dumps(m.elements[i, k], ensure_ascii=False)}, {fragments[rows[i, k]]}}}'
             for k in range(N_PANELS))
         yield json.dumps(head, ensure_ascii=False)[:-1] + f', "panels": [{panels}]}}\n'
-
-
-def write_jsonl(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path) -> None:
-    with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        for line in tqdm(matrix_lines(crops, m, rows), total=len(m), desc="export jsonl",
-                         unit="matrix", disable=None):
-            f.write(line)
 
 
 

@@ -1,7 +1,6 @@
-"""The dataset card (`README.md`) of `vprom export --format hf`: YAML front matter (licence,
-tags, a configuration per split and `crops`), then `templates/hf_card.md`: the rows, how
-panels join crops, how the data were built and what to cite. `datasets` reads `configs:`
-from 2.14.0 on.
+"""The dataset card (`README.md`) of `vprom export --format hf`, `templates/hf_card.md`: YAML
+front matter (licence, tags, a configuration per split and `crops`), the rows, how panels
+join crops, how the data were built and what to cite. `datasets` reads `configs:` from 2.14.0.
 """
 
 from __future__ import annotations
@@ -16,10 +15,9 @@ from vprom.tables import SPLIT_PARTS
 MIN_DATASETS = (2, 14)
 
 
-def front_matter(splits: list[str]) -> str:
-    lines = ["---", "license: cc-by-4.0", "pretty_name: V-PROM (built with vprom)",
-             "tags:", "- visual-reasoning", "- progressive-matrices", "- visual-genome",
-             "configs:"]
+def configs(splits: list[str]) -> str:
+    """The front matter's configurations of the splits (`neutral`, the first, the default)."""
+    lines = ["configs:"]
     for k, split in enumerate(splits):
         lines.append(f"- config_name: {split}")
         if k == 0:
@@ -27,8 +25,6 @@ def front_matter(splits: list[str]) -> str:
         lines.append("  data_files:")
         for part in SPLIT_PARTS:
             lines += [f"  - split: {part}", f"    path: data/{split}/{part}-*.parquet"]
-    lines += ["- config_name: crops", "  data_files:", "  - split: train",
-              "    path: data/crops/crops-*.parquet", "---"]
     return "\n".join(lines)
 
 
@@ -40,7 +36,7 @@ def card(summary: dict, about: dict) -> str:
     built = {k: manifest.get(k) for k in ("kind", "config", "seed", "inputs", "counts")
              if k in manifest}
     return Template(template_text("hf_card.md")).substitute(
-        front_matter=front_matter(splits), version=str(manifest.get("vprom_version", "")),
+        configs=configs(splits), version=str(manifest.get("vprom_version", "")),
         problems=f"{summary['problems']:,}", crops=f"{summary['crops']:,}", table=table,
         need="{}.{}".format(*MIN_DATASETS), min_datasets=str(MIN_DATASETS),
         build_manifest=json.dumps(built, indent=2, sort_keys=True),
