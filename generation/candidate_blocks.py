@@ -31,8 +31,7 @@ SHARES = (0.0, 0.05, 0.25, 1.0)
 
 @dataclass
 class Plan:
-    """A row's profiles: blocks of native / 2 first with probability `down`; `sets[m]`, the
-    filler sets of block size m with their probabilities."""
+    """A row's profiles: blocks of native / 2 first with probability `down`; `sets`: fillers."""
 
     native: int
     down: float = 0.0

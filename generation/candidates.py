@@ -199,8 +199,7 @@ def fill_weights(samplers: dict, matrices_of: dict) -> dict[ElementType, dict[st
 
 
 def _uneven_profile(draws: Draws, own: int, avail):
-    """No symmetric profile fits: as many candidates as possible in blocks of the answer's
-    size b (b of s, b of each of j others, the rest from one more)."""
+    """No symmetric profile fits: most candidates in blocks of the answer's block size."""
     best, best_score = None, 0
     order = draws.distinct(range(len(avail)), len(avail))
     for b in range(1, min(own, N_CANDIDATES) + 1):

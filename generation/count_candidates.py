@@ -84,8 +84,7 @@ def _solve(members) -> dict:
 
 def count_distractors(draws: Draws, table: dict, answer: int, z: int,
                       used: set[int], crops_of, masks, region) -> list[int] | None:
-    """7 crops showing a drawn candidate set's other counts, none carrying another
-    candidate's count or a completion; None if the set cannot be shown."""
+    """7 crops of a drawn candidate set's other counts, carrying no other candidate nor Z."""
     row = table.get((answer, z & ~(1 << answer)))
     if row is None:
         return None

@@ -170,8 +170,7 @@ class GenerateSummary:
         for s, p in c["splits"].items():
             lines.append(f"  {s:34s} {p['train']:8,d} {p['val']:7,d} {p['test']:8,d}")
         if not c["val_chosen"]:
-            lines.append("  (shard: val is chosen when the shards are merged: "
-                         "`vprom merge`)")
+            lines.append("  (shard: val is chosen when the shards are merged: `vprom merge`)")
         too_small = c.get("super_attributes_too_small") or {}
         if too_small:
             lines.append("  super-attributes left out (too few sound matrices): " + "; ".join(

@@ -95,7 +95,6 @@ class HumanSampler:
             return [(focus, N_CANDIDATES, N_CANDIDATES)]
         chosen = [focus]
         maxes = [self.block_max(focus, (focus,))]
-        # the others in random order, those with room for more candidates first
         others = [s for s in draws.shuffled(self.blocks) if s != focus]
         others.sort(key=lambda s: -self.block_max(s, tuple(sorted((focus, s)))))
         for s in others:
@@ -111,8 +110,7 @@ class HumanSampler:
 
     def candidates(self, draws: Draws, profile: list[tuple[int, int, int]]
                    ) -> tuple[list[tuple[int, int]], list, list] | None:
-        """[(crop row, block)], each block's elements and reserved Or value, or None; each
-        element takes a crop that leaves later blocks room."""
+        """[(crop row, block)], each block's elements and reserved Or value, or None."""
         every = mask_of(s for s, _, _ in profile)
         orr = 1 if self.group.relation is Relation.OR else 0
         masks, region, u = self.masks, self.region, draws.uniform
@@ -211,8 +209,7 @@ class HumanSampler:
 
     def _context(self, draws: Draws, sa: int, a: int, v: int, mates: list[int],
                  used: set[int]) -> list[int] | None:
-        """8 context crops of `sa` for the answer `a` (Or: row 3 shows a and v), preferably of
-        the answer's block mates."""
+        """8 context crops of `sa` for the answer `a` (Or: row 3 shows a and v), mates first."""
         pool = self.eligible[sa]
 
         def others():  # drawn only when the rule reads them (Or does not)

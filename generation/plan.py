@@ -29,8 +29,7 @@ class HoldOut(Enum):
 
 @dataclass(frozen=True)
 class Group:
-    """A kind of matrix: which elements it may show: counts `counts` (empty: any), objects
-    those of `third`, attributes per `hold_out`."""
+    """A kind of matrix: counts `counts` (empty: any), objects of `third`, or per `hold_out`."""
 
     element_type: ElementType
     relation: Relation
@@ -117,8 +116,6 @@ def _apportion(total: int, weights: Sequence[float]) -> list[int]:
 
 @dataclass
 class MatrixPlan:
-    """Per matrix index: its group, neutral side and answer position."""
-
     scale: float
     seed: int
     design: HeldOutDesign

@@ -42,7 +42,6 @@ class PoolIndex:
                                        design.neutral_test_fraction),
                        image_test_side(seed, design.held_partition, crops.image_id,
                                        design.held_test_fraction)).tolist()
-        # one id per distinct image region (image id and box)
         self.region = row_codes(crops.image_id, crops.x, crops.y, crops.w, crops.h).tolist()
         self.crop_id = crops.crop_id.tolist()
         self.element = crops.element.tolist()

@@ -100,7 +100,6 @@ class Or(Rule):
 
     def context(self, draws, answer, elements, others=(), partner=-1):
         rows = _or_row(draws, elements) + _or_row(draws, elements)
-        # row 3 shows the answer and its partner, in either order
         return rows + ([answer, partner] if draws.coin() else [partner, answer])
 
     def holds(self, e):

@@ -47,7 +47,7 @@ THIN_POOL_ADVICE = "mine more images (the synthetic corpus: a larger --images)"
 
 @dataclass
 class Sampler:
-    """One (group, cell) of answer-first matrices."""
+    """One (group, cell) of answer-first matrices (`make_sampler`)."""
 
     group: Group
     cell: int
@@ -159,8 +159,7 @@ def _attribute_options(group: Group, design: HeldOutDesign, sa_of: dict[int, str
 
 def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
                   region: list[int], why: Counter) -> tuple[str, list[int]] | None:
-    """(super-attribute, 16 crop rows with the answer at `answer_pos`), or None; `why`
-    counts the failed attempts by step."""
+    """(super-attribute, 16 crop rows, the answer at `answer_pos`) or None; `why`: failures."""
     etype, rule, crops_of = s.group.element_type, RULES[s.group.relation], s.crops_of
     groups = s.solver_groups
     for attempt in range(MAX_TRIES):

@@ -115,7 +115,6 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
     return ExportSummary(out, fmt, counts)
 
 
-# ---------------------------------------------------------------- jsonl
 def crop_fragments(crops: CropTable) -> list[str]:
     """Per crop, the JSON of its panel fields after "element", built once for all matrices."""
     return [json.dumps({"image_id": int(crops.image_id[i]), "box": box(crops, i),

@@ -48,7 +48,6 @@ def labels(crops: CropTable, r: int) -> list[str]:
 
 
 def template_text(name: str) -> str:
-    """The text of `templates/<name>` (the READMEs and task files the exports write)."""
     return (Path(__file__).with_name("templates") / name).read_text(encoding="utf-8")
 
 

@@ -25,6 +25,7 @@ from vprom.tables import MatrixTable, read_matrix_table
 SAVIR_N = 235000  # utils.VPROM_splits: "available RPMs"
 SAVIR_SEED = 1  # main.py's --seed default
 PARTS = ("train", "test")
+BACKBONE = "resnet101"
 MAP_SHAPE = (2048, 7, 7)  # SAViR-T: Linear(2048, 512), 49 = 7 x 7 cells
 BYTES_PER_PROBLEM = 16 * 2048 * 7 * 7 * 4  # float32 (16, 1, 2048, 7, 7)
 HELP = (f"SAViR-T's training data: train/ and test/ <index>_feature_Ours.pt (float32 "
@@ -66,9 +67,6 @@ def savir_lists(m: MatrixTable, seed: int = SAVIR_SEED) -> dict[str, list[Entry]
         out["test" if pid in test else "train"].append(
             Entry(row_of[pid], pid, entry["label"] - FIRST_CANDIDATE_LABEL))
     return out
-
-
-BACKBONE = "resnet101"
 
 
 def check_maps(maps, path: Path, crop_ids: np.ndarray) -> None:

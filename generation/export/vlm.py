@@ -120,8 +120,7 @@ def choose(m: MatrixTable, options: VlmOptions) -> np.ndarray:
 
 
 def even_shares(sizes: np.ndarray, total: int, rng: np.random.Generator) -> np.ndarray:
-    """`total` shared over cells of `sizes` as evenly as they allow (water-filling), the
-    remainder one each to cells in random order."""
+    """`total` shared over cells of `sizes` as evenly as they allow, the rest at random."""
     quota = np.zeros_like(sizes)
     while total > 0 and (quota < sizes).any():
         open_cells = np.flatnonzero(quota < sizes)
