@@ -1,14 +1,9 @@
-"""Mixed candidate profiles whose super-attributes do not say which block is the answer's.
-
-Were the answer's block (`generation.candidates._profile`) told by the set T of
-super-attributes shown, a context-blind model would guess within it. `mixing_plans` makes
-every member of every T the answer's block equally often, per element type and relation over
-the whole plan (from the plan and the pool only, so shards draw as the single run does). For
-block sizes 4 and 2, each sampler row (sampler, super-attribute A) starts with a uniform
-distribution over its filler sets S, and each (row, S) is scaled by sqrt(g(T) / c(T, A)),
-T = S + A, c(T, A) being T's matrices whose answer is in A and g(T) their geometric mean
-over T. Matrices whose super-attribute could fill a block twice as large step down to m in
-the smallest share of `SHARES` that lets the balance exist.
+"""Candidate profiles whose set T of super-attributes does not tell the answer's block:
+`mixing_plans` makes every member of every T the answer's block equally often, per element
+type and relation over the whole plan. For block sizes 4 and 2, each row (sampler, answer
+super-attribute A) starts uniform over its filler sets S, each scaled by sqrt(g(T) / c(T, A)),
+T = S + A, c(T, A) being T's matrices answered in A and g(T) their geometric mean. Rows able
+to fill twice the block step down in the smallest share of `SHARES` that lets it balance.
 """
 
 from __future__ import annotations
@@ -24,8 +19,7 @@ from vprom.generation.relations import RULES
 
 #: the block sizes balanced here, each with the block size its extra matrices step down from
 STEP_FROM = {2: 4, 4: 8}
-#: a super-attribute with fewer than 8 + NEAR elements outside a matrix's static completions
-#: is planned in blocks of 4: one more completing label would leave it short of 8 anyway
+#: fewer than 8 + NEAR elements outside the static completions: planned in blocks of 4
 NEAR = 1
 #: flows this close to balanced (a share of the block size's matrices) are balanced
 TOLERANCE = 0.005
@@ -37,9 +31,7 @@ SHARES = (0.0, 0.05, 0.25, 1.0)
 
 @dataclass
 class Plan:
-    """One sampler row's mixed profiles: a matrix whose super-attribute can fill a block of
-    `native` takes blocks of native / 2 first with probability `down`; `sets[m]`, the filler
-    sets of a block size m and their probabilities."""
+    """A row's profiles: blocks of native / 2 first with probability `down`; `sets`: fillers."""
 
     native: int
     down: float = 0.0
@@ -56,8 +48,7 @@ class _Row:
 
 
 def sampler_rows(samplers: dict, matrices_of: dict) -> dict[tuple, list[_Row]]:
-    """Per (element type, relation), its attribute samplers' rows: per option, the expected
-    matrices (as `fill_weights` counts them) and the fillers able to fill blocks of 2 and 4."""
+    """Per (element type, relation), a `_Row` per attribute sampler option."""
     out: dict[tuple, list[_Row]] = {}
     for key, sampler in samplers.items():
         group = sampler.group
@@ -78,7 +69,6 @@ def sampler_rows(samplers: dict, matrices_of: dict) -> dict[tuple, list[_Row]]:
 
 
 def mixing_plans(samplers: dict, matrices_of: dict) -> dict[tuple, dict[str, Plan]]:
-    """Per sampler key, per super-attribute of its options: its `Plan`."""
     out: dict[tuple, dict[str, Plan]] = {}
     for part in sampler_rows(samplers, matrices_of).values():
         plans = [Plan(r.native) for r in part]

@@ -1,11 +1,8 @@
-"""The 7 distractors of an answer-first matrix: crops of other elements that cannot complete it.
-
-The distractors are crops of other elements whose label masks miss Z (every element that
-would complete row 3) entirely: elements of the context first (so "the candidate seen in the
-context" is no shortcut), then the matrix's other elements. Attribute matrices take them in
-a symmetric profile (`_profile`): m candidates of the matrix's super-attribute and m of each
-of 8/m - 1 others, so "the commonest super-attribute" is no shortcut; filler blocks are drawn
-by `fill_weights` or `generation.candidate_blocks`' plans.
+"""The 7 distractors of an answer-first matrix: crops of other elements whose label masks miss
+Z (every element completing row 3), the context's elements first (so "seen in the context" is
+no shortcut). Attribute matrices take them in a symmetric profile (`_profile`): m candidates
+of the matrix's super-attribute and m of each of 8/m - 1 others (so "the commonest
+super-attribute" is no shortcut), filler blocks drawn by `fill_weights` or `candidate_blocks`.
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ def mask_of(ids) -> int:
 
 
 def _in_random_order(draws: Draws, pool: list[int]):
-    """The pool's elements in random order; big pools by rejection (we rarely need 8)."""
+    """The pool's elements in random order; big pools by rejection (8 are rarely needed)."""
     if len(pool) <= 24:
         return draws.shuffled(pool)
     u, n = draws.uniform, len(pool)
@@ -53,8 +50,7 @@ def _in_random_order(draws: Draws, pool: list[int]):
 def distractors(draws: Draws, option: Option, context_ids: list[int], z: int,
                  used: set[int], crops_of, masks, region, weight: dict[str, float],
                  answer_row: int, strict: bool, mixing: dict | None = None):
-    """7 crops of distinct elements outside z whose labels carry nothing in z (attributes:
-    in a profile, `_profile`; `mixing`: `candidate_blocks.Plan` per super-attribute)."""
+    """7 crops of distinct elements outside z whose labels carry nothing in z."""
     take = _Taker(draws, z, used, crops_of, masks, region, answer_row, strict)
     same = itertools.chain(draws.shuffled(context_ids), _in_random_order(draws, option.same))
     if not option.super_attribute:
@@ -113,9 +109,8 @@ class _Taker:
 
 
 def _profile(draws: Draws, option: Option, z: int, weight: dict[str, float], plan=None):
-    """(candidates of the matrix's super-attribute s incl. the answer, [(elements, k)]):
-    the largest block size m in BLOCKS that s and 8/m - 1 others can fill outside z, the
-    `plan`'s size first when given (else `_uneven_profile`)."""
+    """(candidates of the matrix's super-attribute s incl. the answer, [(elements, k)]): the
+    largest m in BLOCKS that s and 8/m - 1 others fill outside z, the `plan`'s size first."""
     own = (mask_of(option.same) & ~z).bit_count() + 1  # the answer is in z
     avail = [(ids, (mask & ~z).bit_count(), sa) for sa, ids, mask in option.fill_sas]
     order = BLOCKS
@@ -139,8 +134,7 @@ def _profile(draws: Draws, option: Option, z: int, weight: dict[str, float], pla
 
 
 def _planned_fillers(draws: Draws, sets, avail, m: int):
-    """The elements of a filler set drawn from the plan's `sets` among those whose every
-    super-attribute can fill m outside z here; None when none can."""
+    """The elements of a filler set drawn from `sets` among those that can fill m here."""
     ids_of = {sa: ids for ids, n, sa in avail if n >= m}
     able = [(s, q) for s, q in sets if all(sa in ids_of for sa in s)]
     if not able:
@@ -150,8 +144,7 @@ def _planned_fillers(draws: Draws, sets, avail, m: int):
 
 
 def static_block(option: Option, relation: Relation) -> int | None:
-    """The block size `_profile` would choose for `option` when every crop has one label;
-    None when no symmetric profile fits."""
+    """`_profile`'s block size for `option` when every crop has one label (None: no fit)."""
     own = len(option.same) - (RULES[relation].completing_elements - 1)
     for m in BLOCKS:
         able = sum(1 for _, ids, _ in option.fill_sas if len(ids) >= m)
@@ -161,16 +154,14 @@ def static_block(option: Option, relation: Relation) -> int | None:
 
 
 def _weighted_distinct(draws: Draws, items: list[tuple[object, float]], k: int) -> list:
-    """k distinct items, each next one drawn in proportion to its weight among the rest."""
     items = list(items)
     return [items.pop(draws.weighted([w for _, w in items]))[0] for _ in range(k)]
 
 
 def fill_weights(samplers: dict, matrices_of: dict) -> dict[ElementType, dict[str, float]]:
-    """Per element type, a weight per super-attribute for choosing filler blocks: those that
-    give the A_t matrices of super-attribute t (m_t of t's candidates each) (8 - m_t) * A_t
-    filler candidates from other matrices, so an element is as often right as wrong; a
-    damped multiplicative fixed point over the plan's expected mix."""
+    """Per element type, a weight per super-attribute for filler blocks such that t's A_t
+    matrices (m_t candidates of t each) get (8 - m_t) * A_t filler candidates of t elsewhere,
+    so an element is as often right as wrong: a damped multiplicative fixed point."""
     terms: dict[ElementType, list] = {}
     need: dict[ElementType, dict[str, float]] = {}
     for key, sampler in samplers.items():
@@ -208,8 +199,7 @@ def fill_weights(samplers: dict, matrices_of: dict) -> dict[ElementType, dict[st
 
 
 def _uneven_profile(draws: Draws, own: int, avail):
-    """No symmetric profile fits: make the answer's block size b shared by as many
-    candidates as possible (b of s, b of each of j others, the rest from one more)."""
+    """No symmetric profile fits: most candidates in blocks of the answer's block size."""
     best, best_score = None, 0
     order = draws.distinct(range(len(avail)), len(avail))
     for b in range(1, min(own, N_CANDIDATES) + 1):

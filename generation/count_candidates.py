@@ -1,19 +1,13 @@
-"""Count candidates whose set says nothing about the answer (RAVEN's answer-set flaw, fixed).
-
-A count matrix shows 8 of the 10 counts among its candidates; were the values left out tied
-to the answer, a context-blind model would learn P(answer | values left out). So the set S is
-drawn after the context and the answer a from a table q_k(S | a, F) per sampler k, F being
-the values that would also complete row 3. The tables make the mixture of all count matrices
-of one relation on one neutral side satisfy P(answer = v | S) = 1/8 for every v in S: with
-the rules' answer laws P_k(a, F) and matrices per sampler π_k they solve
-Σ_k π_k P_k(a, F) q_k(S | a, F) = t(S) by iterative proportional fitting, from the plan and
-the pool only, so shards sample as the single run does.
+"""Count candidates whose set S (8 of the 10 counts) says nothing about the answer (RAVEN's
+answer-set flaw, fixed): S is drawn after the context and answer a from q_k(S | a, F) per
+sampler k, F the other completing values, so that all count matrices of one relation and
+neutral side have P(answer = v | S) = 1/8 for every v in S. With answer laws P_k(a, F) and
+matrices π_k, iterative proportional fitting solves Σ_k π_k P_k(a, F) q_k(S | a, F) = t(S).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,24 +22,8 @@ SWEEPS = 400
 CROP_TRIES = 8
 
 
-@dataclass
-class AbsentTable:
-    """q(S | a, F) of one sampler: per (answer, forced-out mask), sets and cumulative weights."""
-
-    rows: dict[tuple[int, int], tuple[list[int], list[float]]]
-
-    def draw(self, draws: Draws, answer: int, forced: int) -> int | None:
-        """A candidate set (bit mask) holding `answer` and none of `forced`, or None."""
-        row = self.rows.get((answer, forced))
-        if row is None:
-            return None
-        sets, cumulative = row
-        return sets[draws.by_cumulative(cumulative)]
-
-
 def answer_law(relation: Relation, allowed) -> dict[tuple[int, int], float]:
-    """P(answer, forced-out mask) of the relation's rule on single-count crops over the
-    `allowed` counts (a test holds it to the rules' sampling)."""
+    """P(answer, forced-out mask) of the relation's rule on single-count crops of `allowed`."""
     values = sorted(set(allowed))
     if relation is Relation.OR:
         pairs = [(a, b) for a in values for b in values if a != b]
@@ -59,8 +37,8 @@ def answer_law(relation: Relation, allowed) -> dict[tuple[int, int], float]:
 
 
 def absent_tables(samplers: dict, matrices_of: dict) -> dict:
-    """Per count sampler key (group, cell): its `AbsentTable`, solved jointly with the other
-    samplers of its relation and neutral side (cell // 2)."""
+    """Per count sampler key, q(S | a, F): (answer, forced-out mask) -> (candidate sets as
+    masks, cumulative weights); solved per relation and neutral side."""
     mixes: dict[tuple[Relation, int], list] = {}
     for key, s in samplers.items():
         if s.group.element_type.value != "count" or not matrices_of.get(key):
@@ -76,7 +54,6 @@ def absent_tables(samplers: dict, matrices_of: dict) -> dict:
 
 
 def _solve(members) -> dict:
-    """IPF over the samplers of one (relation, neutral side); see the module docstring."""
     sets = np.array(SETS, dtype=np.int64)
     holds = np.array([[(s >> v) & 1 for v in range(max(COUNTS) + 1)] for s in SETS], bool)
     rows = []  # (key, answer, forced, weight π P(a, F), feasible sets as a boolean row)
@@ -99,20 +76,19 @@ def _solve(members) -> dict:
         q /= q.sum(axis=1, keepdims=True)
     out: dict = {}
     for (key, a, forced, _, ok), qr in zip(rows, q):
-        table = out.setdefault(key, AbsentTable({}))
         j = np.flatnonzero(ok)
-        table.rows[(a, forced)] = ([int(sets[k]) for k in j], np.cumsum(qr[j]).tolist())
+        out.setdefault(key, {})[a, forced] = ([int(sets[k]) for k in j],
+                                              np.cumsum(qr[j]).tolist())
     return out
 
 
-def count_distractors(draws: Draws, table: AbsentTable, answer: int, z: int,
+def count_distractors(draws: Draws, table: dict, answer: int, z: int,
                       used: set[int], crops_of, masks, region) -> list[int] | None:
-    """7 crops showing the counts of a drawn candidate set other than the answer, each
-    carrying no other candidate's count and no completion; None if the set cannot be shown
-    (the attempt is then redrawn)."""
-    chosen = table.draw(draws, answer, z & ~(1 << answer))
-    if chosen is None:
+    """7 crops of a drawn candidate set's other counts, carrying no other candidate nor Z."""
+    row = table.get((answer, z & ~(1 << answer)))
+    if row is None:
         return None
+    chosen = row[0][draws.by_cumulative(row[1])]
     out = []
     for v in COUNTS:
         if v == answer or not (chosen >> v) & 1:

@@ -1,7 +1,5 @@
-"""The random stream of one generated matrix: `Draws(seed, index)`.
-
-Uniforms from `numpy.random.default_rng([seed, index])`, read in batches of 64. Every matrix
-owns its stream, so a shard reproduces exactly the rows of the single run.
+"""The random stream of one generated matrix: uniforms from `default_rng([seed, index])`, read
+in batches. Every matrix owns its stream, so a shard reproduces the single run's rows exactly.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ _BUFFER = 64
 
 
 class Draws:
-    """The random stream of one matrix; `uniform()` is the next float in [0, 1)."""
+    """`uniform()` is the next float in [0, 1)."""
 
     __slots__ = ("uniform",)
 
@@ -56,7 +54,6 @@ class Draws:
             yield items[i]
 
     def distinct(self, seq: Sequence, k: int) -> list:
-        """k distinct items of `seq` in random order: the first k of `shuffled`."""
         return list(itertools.islice(self.shuffled(seq), k))
 
     def shuffle(self, items: list) -> None:

@@ -1,10 +1,7 @@
-"""The file edge of generation: POOLS.h5 in, DATASET.h5 out.
-
-`generate_dataset` plans, samples and proves every matrix in memory (`workers` processes
-draw them, `generation.parallel`) and assigns each to every split (`vprom.splits.rules.assign`)
-with the held-out bans its panels meet among all their labels; `generate` checks that its
-input is a POOLS.h5 and writes the result; `merge_shards` joins the files of `--shard K/N`
-runs into the single run's file, choosing the validation sets over all shards' training ids.
+"""POOLS.h5 in, DATASET.h5 out: `generate_dataset` plans, samples and proves every matrix in
+memory and assigns each to every split with the held-out bans its panels meet; `generate`
+writes it; `merge_shards` joins `--shard K/N` files into the single run's, choosing the
+validation sets over all shards' training ids.
 """
 
 from __future__ import annotations
@@ -75,9 +72,8 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
     """Plan, sample, prove and assign every split, in memory (what `generate` writes).
 
     `vocabulary`: what the pools were mined with (None: the crops' own labels only).
-    `legacy_counts`: count candidates drawn from the context's values first, a flaw kept only
-    to reproduce it (docs/soundness.md). `workers`: processes drawing the matrices; the
-    result is the same for any number."""
+    `legacy_counts`: count candidates drawn answer first, a flaw kept only to reproduce it.
+    `workers`: processes drawing the matrices; the result is the same for any number."""
     # the pool index is millions of long-lived objects the collector would walk again and again
     with collector_paused():
         plan = make_plan(scale, seed, rules.design)
@@ -108,10 +104,8 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
         table.splits[split] = {"train": train, "val": val, "test": test}
     used_rows = np.unique(rows)
     used_crops = crops.take(used_rows[np.argsort(crops.crop_id[used_rows], kind="stable")])
-    universes = {e.value: sorted(u.ids) for e, u in pool.universe.items()}
-    if ElementType.COUNT in pool.universe:
-        count_ids = pool.universe[ElementType.COUNT].ids
-        universes[ElementType.COUNT.value] = sorted(count_ids, key=int)
+    universes = {e.value: sorted(u.ids, key=int if e is ElementType.COUNT else None)
+                 for e, u in pool.universe.items()}
     counts = _counts(table, len(plan), shard is None)
     counts["super_attributes_too_small"] = dict(sorted(skipped.items()))
     counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
@@ -122,7 +116,6 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
 
 def _matrix_table(pool: PoolIndex, plan: MatrixPlan, chunks: list[Chunk],
                   rows: np.ndarray) -> MatrixTable:
-    """The drawn chunks (their crop rows `rows`) as one table, without splits."""
     ids = np.concatenate([c.ids for c in chunks] or [np.zeros(0, np.int64)])
     group = plan.group_of[ids].astype(np.int64)
     relation = np.array([g.relation.value for g in plan.groups], dtype=object)
@@ -162,8 +155,6 @@ def _counts(table: MatrixTable, planned: int, val_chosen: bool) -> dict:
     }
 
 
-# ---------------------------------------------------------------- files
-
 @dataclass
 class GenerateSummary:
     out: Path
@@ -179,8 +170,7 @@ class GenerateSummary:
         for s, p in c["splits"].items():
             lines.append(f"  {s:34s} {p['train']:8,d} {p['val']:7,d} {p['test']:8,d}")
         if not c["val_chosen"]:
-            lines.append("  (shard: val is chosen when the shards are merged: "
-                         "`vprom merge`)")
+            lines.append("  (shard: val is chosen when the shards are merged: `vprom merge`)")
         too_small = c.get("super_attributes_too_small") or {}
         if too_small:
             lines.append("  super-attributes left out (too few sound matrices): " + "; ".join(
@@ -202,8 +192,7 @@ class GenerateSummary:
 
 def dataset_settings(scale: float, seed: int, shard: tuple[int, int] | None = None,
                      legacy_counts: bool = False) -> dict:
-    """Every setting that changes a DATASET.h5 made from given pools: its manifest's config
-    (`vprom build` keeps a data set only when they all match)."""
+    """Every setting that changes a DATASET.h5 made from given pools: its manifest's config."""
     return {"scale": scale, "seed": seed, "shard": list(shard) if shard else None,
             "min_context_crops": MIN_CONTEXT_CROPS, "max_tries": MAX_TRIES,
             "table1": {e.value: n for e, n in TABLE1.items()},
@@ -234,7 +223,6 @@ def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed
 
 
 def check_pools_file(path: Path) -> None:
-    """Refuse anything but a POOLS.h5 as `generate`'s input, before any work is done."""
     check_kind(path, POOLS)
     with open_h5(path) as h5:
         raw = h5.attrs.get("manifest")
@@ -265,8 +253,7 @@ def _write(out: Path, data: Dataset, manifest: dict) -> None:
                     g.create_dataset(sa, data=np.asarray(names, dtype=object), dtype=STR)
             if data.vocabulary is not None:
                 data.vocabulary.write(vocab.create_group("labels"))
-        # the content hash covers the data only, so storing it in the manifest afterwards
-        # leaves it unchanged; `vprom verify` recomputes it to catch later edits
+        # the content hash covers the data only, so storing it afterwards leaves it unchanged
         manifest = {**manifest, "outputs": {"content_hash": content_hash(tmp)}}
         with h5py.File(tmp, "r+") as h5:
             set_manifest(h5, manifest)
@@ -274,8 +261,7 @@ def _write(out: Path, data: Dataset, manifest: dict) -> None:
 
 @writes("out", ("dataset",), inputs=lambda a: tuple(a["shards"]))
 def merge_shards(shards: Sequence[Path], out: Path, rules: SplitRules) -> GenerateSummary:
-    """Join the DATASET.h5 files of `--shard K/N` runs (all N of them) into one DATASET.h5
-    equal, row for row, to the single run's; validation sets are chosen here."""
+    """Join the DATASET.h5 files of all N `--shard K/N` runs into the single run's file."""
     start = time.perf_counter()
     manifests, crops, tables, universes, sas, vocabulary = _read_shards(shards)
     config = manifests[0]["config"]
@@ -304,16 +290,15 @@ def merge_shards(shards: Sequence[Path], out: Path, rules: SplitRules) -> Genera
     _, first = np.unique(every.crop_id, return_index=True)  # sorted by crop id, like one run
     counts = _counts(table, planned, True)
     skipped: dict[str, set] = {}
+    loosened: dict[str, dict] = {}
     for m in manifests:
         for key, names in m["counts"].get("super_attributes_too_small", {}).items():
             skipped.setdefault(key, set()).update(names)
-    counts["super_attributes_too_small"] = {k: sorted(v) for k, v in sorted(skipped.items())}
-    loosened: dict[str, dict] = {}
-    for m in manifests:
         for key, v in (m["counts"].get("held_out_bans_loosened") or {}).items():
             entry = loosened.setdefault(key, {"matrices": 0, "why": {}})
             entry["matrices"] += v["matrices"]
             entry["why"].update(v["why"])
+    counts["super_attributes_too_small"] = {k: sorted(v) for k, v in sorted(skipped.items())}
     counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
     if "vocabulary" in manifests[0]["counts"]:
         counts["vocabulary"] = manifests[0]["counts"]["vocabulary"]
@@ -347,8 +332,7 @@ def _read_shards(shards: Sequence[Path]):
 
 
 def _check_one_run(shards: Sequence[Path], manifests: list[dict]) -> None:
-    """Refuse, naming the file, a shard of another run (scale, seed or pools) or of another
-    count of shards, and a shard given twice: n files must be shards 0/n..n-1/n of one run."""
+    """Refuse a shard of another run or count of shards, and one given twice."""
     def run(m: dict) -> tuple:
         return m["config"]["scale"], m["config"]["seed"], m.get("inputs")
 
@@ -369,8 +353,7 @@ def _check_one_run(shards: Sequence[Path], manifests: list[dict]) -> None:
 
 
 def read_vocab(vocab: h5py.Group, path: Path) -> tuple[dict, dict, LabelVocabulary | None]:
-    """What `_write` stores in DATASET.h5's `vocab` group: the element universes, the
-    super-attributes' elements and the label vocabulary (None where it records none)."""
+    """`_write`'s `vocab` group: universes, super-attributes' elements, label vocabulary."""
     universes = {k: ds.asstr()[()].tolist() for k, ds in vocab.items()
                  if isinstance(ds, h5py.Dataset) and ds.dtype.kind == "O"}
     sas = {etype: {sa: g[sa].asstr()[()].tolist() for sa in g}

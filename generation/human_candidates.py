@@ -1,15 +1,9 @@
-"""Human-attribute matrices drawn candidates first, so that any candidate could be the answer.
-
-Every person shows a gender, an age...: a distractor must carry a KNOWN value of the matrix's
-super-attribute s that does not complete it. Drawn answer first, that rule gives the answer
-away (with k < 8 values of s, the answer's value is the unique one). So the 8 candidates are
-drawn first, in *blocks* (the *profile*): super-attributes s_b, m_b candidates of distinct
-elements E_b each, every candidate carrying no element of another block and a known value
-of every other block's super-attribute outside its elements (for Or, each block also keeps a
-value v_b no candidate carries: the row's other element). The answer is then the candidate
-in the planned position, and the context is drawn last for it until the solver finds exactly
-the answer completing. The *focus* block is as large as the data allow; a test-side group
-takes its held-out super-attribute as the focus.
+"""Human-attribute matrices drawn candidates first: every person shows a gender, an age..., so
+a distractor must carry a KNOWN value of super-attribute s that does not complete the matrix,
+and drawn answer first the answer's value would be the odd one out. The 8 candidates come in
+*blocks* (the *profile*) of distinct elements, each carrying no element of another block and
+a known value of every other block's super-attribute (Or: each block keeps a value no
+candidate carries). The answer is the planned slot's candidate; the context comes last.
 """
 
 from __future__ import annotations
@@ -25,19 +19,16 @@ from vprom.generation.relations import RULES
 from vprom.generation.draws import Draws
 from vprom.generation.solver import completion_mask
 
-#: Tries of one candidate set's context before a new set is drawn: generous, as answers
-#: whose contexts are hard to draw would otherwise be rarer than 1 in 8.
+#: generous: answers whose contexts are hard to draw would otherwise be rarer than 1 in 8
 CONTEXT_TRIES = 40
-#: Elements a super-attribute needs for a context whatever its answer.
+#: elements a super-attribute needs for a context whatever its answer
 CONTEXT_ELEMENTS = {Relation.AND: 2, Relation.OR: 2, Relation.UNION: 3}
-#: Crops of one element tried before a candidate set is given up.
+#: crops of one element tried before a candidate set is given up
 CROP_TRIES = 12
 
 
 @dataclass
 class HumanSampler:
-    """One (group, cell) of human-attribute matrices."""
-
     group: Group
     cell: int
     crops_of: dict[int, list[int]]  # element id -> crop rows (train side: unbanned only)
@@ -66,15 +57,12 @@ class HumanSampler:
                                         if k & need == need for r in rows]
         return got
 
-    # ------------------------------------------------------------ profiles
     def fit(self, sa: int, blocks: tuple[int, ...]) -> list[int]:
-        """The elements of `sa` with enough crops for a context and a crop that knows a value
-        of every other block's super-attribute."""
+        """`sa`'s elements with a context's crops and one knowing every other block's value."""
         need = mask_of(b for b in blocks if b != sa)
         return [e for e in self.eligible[sa] if self.knowing(e, need)]
 
     def hosts(self, sa: int) -> bool:
-        """Whether a context of the group's relation can be drawn in `sa`."""
         return len(self.eligible[sa]) >= CONTEXT_ELEMENTS[self.group.relation]
 
     def alone(self, sa: int) -> bool:
@@ -97,8 +85,7 @@ class HumanSampler:
 
     def profile(self, draws: Draws, any_focus: bool = False
                 ) -> list[tuple[int, int, int]] | None:
-        """[(super-attribute, block size, its maximum)] summing to 8, the focus last, or
-        None. `any_focus`: the focus may be any block's super-attribute."""
+        """[(super-attribute, block size, its maximum)] summing to 8, the focus last, or None."""
         pool = [s for s in (self.blocks if any_focus else self.focus)
                 if self.alone(s) or self.block_max(s, (s,)) > 0]
         if not pool:
@@ -108,7 +95,6 @@ class HumanSampler:
             return [(focus, N_CANDIDATES, N_CANDIDATES)]
         chosen = [focus]
         maxes = [self.block_max(focus, (focus,))]
-        # the others in random order, those with room for more candidates first
         others = [s for s in draws.shuffled(self.blocks) if s != focus]
         others.sort(key=lambda s: -self.block_max(s, tuple(sorted((focus, s)))))
         for s in others:
@@ -122,12 +108,9 @@ class HumanSampler:
             return None
         return _allocate(draws, list(zip(chosen, maxes)))
 
-    # ------------------------------------------------------------ candidates
     def candidates(self, draws: Draws, profile: list[tuple[int, int, int]]
                    ) -> tuple[list[tuple[int, int]], list, list] | None:
-        """[(crop row, block)], the element sets E_b and the reserved values v_b, or None.
-        Blocks fill in order, elements in random order, each taking a crop that fits the
-        rules of the module docstring and leaves later blocks room."""
+        """[(crop row, block)], each block's elements and reserved Or value, or None."""
         every = mask_of(s for s, _, _ in profile)
         orr = 1 if self.group.relation is Relation.OR else 0
         masks, region, u = self.masks, self.region, draws.uniform
@@ -184,7 +167,6 @@ class HumanSampler:
                 reserved[b] = draws.pick(free)
         return out, chosen, reserved
 
-    # ------------------------------------------------------------ the matrix
     def sample(self, draws: Draws, answer_pos: int, why: Counter, tries: int
                ) -> tuple[str, list[int]] | None:
         """(super-attribute, 8 context + 8 candidate crop rows), or None after `tries`."""
@@ -227,8 +209,7 @@ class HumanSampler:
 
     def _context(self, draws: Draws, sa: int, a: int, v: int, mates: list[int],
                  used: set[int]) -> list[int] | None:
-        """8 context crops of super-attribute `sa` for the answer `a` (Or: row 3 shows a and
-        v), their other elements preferably the answer's block mates."""
+        """8 context crops of `sa` for the answer `a` (Or: row 3 shows a and v), mates first."""
         pool = self.eligible[sa]
 
         def others():  # drawn only when the rule reads them (Or does not)
@@ -242,10 +223,8 @@ class HumanSampler:
 
 
 def _allocate(draws: Draws, have: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Block sizes for [(super-attribute, maximum)], the focus first: the focus uniformly
-    between what the others leave it and its maximum, every block at least 1, the rest
-    spread over the others in random order up to each one's maximum. Returned in drawing
-    order: the focus last."""
+    """Block sizes for [(super-attribute, maximum)], the focus first: the focus uniform up to
+    its maximum, every block at least 1, the rest spread over the others; the focus last."""
     sizes = [1] * len(have)
     left = N_CANDIDATES - len(have)
     low = max(0, left - sum(m - 1 for _, m in have[1:]))
@@ -262,8 +241,7 @@ def _allocate(draws: Draws, have: list[tuple[int, int]]) -> list[tuple[int, int]
 
 
 def _shrink(profile: list[tuple[int, int, int]]) -> list[tuple[int, int, int]] | None:
-    """The profile with one candidate moved from the focus (last) to the first other block
-    with room, or None when the focus holds one or no block has room."""
+    """The profile with one candidate moved from the focus (last) to a block with room."""
     *others, (focus, size, cap) = profile
     if size <= 1:
         return None
@@ -276,7 +254,6 @@ def _shrink(profile: list[tuple[int, int, int]]) -> list[tuple[int, int, int]] |
 
 def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int, list[int]],
                        label: str, min_context_crops: int) -> HumanSampler:
-    """The sampler of one (group, cell) (`shortfall` says whether it can draw at all)."""
     etype = group.element_type
     sa_of = pool.super_attribute[etype]
     names = sorted(set(sa_of.values()))
@@ -315,8 +292,7 @@ def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int
 
 
 def shortfall(s: HumanSampler) -> str | None:
-    """Why no candidate set can be drawn (None: some can), naming each super-attribute. A
-    test-side group that can draw other super-attributes only lists its own as `skipped`."""
+    """Why no candidate set can be drawn (None: some can), naming each super-attribute."""
     draws = Draws(0, s.cell)
     if any(s.profile(draws) is not None for _ in range(32)):
         return None

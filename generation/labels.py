@@ -1,9 +1,7 @@
-"""The label vocabulary the pools were mined with: implied labels and label classes.
-
-A region named "man" shows a male adult even when no attribute says so: a human-attribute
-crop's labels are its explicit ones plus those its names imply (`implied`, `label_sets`). The
-held-out splits ban labels, so each label is classed as an object category and/or an attribute
-of a super-attribute (`concepts`). Without a recorded vocabulary, the crops' own labels serve.
+"""The label vocabulary the pools were mined with. A region named "man" shows a male adult even
+when no attribute says so: a human crop's labels include those its names imply. The held-out
+splits ban labels, so each is classed as an object category and/or an attribute of a
+super-attribute (`concepts`). Without a recorded vocabulary, the crops' own labels serve.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ TABLES = (OBJECT_TABLE, HUMAN)
 
 
 def table_of(element_type: str) -> str:
-    """The attribute table a crop's labels are read in: human crops the human one."""
     return HUMAN if element_type == HUMAN else OBJECT_TABLE
 
 
@@ -38,7 +35,7 @@ class LabelVocabulary:
     @classmethod
     def of_crops(cls, crops: CropTable, base: "LabelVocabulary | None" = None
                  ) -> "LabelVocabulary":
-        """`base` (or nothing) completed with what the crops say of their own elements."""
+        """`base` (or nothing) completed with the crops' own elements."""
         etype, element, sa = crops.element_type, crops.element, crops.super_attribute
         categories = set(element[etype == ElementType.OBJECT.value].tolist())
         tables = {t: dict(zip(element[etype == t].tolist(), sa[etype == t].tolist()))
@@ -56,7 +53,6 @@ class LabelVocabulary:
     def from_tables(cls, objects: Iterable[str], object_attributes: Mapping[str, str],
                     human_attributes: Mapping[str, str],
                     implied: Mapping[str, Iterable[str]]) -> "LabelVocabulary":
-        """From a vocabulary's tables (`mining.vocab.Vocabulary` fields)."""
         return cls(frozenset(objects), {OBJECT_TABLE: dict(object_attributes),
                                         HUMAN: dict(human_attributes)},
                    {k: tuple(v) for k, v in implied.items()})
@@ -100,7 +96,6 @@ class LabelVocabulary:
         return frozenset(out - labels)
 
     def label_sets(self, crops: CropTable) -> list[frozenset[str]]:
-        """Per crop: its explicit and implied labels together."""
         return [labels | self.implied_of(etype, labels) for etype, labels in
                 zip(crops.element_type.tolist(), crops.label_sets())]
 
@@ -114,7 +109,6 @@ class LabelVocabulary:
 
     def concept_table(self, element_types: Iterable[str],
                       label_sets: Iterable[frozenset[str]]) -> ConceptTable:
-        """The `ConceptTable` of crops given by their element types and label sets."""
         crops = list(zip(element_types, label_sets))
         concepts = {crop: self.concepts(*crop) for crop in set(crops)}  # label sets repeat
         return ConceptTable([concepts[crop] for crop in crops])
@@ -124,7 +118,6 @@ class LabelVocabulary:
         return self.tables.get(table_of(element_type), {}).get(label, "")
 
     def counts(self) -> dict:
-        """For the manifest: how much was recorded."""
         return {"recorded": self.recorded, "categories": len(self.categories),
                 "attributes": {t: len(self.tables.get(t, {})) for t in TABLES},
                 "implied_names": len(self.implied)}

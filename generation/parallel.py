@@ -1,8 +1,6 @@
-"""Matrices drawn in chunks by forked worker processes that share the parent's samplers.
-
-The parent builds every sampler once (`sampler.PlanSampler`); forked workers inherit them
-copy-on-write (`gc.freeze()` keeps the collector off their pages). Every matrix draws from its
-own `Draws(seed, index)`, so the data set is the same for any number of workers.
+"""Matrices drawn in chunks by forked workers that inherit the parent's samplers copy-on-write
+(`gc.freeze()` keeps the collector off their pages). Every matrix draws from its own
+`Draws(seed, index)`, so the data set is the same for any number of workers.
 """
 
 from __future__ import annotations
@@ -24,8 +22,6 @@ CHUNK = 200
 
 @dataclass
 class Chunk:
-    """Consecutive matrices of one job: what the parent needs of each, as arrays."""
-
     ids: np.ndarray  # int64 matrix ids
     rows: np.ndarray  # ids x 16 crop rows of the pool
     super_attribute: list[str]
@@ -33,7 +29,6 @@ class Chunk:
 
 
 def draw_chunk(sampler: PlanSampler, indices: Sequence[int]) -> Chunk:
-    """Draw and prove the matrices `indices` (what one worker does per job)."""
     rows, super_attributes, loosened = [], [], []
     for i in indices:
         super_attribute, matrix_rows, note = sampler.draw(i)

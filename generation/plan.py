@@ -1,9 +1,7 @@
-"""The plan of a generation run: which kind of matrix every index is, fixed by (scale, seed).
-
-Table 1's mix (times `scale`) is divided equally among each element type's relations, then
-among *groups* (which elements a matrix may show), so that a matrix lies wholly on one side
-of every split: two thirds train-side, one third test-side. The plan also fixes each
-matrix's neutral side (exactly 1/3 test per group) and its answer position (uniform).
+"""Which kind of matrix every index is, fixed by (scale, seed): Table 1's mix divided equally
+among each element type's relations, then among *groups* (which elements a matrix may show)
+so that a matrix lies wholly on one side of every split (2/3 train-side). The plan also fixes
+each matrix's neutral side (1/3 test per group) and answer position (uniform).
 """
 
 from __future__ import annotations
@@ -19,11 +17,10 @@ from vprom.generation.pool_index import cell_of
 from vprom.domain import N_CANDIDATES, RELATIONS_OF, TABLE1, ElementType, Relation
 from vprom.splits.rules import HeldOutDesign
 
-#: Share of every (element type, relation) planned on the train side of the held-out splits.
 TRAIN_SIDE_SHARE = 2 / 3
 
 class HoldOut(Enum):
-    """What an attribute group holds out of training (its value is the group's name)."""
+    """What an attribute group holds out of training (its value: the group's name)."""
 
     NOTHING = "train"  # train side: no held-out super-attribute, nor the relation's pair
     SUPER_ATTRIBUTE = "held_sa"  # a held-out super-attribute
@@ -32,8 +29,7 @@ class HoldOut(Enum):
 
 @dataclass(frozen=True)
 class Group:
-    """A kind of matrix: element type, relation, held-out side and which elements it may
-    show: counts `counts` (empty: any), objects those of `third`, attributes per `hold_out`."""
+    """A kind of matrix: counts `counts` (empty: any), objects of `third`, or per `hold_out`."""
 
     element_type: ElementType
     relation: Relation
@@ -45,8 +41,7 @@ class Group:
 
     @property
     def name(self) -> str:
-        """How manifests and messages name the group: counts "any" / "c:1,3,5,7,9", objects
-        "third:K", attributes "train" / "held_sa" / "held_pair"."""
+        """"any" / "c:1,3,5,7,9", "third:K", "train" / "held_sa" / "held_pair"."""
         if self.element_type is ElementType.COUNT:
             return "c:" + ",".join(str(v) for v in self.counts) if self.counts else "any"
         if self.element_type is ElementType.OBJECT:
@@ -55,10 +50,9 @@ class Group:
 
     def super_attributes(self, design: HeldOutDesign, every: Sequence[str]
                          ) -> tuple[list[str], list[str]]:
-        """(the super-attributes of `every` its matrices ask about, those their panels may
-        show): a test-side group asks about what it holds out and shows anything; a
-        train-side one asks about neither held-out super-attributes nor its relation's pairs
-        and shows no held-out super-attribute."""
+        """(the super-attributes of `every` its matrices ask about, those their panels show):
+        test-side, what it holds out and anything; train-side, neither held-out ones nor its
+        relation's pairs, and no held-out one."""
         etype, relation = self.element_type.value, self.relation.value
         held = set(design.held_super_attributes.get(etype, ()))
         pairs = set(design.held_pairs.get(etype, {}).get(relation, ()))
@@ -84,7 +78,7 @@ def _share(kinds: list[dict], side: int, total: float) -> list[tuple[dict, int, 
 
 
 def _groups_of(etype: ElementType, relation: Relation, design: HeldOutDesign):
-    """(Group fields saying which elements, held-out side, weight) of one (type, relation)."""
+    """(Group fields, held-out side, weight) of one (type, relation)."""
     train, test = TRAIN_SIDE_SHARE, 1 - TRAIN_SIDE_SHARE
     if etype is ElementType.COUNT:
         # half the train side is unconstrained; the rest mirrors the test groups, so that
@@ -122,8 +116,6 @@ def _apportion(total: int, weights: Sequence[float]) -> list[int]:
 
 @dataclass
 class MatrixPlan:
-    """Per matrix index: its group, neutral side and answer position (all fixed by seed)."""
-
     scale: float
     seed: int
     design: HeldOutDesign
@@ -136,8 +128,7 @@ class MatrixPlan:
         return len(self.group_of)
 
     def cells(self) -> np.ndarray:
-        """Per matrix, the cell its crops come from (`pool_index.cell_of`): its neutral side
-        from the plan, its held-out side from its group."""
+        """Per matrix, the cell its crops come from (`pool_index.cell_of`)."""
         held = np.array([g.held_side for g in self.groups], dtype=np.int64)
         return cell_of(self.neutral_side.astype(np.int64), held[self.group_of.astype(np.int64)])
 

@@ -1,11 +1,7 @@
-"""The pools indexed for sampling: label masks, regions, bans, and crops per element and cell.
-
-Images are dealt to the sides of two partitions, neutral and held-out; the four combinations
-are the *cells*, and a matrix draws all 16 crops from one cell. Each crop gets the bit mask
-of all its labels, explicit and implied, in its element type's universe, and, per relation,
-whether it shows what a held-out split bans from training (`banned`, `banned_categories`;
-per split and relation as bits: `split_bans`). An attribute type gets its super-attributes'
-masks, the solver's reading groups.
+"""The pools indexed for sampling. Images are dealt to the sides of two partitions, neutral and
+held-out: the four combinations are the *cells*, and a matrix draws its 16 crops from one.
+Each crop gets the bit mask of all its labels (explicit and implied) in its element type's
+universe and, per relation, whether it shows what a held-out split bans from training.
 """
 
 from __future__ import annotations
@@ -27,7 +23,7 @@ CELL_NAMES = ("neutral-train/held-out-train", "neutral-train/held-out-test",
 
 
 def cell_of(neutral_side, held_side):
-    """The cell (an index of `CELL_NAMES`) of a neutral and a held-out side (ints or arrays)."""
+    """The `CELL_NAMES` index of a neutral and a held-out side (ints or arrays)."""
     return neutral_side * 2 + held_side
 
 
@@ -36,8 +32,6 @@ RELATION_BIT = {r: 1 << k for k, r in enumerate(Relation)}
 
 
 class PoolIndex:
-    """The pools prepared for sampling: per crop its label mask (in its element type's
-    universe), region id, cell and bans; per element type and cell the crops of each element."""
 
     def __init__(self, crops: CropTable, seed: int, design: HeldOutDesign,
                  source: str = "pools", vocabulary: LabelVocabulary | None = None) -> None:
@@ -48,7 +42,6 @@ class PoolIndex:
                                        design.neutral_test_fraction),
                        image_test_side(seed, design.held_partition, crops.image_id,
                                        design.held_test_fraction)).tolist()
-        # one id per distinct image region (image id and box)
         self.region = row_codes(crops.image_id, crops.x, crops.y, crops.w, crops.h).tolist()
         self.crop_id = crops.crop_id.tolist()
         self.element = crops.element.tolist()
@@ -113,8 +106,7 @@ class PoolIndex:
 
 def draw_crops(draws: Draws, elements: list[int], crops_of: dict[int, list[int]],
                region: list[int], used: Iterable[int] = ()) -> list[int] | None:
-    """One crop row per element, uniformly among its crops, no region twice nor any of `used`
-    (None when 8 draws of some element find only taken regions)."""
+    """One crop row per element, no region twice nor any of `used` (None: 8 draws failed)."""
     u = draws.uniform
     rows, taken = [], set(used)
     for e in elements:
@@ -132,8 +124,8 @@ def draw_crops(draws: Draws, elements: list[int], crops_of: dict[int, list[int]]
 
 def _bans(vocab: LabelVocabulary, design: HeldOutDesign, element_types: list[str],
           label_sets: list[frozenset[str]]) -> tuple[list[int], list[int], list[int]]:
-    """Per crop, the relations (`RELATION_BIT`) for which it shows what a held-out split
-    keeps out of training, the same for its object categories alone, and `ConceptTable.bits`."""
+    """Per crop, the relations (`RELATION_BIT`) whose held-out splits ban it from training,
+    the same for its object categories alone, and `ConceptTable.bits`."""
     bans = {r: design.train_side_ban(r.value) for r in Relation}
     if not any(b.super_attributes or b.object_thirds for b in bans.values()):
         return [0] * len(label_sets), [0] * len(label_sets), [0] * len(label_sets)

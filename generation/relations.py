@@ -5,11 +5,10 @@
   Union        every row holds the same set of three distinct elements, in any order
   Progression  φ(I_i2) − φ(I_i1) = φ(I_i3) − φ(I_i2) = d for one step d ≠ 0 shared by all rows
 
-Element ids are bit positions (a count's id is the count). Each rule has `sample` (the 9
-elements of a matrix, the answer as near uniform as the definition allows), `context` (the 8
-context elements for a given answer, or None), `holds` (per matrix of an N×3×3 id array,
-whether it obeys) and `completions` (given the 8 context panels as masks of ALL the elements
-each carries, the mask of every element a 9th panel could show to complete the matrix).
+Element ids are bit positions (a count's id is the count). A rule's `sample` gives 9 elements
+(the answer near uniform), `context` the 8 for a given answer, `holds` whether each N×3×3 id
+matrix obeys, `completions` (from the context's masks of ALL elements each panel carries) the
+mask of every element completing the matrix.
 """
 
 from __future__ import annotations
@@ -37,8 +36,6 @@ def positions(mask: int):
 
 
 class Rule:
-    """One relation's rule (see the module docstring for the methods each defines)."""
-
     relation: Relation
     #: fewest distinct elements `sample` needs among the allowed ones
     min_elements: int = 1
@@ -51,7 +48,6 @@ class And(Rule):
 
     @staticmethod
     def layout(a: int, b: int, c: int) -> list[int]:
-        """The 9 panels of rows showing a, b and c."""
         return [a, a, a, b, b, b, c, c, c]
 
     def sample(self, draws, elements):
@@ -80,7 +76,7 @@ class And(Rule):
 
 
 def _or_completing(a: int, b: int) -> int:
-    """Elements x that complete an Or row (A, B, x): x ∈ A or B, paired with a different one."""
+    """Elements x completing an Or row (A, B, x): x ∈ A or B, paired with a different one."""
     if not a or not b:
         return 0
     from_a = a if b.bit_count() >= 2 else a & ~b
@@ -89,7 +85,6 @@ def _or_completing(a: int, b: int) -> int:
 
 
 def _or_row(draws: Draws, elements: Sequence[int]) -> list[int]:
-    """An Or row (x, y, x or y) of two distinct elements."""
     x, y = draws.distinct(elements, 2)
     # which column the third panel repeats is a fair coin, so neither is a tell
     return [x, y, x if draws.coin() else y]
@@ -105,7 +100,6 @@ class Or(Rule):
 
     def context(self, draws, answer, elements, others=(), partner=-1):
         rows = _or_row(draws, elements) + _or_row(draws, elements)
-        # row 3 shows the answer and its partner, in either order
         return rows + ([answer, partner] if draws.coin() else [partner, answer])
 
     def holds(self, e):
@@ -132,8 +126,7 @@ def _union_sets(a: int, b: int, c: int) -> set[int]:
 
 
 def _square(draws: Draws, a: int, b: int, c: int) -> list[list[int]]:
-    """Three Union rows: the cyclic shifts of one order (a Latin square, so every column
-    shows every element once), read backwards on a fair coin."""
+    """Three Union rows: the cyclic shifts of one order (a Latin square), reversed on a coin."""
     rows = [[a, b, c], [b, c, a], [c, a, b]]
     if draws.coin():
         rows = [r[::-1] for r in rows]
@@ -189,7 +182,7 @@ def _steps(a: int, b: int, c: int) -> set[int]:
 
 @lru_cache(maxsize=None)
 def _progressions(allowed: tuple[int, ...]) -> tuple[tuple[int, tuple[int, ...]], ...]:
-    """(step, feasible start values) for every nonzero step that fits inside `allowed`."""
+    """(step, start values) of every nonzero step that fits inside `allowed`."""
     values = set(allowed)
     span = max(allowed) - min(allowed) if allowed else 0
     out = []
@@ -246,5 +239,4 @@ class Progression(Rule):
         return bool(_progressions(tuple(sorted(elements))))
 
 
-#: The rule table: relation -> its rule.
 RULES: dict[Relation, Rule] = {r.relation: r for r in (And(), Or(), Union(), Progression())}

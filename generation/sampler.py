@@ -1,13 +1,8 @@
-"""One matrix at a time: a group's relation, its crops, the solver check, the distractors.
-
-Human-attribute matrices are drawn candidates first (`generation.human_candidates`); the
-others answer first: the relation rule samples the 9 elements, one crop is drawn per panel
-among its element's crops in the cell (never one region twice), the solver turns the 8
-context crops' label masks into the mask Z of every element that would complete row 3, and
-the 7 distractors are drawn outside Z (`generation.candidates`, counts
-`generation.count_candidates`). A failed attempt is redrawn, at most `MAX_TRIES` times.
-Every choice comes from the matrix's own `Draws(seed, index)`, so shards reproduce the
-single run.
+"""One matrix at a time. Human-attribute matrices are drawn candidates first
+(`human_candidates`); the others answer first: the rule samples the 9 elements, a crop is drawn
+per panel in the cell (no region twice), the solver turns the context's label masks into the
+mask Z of every element completing row 3, and the 7 distractors are drawn outside Z. A failed
+attempt is redrawn up to `MAX_TRIES` times, all from the matrix's own `Draws(seed, index)`.
 """
 
 from __future__ import annotations
@@ -41,21 +36,18 @@ from vprom.splits.rules import HeldOutDesign, object_third
 MIN_CONTEXT_CROPS = 3
 #: Resampling attempts per matrix before generation gives up with a VpromError.
 MAX_TRIES = 40
-#: Attempts of a human-attribute matrix (cheap: a candidate set that does not fit is given
-#: up at once).
+#: cheap attempts: a candidate set that does not fit is given up at once
 HUMAN_TRIES = 4 * MAX_TRIES
-#: Attempts that keep every candidate's element off all other candidates (`_Taker`); later
-#: ones only keep the completions off (a super-attribute every crop carries has no
-#: exclusive labels).
+#: Attempts keeping every candidate's element off the others (`_Taker`); later ones keep only
+#: the completions off (a super-attribute every crop carries has no exclusive labels).
 STRICT_TRIES = 12
-#: what to do about a pool too thin for a group: the elements and crops a matrix needs do
-#: not depend on how many matrices are drawn, so a smaller --scale does not help
+#: a smaller --scale does not help: what one matrix needs does not depend on how many are drawn
 THIN_POOL_ADVICE = "mine more images (the synthetic corpus: a larger --images)"
 
 
 @dataclass
 class Sampler:
-    """One (group, cell) of answer-first matrices."""
+    """One (group, cell) of answer-first matrices (`make_sampler`)."""
 
     group: Group
     cell: int
@@ -67,13 +59,12 @@ class Sampler:
     solver_groups: list[int] = field(default_factory=list)
     fill_weight: dict[str, float] = field(default_factory=dict)  # `fill_weights`
     mixing: dict = field(default_factory=dict)  # super-attribute -> `candidate_blocks.Plan`
-    absent: object = None  # counts: `count_candidates.AbsentTable`; None: answer first
+    absent: dict | None = None  # counts: `count_candidates.absent_tables`' table
 
 
 def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
                  cell: int, bans: bool = True) -> Sampler | HumanSampler:
-    """The sampler of one (group, cell); `bans`: the group draws only the crops `ban_mask`
-    allows (False: the loosened sampler, see `PlanSampler`)."""
+    """The sampler of one (group, cell); `bans` False: the loosened one (`PlanSampler`)."""
     etype = group.element_type
     where = f"{etype.value} pool of {pool.source}, {CELL_NAMES[cell]} images"
     label = f"{etype.value} {group.relation.value} matrices of group '{group.name}'"
@@ -122,9 +113,7 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
     if not good:
         raise VpromError(f"{where}{banned_note}: no sound {label} can be drawn — "
                          + "; ".join(short) + f" — {THIN_POOL_ADVICE}")
-    # a super-attribute whose candidates cannot form a symmetric profile (or on a
-    # 2-attribute one: its other attribute completes the row too) is left out of the
-    # relation, unless the group has no other (then `_uneven_profile` does its best)
+    # one that cannot form a symmetric profile is left out, unless no other can
     symmetric = [o for o in good
                  if not o.super_attribute or static_block(o, group.relation) is not None]
     good = symmetric or good
@@ -135,7 +124,6 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
 
 
 def _shortfall(o: Option, relation: Relation) -> str | None:
-    """Why `o` cannot give sound matrices of `relation` (None: it can)."""
     rule = RULES[relation]
     need = rule.min_elements
     if len(o.context) < need:
@@ -153,7 +141,6 @@ def _shortfall(o: Option, relation: Relation) -> str | None:
 
 def _attribute_options(group: Group, design: HeldOutDesign, sa_of: dict[int, str],
                        enough: set[int], usable: set[int]) -> list[Option]:
-    """One option per super-attribute the group may show (object attributes)."""
     # a train-side group shows no held-out super-attribute, not even as a distractor
     chosen, shown = group.super_attributes(design, sorted(set(sa_of.values())))
     fill_sas = set(shown)
@@ -170,12 +157,9 @@ def _attribute_options(group: Group, design: HeldOutDesign, sa_of: dict[int, str
     return options
 
 
-# ---------------------------------------------------------------- one matrix
-
 def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
                   region: list[int], why: Counter) -> tuple[str, list[int]] | None:
-    """(super-attribute, 16 crop rows with the answer at `answer_pos`), or None; `why`
-    counts the failed attempts by the step that failed (for the error)."""
+    """(super-attribute, 16 crop rows, the answer at `answer_pos`) or None; `why`: failures."""
     etype, rule, crops_of = s.group.element_type, RULES[s.group.relation], s.crops_of
     groups = s.solver_groups
     for attempt in range(MAX_TRIES):
@@ -203,7 +187,7 @@ def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
             continue
         draws.shuffle(wrong)
         candidates = wrong[:answer_pos] + [rows[N_CONTEXT]] + wrong[answer_pos:]
-        # the solver check on the assembled matrix: exactly the answer completes it
+        # the solver check: exactly the answer completes the matrix
         if [k for k in range(N_CANDIDATES) if masks[candidates[k]] & z] != [answer_pos]:
             why["a second candidate completes"] += 1
             continue
@@ -213,9 +197,9 @@ def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
 
 def ban_mask(pool: PoolIndex, group: Group) -> list[int] | None:
     """Per crop, the relations (`RELATION_BIT`) for which the group may not draw it (None:
-    any crop). Train-side groups avoid every ban, so they train in every split; so do count
-    groups, as a held-out label only test-side counts (even, 6-10) show would tell the
-    answer's range; test-side attribute groups avoid the banned categories (the block's)."""
+    any). Train-side groups avoid every ban, to train in every split; so do counts, lest a
+    label only test-side counts show tell the answer's range; test-side attribute groups
+    avoid the banned categories."""
     if group.held_side == 0 or group.element_type is ElementType.COUNT:
         banned = pool.banned
     elif group.element_type in (ElementType.OBJECT_ATTRIBUTE, ElementType.HUMAN_ATTRIBUTE):
@@ -226,8 +210,7 @@ def ban_mask(pool: PoolIndex, group: Group) -> list[int] | None:
 
 
 def note_loosened(loosened: dict[str, dict], note: tuple[str, str, str]) -> None:
-    """Count one loosened matrix, `note` = (group, cell, why) from `PlanSampler.draw`, in
-    `loosened` (group -> {"matrices": n, "why": {cell: why}}, as the manifest records it)."""
+    """Count `PlanSampler.draw`'s note (group, cell, why) in `loosened`, as the manifest has it."""
     name, cell, why = note
     entry = loosened.setdefault(name, {"matrices": 0, "why": {}})
     entry["matrices"] += 1
@@ -237,15 +220,13 @@ def note_loosened(loosened: dict[str, dict], note: tuple[str, str, str]) -> None
 class PlanSampler:
     """Every (group, cell) sampler of a plan, made once; `draw(i)` gives matrix i from
     `Draws(seed, i)` alone. Where a cell is too thin for its group's ban, the matrix is drawn
-    *loosened*, from all the cell's crops. `legacy_counts` reproduces the answer-first count
-    candidates that give the answer away (`--legacy-count-candidates`)."""
+    *loosened*, from all the cell's crops."""
 
     def __init__(self, pool: PoolIndex, plan: MatrixPlan,
                  skipped: dict[str, list[str]] | None = None,
                  legacy_counts: bool = False) -> None:
         self.pool, self.plan, self.legacy_counts = pool, plan, legacy_counts
-        # every (group, cell) of the whole plan, not only a shard's, and before any work: a
-        # short pool fails at once, and the weights from all of them are the same in a shard
+        # the whole plan's (group, cell)s, not a shard's: the weights must match the single run
         self.cells = cells = plan.cells()
         keys, n = np.unique(np.stack([plan.group_of.astype(np.int64), cells], axis=1),
                             axis=0, return_counts=True)
@@ -278,7 +259,6 @@ class PlanSampler:
         self.samplers = samplers
 
     def _weighted(self, sampler):
-        """The sampler given the plan-wide tables it draws by (answer-first ones only)."""
         if not isinstance(sampler, Sampler):
             return sampler
         key = (self.plan.groups.index(sampler.group), sampler.cell)
@@ -292,8 +272,7 @@ class PlanSampler:
         return sampler
 
     def draw(self, i: int) -> tuple[str, list[int], tuple[str, str, str] | None]:
-        """(matrix i's super-attribute, its 16 crop rows, and where it was drawn loosened
-        (group, cell, why) for `note_loosened`, else None)."""
+        """(matrix i's super-attribute, its 16 crop rows, `note_loosened`'s note or None)."""
         pool, plan = self.pool, self.plan
         masks, region = pool.masks, pool.region
         g, cell = int(plan.group_of[i]), int(self.cells[i])

@@ -1,7 +1,6 @@
-"""`vprom export`: the data set as JSON lines (here: one object per matrix with its full
-provenance, each crop's JSON fragment built once), or as a folder: the original release's
-layout (`release`), npz per problem (`npz`), a Hugging Face data set (`hf`), VLM harness
-files (`vlm`) or SAViR-T's feature files (`savir`); every output appears only when complete.
+"""`vprom export`: the data set as JSON lines (one object per matrix with its full provenance)
+or as a folder: the original release's layout (`release`), npz per problem (`npz`), a Hugging
+Face data set (`hf`), VLM harness files (`vlm`) or SAViR-T's feature files (`savir`).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from vprom.claim import writes
 from vprom.domain import N_PANELS, Matrix
 from vprom.errors import VpromError
 from vprom.files import atomic_path
-from vprom.generation.export.crops import box, labels
+from vprom.generation.export.crops import box, labels, template_text
 from vprom.generation.export.hf import write_hf
 from vprom.generation.export.npz import DEFAULT_SIZE, write_npz
 from vprom.generation.export.release import FIRST_CANDIDATE_LABEL, write_release
@@ -32,64 +31,14 @@ from vprom.tables import (
     read_matrix_table,
 )
 
-#: format -> what it writes (the command line's help)
-FORMATS = {
-    "jsonl": "one JSON line per matrix with its full provenance (--out: a file)",
-    "original": "the original V-PROM release's layout, as its clients read it (the tests "
-                "re-state Slot-Abstractor's and SAViR-T's reading contracts): "
-                "V-PROM/datasets/Raven_release/<id//5000>/<id>/1..16.jpg as relative "
-                "symlinks into V-PROM/crops/, {obj,attr,counting}_gt_labels.npy (label 9-16) "
-                "and <split>_<train|val|test>_problems.npy (--out: a folder; needs --vg)",
-    "hf": "a Hugging Face data set: Parquet shards (~500 MB) per split and part, one row per "
-          "problem (answer, relation, element type, super-attribute, crop ids, VG image ids "
-          "and boxes) and a crops table of JPEGs, with a dataset card README.md (configs per "
-          "split, CC BY 4.0, citations, verify report); datasets.load_dataset(OUT) reads it; "
-          "resumable (--out: a folder; needs --vg; pip install 'vprom[hf]')",
-    "npz": "one npz per problem of --split. --style pgm (default): DeepMind PGM's "
-           "convention, <regime>/PGM_<regime>_<part>_<id>.npz with image (16,S,S) uint8 "
-           "grayscale, target 0-7, meta_target (12,), relation_structure_encoded (4,12) "
-           "(the tests re-state SRAN's and WReN-PyTorch's loaders); --style raven: RAVEN's, "
-           "<regime>/RAVEN_<id>_<part>.npz with meta_target (9,), meta_structure (21,), "
-           "structure and embedding.npy (RAVEN's loader and Resnet18_MLP run on it); "
-           "--style color: vprom_<split>_<part>_<id>.npz with image (16,S,S,3) RGB and "
-           "meta_target (8,) (--out: a folder; needs --vg)",
-    "vlm": "problems of --split's --part (default test) for vision-language models: an "
-           "lmms-eval task folder (YAML, hooks, Parquet) and a VLMEvalKit MCQ TSV, letters "
-           "A-H; --layout grid (one 744x1024 image: the matrix, then candidates A-H), panels "
-           "(16 images) or text (labels, no image); --limit N: a stratified sample (--seed); "
-           "--prompt FILE replaces the question (--out: a folder; needs --vg, or --crops STORE, "
-           "but for text)",
-}
-EXAMPLES = (
-    "vprom export build/dataset.h5 --format npz --vg data/vg --out build/npz --split neutral",
-    "vprom export build/dataset.h5 --format npz --style raven --vg data/vg --out build/raven",
-    "vprom export build/dataset.h5 --format npz --style color --vg data/vg --out build/npz-rgb",
-    "vprom export build/dataset.h5 --format jsonl --out build/dataset.jsonl",
-    "vprom export build/dataset.h5 --format vlm --vg data/vg --out build/vlm --limit 1000",
-    "vprom export build/dataset.h5 --format original --vg data/vg --out /fat32/vprom --copy",
-)
 MATRIX_KEYS = ("id", "relation", "element_type", "super_attribute", "answer", "splits")
-#: format -> what `export` wrote, filled from its counts
-SUMMARIES = {
-    "jsonl": "{matrices:,} matrices as JSON lines",
-    "hf": "a Hugging Face data set of {problems:,} problems ({configurations} split "
-          "configurations, {parts} parts) and {crops:,} crops in {crop_shards} shard(s)",
-    "vlm": "{problems:,} {part} problems of split {split} ({layout} layout) as the lmms-eval "
-           "task {task} and the VLMEvalKit TSV {tsv}; evaluate a model served by vLLM with:\n"
-           "  lmms-eval --model openai --model_args model=MODEL,base_url=http://localhost:8000"
-           "/v1 --include_path {out}/lmms_eval --tasks {task} --log_samples --output_path "
-           "results/",
-    "original": "{problems:,} problems in {buckets} bucket{plural} (panels: {panels}), "
-                "{crops:,} crops, {label_files} label files, {split_lists} split lists",
-    "npz": "{problems:,} npz problems ({style} style) of split {split} ({train:,} train, "
-           "{val:,} val, {test:,} test; {size}x{size} panels from {crops:,} crops)",
-}
+#: format -> what it writes (the command line's help) and what `export` wrote (its counts)
+_TEXTS = json.loads(template_text("formats.json"))
+FORMATS, SUMMARIES, EXAMPLES = _TEXTS["help"], _TEXTS["summaries"], tuple(_TEXTS["examples"])
 
 
 @dataclass
 class ExportSummary:
-    """What `export` wrote."""
-
     out: Path
     format: str
     counts: dict = field(default_factory=dict)
@@ -109,9 +58,8 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
            style: str = "pgm", verify_text: str | None = None, part: str = "test",
            layout: str = "grid", prompt: str | Path | None = None, limit: int | None = None,
            seed: int = 0, crop_store: str | Path | None = None) -> ExportSummary:
-    """Export DATASET.h5 as `fmt` (one of `FORMATS`) to `out`; the options are `vprom
-    export`'s (`crop_store`: --crops), `verify_text` the `vprom verify` report the hf card
-    quotes."""
+    """Export DATASET.h5 as `fmt` to `out` with `vprom export`'s options (`crop_store`:
+    --crops); `verify_text` is the `vprom verify` report the hf card quotes."""
     dataset, out = Path(dataset), Path(out)
     if fmt not in FORMATS:
         raise VpromError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -145,7 +93,9 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
     manifest = make_manifest(f"export-{fmt}", config, inputs=input_hashes(inputs),
                              counts={"matrices": len(matrices)})
     if fmt == "jsonl":
-        write_jsonl(crops, matrices, rows, out)
+        with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(tqdm(matrix_lines(crops, matrices, rows), total=len(matrices),
+                              desc="export jsonl", unit="matrix", disable=None))
         write_manifest(out, manifest)
         return ExportSummary(out, fmt, {"matrices": len(matrices)})
     if fmt == "hf":
@@ -165,9 +115,8 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
     return ExportSummary(out, fmt, counts)
 
 
-# ---------------------------------------------------------------- jsonl
 def crop_fragments(crops: CropTable) -> list[str]:
-    """Per crop, the JSON of its panel fields after "element" (the same in every matrix)."""
+    """Per crop, the JSON of its panel fields after "element", built once for all matrices."""
     return [json.dumps({"image_id": int(crops.image_id[i]), "box": box(crops, i),
                         "source_id": int(crops.source_id[i]), "phrase": crops.phrase[i],
                         "labels": labels(crops, i)}, ensure_ascii=False)[1:-1]
@@ -175,7 +124,6 @@ def crop_fragments(crops: CropTable) -> list[str]:
 
 
 def matrix_lines(crops: CropTable, m: MatrixTable, rows: np.ndarray):
-    """Yield one JSON line per matrix (without building them all in memory)."""
     fragments, columns, splits = crop_fragments(crops), m.part_columns(), m.ordered_splits()
     for i in range(len(m)):
         answer = int(m.answer[i])
@@ -189,12 +137,6 @@ def matrix_lines(crops: CropTable, m: MatrixTable, rows: np.ndarray):
             for k in range(N_PANELS))
         yield json.dumps(head, ensure_ascii=False)[:-1] + f', "panels": [{panels}]}}\n'
 
-
-def write_jsonl(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path) -> None:
-    with atomic_path(out) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        for line in tqdm(matrix_lines(crops, m, rows), total=len(m), desc="export jsonl",
-                         unit="matrix", disable=None):
-            f.write(line)
 
 
 def matrix_of(record: dict) -> Matrix:

@@ -1,14 +1,18 @@
-"""What the folder exports share: each distinct crop cut from its VG image once
-(`cut_crops`: images grouped and decoded on a thread pool, as Pillow releases the GIL), a
-crop's box, labels and JPEG bytes, and the release's problem ids (`release_ids`)."""
+"""What the folder exports share: each distinct crop cut once from its VG image (`cut_crops`,
+on a thread pool: Pillow decodes without the GIL), a crop's box, labels and JPEG bytes; and
+the resumable folder of the exports of many large files (savir-t, hf), which fills as
+`OUT.partial/` with its settings in `STAMP`, each file appearing only when complete, and is
+renamed to `OUT` at the end (a rerun with the same settings keeps the files there)."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from PIL import Image
@@ -19,16 +23,13 @@ from vprom.errors import VpromError
 from vprom.images import ImageIndex, clip_box
 from vprom.tables import CropTable, MatrixTable
 
-#: Threads decoding images (bounded: the exports are disk-bound beyond that).
+#: bounded: the exports are disk-bound beyond that
 WORKERS = min(4, os.cpu_count() or 1)
 
 
 def release_ids(ids: np.ndarray) -> np.ndarray:
     """The release's problem id of every matrix row: its rank in id order (0..N-1)."""
-    order = np.argsort(ids, kind="stable")
-    pids = np.empty(len(ids), dtype=np.int64)
-    pids[order] = np.arange(len(ids))
-    return pids
+    return np.argsort(np.argsort(ids, kind="stable"), kind="stable").astype(np.int64)
 
 
 def check_split(m: MatrixTable, split: str) -> None:
@@ -46,6 +47,10 @@ def labels(crops: CropTable, r: int) -> list[str]:
     return [lab for lab in str(crops.labels[r]).split(LABEL_SEPARATOR) if lab]
 
 
+def template_text(name: str) -> str:
+    return (Path(__file__).with_name("templates") / name).read_text(encoding="utf-8")
+
+
 def jpeg(image: Image.Image, quality: int) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=quality)
@@ -61,7 +66,7 @@ def cut_crops(crops: CropTable, rows: np.ndarray, vg_dir: Path,
     for r in np.unique(rows).tolist():
         by_image.setdefault(int(crops.image_id[r]), []).append(r)
     missing = [i for i in by_image if i not in index]
-    if missing:  # before any work: every image must be there
+    if missing:
         raise VpromError(f"{vg_dir}: image {missing[0]} is not under VG_100K or VG_100K_2 "
                          f"({len(missing)} of the {len(by_image)} images the matrices show "
                          "are missing); is the image download complete?")
@@ -89,3 +94,42 @@ def cut_crops(crops: CropTable, rows: np.ndarray, vg_dir: Path,
         for n in pool.map(cut, sorted(by_image.items())):
             bar.update(n)
     return total
+
+
+STAMP = ".vprom-export.json"
+
+
+@contextmanager
+def resumable_dir(out: str | os.PathLike, settings: dict) -> Iterator[Path]:
+    """Yield `OUT.partial` (new, or resumed with the same `settings`); rename it at the end."""
+    out = Path(out)
+    if out.exists():
+        raise VpromError(f"{out} already exists; pass a new --out (an export never replaces a "
+                         "folder)")
+    partial, wanted = out.with_name(out.name + ".partial"), json.dumps(settings, sort_keys=True)
+    stamp = partial / STAMP
+    if partial.exists():
+        if not stamp.is_file() or stamp.read_text(encoding="utf-8") != wanted:
+            raise VpromError(f"{partial}: an unfinished export with other settings (or not "
+                             "one of vprom's); rerun it with the same settings to finish it, "
+                             "or remove it")
+    else:
+        partial.mkdir(parents=True)
+        stamp.write_text(wanted, encoding="utf-8")
+    yield partial
+    stamp.unlink()
+    os.replace(partial, out)
+
+
+def write_once(path: Path, write: Callable[[Path], None]) -> bool:
+    """Write `path` through `write(temporary)` unless it is already there; True if written."""
+    if path.exists():
+        return False
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return True

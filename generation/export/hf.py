@@ -1,9 +1,8 @@
-"""`vprom export --format hf`: the data set as a Hugging Face data set (Parquet and a dataset
-card) for `datasets.load_dataset(OUT)` and the Hub. `data/crops/` holds one row per distinct
-crop with its JPEG and `data/<split>/<part>-<k>.parquet` one row per problem naming its 16
-crops by id (inlining the JPEGs would repeat them across problems and splits). Each file's
-schema metadata carries the `datasets` features, so `image` decodes as a PIL image; shards
-close at SHARD_BYTES, and a rerun resumes the finished ones (`resumable`).
+"""`vprom export --format hf`: a Hugging Face data set (Parquet and a card) for
+`datasets.load_dataset(OUT)`. `data/crops/` has a row per distinct crop with its JPEG,
+`data/<split>/<part>-<k>.parquet` a row per problem naming its 16 crops by id (inlined JPEGs
+would repeat). Schema metadata carries the `datasets` features (`image` decodes as PIL); a
+rerun resumes the finished shards.
 """
 
 from __future__ import annotations
@@ -15,9 +14,8 @@ import numpy as np
 
 from vprom.errors import VpromError
 from vprom.files import write_json
-from vprom.generation.export.crops import box, cut_crops, jpeg, labels
+from vprom.generation.export.crops import box, cut_crops, jpeg, labels, resumable_dir, write_once
 from vprom.generation.export.hf_card import card
-from vprom.generation.export.resumable import resumable_dir, write_once
 from vprom.domain import N_CONTEXT
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
@@ -75,7 +73,7 @@ def crop_columns(crops: CropTable, rows: list[int], data: dict[int, bytes]) -> d
 
 
 def write_crops(crops: CropTable, used: np.ndarray, vg_dir: Path, folder: Path) -> int:
-    """The crops table's shards; returns how many were written now (not resumed)."""
+    """The crops table's shards; how many were written now (not resumed)."""
     _, pq = pyarrow_modules()
     folder.mkdir(parents=True, exist_ok=True)
     start, shard, written = 0, 0, 0
@@ -134,7 +132,7 @@ def write_problems(crops: CropTable, m: MatrixTable, rows: np.ndarray, data: Pat
 
 def write_hf(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,
              settings: dict, about: dict) -> dict:
-    """Write the data set to folder `out`; `about` feeds the card (manifest, verify text)."""
+    """Write folder `out`; `about` (manifest, verify text) feeds the card."""
     pyarrow_modules()  # before any work
     used = np.unique(rows)
     with resumable_dir(out, settings) as tmp:

@@ -1,9 +1,9 @@
-"""`vprom export --format npz`: one compressed `.npz` per problem of one split, as PGM and RAVEN
-ship them, for loaders that glob a folder for `*<part>*.npz`. Styles `pgm` and `raven`
-follow `pgm`; style `color` writes `vprom_<split>_<part>_<id>.npz` with `image` (16, S, S, 3)
-uint8 and a one-hot `meta_target` (4 relations, 4 element types). Each distinct crop is
-stretched to S x S once into a uint8 memory map beside the output (flat memory); the
-problems are written by a thread pool at zlib level 1, into a folder renamed when complete.
+"""`vprom export --format npz`: one compressed `.npz` per problem of one split, for loaders that
+glob `*<part>*.npz`: `image` (16, S, S) uint8, `target` and meta vectors. Grayscale styles as
+DeepMind PGM's loaders (SRAN, WReN-PyTorch, TFDS) and RAVEN's read them, in `<regime>/` (the
+split with '_' -> '.': PGM's tooling splits names on '_'): `pgm` sets PGM's 12 slots (0-6 what a
+rule acts on, 7-11 its relation), `raven` RAVEN's rule (`or` is none of RAVEN's) and attribute
+(a panel is RAVEN's `center_single`); `color`: RGB panels and a one-hot `meta_target`.
 """
 
 from __future__ import annotations
@@ -16,35 +16,97 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-import vprom.generation.export.pgm as pgm  # noqa: PLR0402 (not via the package: a cycle)
-from vprom.generation.export.crops import WORKERS, check_split, cut_crops
+from vprom.generation.export.crops import (
+    WORKERS,
+    check_split,
+    cut_crops,
+    template_text,
+)
 from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, free_space_for, preallocate, write_json
 from vprom.domain import N_PANELS, ElementType, Relation
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
+STYLES = ("pgm", "raven", "color")
+N_SLOTS = 12
+MAX_RULES = 4  # PGM's relation_structure_encoded rows
+UNUSED = "(unused)"
+#: slot -> what it means in a V-PROM export (PGM's slot meanings in the docstring)
+SLOT_NAMES = (tuple(e.value for e in ElementType) + (UNUSED,) * 3
+              + (Relation.PROGRESSION.value, UNUSED, Relation.OR.value, Relation.AND.value,
+                 Relation.UNION.value))
+
+#: RAVEN's META_TARGET_FORMAT and META_STRUCTURE_FORMAT (src/dataset/const.py)
+RAVEN_TARGET_NAMES = ("Constant", "Progression", "Arithmetic", "Distribute_Three", "Number",
+                      "Position", "Type", "Size", "Color")
+RAVEN_STRUCTURE_NAMES = (
+    "Singleton", "Left_Right", "Up_Down", "Out_In", "Left", "Right", "Up", "Down", "Out", "In",
+    "Grid", "Center_Single", "Distribute_Four", "Distribute_Nine", "Left_Center_Single",
+    "Right_Center_Single", "Up_Center_Single", "Down_Center_Single", "Out_Center_Single",
+    "In_Center_Single", "In_Distribute_Four")
+RAVEN_RULE = {Relation.AND.value: "Constant", Relation.UNION.value: "Distribute_Three",
+              Relation.PROGRESSION.value: "Progression"}
+#: an element type's RAVEN attribute, else its super-attribute's
+RAVEN_ATTRIBUTE = {ElementType.COUNT.value: "Number", ElementType.OBJECT.value: "Type",
+                   "shape": "Type", "color": "Color", "clothing color": "Color"}
+#: RAVEN's serialize_aot of center_single: the tree Scene/Singleton/Grid/Center_Single
+RAVEN_STRUCTURE = ("Scene", "Singleton", "Grid", "Center_Single", "/", "/", "/", "/")
+RAVEN_MAX_RULES = 8  # meta_matrix rows
+EMBEDDING_DIM = 300  # RAVEN's loader: torch.zeros((6, 300))
+
+
+def regime(split: str) -> str:
+    return split.replace("_", ".")
+
+
+def problem_name(style: str, split: str, part: str, matrix_id: int) -> str:
+    r = regime(split)
+    if style == "raven":
+        return f"{r}/RAVEN_{matrix_id}_{part}.npz"
+    if style == "color":
+        return f"vprom_{split}_{part}_{matrix_id}.npz"
+    return f"{r}/PGM_{r}_{part}_{matrix_id}.npz"
+
+
+def raven_embedding() -> dict[str, list[float]]:
+    """embedding.npy's content: each structure word -> its one-hot code (plain Python)."""
+    words = ("Scene",) + RAVEN_STRUCTURE_NAMES
+    return {w: [float(j == k) for j in range(EMBEDDING_DIM)] for k, w in enumerate(words)}
+
+
+def pgm_arrays(relation: str, element_type: str, super_attribute: str) -> dict[str, np.ndarray]:
+    """PGM's keys of one problem (besides image and target)."""
+    encoded = np.zeros((MAX_RULES, N_SLOTS), dtype=np.int64)  # one rule: rows 1-3 stay 0
+    encoded[0, [SLOT_NAMES.index(element_type), SLOT_NAMES.index(relation)]] = 1
+    return {"meta_target": encoded.max(axis=0), "relation_structure_encoded": encoded,
+            "relation_structure": np.array([[element_type, super_attribute, relation]],
+                                           dtype=np.bytes_),
+            "meta_target_names": np.array(SLOT_NAMES)}
+
+
+def raven_arrays(relation: str, element_type: str, super_attribute: str) -> dict[str, np.ndarray]:
+    """RAVEN's keys of one problem (besides image and target), uint8 like RAVEN's."""
+    matrix = np.zeros((RAVEN_MAX_RULES, len(RAVEN_TARGET_NAMES)), dtype=np.uint8)
+    for word in (RAVEN_RULE.get(relation),
+                 RAVEN_ATTRIBUTE.get(element_type, RAVEN_ATTRIBUTE.get(super_attribute))):
+        if word:
+            matrix[0, RAVEN_TARGET_NAMES.index(word)] = 1
+    meta_structure = np.isin(RAVEN_STRUCTURE_NAMES, RAVEN_STRUCTURE).astype(np.uint8)
+    return {"meta_matrix": matrix, "meta_target": np.bitwise_or.reduce(matrix),
+            "structure": np.array(RAVEN_STRUCTURE), "meta_structure": meta_structure,
+            "meta_target_names": np.array(RAVEN_TARGET_NAMES),
+            "meta_structure_names": np.array(RAVEN_STRUCTURE_NAMES)}
+
 DEFAULT_SIZE = 160
-PREFIX = "vprom"
 META_TARGET_NAMES = tuple(r.value for r in Relation) + tuple(e.value for e in ElementType)
 RESAMPLE = Image.Resampling.BILINEAR
 ZLIB_LEVEL = 1
 
 
-def npz_name(split: str, part: str, matrix_id: int) -> str:
-    return f"{PREFIX}_{split}_{part}_{matrix_id}.npz"
-
-
 def panel_tile(crop: Image.Image, size: int, mode: str = "RGB") -> np.ndarray:
-    """The crop stretched to size×size, uint8 in `mode` ("RGB", or "L" for the pgm style)."""
+    """The crop stretched to size×size, uint8 in `mode` ("RGB" or "L")."""
     return np.asarray(crop.convert(mode).resize((size, size), RESAMPLE), dtype=np.uint8)
-
-
-def meta_target(relation: str, element_type: str) -> np.ndarray:
-    one_hot = np.zeros(len(META_TARGET_NAMES), dtype=np.int64)
-    one_hot[META_TARGET_NAMES.index(relation)] = 1
-    one_hot[META_TARGET_NAMES.index(element_type)] = 1
-    return one_hot
 
 
 def save_npz(path: Path, **arrays: np.ndarray) -> None:
@@ -58,9 +120,8 @@ def save_npz(path: Path, **arrays: np.ndarray) -> None:
 
 def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,
               split: str, size: int, manifest: dict, style: str = "pgm") -> dict:
-    """Write split `split`'s problems to folder `out` in `style`; returns what was written."""
-    if style not in pgm.STYLES:
-        raise VpromError(f"unknown npz style {style!r}; choose one of {', '.join(pgm.STYLES)}")
+    if style not in STYLES:
+        raise VpromError(f"unknown npz style {style!r}; choose one of {', '.join(STYLES)}")
     check_split(m, split)
     if size < 8:
         raise VpromError(f"--size {size}: a panel needs at least 8×8 pixels")
@@ -76,26 +137,26 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
     with atomic_dir(out) as tmp:
         tiles_path = tmp / ".tiles.u8"
         tiles = np.lib.format.open_memmap(tiles_path, mode="w+", dtype=np.uint8, shape=shape)
-        preallocate(tiles_path)  # a full disk fails here, not as SIGBUS inside the mmap
+        preallocate(tiles_path)  # a full disk fails here, not as SIGBUS in the mmap
 
         def store(r: int, crop: Image.Image) -> None:
             tiles[tile_of[r]] = panel_tile(crop, size, "L" if gray else "RGB")
 
         n_crops = cut_crops(crops, used, vg_dir, store, desc="tiles") if len(used) else 0
         if gray:
-            (tmp / pgm.regime(split)).mkdir()
+            (tmp / regime(split)).mkdir()
         if style == "raven":
-            (tmp / "embedding.npy").write_bytes(npy_bytes(pgm.raven_embedding()))
+            (tmp / "embedding.npy").write_bytes(npy_bytes(raven_embedding()))
 
         def write(i: int) -> None:
             mid, part = int(m.id[i]), columns[i]
             rule = (m.relation[i], m.element_type[i], m.super_attribute[i])
-            keys = (pgm.pgm_arrays(*rule) if style == "pgm" else pgm.raven_arrays(*rule)
+            keys = (pgm_arrays(*rule) if style == "pgm" else raven_arrays(*rule)
                     if style == "raven" else
-                    {"meta_target": meta_target(*rule[:2]), "meta_target_names": names})
+                    {"meta_target": np.isin(names, rule[:2]).astype(np.int64),
+                     "meta_target_names": names})
             save_npz(
-                tmp / (pgm.problem_name(style, split, part, mid) if gray
-                       else npz_name(split, part, mid)),
+                tmp / problem_name(style, split, part, mid),
                 image=tiles[[tile_of[int(r)] for r in rows[i]]], target=np.int64(m.answer[i]),
                 **keys, relation=np.str_(m.relation[i]), element_type=np.str_(m.element_type[i]),
                 super_attribute=np.str_(m.super_attribute[i]), id=np.int64(mid),
@@ -112,49 +173,8 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
                   "problems": len(chosen), **per_part}
         write_json(tmp / "manifest.json", {**manifest, "counts": {**manifest["counts"],
                                                                     **counts}})
-        layout, keys = README[style]
-        (tmp / "README.txt").write_text((HEADER + layout + PANELS + keys + OWN).format(
-            style=style, split=split, size=size, regime=pgm.regime(split),
+        (tmp / "README.txt").write_text(template_text(f"npz_{style}.txt").format(
+            style=style, split=split, size=size, regime=regime(split),
             rgb="" if gray else ", 3", **per_part), encoding="utf-8")
     return counts
 
-
-HEADER = """V-PROM problems exported by `vprom export --format npz --style {style}`: split
-{split}, panels {size}x{size} ({train:,} train, {val:,} val, {test:,} test problems; the
-split's excluded matrices are not written).
-"""
-PANELS = """  image (16, {size}, {size}{rgb}) uint8: panels 1-8 the context (row-major), 9-16 the
-      candidates
-  target: the answer, 0..7
-"""
-OWN = "  relation, element_type, super_attribute, id (matrix id), panels (crop ids), elements\n"
-#: per style: the layout (before PANELS) and the style's own keys (after)
-README = {
-    "color": ("""
-vprom_{split}_<part>_<id>.npz, one per problem; glob '*_train_*.npz' for a part.
-""", """  meta_target (8,): one-hot relation (and, or, union, progression) then element type
-      (object_attribute, human_attribute, object, count); meta_target_names says which
-"""),
-    "pgm": ("""
-Grayscale, in DeepMind PGM's convention. SRAN-style loaders: root {regime}/;
-WReN-style loaders (root/*/*.npz): root this folder; they test 'train'/'val'/'test' against
-the whole path, so the root's path must hold none of them.
-
-{regime}/PGM_{regime}_<part>_<id>.npz, one per problem:
-""", """  meta_target (12,), relation_structure_encoded (4, 12): slots named by meta_target_names
-  relation_structure (1, 3): [element type, super-attribute, relation]
-"""),
-    "raven": ("""
-Grayscale, in RAVEN's convention: its `dataset` class and models read this folder as root;
-it tests 'train'/'val'/'test' against the whole path, so the root's path must hold none of
-them. embedding.npy: one-hot codes of RAVEN's structure words (RAVEN's own GloVe
-embedding.npy has the same keys).
-
-{regime}/RAVEN_<id>_<part>.npz, one per problem:
-""", """  meta_matrix (8, 9), meta_target (9,): RAVEN's rule and attribute slots, named by
-      meta_target_names: and -> Constant, union -> Distribute_Three, progression ->
-      Progression, or -> none; count -> Number, object and shape -> Type, color and
-      clothing color -> Color
-  structure, meta_structure (21,): RAVEN's center_single (one picture a panel)
-"""),
-}

@@ -1,11 +1,8 @@
-"""`vprom export --format original`: the data set in the original V-PROM release's layout, as
-its clients (Slot-Abstractor's V-PROM loader, SAViR-T's `VPROM_splits`) read it. Each crop is
-stored once under `V-PROM/crops/`; problem `pid` (its rank in id order) is the folder
-`V-PROM/datasets/Raven_release/<pid // 5000>/<pid>/` of panels `1.jpg` ... `16.jpg`, relative
-links that clients open as `os.readlink(link)[15:]` from the folder holding `V-PROM/` (or
-plain copies with `copy`). `{obj,attr,counting}_gt_labels.npy` are pickled dicts keyed by
-`str(pid)` (`npy_pickle`), holding every relation key a client looks up, each `label` the
-answer's panel (9..16); `<split>_<part>_problems.npy` are arrays of problem paths.
+"""`vprom export --format original`: the original release's layout, as Slot-Abstractor's loader
+and SAViR-T's `VPROM_splits` read it. Crops are stored once in `V-PROM/crops/`; problem `pid`
+(its rank in id order) is `V-PROM/datasets/Raven_release/<pid // 5000>/<pid>/1..16.jpg`,
+relative links clients open as `os.readlink(link)[15:]` (or copies). The label files are
+pickled dicts keyed by `str(pid)`, `label` the answer's panel (9..16).
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from vprom.generation.export.crops import cut_crops, release_ids
+from vprom.generation.export.crops import cut_crops, release_ids, template_text
 from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, free_space_for, write_json
@@ -45,7 +42,6 @@ LABEL_FILES = {
 
 
 def problem_path(pid: int) -> str:
-    """A problem's folder relative to ROOT (the last five parts clients keep)."""
     return f"{PROBLEMS}/{pid // BUCKET}/{pid}"
 
 
@@ -62,7 +58,6 @@ def empty_labels() -> dict[str, dict]:
 
 
 def label_dicts(m: MatrixTable, pids: np.ndarray) -> dict[str, dict]:
-    """file name -> the pickled dict the release's clients read."""
     out = empty_labels()
     for i in range(len(m)):
         element_type, relation = m.element_type[i], m.relation[i]
@@ -99,7 +94,6 @@ def split_lists(m: MatrixTable, pids: np.ndarray) -> dict[str, np.ndarray]:
 
 def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,
                   copy: bool, manifest: dict) -> dict:
-    """Write the release layout to folder `out`; returns what was written (for the summary)."""
     pids = release_ids(m.id)
     labels, lists = label_dicts(m, pids), split_lists(m, pids)  # refuse bad data before work
     with atomic_dir(out) as tmp:
@@ -126,14 +120,14 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
                   "label_files": len(labels), "split_lists": len(lists)}
         manifest = {**manifest, "counts": {**manifest["counts"], **counts}}
         write_json(tmp / "manifest.json", manifest)
-        (tmp / "README.txt").write_text(README.format(n=len(m), mode=(
-            COPY_NOTE if copy else LINK_NOTE)), encoding="utf-8")
+        note = template_text("release_copies.txt" if copy else "release_links.txt")
+        readme = template_text("release.txt").format(n=len(m), mode=note)
+        (tmp / "README.txt").write_text(readme, encoding="utf-8")
     return counts
 
 
 def _write_problems(tmp: Path, m: MatrixTable, pids: np.ndarray, crop_dir: Path,
                     copy: bool) -> None:
-    """The bucket/problem folders and their 16 panels (links, or copies)."""
     names = [f"{k + 1}.jpg" for k in range(N_PANELS)]
     for i in tqdm(range(len(m)), desc="problems", unit="problem", disable=None):
         folder = tmp / problem_path(int(pids[i]))
@@ -153,27 +147,3 @@ def _write_problems(tmp: Path, m: MatrixTable, pids: np.ndarray, crop_dir: Path,
                                      "choose a folder on another disk") from None
                 raise
 
-
-LINK_NOTE = """Panels are relative symbolic links into V-PROM/crops/ (each crop is stored once):
-run the clients from this folder (the one holding V-PROM/), as they open panel k at
-os.readlink('V-PROM/datasets/Raven_release/<bucket>/<pid>/<k>.jpg')[15:]."""
-COPY_NOTE = """Panels are plain copies (written with --copy, for file systems without symbolic
-links): clients that open panels through os.readlink (Slot-Abstractor's V-PROM loader) cannot
-read this copy; open V-PROM/datasets/Raven_release/<bucket>/<pid>/<k>.jpg directly."""
-
-README = """V-PROM problems exported by `vprom export --format original` ({n:,} problems), in the
-original release's layout.
-
-V-PROM/datasets/Raven_release/<pid // 5000>/<pid>/1.jpg ... 16.jpg
-    panels 1-8: the context, row-major (the 9th cell is missing); 9-16: the 8 candidates
-V-PROM/datasets/{{obj,attr,counting}}_gt_labels.npy
-    pickled dicts (np.load(path, allow_pickle=True).item()):
-    obj[relation][pid], attr[relation]['obj'|'people'][pid], counting[relation][pid];
-    each entry: label (the answer's panel, 9..16; target = label - 9), im_path, relation,
-    element_type, super_attribute, answer (0..7), matrix_id
-V-PROM/datasets/<split>_<train|val|test>_problems.npy
-    the problem folders of each split and part (np.load(path))
-pid: the problem's position in matrix-id order (= the matrix id when ids are 0..N-1).
-
-{mode}
-"""

@@ -1,11 +1,8 @@
-"""`vprom export --format savir-t`: SAViR-T's training data, one `.pt` pair per problem at the
-index SAViR-T (kalbasioti/visual-reasoning) reads it from. Its `utils.VPROM_splits` draws
-`random.sample(range(235000), 235000 // 3)` test problem numbers under `random.seed(1)`, then
-walks the release's label files (counting, obj, attr; dict order) appending each problem to
-the test or train list; its loader reads `<index>_feature_Ours.pt` (float32 (16, 1, 2048, 7,
-7) resnet101 maps) and `<index>_target_Ours.pt`. This module repeats the walk over
-`release.label_dicts` and the draw with `random.Random(seed)`, the one use of Python's
-`random` in vprom, as SAViR-T's split is defined by it. The folder resumes (`resumable`).
+"""`vprom export --format savir-t`: a `.pt` pair per problem at the index SAViR-T
+(kalbasioti/visual-reasoning) reads. Its `utils.VPROM_splits` draws test problem numbers with
+`random.sample(range(235000), 235000 // 3)` under `random.seed(1)`, then walks the release's
+label files appending each problem to the test or train list; this module repeats both, the
+draw with `random.Random(seed)` (vprom's one use of `random`: SAViR-T's split is defined by it).
 """
 
 from __future__ import annotations
@@ -20,15 +17,15 @@ from tqdm import tqdm
 from vprom.errors import VpromError
 from vprom.feature_files import open_maps
 from vprom.files import write_json
-from vprom.generation.export.crops import release_ids
+from vprom.generation.export.crops import release_ids, resumable_dir, template_text, write_once
 from vprom.generation.export.release import FIRST_CANDIDATE_LABEL, LABEL_FILES, label_dicts
-from vprom.generation.export.resumable import resumable_dir, write_once
 from vprom.manifest import input_hash, make_manifest
 from vprom.tables import MatrixTable, read_matrix_table
 
 SAVIR_N = 235000  # utils.VPROM_splits: "available RPMs"
 SAVIR_SEED = 1  # main.py's --seed default
 PARTS = ("train", "test")
+BACKBONE = "resnet101"
 MAP_SHAPE = (2048, 7, 7)  # SAViR-T: Linear(2048, 512), 49 = 7 x 7 cells
 BYTES_PER_PROBLEM = 16 * 2048 * 7 * 7 * 4  # float32 (16, 1, 2048, 7, 7)
 HELP = (f"SAViR-T's training data: train/ and test/ <index>_feature_Ours.pt (float32 "
@@ -41,15 +38,12 @@ WALK = ("counting_gt_labels.npy", "obj_gt_labels.npy", "attr_gt_labels.npy")
 
 
 class Entry(NamedTuple):
-    """One problem of a SAViR-T list."""
-
     row: int
     pid: int
     target: int
 
 
 def savir_test_pids(seed: int = SAVIR_SEED, n: int = SAVIR_N) -> set[int]:
-    """The problem numbers SAViR-T puts in its test list."""
     return set(random.Random(seed).sample(range(n), int(np.floor(n / 3))))
 
 
@@ -63,7 +57,7 @@ def walk(labels: dict[str, dict]):
 
 
 def savir_lists(m: MatrixTable, seed: int = SAVIR_SEED) -> dict[str, list[Entry]]:
-    """'train' and 'test' -> the entries in SAViR-T's file-index order."""
+    """'train' and 'test' -> the entries in SAViR-T's index order."""
     pids = release_ids(m.id)
     row_of = {int(p): r for r, p in enumerate(pids.tolist())}
     test = savir_test_pids(seed)
@@ -75,11 +69,7 @@ def savir_lists(m: MatrixTable, seed: int = SAVIR_SEED) -> dict[str, list[Entry]
     return out
 
 
-BACKBONE = "resnet101"
-
-
 def check_maps(maps, path: Path, crop_ids: np.ndarray) -> None:
-    """The maps must be resnet101's 2048x7x7, and hold every panel's crop."""
     backbone = maps.attrs.get("backbone")
     if backbone != BACKBONE or tuple(maps.shape[1:]) != MAP_SHAPE:
         raise VpromError(f"{path}: maps of {backbone} shaped {'x'.join(map(str, maps.shape[1:]))}"
@@ -94,7 +84,6 @@ def check_maps(maps, path: Path, crop_ids: np.ndarray) -> None:
 
 def export_savir(dataset: str | Path, features: str | Path, out: str | Path,
                  seed: int = SAVIR_SEED) -> dict:
-    """Write SAViR-T's feature and target files for DATASET.h5 to folder `out`."""
     dataset, features, out = Path(dataset), Path(features), Path(out)
     m = read_matrix_table(dataset)
     lists = savir_lists(m, seed)
@@ -110,12 +99,13 @@ def export_savir(dataset: str | Path, features: str | Path, out: str | Path,
             manifest = make_manifest("export-savir-t", settings,
                                      inputs={dataset.name: settings["dataset"]}, counts=counts)
             write_json(tmp / "manifest.json", manifest)
-            (tmp / "README.txt").write_text(README.format(**counts), encoding="utf-8")
+            readme = template_text("savir.txt").format(**counts)
+            (tmp / "README.txt").write_text(readme, encoding="utf-8")
     return counts
 
 
 def _write_part(folder: Path, entries, m, maps) -> int:
-    """The files of one list; returns how many problems were written (not resumed)."""
+    """The files of one list; how many problems were written now (not resumed)."""
     import torch  # here, not at the top: the command line imports this module for its help
 
     folder.mkdir(exist_ok=True)
@@ -137,15 +127,3 @@ def summary(out: Path, counts: dict) -> str:
     return (f"wrote {out}: SAViR-T feature files for {counts['train']:,} train and "
             f"{counts['test']:,} test problems ({counts['written']:,} written now)")
 
-
-README = """SAViR-T's training data, exported by `vprom export --format savir-t`.
-
-train/<index>_feature_Ours.pt  float32 (16, 1, 2048, 7, 7): resnet101 maps of the 16 panels
-train/<index>_target_Ours.pt   int64 (): the answer, 0..7
-test/...                       the same for the test list
-{train:,} train and {test:,} test problems. <index> is the position in the lists SAViR-T's
-VPROM_splits() builds (random.seed({seed}), N = 235000) from the label files of
-`vprom export --format original` of the same DATASET.h5: run SAViR-T from that export's
-V-PROM/ folder with --train_data <this folder>/train/ --test_data <this folder>/test/
-(with the trailing slashes: it concatenates).
-"""

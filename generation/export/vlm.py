@@ -1,20 +1,22 @@
-"""`vprom export --format vlm`: V-PROM problems for vision-language models, as lmms-eval and
-VLMEvalKit read them (docs/vlm.md; the files are written by `vlm_formats`).
+"""`vprom export --format vlm`: problems of `split`'s `part` for lmms-eval and VLMEvalKit, with
+`limit` a sample stratified over relation x element type, shuffled and named by matrix id so
+neither order nor name tells the answer (A-H: candidates 0-7). Layouts: `grid`, ml-rpm-bench's
+"fused" image (the matrix with a "?" cell above the lettered candidates); `panels`, 16
+letterboxed JPEGs; `text`, each crop's sorted labels. Each chunk's crops are letterboxed once,
+from the JPEGs or a crop store (resized back to the box's shape).
 
-The problems are `split`'s `part`; with `limit`, a stratified sample whose relation x
-element-type cells share `limit` as evenly as their sizes allow (`even_shares`). The rows
-are then shuffled by the same seeded generator and images are named by matrix id, so neither
-order nor name tells the answer; letters A-H are candidates 0-7. Layouts: `grid`, one JPEG
-after ml-rpm-bench's "fused" image (the 3x3 matrix with a "?" cell above the 8 candidates,
-each under its letter: `grid_positions`); `panels`, 16 letterboxed PANEL-px JPEGs; `text`,
-each panel as its crop's sorted labels. The question is TEMPLATE (or --prompt's text) with
-"{panels}" replaced by WHERE[layout]. Problems are rendered CHUNK at a time, each distinct
-crop letterboxed once: cut from its JPEG, or read from a crop store, whose S x S crop is
-resized back to the box's shape (`unstretched`).
+Files: `lmms_eval/` (for --include_path) holds `<task>.yaml` in lmms-eval 0.7.3's `TaskConfig`
+keys (Parquet `data_files` absolute, as `datasets` resolves them from the working directory),
+`vprom_hooks.py` (a copy of `vlm_task`) and `data/<part>-NNNNN.parquet`; `vlmevalkit/<TASK>.tsv`
+is the custom MCQ TSV VLMEvalKit reads with `pandas.read_csv(sep="\\t")`, `image` base64 JPEG
+(panels: a list literal of 16).
 """
-
 from __future__ import annotations
 
+import base64
+import csv
+import io
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -28,27 +30,34 @@ from vprom.domain import N_CANDIDATES, N_CONTEXT
 from vprom.crop_store import CropStore, store_rows
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, write_json
-from vprom.generation.export.crops import WORKERS, check_split, cut_crops, jpeg, labels
-from vprom.generation.export.hf import pyarrow_modules
-from vprom.generation.export.vlm_formats import LETTERS, VlmWriter
+import vprom.generation.export.vlm_task as hooks
+from vprom.generation.export.crops import (
+    WORKERS,
+    check_split,
+    cut_crops,
+    jpeg,
+    labels,
+    template_text,
+)
+from vprom.generation.export.hf import INT, STRING, pyarrow_modules, write_table
 from vprom.show import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbox
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
 LAYOUTS = ("grid", "panels", "text")
-#: the grid, px: TILE tiles, GAP apart and round the edge, a LABEL strip holding each
-#: candidate's letter, SEPARATOR between matrix and candidates
+HOOKS = "vprom_hooks"
+LETTERS = hooks.LETTERS
+IMAGE = {"_type": "Image"}
+TSV_COLUMNS = ("index", "question", *LETTERS, "answer", "category", "l2-category",
+               "super_attribute")
+#: the grid, px: tiles GAP apart, a LABEL strip over each candidate, SEPARATOR under the matrix
 TILE, GAP, LABEL, SEPARATOR = 176, 8, 36, 32
 GRID = (4 * TILE + 5 * GAP, GAP + 3 * TILE + 2 * GAP + SEPARATOR + 2 * (LABEL + TILE) + 2 * GAP)
 PANEL = 336  # side of a panels-layout image
 JPEG_QUALITY = 90
 CHUNK = 500  # problems rendered at a time: bounds the tiles held in memory
 STORE_BATCH = 256  # crops read from a crop store at a time
-TEMPLATE = (
-    "This is a visual reasoning puzzle: a 3x3 matrix of photographs whose last cell is "
-    "missing, and 8 candidate answers labelled A to H. The three rows follow the same rule "
-    "about what their photographs show: an object, an attribute of an object or of a person, "
-    "or a number of things. {panels}\nWhich candidate completes the matrix? "
-    "Answer with one letter from A to H.")
+#: the default question; "{panels}" becomes WHERE[layout]
+TEMPLATE = template_text("vlm_question.txt").strip()
 WHERE = {
     "grid": "The matrix is at the top of the image, the missing cell marked \"?\"; the "
             "candidates are below it, each under its letter.",
@@ -60,8 +69,6 @@ WHERE = {
 
 @dataclass(frozen=True)
 class VlmOptions:
-    """What `vprom export --format vlm` was asked for."""
-
     split: str = "neutral"
     part: str = "test"
     layout: str = "grid"
@@ -113,8 +120,7 @@ def choose(m: MatrixTable, options: VlmOptions) -> np.ndarray:
 
 
 def even_shares(sizes: np.ndarray, total: int, rng: np.random.Generator) -> np.ndarray:
-    """`total` split over cells of `sizes` as evenly as the sizes allow (water-filling);
-    what does not divide evenly goes one each to cells in a random order."""
+    """`total` shared over cells of `sizes` as evenly as they allow, the rest at random."""
     quota = np.zeros_like(sizes)
     while total > 0 and (quota < sizes).any():
         open_cells = np.flatnonzero(quota < sizes)
@@ -128,10 +134,6 @@ def even_shares(sizes: np.ndarray, total: int, rng: np.random.Generator) -> np.n
     return quota
 
 
-def describe(crops: CropTable, r: int) -> str:
-    return ", ".join(sorted(labels(crops, r)))
-
-
 def question(template: str, layout: str, descriptions: list[str] | None = None) -> str:
     where = WHERE[layout]
     if layout == "text":
@@ -142,10 +144,8 @@ def question(template: str, layout: str, descriptions: list[str] | None = None) 
     return template.replace("{panels}", where)
 
 
-# ---------------------------------------------------------------- pictures
 def grid_positions() -> list[tuple[int, int]]:
-    """Top-left corners of the 9 matrix cells (row-major; the 9th is the "?") and then of
-    the 8 candidate tiles A-H (the letter strip sits above each)."""
+    """Top-left corners of the 9 matrix cells (the 9th is the "?"), then of candidates A-H."""
     left = (GRID[0] - (3 * TILE + 2 * GAP)) // 2
     cells = [(left + c * (TILE + GAP), GAP + r * (TILE + GAP)) for r in range(3)
              for c in range(3)]
@@ -156,7 +156,6 @@ def grid_positions() -> list[tuple[int, int]]:
 
 @lru_cache(maxsize=1)
 def grid_canvas() -> np.ndarray:
-    """The grid without its photographs: "?" cell, separator, letters A-H."""
     im = Image.new("RGB", GRID, BACKGROUND)
     draw = ImageDraw.Draw(im)
     positions = grid_positions()
@@ -174,7 +173,6 @@ def grid_canvas() -> np.ndarray:
 
 
 def render_grid(tiles: list[np.ndarray]) -> bytes:
-    """The grid JPEG of one problem from its 16 TILE x TILE tiles (8 context, 8 candidates)."""
     canvas = grid_canvas().copy()
     positions = grid_positions()
     for tile, (x, y) in zip(tiles, positions[:8] + positions[9:]):
@@ -183,9 +181,8 @@ def render_grid(tiles: list[np.ndarray]) -> bytes:
 
 
 def unstretched(pixels: np.ndarray, w: int, h: int, side: int) -> np.ndarray:
-    """A crop store's S x S crop (channels first) as `letterbox` tiles the w x h crop:
-    resized to the box's shape fitted in the tile (bilinear, as the store was made, at half
-    Lanczos's cost), then centred."""
+    """A crop store's S x S crop (channels first) resized back to the w x h box's shape in
+    the tile and centred, as `letterbox` tiles the crop (bilinear: half Lanczos's cost)."""
     scale = side / max(w, h, 1)
     fitted = (max(1, round(w * scale)), max(1, round(h * scale)))
     crop = Image.fromarray(pixels.transpose(1, 2, 0)).resize(fitted, Image.Resampling.BILINEAR)
@@ -194,8 +191,7 @@ def unstretched(pixels: np.ndarray, w: int, h: int, side: int) -> np.ndarray:
 
 def open_store(path: Path, dataset: Path, crops: CropTable, rows: np.ndarray,
                layout: str) -> tuple[CropStore, np.ndarray]:
-    """The crop store at `path` and its row of each crop-table row in `rows` (else -1);
-    refuses a store of another data set, lacking crops, or smaller than the tiles."""
+    """The crop store at `path` and its row of each crop-table row in `rows` (else -1)."""
     store = CropStore(path)
     try:
         side = TILE if layout == "grid" else PANEL
@@ -213,8 +209,7 @@ def open_store(path: Path, dataset: Path, crops: CropTable, rows: np.ndarray,
 
 
 def tiles_of(crops: CropTable, used: np.ndarray, source, side: int) -> dict[int, np.ndarray]:
-    """The side x side tile of every crop row in `used`, from a VG folder's JPEGs or from
-    what `open_store` returns."""
+    """The side x side tile of every crop row in `used`, from JPEGs or `open_store`'s store."""
     tiles: dict[int, np.ndarray] = {}
     if isinstance(source, Path):
         cut_crops(crops, used, source,
@@ -244,13 +239,12 @@ def chunk_pictures(crops: CropTable, rows: np.ndarray, chosen: np.ndarray, sourc
     return [[encoded[r] for r in problem] for problem in needed.tolist()]
 
 
-# ---------------------------------------------------------------- the export
 def problem_records(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: np.ndarray,
                     options: VlmOptions, pictures: list) -> list[dict]:
     records = []
     for i, picture in zip(chosen.tolist(), pictures):
-        texts = [describe(crops, r) for r in rows[i].tolist()] if options.layout == "text" \
-            else None
+        texts = [", ".join(sorted(labels(crops, r))) for r in rows[i].tolist()] \
+            if options.layout == "text" else None
         records.append({
             "matrix_id": int(m.id[i]), "answer": LETTERS[int(m.answer[i])],
             "question": question(options.template, options.layout, texts),
@@ -262,23 +256,74 @@ def problem_records(crops: CropTable, m: MatrixTable, rows: np.ndarray, chosen: 
     return records
 
 
+def tsv_cells(values) -> str:
+    """Tab-separated cells, quoted as pandas reads them. Callers append the base64 image cell
+    unquoted: `csv.writer` scanning ~150 KB of it costs more than rendering the picture."""
+    buffer = io.StringIO()
+    csv.writer(buffer, delimiter="\t", lineterminator="\n").writerow(values)
+    return buffer.getvalue()[:-1]  # the terminator: a cell holding it is quoted
+
+
+def features(layout: str) -> dict:
+    pictures = {"grid": {"image": IMAGE}, "panels": {"images": [IMAGE]}}.get(layout, {})
+    return {"matrix_id": INT, "question": STRING, "answer": STRING, "relation": STRING,
+            "element_type": STRING, "super_attribute": STRING, **pictures}
+
+
+def problem_columns(problems: list[dict], layout: str) -> dict:
+    columns = {k: [p[k] for p in problems] for k in features("text")}
+    if layout == "grid":
+        columns["image"] = [{"bytes": p["picture"], "path": f"{p['matrix_id']}.jpg"}
+                            for p in problems]
+    elif layout == "panels":
+        columns["images"] = [[{"bytes": b, "path": f"{p['matrix_id']}-{k + 1}.jpg"}
+                              for k, b in enumerate(p["picture"])] for p in problems]
+    return columns
+
+
+def tsv_line(p: dict, layout: str) -> str:
+    cells = tsv_cells([p["matrix_id"], p["question"], *p["options"], p["answer"],
+                       p["relation"], p["element_type"], p["super_attribute"]])
+    if layout == "grid":
+        cells += "\t" + base64.b64encode(p["picture"]).decode("ascii")
+    elif layout == "panels":
+        cells += "\t" + str([base64.b64encode(b).decode("ascii") for b in p["picture"]])
+    return cells + "\n"
+
+
 def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, source,
               options: VlmOptions, manifest: dict) -> dict:
-    """Write the export folder `out` (atomically), the pictures from `source` (`tiles_of`);
-    returns what it holds."""
+    """Write the export folder `out`, the pictures from `source` (`tiles_of`); its counts."""
     pyarrow_modules()  # before any work
     chosen = choose(m, options)
-    task = f"vprom_{options.split}_{options.part}_{options.layout}"
+    layout, part = options.layout, options.part
+    task = f"vprom_{options.split}_{part}_{layout}"
+    tsv = Path("vlmevalkit") / f"{task.upper()}.tsv"
+    final = out.resolve() / "lmms_eval"
+    starts = range(0, len(chosen), CHUNK)
     with atomic_dir(out) as tmp:
-        writer = VlmWriter(tmp, out.resolve(), task, options)
-        for start in tqdm(range(0, len(chosen), CHUNK), desc=f"export vlm {options.layout}",
-                          unit="chunk", disable=None):
-            block = chosen[start:start + CHUNK]
-            pictures = ([None] * len(block) if options.layout == "text" else
-                        chunk_pictures(crops, rows, block, source, options.layout))
-            writer.add(problem_records(crops, m, rows, block, options, pictures))
-        counts = {"problems": len(chosen), "split": options.split, "part": options.part,
-                  "layout": options.layout, "limit": options.limit, **writer.close()}
+        lmms = tmp / "lmms_eval"
+        (lmms / "data").mkdir(parents=True)
+        shutil.copyfile(hooks.__file__, lmms / f"{HOOKS}.py")
+        yaml = template_text("lmms_eval_task.yaml").format(
+            split=options.split, part=part, layout=layout, task=task, folder=final,
+            hooks=HOOKS, data=final / "data" / f"{part}-*.parquet")
+        (lmms / f"{task}.yaml").write_text(yaml, encoding="utf-8")
+        (tmp / "vlmevalkit").mkdir()
+        with open(tmp / tsv, "w", encoding="utf-8", newline="") as f:
+            f.write(tsv_cells(TSV_COLUMNS) + ("\timage" if layout != "text" else "") + "\n")
+            for shard, start in enumerate(tqdm(starts, desc=f"export vlm {layout}",
+                                               unit="chunk", disable=None)):
+                block = chosen[start:start + CHUNK]
+                pictures = ([None] * len(block) if layout == "text" else
+                            chunk_pictures(crops, rows, block, source, layout))
+                problems = problem_records(crops, m, rows, block, options, pictures)
+                write_table(lmms / "data" / f"{part}-{shard:05d}.parquet",
+                            problem_columns(problems, layout), features(layout))
+                f.writelines(tsv_line(p, layout) for p in problems)
+        counts = {"problems": len(chosen), "split": options.split, "part": part,
+                  "layout": layout, "limit": options.limit, "task": task,
+                  "shards": len(starts), "tsv": str(tsv)}
         (tmp / "prompt.txt").write_text(options.template + "\n", encoding="utf-8")
         write_json(tmp / "manifest.json", {**manifest, "counts": counts})
     return counts

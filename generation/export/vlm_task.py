@@ -1,25 +1,9 @@
-"""The lmms-eval hooks of a V-PROM task folder (`vprom export --format vlm`).
-
-`vprom export` copies this file beside the task YAML as `vprom_hooks.py`; lmms-eval imports
-it from there (`!function vprom_hooks.process_results`), in its own environment, so it
-imports nothing of vprom. Each Parquet row (a "doc") holds `matrix_id`, `question` (the
-prompt text), `answer` (a letter A-H), `relation`, `element_type` and the layout's images:
-`image` (grid), `images` (panels, 16) or none (text).
-
-`extract_letter` reads the answer out of free text (the same function scores in lmms-eval
-and in `vprom score`); letters A-H are candidates 0-7. A `<think>` block (text
-up to the last `</think>`) is dropped. Then the letters offered, in two tiers, the first tier
-offering any deciding:
-1. the letter the response opens with, as a token: "C", "(C)", "**C**", "C.", "C) red car",
-   "C\\n\\nbecause ..."; and every letter stated as the answer: "Answer: C", "the answer is
-   (C).", `{"answer": "C"}`, "Final answer: \\boxed{C}", "the answer is option C";
-2. letters named after choose / pick / select / option / choice / candidate: "I choose G",
-   "Option B".
-A letter joined to another by "or", "and", "/" or "," offers both. A lower-case letter counts
-only at the end of the text or before punctuation ("answer: c", not "the answer is a cat").
-A tier that offers exactly one letter gives the choice; two different letters (ambiguous), no
-letter ("I cannot tell", a number, J), or an empty response leave it unparsed: scored wrong
-and counted as unparsed.
+"""The lmms-eval hooks of a V-PROM task folder: `vprom export --format vlm` copies this file
+beside the task YAML as `vprom_hooks.py`, which lmms-eval imports in its own environment, so
+it imports nothing of vprom. A Parquet row (a "doc") holds `matrix_id`, `question`, `answer`
+(a letter A-H: candidates 0-7), `relation`, `element_type` and `image` (grid), `images`
+(panels, 16) or none (text). `extract_letter` (also `vprom score`'s) reads the answer out of
+free text by the rules of docs/vlm.md, "Reading the letter"; what it cannot read is UNPARSED.
 """
 
 from __future__ import annotations
@@ -56,7 +40,7 @@ def _offered(text: str, matches) -> set[str]:
 
 
 def extract_letter(response) -> int:
-    """The candidate 0..7 a free-text answer gives, or UNPARSED (rules in the module text)."""
+    """The candidate 0..7 a free-text answer gives, or UNPARSED (rules: docs/vlm.md)."""
     text = str(response or "").rsplit("</think>", 1)[-1]
     leading = [match for match in [_LEADING.match(text)] if match]
     for letters in (_offered(text, [*leading, *_ANSWER.finditer(text)]),
@@ -64,7 +48,6 @@ def extract_letter(response) -> int:
         if letters:
             return LETTERS.index(letters.pop()) if len(letters) == 1 else UNPARSED
     return UNPARSED
-
 
 
 def doc_to_visual(doc: dict, lmms_eval_specific_kwargs=None) -> list:

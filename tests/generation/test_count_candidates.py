@@ -31,7 +31,7 @@ def residual(tables: dict, samplers: dict, matrices_of: dict) -> float:
         s = samplers[key]
         law = answer_law(s.group.relation, s.options[0].context)
         mix = mixes.setdefault((s.group.relation, key[1] // 2), {})
-        for (a, forced), (sets, cumulative) in table.rows.items():
+        for (a, forced), (sets, cumulative) in table.items():
             w = matrices_of[key] * law.get((a, forced), 0.0)
             for st, p in zip(sets, np.diff([0.0, *cumulative])):
                 mix.setdefault(st, np.zeros(max(COUNTS) + 1))[a] += w * p
@@ -83,7 +83,7 @@ def test_tables_make_every_candidate_the_answer_one_time_in_eight(count_setup):
     assert set(tables) == set(matrices_of)
     assert residual(tables, samplers, matrices_of) < 1e-4
     for table in tables.values():  # every drawn set holds its answer and avoids the forced
-        for (a, forced), (sets, _) in table.rows.items():
+        for (a, forced), (sets, _) in table.items():
             assert all((s >> a) & 1 and not s & forced and s.bit_count() == N_CANDIDATES
                        for s in sets)
 

@@ -29,7 +29,7 @@ import torch
 
 from vprom.generation.export import export
 from vprom.generation.export.npz import panel_tile
-from vprom.generation.export.pgm import SLOT_NAMES, regime
+from vprom.generation.export.npz import SLOT_NAMES, regime
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
 from vprom.images import ImageIndex, load_crop
 from vprom.domain import SPLITS

@@ -46,7 +46,7 @@ from vprom.features import config as extract_config
 from vprom.features.crop_store import size_note
 from vprom.generation.export import EXAMPLES as EXPORT_EXAMPLES
 from vprom.generation.export import FORMATS
-from vprom.generation.export.pgm import STYLES
+from vprom.generation.export.npz import STYLES
 from vprom.generation.export.vlm import LAYOUTS
 from vprom.generation.export.savir import HELP as SAVIR_HELP
 from vprom.tables import SPLIT_PARTS
