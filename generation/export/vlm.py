@@ -31,7 +31,7 @@ from vprom.files import atomic_dir, write_json
 from vprom.generation.export.crops import WORKERS, check_split, cut_crops, jpeg, labels
 from vprom.generation.export.hf import pyarrow_modules
 from vprom.generation.export.vlm_formats import LETTERS, VlmWriter
-from vprom.show import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbox
+from vprom.images import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbox
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
 LAYOUTS = ("grid", "panels", "text")

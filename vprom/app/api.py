@@ -18,7 +18,7 @@ from vprom.errors import VpromError
 from vprom.file_kinds import DATASET, FEATS, POOLS, check_kind
 from vprom.manifest import check_content
 from vprom.mining.download import DEFAULT_DEADLINE
-from vprom.mining.download.space import DEFAULT_RESERVE
+from vprom.mining.download.archives import DEFAULT_RESERVE
 from vprom.splits import load_rules
 
 #: the names `import vprom` exposes, in pipeline order
@@ -26,6 +26,7 @@ __all__ = ["build", "download", "synth", "mine", "generate", "merge", "verify", 
            "show_matrix", "load_dataset", "export", "extract", "load_features", "train", "evaluate",
            "report", "reproduce", "crops", "perceive", "score", "human_study", "human_serve",
            "human_score"]
+
 
 def download(out: Path, *, base_url: str | None = None, images: bool = True,
              expected: Path | None = None, deadline: float = DEFAULT_DEADLINE,
@@ -225,7 +226,7 @@ def show_matrix(dataset: Path, matrix_id: int, vg: Path, out: Path, *, answer: b
     >>> print(vprom.show_matrix("build/small/dataset.h5", 0, "build/small/vg", "m0.png"))
     wrote m0.png ...
     """
-    from vprom.show import show as run
+    from vprom.app.show import show as run
 
     return run(dataset, matrix_id, vg, out, answer=answer)
 
