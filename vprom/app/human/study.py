@@ -27,7 +27,14 @@ import numpy as np
 from vprom.baselines.metrics import breakdowns, score
 from vprom.baselines.paper import HUMANS, HUMANS_SKIPPED
 from vprom.claim import writes
-from vprom.domain import CHANCE, N_CANDIDATES, N_CONTEXT, RELATIONS_OF, ElementType, Relation
+from vprom.domain import (
+    CHANCE,
+    N_CANDIDATES,
+    N_CONTEXT,
+    RELATIONS_OF,
+    ElementType,
+    Relation,
+)
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, write_json
 from vprom.generation.export.crops import cut_crops
@@ -302,12 +309,12 @@ def _pct(s: dict, key: str = "accuracy") -> str:
 def format_human_metrics(m: dict) -> str:
     """A terminal summary beside the paper's human figures."""
     skips = m["skips"]["all"]
-    lines = [f"humans on {m['split']}: {m['spread']['participants']} participant(s), "
-             f"{skips['n']} responses",
-             f"accuracy {_pct(m['test'])} of {m['test']['n']} answered   (paper: "
-             f"{100 * m['paper']['accuracy']:.1f}%)",
-             f"skipped  {_pct(skips, 'rate')} of {skips['n']}   (paper: "
-             f"{100 * m['paper']['skipped']:.1f}%)"]
+    lines = [(f"humans on {m['split']}: {m['spread']['participants']} participant(s), "
+              f"{skips['n']} responses"),
+             (f"accuracy {_pct(m['test'])} of {m['test']['n']} answered   (paper: "
+              f"{100 * m['paper']['accuracy']:.1f}%)"),
+             (f"skipped  {_pct(skips, 'rate')} of {skips['n']}   (paper: "
+              f"{100 * m['paper']['skipped']:.1f}%)")]
     for title, key in (("relation", "by_relation"), ("element type", "by_element_type")):
         lines.append(f"by {title} (accuracy; skipped):")
         lines += [f"  {g:18s} {_pct(s)} ({s['correct']}/{s['n']});  "
