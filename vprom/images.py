@@ -1,15 +1,18 @@
-"""Finding Visual Genome images (`<image_id>.jpg` in `VG_100K/` and `VG_100K_2/`) on disk and
-cutting crops out of them."""
+"""Finding Visual Genome images (`<image_id>.jpg` in `VG_100K/` and `VG_100K_2/`) on disk,
+cutting crops out of them, and drawing crops and text into pictures people read."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PIL import Image
+from PIL import Image, ImageFont
 
 from vprom.errors import VpromError
 
 IMAGE_FOLDERS = ("VG_100K", "VG_100K_2")
+BACKGROUND = (255, 255, 255)
+TILE_BACKGROUND = (225, 225, 225)
+INK = (20, 20, 20)
 
 
 class ImageIndex:
@@ -63,3 +66,27 @@ def load_crop(path: str | Path, box: tuple[int, int, int, int]) -> Image.Image:
         raise VpromError(f"{path}: box {tuple(box)} lies outside the {im.width}x{im.height} "
                          "image; the data set does not match these images")
     return im.crop(corners)
+
+
+def letterbox(crop: Image.Image, side: int) -> Image.Image:
+    """The crop scaled to fit a side×side tile, aspect kept, centred on grey."""
+    tile = Image.new("RGB", (side, side), TILE_BACKGROUND)
+    scale = side / max(crop.width, crop.height, 1)
+    size = (max(1, round(crop.width * scale)), max(1, round(crop.height * scale)))
+    resized = crop.resize(size, Image.Resampling.LANCZOS)
+    tile.paste(resized, ((side - size[0]) // 2, (side - size[1]) // 2))
+    return tile
+
+
+def font(size: int) -> ImageFont.ImageFont:
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow without FreeType: the fixed bitmap font
+        return ImageFont.load_default()
+
+
+def centred(draw, box, text, font, fill=INK) -> None:
+    x0, y0, x1, y1 = box
+    left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
+    draw.text(((x0 + x1 - (right - left)) / 2 - left, (y0 + y1 - (bottom - top)) / 2 - top),
+              text, font=font, fill=fill)

@@ -40,7 +40,7 @@ from vprom.generation.export.crops import (
     template_text,
 )
 from vprom.generation.export.hf import INT, STRING, pyarrow_modules, write_table
-from vprom.show import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbox
+from vprom.images import BACKGROUND, INK, TILE_BACKGROUND, centred, font, letterbox
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
 LAYOUTS = ("grid", "panels", "text")

@@ -25,6 +25,7 @@ from typing import BinaryIO
 from tqdm import tqdm
 
 from vprom.errors import VpromError
+from vprom.files import size_text
 
 _CHUNK = 1 << 16
 _GiB = 1 << 30
@@ -115,8 +116,8 @@ def unpack(archive: Path, out: Path, layout: Layout,
                     disk = free_space(out)
                     if disk.free - footprint([entry.info.file_size], 0, disk.block) < reserve:
                         _refuse(archive, f"unpacking stopped at {entry.info.filename!r}: {out} "
-                                f"would be left with less than the {human(reserve)} "
-                                f"kept free (--reserve), {human(disk.free)} free")
+                                f"would be left with less than the {size_text(reserve)} "
+                                f"kept free (--reserve), {size_text(disk.free)} free")
                     target.parent.mkdir(parents=True, exist_ok=True)
                     with _create(target) as sink:
                         _stream(zf, entry.info, sink, bar)
@@ -317,9 +318,9 @@ def _check_room(archive: Path, out: Path, entries: list[_Entry], reserve: int) -
     need = footprint(sizes, folders, disk.block)
     if need + reserve > disk.free:
         _refuse(archive, f"unpacking {len(sizes)} files and {folders} folders takes "
-                f"{human(need)} on disk ({sum(sizes)} bytes declared, each file in whole "
-                f"{disk.block}-byte blocks) and {human(reserve)} stay free (--reserve), "
-                f"but {out} has {human(disk.free)} free")
+                f"{size_text(need)} on disk ({sum(sizes)} bytes declared, each file in whole "
+                f"{disk.block}-byte blocks) and {size_text(reserve)} stay free (--reserve), "
+                f"but {out} has {size_text(disk.free)} free")
     if disk.inodes is not None and len(sizes) + folders > disk.inodes:
         _refuse(archive, f"unpacking {len(sizes)} files and {folders} folders takes as many "
                 f"inodes, but the file system of {out} has {disk.inodes} free")
@@ -390,11 +391,3 @@ def parse_size(text: str) -> int:
     if not match:
         raise ValueError(f"not a size: {text!r} (e.g. 0, 500M, 2G)")
     return int(float(match.group(1)) * _UNIT[match.group(2).lower()])
-
-
-def human(n: float) -> str:
-    """A byte count for a message: "1.07 GB", "120.00 MB", "4096 B"."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n:.0f} B"

@@ -26,10 +26,10 @@ from tqdm import tqdm
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import NewConnectionError
-from vprom.mining.download.archives import DEFAULT_RESERVE, free_space, human
+from vprom.mining.download.archives import DEFAULT_RESERVE, free_space
 
 from vprom.errors import VpromError
-from vprom.files import sha256_file
+from vprom.files import sha256_file, size_text
 
 _CHUNK = 1 << 16   # the most one read returns; small enough that a drop loses little
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
@@ -225,9 +225,9 @@ class _Transfer:
                                  "FILE with its size")
             need, free = 0 if total is None else total - offset, free_space(part.parent).free
             if need + self.policy.reserve > free:
-                raise VpromError(f"{url}: {human(need)} still to download and "
-                                 f"{human(self.policy.reserve)} to keep free (--reserve), "
-                                 f"but {part.parent} has {human(free)} free; free space "
+                raise VpromError(f"{url}: {size_text(need)} still to download and "
+                                 f"{size_text(self.policy.reserve)} to keep free (--reserve), "
+                                 f"but {part.parent} has {size_text(free)} free; free space "
                                  "(or lower --reserve) and rerun `vprom download`"
                                  + _resume_note(part))
             self._receive(response, offset, total)
@@ -332,8 +332,8 @@ def _keep_reserve(f, part: Path, more: int, known: bool, reserve: int) -> None:
     if free - more >= reserve:
         return
     f.close()
-    what = (f"{part.parent} would be left with less than the {human(reserve)} kept free "
-            f"(--reserve); {human(free)} free")
+    what = (f"{part.parent} would be left with less than the {size_text(reserve)} kept free "
+            f"(--reserve); {size_text(free)} free")
     if known:
         raise VpromError(f"{part}: {what}" + _resume_note(part) + "; free space and rerun "
                          "`vprom download`")

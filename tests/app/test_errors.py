@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from vprom.app import cli, exit_status
+from vprom.app import cli
 from vprom.errors import VpromError
 
 
@@ -78,12 +78,12 @@ def test_sigterm_stops_like_ctrl_c(monkeypatch, capsys):
     assert cli.main(["stats", "dataset.h5"]) == 143
     err = capsys.readouterr().err
     assert "interrupted" in err and "run the same command again" in err
-    assert signal.getsignal(signal.SIGTERM) is not exit_status._terminate  # handler restored
+    assert signal.getsignal(signal.SIGTERM) is not cli._terminate  # handler restored
 
 
 SWALLOWED_INTERRUPT = """
 import argparse, sys, time, types, weakref
-from vprom.app.exit_status import run_command
+from vprom.app.cli import run_command
 
 def wait():
     print("waiting", flush=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vprom.app import cli, exit_status
+from vprom.app import cli
 
 linux = pytest.mark.skipif(not Path("/proc/self/stat").exists() or os.name != "posix",
                            reason="process groups and /proc (Linux)")
@@ -413,7 +413,7 @@ def test_importing_the_command_line_leaves_the_signal_handlers_as_they_were():
 
 
 # ---------------------------------------------------------------- in this process
-@pytest.mark.parametrize("interrupt, code", [(KeyboardInterrupt, 130), (exit_status.Terminated, 143)])
+@pytest.mark.parametrize("interrupt, code", [(KeyboardInterrupt, 130), (cli.Terminated, 143)])
 def test_cleanup_failing_during_an_interrupt_still_reports_the_interrupt(monkeypatch, capsys,
                                                                          interrupt, code):
     def stats(dataset):

@@ -27,6 +27,7 @@ __all__ = ["build", "download", "synth", "mine", "generate", "merge", "verify", 
            "report", "reproduce", "crops", "perceive", "score", "human_study", "human_serve",
            "human_score"]
 
+
 def download(out: Path, *, base_url: str | None = None, images: bool = True,
              expected: Path | None = None, deadline: float = DEFAULT_DEADLINE,
              reserve: int = DEFAULT_RESERVE):
@@ -225,7 +226,7 @@ def show_matrix(dataset: Path, matrix_id: int, vg: Path, out: Path, *, answer: b
     >>> print(vprom.show_matrix("build/small/dataset.h5", 0, "build/small/vg", "m0.png"))
     wrote m0.png ...
     """
-    from vprom.show import show as run
+    from vprom.app.show import show as run
 
     return run(dataset, matrix_id, vg, out, answer=answer)
 

@@ -329,6 +329,6 @@ def human_score(study: Path, responses: tuple[Path, ...] = ()) -> dict:
 
     >>> metrics = vprom.human_score("study")  # doctest: +SKIP
     """
-    from vprom.app.human.scoring import score_study
+    from vprom.app.human.study import score_study
 
     return score_study(study, responses)

@@ -7,18 +7,18 @@ from PIL import Image
 
 from tests.dataset_fixture import build_records, write_dataset, write_images
 from vprom.app import cli
-from vprom.errors import VpromError
-from vprom.show import (
+from vprom.app.show import (
     FRAME,
     GREEN,
     TILE,
     Shown,
     answer_lines,
     canvas_size,
-    letterbox,
     show,
     tile_positions,
 )
+from vprom.errors import VpromError
+from vprom.images import letterbox
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_tiles_show_the_crops(small, tmp_path):
 
 def test_letterbox_keeps_aspect():
     wide = Image.new("RGB", (400, 100), (255, 0, 0))
-    tile = letterbox(wide)
+    tile = letterbox(wide, TILE)
     assert tile.size == (TILE, TILE)
     assert tile.getpixel((TILE // 2, TILE // 2)) == (255, 0, 0)
     assert tile.getpixel((TILE // 2, 5)) != (255, 0, 0)  # the band above the crop

@@ -11,14 +11,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont, PngImagePlugin
+from PIL import Image, ImageDraw, PngImagePlugin
 
 from vprom.claim import writes
 from vprom.domain import N_CANDIDATES, N_CONTEXT, N_PANELS
 from vprom.errors import VpromError
 from vprom.file_kinds import DATASET, check_kind
 from vprom.files import atomic_path
-from vprom.images import ImageIndex, load_crop
+from vprom.images import (
+    BACKGROUND,
+    INK,
+    TILE_BACKGROUND,
+    ImageIndex,
+    centred,
+    font,
+    letterbox,
+    load_crop,
+)
 from vprom.tables import crop_rows, open_h5
 
 TILE, GAP, MARGIN, TITLE_H, LINE_H = 160, 12, 20, 36, 22  # pixels
@@ -27,9 +36,6 @@ NUMBER_H = 26  # the candidate number under each candidate tile
 TEXT_LINES = 7  # of the answer block
 FRAME = 5  # width of the answer's green frame
 COLUMNS = 4  # candidates per row
-BACKGROUND = (255, 255, 255)
-TILE_BACKGROUND = (225, 225, 225)
-INK = (20, 20, 20)
 GREEN = (20, 160, 60)
 
 
@@ -87,36 +93,12 @@ def canvas_size(answer: bool) -> tuple[int, int]:
     return width, height + (TEXT_LINES * LINE_H + GAP if answer else 0)
 
 
-def letterbox(crop: Image.Image, side: int = TILE) -> Image.Image:
-    """The crop scaled to fit a side×side tile, aspect kept, centred on grey."""
-    tile = Image.new("RGB", (side, side), TILE_BACKGROUND)
-    scale = side / max(crop.width, crop.height, 1)
-    size = (max(1, round(crop.width * scale)), max(1, round(crop.height * scale)))
-    resized = crop.resize(size, Image.Resampling.LANCZOS)
-    tile.paste(resized, ((side - size[0]) // 2, (side - size[1]) // 2))
-    return tile
-
-
-def font(size: int) -> ImageFont.ImageFont:
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # Pillow without FreeType: the fixed bitmap font
-        return ImageFont.load_default()
-
-
 def _fit(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:  # ellipsised
     if draw.textlength(text, font=font) <= width:
         return text
     while text and draw.textlength(text + "…", font=font) > width:
         text = text[:-1]
     return text + "…"
-
-
-def centred(draw, box, text, font, fill=INK) -> None:
-    x0, y0, x1, y1 = box
-    left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
-    draw.text(((x0 + x1 - (right - left)) / 2 - left, (y0 + y1 - (bottom - top)) / 2 - top),
-              text, font=font, fill=fill)
 
 
 def tile_positions() -> list[tuple[int, int]]:
@@ -161,7 +143,7 @@ def render(m: Shown, crops: list[Image.Image], answer: bool = False) -> Image.Im
                            outline=INK, width=2)
             centred(draw, (x, y, x + TILE, y + TILE), "?", big)
             continue
-        im.paste(letterbox(crops[k if k < 8 else k - 1]), (x, y))
+        im.paste(letterbox(crops[k if k < 8 else k - 1], TILE), (x, y))
         draw.rectangle([x, y, x + TILE - 1, y + TILE - 1], outline=(150, 150, 150))
         if k > 8:  # a candidate's number
             centred(draw, (x, y + TILE, x + TILE, y + TILE + NUMBER_H), str(k - 8), title)
