@@ -18,7 +18,7 @@ from vprom.errors import VpromError
 from vprom.file_kinds import DATASET, FEATS, POOLS, check_kind
 from vprom.manifest import check_content
 from vprom.mining.download import DEFAULT_DEADLINE
-from vprom.mining.download.space import DEFAULT_RESERVE
+from vprom.mining.download.archives import DEFAULT_RESERVE
 from vprom.splits import load_rules
 
 #: the names `import vprom` exposes, in pipeline order
