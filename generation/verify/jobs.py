@@ -113,6 +113,7 @@ def run_checks(inputs: Inputs, workers: int) -> list[Check]:
     if "fork" not in multiprocessing.get_all_start_methods():
         workers = 1  # the jobs read the parent's data: without fork, run them here
     jobs = job_list(inputs)
+    import scipy.optimize  # noqa: F401 (loaded before threadpool_limits, so its BLAS runs on one thread)
     from threadpoolctl import threadpool_limits
 
     gc.freeze()  # the collector leaves the loaded data alone, here and in the workers
