@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from json.encoder import encode_basestring
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
@@ -31,6 +32,10 @@ CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab", "vocabulary")
 
 
 def _strings(values) -> np.ndarray:
+    """`values` as an object array of str; one that already is one is kept as it is."""
+    if isinstance(values, np.ndarray) and values.dtype == object and values.ndim == 1 and (
+            set(map(type, values.tolist())) == {str}):
+        return values
     return np.array([str(v) for v in values], dtype=object)
 
 
@@ -340,10 +345,16 @@ def content_datasets(h5: h5py.File) -> dict[str, h5py.Dataset]:
 
 
 def column_values(ds: h5py.Dataset) -> np.ndarray:
-    """A dataset's values; strings as an object array of str."""
-    if ds.dtype.kind in "OS":
-        return np.asarray(ds.asstr()[()], dtype=object)
-    return np.asarray(ds[()])
+    """A dataset's values; strings as an object array of str, as `ds.asstr()[()]` gives them
+    but with one str object per distinct value (columns repeat a few hundred labels)."""
+    values = np.asarray(ds[()])
+    if ds.dtype.kind not in "OS":
+        return values
+    flat = values.ravel().tolist()
+    text = {v: v.decode() if isinstance(v, bytes) else v for v in dict.fromkeys(flat)}
+    out = np.empty(len(flat), dtype=object)
+    out[:] = [text[v] for v in flat]
+    return out.reshape(values.shape)
 
 
 def columns_hash(columns: Mapping[str, np.ndarray | h5py.Dataset]) -> str:
@@ -355,8 +366,10 @@ def columns_hash(columns: Mapping[str, np.ndarray | h5py.Dataset]) -> str:
         values = columns[name]
         values = column_values(values) if isinstance(values, h5py.Dataset) else values
         if values.dtype.kind == "O":
-            kind = "str"
-            body = json.dumps(values.ravel().tolist(), ensure_ascii=False).encode()
+            kind = "str"  # each distinct string encoded once, as json.dumps(list) encodes it
+            flat = values.ravel().tolist()
+            text = {v: encode_basestring(v) for v in set(flat)}
+            body = ("[" + ", ".join(map(text.__getitem__, flat)) + "]").encode()
         else:
             kind = "float" if values.dtype.kind == "f" else "int"
             body = np.ascontiguousarray(values, "<f8" if kind == "float" else "<i8").tobytes()
