@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from json.encoder import encode_basestring
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
+from json.encoder import encode_basestring
 from pathlib import Path
 
 import h5py
