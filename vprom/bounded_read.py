@@ -59,10 +59,8 @@ def _received(read_end: int, deadline: float) -> bytes | None:
 
 
 def read_bounded(path: Path, read: Callable[[h5py.File], T]) -> T:
-    """`read(h5)` on `path` in a forked child; a VpromError unless it ends within the deadline.
-
-    A VpromError raised by `read` keeps its message; any other failure names the file as
-    damaged. `read` must return a picklable value."""
+    """`read(h5)`'s picklable result, computed on `path` by a forked child within the deadline;
+    a VpromError raised by `read` keeps its message, any other failure names the file damaged."""
     deadline_s = READ_DEADLINE_S + path.stat().st_size / READ_RATE
     read_end, write_end = os.pipe()
     parent = os.getpid()
@@ -75,7 +73,7 @@ def read_bounded(path: Path, read: Callable[[h5py.File], T]) -> T:
             os._exit(0)
     os.close(write_end)
     got = None
-    try:
+    try:  # Ctrl-C here, or a missed deadline, kills the child
         got = _received(read_end, time.monotonic() + deadline_s)
     finally:
         if got is None:
@@ -99,6 +97,7 @@ def read_bounded(path: Path, read: Callable[[h5py.File], T]) -> T:
 
 def _read_heap(h5: h5py.File) -> None:
     """Read what touches the file's global heap: every attribute and variable-length dataset."""
+
     def visit(_name, obj):
         for key in obj.attrs:
             obj.attrs[key]
