@@ -58,9 +58,11 @@ def _received(read_end: int, deadline: float) -> bytes | None:
     return None
 
 
-def read_bounded(path: Path, read: Callable[[h5py.File], T]) -> T:
-    """`read(h5)`'s picklable result, computed on `path` by a forked child within the deadline;
-    a VpromError raised by `read` keeps its message, any other failure names the file damaged."""
+def read_bounded(path: Path, read: Callable[[h5py.File], T],
+                 meanwhile: Callable[[], object] | None = None) -> T:
+    """`read(h5)`'s picklable result, computed on `path` by a forked child within the deadline,
+    while this process runs `meanwhile` (work that does not touch the file); a VpromError
+    raised by `read` keeps its message, any other failure names the file damaged."""
     deadline_s = READ_DEADLINE_S + path.stat().st_size / READ_RATE
     read_end, write_end = os.pipe()
     parent = os.getpid()
@@ -73,7 +75,9 @@ def read_bounded(path: Path, read: Callable[[h5py.File], T]) -> T:
             os._exit(0)
     os.close(write_end)
     got = None
-    try:  # Ctrl-C here, or a missed deadline, kills the child
+    try:  # Ctrl-C here, an error or a missed deadline kills the child
+        if meanwhile is not None:
+            meanwhile()
         got = _received(read_end, time.monotonic() + deadline_s)
     finally:
         if got is None:

@@ -4,6 +4,7 @@ problems: a few matrices by id (`examples`)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -90,9 +91,11 @@ def _read(h5: h5py.File) -> tuple[list[str], tuple | None]:
     return [], (columns, parts, h5.attrs.get("manifest"), vocab)
 
 
-def load(path: Path) -> tuple[Data | None, list[str]]:
-    """The data set, or None with the structural problems that prevent reading it."""
-    problems, read = read_bounded(existing_file(path), _read)
+def load(path: Path, meanwhile: Callable[[], object] | None = None
+         ) -> tuple[Data | None, list[str]]:
+    """The data set, or None with the structural problems that prevent reading it; this
+    process runs `meanwhile` while a child reads the file."""
+    problems, read = read_bounded(existing_file(path), _read, meanwhile)
     if read is None:
         return None, problems
     columns, parts, manifest, (universes, sas, labels) = read
