@@ -1,4 +1,5 @@
-"""A DATASET.h5 in memory as `vprom verify`'s checks read it (`load`), and how they name
+"""A DATASET.h5 in memory as `vprom verify`'s checks read it (`load`: one bounded read in a
+child, which also gives the columns the content hash is checked on), and how they name
 problems: a few matrices by id (`examples`)."""
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from vprom.bounded_read import read_bounded
 from vprom.domain import N_PANELS
 from vprom.generation.generate import read_vocab
 from vprom.generation.labels import LabelVocabulary
-from vprom.bounded_read import read_bounded
 from vprom.tables import (
     SPLIT_PARTS,
     CropTable,
