@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from functools import cached_property
+from json.encoder import encode_basestring
 from pathlib import Path
 
 import h5py
@@ -31,6 +32,10 @@ CONTENT_GROUPS = ("crops", "matrices", "splits", "vocab", "vocabulary")
 
 
 def _strings(values) -> np.ndarray:
+    """`values` as an object array of str; one that already is one is kept as it is."""
+    if isinstance(values, np.ndarray) and values.dtype == object and values.ndim == 1 and (
+            set(map(type, values.tolist())) == {str}):
+        return values
     return np.array([str(v) for v in values], dtype=object)
 
 
@@ -264,13 +269,19 @@ class _File(h5py.File):
         return False
 
 
-def open_h5(path: str | Path) -> h5py.File:
-    """Open an HDF5 file to read; 'not there', 'not HDF5' and 'damaged' are a VpromError."""
+def existing_file(path: str | Path) -> Path:
+    """`path`, or a VpromError if it is a folder or not there."""
     path = Path(path)
     if path.is_dir():
         raise VpromError(f"{path}: is a folder; give the path of an HDF5 file inside it")
     if not path.is_file():
         raise VpromError(f"{path}: no such file")
+    return path
+
+
+def open_h5(path: str | Path) -> h5py.File:
+    """Open an HDF5 file to read; 'not there', 'not HDF5' and 'damaged' are a VpromError."""
+    path = existing_file(path)
     check_readable(path)
     try:
         h5 = _File(path, "r")
@@ -323,35 +334,55 @@ class DatasetFile:
         return self.matrices.row(row, self._parts)
 
 
-def content_hash(f: str | Path | h5py.File) -> str:
-    """sha256 over the data of a DATASET.h5 or POOLS.h5, independent of HDF5 byte layout: the
-    datasets under CONTENT_GROUPS in sorted path order, each as its path, kind, shape and values
-    (ints as little-endian int64, floats as float64, strings as the UTF-8 of
-    `json.dumps(list, ensure_ascii=False)`); attributes (the manifest) are left out."""
-    if not isinstance(f, h5py.File):
-        with open_h5(f) as h5:
-            return content_hash(h5)
-    h = hashlib.sha256()
-    items: list[tuple[str, h5py.Dataset]] = []
+def content_datasets(h5: h5py.File) -> dict[str, h5py.Dataset]:
+    """Every dataset under CONTENT_GROUPS by its path, e.g. 'matrices/panels'."""
+    out: dict[str, h5py.Dataset] = {}
     for group in CONTENT_GROUPS:
-        if group in f:
-            f[group].visititems(lambda name, obj, g=group: items.append(
-                (f"{g}/{name}", obj)) if isinstance(obj, h5py.Dataset) else None)
-    for name, ds in sorted(items, key=lambda t: t[0]):
-        h.update(_hdf5_bytes(name, ds))
+        if group in h5:
+            h5[group].visititems(lambda name, obj, g=group: out.update(
+                {f"{g}/{name}": obj}) if isinstance(obj, h5py.Dataset) else None)
+    return out
+
+
+def column_values(ds: h5py.Dataset) -> np.ndarray:
+    """A dataset's values; strings as an object array of str, as `ds.asstr()[()]` gives them
+    but with one str object per distinct value (columns repeat a few hundred labels)."""
+    values = np.asarray(ds[()])
+    if ds.dtype.kind not in "OS":
+        return values
+    flat = values.ravel().tolist()
+    text = {v: v.decode() if isinstance(v, bytes) else v for v in dict.fromkeys(flat)}
+    out = np.empty(len(flat), dtype=object)
+    out[:] = [text[v] for v in flat]
+    return out.reshape(values.shape)
+
+
+def columns_hash(columns: Mapping[str, np.ndarray | h5py.Dataset]) -> str:
+    """sha256 over named columns, independent of HDF5 byte layout: in sorted name order, each
+    column as its name, kind, shape and values (ints as little-endian int64, floats as float64,
+    strings as the UTF-8 of `json.dumps(list, ensure_ascii=False)`)."""
+    h = hashlib.sha256()
+    for name in sorted(columns):
+        values = columns[name]
+        values = column_values(values) if isinstance(values, h5py.Dataset) else values
+        if values.dtype.kind == "O":
+            kind = "str"  # each distinct string encoded once, as json.dumps(list) encodes it
+            flat = values.ravel().tolist()
+            text = {v: encode_basestring(v) for v in set(flat)}
+            body = ("[" + ", ".join(map(text.__getitem__, flat)) + "]").encode()
+        else:
+            kind = "float" if values.dtype.kind == "f" else "int"
+            body = np.ascontiguousarray(values, "<f8" if kind == "float" else "<i8").tobytes()
+        h.update(json.dumps([name, kind, list(values.shape), len(body)]).encode() + b"\n" + body)
     return "sha256:" + h.hexdigest()
 
 
-def _hdf5_bytes(name: str, ds: h5py.Dataset) -> bytes:
-    if ds.dtype.kind in "OS":
-        kind = "str"
-        body = json.dumps(np.asarray(ds.asstr()[()], dtype=object).ravel().tolist(),
-                          ensure_ascii=False).encode()
-    else:
-        kind = "float" if ds.dtype.kind == "f" else "int"
-        body = np.ascontiguousarray(ds[()], dtype="<f8" if kind == "float" else "<i8").tobytes()
-    head = json.dumps([name, kind, list(ds.shape), len(body)]).encode()
-    return head + b"\n" + body
+def content_hash(f: str | Path | h5py.File) -> str:
+    """`columns_hash` of a DATASET.h5's or POOLS.h5's `content_datasets` (not the manifest)."""
+    if not isinstance(f, h5py.File):
+        with open_h5(f) as h5:
+            return content_hash(h5)
+    return columns_hash(content_datasets(f))
 
 
 def crop_rows(crop_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:

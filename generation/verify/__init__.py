@@ -14,7 +14,7 @@ from pathlib import Path
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.checks import check_integrity, fatal_problems
 from vprom.generation.verify.decision import format_group
-from vprom.generation.verify.jobs import prepare, run_checks
+from vprom.generation.verify.jobs import load_optimiser, prepare, run_checks
 from vprom.generation.verify.loaded import load
 from vprom.processes import collector_paused
 from vprom.splits.rules import SplitRules, TrainBan
@@ -60,7 +60,7 @@ def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None =
     Tests pass their own `check_matrix`, `assigner` (matrix -> {split: part}), `train_bans`."""
     dataset = Path(dataset)
     with collector_paused():  # the loaded data set is millions of objects and no cycles
-        data, structure = load(dataset)
+        data, structure = load(dataset, meanwhile=load_optimiser)
         if data is None or fatal_problems(data):
             checks = [check_integrity(data, structure)]
             skipped = "not run: the matrices cannot be read as records (see integrity)"

@@ -17,7 +17,7 @@ from vprom.generation.verify.audit import Check
 from vprom.generation.verify.loaded import MAX_EXAMPLES, Data, bad, examples
 from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, RELATIONS_OF, ElementType, Matrix
 from vprom.generation.solver import Universe, check_matrices, group_masks
-from vprom.tables import MatrixTable, content_hash
+from vprom.tables import MatrixTable
 
 COUNT_UNIVERSE = frozenset(str(n) for n in COUNTS)
 
@@ -43,7 +43,7 @@ def manifest_problems(data: Data) -> list[str]:
                 problems.append(f"manifest counts {n:,} {split}/{part}, the file holds "
                                 f"{len(stored[part]):,}")
     recorded = (m.get("outputs") or {}).get("content_hash")
-    if recorded and recorded != content_hash(data.path):
+    if recorded and recorded != data.content_hash:
         problems.append("content_hash differs from the manifest's: the data was changed "
                         "after generation; regenerate it")
     return problems

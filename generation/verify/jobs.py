@@ -108,12 +108,18 @@ def job_list(inputs: Inputs) -> list[tuple]:
     return jobs + [("matrices", s, min(n, s + CHUNK)) for s in range(0, n, CHUNK)]
 
 
+def load_optimiser() -> None:
+    """Import the probes' optimiser before `threadpool_limits`, so that its BLAS keeps to one
+    thread in the forked workers too."""
+    import scipy.optimize  # noqa: F401
+
+
 def run_checks(inputs: Inputs, workers: int) -> list[Check]:
     """Every check, in report order."""
     if "fork" not in multiprocessing.get_all_start_methods():
         workers = 1  # the jobs read the parent's data: without fork, run them here
     jobs = job_list(inputs)
-    import scipy.optimize  # noqa: F401 (the probes' optimiser: imported once for all workers)
+    load_optimiser()
     from threadpoolctl import threadpool_limits
 
     gc.freeze()  # the collector leaves the loaded data alone, here and in the workers

@@ -1,19 +1,31 @@
-"""A DATASET.h5 in memory as `vprom verify`'s checks read it (`load`), and how they name
+"""A DATASET.h5 in memory as `vprom verify`'s checks read it (`load`: one bounded read in a
+child, which also gives the columns the content hash is checked on), and how they name
 problems: a few matrices by id (`examples`)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import h5py
 import numpy as np
 
+from vprom.bounded_read import read_bounded
 from vprom.domain import N_PANELS
 from vprom.generation.generate import read_vocab
 from vprom.generation.labels import LabelVocabulary
-from vprom.tables import CropTable, MatrixTable, crop_rows, open_h5
+from vprom.tables import (
+    SPLIT_PARTS,
+    CropTable,
+    MatrixTable,
+    column_values,
+    columns_hash,
+    content_datasets,
+    crop_rows,
+    existing_file,
+)
 
 MAX_EXAMPLES = 5
 MATRIX_COLUMNS = tuple(f.name for f in fields(MatrixTable) if f.name != "splits")
@@ -33,6 +45,7 @@ class Data:
     universes: dict[str, list[str]] = field(default_factory=dict)  # element type -> elements
     super_attributes: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     vocabulary: LabelVocabulary | None = None  # None: the crops' own (nothing implied)
+    content_hash: str | None = None  # of the file's content columns (None: not from a file)
 
     def __post_init__(self) -> None:
         if self.vocabulary is None:
@@ -67,26 +80,39 @@ def structure_problems(h5: h5py.File) -> list[str]:
     return problems
 
 
-def load(path: Path) -> tuple[Data | None, list[str]]:
-    """The data set, or None with the structural problems that prevent reading it."""
-    with open_h5(path) as h5:
-        problems = structure_problems(h5)
-        if problems:
-            return None, problems
-        crops = CropTable.read(h5["crops"])
-        matrices = MatrixTable.read(h5["matrices"], h5["splits"])
-        manifest = None
-        if "manifest" in h5.attrs:
-            try:
-                manifest = json.loads(h5.attrs["manifest"])
-            except (TypeError, ValueError):
-                manifest = {"_unreadable": True}
-        universes, sas, labels = read_vocab(h5["vocab"], path) if "vocab" in h5 else (
-            {}, {}, None)
+def _read(h5: h5py.File) -> tuple[list[str], tuple | None]:
+    """In `read_bounded`'s child: the structural problems, or every content column, the
+    split parts, the manifest attribute and the vocabulary."""
+    problems = structure_problems(h5)
+    if problems:
+        return problems, None
+    columns = {name: column_values(ds) for name, ds in content_datasets(h5).items()}
+    parts = {s: [p for p in SPLIT_PARTS if p in h5["splits"][s]] for s in h5["splits"]}
+    vocab = read_vocab(h5["vocab"], h5.filename) if "vocab" in h5 else ({}, {}, None)
+    return [], (columns, parts, h5.attrs.get("manifest"), vocab)
+
+
+def load(path: Path, meanwhile: Callable[[], object] | None = None
+         ) -> tuple[Data | None, list[str]]:
+    """The data set, or None with the structural problems that prevent reading it; this
+    process runs `meanwhile` while a child reads the file."""
+    problems, read = read_bounded(existing_file(path), _read, meanwhile)
+    if read is None:
+        return None, problems
+    columns, parts, manifest, (universes, sas, labels) = read
+    crops = CropTable(**{f.name: columns[f"crops/{f.name}"] for f in fields(CropTable)})
+    matrices = MatrixTable(**{c: columns[f"matrices/{c}"] for c in MATRIX_COLUMNS},
+                           splits={s: {p: columns[f"splits/{s}/{p}"] for p in ps}
+                                   for s, ps in parts.items()})
+    if manifest is not None:
+        try:
+            manifest = json.loads(manifest)
+        except (TypeError, ValueError):
+            manifest = {"_unreadable": True}
     if labels is not None:
         labels = LabelVocabulary.of_crops(crops, labels)
     return Data(path, crops, matrices, crop_rows(crops.crop_id, matrices.panels), manifest,
-                universes, sas, labels), []
+                universes, sas, labels, columns_hash(columns)), []
 
 
 def in_memory(dataset, path: str = "<memory>") -> Data:
