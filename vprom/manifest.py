@@ -19,7 +19,7 @@ from pathlib import Path
 import h5py
 
 from vprom import __version__
-from vprom.bounded_read import check_readable
+from vprom.bounded_read import read_bounded
 from vprom.errors import VpromError
 from vprom.file_kinds import is_hdf5
 from vprom.files import sha256_file, write_json
@@ -54,6 +54,10 @@ def json_object(path: Path) -> dict | None:
     return None
 
 
+def _manifest_attribute(h5: h5py.File) -> str | None:
+    return h5.attrs.get("manifest")
+
+
 def manifest_of(path: str | os.PathLike) -> dict | None:
     """The manifest of the output at `path` wherever it lives, or None."""
     path = Path(path)
@@ -64,10 +68,8 @@ def manifest_of(path: str | os.PathLike) -> dict | None:
     if not is_hdf5(path):
         return json_object(manifest_file(path))
     with contextlib.suppress(OSError, ValueError, VpromError):
-        check_readable(path)
-        with h5py.File(path, "r") as h5:
-            value = json.loads(h5.attrs.get("manifest", "null"))
-            return value if isinstance(value, dict) else None
+        value = json.loads(read_bounded(path, _manifest_attribute) or "null")
+        return value if isinstance(value, dict) else None
     return None
 
 
