@@ -7,7 +7,6 @@ the drift between VG releases (`id`, `name`/`object_names`, one string for a lis
 
 from __future__ import annotations
 
-import hashlib
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -73,15 +72,11 @@ class Source:
         self.offset = 0
         self.sha256 = ""
         self._depth, self._in_string, self._escaped = 0, False, False
-        self._zip = self._raw = self._hasher = None
+        self._zip = self._raw = None
 
     def __enter__(self):
         try:
-            if self.path.suffix == ".zip":
-                self._raw = self._open_member()
-            else:
-                self._raw = open(self.path, "rb")
-                self._hasher = hashlib.sha256()
+            self._raw = self._open_member() if self.path.suffix == ".zip" else open(self.path, "rb")
         except OSError as e:
             raise VpromError(f"{self.path}: cannot be read ({e})") from None
         return self
@@ -104,8 +99,6 @@ class Source:
         data = self._raw.read(size)
         self._check_depth(data)
         self.offset += len(data)
-        if self._hasher is not None:
-            self._hasher.update(data)
         return data
 
     def _check_depth(self, data: bytes) -> None:
@@ -123,15 +116,6 @@ class Source:
             raise TooDeep(self.offset + int(np.argmax(depth > MAX_DEPTH)))
         self._depth = int(depth[-1]) if len(depth) else self._depth
         self._in_string = bool((quotes.sum() + self._in_string) % 2)
-
-    def finish(self) -> None:
-        """Read past the array to the end of the file, and take its sha256."""
-        if self._hasher is None:
-            self.sha256 = sha256_file(self.path)
-            return
-        while self.read(1 << 20):
-            pass
-        self.sha256 = self._hasher.hexdigest()
 
     def __exit__(self, *exc) -> None:
         for handle in (self._raw, self._zip):
@@ -162,7 +146,7 @@ def records(source: Source, what: str) -> Iterator[tuple[int, object]]:
     if index < 0:
         raise VpromError(f"{source.path}: holds no image records (expected a JSON array of "
                          f"per-image records); is this Visual Genome's {what}?")
-    source.finish()
+    source.sha256 = sha256_file(source.path)
 
 
 def images(source: Source, key: str) -> Iterator[ImageItems]:

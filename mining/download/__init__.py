@@ -24,12 +24,8 @@ from vprom.manifest import make_manifest, manifest_file
 
 ANNOTATION_URL = "https://homes.cs.washington.edu/~ranjay/visualgenome/data/dataset"
 IMAGE_URL = "https://cs.stanford.edu/people/rak248/VG_100K_2"
-ANNOTATIONS = (
-    "image_data.json.zip",
-    "objects.json.zip",
-    "attributes.json.zip",
-    "region_descriptions.json.zip",
-)
+ANNOTATIONS = tuple(f"{stem}.json.zip" for stem in ("image_data", "objects", "attributes",
+                                                     "region_descriptions"))
 IMAGES = {"images.zip": "VG_100K", "images2.zip": "VG_100K_2"}
 MANIFEST = "download"   # -> download.manifest.json
 PINNED = Path(__file__).parent.parent / "data" / "vg_files.json"
@@ -112,9 +108,7 @@ def download(
     for name in list(ANNOTATIONS) + (list(IMAGES) if images else []):
         url = (base_url.rstrip("/") if base_url else
                IMAGE_URL if name in IMAGES else ANNOTATION_URL) + "/" + name
-        want = wanted.get(name, fetch.Expected())
-        if want.ceiling is None:
-            want = replace(want, ceiling=CEILINGS[name])
+        want = replace(wanted.get(name, fetch.Expected()), ceiling=CEILINGS[name])
         dest = out / name
         if name in IMAGES and archives.marker_path(out, name).exists():
             summary.skipped.append(name)

@@ -74,10 +74,6 @@ class _Retry(Exception):
     """A failure worth another attempt (dropped, stalled, too slow, a 5xx)."""
 
 
-class _Deadline(Exception):
-    """The file's deadline passed."""
-
-
 def session() -> requests.Session:
     from vprom import __version__
 
@@ -127,6 +123,7 @@ class _Transfer:
         self.end = time.monotonic() + policy.deadline
         self.received = 0
         self.redirects: set[tuple[str, str]] = set()
+        self.target = url   # where the last redirect pointed
         self.announced: int | None = None
 
     def left(self) -> float:
@@ -137,13 +134,11 @@ class _Transfer:
         for attempt in range(policy.retries + 1):
             try:
                 if self.left() <= 0:
-                    raise _Deadline
+                    raise self._deadline_error()
                 total, final = self._attempt()
                 size = part.stat().st_size
                 if total is not None and size < total:   # closed early without an error
                     raise _Retry(f"got {size} of {total} bytes")
-            except _Deadline:
-                raise self._deadline_error() from None
             except (_Retry, *_RETRIED) as e:
                 if self.left() <= 0:   # the watchdog cut the connection: not a drop
                     raise self._deadline_error() from None
@@ -192,7 +187,7 @@ class _Transfer:
         response, final = self._open({"Range": f"bytes={offset}-"} if offset else {})
         if self.left() <= 0:   # headers cut short by the watchdog can still parse
             response.close()
-            raise _Deadline
+            raise self._deadline_error()
         with response:
             if response.status_code == 416:   # the part already holds every byte
                 match = re.match(r"bytes\s+\*/(\d+)", response.headers.get("Content-Range", ""))
@@ -232,40 +227,37 @@ class _Transfer:
                                  + _resume_note(part))
             self._receive(response, offset, total)
             if self.left() <= 0 and (total is None or part.stat().st_size < total):
-                raise _Deadline   # the body ended because the watchdog cut it (or may have)
+                raise self._deadline_error()   # the watchdog cut the body (or may have)
             return total, final
 
     def _open(self, headers: dict):
-        """GET, following at most max_redirects http(s) redirects; (response, final url)."""
-        url = current = self.url
-        for _ in range(self.policy.max_redirects + 1):
-            wait = max(min(self.policy.timeout, self.left()), 0.001)
-            try:
-                response = self.http.get(current, headers=headers, stream=True, timeout=wait,
-                                         allow_redirects=False)
-            except ValueError as e:   # requests parses a Location even when not following it
-                raise VpromError(f"{url}: the server's answer cannot be used ({e}); it may "
-                                 "redirect to an invalid address - use another --base-url"
-                                 ) from None
-            if not response.is_redirect:
-                return response, current
-            location = response.headers["Location"]
+        """GET, requests following at most max_redirects redirects; (response, final url)."""
+        self.http.max_redirects = self.policy.max_redirects
+        wait = max(min(self.policy.timeout, self.left()), 0.001)
+        try:
+            response = self.http.get(self.url, headers=headers, stream=True, timeout=wait,
+                                     hooks={"response": self._redirected})
+        except ValueError as e:   # requests parses every Location, even one it does not follow
+            raise VpromError(f"{self.url}: the server's answer cannot be used ({e}); it may "
+                             "redirect to an invalid address - use another --base-url") from None
+        except requests.TooManyRedirects:
+            raise VpromError(f"{self.url}: more than {self.policy.max_redirects} redirects (the "
+                             f"last to {self.target}); the server is misconfigured - use "
+                             "another --base-url") from None
+        return response, response.url if response.history else self.url
+
+    def _redirected(self, response, **kwargs) -> None:
+        """Refuse a redirect out of http(s) before requests follows it; show each one once."""
+        if not response.is_redirect:
+            return
+        self.target = urljoin(response.url, response.headers["Location"])   # ValueError: _open
+        if urlsplit(self.target).scheme not in _SCHEMES or not urlsplit(self.target).hostname:
             response.close()
-            try:
-                target = urljoin(current, location)
-                scheme, host = urlsplit(target).scheme, urlsplit(target).hostname
-            except ValueError:
-                raise VpromError(f"{url}: the server redirects to {location!r}, not a valid "
-                                 "address - use another --base-url") from None
-            if scheme not in _SCHEMES or not host:
-                raise VpromError(f"{url}: the server redirects to {target!r}; only http(s) "
-                                 "redirects are followed - use another --base-url")
-            if (current, target) not in self.redirects:
-                self.redirects.add((current, target))
-                self.log(f"{url.rsplit('/', 1)[-1]}: redirected to {target}")
-            current = target
-        raise VpromError(f"{url}: more than {self.policy.max_redirects} redirects (the last to "
-                         f"{current}); the server is misconfigured - use another --base-url")
+            raise VpromError(f"{self.url}: the server redirects to {self.target!r}; only http(s) "
+                             "redirects are followed - use another --base-url")
+        if (response.url, self.target) not in self.redirects:
+            self.redirects.add((response.url, self.target))
+            self.log(f"{self.url.rsplit('/', 1)[-1]}: redirected to {self.target}")
 
     def _receive(self, response, offset: int, total: int | None) -> None:
         part, policy, ceiling = self.part, self.policy, self.expected.ceiling
@@ -294,7 +286,7 @@ class _Transfer:
                 bar.update(len(chunk))
                 now = time.monotonic()
                 if now >= self.end:
-                    raise _Deadline
+                    break   # _attempt then refuses what is not complete
                 if now - window_start >= policy.speed_window:
                     speed = (size - window_size) / (now - window_start)
                     if speed < policy.min_speed:
@@ -468,9 +460,9 @@ class _WatchedAdapter(HTTPAdapter):
 
 def watch(http: requests.Session) -> Watch:
     """The session's Watch, mounting the watched adapters on it the first time."""
-    adapters = [http.get_adapter(prefix) for prefix in ("https://", "http://")]
-    if all(isinstance(adapter, _WatchedAdapter) for adapter in adapters):
-        return adapters[0].watch
+    adapter = http.get_adapter("https://")   # both prefixes are mounted together
+    if isinstance(adapter, _WatchedAdapter):
+        return adapter.watch
     shared = Watch()
     for prefix in ("https://", "http://"):
         http.mount(prefix, _WatchedAdapter(shared))
