@@ -189,12 +189,10 @@ def _regions_of(objects: list, extra: dict, width: int, height: int, min_side: i
             stats["same_box_merged"] += 1
             region[1] += o.names
             region[2] += attributes
-    orphans = sum(1 for oid in extra if oid not in merged_away)
-    if orphans:  # a Counter key is listed in the report only once it has counted something
-        stats["orphan_attribute_records"] += orphans
+    # the report leaves out what counted nothing
+    stats["orphan_attribute_records"] += sum(1 for oid in extra if oid not in merged_away)
     stats["regions"] += len(regions) + len(small)
-    if small:
-        stats["too_small"] += len(small)
+    stats["too_small"] += len(small)
     return regions
 
 

@@ -174,10 +174,8 @@ def _open(archive: Path, limits: Limits) -> zipfile.ZipFile:
                    f"{archive.name} has")
     try:
         return zipfile.ZipFile(archive)
-    except zipfile.BadZipFile as e:
-        raise _Bad(f"not a readable zip: {e}") from None
-    except OSError as e:
-        if e.errno != errno.EINVAL:   # a seek before the start: the archive's own offsets
+    except (zipfile.BadZipFile, OSError) as e:
+        if getattr(e, "errno", errno.EINVAL) != errno.EINVAL:   # EINVAL: seeks before its start
             raise
         raise _Bad(f"not a readable zip: {e}") from None
 

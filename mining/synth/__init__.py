@@ -43,16 +43,16 @@ def _render_to(args) -> tuple[list[str], dict]:
     """Worker: draw one image and save its JPEG; its records (JSON text) and facts."""
     seed, index, folder = args
     img, im = render_image(seed, index)
-    meta = synth_vg.decorate(seed, index, img)
-    im.save(Path(folder) / meta.folder / f"{img.image_id}.jpg", "JPEG", quality=JPEG_QUALITY)
-    iid, url = img.image_id, meta.url(img.image_id)
+    image_folder, coco_id, flickr_id = synth_vg.decorate(seed, index, img)
+    im.save(Path(folder) / image_folder / f"{img.image_id}.jpg", "JPEG", quality=JPEG_QUALITY)
+    iid, url = img.image_id, synth_vg.URL.format(image_folder, img.image_id)
     rels = synth_vg.relationships(img)
     qas = synth_vg.question_answers(img)
     objects = {"image_id": iid, "objects": img.objects, "image_url": url}
     relationships = synth_vg.relationship_records(img, rels)
     records = [_dumps(record) for record in (
         {"width": WIDTH, "url": url, "height": HEIGHT, "image_id": iid,
-         "coco_id": meta.coco_id, "flickr_id": meta.flickr_id},
+         "coco_id": coco_id, "flickr_id": flickr_id},
         objects,
         {"image_id": iid, "attributes": img.attributes},
         {"regions": img.regions, "id": iid},
@@ -63,8 +63,8 @@ def _render_to(args) -> tuple[list[str], dict]:
         synth_vg.without_merged(relationships),
     )]
     facts = {"expected": img.expected, "noise": img.noise, "objects": len(img.objects),
-             "regions": len(img.regions), "folder": meta.folder,
-             "coco_id": meta.coco_id is not None, "flickr_id": meta.flickr_id is not None,
+             "regions": len(img.regions), "folder": image_folder,
+             "coco_id": coco_id is not None, "flickr_id": flickr_id is not None,
              "relationships": len(rels), "question_answers": len(qas["qas"]),
              "synsets": synth_vg.synset_names(img, rels)}
     return records, facts

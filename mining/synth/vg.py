@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,18 +37,6 @@ IMAGE_ZIPS = {"images.zip": "VG_100K", "images2.zip": "VG_100K_2"}
 DOWNLOAD = "download"
 
 
-@dataclass
-class ImageMeta:
-    """Where an image lives and which outside ids it has."""
-
-    folder: str
-    coco_id: int | None
-    flickr_id: int | None
-
-    def url(self, image_id: int) -> str:
-        return URL.format(self.folder, image_id)
-
-
 def category_of(synsets: list[str]) -> str | None:
     """The category a planner's synset names ("palm_tree.n.01" -> "palm tree")."""
     if len(synsets) != 1 or not synsets[0].endswith(".n.01"):
@@ -57,13 +44,13 @@ def category_of(synsets: list[str]) -> str | None:
     return synsets[0][: -len(".n.01")].replace("_", " ")
 
 
-def decorate(seed: int, index: int, img) -> ImageMeta:
-    """Image `index`'s folder and ids; VG's quirks put on its records in place, and noted."""
+def decorate(seed: int, index: int, img) -> tuple[str, int | None, int | None]:
+    """Image `index`'s (folder, coco id, flickr id); VG's quirks put on its records, and noted."""
     rng = np.random.default_rng([seed, index, META_STREAM])
     iid = img.image_id
-    meta = ImageMeta(FOLDERS[int(rng.random() < P_META["second_folder"])],
-                     COCO_BASE + 3 * iid if rng.random() < P_META["coco_id"] else None,
-                     FLICKR_BASE + 7919 * iid if rng.random() < P_META["flickr_id"] else None)
+    meta = (FOLDERS[int(rng.random() < P_META["second_folder"])],
+            COCO_BASE + 3 * iid if rng.random() < P_META["coco_id"] else None,
+            FLICKR_BASE + 7919 * iid if rng.random() < P_META["flickr_id"] else None)
     in_attributes = {a["object_id"]: a for a in img.attributes}
     for obj in img.objects:
         twin = in_attributes.get(obj["object_id"])
