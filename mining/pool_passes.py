@@ -223,10 +223,8 @@ def _mine_image(objs: ImageItems, attrs: ImageItems, sizes: dict, min_side: int,
             counts["excluded_object"] += 1
             continue
         labels = cols.intern(LABEL_SEPARATOR.join(sorted(set(names) | set(attributes))))
-        _add_object(objs.image_id, box, source_id, name_roles, labels, cols, stats)
-        human = "person" in name_roles.values()
-        _add_attributes(objs.image_id, box, source_id, attr_roles, human, vocab, labels, cols,
-                        stats)
+        _add_crops(objs.image_id, box, source_id, name_roles, attr_roles, vocab, labels, cols,
+                   stats)
         counts["kept_regions"] += 1
 
 
@@ -243,32 +241,23 @@ def _labels(raw: list, vocab, classify, unknown: Counter) -> tuple[list[str], di
     return list(roles), roles
 
 
-def _add_object(image_id, box, source_id, name_roles: dict, labels: int, cols: CropColumns,
-                stats: dict) -> None:
-    categories = [n for n, role in name_roles.items() if role == "category"]
-    if len(categories) == 1:
-        cols.add("object", categories[0], "", image_id, box, source_id, "", labels)
-    elif len(categories) > 1:
-        stats["impure"]["object\t"] += 1  # names of several categories on one region
-
-
-def _add_attributes(image_id, box, source_id, attr_roles: dict, human: bool, vocab,
-                    labels: int, cols: CropColumns, stats: dict) -> None:
+def _add_crops(image_id, box, source_id, name_roles: dict, attr_roles: dict, vocab,
+               labels: int, cols: CropColumns, stats: dict) -> None:
+    """A crop in each pool that exactly one of the region's labels belongs to; two: impure."""
+    human = "person" in name_roles.values()
     element_type = "human_attribute" if human else "object_attribute"
     table = vocab.human_attributes if human else vocab.object_attributes
-    by_super: dict[str, list[str]] = {}
+    pools = {("object", ""): [n for n, role in name_roles.items() if role == "category"]}
     for attr, role in attr_roles.items():
         if role == "excluded":
             stats["excluded_attributes"][attr] += 1
         elif role == "known" and attr in table:
-            by_super.setdefault(table[attr], []).append(attr)
-    for super_attribute in sorted(by_super):
-        members = by_super[super_attribute]
+            pools.setdefault((element_type, table[attr]), []).append(attr)
+    for (pool_type, super_attribute), members in sorted(pools.items()):
         if len(members) == 1:
-            cols.add(element_type, members[0], super_attribute, image_id, box, source_id, "",
-                     labels)
-        else:  # "red and blue shirt": neither colour is a clean example of its pool
-            stats["impure"][f"{element_type}\t{super_attribute}"] += 1
+            cols.add(pool_type, members[0], super_attribute, image_id, box, source_id, "", labels)
+        elif members:  # "red and blue shirt": neither colour is a clean example of its pool
+            stats["impure"][f"{pool_type}\t{super_attribute}"] += 1
 
 
 MEMO = 200_000  # numbered phrases whose parse is remembered
