@@ -25,58 +25,51 @@ from vprom.images import clip_box
 ELEMENT_TYPES = tuple(e.value for e in ElementType)  # crop order: this, then input order
 ELEMENT_CODE = {name: i for i, name in enumerate(ELEMENT_TYPES)}  # as stored in CropColumns
 SAMPLES = 5  # sample phrases per count-exclusion reason
-#: the columns of a `PassResult` that hold codes into its `strings`
-STRING_COLUMNS = ("element", "super_attribute", "phrase", "labels")
 
 
 class CropColumns:
-    """Crops as compact typed arrays; strings interned into one table (shared across rows)."""
+    """Crops as columns: numbers in compact typed arrays, strings in lists (one object each)."""
 
     def __init__(self) -> None:
-        self.ints = {name: array("q") for name in ("image_id", "source_id")}
-        self.ints.update({name: array("i") for name in ("x", "y", "w", "h", "element",
-                                                         "super_attribute", "phrase", "labels")})
-        self.ints["element_type"] = array("b")
-        self.codes: dict[str, int] = {}  # string -> its code, in the order first seen
+        self.columns = {name: array("q") for name in ("image_id", "source_id")}
+        self.columns.update({name: array("i") for name in ("x", "y", "w", "h")})
+        self.columns.update({name: [] for name in ("element", "super_attribute", "phrase",
+                                                   "labels")})
+        self.columns["element_type"] = array("b")
+        self.strings: dict[str, str] = {}  # equal strings share one object, pickled once
 
-    def intern(self, text: str) -> int:
-        return self.codes.setdefault(text, len(self.codes))
+    def intern(self, text: str) -> str:
+        return self.strings.setdefault(text, text)
 
     def add(self, element_type: str, element: str, super_attribute: str, image_id: int,
-            box: tuple[int, int, int, int], source_id: int, phrase: str, labels: int) -> None:
+            box: tuple[int, int, int, int], source_id: int, phrase: str, labels: str) -> None:
         row = (image_id, source_id, *box, self.intern(element), self.intern(super_attribute),
                self.intern(phrase), labels, ELEMENT_CODE[element_type])
-        for column, value in zip(self.ints.values(), row):
+        for column, value in zip(self.columns.values(), row):
             column.append(value)
 
     def numpy(self) -> dict[str, np.ndarray]:
-        return {name: np.array(a, dtype=a.typecode) for name, a in self.ints.items()}
+        return {name: np.array(c, dtype=c.typecode if isinstance(c, array) else object)
+                for name, c in self.columns.items()}
 
 
 @dataclass
 class PassResult:
-    """What one worker returns: its crops, string table, statistics and input hashes."""
+    """What one worker returns: its crops, statistics and input hashes."""
 
     columns: dict
-    strings: list
     stats: dict
     inputs: dict
     excluded_rows: list = field(default_factory=list)
     seconds: float = 0.0  # wall time of the pass, for the summary
 
 
-def concatenate(parts: list[PassResult]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The parts' columns end to end (freed as it goes), strings coded into one table."""
-    table: dict[str, int] = {}
-    remaps = [np.array([table.setdefault(s, len(table)) for s in part.strings], dtype=np.int32)
-              for part in parts]
-    columns = {}
-    for name in dict.fromkeys(name for part in parts for name in part.columns):
-        pieces = [(remap, part.columns.pop(name)) for remap, part in zip(remaps, parts)
-                  if name in part.columns]  # a part without crops may have no columns
-        columns[name] = np.concatenate([remap[values] if name in STRING_COLUMNS else values
-                                        for remap, values in pieces])
-    return columns, list(table)
+def concatenate(parts: list[PassResult]) -> dict[str, np.ndarray]:
+    """The parts' columns end to end, each freed as it goes."""
+    names = dict.fromkeys(name for part in parts for name in part.columns)
+    return {name: np.concatenate([part.columns.pop(name) for part in parts
+                                  if name in part.columns])  # a part may have no crops
+            for name in names}
 
 
 def clipped_box(x: int, y: int, w: int, h: int, width: int, height: int, stats: Counter):
@@ -136,8 +129,7 @@ def mine_objects(objects, attributes, sizes: dict, min_side: int, vocab) -> Pass
     for objs, attrs in zip_longest(objects, attributes):
         _check_aligned(objs, attrs)
         _mine_image(objs, attrs, sizes, min_side, vocab, cols, stats)
-    return PassResult(cols.numpy(), list(cols.codes), stats, {},
-                      seconds=time.perf_counter() - start)
+    return PassResult(cols.numpy(), stats, {}, seconds=time.perf_counter() - start)
 
 
 def _check_aligned(objs: ImageItems | None, attrs: ImageItems | None) -> None:
@@ -242,7 +234,7 @@ def _labels(raw: list, vocab, classify, unknown: Counter) -> tuple[list[str], di
 
 
 def _add_crops(image_id, box, source_id, name_roles: dict, attr_roles: dict, vocab,
-               labels: int, cols: CropColumns, stats: dict) -> None:
+               labels: str, cols: CropColumns, stats: dict) -> None:
     """A crop in each pool that exactly one of the region's labels belongs to; two: impure."""
     human = "person" in name_roles.values()
     element_type = "human_attribute" if human else "object_attribute"
@@ -292,8 +284,7 @@ def mine_counts(images, sizes: dict, min_side: int, vocab) -> PassResult:
             if parsed is not None:
                 _mine_phrase(image.image_id, box, region.region_id, region.phrase, parsed,
                              min_side, vocab, stats, cols, rows)
-    return PassResult(cols.numpy(), list(cols.codes), stats, {}, rows,
-                      seconds=time.perf_counter() - start)
+    return PassResult(cols.numpy(), stats, {}, rows, seconds=time.perf_counter() - start)
 
 
 def _mine_phrase(image_id: int, box: tuple, region_id: int, phrase: str, parsed,

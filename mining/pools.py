@@ -25,7 +25,6 @@ from vprom.mining import vocab as vocabularies
 from vprom.mining.pool_passes import (
     ELEMENT_TYPES,
     SAMPLES,
-    STRING_COLUMNS,
     PassResult,
     concatenate,
     count_stats,
@@ -165,8 +164,7 @@ def _join(kind: str, parts: list[PassResult], images: int) -> PassResult:
                     kept = mine.setdefault(reason, [])
                     kept.extend(samples[:SAMPLES - len(kept)])
     rows = [row for part in parts for row in part.excluded_rows]
-    columns, strings = concatenate(parts)
-    return PassResult(columns, strings, stats, {}, rows, sum(part.seconds for part in parts))
+    return PassResult(concatenate(parts), stats, {}, rows, sum(part.seconds for part in parts))
 
 
 @writes("out", ("pools",), inputs=lambda a: (a["vg_dir"],))
@@ -194,13 +192,10 @@ def mine(vg_dir: str | Path, out: str | Path, min_side: int = MIN_SIDE, workers:
 
 def _merge(passes: list[PassResult]) -> tuple[CropTable, dict[str, str]]:
     """One CropTable ordered by element type, then input order; crop ids 0..N-1."""
-    columns, strings = concatenate(passes)
+    columns = concatenate(passes)
     order = np.argsort(columns["element_type"], kind="stable")
-    table_of = np.array(strings, dtype=object)
-    merged = {}
-    for name in list(columns):  # one column at a time, so only one full copy lives here
-        values = columns.pop(name)[order]
-        merged[name] = table_of[values] if name in STRING_COLUMNS else values
+    # one column at a time, so only one full copy lives here
+    merged = {name: columns.pop(name)[order] for name in list(columns)}
     merged["element_type"] = np.array(ELEMENT_TYPES, dtype=object)[merged["element_type"]]
     table = CropTable(crop_id=np.arange(len(order), dtype=np.int64), **merged)
     inputs = {name: sha for result in passes for name, sha in result.inputs.items()}

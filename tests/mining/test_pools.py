@@ -295,28 +295,26 @@ def test_a_worker_that_dies_is_reported_not_waited_for():
 
 
 def _pass(rng, n: int, strings: list[str]):
-    """A PassResult of `n` random crops whose string columns code into `strings`."""
-    from vprom.mining.pool_passes import STRING_COLUMNS, PassResult
+    """A PassResult of `n` random crops whose string columns hold `strings`."""
+    from vprom.mining.pool_passes import PassResult
 
     columns = {name: rng.integers(0, 1000, n).astype(np.int64) for name in
                ("image_id", "source_id", "x", "y", "w", "h")}
-    columns.update({name: rng.integers(0, len(strings), n).astype(np.int32)
-                    for name in STRING_COLUMNS})
+    columns.update({name: np.array(strings, dtype=object)[rng.integers(0, len(strings), n)]
+                    for name in ("element", "super_attribute", "phrase", "labels")})
     columns["element_type"] = rng.integers(0, 4, n).astype(np.int8)
-    return PassResult(columns, strings, {}, {"f.json": "0" * 64})
+    return PassResult(columns, {}, {"f.json": "0" * 64})
 
 
 def test_the_merge_orders_by_element_type_then_input():
-    from vprom.mining.pool_passes import ELEMENT_TYPES, STRING_COLUMNS, PassResult
+    from vprom.mining.pool_passes import ELEMENT_TYPES, PassResult
     from vprom.mining.pools import _merge
 
     rng = np.random.default_rng(0)
     passes = [_pass(rng, 50, ["a", "b", "c"]), _pass(rng, 30, ["c", "d"])]
-    want = {}  # the plain formula: decode, concatenate, then a stable sort by element type
+    want = {}  # the plain formula: concatenate, then a stable sort by element type
     for name in passes[0].columns:
-        parts = [np.array(p.strings, dtype=object)[p.columns[name]]
-                 if name in STRING_COLUMNS else p.columns[name] for p in passes]
-        want[name] = np.concatenate(parts)
+        want[name] = np.concatenate([p.columns[name] for p in passes])
     order = np.argsort(want["element_type"], kind="stable")
     table, inputs = _merge(passes)
     assert np.array_equal(table.crop_id, np.arange(80)) and inputs == {"f.json": "0" * 64}
@@ -325,6 +323,6 @@ def test_the_merge_orders_by_element_type_then_input():
         if name == "element_type":
             values = np.array(ELEMENT_TYPES, dtype=object)[values]
         assert got.tolist() == values[order].tolist(), name
-    empty = PassResult({}, [], {}, {})  # a pass without a single chunk of crops
+    empty = PassResult({}, {}, {})  # a pass without a single chunk of crops
     alone, _ = _merge([empty, _pass(np.random.default_rng(1), 5, ["x"])])
     assert len(alone) == 5 and set(alone.element.tolist()) == {"x"}
