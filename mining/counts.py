@@ -330,7 +330,5 @@ def _decide(tokens, mentions: list[_Mention], words: CountWords) -> CountParse:
 
 
 def _and_another(tokens: list[str], start: int) -> bool:
-    if "and" not in tokens:
-        return False
     return any(tokens[k] == "and" and tokens[k + 1] in ("a", "an", "another")
                for k in range(start + 1, len(tokens) - 1))

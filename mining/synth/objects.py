@@ -20,12 +20,9 @@ def draw_object(im: Image.Image, box, category: str, attrs: dict[str, str | tupl
                 rng: np.random.Generator, number: int | None = None) -> None:
     """One object: `attrs` maps super-attribute -> attribute (color may be a pair: impure)."""
     scene, action, shape = attrs.get("scene"), attrs.get("action"), attrs.get("shape")
-    if scene:
-        draw_scene_background(im, box, scene, rng)
-    if action:
-        draw_action_under(im, box, action)
-    if shape:
-        draw_shape_outline(im, box, shape)
+    draw_scene_background(im, box, scene, rng)   # each draws nothing for None
+    draw_action_under(im, box, action)
+    draw_shape_outline(im, box, shape)
     gbox = glyph_area(box, action, shape)
     if "plant condition" in attrs:
         paint_plant(im, gbox, category, attrs["plant condition"], rng)
@@ -82,7 +79,7 @@ def glyph_area(box, action: str | None, shape: str | None) -> tuple[int, int, in
     return (x + int(w * fx), y + int(h * fy), max(8, int(w * fw)), max(8, int(h * fh)))
 
 
-def draw_shape_outline(im: Image.Image, box, shape: str) -> None:
+def draw_shape_outline(im: Image.Image, box, shape: str | None) -> None:
     x, y, w, h = box
     d = ImageDraw.Draw(im)
     cx, cy = x + w / 2, y + h / 2
@@ -183,7 +180,7 @@ def background(width: int, height: int, horizon: int, rng: np.random.Generator) 
     return im
 
 
-def draw_scene_background(im: Image.Image, box, scene: str, rng: np.random.Generator) -> None:
+def draw_scene_background(im: Image.Image, box, scene: str | None, rng: np.random.Generator) -> None:
     if scene not in SPEC.skies:  # foggy: a haze laid over the finished box instead
         return
     x, y, w, h = box
@@ -219,7 +216,7 @@ def draw_fog(im: Image.Image, box) -> None:
     im.paste(Image.blend(region, Image.new("RGB", region.size, (235, 238, 240)), 0.62), (x, y))
 
 
-def draw_action_under(im: Image.Image, box, action: str) -> None:
+def draw_action_under(im: Image.Image, box, action: str | None) -> None:
     """Marks drawn before the glyph (it sits on or hangs from them)."""
     x, y, w, h = box
     d = ImageDraw.Draw(im)

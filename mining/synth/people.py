@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 from PIL import Image, ImageDraw
 from vprom.mining.synth.paint import contrast
 from vprom.mining.synth.spec import SPEC
 
 
-def draw_person(im: Image.Image, box, attrs: dict[str, str], rng: np.random.Generator) -> None:
+def draw_person(im: Image.Image, box, attrs: dict[str, str]) -> None:
     """A figure showing each human super-attribute present in `attrs`."""
     x, y, w, h = box
     d = ImageDraw.Draw(im)
@@ -98,21 +97,16 @@ def _arms(d, neck, tw, fh, w, action, color, shirt, limb, style) -> None:
         if action is None:  # no action label: hands on the hips, elbows out (none of the four)
             elbow = (shoulder[0] + sign * w * 0.16, sy + fh * 0.13)
             hand = (shoulder[0] + sign * w * 0.02, sy + fh * 0.27)
-            _sleeve(d, shoulder, elbow, hand, color, shirt, limb, style)
-            continue
-        elbow = (shoulder[0] + sign * w * 0.06 + sign * w * swing * (0.5 if sign > 0 else -0.3),
-                 sy + fh * 0.16)
-        hand = (elbow[0] + sign * w * swing * 0.8, sy + fh * (0.3 if swing < 0.2 else 0.2))
-        _sleeve(d, shoulder, elbow, hand, color, shirt, limb, style)
-
-
-def _sleeve(d, shoulder, elbow, hand, color, shirt, limb, style) -> None:
-    if style == "casual":  # short sleeves: shirt colour at the top, skin below
-        d.line([shoulder, elbow, hand], fill=SPEC.skin, width=limb, joint="curve")
-        mid = ((shoulder[0] + elbow[0]) / 2, (shoulder[1] + elbow[1]) / 2)
-        d.line([shoulder, mid], fill=shirt, width=limb + 2)
-    else:
-        d.line([shoulder, elbow, hand], fill=color, width=limb, joint="curve")
+        else:
+            elbow = (shoulder[0] + sign * w * 0.06 + sign * w * swing * (0.5 if sign > 0 else -0.3),
+                     sy + fh * 0.16)
+            hand = (elbow[0] + sign * w * swing * 0.8, sy + fh * (0.3 if swing < 0.2 else 0.2))
+        if style == "casual":  # short sleeves: shirt colour at the top, skin below
+            d.line([shoulder, elbow, hand], fill=SPEC.skin, width=limb, joint="curve")
+            mid = ((shoulder[0] + elbow[0]) / 2, (shoulder[1] + elbow[1]) / 2)
+            d.line([shoulder, mid], fill=shirt, width=limb + 2)
+        else:
+            d.line([shoulder, elbow, hand], fill=color, width=limb, joint="curve")
 
 
 def _head(d, hx, hy, r, attrs) -> None:

@@ -246,7 +246,7 @@ def _plan_person(rng, img: _Image, im: Image.Image, col: int, row: int) -> None:
     shown_attrs = {"gender": _pick(aux, SPEC.human_attributes["gender"]), **attrs}
     small = rng.random() < SPEC.noise.small
     box = _cell_box(rng, col, row, _entity_size(rng, small, tall=True))
-    draw_person(im, box, shown_attrs, rng)
+    draw_person(im, box, shown_attrs)
     name = _person_name(rng if "gender" in base else aux, shown_attrs)
     raw_attrs = ([_attribute_text(rng, img, a, oid) for a in base.values()]
                  + [_attribute_text(aux, img, a, oid) for a in extra.values()])
