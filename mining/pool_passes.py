@@ -98,22 +98,6 @@ def missing_image(image: ImageItems, stats: dict, counts: Counter) -> None:
         stats["missing_image_ids"].append(image.image_id)
 
 
-def _name_role(vocab, raw) -> tuple[str, str]:
-    """(canonical, role) of a name: category / person / excluded / unknown / empty."""
-    c = vocab.canonical(raw) if isinstance(raw, str) else ""
-    return c, ("empty" if not c else "category" if c in vocab.objects else
-               "person" if c in vocab.person_words else
-               "excluded" if c in vocab.excluded_objects else "unknown")
-
-
-def _attribute_role(vocab, raw) -> tuple[str, str]:
-    """(canonical, role) of an attribute: known / excluded / unknown / empty."""
-    c = vocab.canonical(raw) if isinstance(raw, str) else ""
-    return c, ("empty" if not c else "excluded" if c in vocab.excluded_attributes else
-               "known" if c in vocab.object_attributes or c in vocab.human_attributes else
-               "unknown")
-
-
 def object_stats(images: int) -> dict:
     """The statistics an objects pass (or a piece of one) counts."""
     return {"objects": Counter(), "unknown_names": Counter(), "unknown_attributes": Counter(),
@@ -207,30 +191,34 @@ def _mine_image(objs: ImageItems, attrs: ImageItems, sizes: dict, min_side: int,
     counts["attribute_annotations"] += sum(len(o.attributes) for o in objs.items + attrs.items
                                            if o.attributes)
     regions = _regions_of(objs.items, _attributes_by_id(attrs.items), *size, min_side, counts)
+    name_kinds = (("category", vocab.objects), ("person", vocab.person_words),
+                  ("excluded", vocab.excluded_objects))
+    attribute_kinds = (("excluded", vocab.excluded_attributes),
+                       ("known", vocab.object_attributes), ("known", vocab.human_attributes))
     for box, (source_id, raw_names, raw_attrs) in regions.items():
-        names, name_roles = _labels(raw_names, vocab, _name_role, stats["unknown_names"])
-        attributes, attr_roles = _labels(raw_attrs, vocab, _attribute_role,
-                                         stats["unknown_attributes"])
+        name_roles = _roles(raw_names, vocab, name_kinds, stats["unknown_names"])
+        attr_roles = _roles(raw_attrs, vocab, attribute_kinds, stats["unknown_attributes"])
         if "excluded" in name_roles.values():
             counts["excluded_object"] += 1
             continue
-        labels = cols.intern(LABEL_SEPARATOR.join(sorted(set(names) | set(attributes))))
+        labels = cols.intern(LABEL_SEPARATOR.join(sorted(name_roles.keys() | attr_roles.keys())))
         _add_crops(objs.image_id, box, source_id, name_roles, attr_roles, vocab, labels, cols,
                    stats)
         counts["kept_regions"] += 1
 
 
-def _labels(raw: list, vocab, classify, unknown: Counter) -> tuple[list[str], dict[str, str]]:
-    """Canonical labels (raw order, duplicates kept out) and canonical -> role."""
+def _roles(raw: list, vocab, kinds: tuple, unknown: Counter) -> dict[str, str]:
+    """Canonical label -> its role: the first of `kinds` (role, labels) that holds it."""
     roles: dict[str, str] = {}
     for text in raw:
-        canonical, role = classify(vocab, text)
-        if role == "empty":  # also a list or a number where VG has a string
+        canonical = vocab.canonical(text) if isinstance(text, str) else ""
+        if not canonical:  # also a list or a number where VG has a string
             continue
+        role = next((role for role, labels in kinds if canonical in labels), "unknown")
         if role == "unknown":
             unknown[canonical] += 1
         roles.setdefault(canonical, role)
-    return list(roles), roles
+    return roles
 
 
 def _add_crops(image_id, box, source_id, name_roles: dict, attr_roles: dict, vocab,

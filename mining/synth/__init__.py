@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import json
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,12 +153,10 @@ def _write_files(tmp: Path, images: int, seed: int, workers: int) -> list[dict]:
 def _truth(tmp: Path, seed: int, facts: list[dict]) -> dict:
     from vprom import __version__
 
-    pools: dict = {}
-    sources: dict = {}
+    sources: dict = {}   # element type -> super-attribute -> element -> source ids
     noise: dict = {}
     for image in facts:
         for et, sup, el, sid in image["expected"]:
-            pools.setdefault(et, {}).setdefault(sup, Counter())[el] += 1
             sources.setdefault(et, {}).setdefault(sup, {}).setdefault(el, []).append(sid)
         for kind, ids in image["noise"].items():
             noise.setdefault(kind, []).extend(ids)
@@ -178,8 +175,8 @@ def _truth(tmp: Path, seed: int, facts: list[dict]) -> dict:
         "format": "vprom-synth-truth", "format_version": 2, "vprom_version": __version__,
         "seed": seed, "images": len(facts), "min_side": MIN_SIDE, "image_size": [WIDTH, HEIGHT],
         "rules": SPEC.miner_rules,
-        "pools": {et: {s: dict(sorted(c.items())) for s, c in sorted(sup.items())}
-                  for et, sup in sorted(pools.items())},
+        "pools": {et: {s: {el: len(ids) for el, ids in sorted(els.items())}
+                       for s, els in sorted(sup.items())} for et, sup in sorted(sources.items())},
         "pool_sources": sources,
         "noise": {k: {"effect": SPEC.noise_effects[k], "ids": sorted(v)}
                   for k, v in sorted(noise.items())},
