@@ -20,18 +20,9 @@ from typing import NamedTuple
 
 import numpy as np
 from tqdm import tqdm
-from vprom.mining import byte_ranges, readers
+from vprom.mining import byte_ranges, pool_passes, readers
 from vprom.mining import vocab as vocabularies
-from vprom.mining.pool_passes import (
-    ELEMENT_TYPES,
-    SAMPLES,
-    PassResult,
-    concatenate,
-    count_stats,
-    mine_counts,
-    mine_objects,
-    object_stats,
-)
+from vprom.mining.pool_passes import ELEMENT_TYPES, SAMPLES, PassResult, concatenate
 from vprom.mining.pool_report import MineReport, report_data, side_path
 
 from vprom import processes
@@ -40,18 +31,14 @@ from vprom.domain import MIN_SIDE
 from vprom.errors import VpromError
 from vprom.files import atomic_path
 from vprom.manifest import make_manifest
-from vprom.tables import (
-    CropTable,
-    content_hash,
-    set_manifest,
-    write_label_vocabulary,
-)
+from vprom.tables import CropTable, content_hash, set_manifest, write_label_vocabulary
 
 OBJECTS, COUNTS = "objects", "counts"
 _FILES = {OBJECTS: (readers.OBJECTS, readers.ATTRIBUTES), COUNTS: (readers.REGIONS,)}
 _KEYS = {OBJECTS: ("objects", "attributes"), COUNTS: ("regions",)}  # `readers.image_of`
-_MINERS = {OBJECTS: mine_objects, COUNTS: mine_counts}
-_STATS = {OBJECTS: object_stats, COUNTS: count_stats}  # what a pass counts, for `_join`
+_MINERS = {OBJECTS: pool_passes.mine_objects, COUNTS: pool_passes.mine_counts}
+# what a pass counts, for `_join`
+_STATS = {OBJECTS: pool_passes.object_stats, COUNTS: pool_passes.count_stats}
 
 
 class Setup(NamedTuple):

@@ -17,12 +17,10 @@ from vprom.errors import VpromError
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
-OBJECT_SUPER_ATTRIBUTES = (
-    "color", "material", "scene", "plant condition", "action", "shape", "texture",
-)
-HUMAN_SUPER_ATTRIBUTES = (
-    "age", "hair style", "clothing style", "gender", "action", "clothing color",
-)
+OBJECT_SUPER_ATTRIBUTES = ("color", "material", "scene", "plant condition", "action", "shape",
+                           "texture")
+HUMAN_SUPER_ATTRIBUTES = ("age", "hair style", "clothing style", "gender", "action",
+                          "clothing color")
 
 # anything but a word character, whitespace, a hyphen or an apostrophe splits words; so does _
 _PUNCT = re.compile(r"[^\w\s'\-]|_")
