@@ -130,9 +130,12 @@ def _check_aligned(objs: ImageItems | None, attrs: ImageItems | None) -> None:
                          "use both files from one Visual Genome release")
 
 
-def _regions_of(objects: list, extra: dict, width: int, height: int, min_side: int,
+def _regions_of(objects: list, attribute_objects: list, width: int, height: int, min_side: int,
                 stats: Counter) -> dict:
-    """Clipped box -> [source id, raw names, raw attributes]; `extra` is used up."""
+    """Clipped box -> [source id, raw names, raw attributes], attributes.json's joined by id."""
+    extra: dict = {}  # object id -> attributes.json's attributes (an id listed twice: both)
+    for o in attribute_objects:
+        extra.setdefault(o.object_id, []).extend(o.attributes or ())
     merged_away = {m for o in objects if o.merged_object_ids for m in o.merged_object_ids}
     regions: dict = {}
     small: set = set()
@@ -172,14 +175,6 @@ def _regions_of(objects: list, extra: dict, width: int, height: int, min_side: i
     return regions
 
 
-def _attributes_by_id(objects: list) -> dict:
-    """Object id -> attributes of attributes.json (an id listed twice: both lists)."""
-    by_id: dict = {}
-    for o in objects:
-        by_id.setdefault(o.object_id, []).extend(o.attributes or ())
-    return by_id
-
-
 def _mine_image(objs: ImageItems, attrs: ImageItems, sizes: dict, min_side: int, vocab,
                 cols: CropColumns, stats: dict) -> None:
     counts = stats["objects"]
@@ -190,7 +185,7 @@ def _mine_image(objs: ImageItems, attrs: ImageItems, sizes: dict, min_side: int,
         return
     counts["attribute_annotations"] += sum(len(o.attributes) for o in objs.items + attrs.items
                                            if o.attributes)
-    regions = _regions_of(objs.items, _attributes_by_id(attrs.items), *size, min_side, counts)
+    regions = _regions_of(objs.items, attrs.items, *size, min_side, counts)
     name_kinds = (("category", vocab.objects), ("person", vocab.person_words),
                   ("excluded", vocab.excluded_objects))
     attribute_kinds = (("excluded", vocab.excluded_attributes),

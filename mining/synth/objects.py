@@ -28,12 +28,15 @@ def draw_object(im: Image.Image, box, category: str, attrs: dict[str, str | tupl
         paint_plant(im, gbox, category, attrs["plant condition"], rng)
     else:
         _draw_glyph(im, gbox, category, attrs)
-    if number is not None:
-        _draw_number(im, gbox, number)
-    if action:
-        draw_action_over(im, box, action)
-    if scene == "foggy":
-        draw_fog(im, box)
+    if number is not None:  # a clock's hour or a sign's number
+        x, y, w, h = gbox
+        ImageDraw.Draw(im).text((x + w * 0.36, y + h * 0.2), str(number), fill=(255, 255, 255),
+                                font_size=max(10, h // 4))
+    draw_action_over(im, box, action)
+    if scene == "foggy":  # a haze over the finished box
+        x, y, w, h = box
+        region = im.crop((x, y, x + w, y + h))
+        im.paste(Image.blend(region, Image.new("RGB", region.size, (235, 238, 240)), 0.62), (x, y))
 
 
 def _draw_glyph(im: Image.Image, gbox, category: str, attrs) -> None:
@@ -54,12 +57,6 @@ def _draw_glyph(im: Image.Image, gbox, category: str, attrs) -> None:
         fill_mask(im, gbox, fill, mask)
     if "texture" in attrs:
         paint_texture(im, gbox, mask, fill, attrs["texture"])
-
-
-def _draw_number(im: Image.Image, gbox, number: int) -> None:
-    x, y, w, h = gbox
-    d = ImageDraw.Draw(im)
-    d.text((x + w * 0.36, y + h * 0.2), str(number), fill=(255, 255, 255), font_size=max(10, h // 4))
 
 
 def glyph_area(box, action: str | None, shape: str | None) -> tuple[int, int, int, int]:
@@ -210,12 +207,6 @@ def draw_scene_background(im: Image.Image, box, scene: str | None, rng: np.rando
             d.line([(px, py), (px - 3, py + 8)], fill=(150, 175, 230), width=1)
 
 
-def draw_fog(im: Image.Image, box) -> None:
-    x, y, w, h = box
-    region = im.crop((x, y, x + w, y + h))
-    im.paste(Image.blend(region, Image.new("RGB", region.size, (235, 238, 240)), 0.62), (x, y))
-
-
 def draw_action_under(im: Image.Image, box, action: str | None) -> None:
     """Marks drawn before the glyph (it sits on or hangs from them)."""
     x, y, w, h = box
@@ -236,7 +227,7 @@ def draw_action_under(im: Image.Image, box, action: str | None) -> None:
                   fill=(90, 90, 90))
 
 
-def draw_action_over(im: Image.Image, box, action: str) -> None:
+def draw_action_over(im: Image.Image, box, action: str | None) -> None:
     """Marks drawn over the glyph (waves hide its lower part)."""
     if action != "floating":
         return

@@ -37,13 +37,6 @@ IMAGE_ZIPS = {"images.zip": "VG_100K", "images2.zip": "VG_100K_2"}
 DOWNLOAD = "download"
 
 
-def category_of(synsets: list[str]) -> str | None:
-    """The category a planner's synset names ("palm_tree.n.01" -> "palm tree")."""
-    if len(synsets) != 1 or not synsets[0].endswith(".n.01"):
-        return None
-    return synsets[0][: -len(".n.01")].replace("_", " ")
-
-
 def decorate(seed: int, index: int, img) -> tuple[str, int | None, int | None]:
     """Image `index`'s (folder, coco id, flickr id); VG's quirks put on its records, and noted."""
     rng = np.random.default_rng([seed, index, META_STREAM])
@@ -53,20 +46,19 @@ def decorate(seed: int, index: int, img) -> tuple[str, int | None, int | None]:
             FLICKR_BASE + 7919 * iid if rng.random() < P_META["flickr_id"] else None)
     in_attributes = {a["object_id"]: a for a in img.attributes}
     for obj in img.objects:
-        twin = in_attributes.get(obj["object_id"])
-        category = category_of(obj["synsets"])
+        records = [r for r in (obj, in_attributes.get(obj["object_id"])) if r is not None]
+        # the planner gives every object one synset: "palm_tree.n.01" for a palm tree
+        category = obj["synsets"][0].removesuffix(".n.01").replace("_", " ")
         if category in OBJECTS and rng.random() < P_META["two_names"]:
             options = [n for n in (category, plural(category), *SPEC.name_variants.get(category, ()))
                        if n not in obj["names"]]
             second = options[int(rng.integers(len(options)))]
-            for record in (obj, twin):
-                if record is not None:
-                    record["names"] = [*record["names"], second]
+            for record in records:
+                record["names"] = [*record["names"], second]
             img.note("two_names", obj["object_id"])
         if rng.random() < P_META["no_synset"]:
-            for record in (obj, twin):
-                if record is not None:
-                    record["synsets"] = []
+            for record in records:
+                record["synsets"] = []
             img.note("no_synset", obj["object_id"])
     return meta
 
