@@ -93,11 +93,10 @@ class JoinScan:
 def plan(scans: list[JoinScan], target: int | None = None) -> Iterator[tuple[Chunk, ...]]:
     """Chunks of the same records in every file of `scans`; the last runs to each file's end."""
     target = target or TARGET
-    lead = scans[0]
     starts = [scan.start for scan in scans]
     first = 0
     while True:
-        cut = _next_cut(lead, first, starts[0] + target)
+        cut = _next_cut(scans[0], first, starts[0] + target)
         if cut is None or not all(_reach(scan, cut) for scan in scans[1:]):
             break
         yield tuple(Chunk(s.path, starts[i], s.ends[cut], first, cut - first + 1, False)

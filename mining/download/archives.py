@@ -230,17 +230,12 @@ def _safe_parts(info: zipfile.ZipInfo) -> tuple[str, ...]:
     name = info.filename
     posix = name.replace("\\", "/")
     parts = tuple(p for p in posix.split("/") if p not in ("", "."))
-    problem = None
-    if stat.S_ISLNK(info.external_attr >> 16):
-        problem = "is a symbolic link"
-    elif posix.startswith("/"):
-        problem = "has an absolute path"
-    elif len(posix) > 1 and posix[1] == ":" and posix[0].isalpha():
-        problem = "has a drive letter"
-    elif ".." in parts:
-        problem = "climbs out of the target folder with '..'"
-    elif not parts:
-        problem = "has an empty name"
+    found = {"is a symbolic link": stat.S_ISLNK(info.external_attr >> 16),
+             "has an absolute path": posix.startswith("/"),
+             "has a drive letter": len(posix) > 1 and posix[1] == ":" and posix[0].isalpha(),
+             "climbs out of the target folder with '..'": ".." in parts,
+             "has an empty name": not parts}
+    problem = next((what for what, there in found.items() if there), None)
     if problem:
         raise _Bad(f"entry {name!r} {problem}; the archive is unsafe")
     return parts
