@@ -212,10 +212,7 @@ def _classify(tokens: list[str], mentions: list[_Mention], words: CountWords) ->
 
 def _context_reason(tokens, i, by_index, words: CountWords) -> str:
     """The reason the neighbours of token i give, or '' when they say nothing."""
-    prev = tokens[i - 1] if i > 0 else ""
-    prev2 = tokens[i - 2] if i > 1 else ""
-    nxt = tokens[i + 1] if i + 1 < len(tokens) else ""
-    nxt2 = tokens[i + 2] if i + 2 < len(tokens) else ""
+    prev2, prev, _, nxt, nxt2 = ["", "", *tokens, "", ""][i:i + 5]  # "" past either end
     if prev in words.money_before or nxt in words.money_after:
         return "money"
     if nxt in words.time_after or (nxt == "o" and nxt2 == "clock"):

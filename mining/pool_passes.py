@@ -273,8 +273,7 @@ def mine_counts(images, sizes: dict, min_side: int, vocab) -> PassResult:
 def _mine_phrase(image_id: int, box: tuple, region_id: int, phrase: str, parsed,
                  min_side: int, vocab, stats: dict, cols: CropColumns, rows: list) -> None:
     """A phrase with a number whose box passed the funnel: a COUNT crop, or counted out."""
-    counts = stats["regions"]
-    counts["with_number"] += 1
+    stats["regions"]["with_number"] += 1
     if parsed.count not in COUNTS:
         reason = parsed.excluded or "out of range"
         stats["count_excluded"][reason] += 1
@@ -284,11 +283,11 @@ def _mine_phrase(image_id: int, box: tuple, region_id: int, phrase: str, parsed,
         one_line = " ".join(phrase.split())  # one line, no tabs
         rows.append(f"{region_id}\t{image_id}\t{reason}\t{parsed.number}\t{one_line}")
         return
-    counts["counted"] += 1
-    if box[2] < min_side or box[3] < min_side:
-        stats["count_too_small"][str(parsed.count)] += 1
-        return
+    stats["regions"]["counted"] += 1
     element = str(parsed.count)
+    if box[2] < min_side or box[3] < min_side:
+        stats["count_too_small"][element] += 1
+        return
     noun = vocab.canonical(parsed.noun) if parsed.noun else ""
     labels = cols.intern(LABEL_SEPARATOR.join(sorted({element, noun} - {""})))
     cols.add("count", element, "", image_id, box, region_id, phrase, labels)

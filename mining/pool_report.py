@@ -101,10 +101,8 @@ class MineReport:
 
     def summary(self) -> str:
         d, o, r = self.data, self.data["objects"], self.data["regions"]
-        by_type = Counter()
-        for p in d["pools"]:
-            by_type[p["element_type"]] += p["crops"]
-        types = ", ".join(f"{t} {by_type[t]:,}" for t in ELEMENT_TYPES)
+        types = ", ".join(f"{t} {sum(p['crops'] for p in d['pools'] if p['element_type'] == t):,}"
+                          for t in ELEMENT_TYPES)
         excluded = ", ".join(f"{k} {v:,}" for k, v in
                              sorted(d["counts"]["excluded_by_reason"].items(),
                                     key=lambda kv: (-kv[1], kv[0]))[:4])

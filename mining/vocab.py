@@ -69,15 +69,11 @@ class Vocabulary:
         return result
 
     def _resolve(self, label: str) -> str:
-        if label in self.aliases:
-            return self.aliases[label]
-        if label in self.known:
-            return label
-        for stem in _plural_stems(label):
-            if stem in self.aliases:
-                return self.aliases[stem]
-            if stem in self.known:
-                return stem
+        for candidate in (label, *_plural_stems(label)):
+            if candidate in self.aliases:
+                return self.aliases[candidate]
+            if candidate in self.known:
+                return candidate
         return label
 
 

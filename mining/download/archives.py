@@ -28,8 +28,7 @@ from vprom.errors import VpromError
 from vprom.files import size_text
 
 _CHUNK = 1 << 16
-_GiB = 1 << 30
-_MiB = 1 << 20
+_GiB, _MiB = 1 << 30, 1 << 20
 _READABLE = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 _METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma", 9: "deflate64",
             6: "implode", 93: "zstandard", 95: "xz", 98: "ppmd", 99: "AES encryption"}

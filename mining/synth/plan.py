@@ -340,9 +340,8 @@ def _plan_background(rng, img: _Image) -> None:
 
 PLANNERS = {"attribute_object": _plan_attribute_object, "person": _plan_person,
             "count": _plan_count, "plain_object": _plan_plain}
-_KIND_WEIGHTS = msgspec.structs.asdict(SPEC.kind_weights)
-_KINDS = tuple(_KIND_WEIGHTS)
-_KIND_P = np.array([_KIND_WEIGHTS[k] for k in _KINDS]) / sum(_KIND_WEIGHTS.values())
+_KINDS, _WEIGHTS = zip(*msgspec.structs.asdict(SPEC.kind_weights).items())
+_KIND_P = np.array(_WEIGHTS) / sum(_WEIGHTS)
 
 
 def render_image(seed: int, index: int) -> tuple[_Image, Image.Image]:
