@@ -68,22 +68,12 @@ class DownloadSummary:
 
 
 @writes("out", None, folder=True)  # one writer; a VG folder may hold the user's own files
-def download(
-    out: Path,
-    base_url: str | None = None,
-    images: bool = True,
-    *,
-    expected: Mapping | None = None,
-    deadline: float = DEFAULT_DEADLINE,
-    retries: int = 5,
-    retry_wait: float = 2.0,
-    timeout: float = 60.0,
-    min_speed: float = 1000.0,
-    speed_window: float = 60.0,
-    max_redirects: int = 5,
-    reserve: int = archives.DEFAULT_RESERVE,
-    log: Callable[[str], None] | None = None,
-) -> DownloadSummary:
+def download(out: Path, base_url: str | None = None, images: bool = True, *,
+             expected: Mapping | None = None, deadline: float = DEFAULT_DEADLINE,
+             retries: int = 5, retry_wait: float = 2.0, timeout: float = 60.0,
+             min_speed: float = 1000.0, speed_window: float = 60.0, max_redirects: int = 5,
+             reserve: int = archives.DEFAULT_RESERVE,
+             log: Callable[[str], None] | None = None) -> DownloadSummary:
     """Fetch VG's annotation zips (and image zips, unpacked) into `out`. `expected`: file name ->
     `Expected` or {"bytes", "sha256"} (None: the pins); `deadline` (s) bounds each file;
     `min_speed` (B/s over `speed_window` s) retries a trickle; `reserve` bytes stay free."""
