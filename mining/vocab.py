@@ -208,8 +208,7 @@ def _check_disjoint(folder, objects, person_words, excluded_objects,
 def _implied(path: Path, names: frozenset[str],
              human_attributes: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
     """{"implied": {person word or category: [human attribute, ...]}}, all canonical."""
-    data = read_table(path)
-    table = data.get("implied")
+    table = read_table(path).get("implied")
     if not isinstance(table, dict):
         raise VpromError(f"{path}: expected a key 'implied' holding {{name: [human attribute, "
                          "...]}}")
@@ -231,9 +230,8 @@ def _implied(path: Path, names: frozenset[str],
 
 def _aliases(path: Path, known: frozenset[str]) -> dict[str, str]:
     """Merge the alias groups and resolve chains to their canonical end."""
-    data = read_table(path)
     raw: dict[str, str] = {}
-    for group, pairs in data.items():
+    for group, pairs in read_table(path).items():
         if not isinstance(pairs, dict):
             raise VpromError(f"{path}: group {group!r} must be an object {{variant: canonical}}")
         for variant, target in pairs.items():

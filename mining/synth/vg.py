@@ -79,9 +79,8 @@ def _box(obj: dict) -> dict:
 
 def relationships(img) -> list[tuple[int, str, dict, dict]]:
     """(relationship id, predicate, subject, object) between consecutive objects."""
-    objs = img.objects
     return [(img.image_id * 1000 + RELATIONSHIP_BASE + k, _predicate(a, b), a, b)
-            for k, (a, b) in enumerate(itertools.pairwise(objs))]
+            for k, (a, b) in enumerate(itertools.pairwise(img.objects))]
 
 
 def scene_graph(img, rels) -> dict:
