@@ -1,7 +1,7 @@
 """Visual Genome's annotation files: finding them, streaming them, and the fields mining takes.
-`records` streams a file's top-level array (plain or zipped) with ijson; `Source` counts and
-hashes the bytes and refuses nesting deeper than `MAX_DEPTH` (ijson's time grows with the
-square of the depth). `image_of` makes a record an `ImageItems` of msgspec structs, absorbing
+`records` streams a file's top-level array (plain or zipped) with ijson, then hashes the file;
+`Source` counts the bytes and refuses nesting deeper than `MAX_DEPTH` (ijson's time grows with
+the square of the depth). `image_of` makes a record an `ImageItems` of msgspec structs, absorbing
 the drift between VG releases (`id`, `name`/`object_names`, one string for a list, float boxes).
 """
 
@@ -65,7 +65,7 @@ def _version_key(name: str, stem: str) -> tuple[int, ...]:
 
 
 class Source:
-    """An annotation file as a counted binary stream; `sha256` (a zip's own) once all read."""
+    """An annotation file as a counted binary stream; `sha256` (a zip's own) set by `records`."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
