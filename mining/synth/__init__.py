@@ -33,11 +33,6 @@ PER_IMAGE_FILES = FILES + synth_vg.FILES
 ALL_FILES = PER_IMAGE_FILES + (synth_vg.SYNSETS,)
 
 
-def _dumps(obj) -> str:
-    # VG's files are plain json.dump output: ", " and ": " separators, no indentation
-    return json.dumps(obj, ensure_ascii=False)
-
-
 def _render_to(args) -> tuple[list[str], dict]:
     """Worker: draw one image and save its JPEG; its records (JSON text) and facts."""
     seed, index, folder = args
@@ -49,7 +44,8 @@ def _render_to(args) -> tuple[list[str], dict]:
     qas = synth_vg.question_answers(img)
     objects = {"image_id": iid, "objects": img.objects, "image_url": url}
     relationships = synth_vg.relationship_records(img, rels)
-    records = [_dumps(record) for record in (
+    # VG's files are plain json.dump output: ", " and ": " separators, no indentation
+    records = [json.dumps(record, ensure_ascii=False) for record in (
         {"width": WIDTH, "url": url, "height": HEIGHT, "image_id": iid,
          "coco_id": coco_id, "flickr_id": flickr_id},
         objects,
@@ -145,8 +141,8 @@ def _write_files(tmp: Path, images: int, seed: int, workers: int) -> list[dict]:
         for f in handles:
             f.write("]")
     synsets = set().union(*(f["synsets"] for f in facts))
-    (tmp / synth_vg.SYNSETS).write_text(_dumps(synth_vg.synset_records(synsets)),
-                                         encoding="utf-8")
+    (tmp / synth_vg.SYNSETS).write_text(json.dumps(synth_vg.synset_records(synsets),
+                                                    ensure_ascii=False), encoding="utf-8")
     return facts
 
 
