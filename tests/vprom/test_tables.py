@@ -1,3 +1,4 @@
+import dataclasses
 import hashlib
 import json
 
@@ -46,8 +47,8 @@ def test_crops_and_matrices_round_trip_through_hdf5(tmp_path):
     table = read_matrix_table(path)
     parts = table.parts_of()
     assert [table.row(i, parts) for i in range(len(table))] == [
-        Matrix(**{**m.to_record(), "splits": {"neutral": m.part("neutral"),
-                                              "extrapolation": "excluded"}})
+        dataclasses.replace(m, splits={"neutral": m.part("neutral"),
+                                       "extrapolation": "excluded"})
         for m in _matrices()]
     assert read_manifest(path) == {"kind": "dataset"}
     # readable without vprom: plain h5py columns
