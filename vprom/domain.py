@@ -118,6 +118,3 @@ class Matrix:
     @property
     def candidates(self) -> tuple[int, ...]:
         return self.panels[N_CONTEXT:]
-
-    def part(self, split: str) -> str:
-        return dict(self.splits).get(split, "excluded")
