@@ -1,5 +1,5 @@
-"""The one exception type users see: the command line prints its message on one line and
-exits non-zero; anything else escaping is a bug in vprom."""
+"""The one exception type users see (the command line prints its message on one line and exits
+non-zero; anything else escaping is a bug in vprom), and the search of an exception's causes."""
 
 from __future__ import annotations
 
