@@ -15,6 +15,7 @@ builds deliberately flawed data sets for the audit tests.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import h5py
@@ -165,8 +166,7 @@ def build_records(n_per_relation: int = 2, seed: int = 0, bias: str | None = Non
                            sa if element_type in (ElementType.OBJECT_ATTRIBUTE,
                                                   ElementType.HUMAN_ATTRIBUTE) else "",
                            tuple(panels), tuple(elements), answer)
-                matrices.append(Matrix(**{**m.to_record(),
-                                          "splits": _with_val(fixture_assign(m), mid)}))
+                matrices.append(replace(m, splits=_with_val(fixture_assign(m), mid)))
     return crops, matrices
 
 

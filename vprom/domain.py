@@ -6,7 +6,7 @@ has. A *matrix* is 8 context panels (3×3 row-major, the last missing) plus 8 ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import Enum
 
 
@@ -118,16 +118,3 @@ class Matrix:
     @property
     def candidates(self) -> tuple[int, ...]:
         return self.panels[N_CONTEXT:]
-
-    def part(self, split: str) -> str:
-        return dict(self.splits).get(split, "excluded")
-
-    def to_record(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)} | {
-            "relation": self.relation.value, "element_type": self.element_type.value,
-            "panels": list(self.panels), "elements": list(self.elements),
-            "splits": dict(self.splits)}
-
-    @classmethod
-    def from_record(cls, record: dict) -> Matrix:
-        return cls(**record)

@@ -21,8 +21,18 @@ from vprom.manifest import check_made_from, manifest_of
 from vprom.tables import open_h5
 
 
-class OpenFile:
-    """A reader of one open file (`self._h5`) of rows keyed by `self.crop_id`."""
+class _Rows:
+    """Rows keyed by the sorted `self.crop_id` of the file at `self.path`."""
+
+    def __len__(self) -> int:
+        return len(self.crop_id)
+
+    def index_of(self, crop_ids) -> np.ndarray:
+        return rows_of(self.crop_id, crop_ids, self.path)
+
+
+class OpenFile(_Rows):
+    """A reader of one open file (`self._h5`)."""
 
     def __enter__(self):
         return self
@@ -33,23 +43,14 @@ class OpenFile:
     def close(self) -> None:
         self._h5.close()
 
-    def __len__(self) -> int:
-        return len(self.crop_id)
-
 
 @dataclass
-class Features:
+class Features(_Rows):
     path: Path
     crop_id: np.ndarray  # int64 (N,), sorted
     features: np.ndarray  # float32 (N, D)
     attrs: dict
     missing_crop_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-
-    def __len__(self) -> int:
-        return len(self.crop_id)
-
-    def index_of(self, crop_ids) -> np.ndarray:
-            return rows_of(self.crop_id, crop_ids, self.path)
 
 
 def rows_of(crop_id: np.ndarray, crop_ids, path: Path) -> np.ndarray:
@@ -114,12 +115,13 @@ def load_features(path: str | Path) -> Features:
                              "with vprom.feature_files.open_maps")
         crop_id, missing, attrs = _header(h5, path)
         features = h5["features"][()].astype(np.float32)
-    check_finite(features, crop_id, missing, path)
+    check_finite(path, [(features, crop_id)], missing)
     return Features(path=path, crop_id=crop_id, features=features, attrs=attrs,
                     missing_crop_id=missing)
 
 
-def _refuse_not_finite(path: Path, blocks: Iterable, missing: np.ndarray) -> None:
+def check_finite(path: Path, blocks: Iterable, missing: np.ndarray) -> None:
+    """Refuse `blocks` of (values, their crop ids) holding inf or NaN, `missing` crops aside."""
     count, crops = 0, []
     for values, crop_ids in blocks:
         # a row's float64 sum is finite exactly when its values are (float32 cannot overflow it)
@@ -132,12 +134,6 @@ def _refuse_not_finite(path: Path, blocks: Iterable, missing: np.ndarray) -> Non
         raise VpromError(f"{path}: {count:,} stored values are not finite (inf or NaN), in "
                          f"{len(crops):,} crops (first: crop {crops[0]}); extract the file "
                          "again (with --dtype float32 where float16 overflowed)")
-
-
-def check_finite(values: np.ndarray, crop_ids: np.ndarray, missing: np.ndarray,
-                 path: Path) -> None:
-    """Refuse rows of `values` (one per crop id) holding inf or NaN, `missing` crops aside."""
-    _refuse_not_finite(path, [(values, crop_ids)], missing)
 
 
 class SpatialMaps(OpenFile):
@@ -166,9 +162,6 @@ class SpatialMaps(OpenFile):
     def dtype(self) -> np.dtype:
         return self.maps.dtype
 
-    def index_of(self, crop_ids) -> np.ndarray:
-        return rows_of(self.crop_id, crop_ids, self.path)
-
     def gather(self, crop_ids, dtype=np.float32) -> np.ndarray:
         """The maps of `crop_ids` (1-D, any order, repeats allowed)."""
         rows = self.index_of(np.asarray(crop_ids, dtype=np.int64).reshape(-1))
@@ -180,21 +173,21 @@ class SpatialMaps(OpenFile):
         stops = np.r_[starts[1:], len(unique)]
         block = np.concatenate([self.maps[unique[a]:unique[b - 1] + 1]
                                 for a, b in zip(starts, stops)])
-        check_finite(block, self.crop_id[unique], self.missing_crop_id, self.path)
+        check_finite(self.path, [(block, self.crop_id[unique])], self.missing_crop_id)
         return block.astype(dtype, copy=False)[back.reshape(-1)]
 
     def check_finite(self, batch_size: int = 1024) -> None:
         """Refuse the file if a map (of a crop not missing) holds inf or NaN."""
-        _refuse_not_finite(self.path, ((self.maps[a:a + batch_size], self.crop_id[a:a + batch_size])
-                                       for a in range(0, len(self), batch_size)),
-                           self.missing_crop_id)
+        check_finite(self.path, ((self.maps[a:a + batch_size], self.crop_id[a:a + batch_size])
+                                  for a in range(0, len(self), batch_size)),
+                     self.missing_crop_id)
 
     def batches(self, batch_size: int = 256, dtype=np.float32):
         """Yield (crop ids, maps) blocks over the whole file in row order."""
         for start in range(0, len(self), batch_size):
             stop = min(start + batch_size, len(self))
             block = self.maps[start:stop]
-            check_finite(block, self.crop_id[start:stop], self.missing_crop_id, self.path)
+            check_finite(self.path, [(block, self.crop_id[start:stop])], self.missing_crop_id)
             yield self.crop_id[start:stop], block.astype(dtype, copy=False)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vprom.errors import VpromError
+from vprom.errors import VpromError, in_chain
 
 
 def _remove(tmp: Path | None) -> None:
@@ -53,20 +53,10 @@ def _replacing(path: Path, folder: bool) -> Iterator[list]:
         yield state
     except BaseException as e:
         _remove(state[0])
-        error = full_disk(path, _os_error_in(e))
+        error = full_disk(path, in_chain(e, OSError))
         if error is not None:
             raise error from None
         raise
-
-
-def _os_error_in(error: BaseException | None) -> OSError | None:
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, OSError):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
 
 
 @contextlib.contextmanager

@@ -54,10 +54,6 @@ def json_object(path: Path) -> dict | None:
     return None
 
 
-def _manifest_attribute(h5: h5py.File) -> str | None:
-    return h5.attrs.get("manifest")
-
-
 def manifest_of(path: str | os.PathLike) -> dict | None:
     """The manifest of the output at `path` wherever it lives, or None."""
     path = Path(path)
@@ -68,7 +64,7 @@ def manifest_of(path: str | os.PathLike) -> dict | None:
     if not is_hdf5(path):
         return json_object(manifest_file(path))
     with contextlib.suppress(OSError, ValueError, VpromError):
-        value = json.loads(read_bounded(path, _manifest_attribute) or "null")
+        value = json.loads(read_bounded(path, lambda h5: h5.attrs.get("manifest")) or "null")
         return value if isinstance(value, dict) else None
     return None
 

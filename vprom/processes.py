@@ -159,16 +159,12 @@ def start(procs: list, target: Callable, args: tuple, name: str, method: str = "
     return proc
 
 
-def _die_with_parent(parent: int | None) -> None:
+def in_worker(target: Callable, args: tuple, parent: int | None) -> None:
+    """Run `target(*args)` as a worker: SIGINT ignored, SIGTERM fatal, dead with `parent`."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # libc's
     if parent is not None and os.getppid() != parent:
-        os._exit(1)
-
-
-def in_worker(target: Callable, args: tuple, parent: int | None) -> None:
-    """Run `target(*args)` as a worker: SIGINT ignored, SIGTERM fatal, dead with `parent`."""
-    _die_with_parent(parent)
+        os._exit(1)  # the parent died before the kernel was told to watch it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # a forked worker was born with `_signals_held`'s note-taking handler
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -196,13 +192,6 @@ def receive(conn, proc):
     try:
         return conn.recv()
     except (EOFError, ConnectionError):  # closed, or reset with our last chunk unread
-        raise _died(proc) from None
-
-
-def _send(conn, proc, message) -> None:
-    try:
-        conn.send(message)
-    except ConnectionError:  # the worker is gone (not a closed stdout: no quiet exit 141)
         raise _died(proc) from None
 
 
@@ -252,7 +241,10 @@ def _drive(jobs: Iterable, chunksize: int, procs: list, conns: list) -> Iterator
                 chunk = next(chunks, None)
                 if chunk is None:
                     return
-                _send(conn, procs[k], (sent, chunk))
+                try:
+                    conn.send((sent, chunk))
+                except ConnectionError:  # the worker is gone (not a closed stdout: no exit 141)
+                    raise _died(procs[k]) from None
                 busy[k] += 1
                 sent += 1
 

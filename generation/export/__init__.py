@@ -144,4 +144,4 @@ def matrix_of(record: dict) -> Matrix:
     part = {k: record[k] for k in MATRIX_KEYS}
     part["panels"] = [p["crop_id"] for p in record["panels"]]
     part["elements"] = [p["element"] for p in record["panels"]]
-    return Matrix.from_record(part)
+    return Matrix(**part)

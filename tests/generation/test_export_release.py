@@ -20,6 +20,7 @@ compared with DATASET.h5, for all seven splits' train, val and test lists.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 from pathlib import Path
@@ -198,10 +199,8 @@ def test_ids_that_are_not_0_to_n_get_release_ids(tmp_path, monkeypatch):
     """A data set whose ids are not 0..N-1 (a subset, say) is numbered by id order; each
     entry keeps its matrix id."""
     from tests.dataset_fixture import build_records, write_dataset, write_images
-    from vprom.domain import Matrix
-
     crops, matrices = build_records(1, seed=5)
-    matrices = [Matrix(**{**x.to_record(), "id": 10 * x.id + 7}) for x in matrices]
+    matrices = [dataclasses.replace(x, id=10 * x.id + 7) for x in matrices]
     dataset = write_dataset(tmp_path / "d.h5", crops, matrices)
     root = export(dataset, "original", tmp_path / "out", vg_dir=write_images(tmp_path / "vg",
                                                                                crops)).out

@@ -123,12 +123,6 @@ _JSON_READERS = {
 }
 
 
-def _json_format(row: dict) -> str:
-    if "doc_id" in row and ("filtered_resps" in row or "resps" in row):
-        return "lmms-eval"
-    return "response" if "response" in row else CHOICE
-
-
 def _json_lines(path: Path, text: str):
     """JSON lines; the first line's fields tell choices, responses or lmms-eval samples."""
     kind = None
@@ -144,7 +138,9 @@ def _json_lines(path: Path, text: str):
             raise at.bad("a number too long or nesting too deep") from None
         if not isinstance(row, dict):
             raise at.bad("not a JSON object")
-        kind = kind or _json_format(row)
+        if kind is None:
+            lmms = "doc_id" in row and ("filtered_resps" in row or "resps" in row)
+            kind = "lmms-eval" if lmms else "response" if "response" in row else CHOICE
         yield number, *_JSON_READERS[kind](_At(path, number, kind), row), kind
 
 
@@ -202,8 +198,6 @@ def _xlsx_rows(path: Path) -> list:
                          "VLMEvalKit write .tsv (PRED_FORMAT=tsv)") from None
     try:
         book = openpyxl.load_workbook(path, read_only=True, data_only=True)
-    except FileNotFoundError:
-        raise VpromError(f"{path}: no such file") from None
     except (OSError, KeyError, ValueError, zipfile.BadZipFile, InvalidFileException) as e:
         raise VpromError(f"{path}: not a readable .xlsx file ({type(e).__name__})") from None
     try:
@@ -214,12 +208,12 @@ def _xlsx_rows(path: Path) -> list:
 
 def _records(path: Path):
     """The unit of the file's places, and (place, matrix id, choice, format) of each one."""
+    if not path.exists():
+        raise VpromError(f"{path}: no such file")
     if path.suffix.lower() == ".xlsx":
         return "row", _vlmevalkit(path, iter(_xlsx_rows(path)), "row")
     try:
         text = path.read_text(encoding="utf-8-sig")  # a byte-order mark is not data
-    except FileNotFoundError:
-        raise VpromError(f"{path}: no such file") from None
     except UnicodeDecodeError:
         raise VpromError(f"{path}: not UTF-8 text; write predictions as CSV or JSON lines")
     head, start = text.split("\n", 1)[0], text.lstrip()[:1]

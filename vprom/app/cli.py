@@ -31,6 +31,7 @@ import argparse  # after the guard above
 import contextlib
 import errno
 import functools
+import importlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ from vprom.app.options import (
 )
 from vprom.baselines.config import OPTIMIZERS
 from vprom.claim import waiting
-from vprom.errors import VpromError
+from vprom.errors import VpromError, in_chain
 from vprom.features import config as extract_config
 from vprom.features.crop_store import size_note
 from vprom.generation.export import EXAMPLES as EXPORT_EXAMPLES
@@ -89,22 +90,14 @@ def _verdict(report, options):
         raise VpromError(f"{options['dataset']}: verification failed ({report.failures()})")
 
 
-def _stats(figures, options):
-    from vprom.generation.verify.stats import format_stats
+def _printed(module: str, formatter: str) -> Callable[[Any, dict], None]:
+    """Print the result through `module.formatter`; a tuple result is its arguments."""
 
-    print(format_stats(figures))
+    def show(result, options):
+        arguments = result if isinstance(result, tuple) else (result,)
+        print(getattr(importlib.import_module(module), formatter)(*arguments))
 
-
-def _metrics(metrics, options):
-    from vprom.baselines.evaluate import format_metrics
-
-    print(format_metrics(metrics))
-
-
-def _scored(metrics_and_ceiling, options):
-    from vprom.app.score import format_scored
-
-    print(format_scored(*metrics_and_ceiling))
+    return show
 
 
 def _human_metrics(metrics, options):
@@ -137,7 +130,8 @@ COMMANDS = {c.name: c for c in (
             arguments={"out": OUT_FOLDER}, one_of=SOURCE, show=None),
     Command("verify", api.verify, "vprom verify build/dataset.h5", show=_verdict),
     Command("stats", api.stats, "vprom stats build/dataset.h5 --json build/stats.json",
-            arguments={"json": OUT_FILE}, show=_stats),
+            arguments={"json": OUT_FILE},
+            show=_printed("vprom.generation.verify.stats", "format_stats")),
     Command("show", api.show_matrix,
             "vprom show build/dataset.h5 --id 0 --vg data/vg --out m0.png --answer",
             arguments={"matrix_id": {"flag": "--id"}, "out": OUT_FILE}),
@@ -168,7 +162,8 @@ COMMANDS = {c.name: c for c in (
             "--split neutral --aux --out runs/rn-neutral-aux",
             one_of=("features", "maps", "crops"),
             arguments={"out": OUT_FOLDER, "optimizer": {"choices": OPTIMIZERS}}, show=None),
-    Command("evaluate", api.evaluate, "vprom evaluate runs/rn-neutral-aux", show=_metrics),
+    Command("evaluate", api.evaluate, "vprom evaluate runs/rn-neutral-aux",
+            show=_printed("vprom.baselines.evaluate", "format_metrics")),
     Command("report", api.report, "vprom report runs/* --out reports/",
             arguments={"out": OUT_FOLDER}),
     Command("reproduce", api.reproduce, "vprom reproduce --vg data/vg --out repro/",
@@ -179,7 +174,7 @@ COMMANDS = {c.name: c for c in (
                        "compression": {"choices": extract_config.COMPRESSIONS}}),
     Command("score", api.score,
             "vprom score build/dataset.h5 mymodel/predictions.csv --split neutral",
-            arguments={"out": OUT_FOLDER}, show=_scored),
+            arguments={"out": OUT_FOLDER}, show=_printed("vprom.app.score", "format_scored")),
     Command("human-study", api.human_study,
             "vprom human-study build/dataset.h5 --vg data/vg --split neutral --n 60 "
             "--out study/",
@@ -236,6 +231,7 @@ class Terminated(BaseException):
     """SIGTERM, handled like Ctrl-C: stop, clean up, exit with 143."""
 
 
+INTERRUPTS = (KeyboardInterrupt, Terminated)
 #: interrupts received during the running command, kept in case a finalizer swallowed them
 _received: list[BaseException] = []
 
@@ -247,22 +243,10 @@ def _terminate(signum, frame):
 
 def _keep_swallowed_interrupts(previous_hook, unraisable) -> None:
     """sys.unraisablehook: an interrupt swallowed by a finalizer is kept, not printed."""
-    if isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+    if isinstance(unraisable.exc_value, INTERRUPTS):
         _received.append(unraisable.exc_value)
     else:
         previous_hook(unraisable)
-
-
-def interruption(error: BaseException) -> BaseException | None:
-    """The Ctrl-C or SIGTERM that `error` is or was raised while handling: a cleanup that
-    fails during an interrupt (a worker killed by the same SIGTERM) is still the interrupt."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, (KeyboardInterrupt, Terminated)):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
 
 
 def os_error_message(e: OSError, near: object = None) -> str:
@@ -320,7 +304,7 @@ def _run(build_parser, argv: list[str] | None) -> int:
     except BaseException as e:
         if isinstance(e, SystemExit):
             raise
-        interrupt = interruption(e) or (_received[0] if _received else None)
+        interrupt = in_chain(e, INTERRUPTS) or (_received[0] if _received else None)
         if interrupt is None and isinstance(e, BrokenPipeError):
             # `vprom evaluate RUN | head -1`: keep Python's final flush off the closed pipe
             with contextlib.suppress(OSError, ValueError):  # stdout may not be a real file

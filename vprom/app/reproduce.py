@@ -51,8 +51,6 @@ class ReproduceConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Path(self.out))
-        if self.vg is not None:
-            object.__setattr__(self, "vg", Path(self.vg))
 
 
 @dataclass(frozen=True)

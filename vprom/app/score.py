@@ -187,17 +187,12 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str,
     }
     metrics["did_not_learn"] = did_not_learn(metrics, [])
     folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / "metrics.json", _published(metrics, folder))
+    # as written, the run is "." and the other paths are relative to it (no home folder)
+    here = folder.resolve()
+    config = {**metrics["config"], "predictions": os.path.relpath(predictions.resolve(), here)}
+    write_json(folder / "metrics.json", {**metrics, "run": ".", "config": config,
+                                         "dataset": os.path.relpath(dataset.resolve(), here)})
     return metrics, ceiling
-
-
-def _published(metrics: dict, folder: Path) -> dict:
-    """metrics.json as written: the run is ".", other paths relative to it (no home folder)."""
-    def relative(path: str) -> str:
-        return os.path.relpath(Path(path).resolve(), folder.resolve())
-
-    config = {**metrics["config"], "predictions": relative(metrics["config"]["predictions"])}
-    return {**metrics, "run": ".", "dataset": relative(metrics["dataset"]), "config": config}
 
 
 def format_scored(metrics: dict, ceiling: dict) -> str:

@@ -218,22 +218,19 @@ class Handler(BaseHTTPRequestHandler):
             self._json(e.status, {"error": str(e)})
         except (TimeoutError, ConnectionError):
             raise  # the participant is silent or gone: nothing to answer
-        except Exception as e:  # noqa: BLE001 - every other failure is answered with 500
-            self._fail(e)
-
-    def _fail(self, e: Exception) -> None:
-        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
-            sys.stderr.write(f"vprom human-serve: {e}; answers are refused until space is "
-                             "freed\n")
-            self._json(HTTPStatus.INSUFFICIENT_STORAGE, {
-                "error": "no space left on the server's disk; the answer was not recorded: "
-                         "tell the organiser, then answer again"})
-            return
-        incident = secrets.token_hex(4)  # an id to find the details by, not a secret
-        details = str(e) if isinstance(e, VpromError) else traceback.format_exc()
-        sys.stderr.write(f"vprom human-serve: internal error {incident}: {details}\n")
-        self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {
-            "error": f"internal error {incident}; the server's log has the details"})
+        except Exception as e:  # noqa: BLE001 - every other failure is answered
+            if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+                sys.stderr.write(f"vprom human-serve: {e}; answers are refused until space is "
+                                 "freed\n")
+                self._json(HTTPStatus.INSUFFICIENT_STORAGE, {
+                    "error": "no space left on the server's disk; the answer was not "
+                             "recorded: tell the organiser, then answer again"})
+            else:
+                incident = secrets.token_hex(4)  # an id to find the details by, not a secret
+                details = str(e) if isinstance(e, VpromError) else traceback.format_exc()
+                sys.stderr.write(f"vprom human-serve: internal error {incident}: {details}\n")
+                self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {
+                    "error": f"internal error {incident}; the server's log has the details"})
 
     def do_GET(self):
         self._answer(self._get)

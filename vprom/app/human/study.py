@@ -244,9 +244,6 @@ def read_responses(study: Path, key: dict, paths: list[Path]) -> list[dict]:
     return out
 
 
-PAPER_HUMANS = {"accuracy": HUMANS / 100, "skipped": HUMANS_SKIPPED / 100}
-
-
 def _rate(flags: np.ndarray) -> dict:
     s = score(flags)
     return {"n": s["n"], "skipped": s["correct"], "rate": s["accuracy"], "ci95": s["ci95"]}
@@ -294,7 +291,7 @@ def score_study(study: str | Path, responses) -> dict:
         "participants": per_person,
         "spread": {"participants": len(people), "min": min(accuracies),
                    "median": float(np.median(accuracies)), "max": max(accuracies)},
-        "paper": PAPER_HUMANS,
+        "paper": {"accuracy": HUMANS / 100, "skipped": HUMANS_SKIPPED / 100},
         "did_not_learn": [],
     }
     write_json(study / "metrics.json", metrics)
