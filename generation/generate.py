@@ -1,16 +1,21 @@
 """POOLS.h5 in, DATASET.h5 out: `generate_dataset` plans, samples and proves every matrix in
 memory and assigns each to every split with the held-out bans its panels meet; `generate`
 writes it; `merge_shards` joins `--shard K/N` files into the single run's, choosing the
-validation sets over all shards' training ids.
+validation sets over all shards' training ids. Matrices are drawn in chunks by forked workers
+that inherit the samplers copy-on-write (`gc.freeze()` keeps the collector off their pages);
+every matrix draws from its own `Draws(seed, index)`, so any number of workers gives one file.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Sequence
 
 import h5py
 import numpy as np
@@ -19,7 +24,6 @@ from tqdm import tqdm
 from vprom.errors import VpromError
 from vprom.file_kinds import DATASET, POOLS, check_kind
 from vprom.generation.labels import LabelVocabulary, read_pools_vocabulary
-from vprom.generation.parallel import Chunk, draw_chunks
 from vprom.generation.plan import MatrixPlan, make_plan
 from vprom.generation.pool_index import PoolIndex
 from vprom.generation.sampler import (
@@ -31,7 +35,7 @@ from vprom.generation.sampler import (
 from vprom.files import atomic_path
 from vprom.manifest import check_content, input_hashes, make_manifest
 from vprom.claim import writes
-from vprom.processes import collector_paused, usable_cores
+from vprom.processes import collector_paused, ordered_map, usable_cores
 from vprom.domain import N_PANELS, SPLITS, TABLE1, ElementType
 from vprom.splits.rules import SplitRules, assign, choose_val, image_sides
 from vprom.tables import (
@@ -45,6 +49,43 @@ from vprom.tables import (
 )
 
 
+#: Matrices per job: the pipe traffic stays a small part of the work, and workers end together.
+CHUNK = 200
+
+
+@dataclass
+class Chunk:
+    ids: np.ndarray  # int64 matrix ids
+    rows: np.ndarray  # ids x 16 crop rows of the pool
+    super_attribute: list[str]
+    loosened: list[tuple[str, str, str]]  # `PlanSampler.draw`'s notes, in id order
+
+
+def draw_chunk(sampler: PlanSampler, indices: Sequence[int]) -> Chunk:
+    rows, super_attributes, loosened = [], [], []
+    for i in indices:
+        super_attribute, matrix_rows, note = sampler.draw(i)
+        rows.append(matrix_rows)
+        super_attributes.append(super_attribute)
+        if note is not None:
+            loosened.append(note)
+    return Chunk(np.asarray(indices, dtype=np.int64),
+                 np.asarray(rows, dtype=np.int64).reshape(-1, N_PANELS), super_attributes,
+                 loosened)
+
+
+def draw_chunks(sampler: PlanSampler, indices: Sequence[int], workers: int) -> Iterator[Chunk]:
+    """Every chunk of `indices`, in order, from `workers` forked processes (none below 2)."""
+    chunks = [indices[k:k + CHUNK] for k in range(0, len(indices), CHUNK)]
+    gc.freeze()
+    try:
+        with ordered_map(partial(draw_chunk, sampler), chunks, min(workers, len(chunks)),
+                         "generate", method="fork") as results:
+            yield from results
+    finally:
+        gc.unfreeze()
+
+
 @dataclass
 class Dataset:
     crops: CropTable  # the crops the matrices use, sorted by crop id
@@ -53,15 +94,6 @@ class Dataset:
     super_attributes: dict[str, dict[str, list[str]]]
     counts: dict
     vocabulary: LabelVocabulary | None = None
-
-
-def shard_indices(n: int, shard: tuple[int, int] | None) -> range:
-    if shard is None:
-        return range(n)
-    k, parts = shard
-    if not 0 <= k < parts:
-        raise VpromError(f"--shard {k}/{parts}: need 0 <= K < N")
-    return range(k, n, parts)
 
 
 def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, seed: int = 0,
@@ -80,7 +112,9 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
         pool = PoolIndex(crops, seed, rules.design, source=source, vocabulary=vocabulary)
         skipped: dict[str, list[str]] = {}
         loosened: dict[str, dict] = {}
-        indices = shard_indices(len(plan), shard)
+        if shard is not None and not 0 <= shard[0] < shard[1]:
+            raise VpromError(f"--shard {shard[0]}/{shard[1]}: need 0 <= K < N")
+        indices = range(len(plan)) if shard is None else range(shard[0], len(plan), shard[1])
         sampler = PlanSampler(pool, plan, skipped, legacy_counts) if len(indices) else None
     chunks = []
     if sampler is not None:
@@ -110,8 +144,9 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
     counts["super_attributes_too_small"] = dict(sorted(skipped.items()))
     counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
     counts["vocabulary"] = pool.vocabulary.counts()
-    return Dataset(used_crops, table, universes, _super_attributes(pool), counts,
-                   pool.vocabulary)
+    super_attributes = {etype.value: {sa: sorted(v) for sa, v in sorted(by_sa.items())}
+                        for etype, by_sa in pool.elements_of.items() if by_sa}
+    return Dataset(used_crops, table, universes, super_attributes, counts, pool.vocabulary)
 
 
 def _matrix_table(pool: PoolIndex, plan: MatrixPlan, chunks: list[Chunk],
@@ -127,28 +162,14 @@ def _matrix_table(pool: PoolIndex, plan: MatrixPlan, chunks: list[Chunk],
         elements=np.asarray(pool.element, dtype=object)[rows], splits={})
 
 
-def _super_attributes(pool: PoolIndex) -> dict[str, dict[str, list[str]]]:
-    out = {}
-    for etype, sa_of in pool.super_attribute.items():
-        names = pool.universe[etype].names
-        by_sa: dict[str, list[str]] = {}
-        for i, sa in sa_of.items():
-            if sa:
-                by_sa.setdefault(sa, []).append(names[i])
-        if by_sa:
-            out[etype.value] = {sa: sorted(v) for sa, v in sorted(by_sa.items())}
-    return out
-
-
 def _counts(table: MatrixTable, planned: int, val_chosen: bool) -> dict:
     by_type: dict[str, dict[str, int]] = {}
-    for etype, relation in zip(table.element_type, table.relation):
-        d = by_type.setdefault(etype, {})
-        d[relation] = d.get(relation, 0) + 1
+    for (etype, relation), n in sorted(Counter(zip(table.element_type, table.relation)).items()):
+        by_type.setdefault(etype, {})[relation] = n
     return {
         "matrices": len(table),
         "planned_matrices": planned,
-        "by_element_type_relation": {k: dict(sorted(v.items())) for k, v in sorted(by_type.items())},
+        "by_element_type_relation": by_type,
         "splits": {s: {p: int(len(ids)) for p, ids in table.splits[s].items()}
                    for s in SPLITS if s in table.splits},
         "val_chosen": val_chosen,
@@ -171,12 +192,10 @@ class GenerateSummary:
             lines.append(f"  {s:34s} {p['train']:8,d} {p['val']:7,d} {p['test']:8,d}")
         if not c["val_chosen"]:
             lines.append("  (shard: val is chosen when the shards are merged: `vprom merge`)")
-        too_small = c.get("super_attributes_too_small") or {}
-        if too_small:
+        if too_small := c.get("super_attributes_too_small"):
             lines.append("  super-attributes left out (too few sound matrices): " + "; ".join(
                 f"{k}: {', '.join(v)}" for k, v in too_small.items()))
-        loosened = c.get("held_out_bans_loosened") or {}
-        if loosened:
+        if loosened := c.get("held_out_bans_loosened"):
             lines.append("  matrices that could not avoid held-out labels (pools too "
                          "thin; such a matrix leaves the training set of the split whose label "
                          "it shows):")
@@ -359,4 +378,3 @@ def read_vocab(vocab: h5py.Group, path: Path) -> tuple[dict, dict, LabelVocabula
     sas = {etype: {sa: g[sa].asstr()[()].tolist() for sa in g}
            for etype, g in vocab.get("super_attributes", {}).items()}
     return universes, sas, LabelVocabulary.read(vocab.get("labels"), str(path))
-

@@ -50,14 +50,6 @@ class LabelVocabulary:
                    recorded=base is not None and base.recorded)
 
     @classmethod
-    def from_tables(cls, objects: Iterable[str], object_attributes: Mapping[str, str],
-                    human_attributes: Mapping[str, str],
-                    implied: Mapping[str, Iterable[str]]) -> "LabelVocabulary":
-        return cls(frozenset(objects), {OBJECT_TABLE: dict(object_attributes),
-                                        HUMAN: dict(human_attributes)},
-                   {k: tuple(v) for k, v in implied.items()})
-
-    @classmethod
     def read(cls, group: h5py.Group | None, where: str) -> "LabelVocabulary | None":
         """The vocabulary in `group` (POOLS.h5 `vocabulary`, DATASET.h5 `vocab/labels`) or None."""
         if group is None:

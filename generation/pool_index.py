@@ -54,6 +54,7 @@ class PoolIndex:
             self.vocabulary, design, crops.element_type.tolist(), self.label_sets)
         self.universe: dict[ElementType, Universe] = {}
         self.super_attribute: dict[ElementType, dict[int, str]] = {}
+        self.elements_of: dict[ElementType, dict[str, list[str]]] = {}  # super-attribute's
         # cells[etype][cell][element id] -> crop rows
         self.cells: dict[ElementType, list[dict[int, list[int]]]] = {}
         etypes = crops.element_type
@@ -100,6 +101,7 @@ class PoolIndex:
         by_sa: dict[str, list[str]] = {}
         for i, name in sa.items():
             by_sa.setdefault(name, []).append(universe.names[i])
+        self.elements_of[etype] = by_sa
         self.solver_groups[etype] = group_masks(universe, by_sa)
         self.cells[etype] = cells
 
