@@ -25,6 +25,8 @@ CONTEXT_TRIES = 40
 CONTEXT_ELEMENTS = {Relation.AND: 2, Relation.OR: 2, Relation.UNION: 3}
 #: crops of one element tried before a candidate set is given up
 CROP_TRIES = 12
+#: cheap attempts (a candidate set that does not fit is given up at once): 4 x `MAX_TRIES`
+HUMAN_TRIES = 160
 
 
 @dataclass
@@ -47,6 +49,7 @@ class HumanSampler:
     focus_ok: bool = True  # some profile has a focus of `focus` (`shortfall`)
     _max: dict = field(default_factory=dict)
     _knowing: dict = field(default_factory=dict)
+    tries = HUMAN_TRIES
 
     def knowing(self, e: int, need: int) -> list[int]:
         """The crops of e that know a value of every super-attribute in `need` (bits)."""
@@ -167,10 +170,10 @@ class HumanSampler:
                 reserved[b] = draws.pick(free)
         return out, chosen, reserved
 
-    def sample(self, draws: Draws, answer_pos: int, why: Counter, tries: int
+    def sample(self, draws: Draws, answer_pos: int, why: Counter
                ) -> tuple[str, list[int]] | None:
         """(super-attribute, 8 context + 8 candidate crop rows), or None after `tries`."""
-        masks, region = self.masks, self.region
+        masks, region, tries = self.masks, self.region, self.tries
         for attempt in range(tries):
             # after half its tries a group may draw a matrix of another super-attribute: sound
             # and balanced, just not held out (a thin cell)

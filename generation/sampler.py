@@ -36,8 +36,6 @@ from vprom.splits.rules import HeldOutDesign, object_third
 MIN_CONTEXT_CROPS = 3
 #: Resampling attempts per matrix before generation gives up with a VpromError.
 MAX_TRIES = 40
-#: cheap attempts: a candidate set that does not fit is given up at once
-HUMAN_TRIES = 4 * MAX_TRIES
 #: Attempts keeping every candidate's element off the others (`_Taker`); later ones keep only
 #: the completions off (a super-attribute every crop carries has no exclusive labels).
 STRICT_TRIES = 12
@@ -54,12 +52,52 @@ class Sampler:
     options: list[Option]
     cumulative: list[float]
     crops_of: dict[int, list[int]]
+    masks: list[int]  # crop row -> its label mask
+    region: list[int]  # crop row -> its region (no region twice in a matrix)
     label: str = ""
     skipped: list[str] = field(default_factory=list)  # super-attributes too small for it
     solver_groups: list[int] = field(default_factory=list)
     fill_weight: dict[str, float] = field(default_factory=dict)  # `fill_weights`
     mixing: dict = field(default_factory=dict)  # super-attribute -> `candidate_blocks.Plan`
     absent: dict | None = None  # counts: `count_candidates.absent_tables`' table
+    tries = MAX_TRIES
+
+    def sample(self, draws: Draws, answer_pos: int, why: Counter
+               ) -> tuple[str, list[int]] | None:
+        """(super-attribute, 16 crop rows, the answer at `answer_pos`) or None; `why`: failures."""
+        etype, rule, crops_of = self.group.element_type, RULES[self.group.relation], self.crops_of
+        masks, region, groups = self.masks, self.region, self.solver_groups
+        for attempt in range(MAX_TRIES):
+            option = self.options[draws.by_cumulative(self.cumulative)]
+            ids = rule.sample(draws, option.context)
+            rows = draw_crops(draws, ids, crops_of, region)
+            if rows is None:
+                why["no 9 context crops on distinct regions"] += 1
+                continue
+            z = completion_mask(etype, [masks[r] for r in rows[:N_CONTEXT]], groups=groups)
+            if not masks[rows[N_CONTEXT]] & z:
+                why["the context's labels admit no reading the answer completes"] += 1
+                continue
+            used = {region[r] for r in rows}
+            context_ids = list(dict.fromkeys(ids[:N_CONTEXT]))
+            if self.absent is not None:
+                wrong = count_distractors(draws, self.absent, ids[N_CONTEXT], z, used, crops_of,
+                                          masks, region)
+            else:
+                wrong = distractors(draws, option, context_ids, z, used, crops_of, masks,
+                                    region, self.fill_weight, rows[N_CONTEXT],
+                                    attempt < STRICT_TRIES, self.mixing)
+            if wrong is None:
+                why["too few distractors outside the completions"] += 1
+                continue
+            draws.shuffle(wrong)
+            candidates = wrong[:answer_pos] + [rows[N_CONTEXT]] + wrong[answer_pos:]
+            # the solver check: exactly the answer completes the matrix
+            if [k for k in range(N_CANDIDATES) if masks[candidates[k]] & z] != [answer_pos]:
+                why["a second candidate completes"] += 1
+                continue
+            return option.super_attribute, rows[:N_CONTEXT] + candidates
+        return None
 
 
 def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
@@ -119,7 +157,8 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
     good = symmetric or good
     cumulative = np.cumsum([len(o.context) for o in good]).tolist()
     skipped = sorted(o.super_attribute for o in options if o not in good)
-    return Sampler(group, cell, good, cumulative, crops_of, label=f"{label} on {where}",
+    return Sampler(group, cell, good, cumulative, crops_of, pool.masks, pool.region,
+                   label=f"{label} on {where}",
                    skipped=skipped, solver_groups=pool.solver_groups.get(etype, []))
 
 
@@ -155,44 +194,6 @@ def _attribute_options(group: Group, design: HeldOutDesign, sa_of: dict[int, str
                               sorted(fill), [(t, ids, mask_of(ids))
                                              for t, ids in sorted(by_sa.items())]))
     return options
-
-
-def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
-                  region: list[int], why: Counter) -> tuple[str, list[int]] | None:
-    """(super-attribute, 16 crop rows, the answer at `answer_pos`) or None; `why`: failures."""
-    etype, rule, crops_of = s.group.element_type, RULES[s.group.relation], s.crops_of
-    groups = s.solver_groups
-    for attempt in range(MAX_TRIES):
-        option = s.options[draws.by_cumulative(s.cumulative)]
-        ids = rule.sample(draws, option.context)
-        rows = draw_crops(draws, ids, crops_of, region)
-        if rows is None:
-            why["no 9 context crops on distinct regions"] += 1
-            continue
-        z = completion_mask(etype, [masks[r] for r in rows[:N_CONTEXT]], groups=groups)
-        if not masks[rows[N_CONTEXT]] & z:
-            why["the context's labels admit no reading the answer completes"] += 1
-            continue
-        used = {region[r] for r in rows}
-        context_ids = list(dict.fromkeys(ids[:N_CONTEXT]))
-        if s.absent is not None:
-            wrong = count_distractors(draws, s.absent, ids[N_CONTEXT], z, used, crops_of,
-                                      masks, region)
-        else:
-            wrong = distractors(draws, option, context_ids, z, used, crops_of, masks, region,
-                                 s.fill_weight, rows[N_CONTEXT], attempt < STRICT_TRIES,
-                                 s.mixing)
-        if wrong is None:
-            why["too few distractors outside the completions"] += 1
-            continue
-        draws.shuffle(wrong)
-        candidates = wrong[:answer_pos] + [rows[N_CONTEXT]] + wrong[answer_pos:]
-        # the solver check: exactly the answer completes the matrix
-        if [k for k in range(N_CANDIDATES) if masks[candidates[k]] & z] != [answer_pos]:
-            why["a second candidate completes"] += 1
-            continue
-        return option.super_attribute, rows[:N_CONTEXT] + candidates
-    return None
 
 
 def ban_mask(pool: PoolIndex, group: Group) -> list[int] | None:
@@ -274,7 +275,6 @@ class PlanSampler:
     def draw(self, i: int) -> tuple[str, list[int], tuple[str, str, str] | None]:
         """(matrix i's super-attribute, its 16 crop rows, `note_loosened`'s note or None)."""
         pool, plan = self.pool, self.plan
-        masks, region = pool.masks, pool.region
         g, cell = int(plan.group_of[i]), int(self.cells[i])
         group = plan.groups[g]
         key = (g, cell)
@@ -282,7 +282,7 @@ class PlanSampler:
         answer = int(plan.answer[i])
         why: Counter = Counter()
         draws = Draws(plan.seed, i)
-        got = None if sampler is None else _sample(sampler, draws, answer, masks, region, why)
+        got = None if sampler is None else sampler.sample(draws, answer, why)
         note = None
         if got is None and ban_mask(pool, group) is not None:
             if key not in self.loose:
@@ -291,19 +291,12 @@ class PlanSampler:
                 self.reasons.setdefault(key, "a matrix found no sound candidates among them "
                                              f"in {MAX_TRIES} tries")
             sampler = self.loose[key]
-            got = _sample(sampler, draws, answer, masks, region, why)
+            got = sampler.sample(draws, answer, why)
             if got is not None:
                 note = (f"{group.element_type.value} {group.relation.value} {group.name}",
                         CELL_NAMES[cell], self.reasons[key])
         if got is None:
             steps = "; ".join(f"{reason}: {n}" for reason, n in why.most_common())
-            tries = HUMAN_TRIES if isinstance(sampler, HumanSampler) else MAX_TRIES
-            raise VpromError(f"matrix {i}: no sound {sampler.label} after {tries} tries "
+            raise VpromError(f"matrix {i}: no sound {sampler.label} after {sampler.tries} tries "
                              f"({steps}); the pool is too thin there — {THIN_POOL_ADVICE}")
         return got[0], got[1], note
-
-
-def _sample(sampler, draws: Draws, answer: int, masks, region, why: Counter):
-    if isinstance(sampler, HumanSampler):
-        return sampler.sample(draws, answer, why, HUMAN_TRIES)
-    return sample_matrix(sampler, draws, answer, masks, region, why)
