@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from functools import reduce
+from operator import or_
 
 import numpy as np
 
@@ -33,10 +35,7 @@ class Option:
 
 
 def mask_of(ids) -> int:
-    out = 0
-    for i in ids:
-        out |= 1 << i
-    return out
+    return reduce(or_, (1 << i for i in ids), 0)
 
 
 def _in_random_order(draws: Draws, pool: list[int]):

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from vprom.errors import VpromError
 from vprom.file_kinds import DATASET, POOLS, check_kind
-from vprom.generation.labels import LabelVocabulary, read_pools_vocabulary
+from vprom.generation.labels import LabelVocabulary
 from vprom.generation.plan import MatrixPlan, make_plan
 from vprom.generation.pool_index import PoolIndex
 from vprom.generation.sampler import (
@@ -231,8 +231,10 @@ def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed
         raise VpromError(f"--workers must be 1 or more, got {workers}")
     check_pools_file(pools)
     crops = read_crop_table(pools, POOLS)  # read into memory and closed: workers fork after this
+    with open_h5(pools) as h5:
+        vocabulary = LabelVocabulary.read(h5.get("vocabulary"), str(pools))
     data = generate_dataset(crops, rules, scale=scale, seed=seed, shard=shard,
-                            source=str(pools), vocabulary=read_pools_vocabulary(pools, crops),
+                            source=str(pools), vocabulary=vocabulary,
                             progress=True, legacy_counts=legacy_counts, workers=workers)
     config = dataset_settings(scale, seed, shard, legacy_counts)
     manifest = make_manifest("dataset", config=config, seed=seed,

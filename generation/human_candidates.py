@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import reduce
+from operator import or_
 
 from vprom.generation.candidates import mask_of
 from vprom.generation.plan import Group
@@ -260,20 +262,11 @@ def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int
     etype = group.element_type
     sa_of = pool.super_attribute[etype]
     names = sorted(set(sa_of.values()))
-    index = {n: k for k, n in enumerate(names)}
-    values = [0] * len(names)
-    for i, s in sa_of.items():
-        values[index[s]] |= 1 << i
-    carried = 0  # a value no crop carries is no value a distractor can be known to hold
-    for rows in crops_of.values():
-        for r in rows:
-            carried |= pool.masks[r]
-    values = [v & carried for v in values]
-    eligible: list[list[int]] = [[] for _ in names]
-    for e, rows in sorted(crops_of.items()):
-        s = sa_of.get(e)
-        if s is not None and len(rows) >= min_context_crops:
-            eligible[index[s]].append(e)
+    # a value no crop carries is no value a distractor can be known to hold
+    carried = reduce(or_, (pool.masks[r] for rows in crops_of.values() for r in rows), 0)
+    values = [mask_of(i for i, s in sa_of.items() if s == n) & carried for n in names]
+    eligible = [[e for e, rows in sorted(crops_of.items())
+                 if sa_of.get(e) == n and len(rows) >= min_context_crops] for n in names]
     knows: dict[int, dict[int, list[int]]] = {}
     masks = pool.masks
     for e, rows in crops_of.items():
@@ -283,7 +276,7 @@ def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int
             by_known.setdefault(sum(1 << k for k, v in enumerate(values) if m & v), []).append(r)
         knows[e] = by_known
     asked, _ = group.super_attributes(design, names)
-    focus = [index[s] for s in asked]
+    focus = [names.index(s) for s in asked]
     # any candidate may be the answer: a train-side group's blocks are only what it asks
     blocks = list(range(len(names))) if group.held_side else focus
     sampler = HumanSampler(group, cell, crops_of, masks, pool.region,

@@ -113,10 +113,3 @@ class LabelVocabulary:
         return {"recorded": self.recorded, "categories": len(self.categories),
                 "attributes": {t: len(self.tables.get(t, {})) for t in TABLES},
                 "implied_names": len(self.implied)}
-
-
-def read_pools_vocabulary(path, crops: CropTable) -> LabelVocabulary:
-    """The vocabulary recorded in POOLS.h5 (completed with the crops' own elements)."""
-    with h5py.File(path, "r") as h5:
-        base = LabelVocabulary.read(h5["vocabulary"] if "vocabulary" in h5 else None, str(path))
-    return LabelVocabulary.of_crops(crops, base)

@@ -64,15 +64,6 @@ class Group:
                 [s for s in every if s not in held])
 
 
-def plan_groups(design: HeldOutDesign) -> list[Group]:
-    groups = []
-    for etype in ElementType:
-        for relation in RELATIONS_OF[etype]:
-            for fields, side, weight in _groups_of(etype, relation, design):
-                groups.append(Group(etype, relation, side, weight, **fields))
-    return groups
-
-
 def _share(kinds: list[dict], side: int, total: float) -> list[tuple[dict, int, float]]:
     return [(k, side, total / len(kinds)) for k in kinds]
 
@@ -136,7 +127,9 @@ class MatrixPlan:
 def make_plan(scale: float, seed: int, design: HeldOutDesign) -> MatrixPlan:
     if not scale > 0:
         raise VpromError(f"--scale must be positive, got {scale}")
-    groups = plan_groups(design)
+    groups = [Group(etype, relation, side, weight, **fields) for etype in ElementType
+              for relation in RELATIONS_OF[etype]
+              for fields, side, weight in _groups_of(etype, relation, design)]
     quotas = [0] * len(groups)
     for etype, n in TABLE1.items():
         per_relation = _apportion(int(round(n * scale)), [1.0] * len(RELATIONS_OF[etype]))

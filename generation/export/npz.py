@@ -20,9 +20,9 @@ from vprom.generation.export.crops import (
     WORKERS,
     check_split,
     cut_crops,
+    npy_bytes,
     template_text,
 )
-from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, free_space_for, preallocate, write_json
 from vprom.domain import N_PANELS, ElementType, Relation
