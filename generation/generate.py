@@ -293,19 +293,15 @@ def merge_shards(shards: Sequence[Path], out: Path, rules: SplitRules) -> Genera
     if not np.array_equal(ids[order], np.arange(planned)):
         raise VpromError(f"merge_shards: the shards hold {len(ids)} matrices, the run planned "
                          f"{planned}; a shard file is incomplete or repeated")
-
-    def cat(name):
-        return np.concatenate([getattr(t, name) for t in tables])[order]
-
     splits = {}
     for split in SPLITS:
         train = np.sort(np.concatenate([t.splits[split]["train"] for t in tables]))
         train, val = choose_val(train, seed, split, scale)
         test = np.sort(np.concatenate([t.splits[split]["test"] for t in tables]))
         splits[split] = {"train": train, "val": val, "test": test}
-    table = MatrixTable(id=cat("id"), relation=cat("relation"), element_type=cat("element_type"),
-                        super_attribute=cat("super_attribute"), answer=cat("answer"),
-                        panels=cat("panels"), elements=cat("elements"), splits=splits)
+    table = MatrixTable(**{f: np.concatenate([getattr(t, f) for t in tables])[order]
+                           for f in MatrixTable.__dataclass_fields__ if f != "splits"},
+                        splits=splits)
     every = CropTable(**{f: np.concatenate([getattr(c, f) for c in crops])
                          for f in CropTable.__dataclass_fields__})
     _, first = np.unique(every.crop_id, return_index=True)  # sorted by crop id, like one run

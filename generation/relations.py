@@ -198,11 +198,9 @@ class Progression(Rule):
     min_elements = 3
 
     def sample(self, draws, elements):
-        options = _progressions(tuple(sorted(elements)))
         # the answer first, uniform over the values some progression ends on: drawing the
         # step first would make the extremes answer far more often than the middle
-        ends = sorted({s + 2 * d for d, starts in options for s in starts})
-        answer = draws.pick(ends)
+        answer = draws.pick(self.ends(elements))
         return self.context(draws, answer, elements) + [answer]
 
     def context(self, draws, answer, elements, others=(), partner=-1):
@@ -235,8 +233,10 @@ class Progression(Rule):
         return out
 
     @staticmethod
-    def feasible(elements: Sequence[int]) -> bool:
-        return bool(_progressions(tuple(sorted(elements))))
+    def ends(elements: Sequence[int]) -> list[int]:
+        """The values some progression of `elements` ends on (none: no progression fits)."""
+        return sorted({s + 2 * d for d, starts in _progressions(tuple(sorted(elements)))
+                       for s in starts})
 
 
 RULES: dict[Relation, Rule] = {r.relation: r for r in (And(), Or(), Union(), Progression())}

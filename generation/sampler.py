@@ -168,7 +168,7 @@ def _shortfall(o: Option, relation: Relation) -> str | None:
     if len(o.context) < need:
         return (f"{need} elements with >= {MIN_CONTEXT_CROPS} crops each needed, "
                 f"{len(o.context)} available (short by {need - len(o.context)})")
-    if relation is Relation.PROGRESSION and not Progression.feasible(o.context):
+    if relation is Relation.PROGRESSION and not Progression.ends(o.context):
         return f"no progression fits the counts {sorted(o.context)}"
     need = N_CANDIDATES - 1 + rule.completing_elements
     have = len(set(o.same) | set(o.fill))

@@ -115,16 +115,13 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
     return ExportSummary(out, fmt, counts)
 
 
-def crop_fragments(crops: CropTable) -> list[str]:
-    """Per crop, the JSON of its panel fields after "element", built once for all matrices."""
-    return [json.dumps({"image_id": int(crops.image_id[i]), "box": box(crops, i),
-                        "source_id": int(crops.source_id[i]), "phrase": crops.phrase[i],
-                        "labels": labels(crops, i)}, ensure_ascii=False)[1:-1]
-            for i in range(len(crops))]
-
-
 def matrix_lines(crops: CropTable, m: MatrixTable, rows: np.ndarray):
-    fragments, columns, splits = crop_fragments(crops), m.part_columns(), m.ordered_splits()
+    # per crop, the JSON of its panel fields after "element", built once for all matrices
+    fragments = [json.dumps({"image_id": int(crops.image_id[i]), "box": box(crops, i),
+                             "source_id": int(crops.source_id[i]), "phrase": crops.phrase[i],
+                             "labels": labels(crops, i)}, ensure_ascii=False)[1:-1]
+                 for i in range(len(crops))]
+    columns, splits = m.part_columns(), m.ordered_splits()
     for i in range(len(m)):
         answer = int(m.answer[i])
         head = {"id": int(m.id[i]), "relation": m.relation[i], "element_type": m.element_type[i],
@@ -136,7 +133,6 @@ def matrix_lines(crops: CropTable, m: MatrixTable, rows: np.ndarray):
             f'{json.dumps(m.elements[i, k], ensure_ascii=False)}, {fragments[rows[i, k]]}}}'
             for k in range(N_PANELS))
         yield json.dumps(head, ensure_ascii=False)[:-1] + f', "panels": [{panels}]}}\n'
-
 
 
 def matrix_of(record: dict) -> Matrix:

@@ -46,7 +46,11 @@ from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 LAYOUTS = ("grid", "panels", "text")
 HOOKS = "vprom_hooks"
 LETTERS = hooks.LETTERS
+#: the Parquet columns' `datasets` features: the text ones, then the layout's pictures
+FEATURES = {"matrix_id": INT, "question": STRING, "answer": STRING, "relation": STRING,
+            "element_type": STRING, "super_attribute": STRING}
 IMAGE = {"_type": "Image"}
+PICTURE_FEATURES = {"grid": {"image": IMAGE}, "panels": {"images": [IMAGE]}, "text": {}}
 TSV_COLUMNS = ("index", "question", *LETTERS, "answer", "category", "l2-category",
                "super_attribute")
 #: the grid, px: tiles GAP apart, a LABEL strip over each candidate, SEPARATOR under the matrix
@@ -264,14 +268,8 @@ def tsv_cells(values) -> str:
     return buffer.getvalue()[:-1]  # the terminator: a cell holding it is quoted
 
 
-def features(layout: str) -> dict:
-    pictures = {"grid": {"image": IMAGE}, "panels": {"images": [IMAGE]}}.get(layout, {})
-    return {"matrix_id": INT, "question": STRING, "answer": STRING, "relation": STRING,
-            "element_type": STRING, "super_attribute": STRING, **pictures}
-
-
 def problem_columns(problems: list[dict], layout: str) -> dict:
-    columns = {k: [p[k] for p in problems] for k in features("text")}
+    columns = {k: [p[k] for p in problems] for k in FEATURES}
     if layout == "grid":
         columns["image"] = [{"bytes": p["picture"], "path": f"{p['matrix_id']}.jpg"}
                             for p in problems]
@@ -319,7 +317,8 @@ def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, sou
                             chunk_pictures(crops, rows, block, source, layout))
                 problems = problem_records(crops, m, rows, block, options, pictures)
                 write_table(lmms / "data" / f"{part}-{shard:05d}.parquet",
-                            problem_columns(problems, layout), features(layout))
+                            problem_columns(problems, layout),
+                            {**FEATURES, **PICTURE_FEATURES[layout]})
                 f.writelines(tsv_line(p, layout) for p in problems)
         counts = {"problems": len(chosen), "split": options.split, "part": part,
                   "layout": layout, "limit": options.limit, "task": task,
