@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from functools import reduce
-from operator import or_
 
 import numpy as np
 
 from vprom.domain import N_CANDIDATES, ElementType, Relation
-from vprom.generation.relations import RULES
+from vprom.generation.relations import RULES, mask_of
 from vprom.generation.draws import Draws
 
 #: Crops of one element tried before a distractor moves on to the next element.
@@ -32,10 +30,6 @@ class Option:
     fill: list[int]  # other element ids usable as candidates
     # the fill by super-attribute: (name, element ids, their bit mask), sorted by name
     fill_sas: list[tuple[str, list[int], int]] = field(default_factory=list)
-
-
-def mask_of(ids) -> int:
-    return reduce(or_, (1 << i for i in ids), 0)
 
 
 def _in_random_order(draws: Draws, pool: list[int]):

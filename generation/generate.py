@@ -26,12 +26,7 @@ from vprom.file_kinds import DATASET, POOLS, check_kind
 from vprom.generation.labels import LabelVocabulary
 from vprom.generation.plan import MatrixPlan, make_plan
 from vprom.generation.pool_index import PoolIndex
-from vprom.generation.sampler import (
-    MAX_TRIES,
-    MIN_CONTEXT_CROPS,
-    PlanSampler,
-    note_loosened,
-)
+from vprom.generation.sampler import MAX_TRIES, MIN_CONTEXT_CROPS, PlanSampler
 from vprom.files import atomic_path
 from vprom.manifest import check_content, input_hashes, make_manifest
 from vprom.claim import writes
@@ -62,16 +57,10 @@ class Chunk:
 
 
 def draw_chunk(sampler: PlanSampler, indices: Sequence[int]) -> Chunk:
-    rows, super_attributes, loosened = [], [], []
-    for i in indices:
-        super_attribute, matrix_rows, note = sampler.draw(i)
-        rows.append(matrix_rows)
-        super_attributes.append(super_attribute)
-        if note is not None:
-            loosened.append(note)
+    drawn = [sampler.draw(i) for i in indices]
     return Chunk(np.asarray(indices, dtype=np.int64),
-                 np.asarray(rows, dtype=np.int64).reshape(-1, N_PANELS), super_attributes,
-                 loosened)
+                 np.asarray([rows for _, rows, _ in drawn], np.int64).reshape(-1, N_PANELS),
+                 [sa for sa, _, _ in drawn], [note for *_, note in drawn if note is not None])
 
 
 def draw_chunks(sampler: PlanSampler, indices: Sequence[int], workers: int) -> Iterator[Chunk]:
@@ -121,8 +110,8 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
         with tqdm(total=len(indices), desc="generate", unit="matrix", smoothing=0.05,
                   disable=None if progress else True) as bar:
             for chunk in draw_chunks(sampler, indices, workers):
-                for note in chunk.loosened:
-                    note_loosened(loosened, note)
+                for name, cell, why in chunk.loosened:
+                    _add_loosened(loosened, name, 1, {cell: why})
                 chunks.append(chunk)
                 bar.update(len(chunk.ids))
     rows = np.concatenate([c.rows for c in chunks] or [np.zeros((0, N_PANELS), np.int64)])
@@ -140,9 +129,7 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
     used_crops = crops.take(used_rows[np.argsort(crops.crop_id[used_rows], kind="stable")])
     universes = {e.value: sorted(u.ids, key=int if e is ElementType.COUNT else None)
                  for e, u in pool.universe.items()}
-    counts = _counts(table, len(plan), shard is None)
-    counts["super_attributes_too_small"] = dict(sorted(skipped.items()))
-    counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
+    counts = _counts(table, len(plan), shard is None, skipped, loosened)
     counts["vocabulary"] = pool.vocabulary.counts()
     super_attributes = {etype.value: {sa: sorted(v) for sa, v in sorted(by_sa.items())}
                         for etype, by_sa in pool.elements_of.items() if by_sa}
@@ -162,7 +149,15 @@ def _matrix_table(pool: PoolIndex, plan: MatrixPlan, chunks: list[Chunk],
         elements=np.asarray(pool.element, dtype=object)[rows], splits={})
 
 
-def _counts(table: MatrixTable, planned: int, val_chosen: bool) -> dict:
+def _add_loosened(loosened: dict[str, dict], key: str, matrices: int, why: dict) -> None:
+    """Count `matrices` of group `key` drawn loosened, and why per cell, as the manifest has it."""
+    entry = loosened.setdefault(key, {"matrices": 0, "why": {}})
+    entry["matrices"] += matrices
+    entry["why"].update(why)
+
+
+def _counts(table: MatrixTable, planned: int, val_chosen: bool, skipped: dict,
+            loosened: dict) -> dict:
     by_type: dict[str, dict[str, int]] = {}
     for (etype, relation), n in sorted(Counter(zip(table.element_type, table.relation)).items()):
         by_type.setdefault(etype, {})[relation] = n
@@ -173,6 +168,8 @@ def _counts(table: MatrixTable, planned: int, val_chosen: bool) -> dict:
         "splits": {s: {p: int(len(ids)) for p, ids in table.splits[s].items()}
                    for s in SPLITS if s in table.splits},
         "val_chosen": val_chosen,
+        "super_attributes_too_small": {k: sorted(v) for k, v in sorted(skipped.items())},
+        "held_out_bans_loosened": dict(sorted(loosened.items())),
     }
 
 
@@ -305,18 +302,14 @@ def merge_shards(shards: Sequence[Path], out: Path, rules: SplitRules) -> Genera
     every = CropTable(**{f: np.concatenate([getattr(c, f) for c in crops])
                          for f in CropTable.__dataclass_fields__})
     _, first = np.unique(every.crop_id, return_index=True)  # sorted by crop id, like one run
-    counts = _counts(table, planned, True)
     skipped: dict[str, set] = {}
     loosened: dict[str, dict] = {}
     for m in manifests:
         for key, names in m["counts"].get("super_attributes_too_small", {}).items():
             skipped.setdefault(key, set()).update(names)
         for key, v in (m["counts"].get("held_out_bans_loosened") or {}).items():
-            entry = loosened.setdefault(key, {"matrices": 0, "why": {}})
-            entry["matrices"] += v["matrices"]
-            entry["why"].update(v["why"])
-    counts["super_attributes_too_small"] = {k: sorted(v) for k, v in sorted(skipped.items())}
-    counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
+            _add_loosened(loosened, key, v["matrices"], v["why"])
+    counts = _counts(table, planned, True, skipped, loosened)
     if "vocabulary" in manifests[0]["counts"]:
         counts["vocabulary"] = manifests[0]["counts"]["vocabulary"]
     manifest = make_manifest("dataset", config={**config, "shard": None,

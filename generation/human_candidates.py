@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from functools import reduce
 from operator import or_
 
-from vprom.generation.candidates import mask_of
 from vprom.generation.plan import Group
 from vprom.generation.pool_index import draw_crops
 from vprom.domain import N_CANDIDATES, Relation
-from vprom.generation.relations import RULES
+from vprom.generation.relations import RULES, mask_of
 from vprom.generation.draws import Draws
 from vprom.generation.solver import completion_mask
 
@@ -133,9 +132,9 @@ class HumanSampler:
             for e in draws.shuffled(self.eligible[s]):
                 if len(elements) == m:
                     break
-                if (carried >> e) & 1 or not self.knowing(e, need):
-                    continue
                 crops = self.knowing(e, need)
+                if (carried >> e) & 1 or not crops:
+                    continue
                 best, fewest = -1, N_CANDIDATES * 8
                 for _ in range(CROP_TRIES):
                     row = crops[int(u() * len(crops))]
@@ -222,9 +221,7 @@ class HumanSampler:
             yield from first + [e for e in draws.shuffled(pool) if e != a and e not in mates]
 
         ids = RULES[self.group.relation].context(draws, a, pool, others(), partner=v)
-        if ids is None:
-            return None
-        return draw_crops(draws, ids, self.crops_of, self.region, used)
+        return None if ids is None else draw_crops(draws, ids, self.crops_of, self.region, used)
 
 
 def _allocate(draws: Draws, have: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -105,10 +105,6 @@ class LabelVocabulary:
         concepts = {crop: self.concepts(*crop) for crop in set(crops)}  # label sets repeat
         return ConceptTable([concepts[crop] for crop in crops])
 
-    def super_attribute_of(self, element_type: str, label: str) -> str:
-        """The super-attribute of an attribute label in the crop's table ("" if none)."""
-        return self.tables.get(table_of(element_type), {}).get(label, "")
-
     def counts(self) -> dict:
         return {"recorded": self.recorded, "categories": len(self.categories),
                 "attributes": {t: len(self.tables.get(t, {})) for t in TABLES},

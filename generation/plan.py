@@ -75,18 +75,17 @@ def _groups_of(etype: ElementType, relation: Relation, design: HeldOutDesign):
         # half the train side is unconstrained; the rest mirrors the test groups, so that
         # odd and even (low and high) counts answer equally often
         constrained = [{"counts": tuple(sorted(s))} for s in design.count_train_sets]
-        out = [({}, 0, train / 2 if constrained else train)]
-        out += _share(constrained, 0, train / 2) if constrained else []
         tests = [{"counts": tuple(sorted(s))} for s in design.count_test_sets]
-        return out + (_share(tests, 1, test) if tests else [])
+        return ([({}, 0, train / 2 if constrained else train)]
+                + _share(constrained, 0, train / 2) + _share(tests, 1, test))
     if etype is ElementType.OBJECT:
         held = set(design.object_test_thirds.get(relation.value, ()))
         free = [{"third": k} for k in range(3) if k not in held]
         if not free:
             raise VpromError(f"split specs hold out every object third for {relation.value}; "
                              "no object matrix of it could train")
-        return _share(free, 0, train if held else 1.0) + (
-            _share([{"third": k} for k in sorted(held)], 1, test) if held else [])
+        return (_share(free, 0, train if held else 1.0)
+                + _share([{"third": k} for k in sorted(held)], 1, test))
     tests = []
     if design.held_super_attributes.get(etype.value):
         tests.append({"hold_out": HoldOut.SUPER_ATTRIBUTE})

@@ -13,7 +13,8 @@ mask of every element completing the matrix.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, reduce
+from operator import or_
 from typing import Sequence
 
 import numpy as np
@@ -33,6 +34,11 @@ def bits(mask: int):
 def positions(mask: int):
     """The bit positions set in `mask`, lowest first."""
     return (low.bit_length() - 1 for low in bits(mask))
+
+
+def mask_of(ids) -> int:
+    """The mask with the bit positions `ids` set."""
+    return reduce(or_, (1 << i for i in ids), 0)
 
 
 class Rule:

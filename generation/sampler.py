@@ -17,7 +17,6 @@ from vprom.generation.candidates import (
     Option,
     distractors,
     fill_weights,
-    mask_of,
     static_block,
 )
 from vprom.generation.human_candidates import HumanSampler, make_human_sampler, shortfall
@@ -27,7 +26,7 @@ from vprom.generation.plan import Group, MatrixPlan
 from vprom.generation.pool_index import CELL_NAMES, RELATION_BIT, PoolIndex, draw_crops
 from vprom.errors import VpromError
 from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, ElementType, Relation
-from vprom.generation.relations import RULES, Progression
+from vprom.generation.relations import RULES, Progression, mask_of
 from vprom.generation.draws import Draws
 from vprom.generation.solver import completion_mask
 from vprom.splits.rules import HeldOutDesign, object_third
@@ -158,8 +157,7 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
     cumulative = np.cumsum([len(o.context) for o in good]).tolist()
     skipped = sorted(o.super_attribute for o in options if o not in good)
     return Sampler(group, cell, good, cumulative, crops_of, pool.masks, pool.region,
-                   label=f"{label} on {where}",
-                   skipped=skipped, solver_groups=pool.solver_groups.get(etype, []))
+                   f"{label} on {where}", skipped, pool.solver_groups.get(etype, []))
 
 
 def _shortfall(o: Option, relation: Relation) -> str | None:
@@ -210,18 +208,9 @@ def ban_mask(pool: PoolIndex, group: Group) -> list[int] | None:
     return banned if any(banned) else None
 
 
-def note_loosened(loosened: dict[str, dict], note: tuple[str, str, str]) -> None:
-    """Count `PlanSampler.draw`'s note (group, cell, why) in `loosened`, as the manifest has it."""
-    name, cell, why = note
-    entry = loosened.setdefault(name, {"matrices": 0, "why": {}})
-    entry["matrices"] += 1
-    entry["why"][cell] = why
-
-
 class PlanSampler:
     """Every (group, cell) sampler of a plan, made once; `draw(i)` gives matrix i from
-    `Draws(seed, i)` alone. Where a cell is too thin for its group's ban, the matrix is drawn
-    *loosened*, from all the cell's crops."""
+    `Draws(seed, i)` alone, *loosened* (from all the cell's crops) where its ban leaves too few."""
 
     def __init__(self, pool: PoolIndex, plan: MatrixPlan,
                  skipped: dict[str, list[str]] | None = None,
@@ -252,11 +241,10 @@ class PlanSampler:
         self.tables = {} if legacy_counts else absent_tables(made, matrices_of)
         for sampler in [*samplers.values(), *self.loose.values()]:
             self._weighted(sampler)
-        for sampler in [s for s in samplers.values() if s is not None]:
-            if sampler.skipped and skipped is not None:
-                g = sampler.group
-                key = f"{g.element_type.value} {g.relation.value} {g.name}"
-                skipped[key] = sorted(set(skipped.get(key, [])) | set(sampler.skipped))
+        for s in samplers.values():
+            if s is not None and s.skipped and skipped is not None:
+                key = f"{s.group.element_type.value} {s.group.relation.value} {s.group.name}"
+                skipped[key] = sorted(set(skipped.get(key, [])) | set(s.skipped))
         self.samplers = samplers
 
     def _weighted(self, sampler):
@@ -273,7 +261,7 @@ class PlanSampler:
         return sampler
 
     def draw(self, i: int) -> tuple[str, list[int], tuple[str, str, str] | None]:
-        """(matrix i's super-attribute, its 16 crop rows, `note_loosened`'s note or None)."""
+        """(super-attribute, 16 crop rows, None or a loosened draw's (group, cell, why))."""
         pool, plan = self.pool, self.plan
         g, cell = int(plan.group_of[i]), int(self.cells[i])
         group = plan.groups[g]

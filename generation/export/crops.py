@@ -33,6 +33,7 @@ from vprom.tables import CropTable, MatrixTable
 
 #: bounded: the exports are disk-bound beyond that
 WORKERS = min(4, os.cpu_count() or 1)
+STAMP = ".vprom-export.json"
 
 
 def release_ids(ids: np.ndarray) -> np.ndarray:
@@ -102,9 +103,6 @@ def cut_crops(crops: CropTable, rows: np.ndarray, vg_dir: Path,
         for n in pool.map(cut, sorted(by_image.items())):
             bar.update(n)
     return total
-
-
-STAMP = ".vprom-export.json"
 
 
 @contextmanager

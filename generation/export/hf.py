@@ -69,8 +69,7 @@ def write_table(path: Path, columns: dict, features: dict) -> None:
 
 
 def crop_columns(crops: CropTable, rows: list[int], data: dict[int, bytes]) -> dict:
-    plain = ("crop_id", "image_id", "element_type", "element", "super_attribute", "phrase",
-             "source_id")
+    plain = [k for k in CROP_FEATURES if k not in ("image", "box", "labels")]
     return {**{k: getattr(crops, k)[rows].tolist() for k in plain},
             "image": [{"bytes": data[r], "path": f"{int(crops.crop_id[r])}.jpg"} for r in rows],
             "box": [box(crops, r) for r in rows], "labels": [labels(crops, r) for r in rows]}

@@ -57,6 +57,10 @@ RAVEN_ATTRIBUTE = {ElementType.COUNT.value: "Number", ElementType.OBJECT.value: 
 RAVEN_STRUCTURE = ("Scene", "Singleton", "Grid", "Center_Single", "/", "/", "/", "/")
 RAVEN_MAX_RULES = 8  # meta_matrix rows
 EMBEDDING_DIM = 300  # RAVEN's loader: torch.zeros((6, 300))
+DEFAULT_SIZE = 160
+META_TARGET_NAMES = tuple(r.value for r in Relation) + tuple(e.value for e in ElementType)
+RESAMPLE = Image.Resampling.BILINEAR
+ZLIB_LEVEL = 1
 
 
 def regime(split: str) -> str:
@@ -91,11 +95,6 @@ def raven_arrays(relation: str, element_type: str, super_attribute: str) -> dict
             "structure": np.array(RAVEN_STRUCTURE), "meta_structure": meta_structure,
             "meta_target_names": np.array(RAVEN_TARGET_NAMES),
             "meta_structure_names": np.array(RAVEN_STRUCTURE_NAMES)}
-
-DEFAULT_SIZE = 160
-META_TARGET_NAMES = tuple(r.value for r in Relation) + tuple(e.value for e in ElementType)
-RESAMPLE = Image.Resampling.BILINEAR
-ZLIB_LEVEL = 1
 
 
 def panel_tile(crop: Image.Image, size: int, mode: str = "RGB") -> np.ndarray:

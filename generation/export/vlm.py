@@ -73,39 +73,37 @@ WHERE = {
 
 @dataclass(frozen=True)
 class VlmOptions:
-    split: str = "neutral"
-    part: str = "test"
-    layout: str = "grid"
-    template: str = TEMPLATE
-    limit: int | None = None
-    seed: int = 0
-
-    def check(self, m: MatrixTable, prompt_file: str | Path | None = None) -> None:
-        if self.layout not in LAYOUTS:
-            raise VpromError(f"unknown --layout {self.layout!r}; choose one of "
-                             f"{', '.join(LAYOUTS)}")
-        check_split(m, self.split)
-        if self.part not in SPLIT_PARTS:
-            raise VpromError(f"unknown --part {self.part!r}; choose one of "
-                             f"{', '.join(SPLIT_PARTS)}")
-        if self.limit is not None and self.limit < 1:
-            raise VpromError(f"--limit {self.limit}: pass a number of problems of at least 1")
-        if self.layout == "text" and "{panels}" not in self.template:
-            raise VpromError(f"--prompt {prompt_file}: a text-layout prompt must hold "
-                             "{panels}, where the panels' labels go; add it to the file")
+    split: str
+    part: str
+    layout: str
+    template: str
+    limit: int | None
+    seed: int
 
 
-def read_template(prompt: str | Path | None) -> str:
-    if prompt is None:
-        return TEMPLATE
-    try:
-        text = Path(prompt).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise VpromError(f"--prompt {prompt}: cannot read it ({e}); pass a UTF-8 text "
-                         "file") from None
-    if not text:
-        raise VpromError(f"--prompt {prompt}: the file is empty; write the question in it")
-    return text
+def vlm_options(m: MatrixTable, split: str, part: str, layout: str, prompt: str | Path | None,
+                limit: int | None, seed: int) -> VlmOptions:
+    """The checked options; `prompt`: a file holding the question (None: `TEMPLATE`)."""
+    template = TEMPLATE
+    if prompt is not None:
+        try:
+            template = Path(prompt).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise VpromError(f"--prompt {prompt}: cannot read it ({e}); pass a UTF-8 text "
+                             "file") from None
+        if not template:
+            raise VpromError(f"--prompt {prompt}: the file is empty; write the question in it")
+    if layout not in LAYOUTS:
+        raise VpromError(f"unknown --layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    check_split(m, split)
+    if part not in SPLIT_PARTS:
+        raise VpromError(f"unknown --part {part!r}; choose one of {', '.join(SPLIT_PARTS)}")
+    if limit is not None and limit < 1:
+        raise VpromError(f"--limit {limit}: pass a number of problems of at least 1")
+    if layout == "text" and "{panels}" not in template:
+        raise VpromError(f"--prompt {prompt}: a text-layout prompt must hold "
+                         "{panels}, where the panels' labels go; add it to the file")
+    return VlmOptions(split, part, layout, template, limit, seed)
 
 
 def choose(m: MatrixTable, options: VlmOptions) -> np.ndarray:
