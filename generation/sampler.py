@@ -66,7 +66,7 @@ class Sampler:
         """(super-attribute, 16 crop rows, the answer at `answer_pos`) or None; `why`: failures."""
         etype, rule, crops_of = self.group.element_type, RULES[self.group.relation], self.crops_of
         masks, region, groups = self.masks, self.region, self.solver_groups
-        for attempt in range(MAX_TRIES):
+        for attempt in range(self.tries):
             option = self.options[draws.by_cumulative(self.cumulative)]
             ids = rule.sample(draws, option.context)
             rows = draw_crops(draws, ids, crops_of, region)
