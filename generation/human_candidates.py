@@ -264,14 +264,12 @@ def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int
     values = [mask_of(i for i, s in sa_of.items() if s == n) & carried for n in names]
     eligible = [[e for e, rows in sorted(crops_of.items())
                  if sa_of.get(e) == n and len(rows) >= min_context_crops] for n in names]
-    knows: dict[int, dict[int, list[int]]] = {}
     masks = pool.masks
+    knows: dict[int, dict[int, list[int]]] = {e: {} for e in crops_of}  # by what they know
     for e, rows in crops_of.items():
-        by_known: dict[int, list[int]] = {}
         for r in rows:
-            m = masks[r]
-            by_known.setdefault(sum(1 << k for k, v in enumerate(values) if m & v), []).append(r)
-        knows[e] = by_known
+            known = mask_of(k for k, v in enumerate(values) if masks[r] & v)
+            knows[e].setdefault(known, []).append(r)
     asked, _ = group.super_attributes(design, names)
     focus = [names.index(s) for s in asked]
     # any candidate may be the answer: a train-side group's blocks are only what it asks

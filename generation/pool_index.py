@@ -65,12 +65,10 @@ class PoolIndex:
 
     def _index_type(self, etype: ElementType, rows: np.ndarray, cell: list[int]) -> None:
         crops, vocab = self.crops, self.vocabulary
+        # attribute label -> super-attribute (no table for objects and counts)
+        table = vocab.tables.get(etype.value, {})
         elements = crops.element[rows].tolist()
-        names = set(elements)
-        if etype is ElementType.OBJECT:
-            names |= vocab.categories
-        elif etype is not ElementType.COUNT:
-            names |= set(vocab.tables.get(etype.value, {}))
+        names = set(elements) | (vocab.categories if etype is ElementType.OBJECT else set(table))
         universe = Universe(etype, names)
         ids = universe.ids
         for e in set(elements) - set(ids):
@@ -78,10 +76,7 @@ class PoolIndex:
                              "1..10; re-mine the pools")
         cells: list[dict[int, list[int]]] = [{}, {}, {}, {}]
         supers = crops.super_attribute
-        sa: dict[int, str] = {}
-        if etype in (ElementType.OBJECT_ATTRIBUTE, ElementType.HUMAN_ATTRIBUTE):
-            table = vocab.tables.get(etype.value, {})  # attribute label -> super-attribute
-            sa = {i: table[name] for name, i in ids.items() if table.get(name)}
+        sa = {i: table[name] for name, i in ids.items() if table.get(name)}
         mask = lru_cache(maxsize=None)(universe.mask)  # label sets repeat a lot ("5|cows")
         for r, e in zip(rows.tolist(), elements):
             i = ids[e]

@@ -128,28 +128,24 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
             raise VpromError(f"{where}{banned_note}: no sound {label} can be drawn — {reason}"
                              f" — {THIN_POOL_ADVICE}")
         return human
-    universe = pool.universe[etype]
     enough = {i for i, rows in crops_of.items() if len(rows) >= MIN_CONTEXT_CROPS}
     usable = set(crops_of)
-    sa_of = pool.super_attribute[etype]
     if etype is ElementType.COUNT:
         allowed = set(group.counts or COUNTS)
         options = [Option("", sorted(allowed & enough), sorted(usable), [])]
     elif etype is ElementType.OBJECT:
-        mine = {i for i in universe.names if object_third(universe.names[i]) == group.third}
+        names = pool.universe[etype].names
+        mine = {i for i in names if object_third(names[i]) == group.third}
         options = [Option("", sorted(mine & enough), sorted(mine & usable), [])]
     else:
-        options = _attribute_options(group, design, sa_of, enough, usable)
-    good, short = [], []
-    for o in options:
-        reason = _shortfall(o, group.relation)
-        if reason is None:
-            good.append(o)
-        else:
-            short.append(f"{o.super_attribute or etype.value}: {reason}")
+        options = _attribute_options(group, design, pool.super_attribute[etype], enough, usable)
+    reasons = [_shortfall(o, group.relation) for o in options]
+    good = [o for o, reason in zip(options, reasons) if reason is None]
     if not good:
-        raise VpromError(f"{where}{banned_note}: no sound {label} can be drawn — "
-                         + "; ".join(short) + f" — {THIN_POOL_ADVICE}")
+        short = "; ".join(f"{o.super_attribute or etype.value}: {reason}"
+                          for o, reason in zip(options, reasons))
+        raise VpromError(f"{where}{banned_note}: no sound {label} can be drawn — {short} — "
+                         f"{THIN_POOL_ADVICE}")
     # one that cannot form a symmetric profile is left out, unless no other can
     symmetric = [o for o in good
                  if not o.super_attribute or static_block(o, group.relation) is not None]
