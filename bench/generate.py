@@ -12,7 +12,7 @@ validation choice), prints matrices/s and the balance measures of the full-size 
     OMP_NUM_THREADS=1 .venv/bin/python bench/generate.py --scales 1 --workers 1 2 4
 
 With `--workers 1 2 4` it only times generation with that many worker processes
-(`generate_dataset(workers=N)`, forked, `generation.parallel`), each count in a fresh
+(`generate_dataset(workers=N)`, forked, `generate.draw_chunks`), each count in a fresh
 process, side by side: wall, CPU (parent and workers), matrices/s and peak RSS (the parent's,
 and the largest worker's: pages they share are counted in both); `--workers 1` is the
 one-process anchor (no fork). Run it on a quiet machine; it prints the load average.
@@ -121,8 +121,9 @@ def vocabulary() -> LabelVocabulary:
     from vprom.mining.vocab import load_vocabulary
 
     v = load_vocabulary()
-    return LabelVocabulary.from_tables(v.objects, v.object_attributes, v.human_attributes,
-                                       v.implied_labels)
+    return LabelVocabulary(frozenset(v.objects), {"object_attribute": dict(v.object_attributes),
+                                                  "human_attribute": dict(v.human_attributes)},
+                           {k: tuple(n) for k, n in v.implied_labels.items()})
 
 
 def write_pools(path: Path, crops: CropTable) -> None:

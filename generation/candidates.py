@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vprom.domain import N_CANDIDATES, ElementType, Relation
-from vprom.generation.relations import RULES
+from vprom.generation.relations import RULES, mask_of
 from vprom.generation.draws import Draws
 
 #: Crops of one element tried before a distractor moves on to the next element.
@@ -30,13 +30,6 @@ class Option:
     fill: list[int]  # other element ids usable as candidates
     # the fill by super-attribute: (name, element ids, their bit mask), sorted by name
     fill_sas: list[tuple[str, list[int], int]] = field(default_factory=list)
-
-
-def mask_of(ids) -> int:
-    out = 0
-    for i in ids:
-        out |= 1 << i
-    return out
 
 
 def _in_random_order(draws: Draws, pool: list[int]):

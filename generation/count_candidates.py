@@ -13,6 +13,7 @@ import numpy as np
 
 from vprom.domain import COUNTS, N_CANDIDATES, Relation
 from vprom.generation.draws import Draws
+from vprom.generation.relations import Progression
 
 #: every candidate set: the 8-subsets of 1..10, as bit masks over the count values
 SETS = [sum(1 << v for v in s) for s in itertools.combinations(COUNTS, N_CANDIDATES)]
@@ -29,9 +30,7 @@ def answer_law(relation: Relation, allowed) -> dict[tuple[int, int], float]:
         pairs = [(a, b) for a in values for b in values if a != b]
         return {(a, 1 << b): 1 / len(pairs) for a, b in pairs}
     if relation is Relation.PROGRESSION:
-        have = set(values)
-        ends = sorted({s + 2 * d for s in values for d in range(-9, 10)
-                       if d and s + d in have and s + 2 * d in have})
+        ends = Progression.ends(values)
         return {(a, 0): 1 / len(ends) for a in ends}
     return {(a, 0): 1 / len(values) for a in values}
 

@@ -1,16 +1,21 @@
 """POOLS.h5 in, DATASET.h5 out: `generate_dataset` plans, samples and proves every matrix in
 memory and assigns each to every split with the held-out bans its panels meet; `generate`
 writes it; `merge_shards` joins `--shard K/N` files into the single run's, choosing the
-validation sets over all shards' training ids.
+validation sets over all shards' training ids. Matrices are drawn in chunks by forked workers
+that inherit the samplers copy-on-write (`gc.freeze()` keeps the collector off their pages);
+every matrix draws from its own `Draws(seed, index)`, so any number of workers gives one file.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Sequence
 
 import h5py
 import numpy as np
@@ -18,20 +23,14 @@ from tqdm import tqdm
 
 from vprom.errors import VpromError
 from vprom.file_kinds import DATASET, POOLS, check_kind
-from vprom.generation.labels import LabelVocabulary, read_pools_vocabulary
-from vprom.generation.parallel import Chunk, draw_chunks
+from vprom.generation.labels import LabelVocabulary
 from vprom.generation.plan import MatrixPlan, make_plan
 from vprom.generation.pool_index import PoolIndex
-from vprom.generation.sampler import (
-    MAX_TRIES,
-    MIN_CONTEXT_CROPS,
-    PlanSampler,
-    note_loosened,
-)
+from vprom.generation.sampler import MAX_TRIES, MIN_CONTEXT_CROPS, PlanSampler
 from vprom.files import atomic_path
 from vprom.manifest import check_content, input_hashes, make_manifest
 from vprom.claim import writes
-from vprom.processes import collector_paused, usable_cores
+from vprom.processes import collector_paused, ordered_map, usable_cores
 from vprom.domain import N_PANELS, SPLITS, TABLE1, ElementType
 from vprom.splits.rules import SplitRules, assign, choose_val, image_sides
 from vprom.tables import (
@@ -45,6 +44,37 @@ from vprom.tables import (
 )
 
 
+#: Matrices per job: the pipe traffic stays a small part of the work, and workers end together.
+CHUNK = 200
+
+
+@dataclass
+class Chunk:
+    ids: np.ndarray  # int64 matrix ids
+    rows: np.ndarray  # ids x 16 crop rows of the pool
+    super_attribute: list[str]
+    loosened: list[tuple[str, str, str]]  # `PlanSampler.draw`'s notes, in id order
+
+
+def draw_chunk(sampler: PlanSampler, indices: Sequence[int]) -> Chunk:
+    drawn = [sampler.draw(i) for i in indices]
+    return Chunk(np.asarray(indices, dtype=np.int64),
+                 np.asarray([rows for _, rows, _ in drawn], np.int64).reshape(-1, N_PANELS),
+                 [sa for sa, _, _ in drawn], [note for *_, note in drawn if note is not None])
+
+
+def draw_chunks(sampler: PlanSampler, indices: Sequence[int], workers: int) -> Iterator[Chunk]:
+    """Every chunk of `indices`, in order, from `workers` forked processes (none below 2)."""
+    chunks = [indices[k:k + CHUNK] for k in range(0, len(indices), CHUNK)]
+    gc.freeze()
+    try:
+        with ordered_map(partial(draw_chunk, sampler), chunks, min(workers, len(chunks)),
+                         "generate", method="fork") as results:
+            yield from results
+    finally:
+        gc.unfreeze()
+
+
 @dataclass
 class Dataset:
     crops: CropTable  # the crops the matrices use, sorted by crop id
@@ -53,15 +83,6 @@ class Dataset:
     super_attributes: dict[str, dict[str, list[str]]]
     counts: dict
     vocabulary: LabelVocabulary | None = None
-
-
-def shard_indices(n: int, shard: tuple[int, int] | None) -> range:
-    if shard is None:
-        return range(n)
-    k, parts = shard
-    if not 0 <= k < parts:
-        raise VpromError(f"--shard {k}/{parts}: need 0 <= K < N")
-    return range(k, n, parts)
 
 
 def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, seed: int = 0,
@@ -80,15 +101,17 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
         pool = PoolIndex(crops, seed, rules.design, source=source, vocabulary=vocabulary)
         skipped: dict[str, list[str]] = {}
         loosened: dict[str, dict] = {}
-        indices = shard_indices(len(plan), shard)
+        if shard is not None and not 0 <= shard[0] < shard[1]:
+            raise VpromError(f"--shard {shard[0]}/{shard[1]}: need 0 <= K < N")
+        indices = range(len(plan)) if shard is None else range(shard[0], len(plan), shard[1])
         sampler = PlanSampler(pool, plan, skipped, legacy_counts) if len(indices) else None
     chunks = []
     if sampler is not None:
         with tqdm(total=len(indices), desc="generate", unit="matrix", smoothing=0.05,
                   disable=None if progress else True) as bar:
             for chunk in draw_chunks(sampler, indices, workers):
-                for note in chunk.loosened:
-                    note_loosened(loosened, note)
+                for name, cell, why in chunk.loosened:
+                    _add_loosened(loosened, name, 1, {cell: why})
                 chunks.append(chunk)
                 bar.update(len(chunk.ids))
     rows = np.concatenate([c.rows for c in chunks] or [np.zeros((0, N_PANELS), np.int64)])
@@ -106,12 +129,11 @@ def generate_dataset(crops: CropTable, rules: SplitRules, scale: float = 1.0, se
     used_crops = crops.take(used_rows[np.argsort(crops.crop_id[used_rows], kind="stable")])
     universes = {e.value: sorted(u.ids, key=int if e is ElementType.COUNT else None)
                  for e, u in pool.universe.items()}
-    counts = _counts(table, len(plan), shard is None)
-    counts["super_attributes_too_small"] = dict(sorted(skipped.items()))
-    counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
+    counts = _counts(table, len(plan), shard is None, skipped, loosened)
     counts["vocabulary"] = pool.vocabulary.counts()
-    return Dataset(used_crops, table, universes, _super_attributes(pool), counts,
-                   pool.vocabulary)
+    super_attributes = {etype.value: {sa: sorted(v) for sa, v in sorted(by_sa.items())}
+                        for etype, by_sa in pool.elements_of.items() if by_sa}
+    return Dataset(used_crops, table, universes, super_attributes, counts, pool.vocabulary)
 
 
 def _matrix_table(pool: PoolIndex, plan: MatrixPlan, chunks: list[Chunk],
@@ -127,31 +149,27 @@ def _matrix_table(pool: PoolIndex, plan: MatrixPlan, chunks: list[Chunk],
         elements=np.asarray(pool.element, dtype=object)[rows], splits={})
 
 
-def _super_attributes(pool: PoolIndex) -> dict[str, dict[str, list[str]]]:
-    out = {}
-    for etype, sa_of in pool.super_attribute.items():
-        names = pool.universe[etype].names
-        by_sa: dict[str, list[str]] = {}
-        for i, sa in sa_of.items():
-            if sa:
-                by_sa.setdefault(sa, []).append(names[i])
-        if by_sa:
-            out[etype.value] = {sa: sorted(v) for sa, v in sorted(by_sa.items())}
-    return out
+def _add_loosened(loosened: dict[str, dict], key: str, matrices: int, why: dict) -> None:
+    """Count `matrices` of group `key` drawn loosened, and why per cell, as the manifest has it."""
+    entry = loosened.setdefault(key, {"matrices": 0, "why": {}})
+    entry["matrices"] += matrices
+    entry["why"].update(why)
 
 
-def _counts(table: MatrixTable, planned: int, val_chosen: bool) -> dict:
+def _counts(table: MatrixTable, planned: int, val_chosen: bool, skipped: dict,
+            loosened: dict) -> dict:
     by_type: dict[str, dict[str, int]] = {}
-    for etype, relation in zip(table.element_type, table.relation):
-        d = by_type.setdefault(etype, {})
-        d[relation] = d.get(relation, 0) + 1
+    for (etype, relation), n in sorted(Counter(zip(table.element_type, table.relation)).items()):
+        by_type.setdefault(etype, {})[relation] = n
     return {
         "matrices": len(table),
         "planned_matrices": planned,
-        "by_element_type_relation": {k: dict(sorted(v.items())) for k, v in sorted(by_type.items())},
+        "by_element_type_relation": by_type,
         "splits": {s: {p: int(len(ids)) for p, ids in table.splits[s].items()}
                    for s in SPLITS if s in table.splits},
         "val_chosen": val_chosen,
+        "super_attributes_too_small": {k: sorted(v) for k, v in sorted(skipped.items())},
+        "held_out_bans_loosened": dict(sorted(loosened.items())),
     }
 
 
@@ -171,12 +189,10 @@ class GenerateSummary:
             lines.append(f"  {s:34s} {p['train']:8,d} {p['val']:7,d} {p['test']:8,d}")
         if not c["val_chosen"]:
             lines.append("  (shard: val is chosen when the shards are merged: `vprom merge`)")
-        too_small = c.get("super_attributes_too_small") or {}
-        if too_small:
+        if too_small := c.get("super_attributes_too_small"):
             lines.append("  super-attributes left out (too few sound matrices): " + "; ".join(
                 f"{k}: {', '.join(v)}" for k, v in too_small.items()))
-        loosened = c.get("held_out_bans_loosened") or {}
-        if loosened:
+        if loosened := c.get("held_out_bans_loosened"):
             lines.append("  matrices that could not avoid held-out labels (pools too "
                          "thin; such a matrix leaves the training set of the split whose label "
                          "it shows):")
@@ -212,8 +228,10 @@ def generate(pools: Path, out: Path, rules: SplitRules, scale: float = 1.0, seed
         raise VpromError(f"--workers must be 1 or more, got {workers}")
     check_pools_file(pools)
     crops = read_crop_table(pools, POOLS)  # read into memory and closed: workers fork after this
+    with open_h5(pools) as h5:
+        vocabulary = LabelVocabulary.read(h5.get("vocabulary"), str(pools))
     data = generate_dataset(crops, rules, scale=scale, seed=seed, shard=shard,
-                            source=str(pools), vocabulary=read_pools_vocabulary(pools, crops),
+                            source=str(pools), vocabulary=vocabulary,
                             progress=True, legacy_counts=legacy_counts, workers=workers)
     config = dataset_settings(scale, seed, shard, legacy_counts)
     manifest = make_manifest("dataset", config=config, seed=seed,
@@ -272,34 +290,26 @@ def merge_shards(shards: Sequence[Path], out: Path, rules: SplitRules) -> Genera
     if not np.array_equal(ids[order], np.arange(planned)):
         raise VpromError(f"merge_shards: the shards hold {len(ids)} matrices, the run planned "
                          f"{planned}; a shard file is incomplete or repeated")
-
-    def cat(name):
-        return np.concatenate([getattr(t, name) for t in tables])[order]
-
     splits = {}
     for split in SPLITS:
         train = np.sort(np.concatenate([t.splits[split]["train"] for t in tables]))
         train, val = choose_val(train, seed, split, scale)
         test = np.sort(np.concatenate([t.splits[split]["test"] for t in tables]))
         splits[split] = {"train": train, "val": val, "test": test}
-    table = MatrixTable(id=cat("id"), relation=cat("relation"), element_type=cat("element_type"),
-                        super_attribute=cat("super_attribute"), answer=cat("answer"),
-                        panels=cat("panels"), elements=cat("elements"), splits=splits)
+    table = MatrixTable(**{f: np.concatenate([getattr(t, f) for t in tables])[order]
+                           for f in MatrixTable.__dataclass_fields__ if f != "splits"},
+                        splits=splits)
     every = CropTable(**{f: np.concatenate([getattr(c, f) for c in crops])
                          for f in CropTable.__dataclass_fields__})
     _, first = np.unique(every.crop_id, return_index=True)  # sorted by crop id, like one run
-    counts = _counts(table, planned, True)
     skipped: dict[str, set] = {}
     loosened: dict[str, dict] = {}
     for m in manifests:
         for key, names in m["counts"].get("super_attributes_too_small", {}).items():
             skipped.setdefault(key, set()).update(names)
         for key, v in (m["counts"].get("held_out_bans_loosened") or {}).items():
-            entry = loosened.setdefault(key, {"matrices": 0, "why": {}})
-            entry["matrices"] += v["matrices"]
-            entry["why"].update(v["why"])
-    counts["super_attributes_too_small"] = {k: sorted(v) for k, v in sorted(skipped.items())}
-    counts["held_out_bans_loosened"] = dict(sorted(loosened.items()))
+            _add_loosened(loosened, key, v["matrices"], v["why"])
+    counts = _counts(table, planned, True, skipped, loosened)
     if "vocabulary" in manifests[0]["counts"]:
         counts["vocabulary"] = manifests[0]["counts"]["vocabulary"]
     manifest = make_manifest("dataset", config={**config, "shard": None,
@@ -359,4 +369,3 @@ def read_vocab(vocab: h5py.Group, path: Path) -> tuple[dict, dict, LabelVocabula
     sas = {etype: {sa: g[sa].asstr()[()].tolist() for sa in g}
            for etype, g in vocab.get("super_attributes", {}).items()}
     return universes, sas, LabelVocabulary.read(vocab.get("labels"), str(path))
-

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import reduce
+from operator import or_
 
-from vprom.generation.candidates import mask_of
 from vprom.generation.plan import Group
 from vprom.generation.pool_index import draw_crops
 from vprom.domain import N_CANDIDATES, Relation
-from vprom.generation.relations import RULES
+from vprom.generation.relations import RULES, mask_of
 from vprom.generation.draws import Draws
 from vprom.generation.solver import completion_mask
 
@@ -25,6 +26,8 @@ CONTEXT_TRIES = 40
 CONTEXT_ELEMENTS = {Relation.AND: 2, Relation.OR: 2, Relation.UNION: 3}
 #: crops of one element tried before a candidate set is given up
 CROP_TRIES = 12
+#: cheap attempts (a candidate set that does not fit is given up at once): 4 x `MAX_TRIES`
+HUMAN_TRIES = 160
 
 
 @dataclass
@@ -47,6 +50,7 @@ class HumanSampler:
     focus_ok: bool = True  # some profile has a focus of `focus` (`shortfall`)
     _max: dict = field(default_factory=dict)
     _knowing: dict = field(default_factory=dict)
+    tries = HUMAN_TRIES
 
     def knowing(self, e: int, need: int) -> list[int]:
         """The crops of e that know a value of every super-attribute in `need` (bits)."""
@@ -128,9 +132,9 @@ class HumanSampler:
             for e in draws.shuffled(self.eligible[s]):
                 if len(elements) == m:
                     break
-                if (carried >> e) & 1 or not self.knowing(e, need):
-                    continue
                 crops = self.knowing(e, need)
+                if (carried >> e) & 1 or not crops:
+                    continue
                 best, fewest = -1, N_CANDIDATES * 8
                 for _ in range(CROP_TRIES):
                     row = crops[int(u() * len(crops))]
@@ -167,10 +171,10 @@ class HumanSampler:
                 reserved[b] = draws.pick(free)
         return out, chosen, reserved
 
-    def sample(self, draws: Draws, answer_pos: int, why: Counter, tries: int
+    def sample(self, draws: Draws, answer_pos: int, why: Counter
                ) -> tuple[str, list[int]] | None:
         """(super-attribute, 8 context + 8 candidate crop rows), or None after `tries`."""
-        masks, region = self.masks, self.region
+        masks, region, tries = self.masks, self.region, self.tries
         for attempt in range(tries):
             # after half its tries a group may draw a matrix of another super-attribute: sound
             # and balanced, just not held out (a thin cell)
@@ -217,9 +221,7 @@ class HumanSampler:
             yield from first + [e for e in draws.shuffled(pool) if e != a and e not in mates]
 
         ids = RULES[self.group.relation].context(draws, a, pool, others(), partner=v)
-        if ids is None:
-            return None
-        return draw_crops(draws, ids, self.crops_of, self.region, used)
+        return None if ids is None else draw_crops(draws, ids, self.crops_of, self.region, used)
 
 
 def _allocate(draws: Draws, have: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -257,30 +259,19 @@ def make_human_sampler(pool, design, group: Group, cell: int, crops_of: dict[int
     etype = group.element_type
     sa_of = pool.super_attribute[etype]
     names = sorted(set(sa_of.values()))
-    index = {n: k for k, n in enumerate(names)}
-    values = [0] * len(names)
-    for i, s in sa_of.items():
-        values[index[s]] |= 1 << i
-    carried = 0  # a value no crop carries is no value a distractor can be known to hold
-    for rows in crops_of.values():
-        for r in rows:
-            carried |= pool.masks[r]
-    values = [v & carried for v in values]
-    eligible: list[list[int]] = [[] for _ in names]
-    for e, rows in sorted(crops_of.items()):
-        s = sa_of.get(e)
-        if s is not None and len(rows) >= min_context_crops:
-            eligible[index[s]].append(e)
-    knows: dict[int, dict[int, list[int]]] = {}
+    # a value no crop carries is no value a distractor can be known to hold
+    carried = reduce(or_, (pool.masks[r] for rows in crops_of.values() for r in rows), 0)
+    values = [mask_of(i for i, s in sa_of.items() if s == n) & carried for n in names]
+    eligible = [[e for e, rows in sorted(crops_of.items())
+                 if sa_of.get(e) == n and len(rows) >= min_context_crops] for n in names]
     masks = pool.masks
+    knows: dict[int, dict[int, list[int]]] = {e: {} for e in crops_of}  # by what they know
     for e, rows in crops_of.items():
-        by_known: dict[int, list[int]] = {}
         for r in rows:
-            m = masks[r]
-            by_known.setdefault(sum(1 << k for k, v in enumerate(values) if m & v), []).append(r)
-        knows[e] = by_known
+            known = mask_of(k for k, v in enumerate(values) if masks[r] & v)
+            knows[e].setdefault(known, []).append(r)
     asked, _ = group.super_attributes(design, names)
-    focus = [index[s] for s in asked]
+    focus = [names.index(s) for s in asked]
     # any candidate may be the answer: a train-side group's blocks are only what it asks
     blocks = list(range(len(names))) if group.held_side else focus
     sampler = HumanSampler(group, cell, crops_of, masks, pool.region,

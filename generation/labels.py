@@ -50,14 +50,6 @@ class LabelVocabulary:
                    recorded=base is not None and base.recorded)
 
     @classmethod
-    def from_tables(cls, objects: Iterable[str], object_attributes: Mapping[str, str],
-                    human_attributes: Mapping[str, str],
-                    implied: Mapping[str, Iterable[str]]) -> "LabelVocabulary":
-        return cls(frozenset(objects), {OBJECT_TABLE: dict(object_attributes),
-                                        HUMAN: dict(human_attributes)},
-                   {k: tuple(v) for k, v in implied.items()})
-
-    @classmethod
     def read(cls, group: h5py.Group | None, where: str) -> "LabelVocabulary | None":
         """The vocabulary in `group` (POOLS.h5 `vocabulary`, DATASET.h5 `vocab/labels`) or None."""
         if group is None:
@@ -113,18 +105,7 @@ class LabelVocabulary:
         concepts = {crop: self.concepts(*crop) for crop in set(crops)}  # label sets repeat
         return ConceptTable([concepts[crop] for crop in crops])
 
-    def super_attribute_of(self, element_type: str, label: str) -> str:
-        """The super-attribute of an attribute label in the crop's table ("" if none)."""
-        return self.tables.get(table_of(element_type), {}).get(label, "")
-
     def counts(self) -> dict:
         return {"recorded": self.recorded, "categories": len(self.categories),
                 "attributes": {t: len(self.tables.get(t, {})) for t in TABLES},
                 "implied_names": len(self.implied)}
-
-
-def read_pools_vocabulary(path, crops: CropTable) -> LabelVocabulary:
-    """The vocabulary recorded in POOLS.h5 (completed with the crops' own elements)."""
-    with h5py.File(path, "r") as h5:
-        base = LabelVocabulary.read(h5["vocabulary"] if "vocabulary" in h5 else None, str(path))
-    return LabelVocabulary.of_crops(crops, base)

@@ -64,15 +64,6 @@ class Group:
                 [s for s in every if s not in held])
 
 
-def plan_groups(design: HeldOutDesign) -> list[Group]:
-    groups = []
-    for etype in ElementType:
-        for relation in RELATIONS_OF[etype]:
-            for fields, side, weight in _groups_of(etype, relation, design):
-                groups.append(Group(etype, relation, side, weight, **fields))
-    return groups
-
-
 def _share(kinds: list[dict], side: int, total: float) -> list[tuple[dict, int, float]]:
     return [(k, side, total / len(kinds)) for k in kinds]
 
@@ -84,18 +75,17 @@ def _groups_of(etype: ElementType, relation: Relation, design: HeldOutDesign):
         # half the train side is unconstrained; the rest mirrors the test groups, so that
         # odd and even (low and high) counts answer equally often
         constrained = [{"counts": tuple(sorted(s))} for s in design.count_train_sets]
-        out = [({}, 0, train / 2 if constrained else train)]
-        out += _share(constrained, 0, train / 2) if constrained else []
         tests = [{"counts": tuple(sorted(s))} for s in design.count_test_sets]
-        return out + (_share(tests, 1, test) if tests else [])
+        return ([({}, 0, train / 2 if constrained else train)]
+                + _share(constrained, 0, train / 2) + _share(tests, 1, test))
     if etype is ElementType.OBJECT:
         held = set(design.object_test_thirds.get(relation.value, ()))
         free = [{"third": k} for k in range(3) if k not in held]
         if not free:
             raise VpromError(f"split specs hold out every object third for {relation.value}; "
                              "no object matrix of it could train")
-        return _share(free, 0, train if held else 1.0) + (
-            _share([{"third": k} for k in sorted(held)], 1, test) if held else [])
+        return (_share(free, 0, train if held else 1.0)
+                + _share([{"third": k} for k in sorted(held)], 1, test))
     tests = []
     if design.held_super_attributes.get(etype.value):
         tests.append({"hold_out": HoldOut.SUPER_ATTRIBUTE})
@@ -136,7 +126,9 @@ class MatrixPlan:
 def make_plan(scale: float, seed: int, design: HeldOutDesign) -> MatrixPlan:
     if not scale > 0:
         raise VpromError(f"--scale must be positive, got {scale}")
-    groups = plan_groups(design)
+    groups = [Group(etype, relation, side, weight, **fields) for etype in ElementType
+              for relation in RELATIONS_OF[etype]
+              for fields, side, weight in _groups_of(etype, relation, design)]
     quotas = [0] * len(groups)
     for etype, n in TABLE1.items():
         per_relation = _apportion(int(round(n * scale)), [1.0] * len(RELATIONS_OF[etype]))

@@ -6,6 +6,7 @@ universe and, per relation, whether it shows what a held-out split bans from tra
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable
 
 import numpy as np
@@ -54,22 +55,20 @@ class PoolIndex:
             self.vocabulary, design, crops.element_type.tolist(), self.label_sets)
         self.universe: dict[ElementType, Universe] = {}
         self.super_attribute: dict[ElementType, dict[int, str]] = {}
+        self.elements_of: dict[ElementType, dict[str, list[str]]] = {}  # super-attribute's
         # cells[etype][cell][element id] -> crop rows
         self.cells: dict[ElementType, list[dict[int, list[int]]]] = {}
-        etypes = crops.element_type
         for etype in ElementType:
-            rows = np.flatnonzero(etypes == etype.value)
+            rows = np.flatnonzero(crops.element_type == etype.value)
             if len(rows):
                 self._index_type(etype, rows, cell)
 
     def _index_type(self, etype: ElementType, rows: np.ndarray, cell: list[int]) -> None:
         crops, vocab = self.crops, self.vocabulary
+        # attribute label -> super-attribute (no table for objects and counts)
+        table = vocab.tables.get(etype.value, {})
         elements = crops.element[rows].tolist()
-        names = set(elements)
-        if etype is ElementType.OBJECT:
-            names |= vocab.categories
-        elif etype is not ElementType.COUNT:
-            names |= set(vocab.tables.get(etype.value, {}))
+        names = set(elements) | (vocab.categories if etype is ElementType.OBJECT else set(table))
         universe = Universe(etype, names)
         ids = universe.ids
         for e in set(elements) - set(ids):
@@ -77,20 +76,12 @@ class PoolIndex:
                              "1..10; re-mine the pools")
         cells: list[dict[int, list[int]]] = [{}, {}, {}, {}]
         supers = crops.super_attribute
-        sa: dict[int, str] = {}
-        if etype in (ElementType.OBJECT_ATTRIBUTE, ElementType.HUMAN_ATTRIBUTE):
-            sa = {i: vocab.super_attribute_of(etype.value, name) for name, i in ids.items()}
-            sa = {i: s for i, s in sa.items() if s}
-        by_set: dict[frozenset, int] = {}  # label sets repeat a lot ("5|cows")
-        label_sets = self.label_sets
+        sa = {i: table[name] for name, i in ids.items() if table.get(name)}
+        mask = lru_cache(maxsize=None)(universe.mask)  # label sets repeat a lot ("5|cows")
         for r, e in zip(rows.tolist(), elements):
             i = ids[e]
-            labels = label_sets[r]
-            m = by_set.get(labels)
-            if m is None:
-                m = by_set[labels] = universe.mask(labels)
             # a crop always carries its own element, whatever its label list says
-            self.masks[r] = m | (1 << i)
+            self.masks[r] = mask(self.label_sets[r]) | (1 << i)
             self.element_id[r] = i
             cells[cell[r]].setdefault(i, []).append(r)
             if supers[r]:
@@ -100,6 +91,7 @@ class PoolIndex:
         by_sa: dict[str, list[str]] = {}
         for i, name in sa.items():
             by_sa.setdefault(name, []).append(universe.names[i])
+        self.elements_of[etype] = by_sa
         self.solver_groups[etype] = group_masks(universe, by_sa)
         self.cells[etype] = cells
 

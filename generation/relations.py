@@ -13,7 +13,8 @@ mask of every element completing the matrix.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import lru_cache, reduce
+from operator import or_
 from typing import Sequence
 
 import numpy as np
@@ -33,6 +34,11 @@ def bits(mask: int):
 def positions(mask: int):
     """The bit positions set in `mask`, lowest first."""
     return (low.bit_length() - 1 for low in bits(mask))
+
+
+def mask_of(ids) -> int:
+    """The mask with the bit positions `ids` set."""
+    return reduce(or_, (1 << i for i in ids), 0)
 
 
 class Rule:
@@ -198,11 +204,9 @@ class Progression(Rule):
     min_elements = 3
 
     def sample(self, draws, elements):
-        options = _progressions(tuple(sorted(elements)))
         # the answer first, uniform over the values some progression ends on: drawing the
         # step first would make the extremes answer far more often than the middle
-        ends = sorted({s + 2 * d for d, starts in options for s in starts})
-        answer = draws.pick(ends)
+        answer = draws.pick(self.ends(elements))
         return self.context(draws, answer, elements) + [answer]
 
     def context(self, draws, answer, elements, others=(), partner=-1):
@@ -235,8 +239,10 @@ class Progression(Rule):
         return out
 
     @staticmethod
-    def feasible(elements: Sequence[int]) -> bool:
-        return bool(_progressions(tuple(sorted(elements))))
+    def ends(elements: Sequence[int]) -> list[int]:
+        """The values some progression of `elements` ends on (none: no progression fits)."""
+        return sorted({s + 2 * d for d, starts in _progressions(tuple(sorted(elements)))
+                       for s in starts})
 
 
 RULES: dict[Relation, Rule] = {r.relation: r for r in (And(), Or(), Union(), Progression())}

@@ -17,7 +17,6 @@ from vprom.generation.candidates import (
     Option,
     distractors,
     fill_weights,
-    mask_of,
     static_block,
 )
 from vprom.generation.human_candidates import HumanSampler, make_human_sampler, shortfall
@@ -27,7 +26,7 @@ from vprom.generation.plan import Group, MatrixPlan
 from vprom.generation.pool_index import CELL_NAMES, RELATION_BIT, PoolIndex, draw_crops
 from vprom.errors import VpromError
 from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, ElementType, Relation
-from vprom.generation.relations import RULES, Progression
+from vprom.generation.relations import RULES, Progression, mask_of
 from vprom.generation.draws import Draws
 from vprom.generation.solver import completion_mask
 from vprom.splits.rules import HeldOutDesign, object_third
@@ -36,8 +35,6 @@ from vprom.splits.rules import HeldOutDesign, object_third
 MIN_CONTEXT_CROPS = 3
 #: Resampling attempts per matrix before generation gives up with a VpromError.
 MAX_TRIES = 40
-#: cheap attempts: a candidate set that does not fit is given up at once
-HUMAN_TRIES = 4 * MAX_TRIES
 #: Attempts keeping every candidate's element off the others (`_Taker`); later ones keep only
 #: the completions off (a super-attribute every crop carries has no exclusive labels).
 STRICT_TRIES = 12
@@ -54,12 +51,52 @@ class Sampler:
     options: list[Option]
     cumulative: list[float]
     crops_of: dict[int, list[int]]
+    masks: list[int]  # crop row -> its label mask
+    region: list[int]  # crop row -> its region (no region twice in a matrix)
     label: str = ""
     skipped: list[str] = field(default_factory=list)  # super-attributes too small for it
     solver_groups: list[int] = field(default_factory=list)
     fill_weight: dict[str, float] = field(default_factory=dict)  # `fill_weights`
     mixing: dict = field(default_factory=dict)  # super-attribute -> `candidate_blocks.Plan`
     absent: dict | None = None  # counts: `count_candidates.absent_tables`' table
+    tries = MAX_TRIES
+
+    def sample(self, draws: Draws, answer_pos: int, why: Counter
+               ) -> tuple[str, list[int]] | None:
+        """(super-attribute, 16 crop rows, the answer at `answer_pos`) or None; `why`: failures."""
+        etype, rule, crops_of = self.group.element_type, RULES[self.group.relation], self.crops_of
+        masks, region, groups = self.masks, self.region, self.solver_groups
+        for attempt in range(self.tries):
+            option = self.options[draws.by_cumulative(self.cumulative)]
+            ids = rule.sample(draws, option.context)
+            rows = draw_crops(draws, ids, crops_of, region)
+            if rows is None:
+                why["no 9 context crops on distinct regions"] += 1
+                continue
+            z = completion_mask(etype, [masks[r] for r in rows[:N_CONTEXT]], groups=groups)
+            if not masks[rows[N_CONTEXT]] & z:
+                why["the context's labels admit no reading the answer completes"] += 1
+                continue
+            used = {region[r] for r in rows}
+            context_ids = list(dict.fromkeys(ids[:N_CONTEXT]))
+            if self.absent is not None:
+                wrong = count_distractors(draws, self.absent, ids[N_CONTEXT], z, used, crops_of,
+                                          masks, region)
+            else:
+                wrong = distractors(draws, option, context_ids, z, used, crops_of, masks,
+                                    region, self.fill_weight, rows[N_CONTEXT],
+                                    attempt < STRICT_TRIES, self.mixing)
+            if wrong is None:
+                why["too few distractors outside the completions"] += 1
+                continue
+            draws.shuffle(wrong)
+            candidates = wrong[:answer_pos] + [rows[N_CONTEXT]] + wrong[answer_pos:]
+            # the solver check: exactly the answer completes the matrix
+            if [k for k in range(N_CANDIDATES) if masks[candidates[k]] & z] != [answer_pos]:
+                why["a second candidate completes"] += 1
+                continue
+            return option.super_attribute, rows[:N_CONTEXT] + candidates
+        return None
 
 
 def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
@@ -91,36 +128,32 @@ def make_sampler(pool: PoolIndex, design: HeldOutDesign, group: Group,
             raise VpromError(f"{where}{banned_note}: no sound {label} can be drawn — {reason}"
                              f" — {THIN_POOL_ADVICE}")
         return human
-    universe = pool.universe[etype]
     enough = {i for i, rows in crops_of.items() if len(rows) >= MIN_CONTEXT_CROPS}
     usable = set(crops_of)
-    sa_of = pool.super_attribute[etype]
     if etype is ElementType.COUNT:
         allowed = set(group.counts or COUNTS)
         options = [Option("", sorted(allowed & enough), sorted(usable), [])]
     elif etype is ElementType.OBJECT:
-        mine = {i for i in universe.names if object_third(universe.names[i]) == group.third}
+        names = pool.universe[etype].names
+        mine = {i for i in names if object_third(names[i]) == group.third}
         options = [Option("", sorted(mine & enough), sorted(mine & usable), [])]
     else:
-        options = _attribute_options(group, design, sa_of, enough, usable)
-    good, short = [], []
-    for o in options:
-        reason = _shortfall(o, group.relation)
-        if reason is None:
-            good.append(o)
-        else:
-            short.append(f"{o.super_attribute or etype.value}: {reason}")
+        options = _attribute_options(group, design, pool.super_attribute[etype], enough, usable)
+    reasons = [_shortfall(o, group.relation) for o in options]
+    good = [o for o, reason in zip(options, reasons) if reason is None]
     if not good:
-        raise VpromError(f"{where}{banned_note}: no sound {label} can be drawn — "
-                         + "; ".join(short) + f" — {THIN_POOL_ADVICE}")
+        short = "; ".join(f"{o.super_attribute or etype.value}: {reason}"
+                          for o, reason in zip(options, reasons))
+        raise VpromError(f"{where}{banned_note}: no sound {label} can be drawn — {short} — "
+                         f"{THIN_POOL_ADVICE}")
     # one that cannot form a symmetric profile is left out, unless no other can
     symmetric = [o for o in good
                  if not o.super_attribute or static_block(o, group.relation) is not None]
     good = symmetric or good
     cumulative = np.cumsum([len(o.context) for o in good]).tolist()
     skipped = sorted(o.super_attribute for o in options if o not in good)
-    return Sampler(group, cell, good, cumulative, crops_of, label=f"{label} on {where}",
-                   skipped=skipped, solver_groups=pool.solver_groups.get(etype, []))
+    return Sampler(group, cell, good, cumulative, crops_of, pool.masks, pool.region,
+                   f"{label} on {where}", skipped, pool.solver_groups.get(etype, []))
 
 
 def _shortfall(o: Option, relation: Relation) -> str | None:
@@ -129,7 +162,7 @@ def _shortfall(o: Option, relation: Relation) -> str | None:
     if len(o.context) < need:
         return (f"{need} elements with >= {MIN_CONTEXT_CROPS} crops each needed, "
                 f"{len(o.context)} available (short by {need - len(o.context)})")
-    if relation is Relation.PROGRESSION and not Progression.feasible(o.context):
+    if relation is Relation.PROGRESSION and not Progression.ends(o.context):
         return f"no progression fits the counts {sorted(o.context)}"
     need = N_CANDIDATES - 1 + rule.completing_elements
     have = len(set(o.same) | set(o.fill))
@@ -157,44 +190,6 @@ def _attribute_options(group: Group, design: HeldOutDesign, sa_of: dict[int, str
     return options
 
 
-def sample_matrix(s: Sampler, draws: Draws, answer_pos: int, masks: list[int],
-                  region: list[int], why: Counter) -> tuple[str, list[int]] | None:
-    """(super-attribute, 16 crop rows, the answer at `answer_pos`) or None; `why`: failures."""
-    etype, rule, crops_of = s.group.element_type, RULES[s.group.relation], s.crops_of
-    groups = s.solver_groups
-    for attempt in range(MAX_TRIES):
-        option = s.options[draws.by_cumulative(s.cumulative)]
-        ids = rule.sample(draws, option.context)
-        rows = draw_crops(draws, ids, crops_of, region)
-        if rows is None:
-            why["no 9 context crops on distinct regions"] += 1
-            continue
-        z = completion_mask(etype, [masks[r] for r in rows[:N_CONTEXT]], groups=groups)
-        if not masks[rows[N_CONTEXT]] & z:
-            why["the context's labels admit no reading the answer completes"] += 1
-            continue
-        used = {region[r] for r in rows}
-        context_ids = list(dict.fromkeys(ids[:N_CONTEXT]))
-        if s.absent is not None:
-            wrong = count_distractors(draws, s.absent, ids[N_CONTEXT], z, used, crops_of,
-                                      masks, region)
-        else:
-            wrong = distractors(draws, option, context_ids, z, used, crops_of, masks, region,
-                                 s.fill_weight, rows[N_CONTEXT], attempt < STRICT_TRIES,
-                                 s.mixing)
-        if wrong is None:
-            why["too few distractors outside the completions"] += 1
-            continue
-        draws.shuffle(wrong)
-        candidates = wrong[:answer_pos] + [rows[N_CONTEXT]] + wrong[answer_pos:]
-        # the solver check: exactly the answer completes the matrix
-        if [k for k in range(N_CANDIDATES) if masks[candidates[k]] & z] != [answer_pos]:
-            why["a second candidate completes"] += 1
-            continue
-        return option.super_attribute, rows[:N_CONTEXT] + candidates
-    return None
-
-
 def ban_mask(pool: PoolIndex, group: Group) -> list[int] | None:
     """Per crop, the relations (`RELATION_BIT`) for which the group may not draw it (None:
     any). Train-side groups avoid every ban, to train in every split; so do counts, lest a
@@ -209,18 +204,9 @@ def ban_mask(pool: PoolIndex, group: Group) -> list[int] | None:
     return banned if any(banned) else None
 
 
-def note_loosened(loosened: dict[str, dict], note: tuple[str, str, str]) -> None:
-    """Count `PlanSampler.draw`'s note (group, cell, why) in `loosened`, as the manifest has it."""
-    name, cell, why = note
-    entry = loosened.setdefault(name, {"matrices": 0, "why": {}})
-    entry["matrices"] += 1
-    entry["why"][cell] = why
-
-
 class PlanSampler:
     """Every (group, cell) sampler of a plan, made once; `draw(i)` gives matrix i from
-    `Draws(seed, i)` alone. Where a cell is too thin for its group's ban, the matrix is drawn
-    *loosened*, from all the cell's crops."""
+    `Draws(seed, i)` alone, *loosened* (from all the cell's crops) where its ban leaves too few."""
 
     def __init__(self, pool: PoolIndex, plan: MatrixPlan,
                  skipped: dict[str, list[str]] | None = None,
@@ -251,11 +237,10 @@ class PlanSampler:
         self.tables = {} if legacy_counts else absent_tables(made, matrices_of)
         for sampler in [*samplers.values(), *self.loose.values()]:
             self._weighted(sampler)
-        for sampler in [s for s in samplers.values() if s is not None]:
-            if sampler.skipped and skipped is not None:
-                g = sampler.group
-                key = f"{g.element_type.value} {g.relation.value} {g.name}"
-                skipped[key] = sorted(set(skipped.get(key, [])) | set(sampler.skipped))
+        for s in samplers.values():
+            if s is not None and s.skipped and skipped is not None:
+                key = f"{s.group.element_type.value} {s.group.relation.value} {s.group.name}"
+                skipped[key] = sorted(set(skipped.get(key, [])) | set(s.skipped))
         self.samplers = samplers
 
     def _weighted(self, sampler):
@@ -272,9 +257,8 @@ class PlanSampler:
         return sampler
 
     def draw(self, i: int) -> tuple[str, list[int], tuple[str, str, str] | None]:
-        """(matrix i's super-attribute, its 16 crop rows, `note_loosened`'s note or None)."""
+        """(super-attribute, 16 crop rows, None or a loosened draw's (group, cell, why))."""
         pool, plan = self.pool, self.plan
-        masks, region = pool.masks, pool.region
         g, cell = int(plan.group_of[i]), int(self.cells[i])
         group = plan.groups[g]
         key = (g, cell)
@@ -282,7 +266,7 @@ class PlanSampler:
         answer = int(plan.answer[i])
         why: Counter = Counter()
         draws = Draws(plan.seed, i)
-        got = None if sampler is None else _sample(sampler, draws, answer, masks, region, why)
+        got = None if sampler is None else sampler.sample(draws, answer, why)
         note = None
         if got is None and ban_mask(pool, group) is not None:
             if key not in self.loose:
@@ -291,19 +275,12 @@ class PlanSampler:
                 self.reasons.setdefault(key, "a matrix found no sound candidates among them "
                                              f"in {MAX_TRIES} tries")
             sampler = self.loose[key]
-            got = _sample(sampler, draws, answer, masks, region, why)
+            got = sampler.sample(draws, answer, why)
             if got is not None:
                 note = (f"{group.element_type.value} {group.relation.value} {group.name}",
                         CELL_NAMES[cell], self.reasons[key])
         if got is None:
             steps = "; ".join(f"{reason}: {n}" for reason, n in why.most_common())
-            tries = HUMAN_TRIES if isinstance(sampler, HumanSampler) else MAX_TRIES
-            raise VpromError(f"matrix {i}: no sound {sampler.label} after {tries} tries "
+            raise VpromError(f"matrix {i}: no sound {sampler.label} after {sampler.tries} tries "
                              f"({steps}); the pool is too thin there — {THIN_POOL_ADVICE}")
         return got[0], got[1], note
-
-
-def _sample(sampler, draws: Draws, answer: int, masks, region, why: Counter):
-    if isinstance(sampler, HumanSampler):
-        return sampler.sample(draws, answer, why, HUMAN_TRIES)
-    return sample_matrix(sampler, draws, answer, masks, region, why)

@@ -13,7 +13,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from vprom.domain import N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType, Matrix, Relation
-from vprom.generation.relations import RULES
+from vprom.generation.relations import RULES, mask_of
 from vprom.tables import string_codes
 
 _RULES_OF = {t: tuple(RULES[r] for r in rels) for t, rels in RELATIONS_OF.items()}
@@ -33,13 +33,7 @@ class Universe:
         self.names = {i: n for n, i in self.ids.items()}
 
     def mask(self, labels: Iterable[str]) -> int:
-        ids = self.ids
-        m = 0
-        for label in labels:
-            i = ids.get(label)
-            if i is not None:
-                m |= 1 << i
-        return m
+        return mask_of(self.ids[label] for label in labels if label in self.ids)
 
 
 def completion_mask(element_type: ElementType, context: Sequence[int],
@@ -61,9 +55,7 @@ def group_masks(u: Universe, groups: Mapping[str, Iterable[str]] | None) -> list
     if not groups:
         return []
     out = [m for _, g in sorted(groups.items()) if (m := u.mask(g))]
-    rest = u.mask(u.ids)
-    for m in out:
-        rest &= ~m
+    rest = u.mask(set(u.ids).difference(*groups.values()))
     return out + ([rest] if rest else [])
 
 

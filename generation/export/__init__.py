@@ -13,14 +13,14 @@ import numpy as np
 from tqdm import tqdm
 
 from vprom.claim import writes
-from vprom.domain import N_PANELS, Matrix
+from vprom.domain import N_PANELS
 from vprom.errors import VpromError
 from vprom.files import atomic_path
 from vprom.generation.export.crops import box, labels, template_text
 from vprom.generation.export.hf import write_hf
 from vprom.generation.export.npz import DEFAULT_SIZE, write_npz
 from vprom.generation.export.release import FIRST_CANDIDATE_LABEL, write_release
-from vprom.generation.export.vlm import VlmOptions, open_store, read_template, write_vlm
+from vprom.generation.export.vlm import open_store, vlm_options, write_vlm
 from vprom.manifest import input_hashes, make_manifest, write_manifest
 from vprom.tables import (
     CropTable,
@@ -31,7 +31,6 @@ from vprom.tables import (
     read_matrix_table,
 )
 
-MATRIX_KEYS = ("id", "relation", "element_type", "super_attribute", "answer", "splits")
 #: format -> what it writes (the command line's help) and what `export` wrote (its counts)
 _TEXTS = json.loads(template_text("formats.json"))
 FORMATS, SUMMARIES, EXAMPLES = _TEXTS["help"], _TEXTS["summaries"], tuple(_TEXTS["examples"])
@@ -74,8 +73,7 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
     crops, matrices = read_crop_table(dataset), read_matrix_table(dataset)
     config = {"format": fmt}
     if fmt == "vlm":  # before any work
-        vlm = VlmOptions(split, part, layout, read_template(prompt), limit, seed)
-        vlm.check(matrices, prompt)
+        vlm = vlm_options(matrices, split, part, layout, prompt, limit, seed)
         config.update(split=split, part=part, layout=layout, limit=limit, seed=seed,
                       prompt=vlm.template)
     elif fmt in ("original", "npz"):
@@ -115,16 +113,13 @@ def export(dataset: str | Path, fmt: str, out: str | Path, vg_dir: str | Path | 
     return ExportSummary(out, fmt, counts)
 
 
-def crop_fragments(crops: CropTable) -> list[str]:
-    """Per crop, the JSON of its panel fields after "element", built once for all matrices."""
-    return [json.dumps({"image_id": int(crops.image_id[i]), "box": box(crops, i),
-                        "source_id": int(crops.source_id[i]), "phrase": crops.phrase[i],
-                        "labels": labels(crops, i)}, ensure_ascii=False)[1:-1]
-            for i in range(len(crops))]
-
-
 def matrix_lines(crops: CropTable, m: MatrixTable, rows: np.ndarray):
-    fragments, columns, splits = crop_fragments(crops), m.part_columns(), m.ordered_splits()
+    # per crop, the JSON of its panel fields after "element", built once for all matrices
+    fragments = [json.dumps({"image_id": int(crops.image_id[i]), "box": box(crops, i),
+                             "source_id": int(crops.source_id[i]), "phrase": crops.phrase[i],
+                             "labels": labels(crops, i)}, ensure_ascii=False)[1:-1]
+                 for i in range(len(crops))]
+    columns, splits = m.part_columns(), m.ordered_splits()
     for i in range(len(m)):
         answer = int(m.answer[i])
         head = {"id": int(m.id[i]), "relation": m.relation[i], "element_type": m.element_type[i],
@@ -136,12 +131,3 @@ def matrix_lines(crops: CropTable, m: MatrixTable, rows: np.ndarray):
             f'{json.dumps(m.elements[i, k], ensure_ascii=False)}, {fragments[rows[i, k]]}}}'
             for k in range(N_PANELS))
         yield json.dumps(head, ensure_ascii=False)[:-1] + f', "panels": [{panels}]}}\n'
-
-
-
-def matrix_of(record: dict) -> Matrix:
-    """The `Matrix` of one exported jsonl record."""
-    part = {k: record[k] for k in MATRIX_KEYS}
-    part["panels"] = [p["crop_id"] for p in record["panels"]]
-    part["elements"] = [p["element"] for p in record["panels"]]
-    return Matrix(**part)

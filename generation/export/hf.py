@@ -2,20 +2,23 @@
 `datasets.load_dataset(OUT)`. `data/crops/` has a row per distinct crop with its JPEG,
 `data/<split>/<part>-<k>.parquet` a row per problem naming its 16 crops by id (inlined JPEGs
 would repeat). Schema metadata carries the `datasets` features (`image` decodes as PIL); a
-rerun resumes the finished shards.
+rerun resumes the finished shards. The card (`README.md`, `templates/hf_card.md`) has YAML
+front matter (licence, tags, a configuration per split and `crops`; `datasets` reads `configs:`
+from 2.14.0), the rows, how panels join crops, how the data were built and what to cite.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from string import Template
 
 import numpy as np
 
 from vprom.errors import VpromError
 from vprom.files import write_json
-from vprom.generation.export.crops import box, cut_crops, jpeg, labels, resumable_dir, write_once
-from vprom.generation.export.hf_card import card
+from vprom.generation.export.crops import box, cut_crops, jpeg, labels, resumable_dir
+from vprom.generation.export.crops import template_text, write_once
 from vprom.domain import N_CONTEXT
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
@@ -33,6 +36,7 @@ PROBLEM_FEATURES = {"id": INT, "relation": STRING, "element_type": STRING,
                     "super_attribute": STRING, "answer": INT, "answer_element": STRING,
                     "panels": [INT], "elements": [STRING], "image_ids": [INT],
                     "boxes": [[INT]]}
+MIN_DATASETS = (2, 14)
 
 
 def pyarrow_modules():
@@ -65,8 +69,7 @@ def write_table(path: Path, columns: dict, features: dict) -> None:
 
 
 def crop_columns(crops: CropTable, rows: list[int], data: dict[int, bytes]) -> dict:
-    plain = ("crop_id", "image_id", "element_type", "element", "super_attribute", "phrase",
-             "source_id")
+    plain = [k for k in CROP_FEATURES if k not in ("image", "box", "labels")]
     return {**{k: getattr(crops, k)[rows].tolist() for k in plain},
             "image": [{"bytes": data[r], "path": f"{int(crops.crop_id[r])}.jpg"} for r in rows],
             "box": [box(crops, r) for r in rows], "labels": [labels(crops, r) for r in rows]}
@@ -128,6 +131,34 @@ def write_problems(crops: CropTable, m: MatrixTable, rows: np.ndarray, data: Pat
                 write_table(folder / f"{part}-{k:05d}.parquet",
                             problem_columns(crops, m, rows, block), PROBLEM_FEATURES)
     return counts
+
+
+def configs(splits: list[str]) -> str:
+    """The front matter's configurations of the splits (`neutral`, the first, the default)."""
+    lines = ["configs:"]
+    for k, split in enumerate(splits):
+        lines.append(f"- config_name: {split}")
+        if k == 0:
+            lines.append("  default: true")
+        lines.append("  data_files:")
+        for part in SPLIT_PARTS:
+            lines += [f"  - split: {part}", f"    path: data/{split}/{part}-*.parquet"]
+    return "\n".join(lines)
+
+
+def card(summary: dict, about: dict) -> str:
+    splits = list(summary["splits"])
+    table = "\n".join(f"| {s} | " + " | ".join(f"{summary['splits'][s][p]:,}"
+                                               for p in SPLIT_PARTS) + " |" for s in splits)
+    manifest = about.get("manifest", {})
+    built = {k: manifest.get(k) for k in ("kind", "config", "seed", "inputs", "counts")
+             if k in manifest}
+    return Template(template_text("hf_card.md")).substitute(
+        configs=configs(splits), version=str(manifest.get("vprom_version", "")),
+        problems=f"{summary['problems']:,}", crops=f"{summary['crops']:,}", table=table,
+        need="{}.{}".format(*MIN_DATASETS), min_datasets=str(MIN_DATASETS),
+        build_manifest=json.dumps(built, indent=2, sort_keys=True),
+        verify=about.get("verify") or "(not run for this export)")
 
 
 def write_hf(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_dir: Path,

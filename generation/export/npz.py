@@ -20,15 +20,18 @@ from vprom.generation.export.crops import (
     WORKERS,
     check_split,
     cut_crops,
+    npy_bytes,
     template_text,
 )
-from vprom.generation.export.npy_pickle import npy_bytes
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, free_space_for, preallocate, write_json
 from vprom.domain import N_PANELS, ElementType, Relation
 from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 
-STYLES = ("pgm", "raven", "color")
+#: style -> a problem's file name (the `regime` of `split`, its `part`, the matrix `id`)
+FILE_NAMES = {"pgm": "{regime}/PGM_{regime}_{part}_{id}.npz",
+              "raven": "{regime}/RAVEN_{id}_{part}.npz", "color": "vprom_{split}_{part}_{id}.npz"}
+STYLES = tuple(FILE_NAMES)
 N_SLOTS = 12
 MAX_RULES = 4  # PGM's relation_structure_encoded rows
 UNUSED = "(unused)"
@@ -54,19 +57,14 @@ RAVEN_ATTRIBUTE = {ElementType.COUNT.value: "Number", ElementType.OBJECT.value: 
 RAVEN_STRUCTURE = ("Scene", "Singleton", "Grid", "Center_Single", "/", "/", "/", "/")
 RAVEN_MAX_RULES = 8  # meta_matrix rows
 EMBEDDING_DIM = 300  # RAVEN's loader: torch.zeros((6, 300))
+DEFAULT_SIZE = 160
+META_TARGET_NAMES = tuple(r.value for r in Relation) + tuple(e.value for e in ElementType)
+RESAMPLE = Image.Resampling.BILINEAR
+ZLIB_LEVEL = 1
 
 
 def regime(split: str) -> str:
     return split.replace("_", ".")
-
-
-def problem_name(style: str, split: str, part: str, matrix_id: int) -> str:
-    r = regime(split)
-    if style == "raven":
-        return f"{r}/RAVEN_{matrix_id}_{part}.npz"
-    if style == "color":
-        return f"vprom_{split}_{part}_{matrix_id}.npz"
-    return f"{r}/PGM_{r}_{part}_{matrix_id}.npz"
 
 
 def raven_embedding() -> dict[str, list[float]]:
@@ -97,11 +95,6 @@ def raven_arrays(relation: str, element_type: str, super_attribute: str) -> dict
             "structure": np.array(RAVEN_STRUCTURE), "meta_structure": meta_structure,
             "meta_target_names": np.array(RAVEN_TARGET_NAMES),
             "meta_structure_names": np.array(RAVEN_STRUCTURE_NAMES)}
-
-DEFAULT_SIZE = 160
-META_TARGET_NAMES = tuple(r.value for r in Relation) + tuple(e.value for e in ElementType)
-RESAMPLE = Image.Resampling.BILINEAR
-ZLIB_LEVEL = 1
 
 
 def panel_tile(crop: Image.Image, size: int, mode: str = "RGB") -> np.ndarray:
@@ -155,12 +148,12 @@ def write_npz(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, vg_
                     if style == "raven" else
                     {"meta_target": np.isin(names, rule[:2]).astype(np.int64),
                      "meta_target_names": names})
-            save_npz(
-                tmp / problem_name(style, split, part, mid),
-                image=tiles[[tile_of[int(r)] for r in rows[i]]], target=np.int64(m.answer[i]),
-                **keys, relation=np.str_(m.relation[i]), element_type=np.str_(m.element_type[i]),
-                super_attribute=np.str_(m.super_attribute[i]), id=np.int64(mid),
-                panels=m.panels[i].astype(np.int64), elements=m.elements[i].astype(str))
+            name = FILE_NAMES[style].format(regime=regime(split), split=split, part=part, id=mid)
+            save_npz(tmp / name, image=tiles[[tile_of[int(r)] for r in rows[i]]],
+                     target=np.int64(m.answer[i]), **keys, relation=np.str_(m.relation[i]),
+                     element_type=np.str_(m.element_type[i]),
+                     super_attribute=np.str_(m.super_attribute[i]), id=np.int64(mid),
+                     panels=m.panels[i].astype(np.int64), elements=m.elements[i].astype(str))
 
         with ThreadPoolExecutor(WORKERS) as pool:
             for _ in tqdm(pool.map(write, chosen), total=len(chosen), desc="npz",

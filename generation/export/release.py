@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from vprom.generation.export.crops import cut_crops, release_ids, template_text
-from vprom.generation.export.npy_pickle import npy_bytes
+from vprom.generation.export.crops import cut_crops, npy_bytes, release_ids, template_text
 from vprom.errors import VpromError
 from vprom.files import atomic_dir, free_space_for, write_json
 from vprom.domain import N_CONTEXT, N_PANELS, RELATIONS_OF, ElementType
@@ -45,20 +44,14 @@ def problem_path(pid: int) -> str:
     return f"{PROBLEMS}/{pid // BUCKET}/{pid}"
 
 
-def empty_labels() -> dict[str, dict]:
-    """The three label dicts with every key a client looks up, and no entries."""
-    out: dict[str, dict] = {}
+def label_dicts(m: MatrixTable, pids: np.ndarray) -> dict[str, dict]:
+    out: dict[str, dict] = {}  # every key a client looks up, even without entries
     for element_type, (name, sub) in LABEL_FILES.items():
         table = out.setdefault(name, {})
         for relation in RELATIONS_OF[ElementType(element_type)]:
             slot = table.setdefault(relation.value, {})
             if sub is not None:
                 slot.setdefault(sub, {})
-    return out
-
-
-def label_dicts(m: MatrixTable, pids: np.ndarray) -> dict[str, dict]:
-    out = empty_labels()
     for i in range(len(m)):
         element_type, relation = m.element_type[i], m.relation[i]
         if element_type not in LABEL_FILES:
@@ -111,7 +104,7 @@ def write_release(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path,
             shutil.rmtree(crop_dir)
         datasets = tmp / DATASETS
         datasets.mkdir(parents=True, exist_ok=True)
-        for name, table in labels.items():  # numpy 1.x loads them too (npy_pickle)
+        for name, table in labels.items():  # numpy 1.x loads them too (`npy_bytes`)
             (datasets / name).write_bytes(npy_bytes(table))
         for name, paths in lists.items():
             np.save(datasets / name, paths, allow_pickle=False)

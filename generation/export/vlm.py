@@ -46,7 +46,11 @@ from vprom.tables import SPLIT_PARTS, CropTable, MatrixTable
 LAYOUTS = ("grid", "panels", "text")
 HOOKS = "vprom_hooks"
 LETTERS = hooks.LETTERS
+#: the Parquet columns' `datasets` features: the text ones, then the layout's pictures
+FEATURES = {"matrix_id": INT, "question": STRING, "answer": STRING, "relation": STRING,
+            "element_type": STRING, "super_attribute": STRING}
 IMAGE = {"_type": "Image"}
+PICTURE_FEATURES = {"grid": {"image": IMAGE}, "panels": {"images": [IMAGE]}, "text": {}}
 TSV_COLUMNS = ("index", "question", *LETTERS, "answer", "category", "l2-category",
                "super_attribute")
 #: the grid, px: tiles GAP apart, a LABEL strip over each candidate, SEPARATOR under the matrix
@@ -69,39 +73,37 @@ WHERE = {
 
 @dataclass(frozen=True)
 class VlmOptions:
-    split: str = "neutral"
-    part: str = "test"
-    layout: str = "grid"
-    template: str = TEMPLATE
-    limit: int | None = None
-    seed: int = 0
-
-    def check(self, m: MatrixTable, prompt_file: str | Path | None = None) -> None:
-        if self.layout not in LAYOUTS:
-            raise VpromError(f"unknown --layout {self.layout!r}; choose one of "
-                             f"{', '.join(LAYOUTS)}")
-        check_split(m, self.split)
-        if self.part not in SPLIT_PARTS:
-            raise VpromError(f"unknown --part {self.part!r}; choose one of "
-                             f"{', '.join(SPLIT_PARTS)}")
-        if self.limit is not None and self.limit < 1:
-            raise VpromError(f"--limit {self.limit}: pass a number of problems of at least 1")
-        if self.layout == "text" and "{panels}" not in self.template:
-            raise VpromError(f"--prompt {prompt_file}: a text-layout prompt must hold "
-                             "{panels}, where the panels' labels go; add it to the file")
+    split: str
+    part: str
+    layout: str
+    template: str
+    limit: int | None
+    seed: int
 
 
-def read_template(prompt: str | Path | None) -> str:
-    if prompt is None:
-        return TEMPLATE
-    try:
-        text = Path(prompt).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise VpromError(f"--prompt {prompt}: cannot read it ({e}); pass a UTF-8 text "
-                         "file") from None
-    if not text:
-        raise VpromError(f"--prompt {prompt}: the file is empty; write the question in it")
-    return text
+def vlm_options(m: MatrixTable, split: str, part: str, layout: str, prompt: str | Path | None,
+                limit: int | None, seed: int) -> VlmOptions:
+    """The checked options; `prompt`: a file holding the question (None: `TEMPLATE`)."""
+    template = TEMPLATE
+    if prompt is not None:
+        try:
+            template = Path(prompt).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise VpromError(f"--prompt {prompt}: cannot read it ({e}); pass a UTF-8 text "
+                             "file") from None
+        if not template:
+            raise VpromError(f"--prompt {prompt}: the file is empty; write the question in it")
+    if layout not in LAYOUTS:
+        raise VpromError(f"unknown --layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    check_split(m, split)
+    if part not in SPLIT_PARTS:
+        raise VpromError(f"unknown --part {part!r}; choose one of {', '.join(SPLIT_PARTS)}")
+    if limit is not None and limit < 1:
+        raise VpromError(f"--limit {limit}: pass a number of problems of at least 1")
+    if layout == "text" and "{panels}" not in template:
+        raise VpromError(f"--prompt {prompt}: a text-layout prompt must hold "
+                         "{panels}, where the panels' labels go; add it to the file")
+    return VlmOptions(split, part, layout, template, limit, seed)
 
 
 def choose(m: MatrixTable, options: VlmOptions) -> np.ndarray:
@@ -264,14 +266,8 @@ def tsv_cells(values) -> str:
     return buffer.getvalue()[:-1]  # the terminator: a cell holding it is quoted
 
 
-def features(layout: str) -> dict:
-    pictures = {"grid": {"image": IMAGE}, "panels": {"images": [IMAGE]}}.get(layout, {})
-    return {"matrix_id": INT, "question": STRING, "answer": STRING, "relation": STRING,
-            "element_type": STRING, "super_attribute": STRING, **pictures}
-
-
 def problem_columns(problems: list[dict], layout: str) -> dict:
-    columns = {k: [p[k] for p in problems] for k in features("text")}
+    columns = {k: [p[k] for p in problems] for k in FEATURES}
     if layout == "grid":
         columns["image"] = [{"bytes": p["picture"], "path": f"{p['matrix_id']}.jpg"}
                             for p in problems]
@@ -319,7 +315,8 @@ def write_vlm(crops: CropTable, m: MatrixTable, rows: np.ndarray, out: Path, sou
                             chunk_pictures(crops, rows, block, source, layout))
                 problems = problem_records(crops, m, rows, block, options, pictures)
                 write_table(lmms / "data" / f"{part}-{shard:05d}.parquet",
-                            problem_columns(problems, layout), features(layout))
+                            problem_columns(problems, layout),
+                            {**FEATURES, **PICTURE_FEATURES[layout]})
                 f.writelines(tsv_line(p, layout) for p in problems)
         counts = {"problems": len(chosen), "split": options.split, "part": part,
                   "layout": layout, "limit": options.limit, "task": task,

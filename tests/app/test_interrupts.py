@@ -32,7 +32,7 @@ linux = pytest.mark.skipif(not Path("/proc/self/stat").exists() or os.name != "p
 HANG_S = 60  # a command still running this long after the signal hangs
 PROBE_GENERATE = """
 import sys, time
-from vprom.generation import parallel
+from vprom.generation import generate as parallel
 real = parallel.draw_chunk
 def probe(job, indices):  # in a forked worker (every core by default), or here
     chunk = real(job, indices)

@@ -46,9 +46,11 @@ IMPLIED = {"man": ["male", "adult"], "woman": ["female", "adult"], "boy": ["male
            "girl": ["female", "young"]}
 CROPS_PER_ELEMENT = 80
 #: What the tiny pools were "mined" with (POOLS.h5's `vocabulary` group).
-VOCABULARY = LabelVocabulary.from_tables(
-    OBJECTS, {a: sa for sa, v in OBJECT_ATTRIBUTES.items() for a in v},
-    {a: sa for sa, v in HUMAN_ATTRIBUTES.items() for a in v}, IMPLIED)
+VOCABULARY = LabelVocabulary(
+    frozenset(OBJECTS),
+    {"object_attribute": {a: sa for sa, v in OBJECT_ATTRIBUTES.items() for a in v},
+     "human_attribute": {a: sa for sa, v in HUMAN_ATTRIBUTES.items() for a in v}},
+    {k: tuple(v) for k, v in IMPLIED.items()})
 
 
 def tiny_crops(crops_per_element: int = CROPS_PER_ELEMENT, seed: int = 7,

@@ -9,11 +9,11 @@ import h5py
 import numpy as np
 import pytest
 
-from vprom.generation.export import export, matrix_of
+from vprom.generation.export import export
 from tests.dataset_fixture import build_records, write_dataset, write_images
 from vprom.app import cli
 from vprom.errors import VpromError
-from vprom.domain import SPLITS
+from vprom.domain import SPLITS, Matrix
 from vprom.tables import read_crop_table, read_matrix_table
 
 
@@ -37,7 +37,11 @@ def test_jsonl_round_trip(small, tmp_path):
     table = read_matrix_table(dataset)
     parts = table.parts_of()
     for i, record in enumerate(records):
-        assert matrix_of(record) == table.row(i, parts) == matrices[i]
+        matrix = Matrix(**{k: record[k] for k in ("id", "relation", "element_type",
+                                                  "super_attribute", "answer", "splits")},
+                        panels=[p["crop_id"] for p in record["panels"]],
+                        elements=[p["element"] for p in record["panels"]])
+        assert matrix == table.row(i, parts) == matrices[i]
         assert record["answer_label"] == record["answer"] + 9
         assert set(record["splits"]) == set(SPLITS)
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from vprom.generation.export import export
-from vprom.generation.export.npy_pickle import npy_bytes, numpy1_pickle
+from vprom.generation.export.crops import npy_bytes, numpy1_pickle
 from tests.generation.synthetic_build import synthetic_build  # noqa: F401 (fixture)
 
 LABELS = ("obj_gt_labels.npy", "attr_gt_labels.npy", "counting_gt_labels.npy")

@@ -40,9 +40,9 @@ def _matrices(data, etype):
 
 # ---------------------------------------------------------------- implied labels
 def test_names_imply_labels_and_only_for_people():
-    vocab = LabelVocabulary.from_tables([], {"red": "color"}, {"male": "gender",
-                                                               "adult": "age"},
-                                        {"man": ["male", "adult"]})
+    vocab = LabelVocabulary(frozenset(), {"object_attribute": {"red": "color"},
+                                          "human_attribute": {"male": "gender", "adult": "age"}},
+                            {"man": ("male", "adult")})
     assert vocab.implied_of("human_attribute", {"man", "curly"}) == {"male", "adult"}
     assert vocab.implied_of("human_attribute", {"man", "male"}) == {"adult"}  # not twice
     assert vocab.implied_of("object_attribute", {"man", "red"}) == frozenset()
@@ -55,9 +55,9 @@ def test_an_unlabelled_man_completes_a_male_matrix():
     groups = {"gender": {"male", "female"}, "hair style": {"curly", "bald"}}
     context = [male] * 3 + [female] * 3 + [male] * 2
     candidates = [male] + [frozenset({"curly", "woman"})] * 6 + [frozenset({"bald", "man"})]
-    vocab = LabelVocabulary.from_tables([], {}, {"male": "gender", "female": "gender",
-                                                 "curly": "hair style", "bald": "hair style"},
-                                        {"man": ["male"], "woman": ["female"]})
+    vocab = LabelVocabulary(frozenset(), {"human_attribute": {
+        "male": "gender", "female": "gender", "curly": "hair style", "bald": "hair style"}},
+        {"man": ("male",), "woman": ("female",)})
     labels = context + candidates
     universe = frozenset({"male", "female", "curly", "bald"})
     assert valid_candidates(Relation.AND, "human_attribute", labels, universe, groups) == [0]

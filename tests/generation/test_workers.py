@@ -1,5 +1,5 @@
 """`vprom generate --workers N`: forked workers draw the matrices, and the file is the same
-for any N (`generation.parallel`)."""
+for any N (`generation.generate.draw_chunks`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from vprom.errors import VpromError
-from vprom.generation import parallel
+from vprom.generation import generate as generate_module
 from vprom.generation.generate import generate, generate_dataset
 from vprom.splits import load_rules
 from vprom.tables import content_hash, read_manifest
@@ -21,7 +21,7 @@ RULES = load_rules()
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of 37 matrices, so that a few hundred give every worker several."""
-    monkeypatch.setattr(parallel, "CHUNK", 37)
+    monkeypatch.setattr(generate_module, "CHUNK", 37)
 
 
 def test_any_number_of_workers_writes_the_same_data_set(tmp_path, pools_file, small_chunks):
@@ -40,13 +40,13 @@ def test_any_number_of_workers_writes_the_same_data_set(tmp_path, pools_file, sm
 def test_the_workers_draw_the_matrices_and_one_worker_draws_here(tmp_path, crops,
                                                                  small_chunks, monkeypatch):
     """The forked workers inherit the patched chunk function, so each leaves its pid."""
-    draw = parallel.draw_chunk
+    draw = generate_module.draw_chunk
 
     def marked(job, indices):
         (tmp_path / f"{os.getpid()}-{indices[0]}").touch()
         return draw(job, indices)
 
-    monkeypatch.setattr(parallel, "draw_chunk", marked)
+    monkeypatch.setattr(generate_module, "draw_chunk", marked)
 
     def drawn_by(workers: int) -> set[int]:
         for f in tmp_path.iterdir():
@@ -67,7 +67,7 @@ def test_a_worker_error_or_death_stops_the_run_with_a_message(crops, small_chunk
     def failing(job, indices):
         raise VpromError(f"matrix {indices[0]}: the pool is too thin")
 
-    monkeypatch.setattr(parallel, "draw_chunk", failing)
+    monkeypatch.setattr(generate_module, "draw_chunk", failing)
     with pytest.raises(VpromError, match=r"matrix \d+: the pool is too thin"):
         generate_dataset(crops, RULES, scale=SMALL_SCALE, seed=5, vocabulary=VOCABULARY,
                          workers=2)
@@ -75,7 +75,7 @@ def test_a_worker_error_or_death_stops_the_run_with_a_message(crops, small_chunk
     def dying(job, indices):
         os._exit(3)
 
-    monkeypatch.setattr(parallel, "draw_chunk", dying)
+    monkeypatch.setattr(generate_module, "draw_chunk", dying)
     with pytest.raises(VpromError, match=r"vprom-generate-\d died \(exit code 3\)"):
         generate_dataset(crops, RULES, scale=SMALL_SCALE, seed=5, vocabulary=VOCABULARY,
                          workers=2)
