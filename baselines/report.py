@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from vprom.baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED, LATER_SOLVERS,
-                                   PAPER_NAMES, paper_accuracy)
+                                   PAPER_NAMES, display_name, paper_accuracy)
 from vprom.baselines.perception_table import (Ceilings, bar_plot, feature_source,
                                               is_reference, perception_markdown,
                                               perception_plot, perception_rows, png,
@@ -60,10 +60,6 @@ class Entry:
     def label(self) -> str:
         return " ".join(x for x in (display_name(self.model), self.features,
                                     "+aux" if self.aux else "", self.control) if x)
-
-
-def display_name(model: str) -> str:
-    return PAPER_NAMES.get(model, model)
 
 
 def load_entry(run: str | Path) -> Entry:

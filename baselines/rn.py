@@ -54,8 +54,7 @@ class RelationNetwork(nn.Module):
 
 
 def pair_sums(x: Tensor, f1: nn.Sequential, width: int) -> Tensor:
-    """[B, 16, W] -> [B, 8, H]: sum of f1 over the 81 ordered pairs of each completed matrix,
-    from per-panel projections (f1[0] is a Linear from 2 * width; see the module docstring)."""
+    """[B, 16, W] -> [B, 8, H]: f1 summed over each completed matrix's 81 pairs (module doc)."""
     first_layer, rest = f1[0], f1[1:]
     weight_a, weight_b = first_layer.weight.split(width, dim=1)
     project_a = x @ weight_a.T  # [B, 16, H]

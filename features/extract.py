@@ -26,13 +26,12 @@ import torch
 
 from vprom.errors import VpromError
 from vprom.features import pipeline
-from vprom.features.backbones import get_backbone
+from vprom.features.backbones import get_backbone, timm_version
 from vprom.features.config import H5_FILTERS, SYMBOLIC_BACKBONE, ExtractConfig, default_batch_size
 from vprom.features.crops import (batch_layout, cores_per_process, open_work_folder,
                                   resolve_decoder)
 from vprom.features.labels import extract_labels, sorted_crops
 from vprom.features.pipeline import DTYPES, ExtractPlan
-from vprom.features.backbones import timm_version
 from vprom.claim import writes
 from vprom.files import atomic_path
 from vprom.manifest import CONTENT_PREFIX, input_hashes, is_current, make_manifest, manifest_of
@@ -287,9 +286,8 @@ def assemble(plan: ExtractPlan) -> list:
 
 def write_features(config: ExtractConfig, crop_id: np.ndarray, blocks, row_shape: tuple,
                    missing: np.ndarray, attrs: dict, settings: dict, counts: dict) -> None:
-    """FEATS.h5 at `config.out`, atomically: `crop_id`, the rows `blocks` yields in order
-    (`maps` for --pool none, else `features`), `missing_crop_id`, `attrs` and the manifest,
-    whose content hash covers the crop ids and the rows."""
+    """FEATS.h5 at `config.out`, atomically: `crop_id`, the rows of `blocks` (`maps` or
+    `features`), `missing_crop_id`, `attrs` and the manifest (its hash: ids and rows)."""
     n, dtype = len(crop_id), DTYPES[config.dtype]
     row_bytes = int(np.prod(row_shape)) * np.dtype(dtype).itemsize
     name, rows = "features", 1024
