@@ -5,6 +5,8 @@ w score it. The auxiliary heads read the mean over candidates of f2's output."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from functools import partial
 
 from torch import Tensor, nn
 
@@ -36,13 +38,10 @@ class PanelMLP(nn.Module):
         return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
 
 
-def _register(combine: str, depth: int) -> None:
-    @register_model(f"mlp-{combine}-{depth}")
-    def build(config: ModelConfig) -> nn.Module:
-        # the registered name fixes k, whatever the config says
-        return PanelMLP(dataclasses.replace(config, layers=depth), combine)
+def _build(config: ModelConfig, combine: str, depth: int) -> nn.Module:
+    # the registered name fixes k, whatever the config says
+    return PanelMLP(dataclasses.replace(config, layers=depth), combine)
 
 
-for _combine in COMBINATIONS:
-    for _depth in DEPTHS:
-        _register(_combine, _depth)
+for _combine, _depth in itertools.product(COMBINATIONS, DEPTHS):
+    register_model(f"mlp-{_combine}-{_depth}")(partial(_build, combine=_combine, depth=_depth))

@@ -40,8 +40,6 @@ from vprom.runtime import World, joined_world
 
 MAX_GPU_WORKERS = 16
 GRAPH_DEVICES = ("cuda",)  # where --cuda-graphs runs (tests add the CPU, with a stand-in)
-# A CPU device decodes in this process between forwards: workers would preempt its threads.
-DEFAULT_CPU_WORKERS = 0
 FILES_MARGIN = 16  # open files this process may add while the workers run (HDF5, threads)
 #: what `<out>.partial/` holds; a work folder with anything else is not removed
 WORK_FILES = ("chunk-*.npy", "chunk-*.json", "manifest.json")
@@ -182,8 +180,8 @@ def _workers(config: ExtractConfig, device: torch.device) -> int:
     """--workers, or on CUDA each GPU process's cores less the main and pinning threads."""
     if config.workers is not None:
         return config.workers
-    if device.type == "cpu":
-        return DEFAULT_CPU_WORKERS
+    if device.type == "cpu":  # this process decodes between forwards: workers would preempt it
+        return 0
     return max(1, min(MAX_GPU_WORKERS, cores_per_process() - 2))
 
 

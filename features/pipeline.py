@@ -36,7 +36,6 @@ from vprom.runtime import World
 NICE_WORKERS = 10  # CPU runs: DataLoader workers' priority below the forward's
 INLINE_CROPS = 64  # `--workers 0`: crops decoded at a time, a whole number of batches
 DTYPES = {"float16": np.float16, "float32": np.float32}  # ExtractConfig.dtype -> numpy
-TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass
@@ -132,17 +131,7 @@ class CudaApi:
         return graph.replay, out
 
 
-class HostStreams:
-    """A CPU device: everything runs in turn."""
-
-    def forward(self, tensors: list):
-        return nullcontext()
-
-    def download(self, rows: torch.Tensor) -> tuple:
-        return rows, None
-
-
-class CudaStreams(HostStreams):
+class CudaStreams:
     """CUDA: the forwards and the copies of their results on a compute stream."""
 
     def __init__(self, device: torch.device, api=CudaApi):
@@ -165,8 +154,9 @@ class CudaStreams(HostStreams):
         return host, done
 
 
-def streams_for(device: torch.device, api=CudaApi) -> HostStreams:
-    return CudaStreams(device, api) if device.type == "cuda" else HostStreams()
+def streams_for(device: torch.device, api=CudaApi) -> CudaStreams | None:
+    """The CUDA streams, or None: on a CPU everything runs in turn."""
+    return CudaStreams(device, api) if device.type == "cuda" else None
 
 
 # --------------------------------------------------------------------------- forward
@@ -218,11 +208,11 @@ class GraphedTrunk:
 class Forward:
     """A `Batch` -> `prepare` (copies in, decoding, cropping) -> `__call__` (the forward)."""
 
-    def __init__(self, plan: ExtractPlan, model: torch.nn.Module, streams: HostStreams,
+    def __init__(self, plan: ExtractPlan, model: torch.nn.Module, streams: CudaStreams | None,
                  trunk: GraphedTrunk | None = None):
         self.plan, self.model, self.streams, self.trunk = plan, model, streams, trunk
         self.device = plan.world.device
-        self.dtype = TORCH_DTYPES[plan.config.dtype]
+        self.dtype = getattr(torch, plan.config.dtype)
 
     @torch.inference_mode()
     def prepare(self, batch: Batch) -> tuple[list, list, list]:
@@ -240,8 +230,8 @@ class Forward:
         plan = self.plan
         if not units:
             return np.zeros(0, np.int64), None, failed, None
-        # region roi's parts are (image, corners)
-        with self.streams.forward([p[0] if isinstance(p, tuple) else p for p in parts]):
+        tensors = [p[0] if isinstance(p, tuple) else p for p in parts]  # roi: (image, corners)
+        with self.streams.forward(tensors) if self.streams else nullcontext():
             if plan.config.region == "roi":
                 out = self._regions(parts)
             else:
@@ -249,8 +239,9 @@ class Forward:
                 out = (self.trunk(pixels) if self.trunk else
                        embed(self.model, pixels, plan.backbone, plan.autocast, self.device,
                              plan.config.pool))
-            return (np.concatenate(units), self.streams.download(out.to(self.dtype)), failed,
-                    out.abs().amax())
+            rows = out.to(self.dtype)
+            held = self.streams.download(rows) if self.streams else (rows, None)
+            return np.concatenate(units), held, failed, out.abs().amax()
 
     def _sources(self, sources: list, failed: list) -> list:
         """Decoded and cut: [(units, crops)], or [(units, (image, corners))] for region roi."""
