@@ -1,9 +1,6 @@
 """context-blind: a control that scores the candidates without seeing the context; above chance,
 the answer sets give the answer away (RAVEN's flaw). DeepSets: s_j = w . f2([f1(c_j) ; mean of
-the 8]) can learn "the odd one out"; the aux heads read the mean of f2's output.
-`context-blind-pixels`, the RAVEN papers' ResNet control, runs each candidate crop alone (so no
-answer position can be learned) through one shared ResNet-18 trunk, widths hidden/8 to hidden,
-under the same head."""
+the 8]) can learn "the odd one out"; the aux heads read the mean of f2's output."""
 
 from __future__ import annotations
 
@@ -11,9 +8,8 @@ import torch
 from torch import Tensor, nn
 
 from vprom.baselines import parts
-from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, ModelOutput, resnet18
+from vprom.baselines.parts import N_CONTEXT, ModelConfig, ModelOutput
 from vprom.baselines.registry import register_model
-from vprom.errors import VpromError
 
 
 @register_model("context-blind")
@@ -37,19 +33,3 @@ class ContextBlind(nn.Module):
         summary = embedded.mean(1, keepdim=True).expand_as(embedded)
         hidden = self.f2(torch.cat([embedded, summary], dim=-1))  # [B, 8, H]
         return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
-
-
-@register_model("context-blind-pixels", kind="pixels")
-class ContextBlindPixels(ContextBlind):
-    def __init__(self, config: ModelConfig):
-        if config.hidden % 8:
-            raise VpromError(f"context-blind-pixels' ResNet-18 ends at the hidden width in 4 "
-                             f"doublings from hidden/8: hidden must be a multiple of 8, got "
-                             f"{config.hidden}")
-        super().__init__(config, f1=resnet18(config.hidden // 8, config.feature_dim))
-        self.side = config.side
-
-    def embed(self, panels: Tensor) -> Tensor:
-        parts.check_panels(panels, self.feature_dim, self.side, self.side)
-        candidates = parts.unit_pixels(panels[:, N_CONTEXT:], self.score.weight)
-        return self.f1(candidates.flatten(0, 1)).view(-1, N_CANDIDATES, self.score.in_features)

@@ -18,7 +18,7 @@ from vprom.registry import Registry
 Builder = Callable[[ModelConfig], nn.Module]
 
 MODEL_FILES = ("mlp", "gru", "vqa", "rn", "context_blind", "wren", "scl", "predrnet",
-               "panel_transformer")
+               "panel_transformer", "context_blind_pixels")
 MODELS: Registry[Builder] = Registry(
     "model", builtins=tuple(f"vprom.baselines.{name}" for name in MODEL_FILES))
 INPUT_KINDS = ("vectors", "maps", "pixels")
