@@ -230,13 +230,13 @@ def _key_order(key: tuple):
 
 def splits_markdown(rows: list[dict]) -> str:
     splits = list(dict.fromkeys(r["split"] for r in rows))
-    keys = list(dict.fromkeys((r["model"], r["features"], r["aux"], r["control"]) for r in rows))
-    keys.sort(key=_key_order)
-    cells = {((r["model"], r["features"], r["aux"], r["control"]), r["split"]): r for r in rows}
+    cells = {((r["model"], r["features"], r["aux"], r["control"]), r["split"]): r["cell"]
+             for r in rows}
+    keys = sorted({key for key, _ in cells}, key=_key_order)
     body = []
     for key in keys:
         name = display_name(key[0]) + (f" ({key[3]})" if key[3] else "")
-        found = [cells[(key, s)]["cell"] if (key, s) in cells else None for s in splits]
+        found = [cells.get((key, s)) for s in splits]
         values = [f"{c.accuracy:.1f}{c.mark()}" if c else "—" for c in found]
         body.append(f"| {name} | {key[1]} | {'yes' if key[2] else 'no'} | "
                     + " | ".join(values) + " |")

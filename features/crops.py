@@ -75,8 +75,8 @@ def batch_layout(crops: CropTable, batch_size: int, chunk_batches: int,
     """The layout of `crops` (module doc); `whole_images` lets a batch run over an image's end."""
     order = np.argsort(crops.crop_id, kind="stable")
     crop_id = crops.crop_id[order]
-    keys = np.stack([crops.image_id, crops.x, crops.y, crops.w, crops.h], axis=1)[order]
-    units, unit_of_row = np.unique(keys.astype(np.int64), axis=0, return_inverse=True)  # lexicographic order
+    keys = np.stack([crops.image_id, crops.x, crops.y, crops.w, crops.h], axis=1).astype(np.int64)
+    units, unit_of_row = np.unique(keys[order], axis=0, return_inverse=True)  # lexicographic order
     unit_image, unit_box = units[:, 0], units[:, 1:]
     n = len(unit_image)
     cuts = np.flatnonzero(unit_image[1:] != unit_image[:-1]) + 1

@@ -55,6 +55,10 @@ POOLING = {"avg": "global average pool over the last conv stage's feature map",
 _L2 = "L2 (computed in float32, then cast to the stored dtype)"
 NORMALISATION = {"avg": _L2, "cls": _L2, "mean": _L2,
                  "none": "none (the maps are stored as the trunk computes them)"}
+#: what FEATS.h5's attributes record as the manifest's `config` does
+SHARED_ATTRS = ("backbone", "weights", "weights_sha256", "region", "decode", "pool", "dtype",
+                "compression", "device_type", "autocast", "cuda_graphs", "batch_size",
+                "data_config")
 
 
 @dataclass
@@ -317,29 +321,21 @@ def attributes(plan: ExtractPlan, n_missing: int, row_shape: tuple) -> dict:
 
     from vprom import __version__
 
-    settings, pre, config = plan.settings(), plan.backbone.preprocess, plan.config
+    settings, config, weights = plan.settings(), plan.config, plan.loaded.weights
     size = list(plan.sides) if config.region == "roi" else [plan.size, plan.size]
-    attrs = {"backbone": plan.backbone.name, "weights": plan.loaded.weights,
-             "weights_sha256": plan.loaded.weights_sha256,
-             "weights_notes": "; ".join(plan.loaded.notes),
-             # "perception-weights" for `vprom perceive`'s: reports name the feature source
-             "weights_kind": (manifest_of(plan.loaded.weights) or {}).get("kind", "")
-             if Path(plan.loaded.weights).is_file() else "",
-             "random_weights": plan.loaded.weights == "none",
-             "input_size": np.array(size, dtype=np.int64),
-             "region": config.region, "decode": plan.decoder, "pool": config.pool,
-             "pooling": POOLING[config.pool], "normalisation": NORMALISATION[config.pool],
-             "resize": plan.resize_policy(), "pixel_normalisation": pre.describe(),
-             "dtype": config.dtype, "compression": config.compression,
-             "feature_dim": int(row_shape[0]), "device_type": plan.world.device.type,
-             "autocast": settings["autocast"], "compiled": config.compile,
-             "cuda_graphs": config.cuda_graphs,
-             "batch_size": config.batch_size, "n_missing": n_missing,
-             "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
-             "pillow_version": PIL.__version__, "vprom_version": __version__,
-             "timm_version": timm_version(), "complete": True}
-    if "data_config" in settings:  # a timm model's preprocessing, as timm resolved it
-        attrs["data_config"] = settings["data_config"]
+    # data_config: a timm model's preprocessing, as timm resolved it
+    attrs = {k: settings[k] for k in SHARED_ATTRS if k in settings} | {
+        "weights_notes": "; ".join(plan.loaded.notes),
+        # "perception-weights" for `vprom perceive`'s: reports name the feature source
+        "weights_kind": (manifest_of(weights) or {}).get("kind", "")
+        if Path(weights).is_file() else "",
+        "random_weights": weights == "none", "input_size": np.array(size, dtype=np.int64),
+        "pooling": POOLING[config.pool], "normalisation": NORMALISATION[config.pool],
+        "resize": plan.resize_policy(), "pixel_normalisation": settings["preprocess"],
+        "feature_dim": int(row_shape[0]), "compiled": config.compile, "n_missing": n_missing,
+        "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
+        "pillow_version": PIL.__version__, "vprom_version": __version__,
+        "timm_version": timm_version(), "complete": True}
     if config.pool == "none":
         attrs["map_shape"] = np.array(row_shape, dtype=np.int64)
     return attrs
