@@ -2,10 +2,10 @@
 are the output's manifest `config`) says.
 
 DataLoader workers (or threads of this process, `--workers 0`) decode the crops or leave that
-to the device; `Forward.prepare` copies a batch to the device and finishes it, `Forward` runs
-the trunk (a CUDA graph replay with `--cuda-graphs`), pools, L2-normalises and casts, on CUDA
-on a stream of its own. The loop waits for the oldest result only when more than `in_flight`
-are queued, and writes a chunk once all its batches have landed.
+to the device; `Forward` copies a batch to the device, finishes it, runs the trunk (a CUDA graph
+replay with `--cuda-graphs`), pools, L2-normalises and casts, on CUDA on a stream of its own.
+The loop waits for the oldest result only when more than `in_flight` are queued, and writes a
+chunk once all its batches have landed.
 """
 
 from __future__ import annotations
@@ -206,7 +206,7 @@ class GraphedTrunk:
 
 
 class Forward:
-    """A `Batch` -> `prepare` (copies in, decoding, cropping) -> `__call__` (the forward)."""
+    """A `Batch` copied in, decoded and cropped on the device, then the forward."""
 
     def __init__(self, plan: ExtractPlan, model: torch.nn.Module, streams: CudaStreams | None,
                  trunk: GraphedTrunk | None = None):
@@ -215,21 +215,15 @@ class Forward:
         self.dtype = getattr(torch, plan.config.dtype)
 
     @torch.inference_mode()
-    def prepare(self, batch: Batch) -> tuple[list, list, list]:
-        """(units, parts, failures): the batch's pixels (or images) on the device."""
+    def __call__(self, batch: Batch) -> tuple[np.ndarray, tuple | None, list, object]:
+        """(units, their rows on the way to the host, failures, the largest magnitude)."""
         failed, pairs = list(batch.failed), []
         if len(batch.units):
             pairs.append((batch.units, batch.pixels.to(self.device, non_blocking=True)))
         pairs += self._sources(batch.sources, failed)
-        return [units for units, _ in pairs], [part for _, part in pairs], failed
-
-    @torch.inference_mode()
-    def __call__(self, prepared: tuple) -> tuple[np.ndarray, tuple | None, list, object]:
-        """(units, their rows on the way to the host, failures, the largest magnitude)."""
-        units, parts, failed = prepared
-        plan = self.plan
-        if not units:
+        if not pairs:
             return np.zeros(0, np.int64), None, failed, None
+        plan, units, parts = self.plan, [u for u, _ in pairs], [part for _, part in pairs]
         tensors = [p[0] if isinstance(p, tuple) else p for p in parts]  # roi: (image, corners)
         with self.streams.forward(tensors) if self.streams else nullcontext():
             if plan.config.region == "roi":
@@ -366,13 +360,11 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
         forward = Forward(plan, model, streams_for(world.device, api), trunk)
         chunks = {}  # chunk -> [its rows, its failures, its batches still to land]
         queue = deque()
-        bar = tqdm(total=sum(layout.batch_units(b) for b in batch_ids), unit="crop",
-                   desc=f"extract {plan.backbone.name}", disable=None, smoothing=0.05,
-                   position=world.rank if world.size > 1 else None)
-        done = 0
+        total = sum(layout.batch_units(b) for b in batch_ids)  # each lands as rows or failures
+        bar = tqdm(total=total, unit="crop", desc=f"extract {plan.backbone.name}", disable=None,
+                   smoothing=0.05, position=world.rank if world.size > 1 else None)
 
         def land() -> None:  # the oldest queued batch: wait for its rows, file them
-            nonlocal done
             c, units, pending, failed, peak = queue.popleft()
             start, stop = layout.chunk_units(c)
             if c not in chunks:
@@ -390,17 +382,16 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
             if entry[2] == 0:  # its last batch: the chunk is complete
                 write_chunk(plan, c, entry[0], entry[1])
                 del chunks[c]
-            done += len(units) + len(failed)
             bar.update(len(units) + len(failed))
 
         with bar:
             for c, batch in zip(chunk_of, batches):
-                queue.append((c, *forward(forward.prepare(batch))))
+                queue.append((c, *forward(batch)))
                 while len(queue) > plan.config.in_flight:  # wait only with newer batches queued
                     land()
             while queue:
                 land()
-        return done
+        return total
     finally:
         # workers left to the garbage collector outlive an interrupt, and their deaths raise
         getattr(batches, "_shutdown_workers", lambda: None)()
