@@ -300,23 +300,15 @@ def _worker_init(worker_id: int, nice: int) -> None:
         os.nice(nice)
 
 
-class InlineBatches:
+def inline_batches(dataset: CropDataset, batches: list, threads: int, pin: bool, ahead: int = 1):
     """`--workers 0`: batches prepared `ahead` at a time by this process's threads."""
-
-    def __init__(self, dataset: CropDataset, batches: list, threads: int, pin: bool,
-                 ahead: int = 1):
-        self.dataset, self.batches, self.threads, self.pin = dataset, batches, threads, pin
-        self.ahead = ahead
-
-    def __iter__(self):
-        with ThreadPoolExecutor(self.threads) as pool:
-            for at in range(0, len(self.batches), self.ahead):
-                run = self.batches[at:at + self.ahead]
-                items = iter(list(pool.map(self.dataset.__getitem__,
-                                           [g for groups in run for g in groups])))
-                for groups in run:
-                    batch = collate([next(items) for _ in groups])
-                    yield batch.pin_memory() if self.pin else batch
+    with ThreadPoolExecutor(threads) as pool:
+        for at in range(0, len(batches), ahead):
+            run = batches[at:at + ahead]
+            items = iter(list(pool.map(dataset.__getitem__, [g for groups in run for g in groups])))
+            for groups in run:
+                batch = collate([next(items) for _ in groups])
+                yield batch.pin_memory() if pin else batch
 
 
 def loader(plan: ExtractPlan, batches: list):
@@ -328,8 +320,8 @@ def loader(plan: ExtractPlan, batches: list):
                           plan.backbone.preprocess.interpolation,
                           plan.backbone.preprocess.crop_pct)
     if plan.workers == 0:
-        return InlineBatches(dataset, batches, cores_per_process(), pin=not cpu,
-                             ahead=max(1, INLINE_CROPS // plan.config.batch_size))
+        return inline_batches(dataset, batches, cores_per_process(), pin=not cpu,
+                              ahead=max(1, INLINE_CROPS // plan.config.batch_size))
     return torch.utils.data.DataLoader(
         dataset, batch_sampler=batches, collate_fn=collate, num_workers=plan.workers,
         pin_memory=not cpu, worker_init_fn=partial(_worker_init, nice=NICE_WORKERS if cpu else 0),
