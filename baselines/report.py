@@ -246,25 +246,25 @@ def splits_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def not_learned_markdown(entries: list[Entry]) -> str:
-    flagged = [e for e in entries if e.flags]
-    if not flagged:
+def run_list(heading: str, runs: list[tuple[str, Entry, str]]) -> str:
+    """`heading` over a line per (mark, run, what about it); "" for no runs."""
+    if not runs:
         return ""
-    lines = [f"{len(flagged)} of {len(entries)} runs did not learn:\n"]
-    lines += [f"- `{e.run}` ({e.label}, {e.split}): {'; '.join(e.flags)}" for e in flagged]
+    lines = [f"{heading}\n", *(f"- {mark}`{e.run}` ({e.label}, {e.split}): {why}"
+                               for mark, e, why in runs)]
     return "\n".join(lines) + "\n"
+
+
+def not_learned_markdown(entries: list[Entry]) -> str:
+    flagged = [("", e, "; ".join(e.flags)) for e in entries if e.flags]
+    return run_list(f"{len(flagged)} of {len(entries)} runs did not learn:", flagged)
 
 
 def controls_markdown(entries: list[Entry]) -> str:
-    controls = [e for e in entries if e.is_control]
-    if not controls:
-        return ""
-    lines = ["Controls cannot use the context, so they are expected at chance (12.5%): a "
-             "control passes when the lower end of its 95% interval is at most 14.5%.\n"]
-    for e in controls:
-        passed, why = control_result(e.metrics)
-        lines.append(f"- {'pass' if passed else 'FAIL'}: `{e.run}` ({e.label}, {e.split}): {why}")
-    return "\n".join(lines) + "\n"
+    results = [(e, *control_result(e.metrics)) for e in entries if e.is_control]
+    return run_list("Controls cannot use the context, so they are expected at chance (12.5%): a "
+                    "control passes when the lower end of its 95% interval is at most 14.5%.",
+                    [(f"{'pass' if passed else 'FAIL'}: ", e, why) for e, passed, why in results])
 
 
 def to_csv(rows: list[dict]) -> str:
