@@ -8,28 +8,24 @@ import torch
 from torch import Tensor, nn
 
 from vprom.baselines import parts
-from vprom.baselines.parts import N_CONTEXT, ModelConfig, ModelOutput
+from vprom.baselines.parts import N_CONTEXT, ModelConfig
 from vprom.baselines.registry import register_model
 
 
 @register_model("context-blind")
-class ContextBlind(nn.Module):
+class ContextBlind(parts.CandidateModel):
     def __init__(self, config: ModelConfig, f1: nn.Module | None = None):
-        super().__init__()
-        self.feature_dim = config.feature_dim
+        super().__init__(config.feature_dim)
         self.f1 = parts.panel_encoder(config) if f1 is None else f1
         self.f2 = parts.mlp(2 * config.hidden, config.hidden, parts.half_depth(config))
-        self.score = parts.score_head(config)
-        self.aux = parts.make_aux(config)
+        self.heads(config)
 
     def embed(self, panels: Tensor) -> Tensor:
         """[B, 16, D] -> [B, 8, H]: the candidates' embeddings, the context never read."""
-        parts.check_panels(panels, self.feature_dim)
         # ids keep the other models' input width; every candidate gets the same one
         return self.f1(parts.with_panel_ids(panels, candidates_share_id=True)[:, N_CONTEXT:])
 
-    def forward(self, panels: Tensor) -> ModelOutput:
+    def candidates(self, panels: Tensor) -> Tensor:
         embedded = self.embed(panels)  # [B, 8, H]
         summary = embedded.mean(1, keepdim=True).expand_as(embedded)
-        hidden = self.f2(torch.cat([embedded, summary], dim=-1))  # [B, 8, H]
-        return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+        return self.f2(torch.cat([embedded, summary], dim=-1))

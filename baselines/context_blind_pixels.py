@@ -21,9 +21,8 @@ class ContextBlindPixels(ContextBlind):
                              f"doublings from hidden/8: hidden must be a multiple of 8, got "
                              f"{config.hidden}")
         super().__init__(config, f1=resnet18(config.hidden // 8, config.feature_dim))
-        self.side = config.side
+        self.panel_shape = (config.feature_dim, config.side, config.side)
 
     def embed(self, panels: Tensor) -> Tensor:
-        parts.check_panels(panels, self.feature_dim, self.side, self.side)
         candidates = parts.unit_pixels(panels[:, N_CONTEXT:], self.score.weight)
         return self.f1(candidates.flatten(0, 1)).view(-1, N_CANDIDATES, self.score.in_features)

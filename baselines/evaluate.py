@@ -63,55 +63,51 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
     run = Path(run_dir)
     _check_run(run)  # before the claim: a mistyped path makes no lock file
     with claim(run, ("run",), folder=True):
-        return _score(run, device)
-
-
-def _score(run: Path, device: str | None) -> dict:
-    _check_run(run)  # again, under the claim
-    try:
-        manifest = json.loads((run / "config.json").read_text())
-        manifest["config"]
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise VpromError(f"{run / 'config.json'}: not a vprom run config") from None
-    state = load_checkpoint(run / "best.pt")
-    check_own_checkpoint(run / "best.pt", manifest, state)
-    config = TrainConfig.from_dict(state["config"]).resolved()
-    check_inputs(run, manifest, state)
-    device = resolve_device(device)
-    _, kind, panels = config.source
-    data = load_split(config.dataset, panels, config.split, kind=kind,
-                      shuffle_context=config.shuffle_context, seed=config.seed,
-                      center=config.center_features)
-    check_inputs(run, manifest, state, data.attrs)
-    test = data.parts["test"]
-    if len(test) == 0:
-        raise VpromError(f"{config.dataset}: split {config.split!r} has no test matrices; "
-                         "nothing to evaluate")
-    model, _ = build_model(config, data.feature_dim, data.side)
-    load_weights(model, state, run / "best.pt")
-    data = data.to(device)
-    model.to(device)
-    correct = (predict(model, data, data.parts["test"]) == test.answer).numpy()
-    metrics = {
-        "run": str(run), "model": config.model, "split": config.split, "aux": config.aux,
-        "shuffle_context": config.shuffle_context, "seed": config.seed,
-        "features": {k: state["features_attrs"].get(k) for k in ("backbone", "weights")}
-        | {"path": str(panels)},
-        "dataset": str(config.dataset),
-        "dataset_content_hash": input_hash(config.dataset),
-        "config": config.to_dict(),
-        "checkpoint": {"epoch": state["best"]["epoch"] + 1, "val_acc": state["best"]["val_acc"]},
-        "chance": CHANCE,
-        **breakdowns(correct, test.relation_name, test.element_type),
-    }
-    if is_control(config.model, config.shuffle_context):  # expected at chance: checked so
-        passed, why = control_result(metrics)
-        metrics["control"] = {"expected": "chance", "passed": passed, "why": why}
-        metrics["did_not_learn"] = []
-    else:
-        metrics["did_not_learn"] = did_not_learn(metrics, state["history"])
-    write_json(run / "metrics.json", published_metrics(metrics, run))
-    return metrics
+        _check_run(run)  # again, under the claim
+        try:
+            manifest = json.loads((run / "config.json").read_text())
+            manifest["config"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise VpromError(f"{run / 'config.json'}: not a vprom run config") from None
+        state = load_checkpoint(run / "best.pt")
+        check_own_checkpoint(run / "best.pt", manifest, state)
+        config = TrainConfig.from_dict(state["config"]).resolved()
+        check_inputs(run, manifest, state)
+        device = resolve_device(device)
+        _, kind, panels = config.source
+        data = load_split(config.dataset, panels, config.split, kind=kind,
+                          shuffle_context=config.shuffle_context, seed=config.seed,
+                          center=config.center_features)
+        check_inputs(run, manifest, state, data.attrs)
+        test = data.parts["test"]
+        if len(test) == 0:
+            raise VpromError(f"{config.dataset}: split {config.split!r} has no test matrices; "
+                             "nothing to evaluate")
+        model, _ = build_model(config, data.feature_dim, data.side)
+        load_weights(model, state, run / "best.pt")
+        data = data.to(device)
+        model.to(device)
+        correct = (predict(model, data, data.parts["test"]) == test.answer).numpy()
+        metrics = {
+            "run": str(run), "model": config.model, "split": config.split, "aux": config.aux,
+            "shuffle_context": config.shuffle_context, "seed": config.seed,
+            "features": {k: state["features_attrs"].get(k) for k in ("backbone", "weights")}
+            | {"path": str(panels)},
+            "dataset": str(config.dataset), "dataset_content_hash": input_hash(config.dataset),
+            "config": config.to_dict(),
+            "checkpoint": {"epoch": state["best"]["epoch"] + 1,
+                           "val_acc": state["best"]["val_acc"]},
+            "chance": CHANCE,
+            **breakdowns(correct, test.relation_name, test.element_type),
+        }
+        if is_control(config.model, config.shuffle_context):  # expected at chance: checked so
+            passed, why = control_result(metrics)
+            metrics["control"] = {"expected": "chance", "passed": passed, "why": why}
+            metrics["did_not_learn"] = []
+        else:
+            metrics["did_not_learn"] = did_not_learn(metrics, state["history"])
+        write_json(run / "metrics.json", published_metrics(metrics, run))
+        return metrics
 
 
 def published_metrics(metrics: dict, run: Path) -> dict:

@@ -71,10 +71,6 @@ def format_breakdowns(metrics: dict, beside=None) -> list[str]:
     return lines
 
 
-def chance_interval(n: int) -> tuple[float, float]:
-    return wilson_interval(CHANCE * n, n)
-
-
 def is_control(model: str, shuffle_context: bool) -> bool:
     return shuffle_context or model in CONTROL_MODELS
 
@@ -101,7 +97,7 @@ def did_not_learn(metrics: dict, history: list[dict]) -> list[str]:
     test = metrics.get("test") or {}
     n, accuracy = test.get("n") or 0, test.get("accuracy")
     if n and accuracy is not None:
-        low, high = chance_interval(n)
+        low, high = wilson_interval(CHANCE * n, n)
         if low <= accuracy <= high:
             reasons.append(f"its test accuracy {100 * accuracy:.1f}% is within the chance "
                            f"interval {100 * low:.1f}–{100 * high:.1f}% of {n:,} matrices")

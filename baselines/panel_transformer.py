@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from vprom.baselines import parts
-from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, ModelOutput
+from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig
 from vprom.baselines.registry import register_model
 from vprom.errors import VpromError
 
@@ -22,14 +22,12 @@ def attention_layer(width: int) -> nn.TransformerEncoderLayer:
                                       batch_first=True, norm_first=True)
 
 
-class PanelTransformer(nn.Module):
+class PanelTransformer(parts.CandidateModel):
     def __init__(self, config: ModelConfig, spatial: bool):
-        super().__init__()
+        super().__init__(config.feature_dim, *((config.side, config.side) if spatial else ()))
         if config.hidden % HEADS:
             raise VpromError(f"the panel transformer's {HEADS} heads split the hidden width: "
                              f"hidden must be a multiple of {HEADS}, got {config.hidden}")
-        self.panel_shape = ((config.feature_dim, config.side, config.side) if spatial
-                            else (config.feature_dim,))
         tokens = config.side ** 2 if spatial else 1
         width = config.hidden
         self.embed = nn.Linear(config.feature_dim, width)
@@ -39,11 +37,9 @@ class PanelTransformer(nn.Module):
         self.along_rows = attention_layer(width)
         self.along_columns = attention_layer(width)
         self.f = parts.mlp(width, width, 1)
-        self.score = parts.score_head(config)
-        self.aux = parts.make_aux(config)
+        self.heads(config)
 
-    def forward(self, panels: Tensor) -> ModelOutput:
-        parts.check_panels(panels, *self.panel_shape)
+    def candidates(self, panels: Tensor) -> Tensor:
         batch = panels.shape[0]
         if len(self.panel_shape) == 3:  # [B, 16, C, H, W] -> [B, 16, H W, C]
             panels = panels.flatten(3).transpose(2, 3)
@@ -59,8 +55,7 @@ class PanelTransformer(nn.Module):
         grid = self.along_rows(grid.reshape(-1, SIDE, width)).view(
             batch, N_CANDIDATES, tokens, SIDE, SIDE, width)
         grid = self.along_columns(grid.transpose(3, 4).reshape(-1, SIDE, width))
-        hidden = self.f(grid.view(batch, N_CANDIDATES, -1, width).mean(2))  # [B, 8, d]
-        return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+        return self.f(grid.view(batch, N_CANDIDATES, -1, width).mean(2))  # [B, 8, d]
 
 
 register_model("panel-transformer", kind="maps")(

@@ -37,6 +37,10 @@ HUMANS_SKIPPED = 4.5
 CHANCE = 12.5
 
 
+def display_name(model: str) -> str:
+    return PAPER_NAMES.get(model, model)
+
+
 def paper_accuracy(model: str, feature_type: str, aux: bool) -> float | None:
     return TABLE2_NEUTRAL.get(model, {}).get((feature_type, aux))
 

@@ -129,6 +129,24 @@ def output(scores: Tensor, aux: AuxHeads | None, representation: Tensor) -> Mode
     return ModelOutput(scores, *(aux(representation) if aux is not None else (None, None)))
 
 
+class CandidateModel(nn.Module):
+    """A model over panels of `panel_shape` that represents each candidate (`candidates`:
+    [B, 16, ...] -> [B, 8, H]) for w to score; the aux heads read the mean representation.
+    `heads` adds w and the aux heads, last in `__init__` so the layers' random draws come first."""
+
+    def __init__(self, *panel_shape: int):
+        super().__init__()
+        self.panel_shape = panel_shape
+
+    def heads(self, config: ModelConfig, outputs: int = 1, bias: bool = False) -> None:
+        self.score, self.aux = score_head(config, outputs, bias), make_aux(config)
+
+    def forward(self, panels: Tensor) -> ModelOutput:
+        check_panels(panels, *self.panel_shape)
+        hidden = self.candidates(panels)
+        return output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+
+
 def conv_bn(in_channels: int, out_channels: int, kernel_size=3, stride: int = 1,
             padding=0, relu: bool = True) -> nn.Sequential:
     """Conv2d without bias (the batch norm has one), BatchNorm2d, and ReLU if `relu`."""

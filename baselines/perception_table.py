@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from vprom.baselines.paper import CHANCE, PAPER_NAMES, feature_type
+from vprom.baselines.paper import CHANCE, display_name, feature_type
 from vprom.baselines.metrics import is_control
 from vprom.domain import SPLITS
 from vprom.files import atomic_path
@@ -88,7 +88,7 @@ def perception_rows(grouped: dict, ceilings: dict[str, tuple[float, int]]) -> li
 
 
 def _model(row: dict) -> str:
-    return PAPER_NAMES.get(row["model"], row["model"]) + (" +aux" if row["aux"] is True else "")
+    return display_name(row["model"]) + (" +aux" if row["aux"] is True else "")
 
 
 def perception_markdown(rows: list[dict], ceiling_note: str) -> str:

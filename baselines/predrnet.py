@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from vprom.baselines import parts
-from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, ModelOutput, conv_bn
+from vprom.baselines.parts import N_CANDIDATES, N_CONTEXT, ModelConfig, conv_bn
 from vprom.baselines.registry import register_model
 from vprom.errors import VpromError
 
@@ -47,14 +47,14 @@ class PredictiveReasoningBlock(nn.Module):
         return self.body(torch.cat([context, error], dim=2)) + self.shortcut(x)
 
 
-class PredRNet(nn.Module):
+class PredRNet(parts.CandidateModel):
     def __init__(self, config: ModelConfig, kind: str):
-        super().__init__()
+        super().__init__(config.feature_dim, config.side, config.side)
         if config.hidden % 16:
             raise VpromError(f"predrnet's channels are hidden/16: hidden must be a multiple of "
                              f"16, got {config.hidden}")
         c = config.hidden // 16
-        self.kind, self.panel_shape = kind, (config.feature_dim, config.side, config.side)
+        self.kind = kind
         if kind == "pixels":
             widths = [config.feature_dim, c, 2 * c, 3 * c, 4 * c]
             self.encoder = nn.Sequential(*(EncoderStage(a, b) for a, b in zip(widths, widths[1:])))
@@ -66,11 +66,9 @@ class PredRNet(nn.Module):
         self.pooled = 2 * config.hidden
         self.classifier = nn.Sequential(nn.Linear(self.pooled, config.hidden, bias=False),
                                         nn.BatchNorm1d(config.hidden), nn.ReLU())
-        self.score = parts.score_head(config)
-        self.aux = parts.make_aux(config)
+        self.heads(config)
 
-    def forward(self, panels: Tensor) -> ModelOutput:
-        parts.check_panels(panels, *self.panel_shape)
+    def candidates(self, panels: Tensor) -> Tensor:
         batch = panels.shape[0]
         x = panels.flatten(0, 1)
         if self.kind == "pixels":
@@ -82,8 +80,7 @@ class PredRNet(nn.Module):
         sets = sets.view(batch * N_CANDIDATES, N_CONTEXT + 1, channels, -1).transpose(1, 2)
         x = self.reasoning(sets.contiguous()).reshape(batch, N_CANDIDATES, -1)
         x = nn.functional.adaptive_avg_pool1d(x, self.pooled)  # [B, 8, 2H]
-        hidden = self.classifier(x.flatten(0, 1)).view(batch, N_CANDIDATES, -1)
-        return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+        return self.classifier(x.flatten(0, 1)).view(batch, N_CANDIDATES, -1)
 
 
 register_model("predrnet", kind="pixels")(lambda config: PredRNet(config, "pixels"))

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from vprom.baselines.paper import (CHANCE, FEATURE_TYPES, HUMANS, HUMANS_SKIPPED, LATER_SOLVERS,
-                                   PAPER_NAMES, paper_accuracy)
+                                   PAPER_NAMES, display_name, paper_accuracy)
 from vprom.baselines.perception_table import (Ceilings, bar_plot, feature_source,
                                               is_reference, perception_markdown,
                                               perception_plot, perception_rows, png,
@@ -60,10 +60,6 @@ class Entry:
     def label(self) -> str:
         return " ".join(x for x in (display_name(self.model), self.features,
                                     "+aux" if self.aux else "", self.control) if x)
-
-
-def display_name(model: str) -> str:
-    return PAPER_NAMES.get(model, model)
 
 
 def load_entry(run: str | Path) -> Entry:
@@ -234,13 +230,13 @@ def _key_order(key: tuple):
 
 def splits_markdown(rows: list[dict]) -> str:
     splits = list(dict.fromkeys(r["split"] for r in rows))
-    keys = list(dict.fromkeys((r["model"], r["features"], r["aux"], r["control"]) for r in rows))
-    keys.sort(key=_key_order)
-    cells = {((r["model"], r["features"], r["aux"], r["control"]), r["split"]): r for r in rows}
+    cells = {((r["model"], r["features"], r["aux"], r["control"]), r["split"]): r["cell"]
+             for r in rows}
+    keys = sorted({key for key, _ in cells}, key=_key_order)
     body = []
     for key in keys:
         name = display_name(key[0]) + (f" ({key[3]})" if key[3] else "")
-        found = [cells[(key, s)]["cell"] if (key, s) in cells else None for s in splits]
+        found = [cells.get((key, s)) for s in splits]
         values = [f"{c.accuracy:.1f}{c.mark()}" if c else "—" for c in found]
         body.append(f"| {name} | {key[1]} | {'yes' if key[2] else 'no'} | "
                     + " | ".join(values) + " |")
@@ -250,25 +246,25 @@ def splits_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def not_learned_markdown(entries: list[Entry]) -> str:
-    flagged = [e for e in entries if e.flags]
-    if not flagged:
+def run_list(heading: str, runs: list[tuple[str, Entry, str]]) -> str:
+    """`heading` over a line per (mark, run, what about it); "" for no runs."""
+    if not runs:
         return ""
-    lines = [f"{len(flagged)} of {len(entries)} runs did not learn:\n"]
-    lines += [f"- `{e.run}` ({e.label}, {e.split}): {'; '.join(e.flags)}" for e in flagged]
+    lines = [f"{heading}\n", *(f"- {mark}`{e.run}` ({e.label}, {e.split}): {why}"
+                               for mark, e, why in runs)]
     return "\n".join(lines) + "\n"
+
+
+def not_learned_markdown(entries: list[Entry]) -> str:
+    flagged = [("", e, "; ".join(e.flags)) for e in entries if e.flags]
+    return run_list(f"{len(flagged)} of {len(entries)} runs did not learn:", flagged)
 
 
 def controls_markdown(entries: list[Entry]) -> str:
-    controls = [e for e in entries if e.is_control]
-    if not controls:
-        return ""
-    lines = ["Controls cannot use the context, so they are expected at chance (12.5%): a "
-             "control passes when the lower end of its 95% interval is at most 14.5%.\n"]
-    for e in controls:
-        passed, why = control_result(e.metrics)
-        lines.append(f"- {'pass' if passed else 'FAIL'}: `{e.run}` ({e.label}, {e.split}): {why}")
-    return "\n".join(lines) + "\n"
+    results = [(e, *control_result(e.metrics)) for e in entries if e.is_control]
+    return run_list("Controls cannot use the context, so they are expected at chance (12.5%): a "
+                    "control passes when the lower end of its 95% interval is at most 14.5%.",
+                    [(f"{'pass' if passed else 'FAIL'}: ", e, why) for e, passed, why in results])
 
 
 def to_csv(rows: list[dict]) -> str:

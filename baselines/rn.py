@@ -16,32 +16,28 @@ import torch
 from torch import Tensor, nn
 
 from vprom.baselines import parts
-from vprom.baselines.parts import N_CONTEXT, N_PANELS, ModelConfig, ModelOutput
+from vprom.baselines.parts import N_CONTEXT, N_PANELS, ModelConfig
 from vprom.baselines.registry import register_model
 
 
 @register_model("rn")
-class RelationNetwork(nn.Module):
+class RelationNetwork(parts.CandidateModel):
     """Sum of f1 over the ordered pairs of each completed matrix, f2, a linear score."""
 
     def __init__(self, config: ModelConfig, panel_ids: bool = True, direct: bool = False):
-        super().__init__()
+        super().__init__(config.feature_dim)
         self.panel_ids = panel_ids
         self.direct = direct
-        self.feature_dim = config.feature_dim
         self.width = config.feature_dim + (N_PANELS if panel_ids else 0)
         depth = parts.half_depth(config)
         self.f1 = parts.mlp(2 * self.width, config.hidden, depth)
         self.f2 = parts.mlp(config.hidden, config.hidden, depth)
-        self.score = parts.score_head(config)
-        self.aux = parts.make_aux(config)
+        self.heads(config)
 
-    def forward(self, panels: Tensor) -> ModelOutput:
-        parts.check_panels(panels, self.feature_dim)
+    def candidates(self, panels: Tensor) -> Tensor:
         x = parts.with_panel_ids(panels, candidates_share_id=True) if self.panel_ids else panels
         relations = self.pair_sums_direct(x) if self.direct else pair_sums(x, self.f1, self.width)
-        hidden = self.f2(relations)  # [B, 8, H]
-        return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+        return self.f2(relations)
 
     def pair_sums_direct(self, x: Tensor) -> Tensor:
         """[B, 16, W] -> [B, 8, H]: Eq. 7 as written, f1 on all 81 concatenated pairs."""
@@ -54,8 +50,7 @@ class RelationNetwork(nn.Module):
 
 
 def pair_sums(x: Tensor, f1: nn.Sequential, width: int) -> Tensor:
-    """[B, 16, W] -> [B, 8, H]: sum of f1 over the 81 ordered pairs of each completed matrix,
-    from per-panel projections (f1[0] is a Linear from 2 * width; see the module docstring)."""
+    """[B, 16, W] -> [B, 8, H]: f1 summed over each completed matrix's 81 pairs (module doc)."""
     first_layer, rest = f1[0], f1[1:]
     weight_a, weight_b = first_layer.weight.split(width, dim=1)
     project_a = x @ weight_a.T  # [B, 16, H]

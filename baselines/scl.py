@@ -8,7 +8,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from vprom.baselines import parts
-from vprom.baselines.parts import N_CONTEXT, ModelConfig, ModelOutput
+from vprom.baselines.parts import N_CONTEXT, ModelConfig
 from vprom.baselines.registry import register_model
 from vprom.errors import VpromError
 
@@ -16,24 +16,21 @@ GROUPS = 8
 
 
 @register_model("scl")
-class SCL(nn.Module):
+class SCL(parts.CandidateModel):
     def __init__(self, config: ModelConfig):
-        super().__init__()
+        super().__init__(config.feature_dim)
         if config.hidden % GROUPS:
             raise VpromError(f"scl splits the hidden width into {GROUPS} groups: hidden must be "
                              f"a multiple of {GROUPS}, got {config.hidden}")
-        self.feature_dim = config.feature_dim
         self.group, self.inner = config.hidden // GROUPS, config.hidden // 2
         self.objects = parts.mlp(config.feature_dim, config.hidden, 1)
         self.attributes = parts.mlp(self.group, self.inner, 1)
         self.relation_in = nn.Linear((N_CONTEXT + 1) * self.inner, self.inner)
         self.relation_rest = nn.Sequential(nn.ReLU(), *parts.mlp(self.inner, self.inner, 1))
         self.f = parts.mlp(GROUPS * self.inner, config.hidden, 1)
-        self.score = parts.score_head(config)
-        self.aux = parts.make_aux(config)
+        self.heads(config)
 
-    def forward(self, panels: Tensor) -> ModelOutput:
-        parts.check_panels(panels, self.feature_dim)
+    def candidates(self, panels: Tensor) -> Tensor:
         batch = panels.shape[0]
         groups = self.objects(panels).view(batch, -1, GROUPS, self.group)  # [B, 16, K, G]
         values = self.attributes(groups)  # [B, 16, K, A]
@@ -44,5 +41,4 @@ class SCL(nn.Module):
         candidate_part = values[:, N_CONTEXT:] @ weight[:, N_CONTEXT].T  # [B, 8, K, A]
         relations = self.relation_rest(context_part.unsqueeze(1) + candidate_part
                                        + self.relation_in.bias)  # [B, 8, K, A]
-        hidden = self.f(relations.flatten(2))  # [B, 8, H]
-        return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+        return self.f(relations.flatten(2))

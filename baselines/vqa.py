@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from vprom.baselines import parts
-from vprom.baselines.parts import N_CONTEXT, N_PANELS, ModelConfig, ModelOutput
+from vprom.baselines.parts import N_CONTEXT, N_PANELS, ModelConfig
 from vprom.baselines.registry import register_model
 
 
@@ -25,24 +25,20 @@ class GatedTanh(nn.Module):
 
 
 @register_model("vqa")
-class JointEmbedding(nn.Module):
+class JointEmbedding(parts.CandidateModel):
     def __init__(self, config: ModelConfig):
-        super().__init__()
+        super().__init__(config.feature_dim)
         hidden = config.hidden
-        self.feature_dim = config.feature_dim
         self.g_panel = GatedTanh(config.feature_dim + N_PANELS, hidden)
         self.g_q = GatedTanh(hidden, hidden)
         self.g_a = GatedTanh(hidden, hidden)
         depth = parts.half_depth(config)
         self.g_o = nn.Sequential(*(GatedTanh(hidden, hidden) for _ in range(depth)))
-        self.score = parts.score_head(config)
-        self.aux = parts.make_aux(config)
+        self.heads(config)
 
-    def forward(self, panels: Tensor) -> ModelOutput:
-        parts.check_panels(panels, self.feature_dim)
+    def candidates(self, panels: Tensor) -> Tensor:
         panels = parts.with_panel_ids(panels, candidates_share_id=True)
         embedded = self.g_panel(panels)  # [B, 16, H]
         question = self.g_q(embedded[:, :N_CONTEXT].sum(1))  # [B, H]
         answers = self.g_a(embedded[:, N_CONTEXT:])  # [B, 8, H]
-        joint = self.g_o(question.unsqueeze(1) * answers)  # [B, 8, H]
-        return parts.output(self.score(joint).squeeze(-1), self.aux, joint.mean(1))
+        return self.g_o(question.unsqueeze(1) * answers)

@@ -4,10 +4,10 @@ g([e_a ; e_b]) over the 81 ordered pairs of its completed matrix), g four layers
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from vprom.baselines import parts
-from vprom.baselines.parts import N_CONTEXT, ModelConfig, ModelOutput
+from vprom.baselines.parts import N_CONTEXT, ModelConfig
 from vprom.baselines.registry import register_model
 from vprom.baselines.rn import pair_sums
 
@@ -16,21 +16,17 @@ G_LAYERS, F_LAYERS = 4, 2
 
 
 @register_model("wren")
-class WReN(nn.Module):
+class WReN(parts.CandidateModel):
     def __init__(self, config: ModelConfig):
-        super().__init__()
-        self.feature_dim = config.feature_dim
+        super().__init__(config.feature_dim)
         self.width = config.hidden + TAGS
         self.encoder = parts.mlp(config.feature_dim, config.hidden, 1)
         self.g = parts.mlp(2 * self.width, config.hidden, G_LAYERS)
         self.f = parts.mlp(config.hidden, config.hidden, F_LAYERS)
-        self.score = parts.score_head(config)
-        self.aux = parts.make_aux(config)
+        self.heads(config)
 
-    def forward(self, panels: Tensor) -> ModelOutput:
-        parts.check_panels(panels, self.feature_dim)
+    def candidates(self, panels: Tensor) -> Tensor:
         embedded = self.encoder(panels)  # [B, 16, H]
         # ids 1-16 with the candidates' shared id 9, cut to the 9 tags WReN uses
         tagged = parts.with_panel_ids(embedded, candidates_share_id=True)[..., :self.width]
-        hidden = self.f(pair_sums(tagged, self.g, self.width))  # [B, 8, H]
-        return parts.output(self.score(hidden).squeeze(-1), self.aux, hidden.mean(1))
+        return self.f(pair_sums(tagged, self.g, self.width))

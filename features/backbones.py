@@ -95,9 +95,9 @@ class Backbone:
     description: str
     feature_dim: int
     preprocess: Preprocess
-    build: Callable[[], nn.Module]  # random-init trunk
+    build: Callable[[], nn.Module] | None = None  # random-init trunk; none: `load` overridden
     # checkpoint -> (trunk keys, notes on what was ignored); raises on anything unknown
-    map_state_dict: Callable[[dict, str], tuple[dict, list[str]]]
+    map_state_dict: Callable[[dict, str], tuple[dict, list[str]]] | None = None
     imagenet: Callable[[], tuple[dict, str, Path]] | None = None  # (state, id, file)
     region_head: RegionHead | None = None  # only detectors: how --region roi runs
     pools: tuple[str, ...] = ("avg", "none")  # the poolings it offers, its default first
@@ -384,8 +384,6 @@ def resolve(name: str) -> TimmBackbone:
                     f"{model.num_features}-d)",
         feature_dim=0,  # known once built: depends on the pooling
         preprocess=_preprocess(data_config, name),
-        build=lambda: timm.create_model(name, pretrained=False, num_classes=0),
-        map_state_dict=lambda state, source: (state, []),
         pools=TOKEN_POOLS if tokens else MAP_POOLS,
         model_name=name, tokens=tokens, nhwc=nhwc,
         data_config={k: list(v) if isinstance(v, tuple) else v for k, v in data_config.items()},

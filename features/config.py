@@ -35,8 +35,7 @@ CPU_BATCH_PIXELS = 4 * 224 * 224
 
 
 def default_batch_size(device_type: str, region: str, side: int, threads: int) -> int:
-    """`--batch-size` when not given: `BATCH_SIZE`, or on a CPU with `--region crop` about
-    `CPU_BATCH_PIXELS` per thread (1 to `BATCH_SIZE`)."""
+    """`BATCH_SIZE`, or on a CPU with `--region crop` about `CPU_BATCH_PIXELS` per thread."""
     if device_type != "cpu" or region != "crop":
         return BATCH_SIZE
     return max(1, min(BATCH_SIZE, CPU_BATCH_PIXELS * max(threads, 1) // (side * side)))

@@ -65,13 +65,12 @@ def _used_crops(dataset: Path):
     """The crops table restricted to the crop ids that matrices/panels name."""
     crops = read_crop_table(dataset)
     used = np.unique(read_matrix_table(dataset).panels)
-    keep = np.isin(crops.crop_id, used)
     absent = np.setdiff1d(used, crops.crop_id)
     if len(absent):
         raise VpromError(f"{dataset}: matrices name {len(absent)} crop ids the crops table "
                          f"lacks (e.g. {int(absent[0])}); the file is inconsistent, regenerate "
                          "it")
-    return crops.take(keep)
+    return crops.take(np.isin(crops.crop_id, used))
 
 
 def _decode_chunk(task: tuple) -> tuple[float, int | list[str]]:

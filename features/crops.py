@@ -75,9 +75,8 @@ def batch_layout(crops: CropTable, batch_size: int, chunk_batches: int,
     """The layout of `crops` (module doc); `whole_images` lets a batch run over an image's end."""
     order = np.argsort(crops.crop_id, kind="stable")
     crop_id = crops.crop_id[order]
-    keys = np.stack([crops.image_id, crops.x, crops.y, crops.w, crops.h], axis=1)[order]
-    keys = keys.astype(np.int64)
-    units, unit_of_row = np.unique(keys, axis=0, return_inverse=True)  # lexicographic order
+    keys = np.stack([crops.image_id, crops.x, crops.y, crops.w, crops.h], axis=1).astype(np.int64)
+    units, unit_of_row = np.unique(keys[order], axis=0, return_inverse=True)  # lexicographic order
     unit_image, unit_box = units[:, 0], units[:, 1:]
     n = len(unit_image)
     cuts = np.flatnonzero(unit_image[1:] != unit_image[:-1]) + 1
@@ -99,10 +98,7 @@ DECODE_ERRORS = (OSError, ValueError, SyntaxError, RuntimeError, Image.Decompres
 
 def draft_reduction(w: int, h: int, size: int) -> int:
     """The largest JPEG scale reduction that keeps both sides of a w x h crop >= size."""
-    for r in DRAFT_REDUCTIONS:
-        if min(w, h) >= r * size:
-            return r
-    return 1
+    return next((r for r in DRAFT_REDUCTIONS if min(w, h) >= r * size), 1)
 
 
 PILLOW_FILTERS = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
@@ -172,8 +168,7 @@ class Batch:
 
 
 class CropDataset(torch.utils.data.Dataset):
-    """Item g = image group g as (units, uint8 crops, sources, failures): its crops cut by
-    Pillow (`pillow-crops`), or its image as a `Source`, file bytes (`bytes`) or decoded."""
+    """Image group g -> (units, uint8 crops, sources, failures), by `mode` (module doc)."""
 
     def __init__(self, layout: BatchLayout, paths: list[str | None], size: int,
                  mode: str = "pillow-crops", vg: Path | str = "",
@@ -216,8 +211,7 @@ def collate(items) -> Batch:
 
 def open_work_folder(folder: Path, kind: str, files: tuple, dataset: Path, settings: dict,
                      redo: str | None = None, log=None) -> bool:
-    """True when the work folder `folder` is kept, current for `dataset` and `settings`; else
-    it is started over (saying why, or `redo`), with its manifest."""
+    """Keep `folder` if current for `dataset` and `settings` (True), else start it over."""
     log = log or partial(print, file=sys.stderr)
     kept = folder.exists() or folder.is_symlink()
     why = kept and (redo or why_stale(folder, [dataset], settings))
@@ -251,9 +245,7 @@ def resolve_decoder(requested: str, device: torch.device) -> str:
     """`cpu` or `gpu` for `--decode auto|cpu|gpu` on this device (see the module doc)."""
     if requested != "auto":
         return requested
-    if device.type == "cuda" and cores_per_process() < GPU_DECODE_BELOW:
-        return "gpu"
-    return "cpu"
+    return "gpu" if device.type == "cuda" and cores_per_process() < GPU_DECODE_BELOW else "cpu"
 
 
 def clip_boxes(boxes: np.ndarray, width: int, height: int) -> tuple[list, list]:
@@ -265,8 +257,7 @@ def clip_boxes(boxes: np.ndarray, width: int, height: int) -> tuple[list, list]:
 
 def crop_resize(image: torch.Tensor, corners: list, size: int, interpolation: str = "bilinear",
                 keep: float = 1.0) -> torch.Tensor:
-    """(3, H, W) uint8 image, k corner boxes -> (k, size, size, 3) uint8 crops, on its device;
-    `keep` < 1 resizes to floor(size / keep) and keeps the centre."""
+    """(3, H, W) uint8 image, k corner boxes -> (k, size, size, 3) uint8 crops (centre `keep`)."""
     if not corners:
         return torch.zeros((0, size, size, 3), dtype=torch.uint8, device=image.device)
     whole = image.unsqueeze(0).float()  # once per image, not per crop
@@ -286,8 +277,7 @@ def is_jpeg(data: bytes | torch.Tensor) -> bool:
 
 def read_bytes(path) -> torch.Tensor:
     """A file's bytes as a 1-D uint8 tensor (what the device decoder takes)."""
-    with open(path, "rb") as f:
-        return torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+    return torch.frombuffer(bytearray(Path(path).read_bytes()), dtype=torch.uint8)
 
 
 def pillow_image(data: bytes | torch.Tensor | str | os.PathLike) -> torch.Tensor:
@@ -312,8 +302,7 @@ def torch_image(data: torch.Tensor, device: torch.device | str = "cpu") -> torch
 
 
 def decode_many(datas: list[torch.Tensor], device: torch.device) -> list:
-    """A (3, H, W) uint8 tensor, or the exception, per JPEG byte tensor, decoded on `device`
-    in one call, or image by image if that fails."""
+    """Per JPEG byte tensor its (3, H, W) uint8 image on `device` (one call), or the exception."""
     if not datas:
         return []
     if all(is_jpeg(d) for d in datas):

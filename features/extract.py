@@ -26,13 +26,12 @@ import torch
 
 from vprom.errors import VpromError
 from vprom.features import pipeline
-from vprom.features.backbones import get_backbone
+from vprom.features.backbones import get_backbone, timm_version
 from vprom.features.config import H5_FILTERS, SYMBOLIC_BACKBONE, ExtractConfig, default_batch_size
 from vprom.features.crops import (batch_layout, cores_per_process, open_work_folder,
                                   resolve_decoder)
 from vprom.features.labels import extract_labels, sorted_crops
 from vprom.features.pipeline import DTYPES, ExtractPlan
-from vprom.features.backbones import timm_version
 from vprom.claim import writes
 from vprom.files import atomic_path
 from vprom.manifest import CONTENT_PREFIX, input_hashes, is_current, make_manifest, manifest_of
@@ -41,8 +40,6 @@ from vprom.runtime import World, joined_world
 
 MAX_GPU_WORKERS = 16
 GRAPH_DEVICES = ("cuda",)  # where --cuda-graphs runs (tests add the CPU, with a stand-in)
-# A CPU device decodes in this process between forwards: workers would preempt its threads.
-DEFAULT_CPU_WORKERS = 0
 FILES_MARGIN = 16  # open files this process may add while the workers run (HDF5, threads)
 #: what `<out>.partial/` holds; a work folder with anything else is not removed
 WORK_FILES = ("chunk-*.npy", "chunk-*.json", "manifest.json")
@@ -58,6 +55,10 @@ POOLING = {"avg": "global average pool over the last conv stage's feature map",
 _L2 = "L2 (computed in float32, then cast to the stored dtype)"
 NORMALISATION = {"avg": _L2, "cls": _L2, "mean": _L2,
                  "none": "none (the maps are stored as the trunk computes them)"}
+#: what FEATS.h5's attributes record as the manifest's `config` does
+SHARED_ATTRS = ("backbone", "weights", "weights_sha256", "region", "decode", "pool", "dtype",
+                "compression", "device_type", "autocast", "cuda_graphs", "batch_size",
+                "data_config")
 
 
 @dataclass
@@ -183,8 +184,8 @@ def _workers(config: ExtractConfig, device: torch.device) -> int:
     """--workers, or on CUDA each GPU process's cores less the main and pinning threads."""
     if config.workers is not None:
         return config.workers
-    if device.type == "cpu":
-        return DEFAULT_CPU_WORKERS
+    if device.type == "cpu":  # this process decodes between forwards: workers would preempt it
+        return 0
     return max(1, min(MAX_GPU_WORKERS, cores_per_process() - 2))
 
 
@@ -287,9 +288,8 @@ def assemble(plan: ExtractPlan) -> list:
 
 def write_features(config: ExtractConfig, crop_id: np.ndarray, blocks, row_shape: tuple,
                    missing: np.ndarray, attrs: dict, settings: dict, counts: dict) -> None:
-    """FEATS.h5 at `config.out`, atomically: `crop_id`, the rows `blocks` yields in order
-    (`maps` for --pool none, else `features`), `missing_crop_id`, `attrs` and the manifest,
-    whose content hash covers the crop ids and the rows."""
+    """FEATS.h5 at `config.out`, atomically: `crop_id`, the rows of `blocks` (`maps` or
+    `features`), `missing_crop_id`, `attrs` and the manifest (its hash: ids and rows)."""
     n, dtype = len(crop_id), DTYPES[config.dtype]
     row_bytes = int(np.prod(row_shape)) * np.dtype(dtype).itemsize
     name, rows = "features", 1024
@@ -321,29 +321,21 @@ def attributes(plan: ExtractPlan, n_missing: int, row_shape: tuple) -> dict:
 
     from vprom import __version__
 
-    settings, pre, config = plan.settings(), plan.backbone.preprocess, plan.config
+    settings, config, weights = plan.settings(), plan.config, plan.loaded.weights
     size = list(plan.sides) if config.region == "roi" else [plan.size, plan.size]
-    attrs = {"backbone": plan.backbone.name, "weights": plan.loaded.weights,
-             "weights_sha256": plan.loaded.weights_sha256,
-             "weights_notes": "; ".join(plan.loaded.notes),
-             # "perception-weights" for `vprom perceive`'s: reports name the feature source
-             "weights_kind": (manifest_of(plan.loaded.weights) or {}).get("kind", "")
-             if Path(plan.loaded.weights).is_file() else "",
-             "random_weights": plan.loaded.weights == "none",
-             "input_size": np.array(size, dtype=np.int64),
-             "region": config.region, "decode": plan.decoder, "pool": config.pool,
-             "pooling": POOLING[config.pool], "normalisation": NORMALISATION[config.pool],
-             "resize": plan.resize_policy(), "pixel_normalisation": pre.describe(),
-             "dtype": config.dtype, "compression": config.compression,
-             "feature_dim": int(row_shape[0]), "device_type": plan.world.device.type,
-             "autocast": settings["autocast"], "compiled": config.compile,
-             "cuda_graphs": config.cuda_graphs,
-             "batch_size": config.batch_size, "n_missing": n_missing,
-             "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
-             "pillow_version": PIL.__version__, "vprom_version": __version__,
-             "timm_version": timm_version(), "complete": True}
-    if "data_config" in settings:  # a timm model's preprocessing, as timm resolved it
-        attrs["data_config"] = settings["data_config"]
+    # data_config: a timm model's preprocessing, as timm resolved it
+    attrs = {k: settings[k] for k in SHARED_ATTRS if k in settings} | {
+        "weights_notes": "; ".join(plan.loaded.notes),
+        # "perception-weights" for `vprom perceive`'s: reports name the feature source
+        "weights_kind": (manifest_of(weights) or {}).get("kind", "")
+        if Path(weights).is_file() else "",
+        "random_weights": weights == "none", "input_size": np.array(size, dtype=np.int64),
+        "pooling": POOLING[config.pool], "normalisation": NORMALISATION[config.pool],
+        "resize": plan.resize_policy(), "pixel_normalisation": settings["preprocess"],
+        "feature_dim": int(row_shape[0]), "compiled": config.compile, "n_missing": n_missing,
+        "torch_version": torch.__version__, "torchvision_version": torchvision.__version__,
+        "pillow_version": PIL.__version__, "vprom_version": __version__,
+        "timm_version": timm_version(), "complete": True}
     if config.pool == "none":
         attrs["map_shape"] = np.array(row_shape, dtype=np.int64)
     return attrs

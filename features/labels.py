@@ -136,7 +136,6 @@ def extract_labels(config: ExtractConfig, write_features) -> dict:
                 "label_noise": config.label_noise, "seed": config.seed, "dtype": config.dtype,
                 "compression": config.compression}
     done = config.resume and is_current(config.out, [config.dataset], settings)
-    outside: Counter = Counter()
     if done:
         print(f"{config.out}: already complete with these settings; nothing to do "
               "(--no-resume extracts it again)", file=sys.stderr)
@@ -157,10 +156,10 @@ def extract_labels(config: ExtractConfig, write_features) -> dict:
                        attrs, settings, counts={
                            "crops": len(crops), "distinct_boxes": len(crops), "missing": 0,
                            "dimensions": bits.shape[1], "bits_set": int(bits.sum())})
-    if outside:
-        common = ", ".join(f"{label} ({n})" for label, n in outside.most_common(8))
-        print(f"{config.out}: {sum(outside.values())} labels of the crops are outside the data "
-              f"set's vocabulary and set no dimension: {common}", file=sys.stderr)
+        if outside:
+            common = ", ".join(f"{label} ({n})" for label, n in outside.most_common(8))
+            print(f"{config.out}: {sum(outside.values())} labels of the crops are outside the "
+                  f"data set's vocabulary and set no dimension: {common}", file=sys.stderr)
     return {"out": config.out, "backbone": BACKBONE, "crops": len(crops), "units": len(crops),
             "extracted_units": 0 if done else len(crops),
             "seconds": time.perf_counter() - start}

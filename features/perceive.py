@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
-from vprom.features.backbones import Backbone, get_backbone
+from vprom.features.backbones import Backbone, TimmTrunk, get_backbone
 from vprom.features.perceive_data import HEADS, LabelledCrops, load_perception_data, load_pixels
 
 from vprom.claim import writes
@@ -111,8 +111,7 @@ def train_one_epoch(model, optimizer, data: Targets, batches, preprocess, world:
         optimizer.step()
         losses = losses.detach().cpu().double()
         totals += losses
-        if hasattr(batches, "set_postfix"):
-            batches.set_postfix(loss=f"{float(losses.sum()) / max(1, len(index)):.3f}")
+        batches.set_postfix(loss=f"{float(losses.sum()) / max(1, len(index)):.3f}")
     sums = world.all_sum(totals.tolist())
     return {f"train_{head}_loss": s / len(data) for head, s in zip(HEADS, sums)}
 
@@ -144,8 +143,7 @@ def resume_path(out: Path) -> Path:
 
 
 def start_trunk(backbone: Backbone, weights: str | None, size: int) -> tuple[nn.Module, str]:
-    """The trunk to fine-tune and its weights' name (None: the cached published ones, else
-    random init)."""
+    """The trunk to fine-tune and its weights' name (None: the cached published, else random)."""
     pool = backbone.pool_for("auto")
     try:
         loaded = backbone.load("imagenet" if weights is None else weights, pool, size)
@@ -159,8 +157,6 @@ def start_trunk(backbone: Backbone, weights: str | None, size: int) -> tuple[nn.
 
 def trunk_state(trunk: nn.Module) -> dict:
     """The trunk's weights as `Backbone.load` takes them (a timm trunk: the timm model's)."""
-    from vprom.features.backbones import TimmTrunk
-
     module = trunk.model if isinstance(trunk, TimmTrunk) else trunk
     return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
 

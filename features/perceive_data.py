@@ -108,10 +108,10 @@ def load_perception_data(dataset: Path, split: str, seed: int = 0) -> Perception
     crops = read_crop_table(dataset)
     train_ids = panels_of(matrices, parts["train"])
     val_ids = np.setdiff1d(panels_of(matrices, parts.get("val", np.zeros(0, np.int64))), train_ids)
-    train = targets(crops.take(np.isin(crops.crop_id, train_ids)), vocabulary, implied)
-    learnable = ((train.attributes.sum(1) > 0) | (train.category >= 0) | (train.count >= 0))
-    val = targets(crops.take(np.isin(crops.crop_id, val_ids)), vocabulary, implied)
-    val_learnable = (val.attributes.sum(1) > 0) | (val.category >= 0) | (val.count >= 0)
+    train, val = (targets(crops.take(np.isin(crops.crop_id, ids)), vocabulary, implied)
+                  for ids in (train_ids, val_ids))
+    learnable, val_learnable = (d.attributes.any(1) | (d.category >= 0) | (d.count >= 0)
+                                for d in (train, val))
     counts = {"train_crops": int(learnable.sum()),
               "train_crops_only_held_out_labels": int((~learnable).sum()),
               "val_crops": int(val_learnable.sum()),

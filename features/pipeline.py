@@ -2,10 +2,10 @@
 are the output's manifest `config`) says.
 
 DataLoader workers (or threads of this process, `--workers 0`) decode the crops or leave that
-to the device; `Forward.prepare` copies a batch to the device and finishes it, `Forward` runs
-the trunk (a CUDA graph replay with `--cuda-graphs`), pools, L2-normalises and casts, on CUDA
-on a stream of its own. The loop waits for the oldest result only when more than `in_flight`
-are queued, and writes a chunk once all its batches have landed.
+to the device; `Forward` copies a batch to the device, finishes it, runs the trunk (a CUDA graph
+replay with `--cuda-graphs`), pools, L2-normalises and casts, on CUDA on a stream of its own.
+The loop waits for the oldest result only when more than `in_flight` are queued, and writes a
+chunk once all its batches have landed.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from vprom.runtime import World
 NICE_WORKERS = 10  # CPU runs: DataLoader workers' priority below the forward's
 INLINE_CROPS = 64  # `--workers 0`: crops decoded at a time, a whole number of batches
 DTYPES = {"float16": np.float16, "float32": np.float32}  # ExtractConfig.dtype -> numpy
-TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32}
 
 
 @dataclass
@@ -132,17 +131,7 @@ class CudaApi:
         return graph.replay, out
 
 
-class HostStreams:
-    """A CPU device: everything runs in turn."""
-
-    def forward(self, tensors: list):
-        return nullcontext()
-
-    def download(self, rows: torch.Tensor) -> tuple:
-        return rows, None
-
-
-class CudaStreams(HostStreams):
+class CudaStreams:
     """CUDA: the forwards and the copies of their results on a compute stream."""
 
     def __init__(self, device: torch.device, api=CudaApi):
@@ -165,8 +154,9 @@ class CudaStreams(HostStreams):
         return host, done
 
 
-def streams_for(device: torch.device, api=CudaApi) -> HostStreams:
-    return CudaStreams(device, api) if device.type == "cuda" else HostStreams()
+def streams_for(device: torch.device, api=CudaApi) -> CudaStreams | None:
+    """The CUDA streams, or None: on a CPU everything runs in turn."""
+    return CudaStreams(device, api) if device.type == "cuda" else None
 
 
 # --------------------------------------------------------------------------- forward
@@ -216,32 +206,26 @@ class GraphedTrunk:
 
 
 class Forward:
-    """A `Batch` -> `prepare` (copies in, decoding, cropping) -> `__call__` (the forward)."""
+    """A `Batch` copied in, decoded and cropped on the device, then the forward."""
 
-    def __init__(self, plan: ExtractPlan, model: torch.nn.Module, streams: HostStreams,
+    def __init__(self, plan: ExtractPlan, model: torch.nn.Module, streams: CudaStreams | None,
                  trunk: GraphedTrunk | None = None):
         self.plan, self.model, self.streams, self.trunk = plan, model, streams, trunk
         self.device = plan.world.device
-        self.dtype = TORCH_DTYPES[plan.config.dtype]
+        self.dtype = getattr(torch, plan.config.dtype)
 
     @torch.inference_mode()
-    def prepare(self, batch: Batch) -> tuple[list, list, list]:
-        """(units, parts, failures): the batch's pixels (or images) on the device."""
+    def __call__(self, batch: Batch) -> tuple[np.ndarray, tuple | None, list, object]:
+        """(units, their rows on the way to the host, failures, the largest magnitude)."""
         failed, pairs = list(batch.failed), []
         if len(batch.units):
             pairs.append((batch.units, batch.pixels.to(self.device, non_blocking=True)))
         pairs += self._sources(batch.sources, failed)
-        return [units for units, _ in pairs], [part for _, part in pairs], failed
-
-    @torch.inference_mode()
-    def __call__(self, prepared: tuple) -> tuple[np.ndarray, tuple | None, list, object]:
-        """(units, their rows on the way to the host, failures, the largest magnitude)."""
-        units, parts, failed = prepared
-        plan = self.plan
-        if not units:
+        if not pairs:
             return np.zeros(0, np.int64), None, failed, None
-        # region roi's parts are (image, corners)
-        with self.streams.forward([p[0] if isinstance(p, tuple) else p for p in parts]):
+        plan, units, parts = self.plan, [u for u, _ in pairs], [part for _, part in pairs]
+        tensors = [p[0] if isinstance(p, tuple) else p for p in parts]  # roi: (image, corners)
+        with self.streams.forward(tensors) if self.streams else nullcontext():
             if plan.config.region == "roi":
                 out = self._regions(parts)
             else:
@@ -249,8 +233,9 @@ class Forward:
                 out = (self.trunk(pixels) if self.trunk else
                        embed(self.model, pixels, plan.backbone, plan.autocast, self.device,
                              plan.config.pool))
-            return (np.concatenate(units), self.streams.download(out.to(self.dtype)), failed,
-                    out.abs().amax())
+            rows = out.to(self.dtype)
+            held = self.streams.download(rows) if self.streams else (rows, None)
+            return np.concatenate(units), held, failed, out.abs().amax()
 
     def _sources(self, sources: list, failed: list) -> list:
         """Decoded and cut: [(units, crops)], or [(units, (image, corners))] for region roi."""
@@ -315,23 +300,15 @@ def _worker_init(worker_id: int, nice: int) -> None:
         os.nice(nice)
 
 
-class InlineBatches:
+def inline_batches(dataset: CropDataset, batches: list, threads: int, pin: bool, ahead: int = 1):
     """`--workers 0`: batches prepared `ahead` at a time by this process's threads."""
-
-    def __init__(self, dataset: CropDataset, batches: list, threads: int, pin: bool,
-                 ahead: int = 1):
-        self.dataset, self.batches, self.threads, self.pin = dataset, batches, threads, pin
-        self.ahead = ahead
-
-    def __iter__(self):
-        with ThreadPoolExecutor(self.threads) as pool:
-            for at in range(0, len(self.batches), self.ahead):
-                run = self.batches[at:at + self.ahead]
-                items = iter(list(pool.map(self.dataset.__getitem__,
-                                           [g for groups in run for g in groups])))
-                for groups in run:
-                    batch = collate([next(items) for _ in groups])
-                    yield batch.pin_memory() if self.pin else batch
+    with ThreadPoolExecutor(threads) as pool:
+        for at in range(0, len(batches), ahead):
+            run = batches[at:at + ahead]
+            items = iter(list(pool.map(dataset.__getitem__, [g for groups in run for g in groups])))
+            for groups in run:
+                batch = collate([next(items) for _ in groups])
+                yield batch.pin_memory() if pin else batch
 
 
 def loader(plan: ExtractPlan, batches: list):
@@ -343,8 +320,8 @@ def loader(plan: ExtractPlan, batches: list):
                           plan.backbone.preprocess.interpolation,
                           plan.backbone.preprocess.crop_pct)
     if plan.workers == 0:
-        return InlineBatches(dataset, batches, cores_per_process(), pin=not cpu,
-                             ahead=max(1, INLINE_CROPS // plan.config.batch_size))
+        return inline_batches(dataset, batches, cores_per_process(), pin=not cpu,
+                              ahead=max(1, INLINE_CROPS // plan.config.batch_size))
     return torch.utils.data.DataLoader(
         dataset, batch_sampler=batches, collate_fn=collate, num_workers=plan.workers,
         pin_memory=not cpu, worker_init_fn=partial(_worker_init, nice=NICE_WORKERS if cpu else 0),
@@ -375,13 +352,11 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
         forward = Forward(plan, model, streams_for(world.device, api), trunk)
         chunks = {}  # chunk -> [its rows, its failures, its batches still to land]
         queue = deque()
-        bar = tqdm(total=sum(layout.batch_units(b) for b in batch_ids), unit="crop",
-                   desc=f"extract {plan.backbone.name}", disable=None, smoothing=0.05,
-                   position=world.rank if world.size > 1 else None)
-        done = 0
+        total = sum(layout.batch_units(b) for b in batch_ids)  # each lands as rows or failures
+        bar = tqdm(total=total, unit="crop", desc=f"extract {plan.backbone.name}", disable=None,
+                   smoothing=0.05, position=world.rank if world.size > 1 else None)
 
         def land() -> None:  # the oldest queued batch: wait for its rows, file them
-            nonlocal done
             c, units, pending, failed, peak = queue.popleft()
             start, stop = layout.chunk_units(c)
             if c not in chunks:
@@ -399,17 +374,16 @@ def run_chunks(plan: ExtractPlan, api=CudaApi) -> int:
             if entry[2] == 0:  # its last batch: the chunk is complete
                 write_chunk(plan, c, entry[0], entry[1])
                 del chunks[c]
-            done += len(units) + len(failed)
             bar.update(len(units) + len(failed))
 
         with bar:
             for c, batch in zip(chunk_of, batches):
-                queue.append((c, *forward(forward.prepare(batch))))
+                queue.append((c, *forward(batch)))
                 while len(queue) > plan.config.in_flight:  # wait only with newer batches queued
                     land()
             while queue:
                 land()
-        return done
+        return total
     finally:
         # workers left to the garbage collector outlive an interrupt, and their deaths raise
         getattr(batches, "_shutdown_workers", lambda: None)()

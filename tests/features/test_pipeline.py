@@ -218,7 +218,7 @@ def test_workers_0_prepares_the_batches_the_dataloader_workers_prepare(dataset, 
     expected = list(processes)
     assert len(expected) == len(layout.batches) > 2
     for ahead in (1, 2, len(expected) + 1):
-        inline = list(pipeline.InlineBatches(crops, layout.batches, 2, pin=False, ahead=ahead))
+        inline = list(pipeline.inline_batches(crops, layout.batches, 2, pin=False, ahead=ahead))
         assert len(inline) == len(expected)
         for a, b in zip(inline, expected):
             assert np.array_equal(a.units, b.units) and torch.equal(a.pixels, b.pixels)
