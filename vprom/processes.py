@@ -159,12 +159,16 @@ def start(procs: list, target: Callable, args: tuple, name: str, method: str = "
     return proc
 
 
-def in_worker(target: Callable, args: tuple, parent: int | None) -> None:
-    """Run `target(*args)` as a worker: SIGINT ignored, SIGTERM fatal, dead with `parent`."""
+def _die_with_parent(parent: int | None) -> None:
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # libc's
     if parent is not None and os.getppid() != parent:
         os._exit(1)  # the parent died before the kernel was told to watch it
+
+
+def in_worker(target: Callable, args: tuple, parent: int | None) -> None:
+    """Run `target(*args)` as a worker: SIGINT ignored, SIGTERM fatal, dead with `parent`."""
+    _die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # a forked worker was born with `_signals_held`'s note-taking handler
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

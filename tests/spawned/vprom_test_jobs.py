@@ -56,5 +56,5 @@ def announce_and_sleep(seconds: float) -> None:
     """A job that says which worker took it, then keeps that worker busy."""
     import time
 
-    print(f"busy {os.getpid()}", flush=True)
+    os.write(1, f"busy {os.getpid()}\n".encode())  # one write: two workers' lines never mix
     time.sleep(seconds)
