@@ -27,6 +27,7 @@ from vprom import claim, processes
 import vprom_test_jobs as jobs
 out, state = sys.argv[1], sys.argv[2]
 if "no-death-signal" in sys.argv:
+    assert callable(processes._die_with_parent)  # what the workers call, replaced
     processes._die_with_parent = lambda parent: None
 with claim.output_lock(out):
     seconds = 600 if state == "busy" else 0
