@@ -104,18 +104,18 @@ def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
 
 def label_overlap(label_ids: list[tuple[int, ...]], candidate_rows: np.ndarray) -> np.ndarray:
     """M×8: per candidate (a row of `label_ids`), the share of the other 7 sharing a label."""
-    masks = [sum(1 << i for i in ids) for ids in label_ids]
-    words = max(1, -(-max(masks, default=0).bit_length() // 64))
-    bits = np.frombuffer(b"".join(m.to_bytes(8 * words, "little") for m in masks),
-                         dtype="<u8").reshape(len(masks), words)
-    out = np.zeros(candidate_rows.shape)
-    block = max(1, (1 << 21) // (N_CANDIDATES * N_CANDIDATES * words))  # ~16 MB of pairs
+    sizes = np.array([len(ids) for ids in label_ids], dtype=np.int64)
+    flat = np.fromiter(chain.from_iterable(label_ids), dtype=np.int64, count=int(sizes.sum()))
+    # each row's labels as bits, one row of `words` per 64 label ids
+    words = np.zeros((int(flat.max(initial=0)) // 64 + 1, len(label_ids)), dtype=np.uint64)
+    np.bitwise_or.at(words, (flat // 64, np.repeat(np.arange(len(label_ids)), sizes)),
+                     np.left_shift(np.uint64(1), (flat % 64).astype(np.uint64)))
+    shares = np.zeros(candidate_rows.shape + (N_CANDIDATES,), dtype=bool)  # M×8×8
+    for word in words:
+        bits = word[candidate_rows]
+        shares |= (bits[:, :, None] & bits[:, None, :]) != 0
     diagonal = np.arange(N_CANDIDATES)
-    for s in range(0, len(candidate_rows), block):
-        b = bits[candidate_rows[s:s + block]]  # m × 8 × words
-        shares = (b[:, :, None, :] & b[:, None, :, :]).any(axis=3)  # m × 8 × 8
-        out[s:s + block] = shares.sum(axis=2) - shares[:, diagonal, diagonal]
-    return out / (N_CANDIDATES - 1)
+    return (shares.sum(axis=2) - shares[:, diagonal, diagonal]) / (N_CANDIDATES - 1)
 
 
 @dataclass

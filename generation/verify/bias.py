@@ -50,15 +50,15 @@ def candidate_view(data: Data, used: np.ndarray) -> audit.CandidateView:
     """What the label probe sees of the candidates (label overlap only for rows `used`)."""
     c = data.crops
     rows = np.where(data.rows < 0, 0, data.rows)[:, N_CONTEXT:]
-    distinct = {s: k for k, s in enumerate(dict.fromkeys(data.labels))}  # a row per label set
-    of_crop = np.array([distinct[s] for s in data.labels], dtype=np.int64)
-    n_labels = np.array([len(s) for s in data.explicit_labels], dtype=float)
-    n_implied = np.array([len(a) - len(b) for a, b in zip(data.labels, data.explicit_labels)],
-                         dtype=float)
+    full, explicit = data.key_labels, data.key_explicit
+    distinct = {s: k for k, s in enumerate(dict.fromkeys(full))}  # a row per label set
+    key = data.label_key[rows]
+    n_labels = np.array([len(s) for s in explicit], dtype=float)[key]
+    n_implied = np.array([len(a) - len(b) for a, b in zip(full, explicit)], dtype=float)[key]
     ids: dict[str, int] = {}
     row_labels = [tuple(ids.setdefault(label, len(ids)) for label in sorted(s))
                   for s in distinct]
-    label_row = of_crop[rows]
+    label_row = np.array([distinct[s] for s in full], dtype=np.int64)[key]
     overlap = np.zeros(rows.shape)
     overlap[used] = audit.label_overlap(row_labels, label_row[used])
     sa, el = string_codes(c.super_attribute)[1], string_codes(c.element)[1]
@@ -67,9 +67,9 @@ def candidate_view(data: Data, used: np.ndarray) -> audit.CandidateView:
         sorted(t.value for t in ElementType), c.element_type.astype(str))
     _, el = np.unique(el, return_inverse=True)
     return audit.CandidateView(
-        element=el.ravel()[rows], super_attribute=sa.ravel()[rows], n_labels=n_labels[rows],
+        element=el.ravel()[rows], super_attribute=sa.ravel()[rows], n_labels=n_labels,
         overlap=overlap, area=(c.w.astype(float) * c.h)[rows],
-        aspect=(c.w.astype(float) / np.maximum(c.h, 1))[rows], n_implied=n_implied[rows],
+        aspect=(c.w.astype(float) / np.maximum(c.h, 1))[rows], n_implied=n_implied,
         label_row=label_row, row_labels=row_labels)
 
 

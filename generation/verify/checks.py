@@ -154,20 +154,19 @@ class SolverTables:
         for etype in sorted(set(data.matrices.element_type.tolist()) & set(self.universe)):
             u = Universe(etype, self.universe[etype])
             self.masks[etype] = (u, group_masks(u, self.groups.get(etype)),
-                                 label_masks(u, data.labels))
-        self.explicit_labels = data.explicit_labels
+                                 label_masks(u, data.key_labels, data.label_key))
+        self.key_explicit, self.label_key = data.key_explicit, data.label_key
 
     def explicit_masks(self, etype: str) -> np.ndarray:
         """Each crop's mask of its explicit labels alone in `etype`'s universe."""
-        return label_masks(self.masks[etype][0], self.explicit_labels)
+        return label_masks(self.masks[etype][0], self.key_explicit, self.label_key)
 
 
-def label_masks(u: Universe, labels: list[frozenset[str]]) -> np.ndarray:
-    """Each label set's mask in `u`, as Python ints in an object array."""
-    by_set = {s: u.mask(s) for s in set(labels)}  # label sets repeat between crops
-    out = np.empty(len(labels), dtype=object)
-    out[:] = [by_set[s] for s in labels]
-    return out
+def label_masks(u: Universe, sets: list[frozenset[str]], key: np.ndarray) -> np.ndarray:
+    """The mask in `u` of `sets[k]` for each k of `key`, as Python ints in an object array."""
+    masks = np.empty(len(sets), dtype=object)
+    masks[:] = [u.mask(s) for s in sets]
+    return masks[key]
 
 
 def solve(tables: SolverTables, data: Data, start: int, stop: int,
@@ -214,8 +213,9 @@ def _solve_records(tables: SolverTables, data: Data, start: int, stop: int,
 def solver_result(data: Data, failed: list[int], reasons: list[str],
                   implied_only: int) -> Check:
     """The solver check from `solve`'s results over every matrix."""
-    implied_rows = np.array([len(a) > len(b) for a, b in zip(data.labels,
-                                                              data.explicit_labels)], bool)
+    implied_rows = np.array([len(a) > len(b) for a, b in zip(data.key_labels,
+                                                              data.key_explicit)], bool)[
+        data.label_key]
     n = len(data.matrices)
     safe = np.where(data.rows < 0, 0, data.rows)
     panels = int(implied_rows[safe].sum()) if len(implied_rows) else 0

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 
 from vprom.bounded_read import read_bounded
-from vprom.domain import N_PANELS
+from vprom.domain import LABEL_SEPARATOR, N_PANELS
 from vprom.generation.generate import read_vocab
 from vprom.generation.labels import LabelVocabulary
 from vprom.tables import (
@@ -34,8 +34,9 @@ CROP_COLUMNS = tuple(f.name for f in fields(CropTable))
 
 @dataclass
 class Data:
-    """A DATASET.h5 in memory; `labels`: each crop's explicit and implied labels;
-    `super_attributes`: type -> super-attribute -> elements (the solver's reading groups)."""
+    """A DATASET.h5 in memory; `labels`: each crop's explicit and implied labels (`key_labels`
+    of its `label_key`, a code per distinct element type and labels); `super_attributes`:
+    type -> super-attribute -> elements (the solver's reading groups)."""
 
     path: Path
     crops: CropTable
@@ -50,8 +51,20 @@ class Data:
     def __post_init__(self) -> None:
         if self.vocabulary is None:
             self.vocabulary = LabelVocabulary.of_crops(self.crops)
-        self.explicit_labels = self.crops.label_sets()
-        self.labels = self.vocabulary.label_sets(self.crops)
+        # crops repeat (element type, labels) pairs: each distinct pair's sets are made once
+        pairs: dict[tuple[str, str], int] = {}
+        c = self.crops
+        self.label_key = np.fromiter(
+            (pairs.setdefault(p, len(pairs)) for p in zip(c.element_type.tolist(),
+                                                        c.labels.tolist())),
+            dtype=np.int64, count=len(c))
+        self.key_explicit = [frozenset(labels.split(LABEL_SEPARATOR)) - {""}
+                             for _, labels in pairs]
+        self.key_labels = [s | self.vocabulary.implied_of(etype, s)
+                           for (etype, _), s in zip(pairs, self.key_explicit)]
+        keys = self.label_key.tolist()
+        self.explicit_labels = [self.key_explicit[k] for k in keys]
+        self.labels = [self.key_labels[k] for k in keys]  # explicit and implied
 
 
 def structure_problems(h5: h5py.File) -> list[str]:
