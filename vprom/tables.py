@@ -344,36 +344,37 @@ def content_datasets(h5: h5py.File) -> dict[str, h5py.Dataset]:
     return out
 
 
-def column_values(ds: h5py.Dataset) -> np.ndarray:
-    """A dataset's values; strings as an object array of str, as `ds.asstr()[()]` gives them
-    but with one str object per distinct value (columns repeat a few hundred labels)."""
+def read_column(ds: h5py.Dataset) -> tuple[np.ndarray, np.ndarray | None]:
+    """(values, None) of a numeric dataset; of a string dataset (its distinct strings as an
+    object array of str, each value's index among them in the dataset's shape): columns repeat
+    a few hundred labels, and the indices travel between processes as plain integers."""
     values = np.asarray(ds[()])
     if ds.dtype.kind not in "OS":
-        return values
+        return values, None
     flat = values.ravel().tolist()
-    text = {v: v.decode() if isinstance(v, bytes) else v for v in dict.fromkeys(flat)}
-    out = np.empty(len(flat), dtype=object)
-    out[:] = [text[v] for v in flat]
-    return out.reshape(values.shape)
+    index = {v: k for k, v in enumerate(dict.fromkeys(flat))}
+    names = np.empty(len(index), dtype=object)
+    names[:] = [v.decode() if isinstance(v, bytes) else v for v in index]
+    return names, np.fromiter(map(index.__getitem__, flat), np.int64,
+                              len(flat)).reshape(values.shape)
 
 
-def columns_hash(columns: Mapping[str, np.ndarray | h5py.Dataset]) -> str:
-    """sha256 over named columns, independent of HDF5 byte layout: in sorted name order, each
-    column as its name, kind, shape and values (ints as little-endian int64, floats as float64,
-    strings as the UTF-8 of `json.dumps(list, ensure_ascii=False)`)."""
+def columns_hash(columns: Mapping[str, tuple[np.ndarray, np.ndarray | None]]) -> str:
+    """sha256 over named columns (as `read_column` gives them), independent of HDF5 byte
+    layout: in sorted name order, each column as its name, kind, shape and values (ints as
+    little-endian int64, floats as float64, strings as the UTF-8 of
+    `json.dumps(list, ensure_ascii=False)`)."""
     h = hashlib.sha256()
     for name in sorted(columns):
-        values = columns[name]
-        values = column_values(values) if isinstance(values, h5py.Dataset) else values
-        if values.dtype.kind == "O":
-            kind = "str"  # each distinct string encoded once, as json.dumps(list) encodes it
-            flat = values.ravel().tolist()
-            text = {v: encode_basestring(v) for v in set(flat)}
-            body = ("[" + ", ".join(map(text.__getitem__, flat)) + "]").encode()
+        values, codes = columns[name]
+        if codes is not None:
+            kind, shape = "str", codes.shape
+            text = np.array([encode_basestring(v) for v in values], dtype=object)
+            body = ("[" + ", ".join(text[codes.ravel()].tolist()) + "]").encode()
         else:
-            kind = "float" if values.dtype.kind == "f" else "int"
+            kind, shape = ("float" if values.dtype.kind == "f" else "int"), values.shape
             body = np.ascontiguousarray(values, "<f8" if kind == "float" else "<i8").tobytes()
-        h.update(json.dumps([name, kind, list(values.shape), len(body)]).encode() + b"\n" + body)
+        h.update(json.dumps([name, kind, list(shape), len(body)]).encode() + b"\n" + body)
     return "sha256:" + h.hexdigest()
 
 
@@ -382,7 +383,7 @@ def content_hash(f: str | Path | h5py.File) -> str:
     if not isinstance(f, h5py.File):
         with open_h5(f) as h5:
             return content_hash(h5)
-    return columns_hash(content_datasets(f))
+    return columns_hash({name: read_column(ds) for name, ds in content_datasets(f).items()})
 
 
 def crop_rows(crop_ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:

@@ -20,11 +20,11 @@ from vprom.tables import (
     SPLIT_PARTS,
     CropTable,
     MatrixTable,
-    column_values,
     columns_hash,
     content_datasets,
     crop_rows,
     existing_file,
+    read_column,
 )
 
 MAX_EXAMPLES = 5
@@ -94,15 +94,16 @@ def structure_problems(h5: h5py.File) -> list[str]:
 
 
 def _read(h5: h5py.File) -> tuple[list[str], tuple | None]:
-    """In `read_bounded`'s child: the structural problems, or every content column, the
-    split parts, the manifest attribute and the vocabulary."""
+    """In `read_bounded`'s child: the structural problems, or every content column
+    (`read_column`) with their hash, the split parts, the manifest attribute and the
+    vocabulary."""
     problems = structure_problems(h5)
     if problems:
         return problems, None
-    columns = {name: column_values(ds) for name, ds in content_datasets(h5).items()}
+    columns = {name: read_column(ds) for name, ds in content_datasets(h5).items()}
     parts = {s: [p for p in SPLIT_PARTS if p in h5["splits"][s]] for s in h5["splits"]}
     vocab = read_vocab(h5["vocab"], h5.filename) if "vocab" in h5 else ({}, {}, None)
-    return [], (columns, parts, h5.attrs.get("manifest"), vocab)
+    return [], (columns, columns_hash(columns), parts, h5.attrs.get("manifest"), vocab)
 
 
 def load(path: Path, meanwhile: Callable[[], object] | None = None
@@ -112,7 +113,9 @@ def load(path: Path, meanwhile: Callable[[], object] | None = None
     problems, read = read_bounded(existing_file(path), _read, meanwhile)
     if read is None:
         return None, problems
-    columns, parts, manifest, (universes, sas, labels) = read
+    coded, content_hash, parts, manifest, (universes, sas, labels) = read
+    columns = {name: values if codes is None else values[codes]
+               for name, (values, codes) in coded.items()}
     crops = CropTable(**{f.name: columns[f"crops/{f.name}"] for f in fields(CropTable)})
     matrices = MatrixTable(**{c: columns[f"matrices/{c}"] for c in MATRIX_COLUMNS},
                            splits={s: {p: columns[f"splits/{s}/{p}"] for p in ps}
@@ -125,7 +128,7 @@ def load(path: Path, meanwhile: Callable[[], object] | None = None
     if labels is not None:
         labels = LabelVocabulary.of_crops(crops, labels)
     return Data(path, crops, matrices, crop_rows(crops.crop_id, matrices.panels), manifest,
-                universes, sas, labels, columns_hash(columns)), []
+                universes, sas, labels, content_hash), []
 
 
 def in_memory(dataset, path: str = "<memory>") -> Data:
