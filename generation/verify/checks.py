@@ -9,15 +9,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.loaded import MAX_EXAMPLES, Data, bad, examples
-from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, RELATIONS_OF, ElementType, Matrix
+from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, RELATIONS_OF, ElementType
 from vprom.generation.solver import Universe, check_matrices, group_masks
-from vprom.tables import MatrixTable
 
 COUNT_UNIVERSE = frozenset(str(n) for n in COUNTS)
 
@@ -149,11 +146,11 @@ class SolverTables:
     """Per element type its universe, reading groups and each crop's label mask in it."""
 
     def __init__(self, data: Data) -> None:
-        self.universe, self.groups = universes(data), reading_groups(data)
+        universe, groups = universes(data), reading_groups(data)
         self.masks: dict[str, tuple[Universe, list[int], np.ndarray]] = {}
-        for etype in sorted(set(data.matrices.element_type.tolist()) & set(self.universe)):
-            u = Universe(etype, self.universe[etype])
-            self.masks[etype] = (u, group_masks(u, self.groups.get(etype)),
+        for etype in sorted(set(data.matrices.element_type.tolist()) & set(universe)):
+            u = Universe(etype, universe[etype])
+            self.masks[etype] = (u, group_masks(u, groups.get(etype)),
                                  label_masks(u, data.key_labels, data.label_key))
         self.key_explicit, self.label_key = data.key_explicit, data.label_key
 
@@ -169,12 +166,10 @@ def label_masks(u: Universe, sets: list[frozenset[str]], key: np.ndarray) -> np.
     return masks[key]
 
 
-def solve(tables: SolverTables, data: Data, start: int, stop: int,
-          check_matrix: Callable | None = None) -> tuple[list[int], list[str], int]:
+def solve(tables: SolverTables, data: Data, start: int,
+          stop: int) -> tuple[list[int], list[str], int]:
     """(ids of the matrices start..stop-1 without exactly one valid candidate, their reasons,
-    how many of them pass with explicit labels alone), by the solver or `check_matrix`."""
-    if check_matrix is not None:
-        return _solve_records(tables, data, start, stop, check_matrix)
+    how many of them pass with explicit labels alone)."""
     m, found = data.matrices, []
     etypes = m.element_type[start:stop]
     for etype in sorted(set(etypes.tolist())):
@@ -192,22 +187,6 @@ def solve(tables: SolverTables, data: Data, start: int, stop: int,
     found.sort()
     return ([int(m.id[row]) for row, _, _ in found], [reason for _, reason, _ in found],
             sum(implied for _, _, implied in found))
-
-
-def _solve_records(tables: SolverTables, data: Data, start: int, stop: int,
-                   check_matrix: Callable) -> tuple[list[int], list[str], int]:
-    failed, reasons, implied_only = [], [], 0
-    for i, matrix in matrix_records(data.matrices, start, stop):
-        etype = matrix.element_type.value
-        crops = data.rows[i].tolist()
-        universe, groups = tables.universe[etype], tables.groups.get(etype)
-        reason = check_matrix(matrix, [data.labels[r] for r in crops], universe, groups)
-        if reason is not None:
-            failed.append(matrix.id)
-            reasons.append(reason)
-            implied_only += check_matrix(matrix, [data.explicit_labels[r] for r in crops],
-                                         universe, groups) is None
-    return failed, reasons, implied_only
 
 
 def solver_result(data: Data, failed: list[int], reasons: list[str],
@@ -228,12 +207,6 @@ def solver_result(data: Data, failed: list[int], reasons: list[str],
                   "panels_with_implied_labels": panels,
                   "implied_labels_recorded": data.vocabulary.recorded},
                  examples("not exactly one answer", failed, reasons))
-
-
-def matrix_records(m: MatrixTable, start: int, stop: int) -> list[tuple[int, Matrix]]:
-    """(row, record) of matrices start..stop-1, their split parts included."""
-    parts = m.parts_of()
-    return [(i, m.row(i, parts)) for i in range(start, stop)]
 
 
 def check_solver(data: Data) -> Check:

@@ -12,10 +12,9 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 from vprom.generation.verify.audit import Check
-from vprom.generation.verify.checks import matrix_records
 from vprom.generation.verify.loaded import Data, examples
 from vprom.errors import VpromError
-from vprom.domain import N_CONTEXT, SPLITS, ElementType, Matrix, Relation
+from vprom.domain import N_CONTEXT, SPLITS, ElementType, Relation
 from vprom.splits.rules import (ConceptTable, SplitRules, TrainBan, assign, image_sides,
                                 object_third)
 from vprom.tables import CropTable, MatrixTable, present_rows, row_codes
@@ -41,10 +40,10 @@ def expected_parts(data: Data, rules: SplitRules) -> dict[str, np.ndarray]:
                   np.bitwise_or.reduce(bits[rows], axis=1))
 
 
-def assigned_parts(records: list[tuple[int, Matrix]],
-                   assigner: Callable) -> dict[str, np.ndarray]:
-    """The same from a per-matrix `assigner` (matrix -> {split: part}) over `records`."""
-    parts = [assigner(matrix) for _, matrix in records]
+def assigned_parts(m: MatrixTable, assigner: Callable) -> dict[str, np.ndarray]:
+    """The same from a per-matrix `assigner` (matrix -> {split: part})."""
+    split_parts = m.parts_of()
+    parts = [assigner(m.row(i, split_parts)) for i in range(len(m))]
     return {split: np.array([p.get(split, "excluded") for p in parts], dtype=object)
             for split in sorted(set().union(*parts))}
 
@@ -120,8 +119,7 @@ def check_splits(data: Data, rules: SplitRules, assigner: Callable | None = None
     m = data.matrices
     problems = split_structure_problems(m) + paper_rule_problems(data)
     try:
-        expected = assigned_parts(matrix_records(m, 0, len(m)), assigner) \
-            if assigner else expected_parts(data, rules)
+        expected = assigned_parts(m, assigner) if assigner else expected_parts(data, rules)
     except VpromError as e:
         return Check("splits", "fail", f"cannot re-run the split rules: {e}", {},
                      problems + [str(e)])

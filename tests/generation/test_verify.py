@@ -12,7 +12,7 @@ import pytest
 from vprom.generation.verify import loaded
 from vprom.generation.verify import checks, verify
 from vprom.splits import load_rules
-from tests.dataset_fixture import build_records, fixture_assign, write_dataset
+from tests.dataset_fixture import FIXTURE_RULES, build_records, fixture_assign, write_dataset
 from vprom.app import cli
 from vprom.tables import content_hash, crop_rows
 
@@ -37,9 +37,7 @@ RULES = load_rules()
 
 def run(path, **kw):
     kw.setdefault("assigner", fixture_assign)
-    if kw["assigner"] is fixture_assign:
-        kw.setdefault("train_bans", {})  # the fixture's own split rules ban no labels
-    report = verify(path, RULES, **kw)
+    report = verify(path, FIXTURE_RULES if kw["assigner"] is fixture_assign else RULES, **kw)
     return report, {c.name: c for c in report.checks}
 
 
@@ -160,12 +158,12 @@ def test_each_integrity_failure_is_detected(copy, damage, message):
     path = copy()
     with h5py.File(path, "a") as h5:
         damage(h5)
-    report, checks = run(path, check_matrix=lambda *a: None)
+    report, checks = run(path)
     assert checks["integrity"].status == "fail"
     assert any(message in p for p in checks["integrity"].problems), checks["integrity"].problems
     assert not report.ok and "integrity" in report.failures()
     # two workers: the same report
-    assert run(path, check_matrix=lambda *a: None, workers=2)[0].format() == report.format()
+    assert run(path, workers=2)[0].format() == report.format()
 
 
 def test_data_changed_after_generation_breaks_the_content_hash(copy):
@@ -194,28 +192,20 @@ def test_broken_structure_fails_integrity_and_skips_the_rest(copy, damage, worke
 
 
 # ---------------------------------------------------------------- solver
-def test_solver_failures_are_counted_with_their_reason(sound):
-    def flag_two(matrix, labels, universe, groups):
-        return "two answers" if matrix.id in (0, 5) else None
-
-    _, checks = run(sound, check_matrix=flag_two)
-    assert checks["solver"].status == "fail"
-    assert checks["solver"].figures["failed"] == 2
-    assert checks["solver"].problems[0] == "matrix 0: not exactly one answer (two answers)"
-
-
-def test_real_solver_catches_a_distractor_carrying_the_answer(copy):
+def test_solver_failures_are_counted_with_their_reason(copy):
     path = copy()
     with h5py.File(path, "a") as h5:
-        answer = int(h5["matrices/answer"][0])
-        answer_element = h5["matrices/elements"].asstr()[0, 8 + answer]
-        wrong = 8 + (answer + 1) % 8
-        rows = crop_rows(h5["crops/crop_id"][()], h5["matrices/panels"][0])
         labels = h5["crops/labels"].asstr()[()].astype(object)
-        labels[rows[wrong]] += "|" + answer_element  # the source also has the answer's label
+        for i in (0, 5):  # a distractor's crop also carries the answer's label
+            answer = int(h5["matrices/answer"][i])
+            wrong = crop_rows(h5["crops/crop_id"][()], h5["matrices/panels"][i])[
+                8 + (answer + 1) % 8]
+            labels[wrong] += "|" + h5["matrices/elements"].asstr()[i, 8 + answer]
         replace(h5, "crops/labels", labels)
     _, checks = run(path)
-    assert checks["solver"].status == "fail" and checks["solver"].figures["failed"] == 1
+    assert checks["solver"].status == "fail" and checks["solver"].figures["failed"] == 2
+    assert checks["solver"].problems[0].startswith(
+        "matrix 0: not exactly one answer (candidates ["), checks["solver"].problems
 
 
 def test_the_solver_names_each_unsound_matrix_as_the_string_level_check_does(copy):
@@ -255,11 +245,22 @@ def test_the_solver_names_each_unsound_matrix_as_the_string_level_check_does(cop
                              ("crops/element", crop_element)):
             replace(h5, name, column)
     data, _ = loaded.load(path)
-    tables, n = checks.SolverTables(data), len(data.matrices)
-    expected = checks.solve(tables, data, 0, n, check_matrix)
-    assert checks.solve(tables, data, 0, n) == expected
-    assert {0, 1, 2, k} <= set(expected[0])
-    assert "do not obey" in expected[1][expected[0].index(k)]
+    m, parts = data.matrices, data.matrices.parts_of()
+    universe, groups = checks.universes(data), checks.reading_groups(data)
+    failed, reasons, implied_only = [], [], 0
+    for i, matrix in enumerate(m.row(i, parts) for i in range(len(m))):
+        etype, crops = matrix.element_type.value, data.rows[i].tolist()
+        reason = check_matrix(matrix, [data.labels[r] for r in crops], universe[etype],
+                              groups.get(etype))
+        if reason is not None:
+            failed.append(matrix.id)
+            reasons.append(reason)
+            implied_only += check_matrix(matrix, [data.explicit_labels[r] for r in crops],
+                                         universe[etype], groups.get(etype)) is None
+    assert checks.solve(checks.SolverTables(data), data, 0, len(m)) == (failed, reasons,
+                                                                         implied_only)
+    assert {0, 1, 2, k} <= set(failed)
+    assert "do not obey" in reasons[failed.index(k)]
 
 
 # ---------------------------------------------------------------- splits and leakage

@@ -17,7 +17,7 @@ def learned_report(tmp_path, bias, workers=1):
     crops, matrices = build_records(150, seed=3, bias=bias, element_types=(
         ElementType.COUNT, ElementType.OBJECT_ATTRIBUTE))
     path = write_dataset(tmp_path / f"{bias}.h5", crops, matrices)
-    return verify(path, load_rules(), assigner=fixture_assign, check_matrix=lambda *a: None,
+    return verify(path, load_rules(), assigner=fixture_assign,
                   workers=workers, learned=True)
 
 
@@ -46,7 +46,7 @@ def test_an_answer_only_label_fails(tmp_path):
 def test_verify_runs_the_learned_probe_only_when_asked(tmp_path):
     crops, matrices = build_records(2, seed=3)
     path = write_dataset(tmp_path / "d.h5", crops, matrices)
-    report = verify(path, load_rules(), assigner=fixture_assign, check_matrix=lambda *a: None)
+    report = verify(path, load_rules(), assigner=fixture_assign)
     assert "bias:probe-learned" not in {c.name for c in report.checks}
 
 
