@@ -89,13 +89,6 @@ class CropTable:
     def __len__(self) -> int:
         return len(self.crop_id)
 
-    @classmethod
-    def from_crops(cls, crops: list[Crop]) -> CropTable:
-        cols = {f.name: [getattr(c, f.name) for c in crops] for f in fields(cls)}
-        cols["labels"] = [LABEL_SEPARATOR.join(labels) for labels in cols["labels"]]
-        cols["element_type"] = [t.value for t in cols["element_type"]]
-        return cls(**cols)
-
     def row(self, i: int) -> Crop:
         values = {f.name: getattr(self, f.name)[i] for f in fields(self)}
         for name in INT_COLUMNS:
@@ -144,19 +137,6 @@ class MatrixTable:
 
     def __len__(self) -> int:
         return len(self.id)
-
-    @classmethod
-    def from_matrices(cls, matrices: list[Matrix]) -> MatrixTable:
-        splits: dict = {}
-        for m in matrices:
-            for split, part in m.splits:
-                parts = splits.setdefault(split, {p: [] for p in SPLIT_PARTS})
-                if part in SPLIT_PARTS:
-                    parts[part].append(m.id)
-        columns = {name: [getattr(m, name) for m in matrices] for name in MATRIX_COLUMNS}
-        for name in ("relation", "element_type"):
-            columns[name] = [value.value for value in columns[name]]
-        return cls(**columns, splits=splits)
 
     def ordered_splits(self) -> list[str]:  # the paper's order, then any others by name
         return [s for s in SPLITS if s in self.splits] + sorted(set(self.splits) - set(SPLITS))

@@ -97,11 +97,6 @@ def heuristic_hits(codes: np.ndarray, answers: np.ndarray, kind: str) -> np.ndar
     return picked / chosen.sum(axis=1)
 
 
-def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
-    """A heuristic scored on every matrix (it fits nothing) as one group, "all"."""
-    return judge_groups(name, what, [("all", hits, None)])
-
-
 def label_overlap(label_ids: list[tuple[int, ...]], candidate_rows: np.ndarray) -> np.ndarray:
     """M×8: per candidate (a row of `label_ids`), the share of the other 7 sharing a label."""
     sizes = np.array([len(ids) for ids in label_ids], dtype=np.int64)

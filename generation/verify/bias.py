@@ -80,10 +80,11 @@ def frequency_checks(data: Data) -> list[Check]:
     groups = {t: np.flatnonzero(m.element_type == t) for t in sorted(set(m.element_type))}
     codes = string_codes(m.elements[:, N_CONTEXT:])[1]  # equal elements, equal codes
     return [audit.answer_position(answers, groups),
-            audit.shortcut_check("bias:mode", "pick the most frequent candidate element",
-                                 audit.heuristic_hits(codes, answers, "mode")),
-            audit.shortcut_check("bias:odd-one-out", "pick the odd one out",
-                                 audit.heuristic_hits(codes, answers, "odd"))]
+            # a heuristic fits nothing: it is scored on every matrix, as one group
+            audit.judge_groups("bias:mode", "pick the most frequent candidate element",
+                               [("all", audit.heuristic_hits(codes, answers, "mode"), None)]),
+            audit.judge_groups("bias:odd-one-out", "pick the odd one out",
+                               [("all", audit.heuristic_hits(codes, answers, "odd"), None)])]
 
 
 def probe_plan(data: Data, seed: int = 0) -> tuple[np.ndarray, np.ndarray, str,

@@ -34,9 +34,8 @@ def test_heuristic_hits_by_hand():
 def test_small_samples_are_not_flagged_by_noise():
     # 3 hits in 8 is 37.5%, but 8 matrices prove nothing
     hits = np.array([1, 1, 1, 0, 0, 0, 0, 0], dtype=float)
-    assert audit.shortcut_check("x", "x", hits).ok
-    assert audit.shortcut_check("x", "x", np.r_[hits, hits, hits, hits, hits, hits,
-                                                hits, hits, hits, hits]).status == "fail"
+    assert audit.judge_groups("x", "x", [("all", hits, None)]).ok
+    assert audit.judge_groups("x", "x", [("all", np.tile(hits, 10), None)]).status == "fail"
 
 
 # ---------------------------------------------------------------- on data sets
