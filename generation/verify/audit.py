@@ -225,7 +225,7 @@ def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.nd
     n = len(answers)
     dense, sparse = design
     # searching z = weights times their column's RMS (a rare label bends the loss up to 1000x
-    # less than a feature) takes a third of the evaluations; ftol 1e-10 moves at most one hit
+    # less than a feature) takes a third of the evaluations
     held = np.bincount(sparse.indices, minlength=sparse.shape[1]) / sparse.shape[0]  # 0/1s
     scale = 1 / np.sqrt(np.concatenate([np.square(dense).mean(axis=0), np.ones(N_CANDIDATES),
                                         held]) + l2)

@@ -132,14 +132,11 @@ def reading_groups(data: Data) -> dict[str, dict[str, frozenset[str]]]:
     """Per attribute type, its super-attributes' labels: the solver reads a matrix in one."""
     if data.super_attributes:
         return data.super_attributes
-    c, out = data.crops, {}
-    for etype in (ElementType.OBJECT_ATTRIBUTE.value, ElementType.HUMAN_ATTRIBUTE.value):
-        rows = c.element_type == etype
-        by_sa: dict[str, set[str]] = {}
-        for e, sa in zip(c.element[rows].tolist(), c.super_attribute[rows].tolist()):
-            by_sa.setdefault(sa, set()).add(e)
-        out[etype] = {sa: frozenset(v) for sa, v in by_sa.items()}
-    return out
+    c = data.crops
+    return {etype: {sa: frozenset(c.element[(c.element_type == etype)
+                                            & (c.super_attribute == sa)].tolist())
+                    for sa in set(c.super_attribute[c.element_type == etype].tolist())}
+            for etype in (ElementType.OBJECT_ATTRIBUTE.value, ElementType.HUMAN_ATTRIBUTE.value)}
 
 
 class SolverTables:

@@ -1,5 +1,5 @@
 """A DATASET.h5 in memory as `vprom verify`'s checks read it (`load`: one bounded read in a
-child, which also gives the columns the content hash is checked on), and how they name
+child, which also hashes the content columns for the manifest check), and how they name
 problems: a few matrices by id (`examples`)."""
 
 from __future__ import annotations
