@@ -33,10 +33,7 @@ from vprom.domain import (
     Matrix,
     Relation,
 )
-from vprom.splits import load_rules
 from vprom.tables import MATRIX_COLUMNS, SPLIT_PARTS, CropTable, MatrixTable, set_manifest
-
-RULES = load_rules()
 
 OBJECT_ATTRIBUTES = {
     "color": ["red", "blue", "green", "yellow", "white", "black", "brown", "gray", "orange",
@@ -137,11 +134,6 @@ def fixture_assign(matrix: Matrix) -> dict[str, str]:
         "excluded" if t != "object" else
         "test" if (OBJECTS.index(answer) + len(matrix.relation.value)) % 3 == 0 else "train")
     return out
-
-
-#: the split rules `fixture_assign` stands for: the spec files' own, banning no labels
-FIXTURE_RULES = dataclasses.replace(RULES, design=dataclasses.replace(RULES.design,
-                                                                      train_bans={}))
 
 
 def _with_val(parts: dict[str, str], matrix_id: int) -> dict[str, str]:

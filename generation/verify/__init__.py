@@ -7,7 +7,6 @@ A file whose records cannot be read fails integrity and skips the rest.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,10 +52,8 @@ class VerifyReport:
 
 
 def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None = None, *,
-           assigner: Callable | None = None, workers: int = 1,
-           learned: bool = False) -> VerifyReport:
-    """Every check on DATASET.h5 generated with `rules` (the feature probe with FEATS.h5).
-    Tests pass their own `assigner` (matrix -> {split: part}) for the splits check."""
+           workers: int = 1, learned: bool = False) -> VerifyReport:
+    """Every check on DATASET.h5 generated with `rules` (the feature probe with FEATS.h5)."""
     dataset = Path(dataset)
     with collector_paused():  # the loaded data set is millions of objects and no cycles
         data, structure = load(dataset, meanwhile=load_optimiser)
@@ -68,7 +65,6 @@ def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None =
             figures = {} if data is None else {"matrices": len(data.matrices),
                                                "crops": len(data.crops)}
             return VerifyReport(dataset, checks, figures)
-        inputs = prepare(data, structure, rules, Path(features) if features else None,
-                         assigner, learned)
+        inputs = prepare(data, structure, rules, Path(features) if features else None, learned)
     return VerifyReport(dataset, run_checks(inputs, workers),
                         {"matrices": len(data.matrices), "crops": len(data.crops)})

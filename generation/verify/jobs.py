@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -41,7 +40,6 @@ class Inputs:
     structure: list[str]
     rules: SplitRules
     features: Path | None
-    assigner: Callable | None
     tables: checks.SolverTables
     train: np.ndarray  # the probes' sample (`bias.probe_plan`)
     test: np.ndarray
@@ -53,19 +51,18 @@ class Inputs:
 
 
 def prepare(data: Data, structure: list[str], rules: SplitRules, features: Path | None,
-            assigner: Callable | None, learned: bool = False) -> Inputs:
+            learned: bool = False) -> Inputs:
     train, test, note, _ = bias.probe_plan(data)
     m = data.matrices
     groups = audit.probe_groups(m.element_type.astype(str), m.relation.astype(str), train, test)
-    return Inputs(data, structure, rules, features, assigner,
-                  checks.SolverTables(data), train, test, note,
+    return Inputs(data, structure, rules, features, checks.SolverTables(data), train, test, note,
                   bias.candidate_view(data, np.concatenate([train, test])), groups,
                   set_probes.SetInputs(data, train, test), learned)
 
 
 JOBS = {
     "matrices": lambda i, start, stop: checks.solve(i.tables, i.data, start, stop),
-    "splits": lambda i: split_checks.check_splits(i.data, i.rules, i.assigner),
+    "splits": lambda i: split_checks.check_splits(i.data, i.rules),
     "label group": lambda i, k: audit.label_group_hits(
         i.view, i.data.matrices.answer.astype(np.int64), *i.groups[k][1:]),
     "learned group": lambda i, k: learned.learned_hits(

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 from vprom.generation.verify.audit import Check
@@ -38,14 +38,6 @@ def expected_parts(data: Data, rules: SplitRules) -> dict[str, np.ndarray]:
     bits = concept_table(data).bits(rules.design.train_bans)
     return assign(rules, data.matrices, image_sides(rules, seed, data.crops.image_id[rows]),
                   np.bitwise_or.reduce(bits[rows], axis=1))
-
-
-def assigned_parts(m: MatrixTable, assigner: Callable) -> dict[str, np.ndarray]:
-    """The same from a per-matrix `assigner` (matrix -> {split: part})."""
-    split_parts = m.parts_of()
-    parts = [assigner(m.row(i, split_parts)) for i in range(len(m))]
-    return {split: np.array([p.get(split, "excluded") for p in parts], dtype=object)
-            for split in sorted(set().union(*parts))}
 
 
 def split_structure_problems(m: MatrixTable) -> list[str]:
@@ -113,13 +105,12 @@ def off_rule(m: MatrixTable, expected: Mapping[str, np.ndarray],
     return m.id[wrong].tolist(), first[wrong].tolist()
 
 
-def check_splits(data: Data, rules: SplitRules, assigner: Callable | None = None) -> Check:
-    """Stored parts are well formed and equal the split rules re-run on every matrix
-    (`assigner`: a test's own per-matrix rules)."""
+def check_splits(data: Data, rules: SplitRules) -> Check:
+    """Stored parts are well formed and equal the split rules re-run on every matrix."""
     m = data.matrices
     problems = split_structure_problems(m) + paper_rule_problems(data)
     try:
-        expected = assigned_parts(m, assigner) if assigner else expected_parts(data, rules)
+        expected = expected_parts(data, rules)
     except VpromError as e:
         return Check("splits", "fail", f"cannot re-run the split rules: {e}", {},
                      problems + [str(e)])

@@ -10,7 +10,7 @@ import scipy.stats
 from vprom.generation.verify import audit
 from vprom.generation.verify import verify
 from vprom.splits import load_rules
-from tests.dataset_fixture import build_records, fixture_assign, write_dataset
+from tests.dataset_fixture import build_records, write_dataset
 
 
 def test_heuristics_score_exactly_chance_on_distinct_candidates():
@@ -44,7 +44,7 @@ def bias_report(tmp_path, bias, features=None, n=60):
     path = write_dataset(tmp_path / f"{bias}.h5", crops, matrices)
     if features is not None:
         features = features(tmp_path, crops, matrices)
-    report = verify(path, load_rules(), features=features, assigner=fixture_assign)
+    report = verify(path, load_rules(), features=features)
     return {c.name: c for c in report.checks}
 
 

@@ -12,7 +12,7 @@ import pytest
 from vprom.generation.verify import loaded
 from vprom.generation.verify import checks, verify
 from vprom.splits import load_rules
-from tests.dataset_fixture import FIXTURE_RULES, build_records, fixture_assign, write_dataset
+from tests.dataset_fixture import build_records, write_dataset
 from vprom.app import cli
 from vprom.tables import content_hash, crop_rows
 
@@ -35,9 +35,20 @@ def copy(sound, tmp_path):
 RULES = load_rules()
 
 
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """A data set `vprom generate` made with the split rules (its seed in the manifest)."""
+    from vprom.generation.generate import generate
+    from tests.dataset_fixture import write_pools
+
+    folder = tmp_path_factory.mktemp("generated")
+    generate(write_pools(folder / "pools.h5"), folder / "dataset.h5", RULES, scale=0.004,
+             seed=3)
+    return folder / "dataset.h5"
+
+
 def run(path, **kw):
-    kw.setdefault("assigner", fixture_assign)
-    report = verify(path, FIXTURE_RULES if kw["assigner"] is fixture_assign else RULES, **kw)
+    report = verify(path, RULES, **kw)
     return report, {c.name: c for c in report.checks}
 
 
@@ -47,8 +58,8 @@ def replace(h5, name, data):
     h5.create_dataset(name, data=data, dtype=dtype)
 
 
-def test_sound_dataset_passes_every_check(sound):
-    report, checks = run(sound)
+def test_sound_dataset_passes_every_check(generated):
+    report, checks = run(generated)
     assert report.ok, report.format()
     assert set(checks) >= {"integrity", "solver", "splits", "leakage", "bias:position",
                            "bias:mode", "bias:odd-one-out", "bias:probe-labels"}
@@ -264,21 +275,23 @@ def test_the_solver_names_each_unsound_matrix_as_the_string_level_check_does(cop
 
 
 # ---------------------------------------------------------------- splits and leakage
-def test_split_parts_must_follow_the_rule(sound):
-    def reversed_neutral(matrix):
-        parts = fixture_assign(matrix)
-        parts["neutral"] = {"train": "test", "test": "train"}[parts["neutral"]]
-        return parts
-
-    _, checks = run(sound, assigner=reversed_neutral)
+def test_split_parts_must_follow_the_rule(generated, tmp_path):
+    path = tmp_path / "swapped.h5"
+    shutil.copyfile(generated, path)
+    with h5py.File(path, "a") as h5:  # the neutral split's train and test parts swapped
+        train, test = h5["splits/neutral/train"][()], h5["splits/neutral/test"][()]
+        replace(h5, "splits/neutral/train", test)
+        replace(h5, "splits/neutral/test", train)
+    _, checks = run(path)
     assert checks["splits"].status == "fail"
-    assert checks["splits"].figures["off_rule"] == len(build_records(3, seed=1)[1])
+    assert checks["splits"].figures["off_rule"] == len(train) + len(test)
 
 
-def test_val_counts_as_the_train_side(sound):
-    # the fixture holds out every 5th train matrix as val: the rule only says train
-    _, checks = run(sound)
+def test_val_counts_as_the_train_side(generated):
+    # val ids are drawn from the train side: the rule only says train
+    _, checks = run(generated)
     assert checks["splits"].ok
+    assert all(parts["val"] for parts in checks["splits"].figures["sizes"].values())
 
 
 def test_matrix_in_two_parts_and_unknown_ids(copy):
@@ -309,11 +322,7 @@ def test_paper_rule_is_checked_independently_of_the_spec(copy):
         replace(h5, "splits/interpolation/test", test[test != even[0]])
         replace(h5, "splits/interpolation/train",
                 np.append(h5["splits/interpolation/train"][()], even[0]))
-
-    def agreeing(matrix):  # a spec that (wrongly) agrees with the stored parts
-        return {s: p for s, p in matrix.splits}
-
-    _, checks = run(path, assigner=agreeing)
+    _, checks = run(path)
     assert any("interpolation" in p and "paper's rule" in p for p in checks["splits"].problems)
 
 
@@ -394,7 +403,7 @@ def test_a_generated_dataset_passes_with_the_real_rules(tmp_path, capsys):
         replace(h5, "splits/held_out_objects/test", test[1:])
         replace(h5, "splits/held_out_objects/train",
                 np.append(h5["splits/held_out_objects/train"][()], test[0]))
-    _, checks = run(dataset, assigner=None)
+    _, checks = run(dataset)
     assert checks["splits"].status == "fail"
     assert any("held_out_objects: stored train, the rule says test" in p
                for p in checks["splits"].problems)
@@ -413,7 +422,7 @@ def test_a_file_without_its_seed_cannot_have_its_split_rules_re_run(tmp_path, wo
         manifest = json.loads(h5.attrs["manifest"])
         del manifest["seed"]
         h5.attrs["manifest"] = json.dumps(manifest)
-    _, checks = run(dataset, assigner=None, workers=workers)
+    _, checks = run(dataset, workers=workers)
     assert checks["splits"].status == "fail"
     assert "the manifest records no seed" in checks["splits"].summary, checks["splits"].summary
     assert checks["solver"].status == "pass" and checks["leakage"].status == "pass"
@@ -450,7 +459,7 @@ def test_a_training_matrix_that_shows_a_held_out_label_is_caught(tmp_path):
     labels[panel] = f"{labels[panel]}|{labels[held]}"
     with h5py.File(dataset, "a") as h5:
         replace(h5, "crops/labels", labels.astype(object))
-    _, checks = run(dataset, assigner=None)
+    _, checks = run(dataset)
     assert checks["splits"].status == "fail"
     assert any(f"{split}: stored train, the rule says excluded" in p
                for p in checks["splits"].problems), checks["splits"].problems
