@@ -8,7 +8,6 @@ order, heavy jobs first, so the report is the same for any N.
 from __future__ import annotations
 
 import gc
-import multiprocessing
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -109,8 +108,6 @@ def load_optimiser() -> None:
 
 def run_checks(inputs: Inputs, workers: int) -> list[Check]:
     """Every check, in report order."""
-    if "fork" not in multiprocessing.get_all_start_methods():
-        workers = 1  # the jobs read the parent's data: without fork, run them here
     jobs = job_list(inputs)
     load_optimiser()
     from threadpoolctl import threadpool_limits
