@@ -46,6 +46,10 @@ class VerifyReport:
         lines.append("verdict: " + (f"FAIL ({', '.join(failed)})" if failed else "PASS"))
         return "\n".join(lines)
 
+    def to_dict(self) -> dict:
+        return {"dataset": str(self.dataset), "ok": self.ok, "figures": self.figures,
+                "checks": [c.__dict__ for c in self.checks]}
+
 
 def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None = None, *,
            workers: int = 1, learned: bool = False) -> VerifyReport:

@@ -44,8 +44,7 @@ def run(path, workers, **kw):
 
 
 def as_bytes(report) -> bytes:
-    return (report.format() + json.dumps([report.figures, [c.__dict__ for c in report.checks]],
-                                         sort_keys=True)).encode()
+    return (report.format() + json.dumps(report.to_dict(), sort_keys=True)).encode()
 
 
 def test_the_report_is_the_same_for_any_number_of_workers(sound, small_chunks):
