@@ -11,8 +11,8 @@ import vprom.generation.verify.audit as audit
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.loaded import Data
 from vprom.feature_files import check_features_source, load_features
-from vprom.domain import N_CONTEXT, ElementType
-from vprom.tables import present_rows, string_codes
+from vprom.domain import N_CONTEXT
+from vprom.tables import present_rows, row_codes, string_codes
 
 #: matrices the probes sample per element type (train, test): 50,000 test matrices put the
 #: 95% interval within ±0.3 points
@@ -61,13 +61,11 @@ def candidate_view(data: Data, used: np.ndarray) -> audit.CandidateView:
     label_row = np.array([distinct[s] for s in full], dtype=np.int64)[key]
     overlap = np.zeros(rows.shape)
     overlap[used] = audit.label_overlap(row_labels, label_row[used])
-    sa, el = string_codes(c.super_attribute)[1], string_codes(c.element)[1]
-    # An element is identified with its type: "red" of objects and of humans are not alike
-    el = el.ravel() * len(ElementType) + np.searchsorted(
-        sorted(t.value for t in ElementType), c.element_type.astype(str))
-    _, el = np.unique(el, return_inverse=True)
+    sa = string_codes(c.super_attribute)[1]
+    # an element is identified with its type: "red" of objects and of humans are not alike
+    el = row_codes(string_codes(c.element)[1], string_codes(c.element_type)[1])
     return audit.CandidateView(
-        element=el.ravel()[rows], super_attribute=sa.ravel()[rows], n_labels=n_labels,
+        element=el[rows], super_attribute=sa[rows], n_labels=n_labels,
         overlap=overlap, area=(c.w.astype(float) * c.h)[rows],
         aspect=(c.w.astype(float) / np.maximum(c.h, 1))[rows], n_implied=n_implied,
         label_row=label_row, row_labels=row_labels)
