@@ -89,15 +89,14 @@ def paper_rule_problems(data: Data) -> list[str]:
 def off_rule(m: MatrixTable, expected: Mapping[str, np.ndarray],
              stored: Mapping[str, np.ndarray]) -> tuple[list[int], list[str]]:
     """(ids of the matrices whose stored part in some split differs from the rule's, the first
-    difference of each); both map split -> part column."""
+    difference of each); split -> part column: `expected` from `assign`, `stored` the file's."""
     first = np.full(len(m), None, dtype=object)
     found = np.zeros(len(m), dtype=bool)
     excluded = np.full(len(m), "excluded", dtype=object)
     for split in sorted(stored):
         want, got = expected.get(split, excluded), stored[split]
         # val is drawn from the train side, so it stands for train here
-        differs = ~found & (np.where(want == "val", "train", want)
-                            != np.where(got == "val", "train", got))
+        differs = ~found & (want != np.where(got == "val", "train", got))
         first[differs] = [f"{split}: stored {g}, the rule says {w}"
                           for g, w in zip(got[differs].tolist(), want[differs].tolist())]
         found |= differs
