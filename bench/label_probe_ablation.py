@@ -58,8 +58,7 @@ def main() -> None:
         data, structure = load(path)
         if data is None:
             sys.exit(f"{path}: not a readable DATASET.h5 ({'; '.join(structure)})")
-        inputs = jobs.prepare(data, structure, rules, None, None, None,
-                              rules.design.train_bans)
+        inputs = jobs.prepare(data, structure, rules, None)
         view, groups = inputs.view, inputs.groups
         answers = data.matrices.answer.astype(np.int64)
         found = [(tr, te) for name, tr, te in groups if name == args.group]

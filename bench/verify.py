@@ -52,7 +52,7 @@ def job_seconds(dataset: Path) -> dict[str, float]:
     data, structure = load(dataset)
     out: dict[str, float] = defaultdict(float)
     start = time.perf_counter()
-    inputs = jobs.prepare(data, structure, rules, None, None, None, rules.design.train_bans)
+    inputs = jobs.prepare(data, structure, rules, None)
     out["(shared inputs)"] += time.perf_counter() - start
     for job in jobs.job_list(inputs):
         start = time.perf_counter()

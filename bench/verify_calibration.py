@@ -55,7 +55,7 @@ def probe_inputs(crops, scale: float, seed: int = 0) -> jobs.Inputs:
     rules = load_rules()
     data = in_memory(generate_dataset(crops, rules, scale=scale, seed=seed,
                                       vocabulary=vocabulary()))
-    return jobs.prepare(data, [], rules, None, None, None, rules.design.train_bans)
+    return jobs.prepare(data, [], rules, None)
 
 
 def set_answers(inputs: jobs.Inputs, answers: np.ndarray) -> None:

@@ -15,6 +15,7 @@ builds deliberately flawed data sets for the audit tests.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from vprom.manifest import make_manifest
 from vprom.domain import (
+    LABEL_SEPARATOR,
     N_CANDIDATES,
     RELATIONS_OF,
     SPLITS,
@@ -32,7 +34,7 @@ from vprom.domain import (
     Matrix,
     Relation,
 )
-from vprom.tables import CropTable, MatrixTable, set_manifest
+from vprom.tables import MATRIX_COLUMNS, SPLIT_PARTS, CropTable, MatrixTable, set_manifest
 
 OBJECT_ATTRIBUTES = {
     "color": ["red", "blue", "green", "yellow", "white", "black", "brown", "gray", "orange",
@@ -192,18 +194,40 @@ def _super_attribute_of(element_type: ElementType, element: str) -> str:
     return ""
 
 
+def crop_table(crops: list[Crop]) -> CropTable:
+    """`crops` as the columns of a crops table."""
+    cols = {f.name: [getattr(c, f.name) for c in crops] for f in dataclasses.fields(CropTable)}
+    cols["labels"] = [LABEL_SEPARATOR.join(labels) for labels in cols["labels"]]
+    cols["element_type"] = [t.value for t in cols["element_type"]]
+    return CropTable(**cols)
+
+
+def matrix_table(matrices: list[Matrix]) -> MatrixTable:
+    """`matrices` as the columns of a matrices table, with the split parts they record."""
+    splits: dict = {}
+    for m in matrices:
+        for split, part in m.splits:
+            parts = splits.setdefault(split, {p: [] for p in SPLIT_PARTS})
+            if part in SPLIT_PARTS:
+                parts[part].append(m.id)
+    columns = {name: [getattr(m, name) for m in matrices] for name in MATRIX_COLUMNS}
+    for name in ("relation", "element_type"):
+        columns[name] = [value.value for value in columns[name]]
+    return MatrixTable(**columns, splits=splits)
+
+
 def write_dataset(path: Path, crops: list[Crop], matrices: list[Matrix],
                   manifest: bool = True) -> Path:
     """DATASET.h5 in the layout of docs/formats.md, with a manifest recording counts and hash."""
     from vprom.tables import content_hash
 
     path = Path(path)
-    table = MatrixTable.from_matrices(matrices)
+    table = matrix_table(matrices)
     for split in SPLITS:  # a split that assigns nothing still has its (empty) group
         table.splits.setdefault(split, {p: np.zeros(0, np.int64) for p in
                                         ("train", "val", "test")})
     with h5py.File(path, "w") as h5:
-        CropTable.from_crops(crops).write(h5.create_group("crops"))
+        crop_table(crops).write(h5.create_group("crops"))
         table.write(h5.create_group("matrices"), h5.create_group("splits"))
     if manifest:
         counts = {"matrices": len(matrices), "crops": len(crops),
@@ -285,6 +309,6 @@ def write_pools(path: Path, images: int = 6000, seed: int = 0) -> Path:
         n = int(rng.integers(1, 11))
         add(image_id, ElementType.COUNT, str(n), phrase=f"{COUNT_WORDS[n - 1]} apples")
     with h5py.File(path, "w") as h5:
-        CropTable.from_crops(crops).write(h5.create_group("crops"))
+        crop_table(crops).write(h5.create_group("crops"))
         set_manifest(h5, make_manifest("pools", {"fixture": True}, seed))
     return Path(path)

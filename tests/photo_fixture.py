@@ -22,6 +22,7 @@ import numpy as np
 from PIL import Image
 
 from vprom.domain import Crop
+from tests.dataset_fixture import crop_table
 from vprom.tables import CropTable
 
 URL = "https://cs.stanford.edu/people/rak248/VG_100K/{}.jpg"
@@ -146,7 +147,7 @@ def photo_crops(vg_dir: Path) -> CropTable:
                               w=x1 - x0, h=y1 - y0, element_type="object",
                               element=o["names"][0], source_id=o["object_id"],
                               labels=tuple(sorted({*o["names"], *attrs.get(o["object_id"], [])}))))
-    return CropTable.from_crops(crops)
+    return crop_table(crops)
 
 
 # --- schema ---------------------------------------------------------------------------

@@ -7,7 +7,6 @@ A file whose records cannot be read fails integrity and skips the rest.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from vprom.generation.verify.decision import format_group
 from vprom.generation.verify.jobs import load_optimiser, prepare, run_checks
 from vprom.generation.verify.loaded import load
 from vprom.processes import collector_paused
-from vprom.splits.rules import SplitRules, TrainBan
+from vprom.splits.rules import SplitRules
 
 
 @dataclass
@@ -53,11 +52,8 @@ class VerifyReport:
 
 
 def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None = None, *,
-           check_matrix: Callable | None = None, assigner: Callable | None = None,
-           train_bans: Mapping[str, TrainBan] | None = None, workers: int = 1,
-           learned: bool = False) -> VerifyReport:
-    """Every check on DATASET.h5 generated with `rules` (the feature probe with FEATS.h5).
-    Tests pass their own `check_matrix`, `assigner` (matrix -> {split: part}), `train_bans`."""
+           workers: int = 1, learned: bool = False) -> VerifyReport:
+    """Every check on DATASET.h5 generated with `rules` (the feature probe with FEATS.h5)."""
     dataset = Path(dataset)
     with collector_paused():  # the loaded data set is millions of objects and no cycles
         data, structure = load(dataset, meanwhile=load_optimiser)
@@ -69,8 +65,6 @@ def verify(dataset: str | Path, rules: SplitRules, features: str | Path | None =
             figures = {} if data is None else {"matrices": len(data.matrices),
                                                "crops": len(data.crops)}
             return VerifyReport(dataset, checks, figures)
-        inputs = prepare(data, structure, rules, Path(features) if features else None,
-                         check_matrix, assigner,
-                         rules.design.train_bans if train_bans is None else train_bans, learned)
+        inputs = prepare(data, structure, rules, Path(features) if features else None, learned)
     return VerifyReport(dataset, run_checks(inputs, workers),
                         {"matrices": len(data.matrices), "crops": len(data.crops)})

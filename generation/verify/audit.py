@@ -97,25 +97,37 @@ def heuristic_hits(codes: np.ndarray, answers: np.ndarray, kind: str) -> np.ndar
     return picked / chosen.sum(axis=1)
 
 
-def shortcut_check(name: str, what: str, hits: np.ndarray) -> Check:
-    """A heuristic scored on every matrix (it fits nothing) as one group, "all"."""
-    return judge_groups(name, what, [("all", hits, None)])
+def label_index(label_ids: list[tuple[int, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The label sets `label_ids` flat: (every label id, each set's start, its size)."""
+    sizes = np.array([len(ids) for ids in label_ids], dtype=np.int64)
+    flat = np.fromiter(chain.from_iterable(label_ids), dtype=np.int64, count=int(sizes.sum()))
+    return flat, np.cumsum(sizes) - sizes, sizes
+
+
+def set_labels(index: tuple[np.ndarray, np.ndarray, np.ndarray],
+               sets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every label of the label sets `sets` (by `label_index`): (its set's place in `sets`, its
+    place in the set, its id)."""
+    flat, starts, sizes = index
+    n = sizes[sets]
+    within = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+    return (np.repeat(np.arange(len(sets), dtype=np.int64), n), within,
+            flat[np.repeat(starts[sets], n) + within])
 
 
 def label_overlap(label_ids: list[tuple[int, ...]], candidate_rows: np.ndarray) -> np.ndarray:
     """M×8: per candidate (a row of `label_ids`), the share of the other 7 sharing a label."""
-    masks = [sum(1 << i for i in ids) for ids in label_ids]
-    words = max(1, -(-max(masks, default=0).bit_length() // 64))
-    bits = np.frombuffer(b"".join(m.to_bytes(8 * words, "little") for m in masks),
-                         dtype="<u8").reshape(len(masks), words)
-    out = np.zeros(candidate_rows.shape)
-    block = max(1, (1 << 21) // (N_CANDIDATES * N_CANDIDATES * words))  # ~16 MB of pairs
+    owner, _, label = set_labels(label_index(label_ids), np.arange(len(label_ids)))
+    # each row's labels as bits, one row of `words` per 64 label ids
+    words = np.zeros((int(label.max(initial=0)) // 64 + 1, len(label_ids)), dtype=np.uint64)
+    np.bitwise_or.at(words, (label // 64, owner),
+                     np.left_shift(np.uint64(1), (label % 64).astype(np.uint64)))
+    shares = np.zeros(candidate_rows.shape + (N_CANDIDATES,), dtype=bool)  # M×8×8
+    for word in words:
+        bits = word[candidate_rows]
+        shares |= (bits[:, :, None] & bits[:, None, :]) != 0
     diagonal = np.arange(N_CANDIDATES)
-    for s in range(0, len(candidate_rows), block):
-        b = bits[candidate_rows[s:s + block]]  # m × 8 × words
-        shares = (b[:, :, None, :] & b[:, None, :, :]).any(axis=3)  # m × 8 × 8
-        out[s:s + block] = shares.sum(axis=2) - shares[:, diagonal, diagonal]
-    return out / (N_CANDIDATES - 1)
+    return (shares.sum(axis=2) - shares[:, diagonal, diagonal]) / (N_CANDIDATES - 1)
 
 
 @dataclass
@@ -134,11 +146,7 @@ class CandidateView:
 
     @cached_property
     def label_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`row_labels` flat: (every label id, each row's start, its size)."""
-        sizes = np.array([len(ls) for ls in self.row_labels], dtype=np.int64)
-        flat = np.fromiter(chain.from_iterable(self.row_labels), dtype=np.int64,
-                           count=int(sizes.sum()))
-        return flat, np.cumsum(sizes) - sizes, sizes
+        return label_index(self.row_labels)
 
 
 def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
@@ -182,14 +190,10 @@ def label_features(view: CandidateView, answers: np.ndarray, train: np.ndarray,
 
 def set_entries(view: CandidateView, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(candidate i*8+j, column l*8+c) per label l of candidate j, c of the other 7 carry l."""
-    flat, starts, sizes = view.label_index
-    sets = view.label_row[rows].ravel()
-    n = sizes[sets]
-    cand = np.repeat(np.arange(len(sets), dtype=np.int64), n)
-    within = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
-    label = flat[np.repeat(starts[sets], n) + within]
+    cand, _, label = set_labels(view.label_index, view.label_row[rows].ravel())
     # how many of the matrix's 8 candidates carry each (matrix, label) pair
-    _, pair, count = np.unique((cand // N_CANDIDATES) * (int(flat.max(initial=0)) + 1) + label,
+    n_ids = int(view.label_index[0].max(initial=0)) + 1
+    _, pair, count = np.unique((cand // N_CANDIDATES) * n_ids + label,
                                return_inverse=True, return_counts=True)
     return cand, label * N_CANDIDATES + count[pair.ravel()] - 1
 
@@ -221,7 +225,7 @@ def fit_logit(design: tuple[np.ndarray, scipy.sparse.csr_matrix], answers: np.nd
     n = len(answers)
     dense, sparse = design
     # searching z = weights times their column's RMS (a rare label bends the loss up to 1000x
-    # less than a feature) takes a third of the evaluations; ftol 1e-10 moves at most one hit
+    # less than a feature) takes a third of the evaluations
     held = np.bincount(sparse.indices, minlength=sparse.shape[1]) / sparse.shape[0]  # 0/1s
     scale = 1 / np.sqrt(np.concatenate([np.square(dense).mean(axis=0), np.ones(N_CANDIDATES),
                                         held]) + l2)

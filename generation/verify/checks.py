@@ -9,15 +9,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from vprom.generation.verify.audit import Check
 from vprom.generation.verify.loaded import MAX_EXAMPLES, Data, bad, examples
-from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, RELATIONS_OF, ElementType, Matrix
+from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, RELATIONS_OF, ElementType
 from vprom.generation.solver import Universe, check_matrices, group_masks
-from vprom.tables import MatrixTable
 
 COUNT_UNIVERSE = frozenset(str(n) for n in COUNTS)
 
@@ -135,47 +132,41 @@ def reading_groups(data: Data) -> dict[str, dict[str, frozenset[str]]]:
     """Per attribute type, its super-attributes' labels: the solver reads a matrix in one."""
     if data.super_attributes:
         return data.super_attributes
-    c, out = data.crops, {}
-    for etype in (ElementType.OBJECT_ATTRIBUTE.value, ElementType.HUMAN_ATTRIBUTE.value):
-        rows = c.element_type == etype
-        by_sa: dict[str, set[str]] = {}
-        for e, sa in zip(c.element[rows].tolist(), c.super_attribute[rows].tolist()):
-            by_sa.setdefault(sa, set()).add(e)
-        out[etype] = {sa: frozenset(v) for sa, v in by_sa.items()}
-    return out
+    c = data.crops
+    return {etype: {sa: frozenset(c.element[(c.element_type == etype)
+                                            & (c.super_attribute == sa)].tolist())
+                    for sa in set(c.super_attribute[c.element_type == etype].tolist())}
+            for etype in (ElementType.OBJECT_ATTRIBUTE.value, ElementType.HUMAN_ATTRIBUTE.value)}
 
 
 class SolverTables:
     """Per element type its universe, reading groups and each crop's label mask in it."""
 
     def __init__(self, data: Data) -> None:
-        self.universe, self.groups = universes(data), reading_groups(data)
+        universe, groups = universes(data), reading_groups(data)
         self.masks: dict[str, tuple[Universe, list[int], np.ndarray]] = {}
-        for etype in sorted(set(data.matrices.element_type.tolist()) & set(self.universe)):
-            u = Universe(etype, self.universe[etype])
-            self.masks[etype] = (u, group_masks(u, self.groups.get(etype)),
-                                 label_masks(u, data.labels))
-        self.explicit_labels = data.explicit_labels
+        for etype in sorted(set(data.matrices.element_type.tolist()) & set(universe)):
+            u = Universe(etype, universe[etype])
+            self.masks[etype] = (u, group_masks(u, groups.get(etype)),
+                                 label_masks(u, data.key_labels, data.label_key))
+        self.key_explicit, self.label_key = data.key_explicit, data.label_key
 
     def explicit_masks(self, etype: str) -> np.ndarray:
         """Each crop's mask of its explicit labels alone in `etype`'s universe."""
-        return label_masks(self.masks[etype][0], self.explicit_labels)
+        return label_masks(self.masks[etype][0], self.key_explicit, self.label_key)
 
 
-def label_masks(u: Universe, labels: list[frozenset[str]]) -> np.ndarray:
-    """Each label set's mask in `u`, as Python ints in an object array."""
-    by_set = {s: u.mask(s) for s in set(labels)}  # label sets repeat between crops
-    out = np.empty(len(labels), dtype=object)
-    out[:] = [by_set[s] for s in labels]
-    return out
+def label_masks(u: Universe, sets: list[frozenset[str]], key: np.ndarray) -> np.ndarray:
+    """The mask in `u` of `sets[k]` for each k of `key`, as Python ints in an object array."""
+    masks = np.empty(len(sets), dtype=object)
+    masks[:] = [u.mask(s) for s in sets]
+    return masks[key]
 
 
-def solve(tables: SolverTables, data: Data, start: int, stop: int,
-          check_matrix: Callable | None = None) -> tuple[list[int], list[str], int]:
+def solve(tables: SolverTables, data: Data, start: int,
+          stop: int) -> tuple[list[int], list[str], int]:
     """(ids of the matrices start..stop-1 without exactly one valid candidate, their reasons,
-    how many of them pass with explicit labels alone), by the solver or `check_matrix`."""
-    if check_matrix is not None:
-        return _solve_records(tables, data, start, stop, check_matrix)
+    how many of them pass with explicit labels alone)."""
     m, found = data.matrices, []
     etypes = m.element_type[start:stop]
     for etype in sorted(set(etypes.tolist())):
@@ -195,27 +186,12 @@ def solve(tables: SolverTables, data: Data, start: int, stop: int,
             sum(implied for _, _, implied in found))
 
 
-def _solve_records(tables: SolverTables, data: Data, start: int, stop: int,
-                   check_matrix: Callable) -> tuple[list[int], list[str], int]:
-    failed, reasons, implied_only = [], [], 0
-    for i, matrix in matrix_records(data.matrices, start, stop):
-        etype = matrix.element_type.value
-        crops = data.rows[i].tolist()
-        universe, groups = tables.universe[etype], tables.groups.get(etype)
-        reason = check_matrix(matrix, [data.labels[r] for r in crops], universe, groups)
-        if reason is not None:
-            failed.append(matrix.id)
-            reasons.append(reason)
-            implied_only += check_matrix(matrix, [data.explicit_labels[r] for r in crops],
-                                         universe, groups) is None
-    return failed, reasons, implied_only
-
-
 def solver_result(data: Data, failed: list[int], reasons: list[str],
                   implied_only: int) -> Check:
     """The solver check from `solve`'s results over every matrix."""
-    implied_rows = np.array([len(a) > len(b) for a, b in zip(data.labels,
-                                                              data.explicit_labels)], bool)
+    implied_rows = np.array([len(a) > len(b) for a, b in zip(data.key_labels,
+                                                              data.key_explicit)], bool)[
+        data.label_key]
     n = len(data.matrices)
     safe = np.where(data.rows < 0, 0, data.rows)
     panels = int(implied_rows[safe].sum()) if len(implied_rows) else 0
@@ -228,12 +204,6 @@ def solver_result(data: Data, failed: list[int], reasons: list[str],
                   "panels_with_implied_labels": panels,
                   "implied_labels_recorded": data.vocabulary.recorded},
                  examples("not exactly one answer", failed, reasons))
-
-
-def matrix_records(m: MatrixTable, start: int, stop: int) -> list[tuple[int, Matrix]]:
-    """(row, record) of matrices start..stop-1, their split parts included."""
-    parts = m.parts_of()
-    return [(i, m.row(i, parts)) for i in range(start, stop)]
 
 
 def check_solver(data: Data) -> Check:

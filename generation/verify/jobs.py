@@ -8,8 +8,6 @@ order, heavy jobs first, so the report is the same for any N.
 from __future__ import annotations
 
 import gc
-import multiprocessing
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -28,7 +26,7 @@ from vprom.generation.verify.audit import Check
 from vprom.generation.verify.ceiling import check_ceiling
 from vprom.generation.verify.loaded import Data
 from vprom.processes import collector_paused, ordered_map
-from vprom.splits.rules import SplitRules, TrainBan
+from vprom.splits.rules import SplitRules
 
 CHUNK = 2_000  # matrices per solver job: small, so all workers end together
 
@@ -41,9 +39,6 @@ class Inputs:
     structure: list[str]
     rules: SplitRules
     features: Path | None
-    check_matrix: Callable | None
-    assigner: Callable | None
-    train_bans: Mapping[str, TrainBan]
     tables: checks.SolverTables
     train: np.ndarray  # the probes' sample (`bias.probe_plan`)
     test: np.ndarray
@@ -55,21 +50,18 @@ class Inputs:
 
 
 def prepare(data: Data, structure: list[str], rules: SplitRules, features: Path | None,
-            check_matrix: Callable | None, assigner: Callable | None,
-            train_bans: Mapping[str, TrainBan], learned: bool = False) -> Inputs:
+            learned: bool = False) -> Inputs:
     train, test, note, _ = bias.probe_plan(data)
     m = data.matrices
     groups = audit.probe_groups(m.element_type.astype(str), m.relation.astype(str), train, test)
-    return Inputs(data, structure, rules, features, check_matrix, assigner, train_bans,
-                  checks.SolverTables(data), train, test, note,
+    return Inputs(data, structure, rules, features, checks.SolverTables(data), train, test, note,
                   bias.candidate_view(data, np.concatenate([train, test])), groups,
                   set_probes.SetInputs(data, train, test), learned)
 
 
 JOBS = {
-    "matrices": lambda i, start, stop: checks.solve(i.tables, i.data, start, stop,
-                                                    i.check_matrix),
-    "splits": lambda i: split_checks.check_splits(i.data, i.rules, i.assigner),
+    "matrices": lambda i, start, stop: checks.solve(i.tables, i.data, start, stop),
+    "splits": lambda i: split_checks.check_splits(i.data, i.rules),
     "label group": lambda i, k: audit.label_group_hits(
         i.view, i.data.matrices.answer.astype(np.int64), *i.groups[k][1:]),
     "learned group": lambda i, k: learned.learned_hits(
@@ -83,7 +75,7 @@ JOBS = {
                                              bias.probe_plan(i.data)[3]),
     "integrity": lambda i: checks.check_integrity(i.data, i.structure),
     "leakage": lambda i: split_checks.check_leakage(i.data),
-    "held-out": lambda i: split_checks.check_held_out(i.data, i.train_bans),
+    "held-out": lambda i: split_checks.check_held_out(i.data, i.rules.design.train_bans),
     "frequencies": lambda i: bias.frequency_checks(i.data),
     "ceiling": lambda i: check_ceiling(i.data.matrices),
 }
@@ -116,8 +108,6 @@ def load_optimiser() -> None:
 
 def run_checks(inputs: Inputs, workers: int) -> list[Check]:
     """Every check, in report order."""
-    if "fork" not in multiprocessing.get_all_start_methods():
-        workers = 1  # the jobs read the parent's data: without fork, run them here
     jobs = job_list(inputs)
     load_optimiser()
     from threadpoolctl import threadpool_limits

@@ -32,16 +32,12 @@ def group_vocabulary(view: audit.CandidateView, train: np.ndarray,
                      rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """(R×L table of label ids 1..labels that `train` shows, 0-padded; len(rows)×8 rows into
     it; labels) of the label sets the candidates of `rows` show."""
-    flat, starts, sizes = view.label_index
     sets, candidates = np.unique(view.label_row[rows], return_inverse=True)
-    n = sizes[sets]
-    within = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-    labels = flat[np.repeat(starts[sets], n) + within]
-    owner = np.repeat(np.arange(len(sets)), n)
+    owner, within, labels = audit.set_labels(view.label_index, sets)
     known = np.unique(labels[np.isin(sets[owner], view.label_row[train])])
     at = np.searchsorted(known, labels).clip(max=max(len(known) - 1, 0))
     ids = np.where(known[at] == labels if len(known) else False, at + 1, 0)
-    table = np.zeros((len(sets), max(int(n.max(initial=0)), 1)), dtype=np.int64)
+    table = np.zeros((len(sets), int(within.max(initial=0)) + 1), dtype=np.int64)
     table[owner, within] = ids
     return table, candidates.reshape(len(rows), N_CANDIDATES), len(known)
 

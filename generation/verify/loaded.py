@@ -1,5 +1,5 @@
 """A DATASET.h5 in memory as `vprom verify`'s checks read it (`load`: one bounded read in a
-child, which also gives the columns the content hash is checked on), and how they name
+child, which also hashes the content columns for the manifest check), and how they name
 problems: a few matrices by id (`examples`)."""
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ import h5py
 import numpy as np
 
 from vprom.bounded_read import read_bounded
-from vprom.domain import N_PANELS
+from vprom.domain import LABEL_SEPARATOR, N_PANELS
 from vprom.generation.generate import read_vocab
 from vprom.generation.labels import LabelVocabulary
 from vprom.tables import (
     SPLIT_PARTS,
     CropTable,
     MatrixTable,
-    column_values,
     columns_hash,
     content_datasets,
     crop_rows,
     existing_file,
+    read_column,
 )
 
 MAX_EXAMPLES = 5
@@ -34,8 +34,9 @@ CROP_COLUMNS = tuple(f.name for f in fields(CropTable))
 
 @dataclass
 class Data:
-    """A DATASET.h5 in memory; `labels`: each crop's explicit and implied labels;
-    `super_attributes`: type -> super-attribute -> elements (the solver's reading groups)."""
+    """A DATASET.h5 in memory; `labels`: each crop's explicit and implied labels (`key_labels`
+    of its `label_key`, a code per distinct element type and labels); `super_attributes`:
+    type -> super-attribute -> elements (the solver's reading groups)."""
 
     path: Path
     crops: CropTable
@@ -50,8 +51,20 @@ class Data:
     def __post_init__(self) -> None:
         if self.vocabulary is None:
             self.vocabulary = LabelVocabulary.of_crops(self.crops)
-        self.explicit_labels = self.crops.label_sets()
-        self.labels = self.vocabulary.label_sets(self.crops)
+        # crops repeat (element type, labels) pairs: each distinct pair's sets are made once
+        pairs: dict[tuple[str, str], int] = {}
+        c = self.crops
+        self.label_key = np.fromiter(
+            (pairs.setdefault(p, len(pairs)) for p in zip(c.element_type.tolist(),
+                                                        c.labels.tolist())),
+            dtype=np.int64, count=len(c))
+        self.key_explicit = [frozenset(labels.split(LABEL_SEPARATOR)) - {""}
+                             for _, labels in pairs]
+        self.key_labels = [s | self.vocabulary.implied_of(etype, s)
+                           for (etype, _), s in zip(pairs, self.key_explicit)]
+        keys = self.label_key.tolist()
+        self.explicit_labels = [self.key_explicit[k] for k in keys]
+        self.labels = [self.key_labels[k] for k in keys]  # explicit and implied
 
 
 def structure_problems(h5: h5py.File) -> list[str]:
@@ -81,15 +94,16 @@ def structure_problems(h5: h5py.File) -> list[str]:
 
 
 def _read(h5: h5py.File) -> tuple[list[str], tuple | None]:
-    """In `read_bounded`'s child: the structural problems, or every content column, the
-    split parts, the manifest attribute and the vocabulary."""
+    """In `read_bounded`'s child: the structural problems, or every content column
+    (`read_column`) with their hash, the split parts, the manifest attribute and the
+    vocabulary."""
     problems = structure_problems(h5)
     if problems:
         return problems, None
-    columns = {name: column_values(ds) for name, ds in content_datasets(h5).items()}
+    columns = {name: read_column(ds) for name, ds in content_datasets(h5).items()}
     parts = {s: [p for p in SPLIT_PARTS if p in h5["splits"][s]] for s in h5["splits"]}
     vocab = read_vocab(h5["vocab"], h5.filename) if "vocab" in h5 else ({}, {}, None)
-    return [], (columns, parts, h5.attrs.get("manifest"), vocab)
+    return [], (columns, columns_hash(columns), parts, h5.attrs.get("manifest"), vocab)
 
 
 def load(path: Path, meanwhile: Callable[[], object] | None = None
@@ -99,7 +113,9 @@ def load(path: Path, meanwhile: Callable[[], object] | None = None
     problems, read = read_bounded(existing_file(path), _read, meanwhile)
     if read is None:
         return None, problems
-    columns, parts, manifest, (universes, sas, labels) = read
+    coded, content_hash, parts, manifest, (universes, sas, labels) = read
+    columns = {name: values if codes is None else values[codes]
+               for name, (values, codes) in coded.items()}
     crops = CropTable(**{f.name: columns[f"crops/{f.name}"] for f in fields(CropTable)})
     matrices = MatrixTable(**{c: columns[f"matrices/{c}"] for c in MATRIX_COLUMNS},
                            splits={s: {p: columns[f"splits/{s}/{p}"] for p in ps}
@@ -112,7 +128,7 @@ def load(path: Path, meanwhile: Callable[[], object] | None = None
     if labels is not None:
         labels = LabelVocabulary.of_crops(crops, labels)
     return Data(path, crops, matrices, crop_rows(crops.crop_id, matrices.panels), manifest,
-                universes, sas, labels, columns_hash(columns)), []
+                universes, sas, labels, content_hash), []
 
 
 def in_memory(dataset, path: str = "<memory>") -> Data:

@@ -8,14 +8,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
 from vprom.generation.verify.audit import Check
-from vprom.generation.verify.checks import matrix_records
 from vprom.generation.verify.loaded import Data, examples
 from vprom.errors import VpromError
-from vprom.domain import N_CONTEXT, SPLITS, ElementType, Matrix, Relation
+from vprom.domain import N_CONTEXT, SPLITS, ElementType, Relation
 from vprom.splits.rules import (ConceptTable, SplitRules, TrainBan, assign, image_sides,
                                 object_third)
 from vprom.tables import CropTable, MatrixTable, present_rows, row_codes
@@ -39,14 +38,6 @@ def expected_parts(data: Data, rules: SplitRules) -> dict[str, np.ndarray]:
     bits = concept_table(data).bits(rules.design.train_bans)
     return assign(rules, data.matrices, image_sides(rules, seed, data.crops.image_id[rows]),
                   np.bitwise_or.reduce(bits[rows], axis=1))
-
-
-def assigned_parts(records: list[tuple[int, Matrix]],
-                   assigner: Callable) -> dict[str, np.ndarray]:
-    """The same from a per-matrix `assigner` (matrix -> {split: part}) over `records`."""
-    parts = [assigner(matrix) for _, matrix in records]
-    return {split: np.array([p.get(split, "excluded") for p in parts], dtype=object)
-            for split in sorted(set().union(*parts))}
 
 
 def split_structure_problems(m: MatrixTable) -> list[str]:
@@ -98,15 +89,14 @@ def paper_rule_problems(data: Data) -> list[str]:
 def off_rule(m: MatrixTable, expected: Mapping[str, np.ndarray],
              stored: Mapping[str, np.ndarray]) -> tuple[list[int], list[str]]:
     """(ids of the matrices whose stored part in some split differs from the rule's, the first
-    difference of each); both map split -> part column."""
+    difference of each); split -> part column: `expected` from `assign`, `stored` the file's."""
     first = np.full(len(m), None, dtype=object)
     found = np.zeros(len(m), dtype=bool)
     excluded = np.full(len(m), "excluded", dtype=object)
     for split in sorted(stored):
         want, got = expected.get(split, excluded), stored[split]
         # val is drawn from the train side, so it stands for train here
-        differs = ~found & (np.where(want == "val", "train", want)
-                            != np.where(got == "val", "train", got))
+        differs = ~found & (want != np.where(got == "val", "train", got))
         first[differs] = [f"{split}: stored {g}, the rule says {w}"
                           for g, w in zip(got[differs].tolist(), want[differs].tolist())]
         found |= differs
@@ -114,14 +104,12 @@ def off_rule(m: MatrixTable, expected: Mapping[str, np.ndarray],
     return m.id[wrong].tolist(), first[wrong].tolist()
 
 
-def check_splits(data: Data, rules: SplitRules, assigner: Callable | None = None) -> Check:
-    """Stored parts are well formed and equal the split rules re-run on every matrix
-    (`assigner`: a test's own per-matrix rules)."""
+def check_splits(data: Data, rules: SplitRules) -> Check:
+    """Stored parts are well formed and equal the split rules re-run on every matrix."""
     m = data.matrices
     problems = split_structure_problems(m) + paper_rule_problems(data)
     try:
-        expected = assigned_parts(matrix_records(m, 0, len(m)), assigner) \
-            if assigner else expected_parts(data, rules)
+        expected = expected_parts(data, rules)
     except VpromError as e:
         return Check("splits", "fail", f"cannot re-run the split rules: {e}", {},
                      problems + [str(e)])

@@ -12,7 +12,7 @@ import pytest
 from vprom.generation.verify import loaded
 from vprom.generation.verify import checks, verify
 from vprom.splits import load_rules
-from tests.dataset_fixture import build_records, fixture_assign, write_dataset
+from tests.dataset_fixture import build_records, write_dataset
 from vprom.app import cli
 from vprom.tables import content_hash, crop_rows
 
@@ -35,10 +35,19 @@ def copy(sound, tmp_path):
 RULES = load_rules()
 
 
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """A data set `vprom generate` made with the split rules (its seed in the manifest)."""
+    from vprom.generation.generate import generate
+    from tests.dataset_fixture import write_pools
+
+    folder = tmp_path_factory.mktemp("generated")
+    generate(write_pools(folder / "pools.h5"), folder / "dataset.h5", RULES, scale=0.004,
+             seed=3)
+    return folder / "dataset.h5"
+
+
 def run(path, **kw):
-    kw.setdefault("assigner", fixture_assign)
-    if kw["assigner"] is fixture_assign:
-        kw.setdefault("train_bans", {})  # the fixture's own split rules ban no labels
     report = verify(path, RULES, **kw)
     return report, {c.name: c for c in report.checks}
 
@@ -49,8 +58,8 @@ def replace(h5, name, data):
     h5.create_dataset(name, data=data, dtype=dtype)
 
 
-def test_sound_dataset_passes_every_check(sound):
-    report, checks = run(sound)
+def test_sound_dataset_passes_every_check(generated):
+    report, checks = run(generated)
     assert report.ok, report.format()
     assert set(checks) >= {"integrity", "solver", "splits", "leakage", "bias:position",
                            "bias:mode", "bias:odd-one-out", "bias:probe-labels"}
@@ -160,12 +169,12 @@ def test_each_integrity_failure_is_detected(copy, damage, message):
     path = copy()
     with h5py.File(path, "a") as h5:
         damage(h5)
-    report, checks = run(path, check_matrix=lambda *a: None)
+    report, checks = run(path)
     assert checks["integrity"].status == "fail"
     assert any(message in p for p in checks["integrity"].problems), checks["integrity"].problems
     assert not report.ok and "integrity" in report.failures()
     # two workers: the same report
-    assert run(path, check_matrix=lambda *a: None, workers=2)[0].format() == report.format()
+    assert run(path, workers=2)[0].format() == report.format()
 
 
 def test_data_changed_after_generation_breaks_the_content_hash(copy):
@@ -194,28 +203,20 @@ def test_broken_structure_fails_integrity_and_skips_the_rest(copy, damage, worke
 
 
 # ---------------------------------------------------------------- solver
-def test_solver_failures_are_counted_with_their_reason(sound):
-    def flag_two(matrix, labels, universe, groups):
-        return "two answers" if matrix.id in (0, 5) else None
-
-    _, checks = run(sound, check_matrix=flag_two)
-    assert checks["solver"].status == "fail"
-    assert checks["solver"].figures["failed"] == 2
-    assert checks["solver"].problems[0] == "matrix 0: not exactly one answer (two answers)"
-
-
-def test_real_solver_catches_a_distractor_carrying_the_answer(copy):
+def test_solver_failures_are_counted_with_their_reason(copy):
     path = copy()
     with h5py.File(path, "a") as h5:
-        answer = int(h5["matrices/answer"][0])
-        answer_element = h5["matrices/elements"].asstr()[0, 8 + answer]
-        wrong = 8 + (answer + 1) % 8
-        rows = crop_rows(h5["crops/crop_id"][()], h5["matrices/panels"][0])
         labels = h5["crops/labels"].asstr()[()].astype(object)
-        labels[rows[wrong]] += "|" + answer_element  # the source also has the answer's label
+        for i in (0, 5):  # a distractor's crop also carries the answer's label
+            answer = int(h5["matrices/answer"][i])
+            wrong = crop_rows(h5["crops/crop_id"][()], h5["matrices/panels"][i])[
+                8 + (answer + 1) % 8]
+            labels[wrong] += "|" + h5["matrices/elements"].asstr()[i, 8 + answer]
         replace(h5, "crops/labels", labels)
     _, checks = run(path)
-    assert checks["solver"].status == "fail" and checks["solver"].figures["failed"] == 1
+    assert checks["solver"].status == "fail" and checks["solver"].figures["failed"] == 2
+    assert checks["solver"].problems[0].startswith(
+        "matrix 0: not exactly one answer (candidates ["), checks["solver"].problems
 
 
 def test_the_solver_names_each_unsound_matrix_as_the_string_level_check_does(copy):
@@ -255,29 +256,42 @@ def test_the_solver_names_each_unsound_matrix_as_the_string_level_check_does(cop
                              ("crops/element", crop_element)):
             replace(h5, name, column)
     data, _ = loaded.load(path)
-    tables, n = checks.SolverTables(data), len(data.matrices)
-    expected = checks.solve(tables, data, 0, n, check_matrix)
-    assert checks.solve(tables, data, 0, n) == expected
-    assert {0, 1, 2, k} <= set(expected[0])
-    assert "do not obey" in expected[1][expected[0].index(k)]
+    m, parts = data.matrices, data.matrices.parts_of()
+    universe, groups = checks.universes(data), checks.reading_groups(data)
+    failed, reasons, implied_only = [], [], 0
+    for i, matrix in enumerate(m.row(i, parts) for i in range(len(m))):
+        etype, crops = matrix.element_type.value, data.rows[i].tolist()
+        reason = check_matrix(matrix, [data.labels[r] for r in crops], universe[etype],
+                              groups.get(etype))
+        if reason is not None:
+            failed.append(matrix.id)
+            reasons.append(reason)
+            implied_only += check_matrix(matrix, [data.explicit_labels[r] for r in crops],
+                                         universe[etype], groups.get(etype)) is None
+    assert checks.solve(checks.SolverTables(data), data, 0, len(m)) == (failed, reasons,
+                                                                         implied_only)
+    assert {0, 1, 2, k} <= set(failed)
+    assert "do not obey" in reasons[failed.index(k)]
 
 
 # ---------------------------------------------------------------- splits and leakage
-def test_split_parts_must_follow_the_rule(sound):
-    def reversed_neutral(matrix):
-        parts = fixture_assign(matrix)
-        parts["neutral"] = {"train": "test", "test": "train"}[parts["neutral"]]
-        return parts
-
-    _, checks = run(sound, assigner=reversed_neutral)
+def test_split_parts_must_follow_the_rule(generated, tmp_path):
+    path = tmp_path / "swapped.h5"
+    shutil.copyfile(generated, path)
+    with h5py.File(path, "a") as h5:  # the neutral split's train and test parts swapped
+        train, test = h5["splits/neutral/train"][()], h5["splits/neutral/test"][()]
+        replace(h5, "splits/neutral/train", test)
+        replace(h5, "splits/neutral/test", train)
+    _, checks = run(path)
     assert checks["splits"].status == "fail"
-    assert checks["splits"].figures["off_rule"] == len(build_records(3, seed=1)[1])
+    assert checks["splits"].figures["off_rule"] == len(train) + len(test)
 
 
-def test_val_counts_as_the_train_side(sound):
-    # the fixture holds out every 5th train matrix as val: the rule only says train
-    _, checks = run(sound)
+def test_val_counts_as_the_train_side(generated):
+    # val ids are drawn from the train side: the rule only says train
+    _, checks = run(generated)
     assert checks["splits"].ok
+    assert all(parts["val"] for parts in checks["splits"].figures["sizes"].values())
 
 
 def test_matrix_in_two_parts_and_unknown_ids(copy):
@@ -308,11 +322,7 @@ def test_paper_rule_is_checked_independently_of_the_spec(copy):
         replace(h5, "splits/interpolation/test", test[test != even[0]])
         replace(h5, "splits/interpolation/train",
                 np.append(h5["splits/interpolation/train"][()], even[0]))
-
-    def agreeing(matrix):  # a spec that (wrongly) agrees with the stored parts
-        return {s: p for s, p in matrix.splits}
-
-    _, checks = run(path, assigner=agreeing)
+    _, checks = run(path)
     assert any("interpolation" in p and "paper's rule" in p for p in checks["splits"].problems)
 
 
@@ -393,7 +403,7 @@ def test_a_generated_dataset_passes_with_the_real_rules(tmp_path, capsys):
         replace(h5, "splits/held_out_objects/test", test[1:])
         replace(h5, "splits/held_out_objects/train",
                 np.append(h5["splits/held_out_objects/train"][()], test[0]))
-    _, checks = run(dataset, assigner=None)
+    _, checks = run(dataset)
     assert checks["splits"].status == "fail"
     assert any("held_out_objects: stored train, the rule says test" in p
                for p in checks["splits"].problems)
@@ -412,7 +422,7 @@ def test_a_file_without_its_seed_cannot_have_its_split_rules_re_run(tmp_path, wo
         manifest = json.loads(h5.attrs["manifest"])
         del manifest["seed"]
         h5.attrs["manifest"] = json.dumps(manifest)
-    _, checks = run(dataset, assigner=None, workers=workers)
+    _, checks = run(dataset, workers=workers)
     assert checks["splits"].status == "fail"
     assert "the manifest records no seed" in checks["splits"].summary, checks["splits"].summary
     assert checks["solver"].status == "pass" and checks["leakage"].status == "pass"
@@ -449,7 +459,7 @@ def test_a_training_matrix_that_shows_a_held_out_label_is_caught(tmp_path):
     labels[panel] = f"{labels[panel]}|{labels[held]}"
     with h5py.File(dataset, "a") as h5:
         replace(h5, "crops/labels", labels.astype(object))
-    _, checks = run(dataset, assigner=None)
+    _, checks = run(dataset)
     assert checks["splits"].status == "fail"
     assert any(f"{split}: stored train, the rule says excluded" in p
                for p in checks["splits"].problems), checks["splits"].problems

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dataset_fixture import build_records, fixture_assign, write_dataset
+from tests.dataset_fixture import build_records, write_dataset
 from tests.generation.test_count_candidates import legacy_and_current_reports
 from vprom.domain import ElementType
 from vprom.generation.verify import learned, verify
@@ -17,8 +17,7 @@ def learned_report(tmp_path, bias, workers=1):
     crops, matrices = build_records(150, seed=3, bias=bias, element_types=(
         ElementType.COUNT, ElementType.OBJECT_ATTRIBUTE))
     path = write_dataset(tmp_path / f"{bias}.h5", crops, matrices)
-    return verify(path, load_rules(), assigner=fixture_assign, check_matrix=lambda *a: None,
-                  workers=workers, learned=True)
+    return verify(path, load_rules(), workers=workers, learned=True)
 
 
 def learned_check(report):
@@ -46,7 +45,7 @@ def test_an_answer_only_label_fails(tmp_path):
 def test_verify_runs_the_learned_probe_only_when_asked(tmp_path):
     crops, matrices = build_records(2, seed=3)
     path = write_dataset(tmp_path / "d.h5", crops, matrices)
-    report = verify(path, load_rules(), assigner=fixture_assign, check_matrix=lambda *a: None)
+    report = verify(path, load_rules())
     assert "bias:probe-learned" not in {c.name for c in report.checks}
 
 

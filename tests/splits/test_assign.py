@@ -26,7 +26,7 @@ from vprom.splits.rules import (
     object_third,
     val_size,
 )
-from vprom.tables import MatrixTable
+from tests.dataset_fixture import matrix_table
 
 RULES = load_rules()
 SPECS = load_split_specs()
@@ -65,7 +65,7 @@ def assign_one(m: Matrix, panels: Panels) -> dict[str, str]:
         for e, sa in zip(m.elements, panels.super_attributes)]
     banned = np.bitwise_or.reduce(ConceptTable(concepts).bits(RULES.design.train_bans))
     sides = {p: np.array([s]) for p, s in panels.sides.items()}
-    parts = assign(RULES, MatrixTable.from_matrices([m]), sides, np.array([banned]))
+    parts = assign(RULES, matrix_table([m]), sides, np.array([banned]))
     return {split: str(part[0]) for split, part in parts.items()}
 
 

@@ -152,7 +152,7 @@ def test_verify_refuses_features_of_another_data_set(tmp_path):
     from vprom.generation.verify import verify
     from vprom.splits import load_rules
 
-    from tests.dataset_fixture import build_records, fixture_assign, write_dataset
+    from tests.dataset_fixture import build_records, write_dataset
 
     paths = []
     for seed in (3, 4):
@@ -164,5 +164,4 @@ def test_verify_refuses_features_of_another_data_set(tmp_path):
         h5["features"] = np.zeros((len(crops), 4), np.float32)
         h5.attrs["manifest"] = json.dumps({"inputs": {"d4.h5": content_hash(paths[1])}})
     with pytest.raises(VpromError, match="made from another data set"):
-        verify(paths[0], load_rules(), features=features, assigner=fixture_assign,
-               check_matrix=lambda *a: None)
+        verify(paths[0], load_rules(), features=features)

@@ -5,12 +5,11 @@ import h5py
 import numpy as np
 import pytest
 
+from tests.dataset_fixture import crop_table, matrix_table
 from vprom.domain import Crop, Matrix
 from vprom.errors import VpromError
 from vprom.tables import (
     STR,
-    CropTable,
-    MatrixTable,
     content_hash,
     crop_rows,
     present_rows,
@@ -37,8 +36,8 @@ def _matrices():
 def test_crops_and_matrices_round_trip_through_hdf5(tmp_path):
     path = tmp_path / "d.h5"
     with h5py.File(path, "w") as h5:
-        CropTable.from_crops(_crops()).write(h5.create_group("crops"))
-        MatrixTable.from_matrices(_matrices()).write(h5.create_group("matrices"),
+        crop_table(_crops()).write(h5.create_group("crops"))
+        matrix_table(_matrices()).write(h5.create_group("matrices"),
                                                      h5.create_group("splits"))
         set_manifest(h5, {"kind": "dataset"})
     crops = read_crop_table(path)
