@@ -18,7 +18,6 @@ from tqdm import tqdm
 import vprom.generation.verify.audit as audit
 import vprom.generation.verify.bias as bias
 import vprom.generation.verify.checks as checks
-import vprom.generation.verify.decision as decision
 import vprom.generation.verify.learned as learned
 import vprom.generation.verify.set_probes as set_probes
 import vprom.generation.verify.split_checks as split_checks
@@ -140,7 +139,7 @@ def assemble(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
 
 
 def bias_checks(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
-    """The bias checks in report order, their groups judged as one family (`decision`)."""
+    """The bias checks in report order, their groups judged as one family (`audit.decide`)."""
     out = list(done[("frequencies",)])
     out.append(audit.judge_groups("bias:probe-labels", "context-blind probe on candidate labels",
                                   group_results(inputs, done, "label group"), inputs.note))
@@ -152,7 +151,7 @@ def bias_checks(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
                                          inputs.note))
     if inputs.features:
         out.append(done[("features",)])
-    decision.decide(out)
+    audit.decide(out)
     return out
 
 
