@@ -67,8 +67,9 @@ JOBS = {
         i.view, i.data.matrices.answer.astype(np.int64), *i.groups[k][1:],
         learned.group_stream(k, len(i.groups))),
     "set type": lambda i, k: i.sets.one_type(k),
-    "absent values": lambda i: i.sets.absent(i.note),
-    "blocks": lambda i: i.sets.blocks(i.note),
+    "absent values": lambda i: set_probes.absent_value_probe(i.sets.elements, *i.sets.sides(),
+                                                              i.note),
+    "blocks": lambda i: set_probes.block_probe(i.sets.super_attributes, *i.sets.sides(), i.note),
     "features": lambda i: bias.feature_check(i.data, i.features,
                                              i.data.matrices.answer.astype(np.int64),
                                              bias.probe_plan(i.data)[3]),
@@ -144,11 +145,13 @@ def bias_checks(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
     out.append(audit.judge_groups("bias:probe-labels", "context-blind probe on candidate labels",
                                   group_results(inputs, done, "label group"), inputs.note))
     out += [done[("absent values",)], done[("blocks",)]]
-    out.append(set_probes.set_check([r for job in jobs if job[0] == "set type"
-                                     for r in done[job]], inputs.note))
+    sets = [r for job in jobs if job[0] == "set type" for r in done[job]]
+    out.append(audit.judge_groups("bias:probe-sets", "context-blind MLP on the candidate set",
+                                  sets, inputs.note))
     if inputs.learned:
-        out.append(learned.learned_check(group_results(inputs, done, "learned group"),
-                                         inputs.note))
+        out.append(audit.judge_groups(
+            "bias:probe-learned", "context-blind model trained on candidate labels",
+            group_results(inputs, done, "learned group"), inputs.note))
     if inputs.features:
         out.append(done[("features",)])
     audit.decide(out)
