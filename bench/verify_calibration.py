@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from generate import full_size_pool, in_memory, vocabulary  # bench/generate.py: VG-sized pool
+from generate import full_size_pool, in_memory, vocabulary  # bench/generate.py
 from threadpoolctl import threadpool_limits
 from vprom.generation.generate import generate_dataset
 from vprom.generation.verify import audit, jobs, set_probes, verify
