@@ -38,11 +38,11 @@ import numpy as np
 
 
 from vprom.generation.generate import generate_dataset  # noqa: E402
-from vprom.generation.verify.loaded import in_memory  # noqa: E402
+from vprom.generation.verify.loaded import Data  # noqa: E402
 from vprom.generation.labels import LabelVocabulary  # noqa: E402
 from vprom.splits import load_rules  # noqa: E402
 from vprom.generation.solver import check_matrix  # noqa: E402
-from vprom.tables import CropTable  # noqa: E402
+from vprom.tables import CropTable, crop_rows  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "mining" / "data"
 
@@ -140,6 +140,14 @@ def write_pools(path: Path, crops: CropTable) -> None:
             vocabulary().write(h5.create_group("vocabulary"))
             set_manifest(h5, make_manifest("pools", {"bench": "bench/generate.py"},
                                            counts={"crops": len(crops)}))
+
+
+def in_memory(dataset) -> Data:
+    """`generate_dataset`'s result as `vprom verify` reads the file written from it."""
+    m = dataset.matrices
+    return Data(Path("<memory>"), dataset.crops, m, crop_rows(dataset.crops.crop_id, m.panels),
+                {"seed": (dataset.counts or {}).get("seed")}, dataset.universes,
+                dataset.super_attributes, dataset.vocabulary)
 
 
 def held_out(view) -> dict:

@@ -48,7 +48,8 @@ def main() -> None:
             print(f"  {name:28s} train {len(tr):6,} test {len(te):6,} "
                   f"{100 * hits.mean() if len(hits) else float('nan'):5.1f}% "
                   f"({time.process_time() - t:.1f} s CPU)", flush=True)
-    check = learned.learned_check(results, note)
+    check = audit.judge_groups("bias:probe-learned", "context-blind model trained on "
+                               "candidate labels", results, note)
     print(f"{check.status.upper():4s} {check.name}: {check.summary}")
     for problem in check.problems:
         print(f"     - {problem}")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 
-from vprom.generation.verify import set_probes
+from vprom.generation.verify import audit, set_probes
 from vprom.generation.verify.bias import PROBE_MAX, probe_sides
 from vprom.generation.verify.loaded import load
 
@@ -34,7 +34,10 @@ def main() -> None:
     start = time.perf_counter()
     inputs = set_probes.SetInputs(data, train, test, args.seed)
     mlp = [r for k in range(len(inputs.types())) for r in inputs.one_type(k)]
-    for check in (inputs.absent(note), inputs.blocks(note), set_probes.set_check(mlp, note)):
+    absent = set_probes.absent_value_probe(inputs.elements, *inputs.sides(), note)
+    blocks = set_probes.block_probe(inputs.super_attributes, *inputs.sides(), note)
+    for check in (absent, blocks, audit.judge_groups(
+            "bias:probe-sets", "context-blind MLP on the candidate set", mlp, note)):
         print(f"{check.status.upper():4s} {check.name}: {check.summary}")
         for problem in check.problems:
             print(f"     - {problem}")

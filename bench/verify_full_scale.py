@@ -119,7 +119,8 @@ def main() -> None:
     data, _ = timed("load", lambda: load(path))
     timed("content_hash", lambda: content_hash(path))
     timed("check integrity", lambda: checks.check_integrity(data, []))
-    timed("check solver (vprom.generation.solver)", lambda: checks.check_solver(data))
+    timed("check solver (vprom.generation.solver)", lambda: checks.solver_result(
+        data, *checks.solve(checks.SolverTables(data), data, 0, len(data.matrices))))
     timed("check splits (vprom.splits.rules)", lambda: split_checks.check_splits(data, rules))
     timed("check leakage", lambda: split_checks.check_leakage(data))
     timed("check held-out labels", lambda: split_checks.check_held_out(

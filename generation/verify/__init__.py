@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vprom.generation.verify.audit import Check
+from vprom.generation.verify.audit import Check, format_group
 from vprom.generation.verify.checks import check_integrity, fatal_problems
-from vprom.generation.verify.decision import format_group
 from vprom.generation.verify.jobs import load_optimiser, prepare, run_checks
 from vprom.generation.verify.loaded import load
 from vprom.processes import collector_paused

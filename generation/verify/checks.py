@@ -204,8 +204,3 @@ def solver_result(data: Data, failed: list[int], reasons: list[str],
                   "panels_with_implied_labels": panels,
                   "implied_labels_recorded": data.vocabulary.recorded},
                  examples("not exactly one answer", failed, reasons))
-
-
-def check_solver(data: Data) -> Check:
-    """The solver check on every matrix, in this process."""
-    return solver_result(data, *solve(SolverTables(data), data, 0, len(data.matrices)))

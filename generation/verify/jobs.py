@@ -18,7 +18,6 @@ from tqdm import tqdm
 import vprom.generation.verify.audit as audit
 import vprom.generation.verify.bias as bias
 import vprom.generation.verify.checks as checks
-import vprom.generation.verify.decision as decision
 import vprom.generation.verify.learned as learned
 import vprom.generation.verify.set_probes as set_probes
 import vprom.generation.verify.split_checks as split_checks
@@ -68,8 +67,9 @@ JOBS = {
         i.view, i.data.matrices.answer.astype(np.int64), *i.groups[k][1:],
         learned.group_stream(k, len(i.groups))),
     "set type": lambda i, k: i.sets.one_type(k),
-    "absent values": lambda i: i.sets.absent(i.note),
-    "blocks": lambda i: i.sets.blocks(i.note),
+    "absent values": lambda i: set_probes.absent_value_probe(i.sets.elements, *i.sets.sides(),
+                                                              i.note),
+    "blocks": lambda i: set_probes.block_probe(i.sets.super_attributes, *i.sets.sides(), i.note),
     "features": lambda i: bias.feature_check(i.data, i.features,
                                              i.data.matrices.answer.astype(np.int64),
                                              bias.probe_plan(i.data)[3]),
@@ -140,19 +140,21 @@ def assemble(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
 
 
 def bias_checks(inputs: Inputs, jobs: list[tuple], done: dict) -> list[Check]:
-    """The bias checks in report order, their groups judged as one family (`decision`)."""
+    """The bias checks in report order, their groups judged as one family (`audit.decide`)."""
     out = list(done[("frequencies",)])
     out.append(audit.judge_groups("bias:probe-labels", "context-blind probe on candidate labels",
                                   group_results(inputs, done, "label group"), inputs.note))
     out += [done[("absent values",)], done[("blocks",)]]
-    out.append(set_probes.set_check([r for job in jobs if job[0] == "set type"
-                                     for r in done[job]], inputs.note))
+    sets = [r for job in jobs if job[0] == "set type" for r in done[job]]
+    out.append(audit.judge_groups("bias:probe-sets", "context-blind MLP on the candidate set",
+                                  sets, inputs.note))
     if inputs.learned:
-        out.append(learned.learned_check(group_results(inputs, done, "learned group"),
-                                         inputs.note))
+        out.append(audit.judge_groups(
+            "bias:probe-learned", "context-blind model trained on candidate labels",
+            group_results(inputs, done, "learned group"), inputs.note))
     if inputs.features:
         out.append(done[("features",)])
-    decision.decide(out)
+    audit.decide(out)
     return out
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 import vprom.generation.verify.audit as audit
 from vprom.domain import N_CANDIDATES
-from vprom.generation.verify.audit import MIN_PROBE_TEST, Check
+from vprom.generation.verify.audit import MIN_PROBE_TEST
 
 #: width, Adam's step size and weight decay, matrices per step, most passes and steps (a
 #: tell read off the whole set takes many passes: 6 find 12.9% of a 20% count tell, these 16.7%)
@@ -122,9 +122,3 @@ def fit(model, table, candidates, answers, rng: np.random.Generator) -> None:
 def group_stream(k: int, n_groups: int, seed: int = 0) -> np.random.Generator:
     """The k-th group's generator: groups fit in any order and process."""
     return np.random.default_rng([seed, STREAM]).spawn(n_groups)[k]
-
-
-def learned_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> Check:
-    """The learned probe's check from each group's (name, test hits, train size)."""
-    return audit.judge_groups("bias:probe-learned", "context-blind model trained on "
-                              "candidate labels", results, note)

@@ -131,14 +131,6 @@ def load(path: Path, meanwhile: Callable[[], object] | None = None
                 universes, sas, labels, content_hash), []
 
 
-def in_memory(dataset, path: str = "<memory>") -> Data:
-    """`generate_dataset`'s result as `vprom verify` reads the file written from it."""
-    m = dataset.matrices
-    return Data(Path(path), dataset.crops, m, crop_rows(dataset.crops.crop_id, m.panels),
-                {"seed": (dataset.counts or {}).get("seed")}, dataset.universes,
-                dataset.super_attributes, dataset.vocabulary)
-
-
 def examples(what: str, ids, reasons=None) -> list[str]:
     ids = list(ids)
     out = [f"matrix {int(i)}: {what}" + (f" ({reasons[k]})" if reasons else "")

@@ -201,12 +201,6 @@ def _incidence(tokens: np.ndarray, vocab: int):
                                     np.arange(rows + 1) * slots), shape=(rows, vocab))
 
 
-def set_check(results: list[tuple[str, np.ndarray, int]], note: str = "") -> Check:
-    """The set MLP's check from every group's (name, test hits, train size)."""
-    return audit.judge_groups("bias:probe-sets", "context-blind MLP on the candidate set",
-                              results, note)
-
-
 def set_probe_type(etype: str, elements: np.ndarray, super_attributes: np.ndarray,
                    answers: np.ndarray, train: np.ndarray, test: np.ndarray,
                    element_type: np.ndarray, relation: np.ndarray,
@@ -243,13 +237,9 @@ class SetInputs:
         self.etype, self.relation = m.element_type.astype(str), m.relation.astype(str)
         self.train, self.test = train, test
 
-    def absent(self, note: str = "") -> Check:
-        return absent_value_probe(self.elements, self.answers, self.train, self.test,
-                                  self.etype, self.relation, note)
-
-    def blocks(self, note: str = "") -> Check:
-        return block_probe(self.super_attributes, self.answers, self.train, self.test,
-                           self.etype, self.relation, note)
+    def sides(self) -> tuple:
+        """(answers, train, test, element types, relations): what every set probe reads."""
+        return self.answers, self.train, self.test, self.etype, self.relation
 
     def types(self) -> list[str]:
         """The element types the set MLP probes, in the order their streams are spawned."""
@@ -259,5 +249,4 @@ class SetInputs:
         """`set_probe_type` of the k-th of `types()`, on the k-th spawned stream."""
         stream = np.random.default_rng([self.seed, 27]).spawn(k + 1)[k]
         return set_probe_type(self.types()[k], self.elements, self.super_attributes,
-                              self.answers, self.train, self.test, self.etype, self.relation,
-                              stream)
+                              *self.sides(), stream)

@@ -1,4 +1,4 @@
-"""verify's bias verdict (`generation.verify.decision`): exact p-values, Holm's step-down over
+"""verify's bias verdict (`generation.verify.audit`): exact p-values, Holm's step-down over
 the family, and the decision on probe inputs with and without a planted tell."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.stats
-from vprom.generation.verify import audit, decision
+from vprom.generation.verify import audit
 
 #: the test matrices of a full-scale relation x element-type cell (and fewer train)
 TRAIN, TEST = 4_000, 5_000
@@ -14,17 +14,17 @@ TRAIN, TEST = 4_000, 5_000
 
 def test_holm_matches_a_hand_computed_example():
     # sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 -> raised to 0.06
-    adjusted = decision.holm([0.01, 0.04, 0.03, 0.005])
+    adjusted = audit.holm([0.01, 0.04, 0.03, 0.005])
     assert adjusted == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert decision.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
+    assert audit.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # capped at 1
 
 
 def test_the_p_value_bounds_the_exact_binomial_tail_within_a_factor_e():
     # untied hits are Binomial(n, 1/8) under the null: the bound is valid and near its tail
     for hits, n in ((1, 10), (78, 416), (700, 5000), (3400, 25_000)):
         exact = scipy.stats.binomtest(hits, n, 1 / 8, alternative="greater").pvalue
-        assert exact <= decision.tail_p(hits, n) <= np.e * exact
-    assert decision.tail_p(0, 10) == decision.tail_p(50, 400) == 1.0  # at or below chance
+        assert exact <= audit.tail_p(hits, n) <= np.e * exact
+    assert audit.tail_p(0, 10) == audit.tail_p(50, 400) == 1.0  # at or below chance
 
 
 def _null_hits(rng, n):
@@ -36,8 +36,8 @@ def _null_hits(rng, n):
 def test_tied_picks_give_one_p_value_whatever_their_order():
     rng = np.random.default_rng(2)
     hits = np.where(rng.random(2000) < 0.05, 1.0, _null_hits(rng, 2000))  # 4.4 points
-    p = decision.group_test(hits)["p"]
-    assert p == decision.group_test(rng.permutation(hits))["p"] == decision.group_test(
+    p = audit.group_test(hits)["p"]
+    assert p == audit.group_test(rng.permutation(hits))["p"] == audit.group_test(
         hits.copy())["p"]
     assert p < 1e-4  # the excess is found
 
@@ -45,17 +45,17 @@ def test_tied_picks_give_one_p_value_whatever_their_order():
 def test_unbiased_tied_sets_pass_at_every_level():
     # under the null the share of p-values under alpha is at most alpha (the test is valid)
     rng = np.random.default_rng(3)
-    p = np.array([decision.group_test(_null_hits(rng, 400))["p"] for _ in range(4000)])
+    p = np.array([audit.group_test(_null_hits(rng, 400))["p"] for _ in range(4000)])
     for alpha in (0.01, 0.05, 0.1):
         assert (p < alpha).mean() <= alpha
 
 
 def test_ties_count_their_share_and_an_8_way_tie_is_no_evidence():
     # every matrix a 4-way tie holding the answer: 25%, far above 1/8
-    f = decision.group_test(np.full(4000, 0.25))
+    f = audit.group_test(np.full(4000, 0.25))
     assert f["accuracy"] == 0.25 and f["judged"] and f["p"] < 1e-10
     # a heuristic that ties all 8 every time scores 1/8 whatever the answers: p = 1
-    assert decision.group_test(np.full(4000, 1 / 8))["p"] == 1.0
+    assert audit.group_test(np.full(4000, 1 / 8))["p"] == 1.0
 
 
 def test_a_group_fails_only_when_significant_and_above_the_tolerance():
@@ -66,8 +66,8 @@ def test_a_group_fails_only_when_significant_and_above_the_tolerance():
                                                 ("small", big_small_group, 100)])
     big = check.figures["big"]
     small = check.figures["small"]
-    assert big["p_adjusted"] < decision.FAMILY_ALPHA and not big["failed"]
-    assert small["accuracy"] >= decision.LIMIT and not small["failed"]
+    assert big["p_adjusted"] < audit.FAMILY_ALPHA and not big["failed"]
+    assert small["accuracy"] >= audit.LIMIT and not small["failed"]
     assert check.status == "pass"
 
 

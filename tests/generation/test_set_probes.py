@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vprom.generation.verify import set_probes
+from vprom.generation.verify import audit, set_probes
 
 N = 3000
 
@@ -30,7 +30,7 @@ def _run(planted: bool):
     train, test = np.arange(0, 2000), np.arange(2000, N)
     etype, relation = np.full(N, "count"), np.full(N, "progression")
     table = set_probes.absent_value_probe(elements, answers, train, test, etype, relation)
-    mlp = set_probes.set_check(set_probes.set_probe_type(
+    mlp = audit.judge_groups("bias:probe-sets", "the set MLP", set_probes.set_probe_type(
         "count", elements, np.full(elements.shape, ""), answers, train, test, etype,
         relation, np.random.default_rng(0)))
     return table, mlp

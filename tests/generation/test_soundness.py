@@ -5,17 +5,19 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from vprom.generation.verify.ceiling import perception_ceiling, perception_hits
 from vprom.generation.generate import generate_dataset
-from vprom.generation.verify.loaded import in_memory
+from vprom.generation.verify.loaded import Data
 from vprom.generation.labels import LabelVocabulary
 from vprom.generation.plan import make_plan
 from vprom.generation.pool_index import PoolIndex
 from vprom.generation.verify.split_checks import check_held_out
+from vprom.tables import crop_rows
 from vprom.splits import load_rules
 from tests.generation.conftest import HUMAN_ATTRIBUTES, VOCABULARY, tiny_crops
 from vprom.errors import VpromError
@@ -24,6 +26,14 @@ from vprom.generation.solver import check_matrix
 from tests.generation.direct import valid_candidates
 
 RULES = load_rules()
+
+
+def in_memory(dataset) -> Data:
+    """`generate_dataset`'s result as `vprom verify` reads the file written from it."""
+    m = dataset.matrices
+    return Data(Path("<memory>"), dataset.crops, m, crop_rows(dataset.crops.crop_id, m.panels),
+                {"seed": (dataset.counts or {}).get("seed")}, dataset.universes,
+                dataset.super_attributes, dataset.vocabulary)
 
 
 @pytest.fixture(scope="module")
