@@ -92,10 +92,6 @@ class MineReport:
     elapsed_s: float = 0.0
     timings: dict = field(default_factory=dict)  # seconds per phase, for the summary
 
-    @property
-    def pools(self) -> list[dict]:
-        return self.data["pools"]
-
     def to_json(self) -> str:
         return json.dumps(self.data, indent=2, sort_keys=True) + "\n"
 

@@ -47,22 +47,18 @@ def savir_test_pids(seed: int = SAVIR_SEED, n: int = SAVIR_N) -> set[int]:
     return set(random.Random(seed).sample(range(n), int(np.floor(n / 3))))
 
 
-def walk(labels: dict[str, dict]):
-    """Yield (pid string, entry dict) in VPROM_splits' order."""
-    nested_files = {name for name, sub in LABEL_FILES.values() if sub is not None}
-    for name in WALK:
-        for relation in labels[name].values():
-            for table in relation.values() if name in nested_files else [relation]:
-                yield from table.items()
-
-
 def savir_lists(m: MatrixTable, seed: int = SAVIR_SEED) -> dict[str, list[Entry]]:
-    """'train' and 'test' -> the entries in SAViR-T's index order."""
+    """'train' and 'test' -> the entries in SAViR-T's index order (VPROM_splits' walk)."""
     pids = release_ids(m.id)
     row_of = {int(p): r for r, p in enumerate(pids.tolist())}
     test = savir_test_pids(seed)
+    labels = label_dicts(m, pids)
+    nested_files = {name for name, sub in LABEL_FILES.values() if sub is not None}
+    entries = (item for name in WALK for relation in labels[name].values()
+               for table in (relation.values() if name in nested_files else [relation])
+               for item in table.items())
     out: dict[str, list[Entry]] = {p: [] for p in PARTS}
-    for key, entry in walk(label_dicts(m, pids)):
+    for key, entry in entries:
         pid = int(key)
         out["test" if pid in test else "train"].append(
             Entry(row_of[pid], pid, entry["label"] - FIRST_CANDIDATE_LABEL))
