@@ -192,11 +192,9 @@ REGION_STEPS = (
 
 
 def _listing(pairs: list, limit: int = 12) -> str:
-    """'a (3), b (0), ... and 40 more' (the full list is in report.json)."""
-    if not pairs:
-        return "-"
+    """'a (3), b (0), ... and 40 more' (the full list is in report.json); '-' for none."""
     text = ", ".join(f"{e} ({n})" for e, n in pairs[:limit])
-    return text + (f" and {len(pairs) - limit} more" if len(pairs) > limit else "")
+    return text + (f" and {len(pairs) - limit} more" if len(pairs) > limit else "") or "-"
 
 
 def _funnel_md(title: str, counts: dict, steps) -> list[str]:
