@@ -39,7 +39,6 @@ WALK = ("counting_gt_labels.npy", "obj_gt_labels.npy", "attr_gt_labels.npy")
 
 class Entry(NamedTuple):
     row: int
-    pid: int
     target: int
 
 
@@ -61,7 +60,7 @@ def savir_lists(m: MatrixTable, seed: int = SAVIR_SEED) -> dict[str, list[Entry]
     for key, entry in entries:
         pid = int(key)
         out["test" if pid in test else "train"].append(
-            Entry(row_of[pid], pid, entry["label"] - FIRST_CANDIDATE_LABEL))
+            Entry(row_of[pid], entry["label"] - FIRST_CANDIDATE_LABEL))
     return out
 
 
