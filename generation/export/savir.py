@@ -64,19 +64,6 @@ def savir_lists(m: MatrixTable, seed: int = SAVIR_SEED) -> dict[str, list[Entry]
     return out
 
 
-def check_maps(maps, path: Path, crop_ids: np.ndarray) -> None:
-    backbone = maps.attrs.get("backbone")
-    if backbone != BACKBONE or tuple(maps.shape[1:]) != MAP_SHAPE:
-        raise VpromError(f"{path}: maps of {backbone} shaped {'x'.join(map(str, maps.shape[1:]))}"
-                         f"; SAViR-T reads resnet101's 2048x7x7: extract with --backbone "
-                         "resnet101 --pool none at the default --input-size 224")
-    missing = np.intersect1d(crop_ids, maps.missing_crop_id)
-    if len(missing):
-        raise VpromError(f"{path}: crop {int(missing[0])} has no maps (its image was missing "
-                         "at extraction); re-extract with the complete images")
-    maps.index_of(crop_ids)  # a VpromError naming the first crop the file lacks
-
-
 def export_savir(dataset: str | Path, features: str | Path, out: str | Path,
                  seed: int = SAVIR_SEED) -> dict:
     dataset, features, out = Path(dataset), Path(features), Path(out)
@@ -84,7 +71,17 @@ def export_savir(dataset: str | Path, features: str | Path, out: str | Path,
     lists = savir_lists(m, seed)
     with open_maps(features) as maps:
         maps.check_finite()  # before any file: a run never stops halfway on a bad map
-        check_maps(maps, features, np.unique(m.panels))
+        backbone, crop_ids = maps.attrs.get("backbone"), np.unique(m.panels)
+        if backbone != BACKBONE or tuple(maps.shape[1:]) != MAP_SHAPE:
+            raise VpromError(f"{features}: maps of {backbone} shaped "
+                             f"{'x'.join(map(str, maps.shape[1:]))}; SAViR-T reads resnet101's "
+                             "2048x7x7: extract with --backbone resnet101 --pool none at the "
+                             "default --input-size 224")
+        missing = np.intersect1d(crop_ids, maps.missing_crop_id)
+        if len(missing):
+            raise VpromError(f"{features}: crop {int(missing[0])} has no maps (its image was "
+                             "missing at extraction); re-extract with the complete images")
+        maps.index_of(crop_ids)  # a VpromError naming the first crop the file lacks
         settings = {"format": "savir-t", "seed": seed, "dataset": input_hash(dataset),
                     "features": input_hash(features), "crops": len(maps)}
         with resumable_dir(out, settings) as tmp:
