@@ -47,9 +47,9 @@ class _Row:
     fillers: dict[int, list[str]]  # per block size, the super-attributes able to fill it
 
 
-def sampler_rows(samplers: dict, matrices_of: dict) -> dict[tuple, list[_Row]]:
-    """Per (element type, relation), a `_Row` per attribute sampler option."""
-    out: dict[tuple, list[_Row]] = {}
+def mixing_plans(samplers: dict, matrices_of: dict) -> dict[tuple, dict[str, Plan]]:
+    """Per sampler key, a `Plan` per super-attribute, balanced per (element type, relation)."""
+    parts: dict[tuple, list[_Row]] = {}
     for key, sampler in samplers.items():
         group = sampler.group
         for option in sampler.options:
@@ -63,14 +63,10 @@ def sampler_rows(samplers: dict, matrices_of: dict) -> dict[tuple, list[_Row]]:
             n = matrices_of.get(key, 0) * len(option.context) / sampler.cumulative[-1]
             fillers = {m: sorted(sa for sa, ids, _ in option.fill_sas if len(ids) >= m)
                        for m in STEP_FROM}
-            out.setdefault((group.element_type, group.relation), []).append(
+            parts.setdefault((group.element_type, group.relation), []).append(
                 _Row(key, option.super_attribute, n, native, fillers))
-    return out
-
-
-def mixing_plans(samplers: dict, matrices_of: dict) -> dict[tuple, dict[str, Plan]]:
     out: dict[tuple, dict[str, Plan]] = {}
-    for part in sampler_rows(samplers, matrices_of).values():
+    for part in parts.values():
         plans = [Plan(r.native) for r in part]
         for m in (2, 4):  # 2 first: its extra matrices come out of 4's own
             down, sets = _world(part, m, [p.down for p in plans])

@@ -343,18 +343,15 @@ def _read_shards(shards: Sequence[Path]):
 
 def _check_one_run(shards: Sequence[Path], manifests: list[dict]) -> None:
     """Refuse a shard of another run or count of shards, and one given twice."""
-    def run(m: dict) -> tuple:
-        return m["config"]["scale"], m["config"]["seed"], m.get("inputs")
-
-    n, seen = len(shards), {}
+    n, seen, first = len(shards), {}, manifests[0]
     for path, m in zip(shards, manifests):
         k, of = tuple(m["config"].get("shard") or (0, 1))
-        if run(m) != run(manifests[0]):
+        if (m["config"]["scale"], m["config"]["seed"], m.get("inputs")) != (
+                first["config"]["scale"], first["config"]["seed"], first.get("inputs")):
             raise VpromError(f"{path}: a shard of another run than {shards[0]} (scale "
                              f"{m['config']['scale']}, seed {m['config']['seed']} vs "
-                             f"{manifests[0]['config']['scale']}, "
-                             f"{manifests[0]['config']['seed']}, or other pools); pass every "
-                             "shard of one run once")
+                             f"{first['config']['scale']}, {first['config']['seed']}, or "
+                             "other pools); pass every shard of one run once")
         if of != n or (k, of) in seen:
             why = (f"shard {k}/{of} like {seen[k, of]}" if (k, of) in seen else
                    f"shard {k}/{of}, but {n} file(s) were given")

@@ -26,8 +26,6 @@ CONTEXT_TRIES = 40
 CONTEXT_ELEMENTS = {Relation.AND: 2, Relation.OR: 2, Relation.UNION: 3}
 #: crops of one element tried before a candidate set is given up
 CROP_TRIES = 12
-#: cheap attempts (a candidate set that does not fit is given up at once): 4 x `MAX_TRIES`
-HUMAN_TRIES = 160
 
 
 @dataclass
@@ -50,16 +48,14 @@ class HumanSampler:
     focus_ok: bool = True  # some profile has a focus of `focus` (`shortfall`)
     _max: dict = field(default_factory=dict)
     _knowing: dict = field(default_factory=dict)
-    tries = HUMAN_TRIES
+    tries = 160  # cheap attempts (a candidate set that does not fit is given up at once)
 
     def knowing(self, e: int, need: int) -> list[int]:
         """The crops of e that know a value of every super-attribute in `need` (bits)."""
-        key = (e, need)
-        got = self._knowing.get(key)
-        if got is None:
-            got = self._knowing[key] = [r for k, rows in self.knows.get(e, {}).items()
-                                        if k & need == need for r in rows]
-        return got
+        if (e, need) not in self._knowing:
+            self._knowing[e, need] = [r for k, rows in self.knows.get(e, {}).items()
+                                      if k & need == need for r in rows]
+        return self._knowing[e, need]
 
     def fit(self, sa: int, blocks: tuple[int, ...]) -> list[int]:
         """`sa`'s elements with a context's crops and one knowing every other block's value."""
@@ -78,14 +74,12 @@ class HumanSampler:
     def block_max(self, sa: int, blocks: tuple[int, ...]) -> int:
         """The most candidates `sa` can hold beside the other `blocks`: k - 1 of its k values
         (Or: k - 2), as the others need a value of `sa` outside its block."""
-        key = (sa, blocks)
-        got = self._max.get(key)
-        if got is None:
+        if (sa, blocks) not in self._max:
             extra = 1 if self.group.relation is Relation.OR else 0
-            got = min(len(self.fit(sa, blocks)), self.values[sa].bit_count() - extra - 1,
-                      len(self.eligible[sa]) - extra)
-            got = self._max[key] = max(got, 0) if self.hosts(sa) else 0
-        return got
+            most = min(len(self.fit(sa, blocks)), self.values[sa].bit_count() - extra - 1,
+                       len(self.eligible[sa]) - extra)
+            self._max[sa, blocks] = max(most, 0) if self.hosts(sa) else 0
+        return self._max[sa, blocks]
 
     def profile(self, draws: Draws, any_focus: bool = False
                 ) -> list[tuple[int, int, int]] | None:

@@ -21,10 +21,6 @@ OBJECT_TABLE = ElementType.OBJECT_ATTRIBUTE.value
 TABLES = (OBJECT_TABLE, HUMAN)
 
 
-def table_of(element_type: str) -> str:
-    return HUMAN if element_type == HUMAN else OBJECT_TABLE
-
-
 @dataclass(frozen=True)
 class LabelVocabulary:
     categories: frozenset[str]
@@ -94,7 +90,7 @@ class LabelVocabulary:
     def concepts(self, element_type: str, labels: frozenset[str]
                  ) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:
         """(object categories, attribute (table, super-attribute) pairs) among `labels`."""
-        table = table_of(element_type)
+        table = HUMAN if element_type == HUMAN else OBJECT_TABLE
         sas = self.tables.get(table, {})
         return labels & self.categories, frozenset((table, sas[label])
                                                    for label in sas.keys() & labels)

@@ -92,10 +92,6 @@ class MineReport:
     elapsed_s: float = 0.0
     timings: dict = field(default_factory=dict)  # seconds per phase, for the summary
 
-    @property
-    def pools(self) -> list[dict]:
-        return self.data["pools"]
-
     def to_json(self) -> str:
         return json.dumps(self.data, indent=2, sort_keys=True) + "\n"
 
@@ -196,11 +192,9 @@ REGION_STEPS = (
 
 
 def _listing(pairs: list, limit: int = 12) -> str:
-    """'a (3), b (0), ... and 40 more' (the full list is in report.json)."""
-    if not pairs:
-        return "-"
+    """'a (3), b (0), ... and 40 more' (the full list is in report.json); '-' for none."""
     text = ", ".join(f"{e} ({n})" for e, n in pairs[:limit])
-    return text + (f" and {len(pairs) - limit} more" if len(pairs) > limit else "")
+    return text + (f" and {len(pairs) - limit} more" if len(pairs) > limit else "") or "-"
 
 
 def _funnel_md(title: str, counts: dict, steps) -> list[str]:

@@ -201,7 +201,7 @@ def _write(out: Path, table: CropTable, report: MineReport, excluded_rows: list[
     config = pools_settings(report.data["config"]["min_side"], vocab)
     counts = {"crops": len(table), "images": report.data["images"],
               "pools": {f"{p['element_type']}/{p['super_attribute']}".rstrip("/"): p["crops"]
-                        for p in report.pools}}
+                        for p in report.data["pools"]}}
     manifest = make_manifest("pools", config, inputs=report.data["inputs"], counts=counts)
     texts = {excluded_path: "region_id\timage_id\treason\tnumber\tphrase\n"
              + "".join(row + "\n" for row in excluded_rows),

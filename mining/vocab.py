@@ -82,11 +82,6 @@ def load_vocabulary(folder: Path | None = None) -> Vocabulary:
     return _default() if folder is None else _load(Path(folder))
 
 
-@functools.cache
-def _default() -> Vocabulary:
-    return _load(DATA_DIR)
-
-
 def _load(folder: Path) -> Vocabulary:
     object_attributes = _attribute_table(folder / "object_attributes.json",
                                          OBJECT_SUPER_ATTRIBUTES)
@@ -102,6 +97,9 @@ def _load(folder: Path) -> Vocabulary:
     implied = _implied(folder / "implied_labels.json", objects | person_words, human_attributes)
     return Vocabulary(object_attributes, human_attributes, objects, person_words,
                       excluded_objects, excluded_attributes, aliases, implied, known)
+
+
+_default = functools.cache(functools.partial(_load, DATA_DIR))
 
 
 def read_table(path: Path) -> dict:

@@ -39,7 +39,6 @@ WALK = ("counting_gt_labels.npy", "obj_gt_labels.npy", "attr_gt_labels.npy")
 
 class Entry(NamedTuple):
     row: int
-    pid: int
     target: int
 
 
@@ -47,39 +46,22 @@ def savir_test_pids(seed: int = SAVIR_SEED, n: int = SAVIR_N) -> set[int]:
     return set(random.Random(seed).sample(range(n), int(np.floor(n / 3))))
 
 
-def walk(labels: dict[str, dict]):
-    """Yield (pid string, entry dict) in VPROM_splits' order."""
-    nested_files = {name for name, sub in LABEL_FILES.values() if sub is not None}
-    for name in WALK:
-        for relation in labels[name].values():
-            for table in relation.values() if name in nested_files else [relation]:
-                yield from table.items()
-
-
 def savir_lists(m: MatrixTable, seed: int = SAVIR_SEED) -> dict[str, list[Entry]]:
-    """'train' and 'test' -> the entries in SAViR-T's index order."""
+    """'train' and 'test' -> the entries in SAViR-T's index order (VPROM_splits' walk)."""
     pids = release_ids(m.id)
     row_of = {int(p): r for r, p in enumerate(pids.tolist())}
     test = savir_test_pids(seed)
+    labels = label_dicts(m, pids)
+    nested_files = {name for name, sub in LABEL_FILES.values() if sub is not None}
+    entries = (item for name in WALK for relation in labels[name].values()
+               for table in (relation.values() if name in nested_files else [relation])
+               for item in table.items())
     out: dict[str, list[Entry]] = {p: [] for p in PARTS}
-    for key, entry in walk(label_dicts(m, pids)):
+    for key, entry in entries:
         pid = int(key)
         out["test" if pid in test else "train"].append(
-            Entry(row_of[pid], pid, entry["label"] - FIRST_CANDIDATE_LABEL))
+            Entry(row_of[pid], entry["label"] - FIRST_CANDIDATE_LABEL))
     return out
-
-
-def check_maps(maps, path: Path, crop_ids: np.ndarray) -> None:
-    backbone = maps.attrs.get("backbone")
-    if backbone != BACKBONE or tuple(maps.shape[1:]) != MAP_SHAPE:
-        raise VpromError(f"{path}: maps of {backbone} shaped {'x'.join(map(str, maps.shape[1:]))}"
-                         f"; SAViR-T reads resnet101's 2048x7x7: extract with --backbone "
-                         "resnet101 --pool none at the default --input-size 224")
-    missing = np.intersect1d(crop_ids, maps.missing_crop_id)
-    if len(missing):
-        raise VpromError(f"{path}: crop {int(missing[0])} has no maps (its image was missing "
-                         "at extraction); re-extract with the complete images")
-    maps.index_of(crop_ids)  # a VpromError naming the first crop the file lacks
 
 
 def export_savir(dataset: str | Path, features: str | Path, out: str | Path,
@@ -89,7 +71,17 @@ def export_savir(dataset: str | Path, features: str | Path, out: str | Path,
     lists = savir_lists(m, seed)
     with open_maps(features) as maps:
         maps.check_finite()  # before any file: a run never stops halfway on a bad map
-        check_maps(maps, features, np.unique(m.panels))
+        backbone, crop_ids = maps.attrs.get("backbone"), np.unique(m.panels)
+        if backbone != BACKBONE or tuple(maps.shape[1:]) != MAP_SHAPE:
+            raise VpromError(f"{features}: maps of {backbone} shaped "
+                             f"{'x'.join(map(str, maps.shape[1:]))}; SAViR-T reads resnet101's "
+                             "2048x7x7: extract with --backbone resnet101 --pool none at the "
+                             "default --input-size 224")
+        missing = np.intersect1d(crop_ids, maps.missing_crop_id)
+        if len(missing):
+            raise VpromError(f"{features}: crop {int(missing[0])} has no maps (its image was "
+                             "missing at extraction); re-extract with the complete images")
+        maps.index_of(crop_ids)  # a VpromError naming the first crop the file lacks
         settings = {"format": "savir-t", "seed": seed, "dataset": input_hash(dataset),
                     "features": input_hash(features), "crops": len(maps)}
         with resumable_dir(out, settings) as tmp:

@@ -60,10 +60,10 @@ def test_purity_red_and_blue_car_is_no_colour_example(mined):
     assert 102 not in colours  # "red" and "blue": impure
     assert _by_source(table, "object")[102].element == "car"  # still an object crop
     assert _by_source(table, "object_attribute", "material")[102].element == "wooden"
-    pool = next(p for p in report.pools
+    pool = next(p for p in report.data["pools"]
                 if (p["element_type"], p["super_attribute"]) == ("object_attribute", "color"))
     assert pool["impure"] == 1
-    ages = next(p for p in report.pools
+    ages = next(p for p in report.data["pools"]
                 if (p["element_type"], p["super_attribute"]) == ("human_attribute", "age"))
     assert ages["impure"] == 1  # woman: old and young
 
@@ -180,7 +180,7 @@ def test_pools_record_the_vocabulary_generation_needs(mined):
 
 def test_report_lists_elements_with_few_crops(mined):
     report, _, _ = mined
-    objects = next(p for p in report.pools if p["element_type"] == "object")
+    objects = next(p for p in report.data["pools"] if p["element_type"] == "object")
     assert ["car", 1] in objects["few_crops"] and objects["elements"] == 5
     assert objects["crops"] == 5 and objects["per_element"]["shirt"] == 1
 
