@@ -253,7 +253,7 @@ def crops(dataset: Path, vg: Path, size: int, out: Path, *, workers: int | None 
     >>> vprom.crops("build/small/dataset.h5", "build/small/vg", 32, "build/crops-32.h5")
     ... # doctest: +SKIP
     """
-    from vprom.features.crop_store import StoreJob, build_crop_store
+    from vprom.features.crop_store import build_crop_store
 
     return build_crop_store(StoreJob(dataset, vg, size, out, _workers(workers), compression,
                                      chunk_crops))

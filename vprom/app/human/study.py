@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections import Counter
-from dataclasses import dataclass
+from collections import Counter, namedtuple
 from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
@@ -46,10 +45,7 @@ PAGE_FILES = ("index.html", "study.js", "study.css")
 KEY_FILE = "study.json"
 
 
-@dataclass(frozen=True)
-class Cell:
-    relation: str
-    element_type: str
+Cell = namedtuple("Cell", "relation element_type")  # a stratum of the sample
 
 
 def allocate(n: int, available: dict[Cell, int], rng: np.random.Generator) -> dict[Cell, int]:
