@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 from vprom.app.reproduce import ReproduceConfig
@@ -10,6 +11,13 @@ from vprom.features.config import ExtractConfig
 from vprom.features.crop_store import StoreJob
 
 _E, _T, _R, _S = ExtractConfig, TrainConfig, ReproduceConfig, StoreJob
+
+
+def _run_stage(module: str, config: str, arguments: dict):
+    """Call `module`'s function of the same name on its `config` class made of `arguments`
+    (the API function's parameters, its fields); imported only now: a stage may import torch."""
+    stage = importlib.import_module(module)
+    return getattr(stage, module.rpartition(".")[2])(getattr(stage, config)(**arguments))
 
 
 def _workers(workers: int | None) -> int:
@@ -61,10 +69,7 @@ def extract(dataset: Path, vg: Path | None, backbone: str, out: Path, *, weights
     >>> summary.out
     PosixPath('build/small/features/resnet18.h5')
     """
-    config = ExtractConfig(**locals())  # the parameters are its fields
-    from vprom.features.extract import extract as run
-
-    return run(config)
+    return _run_stage("vprom.features.extract", "ExtractConfig", locals())
 
 
 def perceive(dataset: Path, vg: Path | None = None, *, split: str, backbone: str, out: Path,
@@ -94,11 +99,7 @@ def perceive(dataset: Path, vg: Path | None = None, *, split: str, backbone: str
     ...                backbone="resnet18", out="build/perceive.pt", input_size=32)
     ... # doctest: +SKIP
     """
-    arguments = dict(locals())  # the parameters are PerceiveConfig's fields
-    from vprom.features.perceive import PerceiveConfig
-    from vprom.features.perceive import perceive as run
-
-    return run(PerceiveConfig(**arguments))
+    return _run_stage("vprom.features.perceive", "PerceiveConfig", locals())
 
 
 def load_features(path: Path):
@@ -161,10 +162,7 @@ def train(dataset: Path, features: Path | None = _T.features, *, model: str, spl
     done: best val accuracy ...
     PosixPath('runs/rn')
     """
-    config = TrainConfig(**locals())  # the parameters are its fields
-    from vprom.baselines.train import train as run
-
-    return run(config)
+    return _run_stage("vprom.baselines.train", "TrainConfig", locals())
 
 
 def evaluate(run: Path, *, device: str | None = _T.device) -> dict:
@@ -231,10 +229,7 @@ def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
 
         vprom.reproduce("repro", vg="data/vg", models="rn", splits="neutral")
     """
-    config = ReproduceConfig(**locals())  # the parameters are its fields
-    from vprom.app.reproduce import reproduce as run
-
-    return run(config)
+    return _run_stage("vprom.app.reproduce", "ReproduceConfig", locals())
 
 
 def crops(dataset: Path, vg: Path, size: int, out: Path, *, workers: int | None = None,
