@@ -9,6 +9,7 @@ from vprom.app.reproduce import ReproduceConfig
 from vprom.baselines.config import TrainConfig
 from vprom.features.config import ExtractConfig
 from vprom.features.crop_store import StoreJob
+from vprom.processes import usable_cores
 
 _E, _T, _R, _S = ExtractConfig, TrainConfig, ReproduceConfig, StoreJob
 
@@ -22,8 +23,6 @@ def _run_stage(module: str, config: str, arguments: dict):
 
 def _workers(workers: int | None) -> int:
     """`workers`, or one process per usable CPU core when None."""
-    from vprom.processes import usable_cores
-
     return usable_cores() if workers is None else workers
 
 

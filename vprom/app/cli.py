@@ -152,7 +152,8 @@ COMMANDS = {c.name: c for c in (
                        "region": {"choices": extract_config.REGIONS},
                        "pool": {"choices": extract_config.POOLS},
                        "compression": {"choices": extract_config.COMPRESSIONS},
-                       "list": {"action": ListBackbones}}),
+                       "list": {"action": ListBackbones, "nargs": 0, "default": argparse.SUPPRESS,
+                                "help": "list the backbones and exit"}}),
     Command("perceive", api.perceive,
             "vprom perceive build/dataset.h5 --vg data/vg --split neutral --backbone resnet18 "
             "--out build/perceive/resnet18.pt",

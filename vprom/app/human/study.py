@@ -100,8 +100,7 @@ def _tokens(k: int, rng: np.random.Generator) -> list[str]:
     out: set[str] = set()
     while len(out) < k:
         out.add(f"{int(rng.integers(1 << 62)):016x}")
-    names = sorted(out)
-    return [names[i] for i in rng.permutation(k)]
+    return [str(name) for name in rng.permutation(sorted(out))]
 
 
 def _shown(table, row: int, order: np.ndarray, names: dict[int, str]) -> tuple[dict, dict]:
