@@ -101,9 +101,8 @@ def _printed(module: str, formatter: str) -> Callable[[Any, dict], None]:
 
 
 def _human_metrics(metrics, options):
-    from vprom.app.human.study import format_human_metrics
-
-    print(format_human_metrics(metrics) + f"\nwritten to {options['study'] / 'metrics.json'}")
+    _printed("vprom.app.human.study", "format_human_metrics")(metrics, options)
+    print(f"written to {options['study'] / 'metrics.json'}")
 
 
 CROP_SIZE_HELP = f"{parameter_help(api.crops)['size']}: {size_note()}"
@@ -225,7 +224,6 @@ RESUME_HINT = {
     "train": "run the same command again: it resumes after the last finished epoch",
     "reproduce": "run the same command again: finished steps and runs are kept",
 }
-START_OVER = "run the same command again (it starts over)"
 
 
 class Terminated(BaseException):
@@ -323,7 +321,7 @@ def _run(build_parser, argv: list[str] | None) -> int:
         if options is None:
             print(f"vprom: interrupted ({by}) while starting; nothing was done", file=sys.stderr)
         else:
-            how = RESUME_HINT.get(args.command, START_OVER)
+            how = RESUME_HINT.get(args.command, "run the same command again (it starts over)")
             print(f"vprom {args.command}: interrupted ({by}); no partial output was left "
                   f"looking finished; {how}", file=sys.stderr)
         return 143 if isinstance(interrupt, Terminated) else 130

@@ -41,7 +41,6 @@ PARTICIPANT = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_BODY = 64 * 1024
 IDLE_TIMEOUT_S = 10
 MAX_CONNECTIONS = 128
-LISTEN_BACKLOG = 128
 PUBLIC_FILE = re.compile(r"(?:[A-Za-z0-9_-][A-Za-z0-9_.-]*/)*[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 
 
@@ -281,7 +280,7 @@ class StudyServer(ThreadingHTTPServer):
     for a free place, and meanwhile new connections wait in the listen backlog."""
 
     daemon_threads = True
-    request_queue_size = LISTEN_BACKLOG
+    request_queue_size = 128  # connections waiting in the listen backlog
 
     def __init__(self, address, handler, max_connections: int, verbose: bool):
         super().__init__(address, handler)

@@ -41,7 +41,6 @@ from vprom.images import letterbox
 from vprom.manifest import input_hashes, make_manifest
 from vprom.tables import crop_rows, read_crop_table, read_matrix_table
 
-PAGE_FILES = ("index.html", "study.js", "study.css")
 KEY_FILE = "study.json"
 
 
@@ -165,7 +164,7 @@ def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: 
 
         cut_crops(crops, shown, vg_dir, save, desc="study images")
         page = resources.files("vprom.app.human") / "page"
-        for name in PAGE_FILES:
+        for name in ("index.html", "study.js", "study.css"):
             shutil.copyfile(page / name, public / name)
         write_json(public / "problems.json", {"problems": [{"key": k, **problems[k]}
                                                            for k in listed], "size": size})
