@@ -22,6 +22,7 @@ from vprom.app.reproduce import ReproduceConfig
 
 
 def test_the_package_lists_the_api():
+    assert list(vprom.API) == api.__all__
     assert set(vprom.API) <= set(dir(vprom))
     for name in vprom.API:
         assert getattr(vprom, name) is getattr(api, name)

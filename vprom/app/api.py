@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vprom import API
 from vprom.app.api_models import (_workers, crops, evaluate, extract, human_score,
                                   human_serve, human_study, load_features, perceive, report,
                                   reproduce, score, train)
@@ -22,7 +21,11 @@ from vprom.mining.download import DEFAULT_DEADLINE
 from vprom.mining.download.archives import DEFAULT_RESERVE
 from vprom.splits import load_rules
 
-__all__ = list(API)  # the names `import vprom` exposes, in pipeline order
+#: the names `import vprom` exposes, in pipeline order
+__all__ = ["build", "download", "synth", "mine", "generate", "merge", "verify", "stats",
+           "show_matrix", "load_dataset", "export", "extract", "load_features", "train", "evaluate",
+           "report", "reproduce", "crops", "perceive", "score", "human_study", "human_serve",
+           "human_score"]
 
 
 def download(out: Path, *, base_url: str | None = None, images: bool = True,

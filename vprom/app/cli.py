@@ -105,7 +105,6 @@ def _human_metrics(metrics, options):
     print(f"written to {options['study'] / 'metrics.json'}")
 
 
-CROP_SIZE_HELP = f"{parameter_help(api.crops)['size']}: {size_note()}"
 SOURCE = ("vg", "synthetic")
 
 #: every command, in the order `vprom --help` lists them
@@ -170,8 +169,8 @@ COMMANDS = {c.name: c for c in (
             arguments={"out": OUT_FOLDER}, one_of=SOURCE, show=None),
     Command("crops", api.crops,
             "vprom crops build/dataset.h5 --vg data/vg --size 224 --out build/crops-224.h5",
-            arguments={"size": {"help": CROP_SIZE_HELP}, "out": OUT_FILE,
-                       "compression": {"choices": extract_config.COMPRESSIONS}}),
+            arguments={"size": {"help": f"{parameter_help(api.crops)['size']}: {size_note()}"},
+                       "out": OUT_FILE, "compression": {"choices": extract_config.COMPRESSIONS}}),
     Command("score", api.score,
             "vprom score build/dataset.h5 mymodel/predictions.csv --split neutral",
             arguments={"out": OUT_FOLDER}, show=_printed("vprom.app.score", "format_scored")),
