@@ -190,17 +190,18 @@ def check_owned(out: Path, kinds: Iterable[str] | None) -> None:
                      "replace; move it away or choose another path")
 
 
-def check_output(path: str | os.PathLike, folder: bool = False) -> Path:
-    """Refuse a file output that is a folder (or the reverse), or one below a file."""
+def check_output(path: str | os.PathLike, folder: bool = False, option: str = "") -> Path:
+    """Refuse a file output that is a folder (or the reverse), or one below a file; the
+    refusal names `option` (e.g. --out) before the path."""
     path = Path(path)
-    what = "folder" if folder else "file"
+    what, named = "folder" if folder else "file", f"{option} {path}".lstrip()
     if path.exists() and path.is_dir() != folder:
         other = "a folder" if path.is_dir() else "a file"
-        raise VpromError(f"{path}: is {other}, but this output is a {what}; choose another "
+        raise VpromError(f"{named}: is {other}, but this output is a {what}; choose another "
                          "path")
     parent = next((p for p in path.parents if p.exists()), None)
     if parent is not None and not parent.is_dir():
-        raise VpromError(f"{path}: {parent} is a file, so no {what} can be made below it; "
+        raise VpromError(f"{named}: {parent} is a file, so no {what} can be made below it; "
                          "choose another path")
     return path
 

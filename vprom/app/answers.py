@@ -28,7 +28,6 @@ from vprom.domain import N_CANDIDATES
 from vprom.errors import VpromError
 from vprom.generation.export.vlm_task import LETTERS, UNPARSED, extract_letter  # noqa: F401
 
-MAX_ID = np.iinfo(np.int64).max
 CHOICE = "choice"
 FORMATS = {CHOICE: f"each line needs a matrix id and a choice 0..{N_CANDIDATES - 1} "
                    f"(or {N_CANDIDATES} scores)",
@@ -73,7 +72,7 @@ def _integer(value, at: _At, name: str) -> int:
         raise at.bad(f"{name} {value!r} is not a number") from None
     if isinstance(number, float) and not number.is_integer():
         raise at.bad(f"{name} {value!r} is not a whole number")
-    if not 0 <= number <= MAX_ID:
+    if not 0 <= number <= np.iinfo(np.int64).max:
         raise at.bad(f"{name} {value} is out of range (0 to 2**63-1)")
     return int(number)
 

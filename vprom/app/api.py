@@ -271,10 +271,7 @@ def export(dataset: Path, format: str, out: Path, *, vg: Path | None = None,
     >>> print(vprom.export("build/small/dataset.h5", "jsonl", "build/small/dataset.jsonl"))
     wrote build/small/dataset.jsonl: ... matrices as JSON lines
     """
-    try:  # before any work
-        out = check_output(out, folder=format != "jsonl")
-    except VpromError as e:
-        raise VpromError(f"--out {e}") from None
+    out = check_output(out, folder=format != "jsonl", option="--out")  # before any work
     if format == "savir-t":
         from vprom.generation.export.savir import export_savir, summary
 

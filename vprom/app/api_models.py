@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 from vprom.app.reproduce import ReproduceConfig
 from vprom.baselines.config import TrainConfig
 from vprom.features.config import ExtractConfig
 from vprom.features.crop_store import StoreJob
+from vprom.processes import usable_cores
 
 _E, _T, _R, _S = ExtractConfig, TrainConfig, ReproduceConfig, StoreJob
 
 
+def _run_stage(module: str, config: str, arguments: dict):
+    """Call `module`'s function of the same name on its `config` class made of `arguments`
+    (the API function's parameters, its fields); imported only now: a stage may import torch."""
+    stage = importlib.import_module(module)
+    return getattr(stage, module.rpartition(".")[2])(getattr(stage, config)(**arguments))
+
+
 def _workers(workers: int | None) -> int:
     """`workers`, or one process per usable CPU core when None."""
-    from vprom.processes import usable_cores
-
     return usable_cores() if workers is None else workers
 
 
@@ -61,10 +68,7 @@ def extract(dataset: Path, vg: Path | None, backbone: str, out: Path, *, weights
     >>> summary.out
     PosixPath('build/small/features/resnet18.h5')
     """
-    config = ExtractConfig(**locals())  # the parameters are its fields
-    from vprom.features.extract import extract as run
-
-    return run(config)
+    return _run_stage("vprom.features.extract", "ExtractConfig", locals())
 
 
 def perceive(dataset: Path, vg: Path | None = None, *, split: str, backbone: str, out: Path,
@@ -94,11 +98,7 @@ def perceive(dataset: Path, vg: Path | None = None, *, split: str, backbone: str
     ...                backbone="resnet18", out="build/perceive.pt", input_size=32)
     ... # doctest: +SKIP
     """
-    arguments = dict(locals())  # the parameters are PerceiveConfig's fields
-    from vprom.features.perceive import PerceiveConfig
-    from vprom.features.perceive import perceive as run
-
-    return run(PerceiveConfig(**arguments))
+    return _run_stage("vprom.features.perceive", "PerceiveConfig", locals())
 
 
 def load_features(path: Path):
@@ -161,10 +161,7 @@ def train(dataset: Path, features: Path | None = _T.features, *, model: str, spl
     done: best val accuracy ...
     PosixPath('runs/rn')
     """
-    config = TrainConfig(**locals())  # the parameters are its fields
-    from vprom.baselines.train import train as run
-
-    return run(config)
+    return _run_stage("vprom.baselines.train", "TrainConfig", locals())
 
 
 def evaluate(run: Path, *, device: str | None = _T.device) -> dict:
@@ -231,10 +228,7 @@ def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
 
         vprom.reproduce("repro", vg="data/vg", models="rn", splits="neutral")
     """
-    config = ReproduceConfig(**locals())  # the parameters are its fields
-    from vprom.app.reproduce import reproduce as run
-
-    return run(config)
+    return _run_stage("vprom.app.reproduce", "ReproduceConfig", locals())
 
 
 def crops(dataset: Path, vg: Path, size: int, out: Path, *, workers: int | None = None,
@@ -253,7 +247,7 @@ def crops(dataset: Path, vg: Path, size: int, out: Path, *, workers: int | None 
     >>> vprom.crops("build/small/dataset.h5", "build/small/vg", 32, "build/crops-32.h5")
     ... # doctest: +SKIP
     """
-    from vprom.features.crop_store import StoreJob, build_crop_store
+    from vprom.features.crop_store import build_crop_store
 
     return build_crop_store(StoreJob(dataset, vg, size, out, _workers(workers), compression,
                                      chunk_crops))

@@ -101,12 +101,10 @@ def _printed(module: str, formatter: str) -> Callable[[Any, dict], None]:
 
 
 def _human_metrics(metrics, options):
-    from vprom.app.human.study import format_human_metrics
+    _printed("vprom.app.human.study", "format_human_metrics")(metrics, options)
+    print(f"written to {options['study'] / 'metrics.json'}")
 
-    print(format_human_metrics(metrics) + f"\nwritten to {options['study'] / 'metrics.json'}")
 
-
-CROP_SIZE_HELP = f"{parameter_help(api.crops)['size']}: {size_note()}"
 SOURCE = ("vg", "synthetic")
 
 #: every command, in the order `vprom --help` lists them
@@ -152,7 +150,8 @@ COMMANDS = {c.name: c for c in (
                        "region": {"choices": extract_config.REGIONS},
                        "pool": {"choices": extract_config.POOLS},
                        "compression": {"choices": extract_config.COMPRESSIONS},
-                       "list": {"action": ListBackbones}}),
+                       "list": {"action": ListBackbones, "nargs": 0, "default": argparse.SUPPRESS,
+                                "help": "list the backbones and exit"}}),
     Command("perceive", api.perceive,
             "vprom perceive build/dataset.h5 --vg data/vg --split neutral --backbone resnet18 "
             "--out build/perceive/resnet18.pt",
@@ -170,8 +169,8 @@ COMMANDS = {c.name: c for c in (
             arguments={"out": OUT_FOLDER}, one_of=SOURCE, show=None),
     Command("crops", api.crops,
             "vprom crops build/dataset.h5 --vg data/vg --size 224 --out build/crops-224.h5",
-            arguments={"size": {"help": CROP_SIZE_HELP}, "out": OUT_FILE,
-                       "compression": {"choices": extract_config.COMPRESSIONS}}),
+            arguments={"size": {"help": f"{parameter_help(api.crops)['size']}: {size_note()}"},
+                       "out": OUT_FILE, "compression": {"choices": extract_config.COMPRESSIONS}}),
     Command("score", api.score,
             "vprom score build/dataset.h5 mymodel/predictions.csv --split neutral",
             arguments={"out": OUT_FOLDER}, show=_printed("vprom.app.score", "format_scored")),
@@ -224,7 +223,6 @@ RESUME_HINT = {
     "train": "run the same command again: it resumes after the last finished epoch",
     "reproduce": "run the same command again: finished steps and runs are kept",
 }
-START_OVER = "run the same command again (it starts over)"
 
 
 class Terminated(BaseException):
@@ -322,7 +320,7 @@ def _run(build_parser, argv: list[str] | None) -> int:
         if options is None:
             print(f"vprom: interrupted ({by}) while starting; nothing was done", file=sys.stderr)
         else:
-            how = RESUME_HINT.get(args.command, START_OVER)
+            how = RESUME_HINT.get(args.command, "run the same command again (it starts over)")
             print(f"vprom {args.command}: interrupted ({by}); no partial output was left "
                   f"looking finished; {how}", file=sys.stderr)
         return 143 if isinstance(interrupt, Terminated) else 130

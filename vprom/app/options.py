@@ -15,8 +15,8 @@ import re
 import types
 import typing
 
-from vprom.errors import VpromError
 from vprom.claim import check_output
+from vprom.errors import VpromError
 from vprom.mining.download import parse_duration
 from vprom.mining.download.archives import parse_size
 
@@ -151,10 +151,6 @@ class Done(Exception):
 
 class ListBackbones(argparse.Action):
     """`--list`: print the backbones and finish, like `--version`."""
-
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-                         help="list the backbones and exit")
 
     def __call__(self, parser, namespace, values, option_string=None):
         from vprom.features.backbones import BACKBONES, get_backbone, list_backbones

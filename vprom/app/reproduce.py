@@ -182,25 +182,14 @@ def _panels(config: ReproduceConfig, dataset: Path, vg_dir: Path, kind: str, pan
     return out
 
 
-def _train_and_evaluate(spec: RunSpec, run: Path, dataset: Path, source: Path,
-                        config: ReproduceConfig) -> None:
-    from vprom.baselines.evaluate import evaluate, format_metrics
-    from vprom.baselines.train import train
-
-    train(TrainConfig(dataset=dataset, **{OPTION[spec.kind]: source}, model=spec.model,
-                      split=spec.split, aux=spec.aux, out=run,
-                      shuffle_context=spec.shuffle_context, epochs=config.epochs,
-                      seed=config.seed, device=config.device,
-                      center_features=spec.center_features(config)))
-    print(format_metrics(evaluate(run, device=config.device)), flush=True)
-
-
 @writes(lambda a: a["config"].out, ("reproduce",), inputs=lambda a: (a["config"].vg,),
         folder=True)
 def reproduce(config: ReproduceConfig) -> Path:
     """Run the grid (see the module doc); returns the report folder."""
     from vprom.app.score import perception_ceilings
+    from vprom.baselines.evaluate import evaluate, format_metrics
     from vprom.baselines.report import report
+    from vprom.baselines.train import train
 
     weights = backbone_weights(config)
     specs = grid(config)
@@ -222,7 +211,12 @@ def reproduce(config: ReproduceConfig) -> Path:
             print(f"[run {number}/{len(specs)}] {spec}: complete, skipped", flush=True)
             continue
         print(f"[run {number}/{len(specs)}] {spec} -> {run}", flush=True)
-        _train_and_evaluate(spec, run, dataset, source, config)
+        train(TrainConfig(dataset=dataset, **{OPTION[spec.kind]: source}, model=spec.model,
+                          split=spec.split, aux=spec.aux, out=run,
+                          shuffle_context=spec.shuffle_context, epochs=config.epochs,
+                          seed=config.seed, device=config.device,
+                          center_features=spec.center_features(config)))
+        print(format_metrics(evaluate(run, device=config.device)), flush=True)
     out = config.out / "report"
     print(report(folders, out, ceilings=perception_ceilings), flush=True)
     print(f"tables: {out / 'table2.md'} (Table 2 beside the paper) and {out / 'splits.md'}; "

@@ -38,10 +38,7 @@ from vprom.domain import N_CANDIDATES
 from vprom.errors import VpromError
 
 PARTICIPANT = re.compile(r"[A-Za-z0-9_-]{1,64}")
-MAX_BODY = 64 * 1024
-IDLE_TIMEOUT_S = 10
 MAX_CONNECTIONS = 128
-LISTEN_BACKLOG = 128
 PUBLIC_FILE = re.compile(r"(?:[A-Za-z0-9_-][A-Za-z0-9_.-]*/)*[A-Za-z0-9_-][A-Za-z0-9_.-]*")
 
 
@@ -264,7 +261,7 @@ class Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length", ""))
         except ValueError:
             raise Refused("send a Content-Length", HTTPStatus.LENGTH_REQUIRED) from None
-        if not 0 <= length <= MAX_BODY:
+        if not 0 <= length <= 64 * 1024:
             raise Refused("the body is too large", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
         if self.headers.get_content_type() != "application/json":
             raise Refused("send the body as application/json",
@@ -281,7 +278,7 @@ class StudyServer(ThreadingHTTPServer):
     for a free place, and meanwhile new connections wait in the listen backlog."""
 
     daemon_threads = True
-    request_queue_size = LISTEN_BACKLOG
+    request_queue_size = 128  # connections waiting in the listen backlog
 
     def __init__(self, address, handler, max_connections: int, verbose: bool):
         super().__init__(address, handler)
@@ -304,7 +301,7 @@ class StudyServer(ThreadingHTTPServer):
 
 
 def make_server(study: str | Path, host: str, port: int, verbose: bool = True,
-                timeout: float = IDLE_TIMEOUT_S) -> StudyServer:
+                timeout: float = 10.0) -> StudyServer:
     """An HTTP server for the study folder, bound but not yet serving (port 0: any free one);
     a connection that sends nothing for `timeout` seconds is closed."""
     handler = type("StudyHandler", (Handler,), {"study": Study(study), "timeout": timeout})

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections import Counter
-from dataclasses import dataclass
+from collections import Counter, namedtuple
 from importlib import resources
 from pathlib import Path
 from typing import NamedTuple
@@ -42,14 +41,10 @@ from vprom.images import letterbox
 from vprom.manifest import input_hashes, make_manifest
 from vprom.tables import crop_rows, read_crop_table, read_matrix_table
 
-PAGE_FILES = ("index.html", "study.js", "study.css")
 KEY_FILE = "study.json"
 
 
-@dataclass(frozen=True)
-class Cell:
-    relation: str
-    element_type: str
+Cell = namedtuple("Cell", "relation element_type")  # a stratum of the sample
 
 
 def allocate(n: int, available: dict[Cell, int], rng: np.random.Generator) -> dict[Cell, int]:
@@ -104,8 +99,7 @@ def _tokens(k: int, rng: np.random.Generator) -> list[str]:
     out: set[str] = set()
     while len(out) < k:
         out.add(f"{int(rng.integers(1 << 62)):016x}")
-    names = sorted(out)
-    return [names[i] for i in rng.permutation(k)]
+    return [str(name) for name in rng.permutation(sorted(out))]
 
 
 def _shown(table, row: int, order: np.ndarray, names: dict[int, str]) -> tuple[dict, dict]:
@@ -170,7 +164,7 @@ def make_study(dataset: str | Path, vg_dir: str | Path, out: str | Path, split: 
 
         cut_crops(crops, shown, vg_dir, save, desc="study images")
         page = resources.files("vprom.app.human") / "page"
-        for name in PAGE_FILES:
+        for name in ("index.html", "study.js", "study.css"):
             shutil.copyfile(page / name, public / name)
         write_json(public / "problems.json", {"problems": [{"key": k, **problems[k]}
                                                            for k in listed], "size": size})
