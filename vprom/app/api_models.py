@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from vprom.app.reproduce import ReproduceConfig
@@ -12,13 +11,6 @@ from vprom.features.crop_store import StoreJob
 from vprom.processes import usable_cores
 
 _E, _T, _R, _S = ExtractConfig, TrainConfig, ReproduceConfig, StoreJob
-
-
-def _run_stage(module: str, config: str, arguments: dict):
-    """Call `module`'s function of the same name on its `config` class made of `arguments`
-    (the API function's parameters, its fields); imported only now: a stage may import torch."""
-    stage = importlib.import_module(module)
-    return getattr(stage, module.rpartition(".")[2])(getattr(stage, config)(**arguments))
 
 
 def _workers(workers: int | None) -> int:
@@ -68,7 +60,10 @@ def extract(dataset: Path, vg: Path | None, backbone: str, out: Path, *, weights
     >>> summary.out
     PosixPath('build/small/features/resnet18.h5')
     """
-    return _run_stage("vprom.features.extract", "ExtractConfig", locals())
+    config = ExtractConfig(**locals())  # the parameters are its fields
+    from vprom.features.extract import extract as run
+
+    return run(config)
 
 
 def perceive(dataset: Path, vg: Path | None = None, *, split: str, backbone: str, out: Path,
@@ -98,7 +93,11 @@ def perceive(dataset: Path, vg: Path | None = None, *, split: str, backbone: str
     ...                backbone="resnet18", out="build/perceive.pt", input_size=32)
     ... # doctest: +SKIP
     """
-    return _run_stage("vprom.features.perceive", "PerceiveConfig", locals())
+    arguments = dict(locals())  # the parameters are PerceiveConfig's fields
+    from vprom.features.perceive import PerceiveConfig
+    from vprom.features.perceive import perceive as run
+
+    return run(PerceiveConfig(**arguments))
 
 
 def load_features(path: Path):
@@ -161,7 +160,10 @@ def train(dataset: Path, features: Path | None = _T.features, *, model: str, spl
     done: best val accuracy ...
     PosixPath('runs/rn')
     """
-    return _run_stage("vprom.baselines.train", "TrainConfig", locals())
+    config = TrainConfig(**locals())  # the parameters are its fields
+    from vprom.baselines.train import train as run
+
+    return run(config)
 
 
 def evaluate(run: Path, *, device: str | None = _T.device) -> dict:
@@ -228,7 +230,10 @@ def reproduce(out: Path, *, vg: Path | None = None, synthetic: bool = False,
 
         vprom.reproduce("repro", vg="data/vg", models="rn", splits="neutral")
     """
-    return _run_stage("vprom.app.reproduce", "ReproduceConfig", locals())
+    config = ReproduceConfig(**locals())  # the parameters are its fields
+    from vprom.app.reproduce import reproduce as run
+
+    return run(config)
 
 
 def crops(dataset: Path, vg: Path, size: int, out: Path, *, workers: int | None = None,
