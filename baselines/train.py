@@ -197,7 +197,7 @@ def train(config: TrainConfig) -> Path:
         log(world, place.message)
         if place.finished:
             return config.out
-        data = load_data(config, world)
+        data = load_data(config, world.device, world.size)
         model, model_config = build_model(config, data.feature_dim, data.side)
         model.to(world.device)
         optimizer = make_optimizer(config, model, capturable=graphed is not None)
@@ -274,7 +274,8 @@ def train(config: TrainConfig) -> Path:
     return config.out
 
 
-def load_data(config: TrainConfig, world: World) -> SplitData:
+def load_data(config: TrainConfig, device: torch.device, processes: int = 1) -> SplitData:
+    """The run's split on `device`, refused when it cannot train over `processes` processes."""
     _, kind, path = config.source
     data = load_split(config.dataset, path, config.split, kind=kind,
                       shuffle_context=config.shuffle_context, seed=config.seed,
@@ -284,10 +285,10 @@ def load_data(config: TrainConfig, world: World) -> SplitData:
         raise VpromError(f"{config.dataset}: split {config.split!r} has no training matrices; "
                          "regenerate the dataset at a larger --scale or pick another split")
     smallest = n // max(1, math.ceil(n / config.batch_size))
-    if smallest < world.size:
-        raise VpromError(f"batches of {smallest} matrices cannot be split over {world.size} "
+    if smallest < processes:
+        raise VpromError(f"batches of {smallest} matrices cannot be split over {processes} "
                          "processes; raise --batch-size or use fewer processes")
-    return data.to(world.device)
+    return data.to(device)
 
 
 def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:
