@@ -147,11 +147,5 @@ def check_value(key: str, value) -> str | None:
     return None
 
 
-def defaults_of(model: str) -> dict:
-    """The defaults entry of `model` (its own, or '*')."""
-    models = load_defaults()["models"]
-    return {k: v for k, v in models.get(model, models["*"]).items() if not k.startswith("_")}
-
-
 def defaults_path() -> Path:
     return Path(str(resources.files("vprom.baselines").joinpath(DEFAULTS_FILE)))

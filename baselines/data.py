@@ -74,21 +74,6 @@ def derangement(n: int, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
-def _matrix_set(table, positions: np.ndarray, rows: np.ndarray) -> MatrixSet:
-    relation_name = table.relation[positions]
-    element_type = table.element_type[positions]
-    return MatrixSet(
-        ids=table.id[positions],
-        rows=torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)),
-        answer=torch.from_numpy(table.answer[positions].astype(np.int64)),
-        relation=torch.tensor([relation_class(r) for r in relation_name], dtype=torch.int64),
-        element_class=torch.tensor([element_type_class(e) for e in element_type],
-                                   dtype=torch.int64),
-        relation_name=relation_name,
-        element_type=element_type,
-    )
-
-
 def centred(features: np.ndarray, train_rows: np.ndarray) -> np.ndarray:
     """Features minus the mean over the distinct training crops, L2-normalised again."""
     mean = features[np.unique(train_rows)].astype(np.float64).mean(axis=0)
@@ -129,14 +114,25 @@ def load_split(dataset: str | Path, features: str | Path, split: str, kind: str 
     if center and kind != "vectors":
         raise VpromError(f"--center-features centres pooled vectors; drop it for {kind}")
     shown = np.unique(np.concatenate([table.panels[p].reshape(-1) for p in positions.values()]))
-    panels, attrs = read_panels(Path(features), kind, shown)
+    panels, attrs = read_panels(features, kind, shown)
     parts = {}
     for number, part in enumerate(SPLIT_PARTS):
-        rows = np.searchsorted(shown, table.panels[positions[part]])
+        at = positions[part]
+        rows = np.searchsorted(shown, table.panels[at])
         if shuffle_context:
             rng = np.random.default_rng(np.random.SeedSequence([seed, number]))
             rows[:, :N_CONTEXT] = rows[derangement(len(rows), rng), :N_CONTEXT]
-        parts[part] = _matrix_set(table, positions[part], rows)
+        relation_name, element_type = table.relation[at], table.element_type[at]
+        parts[part] = MatrixSet(
+            ids=table.id[at],
+            rows=torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)),
+            answer=torch.from_numpy(table.answer[at].astype(np.int64)),
+            relation=torch.tensor([relation_class(r) for r in relation_name], dtype=torch.int64),
+            element_class=torch.tensor([element_type_class(e) for e in element_type],
+                                       dtype=torch.int64),
+            relation_name=relation_name,
+            element_type=element_type,
+        )
     if center:
         panels = centred(panels, parts["train"].rows.numpy())
     return SplitData(torch.from_numpy(panels), parts, attrs)

@@ -12,12 +12,11 @@ import os
 from pathlib import Path
 
 from vprom.baselines.config import TrainConfig
-from vprom.baselines.data import load_split
 from vprom.baselines.metrics import control_result, did_not_learn, is_control
 from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
 from vprom.baselines.run_folder import (check_own_checkpoint, load_checkpoint, load_weights,
                                         plain_record, portable)
-from vprom.baselines.train import build_model, predict
+from vprom.baselines.train import build_model, load_data, predict
 from vprom.claim import claim
 from vprom.errors import VpromError
 from vprom.feature_files import check_features_source
@@ -73,11 +72,7 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
         check_own_checkpoint(run / "best.pt", manifest, state)
         config = TrainConfig.from_dict(state["config"]).resolved()
         check_inputs(run, manifest, state)
-        device = resolve_device(device)
-        _, kind, panels = config.source
-        data = load_split(config.dataset, panels, config.split, kind=kind,
-                          shuffle_context=config.shuffle_context, seed=config.seed,
-                          center=config.center_features)
+        data = load_data(config, resolve_device(device))
         check_inputs(run, manifest, state, data.attrs)
         test = data.parts["test"]
         if len(test) == 0:
@@ -85,14 +80,13 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
                              "nothing to evaluate")
         model, _ = build_model(config, data.feature_dim, data.side)
         load_weights(model, state, run / "best.pt")
-        data = data.to(device)
-        model.to(device)
-        correct = (predict(model, data, data.parts["test"]) == test.answer).numpy()
+        model.to(data.features.device)
+        correct = (predict(model, data, test) == test.answer.cpu()).numpy()
         metrics = {
             "run": str(run), "model": config.model, "split": config.split, "aux": config.aux,
             "shuffle_context": config.shuffle_context, "seed": config.seed,
             "features": {k: state["features_attrs"].get(k) for k in ("backbone", "weights")}
-            | {"path": str(panels)},
+            | {"path": str(config.source[2])},
             "dataset": str(config.dataset), "dataset_content_hash": input_hash(config.dataset),
             "config": config.to_dict(),
             "checkpoint": {"epoch": state["best"]["epoch"] + 1,

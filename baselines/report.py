@@ -268,8 +268,6 @@ def controls_markdown(entries: list[Entry]) -> str:
 
 
 def to_csv(rows: list[dict]) -> str:
-    if not rows:
-        return ""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=[k for k in rows[0] if k != "cell"],
                             lineterminator="\n", extrasaction="ignore")

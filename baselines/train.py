@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from vprom.baselines import run_folder
-from vprom.baselines.config import HYPER, SOURCES, TrainConfig, check_value, defaults_path
+from vprom.baselines.config import DEFAULTS_FILE, HYPER, SOURCES, TrainConfig, check_value
 from vprom.baselines.data import MatrixSet, SplitData, load_split
 from vprom.baselines.parts import ModelConfig
 from vprom.baselines.registry import get_model, input_kind, list_models
@@ -197,34 +197,43 @@ def train(config: TrainConfig) -> Path:
         log(world, place.message)
         if place.finished:
             return config.out
-        data = load_data(config, world)
+        data = load_data(config, world.device, world.size)
         model, model_config = build_model(config, data.feature_dim, data.side)
         model.to(world.device)
         optimizer = make_optimizer(config, model, capturable=graphed is not None)
-        history, best, start = [], {"epoch": -1, "val_acc": None}, 0
-        if place.state is not None:  # resume from last.pt
+        history, best = [], {"epoch": -1, "val_acc": None}
+        if place.state is not None:  # resume from last.pt: its history has an entry per epoch
             run_folder.load_weights(model, place.state, place.out / "last.pt")
             optimizer.load_state_dict(place.state["optimizer"])
             history, best = place.state["history"], place.state["best"]
-            start = place.state["epoch"] + 1
         header = {"format": CHECKPOINT_FORMAT, "model_config": dataclasses.asdict(model_config),
                   "features_attrs": run_folder.plain_record(data.attrs),
                   "dataset": {"content_hash": input_hash(config.dataset)},
                   "world_size": world.size}
         if world.main:
             run_folder.prepare(place)
-            write_config(place.folder, config, defaulted, data, header)
+            # config.json: the run's manifest, with its resolved settings and where they came from
+            manifest = make_manifest(
+                "run", config=run_folder.portable(config.to_dict(), config.out), seed=config.seed,
+                inputs={"dataset": input_hash(config.dataset),
+                        "features": input_hash(config.source[2])},
+                counts={part: len(s) for part, s in data.parts.items()})
+            manifest.update(defaulted={k: getattr(config, k) for k in defaulted},
+                            defaults_file=f"baselines/{DEFAULTS_FILE}", world_size=world.size,
+                            model_config=header["model_config"],
+                            features_attrs=header["features_attrs"])
+            write_json(place.folder / "config.json", manifest)
             hyper = ", ".join(f"{k} {getattr(config, k)}" for k in HYPER
                               if getattr(config, k) is not None)
             log(world, f"{config.model} on {config.split}: {len(data.parts['train'])} train / "
                        f"{len(data.parts['val'])} val matrices, {world.size} process(es) on "
                        f"{world.device}; {hyper}" + (f" ({', '.join(defaulted)} from "
-                                                    f"{defaults_path().name})" if defaulted else ""))
+                                                    f"{DEFAULTS_FILE})" if defaulted else ""))
         world.barrier()
         trained = model if world.size == 1 else torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[world.device.index] if world.device.type == "cuda" else None)
         try:
-            for epoch in range(start, config.epochs):
+            for epoch in range(len(history), config.epochs):
                 if run_folder.stopped(history, best, config.patience):
                     break
                 began = time.perf_counter()
@@ -265,7 +274,8 @@ def train(config: TrainConfig) -> Path:
     return config.out
 
 
-def load_data(config: TrainConfig, world: World) -> SplitData:
+def load_data(config: TrainConfig, device: torch.device, processes: int = 1) -> SplitData:
+    """The run's split on `device`, refused when it cannot train over `processes` processes."""
     _, kind, path = config.source
     data = load_split(config.dataset, path, config.split, kind=kind,
                       shuffle_context=config.shuffle_context, seed=config.seed,
@@ -275,24 +285,10 @@ def load_data(config: TrainConfig, world: World) -> SplitData:
         raise VpromError(f"{config.dataset}: split {config.split!r} has no training matrices; "
                          "regenerate the dataset at a larger --scale or pick another split")
     smallest = n // max(1, math.ceil(n / config.batch_size))
-    if smallest < world.size:
-        raise VpromError(f"batches of {smallest} matrices cannot be split over {world.size} "
+    if smallest < processes:
+        raise VpromError(f"batches of {smallest} matrices cannot be split over {processes} "
                          "processes; raise --batch-size or use fewer processes")
-    return data.to(world.device)
-
-
-def write_config(folder: Path, config: TrainConfig, defaulted: list[str], data: SplitData,
-                 header: dict) -> None:
-    """config.json: the run's manifest, with its resolved settings and where they came from."""
-    manifest = make_manifest(
-        "run", config=run_folder.portable(config.to_dict(), config.out), seed=config.seed,
-        inputs={"dataset": input_hash(config.dataset),
-                "features": input_hash(config.source[2])},
-        counts={part: len(s) for part, s in data.parts.items()})
-    manifest.update(defaulted={k: getattr(config, k) for k in defaulted},
-                    defaults_file=f"baselines/{defaults_path().name}",  # not the install path
-                    **{k: header[k] for k in ("model_config", "features_attrs", "world_size")})
-    write_json(folder / "config.json", manifest)
+    return data.to(device)
 
 
 def save_epoch(place: RunPlace, improved: bool, state: dict) -> RunPlace:

@@ -63,7 +63,7 @@ from vprom.features.crops import (  # noqa: E402
     torch_image,
 )
 from vprom.features.config import ExtractConfig, default_batch_size  # noqa: E402
-from vprom.features.extract import _autocast_dtype, extract  # noqa: E402
+from vprom.features.extract import extract  # noqa: E402
 from vprom.features.pipeline import CudaApi, embed  # noqa: E402
 from suite_builders import load  # noqa: E402
 from vprom.tables import read_crop_table  # noqa: E402
@@ -225,7 +225,9 @@ class BareForward:
         self.backbone = get_backbone(name)
         self.pool = self.backbone.pools[0]  # what extract runs by default (--pool auto)
         self.device = device
-        self.autocast = _autocast_dtype(device)
+        self.autocast = None  # extract's: bf16 (or fp16 where bf16 is not) on CUDA
+        if device.type == "cuda":
+            self.autocast = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         self.model = self.backbone.load("none").module.to(device,
                                                           memory_format=torch.channels_last)
         side = self.backbone.preprocess.input_size

@@ -24,9 +24,10 @@ import time
 import torch
 from torch import nn
 
-from vprom.baselines.config import defaults_of
+from vprom.baselines.config import TrainConfig
 from vprom.baselines.parts import ModelConfig
 from vprom.baselines.registry import get_model, input_kind
+from vprom.baselines.train import make_optimizer
 
 MODELS = ("rn", "wren", "scl", "panel-transformer-pooled", "panel-transformer",
           "predrnet-maps", "predrnet", "context-blind-pixels")
@@ -47,20 +48,18 @@ def get_args_parser() -> argparse.ArgumentParser:
 
 def setup(name: str, args) -> dict:
     """The model at its defaults, its optimiser, and one random batch of its input kind."""
-    defaults, kind = defaults_of(name), input_kind(name)
+    defaults = TrainConfig(dataset=".", model=name, split="neutral", out=".").resolved()
+    kind = input_kind(name)
     shape = {"vectors": (args.feature_dim,),
              "maps": (args.feature_dim, args.map_side, args.map_side),
              "pixels": (3, args.pixel_size, args.pixel_size)}[kind]
-    config = ModelConfig(feature_dim=shape[0], hidden=defaults["hidden"],
-                         score_init=defaults["score_init"], side=shape[-1] if kind != "vectors"
+    config = ModelConfig(feature_dim=shape[0], hidden=defaults.hidden,
+                         score_init=defaults.score_init, side=shape[-1] if kind != "vectors"
                          else 0)
     torch.manual_seed(0)
     model = get_model(name, config).to(args.device)
-    settings = {k: defaults[k] for k in ("lr", "eps")}
-    optimizer = (torch.optim.Adam(model.parameters(), **settings)
-                 if defaults["optimizer"] == "adam"
-                 else torch.optim.Adadelta(model.parameters(), rho=defaults["rho"], **settings))
-    batch = defaults["batch_size"]
+    optimizer = make_optimizer(defaults, model)
+    batch = defaults.batch_size
     generator = torch.Generator().manual_seed(0)
     if kind == "pixels":
         panels = torch.randint(0, 256, (batch, 16, *shape), generator=generator,

@@ -87,12 +87,6 @@ class ExtractSummary:
         return "\n".join(lines)
 
 
-def _autocast_dtype(device: torch.device) -> torch.dtype | None:
-    if device.type != "cuda":
-        return None
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-
-
 @writes(lambda a: a["config"].out, ("features",),
         inputs=lambda a: (a["config"].dataset, a["config"].vg))
 def extract(config: ExtractConfig) -> ExtractSummary:
@@ -152,8 +146,9 @@ def _prepare(config: ExtractConfig, world: World) -> ExtractPlan:
     if config.cuda_graphs and device.type not in GRAPH_DEVICES:
         raise VpromError("--cuda-graphs needs a CUDA device; drop it on the CPU")
     decoder = resolve_decoder(config.decode, device)
-    autocast = _autocast_dtype(device)
+    autocast = None
     if device.type == "cuda":
+        autocast = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         torch.backends.cudnn.benchmark = False  # same algorithms every run: same bytes
     workers = _workers(config, device)
     if world.main and (config.decode == "auto" or config.workers is None):

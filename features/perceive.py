@@ -54,10 +54,10 @@ class PerceiveConfig:
     seed: int = 0
     device: str | None = None
 
-    def settings(self) -> dict:
+    def settings(self, leave_out: tuple[str, ...] = ()) -> dict:
         """What changes the weights (paths by their content: the manifest's inputs)."""
         return {k: v for k, v in dataclasses.asdict(self).items()
-                if k not in ("dataset", "vg", "crops", "out", "device")}
+                if k not in ("dataset", "vg", "crops", "out", "device", *leave_out)}
 
 
 class PerceptionModel(nn.Module):
@@ -119,7 +119,6 @@ def train_one_epoch(model, optimizer, data: Targets, batches, preprocess, world:
 @torch.no_grad()
 def evaluate(model, data: Targets, preprocess, world: World) -> dict:
     """Per-head validation accuracy (attributes: exact match), None for a head without targets."""
-    was_training = model.training
     model.eval()
     counts = np.zeros(6)  # right and scored, per head
     mine = torch.from_numpy(world.shard(np.arange(len(data)))).to(data.pixels.device)
@@ -132,7 +131,6 @@ def evaluate(model, data: Targets, preprocess, world: World) -> dict:
             scored = target >= 0
             right = (out[head].argmax(1) == target) & scored if out[head].shape[1] else scored & False
             counts[2 * k:2 * k + 2] += [int(right.sum()), int(scored.sum())]
-    model.train(was_training)
     counts = world.all_sum(counts.tolist())
     return {f"val_{head}_acc": counts[2 * k] / counts[2 * k + 1] if counts[2 * k + 1] else None
             for k, head in enumerate(HEADS)}
@@ -171,8 +169,7 @@ def read_resume(config: PerceiveConfig, dataset_hash: str) -> dict | None:
     except Exception as e:  # noqa: BLE001 - a truncated or foreign file: start over
         print(f"{path}: unreadable ({type(e).__name__}); starting over", file=sys.stderr)
         return None
-    wanted = {k: v for k, v in config.settings().items() if k not in RESUMABLE}
-    if state.get("settings") != wanted or state.get("dataset") != dataset_hash:
+    if state.get("settings") != config.settings(RESUMABLE) or state.get("dataset") != dataset_hash:
         print(f"{path}: made with other settings or data; starting over", file=sys.stderr)
         return None
     return state
@@ -246,8 +243,7 @@ def perceive(config: PerceiveConfig) -> Path:
             log(world, f"epoch {epoch + 1}/{config.epochs}: {describe(history[-1])}")
             if world.main:
                 with atomic_path(resume_path(config.out)) as tmp:
-                    torch.save({"format": FORMAT, "settings": {
-                        k: v for k, v in config.settings().items() if k not in RESUMABLE},
+                    torch.save({"format": FORMAT, "settings": config.settings(RESUMABLE),
                         "dataset": dataset_hash, "started_from": started_from,
                         "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
                         "optimizer": optimizer.state_dict(), "history": history}, tmp)

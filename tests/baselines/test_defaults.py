@@ -10,7 +10,6 @@ import pytest
 from vprom.baselines.config import (
     HYPER,
     TrainConfig,
-    defaults_of,
     load_defaults,
     parse_defaults,
 )
@@ -28,12 +27,12 @@ def test_the_shipped_file_is_valid_and_names_every_paper_model():
     data = load_defaults()
     assert set(PAPER_MODELS) <= set(data["models"])
     for model in PAPER_MODELS:
-        assert defaults_of(model)["optimizer"] == "adadelta"  # the paper's optimiser, kept
+        assert config(model=model).resolved().optimizer == "adadelta"  # the paper's optimiser, kept
 
 
 def test_unset_settings_come_from_the_model_and_given_ones_are_kept():
     resolved = config(model="mlp-sum-6", lr=0.5).resolved()
-    defaults = defaults_of("mlp-sum-6")
+    defaults = load_defaults()["models"]["mlp-sum-6"]
     assert resolved.lr == 0.5
     for key in ("optimizer", "rho", "eps", "hidden", "batch_size", "score_init"):
         assert getattr(resolved, key) == defaults[key]
@@ -47,7 +46,7 @@ def test_another_optimizer_takes_its_own_settings_not_the_models():
     adam = config(model="rn", optimizer="adam").resolved()
     own = load_defaults()["optimizers"]["adam"]
     assert (adam.lr, adam.eps, adam.rho) == (own["lr"], own["eps"], None)
-    assert adam.hidden == defaults_of("rn")["hidden"]  # not an optimizer setting: the model's
+    assert adam.hidden == load_defaults()["models"]["rn"]["hidden"]  # not an optimizer setting: the model's
     with pytest.raises(VpromError, match="--rho is AdaDelta's"):
         config(optimizer="adam", rho=0.9).resolved()
 

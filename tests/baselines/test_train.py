@@ -355,17 +355,15 @@ def test_features_of_another_data_set_are_refused(tmp_path):
 
 
 def test_a_run_records_its_resolved_settings_and_their_source(tiny_pair, tmp_path):
-    from vprom.baselines.config import defaults_of
-
     dataset, features = tiny_pair
-    run = train(small_config(dataset, features, tmp_path / "run", epochs=1, model="rn"))
-    stored = json.loads((run / "config.json").read_text())
-    defaults = defaults_of("rn")
+    config = small_config(dataset, features, tmp_path / "run", epochs=1, model="rn")
+    stored = json.loads((train(config) / "config.json").read_text())
+    defaults = config.resolved()
     # small_config passes hidden and batch size; the rest are the model's defaults
     assert stored["config"]["hidden"] == 16 and stored["config"]["batch_size"] == 16
     for key in ("optimizer", "lr", "eps", "score_init"):
-        assert stored["config"][key] == defaults[key]
-        assert stored["defaulted"][key] == defaults[key]
+        assert stored["config"][key] == getattr(defaults, key)
+        assert stored["defaulted"][key] == getattr(defaults, key)
     assert "hidden" not in stored["defaulted"]
     assert stored["defaults_file"].endswith("baselines/defaults.json")
     assert stored["inputs"]["dataset"].startswith("sha256:")  # the data set's content hash

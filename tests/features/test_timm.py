@@ -7,6 +7,7 @@ attention-pool head, as SigLIP's), and the small real `convnext_atto`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 
@@ -280,7 +281,9 @@ def test_the_gpu_path_runs_timm_models_in_bf16_through_the_overlapped_loop(
     fake = FakeCuda()
     monkeypatch.setattr(pipeline, "streams_for",
                         lambda device, api=None: pipeline.CudaStreams(device, fake))
-    monkeypatch.setattr(extract_module, "_autocast_dtype", lambda device: torch.bfloat16)
+    prepare = extract_module._prepare
+    monkeypatch.setattr(extract_module, "_prepare", lambda config, world: dataclasses.replace(
+        prepare(config, world), autocast=torch.bfloat16))
     build, built = pipeline.build_model, []
     monkeypatch.setattr(pipeline, "build_model",
                         lambda plan: built.append(build(plan)) or built[-1])
