@@ -105,6 +105,21 @@ def read_panels(path: Path, kind: str, crop_ids: np.ndarray) -> tuple[np.ndarray
     return found[0], found[2]
 
 
+def matrix_set(table, positions: np.ndarray, rows: np.ndarray) -> MatrixSet:
+    """The matrices of `table` at `positions`, their panels at `rows` of the panel table."""
+    relation_name, element_type = table.relation[positions], table.element_type[positions]
+    return MatrixSet(
+        ids=table.id[positions],
+        rows=torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)),
+        answer=torch.from_numpy(table.answer[positions].astype(np.int64)),
+        relation=torch.tensor([relation_class(r) for r in relation_name], dtype=torch.int64),
+        element_class=torch.tensor([element_type_class(e) for e in element_type],
+                                   dtype=torch.int64),
+        relation_name=relation_name,
+        element_type=element_type,
+    )
+
+
 def load_split(dataset: str | Path, features: str | Path, split: str, kind: str = "vectors",
                shuffle_context: bool = False, seed: int = 0, center: bool = False) -> SplitData:
     """`split`'s matrices over the panels of `features`; `seed` fixes the shuffled context."""
@@ -122,17 +137,7 @@ def load_split(dataset: str | Path, features: str | Path, split: str, kind: str 
         if shuffle_context:
             rng = np.random.default_rng(np.random.SeedSequence([seed, number]))
             rows[:, :N_CONTEXT] = rows[derangement(len(rows), rng), :N_CONTEXT]
-        relation_name, element_type = table.relation[at], table.element_type[at]
-        parts[part] = MatrixSet(
-            ids=table.id[at],
-            rows=torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)),
-            answer=torch.from_numpy(table.answer[at].astype(np.int64)),
-            relation=torch.tensor([relation_class(r) for r in relation_name], dtype=torch.int64),
-            element_class=torch.tensor([element_type_class(e) for e in element_type],
-                                       dtype=torch.int64),
-            relation_name=relation_name,
-            element_type=element_type,
-        )
+        parts[part] = matrix_set(table, at, rows)
     if center:
         panels = centred(panels, parts["train"].rows.numpy())
     return SplitData(torch.from_numpy(panels), parts, attrs)

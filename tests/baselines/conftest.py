@@ -176,7 +176,7 @@ def learnable_split(kind: str = "vectors", n: int = 2400, seed: int = 0, dim: in
     """
     from types import SimpleNamespace
 
-    from vprom.baselines.data import SplitData, _matrix_set
+    from vprom.baselines.data import SplitData, matrix_set
 
     rng = np.random.default_rng(seed)
     elements, answer, relation, element_type = _matrices(n, rng)
@@ -191,7 +191,7 @@ def learnable_split(kind: str = "vectors", n: int = 2400, seed: int = 0, dim: in
     table = SimpleNamespace(id=np.arange(n), answer=answer, relation=np.array(relation),
                             element_type=np.array(element_type))
     train, val, test = np.split(rng.permutation(n), [int(0.6 * n), int(0.8 * n)])
-    parts = {name: _matrix_set(table, np.sort(p), rows[np.sort(p)])
+    parts = {name: matrix_set(table, np.sort(p), rows[np.sort(p)])
              for name, p in (("train", train), ("val", val), ("test", test))}
     crops = crops if kind == "pixels" else crops.astype(np.float32)
     return SplitData(torch.from_numpy(crops), parts, {"backbone": kind})
