@@ -93,27 +93,46 @@ def structure_problems(h5: h5py.File) -> list[str]:
     return problems
 
 
+# the widest column, read by a second child alongside the first: its strings take h5py as
+# long to decode as everything else together
+ELEMENTS = "matrices/elements"
+
+
 def _read(h5: h5py.File) -> tuple[list[str], tuple | None]:
-    """In `read_bounded`'s child: the structural problems, or every content column
-    (`read_column`) with their hash, the split parts, the manifest attribute and the
-    vocabulary."""
+    """In `read_bounded`'s child: the structural problems, or every content column but
+    ELEMENTS (`read_column`), the split parts, the manifest attribute and the vocabulary."""
     problems = structure_problems(h5)
     if problems:
         return problems, None
-    columns = {name: read_column(ds) for name, ds in content_datasets(h5).items()}
+    columns = {name: read_column(ds) for name, ds in content_datasets(h5).items()
+               if name != ELEMENTS}
     parts = {s: [p for p in SPLIT_PARTS if p in h5["splits"][s]] for s in h5["splits"]}
     vocab = read_vocab(h5["vocab"], h5.filename) if "vocab" in h5 else ({}, {}, None)
-    return [], (columns, columns_hash(columns), parts, h5.attrs.get("manifest"), vocab)
+    return [], (columns, parts, h5.attrs.get("manifest"), vocab)
+
+
+def _read_elements(h5: h5py.File) -> tuple | None:
+    """In a second child: ELEMENTS as `read_column` gives it (None if absent: the first child
+    reports it)."""
+    return read_column(h5[ELEMENTS]) if ELEMENTS in h5 else None
 
 
 def load(path: Path, meanwhile: Callable[[], object] | None = None
          ) -> tuple[Data | None, list[str]]:
     """The data set, or None with the structural problems that prevent reading it; this
-    process runs `meanwhile` while a child reads the file."""
-    problems, read = read_bounded(existing_file(path), _read, meanwhile)
+    process runs `meanwhile` while two children read the file."""
+    path = existing_file(path)
+    elements = None
+
+    def alongside():
+        nonlocal elements
+        elements = read_bounded(path, _read_elements, meanwhile)
+
+    problems, read = read_bounded(path, _read, alongside)
     if read is None:
         return None, problems
-    coded, content_hash, parts, manifest, (universes, sas, labels) = read
+    coded, parts, manifest, (universes, sas, labels) = read
+    coded[ELEMENTS] = elements
     columns = {name: values if codes is None else values[codes]
                for name, (values, codes) in coded.items()}
     crops = CropTable(**{f.name: columns[f"crops/{f.name}"] for f in fields(CropTable)})
@@ -128,7 +147,7 @@ def load(path: Path, meanwhile: Callable[[], object] | None = None
     if labels is not None:
         labels = LabelVocabulary.of_crops(crops, labels)
     return Data(path, crops, matrices, crop_rows(crops.crop_id, matrices.panels), manifest,
-                universes, sas, labels, content_hash), []
+                universes, sas, labels, columns_hash(coded)), []
 
 
 def examples(what: str, ids, reasons=None) -> list[str]:
