@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 import h5py
+import numpy as np
 
 from vprom.errors import VpromError
-from vprom.domain import ElementType
+from vprom.domain import LABEL_SEPARATOR, ElementType
 from vprom.splits.rules import ConceptTable
 from vprom.tables import CropTable, write_label_vocabulary
 
@@ -84,8 +85,22 @@ class LabelVocabulary:
         return frozenset(out - labels)
 
     def label_sets(self, crops: CropTable) -> list[frozenset[str]]:
-        return [labels | self.implied_of(etype, labels) for etype, labels in
-                zip(crops.element_type.tolist(), crops.label_sets())]
+        """Each crop's explicit and implied labels."""
+        key, _, full = self.keyed_label_sets(crops)
+        return [full[k] for k in key.tolist()]
+
+    def keyed_label_sets(self, crops: CropTable
+                         ) -> tuple[np.ndarray, list[frozenset[str]], list[frozenset[str]]]:
+        """(each crop's key, per key its explicit labels, per key its explicit and implied
+        labels): crops repeat (element type, labels) pairs, so each distinct pair is one key
+        and its sets are made once."""
+        pairs: dict[tuple[str, str], int] = {}
+        key = np.fromiter((pairs.setdefault(p, len(pairs)) for p in
+                           zip(crops.element_type.tolist(), crops.labels.tolist())),
+                          dtype=np.int64, count=len(crops))
+        explicit = [frozenset(labels.split(LABEL_SEPARATOR)) - {""} for _, labels in pairs]
+        full = [s | self.implied_of(etype, s) for (etype, _), s in zip(pairs, explicit)]
+        return key, explicit, full
 
     def concepts(self, element_type: str, labels: frozenset[str]
                  ) -> tuple[frozenset[str], frozenset[tuple[str, str]]]:

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 
 from vprom.bounded_read import read_bounded
-from vprom.domain import LABEL_SEPARATOR, N_PANELS
+from vprom.domain import N_PANELS
 from vprom.generation.generate import read_vocab
 from vprom.generation.labels import LabelVocabulary
 from vprom.tables import (
@@ -51,17 +51,8 @@ class Data:
     def __post_init__(self) -> None:
         if self.vocabulary is None:
             self.vocabulary = LabelVocabulary.of_crops(self.crops)
-        # crops repeat (element type, labels) pairs: each distinct pair's sets are made once
-        pairs: dict[tuple[str, str], int] = {}
-        c = self.crops
-        self.label_key = np.fromiter(
-            (pairs.setdefault(p, len(pairs)) for p in zip(c.element_type.tolist(),
-                                                        c.labels.tolist())),
-            dtype=np.int64, count=len(c))
-        self.key_explicit = [frozenset(labels.split(LABEL_SEPARATOR)) - {""}
-                             for _, labels in pairs]
-        self.key_labels = [s | self.vocabulary.implied_of(etype, s)
-                           for (etype, _), s in zip(pairs, self.key_explicit)]
+        self.label_key, self.key_explicit, self.key_labels = (
+            self.vocabulary.keyed_label_sets(self.crops))
         keys = self.label_key.tolist()
         self.explicit_labels = [self.key_explicit[k] for k in keys]
         self.labels = [self.key_labels[k] for k in keys]  # explicit and implied
