@@ -1,6 +1,7 @@
-"""A DATASET.h5 in memory as `vprom verify`'s checks read it (`load`: one bounded read in a
-child, which also hashes the content columns for the manifest check), and how they name
-problems: a few matrices by id (`examples`)."""
+"""A DATASET.h5 in memory as `vprom verify`'s checks read it (`load`: two bounded reads in
+forked children at once, `matrices/elements` in one and the rest in the other; the content
+columns' hash, for the manifest check, is taken here), and how they name problems: a few
+matrices by id (`examples`)."""
 
 from __future__ import annotations
 
