@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from functools import cached_property
 from pathlib import Path
 
 import h5py
@@ -54,9 +55,15 @@ class Data:
             self.vocabulary = LabelVocabulary.of_crops(self.crops)
         self.label_key, self.key_explicit, self.key_labels = (
             self.vocabulary.keyed_label_sets(self.crops))
-        keys = self.label_key.tolist()
-        self.explicit_labels = [self.key_explicit[k] for k in keys]
-        self.labels = [self.key_labels[k] for k in keys]  # explicit and implied
+
+    @cached_property
+    def labels(self) -> list[frozenset[str]]:
+        """Each crop's explicit and implied labels."""
+        return [self.key_labels[k] for k in self.label_key.tolist()]
+
+    @cached_property
+    def explicit_labels(self) -> list[frozenset[str]]:
+        return [self.key_explicit[k] for k in self.label_key.tolist()]
 
 
 def structure_problems(h5: h5py.File) -> list[str]:
