@@ -9,24 +9,23 @@ TEST_STAMP := $(VENV)/.installed-test-stamp
 DEMO_OUT ?= build/demo
 D := $(DEMO_OUT)
 # The relation network with the auxiliary loss on every feature source. The demo's settings
-# (not `train`'s defaults, which are the paper's for 2048-d features on VG): a narrow network
-# and Adam, so that it learns on 2 cores within minutes, on centred features (random-weight
-# features share one large direction).
-DEMO_EPOCHS ?= 20
+# (not `train`'s defaults, which are the paper's for 2048-d features on VG): a narrower network,
+# Adam on a cosine schedule and batches of 128, so that it learns on 2 cores within minutes, on
+# centred features (random-weight features share one large direction).
+DEMO_EPOCHS ?= 15
 # matrices per crop (`build --scale`): the relation network's accuracy follows the number of
-# training problems, the features' cost the number of crops; `DEMO_SCALE=0.2` (four times the
-# problems from about the same crops) shows the benchmark more clearly, in 10.5 minutes once
-# .venv exists
-DEMO_SCALE ?= 0.05
-DEMO_TRAIN ?= --epochs $(DEMO_EPOCHS) --hidden 64 --optimizer adam --lr 3e-3 \
-	--score-init 1 --batch-size 32 --center-features
+# training problems, the features' cost the number of crops; a larger scale (about the same
+# crops, more problems) shows the benchmark more clearly, in more time (docs/perception.md)
+DEMO_SCALE ?= 0.1
+DEMO_TRAIN ?= --epochs $(DEMO_EPOCHS) --hidden 128 --optimizer adam --lr 6e-3 \
+	--lr-schedule cosine --score-init 1 --batch-size 128 --center-features
 # the held-out split on which the labels run shows the drop from neutral
 DEMO_HELD_OUT ?= held_out_attributes
 # the perception model: resnet18 from random weights on the neutral training crops at 64 px;
 # from random weights it needs several hundred steps (6 epochs of batch 32) to stand clear of
 # untrained features, its learning rate falling on a cosine from 2e-3
 PERCEIVE_SIZE ?= 64
-PERCEIVE_EPOCHS ?= 6
+PERCEIVE_EPOCHS ?= 5
 PERCEIVE_BATCH ?= 32
 PERCEIVE_LR ?= 2e-3
 
@@ -45,9 +44,9 @@ $(TEST_STAMP): pyproject.toml
 	touch $(STAMP) $(TEST_STAMP)
 
 # The whole pipeline on the synthetic corpus (docs/perception.md): build (synth -> mine ->
-# generate -> verify -> stats); three feature sources: labels (perfect perception),
-# resnet18 with random weights (112 px crops, the synthetic objects being ~120 px), and
-# resnet18 trained on the corpus's labels by `vprom perceive`; the relation network with aux
+# generate -> verify -> stats); three feature sources: labels (perfect perception), and
+# resnet18 on 64 px crops, with random weights and trained on the corpus's labels by
+# `vprom perceive`; the relation network with aux
 # on each on neutral, on labels on one held-out split too; the two controls expected at
 # chance (the relation network on shuffled context panels, the context-blind model), on
 # labels; evaluation; one rendered matrix; a small human study; and last the report, which
@@ -56,7 +55,7 @@ demo: $(STAMP)
 	$(BIN)/vprom build --synthetic --scale $(DEMO_SCALE) --out $(D)
 	$(BIN)/vprom extract $(D)/dataset.h5 --backbone labels --out $(D)/features/labels.h5
 	$(BIN)/vprom extract $(D)/dataset.h5 --vg $(D)/vg --backbone resnet18 --weights none \
-		--input-size 112 --out $(D)/features/resnet18.h5
+		--input-size $(PERCEIVE_SIZE) --out $(D)/features/resnet18.h5
 	$(BIN)/vprom perceive $(D)/dataset.h5 --vg $(D)/vg --split neutral --backbone resnet18 \
 		--weights none --input-size $(PERCEIVE_SIZE) --epochs $(PERCEIVE_EPOCHS) \
 		--batch-size $(PERCEIVE_BATCH) --lr $(PERCEIVE_LR) --out $(D)/perceive/resnet18.pt

@@ -17,6 +17,8 @@ from pathlib import Path
 from vprom.errors import VpromError
 
 OPTIMIZERS = ("adadelta", "adam")
+#: constant: the paper's; cosine: from --lr to 0 over --epochs, set at every step
+LR_SCHEDULES = ("constant", "cosine")
 #: the settings a model's defaults entry holds; None in a TrainConfig = take the model's
 HYPER = ("optimizer", "lr", "rho", "eps", "hidden", "batch_size", "score_init")
 #: the settings of one optimizer (rho is AdaDelta's decay; Adam has none)
@@ -47,6 +49,7 @@ class TrainConfig:
     eps: float | None = None
     hidden: int | None = None
     score_init: float | None = None
+    lr_schedule: str = "constant"
     patience: int = 5
     shuffle_context: bool = False
     center_features: bool = False

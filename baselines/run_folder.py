@@ -24,6 +24,8 @@ from vprom.manifest import manifest_of, why_stale
 RUN_FILES = ("config.json", "history.json", "last.pt", "best.pt", "metrics.json")
 #: settings that may differ when a run is continued: how long and where, not what
 RESUMABLE = ("epochs", "patience", "device", "restart", "cuda_graphs", "resume")
+#: settings newer than some runs, with the value that those runs trained with
+ADDED = {"lr_schedule": "constant"}
 #: the settings that are paths: config.json stores them relative to the run folder
 PATH_KEYS = ("dataset", "features", "maps", "crops", "out")
 
@@ -76,13 +78,19 @@ def load_checkpoint(path: Path) -> dict:
 def check_own_checkpoint(path: Path, manifest: dict, state: dict) -> None:
     """Refuse a checkpoint whose settings differ from its run's config.json."""
     run = path.parent
-    ours, theirs = anchored(manifest["config"], run), state.get("config") or {}
+    ours, theirs = (with_added(anchored(manifest["config"], run)),
+                    with_added(state.get("config") or {}))
     differ = sorted(k for k in set(ours) | set(theirs)
                     if k not in RESUMABLE and ours.get(k) != theirs.get(k))
     if differ:
         raise VpromError(f"{path}: not this run's checkpoint ({', '.join(differ)} differ from "
                          f"{run / 'config.json'}); restore the run's own {path.name}, or train "
                          "it again with --restart")
+
+
+def with_added(config: dict) -> dict:
+    """A recorded config with the settings it predates at the value it trained with."""
+    return {**ADDED, **config}
 
 
 def load_weights(model, state: dict, path: Path) -> None:
@@ -143,8 +151,11 @@ def place_run(config: TrainConfig) -> RunPlace:
                          "to train it again, or choose another --out")
     state = load_checkpoint(out / "last.pt") if (out / "last.pt").is_file() else None
     if state is not None or (out / "config.json").is_file():
+        recorded = (manifest_of(out) or {}).get("config") or {}
+        # a setting the run predates, asked at the value the run trained with, is not compared
         settings = {k: v for k, v in portable(config.to_dict(), out).items()
-                    if k not in RESUMABLE}
+                    if k not in RESUMABLE and not (k in ADDED and k not in recorded
+                                                   and v == ADDED[k])}
         why = why_stale(out, [config.dataset, config.source[2]], settings)
         if why:
             raise VpromError(f"{out} holds a run this one cannot continue ({why}); choose "

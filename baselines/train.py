@@ -1,7 +1,8 @@
 """Training one baseline on one split (`vprom train`), in the shape of torchvision's reference.
 Per epoch: `train_one_epoch`, `evaluate` on validation, best.pt / last.pt / history.json saved;
 early stop after `patience` epochs without gain. Epoch e's permutation and torch's seed come from
-(seed, e, rank), so a resumed run ends with an unbroken run's weights. Under torchrun each process
+(seed, e, rank), and a cosine schedule's rate from (e, step), so a resumed run ends with an
+unbroken run's weights. Under torchrun each process
 takes a slice of every batch and scales its summed loss by world size / batch size, so DDP's
 gradient average is the batch mean."""
 
@@ -19,7 +20,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from vprom.baselines import run_folder
-from vprom.baselines.config import DEFAULTS_FILE, HYPER, SOURCES, TrainConfig, check_value
+from vprom.baselines.config import (DEFAULTS_FILE, HYPER, LR_SCHEDULES, SOURCES, TrainConfig,
+                                    check_value)
 from vprom.baselines.data import MatrixSet, SplitData, load_split
 from vprom.baselines.parts import ModelConfig
 from vprom.baselines.registry import get_model, input_kind, list_models
@@ -31,7 +33,7 @@ from vprom.feature_files import check_features_source
 from vprom.file_kinds import CROPS, DATASET, FEATS, MAPS, check_kind
 from vprom.files import write_json
 from vprom.manifest import input_hash, make_manifest
-from vprom.runtime import World, epoch_batches, joined_world
+from vprom.runtime import World, cosine_lr, epoch_batches, joined_world
 
 CHECKPOINT_FORMAT = 2
 EVAL_BATCH = 512
@@ -48,6 +50,12 @@ def check_config(config: TrainConfig) -> None:
     if config.model not in list_models():
         raise VpromError(f"unknown model {config.model!r}; known models: "
                          f"{', '.join(list_models())}")
+    if config.lr_schedule not in LR_SCHEDULES:
+        raise VpromError(f"unknown --lr-schedule {config.lr_schedule!r}; use one of "
+                         f"{', '.join(LR_SCHEDULES)}")
+    if config.lr_schedule != "constant" and config.cuda_graphs:
+        raise VpromError("--lr-schedule cosine changes the learning rate that captured CUDA "
+                         "graphs hold fixed; drop --cuda-graphs or use a constant rate")
     for name in ("epochs", "patience"):
         if getattr(config, name) < 1:
             raise VpromError(f"--{name} must be at least 1, got {getattr(config, name)}")
@@ -112,12 +120,16 @@ def train_step(model, optimizer, data: SplitData, index: torch.Tensor, scale,
 
 
 def train_one_epoch(model, optimizer, data: SplitData, batches, aux: bool, world: World,
-                    step=train_step) -> dict:
-    """One pass over `batches` with `step` (`train_step` or a `CudaGraphStep`); mean figures."""
+                    step=train_step, lr_at=None) -> dict:
+    """One pass over `batches` with `step` (`train_step` or a `CudaGraphStep`), the learning
+    rate of the i-th set to `lr_at(i)` when given; mean figures."""
     model.train()
     # float64 running sums on the device, read back once at the end of the epoch
     totals = torch.zeros(3, dtype=torch.float64, device=data.features.device)
-    for index, scale in batches:
+    for i, (index, scale) in enumerate(batches):
+        if lr_at is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(i)
         totals += step(model, optimizer, data, index, scale, aux)
     answer_loss, aux_loss, correct = world.all_sum(totals.tolist())
     n = len(data.parts["train"])
@@ -244,7 +256,8 @@ def train(config: TrainConfig) -> Path:
                                desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch",
                                disable=None if world.main else True, leave=False)
                 figures = train_one_epoch(trained, optimizer, data, batches, config.aux, world,
-                                          graphed or train_step)
+                                          graphed or train_step, lr_schedule(config, epoch,
+                                                                             len(batches)))
                 figures["val_acc"] = evaluate(model, data, "val", world)
                 history.append({"epoch": epoch + 1, **figures,
                                 "seconds": round(time.perf_counter() - began, 3)})
@@ -272,6 +285,13 @@ def train(config: TrainConfig) -> Path:
         log(world, f"done: best val accuracy {'n/a' if val is None else f'{100 * val:.1f}%'} "
                    f"(epoch {best['epoch'] + 1}); run folder {config.out}")
     return config.out
+
+
+def lr_schedule(config: TrainConfig, epoch: int, steps: int):
+    """`train_one_epoch`'s `lr_at` for epoch `epoch` of `steps` steps; None: a constant rate."""
+    if config.lr_schedule == "constant":
+        return None
+    return lambda i: cosine_lr(config.lr, epoch + i / steps, config.epochs)
 
 
 def load_data(config: TrainConfig, device: torch.device, processes: int = 1) -> SplitData:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
-import math
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ from vprom.claim import writes
 from vprom.errors import VpromError
 from vprom.files import atomic_path
 from vprom.manifest import input_hash, input_hashes, is_current, make_manifest, write_manifest
-from vprom.runtime import World, epoch_batches, joined_world
+from vprom.runtime import World, cosine_lr, epoch_batches, joined_world
 
 KIND = "perception-weights"
 FORMAT = 1
@@ -229,7 +228,7 @@ def perceive(config: PerceiveConfig) -> Path:
         for epoch in bar:
             began = time.perf_counter()
             for group in optimizer.param_groups:
-                group["lr"] = config.lr * (1 + math.cos(math.pi * epoch / config.epochs)) / 2
+                group["lr"] = cosine_lr(config.lr, epoch, config.epochs)
             torch.manual_seed(int(np.random.SeedSequence(
                 [config.seed, epoch, world.rank]).generate_state(1)[0]))
             batches = tqdm(epoch_batches(len(train), config.batch_size, config.seed, epoch,

@@ -118,8 +118,8 @@ def train(dataset: Path, features: Path | None = _T.features, *, model: str, spl
           aux: bool = _T.aux, epochs: int = _T.epochs, batch_size: int | None = _T.batch_size,
           optimizer: str | None = _T.optimizer, lr: float | None = _T.lr,
           rho: float | None = _T.rho, eps: float | None = _T.eps, hidden: int | None = _T.hidden,
-          score_init: float | None = _T.score_init, patience: int = _T.patience,
-          shuffle_context: bool = _T.shuffle_context,
+          score_init: float | None = _T.score_init, lr_schedule: str = _T.lr_schedule,
+          patience: int = _T.patience, shuffle_context: bool = _T.shuffle_context,
           center_features: bool = _T.center_features, seed: int = _T.seed,
           device: str | None = _T.device, cuda_graphs: bool = _T.cuda_graphs,
           restart: bool = _T.restart) -> Path:
@@ -144,6 +144,8 @@ def train(dataset: Path, features: Path | None = _T.features, *, model: str, spl
         eps: the optimizer's epsilon (default: the model's)
         hidden: width of every hidden layer (default: the model's)
         score_init: the score head's initial weights, times torch's (default: the model's)
+        lr_schedule: constant (the paper's), or cosine: from lr to 0 over --epochs, set at
+            every step
         patience: epochs without validation gain before stopping
         shuffle_context: control: each matrix's context replaced by another matrix's
         center_features: subtract the training crops' mean feature and re-normalise

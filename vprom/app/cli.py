@@ -51,7 +51,7 @@ from vprom.app.options import (
     shard,
     size,
 )
-from vprom.baselines.config import OPTIMIZERS
+from vprom.baselines.config import LR_SCHEDULES, OPTIMIZERS
 from vprom.claim import waiting
 from vprom.errors import VpromError, in_chain
 from vprom.features import config as extract_config
@@ -160,7 +160,8 @@ COMMANDS = {c.name: c for c in (
             "vprom train build/dataset.h5 --features build/feats/resnet101.h5 --model rn "
             "--split neutral --aux --out runs/rn-neutral-aux",
             one_of=("features", "maps", "crops"),
-            arguments={"out": OUT_FOLDER, "optimizer": {"choices": OPTIMIZERS}}, show=None),
+            arguments={"out": OUT_FOLDER, "optimizer": {"choices": OPTIMIZERS},
+                       "lr_schedule": {"choices": LR_SCHEDULES}}, show=None),
     Command("evaluate", api.evaluate, "vprom evaluate runs/rn-neutral-aux",
             show=_printed("vprom.baselines.evaluate", "format_metrics")),
     Command("report", api.report, "vprom report runs/* --out reports/",
