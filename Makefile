@@ -22,8 +22,8 @@ DEMO_TRAIN ?= --epochs $(DEMO_EPOCHS) --hidden 128 --optimizer adam --lr 6e-3 \
 # the held-out split on which the labels run shows the drop from neutral
 DEMO_HELD_OUT ?= held_out_attributes
 # the perception model: resnet18 from random weights on the neutral training crops at 64 px;
-# from random weights it needs several hundred steps (6 epochs of batch 32) to stand clear of
-# untrained features, its learning rate falling on a cosine from 2e-3
+# from random weights it needs several hundred steps (5 epochs of batch 32, 600 steps) to stand
+# clear of untrained features, its learning rate falling on a cosine from 2e-3
 PERCEIVE_SIZE ?= 64
 PERCEIVE_EPOCHS ?= 5
 PERCEIVE_BATCH ?= 32

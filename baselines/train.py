@@ -258,6 +258,7 @@ def train(config: TrainConfig) -> Path:
                 figures = train_one_epoch(trained, optimizer, data, batches, config.aux, world,
                                           graphed or train_step, lr_schedule(config, epoch,
                                                                              len(batches)))
+                figures["lr"] = optimizer.param_groups[0]["lr"]  # the epoch's last step's
                 figures["val_acc"] = evaluate(model, data, "val", world)
                 history.append({"epoch": epoch + 1, **figures,
                                 "seconds": round(time.perf_counter() - began, 3)})
