@@ -46,11 +46,10 @@ $(TEST_STAMP): pyproject.toml
 # The whole pipeline on the synthetic corpus (docs/perception.md): build (synth -> mine ->
 # generate -> verify -> stats); three feature sources: labels (perfect perception), and
 # resnet18 on 64 px crops, with random weights and trained on the corpus's labels by
-# `vprom perceive`; the relation network with aux
-# on each on neutral, on labels on one held-out split too; the two controls expected at
-# chance (the relation network on shuffled context panels, the context-blind model), on
-# labels; evaluation; one rendered matrix; a small human study; and last the report, which
-# prints the perception table and the verdict.
+# `vprom perceive`; the relation network with aux on each on neutral, on labels on one
+# held-out split too; the two controls expected at chance (the relation network on shuffled
+# context panels, the context-blind model), on labels; evaluation; one rendered matrix; a
+# small human study; and last the report, which prints the perception table and the verdict.
 demo: $(STAMP)
 	$(BIN)/vprom build --synthetic --scale $(DEMO_SCALE) --out $(D)
 	$(BIN)/vprom extract $(D)/dataset.h5 --backbone labels --out $(D)/features/labels.h5

@@ -2,9 +2,8 @@
 Per epoch: `train_one_epoch`, `evaluate` on validation, best.pt / last.pt / history.json saved;
 early stop after `patience` epochs without gain. Epoch e's permutation and torch's seed come from
 (seed, e, rank), and a cosine schedule's rate from (e, step), so a resumed run ends with an
-unbroken run's weights. Under torchrun each process
-takes a slice of every batch and scales its summed loss by world size / batch size, so DDP's
-gradient average is the batch mean."""
+unbroken run's weights. Under torchrun each process takes a slice of every batch and scales its
+summed loss by world size / batch size, so DDP's gradient average is the batch mean."""
 
 from __future__ import annotations
 

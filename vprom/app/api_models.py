@@ -144,7 +144,7 @@ def train(dataset: Path, features: Path | None = _T.features, *, model: str, spl
         eps: the optimizer's epsilon (default: the model's)
         hidden: width of every hidden layer (default: the model's)
         score_init: the score head's initial weights, times torch's (default: the model's)
-        lr_schedule: constant (the paper's), or cosine: from lr to 0 over --epochs, set at
+        lr_schedule: constant (the paper's), or cosine: from lr to 0 over the epochs, set at
             every step
         patience: epochs without validation gain before stopping
         shuffle_context: control: each matrix's context replaced by another matrix's
