@@ -78,19 +78,15 @@ def load_checkpoint(path: Path) -> dict:
 def check_own_checkpoint(path: Path, manifest: dict, state: dict) -> None:
     """Refuse a checkpoint whose settings differ from its run's config.json."""
     run = path.parent
-    ours, theirs = (with_added(anchored(manifest["config"], run)),
-                    with_added(state.get("config") or {}))
+    # a setting newer than a run takes the value that the run trained with
+    ours = {**ADDED, **anchored(manifest["config"], run)}
+    theirs = {**ADDED, **(state.get("config") or {})}
     differ = sorted(k for k in set(ours) | set(theirs)
                     if k not in RESUMABLE and ours.get(k) != theirs.get(k))
     if differ:
         raise VpromError(f"{path}: not this run's checkpoint ({', '.join(differ)} differ from "
                          f"{run / 'config.json'}); restore the run's own {path.name}, or train "
                          "it again with --restart")
-
-
-def with_added(config: dict) -> dict:
-    """A recorded config with the settings it predates at the value it trained with."""
-    return {**ADDED, **config}
 
 
 def load_weights(model, state: dict, path: Path) -> None:

@@ -254,9 +254,11 @@ def train(config: TrainConfig) -> Path:
                                              config.seed, epoch, world),
                                desc=f"epoch {epoch + 1}/{config.epochs}", unit="batch",
                                disable=None if world.main else True, leave=False)
+                steps = len(batches)
+                lr_at = None if config.lr_schedule == "constant" else (
+                    lambda i: cosine_lr(config.lr, epoch + i / steps, config.epochs))
                 figures = train_one_epoch(trained, optimizer, data, batches, config.aux, world,
-                                          graphed or train_step, lr_schedule(config, epoch,
-                                                                             len(batches)))
+                                          graphed or train_step, lr_at)
                 figures["lr"] = optimizer.param_groups[0]["lr"]  # the epoch's last step's
                 figures["val_acc"] = evaluate(model, data, "val", world)
                 history.append({"epoch": epoch + 1, **figures,
@@ -285,13 +287,6 @@ def train(config: TrainConfig) -> Path:
         log(world, f"done: best val accuracy {'n/a' if val is None else f'{100 * val:.1f}%'} "
                    f"(epoch {best['epoch'] + 1}); run folder {config.out}")
     return config.out
-
-
-def lr_schedule(config: TrainConfig, epoch: int, steps: int):
-    """`train_one_epoch`'s `lr_at` for epoch `epoch` of `steps` steps; None: a constant rate."""
-    if config.lr_schedule == "constant":
-        return None
-    return lambda i: cosine_lr(config.lr, epoch + i / steps, config.epochs)
 
 
 def load_data(config: TrainConfig, device: torch.device, processes: int = 1) -> SplitData:

@@ -104,9 +104,8 @@ def joined_world(requested_device: str | None, timeout: timedelta | None = None)
 
 
 def cosine_lr(lr: float, done: float, total: int) -> float:
-    """The learning rate after `done` of `total` epochs on a cosine from `lr` to 0: torch's
-    CosineAnnealingLR in closed form, taken from the position so that a resumed run needs no
-    scheduler state."""
+    """The rate after `done` of `total` epochs on a cosine from `lr` to 0: torch's CosineAnnealingLR
+    in closed form, taken from the position so that a resumed run needs no scheduler state."""
     return lr * (1 + math.cos(math.pi * done / total)) / 2
 
 
