@@ -12,24 +12,31 @@ D := $(DEMO_OUT)
 # (not `train`'s defaults, which are the paper's for 2048-d features on VG): a narrower network,
 # Adam on a cosine schedule and batches of 128, so that it learns on 2 cores within minutes, on
 # centred features (random-weight features share one large direction).
-DEMO_EPOCHS ?= 15
+DEMO_EPOCHS ?= 6
 # matrices per crop (`build --scale`): the relation network's accuracy follows the number of
-# training problems, the features' cost the number of crops; a larger scale (about the same
-# crops, more problems) shows the benchmark more clearly, in more time (docs/perception.md)
-DEMO_SCALE ?= 0.1
+# training problems, the features' cost the number of crops; at 0.4 (94,000 matrices, about as
+# many crops as at 0.1) it reaches 85% on labels in 6 epochs (docs/perception.md)
+DEMO_SCALE ?= 0.4
 DEMO_TRAIN ?= --epochs $(DEMO_EPOCHS) --hidden 128 --optimizer adam --lr 6e-3 \
 	--lr-schedule cosine --score-init 1 --batch-size 128 --center-features
 # the held-out split on which the labels run shows the drop from neutral
 DEMO_HELD_OUT ?= held_out_attributes
 # the perception model: resnet18 from random weights on the neutral training crops at 64 px;
-# from random weights it needs several hundred steps (5 epochs of batch 32, 600 steps) to stand
-# clear of untrained features, its learning rate falling on a cosine from 2e-3
+# from random weights it needs several hundred steps (4 epochs of batch 32, 490 steps) to stand
+# clear of untrained features, its learning rate falling on a cosine from 2e-3 (a fifth epoch
+# adds nothing to the relation network's accuracy on its features)
 PERCEIVE_SIZE ?= 64
-PERCEIVE_EPOCHS ?= 5
+PERCEIVE_EPOCHS ?= 4
 PERCEIVE_BATCH ?= 32
 PERCEIVE_LR ?= 2e-3
+# The demo's steps run DEMO_JOBS at a time, each on its share of the cores
+# (torch's threads): on 2 cores two one-thread jobs finish sooner than one two-thread job after
+# another, as loading data and evaluating are single-threaded.
+DEMO_JOBS ?= 2
+DEMO_THREADS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); echo $$(( n > $(DEMO_JOBS) ? n / $(DEMO_JOBS) : 1 )))
+VPROM := $(BIN)/vprom
 
-.PHONY: demo test test-slow install clean
+.PHONY: demo demo-steps test test-slow install clean
 
 install: $(STAMP)
 
@@ -43,45 +50,79 @@ $(TEST_STAMP): pyproject.toml
 	$(BIN)/python -m pip install -e '.[test]'
 	touch $(STAMP) $(TEST_STAMP)
 
-# The whole pipeline on the synthetic corpus (docs/perception.md): build (synth -> mine ->
-# generate -> verify -> stats); three feature sources: labels (perfect perception), and
-# resnet18 on 64 px crops, with random weights and trained on the corpus's labels by
-# `vprom perceive`; the relation network with aux on each on neutral, on labels on one
-# held-out split too; the two controls expected at chance (the relation network on shuffled
-# context panels, the context-blind model), on labels; evaluation; one rendered matrix; a
-# small human study; and last the report, which prints the perception table and the verdict.
+# The whole pipeline on the synthetic corpus (docs/perception.md), DEMO_JOBS steps at a time:
+# build (synthetic corpus -> mine -> generate -> verify -> stats); three feature sources:
+# labels (perfect perception), and resnet18 on 64 px crops, with random weights and trained on
+# the corpus's labels by `vprom perceive`; the relation network with aux on each on neutral, on
+# labels on one held-out split too; the two controls expected at chance (the relation network
+# on shuffled context panels, the context-blind model), on labels; each run evaluated; one
+# rendered matrix, a small human study and the VLM export; last the report, which prints the
+# perception table and the verdict.
 demo: $(STAMP)
-	$(BIN)/vprom build --synthetic --scale $(DEMO_SCALE) --out $(D)
-	$(BIN)/vprom extract $(D)/dataset.h5 --backbone labels --out $(D)/features/labels.h5
-	$(BIN)/vprom extract $(D)/dataset.h5 --vg $(D)/vg --backbone resnet18 --weights none \
-		--input-size $(PERCEIVE_SIZE) --out $(D)/features/resnet18.h5
-	$(BIN)/vprom perceive $(D)/dataset.h5 --vg $(D)/vg --split neutral --backbone resnet18 \
-		--weights none --input-size $(PERCEIVE_SIZE) --epochs $(PERCEIVE_EPOCHS) \
-		--batch-size $(PERCEIVE_BATCH) --lr $(PERCEIVE_LR) --out $(D)/perceive/resnet18.pt
-	$(BIN)/vprom extract $(D)/dataset.h5 --vg $(D)/vg --backbone resnet18 \
-		--weights $(D)/perceive/resnet18.pt --input-size $(PERCEIVE_SIZE) \
-		--out $(D)/features/perceive-resnet18.h5
-	$(BIN)/vprom train $(D)/dataset.h5 --features $(D)/features/labels.h5 --split neutral \
-		--model rn $(DEMO_TRAIN) --aux --out $(D)/runs/labels/rn-aux-neutral
-	$(BIN)/vprom train $(D)/dataset.h5 --features $(D)/features/labels.h5 \
-		--split $(DEMO_HELD_OUT) --model rn $(DEMO_TRAIN) --aux --out $(D)/runs/labels/rn-aux-$(DEMO_HELD_OUT)
-	$(BIN)/vprom train $(D)/dataset.h5 --features $(D)/features/perceive-resnet18.h5 \
-		--split neutral --model rn $(DEMO_TRAIN) --aux --out $(D)/runs/perceive/rn-aux-neutral
-	$(BIN)/vprom train $(D)/dataset.h5 --features $(D)/features/resnet18.h5 --split neutral \
-		--model rn $(DEMO_TRAIN) --aux --out $(D)/runs/random/rn-aux-neutral
-	$(BIN)/vprom train $(D)/dataset.h5 --features $(D)/features/labels.h5 --split neutral \
-		--model rn $(DEMO_TRAIN) --aux --shuffle-context --out $(D)/runs/controls/rn-aux-shuffled-context
-	$(BIN)/vprom train $(D)/dataset.h5 --features $(D)/features/labels.h5 --split neutral \
-		--model context-blind $(DEMO_TRAIN) --out $(D)/runs/controls/context-blind
-	for run in $(D)/runs/*/*/; do $(BIN)/vprom evaluate $$run || exit 1; done
-	$(BIN)/vprom show $(D)/dataset.h5 --id 0 --vg $(D)/vg --answer --out $(D)/matrix-0.png
-	$(BIN)/vprom human-study $(D)/dataset.h5 --vg $(D)/vg --n 20 --out $(D)/study
-	$(BIN)/vprom export $(D)/dataset.h5 --format vlm --vg $(D)/vg --limit 20 --out $(D)/vlm
-	@echo "a 20-problem human study: $(BIN)/vprom human-serve $(D)/study, then open"
+	OMP_NUM_THREADS=$(DEMO_THREADS) $(MAKE) --no-print-directory -j$(DEMO_JOBS) \
+		--output-sync=target demo-steps
+	@echo "a 20-problem human study: $(VPROM) human-serve $(D)/study, then open"
 	@echo "  http://127.0.0.1:8000/?participant=me (docs/human-study.md)"
 	@echo "the data set: $(D)/dataset.h5 (stats: $(D)/stats.json); a matrix: $(D)/matrix-0.png"
 	@echo
-	$(BIN)/vprom report $(D)/runs --out $(D)/report
+	$(VPROM) report $(D)/runs --out $(D)/report
+
+# The runs, longest chain first (perceive -> its features -> its run), so that make starts it
+# first and fills the other job with the rest.
+DEMO_RUNS := perceive/rn-aux-neutral labels/rn-aux-neutral labels/rn-aux-$(DEMO_HELD_OUT) \
+	controls/rn-aux-shuffled-context random/rn-aux-neutral controls/context-blind
+demo-steps: $(DEMO_RUNS:%=$(D)/runs/%/metrics.json) $(D)/matrix-0.png $(D)/study $(D)/vlm
+
+# Every step runs its command, which resumes or does nothing when done (`vprom build` rebuilds
+# what another scale makes stale): the build is phony, so each step after it runs too.
+.PHONY: $(D)/dataset.h5
+$(D)/dataset.h5:
+	$(VPROM) build --synthetic --scale $(DEMO_SCALE) --out $(D)
+
+$(D)/matrix-0.png: $(D)/dataset.h5
+	$(VPROM) show $< --id 0 --vg $(D)/vg --answer --out $@
+$(D)/study: $(D)/dataset.h5
+	$(VPROM) human-study $< --vg $(D)/vg --n 20 --out $@
+$(D)/vlm: $(D)/dataset.h5
+	$(VPROM) export $< --format vlm --vg $(D)/vg --limit 20 --out $@
+$(D)/features/labels.h5: $(D)/dataset.h5
+	$(VPROM) extract $< --backbone labels --out $@
+$(D)/features/resnet18.h5: $(D)/dataset.h5
+	$(VPROM) extract $< --vg $(D)/vg --backbone resnet18 --weights none \
+		--input-size $(PERCEIVE_SIZE) --out $@
+$(D)/perceive/resnet18.pt: $(D)/dataset.h5
+	$(VPROM) perceive $< --vg $(D)/vg --split neutral --backbone resnet18 --weights none \
+		--input-size $(PERCEIVE_SIZE) --epochs $(PERCEIVE_EPOCHS) --batch-size $(PERCEIVE_BATCH) \
+		--lr $(PERCEIVE_LR) --out $@
+$(D)/features/perceive-resnet18.h5: $(D)/perceive/resnet18.pt
+	$(VPROM) extract $(D)/dataset.h5 --vg $(D)/vg --backbone resnet18 --weights $< \
+		--input-size $(PERCEIVE_SIZE) --out $@
+
+# A run: train (resumable), then evaluate on the test problems.
+$(D)/runs/labels/rn-aux-neutral/metrics.json: $(D)/features/labels.h5
+	$(VPROM) train $(D)/dataset.h5 --features $< --split neutral --model rn $(DEMO_TRAIN) --aux \
+		--out $(@D)
+	$(VPROM) evaluate $(@D)
+$(D)/runs/labels/rn-aux-$(DEMO_HELD_OUT)/metrics.json: $(D)/features/labels.h5
+	$(VPROM) train $(D)/dataset.h5 --features $< --split $(DEMO_HELD_OUT) --model rn \
+		$(DEMO_TRAIN) --aux --out $(@D)
+	$(VPROM) evaluate $(@D)
+$(D)/runs/perceive/rn-aux-neutral/metrics.json: $(D)/features/perceive-resnet18.h5
+	$(VPROM) train $(D)/dataset.h5 --features $< --split neutral --model rn $(DEMO_TRAIN) --aux \
+		--out $(@D)
+	$(VPROM) evaluate $(@D)
+$(D)/runs/random/rn-aux-neutral/metrics.json: $(D)/features/resnet18.h5
+	$(VPROM) train $(D)/dataset.h5 --features $< --split neutral --model rn $(DEMO_TRAIN) --aux \
+		--out $(@D)
+	$(VPROM) evaluate $(@D)
+$(D)/runs/controls/rn-aux-shuffled-context/metrics.json: $(D)/features/labels.h5
+	$(VPROM) train $(D)/dataset.h5 --features $< --split neutral --model rn $(DEMO_TRAIN) --aux \
+		--shuffle-context --out $(@D)
+	$(VPROM) evaluate $(@D)
+$(D)/runs/controls/context-blind/metrics.json: $(D)/features/labels.h5
+	$(VPROM) train $(D)/dataset.h5 --features $< --split neutral --model context-blind \
+		$(DEMO_TRAIN) --out $(@D)
+	$(VPROM) evaluate $(@D)
 
 # Both cores (pytest-xdist); the heavier checks marked `slow` (a wheel in a fresh venv, numpy
 # 1.x, every docs snippet, end-to-end grids) run in `make test-slow`, and CI runs both.
