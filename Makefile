@@ -73,16 +73,20 @@ DEMO_RUNS := perceive/rn-aux-neutral labels/rn-aux-neutral labels/rn-aux-$(DEMO_
 	controls/rn-aux-shuffled-context random/rn-aux-neutral controls/context-blind
 demo-steps: $(DEMO_RUNS:%=$(D)/runs/%/metrics.json) $(D)/matrix-0.png $(D)/study $(D)/vlm
 
-# Every step runs its command, which resumes or does nothing when done (`vprom build` rebuilds
-# what another scale makes stale): the build is phony, so each step after it runs too.
+# Every step runs its command, which resumes, does nothing when done, or redoes what changed
+# settings make stale (`vprom build` at another scale): the build is phony, and every step
+# depends on it.
 .PHONY: $(D)/dataset.h5
 $(D)/dataset.h5:
 	$(VPROM) build --synthetic --scale $(DEMO_SCALE) --out $(D)
+$(DEMO_RUNS:%=$(D)/runs/%/metrics.json): $(D)/dataset.h5
 
 $(D)/matrix-0.png: $(D)/dataset.h5
 	$(VPROM) show $< --id 0 --vg $(D)/vg --answer --out $@
-$(D)/study: $(D)/dataset.h5
-	$(VPROM) human-study $< --vg $(D)/vg --n 20 --out $@
+# made once (order-only on the build): a study folder collects its participants' responses, and
+# `human-study` writes only into a new or empty folder
+$(D)/study: | $(D)/dataset.h5
+	$(VPROM) human-study $(D)/dataset.h5 --vg $(D)/vg --n 20 --out $@
 $(D)/vlm: $(D)/dataset.h5
 	$(VPROM) export $< --format vlm --vg $(D)/vg --limit 20 --out $@
 $(D)/features/labels.h5: $(D)/dataset.h5
@@ -94,7 +98,7 @@ $(D)/perceive/resnet18.pt: $(D)/dataset.h5
 	$(VPROM) perceive $< --vg $(D)/vg --split neutral --backbone resnet18 --weights none \
 		--input-size $(PERCEIVE_SIZE) --epochs $(PERCEIVE_EPOCHS) --batch-size $(PERCEIVE_BATCH) \
 		--lr $(PERCEIVE_LR) --out $@
-$(D)/features/perceive-resnet18.h5: $(D)/perceive/resnet18.pt
+$(D)/features/perceive-resnet18.h5: $(D)/perceive/resnet18.pt $(D)/dataset.h5
 	$(VPROM) extract $(D)/dataset.h5 --vg $(D)/vg --backbone resnet18 --weights $< \
 		--input-size $(PERCEIVE_SIZE) --out $@
 

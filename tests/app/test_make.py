@@ -1,5 +1,6 @@
 """`make demo` installs vprom with no extra, so nothing only the tests use; `make test`
-installs the test extra, also in a .venv that `make demo` made."""
+installs the test extra, also in a .venv that `make demo` made. A second `make demo` leaves the
+human study, which holds its participants' responses, as it is."""
 
 from __future__ import annotations
 
@@ -57,3 +58,16 @@ def test_make_test_installs_the_test_extra_after_make_demo(tmp_path):
     os.utime(stamp, (later, later))
     assert installs("demo", venv) == []
     assert "test" in extras(installs("test", venv))
+
+
+def test_a_second_make_demo_keeps_the_human_study(tmp_path):
+    def planned(out: Path) -> str:
+        return subprocess.run(["make", "-n", "demo", f"DEMO_OUT={out}", f"VENV={tmp_path / 'v'}"],
+                              cwd=ROOT, text=True, capture_output=True, check=True).stdout
+
+    first = planned(tmp_path / "first")
+    assert "vprom human-study " in first and " train " in first and " report " in first
+    (tmp_path / "again" / "study").mkdir(parents=True)
+    again = planned(tmp_path / "again")
+    assert "vprom human-study " not in again
+    assert again.count(" train ") == first.count(" train ") == 6
