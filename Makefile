@@ -102,31 +102,27 @@ $(D)/features/perceive-resnet18.h5: $(D)/perceive/resnet18.pt $(D)/dataset.h5
 	$(VPROM) extract $(D)/dataset.h5 --vg $(D)/vg --backbone resnet18 --weights $< \
 		--input-size $(PERCEIVE_SIZE) --out $@
 
-# A run: train (resumable), then evaluate on the test problems.
+# A run: train (resumable) on the rule's features, then evaluate on the test problems.
+TRAIN = $(VPROM) train $(D)/dataset.h5 --features $< $(DEMO_TRAIN) --out $(@D)
+EVALUATE = $(VPROM) evaluate $(@D)
 $(D)/runs/labels/rn-aux-neutral/metrics.json: $(D)/features/labels.h5
-	$(VPROM) train $(D)/dataset.h5 --features $< --split neutral --model rn $(DEMO_TRAIN) --aux \
-		--out $(@D)
-	$(VPROM) evaluate $(@D)
+	$(TRAIN) --split neutral --model rn --aux
+	$(EVALUATE)
 $(D)/runs/labels/rn-aux-$(DEMO_HELD_OUT)/metrics.json: $(D)/features/labels.h5
-	$(VPROM) train $(D)/dataset.h5 --features $< --split $(DEMO_HELD_OUT) --model rn \
-		$(DEMO_TRAIN) --aux --out $(@D)
-	$(VPROM) evaluate $(@D)
+	$(TRAIN) --split $(DEMO_HELD_OUT) --model rn --aux
+	$(EVALUATE)
 $(D)/runs/perceive/rn-aux-neutral/metrics.json: $(D)/features/perceive-resnet18.h5
-	$(VPROM) train $(D)/dataset.h5 --features $< --split neutral --model rn $(DEMO_TRAIN) --aux \
-		--out $(@D)
-	$(VPROM) evaluate $(@D)
+	$(TRAIN) --split neutral --model rn --aux
+	$(EVALUATE)
 $(D)/runs/random/rn-aux-neutral/metrics.json: $(D)/features/resnet18.h5
-	$(VPROM) train $(D)/dataset.h5 --features $< --split neutral --model rn $(DEMO_TRAIN) --aux \
-		--out $(@D)
-	$(VPROM) evaluate $(@D)
+	$(TRAIN) --split neutral --model rn --aux
+	$(EVALUATE)
 $(D)/runs/controls/rn-aux-shuffled-context/metrics.json: $(D)/features/labels.h5
-	$(VPROM) train $(D)/dataset.h5 --features $< --split neutral --model rn $(DEMO_TRAIN) --aux \
-		--shuffle-context --out $(@D)
-	$(VPROM) evaluate $(@D)
+	$(TRAIN) --split neutral --model rn --aux --shuffle-context
+	$(EVALUATE)
 $(D)/runs/controls/context-blind/metrics.json: $(D)/features/labels.h5
-	$(VPROM) train $(D)/dataset.h5 --features $< --split neutral --model context-blind \
-		$(DEMO_TRAIN) --out $(@D)
-	$(VPROM) evaluate $(@D)
+	$(TRAIN) --split neutral --model context-blind
+	$(EVALUATE)
 
 # Both cores (pytest-xdist); the heavier checks marked `slow` (a wheel in a fresh venv, numpy
 # 1.x, every docs snippet, end-to-end grids) run in `make test-slow`, and CI runs both.
