@@ -1,8 +1,13 @@
 """Count candidates whose set S (8 of the 10 counts) says nothing about the answer (RAVEN's
-answer-set flaw, fixed): S is drawn after the context and answer a from q_k(S | a, F) per
-sampler k, F the other completing values, so that all count matrices of one relation and
-neutral side have P(answer = v | S) = 1/8 for every v in S. With answer laws P_k(a, F) and
-matrices π_k, iterative proportional fitting solves Σ_k π_k P_k(a, F) q_k(S | a, F) = t(S).
+answer-set flaw, fixed). Each count sampler k draws its answer a, the answer's forced-out
+partner F (Or's other completing value) and S together, from a table r_k(a, F, S) solved so that
+over all count matrices of one relation and neutral side P(answer = v | S) = 1/8 for every v
+in S; the context is then drawn for that answer (`Sampler.sample`).
+
+The tables start from the rule's own answer law times a uniform S and are balanced by
+iterative proportional fitting: scale every (S, a) cell to the mean of S's cells, renormalise
+each sampler. A sampler's answer law may move from the rule's where the balance needs it (on
+a side where most samplers draw from few counts, the full-range sampler answers the others).
 """
 
 from __future__ import annotations
@@ -17,8 +22,12 @@ from vprom.generation.relations import Progression
 
 #: every candidate set: the 8-subsets of 1..10, as bit masks over the count values
 SETS = [sum(1 << v for v in s) for s in itertools.combinations(COUNTS, N_CANDIDATES)]
-#: IPF sweeps; after them the residual max |P(a | S) - 1/8| is 2e-5 on the VG-sized plan
+#: the mask of every count value
+ALL_COUNTS = sum(1 << v for v in COUNTS)
+#: IPF sweeps; after them the residual max |P(a | S) - 1/8| is below 1e-4 on the VG-sized plan
 SWEEPS = 400
+#: the residual above which the rule's own answer law is given up for a balancing one
+TOLERANCE = 1e-4
 #: crops of one count tried before the attempt gives up (regions already used in the matrix)
 CROP_TRIES = 8
 
@@ -35,15 +44,17 @@ def answer_law(relation: Relation, allowed) -> dict[tuple[int, int], float]:
     return {(a, 0): 1 / len(values) for a in values}
 
 
-def absent_tables(samplers: dict, matrices_of: dict) -> dict:
-    """Per count sampler key, q(S | a, F): (answer, forced-out mask) -> (candidate sets as
-    masks, cumulative weights); solved per relation and neutral side."""
+def count_tables(samplers: dict, matrices_of: dict) -> dict:
+    """Per count sampler key, its table: ([(answer, forced-out mask, candidate set mask)],
+    cumulative weights); solved per relation and neutral side."""
     mixes: dict[tuple[Relation, int], list] = {}
     for key, s in samplers.items():
         if s.group.element_type.value != "count" or not matrices_of.get(key):
             continue
         option = s.options[0]
-        usable = sum(1 << v for v in option.same if v in COUNTS)
+        # a candidate's crop shows its count alone, so a value is usable with such a crop
+        usable = sum(1 << v for v in COUNTS if any(
+            s.masks[r] & ALL_COUNTS == 1 << v for r in s.crops_of.get(v, ())))
         mixes.setdefault((s.group.relation, key[1] // 2), []).append(
             (key, matrices_of[key], answer_law(s.group.relation, option.context), usable))
     out = {}
@@ -55,39 +66,56 @@ def absent_tables(samplers: dict, matrices_of: dict) -> dict:
 def _solve(members) -> dict:
     sets = np.array(SETS, dtype=np.int64)
     holds = np.array([[(s >> v) & 1 for v in range(max(COUNTS) + 1)] for s in SETS], bool)
-    rows = []  # (key, answer, forced, weight π P(a, F), feasible sets as a boolean row)
-    for key, n, law, usable in members:
+    rows = []  # (sampler's index, answer, forced, P(a, F), feasible sets as a boolean row)
+    for k, (_, _, law, usable) in enumerate(members):
         for (a, forced), p in sorted(law.items()):
             ok = holds[:, a] & ((sets & forced) == 0) & ((sets & ~usable) == 0)
             if ok.any():
-                rows.append((key, a, forced, n * p, ok))
+                rows.append((k, a, forced, p, ok))
     if not rows:
         return {}
-    feasible = np.array([ok for *_, ok in rows], dtype=float)  # R x |SETS|
+    sampler = np.array([k for k, *_ in rows])
+    matrices = np.array([n for _, n, *_ in members], dtype=float)[sampler]
     answer = np.eye(holds.shape[1])[[a for _, a, *_ in rows]]  # R x 11, one-hot
-    weight = np.array([w for _, _, _, w, _ in rows])
-    q = feasible / feasible.sum(axis=1, keepdims=True)
-    for _ in range(SWEEPS):
-        mix = (weight[:, None] * q).T @ answer  # |SETS| x 11: M(S, a)
-        present = mix.sum(axis=1) / N_CANDIDATES  # t(S): the mean over S's 8 values
-        ratio = np.where(mix > 0, present[:, None] / np.maximum(mix, 1e-300), 1.0)
-        q = q * (ratio @ answer.T).T
-        q /= q.sum(axis=1, keepdims=True)
+    feasible = np.array([ok for *_, ok in rows], dtype=float)  # R x |SETS|
+    law = np.array([p for *_, p, _ in rows])
+    law /= np.bincount(sampler, law)[sampler]  # the law of the (answer, F) with a feasible S
+
+    def rule_law(r):  # each (answer, F) as often as the rule draws it
+        return r * (law / r.sum(axis=1))[:, None]
+
+    def sampler_law(r):  # only each sampler's total fixed: the answer law may move
+        return r / np.bincount(sampler, r.sum(axis=1))[sampler][:, None]
+
+    for normalise in (rule_law, sampler_law):  # the second only where the first cannot
+        r = rule_law(feasible)
+        for _ in range(SWEEPS):
+            mix = (matrices[:, None] * r).T @ answer  # |SETS| x 11: M(S, a)
+            present = mix.sum(axis=1) / N_CANDIDATES  # the mean over S's 8 values
+            ratio = np.where(mix > 0, present[:, None] / np.maximum(mix, 1e-300), 1.0)
+            r = normalise(r * (ratio @ answer.T).T)
+        if residual(r, matrices, answer, holds) < TOLERANCE:
+            break
     out: dict = {}
-    for (key, a, forced, _, ok), qr in zip(rows, q):
-        j = np.flatnonzero(ok)
-        out.setdefault(key, {})[a, forced] = ([int(sets[k]) for k in j],
-                                              np.cumsum(qr[j]).tolist())
+    for k, (key, *_) in enumerate(members):
+        cells = [(j, s) for j in np.flatnonzero(sampler == k) for s in np.flatnonzero(r[j])]
+        if cells:
+            out[key] = ([(rows[j][1], rows[j][2], int(sets[s])) for j, s in cells],
+                        np.cumsum([r[j, s] for j, s in cells]).tolist())
     return out
 
 
-def count_distractors(draws: Draws, table: dict, answer: int, z: int,
-                      used: set[int], crops_of, masks, region) -> list[int] | None:
-    """7 crops of a drawn candidate set's other counts, carrying no other candidate nor Z."""
-    row = table.get((answer, z & ~(1 << answer)))
-    if row is None:
-        return None
-    chosen = row[0][draws.by_cumulative(row[1])]
+def residual(r, matrices, answer, holds) -> float:
+    """max over S and a in S of |P(answer = a | S) - 1/8| under the table r."""
+    mix = (matrices[:, None] * r).T @ answer
+    total = mix.sum(axis=1, keepdims=True)
+    share = np.divide(mix, total, out=np.full_like(mix, 1 / N_CANDIDATES), where=total > 0)
+    return float(np.abs(share - 1 / N_CANDIDATES)[holds].max())
+
+
+def count_distractors(draws: Draws, answer: int, chosen: int, z: int, used: set[int],
+                      crops_of, masks, region) -> list[int] | None:
+    """7 crops of the candidate set's other counts, each showing no other candidate nor Z."""
     out = []
     for v in COUNTS:
         if v == answer or not (chosen >> v) & 1:
@@ -102,3 +130,18 @@ def count_distractors(draws: Draws, table: dict, answer: int, z: int,
         else:
             return None
     return out
+
+
+def count_context(draws: Draws, rule, answer: int, forced: int, elements) -> list[int]:
+    """The 9 elements of a count matrix under `rule` ending on `answer` (Or: the partner is
+    `forced`'s value), drawn as the rule's `sample` draws them given that answer."""
+    if rule.relation is Relation.OR:
+        context = rule.context(draws, answer, elements, partner=forced.bit_length() - 1)
+    elif rule.relation is Relation.PROGRESSION:
+        context = rule.context(draws, answer, elements)
+    else:  # And and Union: the other rows' elements, distinct where the counts allow
+        others = [e for e in elements if e != answer]
+        pair = (draws.distinct(others, 2) if len(elements) >= 3
+                else [draws.pick(elements) for _ in range(2)])
+        context = rule.context(draws, answer, elements, others=pair)
+    return context + [answer]

@@ -1,8 +1,10 @@
 """One matrix at a time. Human-attribute matrices are drawn candidates first
-(`human_candidates`); the others answer first: the rule samples the 9 elements, a crop is drawn
-per panel in the cell (no region twice), the solver turns the context's label masks into the
-mask Z of every element completing row 3, and the 7 distractors are drawn outside Z. A failed
-attempt is redrawn up to `MAX_TRIES` times, all from the matrix's own `Draws(seed, index)`.
+(`human_candidates`); counts draw their answer and candidate set from a table
+(`count_candidates`), then a context for that answer; the others answer first: the rule samples
+the 9 elements. A crop is drawn per panel in the cell (no region twice), the solver turns the
+context's label masks into the mask Z of every element completing row 3, and the 7
+distractors are drawn outside Z. A failed attempt is redrawn up to `MAX_TRIES` times, all from
+the matrix's own `Draws(seed, index)`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from vprom.generation.candidates import (
     static_block,
 )
 from vprom.generation.human_candidates import HumanSampler, make_human_sampler, shortfall
-from vprom.generation.count_candidates import absent_tables, count_distractors
+from vprom.generation.count_candidates import count_context, count_distractors, count_tables
 from vprom.generation.candidate_blocks import mixing_plans
 from vprom.generation.plan import Group, MatrixPlan
 from vprom.generation.pool_index import CELL_NAMES, RELATION_BIT, PoolIndex, draw_crops
@@ -35,6 +37,12 @@ from vprom.splits.rules import HeldOutDesign, object_third
 MIN_CONTEXT_CROPS = 3
 #: Resampling attempts per matrix before generation gives up with a VpromError.
 MAX_TRIES = 40
+#: Attempts of a count matrix sharing one (answer, candidate set) draw of its table: redrawn
+#: at each failure, answers whose matrices fail more would come out too rarely. A count
+#: sampler has twice the tries, redrawing at every attempt after MAX_TRIES, lest a thin pool
+#: fail to build. No matrix of the demo's pool gets that far; where many do (a few crops of
+#: a count in a cell), `vprom verify` finds the imbalance.
+COUNT_KEEP = 20
 #: Attempts keeping every candidate's element off the others (`_Taker`); later ones keep only
 #: the completions off (a super-attribute every crop carries has no exclusive labels).
 STRICT_TRIES = 12
@@ -58,7 +66,7 @@ class Sampler:
     solver_groups: list[int] = field(default_factory=list)
     fill_weight: dict[str, float] = field(default_factory=dict)  # `fill_weights`
     mixing: dict = field(default_factory=dict)  # super-attribute -> `candidate_blocks.Plan`
-    absent: dict | None = None  # counts: `count_candidates.absent_tables`' table
+    counts: tuple | None = None  # counts: `count_candidates.count_tables`' table
     tries = MAX_TRIES
 
     def sample(self, draws: Draws, answer_pos: int, why: Counter
@@ -68,7 +76,13 @@ class Sampler:
         masks, region, groups = self.masks, self.region, self.solver_groups
         for attempt in range(self.tries):
             option = self.options[draws.by_cumulative(self.cumulative)]
-            ids = rule.sample(draws, option.context)
+            if self.counts is None:
+                ids = rule.sample(draws, option.context)
+            else:
+                if attempt % COUNT_KEEP == 0 or attempt >= MAX_TRIES:  # see COUNT_KEEP
+                    entries, cumulative = self.counts
+                    answer, forced, chosen = entries[draws.by_cumulative(cumulative)]
+                ids = count_context(draws, rule, answer, forced, option.context)
             rows = draw_crops(draws, ids, crops_of, region)
             if rows is None:
                 why["no 9 context crops on distinct regions"] += 1
@@ -79,13 +93,16 @@ class Sampler:
                 continue
             used = {region[r] for r in rows}
             context_ids = list(dict.fromkeys(ids[:N_CONTEXT]))
-            if self.absent is not None:
-                wrong = count_distractors(draws, self.absent, ids[N_CONTEXT], z, used, crops_of,
-                                          masks, region)
-            else:
+            if self.counts is None:
                 wrong = distractors(draws, option, context_ids, z, used, crops_of, masks,
                                     region, self.fill_weight, rows[N_CONTEXT],
                                     attempt < STRICT_TRIES, self.mixing)
+            elif (z | masks[rows[N_CONTEXT]]) & chosen != 1 << answer:
+                why["the context admits a completion in the candidate set"] += 1
+                continue
+            else:
+                wrong = count_distractors(draws, answer, chosen, z, used, crops_of, masks,
+                                          region)
             if wrong is None:
                 why["too few distractors outside the completions"] += 1
                 continue
@@ -234,7 +251,7 @@ class PlanSampler:
         made = {k: v for k, v in {**samplers, **self.loose}.items() if isinstance(v, Sampler)}
         self.weights = fill_weights(made, matrices_of)
         self.mixing = mixing_plans(made, matrices_of)
-        self.tables = {} if legacy_counts else absent_tables(made, matrices_of)
+        self.tables = {} if legacy_counts else count_tables(made, matrices_of)
         for sampler in [*samplers.values(), *self.loose.values()]:
             self._weighted(sampler)
         for s in samplers.values():
@@ -250,8 +267,8 @@ class PlanSampler:
         sampler.fill_weight = self.weights.get(sampler.group.element_type, {})
         sampler.mixing = self.mixing.get(key, {})
         if sampler.group.element_type is ElementType.COUNT and not self.legacy_counts:
-            sampler.absent = self.tables.get(key)
-            if sampler.absent is None:
+            sampler.counts, sampler.tries = self.tables.get(key), 2 * MAX_TRIES
+            if sampler.counts is None:
                 raise VpromError(f"{sampler.label}: fewer than 8 counts have crops, so no "
                                  "candidate set can be drawn — mine more images")
         return sampler

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from collections import Counter
 
+import h5py
 import numpy as np
 import pytest
+from scipy.stats import chi2
 
 from tests.generation.direct import generate_matrices
 from vprom.generation import sampler as sampler_mod
-from vprom.generation.count_candidates import absent_tables, answer_law
+from vprom.generation.count_candidates import answer_law, count_tables
 from vprom.generation.plan import MatrixPlan, make_plan
+from vprom.generation.labels import LabelVocabulary
 from vprom.generation.pool_index import PoolIndex
 from vprom.generation.verify.set_probes import absent_value_probe
 from vprom.domain import COUNTS, N_CANDIDATES, N_CONTEXT, Relation
@@ -23,18 +26,19 @@ from vprom.splits import load_rules
 ODD, LOW = (1, 3, 5, 7, 9), (1, 2, 3, 4, 5)
 
 
-def residual(tables: dict, samplers: dict, matrices_of: dict) -> float:
-    """The tables' worst miss: max over (relation, neutral side, S, a in S) of
-    |P(a | S) - 1/8| under the tables."""
+def balance(tables: dict, samplers: dict, matrices_of: dict) -> dict:
+    """(relation, neutral side) -> {candidate set: the matrices answering each count} under
+    the tables."""
     mixes: dict = {}
-    for key, table in tables.items():
-        s = samplers[key]
-        law = answer_law(s.group.relation, s.options[0].context)
-        mix = mixes.setdefault((s.group.relation, key[1] // 2), {})
-        for (a, forced), (sets, cumulative) in table.items():
-            w = matrices_of[key] * law.get((a, forced), 0.0)
-            for st, p in zip(sets, np.diff([0.0, *cumulative])):
-                mix.setdefault(st, np.zeros(max(COUNTS) + 1))[a] += w * p
+    for key, (entries, cumulative) in tables.items():
+        mix = mixes.setdefault((samplers[key].group.relation, key[1] // 2), {})
+        for (a, _, st), p in zip(entries, np.diff([0.0, *cumulative])):
+            mix.setdefault(st, np.zeros(max(COUNTS) + 1))[a] += matrices_of[key] * p
+    return mixes
+
+
+def residual(mixes: dict) -> float:
+    """The worst miss: max over (relation, neutral side, S, a in S) of |P(a | S) - 1/8|."""
     worst = 0.0
     for mix in mixes.values():
         for st, m in mix.items():
@@ -69,23 +73,98 @@ def count_setup(crops):
     return plan, pool
 
 
-def test_tables_make_every_candidate_the_answer_one_time_in_eight(count_setup):
-    plan, pool = count_setup
-    design = plan.design
+def count_keys(plan) -> dict:
+    """(group, cell) -> matrices, for the plan's count groups."""
     held = np.array([g.held_side for g in plan.groups])
     cell = plan.neutral_side.astype(int) * 2 + held[plan.group_of.astype(int)]
     keys, n = np.unique(np.stack([plan.group_of.astype(int), cell]), axis=1, return_counts=True)
-    matrices_of = {(int(g), int(c)): int(k) for (g, c), k in zip(keys.T.tolist(), n.tolist())
-                   if plan.groups[g].element_type.value == "count"}
-    samplers = {k: sampler_mod.make_sampler(pool, design, plan.groups[k[0]], k[1])
+    return {(int(g), int(c)): int(k) for (g, c), k in zip(keys.T.tolist(), n.tolist())
+            if plan.groups[g].element_type.value == "count"}
+
+
+def test_tables_make_every_candidate_the_answer_one_time_in_eight(count_setup):
+    plan, pool = count_setup
+    matrices_of = count_keys(plan)
+    samplers = {k: sampler_mod.make_sampler(pool, plan.design, plan.groups[k[0]], k[1])
                 for k in matrices_of}
-    tables = absent_tables(samplers, matrices_of)
+    tables = count_tables(samplers, matrices_of)
     assert set(tables) == set(matrices_of)
-    assert residual(tables, samplers, matrices_of) < 1e-4
-    for table in tables.values():  # every drawn set holds its answer and avoids the forced
-        for (a, forced), (sets, _) in table.items():
-            assert all((s >> a) & 1 and not s & forced and s.bit_count() == N_CANDIDATES
-                       for s in sets)
+    assert residual(balance(tables, samplers, matrices_of)) < 1e-4
+    for key, (entries, _) in tables.items():  # each set holds its answer, avoids the forced
+        allowed = samplers[key].options[0].context
+        assert all(a in allowed and (s >> a) & 1 and not s & forced
+                   and s.bit_count() == N_CANDIDATES for a, forced, s in entries)
+
+
+def test_a_side_whose_samplers_miss_a_count_is_balanced_by_the_others(count_setup):
+    """Where most matrices of a side come from samplers that never answer 8 but the sets must
+    show it, moving the full-range sampler's answer law balances the side."""
+    plan, pool = count_setup
+    matrices_of = count_keys(plan)
+    samplers = {k: sampler_mod.make_sampler(pool, plan.design, plan.groups[k[0]], k[1])
+                for k in matrices_of}
+    full = {k: s for k, s in samplers.items() if len(s.options[0].context) == len(COUNTS)}
+    narrow = {k: s for k, s in samplers.items() if 8 not in s.options[0].context}
+    assert full and len(narrow) >= 2
+    key = next(iter(full))
+    side = [key] + [k for k in narrow if k[1] // 2 == key[1] // 2
+                    and samplers[k].group.relation is samplers[key].group.relation]
+    mix = {k: samplers[k] for k in side}
+    weights = {k: matrices_of[k] * (1 if k == key else 6) for k in side}
+    assert len(side) >= 3
+    tables = count_tables(mix, weights)
+    assert residual(balance(tables, mix, weights)) < 1e-4
+    law = answer_law(samplers[key].group.relation, COUNTS)
+    drawn = np.zeros(max(COUNTS) + 1)
+    entries, cumulative = tables[key]
+    for (a, _, _), p in zip(entries, np.diff([0.0, *cumulative])):
+        drawn[a] += p
+    rule = np.zeros(max(COUNTS) + 1)
+    for (a, _), p in law.items():
+        rule[a] += p
+    assert drawn[8] > 1.5 * rule[8]
+
+
+@pytest.fixture(scope="module")
+def demo_pool(tmp_path_factory):
+    """The pools of the demo's synthetic corpus (2,000 images): some of its cells hold only a
+    few crops of a count, so that matrices there often fail and retry."""
+    from vprom.generation.generate import POOLS, read_crop_table
+    from vprom.mining.pools import mine
+    from vprom.mining.synth import write_corpus
+
+    root = tmp_path_factory.mktemp("demo_pool")
+    write_corpus(root / "vg", images=2000, seed=0)
+    mine(root / "vg", root / "pools.h5", workers=1)
+    with h5py.File(root / "pools.h5") as h5:
+        vocabulary = LabelVocabulary.read(h5.get("vocabulary"), "pools.h5")
+    return read_crop_table(root / "pools.h5", POOLS), vocabulary
+
+
+def test_generated_count_matrices_answer_each_candidate_one_time_in_eight(demo_pool):
+    """The matrices drawn, not only the tables: retries must not thin any answer. Per
+    (relation, neutral side) of the demo's 40,000 count matrices, each count is the answer
+    in 1/8 of the matrices showing it (chi-square over the counts: redrawing the answer at
+    every failure gives p < 1e-5 on And and Or of the test side)."""
+    crops, vocabulary = demo_pool
+    design = load_rules().design
+    plan = make_plan(0.4, 0, design)
+    pool = PoolIndex(crops, 0, design, vocabulary=vocabulary)
+    idx = [i for i in range(len(plan))
+           if plan.groups[plan.group_of[i]].element_type.value == "count"]
+    answered, shown = Counter(), Counter()
+    for m in generate_matrices(pool, plan, idx):
+        where = (m.relation, int(plan.neutral_side[m.id]))
+        values = [int(e) for e in m.elements[N_CONTEXT:]]
+        answered[where + (values[m.answer],)] += 1
+        for v in values:
+            shown[where + (v,)] += 1
+    assert len({k[:2] for k in shown}) == 8
+    for where in {k[:2] for k in shown}:
+        obs = np.array([answered[where + (v,)] for v in COUNTS if shown[where + (v,)]])
+        exp = np.array([shown[where + (v,)] / N_CANDIDATES for v in COUNTS
+                        if shown[where + (v,)]])
+        assert chi2.sf(((obs - exp) ** 2 / exp).sum(), len(obs) - 1) > 1e-4, (where, obs, exp)
 
 
 def _progressions(plan, pool, legacy: bool):
