@@ -5,9 +5,10 @@ over all count matrices of one relation and neutral side P(answer = v | S) = 1/8
 in S; the context is then drawn for that answer (`Sampler.sample`).
 
 The tables start from the rule's own answer law times a uniform S and are balanced by
-iterative proportional fitting: scale every (S, a) cell to the mean of S's cells, renormalise
-each sampler. A sampler's answer law may move from the rule's where the balance needs it (on
-a side where most samplers draw from few counts, the full-range sampler answers the others).
+iterative proportional fitting: scale every (S, a) cell to the mean of S's cells, then give
+each (a, F) its rule's probability again. Where that cannot balance a side (most of its
+samplers never answer some count that the sets must show), the sweeps run again keeping only
+each sampler's total, so the full-range sampler answers those counts more often.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def count_tables(samplers: dict, matrices_of: dict) -> dict:
         if s.group.element_type.value != "count" or not matrices_of.get(key):
             continue
         option = s.options[0]
-        # a candidate's crop shows its count alone, so a value is usable with such a crop
+        # a value is usable with a crop showing no other count: it fits beside any set
         usable = sum(1 << v for v in COUNTS if any(
             s.masks[r] & ALL_COUNTS == 1 << v for r in s.crops_of.get(v, ())))
         mixes.setdefault((s.group.relation, key[1] // 2), []).append(
