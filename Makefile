@@ -52,8 +52,8 @@ $(TEST_STAMP): pyproject.toml
 
 # The whole pipeline on the synthetic corpus (docs/perception.md), DEMO_JOBS steps at a time:
 # build (synthetic corpus -> mine -> generate -> verify -> stats); three feature sources:
-# labels (perfect perception), and resnet18 on 64 px crops, with random weights and trained on
-# the corpus's labels by `vprom perceive`; the relation network with aux on each on neutral, on
+# labels (perfect perception), resnet18 on 64 px crops with random weights, and the labels
+# that resnet18, trained on the corpus's labels by `vprom perceive`, predicts; the relation network with aux on each on neutral, on
 # labels on one held-out split too; the two controls expected at chance (the relation network
 # on shuffled context panels, the context-blind model), on labels; each run evaluated; one
 # rendered matrix, a small human study and the VLM export; last the report, which prints the
@@ -98,9 +98,10 @@ $(D)/perceive/resnet18.pt: $(D)/dataset.h5
 	$(VPROM) perceive $< --vg $(D)/vg --split neutral --backbone resnet18 --weights none \
 		--input-size $(PERCEIVE_SIZE) --epochs $(PERCEIVE_EPOCHS) --batch-size $(PERCEIVE_BATCH) \
 		--lr $(PERCEIVE_LR) --out $@
+# the perception model's predicted labels (its heads' probabilities), the counterpart of labels
 $(D)/features/perceive-resnet18.h5: $(D)/perceive/resnet18.pt $(D)/dataset.h5
 	$(VPROM) extract $(D)/dataset.h5 --vg $(D)/vg --backbone resnet18 --weights $< \
-		--input-size $(PERCEIVE_SIZE) --out $@
+		--input-size $(PERCEIVE_SIZE) --pool heads --out $@
 
 # A run: train (resumable) on the rule's features, then evaluate on the test problems.
 TRAIN = $(VPROM) train $(D)/dataset.h5 --features $< $(DEMO_TRAIN) --out $(@D)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from vprom.baselines.config import TrainConfig
 from vprom.baselines.metrics import control_result, did_not_learn, is_control
-from vprom.baselines.metrics import breakdowns, format_breakdowns, format_score
+from vprom.baselines.metrics import INTERVAL, breakdowns, format_breakdowns, format_score
 from vprom.baselines.run_folder import (check_own_checkpoint, load_checkpoint, load_weights,
                                         plain_record, portable)
 from vprom.baselines.train import build_model, load_data, predict
@@ -22,7 +22,7 @@ from vprom.errors import VpromError
 from vprom.feature_files import check_features_source
 from vprom.files import write_json
 from vprom.manifest import check_made_from, input_hash
-from vprom.domain import CHANCE
+from vprom.domain import CHANCE, N_CONTEXT
 from vprom.runtime import resolve_device
 
 
@@ -82,6 +82,8 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
         load_weights(model, state, run / "best.pt")
         model.to(data.features.device)
         correct = (predict(model, data, test) == test.answer.cpu()).numpy()
+        # the answer panel's row of the panel table: one per crop
+        answer_crop = test.rows.gather(1, N_CONTEXT + test.answer[:, None]).cpu().numpy()[:, 0]
         metrics = {
             "run": str(run), "model": config.model, "split": config.split, "aux": config.aux,
             "shuffle_context": config.shuffle_context, "seed": config.seed,
@@ -92,7 +94,7 @@ def evaluate(run_dir: str | Path, device: str | None = None) -> dict:
             "checkpoint": {"epoch": state["best"]["epoch"] + 1,
                            "val_acc": state["best"]["val_acc"]},
             "chance": CHANCE,
-            **breakdowns(correct, test.relation_name, test.element_type),
+            **breakdowns(correct, test.relation_name, test.element_type, answer_crop),
         }
         if is_control(config.model, config.shuffle_context):  # expected at chance: checked so
             passed, why = control_result(metrics)
@@ -120,8 +122,7 @@ def format_metrics(metrics: dict) -> str:
     lines = [f"{metrics['model']}{aux}{control} on {metrics['split']} "
              f"({metrics['features'].get('backbone')} features), best epoch "
              f"{metrics['checkpoint']['epoch']}",
-             f"test accuracy {format_score(metrics['test'])}   95% Wilson interval; "
-             "chance 12.5%"]
+             f"test accuracy {format_score(metrics['test'])}   {INTERVAL}; chance 12.5%"]
     lines += format_breakdowns(metrics)
     if metrics.get("control"):
         verdict = "PASS" if metrics["control"]["passed"] else "FAIL"

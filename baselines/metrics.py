@@ -1,6 +1,8 @@
-"""Test-set scores with 95% Wilson intervals, overall and by relation and element type, and
-whether a run learned: it did not when its training answer loss never got `LOSS_TOLERANCE` below
-ln 8 (uniform scores), or its test accuracy lies in chance's 95% interval (flagged, never dropped).
+"""Test-set scores with 95% intervals, overall and by relation and element type, and whether a
+run learned: it did not when its training answer loss never got `LOSS_TOLERANCE` below ln 8
+(uniform scores), or its test accuracy lies in chance's 95% interval (flagged, never dropped).
+The intervals are Wilson's, at the effective sample size of problems clustered by their answer
+crop (`vprom.statistics.clustered_interval`): problems that share a crop are not independent.
 A control (context-blind, shuffled context) passes while its interval's lower end is at most
 chance + 2 points, `vprom verify`'s rule for bias probes."""
 
@@ -12,8 +14,10 @@ import math
 import numpy as np
 
 from vprom.domain import CHANCE, N_CANDIDATES, SHORTCUT_MARGIN, ElementType, Relation
-from vprom.statistics import wilson_interval
+from vprom.statistics import clustered_interval, wilson_interval
 
+#: how the printed intervals are made (module doc)
+INTERVAL = "95% interval, problems clustered by answer crop"
 #: ln 8, the answer loss of uniform scores
 CHANCE_LOSS = math.log(N_CANDIDATES)
 #: how far below ln 8 the loss must get once for the run to count as having left it
@@ -22,25 +26,35 @@ LOSS_TOLERANCE = 0.01
 CONTROL_MODELS = ("context-blind", "context-blind-pixels")
 
 
-def score(correct: np.ndarray) -> dict:
-    """n, correct, accuracy and its 95% interval for a boolean array of outcomes."""
+def score(correct: np.ndarray, clusters: np.ndarray | None = None) -> dict:
+    """n, correct, accuracy, its 95% interval and design effect for a boolean array of
+    outcomes of problems whose answer crops are `clusters` (None: independent outcomes)."""
     n, k = int(len(correct)), int(np.sum(correct))
-    low, high = wilson_interval(k, n)
-    return {"n": n, "correct": k, "accuracy": k / n if n else None, "ci95": [low, high]}
+    if clusters is None:
+        (low, high), deff = wilson_interval(k, n), 1.0
+    else:
+        low, high, deff = clustered_interval(correct, clusters)
+    return {"n": n, "correct": k, "accuracy": k / n if n else None, "ci95": [low, high],
+            "design_effect": deff}
 
 
-def breakdowns(correct: np.ndarray, relation: np.ndarray, element_type: np.ndarray) -> dict:
-    """Scores overall, by relation, by element type and by both, in the enums' order."""
+def breakdowns(correct: np.ndarray, relation: np.ndarray, element_type: np.ndarray,
+               answer_crop: np.ndarray | None = None) -> dict:
+    """Scores overall, by relation, by element type and by both, in the enums' order; each
+    interval clustered by `answer_crop` (the problems' answer crop ids) where given."""
+    def part(mask):
+        return score(correct[mask], None if answer_crop is None else answer_crop[mask])
+
     relations = [r.value for r in Relation if np.any(relation == r.value)]
     types = [t.value for t in ElementType if np.any(element_type == t.value)]
     pairs: dict = {}
     for r, t in itertools.product(relations, types):
         if (mask := (relation == r) & (element_type == t)).any():
-            pairs.setdefault(r, {})[t] = score(correct[mask])
+            pairs.setdefault(r, {})[t] = part(mask)
     return {
-        "test": score(correct),
-        "by_relation": {r: score(correct[relation == r]) for r in relations},
-        "by_element_type": {t: score(correct[element_type == t]) for t in types},
+        "test": part(np.ones(len(correct), dtype=bool)),
+        "by_relation": {r: part(relation == r) for r in relations},
+        "by_element_type": {t: part(element_type == t) for t in types},
         "by_relation_element_type": pairs,
     }
 
@@ -97,7 +111,8 @@ def did_not_learn(metrics: dict, history: list[dict]) -> list[str]:
     test = metrics.get("test") or {}
     n, accuracy = test.get("n") or 0, test.get("accuracy")
     if n and accuracy is not None:
-        low, high = wilson_interval(CHANCE * n, n)
+        n_effective = n / test.get("design_effect", 1.0)
+        low, high = wilson_interval(CHANCE * n_effective, n_effective)
         if low <= accuracy <= high:
             reasons.append(f"its test accuracy {100 * accuracy:.1f}% is within the chance "
                            f"interval {100 * low:.1f}–{100 * high:.1f}% of {n:,} matrices")

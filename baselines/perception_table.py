@@ -49,7 +49,8 @@ def feature_source(attrs: dict, backbone: str) -> str:
     if "weights_kind" not in attrs and isinstance(weights, str) and Path(weights).is_file():
         kind = (manifest_of(weights) or {}).get("kind")
     if kind == "perception-weights":  # `vprom perceive`'s manifest kind
-        return f"{TRAINED} ({backbone})"
+        pool = attrs.get("pool", config.get("pool"))
+        return f"{TRAINED} ({backbone}{', predicted labels' if pool == 'heads' else ''})"
     return feature_type(backbone)
 
 
@@ -102,10 +103,10 @@ def perception_markdown(rows: list[dict], ceiling_note: str) -> str:
         values = [(cells[s]["cell"].text(marked=False) if "cell" in cells[s]
                    else f"{cells[s]['accuracy']:.1f}") if s in cells else "—" for s in splits]
         lines.append(f"| {source} | {model} | " + " | ".join(values) + " |")
-    return ("Test accuracy (%) by feature source and split, with the 95% Wilson interval over "
-            "each split's test problems. Random weights see no element; a trained perception "
-            "model recognises them imperfectly; labels are perfect perception, so what a labels "
-            "run misses is reasoning. " + ceiling_note + "\n\n" + "\n".join(lines) + "\n")
+    return ("Test accuracy (%) by feature source and split, with the 95% interval over each "
+            "split's test problems, clustered by answer crop. Random weights see no element; a "
+            "trained perception model recognises them imperfectly; labels are perfect "
+            "perception, so what a labels run misses is reasoning. " + ceiling_note + "\n\n" + "\n".join(lines) + "\n")
 
 
 def runs_dataset(entries: list) -> tuple[Path | None, str]:

@@ -1,6 +1,6 @@
 """Tables and plots over evaluated runs (`vprom report RUN... --out DIR`): runs keyed by (model,
 feature source, aux, control, split) are averaged over seeds, refused when other settings differ.
-DIR gets table2, splits and perception (.md and .csv), report.md, bar plots with 95% Wilson
+DIR gets table2, splits and perception (.md and .csv), report.md, bar plots with 95%
 intervals, curves.png and manifest.json (written first, then with every file's sha256)."""
 
 from __future__ import annotations
@@ -334,8 +334,8 @@ def report(run_dirs, out: str | Path, ceilings: Ceilings | None = None,
         backbones += (".\n\n**Some runs use randomly initialised backbone weights: their numbers "
                       "are not comparable with the paper's** (they are shown under Perception "
                       "against reasoning, not in Table 2)")
-    t2_md = ("Test accuracy (%) on the neutral split, ours (95% Wilson interval) beside the "
-             "paper's (Teney et al. 2020, Table 2).\n\n" + table2_markdown(t2))
+    t2_md = ("Test accuracy (%) on the neutral split, ours (95% interval, clustered by answer "
+             "crop) beside the paper's (Teney et al. 2020, Table 2).\n\n" + table2_markdown(t2))
     sp_md = "Test accuracy (%) per split.\n\n" + splits_markdown(sp)
     blank = {"features": "", "aux": "", "control": "", **figures(None, "ours")}
     t2_csv = [*t2, {"model": "humans", "name": f"Humans ({HUMANS_SKIPPED}% skipped)", **blank,

@@ -92,16 +92,21 @@ def _why(error: Exception) -> str:
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
-def read_checkpoint(path: Path) -> dict:
-    """A flat {name: tensor} from a weights file (see the module doc)."""
+def read_checkpoint_file(path: Path):
+    """What a weights file holds, as it was saved (see the module doc)."""
     path = Path(path)
     if not path.is_file():
         raise VpromError(f"{path}: no such weights file; pass imagenet, none or a state dict")
     try:
-        obj = _load(path)
+        return _load(path)
     except Exception as e:  # any unreadable file is the user's to replace
         raise VpromError(f"{path}: cannot read the weights file ({_why(e)}); pass a torch "
                          "state dict (.pth) or a Detectron .pkl") from None
+
+
+def read_checkpoint(path: Path) -> dict:
+    """A flat {name: tensor} from a weights file (see the module doc)."""
+    obj = read_checkpoint_file(path)
     for wrapper in ("model", "state_dict"):
         if isinstance(obj, dict) and isinstance(obj.get(wrapper), dict):
             obj = obj[wrapper]

@@ -13,8 +13,10 @@ DECODERS = ("auto", "cpu", "gpu")
 #: a crop's pixels: the box warped to SxS, or the detector's RoI pooling of the whole image
 REGIONS = ("crop", "roi")
 #: one L2-normalised vector per crop (avg pool; a token model's own pooled output, or the mean
-#: of its patch tokens), or the last map (N, C, H, W); auto: the backbone's default
-POOLS = ("auto", "avg", "cls", "mean", "none")
+#: of its patch tokens), or the last map (N, C, H, W); auto: the backbone's default; heads: a
+#: `vprom perceive` model's predicted labels (the average pool under its heads)
+HEADS = "heads"
+POOLS = ("auto", "avg", "cls", "mean", "none", HEADS)
 #: --compression -> h5py's filter options (the byte shuffle helps float maps)
 H5_FILTERS = {"none": {}, "gzip": {"compression": "gzip", "compression_opts": 4, "shuffle": True},
               "lzf": {"compression": "lzf", "shuffle": True}}

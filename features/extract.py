@@ -27,16 +27,19 @@ import torch
 from vprom.errors import VpromError
 from vprom.features import pipeline
 from vprom.features.backbones import get_backbone, timm_version
-from vprom.features.config import H5_FILTERS, SYMBOLIC_BACKBONE, ExtractConfig, default_batch_size
+from vprom.features.config import (H5_FILTERS, HEADS, SYMBOLIC_BACKBONE, ExtractConfig,
+                                   default_batch_size)
 from vprom.features.crops import (batch_layout, cores_per_process, open_work_folder,
                                   resolve_decoder)
 from vprom.features.labels import extract_labels, sorted_crops
+from vprom.features.perceive import with_heads
 from vprom.features.pipeline import DTYPES, ExtractPlan
 from vprom.claim import writes
 from vprom.files import atomic_path
 from vprom.manifest import CONTENT_PREFIX, input_hashes, is_current, make_manifest, manifest_of
 from vprom.manifest import write_manifest
 from vprom.runtime import World, joined_world
+from vprom.tables import STR
 
 MAX_GPU_WORKERS = 16
 GRAPH_DEVICES = ("cuda",)  # where --cuda-graphs runs (tests add the CPU, with a stand-in)
@@ -51,10 +54,14 @@ POOLING = {"avg": "global average pool over the last conv stage's feature map",
                   "after the final norm; an attention-pool head where the model has one)",
            "mean": "mean of the patch tokens (class and register tokens excluded)",
            "none": "none: the last conv stage's feature map of each crop, (C, H, W) (token "
-                   "models: the patch tokens as a (C, H, W) grid)"}
+                   "models: the patch tokens as a (C, H, W) grid)",
+           "heads": "global average pool, then the perception model's heads: each crop's "
+                    "predicted labels (label_order)"}
 _L2 = "L2 (computed in float32, then cast to the stored dtype)"
 NORMALISATION = {"avg": _L2, "cls": _L2, "mean": _L2,
-                 "none": "none (the maps are stored as the trunk computes them)"}
+                 "none": "none (the maps are stored as the trunk computes them)",
+                 "heads": "none (probabilities: attributes by sigmoid, category and count by "
+                          "softmax)"}
 #: what FEATS.h5's attributes record as the manifest's `config` does
 SHARED_ATTRS = ("backbone", "weights", "weights_sha256", "region", "decode", "pool", "dtype",
                 "compression", "device_type", "autocast", "cuda_graphs", "batch_size",
@@ -128,8 +135,15 @@ def _prepare(config: ExtractConfig, world: World) -> ExtractPlan:
                          "pooling of the whole image needs bottomup-r101 (or use --region "
                          "crop)")
     # --pool auto becomes the backbone's default here: the plan and the file record it
-    config = replace(config, pool=backbone.pool_for(config.pool))
-    loaded = backbone.load(config.weights, config.pool, config.input_size)
+    heads = config.pool == HEADS
+    config = replace(config, pool=config.pool if heads else backbone.pool_for(config.pool))
+    loaded = backbone.load(config.weights, backbone.pool_for("auto") if heads else config.pool,
+                           config.input_size)
+    if heads:
+        if config.region == "roi" or not Path(config.weights).is_file():
+            raise VpromError("--pool heads reads the heads of a `vprom perceive` weights file: "
+                             "pass --weights FILE, with --region crop")
+        loaded, _ = with_heads(loaded, Path(config.weights))
     if world.main:
         if config.weights == "none":
             print(f"WARNING: --weights none: {config.backbone} is RANDOMLY INITIALISED; its "
@@ -333,4 +347,6 @@ def attributes(plan: ExtractPlan, n_missing: int, row_shape: tuple) -> dict:
         "timm_version": timm_version(), "complete": True}
     if config.pool == "none":
         attrs["map_shape"] = np.array(row_shape, dtype=np.int64)
+    if config.pool == HEADS:
+        attrs["label_order"] = np.array(with_heads(plan.loaded, Path(weights))[1], dtype=STR)
     return attrs

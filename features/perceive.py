@@ -2,9 +2,12 @@
 
 The pooled trunk under three linear heads, attributes (multi-label BCE), object category and
 count (cross-entropy; a crop without one adds nothing), trained by Adam on a cosine from --lr
-to 0 with half the crops flipped. Epoch e depends only on (seed, e) and its starting state, so
-a run resumed from `<out>.resume.pt` ends with an unbroken run's bytes on the CPU (for one
-torch thread count). The weights file lands after its manifest and is loaded back and checked.
+to 0 with half the crops flipped. Each head's loss is divided by the share of training crops
+that have its target: the loss per labelled crop, so a rare head (count: about a sixth of the
+demo's boxes) weighs as much as a common one. Epoch e depends only on (seed, e) and its
+starting state, so a run resumed from `<out>.resume.pt` ends with an unbroken run's bytes on
+the CPU (for one torch thread count). The weights file, with the heads (`vprom extract --pool
+heads`), lands after its manifest and is loaded back and checked.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
-from vprom.features.backbones import Backbone, TimmTrunk, get_backbone
+from vprom.features.backbones import Backbone, Loaded, TimmTrunk, get_backbone
+from vprom.features.checkpoints import read_checkpoint_file
 from vprom.features.perceive_data import HEADS, LabelledCrops, load_perception_data, load_pixels
 
 from vprom.claim import writes
@@ -72,6 +76,22 @@ class PerceptionModel(nn.Module):
         return {head: layer(pooled) for head, layer in self.heads.items()}
 
 
+class PredictedLabels(PerceptionModel):
+    """trunk -> average pool -> the heads' probabilities, (B, K) in `label_order`'s order:
+    attributes (sigmoid), then category and count (softmax)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = super().forward(x)
+        return torch.cat([torch.sigmoid(out["attribute"]), out["category"].softmax(1),
+                          out["count"].softmax(1)], dim=1)
+
+
+def label_order(vocabulary: dict) -> list[str]:
+    """The names of `PredictedLabels`' outputs: `attribute:`, `object:`, `count:` labels."""
+    prefix = {"attribute": "attribute", "category": "object", "count": "count"}
+    return [f"{prefix[head]}:{label}" for head in HEADS for label in vocabulary[head]]
+
+
 class Targets:
     """One `LabelledCrops` on the device: pixels and the three targets."""
 
@@ -80,6 +100,9 @@ class Targets:
         self.attribute = torch.from_numpy(data.attributes).to(device)
         self.category = torch.from_numpy(data.category).to(device)
         self.count = torch.from_numpy(data.count).to(device)
+        # each head's loss over the share of crops with its target (module doc); none: 0
+        shares = [1.0] + [float((t >= 0).float().mean()) for t in (self.category, self.count)]
+        self.weights = torch.tensor([1 / s if s else 0.0 for s in shares], device=device)
 
     def __len__(self) -> int:
         return len(self.pixels)
@@ -97,14 +120,15 @@ def crop_losses(out: dict, data: Targets, index: torch.Tensor) -> torch.Tensor:
 
 
 def train_one_epoch(model, optimizer, data: Targets, batches, preprocess, world: World) -> dict:
-    """One pass over `batches` (from `epoch_batches`); the epoch's mean loss per head."""
+    """One pass over `batches` (from `epoch_batches`); each head's mean loss per crop with
+    its target."""
     model.train()
     totals = torch.zeros(3, dtype=torch.float64)
     for index, scale in batches:
         x = preprocess.normalise(data.pixels[index])
         flip = torch.rand(len(index)) < 0.5  # torch's generator, reseeded every epoch
         x = torch.where(flip.to(x.device)[:, None, None, None], x.flip(3), x)
-        losses = crop_losses(model(x), data, index)
+        losses = crop_losses(model(x), data, index) * data.weights
         optimizer.zero_grad(set_to_none=True)
         (losses.sum() * scale).backward()
         optimizer.step()
@@ -133,6 +157,23 @@ def evaluate(model, data: Targets, preprocess, world: World) -> dict:
     counts = world.all_sum(counts.tolist())
     return {f"val_{head}_acc": counts[2 * k] / counts[2 * k + 1] if counts[2 * k + 1] else None
             for k, head in enumerate(HEADS)}
+
+
+def with_heads(loaded: Loaded, path: Path) -> tuple[Loaded, list[str]]:
+    """`loaded` (a trunk from the weights file `path`) under that file's heads, as
+    `PredictedLabels`, and the names of its outputs (`vprom extract --pool heads`)."""
+    saved = read_checkpoint_file(path)
+    heads, evidence = saved.get("heads"), saved.get("perception")
+    if not isinstance(heads, dict) or not isinstance(evidence, dict):
+        raise VpromError(f"{path}: holds no perception heads; --pool heads reads the weights "
+                         "file of `vprom perceive` (train it again with this version)")
+    vocabulary = evidence["vocabulary"]
+    sizes = {head: len(vocabulary[head]) for head in HEADS}
+    with torch.random.fork_rng(devices=[]):  # the heads' initial weights are overwritten
+        model = PredictedLabels(loaded.module, int(heads["attribute.weight"].shape[1]), sizes)
+    model.heads.load_state_dict(heads)
+    model.eval().requires_grad_(False)
+    return dataclasses.replace(loaded, module=model), label_order(vocabulary)
 
 
 def resume_path(out: Path) -> Path:
@@ -275,7 +316,9 @@ def write_weights(config: PerceiveConfig, model: PerceptionModel, data, history:
                 "validation": {k: v for k, v in history[-1].items() if k.startswith("val_")},
                 "attribute_accuracy": "exact match: every attribute right at probability 0.5"}
     buffer = io.BytesIO()
-    torch.save({"state_dict": trunk_state(model.trunk), "perception": evidence}, buffer)
+    heads = {k: v.detach().cpu() for k, v in model.heads.state_dict().items()}
+    torch.save({"state_dict": trunk_state(model.trunk), "heads": heads, "perception": evidence},
+               buffer)
     manifest = make_manifest(KIND, config.settings(), seed=config.seed,
                              inputs=input_hashes(inputs), counts=data.counts,
                              outputs={"weights": hashlib.sha256(buffer.getvalue()).hexdigest()})

@@ -161,8 +161,9 @@ def streams_for(device: torch.device, api=CudaApi) -> CudaStreams | None:
 
 # --------------------------------------------------------------------------- forward
 def finish(fmap: torch.Tensor, pool: str) -> torch.Tensor:
-    """The last conv map -> what is stored: pooled and L2-normalised, or the map (pool none)."""
-    if pool == "none":
+    """The last conv map -> what is stored: pooled and L2-normalised, or the map (pool none);
+    with pool heads, the model's predicted labels as they are."""
+    if pool in ("none", "heads"):
         return fmap.float()
     return F.normalize(fmap.float().mean(dim=(2, 3)), dim=1)
 

@@ -17,7 +17,7 @@ from vprom.baselines.run_folder import load_checkpoint
 from vprom.baselines.train import build_model, train
 from tests.baselines.conftest import small_config, write_pair
 from vprom.errors import VpromError
-from vprom.statistics import wilson_interval
+from vprom.statistics import clustered_interval, wilson_interval
 
 
 def test_breakdowns_partition_the_test_set():
@@ -41,6 +41,13 @@ def test_breakdowns_partition_the_test_set():
     s = m["by_relation"]["or"]
     assert s["accuracy"] == s["correct"] / s["n"]
     assert s["ci95"] == list(wilson_interval(s["correct"], s["n"]))
+
+    # problems that share an answer crop count as one cluster: a wider interval
+    shared = breakdowns(correct, relation, element_type, answer_crop=np.arange(300) // 10)
+    assert shared["test"]["design_effect"] >= 1
+    assert shared["test"]["accuracy"] == total["accuracy"]
+    wide, narrow = shared["test"]["ci95"], total["ci95"]
+    assert wide[0] <= narrow[0] and wide[1] >= narrow[1]
 
 
 def test_evaluate_scores_the_best_checkpoint_on_the_test_set(tiny_pair, tmp_path):
@@ -69,6 +76,10 @@ def test_evaluate_scores_the_best_checkpoint_on_the_test_set(tiny_pair, tmp_path
     assert metrics["features"]["backbone"] == "resnet18"
     assert metrics["model"] == "rn" and metrics["split"] == "neutral"
     assert metrics["checkpoint"]["epoch"] == load_checkpoint(run / "best.pt")["epoch"] + 1
+    # the interval counts the problems' answer crops: clustered by the crop each answer shows
+    answer_crop = test.rows[torch.arange(len(test)), 8 + test.answer].numpy()
+    low, high, _ = clustered_interval((predicted == test.answer).numpy(), answer_crop)
+    assert metrics["test"]["ci95"] == [low, high]
 
     text = format_metrics(metrics)
     assert "test accuracy" in text and "progression / count" in text

@@ -55,6 +55,8 @@ def test_a_runs_feature_source_comes_from_its_features_files_record(tmp_path):
     assert feature_source({**LABELS, "label_noise": 0.1}, "labels") == "labels, noise 0.1"
     assert feature_source(RANDOM, "resnet18") == "random weights (resnet18)"
     assert feature_source(TRAINED, "resnet18") == "trained perception model (resnet18)"
+    assert (feature_source({**TRAINED, "pool": "heads"}, "resnet18")
+            == "trained perception model (resnet18, predicted labels)")
     weights = tmp_path / "perceived.pt"
     weights.write_bytes(b"weights")
     write_manifest(weights, make_manifest("perception-weights", {}))

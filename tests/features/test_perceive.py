@@ -179,11 +179,49 @@ def test_extract_loads_the_trained_weights(synthetic_build, tmp_path):
          - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(IMAGENET_STD).view(
         1, 3, 1, 1)
     with torch.no_grad():
-        by_hand = F.normalize(net.eval()(x), dim=1).numpy()
+        pooled = net.eval()(x)
+    by_hand = F.normalize(pooled, dim=1).numpy()
     with h5py.File(feats) as h5:
         rows = np.searchsorted(h5["crop_id"][()], crops.crop_id)
         stored = h5["features"][()][rows]
     np.testing.assert_allclose(stored, by_hand, atol=1e-5)
+
+    # --pool heads: the heads' probabilities of the labels the weights file names
+    saved = torch.load(weights, weights_only=True)
+    heads, vocabulary = saved["heads"], saved["perception"]["vocabulary"]
+    labels = tmp_path / "predicted.h5"
+    extract(ExtractConfig(dataset=dataset, vg=vg, backbone="resnet18", out=labels,
+                          weights=str(weights), input_size=side, dtype="float32",
+                          device="cpu", pool="heads"))
+
+    def head(name):
+        return pooled @ heads[f"{name}.weight"].T + heads[f"{name}.bias"]
+
+    by_hand = torch.cat([torch.sigmoid(head("attribute")), head("category").softmax(1),
+                         head("count").softmax(1)], dim=1).numpy()
+    with h5py.File(labels) as h5:
+        stored = h5["features"][()][rows]
+        order = h5.attrs["label_order"].tolist()
+    np.testing.assert_allclose(stored, by_hand, atol=1e-5)
+    assert order == ([f"attribute:{a}" for a in vocabulary["attribute"]]
+                     + [f"object:{c}" for c in vocabulary["category"]]
+                     + [f"count:{n}" for n in vocabulary["count"]])
+
+
+def test_predicted_labels_need_a_perception_weights_file(synthetic_build, tmp_path):
+    import torchvision
+    from vprom.features.config import ExtractConfig
+    from vprom.features.extract import extract
+
+    dataset, vg = synthetic_build
+    trunk_only = tmp_path / "trunk.pt"
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), trunk_only)
+    for weights in ("none", str(trunk_only)):
+        with pytest.raises(VpromError, match="heads"):
+            extract(ExtractConfig(dataset=dataset, vg=vg, backbone="resnet18",
+                                  out=tmp_path / "x.h5", weights=weights, input_size=32,
+                                  device="cpu", pool="heads"))
+    assert not (tmp_path / "x.h5").exists()
 
 
 def test_refuses_both_or_neither_pixel_source(synthetic_build, id_store, tmp_path):

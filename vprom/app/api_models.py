@@ -47,7 +47,8 @@ def extract(dataset: Path, vg: Path | None, backbone: str, out: Path, *, weights
         chunk_batches: batches per resumable chunk (a killed run redoes at most one)
         decode: cpu: Pillow in the workers; gpu: nvjpeg on the device; auto: gpu if CPUs are few
         region: crop: each box warped to SxS; roi (bottomup-r101): the detector's RoI pooling
-        pool: avg: pooled, L2-normalised; cls, mean: a timm ViT's; none: the last map; auto
+        pool: avg: pooled, L2-normalised; cls, mean: a timm ViT's; none: the last map; heads:
+            a `vprom perceive` model's predicted labels (--weights its file); auto
         compression: HDF5 compression of the features (lzf is readable only by h5py)
         prefetch: batches each worker prepares ahead
         in_flight: batches queued on the device before the oldest result is awaited

@@ -19,10 +19,11 @@ import numpy as np
 from scipy.stats import entropy
 
 from vprom.app.answers import LETTERS, UNPARSED, Predictions, read_predictions
-from vprom.baselines.metrics import breakdowns, did_not_learn, format_breakdowns, format_score
+from vprom.baselines.metrics import (INTERVAL, breakdowns, did_not_learn, format_breakdowns,
+                                     format_score)
 from vprom.baselines.paper import HUMANS
 from vprom.baselines.report import expand_runs, load_entry
-from vprom.domain import CHANCE, N_CANDIDATES, SPLITS
+from vprom.domain import CHANCE, N_CANDIDATES, N_CONTEXT, SPLITS
 from vprom.errors import VpromError
 from vprom.files import sha256_file, write_json
 from vprom.generation.verify.ceiling import perception_hits
@@ -183,7 +184,8 @@ def score_predictions(dataset: str | Path, predictions: str | Path, split: str,
                    "baselines": _baselines(baselines, split, folder)},
         "checkpoint": None,
         "chance": CHANCE,
-        **breakdowns(choice == answer, relation, element_type),
+        **breakdowns(choice == answer, relation, element_type,
+                     table.panels[rows, N_CONTEXT + answer]),
     }
     metrics["did_not_learn"] = did_not_learn(metrics, [])
     folder.mkdir(parents=True, exist_ok=True)
@@ -205,7 +207,7 @@ def format_scored(metrics: dict, ceiling: dict) -> str:
     lines = [(f"{metrics['model']} on {metrics['split']}: {config['predictions']} "
               f"({config['format']}; {sample}; {config['not_scored']:,} other predictions not "
               "scored)"),
-             (f"test accuracy {format_score(metrics['test'])}   95% Wilson interval; chance "
+             (f"test accuracy {format_score(metrics['test'])}   {INTERVAL}; chance "
               f"{100 * CHANCE:.1f}%, humans (paper) {HUMANS:.1f}%, perception-only ceiling "
               f"{100 * ceiling['test']['all']:.1f}%"),
              (f"unparsed {config['unparsed']:,} of {n:,} ({100 * config['unparsed_rate']:.1f}%,"
