@@ -106,7 +106,8 @@ def perception_markdown(rows: list[dict], ceiling_note: str) -> str:
     return ("Test accuracy (%) by feature source and split, with the 95% interval over each "
             "split's test problems, clustered by answer crop. Random weights see no element; a "
             "trained perception model recognises them imperfectly; labels are perfect "
-            "perception, so what a labels run misses is reasoning. " + ceiling_note + "\n\n" + "\n".join(lines) + "\n")
+            "perception, so what a labels run misses is reasoning. " + ceiling_note + "\n\n"
+            + "\n".join(lines) + "\n")
 
 
 def runs_dataset(entries: list) -> tuple[Path | None, str]:
