@@ -2,12 +2,10 @@
 
 The pooled trunk under three linear heads, attributes (multi-label BCE), object category and
 count (cross-entropy; a crop without one adds nothing), trained by Adam on a cosine from --lr
-to 0 with half the crops flipped. Each head's loss is divided by the share of training crops
-that have its target: the loss per labelled crop, so a rare head (count: about a sixth of the
-demo's boxes) weighs as much as a common one. Epoch e depends only on (seed, e) and its
-starting state, so a run resumed from `<out>.resume.pt` ends with an unbroken run's bytes on
-the CPU (for one torch thread count). The weights file, with the heads (`vprom extract --pool
-heads`), lands after its manifest and is loaded back and checked.
+to 0 with half the crops flipped. Epoch e depends only on (seed, e) and its starting state, so
+a run resumed from `<out>.resume.pt` ends with an unbroken run's bytes on the CPU (for one
+torch thread count). The weights file, with the heads (`vprom extract --pool heads`), lands
+after its manifest and is loaded back and checked.
 """
 
 from __future__ import annotations
@@ -100,9 +98,6 @@ class Targets:
         self.attribute = torch.from_numpy(data.attributes).to(device)
         self.category = torch.from_numpy(data.category).to(device)
         self.count = torch.from_numpy(data.count).to(device)
-        # each head's loss over the share of crops with its target (module doc); none: 0
-        shares = [1.0] + [float((t >= 0).float().mean()) for t in (self.category, self.count)]
-        self.weights = torch.tensor([1 / s if s else 0.0 for s in shares], device=device)
 
     def __len__(self) -> int:
         return len(self.pixels)
@@ -120,15 +115,14 @@ def crop_losses(out: dict, data: Targets, index: torch.Tensor) -> torch.Tensor:
 
 
 def train_one_epoch(model, optimizer, data: Targets, batches, preprocess, world: World) -> dict:
-    """One pass over `batches` (from `epoch_batches`); each head's mean loss per crop with
-    its target."""
+    """One pass over `batches` (from `epoch_batches`); the epoch's mean loss per head."""
     model.train()
     totals = torch.zeros(3, dtype=torch.float64)
     for index, scale in batches:
         x = preprocess.normalise(data.pixels[index])
         flip = torch.rand(len(index)) < 0.5  # torch's generator, reseeded every epoch
         x = torch.where(flip.to(x.device)[:, None, None, None], x.flip(3), x)
-        losses = crop_losses(model(x), data, index) * data.weights
+        losses = crop_losses(model(x), data, index)
         optimizer.zero_grad(set_to_none=True)
         (losses.sum() * scale).backward()
         optimizer.step()
