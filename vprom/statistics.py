@@ -36,6 +36,8 @@ def design_effect(outcomes: np.ndarray, clusters: np.ndarray) -> float:
     g = int(group.max()) + 1 if n else 0
     if g < 2 or p * (1 - p) == 0:
         return 1.0
+    # a mean's cluster-robust variance is one sum: statsmodels' OLS on a constant with
+    # cov_type="cluster" gives the same, but is not worth a dependency for it
     sums = np.bincount(group.reshape(-1), weights=y - p)
     clustered = g / (g - 1) * float(np.sum(sums ** 2)) / (n * n)
     return max(1.0, clustered / (p * (1 - p) / n))
