@@ -53,11 +53,11 @@ $(TEST_STAMP): pyproject.toml
 # The whole pipeline on the synthetic corpus (docs/perception.md), DEMO_JOBS steps at a time:
 # build (synthetic corpus -> mine -> generate -> verify -> stats); three feature sources:
 # labels (perfect perception), resnet18 on 64 px crops with random weights, and the labels
-# that resnet18, trained on the corpus's labels by `vprom perceive`, predicts; the relation network with aux on each on neutral, on
-# labels on one held-out split too; the two controls expected at chance (the relation network
-# on shuffled context panels, the context-blind model), on labels; each run evaluated; one
-# rendered matrix, a small human study and the VLM export; last the report, which prints the
-# perception table and the verdict.
+# that resnet18, trained on the corpus's labels by `vprom perceive`, predicts; the relation
+# network with aux on each on neutral, on labels on one held-out split too; the two controls
+# expected at chance (the relation network on shuffled context panels, the context-blind
+# model), on labels; each run evaluated; one rendered matrix, a small human study and the VLM
+# export; last the report, which prints the perception table and the verdict.
 demo: $(STAMP)
 	OMP_NUM_THREADS=$(DEMO_THREADS) $(MAKE) --no-print-directory -j$(DEMO_JOBS) \
 		--output-sync=target demo-steps
