@@ -143,7 +143,7 @@ def _prepare(config: ExtractConfig, world: World) -> ExtractPlan:
         if config.region == "roi" or not Path(config.weights).is_file():
             raise VpromError("--pool heads reads the heads of a `vprom perceive` weights file: "
                              "pass --weights FILE, with --region crop")
-        loaded, _ = with_heads(loaded, Path(config.weights))
+        loaded = with_heads(loaded, Path(config.weights))
     if world.main:
         if config.weights == "none":
             print(f"WARNING: --weights none: {config.backbone} is RANDOMLY INITIALISED; its "
@@ -348,5 +348,5 @@ def attributes(plan: ExtractPlan, n_missing: int, row_shape: tuple) -> dict:
     if config.pool == "none":
         attrs["map_shape"] = np.array(row_shape, dtype=np.int64)
     if config.pool == HEADS:
-        attrs["label_order"] = np.array(with_heads(plan.loaded, Path(weights))[1], dtype=STR)
+        attrs["label_order"] = np.array(plan.loaded.module.label_order, dtype=STR)
     return attrs

@@ -78,6 +78,10 @@ class PredictedLabels(PerceptionModel):
     """trunk -> average pool -> the heads' probabilities, (B, K) in `label_order`'s order:
     attributes (sigmoid), then category and count (softmax)."""
 
+    def __init__(self, trunk: nn.Module, dim: int, vocabulary: dict):
+        super().__init__(trunk, dim, {head: len(vocabulary[head]) for head in HEADS})
+        self.label_order = label_order(vocabulary)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = super().forward(x)
         return torch.cat([torch.sigmoid(out["attribute"]), out["category"].softmax(1),
@@ -153,21 +157,20 @@ def evaluate(model, data: Targets, preprocess, world: World) -> dict:
             for k, head in enumerate(HEADS)}
 
 
-def with_heads(loaded: Loaded, path: Path) -> tuple[Loaded, list[str]]:
+def with_heads(loaded: Loaded, path: Path) -> Loaded:
     """`loaded` (a trunk from the weights file `path`) under that file's heads, as
-    `PredictedLabels`, and the names of its outputs (`vprom extract --pool heads`)."""
+    `PredictedLabels` (`vprom extract --pool heads`)."""
     saved = read_checkpoint_file(path)
     heads, evidence = saved.get("heads"), saved.get("perception")
     if not isinstance(heads, dict) or not isinstance(evidence, dict):
         raise VpromError(f"{path}: holds no perception heads; --pool heads reads the weights "
                          "file of `vprom perceive` (train it again with this version)")
-    vocabulary = evidence["vocabulary"]
-    sizes = {head: len(vocabulary[head]) for head in HEADS}
     with torch.random.fork_rng(devices=[]):  # the heads' initial weights are overwritten
-        model = PredictedLabels(loaded.module, int(heads["attribute.weight"].shape[1]), sizes)
+        model = PredictedLabels(loaded.module, int(heads["attribute.weight"].shape[1]),
+                                evidence["vocabulary"])
     model.heads.load_state_dict(heads)
     model.eval().requires_grad_(False)
-    return dataclasses.replace(loaded, module=model), label_order(vocabulary)
+    return dataclasses.replace(loaded, module=model)
 
 
 def resume_path(out: Path) -> Path:
