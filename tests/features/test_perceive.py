@@ -208,6 +208,29 @@ def test_extract_loads_the_trained_weights(synthetic_build, tmp_path):
                      + [f"count:{n}" for n in vocabulary["count"]])
 
 
+def test_a_timm_perception_model_predicts_labels(synthetic_build, tmp_path):
+    """The demo's path: `perceive` on a timm backbone, then `extract --pool heads` reads it."""
+    from vprom.features.config import ExtractConfig
+    from vprom.features.extract import extract
+
+    dataset, vg = synthetic_build
+    weights = perceive(config(dataset, tmp_path / "w.pt", vg=vg, backbone="timm:resnet10t",
+                              input_size=32))
+    labels = tmp_path / "predicted.h5"
+    extract(ExtractConfig(dataset=dataset, vg=vg, backbone="timm:resnet10t", out=labels,
+                          weights=str(weights), input_size=32, dtype="float32", device="cpu",
+                          pool="heads"))
+    vocabulary = torch.load(weights, weights_only=True)["perception"]["vocabulary"]
+    sizes = [len(vocabulary[head]) for head in ("attribute", "category", "count")]
+    with h5py.File(labels) as h5:
+        features = h5["features"][()]
+        assert len(h5.attrs["label_order"]) == features.shape[1] == sum(sizes)
+    attributes, categories, counts = np.split(features, np.cumsum(sizes)[:-1], axis=1)
+    assert ((attributes >= 0) & (attributes <= 1)).all()
+    np.testing.assert_allclose(categories.sum(1), 1, atol=1e-5)
+    np.testing.assert_allclose(counts.sum(1), 1, atol=1e-5)
+
+
 def test_predicted_labels_need_a_perception_weights_file(synthetic_build, tmp_path):
     import torchvision
     from vprom.features.config import ExtractConfig
