@@ -97,9 +97,9 @@ $(D)/features/$(P).h5: $(D)/dataset.h5
 	$(VPROM) extract $< --vg $(D)/vg --backbone $(PERCEIVE_BACKBONE) --weights none \
 		--input-size $(PERCEIVE_SIZE) --out $@
 $(D)/perceive/$(P).pt: $(D)/dataset.h5
-	$(VPROM) perceive $< --vg $(D)/vg --split neutral --backbone $(PERCEIVE_BACKBONE) --weights none \
-		--input-size $(PERCEIVE_SIZE) --epochs $(PERCEIVE_EPOCHS) --batch-size $(PERCEIVE_BATCH) \
-		--lr $(PERCEIVE_LR) --out $@
+	$(VPROM) perceive $< --vg $(D)/vg --split neutral --backbone $(PERCEIVE_BACKBONE) \
+		--weights none --input-size $(PERCEIVE_SIZE) --epochs $(PERCEIVE_EPOCHS) \
+		--batch-size $(PERCEIVE_BATCH) --lr $(PERCEIVE_LR) --out $@
 # the perception model's predicted labels (its heads' probabilities), the counterpart of labels
 $(D)/features/perceive-$(P).h5: $(D)/perceive/$(P).pt $(D)/dataset.h5
 	$(VPROM) extract $(D)/dataset.h5 --vg $(D)/vg --backbone $(PERCEIVE_BACKBONE) --weights $< \
