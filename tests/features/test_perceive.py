@@ -20,6 +20,7 @@ from vprom.features.backbones import IMAGENET_MEAN, IMAGENET_STD
 from vprom.features.crop_store import StoreJob, build_crop_store
 from vprom.features.crops import decode_crops
 from vprom.features.perceive import PerceiveConfig, perceive
+from vprom.features.perceive_data import HEADS
 
 from vprom.errors import VpromError
 from vprom.images import ImageIndex
@@ -221,7 +222,7 @@ def test_a_timm_perception_model_predicts_labels(synthetic_build, tmp_path):
                           weights=str(weights), input_size=32, dtype="float32", device="cpu",
                           pool="heads"))
     vocabulary = torch.load(weights, weights_only=True)["perception"]["vocabulary"]
-    sizes = [len(vocabulary[head]) for head in ("attribute", "category", "count")]
+    sizes = [len(vocabulary[head]) for head in HEADS]
     with h5py.File(labels) as h5:
         features = h5["features"][()]
         assert len(h5.attrs["label_order"]) == features.shape[1] == sum(sizes)
